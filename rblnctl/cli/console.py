@@ -1,0 +1,55 @@
+"""The two rich Consoles (stdout for results, stderr for progress, warnings and errors); nothing else creates one."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+_no_color = False
+
+
+def disable_color() -> None:
+    """Turn colour off for both consoles (`--no-color`); call before the first use."""
+    global _no_color
+    _no_color = True
+    stdout.cache_clear()
+    stderr.cache_clear()
+
+
+def color_enabled() -> bool:
+    """Whether colour may be used at all (`--no-color` and NO_COLOR both turn it off)."""
+    return not _no_color and not os.environ.get("NO_COLOR")
+
+
+@lru_cache(maxsize=1)
+def stdout() -> "Console":
+    """The console for results: the only writer to stdout."""
+    from rich.console import Console
+
+    return Console(no_color=not color_enabled(), highlight=False, soft_wrap=False)
+
+
+@lru_cache(maxsize=1)
+def stderr() -> "Console":
+    """The console for progress, warnings and errors."""
+    from rich.console import Console
+
+    return Console(stderr=True, no_color=not color_enabled(), highlight=False)
+
+
+def warn(message: str) -> None:
+    """Print one warning line to stderr (message is escaped, never read as markup)."""
+    from rich.markup import escape
+
+    stderr().print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def info(message: str) -> None:
+    """Print one progress line to stderr."""
+    from rich.markup import escape
+
+    stderr().print(escape(message))

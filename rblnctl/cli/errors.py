@@ -1,0 +1,136 @@
+"""The error edge: RblnGroup maps every RblnError to one line on stderr and its documented exit code.
+
+This is the only place that decides exit codes (docs/exit-codes.md). It also lets kubectl users type
+global options anywhere on the line (`rblnctl kubevirt status --context prod`), as kubectl allows.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from rblnctl import errors as E
+
+# Most specific class first; the first match in an error's MRO wins.
+EXIT_CODES: dict[type[BaseException], int] = {
+    E.ConfigError: 2,
+    E.InvalidInput: 2,
+    E.ClusterUnreachable: 3,
+    E.AuthError: 4,
+    E.WaitTimeout: 5,
+    E.RblnError: 1,
+}
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_BUG = 70
+EXIT_INTERRUPTED = 130
+
+# Global options (root callback) that may also follow the subcommand; value-taking ones first.
+GLOBAL_VALUE_OPTS = ("--kubeconfig", "--context", "--server", "--request-timeout")
+GLOBAL_FLAG_OPTS = ("-v", "--verbose", "--no-color")
+
+log = logging.getLogger("rblnctl")
+
+
+def exit_code_for(err: BaseException) -> int:
+    """Return the documented exit code for an error."""
+    for klass in type(err).__mro__:
+        if klass in EXIT_CODES:
+            return EXIT_CODES[klass]
+    return EXIT_BUG
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """Move global options that follow a subcommand to the front, and spell kubectl's --dry-run=MODE our way.
+
+    `--dry-run=client` -> `--dry-run`, `--dry-run=server` -> `--server-dry-run`, `--dry-run=none` -> dropped.
+    Everything after `--` is left alone.
+    """
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i:])
+            break
+        name, eq, _ = a.partition("=")
+        if name == "--dry-run" and eq:
+            mode = a.split("=", 1)[1]
+            if mode == "client":
+                rest.append("--dry-run")
+            elif mode == "server":
+                rest.append("--server-dry-run")
+            elif mode != "none":
+                raise typer.BadParameter(f"--dry-run must be none, client or server, not {mode!r}")
+        elif name in GLOBAL_VALUE_OPTS:
+            if eq:
+                front.append(a)
+            elif i + 1 < len(args):
+                front.extend(args[i : i + 2])
+                i += 1
+            else:
+                front.append(a)  # click reports the missing value
+        elif a in GLOBAL_FLAG_OPTS or (a.startswith("-v") and set(a[1:]) == {"v"}):
+            front.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
+class RblnGroup(TyperGroup):
+    """Root command group: global-option hoisting and the RblnError -> exit code edge."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(list(args)))
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except E.RblnError as err:
+            _report(ctx, err)
+            raise typer.Exit(exit_code_for(err)) from err
+        except KeyboardInterrupt:
+            _stderr_line("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as err:  # a bug: one line, the traceback only with -v
+            _report(ctx, err, bug=True)
+            raise typer.Exit(EXIT_BUG) from err
+
+
+def _verbose(ctx: Any) -> bool:
+    state = ctx.find_root().obj
+    return bool(getattr(state, "verbose", 0))
+
+
+def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
+    from rich.markup import escape
+
+    from rblnctl.cli.console import stderr
+
+    text = " ".join(str(err).split()) or type(err).__name__
+    if bug:
+        text = f"unexpected {type(err).__name__}: {text}"
+        if not _verbose(ctx):
+            text += " (rerun with -v for the traceback)"
+    stderr().print(f"[bold red]error:[/] {escape(text)}")
+    blockers = getattr(err, "blockers", None) or []
+    for b in blockers:
+        stderr().print(f"  - {escape(str(b))}")
+    if _verbose(ctx):
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception(err)))
+
+
+def _stderr_line(text: str) -> None:
+    from rblnctl.cli.console import stderr
+
+    stderr().print(text)

@@ -1,0 +1,27 @@
+"""Shared option aliases, so every command spells kubectl-style flags the same way."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rblnctl.cli.output import Output
+
+OutputOpt = Annotated[
+    Output, typer.Option("--output", "-o", help="Output format: table, json or yaml (json/yaml: stdout only).",
+                         case_sensitive=False)
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print the plan and make no change (also --dry-run=client).")
+]
+ServerDryRunOpt = Annotated[
+    bool,
+    typer.Option("--server-dry-run", help="Send writes with dryRun=All so admission still validates; nothing persists "
+                 "(also --dry-run=server)."),
+]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for automation).")]
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the object.")]
+SelectorOpt = Annotated[
+    str | None, typer.Option("--selector", "-l", help="Label selector, e.g. 'rebellions.ai/npu.present=true'.")
+]

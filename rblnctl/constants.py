@@ -1,0 +1,140 @@
+"""Every label, resource name, PCI ID and version floor rblnctl relies on, in one place.
+
+Sources: ../shared/reference/rbln-operator.md (operator source, DRA driver, docs.rbln.ai) and the
+"Sandboxed workloads" page of the RBLN NPU Operator docs. Names a site may change (namespaces,
+resource names) are defaults that commands let the user override.
+"""
+
+from __future__ import annotations
+
+# --- Node labels -------------------------------------------------------------------------------
+
+LABEL_PREFIX = "rebellions.ai/"
+WORKLOAD_LABEL = "rebellions.ai/npu.workload.config"
+MODE_CONTAINER = "container"
+MODE_VM = "vm-passthrough"
+WORKLOAD_MODES = (MODE_CONTAINER, MODE_VM)
+DEFAULT_MODE = MODE_CONTAINER
+# What users type on the command line -> the label value the operator understands.
+MODE_ALIASES = {"container": MODE_CONTAINER, "vm": MODE_VM, "vm-passthrough": MODE_VM}
+
+NPU_PRESENT_LABEL = "rebellions.ai/npu.present"
+DEPLOY_SKIP_LABEL = "rebellions.ai/npu.deploy.skip"
+DEPLOY_LABEL_PREFIX = "rebellions.ai/npu.deploy."
+NPU_FAMILY_LABEL = "rebellions.ai/npu.family"
+NPU_COUNT_LABEL = "rebellions.ai/npu.count"
+NPU_PRODUCT_LABEL = "rebellions.ai/npu.product"
+
+# NFD labels that mark a node carrying a Rebellions PCI device (vendor 1eff).
+NFD_LABEL_PREFIX = "feature.node.kubernetes.io/"
+NFD_NPU_LABELS = (
+    "feature.node.kubernetes.io/pci-1eff.present",
+    "feature.node.kubernetes.io/pci-1200_1eff.present",
+)
+NFD_IOMMU_LABEL = "feature.node.kubernetes.io/iommu-enabled"
+
+# Operator components deployed per mode (value of rebellions.ai/npu.deploy.<component>).
+CONTAINER_COMPONENTS = (
+    "driver",
+    "device-plugin",
+    "dra-kubelet-plugin",
+    "metrics-exporter",
+    "rbln-daemon",
+    "npu-feature-discovery",
+    "operator-validator",
+    "container-toolkit",
+)
+VM_COMPONENTS = ("vfio-manager", "sandbox-device-plugin", "dra-kubelet-plugin")
+COMPONENT_LABEL = "app.kubernetes.io/component"
+
+# --- Operator install --------------------------------------------------------------------------
+
+OPERATOR_NAMESPACE = "rbln-system"
+OPERATOR_HELM_CHART = "rbln-npu-operator"
+OPERATOR_DAEMONSETS = {
+    "vfio-manager": "rbln-vfio-manager",
+    "sandbox-device-plugin": "rbln-sandbox-device-plugin",
+    "dra-kubelet-plugin": "rbln-dra-kubelet-plugin",
+    "device-plugin": "rbln-device-plugin",
+    "npu-feature-discovery": "rbln-npu-feature-discovery",
+    "metrics-exporter": "rbln-metrics-exporter",
+    "container-toolkit": "rbln-container-toolkit",
+    "operator-validator": "rbln-operator-validator",
+}
+
+CLUSTER_POLICY_GROUP = "rebellions.ai"
+CLUSTER_POLICY_VERSION = "v1beta1"
+CLUSTER_POLICY_PLURAL = "rblnclusterpolicies"
+CLUSTER_POLICY_DEFAULT_NAME = "rbln-cluster-policy"
+
+# --- Resources ---------------------------------------------------------------------------------
+
+RESOURCE_PREFIX = "rebellions.ai/"
+CONTAINER_RESOURCE = "rebellions.ai/npu"
+# Sandbox device plugin resources look like rebellions.ai/RBLN-CA22_PF; older releases used
+# rebellions.ai/ATOM_CA22_PT and friends. Match by prefix, never by one hard-coded name.
+VM_RESOURCE_PREFIXES = ("rebellions.ai/RBLN-", "rebellions.ai/ATOM", "rebellions.ai/REBEL")
+
+# --- PCI ---------------------------------------------------------------------------------------
+
+PCI_VENDOR_RBLN = 0x1EFF
+PCI_CLASS_NPU = 0x120000
+HOST_DRIVER = "rebellions"
+VFIO_DRIVER = "vfio-pci"
+VFIO_MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1")
+DEVICE_NODE_GLOBS = ("rbln*", "rsd*")
+
+# device id -> (model, function kind). PF/VF pairing per the operator's device table.
+PCI_DEVICE_MODELS: dict[int, tuple[str, str]] = {
+    0x1120: ("CA12", "PF"),
+    0x1121: ("CA12", "VF"),
+    0x1220: ("CA22", "PF"),
+    0x1221: ("CA22", "VF"),
+    0x1250: ("CA25", "PF"),
+    0x1251: ("CA25", "VF"),
+    0x2030: ("CR03", "PF"),
+    0x2031: ("CR03", "VF"),
+    # rebel100 family; product name unconfirmed upstream.
+    0x2130: ("REBEL100", "PF"),
+    0x2131: ("REBEL100", "VF"),
+}
+
+VALIDATIONS_DIR = "/run/rbln/validations"
+VFIO_READY_MARKER = "vfio-pci-ready"
+
+# --- KubeVirt ----------------------------------------------------------------------------------
+
+KUBEVIRT_GROUP = "kubevirt.io"
+KUBEVIRT_VERSION = "v1"
+KUBEVIRT_PLURAL = "kubevirts"
+VM_PLURAL = "virtualmachines"
+VMI_PLURAL = "virtualmachineinstances"
+GATE_HOST_DEVICES = "HostDevices"
+GATE_HOST_DEVICES_DRA = "HostDevicesWithDRA"
+# HostDevicesWithDRA is Beta (on unless disabled) from KubeVirt 1.9.0.
+GATE_BETA_SINCE = {GATE_HOST_DEVICES_DRA: (1, 9, 0)}
+
+# --- NFD / DRA ---------------------------------------------------------------------------------
+
+NFD_GROUP = "nfd.k8s-sigs.io"
+NFD_VERSION = "v1alpha1"
+NFD_NODEFEATURE_PLURAL = "nodefeatures"
+NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
+
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+DRA_DRIVER = "npu.rebellions.ai"
+DRA_DEVICECLASS_CONTAINER = "npu.rebellions.ai"
+DRA_DEVICECLASS_VM = "vfio-npu.rebellions.ai"
+
+# --- Version floors (from the prerequisites table of the source page) ---------------------------
+
+METHOD_SANDBOX = "sandbox"
+METHOD_DRA = "dra"
+METHODS = (METHOD_SANDBOX, METHOD_DRA)
+
+MIN_KUBERNETES = {METHOD_SANDBOX: (1, 19, 0), METHOD_DRA: (1, 34, 0)}
+MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
+MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
+MIN_DRA_DRIVER = (0, 2, 1)
+MIN_HELM = (3, 9, 0)

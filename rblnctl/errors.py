@@ -1,0 +1,79 @@
+"""The RblnError hierarchy: every failure rblnctl raises on purpose.
+
+The library raises these and never exits; the CLI edge (rblnctl/cli/errors.py) maps each class to
+one documented exit code (docs/exit-codes.md). Every message is one line a user can act on.
+"""
+
+from __future__ import annotations
+
+
+class RblnError(Exception):
+    """Base of every failure rblnctl raises on purpose."""
+
+
+class ConfigError(RblnError):
+    """Bad kubeconfig, unknown context, or options that cannot be combined."""
+
+
+class InvalidInput(RblnError):
+    """An argument the user gave is malformed (a BDF, a gate name, a mode)."""
+
+
+class NotFound(RblnError):
+    """A node, custom resource or PCI function that was asked for does not exist."""
+
+
+class ClusterError(RblnError):
+    """The API server refused a request.
+
+    `status` is the HTTP code (0 when no answer came back), `reason` the Status reason.
+    """
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class ClusterUnreachable(ClusterError):
+    """No answer from the API server (refused, DNS, TLS, dropped connection)."""
+
+
+class ClusterTimeout(ClusterUnreachable):
+    """The API server did not answer within the request timeout."""
+
+
+class AuthError(ClusterError):
+    """The API server does not accept our credentials (401)."""
+
+
+class Forbidden(AuthError):
+    """RBAC refused a verb on a resource (403); the message names verb, resource and namespace."""
+
+
+class Conflict(ClusterError):
+    """A write lost an optimistic-concurrency race (409) more often than we retry."""
+
+
+class WaitTimeout(RblnError):
+    """Something we wait for (pods gone, operator converged) did not happen in time."""
+
+
+class HostError(RblnError):
+    """A host-level operation failed: sysfs write refused, not root, IOMMU off."""
+
+
+class Refused(RblnError):
+    """A safety gate refused the operation; `blockers` lists each reason."""
+
+    def __init__(self, message: str, *, blockers: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.blockers = list(blockers or [])
+
+
+class PreflightFailed(RblnError):
+    """At least one preflight check failed; `failed` names them."""
+
+    def __init__(self, message: str, *, failed: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.failed = list(failed or [])

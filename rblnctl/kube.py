@@ -1,0 +1,412 @@
+"""Kubernetes access shared by every cluster command: connect, raw JSON requests, typed errors, paging.
+
+rblnctl talks to the API server through the kubernetes client's own configuration loading, auth
+and urllib3 transport, but reads and writes plain JSON dicts instead of generated models: one code
+path for built-in and custom resources, explicit patch content types (kubernetes-client/python#2119
+sends JSON-patch lists to CustomObjectsApi as merge patches), and no model (de)serialisation cost on
+large lists. Only cluster code paths import this module (the CLI imports it lazily), so `--help`,
+`vfio` and `preflight --local` never load the kubernetes package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+
+from rblnctl import constants as C
+from rblnctl.errors import (
+    AuthError,
+    ClusterError,
+    ClusterTimeout,
+    ClusterUnreachable,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    NotFound,
+)
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+PATCH_TYPES = {
+    "json": "application/json-patch+json",
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+DEFAULT_PAGE_SIZE = 500
+DEFAULT_KUBECONFIG = Path("~/.kube/config")
+SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """The REST coordinates of one resource type."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str = ""
+
+    def path(self, name: str | None = None, *, namespace: str | None = None, sub: str | None = None) -> str:
+        """Return the URL path of the collection (no name) or of one object (and its subresource)."""
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+            if sub:
+                base += f"/{sub}"
+        return base
+
+    @property
+    def qualified(self) -> str:
+        """`plural.group` as the API server names it in messages (`nodes`, `kubevirts.kubevirt.io`)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+NODES = Resource("", "v1", "nodes", False, "Node")
+PODS = Resource("", "v1", "pods", True, "Pod")
+NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
+DAEMONSETS = Resource("apps", "v1", "daemonsets", True, "DaemonSet")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", True, "Deployment")
+REPLICASETS = Resource("apps", "v1", "replicasets", True, "ReplicaSet")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", True, "PodDisruptionBudget")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
+KUBEVIRTS = Resource(C.KUBEVIRT_GROUP, C.KUBEVIRT_VERSION, C.KUBEVIRT_PLURAL, True, "KubeVirt")
+VMS = Resource(C.KUBEVIRT_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
+VMIS = Resource(C.KUBEVIRT_GROUP, C.KUBEVIRT_VERSION, C.VMI_PLURAL, True, "VirtualMachineInstance")
+CLUSTER_POLICIES = Resource(
+    C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_VERSION, C.CLUSTER_POLICY_PLURAL, False, "RBLNClusterPolicy"
+)
+NODE_FEATURES = Resource(C.NFD_GROUP, C.NFD_VERSION, C.NFD_NODEFEATURE_PLURAL, True, "NodeFeature")
+DEVICE_CLASSES = Resource(C.DRA_GROUP, C.DRA_VERSION, "deviceclasses", False, "DeviceClass")
+RESOURCE_SLICES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceslices", False, "ResourceSlice")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeOptions:
+    """How to reach the cluster; None means kubectl's default resolution."""
+
+    kubeconfig: str | None = None  # else $KUBECONFIG, else ~/.kube/config, else in-cluster
+    context: str | None = None  # else the kubeconfig's current-context
+    server: str | None = None  # plain URL, no auth: for tests and local proxies (`kubectl proxy`)
+    request_timeout_s: float = 30.0
+
+
+@dataclass
+class Kube:
+    """One connection to one cluster; every request returns parsed JSON or raises a typed RblnError."""
+
+    api_client: Any  # kubernetes.client.ApiClient
+    server: str
+    context: str | None = None
+    request_timeout_s: float = 30.0
+    request_count: int = field(default=0, init=False)
+
+    # -- core -------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """Send one request; return the decoded JSON body (None when empty).
+
+        Raises NotFound (404), Conflict (409), AuthError (401), Forbidden (403), ClusterError
+        (other non-2xx) and ClusterUnreachable / ClusterTimeout when no answer comes back.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type or JSON
+        resource_path = path + ("?" + urlencode(query_items) if query_items else "")
+        _, url, headers, _, _ = self.api_client.param_serialize(
+            method=method, resource_path=resource_path, header_params=headers, auth_settings=["BearerToken"]
+        )
+        started = time.monotonic()
+        self.request_count += 1
+        try:
+            resp = self.api_client.rest_client.request(
+                method,
+                url,
+                headers=headers,
+                body=body,
+                _request_timeout=self.request_timeout_s,
+            )
+            data = resp.read()
+        except urllib3.exceptions.TimeoutError as e:
+            raise ClusterTimeout(
+                f"the API server at {self.server} did not answer {method} {path} within {self.request_timeout_s:g}s"
+            ) from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise ClusterUnreachable(f"cannot reach the API server at {self.server}: {_root_cause(e)}") from e
+        except ApiException as e:  # the client wraps TLS failures as status 0
+            raise ClusterUnreachable(
+                f"cannot reach the API server at {self.server}: {(e.reason or '').splitlines()[0]}"
+            ) from e
+        log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status, (time.monotonic() - started) * 1e3)
+        decoded = _decode(data)
+        if 200 <= resp.status < 300:
+            return decoded
+        raise _status_error(method, path, resp.status, decoded, self.server)
+
+    def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
+        """GET one object."""
+        return self.request("GET", res.path(name, namespace=namespace))
+
+    def get_optional(self, res: Resource, name: str, *, namespace: str | None = None) -> dict | None:
+        """GET one object; None when it does not exist."""
+        try:
+            return self.get(res, name, namespace=namespace)
+        except NotFound:
+            return None
+
+    def iter_list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> Iterator[dict]:
+        """Yield every object of a collection, following `continue` tokens page by page."""
+        token: str | None = None
+        while True:
+            page = self.request(
+                "GET",
+                res.path(namespace=namespace),
+                query={
+                    "labelSelector": label_selector,
+                    "fieldSelector": field_selector,
+                    "limit": page_size,
+                    "continue": token,
+                },
+            )
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def list(self, res: Resource, **kwargs: Any) -> list[dict]:
+        """Return every object of a collection (paged under the hood)."""
+        return list(self.iter_list(res, **kwargs))
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        *,
+        patch_type: str,
+        namespace: str | None = None,
+        sub: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """PATCH one object; patch_type is `json`, `merge` or `strategic`; dry_run sends dryRun=All."""
+        return self.request(
+            "PATCH",
+            res.path(name, namespace=namespace, sub=sub),
+            query={"dryRun": "All" if dry_run else None},
+            body=patch,
+            content_type=PATCH_TYPES[patch_type],
+        )
+
+    def create(self, res: Resource, obj: dict, *, namespace: str | None = None, sub_of: str | None = None,
+               sub: str | None = None, dry_run: bool = False) -> Any:
+        """POST an object to a collection, or to a subresource (`sub_of` name + `sub`, e.g. eviction)."""
+        path = res.path(sub_of, namespace=namespace, sub=sub) if sub_of else res.path(namespace=namespace)
+        return self.request("POST", path, query={"dryRun": "All" if dry_run else None}, body=obj)
+
+    def delete(self, res: Resource, name: str, *, namespace: str | None = None, body: dict | None = None,
+               dry_run: bool = False) -> Any:
+        """DELETE one object."""
+        return self.request(
+            "DELETE", res.path(name, namespace=namespace), query={"dryRun": "All" if dry_run else None}, body=body
+        )
+
+    def server_version(self) -> dict:
+        """Return the server's /version document."""
+        return self.request("GET", "/version")
+
+
+def connect(opts: KubeOptions) -> Kube:
+    """Build a Kube from kubeconfig, context or in-cluster service account; raise ConfigError when none fits."""
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = k8s.Configuration()
+    context = None
+    if opts.server:
+        cfg.host = opts.server.rstrip("/")
+    else:
+        source = resolve_kubeconfig(opts.kubeconfig)
+        if source is None:
+            if not os.environ.get("KUBERNETES_SERVICE_HOST") or not SA_TOKEN.exists():
+                raise ConfigError(
+                    "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a pod"
+                )
+            try:
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            except ConfigException as e:
+                raise ConfigError(f"in-cluster configuration is unusable: {e}") from e
+        else:
+            context = _check_context(source, opts.context)
+            try:
+                k8s_config.load_kube_config(
+                    config_file=source, context=context, client_configuration=cfg, persist_config=False
+                )
+            except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+                raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
+            except Exception as e:  # yaml.YAMLError and friends from a corrupt file
+                if type(e).__module__.startswith("yaml"):
+                    raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
+                raise
+    # Fail fast: a dead server should cost one short try, not urllib3's default three.
+    cfg.retries = 1
+    api_client = k8s.ApiClient(cfg)
+    return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s)
+
+
+def resolve_kubeconfig(explicit: str | None) -> str | None:
+    """Return the kubeconfig path(s) kubectl would use: flag, $KUBECONFIG, ~/.kube/config; None for in-cluster."""
+    if explicit:
+        if not Path(explicit).expanduser().is_file():
+            raise ConfigError(f"kubeconfig {explicit} does not exist")
+        return str(Path(explicit).expanduser())
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        paths = [p for p in env.split(os.pathsep) if p]
+        existing = [p for p in paths if Path(p).expanduser().is_file()]
+        if not existing:
+            raise ConfigError(f"KUBECONFIG names no existing file: {env}")
+        return os.pathsep.join(existing)
+    default = DEFAULT_KUBECONFIG.expanduser()
+    return str(default) if default.is_file() else None
+
+
+def _check_context(source: str, context: str | None) -> str | None:
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(source)
+    except ConfigException as e:
+        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
+    except Exception as e:  # yaml errors on a corrupt file
+        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
+    names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
+    if context is not None:
+        if context not in names:
+            known = ", ".join(str(n) for n in names) or "none"
+            raise ConfigError(f'context "{context}" not found in kubeconfig {source} (contexts: {known})')
+        return context
+    if not current:
+        raise ConfigError(f"kubeconfig {source} has no current-context; pass --context")
+    return None
+
+
+# -- error translation ------------------------------------------------------------------------
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def describe_request(method: str, path: str) -> tuple[str, str, str | None]:
+    """Return (verb, resource, namespace) as RBAC sees a request path."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return method.lower(), path, None
+    namespace = None
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] if rest else ""
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    if group:
+        resource = f"{resource}.{group}" if "/" not in resource else resource.replace("/", f".{group}/", 1)
+    if method == "GET":
+        verb = "get" if len(rest) >= 2 else "list"
+    else:
+        verb = _VERBS.get(method, method.lower())
+    return verb, resource, namespace
+
+
+def _status_error(method: str, path: str, status: int, body: Any, server: str) -> ClusterError | NotFound:
+    message = ""
+    reason = ""
+    if isinstance(body, dict):
+        message = str(body.get("message") or "")
+        reason = str(body.get("reason") or "")
+    verb, resource, namespace = describe_request(method, path)
+    where = f'in namespace "{namespace}"' if namespace else "at cluster scope"
+    if status == 401:
+        return AuthError(
+            f"unauthorized: the API server at {server} rejected our credentials; refresh your kubeconfig login",
+            status=status,
+            reason=reason or "Unauthorized",
+        )
+    if status == 403:
+        return Forbidden(
+            f"forbidden: RBAC does not allow {verb} on {resource} {where}"
+            + (f" ({_one_line(message)})" if message else ""),
+            status=status,
+            reason=reason or "Forbidden",
+        )
+    if status == 404:
+        return NotFound(message or f"{resource} not found ({method} {path})")
+    if status == 409:
+        return Conflict(message or f"conflict on {resource}", status=status, reason=reason or "Conflict")
+    text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
+    return ClusterError(f"{method} {path} failed: {status} {reason or ''} {text}".replace("  ", " "),
+                        status=status, reason=reason)
+
+
+def _decode(data: bytes | None) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")[:200]
+
+
+def _root_cause(e: BaseException) -> str:
+    seen = e
+    while True:
+        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
+        if not isinstance(nxt, BaseException) or nxt is seen:
+            break
+        seen = nxt
+    text = str(seen)
+    for hint in ("Connection refused", "Name or service not known", "No route to host", "timed out",
+                 "Connection reset", "Remote end closed connection", "certificate verify failed"):
+        if hint.lower() in text.lower() or hint.lower() in str(e).lower():
+            return hint.lower()
+    return _one_line(text) or type(seen).__name__
+
+
+def _one_line(e: object) -> str:
+    text = " ".join(str(e).split())
+    return text[:300]

@@ -1,0 +1,1 @@
+"""Node-level operations: NPU node inventory, drain, mode switching."""

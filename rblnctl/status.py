@@ -1,0 +1,108 @@
+"""One-screen cluster overview: operator policy, KubeVirt, NPU nodes per mode (read-only)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.errors import NotFound
+from rblnctl.kube import CLUSTER_POLICIES, KUBEVIRTS, Kube
+from rblnctl.node.inventory import NpuNode, list_npu_nodes
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySummary:
+    """The RBLNClusterPolicy switches that decide how NPUs reach VMs."""
+
+    name: str
+    workload_type: str
+    vfio_manager: bool
+    sandbox_device_plugin: bool
+    dra_kubelet_plugin: bool
+    device_plugin: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeVirtSummary:
+    """Where KubeVirt is, its phase and version, and its feature gates."""
+
+    name: str
+    namespace: str
+    phase: str | None
+    version: str | None
+    feature_gates: list[str]
+    disabled_feature_gates: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterStatus:
+    """What `rblnctl status` reports."""
+
+    server_version: str
+    policy: PolicySummary | None
+    kubevirt: list[KubeVirtSummary]
+    nodes: list[NpuNode]
+    modes: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _enabled(spec: dict, key: str) -> bool:
+    return bool((spec.get(key) or {}).get("enabled", False))
+
+
+def policy_summary(obj: dict) -> PolicySummary:
+    """Summarise one RBLNClusterPolicy object."""
+    spec = obj.get("spec") or {}
+    return PolicySummary(
+        name=obj["metadata"]["name"],
+        workload_type=spec.get("workloadType") or C.DEFAULT_MODE,
+        vfio_manager=_enabled(spec, "vfioManager"),
+        sandbox_device_plugin=_enabled(spec, "sandboxDevicePlugin"),
+        dra_kubelet_plugin=_enabled(spec, "draKubeletPlugin"),
+        device_plugin=_enabled(spec, "devicePlugin"),
+    )
+
+
+def kubevirt_summary(obj: dict) -> KubeVirtSummary:
+    """Summarise one KubeVirt CR."""
+    dev = ((obj.get("spec") or {}).get("configuration") or {}).get("developerConfiguration") or {}
+    status = obj.get("status") or {}
+    return KubeVirtSummary(
+        name=obj["metadata"]["name"],
+        namespace=obj["metadata"].get("namespace", ""),
+        phase=status.get("phase"),
+        version=status.get("observedKubeVirtVersion"),
+        feature_gates=list(dev.get("featureGates") or []),
+        disabled_feature_gates=list(dev.get("disabledFeatureGates") or []),
+    )
+
+
+def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
+    """Read the overview; a missing CRD is a note, not an error."""
+    notes: list[str] = []
+    version = kube.server_version().get("gitVersion", "unknown")
+    try:
+        policies = kube.list(CLUSTER_POLICIES)
+    except NotFound:
+        policies = []
+        notes.append("RBLNClusterPolicy CRD not found: is the RBLN NPU Operator installed?")
+    if len(policies) > 1:
+        notes.append(f"{len(policies)} RBLNClusterPolicies found; showing {policies[0]['metadata']['name']}")
+    try:
+        kubevirts = kube.list(KUBEVIRTS)
+    except NotFound:
+        kubevirts = []
+    if not kubevirts:
+        notes.append("no KubeVirt CR found: is KubeVirt installed?")
+    nodes = list_npu_nodes(kube, selector=selector)
+    if not nodes:
+        notes.append("no NPU nodes found (is NFD labelling nodes with pci-1eff / pci-1200_1eff?)")
+    return ClusterStatus(
+        server_version=version,
+        policy=policy_summary(policies[0]) if policies else None,
+        kubevirt=[kubevirt_summary(k) for k in kubevirts],
+        nodes=nodes,
+        modes=dict(sorted(Counter(n.mode for n in nodes).items())),
+        notes=notes,
+    )

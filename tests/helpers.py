@@ -1,0 +1,13 @@
+"""Run the CLI in-process (typer's CliRunner) with stdout and stderr kept apart."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from rblnctl.cli.app import app
+
+
+def cli(*args: str, server: str | None = None, input: str | None = None):
+    """Invoke `rblnctl ARGS` (with `--server URL` first when given); return the click Result."""
+    argv = (["--server", server] if server else []) + [str(a) for a in args]
+    return CliRunner().invoke(app, argv, input=input, catch_exceptions=False)
