@@ -6,7 +6,6 @@ global options anywhere on the line (`rblnctl kubevirt status --context prod`), 
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -32,8 +31,6 @@ EXIT_INTERRUPTED = 130
 # Global options (root callback) that may also follow the subcommand; value-taking ones first.
 GLOBAL_VALUE_OPTS = ("--kubeconfig", "--context", "--server", "--request-timeout")
 GLOBAL_FLAG_OPTS = ("-v", "--verbose", "--no-color")
-
-log = logging.getLogger("rblnctl")
 
 
 def exit_code_for(err: BaseException) -> int:

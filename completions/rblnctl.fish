@@ -1,0 +1,1 @@
+complete --command rblnctl --no-files --arguments "(env _RBLNCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) rblnctl)" --condition "env _RBLNCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) rblnctl"
