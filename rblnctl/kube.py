@@ -151,11 +151,13 @@ class Kube:
                 _request_timeout=self.request_timeout_s,
             )
             data = resp.read()
-        except urllib3.exceptions.TimeoutError as e:
+        except urllib3.exceptions.HTTPError as e:
+            if not _is_timeout(e):
+                raise ClusterUnreachable(f"cannot reach the API server at {self.server}: {_root_cause(e)}") from e
             raise ClusterTimeout(
                 f"the API server at {self.server} did not answer {method} {path} within {self.request_timeout_s:g}s"
             ) from e
-        except (urllib3.exceptions.HTTPError, OSError) as e:
+        except OSError as e:
             raise ClusterUnreachable(f"cannot reach the API server at {self.server}: {_root_cause(e)}") from e
         except ApiException as e:  # the client wraps TLS failures as status 0
             raise ClusterUnreachable(
@@ -312,6 +314,12 @@ def _check_context(source: str, context: str | None) -> str | None:
     except ConfigException as e:
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
     except Exception as e:  # yaml errors on a corrupt file
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        if type(e).__module__.startswith("yaml"):
+            raise ConfigError(f"invalid kubeconfig {source}: not valid YAML{where}") from e
+        if isinstance(e, (TypeError, AttributeError, KeyError)):
+            raise ConfigError(f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)") from e
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
     names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
     if context is not None:
@@ -359,6 +367,13 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
     if isinstance(body, dict):
         message = str(body.get("message") or "")
         reason = str(body.get("reason") or "")
+        # A failed JSON Patch comes back as 422 "the server rejected our request due to an error in
+        # our request" with the real cause ("testing value /x failed: test failed") only in details.causes.
+        details = body.get("details") if isinstance(body.get("details"), dict) else {}
+        causes = [str(c["message"]) for c in details.get("causes") or [] if isinstance(c, dict) and c.get("message")]
+        extra = [c for c in causes if c not in message]
+        if extra:
+            message = f"{message}: {'; '.join(extra)}" if message else "; ".join(extra)
     verb, resource, namespace = describe_request(method, path)
     where = f'in namespace "{namespace}"' if namespace else "at cluster scope"
     if status == 401:
@@ -390,6 +405,16 @@ def _decode(data: bytes | None) -> Any:
         return json.loads(data)
     except ValueError:
         return data.decode("utf-8", "replace")[:200]
+
+
+def _is_timeout(e: BaseException) -> bool:
+    """A read/connect timeout, possibly wrapped by urllib3's MaxRetryError."""
+    # urllib3 2.x makes NewConnectionError (refused, DNS) a ConnectTimeoutError subclass: not a timeout.
+    refused = urllib3.exceptions.NewConnectionError
+    for err in (e, getattr(e, "reason", None)):
+        if isinstance(err, urllib3.exceptions.TimeoutError) and not isinstance(err, refused):
+            return True
+    return False
 
 
 def _root_cause(e: BaseException) -> str:

@@ -98,11 +98,17 @@ def root(
     if verbose:
         import logging
 
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logger = logging.getLogger("rblnctl")
+        handler = logging.StreamHandler()  # binds the current sys.stderr
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
+
+        def _detach() -> None:  # in-process callers (tests, plugins) get the logger back as it was
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
+
+        ctx.call_on_close(_detach)
     ctx.obj = State(
         kubeconfig=kubeconfig,
         context=context,

@@ -45,11 +45,11 @@ def warn(message: str) -> None:
     """Print one warning line to stderr (message is escaped, never read as markup)."""
     from rich.markup import escape
 
-    stderr().print(f"[yellow]warning:[/] {escape(message)}")
+    stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def info(message: str) -> None:
     """Print one progress line to stderr."""
     from rich.markup import escape
 
-    stderr().print(escape(message))
+    stderr().print(escape(message), soft_wrap=True)

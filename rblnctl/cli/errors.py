@@ -117,10 +117,10 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         text = f"unexpected {type(err).__name__}: {text}"
         if not _verbose(ctx):
             text += " (rerun with -v for the traceback)"
-    stderr().print(f"[bold red]error:[/] {escape(text)}")
+    stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     blockers = getattr(err, "blockers", None) or []
     for b in blockers:
-        stderr().print(f"  - {escape(str(b))}")
+        stderr().print(f"  - {escape(str(b))}", soft_wrap=True)
     if _verbose(ctx):
         import traceback
 

@@ -1,0 +1,56 @@
+"""`rblnctl status` and `rblnctl node list` against the fake API server."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.fakes import objects as o
+from tests.helpers import cli
+
+
+def _seed(apiserver):
+    apiserver.add(
+        o.cluster_policy(workload_type="container", vfio_manager=True, sandbox=True),
+        o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
+        o.npu_node("n1", mode="container"),
+        o.npu_node("n2", mode="vm-passthrough"),
+        o.npu_node("n3", mode="vm-passthrough"),
+        o.node("cpu-only"),
+    )
+
+
+def test_status_json(apiserver):
+    _seed(apiserver)
+    r = cli("status", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["modes"] == {"container": 1, "vm-passthrough": 2}
+    assert st["policy"]["sandbox_device_plugin"] is True
+    assert st["kubevirt"][0]["feature_gates"] == ["HostDevices"]
+    assert [n["name"] for n in st["nodes"]] == ["n1", "n2", "n3"]
+
+
+def test_status_table_mentions_missing_operator(apiserver):
+    apiserver.add(o.npu_node("n1"))
+    r = cli("status", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "no KubeVirt CR found" in r.stdout and "n1" in r.stdout
+
+
+def test_node_list_yaml_and_selector(apiserver):
+    _seed(apiserver)
+    r = cli("node", "list", "-o", "yaml", "-l", "rebellions.ai/npu.workload.config=vm-passthrough",
+            server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    nodes = yaml.safe_load(r.stdout)["nodes"]
+    assert [n["name"] for n in nodes] == ["n2", "n3"]
+    assert all(any(k.startswith("rebellions.ai/RBLN-") for k in n["resources"]) for n in nodes)
+
+
+def test_invalid_mode_label_is_shown(apiserver):
+    apiserver.add(o.npu_node("n1", labels={"rebellions.ai/npu.workload.config": "vm"}))
+    r = cli("node", "list", "-o", "json", server=apiserver.url)
+    n = json.loads(r.stdout)["nodes"][0]
+    assert n["mode"] == "container" and n["mode_label"] == "vm" and n["mode_label_valid"] is False
