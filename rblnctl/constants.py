@@ -113,6 +113,30 @@ GATE_HOST_DEVICES = "HostDevices"
 GATE_HOST_DEVICES_DRA = "HostDevicesWithDRA"
 # HostDevicesWithDRA is Beta (on unless disabled) from KubeVirt 1.9.0.
 GATE_BETA_SINCE = {GATE_HOST_DEVICES_DRA: (1, 9, 0)}
+# Gates rblnctl refuses to enable (without --force) below this KubeVirt version: DRA host
+# devices need KubeVirt >= 1.9.0 (prerequisites table of the source page).
+GATE_MIN_KUBEVIRT = {GATE_HOST_DEVICES_DRA: (1, 9, 0)}
+# spec.configuration.developerConfiguration.disabledFeatureGates exists from KubeVirt 1.9.0.
+DISABLED_GATES_SINCE = (1, 9, 0)
+# A KubeVirt gate name: letters and digits only (every upstream gate matches this).
+GATE_NAME_PATTERN = r"[A-Za-z0-9]+"
+# Feature gates KubeVirt registers (kubevirt/kubevirt pkg/virt-config/featuregate, v1.0-v1.9),
+# Alpha/Beta, GA and deprecated ones alike. Best effort: KubeVirt adds gates every release, so a
+# name missing here is accepted with a warning, never refused.
+KUBEVIRT_KNOWN_GATES = frozenset({
+    "AlignCPUs", "AutoResourceLimitsGate", "BochsDisplayForEFIGuests", "CPUManager", "CPUNodeDiscovery",
+    "ClusterProfiler", "CommonInstancetypesDeploymentGate", "DataVolumes", "DecentralizedLiveMigration",
+    "DeclarativeHotplugVolumes", "DisableCustomSELinuxPolicy", "DisableMDEVConfiguration", "DockerSELinuxMCSWorkaround",
+    "DownwardMetrics", "DynamicPodInterfaceNaming", "EnableVirtioFsConfigVolumes", "EnableVirtioFsStorageVolumes",
+    "ExpandDisks", "ExperimentalIgnitionSupport", "ExperimentalVirtiofsSupport", "GPU", "GPUsWithDRA", "HostDevices",
+    "HostDevicesWithDRA", "HostDisk", "HotplugNICs", "HotplugVolumes", "HypervStrictCheck", "IOMMUFD", "ImageVolume",
+    "IncrementalBackup", "InstancetypeReferencePolicy", "KubevirtSeccompProfile", "LiveMigration", "LiveUpdateNADRef",
+    "Macvtap", "MigrationPriorityQueue", "MultiArchitecture", "NUMA", "NetworkBindingPlugins", "NetworkDevicesWithDRA",
+    "NodeRestriction", "NonRoot", "ObjectGraph", "PCINUMAAwareTopology", "PSA", "PanicDevices", "Passt",
+    "PasstIPStackMigration", "PersistentReservation", "Root", "SRIOV", "SRIOVLiveMigration", "SecureExecution",
+    "Sidecar", "Snapshot", "UtilityVolumes", "VMExport", "VMLiveUpdateFeatures", "VMPersistentState", "VSOCK",
+    "VideoConfig", "VolumeMigration", "VolumesUpdateStrategy", "WorkloadEncryptionSEV", "WorkloadEncryptionTDX",
+})
 
 # --- NFD / DRA ---------------------------------------------------------------------------------
 
@@ -138,3 +162,23 @@ MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
 MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
 MIN_DRA_DRIVER = (0, 2, 1)
 MIN_HELM = (3, 9, 0)
+
+# --- Preflight ---------------------------------------------------------------------------------
+
+# How preflight finds the operator Deployment: this selector across namespaces, then by name / Helm
+# chart label among the Deployments of OPERATOR_NAMESPACE.
+OPERATOR_DEPLOYMENT_SELECTOR = "app.kubernetes.io/name=rbln-npu-operator"
+APP_VERSION_LABEL = "app.kubernetes.io/version"
+APP_NAME_LABEL = "app.kubernetes.io/name"
+HELM_CHART_LABEL = "helm.sh/chart"  # "<chart>-<version>", e.g. rbln-npu-operator-0.6.0
+NFD_POD_SELECTOR = "app.kubernetes.io/name=node-feature-discovery"
+# NFD raw features (NodeFeature spec.features) and labels preflight reads per node.
+NFD_FEATURE_LOADED_MODULES = "kernel.loadedmodule"
+NFD_FEATURE_ENABLED_MODULES = "kernel.enabledmodule"  # loaded + built-in (newer NFD)
+NFD_FEATURE_PCI = "pci.device"
+NFD_FEATURE_CPUID = "cpu.cpuid"
+NFD_FEATURE_DMI = "system.dmiid"
+NFD_PCI_IOMMU_ATTR = "iommu_group/type"  # set only for devices in an IOMMU group (NFD >= v0.10)
+NFD_CPUID_HYPERVISOR = "HYPERVISOR"
+NFD_HYPERVISOR_LABEL = "feature.node.kubernetes.io/cpu-cpuid.HYPERVISOR"
+HELM_TIMEOUT_S = 10.0

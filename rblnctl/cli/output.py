@@ -59,5 +59,7 @@ def make_table(*columns: str, title: str | None = None) -> Any:
     from rich import box
     from rich.table import Table
 
-    t = Table(*columns, title=title, box=box.SIMPLE_HEAD, header_style="bold", title_justify="left", pad_edge=False)
+    t = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold", title_justify="left", pad_edge=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")  # fold long names and label lists; never truncate with an ellipsis
     return t
