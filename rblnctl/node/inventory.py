@@ -71,12 +71,16 @@ def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[di
     """Return the raw Node objects that carry NPUs, optionally narrowed by a label selector.
 
     Label selectors cannot OR, so this lists once per marker label (bounded: three paged lists
-    whatever the cluster size) and merges by name.
+    whatever the cluster size). Each list excludes the markers before it, so no node crosses the
+    wire twice however many markers it carries.
     """
     found: dict[str, dict] = {}
-    for marker in (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL):
-        sel = f"{marker}=true" + (f",{selector}" if selector else "")
-        for node in kube.iter_list(NODES, label_selector=sel):
+    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
+    for i, marker in enumerate(markers):
+        terms = [f"{marker}=true", *(f"{m}!=true" for m in markers[:i])]
+        if selector:
+            terms.append(selector)
+        for node in kube.iter_list(NODES, label_selector=",".join(terms)):
             found.setdefault(node["metadata"]["name"], node)
     return [found[k] for k in sorted(found)]
 
