@@ -1,9 +1,137 @@
-"""`rblnctl preflight`: cluster and host readiness checks (built by the preflight issue)."""
+"""`rblnctl preflight`: cluster readiness through the API, or with --local the host it runs on."""
 
 from __future__ import annotations
 
+import enum
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from rblnctl.cli.options import OutputOpt, SelectorOpt
+from rblnctl.cli.output import Output
+
+
+class Method(str, enum.Enum):
+    """--method values."""
+
+    auto = "auto"
+    sandbox = "sandbox"
+    dra = "dra"
+
+
+MethodOpt = Annotated[
+    Method,
+    typer.Option("--method", help="Allocation method to check: sandbox (Sandbox Device Plugin), dra, or auto "
+                 "(from the RBLNClusterPolicy).", case_sensitive=False),
+]
+LocalOpt = Annotated[
+    bool, typer.Option("--local", help="Check this host (a worker node) instead of the cluster: reads /proc and /sys, "
+                       "needs no cluster and no root.")
+]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option("--root", help="With --local: directory holding the host's proc/, sys/, dev/ and lib/modules/ "
+                 "(a captured tree) [default: /].", show_default=False),
+]
+NodeOpt = Annotated[str | None, typer.Option("--node", help="Check only this NPU node.", show_default=False)]
+StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on WARN findings too.")]
+
+
+def preflight(
+    ctx: typer.Context,
+    method: MethodOpt = Method.auto,
+    local: LocalOpt = False,
+    root: RootOpt = None,
+    node: NodeOpt = None,
+    selector: SelectorOpt = None,
+    strict: StrictOpt = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Check that the cluster (or, with --local, this host) is ready for RBLN NPUs in KubeVirt VMs."""
+    from rblnctl.cli.output import emit
+    from rblnctl.errors import InvalidInput, PreflightFailed
+
+    if local:
+        if node or selector:
+            raise InvalidInput("--node and --selector pick cluster nodes; --local checks the host it runs on")
+        from rblnctl.preflight.host import HostPreflight  # no kubernetes import on this path
+
+        report = HostPreflight(root=root or Path("/"), method=method.value, strict=strict).run()
+    else:
+        if root is not None:
+            raise InvalidInput("--root needs --local")
+        from rblnctl.preflight.cluster import ClusterPreflight
+
+        report = ClusterPreflight(
+            kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict
+        ).run()
+    emit(report, output, lambda: report_table(report))
+    failing = report.failed_ids()
+    if failing:
+        what = "failed or warned" if strict else "failed"
+        raise PreflightFailed(f"preflight: {len(failing)} check(s) {what}: {', '.join(failing)}", failed=failing)
+
+
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+
+
+def _nodes_text(scopes: list[str], total: int) -> str:
+    if total > 1 and len(scopes) == total:
+        return f"all {total} nodes"
+    if len(scopes) <= 4:
+        return ", ".join(scopes)
+    return f"{len(scopes)} nodes: {', '.join(scopes[:3])}, …"
+
+
+def report_table(report: Any) -> Any:
+    """The report for people: scope-wide checks, then per-node checks grouped, remedies under problems, summary last."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from rblnctl.cli.output import make_table
+    from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, group_checks
+
+    def status_cell(status: Any) -> Text:
+        return Text(status.value, style=_STYLE.get(status.value, ""))
+
+    def remedy_cell(remedy: str) -> Text:
+        return Text(f"↳ {remedy}", style="cyan")
+
+    parts: list[Any] = [Text(f"method {report.method}: {report.method_note}")]
+    top = [c for c in report.checks if c.scope in (SCOPE_CLUSTER, SCOPE_HOST)]
+    per_node = [c for c in report.checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]
+
+    # PASS rows take one line; a problem row is followed by its id and remedy.
+    t = make_table("STATUS", "CHECK", "EVIDENCE", title=report.target)
+    t.columns[1].max_width = 36
+    for c in top:
+        t.add_row(status_cell(c.status), Text(c.title), Text(c.evidence))
+        if c.remedy:
+            t.add_row("", Text(c.id, style="dim"), remedy_cell(c.remedy))
+    parts.append(t)
+
+    if per_node:
+        nt = make_table("STATUS", "CHECK", "NODES", "EVIDENCE",
+                        title=f"NPU nodes ({report.nodes}; identical results grouped)")
+        nt.columns[1].max_width = 30
+        nt.columns[2].max_width = 34
+        for g in group_checks(per_node):
+            nt.add_row(status_cell(g.status), Text(g.title), Text(_nodes_text(g.scopes, report.nodes)),
+                       Text(g.evidence))
+            if g.remedy:
+                nt.add_row("", Text(g.id, style="dim"), "", remedy_cell(g.remedy))
+        parts.append(nt)
+
+    s = report.summary
+    verdict = "ready" if s.ok else "NOT ready"
+    line = Text(f"{s.total} checks: {s.passed} PASS, {s.warned} WARN, {s.failed} FAIL, {s.skipped} SKIP; "
+                f"method {s.method}{'; strict' if s.strict else ''} -> ")
+    line.append(verdict, style="bold green" if s.ok else "bold red")
+    parts.append(line)
+    return Group(*parts)
 
 
 def register(app: typer.Typer) -> None:
-    """Mount the command on the root app."""
+    """Mount `preflight` as a single command on the root app."""
+    app.command("preflight")(preflight)

@@ -1,0 +1,202 @@
+"""`rblnctl preflight`: flag wiring, exit codes, table vs -o json|yaml, stdout vs stderr, no kubernetes for --local."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes import objects as o
+from tests.helpers import cli
+from tests.preflight import hosttrees as ht
+from tests.preflight.test_cluster import nfd_features, seed
+
+REPO = Path(__file__).resolve().parents[2]
+CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy"]
+SUMMARY_KEYS = ["total", "passed", "warned", "failed", "skipped", "method", "strict", "ok"]
+
+
+@pytest.fixture(autouse=True)
+def no_helm(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def tree(tmp_path: Path, spec: ht.HostSpec) -> str:
+    return str(ht.build(tmp_path / "host", spec))
+
+
+def assert_schema(data: dict) -> None:
+    assert list(data) == ["target", "method", "method_note", "checks", "summary", "nodes"]
+    assert list(data["summary"]) == SUMMARY_KEYS
+    for c in data["checks"]:
+        assert list(c) == CHECK_KEYS
+        assert c["status"] in ("PASS", "WARN", "FAIL", "SKIP")
+        assert isinstance(c["evidence"], str) and c["evidence"]
+        assert (c["remedy"] != "") == (c["status"] in ("WARN", "FAIL"))
+    s = data["summary"]
+    assert s["total"] == len(data["checks"]) == s["passed"] + s["warned"] + s["failed"] + s["skipped"]
+    assert s["failed"] == sum(c["status"] == "FAIL" for c in data["checks"])
+
+
+# -- --local -------------------------------------------------------------------------------------
+
+
+def test_local_json_all_pass(tmp_path):
+    r = cli("preflight", "--local", "--root", tree(tmp_path, ht.intel_bare_metal()), "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert_schema(data)
+    assert data["target"] == "host" and data["method"] == "auto" and data["summary"]["ok"] is True
+    assert {c["status"] for c in data["checks"]} == {"PASS"} and {c["scope"] for c in data["checks"]} == {"host"}
+    assert r.stderr == ""
+
+
+def test_local_failure_exit_1_table_and_stderr(tmp_path):
+    r = cli("preflight", "--local", "--root", tree(tmp_path, ht.vm_without_viommu()))
+    assert r.exit_code == 1
+    out = r.stdout
+    assert "FAIL" in out and "Bare metal, or VM with a vIOMMU" in out and "↳ give this VM a vIOMMU" in out
+    assert out.rstrip().splitlines()[-1].startswith("11 checks:") and out.rstrip().endswith("NOT ready")
+    assert "host.virt" in r.stderr and "error: preflight:" in r.stderr
+    assert "\x1b[" not in out  # no colour when not a TTY
+
+
+def test_local_yaml(tmp_path):
+    r = cli("preflight", "--local", "--root", tree(tmp_path, ht.no_npus()), "-o", "yaml")
+    assert r.exit_code == 1
+    data = yaml.safe_load(r.stdout)
+    assert_schema(data)
+    assert {c["id"]: c["status"] for c in data["checks"]}["host.npu.present"] == "FAIL"
+
+
+def test_local_strict(tmp_path):
+    root = tree(tmp_path, ht.intel_bare_metal(dev_kvm=False))
+    assert cli("preflight", "--local", "--root", root).exit_code == 0
+    r = cli("preflight", "--local", "--root", root, "--strict", "-o", "json")
+    assert r.exit_code == 1 and "host.kvm" in r.stderr and "warned" in r.stderr
+    assert json.loads(r.stdout)["summary"]["strict"] is True
+
+
+def test_local_method_recorded(tmp_path):
+    r = cli("preflight", "--local", "--root", tree(tmp_path, ht.intel_bare_metal()), "--method", "dra", "-o", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["method"] == "dra"
+
+
+@pytest.mark.parametrize("args", [["--local", "--node", "n1"], ["--local", "-l", "a=b"], ["--root", "/"]])
+def test_conflicting_flags_are_usage_errors(args):
+    r = cli("preflight", *args)
+    assert r.exit_code == 2 and r.stdout == ""
+
+
+def test_local_bad_root(tmp_path):
+    r = cli("preflight", "--local", "--root", str(tmp_path / "missing"))
+    assert r.exit_code == 2 and "not a directory" in r.stderr
+
+
+def test_local_on_this_machine():
+    """The real /proc and /sys, read-only: any verdict, but a complete, valid report."""
+    r = cli("preflight", "--local", "-o", "json")
+    assert r.exit_code in (0, 1), r.stderr
+    data = json.loads(r.stdout)
+    assert_schema(data)
+    assert len(data["checks"]) == 11
+
+
+def test_local_never_imports_kubernetes(tmp_path):
+    root = tree(tmp_path, ht.amd_iommu_off())
+    code = (
+        "import sys, json\n"
+        "from rblnctl.cli.app import main\n"
+        f"sys.argv = ['rblnctl', 'preflight', '--local', '--root', {root!r}, '-o', 'json']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code\n"
+        "sys.stderr.write('\\nRESULT ' + json.dumps({'rc': rc, 'k8s': sorted(m for m in sys.modules "
+        "if m == 'kubernetes' or m.startswith('kubernetes.'))}) + '\\n')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    result = json.loads(p.stderr.rsplit("RESULT ", 1)[1])
+    assert result == {"rc": 1, "k8s": []}
+    assert json.loads(p.stdout)["target"] == "host"
+
+
+# -- cluster -------------------------------------------------------------------------------------
+
+
+def test_cluster_healthy_one_screen(apiserver):
+    seed(apiserver, nodes=3)
+    r = cli("preflight", server=apiserver.url)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    lines = r.stdout.rstrip().splitlines()
+    assert len(lines) <= 45, r.stdout  # one screen
+    assert lines[0].startswith("method sandbox: auto: RBLNClusterPolicy rbln-cluster-policy enables sandboxDevicePlugin")
+    assert "all 3 nodes" in r.stdout and "IOMMU enabled" in r.stdout
+    assert lines[-1].startswith("29 checks: ") and lines[-1].endswith("-> ready")
+    assert not [ln for ln in lines[:-1] if ln.lstrip().startswith(("FAIL", "WARN"))] and r.stderr == ""
+
+
+def test_cluster_json_schema_and_failure(apiserver):
+    seed(apiserver, nodes=2)
+    apiserver.set_version("v1.33.0")
+    r = cli("preflight", "--method", "dra", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert_schema(data)
+    assert data["target"] == "cluster" and data["method"] == "dra" and data["nodes"] == 2
+    scopes = {c["scope"] for c in data["checks"]}
+    assert scopes == {"cluster", "npu-0000", "npu-0001"}
+    by = {(c["id"], c["scope"]): c for c in data["checks"]}
+    assert by[("kubernetes.version", "cluster")]["status"] == "FAIL"
+    assert by[("node.iommu", "npu-0001")]["status"] == "PASS"
+    assert "kubernetes.version" in r.stderr
+
+
+def test_cluster_table_groups_per_node_results(apiserver):
+    seed(apiserver, nodes=5)
+    for name in ("npu-0001", "npu-0003"):
+        apiserver.mutate("Node", name, fn=lambda n: n["metadata"]["labels"].update(
+            {"rebellions.ai/npu.workload.config": "vm"}))
+    r = cli("preflight", server=apiserver.url)
+    assert r.exit_code == 1
+    rows = [ln for ln in r.stdout.splitlines() if "Workload mode label valid" in ln]
+    assert len(rows) == 2
+    assert "FAIL" in rows[0] and "npu-0001, npu-0003" in rows[0]
+    assert "PASS" in rows[1] and "npu-0000, npu-0002, npu-0004" in rows[1]
+    assert "node.mode-label" in r.stdout and "rblnctl node set-mode" in r.stdout
+    assert r.stdout.count("IOMMU enabled") == 1  # five identical results, one row
+
+
+def test_cluster_strict(apiserver):
+    seed(apiserver, method="dra", kubevirt=o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"))
+    assert cli("preflight", server=apiserver.url).exit_code == 0
+    r = cli("preflight", "--strict", server=apiserver.url)
+    assert r.exit_code == 1 and "kubevirt.gates" in r.stderr
+
+
+def test_cluster_forbidden_list_is_reported_not_fatal(apiserver):
+    seed(apiserver, nodes=1)
+    apiserver.forbid("list", "kubevirts")
+    r = cli("preflight", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr  # a WARN, not an exit-4 crash
+    k = {c["id"]: c for c in json.loads(r.stdout)["checks"]}["kubevirt.installed"]
+    assert k["status"] == "WARN" and "kubevirts.kubevirt.io" in k["remedy"]
+
+
+def test_cluster_node_and_selector(apiserver):
+    seed(apiserver, nodes=2)
+    apiserver.add(o.npu_node("other", mode="vm-passthrough", labels={"pool": "b"}), nfd_features("other"))
+    r = cli("preflight", "--node", "npu-0001", "-o", "json", server=apiserver.url)
+    assert {c["scope"] for c in json.loads(r.stdout)["checks"]} == {"cluster", "npu-0001"}
+    r = cli("preflight", "-l", "pool=b", "-o", "json", server=apiserver.url)
+    assert {c["scope"] for c in json.loads(r.stdout)["checks"]} == {"cluster", "other"}
+
+
+def test_cluster_unreachable_exit_3():
+    r = cli("preflight", "--request-timeout", "2", server="http://127.0.0.1:9")
+    assert r.exit_code == 3 and "cannot reach" in r.stderr

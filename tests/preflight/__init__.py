@@ -1,0 +1,1 @@
+"""Tests of rblnctl.preflight (host and cluster checks)."""

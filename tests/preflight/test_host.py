@@ -1,0 +1,213 @@
+"""Host checks (`preflight --local`) on fixture host trees, and once read-only on this machine's real /."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rblnctl.errors import InvalidInput
+from rblnctl.preflight.host import HostPreflight, gather_host_facts
+from rblnctl.preflight.model import Status
+from tests.preflight import hosttrees as ht
+from tests.preflight.hosttrees import Npu, PciDev
+
+HOST_IDS = [
+    "host.iommu.firmware", "host.iommu.kernel", "host.iommu.cmdline", "host.virt", "host.vfio.modules",
+    "host.vfio.device", "host.kvm", "host.npu.present", "host.npu.driver", "host.npu.iommu-group", "host.npu.in-use",
+]
+
+
+def run(tmp_path: Path, spec: ht.HostSpec, **kw):
+    root = ht.build(tmp_path / "host", spec)
+    return HostPreflight(root=root, **kw).run()
+
+
+def by_id(report) -> dict:
+    out = {c.id: c for c in report.checks}
+    assert len(out) == len(report.checks), "host check ids are unique"
+    return out
+
+
+def test_intel_bare_metal_all_pass(tmp_path):
+    report = run(tmp_path, ht.intel_bare_metal())
+    assert [c.id for c in report.checks] == HOST_IDS
+    bad = [(c.id, c.status, c.evidence) for c in report.checks if c.status != Status.PASS]
+    assert bad == []
+    assert report.summary.ok and report.summary.passed == len(HOST_IDS) and report.target == "host"
+    c = by_id(report)
+    assert "DMAR" in c["host.iommu.firmware"].evidence
+    assert "intel_iommu=on" in c["host.iommu.cmdline"].evidence and "iommu=pt set" in c["host.iommu.cmdline"].evidence
+    assert "bare metal" in c["host.virt"].evidence and "Dell Inc." in c["host.virt"].evidence
+    assert c["host.npu.present"].evidence == "2 RBLN NPUs: 2x CA22 PF"
+    assert "0000:3b:00.0:42" in c["host.npu.iommu-group"].evidence
+    assert all(r.remedy == "" for r in report.checks)
+
+
+def test_amd_iommu_off_in_kernel(tmp_path):
+    c = by_id(run(tmp_path, ht.amd_iommu_off()))
+    assert c["host.iommu.firmware"].status == Status.PASS and "IVRS" in c["host.iommu.firmware"].evidence
+    assert c["host.iommu.kernel"].status == Status.FAIL
+    cmd = c["host.iommu.cmdline"]
+    assert cmd.status == Status.FAIL
+    assert "amd_iommu=off" in cmd.evidence
+    assert "amd_iommu=on" in cmd.remedy and "intel_iommu" not in cmd.remedy  # the AMD parameter, not Intel's
+    assert "amd_iommu=on" in c["host.iommu.kernel"].remedy
+    assert c["host.npu.iommu-group"].status == Status.FAIL and "0000:c1:00.0" in c["host.npu.iommu-group"].evidence
+    assert c["host.virt"].status == Status.PASS
+
+
+def test_amd_without_parameter_but_iommu_on_by_default(tmp_path):
+    spec = ht.amd_iommu_off(cmdline="root=/dev/sda1 ro", iommu_units=("ivhd0",), extra_groups=("0", "1", "2"),
+                            npus=(Npu("0000:c1:00.0", group="9"),))
+    c = by_id(run(tmp_path, spec))
+    assert c["host.iommu.cmdline"].status == Status.PASS
+    assert "on by default" in c["host.iommu.cmdline"].evidence and "iommu=pt not set" in c["host.iommu.cmdline"].evidence
+    assert c["host.iommu.kernel"].status == Status.PASS
+
+
+def test_intel_parameter_off_fails_with_exact_parameter(tmp_path):
+    c = by_id(run(tmp_path, ht.intel_bare_metal(cmdline="root=/dev/sda1 intel_iommu=off", extra_groups=(),
+                                                 iommu_units=(), npus=())))
+    assert c["host.iommu.cmdline"].status == Status.FAIL
+    assert "`intel_iommu=on`" in c["host.iommu.cmdline"].remedy and "update-grub" in c["host.iommu.cmdline"].remedy
+    assert c["host.iommu.kernel"].status == Status.FAIL
+
+
+def test_bare_metal_without_dmar_fails_firmware(tmp_path):
+    c = by_id(run(tmp_path, ht.intel_bare_metal(acpi_tables=("APIC", "FACP"))))
+    assert c["host.iommu.firmware"].status == Status.FAIL
+    assert "VT-d" in c["host.iommu.firmware"].remedy and "BIOS" in c["host.iommu.firmware"].remedy
+
+
+def test_vm_without_viommu(tmp_path):
+    report = run(tmp_path, ht.vm_without_viommu())
+    c = by_id(report)
+    virt = c["host.virt"]
+    assert virt.status == Status.FAIL
+    assert "hypervisor CPU flag set" in virt.evidence and "QEMU" in virt.evidence
+    assert "vIOMMU" in virt.remedy and "intel-iommu" in virt.remedy
+    assert c["host.iommu.firmware"].status == Status.FAIL and "see host.virt" in c["host.iommu.firmware"].remedy
+    assert c["host.iommu.kernel"].status == Status.FAIL
+    assert c["host.npu.iommu-group"].status == Status.FAIL
+    assert not report.summary.ok
+
+
+def test_vm_with_viommu_passes(tmp_path):
+    c = by_id(run(tmp_path, ht.vm_with_viommu()))
+    assert c["host.virt"].status == Status.PASS and "with a vIOMMU" in c["host.virt"].evidence
+    assert c["host.iommu.firmware"].status == Status.PASS
+    assert c["host.iommu.cmdline"].status == Status.PASS
+
+
+def test_vm_detected_from_dmi_without_cpu_flag(tmp_path):
+    c = by_id(run(tmp_path, ht.vm_without_viommu(hypervisor=False)))
+    assert c["host.virt"].status == Status.FAIL and "no hypervisor CPU flag" in c["host.virt"].evidence
+
+
+def test_modules_missing(tmp_path):
+    c = by_id(run(tmp_path, ht.modules_missing()))
+    mods = c["host.vfio.modules"]
+    assert mods.status == Status.FAIL
+    assert "vfio missing" in mods.evidence and "vfio_pci missing" in mods.evidence
+    assert "vfio_iommu_type1 missing" in mods.evidence
+    assert "modprobe vfio_pci" in mods.remedy
+    assert c["host.vfio.device"].status == Status.FAIL
+
+
+def test_builtin_modules_count_as_present(tmp_path):
+    builtin = ("kernel/drivers/vfio/vfio.ko", "kernel/drivers/vfio/pci/vfio-pci.ko",
+               "kernel/drivers/vfio/vfio_iommu_type1.ko")
+    c = by_id(run(tmp_path, ht.intel_bare_metal(loaded=("kvm",), builtin=builtin)))
+    assert c["host.vfio.modules"].status == Status.PASS
+    assert c["host.vfio.modules"].evidence == "vfio built-in, vfio_pci built-in, vfio_iommu_type1 built-in"
+
+
+def test_missing_module_without_builtin_list_is_only_a_warning(tmp_path):
+    c = by_id(run(tmp_path, ht.intel_bare_metal(loaded=("vfio", "vfio_pci"), write_builtin=False)))
+    mods = c["host.vfio.modules"]
+    assert mods.status == Status.WARN  # may be built in: never guessed as missing
+    assert "modules.builtin not readable" in mods.evidence and "modprobe vfio_iommu_type1" in mods.remedy
+
+
+def test_no_npus(tmp_path):
+    c = by_id(run(tmp_path, ht.no_npus()))
+    assert c["host.npu.present"].status == Status.FAIL and "lspci -d 1eff:" in c["host.npu.present"].remedy
+    assert [c[i].status for i in ("host.npu.driver", "host.npu.iommu-group", "host.npu.in-use")] == [Status.SKIP] * 3
+
+
+def test_npu_on_rebellions_held_open(tmp_path):
+    c = by_id(run(tmp_path, ht.npu_on_rebellions()))
+    drv = c["host.npu.driver"]
+    assert drv.status == Status.PASS
+    assert "0000:3b:00.0 CA22 PF on rebellions" in drv.evidence and "vfio-pci" not in drv.evidence.split(";")[0]
+    used = c["host.npu.in-use"]
+    assert used.status == Status.PASS
+    assert "pid 4242 (python3 serve.py --npu 0) /dev/rbln0" in used.evidence
+    assert "must stop before the node switches to vm-passthrough" in used.evidence
+    assert "0000:5e:00.0" not in used.evidence  # rbln1 is not open
+
+
+def test_npu_on_vfio_in_use_by_vm(tmp_path):
+    c = by_id(run(tmp_path, ht.npu_on_vfio()))
+    assert "0000:3b:00.0 CA22 PF on vfio-pci (ready for passthrough)" in c["host.npu.driver"].evidence
+    used = c["host.npu.in-use"]
+    assert used.status == Status.PASS
+    assert used.evidence.startswith("in use through VFIO") and "pid 5151" in used.evidence
+    assert "/dev/vfio/42" in used.evidence
+
+
+def test_unbound_and_foreign_driver_warn(tmp_path):
+    npus = (Npu("0000:3b:00.0", driver=None, group="42"), Npu("0000:5e:00.0", driver="pci-stub", group="43"))
+    c = by_id(run(tmp_path, ht.intel_bare_metal(npus=npus)))
+    drv = c["host.npu.driver"]
+    assert drv.status == Status.WARN
+    assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
+    assert "rblnctl vfio bind" in drv.remedy
+
+
+def test_shared_iommu_group_warns(tmp_path):
+    other = PciDev("0000:3b:00.1", 0x8086, 0x1572, 0x020000, "42", driver="i40e")
+    c = by_id(run(tmp_path, ht.intel_bare_metal(others=(other,))))
+    g = c["host.npu.iommu-group"]
+    assert g.status == Status.WARN
+    assert "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)" in g.evidence
+
+
+def test_missing_dev_kvm_warns(tmp_path):
+    c = by_id(run(tmp_path, ht.intel_bare_metal(dev_kvm=False)))
+    assert c["host.kvm"].status == Status.WARN and "VT-x" in c["host.kvm"].remedy
+
+
+def test_strict_turns_warnings_into_failures(tmp_path):
+    spec = ht.intel_bare_metal(dev_kvm=False)
+    assert run(tmp_path / "a", spec).summary.ok
+    strict = run(tmp_path / "b", spec, strict=True)
+    assert not strict.summary.ok and strict.failed_ids() == ["host.kvm"]
+
+
+def test_method_is_recorded(tmp_path):
+    report = run(tmp_path, ht.intel_bare_metal(), method="dra")
+    assert report.method == "dra" and "same for both" in report.method_note
+    with pytest.raises(InvalidInput):
+        HostPreflight(root=tmp_path, method="vfio")
+
+
+def test_root_must_be_a_directory(tmp_path):
+    with pytest.raises(InvalidInput, match="not a directory"):
+        HostPreflight(root=tmp_path / "nope").run()
+
+
+def test_facts_of_fixture(tmp_path):
+    f = gather_host_facts(ht.build(tmp_path / "h", ht.amd_iommu_off()))
+    assert f.cpu_vendor == "amd" and f.hypervisor_flag is False and f.iommu_groups == 0
+    assert f.kernel_release == "6.8.0-45-generic" and f.acpi_tables == ["IVRS"]
+    assert [n.bdf for n in f.npus] == ["0000:c1:00.0"]
+
+
+def test_real_root_read_only():
+    """This machine's real /proc and /sys: whatever it finds, the run completes and reports every check."""
+    report = HostPreflight(root=Path("/")).run()
+    assert [c.id for c in report.checks] == HOST_IDS
+    assert all(c.status in Status for c in report.checks)
+    assert all(c.remedy for c in report.checks if c.status in (Status.WARN, Status.FAIL))
