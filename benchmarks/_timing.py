@@ -27,8 +27,23 @@ def time_once(argv: Sequence[str], env: dict | None = None) -> float:
     return elapsed
 
 
+def installed_env() -> dict:
+    """The environment of an installed package: bytecode cached (in a temp dir), whatever this shell says.
+
+    Some shells here set PYTHONDONTWRITEBYTECODE=1, which would make every run recompile rblnctl and
+    measure the compiler instead of the CLI.
+    """
+    import tempfile
+
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "rblnctl-bench-pycache")
+    return env
+
+
 def medians(commands: dict[str, Sequence[str]], runs: int, env: dict | None = None) -> dict[str, float]:
     """Run every command `runs` times, interleaved (so drift hits all alike), after one warm-up each."""
+    env = env if env is not None else installed_env()
     samples: dict[str, list[float]] = {k: [] for k in commands}
     for argv in commands.values():
         time_once(argv, env)

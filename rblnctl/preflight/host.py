@@ -350,7 +350,7 @@ def check_host(f: HostFacts) -> list[CheckResult]:
             f"ACPI {', '.join(found)} table present ({_vendor_text(f)})")
     elif not f.acpi_dir_found:
         add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.WARN,
-            "no sys/firmware/acpi/tables: not an ACPI system or not exposed, firmware IOMMU state unknown",
+            "no /sys/firmware/acpi/tables: not an ACPI system or not exposed, firmware IOMMU state unknown",
             "rely on host.iommu.kernel; if it fails, enable the IOMMU in the firmware setup")
     elif f.is_vm:
         add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.FAIL,
@@ -369,13 +369,13 @@ def check_host(f: HostFacts) -> list[CheckResult]:
             f"{f.iommu_groups} IOMMU groups; IOMMU units {units}")
     elif f.iommu_groups:
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.WARN,
-            f"{f.iommu_groups} IOMMU groups but sys/class/iommu is empty",
+            f"{f.iommu_groups} IOMMU groups but /sys/class/iommu is empty",
             "check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU`; tools such as dpdk-devbind refuse vfio-pci "
             "when /sys/class/iommu is empty")
     else:
         fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}; enable the IOMMU in firmware"
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
-            "sys/kernel/iommu_groups has no groups: the kernel runs without an IOMMU", fix)
+            "/sys/kernel/iommu_groups has no groups: the kernel runs without an IOMMU", fix)
 
     _check_cmdline(f, add)
 
@@ -405,8 +405,8 @@ def check_host(f: HostFacts) -> list[CheckResult]:
         fix = (f"{load}; make it survive reboots with `echo vfio-pci > /etc/modules-load.d/vfio-pci.conf` "
                "(the operator's vfio-manager also loads vfio-pci on vm-passthrough nodes)")
         if f.builtin_list is None:
-            where = (f"lib/modules/{f.kernel_release}/modules.builtin" if f.kernel_release
-                     else "proc/sys/kernel/osrelease")
+            where = (f"/lib/modules/{f.kernel_release}/modules.builtin" if f.kernel_release
+                     else "/proc/sys/kernel/osrelease")
             add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.WARN,
                 f"{states}; {where} not readable, so built-in modules cannot be told apart from missing ones",
                 fix)
@@ -414,19 +414,19 @@ def check_host(f: HostFacts) -> list[CheckResult]:
             add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.FAIL, states, fix)
 
     if f.dev_vfio:
-        add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.PASS, "dev/vfio/vfio exists")
+        add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.PASS, "/dev/vfio/vfio exists")
     else:
         add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.FAIL,
-            "dev/vfio/vfio does not exist (the vfio module creates it when loaded)",
+            "/dev/vfio/vfio does not exist (the vfio module creates it when loaded)",
             "`modprobe vfio_pci` creates /dev/vfio/vfio (see host.vfio.modules)")
 
     if f.dev_kvm:
-        add("host.kvm", T_KVM, SCOPE_HOST, Status.PASS, "dev/kvm exists")
+        add("host.kvm", T_KVM, SCOPE_HOST, Status.PASS, "/dev/kvm exists")
     else:
         fix = ("enable nested virtualisation on the hypervisor that runs this VM (e.g. kvm_intel nested=1) "
                if f.is_vm else "enable VT-x / AMD-V in the BIOS/UEFI setup and ")
         add("host.kvm", T_KVM, SCOPE_HOST, Status.WARN,
-            "dev/kvm does not exist: KubeVirt cannot run VMs on this node",
+            "/dev/kvm does not exist: KubeVirt cannot run VMs on this node",
             fix + "load kvm_intel or kvm_amd; only vm-passthrough nodes need it")
 
     _check_npus(f, add)
@@ -436,7 +436,7 @@ def check_host(f: HostFacts) -> list[CheckResult]:
 def _check_cmdline(f: HostFacts, add) -> None:
     vendor = f.cpu_vendor
     if f.cmdline is None:
-        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.WARN, "proc/cmdline is not readable",
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.WARN, "/proc/cmdline is not readable",
             f"make sure the kernel boots with `{_cmdline_param(vendor)}`")
         return
     params: dict[str, str] = {}
@@ -497,7 +497,7 @@ def _check_npus(f: HostFacts, add) -> None:
         return
     if not f.npus:
         add("host.npu.present", T_NPUS, SCOPE_HOST, Status.FAIL,
-            "no PCI function with vendor 0x1eff and class 0x1200 under sys/bus/pci/devices",
+            "no PCI function with vendor 0x1eff and class 0x1200 under /sys/bus/pci/devices",
             "run this on an NPU worker; check `lspci -d 1eff:`, the card's seating and BIOS PCIe settings; "
             "on a VM worker, pass the NPUs through to the VM")
         for id_, title in (("host.npu.driver", T_DRIVER), ("host.npu.iommu-group", T_GROUPS),
