@@ -1,7 +1,238 @@
-"""`rblnctl vfio ...` (built by its issue)."""
+"""`rblnctl vfio bind | unbind | status`: move NPUs between the host driver and vfio-pci on this host."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
+from rblnctl.cli.output import Output
+
+if TYPE_CHECKING:
+    from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
+
+app = typer.Typer(
+    help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, and show their "
+    "VFIO state. Host commands: run them on the node; bind and unbind need root, status does not.\n\n"
+    "bind checks every device first (root, IOMMU, vfio-pci loaded, no process holding it open, IOMMU group "
+    "viable), records the original drivers, then binds through driver_override and verifies; a failure rolls "
+    "back. unbind returns each device to its recorded driver (or --driver, or the kernel's default). "
+    "--dry-run prints every sysfs write and makes none. See docs/vfio.md.",
+    no_args_is_help=True,
+)
+
+BdfArgs = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="BDF", help="PCI addresses, DDDD:BB:DD.F or BB:DD.F (domain 0000).",
+                   show_default=False),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every RBLN NPU on this host (instead of naming BDFs).")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Accept functions that are not RBLN NPUs, and devices held open by a process.")
+]
+KeepGoingOpt = Annotated[
+    bool,
+    typer.Option("--keep-going", help="On a failure, keep the devices that succeeded (the failed one is still "
+                 "rolled back) instead of rolling everything back."),
+]
+SysfsOpt = Annotated[
+    Path | None, typer.Option("--sysfs-root", help="sysfs to read and write [default: /sys].", show_default=False)
+]
+ProcOpt = Annotated[
+    Path | None, typer.Option("--proc-root", help="procfs to scan for open devices [default: /proc].",
+                              show_default=False)
+]
+DevOpt = Annotated[
+    Path | None, typer.Option("--dev-root", help="Where /dev/vfio and /dev/rbln* live [default: /dev].",
+                              show_default=False)
+]
+RunOpt = Annotated[
+    Path | None, typer.Option("--run-root", help="Where the operator's /run/rbln/validations marker lives "
+                              "[default: /run].", show_default=False)
+]
+StateOpt = Annotated[
+    Path | None, typer.Option("--state-file", help="Record of original drivers "
+                              "[default: /var/lib/rblnctl/vfio-state.json].", show_default=False)
+]
+
+
+@app.command("status")
+def status(
+    bdfs: BdfArgs = None,
+    all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
+    output: OutputOpt = Output.table,
+    sysfs_root: SysfsOpt = None,
+    proc_root: ProcOpt = None,
+    dev_root: DevOpt = None,
+    run_root: RunOpt = None,
+) -> None:
+    """Show NPUs' drivers, IOMMU groups and holders."""
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.output import emit
+    from rblnctl.host.vfio import vfio_status
+
+    st = vfio_status(**_roots(sysfs_root, proc_root, dev_root, run_root), bdfs=bdfs or (), all_vendors=all_vendors)
+    for w in st.warnings:
+        warn(w)
+    emit(list(st.devices), output, lambda: _status_table(st.devices))
+
+
+@app.command("bind")
+def bind(
+    bdfs: BdfArgs = None,
+    all_devices: AllOpt = False,
+    dry_run: DryRunOpt = False,
+    force: ForceOpt = False,
+    keep_going: KeepGoingOpt = False,
+    load_modules: Annotated[
+        bool, typer.Option("--load-modules", help="Run `modprobe vfio-pci` when vfio-pci is not loaded.")
+    ] = False,
+    yes: YesOpt = False,
+    output: OutputOpt = Output.table,
+    sysfs_root: SysfsOpt = None,
+    proc_root: ProcOpt = None,
+    dev_root: DevOpt = None,
+    run_root: RunOpt = None,
+    state_file: StateOpt = None,
+) -> None:
+    """Bind NPUs to vfio-pci (checked, rolled back)."""
+    binder = _binder(sysfs_root, proc_root, dev_root, run_root, state_file, force=force, keep_going=keep_going,
+                     load_modules=load_modules)
+    plan = binder.plan_bind(bdfs or (), all_devices=all_devices)
+    _execute(binder, plan, dry_run=dry_run, yes=yes, output=output)
+
+
+@app.command("unbind")
+def unbind(
+    bdfs: BdfArgs = None,
+    all_devices: Annotated[bool, typer.Option("--all", help="Every RBLN NPU now on vfio-pci.")] = False,
+    driver: Annotated[
+        str | None,
+        typer.Option("--driver", metavar="NAME", help="Host driver to bind instead of the recorded one "
+                     "(without a record: the kernel's default).", show_default=False),
+    ] = None,
+    dry_run: DryRunOpt = False,
+    force: ForceOpt = False,
+    keep_going: KeepGoingOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = Output.table,
+    sysfs_root: SysfsOpt = None,
+    proc_root: ProcOpt = None,
+    dev_root: DevOpt = None,
+    run_root: RunOpt = None,
+    state_file: StateOpt = None,
+) -> None:
+    """Give NPUs back to their host driver."""
+    binder = _binder(sysfs_root, proc_root, dev_root, run_root, state_file, force=force, keep_going=keep_going)
+    plan = binder.plan_unbind(bdfs or (), all_devices=all_devices, driver=driver)
+    _execute(binder, plan, dry_run=dry_run, yes=yes, output=output)
+
+
+# --- wiring ------------------------------------------------------------------------------------------
+
+
+def _roots(sysfs: Path | None, proc: Path | None, dev: Path | None, run: Path | None) -> dict[str, Path]:
+    """Only the roots the user gave, so the library's defaults (the live host) apply to the rest."""
+    given = {"sysfs": sysfs, "proc": proc, "dev": dev, "run_root": run}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _binder(sysfs: Path | None, proc: Path | None, dev: Path | None, run: Path | None, state_file: Path | None,
+            *, force: bool, keep_going: bool, load_modules: bool = False) -> "VfioBinder":
+    from rblnctl.cli.console import warn
+    from rblnctl.host.vfio import VfioBinder
+
+    return VfioBinder(**_roots(sysfs, proc, dev, run), state_file=state_file, force=force, keep_going=keep_going,
+                      load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
+
+
+def _execute(binder: "VfioBinder", plan: "VfioPlan", *, dry_run: bool, yes: bool, output: Output) -> None:
+    from rblnctl.cli.console import info, warn
+    from rblnctl.cli.output import emit
+    from rblnctl.errors import HostError
+
+    for w in plan.warnings:
+        warn(w)
+    if dry_run:
+        for m in plan.load_modules:
+            info(f"would run: modprobe {m}")
+        for w in plan.writes:
+            _progress("would write", w)
+        preview = plan.preview()
+        emit(preview, output, lambda: _results_table(preview))
+        plan.check()
+        info("dry run: nothing was written")
+        return
+    plan.check()
+    if plan.changes and not yes:
+        _confirm(plan)
+    outcome = binder.run(plan)
+    emit(list(outcome.results), output, lambda: _results_table(outcome.results))
+    if not outcome.ok:
+        bad = [r for r in outcome.results if r.status not in ("ok", "skipped")]
+        raise HostError(f"vfio {plan.operation} did not complete: {len(bad)} of {len(outcome.results)} devices "
+                        "failed, were rolled back or were not attempted (see the STATUS column)")
+
+
+def _progress(verb: str, w: "Write") -> None:
+    from rblnctl.cli.console import info
+
+    value = w.value.strip()
+    info(f'{verb}: {w.path} <- "{value}"' + (" (clear)" if not value else "") + f"  # {w.bdf} {w.why}")
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _confirm(plan: "VfioPlan") -> None:
+    from rblnctl.cli.console import info
+    from rblnctl.errors import InvalidInput, Refused
+
+    if not _stdin_is_tty():
+        raise InvalidInput(f"vfio {plan.operation} changes drivers and asks for confirmation, but stdin is not a "
+                           "terminal: pass --yes (or --dry-run to preview)")
+    for d in plan.changes:
+        info(f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> {d.to_driver or 'kernel default'}")
+    if not typer.confirm(f"{plan.operation.capitalize()} {len(plan.changes)} device(s)?", default=False, err=True):
+        raise Refused("not confirmed; nothing was changed")
+
+
+# --- tables ------------------------------------------------------------------------------------------
+
+
+def _results_table(results: Any) -> Any:
+    from rich.markup import escape
+
+    from rblnctl.cli.output import make_table
+
+    t = make_table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
+    for r in results:
+        colour = {"ok": "green", "skipped": "dim", "planned": "cyan"}.get(r.status, "red")
+        t.add_row(r.bdf, r.action, escape(r.from_driver or "-"), escape(r.to_driver or "(default)"),
+                  f"[{colour}]{r.status}[/]", escape(r.message))
+    return t
+
+
+def _status_table(devices: Any) -> Any:
+    from rich.markup import escape
+
+    from rblnctl.cli.output import make_table
+
+    t = make_table("BDF", "MODEL", "DRIVER", "OVERRIDE", "GROUP", "OTHER MEMBERS", "NUMA", "/DEV/VFIO", "HOLDERS")
+    for d in devices:
+        model = f"{d.model} {d.function}" if d.model else d.ids
+        members = ", ".join(f"{m.bdf} ({m.driver or 'none'}{', bridge' if m.bridge else ''})"
+                            for m in d.group_members) or "-"
+        holders = ", ".join(f"{h.pid} {h.command}" for h in d.holders) or "-"
+        node = ("yes" if d.vfio_device_present else "no") if d.iommu_group else "-"
+        t.add_row(d.bdf, escape(model), escape(d.driver or "-"), escape(d.driver_override or "-"),
+                  d.iommu_group or "-", escape(members), "-" if d.numa_node is None else str(d.numa_node), node,
+                  escape(holders))
+    return t

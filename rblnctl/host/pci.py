@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass
@@ -11,6 +12,12 @@ from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput, NotFound
 
 _BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
+# Kernel driver names as they appear under /sys/bus/pci/drivers (vfio-pci, rebellions, nvme, 8250_pci, ...).
+_DRIVER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+
+_SYSFS_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+DEFAULT_SYSFS = Path("/sys")
 
 
 def normalize_bdf(text: str) -> str:
@@ -59,9 +66,78 @@ class PciFunction:
         return f"{self.vendor:04x}:{self.device:04x}"
 
 
+def validate_driver_name(name: str) -> str:
+    """Return a kernel driver name unchanged; raise InvalidInput unless it is safe to put in a path."""
+    if not _DRIVER.fullmatch(name or "") or ".." in name:
+        raise InvalidInput(f"invalid driver name {name!r}: expected letters, digits, '_', '-', '.' or '+'")
+    return name
+
+
 def devices_dir(sysfs: Path) -> Path:
     """`<sysfs>/bus/pci/devices`."""
     return Path(sysfs) / "bus" / "pci" / "devices"
+
+
+def device_dir(sysfs: Path, bdf: str) -> Path:
+    """`<sysfs>/bus/pci/devices/<bdf>` for a validated BDF (the path is built only after validation)."""
+    return devices_dir(sysfs) / normalize_bdf(bdf)
+
+
+def drivers_dir(sysfs: Path) -> Path:
+    """`<sysfs>/bus/pci/drivers`."""
+    return Path(sysfs) / "bus" / "pci" / "drivers"
+
+
+def driver_dir(sysfs: Path, driver: str) -> Path:
+    """`<sysfs>/bus/pci/drivers/<driver>` for a validated driver name."""
+    return drivers_dir(sysfs) / validate_driver_name(driver)
+
+
+def driver_registered(sysfs: Path, driver: str) -> bool:
+    """Whether a PCI driver is registered with the kernel (its directory exists under bus/pci/drivers)."""
+    return driver_dir(sysfs, driver).is_dir()
+
+
+def current_driver(sysfs: Path, bdf: str) -> str | None:
+    """The driver bound to a function right now (basename of its `driver` link), None when unbound."""
+    return _link_name(device_dir(sysfs, bdf) / "driver")
+
+
+def device_node_names(sysfs: Path, bdf: str) -> list[str]:
+    """Names of the /dev nodes (`rbln*`, `rsd*`) the bound driver created for one function.
+
+    A class device whose parent is the PCI function sits one or two levels below the function's
+    sysfs directory (`<bdf>/<class>/<name>` or `<bdf>/<name>`), and has a `dev` attribute
+    (major:minor) when it has a device node; that is what the scan looks for.
+    """
+    d = device_dir(sysfs, bdf)
+    names: set[str] = set()
+    try:
+        first = list(os.scandir(d))
+    except FileNotFoundError:
+        return []
+    for entry in first:
+        if not entry.is_dir(follow_symlinks=False) or entry.name in _NOT_CLASS_DIRS:
+            continue
+        if is_device_node_name(entry.name) and os.path.isfile(os.path.join(entry.path, "dev")):
+            names.add(entry.name)
+            continue
+        try:
+            names.update(e.name for e in os.scandir(entry.path)
+                         if is_device_node_name(e.name) and os.path.isfile(os.path.join(e.path, "dev")))
+        except OSError:
+            continue
+    return sorted(names)
+
+
+# Subdirectories of a PCI function that never hold class devices; skipping them keeps the scan cheap.
+_NOT_CLASS_DIRS = frozenset({"power", "msi_irqs", "link", "driver", "subsystem", "firmware_node", "iommu",
+                             "iommu_group", "physfn", "consumer", "supplier"})
+
+
+def is_device_node_name(name: str) -> bool:
+    """Whether a /dev name looks like an RBLN device node (`rbln*`, `rsd*`)."""
+    return any(fnmatch.fnmatchcase(name, g) for g in C.DEVICE_NODE_GLOBS)
 
 
 def _read(path: Path) -> str | None:
@@ -142,9 +218,19 @@ def iommu_group_members(sysfs: Path, group: str) -> list[str]:
         return []
 
 
+def iommu_group_of(sysfs: Path, bdf: str) -> str | None:
+    """The IOMMU group number of one function, None when it has none (IOMMU off)."""
+    return _link_name(device_dir(sysfs, bdf) / "iommu_group")
+
+
 def iommu_group_count(sysfs: Path) -> int:
     """How many IOMMU groups the kernel created (0: IOMMU off or absent)."""
     try:
         return sum(1 for e in os.listdir(Path(sysfs) / "kernel" / "iommu_groups") if e.isdigit())
     except FileNotFoundError:
         return 0
+
+
+def is_bdf_name(text: str) -> bool:
+    """Whether a directory entry is spelled like a canonical PCI address (as sysfs names functions)."""
+    return bool(_SYSFS_BDF.fullmatch(text))

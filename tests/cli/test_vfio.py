@@ -1,0 +1,238 @@
+"""`rblnctl vfio ...`: flag wiring, exit codes, -o json/yaml, stdout vs stderr, on a simulated kernel."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import rblnctl.host.vfio as vfio_lib
+from tests.fakes.sysfs import SimKernel, guard_real_host, npu_node
+from tests.helpers import cli
+
+A, B = "0000:3b:00.0", "0000:3c:00.0"
+RESULT_KEYS = ["bdf", "action", "from_driver", "to_driver", "status", "message"]
+
+
+@pytest.fixture
+def k(tmp_path, monkeypatch, mocker) -> SimKernel:
+    guard_real_host(monkeypatch)
+    kern = npu_node(tmp_path, 2)
+    monkeypatch.setattr(vfio_lib, "default_writer", lambda: kern.writer)
+    mocker.patch("os.geteuid", return_value=0)
+    return kern
+
+
+def vfio(k: SimKernel, command: str, *args: str, input: str | None = None):
+    roots = ["--sysfs-root", k.sys, "--proc-root", k.proc, "--dev-root", k.dev, "--run-root", k.run]
+    if command != "status":
+        roots += ["--state-file", k.root / "state.json"]
+    return cli("vfio", command, *args, *roots, input=input)
+
+
+def test_help_lists_the_three_commands():
+    r = cli("vfio", "--help")
+    assert r.exit_code == 0 and all(c in r.stdout for c in ("bind", "unbind", "status"))
+
+
+def test_bind_json_has_the_stable_schema_and_progress_goes_to_stderr(k):
+    r = vfio(k, "bind", A, B, "--yes", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [list(row) for row in rows] == [RESULT_KEYS, RESULT_KEYS]
+    assert [(x["bdf"], x["action"], x["from_driver"], x["to_driver"], x["status"]) for x in rows] == [
+        (A, "bind", "rebellions", "vfio-pci", "ok"), (B, "bind", "rebellions", "vfio-pci", "ok")]
+    assert f'{k.sys}/bus/pci/devices/{A}/driver_override <- "vfio-pci"' in r.stderr
+    assert k.driver_of(A) == k.driver_of(B) == "vfio-pci"
+
+
+def test_bind_yaml_and_table(k):
+    r = vfio(k, "bind", A, "--yes", "-o", "yaml")
+    assert r.exit_code == 0 and yaml.safe_load(r.stdout)[0]["status"] == "ok"
+    r = vfio(k, "bind", A, B, "--yes")
+    assert r.exit_code == 0 and "skipped" in r.stdout and "already bound" in r.stdout and "ok" in r.stdout
+
+
+@pytest.mark.parametrize("bad", ["../../sys/kernel", "3b:00.*", "0000:3b:00.0 ", "3b:00.0/..", "0000:3b:00.0;id"])
+def test_bad_bdf_exits_2_and_writes_nothing(k, bad):
+    before = k.checksum()
+    r = vfio(k, "bind", bad, "--yes")
+    assert r.exit_code == 2 and "invalid PCI address" in r.stderr
+    assert k.checksum() == before and k.writes == []
+
+
+def test_usage_errors_exit_2(k):
+    assert vfio(k, "bind", A, "--all", "--yes").exit_code == 2
+    assert vfio(k, "bind", "--yes").exit_code == 2
+    assert vfio(k, "unbind", A, "--driver", "../x", "--yes").exit_code == 2
+    assert vfio(k, "status", "*").exit_code == 2
+
+
+def test_missing_device_exits_1(k):
+    r = vfio(k, "bind", "99:00.0", "--yes")
+    assert r.exit_code == 1 and "no PCI device 0000:99:00.0" in r.stderr
+
+
+def test_device_in_use_is_refused_with_exit_1_and_each_blocker(k):
+    k.add_process(4242, "rbln-smi", ["/dev/rbln0"])
+    before = k.checksum()
+    r = vfio(k, "bind", A, B, "--yes", "-o", "json")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert "refused" in r.stderr and "pid 4242 (rbln-smi) has /dev/rbln0 open" in r.stderr
+    assert k.checksum() == before
+    r = vfio(k, "bind", A, B, "--yes", "--force", "-o", "json")
+    assert r.exit_code == 0 and "--force" in r.stderr
+
+
+def test_not_root_is_refused(k, mocker):
+    mocker.patch("os.geteuid", return_value=1000)
+    r = vfio(k, "bind", A, "--yes")
+    assert r.exit_code == 1 and "needs root" in r.stderr and k.writes == []
+
+
+def test_non_viable_group_exit_1(tmp_path, monkeypatch, mocker):
+    guard_real_host(monkeypatch)
+    mocker.patch("os.geteuid", return_value=0)
+    k = npu_node(tmp_path, 0)
+    k.load_module("vfio_pci")
+    k.add_pci_function(A, iommu_group=7)
+    k.add_pci_function("0000:3b:00.1", device=0x1221, iommu_group=7)
+    monkeypatch.setattr(vfio_lib, "default_writer", lambda: k.writer)
+    r = vfio(k, "bind", A, "--yes")
+    assert r.exit_code == 1 and "IOMMU group 7" in r.stderr and "0000:3b:00.1" in r.stderr
+    assert vfio(k, "bind", A, "0000:3b:00.1", "--yes").exit_code == 0
+
+
+def test_without_a_terminal_bind_needs_yes(k):
+    before = k.checksum()
+    r = vfio(k, "bind", A)
+    assert r.exit_code == 2 and "--yes" in r.stderr and k.checksum() == before
+
+
+def test_on_a_terminal_bind_asks(k, monkeypatch):
+    import rblnctl.cli.vfio as cmd
+
+    monkeypatch.setattr(cmd, "_stdin_is_tty", lambda: True)
+    r = vfio(k, "bind", A, input="n\n")
+    assert r.exit_code == 1 and "not confirmed" in r.stderr and k.writes == []
+    r = vfio(k, "bind", A, input="y\n")
+    assert r.exit_code == 0 and k.driver_of(A) == "vfio-pci"
+
+
+def test_dry_run_prints_every_write_in_order_and_writes_nothing(k):
+    before = k.checksum()
+    r = vfio(k, "bind", "--all", "--dry-run", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    assert k.checksum() == before and k.writes == []
+    assert [x["status"] for x in json.loads(r.stdout)] == ["planned", "planned"]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("would write:")]
+    assert [ln.split(" <- ")[0].removeprefix("would write: ") for ln in lines] == [
+        f"{k.sys}/bus/pci/devices/{A}/driver_override", f"{k.sys}/bus/pci/drivers/rebellions/unbind",
+        f"{k.sys}/bus/pci/drivers_probe", f"{k.sys}/bus/pci/devices/{B}/driver_override",
+        f"{k.sys}/bus/pci/drivers/rebellions/unbind", f"{k.sys}/bus/pci/drivers_probe"]
+    assert "nothing was written" in r.stderr
+
+
+def test_dry_run_that_would_be_refused_exits_1(k):
+    k.set_iommu(False)
+    before = k.checksum()
+    r = vfio(k, "bind", A, "--dry-run")
+    assert r.exit_code == 1 and "IOMMU is off" in r.stderr and k.checksum() == before
+
+
+def test_failure_mid_way_exits_1_with_results_on_stdout(k):
+    k.refuse_probe("vfio-pci", B)
+    r = vfio(k, "bind", A, B, "--yes", "-o", "json")
+    assert r.exit_code == 1
+    assert [x["status"] for x in json.loads(r.stdout)] == ["rolled-back", "failed"]
+    assert "did not complete" in r.stderr and "rolling back" in r.stderr
+    assert k.driver_of(A) == k.driver_of(B) == "rebellions"
+
+
+def test_keep_going_is_wired(k):
+    k.refuse_probe("vfio-pci", B)
+    r = vfio(k, "bind", A, B, "--yes", "--keep-going", "-o", "json")
+    assert r.exit_code == 1 and [x["status"] for x in json.loads(r.stdout)] == ["ok", "failed"]
+    assert k.driver_of(A) == "vfio-pci"
+
+
+def test_load_modules_against_a_tree_is_refused(k):
+    k.unload_module("vfio_pci")
+    r = vfio(k, "bind", A, "--yes", "--load-modules")
+    assert r.exit_code == 1 and "changes the running kernel" in r.stderr
+
+
+def test_unbind_restores_recorded_then_driver_flag(k):
+    assert vfio(k, "bind", A, B, "--yes").exit_code == 0
+    r = vfio(k, "unbind", A, "--yes", "-o", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)[0]["to_driver"] == "rebellions"
+    k.add_driver("rbln-alt", claims=((0x1EFF, None),))
+    r = vfio(k, "unbind", B, "--driver", "rbln-alt", "--yes", "-o", "json")
+    assert r.exit_code == 0 and k.driver_of(B) == "rbln-alt"
+    assert json.loads((k.root / "state.json").read_text())["devices"] == {}
+
+
+def test_unbind_without_record_goes_to_the_kernel_default(k):
+    assert vfio(k, "bind", A, "--yes").exit_code == 0
+    (k.root / "state.json").unlink()
+    r = vfio(k, "unbind", "--all", "--yes", "-o", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)[0]["to_driver"] is None
+    assert k.driver_of(A) == "rebellions" and k.override_of(A) is None
+
+
+def test_operator_vfio_manager_warning_goes_to_stderr(k):
+    (k.run / "rbln" / "validations").mkdir(parents=True)
+    (k.run / "rbln" / "validations" / "vfio-pci-ready").touch()
+    r = vfio(k, "bind", A, "--dry-run", "-o", "json")
+    assert r.exit_code == 0 and "warning:" in r.stderr and "VFIO Manager" in r.stderr
+    json.loads(r.stdout)
+    assert "VFIO Manager" in vfio(k, "status").stderr
+
+
+def test_status_json_schema(k):
+    assert vfio(k, "bind", B, "--yes").exit_code == 0
+    k.add_process(3100, "qemu-kvm", ["/dev/vfio/21"])
+    r = vfio(k, "status", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driver_override", "iommu_group",
+                             "group_members", "numa_node", "vfio_device", "vfio_device_present", "holders"]
+    assert [(x["bdf"], x["driver"], x["vfio_device_present"]) for x in rows] == [(A, "rebellions", False),
+                                                                                (B, "vfio-pci", True)]
+    assert rows[1]["holders"] == [{"pid": 3100, "command": "qemu-kvm", "path": "/dev/vfio/21"}]
+    table = vfio(k, "status").stdout
+    assert "CA22 PF" in table and "3100 qemu-kvm" in table
+
+
+def test_status_all_vendors_runs_against_this_machines_real_sysfs():
+    """Read-only: no roots given, so this reads the real /sys, /proc and /dev."""
+    r = cli("vfio", "status", "--all-vendors", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    real = Path("/sys/bus/pci/devices")
+    assert [x["bdf"] for x in json.loads(r.stdout)] == (sorted(p.name for p in real.iterdir()) if real.is_dir()
+                                                         else [])
+
+
+PROBE = """
+import sys
+from typer.testing import CliRunner
+from rblnctl.cli.app import app
+r = CliRunner().invoke(app, sys.argv[1:])
+assert r.exit_code in (0, 1), (r.exit_code, r.stdout, r.stderr)
+print(",".join(sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes."))))
+"""
+
+
+@pytest.mark.parametrize("args", [["vfio", "status", "--all-vendors", "-o", "json"], ["vfio", "bind", "--dry-run"]])
+def test_vfio_commands_do_not_import_kubernetes(tmp_path, args):
+    if "bind" in args:  # a dry run against a simulated tree: reads only
+        k = npu_node(tmp_path, 1)
+        args = [*args, A, "--sysfs-root", str(k.sys), "--proc-root", str(k.proc), "--dev-root", str(k.dev),
+                "--run-root", str(k.run), "--state-file", str(tmp_path / "s.json")]
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""

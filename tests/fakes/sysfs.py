@@ -1,0 +1,409 @@
+"""A simulated kernel: a sysfs/procfs/dev tree in a temp dir plus the kernel effects of driver-binding writes.
+
+A temp dir is not sysfs: writing a file there runs no kernel callback. So rblnctl's VfioBinder
+writes through a `SysfsWriter` seam, and `SimKernel.writer` is a writer that checks the path and
+the value the way the PCI core does, then performs the effect on the tree:
+
+- `devices/<bdf>/driver_override`: sets (or, with an empty/newline value, clears) the override.
+- `drivers/<d>/unbind`: ENODEV unless the function is bound to <d>; else detaches it.
+- `drivers/<d>/bind`: ENODEV for an unknown function or one <d> does not match (an override names
+  another driver, or <d> has no matching ID), EBUSY when it already has a driver; else probes <d>.
+- `bus/pci/drivers_probe`: ENODEV for an unknown function; otherwise probes the override driver, or
+  the first registered driver that claims the IDs; like the kernel it succeeds even if nothing binds.
+- Any other path: EACCES (read-only attribute) or ENOENT (no such file), so typos surface.
+
+Effects a bind has, as on a real host: the `driver` link and `drivers/<d>/<bdf>` link appear;
+`rebellions` creates `<bdf>/rbln/rblnN` (class device) and `dev/rblnN`; vfio-pci creates
+`dev/vfio/<group>` when the first function of the group binds (the kernel creates the group's
+character device when the first member registers with vfio) and removes it when the last leaves;
+vfio-pci refuses a function without an IOMMU group (EINVAL). Detaching undoes each of these.
+
+Failure injection: `inject(op, bdf, errno)` makes one kind of write fail (op: override, unbind,
+bind, probe); `refuse_probe(driver, bdf)` makes a driver's probe fail (bind write -> ENODEV,
+drivers_probe -> silently no driver); `missing_modules` makes `modprobe` fail; `vfio_nodes=False`
+stops /dev/vfio/<group> from appearing.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rblnctl.errors import HostError
+
+HOST_DRIVER = "rebellions"
+VFIO = "vfio-pci"
+# module name -> (drivers it registers, extra modules it pulls in)
+MODULES = {
+    "vfio_pci": ((VFIO,), ("vfio", "vfio_pci_core", "vfio_iommu_type1")),
+    "rebellions": ((HOST_DRIVER,), ()),
+}
+
+
+@dataclass
+class SimDevice:
+    bdf: str
+    vendor: int
+    device: int
+    class_code: int
+    group: str | None
+    numa_node: int
+    driver: str | None = None
+    override: str | None = None
+    minor: int = 0
+
+
+@dataclass
+class SimDriver:
+    name: str
+    claims: tuple[tuple[int, int | None], ...] = ()  # (vendor, device or None for any)
+    module: str | None = None
+
+
+@dataclass
+class SimKernel:
+    """A sysfs, procfs and /dev tree under `root`, with the PCI core's bind/unbind behaviour."""
+
+    root: Path
+    vfio_nodes: bool = True
+    devices: dict[str, SimDevice] = field(default_factory=dict)
+    drivers: dict[str, SimDriver] = field(default_factory=dict)
+    writes: list[tuple[str, str]] = field(default_factory=list)  # (path relative to root, value), in order
+    missing_modules: set[str] = field(default_factory=set)
+    _failures: dict[tuple[str, str], tuple[int, int | None]] = field(default_factory=dict)
+    _refused: set[tuple[str, str]] = field(default_factory=set)
+    _next_group: int = 10
+    _next_minor: int = 0
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        self.sys = self.root / "sys"
+        self.proc = self.root / "proc"
+        self.dev = self.root / "dev"
+        self.run = self.root / "run"
+        for d in (self.pci_root, self.sys / "bus/pci/devices", self.sys / "bus/pci/drivers",
+                  self.sys / "kernel/iommu_groups", self.sys / "module", self.proc, self.dev, self.run):
+            d.mkdir(parents=True, exist_ok=True)
+        for f in ("drivers_probe", "rescan", "drivers_autoprobe"):
+            (self.sys / "bus/pci" / f).touch()
+
+    # ---- building the tree ----
+
+    @property
+    def pci_root(self) -> Path:
+        return self.sys / "devices" / "pci0000:00"
+
+    def add_driver(self, name: str, *, claims: tuple[tuple[int, int | None], ...] = (),
+                   module: str | None = None) -> None:
+        """Register a PCI driver (creates `drivers/<name>/{bind,unbind,new_id,remove_id}` and its module)."""
+        if name == HOST_DRIVER and not claims:
+            claims = ((0x1EFF, None),)
+        self.drivers[name] = SimDriver(name=name, claims=claims, module=module or name.replace("-", "_"))
+        d = self.sys / "bus/pci/drivers" / name
+        d.mkdir(parents=True, exist_ok=True)
+        for f in ("bind", "unbind", "new_id", "remove_id", "uevent"):
+            (d / f).touch()
+        (self.sys / "module" / self.drivers[name].module).mkdir(exist_ok=True)
+
+    def remove_driver(self, name: str) -> None:
+        """Unregister a driver: its functions lose it, its directory and module go."""
+        for dev in self.devices.values():
+            if dev.driver == name:
+                self._detach(dev)
+        drv = self.drivers.pop(name)
+        shutil.rmtree(self.sys / "bus/pci/drivers" / name)
+        shutil.rmtree(self.sys / "module" / drv.module, ignore_errors=True)
+
+    def load_module(self, module: str) -> None:
+        """What loading a kernel module does here: vfio_pci registers vfio-pci (and /dev/vfio/vfio)."""
+        module = module.replace("-", "_")
+        drivers, extra = MODULES.get(module, ((), ()))
+        for m in (module, *extra):
+            (self.sys / "module" / m).mkdir(exist_ok=True)
+        for name in drivers:
+            if name not in self.drivers:
+                self.add_driver(name, module=module)
+        if module == "vfio_pci":
+            (self.dev / "vfio").mkdir(exist_ok=True)
+            (self.dev / "vfio" / "vfio").touch()
+
+    def unload_module(self, module: str) -> None:
+        """Remove a module and the drivers it registered."""
+        module = module.replace("-", "_")
+        for name, drv in list(self.drivers.items()):
+            if drv.module == module:
+                self.remove_driver(name)
+        shutil.rmtree(self.sys / "module" / module, ignore_errors=True)
+
+    def modprobe(self, module: str) -> None:
+        """Stand-in for the host's modprobe (VfioBinder.load_module): fails for `missing_modules`."""
+        if module.replace("-", "_") in {m.replace("-", "_") for m in self.missing_modules}:
+            raise HostError(f"modprobe {module} exited 1: modprobe: FATAL: Module {module} not found")
+        self.load_module(module)
+
+    def add_pci_function(self, bdf: str, *, vendor: int = 0x1EFF, device: int = 0x1220, class_code: int = 0x120000,
+                         driver: str | None = HOST_DRIVER, iommu_group: int | str | None = -1,
+                         numa_node: int = 0) -> SimDevice:
+        """Add a function (iommu_group -1: a fresh group of its own; None: no group) and bind `driver`."""
+        if iommu_group == -1:
+            iommu_group = self._next_group
+            self._next_group += 1
+        dev = SimDevice(bdf=bdf, vendor=vendor, device=device, class_code=class_code,
+                        group=None if iommu_group is None else str(iommu_group), numa_node=numa_node)
+        self.devices[bdf] = dev
+        d = self.pci_root / bdf
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(f"0x{vendor:04x}\n")
+        (d / "device").write_text(f"0x{device:04x}\n")
+        (d / "class").write_text(f"0x{class_code:06x}\n")
+        (d / "numa_node").write_text(f"{numa_node}\n")
+        (d / "driver_override").write_text("(null)\n")
+        for f in ("config", "resource0", "remove", "reset", "uevent"):
+            (d / f).touch()
+        os.symlink(f"../../../devices/pci0000:00/{bdf}", self.sys / "bus/pci/devices" / bdf)
+        if dev.group is not None:
+            self._link_group(dev)
+        if vendor == 0x1EFF:
+            self._next_minor += 1
+            dev.minor = self._next_minor - 1
+        if driver is not None:
+            if driver not in self.drivers:
+                self.add_driver(driver, claims=((vendor, device),) if driver != HOST_DRIVER else ())
+                if driver == VFIO:
+                    self.load_module("vfio_pci")
+            self._attach(dev, driver)
+        return dev
+
+    def set_iommu(self, enabled: bool) -> None:
+        """Turn the IOMMU off (no groups at all) or back on (each function's group restored)."""
+        groups = self.sys / "kernel/iommu_groups"
+        if not enabled:
+            shutil.rmtree(groups)
+            groups.mkdir()
+            for dev in self.devices.values():
+                (self.pci_root / dev.bdf / "iommu_group").unlink(missing_ok=True)
+            return
+        for dev in self.devices.values():
+            if dev.group is not None and not (self.pci_root / dev.bdf / "iommu_group").is_symlink():
+                self._link_group(dev)
+
+    def add_process(self, pid: int, comm: str, open_paths: tuple[str, ...] | list[str] = (),
+                    cmdline: list[str] | None = None) -> None:
+        """Add `proc/<pid>` with comm, cmdline and one `fd/<n>` link per open path (targets as the host sees them)."""
+        p = self.proc / str(pid)
+        (p / "fd").mkdir(parents=True)
+        (p / "comm").write_text(comm + "\n")
+        argv = [comm] if cmdline is None else cmdline  # [] is a kernel thread: empty cmdline
+        (p / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
+        for i, target in enumerate(["/dev/null", *open_paths]):
+            os.symlink(target, p / "fd" / str(i))
+
+    def inject(self, op: str, bdf: str, err: int = errno.EBUSY, *, times: int | None = None) -> None:
+        """Make writes of kind `op` (override, unbind, bind, probe) for `bdf` fail with `err` (`times` None: always)."""
+        assert op in ("override", "unbind", "bind", "probe"), op
+        self._failures[(op, bdf)] = (err, times)
+
+    def refuse_probe(self, driver: str, bdf: str) -> None:
+        """Make `driver`'s probe of `bdf` fail: its bind write returns ENODEV, drivers_probe binds nothing."""
+        self._refused.add((driver, bdf))
+
+    def allow_probe(self, driver: str, bdf: str) -> None:
+        self._refused.discard((driver, bdf))
+
+    # ---- observing ----
+
+    @property
+    def writer(self) -> "SimWriter":
+        return SimWriter(self)
+
+    def driver_of(self, bdf: str) -> str | None:
+        link = self.pci_root / bdf / "driver"
+        return os.path.basename(os.readlink(link)) if link.is_symlink() else None
+
+    def override_of(self, bdf: str) -> str | None:
+        text = (self.pci_root / bdf / "driver_override").read_text().strip()
+        return None if text == "(null)" else text
+
+    def vfio_node(self, group: str | int) -> Path:
+        return self.dev / "vfio" / str(group)
+
+    def checksum(self) -> str:
+        """sha256 over every path, kind, link target and file content under root (excluding nothing)."""
+        h = hashlib.sha256()
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames.sort()
+            for name in sorted(dirnames + filenames):
+                p = os.path.join(dirpath, name)
+                rel = os.path.relpath(p, self.root)
+                if os.path.islink(p):
+                    h.update(f"L {rel} -> {os.readlink(p)}\n".encode())
+                elif os.path.isdir(p):
+                    h.update(f"D {rel}\n".encode())
+                else:
+                    st = os.stat(p)
+                    h.update(f"F {rel} {st.st_mode:o}\n".encode())
+                    with open(p, "rb") as f:
+                        h.update(f.read())
+        return h.hexdigest()
+
+    # ---- the kernel side of a write ----
+
+    def handle_write(self, path: Path, value: str) -> None:
+        """Apply one write as the kernel would, or raise OSError as the kernel would refuse it."""
+        given = Path(path)
+        self.writes.append((os.path.relpath(given, self.root), value))
+        if not given.exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(given))
+        real = Path(os.path.realpath(given))
+        try:
+            rel = real.relative_to(os.path.realpath(self.sys))
+        except ValueError:
+            raise PermissionError(errno.EACCES, "write outside the simulated sysfs", str(given)) from None
+        parts = rel.parts
+        text = value.split("\n", 1)[0].rstrip("\0")
+        if parts[:2] == ("devices", "pci0000:00") and len(parts) == 4 and parts[3] == "driver_override":
+            dev = self.devices[parts[2]]
+            self._maybe_fail("override", dev.bdf)
+            dev.override = text or None
+            (self.pci_root / dev.bdf / "driver_override").write_text(f"{dev.override or '(null)'}\n")
+            return
+        if parts[:3] == ("bus", "pci", "drivers") and len(parts) == 5 and parts[4] in ("bind", "unbind"):
+            drv, op = parts[3], parts[4]
+            dev = self.devices.get(text)
+            if dev is None:
+                raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+            self._maybe_fail(op, dev.bdf)
+            if op == "unbind":
+                if dev.driver != drv:
+                    raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+                self._detach(dev)
+                return
+            if dev.driver is not None:
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+            if not self._matches(drv, dev):
+                raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+            err = self._probe_error(drv, dev)
+            if err:
+                raise OSError(err, os.strerror(err))
+            self._attach(dev, drv)
+            return
+        if rel == Path("bus/pci/drivers_probe"):
+            dev = self.devices.get(text)
+            if dev is None:
+                raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+            self._maybe_fail("probe", dev.bdf)
+            if dev.driver is not None:
+                return
+            if dev.override:
+                candidates = [dev.override] if dev.override in self.drivers else []
+            else:
+                candidates = [d for d in self.drivers if self._matches(d, dev)]
+            for drv in candidates:
+                if not self._probe_error(drv, dev):
+                    self._attach(dev, drv)
+                    return
+            return
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(given))
+
+    def _maybe_fail(self, op: str, bdf: str) -> None:
+        hit = self._failures.get((op, bdf))
+        if not hit:
+            return
+        err, times = hit
+        if times is not None:
+            if times <= 1:
+                del self._failures[(op, bdf)]
+            else:
+                self._failures[(op, bdf)] = (err, times - 1)
+        raise OSError(err, os.strerror(err))
+
+    def _matches(self, drv: str, dev: SimDevice) -> bool:
+        if dev.override:
+            return dev.override == drv
+        d = self.drivers.get(drv)
+        return bool(d) and any(v == dev.vendor and (p is None or p == dev.device) for v, p in d.claims)
+
+    def _probe_error(self, drv: str, dev: SimDevice) -> int:
+        if (drv, dev.bdf) in self._refused:
+            return errno.ENODEV
+        if drv == VFIO and dev.group is None:
+            return errno.EINVAL  # vfio-pci: "No IOMMU group"
+        return 0
+
+    def _link_group(self, dev: SimDevice) -> None:
+        g = self.sys / "kernel/iommu_groups" / dev.group / "devices"
+        g.mkdir(parents=True, exist_ok=True)
+        link = g / dev.bdf
+        if not link.is_symlink():
+            os.symlink(f"../../../../devices/pci0000:00/{dev.bdf}", link)
+        os.symlink(f"../../../kernel/iommu_groups/{dev.group}", self.pci_root / dev.bdf / "iommu_group")
+
+    def _attach(self, dev: SimDevice, drv: str) -> None:
+        d = self.pci_root / dev.bdf
+        os.symlink(f"../../../bus/pci/drivers/{drv}", d / "driver")
+        os.symlink(f"../../../../devices/pci0000:00/{dev.bdf}", self.sys / "bus/pci/drivers" / drv / dev.bdf)
+        dev.driver = drv
+        if drv == HOST_DRIVER:
+            node = d / "rbln" / f"rbln{dev.minor}"
+            node.mkdir(parents=True)
+            (node / "dev").write_text(f"240:{dev.minor}\n")
+            (self.dev / f"rbln{dev.minor}").touch()
+        if drv == VFIO and self.vfio_nodes and dev.group is not None:
+            (self.dev / "vfio").mkdir(exist_ok=True)
+            self.vfio_node(dev.group).touch()
+
+    def _detach(self, dev: SimDevice) -> None:
+        d = self.pci_root / dev.bdf
+        drv = dev.driver
+        (d / "driver").unlink()
+        (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink()
+        dev.driver = None
+        if drv == HOST_DRIVER:
+            shutil.rmtree(d / "rbln", ignore_errors=True)
+            (self.dev / f"rbln{dev.minor}").unlink(missing_ok=True)
+        if drv == VFIO and dev.group is not None:
+            if not any(o.group == dev.group and o.driver == VFIO for o in self.devices.values()):
+                self.vfio_node(dev.group).unlink(missing_ok=True)
+
+
+class SimWriter:
+    """The simulator's SysfsWriter: performs the write and its kernel effect (never touches anything outside root)."""
+
+    def __init__(self, kernel: SimKernel) -> None:
+        self.kernel = kernel
+
+    def write(self, path: Path, value: str) -> None:
+        self.kernel.handle_write(path, value)
+
+
+class HostWriteGuard:
+    """A writer that fails any test that would write through the real writer (it must inject the simulator's)."""
+
+    def write(self, path: Path, value: str) -> None:
+        raise AssertionError(f"test tried a real sysfs write: {value!r} > {path}")
+
+
+def guard_real_host(monkeypatch) -> None:
+    """Make the real writer and the real modprobe unreachable for the rest of a test."""
+    import rblnctl.host.system as system
+    import rblnctl.host.vfio as vfio
+
+    monkeypatch.setattr(vfio, "default_writer", lambda: HostWriteGuard())
+
+    def no_modprobe(module: str, **_: object) -> None:
+        raise AssertionError(f"test tried to run the real modprobe {module}")
+
+    monkeypatch.setattr(system, "modprobe", no_modprobe)
+
+
+def npu_node(root: Path, count: int = 2, *, shared_group: bool = False) -> SimKernel:
+    """A host with `count` CA22 PFs on rebellions, each in its own IOMMU group (or one shared), vfio-pci loaded."""
+    k = SimKernel(root)
+    k.load_module("vfio_pci")
+    for i in range(count):
+        k.add_pci_function(f"0000:{0x3b + i:02x}:00.0", iommu_group=7 if shared_group else 20 + i, numa_node=i % 2)
+    return k
