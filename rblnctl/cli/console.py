@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 _no_color = False
+PIPE_WIDTH = 160  # table width when stdout is not a terminal and COLUMNS is unset
 
 
 def disable_color() -> None:
@@ -30,7 +31,12 @@ def stdout() -> "Console":
     """The console for results: the only writer to stdout."""
     from rich.console import Console
 
-    return Console(no_color=not color_enabled(), highlight=False, soft_wrap=False)
+    import sys
+
+    # Piped output is read by grep and people alike: do not squeeze tables into rich's default 80
+    # columns when there is no terminal to measure (COLUMNS, when set, still wins).
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(no_color=not color_enabled(), highlight=False, soft_wrap=False, width=width)
 
 
 @lru_cache(maxsize=1)

@@ -60,6 +60,8 @@ def make_table(*columns: str, title: str | None = None) -> Any:
     from rich.table import Table
 
     t = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold", title_justify="left", pad_edge=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")  # fold long names and label lists; never truncate with an ellipsis
+    for i, c in enumerate(columns):
+        # The first column is the key (a node, a BDF, a check): never broken. Long cells fold rather
+        # than end in an ellipsis, so nothing a user may need to copy is hidden.
+        t.add_column(c, overflow="fold", no_wrap=i == 0)
     return t
