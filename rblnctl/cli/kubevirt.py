@@ -63,41 +63,66 @@ def _confirm(question: str, yes: bool) -> None:
 # -- gates -----------------------------------------------------------------------------------------
 
 
-def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: Output, verb: str) -> None:
-    """Show warnings, stop at a dry run or a no-op, confirm, apply, render: the same for enable and disable."""
-    from rblnctl.cli.console import info, warn
+def _run_edit(
+    writer: Any,
+    plan: Any,
+    *,
+    result_cls: type,
+    mode: str | None,
+    yes: bool,
+    output: Output,
+    table: Any,
+    noop_message: str,
+    done_message: Any,
+) -> None:
+    """Warn, stop at a dry run, refuse on blockers, confirm, apply, report, render.
+
+    The one flow behind enable-gates, disable-gates and permit-devices. `table(plan, show_patch)`
+    renders a plan; `done_message(final_plan)` says what changed.
+    """
+    from rblnctl.cli.console import info, stderr, warn
     from rblnctl.cli.output import emit
     from rblnctl.errors import Refused
-    from rblnctl.kubevirt import GateResult
 
     ref = f"{plan.namespace}/{plan.name}"
-    asked = ", ".join(plan.enable or plan.disable)
     for w in plan.warnings:
         warn(w)
     if mode == "client":
-        emit(GateResult(plan=plan, changed=False, attempts=0, dry_run="client"), output,
-             lambda: _gates_table(plan, show_patch=True))
+        emit(result_cls(plan=plan, changed=False, attempts=0, dry_run="client"), output,
+             lambda: table(plan, show_patch=True))
         if plan.blockers:
             raise Refused(f"refusing to edit KubeVirt {ref}", blockers=plan.blockers)
-        info("dry run: nothing was sent" if not plan.noop else f"{asked}: already {verb} on KubeVirt {ref}")
+        info("dry run: nothing was sent" if not plan.noop else noop_message)
         return
     if plan.blockers:
         raise Refused(f"refusing to edit KubeVirt {ref}", blockers=plan.blockers)
     if not plan.noop and not yes:
-        from rblnctl.cli.console import stderr
-
-        stderr().print(_gates_table(plan, show_patch=False))
+        stderr().print(table(plan, show_patch=False))
         _confirm(f"Patch KubeVirt {ref}?", yes)
-    result = editor.apply(plan)
+    result = writer.apply(plan)
     final = result.plan
     if not result.changed:
-        info(f"{asked}: already {verb} on KubeVirt {ref}; nothing to change")
+        info(f"{noop_message}; nothing to change")
     elif mode == "server":
         info(f"server dry run: the API server accepted the patch to KubeVirt {ref}; nothing was persisted")
     else:
-        done = final.added + final.undisabled if final.enable else final.removed + final.newly_disabled
-        info(f"{verb} {', '.join(dict.fromkeys(done))} on KubeVirt {ref}")
-    emit(result, output, lambda: _gates_table(final, show_patch=False))
+        info(done_message(final))
+    emit(result, output, lambda: table(final, show_patch=False))
+
+
+def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: Output, verb: str) -> None:
+    """The edit flow for enable-gates and disable-gates."""
+    from rblnctl.kubevirt import GateResult
+
+    ref = f"{plan.namespace}/{plan.name}"
+    asked = ", ".join(plan.enable or plan.disable)
+
+    def done(final: Any) -> str:
+        changed = final.added + final.undisabled if final.enable else final.removed + final.newly_disabled
+        return f"{verb} {', '.join(dict.fromkeys(changed))} on KubeVirt {ref}"
+
+    _run_edit(editor, plan, result_cls=GateResult, mode=mode, yes=yes, output=output, table=_gates_table,
+              noop_message=f"{asked}: already {verb} on KubeVirt {ref}", done_message=done)
 
 
 def _gates_table(plan: Any, *, show_patch: bool) -> Any:
@@ -247,9 +272,7 @@ def permit_devices(
     output: OutputOpt = Output.table,
 ) -> None:
     """Permit RBLN NPUs as KubeVirt host devices (pciHostDevices), keeping every other entry."""
-    from rblnctl.cli.console import info, stderr, warn
-    from rblnctl.cli.output import emit
-    from rblnctl.errors import ConfigError, Refused
+    from rblnctl.errors import ConfigError
     from rblnctl.kubevirt import DevicePermitter, DeviceResult, device_for_resource
 
     mode = _dry_run_mode(dry_run, server_dry_run)
@@ -260,31 +283,14 @@ def permit_devices(
     permitter = DevicePermitter(**_writer_args(ctx, name, namespace, False, mode), fix=fix)
     plan = permitter.plan(resource_name or [], from_cluster=from_cluster, node_selector=selector)
     ref = f"{plan.namespace}/{plan.name}"
-    for w in plan.warnings:
-        warn(w)
-    if mode == "client":
-        emit(DeviceResult(plan=plan, changed=False, attempts=0, dry_run="client"), output,
-             lambda: _devices_table(plan, show_patch=True))
-        if plan.blockers:
-            raise Refused(f"refusing to edit KubeVirt {ref}", blockers=plan.blockers)
-        info("dry run: nothing was sent" if not plan.noop else f"nothing to change on KubeVirt {ref}")
-        return
-    if plan.blockers:
-        raise Refused(f"refusing to edit KubeVirt {ref}", blockers=plan.blockers)
-    if not plan.noop and not yes:
-        stderr().print(_devices_table(plan, show_patch=False))
-        _confirm(f"Patch KubeVirt {ref}?", yes)
-    result = permitter.apply(plan)
-    final = result.plan
-    if not result.changed:
-        info(f"already permitted on KubeVirt {ref}; nothing to change")
-    elif mode == "server":
-        info(f"server dry run: the API server accepted the patch to KubeVirt {ref}; nothing was persisted")
-    else:
-        done = [f"added {', '.join(final.added)}"] if final.added else []
-        done += [f"fixed {', '.join(final.fixed)}"] if final.fixed else []
-        info(f"{'; '.join(done)} on KubeVirt {ref}")
-    emit(result, output, lambda: _devices_table(final, show_patch=False))
+
+    def done(final: Any) -> str:
+        changed = [f"added {', '.join(final.added)}"] if final.added else []
+        changed += [f"fixed {', '.join(final.fixed)}"] if final.fixed else []
+        return f"{'; '.join(changed)} on KubeVirt {ref}"
+
+    _run_edit(permitter, plan, result_cls=DeviceResult, mode=mode, yes=yes, output=output, table=_devices_table,
+              noop_message=f"already permitted on KubeVirt {ref}", done_message=done)
 
 
 # -- status ----------------------------------------------------------------------------------------
