@@ -1,0 +1,556 @@
+"""Builders for test objects: plain dicts shaped exactly as the real APIs serialise them.
+
+Names and label keys come from ../shared/reference/rbln-operator.md; they are written out here
+(not imported from rblnctl.constants) so that a wrong constant in the code under test cannot
+make its own tests pass.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+# --- RBLN facts (see rbln-operator.md) ------------------------------------------------------
+
+WORKLOAD_LABEL = "rebellions.ai/npu.workload.config"
+NPU_PRESENT_LABEL = "rebellions.ai/npu.present"
+DEPLOY_SKIP_LABEL = "rebellions.ai/npu.deploy.skip"
+DEPLOY_LABEL_PREFIX = "rebellions.ai/npu.deploy."
+NPU_COUNT_LABEL = "rebellions.ai/npu.count"
+NPU_PRODUCT_LABEL = "rebellions.ai/npu.product"
+NPU_FAMILY_LABEL = "rebellions.ai/npu.family"
+NFD_NPU_LABELS = ("feature.node.kubernetes.io/pci-1eff.present", "feature.node.kubernetes.io/pci-1200_1eff.present")
+COMPONENT_LABEL = "app.kubernetes.io/component"
+CONTAINER_RESOURCE = "rebellions.ai/npu"
+MODE_CONTAINER = "container"
+MODE_VM = "vm-passthrough"
+#: Deploy labels the operator sets per mode (rbln-operator.md, "Deploy labels per mode").
+CONTAINER_COMPONENTS = ("driver", "device-plugin", "metrics-exporter", "rbln-daemon", "npu-feature-discovery",
+                        "operator-validator", "container-toolkit")
+VM_COMPONENTS = ("vfio-manager", "sandbox-device-plugin")
+VM_DRA_COMPONENTS = ("vfio-manager", "dra-kubelet-plugin")
+#: Fake-only annotations on NPU nodes: what the hardware has, for the simulated operator.
+NPU_COUNT_ANNOTATION = "fake.rblnctl.io/npu-count"
+NPU_PRODUCT_ANNOTATION = "fake.rblnctl.io/npu-product"
+
+#: PCI device IDs (PF) per product.
+PCI_DEVICE_IDS = {"RBLN-CA12": "1120", "RBLN-CA22": "1220", "RBLN-CA25": "1250", "RBLN-CR03": "2030"}
+
+_TS = "2025-01-01T00:00:00Z"
+
+
+def now_ts() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stable_uid(kind: str, namespace: str | None, name: str) -> str:
+    """Deterministic uid so that an owner built separately matches its dependents' ownerReferences."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fake-k8s/{kind}/{namespace or ''}/{name}"))
+
+
+def _meta(name: str, namespace: str | None = None, *, labels: Mapping[str, str] | None = None,
+          annotations: Mapping[str, str] | None = None, uid_kind: str | None = None) -> dict:
+    md: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        md["namespace"] = namespace
+    if uid_kind:
+        md["uid"] = stable_uid(uid_kind, namespace, name)
+    if labels:
+        md["labels"] = dict(labels)
+    if annotations:
+        md["annotations"] = dict(annotations)
+    return md
+
+
+def vm_resource_name(product: str, function: str = "PF") -> str:
+    """``rebellions.ai/RBLN-CA22_PF`` for product ``RBLN-CA22`` (or ``CA22``)."""
+    p = product if product.startswith("RBLN-") else f"RBLN-{product}"
+    return f"rebellions.ai/{p}_{function}"
+
+
+def deploy_labels(mode: str | None, *, dra: bool = False) -> dict[str, str]:
+    comps = CONTAINER_COMPONENTS if mode in (None, MODE_CONTAINER) else (VM_DRA_COMPONENTS if dra else VM_COMPONENTS)
+    return {DEPLOY_LABEL_PREFIX + c: "true" for c in comps}
+
+
+# --- core/v1 ---------------------------------------------------------------------------------
+
+
+def namespace(name: str, *, labels: Mapping[str, str] | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": _meta(name, labels={"kubernetes.io/metadata.name": name, **(labels or {})}),
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def node(name: str, *, labels: Mapping[str, str] | None = None, allocatable: Mapping[str, str] | None = None,
+         unschedulable: bool = False, ready: bool = True, kubelet_version: str = "v1.34.1",
+         taints: Iterable[dict] | None = None, annotations: Mapping[str, str] | None = None,
+         capacity: Mapping[str, str] | None = None, kernel_version: str = "5.15.0-105-generic") -> dict:
+    base = {"cpu": "32", "ephemeral-storage": "467144804Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
+            "memory": "263782880Ki", "pods": "110"}
+    alloc = {**base, **(allocatable or {})}
+    cap = {**base, **(allocatable or {}), **(capacity or {})}
+    taint_list = list(taints or [])
+    spec: dict[str, Any] = {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]}
+    if unschedulable:
+        spec["unschedulable"] = True
+        if not any(t.get("key") == "node.kubernetes.io/unschedulable" for t in taint_list):
+            taint_list.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": _TS})
+    if taint_list:
+        spec["taints"] = taint_list
+    ready_cond = {"type": "Ready", "status": "True" if ready else "False",
+                  "reason": "KubeletReady" if ready else "KubeletNotReady",
+                  "message": "kubelet is posting ready status" if ready else "container runtime network not ready",
+                  "lastHeartbeatTime": _TS, "lastTransitionTime": _TS}
+    conditions = [
+        {"type": t, "status": "False", "reason": r, "message": m, "lastHeartbeatTime": _TS, "lastTransitionTime": _TS}
+        for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                        ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                        ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
+    ] + [ready_cond]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": _meta(name, labels={"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                        "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                                        "beta.kubernetes.io/arch": "amd64", **(labels or {})},
+                          annotations=annotations, uid_kind="Node"),
+        "spec": spec,
+        "status": {
+            "capacity": cap,
+            "allocatable": alloc,
+            "conditions": conditions,
+            "addresses": [{"type": "InternalIP", "address": f"192.0.2.{(sum(map(ord, name)) % 250) + 1}"},
+                          {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64", "bootID": stable_uid("boot", None, name),
+                "containerRuntimeVersion": "containerd://1.7.27", "kernelVersion": kernel_version,
+                "kubeProxyVersion": kubelet_version, "kubeletVersion": kubelet_version,
+                "machineID": stable_uid("machine", None, name).replace("-", ""), "operatingSystem": "linux",
+                "osImage": "Ubuntu 22.04.5 LTS", "systemUUID": stable_uid("system", None, name),
+            },
+        },
+    }
+
+
+def npu_node(name: str, *, mode: str | None = MODE_CONTAINER, npus: int = 2, product: str = "RBLN-CA22",
+             labels: Mapping[str, str] | None = None, dra: bool = False, deploy: bool = True,
+             **node_kwargs: Any) -> dict:
+    """A node with Rebellions NPUs as NFD and the operator leave it in ``mode`` (None: no mode label,
+    i.e. the policy default, container). ``deploy=False`` leaves out the npu.deploy.* labels."""
+    lb: dict[str, str] = {"feature.node.kubernetes.io/pci-1200_1eff.present": "true", NPU_PRESENT_LABEL: "true",
+                          NPU_FAMILY_LABEL: "rebel100" if product.startswith("RBLN-CR") else "atom"}
+    if mode is not None:
+        lb[WORKLOAD_LABEL] = mode
+    if deploy:
+        lb.update(deploy_labels(mode, dra=dra))
+    if mode in (None, MODE_CONTAINER):
+        lb[NPU_COUNT_LABEL] = str(npus)
+        lb[NPU_PRODUCT_LABEL] = product
+    lb.update(labels or {})
+    if mode == MODE_VM:
+        res = {} if dra else {vm_resource_name(product): str(npus)}
+    else:
+        res = {CONTAINER_RESOURCE: str(npus)}
+    res.update(node_kwargs.pop("allocatable", None) or {})
+    ann = {NPU_COUNT_ANNOTATION: str(npus), NPU_PRODUCT_ANNOTATION: product,
+           **(node_kwargs.pop("annotations", None) or {})}
+    return node(name, labels=lb, allocatable=res, annotations=ann, **node_kwargs)
+
+
+_OWNER_API = {"DaemonSet": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "Deployment": "apps/v1",
+              "Job": "batch/v1", "ReplicationController": "v1", "VirtualMachineInstance": "kubevirt.io/v1",
+              "Node": "v1"}
+
+
+def owner_ref(kind: str, name: str, namespace: str | None, *, uid: str | None = None, controller: bool = True) -> dict:
+    return {"apiVersion": _OWNER_API.get(kind, "v1"), "kind": kind, "name": name,
+            "uid": uid or stable_uid(kind, namespace, name), "controller": controller, "blockOwnerDeletion": True}
+
+
+def pod(namespace: str, name: str, *, node: str | None = None, labels: Mapping[str, str] | None = None,
+        owner_kind: str | None = None, owner_name: str | None = None, phase: str = "Running", ready: bool = True,
+        requests: Mapping[str, str] | None = None, limits: Mapping[str, str] | None = None,
+        volumes: Iterable[dict] | None = None, annotations: Mapping[str, str] | None = None,
+        owner: str | None = None, image: str = "registry.example/app:1.0",
+        containers: Iterable[dict] | None = None, tolerations: Iterable[dict] | None = None,
+        node_selector: Mapping[str, str] | None = None) -> dict:
+    """A pod; ``owner`` is an alias of ``owner_kind``. The owner's name defaults to the pod name
+    without its last ``-suffix`` (``rbln-device-plugin-n1`` -> ``rbln-device-plugin``)."""
+    owner_kind = owner_kind or owner
+    container: dict[str, Any] = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = dict(requests)
+    if limits:
+        resources["limits"] = dict(limits)
+    container["resources"] = resources
+    spec: dict[str, Any] = {"containers": list(containers) if containers is not None else [container],
+                            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                            "schedulerName": "default-scheduler", "serviceAccountName": "default",
+                            "enableServiceLinks": True, "priority": 0}
+    if node:
+        spec["nodeName"] = node
+    if volumes:
+        spec["volumes"] = list(volumes)
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    md = _meta(name, namespace, labels=labels, annotations=annotations)
+    if owner_kind:
+        oname = owner_name or (name.rsplit("-", 1)[0] if "-" in name else name)
+        md["ownerReferences"] = [owner_ref(owner_kind, oname, namespace)]
+    is_ready = ready and phase == "Running"
+    cstatus = "True" if is_ready else "False"
+    conditions = [
+        {"type": "PodReadyToStartContainers", "status": "True" if phase == "Running" else "False",
+         "lastProbeTime": None, "lastTransitionTime": _TS},
+        {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": _TS},
+        {"type": "Ready", "status": cstatus, "lastProbeTime": None, "lastTransitionTime": _TS},
+        {"type": "ContainersReady", "status": cstatus, "lastProbeTime": None, "lastTransitionTime": _TS},
+        {"type": "PodScheduled", "status": "True" if node else "False", "lastProbeTime": None,
+         "lastTransitionTime": _TS},
+    ]
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions, "qosClass": _qos(requests, limits)}
+    if node:
+        status["hostIP"] = f"192.0.2.{(sum(map(ord, node)) % 250) + 1}"
+        status["startTime"] = _TS
+        status["podIP"] = f"10.244.{sum(map(ord, node)) % 250}.{(sum(map(ord, name)) % 250) + 2}"
+        status["containerStatuses"] = [
+            {"name": c["name"], "image": c.get("image", image), "imageID": "", "ready": is_ready, "restartCount": 0,
+             "started": phase == "Running", "state": _container_state(phase)}
+            for c in spec["containers"]]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": status}
+
+
+def _container_state(phase: str) -> dict:
+    if phase == "Running":
+        return {"running": {"startedAt": _TS}}
+    if phase in ("Succeeded", "Failed"):
+        ok = phase == "Succeeded"
+        return {"terminated": {"exitCode": 0 if ok else 1, "reason": "Completed" if ok else "Error",
+                               "startedAt": _TS, "finishedAt": _TS}}
+    return {"waiting": {"reason": "ContainerCreating"}}
+
+
+def _qos(requests: Mapping[str, str] | None, limits: Mapping[str, str] | None) -> str:
+    if not requests and not limits:
+        return "BestEffort"
+    if limits and {"cpu", "memory"} <= set(limits) and (not requests or dict(requests) == dict(limits)):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def set_pod_ready(p: dict, ready: bool = True) -> dict:
+    """Flip a pod's Ready/ContainersReady conditions (and container ready flags) in place."""
+    st = p.setdefault("status", {})
+    val = "True" if ready else "False"
+    conds = st.setdefault("conditions", [])
+    for t in ("Ready", "ContainersReady"):
+        c = next((c for c in conds if c.get("type") == t), None)
+        if c is None:
+            conds.append({"type": t, "status": val, "lastProbeTime": None, "lastTransitionTime": now_ts()})
+        elif c.get("status") != val:
+            c["status"] = val
+            c["lastTransitionTime"] = now_ts()
+    for cs in st.get("containerStatuses") or []:
+        cs["ready"] = ready
+    return p
+
+
+def event(namespace: str, name: str, *, involved: dict, reason: str, message: str, type_: str = "Normal") -> dict:
+    md = involved.get("metadata", {})
+    return {"apiVersion": "v1", "kind": "Event", "metadata": _meta(name, namespace),
+            "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                               "name": md.get("name"), "namespace": md.get("namespace"), "uid": md.get("uid")},
+            "reason": reason, "message": message, "type": type_, "count": 1,
+            "firstTimestamp": _TS, "lastTimestamp": _TS, "source": {"component": "fake"}}
+
+
+# --- apps/v1, policy/v1 ------------------------------------------------------------------------
+
+
+def daemonset(namespace: str, name: str, *, node_selector: Mapping[str, str] | None = None,
+              labels: Mapping[str, str] | None = None, desired: int = 1, ready: int | None = None,
+              image: str = "registry.example/ds:1.0") -> dict:
+    sel = dict(labels) if labels else {"app": name}
+    ready = desired if ready is None else ready
+    tpl_spec: dict[str, Any] = {"containers": [{"name": name, "image": image}]}
+    if node_selector:
+        tpl_spec["nodeSelector"] = dict(node_selector)
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": _meta(name, namespace, labels=sel, uid_kind="DaemonSet"),
+        "spec": {"selector": {"matchLabels": sel}, "template": {"metadata": {"labels": sel}, "spec": tpl_spec},
+                 "updateStrategy": {"type": "RollingUpdate",
+                                    "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                 "revisionHistoryLimit": 10},
+        "status": daemonset_status(desired, ready),
+    }
+
+
+def daemonset_status(desired: int, ready: int, observed_generation: int = 1) -> dict:
+    st = {"currentNumberScheduled": desired, "desiredNumberScheduled": desired, "numberMisscheduled": 0,
+          "numberReady": ready, "updatedNumberScheduled": desired, "numberAvailable": ready,
+          "observedGeneration": observed_generation}
+    if desired - ready > 0:
+        st["numberUnavailable"] = desired - ready
+    if ready == 0:
+        del st["numberAvailable"]
+    return st
+
+
+def replicaset(namespace: str, name: str, *, labels: Mapping[str, str] | None = None, replicas: int = 1) -> dict:
+    sel = dict(labels) if labels else {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": _meta(name, namespace, labels=sel, uid_kind="ReplicaSet"),
+        "spec": {"replicas": replicas, "selector": {"matchLabels": sel},
+                 "template": {"metadata": {"labels": sel},
+                              "spec": {"containers": [{"name": "main", "image": "registry.example/app:1.0"}]}}},
+        "status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
+                   "fullyLabeledReplicas": replicas, "observedGeneration": 1},
+    }
+
+
+def pdb(namespace: str, name: str, *, selector: Mapping[str, Any], min_available: int | str | None = None,
+        max_unavailable: int | str | None = None) -> dict:
+    """A PodDisruptionBudget; ``selector`` is matchLabels, or a full LabelSelector when it has
+    ``matchLabels``/``matchExpressions`` keys."""
+    sel = dict(selector) if ("matchLabels" in selector or "matchExpressions" in selector) else \
+        {"matchLabels": dict(selector)}
+    spec: dict[str, Any] = {"selector": sel}
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(name, namespace),
+            "spec": spec,
+            "status": {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0,
+                       "observedGeneration": 1}}
+
+
+# --- KubeVirt ----------------------------------------------------------------------------------
+
+
+def kubevirt(namespace: str = "kubevirt", name: str = "kubevirt", *, feature_gates: Iterable[str] | None = None,
+             disabled_gates: Iterable[str] | None = None, version: str = "v1.9.0", phase: str = "Deployed",
+             permitted_pci: Iterable[Any] | None = None, with_configuration: bool = True) -> dict:
+    """The KubeVirt CR as virt-operator's sample installs it (``featureGates: []``), then configured.
+    ``permitted_pci`` entries are full dicts or ``(pciVendorSelector, resourceName)`` pairs.
+    ``with_configuration=False`` leaves out ``spec.configuration`` entirely."""
+    spec: dict[str, Any] = {"certificateRotateStrategy": {}, "customizeComponents": {},
+                            "imagePullPolicy": "IfNotPresent", "workloadUpdateStrategy": {}}
+    if with_configuration:
+        dev: dict[str, Any] = {"featureGates": list(feature_gates or [])}
+        if disabled_gates is not None:
+            dev["disabledFeatureGates"] = list(disabled_gates)
+        conf: dict[str, Any] = {"developerConfiguration": dev}
+        if permitted_pci is not None:
+            conf["permittedHostDevices"] = {"pciHostDevices": [_pci_host_device(p) for p in permitted_pci]}
+        spec["configuration"] = conf
+    deployed = phase == "Deployed"
+    conds = [
+        {"type": "Available", "status": "True" if deployed else "False", "reason": "AllComponentsReady",
+         "message": "All components are ready.", "lastProbeTime": _TS, "lastTransitionTime": _TS},
+        {"type": "Progressing", "status": "False" if deployed else "True", "reason": "AllComponentsReady",
+         "message": "All components are ready.", "lastProbeTime": _TS, "lastTransitionTime": _TS},
+        {"type": "Degraded", "status": "False", "reason": "AllComponentsReady",
+         "message": "All components are ready.", "lastProbeTime": _TS, "lastTransitionTime": _TS},
+    ]
+    status: dict[str, Any] = {"phase": phase, "conditions": conds, "defaultArchitecture": "amd64",
+                              "observedGeneration": 1, "operatorVersion": version,
+                              "outdatedVirtualMachineInstanceWorkloads": 0, "targetKubeVirtRegistry": "quay.io/kubevirt",
+                              "targetKubeVirtVersion": version}
+    if deployed:
+        status["observedKubeVirtRegistry"] = "quay.io/kubevirt"
+        status["observedKubeVirtVersion"] = version
+        status["observedDeploymentID"] = stable_uid("deploy", namespace, name).replace("-", "")[:40]
+    return {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+            "metadata": _meta(name, namespace, uid_kind="KubeVirt"), "spec": spec, "status": status}
+
+
+def _pci_host_device(p: Any) -> dict:
+    if isinstance(p, dict):
+        return dict(p)
+    selector, resource = p
+    return {"pciVendorSelector": selector, "resourceName": resource, "externalResourceProvider": True}
+
+
+def _host_devices(host_devices: Iterable[Any] | None) -> list[dict]:
+    out = []
+    for i, d in enumerate(host_devices or []):
+        out.append(dict(d) if isinstance(d, dict) else {"name": f"npu{i}", "deviceName": d})
+    return out
+
+
+def vm(namespace: str, name: str, *, host_devices: Iterable[Any] | None = None, running: bool = True,
+       run_strategy: str | None = None, resource_claims: Iterable[dict] | None = None) -> dict:
+    """A VirtualMachine. ``host_devices`` are full dicts or deviceName strings (named npu0, npu1...)."""
+    tpl_spec: dict[str, Any] = {
+        "domain": {"devices": {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}],
+                               "interfaces": [{"name": "default", "masquerade": {}}]},
+                   "resources": {"requests": {"memory": "4Gi"}}},
+        "networks": [{"name": "default", "pod": {}}],
+        "volumes": [{"name": "rootdisk", "containerDisk": {"image": "quay.io/containerdisks/ubuntu:22.04"}}],
+    }
+    hd = _host_devices(host_devices)
+    if hd:
+        tpl_spec["domain"]["devices"]["hostDevices"] = hd
+    if resource_claims:
+        tpl_spec["resourceClaims"] = list(resource_claims)
+    strategy = run_strategy or ("Always" if running else "Halted")
+    is_running = strategy in ("Always", "RerunOnFailure") and running
+    return {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": _meta(name, namespace, uid_kind="VirtualMachine"),
+        "spec": {"runStrategy": strategy,
+                 "template": {"metadata": {"labels": {"kubevirt.io/vm": name}}, "spec": tpl_spec}},
+        "status": {"printableStatus": "Running" if is_running else "Stopped", "ready": is_running,
+                   "created": is_running, "desiredGeneration": 1, "observedGeneration": 1,
+                   "runStrategy": strategy},
+    }
+
+
+def vmi(namespace: str, name: str, node: str, host_devices: Iterable[Any] | None = None, *,
+        phase: str = "Running") -> dict:
+    """A VirtualMachineInstance on ``node`` (owned by the VM of the same name)."""
+    devices: dict[str, Any] = {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}]}
+    hd = _host_devices(host_devices)
+    if hd:
+        devices["hostDevices"] = hd
+    md = _meta(name, namespace, labels={"kubevirt.io/nodeName": node, "kubevirt.io/vm": name},
+               uid_kind="VirtualMachineInstance")
+    md["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
+                              "uid": stable_uid("VirtualMachine", namespace, name), "controller": True,
+                              "blockOwnerDeletion": True}]
+    return {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": md,
+        "spec": {"domain": {"devices": devices, "resources": {"requests": {"memory": "4Gi"}}},
+                 "evictionStrategy": "LiveMigrate"},
+        "status": {"phase": phase, "nodeName": node,
+                   "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False",
+                                   "lastProbeTime": None, "lastTransitionTime": _TS}],
+                   "migrationMethod": "BlockMigration", "qosClass": "Burstable"},
+    }
+
+
+def virt_launcher(namespace: str, vmi_name: str, node: str, *, resources: Mapping[str, str] | None = None,
+                  suffix: str = "abcde") -> dict:
+    """The virt-launcher pod of a VMI (controller ownerReference to the VMI)."""
+    p = pod(namespace, f"virt-launcher-{vmi_name}-{suffix}", node=node,
+            labels={"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi_name,
+                    "kubevirt.io/created-by": stable_uid("VirtualMachineInstance", namespace, vmi_name)},
+            owner_kind="VirtualMachineInstance", owner_name=vmi_name, requests=resources, limits=resources,
+            annotations={"kubevirt.io/domain": vmi_name})
+    p["spec"]["containers"][0]["name"] = "compute"
+    p["status"]["containerStatuses"][0]["name"] = "compute"
+    return p
+
+
+# --- RBLN operator, NFD, DRA, CRDs ---------------------------------------------------------------
+
+
+def cluster_policy(name: str = "rbln-cluster-policy", *, workload_type: str = "container", vfio_manager: bool = True,
+                   sandbox: bool = True, dra: bool = False, device_plugin: bool = True) -> dict:
+    """An RBLNClusterPolicy (rebellions.ai/v1beta1, cluster-scoped) with the spec keys of
+    api/v1beta1/rblnclusterpolicy_types.go."""
+    return {
+        "apiVersion": "rebellions.ai/v1beta1", "kind": "RBLNClusterPolicy",
+        "metadata": _meta(name, uid_kind="RBLNClusterPolicy"),
+        "spec": {
+            "workloadType": workload_type,
+            "vfioManager": {"enabled": vfio_manager},
+            "sandboxDevicePlugin": {"enabled": sandbox},
+            "devicePlugin": {"enabled": device_plugin},
+            "draKubeletPlugin": {"enabled": dra, "driverName": "npu.rebellions.ai"},
+            "metricsExporter": {"enabled": True},
+            "npuFeatureDiscovery": {"enabled": True},
+            "containerToolkit": {"enabled": True},
+            "validator": {},
+            "driver": {"enabled": True},
+        },
+        "status": {"state": "ready"},
+    }
+
+
+def node_feature(node: str, *, namespace: str = "node-feature-discovery",
+                 modules: Iterable[str] = ("rebellions", "vfio", "vfio_pci", "vfio_iommu_type1", "kvm", "kvm_intel"),
+                 pci_devices: Iterable[Mapping[str, str]] | None = None,
+                 kernel_version: str = "5.15.0-105-generic", iommu: bool = True) -> dict:
+    """An NFD NodeFeature (nfd.k8s-sigs.io/v1alpha1) named after its node, in NFD's namespace.
+    ``pci_devices`` entries: ``{"vendor": "1eff", "device": "1220", "class": "1200"}``."""
+    if pci_devices is None:
+        pci_devices = [{"vendor": "1eff", "device": "1220", "class": "1200"}] * 2
+    m = kernel_version.split("-")[0].split(".")
+    kv = {"full": kernel_version, "major": m[0], "minor": m[1] if len(m) > 1 else "0",
+          "revision": m[2] if len(m) > 2 else "0"}
+    labels = {f"feature.node.kubernetes.io/kernel-version.{k}": v for k, v in kv.items()}
+    classes = {(d["class"], d["vendor"]) for d in pci_devices}
+    for cls, vendor in classes:
+        labels[f"feature.node.kubernetes.io/pci-{cls}_{vendor}.present"] = "true"
+    if iommu:
+        labels["feature.node.kubernetes.io/iommu-enabled"] = "true"
+    return {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+        "metadata": _meta(node, namespace, labels={"nfd.node.kubernetes.io/node-name": node}),
+        "spec": {
+            "features": {
+                "flags": {},
+                "attributes": {
+                    "kernel.loadedmodule": {"elements": {mod: "" for mod in modules}},
+                    "kernel.version": {"elements": kv},
+                },
+                "instances": {"pci.device": {"elements": [{"attributes": dict(d)} for d in pci_devices]}},
+            },
+            "labels": labels,
+        },
+    }
+
+
+def deviceclass(name: str, *, driver: str = "npu.rebellions.ai") -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": _meta(name),
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
+
+
+def resource_slice(node: str, *, driver: str = "npu.rebellions.ai", devices: Iterable[dict] | None = None,
+                   name: str | None = None) -> dict:
+    devs = list(devices) if devices is not None else [
+        {"name": "vfio-0000-3b-00-0", "attributes": {
+            "resource.kubernetes.io/pciBusID": {"string": "0000:3b:00.0"}, "iommuGroup": {"int": 42},
+            "pciDeviceID": {"string": "1220"}, "productName": {"string": "RBLN-CA22"}}}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": _meta(name or f"{node}-{driver}-slice"),
+            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                   "resourceSliceCount": 1},
+                     "devices": devs}}
+
+
+def crd(plural: str, group: str, kind: str, scope: str = "Namespaced", *, versions: Iterable[str] = ("v1",),
+        short_names: Iterable[str] = ()) -> dict:
+    vs = list(versions)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": _meta(f"{plural}.{group}"),
+        "spec": {
+            "group": group, "scope": scope,
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List",
+                      **({"shortNames": list(short_names)} if short_names else {})},
+            "versions": [{"name": v, "served": True, "storage": i == 0,
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                                                         "x-kubernetes-preserve-unknown-fields": True}},
+                          "subresources": {"status": {}}} for i, v in enumerate(vs)],
+        },
+        "status": {
+            "acceptedNames": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+            "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                            "message": "no conflicts found", "lastTransitionTime": _TS},
+                           {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                            "message": "the initial names have been accepted", "lastTransitionTime": _TS}],
+            "storedVersions": vs[:1],
+        },
+    }
