@@ -127,4 +127,9 @@ app.add_typer(vfio.app, name="vfio")
 
 def main() -> None:
     """Console-script entry point (`rblnctl`, `kubectl-rbln`, `python -m rblnctl`)."""
-    app(prog_name="rblnctl")
+    import os
+    import sys
+
+    # Invoked by kubectl as a plugin (`kubectl rbln ...` runs kubectl-rbln): say so in usage lines.
+    plugin = os.path.basename(sys.argv[0]) == "kubectl-rbln"
+    app(prog_name="kubectl rbln" if plugin else "rblnctl")

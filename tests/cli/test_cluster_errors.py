@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
+
+import pytest
 
 from tests.fakes import objects as o
 from tests.helpers import cli
@@ -70,3 +76,28 @@ def test_unexpected_bug_is_one_line_exit_70(apiserver, mocker):
     r = cli("node", "list", server=apiserver.url)
     assert r.exit_code == 70
     assert "rerun with -v" in _one_error_line(r)
+
+
+def test_unauthorized_exit_4(apiserver):
+    apiserver.require_token = True
+    r = cli("node", "list", server=apiserver.url)  # --server sends no credentials
+    assert r.exit_code == 4
+    assert "unauthorized" in _one_error_line(r)
+
+
+def test_kubectl_plugin_entry_point_is_the_same_app():
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.value.startswith("rblnctl")}
+    assert scripts["rblnctl"] == scripts["kubectl-rbln"] == "rblnctl.cli.app:main"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
+def test_kubectl_runs_rblnctl_as_a_plugin():
+    bindir = os.path.dirname(sys.executable)
+    if not os.path.exists(os.path.join(bindir, "kubectl-rbln")):
+        pytest.skip("kubectl-rbln is not installed next to this interpreter")
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"])
+    out = subprocess.run(["kubectl", "rbln", "node", "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "Usage: kubectl rbln node" in out.stdout
