@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -59,3 +61,16 @@ def info(message: str) -> None:
     from rich.markup import escape
 
     stderr().print(escape(message), soft_wrap=True)
+
+
+@contextmanager
+def waiting(message: str) -> Iterator[None]:
+    """Show a spinner with message on stderr while the block runs (only on a terminal; silent in pipes)."""
+    con = stderr()
+    if not con.is_terminal:
+        yield
+        return
+    from rich.markup import escape
+
+    with con.status(escape(message), spinner="dots"):
+        yield

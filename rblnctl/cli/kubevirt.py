@@ -99,7 +99,10 @@ def _run_edit(
     if not plan.noop and not yes:
         stderr().print(table(plan, show_patch=False))
         _confirm(f"Patch KubeVirt {ref}?", yes)
-    result = writer.apply(plan)
+    from rblnctl.cli.console import waiting
+
+    with waiting(f"patching KubeVirt {ref}..."):
+        result = writer.apply(plan)
     final = result.plan
     if not result.changed:
         info(f"{noop_message}; nothing to change")

@@ -61,11 +61,13 @@ def preflight(
     else:
         if root is not None:
             raise InvalidInput("--root needs --local")
+        from rblnctl.cli.console import waiting
         from rblnctl.preflight.cluster import ClusterPreflight
 
-        report = ClusterPreflight(
-            kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict
-        ).run()
+        with waiting("reading the cluster (nodes, NodeFeatures, KubeVirt, operator)..."):
+            report = ClusterPreflight(
+                kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict
+            ).run()
     emit(report, output, lambda: report_table(report))
     failing = report.failed_ids()
     if failing:

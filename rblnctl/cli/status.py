@@ -15,7 +15,10 @@ def status(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt =
     from rblnctl.cli.output import emit
     from rblnctl.status import cluster_status
 
-    st = cluster_status(ctx.obj.kube(), selector=selector)
+    from rblnctl.cli.console import waiting
+
+    with waiting("reading the cluster..."):
+        st = cluster_status(ctx.obj.kube(), selector=selector)
     emit(st, output, lambda: _table(st))
 
 
