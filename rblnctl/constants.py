@@ -182,3 +182,14 @@ NFD_PCI_IOMMU_ATTR = "iommu_group/type"  # set only for devices in an IOMMU grou
 NFD_CPUID_HYPERVISOR = "HYPERVISOR"
 NFD_HYPERVISOR_LABEL = "feature.node.kubernetes.io/cpu-cpuid.HYPERVISOR"
 HELM_TIMEOUT_S = 10.0
+
+# --- Drain and mode switching (rblnctl node drain / set-mode) -----------------------------------
+
+# Every component the operator deploys, either mode: their pods are the operator's to replace.
+OPERATOR_COMPONENTS = tuple(dict.fromkeys(CONTAINER_COMPONENTS + VM_COMPONENTS))
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+VIRT_LAUNCHER_LABEL = "kubevirt.io"
+VIRT_LAUNCHER_VALUE = "virt-launcher"
+VMI_NODE_LABEL = "kubevirt.io/nodeName"  # KubeVirt labels each VMI with the node it runs on
+# Progress of an interrupted `node set-mode`, kept on the node so a re-run resumes (JSON).
+SET_MODE_ANNOTATION = "rebellions.ai/rblnctl.set-mode"

@@ -1,0 +1,163 @@
+"""`rblnctl node set-mode | drain` through the CLI: flags, exit codes, -o json, stdout vs stderr, zero writes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tests.fakes import objects as o
+from tests.fakes.operator import SimulatedOperator
+from tests.helpers import cli
+
+NPU = {"rebellions.ai/npu": "1"}
+PF = "rebellions.ai/RBLN-CA22_PF"
+MODE = "rebellions.ai/npu.workload.config"
+ANN = "rebellions.ai/rblnctl.set-mode"
+
+
+@pytest.fixture
+def cluster(apiserver):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
+                  o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU),
+                  o.pod("default", "cpu-app", node="n1", owner_kind="ReplicaSet", owner_name="web"))
+    op = SimulatedOperator(apiserver).start()
+    assert op.wait_idle()
+    apiserver.clear_requests()
+    yield apiserver
+    op.stop()
+
+
+def test_set_mode_json_result_and_progress_on_stderr(cluster):
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "-o", "json", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)  # stdout is the result alone
+    assert set(data) == {"plan", "result"}
+    res = data["result"]
+    assert (res["node"], res["previous_mode"], res["mode"], res["changed"]) == ("n1", "container", "vm-passthrough",
+                                                                                True)
+    assert res["cordoned"] is True and res["uncordoned"] is True
+    assert res["evicted"] == [{"namespace": "default", "name": "npu-app", "uid": res["evicted"][0]["uid"]}]
+    assert [s["step"] for s in data["plan"]["steps"]] == ["record", "cordon", "evict", "relabel", "wait", "uncordon"]
+    assert data["plan"]["drain"]["evict"][0]["name"] == "npu-app"
+    assert "evicted default/npu-app" in r.stderr and "cordon" in r.stderr and "uncordon" in r.stderr
+    node = cluster.get("Node", "n1")
+    assert node["metadata"]["labels"][MODE] == "vm-passthrough" and not node["spec"].get("unschedulable")
+
+
+def test_set_mode_noop_exits_0_without_yes(cluster):
+    r = cli("node", "set-mode", "n1", "container", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "already in container mode" in r.stderr and cluster.writes() == []
+
+
+def test_bad_mode_exits_2_before_connecting(apiserver):
+    r = cli("node", "set-mode", "n1", "gpu", "--yes", server=apiserver.url)
+    assert r.exit_code == 2
+    assert "unknown mode 'gpu'" in r.stderr and r.stdout == ""
+    assert apiserver.requests == []
+
+
+def test_refused_by_vm_guard_exits_1(cluster):
+    cluster.add(o.vmi("vms", "vm1", "n1", host_devices=[PF]))
+    r = cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
+    assert r.exit_code == 1
+    assert "refusing to switch node n1" in r.stderr and "vms/vm1" in r.stderr and "stop or migrate" in r.stderr
+    assert cluster.writes() == []
+
+
+def test_unknown_node_exits_1(apiserver):
+    r = cli("node", "set-mode", "nope", "vm", "--yes", server=apiserver.url)
+    assert r.exit_code == 1 and "nope" in r.stderr
+
+
+def test_timeout_exits_5_and_says_how_to_resume(apiserver):
+    apiserver.add(o.npu_node("n1"))  # no operator: nothing converges
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "0.3", server=apiserver.url)
+    assert r.exit_code == 5
+    assert "in progress" in r.stderr and "rblnctl node set-mode n1 vm" in r.stderr
+    assert apiserver.get("Node", "n1")["spec"]["unschedulable"] is True
+
+
+def test_yes_is_required_without_a_tty(cluster):
+    r = cli("node", "set-mode", "n1", "vm", server=cluster.url)
+    assert r.exit_code == 2
+    assert "--yes" in r.stderr and cluster.writes() == []
+
+
+def test_confirmation_on_a_tty(cluster, monkeypatch):
+    import rblnctl.cli.node
+
+    monkeypatch.setattr(rblnctl.cli.node, "_stdin_is_tty", lambda: True)
+    r = cli("node", "set-mode", "n1", "vm", server=cluster.url, input="n\n")
+    assert r.exit_code == 1 and cluster.writes() == []
+    assert "Switch node n1 to vm mode?" in r.stderr and "default/npu-app" in r.stderr
+    assert "STEP" in r.stderr and "STEP" not in r.stdout  # the plan is shown on stderr, stdout stays clean
+    r = cli("node", "set-mode", "n1", "vm", server=cluster.url, input="y\n")
+    assert r.exit_code == 0, r.stderr
+    assert cluster.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(cluster):
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", "-o", "json", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["result"] is None and data["plan"]["target"] == "vm-passthrough"
+    assert "dry run: nothing was sent" in r.stderr
+    assert cluster.writes() == []
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", server=cluster.url)  # table
+    assert r.exit_code == 0 and "npu.workload.config=vm-passthrough" in r.stdout and cluster.writes() == []
+
+
+def test_dry_run_server_sends_dry_run_all(cluster):
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run=server", "--yes", "-o", "json", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["result"]["server_dry_run"] is True
+    writes = cluster.writes()
+    assert writes and all(w.dry_run for w in writes)
+    assert cluster.get("Node", "n1")["metadata"]["labels"][MODE] == "container"
+
+
+def test_dry_run_flags_conflict(cluster):
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", "--server-dry-run", server=cluster.url)
+    assert r.exit_code == 2
+
+
+def test_drain_cordons_evicts_and_leaves_cordoned(cluster):
+    r = cli("node", "drain", "n1", "--yes", "-o", "json", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["result"]["cordoned"] is True and [p["name"] for p in data["result"]["evicted"]] == ["npu-app"]
+    assert "kubectl uncordon n1" in r.stderr and "cordoned node n1" in r.stderr
+    assert cluster.get("Node", "n1")["spec"]["unschedulable"] is True
+    assert cluster.get("Pod", "cpu-app", "default") is not None
+
+
+def test_drain_all_pods_and_blockers(cluster):
+    cluster.add(o.pod("default", "bare", node="n1"))
+    r = cli("node", "drain", "n1", "--all-pods", "--yes", server=cluster.url)
+    assert r.exit_code == 1 and "default/bare is not managed by a controller" in r.stderr
+    assert cluster.writes() == []
+    r = cli("node", "drain", "n1", "--all-pods", "--force", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert cluster.get("Pod", "cpu-app", "default") is None and cluster.get("Pod", "bare", "default") is None
+
+
+def test_drain_dry_run_zero_writes(cluster):
+    r = cli("node", "drain", "n1", "--dry-run", server=cluster.url)
+    assert r.exit_code == 0 and "npu-app" in r.stdout and cluster.writes() == []
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kubectl_sees_the_switched_labels(cluster, kubeconfig):
+    r = cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    out = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "get", "node", "n1", "-o",
+                          "jsonpath={.metadata.labels}"], capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 0, out.stderr
+    labels = json.loads(out.stdout)
+    assert labels[MODE] == "vm-passthrough"
+    assert labels["rebellions.ai/npu.deploy.vfio-manager"] == "true"
+    assert "rebellions.ai/npu.deploy.device-plugin" not in labels

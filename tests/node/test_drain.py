@@ -1,0 +1,346 @@
+"""Drainer against the fake API server: classification, evictions, PDB backoff, waits, parallelism."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
+from rblnctl.kube import KubeOptions, connect
+from rblnctl.node.drain import Drainer, PodRef
+from tests.fakes import objects as o
+
+NPU = {"rebellions.ai/npu": "1"}
+OPS = "rbln-system"
+
+
+@pytest.fixture
+def kube(apiserver):
+    return connect(KubeOptions(server=apiserver.url))
+
+
+class FakeClock:
+    """A clock that only moves when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def rs_pod(name, *, node="n1", ns="default", **kw):
+    return o.pod(ns, name, node=node, owner_kind="ReplicaSet", owner_name="web", **kw)
+
+
+def seed_mixed(apiserver):
+    claim_npu = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "npu-claim", "namespace": "default"},
+                 "spec": {"devices": {"requests": [{"name": "npu", "exactly": {"deviceClassName": "npu.rebellions.ai"}}]}},
+                 "status": {"allocation": {"devices": {"results": [
+                     {"request": "npu", "driver": "npu.rebellions.ai", "pool": "n1", "device": "npu-0"}]}}}}
+    claim_gpu = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "gpu-claim", "namespace": "default"},
+                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+                 "status": {"allocation": {"devices": {"results": [
+                     {"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]}}}}
+    dra_npu = rs_pod("dra-npu")
+    dra_npu["spec"]["resourceClaims"] = [{"name": "npu", "resourceClaimName": "npu-claim"}]
+    dra_gpu = rs_pod("dra-gpu")
+    dra_gpu["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
+    init_npu = rs_pod("init-npu")
+    init_npu["spec"]["initContainers"] = [{"name": "warm", "image": "x", "resources": {"limits": NPU}}]
+    apiserver.add(
+        o.npu_node("n1"), o.npu_node("n2"), o.replicaset("default", "web"), claim_npu, claim_gpu,
+        o.pod("kube-system", "agent-n1", node="n1", owner_kind="DaemonSet", requests=NPU),
+        o.pod("kube-system", "etcd-n1", node="n1", annotations={"kubernetes.io/config.mirror": "abc"}),
+        o.pod(OPS, "rbln-vfio-manager-x", node="n1", owner_kind="ReplicaSet",
+              labels={"app.kubernetes.io/component": "vfio-manager"}, requests=NPU),
+        rs_pod("npu-app", requests=NPU),
+        rs_pod("vf-app", limits={"rebellions.ai/RBLN-CA22_VF": "1"}),
+        init_npu, dra_npu, dra_gpu,
+        rs_pod("cpu-app"),
+        rs_pod("done-job", requests=NPU, phase="Succeeded"),
+        rs_pod("elsewhere", node="n2", requests=NPU),
+    )
+
+
+def actions(plan):
+    out = {f"{e.namespace}/{e.name}": "evict" for e in plan.evict}
+    out.update({f"{e.namespace}/{e.name}": e.reason for e in plan.ignored})
+    return out
+
+
+def test_plan_classifies_like_kubectl_and_the_driver_manager(apiserver, kube):
+    seed_mixed(apiserver)
+    apiserver.clear_requests()
+    plan = Drainer(kube=kube).plan("n1")
+    a = actions(plan)
+    assert plan.blockers == [] and plan.scope == "npu"
+    assert sorted(k for k, v in a.items() if v == "evict") == [
+        "default/dra-npu", "default/init-npu", "default/npu-app", "default/vf-app"]
+    assert "DaemonSet" in a["kube-system/agent-n1"]
+    assert "mirror pod" in a["kube-system/etcd-n1"]
+    assert "operator component vfio-manager" in a["rbln-system/rbln-vfio-manager-x"]
+    assert "uses no NPU" in a["default/cpu-app"] and "uses no NPU" in a["default/dra-gpu"]
+    assert "finished (Succeeded)" in a["default/done-job"]
+    assert "default/elsewhere" not in a
+    assert apiserver.writes() == []
+    lists = [r for r in apiserver.requests if r.path == "/api/v1/pods"]
+    assert lists and lists[0].query["fieldSelector"] == ["spec.nodeName=n1"]
+
+
+def test_all_pods_scope_evicts_every_non_daemonset_pod(apiserver, kube):
+    seed_mixed(apiserver)
+    plan = Drainer(kube=kube, all_pods=True).plan("n1")
+    evict = sorted(f"{e.namespace}/{e.name}" for e in plan.evict)
+    assert evict == ["default/cpu-app", "default/dra-gpu", "default/dra-npu", "default/init-npu", "default/npu-app",
+                     "default/vf-app"]
+    assert plan.scope == "all"
+
+
+def test_blockers_are_collected_and_nothing_is_evicted(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
+                  rs_pod("scratch", requests=NPU, volumes=[{"name": "tmp", "emptyDir": {}}]),
+                  o.pod("default", "bare", node="n1", requests=NPU),
+                  o.virt_launcher("vms", "vm1", "n1", resources={"rebellions.ai/RBLN-CA22_PF": "1"}),
+                  rs_pod("npu-app", requests=NPU))
+    drainer = Drainer(kube=kube)
+    plan = drainer.plan("n1")
+    assert len(plan.blockers) == 3 and [e.name for e in plan.evict] == ["npu-app"]
+    text = "\n".join(plan.blockers)
+    assert "default/scratch has emptyDir" in text and "--delete-emptydir-data" in text
+    assert "default/bare is not managed by a controller" in text and "--force" in text
+    assert "KubeVirt VM vms/vm1 holding NPUs" in text
+    apiserver.clear_requests()
+    with pytest.raises(Refused) as exc:
+        drainer.run(plan)
+    assert len(exc.value.blockers) == 3 and apiserver.writes() == []
+
+    plan = Drainer(kube=kube, delete_emptydir_data=True, force=True, evict_vms=True).plan("n1")
+    assert plan.blockers == []
+    assert sorted(e.name for e in plan.evict) == ["bare", "npu-app", "scratch", "virt-launcher-vm1-abcde"]
+    launcher = next(e for e in plan.evict if e.name.startswith("virt-launcher"))
+    assert launcher.vmi == "vm1" and launcher.npu
+
+
+def test_run_cordons_evicts_and_waits(apiserver, kube):
+    seed_mixed(apiserver)
+    seen: list[str] = []
+    drainer = Drainer(kube=kube, cordon=True, poll_s=0.02, on_evicted=lambda p: seen.append(f"evicted {p}"),
+                      on_deleted=lambda p: seen.append(f"gone {p}"), on_cordoned=lambda n: seen.append(f"cordon {n}"))
+    plan = drainer.plan("n1")
+    assert plan.cordon
+    res = drainer.run(plan)
+    assert res.cordoned and apiserver.get("Node", "n1")["spec"]["unschedulable"] is True
+    assert sorted(p.name for p in res.evicted) == ["dra-npu", "init-npu", "npu-app", "vf-app"]
+    for name in ("dra-npu", "init-npu", "npu-app", "vf-app"):
+        assert apiserver.get("Pod", name, "default") is None
+    for name in ("cpu-app", "dra-gpu"):
+        assert apiserver.get("Pod", name, "default") is not None
+    assert apiserver.get("Pod", "agent-n1", "kube-system") is not None
+    assert seen[0] == "cordon n1" and "gone default/npu-app" in seen
+    cordon = [w for w in apiserver.writes() if w.method == "PATCH"]
+    assert len(cordon) == 1 and cordon[0].content_type == "application/strategic-merge-patch+json"
+    assert cordon[0].body == {"spec": {"unschedulable": True}}
+    ev = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
+    assert ev and all(w.body["apiVersion"] == "policy/v1" and w.body["kind"] == "Eviction" for w in ev)
+    assert {w.body["metadata"]["name"] for w in ev} == {"dra-npu", "init-npu", "npu-app", "vf-app"}
+
+
+def test_already_cordoned_node_is_not_patched(apiserver, kube):
+    apiserver.add(o.npu_node("n1", unschedulable=True))
+    drainer = Drainer(kube=kube, cordon=True)
+    plan = drainer.plan("n1")
+    assert not plan.cordon and plan.unschedulable
+    apiserver.clear_requests()
+    assert drainer.run(plan).cordoned is False
+    assert apiserver.writes() == []
+
+
+def test_pdb_refusal_backs_off_and_reports_then_succeeds(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    refusals = {"n": 0}
+
+    def hook(pod, body):
+        if refusals["n"] < 3:
+            refusals["n"] += 1
+            return 429, "Cannot evict pod as it would violate the pod's disruption budget."
+        return None
+
+    apiserver.eviction_hook = hook
+    clock = FakeClock()
+    blocked: list[tuple[str, int]] = []
+    drainer = Drainer(kube=kube, sleep=clock.sleep, clock=clock, poll_s=0.01,
+                      on_pdb_blocked=lambda p, msg, n: blocked.append((str(p), n, "disruption budget" in msg)))
+    res = drainer.run(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["npu-app"]
+    assert blocked == [("default/npu-app", 1, True), ("default/npu-app", 2, True), ("default/npu-app", 3, True)]
+    assert clock.sleeps[:3] == [1.0, 2.0, 4.0]
+    assert apiserver.get("Pod", "npu-app", "default") is None
+
+
+def test_backoff_is_capped_at_10_seconds(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.eviction_hook = lambda pod, body: (429, "budget")
+    clock = FakeClock()
+    drainer = Drainer(kube=kube, sleep=clock.sleep, clock=clock, timeout_s=60)
+    with pytest.raises(WaitTimeout) as exc:
+        drainer.run(drainer.plan("n1"))
+    assert clock.sleeps[:6] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert "disruption budgets still refuse evicting default/npu-app" in str(exc.value)
+
+
+def test_real_pdb_blocks_then_frees(apiserver, kube):
+    """A real PodDisruptionBudget judged by the fake: freed by a test thread when the backoff sleeps."""
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web", replicas=1),
+                  rs_pod("npu-app", requests=NPU, labels={"app": "web"}),
+                  o.pdb("default", "web", selector={"app": "web"}, min_available=1))
+    freed: list[int] = []
+
+    def sleep(s: float) -> None:
+        if not freed:
+            apiserver.delete_now("PodDisruptionBudget", "web", "default")
+            freed.append(1)
+
+    reports: list[str] = []
+    drainer = Drainer(kube=kube, sleep=sleep, poll_s=0.01, on_pdb_blocked=lambda p, m, n: reports.append(m))
+    res = drainer.run(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["npu-app"]
+    assert len(reports) == 1 and "disruption budget web needs 1 healthy pods" in reports[0]
+
+
+def test_404_during_eviction_counts_as_gone(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+
+    def hook(pod, body):
+        apiserver.delete_now("Pod", "npu-app", "default")  # gone between our list and our eviction
+        return 404, 'pods "npu-app" not found'
+
+    apiserver.eviction_hook = hook
+    drainer = Drainer(kube=kube, poll_s=0.01)
+    res = drainer.run(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["npu-app"]
+
+
+def test_other_eviction_errors_propagate(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.forbid("create", "pods/eviction")
+    drainer = Drainer(kube=kube)
+    with pytest.raises(Forbidden):
+        drainer.run(drainer.plan("n1"))
+
+
+def test_waits_for_graceful_deletion(apiserver, kube):
+    apiserver.deletion_delay_s = 0.3
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    gone: list[float] = []
+    drainer = Drainer(kube=kube, poll_s=0.05, on_deleted=lambda p: gone.append(time.monotonic()))
+    started = time.monotonic()
+    drainer.run(drainer.plan("n1"))
+    assert gone and gone[0] - started >= 0.25
+    assert apiserver.get("Pod", "npu-app", "default") is None
+    gets = [r for r in apiserver.requests if r.method == "GET" and r.path == "/api/v1/namespaces/default/pods/npu-app"]
+    assert len(gets) >= 3
+
+
+def test_a_replacement_with_a_new_uid_counts_as_gone(apiserver, kube):
+    apiserver.deletion_delay_s = 30
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    drainer = Drainer(kube=kube, poll_s=0.02, timeout_s=5)
+    plan = drainer.plan("n1")
+
+    def replace(req):
+        if req.path.endswith("/eviction"):
+            threading.Timer(0.1, lambda: (apiserver.delete_now("Pod", "npu-app", "default"),
+                                          apiserver.add(rs_pod("npu-app", requests=NPU)))).start()
+
+    apiserver.on_request(replace)
+    started = time.monotonic()
+    drainer.run(plan)
+    assert time.monotonic() - started < 3
+    assert apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"] != plan.evict[0].uid
+
+
+def test_timeout_names_the_pods_still_there(apiserver, kube):
+    apiserver.deletion_delay_s = 30
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU),
+                  rs_pod("cpu-app"))
+    drainer = Drainer(kube=kube, poll_s=0.05, timeout_s=0.3)
+    with pytest.raises(WaitTimeout) as exc:
+        drainer.run(drainer.plan("n1"))
+    assert "still terminating: default/npu-app" in str(exc.value) and "cpu-app" not in str(exc.value)
+
+
+def test_parallel_evictions_are_bounded(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
+                  *(rs_pod(f"npu-{i:02d}", requests=NPU) for i in range(10)))
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+
+    def hook(pod, body):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+
+    apiserver.eviction_hook = hook
+    drainer = Drainer(kube=kube, max_parallel=3, poll_s=0.01)
+    res = drainer.run(drainer.plan("n1"))
+    assert len(res.evicted) == 10
+    assert state["max"] == 3  # parallel, and never more than max_parallel
+
+
+def test_disable_eviction_deletes_with_grace_period(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
+                  rs_pod("npu-app", requests=NPU, labels={"app": "web"}),
+                  o.pdb("default", "web", selector={"app": "web"}, min_available=1))
+    drainer = Drainer(kube=kube, disable_eviction=True, grace_period_s=0, poll_s=0.01)
+    drainer.run(drainer.plan("n1"))
+    writes = apiserver.writes()
+    assert [(w.method, w.path) for w in writes] == [("DELETE", "/api/v1/namespaces/default/pods/npu-app")]
+    assert writes[0].body == {"gracePeriodSeconds": 0}
+    assert apiserver.get("Pod", "npu-app", "default") is None
+
+
+def test_eviction_carries_grace_period(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    drainer = Drainer(kube=kube, grace_period_s=5, poll_s=0.01)
+    drainer.run(drainer.plan("n1"))
+    (ev,) = apiserver.writes()
+    assert ev.body == {"apiVersion": "policy/v1", "kind": "Eviction",
+                       "metadata": {"name": "npu-app", "namespace": "default"},
+                       "deleteOptions": {"gracePeriodSeconds": 5}}
+
+
+def test_server_dry_run_sends_dry_run_all_and_changes_nothing(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    drainer = Drainer(kube=kube, server_dry_run=True, cordon=True)
+    res = drainer.run(drainer.plan("n1"))
+    assert res.server_dry_run and [p.name for p in res.evicted] == ["npu-app"]
+    writes = apiserver.writes()
+    assert len(writes) == 2 and all(w.query.get("dryRun") == ["All"] for w in writes)
+    assert apiserver.get("Pod", "npu-app", "default") is not None
+    assert not apiserver.get("Node", "n1")["spec"].get("unschedulable")
+
+
+def test_unknown_node_and_bad_options(apiserver, kube):
+    with pytest.raises(NotFound):
+        Drainer(kube=kube).plan("nope")
+    with pytest.raises(InvalidInput):
+        Drainer(kube=kube, max_parallel=0)
+    with pytest.raises(InvalidInput):
+        Drainer(kube=kube, grace_period_s=-1)
+
+
+def test_podref_prints_namespace_and_name():
+    assert str(PodRef(namespace="a", name="b")) == "a/b"

@@ -1,0 +1,346 @@
+"""ModeSwitcher against the fake API server and the simulated RBLN operator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
+from rblnctl.kube import KubeOptions, connect
+from rblnctl.node.mode import ModeSwitcher
+from tests.fakes import objects as o
+from tests.fakes.operator import SimulatedOperator
+
+NPU = {"rebellions.ai/npu": "1"}
+PF = "rebellions.ai/RBLN-CA22_PF"
+OPS = "rbln-system"
+ANN = "rebellions.ai/rblnctl.set-mode"
+MODE = "rebellions.ai/npu.workload.config"
+DEPLOY = "rebellions.ai/npu.deploy."
+CONTAINER_DEPLOY = {DEPLOY + c for c in o.CONTAINER_COMPONENTS}
+VM_DEPLOY = {DEPLOY + c for c in o.VM_COMPONENTS}
+
+
+@pytest.fixture
+def kube(apiserver):
+    return connect(KubeOptions(server=apiserver.url))
+
+
+@pytest.fixture
+def operator(apiserver):
+    op = SimulatedOperator(apiserver, ready_delay_s=0.1)
+    yield op
+    op.stop()
+
+
+def switcher(kube, **kw):
+    kw.setdefault("timeout_s", 5)
+    kw.setdefault("poll_s", 0.05)
+    return ModeSwitcher(kube=kube, **kw)
+
+
+def seed(apiserver, mode=o.MODE_CONTAINER, **node_kw):
+    apiserver.add(o.npu_node("n1", mode=mode, **node_kw), o.replicaset("default", "web"),
+                  o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU),
+                  o.pod("default", "cpu-app", node="n1", owner_kind="ReplicaSet", owner_name="web"))
+
+
+def deploy_labels(apiserver):
+    return {k for k in apiserver.get("Node", "n1")["metadata"]["labels"] if k.startswith(DEPLOY)}
+
+
+def component_pods(apiserver):
+    return {p["metadata"]["labels"]["app.kubernetes.io/component"]: p for p in apiserver.list("Pod", OPS)
+            if p["spec"].get("nodeName") == "n1"}
+
+
+def ready(p):
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])
+
+
+def npu_alloc(apiserver):
+    return {k: v for k, v in apiserver.get("Node", "n1")["status"]["allocatable"].items()
+            if k.startswith("rebellions.ai/")}
+
+
+def test_container_to_vm_full_run(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    old_uids = {c: p["metadata"]["uid"] for c, p in component_pods(apiserver).items()}
+    steps: list[str] = []
+    sw = switcher(kube, on_step=lambda s, d: steps.append(s))
+    plan = sw.plan("n1", "vm")
+    assert (plan.current_mode, plan.target, plan.noop, plan.blockers) == ("container", "vm-passthrough", False, [])
+    assert [s.step for s in plan.steps] == ["record", "cordon", "evict", "relabel", "wait", "uncordon"]
+    assert [e.name for e in plan.drain.evict] == ["npu-app"]
+    res = sw.run(plan)
+    assert res.changed and res.cordoned and res.uncordoned and [p.name for p in res.evicted] == ["npu-app"]
+    node = apiserver.get("Node", "n1")
+    assert node["metadata"]["labels"][MODE] == "vm-passthrough"
+    assert deploy_labels(apiserver) == VM_DEPLOY
+    pods = component_pods(apiserver)
+    assert set(pods) == set(o.VM_COMPONENTS) and all(ready(p) for p in pods.values())
+    assert not set(old_uids) & set(pods)
+    assert npu_alloc(apiserver) == {PF: "2"}
+    assert not node["spec"].get("unschedulable")
+    assert ANN not in (node["metadata"].get("annotations") or {})
+    assert apiserver.get("Pod", "npu-app", "default") is None
+    assert apiserver.get("Pod", "cpu-app", "default") is not None
+    assert steps == ["record", "cordon", "evict", "relabel", "wait", "uncordon", "finish"]
+    # The writes, in order, with their content types.
+    writes = [(w.method, w.path.rsplit("/", 1)[-1], w.content_type) for w in apiserver.writes()
+              if not w.path.startswith("/api/v1/namespaces/rbln-system")]
+    assert writes == [
+        ("PATCH", "n1", "application/merge-patch+json"),
+        ("PATCH", "n1", "application/strategic-merge-patch+json"),
+        ("POST", "eviction", "application/json"),
+        ("PATCH", "n1", "application/merge-patch+json"),
+        ("PATCH", "n1", "application/strategic-merge-patch+json"),
+    ]
+    relabel = [w for w in apiserver.writes() if w.method == "PATCH"][2].body
+    assert relabel["metadata"]["labels"] == {MODE: "vm-passthrough"} and relabel["metadata"]["resourceVersion"]
+
+
+def test_vm_to_container(apiserver, kube, operator):
+    apiserver.add(o.npu_node("n1", mode=o.MODE_VM))
+    operator.start()
+    assert operator.wait_idle()
+    assert npu_alloc(apiserver) == {PF: "2"}
+    res = switcher(kube).run(switcher(kube).plan("n1", "container"))
+    assert res.previous_mode == "vm-passthrough" and res.mode == "container"
+    assert deploy_labels(apiserver) == CONTAINER_DEPLOY
+    assert set(component_pods(apiserver)) == set(o.CONTAINER_COMPONENTS)
+    assert all(ready(p) for p in component_pods(apiserver).values())
+    assert npu_alloc(apiserver) == {"rebellions.ai/npu": "2"}
+    assert not apiserver.get("Node", "n1")["spec"].get("unschedulable")
+
+
+def test_dra_policy_vm_mode_needs_no_extended_resource(apiserver, kube, operator):
+    apiserver.add(o.cluster_policy(dra=True, sandbox=False, device_plugin=False), o.npu_node("n1"))
+    operator.start()
+    assert operator.wait_idle()
+    switcher(kube).run(switcher(kube).plan("n1", "vm"))
+    assert deploy_labels(apiserver) == {DEPLOY + c for c in o.VM_DRA_COMPONENTS}
+    assert npu_alloc(apiserver) == {}
+
+
+def test_already_in_target_is_a_noop_with_zero_writes(apiserver, kube, operator):
+    seed(apiserver, mode=o.MODE_VM)
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.clear_requests()
+    sw = switcher(kube)
+    plan = sw.plan("n1", "vm-passthrough")
+    assert plan.noop and plan.steps == []
+    res = sw.run(plan)
+    assert not res.changed and apiserver.writes() == []
+
+
+def test_node_cordoned_beforehand_stays_cordoned(apiserver, kube, operator):
+    seed(apiserver, unschedulable=True)
+    operator.start()
+    assert operator.wait_idle()
+    sw = switcher(kube)
+    plan = sw.plan("n1", "vm")
+    assert "already cordoned" in plan.steps[1].detail and "cordoned before rblnctl" in plan.steps[-1].detail
+    res = sw.run(plan)
+    assert not res.cordoned and not res.uncordoned
+    node = apiserver.get("Node", "n1")
+    assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "vm-passthrough"
+    assert ANN not in (node["metadata"].get("annotations") or {})
+    assert not any(w.body.get("spec") for w in apiserver.writes() if w.path == "/api/v1/nodes/n1")
+
+
+def test_no_uncordon_leaves_node_cordoned(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    res = switcher(kube, uncordon=False).run(switcher(kube, uncordon=False).plan("n1", "vm"))
+    assert res.cordoned and not res.uncordoned
+    node = apiserver.get("Node", "n1")
+    assert node["spec"]["unschedulable"] is True and ANN not in (node["metadata"].get("annotations") or {})
+
+
+def test_vm_guard_refuses_then_force_evicts_the_launcher(apiserver, kube, operator):
+    seed(apiserver, mode=o.MODE_VM)
+    apiserver.add(o.vmi("vms", "vm1", "n1", host_devices=[PF]),
+                  o.virt_launcher("vms", "vm1", "n1", resources={PF: "1"}),
+                  o.vmi("vms", "plain", "n1"), o.vmi("vms", "far", "n2", host_devices=[PF]))
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.clear_requests()
+    sw = switcher(kube)
+    plan = sw.plan("n1", "container")
+    assert plan.vms == [f"vms/vm1 ({PF})"]
+    assert any("vms/vm1" in b and "stop or migrate these VMs first" in b for b in plan.blockers)
+    with pytest.raises(Refused) as exc:
+        sw.run(plan)
+    assert any("vms/vm1" in b for b in exc.value.blockers)
+    assert apiserver.writes() == []
+    vmi_list = [r for r in apiserver.requests if r.path.endswith("/virtualmachineinstances")]
+    assert vmi_list[0].query["labelSelector"] == ["kubevirt.io/nodeName=n1"]
+
+    forced = switcher(kube, force=True)
+    plan = forced.plan("n1", "container")
+    assert plan.blockers == [] and any("--force" in w for w in plan.warnings)
+    res = forced.run(plan)
+    assert "virt-launcher-vm1-abcde" in [p.name for p in res.evicted]
+    assert apiserver.get("VirtualMachineInstance", "vm1", "vms") is not None  # never deleted by us
+
+
+def test_vm_guard_finds_launchers_without_a_vmi(apiserver, kube):
+    seed(apiserver, mode=o.MODE_VM)
+    apiserver.add(o.virt_launcher("vms", "ghost", "n1", resources={PF: "1"}))
+    plan = switcher(kube).plan("n1", "container")
+    assert plan.vms == ["vms/ghost (virt-launcher pod virt-launcher-ghost-abcde requests NPUs)"]
+    assert plan.blockers
+
+
+def test_deploy_skip_and_non_npu_nodes_are_refused(apiserver, kube):
+    apiserver.add(o.npu_node("skip", labels={"rebellions.ai/npu.deploy.skip": "true"}), o.node("cpu"))
+    with pytest.raises(Refused, match="deploy.skip=true"):
+        switcher(kube).plan("skip", "vm")
+    with pytest.raises(Refused, match="no Rebellions NPU"):
+        switcher(kube).plan("cpu", "vm")
+    with pytest.raises(NotFound):
+        switcher(kube).plan("nope", "vm")
+    with pytest.raises(InvalidInput, match="unknown mode 'gpu'"):
+        switcher(kube).plan("skip", "gpu")
+    assert apiserver.writes() == []
+
+
+def test_invalid_label_value_is_reported(apiserver, kube):
+    apiserver.add(o.npu_node("n1", mode="vm"))  # "vm" is what users type, not a value the operator knows
+    plan = switcher(kube).plan("n1", "vm")
+    assert plan.current_mode == "container" and any("does not know" in w for w in plan.warnings)
+
+
+def test_failure_before_relabel_rolls_back(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    apiserver.forbid("create", "pods/eviction")
+    steps: list[tuple[str, str]] = []
+    sw = switcher(kube, on_step=lambda s, d: steps.append((s, d)))
+    with pytest.raises(Forbidden):
+        sw.run(sw.plan("n1", "vm"))
+    node = apiserver.get("Node", "n1")
+    assert not node["spec"].get("unschedulable")
+    assert ANN not in (node["metadata"].get("annotations") or {})
+    assert node["metadata"]["labels"][MODE] == "container"
+    assert steps[-1][0] == "rollback"
+
+
+def test_failure_after_relabel_leaves_cordoned_then_rerun_resumes(apiserver, kube):
+    seed(apiserver)
+    op = SimulatedOperator(apiserver).start()
+    assert op.wait_idle()
+    op.stop()  # the operator goes away: the label changes but nothing converges
+    sw = switcher(kube, timeout_s=0.4)
+    with pytest.raises(WaitTimeout) as exc:
+        sw.run(sw.plan("n1", "vm"))
+    msg = str(exc.value)
+    assert "in progress" in msg and "rblnctl node set-mode n1 vm" in msg and "still missing" in msg
+    node = apiserver.get("Node", "n1")
+    assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "vm-passthrough"
+    progress = json.loads(node["metadata"]["annotations"][ANN])
+    assert progress["target"] == "vm-passthrough" and progress["cordoned_by_rblnctl"] is True
+    assert progress["step"] == "relabel"
+
+    with pytest.raises(Refused, match="unfinished"):
+        switcher(kube).plan("n1", "container")  # another target while one is in progress
+
+    with SimulatedOperator(apiserver) as op2:
+        assert op2.wait_idle()
+        sw = switcher(kube)
+        plan = sw.plan("n1", "vm")
+        assert plan.resume and plan.cordoned_by_rblnctl and plan.started == progress["started"]
+        apiserver.clear_requests()
+        res = sw.run(plan)
+        assert res.resumed and res.uncordoned
+        node = apiserver.get("Node", "n1")
+        assert not node["spec"].get("unschedulable") and ANN not in (node["metadata"].get("annotations") or {})
+        # the label was already ours: no second relabel
+        assert not any("labels" in (w.body or {}).get("metadata", {}) for w in apiserver.writes())
+
+
+def test_resume_after_interruption_before_relabel(apiserver, kube, operator):
+    """Interrupted after the cordon: the annotation says rblnctl cordoned, so the re-run uncordons."""
+    progress = {"target": "vm-passthrough", "from": "container", "started": "2026-01-01T00:00:00Z",
+                "cordoned_by_rblnctl": True, "step": "cordon"}
+    seed(apiserver, unschedulable=True, annotations={ANN: json.dumps(progress)})
+    operator.start()
+    sw = switcher(kube)
+    plan = sw.plan("n1", "vm")
+    assert plan.resume and plan.unschedulable and plan.cordoned_by_rblnctl
+    res = sw.run(plan)
+    assert res.uncordoned and [p.name for p in res.evicted] == ["npu-app"]
+    node = apiserver.get("Node", "n1")
+    assert not node["spec"].get("unschedulable") and node["metadata"]["labels"][MODE] == "vm-passthrough"
+
+
+def test_conflicting_target_with_force_takes_over(apiserver, kube, operator):
+    progress = {"target": "container", "from": "vm-passthrough", "started": "2026-01-01T00:00:00Z",
+                "cordoned_by_rblnctl": True, "step": "cordon"}
+    seed(apiserver, unschedulable=True, annotations={ANN: json.dumps(progress)})
+    operator.start()
+    with pytest.raises(Refused) as exc:
+        switcher(kube).plan("n1", "vm")
+    assert "rblnctl node set-mode n1 container" in str(exc.value) and "--force" in str(exc.value)
+    sw = switcher(kube, force=True)
+    res = sw.run(sw.plan("n1", "vm"))
+    assert res.uncordoned  # the abandoned switch had cordoned it; we keep that knowledge
+
+
+def test_relabel_retries_on_conflict(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    bumped: list[int] = []
+
+    def race(req):
+        body = req.body if isinstance(req.body, dict) else {}
+        if req.method == "PATCH" and "labels" in body.get("metadata", {}) and not bumped:
+            bumped.append(1)  # someone else edits the node between our read and our write
+            apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({"team": "a"}))
+
+    apiserver.on_request(race)
+    retries: list[str] = []
+    sw = switcher(kube, on_step=lambda s, d: retries.append(d) if "changed under us" in d else None)
+    sw.run(sw.plan("n1", "vm"))
+    labels = apiserver.get("Node", "n1")["metadata"]["labels"]
+    assert labels[MODE] == "vm-passthrough" and labels["team"] == "a" and len(retries) == 1
+    relabels = [w for w in apiserver.writes() if "labels" in (w.body or {}).get("metadata", {})]
+    assert [w.status for w in relabels] == [409, 200]
+
+
+def test_server_dry_run_persists_nothing(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    before = apiserver.get("Node", "n1")
+    apiserver.clear_requests()
+    sw = switcher(kube, server_dry_run=True)
+    res = sw.run(sw.plan("n1", "vm"))
+    assert res.server_dry_run and not res.changed
+    writes = apiserver.writes()
+    assert writes and all(w.dry_run for w in writes)
+    after = apiserver.get("Node", "n1")
+    assert after["metadata"]["labels"] == before["metadata"]["labels"] and not after["spec"].get("unschedulable")
+    assert apiserver.get("Pod", "npu-app", "default") is not None
+
+
+def test_plan_makes_zero_writes(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.clear_requests()
+    plan = switcher(kube).plan("n1", "vm")
+    assert not plan.noop and apiserver.writes() == []
+    assert any("vfio-manager" in p for p in plan.pending)
+
+
+def test_bad_options():
+    with pytest.raises(InvalidInput):
+        ModeSwitcher(kube=None, timeout_s=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        ModeSwitcher(kube=None, grace_period_s=-1)  # type: ignore[arg-type]
