@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,7 @@ class KubeOptions:
     kubeconfig: str | None = None  # else $KUBECONFIG, else ~/.kube/config, else in-cluster
     context: str | None = None  # else the kubeconfig's current-context
     server: str | None = None  # plain URL, no auth: for tests and local proxies (`kubectl proxy`)
-    request_timeout_s: float = 30.0
+    request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
 
 
 @dataclass
@@ -111,7 +112,8 @@ class Kube:
     api_client: Any  # kubernetes.client.ApiClient
     server: str
     context: str | None = None
-    request_timeout_s: float = 30.0
+    request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
+    proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
     request_count: int = field(default=0, init=False)
 
     # -- core -------------------------------------------------------------------------------
@@ -137,11 +139,14 @@ class Kube:
         if body is not None:
             headers["Content-Type"] = content_type or JSON
         resource_path = path + ("?" + urlencode(query_items) if query_items else "")
-        _, url, headers, _, _ = self.api_client.param_serialize(
-            method=method, resource_path=resource_path, header_params=headers, auth_settings=["BearerToken"]
-        )
+        # Building the auth header may run an exec credential plugin again (an expired token).
+        with _client_errors() as plugin_errors:
+            _, url, headers, _, _ = self.api_client.param_serialize(
+                method=method, resource_path=resource_path, header_params=headers, auth_settings=["BearerToken"]
+            )
         started = time.monotonic()
         self.request_count += 1
+        where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
         try:
             resp = self.api_client.rest_client.request(
                 method,
@@ -153,21 +158,23 @@ class Kube:
             data = resp.read()
         except urllib3.exceptions.HTTPError as e:
             if not _is_timeout(e):
-                raise ClusterUnreachable(f"cannot reach the API server at {self.server}: {_root_cause(e)}") from e
+                raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
             raise ClusterTimeout(
-                f"the API server at {self.server} did not answer {method} {path} within {self.request_timeout_s:g}s"
+                f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
             ) from e
         except OSError as e:
-            raise ClusterUnreachable(f"cannot reach the API server at {self.server}: {_root_cause(e)}") from e
-        except ApiException as e:  # the client wraps TLS failures as status 0
-            raise ClusterUnreachable(
-                f"cannot reach the API server at {self.server}: {(e.reason or '').splitlines()[0]}"
-            ) from e
+            raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
+        except ApiException as e:  # the client wraps TLS failures as status 0 ("SSLError\n<detail>")
+            raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e, text=e.reason or '')}") from e
         log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status, (time.monotonic() - started) * 1e3)
         decoded = _decode(data)
         if 200 <= resp.status < 300:
             return decoded
-        raise _status_error(method, path, resp.status, decoded, self.server)
+        err = _status_error(method, path, resp.status, decoded, self.server)
+        if resp.status == 401 and plugin_errors:
+            err = AuthError(f"{err} (credential plugin: {_one_line('; '.join(plugin_errors))})",
+                            status=401, reason="Unauthorized")
+        raise err
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
         """GET one object."""
@@ -273,19 +280,70 @@ def connect(opts: KubeOptions) -> Kube:
         else:
             context = _check_context(source, opts.context)
             try:
-                k8s_config.load_kube_config(
-                    config_file=source, context=context, client_configuration=cfg, persist_config=False
-                )
+                with _client_errors() as plugin_errors:
+                    k8s_config.load_kube_config(
+                        config_file=source, context=context, client_configuration=cfg, persist_config=False
+                    )
             except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
                 raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
             except Exception as e:  # yaml.YAMLError and friends from a corrupt file
                 if type(e).__module__.startswith("yaml"):
                     raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
                 raise
-    # Fail fast: a dead server should cost one short try, not urllib3's default three.
-    cfg.retries = 1
+            if plugin_errors and not cfg.api_key and not cfg.cert_file:
+                # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
+                raise AuthError(
+                    f"cannot get credentials for {f'context {context}' if context else 'the current context'} from {source}: "
+                    f"{_one_line('; '.join(plugin_errors))}",
+                    reason="Unauthorized",
+                )
+    # Fail fast: at most one more try, and only where it cannot double --request-timeout or repeat a write.
+    cfg.retries = _Retry(total=1, allowed_methods=frozenset({"GET", "HEAD"}))
     api_client = k8s.ApiClient(cfg)
-    return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s)
+    return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s,
+                proxy=cfg.proxy or None)
+
+
+class _Retry(urllib3.util.Retry):
+    """urllib3's Retry minus two cases: a timeout (a retry would double --request-timeout) and a TLS
+    failure (it fails the same way again). Read errors are retried for GET/HEAD only (allowed_methods)."""
+
+    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        error = kwargs.get("error") if "error" in kwargs else (args[1] if len(args) > 1 else None)
+        original = getattr(error, "original_error", error)  # a ProxyError wraps the real cause
+        if isinstance(original, urllib3.exceptions.SSLError) or (
+            isinstance(original, urllib3.exceptions.TimeoutError)
+            and not isinstance(original, urllib3.exceptions.NewConnectionError)
+        ):
+            raise error  # type: ignore[misc]
+        return super().increment(method, url, *args, **kwargs)
+
+
+@contextmanager
+def _client_errors() -> Iterator[list[str]]:
+    """Collect what the kubernetes package logs with logging.error() (a failed exec credential plugin).
+
+    It logs to the root logger, which with no handler would print the record on stderr and, through
+    logging.basicConfig(), attach a handler for the rest of the process. The messages are put into
+    rblnctl's one-line errors instead; other root records pass on to logging.lastResort.
+    """
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "kubernetes" in record.pathname:
+                messages.append(record.getMessage())
+                log.debug("kubernetes client: %s", record.getMessage())
+            elif len(logging.getLogger().handlers) == 1 and logging.lastResort is not None:
+                logging.lastResort.handle(record)
+
+    root = logging.getLogger()
+    handler = _Collect(logging.ERROR)
+    root.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        root.removeHandler(handler)
 
 
 def resolve_kubeconfig(explicit: str | None) -> str | None:
@@ -390,7 +448,10 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
             reason=reason or "Forbidden",
         )
     if status == 404:
-        return NotFound(message or f"{resource} not found ({method} {path})")
+        if not message or message == "the server could not find the requested resource":
+            # The API itself is missing (a CRD not installed, a group version not served), not an object.
+            return NotFound(f"the API server does not serve {resource} ({method} {path}): is its CRD installed?")
+        return NotFound(message)
     if status == 409:
         return Conflict(message or f"conflict on {resource}", status=status, reason=reason or "Conflict")
     text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
@@ -417,14 +478,15 @@ def _is_timeout(e: BaseException) -> bool:
     return False
 
 
-def _root_cause(e: BaseException) -> str:
+def _root_cause(e: BaseException, *, text: str | None = None) -> str:
     seen = e
     while True:
         nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
         if not isinstance(nxt, BaseException) or nxt is seen:
             break
         seen = nxt
-    text = str(seen)
+    if text is None:
+        text = str(seen)
     for hint in ("Connection refused", "Name or service not known", "No route to host", "timed out",
                  "Connection reset", "Remote end closed connection", "certificate verify failed"):
         if hint.lower() in text.lower() or hint.lower() in str(e).lower():

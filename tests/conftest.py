@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.fixtures import apiserver, kubeconfig  # noqa: F401  (re-exported fixtures)
+from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
 
 
 @pytest.fixture(autouse=True)

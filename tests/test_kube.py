@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
+import time
 
 import pytest
 
 from rblnctl.errors import (
+    AuthError,
     ClusterError,
     ClusterTimeout,
     ClusterUnreachable,
@@ -17,6 +21,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube import KUBEVIRTS, NODES, PODS, KubeOptions, connect, describe_request
 from tests.fakes import objects as o
+from tests.fakes.apiserver import FakeApiServer
 
 
 @pytest.fixture
@@ -176,3 +181,180 @@ def test_file_that_is_yaml_but_not_a_kubeconfig(tmp_path):
     bad.write_text("worker-1\n")
     with pytest.raises(ConfigError, match="not a kubeconfig"):
         connect(KubeOptions(kubeconfig=str(bad)))
+
+
+# -- transport: timeouts, retries, TLS, proxies, credentials ---------------------------------
+
+
+def test_request_timeout_is_not_doubled_by_a_retry(apiserver, kubeconfig):
+    kube = connect(KubeOptions(kubeconfig=str(kubeconfig), request_timeout_s=0.4))
+    apiserver.inject_fault(path=r"^/api/v1/nodes$", status=None, delay_s=1.5, times=3)
+    started = time.monotonic()
+    with pytest.raises(ClusterTimeout):
+        kube.list(NODES)
+    assert time.monotonic() - started < 0.75  # one try of 0.4 s, not urllib3 retrying it
+    assert len([r for r in apiserver.requests if r.path == "/api/v1/nodes"]) == 1
+
+
+@pytest.mark.parametrize("method", ["DELETE", "PUT", "PATCH", "POST"])
+def test_a_write_that_timed_out_is_not_sent_again(apiserver, kubeconfig, method):
+    kube = connect(KubeOptions(kubeconfig=str(kubeconfig), request_timeout_s=0.3))
+    apiserver.add(o.node("n1"))
+    apiserver.clear_requests()
+    apiserver.inject_fault(method=method, status=None, delay_s=1, times=3)
+    with pytest.raises(ClusterTimeout):
+        path = NODES.path() if method == "POST" else NODES.path("n1")
+        kube.request(method, path, body=[] if method == "PATCH" else {}, content_type=None)
+    assert len([r for r in apiserver.requests if r.method == method]) == 1
+
+
+def test_a_dropped_get_is_retried_once(kube, apiserver):
+    apiserver.inject_fault(path=r"^/api/v1/nodes$", drop=True, times=1)
+    assert kube.list(NODES) == []
+
+
+def test_untrusted_tls_certificate_is_unreachable_naming_the_server(tls_apiserver, tmp_path):
+    kc = tls_apiserver.write_kubeconfig(tmp_path / "kc")  # no CA: the self-signed cert is untrusted
+    kube = connect(KubeOptions(kubeconfig=str(kc), request_timeout_s=5))
+    with pytest.raises(ClusterUnreachable) as err:
+        kube.server_version()
+    msg = str(err.value)
+    assert tls_apiserver.url in msg and "certificate verify failed" in msg and "\n" not in msg
+    assert len([r for r in tls_apiserver.requests]) == 0
+
+
+def test_tls_with_the_kubeconfig_ca(tls_apiserver, tls_files, tmp_path):
+    kc = tls_apiserver.write_kubeconfig(tmp_path / "kc", ca=tls_files.cert)
+    assert connect(KubeOptions(kubeconfig=str(kc))).server_version()["gitVersion"] == "v1.34.1"
+
+
+@pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
+def test_insecure_skip_tls_verify(tls_apiserver, tmp_path):
+    kc = tls_apiserver.write_kubeconfig(tmp_path / "kc", insecure=True)
+    assert connect(KubeOptions(kubeconfig=str(kc))).server_version()["gitVersion"] == "v1.34.1"
+
+
+def test_client_certificate_auth(tls_files, tmp_path):
+    with FakeApiServer(tls_cert=tls_files.cert, tls_key=tls_files.key, client_ca=tls_files.client_cert) as fake:
+        kc = fake.write_kubeconfig(tmp_path / "kc", ca=tls_files.cert, client_cert=tls_files.client_cert,
+                                   client_key=tls_files.client_key)
+        assert connect(KubeOptions(kubeconfig=str(kc))).server_version()["gitVersion"] == "v1.34.1"
+        no_cert = fake.write_kubeconfig(tmp_path / "kc2", ca=tls_files.cert)
+        with pytest.raises(ClusterUnreachable, match=fake.url):
+            connect(KubeOptions(kubeconfig=str(no_cert), request_timeout_s=5)).server_version()
+
+
+def _kubeconfig_text(server: str, *, cluster_extra: str = "", user: str = "    token: fake-token\n") -> str:
+    return (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n{cluster_extra}"
+        "contexts:\n- name: c\n  context: {cluster: c, user: u}\n"
+        "current-context: c\n"
+        f"users:\n- name: u\n  user:\n{user}"
+    )
+
+
+def test_proxy_url_is_used(apiserver, tmp_path):
+    # The server name does not resolve: only a request sent through the proxy (the fake, which
+    # accepts absolute-form request targets) can succeed.
+    kc = tmp_path / "kc"
+    kc.write_text(_kubeconfig_text("http://kube-api.invalid:6443", cluster_extra=f"    proxy-url: {apiserver.url}\n"))
+    assert connect(KubeOptions(kubeconfig=str(kc))).server_version()["gitVersion"] == "v1.34.1"
+
+
+def test_dead_proxy_is_named_in_the_unreachable_message(apiserver, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kc = tmp_path / "kc"
+    kc.write_text(_kubeconfig_text(apiserver.url, cluster_extra=f"    proxy-url: http://127.0.0.1:{port}\n"))
+    with pytest.raises(ClusterUnreachable, match=rf"{apiserver.url} \(through proxy http://127.0.0.1:{port}\)"):
+        connect(KubeOptions(kubeconfig=str(kc), request_timeout_s=2)).server_version()
+
+
+PLUGIN = """
+import datetime, json, os, sys
+count = os.path.join(os.path.dirname(os.path.abspath(__file__)), "count")
+n = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(n))
+if os.environ.get("PLUGIN_FAIL"):
+    print("login required: run `sso login`", file=sys.stderr)
+    sys.exit(1)
+# Valid for 5 min + 1 s: the client refreshes 5 minutes early, so it is stale after a second.
+exp = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5, seconds=1)
+print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {"token": f"tok{n}", "expirationTimestamp": exp.strftime("%Y-%m-%dT%H:%M:%SZ")}}))
+"""
+
+
+@pytest.fixture
+def exec_kubeconfig(apiserver, tmp_path):
+    plugin = tmp_path / "plugin" / "cred.py"
+    plugin.parent.mkdir()
+    plugin.write_text(PLUGIN)
+    kc = tmp_path / "kc"
+    kc.write_text(_kubeconfig_text(apiserver.url, user=(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+        f"      command: {sys.executable}\n      args: [{plugin}]\n      interactiveMode: Never\n")))
+    apiserver.require_token = True
+    apiserver.token = "tok1"
+    return kc
+
+
+def test_exec_plugin_token_is_sent_and_refreshed(apiserver, exec_kubeconfig):
+    kube = connect(KubeOptions(kubeconfig=str(exec_kubeconfig)))
+    kube.server_version()
+    apiserver.token = "tok2"
+    time.sleep(1.5)
+    kube.server_version()
+    assert [r.headers.get("authorization") for r in apiserver.requests] == ["Bearer tok1", "Bearer tok2"]
+
+
+def test_failing_exec_plugin_is_one_auth_error(apiserver, exec_kubeconfig, monkeypatch, capsys):
+    monkeypatch.setenv("PLUGIN_FAIL", "1")
+    root_handlers = list(logging.getLogger().handlers)
+    with pytest.raises(AuthError, match=r"exec: process returned 1\. login required: run `sso login`"):
+        connect(KubeOptions(kubeconfig=str(exec_kubeconfig)))
+    assert capsys.readouterr().err == ""  # the kubernetes package's logging.error() does not leak
+    assert logging.getLogger().handlers == root_handlers  # nor does it basicConfig() the root logger
+
+
+def test_kubeconfig_env_merges_several_files(monkeypatch, apiserver, tmp_path):
+    clusters = tmp_path / "clusters"
+    clusters.write_text(f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{apiserver.url}'}}\n")
+    users = tmp_path / "users"
+    users.write_text(
+        "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: fake-token}\n"
+        "contexts:\n- name: other\n  context: {cluster: c, user: u}\n- name: mine\n  context: {cluster: c, user: u}\n"
+        "current-context: other\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", f"{clusters}:{users}")
+    apiserver.require_token = True
+    kube = connect(KubeOptions(context="mine"))
+    assert kube.context == "mine" and kube.server_version()["major"] == "1"
+
+
+def test_in_cluster_service_account(monkeypatch, tls_apiserver, tls_files, tmp_path):
+    import kubernetes.config.incluster_config as incluster
+
+    from rblnctl import kube as kube_mod
+
+    token = tmp_path / "token"
+    token.write_text("fake-token")
+    monkeypatch.delenv("KUBECONFIG")  # and HOME has no ~/.kube/config: in-cluster is the last resort
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(tls_apiserver.port))
+    monkeypatch.setattr(kube_mod, "SA_TOKEN", token)
+    monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(tls_files.cert))
+    tls_apiserver.require_token = True
+    kube = connect(KubeOptions())
+    assert kube.server == tls_apiserver.url
+    assert kube.server_version()["major"] == "1"
+
+
+def test_missing_api_says_which_and_suggests_the_crd(apiserver):
+    kube = connect(KubeOptions(server=apiserver.url))
+    apiserver.remove_resource("kubevirts")
+    with pytest.raises(NotFound, match=r"does not serve kubevirts\.kubevirt\.io .*CRD installed"):
+        kube.list(KUBEVIRTS)

@@ -38,3 +38,45 @@ def test_help_does_not_import_kubernetes(args):
 def test_python_dash_m_runs():
     out = subprocess.run([sys.executable, "-m", "rblnctl", "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("rblnctl ")
+
+
+# The real entry point in a fresh process: what a user (or a TAB press) pays for host commands.
+ENTRY_PROBE = """
+import sys
+sys.argv = ["rblnctl", *sys.argv[1:]]
+from rblnctl.cli.app import main
+try:
+    main()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else 1
+else:
+    code = 0
+heavy = sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.") or m == "urllib3")
+sys.stderr.write("\\nIMPORTED:" + ",".join(heavy) + f"\\nEXIT:{code}\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["vfio", "status"],
+        ["vfio", "status", "-o", "json", "--all-vendors"],
+        ["preflight", "--local"],
+        ["preflight", "--local", "-o", "yaml"],
+        ["vfio", "bind", "--all", "--dry-run"],
+        ["vfio", "--help"],
+        ["preflight", "--help"],
+    ],
+)
+def test_host_commands_do_not_import_kubernetes_in_a_subprocess(args, tmp_path):
+    # An empty host tree: the commands run to their real verdict (no NPUs, IOMMU off) without a cluster.
+    root_args = ["--root", str(tmp_path)] if args[:2] == ["preflight", "--local"] else []
+    sys_args = ["--sysfs-root", str(tmp_path / "sys")] if args[0] == "vfio" and "--help" not in args else []
+    (tmp_path / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
+    out = subprocess.run([sys.executable, "-c", ENTRY_PROBE, *args, *root_args, *sys_args],
+                         capture_output=True, text=True, timeout=60)
+    tail = out.stderr.rsplit("\nIMPORTED:", 1)
+    assert len(tail) == 2, out.stderr
+    imported, code = tail[1].split("\nEXIT:")
+    assert int(code) in (0, 1), out.stderr  # a verdict, not a usage error, crash or cluster error
+    assert imported.strip() == ""

@@ -8,7 +8,7 @@ import typer
 
 from rblnctl import __version__
 from rblnctl.cli import kubevirt, node, preflight, status, vfio
-from rblnctl.cli.errors import RblnGroup
+from rblnctl.cli.errors import RblnGroup, parse_duration
 
 if TYPE_CHECKING:
     from rblnctl.kube import Kube
@@ -28,7 +28,7 @@ class State:
     """
 
     def __init__(self, *, kubeconfig: str | None = None, context: str | None = None, server: str | None = None,
-                 request_timeout_s: float = 30.0, verbose: int = 0) -> None:
+                 request_timeout_s: float | None = 30.0, verbose: int = 0) -> None:
         self.kubeconfig = kubeconfig
         self.context = context
         self.server = server
@@ -82,8 +82,11 @@ def root(
         str | None, typer.Option("--server", hidden=True, help="API server URL without auth (tests, kubectl proxy).")
     ] = None,
     request_timeout: Annotated[
-        float, typer.Option("--request-timeout", help="Seconds to wait for each API request.", min=0.1)
-    ] = 30.0,
+        str,
+        typer.Option("--request-timeout", metavar="DURATION",
+                     help="How long to wait for each API request: seconds or a duration like 30s, 1m, 1m30s; "
+                     "0 waits forever (as in kubectl)."),
+    ] = "30s",
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="Log API requests; show tracebacks.")] = 0,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colour (NO_COLOR is honoured too).")] = False,
     version: Annotated[
@@ -113,7 +116,7 @@ def root(
         kubeconfig=kubeconfig,
         context=context,
         server=server,
-        request_timeout_s=request_timeout,
+        request_timeout_s=parse_duration(request_timeout, option="--request-timeout"),
         verbose=verbose,
     )
 
@@ -129,7 +132,11 @@ def main() -> None:
     """Console-script entry point (`rblnctl`, `kubectl-rbln`, `python -m rblnctl`)."""
     import os
     import sys
+    import warnings
 
+    # A kubeconfig with insecure-skip-tls-verify makes urllib3 warn on every request (several lines
+    # on stderr, breaking the one-line errors); kubectl accepts that setting silently, and so do we.
+    warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     # Invoked by kubectl as a plugin (`kubectl rbln ...` runs kubectl-rbln): say so in usage lines.
     plugin = os.path.basename(sys.argv[0]) == "kubectl-rbln"
     app(prog_name="kubectl rbln" if plugin else "rblnctl")

@@ -41,14 +41,17 @@ def exit_code_for(err: BaseException) -> int:
     return EXIT_BUG
 
 
-def hoist_global_options(args: list[str]) -> list[str]:
+def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
     """Move global options that follow a subcommand to the front, and spell kubectl's --dry-run=MODE our way.
 
     `--dry-run=client` -> `--dry-run`, `--dry-run=server` -> `--server-dry-run`, `--dry-run=none` -> dropped.
-    Everything after `--` is left alone.
+    Everything after `--` is left alone. With `root` (the click group), the walk follows the
+    subcommands, so the value of a subcommand's own option (`-l --context`) is never taken for a
+    global option.
     """
     front: list[str] = []
     rest: list[str] = []
+    cmd = root
     i = 0
     while i < len(args):
         a = args[i]
@@ -76,15 +79,30 @@ def hoist_global_options(args: list[str]) -> list[str]:
             front.append(a)
         else:
             rest.append(a)
+            if cmd is not None:
+                if not a.startswith("-"):
+                    cmd = getattr(cmd, "commands", {}).get(a, cmd)  # descend into a subcommand
+                elif not eq and _takes_value(cmd, a) and i + 1 < len(args):
+                    rest.append(args[i + 1])  # the option's value, whatever it looks like
+                    i += 1
         i += 1
     return front + rest
+
+
+def _takes_value(cmd: Any, token: str) -> bool:
+    """Whether `token` names an option of `cmd` that reads the next argument as its value."""
+    for p in getattr(cmd, "params", ()):
+        if token in (getattr(p, "opts", ()) or ()) or token in (getattr(p, "secondary_opts", ()) or ()):
+            return (getattr(p, "param_type_name", "") == "option" and not getattr(p, "is_flag", False)
+                    and not getattr(p, "count", False) and token not in p.secondary_opts)
+    return False
 
 
 class RblnGroup(TyperGroup):
     """Root command group: global-option hoisting and the RblnError -> exit code edge."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, hoist_global_options(list(args)))
+        return super().parse_args(ctx, hoist_global_options(list(args), self))
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -131,3 +149,23 @@ def _stderr_line(text: str) -> None:
     from rblnctl.cli.console import stderr
 
     stderr().print(text)
+
+
+_DURATION_PART = r"(\d+(?:\.\d+)?)(ms|s|m|h)"
+
+
+def parse_duration(text: str, *, option: str) -> float | None:
+    """Parse kubectl's duration syntax (`30`, `30s`, `1m30s`, `500ms`, `2h`) into seconds; `0` means no limit (None)."""
+    import re
+
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        if not value or not re.fullmatch(f"(?:{_DURATION_PART})+", value):
+            raise typer.BadParameter(f"{option} takes seconds or a duration like 30s, 1m, 1m30s, not {text!r}") from None
+        unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+        seconds = sum(float(n) * unit[u] for n, u in re.findall(_DURATION_PART, value))
+    if seconds < 0:
+        raise typer.BadParameter(f"{option} cannot be negative")
+    return None if seconds == 0 else seconds

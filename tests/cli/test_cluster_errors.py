@@ -101,3 +101,39 @@ def test_kubectl_runs_rblnctl_as_a_plugin():
     out = subprocess.run(["kubectl", "rbln", "node", "--help"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "Usage: kubectl rbln node" in out.stdout
+
+
+def _rblnctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The real entry point in a fresh process (warnings and logging as a user sees them)."""
+    return subprocess.run([sys.executable, "-m", "rblnctl", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_untrusted_tls_certificate_exit_3_one_line(tls_apiserver, tmp_path):
+    kc = tls_apiserver.write_kubeconfig(tmp_path / "kc")
+    out = _rblnctl("status", "--kubeconfig", str(kc), "--request-timeout", "5")
+    assert out.returncode == 3, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and tls_apiserver.url in lines[0] and "certificate verify failed" in lines[0], out.stderr
+
+
+def test_insecure_skip_tls_verify_keeps_stderr_clean(tls_apiserver, tmp_path):
+    tls_apiserver.add(o.npu_node("npu1"))
+    kc = tls_apiserver.write_kubeconfig(tmp_path / "kc", insecure=True)
+    out = _rblnctl("node", "list", "-o", "json", "--kubeconfig", str(kc))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "" and json.loads(out.stdout)["nodes"][0]["name"] == "npu1"
+
+
+def test_failing_exec_plugin_is_one_line_exit_4(apiserver, tmp_path):
+    kc = tmp_path / "kc"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster: {{server: '{apiserver.url}'}}\n"
+        "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+        "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+        f"      command: {sys.executable}\n      args: ['-c', 'import sys; sys.exit(\"token expired: log in again\")']\n"
+    )
+    out = _rblnctl("node", "list", "--kubeconfig", str(kc))
+    assert out.returncode == 4, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "token expired: log in again" in lines[0], out.stderr

@@ -29,3 +29,82 @@ def test_hoist(argv, expected):
 def test_bad_dry_run_mode_is_a_usage_error():
     with pytest.raises(typer.BadParameter):
         hoist_global_options(["kubevirt", "enable-gates", "--dry-run=maybe"])
+
+
+def _root():
+    import typer.main
+
+    from rblnctl.cli.app import app
+
+    return typer.main.get_command(app)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # A subcommand option's value that spells a global option stays that option's value.
+        (["node", "list", "-l", "--context"], ["node", "list", "-l", "--context"]),
+        (["node", "list", "--selector", "-v", "--context", "c"], ["--context", "c", "node", "list", "--selector", "-v"]),
+        (["node", "drain", "n1", "--grace-period", "5", "-v"], ["-v", "node", "drain", "n1", "--grace-period", "5"]),
+        # `--opt=value` carries its value; flags take none; a positional that names a command is a positional.
+        (["node", "list", "-l=a", "--no-color"], ["--no-color", "node", "list", "-l=a"]),
+        (["node", "set-mode", "status", "vm", "--dry-run", "--context", "c"],
+         ["--context", "c", "node", "set-mode", "status", "vm", "--dry-run"]),
+        (["-v", "vfio", "status", "-vv", "--", "-v"], ["-v", "-vv", "vfio", "status", "--", "-v"]),
+        (["preflight", "--local", "--root", "/r", "--kubeconfig", "k"],
+         ["--kubeconfig", "k", "preflight", "--local", "--root", "/r"]),
+    ],
+)
+def test_hoist_knows_the_subcommands_options(argv, expected):
+    assert hoist_global_options(argv, _root()) == expected
+
+
+def test_option_value_equal_to_a_global_option_reaches_the_command(apiserver):
+    from tests.helpers import cli
+
+    r = cli("node", "list", "-l", "--context", server=apiserver.url)
+    selectors = [q.query.get("labelSelector", [""])[0] for q in apiserver.requests if q.path == "/api/v1/nodes"]
+    assert selectors and selectors[0].endswith(",--context")  # sent as the selector (the server rejects it)
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+
+
+def test_verbose_counts_on_both_sides_of_the_subcommand(apiserver, mocker):
+    from rblnctl.cli.app import State
+    from tests.helpers import cli
+
+    seen = []
+    real = State.__init__
+
+    def spy(self, **kw):
+        seen.append(kw["verbose"])
+        real(self, **kw)
+
+    mocker.patch.object(State, "__init__", spy)
+    cli("-v", "node", "list", "-vv", "-o", "json", server=apiserver.url)
+    assert seen == [3]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30.0), ("30s", 30.0), ("1m", 60.0), ("1m30s", 90.0), ("500ms", 0.5), ("2h", 7200.0), ("0", None),
+     ("0s", None), ("2.5", 2.5)],
+)
+def test_request_timeout_takes_kubectl_durations(text, seconds):
+    from rblnctl.cli.errors import parse_duration
+
+    assert parse_duration(text, option="--request-timeout") == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "10x", "-5", "1m-5s"])
+def test_bad_durations_are_usage_errors(text):
+    from rblnctl.cli.errors import parse_duration
+
+    with pytest.raises(typer.BadParameter):
+        parse_duration(text, option="--request-timeout")
+
+
+def test_bad_request_timeout_exits_2():
+    from tests.helpers import cli
+
+    r = cli("node", "list", "--request-timeout", "soon")
+    assert r.exit_code == 2 and "--request-timeout" in r.stderr

@@ -69,6 +69,7 @@ import queue
 import random
 import re
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -722,8 +723,15 @@ class FakeApiServer:
 
     def __init__(self, *, version: str = "v1.34.1", deletion_delay_s: float = 0.0,
                  require_token: bool = False, auto_namespaces: bool = True,
-                 resources: Iterable[Resource] = RESOURCES):
+                 resources: Iterable[Resource] = RESOURCES,
+                 tls_cert: str | Path | None = None, tls_key: str | Path | None = None,
+                 client_ca: str | Path | None = None):
+        """``tls_cert``/``tls_key`` (PEM files) serve HTTPS instead of HTTP; ``client_ca`` then also
+        requires a client certificate signed by that CA (kubeconfig ``client-certificate``)."""
         self._lock = threading.RLock()
+        self.tls_cert = tls_cert
+        self.tls_key = tls_key
+        self.client_ca = client_ca
         self._resources: dict[str, Resource] = {}
         for r in resources:
             self._resources[r.id] = r
@@ -770,14 +778,25 @@ class FakeApiServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), self.handler(), bind_and_activate=False)
+        httpd = _Server(("127.0.0.1", 0), self.handler(), bind_and_activate=False)
         httpd.daemon_threads = True
         httpd.request_queue_size = 64
         httpd.allow_reuse_address = True
         httpd.server_bind()
         httpd.server_activate()
+        scheme = "http"
+        if self.tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(self.tls_cert), str(self.tls_key) if self.tls_key else None)
+            if self.client_ca:
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(str(self.client_ca))
+            # The handshake runs on the handler thread (_Handler.setup), so a client that fails it
+            # (an untrusted certificate) never stalls the accept loop.
+            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+            scheme = "https"
         self._httpd = httpd
-        self.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        self.url = f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01},
                                         name="fake-apiserver", daemon=True)
         self._thread.start()
@@ -814,11 +833,28 @@ class FakeApiServer:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1]) if self.url else 0
 
-    def write_kubeconfig(self, path: str | Path, *, context: str = "fake", namespace: str = "default") -> Path:
-        """Write a kubeconfig (plain http, bearer token ``fake-token``) pointing at this server."""
+    def write_kubeconfig(self, path: str | Path, *, context: str = "fake", namespace: str = "default",
+                         ca: str | Path | None = None, insecure: bool = False,
+                         client_cert: str | Path | None = None, client_key: str | Path | None = None) -> Path:
+        """Write a kubeconfig (bearer token ``fake-token``) pointing at this server. For HTTPS: ``ca``
+        (a PEM file, written inline as certificate-authority-data) or ``insecure``
+        (insecure-skip-tls-verify), and ``client_cert``/``client_key`` for client-certificate auth."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         q = json.dumps
+
+        def data(pem: str | Path) -> str:
+            return base64.b64encode(Path(pem).read_bytes()).decode()
+
+        tls = ""
+        if ca:
+            tls += f"    certificate-authority-data: {data(ca)}\n"
+        if insecure:
+            tls += "    insecure-skip-tls-verify: true\n"
+        user_tls = ""
+        if client_cert:
+            user_tls += f"    client-certificate-data: {data(client_cert)}\n"
+            user_tls += f"    client-key-data: {data(client_key or client_cert)}\n"
         path.write_text(
             "apiVersion: v1\n"
             "kind: Config\n"
@@ -826,6 +862,7 @@ class FakeApiServer:
             f"- name: {q(context)}\n"
             "  cluster:\n"
             f"    server: {q(self.url)}\n"
+            f"{tls}"
             "contexts:\n"
             f"- name: {q(context)}\n"
             "  context:\n"
@@ -838,6 +875,7 @@ class FakeApiServer:
             f"- name: {q(self.user)}\n"
             "  user:\n"
             f"    token: {q(self.token)}\n"
+            f"{user_tls}"
         )
         return path
 
@@ -1905,6 +1943,17 @@ def _scaled(value: Any, total: int, round_up: bool) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up on the TLS handshake (as it should on an untrusted certificate) is
+        not a server error; anything else still prints the usual traceback."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-kube-apiserver"
@@ -1912,6 +1961,10 @@ class _Handler(BaseHTTPRequestHandler):
     fake: FakeApiServer
 
     def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(10)
+            self.request.do_handshake()
+            self.request.settimeout(None)
         super().setup()
         # Headers and body go out in separate writes: without this, Nagle + delayed ACK add ~40 ms
         # to every keep-alive request.
@@ -2049,8 +2102,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, req: RecordedRequest, path: str) -> tuple[int, Any, dict[str, str]]:
         fake = self.fake
         if fake.require_token:
-            auth = self.headers.get("Authorization") or ""
-            if auth != f"Bearer {fake.token}":
+            # The scheme is case-insensitive, as in the real bearer-token authenticator (the
+            # kubernetes client sends "bearer <token>" for an in-cluster service account).
+            scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
+            if scheme.lower() != "bearer" or token.strip() != fake.token:
                 return 401, status_body(401, "Unauthorized", "Unauthorized"), {}
         if path in ("/healthz", "/readyz", "/livez"):
             return 200, "ok", {}

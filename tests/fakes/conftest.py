@@ -1,1 +1,1 @@
-from tests.fakes.fixtures import apiserver, kubeconfig  # noqa: F401 - pytest fixtures
+from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401 - pytest fixtures

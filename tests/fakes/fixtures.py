@@ -3,7 +3,10 @@ higher up can re-export them the same way (``from tests.fakes.fixtures import ap
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -25,3 +28,35 @@ def apiserver() -> Iterator[FakeApiServer]:
 def kubeconfig(apiserver: FakeApiServer, tmp_path: Path) -> Path:
     """Path of a kubeconfig (context ``fake``, namespace ``default``) pointing at ``apiserver``."""
     return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def _self_signed(directory: Path, name: str, cn: str) -> tuple[Path, Path]:
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", str(key),
+         "-out", str(cert), "-subj", f"/CN={cn}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True, capture_output=True, timeout=60,
+    )
+    return cert, key
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Self-signed PEM files made with the openssl CLI: ``cert``/``key`` for the server (its own CA)
+    and ``client_cert``/``client_key`` for client-certificate auth. Skips when openssl is missing."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not on PATH")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = _self_signed(d, "server", "127.0.0.1")
+    client_cert, client_key = _self_signed(d, "client", "rblnctl-test-user")
+    return SimpleNamespace(cert=cert, key=key, client_cert=client_cert, client_key=client_key)
+
+
+@pytest.fixture
+def tls_apiserver(tls_files: SimpleNamespace) -> Iterator[FakeApiServer]:
+    """A started FakeApiServer on HTTPS with a self-signed certificate (``tls_files.cert``)."""
+    fake = FakeApiServer(tls_cert=tls_files.cert, tls_key=tls_files.key).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()

@@ -178,6 +178,17 @@ class SimKernel:
             self._attach(dev, driver)
         return dev
 
+    def remove_pci_function(self, bdf: str) -> None:
+        """Hot-unplug a function (what `echo 1 > remove` or a surprise removal does): driver detached, gone."""
+        dev = self.devices[bdf]
+        if dev.driver is not None:
+            self._detach(dev)
+        del self.devices[bdf]
+        if dev.group is not None:
+            (self.sys / "kernel/iommu_groups" / dev.group / "devices" / bdf).unlink(missing_ok=True)
+        (self.sys / "bus/pci/devices" / bdf).unlink()
+        shutil.rmtree(self.pci_root / bdf)
+
     def set_iommu(self, enabled: bool) -> None:
         """Turn the IOMMU off (no groups at all) or back on (each function's group restored)."""
         groups = self.sys / "kernel/iommu_groups"

@@ -667,6 +667,33 @@ def test_require_token_mode(apiserver, core):
         assert client.CoreV1Api(authed).list_node().items == []
 
 
+def test_bearer_scheme_is_case_insensitive(apiserver):
+    # kube-apiserver lower-cases the scheme; the python client's in-cluster loader sends "bearer".
+    apiserver.require_token = True
+    for auth, code in (("bearer fake-token", 200), ("BEARER  fake-token", 200), ("Bearer other", 401),
+                       ("Basic fake-token", 401)):
+        status, _, _ = raw(apiserver, "GET", "/api/v1/nodes", headers={"Authorization": auth})
+        assert status == code, auth
+
+
+def test_tls_serving_with_ca_and_client_certificates(tls_files, tmp_path):
+    from kubernetes import config
+
+    with FakeApiServer(tls_cert=tls_files.cert, tls_key=tls_files.key, client_ca=tls_files.client_cert) as fake:
+        assert fake.url.startswith("https://127.0.0.1:")
+        path = fake.write_kubeconfig(tmp_path / "kc", ca=tls_files.cert, client_cert=tls_files.client_cert,
+                                     client_key=tls_files.client_key)
+        with config.new_client_from_config(config_file=str(path)) as api:
+            assert client.CoreV1Api(api).list_node().items == []
+        untrusted = fake.write_kubeconfig(tmp_path / "kc2")  # no CA: the handshake fails, the server lives on
+        with config.new_client_from_config(config_file=str(untrusted)) as api:
+            api.configuration.retries = False
+            with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+                client.CoreV1Api(api).list_node()
+        with config.new_client_from_config(config_file=str(path)) as api:
+            assert client.CoreV1Api(api).list_node().items == []
+
+
 def test_written_kubeconfig_loads_in_the_python_client(apiserver, tmp_path):
     from kubernetes import config
 
