@@ -73,7 +73,10 @@ def _dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
 def _stdin_is_tty() -> bool:
     import sys
 
-    return sys.stdin.isatty()
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):  # stdin closed (`<&-`: None) or detached
+        return False
 
 
 def _confirm(question: str, yes: bool, what: Any) -> None:
@@ -226,7 +229,7 @@ def set_mode(
     from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
     from rblnctl.errors import Refused
-    from rblnctl.node.mode import ModeSwitcher, parse_mode, short_mode
+    from rblnctl.node.mode import ModeSwitcher, parse_mode, recovery_hint, short_mode
 
     target = parse_mode(mode)  # bad input fails before connecting
     how = _dry_run_mode(dry_run, server_dry_run)
@@ -252,6 +255,12 @@ def set_mode(
         _confirm(f"Switch node {node} to {short_mode(target)} mode?", yes, _mode_plan_table(plan))
     try:
         result = switcher.run(plan)
+    except KeyboardInterrupt:
+        progress.stop()
+        if not plan.noop and how != "server":
+            warn(f"node {node} may be left cordoned, with its progress annotation, mid-switch; "
+                 f"{recovery_hint(plan)}")
+        raise
     finally:
         progress.stop()
     emit({"plan": plan, "result": result}, output, lambda: _mode_result_table(result))
@@ -278,7 +287,7 @@ def drain(
     """Cordon NODE and evict the pods that use its NPUs (--all-pods: every pod); the node stays cordoned."""
     from rich.console import Group
 
-    from rblnctl.cli.console import info
+    from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
     from rblnctl.errors import Refused
     from rblnctl.node.drain import Drainer
@@ -303,7 +312,13 @@ def drain(
     if plan.blockers:
         raise Refused(f"cannot drain node {node}", blockers=plan.blockers)
     _confirm(f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", yes, table())
-    result = drainer.run(plan)
+    try:
+        result = drainer.run(plan)
+    except KeyboardInterrupt:
+        if how != "server":
+            warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to "
+                 f"finish, or `kubectl uncordon {node}` to make it schedulable again")
+        raise
     if how == "server":
         info("server dry run: every write was accepted; nothing persisted")
     elif result.cordoned:

@@ -238,6 +238,8 @@ class StateFile:
             raise HostError(f"cannot read state file {self.path}: {e.strerror or e}") from e
         try:
             data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+                raise ValueError(f"not a version {STATE_VERSION} rblnctl state file")
             devices = data["devices"]
             if not isinstance(devices, dict):
                 raise TypeError("devices is not an object")
@@ -248,6 +250,8 @@ class StateFile:
                 for key in ("driver", "driver_override"):
                     if rec.get(key) is not None:
                         pci.validate_driver_name(rec[key])
+                if rec.get("driver") == C.VFIO_DRIVER:  # bind never records it: unbind would "restore" vfio-pci
+                    raise ValueError(f"{bdf} has {C.VFIO_DRIVER} as its original driver")
                 out[bdf] = rec
             return out
         except (ValueError, KeyError, TypeError, InvalidInput) as e:
@@ -495,7 +499,15 @@ class VfioBinder:
             if plan.operation == BIND and not pci.driver_registered(self.sysfs, C.VFIO_DRIVER):
                 raise HostError(f"{C.VFIO_DRIVER} is not registered (no {pci.driver_dir(self.sysfs, C.VFIO_DRIVER)}); "
                                 "nothing was changed")
-            records = self._state.load()
+            records: dict[str, dict] | None
+            try:
+                records = self._state.load()
+            except HostError as e:
+                if plan.operation == BIND:
+                    raise
+                # plan_unbind let this through only with --driver: go on, and leave the file for a person
+                self.on_event(f"{e}; leaving it untouched")
+                records = None
             if plan.operation == BIND:
                 self._record(plan, records)
             touched: list[DevicePlan] = []
@@ -511,9 +523,11 @@ class VfioBinder:
                                              f"interrupted; {where}")
                     if status == DRIVERLESS:
                         self.on_event(f"{d.bdf}: {where}")
-                self._settle_records(plan, results, records)
+                if records is not None:
+                    self._settle_records(plan, results, records)
                 raise
-            self._settle_records(plan, results, records)
+            if records is not None:
+                self._settle_records(plan, results, records)
         return VfioOutcome(results=tuple(results[d.bdf] for d in plan.devices))
 
     # ---- internals: targets and checks ----
@@ -693,6 +707,8 @@ class VfioBinder:
 
     def _apply(self, d: DevicePlan) -> tuple[str | None, bool]:
         """Do one device's writes and verify; return (error or None, whether anything was written)."""
+        if self._gone(d.bdf):
+            return f"{d.bdf} no longer exists (removed since the plan)", False
         now = pci.read_function(self.sysfs, d.bdf)
         if now.driver != d.from_driver:
             return (f"its driver changed since the plan (now {now.driver or 'none'}, "
@@ -704,7 +720,13 @@ class VfioBinder:
                 self._write(w)
             except HostError as e:
                 return str(e), touched
+        if self._gone(d.bdf):
+            return f"{d.bdf} no longer exists (removed during the run)", touched
         return self._verify(d), touched
+
+    def _gone(self, bdf: str) -> bool:
+        """Whether the function has vanished from sysfs (hot-unplug, `remove`) since it was read."""
+        return not pci.device_dir(self.sysfs, bdf).is_dir()
 
     def _verify(self, d: DevicePlan) -> str | None:
         f = pci.read_function(self.sysfs, d.bdf)
@@ -755,6 +777,8 @@ class VfioBinder:
                 problems.append(str(e))
                 return False
 
+        if self._gone(d.bdf):
+            return "gone", "it no longer exists under sysfs; nothing to restore"
         now = pci.read_function(self.sysfs, d.bdf)
         if now.driver_override != d.from_override:
             attempt(Write(bdf=d.bdf, path=str(base / "driver_override"), value=d.from_override or CLEAR,
@@ -794,7 +818,9 @@ class VfioBinder:
     def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult], records: dict[str, dict]) -> None:
         before = json.dumps(records, sort_keys=True)
         for d in plan.changes:
-            if plan.operation == UNBIND:
+            if self._gone(d.bdf):
+                records.pop(d.bdf, None)  # removed from the host: a new function there starts afresh
+            elif plan.operation == UNBIND:
                 if d.bdf in results and results[d.bdf].status == OK:
                     records.pop(d.bdf, None)
             elif pci.current_driver(self.sysfs, d.bdf) not in (None, C.VFIO_DRIVER):

@@ -306,8 +306,16 @@ class Drainer:
                 elif outcome:
                     done.append(p)
 
-        with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(pods)), thread_name_prefix="rblnctl-evict") as ex:
+        ex = ThreadPoolExecutor(max_workers=min(self.max_parallel, len(pods)), thread_name_prefix="rblnctl-evict")
+        try:
             list(ex.map(work, pods))
+        except BaseException:
+            # Ctrl-C (or any exit) while workers back off on a budget: send no eviction after it, and do
+            # not sit out the timeout waiting for them (the `with` form would join them first).
+            stop.set()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown(wait=True)
         if errors:
             raise errors[0]
         order = {str(p): i for i, p in enumerate(pods)}
@@ -339,12 +347,19 @@ class Drainer:
                 if self.clock() + delay > deadline:
                     return message
                 self.on_pdb_blocked(p, message, attempt)
-                self.sleep(delay)
+                self._backoff(delay, stop)
                 delay = min(delay * 2, BACKOFF_CAP_S)
                 continue
             self.on_evicted(p)
             return True
         return False
+
+    def _backoff(self, delay: float, stop: threading.Event) -> None:
+        """Sleep between eviction retries; with the real clock, wake at once when `stop` is set."""
+        if self.sleep is time.sleep:
+            stop.wait(delay)
+        else:
+            self.sleep(delay)  # an injected clock (tests) decides how time passes
 
     def _send(self, p: PodRef) -> None:
         options: dict[str, Any] = {}

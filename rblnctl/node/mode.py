@@ -27,7 +27,7 @@ from rblnctl.errors import (
     WaitTimeout,
 )
 from rblnctl.kube import CLUSTER_POLICIES, NODES, PODS, VMIS, Kube
-from rblnctl.node.drain import Drainer, DrainPlan, PodRef, cordon_patch
+from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, PodRef, cordon_patch
 from rblnctl.node.inventory import is_npu_node, npu_node_from
 
 log = logging.getLogger(__name__)
@@ -328,11 +328,18 @@ class ModeSwitcher:
                 cordoned_by = bool(progress.get("cordoned_by_rblnctl"))
                 resume = True  # we keep its knowledge of who cordoned the node
         pending = self.pending(node_obj, target, policy, self._component_pods(node))
-        if current == target and not pending and progress is None:
+        converged = current == target and not pending
+        if converged and progress is None:
             return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=True, resume=False,
                             cordoned_by_rblnctl=False, unschedulable=unschedulable, warnings=warnings)
-        drain = self._drainer().plan(node, node_obj=node_obj)
-        vms = self._vms(node, drain)
+        if converged:
+            # Only an interrupted switch's leftovers (cordon, annotation) to clear: the NPUs stay in this mode,
+            # so no pod has to leave and no VM is at risk.
+            drain = DrainPlan(node=node, scope=SCOPE_ALL if self.all_pods else SCOPE_NPU, cordon=False,
+                              unschedulable=unschedulable)
+        else:
+            drain = self._drainer().plan(node, node_obj=node_obj)
+        vms = self._vms(node, drain) if not converged else []
         if vms and not self.force:
             blockers.extend(f"VM {v} holds NPUs on {node}: stop or migrate these VMs first" for v in vms)
         elif vms:
@@ -422,6 +429,8 @@ class ModeSwitcher:
             else:
                 self._annotate(node, progress, dry)
         except RblnError as err:
+            if self._deleted(node, err):
+                raise self._gone(plan) from err
             if relabeled:
                 raise self._in_progress(err, plan) from err
             self._rollback(node, progress, dry)
@@ -441,6 +450,8 @@ class ModeSwitcher:
                              + ("" if progress["cordoned_by_rblnctl"] else " (it was cordoned before rblnctl)"))
                 self._annotate(node, None, dry)
         except RblnError as err:
+            if self._deleted(node, err):
+                raise self._gone(plan) from err
             raise self._in_progress(err, plan) from err
         self.on_step(STEP_FINISH, f"node {node} is in {plan.target} mode" if not dry
                      else "server dry run: every write was accepted; nothing persisted")
@@ -478,6 +489,12 @@ class ModeSwitcher:
         last: list[str] = []
         while True:
             node_obj = self.kube.get(NODES, node)
+            label = ((node_obj.get("metadata") or {}).get("labels") or {}).get(C.WORKLOAD_LABEL)
+            if label != target and not (label is None and target == policy.default_mode):
+                # Someone else relabelled the node after us: waiting can only time out, and going on
+                # would fight them. Stop here (cordoned, annotated) and let a person decide.
+                raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {label!r} by someone else while "
+                              f"rblnctl waited for the operator to switch it to {target}")
             missing = self.pending(node_obj, target, policy, self._component_pods(node))
             if not missing:
                 return
@@ -503,13 +520,32 @@ class ModeSwitcher:
             log.warning("rollback of node %s failed: %s", node, e)
             self.on_step(STEP_ROLLBACK, f"rollback failed: {e}; check node {node} by hand")
 
+    def _deleted(self, node: str, err: RblnError) -> bool:
+        """Whether `err` came from the node itself being deleted mid-run (then there is nothing to resume)."""
+        if not isinstance(err, NotFound):
+            return False
+        try:
+            return self.kube.get_optional(NODES, node) is None
+        except RblnError:
+            return False
+
+    @staticmethod
+    def _gone(plan: ModePlan) -> NotFound:
+        return NotFound(f"node {plan.node} was deleted while rblnctl switched it to {short_mode(plan.target)}: "
+                        "there is nothing left to resume or roll back")
+
     def _in_progress(self, err: RblnError, plan: ModePlan) -> RblnError:
         """The same error class (so the exit code stays), its message telling how to resume or go back."""
-        back = short_mode(plan.current_mode) if plan.current_mode != plan.target else \
-            short_mode(C.MODE_CONTAINER if plan.target == C.MODE_VM else C.MODE_VM)
         new = copy.copy(err)
         message = (f"{err}. The mode change of node {plan.node} to {short_mode(plan.target)} is in progress: the "
-                   f"node stays cordoned; re-run `rblnctl node set-mode {plan.node} {short_mode(plan.target)}` to "
-                   f"resume, or `rblnctl node set-mode {plan.node} {back} --force` to go back")
+                   f"node stays cordoned; {recovery_hint(plan)}")
         new.args = (message,)
         return new
+
+
+def recovery_hint(plan: ModePlan) -> str:
+    """How to finish or undo an interrupted switch: the two commands, as one clause."""
+    back = short_mode(plan.current_mode) if plan.current_mode != plan.target else \
+        short_mode(C.MODE_CONTAINER if plan.target == C.MODE_VM else C.MODE_VM)
+    return (f"re-run `rblnctl node set-mode {plan.node} {short_mode(plan.target)}` to resume, or "
+            f"`rblnctl node set-mode {plan.node} {back} --force` to go back")

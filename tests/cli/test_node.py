@@ -161,3 +161,26 @@ def test_kubectl_sees_the_switched_labels(cluster, kubeconfig):
     assert labels[MODE] == "vm-passthrough"
     assert labels["rebellions.ai/npu.deploy.vfio-manager"] == "true"
     assert "rebellions.ai/npu.deploy.device-plugin" not in labels
+
+
+def test_ctrl_c_during_set_mode_says_how_to_resume(cluster, mocker):
+    mocker.patch("rblnctl.node.mode.ModeSwitcher.run", side_effect=KeyboardInterrupt)
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "-o", "json", server=cluster.url)
+    assert r.exit_code == 130 and r.stdout == ""
+    assert "interrupted" in r.stderr
+    assert "rblnctl node set-mode n1 vm" in r.stderr and "rblnctl node set-mode n1 container --force" in r.stderr
+
+
+def test_ctrl_c_during_drain_says_the_node_stays_cordoned(cluster, mocker):
+    mocker.patch("rblnctl.node.drain.Drainer.run", side_effect=KeyboardInterrupt)
+    r = cli("node", "drain", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 130 and "kubectl uncordon n1" in r.stderr
+
+
+def test_closed_stdin_counts_as_no_terminal(monkeypatch):
+    import sys
+
+    import rblnctl.cli.node
+
+    monkeypatch.setattr(sys, "stdin", None)  # `rblnctl node drain n1 <&-`, as some automation runs it
+    assert rblnctl.cli.node._stdin_is_tty() is False

@@ -656,3 +656,66 @@ def test_is_root_reads_the_effective_uid(mocker):
     assert system.is_root()
     mocker.patch("os.geteuid", return_value=1000)
     assert not system.is_root()
+
+
+# --- review: devices that vanish, state files that lie --------------------------------------------------
+
+
+def test_device_removed_between_plan_and_run_fails_and_rolls_back_the_others(tmp_path):
+    k = npu_node(tmp_path, 3)
+    b = make(k)
+    plan = b.plan_bind([A, B, C3])
+    k.remove_pci_function(B)  # hot-unplugged (or `echo 1 > remove`) after the plan
+    out = b.run(plan)
+    assert [(r.bdf, r.status) for r in out.results] == [(A, "rolled-back"), (B, "failed"), (C3, "not-attempted")]
+    assert "no longer exists" in out.results[1].message
+    assert on_host_driver(k, A) and on_host_driver(k, C3)
+    assert B not in state(k)
+
+
+def test_device_removed_between_plan_and_run_with_keep_going(tmp_path):
+    k = npu_node(tmp_path, 3)
+    b = make(k, keep_going=True)
+    plan = b.plan_bind([A, B, C3])
+    k.remove_pci_function(B)
+    out = b.run(plan)
+    assert [(r.bdf, r.status) for r in out.results] == [(A, "ok"), (B, "failed"), (C3, "ok")]
+    assert k.driver_of(A) == k.driver_of(C3) == "vfio-pci" and sorted(state(k)) == [A, C3]
+
+
+def test_device_removed_mid_write_is_reported_not_raised(tmp_path):
+    k = npu_node(tmp_path, 2)
+
+    class UnplugOnProbe:  # the device goes away right after its unbind
+        def write(self, path, value):
+            if value == B and path.name == "drivers_probe":
+                k.remove_pci_function(B)
+            k.writer.write(path, value)
+
+    b = make(k, writer=UnplugOnProbe())
+    out = b.run(b.plan_bind([A, B]))
+    assert [(r.bdf, r.status) for r in out.results] == [(A, "rolled-back"), (B, "failed")]
+    assert "no longer exists" in out.results[1].message and on_host_driver(k, A)
+
+
+def test_unbind_with_driver_and_a_damaged_state_file_runs_and_keeps_the_file(tmp_path):
+    k = npu_node(tmp_path, 1)
+    make(k).run(make(k).plan_bind([A]))
+    (k.root / "state.json").write_text("{not json")
+    b = make(k)
+    plan = b.plan_unbind([A], driver="rebellions")
+    assert not plan.blockers and any("damaged" in w for w in plan.warnings)
+    assert b.run(plan).ok and on_host_driver(k, A)
+    assert (k.root / "state.json").read_text() == "{not json"  # never overwritten: a person should look at it
+
+
+@pytest.mark.parametrize("doc", [
+    {"version": 1, "devices": {A: {"driver": "vfio-pci", "driver_override": None}}},  # not an original driver
+    {"version": 2, "devices": {A: {"driver": "rebellions", "driver_override": None}}},  # another format
+    {"devices": {A: {"driver": "rebellions", "driver_override": None}}},  # no version: not ours
+])
+def test_foreign_state_file_is_damaged(tmp_path, doc):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(HostError, match="damaged"):
+        StateFile(path=p).load()

@@ -344,3 +344,28 @@ def test_unknown_node_and_bad_options(apiserver, kube):
 
 def test_podref_prints_namespace_and_name():
     assert str(PodRef(namespace="a", name="b")) == "a/b"
+
+
+def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
+    """Ctrl-C while budgets refuse: no eviction is sent afterwards and run() does not sit out the timeout."""
+    import os
+    import signal
+
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web", replicas=2),
+                  rs_pod("a", requests=NPU, labels={"app": "web"}), rs_pod("b", requests=NPU, labels={"app": "web"}),
+                  o.pdb("default", "web", selector={"app": "web"}, min_available=2))
+    fired: list[int] = []
+
+    def ctrl_c(pod, message, attempt):  # the user presses Ctrl-C while the first refusal is reported
+        if not fired:
+            fired.append(len([r for r in apiserver.requests if r.path.endswith("/eviction")]))
+            os.kill(os.getpid(), signal.SIGINT)
+
+    drainer = Drainer(kube=kube, timeout_s=20, on_pdb_blocked=ctrl_c)
+    plan = drainer.plan("n1")
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        drainer.run(plan)
+    assert time.monotonic() - started < 5
+    time.sleep(1.5)  # past the first backoff: a worker still running would evict again now
+    assert len([r for r in apiserver.requests if r.path.endswith("/eviction")]) <= 2

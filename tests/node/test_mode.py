@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -344,3 +345,81 @@ def test_bad_options():
         ModeSwitcher(kube=None, timeout_s=0)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
         ModeSwitcher(kube=None, grace_period_s=-1)  # type: ignore[arg-type]
+
+
+def _after_relabel(apiserver, action):
+    """Run `action` on the first GET of the node after the relabel PATCH (the wait's first poll)."""
+    state: list[str] = []
+
+    def hook(req):
+        if req.method == "PATCH" and "labels" in ((req.body or {}) if isinstance(req.body, dict) else {}).get(
+                "metadata", {}):
+            state.append("relabeled")
+        elif state == ["relabeled"] and req.method == "GET" and req.path == "/api/v1/nodes/n1":
+            state.append("done")
+            action()
+
+    apiserver.on_request(hook)
+
+
+def test_label_changed_by_someone_else_while_waiting_stops_at_once(apiserver, kube):
+    seed(apiserver)
+    op = SimulatedOperator(apiserver).start()
+    assert op.wait_idle()
+    op.stop()  # nothing converges: without the check the wait would sit out the whole timeout
+    _after_relabel(apiserver, lambda: apiserver.mutate(
+        "Node", "n1", fn=lambda n: n["metadata"]["labels"].update({MODE: "container"})))
+    sw = switcher(kube, timeout_s=10)
+    plan = sw.plan("n1", "vm")
+    started = time.monotonic()
+    with pytest.raises(Refused) as exc:
+        sw.run(plan)
+    assert time.monotonic() - started < 5
+    msg = str(exc.value)
+    assert "changed" in msg and "'container'" in msg and "rblnctl node set-mode n1 vm" in msg
+    node = apiserver.get("Node", "n1")
+    assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "container"
+    assert ANN in node["metadata"]["annotations"]
+
+
+def test_node_deleted_while_waiting_says_so_instead_of_resume(apiserver, kube):
+    seed(apiserver)
+    _after_relabel(apiserver, lambda: apiserver.delete_now("Node", "n1"))
+    sw = switcher(kube, timeout_s=10)
+    with pytest.raises(NotFound) as exc:
+        sw.run(sw.plan("n1", "vm"))
+    msg = str(exc.value)
+    assert "n1 was deleted" in msg and "re-run" not in msg and "stays cordoned" not in msg
+
+
+def test_node_deleted_before_the_relabel_needs_no_rollback(apiserver, kube):
+    seed(apiserver)
+
+    def delete_node(req):
+        if req.method == "POST" and req.path.endswith("/eviction") and apiserver.get("Node", "n1"):
+            apiserver.delete_now("Node", "n1")
+
+    apiserver.on_request(delete_node)
+    steps: list[tuple[str, str]] = []
+    sw = switcher(kube, on_step=lambda s, d: steps.append((s, d)))
+    with pytest.raises(NotFound, match="n1 was deleted"):
+        sw.run(sw.plan("n1", "vm"))
+    assert not any("rollback failed" in d for _, d in steps)
+
+
+def test_going_back_after_an_interruption_before_the_relabel_evicts_nothing(apiserver, kube, operator):
+    """The recovery the Ctrl-C message names: the NPUs never left container mode, so no NPU pod must go."""
+    progress = {"target": "vm-passthrough", "from": "container", "started": "2026-01-01T00:00:00Z",
+                "cordoned_by_rblnctl": True, "step": "cordon"}
+    seed(apiserver, unschedulable=True, annotations={ANN: json.dumps(progress)})
+    operator.start()
+    assert operator.wait_idle()
+    sw = switcher(kube, force=True)
+    plan = sw.plan("n1", "container")
+    assert plan.drain.evict == [] and plan.blockers == []
+    res = sw.run(plan)
+    assert res.evicted == [] and res.uncordoned
+    assert apiserver.get("Pod", "npu-app", "default") is not None
+    node = apiserver.get("Node", "n1")
+    assert not node["spec"].get("unschedulable") and ANN not in (node["metadata"].get("annotations") or {})
+    assert not [w for w in apiserver.writes() if w.path.endswith("/eviction")]
