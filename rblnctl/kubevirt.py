@@ -287,22 +287,27 @@ def plan_gates(
     warnings = gate_warnings([*enable, *disable])
     blockers = _deletion_blockers(obj)
 
-    floors = [(g, C.GATE_MIN_KUBEVIRT[g]) for g in enable if g in C.GATE_MIN_KUBEVIRT]
-    if add_to_disabled and disable:
-        floors.append(("disabledFeatureGates", C.DISABLED_GATES_SINCE))
-    for what, floor in floors:
-        problem = _floor_problem(what, floor, obj)
-        if problem and force:
-            warnings.append(problem + "; going ahead because of --force")
-        elif problem:
-            blockers.append(problem + "; pass --force to do it anyway")
-
     added = [g for g in enable if g not in fg_before]
     removed = [g for g in disable if g in fg_before]
     fg_after = [g for g in fg_before if g not in disable] + added
     undisabled = [g for g in enable if g in dis_before]
     newly_disabled = [g for g in disable if g not in dis_before] if add_to_disabled else []
     dis_after = [g for g in dis_before if g not in enable] + newly_disabled
+
+    # A floor guards a write: a gate already in featureGates (and not disabled) is only noted, so a
+    # re-run stays an idempotent no-op whatever the version.
+    floors = [(g, C.GATE_MIN_KUBEVIRT[g], g in added or g in undisabled)
+              for g in enable if g in C.GATE_MIN_KUBEVIRT]
+    if add_to_disabled and disable:
+        floors.append(("disabledFeatureGates", C.DISABLED_GATES_SINCE, bool(newly_disabled)))
+    for what, floor, writes_it in floors:
+        problem = _floor_problem(what, floor, obj)
+        if problem and not writes_it:
+            warnings.append(problem + " (already set; nothing to change)")
+        elif problem and force:
+            warnings.append(problem + "; going ahead because of --force")
+        elif problem:
+            blockers.append(problem + "; pass --force to do it anyway")
     for g in undisabled:
         warnings.append(
             f"{g} is listed in disabledFeatureGates; removing it from there in the same patch "

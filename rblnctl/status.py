@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import NotFound
+from rblnctl.errors import ClusterError, InvalidInput, NotFound
 from rblnctl.kube import CLUSTER_POLICIES, KUBEVIRTS, Kube
 from rblnctl.node.inventory import NpuNode, list_npu_nodes
 
@@ -51,6 +51,25 @@ def _enabled(spec: dict, key: str) -> bool:
     return bool((spec.get(key) or {}).get("enabled", False))
 
 
+def policy_ignored(obj: dict) -> bool:
+    """True when the operator marked this RBLNClusterPolicy as ignored (another one is active).
+
+    The operator acts on one policy only and sets `status.state: ignored` and a Ready condition
+    with reason PolicyIgnored on the others (rbln-npu-operator internal/controller).
+    """
+    status = obj.get("status") or {}
+    if str(status.get("state") or "").lower() == "ignored":
+        return True
+    return any((c or {}).get("reason") == "PolicyIgnored" for c in status.get("conditions") or [])
+
+
+def active_policy(items: list[dict]) -> dict | None:
+    """The RBLNClusterPolicy the operator acts on: the first one not marked ignored (else the first)."""
+    if not items:
+        return None
+    return next((p for p in items if not policy_ignored(p)), items[0])
+
+
 def policy_summary(obj: dict) -> PolicySummary:
     """Summarise one RBLNClusterPolicy object."""
     spec = obj.get("spec") or {}
@@ -87,20 +106,28 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     except NotFound:
         policies = []
         notes.append("RBLNClusterPolicy CRD not found: is the RBLN NPU Operator installed?")
-    if len(policies) > 1:
-        notes.append(f"{len(policies)} RBLNClusterPolicies found; showing {policies[0]['metadata']['name']}")
+    active = active_policy(policies)
+    if active is not None and len(policies) > 1:
+        others = ", ".join(p["metadata"]["name"] for p in policies if p is not active)
+        notes.append(f"{len(policies)} RBLNClusterPolicies found; showing {active['metadata']['name']} "
+                     f"(the operator acts on one; also found: {others})")
     try:
         kubevirts = kube.list(KUBEVIRTS)
     except NotFound:
         kubevirts = []
     if not kubevirts:
         notes.append("no KubeVirt CR found: is KubeVirt installed?")
-    nodes = list_npu_nodes(kube, selector=selector)
+    try:
+        nodes = list_npu_nodes(kube, selector=selector)
+    except ClusterError as e:
+        if selector and e.status == 400:  # the API server could not parse -l
+            raise InvalidInput(f"bad label selector {selector!r}: {e}") from e
+        raise
     if not nodes:
         notes.append("no NPU nodes found (is NFD labelling nodes with pci-1eff / pci-1200_1eff?)")
     return ClusterStatus(
         server_version=version,
-        policy=policy_summary(policies[0]) if policies else None,
+        policy=policy_summary(active) if active is not None else None,
         kubevirt=[kubevirt_summary(k) for k in kubevirts],
         nodes=nodes,
         modes=dict(sorted(Counter(n.mode for n in nodes).items())),

@@ -570,3 +570,28 @@ def test_status_reports_a_cr_being_deleted(kube, apiserver):
     apiserver.add(kv)
     st = kubevirt_status(kube)
     assert st.deleting and any("being deleted" in n for n in st.notes)
+
+
+@pytest.mark.parametrize("version", [None, "v1.8.2"])
+def test_rerun_with_gates_already_listed_is_a_noop_whatever_the_version(kube, apiserver, version):
+    """The version floor guards adding HostDevicesWithDRA; when it is already listed there is nothing to refuse."""
+    kv = o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"], version=version or "v1.9.0")
+    if version is None:
+        del kv["status"]["observedKubeVirtVersion"]
+    apiserver.add(kv)
+    ed = editor(kube)
+    plan = ed.plan_enable(rbln_gates(dra=True))
+    assert plan.noop and plan.blockers == [] and plan.patch == []
+    assert any("1.9.0" in w for w in plan.warnings)  # still told about the floor
+    result = ed.apply(plan)
+    assert not result.changed and apiserver.writes() == []
+
+
+def test_add_to_disabled_floor_only_when_something_is_added_there(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], disabled_gates=["HostDevicesWithDRA"],
+                             version="v1.9.0"))
+    kv = stored(apiserver)
+    del kv["status"]["observedKubeVirtVersion"]
+    apiserver.update(kv)
+    plan = editor(kube).plan_disable(["HostDevicesWithDRA"], add_to_disabled=True)
+    assert plan.noop and plan.blockers == []

@@ -42,7 +42,7 @@ from rblnctl.preflight.model import (
     Status,
     make_report,
 )
-from rblnctl.status import PolicySummary, policy_summary
+from rblnctl.status import PolicySummary, active_policy, policy_summary
 from rblnctl.versions import format_version, parse_version
 
 log = logging.getLogger(__name__)
@@ -155,24 +155,28 @@ class ClusterFacts:
 
     @property
     def policy(self) -> PolicySummary | None:
-        """The first RBLNClusterPolicy, summarised."""
+        """The RBLNClusterPolicy the operator acts on (the first one not marked ignored), summarised."""
         items = self.policies.value if self.policies.ok else None
-        return policy_summary(items[0]) if items else None
+        active = active_policy(items or [])
+        return policy_summary(active) if active is not None else None
 
 
 def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, str]:
     """Return (method, how it was chosen, status of that choice, remedy) for --method."""
     if requested in C.METHODS:
         return requested, f"--method {requested}", Status.PASS, ""
+    if policies.error:
+        return (C.METHOD_SANDBOX, ("auto: the RBLNClusterPolicy could not be read (see operator.policy), so "
+                                   "checking the sandbox method"), Status.WARN,
+                "pass --method sandbox|dra, or rerun with a kubeconfig that may list rblnclusterpolicies.rebellions.ai")
     if not policies.ok:
-        why = "the RBLNClusterPolicy could not be read" if policies.error else "no RBLNClusterPolicy CRD"
-        return (C.METHOD_SANDBOX, f"auto: {why}, so checking the sandbox method", Status.WARN,
+        return (C.METHOD_SANDBOX, "auto: no RBLNClusterPolicy CRD, so checking the sandbox method", Status.WARN,
                 "install the RBLN NPU Operator with an RBLNClusterPolicy, or pass --method sandbox|dra")
     items = policies.value or []
     if not items:
         return (C.METHOD_SANDBOX, "auto: no RBLNClusterPolicy exists, so checking the sandbox method", Status.WARN,
                 "create the RBLNClusterPolicy (the operator chart does), or pass --method sandbox|dra")
-    p = policy_summary(items[0])
+    p = policy_summary(active_policy(items))
     if p.dra_kubelet_plugin:
         extra = " (sandboxDevicePlugin is enabled too, which admission rejects)" if p.sandbox_device_plugin else ""
         return C.METHOD_DRA, f"auto: RBLNClusterPolicy {p.name} enables draKubeletPlugin{extra}", Status.PASS, ""
@@ -234,7 +238,7 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None,
         features = fetch("list", NODE_FEATURES, lambda: kube.list(
             NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}"))
     else:
-        nodes = fetch("list", NODES, lambda: list_npu_node_objects(kube, selector=selector))
+        nodes = fetch("list", NODES, lambda: _list_npu_nodes(kube, selector))
         features = fetch("list", NODE_FEATURES, lambda: kube.list(NODE_FEATURES))
     facts = ClusterFacts(
         version=version, policies=policies, method=chosen, method_note=note, method_status=status,
@@ -247,6 +251,16 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None,
         facts.daemonsets = fetch("list", DAEMONSETS, lambda: kube.list(DAEMONSETS))
         facts.device_class = fetch("get", DEVICE_CLASSES, lambda: kube.get(DEVICE_CLASSES, C.DRA_DEVICECLASS_VM))
     return facts
+
+
+def _list_npu_nodes(kube: Kube, selector: str | None) -> list[dict]:
+    """NPU Node objects; a selector the API server cannot parse (400) is bad input, not a finding."""
+    try:
+        return list_npu_node_objects(kube, selector=selector)
+    except ClusterError as e:
+        if selector and e.status == 400:
+            raise InvalidInput(f"bad label selector {selector!r}: {e}") from e
+        raise
 
 
 def _nodes_have_nfd_labels(facts: ClusterFacts) -> bool:
@@ -393,7 +407,8 @@ def _check_operator(f: ClusterFacts, out: Findings) -> None:
         return
     deps = f.operator.value or []
     if not deps:
-        crd = "" if f.policies.absent else " (the RBLNClusterPolicy CRD is installed)"
+        crd = ("" if f.policies.absent else " (the RBLNClusterPolicy CRD is installed)" if f.policies.ok
+               else " (whether the RBLNClusterPolicy CRD is installed is unknown: see operator.policy)")
         status = Status.FAIL if f.policies.absent else Status.WARN
         out.add(id_, title, SCOPE_CLUSTER, status,
                 f"no operator Deployment found by {C.OPERATOR_DEPLOYMENT_SELECTOR} or in namespace "
@@ -471,14 +486,16 @@ def _check_policy(f: ClusterFacts, out: Findings) -> None:
                 "create one (the operator chart does by default), e.g. `helm upgrade rbln-npu-operator ... "
                 "--set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true`")
         return
-    p = policy_summary(items[0])
+    active = active_policy(items)
+    p = policy_summary(active)
     vm_nodes = sum(1 for m in _effective_modes(f).values() if m == C.MODE_VM)
     problems = policy_problems(p, method=f.method, vm_nodes=vm_nodes)
     state = (f"{p.name}: workloadType={p.workload_type} vfioManager={p.vfio_manager} "
              f"sandboxDevicePlugin={p.sandbox_device_plugin} draKubeletPlugin={p.dra_kubelet_plugin} "
              f"devicePlugin={p.device_plugin}")
     if len(items) > 1:
-        state += f" ({len(items)} policies; checked the first)"
+        others = ", ".join(str((i.get("metadata") or {}).get("name", "")) for i in items if i is not active)
+        state += f" ({len(items)} policies; checked the one the operator acts on; also found: {others})"
     if not problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, state)
         return
@@ -489,6 +506,12 @@ def _check_policy(f: ClusterFacts, out: Findings) -> None:
         fix = ("set vfioManager.enabled=true and sandboxDevicePlugin.enabled=true with draKubeletPlugin.enabled=false "
                "(helm upgrade ... --set ...), or edit the RBLNClusterPolicy")
     out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems), fix)
+
+
+def _pick(f: ClusterFacts, st: Any) -> str:
+    """` --name N -n NS` when several KubeVirt CRs exist (`rblnctl kubevirt` refuses to guess), else ""."""
+    several = f.kubevirts.ok and len(f.kubevirts.value or []) > 1
+    return f" --name {st.name} -n {st.namespace}" if several else ""
 
 
 def _check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
@@ -524,8 +547,10 @@ def _check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     floor = C.MIN_KUBEVIRT.get(f.method)
     v = parse_version(st.version)
     if v is None:
+        seen = (f"status.observedKubeVirtVersion {st.version!r} is not a version" if st.version
+                else "status.observedKubeVirtVersion is empty")
         out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.WARN,
-                f"{ref}: status.observedKubeVirtVersion is empty, version unknown",
+                f"{ref}: {seen}, version unknown",
                 "wait for virt-operator to finish deploying, then rerun")
     elif floor is None:
         out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.PASS,
@@ -540,10 +565,25 @@ def _check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     wanted = [C.GATE_HOST_DEVICES] + ([C.GATE_HOST_DEVICES_DRA] if f.method == C.METHOD_DRA else [])
     states = [gate_state(g, st.feature_gates, st.disabled_feature_gates, st.version) for g in wanted]
     evidence = "; ".join(f"{s.name}: {s.reason}" for s in states)
-    cmd = "`rblnctl kubevirt enable-gates" + (" --dra`" if f.method == C.METHOD_DRA else "`")
-    if any(s.effective is not True for s in states):
-        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence,
-                f"{cmd} (adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates)")
+    cmd = "`rblnctl kubevirt enable-gates" + (" --dra" if f.method == C.METHOD_DRA else "") + _pick(f, st) + "`"
+    # enable-gates refuses to add HostDevicesWithDRA below KubeVirt 1.9.0 or on an unknown version
+    # (without --force): name the step that actually works.
+    dra_write = f.method == C.METHOD_DRA and any(
+        s.name == C.GATE_HOST_DEVICES_DRA and (s.disabled or not s.listed) for s in states)
+    gate_floor = C.GATE_MIN_KUBEVIRT.get(C.GATE_HOST_DEVICES_DRA)
+    pre = ""
+    if dra_write and v is None:
+        cmd = (f"`rblnctl kubevirt enable-gates --dra --force{_pick(f, st)}` (--force because the KubeVirt "
+               "version is unknown)")
+    elif dra_write and gate_floor and v < gate_floor:
+        pre = f"upgrade KubeVirt to {format_version(gate_floor)} or later (see kubevirt.version), then "
+    what = "adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates"
+    if any(s.effective is False for s in states):
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence, f"{pre}{cmd} ({what})")
+    elif any(s.effective is None for s in states):
+        # Not listed, and whether the Beta default applies depends on a version we cannot read.
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
+                f"{pre}{cmd}: listing the gates makes them on whatever the version ({what})")
     elif any(not s.listed for s in states):
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
                 f"{cmd}: the setup guide lists both gates explicitly, so a later default change cannot turn DRA off")
@@ -582,25 +622,29 @@ def _check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) ->
     if missing:
         problems.append("advertised but not permitted: " + ", ".join(
             f"{r} ({len(ns)} node{'s' if len(ns) != 1 else ''})" for r, ns in missing.items()))
-        fixes.append("`rblnctl kubevirt permit-devices --from-cluster`")
+        fixes.append(f"`rblnctl kubevirt permit-devices --from-cluster{_pick(f, st)}`")
     if no_erp:
         problems.append(f"externalResourceProvider is not true for {', '.join(no_erp)}: KubeVirt would start its "
                         "own device plugin beside the RBLN sandbox device plugin")
-        fixes.append("`rblnctl kubevirt permit-devices --fix`")
+        fixes.append(f"`rblnctl kubevirt permit-devices --fix{_pick(f, st)}`")
     if problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"permitted: {names}; " + "; ".join(problems),
                 " and ".join(fixes))
         return
+    nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"
     if not permitted:
-        seen = "no node advertises a rebellions.ai/RBLN-* resource yet" if not in_use else ""
+        seen = ("" if in_use else "no node advertises a rebellions.ai/RBLN-* resource yet" if f.nodes.ok
+                else nodes_unknown)
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
                 "once the sandbox device plugin runs on a vm-passthrough node: "
-                "`rblnctl kubevirt permit-devices --from-cluster` (or `--resource-name rebellions.ai/RBLN-CA22_PF`)")
+                f"`rblnctl kubevirt permit-devices --from-cluster{_pick(f, st)}` "
+                "(or `--resource-name rebellions.ai/RBLN-CA22_PF`)")
         return
     if not in_use:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,
-                f"permitted: {names}, externalResourceProvider true (no node advertises one yet)")
+                f"permitted: {names}, externalResourceProvider true "
+                f"({'no node advertises one yet' if f.nodes.ok else nodes_unknown})")
         return
     stale = [r for r in permitted if r not in in_use]
     note = f"; permitted but not advertised by any node: {', '.join(stale)}" if stale else ""

@@ -89,9 +89,12 @@ class HostPreflight:
             raise InvalidInput(f"unknown method {self.method!r}: expected auto, sandbox or dra")
 
     def run(self) -> PreflightReport:
-        """Gather the facts and check them; raise InvalidInput when root is not a directory."""
+        """Gather the facts and check them; raise InvalidInput when root is not a host tree."""
         if not self.root.is_dir():
             raise InvalidInput(f"--root {self.root} is not a directory")
+        if not (self.root / "proc").is_dir() and not (self.root / "sys").is_dir():
+            # Checking an empty or wrong directory would "find" a host with no IOMMU and no NPUs.
+            raise InvalidInput(f"--root {self.root} holds neither proc/ nor sys/: not a host or a capture of one")
         facts = gather_host_facts(self.root)
         if self.method == METHOD_AUTO:
             note = "host checks are the same for the sandbox and DRA methods"
@@ -292,8 +295,10 @@ def _cmdline_param(vendor: str | None) -> str:
 
 
 def _grub_remedy(vendor: str | None) -> str:
+    what = ({INTEL: "`intel_iommu=on iommu=pt`", AMD: "`amd_iommu=on iommu=pt`"}.get(vendor or "")
+            or "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)")
     return (
-        f"add `{_cmdline_param(vendor)} iommu=pt` to GRUB_CMDLINE_LINUX in /etc/default/grub, run `update-grub` "
+        f"add {what} to GRUB_CMDLINE_LINUX in /etc/default/grub, run `update-grub` "
         "(or `grub2-mkconfig -o /boot/grub2/grub.cfg`) and reboot"
     )
 
@@ -447,12 +452,20 @@ def _check_cmdline(f: HostFacts, add) -> None:
         params[key] = value
     iommu = params.get("iommu")
     pt = "iommu=pt set" if iommu == "pt" else "iommu=pt not set (optional, speeds up host DMA)"
-    # In a VM the vIOMMU model, not the CPU vendor, decides which parameter applies: accept either.
-    own = None if f.is_vm else {INTEL: "intel_iommu", AMD: "amd_iommu"}.get(vendor or "")
+    # The parameter that applies: the CPU vendor's on bare metal; in a VM the vIOMMU model's (an
+    # intel-iommu vIOMMU announces DMAR, an AMD one IVRS, virtio-iommu VIOT and takes neither), so
+    # `amd_iommu=off` in a guest with an Intel vIOMMU is harmless. Unknown: both count.
+    both = {"intel_iommu", "amd_iommu"}
+    if f.is_vm:
+        relevant = {k for t, k in (("DMAR", "intel_iommu"), ("IVRS", "amd_iommu")) if t in f.acpi_tables}
+        if not relevant and "VIOT" not in f.acpi_tables:
+            relevant = both
+    else:
+        relevant = {p for p in ({INTEL: "intel_iommu", AMD: "amd_iommu"}.get(vendor or ""),) if p} or both
     values = {k: params[k].split(",") for k in ("intel_iommu", "amd_iommu") if k in params}
     param = _guest_param(f) if f.is_vm else f"`{_cmdline_param(vendor)}`"
 
-    off = [f"{k}=off" for k, v in values.items() if "off" in v and (own is None or k == own)]
+    off = [f"{k}=off" for k, v in values.items() if "off" in v and k in relevant]
     if iommu == "off":
         off.append("iommu=off")
     if off:
@@ -460,9 +473,13 @@ def _check_cmdline(f: HostFacts, add) -> None:
             f"{' '.join(off)} on the kernel command line turns the IOMMU off; {pt}",
             f"replace {' '.join(off)} with {param}: {_grub_remedy(vendor)}")
         return
-    on = [f"{k}={params[k]}" for k, v in values.items() if "on" in v and (own is None or k == own)]
+    on = [f"{k}={params[k]}" for k, v in values.items() if "on" in v and k in relevant]
     if on:
         add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS, f"{' '.join(on)}; {pt}")
+        return
+    if f.is_vm and not relevant and f.iommu_groups:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS,
+            f"virtio-iommu (ACPI VIOT) needs no IOMMU parameter ({f.iommu_groups} groups); {pt}")
         return
     if f.iommu_groups:
         default = {INTEL: "the kernel turns the Intel IOMMU on by default (CONFIG_INTEL_IOMMU_DEFAULT_ON)",

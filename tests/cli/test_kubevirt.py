@@ -339,3 +339,11 @@ def test_status_table_and_yaml(apiserver):
 def test_status_without_kubevirt(apiserver):
     r = cli("kubevirt", "status", server=apiserver.url)
     assert r.exit_code == 1 and "no KubeVirt installation found" in r.stderr
+
+
+def test_rerun_on_unknown_version_says_already_enabled_exit_0(apiserver):
+    kv = o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"], phase="Deploying")  # no version yet
+    apiserver.add(kv)
+    r = cli("kubevirt", "enable-gates", "--dra", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "already enabled" in r.stderr and apiserver.writes() == []

@@ -200,3 +200,16 @@ def test_cluster_node_and_selector(apiserver):
 def test_cluster_unreachable_exit_3():
     r = cli("preflight", "--request-timeout", "2", server="http://127.0.0.1:9")
     assert r.exit_code == 3 and "cannot reach" in r.stderr
+
+
+def test_cluster_bad_selector_is_a_usage_error_not_a_pass(apiserver):
+    seed(apiserver, nodes=1)
+    r = cli("preflight", "-l", "bad selector!!", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 2, r.stdout + r.stderr  # was exit 0 with a WARN: a CI gate passed on a typo
+    assert r.stdout == "" and "bad label selector" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_local_root_that_is_not_a_host_tree_is_bad_input(tmp_path):
+    r = cli("preflight", "--local", "--root", str(tmp_path))
+    assert r.exit_code == 2
+    assert "neither proc/ nor sys/" in r.stderr and r.stdout == ""

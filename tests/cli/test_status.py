@@ -54,3 +54,19 @@ def test_invalid_mode_label_is_shown(apiserver):
     r = cli("node", "list", "-o", "json", server=apiserver.url)
     n = json.loads(r.stdout)["nodes"][0]
     assert n["mode"] == "container" and n["mode_label"] == "vm" and n["mode_label_valid"] is False
+
+
+def test_status_bad_selector_is_a_usage_error(apiserver):
+    _seed(apiserver)
+    r = cli("status", "-l", "bad selector!!", server=apiserver.url)
+    assert r.exit_code == 2 and "bad label selector" in r.stderr
+
+
+def test_status_shows_the_policy_the_operator_acts_on(apiserver):
+    _seed(apiserver)
+    ignored = o.cluster_policy("a-leftover", sandbox=False, dra=True, device_plugin=False)
+    ignored["status"] = {"state": "ignored"}
+    apiserver.add(ignored)
+    st = json.loads(cli("status", "-o", "json", server=apiserver.url).stdout)
+    assert st["policy"]["name"] == "rbln-cluster-policy"
+    assert any("a-leftover" in n for n in st["notes"])

@@ -623,3 +623,80 @@ def test_grouping_of_mixed_results(apiserver, kube):
     assert [(g.status, g.scopes) for g in groups] == [
         (Status.FAIL, ["npu-0001"]), (Status.PASS, ["npu-0000", "npu-0002", "npu-0003"])]
 
+
+
+# -- unknown is not a failure; remedies that work -----------------------------------------------
+
+
+@pytest.mark.parametrize("version", [None, "", "weird"])
+def test_dra_gate_with_unknown_kubevirt_version_warns_and_remedy_needs_force(apiserver, kube, version):
+    kv = o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0")
+    if version is None:
+        del kv["status"]["observedKubeVirtVersion"]
+    else:
+        kv["status"]["observedKubeVirtVersion"] = version
+    seed(apiserver, method="dra", kubevirt=kv)
+    c = cluster(run(kube))
+    gates = c["kubevirt.gates"]
+    # HostDevicesWithDRA unlisted + version unknown: whether it is on is unknown, not off
+    assert gates.status == Status.WARN, gates
+    # enable-gates --dra refuses an unknown version without --force: the remedy must say so
+    assert "`rblnctl kubevirt enable-gates --dra --force`" in gates.remedy
+    if version == "weird":
+        assert "'weird'" in c["kubevirt.version"].evidence and "empty" not in c["kubevirt.version"].evidence
+
+
+def test_dra_gate_on_old_kubevirt_remedy_upgrades_first(apiserver, kube):
+    seed(apiserver, method="dra", kubevirt=o.kubevirt(feature_gates=["HostDevices"], version="v1.8.2"))
+    gates = cluster(run(kube))["kubevirt.gates"]
+    assert gates.status == Status.FAIL
+    assert "upgrade KubeVirt to 1.9.0" in gates.remedy  # enable-gates --dra alone would be refused
+
+
+def test_bad_selector_is_invalid_input_not_a_passing_run(apiserver, kube):
+    seed(apiserver)
+    with pytest.raises(InvalidInput) as err:
+        run(kube, selector="bad selector!!")
+    assert "bad selector!!" in str(err.value)
+
+
+def test_ignored_policy_is_not_the_one_checked(apiserver, kube):
+    """The operator acts on one RBLNClusterPolicy and marks the others PolicyIgnored: check the active one."""
+    seed(apiserver)  # rbln-cluster-policy: sandbox
+    ignored = o.cluster_policy("a-leftover", sandbox=False, dra=True, device_plugin=False)
+    ignored["status"] = {"state": "ignored", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "PolicyIgnored",
+         "message": "Another RBLNClusterPolicy is already active; this policy is ignored"}]}
+    apiserver.add(ignored)
+    report = run(kube)
+    assert report.method == "sandbox" and "rbln-cluster-policy" in report.method_note
+    p = cluster(report)["operator.policy"]
+    assert p.status == Status.PASS and p.evidence.startswith("rbln-cluster-policy:")
+    assert "a-leftover" in p.evidence  # the other one is named
+
+
+def test_unreadable_policy_does_not_claim_the_operator_is_missing(apiserver, kube):
+    seed(apiserver, operator=operator_deployment(namespace="elsewhere", labels={}))
+    apiserver.forbid("list", "rblnclusterpolicies")
+    c = cluster(run(kube))
+    m = c["cluster.method"]
+    assert m.status == Status.WARN and "install the RBLN NPU Operator" not in m.remedy and "--method" in m.remedy
+    op = c["operator.version"]
+    assert "(the RBLNClusterPolicy CRD is installed)" not in op.evidence and "unknown" in op.evidence
+
+
+def test_unreadable_nodes_do_not_claim_nothing_is_advertised(apiserver, kube):
+    seed(apiserver)
+    apiserver.forbid("list", "nodes")
+    p = cluster(run(kube))["kubevirt.permitted-devices"]
+    assert "no node advertises" not in p.evidence and "could not be read" in p.evidence
+
+
+def test_remedies_pick_the_cr_when_there_are_several(apiserver, kube):
+    """With two KubeVirt CRs, `rblnctl kubevirt ...` without --name/--namespace refuses: the remedy must pick one."""
+    seed(apiserver, kubevirt=o.kubevirt(feature_gates=[]))
+    apiserver.add(o.kubevirt("kv2", "other", feature_gates=[], phase="Deploying"))
+    c = cluster(run(kube))
+    assert "`rblnctl kubevirt enable-gates --name kubevirt -n kubevirt`" in c["kubevirt.gates"].remedy
+    assert "`rblnctl kubevirt permit-devices --from-cluster --name kubevirt -n kubevirt`" in \
+        c["kubevirt.permitted-devices"].remedy

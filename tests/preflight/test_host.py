@@ -211,3 +211,29 @@ def test_real_root_read_only():
     assert [c.id for c in report.checks] == HOST_IDS
     assert all(c.status in Status for c in report.checks)
     assert all(c.remedy for c in report.checks if c.status in (Status.WARN, Status.FAIL))
+
+
+def test_vm_with_intel_viommu_ignores_amd_iommu_off(tmp_path):
+    """amd_iommu=off cannot affect a QEMU intel-iommu (DMAR) vIOMMU: the working guest must not FAIL."""
+    c = by_id(run(tmp_path, ht.vm_with_viommu(cmdline="root=/dev/vda1 ro amd_iommu=off intel_iommu=on")))
+    assert c["host.iommu.cmdline"].status == Status.PASS, c["host.iommu.cmdline"]
+    assert "intel_iommu=on" in c["host.iommu.cmdline"].evidence
+
+
+def test_vm_with_virtio_iommu_ignores_intel_iommu_off(tmp_path):
+    spec = ht.vm_with_viommu(acpi_tables=("APIC", "VIOT"), iommu_units=("virtio-iommu0",),
+                             cmdline="root=/dev/vda1 ro intel_iommu=off")
+    c = by_id(run(tmp_path, spec))
+    assert c["host.iommu.cmdline"].status == Status.PASS, c["host.iommu.cmdline"]
+
+
+def test_vm_with_intel_viommu_and_intel_iommu_off_still_fails(tmp_path):
+    c = by_id(run(tmp_path, ht.vm_with_viommu(cmdline="root=/dev/vda1 ro intel_iommu=off")))
+    assert c["host.iommu.cmdline"].status == Status.FAIL and "`intel_iommu=on`" in c["host.iommu.cmdline"].remedy
+
+
+def test_unknown_cpu_vendor_remedy_names_whole_parameters(tmp_path):
+    spec = ht.intel_bare_metal(cpu_vendor="CentaurHauls", cmdline="ro", extra_groups=(), iommu_units=(), npus=())
+    c = by_id(run(tmp_path, spec))
+    r = c["host.iommu.kernel"].remedy
+    assert "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)" in r, r
