@@ -74,3 +74,34 @@ def waiting(message: str) -> Iterator[None]:
 
     with con.status(escape(message), spinner="dots"):
         yield
+
+
+def stdin_is_tty() -> bool:
+    """Whether someone can answer a question (a closed stdin, `<&-`, counts as no)."""
+    import sys
+
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
+
+
+def confirm(question: str, *, yes: bool, show: object = None) -> None:
+    """Ask before a change: --yes skips; no terminal refuses (exit 2); "no" refuses (exit 1).
+
+    `show` (a rich renderable or text) is printed on stderr first, so stdout stays clean for -o json.
+    Every mutating command asks the same way.
+    """
+    from rblnctl.errors import InvalidInput, Refused
+
+    if yes:
+        return
+    if not stdin_is_tty():
+        raise InvalidInput(f"{question.rstrip('?')}: stdin is not a terminal, so rblnctl cannot ask; "
+                           "pass --yes to go ahead (or --dry-run to see the plan)")
+    if show is not None:
+        stderr().print(show)
+    import typer
+
+    if not typer.confirm(question, default=False, err=True):
+        raise Refused("not confirmed; nothing was changed")

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt
+from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 from rblnctl.cli.output import Output
 
 app = typer.Typer(
@@ -29,14 +29,6 @@ ForceOpt = Annotated[
 ]
 
 
-def _dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
-    from rblnctl.errors import ConfigError
-
-    if dry_run and server_dry_run:
-        raise ConfigError("--dry-run and --server-dry-run cannot be combined; pick one")
-    return "client" if dry_run else "server" if server_dry_run else None
-
-
 def _on_retry(attempt: int, message: str) -> None:
     from rblnctl.cli.console import info
 
@@ -52,12 +44,6 @@ def _writer_args(ctx: typer.Context, name: str | None, namespace: str | None, fo
         "server_dry_run": mode == "server",
         "on_retry": _on_retry,
     }
-
-
-def _confirm(question: str, yes: bool) -> None:
-    """Ask on stderr (stdout stays clean for -o json); no answer or "n" aborts (exit 1)."""
-    if not yes:
-        typer.confirm(question, abort=True, err=True)
 
 
 # -- gates -----------------------------------------------------------------------------------------
@@ -80,7 +66,7 @@ def _run_edit(
     The one flow behind enable-gates, disable-gates and permit-devices. `table(plan, show_patch)`
     renders a plan; `done_message(final_plan)` says what changed.
     """
-    from rblnctl.cli.console import info, stderr, warn
+    from rblnctl.cli.console import confirm, info, warn
     from rblnctl.cli.output import emit
     from rblnctl.errors import Refused
 
@@ -96,9 +82,8 @@ def _run_edit(
         return
     if plan.blockers:
         raise Refused(f"refusing to edit KubeVirt {ref}", blockers=plan.blockers)
-    if not plan.noop and not yes:
-        stderr().print(table(plan, show_patch=False))
-        _confirm(f"Patch KubeVirt {ref}?", yes)
+    if not plan.noop:
+        confirm(f"Patch KubeVirt {ref}?", yes=yes, show=table(plan, show_patch=False))
     from rblnctl.cli.console import waiting
 
     with waiting(f"patching KubeVirt {ref}..."):
@@ -177,7 +162,7 @@ def enable_gates(
     """Add HostDevices (and with --dra HostDevicesWithDRA) to KubeVirt's feature gates, keeping the others."""
     from rblnctl.kubevirt import GateEditor, rbln_gates, validate_gates
 
-    mode = _dry_run_mode(dry_run, server_dry_run)
+    mode = dry_run_mode(dry_run, server_dry_run)
     wanted = validate_gates([*rbln_gates(dra=dra), *(gates or [])])
     editor = GateEditor(**_writer_args(ctx, name, namespace, force, mode))
     plan = editor.plan_enable(wanted)
@@ -208,7 +193,7 @@ def disable_gates(
     """Remove gates from KubeVirt's feature gates (rollback), keeping the others."""
     from rblnctl.kubevirt import GateEditor
 
-    mode = _dry_run_mode(dry_run, server_dry_run)
+    mode = dry_run_mode(dry_run, server_dry_run)
     editor = GateEditor(**_writer_args(ctx, name, namespace, force, mode))
     plan = editor.plan_disable(gates, add_to_disabled=add_to_disabled)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
@@ -278,7 +263,7 @@ def permit_devices(
     from rblnctl.errors import ConfigError
     from rblnctl.kubevirt import DevicePermitter, DeviceResult, device_for_resource
 
-    mode = _dry_run_mode(dry_run, server_dry_run)
+    mode = dry_run_mode(dry_run, server_dry_run)
     if selector and not from_cluster:
         raise ConfigError("--selector only applies with --from-cluster")
     for n in resource_name or []:

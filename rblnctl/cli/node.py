@@ -6,12 +6,14 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli.console import confirm
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
     SelectorOpt,
     ServerDryRunOpt,
     YesOpt,
+    dry_run_mode,
 )
 from rblnctl.cli.output import Output
 
@@ -60,37 +62,6 @@ TimeoutOpt = Annotated[
     float, typer.Option("--timeout", help="Seconds to wait for evictions and (set-mode) the operator.",
                         metavar="SECONDS", min=0.001)
 ]
-
-
-def _dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
-    from rblnctl.errors import ConfigError
-
-    if dry_run and server_dry_run:
-        raise ConfigError("--dry-run and --server-dry-run cannot be combined; pick one")
-    return "client" if dry_run else "server" if server_dry_run else None
-
-
-def _stdin_is_tty() -> bool:
-    import sys
-
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):  # stdin closed (`<&-`: None) or detached
-        return False
-
-
-def _confirm(question: str, yes: bool, what: Any) -> None:
-    """Show the plan on stderr and ask; refuse (exit 2) when nobody can answer and --yes is missing."""
-    from rblnctl.cli.console import stderr
-    from rblnctl.errors import ConfigError
-
-    if yes:
-        return
-    if not _stdin_is_tty():
-        raise ConfigError(f"{question.rstrip('?')}: stdin is not a terminal, so rblnctl cannot ask; "
-                          "pass --yes to go ahead (or --dry-run to see the plan)")
-    stderr().print(what)
-    typer.confirm(question, abort=True, err=True)
 
 
 class _Progress:
@@ -232,7 +203,7 @@ def set_mode(
     from rblnctl.node.mode import ModeSwitcher, parse_mode, recovery_hint, short_mode
 
     target = parse_mode(mode)  # bad input fails before connecting
-    how = _dry_run_mode(dry_run, server_dry_run)
+    how = dry_run_mode(dry_run, server_dry_run)
     progress = _Progress()
     switcher = ModeSwitcher(
         kube=ctx.obj.kube(), timeout_s=timeout, force=force, all_pods=all_pods,
@@ -252,7 +223,7 @@ def set_mode(
     if plan.blockers:
         raise Refused(f"refusing to switch node {node} to {short_mode(target)}", blockers=plan.blockers)
     if not plan.noop:
-        _confirm(f"Switch node {node} to {short_mode(target)} mode?", yes, _mode_plan_table(plan))
+        confirm(f"Switch node {node} to {short_mode(target)} mode?", yes=yes, show=_mode_plan_table(plan))
     try:
         result = switcher.run(plan)
     except KeyboardInterrupt:
@@ -292,7 +263,7 @@ def drain(
     from rblnctl.errors import Refused
     from rblnctl.node.drain import Drainer
 
-    how = _dry_run_mode(dry_run, server_dry_run)
+    how = dry_run_mode(dry_run, server_dry_run)
     progress = _Progress()
     drainer = Drainer(
         kube=ctx.obj.kube(), all_pods=all_pods, force=force, delete_emptydir_data=delete_emptydir_data,
@@ -311,7 +282,7 @@ def drain(
         return
     if plan.blockers:
         raise Refused(f"cannot drain node {node}", blockers=plan.blockers)
-    _confirm(f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", yes, table())
+    confirm(f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", yes=yes, show=table())
     try:
         result = drainer.run(plan)
     except KeyboardInterrupt:

@@ -25,3 +25,12 @@ NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Nam
 SelectorOpt = Annotated[
     str | None, typer.Option("--selector", "-l", help="Label selector, e.g. 'rebellions.ai/npu.present=true'.")
 ]
+
+
+def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
+    """None (a real run), "client" (plan only, no request) or "server" (writes sent with dryRun=All)."""
+    from rblnctl.errors import ConfigError
+
+    if dry_run and server_dry_run:
+        raise ConfigError("--dry-run and --server-dry-run cannot be combined; pick one")
+    return "client" if dry_run else "server" if server_dry_run else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -167,8 +166,8 @@ def _execute(binder: "VfioBinder", plan: "VfioPlan", *, dry_run: bool, yes: bool
         info("dry run: nothing was written")
         return
     plan.check()
-    if plan.changes and not yes:
-        _confirm(plan)
+    if plan.changes:
+        _confirm(plan, yes)
     outcome = binder.run(plan)
     emit(list(outcome.results), output, lambda: _results_table(outcome.results))
     if not outcome.ok:
@@ -184,24 +183,14 @@ def _progress(verb: str, w: "Write") -> None:
     info(f'{verb}: {w.path} <- "{value}"' + (" (clear)" if not value else "") + f"  # {w.bdf} {w.why}")
 
 
-def _stdin_is_tty() -> bool:
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
+def _confirm(plan: "VfioPlan", yes: bool) -> None:
+    from rich.markup import escape
 
+    from rblnctl.cli.console import confirm
 
-def _confirm(plan: "VfioPlan") -> None:
-    from rblnctl.cli.console import info
-    from rblnctl.errors import InvalidInput, Refused
-
-    if not _stdin_is_tty():
-        raise InvalidInput(f"vfio {plan.operation} changes drivers and asks for confirmation, but stdin is not a "
-                           "terminal: pass --yes (or --dry-run to preview)")
-    for d in plan.changes:
-        info(f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> {d.to_driver or 'kernel default'}")
-    if not typer.confirm(f"{plan.operation.capitalize()} {len(plan.changes)} device(s)?", default=False, err=True):
-        raise Refused("not confirmed; nothing was changed")
+    lines = "\n".join(f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> {d.to_driver or 'kernel default'}"
+                      for d in plan.changes)
+    confirm(f"{plan.operation.capitalize()} {len(plan.changes)} device(s)?", yes=yes, show=escape(lines))
 
 
 # --- tables ------------------------------------------------------------------------------------------

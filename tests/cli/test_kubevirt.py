@@ -164,7 +164,17 @@ def test_cr_being_deleted_is_refused(apiserver):
     assert apiserver.writes() == []
 
 
-def test_confirmation_is_asked_without_yes(apiserver):
+def test_without_yes_and_without_a_terminal_nothing_is_written(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    r = cli("kubevirt", "enable-gates", server=apiserver.url, input="y\n")  # piped input is not an answer
+    assert r.exit_code == 2 and "--yes" in r.stderr
+    assert apiserver.writes() == []
+
+
+def test_confirmation_is_asked_without_yes(apiserver, monkeypatch):
+    import rblnctl.cli.console
+
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
     apiserver.add(o.kubevirt(feature_gates=[]))
     r = cli("kubevirt", "enable-gates", server=apiserver.url, input="n\n")
     assert r.exit_code == 1 and apiserver.writes() == []

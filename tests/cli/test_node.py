@@ -88,9 +88,9 @@ def test_yes_is_required_without_a_tty(cluster):
 
 
 def test_confirmation_on_a_tty(cluster, monkeypatch):
-    import rblnctl.cli.node
+    import rblnctl.cli.console
 
-    monkeypatch.setattr(rblnctl.cli.node, "_stdin_is_tty", lambda: True)
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
     r = cli("node", "set-mode", "n1", "vm", server=cluster.url, input="n\n")
     assert r.exit_code == 1 and cluster.writes() == []
     assert "Switch node n1 to vm mode?" in r.stderr and "default/npu-app" in r.stderr
@@ -180,7 +180,7 @@ def test_ctrl_c_during_drain_says_the_node_stays_cordoned(cluster, mocker):
 def test_closed_stdin_counts_as_no_terminal(monkeypatch):
     import sys
 
-    import rblnctl.cli.node
+    import rblnctl.cli.console
 
     monkeypatch.setattr(sys, "stdin", None)  # `rblnctl node drain n1 <&-`, as some automation runs it
-    assert rblnctl.cli.node._stdin_is_tty() is False
+    assert rblnctl.cli.console.stdin_is_tty() is False

@@ -114,9 +114,9 @@ def test_without_a_terminal_bind_needs_yes(k):
 
 
 def test_on_a_terminal_bind_asks(k, monkeypatch):
-    import rblnctl.cli.vfio as cmd
+    import rblnctl.cli.console
 
-    monkeypatch.setattr(cmd, "_stdin_is_tty", lambda: True)
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
     r = vfio(k, "bind", A, input="n\n")
     assert r.exit_code == 1 and "not confirmed" in r.stderr and k.writes == []
     r = vfio(k, "bind", A, input="y\n")
