@@ -39,8 +39,12 @@ def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputO
 NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False)]
 ForceOpt = Annotated[
     bool,
-    typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods); "
-                 "set-mode: also override an unfinished switch to the other mode."),
+    typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
+                 "and take over an unfinished switch to the other mode."),
+]
+DrainForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods)."),
 ]
 AllPodsOpt = Annotated[
     bool, typer.Option("--all-pods", help="Evict every pod not managed by a DaemonSet (like kubectl drain), "
@@ -244,7 +248,7 @@ def set_mode(
 def drain(
     ctx: typer.Context,
     node: NodeArg,
-    force: ForceOpt = False,
+    force: DrainForceOpt = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,

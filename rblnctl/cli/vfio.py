@@ -38,7 +38,8 @@ KeepGoingOpt = Annotated[
                  "rolled back) instead of rolling everything back."),
 ]
 SysfsOpt = Annotated[
-    Path | None, typer.Option("--sysfs-root", help="sysfs to read and write [default: /sys].", show_default=False)
+    Path | None, typer.Option("--sysfs-root", help="sysfs root, e.g. a captured tree [default: /sys]; bind and unbind "
+                              "write there.", show_default=False)
 ]
 ProcOpt = Annotated[
     Path | None, typer.Option("--proc-root", help="procfs to scan for open devices [default: /proc].",
