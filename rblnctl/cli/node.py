@@ -63,9 +63,18 @@ GracePeriodOpt = Annotated[
                  metavar="SECONDS", min=0, show_default=False),
 ]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", help="Seconds to wait for evictions and (set-mode) the operator.",
-                        metavar="SECONDS", min=0.001)
+    str, typer.Option("--timeout", help="How long to wait for evictions and (set-mode) the operator: seconds or a "
+                      "duration like 90s, 10m, 1h (as kubectl drain).", metavar="DURATION")
 ]
+
+
+def _timeout_s(text: str) -> float:
+    from rblnctl.cli.errors import parse_duration
+
+    seconds = parse_duration(text, option="--timeout")
+    if seconds is None:
+        raise typer.BadParameter("--timeout must be more than 0 (rblnctl never waits forever on a node)")
+    return seconds
 
 
 class _Progress:
@@ -191,7 +200,7 @@ def set_mode(
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,
     grace_period: GracePeriodOpt = None,
-    timeout: TimeoutOpt = 600.0,
+    timeout: TimeoutOpt = "10m",
     uncordon: Annotated[
         bool, typer.Option("--uncordon/--no-uncordon", help="Uncordon at the end (only if rblnctl cordoned it).")
     ] = True,
@@ -210,7 +219,7 @@ def set_mode(
     how = dry_run_mode(dry_run, server_dry_run)
     progress = _Progress()
     switcher = ModeSwitcher(
-        kube=ctx.obj.kube(), timeout_s=timeout, force=force, all_pods=all_pods,
+        kube=ctx.obj.kube(), timeout_s=_timeout_s(timeout), force=force, all_pods=all_pods,
         delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction, grace_period_s=grace_period,
         server_dry_run=how == "server", uncordon=uncordon, on_step=progress.step, on_waiting=progress.waiting,
         on_evicted=progress.evicted, on_deleted=progress.deleted, on_pdb_blocked=progress.pdb_blocked,
@@ -253,7 +262,7 @@ def drain(
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,
     grace_period: GracePeriodOpt = None,
-    timeout: TimeoutOpt = 600.0,
+    timeout: TimeoutOpt = "10m",
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
@@ -271,7 +280,7 @@ def drain(
     progress = _Progress()
     drainer = Drainer(
         kube=ctx.obj.kube(), all_pods=all_pods, force=force, delete_emptydir_data=delete_emptydir_data,
-        evict_vms=force, disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=timeout,
+        evict_vms=force, disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=_timeout_s(timeout),
         cordon=True, server_dry_run=how == "server",
         on_cordoned=lambda n: progress.line(f"cordoned node {n}"), on_evicted=progress.evicted,
         on_deleted=progress.deleted, on_pdb_blocked=progress.pdb_blocked,
