@@ -292,9 +292,9 @@ def connect(opts: KubeOptions) -> Kube:
                 raise
             if plugin_errors and not cfg.api_key and not cfg.cert_file:
                 # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
+                which = f"context {context}" if context else "the current context"
                 raise AuthError(
-                    f"cannot get credentials for {f'context {context}' if context else 'the current context'} from {source}: "
-                    f"{_one_line('; '.join(plugin_errors))}",
+                    f"cannot get credentials for {which} from {source}: {_one_line('; '.join(plugin_errors))}",
                     reason="Unauthorized",
                 )
     # Fail fast: at most one more try, and only where it cannot double --request-timeout or repeat a write.
@@ -377,7 +377,9 @@ def _check_context(source: str, context: str | None) -> str | None:
         if type(e).__module__.startswith("yaml"):
             raise ConfigError(f"invalid kubeconfig {source}: not valid YAML{where}") from e
         if isinstance(e, (TypeError, AttributeError, KeyError)):
-            raise ConfigError(f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)") from e
+            raise ConfigError(
+                f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)"
+            ) from e
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
     names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
     if context is not None:

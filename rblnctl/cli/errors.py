@@ -163,7 +163,9 @@ def parse_duration(text: str, *, option: str) -> float | None:
         seconds = float(value)
     except ValueError:
         if not value or not re.fullmatch(f"(?:{_DURATION_PART})+", value):
-            raise typer.BadParameter(f"{option} takes seconds or a duration like 30s, 1m, 1m30s, not {text!r}") from None
+            raise typer.BadParameter(
+                f"{option} takes seconds or a duration like 30s, 1m, 1m30s, not {text!r}"
+            ) from None
         unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
         seconds = sum(float(n) * unit[u] for n, u in re.findall(_DURATION_PART, value))
     if seconds < 0:

@@ -286,7 +286,10 @@ def drain(
         on_deleted=progress.deleted, on_pdb_blocked=progress.pdb_blocked,
     )
     plan = drainer.plan(node)
-    table = lambda: Group(*_drain_plan_renderables(plan))
+
+    def table() -> Any:
+        return Group(*_drain_plan_renderables(plan))
+
     if how == "client":
         emit({"plan": plan, "result": None}, output, table)
         if plan.blockers:

@@ -189,8 +189,10 @@ def _confirm(plan: "VfioPlan", yes: bool) -> None:
 
     from rblnctl.cli.console import confirm
 
-    lines = "\n".join(f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> {d.to_driver or 'kernel default'}"
-                      for d in plan.changes)
+    lines = "\n".join(
+        f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> {d.to_driver or 'kernel default'}"
+        for d in plan.changes
+    )
     confirm(f"{plan.operation.capitalize()} {len(plan.changes)} device(s)?", yes=yes, show=escape(lines))
 
 

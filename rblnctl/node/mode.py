@@ -193,7 +193,8 @@ class ModeSwitcher:
                        vfio_manager=bool((spec.get("vfioManager") or {}).get("enabled", True)))
 
     def _component_pods(self, node: str) -> list[dict]:
-        return [p for p in self.kube.list(PODS, namespace=self.operator_namespace, field_selector=f"spec.nodeName={node}")
+        pods = self.kube.list(PODS, namespace=self.operator_namespace, field_selector=f"spec.nodeName={node}")
+        return [p for p in pods
                 if ((p.get("metadata") or {}).get("labels") or {}).get(C.COMPONENT_LABEL) in C.OPERATOR_COMPONENTS]
 
     def pending(self, node_obj: dict, target: str, policy: _Policy, pods: list[dict]) -> list[str]:
@@ -349,8 +350,8 @@ class ModeSwitcher:
         blockers.extend(drain.blockers)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
-                        cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps, vms=vms,
-                        drain=drain, blockers=blockers, warnings=warnings, pending=pending)
+                        cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
+                        vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending)
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:
@@ -370,7 +371,8 @@ class ModeSwitcher:
         if label == target:
             steps.append(PlanStep(step=STEP_RELABEL, detail=f"{C.WORKLOAD_LABEL} is already {target}"))
         else:
-            steps.append(PlanStep(step=STEP_RELABEL, detail=f"set {C.WORKLOAD_LABEL}={target} (was {label or 'unset'})"))
+            relabel = f"set {C.WORKLOAD_LABEL}={target} (was {label or 'unset'})"
+            steps.append(PlanStep(step=STEP_RELABEL, detail=relabel))
         steps.append(PlanStep(step=STEP_WAIT, detail=f"wait up to {self.timeout_s:g}s for the operator to converge"))
         will_uncordon = self.uncordon and (not unschedulable or cordoned_by)
         steps.append(PlanStep(step=STEP_UNCORDON, detail=f"uncordon node {node}" if will_uncordon else

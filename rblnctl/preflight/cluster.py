@@ -863,7 +863,8 @@ def iommu_fact(nfd: NodeNfd) -> tuple[bool | None, str]:
     with_group = [d for d in devices if d.get(C.NFD_PCI_IOMMU_ATTR)]
     if npus and all(d.get(C.NFD_PCI_IOMMU_ATTR) for d in npus):
         types = sorted({d[C.NFD_PCI_IOMMU_ATTR] for d in npus})
-        return True, f"NFD {C.NFD_FEATURE_PCI}: the NPUs are in IOMMU groups ({C.NFD_PCI_IOMMU_ATTR} {', '.join(types)})"
+        kinds = ", ".join(types)
+        return True, f"NFD {C.NFD_FEATURE_PCI}: the NPUs are in IOMMU groups ({C.NFD_PCI_IOMMU_ATTR} {kinds})"
     if npus and with_group:
         # NFD reads iommu_group/type for every device; others have it, so the NPUs really have no group.
         return False, f"NFD {C.NFD_FEATURE_PCI}: other devices have {C.NFD_PCI_IOMMU_ATTR}, the NPUs have none"
