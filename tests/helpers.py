@@ -11,3 +11,13 @@ def cli(*args: str, server: str | None = None, input: str | None = None):
     """Invoke `rblnctl ARGS` (with `--server URL` first when given); return the click Result."""
     argv = (["--server", server] if server else []) + [str(a) for a in args]
     return CliRunner().invoke(app, argv, input=input, catch_exceptions=False)
+
+
+def closed_port_url() -> str:
+    """http://127.0.0.1:<port> for a port the OS just handed out and that nothing listens on any more."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rblnctl.errors import ClusterError, Conflict, Forbidden, InvalidInput, NotFound, Refused
+from rblnctl.errors import ClusterError, ConfigError, Conflict, Forbidden, InvalidInput, NotFound, Refused
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.kubevirt import (
     DevicePermitter,
@@ -308,8 +308,9 @@ def test_cr_being_deleted_is_refused(kube, apiserver):
     ed = editor(kube)
     plan = ed.plan_enable(rbln_gates())
     assert plan.blockers and "being deleted" in plan.blockers[0]
-    with pytest.raises(Refused):
+    with pytest.raises(Refused) as err:
         ed.apply(plan)
+    assert any("being deleted" in b for b in err.value.blockers)
     assert apiserver.writes() == []
 
 
@@ -319,7 +320,7 @@ def test_malformed_gate_names_are_rejected_before_any_request(kube, apiserver, b
     apiserver.clear_requests()
     with pytest.raises(InvalidInput, match="malformed feature gate name"):
         editor(kube).plan_enable(["HostDevices", bad])
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="malformed feature gate name"):
         editor(kube).plan_disable([bad])
     assert apiserver.requests == []
 
@@ -373,7 +374,7 @@ def test_add_to_disabled_needs_kubevirt_1_9(kube, apiserver):
 
 
 def test_plan_gates_rejects_the_same_gate_both_ways():
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="cannot enable and disable HostDevices at once"):
         plan_gates(o.kubevirt(), enable=["HostDevices"], disable=["HostDevices"])
 
 
@@ -400,8 +401,12 @@ def test_device_for_resource_derives_the_selector_from_the_table():
     with pytest.raises(InvalidInput) as err:
         device_for_resource("rebellions.ai/RBLN-CR13_PF")
     assert "CR13" in str(err.value) and "rebellions.ai/RBLN-CA22_PF (1EFF:1220)" in str(err.value)
-    for bad in ("rebellions.ai/npu", "nvidia.com/T4", "RBLN-CA22_XX", "RBLN-CA22_PF=1EFF", "a b"):
-        with pytest.raises(InvalidInput):
+    for bad, why in (("rebellions.ai/npu", "not an RBLN sandbox resource name"),
+                     ("nvidia.com/T4", "not an RBLN sandbox resource name"),
+                     ("RBLN-CA22_XX", "not an RBLN sandbox resource name"),
+                     ("RBLN-CA22_PF=1EFF", "malformed PCI selector"), ("a b", "malformed resource name"),
+                     ("nvidia.com/T4=10DE:1EB8", "nvidia.com/T4 is not a Rebellions resource")):
+        with pytest.raises(InvalidInput, match=why):
             device_for_resource(bad)
 
 
@@ -523,8 +528,9 @@ def test_permit_devices_on_cr_being_deleted_is_refused(kube, apiserver):
     kv["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     apiserver.add(kv)
     pm = permitter(kube)
-    with pytest.raises(Refused):
+    with pytest.raises(Refused) as err:
         pm.apply(pm.plan(["RBLN-CA22_PF"]))
+    assert any("being deleted" in b for b in err.value.blockers)
     assert apiserver.writes() == []
 
 
@@ -595,3 +601,36 @@ def test_add_to_disabled_floor_only_when_something_is_added_there(kube, apiserve
     apiserver.update(kv)
     plan = editor(kube).plan_disable(["HostDevicesWithDRA"], add_to_disabled=True)
     assert plan.noop and plan.blockers == []
+
+
+def test_disable_without_a_gate_is_invalid_before_any_request(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"]))
+    apiserver.clear_requests()
+    with pytest.raises(InvalidInput, match="name at least one feature gate to disable"):
+        editor(kube).plan_disable([])
+    assert apiserver.requests == []
+
+
+def test_same_resource_with_two_selectors_is_invalid(kube, apiserver):
+    apiserver.add(o.kubevirt(permitted_pci=[]))
+    with pytest.raises(InvalidInput, match=r"RBLN-CA22_PF given with two PCI selectors: 1EFF:1220 and 1EFF:9999"):
+        permitter(kube).plan(["RBLN-CA22_PF", "RBLN-CA22_PF=1eff:9999"])
+    assert apiserver.writes() == []
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    (("spec", "configuration"), "oops"),
+    (("spec", "configuration", "developerConfiguration"), ["HostDevices"]),
+])
+def test_parent_that_is_not_an_object_is_refused_not_overwritten(kube, apiserver, where, value):
+    kv = o.kubevirt(with_configuration=False) if where == ("spec", "configuration") else o.kubevirt()
+    kv["spec"]["configuration"] = value if len(where) == 2 else {"developerConfiguration": value}
+    apiserver.add(kv)
+    with pytest.raises(Refused, match=rf"{'.'.join(where[1:])} is a (str|list), not an object; fix the CR by hand"):
+        editor(kube).plan_enable(rbln_gates())
+    assert apiserver.writes() == []
+
+
+def test_max_attempts_below_one_is_a_config_error(kube):
+    with pytest.raises(ConfigError, match="max_attempts must be at least 1"):
+        editor(kube, max_attempts=0)

@@ -65,9 +65,9 @@ def test_global_options_after_the_subcommand(apiserver, kubeconfig):
 def test_verbose_shows_requests_on_stderr_only(apiserver):
     apiserver.add(o.npu_node("npu1"))
     r = cli("node", "list", "-o", "json", "-v", server=apiserver.url)
-    assert r.exit_code == 0
-    json.loads(r.stdout)
-    assert "GET /api/v1/nodes" in r.stderr
+    assert r.exit_code == 0, r.stderr
+    assert [n["name"] for n in json.loads(r.stdout)["nodes"]] == ["npu1"]  # stdout is the JSON alone
+    assert "GET /api/v1/nodes" in r.stderr and "GET /api" not in r.stdout
 
 
 def test_unexpected_bug_is_one_line_exit_70(apiserver, mocker):

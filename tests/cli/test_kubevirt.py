@@ -109,8 +109,20 @@ def test_server_dry_run_sends_dry_run_all(apiserver):
 
 def test_dry_run_and_server_dry_run_together_is_usage_error(apiserver):
     apiserver.add(o.kubevirt())
+    apiserver.clear_requests()
     r = cli("kubevirt", "enable-gates", "--dry-run", "--server-dry-run", server=apiserver.url)
-    assert r.exit_code == 2
+    assert r.exit_code == 2 and "--dry-run" in r.stderr and r.stdout == ""
+    assert apiserver.writes() == []
+
+
+def test_dry_run_that_would_be_refused_exits_1_after_showing_the_plan(apiserver):
+    """A CI dry run must fail when the real run would be refused (here: --dra on KubeVirt 1.8)."""
+    apiserver.add(o.kubevirt(feature_gates=[], version="v1.8.2"))
+    apiserver.clear_requests()
+    r = cli("kubevirt", "enable-gates", "--dra", "--dry-run", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 1
+    assert json.loads(r.stdout)["plan"]["blockers"] and "refusing to edit KubeVirt kubevirt/kubevirt" in r.stderr
+    assert "v1.8.2" in r.stderr and apiserver.writes() == []
 
 
 def test_dra_on_old_kubevirt_refused_then_forced(apiserver):
@@ -231,8 +243,10 @@ def test_disable_gates_rolls_back(apiserver):
 
 
 def test_disable_gates_needs_a_gate(apiserver):
-    r = cli("kubevirt", "disable-gates", server=apiserver.url)
-    assert r.exit_code == 2
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"]))
+    apiserver.clear_requests()
+    r = cli("kubevirt", "disable-gates", "--yes", server=apiserver.url)
+    assert r.exit_code == 2 and "GATE" in r.stderr and apiserver.requests == []
 
 
 @pytest.mark.kubectl
@@ -314,9 +328,12 @@ def test_permit_devices_from_cluster(apiserver):
 
 def test_permit_devices_needs_a_source(apiserver):
     apiserver.add(o.kubevirt())
-    assert cli("kubevirt", "permit-devices", server=apiserver.url).exit_code == 2
+    apiserver.clear_requests()
+    r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
+    assert r.exit_code == 2 and "--resource-name" in r.stderr and "--from-cluster" in r.stderr
     r = cli("kubevirt", "permit-devices", "-l", "a=b", "--resource-name", "RBLN-CA22_PF", server=apiserver.url)
     assert r.exit_code == 2 and "--from-cluster" in r.stderr
+    assert apiserver.writes() == []
 
 
 # -- status ---------------------------------------------------------------------------------------

@@ -122,7 +122,24 @@ def test_dry_run_server_sends_dry_run_all(cluster):
 
 def test_dry_run_flags_conflict(cluster):
     r = cli("node", "set-mode", "n1", "vm", "--dry-run", "--server-dry-run", server=cluster.url)
-    assert r.exit_code == 2
+    assert r.exit_code == 2 and "--dry-run" in r.stderr and r.stdout == ""
+    assert cluster.writes() == []
+
+
+def test_set_mode_dry_run_that_would_be_refused_exits_1(cluster):
+    cluster.add(o.vmi("vms", "vm1", "n1", host_devices=[PF]))
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", "-o", "json", server=cluster.url)
+    assert r.exit_code == 1
+    assert any("vms/vm1" in b for b in json.loads(r.stdout)["plan"]["blockers"])
+    assert "refusing to switch node n1" in r.stderr and cluster.writes() == []
+
+
+def test_drain_dry_run_that_would_be_refused_exits_1(cluster):
+    cluster.add(o.pod("default", "bare", node="n1"))
+    r = cli("node", "drain", "n1", "--all-pods", "--dry-run", server=cluster.url)
+    assert r.exit_code == 1
+    assert "cannot drain node n1" in r.stderr and "default/bare is not managed by a controller" in r.stderr
+    assert "bare" in r.stdout and cluster.writes() == []
 
 
 def test_drain_cordons_evicts_and_leaves_cordoned(cluster):

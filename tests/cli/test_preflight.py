@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.fakes import objects as o
-from tests.helpers import cli
+from tests.helpers import cli, closed_port_url
 from tests.preflight import hosttrees as ht
 from tests.preflight.test_cluster import nfd_features, seed
 
@@ -198,8 +198,9 @@ def test_cluster_node_and_selector(apiserver):
 
 
 def test_cluster_unreachable_exit_3():
-    r = cli("preflight", "--request-timeout", "2", server="http://127.0.0.1:9")
-    assert r.exit_code == 3 and "cannot reach" in r.stderr
+    url = closed_port_url()
+    r = cli("preflight", "--request-timeout", "2", server=url)
+    assert r.exit_code == 3 and "cannot reach" in r.stderr and url in r.stderr and r.stdout == ""
 
 
 def test_cluster_bad_selector_is_a_usage_error_not_a_pass(apiserver):

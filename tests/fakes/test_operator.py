@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -174,6 +175,9 @@ def test_stop_cancels_pending_readiness(apiserver):
     assert not op.wait_idle(0.1)  # readiness timers pending
     op.stop()
     assert not any(ready(p) for p in component_pods(apiserver, "n1").values())
+    # stop() joined the worker and unsubscribed: nothing is left that could reconcile this change.
+    assert not [t for t in threading.enumerate() if t.name == "simulated-operator" and t.is_alive()]
     apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({MODE: "vm-passthrough"}))
-    time.sleep(0.1)
-    assert "vfio-manager" not in component_pods(apiserver, "n1")  # stopped: no more reconciles
+    assert op.wait_idle(0)  # nothing queued: the change reached no reconciler
+    assert "vfio-manager" not in component_pods(apiserver, "n1")
+    assert deploy_labels(apiserver, "n1") == CONTAINER  # the container-mode labels stay as they were

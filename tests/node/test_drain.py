@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -241,32 +240,41 @@ def test_other_eviction_errors_propagate(apiserver, kube):
 def test_waits_for_graceful_deletion(apiserver, kube):
     apiserver.deletion_delay_s = 0.3
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    gone: list[float] = []
-    drainer = Drainer(kube=kube, poll_s=0.05, on_deleted=lambda p: gone.append(time.monotonic()))
-    started = time.monotonic()
-    drainer.run(drainer.plan("n1"))
-    assert gone and gone[0] - started >= 0.25
+    pod_path = "/api/v1/namespaces/default/pods/npu-app"
+    seen: list[str] = []
+
+    def on_deleted(p):  # run() must not report the pod gone while the server still has it
+        seen.append(str(p))
+        assert apiserver.get("Pod", "npu-app", "default") is None
+
+    drainer = Drainer(kube=kube, poll_s=0.05, on_deleted=on_deleted)
+    res = drainer.run(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["npu-app"] and seen == ["default/npu-app"]
     assert apiserver.get("Pod", "npu-app", "default") is None
-    gets = [r for r in apiserver.requests if r.method == "GET" and r.path == "/api/v1/namespaces/default/pods/npu-app"]
-    assert len(gets) >= 3
+    gets = [r.status for r in apiserver.requests if r.method == "GET" and r.path == pod_path]
+    # polled while the pod was terminating (200), stopped at the first 404
+    assert gets[0] == 200 and gets[-1] == 404 and gets.count(404) == 1 and len(gets) >= 2
 
 
 def test_a_replacement_with_a_new_uid_counts_as_gone(apiserver, kube):
     apiserver.deletion_delay_s = 30
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    drainer = Drainer(kube=kube, poll_s=0.02, timeout_s=5)
+    clock = FakeClock()
+    replaced: list[str] = []
+
+    def sleep(s: float) -> None:  # the first poll finds the old pod terminating; then its controller replaces it
+        clock.sleep(s)
+        if not replaced:
+            apiserver.delete_now("Pod", "npu-app", "default")
+            apiserver.add(rs_pod("npu-app", requests=NPU))
+            replaced.append(apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"])
+
+    drainer = Drainer(kube=kube, poll_s=1, timeout_s=5, sleep=sleep, clock=clock)
     plan = drainer.plan("n1")
-
-    def replace(req):
-        if req.path.endswith("/eviction"):
-            threading.Timer(0.1, lambda: (apiserver.delete_now("Pod", "npu-app", "default"),
-                                          apiserver.add(rs_pod("npu-app", requests=NPU)))).start()
-
-    apiserver.on_request(replace)
-    started = time.monotonic()
-    drainer.run(plan)
-    assert time.monotonic() - started < 3
-    assert apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"] != plan.evict[0].uid
+    res = drainer.run(plan)  # without the UID check this would raise WaitTimeout: the name never 404s
+    assert [p.name for p in res.evicted] == ["npu-app"] and len(clock.sleeps) == 1
+    assert replaced and replaced[0] != plan.evict[0].uid
+    assert apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"] == replaced[0]
 
 
 def test_timeout_names_the_pods_still_there(apiserver, kube):
@@ -283,13 +291,25 @@ def test_parallel_evictions_are_bounded(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
                   *(rs_pod(f"npu-{i:02d}", requests=NPU) for i in range(10)))
     lock = threading.Lock()
-    state = {"now": 0, "max": 0}
+    state = {"now": 0, "max": 0, "held": 0}
+    full = threading.Event()  # max_parallel evictions are in flight at the same time
+    over = threading.Event()  # more than max_parallel are
 
     def hook(pod, body):
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
-        time.sleep(0.05)
+            if state["now"] == 3:
+                full.set()
+            if state["now"] > 3:
+                over.set()
+            hold = state["held"] < 3
+            state["held"] += hold
+        if hold:
+            # A rendezvous, not a timing guess: the first three stay in flight until all three are (a serial
+            # drainer never gets there and fails below), then give a fourth the chance to show up.
+            full.wait(3)
+            over.wait(0.3)
         with lock:
             state["now"] -= 1
 
@@ -297,7 +317,7 @@ def test_parallel_evictions_are_bounded(apiserver, kube):
     drainer = Drainer(kube=kube, max_parallel=3, poll_s=0.01)
     res = drainer.run(drainer.plan("n1"))
     assert len(res.evicted) == 10
-    assert state["max"] == 3  # parallel, and never more than max_parallel
+    assert full.is_set() and not over.is_set() and state["max"] == 3  # parallel, never more than max_parallel
 
 
 def test_disable_eviction_deletes_with_grace_period(apiserver, kube):
@@ -334,12 +354,27 @@ def test_server_dry_run_sends_dry_run_all_and_changes_nothing(apiserver, kube):
 
 
 def test_unknown_node_and_bad_options(apiserver, kube):
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match='"nope" not found'):
         Drainer(kube=kube).plan("nope")
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="max_parallel must be at least 1"):
         Drainer(kube=kube, max_parallel=0)
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="grace period must be 0 or more"):
         Drainer(kube=kube, grace_period_s=-1)
+    with pytest.raises(InvalidInput, match="timeout must be more than 0"):
+        Drainer(kube=kube, timeout_s=0)
+    assert apiserver.writes() == []
+
+
+def test_server_dry_run_blocked_by_a_budget_times_out_naming_the_pod(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.eviction_hook = lambda pod, body: (429, "Cannot evict pod as it would violate the pod's disruption budget.")
+    clock = FakeClock()
+    drainer = Drainer(kube=kube, server_dry_run=True, sleep=clock.sleep, clock=clock, timeout_s=30)
+    with pytest.raises(WaitTimeout, match="disruption budgets still refuse evicting default/npu-app"):
+        drainer.run(drainer.plan("n1"))
+    ev = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
+    assert ev and all(w.dry_run for w in ev)
+    assert apiserver.get("Pod", "npu-app", "default") is not None
 
 
 def test_podref_prints_namespace_and_name():
@@ -347,7 +382,8 @@ def test_podref_prints_namespace_and_name():
 
 
 def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
-    """Ctrl-C while budgets refuse: no eviction is sent afterwards and run() does not sit out the timeout."""
+    """Ctrl-C while budgets refuse: run() raises without sitting out the backoff or the timeout, and no
+    eviction is sent afterwards."""
     import os
     import signal
 
@@ -355,17 +391,40 @@ def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
                   rs_pod("a", requests=NPU, labels={"app": "web"}), rs_pod("b", requests=NPU, labels={"app": "web"}),
                   o.pdb("default", "web", selector={"app": "web"}, min_available=2))
     fired: list[int] = []
+    interrupted = threading.Event()
+
+    def evictions() -> int:
+        return len([r for r in apiserver.requests if r.path.endswith("/eviction")])
+
+    def on_sigint(signum, frame):  # Python's own behaviour, plus a mark that the main thread got there
+        interrupted.set()
+        raise KeyboardInterrupt
 
     def ctrl_c(pod, message, attempt):  # the user presses Ctrl-C while the first refusal is reported
         if not fired:
-            fired.append(len([r for r in apiserver.requests if r.path.endswith("/eviction")]))
+            fired.append(evictions())
             os.kill(os.getpid(), signal.SIGINT)
+        # Go on backing off only once the main thread has the interrupt (however loaded the machine is):
+        # from then on a worker that is not told to stop would retry after its 1 s backoff.
+        interrupted.wait(10)
 
-    drainer = Drainer(kube=kube, timeout_s=20, on_pdb_blocked=ctrl_c)
-    plan = drainer.plan("n1")
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        drainer.run(plan)
-    assert time.monotonic() - started < 5
-    time.sleep(1.5)  # past the first backoff: a worker still running would evict again now
-    assert len([r for r in apiserver.requests if r.path.endswith("/eviction")]) <= 2
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        drainer = Drainer(kube=kube, timeout_s=20, on_pdb_blocked=ctrl_c)
+        plan = drainer.plan("n1")
+        with pytest.raises(KeyboardInterrupt):
+            drainer.run(plan)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    at_interrupt = evictions()
+    # A run() that waited for its workers would only return after they had retried for the whole 20 s
+    # timeout (1 + 2 + 4 + 8 s of backoff): many evictions per pod.
+    assert interrupted.is_set() and fired and fired[0] >= 1 and at_interrupt <= 2
+    # The workers stop as soon as they are told to (their backoff wakes at once), not after the backoff.
+    workers = [t for t in threading.enumerate() if t.name.startswith("rblnctl-evict")]
+    for t in workers:
+        t.join(timeout=5)
+    assert not [t for t in workers if t.is_alive()]
+    # No retry after the interrupt: each pod was tried at most once (b's first try may have been in flight).
+    sent = [r.path.split("/")[-2] for r in apiserver.requests if r.path.endswith("/eviction")]
+    assert sent.count("a") <= 1 and sent.count("b") <= 1

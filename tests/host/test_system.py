@@ -1,0 +1,75 @@
+"""rblnctl.host.system.modprobe against a stand-in `modprobe` on PATH (never the host's: the module names
+used here do not exist, so even a mistake could not load anything)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rblnctl.errors import HostError, InvalidInput
+from rblnctl.host import system
+
+ABSENT = "rblnctl_test_absent_module"
+
+
+@pytest.fixture
+def fake_modprobe(tmp_path, monkeypatch):
+    """Write `<tmp>/bin/modprobe` (a shell script) and make it the only modprobe on PATH; returns a writer."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    calls = tmp_path / "calls"
+
+    def make(body: str) -> Path:
+        script = bin_dir / "modprobe"
+        script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n{body}\n')
+        script.chmod(0o755)
+        return calls
+
+    return make
+
+
+def test_modprobe_runs_the_module_as_one_argument_after_double_dash(fake_modprobe):
+    calls = fake_modprobe("exit 0")
+    system.modprobe(ABSENT)
+    assert calls.read_text() == f"-- {ABSENT}\n"
+
+
+def test_modprobe_failure_names_the_exit_code_and_the_last_line(fake_modprobe):
+    calls = fake_modprobe(f'echo "modprobe: WARNING: first" >&2\necho "modprobe: FATAL: Module {ABSENT} not found" >&2\n'
+                          "exit 1")
+    with pytest.raises(HostError, match=rf"modprobe {ABSENT} exited 1: modprobe: FATAL: Module {ABSENT} not found$"):
+        system.modprobe(ABSENT)
+    assert calls.read_text() == f"-- {ABSENT}\n"
+
+
+def test_modprobe_failure_without_output_says_so(fake_modprobe):
+    fake_modprobe("exit 3")
+    with pytest.raises(HostError, match="exited 3: no output"):
+        system.modprobe(ABSENT)
+
+
+def test_modprobe_that_hangs_is_stopped_at_the_timeout(fake_modprobe):
+    fake_modprobe("exec /bin/sleep 30")
+    with pytest.raises(HostError, match=rf"modprobe {ABSENT} failed: .*timed out"):
+        system.modprobe(ABSENT, timeout_s=0.2)
+
+
+def test_no_modprobe_anywhere(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # empty
+    real_access = os.access
+    # /usr/sbin/modprobe and /sbin/modprobe of this machine are the fallback: hide them, nothing else.
+    monkeypatch.setattr(system.os, "access", lambda p, mode: False if str(p).endswith("/modprobe")
+                        else real_access(p, mode))
+    with pytest.raises(HostError, match=rf"cannot load {ABSENT}: modprobe not found on PATH"):
+        system.modprobe(ABSENT)
+
+
+@pytest.mark.parametrize("bad", ["", "../vfio", "vfio pci", "vfio;reboot", "vfio\n", "x" * 65])
+def test_bad_module_names_never_reach_modprobe(fake_modprobe, bad):
+    calls = fake_modprobe("exit 0")
+    with pytest.raises(InvalidInput, match="invalid kernel module name"):
+        system.modprobe(bad)
+    assert not calls.exists()
