@@ -364,11 +364,22 @@ def resolve_kubeconfig(explicit: str | None) -> str | None:
 
 
 def _check_context(source: str, context: str | None) -> str | None:
-    from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigMerger
 
     try:
-        contexts, current = k8s_config.list_kube_config_contexts(source)
+        # Read the merged file(s) ourselves: the client's list_kube_config_contexts() demands a
+        # current-context even when --context names one, which kubectl does not.
+        merged = KubeConfigMerger(source).config
+        raw = merged.value if merged is not None else None
+        if not isinstance(raw, dict):
+            raise TypeError("not a mapping")
+        contexts = raw.get("contexts") or []
+        current = raw.get("current-context")
+        if not isinstance(contexts, list):
+            raise TypeError("contexts is not a list")
+        # The merger keeps each list entry wrapped (ConfigNode, with the file it came from) as .value.
+        contexts = [getattr(c, "value", c) for c in contexts]
     except ConfigException as e:
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
     except Exception as e:  # yaml errors on a corrupt file
@@ -382,6 +393,8 @@ def _check_context(source: str, context: str | None) -> str | None:
             ) from e
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
     names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
+    if not names:
+        raise ConfigError(f"invalid kubeconfig {source}: it defines no contexts")
     if context is not None:
         if context not in names:
             known = ", ".join(str(n) for n in names) or "none"
