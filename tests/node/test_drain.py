@@ -384,7 +384,6 @@ def test_podref_prints_namespace_and_name():
 def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
     """Ctrl-C while budgets refuse: run() raises without sitting out the backoff or the timeout, and no
     eviction is sent afterwards."""
-    import os
     import signal
 
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web", replicas=2),
@@ -403,7 +402,9 @@ def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
     def ctrl_c(pod, message, attempt):  # the user presses Ctrl-C while the first refusal is reported
         if not fired:
             fired.append(evictions())
-            os.kill(os.getpid(), signal.SIGINT)
+            # A terminal's Ctrl-C reaches the main thread; os.kill() from this worker would signal the
+            # worker itself, and the main thread would only notice when its wait ended on its own.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         # Go on backing off only once the main thread has the interrupt (however loaded the machine is):
         # from then on a worker that is not told to stop would retry after its 1 s backoff.
         interrupted.wait(10)
