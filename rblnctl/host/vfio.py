@@ -447,6 +447,12 @@ class VfioBinder:
         devices = []
         for f in fns:
             rec = records.get(f.bdf, {})
+            if rec.get("ids") and rec["ids"] != f.ids:
+                # The record is for another device (swapped card, state file copied from another host):
+                # restoring its driver could bind the wrong driver to this one.
+                warnings.append(f"{f.bdf}: the state file recorded device {rec['ids']} here, but the device is "
+                                f"{f.ids}; ignoring that record (pass --driver NAME to choose the host driver)")
+                rec = {}
             target = driver or rec.get("driver")
             source = "--driver" if driver else ("recorded" if target else "kernel default")
             if f.driver not in (None, C.VFIO_DRIVER) and f.driver_override != C.VFIO_DRIVER:

@@ -461,6 +461,23 @@ def test_unbind_with_driver_overrides_the_record(tmp_path):
     assert out.ok and k.driver_of(A) == "rebellions"
 
 
+def test_unbind_ignores_a_record_made_for_another_device(tmp_path):
+    """A card swapped at the same address (or a state file from another host) must not choose the driver."""
+    k = npu_node(tmp_path, 0)
+    k.load_module("vfio_pci")
+    k.add_driver("rebellions")
+    k.add_driver("rbln-legacy", claims=((0x1EFF, None),))
+    k.add_pci_function(A, driver="rbln-legacy", iommu_group=5)
+    make(k).run(make(k).plan_bind([A]))
+    doc = json.loads((k.root / "state.json").read_text())
+    doc["devices"][A]["ids"] = "1eff:2030"  # recorded for a CR03, but a CA22 sits at A now
+    (k.root / "state.json").write_text(json.dumps(doc))
+    plan = make(k).plan_unbind([A])
+    assert plan.devices[0].to_driver is None and "kernel default" in plan.devices[0].note
+    assert any("recorded device 1eff:2030" in w and "1eff:1220" in w for w in plan.warnings)
+    assert make(k).run(plan).ok and k.driver_of(A) == "rebellions"  # the kernel's pick, not the stale record's
+
+
 def test_unbind_without_a_record_uses_the_kernel_default(tmp_path):
     k = npu_node(tmp_path, 0)
     k.add_driver("rebellions")
