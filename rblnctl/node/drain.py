@@ -344,10 +344,13 @@ class Drainer:
                 attempt += 1
                 # Keep the server's words ("... needs 1 healthy pods and has 1 currently"), not our request line.
                 message = str(e).split(f" {e.reason} ", 1)[-1] if e.reason else str(e)
-                if self.clock() + delay > deadline:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
                     return message
                 self.on_pdb_blocked(p, message, attempt)
-                self._backoff(delay, stop)
+                # The last wait is cut to the deadline, so the final try happens at --timeout, not up to
+                # one backoff before it.
+                self._backoff(min(delay, remaining), stop)
                 delay = min(delay * 2, BACKOFF_CAP_S)
                 continue
             self.on_evicted(p)

@@ -429,3 +429,16 @@ def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
     # No retry after the interrupt: each pod was tried at most once (b's first try may have been in flight).
     sent = [r.path.split("/")[-2] for r in apiserver.requests if r.path.endswith("/eviction")]
     assert sent.count("a") <= 1 and sent.count("b") <= 1
+
+
+def test_a_budget_that_never_frees_is_tried_last_at_the_timeout(apiserver, kube):
+    """The final wait is cut to the deadline: the last try happens at --timeout, not a backoff early."""
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.eviction_hook = lambda pod, body: (429, "Cannot evict pod as it would violate the pod's disruption budget.")
+    clock = FakeClock()
+    tries: list[float] = []
+    apiserver.on_request(lambda r: tries.append(clock.now) if r.path.endswith("/eviction") else None)
+    drainer = Drainer(kube=kube, sleep=clock.sleep, clock=clock, timeout_s=5)
+    with pytest.raises(WaitTimeout, match="default/npu-app"):
+        drainer.run(drainer.plan("n1"))
+    assert tries == [0.0, 1.0, 3.0, 5.0]  # backoff 1 s, 2 s, then 4 s cut to the 2 s left
