@@ -29,6 +29,7 @@ from rblnctl.errors import (
 from rblnctl.kube import CLUSTER_POLICIES, NODES, PODS, VMIS, Kube
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, PodRef, cordon_patch
 from rblnctl.node.inventory import is_npu_node, npu_node_from
+from rblnctl.status import active_policy
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +186,10 @@ class ModeSwitcher:
             policies = self.kube.list(CLUSTER_POLICIES)
         except NotFound:  # the CRD is not installed
             policies = []
-        if not policies:
+        active = active_policy(policies)
+        if active is None:
             return _Policy(default_mode=C.DEFAULT_MODE, dra=None, vfio_manager=True)
-        spec = policies[0].get("spec") or {}
+        spec = active.get("spec") or {}
         default = spec.get("workloadType") if spec.get("workloadType") in C.WORKLOAD_MODES else C.DEFAULT_MODE
         return _Policy(default_mode=default, dra=bool((spec.get("draKubeletPlugin") or {}).get("enabled")),
                        vfio_manager=bool((spec.get("vfioManager") or {}).get("enabled", True)))

@@ -447,3 +447,12 @@ def test_going_back_after_an_interruption_before_the_relabel_evicts_nothing(apis
     node = apiserver.get("Node", "n1")
     assert not node["spec"].get("unschedulable") and ANN not in (node["metadata"].get("annotations") or {})
     assert not [w for w in apiserver.writes() if w.path.endswith("/eviction")]
+
+
+def test_the_policy_the_operator_ignores_does_not_decide_the_default_mode(apiserver, kube):
+    """Two RBLNClusterPolicies: the operator acts on the one not marked ignored (as preflight and status read it)."""
+    leftover = o.cluster_policy("a-leftover", workload_type="vm-passthrough")
+    leftover["status"] = {"state": "ignored"}
+    apiserver.add(leftover, o.cluster_policy("b-active", workload_type="container"), o.npu_node("n1", mode=None))
+    plan = switcher(kube).plan("n1", "vm")
+    assert plan.current_mode == "container" and not plan.noop
