@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from rblnctl import constants as C
 from rblnctl.errors import ClusterError, InvalidInput, NotFound
 from rblnctl.kube import CLUSTER_POLICIES, KUBEVIRTS, Kube
+from rblnctl.kubevirt import status_of
 from rblnctl.node.inventory import NpuNode, list_npu_nodes
 
 
@@ -84,16 +85,15 @@ def policy_summary(obj: dict) -> PolicySummary:
 
 
 def kubevirt_summary(obj: dict) -> KubeVirtSummary:
-    """Summarise one KubeVirt CR."""
-    dev = ((obj.get("spec") or {}).get("configuration") or {}).get("developerConfiguration") or {}
-    status = obj.get("status") or {}
+    """Summarise one KubeVirt CR: the overview's subset of what `rblnctl kubevirt status` reads."""
+    st = status_of(obj)
     return KubeVirtSummary(
-        name=obj["metadata"]["name"],
-        namespace=obj["metadata"].get("namespace", ""),
-        phase=status.get("phase"),
-        version=status.get("observedKubeVirtVersion"),
-        feature_gates=list(dev.get("featureGates") or []),
-        disabled_feature_gates=list(dev.get("disabledFeatureGates") or []),
+        name=st.name,
+        namespace=st.namespace,
+        phase=st.phase,
+        version=st.version,
+        feature_gates=st.feature_gates,
+        disabled_feature_gates=st.disabled_feature_gates,
     )
 
 
