@@ -207,8 +207,7 @@ class ModeSwitcher:
         if labels.get(C.WORKLOAD_LABEL) != target and not (labels.get(C.WORKLOAD_LABEL) is None
                                                           and target == policy.default_mode):
             missing.append(f"label {C.WORKLOAD_LABEL} is {labels.get(C.WORKLOAD_LABEL)!r}, not {target!r}")
-        deployed = {k[len(C.DEPLOY_LABEL_PREFIX):] for k, v in labels.items()
-                    if k.startswith(C.DEPLOY_LABEL_PREFIX) and k != C.DEPLOY_SKIP_LABEL and v == "true"}
+        deployed = set(npu_node_from(node_obj).components)
         if target == C.MODE_VM:
             stale = _CONTAINER_ONLY
             allocators = {None: ("sandbox-device-plugin", "dra-kubelet-plugin"), True: ("dra-kubelet-plugin",),
