@@ -381,6 +381,21 @@ def test_podref_prints_namespace_and_name():
     assert str(PodRef(namespace="a", name="b")) == "a/b"
 
 
+def _join_once_started(t: threading.Thread, *, timeout: float) -> None:
+    """join() a thread that threading.enumerate() may list while it is still starting (on a loaded machine)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            t.join(timeout=max(0.0, end - time.monotonic()))
+            return
+        except RuntimeError:  # "cannot join thread before it is started"
+            if time.monotonic() >= end:
+                raise
+            time.sleep(0.01)
+
+
 def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
     """Ctrl-C while budgets refuse: run() raises without sitting out the backoff or the timeout, and no
     eviction is sent afterwards."""
@@ -424,7 +439,7 @@ def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
     # The workers stop as soon as they are told to (their backoff wakes at once), not after the backoff.
     workers = [t for t in threading.enumerate() if t.name.startswith("rblnctl-evict")]
     for t in workers:
-        t.join(timeout=5)
+        _join_once_started(t, timeout=5)
     assert not [t for t in workers if t.is_alive()]
     # No retry after the interrupt: each pod was tried at most once (b's first try may have been in flight).
     sent = [r.path.split("/")[-2] for r in apiserver.requests if r.path.endswith("/eviction")]
