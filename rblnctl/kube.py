@@ -311,10 +311,7 @@ class _Retry(urllib3.util.Retry):
     def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> Any:
         error = kwargs.get("error") if "error" in kwargs else (args[1] if len(args) > 1 else None)
         original = getattr(error, "original_error", error)  # a ProxyError wraps the real cause
-        if isinstance(original, urllib3.exceptions.SSLError) or (
-            isinstance(original, urllib3.exceptions.TimeoutError)
-            and not isinstance(original, urllib3.exceptions.NewConnectionError)
-        ):
+        if isinstance(original, urllib3.exceptions.SSLError) or _is_timeout(original):
             raise error  # type: ignore[misc]
         return super().increment(method, url, *args, **kwargs)
 
