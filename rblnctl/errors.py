@@ -6,6 +6,9 @@ one documented exit code (docs/exit-codes.md). Every message is one line a user 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 
 class RblnError(Exception):
     """Base of every failure rblnctl raises on purpose."""
@@ -64,9 +67,9 @@ class HostError(RblnError):
 
 
 class Refused(RblnError):
-    """A safety gate refused the operation; `blockers` lists each reason."""
+    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text)."""
 
-    def __init__(self, message: str, *, blockers: list[str] | None = None) -> None:
+    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None) -> None:
         super().__init__(message)
         self.blockers = list(blockers or [])
 

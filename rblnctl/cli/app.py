@@ -116,7 +116,7 @@ def root(
         kubeconfig=kubeconfig,
         context=context,
         server=server,
-        request_timeout_s=parse_duration(request_timeout, option="--request-timeout"),
+        request_timeout_s=parse_duration(request_timeout, option="--request-timeout", zero_means_forever=True),
         verbose=verbose,
     )
 

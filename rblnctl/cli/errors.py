@@ -120,6 +120,24 @@ class RblnGroup(TyperGroup):
             raise typer.Exit(EXIT_BUG) from err
 
 
+# The option a library Blocker names (`override`, an options-field name) -> how a user types it.
+OVERRIDE_FLAGS = {
+    "force": "--force",
+    "delete_emptydir_data": "--delete-emptydir-data",
+    "evict_vms": "--force",
+    "load_modules": "--load-modules",
+}
+
+
+def blocker_text(blocker: Any) -> str:
+    """A blocker as the CLI says it: its message, and the flag that would override it."""
+    override = getattr(blocker, "override", None)
+    text = str(blocker)
+    if override:
+        text += f" (pass {OVERRIDE_FLAGS.get(override, '--' + override.replace('_', '-'))} to go ahead anyway)"
+    return text
+
+
 def _verbose(ctx: Any) -> bool:
     state = ctx.find_root().obj
     return bool(getattr(state, "verbose", 0))
@@ -136,9 +154,8 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         if not _verbose(ctx):
             text += " (rerun with -v for the traceback)"
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
-    blockers = getattr(err, "blockers", None) or []
-    for b in blockers:
-        stderr().print(f"  - {escape(str(b))}", soft_wrap=True)
+    for b in getattr(err, "blockers", None) or []:
+        stderr().print(f"  - {escape(blocker_text(b))}", soft_wrap=True)
     if _verbose(ctx):
         import traceback
 
@@ -151,23 +168,8 @@ def _stderr_line(text: str) -> None:
     stderr().print(text)
 
 
-_DURATION_PART = r"(\d+(?:\.\d+)?)(ms|s|m|h)"
+def parse_duration(text: str, *, option: str, zero_means_forever: bool = False) -> float | None:
+    """The library's duration parser (rblnctl.durations) for an option: bad input is exit 2, one line."""
+    from rblnctl.durations import parse_duration as parse
 
-
-def parse_duration(text: str, *, option: str) -> float | None:
-    """Parse kubectl's duration syntax (`30`, `30s`, `1m30s`, `500ms`, `2h`) into seconds; `0` means no limit (None)."""
-    import re
-
-    value = text.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        if not value or not re.fullmatch(f"(?:{_DURATION_PART})+", value):
-            raise typer.BadParameter(
-                f"{option} takes seconds or a duration like 30s, 1m, 1m30s, not {text!r}"
-            ) from None
-        unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-        seconds = sum(float(n) * unit[u] for n, u in re.findall(_DURATION_PART, value))
-    if seconds < 0:
-        raise typer.BadParameter(f"{option} cannot be negative")
-    return None if seconds == 0 else seconds
+    return parse(text, what=option, zero_means_forever=zero_means_forever)

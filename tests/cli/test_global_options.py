@@ -84,25 +84,6 @@ def test_verbose_counts_on_both_sides_of_the_subcommand(apiserver, mocker):
     assert seen == [3]
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("30", 30.0), ("30s", 30.0), ("1m", 60.0), ("1m30s", 90.0), ("500ms", 0.5), ("2h", 7200.0), ("0", None),
-     ("0s", None), ("2.5", 2.5)],
-)
-def test_request_timeout_takes_kubectl_durations(text, seconds):
-    from rblnctl.cli.errors import parse_duration
-
-    assert parse_duration(text, option="--request-timeout") == seconds
-
-
-@pytest.mark.parametrize("text", ["", "abc", "10x", "-5", "1m-5s"])
-def test_bad_durations_are_usage_errors(text):
-    from rblnctl.cli.errors import parse_duration
-
-    with pytest.raises(typer.BadParameter):
-        parse_duration(text, option="--request-timeout")
-
-
 def test_bad_request_timeout_exits_2():
     from tests.helpers import cli
 

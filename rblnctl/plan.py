@@ -1,0 +1,42 @@
+"""The shape every mutating operation shares: plan() reads and returns a plan, apply(plan) writes it.
+
+A plan says what would change (`noop` when nothing), what warrants a warning, and every reason it
+must not run (`blockers`). A blocker names, as data, the option that would let the operation go
+ahead (`override`, an options-field name such as `force`); front ends phrase that their own way
+(the CLI says "pass --force"), so no library message names a command-line flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason an operation refuses to run; `override` is the option that would allow it (None: nothing does)."""
+
+    message: str
+    override: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def blockers_of(items: Iterable[Blocker | str]) -> list[Blocker]:
+    """Normalise a mix of Blockers and plain messages into Blockers."""
+    return [b if isinstance(b, Blocker) else Blocker(str(b)) for b in items]
+
+
+class MutationPlan(Protocol):
+    """What every plan exposes to the front end that runs it (see cli/flow.py)."""
+
+    @property
+    def blockers(self) -> Sequence[Blocker]: ...
+
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+    @property
+    def noop(self) -> bool: ...
