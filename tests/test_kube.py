@@ -377,7 +377,8 @@ def test_failing_exec_plugin_is_one_auth_error(apiserver, exec_kubeconfig, monke
 
 def test_kubeconfig_env_merges_several_files(monkeypatch, apiserver, tmp_path):
     clusters = tmp_path / "clusters"
-    clusters.write_text(f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{apiserver.url}'}}\n")
+    clusters.write_text("apiVersion: v1\nkind: Config\n"
+                        f"clusters:\n- name: c\n  cluster: {{server: '{apiserver.url}'}}\n")
     users = tmp_path / "users"
     users.write_text(
         "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: fake-token}\n"

@@ -131,7 +131,8 @@ def test_failing_exec_plugin_is_one_line_exit_4(apiserver, tmp_path):
         f"clusters:\n- name: c\n  cluster: {{server: '{apiserver.url}'}}\n"
         "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
         "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
-        f"      command: {sys.executable}\n      args: ['-c', 'import sys; sys.exit(\"token expired: log in again\")']\n"
+        f"      command: {sys.executable}\n"
+        "      args: ['-c', 'import sys; sys.exit(\"token expired: log in again\")']\n"
     )
     out = _rblnctl("node", "list", "--kubeconfig", str(kc))
     assert out.returncode == 4, out.stderr

@@ -44,7 +44,8 @@ def _root():
     [
         # A subcommand option's value that spells a global option stays that option's value.
         (["node", "list", "-l", "--context"], ["node", "list", "-l", "--context"]),
-        (["node", "list", "--selector", "-v", "--context", "c"], ["--context", "c", "node", "list", "--selector", "-v"]),
+        (["node", "list", "--selector", "-v", "--context", "c"],
+         ["--context", "c", "node", "list", "--selector", "-v"]),
         (["node", "drain", "n1", "--grace-period", "5", "-v"], ["-v", "node", "drain", "n1", "--grace-period", "5"]),
         # `--opt=value` carries its value; flags take none; a positional that names a command is a positional.
         (["node", "list", "-l=a", "--no-color"], ["--no-color", "node", "list", "-l=a"]),

@@ -135,7 +135,8 @@ def test_cluster_healthy_one_screen(apiserver):
     assert r.exit_code == 0, r.stdout + r.stderr
     lines = r.stdout.rstrip().splitlines()
     assert len(lines) <= 45, r.stdout  # one screen
-    assert lines[0].startswith("method sandbox: auto: RBLNClusterPolicy rbln-cluster-policy enables sandboxDevicePlugin")
+    assert lines[0].startswith(
+        "method sandbox: auto: RBLNClusterPolicy rbln-cluster-policy enables sandboxDevicePlugin")
     assert "all 3 nodes" in r.stdout and "IOMMU enabled" in r.stdout
     assert lines[-1].startswith("29 checks: ") and lines[-1].endswith("-> ready")
     assert not [ln for ln in lines[:-1] if ln.lstrip().startswith(("FAIL", "WARN"))] and r.stderr == ""

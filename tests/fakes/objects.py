@@ -364,7 +364,8 @@ def kubevirt(namespace: str = "kubevirt", name: str = "kubevirt", *, feature_gat
     ]
     status: dict[str, Any] = {"phase": phase, "conditions": conds, "defaultArchitecture": "amd64",
                               "observedGeneration": 1, "operatorVersion": version,
-                              "outdatedVirtualMachineInstanceWorkloads": 0, "targetKubeVirtRegistry": "quay.io/kubevirt",
+                              "outdatedVirtualMachineInstanceWorkloads": 0,
+                              "targetKubeVirtRegistry": "quay.io/kubevirt",
                               "targetKubeVirtVersion": version}
     if deployed:
         status["observedKubeVirtRegistry"] = "quay.io/kubevirt"

@@ -205,7 +205,8 @@ class SimulatedOperator:
             for field in ("capacity", "allocatable"):
                 res = st.setdefault(field, {})
                 for k in list(res):
-                    keep = (mode == o.MODE_CONTAINER and k == o.CONTAINER_RESOURCE) or (mode == o.MODE_VM and k == vm_res)
+                    keep = ((mode == o.MODE_CONTAINER and k == o.CONTAINER_RESOURCE)
+                            or (mode == o.MODE_VM and k == vm_res))
                     if k.startswith("rebellions.ai/") and not keep:
                         del res[k]
 

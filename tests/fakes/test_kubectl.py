@@ -138,7 +138,8 @@ def test_merge_patch_and_get_cluster_policy(apiserver, kubectl):
     apiserver.add(o.cluster_policy())
     kubectl("patch", "rblnclusterpolicy", "rbln-cluster-policy", "--type=merge",
             "-p", '{"spec":{"sandboxDevicePlugin":{"enabled":false}}}')
-    assert apiserver.get("RBLNClusterPolicy", "rbln-cluster-policy")["spec"]["sandboxDevicePlugin"] == {"enabled": False}
+    policy = apiserver.get("RBLNClusterPolicy", "rbln-cluster-policy")
+    assert policy["spec"]["sandboxDevicePlugin"] == {"enabled": False}
     out = kubectl("get", "rcp", "-o", "jsonpath={.items[*].spec.workloadType}").stdout
     assert out == "container"
 

@@ -38,8 +38,8 @@ def test_modprobe_runs_the_module_as_one_argument_after_double_dash(fake_modprob
 
 
 def test_modprobe_failure_names_the_exit_code_and_the_last_line(fake_modprobe):
-    calls = fake_modprobe(f'echo "modprobe: WARNING: first" >&2\necho "modprobe: FATAL: Module {ABSENT} not found" >&2\n'
-                          "exit 1")
+    calls = fake_modprobe('echo "modprobe: WARNING: first" >&2\n'
+                          f'echo "modprobe: FATAL: Module {ABSENT} not found" >&2\nexit 1')
     with pytest.raises(HostError, match=rf"modprobe {ABSENT} exited 1: modprobe: FATAL: Module {ABSENT} not found$"):
         system.modprobe(ABSENT)
     assert calls.read_text() == f"-- {ABSENT}\n"

@@ -12,6 +12,7 @@ from rblnctl.node.drain import Drainer, PodRef
 from tests.fakes import objects as o
 
 NPU = {"rebellions.ai/npu": "1"}
+PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
 OPS = "rbln-system"
 
 
@@ -42,12 +43,14 @@ def rs_pod(name, *, node="n1", ns="default", **kw):
 def seed_mixed(apiserver):
     claim_npu = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                  "metadata": {"name": "npu-claim", "namespace": "default"},
-                 "spec": {"devices": {"requests": [{"name": "npu", "exactly": {"deviceClassName": "npu.rebellions.ai"}}]}},
+                 "spec": {"devices": {"requests": [
+                     {"name": "npu", "exactly": {"deviceClassName": "npu.rebellions.ai"}}]}},
                  "status": {"allocation": {"devices": {"results": [
                      {"request": "npu", "driver": "npu.rebellions.ai", "pool": "n1", "device": "npu-0"}]}}}}
     claim_gpu = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                  "metadata": {"name": "gpu-claim", "namespace": "default"},
-                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+                 "spec": {"devices": {"requests": [
+                     {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
                  "status": {"allocation": {"devices": {"results": [
                      {"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]}}}}
     dra_npu = rs_pod("dra-npu")
@@ -367,7 +370,7 @@ def test_unknown_node_and_bad_options(apiserver, kube):
 
 def test_server_dry_run_blocked_by_a_budget_times_out_naming_the_pod(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    apiserver.eviction_hook = lambda pod, body: (429, "Cannot evict pod as it would violate the pod's disruption budget.")
+    apiserver.eviction_hook = lambda pod, body: (429, PDB_REFUSAL)
     clock = FakeClock()
     drainer = Drainer(kube=kube, server_dry_run=True, sleep=clock.sleep, clock=clock, timeout_s=30)
     with pytest.raises(WaitTimeout, match="disruption budgets still refuse evicting default/npu-app"):
@@ -449,7 +452,7 @@ def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
 def test_a_budget_that_never_frees_is_tried_last_at_the_timeout(apiserver, kube):
     """The final wait is cut to the deadline: the last try happens at --timeout, not a backoff early."""
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    apiserver.eviction_hook = lambda pod, body: (429, "Cannot evict pod as it would violate the pod's disruption budget.")
+    apiserver.eviction_hook = lambda pod, body: (429, PDB_REFUSAL)
     clock = FakeClock()
     tries: list[float] = []
     apiserver.on_request(lambda r: tries.append(clock.now) if r.path.endswith("/eviction") else None)

@@ -356,7 +356,8 @@ def test_find_operator_uses_one_request_when_labelled(apiserver, kube):
 
 
 @pytest.mark.parametrize("policy, fragment", [
-    (o.cluster_policy(workload_type=VM, vfio_manager=False), "vfioManager is disabled (workloadType is vm-passthrough)"),
+    (o.cluster_policy(workload_type=VM, vfio_manager=False),
+     "vfioManager is disabled (workloadType is vm-passthrough)"),
     (o.cluster_policy(workload_type=VM, sandbox=False, dra=False),
      "vm-passthrough is in use but neither sandboxDevicePlugin nor draKubeletPlugin is enabled"),
     (o.cluster_policy(sandbox=True, dra=True, device_plugin=False), "both enabled (mutually exclusive)"),

@@ -62,7 +62,8 @@ def test_amd_without_parameter_but_iommu_on_by_default(tmp_path):
                             npus=(Npu("0000:c1:00.0", group="9"),))
     c = by_id(run(tmp_path, spec))
     assert c["host.iommu.cmdline"].status == Status.PASS
-    assert "on by default" in c["host.iommu.cmdline"].evidence and "iommu=pt not set" in c["host.iommu.cmdline"].evidence
+    evidence = c["host.iommu.cmdline"].evidence
+    assert "on by default" in evidence and "iommu=pt not set" in evidence
     assert c["host.iommu.kernel"].status == Status.PASS
 
 
