@@ -80,3 +80,15 @@ class PreflightFailed(RblnError):
     def __init__(self, message: str, *, failed: list[str] | None = None) -> None:
         super().__init__(message)
         self.failed = list(failed or [])
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like Ctrl-C.
+
+    Every path that handles Ctrl-C (stop new writes, roll back what the command's rules say,
+    print the recovery commands) handles these too; `signum` decides the exit code (128 + signum).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum

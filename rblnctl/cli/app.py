@@ -137,6 +137,9 @@ def main() -> None:
     # A kubeconfig with insecure-skip-tls-verify makes urllib3 warn on every request (several lines
     # on stderr, breaking the one-line errors); kubectl accepts that setting silently, and so do we.
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+    from rblnctl.cli.errors import install_signal_handlers
+
+    install_signal_handlers()
     # Invoked by kubectl as a plugin (`kubectl rbln ...` runs kubectl-rbln): say so in usage lines.
     plugin = os.path.basename(sys.argv[0]) == "kubectl-rbln"
     app(prog_name="kubectl rbln" if plugin else "rblnctl")

@@ -101,7 +101,18 @@ def confirm(question: str, *, yes: bool, show: object = None) -> None:
                            "pass --yes to go ahead (or --dry-run to see the plan)")
     if show is not None:
         stderr().print(show)
-    import typer
-
-    if not typer.confirm(question, default=False, err=True):
+    if not ask_yes_no(question):
         raise Refused("not confirmed; nothing was changed")
+
+
+def ask_yes_no(question: str) -> bool:
+    """Ask `question [y/N]` on stderr and read one line; Ctrl-C propagates (exit 130), end of input means no."""
+    import sys
+
+    sys.stderr.write(f"{question} [y/N]: ")
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        sys.stderr.write("\n")
+        return False
+    return line.strip().lower() in ("y", "yes")

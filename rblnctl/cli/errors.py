@@ -41,6 +41,23 @@ def exit_code_for(err: BaseException) -> int:
     return EXIT_BUG
 
 
+def interrupt_exit_code(err: BaseException) -> int:
+    """130 for Ctrl-C; 128 + the signal number for SIGTERM (143) and SIGHUP (129), as shells report them."""
+    signum = getattr(err, "signum", None)
+    return EXIT_INTERRUPTED if signum is None else 128 + int(signum)
+
+
+def install_signal_handlers() -> None:
+    """Turn SIGTERM and SIGHUP (timeout(1), systemd, a dropped ssh session) into Interrupted in the main thread."""
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise E.Interrupted(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
 def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
     """Move global options that follow a subcommand to the front, and spell kubectl's --dry-run=MODE our way.
 
@@ -112,9 +129,10 @@ class RblnGroup(TyperGroup):
         except E.RblnError as err:
             _report(ctx, err)
             raise typer.Exit(exit_code_for(err)) from err
-        except KeyboardInterrupt:
-            _stderr_line("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as err:
+            signum = getattr(err, "signum", None)
+            _stderr_line("interrupted" if signum is None else f"terminated by signal {signum}")
+            raise typer.Exit(interrupt_exit_code(err)) from None
         except Exception as err:  # a bug: one line, the traceback only with -v
             _report(ctx, err, bug=True)
             raise typer.Exit(EXIT_BUG) from err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import typer
 
@@ -90,3 +92,48 @@ def test_bad_request_timeout_exits_2():
 
     r = cli("node", "list", "--request-timeout", "soon")
     assert r.exit_code == 2 and "--request-timeout" in r.stderr
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_at_the_prompt_exits_128_plus_signum_and_changes_nothing(apiserver, sig, code):
+    """A real process on a pseudo-terminal: Ctrl-C, `timeout` or a dropped ssh session at [y/N]."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import time
+
+    from tests.fakes import objects as o
+
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, "kubevirt", "enable-gates"],
+                            stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(follower)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(r.method == "GET" and "kubevirts" in r.path for r in apiserver.requests):
+            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never read the KubeVirt CR"
+            time.sleep(0.05)
+        time.sleep(0.5)  # past the read, at the prompt
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        os.close(leader)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert b"Aborted" not in err and b"Traceback" not in err
+    assert apiserver.writes() == []
+
+
+def test_end_of_input_at_the_prompt_is_no(apiserver, monkeypatch):
+    import rblnctl.cli.console
+    from tests.fakes import objects as o
+    from tests.helpers import cli
+
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    r = cli("kubevirt", "enable-gates", server=apiserver.url, input="")
+    assert r.exit_code == 1 and apiserver.writes() == []
+    assert "not confirmed" in r.stderr
