@@ -1,8 +1,11 @@
 """Every label, resource name, PCI ID and version floor rblnctl relies on, in one place.
 
-Sources: ../shared/reference/rbln-operator.md (operator source, DRA driver, docs.rbln.ai) and the
-"Sandboxed workloads" page of the RBLN NPU Operator docs. Names a site may change (namespaces,
-resource names) are defaults that commands let the user override.
+Names only: the rules that interpret them live in the module that owns each concept
+(rblnctl.operator for the RBLN NPU Operator, rblnctl.kubevirt for KubeVirt, rblnctl.host.pci for
+PCI). Sources are cited beside each group: the operator (github.com/RBLN-SW/rbln-npu-operator, chart
+v0.3.0 = commit cd771db, and its later main), its DRA driver (github.com/RBLN-SW/rbln-k8s-dra-driver),
+KubeVirt (github.com/kubevirt/kubevirt), pci.ids (github.com/pciutils/pciids) and the operator's
+"Sandboxed workloads" documentation page. docs/operator.md says which facts differ per release.
 """
 
 from __future__ import annotations
@@ -33,47 +36,75 @@ NFD_NPU_LABELS = (
 )
 NFD_IOMMU_LABEL = "feature.node.kubernetes.io/iommu-enabled"
 
-# Operator components deployed per mode (value of rebellions.ai/npu.deploy.<component>).
-CONTAINER_COMPONENTS = (
-    "driver",
-    "device-plugin",
-    "dra-kubelet-plugin",
-    "metrics-exporter",
-    "rbln-daemon",
-    "npu-feature-discovery",
-    "operator-validator",
-    "container-toolkit",
-)
-VM_COMPONENTS = ("vfio-manager", "sandbox-device-plugin", "dra-kubelet-plugin")
+# Deploy labels: rebellions.ai/npu.deploy.<component>. The operator writes "true" for each component
+# of the node's mode and only fills keys that are missing (a user's "false" is an opt-out it keeps);
+# k8s-driver-manager (later releases) flips them to "paused-for-driver-upgrade" while it works.
+# RBLN-SW/rbln-npu-operator@v0.3.0:internal/scope/cluster_policy.go (rblnComponentLabels,
+# updateRBLNComponentLabels); later main: internal/clusterpolicy (restoreStalePausedLabels).
+DEPLOY_TRUE = "true"
+DEPLOY_OPT_OUT = "false"
+DEPLOY_PAUSED = "paused-for-driver-upgrade"
+# Components, by the name their deploy label and DaemonSet carry.
+COMP_DRIVER = "driver"
+COMP_DEVICE_PLUGIN = "device-plugin"
+COMP_DRA = "dra-kubelet-plugin"
+COMP_METRICS = "metrics-exporter"
+COMP_DAEMON = "rbln-daemon"  # chart v0.2.1-v0.3.0
+COMP_SMD = "rbln-smd"  # later releases: the same component renamed
+COMP_NFD = "npu-feature-discovery"
+COMP_VALIDATOR = "operator-validator"
+COMP_TOOLKIT = "container-toolkit"
+COMP_VFIO_MANAGER = "vfio-manager"
+COMP_SANDBOX = "sandbox-device-plugin"
+# Deploy labels per mode. dra-kubelet-plugin is container-only up to chart v0.3.0 and in both modes
+# later (the same plugin serves container devices and vfio devices).
+CONTAINER_COMPONENTS = (COMP_DRIVER, COMP_DEVICE_PLUGIN, COMP_DRA, COMP_METRICS, COMP_DAEMON, COMP_SMD, COMP_NFD,
+                        COMP_VALIDATOR, COMP_TOOLKIT)
+VM_COMPONENTS = (COMP_VFIO_MANAGER, COMP_SANDBOX, COMP_DRA)
+# Component -> the RBLNClusterPolicy spec key whose `enabled` switches it (None: always deployed).
+COMPONENT_POLICY_KEYS: dict[str, str | None] = {
+    COMP_DRIVER: "driver", COMP_DEVICE_PLUGIN: "devicePlugin", COMP_DRA: "draKubeletPlugin",
+    COMP_METRICS: "metricsExporter", COMP_DAEMON: "rblnDaemon", COMP_SMD: "rblnDaemon",
+    COMP_NFD: "npuFeatureDiscovery", COMP_VALIDATOR: None, COMP_TOOLKIT: "containerToolkit",
+    COMP_VFIO_MANAGER: "vfioManager", COMP_SANDBOX: "sandboxDevicePlugin",
+}
+# Pod label hints (never required): chart v0.3.0 selects `app: <base>-<component>`; later releases
+# `app.kubernetes.io/component=<component>` (driver pods: rbln-driver).
 COMPONENT_LABEL = "app.kubernetes.io/component"
+APP_LABEL = "app"
+DRIVER_COMPONENT_LABEL_VALUE = "rbln-driver"
 
 # --- Operator install --------------------------------------------------------------------------
 
-OPERATOR_NAMESPACE = "rbln-system"
+OPERATOR_NAMESPACE = "rbln-system"  # the documented install namespace; the policy's spec.namespace wins
 OPERATOR_HELM_CHART = "rbln-npu-operator"
-OPERATOR_DAEMONSETS = {
-    "vfio-manager": "rbln-vfio-manager",
-    "sandbox-device-plugin": "rbln-sandbox-device-plugin",
-    "dra-kubelet-plugin": "rbln-dra-kubelet-plugin",
-    "device-plugin": "rbln-device-plugin",
-    "npu-feature-discovery": "rbln-npu-feature-discovery",
-    "metrics-exporter": "rbln-metrics-exporter",
-    "container-toolkit": "rbln-container-toolkit",
-    "operator-validator": "rbln-operator-validator",
-}
+# DaemonSet names are <spec.name>-<component>; spec.name defaults to "rbln" (v0.3.0 api/v1beta1
+# rblnclusterpolicy_types.go, BaseName) and later releases always use "rbln".
+OPERATOR_BASE_NAME = "rbln"
+# DaemonSet names that do not follow <base>-<component> (v0.3.0 internal/scope/patch/rbln_daemon.go).
+FIXED_DAEMONSET_NAMES = {"rbln-daemon": COMP_DAEMON}
 
 CLUSTER_POLICY_GROUP = "rebellions.ai"
 CLUSTER_POLICY_VERSION = "v1beta1"
 CLUSTER_POLICY_PLURAL = "rblnclusterpolicies"
 CLUSTER_POLICY_DEFAULT_NAME = "rbln-cluster-policy"
+POLICY_STATE_IGNORED = "ignored"
+POLICY_REASON_IGNORED = "PolicyIgnored"
 
 # --- Resources ---------------------------------------------------------------------------------
 
 RESOURCE_PREFIX = "rebellions.ai/"
-CONTAINER_RESOURCE = "rebellions.ai/npu"
-# Sandbox device plugin resources look like rebellions.ai/RBLN-CA22_PF; older releases used
-# rebellions.ai/ATOM_CA22_PT and friends. Match by prefix, never by one hard-coded name.
-VM_RESOURCE_PREFIXES = ("rebellions.ai/RBLN-", "rebellions.ai/ATOM", "rebellions.ai/REBEL")
+# Container mode: later device plugins advertise rebellions.ai/npu (useGenericResourceName, the
+# default) and rebellions.ai/npu-vf<N> for SR-IOV VFs; chart v0.3.0 advertises
+# <resourcePrefix>/<resourceName> from devicePlugin.resourceList (rebellions.ai/ATOM, rebellions.ai/REBEL).
+GENERIC_CONTAINER_RESOURCE = "rebellions.ai/npu"
+GENERIC_VF_RESOURCE_PREFIX = "rebellions.ai/npu-vf"
+LEGACY_CONTAINER_RESOURCES = ("rebellions.ai/ATOM", "rebellions.ai/REBEL")
+# VM mode: later sandbox plugins advertise one resource per product, rebellions.ai/RBLN-<MODEL>_<PF|VF>
+# (named from pci.ids); chart v0.3.0 advertises sandboxDevicePlugin.resourceList names, all ending _PT
+# (ATOM_PT, ATOM_MAX_PT, REBEL_PT).
+SANDBOX_RESOURCE_PREFIX = "rebellions.ai/RBLN-"
+LEGACY_VM_RESOURCE_SUFFIX = "_PT"
 
 # --- PCI ---------------------------------------------------------------------------------------
 
@@ -84,19 +115,29 @@ VFIO_DRIVER = "vfio-pci"
 VFIO_MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1")
 DEVICE_NODE_GLOBS = ("rbln*", "rsd*")
 
-# device id -> (model, function kind). PF/VF pairing per the operator's device table.
+# Device ID -> (model, function kind), exactly as the pci.ids database names vendor 1eff
+# ("RBLN-CA22 (PF)" -> ("CA22", "PF")); the sandbox device plugin derives its resource names
+# (rebellions.ai/RBLN-<MODEL>_<PF|VF>) from the same database.
+# Source: pciutils/pciids@c1c12547d626:pci.ids (2026.08.22), vendor block "1eff  Rebellions Inc.".
 PCI_DEVICE_MODELS: dict[int, tuple[str, str]] = {
+    0x1020: ("CA2", "PF"),
+    0x1021: ("CA2", "VF"),
+    0x1110: ("CA11", "PF"),
+    0x1111: ("CA11", "VF"),
     0x1120: ("CA12", "PF"),
     0x1121: ("CA12", "VF"),
+    0x1210: ("CA21", "PF"),
+    0x1211: ("CA21", "VF"),
     0x1220: ("CA22", "PF"),
     0x1221: ("CA22", "VF"),
     0x1250: ("CA25", "PF"),
     0x1251: ("CA25", "VF"),
     0x2030: ("CR03", "PF"),
     0x2031: ("CR03", "VF"),
-    # rebel100 family; product name unconfirmed upstream.
-    0x2130: ("REBEL100", "PF"),
-    0x2131: ("REBEL100", "VF"),
+    0x2130: ("CR13", "PF"),
+    0x2131: ("CR13", "VF"),
+    0x2230: ("CR23", "PF"),
+    0x2231: ("CR23", "VF"),
 }
 
 VALIDATIONS_DIR = "/run/rbln/validations"
@@ -111,32 +152,67 @@ VM_PLURAL = "virtualmachines"
 VMI_PLURAL = "virtualmachineinstances"
 GATE_HOST_DEVICES = "HostDevices"
 GATE_HOST_DEVICES_DRA = "HostDevicesWithDRA"
-# HostDevicesWithDRA is Beta (on unless disabled) from KubeVirt 1.9.0.
-GATE_BETA_SINCE = {GATE_HOST_DEVICES_DRA: (1, 9, 0)}
 # Gates rblnctl refuses to enable (without --force) below this KubeVirt version: DRA host
 # devices need KubeVirt >= 1.9.0 (prerequisites table of the source page).
 GATE_MIN_KUBEVIRT = {GATE_HOST_DEVICES_DRA: (1, 9, 0)}
-# spec.configuration.developerConfiguration.disabledFeatureGates exists from KubeVirt 1.9.0.
-DISABLED_GATES_SINCE = (1, 9, 0)
+# spec.configuration.developerConfiguration.disabledFeatureGates exists from KubeVirt 1.8.0
+# (kubevirt/kubevirt@v1.8.0:staging/src/kubevirt.io/api/core/v1/types.go, DeveloperConfiguration);
+# from 1.8.0 the update webhook also rejects a gate listed in both lists
+# (v1.8.0:pkg/virt-operator/webhooks/kubevirt-update-admitter.go).
+DISABLED_GATES_SINCE = (1, 8, 0)
+# Beta gates are on unless disabled only from KubeVirt 1.9.0 (before, every non-GA gate had to be
+# listed): v1.9.0:pkg/virt-config/featuregate/feature-gates.go, IsEnabled.
+BETA_ON_BY_DEFAULT_SINCE = (1, 9, 0)
 # A KubeVirt gate name: letters and digits only (every upstream gate matches this).
 GATE_NAME_PATTERN = r"[A-Za-z0-9]+"
-# Feature gates KubeVirt registers (kubevirt/kubevirt pkg/virt-config/featuregate, v1.0-v1.9),
-# Alpha/Beta, GA and deprecated ones alike. Best effort: KubeVirt adds gates every release, so a
-# name missing here is accepted with a warning, never refused.
-KUBEVIRT_KNOWN_GATES = frozenset({
-    "AlignCPUs", "AutoResourceLimitsGate", "BochsDisplayForEFIGuests", "CPUManager", "CPUNodeDiscovery",
-    "ClusterProfiler", "CommonInstancetypesDeploymentGate", "DataVolumes", "DecentralizedLiveMigration",
-    "DeclarativeHotplugVolumes", "DisableCustomSELinuxPolicy", "DisableMDEVConfiguration", "DockerSELinuxMCSWorkaround",
-    "DownwardMetrics", "DynamicPodInterfaceNaming", "EnableVirtioFsConfigVolumes", "EnableVirtioFsStorageVolumes",
-    "ExpandDisks", "ExperimentalIgnitionSupport", "ExperimentalVirtiofsSupport", "GPU", "GPUsWithDRA", "HostDevices",
-    "HostDevicesWithDRA", "HostDisk", "HotplugNICs", "HotplugVolumes", "HypervStrictCheck", "IOMMUFD", "ImageVolume",
-    "IncrementalBackup", "InstancetypeReferencePolicy", "KubevirtSeccompProfile", "LiveMigration", "LiveUpdateNADRef",
-    "Macvtap", "MigrationPriorityQueue", "MultiArchitecture", "NUMA", "NetworkBindingPlugins", "NetworkDevicesWithDRA",
-    "NodeRestriction", "NonRoot", "ObjectGraph", "PCINUMAAwareTopology", "PSA", "PanicDevices", "Passt",
-    "PasstIPStackMigration", "PersistentReservation", "Root", "SRIOV", "SRIOVLiveMigration", "SecureExecution",
-    "Sidecar", "Snapshot", "UtilityVolumes", "VMExport", "VMLiveUpdateFeatures", "VMPersistentState", "VSOCK",
-    "VideoConfig", "VolumeMigration", "VolumesUpdateStrategy", "WorkloadEncryptionSEV", "WorkloadEncryptionTDX",
-})
+# Maturity of the gates rblnctl reasons about, per KubeVirt version: (first version, state) steps.
+# kubevirt/kubevirt@v1.5.0..v1.9.0:pkg/virt-config/featuregate/active.go (before 1.5 gates had no states).
+KUBEVIRT_GATE_STATES: dict[str, tuple[tuple[tuple[int, int, int], str], ...]] = {
+    GATE_HOST_DEVICES: (((1, 0, 0), "Alpha"),),
+    GATE_HOST_DEVICES_DRA: (((1, 6, 0), "Alpha"), ((1, 9, 0), "Beta")),
+}
+# Every feature gate KubeVirt registers -> (first release that has it, first release without it or
+# None). Derived from kubevirt/kubevirt pkg/virt-config/feature-gates.go (v1.0-v1.4) and
+# pkg/virt-config/featuregate/{active,inactive}.go (v1.5-v1.9) at each release tag. Retired gates
+# stay registered (GA, Deprecated, Discontinued); only NonRootExperimental was ever removed.
+_GATES_SINCE: dict[tuple[int, int, int], tuple[str, ...]] = {
+    (1, 0, 0): (
+        "CPUManager", "CPUNodeDiscovery", "ClusterProfiler", "DisableCustomSELinuxPolicy", "DisableMDEVConfiguration",
+        "DockerSELinuxMCSWorkaround", "DownwardMetrics", "ExpandDisks", "ExperimentalIgnitionSupport",
+        "ExperimentalVirtiofsSupport", "GPU", "HostDevices", "HostDisk", "HotplugNICs", "HotplugVolumes",
+        "HypervStrictCheck", "KubevirtSeccompProfile", "LiveMigration", "Macvtap", "MultiArchitecture", "NUMA",
+        "NonRoot", "PSA", "Passt", "PersistentReservation", "Root", "SRIOVLiveMigration", "Sidecar", "Snapshot",
+        "VMExport", "VMLiveUpdateFeatures", "VMPersistentState", "VSOCK", "WorkloadEncryptionSEV",
+    ),
+    (1, 0, 1): ("AutoResourceLimitsGate",),
+    (1, 1, 0): ("BochsDisplayForEFIGuests", "CommonInstancetypesDeploymentGate", "NetworkBindingPlugins"),
+    (1, 1, 1): ("AlignCPUs",),
+    (1, 3, 0): ("NodeRestriction", "VolumeMigration", "VolumesUpdateStrategy"),
+    (1, 4, 0): ("DynamicPodInterfaceNaming", "InstancetypeReferencePolicy"),
+    (1, 5, 0): ("EnableVirtioFsConfigVolumes", "EnableVirtioFsStorageVolumes"),
+    (1, 6, 0): (
+        "DecentralizedLiveMigration", "DeclarativeHotplugVolumes", "GPUsWithDRA", "HostDevicesWithDRA", "ImageVolume",
+        "ObjectGraph", "PanicDevices", "PasstIPStackMigration", "SecureExecution", "VideoConfig",
+    ),
+    (1, 7, 0): ("IncrementalBackup", "MigrationPriorityQueue", "WorkloadEncryptionTDX"),
+    (1, 8, 0): (
+        "ConfigurableHypervisor", "ContainerPathVolumes", "ExternalNetResourceInjection",
+        "LibvirtHooksServerAndClient", "LiveUpdateNADRef", "OptOutRoleAggregation", "PCINUMAAwareTopology",
+        "PasstBinding", "PodSecondaryInterfaceNamingUpgrade", "RebootPolicy", "ReservedOverheadMemlock", "Template",
+        "UtilityVolumes", "VmiMemoryOverheadReport",
+    ),
+    (1, 9, 0): (
+        "CrossArchitectureVirtualization", "FirmwareAutoSelection", "GraceIOVirtualization", "IOMMUFD",
+        "MigrationStallDetection", "NetworkDevicesWithDRA", "OCIExport", "Plugins", "PortRangesSpec",
+        "VGPULiveMigration", "VMStatsCollector",
+    ),
+}
+KUBEVIRT_GATES: dict[str, tuple[tuple[int, int, int], tuple[int, int, int] | None]] = {
+    **{g: (since, None) for since, gates in _GATES_SINCE.items() for g in gates},
+    "NonRootExperimental": ((1, 0, 0), (1, 2, 0)),
+}
+# The newest KubeVirt release the table above was read from; newer releases add gates it cannot know.
+KUBEVIRT_GATES_CHECKED_UP_TO = (1, 9, 0)
 
 # --- NFD / DRA ---------------------------------------------------------------------------------
 
@@ -147,9 +223,14 @@ NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"
+# The policy's draKubeletPlugin.driverName (default below) names the driver; the passthrough class
+# is "vfio-" + that name. ResourceSlice devices are rbln0, rbln1, ... in container mode and
+# vfio-<pci address, ':' and '.' as '-'> for devices bound to vfio-pci (type=vfio).
+# RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/vfio.go, deviceclass-vfio-npu.yaml.
 DRA_DRIVER = "npu.rebellions.ai"
 DRA_DEVICECLASS_CONTAINER = "npu.rebellions.ai"
 DRA_DEVICECLASS_VM = "vfio-npu.rebellions.ai"
+DRA_VFIO_DEVICE_PREFIX = "vfio-"
 
 # --- Version floors (from the prerequisites table of the source page) ---------------------------
 
@@ -160,6 +241,9 @@ METHODS = (METHOD_SANDBOX, METHOD_DRA)
 MIN_KUBERNETES = {METHOD_SANDBOX: (1, 19, 0), METHOD_DRA: (1, 34, 0)}
 MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
 MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
+# The oldest operator release whose layout rblnctl models (docs/operator.md): the public chart v0.3.0.
+# Between it and the documented minimum the sandbox method works with rblnctl, so preflight warns.
+OPERATOR_SUPPORTED_FROM = (0, 3, 0)
 MIN_DRA_DRIVER = (0, 2, 1)
 MIN_HELM = (3, 9, 0)
 

@@ -22,6 +22,16 @@ class InvalidInput(RblnError):
     """An argument the user gave is malformed (a BDF, a gate name, a mode)."""
 
 
+class Ambiguous(InvalidInput):
+    """Several objects match and rblnctl will not guess; `choices` lists them, `options` names the
+    options-fields that pick one (the front end phrases them, e.g. `--name and --namespace`)."""
+
+    def __init__(self, message: str, *, choices: Iterable[str] = (), options: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.choices = list(choices)
+        self.options = tuple(options)
+
+
 class NotFound(RblnError):
     """A node, custom resource or PCI function that was asked for does not exist."""
 

@@ -24,6 +24,17 @@ class Blocker:
         return self.message
 
 
+@dataclass(frozen=True)
+class Advice:
+    """A warning that names, as data, the option that acts on it (`option`: an options-field name)."""
+
+    message: str
+    option: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def blockers_of(items: Iterable[Blocker | str]) -> list[Blocker]:
     """Normalise a mix of Blockers and plain messages into Blockers."""
     return [b if isinstance(b, Blocker) else Blocker(str(b)) for b in items]

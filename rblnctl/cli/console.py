@@ -49,11 +49,17 @@ def stderr() -> "Console":
     return Console(stderr=True, no_color=not color_enabled(), highlight=False)
 
 
-def warn(message: str) -> None:
-    """Print one warning line to stderr (message is escaped, never read as markup)."""
+def warn(message: object) -> None:
+    """Print one warning line to stderr (escaped, never read as markup); an Advice names its flag."""
     from rich.markup import escape
 
-    stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+    from rblnctl.cli.errors import flag_for
+
+    text = str(message)
+    option = getattr(message, "option", None)
+    if option:
+        text += f" (pass {flag_for(option)})"
+    stderr().print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
 
 
 def info(message: str) -> None:

@@ -147,12 +147,17 @@ OVERRIDE_FLAGS = {
 }
 
 
+def flag_for(option: str) -> str:
+    """The flag a user types for an options-field name (`delete_emptydir_data`: `--delete-emptydir-data`)."""
+    return OVERRIDE_FLAGS.get(option, "--" + option.replace("_", "-"))
+
+
 def blocker_text(blocker: Any) -> str:
     """A blocker as the CLI says it: its message, and the flag that would override it."""
     override = getattr(blocker, "override", None)
     text = str(blocker)
     if override:
-        text += f" (pass {OVERRIDE_FLAGS.get(override, '--' + override.replace('_', '-'))} to go ahead anyway)"
+        text += f" (pass {flag_for(override)} to go ahead anyway)"
     return text
 
 
@@ -167,6 +172,9 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
     from rblnctl.cli.console import stderr
 
     text = " ".join(str(err).split()) or type(err).__name__
+    options = getattr(err, "options", ())
+    if options:
+        text += f" (pass {' and '.join(flag_for(o) for o in options)})"
     if bug:
         text = f"unexpected {type(err).__name__}: {text}"
         if not _verbose(ctx):

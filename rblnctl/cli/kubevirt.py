@@ -36,12 +36,11 @@ def _on_retry(attempt: int, message: str) -> None:
 
 
 def _writer_args(ctx: typer.Context, name: str | None, namespace: str | None, force: bool, mode: str | None) -> dict:
+    from rblnctl.kubevirt.cr import CrWriteOptions
+
     return {
         "kube": ctx.obj.kube(),
-        "name": name,
-        "namespace": namespace,
-        "force": force,
-        "server_dry_run": mode == "server",
+        "options": CrWriteOptions(name=name, namespace=namespace, force=force, server_dry_run=mode == "server"),
         "on_retry": _on_retry,
     }
 
@@ -74,7 +73,7 @@ def _run_edit(
     for w in plan.warnings:
         warn(w)
     if mode == "client":
-        emit(result_cls(plan=plan, changed=False, attempts=0, dry_run="client"), output,
+        emit(result_cls(plan=plan, changed=False, attempts=0), output,
              lambda: table(plan, show_patch=True))
         if plan.blockers:
             raise Refused(f"refusing to edit KubeVirt {ref}", blockers=plan.blockers)
@@ -100,7 +99,7 @@ def _run_edit(
 
 def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: Output, verb: str) -> None:
     """The edit flow for enable-gates and disable-gates."""
-    from rblnctl.kubevirt import GateResult
+    from rblnctl.kubevirt.gates import GateResult
 
     ref = f"{plan.namespace}/{plan.name}"
     asked = ", ".join(plan.enable or plan.disable)
@@ -121,7 +120,7 @@ def _gates_table(plan: Any, *, show_patch: bool) -> Any:
     from rich.text import Text
 
     from rblnctl.cli.output import make_table
-    from rblnctl.kubevirt import PATCH_CONTENT_TYPE
+    from rblnctl.kubevirt.cr import PATCH_CONTENT_TYPE
 
     t = make_table("LIST", "BEFORE", "AFTER",
                    title=f"KubeVirt {plan.namespace}/{plan.name} ({plan.version or 'version unknown'})")
@@ -160,12 +159,12 @@ def enable_gates(
     output: OutputOpt = Output.table,
 ) -> None:
     """Add HostDevices (and with --dra HostDevicesWithDRA) to KubeVirt's feature gates, keeping the others."""
-    from rblnctl.kubevirt import GateEditor, rbln_gates, validate_gates
+    from rblnctl.kubevirt.gates import GateEditor, rbln_gates, validate_gates
 
     mode = dry_run_mode(dry_run, server_dry_run)
     wanted = validate_gates([*rbln_gates(dra=dra), *(gates or [])])
     editor = GateEditor(**_writer_args(ctx, name, namespace, force, mode))
-    plan = editor.plan_enable(wanted)
+    plan = editor.plan(enable=wanted)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="enabled")
 
 
@@ -191,11 +190,11 @@ def disable_gates(
     output: OutputOpt = Output.table,
 ) -> None:
     """Remove gates from KubeVirt's feature gates (rollback), keeping the others."""
-    from rblnctl.kubevirt import GateEditor
+    from rblnctl.kubevirt.gates import GateEditor
 
     mode = dry_run_mode(dry_run, server_dry_run)
     editor = GateEditor(**_writer_args(ctx, name, namespace, force, mode))
-    plan = editor.plan_disable(gates, add_to_disabled=add_to_disabled)
+    plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
 
 
@@ -210,7 +209,7 @@ def _devices_table(plan: Any, *, show_patch: bool) -> Any:
     from rich.text import Text
 
     from rblnctl.cli.output import make_table
-    from rblnctl.kubevirt import PATCH_CONTENT_TYPE
+    from rblnctl.kubevirt.cr import PATCH_CONTENT_TYPE
 
     t = make_table("RESOURCE NAME", "PCI SELECTOR", "EXTERNAL PROVIDER", "CHANGE",
                    title=f"KubeVirt {plan.namespace}/{plan.name} permittedHostDevices.pciHostDevices")
@@ -242,7 +241,8 @@ def permit_devices(
                      show_default=False),
     ] = None,
     from_cluster: Annotated[
-        bool, typer.Option("--from-cluster", help="Permit every rebellions.ai/RBLN-* resource NPU nodes advertise.")
+        bool, typer.Option("--from-cluster", help="Permit every VM resource NPU nodes advertise (the default when no "
+                           "--resource-name is given).")
     ] = False,
     selector: Annotated[
         str | None,
@@ -261,15 +261,15 @@ def permit_devices(
 ) -> None:
     """Permit RBLN NPUs as KubeVirt host devices (pciHostDevices), keeping every other entry."""
     from rblnctl.errors import ConfigError
-    from rblnctl.kubevirt import DevicePermitter, DeviceResult, device_for_resource
+    from rblnctl.kubevirt.devices import DevicePermitter, DeviceResult, precheck_resource_name
 
     mode = dry_run_mode(dry_run, server_dry_run)
-    if selector and not from_cluster:
-        raise ConfigError("--selector only applies with --from-cluster")
     for n in resource_name or []:
-        device_for_resource(n)  # bad input fails before connecting
+        precheck_resource_name(n)  # bad input fails before connecting
+    if selector and not from_cluster and (resource_name or fix):
+        raise ConfigError("--selector picks the nodes whose resources are permitted: it needs --from-cluster")
     permitter = DevicePermitter(**_writer_args(ctx, name, namespace, False, mode), fix=fix)
-    plan = permitter.plan(resource_name or [], from_cluster=from_cluster, node_selector=selector)
+    plan = permitter.plan(resource_name or [], from_cluster=from_cluster or None, node_selector=selector)
     ref = f"{plan.namespace}/{plan.name}"
 
     def done(final: Any) -> str:
@@ -325,7 +325,7 @@ def status(
 ) -> None:
     """Show the KubeVirt CR's phase, version, gates (effective or not) and permitted RBLN devices."""
     from rblnctl.cli.output import emit
-    from rblnctl.kubevirt import kubevirt_status
+    from rblnctl.kubevirt.status import kubevirt_status
 
     st = kubevirt_status(ctx.obj.kube(), name=name, namespace=namespace)
     emit(st, output, lambda: _status_table(st))

@@ -29,8 +29,10 @@ def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputO
     from rblnctl.cli.output import emit
     from rblnctl.cli.render import npu_nodes_table
     from rblnctl.node.inventory import list_npu_nodes
+    from rblnctl.operator.cluster import read_operator
 
-    nodes = list_npu_nodes(ctx.obj.kube(), selector=selector)
+    kube = ctx.obj.kube()
+    nodes = list_npu_nodes(kube, read_operator(kube).policy, selector=selector)
     emit({"nodes": nodes}, output, lambda: npu_nodes_table(nodes))
 
 

@@ -21,7 +21,7 @@ def npu_nodes_table(nodes: list[Any]) -> Any:
             escape(mode),
             "yes" if n.ready else "NO",
             "yes" if n.schedulable else "cordoned",
-            escape(",".join(n.components) or "-"),
+            escape(",".join(n.components + [f"{c}(paused)" for c in n.paused]) or "-"),
             escape(", ".join(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()) or "-"),
         )
     if not nodes:

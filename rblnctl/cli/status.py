@@ -32,11 +32,7 @@ def _table(st: Any) -> Any:
     lines = [Text(f"Kubernetes {st.server_version}")]
     p = st.policy
     if p:
-        lines.append(Text(
-            f"Policy {p.name}: workloadType={p.workload_type} vfioManager={p.vfio_manager} "
-            f"sandboxDevicePlugin={p.sandbox_device_plugin} draKubeletPlugin={p.dra_kubelet_plugin} "
-            f"devicePlugin={p.device_plugin}"
-        ))
+        lines.append(Text(f"Policy {p.name}: {p.switches()} (components in {st.operator_namespace})"))
     for kv in st.kubevirt:
         gates = ",".join(kv.feature_gates) or "none"
         line = f"KubeVirt {kv.namespace}/{kv.name}: {kv.phase or '?'} {kv.version or ''} gates={gates}"

@@ -28,6 +28,9 @@ from rblnctl.errors import (
     WaitTimeout,
 )
 from rblnctl.kube import NODES, PODS, Kube, Resource
+from rblnctl.operator.cluster import OperatorView, read_operator
+from rblnctl.operator.components import component_of_pod
+from rblnctl.operator.resources import is_npu_resource
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ def _npu_resources(pod: dict) -> list[str]:
     for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         res = c.get("resources") or {}
         for part in ("requests", "limits"):
-            found.update(k for k in (res.get(part) or {}) if k.startswith(C.RESOURCE_PREFIX))
+            found.update(k for k in (res.get(part) or {}) if is_npu_resource(k))
     return sorted(found)
 
 
@@ -148,7 +151,7 @@ class Drainer:
     max_parallel: int = 8
     cordon: bool = False  # run() cordons the node first (kubectl drain does; ModeSwitcher cordons itself)
     server_dry_run: bool = False  # send writes with dryRun=All; nothing persists
-    operator_namespace: str = C.OPERATOR_NAMESPACE
+    operator: OperatorView | None = None  # the operator's namespace and DRA driver; None: read on plan()
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     on_cordoned: Callable[[str], None] = _noop
@@ -163,6 +166,11 @@ class Drainer:
             raise InvalidInput(f"grace period must be 0 or more seconds, not {self.grace_period_s}")
         if self.timeout_s <= 0:
             raise InvalidInput(f"timeout must be more than 0 seconds, not {self.timeout_s:g}")
+
+    def _view(self) -> OperatorView:
+        if self.operator is None:
+            self.operator = read_operator(self.kube)
+        return self.operator
 
     # -- plan --------------------------------------------------------------------------------------
 
@@ -210,11 +218,12 @@ class Drainer:
             return entry(IGNORE, f"finished ({phase}): nothing to do"), None
         if C.MIRROR_POD_ANNOTATION in (md.get("annotations") or {}):
             return entry(IGNORE, "mirror pod: a static pod the kubelet owns"), None
+        view = self._view()
+        component = component_of_pod(pod, base_names=view.base_names) if ns == view.namespace else None
+        if component is not None:
+            return entry(IGNORE, f"RBLN operator component {component}: the operator replaces it"), None
         if owner is not None and owner.get("kind") == "DaemonSet":
             return entry(IGNORE, f"managed by DaemonSet {owner.get('name')}: never evicted"), None
-        component = _labels(pod).get(C.COMPONENT_LABEL)
-        if ns == self.operator_namespace and component in C.OPERATOR_COMPONENTS:
-            return entry(IGNORE, f"RBLN operator component {component}: the operator replaces it"), None
         npu_reason = self._npu_use(pod, claims)
         npu = npu_reason is not None
         if not npu and not self.all_pods:
@@ -255,8 +264,9 @@ class Drainer:
             if claim is None:
                 return f"resource claim {claim_name} (not found)"
             results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
-            if any(r.get("driver") == C.DRA_DRIVER for r in results):
-                return f"resource claim {claim_name} allocated by {C.DRA_DRIVER}"
+            driver = self._view().policy.dra_driver if self._view().policy else C.DRA_DRIVER
+            if any(r.get("driver") == driver for r in results):
+                return f"resource claim {claim_name} allocated by {driver}"
         return None
 
     # -- run ---------------------------------------------------------------------------------------

@@ -26,10 +26,13 @@ from rblnctl.errors import (
     Refused,
     WaitTimeout,
 )
-from rblnctl.kube import CLUSTER_POLICIES, NODES, PODS, VMIS, Kube
+from rblnctl.kube import NODES, VMIS, Kube
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, PodRef, cordon_patch
-from rblnctl.node.inventory import is_npu_node, npu_node_from
-from rblnctl.status import active_policy
+from rblnctl.operator import convergence
+from rblnctl.operator.cluster import OperatorView, component_pods, node_slices, read_operator
+from rblnctl.operator.components import deploy_labels
+from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
+from rblnctl.operator.resources import is_npu_resource
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +47,6 @@ STEP_WAIT = "wait"
 STEP_UNCORDON = "uncordon"
 STEP_FINISH = "finish"
 STEP_ROLLBACK = "rollback"
-
-# Deploy labels only one mode uses: the other mode's labels must be gone once the operator converged.
-_CONTAINER_ONLY = tuple(c for c in C.CONTAINER_COMPONENTS if c not in C.VM_COMPONENTS)
-_VM_ONLY = tuple(c for c in C.VM_COMPONENTS if c not in C.CONTAINER_COMPONENTS)
-
 
 def parse_mode(value: str) -> str:
     """Return the label value for what the user typed (`vm`, `vm-passthrough`, `container`)."""
@@ -116,24 +114,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _is_ready(pod: dict) -> bool:
-    st = pod.get("status") or {}
-    return st.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
-
-
-def _qty_positive(value: Any) -> bool:
-    text = str(value).strip()
-    return bool(text) and text not in ("0", "0k", "0Ki") and not text.startswith("-")
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Policy:
-    default_mode: str
-    dra: bool | None  # None: no policy found (either allocation plugin is accepted)
-    vfio_manager: bool
-
-
 @dataclass(kw_only=True)
 class ModeSwitcher:
     """Switch one node's NPU workload mode safely (cordon, drain, relabel, wait, uncordon).
@@ -153,7 +133,7 @@ class ModeSwitcher:
     uncordon: bool = True
     poll_s: float = 1.0
     max_parallel: int = 8
-    operator_namespace: str = C.OPERATOR_NAMESPACE
+    operator_namespace: str | None = None  # None: the policy's spec.namespace, else the operator's own
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     on_step: Callable[[str, str], None] = _noop
@@ -168,89 +148,34 @@ class ModeSwitcher:
         if self.grace_period_s is not None and self.grace_period_s < 0:
             raise InvalidInput(f"grace period must be 0 or more seconds, not {self.grace_period_s}")
 
-    def _drainer(self) -> Drainer:
+    def _drainer(self, view: OperatorView) -> Drainer:
         # The VM guard below decides about VMs; with --force their launchers go like any NPU pod.
-        return Drainer(
+        return Drainer(operator=view,
             kube=self.kube, all_pods=self.all_pods, force=self.force, delete_emptydir_data=self.delete_emptydir_data,
             evict_vms=True, disable_eviction=self.disable_eviction, grace_period_s=self.grace_period_s,
             timeout_s=self.timeout_s, poll_s=self.poll_s, max_parallel=self.max_parallel, cordon=False,
-            server_dry_run=self.server_dry_run, operator_namespace=self.operator_namespace, sleep=self.sleep,
+            server_dry_run=self.server_dry_run, sleep=self.sleep,
             clock=self.clock, on_evicted=self.on_evicted, on_deleted=self.on_deleted,
             on_pdb_blocked=self.on_pdb_blocked,
         )
 
     # -- reading -------------------------------------------------------------------------------------
 
-    def _policy(self) -> _Policy:
-        try:
-            policies = self.kube.list(CLUSTER_POLICIES)
-        except NotFound:  # the CRD is not installed
-            policies = []
-        active = active_policy(policies)
-        if active is None:
-            return _Policy(default_mode=C.DEFAULT_MODE, dra=None, vfio_manager=True)
-        spec = active.get("spec") or {}
-        default = spec.get("workloadType") if spec.get("workloadType") in C.WORKLOAD_MODES else C.DEFAULT_MODE
-        return _Policy(default_mode=default, dra=bool((spec.get("draKubeletPlugin") or {}).get("enabled")),
-                       vfio_manager=bool((spec.get("vfioManager") or {}).get("enabled", True)))
+    def _operator(self) -> OperatorView:
+        view = read_operator(self.kube, namespace=self.operator_namespace)
+        if view.policy is None:
+            why = "no RBLNClusterPolicy exists" if view.crd_installed else "the RBLNClusterPolicy CRD is not installed"
+            raise Refused(f"{why}: the RBLN NPU Operator deploys nothing, so no node would ever switch; install the "
+                          "operator with its RBLNClusterPolicy first")
+        return view
 
-    def _component_pods(self, node: str) -> list[dict]:
-        pods = self.kube.list(PODS, namespace=self.operator_namespace, field_selector=f"spec.nodeName={node}")
-        return [p for p in pods
-                if ((p.get("metadata") or {}).get("labels") or {}).get(C.COMPONENT_LABEL) in C.OPERATOR_COMPONENTS]
-
-    def pending(self, node_obj: dict, target: str, policy: _Policy, pods: list[dict]) -> list[str]:
+    def pending(self, view: OperatorView, node_obj: dict, target: str) -> list[convergence.Pending]:
         """What is still missing before the operator has converged `node_obj` on `target` (empty: done)."""
-        labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        policy = view.policy
+        assert policy is not None
         name = node_obj["metadata"]["name"]
-        missing: list[str] = []
-        if labels.get(C.WORKLOAD_LABEL) != target and not (labels.get(C.WORKLOAD_LABEL) is None
-                                                          and target == policy.default_mode):
-            missing.append(f"label {C.WORKLOAD_LABEL} is {labels.get(C.WORKLOAD_LABEL)!r}, not {target!r}")
-        deployed = set(npu_node_from(node_obj).components)
-        if target == C.MODE_VM:
-            stale = _CONTAINER_ONLY
-            allocators = {None: ("sandbox-device-plugin", "dra-kubelet-plugin"), True: ("dra-kubelet-plugin",),
-                          False: ("sandbox-device-plugin",)}[policy.dra]
-            required = [("vfio-manager",), allocators]
-        else:
-            stale = _VM_ONLY
-            allocators = {None: ("device-plugin", "dra-kubelet-plugin"), True: ("dra-kubelet-plugin",),
-                          False: ("device-plugin",)}[policy.dra]
-            required = [allocators]
-        for alternatives in required:
-            if not deployed.intersection(alternatives):
-                missing.append(f"deploy label {C.DEPLOY_LABEL_PREFIX}{' or '.join(alternatives)} not set yet")
-        for comp in sorted(deployed.intersection(stale)):
-            missing.append(f"deploy label {C.DEPLOY_LABEL_PREFIX}{comp} of the old mode still set")
-        by_comp: dict[str, list[dict]] = {}
-        for p in pods:
-            by_comp.setdefault(p["metadata"]["labels"][C.COMPONENT_LABEL], []).append(p)
-        for comp, plist in sorted(by_comp.items()):
-            for p in plist:
-                ref = f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
-                if comp in stale or comp not in deployed:
-                    missing.append(f"old-mode pod {ref} ({comp}) still on the node")
-                elif p["metadata"].get("deletionTimestamp"):
-                    missing.append(f"pod {ref} ({comp}) is terminating")
-                elif not _is_ready(p):
-                    missing.append(f"pod {ref} ({comp}) not Running and Ready yet")
-        if target == C.MODE_VM and policy.vfio_manager and "vfio-manager" in deployed and "vfio-manager" not in by_comp:
-            missing.append(f"no vfio-manager pod on {name} yet")
-        alloc = (node_obj.get("status") or {}).get("allocatable") or {}
-        if target == C.MODE_CONTAINER:
-            if not _qty_positive(alloc.get(C.CONTAINER_RESOURCE, "0")) and policy.dra is not True:
-                missing.append(f"allocatable has no {C.CONTAINER_RESOURCE} yet")
-            old = [k for k, v in alloc.items() if k.startswith(C.VM_RESOURCE_PREFIXES) and _qty_positive(v)]
-        else:
-            # With DRA the devices are ResourceSlices, not an extended resource: nothing to see here.
-            if policy.dra is not True and not any(
-                    k.startswith(C.VM_RESOURCE_PREFIXES) and _qty_positive(v) for k, v in alloc.items()):
-                missing.append(f"allocatable has no {C.VM_RESOURCE_PREFIXES[0]}*_PF/VF resource yet")
-            old = [k for k in (C.CONTAINER_RESOURCE,) if _qty_positive(alloc.get(k, "0"))]
-        for k in old:
-            missing.append(f"allocatable still offers the old mode's {k}")
-        return missing
+        slices = node_slices(self.kube, name, policy.dra_driver) if C.COMP_DRA in policy.allocators(target) else None
+        return convergence.pending(node_obj, target, policy, component_pods(self.kube, view, name), slices)
 
     def _vms(self, node: str, drain: DrainPlan | None) -> list[str]:
         """VMIs on `node` that hold NPUs (host devices or DRA claims), plus NPU-holding virt-launcher pods."""
@@ -264,7 +189,7 @@ class ModeSwitcher:
                 continue
             spec = v.get("spec") or {}
             devices = ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices") or []
-            npus = [d.get("deviceName") for d in devices if str(d.get("deviceName", "")).startswith(C.RESOURCE_PREFIX)]
+            npus = [d.get("deviceName") for d in devices if is_npu_resource(str(d.get("deviceName", "")))]
             claims = [d.get("claimName") for d in devices if d.get("claimName")]
             claims += [c.get("name") for c in spec.get("resourceClaims") or []]
             if npus or claims:
@@ -284,18 +209,18 @@ class ModeSwitcher:
         if not is_npu_node(node_obj):
             raise Refused(f"node {node} has no Rebellions NPU (neither an NFD pci-1eff label nor "
                           f"{C.NPU_PRESENT_LABEL}=true): there is no NPU mode to switch")
-        info = npu_node_from(node_obj)
-        if info.deploy_skip:
+        labels = labels_of(node_obj)
+        if deploy_labels(labels).skip:
             raise Refused(f"node {node} has {C.DEPLOY_SKIP_LABEL}=true: the operator deploys nothing there, so it "
                           f"would never switch; remove the label first "
                           f"(kubectl label node {node} {C.DEPLOY_SKIP_LABEL}-)")
-        policy = self._policy()
-        warnings: list[str] = []
-        label = info.mode_label
-        if label is None or label in C.WORKLOAD_MODES:
-            current = label or policy.default_mode
-        else:
-            current = policy.default_mode
+        view = self._operator()
+        policy = view.policy
+        assert policy is not None
+        warnings: list[str] = list(view.notes)
+        mode = mode_of(labels, policy)
+        label, current = mode.label, mode.effective
+        if not mode.label_valid:
             warnings.append(f"node {node} has {C.WORKLOAD_LABEL}={label!r}, which the operator does not know; it "
                             f"treats the node as {current} (the policy default)")
         annotations = (node_obj.get("metadata") or {}).get("annotations") or {}
@@ -309,8 +234,8 @@ class ModeSwitcher:
             except ValueError:
                 warnings.append(f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {raw[:80]!r}")
                 progress = None
-        unschedulable = not info.schedulable
-        blockers: list[str] = []
+        unschedulable = bool((node_obj.get("spec") or {}).get("unschedulable"))
+        blockers: list = []
         resume = False
         cordoned_by = False
         started = None
@@ -329,7 +254,7 @@ class ModeSwitcher:
                 warnings.append(f"abandoning an unfinished switch to {short_mode(progress['target'])} (--force)")
                 cordoned_by = bool(progress.get("cordoned_by_rblnctl"))
                 resume = True  # we keep its knowledge of who cordoned the node
-        pending = self.pending(node_obj, target, policy, self._component_pods(node))
+        pending = [str(p) for p in self.pending(view, node_obj, target)]
         converged = current == target and not pending
         if converged and progress is None:
             return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=True, resume=False,
@@ -340,7 +265,9 @@ class ModeSwitcher:
             drain = DrainPlan(node=node, scope=SCOPE_ALL if self.all_pods else SCOPE_NPU, cordon=False,
                               unschedulable=unschedulable)
         else:
-            drain = self._drainer().plan(node, node_obj=node_obj)
+            drain = self._drainer(view).plan(node, node_obj=node_obj)
+            # The operator would never finish this switch: refuse before any write, naming the policy field.
+            blockers.extend(policy.switch_blockers(target, product=node_product(node_obj)))
         vms = self._vms(node, drain) if not converged else []
         if vms and not self.force:
             blockers.extend(f"VM {v} holds NPUs on {node}: stop or migrate these VMs first" for v in vms)
@@ -422,7 +349,7 @@ class ModeSwitcher:
                              + (" (by rblnctl)" if progress["cordoned_by_rblnctl"] else ""))
             refs = [e.ref for e in plan.drain.evict] if plan.drain else []
             self.on_step(STEP_EVICT, f"evicting {len(refs)} pod(s)" if refs else "no pod to evict")
-            evicted = self._drainer().evict(refs, deadline=deadline)
+            evicted = self._drainer(self._operator()).evict(refs, deadline=deadline)
             progress["step"] = STEP_EVICT
             if plan.mode_label != plan.target:
                 self.on_step(STEP_RELABEL, f"setting {C.WORKLOAD_LABEL}={plan.target}")
@@ -488,22 +415,24 @@ class ModeSwitcher:
                 self.on_step(STEP_RELABEL, f"node {node} changed under us (attempt {attempt}); re-reading")
 
     def _wait(self, node: str, target: str, deadline: float) -> None:
-        policy = self._policy()
         last: list[str] = []
         while True:
+            view = self._operator()  # re-read: the policy's status is shown while waiting
+            assert view.policy is not None
             node_obj = self.kube.get(NODES, node)
-            label = ((node_obj.get("metadata") or {}).get("labels") or {}).get(C.WORKLOAD_LABEL)
-            if label != target and not (label is None and target == policy.default_mode):
+            mode = mode_of(labels_of(node_obj), view.policy)
+            if mode.effective != target:
                 # Someone else relabelled the node after us: waiting can only time out, and going on
                 # would fight them. Stop here (cordoned, annotated) and let a person decide.
-                raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {label!r} by someone else while "
-                              f"rblnctl waited for the operator to switch it to {target}")
-            missing = self.pending(node_obj, target, policy, self._component_pods(node))
+                raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {mode.label!r} by someone else "
+                              f"while rblnctl waited for the operator to switch it to {target}")
+            missing = [str(p) for p in self.pending(view, node_obj, target)]
             if not missing:
                 return
-            if missing != last:
-                self.on_waiting(missing)
-                last = missing
+            shown = missing + [f"operator: {t}" for t in view.policy.not_ready()]
+            if shown != last:
+                self.on_waiting(shown)
+                last = shown
             if self.clock() >= deadline:
                 raise WaitTimeout(f"the operator did not switch node {node} to {target} within {self.timeout_s:g}s; "
                                   f"still missing: {'; '.join(missing)}")

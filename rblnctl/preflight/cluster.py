@@ -30,8 +30,12 @@ from rblnctl.kube import (
     Kube,
     Resource,
 )
-from rblnctl.kubevirt import gate_state, status_of
+from rblnctl.kubevirt.gates import gate_state
+from rblnctl.kubevirt.status import status_of
 from rblnctl.node.inventory import list_npu_node_objects
+from rblnctl.operator import resources as R
+from rblnctl.operator.nodes import mode_of
+from rblnctl.operator.policy import Policy, choose_active
 from rblnctl.preflight.model import (
     METHOD_AUTO,
     SCOPE_CLUSTER,
@@ -42,7 +46,6 @@ from rblnctl.preflight.model import (
     Status,
     make_report,
 )
-from rblnctl.status import PolicySummary, active_policy, policy_summary
 from rblnctl.versions import format_version, parse_version
 
 log = logging.getLogger(__name__)
@@ -154,11 +157,9 @@ class ClusterFacts:
     selector: str | None = None  # -l
 
     @property
-    def policy(self) -> PolicySummary | None:
-        """The RBLNClusterPolicy the operator acts on (the first one not marked ignored), summarised."""
-        items = self.policies.value if self.policies.ok else None
-        active = active_policy(items or [])
-        return policy_summary(active) if active is not None else None
+    def policy(self) -> Policy | None:
+        """The RBLNClusterPolicy the operator acts on (rblnctl.operator.policy.choose_active)."""
+        return choose_active(self.policies.value or []).active if self.policies.ok else None
 
 
 def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, str]:
@@ -176,11 +177,13 @@ def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, st
     if not items:
         return (C.METHOD_SANDBOX, "auto: no RBLNClusterPolicy exists, so checking the sandbox method", Status.WARN,
                 "create the RBLNClusterPolicy (the operator chart does), or pass --method sandbox|dra")
-    p = policy_summary(active_policy(items))
-    if p.dra_kubelet_plugin:
-        extra = " (sandboxDevicePlugin is enabled too, which admission rejects)" if p.sandbox_device_plugin else ""
+    p = choose_active(items).active
+    assert p is not None
+    if p.vm_method == C.METHOD_DRA:
+        extra = (" (sandboxDevicePlugin is enabled too, which admission rejects)"
+                 if p.is_enabled(C.COMP_SANDBOX) else "")
         return C.METHOD_DRA, f"auto: RBLNClusterPolicy {p.name} enables draKubeletPlugin{extra}", Status.PASS, ""
-    if p.sandbox_device_plugin:
+    if p.vm_method == C.METHOD_SANDBOX:
         return C.METHOD_SANDBOX, f"auto: RBLNClusterPolicy {p.name} enables sandboxDevicePlugin", Status.PASS, ""
     return (C.METHOD_SANDBOX,
             f"auto: RBLNClusterPolicy {p.name} enables neither sandboxDevicePlugin nor draKubeletPlugin; "
@@ -428,47 +431,40 @@ def _check_operator(f: ClusterFacts, out: Findings) -> None:
         return
     text, source = found
     v = strict_version(text)
+    supported = C.OPERATOR_SUPPORTED_FROM
     if v >= floor:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, f"{where} {text} >= {format_version(floor)} (from {source})")
+    elif f.method == C.METHOD_SANDBOX and v >= supported:
+        out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
+                f"{where} {text} < {format_version(floor)}, the documented minimum for the {f.method} method "
+                f"(from {source}); rblnctl supports releases from {format_version(supported)}", install)
     else:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL,
                 f"{where} {text} < {format_version(floor)}, the {f.method} method's floor (from {source})", install)
 
 
-def policy_problems(p: PolicySummary, *, method: str, vm_nodes: int) -> list[str]:
+def policy_problems(p: Policy, *, method: str, vm_nodes: int) -> list[str]:
     """Violations of the operator's policy admission rules, plus what the checked method needs."""
-    problems = []
+    problems = p.admission_problems()
     vm_use = p.workload_type == C.MODE_VM or vm_nodes > 0
-    if p.sandbox_device_plugin and p.dra_kubelet_plugin:
-        problems.append("sandboxDevicePlugin and draKubeletPlugin are both enabled (mutually exclusive)")
-    if p.device_plugin and p.dra_kubelet_plugin:
-        problems.append("devicePlugin and draKubeletPlugin are both enabled (mutually exclusive)")
-    if p.workload_type not in C.WORKLOAD_MODES:
-        problems.append(f"workloadType {p.workload_type!r} is not container or vm-passthrough")
-    if not p.vfio_manager:
-        why = f"workloadType is {C.MODE_VM}" if p.workload_type == C.MODE_VM else (
-            f"{vm_nodes} node(s) are labelled {C.MODE_VM}" if vm_nodes else "VM passthrough needs it")
+    if not p.is_enabled(C.COMP_VFIO_MANAGER) and p.workload_type != C.MODE_VM:
+        why = f"{vm_nodes} node(s) are labelled {C.MODE_VM}" if vm_nodes else "VM passthrough needs it"
         problems.append(f"vfioManager is disabled ({why})")
     wanted = "draKubeletPlugin" if method == C.METHOD_DRA else "sandboxDevicePlugin"
-    enabled = p.dra_kubelet_plugin if method == C.METHOD_DRA else p.sandbox_device_plugin
-    if vm_use and not (p.sandbox_device_plugin or p.dra_kubelet_plugin):
-        problems.append("vm-passthrough is in use but neither sandboxDevicePlugin nor draKubeletPlugin is enabled")
+    enabled = p.is_enabled(C.COMP_DRA if method == C.METHOD_DRA else C.COMP_SANDBOX)
+    if vm_use and not p.allocators(C.MODE_VM):
+        if p.workload_type != C.MODE_VM:  # admission_problems() names it for workloadType vm-passthrough
+            problems.append(f"{C.MODE_VM} is in use but neither sandboxDevicePlugin nor draKubeletPlugin is enabled")
     elif not enabled:
         problems.append(f"{wanted} is disabled but the {method} method needs it")
     return problems
 
 
 def _effective_modes(f: ClusterFacts) -> dict[str, str]:
-    """Node -> effective mode: a valid label wins, else the policy's workloadType (container by default)."""
-    default = C.DEFAULT_MODE
-    p = f.policy
-    if p and p.workload_type in C.WORKLOAD_MODES:
-        default = p.workload_type
-    out = {}
-    for n in f.nodes.value if f.nodes.ok else []:
-        label = ((n.get("metadata") or {}).get("labels") or {}).get(C.WORKLOAD_LABEL)
-        out[n["metadata"]["name"]] = label if label in C.WORKLOAD_MODES else default
-    return out
+    """Node -> effective mode (rblnctl.operator.nodes.mode_of)."""
+    policy = f.policy
+    return {n["metadata"]["name"]: mode_of((n.get("metadata") or {}).get("labels") or {}, policy).effective
+            for n in (f.nodes.value if f.nodes.ok else [])}
 
 
 def _check_policy(f: ClusterFacts, out: Findings) -> None:
@@ -486,16 +482,14 @@ def _check_policy(f: ClusterFacts, out: Findings) -> None:
                 "create one (the operator chart does by default), e.g. `helm upgrade rbln-npu-operator ... "
                 "--set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true`")
         return
-    active = active_policy(items)
-    p = policy_summary(active)
+    choice = choose_active(items)
+    p = choice.active
+    assert p is not None
     vm_nodes = sum(1 for m in _effective_modes(f).values() if m == C.MODE_VM)
     problems = policy_problems(p, method=f.method, vm_nodes=vm_nodes)
-    state = (f"{p.name}: workloadType={p.workload_type} vfioManager={p.vfio_manager} "
-             f"sandboxDevicePlugin={p.sandbox_device_plugin} draKubeletPlugin={p.dra_kubelet_plugin} "
-             f"devicePlugin={p.device_plugin}")
-    if len(items) > 1:
-        others = ", ".join(str((i.get("metadata") or {}).get("name", "")) for i in items if i is not active)
-        state += f" ({len(items)} policies; checked the one the operator acts on; also found: {others})"
+    state = f"{p.name}: {p.switches()}"
+    for note in choice.notes:
+        state += f" ({note})"
     if not problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, state)
         return
@@ -592,14 +586,10 @@ def _check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     return kv
 
 
-def advertised_vm_resources(nodes: list[dict]) -> dict[str, list[str]]:
-    """Sandbox device plugin resources (rebellions.ai/RBLN-*, legacy ATOM/REBEL) -> nodes advertising them."""
-    out: dict[str, list[str]] = {}
-    for n in nodes:
-        for key in (n.get("status") or {}).get("allocatable") or {}:
-            if key.startswith(C.VM_RESOURCE_PREFIXES):
-                out.setdefault(key, []).append(n["metadata"]["name"])
-    return dict(sorted(out.items()))
+def advertised_vm_resources(f: ClusterFacts) -> dict[str, list[str]]:
+    """VM resources NPU nodes advertise (by the active policy's names) -> the nodes advertising them."""
+    names = f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)
+    return R.advertised(f.nodes.value, names) if f.nodes.ok else {}
 
 
 def _check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> None:
@@ -613,7 +603,7 @@ def _check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) ->
         return
     st = status_of(kv)
     permitted = {d.resource_name: d for d in st.permitted_devices}
-    in_use = advertised_vm_resources(f.nodes.value) if f.nodes.ok else {}
+    in_use = advertised_vm_resources(f)
     no_erp = [d.resource_name for d in st.permitted_devices if not d.external_resource_provider]
     missing = {r: ns for r, ns in in_use.items() if r not in permitted}
     names = ", ".join(f"{d.resource_name} ({d.pci_vendor_selector})" for d in st.permitted_devices) or "none"
@@ -653,10 +643,10 @@ def _check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) ->
             f"{', '.join(in_use)}{note}")
 
 
-def is_dra_daemonset(ds: dict) -> bool:
+def is_dra_daemonset(ds: dict, base_name: str = C.OPERATOR_BASE_NAME) -> bool:
     """The RBLN DRA kubelet plugin: the operator's DaemonSet or one whose name/labels/images say rbln + dra."""
     meta = ds.get("metadata") or {}
-    if meta.get("name") == C.OPERATOR_DAEMONSETS["dra-kubelet-plugin"]:
+    if meta.get("name") in (f"{base_name}-{C.COMP_DRA}", f"{C.OPERATOR_BASE_NAME}-{C.COMP_DRA}"):
         return True
     labels = meta.get("labels") or {}
     text = " ".join([str(meta.get("name", "")), str(labels.get(C.APP_NAME_LABEL, "")),
@@ -688,10 +678,11 @@ def _check_dra(f: ClusterFacts, out: Findings) -> None:
         else:
             out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL, "no DaemonSets API", enable)
     else:
-        found = [d for d in ds_fetch.value or [] if is_dra_daemonset(d)]
+        base = f.policy.base_name if f.policy else C.OPERATOR_BASE_NAME
+        found = [d for d in ds_fetch.value or [] if is_dra_daemonset(d, base)]
         if not found:
             out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL,
-                    f"no RBLN DRA kubelet plugin DaemonSet ({C.OPERATOR_DAEMONSETS['dra-kubelet-plugin']}) found",
+                    f"no RBLN DRA kubelet plugin DaemonSet ({C.OPERATOR_BASE_NAME}-{C.COMP_DRA}) found",
                     enable)
         else:
             ds = found[0]
@@ -950,11 +941,11 @@ def _check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_not
                 NFD_FACT_REMEDY.format(source="pci"))
 
     labels = (node.get("metadata") or {}).get("labels") or {}
-    raw = labels.get(C.WORKLOAD_LABEL)
+    raw = mode_of(labels, None).label
     title = "Workload mode label valid"
     if raw is None:
         out.add("node.mode-label", title, name, Status.PASS, f"unset: the policy's workloadType applies ({mode})")
-    elif raw in C.WORKLOAD_MODES:
+    elif mode_of(labels, None).label_valid:
         out.add("node.mode-label", title, name, Status.PASS, f"{C.WORKLOAD_LABEL}={raw}")
     else:
         out.add("node.mode-label", title, name, Status.FAIL,

@@ -71,7 +71,7 @@ def test_verbose_shows_requests_on_stderr_only(apiserver):
 
 
 def test_unexpected_bug_is_one_line_exit_70(apiserver, mocker):
-    mocker.patch("rblnctl.node.inventory.npu_node_from", side_effect=KeyError("boom"))
+    mocker.patch("rblnctl.node.inventory.npu_node", side_effect=KeyError("boom"))
     apiserver.add(o.npu_node("npu1"))
     r = cli("node", "list", server=apiserver.url)
     assert r.exit_code == 70

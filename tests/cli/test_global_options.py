@@ -68,7 +68,7 @@ def test_option_value_equal_to_a_global_option_reaches_the_command(apiserver):
     r = cli("node", "list", "-l", "--context", server=apiserver.url)
     selectors = [q.query.get("labelSelector", [""])[0] for q in apiserver.requests if q.path == "/api/v1/nodes"]
     assert selectors and selectors[0].endswith(",--context")  # sent as the selector (the server rejects it)
-    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    assert r.exit_code == 2 and "bad label selector '--context'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_verbose_counts_on_both_sides_of_the_subcommand(apiserver, mocker):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import types
 
 import pytest
 import yaml
@@ -29,10 +28,10 @@ def pci(apiserver):
 
 @pytest.fixture
 def no_backoff(monkeypatch):
-    """Make the conflict retry loop wait 0 s (rblnctl.kubevirt sleeps through its module's `time`)."""
-    import rblnctl.kubevirt
+    """Make the conflict retry loop wait 0 s: the CLI's editors sleep through the library's one clock."""
+    from rblnctl.clock import SYSTEM_CLOCK
 
-    monkeypatch.setattr(rblnctl.kubevirt, "time", types.SimpleNamespace(sleep=lambda s: None))
+    monkeypatch.setattr(SYSTEM_CLOCK, "sleep", lambda seconds, stop=None: False)
 
 
 # -- enable-gates ---------------------------------------------------------------------------------
@@ -59,7 +58,7 @@ def test_enable_gates_json_result_and_stderr_progress(apiserver):
     r = cli("kubevirt", "enable-gates", "--dra", "--yes", "-o", "json", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["changed"] is True and out["attempts"] == 1 and out["dry_run"] is None
+    assert out["changed"] is True and out["attempts"] == 1 and out["server_dry_run"] is False
     assert out["plan"]["feature_gates_before"] == ["Snapshot"]
     assert out["plan"]["feature_gates_after"] == ["Snapshot", "HostDevices", "HostDevicesWithDRA"]
     assert out["plan"]["disabled_gates_after"] == []
@@ -91,7 +90,7 @@ def test_dry_run_prints_patch_and_before_after_and_writes_nothing(apiserver):
 
     r = cli("kubevirt", "enable-gates", "--dry-run=client", "-o", "json", server=apiserver.url)
     out = json.loads(r.stdout)
-    assert out["dry_run"] == "client" and out["changed"] is False
+    assert out["attempts"] == 0 and out["changed"] is False
     assert out["plan"]["patch"][-1] == {"op": "replace",
                                         "path": "/spec/configuration/developerConfiguration/featureGates",
                                         "value": ["Snapshot", "HostDevices"]}
@@ -301,7 +300,7 @@ def test_permit_devices_unknown_model_exit_2_lists_known(apiserver):
     r = cli("kubevirt", "permit-devices", "--resource-name", "rebellions.ai/RBLN-ZZ99_PF", server=apiserver.url)
     assert r.exit_code == 2
     err = " ".join(r.stderr.split())
-    assert "ZZ99" in err and "rebellions.ai/RBLN-CA22_PF (1EFF:1220)" in err
+    assert "ZZ99" in err and "CA22" in err and "=1EFF:<device>" in err
     assert apiserver.requests == []
 
 
@@ -310,7 +309,7 @@ def test_permit_devices_fix_only_with_flag(apiserver):
              "externalResourceProvider": False}
     apiserver.add(o.kubevirt(permitted_pci=[entry]))
     r = cli("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF", "--yes", server=apiserver.url)
-    assert r.exit_code == 0 and "externalResourceProvider false" in r.stderr and "--fix" in r.stderr
+    assert r.exit_code == 0 and "externalResourceProvider false" in r.stderr and "(pass --fix)" in r.stderr
     assert apiserver.writes() == []
     r = cli("kubevirt", "permit-devices", "--fix", "--yes", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
@@ -326,14 +325,16 @@ def test_permit_devices_from_cluster(apiserver):
     assert [e["resourceName"] for e in pci(apiserver)] == ["rebellions.ai/RBLN-CA25_PF"]
 
 
-def test_permit_devices_needs_a_source(apiserver):
-    apiserver.add(o.kubevirt())
-    apiserver.clear_requests()
+def test_permit_devices_without_a_flag_permits_what_the_cluster_advertises(apiserver):
+    apiserver.add(o.kubevirt(permitted_pci=[]))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
-    assert r.exit_code == 2 and "--resource-name" in r.stderr and "--from-cluster" in r.stderr
+    assert r.exit_code == 1 and "no NPU node advertises" in r.stderr
+    apiserver.add(o.npu_node("vm-a", mode="vm-passthrough", product="RBLN-CR13"))
+    r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert [e["resourceName"] for e in pci(apiserver)] == ["rebellions.ai/RBLN-CR13_PF"]
     r = cli("kubevirt", "permit-devices", "-l", "a=b", "--resource-name", "RBLN-CA22_PF", server=apiserver.url)
     assert r.exit_code == 2 and "--from-cluster" in r.stderr
-    assert apiserver.writes() == []
 
 
 # -- status ---------------------------------------------------------------------------------------

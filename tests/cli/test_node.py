@@ -20,7 +20,7 @@ ANN = "rebellions.ai/rblnctl.set-mode"
 
 @pytest.fixture
 def cluster(apiserver):
-    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"), o.replicaset("default", "web"),
                   o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU),
                   o.pod("default", "cpu-app", node="n1", owner_kind="ReplicaSet", owner_name="web"))
     op = SimulatedOperator(apiserver).start()
@@ -74,7 +74,7 @@ def test_unknown_node_exits_1(apiserver):
 
 
 def test_timeout_exits_5_and_says_how_to_resume(apiserver):
-    apiserver.add(o.npu_node("n1"))  # no operator: nothing converges
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"))  # a policy but no operator running: nothing converges
     r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "0.3", server=apiserver.url)
     assert r.exit_code == 5
     assert "in progress" in r.stderr and "rblnctl node set-mode n1 vm" in r.stderr

@@ -27,9 +27,18 @@ def test_status_json(apiserver):
     assert r.exit_code == 0, r.stderr
     st = json.loads(r.stdout)
     assert st["modes"] == {"container": 1, "vm-passthrough": 2}
-    assert st["policy"]["sandbox_device_plugin"] is True
+    assert st["policy"]["enabled"]["sandboxDevicePlugin"] is True
     assert st["kubevirt"][0]["feature_gates"] == ["HostDevices"]
     assert [n["name"] for n in st["nodes"]] == ["n1", "n2", "n3"]
+
+
+def test_status_counts_unlabelled_nodes_in_the_policys_workload_type(apiserver):
+    """The operator gives a node without a mode label the policy's workloadType: status counts it there."""
+    apiserver.add(o.cluster_policy(workload_type="vm-passthrough"), o.npu_node("n1", mode=None),
+                  o.npu_node("n2", mode="container"))
+    st = json.loads(cli("status", "-o", "json", server=apiserver.url).stdout)
+    assert st["modes"] == {"container": 1, "vm-passthrough": 1}
+    assert [(n["name"], n["mode"]) for n in st["nodes"]] == [("n1", "vm-passthrough"), ("n2", "container")]
 
 
 def test_status_table_mentions_missing_operator(apiserver):

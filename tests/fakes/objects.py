@@ -25,11 +25,10 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 CONTAINER_RESOURCE = "rebellions.ai/npu"
 MODE_CONTAINER = "container"
 MODE_VM = "vm-passthrough"
-#: Deploy labels the operator sets per mode (rbln-operator.md, "Deploy labels per mode").
-CONTAINER_COMPONENTS = ("driver", "device-plugin", "metrics-exporter", "rbln-daemon", "npu-feature-discovery",
-                        "operator-validator", "container-toolkit")
-VM_COMPONENTS = ("vfio-manager", "sandbox-device-plugin")
-VM_DRA_COMPONENTS = ("vfio-manager", "dra-kubelet-plugin")
+#: Deploy labels the later operator releases set per mode (tests/fakes/releases.py has each release's).
+CONTAINER_COMPONENTS = ("driver", "device-plugin", "dra-kubelet-plugin", "metrics-exporter", "rbln-smd",
+                        "npu-feature-discovery", "operator-validator", "container-toolkit")
+VM_COMPONENTS = ("vfio-manager", "sandbox-device-plugin", "dra-kubelet-plugin")
 #: Fake-only annotations on NPU nodes: what the hardware has, for the simulated operator.
 NPU_COUNT_ANNOTATION = "fake.rblnctl.io/npu-count"
 NPU_PRODUCT_ANNOTATION = "fake.rblnctl.io/npu-product"
@@ -69,8 +68,11 @@ def vm_resource_name(product: str, function: str = "PF") -> str:
     return f"rebellions.ai/{p}_{function}"
 
 
-def deploy_labels(mode: str | None, *, dra: bool = False) -> dict[str, str]:
-    comps = CONTAINER_COMPONENTS if mode in (None, MODE_CONTAINER) else (VM_DRA_COMPONENTS if dra else VM_COMPONENTS)
+def deploy_labels(mode: str | None, *, release: Any = None) -> dict[str, str]:
+    """The deploy labels a release's operator sets on a node in `mode` (default: the later releases)."""
+    from tests.fakes.releases import NEWER
+
+    comps = (release or NEWER).components(mode or MODE_CONTAINER)
     return {DEPLOY_LABEL_PREFIX + c: "true" for c in comps}
 
 
@@ -137,23 +139,32 @@ def node(name: str, *, labels: Mapping[str, str] | None = None, allocatable: Map
 
 def npu_node(name: str, *, mode: str | None = MODE_CONTAINER, npus: int = 2, product: str = "RBLN-CA22",
              labels: Mapping[str, str] | None = None, dra: bool = False, deploy: bool = True,
-             **node_kwargs: Any) -> dict:
+             release: Any = None, policy: dict | None = None, **node_kwargs: Any) -> dict:
     """A node with Rebellions NPUs as NFD and the operator leave it in ``mode`` (None: no mode label,
-    i.e. the policy default, container). ``deploy=False`` leaves out the npu.deploy.* labels."""
+    i.e. the policy default, container), laid out as ``release`` (default: the later releases) does under
+    ``policy`` (for chart v0.3.0's resourceList names). ``deploy=False`` leaves out the npu.deploy.* labels;
+    ``dra`` means DRA allocates the NPUs, so no extended resource is advertised."""
+    from tests.fakes.releases import NEWER
+
+    rel = release or NEWER
     lb: dict[str, str] = {"feature.node.kubernetes.io/pci-1200_1eff.present": "true", NPU_PRESENT_LABEL: "true",
                           NPU_FAMILY_LABEL: "rebel100" if product.startswith("RBLN-CR") else "atom"}
     if mode is not None:
         lb[WORKLOAD_LABEL] = mode
     if deploy:
-        lb.update(deploy_labels(mode, dra=dra))
+        lb.update(deploy_labels(mode, release=rel))
     if mode in (None, MODE_CONTAINER):
         lb[NPU_COUNT_LABEL] = str(npus)
         lb[NPU_PRODUCT_LABEL] = product
     lb.update(labels or {})
-    if mode == MODE_VM:
-        res = {} if dra else {vm_resource_name(product): str(npus)}
+    if dra:
+        res = {}
+    elif mode == MODE_VM:
+        vm_res = rel.vm_resource(policy, product)
+        res = {vm_res: str(npus)} if vm_res else {}
     else:
-        res = {CONTAINER_RESOURCE: str(npus)}
+        c_res = rel.container_resource(policy, product)
+        res = {c_res: str(npus)} if c_res else {}
     res.update(node_kwargs.pop("allocatable", None) or {})
     ann = {NPU_COUNT_ANNOTATION: str(npus), NPU_PRODUCT_ANNOTATION: product,
            **(node_kwargs.pop("annotations", None) or {})}

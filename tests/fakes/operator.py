@@ -1,28 +1,27 @@
-"""A simulated RBLN NPU operator running against a FakeApiServer's state.
+"""A simulated RBLN NPU operator (plus the DaemonSet controller and the device plugins) against a FakeApiServer.
 
-It does what the real operator and the DaemonSet controller together do when a node's
-``rebellions.ai/npu.workload.config`` label changes (see ../shared/reference/rbln-operator.md):
+It behaves like one operator release (``tests/fakes/releases.py``: ``V0_3_0`` or ``NEWER``), so tests
+can check rblnctl against each layout. What it does, per node carrying an NFD Rebellions label:
 
-* for every node with an NFD Rebellions label it sets ``rebellions.ai/npu.present=true`` and the
-  ``rebellions.ai/npu.deploy.<component>=true`` labels of the node's mode, removing the other
-  mode's; ``rebellions.ai/npu.deploy.skip=true`` removes every deploy label; a node whose NFD
-  label went away gets ``npu.present=false`` and loses its deploy labels;
-* it deletes (gracefully, with the server's deletion rules) the component pods on that node that
-  the node's labels no longer select, and creates the missing ones: ``rbln-<component>-<node>``
-  in the operator namespace, labelled ``app.kubernetes.io/component=<component>``, owned by the
-  DaemonSet ``rbln-<component>``, Running, Ready after ``ready_delay_s``;
-* when the device plugin pod of the mode is Ready it publishes the extended resource in the
-  node's capacity/allocatable (``rebellions.ai/npu`` for container,
-  ``rebellions.ai/RBLN-<product>_PF`` for vm-passthrough), and removes the other mode's resource
-  as soon as the mode changes;
-* it keeps ``rbln-<component>`` DaemonSets (nodeSelector on the deploy label) with status counts
-  that match the pods.
-
-The mode comes from the node label, falling back to the RBLNClusterPolicy ``spec.workloadType``
-(``container`` without a policy); unknown label values fall back to that default. Components
-disabled in the policy get deploy labels but no pods. With ``dra`` enabled in the policy,
-vm-passthrough nodes run ``dra-kubelet-plugin`` instead of ``sandbox-device-plugin`` and no
-extended resource is published (DRA devices are ResourceSlices, not simulated here).
+* Mode: the node's ``rebellions.ai/npu.workload.config`` when valid, else the active policy's
+  ``workloadType``. Without an RBLNClusterPolicy it does nothing at all, like the real operator.
+* Labels: ``npu.present=true``; deploy labels of the mode are filled in as ``"true"`` only where the
+  key is missing (a user's ``"false"`` opt-out survives), keys of components the mode does not
+  deploy are removed; ``npu.deploy.skip=true`` (releases that have it) removes every deploy label;
+  a node whose NFD label went away gets ``npu.present=false`` and loses its deploy labels.
+* Pods: one per component of the mode that the policy enables (a missing ``enabled`` is false, as
+  the operator's ``IsEnabled()``) and whose deploy label is ``"true"``; named after the release's
+  DaemonSet, labelled as the release labels them, owned by that DaemonSet, Running, and Ready after
+  ``ready_delay_s`` (per component: ``component_delays``). Pods the labels no longer select are
+  deleted (gracefully, by the server's deletion rules).
+* Advertising: when the mode's device plugin pod is Ready its resource appears in capacity and
+  allocatable (the release's name for the node's product: ``resource_names`` of the release; a
+  product the v0.3.0 resourceList does not cover is not advertised); the other mode's resources go
+  as soon as the mode changes. With DRA, a Ready dra-kubelet-plugin publishes a ResourceSlice of
+  ``rbln<N>`` devices (container) or ``vfio-<pci>`` devices (vm).
+* NEWER only: while a vfio-manager pod is not Ready, its driver manager holds the node's other vm
+  deploy labels at ``paused-for-driver-upgrade`` and restores them when it is.
+* ``roll(node, component)`` deletes and recreates a component pod (a DaemonSet rollout).
 """
 
 from __future__ import annotations
@@ -34,29 +33,31 @@ from typing import Any
 
 from tests.fakes import objects as o
 from tests.fakes.apiserver import FakeApiServer
+from tests.fakes.releases import DEVICE_IDS, NEWER, POLICY_KEYS, Release
 
-_POLICY_FLAG = {  # component -> policy spec key whose .enabled gates it
-    "device-plugin": "devicePlugin", "sandbox-device-plugin": "sandboxDevicePlugin",
-    "vfio-manager": "vfioManager", "dra-kubelet-plugin": "draKubeletPlugin",
-    "metrics-exporter": "metricsExporter", "npu-feature-discovery": "npuFeatureDiscovery",
-    "container-toolkit": "containerToolkit", "driver": "driver",
-}
-ALL_COMPONENTS = tuple(dict.fromkeys(o.CONTAINER_COMPONENTS + o.VM_COMPONENTS + o.VM_DRA_COMPONENTS))
+ALL_COMPONENTS = ("driver", "device-plugin", "dra-kubelet-plugin", "metrics-exporter", "rbln-daemon", "rbln-smd",
+                  "npu-feature-discovery", "operator-validator", "container-toolkit", "vfio-manager",
+                  "sandbox-device-plugin")
 SKIP = "skip"
+PAUSED = "paused-for-driver-upgrade"
+DRA_DRIVER = "npu.rebellions.ai"
 
 
 class SimulatedOperator:
     def __init__(self, server: FakeApiServer, *, namespace: str = "rbln-system", ready_delay_s: float = 0.0,
-                 auto: bool = True, policy_name: str | None = None):
+                 auto: bool = True, policy_name: str | None = None, release: Release = NEWER,
+                 component_delays: dict[str, float] | None = None):
         self.server = server
         self.namespace = namespace
         self.ready_delay_s = ready_delay_s
+        self.component_delays = dict(component_delays or {})
         self.auto = auto
         self.policy_name = policy_name
+        self.release = release
         #: node name -> "container" | "vm-passthrough" | "skip" | "absent" (NFD label gone)
         self.converged_modes: dict[str, str] = {}
         self.errors: list[str] = []
-        self._step_lock = threading.Lock()
+        self._step_lock = threading.RLock()
         self._cond = threading.Condition()
         self._dirty = False
         self._busy = False
@@ -114,9 +115,12 @@ class SimulatedOperator:
         relevant = kind in ("Node", "RBLNClusterPolicy") or (
             kind == "Pod" and event == "DELETED" and obj["metadata"].get("namespace") == self.namespace)
         if relevant and not self._stopped.is_set():
-            with self._cond:
-                self._dirty = True
-                self._cond.notify_all()
+            self._kick()
+
+    def _kick(self) -> None:
+        with self._cond:
+            self._dirty = True
+            self._cond.notify_all()
 
     def _run(self) -> None:
         while not self._stopped.is_set():
@@ -129,6 +133,8 @@ class SimulatedOperator:
                 self._busy = True
             try:
                 self.step()
+            except Exception:  # noqa: BLE001 - recorded in .errors by step()
+                pass
             finally:
                 with self._cond:
                     self._busy = False
@@ -136,20 +142,24 @@ class SimulatedOperator:
 
     # ---- reconcile ----------------------------------------------------------------------------
 
-    def _policy(self) -> dict | None:
+    def policy(self) -> dict | None:
         try:
             policies = self.server.list("RBLNClusterPolicy")
         except KeyError:
             return None
         if self.policy_name:
             policies = [p for p in policies if p["metadata"]["name"] == self.policy_name]
-        return policies[0] if policies else None
+        live = [p for p in policies if (p.get("status") or {}).get("state") != "ignored"] or policies
+        live.sort(key=lambda p: (p["metadata"].get("creationTimestamp") or "~", p["metadata"]["name"]))
+        return live[0] if live else None
 
     def step(self) -> None:
         """Converge every node once (synchronously)."""
         with self._step_lock:
             try:
-                policy = self._policy()
+                policy = self.policy()
+                if policy is None:
+                    return
                 for node in self.server.list("Node"):
                     self._converge(node, policy)
                 self._sync_daemonsets()
@@ -161,7 +171,7 @@ class SimulatedOperator:
         labels = node["metadata"].get("labels") or {}
         if not any(labels.get(k) == "true" for k in o.NFD_NPU_LABELS):
             return None
-        if labels.get(o.DEPLOY_SKIP_LABEL) == "true":
+        if self.release.has_deploy_skip and labels.get(o.DEPLOY_SKIP_LABEL) == "true":
             return SKIP
         default = ((policy or {}).get("spec") or {}).get("workloadType") or o.MODE_CONTAINER
         if default not in (o.MODE_CONTAINER, o.MODE_VM):
@@ -170,82 +180,111 @@ class SimulatedOperator:
         return value if value in (o.MODE_CONTAINER, o.MODE_VM) else default
 
     @staticmethod
-    def _enabled(policy: dict | None, component: str) -> bool:
-        if policy is None:
-            return component != "dra-kubelet-plugin"
-        key = _POLICY_FLAG.get(component)
+    def enabled(policy: dict | None, component: str) -> bool:
+        key = POLICY_KEYS.get(component)
         if key is None:
             return True
-        spec = (policy.get("spec") or {}).get(key) or {}
-        return bool(spec.get("enabled", component != "dra-kubelet-plugin"))
+        spec = ((policy or {}).get("spec") or {}).get(key) or {}
+        if key == "driver" and "enabled" not in spec:
+            return spec.get("useRBLNDriverCRD") is True
+        return spec.get("enabled") is True
 
-    def _components(self, mode: str | None, policy: dict | None) -> tuple[str, ...]:
-        if mode == o.MODE_CONTAINER:
-            return o.CONTAINER_COMPONENTS
-        if mode == o.MODE_VM:
-            return o.VM_DRA_COMPONENTS if self._enabled(policy, "dra-kubelet-plugin") and policy else o.VM_COMPONENTS
-        return ()
+    def _base(self, policy: dict | None) -> str:
+        return ((policy or {}).get("spec") or {}).get("name") or "rbln"
 
-    def _converge(self, node: dict, policy: dict | None) -> None:
+    def _converge(self, node: dict, policy: dict) -> None:
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
         mode = self.desired_mode(node, policy)
         if mode is None and labels.get(o.NPU_PRESENT_LABEL) != "true" and name not in self.converged_modes:
             return  # never an NPU node
-        comps = self._components(mode, policy)
-        want = {o.DEPLOY_LABEL_PREFIX + c: "true" for c in comps}
-        new_labels = {k: v for k, v in labels.items() if not k.startswith(o.DEPLOY_LABEL_PREFIX)
-                      or k == o.DEPLOY_SKIP_LABEL}
-        new_labels.update(want)
+        comps = self.release.components(mode) if mode in (o.MODE_CONTAINER, o.MODE_VM) else ()
+        product, count = self._hardware(node)
+        base = self._base(policy)
+
+        new_labels = {k: v for k, v in labels.items()
+                      if not k.startswith(o.DEPLOY_LABEL_PREFIX) or k == o.DEPLOY_SKIP_LABEL
+                      or k[len(o.DEPLOY_LABEL_PREFIX):] in comps}
+        for c in comps:
+            new_labels.setdefault(o.DEPLOY_LABEL_PREFIX + c, "true")
         new_labels[o.NPU_PRESENT_LABEL] = "false" if mode is None else "true"
-        product, _ = self._hardware(node)
-        vm_res = o.vm_resource_name(product)
+        if self.release.pauses_labels and mode == o.MODE_VM:
+            self._pause(name, policy, new_labels)
+
+        keep = self._advertised(mode, policy, product)
 
         def fix_resources(st: dict) -> None:
             for field in ("capacity", "allocatable"):
                 res = st.setdefault(field, {})
                 for k in list(res):
-                    keep = ((mode == o.MODE_CONTAINER and k == o.CONTAINER_RESOURCE)
-                            or (mode == o.MODE_VM and k == vm_res))
-                    if k.startswith("rebellions.ai/") and not keep:
+                    if k.startswith("rebellions.ai/") and k not in keep:
                         del res[k]
 
         status = copy.deepcopy(node.get("status") or {})
         fix_resources(status)
         if new_labels != labels or status != (node.get("status") or {}):
             def edit(n: dict) -> None:
-                n["metadata"]["labels"] = {k: v for k, v in (n["metadata"].get("labels") or {}).items()
-                                           if not k.startswith(o.DEPLOY_LABEL_PREFIX) or k == o.DEPLOY_SKIP_LABEL}
-                n["metadata"]["labels"].update(want)
-                n["metadata"]["labels"][o.NPU_PRESENT_LABEL] = new_labels[o.NPU_PRESENT_LABEL]
+                n["metadata"]["labels"] = dict(new_labels)
                 fix_resources(n.setdefault("status", {}))
 
             self.server.mutate("Node", name, fn=edit)
         self.converged_modes[name] = mode if mode is not None else "absent"
 
         # Pods: delete the ones the node no longer selects, create the missing ones.
-        wanted = {c for c in comps if self._enabled(policy, c)}
+        wanted = {c for c in comps if self.enabled(policy, c) and new_labels.get(o.DEPLOY_LABEL_PREFIX + c) == "true"}
         for p in self.server.list("Pod", self.namespace):
-            comp = (p["metadata"].get("labels") or {}).get(o.COMPONENT_LABEL)
-            if (p.get("spec") or {}).get("nodeName") != name or comp not in ALL_COMPONENTS:
+            comp = self._component(p)
+            if (p.get("spec") or {}).get("nodeName") != name or comp is None:
                 continue
             if comp not in wanted and not p["metadata"].get("deletionTimestamp"):
                 self.server.delete("Pod", p["metadata"]["name"], self.namespace)
         for comp in sorted(wanted):
-            pod_name = f"rbln-{comp}-{name}"
+            pod_name = self._pod_name(comp, name, base)
             existing = self.server.get("Pod", pod_name, self.namespace)
             if existing is not None:
                 if self._is_ready(existing) and not existing["metadata"].get("deletionTimestamp"):
-                    self._publish(name, comp)
+                    self._publish(name, comp, policy)
                 continue  # running, or still terminating: created after its DELETED event
-            self._create_component_pod(comp, name)
+            self._create_component_pod(comp, name, base)
+        self._sync_slices(name, mode, policy, count, wanted)
+
+    def _pause(self, node: str, policy: dict, labels: dict[str, str]) -> None:
+        """NEWER: the vfio-manager's driver manager holds the other vm labels while it is not Ready."""
+        vfio = self.server.get("Pod", self._pod_name("vfio-manager", node, self._base(policy)), self.namespace)
+        working = self.enabled(policy, "vfio-manager") and (vfio is None or not self._is_ready(vfio))
+        for c in ("sandbox-device-plugin", "dra-kubelet-plugin"):
+            key = o.DEPLOY_LABEL_PREFIX + c
+            if working and labels.get(key) == "true":
+                labels[key] = PAUSED
+            elif not working and labels.get(key) == PAUSED:
+                labels[key] = "true"
+
+    def _advertised(self, mode: str | None, policy: dict, product: str) -> set[str]:
+        if mode == o.MODE_CONTAINER:
+            res = self.release.container_resource(policy, product)
+        elif mode == o.MODE_VM:
+            res = self.release.vm_resource(policy, product)
+        else:
+            res = None
+        return {res} if res else set()
+
+    def _pod_name(self, comp: str, node: str, base: str) -> str:
+        return f"{self.release.daemonset_name(comp, base)}-{node}"
+
+    def _component(self, pod: dict) -> str | None:
+        ref = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
+        if ref is None:
+            return None
+        ds = self.server.get("DaemonSet", ref["name"], self.namespace)
+        comp = ((ds or {}).get("metadata", {}).get("annotations") or {}).get("fake.rblnctl.io/component")
+        return comp if comp in ALL_COMPONENTS else None
 
     @staticmethod
     def _hardware(node: dict) -> tuple[str, int]:
         md = node["metadata"]
         labels, ann = md.get("labels") or {}, md.get("annotations") or {}
-        product = labels.get(o.NPU_PRODUCT_LABEL) or ann.get(o.NPU_PRODUCT_ANNOTATION) or "RBLN-CA22"
-        count = labels.get(o.NPU_COUNT_LABEL) or ann.get(o.NPU_COUNT_ANNOTATION) or "1"
+        product = ann.get(o.NPU_PRODUCT_ANNOTATION) or labels.get(o.NPU_PRODUCT_LABEL) or "RBLN-CA22"
+        count = ann.get(o.NPU_COUNT_ANNOTATION) or labels.get(o.NPU_COUNT_LABEL) or "1"
         return product, int(count)
 
     @staticmethod
@@ -253,12 +292,14 @@ class SimulatedOperator:
         return any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in (p.get("status") or {}).get("conditions") or [])
 
-    def _ensure_daemonset(self, comp: str) -> dict:
-        ds_name = f"rbln-{comp}"
+    def _ensure_daemonset(self, comp: str, base: str) -> dict:
+        ds_name = self.release.daemonset_name(comp, base)
         ds = self.server.get("DaemonSet", ds_name, self.namespace)
         if ds is None:
-            ds = o.daemonset(self.namespace, ds_name, labels={o.COMPONENT_LABEL: comp, "app": ds_name},
+            labels = self.release.pod_labels(comp, base)
+            ds = o.daemonset(self.namespace, ds_name, labels=labels,
                              node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"}, desired=0, ready=0)
+            ds["metadata"].setdefault("annotations", {})["fake.rblnctl.io/component"] = comp
             try:
                 self.server.add(ds)
             except ValueError:
@@ -266,11 +307,12 @@ class SimulatedOperator:
             ds = self.server.get("DaemonSet", ds_name, self.namespace) or ds
         return ds
 
-    def _create_component_pod(self, comp: str, node: str) -> None:
-        ds = self._ensure_daemonset(comp)
-        pod_name = f"rbln-{comp}-{node}"
-        ready_now = self.ready_delay_s <= 0
-        p = o.pod(self.namespace, pod_name, node=node, labels={o.COMPONENT_LABEL: comp, "app": f"rbln-{comp}"},
+    def _create_component_pod(self, comp: str, node: str, base: str) -> None:
+        ds = self._ensure_daemonset(comp, base)
+        pod_name = self._pod_name(comp, node, base)
+        delay = self.component_delays.get(comp, self.ready_delay_s)
+        ready_now = delay <= 0
+        p = o.pod(self.namespace, pod_name, node=node, labels=self.release.pod_labels(comp, base),
                   ready=ready_now, image=f"docker.io/rebellions/rbln-{comp}:latest",
                   node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"})
         p["metadata"]["ownerReferences"] = [o.owner_ref("DaemonSet", ds["metadata"]["name"], self.namespace,
@@ -280,9 +322,16 @@ class SimulatedOperator:
         except ValueError:
             return
         if ready_now:
-            self._publish(node, comp)
+            self._kick()
         else:
-            self._later(self.ready_delay_s, self._become_ready, pod_name, node, comp)
+            self._later(delay, self._become_ready, pod_name)
+
+    def roll(self, node: str, component: str) -> None:
+        """Delete the component's pod on `node` (the DaemonSet then recreates it): a rollout."""
+        policy = self.policy()
+        name = self._pod_name(component, node, self._base(policy))
+        self.server.delete("Pod", name, self.namespace)
+        self._kick()
 
     def _later(self, delay: float, fn: Any, *args: Any) -> None:
         def run() -> None:
@@ -302,16 +351,14 @@ class SimulatedOperator:
             self._timers.add(timer)
         timer.start()
 
-    def _become_ready(self, pod_name: str, node: str, comp: str) -> None:
+    def _become_ready(self, pod_name: str) -> None:
         p = self.server.get("Pod", pod_name, self.namespace)
         if p is None or p["metadata"].get("deletionTimestamp"):
             return
         self.server.mutate("Pod", pod_name, self.namespace, fn=lambda q: o.set_pod_ready(q, True))
-        self._publish(node, comp)
-        with self._step_lock:
-            self._sync_daemonsets()
+        self.step()
 
-    def _publish(self, node_name: str, comp: str) -> None:
+    def _publish(self, node_name: str, comp: str, policy: dict) -> None:
         """The device plugin of the node's current mode registered: advertise its resource."""
         node = self.server.get("Node", node_name)
         if node is None:
@@ -319,11 +366,13 @@ class SimulatedOperator:
         mode = self.converged_modes.get(node_name)
         product, count = self._hardware(node)
         if comp == "device-plugin" and mode == o.MODE_CONTAINER:
-            key = o.CONTAINER_RESOURCE
+            key = self.release.container_resource(policy, product)
         elif comp == "sandbox-device-plugin" and mode == o.MODE_VM:
-            key = o.vm_resource_name(product)
+            key = self.release.vm_resource(policy, product)
         else:
             return
+        if key is None:
+            return  # a product its resourceList does not cover is never advertised
         st = node.get("status") or {}
         if all((st.get(f) or {}).get(key) == str(count) for f in ("capacity", "allocatable")):
             return
@@ -334,16 +383,53 @@ class SimulatedOperator:
 
         self.server.mutate("Node", node_name, fn=edit)
 
+    def _sync_slices(self, node: str, mode: str | None, policy: dict, count: int, wanted: set[str]) -> None:
+        """A Ready dra-kubelet-plugin publishes the node's devices in the mode's form; otherwise no slice."""
+        name = f"{node}-{DRA_DRIVER}"
+        existing = self.server.get("ResourceSlice", name)
+        pod = self.server.get("Pod", self._pod_name("dra-kubelet-plugin", node, self._base(policy)), self.namespace)
+        serving = ("dra-kubelet-plugin" in wanted and pod is not None and self._is_ready(pod)
+                   and not pod["metadata"].get("deletionTimestamp"))
+        if not serving:
+            if existing is not None:
+                self.server.delete("ResourceSlice", name)
+            return
+        product, _ = self._hardware(self.server.get("Node", node) or {"metadata": {}})
+        dev_id = DEVICE_IDS.get(product, ("1220",))[0]
+        if mode == o.MODE_VM:
+            devices = [{"name": f"vfio-0000-3b-{i:02x}-0", "attributes": {
+                "type": {"string": "vfio"}, "resource.kubernetes.io/pciBusID": {"string": f"0000:3b:{i:02x}.0"},
+                "iommuGroup": {"int": 40 + i}, "pciDeviceID": {"string": dev_id}, "productName": {"string": product}}}
+                for i in range(count)]
+        else:
+            devices = [{"name": f"rbln{i}", "attributes": {
+                "type": {"string": "npu"}, "productName": {"string": product}, "pciDeviceID": {"string": dev_id}}}
+                for i in range(count)]
+        want = o.resource_slice(node, driver=DRA_DRIVER, devices=devices, name=name)
+        if existing is None:
+            try:
+                self.server.add(want)
+            except ValueError:
+                pass
+        elif existing["spec"]["devices"] != devices:
+            existing["spec"]["devices"] = devices
+            self.server.update(existing)
+
     def _sync_daemonsets(self) -> None:
         pods = self.server.list("Pod", self.namespace)
         for ds in self.server.list("DaemonSet", self.namespace):
-            comp = (ds["metadata"].get("labels") or {}).get(o.COMPONENT_LABEL)
+            comp = ((ds["metadata"].get("annotations")) or {}).get("fake.rblnctl.io/component")
             if comp not in ALL_COMPONENTS:
                 continue
-            mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(o.COMPONENT_LABEL) == comp
+            mine = [p for p in pods if self._owner_name(p) == ds["metadata"]["name"]
                     and not p["metadata"].get("deletionTimestamp")]
             ready = sum(1 for p in mine if self._is_ready(p))
             want = o.daemonset_status(len(mine), ready, ds["metadata"].get("generation", 1))
             if ds.get("status") != want:
                 ds["status"] = want
                 self.server.update(ds)
+
+    @staticmethod
+    def _owner_name(pod: dict) -> str | None:
+        ref = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
+        return ref["name"] if ref else None

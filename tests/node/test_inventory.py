@@ -5,6 +5,7 @@ from __future__ import annotations
 from rblnctl import constants as C
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.inventory import list_npu_node_objects, list_npu_nodes
+from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
 
 
@@ -32,6 +33,18 @@ def test_each_npu_node_crosses_the_wire_once(apiserver):
 
 def test_selector_narrows_and_mode_is_read(apiserver):
     apiserver.add(o.npu_node("a", mode="vm-passthrough", labels={"zone": "x"}), o.npu_node("b", labels={"zone": "y"}))
-    nodes = list_npu_nodes(connect(KubeOptions(server=apiserver.url)), selector="zone=x")
+    nodes = list_npu_nodes(connect(KubeOptions(server=apiserver.url)), None, selector="zone=x")
     assert [(n.name, n.mode) for n in nodes] == [("a", "vm-passthrough")]
     assert "vfio-manager" in nodes[0].components
+
+
+def test_an_unlabelled_node_takes_the_policys_workload_type(apiserver):
+    """The operator falls back to spec.workloadType for a node without a valid mode label."""
+    policy = parse_policy(o.cluster_policy(workload_type="vm-passthrough"))
+    apiserver.add(o.npu_node("plain", mode=None), o.npu_node("odd", mode=None, labels={C.WORKLOAD_LABEL: "vm"}),
+                  o.npu_node("ct", mode="container"))
+    nodes = {n.name: n for n in list_npu_nodes(connect(KubeOptions(server=apiserver.url)), policy)}
+    assert nodes["plain"].mode == "vm-passthrough" and nodes["plain"].mode_label is None
+    assert nodes["odd"].mode == "vm-passthrough" and not nodes["odd"].mode_label_valid
+    assert nodes["ct"].mode == "container"
+    assert nodes["ct"].resources == {"rebellions.ai/npu": 2} and nodes["ct"].count == 2

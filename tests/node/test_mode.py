@@ -20,6 +20,12 @@ MODE = "rebellions.ai/npu.workload.config"
 DEPLOY = "rebellions.ai/npu.deploy."
 CONTAINER_DEPLOY = {DEPLOY + c for c in o.CONTAINER_COMPONENTS}
 VM_DEPLOY = {DEPLOY + c for c in o.VM_COMPONENTS}
+# A hybrid cluster's policy (the operator docs' "Helm settings for container/VM mix"): sandbox plugin for VMs.
+HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
+# What the simulated operator runs per mode under HYBRID: the enabled components only.
+VM_PODS = {"vfio-manager", "sandbox-device-plugin"}
+CONTAINER_PODS = {"driver", "device-plugin", "metrics-exporter", "npu-feature-discovery", "operator-validator",
+                  "container-toolkit"}
 
 
 @pytest.fixture
@@ -41,7 +47,7 @@ def switcher(kube, **kw):
 
 
 def seed(apiserver, mode=o.MODE_CONTAINER, **node_kw):
-    apiserver.add(o.npu_node("n1", mode=mode, **node_kw), o.replicaset("default", "web"),
+    apiserver.add(o.cluster_policy(**HYBRID), o.npu_node("n1", mode=mode, **node_kw), o.replicaset("default", "web"),
                   o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU),
                   o.pod("default", "cpu-app", node="n1", owner_kind="ReplicaSet", owner_name="web"))
 
@@ -51,8 +57,14 @@ def deploy_labels(apiserver):
 
 
 def component_pods(apiserver):
-    return {p["metadata"]["labels"]["app.kubernetes.io/component"]: p for p in apiserver.list("Pod", OPS)
-            if p["spec"].get("nodeName") == "n1"}
+    """Component -> pod on n1, by the DaemonSet that owns it (as every operator release names them)."""
+    out = {}
+    for p in apiserver.list("Pod", OPS):
+        if p["spec"].get("nodeName") != "n1":
+            continue
+        owner = p["metadata"]["ownerReferences"][0]["name"]
+        out[owner.removeprefix("rbln-").replace("driver-ubuntu22.04", "driver")] = p
+    return out
 
 
 def ready(p):
@@ -81,7 +93,7 @@ def test_container_to_vm_full_run(apiserver, kube, operator):
     assert node["metadata"]["labels"][MODE] == "vm-passthrough"
     assert deploy_labels(apiserver) == VM_DEPLOY
     pods = component_pods(apiserver)
-    assert set(pods) == set(o.VM_COMPONENTS) and all(ready(p) for p in pods.values())
+    assert set(pods) == VM_PODS and all(ready(p) for p in pods.values())
     assert not set(old_uids) & set(pods)
     assert npu_alloc(apiserver) == {PF: "2"}
     assert not node["spec"].get("unschedulable")
@@ -104,14 +116,14 @@ def test_container_to_vm_full_run(apiserver, kube, operator):
 
 
 def test_vm_to_container(apiserver, kube, operator):
-    apiserver.add(o.npu_node("n1", mode=o.MODE_VM))
+    apiserver.add(o.cluster_policy(**HYBRID), o.npu_node("n1", mode=o.MODE_VM))
     operator.start()
     assert operator.wait_idle()
     assert npu_alloc(apiserver) == {PF: "2"}
     res = switcher(kube).run(switcher(kube).plan("n1", "container"))
     assert res.previous_mode == "vm-passthrough" and res.mode == "container"
     assert deploy_labels(apiserver) == CONTAINER_DEPLOY
-    assert set(component_pods(apiserver)) == set(o.CONTAINER_COMPONENTS)
+    assert set(component_pods(apiserver)) == CONTAINER_PODS
     assert all(ready(p) for p in component_pods(apiserver).values())
     assert npu_alloc(apiserver) == {"rebellions.ai/npu": "2"}
     assert not apiserver.get("Node", "n1")["spec"].get("unschedulable")
@@ -122,8 +134,12 @@ def test_dra_policy_vm_mode_needs_no_extended_resource(apiserver, kube, operator
     operator.start()
     assert operator.wait_idle()
     switcher(kube).run(switcher(kube).plan("n1", "vm"))
-    assert deploy_labels(apiserver) == {DEPLOY + c for c in o.VM_DRA_COMPONENTS}
+    assert deploy_labels(apiserver) == VM_DEPLOY
+    assert set(component_pods(apiserver)) == {"vfio-manager", "dra-kubelet-plugin"}
     assert npu_alloc(apiserver) == {}
+    # Converged means the DRA driver offers the NPUs as vfio devices, not that its pod is Ready.
+    (slice_,) = apiserver.list("ResourceSlice")
+    assert [d["name"] for d in slice_["spec"]["devices"]] == ["vfio-0000-3b-00-0", "vfio-0000-3b-01-0"]
 
 
 def test_already_in_target_is_a_noop_with_zero_writes(apiserver, kube, operator):
@@ -198,7 +214,8 @@ def test_vm_guard_finds_launchers_without_a_vmi(apiserver, kube):
 
 
 def test_deploy_skip_and_non_npu_nodes_are_refused(apiserver, kube):
-    apiserver.add(o.npu_node("skip", labels={"rebellions.ai/npu.deploy.skip": "true"}), o.node("cpu"))
+    apiserver.add(o.cluster_policy(**HYBRID), o.npu_node("skip", labels={"rebellions.ai/npu.deploy.skip": "true"}),
+                  o.node("cpu"))
     with pytest.raises(Refused, match="deploy.skip=true"):
         switcher(kube).plan("skip", "vm")
     with pytest.raises(Refused, match="no Rebellions NPU"):
@@ -211,7 +228,8 @@ def test_deploy_skip_and_non_npu_nodes_are_refused(apiserver, kube):
 
 
 def test_invalid_label_value_is_reported(apiserver, kube):
-    apiserver.add(o.npu_node("n1", mode="vm"))  # "vm" is what users type, not a value the operator knows
+    apiserver.add(o.cluster_policy(**HYBRID),
+                  o.npu_node("n1", mode="vm"))  # "vm" is what users type, not a value the operator knows
     plan = switcher(kube).plan("n1", "vm")
     assert plan.current_mode == "container" and any("does not know" in w for w in plan.warnings)
 

@@ -315,10 +315,16 @@ def test_operator_missing(apiserver, kube):
     assert c["cluster.method"].status == Status.WARN and report.method == "sandbox"
 
 
-def test_operator_too_old(apiserver, kube):
+def test_operator_below_the_documented_minimum_but_supported_warns(apiserver, kube):
     seed(apiserver, operator=operator_deployment("0.4.0"))
     op = cluster(run(kube))["operator.version"]
-    assert op.status == Status.FAIL and "0.4.0 < 0.4.4" in op.evidence
+    assert op.status == Status.WARN and "0.4.0 < 0.4.4" in op.evidence and "supports releases from 0.3.0" in op.evidence
+
+
+def test_operator_older_than_rblnctl_supports(apiserver, kube):
+    seed(apiserver, operator=operator_deployment("0.2.2"))
+    op = cluster(run(kube))["operator.version"]
+    assert op.status == Status.FAIL and "0.2.2 < 0.4.4" in op.evidence
 
 
 def test_operator_too_old_for_dra_only(apiserver, kube):
@@ -344,7 +350,7 @@ def test_operator_found_by_chart_label_and_image_tag(apiserver, kube):
     apiserver.delete_now("Deployment", "npu-operator", "rbln-system")
     apiserver.add(dep2)
     op = cluster(run(kube))["operator.version"]
-    assert op.status == Status.FAIL and "0.4.1" in op.evidence and "from image" in op.evidence
+    assert op.status == Status.WARN and "0.4.1" in op.evidence and "from image" in op.evidence
 
 
 def test_find_operator_uses_one_request_when_labelled(apiserver, kube):

@@ -1,0 +1,116 @@
+"""NPU nodes as the operator sees them: which nodes carry NPUs, and each node's effective mode."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.operator import resources as R
+from rblnctl.operator.components import deploy_labels
+from rblnctl.operator.policy import Policy
+
+
+def labels_of(node: Mapping) -> dict:
+    """A Node's metadata.labels ({} when it has none)."""
+    return dict(((node.get("metadata") or {}).get("labels")) or {})
+
+
+def is_npu_node(node: Mapping) -> bool:
+    """True when NFD (pci-1eff / pci-1200_1eff) or the operator (npu.present) marks the node as carrying NPUs.
+
+    The operator sets npu.present from the same NFD labels (v0.3.0 internal/scope/cluster_policy.go).
+    """
+    labels = labels_of(node)
+    return any(labels.get(k) == "true" for k in C.NFD_NPU_LABELS) or labels.get(C.NPU_PRESENT_LABEL) == "true"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mode:
+    """A node's mode: the label when it is one the operator knows, else the policy's workloadType."""
+
+    effective: str
+    label: str | None  # raw rebellions.ai/npu.workload.config (None: unset)
+    from_label: bool  # the label decided it
+
+    @property
+    def label_valid(self) -> bool:
+        """Unset or one of the two modes (the operator ignores anything else)."""
+        return self.label is None or self.label in C.WORKLOAD_MODES
+
+
+def mode_of(labels: Mapping, policy: Policy | None) -> Mode:
+    """The node's effective mode: the label if valid, else the policy's workloadType, else container.
+
+    RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/cluster_policy.go: an unknown label value falls
+    back to the policy default.
+    """
+    raw = labels.get(C.WORKLOAD_LABEL)
+    if raw in C.WORKLOAD_MODES:
+        return Mode(effective=raw, label=raw, from_label=True)
+    default = policy.workload_type if policy is not None else C.DEFAULT_MODE
+    return Mode(effective=default, label=None if raw is None else str(raw), from_label=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NpuNode:
+    """One node that carries Rebellions NPUs, summarised from its Node object."""
+
+    name: str
+    mode: str  # effective mode
+    mode_label: str | None  # raw rebellions.ai/npu.workload.config, None when unset
+    mode_label_valid: bool
+    schedulable: bool
+    ready: bool
+    deploy_skip: bool
+    components: list[str] = field(default_factory=list)  # deploy labels set to "true"
+    paused: list[str] = field(default_factory=list)  # deploy labels paused by the driver manager
+    resources: dict[str, int] = field(default_factory=dict)  # allocatable rebellions.ai/* (integers)
+    product: str | None = None
+    count: int | None = None
+    family: str | None = None
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 0
+
+
+def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
+    """Summarise one Node object with the active policy (for the mode of unlabelled nodes)."""
+    meta = node.get("metadata") or {}
+    labels = labels_of(node)
+    status = node.get("status") or {}
+    mode = mode_of(labels, policy)
+    deploy = deploy_labels(labels)
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    count = labels.get(C.NPU_COUNT_LABEL)
+    return NpuNode(
+        name=str(meta.get("name") or ""),
+        mode=mode.effective,
+        mode_label=mode.label,
+        mode_label_valid=mode.label_valid,
+        schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+        ready=ready,
+        deploy_skip=deploy.skip,
+        components=deploy.set_components(),
+        paused=deploy.paused(),
+        resources={k: _int(v) for k, v in sorted((status.get("allocatable") or {}).items())
+                   if k.startswith(C.RESOURCE_PREFIX)},
+        product=labels.get(C.NPU_PRODUCT_LABEL),
+        count=_int(count) if count is not None else None,
+        family=labels.get(C.NPU_FAMILY_LABEL),
+    )
+
+
+def node_product(node: Mapping) -> str | None:
+    """The node's NPU product (`RBLN-CA22`) from NPU feature discovery's label, when it is there."""
+    return labels_of(node).get(C.NPU_PRODUCT_LABEL) or None
+
+
+def advertised_in_mode(node: Mapping, names: R.ResourceNames) -> list[str]:
+    """The resources of `names`' mode this node advertises now (allocatable > 0)."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return sorted(k for k, v in alloc.items() if names.matches(k) and R.positive(v))

@@ -1,0 +1,244 @@
+"""RBLNClusterPolicy: the only place rblnctl parses one, picks the active one, and judges what it enables.
+
+Rules, with their sources (RBLN-SW/rbln-npu-operator):
+- `enabled`: a component is enabled when its spec's `enabled` is true. A missing `enabled` is false,
+  as the operator reads it (v0.3.0 api/v1beta1/rblnclusterpolicy_types.go: `IsEnabled()` returns
+  the field); the API server has already applied the CRD's defaults to what rblnctl reads, so a
+  missing field means no default applied. `validator` has no switch and always runs; the driver is
+  switched by `driver.enabled` or, in chart v0.3.0, `driver.useRBLNDriverCRD`.
+- `spec.name` (default `rbln`) prefixes the component DaemonSets; `spec.namespace` (else the
+  operator's own namespace) holds them.
+- `spec.workloadType` (`container` or `vm-passthrough`; anything else: `container`) is the mode of
+  nodes without a valid `rebellions.ai/npu.workload.config` label.
+- Several policies: the operator acts on the first it reconciles and marks the others
+  `status.state: ignored` (later releases also a Ready condition with reason PolicyIgnored).
+- Admission (later releases' CEL rules): vm-passthrough needs vfioManager and one of
+  sandboxDevicePlugin / draKubeletPlugin; those two are mutually exclusive, and so are devicePlugin
+  and draKubeletPlugin. Chart v0.3.0 has no validation at all, so rblnctl checks the same rules itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.operator import resources as R
+from rblnctl.plan import Blocker
+
+
+@dataclass(frozen=True, kw_only=True)
+class Condition:
+    """One status condition of a policy."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentState:
+    """One entry of a policy's status.components (the operator's view of a component DaemonSet)."""
+
+    name: str
+    state: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """An RBLNClusterPolicy as the operator reads it."""
+
+    name: str
+    workload_type: str  # the mode of unlabelled nodes: container or vm-passthrough
+    workload_type_raw: str | None  # as written (None: absent)
+    base_name: str  # DaemonSet prefix
+    namespace: str | None  # spec.namespace (None: the operator's own namespace)
+    enabled: Mapping[str, bool]  # policy spec key -> enabled
+    dra_driver: str
+    container_resources: R.ResourceNames
+    vm_resources: R.ResourceNames
+    ignored: bool
+    state: str | None
+    conditions: tuple[Condition, ...] = ()
+    components: tuple[ComponentState, ...] = ()
+    created: str = ""
+
+    def is_enabled(self, component: str) -> bool:
+        """Whether the policy switches `component` (a deploy-label name) on."""
+        key = C.COMPONENT_POLICY_KEYS.get(component)
+        return True if key is None else bool(self.enabled.get(key, False))
+
+    @property
+    def dra_device_class_vm(self) -> str:
+        """The passthrough DeviceClass of this policy's DRA driver (`vfio-` + driverName)."""
+        return C.DRA_VFIO_DEVICE_PREFIX + self.dra_driver
+
+    def allocators(self, mode: str) -> list[str]:
+        """The enabled components that hand this mode's NPUs to workloads (device plugins, DRA)."""
+        wanted = (C.COMP_SANDBOX, C.COMP_DRA) if mode == C.MODE_VM else (C.COMP_DEVICE_PLUGIN, C.COMP_DRA)
+        return [c for c in wanted if self.is_enabled(c)]
+
+    @property
+    def vm_method(self) -> str | None:
+        """`dra` or `sandbox`: how VMs get NPUs under this policy (None: neither allocator is enabled)."""
+        if self.is_enabled(C.COMP_DRA):
+            return C.METHOD_DRA
+        if self.is_enabled(C.COMP_SANDBOX):
+            return C.METHOD_SANDBOX
+        return None
+
+    def switch_blockers(self, target: str, *, product: str | None = None) -> list[Blocker]:
+        """Why the operator would never converge a node switched to `target` under this policy ([] when it would).
+
+        `product` (the node's `RBLN-CA22`, when known) is checked against a chart v0.3.0
+        resourceList, which advertises only the products it lists.
+        """
+        out = []
+        if target == C.MODE_VM:
+            if not self.is_enabled(C.COMP_VFIO_MANAGER):
+                out.append(Blocker(
+                    f"RBLNClusterPolicy {self.name} does not enable vfioManager (spec.vfioManager.enabled): nothing "
+                    f"would bind the node's NPUs to vfio-pci, so the switch would never finish; enable it with "
+                    f"{_fix(self.name, 'vfioManager')}"))
+            if not self.allocators(C.MODE_VM):
+                out.append(Blocker(
+                    f"RBLNClusterPolicy {self.name} enables neither sandboxDevicePlugin nor draKubeletPlugin "
+                    f"(spec.<plugin>.enabled): nothing would offer the node's NPUs to VMs; enable one with "
+                    f"{_fix(self.name, 'sandboxDevicePlugin')} (or draKubeletPlugin for DRA)"))
+            elif product and self.allocators(C.MODE_VM) == [C.COMP_SANDBOX] and \
+                    self.vm_resources.covers(product) is False:
+                out.append(Blocker(
+                    f"the sandbox device plugin of RBLNClusterPolicy {self.name} advertises "
+                    f"{self.vm_resources.describe()}, none of them for {product} (spec.sandboxDevicePlugin."
+                    f"resourceList[].productCardNames): the node's NPUs would never be offered to VMs; add an entry "
+                    f"for {product} to the policy's sandboxDevicePlugin.resourceList"))
+        else:
+            if not self.allocators(C.MODE_CONTAINER):
+                out.append(Blocker(
+                    f"RBLNClusterPolicy {self.name} enables neither devicePlugin nor draKubeletPlugin "
+                    f"(spec.<plugin>.enabled): nothing would offer the node's NPUs to pods; enable one with "
+                    f"{_fix(self.name, 'devicePlugin')}"))
+            elif product and self.allocators(C.MODE_CONTAINER) == [C.COMP_DEVICE_PLUGIN] and \
+                    self.container_resources.covers(product) is False:
+                out.append(Blocker(
+                    f"the device plugin of RBLNClusterPolicy {self.name} advertises "
+                    f"{self.container_resources.describe()}, none of them for {product} "
+                    f"(spec.devicePlugin.resourceList[].productCardNames): add an entry for {product}"))
+        return out
+
+    def admission_problems(self) -> list[str]:
+        """The rules later operator releases enforce at admission (and chart v0.3.0 does not)."""
+        out = []
+        if self.workload_type_raw not in (None, *C.WORKLOAD_MODES):
+            out.append(f"workloadType {self.workload_type_raw!r} is not container or vm-passthrough")
+        if self.is_enabled(C.COMP_SANDBOX) and self.is_enabled(C.COMP_DRA):
+            out.append("sandboxDevicePlugin and draKubeletPlugin are both enabled (mutually exclusive)")
+        if self.is_enabled(C.COMP_DEVICE_PLUGIN) and self.is_enabled(C.COMP_DRA):
+            out.append("devicePlugin and draKubeletPlugin are both enabled (mutually exclusive)")
+        if self.workload_type == C.MODE_VM:
+            if not self.is_enabled(C.COMP_VFIO_MANAGER):
+                out.append(f"vfioManager is disabled (workloadType is {C.MODE_VM})")
+            if not self.allocators(C.MODE_VM):
+                out.append(f"{C.MODE_VM} is in use but neither sandboxDevicePlugin nor draKubeletPlugin is enabled")
+        return out
+
+    def switches(self) -> str:
+        """`workloadType=... vfioManager=true ...`: the switches that decide how NPUs reach VMs, for one line."""
+        keys = ("vfioManager", "sandboxDevicePlugin", "draKubeletPlugin", "devicePlugin")
+        flags = " ".join(f"{k}={'true' if self.enabled.get(k) else 'false'}" for k in keys)
+        return f"workloadType={self.workload_type} {flags}"
+
+    def not_ready(self) -> list[str]:
+        """What the policy's status says is not ready (state, conditions, components), for progress lines."""
+        out = []
+        if self.state and self.state != "ready":
+            out.append(f"policy {self.name} is {self.state}")
+        for c in self.conditions:
+            if c.type in ("Ready", "ComponentsReady") and c.status == "False" and (c.reason or c.message):
+                out.append(f"{c.type}: {c.reason}{' - ' + c.message if c.message else ''}")
+        out.extend(f"{s.name} {s.state}" for s in self.components if s.state and s.state != "ready")
+        return out
+
+
+def _fix(policy: str, key: str) -> str:
+    patch = '{"spec":{"%s":{"enabled":true}}}' % key
+    return (f"`helm upgrade ... --set {key}.enabled=true` or "
+            f"`kubectl patch rblnclusterpolicy {policy} --type merge -p '{patch}'`")
+
+
+def _enabled_flag(spec: Mapping, key: str) -> bool:
+    sub = spec.get(key)
+    if not isinstance(sub, Mapping):
+        return False
+    if key == "driver" and "enabled" not in sub:
+        return sub.get("useRBLNDriverCRD") is True
+    return sub.get("enabled") is True
+
+
+def parse_policy(obj: Mapping) -> Policy:
+    """Read one RBLNClusterPolicy object (pure)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    raw_type = spec.get("workloadType")
+    keys = set(C.COMPONENT_POLICY_KEYS.values()) - {None}
+    dra = spec.get("draKubeletPlugin") if isinstance(spec.get("draKubeletPlugin"), Mapping) else {}
+    conditions = tuple(
+        Condition(type=str(c.get("type") or ""), status=str(c.get("status") or ""), reason=str(c.get("reason") or ""),
+                  message=str(c.get("message") or ""))
+        for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    components = tuple(
+        ComponentState(name=str(c.get("name") or ""), state=str(c.get("state") or ""))
+        for c in status.get("components") or [] if isinstance(c, Mapping))
+    state = status.get("state")
+    ignored = str(state or "").lower() == C.POLICY_STATE_IGNORED or any(
+        c.reason == C.POLICY_REASON_IGNORED for c in conditions)
+    return Policy(
+        name=str(meta.get("name") or ""),
+        workload_type=raw_type if raw_type in C.WORKLOAD_MODES else C.DEFAULT_MODE,
+        workload_type_raw=raw_type if raw_type is None else str(raw_type),
+        base_name=str(spec.get("name") or C.OPERATOR_BASE_NAME),
+        namespace=str(spec.get("namespace") or status.get("namespace") or "") or None,
+        enabled={k: _enabled_flag(spec, k) for k in sorted(keys)},
+        dra_driver=str(dra.get("driverName") or C.DRA_DRIVER),
+        container_resources=R.ResourceNames(mode=C.MODE_CONTAINER,
+                                            entries=R.resource_list(spec.get("devicePlugin"))),
+        vm_resources=R.ResourceNames(mode=C.MODE_VM, entries=R.resource_list(spec.get("sandboxDevicePlugin"))),
+        ignored=ignored,
+        state=str(state) if state else None,
+        conditions=conditions,
+        components=components,
+        created=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyChoice:
+    """Which of the cluster's RBLNClusterPolicies the operator acts on, and why."""
+
+    active: Policy | None
+    all: tuple[Policy, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+def choose_active(items: Sequence[Mapping]) -> PolicyChoice:
+    """Pick the policy the operator acts on: the one not marked ignored; among several, the oldest.
+
+    The operator claims the first policy it reconciles; when none is marked, the oldest is the one
+    it met first on a fresh start, which is the best rblnctl can know (and it says so).
+    """
+    policies = tuple(parse_policy(o) for o in items)
+    if not policies:
+        return PolicyChoice(active=None)
+    candidates = [p for p in policies if not p.ignored] or list(policies)
+    candidates.sort(key=lambda p: (p.created or "~", p.name))
+    active = candidates[0]
+    notes = []
+    if len(policies) > 1:
+        others = ", ".join(p.name for p in policies if p is not active)
+        how = ("the others are marked ignored" if all(p.ignored for p in policies if p is not active)
+               else "none is marked ignored, so rblnctl assumes the oldest")
+        notes.append(f"{len(policies)} RBLNClusterPolicies; the operator acts on one: {active.name} ({how}; "
+                     f"also found: {others})")
+    return PolicyChoice(active=active, all=policies, notes=tuple(notes))

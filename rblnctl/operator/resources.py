@@ -1,0 +1,169 @@
+"""The extended resources the operator's device plugins advertise, per mode and per release.
+
+Container mode: later device plugins advertise `rebellions.ai/npu` (and `rebellions.ai/npu-vf<N>`
+for SR-IOV VFs); chart v0.3.0 advertises `<resourcePrefix>/<resourceName>` for each entry of the
+policy's `devicePlugin.resourceList` (`rebellions.ai/ATOM`, `rebellions.ai/REBEL`).
+VM mode: later sandbox device plugins advertise one resource per product and function,
+`rebellions.ai/RBLN-<MODEL>_<PF|VF>`, named from pci.ids; chart v0.3.0 advertises the policy's
+`sandboxDevicePlugin.resourceList` names (`ATOM_PT`, `ATOM_MAX_PT`, `REBEL_PT`).
+Sources: RBLN-SW/rbln-npu-operator@v0.3.0 api/v1beta1/rblnclusterpolicy_types.go
+(RBLNDevicePluginResourceSpec), deployments/rbln-npu-operator/values.yaml; RBLN-SW/rbln-k8s-device-plugin
+cmd/sriovdp/manager.go (resourcePrefix + "/" + resourceName); RBLN-SW/k8s-device-plugin pkg/consts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.errors import InvalidInput
+
+_SANDBOX = re.compile(r"rebellions\.ai/RBLN-([A-Za-z0-9]+)_(PF|VF)")
+_VF = re.compile(re.escape(C.GENERIC_VF_RESOURCE_PREFIX) + r"\d+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceEntry:
+    """One resourceList entry of a chart v0.3.0 policy: the resource and the product cards it covers."""
+
+    name: str  # rebellions.ai/ATOM_PT
+    products: tuple[str, ...] = ()  # RBLN-CA12, ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceNames:
+    """The resources one mode's device plugin can advertise: exact names from the policy, or the release's patterns."""
+
+    mode: str
+    entries: tuple[ResourceEntry, ...] = ()  # from the policy's resourceList (chart v0.3.0)
+    patterns: tuple[str, ...] = field(default=(), compare=False)  # described for people, matched by matches()
+
+    def matches(self, name: str) -> bool:
+        """Whether `name` is a resource of this mode."""
+        if self.entries:
+            return any(e.name == name for e in self.entries)
+        return classify_generic(name) == self.mode
+
+    def products_of(self, name: str) -> tuple[str, ...]:
+        """The product cards a resourceList entry covers; () when the names follow the generic scheme."""
+        return next((e.products for e in self.entries if e.name == name), ())
+
+    def covers(self, product: str) -> bool | None:
+        """Whether some entry advertises `product` (RBLN-CA22); None when the plugin names resources itself."""
+        if not self.entries:
+            return None
+        wanted = _product(product)
+        return any(wanted in (_product(p) for p in e.products) for e in self.entries)
+
+    def describe(self) -> str:
+        """The names, or the pattern, for messages."""
+        if self.entries:
+            return ", ".join(e.name for e in self.entries)
+        if self.mode == C.MODE_VM:
+            return f"{C.SANDBOX_RESOURCE_PREFIX}<MODEL>_<PF|VF>"
+        return f"{C.GENERIC_CONTAINER_RESOURCE} (or {C.GENERIC_VF_RESOURCE_PREFIX}<N>)"
+
+
+def classify_generic(name: str) -> str | None:
+    """The mode a resource name belongs to by the naming every release uses, without a policy; None: not an NPU.
+
+    `rebellions.ai/npu`, `npu-vf<N>`, `ATOM`, `REBEL` -> container; `RBLN-<MODEL>_<PF|VF>` and
+    anything ending `_PT` -> vm.
+    """
+    if not name.startswith(C.RESOURCE_PREFIX):
+        return None
+    if _SANDBOX.fullmatch(name) or name.endswith(C.LEGACY_VM_RESOURCE_SUFFIX):
+        return C.MODE_VM
+    if name == C.GENERIC_CONTAINER_RESOURCE or _VF.fullmatch(name) or name in C.LEGACY_CONTAINER_RESOURCES:
+        return C.MODE_CONTAINER
+    return None
+
+
+def resource_list(spec: Mapping | None) -> tuple[ResourceEntry, ...]:
+    """A component spec's `resourceList` as entries (`<resourcePrefix>/<resourceName>`); () when absent."""
+    out = []
+    for item in (spec or {}).get("resourceList") or []:
+        if not isinstance(item, Mapping) or not item.get("resourceName"):
+            continue
+        prefix = str(item.get("resourcePrefix") or C.RESOURCE_PREFIX.rstrip("/"))
+        products = tuple(str(p) for p in item.get("productCardNames") or [])
+        out.append(ResourceEntry(name=f"{prefix}/{item['resourceName']}", products=products))
+    return tuple(out)
+
+
+def _product(text: str) -> str:
+    """`RBLN-CA22`, `rbln-ca22`, `CA22` -> `CA22`."""
+    t = text.strip().upper()
+    return t[5:] if t.startswith("RBLN-") else t
+
+
+def product_device_ids(product: str) -> list[int]:
+    """PCI device IDs of a product card (`RBLN-CA12` -> [0x1120, 0x1121]), PF first; [] when pci.ids has none."""
+    wanted = _product(product)
+    ids = [dev for dev, (model, _) in sorted(C.PCI_DEVICE_MODELS.items()) if model == wanted]
+    return sorted(ids, key=lambda d: C.PCI_DEVICE_MODELS[d][1] != "PF")
+
+
+def sandbox_resource(device_id: int) -> str | None:
+    """The per-product resource the sandbox device plugin advertises for a PCI device ID (`RBLN-CA22_PF`)."""
+    found = C.PCI_DEVICE_MODELS.get(device_id)
+    return f"{C.SANDBOX_RESOURCE_PREFIX}{found[0]}_{found[1]}" if found else None
+
+
+def known_sandbox_resources() -> list[str]:
+    """Every per-product sandbox resource pci.ids can name, with its selector (`NAME (1EFF:1220)`)."""
+    return [f"{sandbox_resource(dev)} ({C.PCI_VENDOR_RBLN:04X}:{dev:04X})" for dev in sorted(C.PCI_DEVICE_MODELS)]
+
+
+def device_id_for(name: str, *, vm_resources: ResourceNames | None = None) -> int:
+    """The PCI device ID a VM resource stands for: from its name (`RBLN-CA22_PF` -> 0x1220) or, for a
+    resourceList name (`ATOM_PT`), the PF of the first product card its entry lists.
+
+    Raises InvalidInput naming the known products for anything else.
+    """
+    m = _SANDBOX.fullmatch(name)
+    if m:
+        wanted = (m.group(1).upper(), m.group(2))
+        for dev, model in C.PCI_DEVICE_MODELS.items():
+            if model == wanted:
+                return dev
+        raise InvalidInput(f"unknown NPU model {m.group(1)} in {name}: pci.ids names "
+                           f"{', '.join(sorted({mdl for mdl, _ in C.PCI_DEVICE_MODELS.values()}))}; for another "
+                           f"product give its PCI ID as {name}=1EFF:<device>")
+    products = vm_resources.products_of(name) if vm_resources is not None else ()
+    for product in products:
+        ids = product_device_ids(product)
+        if ids:
+            return ids[0]
+    raise InvalidInput(f"{name} is not a sandbox device plugin resource rblnctl can map to a PCI ID "
+                       f"({C.SANDBOX_RESOURCE_PREFIX}<MODEL>_<PF|VF>, or a resourceList name of the policy); known: "
+                       f"{'; '.join(known_sandbox_resources())}")
+
+
+def advertised(nodes: Iterable[dict], names: ResourceNames) -> dict[str, list[str]]:
+    """Resources of `names`' mode that nodes advertise (allocatable > 0) -> the nodes advertising them."""
+    out: dict[str, list[str]] = {}
+    for n in nodes:
+        for key, value in ((n.get("status") or {}).get("allocatable") or {}).items():
+            if names.matches(key) and positive(value):
+                out.setdefault(key, []).append((n.get("metadata") or {}).get("name", ""))
+    return dict(sorted(out.items()))
+
+
+def positive(quantity: object) -> bool:
+    """Whether a Kubernetes quantity (as allocatable shows it) is more than zero."""
+    text = str(quantity).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", text)
+    return bool(m) and float(m.group(1)) > 0
+
+
+def qualify(name: str) -> str:
+    """`RBLN-CA22_PF` -> `rebellions.ai/RBLN-CA22_PF`: a name without a domain is a Rebellions resource."""
+    return name if "/" in name else C.RESOURCE_PREFIX + name
+
+
+def is_npu_resource(name: str) -> bool:
+    """Whether a container resource request is for RBLN NPUs: every release's names share the prefix."""
+    return name.startswith(C.RESOURCE_PREFIX)

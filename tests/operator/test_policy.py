@@ -1,0 +1,116 @@
+"""rblnctl.operator.policy: reading an RBLNClusterPolicy the way each operator release does."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.operator.policy import choose_active, parse_policy
+from tests.fakes import objects as o
+from tests.fakes.releases import NEWER, V0_3_0
+
+
+def test_chart_v0_3_0_policy_as_rendered():
+    p = parse_policy(V0_3_0.policy())
+    assert p.base_name == "rbln" and p.namespace is None and p.workload_type == "container"
+    # The chart's own defaults: the VM components are off.
+    assert not p.is_enabled("vfio-manager") and not p.is_enabled("sandbox-device-plugin")
+    assert not p.is_enabled("dra-kubelet-plugin") and p.is_enabled("device-plugin")
+    assert p.is_enabled("driver")  # driver.useRBLNDriverCRD: true
+    assert p.is_enabled("operator-validator")  # no switch: always deployed
+    assert p.is_enabled("rbln-daemon") and p.is_enabled("rbln-smd")  # one component, two names
+    assert [e.name for e in p.container_resources.entries] == ["rebellions.ai/ATOM", "rebellions.ai/REBEL"]
+    assert [e.name for e in p.vm_resources.entries] == [
+        "rebellions.ai/ATOM_PT", "rebellions.ai/ATOM_MAX_PT", "rebellions.ai/REBEL_PT"]
+    assert p.dra_driver == "npu.rebellions.ai" and p.dra_device_class_vm == "vfio-npu.rebellions.ai"
+
+
+def test_newer_policy_names_resources_generically():
+    p = parse_policy(NEWER.policy(vfio_manager=True, sandbox=True))
+    assert p.container_resources.entries == () and p.vm_resources.entries == ()
+    assert p.container_resources.matches("rebellions.ai/npu") and p.vm_resources.matches("rebellions.ai/RBLN-CR13_PF")
+    assert p.vm_method == "sandbox"
+
+
+@pytest.mark.parametrize("component", [{}, {"enabled": None}, {"image": "x"}])
+def test_a_missing_or_null_enabled_is_false_as_the_operator_reads_it(component):
+    """IsEnabled() returns the field (RBLN-SW/rbln-npu-operator@v0.3.0 api/v1beta1): unset is false."""
+    obj = o.cluster_policy()
+    obj["spec"]["vfioManager"] = component
+    del obj["spec"]["sandboxDevicePlugin"]
+    p = parse_policy(obj)
+    assert not p.is_enabled("vfio-manager") and not p.is_enabled("sandbox-device-plugin")
+
+
+def test_base_name_namespace_and_invalid_workload_type():
+    obj = o.cluster_policy(workload_type="gpu")
+    obj["spec"]["name"] = "npu"
+    obj["spec"]["namespace"] = "npu-ops"
+    p = parse_policy(obj)
+    assert (p.base_name, p.namespace, p.workload_type, p.workload_type_raw) == ("npu", "npu-ops", "container", "gpu")
+    assert any("workloadType 'gpu'" in x for x in p.admission_problems())
+    obj["spec"].pop("namespace")
+    obj["status"]["namespace"] = "from-status"  # later releases report where the components run
+    assert parse_policy(obj).namespace == "from-status"
+
+
+def test_the_active_policy_is_the_one_not_ignored_else_the_oldest():
+    a = o.cluster_policy("a")
+    b = o.cluster_policy("b")
+    a["metadata"]["creationTimestamp"] = "2026-02-01T00:00:00Z"
+    b["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    choice = choose_active([a, b])
+    assert choice.active.name == "b" and "assumes the oldest" in choice.notes[0]
+    b["status"] = {"state": "ignored"}
+    assert choose_active([a, b]).active.name == "a"
+    b["status"] = {"state": "notReady", "conditions": [{"type": "Ready", "status": "False", "reason": "PolicyIgnored"}]}
+    choice = choose_active([a, b])
+    assert choice.active.name == "a" and "marked ignored" in choice.notes[0]
+    assert choose_active([]).active is None
+
+
+@pytest.mark.parametrize(("kw", "target", "fields"), [
+    ({"vfio_manager": False, "sandbox": True}, "vm-passthrough", ["vfioManager"]),
+    ({"vfio_manager": True, "sandbox": False, "dra": False}, "vm-passthrough", ["sandboxDevicePlugin"]),
+    ({"vfio_manager": False, "sandbox": False}, "vm-passthrough", ["vfioManager", "sandboxDevicePlugin"]),
+    ({"device_plugin": False, "dra": False}, "container", ["devicePlugin"]),
+])
+def test_switch_blockers_name_the_policy_field(kw, target, fields):
+    blockers = parse_policy(o.cluster_policy(**kw)).switch_blockers(target)
+    assert len(blockers) == len(fields)
+    for b, field in zip(blockers, fields, strict=True):
+        assert "spec." in b.message and field in b.message and "kubectl patch rblnclusterpolicy" in b.message
+        assert b.override is None  # nothing makes the operator converge: no flag overrides it
+
+
+def test_nothing_blocks_a_switch_the_policy_supports():
+    assert parse_policy(o.cluster_policy(dra=True, sandbox=False)).switch_blockers("vm-passthrough") == []
+    assert parse_policy(o.cluster_policy(dra=True, device_plugin=False)).switch_blockers("container") == []
+
+
+def test_a_v0_3_0_resource_list_that_does_not_cover_the_node_blocks_vm():
+    p = parse_policy(V0_3_0.policy(vfio_manager=True, sandbox=True))
+    (b,) = p.switch_blockers("vm-passthrough", product="RBLN-CA22")
+    assert "RBLN-CA22" in b.message and "resourceList" in b.message and "ATOM_MAX_PT" in b.message
+    assert p.switch_blockers("vm-passthrough", product="RBLN-CA25") == []
+    assert p.switch_blockers("container", product="RBLN-CA22") == []  # ATOM covers CA12, CA22, CA25
+
+
+def test_admission_rules_of_later_releases():
+    both = parse_policy(o.cluster_policy(sandbox=True, dra=True, device_plugin=True))
+    problems = both.admission_problems()
+    assert any("sandboxDevicePlugin and draKubeletPlugin" in x for x in problems)
+    assert any("devicePlugin and draKubeletPlugin" in x for x in problems)
+    vm = parse_policy(o.cluster_policy(workload_type="vm-passthrough", vfio_manager=False, sandbox=False))
+    assert any("vfioManager is disabled (workloadType is vm-passthrough)" in x for x in vm.admission_problems())
+
+
+def test_status_is_shown_while_waiting():
+    obj = o.cluster_policy()
+    obj["status"] = {"state": "notReady",
+                     "conditions": [{"type": "Ready", "status": "False", "reason": "SomeComponentsNotReady",
+                                     "message": "rbln-vfio-manager is not ready"}],
+                     "components": [{"name": "rbln-vfio-manager", "state": "notReady"},
+                                    {"name": "rbln-device-plugin", "state": "ready"}]}
+    assert parse_policy(obj).not_ready() == [
+        "policy rbln-cluster-policy is notReady", "Ready: SomeComponentsNotReady - rbln-vfio-manager is not ready",
+        "rbln-vfio-manager notReady"]
