@@ -11,7 +11,22 @@ from typing import Any
 
 
 class RblnError(Exception):
-    """Base of every failure rblnctl raises on purpose."""
+    """Base of every failure rblnctl raises on purpose.
+
+    The message is one line saying what failed. `details` are further lines a front end may show
+    below it (pods still terminating, what was left behind); `recovery` describes, as data, how to
+    go on (e.g. rblnctl.node.record.Recovery), for the front end to phrase as commands.
+    """
+
+    details: list[str] = []  # noqa: RUF012 - a shared empty default; instances assign their own list
+    recovery: object | None = None
+
+    def with_details(self, details: list[str], recovery: object | None = None) -> "RblnError":
+        """Attach detail lines (and a recovery) to this error; returns it, for `raise err.with_details(...)`."""
+        self.details = list(details)
+        if recovery is not None:
+            self.recovery = recovery
+        return self
 
 
 class ConfigError(RblnError):
@@ -54,6 +69,25 @@ class ClusterUnreachable(ClusterError):
 
 class ClusterTimeout(ClusterUnreachable):
     """The API server did not answer within the request timeout."""
+
+
+class OutcomeUnknown(ClusterUnreachable):
+    """A write was sent and its reply was lost (timeout, dropped connection): it may or may not have applied.
+
+    Never re-send it blindly: re-read the object and decide from what the server holds (client-go's answer).
+    """
+
+
+class WriteTimeout(OutcomeUnknown, ClusterTimeout):
+    """A write got no answer within the request timeout; it may have applied."""
+
+
+class NotAnApiServer(ClusterUnreachable):
+    """The server answered, but not as a Kubernetes API server does (HTML from a proxy or a web server)."""
+
+
+class MalformedReply(ClusterError):
+    """The API server's reply could not be read (invalid JSON, or not the shape the request returns)."""
 
 
 class AuthError(ClusterError):

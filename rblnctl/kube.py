@@ -13,17 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import urllib3
 
 from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import (
     AuthError,
     ClusterError,
@@ -32,7 +34,12 @@ from rblnctl.errors import (
     ConfigError,
     Conflict,
     Forbidden,
+    InvalidInput,
+    MalformedReply,
+    NotAnApiServer,
     NotFound,
+    OutcomeUnknown,
+    WriteTimeout,
 )
 
 log = logging.getLogger(__name__)
@@ -46,6 +53,58 @@ PATCH_TYPES = {
 DEFAULT_PAGE_SIZE = 500
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+# Reads are retried when the server is briefly unable to answer, as client-go does (429 with
+# Retry-After, 5xx, a dropped connection): at most READ_RETRIES more tries, waiting the server's
+# Retry-After or 0.5 s, 1 s, 2 s, never more than MAX_RETRY_WAIT_S. A timeout is never retried
+# (that would double --request-timeout) and a write is never re-sent (see OutcomeUnknown).
+READ_RETRIES = 3
+RETRY_BASE_S = 0.5
+MAX_RETRY_WAIT_S = 10.0
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# RFC 1123 subdomain: what Kubernetes accepts as a node (and most objects') name
+# (k8s.io/apimachinery pkg/util/validation IsDNS1123Subdomain).
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def validate_name(name: str, *, kind: str = "node") -> str:
+    """Return `name` if Kubernetes would accept it as a `kind` name (RFC 1123 subdomain); else InvalidInput.
+
+    Checked before any request: `./n1`, `x/../n1` or `n1?` would address an object over HTTP while
+    matching nothing in field and label selectors.
+    """
+    if not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+        raise InvalidInput(f"invalid {kind} name {name!r}: a {kind} name is lower-case letters, digits, '-' and '.', "
+                           "starting and ending with a letter or digit (at most 253 characters)")
+    return name
+
+
+def is_transient(err: BaseException) -> bool:
+    """A failure worth trying again later: throttled, a 5xx, or no answer (but never bad credentials)."""
+    if isinstance(err, (AuthError, MalformedReply, NotAnApiServer)):
+        return False
+    if isinstance(err, ClusterUnreachable):
+        return True
+    return isinstance(err, ClusterError) and err.status in TRANSIENT_STATUSES
+
+
+def _retryable(err: BaseException) -> bool:
+    """What Kube.request() itself tries again: a throttled or 5xx answer, or a connection that broke mid-request.
+
+    A refused connection, a TLS or DNS failure fail fast (the next try fails the same way), and a
+    timeout is never retried (it would double --request-timeout); the long waits of set-mode retry
+    those themselves (is_transient) within their own deadline.
+    """
+    if isinstance(err, ClusterTimeout):
+        return False
+    if isinstance(err, ClusterUnreachable):
+        return bool(getattr(err, "dropped", False))
+    return isinstance(err, ClusterError) and not isinstance(err, (AuthError, MalformedReply)) and \
+        err.status in TRANSIENT_STATUSES
+
+
+def outcome_unknown(err: BaseException) -> bool:
+    """Whether a write that failed with `err` may still have been applied (lost reply, or a 504 gateway timeout)."""
+    return isinstance(err, OutcomeUnknown) or (isinstance(err, ClusterError) and err.status == 504)
 
 
 @dataclass(frozen=True)
@@ -59,13 +118,17 @@ class Resource:
     kind: str = ""
 
     def path(self, name: str | None = None, *, namespace: str | None = None, sub: str | None = None) -> str:
-        """Return the URL path of the collection (no name) or of one object (and its subresource)."""
+        """Return the URL path of the collection (no name) or of one object (and its subresource).
+
+        Names are path segments: one that is empty, `.`/`..` or holds `/`, `?`, `#` or `%` is refused
+        (InvalidInput) rather than allowed to address something else.
+        """
         base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{_segment(namespace)}"
         base += f"/{self.plural}"
         if name is not None:
-            base += f"/{name}"
+            base += f"/{_segment(name)}"
             if sub:
                 base += f"/{sub}"
         return base
@@ -74,6 +137,12 @@ class Resource:
     def qualified(self) -> str:
         """`plural.group` as the API server names it in messages (`nodes`, `kubevirts.kubevirt.io`)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+def _segment(name: str) -> str:
+    if not name or name in (".", "..") or any(c in name for c in "/?#%") or name != name.strip():
+        raise InvalidInput(f"invalid object name {name!r}")
+    return quote(name, safe="")
 
 
 NODES = Resource("", "v1", "nodes", False, "Node")
@@ -93,6 +162,11 @@ CLUSTER_POLICIES = Resource(
 NODE_FEATURES = Resource(C.NFD_GROUP, C.NFD_VERSION, C.NFD_NODEFEATURE_PLURAL, True, "NodeFeature")
 DEVICE_CLASSES = Resource(C.DRA_GROUP, C.DRA_VERSION, "deviceclasses", False, "DeviceClass")
 RESOURCE_SLICES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceslices", False, "ResourceSlice")
+RESOURCE_CLAIMS = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaims", True, "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaimtemplates", True,
+                                    "ResourceClaimTemplate")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
+EVENTS = Resource("", "v1", "events", True, "Event")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +188,8 @@ class Kube:
     context: str | None = None
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
     proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
+    clock: Clock = SYSTEM_CLOCK  # waits between read retries
+    read_retries: int = READ_RETRIES
     request_count: int = field(default=0, init=False)
 
     # -- core -------------------------------------------------------------------------------
@@ -130,8 +206,27 @@ class Kube:
         """Send one request; return the decoded JSON body (None when empty).
 
         Raises NotFound (404), Conflict (409), AuthError (401), Forbidden (403), ClusterError
-        (other non-2xx) and ClusterUnreachable / ClusterTimeout when no answer comes back.
+        (other non-2xx), MalformedReply (a 2xx that is not JSON), NotAnApiServer (an HTML page),
+        ClusterUnreachable / ClusterTimeout when no answer comes back, and for a write whose reply
+        was lost OutcomeUnknown (WriteTimeout after --request-timeout). Reads that fail
+        transiently are tried again (READ_RETRIES); writes are sent exactly once.
         """
+        retries = self.read_retries if method in ("GET", "HEAD") else 0
+        attempt = 0
+        while True:
+            try:
+                return self._request_once(method, path, query=query, body=body, content_type=content_type)
+            except (ClusterError, ClusterUnreachable) as err:
+                if attempt >= retries or not _retryable(err):
+                    raise
+                attempt += 1
+                wait = min(MAX_RETRY_WAIT_S, getattr(err, "retry_after_s", None) or RETRY_BASE_S * 2 ** (attempt - 1))
+                log.debug("%s %s failed (%s); try %d of %d in %.1fs", method, path, err, attempt + 1, retries + 1,
+                          wait)
+                self.clock.sleep(wait)
+
+    def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
+                      content_type: str | None) -> Any:
         from kubernetes.client.exceptions import ApiException
 
         query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
@@ -147,6 +242,7 @@ class Kube:
         started = time.monotonic()
         self.request_count += 1
         where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
+        write = method not in ("GET", "HEAD")
         try:
             resp = self.api_client.rest_client.request(
                 method,
@@ -157,28 +253,37 @@ class Kube:
             )
             data = resp.read()
         except urllib3.exceptions.HTTPError as e:
-            if not _is_timeout(e):
-                raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
-            raise ClusterTimeout(
-                f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
-            ) from e
+            if _is_timeout(e):
+                msg = f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
+                raise (WriteTimeout(msg + "; it may have been applied") if write else ClusterTimeout(msg)) from e
+            if write and _reached_server(e):
+                raise OutcomeUnknown(f"the connection to {where} broke during {method} {path}: "
+                                     f"{_root_cause(e)}; it may have been applied") from e
+            unreachable = ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}")
+            unreachable.dropped = _reached_server(e)  # type: ignore[attr-defined]
+            raise unreachable from e
         except OSError as e:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
         except ApiException as e:  # the client wraps TLS failures as status 0 ("SSLError\n<detail>")
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e, text=e.reason or '')}") from e
         log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status, (time.monotonic() - started) * 1e3)
-        decoded = _decode(data)
+        ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
         if 200 <= resp.status < 300:
-            return decoded
+            return _decode_ok(data, ctype, method, path, self.server)
+        decoded = _decode(data)
         err = _status_error(method, path, resp.status, decoded, self.server)
         if resp.status == 401 and plugin_errors:
             err = AuthError(f"{err} (credential plugin: {_one_line('; '.join(plugin_errors))})",
                             status=401, reason="Unauthorized")
+        retry_after = _retry_after(resp, decoded)
+        if retry_after is not None:
+            err.retry_after_s = retry_after  # type: ignore[attr-defined]
         raise err
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
-        """GET one object."""
-        return self.request("GET", res.path(name, namespace=namespace))
+        """GET one object (MalformedReply when the reply is not one)."""
+        path = res.path(name, namespace=namespace)
+        return _object(self.request("GET", path), f"GET {path}")
 
     def get_optional(self, res: Resource, name: str, *, namespace: str | None = None) -> dict | None:
         """GET one object; None when it does not exist."""
@@ -209,7 +314,11 @@ class Kube:
                     "continue": token,
                 },
             )
-            yield from page.get("items") or []
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                raise MalformedReply(f"GET {res.path(namespace=namespace)} did not return a list "
+                                     f"(got {type(page).__name__})")
+            for item in page.get("items") or []:
+                yield _object(item, f"an item of GET {res.path(namespace=namespace)}")
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return
@@ -253,7 +362,10 @@ class Kube:
 
     def server_version(self) -> dict:
         """Return the server's /version document."""
-        return self.request("GET", "/version")
+        doc = self.request("GET", "/version")
+        if not isinstance(doc, dict):
+            raise MalformedReply(f"GET /version did not return a version document (got {type(doc).__name__})")
+        return doc
 
 
 def connect(opts: KubeOptions) -> Kube:
@@ -297,23 +409,16 @@ def connect(opts: KubeOptions) -> Kube:
                     f"cannot get credentials for {which} from {source}: {_one_line('; '.join(plugin_errors))}",
                     reason="Unauthorized",
                 )
-    # Fail fast: at most one more try, and only where it cannot double --request-timeout or repeat a write.
-    cfg.retries = _Retry(total=1, allowed_methods=frozenset({"GET", "HEAD"}))
+    if not cfg.host or cfg.host.rstrip("/") in ("http:", "https:"):
+        where = f"context {context}" if context else "the current context"
+        raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
+                          "server URL")
+    # No retries in urllib3: Kube.request() retries reads itself (429, 5xx, dropped connections) and
+    # never retries a timeout (it would double --request-timeout) or a write (it could apply twice).
+    cfg.retries = False
     api_client = k8s.ApiClient(cfg)
     return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s,
                 proxy=cfg.proxy or None)
-
-
-class _Retry(urllib3.util.Retry):
-    """urllib3's Retry minus two cases: a timeout (a retry would double --request-timeout) and a TLS
-    failure (it fails the same way again). Read errors are retried for GET/HEAD only (allowed_methods)."""
-
-    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> Any:
-        error = kwargs.get("error") if "error" in kwargs else (args[1] if len(args) > 1 else None)
-        original = getattr(error, "original_error", error)  # a ProxyError wraps the real cause
-        if isinstance(original, urllib3.exceptions.SSLError) or _is_timeout(original):
-            raise error  # type: ignore[misc]
-        return super().increment(method, url, *args, **kwargs)
 
 
 @contextmanager
@@ -469,6 +574,51 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
     text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
     return ClusterError(f"{method} {path} failed: {status} {reason or ''} {text}".replace("  ", " "),
                         status=status, reason=reason)
+
+
+def _object(value: Any, what: str) -> dict:
+    """`value` if it is a Kubernetes object (a mapping with metadata.name); else MalformedReply naming `what`."""
+    meta = value.get("metadata") if isinstance(value, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        raise MalformedReply(f"{what} did not return a Kubernetes object (got {type(value).__name__})")
+    return value
+
+
+def _decode_ok(data: bytes | None, ctype: str, method: str, path: str, server: str) -> Any:
+    """Decode a 2xx body: JSON, or a clear error saying what came back instead."""
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        pass
+    if "json" not in ctype.lower():
+        raise NotAnApiServer(f"the server at {server} answered {method} {path} with {ctype or 'no content type'}, "
+                             "not the Kubernetes API: is the kubeconfig's server URL right (or a proxy in between)?")
+    raise MalformedReply(f"{method} {path} returned invalid JSON ({_one_line(data[:80].decode('utf-8', 'replace'))})")
+
+
+def _retry_after(resp: Any, body: Any) -> float | None:
+    """The seconds a 429/503 asks the client to wait (the Retry-After header, else details.retryAfterSeconds)."""
+    headers = getattr(resp, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is None and isinstance(body, dict):
+        value = (body.get("details") or {}).get("retryAfterSeconds") if isinstance(body.get("details"), dict) \
+            else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _reached_server(e: BaseException) -> bool:
+    """Whether a failed request got as far as the server (a broken connection), not refused before sending."""
+    refused = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.NameResolutionError,
+               urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError)
+    for err in (e, getattr(e, "reason", None)):
+        if isinstance(err, refused):
+            return False
+    return True
 
 
 def _decode(data: bytes | None) -> Any:

@@ -161,6 +161,35 @@ def blocker_text(blocker: Any) -> str:
     return text
 
 
+def _prog(ctx: Any) -> str:
+    """How the user ran rblnctl (`rblnctl`, or `kubectl rbln` as a kubectl plugin), for the commands we print."""
+    try:
+        name = ctx.find_root().info_name
+    except AttributeError:
+        name = None
+    return name if name in ("rblnctl", "kubectl rbln") else "rblnctl"
+
+
+def prog_name(ctx: Any) -> str:
+    """The program name to print in commands for the user to type."""
+    return _prog(ctx)
+
+
+def recovery_lines(recovery: Any, prog: str = "rblnctl") -> list[str]:
+    """A library Recovery phrased as the commands to type."""
+    if recovery is None:
+        return []
+    node, target, back = (getattr(recovery, k, None) for k in ("node", "target", "back"))
+    if node is None:
+        return []
+
+    def short(mode: str) -> str:
+        return "vm" if mode == "vm-passthrough" else mode
+
+    return [f"resume:  {prog} node set-mode {short(target)} {node}",
+            f"go back: {prog} node set-mode {short(back)} {node} --force"]
+
+
 def _verbose(ctx: Any) -> bool:
     state = ctx.find_root().obj
     return bool(getattr(state, "verbose", 0))
@@ -182,6 +211,10 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     for b in getattr(err, "blockers", None) or []:
         stderr().print(f"  - {escape(blocker_text(b))}", soft_wrap=True)
+    for line in getattr(err, "details", None) or []:
+        stderr().print(f"  {escape(str(line))}", soft_wrap=True)
+    for line in recovery_lines(getattr(err, "recovery", None), _prog(ctx)):
+        stderr().print(f"  {escape(line)}", soft_wrap=True)
     if _verbose(ctx):
         import traceback
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rblnctl.cli.console import confirm
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
@@ -16,6 +15,10 @@ from rblnctl.cli.options import (
     dry_run_mode,
 )
 from rblnctl.cli.output import Output
+from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from rblnctl.node.options import DrainOptions
 
 app = typer.Typer(
     help="Inspect NPU nodes, switch their workload mode (container or vm-passthrough), drain their NPU pods.",
@@ -39,15 +42,6 @@ def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputO
 # -- shared ----------------------------------------------------------------------------------------
 
 NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False)]
-ForceOpt = Annotated[
-    bool,
-    typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
-                 "and take over an unfinished switch to the other mode."),
-]
-DrainForceOpt = Annotated[
-    bool,
-    typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods)."),
-]
 AllPodsOpt = Annotated[
     bool, typer.Option("--all-pods", help="Evict every pod not managed by a DaemonSet (like kubectl drain), "
                        "not only the pods that use NPUs.")
@@ -68,6 +62,15 @@ TimeoutOpt = Annotated[
     str, typer.Option("--timeout", help="How long to wait for evictions and (set-mode) the operator: seconds or a "
                       "duration like 90s, 10m, 1h (as kubectl drain).", metavar="DURATION")
 ]
+TakeOverOpt = Annotated[
+    bool, typer.Option("--take-over", help="Take over the node's lock when its holder stopped renewing it "
+                       "(--force does too).")
+]
+LockNamespaceOpt = Annotated[
+    str | None, typer.Option("--lock-namespace", help="Namespace of the node's lock (a Lease) "
+                             "[default: the operator's namespace].", metavar="NAMESPACE", show_default=False)
+]
+DEFAULT_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
 
 
 def _timeout_s(text: str) -> float:
@@ -78,8 +81,19 @@ def _timeout_s(text: str) -> float:
     return seconds
 
 
+def _drain_options(*, all_pods: bool, force: bool, evict_vms: bool, delete_emptydir_data: bool,
+                   disable_eviction: bool, grace_period: int | None, timeout: str, server_dry_run: bool,
+                   take_over: bool, lock_namespace: str | None) -> "DrainOptions":
+    """The drain flags of `node drain` and `node set-mode`, bound once to the library's options."""
+    from rblnctl.node.options import DrainOptions
+
+    return DrainOptions(all_pods=all_pods, force=force, evict_vms=evict_vms, delete_emptydir_data=delete_emptydir_data,
+                        disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=_timeout_s(timeout),
+                        server_dry_run=server_dry_run, take_over=take_over or force, lock_namespace=lock_namespace)
+
+
 class _Progress:
-    """Routes the library's callbacks to the stderr console: one line per step and pod, a spinner while waiting."""
+    """The library's node events, on the stderr console: one line per step and pod, a spinner while waiting."""
 
     def __init__(self) -> None:
         from rblnctl.cli.console import stderr
@@ -87,13 +101,19 @@ class _Progress:
         self.console = stderr()
         self.status: Any = None
 
+    def events(self) -> Any:
+        from rblnctl.node.events import NodeEvents
+
+        return NodeEvents(on_step=self.step, on_evicted=self.evicted, on_gone=self.gone,
+                          on_pdb_blocked=self.pdb_blocked, on_waiting=self.waiting, on_warning=self.warning)
+
     def line(self, text: str, style: str = "") -> None:
         from rich.markup import escape
 
         msg = escape(text)
         self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
 
-    def step(self, step: str, detail: str) -> None:
+    def step(self, step: Any, detail: str) -> None:
         if step == "wait" and self.console.is_terminal:
             self.stop()
             self.status = self.console.status(detail)
@@ -114,12 +134,18 @@ class _Progress:
     def evicted(self, pod: Any) -> None:
         self.line(f"  evicted {pod}")
 
-    def deleted(self, pod: Any) -> None:
+    def gone(self, pod: Any) -> None:
         self.line(f"  gone    {pod}")
 
     def pdb_blocked(self, pod: Any, message: str, attempt: int) -> None:
         self.line(f"  {pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt}); retrying: {message}",
                   "yellow")
+
+    def warning(self, text: str) -> None:
+        from rblnctl.cli.console import warn
+
+        self.stop()
+        warn(text)
 
     def stop(self) -> None:
         if self.status is not None:
@@ -144,11 +170,13 @@ def _drain_plan_renderables(plan: Any) -> list[Any]:
     from rich.markup import escape
     from rich.text import Text
 
+    from rblnctl.cli.errors import blocker_text
+
     parts: list[Any] = [_pods_table(f"evict from {plan.node} ({plan.scope} scope)", plan.evict)]
     if plan.ignored:
         parts.append(_pods_table("left in place", plan.ignored))
     for b in plan.blockers:
-        parts.append(Text.from_markup(f"[red]blocker:[/] {escape(b)}"))
+        parts.append(Text.from_markup(f"[red]blocker:[/] {escape(blocker_text(b))}"))
     return parts
 
 
@@ -157,6 +185,7 @@ def _mode_plan_table(plan: Any) -> Any:
     from rich.markup import escape
     from rich.text import Text
 
+    from rblnctl.cli.errors import blocker_text
     from rblnctl.cli.output import make_table
 
     head = Text(f"node {plan.node}: {plan.current_mode} -> {plan.target}"
@@ -165,15 +194,16 @@ def _mode_plan_table(plan: Any) -> Any:
         return Group(head, Text(f"already in {plan.target} mode and the operator has converged: nothing to do"))
     steps = make_table("STEP", "WHAT", title="steps")
     for s in plan.steps:
-        steps.add_row(s.step, escape(s.detail))
+        steps.add_row(str(s.step), escape(s.detail))
     parts: list[Any] = [head, steps]
     if plan.drain is not None:
-        parts += _drain_plan_renderables(plan.drain)
+        parts += [_pods_table(f"evict from {plan.node} ({plan.drain.scope} scope)", plan.drain.evict)]
+        if plan.drain.ignored:
+            parts.append(_pods_table("left in place", plan.drain.ignored))
     for v in plan.vms:
         parts.append(Text(f"VM holding NPUs: {v}"))
     for b in plan.blockers:
-        if plan.drain is None or b not in plan.drain.blockers:
-            parts.append(Text.from_markup(f"[red]blocker:[/] {escape(b)}"))
+        parts.append(Text.from_markup(f"[red]blocker:[/] {escape(blocker_text(b))}"))
     return Group(*parts)
 
 
@@ -190,65 +220,83 @@ def _mode_result_table(res: Any) -> Any:
 # -- set-mode --------------------------------------------------------------------------------------
 
 
+def _mode_and_node(args: list[str]) -> tuple[str, str]:
+    """`MODE NODE` (the documented order) or `NODE MODE` (still accepted); the mode is recognised by name."""
+    from rblnctl.errors import InvalidInput
+    from rblnctl.node.mode import parse_mode
+
+    if len(args) != 2:
+        raise InvalidInput("set-mode takes a mode and a node: rblnctl node set-mode vm|container NODE")
+    first, second = args
+    try:
+        return parse_mode(first), second
+    except InvalidInput:
+        pass
+    try:
+        return parse_mode(second), first
+    except InvalidInput:
+        raise InvalidInput(f"unknown mode {second!r} (nor is {first!r} one): use one of vm, vm-passthrough, "
+                           "container") from None
+
+
 @app.command("set-mode")
 def set_mode(
     ctx: typer.Context,
-    node: NodeArg,
-    mode: Annotated[str, typer.Argument(help="vm (vm-passthrough) or container.", metavar="MODE",
-                                        show_default=False)],
-    force: ForceOpt = False,
+    args: Annotated[list[str], typer.Argument(help="The mode (vm or container) and the node; `NODE MODE` works "
+                                              "too.", metavar="MODE NODE", show_default=False)],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
+                     "take over an unfinished switch to the other mode, and an expired lock."),
+    ] = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,
     grace_period: GracePeriodOpt = None,
-    timeout: TimeoutOpt = "10m",
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     uncordon: Annotated[
         bool, typer.Option("--uncordon/--no-uncordon", help="Uncordon at the end (only if rblnctl cordoned it).")
     ] = True,
+    take_over: TakeOverOpt = False,
+    lock_namespace: LockNamespaceOpt = None,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Switch NODE's NPUs to vm (vm-passthrough) or container mode: cordon, drain, relabel, wait, uncordon."""
-    from rblnctl.cli.console import info, warn
-    from rblnctl.cli.output import emit
-    from rblnctl.errors import Refused
-    from rblnctl.node.mode import ModeSwitcher, parse_mode, recovery_hint, short_mode
+    """Switch a node's NPUs to vm (vm-passthrough) or container mode: cordon, drain, relabel, wait, uncordon."""
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import prog_name, recovery_lines
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.kube import validate_name
+    from rblnctl.node.mode import ModeSwitcher, short_mode
+    from rblnctl.node.options import ModeOptions
 
-    target = parse_mode(mode)  # bad input fails before connecting
+    target, node = _mode_and_node(args)  # bad input fails before connecting
+    validate_name(node)
     how = dry_run_mode(dry_run, server_dry_run)
+    drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=force,
+                                   delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
+                                   grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
+                                   take_over=take_over, lock_namespace=lock_namespace)
     progress = _Progress()
-    switcher = ModeSwitcher(
-        kube=ctx.obj.kube(), timeout_s=_timeout_s(timeout), force=force, all_pods=all_pods,
-        delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction, grace_period_s=grace_period,
-        server_dry_run=how == "server", uncordon=uncordon, on_step=progress.step, on_waiting=progress.waiting,
-        on_evicted=progress.evicted, on_deleted=progress.deleted, on_pdb_blocked=progress.pdb_blocked,
-    )
+    switcher = ModeSwitcher(kube=ctx.obj.kube(), options=ModeOptions(drain=drain_options, force=force,
+                                                                      uncordon=uncordon),
+                            events=progress.events())
     plan = switcher.plan(node, target)
-    for w in plan.warnings:
-        warn(w)
-    if how == "client":
-        emit({"plan": plan, "result": None}, output, lambda: _mode_plan_table(plan))
-        if plan.blockers:
-            raise Refused(f"refusing to switch node {node} to {short_mode(target)}", blockers=plan.blockers)
-        info("dry run: nothing was sent" if not plan.noop else f"node {node} is already in {target} mode")
-        return
-    if plan.blockers:
-        raise Refused(f"refusing to switch node {node} to {short_mode(target)}", blockers=plan.blockers)
-    if not plan.noop:
-        confirm(f"Switch node {node} to {short_mode(target)} mode?", yes=yes, show=_mode_plan_table(plan))
-    try:
-        result = switcher.run(plan)
-    except KeyboardInterrupt:
-        progress.stop()
-        if not plan.noop and how != "server":
-            warn(f"node {node} may be left cordoned, with its progress annotation, mid-switch; "
-                 f"{recovery_hint(plan)}")
-        raise
-    finally:
-        progress.stop()
-    emit({"plan": plan, "result": result}, output, lambda: _mode_result_table(result))
+
+    def interrupted() -> None:
+        lines = "; ".join(recovery_lines(plan.recovery, prog_name(ctx)))
+        warn(f"node {node} may be left cordoned, with its progress record, mid-switch; {lines}")
+
+    run(Mutation(
+        plan=plan, apply=switcher.apply, refusal=f"refusing to switch node {node} to {short_mode(target)}",
+        question=f"Switch node {node} to {short_mode(target)} mode?", disruptive=True, dry_run=how, yes=yes,
+        output=output, plan_document=lambda p: {"plan": p, "result": None},
+        result_document=lambda r: {"plan": plan, "result": r}, plan_table=_mode_plan_table,
+        result_table=_mode_result_table, noop_message=f"node {node} is already in {target} mode; nothing to do",
+        on_interrupt=interrupted, progress=progress,
+    ))
 
 
 # -- drain -----------------------------------------------------------------------------------------
@@ -258,12 +306,17 @@ def set_mode(
 def drain(
     ctx: typer.Context,
     node: NodeArg,
-    force: DrainForceOpt = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher "
+                           "pods), and take over an expired lock.")
+    ] = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,
     grace_period: GracePeriodOpt = None,
-    timeout: TimeoutOpt = "10m",
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    take_over: TakeOverOpt = False,
+    lock_namespace: LockNamespaceOpt = None,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
@@ -272,45 +325,37 @@ def drain(
     """Cordon NODE and evict the pods that use its NPUs (--all-pods: every pod); the node stays cordoned."""
     from rich.console import Group
 
-    from rblnctl.cli.console import info, warn
-    from rblnctl.cli.output import emit
-    from rblnctl.errors import Refused
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.kube import validate_name
     from rblnctl.node.drain import Drainer
 
+    validate_name(node)  # bad input fails before connecting
     how = dry_run_mode(dry_run, server_dry_run)
+    options = _drain_options(all_pods=all_pods, force=force, evict_vms=force, delete_emptydir_data=delete_emptydir_data,
+                             disable_eviction=disable_eviction, grace_period=grace_period, timeout=timeout,
+                             server_dry_run=how == "server", take_over=take_over, lock_namespace=lock_namespace)
     progress = _Progress()
-    drainer = Drainer(
-        kube=ctx.obj.kube(), all_pods=all_pods, force=force, delete_emptydir_data=delete_emptydir_data,
-        evict_vms=force, disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=_timeout_s(timeout),
-        cordon=True, server_dry_run=how == "server",
-        on_cordoned=lambda n: progress.line(f"cordoned node {n}"), on_evicted=progress.evicted,
-        on_deleted=progress.deleted, on_pdb_blocked=progress.pdb_blocked,
-    )
+    drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events())
     plan = drainer.plan(node)
 
-    def table() -> Any:
+    def table(_: Any = None) -> Any:
         return Group(*_drain_plan_renderables(plan))
 
-    if how == "client":
-        emit({"plan": plan, "result": None}, output, table)
-        if plan.blockers:
-            raise Refused(f"cannot drain node {node}", blockers=plan.blockers)
-        info("dry run: nothing was sent")
-        return
-    if plan.blockers:
-        raise Refused(f"cannot drain node {node}", blockers=plan.blockers)
-    confirm(f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", yes=yes, show=table())
-    try:
-        result = drainer.run(plan)
-    except KeyboardInterrupt:
-        if how != "server":
-            warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to "
-                 f"finish, or `kubectl uncordon {node}` to make it schedulable again")
-        raise
-    if how == "server":
-        info("server dry run: every write was accepted; nothing persisted")
-    elif result.cordoned:
-        info(f"node {node} cordoned and drained; it stays cordoned: `kubectl uncordon {node}` when you are done")
-    else:
-        info(f"node {node} drained (it was already cordoned and stays so)")
-    emit({"plan": plan, "result": result}, output, table)
+    def interrupted() -> None:
+        warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to finish, "
+             f"or `kubectl uncordon {node}` to make it schedulable again")
+
+    def done(result: Any) -> str:
+        if result.cordoned:
+            return f"node {node} cordoned and drained; it stays cordoned: `kubectl uncordon {node}` when you are done"
+        return f"node {node} drained (it was already cordoned and stays so)"
+
+    run(Mutation(
+        plan=plan, apply=drainer.apply, refusal=f"cannot drain node {node}",
+        question=f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", disruptive=True, dry_run=how, yes=yes,
+        output=output, plan_document=lambda p: {"plan": p, "result": None},
+        result_document=lambda r: {"plan": plan, "result": r}, plan_table=table, result_table=table,
+        noop_message=f"node {node} is cordoned and has no pod to evict; nothing to do", done_message=done,
+        on_interrupt=interrupted, progress=progress,
+    ))

@@ -1,56 +1,68 @@
-"""ModeSwitcher: cordon, drain NPU consumers, set rebellions.ai/npu.workload.config, wait for the operator, uncordon.
+"""ModeSwitcher: switch a node's NPUs between container and vm-passthrough mode, safely and resumably.
 
-The RBLN NPU operator (like NVIDIA's GPU operator) swaps a node's `npu.deploy.*` labels when its
-workload label changes, but neither cordons nor drains: that is this module's job. Progress is
-recorded in a node annotation so that an interrupted switch can be resumed by running the same
-command again. See docs/node.md for the exact requests and the failure semantics.
+The RBLN NPU operator (like NVIDIA's GPU operator) swaps a node's deploy labels when its workload
+label changes, but neither cordons nor drains; that is this module's job. The canonical run:
+
+    lock -> record -> cordon -> list and evict (rounds) -> relabel -> wait for the operator
+         -> list and evict again -> uncordon -> release the lock
+
+Every write whose reply is lost is settled by reading the node back (rblnctl.node.cordon), so a
+failure is rolled back only when nothing past the record and the cordon has landed; after the
+relabel the node stays cordoned with its record and the error carries the way to resume or go
+back (rblnctl.node.record.Recovery). docs/node.md has the exact requests and failure semantics.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
 from rblnctl.errors import (
-    Conflict,
+    ClusterError,
+    ClusterUnreachable,
     InvalidInput,
     NotFound,
+    OutcomeUnknown,
     RblnError,
     Refused,
     WaitTimeout,
 )
-from rblnctl.kube import NODES, VMIS, Kube
-from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, PodRef, cordon_patch
+from rblnctl.kube import NODES, Kube, is_transient, outcome_unknown, validate_name
+from rblnctl.node.cordon import write_node
+from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey
+from rblnctl.node.events import NodeEvents, Step
+from rblnctl.node.filters import (
+    PodFilter,
+    daemonsets,
+    emptydir,
+    finished,
+    mirror,
+    new_mode_consumers,
+    npu_consumers_only,
+    operator_components,
+    unmanaged,
+    vm_guard_handles_launchers,
+)
+from rblnctl.node.lock import NodeLock
+from rblnctl.node.options import ModeOptions
+from rblnctl.node.pods import PodRef
+from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
+from rblnctl.node.vms import npu_vms, vm_blocker
 from rblnctl.operator import convergence
 from rblnctl.operator.cluster import OperatorView, component_pods, node_slices, read_operator
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
-from rblnctl.operator.resources import is_npu_resource
+from rblnctl.plan import Blocker
 
 log = logging.getLogger(__name__)
 
-RELABEL_ATTEMPTS = 5
-
-# Steps, as reported through on_step and recorded in the progress annotation.
-STEP_RECORD = "record"
-STEP_CORDON = "cordon"
-STEP_EVICT = "evict"
-STEP_RELABEL = "relabel"
-STEP_WAIT = "wait"
-STEP_UNCORDON = "uncordon"
-STEP_FINISH = "finish"
-STEP_ROLLBACK = "rollback"
-
 def parse_mode(value: str) -> str:
     """Return the label value for what the user typed (`vm`, `vm-passthrough`, `container`)."""
-    mode = C.MODE_ALIASES.get(value.strip().lower())
+    mode = C.MODE_ALIASES.get(str(value).strip().lower())
     if mode is None:
         raise InvalidInput(f"unknown mode {value!r}: use one of {', '.join(C.MODE_ALIASES)}")
     return mode
@@ -61,38 +73,56 @@ def short_mode(mode: str) -> str:
     return "vm" if mode == C.MODE_VM else mode
 
 
+def other_mode(mode: str) -> str:
+    return C.MODE_CONTAINER if mode == C.MODE_VM else C.MODE_VM
+
+
+def mode_filters(options: ModeOptions, view: OperatorView) -> list[PodFilter]:
+    """drain's filters, with set-mode's VM guard in place of drain's VM rule."""
+    d = options.drain
+    return [finished(), mirror(), operator_components(view), daemonsets(), npu_consumers_only(d.all_pods),
+            vm_guard_handles_launchers(options.force), emptydir(d.delete_emptydir_data), unmanaged(d.force)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanStep:
-    """One write (or wait) run() will make, in order."""
+    """One write (or wait) apply() will make, in order."""
 
-    step: str
+    step: Step
     detail: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModePlan:
-    """What set-mode would do to `node`; `blockers` non-empty means run() refuses and writes nothing."""
+    """What set-mode would do to `node`; `blockers` non-empty means apply() refuses and writes nothing."""
 
     node: str
     target: str  # label value: container | vm-passthrough
     current_mode: str  # effective mode now (label, else the policy default)
     mode_label: str | None  # raw label value (None when unset)
     noop: bool  # already in the target mode and the operator has converged
-    resume: bool  # a set-mode to the same target was interrupted; run() continues it
-    cordoned_by_rblnctl: bool  # from the progress annotation when resuming
-    started: str | None = None  # when the resumed switch started (progress annotation)
+    resume: bool  # a switch to the same target was interrupted; apply() continues it
+    cordoned_by_rblnctl: bool  # from the record when resuming
     unschedulable: bool  # the node is cordoned now
+    started: str | None = None  # when the resumed switch started (record)
     steps: list[PlanStep] = field(default_factory=list)
-    vms: list[str] = field(default_factory=list)  # ns/name of VMIs on the node holding NPUs
-    drain: DrainPlan | None = None
-    blockers: list[str] = field(default_factory=list)
+    vms: list[str] = field(default_factory=list)  # VMs on the node holding NPUs
+    drain: DrainPlan | None = None  # the pods as listed now (apply() lists again after the cordon)
+    blockers: list[Blocker] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)  # what the operator has not converged on yet
+    converged: bool = False  # the node is in the target mode already: only an interrupted switch's leftovers to clear
+
+    @property
+    def recovery(self) -> Recovery:
+        """How to resume this switch, or go back from it."""
+        back = self.current_mode if self.current_mode != self.target else other_mode(self.target)
+        return Recovery(node=self.node, target=self.target, back=back)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModeResult:
-    """What run() did."""
+    """What apply() did."""
 
     node: str
     previous_mode: str
@@ -106,68 +136,36 @@ class ModeResult:
     elapsed_s: float = 0.0
 
 
-def _noop(*_: Any) -> None:
-    return None
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @dataclass(kw_only=True)
 class ModeSwitcher:
-    """Switch one node's NPU workload mode safely (cordon, drain, relabel, wait, uncordon).
-
-    `timeout_s` bounds the whole run (evictions and the wait for the operator). `uncordon` False
-    leaves the node cordoned at the end; the node is only ever uncordoned if rblnctl cordoned it.
-    """
+    """Switch one node's NPU workload mode; options.drain.timeout_s bounds the whole apply()."""
 
     kube: Kube
-    timeout_s: float = 600.0
-    force: bool = False  # proceed past the VM guard, unmanaged pods and another target in progress
-    all_pods: bool = False
-    delete_emptydir_data: bool = False
-    disable_eviction: bool = False
-    grace_period_s: int | None = None
-    server_dry_run: bool = False
-    uncordon: bool = True
-    poll_s: float = 1.0
-    max_parallel: int = 8
-    operator_namespace: str | None = None  # None: the policy's spec.namespace, else the operator's own
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-    on_step: Callable[[str, str], None] = _noop
-    on_waiting: Callable[[list[str]], None] = _noop  # what the operator still has to do, each poll
-    on_evicted: Callable[[PodRef], None] = _noop
-    on_deleted: Callable[[PodRef], None] = _noop
-    on_pdb_blocked: Callable[[PodRef, str, int], None] = _noop
-
-    def __post_init__(self) -> None:
-        if self.timeout_s <= 0:
-            raise InvalidInput(f"timeout must be more than 0 seconds, not {self.timeout_s:g}")
-        if self.grace_period_s is not None and self.grace_period_s < 0:
-            raise InvalidInput(f"grace period must be 0 or more seconds, not {self.grace_period_s}")
-
-    def _drainer(self, view: OperatorView) -> Drainer:
-        # The VM guard below decides about VMs; with --force their launchers go like any NPU pod.
-        return Drainer(operator=view,
-            kube=self.kube, all_pods=self.all_pods, force=self.force, delete_emptydir_data=self.delete_emptydir_data,
-            evict_vms=True, disable_eviction=self.disable_eviction, grace_period_s=self.grace_period_s,
-            timeout_s=self.timeout_s, poll_s=self.poll_s, max_parallel=self.max_parallel, cordon=False,
-            server_dry_run=self.server_dry_run, sleep=self.sleep,
-            clock=self.clock, on_evicted=self.on_evicted, on_deleted=self.on_deleted,
-            on_pdb_blocked=self.on_pdb_blocked,
-        )
+    options: ModeOptions = field(default_factory=ModeOptions)
+    events: NodeEvents = field(default_factory=NodeEvents)
+    clock: Clock = SYSTEM_CLOCK
+    identity: str | None = None  # who holds the node's lock (None: this host and process)
+    _view: OperatorView | None = field(default=None, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
 
-    def _operator(self) -> OperatorView:
-        view = read_operator(self.kube, namespace=self.operator_namespace)
-        if view.policy is None:
-            why = "no RBLNClusterPolicy exists" if view.crd_installed else "the RBLNClusterPolicy CRD is not installed"
-            raise Refused(f"{why}: the RBLN NPU Operator deploys nothing, so no node would ever switch; install the "
-                          "operator with its RBLNClusterPolicy first")
-        return view
+    def operator(self, *, fresh: bool = False) -> OperatorView:
+        """The operator's policy and namespace; Refused when there is no policy (nothing would converge)."""
+        if self._view is None or fresh:
+            view = read_operator(self.kube, namespace=self.options.operator_namespace)
+            if view.policy is None:
+                why = "no RBLNClusterPolicy exists" if view.crd_installed else \
+                    "the RBLNClusterPolicy CRD is not installed"
+                raise Refused(f"{why}: the RBLN NPU Operator deploys nothing, so no node would ever switch; install "
+                              "the operator with its RBLNClusterPolicy first")
+            self._view = view
+        return self._view
+
+    def drainer(self) -> Drainer:
+        """The Drainer this switch uses: same options, events and lock, set-mode's filters."""
+        view = self.operator()
+        return Drainer(kube=self.kube, options=self.options.drain, events=self.events, clock=self.clock,
+                       operator=view, filters=mode_filters(self.options, view), identity=self.identity)
 
     def pending(self, view: OperatorView, node_obj: dict, target: str) -> list[convergence.Pending]:
         """What is still missing before the operator has converged `node_obj` on `target` (empty: done)."""
@@ -177,33 +175,20 @@ class ModeSwitcher:
         slices = node_slices(self.kube, name, policy.dra_driver) if C.COMP_DRA in policy.allocators(target) else None
         return convergence.pending(node_obj, target, policy, component_pods(self.kube, view, name), slices)
 
-    def _vms(self, node: str, drain: DrainPlan | None) -> list[str]:
-        """VMIs on `node` that hold NPUs (host devices or DRA claims), plus NPU-holding virt-launcher pods."""
-        found: dict[str, str] = {}
-        try:
-            vmis = self.kube.list(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}")
-        except NotFound:  # KubeVirt not installed
-            vmis = []
-        for v in vmis:
-            if ((v.get("status") or {}).get("nodeName") or node) != node:
-                continue
-            spec = v.get("spec") or {}
-            devices = ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices") or []
-            npus = [d.get("deviceName") for d in devices if is_npu_resource(str(d.get("deviceName", "")))]
-            claims = [d.get("claimName") for d in devices if d.get("claimName")]
-            claims += [c.get("name") for c in spec.get("resourceClaims") or []]
-            if npus or claims:
-                what = ", ".join([*npus, *(f"claim {c}" for c in dict.fromkeys(claims))])
-                found[f"{v['metadata'].get('namespace')}/{v['metadata']['name']}"] = what
-        for e in (drain.evict + drain.ignored) if drain else []:
-            if e.npu and e.vmi and f"{e.namespace}/{e.vmi}" not in found:
-                found[f"{e.namespace}/{e.vmi}"] = f"virt-launcher pod {e.name} requests NPUs"
-        return [f"{k} ({v})" for k, v in sorted(found.items())]
+    def _vm_blockers(self, node: str, survey: Survey) -> tuple[list[str], list[Blocker], list[str]]:
+        vms, warnings = npu_vms(self.kube, node, survey.evict + survey.ignored)
+        blockers = [] if self.options.force else [vm_blocker(v, node) for v in vms]
+        if vms and self.options.force:
+            warnings.append(f"forced: evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
+                            "stops (its NPUs cannot live-migrate) and restarts elsewhere only if its run strategy "
+                            "says so")
+        return [str(v) for v in vms], blockers, warnings
 
     # -- plan ----------------------------------------------------------------------------------------
 
     def plan(self, node: str, target: str) -> ModePlan:
-        """Read the node, its pods, VMs and the operator's state; decide what run() will do (no writes)."""
+        """Read the node, its pods, VMs, lock and the operator's state; decide what apply() will do (no writes)."""
+        validate_name(node)
         target = parse_mode(target)
         node_obj = self.kube.get(NODES, node)
         if not is_npu_node(node_obj):
@@ -214,7 +199,7 @@ class ModeSwitcher:
             raise Refused(f"node {node} has {C.DEPLOY_SKIP_LABEL}=true: the operator deploys nothing there, so it "
                           f"would never switch; remove the label first "
                           f"(kubectl label node {node} {C.DEPLOY_SKIP_LABEL}-)")
-        view = self._operator()
+        view = self.operator(fresh=True)
         policy = view.policy
         assert policy is not None
         warnings: list[str] = list(view.notes)
@@ -223,234 +208,319 @@ class ModeSwitcher:
         if not mode.label_valid:
             warnings.append(f"node {node} has {C.WORKLOAD_LABEL}={label!r}, which the operator does not know; it "
                             f"treats the node as {current} (the policy default)")
-        annotations = (node_obj.get("metadata") or {}).get("annotations") or {}
-        progress: dict | None = None
-        raw = annotations.get(C.SET_MODE_ANNOTATION)
-        if raw is not None:
-            try:
-                progress = json.loads(raw)
-                if not isinstance(progress, dict) or progress.get("target") not in C.WORKLOAD_MODES:
-                    raise ValueError("no valid target")
-            except ValueError:
-                warnings.append(f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {raw[:80]!r}")
-                progress = None
+        raw = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(C.SET_MODE_ANNOTATION)
+        try:
+            record = parse_record(raw)
+        except ValueError:
+            warnings.append(f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {raw[:80]!r}")
+            record = None
         unschedulable = bool((node_obj.get("spec") or {}).get("unschedulable"))
-        blockers: list = []
+        blockers: list[Blocker] = []
         resume = False
         cordoned_by = False
         started = None
-        if progress is not None:
-            if progress["target"] == target:
-                resume = True
-                started = progress.get("started")
-                cordoned_by = bool(progress.get("cordoned_by_rblnctl"))
-            elif not self.force:
+        if record is not None:
+            if record.target == target:
+                resume, started, cordoned_by = True, record.started, record.cordoned_by_rblnctl
+            elif not self.options.force:
                 raise Refused(
-                    f"a switch of node {node} to {short_mode(progress['target'])} started at "
-                    f"{progress.get('started', '?')} is unfinished: run `rblnctl node set-mode {node} "
-                    f"{short_mode(progress['target'])}` to finish it, or pass --force to switch to "
-                    f"{short_mode(target)} instead")
+                    f"a switch of node {node} to {short_mode(record.target)} started at {record.started or '?'} is "
+                    f"unfinished: finish that one, or take it over to switch to {short_mode(target)} instead",
+                ).with_details([], recovery=Recovery(node=node, target=record.target, back=target))
             else:
-                warnings.append(f"abandoning an unfinished switch to {short_mode(progress['target'])} (--force)")
-                cordoned_by = bool(progress.get("cordoned_by_rblnctl"))
-                resume = True  # we keep its knowledge of who cordoned the node
+                warnings.append(f"taking over an unfinished switch to {short_mode(record.target)} (forced)")
+                cordoned_by, resume = record.cordoned_by_rblnctl, True  # keep its knowledge of who cordoned
+        drainer = self.drainer()
+        # Another run holding the lock may be about to change the node: even "nothing to do" waits for it.
+        lock_blockers: list[Blocker] = [] if self.options.drain.server_dry_run else \
+            drainer.lock(node, "").check(take_over=self.options.drain.take_over)
+        blockers.extend(lock_blockers)
         pending = [str(p) for p in self.pending(view, node_obj, target)]
         converged = current == target and not pending
-        if converged and progress is None:
+        if converged and record is None and not lock_blockers:
             return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=True, resume=False,
                             cordoned_by_rblnctl=False, unschedulable=unschedulable, warnings=warnings)
         if converged:
-            # Only an interrupted switch's leftovers (cordon, annotation) to clear: the NPUs stay in this mode,
-            # so no pod has to leave and no VM is at risk.
-            drain = DrainPlan(node=node, scope=SCOPE_ALL if self.all_pods else SCOPE_NPU, cordon=False,
+            # Only an interrupted switch's leftovers (cordon, record) to clear: the NPUs stay in this mode, so
+            # no pod has to leave and no VM is at risk.
+            drain = DrainPlan(node=node, scope=SCOPE_ALL if self.options.drain.all_pods else SCOPE_NPU, cordon=False,
                               unschedulable=unschedulable)
+            vms: list[str] = []
         else:
-            drain = self._drainer(view).plan(node, node_obj=node_obj)
+            survey = drainer.survey(node)
+            drain = DrainPlan(node=node, scope=SCOPE_ALL if self.options.drain.all_pods else SCOPE_NPU,
+                              cordon=not unschedulable, unschedulable=unschedulable, evict=survey.evict,
+                              ignored=survey.ignored, blockers=survey.blockers)
+            vms, vm_blockers, vm_warnings = self._vm_blockers(node, survey)
+            blockers.extend(vm_blockers)
+            warnings.extend(vm_warnings)
+            blockers.extend(drain.blockers)
             # The operator would never finish this switch: refuse before any write, naming the policy field.
             blockers.extend(policy.switch_blockers(target, product=node_product(node_obj)))
-        vms = self._vms(node, drain) if not converged else []
-        if vms and not self.force:
-            blockers.extend(f"VM {v} holds NPUs on {node}: stop or migrate these VMs first" for v in vms)
-        elif vms:
-            warnings.append(f"--force: evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
-                            f"stops (its NPUs cannot live-migrate) and restarts elsewhere only if its run strategy "
-                            f"says so")
-        blockers.extend(drain.blockers)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
-                        vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending)
+                        vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
+                        converged=converged)
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:
-        steps = [PlanStep(step=STEP_RECORD, detail=(
-            f"update annotation {C.SET_MODE_ANNOTATION} (resuming an unfinished switch)" if resume
-            else f"annotate node {node} with {C.SET_MODE_ANNOTATION} (progress, for resuming)"))]
+        d = self.options.drain
+        steps = [PlanStep(step=Step.LOCK, detail=f"take the lock of node {node} (a Lease)"),
+                 PlanStep(step=Step.RECORD, detail=(
+                     f"update annotation {C.SET_MODE_ANNOTATION} (resuming an unfinished switch)" if resume
+                     else f"annotate node {node} with {C.SET_MODE_ANNOTATION} (progress, for resuming)"))]
         if unschedulable:
-            steps.append(PlanStep(step=STEP_CORDON, detail=f"node {node} is already cordoned"
+            steps.append(PlanStep(step=Step.CORDON, detail=f"node {node} is already cordoned"
                                   + (" (by rblnctl)" if cordoned_by else "")))
         else:
-            steps.append(PlanStep(step=STEP_CORDON, detail=f"cordon node {node}"))
+            steps.append(PlanStep(step=Step.CORDON, detail=f"cordon node {node}"))
         n = len(drain.evict)
         names = ", ".join(f"{e.namespace}/{e.name}" for e in drain.evict[:5]) + (", ..." if n > 5 else "")
-        what = "pod(s)" if self.all_pods else "NPU pod(s)"
-        steps.append(PlanStep(step=STEP_EVICT, detail=f"evict {n} {what}" + (f": {names}" if n else "")
-                              + (" (DELETE, no PodDisruptionBudget check)" if self.disable_eviction and n else "")))
+        what = "pod(s)" if d.all_pods else "NPU pod(s)"
+        steps.append(PlanStep(step=Step.EVICT, detail=f"list the pods again and evict {n} {what}"
+                              + (f": {names}" if n else "") + (" (DELETE, no PodDisruptionBudget check)"
+                                                               if d.disable_eviction and n else "")))
         if label == target:
-            steps.append(PlanStep(step=STEP_RELABEL, detail=f"{C.WORKLOAD_LABEL} is already {target}"))
+            steps.append(PlanStep(step=Step.RELABEL, detail=f"{C.WORKLOAD_LABEL} is already {target}"))
         else:
             relabel = f"set {C.WORKLOAD_LABEL}={target} (was {label or 'unset'})"
-            steps.append(PlanStep(step=STEP_RELABEL, detail=relabel))
-        steps.append(PlanStep(step=STEP_WAIT, detail=f"wait up to {self.timeout_s:g}s for the operator to converge"))
-        will_uncordon = self.uncordon and (not unschedulable or cordoned_by)
-        steps.append(PlanStep(step=STEP_UNCORDON, detail=f"uncordon node {node}" if will_uncordon else
-                              (f"leave node {node} cordoned (--no-uncordon)" if not self.uncordon else
+            steps.append(PlanStep(step=Step.RELABEL, detail=relabel))
+        steps.append(PlanStep(step=Step.WAIT, detail=f"wait up to {d.timeout_s:g}s for the operator to converge"))
+        will_uncordon = self.options.uncordon and (not unschedulable or cordoned_by)
+        steps.append(PlanStep(step=Step.UNCORDON, detail=f"uncordon node {node}" if will_uncordon else
+                              (f"leave node {node} cordoned (as asked)" if not self.options.uncordon else
                                f"leave node {node} cordoned (it was cordoned before rblnctl)")))
         return steps
 
-    # -- run -----------------------------------------------------------------------------------------
+    # -- apply ---------------------------------------------------------------------------------------
 
-    def run(self, plan: ModePlan) -> ModeResult:
-        """Make the planned writes in order; see docs/node.md for what a failure leaves behind.
+    def apply(self, plan: ModePlan) -> ModeResult:
+        """Make the planned writes in order, under the node's lock; see docs/node.md for failures.
 
-        Before the label is written, a failure is rolled back (uncordon if rblnctl cordoned, remove
-        the progress annotation) and re-raised. After it, the node stays cordoned with the annotation
-        and the error says to re-run the same command, which resumes.
+        Before the label is known to be written, a failure is rolled back (uncordon if rblnctl
+        cordoned, remove the record) and re-raised. After it, or when whether it landed cannot be
+        known, the node stays cordoned with its record and the error carries a Recovery.
         """
-        started = self.clock()
+        started = self.clock.monotonic()
         if plan.noop:
-            self.on_step(STEP_FINISH, f"node {plan.node} is already in {plan.target} mode; nothing to do")
+            self.events.on_step(Step.FINISH, f"node {plan.node} is already in {plan.target} mode; nothing to do")
             return ModeResult(node=plan.node, previous_mode=plan.current_mode, mode=plan.target, changed=False,
-                              resumed=False, cordoned=False, uncordoned=False, server_dry_run=self.server_dry_run)
+                              resumed=False, cordoned=False, uncordoned=False,
+                              server_dry_run=self.options.drain.server_dry_run)
         if plan.blockers:
             raise Refused(f"refusing to switch node {plan.node} to {short_mode(plan.target)}", blockers=plan.blockers)
-        deadline = started + self.timeout_s
-        dry = self.server_dry_run
+        drainer = self.drainer()
+        lock = drainer.lock(plan.node, f"set-mode {plan.node} {short_mode(plan.target)}")
+        self.events.on_step(Step.LOCK, f"locking node {plan.node} ({lock.namespace}/{lock.name})")
+        taken = lock.acquire(take_over=self.options.drain.take_over)
+        if taken is not None:
+            self.events.on_warning(f"took over the expired lock of node {plan.node} from {taken.holder}")
+        lock.start_renewing()
+        try:
+            return self._switch(plan, drainer, lock, started)
+        finally:
+            lock.release()
+
+    def _switch(self, plan: ModePlan, drainer: Drainer, lock: NodeLock, started: float) -> ModeResult:
+        dry = self.options.drain.server_dry_run
         node = plan.node
-        progress = {"target": plan.target, "from": plan.current_mode, "started": _now_iso(),
-                    "cordoned_by_rblnctl": plan.cordoned_by_rblnctl, "step": STEP_RECORD}
-        if plan.started:
-            progress["started"] = plan.started
+        deadline = started + self.options.drain.timeout_s
+        record = SwitchRecord(target=plan.target, from_mode=plan.current_mode,
+                              started=plan.started or iso_utc(self.clock.now()),
+                              cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD)
         # Only a resumed run can find its own label already written: then a failure is "after the relabel".
         relabeled = plan.mode_label == plan.target and plan.resume
         evicted: list[PodRef] = []
         try:
-            self.on_step(STEP_RECORD, plan.steps[0].detail)
-            self._annotate(node, progress, dry)
+            lock.ensure_held()
+            self.events.on_step(Step.RECORD, plan.steps[1].detail if len(plan.steps) > 1 else "recording")
+            self._write_record(node, record, dry)
             node_obj = self.kube.get(NODES, node)
             if not (node_obj.get("spec") or {}).get("unschedulable"):
-                self.on_step(STEP_CORDON, f"cordoning node {node}")
-                cordoned = {**progress, "cordoned_by_rblnctl": True, "step": STEP_CORDON}
-                self.kube.patch(NODES, node, {**cordon_patch(True), **self._ann_patch(cordoned)},
-                                patch_type="strategic", dry_run=dry)
-                progress = cordoned
+                lock.ensure_held()
+                self.events.on_step(Step.CORDON, f"cordoning node {node}")
+                record = record.at(Step.CORDON, cordoned_by_rblnctl=True)
+                self._cordon(node, record, dry)
             else:
-                self.on_step(STEP_CORDON, f"node {node} is already cordoned"
-                             + (" (by rblnctl)" if progress["cordoned_by_rblnctl"] else ""))
-            refs = [e.ref for e in plan.drain.evict] if plan.drain else []
-            self.on_step(STEP_EVICT, f"evicting {len(refs)} pod(s)" if refs else "no pod to evict")
-            evicted = self._drainer(self._operator()).evict(refs, deadline=deadline)
-            progress["step"] = STEP_EVICT
-            if plan.mode_label != plan.target:
-                self.on_step(STEP_RELABEL, f"setting {C.WORKLOAD_LABEL}={plan.target}")
-                progress["step"] = STEP_RELABEL
-                self._relabel(node, plan.target, progress, dry)
-                relabeled = True
+                self.events.on_step(Step.CORDON, f"node {node} is already cordoned"
+                                    + (" (by rblnctl)" if record.cordoned_by_rblnctl else ""))
+            if not plan.converged:
+                # Cordon, then list: VMs and pods that arrived since the plan are judged now.
+                survey = drainer.survey(node)
+                vms, vm_blockers, _ = self._vm_blockers(node, survey)
+                if vm_blockers or survey.blockers:
+                    raise Refused(f"refusing to switch node {node} to {short_mode(plan.target)}: VMs or pods that "
+                                  "arrived after the plan block it", blockers=[*vm_blockers, *survey.blockers])
+                drainer.evict_rounds(node, deadline, evicted, lock)
+            record = record.at(Step.EVICT)
+            current = labels_of(self.kube.get(NODES, node)).get(C.WORKLOAD_LABEL)
+            if current != plan.target:
+                lock.ensure_held()
+                self.events.on_step(Step.RELABEL, f"setting {C.WORKLOAD_LABEL}={plan.target}")
+                record = record.at(Step.RELABEL)
+                relabeled = self._relabel(node, plan.target, record, dry)
             else:
-                self._annotate(node, progress, dry)
+                self._write_record(node, record, dry)
         except RblnError as err:
             if self._deleted(node, err):
                 raise self._gone(plan) from err
-            if relabeled:
+            if relabeled or getattr(err, "relabel_unknown", False):
                 raise self._in_progress(err, plan) from err
-            self._rollback(node, progress, dry)
+            self._rollback(node, record, dry, err)
             raise
         try:
-            if not dry:
-                self.on_step(STEP_WAIT, f"waiting for the operator to switch node {node} to {plan.target}")
-                self._wait(node, plan.target, deadline)
+            if not dry and not plan.converged:
+                self.events.on_step(Step.WAIT, f"waiting for the operator to switch node {node} to {plan.target}")
+                self._wait(node, plan.target, deadline, lock)
+                # Nothing that uses the old mode's NPUs may run on a node reported switched: list once more (and
+                # evict what arrived; the new mode's own consumers may stay).
+                drainer.evict_rounds(node, deadline, evicted, lock, extra=[self._new_mode_filter(plan.target)])
             uncordoned = False
-            if self.uncordon and progress["cordoned_by_rblnctl"]:
-                self.on_step(STEP_UNCORDON, f"uncordoning node {node}")
-                self.kube.patch(NODES, node, {**cordon_patch(False), **self._ann_patch(None)},
-                                patch_type="strategic", dry_run=dry)
+            lock.ensure_held()
+            if self.options.uncordon and record.cordoned_by_rblnctl:
+                self.events.on_step(Step.UNCORDON, f"uncordoning node {node}")
+                self._finish(node, uncordon=True, dry=dry)
                 uncordoned = True
             else:
-                self.on_step(STEP_UNCORDON, f"leaving node {node} cordoned"
-                             + ("" if progress["cordoned_by_rblnctl"] else " (it was cordoned before rblnctl)"))
-                self._annotate(node, None, dry)
+                self.events.on_step(Step.UNCORDON, f"leaving node {node} cordoned"
+                                    + ("" if record.cordoned_by_rblnctl else " (it was cordoned before rblnctl)"))
+                self._finish(node, uncordon=False, dry=dry)
         except RblnError as err:
             if self._deleted(node, err):
                 raise self._gone(plan) from err
             raise self._in_progress(err, plan) from err
-        self.on_step(STEP_FINISH, f"node {node} is in {plan.target} mode" if not dry
-                     else "server dry run: every write was accepted; nothing persisted")
+        self.events.on_step(Step.FINISH, f"node {node} is in {plan.target} mode" if not dry
+                            else "server dry run: every write was accepted; nothing persisted")
         return ModeResult(node=node, previous_mode=plan.current_mode, mode=plan.target, changed=not dry,
-                          resumed=plan.resume, cordoned=bool(progress["cordoned_by_rblnctl"]), uncordoned=uncordoned,
-                          evicted=evicted, server_dry_run=dry, elapsed_s=round(self.clock() - started, 3))
+                          resumed=plan.resume, cordoned=record.cordoned_by_rblnctl, uncordoned=uncordoned,
+                          evicted=evicted, server_dry_run=dry,
+                          elapsed_s=round(self.clock.monotonic() - started, 3))
 
-    @staticmethod
-    def _ann_patch(progress: dict | None) -> dict:
-        value = None if progress is None else json.dumps(progress, sort_keys=True)
-        return {"metadata": {"annotations": {C.SET_MODE_ANNOTATION: value}}}
+    def _new_mode_filter(self, target: str) -> PodFilter:
+        policy = self.operator().policy
+        assert policy is not None
+        names = policy.vm_resources if target == C.MODE_VM else policy.container_resources
+        return new_mode_consumers(names.matches, claims_are_new=target == C.MODE_CONTAINER)
 
-    def _annotate(self, node: str, progress: dict | None, dry: bool) -> None:
+    # -- writes, each settled by reading back on a lost reply ----------------------------------------
+
+    def _retry(self, step: Step) -> Callable[[int, str], None]:
+        return lambda attempt, why: self.events.on_step(step, why)
+
+    def _write_record(self, node: str, record: SwitchRecord | None, dry: bool) -> None:
         """Record (or with None remove) the progress annotation: a merge patch."""
-        self.kube.patch(NODES, node, self._ann_patch(progress), patch_type="merge", dry_run=dry)
+        def landed(obj: dict) -> bool:
+            now = record_of(obj)
+            return now == record if record is not None else now is None
 
-    def _relabel(self, node: str, target: str, progress: dict, dry: bool) -> None:
-        """Set the workload label (and the progress note) in one merge patch guarded by resourceVersion."""
-        for attempt in range(1, RELABEL_ATTEMPTS + 1):
-            rv = self.kube.get(NODES, node)["metadata"].get("resourceVersion")
-            body = self._ann_patch(progress)
-            body["metadata"]["resourceVersion"] = rv
-            body["metadata"]["labels"] = {C.WORKLOAD_LABEL: target}
-            try:
-                self.kube.patch(NODES, node, body, patch_type="merge", dry_run=dry)
-                return
-            except Conflict:
-                if attempt == RELABEL_ATTEMPTS:
-                    raise
-                log.debug("node %s changed while relabelling (attempt %d); re-reading", node, attempt)
-                self.on_step(STEP_RELABEL, f"node {node} changed under us (attempt {attempt}); re-reading")
+        write_node(self.kube, node, annotation_patch(record), patch_type="merge", landed=landed, dry_run=dry,
+                   on_retry=self._retry(Step.RECORD))
 
-    def _wait(self, node: str, target: str, deadline: float) -> None:
-        last: list[str] = []
-        while True:
-            view = self._operator()  # re-read: the policy's status is shown while waiting
-            assert view.policy is not None
-            node_obj = self.kube.get(NODES, node)
-            mode = mode_of(labels_of(node_obj), view.policy)
-            if mode.effective != target:
-                # Someone else relabelled the node after us: waiting can only time out, and going on
-                # would fight them. Stop here (cordoned, annotated) and let a person decide.
-                raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {mode.label!r} by someone else "
-                              f"while rblnctl waited for the operator to switch it to {target}")
-            missing = [str(p) for p in self.pending(view, node_obj, target)]
-            if not missing:
-                return
-            shown = missing + [f"operator: {t}" for t in view.policy.not_ready()]
-            if shown != last:
-                self.on_waiting(shown)
-                last = shown
-            if self.clock() >= deadline:
-                raise WaitTimeout(f"the operator did not switch node {node} to {target} within {self.timeout_s:g}s; "
-                                  f"still missing: {'; '.join(missing)}")
-            self.sleep(max(0.0, min(self.poll_s, deadline - self.clock())))
+    def _cordon(self, node: str, record: SwitchRecord, dry: bool) -> None:
+        """Cordon and record that rblnctl did, in one strategic merge patch: never one without the other."""
+        def landed(obj: dict) -> bool:
+            now = record_of(obj)
+            return bool((obj.get("spec") or {}).get("unschedulable")) and now is not None and now.cordoned_by_rblnctl
 
-    def _rollback(self, node: str, progress: dict, dry: bool) -> None:
-        """Undo what ran before the relabel: uncordon if rblnctl cordoned, drop the annotation."""
+        body = {"spec": {"unschedulable": True}, **annotation_patch(record)}
+        write_node(self.kube, node, body, patch_type="strategic", landed=landed, dry_run=dry,
+                   on_retry=self._retry(Step.CORDON))
+
+    def _relabel(self, node: str, target: str, record: SwitchRecord, dry: bool) -> bool:
+        """Set the workload label (and the record) in one merge patch guarded by resourceVersion; True when done.
+
+        When whether it landed cannot be known (a lost reply, and the node cannot be read back),
+        the error is marked `relabel_unknown`: nothing is then rolled back as if it had not landed.
+        """
+        body = annotation_patch(record)
+        body["metadata"]["labels"] = {C.WORKLOAD_LABEL: target}
         try:
-            if progress.get("cordoned_by_rblnctl"):
-                self.on_step(STEP_ROLLBACK, f"uncordoning node {node} and removing {C.SET_MODE_ANNOTATION}")
-                self.kube.patch(NODES, node, {**cordon_patch(False), **self._ann_patch(None)},
-                                patch_type="strategic", dry_run=dry)
-            else:
-                self.on_step(STEP_ROLLBACK, f"removing {C.SET_MODE_ANNOTATION} from node {node}")
-                self._annotate(node, None, dry)
+            write_node(self.kube, node, body, patch_type="merge", dry_run=dry,
+                       landed=lambda obj: labels_of(obj).get(C.WORKLOAD_LABEL) == target,
+                       on_retry=self._retry(Step.RELABEL))
+        except OutcomeUnknown as err:
+            err.relabel_unknown = True  # type: ignore[attr-defined]
+            raise
+        return True
+
+    def _finish(self, node: str, *, uncordon: bool, dry: bool) -> None:
+        """The last write: remove the record (and uncordon) in one patch."""
+        def landed(obj: dict) -> bool:
+            done = record_of(obj) is None
+            return done and (not uncordon or not (obj.get("spec") or {}).get("unschedulable"))
+
+        if uncordon:
+            body, kind = {"spec": {"unschedulable": False}, **annotation_patch(None)}, "strategic"
+        else:
+            body, kind = annotation_patch(None), "merge"
+        write_node(self.kube, node, body, patch_type=kind, landed=landed, dry_run=dry,
+                   on_retry=self._retry(Step.UNCORDON))
+
+    # -- waiting -------------------------------------------------------------------------------------
+
+    def _wait(self, node: str, target: str, deadline: float, lock: NodeLock) -> None:
+        last: list[str] = []
+        missing: list[str] = ["nothing read yet"]
+        while True:
+            lock.ensure_held()
+            try:
+                view = self.operator(fresh=True)  # re-read: the policy's status is shown while waiting
+                assert view.policy is not None
+                node_obj = self.kube.get(NODES, node)
+                mode = mode_of(labels_of(node_obj), view.policy)
+                if mode.effective != target:
+                    # Someone else relabelled the node after us: waiting can only time out, and going on
+                    # would fight them. Stop here (cordoned, recorded) and let a person decide.
+                    raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {mode.label!r} by someone else "
+                                  f"while rblnctl waited for the operator to switch it to {target}")
+                missing = [str(p) for p in self.pending(view, node_obj, target)]
+                if not missing:
+                    return
+                shown = missing + [f"operator: {t}" for t in view.policy.not_ready()]
+            except (ClusterError, ClusterUnreachable) as err:
+                if not is_transient(err) or isinstance(err, NotFound):
+                    raise
+                shown = [f"the API server did not answer ({err}); trying again"]
+            if shown != last:
+                self.events.on_waiting(shown)
+                last = shown
+            if self.clock.monotonic() >= deadline:
+                err = WaitTimeout(f"the operator did not switch node {node} to {target} within "
+                                  f"{self.options.drain.timeout_s:g}s")
+                raise err.with_details([f"still missing: {m}" for m in missing])
+            self.clock.sleep(max(0.0, min(self.options.drain.poll_s, deadline - self.clock.monotonic())))
+
+    # -- failure handling ----------------------------------------------------------------------------
+
+    def _rollback(self, node: str, record: SwitchRecord, dry: bool, cause: RblnError) -> None:
+        """Undo what ran before the relabel: uncordon if rblnctl cordoned, drop the record; settled by reading back.
+
+        When the node cannot even be read, nothing is written and the cause says so: the record on
+        the node (if it landed) lets the next run resume or go back.
+        """
+        try:
+            now = self.kube.get(NODES, node)
+        except (ClusterError, ClusterUnreachable) as e:
+            self.events.on_step(Step.ROLLBACK, f"cannot read node {node} to roll back ({e}); check it by hand")
+            cause.details = [*cause.details, f"not rolled back: node {node} could not be read; if it is cordoned with "
+                             f"the {C.SET_MODE_ANNOTATION} annotation, re-run set-mode to resume or go back"]
+            return
+        on_node = record_of(now)
+        # The record on the node is what landed: roll back only what it says this switch did.
+        ours = on_node is not None and on_node.target == record.target and on_node.started == record.started
+        cordoned_by_us = ours and on_node is not None and on_node.cordoned_by_rblnctl and \
+            bool((now.get("spec") or {}).get("unschedulable"))
+        try:
+            if cordoned_by_us:
+                self.events.on_step(Step.ROLLBACK, f"uncordoning node {node} and removing {C.SET_MODE_ANNOTATION}")
+                self._finish(node, uncordon=True, dry=dry)
+            elif ours:
+                self.events.on_step(Step.ROLLBACK, f"removing {C.SET_MODE_ANNOTATION} from node {node}")
+                self._finish(node, uncordon=False, dry=dry)
         except RblnError as e:  # report, but the error that made us roll back is the one to raise
             log.warning("rollback of node %s failed: %s", node, e)
-            self.on_step(STEP_ROLLBACK, f"rollback failed: {e}; check node {node} by hand")
+            self.events.on_step(Step.ROLLBACK, f"rollback failed: {e}; check node {node} by hand")
 
     def _deleted(self, node: str, err: RblnError) -> bool:
         """Whether `err` came from the node itself being deleted mid-run (then there is nothing to resume)."""
@@ -467,17 +537,11 @@ class ModeSwitcher:
                         "there is nothing left to resume or roll back")
 
     def _in_progress(self, err: RblnError, plan: ModePlan) -> RblnError:
-        """The same error class (so the exit code stays), its message telling how to resume or go back."""
+        """The same error class (so the exit code stays), saying the switch is in progress and how to go on."""
         new = copy.copy(err)
-        message = (f"{err}. The mode change of node {plan.node} to {short_mode(plan.target)} is in progress: the "
-                   f"node stays cordoned; {recovery_hint(plan)}")
-        new.args = (message,)
-        return new
-
-
-def recovery_hint(plan: ModePlan) -> str:
-    """How to finish or undo an interrupted switch: the two commands, as one clause."""
-    back = short_mode(plan.current_mode) if plan.current_mode != plan.target else \
-        short_mode(C.MODE_CONTAINER if plan.target == C.MODE_VM else C.MODE_VM)
-    return (f"re-run `rblnctl node set-mode {plan.node} {short_mode(plan.target)}` to resume, or "
-            f"`rblnctl node set-mode {plan.node} {back} --force` to go back")
+        detail = (f"the mode change of node {plan.node} to {short_mode(plan.target)} is in progress: the node stays "
+                  "cordoned with its record")
+        if outcome_unknown(err):
+            detail = (f"whether the relabel of node {plan.node} landed is unknown: the node stays cordoned with its "
+                      "record")
+        return new.with_details([*err.details, detail], recovery=plan.recovery)

@@ -40,7 +40,8 @@ def test_set_mode_json_result_and_progress_on_stderr(cluster):
                                                                                 True)
     assert res["cordoned"] is True and res["uncordoned"] is True
     assert res["evicted"] == [{"namespace": "default", "name": "npu-app", "uid": res["evicted"][0]["uid"]}]
-    assert [s["step"] for s in data["plan"]["steps"]] == ["record", "cordon", "evict", "relabel", "wait", "uncordon"]
+    assert [s["step"] for s in data["plan"]["steps"]] == ["lock", "record", "cordon", "evict", "relabel", "wait",
+                                                         "uncordon"]
     assert data["plan"]["drain"]["evict"][0]["name"] == "npu-app"
     assert "evicted default/npu-app" in r.stderr and "cordon" in r.stderr and "uncordon" in r.stderr
     node = cluster.get("Node", "n1")
@@ -77,7 +78,9 @@ def test_timeout_exits_5_and_says_how_to_resume(apiserver):
     apiserver.add(o.cluster_policy(), o.npu_node("n1"))  # a policy but no operator running: nothing converges
     r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "0.3", server=apiserver.url)
     assert r.exit_code == 5
-    assert "in progress" in r.stderr and "rblnctl node set-mode n1 vm" in r.stderr
+    assert "in progress" in r.stderr and "resume:  rblnctl node set-mode vm n1" in r.stderr
+    assert "go back: rblnctl node set-mode container n1 --force" in r.stderr
+    assert r.stderr.count("\nerror: ") + r.stderr.startswith("error: ") == 1
     assert apiserver.get("Node", "n1")["spec"]["unschedulable"] is True
 
 
@@ -130,7 +133,7 @@ def test_set_mode_dry_run_that_would_be_refused_exits_1(cluster):
     cluster.add(o.vmi("vms", "vm1", "n1", host_devices=[PF]))
     r = cli("node", "set-mode", "n1", "vm", "--dry-run", "-o", "json", server=cluster.url)
     assert r.exit_code == 1
-    assert any("vms/vm1" in b for b in json.loads(r.stdout)["plan"]["blockers"])
+    assert any("vms/vm1" in b["message"] for b in json.loads(r.stdout)["plan"]["blockers"])
     assert "refusing to switch node n1" in r.stderr and cluster.writes() == []
 
 
@@ -147,7 +150,7 @@ def test_drain_cordons_evicts_and_leaves_cordoned(cluster):
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["result"]["cordoned"] is True and [p["name"] for p in data["result"]["evicted"]] == ["npu-app"]
-    assert "kubectl uncordon n1" in r.stderr and "cordoned node n1" in r.stderr
+    assert "kubectl uncordon n1" in r.stderr and "cordon: cordoning node n1" in r.stderr
     assert cluster.get("Node", "n1")["spec"]["unschedulable"] is True
     assert cluster.get("Pod", "cpu-app", "default") is not None
 
@@ -156,6 +159,7 @@ def test_drain_all_pods_and_blockers(cluster):
     cluster.add(o.pod("default", "bare", node="n1"))
     r = cli("node", "drain", "n1", "--all-pods", "--yes", server=cluster.url)
     assert r.exit_code == 1 and "default/bare is not managed by a controller" in r.stderr
+    assert "(pass --force to go ahead anyway)" in r.stderr
     assert cluster.writes() == []
     r = cli("node", "drain", "n1", "--all-pods", "--force", "--yes", server=cluster.url)
     assert r.exit_code == 0, r.stderr
@@ -181,15 +185,15 @@ def test_kubectl_sees_the_switched_labels(cluster, kubeconfig):
 
 
 def test_ctrl_c_during_set_mode_says_how_to_resume(cluster, mocker):
-    mocker.patch("rblnctl.node.mode.ModeSwitcher.run", side_effect=KeyboardInterrupt)
+    mocker.patch("rblnctl.node.mode.ModeSwitcher.apply", side_effect=KeyboardInterrupt)
     r = cli("node", "set-mode", "n1", "vm", "--yes", "-o", "json", server=cluster.url)
     assert r.exit_code == 130 and r.stdout == ""
     assert "interrupted" in r.stderr
-    assert "rblnctl node set-mode n1 vm" in r.stderr and "rblnctl node set-mode n1 container --force" in r.stderr
+    assert "rblnctl node set-mode vm n1" in r.stderr and "rblnctl node set-mode container n1 --force" in r.stderr
 
 
 def test_ctrl_c_during_drain_says_the_node_stays_cordoned(cluster, mocker):
-    mocker.patch("rblnctl.node.drain.Drainer.run", side_effect=KeyboardInterrupt)
+    mocker.patch("rblnctl.node.drain.Drainer.apply", side_effect=KeyboardInterrupt)
     r = cli("node", "drain", "n1", "--yes", server=cluster.url)
     assert r.exit_code == 130 and "kubectl uncordon n1" in r.stderr
 

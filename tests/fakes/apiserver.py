@@ -174,6 +174,7 @@ RESOURCES: tuple[Resource, ...] = (
        field_selectors=("spec.nodeName", "spec.driver")),
     _R("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, (), ("status",)),
     _R("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True, (), ()),
+    _R("coordination.k8s.io", "v1", "leases", "Lease", True, (), ()),
 )
 del _R
 

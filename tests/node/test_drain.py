@@ -1,4 +1,4 @@
-"""Drainer against the fake API server: classification, evictions, PDB backoff, waits, parallelism."""
+"""Drainer against the fake API server: kubectl's classification, NPU scope, PDB backoff, cordon-then-list, locks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import pytest
 
 from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
-from rblnctl.node.drain import Drainer, PodRef
+from rblnctl.node.drain import Drainer
+from rblnctl.node.events import NodeEvents
+from rblnctl.node.options import DrainOptions
+from rblnctl.node.pods import PodRef
 from tests.fakes import objects as o
+from tests.fakes.clock import FakeClock
 
 NPU = {"rebellions.ai/npu": "1"}
 PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -21,19 +25,16 @@ def kube(apiserver):
     return connect(KubeOptions(server=apiserver.url))
 
 
-class FakeClock:
-    """A clock that only moves when the code under test sleeps."""
+def drainer_for(kube, *, clock=None, events=None, **options):
+    """A Drainer with DrainOptions(**options), a fast poll, and (by default) a FakeClock."""
+    options.setdefault("poll_s", 0.01)
+    return Drainer(kube=kube, options=DrainOptions(**options), clock=clock or FakeClock(start=0.0),
+                   events=events or NodeEvents())
 
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
 
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.now += s
+def node_writes(apiserver):
+    """Writes to anything but the node's lock (a Lease the drain takes and gives back)."""
+    return [w for w in apiserver.writes() if "/leases" not in w.path]
 
 
 def rs_pod(name, *, node="n1", ns="default", **kw):
@@ -83,7 +84,7 @@ def actions(plan):
 def test_plan_classifies_like_kubectl_and_the_driver_manager(apiserver, kube):
     seed_mixed(apiserver)
     apiserver.clear_requests()
-    plan = Drainer(kube=kube).plan("n1")
+    plan = drainer_for(kube).plan("n1")
     a = actions(plan)
     assert plan.blockers == [] and plan.scope == "npu"
     assert sorted(k for k, v in a.items() if v == "evict") == [
@@ -101,7 +102,7 @@ def test_plan_classifies_like_kubectl_and_the_driver_manager(apiserver, kube):
 
 def test_all_pods_scope_evicts_every_non_daemonset_pod(apiserver, kube):
     seed_mixed(apiserver)
-    plan = Drainer(kube=kube, all_pods=True).plan("n1")
+    plan = drainer_for(kube, all_pods=True).plan("n1")
     evict = sorted(f"{e.namespace}/{e.name}" for e in plan.evict)
     assert evict == ["default/cpu-app", "default/dra-gpu", "default/dra-npu", "default/init-npu", "default/npu-app",
                      "default/vf-app"]
@@ -114,19 +115,20 @@ def test_blockers_are_collected_and_nothing_is_evicted(apiserver, kube):
                   o.pod("default", "bare", node="n1", requests=NPU),
                   o.virt_launcher("vms", "vm1", "n1", resources={"rebellions.ai/RBLN-CA22_PF": "1"}),
                   rs_pod("npu-app", requests=NPU))
-    drainer = Drainer(kube=kube)
+    drainer = drainer_for(kube)
     plan = drainer.plan("n1")
     assert len(plan.blockers) == 3 and [e.name for e in plan.evict] == ["npu-app"]
-    text = "\n".join(plan.blockers)
-    assert "default/scratch has emptyDir" in text and "--delete-emptydir-data" in text
-    assert "default/bare is not managed by a controller" in text and "--force" in text
+    text = "\n".join(str(b) for b in plan.blockers)
+    assert "default/scratch has emptyDir" in text and "default/bare is not managed by a controller" in text
     assert "KubeVirt VM vms/vm1 holding NPUs" in text
+    # Each names, as data, the option that would let the drain go ahead.
+    assert sorted(b.override for b in plan.blockers) == ["delete_emptydir_data", "evict_vms", "force"]
     apiserver.clear_requests()
     with pytest.raises(Refused) as exc:
-        drainer.run(plan)
-    assert len(exc.value.blockers) == 3 and apiserver.writes() == []
+        drainer.apply(plan)
+    assert len(exc.value.blockers) == 3 and apiserver.writes() == []  # not even the lock was taken
 
-    plan = Drainer(kube=kube, delete_emptydir_data=True, force=True, evict_vms=True).plan("n1")
+    plan = drainer_for(kube, delete_emptydir_data=True, force=True, evict_vms=True).plan("n1")
     assert plan.blockers == []
     assert sorted(e.name for e in plan.evict) == ["bare", "npu-app", "scratch", "virt-launcher-vm1-abcde"]
     launcher = next(e for e in plan.evict if e.name.startswith("virt-launcher"))
@@ -136,11 +138,12 @@ def test_blockers_are_collected_and_nothing_is_evicted(apiserver, kube):
 def test_run_cordons_evicts_and_waits(apiserver, kube):
     seed_mixed(apiserver)
     seen: list[str] = []
-    drainer = Drainer(kube=kube, cordon=True, poll_s=0.02, on_evicted=lambda p: seen.append(f"evicted {p}"),
-                      on_deleted=lambda p: seen.append(f"gone {p}"), on_cordoned=lambda n: seen.append(f"cordon {n}"))
+    events = NodeEvents(on_evicted=lambda p: seen.append(f"evicted {p}"), on_gone=lambda p: seen.append(f"gone {p}"),
+                        on_step=lambda step, detail: seen.append(f"{step} {detail}"))
+    drainer = drainer_for(kube, events=events)
     plan = drainer.plan("n1")
     assert plan.cordon
-    res = drainer.run(plan)
+    res = drainer.apply(plan)
     assert res.cordoned and apiserver.get("Node", "n1")["spec"]["unschedulable"] is True
     assert sorted(p.name for p in res.evicted) == ["dra-npu", "init-npu", "npu-app", "vf-app"]
     for name in ("dra-npu", "init-npu", "npu-app", "vf-app"):
@@ -148,10 +151,17 @@ def test_run_cordons_evicts_and_waits(apiserver, kube):
     for name in ("cpu-app", "dra-gpu"):
         assert apiserver.get("Pod", name, "default") is not None
     assert apiserver.get("Pod", "agent-n1", "kube-system") is not None
-    assert seen[0] == "cordon n1" and "gone default/npu-app" in seen
-    cordon = [w for w in apiserver.writes() if w.method == "PATCH"]
+    assert seen[:2] == ["lock locking node n1 (rbln-system/rblnctl-node-n1)", "cordon cordoning node n1"]
+    assert "gone default/npu-app" in seen
+    # The lock was taken before anything else and given back at the end.
+    lease_writes = [(w.method, w.path) for w in apiserver.writes() if "/leases" in w.path]
+    assert lease_writes == [("POST", "/apis/coordination.k8s.io/v1/namespaces/rbln-system/leases"),
+                            ("DELETE", "/apis/coordination.k8s.io/v1/namespaces/rbln-system/leases/rblnctl-node-n1")]
+    assert apiserver.get("Lease", "rblnctl-node-n1", "rbln-system") is None
+    cordon = [w for w in node_writes(apiserver) if w.method == "PATCH"]
     assert len(cordon) == 1 and cordon[0].content_type == "application/strategic-merge-patch+json"
-    assert cordon[0].body == {"spec": {"unschedulable": True}}
+    # kubectl's cordon patch, guarded by the resourceVersion rblnctl read (a late duplicate cannot land).
+    assert cordon[0].body["spec"] == {"unschedulable": True} and cordon[0].body["metadata"]["resourceVersion"]
     ev = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
     assert ev and all(w.body["apiVersion"] == "policy/v1" and w.body["kind"] == "Eviction" for w in ev)
     assert {w.body["metadata"]["name"] for w in ev} == {"dra-npu", "init-npu", "npu-app", "vf-app"}
@@ -159,12 +169,12 @@ def test_run_cordons_evicts_and_waits(apiserver, kube):
 
 def test_already_cordoned_node_is_not_patched(apiserver, kube):
     apiserver.add(o.npu_node("n1", unschedulable=True))
-    drainer = Drainer(kube=kube, cordon=True)
+    drainer = drainer_for(kube)
     plan = drainer.plan("n1")
-    assert not plan.cordon and plan.unschedulable
+    assert not plan.cordon and plan.unschedulable and plan.noop
     apiserver.clear_requests()
-    assert drainer.run(plan).cordoned is False
-    assert apiserver.writes() == []
+    assert drainer.apply(plan).cordoned is False
+    assert node_writes(apiserver) == []
 
 
 def test_pdb_refusal_backs_off_and_reports_then_succeeds(apiserver, kube):
@@ -180,9 +190,9 @@ def test_pdb_refusal_backs_off_and_reports_then_succeeds(apiserver, kube):
     apiserver.eviction_hook = hook
     clock = FakeClock()
     blocked: list[tuple[str, int]] = []
-    drainer = Drainer(kube=kube, sleep=clock.sleep, clock=clock, poll_s=0.01,
-                      on_pdb_blocked=lambda p, msg, n: blocked.append((str(p), n, "disruption budget" in msg)))
-    res = drainer.run(drainer.plan("n1"))
+    drainer = drainer_for(kube, clock=clock, events=NodeEvents(
+        on_pdb_blocked=lambda p, msg, n: blocked.append((str(p), n, "disruption budget" in msg))))
+    res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"]
     assert blocked == [("default/npu-app", 1, True), ("default/npu-app", 2, True), ("default/npu-app", 3, True)]
     assert clock.sleeps[:3] == [1.0, 2.0, 4.0]
@@ -193,11 +203,12 @@ def test_backoff_is_capped_at_10_seconds(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
     apiserver.eviction_hook = lambda pod, body: (429, "budget")
     clock = FakeClock()
-    drainer = Drainer(kube=kube, sleep=clock.sleep, clock=clock, timeout_s=60)
+    drainer = drainer_for(kube, clock=clock, timeout_s=60)
     with pytest.raises(WaitTimeout) as exc:
-        drainer.run(drainer.plan("n1"))
+        drainer.apply(drainer.plan("n1"))
     assert clock.sleeps[:6] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
-    assert "disruption budgets still refuse evicting default/npu-app" in str(exc.value)
+    assert str(exc.value) == "pods did not leave within 60s"
+    assert exc.value.details == ["disruption budgets still refuse evicting default/npu-app"]
 
 
 def test_real_pdb_blocks_then_frees(apiserver, kube):
@@ -207,14 +218,16 @@ def test_real_pdb_blocks_then_frees(apiserver, kube):
                   o.pdb("default", "web", selector={"app": "web"}, min_available=1))
     freed: list[int] = []
 
-    def sleep(s: float) -> None:
-        if not freed:
-            apiserver.delete_now("PodDisruptionBudget", "web", "default")
-            freed.append(1)
+    class Freeing(FakeClock):
+        def sleep(self, seconds, stop=None):
+            if not freed:
+                apiserver.delete_now("PodDisruptionBudget", "web", "default")
+                freed.append(1)
+            return super().sleep(seconds, stop)
 
     reports: list[str] = []
-    drainer = Drainer(kube=kube, sleep=sleep, poll_s=0.01, on_pdb_blocked=lambda p, m, n: reports.append(m))
-    res = drainer.run(drainer.plan("n1"))
+    drainer = drainer_for(kube, clock=Freeing(), events=NodeEvents(on_pdb_blocked=lambda p, m, n: reports.append(m)))
+    res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"]
     assert len(reports) == 1 and "disruption budget web needs 1 healthy pods" in reports[0]
 
@@ -227,54 +240,58 @@ def test_404_during_eviction_counts_as_gone(apiserver, kube):
         return 404, 'pods "npu-app" not found'
 
     apiserver.eviction_hook = hook
-    drainer = Drainer(kube=kube, poll_s=0.01)
-    res = drainer.run(drainer.plan("n1"))
+    drainer = drainer_for(kube, poll_s=0.01)
+    res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"]
 
 
 def test_other_eviction_errors_propagate(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
     apiserver.forbid("create", "pods/eviction")
-    drainer = Drainer(kube=kube)
+    drainer = drainer_for(kube)
     with pytest.raises(Forbidden):
-        drainer.run(drainer.plan("n1"))
+        drainer.apply(drainer.plan("n1"))
 
 
 def test_waits_for_graceful_deletion(apiserver, kube):
     apiserver.deletion_delay_s = 0.3
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    pod_path = "/api/v1/namespaces/default/pods/npu-app"
     seen: list[str] = []
 
-    def on_deleted(p):  # run() must not report the pod gone while the server still has it
+    def on_gone(p):  # apply() must not report the pod gone while the server still has it
         seen.append(str(p))
         assert apiserver.get("Pod", "npu-app", "default") is None
 
-    drainer = Drainer(kube=kube, poll_s=0.05, on_deleted=on_deleted)
-    res = drainer.run(drainer.plan("n1"))
+    apiserver.clear_requests()
+    drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.05), events=NodeEvents(on_gone=on_gone))
+    res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"] and seen == ["default/npu-app"]
     assert apiserver.get("Pod", "npu-app", "default") is None
-    gets = [r.status for r in apiserver.requests if r.method == "GET" and r.path == pod_path]
-    # polled while the pod was terminating (200), stopped at the first 404
-    assert gets[0] == 200 and gets[-1] == 404 and gets.count(404) == 1 and len(gets) >= 2
+    # The wait asks for the node's pods, never for each pod: one LIST per round, several rounds while it terminated.
+    assert not [r for r in apiserver.requests if r.method == "GET" and r.path.startswith("/api/v1/namespaces/")]
+    lists = [r for r in apiserver.requests if r.path == "/api/v1/pods"]
+    assert len(lists) >= 3 and all(r.query["fieldSelector"] == ["spec.nodeName=n1"] for r in lists)
 
 
 def test_a_replacement_with_a_new_uid_counts_as_gone(apiserver, kube):
     apiserver.deletion_delay_s = 30
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    clock = FakeClock()
     replaced: list[str] = []
 
-    def sleep(s: float) -> None:  # the first poll finds the old pod terminating; then its controller replaces it
-        clock.sleep(s)
-        if not replaced:
-            apiserver.delete_now("Pod", "npu-app", "default")
-            apiserver.add(rs_pod("npu-app", requests=NPU))
-            replaced.append(apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"])
+    class Replacing(FakeClock):  # the first poll finds the old pod terminating; then its controller replaces it
+        def sleep(self, seconds, stop=None):
+            if not replaced:
+                apiserver.delete_now("Pod", "npu-app", "default")
+                replacement = rs_pod("npu-app", requests=NPU)
+                replacement["spec"].pop("nodeName")  # a replacement lands elsewhere: the node is cordoned
+                apiserver.add(replacement)
+                replaced.append(apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"])
+            return super().sleep(seconds, stop)
 
-    drainer = Drainer(kube=kube, poll_s=1, timeout_s=5, sleep=sleep, clock=clock)
+    clock = Replacing()
+    drainer = drainer_for(kube, poll_s=1, timeout_s=5, clock=clock)
     plan = drainer.plan("n1")
-    res = drainer.run(plan)  # without the UID check this would raise WaitTimeout: the name never 404s
+    res = drainer.apply(plan)  # without the UID check this would raise WaitTimeout: the name never goes away
     assert [p.name for p in res.evicted] == ["npu-app"] and len(clock.sleeps) == 1
     assert replaced and replaced[0] != plan.evict[0].uid
     assert apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"] == replaced[0]
@@ -284,10 +301,10 @@ def test_timeout_names_the_pods_still_there(apiserver, kube):
     apiserver.deletion_delay_s = 30
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU),
                   rs_pod("cpu-app"))
-    drainer = Drainer(kube=kube, poll_s=0.05, timeout_s=0.3)
+    drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.05, timeout_s=0.3))
     with pytest.raises(WaitTimeout) as exc:
-        drainer.run(drainer.plan("n1"))
-    assert "still terminating: default/npu-app" in str(exc.value) and "cpu-app" not in str(exc.value)
+        drainer.apply(drainer.plan("n1"))
+    assert exc.value.details == ["still terminating: default/npu-app"]
 
 
 def test_parallel_evictions_are_bounded(apiserver, kube):
@@ -317,8 +334,8 @@ def test_parallel_evictions_are_bounded(apiserver, kube):
             state["now"] -= 1
 
     apiserver.eviction_hook = hook
-    drainer = Drainer(kube=kube, max_parallel=3, poll_s=0.01)
-    res = drainer.run(drainer.plan("n1"))
+    drainer = drainer_for(kube, max_parallel=3, poll_s=0.01)
+    res = drainer.apply(drainer.plan("n1"))
     assert len(res.evicted) == 10
     assert full.is_set() and not over.is_set() and state["max"] == 3  # parallel, never more than max_parallel
 
@@ -327,9 +344,9 @@ def test_disable_eviction_deletes_with_grace_period(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
                   rs_pod("npu-app", requests=NPU, labels={"app": "web"}),
                   o.pdb("default", "web", selector={"app": "web"}, min_available=1))
-    drainer = Drainer(kube=kube, disable_eviction=True, grace_period_s=0, poll_s=0.01)
-    drainer.run(drainer.plan("n1"))
-    writes = apiserver.writes()
+    drainer = drainer_for(kube, disable_eviction=True, grace_period_s=0, poll_s=0.01)
+    drainer.apply(drainer.plan("n1"))
+    writes = [w for w in node_writes(apiserver) if "/pods/" in w.path]
     assert [(w.method, w.path) for w in writes] == [("DELETE", "/api/v1/namespaces/default/pods/npu-app")]
     assert writes[0].body == {"gracePeriodSeconds": 0}
     assert apiserver.get("Pod", "npu-app", "default") is None
@@ -337,9 +354,9 @@ def test_disable_eviction_deletes_with_grace_period(apiserver, kube):
 
 def test_eviction_carries_grace_period(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    drainer = Drainer(kube=kube, grace_period_s=5, poll_s=0.01)
-    drainer.run(drainer.plan("n1"))
-    (ev,) = apiserver.writes()
+    drainer = drainer_for(kube, grace_period_s=5, poll_s=0.01)
+    drainer.apply(drainer.plan("n1"))
+    (ev,) = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
     assert ev.body == {"apiVersion": "policy/v1", "kind": "Eviction",
                        "metadata": {"name": "npu-app", "namespace": "default"},
                        "deleteOptions": {"gracePeriodSeconds": 5}}
@@ -347,34 +364,39 @@ def test_eviction_carries_grace_period(apiserver, kube):
 
 def test_server_dry_run_sends_dry_run_all_and_changes_nothing(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    drainer = Drainer(kube=kube, server_dry_run=True, cordon=True)
-    res = drainer.run(drainer.plan("n1"))
+    drainer = drainer_for(kube, server_dry_run=True)
+    res = drainer.apply(drainer.plan("n1"))
     assert res.server_dry_run and [p.name for p in res.evicted] == ["npu-app"]
-    writes = apiserver.writes()
-    assert len(writes) == 2 and all(w.query.get("dryRun") == ["All"] for w in writes)
+    writes = apiserver.writes()  # the lock, the cordon, the eviction: each only validated
+    assert len(writes) == 3 and all(w.query.get("dryRun") == ["All"] for w in writes)
+    assert apiserver.list("Lease", "rbln-system") == []
     assert apiserver.get("Pod", "npu-app", "default") is not None
     assert not apiserver.get("Node", "n1")["spec"].get("unschedulable")
 
 
 def test_unknown_node_and_bad_options(apiserver, kube):
     with pytest.raises(NotFound, match='"nope" not found'):
-        Drainer(kube=kube).plan("nope")
+        drainer_for(kube).plan("nope")
     with pytest.raises(InvalidInput, match="max_parallel must be at least 1"):
-        Drainer(kube=kube, max_parallel=0)
+        DrainOptions(max_parallel=0)
     with pytest.raises(InvalidInput, match="grace period must be 0 or more"):
-        Drainer(kube=kube, grace_period_s=-1)
-    with pytest.raises(InvalidInput, match="timeout must be more than 0"):
-        Drainer(kube=kube, timeout_s=0)
+        DrainOptions(grace_period_s=-1)
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(InvalidInput, match="timeout must be a finite number of seconds above 0"):
+            DrainOptions(timeout_s=bad)
+    for bad in ("./nope", "x/../nope", "nope?", "..", "Nope"):
+        with pytest.raises(InvalidInput, match="invalid node name"):
+            drainer_for(kube).plan(bad)
     assert apiserver.writes() == []
 
 
 def test_server_dry_run_blocked_by_a_budget_times_out_naming_the_pod(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
     apiserver.eviction_hook = lambda pod, body: (429, PDB_REFUSAL)
-    clock = FakeClock()
-    drainer = Drainer(kube=kube, server_dry_run=True, sleep=clock.sleep, clock=clock, timeout_s=30)
-    with pytest.raises(WaitTimeout, match="disruption budgets still refuse evicting default/npu-app"):
-        drainer.run(drainer.plan("n1"))
+    drainer = drainer_for(kube, server_dry_run=True, timeout_s=30)
+    with pytest.raises(WaitTimeout) as exc:
+        drainer.apply(drainer.plan("n1"))
+    assert exc.value.details == ["disruption budgets still refuse evicting default/npu-app"]
     ev = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
     assert ev and all(w.dry_run for w in ev)
     assert apiserver.get("Pod", "npu-app", "default") is not None
@@ -429,10 +451,10 @@ def test_ctrl_c_during_pdb_backoff_stops_the_workers_at_once(apiserver, kube):
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        drainer = Drainer(kube=kube, timeout_s=20, on_pdb_blocked=ctrl_c)
+        drainer = Drainer(kube=kube, options=DrainOptions(timeout_s=20), events=NodeEvents(on_pdb_blocked=ctrl_c))
         plan = drainer.plan("n1")
         with pytest.raises(KeyboardInterrupt):
-            drainer.run(plan)
+            drainer.apply(plan)
     finally:
         signal.signal(signal.SIGINT, previous)
     at_interrupt = evictions()
@@ -453,10 +475,11 @@ def test_a_budget_that_never_frees_is_tried_last_at_the_timeout(apiserver, kube)
     """The final wait is cut to the deadline: the last try happens at --timeout, not a backoff early."""
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
     apiserver.eviction_hook = lambda pod, body: (429, PDB_REFUSAL)
-    clock = FakeClock()
+    clock = FakeClock(start=0.0)
     tries: list[float] = []
-    apiserver.on_request(lambda r: tries.append(clock.now) if r.path.endswith("/eviction") else None)
-    drainer = Drainer(kube=kube, sleep=clock.sleep, clock=clock, timeout_s=5)
-    with pytest.raises(WaitTimeout, match="default/npu-app"):
-        drainer.run(drainer.plan("n1"))
+    apiserver.on_request(lambda r: tries.append(clock.monotonic()) if r.path.endswith("/eviction") else None)
+    drainer = drainer_for(kube, clock=clock, timeout_s=5)
+    with pytest.raises(WaitTimeout) as exc:
+        drainer.apply(drainer.plan("n1"))
+    assert "default/npu-app" in exc.value.details[0]
     assert tries == [0.0, 1.0, 3.0, 5.0]  # backoff 1 s, 2 s, then 4 s cut to the 2 s left

@@ -8,7 +8,10 @@ import pytest
 
 from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
+from rblnctl.node.events import NodeEvents
 from rblnctl.node.mode import ModeSwitcher
+from rblnctl.node.options import DrainOptions, ModeOptions
+from rblnctl.node.record import Recovery
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 
@@ -40,10 +43,19 @@ def operator(apiserver):
     op.stop()
 
 
-def switcher(kube, **kw):
-    kw.setdefault("timeout_s", 5)
-    kw.setdefault("poll_s", 0.05)
-    return ModeSwitcher(kube=kube, **kw)
+def switcher(kube, *, force=False, uncordon=True, on_step=None, **drain):
+    """A ModeSwitcher with a short timeout and poll; `drain` are DrainOptions fields (--force sets both, as the CLI)."""
+    drain.setdefault("timeout_s", 5)
+    drain.setdefault("poll_s", 0.05)
+    options = ModeOptions(drain=DrainOptions(force=force, evict_vms=force, take_over=force, **drain), force=force,
+                          uncordon=uncordon)
+    events = NodeEvents(on_step=on_step) if on_step else NodeEvents()
+    return ModeSwitcher(kube=kube, options=options, events=events)
+
+
+def node_writes(apiserver):
+    """Writes other than the node's lock (a Lease taken first and given back last)."""
+    return [w for w in apiserver.writes() if "/leases" not in w.path]
 
 
 def seed(apiserver, mode=o.MODE_CONTAINER, **node_kw):
@@ -85,9 +97,9 @@ def test_container_to_vm_full_run(apiserver, kube, operator):
     sw = switcher(kube, on_step=lambda s, d: steps.append(s))
     plan = sw.plan("n1", "vm")
     assert (plan.current_mode, plan.target, plan.noop, plan.blockers) == ("container", "vm-passthrough", False, [])
-    assert [s.step for s in plan.steps] == ["record", "cordon", "evict", "relabel", "wait", "uncordon"]
+    assert [s.step for s in plan.steps] == ["lock", "record", "cordon", "evict", "relabel", "wait", "uncordon"]
     assert [e.name for e in plan.drain.evict] == ["npu-app"]
-    res = sw.run(plan)
+    res = sw.apply(plan)
     assert res.changed and res.cordoned and res.uncordoned and [p.name for p in res.evicted] == ["npu-app"]
     node = apiserver.get("Node", "n1")
     assert node["metadata"]["labels"][MODE] == "vm-passthrough"
@@ -100,18 +112,22 @@ def test_container_to_vm_full_run(apiserver, kube, operator):
     assert ANN not in (node["metadata"].get("annotations") or {})
     assert apiserver.get("Pod", "npu-app", "default") is None
     assert apiserver.get("Pod", "cpu-app", "default") is not None
-    assert steps == ["record", "cordon", "evict", "relabel", "wait", "uncordon", "finish"]
-    # The writes, in order, with their content types.
+    assert steps == ["lock", "record", "cordon", "evict", "relabel", "wait", "uncordon", "finish"]
+    # The writes, in order, with their content types: the lock first and last, everything else under it.
     writes = [(w.method, w.path.rsplit("/", 1)[-1], w.content_type) for w in apiserver.writes()
               if not w.path.startswith("/api/v1/namespaces/rbln-system")]
     assert writes == [
+        ("POST", "leases", "application/json"),
         ("PATCH", "n1", "application/merge-patch+json"),
         ("PATCH", "n1", "application/strategic-merge-patch+json"),
         ("POST", "eviction", "application/json"),
         ("PATCH", "n1", "application/merge-patch+json"),
         ("PATCH", "n1", "application/strategic-merge-patch+json"),
+        ("DELETE", "rblnctl-node-n1", "application/json"),
     ]
-    relabel = [w for w in apiserver.writes() if w.method == "PATCH"][2].body
+    lease = apiserver.writes()[0].body
+    assert lease["spec"]["holderIdentity"].startswith("rblnctl@") and lease["spec"]["leaseDurationSeconds"] == 60
+    relabel = [w for w in node_writes(apiserver) if w.method == "PATCH"][2].body
     assert relabel["metadata"]["labels"] == {MODE: "vm-passthrough"} and relabel["metadata"]["resourceVersion"]
 
 
@@ -120,7 +136,7 @@ def test_vm_to_container(apiserver, kube, operator):
     operator.start()
     assert operator.wait_idle()
     assert npu_alloc(apiserver) == {PF: "2"}
-    res = switcher(kube).run(switcher(kube).plan("n1", "container"))
+    res = switcher(kube).apply(switcher(kube).plan("n1", "container"))
     assert res.previous_mode == "vm-passthrough" and res.mode == "container"
     assert deploy_labels(apiserver) == CONTAINER_DEPLOY
     assert set(component_pods(apiserver)) == CONTAINER_PODS
@@ -133,7 +149,7 @@ def test_dra_policy_vm_mode_needs_no_extended_resource(apiserver, kube, operator
     apiserver.add(o.cluster_policy(dra=True, sandbox=False, device_plugin=False), o.npu_node("n1"))
     operator.start()
     assert operator.wait_idle()
-    switcher(kube).run(switcher(kube).plan("n1", "vm"))
+    switcher(kube).apply(switcher(kube).plan("n1", "vm"))
     assert deploy_labels(apiserver) == VM_DEPLOY
     assert set(component_pods(apiserver)) == {"vfio-manager", "dra-kubelet-plugin"}
     assert npu_alloc(apiserver) == {}
@@ -150,8 +166,8 @@ def test_already_in_target_is_a_noop_with_zero_writes(apiserver, kube, operator)
     sw = switcher(kube)
     plan = sw.plan("n1", "vm-passthrough")
     assert plan.noop and plan.steps == []
-    res = sw.run(plan)
-    assert not res.changed and apiserver.writes() == []
+    res = sw.apply(plan)
+    assert not res.changed and apiserver.writes() == []  # a no-op takes no lock either
 
 
 def test_node_cordoned_beforehand_stays_cordoned(apiserver, kube, operator):
@@ -160,19 +176,19 @@ def test_node_cordoned_beforehand_stays_cordoned(apiserver, kube, operator):
     assert operator.wait_idle()
     sw = switcher(kube)
     plan = sw.plan("n1", "vm")
-    assert "already cordoned" in plan.steps[1].detail and "cordoned before rblnctl" in plan.steps[-1].detail
-    res = sw.run(plan)
+    assert "already cordoned" in plan.steps[2].detail and "cordoned before rblnctl" in plan.steps[-1].detail
+    res = sw.apply(plan)
     assert not res.cordoned and not res.uncordoned
     node = apiserver.get("Node", "n1")
     assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "vm-passthrough"
     assert ANN not in (node["metadata"].get("annotations") or {})
-    assert not any(w.body.get("spec") for w in apiserver.writes() if w.path == "/api/v1/nodes/n1")
+    assert not any(w.body.get("spec") for w in node_writes(apiserver) if w.path == "/api/v1/nodes/n1")
 
 
 def test_no_uncordon_leaves_node_cordoned(apiserver, kube, operator):
     seed(apiserver)
     operator.start()
-    res = switcher(kube, uncordon=False).run(switcher(kube, uncordon=False).plan("n1", "vm"))
+    res = switcher(kube, uncordon=False).apply(switcher(kube, uncordon=False).plan("n1", "vm"))
     assert res.cordoned and not res.uncordoned
     node = apiserver.get("Node", "n1")
     assert node["spec"]["unschedulable"] is True and ANN not in (node["metadata"].get("annotations") or {})
@@ -189,18 +205,19 @@ def test_vm_guard_refuses_then_force_evicts_the_launcher(apiserver, kube, operat
     sw = switcher(kube)
     plan = sw.plan("n1", "container")
     assert plan.vms == [f"vms/vm1 ({PF})"]
-    assert any("vms/vm1" in b and "stop or migrate these VMs first" in b for b in plan.blockers)
+    assert any("vms/vm1" in str(b) and "stop or migrate these VMs first" in str(b) for b in plan.blockers)
+    assert {b.override for b in plan.blockers} == {"force"}
     with pytest.raises(Refused) as exc:
-        sw.run(plan)
-    assert any("vms/vm1" in b for b in exc.value.blockers)
+        sw.apply(plan)
+    assert any("vms/vm1" in str(b) for b in exc.value.blockers)
     assert apiserver.writes() == []
     vmi_list = [r for r in apiserver.requests if r.path.endswith("/virtualmachineinstances")]
     assert vmi_list[0].query["labelSelector"] == ["kubevirt.io/nodeName=n1"]
 
     forced = switcher(kube, force=True)
     plan = forced.plan("n1", "container")
-    assert plan.blockers == [] and any("--force" in w for w in plan.warnings)
-    res = forced.run(plan)
+    assert plan.blockers == [] and any("forced" in w for w in plan.warnings)
+    res = forced.apply(plan)
     assert "virt-launcher-vm1-abcde" in [p.name for p in res.evicted]
     assert apiserver.get("VirtualMachineInstance", "vm1", "vms") is not None  # never deleted by us
 
@@ -241,7 +258,7 @@ def test_failure_before_relabel_rolls_back(apiserver, kube, operator):
     steps: list[tuple[str, str]] = []
     sw = switcher(kube, on_step=lambda s, d: steps.append((s, d)))
     with pytest.raises(Forbidden):
-        sw.run(sw.plan("n1", "vm"))
+        sw.apply(sw.plan("n1", "vm"))
     node = apiserver.get("Node", "n1")
     assert not node["spec"].get("unschedulable")
     assert ANN not in (node["metadata"].get("annotations") or {})
@@ -256,9 +273,11 @@ def test_failure_after_relabel_leaves_cordoned_then_rerun_resumes(apiserver, kub
     op.stop()  # the operator goes away: the label changes but nothing converges
     sw = switcher(kube, timeout_s=0.4)
     with pytest.raises(WaitTimeout) as exc:
-        sw.run(sw.plan("n1", "vm"))
-    msg = str(exc.value)
-    assert "in progress" in msg and "rblnctl node set-mode n1 vm" in msg and "still missing" in msg
+        sw.apply(sw.plan("n1", "vm"))
+    assert str(exc.value) == "the operator did not switch node n1 to vm-passthrough within 0.4s"
+    details = "\n".join(exc.value.details)
+    assert "in progress" in details and "still missing: " in details
+    assert exc.value.recovery == Recovery(node="n1", target="vm-passthrough", back="container")
     node = apiserver.get("Node", "n1")
     assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "vm-passthrough"
     progress = json.loads(node["metadata"]["annotations"][ANN])
@@ -274,12 +293,12 @@ def test_failure_after_relabel_leaves_cordoned_then_rerun_resumes(apiserver, kub
         plan = sw.plan("n1", "vm")
         assert plan.resume and plan.cordoned_by_rblnctl and plan.started == progress["started"]
         apiserver.clear_requests()
-        res = sw.run(plan)
+        res = sw.apply(plan)
         assert res.resumed and res.uncordoned
         node = apiserver.get("Node", "n1")
         assert not node["spec"].get("unschedulable") and ANN not in (node["metadata"].get("annotations") or {})
         # the label was already ours: no second relabel
-        assert not any("labels" in (w.body or {}).get("metadata", {}) for w in apiserver.writes())
+        assert not any("labels" in (w.body or {}).get("metadata", {}) for w in node_writes(apiserver))
 
 
 def test_resume_after_interruption_before_relabel(apiserver, kube, operator):
@@ -291,7 +310,7 @@ def test_resume_after_interruption_before_relabel(apiserver, kube, operator):
     sw = switcher(kube)
     plan = sw.plan("n1", "vm")
     assert plan.resume and plan.unschedulable and plan.cordoned_by_rblnctl
-    res = sw.run(plan)
+    res = sw.apply(plan)
     assert res.uncordoned and [p.name for p in res.evicted] == ["npu-app"]
     node = apiserver.get("Node", "n1")
     assert not node["spec"].get("unschedulable") and node["metadata"]["labels"][MODE] == "vm-passthrough"
@@ -304,9 +323,10 @@ def test_conflicting_target_with_force_takes_over(apiserver, kube, operator):
     operator.start()
     with pytest.raises(Refused) as exc:
         switcher(kube).plan("n1", "vm")
-    assert "rblnctl node set-mode n1 container" in str(exc.value) and "--force" in str(exc.value)
+    assert "switch of node n1 to container" in str(exc.value) and "unfinished" in str(exc.value)
+    assert exc.value.recovery == Recovery(node="n1", target="container", back="vm-passthrough")
     sw = switcher(kube, force=True)
-    res = sw.run(sw.plan("n1", "vm"))
+    res = sw.apply(sw.plan("n1", "vm"))
     assert res.uncordoned  # the abandoned switch had cordoned it; we keep that knowledge
 
 
@@ -324,10 +344,10 @@ def test_relabel_retries_on_conflict(apiserver, kube, operator):
     apiserver.on_request(race)
     retries: list[str] = []
     sw = switcher(kube, on_step=lambda s, d: retries.append(d) if "changed under us" in d else None)
-    sw.run(sw.plan("n1", "vm"))
+    sw.apply(sw.plan("n1", "vm"))
     labels = apiserver.get("Node", "n1")["metadata"]["labels"]
     assert labels[MODE] == "vm-passthrough" and labels["team"] == "a" and len(retries) == 1
-    relabels = [w for w in apiserver.writes() if "labels" in (w.body or {}).get("metadata", {})]
+    relabels = [w for w in node_writes(apiserver) if "labels" in (w.body or {}).get("metadata", {})]
     assert [w.status for w in relabels] == [409, 200]
 
 
@@ -338,7 +358,7 @@ def test_server_dry_run_persists_nothing(apiserver, kube, operator):
     before = apiserver.get("Node", "n1")
     apiserver.clear_requests()
     sw = switcher(kube, server_dry_run=True)
-    res = sw.run(sw.plan("n1", "vm"))
+    res = sw.apply(sw.plan("n1", "vm"))
     assert res.server_dry_run and not res.changed
     writes = apiserver.writes()
     assert writes and all(w.dry_run for w in writes)
@@ -355,13 +375,21 @@ def test_plan_makes_zero_writes(apiserver, kube, operator):
     plan = switcher(kube).plan("n1", "vm")
     assert not plan.noop and apiserver.writes() == []
     assert any("vfio-manager" in p for p in plan.pending)
+    assert [r.path for r in apiserver.requests if "/leases" in r.path] == [
+        "/apis/coordination.k8s.io/v1/namespaces/rbln-system/leases/rblnctl-node-n1"]  # the lock is read, not taken
 
 
-def test_bad_options():
-    with pytest.raises(InvalidInput, match="timeout must be more than 0 seconds"):
-        ModeSwitcher(kube=None, timeout_s=0)  # type: ignore[arg-type]
+def test_bad_options_and_names(apiserver, kube):
+    with pytest.raises(InvalidInput, match="timeout must be a finite number of seconds above 0"):
+        DrainOptions(timeout_s=0)
     with pytest.raises(InvalidInput, match="grace period must be 0 or more seconds"):
-        ModeSwitcher(kube=None, grace_period_s=-1)  # type: ignore[arg-type]
+        DrainOptions(grace_period_s=-1)
+    seed(apiserver)
+    apiserver.clear_requests()
+    for bad in ("./n1", "x/../n1", "n1?", "..", "N1", ""):
+        with pytest.raises(InvalidInput, match="invalid node name"):
+            switcher(kube).plan(bad, "vm")
+    assert apiserver.requests == []  # refused before any request: no path is built from a bad name
 
 
 def test_resumed_run_failing_after_its_relabel_keeps_the_switch_in_progress(apiserver, kube):
@@ -377,9 +405,10 @@ def test_resumed_run_failing_after_its_relabel_keeps_the_switch_in_progress(apis
     plan = sw.plan("n1", "vm")
     assert plan.resume and [e.name for e in plan.drain.evict]
     with pytest.raises(Forbidden) as exc:
-        sw.run(plan)
-    msg = str(exc.value)
-    assert "in progress" in msg and "stays cordoned" in msg and "rblnctl node set-mode n1 vm" in msg
+        sw.apply(plan)
+    details = " ".join(exc.value.details)
+    assert "in progress" in details and "stays cordoned" in details
+    assert exc.value.recovery == Recovery(node="n1", target="vm-passthrough", back="container")
     assert "rollback" not in steps
     node = apiserver.get("Node", "n1")
     assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "vm-passthrough"
@@ -412,13 +441,13 @@ def test_label_changed_by_someone_else_while_waiting_stops_at_once(apiserver, ku
     plan = sw.plan("n1", "vm")
     apiserver.clear_requests()
     with pytest.raises(Refused) as exc:  # not a WaitTimeout after 10 s of polling
-        sw.run(plan)
+        sw.apply(plan)
     relabel = next(i for i, r in enumerate(apiserver.requests)
                    if r.method == "PATCH" and MODE in ((r.body or {}).get("metadata") or {}).get("labels", {}))
     polls = [r for r in apiserver.requests[relabel:] if r.method == "GET" and r.path == "/api/v1/nodes/n1"]
     assert len(polls) == 1  # stopped at the first poll that saw the foreign label
     msg = str(exc.value)
-    assert "changed" in msg and "'container'" in msg and "rblnctl node set-mode n1 vm" in msg
+    assert "changed" in msg and "'container'" in msg and exc.value.recovery.node == "n1"
     node = apiserver.get("Node", "n1")
     assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"][MODE] == "container"
     assert ANN in node["metadata"]["annotations"]
@@ -429,9 +458,9 @@ def test_node_deleted_while_waiting_says_so_instead_of_resume(apiserver, kube):
     _after_relabel(apiserver, lambda: apiserver.delete_now("Node", "n1"))
     sw = switcher(kube, timeout_s=10)
     with pytest.raises(NotFound) as exc:
-        sw.run(sw.plan("n1", "vm"))
+        sw.apply(sw.plan("n1", "vm"))
     msg = str(exc.value)
-    assert "n1 was deleted" in msg and "re-run" not in msg and "stays cordoned" not in msg
+    assert "n1 was deleted" in msg and exc.value.recovery is None and exc.value.details == []
 
 
 def test_node_deleted_before_the_relabel_needs_no_rollback(apiserver, kube):
@@ -445,7 +474,7 @@ def test_node_deleted_before_the_relabel_needs_no_rollback(apiserver, kube):
     steps: list[tuple[str, str]] = []
     sw = switcher(kube, on_step=lambda s, d: steps.append((s, d)))
     with pytest.raises(NotFound, match="n1 was deleted"):
-        sw.run(sw.plan("n1", "vm"))
+        sw.apply(sw.plan("n1", "vm"))
     assert not any("rollback failed" in d for _, d in steps)
 
 
@@ -459,12 +488,12 @@ def test_going_back_after_an_interruption_before_the_relabel_evicts_nothing(apis
     sw = switcher(kube, force=True)
     plan = sw.plan("n1", "container")
     assert plan.drain.evict == [] and plan.blockers == []
-    res = sw.run(plan)
+    res = sw.apply(plan)
     assert res.evicted == [] and res.uncordoned
     assert apiserver.get("Pod", "npu-app", "default") is not None
     node = apiserver.get("Node", "n1")
     assert not node["spec"].get("unschedulable") and ANN not in (node["metadata"].get("annotations") or {})
-    assert not [w for w in apiserver.writes() if w.path.endswith("/eviction")]
+    assert not [w for w in node_writes(apiserver) if w.path.endswith("/eviction")]
 
 
 def test_the_policy_the_operator_ignores_does_not_decide_the_default_mode(apiserver, kube):

@@ -15,6 +15,7 @@ from rblnctl.kube import KubeOptions, connect
 from rblnctl.preflight.cluster import ClusterPreflight, Fetch, choose_method, find_operator
 from rblnctl.preflight.model import Status, group_checks
 from tests.fakes import objects as o
+from tests.fakes.clock import FakeClock
 from tests.helpers import closed_port_url
 
 VM = "vm-passthrough"
@@ -594,7 +595,8 @@ def test_forbidden_node_features_list_is_a_finding(apiserver, kube):
 
 def test_server_error_on_one_list_is_a_finding(apiserver, kube):
     seed(apiserver)
-    apiserver.inject_fault(method="GET", path=r"/rblnclusterpolicies$", status=500, message="etcd timeout")
+    apiserver.inject_fault(method="GET", path=r"/rblnclusterpolicies$", status=500, message="etcd timeout", times=4)
+    kube.clock = FakeClock()  # the read is tried 4 times before it becomes a finding
     c = cluster(run(kube))
     assert c["operator.policy"].status == Status.WARN and "etcd timeout" in c["operator.policy"].evidence
 

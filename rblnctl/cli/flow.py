@@ -1,0 +1,85 @@
+"""The one flow every mutating command runs: warn -> dry run -> refuse -> confirm -> apply -> emit.
+
+Commands build a Mutation (their plan, how to apply it, how to show it) and hand it to run();
+nothing else in the CLI confirms, refuses or applies. Prompts are only for disruptive work
+(draining, switching modes, rebinding devices, restarting VMs); reversible edits and every dry run
+never prompt, as kubectl and helm do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rblnctl.cli.output import Output
+
+CLIENT = "client"
+SERVER = "server"
+
+
+def _none(*_: Any) -> Any:
+    return None
+
+
+@dataclass(kw_only=True)
+class Mutation:
+    """One mutating command's plan, and how to apply and show it."""
+
+    plan: Any  # has .blockers, .warnings, .noop (rblnctl.plan.MutationPlan)
+    apply: Callable[[Any], Any]
+    refusal: str  # the error's first line when the plan has blockers
+    question: str  # the confirmation question, for disruptive work
+    disruptive: bool
+    dry_run: str | None  # None, "client" or "server"
+    yes: bool
+    output: Output
+    plan_document: Callable[[Any], Any]  # what -o json|yaml prints for a client dry run
+    result_document: Callable[[Any], Any]  # ... and for a run
+    plan_table: Callable[[Any], Any]  # a renderable (the confirmation shows it too)
+    result_table: Callable[[Any], Any]
+    noop_message: str = "nothing to do"
+    done_message: Callable[[Any], str | None] = _none
+    on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
+    progress: Any = None  # an object with stop(), stopped before anything is printed after apply
+
+
+def run(m: Mutation) -> Any:
+    """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
+    from rblnctl.cli.console import confirm, info, warn
+    from rblnctl.cli.output import emit
+    from rblnctl.errors import Refused
+
+    for w in m.plan.warnings:
+        warn(w)
+    if m.dry_run == CLIENT:
+        emit(m.plan_document(m.plan), m.output, lambda: m.plan_table(m.plan))
+        if m.plan.blockers:
+            raise Refused(m.refusal, blockers=m.plan.blockers)
+        info(m.noop_message if m.plan.noop else "dry run: nothing was sent")
+        return None
+    if m.plan.blockers:
+        raise Refused(m.refusal, blockers=m.plan.blockers)
+    if m.disruptive and not m.plan.noop and m.dry_run != SERVER:
+        confirm(m.question, yes=m.yes, show=m.plan_table(m.plan))
+    try:
+        result = m.apply(m.plan)
+    except KeyboardInterrupt:
+        if m.progress is not None:
+            m.progress.stop()
+        if m.dry_run != SERVER:
+            m.on_interrupt()
+        raise
+    finally:
+        if m.progress is not None:
+            m.progress.stop()
+    if m.dry_run == SERVER:
+        info("server dry run: the API server accepted every write; nothing persisted")
+    elif m.plan.noop:
+        info(m.noop_message)
+    else:
+        done = m.done_message(result)
+        if done:
+            info(done)
+    emit(m.result_document(result), m.output, lambda: m.result_table(result))
+    return result

@@ -1,0 +1,184 @@
+"""Which pods a drain evicts: small filters in kubectl's PodFilter shape (kubernetes/kubectl pkg/drain/filters.go).
+
+Each filter looks at one pod and either has no opinion (None), leaves the pod alone (`skip`, first
+such filter wins), or blocks the drain (`blocker`; every blocking filter is heard, so all reasons
+are reported at once). A pod no filter stops is evicted. Drain and set-mode build their lists
+from the same functions; set-mode swaps drain's VM rule for its VM guard instead of re-implementing
+the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rblnctl import constants as C
+from rblnctl.node.options import DrainOptions
+from rblnctl.node.pods import Action, NpuUse, PodEntry, controller, is_finished, is_launcher, npu_resources
+from rblnctl.operator.cluster import OperatorView
+from rblnctl.operator.components import component_of_pod
+from rblnctl.plan import Blocker
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodFacts:
+    """What the filters read of one pod."""
+
+    pod: dict
+    namespace: str
+    name: str
+    uid: str
+    owner: dict | None
+    vmi: str | None  # for a virt-launcher pod: the VMI it runs
+    npu: str | None  # why it counts as an NPU consumer (None: it does not)
+    resources: tuple[str, ...] = ()  # the NPU resources it requests (empty for a DRA claim user)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """A filter's opinion: leave the pod alone (`skip`, with why), or block the drain (`blocker`)."""
+
+    skip: str | None = None
+    blocker: Blocker | None = None
+
+
+PodFilter = Callable[[PodFacts], Verdict | None]
+
+
+def facts_of(pod: dict, npu_use: NpuUse) -> PodFacts:
+    """Read what the filters need of a pod (DRA claims through `npu_use`, cached)."""
+    md = pod.get("metadata") or {}
+    owner = controller(pod)
+    vmi = ((owner or {}).get("name") or md["name"]) if is_launcher(pod) else None
+    return PodFacts(pod=pod, namespace=md.get("namespace", ""), name=md["name"], uid=md.get("uid", ""), owner=owner,
+                    vmi=vmi, npu=npu_use.reason(pod), resources=tuple(npu_resources(pod)))
+
+
+def finished() -> PodFilter:
+    """Succeeded and Failed pods hold nothing: leave them."""
+    def f(p: PodFacts) -> Verdict | None:
+        return Verdict(skip=f"finished ({(p.pod.get('status') or {}).get('phase')}): nothing to do") \
+            if is_finished(p.pod) else None
+    return f
+
+
+def mirror() -> PodFilter:
+    """Static pods belong to the kubelet (kubectl skips them too)."""
+    def f(p: PodFacts) -> Verdict | None:
+        annotations = (p.pod.get("metadata") or {}).get("annotations") or {}
+        return Verdict(skip="mirror pod: a static pod the kubelet owns") if C.MIRROR_POD_ANNOTATION in annotations \
+            else None
+    return f
+
+
+def operator_components(view: OperatorView) -> PodFilter:
+    """The operator's own component pods: it replaces them when the node's mode changes."""
+    def f(p: PodFacts) -> Verdict | None:
+        if p.namespace != view.namespace:
+            return None
+        comp = component_of_pod(p.pod, base_names=view.base_names)
+        return Verdict(skip=f"RBLN operator component {comp}: the operator replaces it") if comp else None
+    return f
+
+
+def daemonsets() -> PodFilter:
+    """DaemonSet pods would come straight back: never evicted (kubectl's --ignore-daemonsets)."""
+    def f(p: PodFacts) -> Verdict | None:
+        if p.owner is not None and p.owner.get("kind") == "DaemonSet":
+            return Verdict(skip=f"managed by DaemonSet {p.owner.get('name')}: never evicted")
+        return None
+    return f
+
+
+def npu_consumers_only(all_pods: bool) -> PodFilter:
+    """By default only NPU consumers go (NVIDIA's driver manager does the same for GPUs)."""
+    def f(p: PodFacts) -> Verdict | None:
+        return Verdict(skip="uses no NPU (evicting every pod is a separate choice)") \
+            if p.npu is None and not all_pods else None
+    return f
+
+
+def vm_launchers(evict_vms: bool) -> PodFilter:
+    """A virt-launcher pod holding NPUs runs a VM that cannot live-migrate: drain refuses unless told."""
+    def f(p: PodFacts) -> Verdict | None:
+        if p.vmi is None or p.npu is None or evict_vms:
+            return None
+        return Verdict(blocker=Blocker(f"{p.ref} runs KubeVirt VM {p.namespace}/{p.vmi} holding NPUs: stop or "
+                                       "migrate it first (evicting it stops the VM unless it can restart elsewhere)",
+                                       override="evict_vms"))
+    return f
+
+
+def vm_guard_handles_launchers(force: bool) -> PodFilter:
+    """set-mode's VM rule: its VM guard refuses per VM, so a launcher holding NPUs is left to it (or, forced, goes)."""
+    def f(p: PodFacts) -> Verdict | None:
+        if p.vmi is None or p.npu is None or force:
+            return None
+        return Verdict(skip=f"runs VM {p.namespace}/{p.vmi} holding NPUs (see the VM guard)")
+    return f
+
+
+def emptydir(delete_emptydir_data: bool) -> PodFilter:
+    """emptyDir data is lost with the pod (kubectl's --delete-emptydir-data)."""
+    def f(p: PodFacts) -> Verdict | None:
+        volumes = (p.pod.get("spec") or {}).get("volumes") or []
+        if delete_emptydir_data or not any("emptyDir" in v for v in volumes):
+            return None
+        return Verdict(blocker=Blocker(f"{p.ref} has emptyDir volumes whose data would be lost",
+                                       override="delete_emptydir_data"))
+    return f
+
+
+def unmanaged(force: bool) -> PodFilter:
+    """A pod without a controller is not recreated anywhere (kubectl's --force)."""
+    def f(p: PodFacts) -> Verdict | None:
+        if force or p.owner is not None:
+            return None
+        return Verdict(blocker=Blocker(f"{p.ref} is not managed by a controller and would not come back",
+                                       override="force"))
+    return f
+
+
+def new_mode_consumers(belongs_to_new_mode: Callable[[str], bool], *, claims_are_new: bool) -> PodFilter:
+    """After a switch: a pod whose NPUs are all the new mode's may stay (it is the new mode's workload).
+
+    A DRA claim user counts as the new mode's when `claims_are_new` (the DRA devices of the mode
+    being switched to; pods outside VMs use container devices).
+    """
+    def f(p: PodFacts) -> Verdict | None:
+        if p.npu is None:
+            return None
+        new = all(belongs_to_new_mode(r) for r in p.resources) if p.resources else claims_are_new
+        return Verdict(skip="uses the new mode's NPUs") if new else None
+    return f
+
+
+def drain_filters(options: DrainOptions, view: OperatorView) -> list[PodFilter]:
+    """`node drain`'s filters, in order."""
+    return [finished(), mirror(), operator_components(view), daemonsets(), npu_consumers_only(options.all_pods),
+            vm_launchers(options.evict_vms), emptydir(options.delete_emptydir_data), unmanaged(options.force)]
+
+
+def classify(p: PodFacts, filters: Sequence[PodFilter]) -> PodEntry:
+    """Run the filters over one pod: the first skip wins; otherwise every blocker counts; otherwise evict."""
+    blockers: list[Blocker] = []
+    for f in filters:
+        v = f(p)
+        if v is None:
+            continue
+        if v.skip is not None and not blockers:
+            return PodEntry(namespace=p.namespace, name=p.name, uid=p.uid, action=Action.IGNORE, reason=v.skip,
+                            npu=p.npu is not None, vmi=p.vmi)
+        if v.blocker is not None:
+            blockers.append(v.blocker)
+    if blockers:
+        return PodEntry(namespace=p.namespace, name=p.name, uid=p.uid, action=Action.IGNORE,
+                        reason="blocked: " + "; ".join(b.message for b in blockers), npu=p.npu is not None,
+                        vmi=p.vmi, blockers=blockers)
+    reason = f"uses NPUs ({p.npu})" if p.npu is not None else "every pod"
+    return PodEntry(namespace=p.namespace, name=p.name, uid=p.uid, action=Action.EVICT, reason=reason,
+                    npu=p.npu is not None, vmi=p.vmi)

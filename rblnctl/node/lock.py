@@ -1,0 +1,254 @@
+"""A per-node lock that every rblnctl honours: a coordination.k8s.io/v1 Lease, renewed while the work runs.
+
+The Lease `rblnctl-node-<node>` (in the operator's namespace) names its holder (host, pid, what it
+does), when it was acquired and last renewed, and for how long a renewal counts. A second drain or
+switch of a locked node refuses, naming the holder and its last renewal. A holder that dies stops
+renewing; once `leaseDurationSeconds` have passed the lock is expired and can be taken over (only
+when asked to: the holder may be alive behind a network partition or a skewed clock). Writes are
+guarded by resourceVersion, so two runs can never both believe they hold it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, NotFound, Refused
+from rblnctl.kube import LEASES, Kube, outcome_unknown
+from rblnctl.plan import Blocker
+
+log = logging.getLogger(__name__)
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "rblnctl"}
+NODE_LABEL = "rblnctl.rebellions.ai/node"
+
+
+def lease_name(node: str) -> str:
+    """`rblnctl-node-<node>`, shortened with a hash when the node name is very long (names stay <= 253)."""
+    name = f"rblnctl-node-{node}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:12]
+    return f"rblnctl-node-{node[:200].rstrip('.-')}-{digest}"
+
+
+def default_identity(what: str) -> str:
+    """`rblnctl@HOST pid N: WHAT`: enough for a person to find the holder."""
+    return f"rblnctl@{socket.gethostname()} pid {os.getpid()}: {what}"
+
+
+def _micro(when: datetime) -> str:
+    """metav1.MicroTime as the API server writes it."""
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> datetime | None:
+    """A metav1.MicroTime or metav1.Time (always UTC, `Z`); None when absent or unreadable."""
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text or "", fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockState:
+    """Who holds a node's lock, as its Lease says."""
+
+    holder: str
+    renewed: datetime | None
+    duration_s: int
+    expired: bool
+
+    def describe(self, now: datetime) -> str:
+        """`rblnctl@h pid 1: set-mode vm, last renewed 12s ago`."""
+        if self.renewed is None:
+            return f"{self.holder}, never renewed"
+        age = max(0, int((now - self.renewed).total_seconds()))
+        return f"{self.holder}, last renewed {age}s ago ({self.renewed:%Y-%m-%dT%H:%M:%SZ})"
+
+
+def read_state(lease: dict, now: datetime) -> LockState | None:
+    """The lock a Lease describes; None when it holds nobody."""
+    spec = lease.get("spec") or {}
+    holder = str(spec.get("holderIdentity") or "")
+    if not holder:
+        return None
+    duration = int(spec.get("leaseDurationSeconds") or 0)
+    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    expired = renewed is None or now >= renewed + timedelta(seconds=duration)
+    return LockState(holder=holder, renewed=renewed, duration_s=duration, expired=expired)
+
+
+class LockLost(Refused):
+    """Another run took the lock over while this one held it; this run must stop writing."""
+
+
+@dataclass(kw_only=True)
+class NodeLock:
+    """Acquire, renew and release one node's lock."""
+
+    kube: Kube
+    node: str
+    namespace: str
+    identity: str
+    duration_s: int = 60
+    clock: Clock = SYSTEM_CLOCK
+    server_dry_run: bool = False  # validate the Lease write with dryRun=All; hold nothing
+    _lease: dict | None = field(default=None, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    lost: threading.Event = field(default_factory=threading.Event, init=False)
+
+    @property
+    def name(self) -> str:
+        return lease_name(self.node)
+
+    def check(self, *, take_over: bool = False) -> list[Blocker]:
+        """Read the lock (no write): a blocker when someone else holds it, or holds it expired without `take_over`."""
+        lease = self.kube.get_optional(LEASES, self.name, namespace=self.namespace)
+        state = read_state(lease, self.clock.now()) if lease else None
+        if state is None or state.holder == self.identity:
+            return []
+        now = self.clock.now()
+        if not state.expired:
+            return [Blocker(f"node {self.node} is locked by {state.describe(now)}; the lock expires "
+                            f"{state.duration_s}s after its last renewal if that run stops: wait for it to finish")]
+        if take_over:
+            return []
+        return [Blocker(f"node {self.node} is locked by {state.describe(now)}, expired: if that run is gone, take "
+                        "the lock over", override="take_over")]
+
+    def acquire(self, *, take_over: bool = False) -> LockState | None:
+        """Take the lock; return the expired holder taken over (None when the lock was free).
+
+        Raises Refused when someone else holds it (or holds it expired and `take_over` is False),
+        and the API's errors unchanged.
+        """
+        for _ in range(3):
+            now = self.clock.now()
+            lease = self.kube.get_optional(LEASES, self.name, namespace=self.namespace)
+            if lease is None:
+                try:
+                    self._lease = self._write_new(now)
+                    return None
+                except Conflict:
+                    continue  # created by someone else in between: read it and judge again
+            state = read_state(lease, now)
+            if state is not None and state.holder != self.identity:
+                blockers = self.check(take_over=take_over)
+                if blockers:
+                    raise Refused(f"node {self.node} is locked by another rblnctl run", blockers=blockers)
+            try:
+                self._lease = self._take(lease, now)
+                return state if state is not None and state.holder != self.identity else None
+            except Conflict:
+                continue  # it changed under us: read it and judge again
+        raise Refused(f"the lock of node {self.node} kept changing while rblnctl tried to take it")
+
+    def _body(self, now: datetime, *, transitions: int) -> dict:
+        return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration_s),
+                "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": transitions}
+
+    def _write_new(self, now: datetime) -> dict:
+        obj = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": self.name, "namespace": self.namespace,
+                            "labels": {**MANAGED_BY, NODE_LABEL: self.node[:63].rstrip(".-")}},
+               "spec": self._body(now, transitions=0)}
+        try:
+            created = self.kube.create(LEASES, obj, namespace=self.namespace, dry_run=self.server_dry_run)
+        except NotFound as e:
+            if f'namespaces "{self.namespace}" not found' not in str(e):
+                raise
+            raise Refused(f"cannot lock node {self.node}: namespace {self.namespace} does not exist (name another "
+                          "namespace for the lock)") from e
+        except ClusterError as e:
+            if not outcome_unknown(e):
+                raise
+            created = self._verify()
+        return created if isinstance(created, dict) else obj
+
+    def _take(self, lease: dict, now: datetime) -> dict:
+        spec = lease.get("spec") or {}
+        transitions = int(spec.get("leaseTransitions") or 0) + (1 if spec.get("holderIdentity") != self.identity else 0)
+        patch = {"metadata": {"resourceVersion": lease["metadata"].get("resourceVersion")},
+                 "spec": self._body(now, transitions=transitions)}
+        try:
+            return self.kube.patch(LEASES, self.name, patch, patch_type="merge", namespace=self.namespace,
+                                   dry_run=self.server_dry_run)
+        except ClusterError as e:
+            if not outcome_unknown(e):
+                raise
+            return self._verify()
+
+    def _verify(self) -> dict:
+        """After a lost reply: the lock is ours only if the Lease now names us."""
+        lease = self.kube.get(LEASES, self.name, namespace=self.namespace)
+        if ((lease.get("spec") or {}).get("holderIdentity")) != self.identity:
+            raise Refused(f"could not take the lock of node {self.node}: the reply was lost and the Lease names "
+                          f"{(lease.get('spec') or {}).get('holderIdentity')!r}")
+        return lease
+
+    def renew(self) -> None:
+        """Move renewTime forward (guarded by resourceVersion); set `lost` when someone else took the lock."""
+        if self._lease is None or self.server_dry_run:
+            return
+        patch = {"metadata": {"resourceVersion": self._lease["metadata"].get("resourceVersion")},
+                 "spec": {"renewTime": _micro(self.clock.now()), "holderIdentity": self.identity}}
+        try:
+            self._lease = self.kube.patch(LEASES, self.name, patch, patch_type="merge", namespace=self.namespace)
+        except (Conflict, NotFound):
+            lease = self.kube.get_optional(LEASES, self.name, namespace=self.namespace)
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                self.lost.set()
+                return
+            self._lease = lease  # our own lost reply had landed: go on from what the server holds
+        except (ClusterError, ClusterUnreachable) as e:
+            log.debug("renewing the lock of node %s failed (%s); trying again next time", self.node, e)
+
+    def ensure_held(self) -> None:
+        """Raise LockLost when another run took the lock: call before each write."""
+        if self.lost.is_set():
+            raise LockLost(f"another rblnctl run took over the lock of node {self.node}; this run stopped writing")
+
+    def start_renewing(self) -> None:
+        """Renew every third of the lease duration in a daemon thread until release()."""
+        if self._lease is None or self.server_dry_run or self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(self.duration_s / 3):
+                self.renew()
+                if self.lost.is_set():
+                    return
+
+        self._thread = threading.Thread(target=loop, name=f"rblnctl-lock-{self.node}", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing and delete the Lease, only if it is still ours (uid and resourceVersion preconditions)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._lease is None or self.server_dry_run or self.lost.is_set():
+            self._lease = None
+            return
+        md = self._lease.get("metadata") or {}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}}
+        try:
+            self.kube.delete(LEASES, self.name, namespace=self.namespace, body=body)
+        except (NotFound, Conflict):
+            pass  # gone, or no longer ours: nothing to give back
+        except (ClusterError, ClusterUnreachable) as e:
+            log.warning("could not release the lock of node %s (%s); it expires in %ss", self.node, e, self.duration_s)
+        finally:
+            self._lease = None

@@ -1,0 +1,118 @@
+"""Pods as drain and set-mode see them: references, what the plan decided, and whether a pod uses NPUs."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.kube import RESOURCE_CLAIMS, Kube
+from rblnctl.operator.resources import is_npu_resource
+from rblnctl.plan import Blocker
+
+
+class Action(enum.StrEnum):
+    """What a drain does with a pod."""
+
+    EVICT = "evict"
+    IGNORE = "ignore"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodRef:
+    """One pod, by namespace, name and UID (the UID tells a replacement from the original)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodEntry:
+    """A pod on the node, what the drain does with it, and why (`blockers`: why it must not go ahead)."""
+
+    namespace: str
+    name: str
+    uid: str
+    action: Action
+    reason: str
+    npu: bool = False  # the pod consumes NPUs (rebellions.ai/* resources or an NPU DRA claim)
+    vmi: str | None = None  # for a KubeVirt virt-launcher pod: the VirtualMachineInstance it runs
+    blockers: list[Blocker] = field(default_factory=list)
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(namespace=self.namespace, name=self.name, uid=self.uid)
+
+
+def controller(pod: dict) -> dict | None:
+    """The pod's controlling ownerReference (None: unmanaged)."""
+    return next((r for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
+
+
+def labels(obj: dict) -> dict:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def is_launcher(pod: dict) -> bool:
+    """A KubeVirt virt-launcher pod (it runs one VMI)."""
+    return labels(pod).get(C.VIRT_LAUNCHER_LABEL) == C.VIRT_LAUNCHER_VALUE
+
+
+def is_finished(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def npu_resources(pod: dict) -> list[str]:
+    """NPU resources any container or init container requests or limits."""
+    spec = pod.get("spec") or {}
+    found: set[str] = set()
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        res = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            found.update(k for k in (res.get(part) or {}) if is_npu_resource(k))
+    return sorted(found)
+
+
+@dataclass(kw_only=True)
+class NpuUse:
+    """Decide whether pods use NPUs; DRA claims are read once each (cached for a plan)."""
+
+    kube: Kube
+    dra_driver: str
+    _claims: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+
+    def reason(self, pod: dict) -> str | None:
+        """Why the pod counts as an NPU consumer, or None.
+
+        A claim not allocated yet (a template not turned into a claim) or gone counts too: evicting
+        one pod too many is safe, leaving an NPU user behind is not. A claim allocated by another
+        driver does not.
+        """
+        res = npu_resources(pod)
+        if res:
+            return ", ".join(res)
+        spec = pod.get("spec") or {}
+        statuses = {s.get("name"): s.get("resourceClaimName")
+                    for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+        ns = (pod.get("metadata") or {}).get("namespace", "")
+        for rc in spec.get("resourceClaims") or []:
+            claim_name = rc.get("resourceClaimName") or statuses.get(rc.get("name"))
+            if not claim_name:
+                return f"resource claim {rc.get('name')} (not allocated yet)"
+            claim = self._claim(ns, claim_name)
+            if claim is None:
+                return f"resource claim {claim_name} (not found)"
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+            if any(r.get("driver") == self.dra_driver for r in results):
+                return f"resource claim {claim_name} allocated by {self.dra_driver}"
+        return None
+
+    def _claim(self, ns: str, name: str) -> dict | None:
+        key = (ns, name)
+        if key not in self._claims:
+            self._claims[key] = self.kube.get_optional(RESOURCE_CLAIMS, name, namespace=ns)
+        return self._claims[key]

@@ -1,0 +1,74 @@
+"""The progress record of a mode switch, kept on the node so that any later run can resume it.
+
+The annotation `rebellions.ai/rblnctl.set-mode` holds JSON `{target, from, started,
+cordoned_by_rblnctl, step}` from the first write of a switch to its last. The keys are a
+contract across rblnctl versions: a newer rblnctl resumes what an older one started.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from rblnctl import constants as C
+from rblnctl.node.events import Step
+
+ANNOTATION = C.SET_MODE_ANNOTATION
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwitchRecord:
+    """An unfinished switch of one node."""
+
+    target: str
+    from_mode: str
+    started: str
+    cordoned_by_rblnctl: bool
+    step: Step
+
+    def to_json(self) -> str:
+        return json.dumps({"target": self.target, "from": self.from_mode, "started": self.started,
+                           "cordoned_by_rblnctl": self.cordoned_by_rblnctl, "step": str(self.step)}, sort_keys=True)
+
+    def at(self, step: Step, **changes: object) -> "SwitchRecord":
+        """The record moved to `step` (and any other field changed)."""
+        return replace(self, step=step, **changes)  # type: ignore[arg-type]
+
+
+def parse_record(raw: str | None) -> SwitchRecord | None:
+    """Read the annotation; None when absent. Raises ValueError when it is not a record rblnctl wrote."""
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    if not isinstance(data, dict) or data.get("target") not in C.WORKLOAD_MODES:
+        raise ValueError("no valid target")
+    try:
+        step = Step(str(data.get("step") or Step.RECORD))
+    except ValueError:
+        step = Step.RECORD
+    return SwitchRecord(target=data["target"], from_mode=str(data.get("from") or ""),
+                        started=str(data.get("started") or ""),
+                        cordoned_by_rblnctl=bool(data.get("cordoned_by_rblnctl")), step=step)
+
+
+def record_of(node: dict) -> SwitchRecord | None:
+    """The record on a Node object; None when there is none or it is unreadable."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+    try:
+        return parse_record(raw)
+    except ValueError:
+        return None
+
+
+def annotation_patch(record: SwitchRecord | None) -> dict:
+    """The metadata fragment that writes (or, with None, removes) the record."""
+    return {"metadata": {"annotations": {ANNOTATION: None if record is None else record.to_json()}}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recovery:
+    """How to finish or undo an interrupted switch, as data: the front end phrases the commands."""
+
+    node: str
+    target: str  # resume: switch to this again
+    back: str  # go back: switch to this, overriding the unfinished switch

@@ -1,0 +1,67 @@
+"""The VM guard: KubeVirt VMs on a node that hold its NPUs (a VM with a passed-through NPU cannot live-migrate).
+
+A VMI holds NPUs when its hostDevices name an NPU resource or a DRA claim, or when its
+spec.resourceClaims is not empty (DRA). Its virt-launcher pod requesting NPUs counts too: the VMI
+list may be forbidden (RBAC) or stale, and the pod is what actually holds the devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rblnctl import constants as C
+from rblnctl.errors import Forbidden, NotFound
+from rblnctl.kube import VMIS, Kube
+from rblnctl.node.pods import PodEntry
+from rblnctl.operator.resources import is_npu_resource
+from rblnctl.plan import Blocker
+
+
+@dataclass(frozen=True, kw_only=True)
+class NpuVm:
+    """A VM on the node holding NPUs, and what shows it."""
+
+    namespace: str
+    name: str
+    holds: str  # rebellions.ai/RBLN-CA22_PF, claim npu-claim, or the launcher pod
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.holds})"
+
+
+def vmi_npus(vmi: dict) -> list[str]:
+    """What in a VMI's spec holds NPUs: NPU host devices, DRA claims of host devices, its resource claims."""
+    spec = vmi.get("spec") or {}
+    devices = ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices") or []
+    npus = [str(d.get("deviceName")) for d in devices if is_npu_resource(str(d.get("deviceName") or ""))]
+    claims = [str(d.get("claimName")) for d in devices if d.get("claimName")]
+    claims += [str(c.get("name")) for c in spec.get("resourceClaims") or [] if c.get("name")]
+    return [*npus, *(f"claim {c}" for c in dict.fromkeys(claims))]
+
+
+def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm], list[str]]:
+    """VMs on `node` holding NPUs (from its VMIs and its NPU-using virt-launcher pods), and warnings."""
+    found: dict[tuple[str, str], str] = {}
+    warnings: list[str] = []
+    try:
+        vmis = kube.list(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}")
+    except NotFound:  # KubeVirt not installed
+        vmis = []
+    except Forbidden as e:
+        vmis = []
+        warnings.append(f"cannot list VirtualMachineInstances ({e}); judging VMs by their virt-launcher pods only")
+    for v in vmis:
+        if ((v.get("status") or {}).get("nodeName") or node) != node:
+            continue
+        holds = vmi_npus(v)
+        if holds:
+            found[(v["metadata"].get("namespace", ""), v["metadata"]["name"])] = ", ".join(holds)
+    for e in entries:
+        if e.npu and e.vmi and (e.namespace, e.vmi) not in found:
+            found[(e.namespace, e.vmi)] = f"virt-launcher pod {e.name} requests NPUs"
+    return [NpuVm(namespace=ns, name=n, holds=h) for (ns, n), h in sorted(found.items())], warnings
+
+
+def vm_blocker(vm: NpuVm, node: str) -> Blocker:
+    """The refusal for one VM: stop or migrate it first, or evict its launcher deliberately."""
+    return Blocker(f"VM {vm} holds NPUs on {node}: stop or migrate these VMs first", override="force")
