@@ -1,0 +1,96 @@
+"""A loopback fake Kubernetes API server: a stateful object store speaking the real REST protocol.
+
+Tests run the real ``kubernetes`` client (and real ``kubectl``) against it and then assert on the
+server state (``get``/``list``) and on the recorded requests (``requests``/``writes()``). It is
+standard library only: ``http.server.ThreadingHTTPServer`` on 127.0.0.1, port 0.
+
+    fake = FakeApiServer(version="v1.34.1", deletion_delay_s=0.0).start()   # or `with FakeApiServer() as fake:`
+    fake.add(objects.node("n1"), objects.pod("default", "p", node="n1"))
+    api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=fake.url))
+    ...
+    assert fake.get("Node", "n1")["spec"]["unschedulable"] is True
+    assert [r.content_type for r in fake.writes()] == ["application/strategic-merge-patch+json"]
+
+What it models (kube-apiserver behaviour, simplified where noted):
+
+* Discovery: ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/{g}``, ``/apis/{g}/{v}`` in the
+  legacy (non-aggregated) form; clients asking for aggregated discovery fall back to it, as they
+  do against any server that answers plain ``application/json``. ``/openapi/*`` answers 404
+  (so ``kubectl apply`` needs ``--validate=false``).
+* CRUD on the resources of ``RESOURCES`` (one line each; a created CRD is served too),
+  cluster-wide and namespaced paths, ``status`` subresources (main-resource writes keep the
+  stored status; status writes change only status; creating a pod resets its status to Pending,
+  creating a custom resource drops its status), label selectors (=, ==, !=, in, notin, exists,
+  !exists), field selectors limited to the fields the real registry supports (400 otherwise),
+  ``limit``/``continue`` paging (``remainingItemCount`` only when no selector was given, as a real
+  server), optimistic concurrency on ``metadata.resourceVersion`` for PUT and patches,
+  ``generateName``, ``dryRun=All`` on every write, finalizers, no-op writes that keep the
+  resourceVersion, ``generation`` bumped on spec changes.
+* Patches: JSON patch (RFC 6902; a failed ``test`` or a missing path is 422 Invalid with the
+  real generic message and the json-patch error in ``details.causes``), merge patch (RFC 7386),
+  strategic merge patch with the merge keys of ``SMP_MERGE_KEYS`` (lists not listed there are
+  atomic, e.g. node taints and pod tolerations, as in the real API) and the ``$patch``,
+  ``$retainKeys``, ``$deleteFromPrimitiveList`` and ``$setElementOrder`` directives; strategic
+  merge on a custom resource and unknown patch types are 415.
+* Deletion: pods on a node are deleted gracefully when ``deletion_delay_s`` (or the pod
+  annotation ``fake.rblnctl.io/deletion-delay-s``) is > 0: ``deletionTimestamp`` and
+  ``deletionGracePeriodSeconds`` are set and the pod goes after the delay; unscheduled and
+  finished pods, and ``gracePeriodSeconds: 0``, delete at once. Pods and custom resources answer
+  with the object, other kinds with a Success Status. DeleteOptions ``preconditions`` (uid,
+  resourceVersion) are checked (409).
+* ``pods/eviction``: ``eviction_hook``, then PodDisruptionBudgets (minAvailable/maxUnavailable,
+  int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
+  real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.
+* Watch (``?watch=true``): a chunked stream of JSON events, replaying from ``resourceVersion``
+  (410 Expired when older than the kept history, see ``compact()``) or starting with synthetic
+  ADDED events; selectors apply, an object that stops matching arrives as DELETED. Enough for
+  ``kubectl wait`` and ``kubernetes.watch.Watch``.
+* Every error is a ``Status`` object with the reason and message text a real server uses;
+  ``forbid()`` gives real-style 403s, ``require_token`` real 401s, ``inject_fault()`` 5xx,
+  delays and dropped connections.
+* ``on_change`` callbacks run after each committed change, outside the lock, on the thread that
+  made it; for an HTTP write that is before the response is sent, so a test can wait for a
+  reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.
+
+Not modelled: admission webhooks and schema validation (bodies are stored as sent), RBAC beyond
+``forbid()``, garbage collection of dependents, namespace termination (deleting a namespace
+deletes its contents at once), Table output for ``kubectl get`` (kubectl falls back to NAME/AGE
+columns), server-side apply field ownership (``application/apply-patch+yaml`` must be JSON; it
+creates a missing object, else applies like a strategic merge / merge patch), and continue
+tokens do not pin a snapshot (paging continues after the last name at current state).
+
+Where things are (one concern per module; ``server.py`` composes them):
+
+    server.py     FakeApiServer: lifecycle and the public test API, forwarding to the parts below
+    config.py     Settings: the knobs a test sets as attributes (deletion_delay_s, require_token...)
+    http.py       the HTTP handler: parsing, faults, auth, routing to discovery or a resource
+    discovery.py  /version and the discovery documents
+    resources.py  Resource, RESOURCES, ResourceTable (lookups, URL -> resource, CRDs)
+    store.py      objects, resourceVersions, history, commit/notify, graceful deletion
+    rest.py       the REST verbs: list/get/create/update/patch/delete/deletecollection
+    patch.py      JSON, merge and strategic merge patch
+    selectors.py  label and field selectors
+    watch.py      watch streams
+    eviction.py   pods/eviction and PodDisruptionBudgets
+    rbac.py       forbid()
+    faults.py     inject_fault()
+    recording.py  RecordedRequest and the request log
+    errors.py     Status bodies and ApiError
+    meta.py, kubeconfig.py   small helpers; write_kubeconfig()
+"""
+
+from tests.fakes.apiserver.config import DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER
+from tests.fakes.apiserver.errors import ApiError, conflict, invalid, not_found, status_body
+from tests.fakes.apiserver.patch import (SMP_MERGE_KEYS, SMP_PRIMITIVE_MERGE, PatchError, apply_json_patch,
+                                         apply_merge_patch, apply_strategic_merge_patch)
+from tests.fakes.apiserver.recording import RecordedRequest
+from tests.fakes.apiserver.resources import ALL_VERBS, RESOURCES, Resource
+from tests.fakes.apiserver.selectors import label_selector_matches, parse_field_selector, parse_label_selector
+from tests.fakes.apiserver.server import FakeApiServer
+
+__all__ = [
+    "ALL_VERBS", "DELETION_DELAY_ANNOTATION", "FAKE_TOKEN", "FAKE_USER", "RESOURCES", "SMP_MERGE_KEYS",
+    "SMP_PRIMITIVE_MERGE", "ApiError", "FakeApiServer", "PatchError", "RecordedRequest", "Resource",
+    "apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch", "conflict", "invalid",
+    "label_selector_matches", "not_found", "parse_field_selector", "parse_label_selector", "status_body",
+]

@@ -1,0 +1,27 @@
+"""The knobs a test turns on a FakeApiServer, in one object every component reads.
+
+``FakeApiServer`` exposes each field as a plain attribute (``fake.deletion_delay_s = 0.5``); the
+components (store, eviction, http...) read them here, so a change takes effect at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+FAKE_USER = "fake-user"
+FAKE_TOKEN = "fake-token"
+#: Per-pod graceful deletion delay (seconds, as a string) overriding the server-wide one.
+DELETION_DELAY_ANNOTATION = "fake.rblnctl.io/deletion-delay-s"
+
+
+@dataclass
+class Settings:
+    deletion_delay_s: float = 0.0
+    require_token: bool = False
+    token: str = FAKE_TOKEN
+    user: str = FAKE_USER
+    auto_namespaces: bool = True
+    #: ``hook(pod, eviction_body)`` -> None to go on, or (status, message) to refuse the eviction.
+    eviction_hook: Callable[[dict, dict], tuple[int, str] | None] | None = None
+    version_info: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,68 @@
+"""The request log: every HTTP request as the server saw it, and what became of it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class RecordedRequest:
+    """One HTTP request as the server saw it. ``status`` is 0 until answered (and for drops)."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    content_type: str | None
+    body: Any  # parsed JSON, the raw text when not JSON, or None when empty
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def dry_run(self) -> bool:
+        """``dryRun=All`` in the query, or in a DeleteOptions / Eviction body."""
+        if "All" in self.query.get("dryRun", []):
+            return True
+        if isinstance(self.body, dict):
+            opts = self.body.get("deleteOptions") if "deleteOptions" in self.body else self.body
+            return "All" in ((opts or {}).get("dryRun") or [])
+        return False
+
+    @property
+    def is_write(self) -> bool:
+        return self.method in ("POST", "PUT", "PATCH", "DELETE")
+
+
+class RequestLog:
+    def __init__(self, lock: threading.RLock, errors: list[str]):
+        self._lock = lock
+        self.errors = errors
+        self.requests: list[RecordedRequest] = []
+        self._callbacks: list[Callable[[RecordedRequest], None]] = []
+
+    def record(self, req: RecordedRequest) -> None:
+        """Append ``req`` and run the on_request callbacks (outside the lock)."""
+        with self._lock:
+            self.requests.append(req)
+            callbacks = list(self._callbacks)
+        for cb in callbacks:
+            try:
+                cb(req)
+            except Exception as exc:  # noqa: BLE001
+                self.errors.append(f"on_request callback {cb!r} raised {exc!r}")
+
+    def on_request(self, callback: Callable[[RecordedRequest], None]) -> Callable[[], None]:
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
