@@ -48,6 +48,9 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * Every error is a ``Status`` object with the reason and message text a real server uses;
   ``forbid()`` gives real-style 403s, ``require_token`` real 401s, ``inject_fault()`` 5xx,
   delays and dropped connections.
+* The request log: every request is a ``RecordedRequest`` (method, path, query, content type,
+  parsed body, headers, status, ``at``: the ``time.monotonic()`` of arrival);
+  ``requests_matching(method, path_regex)`` selects some, to count requests or their rate.
 * ``on_change`` callbacks run after each committed change, outside the lock, on the thread that
   made it; for an HTTP write that is before the response is sent, so a test can wait for a
   reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.

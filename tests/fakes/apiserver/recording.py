@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
 @dataclass
 class RecordedRequest:
-    """One HTTP request as the server saw it. ``status`` is 0 until answered (and for drops)."""
+    """One HTTP request as the server saw it. ``status`` is 0 until answered (and for drops).
+    ``at`` is the ``time.monotonic()`` of its arrival."""
 
     method: str
     path: str
@@ -18,6 +21,7 @@ class RecordedRequest:
     body: Any  # parsed JSON, the raw text when not JSON, or None when empty
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)
+    at: float = field(default_factory=time.monotonic)
 
     @property
     def dry_run(self) -> bool:
@@ -66,3 +70,10 @@ class RequestLog:
     def clear(self) -> None:
         with self._lock:
             self.requests.clear()
+
+    def matching(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
+        """The requests with that method (any when None) whose path ``re.search``-matches ``path``."""
+        with self._lock:
+            reqs = list(self.requests)
+        return [r for r in reqs if (method is None or r.method == method.upper())
+                and (path is None or re.search(path, r.path))]

@@ -238,6 +238,11 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         self._log.clear()
 
+    def requests_matching(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
+        """The requests with ``method`` (any when None) whose path matches the regex ``path`` (re.search),
+        e.g. to count retries or measure their spacing with ``RecordedRequest.at``."""
+        return self._log.matching(method, path)
+
     # ---- faults -----------------------------------------------------------------------------------
 
     def inject_fault(self, *, method: str | None = None, path: str | None = None, status: int | None = 500,
