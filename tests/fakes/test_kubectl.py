@@ -169,3 +169,22 @@ def test_wait_for_delete_uses_watch(apiserver, kubectl):
     assert apiserver.get("Pod", "p1", "default") is None
     watches = [r for r in apiserver.requests if r.query.get("watch") == ["true"]]
     assert watches and watches[0].query["fieldSelector"] == ["metadata.name=p1"]
+
+
+def test_lost_reply_leaves_kubectl_unsure_but_the_label_applied(apiserver, kubectl):
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="PATCH", lose_reply=True)
+    lost = kubectl("label", "node", "n1", "a=b", check=False)
+    assert lost.returncode == 1 and "EOF" in lost.stderr  # client-go does not retry a PATCH
+    assert apiserver.get("Node", "n1")["metadata"]["labels"]["a"] == "b"
+    assert "node/n1 not labeled" in kubectl("label", "node", "n1", "a=b").stdout  # the retry finds it done
+
+
+def test_kubectl_waits_out_retry_after_on_429(apiserver, kubectl):
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="GET", path="^/api/v1/nodes/n1$", status=429, retry_after_s=1, times=2,
+                           message="Too many requests, please try again later.")
+    assert kubectl("get", "node", "n1", "-o", "name").stdout.split() == ["node/n1"]
+    gets = apiserver.requests_matching("GET", "^/api/v1/nodes/n1$")
+    assert [r.status for r in gets] == [429, 429, 200]
+    assert all(later.at - earlier.at >= 0.9 for earlier, later in zip(gets, gets[1:]))  # client-go slept 1 s each

@@ -46,8 +46,16 @@ What it models (kube-apiserver behaviour, simplified where noted):
   ADDED events; selectors apply, an object that stops matching arrives as DELETED. Enough for
   ``kubectl wait`` and ``kubernetes.watch.Watch``.
 * Every error is a ``Status`` object with the reason and message text a real server uses;
-  ``forbid()`` gives real-style 403s, ``require_token`` real 401s, ``inject_fault()`` 5xx,
-  delays and dropped connections.
+  ``forbid()`` gives real-style 403s, ``require_token`` real 401s.
+* ``inject_fault()`` (method and path regex, ``times``): a Status with any code (``retry_after_s``
+  adds the ``Retry-After`` header and ``details.retryAfterSeconds``, as ``errors.NewTooManyRequests``
+  answers through responsewriters; client-go waits that long and retries), a delay, a dropped
+  connection (``drop``: nothing applied), a raw ``body`` with any ``content_type`` (a proxy's HTML,
+  invalid JSON with 200, a JSON list where an object belongs, APF's plain-text 429), or a lost
+  reply (``lose_reply``: handled and committed as usual, events and callbacks included, then the
+  connection drops, after ``delay_s``; client-go's "unknown outcome"). The RecordedRequest tells
+  which: ``applied`` (the real handling ran), ``reply_lost``, ``status``. ``lose_reply`` does not
+  apply to watch requests, which stream their own answer.
 * The request log: every request is a ``RecordedRequest`` (method, path, query, content type,
   parsed body, headers, status, ``at``: the ``time.monotonic()`` of arrival);
   ``requests_matching(method, path_regex)`` selects some, to count requests or their rate.
@@ -76,7 +84,7 @@ Where things are (one concern per module; ``server.py`` composes them):
     watch.py      watch streams
     eviction.py   pods/eviction and PodDisruptionBudgets
     rbac.py       forbid()
-    faults.py     inject_fault()
+    faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies
     recording.py  RecordedRequest and the request log
     errors.py     Status bodies and ApiError
     meta.py, kubeconfig.py   small helpers; write_kubeconfig()

@@ -124,6 +124,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def start_chunked(self, code: int) -> None:
         self._req.status = code
+        self._req.applied = True
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -171,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
         self._req = req
         fake._log.record(req)
         fault = fake._faults.take(self.command, path)
-        if fault is not None and self._apply_fault(req, fault):
+        if fault is not None and not fault.lose_reply and self._apply_fault(req, fault):
             return
         try:
             code, out, headers = self._handle(req, path)
@@ -182,7 +183,12 @@ class Handler(BaseHTTPRequestHandler):
             code, out, headers = 500, status_body(500, "InternalError", f"fake apiserver error: {exc!r}"), {}
         if code == STREAMED:
             return
-        req.status = code
+        req.status, req.applied = code, True
+        if fault is not None and fault.lose_reply:  # handled and committed; the client never hears of it
+            time.sleep(fault.delay_s)
+            req.reply_lost = True
+            self.drop()
+            return
         try:
             if isinstance(out, bytes):
                 self.send_raw(code, out, None, headers)
@@ -204,6 +210,9 @@ class Handler(BaseHTTPRequestHandler):
         if fault.status is None:
             return False
         req.status = fault.status
+        if fault.body is not None:
+            self.send_raw(fault.status, fault.body, fault.content_type, fault.headers)
+            return True
         details = {"retryAfterSeconds": fault.retry_after_s} if fault.retry_after_s is not None else None
         self.send_json(fault.status, status_body(fault.status, fault.reason, fault.message, details), fault.headers)
         return True

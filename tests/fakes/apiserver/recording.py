@@ -12,7 +12,12 @@ from typing import Any, Callable
 @dataclass
 class RecordedRequest:
     """One HTTP request as the server saw it. ``status`` is 0 until answered (and for drops).
-    ``at`` is the ``time.monotonic()`` of its arrival."""
+
+    ``applied`` is True when the server's real handling ran (whatever it answered: 200, 404,
+    409...), False when an injected fault answered instead or the connection was dropped first.
+    ``reply_lost`` is True when the reply of an applied request was never sent (``lose_reply``):
+    the client saw a dropped connection, ``status`` is what it would have received. ``at`` is the
+    ``time.monotonic()`` of arrival."""
 
     method: str
     path: str
@@ -22,6 +27,8 @@ class RecordedRequest:
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     at: float = field(default_factory=time.monotonic)
+    applied: bool = False
+    reply_lost: bool = False
 
     @property
     def dry_run(self) -> bool:

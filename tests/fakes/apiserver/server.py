@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from tests.fakes.apiserver.config import Settings
 from tests.fakes.apiserver.discovery import version_info
 from tests.fakes.apiserver.eviction import Evictions
-from tests.fakes.apiserver.faults import FaultBook
+from tests.fakes.apiserver.faults import UNSET, FaultBook
 from tests.fakes.apiserver.http import Handler, QuietServer, make_httpd
 from tests.fakes.apiserver.kubeconfig import write_kubeconfig
 from tests.fakes.apiserver.rbac import Authorizer
@@ -245,14 +245,20 @@ class FakeApiServer:
 
     # ---- faults -----------------------------------------------------------------------------------
 
-    def inject_fault(self, *, method: str | None = None, path: str | None = None, status: int | None = 500,
+    def inject_fault(self, *, method: str | None = None, path: str | None = None, status: int | None = UNSET,
                      reason: str | None = None, message: str = "injected fault", delay_s: float = 0.0,
-                     drop: bool = False, times: int = 1, retry_after_s: int | None = None) -> None:
+                     drop: bool = False, times: int = 1, retry_after_s: int | None = None,
+                     lose_reply: bool = False, body: Any = None, content_type: str = "application/json") -> None:
         """The next ``times`` requests matching ``method`` and ``path`` (regex, ``re.search`` on the
-        path without query) wait ``delay_s``, then: the connection is dropped (``drop``), or a Status
-        with ``status`` is returned, or (``status=None``) the request is served normally."""
+        path without query) wait ``delay_s``, then: the connection is dropped (``drop``); or
+        ``body`` (bytes, str or any JSON value) is answered raw with ``content_type`` and ``status``
+        (default 200); or a Status with ``status`` (default 500; ``retry_after_s`` adds Retry-After
+        and details.retryAfterSeconds) is returned; or (``status=None``) the request is served
+        normally. ``lose_reply`` serves it normally, commits, then drops the connection instead
+        of replying (after ``delay_s``); its RecordedRequest has ``applied`` and ``reply_lost``."""
         self._faults.inject(method=method, path=path, status=status, reason=reason, message=message,
-                            delay_s=delay_s, drop=drop, times=times, retry_after_s=retry_after_s)
+                            delay_s=delay_s, drop=drop, times=times, retry_after_s=retry_after_s,
+                            lose_reply=lose_reply, body=body, content_type=content_type)
 
     def clear_faults(self) -> None:
         self._faults.clear()
