@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from tests.fakes.apiserver.config import DELETION_DELAY_ANNOTATION, Settings
-from tests.fakes.apiserver.errors import ApiError, details, group_resource
+from tests.fakes.apiserver.errors import GroupResource, conflict
 from tests.fakes.apiserver.meta import Key, now, sort_key, spec_part, ts, without_rv
 from tests.fakes.apiserver.resources import Resource, ResourceTable
 
@@ -284,14 +284,16 @@ class Store:
         obj = self.bucket(res)[key]
         pre = options.get("preconditions") or {}
         md = obj["metadata"]
+        # rest.BeforeDelete (k8s.io/apiserver/pkg/registry/rest/delete.go) checks these before storage
+        # does, and names the object by its Kind: 'Operation cannot be fulfilled on Pod "p": ...'.
+        by_kind = GroupResource(res.group, res.kind)
         if pre.get("uid") and pre["uid"] != md.get("uid"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {group_resource(res)} "{key[1]}": '
-                           f'Precondition failed: UID in precondition: {pre["uid"]}, '
-                           f'UID in object meta: {md.get("uid")}', details(res, key[1]))
+            raise conflict(by_kind, key[1], f'the UID in the precondition ({pre["uid"]}) does not match the UID in '
+                           f'record ({md.get("uid")}). The object might have been deleted and then recreated')
         if pre.get("resourceVersion") and pre["resourceVersion"] != md.get("resourceVersion"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {group_resource(res)} "{key[1]}": '
-                           f'Precondition failed: ResourceVersion in precondition: {pre["resourceVersion"]}, '
-                           f'ResourceVersion in object meta: {md.get("resourceVersion")}', details(res, key[1]))
+            raise conflict(by_kind, key[1], f'the ResourceVersion in the precondition ({pre["resourceVersion"]}) '
+                           f'does not match the ResourceVersion in record ({md.get("resourceVersion")}). The object '
+                           "might have been modified")
         grace = options.get("gracePeriodSeconds")
         graceful = False
         delay = 0.0

@@ -1,13 +1,16 @@
-"""Deletion: answers per kind, graceful pod deletion, finalizers."""
+"""Deletion: answers per kind, preconditions, graceful pod deletion, finalizers."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.fakes import objects as o
 from tests.fakes.apiserver import FakeApiServer
-from tests.fakes.test_apiserver.helpers import KV, raw
+from tests.fakes.test_apiserver.helpers import KV, err_body, raw
 
 
 def test_delete_returns_object_for_pods_and_status_for_nodes(apiserver, core):
@@ -53,3 +56,23 @@ def test_finalizers_hold_deletion_until_removed(apiserver, custom):
     assert apiserver.get("KubeVirt", "kubevirt", "kubevirt")["metadata"]["deletionTimestamp"]
     custom.patch_namespaced_custom_object(*KV, {"metadata": {"finalizers": None}})
     assert apiserver.get("KubeVirt", "kubevirt", "kubevirt") is None
+
+
+def test_delete_preconditions_conflict_with_the_message_of_before_delete(apiserver, core):
+    apiserver.add(o.pod("default", "p"))
+    pod = apiserver.get("Pod", "p", "default")
+    uid, rv = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
+    for pre, why in ((client.V1Preconditions(uid="0000"),
+                      f"the UID in the precondition (0000) does not match the UID in record ({uid}). "
+                      "The object might have been deleted and then recreated"),
+                     (client.V1Preconditions(resource_version="1"),
+                      f"the ResourceVersion in the precondition (1) does not match the ResourceVersion in record "
+                      f"({rv}). The object might have been modified")):
+        with pytest.raises(ApiException) as exc:
+            core.delete_namespaced_pod("p", "default", body=client.V1DeleteOptions(preconditions=pre))
+        assert exc.value.status == 409
+        assert err_body(exc.value)["message"] == f'Operation cannot be fulfilled on Pod "p": {why}'
+        assert err_body(exc.value)["details"] == {"name": "p", "kind": "Pod"}
+    core.delete_namespaced_pod("p", "default", body=client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(uid=uid, resource_version=rv)))
+    assert apiserver.get("Pod", "p", "default") is None
