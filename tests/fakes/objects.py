@@ -334,6 +334,19 @@ def pdb(namespace: str, name: str, *, selector: Mapping[str, Any], min_available
                        "observedGeneration": 1}}
 
 
+# --- coordination.k8s.io/v1 -------------------------------------------------------------------
+
+
+def lease(namespace: str, name: str, *, holder: str | None = None, duration_s: int = 15,
+          transitions: int = 0) -> dict:
+    """A Lease as leader election (client-go leaderelection) or a kubelet heartbeat writes it."""
+    spec: dict[str, Any] = {"leaseDurationSeconds": duration_s, "leaseTransitions": transitions}
+    if holder is not None:
+        spec.update(holderIdentity=holder, acquireTime="2025-01-01T00:00:00.000000Z",
+                    renewTime="2025-01-01T00:00:00.000000Z")
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": _meta(name, namespace), "spec": spec}
+
+
 # --- KubeVirt ----------------------------------------------------------------------------------
 
 

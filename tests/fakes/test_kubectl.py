@@ -188,3 +188,13 @@ def test_kubectl_waits_out_retry_after_on_429(apiserver, kubectl):
     gets = apiserver.requests_matching("GET", "^/api/v1/nodes/n1$")
     assert [r.status for r in gets] == [429, 429, 200]
     assert all(later.at - earlier.at >= 0.9 for earlier, later in zip(gets, gets[1:]))  # client-go slept 1 s each
+
+
+def test_get_leases_in_a_namespace(apiserver, kubectl):
+    apiserver.add(o.lease("kube-node-lease", "n1", holder="n1"), o.lease("kube-node-lease", "n2", holder="n2"),
+                  o.lease("kube-system", "elsewhere"))
+    out = kubectl("get", "lease", "-n", "kube-node-lease").stdout.splitlines()
+    assert out[0].split() == ["NAME", "AGE"] and [line.split()[0] for line in out[1:]] == ["n1", "n2"]
+    holder = kubectl("get", "leases.coordination.k8s.io", "n1", "-n", "kube-node-lease", "-o",
+                     "jsonpath={.spec.holderIdentity}").stdout
+    assert holder == "n1"

@@ -22,6 +22,7 @@ from tests.fakes import objects as o
     (o.resource_slice("n"), "V1ResourceSlice"),
     (o.crd("kubevirts", "kubevirt.io", "KubeVirt"), "V1CustomResourceDefinition"),
     (o.event("ns", "e", involved=o.pod("ns", "p"), reason="Evicted", message="m"), "CoreV1Event"),
+    (o.lease("ns", "l", holder="me"), "V1Lease"),
 ])
 def test_builders_match_client_models(obj, model):
     """Built-in objects deserialise into the v37 models (required fields present, right types)."""

@@ -37,7 +37,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
   ``deletionGracePeriodSeconds`` are set and the pod goes after the delay; unscheduled and
   finished pods, and ``gracePeriodSeconds: 0``, delete at once. Pods and custom resources answer
   with the object, other kinds with a Success Status. DeleteOptions ``preconditions`` (uid,
-  resourceVersion) are checked (409).
+  resourceVersion) are checked (409 with the message of rest.BeforeDelete).
+* ``coordination.k8s.io/v1`` Leases (namespaced, no status): what leader election needs, i.e.
+  409 AlreadyExists on a second create, 409 Conflict on an update or patch from a stale
+  resourceVersion, and DeleteOptions preconditions.
 * ``pods/eviction``: ``eviction_hook``, then PodDisruptionBudgets (minAvailable/maxUnavailable,
   int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
   real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.

@@ -84,6 +84,7 @@ RESOURCES: tuple[Resource, ...] = (
     _R("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), categories=("all",)),
     _R("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), ("status", "scale"), categories=("all",)),
     _R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",)),
+    _R("coordination.k8s.io", "v1", "leases", "Lease", True, (), ()),
     _R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
        ("crd", "crds"), ("status",)),
     _R("kubevirt.io", "v1", "kubevirts", "KubeVirt", True, ("kv", "kvs"), ("status",), custom=True),
