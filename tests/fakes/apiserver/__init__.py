@@ -47,7 +47,12 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * Watch (``?watch=true``): a chunked stream of JSON events, replaying from ``resourceVersion``
   (410 Expired when older than the kept history, see ``compact()``) or starting with synthetic
   ADDED events; selectors apply, an object that stops matching arrives as DELETED. Enough for
-  ``kubectl wait`` and ``kubernetes.watch.Watch``.
+  ``kubectl wait`` and ``kubernetes.watch.Watch``. A stream ends cleanly after ``timeoutSeconds``
+  or on ``close_watches()`` (what a real server does when its own watch timeout passes; clients
+  resume from their last resourceVersion). With ``allowWatchBookmarks=true`` BOOKMARK events
+  (only kind, apiVersion and ``metadata.resourceVersion``, after every event they cover) come every
+  ``bookmark_interval_s`` (60 s, as the watch cache) and once just before the stream ends; the real
+  server sends that last one two seconds before its timeout. ``open_watches`` counts the streams.
 * Every error is a ``Status`` object with the reason and message text a real server uses;
   ``forbid()`` gives real-style 403s, ``require_token`` real 401s.
 * ``inject_fault()`` (method and path regex, ``times``): a Status with any code (``retry_after_s``
@@ -84,7 +89,7 @@ Where things are (one concern per module; ``server.py`` composes them):
     rest.py       the REST verbs: list/get/create/update/patch/delete/deletecollection
     patch.py      JSON, merge and strategic merge patch
     selectors.py  label and field selectors
-    watch.py      watch streams
+    watch.py      watch streams: replay, selectors, timeouts, close_watches(), bookmarks
     eviction.py   pods/eviction and PodDisruptionBudgets
     rbac.py       forbid()
     faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies

@@ -24,4 +24,6 @@ class Settings:
     auto_namespaces: bool = True
     #: ``hook(pod, eviction_body)`` -> None to go on, or (status, message) to refuse the eviction.
     eviction_hook: Callable[[dict, dict], tuple[int, str] | None] | None = None
+    #: Seconds between BOOKMARK events on a watch that asked for them (kube-apiserver: one minute).
+    bookmark_interval_s: float = 60.0
     version_info: dict[str, str] = field(default_factory=dict)

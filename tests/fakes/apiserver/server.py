@@ -56,6 +56,7 @@ class FakeApiServer:
     user = _Setting()
     auto_namespaces = _Setting()
     eviction_hook = _Setting()
+    bookmark_interval_s = _Setting()
     version_info = _Setting()
 
     def __init__(self, *, version: str = "v1.34.1", deletion_delay_s: float = 0.0,
@@ -274,3 +275,15 @@ class FakeApiServer:
     def allow_all(self) -> None:
         """Drop the forbid() rules."""
         self._authz.allow_all()
+
+    # ---- watches ----------------------------------------------------------------------------------
+
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are open now."""
+        return self._watches.open_count()
+
+    def close_watches(self) -> int:
+        """End every open watch stream cleanly (as when the server's watch timeout passes); returns
+        how many there were. Clients resume from their last resourceVersion."""
+        return self._watches.close_all()

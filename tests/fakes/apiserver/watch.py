@@ -5,19 +5,24 @@ older than the kept history, see ``Store.compact``); without one it starts with 
 events for the current objects. Label and field selectors apply; an object that stops matching
 arrives as DELETED, one that starts matching as ADDED.
 
-A stream ends cleanly (the terminating chunk) after ``timeoutSeconds`` or when the server stops.
+A stream ends cleanly (the terminating chunk) after ``timeoutSeconds``, on ``close_all()`` (what a
+real server does when its own timeout passes), or when the server stops. With
+``allowWatchBookmarks=true`` it sends BOOKMARK events (an object with only kind, apiVersion and
+``metadata.resourceVersion``) every ``bookmark_interval_s`` and once just before it ends; the real
+server sends its last one two seconds before the timeout (cacher.go ``nextBookmarkTime``).
 """
 
 from __future__ import annotations
 
 import copy
 import queue
+import threading
 import time
 from typing import Any, Callable, Protocol
 
 from tests.fakes.apiserver.config import Settings
 from tests.fakes.apiserver.errors import bad_request, status_body
-from tests.fakes.apiserver.meta import first
+from tests.fakes.apiserver.meta import first, truthy
 from tests.fakes.apiserver.resources import Resource
 from tests.fakes.apiserver.selectors import parse_field_selector, parse_label_selector
 from tests.fakes.apiserver.store import Event, Store
@@ -38,6 +43,7 @@ class Watcher:
         self.res_id = res_id
         self.namespace = namespace
         self.queue: queue.Queue[Event] = queue.Queue()
+        self.closed = threading.Event()
 
 
 class WatchHub:
@@ -55,11 +61,24 @@ class WatchHub:
             if w.res_id == ev.res_id and (w.namespace is None or w.namespace == ns):
                 w.queue.put(ev)
 
+    def open_count(self) -> int:
+        with self.store.lock:
+            return len(self._watchers)
+
+    def close_all(self) -> int:
+        """End every open stream cleanly; returns how many there were."""
+        with self.store.lock:
+            watchers = list(self._watchers)
+        for w in watchers:
+            w.closed.set()
+        return len(watchers)
+
     def serve(self, out: ChunkedWriter, res: Resource, ns: str | None, q: dict[str, list[str]]) -> None:
         lmatch = parse_label_selector(first(q, "labelSelector") or "")
         fmatch = parse_field_selector(first(q, "fieldSelector") or "", res)
         timeout = first(q, "timeoutSeconds")
         deadline = time.monotonic() + float(timeout) if timeout else None
+        bookmarks = truthy(first(q, "allowWatchBookmarks"))
 
         def matches(o: dict | None) -> bool:
             return o is not None and lmatch(o["metadata"].get("labels") or {}) and fmatch(o)
@@ -79,15 +98,30 @@ class WatchHub:
                 if etype is not None:
                     out.write_chunk({"type": etype, "object": ev.obj})
 
+            def bookmark() -> None:
+                while True:  # first send what is queued: a bookmark promises everything before it was sent
+                    with self.store.lock:
+                        if watcher.queue.empty():
+                            rv = self.store.rv
+                            break
+                    deliver(watcher.queue.get_nowait())
+                out.write_chunk({"type": "BOOKMARK", "object": {
+                    "kind": res.kind, "apiVersion": res.api_version, "metadata": {"resourceVersion": str(rv)}}})
+
+            next_bookmark = time.monotonic() + self.settings.bookmark_interval_s
             while not self.store.stopping.is_set():
-                wait = 0.1
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    wait = min(wait, left)
+                now = time.monotonic()
+                if watcher.closed.is_set() or (deadline is not None and now >= deadline):
+                    if bookmarks:
+                        bookmark()
+                    break
+                if bookmarks and now >= next_bookmark:
+                    bookmark()
+                    next_bookmark = now + self.settings.bookmark_interval_s
+                wakeups = [t for t in (deadline, next_bookmark if bookmarks else None) if t is not None]
+                wait = min([0.05] + [t - now for t in wakeups])
                 try:
-                    deliver(watcher.queue.get(timeout=wait))
+                    deliver(watcher.queue.get(timeout=max(wait, 0.001)))
                 except queue.Empty:
                     continue
         except OSError:  # the client went away
