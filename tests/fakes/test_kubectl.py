@@ -198,3 +198,21 @@ def test_get_leases_in_a_namespace(apiserver, kubectl):
     holder = kubectl("get", "leases.coordination.k8s.io", "n1", "-n", "kube-node-lease", "-o",
                      "jsonpath={.spec.holderIdentity}").stdout
     assert holder == "n1"
+
+
+def test_auth_can_i_answers_from_the_enforced_roles(apiserver, kubectl):
+    assert kubectl("auth", "can-i", "list", "nodes").stdout.strip() == "yes"  # no enforcement: all allowed
+    apiserver.enforce_rbac([o.cluster_role("pod-reader", o.policy_rule(["get", "list"], ["pods"])),
+                            o.role("ns1", "evictor", o.policy_rule(["create"], ["pods/eviction"]))])
+    no = kubectl("auth", "can-i", "list", "nodes", check=False)
+    assert no.returncode == 1 and no.stdout.strip() == "no"
+    assert kubectl("auth", "can-i", "list", "pods", "-A").stdout.strip() == "yes"
+    evict = ("auth", "can-i", "create", "pods", "--subresource=eviction")  # "pods/eviction" would be TYPE/NAME
+    assert kubectl(*evict, "-n", "ns1").stdout.strip() == "yes"
+    assert kubectl(*evict, "-n", "ns2", check=False).returncode == 1
+    review = apiserver.requests_matching("POST", "/selfsubjectaccessreviews$")[-1]
+    assert review.content_type == "application/vnd.kubernetes.protobuf"  # client-go's typed client; decoded
+    assert review.body["spec"]["resourceAttributes"] == {"namespace": "ns2", "verb": "create", "resource": "pods",
+                                                         "subresource": "eviction"}
+    denied = kubectl("get", "nodes", check=False)  # discovery still works, the list does not
+    assert denied.returncode == 1 and 'User "fake-user" cannot list resource "nodes"' in denied.stderr

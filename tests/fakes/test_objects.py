@@ -23,6 +23,9 @@ from tests.fakes import objects as o
     (o.crd("kubevirts", "kubevirt.io", "KubeVirt"), "V1CustomResourceDefinition"),
     (o.event("ns", "e", involved=o.pod("ns", "p"), reason="Evicted", message="m"), "CoreV1Event"),
     (o.lease("ns", "l", holder="me"), "V1Lease"),
+    (o.cluster_role("r", o.policy_rule(["get"], ["nodes"]), o.policy_rule(["get"], urls=["/version"])),
+     "V1ClusterRole"),
+    (o.role("ns", "r", o.policy_rule(["create"], ["pods/eviction"], names=["p"])), "V1Role"),
 ])
 def test_builders_match_client_models(obj, model):
     """Built-in objects deserialise into the v37 models (required fields present, right types)."""

@@ -54,7 +54,23 @@ What it models (kube-apiserver behaviour, simplified where noted):
   ``bookmark_interval_s`` (60 s, as the watch cache) and once just before the stream ends; the real
   server sends that last one two seconds before its timeout. ``open_watches`` counts the streams.
 * Every error is a ``Status`` object with the reason and message text a real server uses;
-  ``forbid()`` gives real-style 403s, ``require_token`` real 401s.
+  ``require_token`` gives real 401s.
+* Authorization, decided as kube-apiserver does from the request path alone, before routing (a
+  refused request is 403 even for a resource that does not exist), with the 403 text of
+  responsewriters.Forbidden (``nodes is forbidden: User "fake-user" cannot list resource
+  "nodes" in API group "" at the cluster scope``, ``forbidden: User "fake-user" cannot get path
+  "/metrics"``). ``forbid(verb, resource, namespace)`` denies; ``enforce_rbac([Role/ClusterRole
+  dicts])`` allows only what their rules allow (apiGroups, resources incl. ``pods/eviction`` and
+  ``*/status``, verbs, resourceNames, nonResourceURLs with a trailing ``*``; a Role only in its
+  namespace), plus what system:discovery, system:public-info-viewer and system:basic-user give
+  every authenticated user (discovery, /version, /healthz, /readyz, /livez, access reviews).
+  There are no RoleBindings: the fake user holds every role given. ``allow_all()`` ends both.
+* ``POST authorization.k8s.io/v1 selfsubjectaccessreviews`` (in discovery, create only) answers
+  ``status.allowed`` from the same decision, with the RBAC authorizer's ``reason`` (``RBAC:
+  allowed by ClusterRoleBinding "r" of ClusterRole "r" to User "fake-user"``, the binding named
+  after the role) and ``denied: true`` for a forbid() rule; ``kubectl auth can-i`` works. Its
+  typed client sends protobuf: bodies in ``application/vnd.kubernetes.protobuf`` are decoded for
+  the kinds in protobuf.SCHEMAS (recorded as their JSON form; others are 415) and answered in JSON.
 * ``inject_fault()`` (method and path regex, ``times``): a Status with any code (``retry_after_s``
   adds the ``Retry-After`` header and ``details.retryAfterSeconds``, as ``errors.NewTooManyRequests``
   answers through responsewriters; client-go waits that long and retries), a delay, a dropped
@@ -71,8 +87,9 @@ What it models (kube-apiserver behaviour, simplified where noted):
   made it; for an HTTP write that is before the response is sent, so a test can wait for a
   reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.
 
-Not modelled: admission webhooks and schema validation (bodies are stored as sent), RBAC beyond
-``forbid()``, garbage collection of dependents, namespace termination (deleting a namespace
+Not modelled: admission webhooks and schema validation (bodies are stored as sent), RoleBindings,
+aggregated ClusterRoles and serving RBAC objects, SelfSubjectRulesReview (``kubectl auth can-i
+--list``), protobuf responses, garbage collection of dependents, namespace termination (deleting a namespace
 deletes its contents at once), Table output for ``kubectl get`` (kubectl falls back to NAME/AGE
 columns), server-side apply field ownership (``application/apply-patch+yaml`` must be JSON; it
 creates a missing object, else applies like a strategic merge / merge patch), and continue
@@ -91,7 +108,8 @@ Where things are (one concern per module; ``server.py`` composes them):
     selectors.py  label and field selectors
     watch.py      watch streams: replay, selectors, timeouts, close_watches(), bookmarks
     eviction.py   pods/eviction and PodDisruptionBudgets
-    rbac.py       forbid()
+    rbac.py       request attributes, forbid(), enforce_rbac(), SelfSubjectAccessReviews
+    protobuf.py   decoding protobuf request bodies (SelfSubjectAccessReview)
     faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies
     recording.py  RecordedRequest and the request log
     errors.py     Status bodies and ApiError

@@ -1,9 +1,11 @@
 """The HTTP side: the request handler, the order a request goes through, and how replies are written.
 
 A request is parsed and recorded (``on_request`` callbacks run), then an injected fault may take
-it over (faults.py). Otherwise: authentication (401), health and OpenAPI paths, then discovery
-or a resource: the forbid() rules (403, rbac.py), the REST verbs (rest.py), watch (watch.py) and
-``pods/eviction`` (eviction.py). Every failure is a ``Status`` (errors.py).
+it over (faults.py). Otherwise it is handled in kube-apiserver's order: authentication (401),
+authorization (403, rbac.py, from the path alone, before anything is looked up), health and
+OpenAPI paths, then discovery or a resource: the REST verbs (rest.py), watch (watch.py),
+``pods/eviction`` (eviction.py) and SelfSubjectAccessReviews (rbac.py). Every failure is a
+``Status`` (errors.py).
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes.apiserver import protobuf
 from tests.fakes.apiserver.discovery import discovery
 from tests.fakes.apiserver.errors import ApiError, bad_request, method_not_allowed, status_body, unknown_path
 from tests.fakes.apiserver.faults import Fault
 from tests.fakes.apiserver.meta import first, truthy
+from tests.fakes.apiserver.rbac import request_info
 from tests.fakes.apiserver.recording import RecordedRequest
 from tests.fakes.apiserver.resources import Route
 
 if TYPE_CHECKING:
     from tests.fakes.apiserver.server import FakeApiServer
 
+SSAR_ID = "selfsubjectaccessreviews.authorization.k8s.io"
 STREAMED = -1  # a handler that wrote its own (chunked) response returns this code
 
 
@@ -160,14 +165,20 @@ class Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         path = parts.path or "/"
         raw = self._read_body()
+        ctype = self.headers.get("Content-Type")
         body: Any = None
-        if raw:
+        self._body_error: ApiError | None = None
+        if raw and (ctype or "").split(";")[0].strip() == protobuf.CONTENT_TYPE:
+            try:
+                body = protobuf.decode(raw)
+            except protobuf.UndecodableProtobuf as exc:
+                body, self._body_error = raw, ApiError(415, "UnsupportedMediaType", str(exc))
+        elif raw:
             try:
                 body = json.loads(raw)
             except ValueError:
                 body = raw.decode("utf-8", "replace")
-        req = RecordedRequest(self.command, path, parse_qs(parts.query, keep_blank_values=True),
-                              self.headers.get("Content-Type"), body,
+        req = RecordedRequest(self.command, path, parse_qs(parts.query, keep_blank_values=True), ctype, body,
                               headers={k.lower(): v for k, v in self.headers.items()})
         self._req = req
         fake._log.record(req)
@@ -226,6 +237,9 @@ class Handler(BaseHTTPRequestHandler):
             scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
             if scheme.lower() != "bearer" or token.strip() != settings.token:
                 return 401, status_body(401, "Unauthorized", "Unauthorized"), {}
+        fake._authz.authorize(request_info(req.method, path, req.query))
+        if self._body_error is not None:
+            raise self._body_error
         if path in ("/healthz", "/readyz", "/livez"):
             return 200, "ok", {}
         if path.startswith("/openapi/"):
@@ -248,12 +262,11 @@ class Handler(BaseHTTPRequestHandler):
         method, q = req.method, req.query
         if method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise method_not_allowed()
-        watch = truthy(first(q, "watch"))
-        fake._authz.authorize(_verb(method, name, watch), res, sub, name, ns)
         dry = q.get("dryRun")
         if dry and any(v != "All" for v in dry):
             raise bad_request(f"Invalid dry run value: {dry}")
         dry_run = bool(dry)
+        watch = truthy(first(q, "watch"))
         if sub is None and _verb(method, name, watch) not in res.verbs:
             raise method_not_allowed()
         if (sub, method) == ("eviction", "POST"):
@@ -270,6 +283,8 @@ class Handler(BaseHTTPRequestHandler):
         if method == "POST":
             if name is not None or (res.namespaced and ns is None):
                 raise method_not_allowed()
+            if res.id == SSAR_ID:
+                return fake._authz.review(res, req.body)
             return api.create(res, ns, req.body, dry_run)
         if name is None:
             if method != "DELETE":

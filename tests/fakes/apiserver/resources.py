@@ -85,6 +85,8 @@ RESOURCES: tuple[Resource, ...] = (
     _R("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), ("status", "scale"), categories=("all",)),
     _R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",)),
     _R("coordination.k8s.io", "v1", "leases", "Lease", True, (), ()),
+    _R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (),
+       verbs=("create",)),
     _R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
        ("crd", "crds"), ("status",)),
     _R("kubevirt.io", "v1", "kubevirts", "KubeVirt", True, ("kv", "kvs"), ("status",), custom=True),

@@ -5,7 +5,7 @@
     _api    RestApi         the REST verbs on the store (rest.py)
     _watches WatchHub       open watch streams (watch.py)
     _evictions Evictions    pods/eviction and PodDisruptionBudgets (eviction.py)
-    _authz  Authorizer      forbid() (rbac.py)
+    _authz  Authorizer      forbid(), enforce_rbac(), SelfSubjectAccessReviews (rbac.py)
     _faults FaultBook       injected faults (faults.py)
     _log    RequestLog      recorded requests (recording.py)
 
@@ -272,8 +272,14 @@ class FakeApiServer:
         ``namespace`` None matches every namespace and the cluster scope."""
         self._authz.forbid(verb, resource, namespace)
 
+    def enforce_rbac(self, objects: Iterable[dict]) -> None:
+        """Allow only what the given Role/ClusterRole objects allow (a Role in its namespace), plus
+        what every authenticated user may do (discovery, /version, /healthz, access reviews).
+        Replaces the roles of an earlier call."""
+        self._authz.enforce(list(objects))
+
     def allow_all(self) -> None:
-        """Drop the forbid() rules."""
+        """Drop the forbid() rules and the RBAC enforcement."""
         self._authz.allow_all()
 
     # ---- watches ----------------------------------------------------------------------------------
