@@ -1,4 +1,5 @@
-"""Real kubectl against the fake API server: discovery, label, cordon, json patch, drain, CRs."""
+"""Real kubectl against the fake API server: discovery, label, cordon, json patch, drain, CRs, leases,
+retries, lost replies, auth can-i, logs and describe."""
 
 from __future__ import annotations
 
@@ -216,3 +217,23 @@ def test_auth_can_i_answers_from_the_enforced_roles(apiserver, kubectl):
                                                          "subresource": "eviction"}
     denied = kubectl("get", "nodes", check=False)  # discovery still works, the list does not
     assert denied.returncode == 1 and 'User "fake-user" cannot list resource "nodes"' in denied.stderr
+
+
+def test_logs_and_a_pending_pods_refusal(apiserver, kubectl):
+    apiserver.add(o.pod("default", "web", node="n1"), o.pod("default", "starting", node="n1", phase="Pending"))
+    apiserver.set_pod_log("default", "web", "one\ntwo\nthree\n")
+    assert kubectl("logs", "web", "--tail=2").stdout == "two\nthree\n"
+    apiserver.set_pod_phase("default", "starting", "Pending")
+    refused = kubectl("logs", "starting", check=False)
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        'Error from server (BadRequest): container "main" in pod "starting" is waiting to start: ContainerCreating')
+
+
+def test_describe_shows_the_schedulers_failure(apiserver, kubectl):
+    apiserver.add(o.pod("default", "big", phase="Pending"))
+    apiserver.mark_unschedulable("default", "big", "0/3 nodes are available: 3 Insufficient rebellions.ai/npu.")
+    out = kubectl("describe", "pod", "big").stdout
+    assert "PodScheduled                False" in out
+    event = next(line.split() for line in out.splitlines() if "FailedScheduling" in line)
+    assert event[:2] == ["Warning", "FailedScheduling"] and event[3] == "default-scheduler"
+    assert " ".join(event[4:]) == "0/3 nodes are available: 3 Insufficient rebellions.ai/npu."

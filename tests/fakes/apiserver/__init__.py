@@ -44,6 +44,22 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * ``pods/eviction``: ``eviction_hook``, then PodDisruptionBudgets (minAvailable/maxUnavailable,
   int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
   real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.
+* Pods on nodes, simplified to what a test drives (pods.py): ``kubelet`` (a callable attribute)
+  is called with every pod that appears with ``spec.nodeName`` or gets one (created, seeded, or
+  bound with ``POST pods/NAME/binding``, which answers 201 Success or 409 ``pod p is already
+  assigned to node "n1"``), after commit, outside the lock, before the HTTP reply. It may call
+  ``set_pod_phase(ns, name, phase, exit_code=, reason=, message=)``, which writes what a kubelet
+  reports: containerStatuses waiting (``ContainerCreating``, ``ErrImagePull``...), running, or
+  terminated with an exit code (a Running/Pending pod with ``exit_code`` was restarted once),
+  the kubelet-owned conditions (``ContainersNotReady``, ``PodCompleted``, ``PodFailed``), IPs.
+  ``GET pods/NAME/log`` answers ``set_pod_log`` text as text/plain (``container`` and
+  ``tailLines`` honoured, other options ignored), with the apiserver's 400s for a missing or
+  unknown container and the kubelet's for a waiting one (``container "main" in pod "p" is
+  waiting to start: ContainerCreating``); a pod on no node has an empty log. A waiting
+  container shows no log even when one was set, as on a node. ``mark_unschedulable(ns, name,
+  message)`` is the scheduler's verdict: PodScheduled False/Unschedulable and a Warning
+  ``FailedScheduling`` Event from default-scheduler (as events.k8s.io writes it: eventTime,
+  reportingComponent). Nothing schedules, pulls or runs by itself.
 * Watch (``?watch=true``): a chunked stream of JSON events, replaying from ``resourceVersion``
   (410 Expired when older than the kept history, see ``compact()``) or starting with synthetic
   ADDED events; selectors apply, an object that stops matching arrives as DELETED. Enough for
@@ -108,6 +124,7 @@ Where things are (one concern per module; ``server.py`` composes them):
     selectors.py  label and field selectors
     watch.py      watch streams: replay, selectors, timeouts, close_watches(), bookmarks
     eviction.py   pods/eviction and PodDisruptionBudgets
+    pods.py       kubelet hook, pod phases, pods/log, pods/binding, FailedScheduling
     rbac.py       request attributes, forbid(), enforce_rbac(), SelfSubjectAccessReviews
     protobuf.py   decoding protobuf request bodies (SelfSubjectAccessReview)
     faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies

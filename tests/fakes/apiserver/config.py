@@ -1,7 +1,7 @@
 """The knobs a test turns on a FakeApiServer, in one object every component reads.
 
 ``FakeApiServer`` exposes each field as a plain attribute (``fake.deletion_delay_s = 0.5``); the
-components (store, eviction, http...) read them here, so a change takes effect at once.
+components (store, eviction, watch, pods...) read them here, so a change takes effect at once.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ class Settings:
     auto_namespaces: bool = True
     #: ``hook(pod, eviction_body)`` -> None to go on, or (status, message) to refuse the eviction.
     eviction_hook: Callable[[dict, dict], tuple[int, str] | None] | None = None
+    #: ``kubelet(pod)`` for every pod that appears on, or is bound to, a node (after commit, no lock).
+    kubelet: Callable[[dict], None] | None = None
     #: Seconds between BOOKMARK events on a watch that asked for them (kube-apiserver: one minute).
     bookmark_interval_s: float = 60.0
     version_info: dict[str, str] = field(default_factory=dict)

@@ -4,7 +4,8 @@ A request is parsed and recorded (``on_request`` callbacks run), then an injecte
 it over (faults.py). Otherwise it is handled in kube-apiserver's order: authentication (401),
 authorization (403, rbac.py, from the path alone, before anything is looked up), health and
 OpenAPI paths, then discovery or a resource: the REST verbs (rest.py), watch (watch.py),
-``pods/eviction`` (eviction.py) and SelfSubjectAccessReviews (rbac.py). Every failure is a
+``pods/eviction`` (eviction.py), ``pods/log`` and ``pods/binding`` (pods.py) and
+SelfSubjectAccessReviews (rbac.py). Every failure is a
 ``Status`` (errors.py).
 """
 
@@ -271,6 +272,10 @@ class Handler(BaseHTTPRequestHandler):
             raise method_not_allowed()
         if (sub, method) == ("eviction", "POST"):
             return fake._evictions.evict(res, ns, name or "", req.body, dry_run)
+        if (sub, method) == ("log", "GET"):
+            return fake._pod_lifecycle.read_log(res, ns, name or "", q)
+        if (sub, method) == ("binding", "POST"):
+            return fake._pod_lifecycle.bind(res, ns, name or "", req.body, dry_run)
         if sub not in (None, "status"):
             raise method_not_allowed()
         if method == "GET":

@@ -8,6 +8,7 @@
     _authz  Authorizer      forbid(), enforce_rbac(), SelfSubjectAccessReviews (rbac.py)
     _faults FaultBook       injected faults (faults.py)
     _log    RequestLog      recorded requests (recording.py)
+    _pod_lifecycle PodLifecycle  kubelet hook, pod phases, logs, binding, scheduling failures (pods.py)
 
 and ``settings`` (config.py), the knobs every component reads, which the test sets as attributes.
 """
@@ -26,6 +27,7 @@ from tests.fakes.apiserver.eviction import Evictions
 from tests.fakes.apiserver.faults import UNSET, FaultBook
 from tests.fakes.apiserver.http import Handler, QuietServer, make_httpd
 from tests.fakes.apiserver.kubeconfig import write_kubeconfig
+from tests.fakes.apiserver.pods import PodLifecycle
 from tests.fakes.apiserver.rbac import Authorizer
 from tests.fakes.apiserver.recording import RecordedRequest, RequestLog
 from tests.fakes.apiserver.resources import RESOURCES, Resource, ResourceTable
@@ -56,6 +58,7 @@ class FakeApiServer:
     user = _Setting()
     auto_namespaces = _Setting()
     eviction_hook = _Setting()
+    kubelet = _Setting()
     bookmark_interval_s = _Setting()
     version_info = _Setting()
 
@@ -80,6 +83,7 @@ class FakeApiServer:
         self._authz = Authorizer(lock, self.settings)
         self._faults = FaultBook(lock)
         self._log = RequestLog(lock, self.errors)
+        self._pod_lifecycle = PodLifecycle(self._store, self.settings)
         self.tls_cert, self.tls_key, self.client_ca = tls_cert, tls_key, client_ca
         self.url = ""
         self._conns: set[socket.socket] = set()
@@ -293,3 +297,23 @@ class FakeApiServer:
         """End every open watch stream cleanly (as when the server's watch timeout passes); returns
         how many there were. Clients resume from their last resourceVersion."""
         return self._watches.close_all()
+
+    # ---- pods: kubelet and scheduler --------------------------------------------------------------
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str, *, exit_code: int | None = None,
+                      reason: str | None = None, message: str | None = None) -> dict:
+        """Report ``phase`` for a pod on a node as its kubelet would: container states (``reason``
+        and ``message`` of the waiting/terminated containers, e.g. ErrImagePull; ``exit_code`` of
+        a terminated one, or of the last run for a restarted Pending/Running container),
+        conditions, IPs. Returns the stored pod."""
+        return self._pod_lifecycle.set_phase(namespace, name, phase, exit_code=exit_code, reason=reason,
+                                             message=message)
+
+    def set_pod_log(self, namespace: str, name: str, text: str, *, container: str | None = None) -> None:
+        """What ``GET pods/NAME/log`` answers for the pod (or one ``container``) from now on."""
+        self._pod_lifecycle.set_log(namespace, name, text, container)
+
+    def mark_unschedulable(self, namespace: str, name: str, message: str) -> dict:
+        """The scheduler's verdict: PodScheduled False/Unschedulable with ``message`` (``0/3 nodes are
+        available: ...``) and a FailedScheduling Warning Event for the pod. Returns the pod."""
+        return self._pod_lifecycle.mark_unschedulable(namespace, name, message)
