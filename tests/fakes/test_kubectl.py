@@ -1,5 +1,5 @@
 """Real kubectl against the fake API server: discovery, label, cordon, json patch, drain, CRs, leases,
-retries, lost replies, auth can-i, logs and describe."""
+retries, lost replies, auth can-i, logs and describe, KubeVirt subresources."""
 
 from __future__ import annotations
 
@@ -237,3 +237,21 @@ def test_describe_shows_the_schedulers_failure(apiserver, kubectl):
     event = next(line.split() for line in out.splitlines() if "FailedScheduling" in line)
     assert event[:2] == ["Warning", "FailedScheduling"] and event[3] == "default-scheduler"
     assert " ".join(event[4:]) == "0/3 nodes are available: 3 Insufficient rebellions.ai/npu."
+
+
+def test_stop_a_vm_through_the_kubevirt_subresource(apiserver, kubectl, tmp_path):
+    apiserver.simulate_kubevirt = True
+    vm = o.vm("default", "vm1")
+    vm["metadata"]["annotations"] = {"fake.rblnctl.io/node": "n1"}
+    apiserver.add(vm, o.vmi("default", "vm1", "n1"))
+    body = tmp_path / "stop.json"
+    body.write_text("{}")
+    stop = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/vm1/stop"
+    assert kubectl("replace", "--raw", stop, "-f", str(body)).returncode == 0
+    assert kubectl("get", "vm", "vm1", "-o", "jsonpath={.spec.runStrategy} {.status.printableStatus}").stdout == (
+        "Halted Stopped")
+    assert kubectl("get", "vmi", "-o", "name").stdout == ""
+    again = kubectl("replace", "--raw", stop, "-f", str(body), check=False)
+    assert again.returncode == 1 and again.stderr.strip() == (
+        'Error from server (Conflict): Operation cannot be fulfilled on virtualmachine.kubevirt.io "vm1": '
+        "VM is not running")

@@ -60,6 +60,19 @@ What it models (kube-apiserver behaviour, simplified where noted):
   message)`` is the scheduler's verdict: PodScheduled False/Unschedulable and a Warning
   ``FailedScheduling`` Event from default-scheduler (as events.k8s.io writes it: eventTime,
   reportingComponent). Nothing schedules, pulls or runs by itself.
+* KubeVirt's aggregated API ``subresources.kubevirt.io/v1`` (kubevirt.py), in discovery as virt-api
+  lists it while ``virtualmachines.kubevirt.io`` is served: ``PUT .../virtualmachines/NAME/start``,
+  ``/stop``, ``/restart`` (body optional, ``dryRun`` honoured; authorized as ``update`` on
+  ``virtualmachines/start``...) answer 202 with an empty body, or virt-api's 404
+  (``virtualmachine.kubevirt.io "x" not found``) and 409s (``VM is not running``, ``VM is already
+  running``, ``Always does not support manual start requests``...). stop/start on an Always/Halted
+  VM set ``spec.runStrategy`` (``spec.running`` when the VM uses it); Manual/RerunOnFailure VMs and
+  restart get ``status.stateChangeRequests``. With ``simulate_kubevirt`` (constructor flag or
+  attribute) a virt-controller reacts: a VM changed to Halted loses its VMI and shows Stopped,
+  ready false; changed to Always it gets a VMI (Running on the node of the VM annotation
+  ``fake.rblnctl.io/node``, else Scheduling and printableStatus Starting) and shows Running, ready
+  true; state change requests are carried out; a deleted VM takes its VMI. Off by default.
+  Other virt-api subresources (migrate, console, vnc, pause...) are not modelled (404).
 * Watch (``?watch=true``): a chunked stream of JSON events, replaying from ``resourceVersion``
   (410 Expired when older than the kept history, see ``compact()``) or starting with synthetic
   ADDED events; selectors apply, an object that stops matching arrives as DELETED. Enough for
@@ -127,13 +140,14 @@ Where things are (one concern per module; ``server.py`` composes them):
     pods.py       kubelet hook, pod phases, pods/log, pods/binding, FailedScheduling
     rbac.py       request attributes, forbid(), enforce_rbac(), SelfSubjectAccessReviews
     protobuf.py   decoding protobuf request bodies (SelfSubjectAccessReview)
+    kubevirt.py   subresources.kubevirt.io start/stop/restart and the optional VM simulation
     faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies
     recording.py  RecordedRequest and the request log
     errors.py     Status bodies and ApiError
     meta.py, kubeconfig.py   small helpers; write_kubeconfig()
 """
 
-from tests.fakes.apiserver.config import DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER
+from tests.fakes.apiserver.config import DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER, VM_NODE_ANNOTATION
 from tests.fakes.apiserver.errors import ApiError, conflict, invalid, not_found, status_body
 from tests.fakes.apiserver.patch import (SMP_MERGE_KEYS, SMP_PRIMITIVE_MERGE, PatchError, apply_json_patch,
                                          apply_merge_patch, apply_strategic_merge_patch)
@@ -144,7 +158,7 @@ from tests.fakes.apiserver.server import FakeApiServer
 
 __all__ = [
     "ALL_VERBS", "DELETION_DELAY_ANNOTATION", "FAKE_TOKEN", "FAKE_USER", "RESOURCES", "SMP_MERGE_KEYS",
-    "SMP_PRIMITIVE_MERGE", "ApiError", "FakeApiServer", "PatchError", "RecordedRequest", "Resource",
-    "apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch", "conflict", "invalid",
+    "SMP_PRIMITIVE_MERGE", "VM_NODE_ANNOTATION", "ApiError", "FakeApiServer", "PatchError", "RecordedRequest",
+    "Resource", "apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch", "conflict", "invalid",
     "label_selector_matches", "not_found", "parse_field_selector", "parse_label_selector", "status_body",
 ]

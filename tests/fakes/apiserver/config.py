@@ -13,6 +13,8 @@ FAKE_USER = "fake-user"
 FAKE_TOKEN = "fake-token"
 #: Per-pod graceful deletion delay (seconds, as a string) overriding the server-wide one.
 DELETION_DELAY_ANNOTATION = "fake.rblnctl.io/deletion-delay-s"
+#: On a VirtualMachine: the node its simulated VirtualMachineInstance runs on.
+VM_NODE_ANNOTATION = "fake.rblnctl.io/node"
 
 
 @dataclass

@@ -14,6 +14,10 @@ from typing import Any
 from tests.fakes.apiserver.errors import unknown_path
 from tests.fakes.apiserver.resources import SUBRESOURCE_KIND, SUBRESOURCE_VERBS, Resource
 
+#: An extra API group served outside the resource table: (group, version, APIResource entries).
+ExtraGroup = tuple[str, str, list[dict]]
+
+
 def version_info(git_version: str) -> dict[str, str]:
     """``/version`` as a kube-apiserver of that version answers it (1.34 adds the emulation fields)."""
     m = re.match(r"v?(\d+)\.(\d+)", git_version)
@@ -37,7 +41,8 @@ def version_info(git_version: str) -> dict[str, str]:
     return info
 
 
-def discovery(path: str, host: str, resources: list[Resource], version: dict[str, str]) -> dict | None:
+def discovery(path: str, host: str, resources: list[Resource], version: dict[str, str],
+              extra: list[ExtraGroup]) -> dict | None:
     """The discovery document for ``path``, or None when ``path`` is not a discovery path."""
     if path in ("/version", "/version/"):
         return version
@@ -45,10 +50,10 @@ def discovery(path: str, host: str, resources: list[Resource], version: dict[str
         return {"kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]}
     if path in ("/apis", "/apis/"):
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": _groups(resources)}
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": _groups(resources, extra)}
     m = re.fullmatch(r"/apis/([^/]+)/?", path)
     if m:
-        for g in _groups(resources):
+        for g in _groups(resources, extra):
             if g["name"] == m.group(1):
                 return {"kind": "APIGroup", "apiVersion": "v1", **g}
         raise unknown_path()
@@ -56,18 +61,20 @@ def discovery(path: str, host: str, resources: list[Resource], version: dict[str
     if m:
         group, version_ = ("", "v1") if m.group(1) else (m.group(2), m.group(3))
         gv = f"{group}/{version_}" if group else version_
+        entries = [e for g, v, es in extra if (g, v) == (group, version_) for e in es]
         rs = [r for r in resources if r.group == group and r.version == version_]
-        if not rs:
+        if not rs and not entries:
             raise unknown_path()
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": _api_resources(rs)}
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                "resources": _api_resources(rs) + entries}
     return None
 
 
-def _groups(resources: list[Resource]) -> list[dict]:
+def _groups(resources: list[Resource], extra: list[ExtraGroup]) -> list[dict]:
     groups: dict[str, list[str]] = {}
-    for r in resources:
-        if r.group and r.version not in groups.setdefault(r.group, []):
-            groups[r.group].append(r.version)
+    for group, version in [(r.group, r.version) for r in resources] + [(g, v) for g, v, _ in extra]:
+        if group and version not in groups.setdefault(group, []):
+            groups[group].append(version)
     out = []
     for g, versions in groups.items():
         vs = [{"groupVersion": f"{g}/{v}", "version": v} for v in versions]

@@ -3,10 +3,10 @@
 A request is parsed and recorded (``on_request`` callbacks run), then an injected fault may take
 it over (faults.py). Otherwise it is handled in kube-apiserver's order: authentication (401),
 authorization (403, rbac.py, from the path alone, before anything is looked up), health and
-OpenAPI paths, then discovery or a resource: the REST verbs (rest.py), watch (watch.py),
-``pods/eviction`` (eviction.py), ``pods/log`` and ``pods/binding`` (pods.py) and
-SelfSubjectAccessReviews (rbac.py). Every failure is a
-``Status`` (errors.py).
+OpenAPI paths, KubeVirt's aggregated API (kubevirt.py), then discovery or a resource: the REST
+verbs (rest.py), watch (watch.py), ``pods/eviction`` (eviction.py), ``pods/log`` and
+``pods/binding`` (pods.py) and SelfSubjectAccessReviews (rbac.py). Every failure is a ``Status``
+(errors.py).
 """
 
 from __future__ import annotations
@@ -245,12 +245,16 @@ class Handler(BaseHTTPRequestHandler):
             return 200, "ok", {}
         if path.startswith("/openapi/"):
             raise unknown_path()
+        answer = fake._kubevirt.handle(req.method, path, req.body)
+        if answer is not None:
+            return answer[0], answer[1], {}
         route = fake._table.route(path)
         if route is None:
             if req.method != "GET":
                 raise method_not_allowed()
             host = self.headers.get("Host") or f"127.0.0.1:{fake.port}"
-            out = discovery(path, host, fake._table.all(), dict(settings.version_info))
+            out = discovery(path, host, fake._table.all(), dict(settings.version_info),
+                            fake._kubevirt.discovery_groups())
             if out is None:
                 raise unknown_path()
             return 200, out, {}

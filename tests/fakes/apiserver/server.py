@@ -9,6 +9,7 @@
     _faults FaultBook       injected faults (faults.py)
     _log    RequestLog      recorded requests (recording.py)
     _pod_lifecycle PodLifecycle  kubelet hook, pod phases, logs, binding, scheduling failures (pods.py)
+    _kubevirt KubeVirt      subresources.kubevirt.io and the optional VM simulation (kubevirt.py)
 
 and ``settings`` (config.py), the knobs every component reads, which the test sets as attributes.
 """
@@ -27,6 +28,7 @@ from tests.fakes.apiserver.eviction import Evictions
 from tests.fakes.apiserver.faults import UNSET, FaultBook
 from tests.fakes.apiserver.http import Handler, QuietServer, make_httpd
 from tests.fakes.apiserver.kubeconfig import write_kubeconfig
+from tests.fakes.apiserver.kubevirt import KubeVirt
 from tests.fakes.apiserver.pods import PodLifecycle
 from tests.fakes.apiserver.rbac import Authorizer
 from tests.fakes.apiserver.recording import RecordedRequest, RequestLog
@@ -66,9 +68,10 @@ class FakeApiServer:
                  require_token: bool = False, auto_namespaces: bool = True,
                  resources: Iterable[Resource] = RESOURCES,
                  tls_cert: str | Path | None = None, tls_key: str | Path | None = None,
-                 client_ca: str | Path | None = None):
+                 client_ca: str | Path | None = None, simulate_kubevirt: bool = False):
         """``tls_cert``/``tls_key`` (PEM files) serve HTTPS instead of HTTP; ``client_ca`` then also
-        requires a client certificate signed by that CA (kubeconfig ``client-certificate``)."""
+        requires a client certificate signed by that CA (kubeconfig ``client-certificate``).
+        ``simulate_kubevirt`` makes VMIs follow their VMs' run strategy (see kubevirt.py)."""
         lock = threading.RLock()
         self._lock = lock
         self.settings = Settings(deletion_delay_s=deletion_delay_s, require_token=require_token,
@@ -84,6 +87,7 @@ class FakeApiServer:
         self._faults = FaultBook(lock)
         self._log = RequestLog(lock, self.errors)
         self._pod_lifecycle = PodLifecycle(self._store, self.settings)
+        self._kubevirt = KubeVirt(self._store, simulate_kubevirt)
         self.tls_cert, self.tls_key, self.client_ca = tls_cert, tls_key, client_ca
         self.url = ""
         self._conns: set[socket.socket] = set()
@@ -317,3 +321,13 @@ class FakeApiServer:
         """The scheduler's verdict: PodScheduled False/Unschedulable with ``message`` (``0/3 nodes are
         available: ...``) and a FailedScheduling Warning Event for the pod. Returns the pod."""
         return self._pod_lifecycle.mark_unschedulable(namespace, name, message)
+
+    # ---- KubeVirt ---------------------------------------------------------------------------------
+
+    @property
+    def simulate_kubevirt(self) -> bool:
+        return self._kubevirt.simulate
+
+    @simulate_kubevirt.setter
+    def simulate_kubevirt(self, on: bool) -> None:
+        self._kubevirt.simulate = on
