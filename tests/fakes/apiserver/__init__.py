@@ -118,11 +118,12 @@ What it models (kube-apiserver behaviour, simplified where noted):
 
 Not modelled: admission webhooks and schema validation (bodies are stored as sent), RoleBindings,
 aggregated ClusterRoles and serving RBAC objects, SelfSubjectRulesReview (``kubectl auth can-i
---list``), protobuf responses, garbage collection of dependents, namespace termination (deleting a namespace
-deletes its contents at once), Table output for ``kubectl get`` (kubectl falls back to NAME/AGE
-columns), server-side apply field ownership (``application/apply-patch+yaml`` must be JSON; it
-creates a missing object, else applies like a strategic merge / merge patch), and continue
-tokens do not pin a snapshot (paging continues after the last name at current state).
+--list``), protobuf responses, garbage collection of dependents (except a simulated VM's VMI),
+namespace termination (deleting a namespace deletes its contents at once), Table output for
+``kubectl get`` (kubectl falls back to NAME/AGE columns), server-side apply field ownership
+(``application/apply-patch+yaml`` must be JSON; it creates a missing object, else applies like a
+strategic merge / merge patch), and continue tokens do not pin a snapshot (paging continues after
+the last name at current state).
 
 Where things are (one concern per module; ``server.py`` composes them):
 
