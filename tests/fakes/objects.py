@@ -345,6 +345,45 @@ def pdb(namespace: str, name: str, *, selector: Mapping[str, Any], min_available
                        "observedGeneration": 1}}
 
 
+# --- coordination.k8s.io/v1 -------------------------------------------------------------------
+
+
+def lease(namespace: str, name: str, *, holder: str | None = None, duration_s: int = 15,
+          transitions: int = 0) -> dict:
+    """A Lease as leader election (client-go leaderelection) or a kubelet heartbeat writes it."""
+    spec: dict[str, Any] = {"leaseDurationSeconds": duration_s, "leaseTransitions": transitions}
+    if holder is not None:
+        spec.update(holderIdentity=holder, acquireTime="2025-01-01T00:00:00.000000Z",
+                    renewTime="2025-01-01T00:00:00.000000Z")
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": _meta(name, namespace), "spec": spec}
+
+
+# --- rbac.authorization.k8s.io/v1 --------------------------------------------------------------
+
+
+def policy_rule(verbs: Iterable[str], resources: Iterable[str] = (), *, groups: Iterable[str] = ("",),
+                names: Iterable[str] = (), urls: Iterable[str] = ()) -> dict:
+    """A PolicyRule: ``resources`` in ``groups`` (or non-resource ``urls``), optionally only ``names``."""
+    rule: dict[str, Any] = {"verbs": list(verbs)}
+    if urls:
+        rule["nonResourceURLs"] = list(urls)
+    else:
+        rule.update(apiGroups=list(groups), resources=list(resources))
+    if names:
+        rule["resourceNames"] = list(names)
+    return rule
+
+
+def cluster_role(name: str, *rules: dict) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(name),
+            "rules": list(rules)}
+
+
+def role(namespace: str, name: str, *rules: dict) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, namespace),
+            "rules": list(rules)}
+
+
 # --- KubeVirt ----------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Real kubectl against the fake API server: discovery, label, cordon, json patch, drain, CRs."""
+"""Real kubectl against the fake API server: discovery, label, cordon, json patch, drain, CRs, leases,
+retries, lost replies, auth can-i, logs and describe, KubeVirt subresources."""
 
 from __future__ import annotations
 
@@ -169,3 +170,88 @@ def test_wait_for_delete_uses_watch(apiserver, kubectl):
     assert apiserver.get("Pod", "p1", "default") is None
     watches = [r for r in apiserver.requests if r.query.get("watch") == ["true"]]
     assert watches and watches[0].query["fieldSelector"] == ["metadata.name=p1"]
+
+
+def test_lost_reply_leaves_kubectl_unsure_but_the_label_applied(apiserver, kubectl):
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="PATCH", lose_reply=True)
+    lost = kubectl("label", "node", "n1", "a=b", check=False)
+    assert lost.returncode == 1 and "EOF" in lost.stderr  # client-go does not retry a PATCH
+    assert apiserver.get("Node", "n1")["metadata"]["labels"]["a"] == "b"
+    assert "node/n1 not labeled" in kubectl("label", "node", "n1", "a=b").stdout  # the retry finds it done
+
+
+def test_kubectl_waits_out_retry_after_on_429(apiserver, kubectl):
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="GET", path="^/api/v1/nodes/n1$", status=429, retry_after_s=1, times=2,
+                           message="Too many requests, please try again later.")
+    assert kubectl("get", "node", "n1", "-o", "name").stdout.split() == ["node/n1"]
+    gets = apiserver.requests_matching("GET", "^/api/v1/nodes/n1$")
+    assert [r.status for r in gets] == [429, 429, 200]
+    assert all(later.at - earlier.at >= 0.9 for earlier, later in zip(gets, gets[1:]))  # client-go slept 1 s each
+
+
+def test_get_leases_in_a_namespace(apiserver, kubectl):
+    apiserver.add(o.lease("kube-node-lease", "n1", holder="n1"), o.lease("kube-node-lease", "n2", holder="n2"),
+                  o.lease("kube-system", "elsewhere"))
+    out = kubectl("get", "lease", "-n", "kube-node-lease").stdout.splitlines()
+    assert out[0].split() == ["NAME", "AGE"] and [line.split()[0] for line in out[1:]] == ["n1", "n2"]
+    holder = kubectl("get", "leases.coordination.k8s.io", "n1", "-n", "kube-node-lease", "-o",
+                     "jsonpath={.spec.holderIdentity}").stdout
+    assert holder == "n1"
+
+
+def test_auth_can_i_answers_from_the_enforced_roles(apiserver, kubectl):
+    assert kubectl("auth", "can-i", "list", "nodes").stdout.strip() == "yes"  # no enforcement: all allowed
+    apiserver.enforce_rbac([o.cluster_role("pod-reader", o.policy_rule(["get", "list"], ["pods"])),
+                            o.role("ns1", "evictor", o.policy_rule(["create"], ["pods/eviction"]))])
+    no = kubectl("auth", "can-i", "list", "nodes", check=False)
+    assert no.returncode == 1 and no.stdout.strip() == "no"
+    assert kubectl("auth", "can-i", "list", "pods", "-A").stdout.strip() == "yes"
+    evict = ("auth", "can-i", "create", "pods", "--subresource=eviction")  # "pods/eviction" would be TYPE/NAME
+    assert kubectl(*evict, "-n", "ns1").stdout.strip() == "yes"
+    assert kubectl(*evict, "-n", "ns2", check=False).returncode == 1
+    review = apiserver.requests_matching("POST", "/selfsubjectaccessreviews$")[-1]
+    assert review.content_type == "application/vnd.kubernetes.protobuf"  # client-go's typed client; decoded
+    assert review.body["spec"]["resourceAttributes"] == {"namespace": "ns2", "verb": "create", "resource": "pods",
+                                                         "subresource": "eviction"}
+    denied = kubectl("get", "nodes", check=False)  # discovery still works, the list does not
+    assert denied.returncode == 1 and 'User "fake-user" cannot list resource "nodes"' in denied.stderr
+
+
+def test_logs_and_a_pending_pods_refusal(apiserver, kubectl):
+    apiserver.add(o.pod("default", "web", node="n1"), o.pod("default", "starting", node="n1", phase="Pending"))
+    apiserver.set_pod_log("default", "web", "one\ntwo\nthree\n")
+    assert kubectl("logs", "web", "--tail=2").stdout == "two\nthree\n"
+    apiserver.set_pod_phase("default", "starting", "Pending")
+    refused = kubectl("logs", "starting", check=False)
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        'Error from server (BadRequest): container "main" in pod "starting" is waiting to start: ContainerCreating')
+
+
+def test_describe_shows_the_schedulers_failure(apiserver, kubectl):
+    apiserver.add(o.pod("default", "big", phase="Pending"))
+    apiserver.mark_unschedulable("default", "big", "0/3 nodes are available: 3 Insufficient rebellions.ai/npu.")
+    out = kubectl("describe", "pod", "big").stdout
+    assert "PodScheduled                False" in out
+    event = next(line.split() for line in out.splitlines() if "FailedScheduling" in line)
+    assert event[:2] == ["Warning", "FailedScheduling"] and event[3] == "default-scheduler"
+    assert " ".join(event[4:]) == "0/3 nodes are available: 3 Insufficient rebellions.ai/npu."
+
+
+def test_stop_a_vm_through_the_kubevirt_subresource(apiserver, kubectl, tmp_path):
+    apiserver.simulate_kubevirt = True
+    vm = o.vm("default", "vm1")
+    vm["metadata"]["annotations"] = {"fake.rblnctl.io/node": "n1"}
+    apiserver.add(vm, o.vmi("default", "vm1", "n1"))
+    body = tmp_path / "stop.json"
+    body.write_text("{}")
+    stop = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/vm1/stop"
+    assert kubectl("replace", "--raw", stop, "-f", str(body)).returncode == 0
+    assert kubectl("get", "vm", "vm1", "-o", "jsonpath={.spec.runStrategy} {.status.printableStatus}").stdout == (
+        "Halted Stopped")
+    assert kubectl("get", "vmi", "-o", "name").stdout == ""
+    again = kubectl("replace", "--raw", stop, "-f", str(body), check=False)
+    assert again.returncode == 1 and again.stderr.strip() == (
+        'Error from server (Conflict): Operation cannot be fulfilled on virtualmachine.kubevirt.io "vm1": '
+        "VM is not running")

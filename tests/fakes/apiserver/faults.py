@@ -1,0 +1,86 @@
+"""Injected faults: what the network, a proxy or an overloaded server does to a request.
+
+A fault matches the next ``times`` requests by method and path (``re.search``) and then does one
+of: answer a ``Status`` (``status``; with ``retry_after_s`` the ``Retry-After`` header and
+``details.retryAfterSeconds`` as the max-in-flight and priority-and-fairness filters send them),
+answer a raw ``body`` (a proxy's HTML, invalid JSON, a JSON value of the wrong shape), drop the
+connection before handling (``drop``), or handle the request normally and then drop the connection
+instead of replying (``lose_reply``: the change is made, the client cannot know). ``delay_s``
+delays the answer (for ``lose_reply``: the drop); ``status=None`` only delays.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+UNSET: Any = object()
+
+
+@dataclass
+class Fault:
+    method: str | None
+    path: str | None
+    status: int | None
+    reason: str | None
+    message: str
+    delay_s: float
+    drop: bool
+    times: int
+    retry_after_s: int | None
+    lose_reply: bool = False
+    body: bytes | None = None
+    content_type: str = "application/json"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s is not None else {}
+
+
+def encode_body(body: Any) -> bytes:
+    """bytes as they are, str as UTF-8, any other value as JSON."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    return json.dumps(body).encode()
+
+
+class FaultBook:
+    def __init__(self, lock: threading.RLock):
+        self._lock = lock
+        self._faults: list[Fault] = []
+
+    def inject(self, *, method: str | None, path: str | None, status: Any, reason: str | None, message: str,
+               delay_s: float, drop: bool, times: int, retry_after_s: int | None, lose_reply: bool,
+               body: Any, content_type: str) -> None:
+        if lose_reply and (drop or body is not None or status not in (UNSET, None)):
+            raise ValueError("lose_reply handles the request normally: no status, body or drop with it")
+        if drop and body is not None:
+            raise ValueError("drop and body exclude each other")
+        if status is UNSET:
+            status = None if lose_reply else 200 if body is not None else 500
+        raw = encode_body(body) if body is not None else None
+        with self._lock:
+            self._faults.append(Fault(method.upper() if method else None, path, status, reason, message, delay_s,
+                                      drop, times, retry_after_s, lose_reply, raw, content_type))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, method: str, path: str) -> Fault | None:
+        """The first fault matching this request, with one use consumed."""
+        with self._lock:
+            for f in self._faults:
+                if f.times <= 0 or (f.method and f.method != method) or (f.path and not re.search(f.path, path)):
+                    continue
+                f.times -= 1
+                fault = copy.copy(f)
+                self._faults = [x for x in self._faults if x.times > 0]
+                return fault
+        return None

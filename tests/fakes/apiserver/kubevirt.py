@@ -1,0 +1,197 @@
+"""KubeVirt's aggregated API ``subresources.kubevirt.io/v1`` (virt-api), and an optional
+virt-controller that makes VirtualMachineInstances follow their VirtualMachine.
+
+``PUT /apis/subresources.kubevirt.io/v1/namespaces/NS/virtualmachines/NAME/{start,stop,restart}``
+(body optional: Start/Stop/RestartOptions, ``dryRun`` honoured) answer 202 with an empty body, as
+pkg/virt-api/rest/lifecycle.go does, with its 404 (``virtualmachine.kubevirt.io "NAME" not found``)
+and 409s (``VM is already running``, ``VM is not running``, ``Always does not support manual
+start requests``...). ``start``/``stop`` on a VM whose run strategy is Always or Halted set
+``spec.runStrategy`` (or ``spec.running`` when the VM uses it); Manual and RerunOnFailure VMs,
+and ``restart``, get ``status.stateChangeRequests`` as virt-api writes them. The group is served
+(discovery: name and namespaced only, as virt-api lists it) while ``virtualmachines.kubevirt.io`` is.
+
+With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM whose run strategy changes
+to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false``; one
+that changes to Always gets a VMI (phase Running on the node named by the VM annotation
+``fake.rblnctl.io/node``, else Scheduling with no node) and ``printableStatus: Running`` and
+``ready: true`` (``Starting``/false while Scheduling), ``status.runStrategy`` following the spec.
+State change requests are carried out and cleared; deleting a VM deletes its VMI (garbage
+collection). Without it nothing reacts: the test observes the VM object.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from tests.fakes.apiserver.config import VM_NODE_ANNOTATION
+from tests.fakes.apiserver.discovery import ExtraGroup
+from tests.fakes.apiserver.errors import GroupResource, conflict, internal_error, method_not_allowed, not_found
+from tests.fakes.apiserver.errors import unknown_path
+from tests.fakes.apiserver.meta import ts
+from tests.fakes.apiserver.store import Event, Store
+
+GROUP = "subresources.kubevirt.io"
+VM_ID = "virtualmachines.kubevirt.io"
+VMI_ID = "virtualmachineinstances.kubevirt.io"
+_VM = GroupResource("kubevirt.io", "virtualmachine")  # v1.Resource("virtualmachine") in virt-api
+_PREFIX = f"/apis/{GROUP}/v1/namespaces/"
+_PATH = re.compile(r"/apis/subresources\.kubevirt\.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)/([^/]+)/?")
+_ACTIONS = ("start", "stop", "restart")
+_RUNNING = ("Always", "RerunOnFailure", "Once")
+
+
+def run_strategy(vm: dict) -> str:
+    spec = vm.get("spec") or {}
+    if spec.get("runStrategy"):
+        return spec["runStrategy"]
+    return "Always" if spec.get("running") else "Halted"
+
+
+def _final(vmi: dict | None) -> bool:
+    return vmi is not None and (vmi.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+class KubeVirt:
+    def __init__(self, store: Store, simulate: bool = False):
+        self.store = store
+        self.simulate = simulate
+        store.reactions.append(self._react)
+
+    def served(self) -> bool:
+        return self.store.table.get(VM_ID) is not None
+
+    def discovery_groups(self) -> list[ExtraGroup]:
+        if not self.served():
+            return []
+        return [(GROUP, "v1", [{"name": f"virtualmachines/{a}", "singularName": "", "namespaced": True, "kind": "",
+                                "verbs": None} for a in _ACTIONS])]
+
+    # ---- virt-api --------------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, body: Any) -> tuple[int, bytes] | None:
+        """The answer to a subresources.kubevirt.io request, or None when ``path`` is not one."""
+        if not path.startswith(_PREFIX):
+            return None
+        m = _PATH.fullmatch(path)
+        if not self.served() or m is None or m.group(3) not in _ACTIONS:
+            raise unknown_path()
+        if method != "PUT":
+            raise method_not_allowed()
+        ns, name, action = m.groups()
+        options = body if isinstance(body, dict) else {}
+        vm = self.store.get("VirtualMachine", name, ns)
+        if vm is None:
+            raise not_found(_VM, name)
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        getattr(self, f"_{action}")(vm, vmi, "All" in (options.get("dryRun") or []), options)
+        return 202, b""
+
+    def _start(self, vm: dict, vmi: dict | None, dry_run: bool, options: dict) -> None:
+        name, rs = vm["metadata"]["name"], run_strategy(vm)
+        if vmi is not None and not _final(vmi) and (vmi.get("status") or {}).get("phase") not in (None, "", "Unknown"):
+            raise conflict(_VM, name, "VM is already running")
+        if rs == "Halted":
+            self._set_running(vm, True, dry_run)
+        elif rs in ("RerunOnFailure", "Manual"):
+            self._request(vm, [{"action": "Start"}], dry_run)
+        else:
+            raise conflict(_VM, name, f"{rs} does not support manual start requests")
+
+    def _stop(self, vm: dict, vmi: dict | None, dry_run: bool, options: dict) -> None:
+        name, rs = vm["metadata"]["name"], run_strategy(vm)
+        if rs in ("Always", "Once"):
+            self._set_running(vm, False, dry_run)
+            return
+        if vmi is None or _final(vmi):
+            raise conflict(_VM, name, "VM is not running")
+        if rs == "Halted" and options.get("gracePeriod") is None:
+            raise conflict(_VM, name, "Halted only supports manual stop requests with a shorter graceperiod")
+        self._request(vm, [{"action": "Stop", "uid": vmi["metadata"].get("uid")}], dry_run)
+
+    def _restart(self, vm: dict, vmi: dict | None, dry_run: bool, options: dict) -> None:
+        name, rs = vm["metadata"]["name"], run_strategy(vm)
+        if rs in ("Halted", "Once"):
+            raise conflict(_VM, name, f"RunStategy {rs} does not support manual restart requests")  # sic
+        if vmi is None:
+            raise conflict(_VM, name, "VM is not running: Halted")
+        self._request(vm, [{"action": "Stop", "uid": vmi["metadata"].get("uid")}, {"action": "Start"}], dry_run)
+
+    def _set_running(self, vm: dict, running: bool, dry_run: bool) -> None:
+        if dry_run:
+            return
+
+        def edit(v: dict) -> None:
+            if "runStrategy" in (v.get("spec") or {}) or "running" not in (v.get("spec") or {}):
+                v.setdefault("spec", {})["runStrategy"] = "Always" if running else "Halted"
+            else:
+                v["spec"]["running"] = running
+
+        self.store.mutate("VirtualMachine", vm["metadata"]["name"], vm["metadata"]["namespace"], edit)
+
+    def _request(self, vm: dict, changes: list[dict], dry_run: bool) -> None:
+        """getChangeRequestJson: add the requests; a lone Stop replaces pending ones, others conflict."""
+        pending = (vm.get("status") or {}).get("stateChangeRequests") or []
+        if pending and not (len(changes) == 1 and changes[0]["action"] == "Stop"):
+            raise internal_error("unable to complete request: stop/start already underway")
+        if not dry_run:
+            self.store.mutate("VirtualMachine", vm["metadata"]["name"], vm["metadata"]["namespace"],
+                              lambda v: v.setdefault("status", {}).__setitem__("stateChangeRequests", changes))
+
+    # ---- virt-controller (simulate=True) -----------------------------------------------------------
+
+    def _react(self, ev: Event) -> None:
+        if not self.simulate or ev.res_id != VM_ID:
+            return
+        md = ev.obj["metadata"]
+        if ev.type == "DELETED":
+            if self.store.get("VirtualMachineInstance", md["name"], md["namespace"]) is not None:
+                self.store.delete_now("VirtualMachineInstance", md["name"], md["namespace"])
+            return
+        requests = (ev.obj.get("status") or {}).get("stateChangeRequests") or []
+        if requests:  # taken off the VM first, so the writes below do not see them again
+            self.store.mutate("VirtualMachine", md["name"], md["namespace"],
+                              lambda v: v["status"].pop("stateChangeRequests", None))
+            for r in requests:
+                if r.get("action") == "Stop":
+                    self._stop_vmi(ev.obj)
+                else:
+                    self._start_vmi(ev.obj)
+        elif ev.type == "MODIFIED" and ev.old is not None:
+            running = run_strategy(ev.obj) in _RUNNING
+            if running != (run_strategy(ev.old) in _RUNNING):
+                if running:
+                    self._start_vmi(ev.obj)
+                else:
+                    self._stop_vmi(ev.obj)
+
+    def _stop_vmi(self, vm: dict) -> None:
+        name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
+        if self.store.get("VirtualMachineInstance", name, ns) is not None:
+            self.store.delete_now("VirtualMachineInstance", name, ns)
+        self._set_status(name, ns, printableStatus="Stopped", ready=False, created=False, runStrategy=run_strategy(vm))
+
+    def _start_vmi(self, vm: dict) -> None:
+        name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
+        node = (vm["metadata"].get("annotations") or {}).get(VM_NODE_ANNOTATION)
+        if self.store.get("VirtualMachineInstance", name, ns) is None:
+            tpl = (vm.get("spec") or {}).get("template") or {}
+            labels = {**((tpl.get("metadata") or {}).get("labels") or {}),
+                      **({"kubevirt.io/nodeName": node} if node else {})}
+            status: dict[str, Any] = {"phase": "Running" if node else "Scheduling", "conditions": [
+                {"type": "Ready", "status": "True" if node else "False", "lastProbeTime": None,
+                 "lastTransitionTime": ts()}]}
+            if node:
+                status["nodeName"] = node
+            self.store.add({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [
+                    {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
+                     "uid": vm["metadata"].get("uid"), "controller": True, "blockOwnerDeletion": True}]},
+                "spec": copy.deepcopy(tpl.get("spec") or {}), "status": status})
+        self._set_status(name, ns, printableStatus="Running" if node else "Starting", ready=bool(node), created=True,
+                         runStrategy=run_strategy(vm))
+
+    def _set_status(self, name: str, ns: str, **fields: Any) -> None:
+        self.store.mutate("VirtualMachine", name, ns, lambda v: v.setdefault("status", {}).update(fields))
