@@ -456,3 +456,42 @@ def test_missing_api_says_which_and_suggests_the_crd(apiserver):
     apiserver.remove_resource("kubevirts")
     with pytest.raises(NotFound, match=r"does not serve kubevirts\.kubevirt\.io .*CRD installed"):
         kube.list(KUBEVIRTS)
+
+
+@pytest.mark.parametrize(("body", "content_type", "error", "text"), [
+    ("<html>proxy login</html>", "text/html", "NotAnApiServer", "not the Kubernetes API"),
+    (b"\xff\xfe garbage", "application/json", "MalformedReply", "invalid JSON"),
+    ([1, 2, 3], "application/json", "MalformedReply", "did not return a Kubernetes object"),
+    ({"kind": "Node"}, "application/json", "MalformedReply", "did not return a Kubernetes object"),
+])
+def test_malformed_replies_are_one_line_typed_errors(kube, apiserver, body, content_type, error, text):
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(path="^/api/v1/nodes/n1$", body=body, content_type=content_type, times=1)
+    with pytest.raises(ClusterError if error == "MalformedReply" else ClusterUnreachable) as err:
+        kube.get(NODES, "n1")
+    assert type(err.value).__name__ == error and text in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_list_that_is_not_a_list_is_malformed(kube, apiserver):
+    apiserver.inject_fault(path="^/api/v1/nodes$", body={"items": {"a": 1}}, times=1)
+    with pytest.raises(ClusterError, match="did not return a list"):
+        kube.list(NODES)
+
+
+def test_kubeconfig_cluster_without_server_is_a_config_error(tmp_path):
+    kc = tmp_path / "kc"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {}\ncontexts:\n- name: x\n"
+                  "  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {token: t}\n")
+    with pytest.raises(ConfigError, match="has no server URL"):
+        connect(KubeOptions(kubeconfig=str(kc)))
+
+
+def test_a_lost_write_reply_is_outcome_unknown_and_never_resent(kube, apiserver):
+    from rblnctl.errors import OutcomeUnknown
+
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="PATCH", lose_reply=True, times=1)
+    with pytest.raises(OutcomeUnknown, match="may have been applied"):
+        kube.patch(NODES, "n1", {"metadata": {"labels": {"a": "b"}}}, patch_type="merge")
+    assert apiserver.get("Node", "n1")["metadata"]["labels"]["a"] == "b"  # it did land
+    assert len(apiserver.writes()) == 1

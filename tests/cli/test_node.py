@@ -205,3 +205,47 @@ def test_closed_stdin_counts_as_no_terminal(monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", None)  # `rblnctl node drain n1 <&-`, as some automation runs it
     assert rblnctl.cli.console.stdin_is_tty() is False
+
+
+@pytest.mark.parametrize("name", ["./npu-0000", "x/../npu-0000", "npu-0000?", "..", "NPU-0000"])
+def test_node_names_are_checked_before_connecting(apiserver, name):
+    for args in (("node", "set-mode", "vm", name), ("node", "drain", name)):
+        r = cli(*args, "--yes", server=apiserver.url)
+        assert r.exit_code == 2 and "invalid node name" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert apiserver.requests == []
+
+
+def test_mode_first_is_the_documented_order(cluster):
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert cluster.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
+
+
+def test_sigterm_during_set_mode_exits_143_and_says_how_to_resume(cluster, mocker):
+    import signal
+
+    from rblnctl.errors import Interrupted
+
+    mocker.patch("rblnctl.node.mode.ModeSwitcher.apply", side_effect=Interrupted(signal.SIGTERM))
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 143
+    assert "terminated by signal 15" in r.stderr and "rblnctl node set-mode vm n1" in r.stderr
+
+
+def test_kubeconfig_without_a_server_is_exit_2_in_one_line(tmp_path):
+    kc = tmp_path / "kc"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {}\ncontexts:\n- name: x\n"
+                  "  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {token: t}\n")
+    r = cli("--kubeconfig", str(kc), "node", "list")
+    assert r.exit_code == 2 and "has no server URL" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_locked_node_is_refused_naming_the_holder(cluster):
+    from datetime import UTC, datetime
+
+    lease = o.lease("rbln-system", "rblnctl-node-n1", holder="rblnctl@ops-1 pid 99: set-mode n1 vm", duration_s=60)
+    lease["spec"]["renewTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cluster.add(lease)
+    r = cli("node", "drain", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 1 and "locked by rblnctl@ops-1 pid 99" in r.stderr
+    assert [w for w in cluster.writes() if "/leases" not in w.path] == []

@@ -333,3 +333,92 @@ def test_a_vmi_holding_npus_only_through_dra_claims_is_guarded(apiserver):
     plan = switcher(kube).plan("n1", "container")
     assert plan.vms == ["vms/claims-only (claim npu)", "vms/dra-vm (claim npu)"]
     assert len([b for b in plan.blockers if "stop or migrate" in str(b)]) == 2
+
+
+# -- replies that are lost after the write landed, and replies that are not Kubernetes ----------------
+
+
+@pytest.mark.parametrize("which", ["record", "cordon", "relabel", "finish"])
+def test_each_node_write_whose_reply_is_lost_after_it_landed_is_settled_by_reading_back(apiserver, operator, which):
+    """The server applies the write, then the connection drops (client-go's unknown outcome)."""
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    kube = connect(KubeOptions(server=apiserver.url))
+    matchers = {
+        "record": lambda r: r.method == "PATCH" and ((body_of(r).get("metadata") or {}).get("annotations") or {}).get(
+            ANN) is not None and not is_cordon(r) and not is_relabel(r),
+        "cordon": is_cordon,
+        "relabel": is_relabel,
+        "finish": lambda r: r.method == "PATCH" and (body_of(r).get("spec") or {}).get("unschedulable") is False,
+    }
+    done: list[int] = []
+
+    def hook(req):
+        if not done and req.path == "/api/v1/nodes/n1" and matchers[which](req):
+            done.append(1)
+            apiserver.inject_fault(method="PATCH", path="^/api/v1/nodes/n1$", lose_reply=True, times=1)
+
+    apiserver.on_request(hook)
+    steps: list[tuple[str, str]] = []
+    sw = switcher(kube, steps=steps)
+    res = sw.apply(sw.plan("n1", "vm"))
+    assert done and res.changed and res.uncordoned
+    lost = [r for r in apiserver.requests if getattr(r, "reply_lost", False)]
+    assert len(lost) == 1 and lost[0].applied
+    node = apiserver.get("Node", "n1")
+    assert node["metadata"]["labels"][MODE] == "vm-passthrough" and not node["spec"].get("unschedulable")
+    assert ANN not in (node["metadata"].get("annotations") or {})
+    assert not [s for s in steps if s[0] == "rollback"]
+    # The write was not sent again: reading back showed it had landed.
+    same = [r for r in apiserver.requests if r.method == "PATCH" and r.path == "/api/v1/nodes/n1"
+            and matchers[which](r)]
+    assert len(same) == 1
+
+
+def test_a_lost_reply_on_the_cordon_then_a_failure_rolls_back_what_landed(apiserver):
+    seed(apiserver)
+    kube = connect(KubeOptions(server=apiserver.url))
+    done: list[int] = []
+
+    def hook(req):
+        if not done and is_cordon(req):
+            done.append(1)
+            apiserver.inject_fault(method="PATCH", path="^/api/v1/nodes/n1$", lose_reply=True, times=1)
+
+    apiserver.on_request(hook)
+    apiserver.forbid("create", "pods/eviction")
+    sw = switcher(kube)
+    with pytest.raises(Forbidden):
+        sw.apply(sw.plan("n1", "vm"))
+    node = apiserver.get("Node", "n1")
+    assert done and not node["spec"].get("unschedulable") and ANN not in (node["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(("body", "content_type", "error"), [
+    ("<html><body>502 Bad Gateway</body></html>", "text/html", "NotAnApiServer"),
+    ("{not json", "application/json", "MalformedReply"),
+    ([{"kind": "Node"}], "application/json", "MalformedReply"),
+])
+def test_a_malformed_reply_mid_switch_keeps_the_switch_resumable(apiserver, operator, body, content_type, error):
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    kube = connect(KubeOptions(server=apiserver.url))
+    kube.read_retries = 0
+    done: list[int] = []
+
+    def hook(req):
+        if not done and is_relabel(req):
+            done.append(1)
+            apiserver.inject_fault(method="GET", path="^/api/v1/nodes/n1$", body=body, content_type=content_type,
+                                   times=1)
+
+    apiserver.on_request(hook)
+    sw = switcher(kube)
+    with pytest.raises(Exception) as exc:
+        sw.apply(sw.plan("n1", "vm"))
+    assert type(exc.value).__name__ == error
+    assert exc.value.recovery is not None  # after the relabel: resume, never a silent rollback
+    node = apiserver.get("Node", "n1")
+    assert node["spec"]["unschedulable"] is True and ANN in node["metadata"]["annotations"]
