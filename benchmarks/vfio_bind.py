@@ -3,7 +3,7 @@
 
 Usage: python benchmarks/vfio_bind.py [--runs N] [--devices N]
 
-1. In-process: median wall time of VfioBinder.plan_bind + run (and unbind) for N devices on a fresh
+1. In-process: median wall time of VfioBinder.plan("bind") + apply (and unbind) for N devices on a fresh
    simulated tree (tests/fakes/sysfs.py) each run. The simulator's own work (creating links and
    files for every kernel effect) is inside that time, so rblnctl's own share is smaller still.
 2. Whole process: median wall time of `rblnctl vfio status` (simulated tree and this host's /sys with
@@ -34,12 +34,11 @@ from tests.fakes.sysfs import npu_node  # noqa: E402
 
 
 def _binder(k, state: Path) -> VfioBinder:
-    return VfioBinder(sysfs=k.sys, proc=k.proc, dev=k.dev, run_root=k.run, state_file=state, writer=k.writer,
-                      is_root=lambda: True)
+    return VfioBinder(root=k.root, state_file=state, writer=k.writer, is_root=lambda: True)
 
 
 def time_bind(devices: int, runs: int) -> dict[str, float]:
-    """Median seconds for plan, run, and unbind (plan + run) of `devices` functions on a fresh tree per run."""
+    """Median seconds for plan, apply, and unbind (plan + apply) of `devices` functions on a fresh tree per run."""
     plans, runs_s, unbinds = [], [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
@@ -48,22 +47,22 @@ def time_bind(devices: int, runs: int) -> dict[str, float]:
                 k.add_process(1000 + i, f"proc{i}", ["/etc/hosts", "/dev/null", f"/tmp/file{i}"])
             b = _binder(k, Path(tmp) / "state.json")
             t0 = time.perf_counter()
-            plan = b.plan_bind(all_devices=True)
+            plan = b.plan("bind", all_devices=True)
             t1 = time.perf_counter()
-            out = b.run(plan)
+            out = b.apply(plan)
             t2 = time.perf_counter()
             assert out.ok and len(out.results) == devices, out
             assert all(k.driver_of(d.bdf) == "vfio-pci" for d in plan.devices)
             t3 = time.perf_counter()
-            back = b.run(b.plan_unbind(all_devices=True))
+            back = b.apply(b.plan("unbind", all_devices=True))
             t4 = time.perf_counter()
             assert back.ok and all(k.driver_of(d.bdf) == "rebellions" for d in plan.devices)
             plans.append(t1 - t0)
             runs_s.append(t2 - t1)
             unbinds.append(t4 - t3)
-    return {"plan_bind": statistics.median(plans), "run(bind)": statistics.median(runs_s),
-            "plan+run(bind)": statistics.median(p + r for p, r in zip(plans, runs_s, strict=True)),
-            "plan+run(unbind)": statistics.median(unbinds)}
+    return {"plan(bind)": statistics.median(plans), "apply(bind)": statistics.median(runs_s),
+            "plan+apply(bind)": statistics.median(p + r for p, r in zip(plans, runs_s, strict=True)),
+            "plan+apply(unbind)": statistics.median(unbinds)}
 
 
 def kubernetes_imported(argv: list[str]) -> str:
@@ -87,8 +86,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         k = npu_node(Path(tmp), args.devices)
-        roots = ["--sysfs-root", str(k.sys), "--proc-root", str(k.proc), "--dev-root", str(k.dev),
-                 "--run-root", str(k.run)]
+        roots = ["--root", str(k.root)]
         rbln = rblnctl_cmd()
         commands = {
             "rblnctl vfio status (sim)": [*rbln, "vfio", "status", "-o", "json", *roots],

@@ -1,4 +1,4 @@
-"""`rblnctl vfio bind | unbind | status`: move NPUs between the host driver and vfio-pci on this host."""
+"""`rblnctl vfio status | bind | unbind`: move NPUs between the host driver and vfio-pci on this host."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
 from rblnctl.cli.output import Output
 
@@ -23,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+
 BdfArgs = Annotated[
     list[str] | None,
     typer.Argument(metavar="BDF", help="PCI addresses, DDDD:BB:DD.F or BB:DD.F (domain 0000).",
@@ -37,25 +39,16 @@ KeepGoingOpt = Annotated[
     typer.Option("--keep-going", help="On a failure, keep the devices that succeeded (the failed one is still "
                  "rolled back) instead of rolling everything back."),
 ]
-SysfsOpt = Annotated[
-    Path | None, typer.Option("--sysfs-root", help="sysfs root, e.g. a captured tree [default: /sys]; bind and unbind "
-                              "write there.", show_default=False)
-]
-ProcOpt = Annotated[
-    Path | None, typer.Option("--proc-root", help="procfs to scan for open devices [default: /proc].",
-                              show_default=False)
-]
-DevOpt = Annotated[
-    Path | None, typer.Option("--dev-root", help="Where /dev/vfio and /dev/rbln* live [default: /dev].",
-                              show_default=False)
-]
-RunOpt = Annotated[
-    Path | None, typer.Option("--run-root", help="Where the operator's /run/rbln/validations marker lives "
-                              "[default: /run].", show_default=False)
+RootOpt = Annotated[
+    Path,
+    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
+                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
+                 show_default=True),
 ]
 StateOpt = Annotated[
-    Path | None, typer.Option("--state-file", help="Record of original drivers "
-                              "[default: /var/lib/rblnctl/vfio-state.json].", show_default=False)
+    Path | None,
+    typer.Option("--state-file", metavar="FILE", help="Record of original drivers "
+                 f"[default: {C.VFIO_STATE_FILE} under --root].", show_default=False),
 ]
 
 
@@ -64,19 +57,24 @@ def status(
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = Output.table,
-    sysfs_root: SysfsOpt = None,
-    proc_root: ProcOpt = None,
-    dev_root: DevOpt = None,
-    run_root: RunOpt = None,
+    root: RootOpt = Path(C.HOST_ROOT),
 ) -> None:
     """Show NPUs' drivers, IOMMU groups and holders."""
-    from rblnctl.cli.console import warn
+    from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
     from rblnctl.host.vfio import vfio_status
 
-    st = vfio_status(**_roots(sysfs_root, proc_root, dev_root, run_root), bdfs=bdfs or (), all_vendors=all_vendors)
+    st = vfio_status(root=root, bdfs=bdfs or (), all_vendors=all_vendors)
     for w in st.warnings:
         warn(w)
+    if not st.devices:
+        if all_vendors:
+            info(f"no PCI function under {st.searched}")
+        else:
+            info(f"no RBLN NPU (vendor {C.PCI_VENDOR_RBLN:04x}, class {C.PCI_CLASS_NPU >> 8:04x}xx) under "
+                 f"{st.searched}; --all-vendors lists every PCI function")
+        if output == Output.table:
+            return  # a header with no rows says less than the line above
     emit(list(st.devices), output, lambda: _status_table(st.devices))
 
 
@@ -92,17 +90,14 @@ def bind(
     ] = False,
     yes: YesOpt = False,
     output: OutputOpt = Output.table,
-    sysfs_root: SysfsOpt = None,
-    proc_root: ProcOpt = None,
-    dev_root: DevOpt = None,
-    run_root: RunOpt = None,
+    root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
     """Bind NPUs to vfio-pci (checked, rolled back)."""
-    binder = _binder(sysfs_root, proc_root, dev_root, run_root, state_file, force=force, keep_going=keep_going,
-                     load_modules=load_modules)
-    plan = binder.plan_bind(bdfs or (), all_devices=all_devices)
-    _execute(binder, plan, dry_run=dry_run, yes=yes, output=output)
+    _selection(bdfs, all_devices)
+    binder = _binder(root, state_file, force=force, keep_going=keep_going, load_modules=load_modules)
+    _execute(binder, binder.plan("bind", bdfs or (), all_devices=all_devices), dry_run=dry_run, yes=yes,
+             output=output)
 
 
 @app.command("unbind")
@@ -119,37 +114,40 @@ def unbind(
     keep_going: KeepGoingOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = Output.table,
-    sysfs_root: SysfsOpt = None,
-    proc_root: ProcOpt = None,
-    dev_root: DevOpt = None,
-    run_root: RunOpt = None,
+    root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
     """Give NPUs back to their host driver."""
-    binder = _binder(sysfs_root, proc_root, dev_root, run_root, state_file, force=force, keep_going=keep_going)
-    plan = binder.plan_unbind(bdfs or (), all_devices=all_devices, driver=driver)
-    _execute(binder, plan, dry_run=dry_run, yes=yes, output=output)
+    _selection(bdfs, all_devices)
+    binder = _binder(root, state_file, force=force, keep_going=keep_going)
+    _execute(binder, binder.plan("unbind", bdfs or (), all_devices=all_devices, driver=driver), dry_run=dry_run,
+             yes=yes, output=output)
 
 
 # --- wiring ------------------------------------------------------------------------------------------
 
 
-def _roots(sysfs: Path | None, proc: Path | None, dev: Path | None, run: Path | None) -> dict[str, Path]:
-    """Only the roots the user gave, so the library's defaults (the live host) apply to the rest."""
-    given = {"sysfs": sysfs, "proc": proc, "dev": dev, "run_root": run}
-    return {k: v for k, v in given.items() if v is not None}
+def _selection(bdfs: list[str] | None, all_devices: bool) -> None:
+    """BDFs or --all, exactly one of them (checked before anything is read)."""
+    from rblnctl.errors import ConfigError, InvalidInput
+
+    if bdfs and all_devices:
+        raise ConfigError("name devices or pass --all, not both")
+    if not bdfs and not all_devices:
+        raise InvalidInput("name at least one PCI address (DDDD:BB:DD.F) or pass --all")
 
 
-def _binder(sysfs: Path | None, proc: Path | None, dev: Path | None, run: Path | None, state_file: Path | None,
-            *, force: bool, keep_going: bool, load_modules: bool = False) -> "VfioBinder":
+def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_going: bool = False,
+            load_modules: bool = False) -> VfioBinder:
     from rblnctl.cli.console import warn
     from rblnctl.host.vfio import VfioBinder
 
-    return VfioBinder(**_roots(sysfs, proc, dev, run), state_file=state_file, force=force, keep_going=keep_going,
+    return VfioBinder(root=root, state_file=state_file, force=force, keep_going=keep_going,
                       load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
 
 
-def _execute(binder: "VfioBinder", plan: "VfioPlan", *, dry_run: bool, yes: bool, output: Output) -> None:
+def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Output) -> None:
+    """The one flow of every vfio change: warn, dry run, refuse, confirm, apply, emit."""
     from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
     from rblnctl.errors import HostError
@@ -167,24 +165,40 @@ def _execute(binder: "VfioBinder", plan: "VfioPlan", *, dry_run: bool, yes: bool
         info("dry run: nothing was written")
         return
     plan.check()
-    if plan.changes:
+    if not plan.noop:
         _confirm(plan, yes)
-    outcome = binder.run(plan)
+    outcome = binder.apply(plan)
     emit(list(outcome.results), output, lambda: _results_table(outcome.results))
+    for hint in _recovery_hints(outcome.results):
+        warn(hint)
     if not outcome.ok:
         bad = [r for r in outcome.results if r.status not in ("ok", "skipped")]
         raise HostError(f"vfio {plan.operation} did not complete: {len(bad)} of {len(outcome.results)} devices "
                         "failed, were rolled back or were not attempted (see the STATUS column)")
 
 
-def _progress(verb: str, w: "Write") -> None:
+def _recovery_hints(results: Any) -> list[str]:
+    """The command that gives a device left without a driver its driver back (the library says it in words)."""
+    hints = []
+    for r in results:
+        if r.status != "driverless":
+            continue
+        if r.action == "bind":
+            cmd = f"rblnctl vfio unbind {r.bdf} --driver {r.from_driver}"
+        else:
+            cmd = f"rblnctl vfio bind {r.bdf}"
+        hints.append(f"{r.bdf} has no driver: once its driver works again, run `{cmd}`")
+    return hints
+
+
+def _progress(verb: str, w: Write) -> None:
     from rblnctl.cli.console import info
 
     value = w.value.strip()
     info(f'{verb}: {w.path} <- "{value}"' + (" (clear)" if not value else "") + f"  # {w.bdf} {w.why}")
 
 
-def _confirm(plan: "VfioPlan", yes: bool) -> None:
+def _confirm(plan: VfioPlan, yes: bool) -> None:
     from rich.markup import escape
 
     from rblnctl.cli.console import confirm
@@ -206,8 +220,8 @@ def _results_table(results: Any) -> Any:
 
     t = make_table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
     for r in results:
-        colour = {"ok": "green", "skipped": "dim", "planned": "cyan"}.get(r.status, "red")
-        t.add_row(r.bdf, r.action, escape(r.from_driver or "-"), escape(r.to_driver or "(default)"),
+        colour = {"ok": "green", "skipped": "dim", "planned": "cyan", "blocked": "yellow"}.get(r.status, "red")
+        t.add_row(r.bdf, str(r.action), escape(r.from_driver or "-"), escape(r.to_driver or "(default)"),
                   f"[{colour}]{r.status}[/]", escape(r.message))
     return t
 

@@ -1,4 +1,4 @@
-"""Host checks (`preflight --local`) on fixture host trees, and once read-only on this machine's real /."""
+"""Host checks (`preflight --local`) on simulated host trees, and once read-only on this machine's real /."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from rblnctl.errors import InvalidInput
 from rblnctl.preflight.host import HostPreflight, gather_host_facts
 from rblnctl.preflight.model import Status
-from tests.preflight import hosttrees as ht
-from tests.preflight.hosttrees import Npu, PciDev
+from tests.fakes import sysfs as ht
+from tests.fakes.sysfs import Npu, PciDev
 
 HOST_IDS = [
     "host.iommu.firmware", "host.iommu.kernel", "host.iommu.cmdline", "host.virt", "host.vfio.modules",
@@ -19,8 +19,8 @@ HOST_IDS = [
 
 
 def run(tmp_path: Path, spec: ht.HostSpec, **kw):
-    root = ht.build(tmp_path / "host", spec)
-    return HostPreflight(root=root, **kw).run()
+    k = ht.build_host(tmp_path / "host", spec)
+    return HostPreflight(root=k.root, **kw).run()
 
 
 def by_id(report) -> dict:
@@ -195,12 +195,15 @@ def test_method_is_recorded(tmp_path):
 
 
 def test_root_must_be_a_directory(tmp_path):
-    with pytest.raises(InvalidInput, match="not a directory"):
+    with pytest.raises(InvalidInput, match="does not exist"):
         HostPreflight(root=tmp_path / "nope").run()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InvalidInput, match="is not a directory"):
+        HostPreflight(root=tmp_path / "file").run()
 
 
 def test_facts_of_fixture(tmp_path):
-    f = gather_host_facts(ht.build(tmp_path / "h", ht.amd_iommu_off()))
+    f = gather_host_facts(ht.build_host(tmp_path / "h", ht.amd_iommu_off()).root)
     assert f.cpu_vendor == "amd" and f.hypervisor_flag is False and f.iommu_groups == 0
     assert f.kernel_release == "6.8.0-45-generic" and f.acpi_tables == ["IVRS"]
     assert [n.bdf for n in f.npus] == ["0000:c1:00.0"]

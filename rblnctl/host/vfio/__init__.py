@@ -1,0 +1,34 @@
+"""`rblnctl vfio` on a host: bind and unbind NPU PCI functions (the only sysfs writer), and their status.
+
+model.py   the data (operations, statuses, plans, results, status rows)
+writer.py  SysfsWriter, the seam every write goes through
+state.py   StateFile, the locked record of original drivers
+checks.py  the safety checks that turn into blockers
+status.py  vfio_status(), read-only
+binder.py  VfioBinder: plan() reads, apply(plan) writes, verifies and rolls back
+"""
+
+from rblnctl.host.vfio.binder import VfioBinder
+from rblnctl.host.vfio.model import (
+    Action,
+    DeviceBlocker,
+    DevicePlan,
+    DeviceResult,
+    DeviceStatus,
+    GroupMember,
+    Operation,
+    Status,
+    VfioOutcome,
+    VfioPlan,
+    VfioStatus,
+    Write,
+)
+from rblnctl.host.vfio.state import StateFile
+from rblnctl.host.vfio.status import vfio_status
+from rblnctl.host.vfio.writer import FileWriter, SysfsWriter
+
+__all__ = [
+    "Action", "DeviceBlocker", "DevicePlan", "DeviceResult", "DeviceStatus", "FileWriter", "GroupMember",
+    "Operation", "StateFile", "Status", "SysfsWriter", "VfioBinder", "VfioOutcome", "VfioPlan", "VfioStatus",
+    "Write", "vfio_status",
+]
