@@ -108,3 +108,23 @@ def test_unreadable_builtin_list_is_unknown_not_fatal(tmp_path):
     lst = tmp_path / "lib/modules/6.1.0/modules.builtin"
     lst.mkdir(parents=True)  # EISDIR when read
     assert system.read_builtin_modules(tmp_path, "6.1.0") == (None, None)
+
+
+def test_module_names_are_validated_before_modprobe_or_paths(tmp_path):
+    from tests.fakes.sysfs import npu_node
+
+    k = npu_node(tmp_path, 0)
+    assert system.module_state(k.sys, "vfio-pci") is system.ModuleState.LOADED
+    assert system.module_state(k.sys, "kvm") is system.ModuleState.MISSING
+    for bad in ("../x", "vfio;reboot", "", "a b"):
+        with pytest.raises(InvalidInput):
+            system.module_state(k.sys, bad)
+        with pytest.raises(InvalidInput):
+            system.modprobe(bad)
+
+
+def test_is_root_reads_the_effective_uid(mocker):
+    mocker.patch("os.geteuid", return_value=0)
+    assert system.is_root()
+    mocker.patch("os.geteuid", return_value=1000)
+    assert not system.is_root()

@@ -1,4 +1,4 @@
-"""rblnctl.host.vfio: VfioBinder on a simulated kernel; assertions are on the resulting tree, not only the writes."""
+"""rblnctl.host.vfio.binder: VfioBinder on a simulated kernel; assertions are on the resulting tree, not only writes."""
 
 from __future__ import annotations
 
@@ -9,42 +9,10 @@ import os
 import pytest
 
 from rblnctl.errors import ConfigError, HostError, InvalidInput, NotFound, Refused
-from rblnctl.host import pci, system
-from rblnctl.host.vfio import FileWriter, StateFile, VfioBinder, vfio_status, writer
+from rblnctl.host.vfio import VfioBinder, vfio_status
 from tests.fakes.clock import FakeClock
-from tests.fakes.sysfs import SimKernel, guard_real_host, npu_node
-
-A, B, C3, D = "0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0", "0000:3e:00.0"
-REAL_DEFAULT_WRITER = writer.default_writer  # captured before the guard replaces it
-REAL_MODPROBE = system.modprobe  # only ever called here with names it must reject before running anything
-
-
-@pytest.fixture(autouse=True)
-def _no_real_host(monkeypatch):
-    guard_real_host(monkeypatch)
-
-
-def make(k: SimKernel, **kw) -> VfioBinder:
-    kw.setdefault("is_root", lambda: True)
-    kw.setdefault("clock", FakeClock())
-    kw.setdefault("writer", k.writer)
-    return VfioBinder(root=k.root, state_file=k.root / "state.json", **kw)
-
-
-def blocker_texts(plan_or_error) -> list[str]:
-    return [str(b) for b in plan_or_error.blockers]
-
-
-def state(k: SimKernel) -> dict:
-    p = k.root / "state.json"
-    return json.loads(p.read_text())["devices"] if p.exists() else {}
-
-
-def on_host_driver(k: SimKernel, bdf: str) -> bool:
-    return k.driver_of(bdf) == "rebellions" and k.override_of(bdf) is None
-
-
-# --- bind: the happy paths ---------------------------------------------------------------------------
+from tests.fakes.sysfs import SimKernel, npu_node
+from tests.host.vfio.common import A, B, C3, D, blocker_texts, make, on_host_driver, refused, state
 
 
 def test_bind_one_device_writes_in_order_and_verifies(tmp_path):
@@ -63,7 +31,6 @@ def test_bind_one_device_writes_in_order_and_verifies(tmp_path):
     assert state(k)[A]["driver"] == "rebellions" and state(k)[A]["driver_override"] is None
     assert state(k)[A]["recorded_at"] == "2026-12-02T12:00:00Z"  # the injected clock's wall time
 
-
 def test_bind_several_devices_short_bdfs_and_duplicates(tmp_path):
     k = npu_node(tmp_path, 4)
     b = make(k)
@@ -73,13 +40,11 @@ def test_bind_several_devices_short_bdfs_and_duplicates(tmp_path):
     assert out.ok and all(k.driver_of(x) == "vfio-pci" for x in (A, B, C3, D))
     assert sorted(state(k)) == [A, B, C3, D]
 
-
 def test_bind_all_takes_only_rbln_npus(tmp_path):
     k = npu_node(tmp_path, 2)
     k.add_pci_function("0000:00:1f.3", vendor=0x8086, device=0xA348, class_code=0x040300, driver="snd_hda_intel")
     b = make(k)
     assert [d.bdf for d in b.plan("bind", all_devices=True).devices] == [A, B]
-
 
 def test_already_bound_is_skipped_with_a_note_and_no_write(tmp_path):
     k = npu_node(tmp_path, 2)
@@ -93,7 +58,6 @@ def test_already_bound_is_skipped_with_a_note_and_no_write(tmp_path):
     assert all(bdf == B or B in path for path, bdf in k.writes)
     assert state(k)[A] == before[A]
 
-
 def test_nothing_to_do_writes_nothing_and_needs_no_root(tmp_path):
     k = npu_node(tmp_path, 1)
     make(k).apply(make(k).plan("bind", [A]))
@@ -102,7 +66,6 @@ def test_nothing_to_do_writes_nothing_and_needs_no_root(tmp_path):
     plan = b.plan("bind", [A])
     assert not plan.blockers
     assert [r.status for r in b.apply(plan).results] == ["skipped"] and k.checksum() == sum_before
-
 
 def test_half_bound_device_is_finished_and_keeps_the_earlier_record(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -115,10 +78,6 @@ def test_half_bound_device_is_finished_and_keeps_the_earlier_record(tmp_path):
     assert make(k).apply(plan).ok and k.driver_of(A) == "vfio-pci"
     assert state(k)[A]["driver"] == "rebellions"
 
-
-# --- bind: refusals (nothing is written) --------------------------------------------------------------
-
-
 @pytest.mark.parametrize("bad", ["../../../etc/passwd", f"{A}/../../..", "3b:00.*", "*", f"{A} ", "3b:00.0\n",
                                  "0000:3b:00.8", "3b:00", ""])
 def test_bad_bdfs_are_rejected_before_any_path_is_built(tmp_path, bad):
@@ -127,7 +86,6 @@ def test_bad_bdfs_are_rejected_before_any_path_is_built(tmp_path, bad):
     with pytest.raises(InvalidInput, match="invalid PCI address"):
         make(k).plan("bind", [A, bad])
     assert k.checksum() == before
-
 
 def test_missing_device_is_not_found_and_arguments_are_required(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -139,7 +97,6 @@ def test_missing_device_is_not_found_and_arguments_are_required(tmp_path):
         make(k).plan("bind", [A], all_devices=True)
     with pytest.raises(NotFound):
         make(SimKernel(tmp_path / "empty")).plan("bind", all_devices=True)
-
 
 def test_non_rbln_function_needs_force(tmp_path):
     k = npu_node(tmp_path, 0)
@@ -154,22 +111,9 @@ def test_non_rbln_function_needs_force(tmp_path):
     assert not plan.blockers and any("not an RBLN NPU" in w for w in plan.warnings)
     assert forced.apply(plan).ok and k.driver_of("0000:01:00.0") == "vfio-pci"
 
-
-def refused(b: VfioBinder, k: SimKernel, bdfs, match: str) -> Refused:
-    before = k.checksum()
-    plan = b.plan("bind", bdfs)
-    with pytest.raises(Refused) as exc:
-        b.apply(plan)
-    assert any(match in x for x in blocker_texts(exc.value)), exc.value.blockers
-    assert not any("--" in x for x in blocker_texts(exc.value)), "library messages name no CLI flag"
-    assert k.checksum() == before and k.writes == []
-    return exc.value
-
-
 def test_not_root_is_refused(tmp_path):
     k = npu_node(tmp_path, 1)
     refused(make(k, is_root=lambda: False), k, [A], "needs root")
-
 
 def test_not_root_through_the_real_geteuid_seam(tmp_path, mocker):
     mocker.patch("os.geteuid", return_value=1000)
@@ -177,25 +121,21 @@ def test_not_root_through_the_real_geteuid_seam(tmp_path, mocker):
     b = VfioBinder(root=k.root, state_file=k.root / "s.json", writer=k.writer)
     refused(b, k, [A], "needs root")
 
-
 def test_no_iommu_is_refused(tmp_path):
     k = npu_node(tmp_path, 2)
     k.set_iommu(False)
     refused(make(k), k, [A, B], "IOMMU is off")
-
 
 def test_device_without_a_group_is_refused(tmp_path):
     k = npu_node(tmp_path, 1)
     k.add_pci_function(B, iommu_group=None)
     refused(make(k), k, [A, B], f"{B} has no IOMMU group")
 
-
 def test_vfio_pci_missing_is_refused_without_load_modules(tmp_path):
     k = npu_node(tmp_path, 1)
     k.unload_module("vfio_pci")
     err = refused(make(k), k, [A], "vfio-pci is not loaded")
     assert [b.override for b in err.blockers] == ["load_modules"]
-
 
 def test_load_modules_runs_the_loader_then_binds(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -206,7 +146,6 @@ def test_load_modules_runs_the_loader_then_binds(tmp_path):
     assert plan.load_modules == ("vfio-pci",) and not plan.blockers
     assert b.apply(plan).ok and loaded == ["vfio-pci"] and k.driver_of(A) == "vfio-pci"
 
-
 def test_missing_module_fails_before_any_sysfs_write(tmp_path):
     k = npu_node(tmp_path, 1)
     k.unload_module("vfio_pci")
@@ -216,12 +155,10 @@ def test_missing_module_fails_before_any_sysfs_write(tmp_path):
         b.apply(b.plan("bind", [A]))
     assert k.writes == [] and on_host_driver(k, A) and not (k.root / "state.json").exists()
 
-
 def test_load_modules_against_a_tree_never_runs_the_hosts_modprobe(tmp_path):
     k = npu_node(tmp_path, 1)
     k.unload_module("vfio_pci")
     refused(make(k, load_modules=True), k, [A], "changes the running kernel")
-
 
 def test_device_held_open_is_refused_naming_pid_and_command(tmp_path):
     k = npu_node(tmp_path, 2)
@@ -230,18 +167,15 @@ def test_device_held_open_is_refused_naming_pid_and_command(tmp_path):
     assert all(B in x for x in blocker_texts(err))  # A is free; only B is named
     assert [(b.bdfs, b.override) for b in err.blockers] == [((B,), "force")]
 
-
 def test_open_sysfs_file_of_the_device_counts_as_held(tmp_path):
     k = npu_node(tmp_path, 1)
     k.add_process(99, "dpdk-app", [f"/sys/devices/pci0000:00/{A}/resource0"])
     refused(make(k), k, [A], "pid 99 (dpdk-app)")
 
-
 def test_open_rbln_node_nobody_claims_is_refused(tmp_path):
     k = npu_node(tmp_path, 1)
     k.add_process(7, "mystery", ["/dev/rbln9"])
     refused(make(k), k, [A], "cannot tell which PCI function")
-
 
 def test_force_binds_a_held_device_with_a_warning(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -250,7 +184,6 @@ def test_force_binds_a_held_device_with_a_warning(tmp_path):
     plan = b.plan("bind", [A])
     assert not plan.blockers and any("pid 4242" in w and "forced" in w for w in plan.warnings)
     assert b.apply(plan).ok
-
 
 def test_non_viable_group_is_refused_listing_members(tmp_path):
     k = npu_node(tmp_path, 0)
@@ -263,7 +196,6 @@ def test_non_viable_group_is_refused_listing_members(tmp_path):
     assert f"bind the whole group together ({A} 0000:3b:00.1)" in text
     assert [(b.bdfs, b.override) for b in err.blockers] == [((A,), None)]  # only naming the members helps
 
-
 def test_naming_the_whole_group_binds_it(tmp_path):
     k = npu_node(tmp_path, 0)
     k.load_module("vfio_pci")
@@ -272,7 +204,6 @@ def test_naming_the_whole_group_binds_it(tmp_path):
     b = make(k)
     assert b.apply(b.plan("bind", [A, "0000:3b:00.1"])).ok
     assert k.driver_of("0000:3b:00.1") == "vfio-pci" and k.vfio_node(7).exists()
-
 
 def test_bridges_driverless_and_vfio_members_keep_a_group_viable(tmp_path):
     k = npu_node(tmp_path, 0)
@@ -286,10 +217,6 @@ def test_bridges_driverless_and_vfio_members_keep_a_group_viable(tmp_path):
     plan = b.plan("bind", [A])
     assert not plan.blockers
     assert b.apply(plan).ok
-
-
-# --- failures mid-way and rollback ------------------------------------------------------------------
-
 
 def test_failure_mid_way_rolls_everything_back(tmp_path):
     k = npu_node(tmp_path, 4)
@@ -307,7 +234,6 @@ def test_failure_mid_way_rolls_everything_back(tmp_path):
     assert state(k) == {}
     assert not any(D in v for _, v in k.writes)  # never touched
 
-
 def test_ebusy_on_unbind_rolls_back_the_override(tmp_path):
     k = npu_node(tmp_path, 2)
     k.inject("unbind", B, errno.EBUSY)
@@ -317,7 +243,6 @@ def test_ebusy_on_unbind_rolls_back_the_override(tmp_path):
     assert "Device or resource busy" in out.results[1].message
     assert on_host_driver(k, A) and on_host_driver(k, B)
 
-
 def test_keep_going_keeps_what_bound(tmp_path):
     k = npu_node(tmp_path, 4)
     k.refuse_probe("vfio-pci", C3)
@@ -326,7 +251,6 @@ def test_keep_going_keeps_what_bound(tmp_path):
     assert [r.status for r in out.results] == ["ok", "ok", "failed", "ok"] and not out.ok
     assert [k.driver_of(x) for x in (A, B, C3, D)] == ["vfio-pci", "vfio-pci", "rebellions", "vfio-pci"]
     assert sorted(state(k)) == [A, B, D]
-
 
 def test_keep_going_rolls_back_the_failed_devices_group_mates(tmp_path):
     k = npu_node(tmp_path, 0)
@@ -341,7 +265,6 @@ def test_keep_going_rolls_back_the_failed_devices_group_mates(tmp_path):
     assert [r.status for r in out.results] == ["rolled-back", "failed", "not-attempted", "ok"]
     assert on_host_driver(k, A) and on_host_driver(k, "0000:3b:00.2") and not k.vfio_node(7).exists()
     assert k.driver_of(B) == "vfio-pci" and sorted(state(k)) == [B]
-
 
 def test_failed_rollback_says_driverless_and_keeps_the_record(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -359,7 +282,6 @@ def test_failed_rollback_says_driverless_and_keeps_the_record(tmp_path):
     out = b2.apply(b2.plan("unbind", all_devices=True))  # --all finds it through its record
     assert out.ok and on_host_driver(k, A) and state(k) == {}
 
-
 def test_half_bound_device_that_fails_again_keeps_its_record(tmp_path):
     k = npu_node(tmp_path, 1)
     make(k).apply(make(k).plan("bind", [A]))
@@ -368,7 +290,6 @@ def test_half_bound_device_that_fails_again_keeps_its_record(tmp_path):
     out = make(k).apply(make(k).plan("bind", [A]))
     assert out.results[0].status == "failed" and k.driver_of(A) is None
     assert state(k)[A]["driver"] == "rebellions"
-
 
 def test_missing_vfio_node_fails_verification_and_rolls_back(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -379,7 +300,6 @@ def test_missing_vfio_node_fails_verification_and_rolls_back(tmp_path):
     assert out.results[0].status == "failed" and "did not appear within 5 s" in out.results[0].message
     assert on_host_driver(k, A)
     assert sum(clock.sleeps) == pytest.approx(5.0, abs=0.05) and set(clock.sleeps) == {0.02}  # waited on the clock
-
 
 def test_bind_waits_for_udev_to_create_the_vfio_node(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -396,7 +316,6 @@ def test_bind_waits_for_udev_to_create_the_vfio_node(tmp_path):
     out = b.apply(b.plan("bind", [A]))
     assert out.ok and k.driver_of(A) == "vfio-pci" and len(clock.sleeps) == 4
 
-
 def test_driver_changed_since_the_plan_is_not_touched(tmp_path):
     k = npu_node(tmp_path, 1)
     b = make(k)
@@ -406,7 +325,6 @@ def test_driver_changed_since_the_plan_is_not_touched(tmp_path):
     out = b.apply(plan)
     assert out.results[0].status == "failed" and "changed since the plan" in out.results[0].message
     assert k.writes == [] and k.driver_of(A) is None
-
 
 def test_ctrl_c_between_unbind_and_probe_restores_before_it_propagates(tmp_path):
     k = npu_node(tmp_path, 3)
@@ -424,7 +342,6 @@ def test_ctrl_c_between_unbind_and_probe_restores_before_it_propagates(tmp_path)
     assert all(on_host_driver(k, x) for x in (A, B, C3))
     assert state(k) == {} and any("interrupted" in e for e in events)
 
-
 def test_events_report_rollbacks(tmp_path):
     k = npu_node(tmp_path, 2)
     k.refuse_probe("vfio-pci", B)
@@ -433,10 +350,6 @@ def test_events_report_rollbacks(tmp_path):
     b.apply(b.plan("bind", [A, B]))
     assert any("rolling back" in e for e in events)
     assert any(w.why.startswith("rollback:") for w in writes)
-
-
-# --- dry run -----------------------------------------------------------------------------------------
-
 
 def test_plan_writes_nothing_and_lists_exactly_what_run_writes(tmp_path):
     k = npu_node(tmp_path, 3)
@@ -451,17 +364,12 @@ def test_plan_writes_nothing_and_lists_exactly_what_run_writes(tmp_path):
     assert k.writes == planned
     assert [r.status for r in plan.preview()] == ["planned"] * 3
 
-
 def test_unbind_plan_writes_nothing(tmp_path):
     k = npu_node(tmp_path, 2)
     make(k).apply(make(k).plan("bind", all_devices=True))
     before = k.checksum()
     plan = make(k).plan("unbind", all_devices=True)
     assert len(plan.changes) == 2 and k.checksum() == before
-
-
-# --- unbind ------------------------------------------------------------------------------------------
-
 
 def test_unbind_restores_the_recorded_driver_not_the_probe_default(tmp_path):
     k = npu_node(tmp_path, 0)
@@ -480,7 +388,6 @@ def test_unbind_restores_the_recorded_driver_not_the_probe_default(tmp_path):
                         ("sys/bus/pci/drivers/rbln-legacy/bind", A)]
     assert not k.vfio_node(5).exists() and state(k) == {}
 
-
 def test_unbind_with_driver_overrides_the_record(tmp_path):
     k = npu_node(tmp_path, 0)
     k.load_module("vfio_pci")
@@ -490,7 +397,6 @@ def test_unbind_with_driver_overrides_the_record(tmp_path):
     make(k).apply(make(k).plan("bind", [A]))
     out = make(k).apply(make(k).plan("unbind", [A], driver="rebellions"))
     assert out.ok and k.driver_of(A) == "rebellions"
-
 
 def test_unbind_ignores_a_record_made_for_another_device(tmp_path):
     """A card swapped at the same address (or a state file from another host) must not choose the driver."""
@@ -508,7 +414,6 @@ def test_unbind_ignores_a_record_made_for_another_device(tmp_path):
     assert any("recorded device 1eff:2030" in w and "1eff:1220" in w for w in plan.warnings)
     assert make(k).apply(plan).ok and k.driver_of(A) == "rebellions"  # the kernel's pick, not the stale record's
 
-
 def test_unbind_without_a_record_uses_the_kernel_default(tmp_path):
     k = npu_node(tmp_path, 0)
     k.add_driver("rebellions")
@@ -524,7 +429,6 @@ def test_unbind_without_a_record_uses_the_kernel_default(tmp_path):
                         ("sys/bus/pci/drivers_probe", A)]
     assert on_host_driver(k, A)
 
-
 def test_unbind_kernel_default_with_no_taker_says_so(tmp_path):
     k = npu_node(tmp_path, 0)
     k.add_pci_function(A, driver="vfio-pci", iommu_group=5)
@@ -533,13 +437,11 @@ def test_unbind_kernel_default_with_no_taker_says_so(tmp_path):
     assert out.results[0].status == "ok" and "no driver" in out.results[0].message
     assert any("no driver" in e for e in events) and k.driver_of(A) is None
 
-
 def test_unbind_skips_devices_not_on_vfio(tmp_path):
     k = npu_node(tmp_path, 1)
     out = make(k).apply(make(k).plan("unbind", [A]))
     assert out.results[0].status == "skipped" and k.writes == []
     assert make(k).plan("unbind", all_devices=True).devices == ()
-
 
 def test_unbind_refuses_when_target_driver_is_not_loaded(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -551,7 +453,6 @@ def test_unbind_refuses_when_target_driver_is_not_loaded(tmp_path):
     with pytest.raises(InvalidInput):
         make(k).plan("unbind", [A], driver="vfio-pci")
 
-
 def test_unbind_refuses_a_group_in_use_by_a_vm(tmp_path):
     k = npu_node(tmp_path, 1)
     make(k).apply(make(k).plan("bind", [A]))
@@ -560,7 +461,6 @@ def test_unbind_refuses_a_group_in_use_by_a_vm(tmp_path):
     assert any("pid 3100 (qemu-kvm) has /dev/vfio/20 open" in x for x in blocker_texts(plan))
     plan = make(k, force=True).plan("unbind", [A])
     assert not plan.blockers and any("may block" in w for w in plan.warnings)
-
 
 def test_unbind_failure_rolls_back_to_vfio(tmp_path):
     k = npu_node(tmp_path, 2)
@@ -571,10 +471,6 @@ def test_unbind_failure_rolls_back_to_vfio(tmp_path):
     assert k.driver_of(A) == k.driver_of(B) == "vfio-pci"
     assert k.override_of(A) == "vfio-pci" and sorted(state(k)) == [A, B]
 
-
-# --- warnings, state file, real writer ---------------------------------------------------------------
-
-
 def test_warns_when_the_operators_vfio_manager_manages_the_node(tmp_path):
     k = npu_node(tmp_path, 1)
     assert make(k).plan("bind", [A]).warnings == ()
@@ -582,94 +478,16 @@ def test_warns_when_the_operators_vfio_manager_manages_the_node(tmp_path):
     (k.run / "rbln" / "validations" / "vfio-pci-ready").touch()
     assert any("VFIO Manager" in w and "vfio-pci-ready" in w for w in make(k).plan("bind", [A]).warnings)
 
-
 def test_warns_on_a_running_vfio_manage_process(tmp_path):
     k = npu_node(tmp_path, 1)
     k.add_process(812, "vfio-manage.sh", cmdline=["/bin/bash", "/usr/bin/vfio-manage.sh", "bind", "--all"])
     w = make(k).plan("unbind", [A]).warnings
     assert any("VFIO Manager" in x and "process 812" in x for x in w)
 
-
 def test_damaged_state_file_blocks_bind(tmp_path):
     k = npu_node(tmp_path, 1)
     (k.root / "state.json").write_text("{not json")
     refused(make(k), k, [A], "damaged")
-
-
-def test_state_file_with_traversal_in_a_driver_name_is_damaged(tmp_path):
-    p = tmp_path / "s.json"
-    p.write_text(json.dumps({"version": 1, "devices": {A: {"driver": "../../x"}}}))
-    with pytest.raises(HostError, match="damaged"):
-        StateFile(path=p).load()
-
-
-def test_state_file_save_is_atomic_and_leaves_no_temp(tmp_path):
-    p = tmp_path / "var" / "lib" / "rblnctl" / "vfio-state.json"
-    s = StateFile(path=p)
-    s.save({A: {"driver": "rebellions", "driver_override": None}})
-    s.save({B: {"driver": "rebellions", "driver_override": None}})
-    assert list(s.load()) == [B]
-    assert sorted(os.listdir(p.parent)) == ["vfio-state.json"]
-
-
-def test_two_runs_cannot_hold_the_state_lock(tmp_path):
-    s = StateFile(path=tmp_path / "s.json")
-    with s.locked(), pytest.raises(HostError, match="another rblnctl"), s.locked():
-        pass
-
-
-def test_file_writer_writes_existing_files_only(tmp_path):
-    target = tmp_path / "driver_override"
-    target.write_text("(null)\n")
-    FileWriter().write(target, "vfio-pci")
-    assert target.read_text() == "vfio-pci"
-    with pytest.raises(FileNotFoundError):
-        FileWriter().write(tmp_path / "no-such-attribute", "x")
-    assert not (tmp_path / "no-such-attribute").exists()
-    os.symlink(target, tmp_path / "link")
-    with pytest.raises(OSError):
-        FileWriter().write(tmp_path / "link", "x")
-
-
-def test_default_writer_is_the_real_one():
-    assert isinstance(REAL_DEFAULT_WRITER(), FileWriter)
-
-
-# --- status ------------------------------------------------------------------------------------------
-
-
-def test_status_reports_drivers_groups_nodes_and_holders(tmp_path):
-    k = npu_node(tmp_path, 0)
-    k.load_module("vfio_pci")
-    k.add_pci_function(A, iommu_group=7, numa_node=1)
-    k.add_pci_function("0000:3a:00.0", vendor=0x10B5, device=0x8747, class_code=0x060400, driver="pcieport",
-                       iommu_group=7)
-    k.add_pci_function(B, iommu_group=8)
-    make(k).apply(make(k).plan("bind", [B]))
-    k.add_process(4242, "rbln-smi", ["/dev/rbln0"])
-    k.add_process(3100, "qemu-kvm", ["/dev/vfio/8"], cmdline=["qemu-kvm", "-name", "vm1"])
-    st = vfio_status(root=k.root)
-    a, b = st.devices
-    assert (a.bdf, a.model, a.function, a.driver, a.iommu_group, a.numa_node) == (A, "CA22", "PF", "rebellions",
-                                                                                  "7", 1)
-    assert [(m.bdf, m.driver, m.bridge) for m in a.group_members] == [("0000:3a:00.0", "pcieport", True)]
-    assert [(h.pid, h.command) for h in a.holders] == [(4242, "rbln-smi")] and not a.vfio_device_present
-    assert (b.driver, b.driver_override, b.vfio_device_present) == ("vfio-pci", "vfio-pci", True)
-    assert [(h.pid, h.command, h.path) for h in b.holders] == [(3100, "qemu-kvm -name vm1", "/dev/vfio/8")]
-    assert st.warnings == ()
-    only = vfio_status(root=k.root, bdfs=["3c:00.0"])
-    assert [d.bdf for d in only.devices] == [B]
-    with pytest.raises(InvalidInput):
-        vfio_status(root=k.root, bdfs=["../x"])
-
-
-def test_status_all_vendors_on_this_machines_real_sysfs():
-    """Read-only against /sys, /proc and /dev of the machine running the tests: it completes, whatever is there
-    (what it must list is checked on simulated trees)."""
-    st = vfio_status(all_vendors=True)
-    bdfs = [d.bdf for d in st.devices]
-    assert bdfs == sorted(set(bdfs)) and all(pci.is_bdf_name(b) for b in bdfs)
-
 
 def test_unbind_bind_refused_with_einval_falls_back_to_probe_on_rollback(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -680,35 +498,6 @@ def test_unbind_bind_refused_with_einval_falls_back_to_probe_on_rollback(tmp_pat
     assert r.status == "failed" and "Invalid argument" in r.message and "restored to vfio-pci" in r.message
     assert k.driver_of(A) == "vfio-pci" and k.override_of(A) == "vfio-pci"
     assert k.writes[-1] == ("sys/bus/pci/drivers_probe", A)  # the rollback's fallback
-
-
-# --- host helpers the binder relies on (rblnctl.host.system) -----------------------------------------
-
-
-def test_module_names_are_validated_before_modprobe_or_paths(tmp_path):
-    from rblnctl.host import system
-
-    k = npu_node(tmp_path, 0)
-    assert system.module_state(k.sys, "vfio-pci") is system.ModuleState.LOADED
-    assert system.module_state(k.sys, "kvm") is system.ModuleState.MISSING
-    for bad in ("../x", "vfio;reboot", "", "a b"):
-        with pytest.raises(InvalidInput):
-            system.module_state(k.sys, bad)
-        with pytest.raises(InvalidInput):
-            REAL_MODPROBE(bad)
-
-
-def test_is_root_reads_the_effective_uid(mocker):
-    from rblnctl.host import system
-
-    mocker.patch("os.geteuid", return_value=0)
-    assert system.is_root()
-    mocker.patch("os.geteuid", return_value=1000)
-    assert not system.is_root()
-
-
-# --- review: devices that vanish, state files that lie --------------------------------------------------
-
 
 def test_device_removed_between_plan_and_run_fails_and_rolls_back_the_others(tmp_path):
     k = npu_node(tmp_path, 3)
@@ -721,7 +510,6 @@ def test_device_removed_between_plan_and_run_fails_and_rolls_back_the_others(tmp
     assert on_host_driver(k, A) and on_host_driver(k, C3)
     assert B not in state(k)
 
-
 def test_device_removed_between_plan_and_run_with_keep_going(tmp_path):
     k = npu_node(tmp_path, 3)
     b = make(k, keep_going=True)
@@ -730,7 +518,6 @@ def test_device_removed_between_plan_and_run_with_keep_going(tmp_path):
     out = b.apply(plan)
     assert [(r.bdf, r.status) for r in out.results] == [(A, "ok"), (B, "failed"), (C3, "ok")]
     assert k.driver_of(A) == k.driver_of(C3) == "vfio-pci" and sorted(state(k)) == [A, C3]
-
 
 def test_device_removed_mid_write_is_reported_not_raised(tmp_path):
     k = npu_node(tmp_path, 2)
@@ -746,7 +533,6 @@ def test_device_removed_mid_write_is_reported_not_raised(tmp_path):
     assert [(r.bdf, r.status) for r in out.results] == [(A, "rolled-back"), (B, "failed")]
     assert "no longer exists" in out.results[1].message and on_host_driver(k, A)
 
-
 def test_unbind_with_driver_and_a_damaged_state_file_runs_and_keeps_the_file(tmp_path):
     k = npu_node(tmp_path, 1)
     make(k).apply(make(k).plan("bind", [A]))
@@ -756,47 +542,6 @@ def test_unbind_with_driver_and_a_damaged_state_file_runs_and_keeps_the_file(tmp
     assert not plan.blockers and any("damaged" in w for w in plan.warnings)
     assert b.apply(plan).ok and on_host_driver(k, A)
     assert (k.root / "state.json").read_text() == "{not json"  # never overwritten: a person should look at it
-
-
-@pytest.mark.parametrize("doc", [
-    {"version": 1, "devices": {A: {"driver": "vfio-pci", "driver_override": None}}},  # not an original driver
-    {"version": 1, "devices": [A]},  # devices is not an object
-    {"version": 1, "devices": {"3b:00.0": {"driver": "rebellions"}}},  # not the sysfs spelling of a BDF
-    {"version": 1, "devices": {A: "rebellions"}},  # entry is not an object
-    {"version": 1},  # no devices at all
-    {"version": 2, "devices": {A: {"driver": "rebellions", "driver_override": None}}},  # another format
-    {"devices": {A: {"driver": "rebellions", "driver_override": None}}},  # no version: not ours
-])
-def test_foreign_state_file_is_damaged(tmp_path, doc):
-    p = tmp_path / "s.json"
-    p.write_text(json.dumps(doc))
-    with pytest.raises(HostError, match="damaged"):
-        StateFile(path=p).load()
-
-
-def test_state_file_that_cannot_be_read_is_a_host_error(tmp_path):
-    p = tmp_path / "state.json"
-    p.mkdir()  # EISDIR: unreadable, and not "absent"
-    with pytest.raises(HostError, match="cannot read state file"):
-        StateFile(path=p).load()
-
-
-def test_state_file_that_cannot_be_written_is_a_host_error_and_leaves_no_temp(tmp_path):
-    parent = tmp_path / "state"
-    parent.mkdir()
-    p = parent / "s.json"
-    p.mkdir()  # os.replace() of a file onto a directory fails
-    with pytest.raises(HostError, match="cannot write state file"):
-        StateFile(path=p).save({A: {"driver": "rebellions", "driver_override": None}})
-    assert sorted(os.listdir(parent)) == ["s.json"]
-
-
-def test_lock_file_that_cannot_be_created_is_a_host_error(tmp_path):
-    blocker = tmp_path / "var"
-    blocker.write_text("a file where the state directory should be")
-    with pytest.raises(HostError, match="cannot open lock file"), StateFile(path=blocker / "s.json").locked():
-        pass
-
 
 def test_unusable_state_dir_refuses_the_run_before_any_sysfs_write(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -808,7 +553,6 @@ def test_unusable_state_dir_refuses_the_run_before_any_sysfs_write(tmp_path):
         b.apply(plan)
     assert any("state file" in x and "Not a directory" in x for x in blocker_texts(exc.value)), exc.value.blockers
     assert k.writes == [] and on_host_driver(k, A)
-
 
 def test_vfio_pci_still_missing_after_loading_the_module_changes_nothing(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -822,55 +566,11 @@ def test_vfio_pci_still_missing_after_loading_the_module_changes_nothing(tmp_pat
     assert loaded == ["vfio-pci"] and k.writes == [] and on_host_driver(k, A)
     assert not (k.root / "state.json").exists()
 
-
-def test_unreadable_sysfs_attribute_is_a_host_error_naming_it(tmp_path):
-    k = npu_node(tmp_path, 1)
-    vendor = k.sys / "bus" / "pci" / "devices" / A / "vendor"
-    vendor.resolve().unlink()
-    vendor.resolve().mkdir()  # reading it fails with EISDIR, not "absent"
-    with pytest.raises(HostError, match=f"cannot read .*{A}.*vendor"):
-        pci.read_function(k.sys, A)
-
-
-# --- hostile inputs: state files and roots that are not what they claim ----------------------------------
-
-
-@pytest.mark.parametrize(("content", "why"), [
-    (b"\xff\xfe\x00\x01binary\x80", "not UTF-8 text"),
-    (b'{"version": 1, "devices": {"0000:3b:00.0": {"driver": "rebel', "Unterminated string"),  # truncated
-    (b"", "Expecting value"),  # truncated to nothing
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-    (json.dumps({"version": 1, "devices": {A: {"driver": "rebellions", "ids": 7}}}).encode(), "ids is not a string"),
-])
-def test_damaged_state_files_are_host_errors(tmp_path, content, why):
-    p = tmp_path / "s.json"
-    p.write_bytes(content)
-    with pytest.raises(HostError, match=rf"state file .*s\.json is damaged \(.*{why}"):
-        StateFile(path=p).load()
-
-
-def test_oversized_state_file_is_damaged_without_reading_it_all(tmp_path):
-    from rblnctl.host.vfio.state import MAX_STATE_BYTES
-
-    p = tmp_path / "s.json"
-    p.write_bytes(b" " * (MAX_STATE_BYTES + 10))
-    with pytest.raises(HostError, match="damaged .larger than"):
-        StateFile(path=p).load()
-
-
-def test_a_fifo_as_state_file_is_damaged_and_never_blocks(tmp_path):
-    p = tmp_path / "s.json"
-    os.mkfifo(p)
-    with pytest.raises(HostError, match="damaged .not a regular file"):
-        StateFile(path=p).load()
-
-
 def test_binary_state_file_blocks_bind_with_one_blocker(tmp_path):
     k = npu_node(tmp_path, 1)
     (k.root / "state.json").write_bytes(os.urandom(64) + b"\xff")
     err = refused(make(k), k, [A], "is damaged (not UTF-8 text")
     assert len(err.blockers) == 1
-
 
 @pytest.mark.parametrize("make_root", ["missing", "file", "proc-file", "empty"])
 def test_root_that_is_not_a_host_tree_is_bad_input(tmp_path, make_root):
@@ -887,17 +587,12 @@ def test_root_that_is_not_a_host_tree_is_bad_input(tmp_path, make_root):
     with pytest.raises(InvalidInput, match="host root"):
         vfio_status(root=root)
 
-
 def test_unknown_operation_and_misplaced_arguments(tmp_path):
     k = npu_node(tmp_path, 1)
     with pytest.raises(InvalidInput, match="unknown vfio operation 'rebind'"):
         make(k).plan("rebind", [A])
     with pytest.raises(ConfigError, match="target driver applies to unbind"):
         make(k).plan("bind", [A], driver="rebellions")
-
-
-# --- signals: SIGTERM and SIGHUP roll back exactly like Ctrl-C ----------------------------------------
-
 
 @pytest.mark.parametrize("signum", [15, 1])  # SIGTERM (timeout, systemd), SIGHUP (a dropped ssh session)
 def test_signal_between_unbind_and_probe_restores_the_device_and_the_records(tmp_path, signum):
@@ -923,10 +618,6 @@ def test_signal_between_unbind_and_probe_restores_the_device_and_the_records(tmp
     assert any("interrupted: restoring the 2 device(s)" in e for e in events)
     assert not any(C3 in v for _, v in k.writes)  # never reached
 
-
-# --- dry-run rows: a refused device is `blocked`, never `planned` ----------------------------------------
-
-
 def test_preview_marks_the_held_device_blocked_and_the_free_one_planned(tmp_path):
     k = npu_node(tmp_path, 2)
     k.add_process(4242, "rbln-smi", ["/dev/rbln1"])
@@ -934,16 +625,9 @@ def test_preview_marks_the_held_device_blocked_and_the_free_one_planned(tmp_path
     assert [(r.bdf, r.status) for r in rows] == [(A, "planned"), (B, "blocked")]
     assert "pid 4242 (rbln-smi) has /dev/rbln1 open" in rows[1].message
 
-
 def test_a_plan_wide_blocker_marks_every_change_blocked_but_not_skipped_devices(tmp_path):
     k = npu_node(tmp_path, 2)
     make(k).apply(make(k).plan("bind", [A]))
     rows = make(k, is_root=lambda: False).plan("bind", all_devices=True).preview()
     assert [(r.bdf, r.status) for r in rows] == [(A, "skipped"), (B, "blocked")]
     assert "needs root" in rows[1].message
-
-
-def test_status_says_where_it_looked(tmp_path):
-    k = SimKernel(tmp_path)
-    st = vfio_status(root=k.root)
-    assert st.devices == () and st.searched == str(k.sys / "bus" / "pci" / "devices")
