@@ -64,6 +64,7 @@ sys.stderr.write("\\nIMPORTED:" + ",".join(heavy) + f"\\nEXIT:{code}\\n")
         ["preflight", "--local"],
         ["preflight", "--local", "-o", "yaml"],
         ["vfio", "bind", "--all", "--dry-run"],
+        ["vfio", "recover", "--all", "--dry-run"],
         ["vfio", "--help"],
         ["preflight", "--help"],
     ],

@@ -1,7 +1,8 @@
-"""`rblnctl vfio status | bind | unbind`: move NPUs between the host driver and vfio-pci on this host."""
+"""`rblnctl vfio status | bind | unbind | recover`: move NPUs between the host driver and vfio-pci on this host."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,14 +16,23 @@ if TYPE_CHECKING:
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
 
 app = typer.Typer(
-    help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, and show their "
-    "VFIO state. Host commands: run them on the node; bind and unbind need root, status does not.\n\n"
+    help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, repair leftovers, and "
+    "show their VFIO state. Host commands: run them on the node; bind, unbind and recover need root, status does "
+    "not.\n\n"
     "bind checks every device first (root, IOMMU, vfio-pci loaded, no process holding it open, IOMMU group "
     "viable), records the original drivers, then binds through driver_override and verifies; a failure rolls "
-    "back. unbind returns each device to its recorded driver (or --driver, or the kernel's default). "
-    "--dry-run prints every sysfs write and makes none. See docs/vfio.md.",
+    "back. unbind returns each device to its recorded driver (or --driver, or the kernel's default). recover "
+    "re-probes NPUs left without a driver or with a stale driver_override. --dry-run prints every sysfs write "
+    "and makes none. See docs/vfio.md.",
     no_args_is_help=True,
 )
+
+
+class ModeChoice(str, enum.Enum):
+    """--mode values of recover."""
+
+    container = "container"
+    vm = "vm"
 
 
 BdfArgs = Annotated[
@@ -124,6 +134,29 @@ def unbind(
              yes=yes, output=output)
 
 
+@app.command("recover")
+def recover(
+    bdfs: BdfArgs = None,
+    all_devices: AllOpt = False,
+    mode: Annotated[
+        ModeChoice,
+        typer.Option("--mode", help="The node's mode, which decides the driver: container (the host driver "
+                     f"{C.HOST_DRIVER}, no driver_override) or vm ({C.VFIO_DRIVER}, as bind leaves it).",
+                     case_sensitive=False),
+    ] = ModeChoice.container,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = Output.table,
+    root: RootOpt = Path(C.HOST_ROOT),
+    state_file: StateOpt = None,
+) -> None:
+    """Re-probe NPUs left without a driver or with a stale driver_override."""
+    _selection(bdfs, all_devices)
+    binder = _binder(root, state_file)
+    _execute(binder, binder.plan("recover", bdfs or (), all_devices=all_devices, mode=mode.value), dry_run=dry_run,
+             yes=yes, output=output)
+
+
 # --- wiring ------------------------------------------------------------------------------------------
 
 
@@ -183,10 +216,12 @@ def _recovery_hints(results: Any) -> list[str]:
     for r in results:
         if r.status != "driverless":
             continue
-        if r.action == "bind":
+        if r.action == "bind" and r.from_driver:
             cmd = f"rblnctl vfio unbind {r.bdf} --driver {r.from_driver}"
+        elif r.action == "unbind":
+            cmd = f"rblnctl vfio recover {r.bdf} --mode vm"
         else:
-            cmd = f"rblnctl vfio bind {r.bdf}"
+            cmd = f"rblnctl vfio recover {r.bdf}"
         hints.append(f"{r.bdf} has no driver: once its driver works again, run `{cmd}`")
     return hints
 

@@ -34,9 +34,9 @@ def vfio(k: SimKernel, command: str, *args: str, input: str | None = None):
     return cli("vfio", command, *args, *roots, input=input)
 
 
-def test_help_lists_the_three_commands():
+def test_help_lists_the_four_commands():
     r = cli("vfio", "--help")
-    assert r.exit_code == 0 and all(c in r.stdout for c in ("bind", "unbind", "status"))
+    assert r.exit_code == 0 and all(c in r.stdout for c in ("bind", "unbind", "status", "recover"))
 
 
 def test_bind_json_has_the_stable_schema_and_progress_goes_to_stderr(k):
@@ -252,7 +252,7 @@ def test_vfio_commands_do_not_import_kubernetes(tmp_path, args):
 # --- one --root for every host command -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["status", "bind", "unbind"])
+@pytest.mark.parametrize("command", ["status", "bind", "unbind", "recover"])
 @pytest.mark.parametrize("shape", ["missing", "file", "proc-file", "empty"])
 def test_root_that_is_not_a_host_tree_is_exit_2_with_one_line(tmp_path, command, shape):
     root = tmp_path / "root"
@@ -370,3 +370,78 @@ def test_a_device_left_without_a_driver_gets_the_command_that_recovers_it(k):
     r = vfio(k, "bind", A, "--yes", "-o", "json")
     assert r.exit_code == 1 and json.loads(r.stdout)[0]["status"] == "driverless"
     assert f"run `rblnctl vfio unbind {A} --driver rebellions`" in r.stderr
+
+
+# --- recover -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lk(tmp_path, monkeypatch, mocker) -> SimKernel:
+    """The leftovers() host: 3b without a driver (override vfio-pci), 5e on rebellions with a stale override."""
+    from tests.fakes.sysfs import build_host, leftovers
+
+    guard_real_host(monkeypatch)
+    kern = build_host(tmp_path / "host", leftovers())
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: kern.writer)
+    mocker.patch("os.geteuid", return_value=0)
+    return kern
+
+
+X, Y, Z = "0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"
+
+
+def test_recover_dry_run_lists_the_writes_and_makes_none(lk):
+    before = lk.checksum()
+    r = vfio(lk, "recover", "--all", "--dry-run", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [(x["bdf"], x["action"], x["to_driver"], x["status"]) for x in json.loads(r.stdout)] == [
+        (X, "recover", "rebellions", "planned"), (Y, "recover", "rebellions", "planned"),
+        (Z, "recover", "rebellions", "skipped")]
+    assert [ln.split(" <- ")[0].removeprefix("would write: ") for ln in r.stderr.splitlines()
+            if ln.startswith("would write:")] == [f"{lk.sys}/bus/pci/devices/{X}/driver_override",
+                                                 f"{lk.sys}/bus/pci/drivers_probe",
+                                                 f"{lk.sys}/bus/pci/devices/{Y}/driver_override"]
+    assert lk.checksum() == before and lk.writes == []
+
+
+def test_recover_container_mode_is_the_default_and_asks_first(lk, monkeypatch):
+    r = vfio(lk, "recover", "--all")
+    assert r.exit_code == 2 and "--yes" in r.stderr and lk.writes == []
+    import rblnctl.cli.console
+
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
+    r = vfio(lk, "recover", "--all", input="y\n")
+    assert r.exit_code == 0, r.stderr
+    assert "Recover 2 device(s)?" in r.stderr and f"{X} CA22: no driver -> rebellions" in r.stderr
+    assert all(lk.driver_of(x) == "rebellions" and lk.override_of(x) is None for x in (X, Y, Z))
+
+
+def test_recover_vm_mode_binds_to_vfio_pci_and_records(lk):
+    r = vfio(lk, "recover", X, Y, "--mode", "vm", "--yes", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [(x["to_driver"], x["status"]) for x in json.loads(r.stdout)] == [("vfio-pci", "ok"), ("vfio-pci", "ok")]
+    assert lk.driver_of(X) == lk.driver_of(Y) == "vfio-pci"
+    assert sorted(json.loads((lk.root / "state.json").read_text())["devices"]) == [X, Y]
+
+
+def test_recover_refuses_a_device_in_use_and_offers_no_override(lk):
+    lk.add_process(4242, "rbln-smi", ["/dev/rbln1"])
+    before = lk.checksum()
+    r = vfio(lk, "recover", "--all", "--yes")
+    assert r.exit_code == 1 and "pid 4242 (rbln-smi) has /dev/rbln1 open; stop it first" in r.stderr
+    assert "pass --" not in r.stderr and lk.checksum() == before
+
+
+def test_recover_has_no_force_or_load_modules(lk):
+    for flag in ("--force", "--load-modules", "--keep-going", "--driver"):
+        r = vfio(lk, "recover", "--all", flag)
+        assert r.exit_code == 2 and "No such option" in r.stderr, flag
+    r = vfio(lk, "recover", "--all", "--mode", "gpu")
+    assert r.exit_code == 2 and "gpu" in r.stderr
+
+
+def test_recover_usage_errors(lk):
+    for args in ([], [X, "--all"], ["../x"]):
+        r = vfio(lk, "recover", *args, "--yes")
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: "), (args, r.stderr)
+    assert lk.writes == []

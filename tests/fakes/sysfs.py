@@ -585,9 +585,15 @@ def build_host(root: Path, spec: HostSpec) -> SimKernel:
         k.add_iommu_group(g)
     k.set_builtin_modules(spec.builtin if spec.write_builtin else None)
     k.mark_loaded(*spec.loaded)
+    # Drivers the modules there register (vfio_pci: vfio-pci, rebellions: rebellions), without loading the
+    # rest of VFIO; a function's driver counts as there too (its module loaded unless listed as built in).
+    present = {*spec.loaded, *k.builtin}
     if any(f.driver == VFIO for f in (*spec.npus, *spec.others)):
-        # register vfio-pci the way the spec says its module is there, without loading the rest of VFIO
-        k.add_driver(VFIO, module="vfio_pci")
+        present.add("vfio_pci")
+    for module, (drivers, _) in MODULES.items():
+        if module in present:
+            for name in drivers:
+                k.add_driver(name, module=module)
     # A host bridge and a NIC, so the NPU scan has other vendors to skip.
     groups = list(spec.extra_groups)
     k.add_pci_function("0000:00:00.0", vendor=0x8086, device=0x09A2, class_code=0x060000, driver=None,
@@ -657,19 +663,20 @@ def vm_with_viommu(**changes) -> HostSpec:
 
 def modules_missing(**changes) -> HostSpec:
     """Intel bare metal with IOMMU on, but no VFIO module loaded or built in (and so no /dev/vfio/vfio)."""
-    return intel_bare_metal(loaded=("kvm", "kvm_intel", "rebellions"), dev_vfio=False, npus=TWO_NPUS_HOST, **changes)
+    spec = intel_bare_metal(loaded=("kvm", "kvm_intel", "rebellions"), dev_vfio=False, npus=TWO_NPUS_HOST)
+    return replace(spec, **changes)
 
 
 def no_npus(**changes) -> HostSpec:
     """Intel bare metal, everything ready, but no Rebellions device."""
-    return intel_bare_metal(npus=(), **changes)
+    return replace(intel_bare_metal(npus=()), **changes)
 
 
 def npu_on_rebellions(**changes) -> HostSpec:
     """NPUs on the host driver; a process (a container workload) holds /dev/rbln0 open."""
     procs = (Proc(1, "systemd", "/sbin/init", ("/dev/null",)),
              Proc(4242, "python3", "python3 serve.py --npu 0", ("/dev/rbln0", "/dev/null")))
-    return intel_bare_metal(npus=TWO_NPUS_HOST, procs=procs, **changes)
+    return replace(intel_bare_metal(npus=TWO_NPUS_HOST, procs=procs), **changes)
 
 
 def npu_on_vfio(**changes) -> HostSpec:
@@ -677,7 +684,7 @@ def npu_on_vfio(**changes) -> HostSpec:
     procs = (Proc(1, "systemd", "/sbin/init", ("/dev/null",)),
              Proc(5151, "qemu-kvm", "/usr/libexec/qemu-kvm -name guest=default_vm1",
                   ("/dev/vfio/vfio", "/dev/vfio/42")))
-    return intel_bare_metal(procs=procs, **changes)
+    return replace(intel_bare_metal(procs=procs), **changes)
 
 
 # In-between IOMMU shapes (issue 15): states a clean simulator never produces.
@@ -685,23 +692,23 @@ def npu_on_vfio(**changes) -> HostSpec:
 
 def groups_without_units(**changes) -> HostSpec:
     """IOMMU groups exist but /sys/class/iommu is empty (units not registered in sysfs, e.g. an old kernel)."""
-    return intel_bare_metal(iommu_units=(), **changes)
+    return replace(intel_bare_metal(iommu_units=()), **changes)
 
 
 def units_without_groups(**changes) -> HostSpec:
     """IOMMU units registered (dmar0, dmar1) but no groups: the hardware is known, no device sits behind it."""
     npus = (Npu("0000:3b:00.0", driver=HOST_DRIVER, group=None), Npu("0000:5e:00.0", driver=HOST_DRIVER, group=None))
-    return intel_bare_metal(extra_groups=(), npus=npus, **changes)
+    return replace(intel_bare_metal(extra_groups=(), npus=npus), **changes)
 
 
 def group_with_bridge_and_host_device(**changes) -> HostSpec:
     """NPU 0000:3b:00.0 shares IOMMU group 42 with a PCIe switch port (harmless) and a NIC on i40e (not)."""
-    return intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE, NIC_IN_GROUP_42), **changes)
+    return replace(intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE, NIC_IN_GROUP_42)), **changes)
 
 
 def group_with_bridge_only(**changes) -> HostSpec:
     """NPU 0000:3b:00.0 shares IOMMU group 42 only with a PCIe switch port: still a viable group."""
-    return intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE,), **changes)
+    return replace(intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE,)), **changes)
 
 
 def leftovers(**changes) -> HostSpec:
@@ -713,4 +720,4 @@ def leftovers(**changes) -> HostSpec:
     npus = (Npu("0000:3b:00.0", driver=None, group="42", override=VFIO),
             Npu("0000:5e:00.0", driver=HOST_DRIVER, group="43", override=VFIO),
             Npu("0000:86:00.0", driver=HOST_DRIVER, group="44"))
-    return intel_bare_metal(npus=npus, **changes)
+    return replace(intel_bare_metal(npus=npus), **changes)

@@ -1,4 +1,4 @@
-"""`rblnctl vfio` on a host: bind and unbind NPU PCI functions (the only sysfs writer), and their status.
+"""`rblnctl vfio` on a host: bind, unbind and recover NPU PCI functions (the only sysfs writer), and their status.
 
 model.py   the data (operations, statuses, plans, results, status rows)
 writer.py  SysfsWriter, the seam every write goes through
@@ -16,6 +16,7 @@ from rblnctl.host.vfio.model import (
     DeviceResult,
     DeviceStatus,
     GroupMember,
+    Mode,
     Operation,
     Status,
     VfioOutcome,
@@ -28,7 +29,7 @@ from rblnctl.host.vfio.status import vfio_status
 from rblnctl.host.vfio.writer import FileWriter, SysfsWriter
 
 __all__ = [
-    "Action", "DeviceBlocker", "DevicePlan", "DeviceResult", "DeviceStatus", "FileWriter", "GroupMember",
+    "Action", "DeviceBlocker", "DevicePlan", "DeviceResult", "DeviceStatus", "FileWriter", "GroupMember", "Mode",
     "Operation", "StateFile", "Status", "SysfsWriter", "VfioBinder", "VfioOutcome", "VfioPlan", "VfioStatus",
     "Write", "vfio_status",
 ]

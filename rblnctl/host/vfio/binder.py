@@ -1,4 +1,4 @@
-"""VfioBinder: plan and apply bind and unbind of PCI functions through driver_override; the only sysfs writer.
+"""VfioBinder: plan and apply bind, unbind and recover of PCI functions through driver_override; the only sysfs writer.
 
 `plan()` only reads: it returns the exact writes, the warnings and every blocker. `apply(plan)`
 records the original drivers, writes through the SysfsWriter seam, verifies the `driver` link,
@@ -26,6 +26,7 @@ from rblnctl.host.vfio.model import (
     Action,
     DevicePlan,
     DeviceResult,
+    Mode,
     Operation,
     Status,
     VfioOutcome,
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 VFIO = C.VFIO_DRIVER
 SETTLE_POLL_S = 0.02  # how often to look for /dev/vfio/<group> while udev creates it
+# What each recover mode wants a function on: (driver, driver_override).
+MODE_TARGETS = {Mode.CONTAINER: (C.HOST_DRIVER, None), Mode.VM: (VFIO, VFIO)}
 
 
 def _noop(*_: object) -> None:
@@ -56,7 +59,7 @@ class VfioBinder:
 
     root: Path | HostRoot = HostRoot()
     state_file: Path | None = None
-    force: bool = False  # bind/unbind non-RBLN functions and devices held open
+    force: bool = False  # bind/unbind non-RBLN functions and devices held open (never for recover)
     keep_going: bool = False  # on failure keep the devices that did change (and go on with the rest)
     load_modules: bool = False  # modprobe vfio-pci when bind needs it and it is missing
     settle_timeout_s: float = 5.0  # how long to wait for /dev/vfio/<group> after a bind
@@ -82,23 +85,32 @@ class VfioBinder:
     # ---- plan (read-only) ----
 
     def plan(self, operation: Operation | str, bdfs: Sequence[str] = (), *, all_devices: bool = False,
-             driver: str | None = None) -> VfioPlan:
+             driver: str | None = None, mode: Mode | str | None = None) -> VfioPlan:
         """Read the host and return what `operation` would do to the named BDFs (or all); writes nothing.
 
         bind: to vfio-pci. unbind: back to `driver`, else the driver recorded at bind time, else the
-        kernel's default.
+        kernel's default. recover: functions left without a driver or with a stale driver_override
+        go to the driver `mode` wants (container: the host driver, the default; vm: vfio-pci).
         Raises InvalidInput/ConfigError for bad arguments, NotFound for devices that do not exist.
         """
         try:
             op = Operation(operation)
         except ValueError:
-            raise InvalidInput(f"unknown vfio operation {operation!r}: expected bind or unbind") from None
+            raise InvalidInput(f"unknown vfio operation {operation!r}: expected bind, unbind or recover") from None
         if driver is not None and op is not Operation.UNBIND:
             raise ConfigError(f"a target driver applies to unbind, not {op}")
+        if mode is not None and op is not Operation.RECOVER:
+            raise ConfigError(f"a mode applies to recover, not {op}")
         self.host.checked()
         if op is Operation.BIND:
             return self._plan_bind(bdfs, all_devices)
-        return self._plan_unbind(bdfs, all_devices, driver)
+        if op is Operation.UNBIND:
+            return self._plan_unbind(bdfs, all_devices, driver)
+        try:
+            wanted = Mode(mode or Mode.CONTAINER)
+        except ValueError:
+            raise InvalidInput(f"unknown mode {mode!r}: expected container or vm") from None
+        return self._plan_recover(bdfs, all_devices, wanted)
 
     def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
@@ -176,6 +188,49 @@ class VfioBinder:
             checks.check_holders(gate, finder, changes, forced=self.force)
         return _plan(Operation.UNBIND, devices, gate)
 
+    def _plan_recover(self, bdfs: Sequence[str], all_devices: bool, mode: Mode) -> VfioPlan:
+        want, want_override = MODE_TARGETS[mode]
+        gate = Gate()
+        # Only a recovery to vfio-pci records anything; to the host driver it only drops records.
+        checks.check_state(gate, self._state, needed=mode is Mode.VM)
+        fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
+        devices = []
+        for f in fns:
+            problem = _leftover(f, want)
+            if problem is None:
+                devices.append(self._device(f, Action.SKIP, f.driver, note=_healthy_note(f, want)))
+                continue
+            writes = []
+            if f.driver_override != want_override:
+                writes.append(self._override_write(f.bdf, want_override, "set driver_override" if want_override
+                                                   else "clear driver_override"))
+            if f.driver is not None and f.driver != want:
+                writes.append(self._unbind_write(f.bdf, f.driver))
+            if f.driver != want:
+                writes.append(self._probe_write(f.bdf, f"probe (binds {want})"))
+            devices.append(self._device(f, Action.RECOVER, want, note=f"{problem}: recover to {want} ({mode} mode)",
+                                        writes=writes))
+        finder = HolderFinder.scan(self.host)
+        gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
+        changes = _changed(devices, fns)
+        if changes:
+            # recover has no overrides: it repairs, so it never forces past a check (nor loads modules)
+            checks.check_rbln(gate, fns, "recover", forced=False, overridable=False)
+            checks.check_root(gate, self.is_root(), "recover")
+            if mode is Mode.VM:
+                checks.check_iommu(gate, self.sysfs, changes)
+                checks.check_vfio_pci(gate, self.host, load_modules=False, loader_injected=False, overridable=False)
+                checks.check_groups(gate, self.sysfs, changes, {f.bdf for f in changes})
+            else:
+                checks.check_drivers_loaded(gate, self.sysfs, _by_target(devices), can_name_another=False)
+                bound = [f.bdf for f in changes if f.driver == VFIO]
+                if bound:
+                    # what bind leaves is a leftover only on a container node; a vm-passthrough node needs it
+                    gate.warn(f"{', '.join(bound)} on {VFIO} will be unbound from it: if this node is in "
+                              "vm-passthrough mode, recover for the vm mode instead")
+            checks.check_holders(gate, finder, changes, forced=False, overridable=False)
+        return _plan(Operation.RECOVER, devices, gate)
+
     # ---- apply (writes) ----
 
     def apply(self, plan: VfioPlan) -> VfioOutcome:
@@ -216,7 +271,12 @@ class VfioBinder:
                 self.on_event(f"interrupted: restoring the {len(touched)} device(s) this run changed")
                 results = {}
                 for d in reversed(touched):
-                    driverless, where = self._restore(d)
+                    try:
+                        driverless, where = self._restore(d)
+                    except KeyboardInterrupt:
+                        # a second signal: give up on this device, never on the others (each takes milliseconds)
+                        driverless = d.from_driver is not None and pci.current_driver(self.sysfs, d.bdf) is None
+                        where = f"a second interrupt stopped its rollback; it is on {self._driver_text(d.bdf)} now"
                     results[d.bdf] = _result(d, plan.operation, Status.DRIVERLESS if driverless else Status.ROLLED_BACK,
                                              f"interrupted; {where}")
                     if driverless:
@@ -290,8 +350,12 @@ class VfioBinder:
             raise HostError(f"{w.why}: writing {w.value.strip()!r} to {w.path} failed: {reason}") from e
 
     def _apply_all(self, plan: VfioPlan, touched: list[DevicePlan]) -> dict[str, DeviceResult]:
-        """Apply every device in order; `touched` collects the devices written to (for an interrupt's undo)."""
-        independent = self.keep_going
+        """Apply every device in order; `touched` collects the devices written to (for an interrupt's undo).
+
+        recover treats devices independently (as keep_going does): undoing a repaired device because
+        another one failed would only break it again.
+        """
+        independent = self.keep_going or plan.operation is Operation.RECOVER
         results: dict[str, DeviceResult] = {}
         done: list[DevicePlan] = []
         stopped_by: str | None = None
@@ -355,6 +419,9 @@ class VfioBinder:
             return f"{d.bdf} no longer exists (removed during the run)", touched
         return self._verify(d), touched
 
+    def _driver_text(self, bdf: str) -> str:
+        return "nothing (removed)" if self._gone(bdf) else (pci.current_driver(self.sysfs, bdf) or "no driver")
+
     def _gone(self, bdf: str) -> bool:
         """Whether the function has vanished from sysfs (hot-unplug, `remove`) since it was read."""
         return not pci.device_dir(self.sysfs, bdf).is_dir()
@@ -416,8 +483,11 @@ class VfioBinder:
         if self._gone(d.bdf):
             return False, "it no longer exists under sysfs; nothing to restore"
         now = pci.read_function(self.sysfs, d.bdf)
-        if now.driver_override != d.from_override:
-            attempt(Write(bdf=d.bdf, path=str(base / "driver_override"), value=d.from_override or CLEAR,
+        # The kernel binds only the driver an override names, so an original override that names another
+        # driver (a stale one) is put back last, after the original driver is bound again.
+        during = d.from_override if d.from_override in (None, want) else None
+        if now.driver_override != during:
+            attempt(Write(bdf=d.bdf, path=str(base / "driver_override"), value=during or CLEAR,
                           why="rollback: restore driver_override"))
         if now.driver is not None and now.driver != want:
             attempt(Write(bdf=d.bdf, path=str(pci.driver_dir(self.sysfs, now.driver) / "unbind"), value=d.bdf,
@@ -427,6 +497,9 @@ class VfioBinder:
                                why=f"rollback: bind {want}"))
             if not ok or pci.current_driver(self.sysfs, d.bdf) is None:
                 attempt(self._probe_write(d.bdf, "rollback: probe"))
+        if during != d.from_override:
+            attempt(Write(bdf=d.bdf, path=str(base / "driver_override"), value=d.from_override or CLEAR,
+                          why="rollback: restore driver_override"))
         final = pci.current_driver(self.sysfs, d.bdf)
         detail = f" ({'; '.join(problems)})" if problems else ""
         if final == want:
@@ -435,7 +508,7 @@ class VfioBinder:
             if want == VFIO:
                 how = f"bind it again once {VFIO} works"
             else:
-                how = f"once {want} works again, unbind it naming {want} as the host driver"
+                how = f"once {want} works again, unbind it naming {want} as the host driver, or recover it"
             return True, f"rollback failed{detail}: the device has NO driver now; {how}"
         return False, f"rollback left it on {final}, not {want or 'no driver'}{detail}"
 
@@ -490,6 +563,28 @@ def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
         if d.action != Action.SKIP and d.to_driver:
             out.setdefault(d.to_driver, []).append(d.bdf)
     return out
+
+
+def _leftover(f: PciFunction, want: str) -> str | None:
+    """Why a function needs recovery for a mode that wants `want`, or None when it does not.
+
+    A leftover has no driver, or a stale driver_override: one naming a driver the mode does not
+    use, or one set while the function is bound to another driver.
+    """
+    override = f.driver_override
+    if f.driver is None:
+        return "bound to no driver" + (f" (driver_override {override})" if override else "")
+    if override is not None and override != want:
+        return f"stale driver_override {override} (the mode uses {want}; bound to {f.driver})"
+    if override is not None and f.driver != override:
+        return f"stale driver_override {override} while bound to {f.driver}"
+    return None
+
+
+def _healthy_note(f: PciFunction, want: str) -> str:
+    if f.driver == want:
+        return f"healthy: on {want}" + (f" (driver_override {f.driver_override})" if f.driver_override else "")
+    return f"on {f.driver}: not a leftover (bind or unbind moves it between drivers)"
 
 
 def _result(d: DevicePlan, operation: Operation, status: Status, message: str) -> DeviceResult:

@@ -87,12 +87,14 @@ def check_vfio_pci(gate: Gate, host: HostRoot, *, load_modules: bool, loader_inj
     return ("vfio-pci",)
 
 
-def check_drivers_loaded(gate: Gate, sysfs: Path, targets: Mapping[str, Sequence[str]]) -> None:
+def check_drivers_loaded(gate: Gate, sysfs: Path, targets: Mapping[str, Sequence[str]], *,
+                         can_name_another: bool = True) -> None:
     """Each target host driver must be registered (`targets`: driver -> the devices going to it)."""
     for driver in sorted(targets):
         if not pci.driver_registered(sysfs, driver):
-            gate.block(f"driver {driver} is not loaded (no {pci.driver_dir(sysfs, driver)}): load its module "
-                       "first, or name another host driver", bdfs=tuple(targets[driver]))
+            advice = "load its module first" + (", or name another host driver" if can_name_another else "")
+            gate.block(f"driver {driver} is not loaded (no {pci.driver_dir(sysfs, driver)}): {advice}",
+                       bdfs=tuple(targets[driver]))
 
 
 def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], *, forced: bool,

@@ -15,6 +15,7 @@ class Operation(enum.StrEnum):
 
     BIND = "bind"  # host driver -> vfio-pci
     UNBIND = "unbind"  # vfio-pci -> the recorded host driver, a named one, or the kernel's default
+    RECOVER = "recover"  # driverless or stale-override functions -> the driver the node's mode wants
 
 
 class Action(enum.StrEnum):
@@ -22,7 +23,15 @@ class Action(enum.StrEnum):
 
     BIND = "bind"
     UNBIND = "unbind"
+    RECOVER = "recover"
     SKIP = "skip"
+
+
+class Mode(enum.StrEnum):
+    """The node mode `recover` restores a function for (the driver that mode wants)."""
+
+    CONTAINER = "container"  # the host driver (rebellions), no driver_override
+    VM = "vm"  # vfio-pci, driver_override=vfio-pci (as bind leaves it)
 
 
 class Status(enum.StrEnum):
@@ -80,7 +89,7 @@ class DevicePlan:
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceResult:
-    """The outcome for one function (the stable `-o json` schema of bind and unbind)."""
+    """The outcome for one function (the stable `-o json` schema of bind, unbind and recover)."""
 
     bdf: str
     action: Operation

@@ -631,3 +631,38 @@ def test_a_plan_wide_blocker_marks_every_change_blocked_but_not_skipped_devices(
     rows = make(k, is_root=lambda: False).plan("bind", all_devices=True).preview()
     assert [(r.bdf, r.status) for r in rows] == [(A, "skipped"), (B, "blocked")]
     assert "needs root" in rows[1].message
+
+
+def test_a_second_signal_during_the_rollback_does_not_abandon_the_other_devices(tmp_path):
+    from rblnctl.errors import Interrupted
+
+    k = npu_node(tmp_path, 3)
+
+    class Signalled:  # SIGTERM between C's unbind and probe, then SIGTERM again while B is being restored
+        def write(self, path, value):
+            if value == "0000:3d:00.0" and path.name == "drivers_probe":
+                raise Interrupted(15)
+            if value == B and path.name == "bind":
+                raise Interrupted(15)
+            k.writer.write(path, value)
+
+    b = make(k, writer=Signalled())
+    with pytest.raises(Interrupted):
+        b.apply(b.plan("bind", all_devices=True))
+    assert on_host_driver(k, A) and on_host_driver(k, "0000:3d:00.0")  # restored despite the second signal
+    assert k.driver_of(B) is None and state(k)[B]["driver"] == "rebellions"  # and B's record says where it belongs
+
+
+def test_a_failed_bind_puts_back_a_stale_override_after_the_driver(tmp_path):
+    k = npu_node(tmp_path, 1)
+    k.add_driver("pci-stub", claims=((0x1EFF, 0x1220),))
+    k.set_override(A, "pci-stub")  # left by some other tool while A stayed on rebellions
+    k.refuse_probe("vfio-pci", A)
+    b = make(k)
+    out = b.apply(b.plan("bind", [A]))
+    assert out.results[0].status == "failed" and "restored to rebellions" in out.results[0].message
+    # the kernel binds only the driver an override names: rebellions first, then the override as it was
+    assert (k.driver_of(A), k.override_of(A)) == ("rebellions", "pci-stub")
+    assert k.writes[3:] == [(f"sys/bus/pci/devices/{A}/driver_override", "\n"),
+                            ("sys/bus/pci/drivers/rebellions/bind", A),
+                            (f"sys/bus/pci/devices/{A}/driver_override", "pci-stub")]
