@@ -343,6 +343,12 @@ def check_host(f: HostFacts) -> list[CheckResult]:
             f"{f.iommu_groups} IOMMU groups but /sys/class/iommu is empty",
             "check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU`; tools such as dpdk-devbind refuse vfio-pci "
             "when /sys/class/iommu is empty")
+    elif f.iommu_units:
+        # Units registered, yet no device put behind them: IOMMU set-up failed or translation is off.
+        fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}"
+        add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
+            f"IOMMU units {units} but /sys/kernel/iommu_groups has no groups: the kernel put no device behind "
+            "the IOMMU", f"check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU` for the reason; {fix}")
     else:
         fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}; enable the IOMMU in firmware"
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
