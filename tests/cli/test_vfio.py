@@ -445,3 +445,12 @@ def test_recover_usage_errors(lk):
         r = vfio(lk, "recover", *args, "--yes")
         assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: "), (args, r.stderr)
     assert lk.writes == []
+
+
+def test_a_device_an_unbind_left_without_a_driver_gets_the_command_that_recovers_it(k):
+    assert vfio(k, "bind", A, "--yes").exit_code == 0
+    k.refuse_probe("rebellions", A)
+    k.refuse_probe("vfio-pci", A)
+    r = vfio(k, "unbind", A, "--yes", "-o", "json")
+    assert r.exit_code == 1 and json.loads(r.stdout)[0]["status"] == "driverless"
+    assert f"run `rblnctl vfio recover {A} --mode vm`" in r.stderr

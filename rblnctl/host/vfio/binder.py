@@ -261,7 +261,7 @@ class VfioBinder:
                 # the plan let this through (a named or host-driver target): go on, leave the file for a person
                 self.on_event(f"{e}; leaving it untouched")
                 records = None
-            if records is not None and to_vfio:
+            if records is not None:
                 self._record(plan, records)
             touched: list[DevicePlan] = []
             try:
@@ -431,8 +431,6 @@ class VfioBinder:
         if d.to_driver == VFIO:
             if f.driver != VFIO:
                 return f"verification failed: driver is {f.driver or 'none'} after the probe, not {VFIO}"
-            if f.driver_override != VFIO:
-                return f"verification failed: driver_override is {f.driver_override or 'empty'}, not {VFIO}"
             node = self.host.dev / "vfio" / (f.iommu_group or "")
             if not f.iommu_group or not self._wait_for(node):
                 return f"verification failed: {node} did not appear within {self.settle_timeout_s:g} s"
@@ -515,12 +513,12 @@ class VfioBinder:
     # ---- internals: state records ----
 
     def _record(self, plan: VfioPlan, records: dict[str, dict]) -> None:
-        """Before the first write: the original driver of every device going to vfio-pci."""
+        """Before the first write: the original driver of every device leaving a host driver (or none) for vfio-pci."""
         stamp = iso_utc(self.clock.now())
         changed = False
         for d in plan.changes:
-            if d.to_driver != VFIO:
-                continue
+            if d.to_driver != VFIO or d.from_driver == VFIO:
+                continue  # to a host driver nothing needs recording; from vfio-pci the host driver is not known
             if d.from_driver is None and d.bdf in records:
                 continue  # half-bound device: the earlier record knows more than "no driver"
             records[d.bdf] = {"driver": d.from_driver, "driver_override": d.from_override, "ids": d.ids,

@@ -70,14 +70,17 @@ def check_iommu(gate: Gate, sysfs: Path, fns: Sequence[PciFunction]) -> None:
 
 def check_vfio_pci(gate: Gate, host: HostRoot, *, load_modules: bool, loader_injected: bool,
                    overridable: bool = True) -> tuple[str, ...]:
-    """vfio-pci must be registered (or its module present); return the modules apply() should load first."""
+    """vfio-pci must be registered (or its module present); return the modules apply() should load first.
+
+    `overridable` False: the operation cannot load modules, so the blocker names no override.
+    """
     sysfs = host.sys
     if (pci.driver_registered(sysfs, C.VFIO_DRIVER)
             or system.module_state(sysfs, "vfio_pci") is not system.ModuleState.MISSING):
         return ()
     text = (f"{C.VFIO_DRIVER} is not loaded (no {pci.driver_dir(sysfs, C.VFIO_DRIVER)} or {sysfs}/module/vfio_pci): "
             "load it with `modprobe vfio-pci`")
-    if not (load_modules and overridable):
+    if not load_modules:
         gate.block(text, override=LOAD_MODULES if overridable else None)
         return ()
     if not loader_injected and not host.is_live:
@@ -99,7 +102,10 @@ def check_drivers_loaded(gate: Gate, sysfs: Path, targets: Mapping[str, Sequence
 
 def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], *, forced: bool,
                   overridable: bool = True) -> None:
-    """No process may hold a device open (a workload on its /dev node, a VM on its VFIO group, a mapped BAR)."""
+    """No process may hold a device open (a workload on its /dev node, a VM on its VFIO group, a mapped BAR).
+
+    `overridable` False: the operation cannot be forced, so the blocker names no override.
+    """
     found: list[tuple[str, tuple[str, ...]]] = []
     for f in fns:
         for h in finder.holders(f):
@@ -108,7 +114,7 @@ def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], 
         for h in finder.unattributed([g.bdf for g in pci.list_functions(finder.sysfs)]):
             found.append((f"pid {h.pid} ({h.command}) has {h.path} open and rblnctl cannot tell which PCI "
                           "function it belongs to", ()))
-    if forced and overridable:
+    if forced:
         for text, _ in found:
             gate.warn(f"{text}; going ahead because it is forced")
         if any("/vfio/" in t for t, _ in found):

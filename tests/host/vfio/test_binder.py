@@ -666,3 +666,15 @@ def test_a_failed_bind_puts_back_a_stale_override_after_the_driver(tmp_path):
     assert k.writes[3:] == [(f"sys/bus/pci/devices/{A}/driver_override", "\n"),
                             ("sys/bus/pci/drivers/rebellions/bind", A),
                             (f"sys/bus/pci/devices/{A}/driver_override", "pci-stub")]
+
+
+def test_failed_unbind_whose_rollback_fails_too_says_driverless(tmp_path):
+    k = npu_node(tmp_path, 1)
+    make(k).apply(make(k).plan("bind", [A]))
+    k.refuse_probe("rebellions", A)
+    k.refuse_probe("vfio-pci", A)  # vfio-pci will not take it back either
+    out = make(k).apply(make(k).plan("unbind", [A]))
+    r = out.results[0]
+    assert r.status == "driverless" and k.driver_of(A) is None
+    assert "the device has NO driver now; bind it again once vfio-pci works" in r.message
+    assert state(k)[A]["driver"] == "rebellions"  # unbind did not complete: the record stays

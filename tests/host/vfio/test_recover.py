@@ -115,13 +115,19 @@ def test_container_mode_unbinds_a_device_bind_left_on_vfio_pci_with_a_warning(tm
 
 
 def test_vm_mode_replaces_a_stale_override_on_a_bound_vfio_device(tmp_path):
-    k = npu_node(tmp_path, 1)
-    make(k).apply(make(k).plan("bind", [A]))
-    k.set_override(A, "rebellions")  # set while bound to vfio-pci
-    b, plan = recover(k, [A], mode="vm")
+    k = npu_node(tmp_path, 2)
+    make(k).apply(make(k).plan("bind", [A, B]))
+    (k.root / "state.json").write_text(json.dumps({"version": 1, "devices": {
+        A: {"driver": "rebellions", "driver_override": None, "ids": "1eff:1220"}}}))  # B's record was lost
+    for x in (A, B):
+        k.set_override(x, "rebellions")  # set while bound to vfio-pci
+    b, plan = recover(k, [A, B], mode="vm")
     assert "stale driver_override rebellions" in plan.devices[0].note
-    assert [(w.why, w.value) for w in plan.writes] == [("set driver_override", "vfio-pci")]
+    assert [(w.why, w.value) for w in plan.writes] == [("set driver_override", "vfio-pci")] * 2
     assert b.apply(plan).ok and (k.driver_of(A), k.override_of(A)) == ("vfio-pci", "vfio-pci")
+    # vfio-pci is never recorded as an original driver (that would make the file damaged): A keeps its record
+    assert {bdf: r["driver"] for bdf, r in state(k).items()} == {A: "rebellions"}
+    assert make(k).plan("unbind", [A]).devices[0].to_driver == "rebellions"
 
 
 def test_an_override_naming_the_modes_driver_while_bound_elsewhere_is_stale(tmp_path):
@@ -216,6 +222,7 @@ def test_a_failed_recovery_is_undone_and_the_others_are_kept(tmp_path):
     assert "restored to no driver (as before)" in out.results[0].message
     assert (k.driver_of(A), k.override_of(A)) == (None, "vfio-pci")  # exactly as found
     assert on_host_driver(k, B)  # a repaired device is not broken again because another one failed
+    assert state(k) == {}  # a recovery to the host driver records nothing, even for a device it could not fix
 
 
 def test_another_driver_taking_the_device_fails_verification_and_is_undone(tmp_path):

@@ -89,7 +89,25 @@ def test_oversized_state_file_is_damaged_without_reading_it_all(tmp_path):
         StateFile(path=p).load()
 
 def test_a_fifo_as_state_file_is_damaged_and_never_blocks(tmp_path):
+    import threading
+
     p = tmp_path / "s.json"
     os.mkfifo(p)
-    with pytest.raises(HostError, match="damaged .not a regular file"):
-        StateFile(path=p).load()
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            StateFile(path=p).load()
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            outcome.append(e)
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(5)
+    if t.is_alive():  # blocked opening the FIFO: release it with a writer, then fail
+        os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+        pytest.fail("loading a FIFO state file blocked waiting for a writer")
+    [err] = outcome
+    assert isinstance(err, HostError) and "damaged (not a regular file" in str(err)
