@@ -96,7 +96,7 @@ class HostPreflight:
         if self.method == METHOD_AUTO:
             note = "host checks are the same for the sandbox and DRA methods"
         else:
-            note = f"--method {self.method}; host checks are the same for both methods"
+            note = f"method {self.method} asked for; host checks are the same for both methods"
         return make_report(
             target=TARGET_HOST,
             method=self.method,

@@ -3,6 +3,7 @@
 model.py   the data (operations, statuses, plans, results, status rows)
 writer.py  SysfsWriter, the seam every write goes through
 state.py   StateFile, the locked record of original drivers
+steps.py   the writes that move one function, per operation (pure)
 checks.py  the safety checks that turn into blockers
 status.py  vfio_status(), read-only
 binder.py  VfioBinder: plan() reads, apply(plan) writes, verifies and rolls back

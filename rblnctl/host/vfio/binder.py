@@ -20,7 +20,7 @@ from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.pci import PciFunction
 from rblnctl.host.root import HostRoot
-from rblnctl.host.vfio import checks, writer as writers
+from rblnctl.host.vfio import checks, steps, writer as writers
 from rblnctl.host.vfio.checks import Gate
 from rblnctl.host.vfio.model import (
     Action,
@@ -34,14 +34,12 @@ from rblnctl.host.vfio.model import (
     Write,
 )
 from rblnctl.host.vfio.state import StateFile
-from rblnctl.host.vfio.writer import CLEAR, SysfsWriter
+from rblnctl.host.vfio.writer import SysfsWriter
 
 log = logging.getLogger(__name__)
 
 VFIO = C.VFIO_DRIVER
 SETTLE_POLL_S = 0.02  # how often to look for /dev/vfio/<group> while udev creates it
-# What each recover mode wants a function on: (driver, driver_override).
-MODE_TARGETS = {Mode.CONTAINER: (C.HOST_DRIVER, None), Mode.VM: (VFIO, VFIO)}
 
 
 def _noop(*_: object) -> None:
@@ -115,16 +113,7 @@ class VfioBinder:
     def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
         gate = Gate()
-        devices = []
-        for f in fns:
-            if f.driver == VFIO:
-                note = f"already bound to {VFIO}"
-                if f.driver_override != VFIO:
-                    note += f" (driver_override is {f.driver_override or 'empty'})"
-                devices.append(self._device(f, Action.SKIP, VFIO, note=note))
-                continue
-            note = "half-bound: no driver yet" if f.driver is None and f.driver_override == VFIO else ""
-            devices.append(self._device(f, Action.BIND, VFIO, note=note, writes=self._to_vfio_writes(f)))
+        devices = [steps.bind_step(self.sysfs, f) for f in fns]
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
@@ -161,23 +150,7 @@ class VfioBinder:
                 rec = {}
             target = driver or rec.get("driver")
             source = "named" if driver else ("recorded" if target else "kernel default")
-            if f.driver not in (None, VFIO) and f.driver_override != VFIO:
-                devices.append(self._device(f, Action.SKIP, f.driver,
-                                            note=f"on {f.driver}, not {VFIO}: nothing to undo"))
-                continue
-            writes = []
-            if f.driver_override:
-                writes.append(self._override_write(f.bdf, None, "clear driver_override"))
-            rebind = f.driver in (None, VFIO) if target is None else f.driver != target
-            if rebind and f.driver:
-                writes.append(self._unbind_write(f.bdf, f.driver))
-            if rebind and target:
-                writes.append(Write(bdf=f.bdf, path=str(pci.driver_dir(self.sysfs, target) / "bind"), value=f.bdf,
-                                    why=f"bind {target}"))
-            elif rebind:
-                writes.append(self._probe_write(f.bdf, "probe (kernel default driver)"))
-            devices.append(self._device(f, Action.UNBIND, target, note=f"to {target or 'the kernel default'} "
-                                        f"({source})", writes=writes))
+            devices.append(steps.unbind_step(self.sysfs, f, target, source))
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
@@ -189,27 +162,11 @@ class VfioBinder:
         return _plan(Operation.UNBIND, devices, gate)
 
     def _plan_recover(self, bdfs: Sequence[str], all_devices: bool, mode: Mode) -> VfioPlan:
-        want, want_override = MODE_TARGETS[mode]
         gate = Gate()
         # Only a recovery to vfio-pci records anything; to the host driver it only drops records.
         checks.check_state(gate, self._state, needed=mode is Mode.VM)
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
-        devices = []
-        for f in fns:
-            problem = _leftover(f, want)
-            if problem is None:
-                devices.append(self._device(f, Action.SKIP, f.driver, note=_healthy_note(f, want)))
-                continue
-            writes = []
-            if f.driver_override != want_override:
-                writes.append(self._override_write(f.bdf, want_override, "set driver_override" if want_override
-                                                   else "clear driver_override"))
-            if f.driver is not None and f.driver != want:
-                writes.append(self._unbind_write(f.bdf, f.driver))
-            if f.driver != want:
-                writes.append(self._probe_write(f.bdf, f"probe (binds {want})"))
-            devices.append(self._device(f, Action.RECOVER, want, note=f"{problem}: recover to {want} ({mode} mode)",
-                                        writes=writes))
+        devices = [steps.recover_step(self.sysfs, f, mode) for f in fns]
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
@@ -303,31 +260,6 @@ class VfioBinder:
             raise NotFound(f"no RBLN NPU (vendor {C.PCI_VENDOR_RBLN:04x}, class {C.PCI_CLASS_NPU:06x}) under "
                            f"{pci.devices_dir(self.sysfs)}")
         return [f for f in every if select(f)]
-
-    def _device(self, f: PciFunction, action: Action, to: str | None, *, note: str = "",
-                writes: Sequence[Write] = ()) -> DevicePlan:
-        return DevicePlan(bdf=f.bdf, ids=f.ids, model=f.model, iommu_group=f.iommu_group, action=action,
-                          from_driver=f.driver, from_override=f.driver_override, to_driver=to, note=note,
-                          writes=tuple(writes))
-
-    def _to_vfio_writes(self, f: PciFunction) -> list[Write]:
-        # driver_override first: from then on only vfio-pci may probe it, so nothing re-grabs it after the unbind
-        writes = [self._override_write(f.bdf, VFIO, "set driver_override")]
-        if f.driver:
-            writes.append(self._unbind_write(f.bdf, f.driver))
-        writes.append(self._probe_write(f.bdf, f"probe (binds {VFIO})"))
-        return writes
-
-    def _override_write(self, bdf: str, value: str | None, why: str) -> Write:
-        return Write(bdf=bdf, path=str(pci.device_dir(self.sysfs, bdf) / "driver_override"), value=value or CLEAR,
-                     why=why)
-
-    def _unbind_write(self, bdf: str, driver: str) -> Write:
-        return Write(bdf=bdf, path=str(pci.driver_dir(self.sysfs, driver) / "unbind"), value=bdf,
-                     why=f"unbind from {driver}")
-
-    def _probe_write(self, bdf: str, why: str) -> Write:
-        return Write(bdf=bdf, path=str(self.sysfs / "bus" / "pci" / "drivers_probe"), value=bdf, why=why)
 
     def _loader(self) -> Callable[[str], None]:
         if self.load_module is not None:
@@ -468,7 +400,6 @@ class VfioBinder:
         """
         problems = []
         want = d.from_driver
-        base = pci.device_dir(self.sysfs, d.bdf)
 
         def attempt(w: Write) -> bool:
             try:
@@ -485,19 +416,15 @@ class VfioBinder:
         # driver (a stale one) is put back last, after the original driver is bound again.
         during = d.from_override if d.from_override in (None, want) else None
         if now.driver_override != during:
-            attempt(Write(bdf=d.bdf, path=str(base / "driver_override"), value=during or CLEAR,
-                          why="rollback: restore driver_override"))
+            attempt(steps.override_write(self.sysfs, d.bdf, during, "rollback: restore driver_override"))
         if now.driver is not None and now.driver != want:
-            attempt(Write(bdf=d.bdf, path=str(pci.driver_dir(self.sysfs, now.driver) / "unbind"), value=d.bdf,
-                          why=f"rollback: unbind from {now.driver}"))
+            attempt(steps.unbind_write(self.sysfs, d.bdf, now.driver, why=f"rollback: unbind from {now.driver}"))
         if want is not None and pci.current_driver(self.sysfs, d.bdf) is None:
-            ok = attempt(Write(bdf=d.bdf, path=str(pci.driver_dir(self.sysfs, want) / "bind"), value=d.bdf,
-                               why=f"rollback: bind {want}"))
+            ok = attempt(steps.bind_write(self.sysfs, d.bdf, want, f"rollback: bind {want}"))
             if not ok or pci.current_driver(self.sysfs, d.bdf) is None:
-                attempt(self._probe_write(d.bdf, "rollback: probe"))
+                attempt(steps.probe_write(self.sysfs, d.bdf, "rollback: probe"))
         if during != d.from_override:
-            attempt(Write(bdf=d.bdf, path=str(base / "driver_override"), value=d.from_override or CLEAR,
-                          why="rollback: restore driver_override"))
+            attempt(steps.override_write(self.sysfs, d.bdf, d.from_override, "rollback: restore driver_override"))
         final = pci.current_driver(self.sysfs, d.bdf)
         detail = f" ({'; '.join(problems)})" if problems else ""
         if final == want:
@@ -561,28 +488,6 @@ def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
         if d.action != Action.SKIP and d.to_driver:
             out.setdefault(d.to_driver, []).append(d.bdf)
     return out
-
-
-def _leftover(f: PciFunction, want: str) -> str | None:
-    """Why a function needs recovery for a mode that wants `want`, or None when it does not.
-
-    A leftover has no driver, or a stale driver_override: one naming a driver the mode does not
-    use, or one set while the function is bound to another driver.
-    """
-    override = f.driver_override
-    if f.driver is None:
-        return "bound to no driver" + (f" (driver_override {override})" if override else "")
-    if override is not None and override != want:
-        return f"stale driver_override {override} (the mode uses {want}; bound to {f.driver})"
-    if override is not None and f.driver != override:
-        return f"stale driver_override {override} while bound to {f.driver}"
-    return None
-
-
-def _healthy_note(f: PciFunction, want: str) -> str:
-    if f.driver == want:
-        return f"healthy: on {want}" + (f" (driver_override {f.driver_override})" if f.driver_override else "")
-    return f"on {f.driver}: not a leftover (bind or unbind moves it between drivers)"
 
 
 def _result(d: DevicePlan, operation: Operation, status: Status, message: str) -> DeviceResult:
