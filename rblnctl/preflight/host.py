@@ -519,9 +519,14 @@ def _check_npus(f: HostFacts, add) -> None:
             statuses.append(Status.WARN)
             parts.append(f"{_npu_label(fn)} on unexpected driver {fn.driver}")
     status = worst(statuses)
-    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts),
-        "install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
-        "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
+    remedy = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
+              "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
+    unbound = [fn.bdf for fn in f.npus if fn.driver is None]
+    if unbound:
+        # what some vfio-manager releases leave after a vm -> container switch
+        remedy = (f"`rblnctl vfio recover {' '.join(unbound)}` re-probes NPUs left without a driver (recover "
+                  f"them for the vm mode on a vm-passthrough node); otherwise {remedy}")
+    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy)
 
     no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]
     shared = {bdf: peers for bdf, peers in f.group_peers.items() if peers}

@@ -165,6 +165,13 @@ def test_unbound_and_foreign_driver_warn(tmp_path):
     assert drv.status == Status.WARN
     assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
     assert "rblnctl vfio bind" in drv.remedy
+    assert drv.remedy.startswith("`rblnctl vfio recover 0000:3b:00.0` re-probes NPUs left without a driver")
+
+
+def test_npus_on_another_driver_are_not_sent_to_recover(tmp_path):
+    npus = (Npu("0000:3b:00.0", driver="pci-stub", group="42"),)
+    drv = by_id(run(tmp_path, ht.intel_bare_metal(npus=npus)))["host.npu.driver"]
+    assert drv.status == Status.WARN and "recover" not in drv.remedy
 
 
 def test_shared_iommu_group_warns(tmp_path):
