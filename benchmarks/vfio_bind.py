@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""VFIO benchmark: bind 16 NPUs on the simulated kernel, and `vfio status` startup beside `kubectl version --client`.
+"""VFIO benchmark: bind and recover 16 NPUs on the simulated kernel; `vfio status` startup beside kubectl's.
 
 Usage: python benchmarks/vfio_bind.py [--runs N] [--devices N]
 
-1. In-process: median wall time of VfioBinder.plan("bind") + apply (and unbind) for N devices on a fresh
+1. In-process: median wall time of VfioBinder.plan("bind") + apply (unbind, recover) for N devices on a fresh
    simulated tree (tests/fakes/sysfs.py) each run. The simulator's own work (creating links and
    files for every kernel effect) is inside that time, so rblnctl's own share is smaller still.
 2. Whole process: median wall time of `rblnctl vfio status` (simulated tree and this host's /sys with
@@ -65,6 +65,23 @@ def time_bind(devices: int, runs: int) -> dict[str, float]:
             "plan+apply(unbind)": statistics.median(unbinds)}
 
 
+def time_recover(devices: int, runs: int) -> dict[str, float]:
+    """Median seconds for recover (plan + apply) of `devices` functions a vfio-manager left without a driver."""
+    out = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            k = npu_node(Path(tmp), devices)
+            for bdf in list(k.devices):  # what the vfio-manager leaves: override vfio-pci, no driver
+                k.set_override(bdf, "vfio-pci")
+                k.handle_write(k.sys / "bus/pci/drivers/rebellions/unbind", bdf)
+            b = _binder(k, Path(tmp) / "state.json")
+            t0 = time.perf_counter()
+            res = b.apply(b.plan("recover", all_devices=True))
+            out.append(time.perf_counter() - t0)
+            assert res.ok and all(k.driver_of(bdf) == "rebellions" for bdf in k.devices)
+    return {"plan+apply(recover)": statistics.median(out)}
+
+
 def kubernetes_imported(argv: list[str]) -> str:
     code = ("import sys; from typer.testing import CliRunner; from rblnctl.cli.app import app; "
             "r = CliRunner().invoke(app, sys.argv[1:]); "
@@ -79,10 +96,10 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=16)
     args = ap.parse_args()
 
-    res = time_bind(args.devices, args.runs)
+    res = time_bind(args.devices, args.runs) | time_recover(args.devices, args.runs)
     print(f"in-process, {args.devices} devices on the simulated kernel, median of {args.runs} runs:")
     for name, sec in res.items():
-        print(f"  {name:<17} {sec * 1e3:8.1f} ms")
+        print(f"  {name:<20} {sec * 1e3:8.1f} ms")
 
     with tempfile.TemporaryDirectory() as tmp:
         k = npu_node(Path(tmp), args.devices)
