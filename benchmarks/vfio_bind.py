@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""VFIO benchmark: bind 16 NPUs on the simulated kernel, and `vfio status` startup beside `kubectl version --client`.
+"""VFIO benchmark: bind and recover 16 NPUs on the simulated kernel; `vfio status` startup beside kubectl's.
 
 Usage: python benchmarks/vfio_bind.py [--runs N] [--devices N]
 
-1. In-process: median wall time of VfioBinder.plan_bind + run (and unbind) for N devices on a fresh
+1. In-process: median wall time of VfioBinder.plan("bind") + apply (unbind, recover) for N devices on a fresh
    simulated tree (tests/fakes/sysfs.py) each run. The simulator's own work (creating links and
    files for every kernel effect) is inside that time, so rblnctl's own share is smaller still.
 2. Whole process: median wall time of `rblnctl vfio status` (simulated tree and this host's /sys with
@@ -34,12 +34,11 @@ from tests.fakes.sysfs import npu_node  # noqa: E402
 
 
 def _binder(k, state: Path) -> VfioBinder:
-    return VfioBinder(sysfs=k.sys, proc=k.proc, dev=k.dev, run_root=k.run, state_file=state, writer=k.writer,
-                      is_root=lambda: True)
+    return VfioBinder(root=k.root, state_file=state, writer=k.writer, is_root=lambda: True)
 
 
 def time_bind(devices: int, runs: int) -> dict[str, float]:
-    """Median seconds for plan, run, and unbind (plan + run) of `devices` functions on a fresh tree per run."""
+    """Median seconds for plan, apply, and unbind (plan + apply) of `devices` functions on a fresh tree per run."""
     plans, runs_s, unbinds = [], [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
@@ -48,22 +47,39 @@ def time_bind(devices: int, runs: int) -> dict[str, float]:
                 k.add_process(1000 + i, f"proc{i}", ["/etc/hosts", "/dev/null", f"/tmp/file{i}"])
             b = _binder(k, Path(tmp) / "state.json")
             t0 = time.perf_counter()
-            plan = b.plan_bind(all_devices=True)
+            plan = b.plan("bind", all_devices=True)
             t1 = time.perf_counter()
-            out = b.run(plan)
+            out = b.apply(plan)
             t2 = time.perf_counter()
             assert out.ok and len(out.results) == devices, out
             assert all(k.driver_of(d.bdf) == "vfio-pci" for d in plan.devices)
             t3 = time.perf_counter()
-            back = b.run(b.plan_unbind(all_devices=True))
+            back = b.apply(b.plan("unbind", all_devices=True))
             t4 = time.perf_counter()
             assert back.ok and all(k.driver_of(d.bdf) == "rebellions" for d in plan.devices)
             plans.append(t1 - t0)
             runs_s.append(t2 - t1)
             unbinds.append(t4 - t3)
-    return {"plan_bind": statistics.median(plans), "run(bind)": statistics.median(runs_s),
-            "plan+run(bind)": statistics.median(p + r for p, r in zip(plans, runs_s, strict=True)),
-            "plan+run(unbind)": statistics.median(unbinds)}
+    return {"plan(bind)": statistics.median(plans), "apply(bind)": statistics.median(runs_s),
+            "plan+apply(bind)": statistics.median(p + r for p, r in zip(plans, runs_s, strict=True)),
+            "plan+apply(unbind)": statistics.median(unbinds)}
+
+
+def time_recover(devices: int, runs: int) -> dict[str, float]:
+    """Median seconds for recover (plan + apply) of `devices` functions a vfio-manager left without a driver."""
+    out = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            k = npu_node(Path(tmp), devices)
+            for bdf in list(k.devices):  # what the vfio-manager leaves: override vfio-pci, no driver
+                k.set_override(bdf, "vfio-pci")
+                k.handle_write(k.sys / "bus/pci/drivers/rebellions/unbind", bdf)
+            b = _binder(k, Path(tmp) / "state.json")
+            t0 = time.perf_counter()
+            res = b.apply(b.plan("recover", all_devices=True))
+            out.append(time.perf_counter() - t0)
+            assert res.ok and all(k.driver_of(bdf) == "rebellions" for bdf in k.devices)
+    return {"plan+apply(recover)": statistics.median(out)}
 
 
 def kubernetes_imported(argv: list[str]) -> str:
@@ -80,15 +96,14 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=16)
     args = ap.parse_args()
 
-    res = time_bind(args.devices, args.runs)
+    res = time_bind(args.devices, args.runs) | time_recover(args.devices, args.runs)
     print(f"in-process, {args.devices} devices on the simulated kernel, median of {args.runs} runs:")
     for name, sec in res.items():
-        print(f"  {name:<17} {sec * 1e3:8.1f} ms")
+        print(f"  {name:<20} {sec * 1e3:8.1f} ms")
 
     with tempfile.TemporaryDirectory() as tmp:
         k = npu_node(Path(tmp), args.devices)
-        roots = ["--sysfs-root", str(k.sys), "--proc-root", str(k.proc), "--dev-root", str(k.dev),
-                 "--run-root", str(k.run)]
+        roots = ["--root", str(k.root)]
         rbln = rblnctl_cmd()
         commands = {
             "rblnctl vfio status (sim)": [*rbln, "vfio", "status", "-o", "json", *roots],

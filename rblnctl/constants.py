@@ -277,3 +277,11 @@ VIRT_LAUNCHER_VALUE = "virt-launcher"
 VMI_NODE_LABEL = "kubevirt.io/nodeName"  # KubeVirt labels each VMI with the node it runs on
 # Progress of an interrupted `node set-mode`, kept on the node so a re-run resumes (JSON).
 SET_MODE_ANNOTATION = "rebellions.ai/rblnctl.set-mode"
+
+# --- Host paths (rblnctl vfio, rblnctl preflight --local) ---------------------------------------
+
+# Host commands read <root>/sys, <root>/proc, <root>/dev and <root>/run; `/` on a live node, or a
+# captured or simulated tree.
+HOST_ROOT = "/"
+# Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
+VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import OutputOpt, SelectorOpt
 from rblnctl.cli.output import Output
 
@@ -31,8 +32,8 @@ LocalOpt = Annotated[
 ]
 RootOpt = Annotated[
     Path | None,
-    typer.Option("--root", help="With --local: directory holding the host's proc/, sys/, dev/ and lib/modules/ "
-                 "(a captured tree) [default: /].", show_default=False),
+    typer.Option("--root", metavar="DIR", help="With --local: directory holding the host's proc/, sys/, dev/ and "
+                 f"lib/modules/ (a captured tree) [default: {C.HOST_ROOT}].", show_default=False),
 ]
 NodeOpt = Annotated[str | None, typer.Option("--node", help="Check only this NPU node.", show_default=False)]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on WARN findings too.")]
@@ -57,7 +58,8 @@ def preflight(
             raise InvalidInput("--node and --selector pick cluster nodes; --local checks the host it runs on")
         from rblnctl.preflight.host import HostPreflight  # no kubernetes import on this path
 
-        report = HostPreflight(root=root or Path("/"), method=method.value, strict=strict).run()
+        at = {"root": root} if root is not None else {}  # the library's default root otherwise
+        report = HostPreflight(**at, method=method.value, strict=strict).run()
     else:
         if root is not None:
             raise InvalidInput("--root needs --local")

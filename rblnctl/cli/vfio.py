@@ -1,12 +1,14 @@
-"""`rblnctl vfio bind | unbind | status`: move NPUs between the host driver and vfio-pci on this host."""
+"""`rblnctl vfio status | bind | unbind | recover`: move NPUs between the host driver and vfio-pci on this host."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
 from rblnctl.cli.output import Output
 
@@ -14,14 +16,24 @@ if TYPE_CHECKING:
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
 
 app = typer.Typer(
-    help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, and show their "
-    "VFIO state. Host commands: run them on the node; bind and unbind need root, status does not.\n\n"
+    help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, repair leftovers, and "
+    "show their VFIO state. Host commands: run them on the node; bind, unbind and recover need root, status does "
+    "not.\n\n"
     "bind checks every device first (root, IOMMU, vfio-pci loaded, no process holding it open, IOMMU group "
     "viable), records the original drivers, then binds through driver_override and verifies; a failure rolls "
-    "back. unbind returns each device to its recorded driver (or --driver, or the kernel's default). "
-    "--dry-run prints every sysfs write and makes none. See docs/vfio.md.",
+    "back. unbind returns each device to its recorded driver (or --driver, or the kernel's default). recover "
+    "re-probes NPUs left without a driver or with a stale driver_override. --dry-run prints every sysfs write "
+    "and makes none. See docs/vfio.md.",
     no_args_is_help=True,
 )
+
+
+class ModeChoice(str, enum.Enum):
+    """--mode values of recover."""
+
+    container = "container"
+    vm = "vm"
+
 
 BdfArgs = Annotated[
     list[str] | None,
@@ -37,25 +49,16 @@ KeepGoingOpt = Annotated[
     typer.Option("--keep-going", help="On a failure, keep the devices that succeeded (the failed one is still "
                  "rolled back) instead of rolling everything back."),
 ]
-SysfsOpt = Annotated[
-    Path | None, typer.Option("--sysfs-root", help="sysfs root, e.g. a captured tree [default: /sys]; bind and unbind "
-                              "write there.", show_default=False)
-]
-ProcOpt = Annotated[
-    Path | None, typer.Option("--proc-root", help="procfs to scan for open devices [default: /proc].",
-                              show_default=False)
-]
-DevOpt = Annotated[
-    Path | None, typer.Option("--dev-root", help="Where /dev/vfio and /dev/rbln* live [default: /dev].",
-                              show_default=False)
-]
-RunOpt = Annotated[
-    Path | None, typer.Option("--run-root", help="Where the operator's /run/rbln/validations marker lives "
-                              "[default: /run].", show_default=False)
+RootOpt = Annotated[
+    Path,
+    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
+                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
+                 show_default=True),
 ]
 StateOpt = Annotated[
-    Path | None, typer.Option("--state-file", help="Record of original drivers "
-                              "[default: /var/lib/rblnctl/vfio-state.json].", show_default=False)
+    Path | None,
+    typer.Option("--state-file", metavar="FILE", help="Record of original drivers "
+                 f"[default: {C.VFIO_STATE_FILE} under --root].", show_default=False),
 ]
 
 
@@ -64,19 +67,24 @@ def status(
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = Output.table,
-    sysfs_root: SysfsOpt = None,
-    proc_root: ProcOpt = None,
-    dev_root: DevOpt = None,
-    run_root: RunOpt = None,
+    root: RootOpt = Path(C.HOST_ROOT),
 ) -> None:
     """Show NPUs' drivers, IOMMU groups and holders."""
-    from rblnctl.cli.console import warn
+    from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
     from rblnctl.host.vfio import vfio_status
 
-    st = vfio_status(**_roots(sysfs_root, proc_root, dev_root, run_root), bdfs=bdfs or (), all_vendors=all_vendors)
+    st = vfio_status(root=root, bdfs=bdfs or (), all_vendors=all_vendors)
     for w in st.warnings:
         warn(w)
+    if not st.devices:
+        if all_vendors:
+            info(f"no PCI function under {st.searched}")
+        else:
+            info(f"no RBLN NPU (vendor {C.PCI_VENDOR_RBLN:04x}, class {C.PCI_CLASS_NPU >> 8:04x}xx) under "
+                 f"{st.searched}; --all-vendors lists every PCI function")
+        if output == Output.table:
+            return  # a header with no rows says less than the line above
     emit(list(st.devices), output, lambda: _status_table(st.devices))
 
 
@@ -92,17 +100,14 @@ def bind(
     ] = False,
     yes: YesOpt = False,
     output: OutputOpt = Output.table,
-    sysfs_root: SysfsOpt = None,
-    proc_root: ProcOpt = None,
-    dev_root: DevOpt = None,
-    run_root: RunOpt = None,
+    root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
     """Bind NPUs to vfio-pci (checked, rolled back)."""
-    binder = _binder(sysfs_root, proc_root, dev_root, run_root, state_file, force=force, keep_going=keep_going,
-                     load_modules=load_modules)
-    plan = binder.plan_bind(bdfs or (), all_devices=all_devices)
-    _execute(binder, plan, dry_run=dry_run, yes=yes, output=output)
+    _selection(bdfs, all_devices)
+    binder = _binder(root, state_file, force=force, keep_going=keep_going, load_modules=load_modules)
+    _execute(binder, binder.plan("bind", bdfs or (), all_devices=all_devices), dry_run=dry_run, yes=yes,
+             output=output)
 
 
 @app.command("unbind")
@@ -119,37 +124,63 @@ def unbind(
     keep_going: KeepGoingOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = Output.table,
-    sysfs_root: SysfsOpt = None,
-    proc_root: ProcOpt = None,
-    dev_root: DevOpt = None,
-    run_root: RunOpt = None,
+    root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
     """Give NPUs back to their host driver."""
-    binder = _binder(sysfs_root, proc_root, dev_root, run_root, state_file, force=force, keep_going=keep_going)
-    plan = binder.plan_unbind(bdfs or (), all_devices=all_devices, driver=driver)
-    _execute(binder, plan, dry_run=dry_run, yes=yes, output=output)
+    _selection(bdfs, all_devices)
+    binder = _binder(root, state_file, force=force, keep_going=keep_going)
+    _execute(binder, binder.plan("unbind", bdfs or (), all_devices=all_devices, driver=driver), dry_run=dry_run,
+             yes=yes, output=output)
+
+
+@app.command("recover")
+def recover(
+    bdfs: BdfArgs = None,
+    all_devices: AllOpt = False,
+    mode: Annotated[
+        ModeChoice,
+        typer.Option("--mode", help="The node's mode, which decides the driver: container (the host driver "
+                     f"{C.HOST_DRIVER}, no driver_override) or vm ({C.VFIO_DRIVER}, as bind leaves it).",
+                     case_sensitive=False),
+    ] = ModeChoice.container,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = Output.table,
+    root: RootOpt = Path(C.HOST_ROOT),
+    state_file: StateOpt = None,
+) -> None:
+    """Re-probe NPUs left without a driver or with a stale driver_override."""
+    _selection(bdfs, all_devices)
+    binder = _binder(root, state_file)
+    _execute(binder, binder.plan("recover", bdfs or (), all_devices=all_devices, mode=mode.value), dry_run=dry_run,
+             yes=yes, output=output)
 
 
 # --- wiring ------------------------------------------------------------------------------------------
 
 
-def _roots(sysfs: Path | None, proc: Path | None, dev: Path | None, run: Path | None) -> dict[str, Path]:
-    """Only the roots the user gave, so the library's defaults (the live host) apply to the rest."""
-    given = {"sysfs": sysfs, "proc": proc, "dev": dev, "run_root": run}
-    return {k: v for k, v in given.items() if v is not None}
+def _selection(bdfs: list[str] | None, all_devices: bool) -> None:
+    """BDFs or --all, exactly one of them (checked before anything is read)."""
+    from rblnctl.errors import ConfigError, InvalidInput
+
+    if bdfs and all_devices:
+        raise ConfigError("name devices or pass --all, not both")
+    if not bdfs and not all_devices:
+        raise InvalidInput("name at least one PCI address (DDDD:BB:DD.F) or pass --all")
 
 
-def _binder(sysfs: Path | None, proc: Path | None, dev: Path | None, run: Path | None, state_file: Path | None,
-            *, force: bool, keep_going: bool, load_modules: bool = False) -> "VfioBinder":
+def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_going: bool = False,
+            load_modules: bool = False) -> VfioBinder:
     from rblnctl.cli.console import warn
     from rblnctl.host.vfio import VfioBinder
 
-    return VfioBinder(**_roots(sysfs, proc, dev, run), state_file=state_file, force=force, keep_going=keep_going,
+    return VfioBinder(root=root, state_file=state_file, force=force, keep_going=keep_going,
                       load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
 
 
-def _execute(binder: "VfioBinder", plan: "VfioPlan", *, dry_run: bool, yes: bool, output: Output) -> None:
+def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Output) -> None:
+    """The one flow of every vfio change: warn, dry run, refuse, confirm, apply, emit."""
     from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
     from rblnctl.errors import HostError
@@ -167,24 +198,42 @@ def _execute(binder: "VfioBinder", plan: "VfioPlan", *, dry_run: bool, yes: bool
         info("dry run: nothing was written")
         return
     plan.check()
-    if plan.changes:
+    if not plan.noop:
         _confirm(plan, yes)
-    outcome = binder.run(plan)
+    outcome = binder.apply(plan)
     emit(list(outcome.results), output, lambda: _results_table(outcome.results))
+    for hint in _recovery_hints(outcome.results):
+        warn(hint)
     if not outcome.ok:
         bad = [r for r in outcome.results if r.status not in ("ok", "skipped")]
         raise HostError(f"vfio {plan.operation} did not complete: {len(bad)} of {len(outcome.results)} devices "
                         "failed, were rolled back or were not attempted (see the STATUS column)")
 
 
-def _progress(verb: str, w: "Write") -> None:
+def _recovery_hints(results: Any) -> list[str]:
+    """The command that gives a device left without a driver its driver back (the library says it in words)."""
+    hints = []
+    for r in results:
+        if r.status != "driverless":
+            continue
+        if r.action == "bind" and r.from_driver:
+            cmd = f"rblnctl vfio unbind {r.bdf} --driver {r.from_driver}"
+        elif r.action == "unbind":
+            cmd = f"rblnctl vfio recover {r.bdf} --mode vm"
+        else:
+            cmd = f"rblnctl vfio recover {r.bdf}"
+        hints.append(f"{r.bdf} has no driver: once its driver works again, run `{cmd}`")
+    return hints
+
+
+def _progress(verb: str, w: Write) -> None:
     from rblnctl.cli.console import info
 
     value = w.value.strip()
     info(f'{verb}: {w.path} <- "{value}"' + (" (clear)" if not value else "") + f"  # {w.bdf} {w.why}")
 
 
-def _confirm(plan: "VfioPlan", yes: bool) -> None:
+def _confirm(plan: VfioPlan, yes: bool) -> None:
     from rich.markup import escape
 
     from rblnctl.cli.console import confirm
@@ -206,8 +255,8 @@ def _results_table(results: Any) -> Any:
 
     t = make_table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
     for r in results:
-        colour = {"ok": "green", "skipped": "dim", "planned": "cyan"}.get(r.status, "red")
-        t.add_row(r.bdf, r.action, escape(r.from_driver or "-"), escape(r.to_driver or "(default)"),
+        colour = {"ok": "green", "skipped": "dim", "planned": "cyan", "blocked": "yellow"}.get(r.status, "red")
+        t.add_row(r.bdf, str(r.action), escape(r.from_driver or "-"), escape(r.to_driver or "(default)"),
                   f"[{colour}]{r.status}[/]", escape(r.message))
     return t
 

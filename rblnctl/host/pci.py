@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,6 @@ _BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0
 _DRIVER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
 
 _SYSFS_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-
-DEFAULT_SYSFS = Path("/sys")
 
 
 def normalize_bdf(text: str) -> str:
@@ -33,6 +32,19 @@ def normalize_bdf(text: str) -> str:
     if int(dev, 16) > 0x1F:
         raise InvalidInput(f"invalid PCI address {text!r}: device number {dev} is above 1f")
     return f"{(domain or '0000').lower()}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+def normalize_bdfs(bdfs: Sequence[str]) -> list[str]:
+    """normalize_bdf() for many: report every bad one at once, before any path is built. Duplicates collapse."""
+    good, bad = [], []
+    for text in bdfs:
+        try:
+            good.append(normalize_bdf(text))
+        except InvalidInput:
+            bad.append(repr(text))
+    if bad:
+        raise InvalidInput(f"invalid PCI address {', '.join(bad)}: expected DDDD:BB:DD.F or BB:DD.F in hex")
+    return list(dict.fromkeys(good))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +202,14 @@ def read_function(sysfs: Path, bdf: str) -> PciFunction:
         model=model,
         function=function,
     )
+
+
+def read_functions(sysfs: Path, bdfs: Sequence[str]) -> list[PciFunction]:
+    """Read the named functions (canonical BDFs); raise NotFound naming every one that does not exist."""
+    missing = [b for b in bdfs if not device_dir(sysfs, b).is_dir()]
+    if missing:
+        raise NotFound(f"no PCI device {', '.join(missing)} under {devices_dir(sysfs)}")
+    return [read_function(sysfs, b) for b in bdfs]
 
 
 def list_functions(sysfs: Path, *, all_vendors: bool = False) -> list[PciFunction]:

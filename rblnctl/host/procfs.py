@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_PROC = Path("/proc")
-
 
 @dataclass(frozen=True, kw_only=True)
 class Process:
@@ -64,8 +62,10 @@ class ProcessTable:
         return [p for p in self.processes if needle in p.comm or needle in p.cmdline]
 
 
-def scan(proc: Path = DEFAULT_PROC, *, open_files: bool = True) -> ProcessTable:
+def scan(proc: Path, *, open_files: bool = True) -> ProcessTable:
     """Read every `<proc>/<pid>` once: comm, cmdline and (with open_files) each `fd/*` link target.
+
+    `proc` is the host's procfs (`HostRoot.proc`); a missing one is an empty table.
 
     Processes that exit during the scan are skipped; fd directories we may not read (another
     user's process when not root) are counted in `unreadable`, never an error.

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import enum
+import logging
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 
 from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput
 from rblnctl.host.procfs import ProcessTable
 
-DEFAULT_RUN = Path("/run")
+log = logging.getLogger(__name__)
+
 # The operator's VFIO Manager runs vfio-manage.sh (older builds: a vfio-manager binary).
 VFIO_MANAGER_NEEDLE = "vfio-manage"
 _MODULE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -23,11 +27,56 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def module_loaded(sysfs: Path, module: str) -> bool:
-    """Whether a kernel module is loaded or built in (`<sysfs>/module/<name>`, dashes read as underscores)."""
-    if not _MODULE.fullmatch(module):
+class ModuleState(enum.StrEnum):
+    """Whether the kernel has a module."""
+
+    LOADED = "loaded"  # a loadable module, loaded now
+    BUILTIN = "built-in"  # compiled into the kernel
+    MISSING = "missing"
+
+
+def module_state(sysfs: Path, module: str, builtin: Collection[str] | None = None) -> ModuleState:
+    """Whether a kernel module is loaded, built in or missing (dashes read as underscores).
+
+    Only a loadable module has `<sysfs>/module/<name>/initstate`; a built-in one has the directory
+    only when it has parameters, so `builtin` (names from modules.builtin, see
+    read_builtin_modules) is what tells the rest apart from missing ones.
+    """
+    if not _MODULE.fullmatch(module or ""):
         raise InvalidInput(f"invalid kernel module name {module!r}")
-    return (Path(sysfs) / "module" / module.replace("-", "_")).is_dir()
+    name = module.replace("-", "_")
+    d = Path(sysfs) / "module" / name
+    if (d / "initstate").exists():
+        return ModuleState.LOADED
+    if d.is_dir() or (builtin is not None and name in builtin):
+        return ModuleState.BUILTIN
+    return ModuleState.MISSING
+
+
+def read_builtin_modules(root: Path, release: str | None) -> tuple[set[str] | None, str | None]:
+    """Module names in `<root>/lib/modules/<release>/modules.builtin` (`-` folded to `_`), and the path read.
+
+    (None, None) when the release is unknown or no list is readable: built-in cannot then be told
+    apart from missing.
+    """
+    if not release or "/" in release or release in (".", ".."):
+        return None, None
+    for lib in ("lib", "usr/lib"):
+        path = Path(root) / lib / "modules" / release / "modules.builtin"
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as e:  # EACCES, EIO on a half-captured tree: unknown, not fatal
+            log.debug("cannot read %s: %s", path, e)
+            continue
+        names = {
+            os.path.basename(line.strip())[: -len(".ko")].replace("-", "_")
+            for line in text.splitlines()
+            if line.strip().endswith(".ko")
+        }
+        return names, str(path)
+    return None, None
 
 
 def modprobe(module: str, *, timeout_s: float = 60.0) -> None:
@@ -52,7 +101,10 @@ def modprobe(module: str, *, timeout_s: float = 60.0) -> None:
 
 
 def vfio_manager_signs(run_root: Path, processes: ProcessTable) -> list[str]:
-    """Evidence that the operator's VFIO Manager manages this node: its validation marker or its process."""
+    """Evidence that the operator's VFIO Manager manages this node: its validation marker or its process.
+
+    `run_root` is the host's /run (`HostRoot.run`).
+    """
     signs = []
     validations = Path(run_root) / Path(C.VALIDATIONS_DIR).relative_to("/run")
     marker = validations / C.VFIO_READY_MARKER
@@ -63,3 +115,12 @@ def vfio_manager_signs(run_root: Path, processes: ProcessTable) -> list[str]:
     for p in processes.matching(VFIO_MANAGER_NEEDLE):
         signs.append(f"process {p.pid} ({p.command}) is running")
     return signs
+
+
+def vfio_manager_warnings(run_root: Path, processes: ProcessTable) -> list[str]:
+    """One warning when the operator's VFIO Manager manages this node (it may undo manual changes), else none."""
+    signs = vfio_manager_signs(run_root, processes)
+    if not signs:
+        return []
+    return [f"the RBLN NPU Operator's VFIO Manager manages this node ({'; '.join(signs)}): it may undo manual "
+            "changes; prefer `rblnctl node set-mode`, or disable the operator's vfioManager first"]

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput, NotFound
-from rblnctl.host import pci, procfs
+from rblnctl.host import pci, system
+from rblnctl.host.holders import HolderFinder
+from rblnctl.host.root import HostRoot
 from rblnctl.preflight.model import (
     METHOD_AUTO,
     SCOPE_HOST,
@@ -59,7 +61,7 @@ class HostFacts:
     iommu_units: list[str]  # entries of /sys/class/iommu
     cmdline: str | None
     kernel_release: str | None
-    modules: dict[str, str]  # VFIO module -> "loaded" | "built-in" | "missing"
+    modules: dict[str, system.ModuleState]  # each VFIO module's state
     builtin_list: str | None  # path of modules.builtin read, None when not found
     dev_vfio: bool
     dev_kvm: bool
@@ -79,27 +81,22 @@ class HostFacts:
 class HostPreflight:
     """Check the host under `root` for NPU passthrough readiness; `run()` returns a PreflightReport."""
 
-    root: Path = Path("/")
+    root: Path | HostRoot = HostRoot()
     method: str = METHOD_AUTO  # host checks are the same for both methods; recorded in the report
     strict: bool = False
 
     def __post_init__(self) -> None:
-        self.root = Path(self.root)
+        self.root = HostRoot.of(self.root)
         if self.method not in (METHOD_AUTO, *C.METHODS):
             raise InvalidInput(f"unknown method {self.method!r}: expected auto, sandbox or dra")
 
     def run(self) -> PreflightReport:
         """Gather the facts and check them; raise InvalidInput when root is not a host tree."""
-        if not self.root.is_dir():
-            raise InvalidInput(f"--root {self.root} is not a directory")
-        if not (self.root / "proc").is_dir() and not (self.root / "sys").is_dir():
-            # Checking an empty or wrong directory would "find" a host with no IOMMU and no NPUs.
-            raise InvalidInput(f"--root {self.root} holds neither proc/ nor sys/: not a host or a capture of one")
-        facts = gather_host_facts(self.root)
+        facts = gather_host_facts(self.root.checked())
         if self.method == METHOD_AUTO:
             note = "host checks are the same for the sandbox and DRA methods"
         else:
-            note = f"--method {self.method}; host checks are the same for both methods"
+            note = f"method {self.method} asked for; host checks are the same for both methods"
         return make_report(
             target=TARGET_HOST,
             method=self.method,
@@ -162,44 +159,18 @@ def _dmi_says_vm(vendor: str | None, product: str | None) -> bool:
     return any(m.lower() in text for m in _VM_DMI_MARKERS)
 
 
-def _module_state(sysfs: Path, name: str, builtin: set[str] | None) -> str:
-    d = sysfs / "module" / name
-    if (d / "initstate").exists():
-        return "loaded"  # only loadable modules have initstate
-    if d.is_dir() or (builtin is not None and name in builtin):
-        return "built-in"
-    return "missing"
-
-
-def read_builtin_modules(root: Path, release: str | None) -> tuple[set[str] | None, str | None]:
-    """Module names in `<root>/lib/modules/<release>/modules.builtin` (`-` folded to `_`), and the path read."""
-    if not release:
-        return None, None
-    for lib in ("lib", "usr/lib"):
-        path = root / lib / "modules" / release / "modules.builtin"
-        text = _read_text(path)
-        if text is not None:
-            names = {
-                os.path.basename(line.strip())[: -len(".ko")].replace("-", "_")
-                for line in text.splitlines()
-                if line.strip().endswith(".ko")
-            }
-            return names, str(path)
-    return None, None
-
-
-def gather_host_facts(root: Path) -> HostFacts:
+def gather_host_facts(root: Path | HostRoot) -> HostFacts:
     """Read every fact the host checks need, once; nothing is written."""
-    root = Path(root)
-    sysfs, proc = root / "sys", root / "proc"
+    host = HostRoot.of(root)
+    sysfs, proc = host.sys, host.proc
     vendor_id, hv_flag = read_cpuinfo(proc)
     tables_dir = sysfs / "firmware" / "acpi" / "tables"
     tables = _listdir(tables_dir)
     groups = pci.iommu_group_count(sysfs)
     units = _listdir(sysfs / "class" / "iommu") or []
     release = _read_text(proc / "sys" / "kernel" / "osrelease")
-    builtin, builtin_path = read_builtin_modules(root, release)
-    modules = {m: _module_state(sysfs, m, builtin) for m in C.VFIO_MODULES}
+    builtin, builtin_path = system.read_builtin_modules(host.path, release)
+    modules = {m: system.module_state(sysfs, m, builtin) for m in C.VFIO_MODULES}
 
     npus: list[pci.PciFunction] = []
     pci_error = None
@@ -212,9 +183,9 @@ def gather_host_facts(root: Path) -> HostFacts:
     except HostError as e:
         pci_error = str(e)
 
-    holders, holders_note = _holders(root, npus)
+    holders, holders_note = _holders(host, npus)
     return HostFacts(
-        root=str(root),
+        root=str(host.path),
         cpu_vendor=_CPU_VENDORS.get(vendor_id or ""),
         cpu_vendor_id=vendor_id,
         hypervisor_flag=hv_flag,
@@ -228,8 +199,8 @@ def gather_host_facts(root: Path) -> HostFacts:
         kernel_release=release,
         modules=modules,
         builtin_list=builtin_path,
-        dev_vfio=(root / "dev" / "vfio" / "vfio").exists(),
-        dev_kvm=(root / "dev" / "kvm").exists(),
+        dev_vfio=(host.dev / "vfio" / "vfio").exists(),
+        dev_kvm=(host.dev / "kvm").exists(),
         npus=npus,
         pci_error=pci_error,
         group_peers=peers,
@@ -253,20 +224,15 @@ def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
     return out
 
 
-def _holders(root: Path, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
-    """Processes holding each NPU's device files (`/dev/rbln*`, `/dev/rsd*`, `/dev/vfio/<group>`) open."""
+def _holders(host: HostRoot, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
+    """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>`, its sysfs files), as `vfio` finds them."""
     if not npus:
         return {}, ""
-    table = procfs.scan(root / "proc")
-    out: dict[str, list[str]] = {}
-    for fn in npus:
-        paths = [f"/dev/{n}" for n in pci.device_node_names(root / "sys", fn.bdf)]
-        if fn.iommu_group:
-            paths.append(f"/dev/vfio/{fn.iommu_group}")
-        out[fn.bdf] = [f"pid {h.pid} ({h.command[:60]}) {h.path}" for h in table.holders(paths)]
+    finder = HolderFinder.scan(host)
+    out = {fn.bdf: [f"pid {h.pid} ({h.command[:60]}) {h.path}" for h in finder.holders(fn)] for fn in npus}
     note = ""
-    if table.unreadable:
-        note = (f"open files of {table.unreadable} of {len(table.processes)} processes were not readable "
+    if finder.incomplete:
+        note = (f"open files of {finder.incomplete} of {len(finder.table.processes)} processes were not readable "
                 "(not root), so this list may be incomplete")
     return out, note
 
@@ -377,6 +343,12 @@ def check_host(f: HostFacts) -> list[CheckResult]:
             f"{f.iommu_groups} IOMMU groups but /sys/class/iommu is empty",
             "check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU`; tools such as dpdk-devbind refuse vfio-pci "
             "when /sys/class/iommu is empty")
+    elif f.iommu_units:
+        # Units registered, yet no device put behind them: IOMMU set-up failed or translation is off.
+        fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}"
+        add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
+            f"IOMMU units {units} but /sys/kernel/iommu_groups has no groups: the kernel put no device behind "
+            "the IOMMU", f"check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU` for the reason; {fix}")
     else:
         fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}; enable the IOMMU in firmware"
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
@@ -399,7 +371,7 @@ def check_host(f: HostFacts) -> list[CheckResult]:
             f"VM ({_machine(f)}) without a vIOMMU: no IOMMU groups", _viommu_remedy(f))
 
     # VFIO modules
-    missing = [m for m, s in f.modules.items() if s == "missing"]
+    missing = [m for m, s in f.modules.items() if s is system.ModuleState.MISSING]
     states = ", ".join(f"{m} {s}" for m, s in f.modules.items())
     if not missing:
         add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.PASS, states)
@@ -547,9 +519,14 @@ def _check_npus(f: HostFacts, add) -> None:
             statuses.append(Status.WARN)
             parts.append(f"{_npu_label(fn)} on unexpected driver {fn.driver}")
     status = worst(statuses)
-    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts),
-        "install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
-        "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
+    remedy = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
+              "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
+    unbound = [fn.bdf for fn in f.npus if fn.driver is None]
+    if unbound:
+        # what some vfio-manager releases leave after a vm -> container switch
+        remedy = (f"`rblnctl vfio recover {' '.join(unbound)}` re-probes NPUs left without a driver (recover "
+                  f"them for the vm mode on a vm-passthrough node); otherwise {remedy}")
+    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy)
 
     no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]
     shared = {bdf: peers for bdf, peers in f.group_peers.items() if peers}

@@ -13,7 +13,7 @@ import yaml
 
 from tests.fakes import objects as o
 from tests.helpers import cli, closed_port_url
-from tests.preflight import hosttrees as ht
+from tests.fakes import sysfs as ht
 from tests.preflight.test_cluster import nfd_features, seed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def no_helm(tmp_path, monkeypatch):
 
 
 def tree(tmp_path: Path, spec: ht.HostSpec) -> str:
-    return str(ht.build(tmp_path / "host", spec))
+    return str(ht.build_host(tmp_path / "host", spec).root)
 
 
 def assert_schema(data: dict) -> None:
@@ -97,7 +97,7 @@ def test_conflicting_flags_are_usage_errors(args):
 
 def test_local_bad_root(tmp_path):
     r = cli("preflight", "--local", "--root", str(tmp_path / "missing"))
-    assert r.exit_code == 2 and "not a directory" in r.stderr
+    assert r.exit_code == 2 and "does not exist" in r.stderr
 
 
 def test_local_on_this_machine():

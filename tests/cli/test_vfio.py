@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-import rblnctl.host.vfio as vfio_lib
+import rblnctl.host.vfio.writer as vfio_writer
 from rblnctl.host import pci
 from tests.fakes.sysfs import SimKernel, guard_real_host, npu_node
 from tests.helpers import cli
@@ -22,21 +22,21 @@ RESULT_KEYS = ["bdf", "action", "from_driver", "to_driver", "status", "message"]
 def k(tmp_path, monkeypatch, mocker) -> SimKernel:
     guard_real_host(monkeypatch)
     kern = npu_node(tmp_path, 2)
-    monkeypatch.setattr(vfio_lib, "default_writer", lambda: kern.writer)
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: kern.writer)
     mocker.patch("os.geteuid", return_value=0)
     return kern
 
 
 def vfio(k: SimKernel, command: str, *args: str, input: str | None = None):
-    roots = ["--sysfs-root", k.sys, "--proc-root", k.proc, "--dev-root", k.dev, "--run-root", k.run]
+    roots = ["--root", k.root]
     if command != "status":
         roots += ["--state-file", k.root / "state.json"]
     return cli("vfio", command, *args, *roots, input=input)
 
 
-def test_help_lists_the_three_commands():
+def test_help_lists_the_four_commands():
     r = cli("vfio", "--help")
-    assert r.exit_code == 0 and all(c in r.stdout for c in ("bind", "unbind", "status"))
+    assert r.exit_code == 0 and all(c in r.stdout for c in ("bind", "unbind", "status", "recover"))
 
 
 def test_bind_json_has_the_stable_schema_and_progress_goes_to_stderr(k):
@@ -86,8 +86,9 @@ def test_device_in_use_is_refused_with_exit_1_and_each_blocker(k):
     assert r.exit_code == 1 and r.stdout == ""
     assert "refused" in r.stderr and "pid 4242 (rbln-smi) has /dev/rbln0 open" in r.stderr
     assert k.checksum() == before
+    assert "pass --force to go ahead anyway" in r.stderr  # the CLI spells the override the library names
     r = vfio(k, "bind", A, B, "--yes", "--force", "-o", "json")
-    assert r.exit_code == 0 and "--force" in r.stderr
+    assert r.exit_code == 0 and "going ahead because it is forced" in r.stderr
 
 
 def test_not_root_is_refused(k, mocker):
@@ -103,7 +104,7 @@ def test_non_viable_group_exit_1(tmp_path, monkeypatch, mocker):
     k.load_module("vfio_pci")
     k.add_pci_function(A, iommu_group=7)
     k.add_pci_function("0000:3b:00.1", device=0x1221, iommu_group=7)
-    monkeypatch.setattr(vfio_lib, "default_writer", lambda: k.writer)
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: k.writer)
     r = vfio(k, "bind", A, "--yes")
     assert r.exit_code == 1 and "IOMMU group 7" in r.stderr and "0000:3b:00.1" in r.stderr
     assert vfio(k, "bind", A, "0000:3b:00.1", "--yes").exit_code == 0
@@ -242,8 +243,214 @@ print(",".join(sorted(m for m in sys.modules if m == "kubernetes" or m.startswit
 def test_vfio_commands_do_not_import_kubernetes(tmp_path, args):
     if "bind" in args:  # a dry run against a simulated tree: reads only
         k = npu_node(tmp_path, 1)
-        args = [*args, A, "--sysfs-root", str(k.sys), "--proc-root", str(k.proc), "--dev-root", str(k.dev),
-                "--run-root", str(k.run), "--state-file", str(tmp_path / "s.json")]
+        args = [*args, A, "--root", str(k.root), "--state-file", str(tmp_path / "s.json")]
     out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+# --- one --root for every host command -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["status", "bind", "unbind", "recover"])
+@pytest.mark.parametrize("shape", ["missing", "file", "proc-file", "empty"])
+def test_root_that_is_not_a_host_tree_is_exit_2_with_one_line(tmp_path, command, shape):
+    root = tmp_path / "root"
+    if shape == "file":
+        root.write_text("x")
+    elif shape == "proc-file":
+        (root / "sys").mkdir(parents=True)
+        (root / "proc").write_text("x")
+    elif shape == "empty":
+        root.mkdir()
+    args = ["vfio", command, "--root", str(root)] + ([] if command == "status" else [A, "--yes"])
+    r = cli(*args)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: host root") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--sysfs-root", "--proc-root", "--dev-root", "--run-root"])
+def test_the_four_root_flags_are_gone(flag, tmp_path):
+    r = cli("vfio", "status", flag, str(tmp_path))
+    assert r.exit_code == 2 and "No such option" in r.stderr
+
+
+def test_help_derives_defaults_from_the_library():
+    from rblnctl import constants as C
+
+    text = " ".join(cli("vfio", "bind", "--help").stdout.split())
+    assert f"[default: {C.VFIO_STATE_FILE} under --root]" in text and "--root DIR" in text
+    assert f"[default: {C.HOST_ROOT}]" in text
+
+
+def test_preflight_local_root_whose_proc_is_a_file_is_exit_2(tmp_path):
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "proc").write_text("x")
+    r = cli("preflight", "--local", "--root", str(tmp_path))
+    assert r.exit_code == 2 and "proc is not a directory" in r.stderr and r.stdout == ""
+
+
+# --- status on a host without NPUs -----------------------------------------------------------------------
+
+
+def test_status_without_npus_prints_a_hint_not_an_empty_header(tmp_path):
+    k = SimKernel(tmp_path)
+    k.add_pci_function("0000:00:1f.3", vendor=0x8086, device=0xA348, class_code=0x040300, driver="snd_hda_intel")
+    r = cli("vfio", "status", "--root", str(k.root))
+    assert r.exit_code == 0 and r.stdout == ""
+    assert r.stderr.strip() == (f"no RBLN NPU (vendor 1eff, class 1200xx) under {k.sys}/bus/pci/devices; "
+                                "--all-vendors lists every PCI function")
+    r = cli("vfio", "status", "--root", str(k.root), "-o", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == [] and "--all-vendors" in r.stderr
+    r = cli("vfio", "status", "--root", str(k.root), "--all-vendors", "-o", "json")
+    assert [x["bdf"] for x in json.loads(r.stdout)] == ["0000:00:1f.3"] and r.stderr == ""
+
+
+def test_status_all_vendors_on_an_empty_tree_says_so(tmp_path):
+    k = SimKernel(tmp_path)
+    r = cli("vfio", "status", "--all-vendors", "--root", str(k.root))
+    assert r.exit_code == 0 and r.stdout == "" and r.stderr.strip() == f"no PCI function under {k.sys}/bus/pci/devices"
+
+
+# --- dry run: a device the run would refuse is `blocked` --------------------------------------------------
+
+
+def test_dry_run_all_marks_a_refused_device_blocked_and_exits_1(k):
+    k.add_process(4242, "rbln-smi", ["/dev/rbln1"])
+    before = k.checksum()
+    r = vfio(k, "bind", "--all", "--dry-run", "-o", "json")
+    assert r.exit_code == 1 and k.checksum() == before and k.writes == []
+    rows = json.loads(r.stdout)
+    assert [(x["bdf"], x["status"]) for x in rows] == [(A, "planned"), (B, "blocked")]
+    assert "pid 4242" in rows[1]["message"] and "pass --force to go ahead anyway" in r.stderr
+    table = vfio(k, "bind", "--all", "--dry-run").stdout
+    rows = [ln.split() for ln in table.splitlines() if ln.split()[:1] and ln.split()[0].startswith("0000:")]
+    assert [row[4] for row in rows] == ["planned", "blocked"]
+
+
+def test_dry_run_with_a_plan_wide_blocker_blocks_every_change(k, mocker):
+    mocker.patch("os.geteuid", return_value=1000)
+    r = vfio(k, "bind", "--all", "--dry-run", "-o", "json")
+    assert r.exit_code == 1 and {x["status"] for x in json.loads(r.stdout)} == {"blocked"}
+    assert "needs root" in r.stderr
+
+
+# --- hostile inputs and signals ----------------------------------------------------------------------------
+
+
+def test_binary_state_file_is_exit_1_naming_it_not_a_bug(k):
+    (k.root / "state.json").write_bytes(b"\x00\xff\xfe binary \x80")
+    before = k.checksum()
+    r = vfio(k, "bind", A, "--yes")
+    assert r.exit_code == 1 and f"state file {k.root / 'state.json'} is damaged (not UTF-8 text" in r.stderr
+    assert "unexpected" not in r.stderr and k.checksum() == before
+    r = vfio(k, "unbind", A, "--driver", "rebellions", "--yes")  # a named host driver goes ahead, with a warning
+    assert r.exit_code == 0 and "is damaged" in r.stderr
+
+
+def test_sigterm_mid_bind_rolls_back_and_exits_143(k, monkeypatch):
+    from rblnctl.errors import Interrupted
+
+    class Signalled:
+        def write(self, path, value):
+            if value == B and path.name == "drivers_probe":
+                raise Interrupted(15)
+            k.writer.write(path, value)
+
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: Signalled())
+    r = vfio(k, "bind", A, B, "--yes")
+    assert r.exit_code == 143 and "terminated by signal 15" in r.stderr and "interrupted: restoring" in r.stderr
+    assert k.driver_of(A) == k.driver_of(B) == "rebellions" and k.override_of(B) is None
+    assert json.loads((k.root / "state.json").read_text())["devices"] == {}
+
+
+def test_a_device_left_without_a_driver_gets_the_command_that_recovers_it(k):
+    k.refuse_probe("vfio-pci", A)
+    k.refuse_probe("rebellions", A)
+    r = vfio(k, "bind", A, "--yes", "-o", "json")
+    assert r.exit_code == 1 and json.loads(r.stdout)[0]["status"] == "driverless"
+    assert f"run `rblnctl vfio unbind {A} --driver rebellions`" in r.stderr
+
+
+# --- recover -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lk(tmp_path, monkeypatch, mocker) -> SimKernel:
+    """The leftovers() host: 3b without a driver (override vfio-pci), 5e on rebellions with a stale override."""
+    from tests.fakes.sysfs import build_host, leftovers
+
+    guard_real_host(monkeypatch)
+    kern = build_host(tmp_path / "host", leftovers())
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: kern.writer)
+    mocker.patch("os.geteuid", return_value=0)
+    return kern
+
+
+X, Y, Z = "0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"
+
+
+def test_recover_dry_run_lists_the_writes_and_makes_none(lk):
+    before = lk.checksum()
+    r = vfio(lk, "recover", "--all", "--dry-run", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [(x["bdf"], x["action"], x["to_driver"], x["status"]) for x in json.loads(r.stdout)] == [
+        (X, "recover", "rebellions", "planned"), (Y, "recover", "rebellions", "planned"),
+        (Z, "recover", "rebellions", "skipped")]
+    assert [ln.split(" <- ")[0].removeprefix("would write: ") for ln in r.stderr.splitlines()
+            if ln.startswith("would write:")] == [f"{lk.sys}/bus/pci/devices/{X}/driver_override",
+                                                 f"{lk.sys}/bus/pci/drivers_probe",
+                                                 f"{lk.sys}/bus/pci/devices/{Y}/driver_override"]
+    assert lk.checksum() == before and lk.writes == []
+
+
+def test_recover_container_mode_is_the_default_and_asks_first(lk, monkeypatch):
+    r = vfio(lk, "recover", "--all")
+    assert r.exit_code == 2 and "--yes" in r.stderr and lk.writes == []
+    import rblnctl.cli.console
+
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
+    r = vfio(lk, "recover", "--all", input="y\n")
+    assert r.exit_code == 0, r.stderr
+    assert "Recover 2 device(s)?" in r.stderr and f"{X} CA22: no driver -> rebellions" in r.stderr
+    assert all(lk.driver_of(x) == "rebellions" and lk.override_of(x) is None for x in (X, Y, Z))
+
+
+def test_recover_vm_mode_binds_to_vfio_pci_and_records(lk):
+    r = vfio(lk, "recover", X, Y, "--mode", "vm", "--yes", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [(x["to_driver"], x["status"]) for x in json.loads(r.stdout)] == [("vfio-pci", "ok"), ("vfio-pci", "ok")]
+    assert lk.driver_of(X) == lk.driver_of(Y) == "vfio-pci"
+    assert sorted(json.loads((lk.root / "state.json").read_text())["devices"]) == [X, Y]
+
+
+def test_recover_refuses_a_device_in_use_and_offers_no_override(lk):
+    lk.add_process(4242, "rbln-smi", ["/dev/rbln1"])
+    before = lk.checksum()
+    r = vfio(lk, "recover", "--all", "--yes")
+    assert r.exit_code == 1 and "pid 4242 (rbln-smi) has /dev/rbln1 open; stop it first" in r.stderr
+    assert "pass --" not in r.stderr and lk.checksum() == before
+
+
+def test_recover_has_no_force_or_load_modules(lk):
+    for flag in ("--force", "--load-modules", "--keep-going", "--driver"):
+        r = vfio(lk, "recover", "--all", flag)
+        assert r.exit_code == 2 and "No such option" in r.stderr, flag
+    r = vfio(lk, "recover", "--all", "--mode", "gpu")
+    assert r.exit_code == 2 and "gpu" in r.stderr
+
+
+def test_recover_usage_errors(lk):
+    for args in ([], [X, "--all"], ["../x"]):
+        r = vfio(lk, "recover", *args, "--yes")
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: "), (args, r.stderr)
+    assert lk.writes == []
+
+
+def test_a_device_an_unbind_left_without_a_driver_gets_the_command_that_recovers_it(k):
+    assert vfio(k, "bind", A, "--yes").exit_code == 0
+    k.refuse_probe("rebellions", A)
+    k.refuse_probe("vfio-pci", A)
+    r = vfio(k, "unbind", A, "--yes", "-o", "json")
+    assert r.exit_code == 1 and json.loads(r.stdout)[0]["status"] == "driverless"
+    assert f"run `rblnctl vfio recover {A} --mode vm`" in r.stderr

@@ -1,4 +1,11 @@
-"""A simulated kernel: a sysfs/procfs/dev tree in a temp dir plus the kernel effects of driver-binding writes.
+"""The one simulated host: a whole host tree in a temp dir plus the kernel effects of driver-binding writes.
+
+SimKernel builds everything host code reads under its root: sys/ (PCI functions, drivers, IOMMU
+groups and units, modules, ACPI tables, DMI), proc/ (cpuinfo, cmdline, osrelease, processes and
+their open files), dev/ (rbln*, vfio/*, kvm), run/ and lib/modules/<release>/modules.builtin.
+`npu_node()` is a bare NPU host for the binder; `build_host(root, HostSpec)` writes a described
+host (CPU vendor, VM or bare metal, IOMMU shape, modules, NPUs, other functions, processes) and the
+scenario functions at the end name the shapes preflight and vfio tests share.
 
 A temp dir is not sysfs: writing a file there runs no kernel callback. So rblnctl's VfioBinder
 writes through a `SysfsWriter` seam, and `SimKernel.writer` is a writer that checks the path and
@@ -18,6 +25,9 @@ Effects a bind has, as on a real host: the `driver` link and `drivers/<d>/<bdf>`
 character device when the first member registers with vfio) and removes it when the last leaves;
 vfio-pci refuses a function without an IOMMU group (EINVAL). Detaching undoes each of these.
 
+Modules: a loadable module that is loaded has `sys/module/<m>/initstate`; a built-in one is listed
+in modules.builtin (`set_builtin_modules`) and has the directory without initstate.
+
 Failure injection: `inject(op, bdf, errno)` makes one kind of write fail (op: override, unbind,
 bind, probe); `refuse_probe(driver, bdf)` makes a driver's probe fail (bind write -> ENODEV,
 drivers_probe -> silently no driver); `missing_modules` makes `modprobe` fail; `vfio_nodes=False`
@@ -30,11 +40,15 @@ import errno
 import hashlib
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rblnctl.errors import HostError
 
+INTEL_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ss "
+               "ht syscall nx pdpe1gb rdtscp lm constant_tsc vmx smx est tm2 ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic")
+AMD_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ht "
+             "syscall nx mmxext fxsr_opt pdpe1gb rdtscp lm constant_tsc rep_good svm extapic cr8_legacy abm sse4a")
 HOST_DRIVER = "rebellions"
 VFIO = "vfio-pci"
 # module name -> (drivers it registers, extra modules it pulls in)
@@ -66,10 +80,12 @@ class SimDriver:
 
 @dataclass
 class SimKernel:
-    """A sysfs, procfs and /dev tree under `root`, with the PCI core's bind/unbind behaviour."""
+    """A host tree (sysfs, procfs, /dev, /run, /lib/modules) under `root`, with the PCI core's bind/unbind behaviour."""
 
     root: Path
     vfio_nodes: bool = True
+    release: str = "6.8.0-45-generic"
+    builtin: set[str] = field(default_factory=set)  # built-in module names (modules.builtin)
     devices: dict[str, SimDevice] = field(default_factory=dict)
     drivers: dict[str, SimDriver] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)  # (path relative to root, value), in order
@@ -86,10 +102,12 @@ class SimKernel:
         self.dev = self.root / "dev"
         self.run = self.root / "run"
         for d in (self.pci_root, self.sys / "bus/pci/devices", self.sys / "bus/pci/drivers",
-                  self.sys / "kernel/iommu_groups", self.sys / "module", self.proc, self.dev, self.run):
+                  self.sys / "kernel/iommu_groups", self.sys / "class/iommu", self.sys / "module", self.proc,
+                  self.dev, self.run):
             d.mkdir(parents=True, exist_ok=True)
         for f in ("drivers_probe", "rescan", "drivers_autoprobe"):
             (self.sys / "bus/pci" / f).touch()
+        _write(self.proc / "sys/kernel/osrelease", self.release + "\n")
 
     # ---- building the tree ----
 
@@ -107,7 +125,7 @@ class SimKernel:
         d.mkdir(parents=True, exist_ok=True)
         for f in ("bind", "unbind", "new_id", "remove_id", "uevent"):
             (d / f).touch()
-        (self.sys / "module" / self.drivers[name].module).mkdir(exist_ok=True)
+        self._module_dir(self.drivers[name].module)
 
     def remove_driver(self, name: str) -> None:
         """Unregister a driver: its functions lose it, its directory and module go."""
@@ -123,7 +141,7 @@ class SimKernel:
         module = module.replace("-", "_")
         drivers, extra = MODULES.get(module, ((), ()))
         for m in (module, *extra):
-            (self.sys / "module" / m).mkdir(exist_ok=True)
+            self._module_dir(m)
         for name in drivers:
             if name not in self.drivers:
                 self.add_driver(name, module=module)
@@ -144,6 +162,67 @@ class SimKernel:
         if module.replace("-", "_") in {m.replace("-", "_") for m in self.missing_modules}:
             raise HostError(f"modprobe {module} exited 1: modprobe: FATAL: Module {module} not found")
         self.load_module(module)
+
+    def mark_loaded(self, *modules: str) -> None:
+        """Only the module side of loading (`sys/module/<m>/initstate`): no drivers, no /dev/vfio/vfio."""
+        for m in modules:
+            self._module_dir(m.replace("-", "_"))
+
+    def set_builtin_modules(self, lines: tuple[str, ...] | list[str] | None) -> None:
+        """Write `lib/modules/<release>/modules.builtin` (None: no such file, as on a host without it)."""
+        path = self.root / "lib/modules" / self.release / "modules.builtin"
+        if lines is None:
+            path.unlink(missing_ok=True)
+            self.builtin = set()
+            return
+        _write(path, "\n".join(lines) + "\n")
+        self.builtin = {os.path.basename(x)[: -len(".ko")].replace("-", "_") for x in lines if x.endswith(".ko")}
+
+    def _module_dir(self, module: str) -> None:
+        d = self.sys / "module" / module
+        d.mkdir(parents=True, exist_ok=True)
+        if module not in self.builtin:
+            (d / "initstate").write_text("live\n")
+
+    # ---- building the rest of the host ----
+
+    def set_cpu(self, vendor_id: str = "GenuineIntel", *, hypervisor: bool = False, flags: str | None = None,
+                cpus: int = 2) -> None:
+        """Write `proc/cpuinfo`: `cpus` blocks with vendor_id and a flags line (`flags` "" : no flags line)."""
+        if flags is None:
+            flags = INTEL_FLAGS if vendor_id == "GenuineIntel" else AMD_FLAGS
+            flags += " hypervisor" if hypervisor else ""
+        block = "processor\t: {n}\nvendor_id\t: {v}\ncpu family\t: 6\nmodel name\t: test CPU\n"
+        block += "flags\t\t: {f}\n\n" if flags else "\n"
+        _write(self.proc / "cpuinfo", "".join(block.format(n=n, v=vendor_id, f=flags) for n in range(cpus)))
+
+    def set_cmdline(self, cmdline: str) -> None:
+        """Write `proc/cmdline`."""
+        _write(self.proc / "cmdline", cmdline + "\n")
+
+    def set_dmi(self, vendor: str, product: str) -> None:
+        """Write `sys/class/dmi/id/{sys_vendor,product_name}`."""
+        _write(self.sys / "class/dmi/id/sys_vendor", vendor + "\n")
+        _write(self.sys / "class/dmi/id/product_name", product + "\n")
+
+    def add_acpi_tables(self, *names: str) -> None:
+        """Add `sys/firmware/acpi/tables/<name>` (DMAR: Intel VT-d, IVRS: AMD-Vi, VIOT: virtio-iommu)."""
+        for t in names:
+            _write(self.sys / "firmware/acpi/tables" / t, "table")
+
+    def add_iommu_units(self, *names: str) -> None:
+        """Add IOMMU hardware units, `sys/class/iommu/<name>` (dmar0, ivhd0, ...)."""
+        for u in names:
+            (self.sys / "class/iommu" / u).mkdir(parents=True, exist_ok=True)
+
+    def add_iommu_group(self, group: str | int) -> None:
+        """Add an IOMMU group with no function in this tree (another device's)."""
+        (self.sys / "kernel/iommu_groups" / str(group) / "devices").mkdir(parents=True, exist_ok=True)
+
+    def add_dev(self, *names: str) -> None:
+        """Create device files under dev/ (`kvm`, `vfio/vfio`)."""
+        for n in names:
+            _write(self.dev / n, "")
 
     def add_pci_function(self, bdf: str, *, vendor: int = 0x1EFF, device: int = 0x1220, class_code: int = 0x120000,
                          driver: str | None = HOST_DRIVER, iommu_group: int | str | None = -1,
@@ -212,6 +291,12 @@ class SimKernel:
         (p / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
         for i, target in enumerate(["/dev/null", *open_paths]):
             os.symlink(target, p / "fd" / str(i))
+
+    def set_override(self, bdf: str, driver: str | None) -> None:
+        """Set driver_override directly (what a crashed tool leaves), without the write log or failure injection."""
+        dev = self.devices[bdf]
+        dev.override = driver
+        (self.pci_root / bdf / "driver_override").write_text(f"{driver or '(null)'}\n")
 
     def inject(self, op: str, bdf: str, err: int = errno.EBUSY, *, times: int | None = None) -> None:
         """Make writes of kind `op` (override, unbind, bind, probe) for `bdf` fail with `err` (`times` None: always)."""
@@ -401,9 +486,9 @@ class HostWriteGuard:
 def guard_real_host(monkeypatch) -> None:
     """Make the real writer and the real modprobe unreachable for the rest of a test."""
     import rblnctl.host.system as system
-    import rblnctl.host.vfio as vfio
+    import rblnctl.host.vfio.writer as writer
 
-    monkeypatch.setattr(vfio, "default_writer", lambda: HostWriteGuard())
+    monkeypatch.setattr(writer, "default_writer", lambda: HostWriteGuard())
 
     def no_modprobe(module: str, **_: object) -> None:
         raise AssertionError(f"test tried to run the real modprobe {module}")
@@ -418,3 +503,221 @@ def npu_node(root: Path, count: int = 2, *, shared_group: bool = False) -> SimKe
     for i in range(count):
         k.add_pci_function(f"0000:{0x3b + i:02x}:00.0", iommu_group=7 if shared_group else 20 + i, numa_node=i % 2)
     return k
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# --- whole hosts, described ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Npu:
+    """One RBLN PCI function (CA22 PF by default); `group` None: no IOMMU group."""
+
+    bdf: str
+    device: int = 0x1220
+    driver: str | None = HOST_DRIVER
+    group: str | None = "42"
+    override: str | None = None  # driver_override left behind (set after the driver bound)
+
+
+@dataclass(frozen=True)
+class PciDev:
+    """Any other PCI function (a bridge, a NIC in a shared IOMMU group)."""
+
+    bdf: str
+    vendor: int
+    device: int
+    class_code: int
+    group: str | None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process and the paths its fds point at."""
+
+    pid: int
+    comm: str
+    cmdline: str
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSpec:
+    """A host as `preflight --local` and `vfio` see it; build_host() writes it."""
+
+    cpu_vendor: str = "GenuineIntel"
+    hypervisor: bool = False
+    cpu_flags: bool = True  # False: /proc/cpuinfo has no flags line (some architectures)
+    dmi: tuple[str, str] | None = ("Dell Inc.", "PowerEdge R760xa")
+    acpi_tables: tuple[str, ...] = ("APIC", "DMAR", "DSDT", "FACP", "MCFG")
+    iommu_units: tuple[str, ...] = ("dmar0", "dmar1")
+    extra_groups: tuple[str, ...] = ("0", "1", "2")  # IOMMU groups of other devices
+    cmdline: str | None = "BOOT_IMAGE=/vmlinuz-6.8.0-45-generic root=UUID=1b2c ro quiet intel_iommu=on iommu=pt"
+    release: str = "6.8.0-45-generic"
+    loaded: tuple[str, ...] = ("vfio", "vfio_pci", "vfio_pci_core", "vfio_iommu_type1", "kvm", "kvm_intel")
+    builtin: tuple[str, ...] = ("kernel/drivers/usb/host/xhci-hcd.ko",)  # lines of modules.builtin
+    write_builtin: bool = True
+    dev_vfio: bool = True
+    dev_kvm: bool = True
+    npus: tuple[Npu, ...] = ()
+    others: tuple[PciDev, ...] = ()
+    procs: tuple[Proc, ...] = (Proc(1, "systemd", "/sbin/init", ("/dev/null",)),)
+
+
+def build_host(root: Path, spec: HostSpec) -> SimKernel:
+    """Write the host described by `spec` under root; return its SimKernel (whose writer binds and unbinds)."""
+    k = SimKernel(Path(root), release=spec.release)
+    k.set_cpu(spec.cpu_vendor, hypervisor=spec.hypervisor, flags=None if spec.cpu_flags else "")
+    if spec.cmdline is not None:
+        k.set_cmdline(spec.cmdline)
+    for p in spec.procs:
+        k.add_process(p.pid, p.comm, p.paths, cmdline=p.cmdline.split())
+    if spec.dmi:
+        k.set_dmi(*spec.dmi)
+    k.add_acpi_tables(*spec.acpi_tables)
+    k.add_iommu_units(*spec.iommu_units)
+    for g in spec.extra_groups:
+        k.add_iommu_group(g)
+    k.set_builtin_modules(spec.builtin if spec.write_builtin else None)
+    k.mark_loaded(*spec.loaded)
+    # Drivers the modules there register (vfio_pci: vfio-pci, rebellions: rebellions), without loading the
+    # rest of VFIO; a function's driver counts as there too (its module loaded unless listed as built in).
+    present = {*spec.loaded, *k.builtin}
+    if any(f.driver == VFIO for f in (*spec.npus, *spec.others)):
+        present.add("vfio_pci")
+    for module, (drivers, _) in MODULES.items():
+        if module in present:
+            for name in drivers:
+                k.add_driver(name, module=module)
+    # A host bridge and a NIC, so the NPU scan has other vendors to skip.
+    groups = list(spec.extra_groups)
+    k.add_pci_function("0000:00:00.0", vendor=0x8086, device=0x09A2, class_code=0x060000, driver=None,
+                       iommu_group=groups[0] if groups else None)
+    k.add_pci_function("0000:17:00.0", vendor=0x15B3, device=0x101D, class_code=0x020000, driver="mlx5_core",
+                       iommu_group=groups[1] if len(groups) > 1 else None)
+    for o in spec.others:
+        k.add_pci_function(o.bdf, vendor=o.vendor, device=o.device, class_code=o.class_code, driver=o.driver,
+                           iommu_group=o.group)
+    for n in spec.npus:
+        k.add_pci_function(n.bdf, device=n.device, driver=n.driver, iommu_group=n.group)
+        if n.override is not None:
+            k.set_override(n.bdf, n.override)
+    if spec.dev_vfio:
+        k.add_dev("vfio/vfio")
+    if spec.dev_kvm:
+        k.add_dev("kvm")
+    return k
+
+
+# -- scenarios ------------------------------------------------------------------------------------
+
+TWO_NPUS_VFIO = (Npu("0000:3b:00.0", driver=VFIO, group="42"), Npu("0000:5e:00.0", driver=VFIO, group="43"))
+TWO_NPUS_HOST = (Npu("0000:3b:00.0", driver=HOST_DRIVER, group="42"),
+                 Npu("0000:5e:00.0", driver=HOST_DRIVER, group="43"))
+PCIE_BRIDGE = PciDev("0000:3a:00.0", 0x10B5, 0x8747, 0x060400, "42", driver="pcieport")  # a switch port
+NIC_IN_GROUP_42 = PciDev("0000:3b:00.1", 0x8086, 0x1572, 0x020000, "42", driver="i40e")
+
+
+def intel_bare_metal(**changes) -> HostSpec:
+    """Intel server, VT-d on, intel_iommu=on iommu=pt, VFIO loaded, two CA22 NPUs on vfio-pci: all PASS."""
+    return replace(HostSpec(npus=TWO_NPUS_VFIO), **changes)
+
+
+def amd_iommu_off(**changes) -> HostSpec:
+    """AMD server whose firmware has IVRS but whose kernel runs with amd_iommu=off: no groups anywhere."""
+    spec = HostSpec(
+        cpu_vendor="AuthenticAMD", dmi=("Supermicro", "AS-4125GS-TNRT"),
+        acpi_tables=("APIC", "DSDT", "FACP", "IVRS", "MCFG"), iommu_units=(), extra_groups=(),
+        cmdline="BOOT_IMAGE=/vmlinuz-6.8.0-45-generic root=UUID=1b2c ro amd_iommu=off",
+        loaded=("vfio", "vfio_pci", "vfio_iommu_type1", "kvm", "kvm_amd"),
+        npus=(Npu("0000:c1:00.0", driver=HOST_DRIVER, group=None),),
+    )
+    return replace(spec, **changes)
+
+
+def vm_without_viommu(**changes) -> HostSpec:
+    """A KVM guest used as a worker, NPU passed through to it, but the VM has no vIOMMU."""
+    spec = HostSpec(
+        hypervisor=True, dmi=("QEMU", "Standard PC (Q35 + ICH9, 2009)"),
+        acpi_tables=("APIC", "DSDT", "FACP", "MCFG"), iommu_units=(), extra_groups=(),
+        cmdline="BOOT_IMAGE=/vmlinuz-6.8.0-45-generic root=/dev/vda1 ro console=ttyS0",
+        npus=(Npu("0000:06:00.0", driver=HOST_DRIVER, group=None),),
+    )
+    return replace(spec, **changes)
+
+
+def vm_with_viommu(**changes) -> HostSpec:
+    """The same guest with a QEMU intel-iommu vIOMMU and intel_iommu=on."""
+    spec = vm_without_viommu(
+        acpi_tables=("APIC", "DMAR", "DSDT", "FACP", "MCFG"), iommu_units=("dmar0",), extra_groups=("0", "1", "2"),
+        cmdline="BOOT_IMAGE=/vmlinuz-6.8.0-45-generic root=/dev/vda1 ro console=ttyS0 intel_iommu=on",
+        npus=(Npu("0000:06:00.0", driver=VFIO, group="7"),),
+    )
+    return replace(spec, **changes)
+
+
+def modules_missing(**changes) -> HostSpec:
+    """Intel bare metal with IOMMU on, but no VFIO module loaded or built in (and so no /dev/vfio/vfio)."""
+    spec = intel_bare_metal(loaded=("kvm", "kvm_intel", "rebellions"), dev_vfio=False, npus=TWO_NPUS_HOST)
+    return replace(spec, **changes)
+
+
+def no_npus(**changes) -> HostSpec:
+    """Intel bare metal, everything ready, but no Rebellions device."""
+    return replace(intel_bare_metal(npus=()), **changes)
+
+
+def npu_on_rebellions(**changes) -> HostSpec:
+    """NPUs on the host driver; a process (a container workload) holds /dev/rbln0 open."""
+    procs = (Proc(1, "systemd", "/sbin/init", ("/dev/null",)),
+             Proc(4242, "python3", "python3 serve.py --npu 0", ("/dev/rbln0", "/dev/null")))
+    return replace(intel_bare_metal(npus=TWO_NPUS_HOST, procs=procs), **changes)
+
+
+def npu_on_vfio(**changes) -> HostSpec:
+    """NPUs on vfio-pci; QEMU (a KubeVirt VM) holds /dev/vfio/42 open."""
+    procs = (Proc(1, "systemd", "/sbin/init", ("/dev/null",)),
+             Proc(5151, "qemu-kvm", "/usr/libexec/qemu-kvm -name guest=default_vm1",
+                  ("/dev/vfio/vfio", "/dev/vfio/42")))
+    return replace(intel_bare_metal(procs=procs), **changes)
+
+
+# In-between IOMMU shapes (issue 15): states a clean simulator never produces.
+
+
+def groups_without_units(**changes) -> HostSpec:
+    """IOMMU groups exist but /sys/class/iommu is empty (units not registered in sysfs, e.g. an old kernel)."""
+    return replace(intel_bare_metal(iommu_units=()), **changes)
+
+
+def units_without_groups(**changes) -> HostSpec:
+    """IOMMU units registered (dmar0, dmar1) but no groups: the hardware is known, no device sits behind it."""
+    npus = (Npu("0000:3b:00.0", driver=HOST_DRIVER, group=None), Npu("0000:5e:00.0", driver=HOST_DRIVER, group=None))
+    return replace(intel_bare_metal(extra_groups=(), npus=npus), **changes)
+
+
+def group_with_bridge_and_host_device(**changes) -> HostSpec:
+    """NPU 0000:3b:00.0 shares IOMMU group 42 with a PCIe switch port (harmless) and a NIC on i40e (not)."""
+    return replace(intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE, NIC_IN_GROUP_42)), **changes)
+
+
+def group_with_bridge_only(**changes) -> HostSpec:
+    """NPU 0000:3b:00.0 shares IOMMU group 42 only with a PCIe switch port: still a viable group."""
+    return replace(intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE,)), **changes)
+
+
+def leftovers(**changes) -> HostSpec:
+    """What some operator releases leave after a vm -> container switch: NPUs without a driver, stale overrides.
+
+    3b: no driver, driver_override vfio-pci (the vfio-manager unbound it without re-probing);
+    5e: on rebellions with driver_override vfio-pci left behind; 86: healthy on rebellions.
+    """
+    npus = (Npu("0000:3b:00.0", driver=None, group="42", override=VFIO),
+            Npu("0000:5e:00.0", driver=HOST_DRIVER, group="43", override=VFIO),
+            Npu("0000:86:00.0", driver=HOST_DRIVER, group="44"))
+    return replace(intel_bare_metal(npus=npus), **changes)

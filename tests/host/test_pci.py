@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rblnctl.errors import InvalidInput, NotFound
+from rblnctl.errors import HostError, InvalidInput, NotFound
 from rblnctl.host import pci
-from tests.fakes.sysfs import SimKernel
+from tests.fakes.sysfs import SimKernel, npu_node
 
 
 @pytest.mark.parametrize(
@@ -104,3 +104,13 @@ def test_reads_this_machines_real_sysfs():
     for f in pci.list_functions(Path("/sys"), all_vendors=True):
         assert pci.normalize_bdf(f.bdf) == f.bdf
         assert f.iommu_group is None or f.iommu_group.isdigit()
+
+
+def test_unreadable_sysfs_attribute_is_a_host_error_naming_it(tmp_path):
+    A = "0000:3b:00.0"
+    k = npu_node(tmp_path, 1)
+    vendor = k.sys / "bus" / "pci" / "devices" / A / "vendor"
+    vendor.resolve().unlink()
+    vendor.resolve().mkdir()  # reading it fails with EISDIR, not "absent"
+    with pytest.raises(HostError, match=f"cannot read .*{A}.*vendor"):
+        pci.read_function(k.sys, A)

@@ -73,3 +73,58 @@ def test_bad_module_names_never_reach_modprobe(fake_modprobe, bad):
     with pytest.raises(InvalidInput, match="invalid kernel module name"):
         system.modprobe(bad)
     assert not calls.exists()
+
+
+# --- module state: one answer for vfio and preflight --local ---------------------------------------------
+
+
+def test_module_state_loaded_builtin_missing(tmp_path):
+    from tests.fakes.sysfs import SimKernel
+
+    k = SimKernel(tmp_path)
+    k.set_builtin_modules(["kernel/drivers/vfio/vfio.ko", "kernel/drivers/vfio/pci/vfio-pci.ko"])
+    k.mark_loaded("kvm")
+    (k.sys / "module" / "vfio").mkdir()  # a built-in module with parameters has the directory, no initstate
+    builtin, path = system.read_builtin_modules(k.root, k.release)
+    assert path == str(k.root / "lib/modules" / k.release / "modules.builtin")
+    assert system.module_state(k.sys, "kvm", builtin) is system.ModuleState.LOADED
+    assert system.module_state(k.sys, "vfio") is system.ModuleState.BUILTIN  # the directory alone says so
+    assert system.module_state(k.sys, "vfio-pci", builtin) is system.ModuleState.BUILTIN  # only the list says so
+    assert system.module_state(k.sys, "vfio-pci") is system.ModuleState.MISSING  # without the list: not found
+    assert system.module_state(k.sys, "vfio_iommu_type1", builtin) is system.ModuleState.MISSING
+
+
+def test_builtin_list_under_usr_lib_and_unknown_releases(tmp_path):
+    lst = tmp_path / "usr/lib/modules/6.1.0/modules.builtin"
+    lst.parent.mkdir(parents=True)
+    lst.write_text("kernel/drivers/vfio/vfio_iommu_type1.ko\nnot-a-module\n")
+    assert system.read_builtin_modules(tmp_path, "6.1.0") == ({"vfio_iommu_type1"}, str(lst))
+    assert system.read_builtin_modules(tmp_path, "6.2.0") == (None, None)
+    assert system.read_builtin_modules(tmp_path, None) == (None, None)
+    assert system.read_builtin_modules(tmp_path, "../../etc") == (None, None)  # a release is not a path
+
+
+def test_unreadable_builtin_list_is_unknown_not_fatal(tmp_path):
+    lst = tmp_path / "lib/modules/6.1.0/modules.builtin"
+    lst.mkdir(parents=True)  # EISDIR when read
+    assert system.read_builtin_modules(tmp_path, "6.1.0") == (None, None)
+
+
+def test_module_names_are_validated_before_modprobe_or_paths(tmp_path):
+    from tests.fakes.sysfs import npu_node
+
+    k = npu_node(tmp_path, 0)
+    assert system.module_state(k.sys, "vfio-pci") is system.ModuleState.LOADED
+    assert system.module_state(k.sys, "kvm") is system.ModuleState.MISSING
+    for bad in ("../x", "vfio;reboot", "", "a b"):
+        with pytest.raises(InvalidInput):
+            system.module_state(k.sys, bad)
+        with pytest.raises(InvalidInput):
+            system.modprobe(bad)
+
+
+def test_is_root_reads_the_effective_uid(mocker):
+    mocker.patch("os.geteuid", return_value=0)
+    assert system.is_root()
+    mocker.patch("os.geteuid", return_value=1000)
+    assert not system.is_root()

@@ -1,4 +1,4 @@
-"""Host checks (`preflight --local`) on fixture host trees, and once read-only on this machine's real /."""
+"""Host checks (`preflight --local`) on simulated host trees, and once read-only on this machine's real /."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from rblnctl.errors import InvalidInput
 from rblnctl.preflight.host import HostPreflight, gather_host_facts
 from rblnctl.preflight.model import Status
-from tests.preflight import hosttrees as ht
-from tests.preflight.hosttrees import Npu, PciDev
+from tests.fakes import sysfs as ht
+from tests.fakes.sysfs import Npu, PciDev
 
 HOST_IDS = [
     "host.iommu.firmware", "host.iommu.kernel", "host.iommu.cmdline", "host.virt", "host.vfio.modules",
@@ -19,8 +19,8 @@ HOST_IDS = [
 
 
 def run(tmp_path: Path, spec: ht.HostSpec, **kw):
-    root = ht.build(tmp_path / "host", spec)
-    return HostPreflight(root=root, **kw).run()
+    k = ht.build_host(tmp_path / "host", spec)
+    return HostPreflight(root=k.root, **kw).run()
 
 
 def by_id(report) -> dict:
@@ -165,6 +165,13 @@ def test_unbound_and_foreign_driver_warn(tmp_path):
     assert drv.status == Status.WARN
     assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
     assert "rblnctl vfio bind" in drv.remedy
+    assert drv.remedy.startswith("`rblnctl vfio recover 0000:3b:00.0` re-probes NPUs left without a driver")
+
+
+def test_npus_on_another_driver_are_not_sent_to_recover(tmp_path):
+    npus = (Npu("0000:3b:00.0", driver="pci-stub", group="42"),)
+    drv = by_id(run(tmp_path, ht.intel_bare_metal(npus=npus)))["host.npu.driver"]
+    assert drv.status == Status.WARN and "recover" not in drv.remedy
 
 
 def test_shared_iommu_group_warns(tmp_path):
@@ -195,12 +202,15 @@ def test_method_is_recorded(tmp_path):
 
 
 def test_root_must_be_a_directory(tmp_path):
-    with pytest.raises(InvalidInput, match="not a directory"):
+    with pytest.raises(InvalidInput, match="does not exist"):
         HostPreflight(root=tmp_path / "nope").run()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InvalidInput, match="is not a directory"):
+        HostPreflight(root=tmp_path / "file").run()
 
 
 def test_facts_of_fixture(tmp_path):
-    f = gather_host_facts(ht.build(tmp_path / "h", ht.amd_iommu_off()))
+    f = gather_host_facts(ht.build_host(tmp_path / "h", ht.amd_iommu_off()).root)
     assert f.cpu_vendor == "amd" and f.hypervisor_flag is False and f.iommu_groups == 0
     assert f.kernel_release == "6.8.0-45-generic" and f.acpi_tables == ["IVRS"]
     assert [n.bdf for n in f.npus] == ["0000:c1:00.0"]
@@ -238,3 +248,102 @@ def test_unknown_cpu_vendor_remedy_names_whole_parameters(tmp_path):
     c = by_id(run(tmp_path, spec))
     r = c["host.iommu.kernel"].remedy
     assert "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)" in r, r
+
+
+# --- every branch of the host IOMMU checks, each produced by a host shape (issue 15) ------------------------
+# Each test pins one branch (status and the words only that branch says); removing the branch fails it.
+
+
+def check(tmp_path, spec, check_id):
+    return by_id(run(tmp_path, spec))[check_id]
+
+
+@pytest.mark.parametrize(("spec", "status", "says"), [
+    (ht.intel_bare_metal(), Status.PASS, "ACPI DMAR table present (GenuineIntel)"),
+    (ht.intel_bare_metal(acpi_tables=()), Status.WARN, "no /sys/firmware/acpi/tables"),
+    (ht.vm_without_viommu(), Status.FAIL, "VM and no DMAR/IVRS/VIOT ACPI table"),
+    (ht.intel_bare_metal(acpi_tables=("APIC", "IVRS")), Status.FAIL, "no DMAR ACPI table (GenuineIntel)"),
+    (ht.vm_with_viommu(acpi_tables=("APIC", "VIOT")), Status.PASS, "ACPI VIOT table present"),  # any table in a VM
+    (ht.intel_bare_metal(cpu_vendor="CentaurHauls", acpi_tables=("IVRS",)), Status.PASS, "ACPI IVRS table"),
+])
+def test_iommu_firmware_branches(tmp_path, spec, status, says):
+    c = check(tmp_path, spec, "host.iommu.firmware")
+    assert (c.status, says in c.evidence) == (status, True), c
+
+
+@pytest.mark.parametrize(("spec", "status", "says", "remedy"), [
+    (ht.intel_bare_metal(), Status.PASS, "5 IOMMU groups; IOMMU units dmar0, dmar1", ""),
+    (ht.groups_without_units(), Status.WARN, "5 IOMMU groups but /sys/class/iommu is empty", "dpdk-devbind"),
+    (ht.units_without_groups(), Status.FAIL, "IOMMU units dmar0, dmar1 but /sys/kernel/iommu_groups has no groups",
+     "dmesg"),
+    (ht.amd_iommu_off(), Status.FAIL, "has no groups: the kernel runs without an IOMMU", "`amd_iommu=on iommu=pt`"),
+    (ht.vm_without_viommu(), Status.FAIL, "the kernel runs without an IOMMU", "see host.virt"),
+    (ht.vm_without_viommu(iommu_units=("dmar0",)), Status.FAIL, "IOMMU units dmar0 but", "see host.virt"),
+])
+def test_iommu_kernel_branches(tmp_path, spec, status, says, remedy):
+    c = check(tmp_path, spec, "host.iommu.kernel")
+    assert c.status == status and says in c.evidence and remedy in c.remedy, c
+
+
+def test_many_iommu_units_are_summarised(tmp_path):
+    c = check(tmp_path, ht.intel_bare_metal(iommu_units=tuple(f"dmar{i}" for i in range(6))), "host.iommu.kernel")
+    assert c.evidence.endswith("IOMMU units dmar0, dmar1, dmar2, dmar3 +2")
+
+
+@pytest.mark.parametrize(("spec", "status", "says"), [
+    (ht.intel_bare_metal(cmdline=None), Status.WARN, "/proc/cmdline is not readable"),
+    (ht.intel_bare_metal(cmdline="ro intel_iommu=off"), Status.FAIL, "intel_iommu=off on the kernel command line"),
+    (ht.intel_bare_metal(cmdline="ro intel_iommu=on iommu=off"), Status.FAIL, "iommu=off on the kernel command line"),
+    (ht.intel_bare_metal(cmdline="ro intel_iommu=on,sm_on"), Status.PASS, "intel_iommu=on,sm_on; iommu=pt not set"),
+    (ht.intel_bare_metal(cmdline="ro amd_iommu=off"), Status.PASS, "not given, but the kernel turns the Intel IOMMU"),
+    (ht.intel_bare_metal(cmdline="ro -- intel_iommu=off"), Status.PASS, "not given"),  # after --: init's, not ours
+    (ht.vm_with_viommu(acpi_tables=("VIOT",), cmdline="ro"), Status.PASS, "virtio-iommu (ACPI VIOT) needs no"),
+    (ht.vm_without_viommu(), Status.FAIL, "VM without IOMMU groups; no IOMMU parameter"),
+    (ht.intel_bare_metal(cmdline="ro", extra_groups=(), npus=()), Status.FAIL, "intel_iommu=on not on the kernel"),
+    (ht.intel_bare_metal(cpu_vendor="CentaurHauls", cmdline="ro", extra_groups=(), npus=()), Status.WARN,
+     "not on the kernel command line (CentaurHauls)"),
+    (ht.vm_without_viommu(cmdline="ro amd_iommu=off"), Status.FAIL, "amd_iommu=off"),  # no vIOMMU model: both count
+])
+def test_iommu_cmdline_branches(tmp_path, spec, status, says):
+    c = check(tmp_path, spec, "host.iommu.cmdline")
+    assert c.status == status and says in c.evidence, c
+
+
+@pytest.mark.parametrize(("spec", "status", "says"), [
+    (ht.intel_bare_metal(cpu_flags=False, dmi=None), Status.WARN, "cannot tell bare metal from a VM"),
+    (ht.intel_bare_metal(cpu_flags=False), Status.PASS, "bare metal (no CPU flags in /proc/cpuinfo; DMI Dell Inc."),
+    (ht.vm_with_viommu(), Status.PASS, "with a vIOMMU: 4 IOMMU groups"),
+    (ht.vm_without_viommu(), Status.FAIL, "without a vIOMMU: no IOMMU groups"),
+    (ht.intel_bare_metal(cpu_flags=False, dmi=("QEMU", "Standard PC (Q35 + ICH9, 2009)")), Status.PASS,
+     "VM (no CPU flags in /proc/cpuinfo; DMI QEMU"),  # DMI alone says VM where cpuinfo has no flags
+])
+def test_virt_branches(tmp_path, spec, status, says):
+    c = check(tmp_path, spec, "host.virt")
+    assert c.status == status and says in c.evidence, c
+
+
+@pytest.mark.parametrize(("spec", "status", "says"), [
+    (ht.units_without_groups(), Status.FAIL, "no IOMMU group: 0000:3b:00.0, 0000:5e:00.0"),
+    (ht.group_with_bridge_and_host_device(), Status.WARN,
+     "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)"),
+    (ht.group_with_bridge_only(), Status.PASS, "own IOMMU groups (0000:3b:00.0:42, 0000:5e:00.0:43)"),
+    (ht.intel_bare_metal(npus=(ht.Npu("0000:3b:00.0", group="42"), ht.Npu("0000:3b:00.1", 0x1221, group="42"))),
+     Status.PASS, "own IOMMU groups"),  # two functions of one card share a group: they go to a VM together
+])
+def test_npu_iommu_group_branches(tmp_path, spec, status, says):
+    c = check(tmp_path, spec, "host.npu.iommu-group")
+    assert c.status == status and says in c.evidence, c
+    assert "0000:3a:00.0" not in c.evidence  # the bridge is never named
+
+
+def test_in_between_shapes_are_whole_hosts_the_binder_can_use(tmp_path):
+    """The same fixture that makes preflight WARN makes vfio bind refuse, naming the NIC and not the bridge."""
+    from rblnctl.host.vfio import VfioBinder
+    from tests.fakes.clock import FakeClock
+
+    k = ht.build_host(tmp_path / "h", ht.group_with_bridge_and_host_device())
+    plan = VfioBinder(root=k.root, state_file=k.root / "s.json", is_root=lambda: True, writer=k.writer,
+                      clock=FakeClock()).plan("bind", ["0000:3b:00.0"])
+    [text] = [str(b) for b in plan.blockers]
+    assert "IOMMU group 42 of 0000:3b:00.0 is not viable: 0000:3b:00.1 (8086:1572) on i40e" in text
+    assert "0000:3a:00.0" not in text

@@ -1,0 +1,117 @@
+"""HolderFinder: which processes hold a PCI function open (its /dev nodes, its VFIO group, its sysfs files)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rblnctl.errors import InvalidInput
+from rblnctl.host import pci, procfs
+from rblnctl.host.pci import PciFunction
+from rblnctl.host.procfs import Holder, ProcessTable
+from rblnctl.host.root import HostRoot
+
+
+@dataclass(kw_only=True)
+class HolderFinder:
+    """Map PCI functions to the open files that pin them, from one scan of `<proc>/*/fd`.
+
+    A function is held when a process has open: one of its device nodes (`/dev/rbln*`, `/dev/rsd*`:
+    class devices under the function's sysfs directory, or character devices whose
+    `/sys/dev/char/<major>:<minor>` resolves under it), its VFIO group node `/dev/vfio/<group>` (a
+    running VM), or a file under its sysfs directory (`resource0` mapped by a user-space driver).
+    fd link targets are the paths as the host sees them, so both `/dev/x` and `<root>/dev/x` match.
+    """
+
+    sysfs: Path
+    dev: Path
+    table: ProcessTable
+    _claimed: set[str] = field(default_factory=set, init=False)
+    _char_cache: dict[str, set[str]] | None = field(default=None, init=False)
+
+    @classmethod
+    def scan(cls, root: HostRoot) -> HolderFinder:
+        """Scan the processes under `root` once and return a finder for its functions."""
+        return cls(sysfs=root.sys, dev=root.dev, table=procfs.scan(root.proc))
+
+    @property
+    def incomplete(self) -> int:
+        """How many processes' open files could not be read (not root); non-zero means holders may be missed."""
+        return self.table.unreadable
+
+    def holders(self, f: PciFunction) -> list[Holder]:
+        """Every process holding `f` open, by pid then path."""
+        names = set(pci.device_node_names(self.sysfs, f.bdf)) | self._char_nodes().get(f.bdf, set())
+        self._claimed.update(names)
+        exact = [p for n in sorted(names) for p in (f"/dev/{n}", str(self.dev / n))]
+        if f.iommu_group:
+            exact += [f"/dev/vfio/{f.iommu_group}", str(self.dev / "vfio" / f.iommu_group)]
+        found = self.table.holders(exact)
+        prefixes = self._sysfs_prefixes(f.bdf)
+        if prefixes:
+
+            def under(path: str) -> bool:
+                for pre in prefixes:
+                    if path.startswith(pre):
+                        # a file of a function behind this one (a bridge's child) is not this function's
+                        return not pci.is_bdf_name(path[len(pre):].split("/", 1)[0])
+                return False
+
+            seen = {(h.pid, h.path) for h in found}
+            found += [h for h in self.table.holders_where(under) if (h.pid, h.path) not in seen]
+        return sorted(found, key=lambda h: (h.pid, h.path))
+
+    def unattributed(self, bdfs: Sequence[str]) -> list[Holder]:
+        """Holders of /dev/rbln*|rsd* nodes that none of `bdfs` claims (so nobody can tell whose they are)."""
+        claimed = set(self._claimed)
+        for b in bdfs:
+            claimed.update(pci.device_node_names(self.sysfs, b))
+            claimed.update(self._char_nodes().get(b, set()))
+        dev_dirs = {"/dev", str(self.dev)}
+
+        def stray(path: str) -> bool:
+            head, _, name = path.rpartition("/")
+            return head in dev_dirs and name not in claimed and pci.is_device_node_name(name)
+
+        return self.table.holders_where(stray)
+
+    def _sysfs_prefixes(self, bdf: str) -> tuple[str, ...]:
+        try:
+            real = os.path.realpath(pci.device_dir(self.sysfs, bdf))
+            rel = os.path.relpath(real, os.path.realpath(self.sysfs))
+        except OSError:
+            return ()
+        return tuple(dict.fromkeys((real + "/", f"/sys/{rel}/")))
+
+    def _char_nodes(self) -> dict[str, set[str]]:
+        """BDF -> names of the rbln*/rsd* character devices whose sysfs device lies under that function."""
+        if self._char_cache is not None:
+            return self._char_cache
+        out: dict[str, set[str]] = {}
+        try:
+            entries = list(os.scandir(self.dev))
+        except OSError:
+            entries = []
+        for e in entries:
+            if not pci.is_device_node_name(e.name):
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISCHR(st.st_mode):
+                continue
+            link = Path(self.sysfs) / "dev" / "char" / f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+            real = os.path.realpath(link)
+            for part in reversed(Path(real).parts):
+                try:
+                    bdf = pci.normalize_bdf(part)
+                except InvalidInput:
+                    continue
+                out.setdefault(bdf, set()).add(e.name)
+                break
+        self._char_cache = out
+        return out

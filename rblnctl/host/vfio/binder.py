@@ -1,0 +1,495 @@
+"""VfioBinder: plan and apply bind, unbind and recover of PCI functions through driver_override; the only sysfs writer.
+
+`plan()` only reads: it returns the exact writes, the warnings and every blocker. `apply(plan)`
+records the original drivers, writes through the SysfsWriter seam, verifies the `driver` link,
+and rolls back on failure or on a signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
+from rblnctl.errors import ConfigError, HostError, InvalidInput, NotFound
+from rblnctl.host import pci, system
+from rblnctl.host.holders import HolderFinder
+from rblnctl.host.pci import PciFunction
+from rblnctl.host.root import HostRoot
+from rblnctl.host.vfio import checks, steps, writer as writers
+from rblnctl.host.vfio.checks import Gate
+from rblnctl.host.vfio.model import (
+    Action,
+    DevicePlan,
+    DeviceResult,
+    Mode,
+    Operation,
+    Status,
+    VfioOutcome,
+    VfioPlan,
+    Write,
+)
+from rblnctl.host.vfio.state import StateFile
+from rblnctl.host.vfio.writer import SysfsWriter
+
+log = logging.getLogger(__name__)
+
+VFIO = C.VFIO_DRIVER
+SETTLE_POLL_S = 0.02  # how often to look for /dev/vfio/<group> while udev creates it
+
+
+def _noop(*_: object) -> None:
+    return None
+
+
+@dataclass(kw_only=True)
+class VfioBinder:
+    """Move PCI functions between their host driver and vfio-pci, checking first and rolling back on failure.
+
+    `root` is the host's filesystem root (`/`, or a captured or simulated tree); sysfs, procfs, /dev
+    and /run are read under it. `state_file` None means the default record under that root.
+    `load_module` None means the host's modprobe, which is only allowed when root is the live `/`.
+    """
+
+    root: Path | HostRoot = HostRoot()
+    state_file: Path | None = None
+    force: bool = False  # bind/unbind non-RBLN functions and devices held open (never for recover)
+    keep_going: bool = False  # on failure keep the devices that did change (and go on with the rest)
+    load_modules: bool = False  # modprobe vfio-pci when bind needs it and it is missing
+    settle_timeout_s: float = 5.0  # how long to wait for /dev/vfio/<group> after a bind
+    clock: Clock = SYSTEM_CLOCK
+    writer: SysfsWriter | None = None  # None: writer.default_writer() (real writes)
+    load_module: Callable[[str], None] | None = None
+    is_root: Callable[[], bool] = system.is_root
+    on_write: Callable[[Write], None] = _noop
+    on_event: Callable[[str], None] = _noop
+    host: HostRoot = field(init=False, repr=False)
+    _state: StateFile = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.host = HostRoot.of(self.root)
+        self.state_file = Path(self.state_file) if self.state_file is not None else self.host.under(C.VFIO_STATE_FILE)
+        self._state = StateFile(path=self.state_file)
+
+    @property
+    def sysfs(self) -> Path:
+        """`<root>/sys`."""
+        return self.host.sys
+
+    # ---- plan (read-only) ----
+
+    def plan(self, operation: Operation | str, bdfs: Sequence[str] = (), *, all_devices: bool = False,
+             driver: str | None = None, mode: Mode | str | None = None) -> VfioPlan:
+        """Read the host and return what `operation` would do to the named BDFs (or all); writes nothing.
+
+        bind: to vfio-pci. unbind: back to `driver`, else the driver recorded at bind time, else the
+        kernel's default. recover: functions left without a driver or with a stale driver_override
+        go to the driver `mode` wants (container: the host driver, the default; vm: vfio-pci).
+        Raises InvalidInput/ConfigError for bad arguments, NotFound for devices that do not exist.
+        """
+        try:
+            op = Operation(operation)
+        except ValueError:
+            raise InvalidInput(f"unknown vfio operation {operation!r}: expected bind, unbind or recover") from None
+        if driver is not None and op is not Operation.UNBIND:
+            raise ConfigError(f"a target driver applies to unbind, not {op}")
+        if mode is not None and op is not Operation.RECOVER:
+            raise ConfigError(f"a mode applies to recover, not {op}")
+        self.host.checked()
+        if op is Operation.BIND:
+            return self._plan_bind(bdfs, all_devices)
+        if op is Operation.UNBIND:
+            return self._plan_unbind(bdfs, all_devices, driver)
+        try:
+            wanted = Mode(mode or Mode.CONTAINER)
+        except ValueError:
+            raise InvalidInput(f"unknown mode {mode!r}: expected container or vm") from None
+        return self._plan_recover(bdfs, all_devices, wanted)
+
+    def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
+        fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
+        gate = Gate()
+        devices = [steps.bind_step(self.sysfs, f) for f in fns]
+        finder = HolderFinder.scan(self.host)
+        gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
+        changes = _changed(devices, fns)
+        load: tuple[str, ...] = ()
+        if changes:
+            checks.check_rbln(gate, fns, "bind", forced=self.force)
+            checks.check_root(gate, self.is_root(), "bind")
+            checks.check_iommu(gate, self.sysfs, changes)
+            load = checks.check_vfio_pci(gate, self.host, load_modules=self.load_modules,
+                                         loader_injected=self.load_module is not None)
+            checks.check_state(gate, self._state, needed=True)
+            checks.check_holders(gate, finder, changes, forced=self.force)
+            checks.check_groups(gate, self.sysfs, changes, {f.bdf for f in fns})
+        return _plan(Operation.BIND, devices, gate, load)
+
+    def _plan_unbind(self, bdfs: Sequence[str], all_devices: bool, driver: str | None) -> VfioPlan:
+        if driver is not None:
+            pci.validate_driver_name(driver)
+            if driver == VFIO:
+                raise InvalidInput(f"the target driver {VFIO} is what bind does; name the host driver to return to")
+        gate = Gate()
+        records = checks.check_state(gate, self._state, needed=driver is None)
+        # all: every NPU on vfio-pci or overridden to it, and recorded ones a failed rollback left driverless
+        fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu and (
+            VFIO in (f.driver, f.driver_override) or (f.driver is None and f.bdf in records)))
+        devices = []
+        for f in fns:
+            rec = records.get(f.bdf, {})
+            if rec.get("ids") and rec["ids"] != f.ids:
+                # The record is for another device (swapped card, state file copied from another host):
+                # restoring its driver could bind the wrong driver to this one.
+                gate.warn(f"{f.bdf}: the state file recorded device {rec['ids']} here, but the device is {f.ids}; "
+                          "ignoring that record (unbind it naming the host driver to choose one)")
+                rec = {}
+            target = driver or rec.get("driver")
+            source = "named" if driver else ("recorded" if target else "kernel default")
+            devices.append(steps.unbind_step(self.sysfs, f, target, source))
+        finder = HolderFinder.scan(self.host)
+        gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
+        changes = _changed(devices, fns)
+        if changes:
+            checks.check_rbln(gate, fns, "unbind", forced=self.force)
+            checks.check_root(gate, self.is_root(), "unbind")
+            checks.check_drivers_loaded(gate, self.sysfs, _by_target(devices))
+            checks.check_holders(gate, finder, changes, forced=self.force)
+        return _plan(Operation.UNBIND, devices, gate)
+
+    def _plan_recover(self, bdfs: Sequence[str], all_devices: bool, mode: Mode) -> VfioPlan:
+        gate = Gate()
+        # Only a recovery to vfio-pci records anything; to the host driver it only drops records.
+        checks.check_state(gate, self._state, needed=mode is Mode.VM)
+        fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
+        devices = [steps.recover_step(self.sysfs, f, mode) for f in fns]
+        finder = HolderFinder.scan(self.host)
+        gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
+        changes = _changed(devices, fns)
+        if changes:
+            # recover has no overrides: it repairs, so it never forces past a check (nor loads modules)
+            checks.check_rbln(gate, fns, "recover", forced=False, overridable=False)
+            checks.check_root(gate, self.is_root(), "recover")
+            if mode is Mode.VM:
+                checks.check_iommu(gate, self.sysfs, changes)
+                checks.check_vfio_pci(gate, self.host, load_modules=False, loader_injected=False, overridable=False)
+                checks.check_groups(gate, self.sysfs, changes, {f.bdf for f in changes})
+            else:
+                checks.check_drivers_loaded(gate, self.sysfs, _by_target(devices), can_name_another=False)
+                bound = [f.bdf for f in changes if f.driver == VFIO]
+                if bound:
+                    # what bind leaves is a leftover only on a container node; a vm-passthrough node needs it
+                    gate.warn(f"{', '.join(bound)} on {VFIO} will be unbound from it: if this node is in "
+                              "vm-passthrough mode, recover for the vm mode instead")
+            checks.check_holders(gate, finder, changes, forced=False, overridable=False)
+        return _plan(Operation.RECOVER, devices, gate)
+
+    # ---- apply (writes) ----
+
+    def apply(self, plan: VfioPlan) -> VfioOutcome:
+        """Carry out a plan: record original drivers, write, verify, roll back on failure.
+
+        Raises Refused when the plan has blockers (nothing is written). Device failures do not
+        raise: they are results (`VfioOutcome.ok` is False). Ctrl-C, SIGTERM and SIGHUP
+        (KeyboardInterrupt, rblnctl.errors.Interrupted) restore every device this run touched,
+        settle the records, then propagate.
+        """
+        plan.check()
+        if plan.noop:
+            return VfioOutcome(results=tuple(plan.preview()))
+        to_vfio = any(d.to_driver == VFIO for d in plan.changes)
+        with self._state.locked():
+            for module in plan.load_modules:
+                self.on_event(f"loading kernel module {module}")
+                self._loader()(module)
+            if to_vfio and not pci.driver_registered(self.sysfs, VFIO):
+                raise HostError(f"{VFIO} is not registered (no {pci.driver_dir(self.sysfs, VFIO)}); "
+                                "nothing was changed")
+            records: dict[str, dict] | None
+            try:
+                records = self._state.load()
+            except HostError as e:
+                if to_vfio:
+                    raise
+                # the plan let this through (a named or host-driver target): go on, leave the file for a person
+                self.on_event(f"{e}; leaving it untouched")
+                records = None
+            if records is not None:
+                self._record(plan, records)
+            touched: list[DevicePlan] = []
+            try:
+                results = self._apply_all(plan, touched)
+            except KeyboardInterrupt:
+                # A signal between an unbind and the probe would leave a device without a driver: undo first.
+                self.on_event(f"interrupted: restoring the {len(touched)} device(s) this run changed")
+                results = {}
+                for d in reversed(touched):
+                    try:
+                        driverless, where = self._restore(d)
+                    except KeyboardInterrupt:
+                        # a second signal: give up on this device, never on the others (each takes milliseconds)
+                        driverless = d.from_driver is not None and pci.current_driver(self.sysfs, d.bdf) is None
+                        where = f"a second interrupt stopped its rollback; it is on {self._driver_text(d.bdf)} now"
+                    results[d.bdf] = _result(d, plan.operation, Status.DRIVERLESS if driverless else Status.ROLLED_BACK,
+                                             f"interrupted; {where}")
+                    if driverless:
+                        self.on_event(f"{d.bdf}: {where}")
+                if records is not None:
+                    self._settle_records(plan, results, records)
+                raise
+            if records is not None:
+                self._settle_records(plan, results, records)
+        return VfioOutcome(results=tuple(results[d.bdf] for d in plan.devices))
+
+    # ---- internals: targets and writes ----
+
+    def _targets(self, bdfs: Sequence[str], all_devices: bool, *, select: Callable[[PciFunction], bool]
+                 ) -> list[PciFunction]:
+        if bdfs and all_devices:
+            raise ConfigError("name devices or select all of them, not both")
+        if not bdfs and not all_devices:
+            raise InvalidInput("name at least one PCI address (DDDD:BB:DD.F), or select all devices")
+        if bdfs:
+            return pci.read_functions(self.sysfs, pci.normalize_bdfs(bdfs))
+        every = pci.list_functions(self.sysfs)
+        if not every:
+            raise NotFound(f"no RBLN NPU (vendor {C.PCI_VENDOR_RBLN:04x}, class {C.PCI_CLASS_NPU:06x}) under "
+                           f"{pci.devices_dir(self.sysfs)}")
+        return [f for f in every if select(f)]
+
+    def _loader(self) -> Callable[[str], None]:
+        if self.load_module is not None:
+            return self.load_module
+        if not self.host.is_live:
+            raise HostError("refusing to run modprobe: it would change the running kernel, not the tree under "
+                            f"{self.host.path}")
+        return system.modprobe
+
+    # ---- internals: applying and rolling back ----
+
+    def _write(self, w: Write) -> None:
+        self.on_write(w)
+        log.debug("write %r > %s (%s %s)", w.value, w.path, w.bdf, w.why)
+        writer = self.writer if self.writer is not None else writers.default_writer()
+        try:
+            writer.write(Path(w.path), w.value)
+        except OSError as e:
+            reason = os.strerror(e.errno) if e.errno else str(e)
+            raise HostError(f"{w.why}: writing {w.value.strip()!r} to {w.path} failed: {reason}") from e
+
+    def _apply_all(self, plan: VfioPlan, touched: list[DevicePlan]) -> dict[str, DeviceResult]:
+        """Apply every device in order; `touched` collects the devices written to (for an interrupt's undo).
+
+        recover treats devices independently (as keep_going does): undoing a repaired device because
+        another one failed would only break it again.
+        """
+        independent = self.keep_going or plan.operation is Operation.RECOVER
+        results: dict[str, DeviceResult] = {}
+        done: list[DevicePlan] = []
+        stopped_by: str | None = None
+        failed_groups: dict[str, str] = {}  # independent runs: IOMMU group -> the member that failed
+        for d in plan.devices:
+            if d.action == Action.SKIP:
+                results[d.bdf] = _result(d, plan.operation, Status.SKIPPED, d.note)
+                continue
+            if stopped_by or d.iommu_group in failed_groups:
+                why = stopped_by or f"IOMMU group {d.iommu_group} member {failed_groups[d.iommu_group]}"
+                results[d.bdf] = _result(d, plan.operation, Status.NOT_ATTEMPTED, f"not attempted: {why} failed")
+                continue
+            touched.append(d)
+            error, wrote = self._apply_one(d)
+            if error is None:
+                done.append(d)
+                results[d.bdf] = _result(d, plan.operation, Status.OK, self._ok_message(d))
+                continue
+            if wrote:
+                self.on_event(f"{d.bdf}: {error}; rolling it back to {d.from_driver or 'no driver'}")
+                driverless, where = self._restore(d)
+                results[d.bdf] = _result(d, plan.operation, Status.DRIVERLESS if driverless else Status.FAILED,
+                                         f"{error}; {where}")
+            else:
+                results[d.bdf] = _result(d, plan.operation, Status.FAILED, f"{error}; nothing was changed")
+            if independent:
+                # a VM can only use a whole group: undo (and stop) the failed device's group mates only
+                undo = []
+                if d.to_driver == VFIO and d.iommu_group is not None:
+                    failed_groups[d.iommu_group] = d.bdf
+                    undo = [p for p in done if p.iommu_group == d.iommu_group]
+                why = f"IOMMU group {d.iommu_group} member {d.bdf} failed"
+            else:
+                undo = list(done)
+                why = f"{d.bdf} failed"
+                stopped_by = d.bdf
+            for p in reversed(undo):
+                self.on_event(f"{p.bdf}: rolling back ({why})")
+                driverless, where = self._restore(p)
+                results[p.bdf] = _result(p, plan.operation, Status.DRIVERLESS if driverless else Status.ROLLED_BACK,
+                                         f"{why}; {where}")
+                done.remove(p)
+        return results
+
+    def _apply_one(self, d: DevicePlan) -> tuple[str | None, bool]:
+        """Do one device's writes and verify; return (error or None, whether anything was written)."""
+        if self._gone(d.bdf):
+            return f"{d.bdf} no longer exists (removed since the plan)", False
+        now = pci.read_function(self.sysfs, d.bdf)
+        if now.driver != d.from_driver:
+            return (f"its driver changed since the plan (now {now.driver or 'none'}, "
+                    f"planned from {d.from_driver or 'none'})"), False
+        touched = False
+        for w in d.writes:
+            try:
+                touched = True
+                self._write(w)
+            except HostError as e:
+                return str(e), touched
+        if self._gone(d.bdf):
+            return f"{d.bdf} no longer exists (removed during the run)", touched
+        return self._verify(d), touched
+
+    def _driver_text(self, bdf: str) -> str:
+        return "nothing (removed)" if self._gone(bdf) else (pci.current_driver(self.sysfs, bdf) or "no driver")
+
+    def _gone(self, bdf: str) -> bool:
+        """Whether the function has vanished from sysfs (hot-unplug, `remove`) since it was read."""
+        return not pci.device_dir(self.sysfs, bdf).is_dir()
+
+    def _verify(self, d: DevicePlan) -> str | None:
+        f = pci.read_function(self.sysfs, d.bdf)
+        if d.to_driver == VFIO:
+            if f.driver != VFIO:
+                return f"verification failed: driver is {f.driver or 'none'} after the probe, not {VFIO}"
+            node = self.host.dev / "vfio" / (f.iommu_group or "")
+            if not f.iommu_group or not self._wait_for(node):
+                return f"verification failed: {node} did not appear within {self.settle_timeout_s:g} s"
+            return None
+        if f.driver_override:
+            return f"verification failed: driver_override is still {f.driver_override}"
+        if d.to_driver is not None and f.driver != d.to_driver:
+            return f"verification failed: driver is {f.driver or 'none'}, not {d.to_driver}"
+        if d.to_driver is None and f.driver == VFIO:
+            return f"verification failed: the kernel probed {VFIO} again"
+        return None
+
+    def _wait_for(self, path: Path) -> bool:
+        # udev (or devtmpfs) creates /dev/vfio/<group> right after the bind; give it a moment.
+        deadline = self.clock.monotonic() + self.settle_timeout_s
+        while not path.exists():
+            if self.clock.monotonic() >= deadline:
+                return False
+            self.clock.sleep(SETTLE_POLL_S)
+        return True
+
+    def _ok_message(self, d: DevicePlan) -> str:
+        if d.to_driver == VFIO:
+            return f"bound to {VFIO}; {self.host.dev / 'vfio' / (d.iommu_group or '')} present"
+        now = pci.current_driver(self.sysfs, d.bdf)
+        if now is None:
+            self.on_event(f"{d.bdf}: no driver claimed it after the probe; it has no driver now")
+            return "unbound; no driver claimed it (kernel default), so it has no driver now"
+        return f"on {now}; driver_override cleared"
+
+    def _restore(self, d: DevicePlan) -> tuple[bool, str]:
+        """Best effort: put one device back on its original driver and override.
+
+        Returns (whether it was left without a driver it had, where it ended).
+        """
+        problems = []
+        want = d.from_driver
+
+        def attempt(w: Write) -> bool:
+            try:
+                self._write(w)
+                return True
+            except HostError as e:
+                problems.append(str(e))
+                return False
+
+        if self._gone(d.bdf):
+            return False, "it no longer exists under sysfs; nothing to restore"
+        now = pci.read_function(self.sysfs, d.bdf)
+        # The kernel binds only the driver an override names, so an original override that names another
+        # driver (a stale one) is put back last, after the original driver is bound again.
+        during = d.from_override if d.from_override in (None, want) else None
+        if now.driver_override != during:
+            attempt(steps.override_write(self.sysfs, d.bdf, during, "rollback: restore driver_override"))
+        if now.driver is not None and now.driver != want:
+            attempt(steps.unbind_write(self.sysfs, d.bdf, now.driver, why=f"rollback: unbind from {now.driver}"))
+        if want is not None and pci.current_driver(self.sysfs, d.bdf) is None:
+            ok = attempt(steps.bind_write(self.sysfs, d.bdf, want, f"rollback: bind {want}"))
+            if not ok or pci.current_driver(self.sysfs, d.bdf) is None:
+                attempt(steps.probe_write(self.sysfs, d.bdf, "rollback: probe"))
+        if during != d.from_override:
+            attempt(steps.override_write(self.sysfs, d.bdf, d.from_override, "rollback: restore driver_override"))
+        final = pci.current_driver(self.sysfs, d.bdf)
+        detail = f" ({'; '.join(problems)})" if problems else ""
+        if final == want:
+            return False, f"restored to {want or 'no driver (as before)'}{detail}"
+        if final is None:
+            if want == VFIO:
+                how = f"bind it again once {VFIO} works"
+            else:
+                how = f"once {want} works again, unbind it naming {want} as the host driver, or recover it"
+            return True, f"rollback failed{detail}: the device has NO driver now; {how}"
+        return False, f"rollback left it on {final}, not {want or 'no driver'}{detail}"
+
+    # ---- internals: state records ----
+
+    def _record(self, plan: VfioPlan, records: dict[str, dict]) -> None:
+        """Before the first write: the original driver of every device leaving a host driver (or none) for vfio-pci."""
+        stamp = iso_utc(self.clock.now())
+        changed = False
+        for d in plan.changes:
+            if d.to_driver != VFIO or d.from_driver == VFIO:
+                continue  # to a host driver nothing needs recording; from vfio-pci the host driver is not known
+            if d.from_driver is None and d.bdf in records:
+                continue  # half-bound device: the earlier record knows more than "no driver"
+            records[d.bdf] = {"driver": d.from_driver, "driver_override": d.from_override, "ids": d.ids,
+                              "recorded_at": stamp}
+            changed = True
+        if changed:
+            self._state.save(records)
+
+    def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult], records: dict[str, dict]) -> None:
+        """After the writes: drop the records of devices with nothing left to restore."""
+        before = dict(records)
+        for d in plan.changes:
+            if self._gone(d.bdf):
+                records.pop(d.bdf, None)  # removed from the host: a new function there starts afresh
+            elif plan.operation is Operation.UNBIND:
+                if d.bdf in results and results[d.bdf].status == Status.OK:
+                    records.pop(d.bdf, None)
+            elif pci.current_driver(self.sysfs, d.bdf) not in (None, VFIO):
+                records.pop(d.bdf, None)  # on a host driver: nothing left to restore
+            # still on vfio-pci, or without a driver: keep the record so unbind can restore it
+        if records != before:
+            self._state.save(records)
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def _plan(operation: Operation, devices: list[DevicePlan], gate: Gate, load: tuple[str, ...] = ()) -> VfioPlan:
+    return VfioPlan(operation=operation, devices=tuple(devices), blockers=tuple(gate.blockers),
+                    warnings=tuple(gate.warnings), load_modules=load)
+
+
+def _changed(devices: Sequence[DevicePlan], fns: Sequence[PciFunction]) -> list[PciFunction]:
+    return [f for d, f in zip(devices, fns, strict=True) if d.action != Action.SKIP]
+
+
+def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for d in devices:
+        if d.action != Action.SKIP and d.to_driver:
+            out.setdefault(d.to_driver, []).append(d.bdf)
+    return out
+
+
+def _result(d: DevicePlan, operation: Operation, status: Status, message: str) -> DeviceResult:
+    return DeviceResult(bdf=d.bdf, action=operation, from_driver=d.from_driver, to_driver=d.to_driver,
+                        status=status, message=message)

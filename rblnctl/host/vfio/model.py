@@ -1,0 +1,197 @@
+"""The data of `rblnctl vfio`: operations, statuses, plans, results and status rows (JSON values are a contract)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from rblnctl.errors import Refused
+from rblnctl.host.procfs import Holder
+from rblnctl.plan import Blocker
+
+
+class Operation(enum.StrEnum):
+    """What a plan does to the devices it names."""
+
+    BIND = "bind"  # host driver -> vfio-pci
+    UNBIND = "unbind"  # vfio-pci -> the recorded host driver, a named one, or the kernel's default
+    RECOVER = "recover"  # driverless or stale-override functions -> the driver the node's mode wants
+
+
+class Action(enum.StrEnum):
+    """What a plan does to one device."""
+
+    BIND = "bind"
+    UNBIND = "unbind"
+    RECOVER = "recover"
+    SKIP = "skip"
+
+
+class Mode(enum.StrEnum):
+    """The node mode `recover` restores a function for (the driver that mode wants)."""
+
+    CONTAINER = "container"  # the host driver (rebellions), no driver_override
+    VM = "vm"  # vfio-pci, driver_override=vfio-pci (as bind leaves it)
+
+
+class Status(enum.StrEnum):
+    """`DeviceResult.status` (docs/vfio.md)."""
+
+    PLANNED = "planned"  # dry run: this would change
+    BLOCKED = "blocked"  # dry run: this would change, but a blocker refuses the run
+    OK = "ok"  # changed and verified
+    SKIPPED = "skipped"  # nothing to do
+    FAILED = "failed"  # this device failed; `message` says where it ended (normally where it started)
+    ROLLED_BACK = "rolled-back"  # changed, then restored because another device failed or a signal came
+    NOT_ATTEMPTED = "not-attempted"  # never touched: an earlier device failed and the run stopped
+    DRIVERLESS = "driverless"  # a rollback failed and the device has no driver now
+
+
+# Statuses that make an outcome not ok.
+PROBLEMS = frozenset({Status.FAILED, Status.DRIVERLESS, Status.ROLLED_BACK, Status.NOT_ATTEMPTED})
+
+
+@dataclass(frozen=True)
+class DeviceBlocker(Blocker):
+    """A blocker about particular devices (`bdfs`); one without devices refuses the whole plan."""
+
+    bdfs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Write:
+    """One sysfs write: `value` into `path`, done for `bdf` (`why` says which step it is)."""
+
+    bdf: str
+    path: str
+    value: str
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevicePlan:
+    """What one function looks like now and the writes that move it to `to_driver`.
+
+    `to_driver` None on an unbind means the kernel's default (empty override + drivers_probe).
+    """
+
+    bdf: str
+    ids: str
+    model: str | None
+    iommu_group: str | None
+    action: Action
+    from_driver: str | None
+    from_override: str | None
+    to_driver: str | None
+    note: str = ""
+    writes: tuple[Write, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceResult:
+    """The outcome for one function (the stable `-o json` schema of bind, unbind and recover)."""
+
+    bdf: str
+    action: Operation
+    from_driver: str | None
+    to_driver: str | None
+    status: Status
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class VfioPlan:
+    """Everything `apply()` would do, and every reason it would refuse to (`blockers`)."""
+
+    operation: Operation
+    devices: tuple[DevicePlan, ...]
+    blockers: tuple[Blocker, ...] = ()
+    warnings: tuple[str, ...] = ()
+    load_modules: tuple[str, ...] = ()  # modprobe'd by apply() before the first write
+
+    @property
+    def changes(self) -> list[DevicePlan]:
+        """Devices the run would change."""
+        return [d for d in self.devices if d.action != Action.SKIP]
+
+    @property
+    def noop(self) -> bool:
+        """True when no device would change (then nothing is checked, recorded or written)."""
+        return not self.changes
+
+    @property
+    def writes(self) -> list[Write]:
+        """Every sysfs write, in order."""
+        return [w for d in self.devices for w in d.writes]
+
+    def blockers_for(self, bdf: str) -> list[Blocker]:
+        """The blockers that refuse this device: its own, and every plan-wide one."""
+        return [b for b in self.blockers if not getattr(b, "bdfs", ()) or bdf in b.bdfs]
+
+    def check(self) -> None:
+        """Raise Refused, listing every blocker, when the plan must not run."""
+        if self.blockers:
+            raise Refused(f"vfio {self.operation} refused; nothing was changed", blockers=list(self.blockers))
+
+    def preview(self) -> list[DeviceResult]:
+        """The plan as results (what a dry run shows): `planned`, `blocked` or `skipped` per device."""
+        out = []
+        for d in self.devices:
+            if d.action == Action.SKIP:
+                status, message = Status.SKIPPED, d.note
+            elif hits := self.blockers_for(d.bdf):
+                status, message = Status.BLOCKED, "; ".join(b.message for b in hits)
+            else:
+                status, message = Status.PLANNED, d.note or f"{len(d.writes)} sysfs writes"
+            out.append(DeviceResult(bdf=d.bdf, action=self.operation, from_driver=d.from_driver,
+                                    to_driver=d.to_driver, status=status, message=message))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class VfioOutcome:
+    """Per-device results of `apply()`, in plan order."""
+
+    results: tuple[DeviceResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no device failed, was rolled back, was left out or was left without a driver."""
+        return not any(r.status in PROBLEMS for r in self.results)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupMember:
+    """Another function in the same IOMMU group."""
+
+    bdf: str
+    ids: str
+    driver: str | None
+    bridge: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceStatus:
+    """One function as `vfio status` reports it."""
+
+    bdf: str
+    ids: str
+    model: str | None
+    function: str | None
+    driver: str | None
+    driver_override: str | None
+    iommu_group: str | None
+    group_members: tuple[GroupMember, ...]
+    numa_node: int | None
+    vfio_device: str | None  # <root>/dev/vfio/<group> (None without a group)
+    vfio_device_present: bool
+    holders: tuple[Holder, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VfioStatus:
+    """`vfio status`: devices, warnings (VFIO Manager present, incomplete holder scan) and where it looked."""
+
+    devices: tuple[DeviceStatus, ...]
+    warnings: tuple[str, ...] = ()
+    searched: str = ""  # the PCI devices directory that was listed

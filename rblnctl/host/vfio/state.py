@@ -1,0 +1,145 @@
+"""StateFile: the locked, atomically saved JSON record of each device's original driver."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rblnctl import constants as C
+from rblnctl.errors import HostError, InvalidInput
+from rblnctl.host import pci
+
+STATE_VERSION = 1
+# A state file holds a few hundred bytes per device; anything this large is not one of ours.
+MAX_STATE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateFile:
+    """The JSON record of each bound device's original driver; every save is atomic (temp file + rename).
+
+    `{"version": 1, "devices": {bdf: {"driver", "driver_override", "ids", "recorded_at"}}}`.
+    """
+
+    path: Path
+
+    def load(self) -> dict[str, dict]:
+        """Return `{bdf: record}`; {} when the file does not exist.
+
+        Raises HostError when the file is unreadable or damaged: not a regular file, too large, not
+        UTF-8, not JSON, not version 1, a key that is not a canonical BDF, a driver name unsafe in a
+        path, or vfio-pci recorded as an original driver (names from it end up in sysfs paths).
+        """
+        raw = self._read()
+        if raw is None:
+            return {}
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+                raise ValueError(f"not a version {STATE_VERSION} rblnctl state file")
+            devices = data["devices"]
+            if not isinstance(devices, dict):
+                raise TypeError("devices is not an object")
+            out = {}
+            for bdf, rec in devices.items():
+                if pci.normalize_bdf(bdf) != bdf or not isinstance(rec, dict):
+                    raise ValueError(f"bad entry {bdf!r}")
+                for key in ("driver", "driver_override"):
+                    if rec.get(key) is not None:
+                        pci.validate_driver_name(rec[key])
+                if rec.get("ids") is not None and not isinstance(rec["ids"], str):
+                    raise TypeError(f"{bdf}: ids is not a string")
+                if rec.get("driver") == C.VFIO_DRIVER:  # bind never records it: unbind would "restore" vfio-pci
+                    raise ValueError(f"{bdf} has {C.VFIO_DRIVER} as its original driver")
+                out[bdf] = rec
+            return out
+        except UnicodeDecodeError as e:
+            raise self._damaged(f"not UTF-8 text: byte {e.start}") from e
+        except RecursionError as e:  # json.loads of deeply nested brackets
+            raise self._damaged("nested too deeply") from e
+        except (ValueError, KeyError, TypeError, InvalidInput) as e:
+            raise self._damaged(str(e)) from e
+
+    def save(self, devices: dict[str, dict]) -> None:
+        """Replace the file atomically: write a temp file in the same directory, fsync, rename, fsync the directory."""
+        parent = self.path.parent
+        tmp = None
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"version": STATE_VERSION, "devices": dict(sorted(devices.items()))}, f, indent=2)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.path)
+            tmp = None
+            dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:
+            raise HostError(f"cannot write state file {self.path}: {e.strerror or e}") from e
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold an exclusive lock (`<path>.lock`) so two runs cannot interleave their records."""
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise HostError(f"cannot open lock file {lock}: {e.strerror or e}") from e
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as e:
+                raise HostError(f"another rblnctl vfio run holds {lock}; wait for it to finish") from e
+            yield
+        finally:
+            os.close(fd)
+
+    def _read(self) -> bytes | None:
+        """The file's bytes, None when absent; never blocks on a FIFO and never reads more than MAX_STATE_BYTES + 1."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise HostError(f"cannot read state file {self.path}: {e.strerror or e}") from e
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise HostError(f"cannot read state file {self.path}: Is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise self._damaged("not a regular file")
+            chunks, size = [], 0
+            while size <= MAX_STATE_BYTES:
+                chunk = os.read(fd, MAX_STATE_BYTES + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as e:
+            raise HostError(f"cannot read state file {self.path}: {e.strerror or e}") from e
+        finally:
+            os.close(fd)
+        if size > MAX_STATE_BYTES:
+            raise self._damaged(f"larger than {MAX_STATE_BYTES} bytes")
+        return b"".join(chunks)
+
+    def _damaged(self, why: str) -> HostError:
+        return HostError(f"state file {self.path} is damaged ({why}); fix or move it away")

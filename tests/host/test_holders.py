@@ -1,0 +1,73 @@
+"""rblnctl.host.holders: the one holder finder (vfio and preflight --local both use it)."""
+
+from __future__ import annotations
+
+from rblnctl.host import pci
+from rblnctl.host.holders import HolderFinder
+from rblnctl.host.root import HostRoot
+from tests.fakes.sysfs import npu_node
+
+A, B = "0000:3b:00.0", "0000:3c:00.0"
+
+
+def finder(k) -> HolderFinder:
+    return HolderFinder.scan(HostRoot(k.root))
+
+
+def test_a_device_node_the_host_driver_created(tmp_path):
+    k = npu_node(tmp_path, 2)
+    k.add_process(4242, "rbln-smi", ["/dev/rbln1"], cmdline=["rbln-smi", "-w"])
+    f = finder(k)
+    assert f.holders(pci.read_function(k.sys, A)) == []
+    [h] = f.holders(pci.read_function(k.sys, B))
+    assert (h.pid, h.command, h.path) == (4242, "rbln-smi -w", "/dev/rbln1")
+
+
+def test_a_path_under_the_roots_dev_counts_too(tmp_path):
+    k = npu_node(tmp_path, 1)
+    k.add_process(7, "tool", [str(k.dev / "rbln0")])  # a process inside the capture's own mount namespace
+    assert [h.pid for h in finder(k).holders(pci.read_function(k.sys, A))] == [7]
+
+
+def test_the_vfio_group_node_is_a_running_vm(tmp_path):
+    k = npu_node(tmp_path, 1)
+    k.add_process(3100, "qemu-kvm", ["/dev/vfio/vfio", "/dev/vfio/20"])
+    [h] = finder(k).holders(pci.read_function(k.sys, A))
+    assert (h.pid, h.path) == (3100, "/dev/vfio/20")  # the container /dev/vfio/vfio is nobody's device
+
+
+def test_files_under_the_functions_sysfs_directory_but_not_a_child_functions(tmp_path):
+    k = npu_node(tmp_path, 1)
+    k.add_process(99, "dpdk-app", [f"/sys/devices/pci0000:00/{A}/resource0"])
+    k.add_process(98, "other", [f"/sys/devices/pci0000:00/{A}/0000:3c:00.0/config"])  # behind a bridge: not A's
+    f = finder(k)
+    assert [(h.pid, h.path) for h in f.holders(pci.read_function(k.sys, A))] == [
+        (99, f"/sys/devices/pci0000:00/{A}/resource0")]
+
+
+def test_unattributed_device_nodes(tmp_path):
+    k = npu_node(tmp_path, 1)
+    k.add_process(7, "mystery", ["/dev/rbln9", "/dev/null"])
+    k.add_process(8, "smi", ["/dev/rbln0"])
+    f = finder(k)
+    f.holders(pci.read_function(k.sys, A))
+    assert [(h.pid, h.path) for h in f.unattributed([A])] == [(7, "/dev/rbln9")]
+
+
+def test_incomplete_scan_is_reported(tmp_path, monkeypatch):
+    import os
+
+    from rblnctl.host import procfs
+
+    k = npu_node(tmp_path, 1)
+    k.add_process(2, "other", ["/dev/rbln0"])
+    real = os.listdir
+
+    def listdir(path):
+        if str(path) == str(k.proc / "2" / "fd"):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(procfs.os, "listdir", listdir)
+    f = finder(k)
+    assert f.incomplete == 1 and f.holders(pci.read_function(k.sys, A)) == []
