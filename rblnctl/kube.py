@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
+import yaml
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
@@ -398,10 +399,8 @@ def connect(opts: KubeOptions) -> Kube:
                     )
             except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
                 raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-            except Exception as e:  # yaml.YAMLError and friends from a corrupt file
-                if type(e).__module__.startswith("yaml"):
-                    raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
-                raise
+            except yaml.YAMLError as e:
+                raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
             if plugin_errors and not cfg.api_key and not cfg.cert_file:
                 # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
                 which = f"context {context}" if context else "the current context"
@@ -425,27 +424,25 @@ def connect(opts: KubeOptions) -> Kube:
 def _client_errors() -> Iterator[list[str]]:
     """Collect what the kubernetes package logs with logging.error() (a failed exec credential plugin).
 
-    It logs to the root logger, which with no handler would print the record on stderr and, through
-    logging.basicConfig(), attach a handler for the rest of the process. The messages are put into
-    rblnctl's one-line errors instead; other root records pass on to logging.lastResort.
+    It logs on the root logger, which with no handler would print the record on stderr. A filter on
+    the root logger (not a handler: nothing is attached for the rest of the process) takes those
+    records out and puts their messages into rblnctl's one-line errors; other records pass untouched.
     """
     messages: list[str] = []
 
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "kubernetes" in record.pathname:
-                messages.append(record.getMessage())
-                log.debug("kubernetes client: %s", record.getMessage())
-            elif len(logging.getLogger().handlers) == 1 and logging.lastResort is not None:
-                logging.lastResort.handle(record)
+    def _collect(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "kubernetes" in record.pathname:
+            messages.append(record.getMessage())
+            log.debug("kubernetes client: %s", record.getMessage())
+            return False
+        return True
 
     root = logging.getLogger()
-    handler = _Collect(logging.ERROR)
-    root.addHandler(handler)
+    root.addFilter(_collect)
     try:
         yield messages
     finally:
-        root.removeHandler(handler)
+        root.removeFilter(_collect)
 
 
 def resolve_kubeconfig(explicit: str | None) -> str | None:
@@ -484,15 +481,13 @@ def _check_context(source: str, context: str | None) -> str | None:
         contexts = [getattr(c, "value", c) for c in contexts]
     except ConfigException as e:
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    except Exception as e:  # yaml errors on a corrupt file
+    except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        if type(e).__module__.startswith("yaml"):
-            raise ConfigError(f"invalid kubeconfig {source}: not valid YAML{where}") from e
-        if isinstance(e, (TypeError, AttributeError, KeyError)):
-            raise ConfigError(
-                f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)"
-            ) from e
+        raise ConfigError(f"invalid kubeconfig {source}: not valid YAML{where}") from e
+    except (TypeError, AttributeError, KeyError) as e:
+        raise ConfigError(f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)") from e
+    except (OSError, ValueError) as e:
         raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
     names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
     if not names:
