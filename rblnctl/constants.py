@@ -285,3 +285,9 @@ SET_MODE_ANNOTATION = "rebellions.ai/rblnctl.set-mode"
 HOST_ROOT = "/"
 # Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
 VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
+
+# --- Output (rblnctl's own documents: docs/output.md) -------------------------------------------
+
+# The group/version of every JSON/YAML document rblnctl prints; a breaking change to a kind's shape
+# moves it to a new version.
+OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"

@@ -105,15 +105,16 @@ def test_a_signal_at_the_prompt_exits_128_plus_signum_and_changes_nothing(apiser
 
     from tests.fakes import objects as o
 
-    apiserver.add(o.kubevirt(feature_gates=[]))
+    apiserver.add(o.npu_node("n1"), o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web",
+                                          requests={"rebellions.ai/npu": "1"}))
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, "kubevirt", "enable-gates"],
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, "node", "drain", "n1"],
                             stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(follower)
     try:
         deadline = time.monotonic() + 30
-        while not any(r.method == "GET" and "kubevirts" in r.path for r in apiserver.requests):
-            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never read the KubeVirt CR"
+        while not any(r.method == "GET" and r.path.endswith("/pods") for r in apiserver.requests):
+            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never listed the node's pods"
             time.sleep(0.05)
         time.sleep(0.5)  # past the read, at the prompt
         proc.send_signal(sig)
@@ -133,7 +134,8 @@ def test_end_of_input_at_the_prompt_is_no(apiserver, monkeypatch):
     from tests.helpers import cli
 
     monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
-    apiserver.add(o.kubevirt(feature_gates=[]))
-    r = cli("kubevirt", "enable-gates", server=apiserver.url, input="")
+    apiserver.add(o.npu_node("n1"), o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web",
+                                          requests={"rebellions.ai/npu": "1"}))
+    r = cli("node", "drain", "n1", server=apiserver.url, input="")
     assert r.exit_code == 1 and apiserver.writes() == []
     assert "not confirmed" in r.stderr
