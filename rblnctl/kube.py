@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import queue
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -26,7 +29,7 @@ import urllib3
 import yaml
 
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
 from rblnctl.errors import (
     AuthError,
     ClusterError,
@@ -40,6 +43,7 @@ from rblnctl.errors import (
     NotAnApiServer,
     NotFound,
     OutcomeUnknown,
+    RblnError,
     WriteTimeout,
 )
 
@@ -64,6 +68,18 @@ READ_RETRIES = 3
 RETRY_BASE_S = 0.5
 MAX_RETRY_WAIT_S = 10.0
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Watches (Kube.watch): each request asks the server to stream for at most WATCH_STREAM_S (client-go
+# asks for 5 to 10 minutes) and the client gives it WATCH_READ_GRACE_S more before it calls the stream
+# dead; a broken stream is reopened after WATCH_RETRY_START_S, doubling up to WATCH_RETRY_CAP_S; where
+# watching is not allowed, the collection is listed every WATCH_POLL_S instead.
+WATCH_STREAM_S = 300
+WATCH_READ_GRACE_S = 30.0
+WATCH_RETRY_START_S = 0.2
+WATCH_RETRY_CAP_S = 5.0
+WATCH_POLL_S = 1.0
+SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
+# Connections kept open per host: evictions in flight, watches and a pool of nodes share one client.
+CONNECTION_POOL_SIZE = 64
 # RFC 1123 subdomain: what Kubernetes accepts as a node (and most objects') name
 # (k8s.io/apimachinery pkg/util/validation IsDNS1123Subdomain).
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -172,6 +188,61 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 EVENTS = Resource("", "v1", "events", True, "Event")
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change to a watched collection: ADDED, MODIFIED or DELETED `object`, or SYNC with every `objects`.
+
+    A SYNC comes first (the initial list), after a relist (the server forgot the resourceVersion the
+    watch would resume from: 410 Gone) and, where watching is not allowed, once per poll: the
+    consumer replaces what it holds with `objects`. `source` is the index of the WatchSpec it came
+    from (Kube.watch_many).
+    """
+
+    type: str
+    object: dict | None = None
+    objects: tuple[dict, ...] = ()
+    source: int = 0
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One collection to watch (Kube.watch_many); `missing_ok`: a collection the server does not serve is empty."""
+
+    res: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    missing_ok: bool = False
+
+
+def object_key(obj: dict) -> tuple[str, str]:
+    """(namespace, name) of an object ("" for a cluster-scoped one)."""
+    md = obj.get("metadata") or {}
+    return str(md.get("namespace") or ""), str(md.get("name") or "")
+
+
+class Mirror:
+    """The objects of a watched collection, kept current by applying its WatchEvents."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.synced = False  # a SYNC has been applied: the mirror holds the whole collection
+
+    def apply(self, ev: WatchEvent) -> None:
+        """Apply one event (SYNC replaces everything)."""
+        if ev.type == SYNC:
+            self.objects = {object_key(o): o for o in ev.objects}
+            self.synced = True
+        elif ev.type == "DELETED" and ev.object is not None:
+            self.objects.pop(object_key(ev.object), None)
+        elif ev.type in ("ADDED", "MODIFIED") and ev.object is not None:
+            self.objects[object_key(ev.object)] = ev.object
+
+    def items(self) -> list[dict]:
+        """The objects, sorted by namespace and name."""
+        return [self.objects[k] for k in sorted(self.objects)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class KubeOptions:
     """How to reach the cluster; None means kubectl's default resolution."""
@@ -241,8 +312,23 @@ class Kube:
 
     def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
                       content_type: str | None) -> Any:
-        from kubernetes.client.exceptions import ApiException
+        url, headers, plugin_errors, resource_path = self._prepare(method, path, query, body, content_type)
+        if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
+            wire_log.debug("request body: %s", _loggable(body))
+        started = time.monotonic()
+        resp, data = self._send(method, path, url, headers, body, self.request_timeout_s)
+        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
+                          (time.monotonic() - started) * 1e3)
+        if wire_log.isEnabledFor(logging.DEBUG):
+            wire_log.debug("response body: %s", _loggable(data))
+        ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
+        if 200 <= resp.status < 300:
+            return _decode_ok(data, ctype, method, path, self.server)
+        raise self._reply_error(method, path, resp, data, plugin_errors)
 
+    def _prepare(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+                 content_type: str | None) -> tuple[str, Any, list[str], str]:
+        """The URL and headers (auth, impersonation) of a request; the credential plugin's errors, if it ran."""
         query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
         headers = {"Accept": JSON}
         if body is not None:
@@ -255,21 +341,24 @@ class Kube:
             )
         if self.impersonate_user or self.impersonate_groups:
             headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
-        if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
-            wire_log.debug("request body: %s", _loggable(body))
-        started = time.monotonic()
+        return url, headers, plugin_errors, resource_path
+
+    def _send(self, method: str, path: str, url: str, headers: Any, body: Any, timeout: Any, *,
+              stream: bool = False) -> tuple[Any, bytes | None]:
+        """Send one request; (response, body), or with `stream` (response, None) and the body left unread.
+
+        Every transport failure becomes a typed error here: timeouts, refused and dropped
+        connections, TLS failures, and for a write that reached the server OutcomeUnknown.
+        """
+        from kubernetes.client.exceptions import ApiException
+
         self.request_count += 1
         where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
         write = method not in ("GET", "HEAD")
         try:
-            resp = self.api_client.rest_client.request(
-                method,
-                url,
-                headers=headers,
-                body=body,
-                _request_timeout=self.request_timeout_s,
-            )
-            data = resp.read()
+            resp = self.api_client.rest_client.request(method, url, headers=headers, body=body,
+                                                       _request_timeout=timeout)
+            data = None if stream else resp.read()
         except urllib3.exceptions.HTTPError as e:
             if _is_timeout(e):
                 msg = f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
@@ -284,13 +373,11 @@ class Kube:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
         except ApiException as e:  # the client wraps TLS failures as status 0 ("SSLError\n<detail>")
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e, text=e.reason or '')}") from e
-        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
-                          (time.monotonic() - started) * 1e3)
-        if wire_log.isEnabledFor(logging.DEBUG):
-            wire_log.debug("response body: %s", _loggable(data))
-        ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
-        if 200 <= resp.status < 300:
-            return _decode_ok(data, ctype, method, path, self.server)
+        return resp, data
+
+    def _reply_error(self, method: str, path: str, resp: Any, data: bytes | None,
+                     plugin_errors: list[str]) -> ClusterError | NotFound:
+        """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
         decoded = _decode(data)
         err = _status_error(method, path, resp.status, decoded, self.server)
         if resp.status == 401 and plugin_errors:
@@ -299,7 +386,7 @@ class Kube:
         retry_after = _retry_after(resp, decoded)
         if retry_after is not None:
             err.retry_after_s = retry_after  # type: ignore[attr-defined]
-        raise err
+        return err
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
         """GET one object (MalformedReply when the reply is not one)."""
@@ -389,6 +476,271 @@ class Kube:
         return doc
 
 
+    # -- watches ----------------------------------------------------------------------------------
+
+    def list_with_version(self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+                          field_selector: str | None = None) -> tuple[list[dict], str]:
+        """Every object of a collection (paged) and the resourceVersion a watch resumes from."""
+        items: list[dict] = []
+        version = ""
+        token: str | None = None
+        path = res.path(namespace=namespace)
+        while True:
+            page = self.request("GET", path, query={"labelSelector": label_selector, "fieldSelector": field_selector,
+                                                    "limit": DEFAULT_PAGE_SIZE, "continue": token})
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                raise MalformedReply(f"GET {path} did not return a list (got {type(page).__name__})")
+            items += [_object(item, f"an item of GET {path}") for item in page.get("items") or []]
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")  # the first page's: the list's snapshot
+            token = meta.get("continue")
+            if not token:
+                return items, version
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_s: float | None = None,
+        clock: Clock | None = None,
+        stop: Stop | None = None,
+        poll_s: float = WATCH_POLL_S,
+        on_retry: Callable[[RblnError], None] | None = None,
+        missing_ok: bool = False,
+    ) -> Iterator[WatchEvent]:
+        """Yield a collection's changes as they happen, until `timeout_s` has passed or `stop` is set.
+
+        Without `resource_version` it lists first and yields that as a SYNC, then watches from the
+        list's resourceVersion (client-go's reflector: k8s.io/client-go/tools/cache/reflector.go
+        ListAndWatch). When the server ends a stream (its request timeout, a restart) the watch is
+        reopened from the last resourceVersion seen, BOOKMARK events included (they only move that
+        version on and are not yielded). When the server no longer has that version (410 Gone /
+        Expired, "too old resource version"), it relists and yields a SYNC. Where watching is
+        forbidden (403) or not supported (405), it lists every `poll_s` instead, one SYNC each: one
+        request per round, whatever the collection holds. Transient failures (a dropped
+        connection, 429, 5xx) are reported to `on_retry` and tried again with backoff until the
+        deadline; other errors are raised. `clock` (default the client's) times the deadline.
+        `missing_ok`: a collection the server does not serve (404) is one empty SYNC, then nothing.
+        """
+        clock = clock or self.clock
+        deadline = None if timeout_s is None else clock.monotonic() + timeout_s
+        path = res.path(namespace=namespace)
+        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        polling = False
+        failures = 0
+
+        def left() -> float | None:
+            return None if deadline is None else deadline - clock.monotonic()
+
+        def stopped() -> bool:
+            return stop is not None and stop.is_set()
+
+        def relist() -> WatchEvent:
+            items, version = self.list_with_version(res, namespace=namespace, label_selector=label_selector,
+                                                    field_selector=field_selector)
+            nonlocal rv
+            rv = version
+            return WatchEvent(SYNC, objects=tuple(items))
+
+        def backoff(err: RblnError) -> bool:
+            """Report a transient failure and wait before the next try; False when the wait should end."""
+            nonlocal failures
+            failures += 1
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                return False
+            if on_retry is not None:
+                on_retry(err)
+            pause = min(WATCH_RETRY_CAP_S, WATCH_RETRY_START_S * 2 ** (failures - 1))
+            return not clock.sleep(pause if remaining is None else min(pause, remaining), stop)
+
+        rv = resource_version
+        listed = rv is not None  # polling lists again each round
+        while not stopped():
+            if not listed or polling:
+                if listed:  # polling: wait a round first
+                    remaining = left()
+                    if remaining is not None and remaining <= 0:
+                        return
+                    if clock.sleep(poll_s if remaining is None else min(poll_s, remaining), stop):
+                        return
+                try:
+                    sync = relist()
+                except NotFound:
+                    if not missing_ok:
+                        raise
+                    yield WatchEvent(SYNC)
+                    return
+                except (ClusterError, ClusterUnreachable) as e:
+                    if not is_transient(e) or not backoff(e):
+                        raise
+                    continue
+                listed = True
+                failures = 0
+                yield sync
+                continue
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                return
+            try:
+                resp = self._open_watch(path, {**selectors, "resourceVersion": rv}, remaining)
+            except Forbidden as e:
+                log.debug("cannot watch %s (%s): listing it every %gs instead", path, e, poll_s)
+                polling = True
+                continue
+            except (ClusterError, ClusterUnreachable) as e:
+                if e.status == 405:  # watch is not served for this resource
+                    log.debug("%s cannot be watched: listing it every %gs instead", path, poll_s)
+                    polling = True
+                    continue
+                if e.status == 410:  # the resourceVersion is gone: start again from a fresh list
+                    listed = False
+                    continue
+                if stopped():
+                    return
+                if not is_transient(e) or not backoff(e):
+                    raise
+                continue
+            expired = False
+            clean = False
+            events = 0
+            opened = time.monotonic()
+            unregister = stop.on_set(lambda: _shutdown(resp)) if stop is not None else (lambda: None)
+            try:
+                for ev in _stream_events(resp, path):
+                    etype, obj = ev.get("type"), ev.get("object")
+                    if not isinstance(obj, dict):
+                        raise MalformedReply(f"a watch event of GET {path} has no object: {_one_line(ev)[:80]}")
+                    if etype == "ERROR":
+                        if obj.get("code") == 410:
+                            expired = True
+                            break
+                        raise _status_error("GET", path, int(obj.get("code") or 500), obj, self.server)
+                    version = (obj.get("metadata") or {}).get("resourceVersion")
+                    rv = str(version) if version else rv
+                    if etype == "BOOKMARK":
+                        continue
+                    if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                        raise MalformedReply(f"a watch event of GET {path} has an unknown type {etype!r}")
+                    failures = 0
+                    events += 1
+                    yield WatchEvent(str(etype), object=obj)
+                else:
+                    clean = True
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                if stopped():
+                    return
+                err = ClusterUnreachable(f"the watch of {path} on the API server at {self.server} broke: "
+                                         f"{_root_cause(e)}")
+                if not backoff(err):
+                    return
+            finally:
+                unregister()
+                if clean:
+                    resp.release_conn()
+                else:
+                    resp.close()
+            if expired:
+                log.debug("the watch of %s expired at resourceVersion %s: listing again", path, rv)
+                listed = False
+            elif clean and not events and time.monotonic() - opened < 1 and not stopped():
+                # A stream the server (or a proxy) ends at once would otherwise be reopened in a tight loop.
+                if not backoff(ClusterUnreachable(f"the API server at {self.server} ended the watch of {path} "
+                                                  "at once")):
+                    return
+
+    def _open_watch(self, path: str, query: dict[str, Any], remaining: float | None) -> Any:
+        """Open one watch stream (urllib3 response, body unread); a non-200 answer is its typed error."""
+        stream_s = WATCH_STREAM_S if remaining is None else max(1, min(WATCH_STREAM_S, math.ceil(remaining)))
+        query = {**query, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": stream_s}
+        url, headers, plugin_errors, resource_path = self._prepare("GET", path, query, None, None)
+        started = time.monotonic()
+        rest, _ = self._send("GET", path, url, headers, None, (self.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
+                             stream=True)
+        request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, rest.status,
+                          (time.monotonic() - started) * 1e3)
+        if rest.status != 200:
+            raise self._reply_error("GET", path, rest, rest.read(), plugin_errors)
+        return rest.response
+
+    def watch_many(self, specs: Sequence[WatchSpec], *, timeout_s: float | None = None, clock: Clock | None = None,
+                   stop: Stop | None = None, poll_s: float = WATCH_POLL_S,
+                   on_retry: Callable[[RblnError], None] | None = None) -> Iterator[WatchEvent]:
+        """Watch several collections at once (one stream each, read on its own thread); yield every event as it
+        comes, its `source` the index of its spec. Ends when every watch has; the first error is raised.
+        Leaving the loop early closes every stream."""
+        if len(specs) == 1:
+            sp = specs[0]
+            yield from self.watch(sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
+                                  field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock, stop=stop,
+                                  poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok)
+            return
+        events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
+        with (stop.linked() if stop is not None else _own_stop()) as mine:
+
+            def pump(i: int, sp: WatchSpec) -> None:
+                try:
+                    for ev in self.watch(sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
+                                         field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock,
+                                         stop=mine, poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok):
+                        events.put((i, replace(ev, source=i)))
+                finally:
+                    events.put((i, None))  # this watch is over (its future holds the error, if any)
+
+            pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="rblnctl-watch")
+            futures = [pool.submit(pump, i, sp) for i, sp in enumerate(specs)]
+            try:
+                running = len(specs)
+                while running:
+                    i, ev = events.get()
+                    if ev is None:
+                        running -= 1
+                        futures[i].result()  # raises what ended that watch
+                        continue
+                    yield ev
+            finally:
+                mine.set()  # wakes every stream still open
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _own_stop() -> Iterator[Stop]:
+    yield Stop()
+
+
+def _shutdown(resp: Any) -> None:
+    """Wake a thread blocked reading `resp` (a watch asked to stop)."""
+    try:
+        resp.shutdown()
+    except (ValueError, RuntimeError, OSError):  # already released or closed: nobody is reading it
+        pass
+
+
+def _stream_events(resp: Any, path: str) -> Iterator[dict]:
+    """The JSON events of a watch stream, one per line, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(65536, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as e:
+                text = _one_line(line[:80].decode("utf-8", "replace"))
+                raise MalformedReply(f"GET {path} streamed invalid JSON ({text})") from e
+            if not isinstance(event, dict):
+                raise MalformedReply(f"GET {path} streamed {type(event).__name__}, not a watch event")
+            yield event
+    if buffer.strip():
+        raise MalformedReply(f"GET {path} ended in the middle of a watch event")
+
+
 def connect(opts: KubeOptions) -> Kube:
     """Build a Kube from kubeconfig, context or in-cluster service account, then kubectl's connection flags.
 
@@ -421,6 +773,10 @@ def connect(opts: KubeOptions) -> Kube:
     # No retries in urllib3: Kube.request() retries reads itself (429, 5xx, dropped connections) and
     # never retries a timeout (it would double --request-timeout) or a write (it could apply twice).
     cfg.retries = False
+    # urllib3 keeps connection_pool_maxsize idle connections per host (the client's default: 5 per CPU)
+    # and warns on stderr for each one it has to drop; parallel evictions, watches and a pool of nodes
+    # use more than that at once.
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, CONNECTION_POOL_SIZE)
     api_client = k8s.ApiClient(cfg)
     return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s,
                 proxy=cfg.proxy or None, impersonate_user=opts.impersonate_user,
