@@ -14,6 +14,7 @@ from rblnctl.cli.options import (
     YesOpt,
     dry_run_mode,
 )
+from rblnctl.cli.status import WatchOpt
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -26,19 +27,32 @@ app = typer.Typer(
 
 
 @app.command("list")
-def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = "table") -> None:
+def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False,
+               output: OutputOpt = "table") -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
-    from rblnctl.cli.output import View, emit
-    from rblnctl.cli.render import node_document, npu_nodes_table
+    from rblnctl.cli.output import emit
     from rblnctl.node.inventory import list_npu_nodes
     from rblnctl.operator.cluster import read_operator
 
     kube = ctx.obj.kube()
-    nodes = list_npu_nodes(kube, read_operator(kube).policy, selector=selector)
-    emit(View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
-              tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
-              notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
-                                      "pci-1eff.present or pci-1200_1eff.present)."]), output)
+    if watch:
+        from rblnctl.cli.status import warn_retrying, follow
+        from rblnctl.node.inventory import node_changes, watch_npu_nodes
+
+        follow(watch_npu_nodes(kube, selector=selector, on_retry=warn_retrying), view_of=lambda snap: _nodes_view(
+            snap.nodes), changes_of=lambda a, b: node_changes(a.nodes, b.nodes), output=output)
+        return
+    emit(_nodes_view(list_npu_nodes(kube, read_operator(kube).policy, selector=selector)), output)
+
+
+def _nodes_view(nodes: list[Any]) -> Any:
+    from rblnctl.cli.output import View
+    from rblnctl.cli.render import node_document, npu_nodes_table
+
+    return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
+                tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
+                notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
+                                        "pci-1eff.present or pci-1200_1eff.present)."])
 
 
 # -- shared ----------------------------------------------------------------------------------------
