@@ -49,7 +49,7 @@ class PoolProgress:
         self.title = title
         self.suffix = " (server dry run)" if server_dry_run else ""
         self.rows = {n: _Row() for n in nodes}
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # the live display renders under it, from inside _ensure_live too
         self.live: Any = None
         self.closed = False
 
@@ -159,7 +159,7 @@ class PoolProgress:
                                                                                              "unchanged")]
         t = RichTable(box=None, pad_edge=False, show_edge=False, header_style="bold")
         for col in ("NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL"):
-            t.add_column(col, no_wrap=col != "DETAIL", overflow="ellipsis")
+            t.add_column(col, no_wrap=True, overflow="ellipsis")
         for node, r in shown[:height]:
             elapsed = "" if r.started is None else human_duration((r.ended or now) - r.started)
             style = _STYLE.get(r.state, "cyan" if r.state != "queued" else "dim")
