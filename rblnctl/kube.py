@@ -1,11 +1,11 @@
 """Kubernetes access shared by every cluster command: connect, raw JSON requests, typed errors, paging.
 
-rblnctl talks to the API server through the kubernetes client's own configuration loading, auth
-and urllib3 transport, but reads and writes plain JSON dicts instead of generated models: one code
-path for built-in and custom resources, explicit patch content types (kubernetes-client/python#2119
-sends JSON-patch lists to CustomObjectsApi as merge patches), and no model (de)serialisation cost on
-large lists. Only cluster code paths import this module (the CLI imports it lazily), so `--help`,
-`vfio` and `preflight --local` never load the kubernetes package.
+rblnctl talks to the API server over urllib3 (rblnctl.kubeconfig loads credentials as kubectl does
+and builds the transport) and reads and writes plain JSON dicts instead of generated models: one
+code path for built-in and custom resources, explicit patch content types (kubernetes-client/python
+#2119 sends JSON-patch lists to CustomObjectsApi as merge patches), and no model (de)serialisation
+cost on large lists. The kubernetes package is imported only for credential plugins and in-cluster
+configuration; `--help`, `vfio` and `preflight --local` do not even import this module.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
-import yaml
 
+from rblnctl import __version__
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
 from rblnctl.errors import (
@@ -46,6 +46,18 @@ from rblnctl.errors import (
     RblnError,
     WriteTimeout,
 )
+from rblnctl.kubeconfig import (
+    Endpoint,
+    Transport,
+    apply_flags,
+    choose_context,
+    client_errors,
+    endpoint_from_kubeconfig,
+    has_contexts,
+    in_cluster_endpoint,
+    read_kubeconfig,
+    resolve_kubeconfig,
+)
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(__name__ + ".requests")  # -v=6: one line per request
@@ -58,8 +70,8 @@ PATCH_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
 }
 DEFAULT_PAGE_SIZE = 500
-DEFAULT_KUBECONFIG = Path("~/.kube/config")
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+USER_AGENT = f"rblnctl/{__version__}"
 # Reads are retried when the server is briefly unable to answer, as client-go does (429 with
 # Retry-After, 5xx, a dropped connection): at most READ_RETRIES more tries, waiting the server's
 # Retry-After or 0.5 s, 1 s, 2 s, never more than MAX_RETRY_WAIT_S. A timeout is never retried
@@ -78,8 +90,6 @@ WATCH_RETRY_START_S = 0.2
 WATCH_RETRY_CAP_S = 5.0
 WATCH_POLL_S = 1.0
 SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
-# Connections kept open per host: evictions in flight, watches and a pool of nodes share one client.
-CONNECTION_POOL_SIZE = 64
 # RFC 1123 subdomain: what Kubernetes accepts as a node (and most objects') name
 # (k8s.io/apimachinery pkg/util/validation IsDNS1123Subdomain).
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -266,7 +276,7 @@ class KubeOptions:
 class Kube:
     """One connection to one cluster; every request returns parsed JSON or raises a typed RblnError."""
 
-    api_client: Any  # kubernetes.client.ApiClient
+    transport: Transport  # the connection pool and the credentials (rblnctl.kubeconfig)
     server: str
     context: str | None = None
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
@@ -330,35 +340,39 @@ class Kube:
                  content_type: str | None) -> tuple[str, Any, list[str], str]:
         """The URL and headers (auth, impersonation) of a request; the credential plugin's errors, if it ran."""
         query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
-        headers = {"Accept": JSON}
+        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": USER_AGENT})
         if body is not None:
             headers["Content-Type"] = content_type or JSON
         resource_path = path + ("?" + urlencode(query_items) if query_items else "")
-        # Building the auth header may run an exec credential plugin again (an expired token).
-        with _client_errors() as plugin_errors:
-            _, url, headers, _, _ = self.api_client.param_serialize(
-                method=method, resource_path=resource_path, header_params=headers, auth_settings=["BearerToken"]
-            )
+        # The header may come from an exec credential plugin, run again when its token expired.
+        with client_errors() as plugin_errors:
+            authorization = self.transport.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
         if self.impersonate_user or self.impersonate_groups:
             headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
-        return url, headers, plugin_errors, resource_path
+        return self.transport.host + resource_path, headers, plugin_errors, resource_path
 
     def _send(self, method: str, path: str, url: str, headers: Any, body: Any, timeout: Any, *,
               stream: bool = False) -> tuple[Any, bytes | None]:
         """Send one request; (response, body), or with `stream` (response, None) and the body left unread.
 
-        Every transport failure becomes a typed error here: timeouts, refused and dropped
-        connections, TLS failures, and for a write that reached the server OutcomeUnknown.
+        `timeout` is seconds for the whole request (None: no limit) or (connect, read) seconds. Every
+        transport failure becomes a typed error here: timeouts, refused and dropped connections, TLS
+        failures, and for a write that reached the server OutcomeUnknown.
         """
-        from kubernetes.client.exceptions import ApiException
-
         self.request_count += 1
         where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
         write = method not in ("GET", "HEAD")
+        data = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+        limit = urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple) else \
+            urllib3.Timeout(total=timeout)
         try:
-            resp = self.api_client.rest_client.request(method, url, headers=headers, body=body,
-                                                       _request_timeout=timeout)
-            data = None if stream else resp.read()
+            resp = self.transport.request(method, url, headers=headers, body=data, timeout=limit)
+            if stream:
+                return resp, None
+            content = resp.read()
+            resp.release_conn()
         except urllib3.exceptions.HTTPError as e:
             if _is_timeout(e):
                 msg = f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
@@ -371,9 +385,7 @@ class Kube:
             raise unreachable from e
         except OSError as e:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
-        except ApiException as e:  # the client wraps TLS failures as status 0 ("SSLError\n<detail>")
-            raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e, text=e.reason or '')}") from e
-        return resp, data
+        return resp, content
 
     def _reply_error(self, method: str, path: str, resp: Any, data: bytes | None,
                      plugin_errors: list[str]) -> ClusterError | NotFound:
@@ -659,13 +671,15 @@ class Kube:
         query = {**query, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": stream_s}
         url, headers, plugin_errors, resource_path = self._prepare("GET", path, query, None, None)
         started = time.monotonic()
-        rest, _ = self._send("GET", path, url, headers, None, (self.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
+        resp, _ = self._send("GET", path, url, headers, None, (self.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
                              stream=True)
-        request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, rest.status,
+        request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, resp.status,
                           (time.monotonic() - started) * 1e3)
-        if rest.status != 200:
-            raise self._reply_error("GET", path, rest, rest.read(), plugin_errors)
-        return rest.response
+        if resp.status != 200:
+            data = resp.read()
+            resp.release_conn()
+            raise self._reply_error("GET", path, resp, data, plugin_errors)
+        return resp
 
     def watch_many(self, specs: Sequence[WatchSpec], *, timeout_s: float | None = None, clock: Clock | None = None,
                    stop: Stop | None = None, poll_s: float = WATCH_POLL_S,
@@ -744,43 +758,34 @@ def _stream_events(resp: Any, path: str) -> Iterator[dict]:
 def connect(opts: KubeOptions) -> Kube:
     """Build a Kube from kubeconfig, context or in-cluster service account, then kubectl's connection flags.
 
-    Raises ConfigError when no configuration fits, AuthError when a credential plugin fails.
+    Raises ConfigError when no configuration fits, AuthError when a credential plugin fails. Only
+    credential plugins and in-cluster configuration import the kubernetes package (rblnctl.kubeconfig).
     """
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
-
-    cfg = k8s.Configuration()
     context = None
     source = _kubeconfig_source(opts)
     if source is not None:
-        context = _check_context(source, opts.context)
-        _load_kubeconfig(cfg, source, context, opts)
+        kc = read_kubeconfig(source)
+        context = choose_context(kc, opts.context)
+        endpoint = endpoint_from_kubeconfig(kc, context, cluster=opts.cluster, user=opts.user)
+        if opts.context is None:
+            context = None  # the current context: messages say so
     elif not opts.server:
         if not os.environ.get("KUBERNETES_SERVICE_HOST") or not SA_TOKEN.exists():
             raise ConfigError(
                 "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a pod"
             )
-        try:
-            k8s_config.load_incluster_config(client_configuration=cfg)
-        except ConfigException as e:
-            raise ConfigError(f"in-cluster configuration is unusable: {e}") from e
-    _apply_flags(cfg, opts)
-    if not cfg.host or cfg.host.rstrip("/") in ("http:", "https:"):
+        endpoint = in_cluster_endpoint()
+    else:
+        endpoint = Endpoint()
+    apply_flags(endpoint, server=opts.server, token=opts.token, certificate_authority=opts.certificate_authority,
+                insecure_skip_tls_verify=opts.insecure_skip_tls_verify)
+    if not endpoint.server or endpoint.server.rstrip("/") in ("http:", "https:"):
         where = f"context {context}" if context else "the current context"
         raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
                           "server URL")
-    # No retries in urllib3: Kube.request() retries reads itself (429, 5xx, dropped connections) and
-    # never retries a timeout (it would double --request-timeout) or a write (it could apply twice).
-    cfg.retries = False
-    # urllib3 keeps connection_pool_maxsize idle connections per host (the client's default: 5 per CPU)
-    # and warns on stderr for each one it has to drop; parallel evictions, watches and a pool of nodes
-    # use more than that at once.
-    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, CONNECTION_POOL_SIZE)
-    api_client = k8s.ApiClient(cfg)
-    return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s,
-                proxy=cfg.proxy or None, impersonate_user=opts.impersonate_user,
-                impersonate_groups=tuple(opts.impersonate_groups))
+    return Kube(transport=Transport(endpoint), server=endpoint.server, context=context,
+                request_timeout_s=opts.request_timeout_s, proxy=endpoint.proxy,
+                impersonate_user=opts.impersonate_user, impersonate_groups=tuple(opts.impersonate_groups))
 
 
 def _kubeconfig_source(opts: KubeOptions) -> str | None:
@@ -790,76 +795,7 @@ def _kubeconfig_source(opts: KubeOptions) -> str | None:
         return source
     # --server alone: kubectl keeps the current context's credentials when there is one; an empty
     # kubeconfig (or none) leaves a plain URL.
-    return source if _has_contexts(source) else None
-
-
-def _has_contexts(source: str) -> bool:
-    for path in source.split(os.pathsep):
-        try:
-            raw = yaml.safe_load(Path(path).expanduser().read_text())
-        except (OSError, yaml.YAMLError):
-            return True  # let the strict load report what is wrong with it
-        if isinstance(raw, dict) and raw.get("contexts"):
-            return True
-    return False
-
-
-def _load_kubeconfig(cfg: Any, source: str, context: str | None, opts: KubeOptions) -> None:
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
-
-    try:
-        with _client_errors() as plugin_errors:
-            merged = KubeConfigMerger(source).config
-            loader = KubeConfigLoader(config_dict=merged, active_context=context)
-            # --cluster and --user swap one half of the context, as kubectl's overrides do. The loader
-            # keeps the context's halves in these two attributes (kubernetes 37, config/kube_config.py
-            # set_active_context); pinned with the client's major version in pyproject.toml.
-            if opts.cluster:
-                loader._cluster = _named(merged, "clusters", opts.cluster, source)["cluster"]
-            if opts.user:
-                loader._user = _named(merged, "users", opts.user, source)["user"]
-            loader.load_and_set(cfg)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
-        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
-    if plugin_errors and not cfg.api_key and not cfg.cert_file and not opts.token:
-        # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
-        which = f"context {context}" if context else "the current context"
-        raise AuthError(
-            f"cannot get credentials for {which} from {source}: {_one_line('; '.join(plugin_errors))}",
-            reason="Unauthorized",
-        )
-
-
-def _named(merged: Any, section: str, name: str, source: str) -> Any:
-    entries = merged.safe_get(section) if merged is not None else None
-    for entry in entries or []:
-        if entry.safe_get("name") == name:
-            return entry
-    kind = section.rstrip("s")
-    raise ConfigError(f"kubeconfig {source} has no {kind} named {name!r} (--{kind})")
-
-
-def _apply_flags(cfg: Any, opts: KubeOptions) -> None:
-    """kubectl's connection flags over whatever the kubeconfig said."""
-    if opts.server:
-        cfg.host = opts.server.rstrip("/")
-    if opts.token:
-        cfg.api_key = {"authorization": f"Bearer {opts.token}"}
-        cfg.api_key_prefix = {}
-    if opts.certificate_authority:
-        ca = Path(opts.certificate_authority).expanduser()
-        if not ca.is_file():
-            raise ConfigError(f"--certificate-authority {opts.certificate_authority}: no such file")
-        cfg.ssl_ca_cert = str(ca)
-    if opts.insecure_skip_tls_verify:
-        if opts.certificate_authority:
-            raise ConfigError("--insecure-skip-tls-verify and --certificate-authority cannot be combined "
-                              "(as in kubectl): pick one")
-        cfg.verify_ssl = False
-        cfg.ssl_ca_cert = None
+    return source if has_contexts(source) else None
 
 
 def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:
@@ -892,88 +828,6 @@ def _loggable(body: Any) -> str:
     if len(text) > BODY_LOG_LIMIT:
         text = text[:BODY_LOG_LIMIT] + f"... ({len(text) - BODY_LOG_LIMIT} more characters)"
     return " ".join(text.split())
-
-
-@contextmanager
-def _client_errors() -> Iterator[list[str]]:
-    """Collect what the kubernetes package logs with logging.error() (a failed exec credential plugin).
-
-    It logs on the root logger, which with no handler would print the record on stderr. A filter on
-    the root logger (not a handler: nothing is attached for the rest of the process) takes those
-    records out and puts their messages into rblnctl's one-line errors; other records pass untouched.
-    """
-    messages: list[str] = []
-
-    def _collect(record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and "kubernetes" in record.pathname:
-            messages.append(record.getMessage())
-            log.debug("kubernetes client: %s", record.getMessage())
-            return False
-        return True
-
-    root = logging.getLogger()
-    root.addFilter(_collect)
-    try:
-        yield messages
-    finally:
-        root.removeFilter(_collect)
-
-
-def resolve_kubeconfig(explicit: str | None) -> str | None:
-    """Return the kubeconfig path(s) kubectl would use: flag, $KUBECONFIG, ~/.kube/config; None for in-cluster."""
-    if explicit:
-        if not Path(explicit).expanduser().is_file():
-            raise ConfigError(f"kubeconfig {explicit} does not exist")
-        return str(Path(explicit).expanduser())
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        paths = [p for p in env.split(os.pathsep) if p]
-        existing = [p for p in paths if Path(p).expanduser().is_file()]
-        if not existing:
-            raise ConfigError(f"KUBECONFIG names no existing file: {env}")
-        return os.pathsep.join(existing)
-    default = DEFAULT_KUBECONFIG.expanduser()
-    return str(default) if default.is_file() else None
-
-
-def _check_context(source: str, context: str | None) -> str | None:
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.kube_config import KubeConfigMerger
-
-    try:
-        # Read the merged file(s) ourselves: the client's list_kube_config_contexts() demands a
-        # current-context even when --context names one, which kubectl does not.
-        merged = KubeConfigMerger(source).config
-        raw = merged.value if merged is not None else None
-        if not isinstance(raw, dict):
-            raise TypeError("not a mapping")
-        contexts = raw.get("contexts") or []
-        current = raw.get("current-context")
-        if not isinstance(contexts, list):
-            raise TypeError("contexts is not a list")
-        # The merger keeps each list entry wrapped (ConfigNode, with the file it came from) as .value.
-        contexts = [getattr(c, "value", c) for c in contexts]
-    except ConfigException as e:
-        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(f"invalid kubeconfig {source}: not valid YAML{where}") from e
-    except (TypeError, AttributeError, KeyError) as e:
-        raise ConfigError(f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)") from e
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
-    if not names:
-        raise ConfigError(f"invalid kubeconfig {source}: it defines no contexts")
-    if context is not None:
-        if context not in names:
-            known = ", ".join(str(n) for n in names) or "none"
-            raise ConfigError(f'context "{context}" not found in kubeconfig {source} (contexts: {known})')
-        return context
-    if not current:
-        raise ConfigError(f"kubeconfig {source} has no current-context; pass --context")
-    return None
 
 
 # -- error translation ------------------------------------------------------------------------
