@@ -9,7 +9,6 @@ error; only an unreachable server or rejected credentials (401) end the run.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from rblnctl.kubevirt.gates import gate_state
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.inventory import list_npu_node_objects
 from rblnctl.operator import resources as R
+from rblnctl.operator.cluster import operator_version
+from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset
 from rblnctl.operator.nodes import mode_of
 from rblnctl.operator.policy import Policy, choose_active
 from rblnctl.preflight.model import (
@@ -46,12 +47,13 @@ from rblnctl.preflight.model import (
     Status,
     make_report,
 )
-from rblnctl.versions import format_version, parse_version
+from rblnctl.versions import format_version, parse_version, strict_version
+
+# Lifted to the model modules (set-method reads them too); still importable from here.
+__all__ = ["ClusterPreflight", "check_cluster", "dra_driver_version", "gather", "is_dra_daemonset",
+           "operator_version", "strict_version"]
 
 log = logging.getLogger(__name__)
-
-# A version in a label or an image tag: require major.minor.patch so "2024-01" or "latest" never pass.
-_STRICT_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+._].*)?$")
 
 MODE_LABEL_REMEDY = "`rblnctl node set-mode NODE vm-passthrough` (or `container`)"
 NFD_FACT_REMEDY = "run `rblnctl preflight --local` on that node, or enable NFD's {source} source"
@@ -309,46 +311,6 @@ class ClusterPreflight:
 # -- checks --------------------------------------------------------------------------------------
 
 
-def strict_version(text: str | None) -> tuple[int, int, int] | None:
-    """major.minor.patch from a label value or image tag that is a version; None otherwise (never guessed)."""
-    m = _STRICT_VERSION.match((text or "").strip())
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
-
-
-def _image_tag(image: str) -> str | None:
-    image = image.split("@", 1)[0]
-    last = image.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else None
-
-
-def _containers(obj: dict) -> list[dict]:
-    spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return list(spec.get("containers") or [])
-
-
-def version_from_labels(obj: dict, chart: str) -> tuple[str, str] | None:
-    """(version, source) from app.kubernetes.io/version or helm.sh/chart `<chart>-X.Y.Z` on an object."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    v = labels.get(C.APP_VERSION_LABEL)
-    if strict_version(v):
-        return str(v), f"label {C.APP_VERSION_LABEL}"
-    helm = str(labels.get(C.HELM_CHART_LABEL, ""))
-    if helm.startswith(chart + "-") and strict_version(helm[len(chart) + 1:]):
-        return helm[len(chart) + 1:], f"label {C.HELM_CHART_LABEL}={helm}"
-    return None
-
-
-def version_from_images(obj: dict, prefer: str = "") -> tuple[str, str] | None:
-    """(tag, source) from the first container image whose tag is a version (those matching `prefer` first)."""
-    images = [str(c.get("image") or "") for c in _containers(obj)]
-    images.sort(key=lambda i: prefer not in i)
-    for image in images:
-        tag = _image_tag(image)
-        if strict_version(tag):
-            return str(tag), f"image {image}"
-    return None
-
-
 def check_cluster(f: ClusterFacts) -> list[CheckResult]:
     """Turn cluster facts into findings: cluster-wide checks first, then per NPU node."""
     out = Findings()
@@ -391,13 +353,6 @@ def _check_kubernetes(f: ClusterFacts, out: Findings) -> None:
                + (", or use the sandbox method (Kubernetes >= 1.19)" if f.method == C.METHOD_DRA else ""))
         out.add("kubernetes.version", title, SCOPE_CLUSTER, Status.FAIL,
                 f"{text} < {format_version(floor)}, the {f.method} method's floor", fix)
-
-
-def operator_version(dep: dict) -> tuple[str, str] | None:
-    """(version, source) of an operator Deployment: labels first, then the image tag; None when none is a version."""
-    return (version_from_labels(dep, C.OPERATOR_HELM_CHART)
-            or version_from_labels((dep.get("spec") or {}).get("template") or {}, C.OPERATOR_HELM_CHART)
-            or version_from_images(dep, prefer="operator"))
 
 
 def _check_operator(f: ClusterFacts, out: Findings) -> None:
@@ -641,25 +596,6 @@ def _check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) ->
     out.add(id_, title, SCOPE_CLUSTER, Status.PASS,
             f"every advertised resource is permitted with externalResourceProvider true: "
             f"{', '.join(in_use)}{note}")
-
-
-def is_dra_daemonset(ds: dict, base_name: str = C.OPERATOR_BASE_NAME) -> bool:
-    """The RBLN DRA kubelet plugin: the operator's DaemonSet or one whose name/labels/images say rbln + dra."""
-    meta = ds.get("metadata") or {}
-    if meta.get("name") in (f"{base_name}-{C.COMP_DRA}", f"{C.OPERATOR_BASE_NAME}-{C.COMP_DRA}"):
-        return True
-    labels = meta.get("labels") or {}
-    text = " ".join([str(meta.get("name", "")), str(labels.get(C.APP_NAME_LABEL, "")),
-                     *(str(c.get("image") or "") for c in _containers(ds))]).lower()
-    return "dra" in text and ("rbln" in text or "rebellions" in text)
-
-
-def dra_driver_version(ds: dict) -> tuple[str, str] | None:
-    """(version, source) of the DRA driver: the image tag first (the operator may label its DaemonSets with
-    its own version), then the DaemonSet's version labels."""
-    return (version_from_images(ds, prefer="dra")
-            or version_from_labels(ds, "rbln-k8s-dra-driver")
-            or version_from_labels(ds, "rbln-dra-driver"))
 
 
 def _check_dra(f: ClusterFacts, out: Findings) -> None:
