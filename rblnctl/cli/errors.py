@@ -6,6 +6,7 @@ global options anywhere on the line (`rblnctl kubevirt status --context prod`), 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -147,6 +148,10 @@ class RblnGroup(TyperGroup):
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
         from typer.exceptions import Abort
 
+        if os.environ.get("_RBLNCTL_COMPLETE"):  # a completion request: rblnctl's completion classes answer it
+            from rblnctl.cli.completion import register
+
+            register()
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                               **extra)

@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+
 from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 
 app = typer.Typer(
@@ -103,6 +105,7 @@ def enable_gates(
     gates: Annotated[
         list[str] | None,
         typer.Argument(help="More gates to enable along with HostDevices (letters and digits).", metavar="GATE",
+                       autocompletion=completion.complete_gates,
                        show_default=False),
     ] = None,
     dra: Annotated[
@@ -131,6 +134,7 @@ def disable_gates(
     gates: Annotated[
         list[str],
         typer.Argument(help="Gates to remove from featureGates, e.g. HostDevicesWithDRA.", metavar="GATE",
+                       autocompletion=completion.complete_gates,
                        show_default=False),
     ],
     add_to_disabled: Annotated[

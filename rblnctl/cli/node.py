@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
@@ -43,7 +45,8 @@ def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputO
 
 # -- shared ----------------------------------------------------------------------------------------
 
-NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False)]
+NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False,
+                                        autocompletion=completion.complete_npu_nodes)]
 AllPodsOpt = Annotated[
     bool, typer.Option("--all-pods", help="Evict every pod not managed by a DaemonSet (like kubectl drain), "
                        "not only the pods that use NPUs.")
@@ -278,7 +281,8 @@ def _mode_and_node(args: list[str]) -> tuple[str, str]:
 @app.command("set-mode")
 def set_mode(
     ctx: typer.Context,
-    args: Annotated[list[str], typer.Argument(help="The mode (vm or container) and the node; `NODE MODE` works "
+    args: Annotated[list[str], typer.Argument(autocompletion=completion.complete_set_mode_args,
+                                              help="The mode (vm or container) and the node; `NODE MODE` works "
                                               "too.", metavar="MODE NODE", show_default=False)],
     force: Annotated[
         bool,

@@ -22,7 +22,10 @@ def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
 
 def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> Any:
     """The -o/--output option for a command printing the given formats."""
+    from rblnctl.cli.completion import complete_output
+
     return typer.Option("--output", "-o", metavar="FORMAT", parser=output_parser(allowed),
+                        autocompletion=complete_output,
                         help=f"Output format: {formats_help} (as kubectl: -o=json and -ojson work too).",
                         show_default=False)
 

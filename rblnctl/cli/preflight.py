@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import OutputOpt, SelectorOpt
 
@@ -34,7 +36,8 @@ RootOpt = Annotated[
     typer.Option("--root", metavar="DIR", help="With --local: directory holding the host's proc/, sys/, dev/ and "
                  f"lib/modules/ (a captured tree) [default: {C.HOST_ROOT}].", show_default=False),
 ]
-NodeOpt = Annotated[str | None, typer.Option("--node", help="Check only this NPU node.", show_default=False)]
+NodeOpt = Annotated[str | None, typer.Option("--node", help="Check only this NPU node.", show_default=False,
+                                             autocompletion=completion.complete_npu_nodes)]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on WARN findings too.")]
 
 

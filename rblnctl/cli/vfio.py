@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
 
@@ -37,6 +39,7 @@ class ModeChoice(str, enum.Enum):
 BdfArgs = Annotated[
     list[str] | None,
     typer.Argument(metavar="BDF", help="PCI addresses, DDDD:BB:DD.F or BB:DD.F (domain 0000).",
+                   autocompletion=completion.complete_bdfs,
                    show_default=False),
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every RBLN NPU on this host (instead of naming BDFs).")]
