@@ -78,8 +78,8 @@ def test_bash_falls_back_to_file_names_only_for_path_options():
     """typer's script registers `complete -o default`, so an empty answer (no cluster) listed files as node names."""
     if shutil.which("bash") is None:
         pytest.skip("bash not installed")
-    out = subprocess.run(["bash", "--norc", "-c", f"source {ROOT / 'completions' / 'rblnctl.bash'}; complete -p rblnctl"],
-                         capture_output=True, text=True, timeout=60)
+    script = f"source {ROOT / 'completions' / 'rblnctl.bash'}; complete -p rblnctl"
+    out = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "complete -o nosort -F _rblnctl_completion rblnctl"
     assert "compopt -o default" in (ROOT / "completions" / "rblnctl.bash").read_text()  # for file,<path> answers
 
