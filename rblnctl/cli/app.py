@@ -181,11 +181,12 @@ def _start_logging(ctx: typer.Context, verbosity: int) -> None:
 
 
 preflight.register(app)
-app.command("completion", epilog=completion.EXAMPLES)(completion.completion_command)
+app.command("completion", short_help="Print the shell completion script.", epilog=completion._examples())(
+    completion.completion_command)
 status.register(app)
-app.add_typer(node.app, name="node")
-app.add_typer(kubevirt.app, name="kubevirt")
-app.add_typer(vfio.app, name="vfio")
+app.add_typer(node.app, name="node", short_help="NPU nodes: list, set-mode, drain.")
+app.add_typer(kubevirt.app, name="kubevirt", short_help="KubeVirt gates and permitted NPUs.")
+app.add_typer(vfio.app, name="vfio", short_help="Bind NPUs to vfio-pci on this host.")
 
 
 def main() -> None:

@@ -274,14 +274,16 @@ def kubectl_complete() -> None:
 # -- the command ----------------------------------------------------------------------------------------
 
 SHELLS = ("bash", "zsh", "fish")
-EXAMPLES = """\b
-Examples:
-  source <(rblnctl completion bash)          # bash, this shell
-  rblnctl completion bash > /etc/bash_completion.d/rblnctl
-  rblnctl completion zsh > "${fpath[1]}/_rblnctl"
-  rblnctl completion fish > ~/.config/fish/completions/rblnctl.fish
-  # kubectl rbln <TAB> (kubectl >= 1.26): kubectl_complete-rbln is installed with rblnctl
-"""
+def _examples() -> str:
+    from rblnctl.cli.options import examples
+
+    return examples(
+        "source <(rblnctl completion bash)          # bash, this shell",
+        "rblnctl completion bash > /etc/bash_completion.d/rblnctl",
+        'rblnctl completion zsh > "${fpath[1]}/_rblnctl"',
+        "rblnctl completion fish > ~/.config/fish/completions/rblnctl.fish",
+        "# kubectl rbln <TAB> (kubectl >= 1.26): kubectl_complete-rbln is installed with rblnctl",
+    )
 
 
 def completion_command(

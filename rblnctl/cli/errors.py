@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from rblnctl import errors as E
 
@@ -138,6 +138,18 @@ def _takes_value(cmd: Any, token: str) -> bool:
             return (getattr(p, "param_type_name", "") == "option" and not getattr(p, "is_flag", False)
                     and not getattr(p, "count", False) and token not in p.secondary_opts)
     return False
+
+
+def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
+    """Arguments in usage lines as kubectl writes them: `NODE`, `[GATE]...`, never typer's `{NODE}`."""
+    var = self.metavar or (self.name or "").upper()
+    if self.nargs != 1 and not var.endswith("..."):
+        var += "..."
+    return f"[{var}]" if usage and not self.required else var
+
+
+# typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
+TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
 
 
 class RblnGroup(TyperGroup):

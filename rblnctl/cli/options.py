@@ -48,6 +48,16 @@ SelectorOpt = Annotated[
 ]
 
 
+GLOBAL_NOTE = ("Global options (--context, --kubeconfig, -n, --no-headers, -v=N, --no-color, connection flags) may "
+               "go before or after the command; see 'rblnctl --help'.")
+
+
+def examples(*lines: str) -> str:
+    """A command's help epilog: its examples, kept as written, then where the global options are."""
+    body = "\n".join(f"  {line}" for line in lines)
+    return f"\b\nExamples:\n{body}\n\n{GLOBAL_NOTE}"
+
+
 def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
     """None (a real run), "client" (plan only, no request) or "server" (writes sent with dryRun=All)."""
     if server_dry_run:
