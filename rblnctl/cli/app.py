@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl import __version__
-from rblnctl.cli import completion, kubevirt, node, preflight, status, vfio
+from rblnctl.cli import completion, kubevirt, node, preflight, rbac, status, vfio
 from rblnctl.cli.errors import RblnGroup, parse_duration
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ def _start_logging(ctx: typer.Context, verbosity: int) -> None:
 
 
 preflight.register(app)
+rbac.register(app)
 app.command("completion", short_help="Print the shell completion script.", epilog=completion._examples())(
     completion.completion_command)
 status.register(app)
