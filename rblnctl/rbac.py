@@ -76,9 +76,23 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
+    # every VM and VMI in every namespace (paged lists); a VM is read again only when a patch met a concurrent edit
+    "kubevirt migrate-resources": (
+        *_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "list", "patch"),
+        _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"),
+    ),
+    "policy show": (*_OPERATOR, *_NODES_READ, _a("apps", "daemonsets", "list")),
+    # the policy (read, guarded patch), the VMIs holding NPUs, the prerequisites (KubeVirt, the operator's
+    # and a DRA driver's version, the DRA API), then each round of the wait: nodes, operator pods, slices, class
+    "policy set-method": (
+        *_OPERATOR, *_NODES_READ, _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "get", "patch"),
+        _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"),
+        _a("apps", "daemonsets", "list"), _a("", "pods", "list"),
+        _a(C.DRA_GROUP, "deviceclasses", "get", "list"), _a(C.DRA_GROUP, "resourceslices", "list"),
+    ),
 }
 
-READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight"})
+READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "policy show"})
 
 
 def commands_of(role: str) -> list[str]:

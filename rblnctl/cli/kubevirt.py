@@ -292,17 +292,6 @@ def status(
 
 # -- migrate-resources -----------------------------------------------------------------------------
 
-MIGRATE_EXAMPLES = """\b
-Examples:
-  # see what would be renamed (nothing is sent)
-  rblnctl kubevirt migrate-resources --dry-run
-  # rename, deriving each new name from the PCI device the old one stood for
-  rblnctl kubevirt migrate-resources
-  # say the mapping yourself
-  rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF --map ATOM_MAX_PT=RBLN-CA25_PF
-"""
-
-
 def _short(name: str) -> str:
     return name.removeprefix("rebellions.ai/")
 
@@ -314,19 +303,26 @@ def _change_document(c: Any) -> dict:
 def _migration_body(plan: Any, result: Any) -> dict:
     kv = plan.kubevirt
     return {
-        "renames": [{"old": r.old, "new": r.new, "source": str(r.source), "evidence": r.evidence,
-                     "stillAdvertisedBy": list(r.still_advertised)} for r in plan.renames],
-        "kubevirt": {"name": kv.name, "namespace": kv.namespace, "changes": [_change_document(c) for c in kv.changes],
-                     "patch": kv.patch},
-        "virtualMachines": [{"namespace": v.namespace, "name": v.name, "running": v.running,
-                             "changes": [_change_document(c) for c in v.changes]} for v in plan.vms],
-        "instances": [{"namespace": i.namespace, "name": i.name, "node": i.node, "names": list(i.names),
-                       "virtualMachine": i.vm} for i in plan.instances],
-        "unmapped": [{"name": u.name, "reason": u.reason, "users": list(u.users)} for u in plan.unmapped],
-        "advertised": {k: list(v) for k, v in plan.advertised.items()},
-        "scanned": {"virtualMachines": plan.scanned_vms, "instances": plan.scanned_instances},
-        "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-        "warnings": [str(w) for w in plan.warnings],
+        "kubevirt": {"name": kv.name, "namespace": kv.namespace},
+        "plan": {
+            "given": plan.given,
+            "renames": [{"old": r.old, "new": r.new, "source": str(r.source), "evidence": r.evidence,
+                         "stillAdvertisedBy": list(r.still_advertised)} for r in plan.renames],
+            "kubevirtChanges": [_change_document(c) for c in kv.changes],
+            "kubevirtPatch": kv.patch,
+            "virtualMachines": [{"namespace": v.namespace, "name": v.name, "running": v.running,
+                                 "changes": [_change_document(c) for c in v.changes], "patch": v.patch}
+                                for v in plan.vms],
+            "instances": [{"namespace": i.namespace, "name": i.name, "node": i.node, "names": list(i.names),
+                           "virtualMachine": i.vm} for i in plan.instances],
+            "unmapped": [{"name": u.name, "reason": u.reason, "users": list(u.users)} for u in plan.unmapped],
+            "advertised": {k: list(v) for k, v in plan.advertised.items()},
+            "scannedVirtualMachines": plan.scanned_vms,
+            "scannedInstances": plan.scanned_instances,
+            "noop": plan.noop,
+            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
+            "warnings": [str(w) for w in plan.warnings],
+        },
         "result": None if result is None else {
             "kubevirtChanged": result.kubevirt_changed, "changed": list(result.changed), "gone": list(result.gone),
             "restartNeeded": list(result.restart_needed), "retries": result.retries,
@@ -390,7 +386,11 @@ def _migration_view(plan: Any, result: Any) -> Any:
                 epilogue=tail, names=names)
 
 
-@app.command("migrate-resources", epilog=MIGRATE_EXAMPLES)
+@app.command("migrate-resources", short_help="Rename old NPU resource names everywhere.", epilog=examples(
+    "rblnctl kubevirt migrate-resources --dry-run    # what would be renamed, per object",
+    "rblnctl kubevirt migrate-resources              # new names from the PCI device each old one stood for",
+    "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF --map ATOM_MAX_PT=RBLN-CA25_PF",
+))
 def migrate_resources(
     ctx: typer.Context,
     mapping: Annotated[

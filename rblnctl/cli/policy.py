@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any
 
 import typer
 
-from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
+from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode, examples
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 app = typer.Typer(
@@ -14,33 +15,18 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-SHOW_EXAMPLES = """\b
-Examples:
-  rblnctl policy show
-  rblnctl policy show -o jsonpath='{.active.vmMethod}'
-"""
-
-SET_METHOD_EXAMPLES = """\b
-Examples:
-  # what would change, and what stands in the way (nothing is sent)
-  rblnctl policy set-method dra --dry-run
-  # stop every VM holding an NPU first, then
-  rblnctl policy set-method dra --yes --timeout 15m
-  rblnctl policy set-method sandbox
-"""
 DEFAULT_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
+
+
+class Method(str, enum.Enum):
+    """set-method values (the constants' METHODS)."""
+
+    sandbox = "sandbox"
+    dra = "dra"
 
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
-
-
-def _policy_document(p: Any) -> dict | None:
-    if p is None:
-        return None
-    return {"name": p.name, "workloadType": p.workload_type, "vmMethod": p.vm_method, "state": p.state,
-            "ignored": p.ignored, "enabled": {k: bool(v) for k, v in p.enabled.items()},
-            "admissionProblems": p.admission_problems()}
 
 
 # -- show ------------------------------------------------------------------------------------------
@@ -50,16 +36,19 @@ def _show_view(rep: Any) -> Any:
     """The policy (kind ClusterPolicy): the active one, its method and components, the ignored ones."""
     from rblnctl.cli.output import Cell, Column, Table, View, joined
 
+    from rblnctl.cli.render import policy_document
+
     def body() -> dict:
         return {
             "crdInstalled": rep.crd_installed,
             "operatorNamespace": rep.namespace,
-            "active": _policy_document(rep.active),
+            "active": policy_document(rep.active),
+            "problems": rep.active.admission_problems() if rep.active else [],
             "components": [{"component": c.component, "policyKey": c.key, "enabled": c.enabled, "state": c.state,
                             "daemonSets": [{"namespace": d.namespace, "name": d.name, "desired": d.desired,
                                             "ready": d.ready, "unavailable": d.unavailable, "allReady": d.ready_all}
                                            for d in c.daemonsets]} for c in rep.components],
-            "ignored": [_policy_document(p) for p in rep.ignored],
+            "ignored": [policy_document(p) for p in rep.ignored],
             "nodeModes": dict(rep.modes),
             "notes": list(rep.notes),
         }
@@ -94,7 +83,11 @@ def _show_view(rep: Any) -> Any:
                 notes=[f"note: {n}" for n in rep.notes], names=names)
 
 
-@app.command("show", epilog=SHOW_EXAMPLES)
+@app.command("show", short_help="Show the policy, its VM method, components.", epilog=examples(
+    "rblnctl policy show",
+    "rblnctl policy show -o wide                     # with each component's policy key",
+    "rblnctl policy show -o jsonpath='{.active.vmMethod}'",
+))
 def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
     """Show the active policy, its VM method and components."""
     from rblnctl.cli.console import waiting
@@ -162,17 +155,20 @@ class _Progress:
 def _method_body(plan: Any, result: Any) -> dict:
     return {
         "policy": plan.policy,
-        "from": plan.current,
-        "to": plan.target,
-        "switches": {"before": dict(plan.edit.before), "after": dict(plan.edit.after)},
-        "patch": plan.edit.patch,
-        "prerequisites": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in plan.prerequisites],
-        "vmsHoldingNpus": [{"namespace": h.namespace, "name": h.name, "holds": h.holds} for h in plan.holders],
-        "vmPassthroughNodes": list(plan.vm_nodes),
-        "deviceClass": plan.device_class,
-        "noop": plan.noop,
-        "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-        "warnings": [str(w) for w in plan.warnings],
+        "plan": {
+            "from": plan.current,
+            "to": plan.target,
+            "switchesBefore": dict(plan.edit.before),
+            "switchesAfter": dict(plan.edit.after),
+            "patch": plan.edit.patch or None,
+            "prerequisites": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in plan.prerequisites],
+            "vmsHoldingNpus": [{"namespace": h.namespace, "name": h.name, "holds": h.holds} for h in plan.holders],
+            "vmPassthroughNodes": list(plan.vm_nodes),
+            "deviceClass": plan.device_class,
+            "noop": plan.noop,
+            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
+            "warnings": [str(w) for w in plan.warnings],
+        },
         "result": None if result is None else {
             "changed": result.changed, "attempts": result.attempts, "waited": result.waited,
             "converged": list(result.converged), "elapsedSeconds": result.elapsed_s,
@@ -217,11 +213,15 @@ def _method_view(plan: Any, result: Any = None) -> Any:
                 epilogue=tail, names=[f"rblnclusterpolicy.rebellions.ai/{plan.policy}"])
 
 
-@app.command("set-method", epilog=SET_METHOD_EXAMPLES)
+@app.command("set-method", short_help="Switch how VMs get NPUs: sandbox or dra.", epilog=examples(
+    "rblnctl policy set-method dra --dry-run          # what would change, and what stands in the way",
+    "rblnctl policy set-method dra --yes --timeout 15m   # with every NPU VM stopped",
+    "rblnctl policy set-method sandbox",
+))
 def set_method(
     ctx: typer.Context,
-    method: Annotated[str, typer.Argument(help="sandbox (the Sandbox Device Plugin) or dra.", metavar="METHOD",
-                                          show_default=False)],
+    method: Annotated[Method, typer.Argument(help="sandbox (the Sandbox Device Plugin) or dra.", metavar="METHOD",
+                                             show_default=False)],
     force: Annotated[
         bool, typer.Option("--force", help="Go ahead when a prerequisite cannot be read (an unknown version).")
     ] = False,
@@ -242,7 +242,7 @@ def set_method(
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.operator.method import MethodChanger, MethodOptions, parse_method
 
-    target = parse_method(method)  # bad input fails before connecting
+    target = parse_method(method.value)  # bad input fails before connecting
     timeout_s = parse_duration(timeout, option="--timeout")
     assert timeout_s is not None
     how = dry_run_mode(dry_run, server_dry_run)

@@ -45,8 +45,8 @@ def test_apply_renames_and_names_the_vms_that_need_a_restart(apiserver):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["kind"] == "ResourceMigration" and doc["apiVersion"] == "rblnctl.rebellions.ai/v1alpha1"
-    assert doc["renames"] == [{"old": OLD, "new": NEW, "source": "permitted",
-                               "evidence": f"KubeVirt permits 1EFF:1250 as {OLD}", "stillAdvertisedBy": []}]
+    assert doc["plan"]["renames"] == [{"old": OLD, "new": NEW, "source": "permitted",
+                                       "evidence": f"KubeVirt permits 1EFF:1250 as {OLD}", "stillAdvertisedBy": []}]
     assert doc["result"]["restartNeeded"] == ["ns1/live"] and sorted(doc["result"]["changed"]) == ["ns1/live",
                                                                                                   "ns2/off"]
     assert device(apiserver, "ns1", "live") == NEW and device(apiserver, "ns2", "off") == NEW

@@ -112,7 +112,7 @@ def test_applied_and_waited_for_both_ways(apiserver, operator):
     r = cli("policy", "set-method", "dra", "--yes", "--timeout", "20s", "-o", "json", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["kind"] == "MethodChange" and doc["from"] == "sandbox" and doc["to"] == "dra"
+    assert doc["kind"] == "MethodChange" and doc["plan"]["from"] == "sandbox" and doc["plan"]["to"] == "dra"
     assert doc["result"]["converged"] == ["vm0", "vm1"] and doc["result"]["changed"] is True
     assert switches(apiserver) == {"sandboxDevicePlugin": False, "draKubeletPlugin": True}
     assert "now selects dra" in r.stderr
@@ -148,6 +148,6 @@ def test_server_dry_run_and_bad_input(apiserver):
     assert r.exit_code == 0, r.stderr
     assert [w.dry_run for w in apiserver.writes()] == [True] and switches(apiserver)["sandboxDevicePlugin"] is True
     r = cli("policy", "set-method", "vfio", "--yes", server=closed_port_url())
-    assert r.exit_code == 2 and "use sandbox or dra" in r.stderr
+    assert r.exit_code == 2 and "'vfio' is not one of 'sandbox', 'dra'" in r.stderr
     r = cli("policy", "set-method", "dra", "--timeout", "-3s", server=closed_port_url())
     assert r.exit_code == 2 and "--timeout" in r.stderr
