@@ -402,7 +402,7 @@ def npu_holders(vmis: Sequence[dict]) -> list[NpuVm]:
         if holds:
             meta = v.get("metadata") or {}
             out.append(NpuVm(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
-                             holds=", ".join(holds)))
+                             holds=", ".join(dict.fromkeys(holds))))
     return sorted(out, key=lambda h: (h.namespace, h.name))
 
 
