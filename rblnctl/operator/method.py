@@ -225,14 +225,15 @@ def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], contain
     want = {SANDBOX_KEY: target == C.METHOD_SANDBOX, DRA_KEY: target == C.METHOD_DRA}
     blockers: list[Blocker] = []
     warnings: list[str] = []
+    switching = any(before[k] != v for k, v in want.items())
     if target == C.METHOD_DRA and before[DEVICE_PLUGIN_KEY]:
-        if container_nodes:
+        if container_nodes and switching:
             blockers.append(Blocker(
                 f"RBLNClusterPolicy {name} enables devicePlugin, which serves the container-mode NPU nodes "
                 f"{', '.join(container_nodes)}: the operator admits draKubeletPlugin only without devicePlugin, and "
                 "DRA would then hand out those nodes' NPUs through claims; move them to DRA (or to vm mode) "
                 "first, or keep the sandbox method"))
-        else:
+        elif not container_nodes:
             want[DEVICE_PLUGIN_KEY] = False
             warnings.append("no NPU node is in container mode, so devicePlugin is turned off too (the operator "
                             "admits draKubeletPlugin only without it)")

@@ -218,3 +218,30 @@ def test_server_dry_run_sends_one_dry_patch_and_waits_for_nothing(apiserver, kub
     result = ch.apply(ch.plan("dra"))
     (w,) = apiserver.writes()
     assert w.dry_run and not result.waited and switches(apiserver)["sandboxDevicePlugin"] is True
+
+
+def test_plan_edit_writes_only_what_changes_and_checks_the_result():
+    from rblnctl.operator.method import plan_edit
+
+    sandbox = NEWER.policy(vfio_manager=True, sandbox=True)
+    sandbox["metadata"]["resourceVersion"] = "7"
+    edit = plan_edit(sandbox, "dra", vm_nodes=["vm0"], container_nodes=[])
+    assert edit.patch == {"metadata": {"resourceVersion": "7"}, "spec": {
+        "sandboxDevicePlugin": {"enabled": False}, "draKubeletPlugin": {"enabled": True},
+        "devicePlugin": {"enabled": False}}}
+    assert plan_edit(sandbox, "sandbox", vm_nodes=["vm0"], container_nodes=[]).patch == {}
+    # a policy already on DRA is not refused for the devicePlugin its container nodes still use
+    dra = NEWER.policy(vfio_manager=True, dra=True, device_plugin=True)
+    dra["metadata"]["resourceVersion"] = "8"
+    edit = plan_edit(dra, "dra", vm_nodes=["vm0"], container_nodes=["c0"])
+    assert edit.patch == {} and edit.blockers == []
+    # a problem the policy had before (vfioManager off) is not this change's doing: it does not refuse it
+    broken = NEWER.policy(vfio_manager=False, sandbox=True, workload_type="vm-passthrough")
+    broken["metadata"]["resourceVersion"] = "9"
+    edit = plan_edit(broken, "dra", vm_nodes=["vm0"], container_nodes=[])
+    assert edit.patch and edit.blockers == []
+    # one it would cause is refused: back to sandbox leaves container nodes DRA served with no allocator
+    served = NEWER.policy(vfio_manager=True, dra=True, device_plugin=False)
+    served["metadata"]["resourceVersion"] = "10"
+    (b,) = plan_edit(served, "sandbox", vm_nodes=["vm0"], container_nodes=["c0"]).blockers
+    assert "enables neither devicePlugin nor draKubeletPlugin" in b.message
