@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl import __version__
-from rblnctl.cli import kubevirt, node, preflight, status, vfio
+from rblnctl.cli import kubevirt, node, preflight, status, vfio, vm
 from rblnctl.cli.errors import RblnGroup, parse_duration
 
 if TYPE_CHECKING:
@@ -176,6 +176,7 @@ status.register(app)
 app.add_typer(node.app, name="node")
 app.add_typer(kubevirt.app, name="kubevirt")
 app.add_typer(vfio.app, name="vfio")
+app.add_typer(vm.app, name="vm")
 
 
 def main() -> None:

@@ -287,7 +287,7 @@ def express(spec: dict, have: VmNpus, target: Target) -> _Layout:
     devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=new_sandbox,
                                           dra_npus=dra_npus)
     before = [str(d.get("name")) for d in D.host_devices(spec)]
-    return _Layout(host_devices=devices, claims=claims, added=[n for n in new if n not in before],
+    return _Layout(host_devices=devices, claims=claims, added=new,
                    removed=[n for n in before if n in drop], template=template, warnings=warnings, blockers=blockers)
 
 
@@ -501,7 +501,8 @@ class AttachPlanner:
             else:
                 users = self.template_users(ref.namespace, old, exclude=ref.name)
                 if users:
-                    kept.append(f"ResourceClaimTemplate {old} kept: {', '.join(users)} still use it")
+                    kept.append(f"ResourceClaimTemplate {old} kept: {', '.join(users)} still "
+                                f"{'uses' if len(users) == 1 else 'use'} it")
                 else:
                     delete.append(old)
         return create, delete, kept
@@ -623,7 +624,8 @@ class AttachPlanner:
         for name in plan.templates_delete:
             users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name)
             if users:
-                kept.append(f"ResourceClaimTemplate {name} kept: {', '.join(users)} started using it")
+                kept.append(f"ResourceClaimTemplate {name} kept: {', '.join(users)} now "
+                            f"{'uses' if len(users) == 1 else 'use'} it")
                 continue
             obj = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
             if obj is None or not D.is_managed(obj):

@@ -1,11 +1,11 @@
 """Why a VM has no NPU: walk the chain from the VM to a device and stop at the first broken link.
 
 Each link is PASS or FAIL with the evidence read and, when it fails, the remedy. In order:
-VirtualMachine (exists, status) -> NpuRequest (the spec passes NPUs) -> FeatureGates -> sandbox:
-PermittedHostDevice / DRA: DeviceClass -> VmModeNodes -> sandbox: Advertised, FreeCapacity / DRA:
-ResourceSlices -> Instance (a VMI exists; KubeVirt could render its pod) -> DRA: ClaimAllocated ->
-Scheduling (the virt-launcher pod's FailedScheduling events, parsed) -> NodeComponents (the node's
-mode and operator components, rblnctl.operator.convergence) -> Ready.
+VirtualMachine (exists, status) -> NpuRequest (the spec passes NPUs) -> FeatureGates -> VmModeNodes ->
+sandbox: PermittedHostDevice, Advertised, FreeCapacity / DRA: DeviceClass, ResourceSlices -> Instance
+(a VMI exists; KubeVirt could render its pod) -> DRA: ClaimAllocated -> Scheduling (the virt-launcher
+pod's FailedScheduling events, parsed) -> NodeComponents (the node's mode and operator components,
+rblnctl.operator.convergence) -> Ready.
 
 The cluster-side checks are rblnctl.vm.cluster's, the same ones `vm attach` refuses on.
 """
@@ -57,9 +57,9 @@ class LinkName(enum.StrEnum):
     VM = "VirtualMachine"
     REQUEST = "NpuRequest"
     GATES = "FeatureGates"
+    VM_NODES = "VmModeNodes"
     PERMITTED = "PermittedHostDevice"
     DEVICE_CLASS = "DeviceClass"
-    VM_NODES = "VmModeNodes"
     ADVERTISED = "Advertised"
     SLICES = "ResourceSlices"
     CAPACITY = "FreeCapacity"
@@ -223,6 +223,8 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
         warnings.append(gates.warning)
     if not chain.check(LinkName.GATES, gates):
         return done(method, have.count)
+    if not chain.check(LinkName.VM_NODES, check_vm_nodes(cluster)):
+        return done(method, have.count)
     if method == C.METHOD_DRA:
         cluster = with_dra(kube, cluster)
         if not chain.check(LinkName.DEVICE_CLASS, check_device_class(cluster)):
@@ -232,8 +234,6 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
         if not chain.add(LinkName.PERMITTED, all(c.ok for c in checks), [e for c in checks for e in c.evidence],
                          next((c.remedy for c in checks if not c.ok), None)):
             return done(method, have.count)
-    if not chain.check(LinkName.VM_NODES, check_vm_nodes(cluster)):
-        return done(method, have.count)
     if method == C.METHOD_DRA:
         slices = check_slices(cluster)
         if slices.warning:

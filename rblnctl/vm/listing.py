@@ -51,7 +51,8 @@ class VmNpuListing:
 
     items: list[VmNpuEntry]
     namespace: str | None  # None: every namespace
-    notes: list[str] = field(default_factory=list)
+    served: bool = True  # False: KubeVirt's APIs are not served (not installed)
+    notes: list[str] = field(default_factory=list)  # what could not be read (forbidden)
 
     def by_node(self) -> dict[str, list[str]]:
         """Node -> `namespace/name` of the VMs holding NPUs there now."""
@@ -62,11 +63,12 @@ class VmNpuListing:
         return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str) -> list[dict]:
+def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str) -> list[dict] | None:
+    """The objects; None when the API is not served (KubeVirt absent); [] with a note when forbidden."""
     try:
         return kube.list(res, namespace=namespace)
     except NotFound:
-        notes.append(f"{what} are not served: is KubeVirt installed?")
+        return None
     except Forbidden as e:
         notes.append(f"cannot list {what}: {e}")
     return []
@@ -77,7 +79,8 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
     notes: list[str] = []
     vms = _list(kube, VMS, namespace, notes, "VirtualMachines")
     vmis = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances")
-    notes = list(dict.fromkeys(notes))
+    if vms is None or vmis is None:
+        return VmNpuListing(items=[], namespace=namespace, served=False, notes=notes)
     specs = [D.vm_spec(v) for v in vms] + [D.vmi_spec(v) for v in vmis]
     foreign = any(not D.is_managed_claim(c) for spec in specs for c in D.resource_claims(spec))
     policy = read_operator(kube).policy if foreign else None

@@ -37,14 +37,14 @@ class ManifestOptions:
             raise InvalidInput(f"a VM manifest needs at least 1 NPU, not {self.npus}")
         if self.method not in C.METHODS:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
-        if self.method == C.METHOD_SANDBOX and not self.resource:
-            raise InvalidInput("a sandbox VM names the resource its NPUs come from")
         if not self.image.strip() or any(c.isspace() for c in self.image):
             raise InvalidInput(f"malformed image {self.image!r}")
 
 
 def build_manifest(o: ManifestOptions) -> list[dict]:
     """The objects to apply, in order: the ResourceClaimTemplate (DRA) first, then the VirtualMachine."""
+    if o.method == C.METHOD_SANDBOX and not o.resource:
+        raise InvalidInput("a sandbox VM names the resource its NPUs come from")
     names = D.free_names([], o.npus)
     objects: list[dict] = []
     spec: dict = {
