@@ -150,9 +150,10 @@ def claim_entry(template: str) -> dict:
 
 def claim_template(npus: int, device_class: str, *, namespace: str | None = None) -> dict:
     """The ResourceClaimTemplate for `npus` NPUs of `device_class`: requests npu0.. of one device each."""
-    meta: dict[str, Any] = {"name": template_name(npus), "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}}
+    meta: dict[str, Any] = {"name": template_name(npus)}
     if namespace:
         meta["namespace"] = namespace
+    meta["labels"] = {C.MANAGED_BY_LABEL: C.MANAGED_BY}
     requests = [{"name": request_name(i), "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
                                                        "count": 1}}
                 for i in range(npus)]

@@ -44,6 +44,9 @@ from rblnctl.vm.placement import placement_of, why_not
 from rblnctl.vm.restart import FINAL_PHASES
 
 
+LIST_VMS = ("vm", "list", "-A")  # which VMs hold NPUs: the remedy when none is free
+
+
 class LinkStatus(enum.StrEnum):
     """Whether a link holds."""
 
@@ -379,8 +382,8 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
             evidence.insert(0, f"{wanted} {resource} fit on {', '.join(fits)}")
     return chain.add(LinkName.CAPACITY, ok, evidence, Remedy(
         text="free NPUs on a node the VM may run on (stop a VM that holds them), widen the VM's nodeSelector, "
-             "affinity or tolerations, or switch another node to vm mode; VMs holding NPUs:",
-        command=("vm", "list", "-A")))
+             "affinity or tolerations, or switch another node to vm mode; the VMs that hold NPUs",
+        command=LIST_VMS))
 
 
 def _launcher(kube: Kube, vmi: dict) -> dict | None:
@@ -457,7 +460,7 @@ def _claims(chain: _Chain, kube: Kube, ref: VmRef, have: VmNpus, pod: dict | Non
             evidence.append(f"scheduler: {failure.message}")
     return chain.add(LinkName.CLAIM, ok, evidence, Remedy(
         text="the scheduler allocates a claim when a vm-mode node has enough free vfio NPUs: free one (stop a VM "
-             "that holds them) or switch another node to vm mode; VMs holding NPUs:", command=("vm", "list", "-A")))
+             "that holds them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS))
 
 
 def _failed_scheduling(kube: Kube, pod: dict) -> SchedulingFailure | None:
@@ -501,10 +504,10 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
         text = " ".join(r for _, r in failure.reasons)
         if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
             remedy = Remedy(text="every node it may run on has its NPUs in use: free NPUs (stop a VM that holds "
-                            "them) or switch another node to vm mode; VMs holding NPUs:", command=("vm", "list", "-A"))
+                            "them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS)
         elif "claim" in text.lower():
             remedy = Remedy(text="no vm-mode node can allocate its ResourceClaim: free a vfio NPU or switch another "
-                            "node to vm mode; VMs holding NPUs:", command=("vm", "list", "-A"))
+                            "node to vm mode; the VMs that hold NPUs", command=LIST_VMS)
         elif "affinity" in text or "selector" in text:
             remedy = Remedy(text="no node matches the VM's nodeSelector or affinity: widen them, or switch a node "
                             "that matches to vm mode")
@@ -527,9 +530,9 @@ def _node_components(chain: _Chain, kube: Kube, cluster: VmCluster, node_name: s
     missing = _pending(kube, cluster, node)
     if missing:
         return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],
-                         Remedy(text="the operator has not finished converging the node on vm mode; watch it with "
-                                "`rblnctl node list` (a stuck component: `kubectl -n "
-                                f"{cluster.operator.namespace} describe pod`)", command=("node", "list")))
+                         Remedy(text="the operator has not finished converging the node on vm mode (a stuck "
+                                f"component: `kubectl -n {cluster.operator.namespace} describe pod`); watch it",
+                                command=("node", "list")))
     alloc = ((node.get("status") or {}).get("allocatable") or {})
     what = ", ".join(f"{k}={v}" for k, v in sorted(alloc.items()) if R.is_npu_resource(k)) or "no NPU resources"
     return chain.add(LinkName.NODE, True, [f"{node_name}: vm mode, operator components ready ({what})"])

@@ -59,7 +59,7 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
         },
         "networks": [{"name": "default", "pod": {}}],
         "volumes": [{"name": "rootdisk", "containerDisk": {"image": o.image}},
-                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config\n"}}],
+                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config"}}],
     }
     if o.method == C.METHOD_DRA:
         template = D.claim_template(o.npus, o.device_class, namespace=o.namespace)
