@@ -431,12 +431,15 @@ def connect(opts: KubeOptions) -> Kube:
 
 def _kubeconfig_source(opts: KubeOptions) -> str | None:
     """The kubeconfig to load; None for in-cluster, or for --server with no kubeconfig that names a context."""
-    source = resolve_kubeconfig(opts.kubeconfig)
-    if source is None or not opts.server or opts.kubeconfig or opts.context or opts.user or opts.cluster:
-        return source
-    # --server alone: kubectl keeps the current context's credentials when there is one; an empty
-    # kubeconfig (or none) leaves a plain URL.
-    return source if _has_contexts(source) else None
+    if not opts.server or opts.kubeconfig or opts.context or opts.user or opts.cluster:
+        return resolve_kubeconfig(opts.kubeconfig)
+    # --server alone: kubectl keeps the current context's credentials when there is one; no
+    # kubeconfig, or one without contexts, leaves a plain URL.
+    try:
+        source = resolve_kubeconfig(None)
+    except ConfigError:
+        return None
+    return source if source is not None and _has_contexts(source) else None
 
 
 def _has_contexts(source: str) -> bool:
