@@ -8,7 +8,16 @@ from typing import Annotated, Any
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode, output_option
+from rblnctl.cli import completion
+from rblnctl.cli.options import (
+    DryRunOpt,
+    OutputOpt,
+    ServerDryRunOpt,
+    YesOpt,
+    dry_run_mode,
+    examples,
+    output_option,
+)
 from rblnctl.cli.output import Format
 
 app = typer.Typer(
@@ -24,7 +33,8 @@ class Method(str, enum.Enum):
     dra = "dra"
 
 
-VmArg = Annotated[str, typer.Argument(help="Name of the VirtualMachine.", metavar="VM", show_default=False)]
+VmArg = Annotated[str, typer.Argument(help="Name of the VirtualMachine.", metavar="VM", show_default=False,
+                                      autocompletion=completion.complete_vms)]
 MethodOpt = Annotated[
     Method | None,
     typer.Option("--method", help="sandbox (the sandbox device plugin's resource) or dra (a ResourceClaim of "
@@ -50,34 +60,29 @@ TimeoutOpt = Annotated[
                       "to be Ready again (seconds or 90s, 5m).")
 ]
 
-ATTACH_EXAMPLES = """\b
-Examples:
-  rblnctl vm attach my-vm -n vms                      # 1 NPU, method and resource from the cluster
-  rblnctl vm attach my-vm -n vms --npus 2 --product RBLN-CA22
-  rblnctl vm attach my-vm -n vms --method dra --convert --restart
-  rblnctl vm attach my-vm -n vms --npus 4 --dry-run=server
-"""
-DETACH_EXAMPLES = """\b
-Examples:
-  rblnctl vm detach my-vm -n vms
-  rblnctl vm detach my-vm -n vms --device npu1 --restart
-"""
-MANIFEST_EXAMPLES = """\b
-Examples:
-  rblnctl vm manifest my-vm -n vms --npus 2 --resource rebellions.ai/RBLN-CA22_PF > my-vm.yaml
-  rblnctl vm manifest my-vm -n vms --method dra --npus 2 | kubectl apply -f -
-"""
-LIST_EXAMPLES = """\b
-Examples:
-  rblnctl vm list -A
-  rblnctl vm list -n vms -o wide
-  rblnctl vm list -A -o jsonpath='{.items[?(@.node=="n1")].name}'
-"""
-DIAGNOSE_EXAMPLES = """\b
-Examples:
-  rblnctl vm diagnose my-vm -n vms
-  rblnctl vm diagnose my-vm -n vms -o json | jq '.links[] | select(.status=="FAIL")'
-"""
+ATTACH_EXAMPLES = examples(
+    "rblnctl vm attach my-vm -n vms                  # 1 NPU; method and resource from the cluster",
+    "rblnctl vm attach my-vm -n vms --npus 2 --product RBLN-CA22",
+    "rblnctl vm attach my-vm -n vms --method dra --convert --restart",
+    "rblnctl vm attach my-vm -n vms --npus 4 --dry-run=server",
+)
+DETACH_EXAMPLES = examples(
+    "rblnctl vm detach my-vm -n vms",
+    "rblnctl vm detach my-vm -n vms --device npu1 --restart",
+)
+MANIFEST_EXAMPLES = examples(
+    "rblnctl vm manifest my-vm -n vms --npus 2 --resource rebellions.ai/RBLN-CA22_PF > my-vm.yaml",
+    "rblnctl vm manifest my-vm -n vms --method dra --npus 2 | kubectl apply -f -",
+)
+LIST_EXAMPLES = examples(
+    "rblnctl vm list -A",
+    "rblnctl vm list -n vms -o wide",
+    "rblnctl vm list -A -o jsonpath='{.items[?(@.node==\"n1\")].name}'",
+)
+DIAGNOSE_EXAMPLES = examples(
+    "rblnctl vm diagnose my-vm -n vms",
+    "rblnctl vm diagnose my-vm -n vms -o json | jq '.links[] | select(.status==\"FAIL\")'",
+)
 
 
 def _namespace(ctx: typer.Context) -> str:
@@ -150,28 +155,32 @@ def _device_doc(d: Any) -> dict:
 
 
 def _change_doc(plan: Any, result: Any) -> dict:
+    """The VmNpuChange document (docs/output.md): the plan, and what apply() did (null on a client dry run)."""
     return {
         "vm": {"namespace": plan.vm.namespace, "name": plan.vm.name},
-        "action": plan.target.action,
-        "method": plan.method,
-        "resource": plan.resource,
-        "deviceClass": plan.device_class,
-        "npusBefore": plan.npus_before,
-        "npusAfter": plan.npus_after,
-        "devicesBefore": [_device_doc(d) for d in plan.devices_before],
-        "devicesAfter": [_device_doc(d) for d in plan.devices_after],
-        "added": list(plan.added),
-        "removed": list(plan.removed),
-        "template": plan.template,
-        "templateCreate": (plan.template_create or {}).get("metadata", {}).get("name"),
-        "templatesDelete": list(plan.templates_delete),
-        "templatesKept": list(plan.templates_kept),
-        "running": plan.running,
-        "node": plan.node,
-        "restart": plan.restart,
-        "noop": plan.noop,
-        "warnings": [str(w) for w in plan.warnings],
-        "blockers": [str(b) for b in plan.blockers],
+        "plan": {
+            "action": plan.target.action,
+            "method": plan.method,
+            "resource": plan.resource,
+            "deviceClass": plan.device_class,
+            "npusBefore": plan.npus_before,
+            "npusAfter": plan.npus_after,
+            "devicesBefore": [_device_doc(d) for d in plan.devices_before],
+            "devicesAfter": [_device_doc(d) for d in plan.devices_after],
+            "added": list(plan.added),
+            "removed": list(plan.removed),
+            "template": plan.template,
+            "templateCreate": (plan.template_create or {}).get("metadata", {}).get("name"),
+            "templatesDelete": list(plan.templates_delete),
+            "templatesKept": list(plan.templates_kept),
+            "running": plan.running,
+            "node": plan.node,
+            "restart": plan.restart,
+            "patch": plan.patch,
+            "noop": plan.noop,
+            "warnings": [str(w) for w in plan.warnings],
+            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
+        },
         "result": None if result is None else {
             "changed": result.changed, "attempts": result.attempts, "templateCreated": result.template_created,
             "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
@@ -253,7 +262,7 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
 # -- attach / detach ---------------------------------------------------------------------------------------
 
 
-@app.command("attach", epilog=ATTACH_EXAMPLES)
+@app.command("attach", short_help="Give a VM N NPUs (sandbox or DRA).", epilog=ATTACH_EXAMPLES)
 def attach(
     ctx: typer.Context,
     vm: VmArg,
@@ -291,7 +300,7 @@ def attach(
     _run_change(ctx, planner, plan, how=how, yes=yes, output=output, progress=progress, verb="change the")
 
 
-@app.command("detach", epilog=DETACH_EXAMPLES)
+@app.command("detach", short_help="Take NPUs from a VM.", epilog=DETACH_EXAMPLES)
 def detach(
     ctx: typer.Context,
     vm: VmArg,
@@ -328,7 +337,7 @@ def detach(
 # -- manifest -------------------------------------------------------------------------------------------------
 
 
-@app.command("manifest", epilog=MANIFEST_EXAMPLES)
+@app.command("manifest", short_help="Print a VM manifest with N NPUs.", epilog=MANIFEST_EXAMPLES)
 def manifest(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Name of the VirtualMachine to write.", metavar="NAME",
@@ -395,7 +404,7 @@ def _list_view(listing: Any) -> Any:
                 names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in listing.items])
 
 
-@app.command("list", epilog=LIST_EXAMPLES)
+@app.command("list", short_help="List VMs that hold or request NPUs.", epilog=LIST_EXAMPLES)
 def list_vms(ctx: typer.Context, output: OutputOpt = "table") -> None:
     """List VMs and VMIs that hold or request NPUs."""
     from rblnctl.cli.output import emit
@@ -437,7 +446,7 @@ def _diagnosis_view(d: Any, prog: str) -> Any:
                 notes=[f"warning: {w}" for w in d.warnings], names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
 
 
-@app.command("diagnose", epilog=DIAGNOSE_EXAMPLES)
+@app.command("diagnose", short_help="Say why a VM has no NPU.", epilog=DIAGNOSE_EXAMPLES)
 def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None:
     """Say why a VM has no NPU, link by link, with remedies."""
     from rblnctl.cli.console import waiting

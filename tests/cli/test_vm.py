@@ -28,8 +28,9 @@ def test_attach_sandbox(apiserver):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert (doc["kind"], doc["apiVersion"]) == ("VmNpuChange", "rblnctl.rebellions.ai/v1alpha1")
-    assert (doc["method"], doc["resource"], doc["npusBefore"], doc["npusAfter"]) == ("sandbox", CA22, 0, 2)
-    assert doc["result"]["changed"] is True and doc["added"] == ["npu0", "npu1"]
+    plan = doc["plan"]
+    assert (plan["method"], plan["resource"], plan["npusBefore"], plan["npusAfter"]) == ("sandbox", CA22, 0, 2)
+    assert doc["result"]["changed"] is True and plan["added"] == ["npu0", "npu1"]
     assert "VM vms/v1: 0 -> 2 NPU(s)" in r.stderr
     assert [d["name"] for d in host_devices(apiserver)] == ["gpu0", "npu0", "npu1"]
 
@@ -119,7 +120,7 @@ def test_attach_restart_on_a_simulated_vm(apiserver):
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--restart", "--yes", "-o", "json")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["restart"] is True and doc["result"]["restarted"] is True and doc["result"]["ready"] is True
+    assert doc["plan"]["restart"] is True and doc["result"]["restarted"] is True and doc["result"]["ready"] is True
     for step in ("stopping VM vms/v1", "patching VM vms/v1", "starting VM vms/v1", "restarted and Ready"):
         assert step in r.stderr
     vmi = apiserver.get("VirtualMachineInstance", "v1", NS)
@@ -149,7 +150,7 @@ def test_detach(apiserver):
     r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "-o", "yaml")
     assert r.exit_code == 0, r.stderr
     doc = yaml.safe_load(r.stdout)
-    assert doc["npusAfter"] == 0 and doc["result"]["templatesDeleted"] == ["rbln-npu-2"]
+    assert doc["plan"]["npusAfter"] == 0 and doc["result"]["templatesDeleted"] == ["rbln-npu-2"]
     assert host_devices(apiserver) == [NVIDIA] and apiserver.list("ResourceClaimTemplate", NS) == []
     assert "deleting ResourceClaimTemplate vms/rbln-npu-2 (no VM uses it any more)" in r.stderr
 
