@@ -286,6 +286,34 @@ HOST_ROOT = "/"
 # Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
 VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
 
+# --- VMs (rblnctl vm) --------------------------------------------------------------------------
+
+# The VirtualMachine spec rblnctl edits (kubevirt/kubevirt@v1.9.0): spec.template.spec.domain.devices.
+# hostDevices[] = {name, deviceName} for a device plugin's resource, or {name, claimName, requestName}
+# (ClaimRequest inlined) for DRA (staging/src/kubevirt.io/api/core/v1/schema.go, HostDevice);
+# spec.template.spec.resourceClaims[] = {name, resourceClaimTemplateName | resourceClaimName}
+# (types.go, VirtualMachineInstanceResourceClaim).
+VM_DEVICE_PREFIX = "npu"  # hostDevices rblnctl adds are named npu0, npu1, ...
+VM_DRA_CLAIM = "rbln-npu"  # the one resourceClaims entry rblnctl manages in a VM
+# The ResourceClaimTemplate for N NPUs: rbln-npu-<N>, shared by every VM of the namespace that wants N.
+# It has N requests npu0..npu<N-1> of one device each: KubeVirt takes exactly one device per request
+# ("count > 1 is not supported", kubevirt/kubevirt@v1.9.0 pkg/dra/utils.go resolveDevice), so N NPUs
+# are N requests, not one request with count N.
+VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
+VM_DRA_REQUEST_PREFIX = "npu"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rblnctl"
+# virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).
+KUBEVIRT_SUBRESOURCES_GROUP = "subresources.kubevirt.io"
+# Labels virt-controller puts on a VMI's virt-launcher pod (v1.9.0 pkg/virt-controller/services/template.go;
+# names in staging/src/kubevirt.io/api/core/v1/types.go: AppLabel, CreatedByLabel).
+LAUNCHER_CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid
+VM_NAME_LABEL = "kubevirt.io/vm"  # the template label KubeVirt's examples give a VM's pods
+# A VM `vm manifest` writes when no --image is given.
+VM_DEFAULT_IMAGE = "quay.io/containerdisks/ubuntu:24.04"
+VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
+VM_POLL_S = 2.0
+
 # --- Output (rblnctl's own documents: docs/output.md) -------------------------------------------
 
 # The group/version of every JSON/YAML document rblnctl prints; a breaking change to a kind's shape

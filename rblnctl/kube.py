@@ -170,6 +170,8 @@ RESOURCE_CLAIM_TEMPLATES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaimte
                                     "ResourceClaimTemplate")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 EVENTS = Resource("", "v1", "events", True, "Event")
+# virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
+VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
 
 
 @dataclass(frozen=True, kw_only=True)

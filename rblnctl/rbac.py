@@ -60,9 +60,38 @@ _NODE_CHANGE = (
     _a("coordination.k8s.io", "leases", "get", "create", "patch", "delete", where=OPERATOR_NAMESPACE),
 )
 
+# vm: VMs and VMIs in every namespace; hand-made claims judged by their template's (or claim's) class.
+_VMS_LIST = (_a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "list"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"))
+_CLAIM_INDEX = (_a(C.DRA_GROUP, "resourceclaimtemplates", "list"), _a(C.DRA_GROUP, "resourceclaims", "list"))
+# What a VM plan and a diagnosis read: the KubeVirt CR, the policy, the NPU nodes, the VM and its VMI, the DRA
+# side, the pods on candidate nodes (capacity, the virt-launcher, operator components) and scheduling events.
+_VM_READ = (
+    *_OPERATOR, *_NODES_READ, *_CLAIM_INDEX,
+    _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
+    _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get"),
+    _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get"),
+    _a(C.DRA_GROUP, "deviceclasses", "get"),
+    _a(C.DRA_GROUP, "resourceslices", "list"),
+    _a(C.DRA_GROUP, "resourceclaims", "get"),
+    _a("", "pods", "list"),
+    _a("", "events", "list"),
+)
+# attach/detach: the guarded VM patch, rblnctl's ResourceClaimTemplates, who else uses one, and a restart
+# through virt-api's subresources (PUT = update; kubevirt/kubevirt pkg/virt-operator/resource/generate/rbac).
+_VM_CHANGE = (
+    *_VM_READ, *_VMS_LIST,
+    _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "patch"),
+    _a(C.DRA_GROUP, "resourceclaimtemplates", "get", "create", "delete"),
+    _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/stop", "update"),
+    _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/start", "update"),
+)
+
 COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # read
-    "status": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list")),
+    "status": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_VMS_LIST, *_CLAIM_INDEX),
+    "vm list": (*_OPERATOR, *_VMS_LIST, *_CLAIM_INDEX),
+    "vm diagnose": _VM_READ,
+    "vm manifest": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list")),
     "node list": (*_OPERATOR, *_NODES_READ),
     "kubevirt status": _KUBEVIRT_READ,
     "preflight": (
@@ -76,6 +105,8 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
+    "vm attach": _VM_CHANGE,
+    "vm detach": _VM_CHANGE,
     # every VM and VMI in every namespace (paged lists); a VM is read again only when a patch met a concurrent edit
     "kubevirt migrate-resources": (
         *_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "list", "patch"),
@@ -92,7 +123,8 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     ),
 }
 
-READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "policy show"})
+READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "vm list", "vm diagnose",
+                           "vm manifest", "policy show"})
 
 
 def commands_of(role: str) -> list[str]:

@@ -12,6 +12,7 @@ from rblnctl.node.inventory import list_npu_nodes
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode
 from rblnctl.operator.policy import Policy
+from rblnctl.vm.listing import list_vm_npus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,7 @@ class ClusterStatus:
     kubevirt: list[KubeVirtSummary]
     nodes: list[NpuNode]
     modes: dict[str, int] = field(default_factory=dict)
+    npu_vms: dict[str, list[str]] = field(default_factory=dict)  # node -> `namespace/name` of VMs holding NPUs there
     notes: list[str] = field(default_factory=list)
 
 
@@ -64,6 +66,9 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     nodes = list_npu_nodes(kube, view.policy, selector=selector)
     if not nodes:
         notes.append("no NPU nodes found (is NFD labelling nodes with pci-1eff / pci-1200_1eff?)")
+    vms = list_vm_npus(kube) if kubevirts else None
+    if vms is not None:
+        notes.extend(vms.notes)
     return ClusterStatus(
         server_version=version,
         policy=view.policy,
@@ -71,5 +76,6 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
         kubevirt=[kubevirt_summary(k) for k in kubevirts],
         nodes=nodes,
         modes=dict(sorted(Counter(n.mode for n in nodes).items())),
+        npu_vms=vms.by_node() if vms is not None else {},
         notes=notes,
     )

@@ -75,8 +75,53 @@ def _vm_for_dra(api):
     api.add(NEWER.operator_deployment())
 
 
+CA22 = "rebellions.ai/RBLN-CA22_PF"
+
+
+def _vms(api):
+    """VMs in every state the vm commands read: a running sandbox VM on vm-mode node n2 (simulated KubeVirt),
+    a stopped one without NPUs, a DRA VM with hand-made claims too, a running DRA VM holding an allocated
+    claim, and one whose virt-launcher pod the scheduler could not place."""
+    api.simulate_kubevirt = True
+    kv = api.get("KubeVirt", "kubevirt", "kubevirt")
+    kv["spec"]["configuration"]["developerConfiguration"]["featureGates"] = ["HostDevices", "HostDevicesWithDRA"]
+    kv["spec"]["configuration"]["permittedHostDevices"] = {"pciHostDevices": [
+        {"pciVendorSelector": "1EFF:1220", "resourceName": CA22, "externalResourceProvider": True}]}
+    api.update(kv)
+    vfio = {"name": "vfio-0000-3b-00-0", "attributes": {"type": {"string": "vfio"}}}
+    api.add(o.npu_node("n2", mode="vm-passthrough"), o.deviceclass("vfio-npu.rebellions.ai"),
+            o.resource_slice("n2", devices=[vfio]))
+    api.add(o.vm("vms", "running", host_devices=[CA22], node="n2"), o.vmi("vms", "running", "n2", [CA22]),
+            o.vm("vms", "fresh", running=False))
+    mine = o.template_claim("rbln-npu", "rbln-npu-1")
+    gpu = {"name": "gpu", "resourceClaimName": "gpu-claim"}
+    theirs = o.template_claim("accel", "accel-template")
+    api.add(o.resource_claim_template("vms", "rbln-npu-1"),
+            o.resource_claim_template("vms", "accel-template", managed=False),
+            o.vm("vms", "dra-vm", running=False, resource_claims=[mine, gpu, theirs],
+                 host_devices=[o.dra_host_device("npu0"), o.dra_host_device("gpu0", claim="gpu", request="g"),
+                               o.dra_host_device("acc0", claim="accel", request="npu0")]))
+    held = o.template_claim("rbln-npu", "rbln-npu-4")
+    dra_dev = [o.dra_host_device("npu0")]
+    api.add(o.vm("vms", "dra-running", host_devices=dra_dev, resource_claims=[held]),
+            o.vmi("vms", "dra-running", "n2", dra_dev, resource_claims=[held]))
+    launcher = o.virt_launcher("vms", "dra-running", "n2", claims={"rbln-npu": "dra-running-rbln-npu-x"})
+    api.add(launcher, o.resource_claim("vms", "dra-running-rbln-npu-x", allocated=[("n2", "vfio-0000-3b-00-0")],
+                                       pod=launcher))
+    api.add(o.vm("vms", "pending", host_devices=[CA22]), o.vmi("vms", "pending", None, [CA22], phase="Scheduling"))
+    pending = o.virt_launcher("vms", "pending", None, resources={CA22: "1"})
+    api.add(pending, o.failed_scheduling(pending, f"0/2 nodes are available: 2 Insufficient {CA22}."))
+
+
 SCENARIOS = [
     Scenario("status", ("status",)),
+    Scenario("vm list", ("vm", "list", "-A"), _vms),
+    Scenario("vm manifest", ("vm", "manifest", "v9"), _vms),
+    Scenario("vm diagnose", ("vm", "diagnose", "pending", "-n", "vms"), _vms, exit_code=1),
+    Scenario("vm diagnose", ("vm", "diagnose", "dra-running", "-n", "vms"), _vms),
+    Scenario("vm attach", ("vm", "attach", "running", "-n", "vms", "--npus", "2", "--restart", "--yes"), _vms),
+    Scenario("vm attach", ("vm", "attach", "fresh", "-n", "vms", "--method", "dra", "--npus", "2"), _vms),
+    Scenario("vm detach", ("vm", "detach", "dra-vm", "-n", "vms"), _vms),
     Scenario("node list", ("node", "list")),
     Scenario("kubevirt status", ("kubevirt", "status")),
     Scenario("kubevirt status", ("kubevirt", "status", "--name", "kubevirt", "-n", "kubevirt")),

@@ -188,6 +188,18 @@ def complete_namespaces(ctx: typer.Context, incomplete: str) -> list[str]:
     return _starting(_quietly(names), incomplete)
 
 
+def complete_vms(ctx: typer.Context, incomplete: str) -> list[str]:
+    """VirtualMachine names in the namespace -n names (else default), from the cluster."""
+
+    def names() -> list[str]:
+        from rblnctl.kube import VMS
+
+        namespace = _root_params(ctx).get("namespace") or "default"
+        return [v["metadata"]["name"] for v in _kube(ctx).list(VMS, namespace=namespace)]
+
+    return _starting(_quietly(names), incomplete)
+
+
 def complete_contexts(ctx: typer.Context, incomplete: str) -> list[str]:
     """Context names from the kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config); no cluster needed."""
 

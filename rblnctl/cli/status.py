@@ -41,6 +41,7 @@ def view(st: Any) -> Any:
                          for k in st.kubevirt],
             "modes": dict(st.modes),
             "nodes": [node_document(n) for n in st.nodes],
+            "npuVms": {node: list(vms) for node, vms in st.npu_vms.items()},
             "notes": list(st.notes),
         }
 
@@ -56,7 +57,8 @@ def view(st: Any) -> Any:
         lines.append(" ".join(line.split(" ")))
     modes = ", ".join(f"{m}={n}" for m, n in st.modes.items()) or "none"
     lines.append(f"NPU nodes:   {len(st.nodes)} ({modes})")
-    return View(kind="ClusterStatus", body=body, preamble=lines, tables=[npu_nodes_table(st.nodes)] if st.nodes else [],
+    tables = [npu_nodes_table(st.nodes, st.npu_vms)] if st.nodes else []
+    return View(kind="ClusterStatus", body=body, preamble=lines, tables=tables,
                 notes=[f"note: {n}" for n in st.notes], names=[f"node/{n.name}" for n in st.nodes])
 
 

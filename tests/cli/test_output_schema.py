@@ -74,8 +74,29 @@ def _ready_for_dra(apiserver):
     apiserver.add(NEWER.operator_deployment())
 
 
+def _vm(apiserver):
+    """A vm-mode node n2, HostDevices on and its resource permitted, and a stopped VM vms/v1."""
+    kv = apiserver.get("KubeVirt", "kubevirt", "kubevirt")
+    kv["spec"]["configuration"]["developerConfiguration"]["featureGates"] = ["HostDevices"]
+    kv["spec"]["configuration"]["permittedHostDevices"] = {"pciHostDevices": [
+        {"pciVendorSelector": "1EFF:1220", "resourceName": "rebellions.ai/RBLN-CA22_PF",
+         "externalResourceProvider": True}]}
+    apiserver.update(kv)
+    apiserver.add(o.npu_node("n2", mode="vm-passthrough"), o.vm("vms", "v1", running=False))
+
+
+def _vm_with_npu(apiserver):
+    _vm(apiserver)
+    apiserver.add(o.vm("vms", "v2", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"]))
+
+
 SCENARIOS = [
     Scenario("ClusterStatus", ("status",)),
+    Scenario("VmNpuChange", ("vm", "attach", "v1", "-n", "vms", "--npus", "2", "--dry-run"), setup=_vm),
+    Scenario("VmNpuChange", ("vm", "attach", "v1", "-n", "vms", "--npus", "2"), setup=_vm),
+    Scenario("VmNpuChange", ("vm", "detach", "v2", "-n", "vms"), setup=_vm_with_npu),
+    Scenario("VmNpuList", ("vm", "list", "-A"), setup=_vm_with_npu),
+    Scenario("VmDiagnosis", ("vm", "diagnose", "v2", "-n", "vms"), setup=_vm_with_npu, exit_code=1),
     Scenario("NpuNodeList", ("node", "list")),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--dry-run"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--yes"), setup=_vm_pod),
