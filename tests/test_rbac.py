@@ -65,14 +65,16 @@ def _old_names(api):
 
 
 def _vm_for_dra(api):
-    """n1 in vm-passthrough mode, KubeVirt with both gates, an operator release that rolls DRA on vm nodes."""
+    """n1 in vm-passthrough mode, KubeVirt with both gates, an operator release that rolls DRA on vm nodes, and a
+    stopped VM on the sandbox method for --convert-vms."""
     from tests.fakes.releases import NEWER
 
     api.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(
         {"rebellions.ai/npu.workload.config": "vm-passthrough"}))
     api.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["spec"]["configuration"]["developerConfiguration"]
                .update({"featureGates": ["HostDevices", "HostDevicesWithDRA"]}))
-    api.add(NEWER.operator_deployment())
+    api.add(NEWER.operator_deployment(), o.vm("default", "vm-on-sandbox", running=False,
+                                              host_devices=["rebellions.ai/RBLN-CA22_PF"]))
 
 
 CA22 = "rebellions.ai/RBLN-CA22_PF"
@@ -136,7 +138,8 @@ SCENARIOS = [
     Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
     Scenario("kubevirt migrate-resources", ("kubevirt", "migrate-resources"), _old_names),
     Scenario("policy show", ("policy", "show")),
-    Scenario("policy set-method", ("policy", "set-method", "dra", "--yes", "--timeout", "30s"), _vm_for_dra),
+    Scenario("policy set-method", ("policy", "set-method", "dra", "--yes", "--timeout", "30s", "--convert-vms"),
+             _vm_for_dra),
 ]
 
 

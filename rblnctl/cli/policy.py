@@ -165,14 +165,17 @@ def _method_body(plan: Any, result: Any) -> dict:
             "vmsHoldingNpus": [{"namespace": h.namespace, "name": h.name, "holds": h.holds} for h in plan.holders],
             "vmPassthroughNodes": list(plan.vm_nodes),
             "deviceClass": plan.device_class,
+            "convertVms": plan.convert,
+            "conversions": [{"namespace": c.vm.namespace, "name": c.vm.name, "npus": c.npus,
+                             "devices": list(c.devices)} for c in plan.conversions],
             "noop": plan.noop,
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
             "warnings": [str(w) for w in plan.warnings],
         },
         "result": None if result is None else {
             "changed": result.changed, "attempts": result.attempts, "waited": result.waited,
-            "converged": list(result.converged), "elapsedSeconds": result.elapsed_s,
-            "serverDryRun": result.server_dry_run},
+            "converged": list(result.converged), "converted": list(result.converted),
+            "elapsedSeconds": result.elapsed_s, "serverDryRun": result.server_dry_run},
     }
 
 
@@ -191,6 +194,15 @@ def _method_view(plan: Any, result: Any = None) -> Any:
             before, after = plan.edit.before[k], plan.edit.after[k]
             t.add_row(f"{k}.enabled", _flag(before), Cell(_flag(after), "bold" if before != after else ""))
         tables.append(t)
+    if plan.conversions:
+        old = "dra" if plan.target == "sandbox" else "sandbox"
+        t = Table("NAMESPACE", "VM", "NPUS", "FROM", "TO", "STATUS")
+        done = set(result.converted) if result is not None else set()
+        for c in plan.conversions:
+            status = "converted" if str(c.vm) in done else "to-convert"
+            t.add_row(c.vm.namespace, c.vm.name, str(c.npus), old, plan.target,
+                      Cell(status, "green" if str(c.vm) in done else ""))
+        tables.append(t)
     if plan.prerequisites:
         t = Table("PREREQUISITE", "OK", "DETAIL")
         for c in plan.prerequisites:
@@ -208,7 +220,8 @@ def _method_view(plan: Any, result: Any = None) -> Any:
             if t.rows:
                 tables.append(t)
             tail.append(f"the operator serves every vm-passthrough node with the {plan.target} method "
-                        f"({result.elapsed_s:g}s)")
+                        f"({result.elapsed_s:g}s)" + (f"; {len(result.converted)} VM(s) converted"
+                                                      if result.converted else ""))
     return View(kind="MethodChange", body=lambda: _method_body(plan, result), preamble=head, tables=tables,
                 epilogue=tail, names=[f"rblnclusterpolicy.rebellions.ai/{plan.policy}"])
 
@@ -216,7 +229,7 @@ def _method_view(plan: Any, result: Any = None) -> Any:
 @app.command("set-method", short_help="Switch how VMs get NPUs: sandbox or dra.", epilog=examples(
     "rblnctl policy set-method dra --dry-run          # what would change, and what stands in the way",
     "rblnctl policy set-method dra --yes --timeout 15m   # with every NPU VM stopped",
-    "rblnctl policy set-method sandbox",
+    "rblnctl policy set-method sandbox --convert-vms    # and rewrite every stopped VM's NPUs for it",
 ))
 def set_method(
     ctx: typer.Context,
@@ -231,6 +244,10 @@ def set_method(
     ] = DEFAULT_TIMEOUT,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until every vm-passthrough node is rolled.")
                     ] = True,
+    convert_vms: Annotated[
+        bool, typer.Option("--convert-vms", help="After the rollout, rewrite each stopped VM's NPUs for the new "
+                           "method (as `rblnctl vm attach --convert`), keeping its count.")
+    ] = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
@@ -247,10 +264,9 @@ def set_method(
     assert timeout_s is not None
     how = dry_run_mode(dry_run, server_dry_run)
     progress = _Progress(server_dry_run=how == "server")
-    changer = MethodChanger(kube=ctx.obj.kube(),
-                            options=MethodOptions(force=force, server_dry_run=how == "server", wait=wait,
-                                                  timeout_s=timeout_s),
-                            events=progress.events())
+    options = MethodOptions(force=force, server_dry_run=how == "server", wait=wait, timeout_s=timeout_s,
+                            convert_vms=convert_vms)  # conflicting flags fail before connecting
+    changer = MethodChanger(kube=ctx.obj.kube(), options=options, events=progress.events())
     plan = changer.plan(target)
     prog = prog_name(ctx)
 

@@ -16,7 +16,10 @@ policy to change. rblnctl does the checkable part:
    checks the patched policy against the same rules (Policy.admission_problems) before sending it;
 4. wait until the operator has rolled the new plugin on every vm-passthrough node and removed the old
    one (rblnctl.operator.convergence.method_pending), and for DRA until its DeviceClass exists: one LIST
-   of each kind per round, whatever the cluster size.
+   of each kind per round, whatever the cluster size;
+5. with convert_vms, re-express each (stopped) VM's NPUs with the new method through the `vm attach`
+   library (rblnctl.vm.attach.AttachPlanner, convert=True, keeping each VM's count), once the new
+   method is offered. Without it, the VMs still naming the old method are a warning.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from rblnctl.kube import (
     PODS,
     RESOURCE_SLICES,
     VMIS,
+    VMS,
     Kube,
     is_transient,
     outcome_unknown,
@@ -64,8 +68,10 @@ from rblnctl.operator.components import component_of_pod
 from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, policy_dra_version
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy, parse_policy
-from rblnctl.plan import Blocker
+from rblnctl.plan import Advice, Blocker
 from rblnctl.versions import format_version, parse_version, strict_version
+from rblnctl.vm import devices as D
+from rblnctl.vm.model import VmRef
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +124,16 @@ class MethodOptions:
     operator_namespace: str | None = None  # None: found from the policy / the operator Deployment
     max_attempts: int = DEFAULT_MAX_ATTEMPTS  # policy patches when others keep editing it
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    convert_vms: bool = False  # after the rollout, re-express each VM's NPUs with the new method
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.poll_s <= 0:
             raise ConfigError("timeout_s and poll_s must be positive")
         if self.max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
+        if self.convert_vms and not self.wait:
+            raise ConfigError("converting VMs needs the wait: a VM is rewritten only once the new method is "
+                              "offered on the vm-passthrough nodes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +159,15 @@ class PolicyEdit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Conversion:
+    """A VM whose NPUs name the old method: re-expressed with the new one after the rollout (convert_vms)."""
+
+    vm: VmRef
+    npus: int  # NPUs it has through the old method
+    devices: list[str]  # those host devices' names
+
+
+@dataclass(frozen=True, kw_only=True)
 class MethodPlan:
     """What set-method would do: the policy edit, what blocks it, and the nodes it then waits for."""
 
@@ -160,13 +179,15 @@ class MethodPlan:
     holders: list[NpuVm]  # VMIs holding NPUs
     prerequisites: list[Prerequisite]
     device_class: str | None  # the DeviceClass DRA needs (None for sandbox)
-    warnings: list[str] = field(default_factory=list)
+    conversions: list[Conversion] = field(default_factory=list)  # VMs to re-express (convert_vms only)
+    convert: bool = False  # convert_vms was asked
+    warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
 
     @property
     def noop(self) -> bool:
-        """The policy already selects the target method: nothing to write (apply() still waits)."""
-        return not self.edit.patch
+        """The policy already selects the target method and no VM is to be converted (apply() still waits)."""
+        return not self.edit.patch and not self.conversions
 
     @property
     def policy(self) -> str:
@@ -184,6 +205,7 @@ class MethodResult:
     converged: list[str]  # vm-passthrough nodes the operator has rolled (all of them, after a wait)
     waited: bool
     elapsed_s: float
+    converted: list[str] = field(default_factory=list)  # VMs re-expressed with the new method (namespace/name)
     server_dry_run: bool = False
 
 
@@ -199,6 +221,8 @@ class MethodFacts:
     nodes: list[dict]
     vmis: list[dict] | None  # None: the VMI list was refused (RBAC)
     vmis_error: str | None = None
+    old_method_vms: list[Conversion] = field(default_factory=list)  # VMs naming the other method's NPUs
+    vms_error: str | None = None  # the VM list was refused (RBAC)
     device_classes_served: bool | None = None  # DRA target only
     daemonsets: list[dict] | None = None  # DRA target only (None: not read)
 
@@ -335,6 +359,10 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
                 blockers.append(Blocker(msg, override="force"))
         else:
             checks.append(Prerequisite(name="gates", ok=True, detail=text))
+        if target == C.METHOD_SANDBOX and not st.permitted_devices:
+            warnings.append(f"KubeVirt {ref(kv)} permits no RBLN device (permittedHostDevices.pciHostDevices): once "
+                            "the sandbox plugin advertises its resources, `rblnctl kubevirt permit-devices "
+                            "--from-cluster` lets VMs use them")
 
     found = [(d, operator_version(d)) for d in facts.operators]
     version = next((v for _, v in found if v is not None), None)
@@ -407,7 +435,7 @@ def npu_holders(vmis: Sequence[dict]) -> list[NpuVm]:
     return sorted(out, key=lambda h: (h.namespace, h.name))
 
 
-def plan_method(target: str, facts: MethodFacts, *, force: bool = False) -> MethodPlan:
+def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert: bool = False) -> MethodPlan:
     """Plan a method change from facts already read (pure)."""
     policy = parse_policy(facts.policy_obj)
     modes = {(n.get("metadata") or {}).get("name", ""): mode_of(labels_of(n), policy).effective for n in facts.nodes}
@@ -418,7 +446,17 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False) -> Meth
     blockers = list(edit.blockers)
     holders: list[NpuVm] = []
     checks: list[Prerequisite] = []
-    if edit.patch:
+    conversions = list(facts.old_method_vms) if convert else []
+    old = C.METHOD_DRA if target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+    if facts.old_method_vms and not convert:
+        names = ", ".join(str(c.vm) for c in facts.old_method_vms[:HOLDERS_NAMED])
+        more = len(facts.old_method_vms) - HOLDERS_NAMED
+        names += f" and {more} more" if more > 0 else ""
+        warnings.append(Advice(f"{len(facts.old_method_vms)} VM(s) name their NPUs through {old} ({names}): under "
+                               f"{target} they get none until their devices are rewritten", option="convert_vms"))
+    if convert and facts.vms_error:
+        blockers.append(Blocker(f"cannot tell which VMs to convert: {facts.vms_error}"))
+    if edit.patch or conversions:
         if facts.vmis is None:
             blockers.append(Blocker(f"cannot tell whether a VM holds NPUs: {facts.vmis_error}"))
         holders = npu_holders(facts.vmis or [])
@@ -428,6 +466,7 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False) -> Meth
         if len(holders) > HOLDERS_NAMED:
             blockers.append(Blocker(f"{len(holders) - HOLDERS_NAMED} more VMs hold NPUs "
                                     "(`kubectl get vmi -A` lists them)"))
+    if edit.patch:
         checks, pre_blockers, pre_warnings = check_prerequisites(target, facts, policy, force=force)
         blockers += pre_blockers
         warnings += pre_warnings
@@ -436,7 +475,34 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False) -> Meth
     return MethodPlan(target=target, current=policy.vm_method, edit=edit, vm_nodes=vm_nodes,
                       container_nodes=container_nodes, holders=holders, prerequisites=checks,
                       device_class=policy.dra_device_class_vm if target == C.METHOD_DRA else None,
-                      warnings=warnings, blockers=blockers)
+                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers)
+
+
+def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], D.ClaimTest]) -> list[Conversion]:
+    """The VMs whose template names NPUs through the method other than `target` (pure but for `npu_claim`,
+    which judges a namespace's resourceClaims entries: rblnctl.vm.cluster.ClaimIndex.test)."""
+    out = []
+    for vm in vms:
+        spec = D.vm_spec(vm)
+        if not D.host_devices(spec):
+            continue
+        meta = vm.get("metadata") or {}
+        ns = str(meta.get("namespace") or "")
+        have = D.npus_of(spec, npu_claim=npu_claim(ns))
+        old = have.sandbox if target == C.METHOD_DRA else have.dra
+        if old:
+            out.append(Conversion(vm=VmRef(namespace=ns, name=str(meta.get("name") or "")), npus=len(old),
+                                  devices=[d.name for d in old]))
+    return sorted(out, key=lambda c: c.vm)
+
+
+def _with_remedy(b: Blocker) -> str:
+    """A vm attach refusal with its remedy (rblnctl.vm.model.VmBlocker carries one)."""
+    remedy = getattr(b, "remedy", None)
+    if remedy is None:
+        return b.message
+    command = f" (`rblnctl {' '.join(remedy.command)}`)" if remedy.command else ""
+    return f"{b.message}; {remedy.text}{command}"
 
 
 # -- the changer ---------------------------------------------------------------------------------
@@ -492,6 +558,14 @@ class MethodChanger:
             vmis = []
         except Forbidden as e:
             vmis, vmis_error = None, str(e)
+        vms_error = None
+        try:
+            vms = self.kube.list(VMS)
+        except NotFound:
+            vms = []
+        except Forbidden as e:
+            vms, vms_error = [], str(e)
+        old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
         served = daemonsets = None
         if target == C.METHOD_DRA:
             try:
@@ -507,12 +581,24 @@ class MethodChanger:
                            server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
                            kubevirts=kubevirts, operators=operator_deployments(self.kube),
                            nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
-                           device_classes_served=served, daemonsets=daemonsets)
+                           old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
+                           daemonsets=daemonsets)
+
+    def _claim_test(self, view: OperatorView) -> Callable[[str], D.ClaimTest]:
+        """Which resourceClaims entries ask for NPUs, per namespace: rblnctl's own, and (with convert_vms, which
+        rewrites them) hand-made ones whose template or claim requests the passthrough class."""
+        if not self.options.convert_vms:
+            return lambda _ns: D.is_managed_claim
+        from rblnctl.vm.cluster import ClaimIndex
+
+        assert view.policy is not None
+        index = ClaimIndex(kube=self.kube, classes=frozenset({view.policy.dra_device_class_vm, C.DRA_DEVICECLASS_VM}))
+        return index.test
 
     def plan(self, target: str) -> MethodPlan:
         """Read the cluster and plan the change to `target` (reads only)."""
         target = parse_method(target)
-        return plan_method(target, self.facts(target), force=self.options.force)
+        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
 
     def apply(self, plan: MethodPlan) -> MethodResult:
         """Patch the policy (a no-op plan patches nothing), then wait for the operator (unless a server dry run).
@@ -525,7 +611,7 @@ class MethodChanger:
             raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
         started = self.clock.monotonic()
         changed, attempts = False, 0
-        if not plan.noop:
+        if plan.edit.patch:
             self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
                 f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
             changed, attempts, plan = self._patch(plan)
@@ -535,9 +621,49 @@ class MethodChanger:
             self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
                                 f"{len(plan.vm_nodes)} vm-passthrough node(s)")
             converged = self._wait(plan, started + self.options.timeout_s)
+        converted: list[str] = []
+        if plan.conversions and waited:
+            converted = self._convert(plan)
         return MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
-                            elapsed_s=round(self.clock.monotonic() - started, 3),
+                            elapsed_s=round(self.clock.monotonic() - started, 3), converted=converted,
                             server_dry_run=self.options.server_dry_run)
+
+    def _convert(self, plan: MethodPlan) -> list[str]:
+        """Re-express each VM's NPUs with the new method through the vm attach library (its count kept).
+
+        Every VM is tried; a VM that cannot be converted (it started meanwhile, several resources could be
+        meant, it kept changing) does not stop the others, and Refused names each one at the end.
+        """
+        from rblnctl.errors import RblnError
+        from rblnctl.vm.attach import AttachOptions, AttachPlanner
+
+        old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+        planner = AttachPlanner(kube=self.kube, clock=self.clock,
+                                options=AttachOptions(method=plan.target, convert=True,
+                                                      max_attempts=self.options.max_attempts))
+        converted: list[str] = []
+        failed: list[Blocker] = []
+        for c in plan.conversions:
+            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
+            try:
+                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
+                if vm_plan.blockers:
+                    failed.append(Blocker(f"VM {c.vm}: " + "; ".join(_with_remedy(b) for b in vm_plan.blockers)))
+                    continue
+                planner.apply(vm_plan)
+            except NotFound:
+                continue  # deleted meanwhile: nothing to convert
+            except (InvalidInput, Refused, Conflict) as e:  # InvalidInput: Ambiguous, several resources fit
+                failed.append(Blocker(f"VM {c.vm}: {' '.join(str(e).split())}; convert it with `rblnctl vm attach "
+                                      f"{c.vm.name} -n {c.vm.namespace} --method {plan.target} --convert`"))
+                continue
+            converted.append(str(c.vm))
+        if failed:
+            err: RblnError = Refused(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled "
+                                     f"it, but {len(failed)} of {len(plan.conversions)} VM(s) were not converted",
+                                     blockers=failed)
+            raise err.with_details([f"converted: {', '.join(converted)}"] if converted else [])
+        return converted
 
     def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
         attempts = 0

@@ -71,7 +71,8 @@ def _ready_for_dra(apiserver):
         {"rebellions.ai/npu.workload.config": "vm-passthrough"}))
     apiserver.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["spec"]["configuration"][
         "developerConfiguration"].update({"featureGates": ["HostDevices", "HostDevicesWithDRA"]}))
-    apiserver.add(NEWER.operator_deployment())
+    apiserver.add(NEWER.operator_deployment(), o.vm("default", "on-sandbox", running=False,
+                                                    host_devices=["rebellions.ai/RBLN-CA22_PF"]))
 
 
 def _vm(apiserver):
@@ -113,7 +114,8 @@ SCENARIOS = [
     Scenario("ResourceMigration", ("kubevirt", "migrate-resources"), setup=_old_names),
     Scenario("ClusterPolicy", ("policy", "show")),
     Scenario("MethodChange", ("policy", "set-method", "dra", "--dry-run"), exit_code=1),  # devicePlugin serves n1
-    Scenario("MethodChange", ("policy", "set-method", "dra", "--yes", "--timeout", "30s"), setup=_ready_for_dra),
+    Scenario("MethodChange", ("policy", "set-method", "dra", "--yes", "--timeout", "30s", "--convert-vms"),
+             setup=_ready_for_dra),
     Scenario("MethodChange", ("policy", "set-method", "sandbox", "--yes")),  # already sandbox: no write
     Scenario("PreflightReport", ("preflight",), exit_code=1),
     Scenario("PreflightReport", ("preflight", "--local"), cluster=False),

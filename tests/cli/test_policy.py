@@ -15,11 +15,14 @@ from tests.helpers import cli, closed_port_url
 POLICY = "rbln-cluster-policy"
 
 
+CA22 = "rebellions.ai/RBLN-CA22_PF"
+
+
 def cluster(apiserver, *, method="sandbox"):
     apiserver.add(NEWER.policy(vfio_manager=True, sandbox=method == "sandbox", dra=method == "dra",
                                device_plugin=method == "sandbox"), NEWER.operator_deployment())
     apiserver.add(o.npu_node("vm0", mode=o.MODE_VM), o.npu_node("vm1", mode=o.MODE_VM))
-    apiserver.add(o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"]))
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"], permitted_pci=[("1EFF:1220", CA22)]))
 
 
 @pytest.fixture
@@ -151,3 +154,29 @@ def test_server_dry_run_and_bad_input(apiserver):
     assert r.exit_code == 2 and "'vfio' is not one of 'sandbox', 'dra'" in r.stderr
     r = cli("policy", "set-method", "dra", "--timeout", "-3s", server=closed_port_url())
     assert r.exit_code == 2 and "--timeout" in r.stderr
+
+
+def test_convert_vms_both_ways(apiserver, operator):
+    cluster(apiserver)
+    apiserver.add(o.vm("team", "stopped", running=False, host_devices=[CA22, CA22]))
+    operator.start()
+    assert operator.wait_idle()
+    r = cli("policy", "set-method", "dra", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 0 and "1 VM(s) name their NPUs through sandbox (team/stopped)" in r.stderr
+    assert "(pass --convert-vms)" in r.stderr
+    r = cli("policy", "set-method", "dra", "--dry-run", "--convert-vms", server=apiserver.url)
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert ["team", "stopped", "2", "sandbox", "dra", "to-convert"] in rows and apiserver.writes() == []
+    r = cli("policy", "set-method", "dra", "--yes", "--convert-vms", "--timeout", "20s", "-o", "json",
+            server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["result"]["converted"] == ["team/stopped"] and "convert: VM team/stopped" in r.stderr
+    spec = apiserver.get("VirtualMachine", "stopped", "team")["spec"]["template"]["spec"]
+    assert [d["claimName"] for d in spec["domain"]["devices"]["hostDevices"]] == ["rbln-npu", "rbln-npu"]
+    r = cli("policy", "set-method", "sandbox", "--yes", "--convert-vms", "--timeout", "20s", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    devices = apiserver.get("VirtualMachine", "stopped", "team")["spec"]["template"]["spec"]["domain"]["devices"]
+    assert [d["deviceName"] for d in devices["hostDevices"]] == [CA22, CA22]
+    r = cli("policy", "set-method", "sandbox", "--convert-vms", "--no-wait", server=closed_port_url())
+    assert r.exit_code == 2 and "needs the wait" in r.stderr

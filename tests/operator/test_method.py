@@ -10,7 +10,7 @@ from rblnctl.operator.method import MethodChanger, MethodEvents, MethodOptions, 
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.operator import SimulatedOperator
-from tests.fakes.releases import NEWER, V0_3_0
+from tests.fakes.releases import DEVICE_IDS, NEWER, V0_3_0
 
 POLICY = "rbln-cluster-policy"
 OPS = "rbln-system"
@@ -44,7 +44,9 @@ def cluster(apiserver, *, release=NEWER, method="sandbox", product="RBLN-CA22", 
         apiserver.add(o.npu_node(f"vm{i}", mode=o.MODE_VM, product=product, release=release, policy=policy))
     for i in range(container_nodes):
         apiserver.add(o.npu_node(f"c{i}", mode=o.MODE_CONTAINER, release=release, policy=policy))
-    apiserver.add(o.kubevirt(feature_gates=list(gates), version=kubevirt))
+    permitted = [(f"1EFF:{DEVICE_IDS[product][0]}", release.vm_resource(policy, product))] \
+        if release.vm_resource(policy, product) else []
+    apiserver.add(o.kubevirt(feature_gates=list(gates), version=kubevirt, permitted_pci=permitted))
     op = SimulatedOperator(apiserver, release=release, auto=False).start()
     for _ in range(3):
         op.step()
@@ -245,3 +247,81 @@ def test_plan_edit_writes_only_what_changes_and_checks_the_result():
     served["metadata"]["resourceVersion"] = "10"
     (b,) = plan_edit(served, "sandbox", vm_nodes=["vm0"], container_nodes=["c0"]).blockers
     assert "enables neither devicePlugin nor draKubeletPlugin" in b.message
+
+
+def host_devices(apiserver, ns, name):
+    return apiserver.get("VirtualMachine", name, ns)["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]
+
+
+def test_convert_vms_rewrites_each_stopped_vm_both_ways(apiserver, kube):
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES, SANDBOX_RES]),
+                  o.vm("team", "cpu-only", running=False), o.vm("other", "one", running=False,
+                                                                host_devices=[SANDBOX_RES]))
+    steps = []
+    ch = changer(kube, op, convert_vms=True)
+    ch.events = MethodEvents(on_step=lambda s, d: steps.append((str(s), d)))
+    plan = ch.plan("dra")
+    assert [str(c.vm) for c in plan.conversions] == ["other/one", "team/two"] and not plan.blockers
+    result = ch.apply(plan)
+    assert result.converted == ["other/one", "team/two"]
+    assert ("convert", "VM team/two: 2 NPU(s) from sandbox to dra") in steps
+    assert host_devices(apiserver, "team", "two") == [
+        {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
+        {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
+    assert apiserver.get("ResourceClaimTemplate", "rbln-npu-2", "team") is not None
+    assert "hostDevices" not in apiserver.get("VirtualMachine", "cpu-only", "team")["spec"]["template"]["spec"][
+        "domain"]["devices"]
+
+    back = changer(kube, op, convert_vms=True)
+    plan = back.plan("sandbox")
+    assert [str(c.vm) for c in plan.conversions] == ["other/one", "team/two"]
+    assert back.apply(plan).converted == ["other/one", "team/two"]
+    assert [d["deviceName"] for d in host_devices(apiserver, "team", "two")] == [SANDBOX_RES, SANDBOX_RES]
+    assert apiserver.get("ResourceClaimTemplate", "rbln-npu-2", "team") is None  # rblnctl's, used by no one now
+    # idempotent: nothing left to convert, nothing to write
+    apiserver.clear_requests()
+    again = changer(kube, op, convert_vms=True)
+    plan = again.plan("sandbox")
+    assert plan.noop and plan.conversions == []
+    again.apply(plan)
+    assert apiserver.writes() == []
+
+
+def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver, kube):
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
+    plan = changer(kube, op).plan("dra")
+    (advice,) = [w for w in plan.warnings if getattr(w, "option", None) == "convert_vms"]
+    assert "1 VM(s) name their NPUs through sandbox (team/two)" in str(advice)
+    assert plan.conversions == []
+    with pytest.raises(Exception, match="needs the wait"):
+        MethodOptions(convert_vms=True, wait=False)
+
+
+def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, kube):
+    """Back to sandbox, a DRA VM gets the resource vm-passthrough nodes advertise; when two products are
+    advertised, which one it meant is unknown: that VM is refused, the rest converted."""
+    op = cluster(apiserver, method="dra")
+    apiserver.add(o.npu_node("vm9", mode=o.MODE_VM, product="RBLN-CA25"))
+    for _ in range(3):
+        op.step()
+    claims = [o.template_claim("rbln-npu", "rbln-npu-1")]
+    apiserver.add(o.resource_claim_template("team", "rbln-npu-1"),
+                  o.vm("team", "a", running=False, host_devices=[o.dra_host_device("npu0")], resource_claims=claims))
+    ch = changer(kube, op, convert_vms=True)
+    with pytest.raises(Refused) as err:
+        ch.apply(ch.plan("sandbox"))
+    assert "1 of 1 VM(s) were not converted" in str(err.value)
+    (b,) = err.value.blockers
+    assert "VM team/a" in b.message and "rblnctl vm attach a -n team --method sandbox --convert" in b.message
+    assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
+
+
+def test_back_to_sandbox_without_permitted_devices_says_what_to_run(apiserver, kube):
+    op = cluster(apiserver, method="dra")
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt",
+                     fn=lambda k: k["spec"]["configuration"].pop("permittedHostDevices"))
+    plan = changer(kube, op).plan("sandbox")
+    assert not plan.blockers
+    assert any("permits no RBLN device" in str(w) and "permit-devices --from-cluster" in str(w) for w in plan.warnings)
