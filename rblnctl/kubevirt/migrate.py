@@ -55,19 +55,20 @@ from rblnctl.kubevirt.devices import PCI_HOST_DEVICES, model_of
 from rblnctl.operator import resources as R
 from rblnctl.operator.policy import Policy
 from rblnctl.plan import Advice, Blocker
+from rblnctl.vm import devices as D
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_SPEC = ("spec", "template", "spec")
-HOST_DEVICES = (*TEMPLATE_SPEC, "domain", "devices", "hostDevices")
-GPUS = (*TEMPLATE_SPEC, "domain", "devices", "gpus")
-REQUESTS = (*TEMPLATE_SPEC, "domain", "resources", "requests")
-LIMITS = (*TEMPLATE_SPEC, "domain", "resources", "limits")
+# Paths from the VM spec shape rblnctl.vm.devices knows (a VM's template spec is a VMI spec), plus the
+# two places only a rename touches: GPUs and resource requests.
+HOST_DEVICES = (*D.VM_SPEC, *D.HOST_DEVICES)
+GPUS = (*D.VM_SPEC, "domain", "devices", "gpus")
+REQUESTS = (*D.VM_SPEC, "domain", "resources", "requests")
+LIMITS = (*D.VM_SPEC, "domain", "resources", "limits")
 _DEVICE_LISTS = ((HOST_DEVICES, "hostDevices"), (GPUS, "gpus"))
 _RESOURCE_MAPS = ((REQUESTS, "resources.requests"), (LIMITS, "resources.limits"))
-# The VMI spec is the VM template's spec, at `spec`.
-_VMI_DEVICE_LISTS = (("spec", "domain", "devices", "hostDevices"), ("spec", "domain", "devices", "gpus"))
-_VMI_RESOURCE_MAPS = (("spec", "domain", "resources", "requests"), ("spec", "domain", "resources", "limits"))
+_VMI_DEVICE_LISTS = tuple((D.VMI_SPEC + p[len(D.VM_SPEC):], "") for p, _ in _DEVICE_LISTS)
+_VMI_RESOURCE_MAPS = tuple((D.VMI_SPEC + p[len(D.VM_SPEC):], "") for p, _ in _RESOURCE_MAPS)
 USERS_SHOWN = 10  # objects named in one refusal before "and N more"
 
 
@@ -291,7 +292,7 @@ def vm_names(vm: Mapping) -> list[str]:
 
 def vmi_names(vmi: Mapping) -> list[str]:
     """The NPU resource names a VirtualMachineInstance's spec uses."""
-    return _named_in_vm(vmi, tuple((p, "") for p in _VMI_DEVICE_LISTS), tuple((p, "") for p in _VMI_RESOURCE_MAPS))
+    return _named_in_vm(vmi, _VMI_DEVICE_LISTS, _VMI_RESOURCE_MAPS)
 
 
 def _entries(kv: Mapping) -> list[dict]:
