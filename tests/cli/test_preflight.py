@@ -14,7 +14,7 @@ import yaml
 from tests.fakes import objects as o
 from tests.helpers import cli, closed_port_url
 from tests.fakes import sysfs as ht
-from tests.preflight.test_cluster import nfd_features, seed
+from tests.preflight.cluster_support import nfd_features, seed
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy"]
