@@ -70,7 +70,7 @@ def preflight(
             report = ClusterPreflight(
                 kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict
             ).run()
-    emit(report, output, lambda: report_table(report))
+    emit(report.to_dict(), output, lambda: report_table(report))
     failing = report.failed_ids()
     if failing:
         what = "failed or warned" if strict else "failed"
