@@ -2,12 +2,14 @@
 
 Facts are read first (rblnctl.preflight.facts: one paged list per resource type, whatever the
 cluster size; NodeFeature objects are listed once for all nodes), then every check is a pure
-function of them (rblnctl.preflight.checks).
+function of them (rblnctl.preflight.checks). With `hosts`, the host checks of `--local` also run on
+every NPU node through host pods (rblnctl.preflight.hosts), one row per node per host check.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput
@@ -15,7 +17,10 @@ from rblnctl.kube import Kube
 from rblnctl.preflight.checks import check_cluster
 from rblnctl.preflight.facts import gather
 from rblnctl.preflight.helm import HelmClient
-from rblnctl.preflight.model import METHOD_AUTO, TARGET_CLUSTER, PreflightReport, make_report
+from rblnctl.preflight.model import METHOD_AUTO, SCOPE_CLUSTER, TARGET_CLUSTER, PreflightReport, make_report
+
+if TYPE_CHECKING:
+    from rblnctl.preflight.hosts import HostChecks
 
 
 @dataclass(kw_only=True)
@@ -28,6 +33,7 @@ class ClusterPreflight:
     selector: str | None = None  # label selector narrowing the NPU nodes
     strict: bool = False  # WARN fails too
     helm: HelmClient = field(default_factory=HelmClient)  # the local helm client (tests inject its runner)
+    hosts: HostChecks | None = None  # also run the host checks on each NPU node, in pods (`--hosts`)
 
     def __post_init__(self) -> None:
         if self.method not in (METHOD_AUTO, *C.METHODS):
@@ -38,11 +44,21 @@ class ClusterPreflight:
     def run(self) -> PreflightReport:
         """Read the facts and check them."""
         facts = gather(self.kube, method=self.method, node=self.node, selector=self.selector, helm=self.helm)
+        checks = check_cluster(facts)
+        if self.hosts is not None:
+            from rblnctl.preflight.hosts import host_findings
+
+            names = [n["metadata"]["name"] for n in facts.npu_nodes]
+            summary, per_node = host_findings(self.kube, names, self.hosts)
+            # cluster-wide findings first, then per node (the report's order)
+            at = next((i for i, c in enumerate(checks) if c.scope != SCOPE_CLUSTER), len(checks))
+            checks[at:at] = [summary]
+            checks += per_node
         return make_report(
             target=TARGET_CLUSTER,
             method=facts.method,
             method_note=facts.method_note,
-            checks=check_cluster(facts),
+            checks=checks,
             strict=self.strict,
             nodes=len(facts.npu_nodes),
         )
