@@ -286,6 +286,12 @@ HOST_ROOT = "/"
 # Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
 VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
 
+# --- Output (rblnctl's own documents: docs/output.md) -------------------------------------------
+
+# The group/version of every JSON/YAML document rblnctl prints; a breaking change to a kind's shape
+# moves it to a new version.
+OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"
+
 # --- Host pods (rblnctl preflight --hosts, rblnctl vfio status --node) ----------------------------
 
 # A short-lived pod pinned to a node runs a host command of rblnctl's own image with the node's

@@ -44,6 +44,8 @@ from rblnctl.errors import (
 )
 
 log = logging.getLogger(__name__)
+request_log = logging.getLogger(__name__ + ".requests")  # -v=6: one line per request
+wire_log = logging.getLogger(__name__ + ".bodies")  # -v=8: request and response bodies
 
 JSON = "application/json"
 PATCH_TYPES = {
@@ -176,7 +178,16 @@ class KubeOptions:
 
     kubeconfig: str | None = None  # else $KUBECONFIG, else ~/.kube/config, else in-cluster
     context: str | None = None  # else the kubeconfig's current-context
-    server: str | None = None  # plain URL, no auth: for tests and local proxies (`kubectl proxy`)
+    # kubectl's connection flags, for break-glass use. `server` replaces the context's server URL (with
+    # no usable kubeconfig it is a plain URL without credentials: tests, `kubectl proxy`).
+    server: str | None = None
+    cluster: str | None = None  # a kubeconfig cluster entry instead of the context's
+    user: str | None = None  # a kubeconfig user entry instead of the context's
+    token: str | None = None  # a bearer token instead of the user's credentials
+    certificate_authority: str | None = None  # a CA bundle file for the server's certificate
+    insecure_skip_tls_verify: bool = False
+    impersonate_user: str | None = None  # --as
+    impersonate_groups: tuple[str, ...] = ()  # --as-group (repeatable)
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
 
 
@@ -189,6 +200,8 @@ class Kube:
     context: str | None = None
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
     proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
+    impersonate_user: str | None = None  # sent as Impersonate-User (kubectl --as)
+    impersonate_groups: tuple[str, ...] = ()  # one Impersonate-Group header each (kubectl --as-group)
     clock: Clock = SYSTEM_CLOCK  # waits between read retries
     read_retries: int = READ_RETRIES
     request_count: int = field(default=0, init=False)
@@ -243,6 +256,10 @@ class Kube:
             _, url, headers, _, _ = self.api_client.param_serialize(
                 method=method, resource_path=resource_path, header_params=headers, auth_settings=["BearerToken"]
             )
+        if self.impersonate_user or self.impersonate_groups:
+            headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
+        if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
+            wire_log.debug("request body: %s", _loggable(body))
         started = time.monotonic()
         self.request_count += 1
         where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
@@ -270,7 +287,10 @@ class Kube:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
         except ApiException as e:  # the client wraps TLS failures as status 0 ("SSLError\n<detail>")
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e, text=e.reason or '')}") from e
-        log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status, (time.monotonic() - started) * 1e3)
+        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
+                          (time.monotonic() - started) * 1e3)
+        if wire_log.isEnabledFor(logging.DEBUG):
+            wire_log.debug("response body: %s", _loggable(data))
         ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
         if 200 <= resp.status < 300:
             if text:
@@ -380,44 +400,30 @@ class Kube:
 
 
 def connect(opts: KubeOptions) -> Kube:
-    """Build a Kube from kubeconfig, context or in-cluster service account; raise ConfigError when none fits."""
+    """Build a Kube from kubeconfig, context or in-cluster service account, then kubectl's connection flags.
+
+    Raises ConfigError when no configuration fits, AuthError when a credential plugin fails.
+    """
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
 
     cfg = k8s.Configuration()
     context = None
-    if opts.server:
-        cfg.host = opts.server.rstrip("/")
-    else:
-        source = resolve_kubeconfig(opts.kubeconfig)
-        if source is None:
-            if not os.environ.get("KUBERNETES_SERVICE_HOST") or not SA_TOKEN.exists():
-                raise ConfigError(
-                    "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a pod"
-                )
-            try:
-                k8s_config.load_incluster_config(client_configuration=cfg)
-            except ConfigException as e:
-                raise ConfigError(f"in-cluster configuration is unusable: {e}") from e
-        else:
-            context = _check_context(source, opts.context)
-            try:
-                with _client_errors() as plugin_errors:
-                    k8s_config.load_kube_config(
-                        config_file=source, context=context, client_configuration=cfg, persist_config=False
-                    )
-            except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
-                raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-            except yaml.YAMLError as e:
-                raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
-            if plugin_errors and not cfg.api_key and not cfg.cert_file:
-                # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
-                which = f"context {context}" if context else "the current context"
-                raise AuthError(
-                    f"cannot get credentials for {which} from {source}: {_one_line('; '.join(plugin_errors))}",
-                    reason="Unauthorized",
-                )
+    source = _kubeconfig_source(opts)
+    if source is not None:
+        context = _check_context(source, opts.context)
+        _load_kubeconfig(cfg, source, context, opts)
+    elif not opts.server:
+        if not os.environ.get("KUBERNETES_SERVICE_HOST") or not SA_TOKEN.exists():
+            raise ConfigError(
+                "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a pod"
+            )
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        except ConfigException as e:
+            raise ConfigError(f"in-cluster configuration is unusable: {e}") from e
+    _apply_flags(cfg, opts)
     if not cfg.host or cfg.host.rstrip("/") in ("http:", "https:"):
         where = f"context {context}" if context else "the current context"
         raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
@@ -427,7 +433,122 @@ def connect(opts: KubeOptions) -> Kube:
     cfg.retries = False
     api_client = k8s.ApiClient(cfg)
     return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s,
-                proxy=cfg.proxy or None)
+                proxy=cfg.proxy or None, impersonate_user=opts.impersonate_user,
+                impersonate_groups=tuple(opts.impersonate_groups))
+
+
+def _kubeconfig_source(opts: KubeOptions) -> str | None:
+    """The kubeconfig to load; None for in-cluster, or for --server with no kubeconfig that names a context."""
+    if not opts.server or opts.kubeconfig or opts.context or opts.user or opts.cluster:
+        return resolve_kubeconfig(opts.kubeconfig)
+    # --server alone: kubectl keeps the current context's credentials when there is one; no
+    # kubeconfig, or one without contexts, leaves a plain URL.
+    try:
+        source = resolve_kubeconfig(None)
+    except ConfigError:
+        return None
+    return source if source is not None and _has_contexts(source) else None
+
+
+def _has_contexts(source: str) -> bool:
+    for path in source.split(os.pathsep):
+        try:
+            raw = yaml.safe_load(Path(path).expanduser().read_text())
+        except (OSError, yaml.YAMLError):
+            return True  # let the strict load report what is wrong with it
+        if isinstance(raw, dict) and raw.get("contexts"):
+            return True
+    return False
+
+
+def _load_kubeconfig(cfg: Any, source: str, context: str | None, opts: KubeOptions) -> None:
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
+
+    try:
+        with _client_errors() as plugin_errors:
+            merged = KubeConfigMerger(source).config
+            loader = KubeConfigLoader(config_dict=merged, active_context=context)
+            # --cluster and --user swap one half of the context, as kubectl's overrides do. The loader
+            # keeps the context's halves in these two attributes (kubernetes 37, config/kube_config.py
+            # set_active_context); pinned with the client's major version in pyproject.toml.
+            if opts.cluster:
+                loader._cluster = _named(merged, "clusters", opts.cluster, source)["cluster"]
+            if opts.user:
+                loader._user = _named(merged, "users", opts.user, source)["user"]
+            loader.load_and_set(cfg)
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
+    if plugin_errors and not cfg.api_key and not cfg.cert_file and not opts.token:
+        # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
+        which = f"context {context}" if context else "the current context"
+        raise AuthError(
+            f"cannot get credentials for {which} from {source}: {_one_line('; '.join(plugin_errors))}",
+            reason="Unauthorized",
+        )
+
+
+def _named(merged: Any, section: str, name: str, source: str) -> Any:
+    entries = merged.safe_get(section) if merged is not None else None
+    for entry in entries or []:
+        if entry.safe_get("name") == name:
+            return entry
+    kind = section.rstrip("s")
+    raise ConfigError(f"kubeconfig {source} has no {kind} named {name!r} (--{kind})")
+
+
+def _apply_flags(cfg: Any, opts: KubeOptions) -> None:
+    """kubectl's connection flags over whatever the kubeconfig said."""
+    if opts.server:
+        cfg.host = opts.server.rstrip("/")
+    if opts.token:
+        cfg.api_key = {"authorization": f"Bearer {opts.token}"}
+        cfg.api_key_prefix = {}
+    if opts.certificate_authority:
+        ca = Path(opts.certificate_authority).expanduser()
+        if not ca.is_file():
+            raise ConfigError(f"--certificate-authority {opts.certificate_authority}: no such file")
+        cfg.ssl_ca_cert = str(ca)
+    if opts.insecure_skip_tls_verify:
+        if opts.certificate_authority:
+            raise ConfigError("--insecure-skip-tls-verify and --certificate-authority cannot be combined "
+                              "(as in kubectl): pick one")
+        cfg.verify_ssl = False
+        cfg.ssl_ca_cert = None
+
+
+def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:
+    """Impersonate-User and one Impersonate-Group header per group (the API server reads repeated headers)."""
+    if groups and not user:
+        raise ConfigError("--as-group needs --as (as in kubectl)")
+    out = urllib3.HTTPHeaderDict(headers)
+    out["Impersonate-User"] = user
+    for g in groups:
+        out.add("Impersonate-Group", g)
+    return out
+
+
+_SECRET_KEYS = re.compile(
+    r'("(?:token|password|data|stringData|client-key-data|bearerToken)"\s*:\s*)'  # the key...
+    r'("(?:[^"\\]|\\.)*"|\{[^}]*\})',  # ...and its string or flat object value
+    re.IGNORECASE)
+BODY_LOG_LIMIT = 10240  # bytes of a body shown at -v=8, as kubectl truncates
+
+
+def _loggable(body: Any) -> str:
+    """A request or response body for -v=8: one line, secrets masked, truncated."""
+    if isinstance(body, (bytes, bytearray)):
+        text = bytes(body[: BODY_LOG_LIMIT * 2]).decode("utf-8", "replace")
+    elif isinstance(body, str):
+        text = body
+    else:
+        text = json.dumps(body, separators=(",", ":"), default=str)
+    text = _SECRET_KEYS.sub(lambda m: m.group(1) + '"<masked>"', text)
+    if len(text) > BODY_LOG_LIMIT:
+        text = text[:BODY_LOG_LIMIT] + f"... ({len(text) - BODY_LOG_LIMIT} more characters)"
+    return " ".join(text.split())
 
 
 @contextmanager

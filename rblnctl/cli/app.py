@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 HELP = """Run Rebellions RBLN NPUs inside KubeVirt VMs: check readiness, switch node modes,
 enable KubeVirt gates and bind NPUs to vfio-pci — each step one safe, checked command.
 
-Global options (--kubeconfig, --context, -v, --no-color) may also follow the subcommand, as in kubectl.
-Exit codes: 0 ok, 1 failed or refused, 2 bad input or kubeconfig, 3 cluster unreachable,
-4 unauthorised or forbidden, 5 timed out waiting (docs/exit-codes.md)."""
+Global options (connection flags, -n, -v, --no-headers, --no-color) may also follow the subcommand,
+as in kubectl. Exit codes: 0 ok, 1 failed or refused, 2 bad input or kubeconfig, 3 cluster
+unreachable, 4 unauthorised or forbidden, 5 timed out waiting (docs/exit-codes.md)."""
 
 
 class State:
@@ -27,13 +27,13 @@ class State:
     A plain class, not a dataclass: importing dataclasses costs every TAB press ~8 ms.
     """
 
-    def __init__(self, *, kubeconfig: str | None = None, context: str | None = None, server: str | None = None,
-                 request_timeout_s: float | None = 30.0, verbose: int = 0) -> None:
-        self.kubeconfig = kubeconfig
-        self.context = context
-        self.server = server
-        self.request_timeout_s = request_timeout_s
+    def __init__(self, *, connection: dict | None = None, namespace: str | None = None, all_namespaces: bool = False,
+                 verbose: int = 0, no_headers: bool = False) -> None:
+        self.connection = dict(connection or {})  # KubeOptions fields
+        self.namespace = namespace
+        self.all_namespaces = all_namespaces
         self.verbose = verbose
+        self.no_headers = no_headers
         self._kube: Any = None
 
     def kube(self) -> "Kube":
@@ -41,14 +41,7 @@ class State:
         if self._kube is None:
             from rblnctl.kube import KubeOptions, connect
 
-            self._kube = connect(
-                KubeOptions(
-                    kubeconfig=self.kubeconfig,
-                    context=self.context,
-                    server=self.server,
-                    request_timeout_s=self.request_timeout_s,
-                )
-            )
+            self._kube = connect(KubeOptions(**self.connection))
         return self._kube
 
 
@@ -69,17 +62,38 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+_CONN = "Connection (as kubectl)"
+
+
 @app.callback()
 def root(
     ctx: typer.Context,
     kubeconfig: Annotated[
         str | None,
-        typer.Option("--kubeconfig", help="Path to the kubeconfig file [default: $KUBECONFIG, ~/.kube/config, "
-                     "in-cluster].", show_default=False),
+        typer.Option("--kubeconfig", metavar="PATH", help="Path to the kubeconfig file [default: $KUBECONFIG, "
+                     "~/.kube/config, in-cluster].", show_default=False),
     ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.")] = None,
+    context: Annotated[str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context to use.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", metavar="NAME",
+                                                help="Kubeconfig cluster to use instead of the context's.")] = None,
+    user: Annotated[str | None, typer.Option("--user", metavar="NAME",
+                                             help="Kubeconfig user to use instead of the context's.")] = None,
     server: Annotated[
-        str | None, typer.Option("--server", hidden=True, help="API server URL without auth (tests, kubectl proxy).")
+        str | None, typer.Option("--server", "-s", metavar="URL", help="The API server's address, instead of the "
+                                 "context's (without a kubeconfig: a plain URL, e.g. kubectl proxy).")
+    ] = None,
+    token: Annotated[str | None, typer.Option("--token", metavar="TOKEN",
+                                              help="Bearer token for the API server.")] = None,
+    certificate_authority: Annotated[
+        str | None, typer.Option("--certificate-authority", metavar="PATH",
+                                 help="CA bundle file for the server's certificate.")
+    ] = None,
+    insecure_skip_tls_verify: Annotated[
+        bool, typer.Option("--insecure-skip-tls-verify", help="Do not check the server's certificate (insecure).")
+    ] = False,
+    as_user: Annotated[str | None, typer.Option("--as", metavar="USER", help="Impersonate this user.")] = None,
+    as_group: Annotated[
+        list[str] | None, typer.Option("--as-group", metavar="GROUP", help="Impersonate this group (repeatable).")
     ] = None,
     request_timeout: Annotated[
         str,
@@ -87,38 +101,74 @@ def root(
                      help="How long to wait for each API request: seconds or a duration like 30s, 1m, 1m30s; "
                      "0 waits forever (as in kubectl)."),
     ] = "30s",
-    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="Log API requests; show tracebacks.")] = 0,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE",
+                                 help="Namespace, where a command works on namespaced objects.", show_default=False)
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Every namespace, where a command lists namespaced objects.")
+    ] = False,
+    no_headers: Annotated[bool, typer.Option("--no-headers", help="Print tables without their header row.")] = False,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Debug log and tracebacks on stderr; -v=N / --v=N sets "
+                          "kubectl's levels: 6 logs each API request, 8 also the bodies (secrets masked).")
+    ] = 0,
+    level: Annotated[int, typer.Option("--v", hidden=True, min=0, help="Log level, as kubectl's --v.")] = 0,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colour (NO_COLOR is honoured too).")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Run Rebellions RBLN NPUs inside KubeVirt VMs."""
+    from rblnctl.cli.console import disable_color
+    from rblnctl.cli.output import set_no_headers
+
     if no_color:
-        from rblnctl.cli.console import disable_color
-
         disable_color()
-    if verbose:
-        import logging
-
-        logger = logging.getLogger("rblnctl")
-        handler = logging.StreamHandler()  # binds the current sys.stderr
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-
-        def _detach() -> None:  # in-process callers (tests, plugins) get the logger back as it was
-            logger.removeHandler(handler)
-            logger.setLevel(logging.NOTSET)
-
-        ctx.call_on_close(_detach)
+    set_no_headers(no_headers)
+    verbosity = max(verbose, level)
+    if verbosity:
+        _start_logging(ctx, verbosity)
     ctx.obj = State(
-        kubeconfig=kubeconfig,
-        context=context,
-        server=server,
-        request_timeout_s=parse_duration(request_timeout, option="--request-timeout", zero_means_forever=True),
-        verbose=verbose,
+        connection={
+            "kubeconfig": kubeconfig, "context": context, "cluster": cluster, "user": user, "server": server,
+            "token": token, "certificate_authority": certificate_authority,
+            "insecure_skip_tls_verify": insecure_skip_tls_verify, "impersonate_user": as_user,
+            "impersonate_groups": tuple(as_group or ()),
+            "request_timeout_s": parse_duration(request_timeout, option="--request-timeout", zero_means_forever=True),
+        },
+        namespace=namespace,
+        all_namespaces=all_namespaces,
+        verbose=verbosity,
+        no_headers=no_headers,
     )
+
+
+# The loggers each -v level turns on, as kubectl's levels: rblnctl's own debug lines from 1, a line
+# per API request from 6, request and response bodies from 8.
+REQUEST_LOG_LEVEL = 6
+BODY_LOG_LEVEL = 8
+
+
+def _start_logging(ctx: typer.Context, verbosity: int) -> None:
+    import logging
+
+    logger = logging.getLogger("rblnctl")
+    handler = logging.StreamHandler()  # binds the current sys.stderr
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    quiet = {"rblnctl.kube.requests": REQUEST_LOG_LEVEL, "rblnctl.kube.bodies": BODY_LOG_LEVEL}
+    for name, needed in quiet.items():
+        logging.getLogger(name).setLevel(logging.DEBUG if verbosity >= needed else logging.INFO)
+
+    def _detach() -> None:  # in-process callers (tests, plugins) get the loggers back as they were
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        for name in quiet:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+    ctx.call_on_close(_detach)
 
 
 preflight.register(app)

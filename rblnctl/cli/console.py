@@ -95,8 +95,8 @@ def stdin_is_tty() -> bool:
 def confirm(question: str, *, yes: bool, show: object = None) -> None:
     """Ask before a change: --yes skips; no terminal refuses (exit 2); "no" refuses (exit 1).
 
-    `show` (a rich renderable or text) is printed on stderr first, so stdout stays clean for -o json.
-    Every mutating command asks the same way.
+    `show` (text, or a callable returning it, built only when someone will read it) is printed on
+    stderr first, so stdout stays clean for -o json. Every mutating command asks the same way.
     """
     from rblnctl.errors import InvalidInput, Refused
 
@@ -106,7 +106,10 @@ def confirm(question: str, *, yes: bool, show: object = None) -> None:
         raise InvalidInput(f"{question.rstrip('?')}: stdin is not a terminal, so rblnctl cannot ask; "
                            "pass --yes to go ahead (or --dry-run to see the plan)")
     if show is not None:
-        stderr().print(show)
+        import sys
+
+        sys.stderr.write(show() if callable(show) else str(show))
+        sys.stderr.flush()
     if not ask_yes_no(question):
         raise Refused("not confirmed; nothing was changed")
 

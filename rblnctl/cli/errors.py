@@ -29,8 +29,11 @@ EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
 
 # Global options (root callback) that may also follow the subcommand; value-taking ones first.
-GLOBAL_VALUE_OPTS = ("--kubeconfig", "--context", "--server", "--request-timeout")
-GLOBAL_FLAG_OPTS = ("-v", "--verbose", "--no-color")
+GLOBAL_VALUE_OPTS = ("--kubeconfig", "--context", "--cluster", "--user", "--server", "-s", "--token",
+                     "--certificate-authority", "--as", "--as-group", "--request-timeout", "--namespace", "-n", "--v")
+GLOBAL_FLAG_OPTS = ("-v", "--verbose", "--no-color", "--insecure-skip-tls-verify", "--all-namespaces", "-A",
+                    "--no-headers")
+_SHORT_VALUE_OPTS = ("-n", "-s")  # `-nkube-system`, as kubectl accepts
 
 
 def exit_code_for(err: BaseException) -> int:
@@ -59,9 +62,10 @@ def install_signal_handlers() -> None:
 
 
 def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
-    """Move global options that follow a subcommand to the front, and spell kubectl's --dry-run=MODE our way.
+    """Move global options that follow a subcommand to the front, and spell kubectl's flags our way.
 
-    `--dry-run=client` -> `--dry-run`, `--dry-run=server` -> `--server-dry-run`, `--dry-run=none` -> dropped.
+    `--dry-run=client` -> `--dry-run`, `--dry-run=server` -> `--server-dry-run`, `--dry-run=none` -> dropped;
+    kubectl's log level `-v=6`, `-v6` or `-v 6` -> `--v=6` (a bare `-v`, `-vv` still counts).
     Everything after `--` is left alone. With `root` (the click group), the walk follows the
     subcommands, so the value of a subcommand's own option (`-l --context`) is never taken for a
     global option.
@@ -76,6 +80,9 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
             rest.extend(args[i:])
             break
         name, eq, _ = a.partition("=")
+        if name in ("--dry-run", "--server-dry-run"):
+            # One dry-run mode, the last one given, as kubectl's single --dry-run flag.
+            rest = [x for x in rest if x not in ("--dry-run", "--server-dry-run")]
         if name == "--dry-run" and eq:
             mode = a.split("=", 1)[1]
             if mode == "client":
@@ -84,6 +91,10 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
                 rest.append("--server-dry-run")
             elif mode != "none":
                 raise typer.BadParameter(f"--dry-run must be none, client or server, not {mode!r}")
+        elif _level(a, args[i + 1] if i + 1 < len(args) else None) is not None:
+            value, used = _level(a, args[i + 1] if i + 1 < len(args) else None)  # type: ignore[misc]
+            front.append(f"--v={value}")
+            i += used - 1
         elif name in GLOBAL_VALUE_OPTS:
             if eq:
                 front.append(a)
@@ -94,6 +105,8 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
                 front.append(a)  # click reports the missing value
         elif a in GLOBAL_FLAG_OPTS or (a.startswith("-v") and set(a[1:]) == {"v"}):
             front.append(a)
+        elif len(a) > 2 and a[:2] in _SHORT_VALUE_OPTS and not a.startswith("--"):
+            front.append(a)  # -nkube-system
         else:
             rest.append(a)
             if cmd is not None:
@@ -106,6 +119,17 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
     return front + rest
 
 
+def _level(arg: str, following: str | None) -> tuple[str, int] | None:
+    """kubectl's `-v=N`, `-vN`, `-v N`: the level and how many arguments it used; None otherwise."""
+    if arg.startswith("-v=") and arg[3:].isdigit():
+        return arg[3:], 1
+    if arg.startswith("-v") and arg[2:].isdigit():
+        return arg[2:], 1
+    if arg in ("-v", "--v") and following is not None and following.isdigit():
+        return following, 2
+    return None
+
+
 def _takes_value(cmd: Any, token: str) -> bool:
     """Whether `token` names an option of `cmd` that reads the next argument as its value."""
     for p in getattr(cmd, "params", ()):
@@ -116,7 +140,33 @@ def _takes_value(cmd: Any, token: str) -> bool:
 
 
 class RblnGroup(TyperGroup):
-    """Root command group: global-option hoisting and the RblnError -> exit code edge."""
+    """Root command group: global-option hoisting, the RblnError -> exit code edge, kubectl-style usage errors."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+        from typer.exceptions import Abort
+
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+        except NoArgsIsHelpError as err:  # `rblnctl node`: the group's help, as kubectl prints it (exit 0)
+            if not standalone_mode:
+                raise
+            sys.stdout.write(err.format_message() + "\n")
+            sys.exit(EXIT_OK)
+        except ClickException as err:  # usage errors: bad flags, missing arguments, bad values
+            if not standalone_mode:
+                raise
+            _usage_error(err)
+            sys.exit(err.exit_code)
+        except Abort:
+            if not standalone_mode:
+                raise
+            sys.exit(EXIT_INTERRUPTED)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, hoist_global_options(list(args), self))
@@ -219,6 +269,20 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         import traceback
 
         sys.stderr.write("".join(traceback.format_exception(err)))
+
+
+def _usage_error(err: Any) -> None:
+    """A usage error as kubectl prints one: `error: ...` on one line, then where to read the usage."""
+    from rich.markup import escape
+
+    from rblnctl.cli.console import stderr
+
+    text = " ".join(str(err.format_message()).split()).rstrip(".")
+    text = text[:1].lower() + text[1:]
+    ctx = getattr(err, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "rblnctl"
+    stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
+    stderr().print(escape(f"See '{path} --help' for usage."), soft_wrap=True)
 
 
 def _stderr_line(text: str) -> None:

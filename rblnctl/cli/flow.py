@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rblnctl.cli.output import Output
+from rblnctl.cli.output import OutputSpec, View
 
 CLIENT = "client"
 SERVER = "server"
@@ -33,12 +33,12 @@ class Mutation:
     disruptive: bool
     dry_run: str | None  # None, "client" or "server"
     yes: bool
-    output: Output
-    plan_document: Callable[[Any], Any]  # what -o json|yaml prints for a client dry run
-    result_document: Callable[[Any], Any]  # ... and for a run
-    plan_table: Callable[[Any], Any]  # a renderable (the confirmation shows it too)
-    result_table: Callable[[Any], Any]
+    output: OutputSpec
+    plan_view: Callable[[Any], View]  # what a client dry run prints (the confirmation shows its tables too)
+    result_view: Callable[[Any], View]  # what a run prints
+    question_detail: str | None = None  # shown above the question instead of the plan's tables
     noop_message: str = "nothing to do"
+    dry_run_message: str = "dry run: nothing was sent"
     done_message: Callable[[Any], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
     progress: Any = None  # an object with stop(), stopped before anything is printed after apply
@@ -47,21 +47,23 @@ class Mutation:
 def run(m: Mutation) -> Any:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
     from rblnctl.cli.console import confirm, info, warn
-    from rblnctl.cli.output import emit
+    from rblnctl.cli.output import emit, render_tables
     from rblnctl.errors import Refused
 
     for w in m.plan.warnings:
         warn(w)
     if m.dry_run == CLIENT:
-        emit(m.plan_document(m.plan), m.output, lambda: m.plan_table(m.plan))
+        emit(m.plan_view(m.plan), m.output)
         if m.plan.blockers:
             raise Refused(m.refusal, blockers=m.plan.blockers)
-        info(m.noop_message if m.plan.noop else "dry run: nothing was sent")
+        info(m.noop_message if m.plan.noop else m.dry_run_message)
         return None
     if m.plan.blockers:
         raise Refused(m.refusal, blockers=m.plan.blockers)
     if m.disruptive and not m.plan.noop and m.dry_run != SERVER:
-        confirm(m.question, yes=m.yes, show=m.plan_table(m.plan))
+        detail = m.question_detail
+        confirm(m.question, yes=m.yes,
+                show=(lambda: detail + "\n") if detail else lambda: render_tables(m.plan_view(m.plan)))
     try:
         result = m.apply(m.plan)
     except KeyboardInterrupt:
@@ -74,12 +76,12 @@ def run(m: Mutation) -> Any:
         if m.progress is not None:
             m.progress.stop()
     if m.dry_run == SERVER:
-        info("server dry run: the API server accepted every write; nothing persisted")
+        info("server dry run: the API server accepted every write; nothing was persisted")
     elif m.plan.noop:
         info(m.noop_message)
     else:
         done = m.done_message(result)
         if done:
             info(done)
-    emit(m.result_document(result), m.output, lambda: m.result_table(result))
+    emit(m.result_view(result), m.output)
     return result

@@ -14,7 +14,6 @@ from rblnctl.cli.options import (
     YesOpt,
     dry_run_mode,
 )
-from rblnctl.cli.output import Output
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -27,16 +26,19 @@ app = typer.Typer(
 
 
 @app.command("list")
-def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = Output.table) -> None:
+def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = "table") -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
-    from rblnctl.cli.output import emit
-    from rblnctl.cli.render import npu_nodes_table
+    from rblnctl.cli.output import View, emit
+    from rblnctl.cli.render import node_document, npu_nodes_table
     from rblnctl.node.inventory import list_npu_nodes
     from rblnctl.operator.cluster import read_operator
 
     kube = ctx.obj.kube()
     nodes = list_npu_nodes(kube, read_operator(kube).policy, selector=selector)
-    emit({"nodes": nodes}, output, lambda: npu_nodes_table(nodes))
+    emit(View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
+              tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
+              notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
+                                      "pci-1eff.present or pci-1200_1eff.present)."]), output)
 
 
 # -- shared ----------------------------------------------------------------------------------------
@@ -95,11 +97,12 @@ def _drain_options(*, all_pods: bool, force: bool, evict_vms: bool, delete_empty
 class _Progress:
     """The library's node events, on the stderr console: one line per step and pod, a spinner while waiting."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, server_dry_run: bool = False) -> None:
         from rblnctl.cli.console import stderr
 
         self.console = stderr()
         self.status: Any = None
+        self.suffix = " (server dry run)" if server_dry_run else ""  # as kubectl's progress lines
 
     def events(self) -> Any:
         from rblnctl.node.events import NodeEvents
@@ -110,17 +113,19 @@ class _Progress:
     def line(self, text: str, style: str = "") -> None:
         from rich.markup import escape
 
-        msg = escape(text)
+        msg = escape(text + self.suffix)
         self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
 
     def step(self, step: Any, detail: str) -> None:
-        if step == "wait" and self.console.is_terminal:
+        from rblnctl.node.events import Step
+
+        if step == Step.WAIT and self.console.is_terminal:
             self.stop()
             self.status = self.console.status(detail)
             self.status.start()
             return
         self.stop()
-        self.line(f"{step}: {detail}", "red" if step == "rollback" else "")
+        self.line(f"{step}: {detail}", "red" if step == Step.ROLLBACK else "")
 
     def waiting(self, missing: list[str]) -> None:
         text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
@@ -153,68 +158,99 @@ class _Progress:
             self.status = None
 
 
-def _pods_table(title: str, entries: list[Any]) -> Any:
-    from rich.markup import escape
+def _pod_document(e: Any) -> dict:
+    return {"namespace": e.namespace, "name": e.name, "uid": e.uid, "action": str(e.action), "reason": e.reason,
+            "npu": e.npu, "vmi": e.vmi, "blockers": [_blocker_document(b) for b in e.blockers]}
 
-    from rblnctl.cli.output import make_table
 
-    t = make_table("POD", "NPU", "WHY", title=title)
-    for e in entries:
-        t.add_row(escape(f"{e.namespace}/{e.name}"), "yes" if e.npu else "", escape(e.reason))
-    if not entries:
-        t.caption = "none"
+def _blocker_document(b: Any) -> dict:
+    return {"message": b.message, "override": b.override}
+
+
+def _ref_document(r: Any) -> dict:
+    return {"namespace": r.namespace, "name": r.name, "uid": r.uid}
+
+
+def _drain_plan_document(plan: Any) -> dict:
+    return {"node": plan.node, "scope": plan.scope, "cordon": plan.cordon, "unschedulable": plan.unschedulable,
+            "pods": [_pod_document(e) for e in list(plan.evict) + list(plan.ignored)],
+            "blockers": [_blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
+
+
+def _pods_table(plan: Any) -> Any:
+    """One row per pod on the node: what the drain does with it and why."""
+    from rblnctl.cli.output import Cell, Table
+
+    t = Table("NAMESPACE", "NAME", "ACTION", "NPU", "REASON")
+    for e in list(plan.evict) + list(plan.ignored):
+        blocked = bool(e.blockers)
+        t.add_row(e.namespace, e.name, Cell("blocked" if blocked else str(e.action), "red" if blocked else ""),
+                  "yes" if e.npu else "no", e.reason)
     return t
 
 
-def _drain_plan_renderables(plan: Any) -> list[Any]:
-    from rich.markup import escape
-    from rich.text import Text
+def _drain_view(plan: Any, result: Any = None) -> Any:
+    from rblnctl.cli.output import View
 
-    from rblnctl.cli.errors import blocker_text
+    def body() -> dict:
+        return {"node": plan.node, "plan": _drain_plan_document(plan),
+                "result": None if result is None else {
+                    "cordoned": result.cordoned, "evicted": [_ref_document(r) for r in result.evicted],
+                    "rounds": result.rounds, "serverDryRun": result.server_dry_run}}
 
-    parts: list[Any] = [_pods_table(f"evict from {plan.node} ({plan.scope} scope)", plan.evict)]
-    if plan.ignored:
-        parts.append(_pods_table("left in place", plan.ignored))
-    for b in plan.blockers:
-        parts.append(Text.from_markup(f"[red]blocker:[/] {escape(blocker_text(b))}"))
-    return parts
+    evicting = len(plan.evict)
+    head = f"node {plan.node}: {'cordon, then ' if plan.cordon else ''}evict {evicting} pod(s) ({plan.scope} scope)"
+    if result is not None:
+        head = f"node {plan.node}: evicted {len(result.evicted)} pod(s)" + \
+            (" (server dry run)" if result.server_dry_run else "")
+    tables = [_pods_table(plan)] if plan.evict or plan.ignored else []
+    return View(kind="NodeDrain", body=body, preamble=[head], tables=tables, names=[f"node/{plan.node}"])
 
 
-def _mode_plan_table(plan: Any) -> Any:
-    from rich.console import Group
-    from rich.markup import escape
-    from rich.text import Text
+def _mode_plan_document(plan: Any) -> dict:
+    return {"node": plan.node, "target": plan.target, "currentMode": plan.current_mode, "modeLabel": plan.mode_label,
+            "noop": plan.noop, "resume": plan.resume, "converged": plan.converged,
+            "unschedulable": plan.unschedulable, "started": plan.started,
+            "steps": [{"step": str(s.step), "detail": s.detail} for s in plan.steps],
+            "vms": list(plan.vms),
+            "pods": [] if plan.drain is None else [_pod_document(e) for e in
+                                                   list(plan.drain.evict) + list(plan.drain.ignored)],
+            "pending": list(plan.pending),
+            "blockers": [_blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
 
-    from rblnctl.cli.errors import blocker_text
-    from rblnctl.cli.output import make_table
 
-    head = Text(f"node {plan.node}: {plan.current_mode} -> {plan.target}"
-                + (" (resuming an unfinished switch)" if plan.resume else ""))
+def _mode_view(plan: Any, result: Any = None) -> Any:
+    """A mode switch (kind ModeSwitch): the plan, and the result once applied (null on a client dry run)."""
+    from rblnctl.cli.output import Table, View
+
+    def body() -> dict:
+        return {"node": plan.node, "plan": _mode_plan_document(plan),
+                "result": None if result is None else {
+                    "previousMode": result.previous_mode, "mode": result.mode, "changed": result.changed,
+                    "resumed": result.resumed, "cordoned": result.cordoned, "uncordoned": result.uncordoned,
+                    "evicted": [_ref_document(r) for r in result.evicted], "serverDryRun": result.server_dry_run,
+                    "elapsedSeconds": round(result.elapsed_s, 3)}}
+
+    names = [f"node/{plan.node}"]
+    if result is not None:
+        t = Table("NODE", "FROM", "TO", "CHANGED", "EVICTED", "CORDONED", "UNCORDONED")
+        changed = "server-dry-run" if result.server_dry_run else "yes" if result.changed else "no"
+        t.add_row(result.node, result.previous_mode, result.mode, changed, str(len(result.evicted)),
+                  "yes" if result.cordoned else "no", "yes" if result.uncordoned else "no")
+        return View(kind="ModeSwitch", body=body, tables=[t], names=names)
+    head = [f"node {plan.node}: {plan.current_mode} -> {plan.target}"
+            + (" (resuming an unfinished switch)" if plan.resume else "")]
     if plan.noop:
-        return Group(head, Text(f"already in {plan.target} mode and the operator has converged: nothing to do"))
-    steps = make_table("STEP", "WHAT", title="steps")
+        head.append(f"already in {plan.target} mode and the operator has converged: nothing to do")
+        return View(kind="ModeSwitch", body=body, preamble=head, names=names)
+    head += [f"VM holding NPUs: {v}" for v in plan.vms]
+    steps = Table("STEP", "WHAT")
     for s in plan.steps:
-        steps.add_row(str(s.step), escape(s.detail))
-    parts: list[Any] = [head, steps]
-    if plan.drain is not None:
-        parts += [_pods_table(f"evict from {plan.node} ({plan.drain.scope} scope)", plan.drain.evict)]
-        if plan.drain.ignored:
-            parts.append(_pods_table("left in place", plan.drain.ignored))
-    for v in plan.vms:
-        parts.append(Text(f"VM holding NPUs: {v}"))
-    for b in plan.blockers:
-        parts.append(Text.from_markup(f"[red]blocker:[/] {escape(blocker_text(b))}"))
-    return Group(*parts)
-
-
-def _mode_result_table(res: Any) -> Any:
-    from rblnctl.cli.output import make_table
-
-    t = make_table("NODE", "FROM", "TO", "CHANGED", "EVICTED", "CORDONED", "UNCORDONED")
-    t.add_row(res.node, res.previous_mode, res.mode, "dry run (server)" if res.server_dry_run else
-              ("yes" if res.changed else "no"), str(len(res.evicted)), "yes" if res.cordoned else "no",
-              "yes" if res.uncordoned else "no")
-    return t
+        steps.add_row(str(s.step), s.detail)
+    tables = [steps]
+    if plan.drain is not None and (plan.drain.evict or plan.drain.ignored):
+        tables.append(_pods_table(plan.drain))
+    return View(kind="ModeSwitch", body=body, preamble=head, tables=tables, names=names)
 
 
 # -- set-mode --------------------------------------------------------------------------------------
@@ -262,7 +298,7 @@ def set_mode(
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
 ) -> None:
     """Switch a node's NPUs to vm (vm-passthrough) or container mode: cordon, drain, relabel, wait, uncordon."""
     from rblnctl.cli.console import warn
@@ -279,7 +315,7 @@ def set_mode(
                                    delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
                                    grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
                                    take_over=take_over, lock_namespace=lock_namespace)
-    progress = _Progress()
+    progress = _Progress(server_dry_run=how == "server")
     switcher = ModeSwitcher(kube=ctx.obj.kube(), options=ModeOptions(drain=drain_options, force=force,
                                                                       uncordon=uncordon),
                             events=progress.events())
@@ -292,9 +328,8 @@ def set_mode(
     run(Mutation(
         plan=plan, apply=switcher.apply, refusal=f"refusing to switch node {node} to {short_mode(target)}",
         question=f"Switch node {node} to {short_mode(target)} mode?", disruptive=True, dry_run=how, yes=yes,
-        output=output, plan_document=lambda p: {"plan": p, "result": None},
-        result_document=lambda r: {"plan": plan, "result": r}, plan_table=_mode_plan_table,
-        result_table=_mode_result_table, noop_message=f"node {node} is already in {target} mode; nothing to do",
+        output=output, plan_view=_mode_view, result_view=lambda r: _mode_view(plan, r),
+        noop_message=f"node {node} is already in {target} mode; nothing to do",
         on_interrupt=interrupted, progress=progress,
     ))
 
@@ -320,11 +355,9 @@ def drain(
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
 ) -> None:
     """Cordon NODE and evict the pods that use its NPUs (--all-pods: every pod); the node stays cordoned."""
-    from rich.console import Group
-
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.kube import validate_name
@@ -335,12 +368,9 @@ def drain(
     options = _drain_options(all_pods=all_pods, force=force, evict_vms=force, delete_emptydir_data=delete_emptydir_data,
                              disable_eviction=disable_eviction, grace_period=grace_period, timeout=timeout,
                              server_dry_run=how == "server", take_over=take_over, lock_namespace=lock_namespace)
-    progress = _Progress()
+    progress = _Progress(server_dry_run=how == "server")
     drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events())
     plan = drainer.plan(node)
-
-    def table(_: Any = None) -> Any:
-        return Group(*_drain_plan_renderables(plan))
 
     def interrupted() -> None:
         warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to finish, "
@@ -354,8 +384,7 @@ def drain(
     run(Mutation(
         plan=plan, apply=drainer.apply, refusal=f"cannot drain node {node}",
         question=f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", disruptive=True, dry_run=how, yes=yes,
-        output=output, plan_document=lambda p: {"plan": p, "result": None},
-        result_document=lambda r: {"plan": plan, "result": r}, plan_table=table, result_table=table,
+        output=output, plan_view=_drain_view, result_view=lambda r: _drain_view(plan, r),
         noop_message=f"node {node} is cordoned and has no pod to evict; nothing to do", done_message=done,
         on_interrupt=interrupted, progress=progress,
     ))

@@ -2,35 +2,51 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from rblnctl.cli.output import Output
+from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec, parse_output
 
-OutputOpt = Annotated[
-    Output, typer.Option("--output", "-o", help="Output format: table, json or yaml (json/yaml: stdout only).",
-                         case_sensitive=False)
-]
+
+def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
+    """Turn the `-o` text into an OutputSpec (bad values: exit 2, one line)."""
+
+    def parser(value: Any) -> OutputSpec:
+        if isinstance(value, OutputSpec):
+            return value
+        return parse_output(value, allowed=allowed)
+
+    return parser
+
+
+def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> Any:
+    """The -o/--output option for a command printing the given formats."""
+    return typer.Option("--output", "-o", metavar="FORMAT", parser=output_parser(allowed),
+                        help=f"Output format: {formats_help} (as kubectl: -o=json and -ojson work too).",
+                        show_default=False)
+
+
+OutputOpt = Annotated[OutputSpec, output_option()]
 DryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", help="Print the plan and make no change (also --dry-run=client).")
+    bool,
+    typer.Option("--dry-run", help="Print the plan and change nothing. --dry-run=server sends the writes with "
+                 "dryRun=All so admission still validates them; nothing persists."),
 ]
 ServerDryRunOpt = Annotated[
     bool,
-    typer.Option("--server-dry-run", help="Send writes with dryRun=All so admission still validates; nothing persists "
-                 "(also --dry-run=server)."),
+    # kubectl removed --server-dry-run for --dry-run=server; the old spelling still works, unlisted.
+    typer.Option("--server-dry-run", hidden=True, help="Same as --dry-run=server."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for automation).")]
-NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace of the object.")]
 SelectorOpt = Annotated[
-    str | None, typer.Option("--selector", "-l", help="Label selector, e.g. 'rebellions.ai/npu.present=true'.")
+    str | None, typer.Option("--selector", "-l", metavar="SELECTOR",
+                             help="Label selector, e.g. 'rebellions.ai/npu.workload.config=vm-passthrough'.")
 ]
 
 
 def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
     """None (a real run), "client" (plan only, no request) or "server" (writes sent with dryRun=All)."""
-    from rblnctl.errors import ConfigError
-
-    if dry_run and server_dry_run:
-        raise ConfigError("--dry-run and --server-dry-run cannot be combined; pick one")
-    return "client" if dry_run else "server" if server_dry_run else None
+    if server_dry_run:
+        return "server"
+    return "client" if dry_run else None

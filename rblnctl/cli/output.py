@@ -1,4 +1,18 @@
-"""Render results: a rich table for people, JSON or YAML (stdout alone) for programs."""
+"""Render results as kubectl does: plain aligned tables for people; versioned documents for programs.
+
+Every command that shows something builds one View (its document, its table, its names) and hands it
+to emit() with the parsed `-o` value. The formats:
+
+- `table` / `wide`: columns aligned with spaces, a header row (`--no-headers` drops it), no box, no
+  rule, no indent; a cell is never folded or cut (the terminal wraps a long line, not the table);
+  colour only on a terminal. `wide` adds the view's wide columns.
+- `name`: `kind/name` lines (`node/n1`), as `kubectl get -o name`.
+- `json` / `yaml`: one document with `apiVersion: rblnctl.rebellions.ai/v1alpha1` and `kind`,
+  camelCase keys, numbers as numbers (docs/output.md has the schema of every kind).
+- `jsonpath=TEMPLATE`: kubectl's JSONPath template over that document (rblnctl.cli.jsonpath).
+
+Only emit() and the confirmation prompt write tables; nothing else in the CLI formats results.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +20,111 @@ import dataclasses
 import enum
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from rblnctl.constants import OUTPUT_API_VERSION
+from rblnctl.errors import InvalidInput
 
-class Output(str, enum.Enum):
+
+class Format(str, enum.Enum):
     """-o/--output formats."""
 
     table = "table"
+    wide = "wide"
+    name = "name"
     json = "json"
     yaml = "yaml"
+    jsonpath = "jsonpath"
+    junit = "junit"  # preflight only
+
+
+COMMON_FORMATS = (Format.table, Format.wide, Format.name, Format.json, Format.yaml, Format.jsonpath)
+FORMATS_HELP = "table, wide, name, json, yaml or jsonpath=TEMPLATE"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """A parsed `-o` value, with the global --no-headers."""
+
+    format: Format = Format.table
+    template: str | None = None  # for jsonpath
+    no_headers: bool = False
+
+    @property
+    def is_table(self) -> bool:
+        """Whether people read it (table or wide): progress and notes then go to stderr as prose."""
+        return self.format in (Format.table, Format.wide)
+
+    @property
+    def is_document(self) -> bool:
+        """Whether stdout carries one machine-readable document (json, yaml, jsonpath, junit)."""
+        return self.format in (Format.json, Format.yaml, Format.jsonpath, Format.junit)
+
+
+TABLE = OutputSpec()
+_no_headers = False  # the global --no-headers, set once per invocation by the root command
+
+
+def set_no_headers(value: bool) -> None:
+    """The global --no-headers (tables without their header row)."""
+    global _no_headers
+    _no_headers = value
+
+
+def parse_output(text: str | None, *, allowed: Sequence[Format] = COMMON_FORMATS, no_headers: bool = False
+                 ) -> OutputSpec:
+    """Parse `-o` as kubectl does: `json`, `=json` (from `-o=json`), `jsonpath={.items[*].name}`, `jsonpath='...'`."""
+    raw = (text or "table").strip()
+    if raw.startswith("="):  # `-o=json`: click hands a short option's value over with the `=`
+        raw = raw[1:]
+    name, eq, template = raw.partition("=")
+    name = name.strip().lower()
+    if name in ("jsonpath", "jsonpath-as-json") and (eq or name == "jsonpath"):
+        if not template.strip():
+            raise InvalidInput("-o jsonpath needs a template, e.g. -o jsonpath='{.items[*].name}'")
+        template = template.strip()
+        if len(template) >= 2 and template[0] == template[-1] and template[0] in "'\"":
+            template = template[1:-1]
+        from rblnctl.cli.jsonpath import parse as parse_template
+
+        parse_template(template)  # a bad template is bad input now, not after the cluster was read
+        fmt = Format.jsonpath
+    else:
+        try:
+            fmt = Format(name)
+        except ValueError:
+            fmt = None
+        if fmt is None or eq:
+            names = ", ".join(f.value if f != Format.jsonpath else "jsonpath=TEMPLATE" for f in allowed)
+            raise InvalidInput(f"unable to match a printer suitable for the output format {raw!r}, allowed formats "
+                               f"are: {names}")
+    if fmt not in allowed:
+        names = ", ".join(f.value if f != Format.jsonpath else "jsonpath=TEMPLATE" for f in allowed)
+        raise InvalidInput(f"this command cannot print -o {fmt.value}; allowed formats are: {names}")
+    return OutputSpec(format=fmt, template=template if fmt == Format.jsonpath else None, no_headers=no_headers)
+
+
+# -- documents ---------------------------------------------------------------------------------------
+
+
+def camel(name: str) -> str:
+    """snake_case -> camelCase (`vfio_manager` -> `vfioManager`), as Kubernetes spells JSON keys."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
 def to_data(obj: Any) -> Any:
-    """Turn dataclasses, enums, tuples and sets into plain JSON-friendly values."""
+    """Plain JSON values: an object's own to_dict() when it has one; dataclass fields in camelCase.
+
+    Only field names are renamed: dictionary keys are data (labels, resource names) and stay as they are.
+    """
+    to_dict = getattr(obj, "to_dict", None)
+    if to_dict is not None and not isinstance(obj, type):
+        return to_dict()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+        return {camel(f.name): to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not f.name.startswith("_")}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, dict):
@@ -31,37 +134,195 @@ def to_data(obj: Any) -> Any:
     return obj
 
 
-def dump(data: Any, fmt: Output) -> str:
-    """Serialise data as JSON or YAML text."""
-    data = to_data(data)
-    if fmt == Output.json:
-        return json.dumps(data, indent=2, default=str) + "\n"
+def document(kind: str, body: Any) -> dict:
+    """A versioned document: apiVersion and kind first, then the body's fields."""
+    data = to_data(body)
+    if not isinstance(data, dict):
+        raise TypeError(f"a {kind} document needs a mapping body, not {type(data).__name__}")
+    return {"apiVersion": OUTPUT_API_VERSION, "kind": kind, **data}
+
+
+def dump(doc: Any, fmt: Format) -> str:
+    """Serialise a document as JSON or YAML text."""
+    if fmt == Format.json:
+        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     import yaml
 
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def emit(data: Any, fmt: Output, table: Callable[[], Any] | None = None) -> None:
-    """Write a result to stdout: `table()` builds the rich renderable for `-o table`."""
-    if fmt == Output.table and table is not None:
-        from rblnctl.cli.console import stdout
+# -- tables ------------------------------------------------------------------------------------------
 
-        stdout().print(table())
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A table column: `wide` columns show only with -o wide."""
+
+    header: str
+    wide: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A cell with a colour for terminals (`red`, `green`, `yellow`, `dim`, `bold red`...)."""
+
+    text: str
+    style: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35",
+        "cyan": "36"}
+PADDING = 3  # spaces between columns, as kubectl's printers (tabwriter padding 3)
+
+
+def _paint(text: str, style: str) -> str:
+    codes = [_SGR[w] for w in style.split() if w in _SGR]
+    return f"\x1b[{';'.join(codes)}m{text}\x1b[0m" if codes and text else text
+
+
+class Table:
+    """Rows under column headers, printed as kubectl prints `get` output."""
+
+    def __init__(self, *columns: str | Column) -> None:
+        self.columns = [c if isinstance(c, Column) else Column(c) for c in columns]
+        self.rows: list[list[Any]] = []
+
+    def add_row(self, *cells: Any) -> None:
+        """One row; a cell is text or a Cell. Missing trailing cells print as empty."""
+        if len(cells) > len(self.columns):
+            raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append(list(cells) + [""] * (len(self.columns) - len(cells)))
+
+    def render(self, *, wide: bool = False, headers: bool = True, color: bool = False) -> str:
+        """The table as text lines: one line per row, never folded; trailing spaces stripped."""
+        keep = [i for i, c in enumerate(self.columns) if wide or not c.wide]
+        grid: list[list[Any]] = []
+        if headers:
+            grid.append([self.columns[i].header for i in keep])
+        for row in self.rows:
+            grid.append([_one_line(row[i]) for i in keep])
+        if not grid:
+            return ""
+        widths = [max(len(str(r[j])) for r in grid) for j in range(len(keep))]
+        lines = []
+        for r in grid:
+            parts = []
+            for j, cell in enumerate(r):
+                text = str(cell)
+                pad = "" if j == len(r) - 1 else " " * (widths[j] - len(text) + PADDING)
+                style = cell.style if isinstance(cell, Cell) else ""
+                parts.append((_paint(text, style) if color else text) + pad)
+            lines.append("".join(parts).rstrip())
+        return "\n".join(lines) + "\n"
+
+
+def _one_line(cell: Any) -> Any:
+    """A cell on one line: a newline inside a cell would break every reader of the table."""
+    text = str(cell)
+    if "\n" in text or "\t" in text:
+        text = " ".join(text.split())
+        return Cell(text, cell.style) if isinstance(cell, Cell) else text
+    return cell
+
+
+# -- views -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True)
+class View:
+    """What one command shows, in every format.
+
+    `body` is the document without apiVersion/kind (a mapping or a dataclass; called lazily when a
+    callable). `tables` are printed one after another, a blank line between them; `preamble` lines
+    come first (`key: value` facts), `epilogue` lines last (remedies, a verdict); `notes` go to
+    stderr in every format (hints such as "no NPU nodes found", the writes a dry run would make).
+    `names` are the `-o name` lines; a view without names refuses `-o name`.
+    """
+
+    kind: str
+    body: Any
+    tables: Sequence[Table] = ()
+    preamble: Sequence[str] = ()
+    epilogue: Sequence[str] = ()
+    notes: Sequence[str] = ()
+    names: Sequence[str] | None = None
+    junit: Callable[[], str] | None = None
+
+    def document(self) -> dict:
+        """The versioned document."""
+        body = self.body() if callable(self.body) else self.body
+        return document(self.kind, body)
+
+
+def render_tables(view: View, *, wide: bool = False, headers: bool = True, color: bool = False) -> str:
+    """The human form of a view: preamble, then the tables, a blank line between blocks."""
+    blocks = []
+    if view.preamble:
+        blocks.append("".join(f"{line}\n" for line in view.preamble))
+    for t in view.tables:
+        text = t.render(wide=wide, headers=headers, color=color)
+        if text:
+            blocks.append(text)
+    if view.epilogue:
+        blocks.append("".join(f"{line}\n" for line in view.epilogue))
+    return "\n".join(blocks)
+
+
+def emit(view: View, spec: OutputSpec = TABLE) -> None:
+    """Write a view to stdout in the format asked for; notes go to stderr for people only."""
+    fmt = spec.format
+    if view.notes:  # stderr, whatever the format: stdout stays the document alone
+        from rblnctl.cli.console import info
+
+        for note in view.notes:
+            info(note)
+    if fmt in (Format.table, Format.wide):
+        from rblnctl.cli.console import color_enabled
+
+        color = color_enabled() and _isatty(sys.stdout)
+        _write(render_tables(view, wide=fmt == Format.wide, headers=not (spec.no_headers or _no_headers),
+                             color=color))
         return
-    if fmt == Output.table:
-        fmt = Output.yaml
-    sys.stdout.write(dump(data, fmt))
+    if fmt == Format.name:
+        if view.names is None:
+            raise InvalidInput(f"-o name is not available here: a {view.kind} has no object names")
+        _write("".join(f"{n}\n" for n in view.names))
+        return
+    if fmt == Format.junit:
+        if view.junit is None:
+            raise InvalidInput("-o junit is only for preflight")
+        _write(view.junit())
+        return
+    doc = view.document()
+    if fmt == Format.jsonpath:
+        from rblnctl.cli.jsonpath import render
+
+        _write(render(spec.template or "", doc))
+        return
+    _write(dump(doc, fmt))
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
     sys.stdout.flush()
 
 
-def make_table(*columns: str, title: str | None = None) -> Any:
-    """A plain rich Table with the house style (no box lines, bold headers)."""
-    from rich import box
-    from rich.table import Table
+def yes_no(value: bool | None, *, no: str = "no", unknown: str = "unknown") -> str:
+    """A boolean as a table cell (never Python's True/False)."""
+    return unknown if value is None else "yes" if value else no
 
-    t = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold", title_justify="left", pad_edge=False)
-    for i, c in enumerate(columns):
-        # The first column is the key (a node, a BDF, a check): never broken. Long cells fold rather
-        # than end in an ellipsis, so nothing a user may need to copy is hidden.
-        t.add_column(c, overflow="fold", no_wrap=i == 0)
-    return t
+
+def joined(items: Iterable[Any], *, empty: str = "<none>") -> str:
+    """A list as one comma-separated cell, `<none>` when empty (kubectl's placeholder)."""
+    text = ",".join(str(i) for i in items)
+    return text or empty

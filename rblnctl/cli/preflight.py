@@ -10,7 +10,6 @@ import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import OutputOpt, SelectorOpt
-from rblnctl.cli.output import Output
 
 
 class Method(str, enum.Enum):
@@ -47,7 +46,7 @@ def preflight(
     node: NodeOpt = None,
     selector: SelectorOpt = None,
     strict: StrictOpt = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
 ) -> None:
     """Check that the cluster (or, with --local, this host) is ready for RBLN NPUs in KubeVirt VMs."""
     from rblnctl.cli.output import emit
@@ -70,7 +69,7 @@ def preflight(
             report = ClusterPreflight(
                 kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict
             ).run()
-    emit(report.to_dict(), output, lambda: report_table(report))
+    emit(report_view(report), output)
     failing = report.failed_ids()
     if failing:
         what = "failed or warned" if strict else "failed"
@@ -82,58 +81,50 @@ _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 def _nodes_text(scopes: list[str], total: int) -> str:
     if total > 1 and len(scopes) == total:
-        return f"all {total} nodes"
+        return f"all-{total}"
     if len(scopes) <= 4:
-        return ", ".join(scopes)
-    return f"{len(scopes)} nodes: {', '.join(scopes[:3])}, …"
+        return ",".join(scopes)
+    return f"{len(scopes)}:{','.join(scopes[:3])},..."
 
 
-def report_table(report: Any) -> Any:
-    """The report for people: scope-wide checks, then per-node checks grouped, remedies under problems, summary last."""
-    from rich.console import Group
-    from rich.text import Text
+def report_view(report: Any) -> Any:
+    """The report (kind PreflightReport): scope-wide checks, per-node checks grouped, remedies, the verdict.
 
-    from rblnctl.cli.output import make_table
+    One line per check in the tables (grep FAIL finds every failure); -o wide adds each check's id,
+    and the remedies follow the tables, one line each, keyed by check id.
+    """
+    from rblnctl.cli.output import Cell, Column, Table, View, to_data
     from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, group_checks
 
-    def status_cell(status: Any) -> Text:
-        return Text(status.value, style=_STYLE.get(status.value, ""))
+    def status_cell(status: Any) -> Cell:
+        return Cell(status.value, _STYLE.get(status.value, ""))
 
-    def remedy_cell(remedy: str) -> Text:
-        return Text(f"↳ {remedy}", style="cyan")
-
-    parts: list[Any] = [Text(f"method {report.method}: {report.method_note}")]
     top = [c for c in report.checks if c.scope in (SCOPE_CLUSTER, SCOPE_HOST)]
     per_node = [c for c in report.checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]
-
-    # PASS rows take one line; a problem row is followed by its id and remedy.
-    t = make_table("STATUS", "CHECK", "EVIDENCE", title=report.target)
-    t.columns[1].max_width = 36
-    for c in top:
-        t.add_row(status_cell(c.status), Text(c.title), Text(c.evidence))
-        if c.remedy:
-            t.add_row("", Text(c.id, style="dim"), remedy_cell(c.remedy))
-    parts.append(t)
-
+    remedies: list[str] = []
+    tables = []
+    if top:
+        t = Table("STATUS", "CHECK", "EVIDENCE", Column("ID", wide=True))
+        for c in top:
+            t.add_row(status_cell(c.status), c.title, c.evidence, c.id)
+            if c.remedy:
+                remedies.append(f"{c.status.value} {c.id}: {c.remedy}")
+        tables.append(t)
     if per_node:
-        nt = make_table("STATUS", "CHECK", "NODES", "EVIDENCE",
-                        title=f"NPU nodes ({report.nodes}; identical results grouped)")
-        nt.columns[1].max_width = 30
-        nt.columns[2].max_width = 34
+        nt = Table("STATUS", "CHECK", "NODES", "EVIDENCE", Column("ID", wide=True))
         for g in group_checks(per_node):
-            nt.add_row(status_cell(g.status), Text(g.title), Text(_nodes_text(g.scopes, report.nodes)),
-                       Text(g.evidence))
+            nodes = _nodes_text(g.scopes, report.nodes)
+            nt.add_row(status_cell(g.status), g.title, nodes, g.evidence, g.id)
             if g.remedy:
-                nt.add_row("", Text(g.id, style="dim"), "", remedy_cell(g.remedy))
-        parts.append(nt)
-
+                remedies.append(f"{g.status.value} {g.id} ({nodes}): {g.remedy}")
+        tables.append(nt)
     s = report.summary
     verdict = "ready" if s.ok else "NOT ready"
-    line = Text(f"{s.total} checks: {s.passed} PASS, {s.warned} WARN, {s.failed} FAIL, {s.skipped} SKIP; "
-                f"method {s.method}{'; strict' if s.strict else ''} -> ")
-    line.append(verdict, style="bold green" if s.ok else "bold red")
-    parts.append(line)
-    return Group(*parts)
+    head = [f"method {report.method}: {report.method_note}"]
+    tail = ["remedies:", *[f"  {r}" for r in remedies], ""] if remedies else []
+    tail.append(f"{s.total} checks: {s.passed} PASS, {s.warned} WARN, {s.failed} FAIL, {s.skipped} SKIP; "
+                f"method {s.method}{'; strict' if s.strict else ''} -> {verdict}")
+    return View(kind="PreflightReport", body=lambda: to_data(report), preamble=head, tables=tables, epilogue=tail)
 
 
 def register(app: typer.Typer) -> None:

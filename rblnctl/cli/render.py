@@ -1,29 +1,68 @@
-"""Rich renderables shared by several commands (imported lazily, inside commands)."""
+"""Views shared by several commands: NPU node rows (node list, status) and the policy summary."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rblnctl.cli.output import make_table
+from rblnctl.cli.output import Cell, Column, Table, joined, yes_no
 
 
-def npu_nodes_table(nodes: list[Any]) -> Any:
-    """A table of NpuNode rows."""
-    from rich.markup import escape
+def node_document(n: Any) -> dict:
+    """One NPU node in the documents of `node list` and `status`."""
+    return {
+        "name": n.name,
+        "mode": n.mode,
+        "modeLabel": n.mode_label,
+        "modeLabelValid": n.mode_label_valid,
+        "ready": n.ready,
+        "schedulable": n.schedulable,
+        "deploySkip": n.deploy_skip,
+        "components": list(n.components),
+        "pausedComponents": list(n.paused),
+        "resources": dict(n.resources),
+        "product": n.product,
+        "npuCount": n.count,
+        "family": n.family,
+    }
 
-    t = make_table("NODE", "MODE", "READY", "SCHEDULABLE", "COMPONENTS", "NPU RESOURCES")
+
+def policy_document(p: Any) -> dict | None:
+    """The active RBLNClusterPolicy, as far as the commands show it."""
+    if p is None:
+        return None
+    return {
+        "name": p.name,
+        "workloadType": p.workload_type,
+        "vmMethod": p.vm_method,
+        "enabled": {k: bool(v) for k, v in p.enabled.items()},
+        "state": p.state,
+    }
+
+
+def _mode_cell(n: Any) -> str:
+    mode = n.mode if n.mode_label_valid else f"{n.mode}(label:{n.mode_label}:invalid)"
+    return mode + (",deploy.skip" if n.deploy_skip else "")
+
+
+def npu_nodes_table(nodes: list[Any]) -> Table:
+    """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components."""
+    t = Table("NAME", "MODE", "STATUS", "NPUS", "RESOURCES", Column("PRODUCT", wide=True),
+              Column("COMPONENTS", wide=True))
     for n in nodes:
-        mode = n.mode if n.mode_label_valid else f"{n.mode} (label {n.mode_label!r} invalid)"
-        if n.deploy_skip:
-            mode += " [deploy.skip]"
+        status = "Ready" if n.ready else "NotReady"
+        if not n.schedulable:
+            status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
+        components = list(n.components) + [f"{c}(paused)" for c in n.paused]
         t.add_row(
-            escape(n.name),
-            escape(mode),
-            "yes" if n.ready else "NO",
-            "yes" if n.schedulable else "cordoned",
-            escape(",".join(n.components + [f"{c}(paused)" for c in n.paused]) or "-"),
-            escape(", ".join(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()) or "-"),
+            n.name,
+            _mode_cell(n),
+            Cell(status, "" if n.ready and n.schedulable else "yellow" if n.ready else "red"),
+            str(sum(n.resources.values())) if n.resources else "0",
+            joined(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
+            n.product or "<unknown>",
+            joined(components),
         )
-    if not nodes:
-        t.caption = "no NPU nodes found (NFD labels feature.node.kubernetes.io/pci-*1eff.present)"
     return t
+
+
+__all__ = ["node_document", "npu_nodes_table", "policy_document", "yes_no"]

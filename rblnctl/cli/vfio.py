@@ -10,7 +10,6 @@ import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
-from rblnctl.cli.output import Output
 
 if TYPE_CHECKING:
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
@@ -66,7 +65,7 @@ StateOpt = Annotated[
 def status(
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
 ) -> None:
     """Show NPUs' drivers, IOMMU groups and holders."""
@@ -83,9 +82,9 @@ def status(
         else:
             info(f"no RBLN NPU (vendor {C.PCI_VENDOR_RBLN:04x}, class {C.PCI_CLASS_NPU >> 8:04x}xx) under "
                  f"{st.searched}; --all-vendors lists every PCI function")
-        if output == Output.table:
+        if output.is_table:
             return  # a header with no rows says less than the line above
-    emit(list(st.devices), output, lambda: _status_table(st.devices))
+    emit(_status_view(st), output)
 
 
 @app.command("bind")
@@ -99,7 +98,7 @@ def bind(
         bool, typer.Option("--load-modules", help="Run `modprobe vfio-pci` when vfio-pci is not loaded.")
     ] = False,
     yes: YesOpt = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
@@ -123,7 +122,7 @@ def unbind(
     force: ForceOpt = False,
     keep_going: KeepGoingOpt = False,
     yes: YesOpt = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
@@ -146,7 +145,7 @@ def recover(
     ] = ModeChoice.container,
     dry_run: DryRunOpt = False,
     yes: YesOpt = False,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
 ) -> None:
@@ -179,29 +178,29 @@ def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_go
                       load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
 
 
-def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Output) -> None:
-    """The one flow of every vfio change: warn, dry run, refuse, confirm, apply, emit."""
-    from rblnctl.cli.console import info, warn
-    from rblnctl.cli.output import emit
+def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Any) -> None:
+    """Every vfio change through the one flow; moving devices between drivers is disruptive, so it asks."""
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.flow import CLIENT, Mutation, run
     from rblnctl.errors import HostError
 
-    for w in plan.warnings:
-        warn(w)
-    if dry_run:
-        for m in plan.load_modules:
-            info(f"would run: modprobe {m}")
-        for w in plan.writes:
-            _progress("would write", w)
-        preview = plan.preview()
-        emit(preview, output, lambda: _results_table(preview))
-        plan.check()
-        info("dry run: nothing was written")
+    def plan_view(p: VfioPlan) -> Any:
+        lines = [f"would run: modprobe {m}" for m in p.load_modules] + [_write_line("would write", w)
+                                                                         for w in p.writes]
+        return _results_view(p.operation, p.preview(), notes=lines)
+
+    changes = "\n".join(f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> "
+                         f"{d.to_driver or 'kernel default'}" for d in plan.changes)
+    outcome = run(Mutation(
+        plan=plan, apply=binder.apply, refusal=f"vfio {plan.operation} refused; nothing was changed",
+        question=f"{plan.operation.capitalize()} {len(plan.changes)} device(s)?", disruptive=True,
+        dry_run=CLIENT if dry_run else None, yes=yes, output=output, plan_view=plan_view,
+        result_view=lambda o: _results_view(plan.operation, o.results), question_detail=changes,
+        noop_message=f"vfio {plan.operation}: every device is already where it should be; nothing to do",
+        dry_run_message="dry run: nothing was written",
+    ))
+    if outcome is None:
         return
-    plan.check()
-    if not plan.noop:
-        _confirm(plan, yes)
-    outcome = binder.apply(plan)
-    emit(list(outcome.results), output, lambda: _results_table(outcome.results))
     for hint in _recovery_hints(outcome.results):
         warn(hint)
     if not outcome.ok:
@@ -226,54 +225,60 @@ def _recovery_hints(results: Any) -> list[str]:
     return hints
 
 
+def _write_line(verb: str, w: Write) -> str:
+    value = w.value.strip()
+    return f'{verb}: {w.path} <- "{value}"' + (" (clear)" if not value else "") + f"  # {w.bdf} {w.why}"
+
+
 def _progress(verb: str, w: Write) -> None:
     from rblnctl.cli.console import info
 
-    value = w.value.strip()
-    info(f'{verb}: {w.path} <- "{value}"' + (" (clear)" if not value else "") + f"  # {w.bdf} {w.why}")
+    info(_write_line(verb, w))
 
 
-def _confirm(plan: VfioPlan, yes: bool) -> None:
-    from rich.markup import escape
+# --- views -------------------------------------------------------------------------------------------
 
-    from rblnctl.cli.console import confirm
-
-    lines = "\n".join(
-        f"  {d.bdf} {d.model or d.ids}: {d.from_driver or 'no driver'} -> {d.to_driver or 'kernel default'}"
-        for d in plan.changes
-    )
-    confirm(f"{plan.operation.capitalize()} {len(plan.changes)} device(s)?", yes=yes, show=escape(lines))
+_RESULT_STYLE = {"ok": "green", "skipped": "dim", "planned": "cyan", "blocked": "yellow"}
 
 
-# --- tables ------------------------------------------------------------------------------------------
+def _result_document(r: Any) -> dict:
+    return {"bdf": r.bdf, "action": str(r.action), "fromDriver": r.from_driver, "toDriver": r.to_driver,
+            "status": str(r.status), "message": r.message}
 
 
-def _results_table(results: Any) -> Any:
-    from rich.markup import escape
+def _results_view(operation: Any, results: Any, *, notes: list[str] | None = None) -> Any:
+    from rblnctl.cli.output import Cell, Table, View
 
-    from rblnctl.cli.output import make_table
-
-    t = make_table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
+    t = Table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
     for r in results:
-        colour = {"ok": "green", "skipped": "dim", "planned": "cyan", "blocked": "yellow"}.get(r.status, "red")
-        t.add_row(r.bdf, str(r.action), escape(r.from_driver or "-"), escape(r.to_driver or "(default)"),
-                  f"[{colour}]{r.status}[/]", escape(r.message))
-    return t
+        t.add_row(r.bdf, str(r.action), r.from_driver or "<none>", r.to_driver or "<default>",
+                  Cell(str(r.status), _RESULT_STYLE.get(str(r.status), "red")), r.message)
+    return View(kind="VfioChange", body=lambda: {"operation": str(operation),
+                                                 "devices": [_result_document(r) for r in results]},
+                tables=[t], notes=notes or [], names=[f"pci/{r.bdf}" for r in results])
 
 
-def _status_table(devices: Any) -> Any:
-    from rich.markup import escape
+def _status_view(st: Any) -> Any:
+    from rblnctl.cli.output import Table, View, joined
 
-    from rblnctl.cli.output import make_table
+    t = Table("BDF", "MODEL", "DRIVER", "OVERRIDE", "GROUP", "OTHER-MEMBERS", "NUMA", "VFIO-DEV", "HOLDERS")
+    for d in st.devices:
+        model = f"{d.model}-{d.function}" if d.model and d.function else d.model or d.ids
+        members = joined(f"{m.bdf}({m.driver or 'none'}{',bridge' if m.bridge else ''})" for m in d.group_members)
+        holders = joined(f"{h.pid}/{h.command}" for h in d.holders)
+        dev = ("yes" if d.vfio_device_present else "no") if d.iommu_group else "<none>"
+        t.add_row(d.bdf, model.replace(" ", "-"), d.driver or "<none>", d.driver_override or "<none>",
+                  d.iommu_group or "<none>", members, "<none>" if d.numa_node is None else str(d.numa_node), dev,
+                  holders)
 
-    t = make_table("BDF", "MODEL", "DRIVER", "OVERRIDE", "GROUP", "OTHER MEMBERS", "NUMA", "/DEV/VFIO", "HOLDERS")
-    for d in devices:
-        model = f"{d.model} {d.function}" if d.model else d.ids
-        members = ", ".join(f"{m.bdf} ({m.driver or 'none'}{', bridge' if m.bridge else ''})"
-                            for m in d.group_members) or "-"
-        holders = ", ".join(f"{h.pid} {h.command}" for h in d.holders) or "-"
-        node = ("yes" if d.vfio_device_present else "no") if d.iommu_group else "-"
-        t.add_row(d.bdf, escape(model), escape(d.driver or "-"), escape(d.driver_override or "-"),
-                  d.iommu_group or "-", escape(members), "-" if d.numa_node is None else str(d.numa_node), node,
-                  escape(holders))
-    return t
+    def body() -> dict:
+        return {"searched": st.searched, "warnings": list(st.warnings), "devices": [{
+            "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
+            "driverOverride": d.driver_override, "iommuGroup": d.iommu_group,
+            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge}
+                             for m in d.group_members],
+            "numaNode": d.numa_node, "vfioDevice": d.vfio_device, "vfioDevicePresent": d.vfio_device_present,
+            "holders": [{"pid": h.pid, "command": h.command, "path": h.path} for h in d.holders],
+        } for d in st.devices]}
+
+    return View(kind="VfioStatus", body=body, tables=[t], names=[f"pci/{d.bdf}" for d in st.devices])

@@ -43,7 +43,7 @@ class CheckResult:
     remedy_command: str = ""  # the command in `remedy`, runnable as given (no placeholders); "" when none
 
     def to_dict(self) -> dict:
-        """This finding as JSON-ready data (built directly: no reflection per field)."""
+        """This finding as its document form (camelCase keys, docs/output.md), built directly."""
         return {"id": self.id, "title": self.title, "scope": self.scope, "status": self.status.value,
                 "evidence": self.evidence, "remedy": self.remedy}
 
@@ -55,7 +55,7 @@ class CheckResult:
         """
         return cls(id=str(data["id"]), title=str(data["title"]), scope=scope or str(data["scope"]),
                    status=Status(data["status"]), evidence=str(data["evidence"]), remedy=str(data.get("remedy") or ""),
-                   remedy_command=str(data.get("remedy_command") or ""))
+                   remedy_command=str(data.get("remedyCommand") or ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,8 +115,9 @@ class PreflightReport:
         return list(dict.fromkeys(c.id for c in self.failing()))
 
     def to_dict(self) -> dict:
-        """The report as JSON-ready data, built directly (a 1,000-node report has 5,000 findings)."""
-        return {"target": self.target, "method": self.method, "method_note": self.method_note,
+        """The body of the PreflightReport document (docs/output.md), built directly: a 1,000-node report has
+        5,000 findings, too many to walk by reflection."""
+        return {"target": self.target, "method": self.method, "methodNote": self.method_note,
                 "checks": [c.to_dict() for c in self.checks], "summary": self.summary.to_dict(), "nodes": self.nodes}
 
 

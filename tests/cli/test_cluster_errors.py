@@ -58,15 +58,15 @@ def test_global_options_after_the_subcommand(apiserver, kubeconfig):
     apiserver.add(o.npu_node("npu1", mode="vm-passthrough"), o.node("cpu1"))
     r = cli("node", "list", "-o", "json", "--kubeconfig", str(kubeconfig), "--context", "fake")
     assert r.exit_code == 0, r.stderr
-    nodes = json.loads(r.stdout)["nodes"]
+    nodes = json.loads(r.stdout)["items"]
     assert [(n["name"], n["mode"]) for n in nodes] == [("npu1", "vm-passthrough")]
 
 
 def test_verbose_shows_requests_on_stderr_only(apiserver):
     apiserver.add(o.npu_node("npu1"))
-    r = cli("node", "list", "-o", "json", "-v", server=apiserver.url)
+    r = cli("node", "list", "-o", "json", "-v=6", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
-    assert [n["name"] for n in json.loads(r.stdout)["nodes"]] == ["npu1"]  # stdout is the JSON alone
+    assert [n["name"] for n in json.loads(r.stdout)["items"]] == ["npu1"]  # stdout is the JSON alone
     assert "GET /api/v1/nodes" in r.stderr and "GET /api" not in r.stdout
 
 
@@ -121,7 +121,7 @@ def test_insecure_skip_tls_verify_keeps_stderr_clean(tls_apiserver, tmp_path):
     kc = tls_apiserver.write_kubeconfig(tmp_path / "kc", insecure=True)
     out = _rblnctl("node", "list", "-o", "json", "--kubeconfig", str(kc))
     assert out.returncode == 0, out.stderr
-    assert out.stderr == "" and json.loads(out.stdout)["nodes"][0]["name"] == "npu1"
+    assert out.stderr == "" and json.loads(out.stdout)["items"][0]["name"] == "npu1"
 
 
 def test_failing_exec_plugin_is_one_line_exit_4(apiserver, tmp_path):

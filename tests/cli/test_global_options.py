@@ -105,15 +105,16 @@ def test_a_signal_at_the_prompt_exits_128_plus_signum_and_changes_nothing(apiser
 
     from tests.fakes import objects as o
 
-    apiserver.add(o.kubevirt(feature_gates=[]))
+    apiserver.add(o.npu_node("n1"), o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web",
+                                          requests={"rebellions.ai/npu": "1"}))
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, "kubevirt", "enable-gates"],
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, "node", "drain", "n1"],
                             stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(follower)
     try:
         deadline = time.monotonic() + 30
-        while not any(r.method == "GET" and "kubevirts" in r.path for r in apiserver.requests):
-            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never read the KubeVirt CR"
+        while not any(r.method == "GET" and r.path.endswith("/pods") for r in apiserver.requests):
+            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never listed the node's pods"
             time.sleep(0.05)
         time.sleep(0.5)  # past the read, at the prompt
         proc.send_signal(sig)
@@ -133,7 +134,35 @@ def test_end_of_input_at_the_prompt_is_no(apiserver, monkeypatch):
     from tests.helpers import cli
 
     monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
-    apiserver.add(o.kubevirt(feature_gates=[]))
-    r = cli("kubevirt", "enable-gates", server=apiserver.url, input="")
+    apiserver.add(o.npu_node("n1"), o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web",
+                                          requests={"rebellions.ai/npu": "1"}))
+    r = cli("node", "drain", "n1", server=apiserver.url, input="")
     assert r.exit_code == 1 and apiserver.writes() == []
     assert "not confirmed" in r.stderr
+
+
+@pytest.mark.parametrize(("argv", "first"), [
+    (["node", "set-mode", "--bogus"], "error: no such option: --bogus"),
+    (["node", "set-mode"], "error: missing argument 'MODE NODE'"),
+    (["nod"], "error: no such command 'nod'. Did you mean 'node'?"),
+    (["node", "drain", "n1", "--grace-period", "soon"], "error: invalid value for '--grace-period'"),
+])
+def test_usage_errors_read_like_kubectls(argv, first):
+    """One style for every error: `error: ...` in lower case, then where the usage is; no Usage block, exit 2."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "rblnctl", *argv], capture_output=True, text=True, timeout=60)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and r.stdout == ""
+    assert lines[0].startswith(first) and len(lines[0]) < 120, lines
+    path = "rblnctl" if argv == ["nod"] else f"rblnctl node {argv[1]}"
+    assert lines[1:] == [f"See '{path} --help' for usage."]
+
+
+def test_a_group_without_a_command_prints_its_help_and_exits_0():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "rblnctl", "node"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "set-mode" in r.stdout and r.stderr == ""

@@ -58,10 +58,11 @@ def test_enable_gates_json_result_and_stderr_progress(apiserver):
     r = cli("kubevirt", "enable-gates", "--dra", "--yes", "-o", "json", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["changed"] is True and out["attempts"] == 1 and out["server_dry_run"] is False
-    assert out["plan"]["feature_gates_before"] == ["Snapshot"]
-    assert out["plan"]["feature_gates_after"] == ["Snapshot", "HostDevices", "HostDevicesWithDRA"]
-    assert out["plan"]["disabled_gates_after"] == []
+    assert out["apiVersion"] == "rblnctl.rebellions.ai/v1alpha1" and out["kind"] == "KubeVirtGateChange"
+    assert out["result"] == {"changed": True, "attempts": 1, "serverDryRun": False}
+    assert out["plan"]["featureGatesBefore"] == ["Snapshot"]
+    assert out["plan"]["featureGatesAfter"] == ["Snapshot", "HostDevices", "HostDevicesWithDRA"]
+    assert out["plan"]["disabledGatesAfter"] == []
     assert "warning:" in r.stderr and "disabledFeatureGates" in r.stderr
     assert "enabled HostDevices, HostDevicesWithDRA on KubeVirt kubevirt/kubevirt" in " ".join(r.stderr.split())
     assert gates(apiserver) == ["Snapshot", "HostDevices", "HostDevicesWithDRA"]
@@ -74,7 +75,7 @@ def test_rerun_says_already_enabled_and_writes_nothing(apiserver):
     assert r.exit_code == 0, r.stderr
     assert "already enabled" in r.stderr
     assert apiserver.writes() == []
-    assert "HostDevices, Snapshot" in r.stdout
+    assert "HostDevices,Snapshot" in r.stdout
 
 
 def test_dry_run_prints_patch_and_before_after_and_writes_nothing(apiserver):
@@ -84,13 +85,13 @@ def test_dry_run_prints_patch_and_before_after_and_writes_nothing(apiserver):
     assert r.exit_code == 0, r.stderr
     assert apiserver.writes() == [] and gates(apiserver) == ["Snapshot"]
     assert "application/json-patch+json" in r.stdout
-    assert '"op": "test"' in r.stdout and '"op": "replace"' in r.stdout
-    assert "Snapshot, HostDevices, HostDevicesWithDRA" in r.stdout  # after
+    assert '"op":"test"' in r.stdout and '"op":"replace"' in r.stdout
+    assert "Snapshot,HostDevices,HostDevicesWithDRA" in r.stdout  # after
     assert "dry run" in r.stderr
 
     r = cli("kubevirt", "enable-gates", "--dry-run=client", "-o", "json", server=apiserver.url)
     out = json.loads(r.stdout)
-    assert out["attempts"] == 0 and out["changed"] is False
+    assert out["result"] is None
     assert out["plan"]["patch"][-1] == {"op": "replace",
                                         "path": "/spec/configuration/developerConfiguration/featureGates",
                                         "value": ["Snapshot", "HostDevices"]}
@@ -106,12 +107,15 @@ def test_server_dry_run_sends_dry_run_all(apiserver):
     assert gates(apiserver) == [] and "nothing was persisted" in r.stderr
 
 
-def test_dry_run_and_server_dry_run_together_is_usage_error(apiserver):
-    apiserver.add(o.kubevirt())
+def test_the_last_dry_run_flag_wins_as_in_kubectl(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
     apiserver.clear_requests()
-    r = cli("kubevirt", "enable-gates", "--dry-run", "--server-dry-run", server=apiserver.url)
-    assert r.exit_code == 2 and "--dry-run" in r.stderr and r.stdout == ""
-    assert apiserver.writes() == []
+    r = cli("kubevirt", "enable-gates", "--dry-run=server", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.writes() == [] and "dry run: nothing was sent" in r.stderr  # client: nothing sent
+    r = cli("kubevirt", "enable-gates", "--dry-run", "--dry-run=server", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert [w.query.get("dryRun") for w in apiserver.writes()] == [["All"]] and gates(apiserver) == []
 
 
 def test_dry_run_that_would_be_refused_exits_1_after_showing_the_plan(apiserver):
@@ -175,27 +179,19 @@ def test_cr_being_deleted_is_refused(apiserver):
     assert apiserver.writes() == []
 
 
-def test_without_yes_and_without_a_terminal_nothing_is_written(apiserver):
-    apiserver.add(o.kubevirt(feature_gates=[]))
-    r = cli("kubevirt", "enable-gates", server=apiserver.url, input="y\n")  # piped input is not an answer
-    assert r.exit_code == 2 and "--yes" in r.stderr
-    assert apiserver.writes() == []
-
-
-def test_confirmation_is_asked_without_yes(apiserver, monkeypatch):
+def test_a_reversible_edit_never_prompts_so_scripts_need_no_yes(apiserver, monkeypatch):
+    """kubectl and helm do not ask before an edit that can be undone; enable-gates neither (on a terminal too)."""
     import rblnctl.cli.console
 
     monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
     apiserver.add(o.kubevirt(feature_gates=[]))
-    r = cli("kubevirt", "enable-gates", server=apiserver.url, input="n\n")
-    assert r.exit_code == 1 and apiserver.writes() == []
-    assert "Patch KubeVirt kubevirt/kubevirt?" in r.stderr
-    r = cli("kubevirt", "enable-gates", "-o", "json", server=apiserver.url, input="y\n")
+    r = cli("kubevirt", "enable-gates", "-o", "json", server=apiserver.url, input="n\n")
     assert r.exit_code == 0, r.stderr
-    # The prompt went to stderr, and stdout holds the JSON alone.
-    assert "[y/N]" in r.stderr
-    assert json.loads(r.stdout)["changed"] is True
+    assert "[y/N]" not in r.stderr and json.loads(r.stdout)["result"]["changed"] is True
     assert gates(apiserver) == ["HostDevices"]
+    r = cli("kubevirt", "disable-gates", "HostDevices", server=apiserver.url)  # no terminal, no --yes
+    assert r.exit_code == 0, r.stderr
+    assert gates(apiserver) == []
 
 
 def test_concurrent_edit_is_retried_and_reported(apiserver, no_backoff):
@@ -232,8 +228,8 @@ def test_disable_gates_rolls_back(apiserver):
             server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     out = yaml.safe_load(r.stdout)
-    assert out["plan"]["feature_gates_after"] == ["Snapshot", "HostDevices"]
-    assert out["plan"]["disabled_gates_after"] == ["HostDevicesWithDRA"]
+    assert out["plan"]["featureGatesAfter"] == ["Snapshot", "HostDevices"]
+    assert out["plan"]["disabledGatesAfter"] == ["HostDevicesWithDRA"]
     dev = apiserver.get("KubeVirt", "kubevirt", "kubevirt")["spec"]["configuration"]["developerConfiguration"]
     assert dev == {"featureGates": ["Snapshot", "HostDevices"], "disabledFeatureGates": ["HostDevicesWithDRA"]}
     apiserver.clear_requests()
@@ -348,20 +344,21 @@ def test_status_json(apiserver):
     st = json.loads(r.stdout)
     assert (st["name"], st["namespace"], st["phase"], st["version"]) == ("kubevirt", "kubevirt", "Deployed", "v1.9.0")
     assert {g["name"]: g["effective"] for g in st["gates"]} == {"HostDevices": True, "HostDevicesWithDRA": True}
-    assert st["permitted_devices"] == [{"resource_name": "rebellions.ai/RBLN-CA25_PF",
-                                        "pci_vendor_selector": "1EFF:1250", "external_resource_provider": True,
-                                        "model": "CA25 PF"}]
-    assert st["other_permitted_devices"] == 1
+    assert st["kind"] == "KubeVirtStatus"
+    assert st["permittedDevices"] == [{"resourceName": "rebellions.ai/RBLN-CA25_PF",
+                                       "pciVendorSelector": "1EFF:1250", "externalResourceProvider": True,
+                                       "model": "CA25 PF"}]
+    assert st["otherPermittedDevices"] == 1
 
 
 def test_status_table_and_yaml(apiserver):
     apiserver.add(o.kubevirt(feature_gates=[], disabled_gates=["HostDevicesWithDRA"], version="v1.9.0"))
     r = cli("kubevirt", "status", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
-    assert "KubeVirt kubevirt/kubevirt" in r.stdout and "OFF" in r.stdout
+    assert "kubevirt/kubevirt" in r.stdout and "HostDevicesWithDRA   off" in r.stdout
     assert "HostDevicesWithDRA is in disabledFeatureGates" in " ".join(r.stdout.split())
     r = cli("kubevirt", "status", "-o", "yaml", server=apiserver.url)
-    assert yaml.safe_load(r.stdout)["disabled_feature_gates"] == ["HostDevicesWithDRA"]
+    assert yaml.safe_load(r.stdout)["disabledFeatureGates"] == ["HostDevicesWithDRA"]
 
 
 def test_status_without_kubevirt(apiserver):

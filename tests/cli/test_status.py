@@ -28,7 +28,8 @@ def test_status_json(apiserver):
     st = json.loads(r.stdout)
     assert st["modes"] == {"container": 1, "vm-passthrough": 2}
     assert st["policy"]["enabled"]["sandboxDevicePlugin"] is True
-    assert st["kubevirt"][0]["feature_gates"] == ["HostDevices"]
+    assert st["apiVersion"] == "rblnctl.rebellions.ai/v1alpha1" and st["kind"] == "ClusterStatus"
+    assert st["kubevirt"][0]["featureGates"] == ["HostDevices"]
     assert [n["name"] for n in st["nodes"]] == ["n1", "n2", "n3"]
 
 
@@ -45,7 +46,7 @@ def test_status_table_mentions_missing_operator(apiserver):
     apiserver.add(o.npu_node("n1"))
     r = cli("status", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
-    assert "no KubeVirt CR found" in r.stdout and "n1" in r.stdout
+    assert "no KubeVirt CR found" in r.stderr and "n1" in r.stdout
 
 
 def test_node_list_yaml_and_selector(apiserver):
@@ -53,7 +54,9 @@ def test_node_list_yaml_and_selector(apiserver):
     r = cli("node", "list", "-o", "yaml", "-l", "rebellions.ai/npu.workload.config=vm-passthrough",
             server=apiserver.url)
     assert r.exit_code == 0, r.stderr
-    nodes = yaml.safe_load(r.stdout)["nodes"]
+    doc = yaml.safe_load(r.stdout)
+    assert doc["kind"] == "NpuNodeList"
+    nodes = doc["items"]
     assert [n["name"] for n in nodes] == ["n2", "n3"]
     assert all(any(k.startswith("rebellions.ai/RBLN-") for k in n["resources"]) for n in nodes)
 
@@ -61,8 +64,8 @@ def test_node_list_yaml_and_selector(apiserver):
 def test_invalid_mode_label_is_shown(apiserver):
     apiserver.add(o.npu_node("n1", labels={"rebellions.ai/npu.workload.config": "vm"}))
     r = cli("node", "list", "-o", "json", server=apiserver.url)
-    n = json.loads(r.stdout)["nodes"][0]
-    assert n["mode"] == "container" and n["mode_label"] == "vm" and n["mode_label_valid"] is False
+    n = json.loads(r.stdout)["items"][0]
+    assert n["mode"] == "container" and n["modeLabel"] == "vm" and n["modeLabelValid"] is False
 
 
 def test_status_bad_selector_is_a_usage_error(apiserver):

@@ -15,7 +15,15 @@ from tests.fakes.sysfs import SimKernel, guard_real_host, npu_node
 from tests.helpers import cli
 
 A, B = "0000:3b:00.0", "0000:3c:00.0"
-RESULT_KEYS = ["bdf", "action", "from_driver", "to_driver", "status", "message"]
+RESULT_KEYS = ["bdf", "action", "fromDriver", "toDriver", "status", "message"]
+
+
+def devices(stdout: str, kind: str | None = None) -> list:
+    """The device rows of a VfioChange or VfioStatus document (-o json)."""
+    doc = json.loads(stdout)
+    assert doc["apiVersion"] == "rblnctl.rebellions.ai/v1alpha1" and doc["kind"] in ("VfioChange", "VfioStatus")
+    assert kind is None or doc["kind"] == kind
+    return doc["devices"]
 
 
 @pytest.fixture
@@ -42,9 +50,9 @@ def test_help_lists_the_four_commands():
 def test_bind_json_has_the_stable_schema_and_progress_goes_to_stderr(k):
     r = vfio(k, "bind", A, B, "--yes", "-o", "json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = devices(r.stdout)
     assert [list(row) for row in rows] == [RESULT_KEYS, RESULT_KEYS]
-    assert [(x["bdf"], x["action"], x["from_driver"], x["to_driver"], x["status"]) for x in rows] == [
+    assert [(x["bdf"], x["action"], x["fromDriver"], x["toDriver"], x["status"]) for x in rows] == [
         (A, "bind", "rebellions", "vfio-pci", "ok"), (B, "bind", "rebellions", "vfio-pci", "ok")]
     assert f'{k.sys}/bus/pci/devices/{A}/driver_override <- "vfio-pci"' in r.stderr
     assert k.driver_of(A) == k.driver_of(B) == "vfio-pci"
@@ -52,7 +60,7 @@ def test_bind_json_has_the_stable_schema_and_progress_goes_to_stderr(k):
 
 def test_bind_yaml_and_table(k):
     r = vfio(k, "bind", A, "--yes", "-o", "yaml")
-    assert r.exit_code == 0 and yaml.safe_load(r.stdout)[0]["status"] == "ok"
+    assert r.exit_code == 0 and yaml.safe_load(r.stdout)["devices"][0]["status"] == "ok"
     r = vfio(k, "bind", A, B, "--yes")
     assert r.exit_code == 0 and "skipped" in r.stdout and "already bound" in r.stdout and "ok" in r.stdout
 
@@ -131,7 +139,7 @@ def test_dry_run_prints_every_write_in_order_and_writes_nothing(k):
     r = vfio(k, "bind", "--all", "--dry-run", "-o", "json")
     assert r.exit_code == 0, r.stderr
     assert k.checksum() == before and k.writes == []
-    assert [x["status"] for x in json.loads(r.stdout)] == ["planned", "planned"]
+    assert [x["status"] for x in devices(r.stdout)] == ["planned", "planned"]
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("would write:")]
     assert [ln.split(" <- ")[0].removeprefix("would write: ") for ln in lines] == [
         f"{k.sys}/bus/pci/devices/{A}/driver_override", f"{k.sys}/bus/pci/drivers/rebellions/unbind",
@@ -151,7 +159,7 @@ def test_failure_mid_way_exits_1_with_results_on_stdout(k):
     k.refuse_probe("vfio-pci", B)
     r = vfio(k, "bind", A, B, "--yes", "-o", "json")
     assert r.exit_code == 1
-    assert [x["status"] for x in json.loads(r.stdout)] == ["rolled-back", "failed"]
+    assert [x["status"] for x in devices(r.stdout)] == ["rolled-back", "failed"]
     assert "did not complete" in r.stderr and "rolling back" in r.stderr
     assert k.driver_of(A) == k.driver_of(B) == "rebellions"
 
@@ -159,7 +167,7 @@ def test_failure_mid_way_exits_1_with_results_on_stdout(k):
 def test_keep_going_is_wired(k):
     k.refuse_probe("vfio-pci", B)
     r = vfio(k, "bind", A, B, "--yes", "--keep-going", "-o", "json")
-    assert r.exit_code == 1 and [x["status"] for x in json.loads(r.stdout)] == ["ok", "failed"]
+    assert r.exit_code == 1 and [x["status"] for x in devices(r.stdout)] == ["ok", "failed"]
     assert k.driver_of(A) == "vfio-pci"
 
 
@@ -172,7 +180,7 @@ def test_load_modules_against_a_tree_is_refused(k):
 def test_unbind_restores_recorded_then_driver_flag(k):
     assert vfio(k, "bind", A, B, "--yes").exit_code == 0
     r = vfio(k, "unbind", A, "--yes", "-o", "json")
-    assert r.exit_code == 0 and json.loads(r.stdout)[0]["to_driver"] == "rebellions"
+    assert r.exit_code == 0 and devices(r.stdout)[0]["toDriver"] == "rebellions"
     k.add_driver("rbln-alt", claims=((0x1EFF, None),))
     r = vfio(k, "unbind", B, "--driver", "rbln-alt", "--yes", "-o", "json")
     assert r.exit_code == 0 and k.driver_of(B) == "rbln-alt"
@@ -183,7 +191,7 @@ def test_unbind_without_record_goes_to_the_kernel_default(k):
     assert vfio(k, "bind", A, "--yes").exit_code == 0
     (k.root / "state.json").unlink()
     r = vfio(k, "unbind", "--all", "--yes", "-o", "json")
-    assert r.exit_code == 0 and json.loads(r.stdout)[0]["to_driver"] is None
+    assert r.exit_code == 0 and devices(r.stdout)[0]["toDriver"] is None
     assert k.driver_of(A) == "rebellions" and k.override_of(A) is None
 
 
@@ -192,7 +200,7 @@ def test_operator_vfio_manager_warning_goes_to_stderr(k):
     (k.run / "rbln" / "validations" / "vfio-pci-ready").touch()
     r = vfio(k, "bind", A, "--dry-run", "-o", "json")
     assert r.exit_code == 0 and "warning:" in r.stderr and "VFIO Manager" in r.stderr
-    json.loads(r.stdout)
+    devices(r.stdout)
     assert "VFIO Manager" in vfio(k, "status").stderr
 
 
@@ -201,14 +209,14 @@ def test_status_json_schema(k):
     k.add_process(3100, "qemu-kvm", ["/dev/vfio/21"])
     r = vfio(k, "status", "-o", "json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
-    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driver_override", "iommu_group",
-                             "group_members", "numa_node", "vfio_device", "vfio_device_present", "holders"]
-    assert [(x["bdf"], x["driver"], x["vfio_device_present"]) for x in rows] == [(A, "rebellions", False),
-                                                                                (B, "vfio-pci", True)]
+    rows = devices(r.stdout)
+    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driverOverride", "iommuGroup",
+                             "groupMembers", "numaNode", "vfioDevice", "vfioDevicePresent", "holders"]
+    assert [(x["bdf"], x["driver"], x["vfioDevicePresent"]) for x in rows] == [(A, "rebellions", False),
+                                                                              (B, "vfio-pci", True)]
     assert rows[1]["holders"] == [{"pid": 3100, "command": "qemu-kvm", "path": "/dev/vfio/21"}]
     table = vfio(k, "status").stdout
-    assert "CA22 PF" in table and "3100 qemu-kvm" in table
+    assert "CA22-PF" in table and "3100/qemu-kvm" in table
 
 
 def test_status_all_vendors_runs_against_this_machines_real_sysfs():
@@ -216,7 +224,7 @@ def test_status_all_vendors_runs_against_this_machines_real_sysfs():
     exact listing is checked on simulated trees), the command completes with well-formed rows."""
     r = cli("vfio", "status", "--all-vendors", "-o", "json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = devices(r.stdout)
     assert isinstance(rows, list)
     bdfs = [x["bdf"] for x in rows]
     assert bdfs == sorted(set(bdfs)) and all(pci.is_bdf_name(b) for b in bdfs)
@@ -224,9 +232,9 @@ def test_status_all_vendors_runs_against_this_machines_real_sysfs():
 
 def test_status_all_vendors_lists_every_function_of_the_tree(k):
     k.add_pci_function("0000:00:1f.3", vendor=0x8086, device=0xA348, class_code=0x040300, driver="snd_hda_intel")
-    rows = json.loads(vfio(k, "status", "--all-vendors", "-o", "json").stdout)
+    rows = devices(vfio(k, "status", "--all-vendors", "-o", "json").stdout)
     assert [x["bdf"] for x in rows] == ["0000:00:1f.3", A, B]
-    assert [x["bdf"] for x in json.loads(vfio(k, "status", "-o", "json").stdout)] == [A, B]
+    assert [x["bdf"] for x in devices(vfio(k, "status", "-o", "json").stdout)] == [A, B]
 
 
 PROBE = """
@@ -272,7 +280,7 @@ def test_root_that_is_not_a_host_tree_is_exit_2_with_one_line(tmp_path, command,
 @pytest.mark.parametrize("flag", ["--sysfs-root", "--proc-root", "--dev-root", "--run-root"])
 def test_the_four_root_flags_are_gone(flag, tmp_path):
     r = cli("vfio", "status", flag, str(tmp_path))
-    assert r.exit_code == 2 and "No such option" in r.stderr
+    assert r.exit_code == 2 and "no such option" in r.stderr
 
 
 def test_help_derives_defaults_from_the_library():
@@ -301,9 +309,9 @@ def test_status_without_npus_prints_a_hint_not_an_empty_header(tmp_path):
     assert r.stderr.strip() == (f"no RBLN NPU (vendor 1eff, class 1200xx) under {k.sys}/bus/pci/devices; "
                                 "--all-vendors lists every PCI function")
     r = cli("vfio", "status", "--root", str(k.root), "-o", "json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == [] and "--all-vendors" in r.stderr
+    assert r.exit_code == 0 and devices(r.stdout) == [] and "--all-vendors" in r.stderr
     r = cli("vfio", "status", "--root", str(k.root), "--all-vendors", "-o", "json")
-    assert [x["bdf"] for x in json.loads(r.stdout)] == ["0000:00:1f.3"] and r.stderr == ""
+    assert [x["bdf"] for x in devices(r.stdout)] == ["0000:00:1f.3"] and r.stderr == ""
 
 
 def test_status_all_vendors_on_an_empty_tree_says_so(tmp_path):
@@ -320,7 +328,7 @@ def test_dry_run_all_marks_a_refused_device_blocked_and_exits_1(k):
     before = k.checksum()
     r = vfio(k, "bind", "--all", "--dry-run", "-o", "json")
     assert r.exit_code == 1 and k.checksum() == before and k.writes == []
-    rows = json.loads(r.stdout)
+    rows = devices(r.stdout)
     assert [(x["bdf"], x["status"]) for x in rows] == [(A, "planned"), (B, "blocked")]
     assert "pid 4242" in rows[1]["message"] and "pass --force to go ahead anyway" in r.stderr
     table = vfio(k, "bind", "--all", "--dry-run").stdout
@@ -331,7 +339,7 @@ def test_dry_run_all_marks_a_refused_device_blocked_and_exits_1(k):
 def test_dry_run_with_a_plan_wide_blocker_blocks_every_change(k, mocker):
     mocker.patch("os.geteuid", return_value=1000)
     r = vfio(k, "bind", "--all", "--dry-run", "-o", "json")
-    assert r.exit_code == 1 and {x["status"] for x in json.loads(r.stdout)} == {"blocked"}
+    assert r.exit_code == 1 and {x["status"] for x in devices(r.stdout)} == {"blocked"}
     assert "needs root" in r.stderr
 
 
@@ -368,7 +376,7 @@ def test_a_device_left_without_a_driver_gets_the_command_that_recovers_it(k):
     k.refuse_probe("vfio-pci", A)
     k.refuse_probe("rebellions", A)
     r = vfio(k, "bind", A, "--yes", "-o", "json")
-    assert r.exit_code == 1 and json.loads(r.stdout)[0]["status"] == "driverless"
+    assert r.exit_code == 1 and devices(r.stdout)[0]["status"] == "driverless"
     assert f"run `rblnctl vfio unbind {A} --driver rebellions`" in r.stderr
 
 
@@ -394,7 +402,7 @@ def test_recover_dry_run_lists_the_writes_and_makes_none(lk):
     before = lk.checksum()
     r = vfio(lk, "recover", "--all", "--dry-run", "-o", "json")
     assert r.exit_code == 0, r.stderr
-    assert [(x["bdf"], x["action"], x["to_driver"], x["status"]) for x in json.loads(r.stdout)] == [
+    assert [(x["bdf"], x["action"], x["toDriver"], x["status"]) for x in devices(r.stdout)] == [
         (X, "recover", "rebellions", "planned"), (Y, "recover", "rebellions", "planned"),
         (Z, "recover", "rebellions", "skipped")]
     assert [ln.split(" <- ")[0].removeprefix("would write: ") for ln in r.stderr.splitlines()
@@ -419,7 +427,7 @@ def test_recover_container_mode_is_the_default_and_asks_first(lk, monkeypatch):
 def test_recover_vm_mode_binds_to_vfio_pci_and_records(lk):
     r = vfio(lk, "recover", X, Y, "--mode", "vm", "--yes", "-o", "json")
     assert r.exit_code == 0, r.stderr
-    assert [(x["to_driver"], x["status"]) for x in json.loads(r.stdout)] == [("vfio-pci", "ok"), ("vfio-pci", "ok")]
+    assert [(x["toDriver"], x["status"]) for x in devices(r.stdout)] == [("vfio-pci", "ok"), ("vfio-pci", "ok")]
     assert lk.driver_of(X) == lk.driver_of(Y) == "vfio-pci"
     assert sorted(json.loads((lk.root / "state.json").read_text())["devices"]) == [X, Y]
 
@@ -435,7 +443,7 @@ def test_recover_refuses_a_device_in_use_and_offers_no_override(lk):
 def test_recover_has_no_force_or_load_modules(lk):
     for flag in ("--force", "--load-modules", "--keep-going", "--driver"):
         r = vfio(lk, "recover", "--all", flag)
-        assert r.exit_code == 2 and "No such option" in r.stderr, flag
+        assert r.exit_code == 2 and "no such option" in r.stderr, flag
     r = vfio(lk, "recover", "--all", "--mode", "gpu")
     assert r.exit_code == 2 and "gpu" in r.stderr
 
@@ -452,5 +460,5 @@ def test_a_device_an_unbind_left_without_a_driver_gets_the_command_that_recovers
     k.refuse_probe("rebellions", A)
     k.refuse_probe("vfio-pci", A)
     r = vfio(k, "unbind", A, "--yes", "-o", "json")
-    assert r.exit_code == 1 and json.loads(r.stdout)[0]["status"] == "driverless"
+    assert r.exit_code == 1 and devices(r.stdout)[0]["status"] == "driverless"
     assert f"run `rblnctl vfio recover {A} --mode vm`" in r.stderr

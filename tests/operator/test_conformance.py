@@ -62,11 +62,11 @@ def test_set_mode_converges_both_ways(cluster, release):
 
 def test_node_list_and_status_read_the_release(cluster, release):
     cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
-    nodes = json.loads(cli("node", "list", "-o", "json", server=cluster.url).stdout)["nodes"]
+    nodes = json.loads(cli("node", "list", "-o", "json", server=cluster.url).stdout)["items"]
     assert [(n["name"], n["mode"]) for n in nodes] == [("n1", "vm-passthrough")]
     assert "vfio-manager" in nodes[0]["components"] and "sandbox-device-plugin" in nodes[0]["components"]
     st = json.loads(cli("status", "-o", "json", server=cluster.url).stdout)
-    assert st["modes"] == {"vm-passthrough": 1} and st["operator_namespace"] == "rbln-system"
+    assert st["modes"] == {"vm-passthrough": 1} and st["operatorNamespace"] == "rbln-system"
 
 
 def test_drain_evicts_npu_consumers_and_leaves_the_operator_alone(cluster, release):

@@ -1,0 +1,328 @@
+"""kubectl's JSONPath templates (`-o jsonpath=...`) over rblnctl's documents.
+
+The syntax and printing rules are client-go's (kubernetes/client-go · util/jsonpath/parser.go and
+jsonpath.go), for the cases people type:
+
+- text outside `{}` is printed as is; `{"\\n"}` and `{'\\t'}` are string literals;
+- `{.a.b}`, `{.items[*].name}`, `{.items[0]}`, `{.items[-1]}`, `{.items[0:2]}`, `{..name}` (recursive),
+  `{.labels.rebellions\\.ai/npu}` and `{.labels['rebellions.ai/npu']}` for keys with dots,
+  `{.items[?(@.mode=="vm-passthrough")].name}` (==, !=, <, <=, >, >=, or existence), `{.a,.b}`;
+- `{range .items[*]}...{end}`, nested;
+- results of one action are separated by a space; maps and lists print as compact JSON; a missing
+  key prints nothing (kubectl get's default, --allow-missing-template-keys=true); map keys in JSON
+  are sorted, as Go's encoding/json writes them.
+
+Anything else is bad input with the position, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rblnctl.errors import InvalidInput
+
+
+@dataclass
+class _Text:
+    text: str
+
+
+@dataclass
+class _Paths:
+    paths: list[list[tuple]]  # a union: each path is a list of steps
+
+
+@dataclass
+class _Range:
+    path: list[tuple]
+    body: list[Any] = field(default_factory=list)
+
+
+def _bad(template: str, why: str) -> InvalidInput:
+    return InvalidInput(f"bad jsonpath template {template!r}: {why}")
+
+
+def parse(template: str) -> list[Any]:
+    """Parse a template into nodes; raises InvalidInput with what is wrong."""
+    root: list[Any] = []
+    stack: list[list[Any]] = [root]
+    i = 0
+    while i < len(template):
+        j = template.find("{", i)
+        if j < 0:
+            stack[-1].append(_Text(template[i:]))
+            break
+        if j > i:
+            stack[-1].append(_Text(template[i:j]))
+        k = _close(template, j)
+        action = template[j + 1:k].strip()
+        i = k + 1
+        if action.startswith("range ") or action == "range":
+            node = _Range(_path(template, action[5:].strip()))
+            stack[-1].append(node)
+            stack.append(node.body)
+        elif action == "end":
+            if len(stack) == 1:
+                raise _bad(template, "{end} without {range}")
+            stack.pop()
+        elif action[:1] in ("'", '"') and action[-1:] == action[:1] and len(action) >= 2:
+            stack[-1].append(_Text(_unquote(action)))
+        elif not action:
+            raise _bad(template, "empty {}")
+        else:
+            stack[-1].append(_Paths([_path(template, p.strip()) for p in _split_union(action)]))
+    if len(stack) != 1:
+        raise _bad(template, "{range} without {end}")
+    return root
+
+
+def _close(template: str, start: int) -> int:
+    depth, quote = 0, ""
+    for k in range(start, len(template)):
+        ch = template[k]
+        if quote:
+            if ch == "\\":
+                continue
+            if ch == quote and template[k - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+    raise _bad(template, "unclosed {")
+
+
+def _unquote(literal: str) -> str:
+    body = literal[1:-1]
+    return body.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in body else body
+
+
+def _split_union(action: str) -> list[str]:
+    parts, depth, quote, cur = [], 0, "", ""
+    for ch in action:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur)
+    return parts
+
+
+_NAME = re.compile(r"(?:\\.|[^.\[\\])+")
+_INT = re.compile(r"^-?\d+$")
+_FILTER = re.compile(r"^\?\(\s*@((?:\.(?:\\.|[^.\s=!<>\[\\])+|\[[^\]]*\])*)\s*(?:(==|!=|<=|>=|<|>)\s*(.+?))?\s*\)$")
+
+
+def _path(template: str, text: str) -> list[tuple]:
+    """Steps: ("key", k), ("all",), ("index", n), ("slice", a, b, c), ("keys", [k...]), ("recurse", k),
+    ("filter", steps, op, value)."""
+    if text in ("@", "$", ""):
+        return []
+    if text[0] in "@$":
+        text = text[1:]
+    steps: list[tuple] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("..", i):
+            m = _NAME.match(text, i + 2)
+            if not m:
+                raise _bad(template, f"a name must follow '..' at {text!r}")
+            steps.append(("recurse", _unescape(m.group())))
+            i = m.end()
+        elif text[i] == ".":
+            if text.startswith(".*", i):
+                steps.append(("all",))
+                i += 2
+                continue
+            if i + 1 < len(text) and text[i + 1] == "[":
+                i += 1
+                continue
+            m = _NAME.match(text, i + 1)
+            if not m:
+                raise _bad(template, f"a name must follow '.' in {text!r}")
+            steps.append(("key", _unescape(m.group())))
+            i = m.end()
+        elif text[i] == "[":
+            end = _bracket_end(template, text, i)
+            steps.append(_bracket(template, text[i + 1:end].strip()))
+            i = end + 1
+        else:
+            m = _NAME.match(text, i)
+            if not m or i != 0:
+                raise _bad(template, f"unexpected {text[i]!r} in {text!r}")
+            steps.append(("key", _unescape(m.group())))
+            i = m.end()
+    return steps
+
+
+def _bracket_end(template: str, text: str, start: int) -> int:
+    depth, quote = 0, ""
+    for k in range(start, len(text)):
+        ch = text[k]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return k
+    raise _bad(template, f"unclosed [ in {text!r}")
+
+
+def _unescape(name: str) -> str:
+    return re.sub(r"\\(.)", r"\1", name)
+
+
+def _bracket(template: str, inner: str) -> tuple:
+    if inner == "*":
+        return ("all",)
+    if inner.startswith("?"):
+        m = _FILTER.match(inner)
+        if not m:
+            raise _bad(template, f"unsupported filter [{inner}]")
+        sub, op, raw = m.groups()
+        return ("filter", _path(template, sub or ""), op, None if raw is None else _literal(template, raw.strip()))
+    if ":" in inner:
+        parts = [p.strip() for p in inner.split(":")]
+        if len(parts) > 3 or any(p and not _INT.match(p) for p in parts):
+            raise _bad(template, f"bad slice [{inner}]")
+        a, b, *c = (int(p) if p else None for p in parts)
+        return ("slice", a, b, (c[0] if c else None) or 1)
+    keys = [k.strip() for k in _split_union(inner)]
+    if all(_INT.match(k) for k in keys):
+        return ("index", [int(k) for k in keys])
+    if all(len(k) >= 2 and k[0] == k[-1] and k[0] in "'\"" for k in keys):
+        return ("keys", [k[1:-1] for k in keys])
+    raise _bad(template, f"bad subscript [{inner}]")
+
+
+def _literal(template: str, raw: str) -> Any:
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    if raw in ("true", "false"):
+        return raw == "true"
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise _bad(template, f"bad literal {raw!r} in a filter") from None
+
+
+# -- evaluation --------------------------------------------------------------------------------------
+
+
+def _walk(values: list[Any], steps: list[tuple]) -> list[Any]:
+    for step in steps:
+        out: list[Any] = []
+        kind = step[0]
+        for v in values:
+            if kind == "key":
+                if isinstance(v, dict) and step[1] in v:
+                    out.append(v[step[1]])
+            elif kind == "keys":
+                if isinstance(v, dict):
+                    out.extend(v[k] for k in step[1] if k in v)
+            elif kind == "all":
+                if isinstance(v, dict):
+                    out.extend(v.values())
+                elif isinstance(v, list):
+                    out.extend(v)
+            elif kind == "index":
+                if isinstance(v, list):
+                    out.extend(v[n] for n in step[1] if -len(v) <= n < len(v))
+            elif kind == "slice":
+                if isinstance(v, list):
+                    out.extend(v[step[1]:step[2]:step[3]])
+            elif kind == "recurse":
+                out.extend(_recurse(v, step[1]))
+            elif kind == "filter":
+                items = v if isinstance(v, list) else list(v.values()) if isinstance(v, dict) else []
+                out.extend(item for item in items if _holds(item, step[1], step[2], step[3]))
+        values = out
+    return values
+
+
+def _recurse(value: Any, key: str) -> list[Any]:
+    found: list[Any] = []
+    stack = [value]
+    while stack:
+        v = stack.pop(0)
+        if isinstance(v, dict):
+            if key in v:
+                found.append(v[key])
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return found
+
+
+_OPS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _holds(item: Any, steps: list[tuple], op: str | None, value: Any) -> bool:
+    got = _walk([item], steps)
+    if op is None:
+        return bool(got)
+    for g in got:
+        try:
+            if _OPS[op](g, value):
+                return True
+        except TypeError:  # a string against a number: no match, as client-go
+            continue
+    return False
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)  # Go sorts map keys
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return str(value)
+
+
+def _render(nodes: list[Any], current: Any, out: list[str]) -> None:
+    for node in nodes:
+        if isinstance(node, _Text):
+            out.append(node.text)
+        elif isinstance(node, _Paths):
+            results: list[Any] = []
+            for p in node.paths:
+                results.extend(_walk([current], p))
+            out.append(" ".join(_text(r) for r in results))
+        else:
+            for item in _walk([current], node.path):
+                _render(node.body, item, out)
+
+
+def render(template: str, document: Any) -> str:
+    """The template applied to a document, as kubectl prints it (no newline added)."""
+    out: list[str] = []
+    _render(parse(template), document, out)
+    return "".join(out)

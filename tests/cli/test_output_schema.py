@@ -1,0 +1,130 @@
+"""Every command's -o json validates against the schema of its kind in docs/output.md, and every kind there is run.
+
+The schemas are the YAML blocks of docs/output.md that start with `# schema: <Kind>`; `# schema: $defs`
+holds the shared definitions. A scenario sets up the fake API server (or a simulated host), runs one
+command with `-o json`, and names the kind it must print.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+import rblnctl.host.vfio.writer as vfio_writer
+from tests.fakes import objects as o
+from tests.fakes import sysfs as ht
+from tests.fakes.operator import SimulatedOperator
+from tests.fakes.sysfs import guard_real_host, npu_node
+from tests.helpers import cli
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "output.md"
+BLOCK = re.compile(r"```yaml\n# schema: (\S+)\n(.*?)```", re.S)
+A, B = "0000:3b:00.0", "0000:3c:00.0"
+
+
+def schemas() -> dict[str, dict]:
+    """Kind -> JSON schema (with the shared $defs), from docs/output.md."""
+    blocks = {kind: yaml.safe_load(body) for kind, body in BLOCK.findall(DOC.read_text())}
+    defs = blocks.pop("$defs")
+    out = {}
+    for kind, schema in blocks.items():
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": defs}
+        jsonschema.Draft202012Validator.check_schema(schema)
+        out[kind] = schema
+    return out
+
+
+@dataclass(frozen=True)
+class Scenario:
+    kind: str
+    args: tuple[str, ...]
+    cluster: bool = True  # against the fake API server with an operator; else on a simulated host
+    exit_code: int = 0
+    setup: Callable | None = field(default=None, compare=False)
+
+
+def _vm_pod(apiserver):
+    apiserver.add(o.pod("default", "npu-app", node="n1", owner_kind="ReplicaSet", owner_name="web",
+                        requests={"rebellions.ai/npu": "1"}))
+
+
+SCENARIOS = [
+    Scenario("ClusterStatus", ("status",)),
+    Scenario("NpuNodeList", ("node", "list")),
+    Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--dry-run"), setup=_vm_pod),
+    Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--yes"), setup=_vm_pod),
+    Scenario("ModeSwitch", ("node", "set-mode", "container", "n1", "--yes")),  # already there: a no-op
+    Scenario("NodeDrain", ("node", "drain", "n1", "--dry-run"), setup=_vm_pod),
+    Scenario("NodeDrain", ("node", "drain", "n1", "--yes"), setup=_vm_pod),
+    Scenario("KubeVirtStatus", ("kubevirt", "status")),
+    Scenario("KubeVirtGateChange", ("kubevirt", "enable-gates", "--dra", "--dry-run")),
+    Scenario("KubeVirtGateChange", ("kubevirt", "enable-gates", "--dra")),
+    Scenario("KubeVirtGateChange", ("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled")),
+    Scenario("KubeVirtDeviceChange", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF", "--dry-run")),
+    Scenario("KubeVirtDeviceChange", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
+    Scenario("PreflightReport", ("preflight",), exit_code=1),
+    Scenario("PreflightReport", ("preflight", "--local"), cluster=False),
+    Scenario("VfioStatus", ("vfio", "status"), cluster=False),
+    Scenario("VfioChange", ("vfio", "bind", "--all", "--dry-run"), cluster=False),
+    Scenario("VfioChange", ("vfio", "bind", "--all", "--yes"), cluster=False),
+    Scenario("VfioChange", ("vfio", "unbind", A, "--yes"), cluster=False),
+    Scenario("VfioChange", ("vfio", "recover", "--all", "--yes"), cluster=False),
+]
+
+
+def test_every_documented_kind_is_run_by_a_scenario():
+    assert {s.kind for s in SCENARIOS} == set(schemas())
+
+
+@pytest.fixture
+def cluster(apiserver):
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"), o.replicaset("default", "web"),
+                  o.kubevirt(feature_gates=["Snapshot"], version="v1.9.0"))
+    op = SimulatedOperator(apiserver).start()
+    assert op.wait_idle()
+    yield apiserver
+    op.stop()
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch, mocker):
+    guard_real_host(monkeypatch)
+    kern = npu_node(tmp_path, 2)
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: kern.writer)
+    mocker.patch("os.geteuid", return_value=0)
+    return kern
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: " ".join(s.args))
+def test_json_output_matches_the_documented_schema(scenario, request, tmp_path):
+    if scenario.cluster:
+        apiserver = request.getfixturevalue("cluster")
+        if scenario.setup:
+            scenario.setup(apiserver)
+        r = cli(*scenario.args, "-o", "json", server=apiserver.url)
+    else:
+        kern = request.getfixturevalue("host")
+        extra = ["--root", str(kern.root)]
+        if scenario.args[0] == "preflight":
+            extra = ["--root", str(ht.build_host(tmp_path / "h", ht.intel_bare_metal()).root)]
+        elif scenario.args[1] != "status":
+            extra += ["--state-file", str(kern.root / "state.json")]
+        r = cli(*scenario.args, *extra, "-o", "json")
+    assert r.exit_code == scenario.exit_code, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == scenario.kind
+    jsonschema.validate(doc, schemas()[scenario.kind], cls=jsonschema.Draft202012Validator)
+
+
+def test_a_field_the_schema_does_not_list_fails_validation():
+    """The schemas are closed: an undocumented field is caught, not silently accepted."""
+    doc = {"apiVersion": "rblnctl.rebellions.ai/v1alpha1", "kind": "NpuNodeList", "items": [], "extra": 1}
+    with pytest.raises(jsonschema.ValidationError, match="extra"):
+        jsonschema.validate(doc, schemas()["NpuNodeList"], cls=jsonschema.Draft202012Validator)
