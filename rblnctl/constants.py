@@ -310,3 +310,7 @@ HOST_POD_ROOT = "/host"
 HOST_POD_IMAGE_REPOSITORY = "docker.io/rebellions/rblnctl"
 # The non-root user the image declares and the pods run as (the Dockerfile's USER).
 HOST_POD_UID = 65532
+# The operator chart as a Helm command names it: `helm repo add rebellions <repo>`, then the chart
+# rebellions/rbln-npu-operator (RBLN-SW/rbln-npu-operator README, "Installation").
+OPERATOR_HELM_REPO_CHART = "rebellions/rbln-npu-operator"
+HELM_INSTANCE_LABEL = "app.kubernetes.io/instance"  # a Helm chart's release name on its objects

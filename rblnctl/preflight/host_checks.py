@@ -144,9 +144,8 @@ def check_host(f: HostFacts) -> list[CheckResult]:
     if not missing:
         add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.PASS, states)
     else:
-        load = "`modprobe vfio_pci` (pulls in vfio and vfio_iommu_type1)"
-        if missing == ["vfio_iommu_type1"]:
-            load = "`modprobe vfio_iommu_type1`"
+        module = "vfio_iommu_type1" if missing == ["vfio_iommu_type1"] else "vfio_pci"
+        load = f"`modprobe {module}`" + (" (pulls in vfio and vfio_iommu_type1)" if module == "vfio_pci" else "")
         fix = (f"{load}; make it survive reboots with `echo vfio-pci > /etc/modules-load.d/vfio-pci.conf` "
                "(the operator's vfio-manager also loads vfio-pci on vm-passthrough nodes)")
         if f.builtin_list is None:
@@ -154,16 +153,16 @@ def check_host(f: HostFacts) -> list[CheckResult]:
                      else "/proc/sys/kernel/osrelease")
             add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.WARN,
                 f"{states}; {where} not readable, so built-in modules cannot be told apart from missing ones",
-                fix)
+                fix, f"modprobe {module}")
         else:
-            add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.FAIL, states, fix)
+            add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.FAIL, states, fix, f"modprobe {module}")
 
     if f.dev_vfio:
         add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.PASS, "/dev/vfio/vfio exists")
     else:
         add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.FAIL,
             "/dev/vfio/vfio does not exist (the vfio module creates it when loaded)",
-            "`modprobe vfio_pci` creates /dev/vfio/vfio (see host.vfio.modules)")
+            "`modprobe vfio_pci` creates /dev/vfio/vfio (see host.vfio.modules)", "modprobe vfio_pci")
 
     if f.dev_kvm:
         add("host.kvm", T_KVM, SCOPE_HOST, Status.PASS, "/dev/kvm exists")
@@ -290,11 +289,13 @@ def _check_npus(f: HostFacts, add) -> None:
     remedy = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
               "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
     unbound = [fn.bdf for fn in f.npus if fn.driver is None]
+    command = ""
     if unbound:
+        command = f"rblnctl vfio recover {' '.join(unbound)}"
         # what some vfio-manager releases leave after a vm -> container switch
         remedy = (f"`rblnctl vfio recover {' '.join(unbound)}` re-probes NPUs left without a driver (recover "
                   f"them for the vm mode on a vm-passthrough node); otherwise {remedy}")
-    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy)
+    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy, command)
 
     no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]
     shared = {bdf: peers for bdf, peers in f.group_peers.items() if peers}

@@ -45,7 +45,7 @@ class CheckResult:
     def to_dict(self) -> dict:
         """This finding as its document form (camelCase keys, docs/output.md), built directly."""
         return {"id": self.id, "title": self.title, "scope": self.scope, "status": self.status.value,
-                "evidence": self.evidence, "remedy": self.remedy}
+                "evidence": self.evidence, "remedy": self.remedy, "remedyCommand": self.remedy_command}
 
     @classmethod
     def from_dict(cls, data: dict, *, scope: str | None = None) -> CheckResult:

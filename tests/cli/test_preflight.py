@@ -17,7 +17,7 @@ from tests.fakes import sysfs as ht
 from tests.preflight.cluster_support import nfd_features, seed
 
 REPO = Path(__file__).resolve().parents[2]
-CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy"]
+CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy", "remedyCommand"]
 SUMMARY_KEYS = ["total", "passed", "warned", "failed", "skipped", "method", "strict", "ok"]
 
 
@@ -41,6 +41,7 @@ def assert_schema(data: dict) -> None:
         assert c["status"] in ("PASS", "WARN", "FAIL", "SKIP")
         assert isinstance(c["evidence"], str) and c["evidence"]
         assert (c["remedy"] != "") == (c["status"] in ("WARN", "FAIL"))
+        assert c["remedyCommand"] == "" or c["status"] in ("WARN", "FAIL")
     s = data["summary"]
     assert s["total"] == len(data["checks"]) == s["passed"] + s["warned"] + s["failed"] + s["skipped"]
     assert s["failed"] == sum(c["status"] == "FAIL" for c in data["checks"])
@@ -216,3 +217,4 @@ def test_local_root_that_is_not_a_host_tree_is_bad_input(tmp_path):
     r = cli("preflight", "--local", "--root", str(tmp_path))
     assert r.exit_code == 2
     assert "neither proc/ nor sys/" in r.stderr and r.stdout == ""
+

@@ -79,6 +79,7 @@ def test_modules_missing(tmp_path):
     assert "vfio_iommu_type1 missing" in mods.evidence
     assert "modprobe vfio_pci" in mods.remedy
     assert c["host.vfio.device"].status == Status.FAIL
+    assert mods.remedy_command == c["host.vfio.device"].remedy_command == "modprobe vfio_pci"
 
 
 def test_builtin_modules_count_as_present(tmp_path):
@@ -131,6 +132,7 @@ def test_unbound_and_foreign_driver_warn(tmp_path):
     assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
     assert "rblnctl vfio bind" in drv.remedy
     assert drv.remedy.startswith("`rblnctl vfio recover 0000:3b:00.0` re-probes NPUs left without a driver")
+    assert drv.remedy_command == "rblnctl vfio recover 0000:3b:00.0"
 
 
 def test_npus_on_another_driver_are_not_sent_to_recover(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rblnctl import constants as C
-from rblnctl.preflight.checks.common import unreadable
+from rblnctl.preflight.checks.common import helm_set, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.preflight.versions import containers, strict_version, version_from_images, version_from_labels
@@ -39,19 +39,20 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
     floor = C.MIN_DRA_DRIVER
     enable = (f"enable it: helm upgrade rbln-npu-operator ... --set draKubeletPlugin.enabled=true "
               f"(driver >= {format_version(floor)})")
+    enable_cmd = helm_set(f, "draKubeletPlugin.enabled=true")
     ds_fetch = f.daemonsets
     if ds_fetch is None or not ds_fetch.ok:
         if ds_fetch is not None and not ds_fetch.absent:
             unreadable(out, "dra.driver", t_drv, ds_fetch)
         else:
-            out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL, "no DaemonSets API", enable)
+            out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL, "no DaemonSets API", enable, enable_cmd)
     else:
         base = f.policy.base_name if f.policy else C.OPERATOR_BASE_NAME
         found = [d for d in ds_fetch.value or [] if is_dra_daemonset(d, base)]
         if not found:
             out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL,
                     f"no RBLN DRA kubelet plugin DaemonSet ({C.OPERATOR_BASE_NAME}-{C.COMP_DRA}) found",
-                    enable)
+                    enable, enable_cmd)
         else:
             ds = found[0]
             meta = ds.get("metadata") or {}
@@ -73,7 +74,8 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
                 out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.WARN,
                         f"{where} {ver[0]} >= {format_version(floor)} but {readiness}",
                         "label NPU nodes vm-passthrough so the plugin is scheduled; check its pods with "
-                        f"`kubectl get pods -n {meta.get('namespace', '')} -o wide`")
+                        f"`kubectl get pods -n {meta.get('namespace', '')} -o wide`",
+                        f"kubectl get pods -n {meta.get('namespace', '')} -o wide")
             else:
                 out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.PASS,
                         f"{where} {ver[0]} >= {format_version(floor)} ({readiness}, from {ver[1]})")
@@ -81,7 +83,7 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
     if dc is None or dc.absent:
         out.add("dra.deviceclass", t_dc, SCOPE_CLUSTER, Status.FAIL,
                 f"DeviceClass {C.DRA_DEVICECLASS_VM} not found (resource.k8s.io/{C.DRA_VERSION} needs Kubernetes "
-                ">= 1.34)", f"the RBLN DRA driver creates it: {enable}")
+                ">= 1.34)", f"the RBLN DRA driver creates it: {enable}", enable_cmd)
     elif not dc.ok:
         unreadable(out, "dra.deviceclass", t_dc, dc)
     else:

@@ -22,7 +22,7 @@ def check_helm(f: ClusterFacts, out: Findings) -> None:
         v = parse_version(h.output)
         if v is None:
             out.add(id_, title, SCOPE_CLUSTER, Status.WARN, f"{h.path} printed {h.output!r}, no version",
-                    "check `helm version`; the charts need Helm >= 3.9")
+                    "check `helm version`; the charts need Helm >= 3.9", "helm version")
         elif v >= floor:
             out.add(id_, title, SCOPE_CLUSTER, Status.PASS, f"{h.output} >= {format_version(floor)}")
         else:

@@ -20,7 +20,7 @@ def check_kubernetes(f: ClusterFacts, out: Findings) -> None:
     v = parse_version(text)
     if v is None:
         out.add("kubernetes.version", title, SCOPE_CLUSTER, Status.WARN, f"server reports no version ({text!r})",
-                "check `kubectl version`")
+                "check `kubectl version`", "kubectl version")
     elif v >= floor:
         out.add("kubernetes.version", title, SCOPE_CLUSTER, Status.PASS,
                 f"{text} >= {format_version(floor)} ({f.method})")

@@ -39,7 +39,8 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
         out.add("kubevirt.installed", t_inst, SCOPE_CLUSTER, Status.FAIL,
                 f"{ref} phase {st.phase or 'unset'}, not Deployed{more}",
                 f"see `kubectl get kubevirt -n {st.namespace} {st.name} -o yaml` and the virt-operator logs "
-                f"(`kubectl logs -n {st.namespace} deploy/virt-operator`)")
+                f"(`kubectl logs -n {st.namespace} deploy/virt-operator`)",
+                f"kubectl get kubevirt -n {st.namespace} {st.name} -o yaml")
 
     floor = C.MIN_KUBEVIRT.get(f.method)
     v = parse_version(st.version)
@@ -62,7 +63,8 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     wanted = [C.GATE_HOST_DEVICES] + ([C.GATE_HOST_DEVICES_DRA] if f.method == C.METHOD_DRA else [])
     states = [gate_state(g, st.feature_gates, st.disabled_feature_gates, st.version) for g in wanted]
     evidence = "; ".join(f"{s.name}: {s.reason}" for s in states)
-    cmd = "`rblnctl kubevirt enable-gates" + (" --dra" if f.method == C.METHOD_DRA else "") + pick(f, st) + "`"
+    command = "rblnctl kubevirt enable-gates" + (" --dra" if f.method == C.METHOD_DRA else "") + pick(f, st)
+    cmd = f"`{command}`"
     # enable-gates refuses to add HostDevicesWithDRA below KubeVirt 1.9.0 or on an unknown version
     # (without --force): name the step that actually works.
     dra_write = f.method == C.METHOD_DRA and any(
@@ -70,20 +72,22 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     gate_floor = C.GATE_MIN_KUBEVIRT.get(C.GATE_HOST_DEVICES_DRA)
     pre = ""
     if dra_write and v is None:
-        cmd = (f"`rblnctl kubevirt enable-gates --dra --force{pick(f, st)}` (--force because the KubeVirt "
-               "version is unknown)")
+        command = f"rblnctl kubevirt enable-gates --dra --force{pick(f, st)}"
+        cmd = f"`{command}` (--force because the KubeVirt version is unknown)"
     elif dra_write and gate_floor and v < gate_floor:
         pre = f"upgrade KubeVirt to {format_version(gate_floor)} or later (see kubevirt.version), then "
+        command = ""  # enable-gates refuses until KubeVirt is upgraded
     what = "adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates"
     if any(s.effective is False for s in states):
-        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence, f"{pre}{cmd} ({what})")
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence, f"{pre}{cmd} ({what})", command)
     elif any(s.effective is None for s in states):
         # Not listed, and whether the Beta default applies depends on a version we cannot read.
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
-                f"{pre}{cmd}: listing the gates makes them on whatever the version ({what})")
+                f"{pre}{cmd}: listing the gates makes them on whatever the version ({what})", command)
     elif any(not s.listed for s in states):
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
-                f"{cmd}: the setup guide lists both gates explicitly, so a later default change cannot turn DRA off")
+                f"{cmd}: the setup guide lists both gates explicitly, so a later default change cannot turn DRA off",
+                command)
     else:
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.PASS, evidence)
     return kv

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rblnctl import constants as C
-from rblnctl.preflight.checks.common import unreadable
+from rblnctl.preflight.checks.common import helm_set, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -28,13 +28,14 @@ def check_nfd(f: ClusterFacts, out: Findings) -> None:
                 f"{len(f.nfd_pods.value)} NFD pod(s) ({C.NFD_POD_SELECTOR}); NodeFeature API not served")
     else:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL,
-                "no NodeFeature API, no feature.node.kubernetes.io/* labels on nodes, no NFD pods", remedy)
+                "no NodeFeature API, no feature.node.kubernetes.io/* labels on nodes, no NFD pods", remedy,
+                helm_set(f, "nfd.enabled=true"))
 
     id_, title = "nfd.npu-nodes", "NPU nodes discovered"
     if f.node_name:
         if f.nodes.absent:
             out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"node {f.node_name} not found",
-                    "check the name with `kubectl get nodes`")
+                    "check the name with `kubectl get nodes`", "kubectl get nodes")
             return
         if not f.nodes.ok:
             unreadable(out, id_, title, f.nodes)
@@ -60,4 +61,5 @@ def check_nfd(f: ClusterFacts, out: Findings) -> None:
                 f"no node labelled {' or '.join(C.NFD_NPU_LABELS)}=true"
                 + (f" matching {f.selector}" if f.selector else ""),
                 "make sure NFD's worker runs on the NPU nodes and its pci source reports class 12; check "
-                "`kubectl get nodes -L feature.node.kubernetes.io/pci-1200_1eff.present`")
+                "`kubectl get nodes -L feature.node.kubernetes.io/pci-1200_1eff.present`",
+                "kubectl get nodes -L feature.node.kubernetes.io/pci-1200_1eff.present")

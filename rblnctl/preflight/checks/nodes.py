@@ -97,16 +97,21 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
     elif mode_of(labels, None).label_valid:
         out.add("node.mode-label", title, name, Status.PASS, f"{C.WORKLOAD_LABEL}={raw}")
     else:
+        # A value that is a mode in another spelling (`vm`, `VM`, `Container`) says which mode was meant;
+        # set-mode takes `MODE NODE` and relabels safely (cordon, drain, wait for the operator).
+        meant = C.MODE_ALIASES.get(str(raw).strip().lower())
         out.add("node.mode-label", title, name, Status.FAIL,
                 f"{C.WORKLOAD_LABEL}={raw!r} is not container or vm-passthrough: the operator ignores it and uses "
-                f"the policy default ({mode})", MODE_LABEL_REMEDY)
+                f"the policy default ({mode})", MODE_LABEL_REMEDY,
+                f"rblnctl node set-mode {meant} {name}" if meant else "")
 
     skip = labels.get(C.DEPLOY_SKIP_LABEL)
     title = "Operator manages the node (npu.deploy.skip)"
     if skip == "true":
         out.add("node.deploy-skip", title, name, Status.WARN,
                 f"{C.DEPLOY_SKIP_LABEL}=true: the operator deploys nothing here (no vfio-manager, no device plugin)",
-                f"if not intended: `kubectl label node NODE {C.DEPLOY_SKIP_LABEL}-`")
+                f"if not intended: `kubectl label node NODE {C.DEPLOY_SKIP_LABEL}-`",
+                f"kubectl label node {name} {C.DEPLOY_SKIP_LABEL}-")
     elif skip is not None:
         out.add("node.deploy-skip", title, name, Status.PASS,
                 f"{C.DEPLOY_SKIP_LABEL}={skip!r} is not exactly \"true\", so the operator ignores it")

@@ -37,14 +37,14 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
     if missing:
         problems.append("advertised but not permitted: " + ", ".join(
             f"{r} ({len(ns)} node{'s' if len(ns) != 1 else ''})" for r, ns in missing.items()))
-        fixes.append(f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}`")
+        fixes.append(f"rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}")
     if no_erp:
         problems.append(f"externalResourceProvider is not true for {', '.join(no_erp)}: KubeVirt would start its "
                         "own device plugin beside the RBLN sandbox device plugin")
-        fixes.append(f"`rblnctl kubevirt permit-devices --fix{pick(f, st)}`")
+        fixes.append(f"rblnctl kubevirt permit-devices --fix{pick(f, st)}")
     if problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"permitted: {names}; " + "; ".join(problems),
-                " and ".join(fixes))
+                " and ".join(f"`{x}`" for x in fixes), " && ".join(fixes))
         return
     nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"
     if not permitted:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rblnctl import constants as C
 from rblnctl.operator.policy import Policy, choose_active
-from rblnctl.preflight.checks.common import unreadable
+from rblnctl.preflight.checks.common import helm_set, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -40,7 +40,8 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
     if not items:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, "no RBLNClusterPolicy: the operator deploys nothing",
                 "create one (the operator chart does by default), e.g. `helm upgrade rbln-npu-operator ... "
-                "--set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true`")
+                "--set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true`",
+                helm_set(f, "vfioManager.enabled=true", "sandboxDevicePlugin.enabled=true"))
         return
     choice = choose_active(items)
     p = choice.active
@@ -56,7 +57,10 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
     if f.method == C.METHOD_DRA:
         fix = ("set vfioManager.enabled=true, draKubeletPlugin.enabled=true, sandboxDevicePlugin.enabled=false and "
                "devicePlugin.enabled=false (helm upgrade ... --set ...), or edit the RBLNClusterPolicy")
+        values = ("vfioManager.enabled=true", "draKubeletPlugin.enabled=true", "sandboxDevicePlugin.enabled=false",
+                  "devicePlugin.enabled=false")
     else:
         fix = ("set vfioManager.enabled=true and sandboxDevicePlugin.enabled=true with draKubeletPlugin.enabled=false "
                "(helm upgrade ... --set ...), or edit the RBLNClusterPolicy")
-    out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems), fix)
+        values = ("vfioManager.enabled=true", "sandboxDevicePlugin.enabled=true", "draKubeletPlugin.enabled=false")
+    out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems), fix, helm_set(f, *values))
