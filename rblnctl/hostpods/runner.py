@@ -11,6 +11,7 @@ before run() returns or raises, unless `keep`.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import secrets
 from collections import deque
@@ -67,6 +68,23 @@ class HostPodRun:
 
 def _noop(*_: object) -> None:
     return None
+
+
+def json_document(log_text: str) -> dict:
+    """The JSON document an rblnctl command printed, from its pod's log.
+
+    A container log holds stdout and stderr in one stream, so lines before the document (warnings)
+    and after it (the `error: ...` line of a failing check) are skipped. Raises ValueError when
+    there is no JSON object.
+    """
+    lines = log_text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith("{")), None)
+    if start is None:
+        raise ValueError("no JSON report in the log")
+    data, _ = json.JSONDecoder().raw_decode("".join(lines[start:]))
+    if not isinstance(data, dict):
+        raise ValueError("the log's JSON is not an object")
+    return data
 
 
 @dataclass

@@ -8,14 +8,13 @@ is one `host.pod` FAIL naming why; `hosts.pods` says how many nodes were checked
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import __version__
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.hostpods.runner import HostPodRun, HostPodRunner, PodOutcome, PodState
+from rblnctl.hostpods.runner import HostPodRun, HostPodRunner, PodOutcome, PodState, json_document
 from rblnctl.hostpods.spec import HostCommand, default_image
 from rblnctl.kube import Kube
 from rblnctl.preflight.host_facts import HOST_PATHS
@@ -26,6 +25,7 @@ PREFLIGHT_LOCAL = HostCommand(
     args=("preflight", "--local", "--root", C.HOST_POD_ROOT, "-o", "json"),
     host_paths=HOST_PATHS,
 )
+REPORT_KIND = "PreflightReport"  # the document kind `preflight -o json` prints (docs/output.md)
 T_POD = "Host checks ran on the node"
 T_PODS = "Host checks ran on every NPU node"
 DOCS = "docs/preflight.md, \"Host checks on every node\""
@@ -66,12 +66,9 @@ def parse_host_report(text: str, *, node: str) -> list[CheckResult]:
     the `error: preflight: ...` line after it, on a FAIL) are skipped. Raises ValueError when no
     host report is there.
     """
-    start = next((i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("{")), None)
-    if start is None:
-        raise ValueError("no JSON report in the log")
-    body = "".join(text.splitlines(keepends=True)[start:])
-    data, _ = json.JSONDecoder().raw_decode(body)
-    if not isinstance(data, dict) or data.get("target") != TARGET_HOST or not isinstance(data.get("checks"), list):
+    data = json_document(text)
+    if data.get("kind", REPORT_KIND) != REPORT_KIND or data.get("target") != TARGET_HOST \
+            or not isinstance(data.get("checks"), list):
         raise ValueError("the log's JSON is not a host preflight report")
     try:
         return [CheckResult.from_dict(c, scope=node) for c in data["checks"]]

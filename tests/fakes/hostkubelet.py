@@ -4,8 +4,9 @@ A pod carrying rblnctl's host-pod label (rebellions.ai/rblnctl.host-pod) on node
 container args (`preflight --local --root /host -o json`, `vfio status -o json --root /host`) are
 given to the real CLI, in-process, with `/host` replaced by N's simulated host tree (built with
 tests/fakes/sysfs.py, one tree per node or shared), and what it printed (stdout, then stderr, as a
-container log interleaves both) becomes the pod's log; it ends Succeeded (exit 0) or Failed with
-the exit code. Nodes can instead be told to fail the way real ones do:
+container log interleaves both) becomes the pod's log, the tree's path written as `/host` as the pod
+would print it; it ends Succeeded (exit 0) or Failed with the exit code. Nodes can instead be told
+to fail the way real ones do:
 
 * ``unschedulable[node] = message``: the scheduler's verdict (PodScheduled False/Unschedulable and
   a FailedScheduling event, FakeApiServer.mark_unschedulable);
@@ -137,7 +138,8 @@ class HostKubelet:
         with self._lock:
             self.runs.append((node, argv))
         result = CliRunner().invoke(app, argv)
-        log = result.stdout + result.stderr
+        # In the pod the tree is at /host: whatever the command printed of its root reads so there too.
+        log = (result.stdout + result.stderr).replace(str(root), C.HOST_POD_ROOT)
         self.server.set_pod_log(md["namespace"], md["name"], log)
         code = result.exit_code
         self.server.set_pod_phase(md["namespace"], md["name"], "Succeeded" if code == 0 else "Failed", exit_code=code)
