@@ -63,3 +63,21 @@ def test_preflight_pods_mount_what_the_host_facts_read():
 
 def test_default_image_is_this_version():
     assert default_image() == f"docker.io/rebellions/rblnctl:{__version__}"
+
+
+def test_the_dockerfile_builds_the_image_the_pods_expect():
+    """The pods run as HOST_POD_UID with the image's entrypoint `rblnctl`: the Dockerfile must say the same."""
+    import re
+    from pathlib import Path
+
+    from rblnctl import constants as C
+
+    repo = Path(__file__).resolve().parents[2]
+    text = (repo / "Dockerfile").read_text()
+    assert re.search(rf"^USER {C.HOST_POD_UID}:{C.HOST_POD_UID}$", text, re.M)
+    assert f"--uid {C.HOST_POD_UID}" in text
+    assert re.search(r'^ENTRYPOINT \["rblnctl"\]$', text, re.M)
+    copied = re.findall(r"^COPY (.+) \S+$", text, re.M)
+    assert copied == ["pyproject.toml README.md", "rblnctl"]
+    ignore = (repo / ".dockerignore").read_text().split()
+    assert {"!pyproject.toml", "!README.md", "!rblnctl/"} <= set(ignore)
