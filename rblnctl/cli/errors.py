@@ -6,11 +6,12 @@ global options anywhere on the line (`rblnctl kubevirt status --context prod`), 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from rblnctl import errors as E
 
@@ -139,6 +140,18 @@ def _takes_value(cmd: Any, token: str) -> bool:
     return False
 
 
+def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
+    """Arguments in usage lines as kubectl writes them: `NODE`, `[GATE]...`, never typer's `{NODE}`."""
+    var = self.metavar or (self.name or "").upper()
+    if self.nargs != 1 and not var.endswith("..."):
+        var += "..."
+    return f"[{var}]" if usage and not self.required else var
+
+
+# typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
+TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
+
+
 class RblnGroup(TyperGroup):
     """Root command group: global-option hoisting, the RblnError -> exit code edge, kubectl-style usage errors."""
 
@@ -147,6 +160,10 @@ class RblnGroup(TyperGroup):
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
         from typer.exceptions import Abort
 
+        if os.environ.get("_RBLNCTL_COMPLETE"):  # a completion request: rblnctl's completion classes answer it
+            from rblnctl.cli.completion import register
+
+            register()
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                               **extra)

@@ -6,6 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
+
 from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 
 app = typer.Typer(
@@ -15,7 +18,8 @@ app = typer.Typer(
 
 NameOpt = Annotated[
     str | None,
-    typer.Option("--name", help="Name of the KubeVirt CR [default: the only one in the cluster].", show_default=False),
+    typer.Option("--name", metavar="NAME", help="Name of the KubeVirt CR [default: the only one in the cluster].",
+                 show_default=False),
 ]
 ForceOpt = Annotated[
     bool,
@@ -97,12 +101,17 @@ def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: A
           noop=f"{asked}: already {verb} on KubeVirt {ref}", done=done)
 
 
-@app.command("enable-gates")
+@app.command("enable-gates", short_help="Enable HostDevices (and DRA) gates.", epilog=examples(
+    "rblnctl kubevirt enable-gates                 # HostDevices, for the sandbox device plugin",
+    "rblnctl kubevirt enable-gates --dra           # and HostDevicesWithDRA (KubeVirt >= 1.9)",
+    "rblnctl kubevirt enable-gates --dry-run       # the JSON Patch it would send",
+))
 def enable_gates(
     ctx: typer.Context,
     gates: Annotated[
         list[str] | None,
         typer.Argument(help="More gates to enable along with HostDevices (letters and digits).", metavar="GATE",
+                       autocompletion=completion.complete_gates,
                        show_default=False),
     ] = None,
     dra: Annotated[
@@ -125,12 +134,16 @@ def enable_gates(
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="enabled")
 
 
-@app.command("disable-gates")
+@app.command("disable-gates", short_help="Remove KubeVirt feature gates.", epilog=examples(
+    "rblnctl kubevirt disable-gates HostDevicesWithDRA",
+    "rblnctl kubevirt disable-gates HostDevicesWithDRA --add-to-disabled   # a Beta gate on by default",
+))
 def disable_gates(
     ctx: typer.Context,
     gates: Annotated[
         list[str],
         typer.Argument(help="Gates to remove from featureGates, e.g. HostDevicesWithDRA.", metavar="GATE",
+                       autocompletion=completion.complete_gates,
                        show_default=False),
     ],
     add_to_disabled: Annotated[
@@ -174,7 +187,11 @@ def _devices_view(plan: Any, result: Any) -> Any:
                 names=[f"kubevirt.kubevirt.io/{plan.name}"])
 
 
-@app.command("permit-devices")
+@app.command("permit-devices", short_help="Permit RBLN NPUs as KubeVirt host devices.", epilog=examples(
+    "rblnctl kubevirt permit-devices                              # what vm-mode nodes advertise",
+    "rblnctl kubevirt permit-devices --resource-name RBLN-CA22_PF",
+    "rblnctl kubevirt permit-devices --fix --dry-run",
+))
 def permit_devices(
     ctx: typer.Context,
     resource_name: Annotated[
@@ -256,7 +273,10 @@ def _status_view(st: Any) -> Any:
                 names=[f"kubevirt.kubevirt.io/{st.name}"])
 
 
-@app.command("status")
+@app.command("status", short_help="Show KubeVirt's gates and permitted NPUs.", epilog=examples(
+    "rblnctl kubevirt status",
+    "rblnctl kubevirt status -o jsonpath='{.gates[?(@.effective==false)].name}'",
+))
 def status(
     ctx: typer.Context,
     name: NameOpt = None,

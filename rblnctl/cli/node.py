@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
+
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
@@ -25,7 +28,11 @@ app = typer.Typer(
 )
 
 
-@app.command("list")
+@app.command("list", short_help="List NPU nodes and their mode.", epilog=examples(
+    "rblnctl node list",
+    "rblnctl node list -o wide",
+    "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough -o name",
+))
 def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = "table") -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
     from rblnctl.cli.output import View, emit
@@ -43,7 +50,8 @@ def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputO
 
 # -- shared ----------------------------------------------------------------------------------------
 
-NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False)]
+NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False,
+                                        autocompletion=completion.complete_npu_nodes)]
 AllPodsOpt = Annotated[
     bool, typer.Option("--all-pods", help="Evict every pod not managed by a DaemonSet (like kubectl drain), "
                        "not only the pods that use NPUs.")
@@ -275,10 +283,16 @@ def _mode_and_node(args: list[str]) -> tuple[str, str]:
                            "container") from None
 
 
-@app.command("set-mode")
+@app.command("set-mode", short_help="Switch a node to vm or container mode.", epilog=examples(
+    "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
+    "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
+    "rblnctl node set-mode container gpu-a01 --timeout 20m",
+    "rblnctl node set-mode vm gpu-a01 --force          # also evict NPU VMs and bare pods",
+))
 def set_mode(
     ctx: typer.Context,
-    args: Annotated[list[str], typer.Argument(help="The mode (vm or container) and the node; `NODE MODE` works "
+    args: Annotated[list[str], typer.Argument(autocompletion=completion.complete_set_mode_args,
+                                              help="The mode (vm or container) and the node; `NODE MODE` works "
                                               "too.", metavar="MODE NODE", show_default=False)],
     force: Annotated[
         bool,
@@ -337,7 +351,11 @@ def set_mode(
 # -- drain -----------------------------------------------------------------------------------------
 
 
-@app.command("drain")
+@app.command("drain", short_help="Cordon a node and evict its NPU pods.", epilog=examples(
+    "rblnctl node drain gpu-a01",
+    "rblnctl node drain gpu-a01 --all-pods --delete-emptydir-data",
+    "rblnctl node drain gpu-a01 --dry-run=server -o yaml",
+))
 def drain(
     ctx: typer.Context,
     node: NodeArg,

@@ -8,6 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
+
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import output_option, SelectorOpt
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec
@@ -35,7 +38,8 @@ RootOpt = Annotated[
     typer.Option("--root", metavar="DIR", help="With --local: directory holding the host's proc/, sys/, dev/ and "
                  f"lib/modules/ (a captured tree) [default: {C.HOST_ROOT}].", show_default=False),
 ]
-NodeOpt = Annotated[str | None, typer.Option("--node", help="Check only this NPU node.", show_default=False)]
+NodeOpt = Annotated[str | None, typer.Option("--node", metavar="NODE", help="Check only this NPU node.",
+                                             show_default=False, autocompletion=completion.complete_npu_nodes)]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on WARN findings too.")]
 PreflightOutputOpt = Annotated[
     OutputSpec, output_option((*COMMON_FORMATS, Format.junit), f"{FORMATS_HELP}; junit (JUnit XML, for CI)")
@@ -189,4 +193,9 @@ def report_view(report: Any) -> Any:
 
 def register(app: typer.Typer) -> None:
     """Mount `preflight` as a single command on the root app."""
-    app.command("preflight")(preflight)
+    app.command("preflight", short_help="Check the cluster (or this host) is ready.", epilog=examples(
+        "rblnctl preflight                          # the cluster, through the API server",
+        "rblnctl preflight --method dra --strict    # fail on warnings too",
+        "rblnctl preflight --local                  # this host: IOMMU, VFIO modules, NPUs",
+        "rblnctl preflight -o json | jq '.checks[] | select(.status==\"FAIL\")'",
+    ))(preflight)

@@ -6,14 +6,13 @@ from typing import Any
 
 import typer
 
-from rblnctl.cli.options import OutputOpt, SelectorOpt
+from rblnctl.cli.options import OutputOpt, SelectorOpt, examples
 
-EXAMPLES = """
-Examples:
-  rblnctl status
-  rblnctl status -o wide
-  rblnctl status -o jsonpath='{.nodes[?(@.mode=="vm-passthrough")].name}'
-"""
+EXAMPLES = examples(
+    "rblnctl status",
+    "rblnctl status -o wide",
+    "rblnctl status -o jsonpath='{.nodes[?(@.mode==\"vm-passthrough\")].name}'",
+)
 
 
 def status(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = "table") -> None:
@@ -63,4 +62,4 @@ def view(st: Any) -> Any:
 
 def register(app: typer.Typer) -> None:
     """Mount the command on the root app."""
-    app.command("status", epilog=EXAMPLES)(status)
+    app.command("status", short_help="Overview: policy, KubeVirt, NPU nodes.", epilog=EXAMPLES)(status)

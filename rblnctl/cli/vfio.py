@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
+
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
 
@@ -37,6 +40,7 @@ class ModeChoice(str, enum.Enum):
 BdfArgs = Annotated[
     list[str] | None,
     typer.Argument(metavar="BDF", help="PCI addresses, DDDD:BB:DD.F or BB:DD.F (domain 0000).",
+                   autocompletion=completion.complete_bdfs,
                    show_default=False),
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every RBLN NPU on this host (instead of naming BDFs).")]
@@ -61,7 +65,11 @@ StateOpt = Annotated[
 ]
 
 
-@app.command("status")
+@app.command("status", short_help="Show NPUs' drivers, IOMMU groups, holders.", epilog=examples(
+    "rblnctl vfio status",
+    "rblnctl vfio status --all-vendors -o wide",
+    "rblnctl vfio status --root /host -o json      # from a debug pod with the host at /host",
+))
 def status(
     ctx: typer.Context,
     bdfs: BdfArgs = None,
@@ -115,7 +123,11 @@ def status(
     emit(_status_view(st), output)
 
 
-@app.command("bind")
+@app.command("bind", short_help="Bind NPUs to vfio-pci (checked, rolled back).", epilog=examples(
+    "sudo rblnctl vfio bind --all --dry-run        # every sysfs write, none made",
+    "sudo rblnctl vfio bind 0000:3b:00.0 -y",
+    "sudo rblnctl vfio bind --all --load-modules",
+))
 def bind(
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,
@@ -137,7 +149,10 @@ def bind(
              output=output)
 
 
-@app.command("unbind")
+@app.command("unbind", short_help="Give NPUs back to their host driver.", epilog=examples(
+    "sudo rblnctl vfio unbind --all",
+    "sudo rblnctl vfio unbind 0000:3b:00.0 --driver rebellions",
+))
 def unbind(
     bdfs: BdfArgs = None,
     all_devices: Annotated[bool, typer.Option("--all", help="Every RBLN NPU now on vfio-pci.")] = False,
@@ -161,7 +176,10 @@ def unbind(
              yes=yes, output=output)
 
 
-@app.command("recover")
+@app.command("recover", short_help="Re-probe NPUs left without a driver.", epilog=examples(
+    "sudo rblnctl vfio recover --all --dry-run",
+    "sudo rblnctl vfio recover 0000:3b:00.0 --mode vm",
+))
 def recover(
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,

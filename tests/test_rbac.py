@@ -1,0 +1,149 @@
+"""`rblnctl rbac`'s rules are exactly what the commands use.
+
+Every scenario runs one command against the fake API server with the operate role's ClusterRole and
+Role enforced (tests/fakes/apiserver/rbac.py matches rules as kube-apiserver's RBAC authorizer):
+no request may be refused. Then each verb of each rule is taken away in turn, and the requests the
+commands made are judged again: at least one must be refused, so no rule or verb is unneeded.
+(Up to the first refused request a command's requests are the same, so judging the recorded
+requests is judging a run with the smaller role.)
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import yaml
+
+from rblnctl import rbac
+from tests.fakes import objects as o
+from tests.fakes.apiserver.config import Settings
+from tests.fakes.apiserver.rbac import Authorizer, request_info
+from tests.fakes.operator import SimulatedOperator
+from tests.helpers import cli
+
+NS = "rbln-system"
+NPU = {"rebellions.ai/npu": "1"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    command: str  # the key in rblnctl.rbac.COMMANDS
+    args: tuple[str, ...]
+    setup: Callable | None = field(default=None, compare=False)
+    exit_code: int = 0
+
+
+def _npu_pod(api, name="npu-app", claims=None):
+    p = o.pod("default", name, node="n1", owner_kind="ReplicaSet", owner_name="web", requests=None if claims else NPU)
+    if claims:
+        p["spec"]["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
+    api.add(p)
+
+
+def _expired_lock(api):
+    api.add(o.lease(NS, "rblnctl-node-n1", holder="someone-else", duration_s=1))  # renewed in 2025: expired
+
+
+def _dra(api):
+    api.add(o.deviceclass("vfio-npu.rebellions.ai"), o.daemonset(NS, "rbln-dra-kubelet-plugin"))
+    _npu_pod(api, "claimer", claims=["npu-claim"])
+
+
+SCENARIOS = [
+    Scenario("status", ("status",)),
+    Scenario("node list", ("node", "list")),
+    Scenario("kubevirt status", ("kubevirt", "status")),
+    Scenario("kubevirt status", ("kubevirt", "status", "--name", "kubevirt", "-n", "kubevirt")),
+    Scenario("preflight", ("preflight",), _dra, exit_code=1),
+    Scenario("preflight", ("preflight", "--node", "n1"), exit_code=1),
+    Scenario("node drain", ("node", "drain", "n1", "--yes"), _npu_pod),
+    Scenario("node drain", ("node", "drain", "n1", "--yes", "--disable-eviction", "--take-over"),
+             lambda api: (_npu_pod(api), _expired_lock(api))),
+    Scenario("node set-mode", ("node", "set-mode", "vm", "n1", "--yes"), lambda api: (_npu_pod(api), _dra(api))),
+    Scenario("kubevirt enable-gates", ("kubevirt", "enable-gates")),
+    Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "Snapshot")),
+    Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
+]
+
+
+def test_every_command_has_a_scenario():
+    assert {s.command for s in SCENARIOS} == set(rbac.COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """Run every scenario with the operate role enforced; return the requests each made."""
+    from tests.fakes.apiserver import FakeApiServer
+
+    out = []
+    for s in SCENARIOS:
+        api = FakeApiServer().start()
+        try:
+            dra = s.command in ("preflight", "node set-mode")  # the DRA paths: claims, slices, DeviceClass
+            api.add(o.cluster_policy(dra=dra, sandbox=not dra), o.npu_node("n1"), o.replicaset("default", "web"),
+                    o.kubevirt(feature_gates=["Snapshot"], version="v1.9.0"))
+            if s.setup:
+                s.setup(api)
+            op = SimulatedOperator(api).start()
+            assert op.wait_idle()
+            api.clear_requests()
+            api.enforce_rbac(rbac.rbac_objects(rbac.ROLE_OPERATE, NS))
+            r = cli(*s.args, server=api.url)
+            op.stop()
+            refused = [f"{q.method} {q.path}" for q in api.requests if q.status == 403]
+            out.append((s, r, refused, [request_info(q.method, q.path, q.query) for q in api.requests]))
+        finally:
+            api.stop()
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=lambda i: " ".join(SCENARIOS[i].args))
+def test_with_the_rules_enforced_no_request_is_refused(recorded, index):
+    s, r, refused, _ = recorded[index]
+    assert refused == [], refused
+    assert r.exit_code == s.exit_code, r.stderr
+
+
+def _verbs(objects):
+    for i, obj in enumerate(objects):
+        for j, rule in enumerate(obj["rules"]):
+            for verb in rule["verbs"]:
+                yield i, j, verb
+
+
+OPERATE = rbac.rbac_objects(rbac.ROLE_OPERATE, NS)
+
+
+@pytest.mark.parametrize(("i", "j", "verb"), list(_verbs(OPERATE)),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_taking_any_verb_away_refuses_some_request(recorded, i, j, verb):
+    smaller = copy.deepcopy(OPERATE)
+    rule = smaller[i]["rules"][j]
+    rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    authz = Authorizer(threading.RLock(), Settings())
+    authz.enforce(smaller)
+    assert any(not authz.decide(info).allowed for _, _, _, infos in recorded for info in infos), (
+        f"{verb} {rule['resources']} is granted but no command used it")
+
+
+def test_read_role_is_a_subset_that_runs_the_read_commands():
+    read = rbac.rbac_objects(rbac.ROLE_READ, NS)
+    assert [o_["kind"] for o_ in read] == ["ClusterRole"]  # no locks: read commands take none
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    assert not [r for r in read[0]["rules"] if writes & set(r["verbs"])]
+
+
+def test_the_command_prints_applyable_yaml_and_a_v1_list():
+    r = cli("rbac", "-n", "ops")
+    assert r.exit_code == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("ClusterRole", "rblnctl-operate"),
+                                                                   ("Role", "rblnctl-operate")]
+    assert docs[1]["metadata"]["namespace"] == "ops" and "kubectl create clusterrolebinding" in r.stdout
+    r = cli("rbac", "--role", "read", "-o", "json")
+    assert r.exit_code == 0 and '"kind": "List"' in r.stdout
+    assert cli("rbac", "--role", "admin").exit_code == 2
