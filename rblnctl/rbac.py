@@ -60,22 +60,34 @@ _NODE_CHANGE = (
     _a("coordination.k8s.io", "leases", "get", "create", "patch", "delete", where=OPERATOR_NAMESPACE),
 )
 
+# Host pods (rblnctl.hostpods: preflight --hosts, vfio status --node) are created in the operator's
+# namespace (-n elsewhere), their logs read there; they are listed by label and deleted as drain's
+# pods are, which the cluster-wide pod rules already grant.
+_HOST_PODS = (
+    _a("", "pods", "create", where=OPERATOR_NAMESPACE),
+    _a("", "pods/log", "get", where=OPERATOR_NAMESPACE),
+    _a("", "pods", "list", "delete"),
+)
+_PREFLIGHT = (
+    *_OPERATOR, *_NODES_READ, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
+    _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"), _a("", "pods", "list"), _a("apps", "daemonsets", "list"),
+    _a(C.DRA_GROUP, "deviceclasses", "get"),
+)
+
 COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # read
     "status": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list")),
     "node list": (*_OPERATOR, *_NODES_READ),
     "kubevirt status": _KUBEVIRT_READ,
-    "preflight": (
-        *_OPERATOR, *_NODES_READ, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
-        _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"), _a("", "pods", "list"), _a("apps", "daemonsets", "list"),
-        _a(C.DRA_GROUP, "deviceclasses", "get"),
-    ),
+    "preflight": _PREFLIGHT,
     # operate
     "node drain": _NODE_CHANGE,
     "node set-mode": (*_NODE_CHANGE, _a("", "pods", "list"), _a(C.DRA_GROUP, "resourceslices", "list")),
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
+    "preflight --hosts": (*_PREFLIGHT, *_HOST_PODS),  # creates pods: operate, not read
+    "vfio status --node": _HOST_PODS,
 }
 
 READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight"})

@@ -53,6 +53,21 @@ def _dra(api):
     _npu_pod(api, "claimer", claims=["npu-claim"])
 
 
+def _host_pods(api):
+    """The fake kubelet runs rblnctl's host pods on one simulated healthy host (shared by every node)."""
+    import shutil
+    import tempfile
+    import weakref
+    from pathlib import Path
+
+    from tests.fakes import sysfs as ht
+    from tests.fakes.hostkubelet import HostKubelet
+
+    tmp = tempfile.mkdtemp(prefix="rbac-host-")
+    weakref.finalize(api, shutil.rmtree, tmp, True)  # the tree goes with the server
+    HostKubelet(api, default=ht.build_host(Path(tmp) / "h", ht.intel_bare_metal()).root).start()
+
+
 SCENARIOS = [
     Scenario("status", ("status",)),
     Scenario("node list", ("node", "list")),
@@ -67,6 +82,8 @@ SCENARIOS = [
     Scenario("kubevirt enable-gates", ("kubevirt", "enable-gates")),
     Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "Snapshot")),
     Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
+    Scenario("preflight --hosts", ("preflight", "--hosts"), _host_pods, exit_code=1),
+    Scenario("vfio status --node", ("vfio", "status", "--node", "n1"), _host_pods),
 ]
 
 

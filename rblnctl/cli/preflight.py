@@ -197,5 +197,7 @@ def register(app: typer.Typer) -> None:
         "rblnctl preflight                          # the cluster, through the API server",
         "rblnctl preflight --method dra --strict    # fail on warnings too",
         "rblnctl preflight --local                  # this host: IOMMU, VFIO modules, NPUs",
+        "rblnctl preflight --hosts --image REGISTRY/rblnctl:TAG   # and every NPU node's host, from pods",
+        "rblnctl preflight --strict -o junit > preflight.xml      # a test report for CI",
         "rblnctl preflight -o json | jq '.checks[] | select(.status==\"FAIL\")'",
     ))(preflight)
