@@ -40,6 +40,8 @@ class ClusterPreflight:
             raise InvalidInput(f"unknown method {self.method!r}: expected auto, sandbox or dra")
         if self.node and self.selector:
             raise InvalidInput("give --node or --selector, not both")
+        if self.hosts is not None:
+            self.hosts.runner(self.kube)  # bad pod options are refused before anything is read
 
     def run(self) -> PreflightReport:
         """Read the facts and check them."""

@@ -110,6 +110,17 @@ def test_keep_says_how_to_remove_the_pods(apiserver, kube, kubelet):
     assert len(host_pods(apiserver)) == 2
 
 
+def test_bad_pod_options_are_refused_before_any_request(apiserver, kube):
+    from rblnctl.errors import InvalidInput
+    from rblnctl.preflight.cluster import ClusterPreflight
+
+    with pytest.raises(InvalidInput, match="--max-parallel must be at least 1"):
+        ClusterPreflight(kube=kube, hosts=hosts(max_parallel=0))
+    with pytest.raises(InvalidInput, match="invalid namespace name"):
+        ClusterPreflight(kube=kube, hosts=hosts(namespace="Not_A_Namespace"))
+    assert apiserver.requests == []
+
+
 def test_no_npu_nodes_runs_no_pod(apiserver, kube, kubelet):
     seed(apiserver, nodes=0)
     report = run(kube, hosts=hosts())
