@@ -23,6 +23,7 @@ from rblnctl.kube import (
     NODE_FEATURES,
     NODES,
     PODS,
+    SELF_SUBJECT_RULES_REVIEWS,
     Kube,
     Resource,
 )
@@ -105,6 +106,7 @@ class ClusterFacts:
     nfd_pods: Fetch | None = None  # read only when neither the NodeFeature API nor NFD labels show NFD
     daemonsets: Fetch | None = None  # DRA method only
     device_class: Fetch | None = None  # DRA method only
+    access: Fetch | None = None  # a SelfSubjectRulesReview in the operator's namespace: what these credentials may do
     node_name: str | None = None  # --node
     selector: str | None = None  # -l
     _modes: dict[str, str] | None = field(default=None, repr=False)
@@ -113,6 +115,13 @@ class ClusterFacts:
     def policy(self) -> Policy | None:
         """The RBLNClusterPolicy the operator acts on (rblnctl.operator.policy.choose_active)."""
         return choose_active(self.policies.value or []).active if self.policies.ok else None
+
+    @property
+    def operator_namespace(self) -> str:
+        """Where the operator's components run (rblnctl.operator.cluster.operator_namespace)."""
+        from rblnctl.operator.cluster import operator_namespace
+
+        return operator_namespace(self.policy, (self.operator.value or []) if self.operator.ok else [])[0]
 
     @property
     def npu_nodes(self) -> list[dict]:
@@ -186,6 +195,9 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
     )
     if not features.ok and not facts.nodes_have_nfd_labels():
         facts.nfd_pods = fetch("list", PODS, lambda: kube.list(PODS, label_selector=C.NFD_POD_SELECTOR))
+    facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: kube.create(SELF_SUBJECT_RULES_REVIEWS, {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": facts.operator_namespace}}))
     if chosen == C.METHOD_DRA:
         facts.daemonsets = fetch("list", DAEMONSETS, lambda: kube.list(DAEMONSETS))
         facts.device_class = fetch("get", DEVICE_CLASSES, lambda: kube.get(DEVICE_CLASSES, C.DRA_DEVICECLASS_VM))

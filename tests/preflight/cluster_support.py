@@ -19,7 +19,7 @@ CA22_PF = "rebellions.ai/RBLN-CA22_PF"
 CLUSTER_IDS = [
     "cluster.method", "kubernetes.version", "operator.version", "operator.policy", "kubevirt.installed",
     "kubevirt.version", "kubevirt.gates", "kubevirt.permitted-devices", "dra.driver", "dra.deviceclass",
-    "helm.version", "nfd.installed", "nfd.npu-nodes", "nodes.vm-mode",
+    "helm.version", "rbac.commands", "nfd.installed", "nfd.npu-nodes", "nodes.vm-mode",
 ]
 NODE_IDS = ["node.iommu", "node.vfio-modules", "node.viommu", "node.mode-label", "node.deploy-skip"]
 

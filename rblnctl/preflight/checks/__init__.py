@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rblnctl.preflight.checks.access import check_access
 from rblnctl.preflight.checks.dra import check_dra
 from rblnctl.preflight.checks.helm import check_helm
 from rblnctl.preflight.checks.kubernetes import check_kubernetes
@@ -27,6 +28,7 @@ def check_cluster(f: ClusterFacts) -> list[CheckResult]:
     check_permitted_devices(f, kv, out)
     check_dra(f, out)
     check_helm(f, out)
+    check_access(f, out)
     check_nfd(f, out)
     check_nodes(f, out)
     return out.items
