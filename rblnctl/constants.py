@@ -320,6 +320,29 @@ VM_POLL_S = 2.0
 # moves it to a new version.
 OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"
 
+# --- Host pods (rblnctl preflight --hosts, rblnctl vfio status --node) ----------------------------
+
+# A short-lived pod pinned to a node runs a host command of rblnctl's own image with the node's
+# directories mounted read-only under HOST_POD_ROOT. Every pod rblnctl creates carries
+# HOST_POD_LABEL (the command) and HOST_POD_RUN_LABEL (one value per run), which is how a run
+# lists its pods and how an operator finds leftovers: `kubectl delete pods -A -l rebellions.ai/rblnctl.host-pod`.
+HOST_POD_LABEL = "rebellions.ai/rblnctl.host-pod"
+HOST_POD_RUN_LABEL = "rebellions.ai/rblnctl.run"
+HOST_POD_NODE_ANNOTATION = "rebellions.ai/rblnctl.node"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rblnctl"
+HOST_POD_ROOT = "/host"
+# The image the pods run: the top-level Dockerfile built and pushed by the site. ASSUMPTION: no
+# official image is published under this name today (docs/preflight.md says how to build one and
+# where to point --image); the tag is the running rblnctl's version, so pod and client agree.
+HOST_POD_IMAGE_REPOSITORY = "docker.io/rebellions/rblnctl"
+# The non-root user the image declares and the pods run as (the Dockerfile's USER).
+HOST_POD_UID = 65532
+# The operator chart as a Helm command names it: `helm repo add rebellions <repo>`, then the chart
+# rebellions/rbln-npu-operator (RBLN-SW/rbln-npu-operator README, "Installation").
+OPERATOR_HELM_REPO_CHART = "rebellions/rbln-npu-operator"
+HELM_INSTANCE_LABEL = "app.kubernetes.io/instance"  # a Helm chart's release name on its objects
+
 # --- Resource renames (rblnctl kubevirt migrate-resources) --------------------------------------
 
 # The sandbox device plugin's resource names changed when the plugin stopped taking

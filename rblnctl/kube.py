@@ -169,6 +169,8 @@ RESOURCE_CLAIMS = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaims", True, "
 RESOURCE_CLAIM_TEMPLATES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaimtemplates", True,
                                     "ResourceClaimTemplate")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
+SELF_SUBJECT_RULES_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubjectrulesreviews", False,
+                                      "SelfSubjectRulesReview")
 EVENTS = Resource("", "v1", "events", True, "Event")
 # virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
 VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
@@ -218,8 +220,9 @@ class Kube:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        text: bool = False,
     ) -> Any:
-        """Send one request; return the decoded JSON body (None when empty).
+        """Send one request; return the decoded JSON body (None when empty), or with `text` the body as text.
 
         Raises NotFound (404), Conflict (409), AuthError (401), Forbidden (403), ClusterError
         (other non-2xx), MalformedReply (a 2xx that is not JSON), NotAnApiServer (an HTML page),
@@ -231,7 +234,8 @@ class Kube:
         attempt = 0
         while True:
             try:
-                return self._request_once(method, path, query=query, body=body, content_type=content_type)
+                return self._request_once(method, path, query=query, body=body, content_type=content_type,
+                                          text=text)
             except (ClusterError, ClusterUnreachable) as err:
                 if attempt >= retries or not _retryable(err):
                     raise
@@ -242,11 +246,12 @@ class Kube:
                 self.clock.sleep(wait)
 
     def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
-                      content_type: str | None) -> Any:
+                      content_type: str | None, text: bool = False) -> Any:
         from kubernetes.client.exceptions import ApiException
 
         query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
-        headers = {"Accept": JSON}
+        # Errors come back as JSON Status objects either way; a text body (a pod log) is text/plain.
+        headers = {"Accept": f"text/plain, {JSON}" if text else JSON}
         if body is not None:
             headers["Content-Type"] = content_type or JSON
         resource_path = path + ("?" + urlencode(query_items) if query_items else "")
@@ -292,6 +297,8 @@ class Kube:
             wire_log.debug("response body: %s", _loggable(data))
         ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
         if 200 <= resp.status < 300:
+            if text:
+                return (data or b"").decode("utf-8", "replace")
             return _decode_ok(data, ctype, method, path, self.server)
         decoded = _decode(data)
         err = _status_error(method, path, resp.status, decoded, self.server)
@@ -382,6 +389,11 @@ class Kube:
         return self.request(
             "DELETE", res.path(name, namespace=namespace), query={"dryRun": "All" if dry_run else None}, body=body
         )
+
+    def pod_log(self, name: str, *, namespace: str, container: str | None = None) -> str:
+        """The log of a pod's container (`kubectl logs`), as text."""
+        return self.request("GET", PODS.path(name, namespace=namespace, sub="log"), query={"container": container},
+                            text=True)
 
     def server_version(self) -> dict:
         """Return the server's /version document."""

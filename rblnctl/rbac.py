@@ -85,6 +85,19 @@ _VM_CHANGE = (
     _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/stop", "update"),
     _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/start", "update"),
 )
+# Host pods (rblnctl.hostpods: preflight --hosts, vfio status --node) are created in the operator's
+# namespace (-n elsewhere), their logs read there; they are listed by label and deleted as drain's
+# pods are, which the cluster-wide pod rules already grant.
+_HOST_PODS = (
+    _a("", "pods", "create", where=OPERATOR_NAMESPACE),
+    _a("", "pods/log", "get", where=OPERATOR_NAMESPACE),
+    _a("", "pods", "list", "delete"),
+)
+_PREFLIGHT = (
+    *_OPERATOR, *_NODES_READ, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
+    _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"), _a("", "pods", "list"), _a("apps", "daemonsets", "list"),
+    _a(C.DRA_GROUP, "deviceclasses", "get"),
+)
 
 COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # read
@@ -94,11 +107,7 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "vm manifest": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list")),
     "node list": (*_OPERATOR, *_NODES_READ),
     "kubevirt status": _KUBEVIRT_READ,
-    "preflight": (
-        *_OPERATOR, *_NODES_READ, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
-        _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"), _a("", "pods", "list"), _a("apps", "daemonsets", "list"),
-        _a(C.DRA_GROUP, "deviceclasses", "get"),
-    ),
+    "preflight": _PREFLIGHT,
     # operate
     "node drain": _NODE_CHANGE,
     "node set-mode": (*_NODE_CHANGE, _a("", "pods", "list"), _a(C.DRA_GROUP, "resourceslices", "list")),
@@ -107,6 +116,8 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
     "vm attach": _VM_CHANGE,
     "vm detach": _VM_CHANGE,
+    "preflight --hosts": (*_PREFLIGHT, *_HOST_PODS),  # creates pods: operate, not read
+    "vfio status --node": _HOST_PODS,
     # every VM and VMI in every namespace (paged lists); a VM is read again only when a patch met a concurrent edit
     "kubevirt migrate-resources": (
         *_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "list", "patch"),

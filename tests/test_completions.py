@@ -72,6 +72,7 @@ def test_bash_completes_modes_gates_contexts_and_formats(npu_cluster):
     assert bash_tab(["rblnctl", "kubevirt", "disable-gates", "HostDevices", "HostDev"]) == ["HostDevicesWithDRA"]
     assert bash_tab(["rblnctl", "--context", ""], npu_cluster) == ["fake"]
     assert bash_tab(["rblnctl", "node", "list", "-o", "j"]) == ["json", "jsonpath="]
+    assert bash_tab(["rblnctl", "preflight", "-o", "j"]) == ["json", "jsonpath=", "junit"]  # preflight's own format
 
 
 def test_bash_falls_back_to_file_names_only_for_path_options():

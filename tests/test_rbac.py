@@ -113,6 +113,19 @@ def _vms(api):
     api.add(o.vm("vms", "pending", host_devices=[CA22]), o.vmi("vms", "pending", None, [CA22], phase="Scheduling"))
     pending = o.virt_launcher("vms", "pending", None, resources={CA22: "1"})
     api.add(pending, o.failed_scheduling(pending, f"0/2 nodes are available: 2 Insufficient {CA22}."))
+def _host_pods(api):
+    """The fake kubelet runs rblnctl's host pods on one simulated healthy host (shared by every node)."""
+    import shutil
+    import tempfile
+    import weakref
+    from pathlib import Path
+
+    from tests.fakes import sysfs as ht
+    from tests.fakes.hostkubelet import HostKubelet
+
+    tmp = tempfile.mkdtemp(prefix="rbac-host-")
+    weakref.finalize(api, shutil.rmtree, tmp, True)  # the tree goes with the server
+    HostKubelet(api, default=ht.build_host(Path(tmp) / "h", ht.intel_bare_metal()).root).start()
 
 
 SCENARIOS = [
@@ -136,6 +149,8 @@ SCENARIOS = [
     Scenario("kubevirt enable-gates", ("kubevirt", "enable-gates")),
     Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "Snapshot")),
     Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
+    Scenario("preflight --hosts", ("preflight", "--hosts"), _host_pods, exit_code=1),
+    Scenario("vfio status --node", ("vfio", "status", "--node", "n1"), _host_pods),
     Scenario("kubevirt migrate-resources", ("kubevirt", "migrate-resources"), _old_names),
     Scenario("policy show", ("policy", "show")),
     Scenario("policy set-method", ("policy", "set-method", "dra", "--yes", "--timeout", "30s", "--convert-vms"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -249,11 +250,12 @@ def complete_bdfs(ctx: typer.Context, incomplete: str) -> list[str]:
     return _starting(_quietly(bdfs), incomplete)
 
 
-def complete_output(ctx: typer.Context, incomplete: str) -> list[str]:
-    """-o values."""
+def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Any] | None = None) -> list[str]:
+    """-o values: the formats the command prints (`allowed`; the common ones by default)."""
     from rblnctl.cli.output import COMMON_FORMATS, Format
 
-    return _starting([f"{f.value}=" if f == Format.jsonpath else f.value for f in COMMON_FORMATS], incomplete)
+    formats = COMMON_FORMATS if allowed is None else allowed
+    return _starting([f"{f.value}=" if f == Format.jsonpath else f.value for f in formats], incomplete)
 
 
 # -- kubectl plugin completion ------------------------------------------------------------------------

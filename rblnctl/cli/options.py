@@ -24,8 +24,11 @@ def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: st
     """The -o/--output option for a command printing the given formats."""
     from rblnctl.cli.completion import complete_output
 
+    def complete(ctx: typer.Context, incomplete: str) -> list[str]:
+        return complete_output(ctx, incomplete, allowed)
+
     return typer.Option("--output", "-o", metavar="FORMAT", parser=output_parser(allowed),
-                        autocompletion=complete_output,
+                        autocompletion=complete,
                         help=f"Output format: {formats_help} (as kubectl: -o=json and -ojson work too).",
                         show_default=False)
 

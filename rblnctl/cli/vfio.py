@@ -69,19 +69,48 @@ StateOpt = Annotated[
     "rblnctl vfio status",
     "rblnctl vfio status --all-vendors -o wide",
     "rblnctl vfio status --root /host -o json      # from a debug pod with the host at /host",
+    "rblnctl vfio status --node gpu-a01            # a cluster node's NPUs, from a pod on it",
 ))
 def status(
+    ctx: typer.Context,
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
+    node: Annotated[
+        str | None,
+        typer.Option("--node", metavar="NODE", help="Show the NPUs of this cluster node instead: runs this command in "
+                     "a short-lived read-only pod on it, in -n NAMESPACE [default: the operator's namespace, "
+                     f"{C.OPERATOR_NAMESPACE}] (docs/preflight.md, host pods).", show_default=False),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", metavar="IMAGE", help="With --node: the rblnctl image the pod runs "
+                     f"[default: {C.HOST_POD_IMAGE_REPOSITORY}:<this version>].", show_default=False),
+    ] = None,
 ) -> None:
-    """Show NPUs' drivers, IOMMU groups and holders."""
+    """Show NPUs' drivers, IOMMU groups and holders (of this host, or with --node of a cluster node)."""
     from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
-    from rblnctl.host.vfio import vfio_status
+    from rblnctl.errors import InvalidInput
 
-    st = vfio_status(root=root, bdfs=bdfs or (), all_vendors=all_vendors)
+    if node is None:
+        if image is not None:
+            raise InvalidInput("--image only applies to --node")
+        from rblnctl.host.vfio import vfio_status  # no kubernetes import on this path
+
+        st = vfio_status(root=root, bdfs=bdfs or (), all_vendors=all_vendors)
+    else:
+        if root != Path(C.HOST_ROOT):
+            raise InvalidInput("--root reads a host tree here; with --node the pod reads the node's own")
+        from rblnctl.cli.console import waiting
+        from rblnctl.hostpods.vfio import RemoteVfioStatus
+
+        given = {"image": image} if image is not None else {}
+        remote = RemoteVfioStatus(kube=ctx.obj.kube(), node=node, namespace=ctx.obj.namespace or C.OPERATOR_NAMESPACE,
+                                  **given)
+        with waiting(f"running vfio status in a pod on {node}..."):
+            st = remote.run(bdfs or (), all_vendors=all_vendors)
     for w in st.warnings:
         warn(w)
     if not st.devices:
@@ -289,14 +318,4 @@ def _status_view(st: Any) -> Any:
                   d.iommu_group or "<none>", members, "<none>" if d.numa_node is None else str(d.numa_node), dev,
                   holders)
 
-    def body() -> dict:
-        return {"searched": st.searched, "warnings": list(st.warnings), "devices": [{
-            "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
-            "driverOverride": d.driver_override, "iommuGroup": d.iommu_group,
-            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge}
-                             for m in d.group_members],
-            "numaNode": d.numa_node, "vfioDevice": d.vfio_device, "vfioDevicePresent": d.vfio_device_present,
-            "holders": [{"pid": h.pid, "command": h.command, "path": h.path} for h in d.holders],
-        } for d in st.devices]}
-
-    return View(kind="VfioStatus", body=body, tables=[t], names=[f"pci/{d.bdf}" for d in st.devices])
+    return View(kind="VfioStatus", body=st.to_dict, tables=[t], names=[f"pci/{d.bdf}" for d in st.devices])

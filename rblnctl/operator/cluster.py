@@ -53,10 +53,21 @@ def read_operator(kube: Kube, *, namespace: str | None = None) -> OperatorView:
     if namespace:
         ns, source = namespace, "given"
     elif choice.active is not None and choice.active.namespace:
-        ns, source = choice.active.namespace, f"RBLNClusterPolicy {choice.active.name}"
+        ns, source = operator_namespace(choice.active, [])
     else:
         ns, source = _deployment_namespace(kube)
     return OperatorView(choice=choice, crd_installed=crd, namespace=ns, namespace_source=source, notes=tuple(notes))
+
+
+def operator_namespace(policy: Policy | None, deployments: list[dict]) -> tuple[str, str]:
+    """(namespace, why) of the operator's components: the policy's spec.namespace, else the one namespace
+    of the operator Deployments, else rbln-system (the chart's default)."""
+    if policy is not None and policy.namespace:
+        return policy.namespace, f"RBLNClusterPolicy {policy.name}"
+    namespaces = sorted({(d.get("metadata") or {}).get("namespace", "") for d in deployments} - {""})
+    if len(namespaces) == 1:
+        return namespaces[0], f"operator Deployment in {namespaces[0]}"
+    return C.OPERATOR_NAMESPACE, "default"
 
 
 def _deployment_namespace(kube: Kube) -> tuple[str, str]:
@@ -65,10 +76,7 @@ def _deployment_namespace(kube: Kube) -> tuple[str, str]:
     except (NotFound, Forbidden) as e:
         log.debug("cannot list the operator Deployment (%s); assuming namespace %s", e, C.OPERATOR_NAMESPACE)
         return C.OPERATOR_NAMESPACE, "default"
-    namespaces = sorted({(d.get("metadata") or {}).get("namespace", "") for d in deps} - {""})
-    if len(namespaces) == 1:
-        return namespaces[0], f"operator Deployment in {namespaces[0]}"
-    return C.OPERATOR_NAMESPACE, "default"
+    return operator_namespace(None, deps)
 
 
 def component_pods(kube: Kube, view: OperatorView, node: str) -> list[tuple[str, dict]]:
