@@ -342,3 +342,20 @@ HOST_POD_UID = 65532
 # rebellions/rbln-npu-operator (RBLN-SW/rbln-npu-operator README, "Installation").
 OPERATOR_HELM_REPO_CHART = "rebellions/rbln-npu-operator"
 HELM_INSTANCE_LABEL = "app.kubernetes.io/instance"  # a Helm chart's release name on its objects
+
+# --- Resource renames (rblnctl kubevirt migrate-resources) --------------------------------------
+
+# The sandbox device plugin's resource names changed when the plugin stopped taking
+# sandboxDevicePlugin.resourceList: chart v0.1.0-v0.3.0 advertise `<resourcePrefix>/<resourceName>` per
+# resourceList entry, later releases one resource per product and function, RBLN-<MODEL>_<PF|VF>
+# (RBLN-SW/rbln-npu-operator later main, sandbox device plugin patcher: "Empty (default) -> per-model
+# mode (rebellions.ai/RBLN-<MODEL>_<PF|VF>)"). The chart's default resourceList, which names the product
+# each old name stood for when the policy no longer says (RBLN-SW/rbln-npu-operator@v0.3.0
+# deployments/rbln-npu-operator/values.yaml, sandboxDevicePlugin.resourceList; REBEL_PT from v0.2.2).
+# The chart README's own example maps ATOM_PT to RBLN-CA22 instead, so these are only ever used when a
+# vm-passthrough node advertises the resource they lead to.
+LEGACY_SANDBOX_DEFAULTS = {
+    "rebellions.ai/ATOM_PT": "RBLN-CA12",
+    "rebellions.ai/ATOM_MAX_PT": "RBLN-CA25",
+    "rebellions.ai/REBEL_PT": "RBLN-CR03",
+}

@@ -118,10 +118,27 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "vm detach": _VM_CHANGE,
     "preflight --hosts": (*_PREFLIGHT, *_HOST_PODS),  # creates pods: operate, not read
     "vfio status --node": _HOST_PODS,
+    # every VM and VMI in every namespace (paged lists); a VM is read again only when a patch met a concurrent edit
+    "kubevirt migrate-resources": (
+        *_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "list", "patch"),
+        _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"),
+    ),
+    "policy show": (*_OPERATOR, *_NODES_READ, _a("apps", "daemonsets", "list")),
+    # the policy (read, guarded patch), the VMIs holding NPUs and the VMs naming the old method, the
+    # prerequisites (KubeVirt, the operator's and a DRA driver's version, the DRA API), each round of the wait
+    # (nodes, operator pods, slices, class), then --convert-vms: vm attach's reads and writes, never a restart.
+    "policy set-method": (
+        *_OPERATOR, *_NODES_READ, *_VMS_LIST, *_CLAIM_INDEX,
+        _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "get", "patch"),
+        _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a("apps", "daemonsets", "list"), _a("", "pods", "list"),
+        _a(C.DRA_GROUP, "deviceclasses", "get", "list"), _a(C.DRA_GROUP, "resourceslices", "list"),
+        _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "patch"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get"),
+        _a(C.DRA_GROUP, "resourceclaimtemplates", "get", "create", "delete"),
+    ),
 }
 
 READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "vm list", "vm diagnose",
-                           "vm manifest"})
+                           "vm manifest", "policy show"})
 
 
 def commands_of(role: str) -> list[str]:

@@ -53,6 +53,30 @@ def _dra(api):
     _npu_pod(api, "claimer", claims=["npu-claim"])
 
 
+def _old_names(api):
+    """A VM naming a resource the sandbox plugin no longer advertises, and an edit racing its patch."""
+    entry = {"pciVendorSelector": "1EFF:1220", "resourceName": "rebellions.ai/ATOM_CA22_PT",
+             "externalResourceProvider": True}
+    api.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["spec"]["configuration"].update(
+        {"permittedHostDevices": {"pciHostDevices": [entry]}}))
+    api.add(o.vm("default", "vm1", host_devices=["rebellions.ai/ATOM_CA22_PT"], running=False))
+    api.inject_fault(method="PATCH", path="virtualmachines/vm1$", status=409, reason="Conflict",
+                     message="the object has been modified")
+
+
+def _vm_for_dra(api):
+    """n1 in vm-passthrough mode, KubeVirt with both gates, an operator release that rolls DRA on vm nodes, and a
+    stopped VM on the sandbox method for --convert-vms."""
+    from tests.fakes.releases import NEWER
+
+    api.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(
+        {"rebellions.ai/npu.workload.config": "vm-passthrough"}))
+    api.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["spec"]["configuration"]["developerConfiguration"]
+               .update({"featureGates": ["HostDevices", "HostDevicesWithDRA"]}))
+    api.add(NEWER.operator_deployment(), o.vm("default", "vm-on-sandbox", running=False,
+                                              host_devices=["rebellions.ai/RBLN-CA22_PF"]))
+
+
 CA22 = "rebellions.ai/RBLN-CA22_PF"
 
 
@@ -127,6 +151,10 @@ SCENARIOS = [
     Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
     Scenario("preflight --hosts", ("preflight", "--hosts"), _host_pods, exit_code=1),
     Scenario("vfio status --node", ("vfio", "status", "--node", "n1"), _host_pods),
+    Scenario("kubevirt migrate-resources", ("kubevirt", "migrate-resources"), _old_names),
+    Scenario("policy show", ("policy", "show")),
+    Scenario("policy set-method", ("policy", "set-method", "dra", "--yes", "--timeout", "30s", "--convert-vms"),
+             _vm_for_dra),
 ]
 
 

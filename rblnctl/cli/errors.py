@@ -211,6 +211,7 @@ OVERRIDE_FLAGS = {
     "delete_emptydir_data": "--delete-emptydir-data",
     "evict_vms": "--force",
     "load_modules": "--load-modules",
+    "mapping": "--map",
 }
 
 

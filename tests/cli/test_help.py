@@ -38,7 +38,7 @@ def test_help_has_examples_and_names_the_global_options(path):
     assert not re.search(r"\b(TEXT|INTEGER|FLOAT)\b|<str>|\[GATE\]|\{NODE\}", text), text
 
 
-@pytest.mark.parametrize("group", [(), ("node",), ("kubevirt",), ("vfio",), ("vm",)],
+@pytest.mark.parametrize("group", [(), ("node",), ("kubevirt",), ("vfio",), ("vm",), ("policy",)],
                          ids=lambda g: " ".join(g) or "root")
 def test_command_lists_show_whole_summaries(group):
     r = cli(*group, "--help")

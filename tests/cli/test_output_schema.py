@@ -55,6 +55,26 @@ def _vm_pod(apiserver):
                         requests={"rebellions.ai/npu": "1"}))
 
 
+def _old_names(apiserver):
+    entry = {"pciVendorSelector": "1EFF:1220", "resourceName": "rebellions.ai/ATOM_CA22_PT",
+             "externalResourceProvider": True}
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["spec"]["configuration"].update(
+        {"permittedHostDevices": {"pciHostDevices": [entry]}}))
+    apiserver.add(o.vm("default", "vm1", host_devices=["rebellions.ai/ATOM_CA22_PT"]),
+                  o.vmi("default", "vm1", "n1", host_devices=["rebellions.ai/ATOM_CA22_PT"]))
+
+
+def _ready_for_dra(apiserver):
+    from tests.fakes.releases import NEWER
+
+    apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(
+        {"rebellions.ai/npu.workload.config": "vm-passthrough"}))
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["spec"]["configuration"][
+        "developerConfiguration"].update({"featureGates": ["HostDevices", "HostDevicesWithDRA"]}))
+    apiserver.add(NEWER.operator_deployment(), o.vm("default", "on-sandbox", running=False,
+                                                    host_devices=["rebellions.ai/RBLN-CA22_PF"]))
+
+
 def _vm(apiserver):
     """A vm-mode node n2, HostDevices on and its resource permitted, and a stopped VM vms/v1."""
     kv = apiserver.get("KubeVirt", "kubevirt", "kubevirt")
@@ -90,6 +110,13 @@ SCENARIOS = [
     Scenario("KubeVirtGateChange", ("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled")),
     Scenario("KubeVirtDeviceChange", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF", "--dry-run")),
     Scenario("KubeVirtDeviceChange", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
+    Scenario("ResourceMigration", ("kubevirt", "migrate-resources", "--dry-run"), setup=_old_names),
+    Scenario("ResourceMigration", ("kubevirt", "migrate-resources"), setup=_old_names),
+    Scenario("ClusterPolicy", ("policy", "show")),
+    Scenario("MethodChange", ("policy", "set-method", "dra", "--dry-run"), exit_code=1),  # devicePlugin serves n1
+    Scenario("MethodChange", ("policy", "set-method", "dra", "--yes", "--timeout", "30s", "--convert-vms"),
+             setup=_ready_for_dra),
+    Scenario("MethodChange", ("policy", "set-method", "sandbox", "--yes")),  # already sandbox: no write
     Scenario("PreflightReport", ("preflight",), exit_code=1),
     Scenario("PreflightReport", ("preflight", "--local"), cluster=False),
     Scenario("VfioStatus", ("vfio", "status"), cluster=False),

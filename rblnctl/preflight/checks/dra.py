@@ -6,27 +6,8 @@ from rblnctl import constants as C
 from rblnctl.preflight.checks.common import helm_set, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
-from rblnctl.preflight.versions import containers, strict_version, version_from_images, version_from_labels
-from rblnctl.versions import format_version
-
-
-def is_dra_daemonset(ds: dict, base_name: str = C.OPERATOR_BASE_NAME) -> bool:
-    """The RBLN DRA kubelet plugin: the operator's DaemonSet or one whose name/labels/images say rbln + dra."""
-    meta = ds.get("metadata") or {}
-    if meta.get("name") in (f"{base_name}-{C.COMP_DRA}", f"{C.OPERATOR_BASE_NAME}-{C.COMP_DRA}"):
-        return True
-    labels = meta.get("labels") or {}
-    text = " ".join([str(meta.get("name", "")), str(labels.get(C.APP_NAME_LABEL, "")),
-                     *(str(c.get("image") or "") for c in containers(ds))]).lower()
-    return "dra" in text and ("rbln" in text or "rebellions" in text)
-
-
-def dra_driver_version(ds: dict) -> tuple[str, str] | None:
-    """(version, source) of the DRA driver: the image tag first (the operator may label its DaemonSets with
-    its own version), then the DaemonSet's version labels."""
-    return (version_from_images(ds, prefer="dra")
-            or version_from_labels(ds, "rbln-k8s-dra-driver")
-            or version_from_labels(ds, "rbln-dra-driver"))
+from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset  # shared with policy set-method
+from rblnctl.versions import format_version, strict_version
 
 
 def check_dra(f: ClusterFacts, out: Findings) -> None:

@@ -6,15 +6,8 @@ from rblnctl import constants as C
 from rblnctl.preflight.checks.common import unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
-from rblnctl.preflight.versions import strict_version, version_from_images, version_from_labels
-from rblnctl.versions import format_version
-
-
-def operator_version(dep: dict) -> tuple[str, str] | None:
-    """(version, source) of an operator Deployment: labels first, then the image tag; None when none is a version."""
-    return (version_from_labels(dep, C.OPERATOR_HELM_CHART)
-            or version_from_labels((dep.get("spec") or {}).get("template") or {}, C.OPERATOR_HELM_CHART)
-            or version_from_images(dep, prefer="operator"))
+from rblnctl.operator.cluster import operator_version  # shared with policy set-method
+from rblnctl.versions import format_version, strict_version
 
 
 def check_operator(f: ClusterFacts, out: Findings) -> None:
