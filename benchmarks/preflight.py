@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fakes.apiserver import FakeApiServer  # noqa: E402
-from tests.preflight.test_cluster import seed  # noqa: E402
+from tests.preflight.cluster_support import seed  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:

@@ -2,6 +2,6 @@
 # Regenerate the shell completion scripts from the installed CLI (tests/test_completions.py keeps them current).
 set -euo pipefail
 cd "$(dirname "$0")"
-_RBLNCTL_COMPLETE=source_bash rblnctl > rblnctl.bash
-_RBLNCTL_COMPLETE=source_zsh rblnctl > _rblnctl
-_RBLNCTL_COMPLETE=source_fish rblnctl > rblnctl.fish
+rblnctl completion bash > rblnctl.bash
+rblnctl completion zsh > _rblnctl
+rblnctl completion fish > rblnctl.fish

@@ -286,8 +286,76 @@ HOST_ROOT = "/"
 # Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
 VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
 
+# --- VMs (rblnctl vm) --------------------------------------------------------------------------
+
+# The VirtualMachine spec rblnctl edits (kubevirt/kubevirt@v1.9.0): spec.template.spec.domain.devices.
+# hostDevices[] = {name, deviceName} for a device plugin's resource, or {name, claimName, requestName}
+# (ClaimRequest inlined) for DRA (staging/src/kubevirt.io/api/core/v1/schema.go, HostDevice);
+# spec.template.spec.resourceClaims[] = {name, resourceClaimTemplateName | resourceClaimName}
+# (types.go, VirtualMachineInstanceResourceClaim).
+VM_DEVICE_PREFIX = "npu"  # hostDevices rblnctl adds are named npu0, npu1, ...
+VM_DRA_CLAIM = "rbln-npu"  # the one resourceClaims entry rblnctl manages in a VM
+# The ResourceClaimTemplate for N NPUs: rbln-npu-<N>, shared by every VM of the namespace that wants N.
+# It has N requests npu0..npu<N-1> of one device each: KubeVirt takes exactly one device per request
+# ("count > 1 is not supported", kubevirt/kubevirt@v1.9.0 pkg/dra/utils.go resolveDevice), so N NPUs
+# are N requests, not one request with count N.
+VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
+VM_DRA_REQUEST_PREFIX = "npu"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rblnctl"
+# virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).
+KUBEVIRT_SUBRESOURCES_GROUP = "subresources.kubevirt.io"
+# Labels virt-controller puts on a VMI's virt-launcher pod (v1.9.0 pkg/virt-controller/services/template.go;
+# names in staging/src/kubevirt.io/api/core/v1/types.go: AppLabel, CreatedByLabel).
+LAUNCHER_CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid
+VM_NAME_LABEL = "kubevirt.io/vm"  # the template label KubeVirt's examples give a VM's pods
+# A VM `vm manifest` writes when no --image is given.
+VM_DEFAULT_IMAGE = "quay.io/containerdisks/ubuntu:24.04"
+VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
+VM_POLL_S = 2.0
+
 # --- Output (rblnctl's own documents: docs/output.md) -------------------------------------------
 
 # The group/version of every JSON/YAML document rblnctl prints; a breaking change to a kind's shape
 # moves it to a new version.
 OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"
+
+# --- Host pods (rblnctl preflight --hosts, rblnctl vfio status --node) ----------------------------
+
+# A short-lived pod pinned to a node runs a host command of rblnctl's own image with the node's
+# directories mounted read-only under HOST_POD_ROOT. Every pod rblnctl creates carries
+# HOST_POD_LABEL (the command) and HOST_POD_RUN_LABEL (one value per run), which is how a run
+# lists its pods and how an operator finds leftovers: `kubectl delete pods -A -l rebellions.ai/rblnctl.host-pod`.
+HOST_POD_LABEL = "rebellions.ai/rblnctl.host-pod"
+HOST_POD_RUN_LABEL = "rebellions.ai/rblnctl.run"
+HOST_POD_NODE_ANNOTATION = "rebellions.ai/rblnctl.node"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rblnctl"
+HOST_POD_ROOT = "/host"
+# The image the pods run: the top-level Dockerfile built and pushed by the site. ASSUMPTION: no
+# official image is published under this name today (docs/preflight.md says how to build one and
+# where to point --image); the tag is the running rblnctl's version, so pod and client agree.
+HOST_POD_IMAGE_REPOSITORY = "docker.io/rebellions/rblnctl"
+# The non-root user the image declares and the pods run as (the Dockerfile's USER).
+HOST_POD_UID = 65532
+# The operator chart as a Helm command names it: `helm repo add rebellions <repo>`, then the chart
+# rebellions/rbln-npu-operator (RBLN-SW/rbln-npu-operator README, "Installation").
+OPERATOR_HELM_REPO_CHART = "rebellions/rbln-npu-operator"
+HELM_INSTANCE_LABEL = "app.kubernetes.io/instance"  # a Helm chart's release name on its objects
+
+# --- Resource renames (rblnctl kubevirt migrate-resources) --------------------------------------
+
+# The sandbox device plugin's resource names changed when the plugin stopped taking
+# sandboxDevicePlugin.resourceList: chart v0.1.0-v0.3.0 advertise `<resourcePrefix>/<resourceName>` per
+# resourceList entry, later releases one resource per product and function, RBLN-<MODEL>_<PF|VF>
+# (RBLN-SW/rbln-npu-operator later main, sandbox device plugin patcher: "Empty (default) -> per-model
+# mode (rebellions.ai/RBLN-<MODEL>_<PF|VF>)"). The chart's default resourceList, which names the product
+# each old name stood for when the policy no longer says (RBLN-SW/rbln-npu-operator@v0.3.0
+# deployments/rbln-npu-operator/values.yaml, sandboxDevicePlugin.resourceList; REBEL_PT from v0.2.2).
+# The chart README's own example maps ATOM_PT to RBLN-CA22 instead, so these are only ever used when a
+# vm-passthrough node advertises the resource they lead to.
+LEGACY_SANDBOX_DEFAULTS = {
+    "rebellions.ai/ATOM_PT": "RBLN-CA12",
+    "rebellions.ai/ATOM_MAX_PT": "RBLN-CA25",
+    "rebellions.ai/REBEL_PT": "RBLN-CR03",
+}

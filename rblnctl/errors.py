@@ -136,3 +136,8 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(f"signal {signum}")
         self.signum = signum
+
+
+class HostPodFailed(RblnError):
+    """A host pod gave no result: it could not be scheduled, its image not pulled, it missed its deadline,
+    or it printed no report. The message says which, for the node it ran on."""

@@ -195,7 +195,11 @@ RESOURCE_CLAIMS = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaims", True, "
 RESOURCE_CLAIM_TEMPLATES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaimtemplates", True,
                                     "ResourceClaimTemplate")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
+SELF_SUBJECT_RULES_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubjectrulesreviews", False,
+                                      "SelfSubjectRulesReview")
 EVENTS = Resource("", "v1", "events", True, "Event")
+# virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
+VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
 
 
 @dataclass(frozen=True)
@@ -297,8 +301,9 @@ class Kube:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        text: bool = False,
     ) -> Any:
-        """Send one request; return the decoded JSON body (None when empty).
+        """Send one request; return the decoded JSON body (None when empty), or with `text` the body as text.
 
         Raises NotFound (404), Conflict (409), AuthError (401), Forbidden (403), ClusterError
         (other non-2xx), MalformedReply (a 2xx that is not JSON), NotAnApiServer (an HTML page),
@@ -310,7 +315,8 @@ class Kube:
         attempt = 0
         while True:
             try:
-                return self._request_once(method, path, query=query, body=body, content_type=content_type)
+                return self._request_once(method, path, query=query, body=body, content_type=content_type,
+                                          text=text)
             except (ClusterError, ClusterUnreachable) as err:
                 if attempt >= retries or not _retryable(err):
                     raise
@@ -321,8 +327,10 @@ class Kube:
                 self.clock.sleep(wait)
 
     def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
-                      content_type: str | None) -> Any:
+                      content_type: str | None, text: bool = False) -> Any:
         url, headers, plugin_errors, resource_path = self._prepare(method, path, query, body, content_type)
+        if text:  # errors come back as JSON Status objects either way; a text body (a pod log) is text/plain
+            headers["Accept"] = f"text/plain, {JSON}"
         if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
             wire_log.debug("request body: %s", _loggable(body))
         started = time.monotonic()
@@ -333,6 +341,8 @@ class Kube:
             wire_log.debug("response body: %s", _loggable(data))
         ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
         if 200 <= resp.status < 300:
+            if text:
+                return (data or b"").decode("utf-8", "replace")
             return _decode_ok(data, ctype, method, path, self.server)
         raise self._reply_error(method, path, resp, data, plugin_errors)
 
@@ -479,6 +489,11 @@ class Kube:
         return self.request(
             "DELETE", res.path(name, namespace=namespace), query={"dryRun": "All" if dry_run else None}, body=body
         )
+
+    def pod_log(self, name: str, *, namespace: str, container: str | None = None) -> str:
+        """The log of a pod's container (`kubectl logs`), as text."""
+        return self.request("GET", PODS.path(name, namespace=namespace, sub="log"), query={"container": container},
+                            text=True)
 
     def server_version(self) -> dict:
         """Return the server's /version document."""
@@ -790,12 +805,15 @@ def connect(opts: KubeOptions) -> Kube:
 
 def _kubeconfig_source(opts: KubeOptions) -> str | None:
     """The kubeconfig to load; None for in-cluster, or for --server with no kubeconfig that names a context."""
-    source = resolve_kubeconfig(opts.kubeconfig)
-    if source is None or not opts.server or opts.kubeconfig or opts.context or opts.user or opts.cluster:
-        return source
-    # --server alone: kubectl keeps the current context's credentials when there is one; an empty
-    # kubeconfig (or none) leaves a plain URL.
-    return source if has_contexts(source) else None
+    if not opts.server or opts.kubeconfig or opts.context or opts.user or opts.cluster:
+        return resolve_kubeconfig(opts.kubeconfig)
+    # --server alone: kubectl keeps the current context's credentials when there is one; no
+    # kubeconfig, or one without contexts, leaves a plain URL.
+    try:
+        source = resolve_kubeconfig(None)
+    except ConfigError:
+        return None
+    return source if source is not None and has_contexts(source) else None
 
 
 def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:

@@ -14,6 +14,7 @@ from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode
 from rblnctl.operator.policy import Policy
+from rblnctl.vm.listing import list_vm_npus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +39,10 @@ class ClusterStatus:
     kubevirt: list[KubeVirtSummary]
     nodes: list[NpuNode]
     modes: dict[str, int] = field(default_factory=dict)
+    npu_vms: dict[str, list[str]] = field(default_factory=dict)  # node -> `namespace/name` of VMs holding NPUs there
     notes: list[str] = field(default_factory=list)
     crd_installed: bool = True
+    vm_notes: tuple[str, ...] = ()  # what listing the VMs noted (kept while --watch follows nodes and policies)
 
 
 def kubevirt_summary(obj: dict) -> KubeVirtSummary:
@@ -58,6 +61,8 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     except NotFound:
         kubevirts = []
     nodes = list_npu_nodes(kube, view.policy, selector=selector)
+    vms = list_vm_npus(kube) if kubevirts else None
+    vm_notes = tuple(vms.notes) if vms is not None else ()
     return ClusterStatus(
         server_version=version,
         policy=view.policy,
@@ -65,9 +70,11 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
         kubevirt=[kubevirt_summary(k) for k in kubevirts],
         nodes=nodes,
         modes=_modes(nodes),
+        npu_vms=vms.by_node() if vms is not None else {},
         notes=_notes(view.notes, crd_installed=view.crd_installed, policy=view.policy, kubevirt=bool(kubevirts),
-                     nodes=nodes),
+                     nodes=nodes) + list(vm_notes),
         crd_installed=view.crd_installed,
+        vm_notes=vm_notes,
     )
 
 
@@ -94,8 +101,8 @@ def watch_cluster_status(kube: Kube, *, selector: str | None = None, stop: Stop 
                          on_retry: Callable[[RblnError], None] | None = None) -> Iterator[ClusterStatus]:
     """Yield the overview now, then again each time the NPU nodes or the policy change (watched, not polled).
 
-    The server version and KubeVirt are read once; nodes and policies come from
-    rblnctl.node.inventory.watch_npu_nodes. Runs until `stop` is set or `timeout_s` passes.
+    The server version, KubeVirt and the VMs holding NPUs are read once; nodes and policies come
+    from rblnctl.node.inventory.watch_npu_nodes. Runs until `stop` is set or `timeout_s` passes.
     """
     first = cluster_status(kube, selector=selector)
     yield first
@@ -103,7 +110,7 @@ def watch_cluster_status(kube: Kube, *, selector: str | None = None, stop: Stop 
     for snap in watch_npu_nodes(kube, selector=selector, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
         now = replace(first, policy=snap.policy, nodes=snap.nodes, modes=_modes(snap.nodes),
                       notes=_notes(snap.policy_notes, crd_installed=first.crd_installed, policy=snap.policy,
-                                   kubevirt=bool(first.kubevirt), nodes=snap.nodes))
+                                   kubevirt=bool(first.kubevirt), nodes=snap.nodes) + list(first.vm_notes))
         if now != last:
             last = now
             yield now

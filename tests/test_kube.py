@@ -495,3 +495,19 @@ def test_a_lost_write_reply_is_outcome_unknown_and_never_resent(kube, apiserver)
         kube.patch(NODES, "n1", {"metadata": {"labels": {"a": "b"}}}, patch_type="merge")
     assert apiserver.get("Node", "n1")["metadata"]["labels"]["a"] == "b"  # it did land
     assert len(apiserver.writes()) == 1
+
+
+def test_pod_log_is_text_even_when_it_looks_like_json(kube, apiserver):
+    apiserver.add(o.pod("ns", "p", node="n1"))
+    apiserver.set_pod_phase("ns", "p", "Succeeded")
+    apiserver.set_pod_log("ns", "p", '{"target": "host"}\nerror: preflight: 1 check(s) failed\n')
+    assert kube.pod_log("p", namespace="ns") == '{"target": "host"}\nerror: preflight: 1 check(s) failed\n'
+    [req] = apiserver.requests_matching("GET", r"/pods/p/log$")
+    assert req.headers["accept"].startswith("text/plain")
+
+
+def test_pod_log_of_a_waiting_container_is_a_cluster_error(kube, apiserver):
+    apiserver.add(o.pod("ns", "p", node="n1"))
+    apiserver.set_pod_phase("ns", "p", "Pending", reason="ErrImagePull")
+    with pytest.raises(ClusterError, match="image can't be pulled"):
+        kube.pod_log("p", namespace="ns")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl import __version__
-from rblnctl.cli import kubevirt, node, preflight, status, vfio
+from rblnctl.cli import completion, kubevirt, node, policy, preflight, rbac, status, vfio, vm
 from rblnctl.cli.errors import RblnGroup, parse_duration
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ app = typer.Typer(
     cls=RblnGroup,
     help=HELP,
     no_args_is_help=True,
-    add_completion=True,
+    add_completion=False,  # `rblnctl completion SHELL` prints the scripts, as `kubectl completion` does
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode=None,
@@ -73,7 +73,8 @@ def root(
         typer.Option("--kubeconfig", metavar="PATH", help="Path to the kubeconfig file [default: $KUBECONFIG, "
                      "~/.kube/config, in-cluster].", show_default=False),
     ] = None,
-    context: Annotated[str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context to use.")] = None,
+    context: Annotated[str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context to use.",
+                                                autocompletion=completion.complete_contexts)] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", metavar="NAME",
                                                 help="Kubeconfig cluster to use instead of the context's.")] = None,
     user: Annotated[str | None, typer.Option("--user", metavar="NAME",
@@ -102,8 +103,9 @@ def root(
                      "0 waits forever (as in kubectl)."),
     ] = "30s",
     namespace: Annotated[
-        str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE",
-                                 help="Namespace, where a command works on namespaced objects.", show_default=False)
+        str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", show_default=False,
+                                 help="Namespace, where a command works on namespaced objects.",
+                                 autocompletion=completion.complete_namespaces)
     ] = None,
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", "-A", help="Every namespace, where a command lists namespaced objects.")
@@ -130,18 +132,25 @@ def root(
     if verbosity:
         _start_logging(ctx, verbosity)
     ctx.obj = State(
-        connection={
-            "kubeconfig": kubeconfig, "context": context, "cluster": cluster, "user": user, "server": server,
-            "token": token, "certificate_authority": certificate_authority,
-            "insecure_skip_tls_verify": insecure_skip_tls_verify, "impersonate_user": as_user,
-            "impersonate_groups": tuple(as_group or ()),
-            "request_timeout_s": parse_duration(request_timeout, option="--request-timeout", zero_means_forever=True),
-        },
+        connection=connection_options(ctx.params),
         namespace=namespace,
         all_namespaces=all_namespaces,
         verbose=verbosity,
         no_headers=no_headers,
     )
+
+
+def connection_options(params: dict) -> dict:
+    """The root command's connection flags as KubeOptions fields (also read by completers, before the callback)."""
+    timeout = params.get("request_timeout") or "30s"
+    return {
+        "kubeconfig": params.get("kubeconfig"), "context": params.get("context"), "cluster": params.get("cluster"),
+        "user": params.get("user"), "server": params.get("server"), "token": params.get("token"),
+        "certificate_authority": params.get("certificate_authority"),
+        "insecure_skip_tls_verify": bool(params.get("insecure_skip_tls_verify")),
+        "impersonate_user": params.get("as_user"), "impersonate_groups": tuple(params.get("as_group") or ()),
+        "request_timeout_s": parse_duration(timeout, option="--request-timeout", zero_means_forever=True),
+    }
 
 
 # The loggers each -v level turns on, as kubectl's levels: rblnctl's own debug lines from 1, a line
@@ -172,10 +181,15 @@ def _start_logging(ctx: typer.Context, verbosity: int) -> None:
 
 
 preflight.register(app)
+rbac.register(app)
+app.command("completion", short_help="Print the shell completion script.", epilog=completion._examples())(
+    completion.completion_command)
 status.register(app)
-app.add_typer(node.app, name="node")
-app.add_typer(kubevirt.app, name="kubevirt")
-app.add_typer(vfio.app, name="vfio")
+app.add_typer(node.app, name="node", short_help="NPU nodes: list, set-mode, drain.")
+app.add_typer(kubevirt.app, name="kubevirt", short_help="KubeVirt gates and permitted NPUs.")
+app.add_typer(vfio.app, name="vfio", short_help="Bind NPUs to vfio-pci on this host.")
+app.add_typer(vm.app, name="vm", short_help="VMs and their NPUs: attach, list, diagnose.")
+app.add_typer(policy.app, name="policy", short_help="Operator policy: show, set-method.")
 
 
 def main() -> None:

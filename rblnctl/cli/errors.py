@@ -6,11 +6,12 @@ global options anywhere on the line (`rblnctl kubevirt status --context prod`), 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from rblnctl import errors as E
 
@@ -139,8 +140,50 @@ def _takes_value(cmd: Any, token: str) -> bool:
     return False
 
 
+def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
+    """Arguments in usage lines as kubectl writes them: `NODE`, `[GATE]...`, never typer's `{NODE}`."""
+    var = self.metavar or (self.name or "").upper()
+    if self.nargs != 1 and not var.endswith("..."):
+        var += "..."
+    return f"[{var}]" if usage and not self.required else var
+
+
+# typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
+TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
+
+
 class RblnGroup(TyperGroup):
-    """Root command group: global-option hoisting and the RblnError -> exit code edge."""
+    """Root command group: global-option hoisting, the RblnError -> exit code edge, kubectl-style usage errors."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+        from typer.exceptions import Abort
+
+        if os.environ.get("_RBLNCTL_COMPLETE"):  # a completion request: rblnctl's completion classes answer it
+            from rblnctl.cli.completion import register
+
+            register()
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+        except NoArgsIsHelpError as err:  # `rblnctl node`: the group's help, as kubectl prints it (exit 0)
+            if not standalone_mode:
+                raise
+            sys.stdout.write(err.format_message() + "\n")
+            sys.exit(EXIT_OK)
+        except ClickException as err:  # usage errors: bad flags, missing arguments, bad values
+            if not standalone_mode:
+                raise
+            _usage_error(err)
+            sys.exit(err.exit_code)
+        except Abort:
+            if not standalone_mode:
+                raise
+            sys.exit(EXIT_INTERRUPTED)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, hoist_global_options(list(args), self))
@@ -168,6 +211,7 @@ OVERRIDE_FLAGS = {
     "delete_emptydir_data": "--delete-emptydir-data",
     "evict_vms": "--force",
     "load_modules": "--load-modules",
+    "mapping": "--map",
 }
 
 
@@ -243,6 +287,20 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         import traceback
 
         sys.stderr.write("".join(traceback.format_exception(err)))
+
+
+def _usage_error(err: Any) -> None:
+    """A usage error as kubectl prints one: `error: ...` on one line, then where to read the usage."""
+    from rich.markup import escape
+
+    from rblnctl.cli.console import stderr
+
+    text = " ".join(str(err.format_message()).split()).rstrip(".")
+    text = text[:1].lower() + text[1:]
+    ctx = getattr(err, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "rblnctl"
+    stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
+    stderr().print(escape(f"See '{path} --help' for usage."), soft_wrap=True)
 
 
 def _stderr_line(text: str) -> None:

@@ -9,7 +9,8 @@ jsonpath.go), for the cases people type:
   `{.items[?(@.mode=="vm-passthrough")].name}` (==, !=, <, <=, >, >=, or existence), `{.a,.b}`;
 - `{range .items[*]}...{end}`, nested;
 - results of one action are separated by a space; maps and lists print as compact JSON; a missing
-  key prints nothing (kubectl get's default, --allow-missing-template-keys=true).
+  key prints nothing (kubectl get's default, --allow-missing-template-keys=true); map keys in JSON
+  are sorted, as Go's encoding/json writes them.
 
 Anything else is bad input with the position, never a traceback.
 """
@@ -298,7 +299,7 @@ def _holds(item: Any, steps: list[tuple], op: str | None, value: Any) -> bool:
 
 def _text(value: Any) -> str:
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)  # Go sorts map keys
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

@@ -1,10 +1,13 @@
-"""`rblnctl kubevirt enable-gates | disable-gates | permit-devices | status`."""
+"""`rblnctl kubevirt enable-gates | disable-gates | permit-devices | status | migrate-resources`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 import typer
+
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
 
 from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 
@@ -15,7 +18,8 @@ app = typer.Typer(
 
 NameOpt = Annotated[
     str | None,
-    typer.Option("--name", help="Name of the KubeVirt CR [default: the only one in the cluster].", show_default=False),
+    typer.Option("--name", metavar="NAME", help="Name of the KubeVirt CR [default: the only one in the cluster].",
+                 show_default=False),
 ]
 ForceOpt = Annotated[
     bool,
@@ -97,12 +101,17 @@ def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: A
           noop=f"{asked}: already {verb} on KubeVirt {ref}", done=done)
 
 
-@app.command("enable-gates")
+@app.command("enable-gates", short_help="Enable HostDevices (and DRA) gates.", epilog=examples(
+    "rblnctl kubevirt enable-gates                 # HostDevices, for the sandbox device plugin",
+    "rblnctl kubevirt enable-gates --dra           # and HostDevicesWithDRA (KubeVirt >= 1.9)",
+    "rblnctl kubevirt enable-gates --dry-run       # the JSON Patch it would send",
+))
 def enable_gates(
     ctx: typer.Context,
     gates: Annotated[
         list[str] | None,
         typer.Argument(help="More gates to enable along with HostDevices (letters and digits).", metavar="GATE",
+                       autocompletion=completion.complete_gates,
                        show_default=False),
     ] = None,
     dra: Annotated[
@@ -125,12 +134,16 @@ def enable_gates(
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="enabled")
 
 
-@app.command("disable-gates")
+@app.command("disable-gates", short_help="Remove KubeVirt feature gates.", epilog=examples(
+    "rblnctl kubevirt disable-gates HostDevicesWithDRA",
+    "rblnctl kubevirt disable-gates HostDevicesWithDRA --add-to-disabled   # a Beta gate on by default",
+))
 def disable_gates(
     ctx: typer.Context,
     gates: Annotated[
         list[str],
         typer.Argument(help="Gates to remove from featureGates, e.g. HostDevicesWithDRA.", metavar="GATE",
+                       autocompletion=completion.complete_gates,
                        show_default=False),
     ],
     add_to_disabled: Annotated[
@@ -174,7 +187,11 @@ def _devices_view(plan: Any, result: Any) -> Any:
                 names=[f"kubevirt.kubevirt.io/{plan.name}"])
 
 
-@app.command("permit-devices")
+@app.command("permit-devices", short_help="Permit RBLN NPUs as KubeVirt host devices.", epilog=examples(
+    "rblnctl kubevirt permit-devices                              # what vm-mode nodes advertise",
+    "rblnctl kubevirt permit-devices --resource-name RBLN-CA22_PF",
+    "rblnctl kubevirt permit-devices --fix --dry-run",
+))
 def permit_devices(
     ctx: typer.Context,
     resource_name: Annotated[
@@ -256,7 +273,10 @@ def _status_view(st: Any) -> Any:
                 names=[f"kubevirt.kubevirt.io/{st.name}"])
 
 
-@app.command("status")
+@app.command("status", short_help="Show KubeVirt's gates and permitted NPUs.", epilog=examples(
+    "rblnctl kubevirt status",
+    "rblnctl kubevirt status -o jsonpath='{.gates[?(@.effective==false)].name}'",
+))
 def status(
     ctx: typer.Context,
     name: NameOpt = None,
@@ -268,3 +288,155 @@ def status(
 
     st = kubevirt_status(ctx.obj.kube(), name=name, namespace=ctx.obj.namespace)
     emit(_status_view(st), output)
+
+
+# -- migrate-resources -----------------------------------------------------------------------------
+
+def _short(name: str) -> str:
+    return name.removeprefix("rebellions.ai/")
+
+
+def _change_document(c: Any) -> dict:
+    return {"field": c.field, "old": c.old, "new": c.new, "detail": c.detail or None, "kept": c.kept}
+
+
+def _migration_body(plan: Any, result: Any) -> dict:
+    kv = plan.kubevirt
+    return {
+        "kubevirt": {"name": kv.name, "namespace": kv.namespace},
+        "plan": {
+            "given": plan.given,
+            "renames": [{"old": r.old, "new": r.new, "source": str(r.source), "evidence": r.evidence,
+                         "stillAdvertisedBy": list(r.still_advertised)} for r in plan.renames],
+            "kubevirtChanges": [_change_document(c) for c in kv.changes],
+            "kubevirtPatch": kv.patch,
+            "virtualMachines": [{"namespace": v.namespace, "name": v.name, "running": v.running,
+                                 "changes": [_change_document(c) for c in v.changes], "patch": v.patch}
+                                for v in plan.vms],
+            "instances": [{"namespace": i.namespace, "name": i.name, "node": i.node, "names": list(i.names),
+                           "virtualMachine": i.vm} for i in plan.instances],
+            "unmapped": [{"name": u.name, "reason": u.reason, "users": list(u.users)} for u in plan.unmapped],
+            "advertised": {k: list(v) for k, v in plan.advertised.items()},
+            "scannedVirtualMachines": plan.scanned_vms,
+            "scannedInstances": plan.scanned_instances,
+            "noop": plan.noop,
+            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
+            "warnings": [str(w) for w in plan.warnings],
+        },
+        "result": None if result is None else {
+            "kubevirtChanged": result.kubevirt_changed, "changed": list(result.changed), "gone": list(result.gone),
+            "restartNeeded": list(result.restart_needed), "retries": result.retries,
+            "serverDryRun": result.server_dry_run},
+    }
+
+
+def _notes(change: Any, *, detail: str, restart: bool = False) -> list[str]:
+    """The NOTE cell's tokens of one rewritten field."""
+    notes = [detail] if detail else []
+    if change.kept:
+        notes.append("already-there")
+    if restart:
+        notes.append("restart-needed")
+    return notes
+
+
+def _migration_view(plan: Any, result: Any) -> Any:
+    """A resource migration (kind ResourceMigration): the mapping, every field it rewrites, the running VMs."""
+    from rblnctl.cli.output import Cell, Table, View, joined
+
+    head = [f"{r.old} -> {r.new} ({r.source}{': ' + r.evidence if r.evidence else ''})" for r in plan.renames]
+    head += [f"{u.name} -> ? (cannot map: {u.reason})" for u in plan.unmapped]
+    if not head:
+        head.append("no NPU resource name needs renaming")
+    head.append(f"read {plan.scanned_vms} VirtualMachine(s) and {plan.scanned_instances} running instance(s) in "
+                "all namespaces")
+    changes = Table("KIND", "NAMESPACE", "NAME", "FIELD", "OLD", "NEW", "NOTE")
+    kv = plan.kubevirt
+    for c in kv.changes:
+        changes.add_row("KubeVirt", kv.namespace, kv.name, c.field, _short(c.old), _short(c.new),
+                        joined(_notes(c, detail=c.detail), empty=""))
+    for v in plan.vms:
+        for c in v.changes:
+            notes = _notes(c, detail=f"quantity={c.detail}" if c.detail else "", restart=v.running)
+            changes.add_row("VirtualMachine", v.namespace, v.name, c.field, _short(c.old), _short(c.new),
+                            Cell(joined(notes, empty=""), "yellow" if v.running else ""))
+    tables = [changes] if changes.rows else []
+    if plan.instances:
+        running = Table("NAMESPACE", "INSTANCE", "NODE", "OLD NAMES", "VM")
+        for i in plan.instances:
+            running.add_row(i.namespace, i.name, i.node or "<none>", joined(_short(n) for n in i.names),
+                            i.vm or "<standalone>")
+        tables.append(running)
+    tail = []
+    if plan.instances:
+        tail.append("running instances keep the NPUs they started with; each VM takes the new names at its next "
+                    "start (restart it when convenient: `virtctl restart NAME -n NAMESPACE`)")
+    if result is not None and not plan.noop:
+        done = f"renamed in {len(result.changed)} VirtualMachine(s)" + \
+            (" and the KubeVirt CR" if result.kubevirt_changed else "")
+        if result.gone:
+            done += f"; {len(result.gone)} deleted meanwhile ({joined(result.gone)})"
+        if result.restart_needed:
+            done += f"; {len(result.restart_needed)} running VM(s) need a restart to take effect: " \
+                    f"{joined(result.restart_needed)}"
+        tail.append(done)
+    names = [] if kv.noop else [f"kubevirt.kubevirt.io/{kv.name}"]
+    names += [f"virtualmachine.kubevirt.io/{v.name}" for v in plan.vms if not v.noop]
+    return View(kind="ResourceMigration", body=lambda: _migration_body(plan, result), preamble=head, tables=tables,
+                epilogue=tail, names=names)
+
+
+@app.command("migrate-resources", short_help="Rename old NPU resource names everywhere.", epilog=examples(
+    "rblnctl kubevirt migrate-resources --dry-run    # what would be renamed, per object",
+    "rblnctl kubevirt migrate-resources              # new names from the PCI device each old one stood for",
+    "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF --map ATOM_MAX_PT=RBLN-CA25_PF",
+))
+def migrate_resources(
+    ctx: typer.Context,
+    mapping: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="Rename OLD to NEW (repeatable; the rebellions.ai/ prefix is optional) instead "
+                     "of deriving the new names from the PCI devices.", metavar="OLD=NEW", show_default=False),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rename a name some vm-passthrough node still advertises (KubeVirt keeps "
+                           "permitting it too).")
+    ] = False,
+    name: NameOpt = None,
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", help="VirtualMachines per LIST page (as kubectl get --chunk-size).",
+                          min=1, metavar="N")
+    ] = 500,
+    dry_run: DryRunOpt = False,
+    server_dry_run: ServerDryRunOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Rename old NPU resource names in KubeVirt and all VMs."""
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.kubevirt.migrate import MigrateOptions, ResourceMigrator, parse_mapping
+
+    mode = dry_run_mode(dry_run, server_dry_run)
+    pairs = parse_mapping(mapping or [])  # bad input fails before connecting
+    migrator = ResourceMigrator(
+        kube=ctx.obj.kube(),
+        options=MigrateOptions(mapping=pairs, force=force, kubevirt_name=name, kubevirt_namespace=ctx.obj.namespace,
+                               server_dry_run=mode == "server", page_size=chunk_size),
+        on_retry=_on_migrate_retry)
+    plan = migrator.plan()
+
+    def done(result: Any) -> str | None:
+        return None if result.plan.noop else "NPU resources renamed"
+
+    run(Mutation(
+        plan=plan, apply=migrator.apply, refusal="refusing to rename NPU resources",
+        question="Rename NPU resources?", disruptive=False, dry_run=mode, yes=yes, output=output,
+        plan_view=lambda p: _migration_view(p, None), result_view=lambda r: _migration_view(r.plan, r),
+        noop_message="every NPU resource name in use is current; nothing to rename", done_message=done,
+    ))
+
+
+def _on_migrate_retry(what: str, attempt: int, message: str) -> None:
+    from rblnctl.cli.console import info
+
+    info(f"{what} changed while we were writing it (attempt {attempt}); re-reading and retrying")

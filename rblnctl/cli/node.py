@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
@@ -13,6 +14,7 @@ from rblnctl.cli.options import (
     ServerDryRunOpt,
     YesOpt,
     dry_run_mode,
+    examples,
 )
 from rblnctl.cli.status import WatchOpt
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
@@ -26,7 +28,12 @@ app = typer.Typer(
 )
 
 
-@app.command("list")
+@app.command("list", short_help="List NPU nodes and their mode.", epilog=examples(
+    "rblnctl node list",
+    "rblnctl node list -o wide",
+    "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough -o name",
+    "rblnctl node list --watch                        # then every change, until Ctrl-C",
+))
 def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False,
                output: OutputOpt = "table") -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
@@ -276,20 +283,23 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 
 # -- set-mode --------------------------------------------------------------------------------------
 
-SET_MODE_EXAMPLES = """\b
-Examples:
-  rblnctl node set-mode vm n1                     # one node
-  rblnctl node set-mode vm n1 n2 n3 --yes         # a pool, one node at a time
-  rblnctl node set-mode vm -l pool=vm --max-unavailable 25% --yes
-  rblnctl node set-mode container -l pool=vm --continue-on-error --dry-run
-"""
-DRAIN_EXAMPLES = """\b
-Examples:
-  rblnctl node drain n1
-  rblnctl node drain -l pool=train --max-unavailable 2 --yes
-"""
+SET_MODE_EXAMPLES = examples(
+    "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
+    "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
+    "rblnctl node set-mode container gpu-a01 --timeout 20m",
+    "rblnctl node set-mode vm gpu-a01 --force          # also evict NPU VMs and bare pods",
+    "rblnctl node set-mode vm gpu-a01 gpu-a02 gpu-a03 -y   # a pool, one node at a time",
+    "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
+)
+DRAIN_EXAMPLES = examples(
+    "rblnctl node drain gpu-a01",
+    "rblnctl node drain gpu-a01 --all-pods --delete-emptydir-data",
+    "rblnctl node drain gpu-a01 --dry-run=server -o yaml",
+    "rblnctl node drain -l pool=train --max-unavailable 2 -y",
+)
 SelectionArg = Annotated[list[str] | None, typer.Argument(help="The nodes (or -l SELECTOR).", metavar="[NODE]...",
-                                                          show_default=False)]
+                                                          show_default=False,
+                                                          autocompletion=completion.complete_npu_nodes)]
 MaxUnavailableOpt = Annotated[
     str, typer.Option("--max-unavailable", metavar="N|P%", help="How many nodes may be mid-switch at once: a number, "
                       "or a percentage of the selected nodes (rounded down, at least 1).")
@@ -409,10 +419,11 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
                      f"{', '.join(i.node for i in result.failed)}{tail}", result=result).with_details(details)
 
 
-@app.command("set-mode", epilog=SET_MODE_EXAMPLES)
+@app.command("set-mode", short_help="Switch nodes to vm or container mode.", epilog=SET_MODE_EXAMPLES)
 def set_mode(
     ctx: typer.Context,
-    args: Annotated[list[str], typer.Argument(help="The mode (vm or container), then the nodes (or -l SELECTOR); "
+    args: Annotated[list[str], typer.Argument(autocompletion=completion.complete_set_mode_args,
+                                              help="The mode (vm or container), then the nodes (or -l SELECTOR); "
                                               "`NODE MODE` works too.", metavar="MODE [NODE]...",
                                               show_default=False)],
     selector: SelectorOpt = None,
@@ -494,7 +505,7 @@ def _quoted(text: str | None) -> str:
 # -- drain -----------------------------------------------------------------------------------------
 
 
-@app.command("drain", epilog=DRAIN_EXAMPLES)
+@app.command("drain", short_help="Cordon nodes and evict their NPU pods.", epilog=DRAIN_EXAMPLES)
 def drain(
     ctx: typer.Context,
     nodes: SelectionArg = None,

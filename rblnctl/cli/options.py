@@ -22,7 +22,13 @@ def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
 
 def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> Any:
     """The -o/--output option for a command printing the given formats."""
+    from rblnctl.cli.completion import complete_output
+
+    def complete(ctx: typer.Context, incomplete: str) -> list[str]:
+        return complete_output(ctx, incomplete, allowed)
+
     return typer.Option("--output", "-o", metavar="FORMAT", parser=output_parser(allowed),
+                        autocompletion=complete,
                         help=f"Output format: {formats_help} (as kubectl: -o=json and -ojson work too).",
                         show_default=False)
 
@@ -43,6 +49,16 @@ SelectorOpt = Annotated[
     str | None, typer.Option("--selector", "-l", metavar="SELECTOR",
                              help="Label selector, e.g. 'rebellions.ai/npu.workload.config=vm-passthrough'.")
 ]
+
+
+GLOBAL_NOTE = ("Global options (--context, --kubeconfig, -n, --no-headers, -v=N, --no-color, connection flags) may "
+               "go before or after the command; see 'rblnctl --help'.")
+
+
+def examples(*lines: str) -> str:
+    """A command's help epilog: its examples, kept as written, then where the global options are."""
+    body = "\n".join(f"  {line}" for line in lines)
+    return f"\b\nExamples:\n{body}\n\n{GLOBAL_NOTE}"
 
 
 def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:

@@ -1,4 +1,4 @@
-"""`rblnctl preflight`: cluster readiness through the API, or with --local the host it runs on."""
+"""`rblnctl preflight`: cluster readiness through the API (--hosts: and every NPU node's host), or --local."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
+
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import OutputOpt, SelectorOpt
+from rblnctl.cli.options import output_option, SelectorOpt
+from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec
 
 
 class Method(str, enum.Enum):
@@ -34,8 +38,32 @@ RootOpt = Annotated[
     typer.Option("--root", metavar="DIR", help="With --local: directory holding the host's proc/, sys/, dev/ and "
                  f"lib/modules/ (a captured tree) [default: {C.HOST_ROOT}].", show_default=False),
 ]
-NodeOpt = Annotated[str | None, typer.Option("--node", help="Check only this NPU node.", show_default=False)]
+NodeOpt = Annotated[str | None, typer.Option("--node", metavar="NODE", help="Check only this NPU node.",
+                                             show_default=False, autocompletion=completion.complete_npu_nodes)]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on WARN findings too.")]
+PreflightOutputOpt = Annotated[
+    OutputSpec, output_option((*COMMON_FORMATS, Format.junit), f"{FORMATS_HELP}; junit (JUnit XML, for CI)")
+]
+HostsOpt = Annotated[
+    bool, typer.Option("--hosts", help="Also run the host checks of --local on every NPU node, each in a short-lived "
+                       "read-only pod in -n NAMESPACE [default: the operator's namespace, "
+                       f"{C.OPERATOR_NAMESPACE}]; pods are always deleted unless --keep.")
+]
+ImageOpt = Annotated[
+    str | None, typer.Option("--image", metavar="IMAGE", help="With --hosts: the rblnctl image the pods run "
+                             f"[default: {C.HOST_POD_IMAGE_REPOSITORY}:<this version>; see docs/preflight.md].",
+                             show_default=False)
+]
+MaxParallelOpt = Annotated[
+    int | None, typer.Option("--max-parallel", metavar="N", help="With --hosts: at most N pods at once [default: 20].",
+                             show_default=False)
+]
+KeepOpt = Annotated[bool, typer.Option("--keep", help="With --hosts: leave the pods in place (to read them with "
+                                       "kubectl); the report says how to delete them.")]
+PodTimeoutOpt = Annotated[
+    str | None, typer.Option("--timeout", metavar="DURATION", help="With --hosts: how long each pod may take from "
+                             "its creation: seconds or a duration like 90s, 5m [default: 2m].", show_default=False)
+]
 
 
 def preflight(
@@ -46,15 +74,26 @@ def preflight(
     node: NodeOpt = None,
     selector: SelectorOpt = None,
     strict: StrictOpt = False,
-    output: OutputOpt = "table",
+    output: PreflightOutputOpt = "table",
+    hosts: HostsOpt = False,
+    image: ImageOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    keep: KeepOpt = False,
+    timeout: PodTimeoutOpt = None,
 ) -> None:
     """Check that the cluster (or, with --local, this host) is ready for RBLN NPUs in KubeVirt VMs."""
     from rblnctl.cli.output import emit
     from rblnctl.errors import InvalidInput, PreflightFailed
 
+    pod_flags = [f for f, given in (("--image", image is not None), ("--max-parallel", max_parallel is not None),
+                                    ("--keep", keep), ("--timeout", timeout is not None)) if given]
+    if pod_flags and not hosts:
+        raise InvalidInput(f"{', '.join(pod_flags)} only apply to --hosts")
     if local:
         if node or selector:
             raise InvalidInput("--node and --selector pick cluster nodes; --local checks the host it runs on")
+        if hosts:
+            raise InvalidInput("--hosts checks every NPU node through the cluster; --local checks the host it runs on")
         from rblnctl.preflight.host import HostPreflight  # no kubernetes import on this path
 
         at = {"root": root} if root is not None else {}  # the library's default root otherwise
@@ -65,15 +104,36 @@ def preflight(
         from rblnctl.cli.console import waiting
         from rblnctl.preflight.cluster import ClusterPreflight
 
-        with waiting("reading the cluster (nodes, NodeFeatures, KubeVirt, operator)..."):
+        pods = _host_checks(ctx, image, max_parallel, keep, timeout) if hosts else None
+        what = " and running host pods on the NPU nodes" if hosts else ""
+        with waiting(f"reading the cluster (nodes, NodeFeatures, KubeVirt, operator){what}..."):
             report = ClusterPreflight(
-                kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict
+                kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict, hosts=pods
             ).run()
     emit(report_view(report), output)
     failing = report.failed_ids()
     if failing:
         what = "failed or warned" if strict else "failed"
         raise PreflightFailed(f"preflight: {len(failing)} check(s) {what}: {', '.join(failing)}", failed=failing)
+
+
+def _host_checks(ctx: typer.Context, image: str | None, max_parallel: int | None, keep: bool,
+                 timeout: str | None) -> Any:
+    """--hosts flags bound to the library's HostChecks; pods that could not be deleted are named on stderr."""
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import parse_duration
+    from rblnctl.preflight.hosts import HostChecks
+
+    namespace = ctx.obj.namespace or C.OPERATOR_NAMESPACE
+    given = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
+    if timeout is not None:
+        given["timeout_s"] = parse_duration(timeout, option="--timeout")
+
+    def left_behind(pods: list[str]) -> None:
+        warn(f"could not delete {len(pods)} host pod(s); delete them with: kubectl delete pod -n {namespace} "
+             + " ".join(pods))
+
+    return HostChecks(namespace=namespace, keep=keep, on_left_behind=left_behind, **given)
 
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -93,7 +153,8 @@ def report_view(report: Any) -> Any:
     One line per check in the tables (grep FAIL finds every failure); -o wide adds each check's id,
     and the remedies follow the tables, one line each, keyed by check id.
     """
-    from rblnctl.cli.output import Cell, Column, Table, View, to_data
+    from rblnctl.cli.output import Cell, Column, Table, View
+    from rblnctl.preflight.junit import to_junit
     from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, group_checks
 
     def status_cell(status: Any) -> Cell:
@@ -124,9 +185,19 @@ def report_view(report: Any) -> Any:
     tail = ["remedies:", *[f"  {r}" for r in remedies], ""] if remedies else []
     tail.append(f"{s.total} checks: {s.passed} PASS, {s.warned} WARN, {s.failed} FAIL, {s.skipped} SKIP; "
                 f"method {s.method}{'; strict' if s.strict else ''} -> {verdict}")
-    return View(kind="PreflightReport", body=lambda: to_data(report), preamble=head, tables=tables, epilogue=tail)
+    # The report itself is the body: document() takes its to_dict(), built directly, as the document's
+    # fields (a 1,000-node report has 5,000 findings: walking them again costs more than writing them).
+    return View(kind="PreflightReport", body=report, preamble=head, tables=tables, epilogue=tail,
+                junit=lambda: to_junit(report))
 
 
 def register(app: typer.Typer) -> None:
     """Mount `preflight` as a single command on the root app."""
-    app.command("preflight")(preflight)
+    app.command("preflight", short_help="Check the cluster (or this host) is ready.", epilog=examples(
+        "rblnctl preflight                          # the cluster, through the API server",
+        "rblnctl preflight --method dra --strict    # fail on warnings too",
+        "rblnctl preflight --local                  # this host: IOMMU, VFIO modules, NPUs",
+        "rblnctl preflight --hosts --image REGISTRY/rblnctl:TAG   # and every NPU node's host, from pods",
+        "rblnctl preflight --strict -o junit > preflight.xml      # a test report for CI",
+        "rblnctl preflight -o json | jq '.checks[] | select(.status==\"FAIL\")'",
+    ))(preflight)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rblnctl.cli.output import Cell, Column, Table, joined, yes_no
@@ -44,23 +45,31 @@ def _mode_cell(n: Any) -> str:
     return mode + (",deploy.skip" if n.deploy_skip else "")
 
 
-def npu_nodes_table(nodes: list[Any]) -> Table:
-    """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components."""
-    t = Table("NAME", "MODE", "STATUS", "NPUS", "RESOURCES", Column("PRODUCT", wide=True),
-              Column("COMPONENTS", wide=True))
+def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None) -> Table:
+    """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components.
+
+    With `vms` (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
+    """
+    extra = [] if vms is None else ["VMS"]
+    wide_extra = [] if vms is None else [Column("NPU VMS", wide=True)]
+    t = Table("NAME", "MODE", "STATUS", "NPUS", *extra, "RESOURCES", Column("PRODUCT", wide=True),
+              Column("COMPONENTS", wide=True), *wide_extra)
     for n in nodes:
         status = "Ready" if n.ready else "NotReady"
         if not n.schedulable:
             status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
         components = list(n.components) + [f"{c}(paused)" for c in n.paused]
+        held = [] if vms is None else list(vms.get(n.name, []))
         t.add_row(
             n.name,
             _mode_cell(n),
             Cell(status, "" if n.ready and n.schedulable else "yellow" if n.ready else "red"),
             str(sum(n.resources.values())) if n.resources else "0",
+            *([] if vms is None else [str(len(held))]),
             joined(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
             n.product or "<unknown>",
             joined(components),
+            *([] if vms is None else [joined(held)]),
         )
     return t
 

@@ -7,15 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from rblnctl.cli.options import OutputOpt, SelectorOpt
+from rblnctl.cli.options import OutputOpt, SelectorOpt, examples
 
-EXAMPLES = """
-Examples:
-  rblnctl status
-  rblnctl status -o wide
-  rblnctl status --watch
-  rblnctl status -o jsonpath='{.nodes[?(@.mode=="vm-passthrough")].name}'
-"""
+EXAMPLES = examples(
+    "rblnctl status",
+    "rblnctl status -o wide",
+    "rblnctl status --watch",
+    "rblnctl status -o jsonpath='{.nodes[?(@.mode==\"vm-passthrough\")].name}'",
+)
 WatchOpt = Annotated[
     bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a terminal), or print each "
                        "change as a line (piped). Ctrl-C ends it.")
@@ -114,6 +113,7 @@ def view(st: Any) -> Any:
                          for k in st.kubevirt],
             "modes": dict(st.modes),
             "nodes": [node_document(n) for n in st.nodes],
+            "npuVms": {node: list(vms) for node, vms in st.npu_vms.items()},
             "notes": list(st.notes),
         }
 
@@ -129,10 +129,11 @@ def view(st: Any) -> Any:
         lines.append(" ".join(line.split(" ")))
     modes = ", ".join(f"{m}={n}" for m, n in st.modes.items()) or "none"
     lines.append(f"NPU nodes:   {len(st.nodes)} ({modes})")
-    return View(kind="ClusterStatus", body=body, preamble=lines, tables=[npu_nodes_table(st.nodes)] if st.nodes else [],
+    tables = [npu_nodes_table(st.nodes, st.npu_vms)] if st.nodes else []
+    return View(kind="ClusterStatus", body=body, preamble=lines, tables=tables,
                 notes=[f"note: {n}" for n in st.notes], names=[f"node/{n.name}" for n in st.nodes])
 
 
 def register(app: typer.Typer) -> None:
     """Mount the command on the root app."""
-    app.command("status", epilog=EXAMPLES)(status)
+    app.command("status", short_help="Overview: policy, KubeVirt, NPU nodes.", epilog=EXAMPLES)(status)

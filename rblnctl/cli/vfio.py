@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rblnctl.cli import completion
+from rblnctl.cli.options import examples
+
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
 
@@ -37,6 +40,7 @@ class ModeChoice(str, enum.Enum):
 BdfArgs = Annotated[
     list[str] | None,
     typer.Argument(metavar="BDF", help="PCI addresses, DDDD:BB:DD.F or BB:DD.F (domain 0000).",
+                   autocompletion=completion.complete_bdfs,
                    show_default=False),
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every RBLN NPU on this host (instead of naming BDFs).")]
@@ -61,19 +65,52 @@ StateOpt = Annotated[
 ]
 
 
-@app.command("status")
+@app.command("status", short_help="Show NPUs' drivers, IOMMU groups, holders.", epilog=examples(
+    "rblnctl vfio status",
+    "rblnctl vfio status --all-vendors -o wide",
+    "rblnctl vfio status --root /host -o json      # from a debug pod with the host at /host",
+    "rblnctl vfio status --node gpu-a01            # a cluster node's NPUs, from a pod on it",
+))
 def status(
+    ctx: typer.Context,
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
+    node: Annotated[
+        str | None,
+        typer.Option("--node", metavar="NODE", help="Show the NPUs of this cluster node instead: runs this command in "
+                     "a short-lived read-only pod on it, in -n NAMESPACE [default: the operator's namespace, "
+                     f"{C.OPERATOR_NAMESPACE}] (docs/preflight.md, host pods).", show_default=False),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", metavar="IMAGE", help="With --node: the rblnctl image the pod runs "
+                     f"[default: {C.HOST_POD_IMAGE_REPOSITORY}:<this version>].", show_default=False),
+    ] = None,
 ) -> None:
-    """Show NPUs' drivers, IOMMU groups and holders."""
+    """Show NPUs' drivers, IOMMU groups and holders (of this host, or with --node of a cluster node)."""
     from rblnctl.cli.console import info, warn
     from rblnctl.cli.output import emit
-    from rblnctl.host.vfio import vfio_status
+    from rblnctl.errors import InvalidInput
 
-    st = vfio_status(root=root, bdfs=bdfs or (), all_vendors=all_vendors)
+    if node is None:
+        if image is not None:
+            raise InvalidInput("--image only applies to --node")
+        from rblnctl.host.vfio import vfio_status  # no kubernetes import on this path
+
+        st = vfio_status(root=root, bdfs=bdfs or (), all_vendors=all_vendors)
+    else:
+        if root != Path(C.HOST_ROOT):
+            raise InvalidInput("--root reads a host tree here; with --node the pod reads the node's own")
+        from rblnctl.cli.console import waiting
+        from rblnctl.hostpods.vfio import RemoteVfioStatus
+
+        given = {"image": image} if image is not None else {}
+        remote = RemoteVfioStatus(kube=ctx.obj.kube(), node=node, namespace=ctx.obj.namespace or C.OPERATOR_NAMESPACE,
+                                  **given)
+        with waiting(f"running vfio status in a pod on {node}..."):
+            st = remote.run(bdfs or (), all_vendors=all_vendors)
     for w in st.warnings:
         warn(w)
     if not st.devices:
@@ -87,7 +124,11 @@ def status(
     emit(_status_view(st), output)
 
 
-@app.command("bind")
+@app.command("bind", short_help="Bind NPUs to vfio-pci (checked, rolled back).", epilog=examples(
+    "sudo rblnctl vfio bind --all --dry-run        # every sysfs write, none made",
+    "sudo rblnctl vfio bind 0000:3b:00.0 -y",
+    "sudo rblnctl vfio bind --all --load-modules",
+))
 def bind(
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,
@@ -109,7 +150,10 @@ def bind(
              output=output)
 
 
-@app.command("unbind")
+@app.command("unbind", short_help="Give NPUs back to their host driver.", epilog=examples(
+    "sudo rblnctl vfio unbind --all",
+    "sudo rblnctl vfio unbind 0000:3b:00.0 --driver rebellions",
+))
 def unbind(
     bdfs: BdfArgs = None,
     all_devices: Annotated[bool, typer.Option("--all", help="Every RBLN NPU now on vfio-pci.")] = False,
@@ -133,7 +177,10 @@ def unbind(
              yes=yes, output=output)
 
 
-@app.command("recover")
+@app.command("recover", short_help="Re-probe NPUs left without a driver.", epilog=examples(
+    "sudo rblnctl vfio recover --all --dry-run",
+    "sudo rblnctl vfio recover 0000:3b:00.0 --mode vm",
+))
 def recover(
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,
@@ -271,14 +318,4 @@ def _status_view(st: Any) -> Any:
                   d.iommu_group or "<none>", members, "<none>" if d.numa_node is None else str(d.numa_node), dev,
                   holders)
 
-    def body() -> dict:
-        return {"searched": st.searched, "warnings": list(st.warnings), "devices": [{
-            "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
-            "driverOverride": d.driver_override, "iommuGroup": d.iommu_group,
-            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge}
-                             for m in d.group_members],
-            "numaNode": d.numa_node, "vfioDevice": d.vfio_device, "vfioDevicePresent": d.vfio_device_present,
-            "holders": [{"pid": h.pid, "command": h.command, "path": h.path} for h in d.holders],
-        } for d in st.devices]}
-
-    return View(kind="VfioStatus", body=body, tables=[t], names=[f"pci/{d.bdf}" for d in st.devices])
+    return View(kind="VfioStatus", body=st.to_dict, tables=[t], names=[f"pci/{d.bdf}" for d in st.devices])

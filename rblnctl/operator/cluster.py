@@ -12,6 +12,7 @@ from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import CLUSTER_POLICIES, DEPLOYMENTS, PODS, RESOURCE_SLICES, Kube
 from rblnctl.operator.components import component_of_pod
 from rblnctl.operator.policy import Policy, PolicyChoice, choose_active
+from rblnctl.versions import version_from_images, version_from_labels
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,21 @@ def read_operator(kube: Kube, *, namespace: str | None = None) -> OperatorView:
     if namespace:
         ns, source = namespace, "given"
     elif choice.active is not None and choice.active.namespace:
-        ns, source = choice.active.namespace, f"RBLNClusterPolicy {choice.active.name}"
+        ns, source = operator_namespace(choice.active, [])
     else:
         ns, source = _deployment_namespace(kube)
     return OperatorView(choice=choice, crd_installed=crd, namespace=ns, namespace_source=source, notes=tuple(notes))
+
+
+def operator_namespace(policy: Policy | None, deployments: list[dict]) -> tuple[str, str]:
+    """(namespace, why) of the operator's components: the policy's spec.namespace, else the one namespace
+    of the operator Deployments, else rbln-system (the chart's default)."""
+    if policy is not None and policy.namespace:
+        return policy.namespace, f"RBLNClusterPolicy {policy.name}"
+    namespaces = sorted({(d.get("metadata") or {}).get("namespace", "") for d in deployments} - {""})
+    if len(namespaces) == 1:
+        return namespaces[0], f"operator Deployment in {namespaces[0]}"
+    return C.OPERATOR_NAMESPACE, "default"
 
 
 def _deployment_namespace(kube: Kube) -> tuple[str, str]:
@@ -64,10 +76,7 @@ def _deployment_namespace(kube: Kube) -> tuple[str, str]:
     except (NotFound, Forbidden) as e:
         log.debug("cannot list the operator Deployment (%s); assuming namespace %s", e, C.OPERATOR_NAMESPACE)
         return C.OPERATOR_NAMESPACE, "default"
-    namespaces = sorted({(d.get("metadata") or {}).get("namespace", "") for d in deps} - {""})
-    if len(namespaces) == 1:
-        return namespaces[0], f"operator Deployment in {namespaces[0]}"
-    return C.OPERATOR_NAMESPACE, "default"
+    return operator_namespace(None, deps)
 
 
 def component_pods(kube: Kube, view: OperatorView, node: str) -> list[tuple[str, dict]]:
@@ -90,4 +99,26 @@ def node_slices(kube: Kube, node: str, driver: str) -> list[Mapping]:
     try:
         return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver={driver}")
     except NotFound:
+        return []
+
+
+def operator_version(dep: dict) -> tuple[str, str] | None:
+    """(version, source) of an operator Deployment: labels first, then the image tag; None when none is a version.
+
+    The published charts label the Deployment `app.kubernetes.io/version: vX.Y.Z` and
+    `helm.sh/chart: rbln-npu-operator-vX.Y.Z`; the image is `rebellions/rbln-npu-operator:<tag>`
+    (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/templates/_helpers.tpl, release.yaml).
+    """
+    return (version_from_labels(dep, C.OPERATOR_HELM_CHART)
+            or version_from_labels((dep.get("spec") or {}).get("template") or {}, C.OPERATOR_HELM_CHART)
+            or version_from_images(dep, prefer="operator"))
+
+
+def operator_deployments(kube: Kube) -> list[dict]:
+    """The operator Deployments found by their chart label across namespaces ([] when none, or when RBAC
+    forbids listing Deployments: the caller says the version is unknown)."""
+    try:
+        return kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR)
+    except (NotFound, Forbidden) as e:
+        log.debug("cannot list the operator Deployment: %s", e)
         return []

@@ -103,3 +103,38 @@ def component_of_pod(pod: dict, *, base_names: tuple[str, ...] = (C.OPERATOR_BAS
         if app.startswith(base + "-") and app[len(base) + 1:] in known:
             return canonical(app[len(base) + 1:])
     return None
+
+
+def component_of_daemonset(ds: dict, *, base_names: tuple[str, ...] = (C.OPERATOR_BASE_NAME,)) -> str | None:
+    """The operator component a DaemonSet deploys (None: not one), by the rule component_of_pod applies to its pods."""
+    meta = ds.get("metadata") or {}
+    template = ((ds.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    pod = {"metadata": {"labels": template.get("labels") or meta.get("labels") or {},
+                        "ownerReferences": [{"kind": "DaemonSet", "name": meta.get("name", ""), "controller": True}]}}
+    return component_of_pod(pod, base_names=base_names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonSetState:
+    """A component DaemonSet's rollout as its status reports it."""
+
+    namespace: str
+    name: str
+    desired: int
+    ready: int
+    unavailable: int
+
+    @property
+    def ready_all(self) -> bool:
+        """The operator's rule: desired > 0, every pod ready, none unavailable (v0.3.0
+        internal/scope/patch/vfio_manager.go; a DaemonSet with no pod scheduled is never ready)."""
+        return self.desired > 0 and self.ready == self.desired and self.unavailable == 0
+
+
+def daemonset_state(ds: dict) -> DaemonSetState:
+    """Read a DaemonSet's status counts."""
+    meta = ds.get("metadata") or {}
+    st = ds.get("status") or {}
+    return DaemonSetState(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+                          desired=int(st.get("desiredNumberScheduled") or 0), ready=int(st.get("numberReady") or 0),
+                          unavailable=int(st.get("numberUnavailable") or 0))

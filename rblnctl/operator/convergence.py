@@ -99,6 +99,35 @@ def pending(node: Mapping, target: str, policy: Policy, pods: Sequence[tuple[str
     return out
 
 
+def method_pending(node: Mapping, method: str, policy: Policy, pods: Sequence[tuple[str, dict]],
+                   slices: Sequence[Mapping]) -> list[Pending]:
+    """What the operator has not done yet to serve a vm-passthrough `node` by `method` (sandbox or dra) ([] when done).
+
+    `policy` is the one that selects `method`. Everything pending() requires of the vm mode under it
+    (the new allocator's label, Ready pod and output), and the other method gone from the node: no pod
+    of its plugin, terminating ones included, and none of its output - the sandbox plugin's extended
+    resources (allocatable > 0; the kubelet zeroes them when the plugin goes) or the DRA plugin's vfio
+    devices in the node's ResourceSlices of the policy's driver (`slices`).
+    """
+    name = (node.get("metadata") or {}).get("name", "")
+    out = pending(node, C.MODE_VM, policy, pods, slices)
+    old = C.COMP_DRA if method == C.METHOD_SANDBOX else C.COMP_SANDBOX
+    for comp, p in sorted(pods, key=lambda cp: cp[1]["metadata"]["name"]):
+        if comp == old:
+            ref = f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
+            out.append(Pending(kind=Missing.POD, text=f"{old} pod {ref} of the old method still on {name}"))
+    if method == C.METHOD_DRA:
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        for k in sorted(k for k, v in alloc.items() if policy.vm_resources.matches(k) and R.positive(v)):
+            out.append(Pending(kind=Missing.RESOURCE, text=f"allocatable still offers the sandbox plugin's {k}"))
+    else:
+        vfio, _ = dra_devices(slices)
+        if vfio:
+            out.append(Pending(kind=Missing.SLICE, text=(
+                f"ResourceSlices of {policy.dra_driver} still offer vfio devices ({', '.join(vfio[:3])})")))
+    return out
+
+
 def _pods(node: str, target: str, deploy: K.DeployLabels, must: list[str],
           pods: Sequence[tuple[str, dict]]) -> list[Pending]:
     out = []

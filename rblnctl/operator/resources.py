@@ -21,6 +21,9 @@ from rblnctl import constants as C
 from rblnctl.errors import InvalidInput
 
 _SANDBOX = re.compile(r"rebellions\.ai/RBLN-([A-Za-z0-9]+)_(PF|VF)")
+# An old sandbox name that carries its model, as the operator README spells one: `rebellions.ai/ATOM_CA25_PT`
+# (RBLN-SW/rbln-npu-operator@v0.1.0..v0.3.0 README.md).
+_LEGACY_WITH_MODEL = re.compile(r"rebellions\.ai/[A-Za-z0-9]+_((?:CA|CR)[0-9]+)_PT")
 _VF = re.compile(re.escape(C.GENERIC_VF_RESOURCE_PREFIX) + r"\d+")
 
 
@@ -167,3 +170,27 @@ def qualify(name: str) -> str:
 def is_npu_resource(name: str) -> bool:
     """Whether a container resource request is for RBLN NPUs: every release's names share the prefix."""
     return name.startswith(C.RESOURCE_PREFIX)
+
+
+def is_per_product(name: str) -> bool:
+    """Whether `name` follows the later sandbox plugins' scheme, one resource per product: RBLN-<MODEL>_<PF|VF>."""
+    return bool(_SANDBOX.fullmatch(name))
+
+
+def legacy_vm_product(name: str) -> tuple[str, str] | None:
+    """The product card an old sandbox resource name stood for, judged by the name alone, and how it is known.
+
+    `("RBLN-CA25", "name")` when the model is in the name (`ATOM_CA25_PT`); `("RBLN-CA25", "chart-default")`
+    when the name is one of the chart's default resourceList names (ATOM_MAX_PT), which a site may have
+    pointed at another product; None otherwise.
+    """
+    m = _LEGACY_WITH_MODEL.fullmatch(name)
+    if m:
+        return f"RBLN-{m.group(1).upper()}", "name"
+    product = C.LEGACY_SANDBOX_DEFAULTS.get(name)
+    return (product, "chart-default") if product else None
+
+
+def selector_of(device_id: int) -> str:
+    """The KubeVirt pciVendorSelector of an RBLN PCI device ID (`1EFF:1250`)."""
+    return f"{C.PCI_VENDOR_RBLN:04X}:{device_id:04X}"

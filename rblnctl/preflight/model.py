@@ -40,6 +40,22 @@ class CheckResult:
     status: Status
     evidence: str
     remedy: str = ""
+    remedy_command: str = ""  # the command in `remedy`, runnable as given (no placeholders); "" when none
+
+    def to_dict(self) -> dict:
+        """This finding as its document form (camelCase keys, docs/output.md), built directly."""
+        return {"id": self.id, "title": self.title, "scope": self.scope, "status": self.status.value,
+                "evidence": self.evidence, "remedy": self.remedy, "remedyCommand": self.remedy_command}
+
+    @classmethod
+    def from_dict(cls, data: dict, *, scope: str | None = None) -> CheckResult:
+        """A finding from to_dict() data (another rblnctl's report); `scope` replaces the one it carries.
+
+        Raises ValueError or KeyError when the data is not a finding.
+        """
+        return cls(id=str(data["id"]), title=str(data["title"]), scope=scope or str(data["scope"]),
+                   status=Status(data["status"]), evidence=str(data["evidence"]), remedy=str(data.get("remedy") or ""),
+                   remedy_command=str(data.get("remedyCommand") or ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +70,11 @@ class Summary:
     method: str
     strict: bool
     ok: bool
+
+    def to_dict(self) -> dict:
+        """The summary as JSON-ready data."""
+        return {"total": self.total, "passed": self.passed, "warned": self.warned, "failed": self.failed,
+                "skipped": self.skipped, "method": self.method, "strict": self.strict, "ok": self.ok}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +113,12 @@ class PreflightReport:
     def failed_ids(self) -> list[str]:
         """Ids of the failing checks, each once, in check order."""
         return list(dict.fromkeys(c.id for c in self.failing()))
+
+    def to_dict(self) -> dict:
+        """The body of the PreflightReport document (docs/output.md), built directly: a 1,000-node report has
+        5,000 findings, too many to walk by reflection."""
+        return {"target": self.target, "method": self.method, "methodNote": self.method_note,
+                "checks": [c.to_dict() for c in self.checks], "summary": self.summary.to_dict(), "nodes": self.nodes}
 
 
 def make_report(
@@ -159,15 +186,18 @@ class Findings:
 
     items: list[CheckResult] = field(default_factory=list)
 
-    def add(self, id: str, title: str, scope: str, status: Status, evidence: str, remedy: str = "") -> CheckResult:
-        """Append one finding; PASS and SKIP carry no remedy."""
+    def add(self, id: str, title: str, scope: str, status: Status, evidence: str, remedy: str = "",
+            command: str = "") -> CheckResult:
+        """Append one finding; PASS and SKIP carry no remedy. `command` is the remedy's runnable command."""
+        problem = status in (Status.WARN, Status.FAIL)
         result = CheckResult(
             id=id,
             title=title,
             scope=scope,
             status=status,
             evidence=evidence,
-            remedy=remedy if status in (Status.WARN, Status.FAIL) else "",
+            remedy=remedy if problem else "",
+            remedy_command=command if problem else "",
         )
         self.items.append(result)
         return result

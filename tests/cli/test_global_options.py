@@ -139,3 +139,30 @@ def test_end_of_input_at_the_prompt_is_no(apiserver, monkeypatch):
     r = cli("node", "drain", "n1", server=apiserver.url, input="")
     assert r.exit_code == 1 and apiserver.writes() == []
     assert "not confirmed" in r.stderr
+
+
+@pytest.mark.parametrize(("argv", "first"), [
+    (["node", "set-mode", "--bogus"], "error: no such option: --bogus"),
+    (["node", "set-mode"], "error: missing argument 'MODE [NODE]...'"),
+    (["nod"], "error: no such command 'nod'. Did you mean 'node'?"),
+    (["node", "drain", "n1", "--grace-period", "soon"], "error: invalid value for '--grace-period'"),
+])
+def test_usage_errors_read_like_kubectls(argv, first):
+    """One style for every error: `error: ...` in lower case, then where the usage is; no Usage block, exit 2."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "rblnctl", *argv], capture_output=True, text=True, timeout=60)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and r.stdout == ""
+    assert lines[0].startswith(first) and len(lines[0]) < 120, lines
+    path = "rblnctl" if argv == ["nod"] else f"rblnctl node {argv[1]}"
+    assert lines[1:] == [f"See '{path} --help' for usage."]
+
+
+def test_a_group_without_a_command_prints_its_help_and_exits_0():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "rblnctl", "node"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "set-mode" in r.stdout and r.stderr == ""

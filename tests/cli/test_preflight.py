@@ -14,10 +14,10 @@ import yaml
 from tests.fakes import objects as o
 from tests.helpers import cli, closed_port_url
 from tests.fakes import sysfs as ht
-from tests.preflight.test_cluster import nfd_features, seed
+from tests.preflight.cluster_support import nfd_features, seed
 
 REPO = Path(__file__).resolve().parents[2]
-CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy"]
+CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy", "remedyCommand"]
 SUMMARY_KEYS = ["total", "passed", "warned", "failed", "skipped", "method", "strict", "ok"]
 
 
@@ -41,6 +41,7 @@ def assert_schema(data: dict) -> None:
         assert c["status"] in ("PASS", "WARN", "FAIL", "SKIP")
         assert isinstance(c["evidence"], str) and c["evidence"]
         assert (c["remedy"] != "") == (c["status"] in ("WARN", "FAIL"))
+        assert c["remedyCommand"] == "" or c["status"] in ("WARN", "FAIL")
     s = data["summary"]
     assert s["total"] == len(data["checks"]) == s["passed"] + s["warned"] + s["failed"] + s["skipped"]
     assert s["failed"] == sum(c["status"] == "FAIL" for c in data["checks"])
@@ -139,7 +140,7 @@ def test_cluster_healthy_one_screen(apiserver):
     assert lines[0].startswith(
         "method sandbox: auto: RBLNClusterPolicy rbln-cluster-policy enables sandboxDevicePlugin")
     assert "all-3" in r.stdout and "IOMMU enabled" in r.stdout
-    assert lines[-1].startswith("29 checks: ") and lines[-1].endswith("-> ready")
+    assert lines[-1].startswith("30 checks: ") and lines[-1].endswith("-> ready")
     assert not [ln for ln in lines[:-1] if ln.lstrip().startswith(("FAIL", "WARN"))] and r.stderr == ""
 
 
@@ -216,3 +217,124 @@ def test_local_root_that_is_not_a_host_tree_is_bad_input(tmp_path):
     r = cli("preflight", "--local", "--root", str(tmp_path))
     assert r.exit_code == 2
     assert "neither proc/ nor sys/" in r.stderr and r.stdout == ""
+
+
+# -- --hosts ---------------------------------------------------------------------------------------
+
+HOST_LABEL = "rebellions.ai/rblnctl.host-pod"
+
+
+@pytest.fixture
+def host_kubelet(apiserver, tmp_path):
+    from tests.fakes.hostkubelet import HostKubelet
+
+    k = HostKubelet(apiserver, default=ht.build_host(tmp_path / "node-host", ht.intel_bare_metal()).root).start()
+    yield k
+    k.stop()
+    assert k.errors == []
+
+
+def host_pods(apiserver) -> list[dict]:
+    return [p for p in apiserver.list("Pod") if HOST_LABEL in (p["metadata"].get("labels") or {})]
+
+
+def test_hosts_json_merges_host_rows_per_node_and_leaves_no_pod(apiserver, host_kubelet):
+    seed(apiserver, nodes=2)
+    r = cli("preflight", "--hosts", "--image", "registry.local/rblnctl:ci", "--max-parallel", "1", "-o", "json",
+            server=apiserver.url)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert_schema(data)
+    rows = [(c["id"], c["scope"]) for c in data["checks"] if c["id"].startswith("host.")]
+    assert len(rows) == 2 * 11 and {s for _, s in rows} == {"npu-0000", "npu-0001"}
+    assert {c["id"]: c["status"] for c in data["checks"]}["hosts.pods"] == "PASS"
+    [created] = {r.body["spec"]["containers"][0]["image"] for r in apiserver.requests_matching("POST", r"/pods$")}
+    assert created == "registry.local/rblnctl:ci"
+    assert host_pods(apiserver) == [] and host_kubelet.max_alive == 1
+
+
+def test_hosts_namespace_flag_and_keep(apiserver, host_kubelet):
+    seed(apiserver, nodes=1)
+    r = cli("preflight", "--hosts", "-n", "npu-checks", "--keep", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    [pod] = host_pods(apiserver)
+    assert pod["metadata"]["namespace"] == "npu-checks"
+    assert "pods kept (--keep)" in r.stdout and "kubectl delete pods -n npu-checks -l rebellions.ai/rblnctl.run=" in \
+        r.stdout
+
+
+def test_hosts_image_pull_failure_fails_the_run_with_the_reason(apiserver, host_kubelet):
+    seed(apiserver, nodes=2)
+    host_kubelet.image_pull["npu-0001"] = "ImagePullBackOff"
+    r = cli("preflight", "--hosts", server=apiserver.url)
+    assert r.exit_code == 1 and "host.pod" in r.stderr and "hosts.pods" in r.stderr
+    assert "ImagePullBackOff" in r.stdout and host_pods(apiserver) == []
+
+
+@pytest.mark.parametrize("signum, code", [(None, 130), (15, 143)], ids=["ctrl-c", "sigterm"])
+def test_hosts_interrupted_deletes_every_pod(apiserver, host_kubelet, signum, code):
+    import _thread
+    import signal
+
+    from rblnctl.cli.errors import install_signal_handlers
+
+    names = seed(apiserver, nodes=4)
+    host_kubelet.hang.update(names)
+
+    def interrupt_on_third_create(req) -> None:
+        if req.method == "POST" and req.path.endswith("/pods") and \
+                len(apiserver.requests_matching("POST", r"/pods$")) == 3:
+            _thread.interrupt_main() if signum is None else _thread.interrupt_main(signum)
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    install_signal_handlers()
+    unsubscribe = apiserver.on_request(interrupt_on_third_create)
+    try:
+        r = cli("preflight", "--hosts", server=apiserver.url)
+    finally:
+        unsubscribe()
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert r.exit_code == code, r.stdout + r.stderr
+    assert len(host_kubelet.created) == 3 and host_pods(apiserver) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--keep"], "--keep only apply to --hosts"),
+    (["--image", "x", "--max-parallel", "3"], "--image, --max-parallel only apply to --hosts"),
+    (["--hosts", "--local"], "--local checks the host it runs on"),
+    (["--hosts", "--max-parallel", "0"], "--max-parallel must be at least 1"),
+    (["--hosts", "--timeout", "soon"], "--timeout"),
+])
+def test_hosts_flag_misuse_is_a_usage_error(apiserver, args, says):
+    seed(apiserver, nodes=1)
+    r = cli("preflight", *args, server=apiserver.url)
+    assert r.exit_code == 2 and says in r.stderr and r.stdout == ""
+    assert host_pods(apiserver) == []
+
+
+# -- -o junit --------------------------------------------------------------------------------------
+
+
+def test_junit_has_a_testcase_per_check_and_the_exit_code_of_the_run(apiserver):
+    import xml.etree.ElementTree as ET
+
+    seed(apiserver, nodes=2)
+    apiserver.set_version("v1.33.0")
+    r = cli("preflight", "--method", "dra", "-o", "junit", server=apiserver.url)
+    assert r.exit_code == 1
+    root = ET.fromstring(r.stdout)
+    data = json.loads(cli("preflight", "--method", "dra", "-o", "json", server=apiserver.url).stdout)
+    assert int(root.get("tests")) == data["summary"]["total"] == len(root.findall(".//testcase"))
+    assert int(root.get("failures")) == data["summary"]["failed"]
+    [k8s] = [c for c in root.iter("testcase") if c.get("name") == "kubernetes.version"]
+    assert "upgrade Kubernetes to 1.34.0" in k8s.find("failure").text
+
+
+def test_junit_for_local(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    r = cli("preflight", "--local", "--root", tree(tmp_path, ht.intel_bare_metal(dev_kvm=False)), "-o", "junit")
+    assert r.exit_code == 0
+    root = ET.fromstring(r.stdout)
+    assert [s.get("name") for s in root.findall("testsuite")] == ["host"] and root.get("skipped") == "1"

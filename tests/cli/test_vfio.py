@@ -280,7 +280,7 @@ def test_root_that_is_not_a_host_tree_is_exit_2_with_one_line(tmp_path, command,
 @pytest.mark.parametrize("flag", ["--sysfs-root", "--proc-root", "--dev-root", "--run-root"])
 def test_the_four_root_flags_are_gone(flag, tmp_path):
     r = cli("vfio", "status", flag, str(tmp_path))
-    assert r.exit_code == 2 and "No such option" in r.stderr
+    assert r.exit_code == 2 and "no such option" in r.stderr
 
 
 def test_help_derives_defaults_from_the_library():
@@ -443,7 +443,7 @@ def test_recover_refuses_a_device_in_use_and_offers_no_override(lk):
 def test_recover_has_no_force_or_load_modules(lk):
     for flag in ("--force", "--load-modules", "--keep-going", "--driver"):
         r = vfio(lk, "recover", "--all", flag)
-        assert r.exit_code == 2 and "No such option" in r.stderr, flag
+        assert r.exit_code == 2 and "no such option" in r.stderr, flag
     r = vfio(lk, "recover", "--all", "--mode", "gpu")
     assert r.exit_code == 2 and "gpu" in r.stderr
 
@@ -462,3 +462,48 @@ def test_a_device_an_unbind_left_without_a_driver_gets_the_command_that_recovers
     r = vfio(k, "unbind", A, "--yes", "-o", "json")
     assert r.exit_code == 1 and devices(r.stdout)[0]["status"] == "driverless"
     assert f"run `rblnctl vfio recover {A} --mode vm`" in r.stderr
+
+
+# -- vfio status --node: the same status, from a host pod on a cluster node ----------------------------
+
+
+@pytest.fixture
+def node_kubelet(apiserver, tmp_path):
+    from tests.fakes import objects as o
+    from tests.fakes import sysfs as ht
+    from tests.fakes.hostkubelet import HostKubelet
+
+    apiserver.add(o.node("gpu-a01"))
+    kubelet = HostKubelet(apiserver, default=ht.build_host(tmp_path / "node", ht.npu_on_vfio()).root).start()
+    yield kubelet
+    kubelet.stop()
+    assert kubelet.errors == []
+
+
+def test_status_of_a_cluster_node(apiserver, node_kubelet):
+    r = cli("vfio", "status", "--node", "gpu-a01", "-n", "tools", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    devs = devices(r.stdout, "VfioStatus")
+    assert [(d["bdf"], d["driver"], d["vfioDevice"]) for d in devs] == [
+        ("0000:3b:00.0", "vfio-pci", "/dev/vfio/42"), ("0000:5e:00.0", "vfio-pci", "/dev/vfio/43")]
+    assert json.loads(r.stdout)["searched"] == "/sys/bus/pci/devices"
+    [post] = apiserver.requests_matching("POST", r"/namespaces/tools/pods$")
+    assert post.body["spec"]["nodeName"] == "gpu-a01"
+    assert apiserver.list("Pod") == []
+    table = cli("vfio", "status", "--node", "gpu-a01", server=apiserver.url)
+    assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[:3] == ["BDF", "MODEL", "DRIVER"]
+
+
+def test_status_of_a_cluster_node_whose_pod_cannot_run(apiserver, node_kubelet):
+    node_kubelet.unschedulable["gpu-a01"] = "0/1 nodes are available: 1 node(s) were unschedulable."
+    r = cli("vfio", "status", "--node", "gpu-a01", server=apiserver.url)
+    assert r.exit_code == 1 and "cannot be scheduled: 0/1 nodes are available" in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--image", "x"], "--image only applies to --node"),
+    (["--node", "n1", "--root", "/tmp"], "with --node the pod reads the node's own"),
+])
+def test_status_node_flag_misuse(args, says):
+    r = cli("vfio", "status", *args)
+    assert r.exit_code == 2 and says in r.stderr

@@ -439,9 +439,23 @@ def _host_devices(host_devices: Iterable[Any] | None) -> list[dict]:
     return out
 
 
+def dra_host_device(name: str, claim: str = "rbln-npu", request: str = "npu0") -> dict:
+    """A DRA hostDevices entry (KubeVirt >= 1.6: ClaimRequest inlined, no deviceName)."""
+    return {"name": name, "claimName": claim, "requestName": request}
+
+
+def template_claim(name: str, template: str) -> dict:
+    """A resourceClaims entry of a VMI spec naming a ResourceClaimTemplate."""
+    return {"name": name, "resourceClaimTemplateName": template}
+
+
 def vm(namespace: str, name: str, *, host_devices: Iterable[Any] | None = None, running: bool = True,
-       run_strategy: str | None = None, resource_claims: Iterable[dict] | None = None) -> dict:
-    """A VirtualMachine. ``host_devices`` are full dicts or deviceName strings (named npu0, npu1...)."""
+       run_strategy: str | None = None, resource_claims: Iterable[dict] | None = None,
+       node_selector: Mapping[str, str] | None = None, tolerations: Iterable[dict] | None = None,
+       affinity: dict | None = None, node: str | None = None, printable_status: str | None = None) -> dict:
+    """A VirtualMachine. ``host_devices`` are full dicts or deviceName strings (named npu0, npu1...).
+    ``node`` is where a simulated VMI runs (``simulate_kubevirt``: annotation fake.rblnctl.io/node);
+    ``printable_status`` overrides the one the run strategy implies (e.g. ``ErrorUnschedulable``)."""
     tpl_spec: dict[str, Any] = {
         "domain": {"devices": {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}],
                                "interfaces": [{"name": "default", "masquerade": {}}]},
@@ -454,53 +468,86 @@ def vm(namespace: str, name: str, *, host_devices: Iterable[Any] | None = None, 
         tpl_spec["domain"]["devices"]["hostDevices"] = hd
     if resource_claims:
         tpl_spec["resourceClaims"] = list(resource_claims)
+    if node_selector:
+        tpl_spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        tpl_spec["tolerations"] = list(tolerations)
+    if affinity:
+        tpl_spec["affinity"] = dict(affinity)
     strategy = run_strategy or ("Always" if running else "Halted")
     is_running = strategy in ("Always", "RerunOnFailure") and running
+    md = _meta(name, namespace, uid_kind="VirtualMachine",
+               annotations={"fake.rblnctl.io/node": node} if node else None)
     return {
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-        "metadata": _meta(name, namespace, uid_kind="VirtualMachine"),
+        "metadata": md,
         "spec": {"runStrategy": strategy,
                  "template": {"metadata": {"labels": {"kubevirt.io/vm": name}}, "spec": tpl_spec}},
-        "status": {"printableStatus": "Running" if is_running else "Stopped", "ready": is_running,
+        "status": {"printableStatus": printable_status or ("Running" if is_running else "Stopped"),
+                   "ready": is_running and printable_status in (None, "Running"),
                    "created": is_running, "desiredGeneration": 1, "observedGeneration": 1,
                    "runStrategy": strategy},
     }
 
 
-def vmi(namespace: str, name: str, node: str, host_devices: Iterable[Any] | None = None, *,
-        phase: str = "Running") -> dict:
-    """A VirtualMachineInstance on ``node`` (owned by the VM of the same name)."""
+def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any] | None = None, *,
+        phase: str = "Running", resource_claims: Iterable[dict] | None = None,
+        conditions: Iterable[dict] | None = None) -> dict:
+    """A VirtualMachineInstance on ``node`` (None: not scheduled yet; owned by the VM of the same name).
+    ``conditions`` are added to the Ready condition (e.g. Synchronized False with reason FailedCreate)."""
     devices: dict[str, Any] = {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}]}
     hd = _host_devices(host_devices)
     if hd:
         devices["hostDevices"] = hd
-    md = _meta(name, namespace, labels={"kubevirt.io/nodeName": node, "kubevirt.io/vm": name},
-               uid_kind="VirtualMachineInstance")
+    labels = {"kubevirt.io/vm": name, **({"kubevirt.io/nodeName": node} if node else {})}
+    md = _meta(name, namespace, labels=labels, uid_kind="VirtualMachineInstance")
     md["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
                               "uid": stable_uid("VirtualMachine", namespace, name), "controller": True,
                               "blockOwnerDeletion": True}]
-    return {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": md,
-        "spec": {"domain": {"devices": devices, "resources": {"requests": {"memory": "4Gi"}}},
-                 "evictionStrategy": "LiveMigrate"},
-        "status": {"phase": phase, "nodeName": node,
-                   "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False",
-                                   "lastProbeTime": None, "lastTransitionTime": _TS}],
-                   "migrationMethod": "BlockMigration", "qosClass": "Burstable"},
-    }
+    spec: dict[str, Any] = {"domain": {"devices": devices, "resources": {"requests": {"memory": "4Gi"}}},
+                            "evictionStrategy": "LiveMigrate"}
+    if resource_claims:
+        spec["resourceClaims"] = list(resource_claims)
+    status: dict[str, Any] = {"phase": phase,
+                              "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False",
+                                              "lastProbeTime": None, "lastTransitionTime": _TS},
+                                             *(conditions or [])],
+                              "migrationMethod": "BlockMigration", "qosClass": "Burstable"}
+    if node:
+        status["nodeName"] = node
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": md, "spec": spec,
+            "status": status}
 
 
-def virt_launcher(namespace: str, vmi_name: str, node: str, *, resources: Mapping[str, str] | None = None,
-                  suffix: str = "abcde") -> dict:
-    """The virt-launcher pod of a VMI (controller ownerReference to the VMI)."""
-    p = pod(namespace, f"virt-launcher-{vmi_name}-{suffix}", node=node,
+def virt_launcher(namespace: str, vmi_name: str, node: str | None, *, resources: Mapping[str, str] | None = None,
+                  suffix: str = "abcde", claims: Mapping[str, str | None] | None = None) -> dict:
+    """The virt-launcher pod of a VMI (controller ownerReference to the VMI; ``kubevirt.io/created-by`` is
+    the VMI's uid as ``vmi()`` builds it). ``node`` None: Pending, not scheduled. ``claims`` maps the
+    VMI's resourceClaims names to the ResourceClaims made for the pod (None: not made yet), as
+    ``spec.resourceClaims`` + ``status.resourceClaimStatuses``."""
+    p = pod(namespace, f"virt-launcher-{vmi_name}-{suffix}", node=node, phase="Running" if node else "Pending",
             labels={"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi_name,
                     "kubevirt.io/created-by": stable_uid("VirtualMachineInstance", namespace, vmi_name)},
             owner_kind="VirtualMachineInstance", owner_name=vmi_name, requests=resources, limits=resources,
             annotations={"kubevirt.io/domain": vmi_name})
     p["spec"]["containers"][0]["name"] = "compute"
-    p["status"]["containerStatuses"][0]["name"] = "compute"
+    for cs in p["status"].get("containerStatuses") or []:
+        cs["name"] = "compute"
+    if claims:
+        p["spec"]["resourceClaims"] = [{"name": k, "resourceClaimTemplateName": f"{k}-template"} for k in claims]
+        p["status"]["resourceClaimStatuses"] = [{"name": k, **({"resourceClaimName": v} if v else {})}
+                                                for k, v in claims.items()]
     return p
+
+
+def failed_scheduling(pod_obj: dict, message: str, *, name: str | None = None) -> dict:
+    """The Warning event kube-scheduler records for a pod it cannot place (reason FailedScheduling)."""
+    md = pod_obj["metadata"]
+    ev = event(md["namespace"], name or f"{md['name']}.fs0001", involved=pod_obj, reason="FailedScheduling",
+               message=message, type_="Warning")
+    ev["source"] = {"component": "default-scheduler"}
+    ev["reportingComponent"] = "default-scheduler"
+    return ev
 
 
 # --- RBLN operator, NFD, DRA, CRDs ---------------------------------------------------------------
@@ -579,6 +626,55 @@ def resource_slice(node: str, *, driver: str = "npu.rebellions.ai", devices: Ite
             "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1,
                                                                    "resourceSliceCount": 1},
                      "devices": devs}}
+
+
+def resource_claim_template(namespace: str, name: str, *, npus: int = 1,
+                            device_class: str = "vfio-npu.rebellions.ai", managed: bool = True) -> dict:
+    """A ResourceClaimTemplate (resource.k8s.io/v1) with ``npus`` requests npu0.. of one device each,
+    labelled as rblnctl's when ``managed``."""
+    requests = [{"name": f"npu{i}", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                                                 "count": 1}} for i in range(npus)]
+    labels = {"app.kubernetes.io/managed-by": "rblnctl"} if managed else None
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": _meta(name, namespace, labels=labels, uid_kind="ResourceClaimTemplate"),
+            "spec": {"spec": {"devices": {"requests": requests}}}}
+
+
+def resource_claim(namespace: str, name: str, *, npus: int = 1, device_class: str = "vfio-npu.rebellions.ai",
+                   allocated: Iterable[tuple[str, str]] | None = None, driver: str = "npu.rebellions.ai",
+                   pod: dict | None = None) -> dict:
+    """A ResourceClaim as the resourceclaim controller makes it from a template (for ``pod``: owner and
+    annotation). ``allocated`` (node, device) pairs, one per request, give it ``status.allocation`` as the
+    scheduler writes it (results per request, a node selector) and reserve it for the pod; None: unallocated."""
+    requests = [{"name": f"npu{i}", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                                                 "count": 1}} for i in range(npus)]
+    md = _meta(name, namespace, uid_kind="ResourceClaim")
+    status: dict[str, Any] = {}
+    if pod is not None:
+        pmd = pod["metadata"]
+        md["annotations"] = {"resource.kubernetes.io/pod-claim-name": "rbln-npu"}
+        md["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pmd["name"],
+                                  "uid": pmd.get("uid") or stable_uid("Pod", namespace, pmd["name"]),
+                                  "controller": True, "blockOwnerDeletion": True}]
+    if allocated is not None:
+        pairs = list(allocated)
+        nodes = sorted({n for n, _ in pairs})
+        status["allocation"] = {
+            "devices": {"results": [{"request": f"npu{i}", "driver": driver, "pool": n, "device": d}
+                                    for i, (n, d) in enumerate(pairs)]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": nodes}]}]},
+            "allocationTimestamp": _TS,
+        }
+        if pod is not None:
+            status["reservedFor"] = [{"resource": "pods", "name": pod["metadata"]["name"],
+                                      "uid": pod["metadata"].get("uid") or stable_uid("Pod", namespace,
+                                                                                     pod["metadata"]["name"])}]
+    obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": md,
+           "spec": {"devices": {"requests": requests}}}
+    if status:
+        obj["status"] = status
+    return obj
 
 
 def crd(plural: str, group: str, kind: str, scope: str = "Namespaced", *, versions: Iterable[str] = ("v1",),

@@ -17,8 +17,12 @@ can check rblnctl against each layout. What it does, per node carrying an NFD Re
 * Advertising: when the mode's device plugin pod is Ready its resource appears in capacity and
   allocatable (the release's name for the node's product: ``resource_names`` of the release; a
   product the v0.3.0 resourceList does not cover is not advertised); the other mode's resources go
-  as soon as the mode changes. With DRA, a Ready dra-kubelet-plugin publishes a ResourceSlice of
-  ``rbln<N>`` devices (container) or ``vfio-<pci>`` devices (vm).
+  as soon as the mode changes, and the mode's own go when the policy disables its device plugin (the
+  kubelet drops a plugin's devices when it unregisters). With DRA, a Ready dra-kubelet-plugin publishes
+  a ResourceSlice of ``rbln<N>`` devices (container) or ``vfio-<pci>`` devices (vm).
+* DeviceClasses: while the policy enables draKubeletPlugin the operator keeps the class named after
+  ``driverName`` and (NEWER) the passthrough class ``vfio-<driverName>``; it deletes the ones it made
+  when draKubeletPlugin is disabled (v0.3.0 dra_kubelet_plugin.go CleanUp).
 * NEWER only: while a vfio-manager pod is not Ready, its driver manager holds the node's other vm
   deploy labels at ``paused-for-driver-upgrade`` and restores them when it is.
 * ``roll(node, component)`` deletes and recreates a component pod (a DaemonSet rollout).
@@ -163,6 +167,7 @@ class SimulatedOperator:
                 for node in self.server.list("Node"):
                     self._converge(node, policy)
                 self._sync_daemonsets()
+                self._sync_device_classes(policy)
             except Exception as exc:  # noqa: BLE001 - surfaced through .errors
                 self.errors.append(repr(exc))
                 raise
@@ -260,13 +265,32 @@ class SimulatedOperator:
                 labels[key] = "true"
 
     def _advertised(self, mode: str | None, policy: dict, product: str) -> set[str]:
-        if mode == o.MODE_CONTAINER:
+        if mode == o.MODE_CONTAINER and self.enabled(policy, "device-plugin"):
             res = self.release.container_resource(policy, product)
-        elif mode == o.MODE_VM:
+        elif mode == o.MODE_VM and self.enabled(policy, "sandbox-device-plugin"):
             res = self.release.vm_resource(policy, product)
         else:
             res = None
         return {res} if res else set()
+
+    def _sync_device_classes(self, policy: dict) -> None:
+        """The DRA DeviceClasses exist while draKubeletPlugin is enabled; the ones the operator made go with it."""
+        driver = ((policy.get("spec") or {}).get("draKubeletPlugin") or {}).get("driverName") or DRA_DRIVER
+        names = [driver] + ([f"vfio-{driver}"] if self.release.dra_in_vm else [])
+        on = self.enabled(policy, "dra-kubelet-plugin")
+        for name in names:
+            existing = self.server.get("DeviceClass", name)
+            mine = existing is not None and (existing["metadata"].get("annotations") or {}).get(
+                "fake.rblnctl.io/component") == "dra-kubelet-plugin"
+            if on and existing is None:
+                dc = o.deviceclass(name, driver=driver)
+                dc["metadata"]["annotations"] = {"fake.rblnctl.io/component": "dra-kubelet-plugin"}
+                try:
+                    self.server.add(dc)
+                except ValueError:
+                    pass  # raced with another step
+            elif not on and mine:
+                self.server.delete("DeviceClass", name)
 
     def _pod_name(self, comp: str, node: str, base: str) -> str:
         return f"{self.release.daemonset_name(comp, base)}-{node}"

@@ -130,7 +130,9 @@ class Release:
                 "driver": {"enabled": True},
                 "devicePlugin": _component(device_plugin, image="k8s-device-plugin", version="v0.4.2",
                                            useGenericResourceName=True),
-                "draKubeletPlugin": _component(dra, image="k8s-dra-driver-npu", version="v0.1.2",
+                # v0.2.1: the documentation's floor for VFIO passthrough (the chart at op@02a4d9a7 still
+                # rendered v0.1.2, which has no vfio support; the release this layout models passes through).
+                "draKubeletPlugin": _component(dra, image="k8s-dra-driver-npu", version="v0.2.1",
                                                driverName="npu.rebellions.ai"),
                 "metricsExporter": _component(True, image="rbln-metrics-exporter"),
                 "npuFeatureDiscovery": _component(True, image="rbln-npu-feature-discovery"),

@@ -262,3 +262,40 @@ def test_stop_cancels_pending_readiness(apiserver):
     assert op.wait_idle(0)  # nothing queued: the change reached no reconciler
     assert "vfio-manager" not in component_pods(apiserver, "n1")
     assert deploy_labels(apiserver, "n1") == labels_for(NEWER, "container")  # the container labels stay
+
+
+def test_a_policy_switching_sandbox_and_dra_rolls_the_vm_plugins(apiserver):
+    """The simulated operator follows sandboxDevicePlugin / draKubeletPlugin on vm-passthrough nodes: the old
+    plugin's pod and output go, the new one's come; the DRA DeviceClasses live while draKubeletPlugin is on."""
+    apiserver.add(NEWER.policy(vfio_manager=True, sandbox=True), o.npu_node("n1", mode="vm-passthrough"))
+    op = SimulatedOperator(apiserver, auto=False, release=NEWER).start()
+    try:
+        for _ in range(3):
+            op.step()
+        assert set(component_pods(apiserver, "n1")) == {"vfio-manager", "sandbox-device-plugin"}
+        assert npu_resources(apiserver, "n1") == {"rebellions.ai/RBLN-CA22_PF": "2"}
+        assert apiserver.list("DeviceClass") == []
+        apiserver.mutate("RBLNClusterPolicy", "rbln-cluster-policy", fn=lambda p: p["spec"].update(
+            {"sandboxDevicePlugin": {"enabled": False}, "draKubeletPlugin": {"enabled": True}}))
+        for _ in range(3):
+            op.step()
+        assert set(component_pods(apiserver, "n1")) == {"vfio-manager", "dra-kubelet-plugin"}
+        assert npu_resources(apiserver, "n1") == {}
+        assert sorted(d["metadata"]["name"] for d in apiserver.list("DeviceClass")) == [
+            "npu.rebellions.ai", "vfio-npu.rebellions.ai"]
+        apiserver.mutate("RBLNClusterPolicy", "rbln-cluster-policy", fn=lambda p: p["spec"].update(
+            {"sandboxDevicePlugin": {"enabled": True}, "draKubeletPlugin": {"enabled": False}}))
+        for _ in range(3):
+            op.step()
+        assert set(component_pods(apiserver, "n1")) == {"vfio-manager", "sandbox-device-plugin"}
+        assert npu_resources(apiserver, "n1") == {"rebellions.ai/RBLN-CA22_PF": "2"}
+        assert apiserver.list("DeviceClass") == [] and apiserver.list("ResourceSlice") == []
+    finally:
+        op.stop()
+
+
+def test_device_classes_the_operator_did_not_make_are_left_alone(apiserver):
+    apiserver.add(o.cluster_policy(dra=False), o.deviceclass("npu.rebellions.ai"))
+    with SimulatedOperator(apiserver, auto=False) as op:
+        op.step()
+        assert [d["metadata"]["name"] for d in apiserver.list("DeviceClass")] == ["npu.rebellions.ai"]

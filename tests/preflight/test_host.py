@@ -1,4 +1,4 @@
-"""Host checks (`preflight --local`) on simulated host trees, and once read-only on this machine's real /."""
+"""HostPreflight (`preflight --local`) end to end: a healthy host, --strict, --method, a bad root, the real /."""
 
 from __future__ import annotations
 
@@ -7,27 +7,10 @@ from pathlib import Path
 import pytest
 
 from rblnctl.errors import InvalidInput
-from rblnctl.preflight.host import HostPreflight, gather_host_facts
+from rblnctl.preflight.host import HostPreflight
 from rblnctl.preflight.model import Status
 from tests.fakes import sysfs as ht
-from tests.fakes.sysfs import Npu, PciDev
-
-HOST_IDS = [
-    "host.iommu.firmware", "host.iommu.kernel", "host.iommu.cmdline", "host.virt", "host.vfio.modules",
-    "host.vfio.device", "host.kvm", "host.npu.present", "host.npu.driver", "host.npu.iommu-group", "host.npu.in-use",
-]
-
-
-def run(tmp_path: Path, spec: ht.HostSpec, **kw):
-    k = ht.build_host(tmp_path / "host", spec)
-    return HostPreflight(root=k.root, **kw).run()
-
-
-def by_id(report) -> dict:
-    out = {c.id: c for c in report.checks}
-    assert len(out) == len(report.checks), "host check ids are unique"
-    return out
-
+from tests.preflight.host_support import HOST_IDS, by_id, run
 
 def test_intel_bare_metal_all_pass(tmp_path):
     report = run(tmp_path, ht.intel_bare_metal())
@@ -42,149 +25,6 @@ def test_intel_bare_metal_all_pass(tmp_path):
     assert c["host.npu.present"].evidence == "2 RBLN NPUs: 2x CA22 PF"
     assert "0000:3b:00.0:42" in c["host.npu.iommu-group"].evidence
     assert all(r.remedy == "" for r in report.checks)
-
-
-def test_amd_iommu_off_in_kernel(tmp_path):
-    c = by_id(run(tmp_path, ht.amd_iommu_off()))
-    assert c["host.iommu.firmware"].status == Status.PASS and "IVRS" in c["host.iommu.firmware"].evidence
-    assert c["host.iommu.kernel"].status == Status.FAIL
-    cmd = c["host.iommu.cmdline"]
-    assert cmd.status == Status.FAIL
-    assert "amd_iommu=off" in cmd.evidence
-    assert "amd_iommu=on" in cmd.remedy and "intel_iommu" not in cmd.remedy  # the AMD parameter, not Intel's
-    assert "amd_iommu=on" in c["host.iommu.kernel"].remedy
-    assert c["host.npu.iommu-group"].status == Status.FAIL and "0000:c1:00.0" in c["host.npu.iommu-group"].evidence
-    assert c["host.virt"].status == Status.PASS
-
-
-def test_amd_without_parameter_but_iommu_on_by_default(tmp_path):
-    spec = ht.amd_iommu_off(cmdline="root=/dev/sda1 ro", iommu_units=("ivhd0",), extra_groups=("0", "1", "2"),
-                            npus=(Npu("0000:c1:00.0", group="9"),))
-    c = by_id(run(tmp_path, spec))
-    assert c["host.iommu.cmdline"].status == Status.PASS
-    evidence = c["host.iommu.cmdline"].evidence
-    assert "on by default" in evidence and "iommu=pt not set" in evidence
-    assert c["host.iommu.kernel"].status == Status.PASS
-
-
-def test_intel_parameter_off_fails_with_exact_parameter(tmp_path):
-    c = by_id(run(tmp_path, ht.intel_bare_metal(cmdline="root=/dev/sda1 intel_iommu=off", extra_groups=(),
-                                                 iommu_units=(), npus=())))
-    assert c["host.iommu.cmdline"].status == Status.FAIL
-    assert "`intel_iommu=on`" in c["host.iommu.cmdline"].remedy and "update-grub" in c["host.iommu.cmdline"].remedy
-    assert c["host.iommu.kernel"].status == Status.FAIL
-
-
-def test_bare_metal_without_dmar_fails_firmware(tmp_path):
-    c = by_id(run(tmp_path, ht.intel_bare_metal(acpi_tables=("APIC", "FACP"))))
-    assert c["host.iommu.firmware"].status == Status.FAIL
-    assert "VT-d" in c["host.iommu.firmware"].remedy and "BIOS" in c["host.iommu.firmware"].remedy
-
-
-def test_vm_without_viommu(tmp_path):
-    report = run(tmp_path, ht.vm_without_viommu())
-    c = by_id(report)
-    virt = c["host.virt"]
-    assert virt.status == Status.FAIL
-    assert "hypervisor CPU flag set" in virt.evidence and "QEMU" in virt.evidence
-    assert "vIOMMU" in virt.remedy and "intel-iommu" in virt.remedy
-    assert c["host.iommu.firmware"].status == Status.FAIL and "see host.virt" in c["host.iommu.firmware"].remedy
-    assert c["host.iommu.kernel"].status == Status.FAIL
-    assert c["host.npu.iommu-group"].status == Status.FAIL
-    assert not report.summary.ok
-
-
-def test_vm_with_viommu_passes(tmp_path):
-    c = by_id(run(tmp_path, ht.vm_with_viommu()))
-    assert c["host.virt"].status == Status.PASS and "with a vIOMMU" in c["host.virt"].evidence
-    assert c["host.iommu.firmware"].status == Status.PASS
-    assert c["host.iommu.cmdline"].status == Status.PASS
-
-
-def test_vm_detected_from_dmi_without_cpu_flag(tmp_path):
-    c = by_id(run(tmp_path, ht.vm_without_viommu(hypervisor=False)))
-    assert c["host.virt"].status == Status.FAIL and "no hypervisor CPU flag" in c["host.virt"].evidence
-
-
-def test_modules_missing(tmp_path):
-    c = by_id(run(tmp_path, ht.modules_missing()))
-    mods = c["host.vfio.modules"]
-    assert mods.status == Status.FAIL
-    assert "vfio missing" in mods.evidence and "vfio_pci missing" in mods.evidence
-    assert "vfio_iommu_type1 missing" in mods.evidence
-    assert "modprobe vfio_pci" in mods.remedy
-    assert c["host.vfio.device"].status == Status.FAIL
-
-
-def test_builtin_modules_count_as_present(tmp_path):
-    builtin = ("kernel/drivers/vfio/vfio.ko", "kernel/drivers/vfio/pci/vfio-pci.ko",
-               "kernel/drivers/vfio/vfio_iommu_type1.ko")
-    c = by_id(run(tmp_path, ht.intel_bare_metal(loaded=("kvm",), builtin=builtin)))
-    assert c["host.vfio.modules"].status == Status.PASS
-    assert c["host.vfio.modules"].evidence == "vfio built-in, vfio_pci built-in, vfio_iommu_type1 built-in"
-
-
-def test_missing_module_without_builtin_list_is_only_a_warning(tmp_path):
-    c = by_id(run(tmp_path, ht.intel_bare_metal(loaded=("vfio", "vfio_pci"), write_builtin=False)))
-    mods = c["host.vfio.modules"]
-    assert mods.status == Status.WARN  # may be built in: never guessed as missing
-    assert "modules.builtin not readable" in mods.evidence and "modprobe vfio_iommu_type1" in mods.remedy
-
-
-def test_no_npus(tmp_path):
-    c = by_id(run(tmp_path, ht.no_npus()))
-    assert c["host.npu.present"].status == Status.FAIL and "lspci -d 1eff:" in c["host.npu.present"].remedy
-    assert [c[i].status for i in ("host.npu.driver", "host.npu.iommu-group", "host.npu.in-use")] == [Status.SKIP] * 3
-
-
-def test_npu_on_rebellions_held_open(tmp_path):
-    c = by_id(run(tmp_path, ht.npu_on_rebellions()))
-    drv = c["host.npu.driver"]
-    assert drv.status == Status.PASS
-    assert "0000:3b:00.0 CA22 PF on rebellions" in drv.evidence and "vfio-pci" not in drv.evidence.split(";")[0]
-    used = c["host.npu.in-use"]
-    assert used.status == Status.PASS
-    assert "pid 4242 (python3 serve.py --npu 0) /dev/rbln0" in used.evidence
-    assert "must stop before the node switches to vm-passthrough" in used.evidence
-    assert "0000:5e:00.0" not in used.evidence  # rbln1 is not open
-
-
-def test_npu_on_vfio_in_use_by_vm(tmp_path):
-    c = by_id(run(tmp_path, ht.npu_on_vfio()))
-    assert "0000:3b:00.0 CA22 PF on vfio-pci (ready for passthrough)" in c["host.npu.driver"].evidence
-    used = c["host.npu.in-use"]
-    assert used.status == Status.PASS
-    assert used.evidence.startswith("in use through VFIO") and "pid 5151" in used.evidence
-    assert "/dev/vfio/42" in used.evidence
-
-
-def test_unbound_and_foreign_driver_warn(tmp_path):
-    npus = (Npu("0000:3b:00.0", driver=None, group="42"), Npu("0000:5e:00.0", driver="pci-stub", group="43"))
-    c = by_id(run(tmp_path, ht.intel_bare_metal(npus=npus)))
-    drv = c["host.npu.driver"]
-    assert drv.status == Status.WARN
-    assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
-    assert "rblnctl vfio bind" in drv.remedy
-    assert drv.remedy.startswith("`rblnctl vfio recover 0000:3b:00.0` re-probes NPUs left without a driver")
-
-
-def test_npus_on_another_driver_are_not_sent_to_recover(tmp_path):
-    npus = (Npu("0000:3b:00.0", driver="pci-stub", group="42"),)
-    drv = by_id(run(tmp_path, ht.intel_bare_metal(npus=npus)))["host.npu.driver"]
-    assert drv.status == Status.WARN and "recover" not in drv.remedy
-
-
-def test_shared_iommu_group_warns(tmp_path):
-    other = PciDev("0000:3b:00.1", 0x8086, 0x1572, 0x020000, "42", driver="i40e")
-    c = by_id(run(tmp_path, ht.intel_bare_metal(others=(other,))))
-    g = c["host.npu.iommu-group"]
-    assert g.status == Status.WARN
-    assert "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)" in g.evidence
-
-
-def test_missing_dev_kvm_warns(tmp_path):
-    c = by_id(run(tmp_path, ht.intel_bare_metal(dev_kvm=False)))
-    assert c["host.kvm"].status == Status.WARN and "VT-x" in c["host.kvm"].remedy
 
 
 def test_strict_turns_warnings_into_failures(tmp_path):
@@ -209,13 +49,6 @@ def test_root_must_be_a_directory(tmp_path):
         HostPreflight(root=tmp_path / "file").run()
 
 
-def test_facts_of_fixture(tmp_path):
-    f = gather_host_facts(ht.build_host(tmp_path / "h", ht.amd_iommu_off()).root)
-    assert f.cpu_vendor == "amd" and f.hypervisor_flag is False and f.iommu_groups == 0
-    assert f.kernel_release == "6.8.0-45-generic" and f.acpi_tables == ["IVRS"]
-    assert [n.bdf for n in f.npus] == ["0000:c1:00.0"]
-
-
 def test_real_root_read_only():
     """This machine's real /proc and /sys: whatever it finds, the run completes and reports every check."""
     report = HostPreflight(root=Path("/")).run()
@@ -223,127 +56,3 @@ def test_real_root_read_only():
     assert all(isinstance(c.status, Status) and c.evidence for c in report.checks)
     assert all(c.remedy for c in report.checks if c.status in (Status.WARN, Status.FAIL))
 
-
-def test_vm_with_intel_viommu_ignores_amd_iommu_off(tmp_path):
-    """amd_iommu=off cannot affect a QEMU intel-iommu (DMAR) vIOMMU: the working guest must not FAIL."""
-    c = by_id(run(tmp_path, ht.vm_with_viommu(cmdline="root=/dev/vda1 ro amd_iommu=off intel_iommu=on")))
-    assert c["host.iommu.cmdline"].status == Status.PASS, c["host.iommu.cmdline"]
-    assert "intel_iommu=on" in c["host.iommu.cmdline"].evidence
-
-
-def test_vm_with_virtio_iommu_ignores_intel_iommu_off(tmp_path):
-    spec = ht.vm_with_viommu(acpi_tables=("APIC", "VIOT"), iommu_units=("virtio-iommu0",),
-                             cmdline="root=/dev/vda1 ro intel_iommu=off")
-    c = by_id(run(tmp_path, spec))
-    assert c["host.iommu.cmdline"].status == Status.PASS, c["host.iommu.cmdline"]
-
-
-def test_vm_with_intel_viommu_and_intel_iommu_off_still_fails(tmp_path):
-    c = by_id(run(tmp_path, ht.vm_with_viommu(cmdline="root=/dev/vda1 ro intel_iommu=off")))
-    assert c["host.iommu.cmdline"].status == Status.FAIL and "`intel_iommu=on`" in c["host.iommu.cmdline"].remedy
-
-
-def test_unknown_cpu_vendor_remedy_names_whole_parameters(tmp_path):
-    spec = ht.intel_bare_metal(cpu_vendor="CentaurHauls", cmdline="ro", extra_groups=(), iommu_units=(), npus=())
-    c = by_id(run(tmp_path, spec))
-    r = c["host.iommu.kernel"].remedy
-    assert "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)" in r, r
-
-
-# --- every branch of the host IOMMU checks, each produced by a host shape (issue 15) ------------------------
-# Each test pins one branch (status and the words only that branch says); removing the branch fails it.
-
-
-def check(tmp_path, spec, check_id):
-    return by_id(run(tmp_path, spec))[check_id]
-
-
-@pytest.mark.parametrize(("spec", "status", "says"), [
-    (ht.intel_bare_metal(), Status.PASS, "ACPI DMAR table present (GenuineIntel)"),
-    (ht.intel_bare_metal(acpi_tables=()), Status.WARN, "no /sys/firmware/acpi/tables"),
-    (ht.vm_without_viommu(), Status.FAIL, "VM and no DMAR/IVRS/VIOT ACPI table"),
-    (ht.intel_bare_metal(acpi_tables=("APIC", "IVRS")), Status.FAIL, "no DMAR ACPI table (GenuineIntel)"),
-    (ht.vm_with_viommu(acpi_tables=("APIC", "VIOT")), Status.PASS, "ACPI VIOT table present"),  # any table in a VM
-    (ht.intel_bare_metal(cpu_vendor="CentaurHauls", acpi_tables=("IVRS",)), Status.PASS, "ACPI IVRS table"),
-])
-def test_iommu_firmware_branches(tmp_path, spec, status, says):
-    c = check(tmp_path, spec, "host.iommu.firmware")
-    assert (c.status, says in c.evidence) == (status, True), c
-
-
-@pytest.mark.parametrize(("spec", "status", "says", "remedy"), [
-    (ht.intel_bare_metal(), Status.PASS, "5 IOMMU groups; IOMMU units dmar0, dmar1", ""),
-    (ht.groups_without_units(), Status.WARN, "5 IOMMU groups but /sys/class/iommu is empty", "dpdk-devbind"),
-    (ht.units_without_groups(), Status.FAIL, "IOMMU units dmar0, dmar1 but /sys/kernel/iommu_groups has no groups",
-     "dmesg"),
-    (ht.amd_iommu_off(), Status.FAIL, "has no groups: the kernel runs without an IOMMU", "`amd_iommu=on iommu=pt`"),
-    (ht.vm_without_viommu(), Status.FAIL, "the kernel runs without an IOMMU", "see host.virt"),
-    (ht.vm_without_viommu(iommu_units=("dmar0",)), Status.FAIL, "IOMMU units dmar0 but", "see host.virt"),
-])
-def test_iommu_kernel_branches(tmp_path, spec, status, says, remedy):
-    c = check(tmp_path, spec, "host.iommu.kernel")
-    assert c.status == status and says in c.evidence and remedy in c.remedy, c
-
-
-def test_many_iommu_units_are_summarised(tmp_path):
-    c = check(tmp_path, ht.intel_bare_metal(iommu_units=tuple(f"dmar{i}" for i in range(6))), "host.iommu.kernel")
-    assert c.evidence.endswith("IOMMU units dmar0, dmar1, dmar2, dmar3 +2")
-
-
-@pytest.mark.parametrize(("spec", "status", "says"), [
-    (ht.intel_bare_metal(cmdline=None), Status.WARN, "/proc/cmdline is not readable"),
-    (ht.intel_bare_metal(cmdline="ro intel_iommu=off"), Status.FAIL, "intel_iommu=off on the kernel command line"),
-    (ht.intel_bare_metal(cmdline="ro intel_iommu=on iommu=off"), Status.FAIL, "iommu=off on the kernel command line"),
-    (ht.intel_bare_metal(cmdline="ro intel_iommu=on,sm_on"), Status.PASS, "intel_iommu=on,sm_on; iommu=pt not set"),
-    (ht.intel_bare_metal(cmdline="ro amd_iommu=off"), Status.PASS, "not given, but the kernel turns the Intel IOMMU"),
-    (ht.intel_bare_metal(cmdline="ro -- intel_iommu=off"), Status.PASS, "not given"),  # after --: init's, not ours
-    (ht.vm_with_viommu(acpi_tables=("VIOT",), cmdline="ro"), Status.PASS, "virtio-iommu (ACPI VIOT) needs no"),
-    (ht.vm_without_viommu(), Status.FAIL, "VM without IOMMU groups; no IOMMU parameter"),
-    (ht.intel_bare_metal(cmdline="ro", extra_groups=(), npus=()), Status.FAIL, "intel_iommu=on not on the kernel"),
-    (ht.intel_bare_metal(cpu_vendor="CentaurHauls", cmdline="ro", extra_groups=(), npus=()), Status.WARN,
-     "not on the kernel command line (CentaurHauls)"),
-    (ht.vm_without_viommu(cmdline="ro amd_iommu=off"), Status.FAIL, "amd_iommu=off"),  # no vIOMMU model: both count
-])
-def test_iommu_cmdline_branches(tmp_path, spec, status, says):
-    c = check(tmp_path, spec, "host.iommu.cmdline")
-    assert c.status == status and says in c.evidence, c
-
-
-@pytest.mark.parametrize(("spec", "status", "says"), [
-    (ht.intel_bare_metal(cpu_flags=False, dmi=None), Status.WARN, "cannot tell bare metal from a VM"),
-    (ht.intel_bare_metal(cpu_flags=False), Status.PASS, "bare metal (no CPU flags in /proc/cpuinfo; DMI Dell Inc."),
-    (ht.vm_with_viommu(), Status.PASS, "with a vIOMMU: 4 IOMMU groups"),
-    (ht.vm_without_viommu(), Status.FAIL, "without a vIOMMU: no IOMMU groups"),
-    (ht.intel_bare_metal(cpu_flags=False, dmi=("QEMU", "Standard PC (Q35 + ICH9, 2009)")), Status.PASS,
-     "VM (no CPU flags in /proc/cpuinfo; DMI QEMU"),  # DMI alone says VM where cpuinfo has no flags
-])
-def test_virt_branches(tmp_path, spec, status, says):
-    c = check(tmp_path, spec, "host.virt")
-    assert c.status == status and says in c.evidence, c
-
-
-@pytest.mark.parametrize(("spec", "status", "says"), [
-    (ht.units_without_groups(), Status.FAIL, "no IOMMU group: 0000:3b:00.0, 0000:5e:00.0"),
-    (ht.group_with_bridge_and_host_device(), Status.WARN,
-     "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)"),
-    (ht.group_with_bridge_only(), Status.PASS, "own IOMMU groups (0000:3b:00.0:42, 0000:5e:00.0:43)"),
-    (ht.intel_bare_metal(npus=(ht.Npu("0000:3b:00.0", group="42"), ht.Npu("0000:3b:00.1", 0x1221, group="42"))),
-     Status.PASS, "own IOMMU groups"),  # two functions of one card share a group: they go to a VM together
-])
-def test_npu_iommu_group_branches(tmp_path, spec, status, says):
-    c = check(tmp_path, spec, "host.npu.iommu-group")
-    assert c.status == status and says in c.evidence, c
-    assert "0000:3a:00.0" not in c.evidence  # the bridge is never named
-
-
-def test_in_between_shapes_are_whole_hosts_the_binder_can_use(tmp_path):
-    """The same fixture that makes preflight WARN makes vfio bind refuse, naming the NIC and not the bridge."""
-    from rblnctl.host.vfio import VfioBinder
-    from tests.fakes.clock import FakeClock
-
-    k = ht.build_host(tmp_path / "h", ht.group_with_bridge_and_host_device())
-    plan = VfioBinder(root=k.root, state_file=k.root / "s.json", is_root=lambda: True, writer=k.writer,
-                      clock=FakeClock()).plan("bind", ["0000:3b:00.0"])
-    [text] = [str(b) for b in plan.blockers]
-    assert "IOMMU group 42 of 0000:3b:00.0 is not viable: 0000:3b:00.1 (8086:1572) on i40e" in text
-    assert "0000:3a:00.0" not in text

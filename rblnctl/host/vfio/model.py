@@ -195,3 +195,32 @@ class VfioStatus:
     devices: tuple[DeviceStatus, ...]
     warnings: tuple[str, ...] = ()
     searched: str = ""  # the PCI devices directory that was listed
+
+    def to_dict(self) -> dict:
+        """The body of the VfioStatus document (docs/output.md), camelCase keys."""
+        return {"searched": self.searched, "warnings": list(self.warnings), "devices": [{
+            "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
+            "driverOverride": d.driver_override, "iommuGroup": d.iommu_group,
+            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge}
+                             for m in d.group_members],
+            "numaNode": d.numa_node, "vfioDevice": d.vfio_device, "vfioDevicePresent": d.vfio_device_present,
+            "holders": [{"pid": h.pid, "command": h.command, "path": h.path} for h in d.holders],
+        } for d in self.devices]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> VfioStatus:
+        """Read to_dict() data back (a VfioStatus document another rblnctl printed).
+
+        Raises KeyError, TypeError or ValueError when the data is not one.
+        """
+        return cls(searched=str(data["searched"]), warnings=tuple(str(w) for w in data["warnings"]), devices=tuple(
+            DeviceStatus(
+                bdf=str(d["bdf"]), ids=str(d["ids"]), model=d["model"], function=d["function"], driver=d["driver"],
+                driver_override=d["driverOverride"], iommu_group=d["iommuGroup"],
+                group_members=tuple(GroupMember(bdf=str(m["bdf"]), ids=str(m["ids"]), driver=m["driver"],
+                                                bridge=bool(m["bridge"])) for m in d["groupMembers"]),
+                numa_node=None if d["numaNode"] is None else int(d["numaNode"]), vfio_device=d["vfioDevice"],
+                vfio_device_present=bool(d["vfioDevicePresent"]),
+                holders=tuple(Holder(pid=int(h["pid"]), command=str(h["command"]), path=str(h["path"]))
+                              for h in d["holders"]),
+            ) for d in data["devices"]))

@@ -12,6 +12,11 @@ from rblnctl.host.pci import PciFunction
 from rblnctl.host.root import HostRoot
 from rblnctl.host.vfio.model import DeviceStatus, GroupMember, VfioStatus
 
+# The host directories vfio_status() reads, relative to the root (a host pod mounts exactly these,
+# read-only): sys/ (PCI functions, IOMMU groups), proc/ and dev/ (who holds a device open), run/ (the
+# VFIO Manager's validation markers).
+VFIO_STATUS_PATHS = ("sys", "proc", "dev", "run")
+
 
 def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (), all_vendors: bool = False
                 ) -> VfioStatus:

@@ -100,6 +100,9 @@ What it models (kube-apiserver behaviour, simplified where noted):
   after the role) and ``denied: true`` for a forbid() rule; ``kubectl auth can-i`` works. Its
   typed client sends protobuf: bodies in ``application/vnd.kubernetes.protobuf`` are decoded for
   the kinds in protobuf.SCHEMAS (recorded as their JSON form; others are 415) and answered in JSON.
+* ``POST authorization.k8s.io/v1 selfsubjectrulesreviews`` lists the rules held in
+  ``spec.namespace`` (every ClusterRole's, that namespace's Roles', the defaults every user holds), or
+  one wildcard rule when RBAC is not enforced, as kube-apiserver answers an admin.
 * ``inject_fault()`` (method and path regex, ``times``): a Status with any code (``retry_after_s``
   adds the ``Retry-After`` header and ``details.retryAfterSeconds``, as ``errors.NewTooManyRequests``
   answers through responsewriters; client-go waits that long and retries), a delay, a dropped

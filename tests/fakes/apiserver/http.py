@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tests.fakes.apiserver.server import FakeApiServer
 
 SSAR_ID = "selfsubjectaccessreviews.authorization.k8s.io"
+SSRR_ID = "selfsubjectrulesreviews.authorization.k8s.io"
 STREAMED = -1  # a handler that wrote its own (chunked) response returns this code
 
 
@@ -305,6 +306,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed()
             if res.id == SSAR_ID:
                 return fake._authz.review(res, req.body)
+            if res.id == SSRR_ID:
+                return fake._authz.rules_review(res, req.body)
             return api.create(res, ns, req.body, dry_run)
         if name is None:
             if method != "DELETE":

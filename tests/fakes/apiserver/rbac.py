@@ -199,6 +199,31 @@ class Authorizer:
         if not self.decide(info).allowed:
             raise forbidden(self.settings.user, info)
 
+    def rules_review(self, res: Resource, body: Any) -> tuple[int, dict]:
+        """``POST selfsubjectrulesreviews``: the rules the user holds in ``spec.namespace`` (the RBAC
+        authorizer's RulesFor: every ClusterRole's rules, the namespace's Roles', the defaults), or a
+        wildcard rule when RBAC is not enforced (what an admin sees)."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body of the request is not a JSON object")
+        namespace = (body.get("spec") or {}).get("namespace") or ""
+        with self._lock:
+            roles = self._roles
+        if roles is None:
+            resource_rules = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+            non_resource = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+        else:
+            held = [r for r in roles if r.kind == "ClusterRole" or r.namespace == namespace] + list(_IMPLICIT)
+            rules = [rule for r in held for rule in r.rules]
+            resource_rules = [{k: v for k, v in rule.items() if k != "nonResourceURLs"} for rule in rules
+                              if rule.get("resources")]
+            non_resource = [{"verbs": rule.get("verbs") or [], "nonResourceURLs": rule["nonResourceURLs"]}
+                            for rule in rules if rule.get("nonResourceURLs")]
+        out = copy.deepcopy(body)
+        out.update({"kind": res.kind, "apiVersion": res.api_version, "metadata": out.get("metadata") or {},
+                    "status": {"resourceRules": resource_rules, "nonResourceRules": non_resource,
+                               "incomplete": False}})
+        return 201, out
+
     def review(self, res: Resource, body: Any) -> tuple[int, dict]:
         """``POST selfsubjectaccessreviews``: the body back with ``status`` (allowed, denied, reason)."""
         if not isinstance(body, dict):

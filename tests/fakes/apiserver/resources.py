@@ -87,6 +87,8 @@ RESOURCES: tuple[Resource, ...] = (
     _R("coordination.k8s.io", "v1", "leases", "Lease", True, (), ()),
     _R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), (),
        verbs=("create",)),
+    _R("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, (), (),
+       verbs=("create",)),
     _R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
        ("crd", "crds"), ("status",)),
     _R("kubevirt.io", "v1", "kubevirts", "KubeVirt", True, ("kv", "kvs"), ("status",), custom=True),

@@ -1,0 +1,288 @@
+"""`rblnctl policy show | set-method`: the operator's RBLNClusterPolicy and how VMs get NPUs (sandbox or DRA)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+import typer
+
+from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode, examples
+from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
+
+app = typer.Typer(
+    help="Show the RBLN NPU Operator's policy and change how VMs get NPUs (sandbox device plugin or DRA).",
+    no_args_is_help=True,
+)
+
+DEFAULT_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
+
+
+class Method(str, enum.Enum):
+    """set-method values (the constants' METHODS)."""
+
+    sandbox = "sandbox"
+    dra = "dra"
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+# -- show ------------------------------------------------------------------------------------------
+
+
+def _show_view(rep: Any) -> Any:
+    """The policy (kind ClusterPolicy): the active one, its method and components, the ignored ones."""
+    from rblnctl.cli.output import Cell, Column, Table, View, joined
+
+    from rblnctl.cli.render import policy_document
+
+    def body() -> dict:
+        return {
+            "crdInstalled": rep.crd_installed,
+            "operatorNamespace": rep.namespace,
+            "active": policy_document(rep.active),
+            "problems": rep.active.admission_problems() if rep.active else [],
+            "components": [{"component": c.component, "policyKey": c.key, "enabled": c.enabled, "state": c.state,
+                            "daemonSets": [{"namespace": d.namespace, "name": d.name, "desired": d.desired,
+                                            "ready": d.ready, "unavailable": d.unavailable, "allReady": d.ready_all}
+                                           for d in c.daemonsets]} for c in rep.components],
+            "ignored": [policy_document(p) for p in rep.ignored],
+            "nodeModes": dict(rep.modes),
+            "notes": list(rep.notes),
+        }
+
+    p = rep.active
+    head = []
+    if p is not None:
+        head = [f"Policy:      {p.name} ({p.state or 'no state'})",
+                f"VM method:   {p.vm_method or '<none: neither sandboxDevicePlugin nor draKubeletPlugin is enabled>'}",
+                f"Switches:    {p.switches()}",
+                f"Components:  in namespace {rep.namespace} ({rep.namespace_source})",
+                f"NPU nodes:   {', '.join(f'{m}={n}' for m, n in rep.modes.items()) or 'none'}"]
+        head += [f"Problem:     {x}" for x in p.admission_problems()]
+    tables = []
+    if rep.components:
+        t = Table("COMPONENT", "ENABLED", "DAEMONSET", "READY", "STATE", Column("POLICY-KEY", wide=True))
+        for c in rep.components:
+            ds = c.daemonsets
+            ready = joined(f"{d.ready}/{d.desired}" for d in ds)
+            ok = all(d.ready_all for d in ds) if ds else None
+            style = "" if not c.enabled else "green" if ok else "yellow"
+            t.add_row(c.component, "yes" if c.enabled else "no", joined(d.name for d in ds),
+                      Cell(ready, style), c.state or "<none>", c.key or "<always>")
+        tables.append(t)
+    if rep.ignored:
+        t = Table("IGNORED POLICY", "STATE", "VM-METHOD")
+        for q in rep.ignored:
+            t.add_row(q.name, q.state or "<none>", q.vm_method or "<none>")
+        tables.append(t)
+    names = [f"rblnclusterpolicy.rebellions.ai/{q.name}" for q in ([p] if p else []) + list(rep.ignored)]
+    return View(kind="ClusterPolicy", body=body, preamble=head, tables=tables,
+                notes=[f"note: {n}" for n in rep.notes], names=names)
+
+
+@app.command("show", short_help="Show the policy, its VM method, components.", epilog=examples(
+    "rblnctl policy show",
+    "rblnctl policy show -o wide                     # with each component's policy key",
+    "rblnctl policy show -o jsonpath='{.active.vmMethod}'",
+))
+def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
+    """Show the active policy, its VM method and components."""
+    from rblnctl.cli.console import waiting
+    from rblnctl.cli.output import emit
+    from rblnctl.operator.report import policy_report
+
+    with waiting("reading the operator's policy..."):
+        rep = policy_report(ctx.obj.kube())
+    emit(_show_view(rep), output)
+
+
+# -- set-method ------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """The changer's events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting."""
+
+    def __init__(self, *, server_dry_run: bool = False) -> None:
+        from rblnctl.cli.console import stderr
+
+        self.console = stderr()
+        self.status: Any = None
+        self.suffix = " (server dry run)" if server_dry_run else ""
+
+    def events(self) -> Any:
+        from rblnctl.operator.method import MethodEvents
+
+        return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry)
+
+    def line(self, text: str, style: str = "") -> None:
+        from rich.markup import escape
+
+        msg = escape(text + self.suffix)
+        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
+
+    def step(self, step: Any, detail: str) -> None:
+        from rblnctl.operator.method import MethodStep
+
+        self.stop()
+        if step == MethodStep.WAIT and self.console.is_terminal:
+            self.status = self.console.status(detail)
+            self.status.start()
+            return
+        self.line(f"{step}: {detail}")
+
+    def waiting(self, missing: list[str]) -> None:
+        text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
+        if self.status is not None:
+            from rich.markup import escape
+
+            self.status.update(escape(text))
+        else:
+            self.line(text, "dim")
+
+    def retry(self, attempt: int, message: str) -> None:
+        self.line(f"the RBLNClusterPolicy changed while we were writing it (attempt {attempt}); re-reading and "
+                  "retrying")
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def _method_body(plan: Any, result: Any) -> dict:
+    return {
+        "policy": plan.policy,
+        "plan": {
+            "from": plan.current,
+            "to": plan.target,
+            "switchesBefore": dict(plan.edit.before),
+            "switchesAfter": dict(plan.edit.after),
+            "patch": plan.edit.patch or None,
+            "prerequisites": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in plan.prerequisites],
+            "vmsHoldingNpus": [{"namespace": h.namespace, "name": h.name, "holds": h.holds} for h in plan.holders],
+            "vmPassthroughNodes": list(plan.vm_nodes),
+            "deviceClass": plan.device_class,
+            "convertVms": plan.convert,
+            "conversions": [{"namespace": c.vm.namespace, "name": c.vm.name, "npus": c.npus,
+                             "devices": list(c.devices)} for c in plan.conversions],
+            "noop": plan.noop,
+            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
+            "warnings": [str(w) for w in plan.warnings],
+        },
+        "result": None if result is None else {
+            "changed": result.changed, "attempts": result.attempts, "waited": result.waited,
+            "converged": list(result.converged), "converted": list(result.converted),
+            "elapsedSeconds": result.elapsed_s, "serverDryRun": result.server_dry_run},
+    }
+
+
+def _method_view(plan: Any, result: Any = None) -> Any:
+    """A method change (kind MethodChange): the switches, the prerequisites, the nodes rolled."""
+    from rblnctl.cli.output import Cell, Table, View, joined
+
+    head = [f"RBLNClusterPolicy {plan.policy}: VM method {plan.current or '<none>'} -> {plan.target}"]
+    if plan.noop:
+        head.append(f"the policy already selects {plan.target}: nothing to write")
+    head.append(f"vm-passthrough nodes: {joined(plan.vm_nodes)}")
+    tables = []
+    if not plan.noop:
+        t = Table("SWITCH", "BEFORE", "AFTER")
+        for k in plan.edit.before:
+            before, after = plan.edit.before[k], plan.edit.after[k]
+            t.add_row(f"{k}.enabled", _flag(before), Cell(_flag(after), "bold" if before != after else ""))
+        tables.append(t)
+    if plan.conversions:
+        old = "dra" if plan.target == "sandbox" else "sandbox"
+        t = Table("NAMESPACE", "VM", "NPUS", "FROM", "TO", "STATUS")
+        done = set(result.converted) if result is not None else set()
+        for c in plan.conversions:
+            status = "converted" if str(c.vm) in done else "to-convert"
+            t.add_row(c.vm.namespace, c.vm.name, str(c.npus), old, plan.target,
+                      Cell(status, "green" if str(c.vm) in done else ""))
+        tables.append(t)
+    if plan.prerequisites:
+        t = Table("PREREQUISITE", "OK", "DETAIL")
+        for c in plan.prerequisites:
+            ok = "yes" if c.ok else "unknown" if c.ok is None else "no"
+            t.add_row(c.name, Cell(ok, "green" if c.ok else "yellow" if c.ok is None else "red"), c.detail)
+        tables.append(t)
+    tail = []
+    if result is not None:
+        if result.server_dry_run:
+            tail.append("server dry run: the API server accepted the patch; nothing was waited for")
+        elif result.waited:
+            t = Table("NODE", "METHOD", "STATUS")
+            for n in result.converged:
+                t.add_row(n, plan.target, Cell("rolled", "green"))
+            if t.rows:
+                tables.append(t)
+            tail.append(f"the operator serves every vm-passthrough node with the {plan.target} method "
+                        f"({result.elapsed_s:g}s)" + (f"; {len(result.converted)} VM(s) converted"
+                                                      if result.converted else ""))
+    return View(kind="MethodChange", body=lambda: _method_body(plan, result), preamble=head, tables=tables,
+                epilogue=tail, names=[f"rblnclusterpolicy.rebellions.ai/{plan.policy}"])
+
+
+@app.command("set-method", short_help="Switch how VMs get NPUs: sandbox or dra.", epilog=examples(
+    "rblnctl policy set-method dra --dry-run          # what would change, and what stands in the way",
+    "rblnctl policy set-method dra --yes --timeout 15m   # with every NPU VM stopped",
+    "rblnctl policy set-method sandbox --convert-vms    # and rewrite every stopped VM's NPUs for it",
+))
+def set_method(
+    ctx: typer.Context,
+    method: Annotated[Method, typer.Argument(help="sandbox (the Sandbox Device Plugin) or dra.", metavar="METHOD",
+                                             show_default=False)],
+    force: Annotated[
+        bool, typer.Option("--force", help="Go ahead when a prerequisite cannot be read (an unknown version).")
+    ] = False,
+    timeout: Annotated[
+        str, typer.Option("--timeout", help="How long to wait for the operator: seconds or a duration like 90s, 10m.",
+                          metavar="DURATION")
+    ] = DEFAULT_TIMEOUT,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until every vm-passthrough node is rolled.")
+                    ] = True,
+    convert_vms: Annotated[
+        bool, typer.Option("--convert-vms", help="After the rollout, rewrite each stopped VM's NPUs for the new "
+                           "method (as `rblnctl vm attach --convert`), keeping its count.")
+    ] = False,
+    dry_run: DryRunOpt = False,
+    server_dry_run: ServerDryRunOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Switch how VMs get NPUs: sandbox or dra."""
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import parse_duration, prog_name
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.operator.method import MethodChanger, MethodOptions, parse_method
+
+    target = parse_method(method.value)  # bad input fails before connecting
+    timeout_s = parse_duration(timeout, option="--timeout")
+    assert timeout_s is not None
+    how = dry_run_mode(dry_run, server_dry_run)
+    progress = _Progress(server_dry_run=how == "server")
+    options = MethodOptions(force=force, server_dry_run=how == "server", wait=wait, timeout_s=timeout_s,
+                            convert_vms=convert_vms)  # conflicting flags fail before connecting
+    changer = MethodChanger(kube=ctx.obj.kube(), options=options, events=progress.events())
+    plan = changer.plan(target)
+    prog = prog_name(ctx)
+
+    def interrupted() -> None:
+        back = plan.current or "sandbox"
+        warn(f"RBLNClusterPolicy {plan.policy} may already select {target}, and the operator goes on rolling it; "
+             f"`{prog} policy set-method {target}` waits again, `{prog} policy set-method {back}` goes back")
+
+    def done(result: Any) -> str | None:
+        return f"RBLNClusterPolicy {plan.policy} now selects {target}" if result.changed else None
+
+    run(Mutation(
+        plan=plan, apply=changer.apply, refusal=f"refusing to switch the VM allocation method to {target}",
+        question=f"Switch every VM's NPU allocation to {target} (RBLNClusterPolicy {plan.policy})?",
+        disruptive=True, dry_run=how, yes=yes, output=output, plan_view=_method_view,
+        result_view=lambda r: _method_view(r.plan, r),
+        noop_message=f"RBLNClusterPolicy {plan.policy} already selects {target}; nothing to write",
+        done_message=done, on_interrupt=interrupted, progress=progress,
+    ))

@@ -1,0 +1,465 @@
+"""`rblnctl vm attach | detach | manifest | list | diagnose`: give KubeVirt VMs their NPUs, and say why one has none."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+import typer
+
+from rblnctl import constants as C  # plain data: the defaults the help texts show
+from rblnctl.cli import completion
+from rblnctl.cli.options import (
+    DryRunOpt,
+    OutputOpt,
+    ServerDryRunOpt,
+    YesOpt,
+    dry_run_mode,
+    examples,
+    output_option,
+)
+from rblnctl.cli.output import Format
+
+app = typer.Typer(
+    help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, and say why a VM has none.",
+    no_args_is_help=True,
+)
+
+
+class Method(str, enum.Enum):
+    """--method values."""
+
+    sandbox = "sandbox"
+    dra = "dra"
+
+
+VmArg = Annotated[str, typer.Argument(help="Name of the VirtualMachine.", metavar="VM", show_default=False,
+                                      autocompletion=completion.complete_vms)]
+MethodOpt = Annotated[
+    Method | None,
+    typer.Option("--method", help="sandbox (the sandbox device plugin's resource) or dra (a ResourceClaim of "
+                 "vfio-npu.rebellions.ai) [default: what the RBLNClusterPolicy enables].", case_sensitive=False,
+                 show_default=False),
+]
+ResourceOpt = Annotated[
+    str | None,
+    typer.Option("--resource", metavar="NAME", help="Sandbox: the resource, e.g. rebellions.ai/RBLN-CA22_PF "
+                 "[default: the only one vm-mode nodes advertise].", show_default=False),
+]
+ProductOpt = Annotated[
+    str | None,
+    typer.Option("--product", metavar="MODEL", help="Sandbox: use the resource of this product, e.g. RBLN-CA22.",
+                 show_default=False),
+]
+RestartOpt = Annotated[
+    bool, typer.Option("--restart", help="Change a running VM too: stop it, change it, start it, wait until Ready "
+                       "(asks first unless --yes).")
+]
+TimeoutOpt = Annotated[
+    str, typer.Option("--timeout", metavar="DURATION", help="With --restart: how long to wait for the VM to stop and "
+                      "to be Ready again (seconds or 90s, 5m).")
+]
+
+ATTACH_EXAMPLES = examples(
+    "rblnctl vm attach my-vm -n vms                  # 1 NPU; method and resource from the cluster",
+    "rblnctl vm attach my-vm -n vms --npus 2 --product RBLN-CA22",
+    "rblnctl vm attach my-vm -n vms --method dra --convert --restart",
+    "rblnctl vm attach my-vm -n vms --npus 4 --dry-run=server",
+)
+DETACH_EXAMPLES = examples(
+    "rblnctl vm detach my-vm -n vms",
+    "rblnctl vm detach my-vm -n vms --device npu1 --restart",
+)
+MANIFEST_EXAMPLES = examples(
+    "rblnctl vm manifest my-vm -n vms --npus 2 --resource rebellions.ai/RBLN-CA22_PF > my-vm.yaml",
+    "rblnctl vm manifest my-vm -n vms --method dra --npus 2 | kubectl apply -f -",
+)
+LIST_EXAMPLES = examples(
+    "rblnctl vm list -A",
+    "rblnctl vm list -n vms -o wide",
+    "rblnctl vm list -A -o jsonpath='{.items[?(@.node==\"n1\")].name}'",
+)
+DIAGNOSE_EXAMPLES = examples(
+    "rblnctl vm diagnose my-vm -n vms",
+    "rblnctl vm diagnose my-vm -n vms -o json | jq '.links[] | select(.status==\"FAIL\")'",
+)
+
+
+def _namespace(ctx: typer.Context) -> str:
+    """-n, else `default` (as kubectl with a context that names no namespace)."""
+    from rblnctl.kube import validate_name
+
+    return validate_name(ctx.obj.namespace or "default", kind="namespace")
+
+
+def _timeout_s(text: str) -> float:
+    from rblnctl.cli.errors import parse_duration
+
+    seconds = parse_duration(text, option="--timeout")
+    assert seconds is not None  # zero is refused: rblnctl never waits forever on a VM
+    return seconds
+
+
+def remedy_text(remedy: Any, prog: str) -> str:
+    """A library Remedy as the CLI says it: its words, and the command to type."""
+    import shlex
+
+    if remedy is None:
+        return ""
+    if remedy.command:
+        return f"{remedy.text}: `{prog} {shlex.join(remedy.command)}`"
+    return remedy.text
+
+
+def _phrased(plan: Any, prog: str) -> Any:
+    """The plan with each blocker's remedy phrased into its message (blockers the CLI prints)."""
+    import dataclasses
+
+    from rblnctl.plan import Blocker
+
+    blockers = []
+    for b in plan.blockers:
+        remedy = getattr(b, "remedy", None)
+        text = f"{b.message}; {remedy_text(remedy, prog)}" if remedy is not None else b.message
+        blockers.append(Blocker(text, override=b.override))
+    return dataclasses.replace(plan, blockers=blockers)
+
+
+class _Progress:
+    """The library's VM events as progress lines on stderr."""
+
+    def __init__(self, *, server_dry_run: bool) -> None:
+        self.suffix = " (server dry run)" if server_dry_run else ""
+
+    def events(self) -> Any:
+        from rblnctl.vm.attach import VmEvents
+
+        return VmEvents(on_step=self.step, on_retry=self.retry)
+
+    def step(self, text: str) -> None:
+        from rblnctl.cli.console import info
+
+        info(text + self.suffix)
+
+    def retry(self, attempt: int, why: str) -> None:
+        from rblnctl.cli.console import info
+
+        info(f"{why}; re-reading and retrying")
+
+
+# -- documents and views ----------------------------------------------------------------------------------
+
+
+def _device_doc(d: Any) -> dict:
+    return {"name": d.name, "method": d.method, "resource": d.resource, "claim": d.claim, "request": d.request}
+
+
+def _change_doc(plan: Any, result: Any) -> dict:
+    """The VmNpuChange document (docs/output.md): the plan, and what apply() did (null on a client dry run)."""
+    return {
+        "vm": {"namespace": plan.vm.namespace, "name": plan.vm.name},
+        "plan": {
+            "action": plan.target.action,
+            "method": plan.method,
+            "resource": plan.resource,
+            "deviceClass": plan.device_class,
+            "npusBefore": plan.npus_before,
+            "npusAfter": plan.npus_after,
+            "devicesBefore": [_device_doc(d) for d in plan.devices_before],
+            "devicesAfter": [_device_doc(d) for d in plan.devices_after],
+            "added": list(plan.added),
+            "removed": list(plan.removed),
+            "template": plan.template,
+            "templateCreate": (plan.template_create or {}).get("metadata", {}).get("name"),
+            "templatesDelete": list(plan.templates_delete),
+            "templatesKept": list(plan.templates_kept),
+            "running": plan.running,
+            "node": plan.node,
+            "restart": plan.restart,
+            "patch": plan.patch,
+            "noop": plan.noop,
+            "warnings": [str(w) for w in plan.warnings],
+            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
+        },
+        "result": None if result is None else {
+            "changed": result.changed, "attempts": result.attempts, "templateCreated": result.template_created,
+            "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
+            "restarted": result.restarted, "ready": result.ready, "serverDryRun": result.server_dry_run,
+        },
+    }
+
+
+def _change_view(plan: Any, result: Any = None) -> Any:
+    """A VM NPU change in every format (kind VmNpuChange)."""
+    import json
+
+    from rblnctl.cli.output import Table, View
+
+    before = {d.name: d for d in plan.devices_before}
+    t = Table("DEVICE", "METHOD", "SOURCE", "CHANGE")
+    for d in plan.devices_after:
+        replaced = d.name in plan.added and d.name in plan.removed
+        t.add_row(d.name, d.method, d.source, "changed" if replaced or (d.name not in plan.added and before.get(
+            d.name) != d) else "added" if d.name in plan.added else "kept")
+    for name in plan.removed:
+        d = before.get(name)
+        if d is not None and name not in plan.added:
+            t.add_row(d.name, d.method, d.source, "removed")
+    what = f"{plan.method}" + (f", {plan.resource}" if plan.resource and plan.method == "sandbox" else "") + \
+        (f", {plan.template}" if plan.template else "")
+    head = [f"VirtualMachine {plan.vm}: {plan.npus_before} -> {plan.npus_after} NPU(s)"
+            + (f" ({what})" if plan.method else "")
+            + (f"; running on {plan.node}" if plan.running and plan.node else "; running" if plan.running else "")]
+    tail: list[str] = []
+    if plan.template_create:
+        tail.append(f"ResourceClaimTemplate {plan.vm.namespace}/{plan.template_create['metadata']['name']}: "
+                    "create (rblnctl's, shared by the namespace's VMs with as many NPUs)")
+    tail += [f"ResourceClaimTemplate {plan.vm.namespace}/{n}: delete (no other VM uses it)"
+             for n in (result.templates_deleted if result is not None else plan.templates_delete)]
+    tail += list(result.templates_kept if result is not None else plan.templates_kept)
+    if plan.restart:
+        tail.append("restart: stop the VM, change it, start it, wait until Ready"
+                    + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
+                       else ""))
+    if result is None and plan.patch and not plan.noop:
+        tail.append(f"patch (application/merge-patch+json): {json.dumps(plan.patch, separators=(',', ':'))}")
+    others = [str(d.get("name")) for d in plan.host_devices_after if d.get("name") not in
+              {x.name for x in plan.devices_after}]
+    notes = [f"other host devices kept: {', '.join(others)}"] if others else []
+    return View(kind="VmNpuChange", body=lambda: _change_doc(plan, result), preamble=head,
+                tables=[t] if t.rows else [], epilogue=tail, notes=notes,
+                names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
+
+
+def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None, yes: bool, output: Any,
+                progress: _Progress, verb: str) -> None:
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import prog_name
+    from rblnctl.cli.flow import Mutation, run
+
+    ref = plan.vm
+    prog = prog_name(ctx)
+    shown = _phrased(plan, prog)
+
+    def interrupted() -> None:
+        if plan.restart:
+            warn(f"VM {ref} may be left stopped: check `{prog} vm diagnose {ref.name} -n {ref.namespace}`, start it "
+                 f"with `virtctl start {ref.name} -n {ref.namespace}`")
+
+    def done(result: Any) -> str:
+        text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
+        return text + (", restarted and Ready" if result.ready else "")
+
+    run(Mutation(
+        plan=shown, apply=lambda _: planner.apply(plan), refusal=f"refusing to {verb} NPUs of VM {ref}",
+        question=f"Restart VM {ref} to change its NPUs (it stops, then starts again)?", disruptive=plan.restart,
+        dry_run=how, yes=yes, output=output, plan_view=_change_view, result_view=lambda r: _change_view(r.plan, r),
+        noop_message=f"VM {ref} already has {plan.npus_after} NPU(s) as asked; nothing to do",
+        done_message=done, on_interrupt=interrupted,
+    ))
+
+
+# -- attach / detach ---------------------------------------------------------------------------------------
+
+
+@app.command("attach", short_help="Give a VM N NPUs (sandbox or DRA).", epilog=ATTACH_EXAMPLES)
+def attach(
+    ctx: typer.Context,
+    vm: VmArg,
+    npus: Annotated[
+        int | None,
+        typer.Option("--npus", metavar="N", min=1, help="How many NPUs the VM should have (a re-run with another N "
+                     "adds or removes the difference) [default: as many as it has, at least 1].", show_default=False),
+    ] = None,
+    resource: ResourceOpt = None,
+    product: ProductOpt = None,
+    method: MethodOpt = None,
+    convert: Annotated[
+        bool, typer.Option("--convert", help="Rewrite the NPUs the VM gets through the other method.")
+    ] = False,
+    restart: RestartOpt = False,
+    timeout: TimeoutOpt = "5m",
+    dry_run: DryRunOpt = False,
+    server_dry_run: ServerDryRunOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Give a VirtualMachine N NPUs (sandbox or DRA)."""
+    from rblnctl.kube import validate_name
+    from rblnctl.vm.attach import AttachOptions, AttachPlanner
+
+    validate_name(vm, kind="VirtualMachine")  # bad input fails before connecting
+    namespace = _namespace(ctx)
+    how = dry_run_mode(dry_run, server_dry_run)
+    options = AttachOptions(npus=npus, method=method.value if method else None, resource=resource, product=product,
+                            convert=convert, restart=restart, server_dry_run=how == "server",
+                            ready_timeout_s=_timeout_s(timeout))
+    progress = _Progress(server_dry_run=how == "server")
+    planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.events())
+    plan = planner.plan(vm, namespace)
+    _run_change(ctx, planner, plan, how=how, yes=yes, output=output, progress=progress, verb="change the")
+
+
+@app.command("detach", short_help="Take NPUs from a VM.", epilog=DETACH_EXAMPLES)
+def detach(
+    ctx: typer.Context,
+    vm: VmArg,
+    all_npus: Annotated[bool, typer.Option("--all", help="Take every NPU (the default).")] = False,
+    device: Annotated[
+        str | None, typer.Option("--device", metavar="NAME", help="Take only this host device, e.g. npu1.",
+                                 show_default=False)
+    ] = None,
+    restart: RestartOpt = False,
+    timeout: TimeoutOpt = "5m",
+    dry_run: DryRunOpt = False,
+    server_dry_run: ServerDryRunOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Take NPUs from a VirtualMachine (all, or one device)."""
+    from rblnctl.errors import InvalidInput
+    from rblnctl.kube import validate_name
+    from rblnctl.vm.attach import DetachOptions, DetachPlanner
+
+    validate_name(vm, kind="VirtualMachine")
+    if all_npus and device:
+        raise InvalidInput("--all and --device cannot be combined: take every NPU, or one device")
+    namespace = _namespace(ctx)
+    how = dry_run_mode(dry_run, server_dry_run)
+    options = DetachOptions(device=device, restart=restart, server_dry_run=how == "server",
+                            ready_timeout_s=_timeout_s(timeout))
+    progress = _Progress(server_dry_run=how == "server")
+    planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.events())
+    plan = planner.plan(vm, namespace)
+    _run_change(ctx, planner, plan, how=how, yes=yes, output=output, progress=progress, verb="take the")
+
+
+# -- manifest -------------------------------------------------------------------------------------------------
+
+
+@app.command("manifest", short_help="Print a VM manifest with N NPUs.", epilog=MANIFEST_EXAMPLES)
+def manifest(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Name of the VirtualMachine to write.", metavar="NAME",
+                                        show_default=False)],
+    npus: Annotated[int, typer.Option("--npus", metavar="N", min=1, help="How many NPUs.")] = 1,
+    method: MethodOpt = None,
+    resource: ResourceOpt = None,
+    product: ProductOpt = None,
+    image: Annotated[str, typer.Option("--image", metavar="IMAGE", help="Container disk image to boot.")
+                     ] = C.VM_DEFAULT_IMAGE,
+    output: Annotated[Any, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
+) -> None:
+    """Print a VirtualMachine with N NPUs, ready to apply."""
+    import dataclasses
+    import sys
+
+    from rblnctl.cli.output import dump
+    from rblnctl.errors import InvalidInput
+    from rblnctl.vm.manifest import ManifestOptions, build_manifest, resolve
+
+    if resource and product:
+        raise InvalidInput("--resource and --product cannot be combined")
+    chosen = method.value if method else None
+    if chosen == C.METHOD_DRA and (resource or product):
+        raise InvalidInput("--resource and --product pick a sandbox resource; DRA VMs claim vfio-npu.rebellions.ai")
+    # Bad input fails before connecting; the cluster is read only for what was left open.
+    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, npus=npus, method=chosen or C.METHOD_SANDBOX,
+                           resource=resource, image=image)
+    if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
+        chosen, resource, device_class = resolve(ctx.obj.kube(), method=chosen, resource=resource, product=product)
+        opts = dataclasses.replace(opts, method=chosen, resource=resource, device_class=device_class)
+    objects = build_manifest(opts)
+    if output.format == Format.json:
+        sys.stdout.write(dump({"apiVersion": "v1", "kind": "List", "items": objects}, Format.json))
+    else:
+        sys.stdout.write("---\n".join(dump(o, Format.yaml) for o in objects))
+
+
+# -- list ---------------------------------------------------------------------------------------------------
+
+
+def _list_view(listing: Any) -> Any:
+    from rblnctl.cli.output import Column, Table, View, joined
+
+    every = listing.namespace is None
+    t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES",
+              Column("KIND", wide=True), Column("HELD", wide=True))
+    for e in listing.items:
+        status = e.status + (",RestartPending" if e.restart_pending else "")
+        t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", str(e.npus),
+                  e.method or "<none>", joined(f"{d.name}={d.source}" for d in e.devices), e.kind,
+                  str(e.holds) if e.running_devices is not None else "<none>")
+
+    def body() -> dict:
+        return {"namespace": listing.namespace, "items": [
+            {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
+             "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
+             "runningNpus": e.holds if e.running_devices is not None else None,
+             "restartPending": e.restart_pending} for e in listing.items]}
+
+    where = "any namespace" if every else f"namespace {listing.namespace}"
+    notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
+    return View(kind="VmNpuList", body=body, tables=[t] if listing.items else [], notes=notes,
+                names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in listing.items])
+
+
+@app.command("list", short_help="List VMs that hold or request NPUs.", epilog=LIST_EXAMPLES)
+def list_vms(ctx: typer.Context, output: OutputOpt = "table") -> None:
+    """List VMs and VMIs that hold or request NPUs."""
+    from rblnctl.cli.output import emit
+    from rblnctl.vm.listing import list_vm_npus
+
+    namespace = None if ctx.obj.all_namespaces else _namespace(ctx)
+    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace)), output)
+
+
+# -- diagnose -------------------------------------------------------------------------------------------------
+
+
+def _diagnosis_view(d: Any, prog: str) -> Any:
+    from rblnctl.cli.output import Cell, Table, View
+
+    t = Table("LINK", "STATUS", "EVIDENCE")
+    for link in d.links:
+        t.add_row(link.name.value, Cell(link.status.value, "green" if link.ok else "red"), link.message)
+    head = [f"VM {d.vm}: " + (f"{d.npus} NPU(s) through {d.method}" if d.npus else "no NPU requested")]
+    broken = d.broken
+    if broken is None:
+        tail = ["every link holds: the VM has its NPUs"]
+    else:
+        tail = [f"broken link: {broken.name.value} ({broken.title})"]
+        if broken.remedy is not None:
+            tail.append(f"remedy: {remedy_text(broken.remedy, prog)}")
+
+    def body() -> dict:
+        return {"vm": {"namespace": d.vm.namespace, "name": d.vm.name}, "method": d.method, "npus": d.npus,
+                "ok": d.ok, "broken": broken.name.value if broken else None,
+                "links": [{"name": link.name.value, "title": link.title, "status": link.status.value,
+                           "evidence": list(link.evidence),
+                           "remedy": remedy_text(link.remedy, prog) if link.remedy else None,
+                           "remedyCommand": [prog, *link.remedy.command] if link.remedy and link.remedy.command
+                           else None} for link in d.links],
+                "warnings": list(d.warnings)}
+
+    return View(kind="VmDiagnosis", body=body, preamble=head, tables=[t], epilogue=tail,
+                notes=[f"warning: {w}" for w in d.warnings], names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
+
+
+@app.command("diagnose", short_help="Say why a VM has no NPU.", epilog=DIAGNOSE_EXAMPLES)
+def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None:
+    """Say why a VM has no NPU, link by link, with remedies."""
+    from rblnctl.cli.console import waiting
+    from rblnctl.cli.errors import prog_name
+    from rblnctl.cli.output import emit
+    from rblnctl.kube import validate_name
+    from rblnctl.vm.diagnose import diagnose as walk
+    from rblnctl.vm.model import VmDiagnosisFailed
+
+    validate_name(vm, kind="VirtualMachine")
+    namespace = _namespace(ctx)
+    with waiting(f"diagnosing VM {namespace}/{vm}..."):
+        d = walk(ctx.obj.kube(), vm, namespace)
+    emit(_diagnosis_view(d, prog_name(ctx)), output)
+    if d.broken is not None:
+        raise VmDiagnosisFailed(f"VM {d.vm}: {d.broken.name.value} does not hold ({d.broken.title})")

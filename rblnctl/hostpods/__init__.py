@@ -1,0 +1,8 @@
+"""Host pods: run one of rblnctl's read-only host commands on cluster nodes, as short-lived pods pinned to them.
+
+spec.py builds the pod (nodeName, every taint tolerated, the node's directories mounted read-only
+under /host, non-root, no privileges); runner.py creates at most N at once, watches them through
+one label-selected list per round, reads each finished pod's log and always deletes what it made.
+`rblnctl preflight --hosts` (rblnctl.preflight.hosts) and `rblnctl vfio status --node`
+(rblnctl.hostpods.vfio) use it.
+"""

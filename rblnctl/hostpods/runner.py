@@ -1,0 +1,256 @@
+"""HostPodRunner: one pod per node, at most N at once, each judged and deleted as it ends; nothing left behind.
+
+Requests grow with the nodes, not with the waiting: per node one create, one log read (pods that
+ran) and one delete; per round one list of the run's pods by label selector, however many pods
+are in flight. A pod that cannot be placed (PodScheduled False/Unschedulable), whose image cannot
+be pulled, that the kubelet rejects or that misses its deadline is an outcome with its reason,
+never a hang. Whatever happens (an error, Ctrl-C, SIGTERM), every pod the run created is deleted
+before run() returns or raises, unless `keep`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import ClusterError, InvalidInput, NotFound
+from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
+from rblnctl.kube import PODS, Kube, validate_name
+
+log = logging.getLogger(__name__)
+
+# Waiting reasons that mean the image will not come (kubelet images/types.go: ErrImagePull,
+# ImagePullBackOff, ErrImageNeverPull, InvalidImageName): reported at once, not after the deadline.
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
+
+
+class PodState(enum.StrEnum):
+    """How a host pod ended."""
+
+    COMPLETED = "completed"  # its container ran to the end (any exit code); `log` holds its output
+    UNSCHEDULABLE = "unschedulable"  # PodScheduled False/Unschedulable
+    IMAGE_PULL = "image-pull"  # the image cannot be pulled
+    REJECTED = "rejected"  # failed before its container ran (kubelet admission: OutOfcpu, NodeAffinity...)
+    TIMED_OUT = "timed-out"  # still not finished at its deadline
+    VANISHED = "vanished"  # deleted by someone else (or evicted) before it finished
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodOutcome:
+    """One node's pod: how it ended, its exit code and log (COMPLETED), or the reason it did not run."""
+
+    node: str
+    pod: str
+    state: PodState
+    exit_code: int | None = None
+    log: str = ""
+    reason: str = ""  # Kubernetes' one-word reason: Unschedulable, ErrImagePull, OutOfcpu...
+    message: str = ""  # what Kubernetes (or rblnctl, for a deadline) said about it
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostPodRun:
+    """Every node's outcome (in the order the nodes were given), and the pods left in place (`keep`, or undeletable)."""
+
+    namespace: str
+    image: str
+    run_id: str
+    outcomes: tuple[PodOutcome, ...]
+    left_behind: tuple[str, ...] = ()
+
+
+def _noop(*_: object) -> None:
+    return None
+
+
+def json_document(log_text: str) -> dict:
+    """The JSON document an rblnctl command printed, from its pod's log.
+
+    A container log holds stdout and stderr in one stream, so lines before the document (warnings)
+    and after it (the `error: ...` line of a failing check) are skipped. Raises ValueError when
+    there is no JSON object.
+    """
+    lines = log_text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith("{")), None)
+    if start is None:
+        raise ValueError("no JSON report in the log")
+    data, _ = json.JSONDecoder().raw_decode("".join(lines[start:]))
+    if not isinstance(data, dict):
+        raise ValueError("the log's JSON is not an object")
+    return data
+
+
+@dataclass
+class _InFlight:
+    node: str
+    deadline: float
+
+
+@dataclass(kw_only=True)
+class HostPodRunner:
+    """Run `command` on nodes, one pod each, at most `max_parallel` pods of the run at once.
+
+    Pods that ended and are being deleted still count until a list shows them gone, so no more than
+    `max_parallel` of the run's pods exist at any time (with `keep`, finished pods stay but no longer
+    count: they run nothing). `timeout_s` bounds each pod from its creation.
+    """
+
+    kube: Kube
+    command: HostCommand
+    image: str
+    namespace: str
+    max_parallel: int = 20
+    timeout_s: float = 120.0
+    poll_interval_s: float = 1.0
+    keep: bool = False
+    clock: Clock = SYSTEM_CLOCK
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    on_started: Callable[[str, str], None] = _noop  # (node, pod) after the pod was created
+    on_finished: Callable[[PodOutcome], None] = _noop  # each node's outcome, as it is known
+    on_left_behind: Callable[[list[str]], None] = _noop  # pods that could not be deleted (names)
+
+    def __post_init__(self) -> None:
+        if self.max_parallel < 1:
+            raise InvalidInput(f"--max-parallel must be at least 1, not {self.max_parallel}")
+        if not self.timeout_s > 0:
+            raise InvalidInput(f"the pod timeout must be positive, not {self.timeout_s:g}s")
+        if not self.image.strip() or any(c.isspace() for c in self.image):
+            raise InvalidInput(f"invalid image {self.image!r}")
+        validate_name(self.namespace, kind="namespace")
+
+    def pod_name(self, index: int) -> str:
+        """The name of the run's index-th pod (node names can be 253 characters; pod names carry an index)."""
+        return f"rblnctl-{self.command.name}-{self.run_id}-{index}"
+
+    @property
+    def selector(self) -> str:
+        """The label selector that lists this run's pods, and only them."""
+        return f"{C.HOST_POD_RUN_LABEL}={self.run_id}"
+
+    def run(self, nodes: Sequence[str]) -> HostPodRun:
+        """One pod per node; returns every outcome. Raises (after deleting what it created) on API errors.
+
+        A namespace that does not exist is NotFound; a create the API server refuses (RBAC, Pod Security
+        admission rejecting hostPath volumes) ends the run, since every other pod would be refused too.
+        """
+        for node in nodes:
+            validate_name(node)
+        queue = deque(enumerate(nodes))
+        created: list[str] = []  # every name sent in a create, even one whose reply was lost
+        in_flight: dict[str, _InFlight] = {}
+        terminating: set[str] = set()  # deleted, not yet seen gone by a list
+        gone: set[str] = set()  # deleted or confirmed absent: nothing to clean up
+        outcomes: dict[str, PodOutcome] = {}
+        left: list[str] = []
+        try:
+            while queue or in_flight:
+                while queue and len(in_flight) + len(terminating) < self.max_parallel:
+                    index, node = queue.popleft()
+                    name = self.pod_name(index)
+                    created.append(name)
+                    self._create(node, name)
+                    in_flight[name] = _InFlight(node=node, deadline=self.clock.monotonic() + self.timeout_s)
+                    self.on_started(node, name)
+                self.clock.sleep(self.poll_interval_s)
+                pods = {p["metadata"]["name"]: p for p in self.kube.iter_list(
+                    PODS, namespace=self.namespace, label_selector=self.selector)}
+                gone.update(n for n in terminating if n not in pods)
+                terminating.intersection_update(pods)
+                for name, fl in list(in_flight.items()):
+                    outcome = self._judge(name, fl, pods.get(name))
+                    if outcome is None:
+                        continue
+                    del in_flight[name]
+                    outcomes[fl.node] = outcome
+                    self.on_finished(outcome)
+                    if outcome.state == PodState.VANISHED:
+                        gone.add(name)
+                    elif not self.keep:
+                        if self._delete(name, left):
+                            terminating.add(name)
+                        gone.add(name)
+        finally:
+            if not self.keep:
+                for name in created:
+                    if name not in gone:
+                        self._delete(name, left)
+            if left:
+                log.warning("host pods left behind in %s: %s", self.namespace, ", ".join(left))
+                self.on_left_behind(list(left))
+        kept = tuple(n for n in created if n not in gone) if self.keep else ()
+        return HostPodRun(namespace=self.namespace, image=self.image, run_id=self.run_id,
+                          outcomes=tuple(outcomes[n] for n in nodes if n in outcomes),
+                          left_behind=kept + tuple(left))
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _create(self, node: str, name: str) -> None:
+        manifest = pod_manifest(command=self.command, node=node, name=name, namespace=self.namespace,
+                                image=self.image, run_id=self.run_id, timeout_s=self.timeout_s)
+        try:
+            self.kube.create(PODS, manifest, namespace=self.namespace)
+        except NotFound as e:
+            raise NotFound(f"cannot create host pods in namespace {self.namespace}: {e} (pass -n NAMESPACE)") from e
+
+    def _delete(self, name: str, left: list[str]) -> bool:
+        """Delete one pod; True when the API server took the request, False when it was already gone."""
+        try:
+            self.kube.delete(PODS, name, namespace=self.namespace)
+            return True
+        except NotFound:
+            return False
+        except ClusterError as e:  # unreachable, refused: say which pods stay, never hide the first error
+            log.debug("cannot delete pod %s/%s: %s", self.namespace, name, e)
+            left.append(name)
+            return False
+
+    def _judge(self, name: str, fl: _InFlight, pod: dict | None) -> PodOutcome | None:
+        """The pod's outcome when it has one; None while it is still on its way."""
+        if pod is None:
+            return PodOutcome(node=fl.node, pod=name, state=PodState.VANISHED,
+                              message="the pod was deleted before it finished (by someone else, or evicted)")
+        status = pod.get("status") or {}
+        phase = status.get("phase") or "Pending"
+        cs = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        if terminated is not None:
+            return self._completed(name, fl.node, terminated)
+        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            return PodOutcome(node=fl.node, pod=name, state=PodState.UNSCHEDULABLE, reason="Unschedulable",
+                              message=str(scheduled.get("message") or ""))
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            return PodOutcome(node=fl.node, pod=name, state=PodState.IMAGE_PULL, reason=str(waiting["reason"]),
+                              message=str(waiting.get("message") or ""))
+        if phase == "Failed":
+            return PodOutcome(node=fl.node, pod=name, state=PodState.REJECTED, reason=str(status.get("reason") or ""),
+                              message=str(status.get("message") or ""))
+        if self.clock.monotonic() >= fl.deadline:
+            where = phase + (f", {waiting['reason']}" if waiting.get("reason") else "")
+            detail = waiting.get("message") or status.get("message") or ""
+            return PodOutcome(node=fl.node, pod=name, state=PodState.TIMED_OUT, reason=where,
+                              message=f"not finished after {self.timeout_s:g}s ({where})"
+                              + (f": {detail}" if detail else ""))
+        return None
+
+    def _completed(self, name: str, node: str, terminated: dict) -> PodOutcome:
+        code = terminated.get("exitCode")
+        try:
+            text = self.kube.pod_log(name, namespace=self.namespace, container=CONTAINER)
+            message = ""
+        except (NotFound, ClusterError) as e:
+            if isinstance(e, ClusterError) and e.status in (0, 401, 403):
+                raise  # unreachable or refused: the next pods would fail the same way
+            text, message = "", f"cannot read its log: {e}"
+        return PodOutcome(node=node, pod=name, state=PodState.COMPLETED,
+                          exit_code=int(code) if code is not None else None, log=text,
+                          reason=str(terminated.get("reason") or ""), message=message)

@@ -1,0 +1,757 @@
+"""Change how VMs get NPUs, cluster-wide: the Sandbox Device Plugin <-> DRA (the allocation method).
+
+The operator's documentation asks for every VM holding an NPU to be shut down first, then the
+policy to change. rblnctl does the checkable part:
+1. refuse while any VirtualMachineInstance holds an NPU (the VM guard's rule, rblnctl.node.vms.vmi_npus),
+   naming each one;
+2. check what the target method needs: Kubernetes and KubeVirt versions (constants MIN_KUBERNETES /
+   MIN_KUBEVIRT), KubeVirt's gates (rblnctl.kubevirt.gates), an operator release that deploys it
+   (MIN_OPERATOR), and for DRA the resource.k8s.io API and a DRA driver with VFIO support
+   (rblnctl.operator.dra; the driver itself and its DeviceClass arrive with the switch);
+3. patch the active RBLNClusterPolicy so exactly one VM allocator is enabled, guarded by its
+   resourceVersion. Later operators admit sandboxDevicePlugin and draKubeletPlugin only one at a time,
+   and draKubeletPlugin not beside devicePlugin (their CRD's CEL rules; RBLN-SW/rbln-npu-operator later
+   main, api/v1beta1 envtest TestRBLNClusterPolicy_CELRejection). Chart v0.3.0 checks nothing
+   (config/default/kustomization.yaml: webhook commented out, no x-kubernetes-validations), so rblnctl
+   checks the patched policy against the same rules (Policy.admission_problems) before sending it;
+4. wait until the operator has rolled the new plugin on every vm-passthrough node and removed the old
+   one (rblnctl.operator.convergence.method_pending), and for DRA until its DeviceClass exists: one LIST
+   of each kind per round, whatever the cluster size;
+5. with convert_vms, re-express each (stopped) VM's NPUs with the new method through the `vm attach`
+   library (rblnctl.vm.attach.AttachPlanner, convert=True, keeping each VM's count), once the new
+   method is offered. Without it, the VMs still naming the old method are a warning.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import (
+    ClusterError,
+    ClusterUnreachable,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    Refused,
+    WaitTimeout,
+)
+from rblnctl.kube import (
+    CLUSTER_POLICIES,
+    DAEMONSETS,
+    DEVICE_CLASSES,
+    KUBEVIRTS,
+    PODS,
+    RESOURCE_SLICES,
+    VMIS,
+    VMS,
+    Kube,
+    is_transient,
+    outcome_unknown,
+)
+from rblnctl.kubevirt.cr import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BACKOFF_S, ref, version_of
+from rblnctl.kubevirt.gates import gate_state, rbln_gates
+from rblnctl.kubevirt.status import status_of
+from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
+from rblnctl.node.vms import NpuVm, vmi_npus
+from rblnctl.operator import convergence
+from rblnctl.operator.cluster import OperatorView, operator_deployments, operator_version, read_operator
+from rblnctl.operator.components import component_of_pod
+from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, policy_dra_version
+from rblnctl.operator.nodes import labels_of, mode_of
+from rblnctl.operator.policy import Policy, parse_policy
+from rblnctl.plan import Advice, Blocker
+from rblnctl.versions import format_version, parse_version, strict_version
+from rblnctl.vm import devices as D
+from rblnctl.vm.model import VmRef
+
+log = logging.getLogger(__name__)
+
+# The policy keys a method change writes, and the method each VM allocator stands for.
+SANDBOX_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_SANDBOX]
+DRA_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DRA]
+DEVICE_PLUGIN_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DEVICE_PLUGIN]
+SWITCH_KEYS = (SANDBOX_KEY, DRA_KEY, DEVICE_PLUGIN_KEY)
+HOLDERS_NAMED = 20  # VMIs named one per refusal line; the rest are counted
+
+
+class MethodStep(enum.StrEnum):
+    """The steps of a method change, as reported."""
+
+    PATCH = "patch"
+    WAIT = "wait"
+    CONVERT = "convert"
+
+
+def parse_method(value: str) -> str:
+    """`sandbox` or `dra` (case-insensitive); InvalidInput otherwise."""
+    text = (value or "").strip().lower()
+    if text not in C.METHODS:
+        raise InvalidInput(f"unknown allocation method {value!r}: use {' or '.join(C.METHODS)}")
+    return text
+
+
+def _noop(*_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodEvents:
+    """Progress of a method change; every callback defaults to doing nothing."""
+
+    on_step: Callable[[MethodStep, str], None] = _noop
+    on_waiting: Callable[[list[str]], None] = _noop  # what the operator still has to do (when it changes)
+    on_retry: Callable[[int, str], None] = _noop  # the policy changed under us (attempt, server message)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodOptions:
+    """How set-method checks, writes and waits."""
+
+    force: bool = False  # go ahead when a prerequisite cannot be read (an unknown version)
+    server_dry_run: bool = False  # send the patch with dryRun=All; nothing is waited for
+    wait: bool = True  # wait for the operator after the patch
+    timeout_s: float = DEFAULT_TIMEOUT_S  # the whole wait
+    poll_s: float = DEFAULT_POLL_S  # the longest pause between two looks
+    operator_namespace: str | None = None  # None: found from the policy / the operator Deployment
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS  # policy patches when others keep editing it
+    retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    convert_vms: bool = False  # after the rollout, re-express each VM's NPUs with the new method
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.poll_s <= 0:
+            raise ConfigError("timeout_s and poll_s must be positive")
+        if self.max_attempts < 1:
+            raise ConfigError("max_attempts must be at least 1")
+        if self.convert_vms and not self.wait:
+            raise ConfigError("converting VMs needs the wait: a VM is rewritten only once the new method is "
+                              "offered on the vm-passthrough nodes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prerequisite:
+    """One thing the target method needs, and whether the cluster has it (None: cannot tell)."""
+
+    name: str  # kubernetes, kubevirt, gates, operator, dra-api, dra-driver, policy
+    ok: bool | None
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyEdit:
+    """The switches a method change writes in one policy object, and the guarded merge patch."""
+
+    policy: str
+    resource_version: str
+    before: dict[str, bool]  # the switches rblnctl reasons about, as the policy has them
+    after: dict[str, bool]
+    patch: dict  # {} when nothing changes
+    blockers: list[Blocker] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conversion:
+    """A VM whose NPUs name the old method: re-expressed with the new one after the rollout (convert_vms)."""
+
+    vm: VmRef
+    npus: int  # NPUs it has through the old method
+    devices: list[str]  # those host devices' names
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodPlan:
+    """What set-method would do: the policy edit, what blocks it, and the nodes it then waits for."""
+
+    target: str
+    current: str | None  # the policy's method now (None: neither allocator is enabled)
+    edit: PolicyEdit
+    vm_nodes: list[str]  # vm-passthrough NPU nodes: where the plugin must roll
+    container_nodes: list[str]
+    holders: list[NpuVm]  # VMIs holding NPUs
+    prerequisites: list[Prerequisite]
+    device_class: str | None  # the DeviceClass DRA needs (None for sandbox)
+    conversions: list[Conversion] = field(default_factory=list)  # VMs to re-express (convert_vms only)
+    convert: bool = False  # convert_vms was asked
+    warnings: list[str | Advice] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+
+    @property
+    def noop(self) -> bool:
+        """The policy already selects the target method and no VM is to be converted (apply() still waits)."""
+        return not self.edit.patch and not self.conversions
+
+    @property
+    def policy(self) -> str:
+        """The name of the RBLNClusterPolicy edited."""
+        return self.edit.policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodResult:
+    """The outcome of set-method."""
+
+    plan: MethodPlan
+    changed: bool  # the API server accepted the patch (a server dry run: validated only)
+    attempts: int
+    converged: list[str]  # vm-passthrough nodes the operator has rolled (all of them, after a wait)
+    waited: bool
+    elapsed_s: float
+    converted: list[str] = field(default_factory=list)  # VMs re-expressed with the new method (namespace/name)
+    server_dry_run: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodFacts:
+    """Everything plan() reads, each read once."""
+
+    policy_obj: dict
+    view: OperatorView
+    server_version: str | None
+    kubevirts: list[dict]
+    operators: list[dict]
+    nodes: list[dict]
+    vmis: list[dict] | None  # None: the VMI list was refused (RBAC)
+    vmis_error: str | None = None
+    old_method_vms: list[Conversion] = field(default_factory=list)  # VMs naming the other method's NPUs
+    vms_error: str | None = None  # the VM list was refused (RBAC)
+    device_classes_served: bool | None = None  # DRA target only
+    daemonsets: list[dict] | None = None  # DRA target only (None: not read)
+
+
+# -- the policy edit -----------------------------------------------------------------------------
+
+
+def switches_of(policy: Policy) -> dict[str, bool]:
+    """The allocator switches of a policy (`sandboxDevicePlugin`, `draKubeletPlugin`, `devicePlugin`)."""
+    return {k: bool(policy.enabled.get(k, False)) for k in SWITCH_KEYS}
+
+
+def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], container_nodes: Sequence[str]) -> PolicyEdit:
+    """The switches `target` needs in this policy object, checked against the operator's admission rules (pure).
+
+    sandbox: sandboxDevicePlugin on, draKubeletPlugin off. dra: draKubeletPlugin on, sandboxDevicePlugin
+    off, and devicePlugin off when no container-mode NPU node uses it (admission keeps it and DRA apart;
+    with container-mode nodes that is refused instead, naming them: DRA would take their NPUs over).
+    """
+    meta = policy_obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    policy = parse_policy(policy_obj)
+    before = switches_of(policy)
+    want = {SANDBOX_KEY: target == C.METHOD_SANDBOX, DRA_KEY: target == C.METHOD_DRA}
+    blockers: list[Blocker] = []
+    warnings: list[str] = []
+    switching = any(before[k] != v for k, v in want.items())
+    if target == C.METHOD_DRA and before[DEVICE_PLUGIN_KEY]:
+        if container_nodes and switching:
+            blockers.append(Blocker(
+                f"RBLNClusterPolicy {name} enables devicePlugin, which serves the container-mode NPU nodes "
+                f"{', '.join(container_nodes)}: the operator admits draKubeletPlugin only without devicePlugin, and "
+                "DRA would then hand out those nodes' NPUs through claims; move them to DRA (or to vm mode) "
+                "first, or keep the sandbox method"))
+        elif not container_nodes:
+            want[DEVICE_PLUGIN_KEY] = False
+            warnings.append("no NPU node is in container mode, so devicePlugin is turned off too (the operator "
+                            "admits draKubeletPlugin only without it)")
+    changes = {k: v for k, v in want.items() if before[k] != v}
+    new_obj = copy.deepcopy(policy_obj)
+    spec = new_obj.setdefault("spec", {})
+    for k, v in changes.items():
+        sub = spec.get(k) if isinstance(spec.get(k), dict) else {}
+        spec[k] = {**sub, "enabled": v}
+    new = parse_policy(new_obj)
+    if changes:
+        old_problems = set(policy.admission_problems())
+        named = {DEVICE_PLUGIN_KEY} if blockers else set()  # the devicePlugin refusal above says more
+        blockers += [Blocker(f"RBLNClusterPolicy {name} would break the operator's rules: {p}")
+                     for p in new.admission_problems() if p not in old_problems and not any(k in p for k in named)]
+        for mode, nodes in ((C.MODE_VM, vm_nodes), (C.MODE_CONTAINER, container_nodes)):
+            if not nodes and not (mode == C.MODE_VM and new.workload_type == C.MODE_VM):
+                continue
+            old_msgs = {b.message for b in policy.switch_blockers(mode)}
+            blockers += [b for b in new.switch_blockers(mode) if b.message not in old_msgs]
+    rv = str(meta.get("resourceVersion") or "")
+    patch: dict = {}
+    if changes:
+        if not rv:
+            raise ClusterError(f"RBLNClusterPolicy {name} has no metadata.resourceVersion; cannot write it safely")
+        patch = {"metadata": {"resourceVersion": rv}, "spec": {k: {"enabled": v} for k, v in changes.items()}}
+    return PolicyEdit(policy=name, resource_version=rv, before=before, after={**before, **changes}, patch=patch,
+                      blockers=blockers, warnings=warnings)
+
+
+# -- prerequisites -------------------------------------------------------------------------------
+
+
+def _floor(what: str, floor: tuple[int, int, int], text: str | None, found: str, *,
+           force: bool) -> tuple[Prerequisite, Blocker | None, str | None]:
+    """A version floor: below it refuses; unknown refuses unless forced (then a warning)."""
+    v = parse_version(text)
+    if v is not None and v >= floor:
+        return Prerequisite(name=what, ok=True, detail=f"{found} >= {format_version(floor)}"), None, None
+    if v is not None:
+        msg = f"{found} < {format_version(floor)}"
+        return Prerequisite(name=what, ok=False, detail=msg), Blocker(msg), None
+    msg = f"{found}: version unknown (needs >= {format_version(floor)})"
+    if force:
+        return Prerequisite(name=what, ok=None, detail=msg), None, msg + "; going ahead anyway (forced)"
+    return Prerequisite(name=what, ok=None, detail=msg), Blocker(msg, override="force"), None
+
+
+def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, force: bool = False
+                        ) -> tuple[list[Prerequisite], list[Blocker], list[str]]:
+    """What `target` needs of the cluster, from facts already read (pure)."""
+    checks: list[Prerequisite] = []
+    blockers: list[Blocker] = []
+    warnings: list[str] = []
+
+    def add(result: tuple[Prerequisite, Blocker | None, str | None]) -> None:
+        checks.append(result[0])
+        if result[1] is not None:
+            blockers.append(result[1])
+        if result[2] is not None:
+            warnings.append(result[2])
+
+    add(_floor("kubernetes", C.MIN_KUBERNETES[target], facts.server_version,
+               f"Kubernetes {facts.server_version or '(version unknown)'} for the {target} method", force=force))
+
+    deployed = [k for k in facts.kubevirts if (k.get("status") or {}).get("phase") == "Deployed"]
+    kv = (deployed or facts.kubevirts or [None])[0]
+    if kv is None:
+        msg = "no KubeVirt CR: KubeVirt is not installed, so no VM could use the NPUs"
+        checks.append(Prerequisite(name="kubevirt", ok=False, detail=msg))
+        if force:
+            warnings.append(msg + "; going ahead anyway (forced)")
+        else:
+            blockers.append(Blocker(msg, override="force"))
+    else:
+        st = status_of(kv)
+        floor = C.MIN_KUBEVIRT.get(target)
+        if floor is not None:
+            add(_floor("kubevirt", floor, version_of(kv), f"KubeVirt {ref(kv)} {st.version or ''} for the "
+                       f"{target} method".replace("  ", " "), force=force))
+        else:
+            checks.append(Prerequisite(name="kubevirt", ok=True, detail=f"KubeVirt {ref(kv)} {st.version or ''}"))
+        states = [gate_state(g, st.feature_gates, st.disabled_feature_gates, st.version)
+                  for g in rbln_gates(dra=target == C.METHOD_DRA)]
+        off = [s for s in states if s.effective is False]
+        unknown = [s for s in states if s.effective is None]
+        text = "; ".join(f"{s.name}: {s.reason}" for s in states)
+        fix = "`rblnctl kubevirt enable-gates" + (" --dra" if target == C.METHOD_DRA else "") + "`"
+        if off:
+            checks.append(Prerequisite(name="gates", ok=False, detail=text))
+            blockers.append(Blocker(f"KubeVirt {ref(kv)} lacks feature gate {', '.join(s.name for s in off)} "
+                                    f"({text}); enable it first: {fix}"))
+        elif unknown:
+            checks.append(Prerequisite(name="gates", ok=None, detail=text))
+            msg = f"whether KubeVirt {ref(kv)} has {', '.join(s.name for s in unknown)} on is unknown ({text}); {fix}"
+            if force:
+                warnings.append(msg + "; going ahead anyway (forced)")
+            else:
+                blockers.append(Blocker(msg, override="force"))
+        else:
+            checks.append(Prerequisite(name="gates", ok=True, detail=text))
+        if target == C.METHOD_SANDBOX and not st.permitted_devices:
+            warnings.append(f"KubeVirt {ref(kv)} permits no RBLN device (permittedHostDevices.pciHostDevices): once "
+                            "the sandbox plugin advertises its resources, `rblnctl kubevirt permit-devices "
+                            "--from-cluster` lets VMs use them")
+
+    found = [(d, operator_version(d)) for d in facts.operators]
+    version = next((v for _, v in found if v is not None), None)
+    floor = C.MIN_OPERATOR[target]
+    where = ref(found[0][0]) if found else "the RBLN NPU Operator"
+    if version is not None and strict_version(version[0]) is not None and strict_version(version[0]) >= floor:
+        checks.append(Prerequisite(name="operator", ok=True, detail=f"{where} {version[0]} >= {format_version(floor)}"))
+    elif version is not None and strict_version(version[0]) is not None:
+        if target == C.METHOD_SANDBOX and strict_version(version[0]) >= C.OPERATOR_SUPPORTED_FROM:
+            msg = (f"{where} {version[0]} < {format_version(floor)}, the documented minimum for the sandbox method "
+                   f"(rblnctl supports releases from {format_version(C.OPERATOR_SUPPORTED_FROM)})")
+            checks.append(Prerequisite(name="operator", ok=True, detail=msg))
+            warnings.append(msg)
+        else:
+            msg = (f"{where} {version[0]} < {format_version(floor)}: "
+                   + ("its vm-passthrough nodes get no DRA kubelet plugin (chart v0.3.0 deploys it for container "
+                      "mode only)" if target == C.METHOD_DRA else "it does not support the sandbox method"))
+            checks.append(Prerequisite(name="operator", ok=False, detail=msg))
+            blockers.append(Blocker(msg + "; upgrade the operator first"))
+    else:
+        msg = f"the operator's version is unknown (no Deployment labelled {C.OPERATOR_DEPLOYMENT_SELECTOR} with " \
+              f"a version); the {target} method needs >= {format_version(floor)}"
+        checks.append(Prerequisite(name="operator", ok=None, detail=msg))
+        if target == C.METHOD_DRA and not force:
+            blockers.append(Blocker(msg, override="force"))
+        else:
+            warnings.append(msg)
+
+    if target == C.METHOD_DRA:
+        if facts.device_classes_served is False:
+            msg = f"the API server does not serve {C.DRA_GROUP}/{C.DRA_VERSION} DeviceClasses (Kubernetes >= 1.34)"
+            checks.append(Prerequisite(name="dra-api", ok=False, detail=msg))
+            blockers.append(Blocker(msg))
+        else:
+            checks.append(Prerequisite(name="dra-api", ok=True, detail=f"{C.DRA_GROUP}/{C.DRA_VERSION} served"))
+        running = [d for d in facts.daemonsets or [] if is_dra_daemonset(d, policy.base_name)]
+        if running:
+            ds = running[0]
+            drv = dra_driver_version(ds)
+            what = f"DRA driver DaemonSet {ref(ds)}"
+        else:
+            spec = (facts.policy_obj.get("spec") or {}) if isinstance(facts.policy_obj.get("spec"), Mapping) else {}
+            drv = policy_dra_version(spec)
+            what = f"the DRA driver RBLNClusterPolicy {policy.name} deploys"
+        floor = C.MIN_DRA_DRIVER
+        if drv is None:
+            msg = f"{what}: version unknown (VFIO passthrough needs >= {format_version(floor)})"
+            checks.append(Prerequisite(name="dra-driver", ok=None, detail=msg))
+            warnings.append(msg)
+        elif strict_version(drv[0]) >= floor:
+            checks.append(Prerequisite(name="dra-driver", ok=True,
+                                       detail=f"{what}: {drv[0]} >= {format_version(floor)} (from {drv[1]})"))
+        else:
+            msg = (f"{what}: {drv[0]} < {format_version(floor)} (from {drv[1]}), which has no VFIO passthrough; "
+                   f"set draKubeletPlugin.version to {format_version(floor)} or later first")
+            checks.append(Prerequisite(name="dra-driver", ok=False, detail=msg))
+            blockers.append(Blocker(msg))
+    return checks, blockers, warnings
+
+
+def npu_holders(vmis: Sequence[dict]) -> list[NpuVm]:
+    """The VMIs holding NPUs (host devices by an NPU resource or a claim, or resource claims), sorted."""
+    out = []
+    for v in vmis:
+        holds = vmi_npus(v)
+        if holds:
+            meta = v.get("metadata") or {}
+            out.append(NpuVm(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+                             holds=", ".join(dict.fromkeys(holds))))
+    return sorted(out, key=lambda h: (h.namespace, h.name))
+
+
+def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert: bool = False) -> MethodPlan:
+    """Plan a method change from facts already read (pure)."""
+    policy = parse_policy(facts.policy_obj)
+    modes = {(n.get("metadata") or {}).get("name", ""): mode_of(labels_of(n), policy).effective for n in facts.nodes}
+    vm_nodes = sorted(n for n, m in modes.items() if m == C.MODE_VM)
+    container_nodes = sorted(n for n, m in modes.items() if m == C.MODE_CONTAINER)
+    edit = plan_edit(facts.policy_obj, target, vm_nodes=vm_nodes, container_nodes=container_nodes)
+    warnings = list(facts.view.notes) + edit.warnings
+    blockers = list(edit.blockers)
+    holders: list[NpuVm] = []
+    checks: list[Prerequisite] = []
+    conversions = list(facts.old_method_vms) if convert else []
+    old = C.METHOD_DRA if target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+    if facts.old_method_vms and not convert:
+        names = ", ".join(str(c.vm) for c in facts.old_method_vms[:HOLDERS_NAMED])
+        more = len(facts.old_method_vms) - HOLDERS_NAMED
+        names += f" and {more} more" if more > 0 else ""
+        warnings.append(Advice(f"{len(facts.old_method_vms)} VM(s) name their NPUs through {old} ({names}): under "
+                               f"{target} they get none until their devices are rewritten", option="convert_vms"))
+    if convert and facts.vms_error:
+        blockers.append(Blocker(f"cannot tell which VMs to convert: {facts.vms_error}"))
+    if edit.patch or conversions:
+        if facts.vmis is None:
+            blockers.append(Blocker(f"cannot tell whether a VM holds NPUs: {facts.vmis_error}"))
+        holders = npu_holders(facts.vmis or [])
+        for h in holders[:HOLDERS_NAMED]:
+            blockers.append(Blocker(f"VM {h} holds NPUs: stop it first (`virtctl stop {h.name} -n {h.namespace}`); "
+                                    "a running VM keeps the devices of the method it started with"))
+        if len(holders) > HOLDERS_NAMED:
+            blockers.append(Blocker(f"{len(holders) - HOLDERS_NAMED} more VMs hold NPUs "
+                                    "(`kubectl get vmi -A` lists them)"))
+    if edit.patch:
+        checks, pre_blockers, pre_warnings = check_prerequisites(target, facts, policy, force=force)
+        blockers += pre_blockers
+        warnings += pre_warnings
+    if not vm_nodes:
+        warnings.append("no NPU node is in vm-passthrough mode: there is nothing to roll, only the policy changes")
+    return MethodPlan(target=target, current=policy.vm_method, edit=edit, vm_nodes=vm_nodes,
+                      container_nodes=container_nodes, holders=holders, prerequisites=checks,
+                      device_class=policy.dra_device_class_vm if target == C.METHOD_DRA else None,
+                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers)
+
+
+def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], D.ClaimTest]) -> list[Conversion]:
+    """The VMs whose template names NPUs through the method other than `target` (pure but for `npu_claim`,
+    which judges a namespace's resourceClaims entries: rblnctl.vm.cluster.ClaimIndex.test)."""
+    out = []
+    for vm in vms:
+        spec = D.vm_spec(vm)
+        if not D.host_devices(spec):
+            continue
+        meta = vm.get("metadata") or {}
+        ns = str(meta.get("namespace") or "")
+        have = D.npus_of(spec, npu_claim=npu_claim(ns))
+        old = have.sandbox if target == C.METHOD_DRA else have.dra
+        if old:
+            out.append(Conversion(vm=VmRef(namespace=ns, name=str(meta.get("name") or "")), npus=len(old),
+                                  devices=[d.name for d in old]))
+    return sorted(out, key=lambda c: c.vm)
+
+
+def _with_remedy(b: Blocker) -> str:
+    """A vm attach refusal with its remedy (rblnctl.vm.model.VmBlocker carries one)."""
+    remedy = getattr(b, "remedy", None)
+    if remedy is None:
+        return b.message
+    command = f" (`rblnctl {' '.join(remedy.command)}`)" if remedy.command else ""
+    return f"{b.message}; {remedy.text}{command}"
+
+
+# -- the changer ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodState:
+    """One look at the cluster while waiting: what each vm-passthrough node still misses."""
+
+    method: str | None  # the active policy's method now
+    nodes: dict[str, list[str]]  # vm-passthrough node -> what is still missing ([] when rolled)
+    cluster: list[str]  # cluster-wide things missing (the DeviceClass)
+
+    @property
+    def missing(self) -> list[str]:
+        """Everything still missing, one line each, nodes first by name."""
+        return [f"{n}: {m}" for n, ms in sorted(self.nodes.items()) for m in ms] + self.cluster
+
+
+@dataclass(kw_only=True)
+class MethodChanger:
+    """Switch the allocation method of the cluster's VMs; options.timeout_s bounds the wait."""
+
+    kube: Kube
+    options: MethodOptions = field(default_factory=MethodOptions)
+    events: MethodEvents = field(default_factory=MethodEvents)
+    clock: Clock = SYSTEM_CLOCK
+
+    def _view(self) -> OperatorView:
+        view = read_operator(self.kube, namespace=self.options.operator_namespace)
+        if view.policy is None:
+            why = "no RBLNClusterPolicy exists" if view.crd_installed else "the RBLNClusterPolicy CRD is not installed"
+            raise Refused(f"{why}: there is no allocation method to change; install the RBLN NPU Operator with its "
+                          "RBLNClusterPolicy first")
+        return view
+
+    def facts(self, target: str) -> MethodFacts:
+        """Read what plan() needs: a fixed set of requests whatever the cluster size."""
+        from rblnctl.node.inventory import list_npu_node_objects
+
+        view = self._view()
+        assert view.policy is not None
+        policy_obj = self.kube.get(CLUSTER_POLICIES, view.policy.name)
+        try:
+            kubevirts = self.kube.list(KUBEVIRTS)
+        except NotFound:
+            kubevirts = []
+        vmis: list[dict] | None
+        vmis_error = None
+        try:
+            vmis = self.kube.list(VMIS)
+        except NotFound:
+            vmis = []
+        except Forbidden as e:
+            vmis, vmis_error = None, str(e)
+        vms_error = None
+        try:
+            vms = self.kube.list(VMS)
+        except NotFound:
+            vms = []
+        except Forbidden as e:
+            vms, vms_error = [], str(e)
+        old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
+        served = daemonsets = None
+        if target == C.METHOD_DRA:
+            try:
+                self.kube.list(DEVICE_CLASSES)
+                served = True
+            except NotFound:
+                served = False
+            try:
+                daemonsets = self.kube.list(DAEMONSETS)
+            except Forbidden as e:
+                log.debug("cannot list DaemonSets: %s", e)
+        return MethodFacts(policy_obj=policy_obj, view=view,
+                           server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
+                           kubevirts=kubevirts, operators=operator_deployments(self.kube),
+                           nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
+                           old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
+                           daemonsets=daemonsets)
+
+    def _claim_test(self, view: OperatorView) -> Callable[[str], D.ClaimTest]:
+        """Which resourceClaims entries ask for NPUs, per namespace: rblnctl's own, and (with convert_vms, which
+        rewrites them) hand-made ones whose template or claim requests the passthrough class."""
+        if not self.options.convert_vms:
+            return lambda _ns: D.is_managed_claim
+        from rblnctl.vm.cluster import ClaimIndex
+
+        assert view.policy is not None
+        index = ClaimIndex(kube=self.kube, classes=frozenset({view.policy.dra_device_class_vm, C.DRA_DEVICECLASS_VM}))
+        return index.test
+
+    def plan(self, target: str) -> MethodPlan:
+        """Read the cluster and plan the change to `target` (reads only)."""
+        target = parse_method(target)
+        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
+
+    def apply(self, plan: MethodPlan) -> MethodResult:
+        """Patch the policy (a no-op plan patches nothing), then wait for the operator (unless a server dry run).
+
+        Raises Refused on blockers or when the policy is switched back while waiting, Conflict when the
+        policy kept changing under us, WaitTimeout (with what is still missing) when the operator did
+        not roll the plugins within options.timeout_s.
+        """
+        if plan.blockers:
+            raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
+        started = self.clock.monotonic()
+        changed, attempts = False, 0
+        if plan.edit.patch:
+            self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
+                f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
+            changed, attempts, plan = self._patch(plan)
+        converged: list[str] = []
+        waited = self.options.wait and not self.options.server_dry_run
+        if waited:
+            self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
+                                f"{len(plan.vm_nodes)} vm-passthrough node(s)")
+            converged = self._wait(plan, started + self.options.timeout_s)
+        converted: list[str] = []
+        if plan.conversions and waited:
+            converted = self._convert(plan)
+        return MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
+                            elapsed_s=round(self.clock.monotonic() - started, 3), converted=converted,
+                            server_dry_run=self.options.server_dry_run)
+
+    def _convert(self, plan: MethodPlan) -> list[str]:
+        """Re-express each VM's NPUs with the new method through the vm attach library (its count kept).
+
+        Every VM is tried; a VM that cannot be converted (it started meanwhile, several resources could be
+        meant, it kept changing) does not stop the others, and Refused names each one at the end.
+        """
+        from rblnctl.errors import RblnError
+        from rblnctl.vm.attach import AttachOptions, AttachPlanner
+
+        old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+        planner = AttachPlanner(kube=self.kube, clock=self.clock,
+                                options=AttachOptions(method=plan.target, convert=True,
+                                                      max_attempts=self.options.max_attempts))
+        converted: list[str] = []
+        failed: list[Blocker] = []
+        for c in plan.conversions:
+            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
+            try:
+                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
+                if vm_plan.blockers:
+                    failed.append(Blocker(f"VM {c.vm}: " + "; ".join(_with_remedy(b) for b in vm_plan.blockers)))
+                    continue
+                planner.apply(vm_plan)
+            except NotFound:
+                continue  # deleted meanwhile: nothing to convert
+            except (InvalidInput, Refused, Conflict) as e:  # InvalidInput: Ambiguous, several resources fit
+                failed.append(Blocker(f"VM {c.vm}: {' '.join(str(e).split())}; convert it with `rblnctl vm attach "
+                                      f"{c.vm.name} -n {c.vm.namespace} --method {plan.target} --convert`"))
+                continue
+            converted.append(str(c.vm))
+        if failed:
+            err: RblnError = Refused(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled "
+                                     f"it, but {len(failed)} of {len(plan.conversions)} VM(s) were not converted",
+                                     blockers=failed)
+            raise err.with_details([f"converted: {', '.join(converted)}"] if converted else [])
+        return converted
+
+    def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
+        attempts = 0
+        landed = False
+        while True:
+            if plan.edit.blockers:
+                raise Refused(f"refusing to switch the allocation method to {plan.target}",
+                              blockers=plan.edit.blockers)
+            if plan.noop:
+                return landed, attempts, plan
+            attempts += 1
+            try:
+                self.kube.patch(CLUSTER_POLICIES, plan.policy, plan.edit.patch, patch_type="merge",
+                                dry_run=self.options.server_dry_run)
+                return True, attempts, plan
+            except ClusterError as e:
+                lost = outcome_unknown(e)
+                if not lost and not (isinstance(e, Conflict) or e.status == 409):
+                    raise
+                if attempts >= self.options.max_attempts:
+                    raise Conflict(f"RBLNClusterPolicy {plan.policy} kept changing while we wrote it: gave up after "
+                                   f"{attempts} attempts; rerun once the other writer is done",
+                                   status=409, reason="Conflict") from e
+                self.events.on_retry(attempts, str(e))
+                if not lost:
+                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
+                fresh = self.kube.get(CLUSTER_POLICIES, plan.policy)
+                landed = landed or lost
+                edit = plan_edit(fresh, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes)
+                plan = MethodPlan(target=plan.target, current=parse_policy(fresh).vm_method, edit=edit,
+                                  vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes, holders=plan.holders,
+                                  prerequisites=plan.prerequisites, device_class=plan.device_class,
+                                  warnings=plan.warnings, blockers=[])
+
+    def state(self, target: str) -> MethodState:
+        """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's
+        ResourceSlices, and (DRA) a GET of the DeviceClass."""
+        from rblnctl.node.inventory import list_npu_node_objects
+
+        view = self._view()
+        policy = view.policy
+        assert policy is not None
+        pods: dict[str, list[tuple[str, dict]]] = {}
+        for p in self.kube.list(PODS, namespace=view.namespace):
+            comp = component_of_pod(p, base_names=view.base_names)
+            if comp is not None:
+                pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
+        slices: dict[str, list[dict]] = {}
+        try:
+            for s in self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"):
+                slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
+        except NotFound:  # the DRA API is not served: no slices
+            pass
+        nodes: dict[str, list[str]] = {}
+        for n in list_npu_node_objects(self.kube):
+            if mode_of(labels_of(n), policy).effective != C.MODE_VM:
+                continue
+            name = n["metadata"]["name"]
+            nodes[name] = [str(p) for p in convergence.method_pending(n, target, policy, pods.get(name, []),
+                                                                       slices.get(name, []))]
+        cluster = []
+        if target == C.METHOD_DRA and self.kube.get_optional(DEVICE_CLASSES, policy.dra_device_class_vm) is None:
+            cluster.append(f"DeviceClass {policy.dra_device_class_vm} does not exist yet")
+        return MethodState(method=policy.vm_method, nodes=nodes, cluster=cluster)
+
+    def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
+        last: list[str] = []
+        missing = ["nothing read yet"]
+        while True:
+            try:
+                st = self.state(plan.target)
+                if st.method != plan.target and not self.options.server_dry_run:
+                    raise Refused(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl waited: "
+                                  f"it now selects {st.method or 'no VM allocator'}, not {plan.target}")
+                missing = st.missing
+                if not missing:
+                    return sorted(st.nodes)
+                shown = missing
+            except (ClusterError, ClusterUnreachable) as err:
+                if not is_transient(err) or isinstance(err, NotFound):
+                    raise
+                shown = [f"the API server did not answer ({err}); trying again"]
+            if shown != last:
+                self.events.on_waiting(shown)
+                last = shown
+            if self.clock.monotonic() >= deadline:
+                err = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} method "
+                                  f"within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} stays "
+                                  f"set to {plan.target}")
+                raise err.with_details([f"still missing: {m}" for m in missing])
+            self.clock.sleep(max(0.0, min(self.options.poll_s, deadline - self.clock.monotonic())))

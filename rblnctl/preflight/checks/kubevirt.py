@@ -1,0 +1,93 @@
+"""`kubevirt.installed`, `kubevirt.version`, `kubevirt.gates`: KubeVirt deployed, new enough, host-device gates on."""
+
+from __future__ import annotations
+
+from rblnctl import constants as C
+from rblnctl.kubevirt.gates import gate_state
+from rblnctl.kubevirt.status import status_of
+from rblnctl.preflight.checks.common import pick, unreadable
+from rblnctl.preflight.facts import ClusterFacts
+from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.versions import format_version, parse_version
+
+
+def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
+    """KubeVirt installed, version, gates; returns the CR checked (None when there is none)."""
+    t_inst, t_ver, t_gates = "KubeVirt installed and Deployed", "KubeVirt version", "KubeVirt feature gates"
+    install = ("install KubeVirt: apply kubevirt-operator.yaml and kubevirt-cr.yaml of a release "
+               "(github.com/kubevirt/kubevirt/releases), then wait for phase Deployed")
+    if not f.kubevirts.ok and not f.kubevirts.absent:
+        unreadable(out, "kubevirt.installed", t_inst, f.kubevirts)
+        for id_, t in (("kubevirt.version", t_ver), ("kubevirt.gates", t_gates)):
+            out.add(id_, t, SCOPE_CLUSTER, Status.SKIP, "the KubeVirt CR could not be read (see kubevirt.installed)")
+        return None
+    items = f.kubevirts.value or []
+    if not items:
+        why = "the kubevirts.kubevirt.io CRD is not installed" if f.kubevirts.absent else "no KubeVirt CR exists"
+        out.add("kubevirt.installed", t_inst, SCOPE_CLUSTER, Status.FAIL, why, install)
+        for id_, t in (("kubevirt.version", t_ver), ("kubevirt.gates", t_gates)):
+            out.add(id_, t, SCOPE_CLUSTER, Status.SKIP, "KubeVirt is not installed")
+        return None
+    deployed = [k for k in items if (k.get("status") or {}).get("phase") == "Deployed"]
+    kv = (deployed or items)[0]
+    st = status_of(kv)
+    ref = f"{st.namespace}/{st.name}"
+    more = f" ({len(items)} KubeVirt CRs; checked {ref})" if len(items) > 1 else ""
+    if st.phase == "Deployed":
+        out.add("kubevirt.installed", t_inst, SCOPE_CLUSTER, Status.PASS, f"{ref} phase Deployed{more}")
+    else:
+        out.add("kubevirt.installed", t_inst, SCOPE_CLUSTER, Status.FAIL,
+                f"{ref} phase {st.phase or 'unset'}, not Deployed{more}",
+                f"see `kubectl get kubevirt -n {st.namespace} {st.name} -o yaml` and the virt-operator logs "
+                f"(`kubectl logs -n {st.namespace} deploy/virt-operator`)",
+                f"kubectl get kubevirt -n {st.namespace} {st.name} -o yaml")
+
+    floor = C.MIN_KUBEVIRT.get(f.method)
+    v = parse_version(st.version)
+    if v is None:
+        seen = (f"status.observedKubeVirtVersion {st.version!r} is not a version" if st.version
+                else "status.observedKubeVirtVersion is empty")
+        out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.WARN,
+                f"{ref}: {seen}, version unknown",
+                "wait for virt-operator to finish deploying, then rerun")
+    elif floor is None:
+        out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.PASS,
+                f"{st.version} (the sandbox method needs a release compatible with the Kubernetes version)")
+    elif v >= floor:
+        out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.PASS, f"{st.version} >= {format_version(floor)} (dra)")
+    else:
+        out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.FAIL,
+                f"{st.version} < {format_version(floor)}, the DRA method's floor",
+                f"upgrade KubeVirt to {format_version(floor)} or later, or use the sandbox method")
+
+    wanted = [C.GATE_HOST_DEVICES] + ([C.GATE_HOST_DEVICES_DRA] if f.method == C.METHOD_DRA else [])
+    states = [gate_state(g, st.feature_gates, st.disabled_feature_gates, st.version) for g in wanted]
+    evidence = "; ".join(f"{s.name}: {s.reason}" for s in states)
+    command = "rblnctl kubevirt enable-gates" + (" --dra" if f.method == C.METHOD_DRA else "") + pick(f, st)
+    cmd = f"`{command}`"
+    # enable-gates refuses to add HostDevicesWithDRA below KubeVirt 1.9.0 or on an unknown version
+    # (without --force): name the step that actually works.
+    dra_write = f.method == C.METHOD_DRA and any(
+        s.name == C.GATE_HOST_DEVICES_DRA and (s.disabled or not s.listed) for s in states)
+    gate_floor = C.GATE_MIN_KUBEVIRT.get(C.GATE_HOST_DEVICES_DRA)
+    pre = ""
+    if dra_write and v is None:
+        command = f"rblnctl kubevirt enable-gates --dra --force{pick(f, st)}"
+        cmd = f"`{command}` (--force because the KubeVirt version is unknown)"
+    elif dra_write and gate_floor and v < gate_floor:
+        pre = f"upgrade KubeVirt to {format_version(gate_floor)} or later (see kubevirt.version), then "
+        command = ""  # enable-gates refuses until KubeVirt is upgraded
+    what = "adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates"
+    if any(s.effective is False for s in states):
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence, f"{pre}{cmd} ({what})", command)
+    elif any(s.effective is None for s in states):
+        # Not listed, and whether the Beta default applies depends on a version we cannot read.
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
+                f"{pre}{cmd}: listing the gates makes them on whatever the version ({what})", command)
+    elif any(not s.listed for s in states):
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
+                f"{cmd}: the setup guide lists both gates explicitly, so a later default change cannot turn DRA off",
+                command)
+    else:
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.PASS, evidence)
+    return kv

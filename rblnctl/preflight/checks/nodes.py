@@ -1,0 +1,157 @@
+"""Cluster-wide `nodes.vm-mode` and the per-node checks (scope = node name) from each node's NFD facts and labels."""
+
+from __future__ import annotations
+
+from rblnctl import constants as C
+from rblnctl.operator.nodes import mode_of
+from rblnctl.preflight.facts import ClusterFacts
+from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.preflight.nfd import NodeNfd, features_by_node, iommu_fact, node_nfd
+
+MODE_LABEL_REMEDY = "`rblnctl node set-mode NODE vm-passthrough` (or `container`)"
+NFD_FACT_REMEDY = "run `rblnctl preflight --local` on that node, or enable NFD's {source} source"
+
+
+def check_nodes(f: ClusterFacts, out: Findings) -> None:
+    """WARN when no NPU node is in vm-passthrough mode; then every per-node check for each NPU node."""
+    nodes = f.nodes.value if f.nodes.ok else []
+    modes = f.effective_modes()
+    vm = [n for n, m in modes.items() if m == C.MODE_VM]
+    if nodes:
+        if vm:
+            out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.PASS,
+                    f"{len(vm)} of {len(nodes)} NPU nodes in {C.MODE_VM} mode")
+        else:
+            out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.WARN,
+                    f"none of {len(nodes)} NPU nodes is in {C.MODE_VM} mode: no VM can get an NPU yet",
+                    "`rblnctl node set-mode NODE vm-passthrough` on the nodes meant for VMs")
+    else:
+        out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.SKIP,
+                "no NPU node to check (see nfd.npu-nodes)")
+    by_node = features_by_node(f.node_features.value or []) if f.node_features.ok else {}
+    features_note = None
+    if not f.node_features.ok:
+        features_note = ("NodeFeature objects could not be read (see nfd.installed)" if not f.node_features.absent
+                         else "the NodeFeature API is not served")
+    for node in nodes:
+        name = node["metadata"]["name"]
+        nfd = node_nfd(node, by_node.get(name, []))
+        check_one_node(name, modes.get(name, C.DEFAULT_MODE), node, nfd, features_note, out)
+
+
+def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note: str | None,
+                   out: Findings) -> None:
+    """IOMMU, VFIO modules, vIOMMU, mode label and deploy-skip of one node: FAIL in vm mode, WARN in container mode."""
+    vm_mode = mode == C.MODE_VM
+    bad = Status.FAIL if vm_mode else Status.WARN
+    later = "" if vm_mode else " (this node is in container mode: it matters once it switches to vm-passthrough)"
+
+    iommu, iommu_ev = iommu_fact(nfd)
+    if features_note and iommu is None:
+        iommu_ev = features_note
+    if iommu is True:
+        out.add("node.iommu", "IOMMU enabled", name, Status.PASS, iommu_ev)
+    elif iommu is False:
+        out.add("node.iommu", "IOMMU enabled", name, bad, iommu_ev + later,
+                "turn the IOMMU on: intel_iommu=on / amd_iommu=on on the kernel command line and VT-d / AMD-Vi in "
+                "firmware; `rblnctl preflight --local` on the node names the exact parameter")
+    else:
+        out.add("node.iommu", "IOMMU enabled", name, Status.WARN, f"unknown: {iommu_ev}",
+                NFD_FACT_REMEDY.format(source="pci") + " (NFD >= v0.10 publishes iommu_group/type)")
+
+    check_node_modules(name, vm_mode, nfd, features_note, out)
+
+    cpuid = nfd.elements(C.NFD_FEATURE_CPUID)
+    dmi = nfd.attributes.get(C.NFD_FEATURE_DMI) or {}
+    dmi_text = " ".join(x for x in (dmi.get("sys_vendor"), dmi.get("product_name")) if x)
+    title = "Bare metal, or VM with a vIOMMU"
+    if cpuid is not None:
+        is_vm: bool | None = C.NFD_CPUID_HYPERVISOR in cpuid
+        how = f"{C.NFD_FEATURE_CPUID} {'has' if is_vm else 'lacks'} {C.NFD_CPUID_HYPERVISOR}"
+    elif nfd.labels.get(C.NFD_HYPERVISOR_LABEL) == "true":
+        is_vm, how = True, f"label {C.NFD_HYPERVISOR_LABEL}=true"
+    else:
+        is_vm, how = None, features_note or (f"NFD publishes no {C.NFD_FEATURE_CPUID} features for this node"
+                                             if nfd.objects else "no NodeFeature object for this node")
+    if dmi_text:
+        how += f"; DMI {dmi_text}"
+    if is_vm is None:
+        out.add("node.viommu", title, name, Status.WARN, f"unknown: {how}", NFD_FACT_REMEDY.format(source="cpu"))
+    elif not is_vm:
+        out.add("node.viommu", title, name, Status.PASS, f"bare metal ({how})")
+    elif iommu is True:
+        out.add("node.viommu", title, name, Status.PASS, f"VM with a vIOMMU ({how}; {iommu_ev})")
+    elif iommu is False:
+        out.add("node.viommu", title, name, bad, f"VM without a vIOMMU ({how}; {iommu_ev}){later}",
+                "give the VM a vIOMMU (libvirt `<iommu model='intel'>`, QEMU `-device intel-iommu,intremap=on`, or "
+                "the cloud's vIOMMU option) and boot it with intel_iommu=on / amd_iommu=on")
+    else:
+        out.add("node.viommu", title, name, Status.WARN, f"VM ({how}); whether it has a vIOMMU is unknown: {iommu_ev}",
+                NFD_FACT_REMEDY.format(source="pci"))
+
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    raw = mode_of(labels, None).label
+    title = "Workload mode label valid"
+    if raw is None:
+        out.add("node.mode-label", title, name, Status.PASS, f"unset: the policy's workloadType applies ({mode})")
+    elif mode_of(labels, None).label_valid:
+        out.add("node.mode-label", title, name, Status.PASS, f"{C.WORKLOAD_LABEL}={raw}")
+    else:
+        # A value that is a mode in another spelling (`vm`, `VM`, `Container`) says which mode was meant;
+        # set-mode takes `MODE NODE` and relabels safely (cordon, drain, wait for the operator).
+        meant = C.MODE_ALIASES.get(str(raw).strip().lower())
+        out.add("node.mode-label", title, name, Status.FAIL,
+                f"{C.WORKLOAD_LABEL}={raw!r} is not container or vm-passthrough: the operator ignores it and uses "
+                f"the policy default ({mode})", MODE_LABEL_REMEDY,
+                f"rblnctl node set-mode {meant} {name}" if meant else "")
+
+    skip = labels.get(C.DEPLOY_SKIP_LABEL)
+    title = "Operator manages the node (npu.deploy.skip)"
+    if skip == "true":
+        out.add("node.deploy-skip", title, name, Status.WARN,
+                f"{C.DEPLOY_SKIP_LABEL}=true: the operator deploys nothing here (no vfio-manager, no device plugin)",
+                f"if not intended: `kubectl label node NODE {C.DEPLOY_SKIP_LABEL}-`",
+                f"kubectl label node {name} {C.DEPLOY_SKIP_LABEL}-")
+    elif skip is not None:
+        out.add("node.deploy-skip", title, name, Status.PASS,
+                f"{C.DEPLOY_SKIP_LABEL}={skip!r} is not exactly \"true\", so the operator ignores it")
+    else:
+        out.add("node.deploy-skip", title, name, Status.PASS, f"{C.DEPLOY_SKIP_LABEL} not set")
+
+
+def check_node_modules(name: str, vm_mode: bool, nfd: NodeNfd, features_note: str | None, out: Findings) -> None:
+    """`node.vfio-modules` from NFD's kernel.enabledmodule (loaded + built-in), else kernel.loadedmodule."""
+    title = "VFIO kernel modules loaded"
+    enabled = nfd.elements(C.NFD_FEATURE_ENABLED_MODULES)
+    loaded = nfd.elements(C.NFD_FEATURE_LOADED_MODULES)
+    fix = ("`modprobe vfio_pci` on the node (the operator's vfio-manager does it on vm-passthrough nodes); "
+           "`rblnctl preflight --local` there shows the details")
+    if enabled is None and loaded is None:
+        why = features_note or (f"NFD publishes no {C.NFD_FEATURE_LOADED_MODULES} features for this node"
+                                if nfd.objects else "no NodeFeature object for this node")
+        if vm_mode:
+            out.add("node.vfio-modules", title, name, Status.WARN, f"unknown: {why}",
+                    NFD_FACT_REMEDY.format(source="kernel"))
+        else:
+            out.add("node.vfio-modules", title, name, Status.SKIP,
+                    f"unknown ({why}); only vm-passthrough nodes need them")
+        return
+    have = (enabled or set()) | (loaded or set())
+    missing = [m for m in C.VFIO_MODULES if m not in have]
+    source = C.NFD_FEATURE_ENABLED_MODULES if enabled is not None else C.NFD_FEATURE_LOADED_MODULES
+    if not missing:
+        out.add("node.vfio-modules", title, name, Status.PASS, f"{', '.join(C.VFIO_MODULES)} (NFD {source})")
+        return
+    if not vm_mode:
+        out.add("node.vfio-modules", title, name, Status.SKIP,
+                f"{', '.join(missing)} not loaded (NFD {source}); container mode: the operator's vfio-manager loads "
+                "them when the node switches to vm-passthrough")
+        return
+    if enabled is None:
+        # kernel.loadedmodule lists loadable modules only: a built-in vfio would be missing from it.
+        out.add("node.vfio-modules", title, name, Status.WARN,
+                f"{', '.join(missing)} not in NFD {C.NFD_FEATURE_LOADED_MODULES} (built-in modules are not listed "
+                f"there; NFD publishes no {C.NFD_FEATURE_ENABLED_MODULES})", fix)
+    else:
+        out.add("node.vfio-modules", title, name, Status.FAIL,
+                f"{', '.join(missing)} neither loaded nor built in (NFD {C.NFD_FEATURE_ENABLED_MODULES})", fix)

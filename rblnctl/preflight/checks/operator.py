@@ -1,0 +1,57 @@
+"""`operator.version`: the RBLN NPU Operator Deployment is there, at a release the method supports."""
+
+from __future__ import annotations
+
+from rblnctl import constants as C
+from rblnctl.preflight.checks.common import unreadable
+from rblnctl.preflight.facts import ClusterFacts
+from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.operator.cluster import operator_version  # shared with policy set-method
+from rblnctl.versions import format_version, strict_version
+
+
+def check_operator(f: ClusterFacts, out: Findings) -> None:
+    """Installed, and >= 0.4.4 (sandbox; 0.3.0 up to it warns) or >= 0.6.0 (DRA); unknown versions warn."""
+    id_, title = "operator.version", "RBLN NPU Operator installed, version"
+    floor = C.MIN_OPERATOR[f.method]
+    install_cmd = (f"helm upgrade --install {C.OPERATOR_HELM_CHART} {C.OPERATOR_HELM_REPO_CHART} "
+                   f"-n {C.OPERATOR_NAMESPACE} --create-namespace")
+    install = f"install or upgrade it: `{install_cmd}` (>= {format_version(floor)} for {f.method})"
+    if not f.operator.ok and not f.operator.absent:
+        unreadable(out, id_, title, f.operator)
+        return
+    deps = f.operator.value or []
+    if not deps:
+        crd = ("" if f.policies.absent else " (the RBLNClusterPolicy CRD is installed)" if f.policies.ok
+               else " (whether the RBLNClusterPolicy CRD is installed is unknown: see operator.policy)")
+        status = Status.FAIL if f.policies.absent else Status.WARN
+        out.add(id_, title, SCOPE_CLUSTER, status,
+                f"no operator Deployment found by {C.OPERATOR_DEPLOYMENT_SELECTOR} or in namespace "
+                f"{C.OPERATOR_NAMESPACE}{crd}",
+                install if status == Status.FAIL else
+                f"label the operator Deployment {C.OPERATOR_DEPLOYMENT_SELECTOR}, or {install}",
+                install_cmd if status == Status.FAIL else "")
+        return
+    dep = deps[0]
+    meta = dep.get("metadata") or {}
+    where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    found = operator_version(dep)
+    if found is None:
+        out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
+                f"Deployment {where} found, version unknown (no {C.APP_VERSION_LABEL}, no {C.HELM_CHART_LABEL} "
+                f"{C.OPERATOR_HELM_CHART}-X.Y.Z, no versioned image tag)",
+                f"check with `helm list -A`; the {f.method} method needs >= {format_version(floor)}", "helm list -A")
+        return
+    text, source = found
+    v = strict_version(text)
+    supported = C.OPERATOR_SUPPORTED_FROM
+    if v >= floor:
+        out.add(id_, title, SCOPE_CLUSTER, Status.PASS, f"{where} {text} >= {format_version(floor)} (from {source})")
+    elif f.method == C.METHOD_SANDBOX and v >= supported:
+        out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
+                f"{where} {text} < {format_version(floor)}, the documented minimum for the {f.method} method "
+                f"(from {source}); rblnctl supports releases from {format_version(supported)}", install, install_cmd)
+    else:
+        out.add(id_, title, SCOPE_CLUSTER, Status.FAIL,
+                f"{where} {text} < {format_version(floor)}, the {f.method} method's floor (from {source})", install,
+                install_cmd)

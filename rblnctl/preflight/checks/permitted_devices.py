@@ -1,0 +1,68 @@
+"""`kubevirt.permitted-devices`: KubeVirt permits each RBLN resource the sandbox plugin advertises, as external."""
+
+from __future__ import annotations
+
+from rblnctl import constants as C
+from rblnctl.kubevirt.status import status_of
+from rblnctl.operator import resources as R
+from rblnctl.preflight.checks.common import pick
+from rblnctl.preflight.facts import ClusterFacts
+from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+
+
+def advertised_vm_resources(f: ClusterFacts) -> dict[str, list[str]]:
+    """VM resources NPU nodes advertise (by the active policy's names) -> the nodes advertising them."""
+    names = f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)
+    return R.advertised(f.nodes.value, names) if f.nodes.ok else {}
+
+
+def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> None:
+    """FAIL for an advertised resource not permitted or an RBLN entry without externalResourceProvider; DRA: SKIP."""
+    id_, title = "kubevirt.permitted-devices", "KubeVirt permits the RBLN NPUs"
+    if f.method != C.METHOD_SANDBOX:
+        out.add(id_, title, SCOPE_CLUSTER, Status.SKIP,
+                "DRA allocates NPUs through ResourceClaims; permittedHostDevices is for the sandbox method")
+        return
+    if kv is None:
+        out.add(id_, title, SCOPE_CLUSTER, Status.SKIP, "no KubeVirt CR to read (see kubevirt.installed)")
+        return
+    st = status_of(kv)
+    permitted = {d.resource_name: d for d in st.permitted_devices}
+    in_use = advertised_vm_resources(f)
+    no_erp = [d.resource_name for d in st.permitted_devices if not d.external_resource_provider]
+    missing = {r: ns for r, ns in in_use.items() if r not in permitted}
+    names = ", ".join(f"{d.resource_name} ({d.pci_vendor_selector})" for d in st.permitted_devices) or "none"
+    problems = []
+    fixes = []
+    if missing:
+        problems.append("advertised but not permitted: " + ", ".join(
+            f"{r} ({len(ns)} node{'s' if len(ns) != 1 else ''})" for r, ns in missing.items()))
+        fixes.append(f"rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}")
+    if no_erp:
+        problems.append(f"externalResourceProvider is not true for {', '.join(no_erp)}: KubeVirt would start its "
+                        "own device plugin beside the RBLN sandbox device plugin")
+        fixes.append(f"rblnctl kubevirt permit-devices --fix{pick(f, st)}")
+    if problems:
+        out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"permitted: {names}; " + "; ".join(problems),
+                " and ".join(f"`{x}`" for x in fixes), " && ".join(fixes))
+        return
+    nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"
+    if not permitted:
+        seen = ("" if in_use else "no node advertises a rebellions.ai/RBLN-* resource yet" if f.nodes.ok
+                else nodes_unknown)
+        out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
+                f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
+                "once the sandbox device plugin runs on a vm-passthrough node: "
+                f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}` "
+                "(or `--resource-name rebellions.ai/RBLN-CA22_PF`)")
+        return
+    if not in_use:
+        out.add(id_, title, SCOPE_CLUSTER, Status.PASS,
+                f"permitted: {names}, externalResourceProvider true "
+                f"({'no node advertises one yet' if f.nodes.ok else nodes_unknown})")
+        return
+    stale = [r for r in permitted if r not in in_use]
+    note = f"; permitted but not advertised by any node: {', '.join(stale)}" if stale else ""
+    out.add(id_, title, SCOPE_CLUSTER, Status.PASS,
+            f"every advertised resource is permitted with externalResourceProvider true: "
+            f"{', '.join(in_use)}{note}")

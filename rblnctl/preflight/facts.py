@@ -1,0 +1,204 @@
+"""What the cluster checks read: one Fetch per read, gathered once into ClusterFacts by a fixed set of requests.
+
+A read the API server refuses (403) or fails (5xx) is kept as data (Fetch.error) for the checks to
+report with the permission or the error; only an unreachable server or rejected credentials (401)
+raise, since no later read could succeed either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rblnctl import constants as C
+from rblnctl.errors import AuthError, ClusterError, ClusterUnreachable, Forbidden, NotFound
+from rblnctl.kube import (
+    CLUSTER_POLICIES,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    DEVICE_CLASSES,
+    KUBEVIRTS,
+    NODE_FEATURES,
+    NODES,
+    PODS,
+    SELF_SUBJECT_RULES_REVIEWS,
+    Kube,
+    Resource,
+)
+from rblnctl.node.inventory import list_npu_node_objects
+from rblnctl.operator.nodes import mode_of
+from rblnctl.operator.policy import Policy, choose_active
+from rblnctl.preflight.helm import HelmClient, HelmInfo
+from rblnctl.preflight.method import choose_method
+from rblnctl.preflight.model import METHOD_AUTO, Status
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetch:
+    """The outcome of one read: its value, or that the type/object is absent (404), or why it failed."""
+
+    verb: str
+    resource: str  # as RBAC names it: nodes, kubevirts.kubevirt.io
+    namespace: str | None = None  # None: all namespaces / cluster scope
+    value: Any = None
+    absent: bool = False
+    error: str | None = None
+    forbidden: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the read succeeded."""
+        return not self.absent and self.error is None
+
+    def can_i(self) -> str:
+        """The `kubectl auth can-i` command that tells whether this user may make this read."""
+        flag = f"-n {self.namespace}" if self.namespace else "-A"
+        return f"kubectl auth can-i {self.verb} {self.resource} {flag}"
+
+    def remedy(self) -> str:
+        """What to do when the read failed: the RBAC permission to grant, or the error to look into."""
+        if self.forbidden:
+            where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
+            return (f"grant `{self.verb}` on `{self.resource}` {where} to this user (check with "
+                    f"`{self.can_i()}`), or use a kubeconfig that has it")
+        return f"the API server failed to {self.verb} {self.resource}; check its health and rerun"
+
+
+def fetch(verb: str, res: Resource | str, call: Callable[[], Any], *, namespace: str | None = None) -> Fetch:
+    """Run one read; turn 404 into `absent`, 403 and other API errors into `error` (never raise them).
+
+    ClusterUnreachable and 401 propagate: no later read could succeed either.
+    """
+    name = res.qualified if isinstance(res, Resource) else res
+    try:
+        return Fetch(verb=verb, resource=name, namespace=namespace, value=call())
+    except NotFound:
+        return Fetch(verb=verb, resource=name, namespace=namespace, absent=True)
+    except Forbidden as e:
+        log.debug("%s %s refused: %s", verb, name, e)
+        return Fetch(verb=verb, resource=name, namespace=namespace, error=str(e), forbidden=True)
+    except (ClusterUnreachable, AuthError):
+        raise
+    except ClusterError as e:
+        log.debug("%s %s failed: %s", verb, name, e)
+        return Fetch(verb=verb, resource=name, namespace=namespace, error=str(e))
+
+
+@dataclass(kw_only=True)
+class ClusterFacts:
+    """Everything the cluster checks read, each read once."""
+
+    version: Fetch
+    policies: Fetch
+    method: str
+    method_note: str
+    method_status: Status
+    method_remedy: str
+    operator: Fetch  # Deployments that look like the operator
+    kubevirts: Fetch
+    nodes: Fetch  # raw NPU Node objects (or the one --node)
+    node_features: Fetch
+    helm: HelmInfo
+    nfd_pods: Fetch | None = None  # read only when neither the NodeFeature API nor NFD labels show NFD
+    daemonsets: Fetch | None = None  # DRA method only
+    device_class: Fetch | None = None  # DRA method only
+    access: Fetch | None = None  # a SelfSubjectRulesReview in the operator's namespace: what these credentials may do
+    node_name: str | None = None  # --node
+    selector: str | None = None  # -l
+    _modes: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def policy(self) -> Policy | None:
+        """The RBLNClusterPolicy the operator acts on (rblnctl.operator.policy.choose_active)."""
+        return choose_active(self.policies.value or []).active if self.policies.ok else None
+
+    @property
+    def operator_namespace(self) -> str:
+        """Where the operator's components run (rblnctl.operator.cluster.operator_namespace)."""
+        from rblnctl.operator.cluster import operator_namespace
+
+        return operator_namespace(self.policy, (self.operator.value or []) if self.operator.ok else [])[0]
+
+    @property
+    def npu_nodes(self) -> list[dict]:
+        """The NPU Node objects read ([] when they could not be read)."""
+        return self.nodes.value if self.nodes.ok else []
+
+    def effective_modes(self) -> dict[str, str]:
+        """Node -> effective mode under the active policy (rblnctl.operator.nodes.mode_of); computed once."""
+        if self._modes is None:
+            policy = self.policy
+            self._modes = {n["metadata"]["name"]: mode_of((n.get("metadata") or {}).get("labels") or {},
+                                                          policy).effective
+                           for n in self.npu_nodes}
+        return self._modes
+
+    def nodes_have_nfd_labels(self) -> bool:
+        """Whether any NPU node carries a feature.node.kubernetes.io/* label (NFD at work without its API)."""
+        return any(k.startswith(C.NFD_LABEL_PREFIX) for n in self.npu_nodes
+                   for k in ((n.get("metadata") or {}).get("labels") or {}))
+
+
+def _is_operator_deployment(dep: dict) -> bool:
+    meta = dep.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(C.APP_NAME_LABEL) == C.OPERATOR_HELM_CHART:
+        return True
+    if str(labels.get(C.HELM_CHART_LABEL, "")).startswith(C.OPERATOR_HELM_CHART + "-"):
+        return True
+    return C.OPERATOR_HELM_CHART in str(meta.get("name", ""))
+
+
+def find_operator(kube: Kube) -> Fetch:
+    """Operator Deployments: by label across namespaces, else by name/chart label in OPERATOR_NAMESPACE."""
+    by_label = fetch("list", DEPLOYMENTS, lambda: kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR))
+    if by_label.ok and by_label.value:
+        return by_label
+    in_ns = fetch("list", DEPLOYMENTS,
+                  lambda: [d for d in kube.iter_list(DEPLOYMENTS, namespace=C.OPERATOR_NAMESPACE)
+                           if _is_operator_deployment(d)],
+                  namespace=C.OPERATOR_NAMESPACE)
+    if in_ns.ok and in_ns.value:
+        return in_ns
+    for attempt in (by_label, in_ns):
+        if attempt.error:
+            return attempt  # not found where we could look, and one place we could not: say so, never guess
+    return by_label
+
+
+def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, selector: str | None = None,
+           helm: HelmClient | None = None) -> ClusterFacts:
+    """Read every fact the checks need: a fixed set of reads, each one paged list or one GET.
+
+    A selector the API server cannot parse raises InvalidInput (rblnctl.node.inventory).
+    """
+    version = fetch("get", "/version", kube.server_version)
+    policies = fetch("list", CLUSTER_POLICIES, lambda: kube.list(CLUSTER_POLICIES))
+    chosen, note, status, remedy = choose_method(method, policies)
+    operator = find_operator(kube)
+    kubevirts = fetch("list", KUBEVIRTS, lambda: kube.list(KUBEVIRTS))
+    if node:
+        nodes = fetch("get", NODES, lambda: [kube.get(NODES, node)])
+        features = fetch("list", NODE_FEATURES, lambda: kube.list(
+            NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}"))
+    else:
+        nodes = fetch("list", NODES, lambda: list_npu_node_objects(kube, selector=selector))
+        features = fetch("list", NODE_FEATURES, lambda: kube.list(NODE_FEATURES))
+    facts = ClusterFacts(
+        version=version, policies=policies, method=chosen, method_note=note, method_status=status,
+        method_remedy=remedy, operator=operator, kubevirts=kubevirts, nodes=nodes, node_features=features,
+        helm=(helm or HelmClient()).version(), node_name=node, selector=selector,
+    )
+    if not features.ok and not facts.nodes_have_nfd_labels():
+        facts.nfd_pods = fetch("list", PODS, lambda: kube.list(PODS, label_selector=C.NFD_POD_SELECTOR))
+    facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: kube.create(SELF_SUBJECT_RULES_REVIEWS, {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": facts.operator_namespace}}))
+    if chosen == C.METHOD_DRA:
+        facts.daemonsets = fetch("list", DAEMONSETS, lambda: kube.list(DAEMONSETS))
+        facts.device_class = fetch("get", DEVICE_CLASSES, lambda: kube.get(DEVICE_CLASSES, C.DRA_DEVICECLASS_VM))
+    return facts

@@ -1,0 +1,333 @@
+"""The host checks of `preflight --local`: pure functions of HostFacts, in a fixed order."""
+
+from __future__ import annotations
+
+from rblnctl import constants as C
+from rblnctl.host import pci, system
+from rblnctl.preflight.host_facts import ALL_IOMMU_TABLES, IOMMU_TABLES, AMD, INTEL, HostFacts
+from rblnctl.preflight.model import SCOPE_HOST, CheckResult, Findings, Status, worst
+
+T_FIRMWARE = "IOMMU in firmware (ACPI DMAR / IVRS)"
+T_KERNEL = "IOMMU enabled by the kernel"
+T_CMDLINE = "IOMMU on the kernel command line"
+T_VIRT = "Bare metal, or VM with a vIOMMU"
+T_MODULES = "VFIO kernel modules"
+T_DEV_VFIO = "/dev/vfio/vfio present"
+T_KVM = "/dev/kvm present"
+T_NPUS = "RBLN NPUs present"
+T_DRIVER = "NPU kernel driver"
+T_GROUPS = "NPUs in usable IOMMU groups"
+T_IN_USE = "NPU device files held open"
+
+
+def _cmdline_param(vendor: str | None) -> str:
+    if vendor == INTEL:
+        return "intel_iommu=on"
+    if vendor == AMD:
+        return "amd_iommu=on"
+    return "intel_iommu=on (Intel) or amd_iommu=on (AMD)"
+
+
+def _grub_remedy(vendor: str | None) -> str:
+    what = ({INTEL: "`intel_iommu=on iommu=pt`", AMD: "`amd_iommu=on iommu=pt`"}.get(vendor or "")
+            or "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)")
+    return (
+        f"add {what} to GRUB_CMDLINE_LINUX in /etc/default/grub, run `update-grub` "
+        "(or `grub2-mkconfig -o /boot/grub2/grub.cfg`) and reboot"
+    )
+
+
+VIOMMU_REMEDY = (
+    "give this VM a vIOMMU: libvirt `<iommu model='intel'>` (q35), QEMU `-device intel-iommu,intremap=on` or "
+    "`-device virtio-iommu-pci`, or the cloud's vIOMMU option; then boot it with "
+)
+SEE_VIRT = "give this VM a vIOMMU (see host.virt)"
+
+
+def _guest_param(f: HostFacts) -> str:
+    """The kernel parameter (formatted) a VM needs for the vIOMMU it has; the CPU vendor does not decide it."""
+    if "DMAR" in f.acpi_tables:
+        return "`intel_iommu=on`"
+    if "IVRS" in f.acpi_tables:
+        return "`amd_iommu=on`"
+    if "VIOT" in f.acpi_tables:
+        return "no extra parameter (virtio-iommu)"
+    return "`intel_iommu=on` for an Intel vIOMMU (virtio-iommu needs none)"
+
+
+def _viommu_remedy(f: HostFacts) -> str:
+    return VIOMMU_REMEDY + _guest_param(f)
+
+
+def _machine(f: HostFacts) -> str:
+    parts = []
+    if f.hypervisor_flag is not None:
+        parts.append("hypervisor CPU flag set" if f.hypervisor_flag else "no hypervisor CPU flag")
+    else:
+        parts.append("no CPU flags in /proc/cpuinfo")
+    dmi = " ".join(x for x in (f.dmi_vendor, f.dmi_product) if x)
+    parts.append(f"DMI {dmi}" if dmi else "no DMI strings")
+    return "; ".join(parts)
+
+
+def _vendor_text(f: HostFacts) -> str:
+    return f.cpu_vendor_id or "unknown CPU vendor"
+
+
+def check_host(f: HostFacts) -> list[CheckResult]:
+    """Turn host facts into findings, in a fixed order."""
+    out = Findings()
+    add = out.add
+    vendor = f.cpu_vendor
+
+    # IOMMU in firmware
+    # A VM's vIOMMU may be Intel, AMD or virtio whatever the CPU: any table counts there.
+    wanted = ALL_IOMMU_TABLES if f.is_vm else IOMMU_TABLES.get(vendor or "", ALL_IOMMU_TABLES)
+    found = [t for t in f.acpi_tables if t in wanted]
+    if found:
+        add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.PASS,
+            f"ACPI {', '.join(found)} table present ({_vendor_text(f)})")
+    elif not f.acpi_dir_found:
+        add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.WARN,
+            "no /sys/firmware/acpi/tables: not an ACPI system or not exposed, firmware IOMMU state unknown",
+            "rely on host.iommu.kernel; if it fails, enable the IOMMU in the firmware setup")
+    elif f.is_vm:
+        add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.FAIL,
+            f"VM and no {'/'.join(wanted)} ACPI table: the hypervisor offers no vIOMMU", SEE_VIRT)
+    else:
+        bios = {INTEL: "Intel VT-d (Virtualization Technology for Directed I/O)",
+                AMD: "AMD-Vi (IOMMU)"}.get(vendor or "", "VT-d (Intel) or AMD-Vi/IOMMU (AMD)")
+        add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.FAIL,
+            f"no {'/'.join(wanted)} ACPI table ({_vendor_text(f)}): the firmware does not announce an IOMMU",
+            f"enable {bios} in the BIOS/UEFI setup, then reboot")
+
+    # IOMMU in the kernel
+    units = ", ".join(f.iommu_units[:4]) + (f" +{len(f.iommu_units) - 4}" if len(f.iommu_units) > 4 else "")
+    if f.iommu_groups and f.iommu_units:
+        add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.PASS,
+            f"{f.iommu_groups} IOMMU groups; IOMMU units {units}")
+    elif f.iommu_groups:
+        add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.WARN,
+            f"{f.iommu_groups} IOMMU groups but /sys/class/iommu is empty",
+            "check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU`; tools such as dpdk-devbind refuse vfio-pci "
+            "when /sys/class/iommu is empty")
+    elif f.iommu_units:
+        # Units registered, yet no device put behind them: IOMMU set-up failed or translation is off.
+        fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}"
+        add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
+            f"IOMMU units {units} but /sys/kernel/iommu_groups has no groups: the kernel put no device behind "
+            "the IOMMU", f"check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU` for the reason; {fix}")
+    else:
+        fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}; enable the IOMMU in firmware"
+        add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
+            "/sys/kernel/iommu_groups has no groups: the kernel runs without an IOMMU", fix)
+
+    _check_cmdline(f, add)
+
+    # VM worker needs a vIOMMU
+    if f.hypervisor_flag is None and not f.dmi_vendor and not f.dmi_product:
+        add("host.virt", T_VIRT, SCOPE_HOST, Status.WARN,
+            "cannot tell bare metal from a VM: no CPU flags and no DMI strings",
+            "if this node is a VM, make sure it has a vIOMMU (host.iommu.kernel must pass)")
+    elif not f.is_vm:
+        add("host.virt", T_VIRT, SCOPE_HOST, Status.PASS, f"bare metal ({_machine(f)})")
+    elif f.iommu_groups:
+        add("host.virt", T_VIRT, SCOPE_HOST, Status.PASS,
+            f"VM ({_machine(f)}) with a vIOMMU: {f.iommu_groups} IOMMU groups")
+    else:
+        add("host.virt", T_VIRT, SCOPE_HOST, Status.FAIL,
+            f"VM ({_machine(f)}) without a vIOMMU: no IOMMU groups", _viommu_remedy(f))
+
+    # VFIO modules
+    missing = [m for m, s in f.modules.items() if s is system.ModuleState.MISSING]
+    states = ", ".join(f"{m} {s}" for m, s in f.modules.items())
+    if not missing:
+        add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.PASS, states)
+    else:
+        module = "vfio_iommu_type1" if missing == ["vfio_iommu_type1"] else "vfio_pci"
+        load = f"`modprobe {module}`" + (" (pulls in vfio and vfio_iommu_type1)" if module == "vfio_pci" else "")
+        fix = (f"{load}; make it survive reboots with `echo vfio-pci > /etc/modules-load.d/vfio-pci.conf` "
+               "(the operator's vfio-manager also loads vfio-pci on vm-passthrough nodes)")
+        if f.builtin_list is None:
+            where = (f"/lib/modules/{f.kernel_release}/modules.builtin" if f.kernel_release
+                     else "/proc/sys/kernel/osrelease")
+            add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.WARN,
+                f"{states}; {where} not readable, so built-in modules cannot be told apart from missing ones",
+                fix, f"modprobe {module}")
+        else:
+            add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.FAIL, states, fix, f"modprobe {module}")
+
+    if f.dev_vfio:
+        add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.PASS, "/dev/vfio/vfio exists")
+    else:
+        add("host.vfio.device", T_DEV_VFIO, SCOPE_HOST, Status.FAIL,
+            "/dev/vfio/vfio does not exist (the vfio module creates it when loaded)",
+            "`modprobe vfio_pci` creates /dev/vfio/vfio (see host.vfio.modules)", "modprobe vfio_pci")
+
+    if f.dev_kvm:
+        add("host.kvm", T_KVM, SCOPE_HOST, Status.PASS, "/dev/kvm exists")
+    else:
+        fix = ("enable nested virtualisation on the hypervisor that runs this VM (e.g. kvm_intel nested=1) "
+               if f.is_vm else "enable VT-x / AMD-V in the BIOS/UEFI setup and ")
+        add("host.kvm", T_KVM, SCOPE_HOST, Status.WARN,
+            "/dev/kvm does not exist: KubeVirt cannot run VMs on this node",
+            fix + "load kvm_intel or kvm_amd; only vm-passthrough nodes need it")
+
+    _check_npus(f, add)
+    return out.items
+
+
+def _check_cmdline(f: HostFacts, add) -> None:
+    vendor = f.cpu_vendor
+    if f.cmdline is None:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.WARN, "/proc/cmdline is not readable",
+            f"make sure the kernel boots with `{_cmdline_param(vendor)}`")
+        return
+    params: dict[str, str] = {}
+    for word in f.cmdline.split():
+        if word == "--":
+            break  # the rest belongs to init
+        key, _, value = word.partition("=")
+        params[key] = value
+    iommu = params.get("iommu")
+    pt = "iommu=pt set" if iommu == "pt" else "iommu=pt not set (optional, speeds up host DMA)"
+    # The parameter that applies: the CPU vendor's on bare metal; in a VM the vIOMMU model's (an
+    # intel-iommu vIOMMU announces DMAR, an AMD one IVRS, virtio-iommu VIOT and takes neither), so
+    # `amd_iommu=off` in a guest with an Intel vIOMMU is harmless. Unknown: both count.
+    both = {"intel_iommu", "amd_iommu"}
+    if f.is_vm:
+        relevant = {k for t, k in (("DMAR", "intel_iommu"), ("IVRS", "amd_iommu")) if t in f.acpi_tables}
+        if not relevant and "VIOT" not in f.acpi_tables:
+            relevant = both
+    else:
+        relevant = {p for p in ({INTEL: "intel_iommu", AMD: "amd_iommu"}.get(vendor or ""),) if p} or both
+    values = {k: params[k].split(",") for k in ("intel_iommu", "amd_iommu") if k in params}
+    param = _guest_param(f) if f.is_vm else f"`{_cmdline_param(vendor)}`"
+
+    off = [f"{k}=off" for k, v in values.items() if "off" in v and k in relevant]
+    if iommu == "off":
+        off.append("iommu=off")
+    if off:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.FAIL,
+            f"{' '.join(off)} on the kernel command line turns the IOMMU off; {pt}",
+            f"replace {' '.join(off)} with {param}: {_grub_remedy(vendor)}")
+        return
+    on = [f"{k}={params[k]}" for k, v in values.items() if "on" in v and k in relevant]
+    if on:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS, f"{' '.join(on)}; {pt}")
+        return
+    if f.is_vm and not relevant and f.iommu_groups:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS,
+            f"virtio-iommu (ACPI VIOT) needs no IOMMU parameter ({f.iommu_groups} groups); {pt}")
+        return
+    if f.iommu_groups:
+        default = {INTEL: "the kernel turns the Intel IOMMU on by default (CONFIG_INTEL_IOMMU_DEFAULT_ON)",
+                   AMD: "the AMD IOMMU is on by default when the firmware announces it"}.get(
+            vendor or "", "the kernel turned an IOMMU on by default")
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS,
+            f"{param.strip('`')} not given, but {default} ({f.iommu_groups} groups); {pt}")
+        return
+    if f.is_vm:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.FAIL,
+            f"VM without IOMMU groups; no IOMMU parameter on the kernel command line; {pt}",
+            f"{SEE_VIRT}, then boot it with {_guest_param(f)}")
+        return
+    status = Status.FAIL if vendor else Status.WARN
+    add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, status,
+        f"{param.strip('`')} not on the kernel command line ({_vendor_text(f)}) and no IOMMU groups; {pt}",
+        _grub_remedy(vendor))
+
+
+def _npu_label(fn: pci.PciFunction) -> str:
+    model = f"{fn.model} {fn.function}" if fn.model else f"device {fn.device:04x}"
+    return f"{fn.bdf} {model}"
+
+
+def _check_npus(f: HostFacts, add) -> None:
+    if f.pci_error:
+        add("host.npu.present", T_NPUS, SCOPE_HOST, Status.WARN, f.pci_error,
+            "run as a user who can read /sys/bus/pci/devices, or check the captured tree")
+        for id_, title in (("host.npu.driver", T_DRIVER), ("host.npu.iommu-group", T_GROUPS),
+                           ("host.npu.in-use", T_IN_USE)):
+            add(id_, title, SCOPE_HOST, Status.SKIP, "NPUs could not be listed")
+        return
+    if not f.npus:
+        add("host.npu.present", T_NPUS, SCOPE_HOST, Status.FAIL,
+            "no PCI function with vendor 0x1eff and class 0x1200 under /sys/bus/pci/devices",
+            "run this on an NPU worker; check `lspci -d 1eff:`, the card's seating and BIOS PCIe settings; "
+            "on a VM worker, pass the NPUs through to the VM")
+        for id_, title in (("host.npu.driver", T_DRIVER), ("host.npu.iommu-group", T_GROUPS),
+                           ("host.npu.in-use", T_IN_USE)):
+            add(id_, title, SCOPE_HOST, Status.SKIP, "no NPUs")
+        return
+
+    models: dict[str, int] = {}
+    for fn in f.npus:
+        key = f"{fn.model} {fn.function}" if fn.model else f"unknown device {fn.device:04x}"
+        models[key] = models.get(key, 0) + 1
+    add("host.npu.present", T_NPUS, SCOPE_HOST, Status.PASS,
+        f"{len(f.npus)} RBLN NPU{'s' if len(f.npus) != 1 else ''}: "
+        + ", ".join(f"{n}x {m}" for m, n in models.items()))
+
+    # Driver: rebellions (container mode) and vfio-pci (passthrough) are both healthy states.
+    statuses = []
+    parts = []
+    for fn in f.npus:
+        if fn.driver == C.VFIO_DRIVER:
+            statuses.append(Status.PASS)
+            parts.append(f"{_npu_label(fn)} on vfio-pci (ready for passthrough)")
+        elif fn.driver == C.HOST_DRIVER:
+            statuses.append(Status.PASS)
+            parts.append(f"{_npu_label(fn)} on rebellions (host driver; container mode)")
+        elif fn.driver is None:
+            statuses.append(Status.WARN)
+            parts.append(f"{_npu_label(fn)} bound to no driver")
+        else:
+            statuses.append(Status.WARN)
+            parts.append(f"{_npu_label(fn)} on unexpected driver {fn.driver}")
+    status = worst(statuses)
+    remedy = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
+              "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
+    unbound = [fn.bdf for fn in f.npus if fn.driver is None]
+    command = ""
+    if unbound:
+        command = f"rblnctl vfio recover {' '.join(unbound)}"
+        # what some vfio-manager releases leave after a vm -> container switch
+        remedy = (f"`rblnctl vfio recover {' '.join(unbound)}` re-probes NPUs left without a driver (recover "
+                  f"them for the vm mode on a vm-passthrough node); otherwise {remedy}")
+    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy, command)
+
+    no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]
+    shared = {bdf: peers for bdf, peers in f.group_peers.items() if peers}
+    if no_group:
+        add("host.npu.iommu-group", T_GROUPS, SCOPE_HOST, Status.FAIL,
+            f"no IOMMU group: {', '.join(no_group)} (vfio-pci cannot take them; the DRA driver skips them)",
+            "turn the IOMMU on (see host.iommu.kernel)")
+    elif shared:
+        text = "; ".join(f"{bdf} shares group with {', '.join(p)}" for bdf, p in shared.items())
+        add("host.npu.iommu-group", T_GROUPS, SCOPE_HOST, Status.WARN, text,
+            "every device of an IOMMU group must go to the VM together: bind the listed devices to vfio-pci "
+            "too, or move the card to a slot behind an ACS-capable port")
+    else:
+        groups = ", ".join(f"{fn.bdf}:{fn.iommu_group}" for fn in f.npus)
+        add("host.npu.iommu-group", T_GROUPS, SCOPE_HOST, Status.PASS, f"own IOMMU groups ({groups})")
+
+    held = {b: p for b, p in f.holders.items() if p}
+    if not held:
+        if f.holders_note:
+            add("host.npu.in-use", T_IN_USE, SCOPE_HOST, Status.SKIP,
+                f"no holder found, but {f.holders_note}; rerun as root for a complete answer")
+        else:
+            add("host.npu.in-use", T_IN_USE, SCOPE_HOST, Status.PASS, "no process holds an NPU device file open")
+        return
+    by_driver = {fn.bdf: fn.driver for fn in f.npus}
+    text = "; ".join(f"{b}: {', '.join(p)}" for b, p in held.items())
+    if f.holders_note:
+        text += f" ({f.holders_note})"
+    if any(by_driver.get(b) != C.VFIO_DRIVER for b in held):
+        # Normal on a container-mode node; noted because these must stop before a switch to VMs.
+        text += ("; these must stop before the node switches to vm-passthrough "
+                 "(`rblnctl node set-mode` drains NPU pods first)")
+    else:
+        text = f"in use through VFIO (running VMs): {text}"
+    add("host.npu.in-use", T_IN_USE, SCOPE_HOST, Status.PASS, text)

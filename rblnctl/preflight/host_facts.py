@@ -1,0 +1,201 @@
+"""What `preflight --local` reads from a host tree: HostFacts, gathered once from proc/, sys/, dev/ and lib/modules/.
+
+Nothing here writes, and nothing needs root: every file read is world-readable on a stock kernel
+(the ACPI tables are only tested for existence). `root` is `/` on a live node, or a captured tree.
+Every path read is listed in HOST_PATHS, which is also what a host pod mounts (rblnctl.hostpods).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rblnctl import constants as C
+from rblnctl.errors import HostError, NotFound
+from rblnctl.host import pci, system
+from rblnctl.host.holders import HolderFinder
+from rblnctl.host.root import HostRoot
+
+log = logging.getLogger(__name__)
+
+# The host directories gather_host_facts() reads, relative to the root; a host pod mounts exactly these,
+# read-only (rblnctl.hostpods). proc/: cpuinfo, cmdline, sys/kernel/osrelease and each process's fd
+# links; sys/: PCI functions, IOMMU groups and units, modules, ACPI tables, DMI; dev/: vfio/vfio, kvm
+# and the NPUs' device files; lib/modules/: <release>/modules.builtin (rblnctl.host.system also
+# tries usr/lib/modules/, which merged-/usr hosts reach through the /lib symlink).
+HOST_PATHS = ("proc", "sys", "dev", "lib/modules")
+
+INTEL = "intel"
+AMD = "amd"
+_CPU_VENDORS = {"GenuineIntel": INTEL, "AuthenticAMD": AMD, "HygonGenuine": AMD}
+# ACPI tables that announce an IOMMU: Intel VT-d, AMD-Vi, virtio-iommu (a VM's vIOMMU).
+IOMMU_TABLES = {INTEL: ("DMAR",), AMD: ("IVRS",)}
+ALL_IOMMU_TABLES = ("DMAR", "IVRS", "VIOT")
+# DMI strings that only hypervisors report (the CPU flag is authoritative; DMI helps where
+# /proc/cpuinfo has no flags line). "Amazon EC2" is absent on purpose: metal instances report it too.
+_VM_DMI_MARKERS = (
+    "QEMU", "KVM", "VMware", "VirtualBox", "innotek", "Xen", "Virtual Machine", "BHYVE", "Bochs",
+    "OpenStack", "oVirt", "RHEV", "Parallels", "Nutanix AHV", "Google Compute Engine", "Cloud Hypervisor",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostFacts:
+    """What the host shows under `root`; None means the source could not be read."""
+
+    root: str
+    cpu_vendor: str | None  # "intel", "amd" or None (unknown, e.g. not x86)
+    cpu_vendor_id: str | None  # raw vendor_id from /proc/cpuinfo
+    hypervisor_flag: bool | None  # None: /proc/cpuinfo has no flags line
+    dmi_vendor: str | None
+    dmi_product: str | None
+    acpi_dir_found: bool
+    acpi_tables: list[str]  # IOMMU tables present among DMAR, IVRS, VIOT
+    iommu_groups: int
+    iommu_units: list[str]  # entries of /sys/class/iommu
+    cmdline: str | None
+    kernel_release: str | None
+    modules: dict[str, system.ModuleState]  # each VFIO module's state
+    builtin_list: str | None  # path of modules.builtin read, None when not found
+    dev_vfio: bool
+    dev_kvm: bool
+    npus: list[pci.PciFunction] = field(default_factory=list)
+    pci_error: str | None = None
+    group_peers: dict[str, list[str]] = field(default_factory=dict)  # bdf -> non-bridge, non-NPU group members
+    holders: dict[str, list[str]] = field(default_factory=dict)  # bdf -> processes holding its device files
+    holders_note: str = ""  # non-empty when the process scan was incomplete
+
+    @property
+    def is_vm(self) -> bool:
+        """True when the CPU's hypervisor flag or the DMI strings say this is a virtual machine."""
+        return bool(self.hypervisor_flag) or _dmi_says_vm(self.dmi_vendor, self.dmi_product)
+
+
+def _read_text(path: Path) -> str | None:
+    """File content stripped; None when absent or unreadable (logged)."""
+    try:
+        return path.read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # permission, EIO on a half-captured tree: the fact is unknown, not fatal
+        log.debug("cannot read %s: %s", path, e)
+        return None
+
+
+def _listdir(path: Path) -> list[str] | None:
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.debug("cannot list %s: %s", path, e)
+        return None
+
+
+def read_cpuinfo(proc: Path) -> tuple[str | None, bool | None]:
+    """Return (vendor_id, hypervisor flag) from the first CPU block of `<proc>/cpuinfo`."""
+    vendor: str | None = None
+    flags: bool | None = None
+    try:
+        with open(proc / "cpuinfo", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if vendor is not None or flags is not None:
+                        break  # end of the first processor block
+                    continue
+                key = key.strip()
+                if key == "vendor_id" and vendor is None:
+                    vendor = value.strip()
+                elif key == "flags" and flags is None:
+                    flags = "hypervisor" in value.split()
+                if vendor is not None and flags is not None:
+                    break
+    except OSError as e:
+        log.debug("cannot read %s/cpuinfo: %s", proc, e)
+    return vendor, flags
+
+
+def _dmi_says_vm(vendor: str | None, product: str | None) -> bool:
+    text = f"{vendor or ''} {product or ''}".lower()
+    return any(m.lower() in text for m in _VM_DMI_MARKERS)
+
+
+def gather_host_facts(root: Path | HostRoot) -> HostFacts:
+    """Read every fact the host checks need, once; nothing is written."""
+    host = HostRoot.of(root)
+    sysfs, proc = host.sys, host.proc
+    vendor_id, hv_flag = read_cpuinfo(proc)
+    tables_dir = sysfs / "firmware" / "acpi" / "tables"
+    tables = _listdir(tables_dir)
+    groups = pci.iommu_group_count(sysfs)
+    units = _listdir(sysfs / "class" / "iommu") or []
+    release = _read_text(proc / "sys" / "kernel" / "osrelease")
+    builtin, builtin_path = system.read_builtin_modules(host.path, release)
+    modules = {m: system.module_state(sysfs, m, builtin) for m in C.VFIO_MODULES}
+
+    npus: list[pci.PciFunction] = []
+    pci_error = None
+    peers: dict[str, list[str]] = {}
+    try:
+        npus = pci.list_functions(sysfs)
+        for fn in npus:
+            if fn.iommu_group:
+                peers[fn.bdf] = _foreign_group_members(sysfs, fn)
+    except HostError as e:
+        pci_error = str(e)
+
+    holders, holders_note = _holders(host, npus)
+    return HostFacts(
+        root=str(host.path),
+        cpu_vendor=_CPU_VENDORS.get(vendor_id or ""),
+        cpu_vendor_id=vendor_id,
+        hypervisor_flag=hv_flag,
+        dmi_vendor=_read_text(sysfs / "class" / "dmi" / "id" / "sys_vendor"),
+        dmi_product=_read_text(sysfs / "class" / "dmi" / "id" / "product_name"),
+        acpi_dir_found=tables is not None,
+        acpi_tables=[t for t in ALL_IOMMU_TABLES if t in (tables or [])],
+        iommu_groups=groups,
+        iommu_units=units,
+        cmdline=_read_text(proc / "cmdline"),
+        kernel_release=release,
+        modules=modules,
+        builtin_list=builtin_path,
+        dev_vfio=(host.dev / "vfio" / "vfio").exists(),
+        dev_kvm=(host.dev / "kvm").exists(),
+        npus=npus,
+        pci_error=pci_error,
+        group_peers=peers,
+        holders=holders,
+        holders_note=holders_note,
+    )
+
+
+def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
+    """Members of fn's IOMMU group that are neither RBLN NPUs nor bridges (they must move to vfio-pci too)."""
+    out = []
+    for bdf in pci.iommu_group_members(sysfs, fn.iommu_group or ""):
+        if bdf == fn.bdf:
+            continue
+        try:
+            peer = pci.read_function(sysfs, bdf)
+        except (HostError, NotFound):
+            continue
+        if not peer.is_rbln_npu and not peer.is_bridge:
+            out.append(f"{bdf} ({peer.ids}, driver {peer.driver or 'none'})")
+    return out
+
+
+def _holders(host: HostRoot, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
+    """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>`, its sysfs files), as `vfio` finds them."""
+    if not npus:
+        return {}, ""
+    finder = HolderFinder.scan(host)
+    out = {fn.bdf: [f"pid {h.pid} ({h.command[:60]}) {h.path}" for h in finder.holders(fn)] for fn in npus}
+    note = ""
+    if finder.incomplete:
+        note = (f"open files of {finder.incomplete} of {len(finder.table.processes)} processes were not readable "
+                "(not root), so this list may be incomplete")
+    return out, note

@@ -1,0 +1,42 @@
+"""Which allocation method preflight checks: `--method`, or what the active RBLNClusterPolicy enables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rblnctl import constants as C
+from rblnctl.operator.policy import choose_active
+from rblnctl.preflight.model import Status
+
+if TYPE_CHECKING:
+    from rblnctl.preflight.facts import Fetch
+
+
+def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, str]:
+    """Return (method, how it was chosen, status of that choice, remedy) for --method."""
+    if requested in C.METHODS:
+        return requested, f"--method {requested}", Status.PASS, ""
+    if policies.error:
+        return (C.METHOD_SANDBOX, ("auto: the RBLNClusterPolicy could not be read (see operator.policy), so "
+                                   "checking the sandbox method"), Status.WARN,
+                "pass --method sandbox|dra, or rerun with a kubeconfig that may list rblnclusterpolicies.rebellions.ai")
+    if not policies.ok:
+        return (C.METHOD_SANDBOX, "auto: no RBLNClusterPolicy CRD, so checking the sandbox method", Status.WARN,
+                "install the RBLN NPU Operator with an RBLNClusterPolicy, or pass --method sandbox|dra")
+    items = policies.value or []
+    if not items:
+        return (C.METHOD_SANDBOX, "auto: no RBLNClusterPolicy exists, so checking the sandbox method", Status.WARN,
+                "create the RBLNClusterPolicy (the operator chart does), or pass --method sandbox|dra")
+    p = choose_active(items).active
+    assert p is not None
+    if p.vm_method == C.METHOD_DRA:
+        extra = (" (sandboxDevicePlugin is enabled too, which admission rejects)"
+                 if p.is_enabled(C.COMP_SANDBOX) else "")
+        return C.METHOD_DRA, f"auto: RBLNClusterPolicy {p.name} enables draKubeletPlugin{extra}", Status.PASS, ""
+    if p.vm_method == C.METHOD_SANDBOX:
+        return C.METHOD_SANDBOX, f"auto: RBLNClusterPolicy {p.name} enables sandboxDevicePlugin", Status.PASS, ""
+    return (C.METHOD_SANDBOX,
+            f"auto: RBLNClusterPolicy {p.name} enables neither sandboxDevicePlugin nor draKubeletPlugin; "
+            "checking the sandbox method", Status.WARN,
+            "enable one in the policy: helm upgrade ... --set sandboxDevicePlugin.enabled=true "
+            "(or draKubeletPlugin.enabled=true for DRA), or pass --method")

@@ -1,0 +1,705 @@
+"""Give a VirtualMachine's template N NPUs, or take them away: plan() reads, apply() writes conflict-safely.
+
+Declarative: `npus` is how many NPUs the VM should have, so a re-run is a no-op and another N adds or
+removes the difference. Host devices that are not NPUs, and claims that are not rblnctl's, are kept.
+
+- sandbox: hostDevices `npu0..` with `deviceName` the resource the sandbox device plugin advertises
+  on vm-mode nodes;
+- DRA: rblnctl's `resourceClaims` entry `rbln-npu` names the ResourceClaimTemplate `rbln-npu-<N>`
+  (created when missing, shared by the namespace's VMs), and hostDevices `npu0..` carry
+  `claimName: rbln-npu`, `requestName: npu<i>` (one device per request: see rblnctl.vm.devices).
+
+Re-expressing a VM's NPUs with the other method (what `policy set-method --convert-vms` needs, per VM):
+`AttachPlanner(kube=..., options=AttachOptions(method=M, convert=True)).plan(name, namespace)`; with
+`npus=None` the VM keeps its count. One planner reads the cluster once for every VM it plans.
+
+The VM write is a merge patch carrying the resourceVersion read (409 on a concurrent edit: re-read,
+re-plan, retry, bounded); a lost reply is settled by reading the VM back. A running VM is refused
+unless `restart`: stop through virt-api, patch, start, wait until Ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import ClusterError, Conflict, InvalidInput, NotFound, OutcomeUnknown, Refused, WaitTimeout
+from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, outcome_unknown, validate_name
+from rblnctl.plan import Advice, Blocker
+from rblnctl.vm import devices as D
+from rblnctl.vm.cluster import (
+    Check,
+    ClaimIndex,
+    VmCluster,
+    check_advertised,
+    check_device_class,
+    check_gates,
+    check_permitted,
+    check_slices,
+    choose_method,
+    claim_index,
+    pick_resource,
+    read_cluster,
+    with_dra,
+)
+from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef
+from rblnctl.vm.restart import FINAL_PHASES, VmRestarter
+
+log = logging.getLogger(__name__)
+
+ATTACH = "attach"
+DETACH = "detach"
+RETRY_BACKOFF_S = 0.2  # first wait after a conflict; doubles
+
+
+def _noop(*_: Any) -> None:
+    return None
+
+
+# -- options ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteOptions:
+    """How a VM change is written: restart a running VM, server dry run, retries, the wait for Ready."""
+
+    restart: bool = False  # a running VM: stop it, patch, start it, wait until Ready
+    server_dry_run: bool = False  # send every write with dryRun=All; nothing persists, nothing is waited for
+    max_attempts: int = 5  # VM patches sent before giving up on a VM that keeps changing
+    ready_timeout_s: float = C.VM_READY_TIMEOUT_S
+    poll_s: float = C.VM_POLL_S
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidInput("max_attempts must be at least 1")
+        if self.ready_timeout_s <= 0 or self.poll_s <= 0:
+            raise InvalidInput("timeouts and poll intervals must be above 0 seconds")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttachOptions(WriteOptions):
+    """What NPUs a VM should have."""
+
+    npus: int | None = None  # how many; None: as many as it has now (1 when it has none)
+    method: str | None = None  # sandbox | dra; None: the policy's, else the VM's own, else sandbox
+    resource: str | None = None  # sandbox: the resource (rebellions.ai/RBLN-CA22_PF); None: picked
+    product: str | None = None  # sandbox: pick the resource of this product card (RBLN-CA22)
+    convert: bool = False  # rewrite the NPUs the VM has through the other method
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.npus is not None and self.npus < 0:
+            raise InvalidInput(f"the number of NPUs must be 0 or more, not {self.npus}")
+        if self.method is not None and self.method not in C.METHODS:
+            raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
+        if self.resource and self.product:
+            raise InvalidInput("name a resource or a product, not both")
+        if self.method == C.METHOD_DRA and (self.resource or self.product):
+            raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
+                               f"{C.DRA_DEVICECLASS_VM} class")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetachOptions(WriteOptions):
+    """Which NPUs to take from a VM."""
+
+    device: str | None = None  # one host device by name (npu1); None: every NPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmEvents:
+    """Progress of an apply; every callback defaults to doing nothing."""
+
+    on_step: Callable[[str], None] = _noop  # a step starts (stop, create, patch, delete, start, wait)
+    on_retry: Callable[[int, str], None] = _noop  # a patch conflicted (attempt, why); re-read and re-planned
+
+
+# -- plans --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """What a plan makes true of the VM's spec; kept so a conflict re-plans the same change."""
+
+    action: str  # attach | detach
+    method: str | None
+    npus: int
+    resource: str | None = None  # sandbox
+    device_class: str | None = None  # dra
+    convert: bool = False
+    remove: tuple[str, ...] = ()  # detach: host devices to remove
+    npu_claims: tuple[str, ...] = ()  # resourceClaims entries (not rblnctl's) judged to be NPU claims
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmNpuPlan:
+    """What a change of a VM's NPUs would write; `noop` when the VM already has them.
+
+    The VM write is `patch` (a merge patch guarded by resourceVersion). DRA adds the template to
+    create first (`template_create`) and the rblnctl templates to delete after (`templates_delete`:
+    made by rblnctl and used by no other VM or VMI of the namespace); `templates_kept` says which
+    stay and why.
+    """
+
+    vm: VmRef
+    target: Target
+    method: str | None  # after the change (None: no NPU)
+    resource: str | None
+    device_class: str | None
+    npus_before: int
+    npus_after: int
+    devices_before: list[NpuDevice]
+    devices_after: list[NpuDevice]
+    host_devices_before: list[dict]
+    host_devices_after: list[dict]
+    resource_claims_before: list[dict]
+    resource_claims_after: list[dict]
+    added: list[str]  # host devices added (names)
+    removed: list[str]  # host devices removed (names)
+    template: str | None  # the ResourceClaimTemplate rblnctl's claim names after the change
+    template_create: dict | None
+    templates_delete: list[str]
+    templates_kept: list[str]
+    running: bool  # a VMI runs (or is starting): the change needs a restart to take effect
+    node: str | None  # where the VMI runs
+    restart: bool  # apply() stops and starts the VM
+    patch: dict | None
+    noop: bool
+    warnings: list[str | Advice] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmNpuResult:
+    """What apply() did."""
+
+    plan: VmNpuPlan  # after conflicts, the re-plan finally written (or found done)
+    changed: bool  # the VM patch went through (server dry run: was validated)
+    attempts: int  # VM patches sent
+    template_created: str | None = None
+    templates_deleted: list[str] = field(default_factory=list)
+    templates_kept: list[str] = field(default_factory=list)
+    restarted: bool = False
+    ready: bool | None = None  # after a restart: the VM came back Ready (None: no restart)
+    server_dry_run: bool = False
+
+
+# -- the spec change (pure) -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    host_devices: list[dict]
+    claims: list[dict]
+    added: list[str]
+    removed: list[str]
+    template: str | None
+    warnings: list[str]
+    blockers: list[Blocker]
+
+
+def _relayout(spec: dict, have: VmNpus, *, drop: set[str], managed: list[str], new_sandbox: list[dict],
+              dra_npus: int | None) -> tuple[list[dict], list[dict], str | None]:
+    """Apply a change to the spec's lists: drop names, renumber rblnctl's DRA devices (`managed`, in order:
+    requests npu0..), append new sandbox entries, and point rblnctl's claim at rbln-npu-<count>."""
+    index = {name: i for i, name in enumerate(managed)}
+    devices = []
+    for d in D.host_devices(spec):
+        name = str(d.get("name") or "")
+        if name in drop:
+            continue
+        devices.append(D.dra_device(name, index[name], d) if name in index else d)
+    present = {str(d.get("name")) for d in devices}
+    devices += [D.dra_device(n, index[n]) for n in managed if n not in present]
+    devices += new_sandbox
+    count = len(managed) if dra_npus is None else dra_npus
+    template = D.template_name(count) if count else None
+    referenced = {str(d.get("claimName")) for d in devices if d.get("claimName")}
+    referenced |= {str(g.get("claimName")) for g in ((spec.get("domain") or {}).get("devices") or {}).get("gpus") or []
+                   if isinstance(g, dict) and g.get("claimName")}
+    npu_claims = {d.claim for d in have.dra}
+    claims = []
+    seen_managed = False
+    for c in D.resource_claims(spec):
+        name = str(c.get("name") or "")
+        if name == C.VM_DRA_CLAIM:
+            seen_managed = True
+            if template:
+                claims.append(c if c == D.claim_entry(template) else D.claim_entry(template))
+        elif name in npu_claims and name not in referenced:
+            continue  # an NPU claim no host device uses any more
+        else:
+            claims.append(c)
+    if template and not seen_managed:
+        claims.append(D.claim_entry(template))
+    return devices, claims, template
+
+
+def express(spec: dict, have: VmNpus, target: Target) -> _Layout:
+    """The spec lists that give the VM `target.npus` NPUs of `target.method` (pure)."""
+    warnings: list[str] = []
+    blockers: list[Blocker] = []
+    drop: set[str] = set()
+    other = have.dra if target.method == C.METHOD_SANDBOX else have.sandbox
+    other_method = C.METHOD_DRA if target.method == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+    if other:
+        names = ", ".join(d.name for d in other)
+        if target.convert:
+            drop |= {d.name for d in other}
+            warnings.append(f"rewriting {len(other)} NPU(s) the VM gets through {other_method} ({names}) as "
+                            f"{target.method}")
+        else:
+            blockers.append(VmBlocker(f"the VM gets {len(other)} NPU(s) through {other_method} ({names}), not "
+                                      f"{target.method}: rewriting them changes how the VM gets its NPUs",
+                                      override="convert"))
+    managed: list[str] = []
+    new_sandbox: list[dict] = []
+    if target.method == C.METHOD_SANDBOX:
+        keep = [d for d in have.sandbox if d.resource == target.resource][: target.npus]
+        replaced = [d for d in have.sandbox if d.resource != target.resource]
+        if replaced and target.npus:
+            old = ", ".join(dict.fromkeys(str(d.resource) for d in replaced))
+            warnings.append(f"replacing {len(replaced)} NPU(s) of {old} with {target.resource}")
+        drop |= {d.name for d in have.sandbox if d not in keep}
+        used = [str(d.get("name")) for d in D.host_devices(spec) if str(d.get("name")) not in drop]
+        new = D.free_names(used, target.npus - len(keep))
+        new_sandbox = [D.sandbox_device(n, str(target.resource)) for n in new]
+        managed = [] if target.convert or not have.dra else [d.name for d in have.dra if d.managed]
+        dra_npus = None
+    else:
+        mine = [d for d in have.dra if d.managed]
+        foreign = [d for d in have.dra if not d.managed]
+        if foreign:
+            warnings.append(f"kept: {len(foreign)} NPU(s) through claims rblnctl does not manage "
+                            f"({', '.join(sorted({str(d.claim) for d in foreign}))}); the VM gets them on top of "
+                            f"the {target.npus} in {C.VM_DRA_CLAIM}")
+        keep = mine[: target.npus]
+        drop |= {d.name for d in mine[target.npus:]}
+        used = [str(d.get("name")) for d in D.host_devices(spec) if str(d.get("name")) not in drop]
+        new = D.free_names(used, target.npus - len(keep))
+        managed = [d.name for d in keep] + new
+        dra_npus = target.npus
+    devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=new_sandbox,
+                                          dra_npus=dra_npus)
+    before = [str(d.get("name")) for d in D.host_devices(spec)]
+    return _Layout(host_devices=devices, claims=claims, added=new,
+                   removed=[n for n in before if n in drop], template=template, warnings=warnings, blockers=blockers)
+
+
+def remove(spec: dict, have: VmNpus, names: Iterable[str]) -> _Layout:
+    """The spec lists without the named NPU host devices; rblnctl's remaining DRA devices renumbered (pure)."""
+    drop = set(names)
+    managed = [d.name for d in have.dra if d.managed and d.name not in drop]
+    devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=[], dra_npus=None)
+    before = [str(d.get("name")) for d in D.host_devices(spec)]
+    return _Layout(host_devices=devices, claims=claims, added=[], removed=[n for n in before if n in drop],
+                   template=template, warnings=[], blockers=[])
+
+
+def is_running(vmi: dict | None) -> bool:
+    """A VMI exists and has not finished: the VM's spec changes only take effect after a restart."""
+    return vmi is not None and (vmi.get("status") or {}).get("phase") not in FINAL_PHASES
+
+
+def layout_for(vm: dict, target: Target) -> _Layout:
+    """The change `target` asks of this VM object (pure)."""
+    spec = D.vm_spec(vm)
+    have = D.npus_of(spec, npu_claim=lambda e: e.get("name") in target.npu_claims)
+    if target.action == DETACH:
+        return remove(spec, have, target.remove)
+    return express(spec, have, target)
+
+
+# -- the planner ------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class AttachPlanner:
+    """Plan and apply a change of a VM's NPUs; reads the cluster once per planner (reuse it across VMs)."""
+
+    kube: Kube
+    options: AttachOptions = AttachOptions()
+    events: VmEvents = VmEvents()
+    clock: Clock = SYSTEM_CLOCK
+    cluster: VmCluster | None = None  # facts read on first use (or handed in)
+    _claims: ClaimIndex | None = None
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def facts(self, *, dra: bool = False) -> VmCluster:
+        """The cluster facts (read once; DRA facts added when first needed)."""
+        if self.cluster is None:
+            self.cluster = read_cluster(self.kube)
+        if dra and self.cluster.dra is None:
+            self.cluster = with_dra(self.kube, self.cluster)
+        return self.cluster
+
+    def _claim_index(self) -> ClaimIndex:
+        if self._claims is None:
+            self._claims = claim_index(self.kube, self.facts())
+        return self._claims
+
+    def _read(self, name: str, namespace: str) -> tuple[dict, dict | None]:
+        validate_name(name, kind="VirtualMachine")
+        vm = self.kube.get_optional(VMS, name, namespace=namespace)
+        if vm is None:
+            raise NotFound(f'VirtualMachine "{name}" not found in namespace "{namespace}"')
+        return vm, self.kube.get_optional(VMIS, name, namespace=namespace)
+
+    def _npus(self, vm: dict) -> tuple[VmNpus, tuple[str, ...]]:
+        """The VM's NPUs, and the names of its claim entries (not rblnctl's) that ask for NPUs."""
+        ns = vm["metadata"].get("namespace", "")
+        spec = D.vm_spec(vm)
+        entries = [c for c in D.resource_claims(spec) if not D.is_managed_claim(c)]
+        index = self._claim_index() if entries else None
+        npu_claims = tuple(str(c.get("name")) for c in entries if index is not None and index.is_npu(ns, c))
+        return D.npus_of(spec, npu_claim=lambda e: e.get("name") in npu_claims), npu_claims
+
+    def template_users(self, namespace: str, template: str, *, exclude: str) -> list[str]:
+        """VMs and unfinished VMIs of the namespace (other than `exclude`) whose specs name `template`."""
+        users = []
+        for vm in self.kube.iter_list(VMS, namespace=namespace):
+            name = vm["metadata"]["name"]
+            if name != exclude and template in D.templates_used(D.vm_spec(vm)):
+                users.append(f"VirtualMachine {name}")
+        for vmi in self.kube.iter_list(VMIS, namespace=namespace):
+            name = vmi["metadata"]["name"]
+            if name != exclude and is_running(vmi) and template in D.templates_used(D.vmi_spec(vmi)):
+                users.append(f"VirtualMachineInstance {name}")
+        return sorted(set(users))
+
+    # -- planning ----------------------------------------------------------------------------------------
+
+    def plan(self, name: str, namespace: str) -> VmNpuPlan:
+        """Read the VM and the cluster, resolve method, count and resource, and plan the change (reads only).
+
+        Raises NotFound (no such VM), Ambiguous (several resources could be meant: the caller must
+        name one) and InvalidInput. Everything else that stops the change is a blocker on the plan.
+        """
+        vm, vmi = self._read(name, namespace)
+        have, npu_claims = self._npus(vm)
+        o = self.options
+        current = have.method if have.method in C.METHODS else None
+        method, warnings = choose_method(o.method, self.facts(), current)
+        cluster = self.facts(dra=method == C.METHOD_DRA)
+        npus = o.npus if o.npus is not None else (have.count or 1)
+        resource = None
+        if method == C.METHOD_SANDBOX and npus:
+            resource = pick_resource(cluster, resource=o.resource, product=o.product, current=have.resources)
+            if resource is None:  # nothing to name: refuse with what the cluster offers
+                missing = check_advertised(cluster, None)
+                if o.product and missing.ok is False and cluster.vm_nodes:
+                    missing = dataclasses.replace(missing, evidence=(
+                        f"no vm-passthrough node advertises an NPU of product {o.product}", *missing.evidence))
+                return self._refusal(vm, vmi, have, method, npus, [missing], warnings)
+        target = Target(action=ATTACH, method=method, npus=npus, resource=resource,
+                        device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
+                        npu_claims=npu_claims)
+        checks = self._checks(cluster, method, resource) if npus else []
+        return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
+
+    def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
+        checks = [check_gates(cluster, method)]
+        if method == C.METHOD_SANDBOX and resource:
+            checks += [check_advertised(cluster, resource), check_permitted(cluster, resource)]
+        elif method == C.METHOD_DRA:
+            checks += [check_device_class(cluster), check_slices(cluster)]
+        return checks
+
+    def _refusal(self, vm: dict, vmi: dict | None, have: VmNpus, method: str, npus: int, checks: list[Check],
+                 warnings: list[str]) -> VmNpuPlan:
+        """A plan that cannot be made (no resource to name): nothing to write, the failing checks as blockers."""
+        target = Target(action=ATTACH, method=method, npus=npus)
+        spec = D.vm_spec(vm)
+        return VmNpuPlan(
+            vm=_ref(vm), target=target, method=method, resource=None, device_class=None, npus_before=have.count,
+            npus_after=have.count, devices_before=list(have.devices), devices_after=list(have.devices),
+            host_devices_before=D.host_devices(spec), host_devices_after=D.host_devices(spec),
+            resource_claims_before=D.resource_claims(spec), resource_claims_after=D.resource_claims(spec), added=[],
+            removed=[], template=have.managed_template, template_create=None, templates_delete=[], templates_kept=[],
+            running=is_running(vmi), node=_node(vmi), restart=False, patch=None, noop=False, warnings=list(warnings),
+            blockers=[_blocker(c) for c in checks if not c.ok])
+
+    def _plan(self, vm: dict, vmi: dict | None, target: Target, *, checks: Sequence[Check] = (),
+              warnings: Sequence[str | Advice] = (), templates: tuple | None = None) -> VmNpuPlan:
+        """Plan `target` against this VM object; `templates` (create, delete, kept) reuses an earlier plan's."""
+        ref = _ref(vm)
+        spec = D.vm_spec(vm)
+        have = D.npus_of(spec, npu_claim=lambda e: e.get("name") in target.npu_claims)
+        layout = layout_for(vm, target)
+        claims_before = D.resource_claims(spec)
+        devices_before = D.host_devices(spec)
+        changed = layout.host_devices != devices_before or layout.claims != claims_before
+        warns: list[str | Advice] = [*warnings, *layout.warnings]
+        blockers: list[Blocker] = list(layout.blockers)
+        for c in checks:
+            if c.warning:
+                warns.append(c.warning)
+            if not c.ok:
+                if changed:
+                    blockers.append(_blocker(c))
+                else:
+                    warns.append(f"{c.message} (the VM already has what was asked; nothing to change)")
+        if templates is None:
+            templates = self._templates(ref, have, layout, target, blockers) if changed else (None, [], [])
+        create, delete, kept = templates
+        running = is_running(vmi)
+        meta = vm.get("metadata") or {}
+        if changed and meta.get("deletionTimestamp"):
+            blockers.append(VmBlocker(f"VM {ref} is being deleted"))
+        if changed and running and not self.options.restart:
+            blockers.append(VmBlocker(f"VM {ref} is running (VMI {_phase(vmi)}"
+                                      + (f" on {_node(vmi)}" if _node(vmi) else "")
+                                      + "): a change to its NPUs takes effect only when it restarts; restarting "
+                                      "stops it, patches it, starts it and waits until it is Ready",
+                                      override="restart"))
+        spec_after = {"domain": {"devices": {"hostDevices": layout.host_devices}}, "resourceClaims": layout.claims}
+        after = D.npus_of(spec_after, npu_claim=lambda e: e.get("name") in target.npu_claims)
+        patch = None
+        if changed:
+            patch = D.merge_patch(vm, layout.host_devices, layout.claims if layout.claims != claims_before else None)
+        return VmNpuPlan(
+            vm=ref, target=target, method=after.method if after.count else None, resource=target.resource,
+            device_class=target.device_class, npus_before=have.count, npus_after=after.count,
+            devices_before=list(have.devices), devices_after=list(after.devices), host_devices_before=devices_before,
+            host_devices_after=layout.host_devices, resource_claims_before=claims_before,
+            resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
+            template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
+            node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
+            noop=not changed, warnings=warns, blockers=blockers)
+
+    def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
+                   blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
+        """(template to create, rblnctl templates to delete, lines about templates kept) for this change."""
+        create = None
+        old = have.managed_template
+        old_obj = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, old, namespace=ref.namespace) if old else None
+        if layout.template is not None:
+            # Attach names the class; a detach that keeps some DRA NPUs keeps the class they had.
+            cls = target.device_class or next((c for _, c, _ in D.claim_requests(old_obj or {}) if c),
+                                              C.DRA_DEVICECLASS_VM)
+            count = _count(layout.template)
+            existing = old_obj if layout.template == old else \
+                self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, layout.template, namespace=ref.namespace)
+            if existing is None:
+                create = D.claim_template(count, cls, namespace=ref.namespace)
+            elif not D.template_fits(existing, count, cls):
+                asks = ", ".join(f"{n}: {c} x{k}" for n, c, k in D.claim_requests(existing)) or "nothing"
+                blockers.append(VmBlocker(
+                    f"ResourceClaimTemplate {ref.namespace}/{layout.template} exists but asks for something else "
+                    f"({asks}); rblnctl does not change templates it did not write: delete or rename it"))
+        delete: list[str] = []
+        kept: list[str] = []
+        if old and old != layout.template and old_obj is not None:
+            if not D.is_managed(old_obj):
+                kept.append(f"ResourceClaimTemplate {old} kept: rblnctl did not create it")
+            else:
+                users = self.template_users(ref.namespace, old, exclude=ref.name)
+                if users:
+                    kept.append(f"ResourceClaimTemplate {old} kept: {', '.join(users)} still "
+                                f"{'uses' if len(users) == 1 else 'use'} it")
+                else:
+                    delete.append(old)
+        return create, delete, kept
+
+    # -- applying ----------------------------------------------------------------------------------------
+
+    def apply(self, plan: VmNpuPlan) -> VmNpuResult:
+        """Make the plan true; idempotent (a no-op plan writes nothing).
+
+        Order: stop (restart), create the template, patch the VM (re-plan on 409), delete the templates
+        no one uses any more (checked again just before), start and wait until Ready (restart). Raises
+        Refused (blockers, or the VM changed into something the plan cannot take), Conflict (it kept
+        changing), WaitTimeout (not Ready in time: the change is made; details say why), API errors as they are.
+        """
+        if plan.blockers:
+            raise Refused(f"refusing to change the NPUs of VM {plan.vm}", blockers=plan.blockers)
+        dry = self.options.server_dry_run
+        if plan.noop:
+            return VmNpuResult(plan=plan, changed=False, attempts=0, templates_kept=list(plan.templates_kept),
+                               server_dry_run=dry)
+        restarter = VmRestarter(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
+                                poll_s=self.options.poll_s, server_dry_run=dry, on_step=self.events.on_step)
+        if plan.restart:
+            restarter.stop(plan.vm)
+        created = self._create_template(plan) if plan.template_create else None
+        final, attempts = self._write(plan)
+        deleted, kept = self._delete_templates(final)
+        result = VmNpuResult(plan=final, changed=True, attempts=attempts, template_created=created,
+                             templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
+                             restarted=plan.restart and not dry, server_dry_run=dry)
+        if not plan.restart or dry:
+            return result
+        restarter.start(plan.vm)
+        try:
+            restarter.wait_ready(plan.vm)
+        except WaitTimeout as e:
+            from rblnctl.vm.diagnose import diagnose
+
+            why = diagnose(self.kube, plan.vm.name, plan.vm.namespace).broken
+            details = [f"{why.title}: {why.message}"] if why else []
+            raise WaitTimeout(f"the NPUs of VM {plan.vm} were changed and it was started, but {e}") \
+                .with_details(details) from e
+        return dataclasses.replace(result, ready=True)
+
+    def _create_template(self, plan: VmNpuPlan) -> str:
+        tpl = plan.template_create or {}
+        name = tpl["metadata"]["name"]
+        ns = plan.vm.namespace
+        self.events.on_step(f"creating ResourceClaimTemplate {ns}/{name}")
+        try:
+            self.kube.create(RESOURCE_CLAIM_TEMPLATES, tpl, namespace=ns, dry_run=self.options.server_dry_run)
+            return name
+        except Conflict:  # AlreadyExists: made in between (another rblnctl?); fine if it is the same
+            pass
+        except ClusterError as e:
+            if not outcome_unknown(e):
+                raise
+        existing = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
+        cls = next((c for _, c, _ in D.claim_requests(tpl)), C.DRA_DEVICECLASS_VM)
+        if existing is None or not D.template_fits(existing, _count(name), cls):
+            raise Conflict(f"ResourceClaimTemplate {ns}/{name} could not be created as rblnctl writes it "
+                           f"({'it is not there' if existing is None else 'another one with that name appeared'}); "
+                           "nothing else was changed", status=409, reason="Conflict")
+        return name
+
+    def _write(self, plan: VmNpuPlan) -> tuple[VmNpuPlan, int]:
+        ns, name = plan.vm.namespace, plan.vm.name
+        if self.options.server_dry_run:
+            self.events.on_step(f"patching VM {plan.vm}")
+            self.kube.patch(VMS, name, plan.patch, patch_type="merge", namespace=ns, dry_run=True)
+            return plan, 1
+        current = plan
+        attempts = 0
+        while True:
+            attempts += 1
+            lost: ClusterError | None = None
+            self.events.on_step(f"patching VM {plan.vm}")
+            try:
+                self.kube.patch(VMS, name, current.patch, patch_type="merge", namespace=ns)
+                return current, attempts
+            except Conflict as e:
+                why = f"VM {plan.vm} changed under us (attempt {attempts}): {' '.join(str(e).split())}"
+            except ClusterError as e:
+                if not outcome_unknown(e):
+                    raise
+                lost = e
+                why = f"the reply to the patch of VM {plan.vm} was lost (attempt {attempts}); reading it back"
+            try:
+                vm, vmi = self._read(name, ns)
+            except (ClusterError, NotFound) as e:
+                if lost is not None:
+                    raise OutcomeUnknown(f"{lost}; reading VM {plan.vm} back failed too: {e}") from lost
+                raise
+            if lost is not None and _lists(vm) == (current.host_devices_after, current.resource_claims_after):
+                return current, attempts
+            if attempts >= self.options.max_attempts:
+                raise Conflict(f"VM {plan.vm} kept changing while rblnctl wrote it: gave up after {attempts} "
+                               "attempts; rerun once the other writer is done", status=409, reason="Conflict")
+            self.events.on_retry(attempts, why)
+            replan = self._plan(vm, vmi, current.target, templates=(None, current.templates_delete,
+                                                                     current.templates_kept))
+            if plan.restart and replan.running:
+                raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was written",
+                              blockers=[VmBlocker("start it only after the change is made")])
+            replan = dataclasses.replace(replan, restart=plan.restart, blockers=[
+                b for b in replan.blockers if not (plan.restart and b.override == "restart")])
+            if replan.blockers:
+                raise Refused(f"VM {plan.vm} changed under us and the change no longer applies",
+                              blockers=replan.blockers)
+            if replan.noop:
+                return replan, attempts
+            current = replan
+            self.clock.sleep(RETRY_BACKOFF_S * 2 ** (attempts - 1))
+
+    def _delete_templates(self, plan: VmNpuPlan) -> tuple[list[str], list[str]]:
+        deleted: list[str] = []
+        kept: list[str] = []
+        ns = plan.vm.namespace
+        for name in plan.templates_delete:
+            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name)
+            if users:
+                kept.append(f"ResourceClaimTemplate {name} kept: {', '.join(users)} now "
+                            f"{'uses' if len(users) == 1 else 'use'} it")
+                continue
+            obj = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
+            if obj is None or not D.is_managed(obj):
+                continue
+            self.events.on_step(f"deleting ResourceClaimTemplate {ns}/{name} (no VM uses it any more)")
+            body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                    "preconditions": {"uid": obj["metadata"].get("uid"),
+                                      "resourceVersion": obj["metadata"].get("resourceVersion")}}
+            try:
+                self.kube.delete(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns, body=body,
+                                 dry_run=self.options.server_dry_run)
+            except NotFound:
+                continue
+            except Conflict:
+                kept.append(f"ResourceClaimTemplate {name} kept: it changed while rblnctl was deleting it")
+                continue
+            deleted.append(name)
+        return deleted, kept
+
+
+@dataclass(kw_only=True)
+class DetachPlanner(AttachPlanner):
+    """Take NPUs from a VM: all of them, or one host device by name; the same writes and guarantees as attach."""
+
+    detach: DetachOptions = DetachOptions()
+
+    def __post_init__(self) -> None:
+        # The write path reads restart/dry-run/retry settings from `options`.
+        self.options = AttachOptions(**{f.name: getattr(self.detach, f.name)
+                                        for f in dataclasses.fields(WriteOptions)})
+
+    def plan(self, name: str, namespace: str) -> VmNpuPlan:
+        """Read the VM and plan removing its NPUs (reads only). InvalidInput when `device` is not one of them."""
+        vm, vmi = self._read(name, namespace)
+        have, npu_claims = self._npus(vm)
+        device = self.detach.device
+        if device is not None:
+            names = [d.name for d in have.devices]
+            if device not in names:
+                listed = ", ".join(names) or "none"
+                raise InvalidInput(f"VM {_ref(vm)} has no NPU host device {device!r} (its NPU devices: {listed})")
+            remove_names: tuple[str, ...] = (device,)
+        else:
+            remove_names = tuple(d.name for d in have.devices)
+        left = [d for d in have.devices if d.name not in remove_names]
+        method = left[0].method if left else None
+        target = Target(action=DETACH, method=method, npus=len(left), remove=remove_names, npu_claims=npu_claims)
+        return self._plan(vm, vmi, target)
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+
+def _ref(vm: dict) -> VmRef:
+    meta = vm.get("metadata") or {}
+    return VmRef(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""))
+
+
+def _node(vmi: dict | None) -> str | None:
+    return ((vmi or {}).get("status") or {}).get("nodeName") or None
+
+
+def _phase(vmi: dict | None) -> str:
+    return str(((vmi or {}).get("status") or {}).get("phase") or "Pending")
+
+
+def _count(template: str) -> int:
+    return int(template.removeprefix(C.VM_DRA_TEMPLATE_PREFIX))
+
+
+def _lists(vm: dict) -> tuple[list[dict], list[dict]]:
+    spec = D.vm_spec(vm)
+    return D.host_devices(spec), D.resource_claims(spec)
+
+
+def _blocker(check: Check) -> VmBlocker:
+    return VmBlocker(check.message, remedy=check.remedy)

@@ -1,0 +1,239 @@
+"""The VirtualMachine spec as rblnctl reads and writes it: the one module that knows its shape.
+
+Paths (kubevirt/kubevirt@v1.9.0, staging/src/kubevirt.io/api/core/v1):
+- `spec.template.spec` of a VM is a VMI spec (types.go VirtualMachineSpec.Template); a VMI has it at `spec`.
+- `domain.devices.hostDevices[]`: `{name, deviceName}` for a device plugin's resource (sandbox), or
+  `{name, claimName, requestName}` for DRA (schema.go HostDevice, ClaimRequest inlined; a DRA entry
+  has no deviceName: pkg/dra/utils.go IsHostDeviceDRA).
+- `resourceClaims[]`: `{name, resourceClaimTemplateName | resourceClaimName}` (types.go
+  VirtualMachineInstanceResourceClaim); every claimName must name one (pkg/dra/admitter).
+- placement: `nodeSelector`, `affinity.nodeAffinity`, `tolerations` (copied to the virt-launcher pod).
+
+The ResourceClaimTemplate rblnctl writes for N NPUs (resource.k8s.io/v1, as in
+RBLN-SW/rbln-k8s-dra-driver examples/kubevirt-vm-passthrough.md) has N requests of one device each:
+KubeVirt resolves each (claimName, requestName) pair to exactly one device and fails a request with
+more ("count > 1 is not supported", v1.9.0 pkg/dra/utils.go resolveDevice), and its admission
+rejects two host devices on the same pair (pkg/dra/admitter/dra_admitter.go).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from rblnctl import constants as C
+from rblnctl.operator import resources as R
+from rblnctl.vm.model import NpuDevice, VmNpus
+
+VM_SPEC = ("spec", "template", "spec")
+VMI_SPEC = ("spec",)
+HOST_DEVICES = ("domain", "devices", "hostDevices")
+RESOURCE_CLAIMS = ("resourceClaims",)
+TEMPLATE_API_VERSION = f"{C.DRA_GROUP}/{C.DRA_VERSION}"
+
+# Is this resourceClaims entry a claim for NPUs? (rblnctl's own always is; others need the claim's class.)
+ClaimTest = Callable[[Mapping], bool]
+
+
+def _get(obj: Any, path: Iterable[str]) -> Any:
+    cur = obj
+    for seg in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(seg)
+    return cur
+
+
+def vm_spec(vm: Mapping) -> dict:
+    """A VirtualMachine's template spec (a VMI spec); {} when absent."""
+    spec = _get(vm, VM_SPEC)
+    return spec if isinstance(spec, dict) else {}
+
+
+def vmi_spec(vmi: Mapping) -> dict:
+    """A VirtualMachineInstance's spec; {} when absent."""
+    spec = _get(vmi, VMI_SPEC)
+    return spec if isinstance(spec, dict) else {}
+
+
+def host_devices(spec: Mapping) -> list[dict]:
+    """`domain.devices.hostDevices` of a VMI spec (copies; entries that are not objects are dropped)."""
+    return [copy.deepcopy(d) for d in _get(spec, HOST_DEVICES) or [] if isinstance(d, dict)]
+
+
+def resource_claims(spec: Mapping) -> list[dict]:
+    """`resourceClaims` of a VMI spec (copies)."""
+    return [copy.deepcopy(c) for c in _get(spec, RESOURCE_CLAIMS) or [] if isinstance(c, dict)]
+
+
+def is_managed_claim(entry: Mapping) -> bool:
+    """rblnctl's own resourceClaims entry (named rbln-npu)."""
+    return entry.get("name") == C.VM_DRA_CLAIM
+
+
+def npus_of(spec: Mapping, *, npu_claim: ClaimTest = is_managed_claim) -> VmNpus:
+    """Split a VMI spec's host devices into NPUs by method, and the rest.
+
+    Sandbox: `deviceName` is a Rebellions resource (every release's names share the prefix). DRA: the
+    entry names a claim that is rblnctl's, or one `npu_claim` says requests NPUs.
+    """
+    claims = {str(c.get("name")): c for c in resource_claims(spec)}
+    sandbox: list[NpuDevice] = []
+    dra: list[NpuDevice] = []
+    other: list[str] = []
+    for d in host_devices(spec):
+        name = str(d.get("name") or "")
+        device_name = d.get("deviceName")
+        claim = d.get("claimName")
+        if device_name:
+            if R.is_npu_resource(str(device_name)):
+                sandbox.append(NpuDevice(name=name, method=C.METHOD_SANDBOX, resource=str(device_name)))
+            else:
+                other.append(name)
+        elif claim:
+            entry = claims.get(str(claim))
+            managed = claim == C.VM_DRA_CLAIM
+            if managed or (entry is not None and npu_claim(entry)):
+                dra.append(NpuDevice(name=name, method=C.METHOD_DRA, claim=str(claim),
+                                     request=str(d.get("requestName") or ""), managed=managed))
+            else:
+                other.append(name)
+        else:
+            other.append(name)
+    return VmNpus(sandbox=tuple(sandbox), dra=tuple(dra), managed_claim=claims.get(C.VM_DRA_CLAIM),
+                  other_devices=tuple(other))
+
+
+# -- building entries ---------------------------------------------------------------------------------
+
+
+def free_names(used: Iterable[str], count: int) -> list[str]:
+    """`count` names npu0, npu1, ... that no host device uses yet."""
+    taken = set(used)
+    out: list[str] = []
+    i = 0
+    while len(out) < count:
+        name = f"{C.VM_DEVICE_PREFIX}{i}"
+        if name not in taken:
+            out.append(name)
+        i += 1
+    return out
+
+
+def sandbox_device(name: str, resource: str) -> dict:
+    """A hostDevices entry for one NPU of a device plugin's resource."""
+    return {"name": name, "deviceName": resource}
+
+
+def request_name(index: int) -> str:
+    """The request of the index-th NPU in rblnctl's ResourceClaimTemplate (npu0, npu1, ...)."""
+    return f"{C.VM_DRA_REQUEST_PREFIX}{index}"
+
+
+def dra_device(name: str, index: int, base: Mapping | None = None) -> dict:
+    """A hostDevices entry for the index-th NPU of rblnctl's claim (other keys of `base`, e.g. tag, kept)."""
+    out = {k: copy.deepcopy(v) for k, v in (base or {}).items() if k not in ("deviceName", "claimName", "requestName")}
+    out.update(name=name, claimName=C.VM_DRA_CLAIM, requestName=request_name(index))
+    return out
+
+
+def template_name(npus: int) -> str:
+    """The ResourceClaimTemplate rblnctl uses for `npus` NPUs (rbln-npu-2)."""
+    return f"{C.VM_DRA_TEMPLATE_PREFIX}{npus}"
+
+
+def claim_entry(template: str) -> dict:
+    """rblnctl's resourceClaims entry, naming a ResourceClaimTemplate."""
+    return {"name": C.VM_DRA_CLAIM, "resourceClaimTemplateName": template}
+
+
+def claim_template(npus: int, device_class: str, *, namespace: str | None = None) -> dict:
+    """The ResourceClaimTemplate for `npus` NPUs of `device_class`: requests npu0.. of one device each."""
+    meta: dict[str, Any] = {"name": template_name(npus)}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {C.MANAGED_BY_LABEL: C.MANAGED_BY}
+    requests = [{"name": request_name(i), "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                                                       "count": 1}}
+                for i in range(npus)]
+    return {"apiVersion": TEMPLATE_API_VERSION, "kind": "ResourceClaimTemplate", "metadata": meta,
+            "spec": {"spec": {"devices": {"requests": requests}}}}
+
+
+def claim_requests(obj: Mapping) -> list[tuple[str, str, int]]:
+    """(request name, device class, device count) of a ResourceClaimTemplate (spec.spec) or a ResourceClaim (spec).
+
+    A request with `allocationMode: All` counts as 0 (as many as there are); a missing count is 1
+    (resource.k8s.io/v1 ExactDeviceRequest defaults).
+    """
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "ResourceClaimTemplate" or "spec" in spec:
+        spec = spec.get("spec") or {}
+    out = []
+    for r in (spec.get("devices") or {}).get("requests") or []:
+        if not isinstance(r, Mapping):
+            continue
+        exact = r.get("exactly") if isinstance(r.get("exactly"), Mapping) else None
+        if exact is None:  # firstAvailable: a list of alternatives; the first names the class
+            alternatives = [a for a in r.get("firstAvailable") or [] if isinstance(a, Mapping)]
+            exact = alternatives[0] if alternatives else {}
+        count = 0 if exact.get("allocationMode") == "All" else int(exact.get("count") or 1)
+        out.append((str(r.get("name") or ""), str(exact.get("deviceClassName") or ""), count))
+    return out
+
+
+def template_fits(obj: Mapping, npus: int, device_class: str) -> bool:
+    """Whether an existing ResourceClaimTemplate asks for exactly what rblnctl's would: npus requests npu0..,
+    one device of `device_class` each (selectors or config added by hand make it someone else's)."""
+    spec = ((obj.get("spec") or {}).get("spec") or {}).get("devices") or {}
+    if spec.get("constraints") or spec.get("config"):
+        return False
+    for r in spec.get("requests") or []:
+        exact = r.get("exactly") if isinstance(r, Mapping) else None
+        if not isinstance(exact, Mapping) or exact.get("selectors") or exact.get("adminAccess"):
+            return False
+    return claim_requests(obj) == [(request_name(i), device_class, 1) for i in range(npus)]
+
+
+def is_managed(obj: Mapping) -> bool:
+    """An object rblnctl created (labelled app.kubernetes.io/managed-by=rblnctl)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
+
+
+def templates_used(spec: Mapping) -> set[str]:
+    """The ResourceClaimTemplates a VMI spec's claims name."""
+    return {str(c["resourceClaimTemplateName"]) for c in resource_claims(spec) if c.get("resourceClaimTemplateName")}
+
+
+def merge_patch(vm: Mapping, host_devices_after: list[dict], claims_after: list[dict] | None) -> dict:
+    """The merge patch (RFC 7386) that sets a VM's hostDevices (and resourceClaims, unless None), guarded by the
+    resourceVersion read: a concurrent edit of the VM makes the API server answer 409 instead of losing it.
+
+    Lists are atomic in a merge patch, so each list is written whole; an empty list removes the key.
+    """
+    tpl: dict[str, Any] = {"domain": {"devices": {"hostDevices": host_devices_after or None}}}
+    if claims_after is not None:
+        tpl["resourceClaims"] = claims_after or None
+    rv = (vm.get("metadata") or {}).get("resourceVersion")
+    return {"metadata": {"resourceVersion": rv}, "spec": {"template": {"spec": tpl}}}
+
+
+# -- placement ------------------------------------------------------------------------------------------
+
+
+def node_selector(spec: Mapping) -> dict[str, str]:
+    """`nodeSelector` of a VMI spec."""
+    return {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
+
+
+def required_node_terms(spec: Mapping) -> list[dict]:
+    """`affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms` (ORed)."""
+    required = _get(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"))
+    return [t for t in (required or {}).get("nodeSelectorTerms") or [] if isinstance(t, dict)] \
+        if isinstance(required, Mapping) else []
+
+
+def tolerations(spec: Mapping) -> list[dict]:
+    """`tolerations` of a VMI spec."""
+    return [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]

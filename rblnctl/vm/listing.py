@@ -1,0 +1,136 @@
+"""List the VMs and VMIs that hold or request NPUs: status, node, NPUs, method, devices (read-only, paged lists)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.errors import Forbidden, NotFound
+from rblnctl.kube import VMIS, VMS, Kube, Resource
+from rblnctl.operator.cluster import read_operator
+from rblnctl.vm import devices as D
+from rblnctl.vm.cluster import ClaimIndex
+from rblnctl.vm.model import NpuDevice, VmRef
+from rblnctl.vm.restart import FINAL_PHASES
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmNpuEntry:
+    """One VM (or standalone VMI) with NPUs: what its template asks for and what its VMI holds."""
+
+    ref: VmRef
+    kind: str  # VirtualMachine | VirtualMachineInstance (a VMI no VM owns)
+    status: str  # the VM's printableStatus, or the VMI's phase
+    node: str | None  # where the VMI runs
+    method: str | None  # sandbox | dra | mixed
+    devices: list[NpuDevice]  # the template's (a standalone VMI: its own)
+    running_devices: list[NpuDevice] | None  # the VMI's (None: no VMI, or it finished)
+
+    @property
+    def npus(self) -> int:
+        """NPUs the VM asks for."""
+        return len(self.devices)
+
+    @property
+    def holds(self) -> int:
+        """NPUs its VMI passes now (0 without a running VMI)."""
+        return len(self.running_devices or [])
+
+    @property
+    def restart_pending(self) -> bool:
+        """The VMI runs with other NPUs than the template asks for (the VM must restart to get them)."""
+        if self.running_devices is None:
+            return False
+        return sorted(d.source for d in self.devices) != sorted(d.source for d in self.running_devices)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmNpuListing:
+    """Every VM with NPUs in the namespace (or cluster), sorted, and what could not be read."""
+
+    items: list[VmNpuEntry]
+    namespace: str | None  # None: every namespace
+    served: bool = True  # False: KubeVirt's APIs are not served (not installed)
+    notes: list[str] = field(default_factory=list)  # what could not be read (forbidden)
+
+    def by_node(self) -> dict[str, list[str]]:
+        """Node -> `namespace/name` of the VMs holding NPUs there now."""
+        out: dict[str, list[str]] = {}
+        for e in self.items:
+            if e.node and e.holds:
+                out.setdefault(e.node, []).append(str(e.ref))
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str) -> list[dict] | None:
+    """The objects; None when the API is not served (KubeVirt absent); [] with a note when forbidden."""
+    try:
+        return kube.list(res, namespace=namespace)
+    except NotFound:
+        return None
+    except Forbidden as e:
+        notes.append(f"cannot list {what}: {e}")
+    return []
+
+
+def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
+    """Read VMs and VMIs (one paged list each; claim templates only when a VM has claims rblnctl did not write)."""
+    notes: list[str] = []
+    vms = _list(kube, VMS, namespace, notes, "VirtualMachines")
+    vmis = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances")
+    if vms is None or vmis is None:
+        return VmNpuListing(items=[], namespace=namespace, served=False, notes=notes)
+    specs = [D.vm_spec(v) for v in vms] + [D.vmi_spec(v) for v in vmis]
+    foreign = any(not D.is_managed_claim(c) for spec in specs for c in D.resource_claims(spec))
+    policy = read_operator(kube).policy if foreign else None
+    classes = {C.DRA_DEVICECLASS_VM} | ({policy.dra_device_class_vm} if policy else set())
+    index = ClaimIndex(kube=kube, classes=frozenset(classes))
+    by_name = {(v["metadata"].get("namespace", ""), v["metadata"]["name"]): v for v in vmis}
+    items: list[VmNpuEntry] = []
+    seen: set[tuple[str, str]] = set()
+    for vm in vms:
+        meta = vm["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        vmi = by_name.get(key)
+        seen.add(key)
+        test = index.test(key[0])
+        devices = list(D.npus_of(D.vm_spec(vm), npu_claim=test).devices)
+        running = _running(vmi, test)
+        if not devices and not running:
+            continue
+        items.append(VmNpuEntry(ref=VmRef(*key), kind="VirtualMachine",
+                                status=str((vm.get("status") or {}).get("printableStatus") or "Unknown"),
+                                node=_node(vmi), method=_method(devices or running or []), devices=devices,
+                                running_devices=running))
+    for key, vmi in sorted(by_name.items()):
+        if key in seen:
+            continue
+        test = index.test(key[0])
+        devices = list(D.npus_of(D.vmi_spec(vmi), npu_claim=test).devices)
+        if not devices:
+            continue
+        items.append(VmNpuEntry(ref=VmRef(*key), kind="VirtualMachineInstance",
+                                status=str((vmi.get("status") or {}).get("phase") or "Pending"), node=_node(vmi),
+                                method=_method(devices), devices=devices, running_devices=_running(vmi, test)))
+    return VmNpuListing(items=sorted(items, key=lambda e: (e.ref.namespace, e.ref.name)), namespace=namespace,
+                        notes=notes)
+
+
+def _running(vmi: dict | None, test: D.ClaimTest) -> list[NpuDevice] | None:
+    if vmi is None or (vmi.get("status") or {}).get("phase") in FINAL_PHASES:
+        return None
+    return list(D.npus_of(D.vmi_spec(vmi), npu_claim=test).devices)
+
+
+def _node(vmi: dict | None) -> str | None:
+    if vmi is None or (vmi.get("status") or {}).get("phase") in FINAL_PHASES:
+        return None
+    return ((vmi.get("status") or {}).get("nodeName")) or None
+
+
+def _method(devices: Iterable[NpuDevice]) -> str | None:
+    methods = {d.method for d in devices}
+    if len(methods) > 1:
+        return "mixed"
+    return next(iter(methods), None)

@@ -1,0 +1,102 @@
+"""The nouns of `rblnctl vm`: a VM reference, one NPU host device, what a VM holds, remedies and refusals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rblnctl import constants as C
+from rblnctl.errors import RblnError
+from rblnctl.plan import Blocker
+
+
+@dataclass(frozen=True, order=True)
+class VmRef:
+    """A VirtualMachine (or a standalone VirtualMachineInstance) by namespace and name."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remedy:
+    """How to fix a broken link or a refusal: words, and (when one exists) the rblnctl command that does it.
+
+    `command` is the argument list after the program name (`("kubevirt", "enable-gates", "--dra")`);
+    front ends phrase it with their own program name. Empty when no rblnctl command fixes it.
+    """
+
+    text: str
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VmBlocker(Blocker):
+    """A refusal of a VM change that carries its remedy (a Blocker to every front end that ignores it)."""
+
+    remedy: Remedy | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NpuDevice:
+    """One hostDevices entry that passes an NPU: a device plugin's resource (sandbox) or a DRA claim request."""
+
+    name: str  # hostDevices[].name (npu0)
+    method: str  # sandbox | dra
+    resource: str | None = None  # sandbox: deviceName (rebellions.ai/RBLN-CA22_PF)
+    claim: str | None = None  # dra: claimName (a resourceClaims entry)
+    request: str | None = None  # dra: requestName
+    managed: bool = False  # dra: through rblnctl's own claim entry (rbln-npu)
+
+    @property
+    def source(self) -> str:
+        """The resource, or `claim/request`: what the device comes from, for one table cell."""
+        return self.resource or f"{self.claim}/{self.request}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmNpus:
+    """The NPUs one VM (or VMI) spec passes, split by method, and what else it carries."""
+
+    sandbox: tuple[NpuDevice, ...] = ()
+    dra: tuple[NpuDevice, ...] = ()
+    managed_claim: dict | None = None  # rblnctl's resourceClaims entry, as written
+    other_devices: tuple[str, ...] = ()  # names of host devices that are not NPUs (kept untouched)
+
+    @property
+    def devices(self) -> tuple[NpuDevice, ...]:
+        """Every NPU device, sandbox first."""
+        return self.sandbox + self.dra
+
+    @property
+    def count(self) -> int:
+        """How many NPUs the spec passes."""
+        return len(self.sandbox) + len(self.dra)
+
+    @property
+    def method(self) -> str | None:
+        """`sandbox`, `dra`, `mixed` (both: one of them cannot work), or None (no NPU)."""
+        if self.sandbox and self.dra:
+            return "mixed"
+        if self.sandbox:
+            return C.METHOD_SANDBOX
+        if self.dra:
+            return C.METHOD_DRA
+        return None
+
+    @property
+    def resources(self) -> list[str]:
+        """The sandbox resources named, in order, without repeats."""
+        return list(dict.fromkeys(d.resource for d in self.sandbox if d.resource))
+
+    @property
+    def managed_template(self) -> str | None:
+        """The ResourceClaimTemplate rblnctl's claim entry names (None: no entry, or a direct claim)."""
+        entry = self.managed_claim or {}
+        return entry.get("resourceClaimTemplateName") or None
+
+
+class VmDiagnosisFailed(RblnError):
+    """`vm diagnose` found a broken link; the diagnosis itself was already shown."""

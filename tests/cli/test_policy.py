@@ -1,0 +1,182 @@
+"""`rblnctl policy show | set-method`: wiring, exit codes, stdout vs stderr, dry runs that write nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fakes import objects as o
+from tests.fakes.clock import FakeClock
+from tests.fakes.operator import SimulatedOperator
+from tests.fakes.releases import NEWER
+from tests.helpers import cli, closed_port_url
+
+POLICY = "rbln-cluster-policy"
+
+
+CA22 = "rebellions.ai/RBLN-CA22_PF"
+
+
+def cluster(apiserver, *, method="sandbox"):
+    apiserver.add(NEWER.policy(vfio_manager=True, sandbox=method == "sandbox", dra=method == "dra",
+                               device_plugin=method == "sandbox"), NEWER.operator_deployment())
+    apiserver.add(o.npu_node("vm0", mode=o.MODE_VM), o.npu_node("vm1", mode=o.MODE_VM))
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"], permitted_pci=[("1EFF:1220", CA22)]))
+
+
+@pytest.fixture
+def operator(apiserver):
+    op = SimulatedOperator(apiserver, release=NEWER)
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def instant_clock(monkeypatch):
+    """The library's one clock, made fake: waits and timeouts pass at once."""
+    from rblnctl.clock import SYSTEM_CLOCK
+
+    fake = FakeClock()
+    monkeypatch.setattr(SYSTEM_CLOCK, "monotonic", fake.monotonic)
+    monkeypatch.setattr(SYSTEM_CLOCK, "sleep", fake.sleep)
+    return fake
+
+
+def switches(apiserver):
+    spec = apiserver.get("RBLNClusterPolicy", POLICY)["spec"]
+    return {k: spec[k]["enabled"] for k in ("sandboxDevicePlugin", "draKubeletPlugin")}
+
+
+def test_show_names_the_active_policy_its_method_components_and_the_ignored(apiserver, operator):
+    cluster(apiserver)
+    ignored = NEWER.policy("a-leftover", dra=True)
+    ignored["status"] = {"state": "ignored"}
+    apiserver.add(ignored)
+    operator.start()
+    assert operator.wait_idle()
+    r = cli("policy", "show", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "Policy:      rbln-cluster-policy (ready)" in r.stdout and "VM method:   sandbox" in r.stdout
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert ["sandbox-device-plugin", "yes", "rbln-sandbox-device-plugin", "2/2", "<none>"] in rows
+    assert ["dra-kubelet-plugin", "no", "<none>", "<none>", "<none>"] in rows
+    assert ["a-leftover", "ignored", "dra"] in rows
+    doc = json.loads(cli("policy", "show", "-o", "json", server=apiserver.url).stdout)
+    assert doc["kind"] == "ClusterPolicy" and doc["active"]["vmMethod"] == "sandbox"
+    assert [p["name"] for p in doc["ignored"]] == ["a-leftover"]
+    vfio = next(c for c in doc["components"] if c["component"] == "vfio-manager")
+    assert vfio["daemonSets"] == [{"namespace": "rbln-system", "name": "rbln-vfio-manager", "desired": 2, "ready": 2,
+                                   "unavailable": 0, "allReady": True}]
+    r = cli("policy", "show", "-o", "name", server=apiserver.url)
+    assert r.stdout.split() == ["rblnclusterpolicy.rebellions.ai/rbln-cluster-policy",
+                                "rblnclusterpolicy.rebellions.ai/a-leftover"]
+
+
+def test_show_without_the_operator_says_so(apiserver):
+    r = cli("policy", "show", server=apiserver.url)
+    assert r.exit_code == 0 and r.stdout == ""
+    assert "note: no RBLNClusterPolicy: the operator deploys nothing" in r.stderr
+
+
+def test_dry_run_shows_the_switches_and_writes_nothing(apiserver):
+    cluster(apiserver)
+    r = cli("policy", "set-method", "dra", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.writes() == []
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert ["sandboxDevicePlugin.enabled", "true", "false"] in rows
+    assert ["draKubeletPlugin.enabled", "false", "true"] in rows
+    assert ["kubevirt", "yes", "KubeVirt", "kubevirt/kubevirt", "v1.9.0", "for", "the", "dra", "method", ">=",
+            "1.9.0"] in rows
+    assert "dry run: nothing was sent" in r.stderr
+
+
+def test_refused_while_a_vm_holds_an_npu(apiserver):
+    cluster(apiserver)
+    apiserver.add(o.vmi("team", "trainer", "vm0", host_devices=["rebellions.ai/RBLN-CA22_PF"]))
+    r = cli("policy", "set-method", "dra", "--yes", server=apiserver.url)
+    assert r.exit_code == 1
+    assert "refusing to switch the VM allocation method to dra" in r.stderr
+    assert "VM team/trainer (rebellions.ai/RBLN-CA22_PF) holds NPUs" in r.stderr
+    assert apiserver.writes() == []
+
+
+def test_disruptive_without_yes_and_no_terminal_is_exit_2(apiserver):
+    cluster(apiserver)
+    r = cli("policy", "set-method", "dra", server=apiserver.url)
+    assert r.exit_code == 2 and "pass --yes" in r.stderr and apiserver.writes() == []
+
+
+def test_applied_and_waited_for_both_ways(apiserver, operator):
+    cluster(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    r = cli("policy", "set-method", "dra", "--yes", "--timeout", "20s", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "MethodChange" and doc["plan"]["from"] == "sandbox" and doc["plan"]["to"] == "dra"
+    assert doc["result"]["converged"] == ["vm0", "vm1"] and doc["result"]["changed"] is True
+    assert switches(apiserver) == {"sandboxDevicePlugin": False, "draKubeletPlugin": True}
+    assert "now selects dra" in r.stderr
+    r = cli("policy", "set-method", "sandbox", "--yes", "--timeout", "20s", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert switches(apiserver) == {"sandboxDevicePlugin": True, "draKubeletPlugin": False}
+    assert "the operator serves every vm-passthrough node with the sandbox method" in r.stdout
+    # already there: nothing is written, the rollout is only checked
+    apiserver.clear_requests()
+    r = cli("policy", "set-method", "sandbox", "--yes", server=apiserver.url)
+    assert r.exit_code == 0 and apiserver.writes() == [] and "already selects sandbox" in r.stderr
+
+
+def test_timeout_is_exit_5_with_what_is_pending(apiserver, instant_clock):
+    cluster(apiserver)  # no operator runs: nothing ever rolls
+    r = cli("policy", "set-method", "dra", "--yes", "--timeout", "2m", server=apiserver.url)
+    assert r.exit_code == 5
+    assert "within 120s" in r.stderr and "still missing: vm0:" in r.stderr and "still missing: vm1:" in r.stderr
+    assert switches(apiserver)["draKubeletPlugin"] is True
+
+
+def test_missing_prerequisite_is_refused(apiserver):
+    cluster(apiserver)
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt",
+                     fn=lambda k: k["status"].update({"observedKubeVirtVersion": "v1.8.1"}))
+    r = cli("policy", "set-method", "dra", "--yes", server=apiserver.url)
+    assert r.exit_code == 1 and "v1.8.1 for the dra method < 1.9.0" in r.stderr and apiserver.writes() == []
+
+
+def test_server_dry_run_and_bad_input(apiserver):
+    cluster(apiserver)
+    r = cli("policy", "set-method", "dra", "--dry-run=server", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert [w.dry_run for w in apiserver.writes()] == [True] and switches(apiserver)["sandboxDevicePlugin"] is True
+    r = cli("policy", "set-method", "vfio", "--yes", server=closed_port_url())
+    assert r.exit_code == 2 and "'vfio' is not one of 'sandbox', 'dra'" in r.stderr
+    r = cli("policy", "set-method", "dra", "--timeout", "-3s", server=closed_port_url())
+    assert r.exit_code == 2 and "--timeout" in r.stderr
+
+
+def test_convert_vms_both_ways(apiserver, operator):
+    cluster(apiserver)
+    apiserver.add(o.vm("team", "stopped", running=False, host_devices=[CA22, CA22]))
+    operator.start()
+    assert operator.wait_idle()
+    r = cli("policy", "set-method", "dra", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 0 and "1 VM(s) name their NPUs through sandbox (team/stopped)" in r.stderr
+    assert "(pass --convert-vms)" in r.stderr
+    r = cli("policy", "set-method", "dra", "--dry-run", "--convert-vms", server=apiserver.url)
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert ["team", "stopped", "2", "sandbox", "dra", "to-convert"] in rows and apiserver.writes() == []
+    r = cli("policy", "set-method", "dra", "--yes", "--convert-vms", "--timeout", "20s", "-o", "json",
+            server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["result"]["converted"] == ["team/stopped"] and "convert: VM team/stopped" in r.stderr
+    spec = apiserver.get("VirtualMachine", "stopped", "team")["spec"]["template"]["spec"]
+    assert [d["claimName"] for d in spec["domain"]["devices"]["hostDevices"]] == ["rbln-npu", "rbln-npu"]
+    r = cli("policy", "set-method", "sandbox", "--yes", "--convert-vms", "--timeout", "20s", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    devices = apiserver.get("VirtualMachine", "stopped", "team")["spec"]["template"]["spec"]["domain"]["devices"]
+    assert [d["deviceName"] for d in devices["hostDevices"]] == [CA22, CA22]
+    r = cli("policy", "set-method", "sandbox", "--convert-vms", "--no-wait", server=closed_port_url())
+    assert r.exit_code == 2 and "needs the wait" in r.stderr

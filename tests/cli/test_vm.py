@@ -1,0 +1,303 @@
+"""`rblnctl vm ...` against the fake API server: flags, exit codes, stdout vs stderr, zero-write guarantees."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.fakes import objects as o
+from tests.fakes.operator import SimulatedOperator
+from tests.helpers import cli
+from tests.vm.support import CA22, CA25, NS, NVIDIA, dra_cluster, host_devices, sandbox_cluster
+
+def vm_cli(apiserver, *args, input=None):
+    return cli(*args, server=apiserver.url, input=input)
+
+
+# -- attach ---------------------------------------------------------------------------------------------------
+
+
+def test_attach_sandbox(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[NVIDIA]))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "2", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["kind"], doc["apiVersion"]) == ("VmNpuChange", "rblnctl.rebellions.ai/v1alpha1")
+    plan = doc["plan"]
+    assert (plan["method"], plan["resource"], plan["npusBefore"], plan["npusAfter"]) == ("sandbox", CA22, 0, 2)
+    assert doc["result"]["changed"] is True and plan["added"] == ["npu0", "npu1"]
+    assert "VM vms/v1: 0 -> 2 NPU(s)" in r.stderr
+    assert [d["name"] for d in host_devices(apiserver)] == ["gpu0", "npu0", "npu1"]
+
+
+def test_attach_table_shows_each_device(apiserver):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[NVIDIA]))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "2")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "VirtualMachine vms/v1: 0 -> 2 NPU(s) (dra, rbln-npu-2)"
+    assert lines[2].split() == ["DEVICE", "METHOD", "SOURCE", "CHANGE"]
+    assert lines[3].split() == ["npu0", "dra", "rbln-npu/npu0", "added"]
+    assert "ResourceClaimTemplate vms/rbln-npu-2: create" in r.stdout
+    assert "other host devices kept: gpu0" in r.stderr
+
+
+def test_attach_rerun_is_a_noop(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    apiserver.clear_requests()
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
+    assert r.exit_code == 0 and "already has 1 NPU(s)" in r.stderr and apiserver.writes() == []
+
+
+def test_attach_ambiguous_lists_the_choices(apiserver):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"})
+    apiserver.add(o.vm(NS, "v1", running=False))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
+    assert r.exit_code == 2
+    assert CA22 in r.stderr and CA25 in r.stderr and "(pass --resource)" in r.stderr
+    assert apiserver.writes() == []
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--product", "RBLN-CA25")
+    assert r.exit_code == 0, r.stderr
+    assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA25}]
+
+
+def test_attach_client_dry_run_writes_nothing(apiserver):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    apiserver.clear_requests()
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "2", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.writes() == []
+    assert "patch (application/merge-patch+json):" in r.stdout and "dry run: nothing was sent" in r.stderr
+
+
+def test_attach_server_dry_run(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    apiserver.clear_requests()
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--dry-run=server", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    (w,) = apiserver.writes()
+    assert w.query["dryRun"] == ["All"] and host_devices(apiserver) == []
+    assert json.loads(r.stdout)["result"]["serverDryRun"] is True
+
+
+def test_attach_refusal_names_the_fixing_command(apiserver):
+    sandbox_cluster(apiserver, gates=())
+    apiserver.add(o.vm(NS, "v1", running=False))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
+    assert r.exit_code == 1
+    assert "refusing to change the NPUs of VM vms/v1" in r.stderr
+    assert "`rblnctl kubevirt enable-gates`" in r.stderr and apiserver.writes() == []
+
+
+def test_attach_running_vm_is_refused_without_restart(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", "n1"))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
+    assert r.exit_code == 1 and "is running" in r.stderr and "(pass --restart to go ahead anyway)" in r.stderr
+    assert apiserver.writes() == []
+
+
+def test_attach_restart_asks_first(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", "n1"))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--restart")
+    assert r.exit_code == 2 and "pass --yes" in r.stderr and apiserver.writes() == []
+
+
+def test_attach_restart_on_a_simulated_vm(apiserver):
+    apiserver.simulate_kubevirt = True
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", node="n1"), o.vmi(NS, "v1", "n1"))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--restart", "--yes", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["restart"] is True and doc["result"]["restarted"] is True and doc["result"]["ready"] is True
+    for step in ("stopping VM vms/v1", "patching VM vms/v1", "starting VM vms/v1", "restarted and Ready"):
+        assert step in r.stderr
+    vmi = apiserver.get("VirtualMachineInstance", "v1", NS)
+    assert vmi["spec"]["domain"]["devices"]["hostDevices"] == [{"name": "npu0", "deviceName": CA22}]
+
+
+@pytest.mark.parametrize("args", [["vm", "attach", "Bad_VM"], ["vm", "attach", "v1", "--resource", "a",
+                                                                 "--product", "b"],
+                                  ["vm", "attach", "v1", "--method", "dra", "--resource", "x"],
+                                  ["vm", "attach", "v1", "--npus", "0"], ["vm", "attach", "v1", "--method", "pci"],
+                                  ["vm", "detach", "v1", "--all", "--device", "npu0"],
+                                  ["vm", "attach", "v1", "--restart", "--timeout", "soon"],
+                                  ["vm", "diagnose", "v1", "-n", "Bad_NS"]])
+def test_bad_input_fails_before_connecting(apiserver, args):
+    r = vm_cli(apiserver, *args)
+    assert r.exit_code == 2, r.stderr
+    assert apiserver.requests == []
+
+
+# -- detach ------------------------------------------------------------------------------------------------------
+
+
+def test_detach(apiserver):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[NVIDIA]))
+    assert vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "2").exit_code == 0
+    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "-o", "yaml")
+    assert r.exit_code == 0, r.stderr
+    doc = yaml.safe_load(r.stdout)
+    assert doc["plan"]["npusAfter"] == 0 and doc["result"]["templatesDeleted"] == ["rbln-npu-2"]
+    assert host_devices(apiserver) == [NVIDIA] and apiserver.list("ResourceClaimTemplate", NS) == []
+    assert "deleting ResourceClaimTemplate vms/rbln-npu-2 (no VM uses it any more)" in r.stderr
+
+
+def test_detach_one_device(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, CA22]))
+    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu1")
+    assert r.exit_code == 0, r.stderr
+    assert "npu1" in r.stdout and "removed" in r.stdout
+    assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
+    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu7")
+    assert r.exit_code == 2 and "its NPU devices: npu0" in r.stderr
+
+
+# -- manifest ----------------------------------------------------------------------------------------------------
+
+
+def test_manifest_offline_needs_no_cluster(apiserver):
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "--method", "dra", "--npus", "2")
+    assert r.exit_code == 0, r.stderr
+    docs = list(yaml.safe_load_all(r.stdout))
+    assert [d["kind"] for d in docs] == ["ResourceClaimTemplate", "VirtualMachine"]
+    assert apiserver.requests == []
+
+
+def test_manifest_picks_the_resource_from_the_cluster(apiserver):
+    sandbox_cluster(apiserver)
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "-n", NS, "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "List"
+    (vm,) = doc["items"]
+    assert vm["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"] == [{"name": "npu0", "deviceName": CA22}]
+    assert apiserver.writes() == []
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+@pytest.mark.parametrize("method", ["sandbox", "dra"])
+def test_manifest_is_accepted_by_kubectl(apiserver, kubeconfig, tmp_path, method):
+    """Real kubectl applies the manifest: client-side (no request body leaves kubectl), then server-side
+    against the fake (every write dryRun=All). The fake serves no OpenAPI, hence --validate=false."""
+    args = ["vm", "manifest", "v1", "-n", NS, "--method", method, "--npus", "2"]
+    if method == "sandbox":
+        args += ["--resource", CA22]
+    r = vm_cli(apiserver, *args)
+    assert r.exit_code == 0, r.stderr
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    base = ["kubectl", f"--kubeconfig={kubeconfig}", f"--cache-dir={tmp_path / 'cache'}", "apply",
+            "--validate=false", "-f", "-"]
+    client = subprocess.run([*base, "--dry-run=client"], input=r.stdout, capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert client.returncode == 0, client.stderr
+    assert "virtualmachine.kubevirt.io/v1 created (dry run)" in client.stdout
+    apiserver.clear_requests()
+    server = subprocess.run([*base, "--dry-run=server"], input=r.stdout, capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert server.returncode == 0, server.stderr
+    posts = [w for w in apiserver.writes() if w.method == "POST"]
+    assert posts and all(w.query.get("dryRun") == ["All"] for w in posts)
+    assert {w.body["kind"] for w in posts} == ({"VirtualMachine", "ResourceClaimTemplate"} if method == "dra"
+                                               else {"VirtualMachine"})
+    assert apiserver.list("VirtualMachine", NS) == []
+
+
+# -- list ----------------------------------------------------------------------------------------------------------
+
+
+def test_list_all_namespaces(apiserver):
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22, CA22]), o.vmi(NS, "v1", "n1", [CA22, CA22]),
+                  o.vm("team", "v2", running=False, host_devices=[CA22]), o.vm(NS, "plain"))
+    r = vm_cli(apiserver, "vm", "list", "-A")
+    assert r.exit_code == 0, r.stderr
+    lines = [line.split() for line in r.stdout.splitlines()]
+    assert lines[0] == ["NAMESPACE", "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES"]
+    assert lines[1] == ["team", "v2", "Stopped", "<none>", "1", "sandbox", f"npu0={CA22}"]
+    assert lines[2] == [NS, "v1", "Running", "n1", "2", "sandbox", f"npu0={CA22},npu1={CA22}"]
+    r = vm_cli(apiserver, "vm", "list", "-n", NS, "-o", "json")
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "VmNpuList" and [i["name"] for i in doc["items"]] == ["v1"]
+    assert doc["items"][0]["runningNpus"] == 2 and doc["items"][0]["devices"][0]["resource"] == CA22
+    r = vm_cli(apiserver, "vm", "list", "-n", NS, "-o", "name")
+    assert r.stdout == "virtualmachine.kubevirt.io/v1\n"
+
+
+def test_list_nothing(apiserver):
+    r = vm_cli(apiserver, "vm", "list")
+    assert r.exit_code == 0 and r.stdout == "" and "No VM with NPUs found in namespace default" in r.stderr
+
+
+# -- diagnose -------------------------------------------------------------------------------------------------------
+
+
+def test_diagnose_healthy_exits_0(apiserver):
+    sandbox_cluster(apiserver)
+    with SimulatedOperator(apiserver) as op:
+        op.wait_idle()
+        apiserver.add(o.vm(NS, "v1", host_devices=[CA22]), o.vmi(NS, "v1", "n1", [CA22]),
+                      o.virt_launcher(NS, "v1", "n1", resources={CA22: "1"}))
+        r = vm_cli(apiserver, "vm", "diagnose", "v1", "-n", NS, "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "VmDiagnosis" and doc["ok"] is True and doc["broken"] is None
+    assert all(link["status"] == "PASS" for link in doc["links"])
+
+
+def test_diagnose_broken_link_exits_1_with_the_remedy(apiserver):
+    sandbox_cluster(apiserver, permitted=False)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    r = vm_cli(apiserver, "vm", "diagnose", "v1", "-n", NS)
+    assert r.exit_code == 1
+    rows = [line.split(None, 2) for line in r.stdout.splitlines()[2:] if line and not line.startswith(
+        ("broken", "remedy"))]
+    assert [row[:2] for row in rows[1:]] == [["VirtualMachine", "PASS"], ["NpuRequest", "PASS"],
+                                             ["FeatureGates", "PASS"], ["VmModeNodes", "PASS"],
+                                             ["PermittedHostDevice", "FAIL"]]
+    assert "broken link: PermittedHostDevice (KubeVirt permits the resource)" in r.stdout
+    assert f"remedy: permit {CA22} as a KubeVirt host device: `rblnctl kubevirt permit-devices --resource-name " \
+           f"{CA22}`" in r.stdout
+    assert "error: VM vms/v1: PermittedHostDevice does not hold" in r.stderr
+    doc = json.loads(vm_cli(apiserver, "vm", "diagnose", "v1", "-n", NS, "-o", "json").stdout)
+    fail = doc["links"][-1]
+    assert fail["remedyCommand"] == ["rblnctl", "kubevirt", "permit-devices", "--resource-name", CA22]
+
+
+def test_diagnose_unknown_vm(apiserver):
+    sandbox_cluster(apiserver)
+    r = vm_cli(apiserver, "vm", "diagnose", "ghost", "-n", NS)
+    assert r.exit_code == 1 and "`rblnctl vm manifest ghost`" in r.stdout
+
+
+# -- status ------------------------------------------------------------------------------------------------------------
+
+
+def test_status_counts_vms_holding_npus_per_node(apiserver):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22]), o.vmi(NS, "v1", "n1", [CA22]),
+                  o.vm(NS, "v2", host_devices=[CA22]), o.vmi(NS, "v2", "n1", [CA22]),
+                  o.vm(NS, "off", running=False, host_devices=[CA22]))
+    r = vm_cli(apiserver, "status")
+    assert r.exit_code == 0, r.stderr
+    table = [line.split() for line in r.stdout.splitlines() if line.startswith(("NAME", "n1 ", "n9 "))]
+    header, n1, n9 = table
+    assert header[:5] == ["NAME", "MODE", "STATUS", "NPUS", "VMS"]
+    assert n1[4] == "2" and n9[4] == "0"
+    wide = vm_cli(apiserver, "status", "-o", "wide").stdout
+    assert f"{NS}/v1,{NS}/v2" in wide
+    doc = json.loads(vm_cli(apiserver, "status", "-o", "json").stdout)
+    assert doc["npuVms"] == {"n1": [f"{NS}/v1", f"{NS}/v2"]}

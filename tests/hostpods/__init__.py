@@ -1,0 +1,1 @@
+"""Tests of rblnctl.hostpods (host pods: spec and runner)."""

@@ -1,0 +1,201 @@
+"""HostPodRunner on the fake API server, whose kubelet runs each pod's rblnctl on a simulated host tree."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rblnctl.errors import ClusterError, Forbidden, InvalidInput, Interrupted, NotFound
+from rblnctl.hostpods.runner import HostPodRunner, PodState
+from rblnctl.preflight.hosts import PREFLIGHT_LOCAL
+from tests.fakes.clock import FakeClock
+from tests.hostpods.conftest import add_nodes
+
+LABEL = "rebellions.ai/rblnctl.host-pod"
+
+
+def runner(kube, **kw) -> HostPodRunner:
+    args = dict(kube=kube, command=PREFLIGHT_LOCAL, image="registry.local/rblnctl:test", namespace="rbln-system",
+                clock=FakeClock()) | kw
+    return HostPodRunner(**args)
+
+
+def host_pods(apiserver) -> list[str]:
+    return [p["metadata"]["name"] for p in apiserver.list("Pod") if LABEL in (p["metadata"].get("labels") or {})]
+
+
+def count(apiserver, method: str, path: str) -> int:
+    return len(apiserver.requests_matching(method, path))
+
+
+def test_healthy_run_reads_every_report_and_deletes_every_pod(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 4)
+    run = runner(kube).run(nodes)
+    assert [o.node for o in run.outcomes] == nodes
+    assert {o.state for o in run.outcomes} == {PodState.COMPLETED} and {o.exit_code for o in run.outcomes} == {0}
+    report = json.loads(run.outcomes[2].log)
+    assert report["target"] == "host" and report["summary"]["ok"] is True
+    assert host_pods(apiserver) == [] and run.left_behind == ()
+    assert [n for n, _ in kubelet.runs] == nodes  # one pod per node, each on its node
+    assert all(argv[:4] == ["preflight", "--local", "--root", str(kubelet.default)] for _, argv in kubelet.runs)
+    assert count(apiserver, "POST", r"/namespaces/rbln-system/pods$") == 4
+    assert count(apiserver, "GET", r"/pods/[^/]+/log$") == 4
+    assert count(apiserver, "DELETE", r"/pods/") == 4
+
+
+def test_unschedulable_node_is_an_outcome_with_the_schedulers_message(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 3)
+    kubelet.unschedulable["n1"] = "0/3 nodes are available: 1 Insufficient memory."
+    run = runner(kube).run(nodes)
+    by = {o.node: o for o in run.outcomes}
+    assert by["n1"].state == PodState.UNSCHEDULABLE and by["n1"].message.startswith("0/3 nodes are available")
+    assert by["n0"].state == by["n2"].state == PodState.COMPLETED
+    assert host_pods(apiserver) == [] and count(apiserver, "GET", r"/pods/[^/]+/log$") == 2
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff"])
+def test_image_pull_failure_is_an_outcome_at_once(apiserver, kube, kubelet, reason):
+    nodes = add_nodes(apiserver, 2)
+    kubelet.image_pull["n0"] = reason
+    clock = FakeClock()
+    run = runner(kube, clock=clock, timeout_s=600).run(nodes)
+    o = run.outcomes[0]
+    assert o.state == PodState.IMAGE_PULL and o.reason == reason
+    assert sum(clock.sleeps) < 600  # reported when seen, not at the deadline
+    assert host_pods(apiserver) == []
+
+
+def test_kubelet_rejection_is_an_outcome(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 1)
+    kubelet.rejected["n0"] = ("OutOfcpu", "Node didn't have enough resource: cpu")
+    [o] = runner(kube).run(nodes).outcomes
+    assert (o.state, o.reason, o.message) == (PodState.REJECTED, "OutOfcpu", "Node didn't have enough resource: cpu")
+
+
+def test_a_pod_that_never_ends_times_out_and_is_deleted(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 2)
+    kubelet.hang.add("n1")
+    clock = FakeClock()
+    run = runner(kube, clock=clock, timeout_s=5, poll_interval_s=1).run(nodes)
+    o = run.outcomes[1]
+    assert o.state == PodState.TIMED_OUT and "not finished after 5s (Running)" in o.message
+    assert 5 <= sum(clock.sleeps) <= 7
+    assert host_pods(apiserver) == []
+
+
+def test_a_pod_deleted_by_someone_else_is_an_outcome(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 2)
+    kubelet.hang.add("n0")
+    r = runner(kube)
+    r.on_started = lambda node, pod: apiserver.delete_now("Pod", pod, "rbln-system") if node == "n0" else None
+    o = r.run(nodes).outcomes[0]
+    assert o.state == PodState.VANISHED and "deleted before it finished" in o.message
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt(), Interrupted(15)], ids=["ctrl-c", "sigterm"])
+def test_interrupt_mid_run_leaves_nothing_behind(apiserver, kube, kubelet, signal):
+    nodes = add_nodes(apiserver, 6)
+    kubelet.hang.update(nodes)  # every pod is still running when the signal comes
+    started: list[str] = []
+
+    def on_started(node: str, pod: str) -> None:
+        started.append(pod)
+        if len(started) == 3:
+            raise signal
+
+    with pytest.raises(KeyboardInterrupt):
+        runner(kube, max_parallel=4, on_started=on_started).run(nodes)
+    assert len(started) == 3 and host_pods(apiserver) == []
+    assert {r.path.rsplit("/", 1)[1] for r in apiserver.requests_matching("DELETE", r"/pods/")} == set(started)
+    assert apiserver.list("Pod") == []  # nothing else was made either
+
+
+def test_an_api_failure_mid_run_raises_after_cleaning_up(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 3)
+    kubelet.hang.update(nodes)
+    kube.clock = FakeClock()
+    apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", status=500, times=10)
+    with pytest.raises(ClusterError):
+        runner(kube).run(nodes)
+    assert host_pods(apiserver) == []
+
+
+def test_keep_leaves_the_pods_and_sends_no_delete(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 5)
+    run = runner(kube, keep=True, max_parallel=2).run(nodes)
+    assert {o.state for o in run.outcomes} == {PodState.COMPLETED}  # finished pods do not hold a slot
+    assert sorted(run.left_behind) == sorted(host_pods(apiserver)) and len(run.left_behind) == 5
+    assert count(apiserver, "DELETE", r"/pods/") == 0
+
+
+def test_keep_also_keeps_pods_after_an_interrupt(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 3)
+
+    def stop(node: str, pod: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner(kube, keep=True, on_started=stop).run(nodes)
+    assert len(host_pods(apiserver)) == 1 and count(apiserver, "DELETE", r"/pods/") == 0
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_max_parallel_is_never_exceeded(apiserver, kube, healthy_root, parallel):
+    from tests.fakes.hostkubelet import HostKubelet
+
+    nodes = add_nodes(apiserver, 10)
+    kubelet = HostKubelet(apiserver, default=healthy_root, finish_after_lists=2).start()  # pods overlap
+    try:
+        run = runner(kube, max_parallel=parallel).run(nodes)
+    finally:
+        kubelet.stop()
+    assert kubelet.errors == [] and {o.state for o in run.outcomes} == {PodState.COMPLETED}
+    assert len(kubelet.created) == 10 and kubelet.alive == set()
+    assert kubelet.max_alive == parallel  # reached, never exceeded (from the server's pod timeline)
+
+
+def test_requests_grow_with_nodes_not_with_waiting(apiserver, kube, kubelet):
+    """Per node one create, one log read, one delete; per round one list, whatever the pods in flight."""
+    nodes = add_nodes(apiserver, 40)
+    apiserver.clear_requests()
+    runner(kube, max_parallel=8).run(nodes)
+    assert count(apiserver, "POST", r"/pods$") == count(apiserver, "DELETE", r"/pods/") == 40
+    assert count(apiserver, "GET", r"/log$") == 40
+    lists = count(apiserver, "GET", r"/namespaces/rbln-system/pods$")
+    assert lists <= 2 * math.ceil(40 / 8)
+    assert len(apiserver.requests) == 3 * 40 + lists
+
+
+def test_missing_namespace_is_not_found_naming_the_flag(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 2)
+    apiserver.auto_namespaces = False  # as a real server: NamespaceLifecycle refuses a missing namespace
+    with pytest.raises(NotFound, match=r"namespace nowhere.*pass -n NAMESPACE"):
+        runner(kube, namespace="nowhere").run(nodes)
+    assert host_pods(apiserver) == []
+
+
+def test_refused_create_ends_the_run(apiserver, kube, kubelet):
+    nodes = add_nodes(apiserver, 2)
+    apiserver.forbid("create", "pods")
+    with pytest.raises(Forbidden):
+        runner(kube).run(nodes)
+    assert host_pods(apiserver) == [] and count(apiserver, "POST", r"/pods$") == 1
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"max_parallel": 0}, "--max-parallel must be at least 1"),
+    ({"timeout_s": 0}, "timeout must be positive"),
+    ({"image": "a b"}, "invalid image"),
+    ({"namespace": "Bad_NS"}, "invalid namespace name"),
+])
+def test_bad_options_are_invalid_input(kube, kw, says):
+    with pytest.raises(InvalidInput, match=says):
+        runner(kube, **kw)
+
+
+def test_bad_node_name_is_refused_before_any_request(apiserver, kube):
+    with pytest.raises(InvalidInput, match="invalid node name"):
+        runner(kube).run(["ok", "../etc"])
+    assert apiserver.requests == []

@@ -1,0 +1,327 @@
+"""rblnctl.operator.method: switch the VM allocation method (sandbox <-> DRA) against the simulated operator."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.errors import Conflict, InvalidInput, Refused, WaitTimeout
+from rblnctl.kube import KubeOptions, connect
+from rblnctl.operator.method import MethodChanger, MethodEvents, MethodOptions, parse_method
+from tests.fakes import objects as o
+from tests.fakes.clock import FakeClock
+from tests.fakes.operator import SimulatedOperator
+from tests.fakes.releases import DEVICE_IDS, NEWER, V0_3_0
+
+POLICY = "rbln-cluster-policy"
+OPS = "rbln-system"
+SANDBOX_RES = "rebellions.ai/RBLN-CA22_PF"
+
+
+@pytest.fixture
+def kube(apiserver):
+    return connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
+
+
+class OperatorClock(FakeClock):
+    """Each poll's sleep lets the simulated operator reconcile once: waits run in no wall time, deterministically."""
+
+    def __init__(self, op: SimulatedOperator | None) -> None:
+        super().__init__()
+        self.op = op
+
+    def sleep(self, seconds, stop=None):
+        if self.op is not None:
+            self.op.step()
+        return super().sleep(seconds, stop)
+
+
+def cluster(apiserver, *, release=NEWER, method="sandbox", product="RBLN-CA22", kubevirt="v1.9.0",
+            gates=("HostDevices", "HostDevicesWithDRA"), container_nodes=0, vm_nodes=2):
+    policy = release.policy(vfio_manager=True, sandbox=method == "sandbox", dra=method == "dra",
+                            device_plugin=method == "sandbox" or container_nodes > 0)
+    apiserver.add(policy, release.operator_deployment())
+    for i in range(vm_nodes):
+        apiserver.add(o.npu_node(f"vm{i}", mode=o.MODE_VM, product=product, release=release, policy=policy))
+    for i in range(container_nodes):
+        apiserver.add(o.npu_node(f"c{i}", mode=o.MODE_CONTAINER, release=release, policy=policy))
+    permitted = [(f"1EFF:{DEVICE_IDS[product][0]}", release.vm_resource(policy, product))] \
+        if release.vm_resource(policy, product) else []
+    apiserver.add(o.kubevirt(feature_gates=list(gates), version=kubevirt, permitted_pci=permitted))
+    op = SimulatedOperator(apiserver, release=release, auto=False).start()
+    for _ in range(3):
+        op.step()
+    return op
+
+
+def changer(kube, op=None, **kw) -> MethodChanger:
+    kw.setdefault("timeout_s", 60)
+    kw.setdefault("poll_s", 1)
+    return MethodChanger(kube=kube, options=MethodOptions(**kw), clock=OperatorClock(op))
+
+
+def switches(apiserver):
+    spec = apiserver.get("RBLNClusterPolicy", POLICY)["spec"]
+    return {k: spec.get(k, {}).get("enabled") for k in ("sandboxDevicePlugin", "draKubeletPlugin", "devicePlugin")}
+
+
+def pods_on(apiserver, node):
+    return sorted(p["metadata"]["ownerReferences"][0]["name"] for p in apiserver.list("Pod", OPS)
+                  if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp"))
+
+
+def vfio_devices(apiserver, node):
+    return [d["name"] for s in apiserver.list("ResourceSlice") if s["spec"]["nodeName"] == node
+            for d in s["spec"]["devices"] if d["name"].startswith("vfio-")]
+
+
+def npu_alloc(apiserver, node):
+    return {k: v for k, v in apiserver.get("Node", node)["status"]["allocatable"].items()
+            if k.startswith("rebellions.ai/")}
+
+
+def test_parse_method():
+    assert parse_method("DRA") == "dra" and parse_method(" sandbox ") == "sandbox"
+    with pytest.raises(InvalidInput, match="use sandbox or dra"):
+        parse_method("vfio")
+
+
+def test_refused_while_vmis_hold_npus_by_sandbox_or_dra_claim(apiserver, kube):
+    op = cluster(apiserver)
+    claim_vmi = o.vmi("ns2", "claimer", "vm1",
+                      host_devices=[{"name": "npu0", "claimName": "npu-claim", "requestName": "npu"}])
+    claim_vmi["spec"]["resourceClaims"] = [{"name": "npu-claim", "resourceClaimTemplateName": "npu-tpl"}]
+    apiserver.add(o.vmi("ns1", "plugin-vm", "vm0", host_devices=[SANDBOX_RES]), claim_vmi,
+                  o.vmi("ns1", "no-npu", "vm0"))
+    apiserver.clear_requests()
+    ch = changer(kube, op)
+    plan = ch.plan("dra")
+    held = [b.message for b in plan.blockers if "holds NPUs" in b.message]
+    assert len(held) == 2
+    assert "ns1/plugin-vm (rebellions.ai/RBLN-CA22_PF)" in held[0] and "ns2/claimer (claim npu-claim)" in held[1]
+    assert all(b.override is None for b in plan.blockers)
+    with pytest.raises(Refused):
+        ch.apply(plan)
+    assert apiserver.writes() == []
+
+
+def test_sandbox_to_dra_and_back_waits_for_every_vm_node(apiserver, kube):
+    """The later releases roll DRA on vm-passthrough nodes (chart v0.3.0 does not: see the next test)."""
+    op = cluster(apiserver, release=NEWER)
+    assert pods_on(apiserver, "vm0") == ["rbln-sandbox-device-plugin", "rbln-vfio-manager"]
+    assert npu_alloc(apiserver, "vm0") == {SANDBOX_RES: "2"}
+    waiting = []
+    ch = changer(kube, op)
+    ch.events = MethodEvents(on_waiting=waiting.append)
+
+    plan = ch.plan("dra")
+    assert not plan.blockers and plan.current == "sandbox" and plan.vm_nodes == ["vm0", "vm1"]
+    assert {c.name: c.ok for c in plan.prerequisites} == {
+        "kubernetes": True, "kubevirt": True, "gates": True, "operator": True, "dra-api": True, "dra-driver": True}
+    result = ch.apply(plan)
+    assert result.changed and result.converged == ["vm0", "vm1"]
+    assert switches(apiserver) == {"sandboxDevicePlugin": False, "draKubeletPlugin": True, "devicePlugin": False}
+    for n in ("vm0", "vm1"):
+        assert pods_on(apiserver, n) == ["rbln-dra-kubelet-plugin", "rbln-vfio-manager"]
+        assert npu_alloc(apiserver, n) == {} and vfio_devices(apiserver, n) == ["vfio-0000-3b-00-0",
+                                                                              "vfio-0000-3b-01-0"]
+    assert apiserver.get("DeviceClass", "vfio-npu.rebellions.ai") is not None
+    assert waiting and any("of the old method still on" in m or "vfio-npu" in m or "no ResourceSlice" in m
+                           for w in waiting for m in w)
+    (patch,) = [w for w in apiserver.writes() if "rblnclusterpolicies" in w.path]
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body["metadata"]["resourceVersion"]  # the guard
+
+    back = ch.plan("sandbox")
+    assert not back.blockers and back.current == "dra"
+    ch.apply(back)
+    assert switches(apiserver)["sandboxDevicePlugin"] is True and switches(apiserver)["draKubeletPlugin"] is False
+    for n in ("vm0", "vm1"):
+        assert pods_on(apiserver, n) == ["rbln-sandbox-device-plugin", "rbln-vfio-manager"]
+        assert npu_alloc(apiserver, n) == {SANDBOX_RES: "2"} and vfio_devices(apiserver, n) == []
+    assert apiserver.get("DeviceClass", "vfio-npu.rebellions.ai") is None
+
+
+def test_chart_v030_refuses_dra_and_rolls_back_to_sandbox(apiserver, kube):
+    op = cluster(apiserver, release=V0_3_0, method="dra", product="RBLN-CA25")
+    plan = changer(kube, op).plan("dra")
+    assert plan.noop  # already dra: nothing to write
+    plan = changer(kube, op).plan("sandbox")
+    assert not plan.blockers, plan.blockers
+    result = changer(kube, op).apply(plan)
+    assert result.converged == ["vm0", "vm1"]
+    assert pods_on(apiserver, "vm0") == ["rbln-sandbox-device-plugin", "rbln-vfio-manager"]
+    assert npu_alloc(apiserver, "vm0") == {"rebellions.ai/ATOM_MAX_PT": "2"}
+    # and v0.3.0 never deploys the DRA plugin on vm-passthrough nodes: a switch to DRA is refused
+    plan = changer(kube, op).plan("dra")
+    (b,) = [b for b in plan.blockers if "v0.3.0 < 0.6.0" in b.message]
+    assert "no DRA kubelet plugin" in b.message and b.override is None
+
+
+def test_missing_prerequisites_refuse(apiserver, kube):
+    op = cluster(apiserver, kubevirt="v1.8.2", gates=("HostDevices",))
+    plan = changer(kube, op).plan("dra")
+    text = "\n".join(b.message for b in plan.blockers)
+    assert "KubeVirt kubevirt/kubevirt v1.8.2 for the dra method < 1.9.0" in text
+    assert "lacks feature gate HostDevicesWithDRA" in text and "rblnctl kubevirt enable-gates --dra" in text
+    # Kubernetes too old for DRA, and an unknown KubeVirt version (only --force goes past that)
+    apiserver.set_version("v1.33.2")
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["status"].pop("observedKubeVirtVersion"))
+    plan = changer(kube, op).plan("dra")
+    assert any("Kubernetes v1.33.2 for the dra method < 1.34.0" in b.message for b in plan.blockers)
+    unknown = [b for b in plan.blockers if "version unknown" in b.message]
+    assert unknown and all(b.override == "force" for b in unknown)
+    forced = changer(kube, op, force=True).plan("dra")
+    assert not [b for b in forced.blockers if "version unknown" in b.message]
+
+
+def test_dra_refused_beside_a_device_plugin_serving_container_nodes(apiserver, kube):
+    op = cluster(apiserver, container_nodes=1)
+    plan = changer(kube, op).plan("dra")
+    (b,) = [b for b in plan.blockers if "devicePlugin" in b.message]
+    assert "c0" in b.message
+    # and back from DRA, container nodes that DRA served would be left without an allocator
+    apiserver.mutate("RBLNClusterPolicy", POLICY, fn=lambda p: p["spec"].update(
+        {"devicePlugin": {"enabled": False}, "draKubeletPlugin": {"enabled": True, "driverName": "npu.rebellions.ai"},
+         "sandboxDevicePlugin": {"enabled": False}}))
+    plan = changer(kube, op).plan("sandbox")
+    assert any("enables neither devicePlugin nor draKubeletPlugin" in b.message for b in plan.blockers)
+
+
+def test_timeout_exits_with_what_is_pending(apiserver, kube):
+    cluster(apiserver)
+    ch = changer(kube, None, timeout_s=30, poll_s=5)  # nobody reconciles: the operator is down
+    with pytest.raises(WaitTimeout) as err:
+        ch.apply(ch.plan("dra"))
+    assert "within 30s" in str(err.value) and "stays set to dra" in str(err.value)
+    details = "\n".join(err.value.details)
+    assert "vm0:" in details and "vm1:" in details and "DeviceClass vfio-npu.rebellions.ai" in details
+    assert switches(apiserver)["draKubeletPlugin"] is True
+    assert ch.clock.monotonic() - 1000.0 == pytest.approx(30.0)
+
+
+def test_a_concurrent_policy_edit_is_read_again(apiserver, kube):
+    op = cluster(apiserver)
+    ch = changer(kube, op, wait=False)
+    plan = ch.plan("dra")
+    apiserver.mutate("RBLNClusterPolicy", POLICY, fn=lambda p: p["metadata"].setdefault("labels", {}).update(
+        {"edited": "yes"}))  # a new resourceVersion
+    result = ch.apply(plan)
+    assert result.changed and result.attempts == 2
+    assert [w.status for w in apiserver.writes() if "rblnclusterpolicies" in w.path] == [409, 200]
+    assert switches(apiserver)["draKubeletPlugin"] is True
+    apiserver.inject_fault(method="PATCH", path="rblnclusterpolicies", status=409, reason="Conflict", times=9)
+    with pytest.raises(Conflict, match="kept changing"):
+        changer(kube, op, wait=False, max_attempts=2).apply(changer(kube, op).plan("sandbox"))
+
+
+def test_server_dry_run_sends_one_dry_patch_and_waits_for_nothing(apiserver, kube):
+    op = cluster(apiserver)
+    ch = changer(kube, op, server_dry_run=True)
+    result = ch.apply(ch.plan("dra"))
+    (w,) = apiserver.writes()
+    assert w.dry_run and not result.waited and switches(apiserver)["sandboxDevicePlugin"] is True
+
+
+def test_plan_edit_writes_only_what_changes_and_checks_the_result():
+    from rblnctl.operator.method import plan_edit
+
+    sandbox = NEWER.policy(vfio_manager=True, sandbox=True)
+    sandbox["metadata"]["resourceVersion"] = "7"
+    edit = plan_edit(sandbox, "dra", vm_nodes=["vm0"], container_nodes=[])
+    assert edit.patch == {"metadata": {"resourceVersion": "7"}, "spec": {
+        "sandboxDevicePlugin": {"enabled": False}, "draKubeletPlugin": {"enabled": True},
+        "devicePlugin": {"enabled": False}}}
+    assert plan_edit(sandbox, "sandbox", vm_nodes=["vm0"], container_nodes=[]).patch == {}
+    # a policy already on DRA is not refused for the devicePlugin its container nodes still use
+    dra = NEWER.policy(vfio_manager=True, dra=True, device_plugin=True)
+    dra["metadata"]["resourceVersion"] = "8"
+    edit = plan_edit(dra, "dra", vm_nodes=["vm0"], container_nodes=["c0"])
+    assert edit.patch == {} and edit.blockers == []
+    # a problem the policy had before (vfioManager off) is not this change's doing: it does not refuse it
+    broken = NEWER.policy(vfio_manager=False, sandbox=True, workload_type="vm-passthrough")
+    broken["metadata"]["resourceVersion"] = "9"
+    edit = plan_edit(broken, "dra", vm_nodes=["vm0"], container_nodes=[])
+    assert edit.patch and edit.blockers == []
+    # one it would cause is refused: back to sandbox leaves container nodes DRA served with no allocator
+    served = NEWER.policy(vfio_manager=True, dra=True, device_plugin=False)
+    served["metadata"]["resourceVersion"] = "10"
+    (b,) = plan_edit(served, "sandbox", vm_nodes=["vm0"], container_nodes=["c0"]).blockers
+    assert "enables neither devicePlugin nor draKubeletPlugin" in b.message
+
+
+def host_devices(apiserver, ns, name):
+    return apiserver.get("VirtualMachine", name, ns)["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]
+
+
+def test_convert_vms_rewrites_each_stopped_vm_both_ways(apiserver, kube):
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES, SANDBOX_RES]),
+                  o.vm("team", "cpu-only", running=False), o.vm("other", "one", running=False,
+                                                                host_devices=[SANDBOX_RES]))
+    steps = []
+    ch = changer(kube, op, convert_vms=True)
+    ch.events = MethodEvents(on_step=lambda s, d: steps.append((str(s), d)))
+    plan = ch.plan("dra")
+    assert [str(c.vm) for c in plan.conversions] == ["other/one", "team/two"] and not plan.blockers
+    result = ch.apply(plan)
+    assert result.converted == ["other/one", "team/two"]
+    assert ("convert", "VM team/two: 2 NPU(s) from sandbox to dra") in steps
+    assert host_devices(apiserver, "team", "two") == [
+        {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
+        {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
+    assert apiserver.get("ResourceClaimTemplate", "rbln-npu-2", "team") is not None
+    assert "hostDevices" not in apiserver.get("VirtualMachine", "cpu-only", "team")["spec"]["template"]["spec"][
+        "domain"]["devices"]
+
+    back = changer(kube, op, convert_vms=True)
+    plan = back.plan("sandbox")
+    assert [str(c.vm) for c in plan.conversions] == ["other/one", "team/two"]
+    assert back.apply(plan).converted == ["other/one", "team/two"]
+    assert [d["deviceName"] for d in host_devices(apiserver, "team", "two")] == [SANDBOX_RES, SANDBOX_RES]
+    assert apiserver.get("ResourceClaimTemplate", "rbln-npu-2", "team") is None  # rblnctl's, used by no one now
+    # idempotent: nothing left to convert, nothing to write
+    apiserver.clear_requests()
+    again = changer(kube, op, convert_vms=True)
+    plan = again.plan("sandbox")
+    assert plan.noop and plan.conversions == []
+    again.apply(plan)
+    assert apiserver.writes() == []
+
+
+def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver, kube):
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
+    plan = changer(kube, op).plan("dra")
+    (advice,) = [w for w in plan.warnings if getattr(w, "option", None) == "convert_vms"]
+    assert "1 VM(s) name their NPUs through sandbox (team/two)" in str(advice)
+    assert plan.conversions == []
+    with pytest.raises(Exception, match="needs the wait"):
+        MethodOptions(convert_vms=True, wait=False)
+
+
+def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, kube):
+    """Back to sandbox, a DRA VM gets the resource vm-passthrough nodes advertise; when two products are
+    advertised, which one it meant is unknown: that VM is refused, the rest converted."""
+    op = cluster(apiserver, method="dra")
+    apiserver.add(o.npu_node("vm9", mode=o.MODE_VM, product="RBLN-CA25"))
+    for _ in range(3):
+        op.step()
+    claims = [o.template_claim("rbln-npu", "rbln-npu-1")]
+    apiserver.add(o.resource_claim_template("team", "rbln-npu-1"),
+                  o.vm("team", "a", running=False, host_devices=[o.dra_host_device("npu0")], resource_claims=claims))
+    ch = changer(kube, op, convert_vms=True)
+    with pytest.raises(Refused) as err:
+        ch.apply(ch.plan("sandbox"))
+    assert "1 of 1 VM(s) were not converted" in str(err.value)
+    (b,) = err.value.blockers
+    assert "VM team/a" in b.message and "rblnctl vm attach a -n team --method sandbox --convert" in b.message
+    assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
+
+
+def test_back_to_sandbox_without_permitted_devices_says_what_to_run(apiserver, kube):
+    op = cluster(apiserver, method="dra")
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt",
+                     fn=lambda k: k["spec"]["configuration"].pop("permittedHostDevices"))
+    plan = changer(kube, op).plan("sandbox")
+    assert not plan.blockers
+    assert any("permits no RBLN device" in str(w) and "permit-devices --from-cluster" in str(w) for w in plan.warnings)

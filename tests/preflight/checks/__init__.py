@@ -1,0 +1,1 @@
+"""Tests of rblnctl.preflight.checks, one module per area."""

@@ -1,0 +1,423 @@
+"""vm attach (library): both methods against the fake API server; outcomes read back from the server."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.errors import Ambiguous, InvalidInput, NotFound, Refused
+from tests.fakes import objects as o
+from tests.vm.support import (
+    CA22,
+    CA25,
+    NS,
+    NVIDIA,
+    VFIO_CLASS,
+    attacher,
+    claims,
+    dra_cluster,
+    host_devices,
+    sandbox_cluster,
+    vm_writes,
+)
+
+MERGE = "application/merge-patch+json"
+
+
+def _rcts(apiserver, ns=NS):
+    return {t["metadata"]["name"]: t for t in apiserver.list("ResourceClaimTemplate", ns)}
+
+
+# -- sandbox ------------------------------------------------------------------------------------------------
+
+
+def test_sandbox_picks_the_only_advertised_resource_and_keeps_other_devices(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[NVIDIA]))
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert (plan.method, plan.resource, plan.npus_before, plan.npus_after) == ("sandbox", CA22, 0, 2)
+    assert plan.added == ["npu0", "npu1"] and not plan.blockers
+    apiserver.clear_requests()
+    result = planner.apply(plan)
+    assert result.changed and result.attempts == 1
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "deviceName": CA22},
+                                       {"name": "npu1", "deviceName": CA22}]
+    (write,) = apiserver.writes()
+    assert write.method == "PATCH" and write.content_type == MERGE
+    assert write.body["metadata"]["resourceVersion"]  # the guard
+
+
+def test_a_rerun_is_a_noop_and_writes_nothing(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.noop and plan.patch is None
+    apiserver.clear_requests()
+    assert attacher(kube, npus=1).apply(plan).changed is False
+    assert apiserver.writes() == []
+
+
+def test_without_npus_the_vm_keeps_its_count(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, CA22, CA22]))
+    assert attacher(kube).plan("v1", NS).noop
+
+
+def test_another_count_adds_or_removes_the_difference(apiserver, kube):
+    sandbox_cluster(apiserver, npus=4)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, CA22, CA22, NVIDIA]))
+    planner = attacher(kube, npus=1)
+    plan = planner.plan("v1", NS)
+    assert plan.removed == ["npu1", "npu2"] and plan.added == []
+    planner.apply(plan)
+    assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}, NVIDIA]
+    planner = attacher(kube, npus=3)
+    planner.apply(planner.plan("v1", NS))
+    assert [d["name"] for d in host_devices(apiserver)] == ["npu0", "gpu0", "npu1", "npu2"]
+
+
+def test_new_devices_take_free_names(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[{"name": "npu0", "deviceName": "nvidia.com/X"}]))
+    planner = attacher(kube, npus=1)
+    planner.apply(planner.plan("v1", NS))
+    assert host_devices(apiserver)[1] == {"name": "npu1", "deviceName": CA22}
+
+
+def test_several_resources_are_refused_with_the_choices(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"})
+    apiserver.add(o.vm(NS, "v1", running=False))
+    apiserver.clear_requests()
+    with pytest.raises(Ambiguous) as e:
+        attacher(kube, npus=1).plan("v1", NS)
+    assert e.value.choices == [CA22, CA25] and CA22 in str(e.value) and "n2" in str(e.value)
+    assert isinstance(e.value, InvalidInput) and apiserver.writes() == []
+
+
+@pytest.mark.parametrize(("options", "expected"), [({"product": "RBLN-CA25"}, CA25), ({"product": "ca22"}, CA22),
+                                                   ({"resource": "RBLN-CA25_PF"}, CA25)])
+def test_a_product_or_resource_picks_one(apiserver, kube, options, expected):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"})
+    apiserver.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=1, **options).plan("v1", NS)
+    assert plan.resource == expected and not plan.blockers
+
+
+def test_the_vms_own_resource_is_kept_when_several_are_offered(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"})
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA25]))
+    assert attacher(kube, npus=1).plan("v1", NS).noop
+
+
+def test_an_old_resource_name_is_replaced_with_a_warning(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=["rebellions.ai/ATOM_CA22_PT"]))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.removed == ["npu0"] and plan.added == ["npu0"]  # replaced in place
+    assert any("replacing 1 NPU(s) of rebellions.ai/ATOM_CA22_PT" in str(w) for w in plan.warnings)
+
+
+def test_plan_makes_no_write(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    apiserver.clear_requests()
+    plan = attacher(kube, npus=2).plan("v1", NS)
+    assert not plan.noop and apiserver.writes() == []
+
+
+def test_server_dry_run_sends_dry_run_all_and_changes_nothing(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    planner = attacher(kube, npus=2, server_dry_run=True)
+    plan = planner.plan("v1", NS)
+    apiserver.clear_requests()
+    result = planner.apply(plan)
+    assert result.server_dry_run and result.changed
+    writes = apiserver.writes()
+    assert [w.method for w in writes] == ["POST", "PATCH"]
+    assert all(w.query.get("dryRun") == ["All"] for w in writes)
+    assert host_devices(apiserver) == [] and _rcts(apiserver) == {}
+
+
+def test_unknown_vm(apiserver, kube):
+    sandbox_cluster(apiserver)
+    with pytest.raises(NotFound, match='VirtualMachine "nope" not found in namespace "vms"'):
+        attacher(kube, npus=1).plan("nope", NS)
+
+
+def test_options_are_checked_before_any_request():
+    with pytest.raises(InvalidInput):
+        attacher(None, resource="x", product="y")
+    with pytest.raises(InvalidInput):
+        attacher(None, method="dra", resource="x")
+    with pytest.raises(InvalidInput):
+        attacher(None, method="vfio")
+
+
+# -- preconditions ----------------------------------------------------------------------------------------------
+
+
+def _blocker(plan):
+    assert plan.patch is not None or plan.blockers
+    (b,) = plan.blockers
+    return b
+
+
+def test_gate_off_is_refused_naming_enable_gates(apiserver, kube):
+    sandbox_cluster(apiserver, gates=())
+    apiserver.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    b = _blocker(plan)
+    assert "HostDevices: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+    with pytest.raises(Refused):
+        attacher(kube, npus=1).apply(plan)
+    assert vm_writes(apiserver) == []
+
+
+def test_dra_gate_disabled_is_refused_naming_enable_gates_dra(apiserver, kube):
+    dra_cluster(apiserver, gates=("HostDevices",), disabled=("HostDevicesWithDRA",))
+    apiserver.add(o.vm(NS, "v1", running=False))
+    b = _blocker(attacher(kube, npus=1).plan("v1", NS))
+    assert "HostDevicesWithDRA: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates", "--dra")
+
+
+def test_resource_not_permitted_is_refused_naming_permit_devices(apiserver, kube):
+    sandbox_cluster(apiserver, permitted=False)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    b = _blocker(attacher(kube, npus=1).plan("v1", NS))
+    assert "not in KubeVirt kubevirt/kubevirt permittedHostDevices" in b.message
+    assert b.remedy.command == ("kubevirt", "permit-devices", "--resource-name", CA22)
+
+
+def test_external_resource_provider_false_is_refused(apiserver, kube):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[
+        {"pciVendorSelector": "1EFF:1220", "resourceName": CA22, "externalResourceProvider": False}]),
+        o.cluster_policy(), o.npu_node("n1", mode="vm-passthrough"), o.vm(NS, "v1", running=False))
+    b = _blocker(attacher(kube, npus=1).plan("v1", NS))
+    assert "externalResourceProvider false" in b.message and b.remedy.command == ("kubevirt", "permit-devices", "--fix")
+
+
+def test_no_vm_mode_node_is_refused_naming_set_mode(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={}, container_nodes=("n1", "n2"))
+    apiserver.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    b = _blocker(plan)
+    assert "no NPU node is in vm-passthrough mode" in b.message
+    assert b.remedy.command == ("node", "set-mode", "vm", "n1")
+    assert plan.patch is None
+
+
+def test_a_resource_no_vm_node_offers_is_refused(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=1, resource=CA25).plan("v1", NS)
+    assert any(f"no vm-passthrough node advertises {CA25}" in b.message for b in plan.blockers)
+
+
+def test_a_failing_check_only_warns_when_nothing_changes(apiserver, kube):
+    sandbox_cluster(apiserver, gates=())
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.noop and not plan.blockers
+    assert any("HostDevices: off" in str(w) for w in plan.warnings)
+
+
+# -- running VMs ----------------------------------------------------------------------------------------------
+
+
+def test_a_running_vm_is_refused_without_restart(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", "n1"))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    (b,) = plan.blockers
+    assert b.override == "restart" and "is running" in b.message and "n1" in b.message
+    assert plan.running and not plan.restart
+
+
+def test_restart_stops_patches_starts_and_waits_until_ready(kube, apiserver):
+    apiserver.simulate_kubevirt = True
+    sandbox_cluster(apiserver)
+    vm = o.vm(NS, "v1", node="n1")
+    apiserver.add(vm, o.vmi(NS, "v1", "n1"))
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+    assert plan.restart and not plan.blockers
+    apiserver.clear_requests()
+    result = planner.apply(plan)
+    assert result.restarted and result.ready
+    subresources = [r.path.rsplit("/", 1)[1] for r in apiserver.requests
+                    if r.method == "PUT" and "subresources.kubevirt.io" in r.path]
+    assert subresources == ["stop", "start"]
+    kinds = [("PUT" if r.method == "PUT" else "PATCH") for r in apiserver.writes()
+             if r.method in ("PUT", "PATCH") and "virtualmachines/v1" in r.path]
+    assert kinds[0] == "PUT" and "PATCH" in kinds and kinds[-1] == "PUT"  # stop, patch, start: in that order
+    vm_now = apiserver.get("VirtualMachine", "v1", NS)
+    assert vm_now["status"]["ready"] is True and vm_now["spec"]["runStrategy"] == "Always"
+    vmi = apiserver.get("VirtualMachineInstance", "v1", NS)
+    assert [d["deviceName"] for d in vmi["spec"]["domain"]["devices"]["hostDevices"]] == [CA22, CA22]
+
+
+def test_restart_that_never_gets_ready_says_why(kube, apiserver):
+    from rblnctl.errors import WaitTimeout
+
+    apiserver.simulate_kubevirt = True
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", "n1"))  # no node annotation: the new VMI stays Scheduling
+    planner = attacher(kube, npus=1, restart=True, ready_timeout_s=10, poll_s=1)
+    with pytest.raises(WaitTimeout) as e:
+        planner.apply(planner.plan("v1", NS))
+    assert "were changed and it was started" in str(e.value) and "did not become Ready within 10s" in str(e.value)
+    assert e.value.details  # the first broken link of a diagnosis
+    assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
+
+
+# -- concurrency --------------------------------------------------------------------------------------------------
+
+
+def test_a_concurrent_edit_is_kept_and_the_change_replanned(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    planner = attacher(kube, npus=1)
+    plan = planner.plan("v1", NS)
+
+    def someone_else(vm):
+        vm["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"] = [NVIDIA]
+
+    apiserver.mutate("VirtualMachine", "v1", NS, someone_else)  # after our read: our resourceVersion is stale
+    result = planner.apply(plan)
+    assert result.attempts == 2
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "deviceName": CA22}]
+    statuses = [r.status for r in vm_writes(apiserver)]
+    assert statuses == [409, 200]
+
+
+def test_a_lost_reply_is_settled_by_reading_back(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    planner = attacher(kube, npus=1)
+    plan = planner.plan("v1", NS)
+    apiserver.inject_fault(method="PATCH", path="/virtualmachines/v1$", lose_reply=True, times=1)
+    result = planner.apply(plan)
+    assert result.attempts == 1 and len(vm_writes(apiserver)) == 1
+    assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
+
+
+# -- DRA -------------------------------------------------------------------------------------------------------------
+
+
+def test_dra_creates_the_template_and_points_devices_at_its_requests(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[NVIDIA]))
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert (plan.method, plan.template, plan.device_class) == ("dra", "rbln-npu-2", VFIO_CLASS)
+    assert not plan.blockers, plan.blockers
+    apiserver.clear_requests()
+    result = planner.apply(plan)
+    assert result.template_created == "rbln-npu-2"
+    assert [w.method for w in apiserver.writes()] == ["POST", "PATCH"]  # the template exists before the VM names it
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
+                                       {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
+    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-2"}]
+    tpl = _rcts(apiserver)["rbln-npu-2"]
+    assert tpl["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "rblnctl"}
+    assert tpl["spec"]["spec"]["devices"]["requests"] == [
+        {"name": f"npu{i}", "exactly": {"deviceClassName": VFIO_CLASS, "allocationMode": "ExactCount", "count": 1}}
+        for i in range(2)]
+    again = attacher(kube, npus=2).plan("v1", NS)
+    assert again.noop and again.template_create is None
+
+
+def test_dra_reuses_an_existing_template_and_keeps_foreign_claims(apiserver, kube):
+    dra_cluster(apiserver)
+    gpu = {"name": "gpu-claim", "resourceClaimTemplateName": "gpu-template"}
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"),
+                  o.vm(NS, "v1", running=False, resource_claims=[gpu],
+                       host_devices=[{"name": "gpu0", "claimName": "gpu-claim", "requestName": "gpu"}]))
+    planner = attacher(kube, npus=1)
+    plan = planner.plan("v1", NS)
+    assert plan.template_create is None
+    apiserver.clear_requests()
+    planner.apply(plan)
+    assert [w.method for w in apiserver.writes()] == ["PATCH"]
+    assert claims(apiserver) == [gpu, {"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+    assert host_devices(apiserver)[0]["claimName"] == "gpu-claim"
+
+
+def test_dra_new_count_switches_template_and_deletes_the_unused_one(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    attacher(kube, npus=2).apply(attacher(kube, npus=2).plan("v1", NS))
+    planner = attacher(kube, npus=1)
+    plan = planner.plan("v1", NS)
+    assert plan.templates_delete == ["rbln-npu-2"] and plan.removed == ["npu1"]
+    result = planner.apply(plan)
+    assert result.templates_deleted == ["rbln-npu-2"]
+    assert sorted(_rcts(apiserver)) == ["rbln-npu-1"]
+    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+
+
+def test_dra_template_another_vm_uses_is_kept_and_said(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False), o.vm(NS, "v2", running=False))
+    for vm in ("v1", "v2"):
+        attacher(kube, npus=2).apply(attacher(kube, npus=2).plan(vm, NS))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.templates_delete == []
+    assert plan.templates_kept == ["ResourceClaimTemplate rbln-npu-2 kept: VirtualMachine v2 still uses it"]
+    attacher(kube, npus=1).apply(plan)
+    assert sorted(_rcts(apiserver)) == ["rbln-npu-1", "rbln-npu-2"]
+
+
+def test_dra_template_not_written_by_rblnctl_is_refused(apiserver, kube):
+    dra_cluster(apiserver)
+    odd = o.resource_claim_template(NS, "rbln-npu-1", device_class="gpu.example.com", managed=False)
+    apiserver.add(odd, o.vm(NS, "v1", running=False))
+    b = _blocker(attacher(kube, npus=1).plan("v1", NS))
+    assert "rbln-npu-1 exists but asks for something else (npu0: gpu.example.com x1)" in b.message
+
+
+def test_dra_without_the_device_class_or_slices_is_refused(apiserver, kube):
+    dra_cluster(apiserver, device_class=False, slices=False)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    messages = [b.message for b in plan.blockers]
+    assert "DeviceClass vfio-npu.rebellions.ai not found" in messages
+    assert any("no ResourceSlice of npu.rebellions.ai on a vm-passthrough node offers vfio-* devices" in m
+               for m in messages)
+
+
+# -- switching methods -------------------------------------------------------------------------------------------
+
+
+def test_the_other_method_is_refused_unless_converting(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, CA22, NVIDIA]))
+    (b,) = attacher(kube).plan("v1", NS).blockers
+    assert b.override == "convert" and "2 NPU(s) through sandbox (npu0, npu1)" in b.message
+    planner = attacher(kube, convert=True)
+    plan = planner.plan("v1", NS)
+    assert plan.npus_after == 2 and plan.method == "dra" and not plan.blockers
+    planner.apply(plan)
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
+                                       {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
+    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-2"}]
+
+
+def test_converting_back_to_sandbox_removes_the_claim_and_its_template(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    attacher(kube, npus=2).apply(attacher(kube, npus=2).plan("v1", NS))
+    # The cluster moves to the sandbox device plugin.
+    apiserver.add(o.npu_node("n2", mode="vm-passthrough"))
+    kv = apiserver.get("KubeVirt", "kubevirt", "kubevirt")
+    kv["spec"]["configuration"]["permittedHostDevices"] = {"pciHostDevices": [
+        {"pciVendorSelector": "1EFF:1220", "resourceName": CA22, "externalResourceProvider": True}]}
+    apiserver.update(kv)
+    planner = attacher(kube, method="sandbox", convert=True)
+    plan = planner.plan("v1", NS)
+    assert not plan.blockers, plan.blockers
+    assert plan.templates_delete == ["rbln-npu-2"]
+    planner.apply(plan)
+    assert [d.get("deviceName") for d in host_devices(apiserver)] == [CA22, CA22]
+    assert claims(apiserver) == [] and _rcts(apiserver) == {}

@@ -1,0 +1,66 @@
+"""The VM spec shape: reading NPU host devices, and the entries and templates rblnctl writes."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from rblnctl.vm import devices as D
+from tests.vm.support import CA22, NVIDIA, VFIO_CLASS
+
+
+def _spec(host_devices=(), claims=()):
+    return {"domain": {"devices": {"hostDevices": list(host_devices)}}, "resourceClaims": list(claims)}
+
+
+def test_npus_of_splits_by_method_and_keeps_the_rest():
+    spec = _spec([NVIDIA, {"name": "npu0", "deviceName": CA22},
+                  {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu0"},
+                  {"name": "gpu1", "claimName": "gpu", "requestName": "g"}],
+                 [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"},
+                  {"name": "gpu", "resourceClaimTemplateName": "gpu-t"}])
+    have = D.npus_of(spec)
+    assert [d.name for d in have.sandbox] == ["npu0"] and [d.name for d in have.dra] == ["npu1"]
+    assert have.other_devices == ("gpu0", "gpu1") and have.method == "mixed" and have.count == 2
+    assert have.managed_template == "rbln-npu-1" and have.dra[0].managed
+    with_gpu_as_npu = D.npus_of(spec, npu_claim=lambda e: e["name"] == "gpu")
+    assert [d.name for d in with_gpu_as_npu.dra] == ["npu1", "gpu1"]
+
+
+def test_free_names_skip_used_ones():
+    assert D.free_names(["npu0", "npu2", "gpu0"], 3) == ["npu1", "npu3", "npu4"]
+
+
+def test_the_claim_template_is_a_valid_resource_claim_template():
+    tpl = D.claim_template(3, VFIO_CLASS, namespace="vms")
+    parsed = client.V1ResourceClaimTemplate.from_dict(tpl)  # strict models: unknown fields fail
+    requests = parsed.spec.spec.devices.requests
+    assert [r.name for r in requests] == ["npu0", "npu1", "npu2"]
+    assert {(r.exactly.device_class_name, r.exactly.allocation_mode, r.exactly.count) for r in requests} == {
+        (VFIO_CLASS, "ExactCount", 1)}
+    assert D.template_fits(tpl, 3, VFIO_CLASS) and not D.template_fits(tpl, 2, VFIO_CLASS)
+    assert D.claim_requests(tpl) == [("npu0", VFIO_CLASS, 1), ("npu1", VFIO_CLASS, 1), ("npu2", VFIO_CLASS, 1)]
+
+
+def test_a_template_with_selectors_is_not_rblnctls():
+    tpl = D.claim_template(1, VFIO_CLASS)
+    tpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": "true"}}]
+    assert not D.template_fits(tpl, 1, VFIO_CLASS)
+
+
+def test_claim_requests_of_a_claim_and_of_all_and_first_available():
+    claim = {"kind": "ResourceClaim", "spec": {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "c", "allocationMode": "All"}},
+        {"name": "b", "firstAvailable": [{"name": "x", "deviceClassName": "d", "count": 2}]}]}}}
+    assert D.claim_requests(claim) == [("a", "c", 0), ("b", "d", 2)]
+
+
+def test_dra_device_keeps_other_keys():
+    assert D.dra_device("npu3", 1, {"name": "old", "deviceName": CA22, "tag": "t"}) == {
+        "tag": "t", "name": "npu3", "claimName": "rbln-npu", "requestName": "npu1"}
+
+
+def test_merge_patch_writes_lists_whole_and_removes_empty_ones():
+    vm = {"metadata": {"resourceVersion": "42"}}
+    assert D.merge_patch(vm, [], []) == {"metadata": {"resourceVersion": "42"}, "spec": {"template": {"spec": {
+        "domain": {"devices": {"hostDevices": None}}, "resourceClaims": None}}}}
+    assert "resourceClaims" not in D.merge_patch(vm, [NVIDIA], None)["spec"]["template"]["spec"]

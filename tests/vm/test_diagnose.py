@@ -1,0 +1,281 @@
+"""vm diagnose (library): a healthy VM, and each broken link with its evidence and remedy."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.vm.diagnose import LinkName, LinkStatus, diagnose, parse_failed_scheduling
+from tests.fakes import objects as o
+from tests.fakes.operator import SimulatedOperator
+from tests.vm.support import CA22, NS, dra_cluster, sandbox_cluster
+
+INSUFFICIENT = ("0/5 nodes are available: 3 Insufficient rebellions.ai/RBLN-CA22_PF, 2 node(s) didn't match Pod's "
+                "node affinity/selector. preemption: 0/5 nodes are available: 5 Preemption is not helpful for "
+                "scheduling.")
+
+
+@pytest.fixture
+def operator(apiserver):
+    """The simulated operator: vm-mode nodes get their component pods (Ready) and advertise their NPUs."""
+    op = SimulatedOperator(apiserver).start()
+    yield op
+    op.stop()
+
+
+def _running_sandbox_vm(apiserver, *, npus=2, name="v1"):
+    devices = [CA22] * npus
+    apiserver.add(o.vm(NS, name, host_devices=devices), o.vmi(NS, name, "n1", devices),
+                  o.virt_launcher(NS, name, "n1", resources={CA22: str(npus)}))
+
+
+def _names(d):
+    return [(link.name, link.status) for link in d.links]
+
+
+def _broken(d):
+    assert not d.ok
+    return d.broken
+
+
+def test_a_healthy_sandbox_vm_holds_every_link(apiserver, kube, operator):
+    sandbox_cluster(apiserver)
+    operator.wait_idle()
+    _running_sandbox_vm(apiserver)
+    d = diagnose(kube, "v1", NS)
+    assert d.ok and d.broken is None, [(link.name, link.message) for link in d.links]
+    assert [n for n, _ in _names(d)] == [
+        LinkName.VM, LinkName.REQUEST, LinkName.GATES, LinkName.VM_NODES, LinkName.PERMITTED, LinkName.ADVERTISED,
+        LinkName.CAPACITY, LinkName.INSTANCE, LinkName.SCHEDULING, LinkName.NODE, LinkName.READY]
+    assert (d.method, d.npus) == ("sandbox", 2)
+    assert "Running and Ready on n1 with npu0, npu1" in d.links[-1].message
+
+
+def test_a_healthy_dra_vm_holds_every_link(apiserver, kube):
+    dra_cluster(apiserver)
+    # The DRA node as the operator leaves it: vfio-manager and the DRA plugin Ready on n1.
+    with SimulatedOperator(apiserver) as op:
+        op.wait_idle()
+        claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+        apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"),
+                      o.vm(NS, "v1", host_devices=[o.dra_host_device("npu0")], resource_claims=[claim_entry]),
+                      o.vmi(NS, "v1", "n1", [o.dra_host_device("npu0")], resource_claims=[claim_entry]))
+        pod = o.virt_launcher(NS, "v1", "n1", claims={"rbln-npu": "v1-rbln-npu-x7k2p"})
+        apiserver.add(pod, o.resource_claim(NS, "v1-rbln-npu-x7k2p", allocated=[("n1", "vfio-0000-3b-00-0")],
+                                            pod=pod))
+        d = diagnose(kube, "v1", NS)
+    assert d.ok, [(link.name, link.message) for link in d.links]
+    assert LinkName.CLAIM in [n for n, _ in _names(d)] and LinkName.PERMITTED not in [n for n, _ in _names(d)]
+    claim = next(link for link in d.links if link.name == LinkName.CLAIM)
+    assert "allocated: npu0=n1/vfio-0000-3b-00-0" in claim.message
+
+
+def test_no_such_vm(apiserver, kube):
+    sandbox_cluster(apiserver)
+    b = _broken(diagnose(kube, "ghost", NS))
+    assert b.name == LinkName.VM and b.remedy.command == ("vm", "manifest", "ghost")
+
+
+def test_a_vm_without_npus(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[{"name": "gpu0", "deviceName": "nvidia.com/T4"}]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.REQUEST and "passes no NPU (host devices: gpu0)" in b.message
+    assert b.remedy.command == ("vm", "attach", "v1", "-n", NS)
+
+
+def test_gate_off(apiserver, kube):
+    sandbox_cluster(apiserver, gates=())
+    _running_sandbox_vm(apiserver)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.GATES and b.status == LinkStatus.FAIL
+    assert "HostDevices: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+
+
+def test_dra_gate_disabled(apiserver, kube):
+    dra_cluster(apiserver, gates=("HostDevices",), disabled=("HostDevicesWithDRA",))
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    apiserver.add(o.vm(NS, "v1", host_devices=[o.dra_host_device("npu0")], resource_claims=[claim_entry]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.GATES and b.remedy.command == ("kubevirt", "enable-gates", "--dra")
+
+
+def test_resource_not_permitted(apiserver, kube):
+    sandbox_cluster(apiserver, permitted=False)
+    _running_sandbox_vm(apiserver)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.PERMITTED and f"{CA22} is not in KubeVirt" in b.message
+    assert b.remedy.command == ("kubevirt", "permit-devices", "--resource-name", CA22)
+
+
+def test_no_vm_mode_node(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={}, container_nodes=("n1", "n2"))
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.VM_NODES and "no NPU node is in vm-passthrough mode" in b.message
+    assert b.remedy.command == ("node", "set-mode", "vm", "n1")
+
+
+def test_vm_node_not_advertising_says_what_the_operator_has_not_done(apiserver, kube):
+    sandbox_cluster(apiserver)
+    node = apiserver.get("Node", "n1")
+    node["status"]["allocatable"].pop(CA22)
+    apiserver.update(node)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.ADVERTISED and f"no vm-passthrough node advertises {CA22}" in b.message
+    assert "n1: " in b.message and "vfio-manager" in b.message  # no component pod runs there
+
+
+def test_no_free_capacity(apiserver, kube):
+    sandbox_cluster(apiserver, npus=2)
+    # Another VM holds both NPUs of n1; ours is stopped.
+    _running_sandbox_vm(apiserver, name="other")
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CAPACITY
+    assert f"no node the VM may run on (no placement constraints) has 1 free {CA22}" in b.evidence[0]
+    assert f"n1: 2 {CA22} allocatable, 2 in use ({NS}/virt-launcher-other-abcde), 0 free" in b.evidence
+    assert b.remedy.command == ("vm", "list", "-A")
+
+
+def test_capacity_on_nodes_the_vm_may_not_use_does_not_count(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA22"})
+    taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    node = apiserver.get("Node", "n2")
+    node["spec"]["taints"] = [taint]
+    apiserver.update(node)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22], node_selector={"rack": "a"}))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CAPACITY
+    assert "n1: excluded by nodeSelector rack=a (node has no rack label)" in b.evidence
+    assert "n2: excluded by nodeSelector rack=a (node has no rack label)" in b.evidence
+    apiserver.mutate("VirtualMachine", "v1", NS, lambda vm: vm["spec"]["template"]["spec"].pop("nodeSelector"))
+    d = diagnose(kube, "v1", NS)
+    capacity = next(link for link in d.links if link.name == LinkName.CAPACITY)
+    assert capacity.ok and capacity.evidence[0] == f"1 {CA22} fit on n1"
+    assert "n2: excluded by untolerated taint dedicated=gpu:NoSchedule" in capacity.evidence
+    assert d.broken.name == LinkName.INSTANCE  # the chain goes on, to the stopped VM
+
+
+def test_a_stopped_vm_holds_nothing(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.INSTANCE and "the VM is Stopped" in b.message and "virtctl start v1" in b.remedy.text
+
+
+def test_kubevirt_refused_to_render_the_pod(apiserver, kube):
+    sandbox_cluster(apiserver)
+    failed = {"type": "Synchronized", "status": "False", "reason": "FailedCreate",
+              "message": f"failed to render launch manifest: HostDevice {CA22} is not permitted in "
+                         "permittedHostDevices configuration"}
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22]),
+                  o.vmi(NS, "v1", None, [CA22], phase="Scheduling", conditions=[failed]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.INSTANCE and "made no virt-launcher pod" in b.message
+    assert "is not permitted" in b.message
+
+
+def test_launcher_pending_with_an_insufficient_event(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22], printable_status="ErrorUnschedulable"),
+                  o.vmi(NS, "v1", None, [CA22], phase="Scheduling"))
+    pod = o.virt_launcher(NS, "v1", None, resources={CA22: "1"})
+    apiserver.add(pod, o.failed_scheduling(pod, INSUFFICIENT))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.SCHEDULING
+    assert "FailedScheduling: 0 of 5 nodes available" in b.evidence
+    assert f"3 node(s): Insufficient {CA22}" in b.evidence
+    assert "2 node(s): node(s) didn't match Pod's node affinity/selector" in b.evidence
+    assert b.remedy.command == ("vm", "list", "-A") and "NPUs in use" in b.remedy.text
+
+
+def test_the_newest_failed_scheduling_event_wins(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22]), o.vmi(NS, "v1", None, [CA22], phase="Scheduling"))
+    pod = o.virt_launcher(NS, "v1", None, resources={CA22: "1"})
+    old = o.failed_scheduling(pod, "0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.", name="e1")
+    old["lastTimestamp"] = "2025-01-01T00:00:00Z"
+    new = o.failed_scheduling(pod, INSUFFICIENT, name="e2")
+    new["lastTimestamp"] = "2025-01-01T00:05:00Z"
+    apiserver.add(pod, new, old)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert f"3 node(s): Insufficient {CA22}" in b.evidence
+
+
+def test_claim_unallocated(apiserver, kube):
+    dra_cluster(apiserver)
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"),
+                  o.vm(NS, "v1", host_devices=[o.dra_host_device("npu0")], resource_claims=[claim_entry]),
+                  o.vmi(NS, "v1", None, [o.dra_host_device("npu0")], resource_claims=[claim_entry],
+                        phase="Scheduling"))
+    pod = o.virt_launcher(NS, "v1", None, claims={"rbln-npu": "v1-rbln-npu-x7k2p"})
+    apiserver.add(pod, o.resource_claim(NS, "v1-rbln-npu-x7k2p", pod=pod),
+                  o.failed_scheduling(pod, "0/2 nodes are available: 1 cannot allocate all claims, 1 node(s) didn't "
+                                           "match Pod's node affinity/selector."))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CLAIM
+    assert f"ResourceClaim {NS}/v1-rbln-npu-x7k2p (rbln-npu) is not allocated" in b.evidence
+    assert any("cannot allocate all claims" in e for e in b.evidence)
+
+
+def test_claim_not_made_yet(apiserver, kube):
+    dra_cluster(apiserver)
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    apiserver.add(o.vm(NS, "v1", host_devices=[o.dra_host_device("npu0")], resource_claims=[claim_entry]),
+                  o.vmi(NS, "v1", None, [o.dra_host_device("npu0")], resource_claims=[claim_entry],
+                        phase="Scheduling"),
+                  o.virt_launcher(NS, "v1", None, claims={"rbln-npu": None}))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CLAIM and "no ResourceClaim made for rbln-npu yet" in b.message
+
+
+def test_node_in_container_mode_or_not_converged(apiserver, kube):
+    sandbox_cluster(apiserver)
+    _running_sandbox_vm(apiserver)  # no operator: n1 runs no component pod
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.NODE and "n1: no vfio-manager pod on n1 yet" in b.evidence
+    assert b.remedy.command == ("node", "list")
+
+
+def test_template_and_running_vmi_disagree(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22, CA22]), o.vmi(NS, "v1", "n1", [CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.REQUEST and "its running VMI passes 1" in b.message
+    assert "virtctl restart v1" in b.remedy.text
+
+
+def test_mixed_methods(apiserver, kube):
+    sandbox_cluster(apiserver)
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, o.dra_host_device("npu1")],
+                       resource_claims=[claim_entry]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.REQUEST and "through both methods" in b.message
+    assert b.remedy.command[-3:] == ("sandbox", "--convert", "--restart")
+
+
+def test_diagnose_makes_no_write(apiserver, kube):
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    apiserver.clear_requests()
+    diagnose(kube, "v1", NS)
+    assert apiserver.writes() == []
+
+
+# -- the scheduler's message ---------------------------------------------------------------------------------
+
+
+def test_parse_failed_scheduling():
+    f = parse_failed_scheduling(INSUFFICIENT)
+    assert (f.available, f.total) == (0, 5)
+    assert f.reasons == ((3, f"Insufficient {CA22}"), (2, "node(s) didn't match Pod's node affinity/selector"))
+
+
+def test_parse_failed_scheduling_single_reason_and_odd_text():
+    assert parse_failed_scheduling("0/1 nodes are available: 1 Insufficient rebellions.ai/npu.").reasons == (
+        (1, "Insufficient rebellions.ai/npu"),)
+    odd = parse_failed_scheduling("running PreBind plugin \"DynamicResources\": claim not allocated")
+    assert odd.total is None and odd.reasons == ((0, 'running PreBind plugin "DynamicResources": claim not allocated'),)
