@@ -257,7 +257,8 @@ def pool_result_view(plan: Any, result: Any) -> View:
         t = Table("NODE", "RESULT", "DURATION", "EVICTED", "CORDONED")
     for item in result.items:
         p = item.plan if item.plan is not None else plan.plans.get(item.node)
-        outcome = Cell(str(item.outcome), _STYLE.get(str(item.outcome), ""))
+        dry = item.result is not None and getattr(item.result, "server_dry_run", False)
+        outcome = Cell("server-dry-run" if dry else str(item.outcome), _STYLE.get(str(item.outcome), ""))
         evicted = str(len(item.result.evicted)) if item.result is not None else "0"
         duration = human_duration(item.duration_s) if item.duration_s else "-"
         if plan.operation == "set-mode":

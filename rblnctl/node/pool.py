@@ -346,17 +346,16 @@ class PoolRunner:
             if getattr(plan, "blockers", None):
                 raise Refused(f"refusing to {self._what(None, node)}", blockers=plan.blockers)
             result = task.apply(plan)
-            outcome = Outcome.UNCHANGED if getattr(plan, "noop", False) else Outcome.DONE
-            item = PoolItem(node=node, outcome=outcome, plan=plan, result=result)
+            outcome, error = (Outcome.UNCHANGED if getattr(plan, "noop", False) else Outcome.DONE), None
         except Stopped:
-            item = PoolItem(node=node, outcome=Outcome.INTERRUPTED, plan=plan)
+            result, outcome, error = None, Outcome.INTERRUPTED, None
         except Refused as e:
-            item = PoolItem(node=node, outcome=Outcome.REFUSED, plan=plan, error=e)
+            result, outcome, error = None, Outcome.REFUSED, e
         except RblnError as e:
             log.debug("node %s failed: %s", node, e)
-            item = PoolItem(node=node, outcome=Outcome.FAILED, plan=plan, error=e)
-        return self._finish(PoolItem(node=item.node, outcome=item.outcome, plan=item.plan, result=item.result,
-                                     error=item.error, duration_s=round(self.clock.monotonic() - started, 3)))
+            result, outcome, error = None, Outcome.FAILED, e
+        return self._finish(PoolItem(node=node, outcome=outcome, plan=plan, result=result, error=error,
+                                     duration_s=round(self.clock.monotonic() - started, 3)))
 
     def _what(self, plan: PoolPlan | None, node: str | None = None) -> str:
         where = f"node {node}" if node else f"{len(plan.nodes) if plan else 0} node(s)"

@@ -185,3 +185,11 @@ def test_ctrl_c_stops_the_pool_exits_130_and_a_rerun_finishes_it(pool):
     assert r.exit_code == 0, r.stderr
     assert modes(pool) == {n: "vm-passthrough" for n in NODES}
     assert not any(pool.get("Node", n)["spec"].get("unschedulable") for n in NODES)
+
+
+def test_server_dry_run_of_a_pool_persists_nothing(pool):
+    r = cli("node", "set-mode", "vm", "-l", "pool=a", "--dry-run=server", "--yes", server=pool.url)
+    assert r.exit_code == 0, r.stderr
+    assert [line.split()[3] for line in r.stdout.splitlines()[1:]] == ["server-dry-run"] * 3
+    assert pool.writes() and all(w.dry_run for w in pool.writes())
+    assert modes(pool) == {n: "container" for n in NODES}
