@@ -128,6 +128,8 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
         _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"),
     ),
     "policy show": (*_OPERATOR, *_NODES_READ, _a("apps", "daemonsets", "list")),
+    "version": (_a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a("apps", "deployments", "list"),
+                _a("apps", "daemonsets", "list")),
     # the policy (read, guarded patch), the VMIs holding NPUs and the VMs naming the old method, the
     # prerequisites (KubeVirt, the operator's and a DRA driver's version, the DRA API), each round of the wait
     # (nodes, operator pods, slices, class), then --convert-vms: vm attach's reads and writes, never a restart.
@@ -142,7 +144,7 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
 }
 
 READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "vm list", "vm diagnose",
-                           "vm manifest", "policy show"})
+                           "vm manifest", "policy show", "version"})
 
 
 def commands_of(role: str) -> list[str]:

@@ -130,6 +130,7 @@ def _host_pods(api):
 
 SCENARIOS = [
     Scenario("status", ("status",)),
+    Scenario("version", ("version",)),
     Scenario("vm list", ("vm", "list", "-A"), _vms),
     Scenario("vm manifest", ("vm", "manifest", "v9"), _vms),
     Scenario("vm diagnose", ("vm", "diagnose", "pending", "-n", "vms"), _vms, exit_code=1),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl import __version__
-from rblnctl.cli import completion, kubevirt, node, policy, preflight, rbac, status, vfio, vm
+from rblnctl.cli import completion, kubevirt, node, policy, preflight, rbac, status, version, vfio, vm
 from rblnctl.cli.errors import RblnGroup, parse_duration
 
 if TYPE_CHECKING:
@@ -181,15 +181,16 @@ def _start_logging(ctx: typer.Context, verbosity: int) -> None:
 
 
 preflight.register(app)
-rbac.register(app)
-app.command("completion", short_help="Print the shell completion script.", epilog=completion._examples())(
-    completion.completion_command)
 status.register(app)
 app.add_typer(node.app, name="node", short_help="NPU nodes: list, set-mode, drain.")
 app.add_typer(kubevirt.app, name="kubevirt", short_help="KubeVirt gates and permitted NPUs.")
-app.add_typer(vfio.app, name="vfio", short_help="Bind NPUs to vfio-pci on this host.")
 app.add_typer(vm.app, name="vm", short_help="VMs and their NPUs: attach, list, diagnose.")
 app.add_typer(policy.app, name="policy", short_help="Operator policy: show, set-method.")
+app.add_typer(vfio.app, name="vfio", short_help="Bind NPUs to vfio-pci on this host.")
+rbac.register(app)
+version.register(app)
+app.command("completion", short_help="Print the shell completion script.", epilog=completion._examples())(
+    completion.completion_command)
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def parse(template: str) -> list[Any]:
             break
         if j > i:
             stack[-1].append(_Text(template[i:j]))
-        k = _close(template, j)
+        k = _matching(template, template, j, "{}")
         action = template[j + 1:k].strip()
         i = k + 1
         if action.startswith("range ") or action == "range":
@@ -79,24 +79,24 @@ def parse(template: str) -> list[Any]:
     return root
 
 
-def _close(template: str, start: int) -> int:
+def _matching(template: str, text: str, start: int, pair: str) -> int:
+    """The index of the bracket closing the one at `start` (`pair` is "{}" or "[]"), skipping quoted text."""
+    opening, closing = pair
     depth, quote = 0, ""
-    for k in range(start, len(template)):
-        ch = template[k]
+    for k in range(start, len(text)):
+        ch = text[k]
         if quote:
-            if ch == "\\":
-                continue
-            if ch == quote and template[k - 1] != "\\":
+            if ch == quote and text[k - 1] != "\\":
                 quote = ""
         elif ch in "'\"":
             quote = ch
-        elif ch == "{":
+        elif ch == opening:
             depth += 1
-        elif ch == "}":
+        elif ch == closing:
             depth -= 1
             if depth == 0:
                 return k
-    raise _bad(template, "unclosed {")
+    raise _bad(template, f"unclosed {opening}" + ("" if text is template else f" in {text!r}"))
 
 
 def _unquote(literal: str) -> str:
@@ -159,7 +159,7 @@ def _path(template: str, text: str) -> list[tuple]:
             steps.append(("key", _unescape(m.group())))
             i = m.end()
         elif text[i] == "[":
-            end = _bracket_end(template, text, i)
+            end = _matching(template, text, i, "[]")
             steps.append(_bracket(template, text[i + 1:end].strip()))
             i = end + 1
         else:
@@ -169,23 +169,6 @@ def _path(template: str, text: str) -> list[tuple]:
             steps.append(("key", _unescape(m.group())))
             i = m.end()
     return steps
-
-
-def _bracket_end(template: str, text: str, start: int) -> int:
-    depth, quote = 0, ""
-    for k in range(start, len(text)):
-        ch = text[k]
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                return k
-    raise _bad(template, f"unclosed [ in {text!r}")
 
 
 def _unescape(name: str) -> str:

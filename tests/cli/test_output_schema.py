@@ -133,6 +133,8 @@ SCENARIOS = [
              setup=_ready_for_dra),
     Scenario("MethodChange", ("policy", "set-method", "sandbox", "--yes")),  # already sandbox: no write
     Scenario("PreflightReport", ("preflight",), exit_code=1),
+    Scenario("Version", ("version",)),
+    Scenario("Version", ("version", "--client")),
     Scenario("PreflightReport", ("preflight", "--local"), cluster=False),
     Scenario("VfioStatus", ("vfio", "status"), cluster=False),
     Scenario("VfioChange", ("vfio", "bind", "--all", "--dry-run"), cluster=False),
