@@ -110,9 +110,9 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "kubevirt status": _KUBEVIRT_READ,
     "preflight": _PREFLIGHT,
     # operate
-    "node drain": _NODE_CHANGE,
+    "node drain": (*_NODE_CHANGE, *_NODES_READ),  # -l lists the NPU nodes it matches
     # the wait for the operator watches the node (by name), its operator pods, the policies and its DRA slices
-    "node set-mode": (*_NODE_CHANGE, _a("", "nodes", "list", "watch"), _a("", "pods", "list", "watch"),
+    "node set-mode": (*_NODE_CHANGE, _a("", "nodes", "list", "watch"),  # list: also -l _a("", "pods", "list", "watch"),
                       _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "watch"),
                       _a(C.DRA_GROUP, "resourceslices", "list", "watch")),
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
