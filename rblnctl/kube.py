@@ -1,32 +1,35 @@
 """Kubernetes access shared by every cluster command: connect, raw JSON requests, typed errors, paging.
 
-rblnctl talks to the API server through the kubernetes client's own configuration loading, auth
-and urllib3 transport, but reads and writes plain JSON dicts instead of generated models: one code
-path for built-in and custom resources, explicit patch content types (kubernetes-client/python#2119
-sends JSON-patch lists to CustomObjectsApi as merge patches), and no model (de)serialisation cost on
-large lists. Only cluster code paths import this module (the CLI imports it lazily), so `--help`,
-`vfio` and `preflight --local` never load the kubernetes package.
+rblnctl talks to the API server over urllib3 (rblnctl.kubeconfig loads credentials as kubectl does
+and builds the transport) and reads and writes plain JSON dicts instead of generated models: one
+code path for built-in and custom resources, explicit patch content types (kubernetes-client/python
+#2119 sends JSON-patch lists to CustomObjectsApi as merge patches), and no model (de)serialisation
+cost on large lists. The kubernetes package is imported only for credential plugins and in-cluster
+configuration; `--help`, `vfio` and `preflight --local` do not even import this module.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import queue
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
-import yaml
 
+from rblnctl import __version__
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
 from rblnctl.errors import (
     AuthError,
     ClusterError,
@@ -40,7 +43,20 @@ from rblnctl.errors import (
     NotAnApiServer,
     NotFound,
     OutcomeUnknown,
+    RblnError,
     WriteTimeout,
+)
+from rblnctl.kubeconfig import (
+    Endpoint,
+    Transport,
+    apply_flags,
+    choose_context,
+    client_errors,
+    endpoint_from_kubeconfig,
+    has_contexts,
+    in_cluster_endpoint,
+    read_kubeconfig,
+    resolve_kubeconfig,
 )
 
 log = logging.getLogger(__name__)
@@ -54,8 +70,8 @@ PATCH_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
 }
 DEFAULT_PAGE_SIZE = 500
-DEFAULT_KUBECONFIG = Path("~/.kube/config")
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+USER_AGENT = f"rblnctl/{__version__}"
 # Reads are retried when the server is briefly unable to answer, as client-go does (429 with
 # Retry-After, 5xx, a dropped connection): at most READ_RETRIES more tries, waiting the server's
 # Retry-After or 0.5 s, 1 s, 2 s, never more than MAX_RETRY_WAIT_S. A timeout is never retried
@@ -64,6 +80,16 @@ READ_RETRIES = 3
 RETRY_BASE_S = 0.5
 MAX_RETRY_WAIT_S = 10.0
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Watches (Kube.watch): each request asks the server to stream for at most WATCH_STREAM_S (client-go
+# asks for 5 to 10 minutes) and the client gives it WATCH_READ_GRACE_S more before it calls the stream
+# dead; a broken stream is reopened after WATCH_RETRY_START_S, doubling up to WATCH_RETRY_CAP_S; where
+# watching is not allowed, the collection is listed every WATCH_POLL_S instead.
+WATCH_STREAM_S = 300
+WATCH_READ_GRACE_S = 30.0
+WATCH_RETRY_START_S = 0.2
+WATCH_RETRY_CAP_S = 5.0
+WATCH_POLL_S = 1.0
+SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
 # RFC 1123 subdomain: what Kubernetes accepts as a node (and most objects') name
 # (k8s.io/apimachinery pkg/util/validation IsDNS1123Subdomain).
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -176,6 +202,61 @@ EVENTS = Resource("", "v1", "events", True, "Event")
 VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change to a watched collection: ADDED, MODIFIED or DELETED `object`, or SYNC with every `objects`.
+
+    A SYNC comes first (the initial list), after a relist (the server forgot the resourceVersion the
+    watch would resume from: 410 Gone) and, where watching is not allowed, once per poll: the
+    consumer replaces what it holds with `objects`. `source` is the index of the WatchSpec it came
+    from (Kube.watch_many).
+    """
+
+    type: str
+    object: dict | None = None
+    objects: tuple[dict, ...] = ()
+    source: int = 0
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One collection to watch (Kube.watch_many); `missing_ok`: a collection the server does not serve is empty."""
+
+    res: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    missing_ok: bool = False
+
+
+def object_key(obj: dict) -> tuple[str, str]:
+    """(namespace, name) of an object ("" for a cluster-scoped one)."""
+    md = obj.get("metadata") or {}
+    return str(md.get("namespace") or ""), str(md.get("name") or "")
+
+
+class Mirror:
+    """The objects of a watched collection, kept current by applying its WatchEvents."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.synced = False  # a SYNC has been applied: the mirror holds the whole collection
+
+    def apply(self, ev: WatchEvent) -> None:
+        """Apply one event (SYNC replaces everything)."""
+        if ev.type == SYNC:
+            self.objects = {object_key(o): o for o in ev.objects}
+            self.synced = True
+        elif ev.type == "DELETED" and ev.object is not None:
+            self.objects.pop(object_key(ev.object), None)
+        elif ev.type in ("ADDED", "MODIFIED") and ev.object is not None:
+            self.objects[object_key(ev.object)] = ev.object
+
+    def items(self) -> list[dict]:
+        """The objects, sorted by namespace and name."""
+        return [self.objects[k] for k in sorted(self.objects)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class KubeOptions:
     """How to reach the cluster; None means kubectl's default resolution."""
@@ -199,7 +280,7 @@ class KubeOptions:
 class Kube:
     """One connection to one cluster; every request returns parsed JSON or raises a typed RblnError."""
 
-    api_client: Any  # kubernetes.client.ApiClient
+    transport: Transport  # the connection pool and the credentials (rblnctl.kubeconfig)
     server: str
     context: str | None = None
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
@@ -247,36 +328,61 @@ class Kube:
 
     def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
                       content_type: str | None, text: bool = False) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
-        # Errors come back as JSON Status objects either way; a text body (a pod log) is text/plain.
-        headers = {"Accept": f"text/plain, {JSON}" if text else JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type or JSON
-        resource_path = path + ("?" + urlencode(query_items) if query_items else "")
-        # Building the auth header may run an exec credential plugin again (an expired token).
-        with _client_errors() as plugin_errors:
-            _, url, headers, _, _ = self.api_client.param_serialize(
-                method=method, resource_path=resource_path, header_params=headers, auth_settings=["BearerToken"]
-            )
-        if self.impersonate_user or self.impersonate_groups:
-            headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
+        url, headers, plugin_errors, resource_path = self._prepare(method, path, query, body, content_type)
+        if text:  # errors come back as JSON Status objects either way; a text body (a pod log) is text/plain
+            headers["Accept"] = f"text/plain, {JSON}"
         if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
             wire_log.debug("request body: %s", _loggable(body))
         started = time.monotonic()
+        resp, data = self._send(method, path, url, headers, body, self.request_timeout_s)
+        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
+                          (time.monotonic() - started) * 1e3)
+        if wire_log.isEnabledFor(logging.DEBUG):
+            wire_log.debug("response body: %s", _loggable(data))
+        ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
+        if 200 <= resp.status < 300:
+            if text:
+                return (data or b"").decode("utf-8", "replace")
+            return _decode_ok(data, ctype, method, path, self.server)
+        raise self._reply_error(method, path, resp, data, plugin_errors)
+
+    def _prepare(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+                 content_type: str | None) -> tuple[str, Any, list[str], str]:
+        """The URL and headers (auth, impersonation) of a request; the credential plugin's errors, if it ran."""
+        query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
+        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": USER_AGENT})
+        if body is not None:
+            headers["Content-Type"] = content_type or JSON
+        resource_path = path + ("?" + urlencode(query_items) if query_items else "")
+        # The header may come from an exec credential plugin, run again when its token expired.
+        with client_errors() as plugin_errors:
+            authorization = self.transport.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        if self.impersonate_user or self.impersonate_groups:
+            headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
+        return self.transport.host + resource_path, headers, plugin_errors, resource_path
+
+    def _send(self, method: str, path: str, url: str, headers: Any, body: Any, timeout: Any, *,
+              stream: bool = False) -> tuple[Any, bytes | None]:
+        """Send one request; (response, body), or with `stream` (response, None) and the body left unread.
+
+        `timeout` is seconds for the whole request (None: no limit) or (connect, read) seconds. Every
+        transport failure becomes a typed error here: timeouts, refused and dropped connections, TLS
+        failures, and for a write that reached the server OutcomeUnknown.
+        """
         self.request_count += 1
         where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
         write = method not in ("GET", "HEAD")
+        data = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+        limit = urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple) else \
+            urllib3.Timeout(total=timeout)
         try:
-            resp = self.api_client.rest_client.request(
-                method,
-                url,
-                headers=headers,
-                body=body,
-                _request_timeout=self.request_timeout_s,
-            )
-            data = resp.read()
+            resp = self.transport.request(method, url, headers=headers, body=data, timeout=limit)
+            if stream:
+                return resp, None
+            content = resp.read()
+            resp.release_conn()
         except urllib3.exceptions.HTTPError as e:
             if _is_timeout(e):
                 msg = f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
@@ -289,17 +395,11 @@ class Kube:
             raise unreachable from e
         except OSError as e:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
-        except ApiException as e:  # the client wraps TLS failures as status 0 ("SSLError\n<detail>")
-            raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e, text=e.reason or '')}") from e
-        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
-                          (time.monotonic() - started) * 1e3)
-        if wire_log.isEnabledFor(logging.DEBUG):
-            wire_log.debug("response body: %s", _loggable(data))
-        ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
-        if 200 <= resp.status < 300:
-            if text:
-                return (data or b"").decode("utf-8", "replace")
-            return _decode_ok(data, ctype, method, path, self.server)
+        return resp, content
+
+    def _reply_error(self, method: str, path: str, resp: Any, data: bytes | None,
+                     plugin_errors: list[str]) -> ClusterError | NotFound:
+        """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
         decoded = _decode(data)
         err = _status_error(method, path, resp.status, decoded, self.server)
         if resp.status == 401 and plugin_errors:
@@ -308,7 +408,7 @@ class Kube:
         retry_after = _retry_after(resp, decoded)
         if retry_after is not None:
             err.retry_after_s = retry_after  # type: ignore[attr-defined]
-        raise err
+        return err
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
         """GET one object (MalformedReply when the reply is not one)."""
@@ -403,42 +503,304 @@ class Kube:
         return doc
 
 
+    # -- watches ----------------------------------------------------------------------------------
+
+    def list_with_version(self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+                          field_selector: str | None = None) -> tuple[list[dict], str]:
+        """Every object of a collection (paged) and the resourceVersion a watch resumes from."""
+        items: list[dict] = []
+        version = ""
+        token: str | None = None
+        path = res.path(namespace=namespace)
+        while True:
+            page = self.request("GET", path, query={"labelSelector": label_selector, "fieldSelector": field_selector,
+                                                    "limit": DEFAULT_PAGE_SIZE, "continue": token})
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                raise MalformedReply(f"GET {path} did not return a list (got {type(page).__name__})")
+            items += [_object(item, f"an item of GET {path}") for item in page.get("items") or []]
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")  # the first page's: the list's snapshot
+            token = meta.get("continue")
+            if not token:
+                return items, version
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_s: float | None = None,
+        clock: Clock | None = None,
+        stop: Stop | None = None,
+        poll_s: float = WATCH_POLL_S,
+        on_retry: Callable[[RblnError], None] | None = None,
+        missing_ok: bool = False,
+    ) -> Iterator[WatchEvent]:
+        """Yield a collection's changes as they happen, until `timeout_s` has passed or `stop` is set.
+
+        Without `resource_version` it lists first and yields that as a SYNC, then watches from the
+        list's resourceVersion (client-go's reflector: k8s.io/client-go/tools/cache/reflector.go
+        ListAndWatch). When the server ends a stream (its request timeout, a restart) the watch is
+        reopened from the last resourceVersion seen, BOOKMARK events included (they only move that
+        version on and are not yielded). When the server no longer has that version (410 Gone /
+        Expired, "too old resource version"), it relists and yields a SYNC. Where watching is
+        forbidden (403) or not supported (405), it lists every `poll_s` instead, one SYNC each: one
+        request per round, whatever the collection holds. Transient failures (a dropped
+        connection, 429, 5xx) are reported to `on_retry` and tried again with backoff until the
+        deadline; other errors are raised. `clock` (default the client's) times the deadline.
+        `missing_ok`: a collection the server does not serve (404) is one empty SYNC, then nothing.
+        """
+        clock = clock or self.clock
+        deadline = None if timeout_s is None else clock.monotonic() + timeout_s
+        path = res.path(namespace=namespace)
+        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        polling = False
+        failures = 0
+
+        def left() -> float | None:
+            return None if deadline is None else deadline - clock.monotonic()
+
+        def stopped() -> bool:
+            return stop is not None and stop.is_set()
+
+        def relist() -> WatchEvent:
+            items, version = self.list_with_version(res, namespace=namespace, label_selector=label_selector,
+                                                    field_selector=field_selector)
+            nonlocal rv
+            rv = version
+            return WatchEvent(SYNC, objects=tuple(items))
+
+        def backoff(err: RblnError) -> bool:
+            """Report a transient failure and wait before the next try; False when the wait should end."""
+            nonlocal failures
+            failures += 1
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                return False
+            if on_retry is not None:
+                on_retry(err)
+            pause = min(WATCH_RETRY_CAP_S, WATCH_RETRY_START_S * 2 ** (failures - 1))
+            return not clock.sleep(pause if remaining is None else min(pause, remaining), stop)
+
+        rv = resource_version
+        listed = rv is not None  # polling lists again each round
+        while not stopped():
+            if not listed or polling:
+                if listed:  # polling: wait a round first
+                    remaining = left()
+                    if remaining is not None and remaining <= 0:
+                        return
+                    if clock.sleep(poll_s if remaining is None else min(poll_s, remaining), stop):
+                        return
+                try:
+                    sync = relist()
+                except NotFound:
+                    if not missing_ok:
+                        raise
+                    yield WatchEvent(SYNC)
+                    return
+                except (ClusterError, ClusterUnreachable) as e:
+                    if not is_transient(e) or not backoff(e):
+                        raise
+                    continue
+                listed = True
+                failures = 0
+                yield sync
+                continue
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                return
+            try:
+                resp = self._open_watch(path, {**selectors, "resourceVersion": rv}, remaining)
+            except Forbidden as e:
+                log.debug("cannot watch %s (%s): listing it every %gs instead", path, e, poll_s)
+                polling = True
+                continue
+            except (ClusterError, ClusterUnreachable) as e:
+                if e.status == 405:  # watch is not served for this resource
+                    log.debug("%s cannot be watched: listing it every %gs instead", path, poll_s)
+                    polling = True
+                    continue
+                if e.status == 410:  # the resourceVersion is gone: start again from a fresh list
+                    listed = False
+                    continue
+                if stopped():
+                    return
+                if not is_transient(e) or not backoff(e):
+                    raise
+                continue
+            expired = False
+            clean = False
+            events = 0
+            opened = time.monotonic()
+            unregister = stop.on_set(lambda: _shutdown(resp)) if stop is not None else (lambda: None)
+            try:
+                for ev in _stream_events(resp, path):
+                    etype, obj = ev.get("type"), ev.get("object")
+                    if not isinstance(obj, dict):
+                        raise MalformedReply(f"a watch event of GET {path} has no object: {_one_line(ev)[:80]}")
+                    if etype == "ERROR":
+                        if obj.get("code") == 410:
+                            expired = True
+                            break
+                        raise _status_error("GET", path, int(obj.get("code") or 500), obj, self.server)
+                    version = (obj.get("metadata") or {}).get("resourceVersion")
+                    rv = str(version) if version else rv
+                    if etype == "BOOKMARK":
+                        continue
+                    if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                        raise MalformedReply(f"a watch event of GET {path} has an unknown type {etype!r}")
+                    failures = 0
+                    events += 1
+                    yield WatchEvent(str(etype), object=obj)
+                else:
+                    clean = True
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                if stopped():
+                    return
+                err = ClusterUnreachable(f"the watch of {path} on the API server at {self.server} broke: "
+                                         f"{_root_cause(e)}")
+                if not backoff(err):
+                    return
+            finally:
+                unregister()
+                if clean:
+                    resp.release_conn()
+                else:
+                    resp.close()
+            if expired:
+                log.debug("the watch of %s expired at resourceVersion %s: listing again", path, rv)
+                listed = False
+            elif clean and not events and time.monotonic() - opened < 1 and not stopped():
+                # A stream the server (or a proxy) ends at once would otherwise be reopened in a tight loop.
+                if not backoff(ClusterUnreachable(f"the API server at {self.server} ended the watch of {path} "
+                                                  "at once")):
+                    return
+
+    def _open_watch(self, path: str, query: dict[str, Any], remaining: float | None) -> Any:
+        """Open one watch stream (urllib3 response, body unread); a non-200 answer is its typed error."""
+        stream_s = WATCH_STREAM_S if remaining is None else max(1, min(WATCH_STREAM_S, math.ceil(remaining)))
+        query = {**query, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": stream_s}
+        url, headers, plugin_errors, resource_path = self._prepare("GET", path, query, None, None)
+        started = time.monotonic()
+        resp, _ = self._send("GET", path, url, headers, None, (self.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
+                             stream=True)
+        request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, resp.status,
+                          (time.monotonic() - started) * 1e3)
+        if resp.status != 200:
+            data = resp.read()
+            resp.release_conn()
+            raise self._reply_error("GET", path, resp, data, plugin_errors)
+        return resp
+
+    def watch_many(self, specs: Sequence[WatchSpec], *, timeout_s: float | None = None, clock: Clock | None = None,
+                   stop: Stop | None = None, poll_s: float = WATCH_POLL_S,
+                   on_retry: Callable[[RblnError], None] | None = None) -> Iterator[WatchEvent]:
+        """Watch several collections at once (one stream each, read on its own thread); yield every event as it
+        comes, its `source` the index of its spec. Ends when every watch has; the first error is raised.
+        Leaving the loop early closes every stream."""
+        if len(specs) == 1:
+            sp = specs[0]
+            yield from self.watch(sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
+                                  field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock, stop=stop,
+                                  poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok)
+            return
+        events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
+        with (stop.linked() if stop is not None else _own_stop()) as mine:
+
+            def pump(i: int, sp: WatchSpec) -> None:
+                try:
+                    for ev in self.watch(sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
+                                         field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock,
+                                         stop=mine, poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok):
+                        events.put((i, replace(ev, source=i)))
+                finally:
+                    events.put((i, None))  # this watch is over (its future holds the error, if any)
+
+            pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="rblnctl-watch")
+            futures = [pool.submit(pump, i, sp) for i, sp in enumerate(specs)]
+            try:
+                running = len(specs)
+                while running:
+                    i, ev = events.get()
+                    if ev is None:
+                        running -= 1
+                        futures[i].result()  # raises what ended that watch
+                        continue
+                    yield ev
+            finally:
+                mine.set()  # wakes every stream still open
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _own_stop() -> Iterator[Stop]:
+    yield Stop()
+
+
+def _shutdown(resp: Any) -> None:
+    """Wake a thread blocked reading `resp` (a watch asked to stop)."""
+    try:
+        resp.shutdown()
+    except (ValueError, RuntimeError, OSError):  # already released or closed: nobody is reading it
+        pass
+
+
+def _stream_events(resp: Any, path: str) -> Iterator[dict]:
+    """The JSON events of a watch stream, one per line, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(65536, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as e:
+                text = _one_line(line[:80].decode("utf-8", "replace"))
+                raise MalformedReply(f"GET {path} streamed invalid JSON ({text})") from e
+            if not isinstance(event, dict):
+                raise MalformedReply(f"GET {path} streamed {type(event).__name__}, not a watch event")
+            yield event
+    if buffer.strip():
+        raise MalformedReply(f"GET {path} ended in the middle of a watch event")
+
+
 def connect(opts: KubeOptions) -> Kube:
     """Build a Kube from kubeconfig, context or in-cluster service account, then kubectl's connection flags.
 
-    Raises ConfigError when no configuration fits, AuthError when a credential plugin fails.
+    Raises ConfigError when no configuration fits, AuthError when a credential plugin fails. Only
+    credential plugins and in-cluster configuration import the kubernetes package (rblnctl.kubeconfig).
     """
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
-
-    cfg = k8s.Configuration()
     context = None
     source = _kubeconfig_source(opts)
     if source is not None:
-        context = _check_context(source, opts.context)
-        _load_kubeconfig(cfg, source, context, opts)
+        kc = read_kubeconfig(source)
+        context = choose_context(kc, opts.context)
+        endpoint = endpoint_from_kubeconfig(kc, context, cluster=opts.cluster, user=opts.user)
+        if opts.context is None:
+            context = None  # the current context: messages say so
     elif not opts.server:
         if not os.environ.get("KUBERNETES_SERVICE_HOST") or not SA_TOKEN.exists():
             raise ConfigError(
                 "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a pod"
             )
-        try:
-            k8s_config.load_incluster_config(client_configuration=cfg)
-        except ConfigException as e:
-            raise ConfigError(f"in-cluster configuration is unusable: {e}") from e
-    _apply_flags(cfg, opts)
-    if not cfg.host or cfg.host.rstrip("/") in ("http:", "https:"):
+        endpoint = in_cluster_endpoint()
+    else:
+        endpoint = Endpoint()
+    apply_flags(endpoint, server=opts.server, token=opts.token, certificate_authority=opts.certificate_authority,
+                insecure_skip_tls_verify=opts.insecure_skip_tls_verify)
+    if not endpoint.server or endpoint.server.rstrip("/") in ("http:", "https:"):
         where = f"context {context}" if context else "the current context"
         raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
                           "server URL")
-    # No retries in urllib3: Kube.request() retries reads itself (429, 5xx, dropped connections) and
-    # never retries a timeout (it would double --request-timeout) or a write (it could apply twice).
-    cfg.retries = False
-    api_client = k8s.ApiClient(cfg)
-    return Kube(api_client=api_client, server=cfg.host, context=context, request_timeout_s=opts.request_timeout_s,
-                proxy=cfg.proxy or None, impersonate_user=opts.impersonate_user,
-                impersonate_groups=tuple(opts.impersonate_groups))
+    return Kube(transport=Transport(endpoint), server=endpoint.server, context=context,
+                request_timeout_s=opts.request_timeout_s, proxy=endpoint.proxy,
+                impersonate_user=opts.impersonate_user, impersonate_groups=tuple(opts.impersonate_groups))
 
 
 def _kubeconfig_source(opts: KubeOptions) -> str | None:
@@ -451,76 +813,7 @@ def _kubeconfig_source(opts: KubeOptions) -> str | None:
         source = resolve_kubeconfig(None)
     except ConfigError:
         return None
-    return source if source is not None and _has_contexts(source) else None
-
-
-def _has_contexts(source: str) -> bool:
-    for path in source.split(os.pathsep):
-        try:
-            raw = yaml.safe_load(Path(path).expanduser().read_text())
-        except (OSError, yaml.YAMLError):
-            return True  # let the strict load report what is wrong with it
-        if isinstance(raw, dict) and raw.get("contexts"):
-            return True
-    return False
-
-
-def _load_kubeconfig(cfg: Any, source: str, context: str | None, opts: KubeOptions) -> None:
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
-
-    try:
-        with _client_errors() as plugin_errors:
-            merged = KubeConfigMerger(source).config
-            loader = KubeConfigLoader(config_dict=merged, active_context=context)
-            # --cluster and --user swap one half of the context, as kubectl's overrides do. The loader
-            # keeps the context's halves in these two attributes (kubernetes 37, config/kube_config.py
-            # set_active_context); pinned with the client's major version in pyproject.toml.
-            if opts.cluster:
-                loader._cluster = _named(merged, "clusters", opts.cluster, source)["cluster"]
-            if opts.user:
-                loader._user = _named(merged, "users", opts.user, source)["user"]
-            loader.load_and_set(cfg)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
-        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"invalid kubeconfig {source}: not valid YAML") from e
-    if plugin_errors and not cfg.api_key and not cfg.cert_file and not opts.token:
-        # kubernetes logs a failed exec plugin and goes on without credentials; kubectl stops.
-        which = f"context {context}" if context else "the current context"
-        raise AuthError(
-            f"cannot get credentials for {which} from {source}: {_one_line('; '.join(plugin_errors))}",
-            reason="Unauthorized",
-        )
-
-
-def _named(merged: Any, section: str, name: str, source: str) -> Any:
-    entries = merged.safe_get(section) if merged is not None else None
-    for entry in entries or []:
-        if entry.safe_get("name") == name:
-            return entry
-    kind = section.rstrip("s")
-    raise ConfigError(f"kubeconfig {source} has no {kind} named {name!r} (--{kind})")
-
-
-def _apply_flags(cfg: Any, opts: KubeOptions) -> None:
-    """kubectl's connection flags over whatever the kubeconfig said."""
-    if opts.server:
-        cfg.host = opts.server.rstrip("/")
-    if opts.token:
-        cfg.api_key = {"authorization": f"Bearer {opts.token}"}
-        cfg.api_key_prefix = {}
-    if opts.certificate_authority:
-        ca = Path(opts.certificate_authority).expanduser()
-        if not ca.is_file():
-            raise ConfigError(f"--certificate-authority {opts.certificate_authority}: no such file")
-        cfg.ssl_ca_cert = str(ca)
-    if opts.insecure_skip_tls_verify:
-        if opts.certificate_authority:
-            raise ConfigError("--insecure-skip-tls-verify and --certificate-authority cannot be combined "
-                              "(as in kubectl): pick one")
-        cfg.verify_ssl = False
-        cfg.ssl_ca_cert = None
+    return source if source is not None and has_contexts(source) else None
 
 
 def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:
@@ -553,88 +846,6 @@ def _loggable(body: Any) -> str:
     if len(text) > BODY_LOG_LIMIT:
         text = text[:BODY_LOG_LIMIT] + f"... ({len(text) - BODY_LOG_LIMIT} more characters)"
     return " ".join(text.split())
-
-
-@contextmanager
-def _client_errors() -> Iterator[list[str]]:
-    """Collect what the kubernetes package logs with logging.error() (a failed exec credential plugin).
-
-    It logs on the root logger, which with no handler would print the record on stderr. A filter on
-    the root logger (not a handler: nothing is attached for the rest of the process) takes those
-    records out and puts their messages into rblnctl's one-line errors; other records pass untouched.
-    """
-    messages: list[str] = []
-
-    def _collect(record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and "kubernetes" in record.pathname:
-            messages.append(record.getMessage())
-            log.debug("kubernetes client: %s", record.getMessage())
-            return False
-        return True
-
-    root = logging.getLogger()
-    root.addFilter(_collect)
-    try:
-        yield messages
-    finally:
-        root.removeFilter(_collect)
-
-
-def resolve_kubeconfig(explicit: str | None) -> str | None:
-    """Return the kubeconfig path(s) kubectl would use: flag, $KUBECONFIG, ~/.kube/config; None for in-cluster."""
-    if explicit:
-        if not Path(explicit).expanduser().is_file():
-            raise ConfigError(f"kubeconfig {explicit} does not exist")
-        return str(Path(explicit).expanduser())
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        paths = [p for p in env.split(os.pathsep) if p]
-        existing = [p for p in paths if Path(p).expanduser().is_file()]
-        if not existing:
-            raise ConfigError(f"KUBECONFIG names no existing file: {env}")
-        return os.pathsep.join(existing)
-    default = DEFAULT_KUBECONFIG.expanduser()
-    return str(default) if default.is_file() else None
-
-
-def _check_context(source: str, context: str | None) -> str | None:
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.kube_config import KubeConfigMerger
-
-    try:
-        # Read the merged file(s) ourselves: the client's list_kube_config_contexts() demands a
-        # current-context even when --context names one, which kubectl does not.
-        merged = KubeConfigMerger(source).config
-        raw = merged.value if merged is not None else None
-        if not isinstance(raw, dict):
-            raise TypeError("not a mapping")
-        contexts = raw.get("contexts") or []
-        current = raw.get("current-context")
-        if not isinstance(contexts, list):
-            raise TypeError("contexts is not a list")
-        # The merger keeps each list entry wrapped (ConfigNode, with the file it came from) as .value.
-        contexts = [getattr(c, "value", c) for c in contexts]
-    except ConfigException as e:
-        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(f"invalid kubeconfig {source}: not valid YAML{where}") from e
-    except (TypeError, AttributeError, KeyError) as e:
-        raise ConfigError(f"invalid kubeconfig {source}: not a kubeconfig (expected a mapping with contexts)") from e
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"invalid kubeconfig {source}: {_one_line(e)}") from e
-    names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
-    if not names:
-        raise ConfigError(f"invalid kubeconfig {source}: it defines no contexts")
-    if context is not None:
-        if context not in names:
-            known = ", ".join(str(n) for n in names) or "none"
-            raise ConfigError(f'context "{context}" not found in kubeconfig {source} (contexts: {known})')
-        return context
-    if not current:
-        raise ConfigError(f"kubeconfig {source} has no current-context; pass --context")
-    return None
 
 
 # -- error translation ------------------------------------------------------------------------

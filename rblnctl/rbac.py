@@ -48,12 +48,13 @@ _OPERATOR = (
 _NODES_READ = (_a("", "nodes", "list"),)
 _KUBEVIRT_READ = (_a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "get", "list"),)
 _KUBEVIRT_EDIT = (*_KUBEVIRT_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "patch"))
-# drain and set-mode: the node (guarded patch, read back), its pods, evictions (or deletes with
-# --disable-eviction), DRA claims of its pods, the VMs on it, and the node's Lease lock.
+# drain and set-mode: the node (guarded patch, read back), its pods (listed, then watched until the
+# evicted ones are gone), evictions (or deletes with --disable-eviction), DRA claims of its pods, the
+# VMs on it, and the node's Lease lock.
 _NODE_CHANGE = (
     *_OPERATOR,
     _a("", "nodes", "get", "patch"),
-    _a("", "pods", "list", "delete"),
+    _a("", "pods", "list", "watch", "delete"),
     _a("", "pods/eviction", "create"),
     _a(C.DRA_GROUP, "resourceclaims", "get"),
     _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"),
@@ -109,8 +110,11 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "kubevirt status": _KUBEVIRT_READ,
     "preflight": _PREFLIGHT,
     # operate
-    "node drain": _NODE_CHANGE,
-    "node set-mode": (*_NODE_CHANGE, _a("", "pods", "list"), _a(C.DRA_GROUP, "resourceslices", "list")),
+    "node drain": (*_NODE_CHANGE, *_NODES_READ),  # -l lists the NPU nodes it matches
+    # the wait for the operator watches the node (by name), its operator pods, the policies and its DRA slices
+    "node set-mode": (*_NODE_CHANGE, _a("", "nodes", "list", "watch"),  # list: also -l _a("", "pods", "list", "watch"),
+                      _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "watch"),
+                      _a(C.DRA_GROUP, "resourceslices", "list", "watch")),
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
-from rblnctl.errors import NotFound
+from rblnctl.clock import Stop
+from rblnctl.errors import NotFound, RblnError
 from rblnctl.kube import KUBEVIRTS, Kube
 from rblnctl.kubevirt.status import status_of
-from rblnctl.node.inventory import list_npu_nodes
+from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_changes, watch_npu_nodes
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode
 from rblnctl.operator.policy import Policy
@@ -39,6 +41,8 @@ class ClusterStatus:
     modes: dict[str, int] = field(default_factory=dict)
     npu_vms: dict[str, list[str]] = field(default_factory=dict)  # node -> `namespace/name` of VMs holding NPUs there
     notes: list[str] = field(default_factory=list)
+    crd_installed: bool = True
+    vm_notes: tuple[str, ...] = ()  # what listing the VMs noted (kept while --watch follows nodes and policies)
 
 
 def kubevirt_summary(obj: dict) -> KubeVirtSummary:
@@ -52,30 +56,66 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     """Read the overview; a missing CRD is a note, not an error."""
     version = kube.server_version().get("gitVersion", "unknown")
     view = read_operator(kube)
-    notes = list(view.notes)
-    if not view.crd_installed:
-        notes.append("RBLNClusterPolicy CRD not found: is the RBLN NPU Operator installed?")
-    elif view.policy is None:
-        notes.append("no RBLNClusterPolicy: the operator deploys nothing")
     try:
         kubevirts = kube.list(KUBEVIRTS)
     except NotFound:
         kubevirts = []
-    if not kubevirts:
-        notes.append("no KubeVirt CR found: is KubeVirt installed?")
     nodes = list_npu_nodes(kube, view.policy, selector=selector)
-    if not nodes:
-        notes.append("no NPU nodes found (is NFD labelling nodes with pci-1eff / pci-1200_1eff?)")
     vms = list_vm_npus(kube) if kubevirts else None
-    if vms is not None:
-        notes.extend(vms.notes)
+    vm_notes = tuple(vms.notes) if vms is not None else ()
     return ClusterStatus(
         server_version=version,
         policy=view.policy,
         operator_namespace=view.namespace,
         kubevirt=[kubevirt_summary(k) for k in kubevirts],
         nodes=nodes,
-        modes=dict(sorted(Counter(n.mode for n in nodes).items())),
+        modes=_modes(nodes),
         npu_vms=vms.by_node() if vms is not None else {},
-        notes=notes,
+        notes=_notes(view.notes, crd_installed=view.crd_installed, policy=view.policy, kubevirt=bool(kubevirts),
+                     nodes=nodes) + list(vm_notes),
+        crd_installed=view.crd_installed,
+        vm_notes=vm_notes,
     )
+
+
+def _modes(nodes: list[NpuNode]) -> dict[str, int]:
+    return dict(sorted(Counter(n.mode for n in nodes).items()))
+
+
+def _notes(choice_notes: tuple[str, ...], *, crd_installed: bool, policy: Policy | None, kubevirt: bool,
+           nodes: list[NpuNode]) -> list[str]:
+    notes = list(choice_notes)
+    if not crd_installed:
+        notes.append("RBLNClusterPolicy CRD not found: is the RBLN NPU Operator installed?")
+    elif policy is None:
+        notes.append("no RBLNClusterPolicy: the operator deploys nothing")
+    if not kubevirt:
+        notes.append("no KubeVirt CR found: is KubeVirt installed?")
+    if not nodes:
+        notes.append("no NPU nodes found (is NFD labelling nodes with pci-1eff / pci-1200_1eff?)")
+    return notes
+
+
+def watch_cluster_status(kube: Kube, *, selector: str | None = None, stop: Stop | None = None,
+                         timeout_s: float | None = None,
+                         on_retry: Callable[[RblnError], None] | None = None) -> Iterator[ClusterStatus]:
+    """Yield the overview now, then again each time the NPU nodes or the policy change (watched, not polled).
+
+    The server version, KubeVirt and the VMs holding NPUs are read once; nodes and policies come
+    from rblnctl.node.inventory.watch_npu_nodes. Runs until `stop` is set or `timeout_s` passes.
+    """
+    first = cluster_status(kube, selector=selector)
+    yield first
+    last = first
+    for snap in watch_npu_nodes(kube, selector=selector, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
+        now = replace(first, policy=snap.policy, nodes=snap.nodes, modes=_modes(snap.nodes),
+                      notes=_notes(snap.policy_notes, crd_installed=first.crd_installed, policy=snap.policy,
+                                   kubevirt=bool(first.kubevirt), nodes=snap.nodes) + list(first.vm_notes))
+        if now != last:
+            last = now
+            yield now
+
+
+def status_changes(old: ClusterStatus, new: ClusterStatus) -> list[Change]:
+    """What changed between two overviews: the policy first, then node by node."""
+    return policy_changes(old.policy, new.policy) + node_changes(old.nodes, new.nodes)

@@ -147,6 +147,10 @@ SCENARIOS = [
     Scenario("node drain", ("node", "drain", "n1", "--yes", "--disable-eviction", "--take-over"),
              lambda api: (_npu_pod(api), _expired_lock(api))),
     Scenario("node set-mode", ("node", "set-mode", "vm", "n1", "--yes"), lambda api: (_npu_pod(api), _dra(api))),
+    # a pool: the NPU nodes a selector matches, each switched (drained) as one node is
+    Scenario("node set-mode", ("node", "set-mode", "vm", "-l", "rebellions.ai/npu.present=true", "--yes"),
+             _npu_pod),
+    Scenario("node drain", ("node", "drain", "-l", "rebellions.ai/npu.present=true", "--yes"), _npu_pod),
     Scenario("kubevirt enable-gates", ("kubevirt", "enable-gates")),
     Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "Snapshot")),
     Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl.cli import completion
-from rblnctl.cli.options import examples
-
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
@@ -16,7 +14,9 @@ from rblnctl.cli.options import (
     ServerDryRunOpt,
     YesOpt,
     dry_run_mode,
+    examples,
 )
+from rblnctl.cli.status import WatchOpt
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -32,26 +32,38 @@ app = typer.Typer(
     "rblnctl node list",
     "rblnctl node list -o wide",
     "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough -o name",
+    "rblnctl node list --watch                        # then every change, until Ctrl-C",
 ))
-def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = "table") -> None:
+def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False,
+               output: OutputOpt = "table") -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
-    from rblnctl.cli.output import View, emit
-    from rblnctl.cli.render import node_document, npu_nodes_table
+    from rblnctl.cli.output import emit
     from rblnctl.node.inventory import list_npu_nodes
     from rblnctl.operator.cluster import read_operator
 
     kube = ctx.obj.kube()
-    nodes = list_npu_nodes(kube, read_operator(kube).policy, selector=selector)
-    emit(View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
-              tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
-              notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
-                                      "pci-1eff.present or pci-1200_1eff.present)."]), output)
+    if watch:
+        from rblnctl.cli.status import warn_retrying, follow
+        from rblnctl.node.inventory import node_changes, watch_npu_nodes
+
+        follow(watch_npu_nodes(kube, selector=selector, on_retry=warn_retrying), view_of=lambda snap: _nodes_view(
+            snap.nodes), changes_of=lambda a, b: node_changes(a.nodes, b.nodes), output=output)
+        return
+    emit(_nodes_view(list_npu_nodes(kube, read_operator(kube).policy, selector=selector)), output)
+
+
+def _nodes_view(nodes: list[Any]) -> Any:
+    from rblnctl.cli.output import View
+    from rblnctl.cli.render import node_document, npu_nodes_table
+
+    return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
+                tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
+                notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
+                                        "pci-1eff.present or pci-1200_1eff.present)."])
 
 
 # -- shared ----------------------------------------------------------------------------------------
 
-NodeArg = Annotated[str, typer.Argument(help="Name of the node.", metavar="NODE", show_default=False,
-                                        autocompletion=completion.complete_npu_nodes)]
 AllPodsOpt = Annotated[
     bool, typer.Option("--all-pods", help="Evict every pod not managed by a DaemonSet (like kubectl drain), "
                        "not only the pods that use NPUs.")
@@ -197,14 +209,16 @@ def _pods_table(plan: Any) -> Any:
     return t
 
 
+def drain_document(plan: Any, result: Any = None) -> dict:
+    """The body of a NodeDrain document: the plan, and the result once applied (null before)."""
+    return {"node": plan.node, "plan": _drain_plan_document(plan),
+            "result": None if result is None else {
+                "cordoned": result.cordoned, "evicted": [_ref_document(r) for r in result.evicted],
+                "rounds": result.rounds, "serverDryRun": result.server_dry_run}}
+
+
 def _drain_view(plan: Any, result: Any = None) -> Any:
     from rblnctl.cli.output import View
-
-    def body() -> dict:
-        return {"node": plan.node, "plan": _drain_plan_document(plan),
-                "result": None if result is None else {
-                    "cordoned": result.cordoned, "evicted": [_ref_document(r) for r in result.evicted],
-                    "rounds": result.rounds, "serverDryRun": result.server_dry_run}}
 
     evicting = len(plan.evict)
     head = f"node {plan.node}: {'cordon, then ' if plan.cordon else ''}evict {evicting} pod(s) ({plan.scope} scope)"
@@ -212,7 +226,8 @@ def _drain_view(plan: Any, result: Any = None) -> Any:
         head = f"node {plan.node}: evicted {len(result.evicted)} pod(s)" + \
             (" (server dry run)" if result.server_dry_run else "")
     tables = [_pods_table(plan)] if plan.evict or plan.ignored else []
-    return View(kind="NodeDrain", body=body, preamble=[head], tables=tables, names=[f"node/{plan.node}"])
+    return View(kind="NodeDrain", body=lambda: drain_document(plan, result), preamble=[head], tables=tables,
+                names=[f"node/{plan.node}"])
 
 
 def _mode_plan_document(plan: Any) -> dict:
@@ -227,17 +242,22 @@ def _mode_plan_document(plan: Any) -> dict:
             "blockers": [_blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
 
 
+def mode_switch_document(plan: Any, result: Any = None) -> dict:
+    """The body of a ModeSwitch document: the plan, and the result once applied (null on a client dry run)."""
+    return {"node": plan.node, "plan": _mode_plan_document(plan),
+            "result": None if result is None else {
+                "previousMode": result.previous_mode, "mode": result.mode, "changed": result.changed,
+                "resumed": result.resumed, "cordoned": result.cordoned, "uncordoned": result.uncordoned,
+                "evicted": [_ref_document(r) for r in result.evicted], "serverDryRun": result.server_dry_run,
+                "elapsedSeconds": round(result.elapsed_s, 3)}}
+
+
 def _mode_view(plan: Any, result: Any = None) -> Any:
     """A mode switch (kind ModeSwitch): the plan, and the result once applied (null on a client dry run)."""
     from rblnctl.cli.output import Table, View
 
     def body() -> dict:
-        return {"node": plan.node, "plan": _mode_plan_document(plan),
-                "result": None if result is None else {
-                    "previousMode": result.previous_mode, "mode": result.mode, "changed": result.changed,
-                    "resumed": result.resumed, "cordoned": result.cordoned, "uncordoned": result.uncordoned,
-                    "evicted": [_ref_document(r) for r in result.evicted], "serverDryRun": result.server_dry_run,
-                    "elapsedSeconds": round(result.elapsed_s, 3)}}
+        return mode_switch_document(plan, result)
 
     names = [f"node/{plan.node}"]
     if result is not None:
@@ -263,37 +283,152 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 
 # -- set-mode --------------------------------------------------------------------------------------
 
-
-def _mode_and_node(args: list[str]) -> tuple[str, str]:
-    """`MODE NODE` (the documented order) or `NODE MODE` (still accepted); the mode is recognised by name."""
-    from rblnctl.errors import InvalidInput
-    from rblnctl.node.mode import parse_mode
-
-    if len(args) != 2:
-        raise InvalidInput("set-mode takes a mode and a node: rblnctl node set-mode vm|container NODE")
-    first, second = args
-    try:
-        return parse_mode(first), second
-    except InvalidInput:
-        pass
-    try:
-        return parse_mode(second), first
-    except InvalidInput:
-        raise InvalidInput(f"unknown mode {second!r} (nor is {first!r} one): use one of vm, vm-passthrough, "
-                           "container") from None
-
-
-@app.command("set-mode", short_help="Switch a node to vm or container mode.", epilog=examples(
+SET_MODE_EXAMPLES = examples(
     "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
     "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
     "rblnctl node set-mode container gpu-a01 --timeout 20m",
     "rblnctl node set-mode vm gpu-a01 --force          # also evict NPU VMs and bare pods",
-))
+    "rblnctl node set-mode vm gpu-a01 gpu-a02 gpu-a03 -y   # a pool, one node at a time",
+    "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
+)
+DRAIN_EXAMPLES = examples(
+    "rblnctl node drain gpu-a01",
+    "rblnctl node drain gpu-a01 --all-pods --delete-emptydir-data",
+    "rblnctl node drain gpu-a01 --dry-run=server -o yaml",
+    "rblnctl node drain -l pool=train --max-unavailable 2 -y",
+)
+SelectionArg = Annotated[list[str] | None, typer.Argument(help="The nodes (or -l SELECTOR).", metavar="[NODE]...",
+                                                          show_default=False,
+                                                          autocompletion=completion.complete_npu_nodes)]
+MaxUnavailableOpt = Annotated[
+    str, typer.Option("--max-unavailable", metavar="N|P%", help="How many nodes may be mid-switch at once: a number, "
+                      "or a percentage of the selected nodes (rounded down, at least 1).")
+]
+ContinueOnErrorOpt = Annotated[
+    bool, typer.Option("--continue-on-error", help="Keep starting nodes after one fails, and skip refused nodes "
+                       "instead of refusing the pool [default: no new node starts after a failure; the running "
+                       "ones finish].")
+]
+
+
+def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
+    """`MODE NODE...` (the documented order), or `NODE MODE` (still accepted for one node).
+
+    The mode is recognised by name; bad input is refused before connecting.
+    """
+    from rblnctl.errors import InvalidInput
+    from rblnctl.node.mode import parse_mode
+
+    if not args:
+        raise InvalidInput("set-mode takes a mode, then the nodes (or -l SELECTOR): rblnctl node set-mode vm|container "
+                           "NODE...")
+    try:
+        return parse_mode(args[0]), list(args[1:])
+    except InvalidInput:
+        pass
+    if len(args) == 2:
+        try:
+            return parse_mode(args[1]), [args[0]]
+        except InvalidInput:
+            raise InvalidInput(f"unknown mode {args[1]!r} (nor is {args[0]!r} one): use one of vm, vm-passthrough, "
+                               "container") from None
+    raise InvalidInput(f"unknown mode {args[0]!r}: the mode comes first (vm, vm-passthrough or container), then the "
+                       "nodes")
+
+
+def _selection(nodes: list[str], selector: str | None) -> None:
+    """One node, several, or a selector: never both, never neither (exit 2, before connecting)."""
+    from rblnctl.errors import InvalidInput
+    from rblnctl.kube import validate_name
+
+    if nodes and selector:
+        raise InvalidInput("name the nodes or give -l SELECTOR, not both")
+    if not nodes and not selector:
+        raise InvalidInput("name at least one node, or select nodes with -l SELECTOR")
+    for n in nodes:
+        validate_name(n)
+
+
+def _pool_options(max_unavailable: str, continue_on_error: bool) -> Any:
+    from rblnctl.errors import InvalidInput
+    from rblnctl.node.pool import MaxUnavailable, PoolOptions
+
+    try:
+        limit = MaxUnavailable.parse(max_unavailable)
+    except InvalidInput as e:
+        raise InvalidInput(f"--max-unavailable: {e}") from e
+    return PoolOptions(max_unavailable=limit, continue_on_error=continue_on_error)
+
+
+def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: str | None, how: str | None, yes: bool,
+              output: Any, progress: Any, rerun: str) -> None:
+    """Plan every node, confirm once, run the pool through the one flow, and exit 1 if any node failed."""
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import prog_name
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.cli.pool import pool_plan_view, pool_result_view
+    from rblnctl.node.pool import Outcome, PoolFailed
+
+    plan = runner.plan(names, selector=selector)
+    prog = prog_name(ctx)
+    verb = "switch" if plan.operation == "set-mode" else "drain"
+
+    def resume_lines(nodes: list[str]) -> list[str]:
+        if plan.operation != "set-mode":
+            return [f"resume: {prog} node drain {n}" for n in nodes]
+        from rblnctl.node.mode import short_mode
+
+        return [f"resume:  {prog} node set-mode {short_mode(plan.target)} {n}" for n in nodes]
+
+    def interrupted() -> None:
+        stopped = [n for n, i in runner.items.items() if i.outcome == Outcome.INTERRUPTED]
+        if stopped:
+            warn(f"interrupted: node(s) {', '.join(stopped)} may be left cordoned mid-{verb}; re-run "
+                 f"`{prog} {rerun}` to resume the pool, or one node at a time:")
+            for line in resume_lines(stopped):
+                warn(line)
+
+    from rblnctl.node.mode import short_mode
+
+    question = (f"Switch {len(plan.nodes)} node(s) to {short_mode(plan.target)} mode, at most {plan.max_unavailable} "
+                "at once?" if plan.operation == "set-mode" else
+                f"Cordon and drain {len(plan.nodes)} node(s), at most {plan.max_unavailable} at once?")
+    result = run(Mutation(
+        plan=plan, apply=runner.apply, refusal=f"refusing to {verb} the pool: nothing was changed", question=question,
+        disruptive=True, dry_run=how, yes=yes, output=output, plan_view=pool_plan_view,
+        result_view=lambda r: pool_result_view(plan, r),
+        noop_message=f"every node is {'already in ' + plan.target + ' mode' if plan.target else 'drained'}; "
+                     "nothing to do",
+        on_interrupt=interrupted, progress=progress,
+    ))
+    if result is None or not result.failed:
+        return
+    details = []
+    for item in result.failed:
+        details.append(f"{item.node} ({item.outcome}): {' '.join(str(item.error).split())}")
+        details += [f"  {line}" for line in (item.error.details if item.error is not None else [])]
+        details += [f"  - {b}" for b in getattr(item.error, "blockers", None) or []]
+        recovery = getattr(item.error, "recovery", None)
+        if recovery is not None:
+            from rblnctl.cli.errors import recovery_lines
+
+            details += [f"  {line}" for line in recovery_lines(recovery, prog)]
+    skipped = result.count(Outcome.SKIPPED)
+    tail = f"; {skipped} node(s) not started" if skipped else ""
+    raise PoolFailed(f"{len(result.failed)} of {len(result.items)} node(s) failed or were refused: "
+                     f"{', '.join(i.node for i in result.failed)}{tail}", result=result).with_details(details)
+
+
+@app.command("set-mode", short_help="Switch nodes to vm or container mode.", epilog=SET_MODE_EXAMPLES)
 def set_mode(
     ctx: typer.Context,
     args: Annotated[list[str], typer.Argument(autocompletion=completion.complete_set_mode_args,
-                                              help="The mode (vm or container) and the node; `NODE MODE` works "
-                                              "too.", metavar="MODE NODE", show_default=False)],
+                                              help="The mode (vm or container), then the nodes (or -l SELECTOR); "
+                                              "`NODE MODE` works too.", metavar="MODE [NODE]...",
+                                              show_default=False)],
+    selector: SelectorOpt = None,
+    max_unavailable: MaxUnavailableOpt = "1",
+    continue_on_error: ContinueOnErrorOpt = False,
     force: Annotated[
         bool,
         typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
@@ -314,51 +449,69 @@ def set_mode(
     yes: YesOpt = False,
     output: OutputOpt = "table",
 ) -> None:
-    """Switch a node's NPUs to vm (vm-passthrough) or container mode: cordon, drain, relabel, wait, uncordon."""
+    """Switch NPU nodes to vm or container mode, safely."""
     from rblnctl.cli.console import warn
     from rblnctl.cli.errors import prog_name, recovery_lines
     from rblnctl.cli.flow import Mutation, run
-    from rblnctl.kube import validate_name
     from rblnctl.node.mode import ModeSwitcher, short_mode
     from rblnctl.node.options import ModeOptions
 
-    target, node = _mode_and_node(args)  # bad input fails before connecting
-    validate_name(node)
+    target, nodes = _mode_and_nodes(args)  # bad input fails before connecting
+    _selection(nodes, selector)
+    pool_options = _pool_options(max_unavailable, continue_on_error)
     how = dry_run_mode(dry_run, server_dry_run)
     drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=force,
                                    delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
                                    grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
                                    take_over=take_over, lock_namespace=lock_namespace)
-    progress = _Progress(server_dry_run=how == "server")
-    switcher = ModeSwitcher(kube=ctx.obj.kube(), options=ModeOptions(drain=drain_options, force=force,
-                                                                      uncordon=uncordon),
-                            events=progress.events())
-    plan = switcher.plan(node, target)
+    options = ModeOptions(drain=drain_options, force=force, uncordon=uncordon)
+    if selector is None and len(nodes) == 1:
+        node = nodes[0]
+        progress = _Progress(server_dry_run=how == "server")
+        switcher = ModeSwitcher(kube=ctx.obj.kube(), options=options, events=progress.events())
+        plan = switcher.plan(node, target)
 
-    def interrupted() -> None:
-        lines = "; ".join(recovery_lines(plan.recovery, prog_name(ctx)))
-        warn(f"node {node} may be left cordoned, with its progress record, mid-switch; {lines}")
+        def interrupted() -> None:
+            lines = "; ".join(recovery_lines(plan.recovery, prog_name(ctx)))
+            warn(f"node {node} may be left cordoned, with its progress record, mid-switch; {lines}")
 
-    run(Mutation(
-        plan=plan, apply=switcher.apply, refusal=f"refusing to switch node {node} to {short_mode(target)}",
-        question=f"Switch node {node} to {short_mode(target)} mode?", disruptive=True, dry_run=how, yes=yes,
-        output=output, plan_view=_mode_view, result_view=lambda r: _mode_view(plan, r),
-        noop_message=f"node {node} is already in {target} mode; nothing to do",
-        on_interrupt=interrupted, progress=progress,
-    ))
+        run(Mutation(
+            plan=plan, apply=switcher.apply, refusal=f"refusing to switch node {node} to {short_mode(target)}",
+            question=f"Switch node {node} to {short_mode(target)} mode?", disruptive=True, dry_run=how, yes=yes,
+            output=output, plan_view=_mode_view, result_view=lambda r: _mode_view(plan, r),
+            noop_message=f"node {node} is already in {target} mode; nothing to do",
+            on_interrupt=interrupted, progress=progress,
+        ))
+        return
+    from rblnctl.cli.pool import PoolProgress
+    from rblnctl.node.pool import PoolRunner, select_nodes
+
+    kube = ctx.obj.kube()
+    names = select_nodes(kube, names=nodes, selector=selector)
+    progress = PoolProgress(names, title=f"switching {len(names)} node(s) to {short_mode(target)}",
+                            server_dry_run=how == "server")
+    runner = PoolRunner.for_mode(kube, target, options, pool=pool_options, events=progress.events())
+    rerun = f"node set-mode {short_mode(target)} " + (" ".join(nodes) if nodes else f"-l {_quoted(selector)}") + \
+        (f" --max-unavailable {max_unavailable}" if max_unavailable != "1" else "")
+    _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress, rerun=rerun)
+
+
+def _quoted(text: str | None) -> str:
+    import shlex
+
+    return shlex.quote(text or "")
 
 
 # -- drain -----------------------------------------------------------------------------------------
 
 
-@app.command("drain", short_help="Cordon a node and evict its NPU pods.", epilog=examples(
-    "rblnctl node drain gpu-a01",
-    "rblnctl node drain gpu-a01 --all-pods --delete-emptydir-data",
-    "rblnctl node drain gpu-a01 --dry-run=server -o yaml",
-))
+@app.command("drain", short_help="Cordon nodes and evict their NPU pods.", epilog=DRAIN_EXAMPLES)
 def drain(
     ctx: typer.Context,
-    node: NodeArg,
+    nodes: SelectionArg = None,
+    selector: SelectorOpt = None,
+    max_unavailable: MaxUnavailableOpt = "1",
+    continue_on_error: ContinueOnErrorOpt = False,
     force: Annotated[
         bool, typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher "
                            "pods), and take over an expired lock.")
@@ -375,34 +528,49 @@ def drain(
     yes: YesOpt = False,
     output: OutputOpt = "table",
 ) -> None:
-    """Cordon NODE and evict the pods that use its NPUs (--all-pods: every pod); the node stays cordoned."""
+    """Cordon nodes and evict their NPU pods; they stay cordoned."""
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
-    from rblnctl.kube import validate_name
     from rblnctl.node.drain import Drainer
 
-    validate_name(node)  # bad input fails before connecting
+    nodes = list(nodes or [])
+    _selection(nodes, selector)  # bad input fails before connecting
+    pool_options = _pool_options(max_unavailable, continue_on_error)
     how = dry_run_mode(dry_run, server_dry_run)
     options = _drain_options(all_pods=all_pods, force=force, evict_vms=force, delete_emptydir_data=delete_emptydir_data,
                              disable_eviction=disable_eviction, grace_period=grace_period, timeout=timeout,
                              server_dry_run=how == "server", take_over=take_over, lock_namespace=lock_namespace)
-    progress = _Progress(server_dry_run=how == "server")
-    drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events())
-    plan = drainer.plan(node)
+    if selector is None and len(nodes) == 1:
+        node = nodes[0]
+        progress = _Progress(server_dry_run=how == "server")
+        drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events())
+        plan = drainer.plan(node)
 
-    def interrupted() -> None:
-        warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to finish, "
-             f"or `kubectl uncordon {node}` to make it schedulable again")
+        def interrupted() -> None:
+            warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to "
+                 f"finish, or `kubectl uncordon {node}` to make it schedulable again")
 
-    def done(result: Any) -> str:
-        if result.cordoned:
-            return f"node {node} cordoned and drained; it stays cordoned: `kubectl uncordon {node}` when you are done"
-        return f"node {node} drained (it was already cordoned and stays so)"
+        def done(result: Any) -> str:
+            if result.cordoned:
+                return (f"node {node} cordoned and drained; it stays cordoned: `kubectl uncordon {node}` when you are "
+                        "done")
+            return f"node {node} drained (it was already cordoned and stays so)"
 
-    run(Mutation(
-        plan=plan, apply=drainer.apply, refusal=f"cannot drain node {node}",
-        question=f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", disruptive=True, dry_run=how, yes=yes,
-        output=output, plan_view=_drain_view, result_view=lambda r: _drain_view(plan, r),
-        noop_message=f"node {node} is cordoned and has no pod to evict; nothing to do", done_message=done,
-        on_interrupt=interrupted, progress=progress,
-    ))
+        run(Mutation(
+            plan=plan, apply=drainer.apply, refusal=f"cannot drain node {node}",
+            question=f"Cordon node {node} and evict {len(plan.evict)} pod(s)?", disruptive=True, dry_run=how,
+            yes=yes, output=output, plan_view=_drain_view, result_view=lambda r: _drain_view(plan, r),
+            noop_message=f"node {node} is cordoned and has no pod to evict; nothing to do", done_message=done,
+            on_interrupt=interrupted, progress=progress,
+        ))
+        return
+    from rblnctl.cli.pool import PoolProgress
+    from rblnctl.node.pool import PoolRunner, select_nodes
+
+    kube = ctx.obj.kube()
+    names = select_nodes(kube, names=nodes, selector=selector)
+    progress = PoolProgress(names, title=f"draining {len(names)} node(s)", server_dry_run=how == "server")
+    runner = PoolRunner.for_drain(kube, options, pool=pool_options, events=progress.events())
+    rerun = "node drain " + (" ".join(nodes) if nodes else f"-l {_quoted(selector)}") + \
+        (f" --max-unavailable {max_unavailable}" if max_unavailable != "1" else "")
+    _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress, rerun=rerun)

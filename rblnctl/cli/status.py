@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
 import typer
 
@@ -11,19 +12,90 @@ from rblnctl.cli.options import OutputOpt, SelectorOpt, examples
 EXAMPLES = examples(
     "rblnctl status",
     "rblnctl status -o wide",
+    "rblnctl status --watch",
     "rblnctl status -o jsonpath='{.nodes[?(@.mode==\"vm-passthrough\")].name}'",
 )
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a terminal), or print each "
+                       "change as a line (piped). Ctrl-C ends it.")
+]
 
 
-def status(ctx: typer.Context, selector: SelectorOpt = None, output: OutputOpt = "table") -> None:
+def status(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False, output: OutputOpt = "table"
+           ) -> None:
     """Show the operator policy, KubeVirt gates and every NPU node's mode at a glance."""
     from rblnctl.cli.console import waiting
     from rblnctl.cli.output import emit
-    from rblnctl.status import cluster_status
+    from rblnctl.status import cluster_status, status_changes, watch_cluster_status
 
+    if watch:
+        follow(watch_cluster_status(ctx.obj.kube(), selector=selector, on_retry=warn_retrying), view_of=view,
+               changes_of=status_changes, output=output)
+        return
     with waiting("reading the cluster..."):
         st = cluster_status(ctx.obj.kube(), selector=selector)
     emit(view(st), output)
+
+
+def warn_retrying(err: Exception) -> None:
+    from rblnctl.cli.console import warn
+
+    warn(f"watching the cluster failed ({err}); trying again")
+
+
+def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of: Callable[[Any, Any], list[Any]],
+           output: Any) -> None:
+    """Show the first update, then every change until Ctrl-C (which ends it with exit 0).
+
+    On a terminal, table output is redrawn in place; piped, the first table is printed once and
+    each change follows as a line (`node/n1 mode container -> vm-passthrough`). Documents (-o json,
+    yaml, jsonpath) are printed again, whole, after each change. SIGTERM and SIGHUP keep their exit codes.
+    """
+    import sys
+
+    from rblnctl.cli.console import stdout
+    from rblnctl.cli.output import emit, render_tables
+
+    live: Any = None
+    last: Any = None
+    try:
+        for current in updates:
+            if not output.is_table:
+                emit(view_of(current), output)
+            elif sys.stdout.isatty():
+                from rich.text import Text
+
+                text = Text(render_tables(view_of(current), wide=output.format == "wide",
+                                          headers=not output.no_headers))
+                if live is None:
+                    from rich.live import Live
+
+                    live = Live(text, console=stdout(), auto_refresh=False, redirect_stdout=False,
+                                redirect_stderr=False)
+                    live.start()
+                live.update(text, refresh=True)
+            elif last is None:
+                emit(view_of(current), output)
+            else:
+                for change in changes_of(last, current):
+                    sys.stdout.write(change_line(change) + "\n")
+                sys.stdout.flush()
+            last = current
+    except KeyboardInterrupt as err:
+        if getattr(err, "signum", None) is not None:
+            raise  # SIGTERM, SIGHUP: 143, 129 as everywhere
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def change_line(change: Any) -> str:
+    """`node/n1 mode container -> vm-passthrough`, `node/n4 added (container)`."""
+    if change.what == "added":
+        return f"{change.subject} added" + (f" ({change.new})" if change.new else "")
+    if change.what == "removed":
+        return f"{change.subject} removed"
+    return f"{change.subject} {change.what} {change.old} -> {change.new}"
 
 
 def view(st: Any) -> Any:

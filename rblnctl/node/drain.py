@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
 from rblnctl.errors import Refused
 from rblnctl.kube import NODES, PODS, Kube, validate_name
 from rblnctl.node.cordon import set_unschedulable
@@ -87,6 +87,7 @@ class Drainer:
     operator: OperatorView | None = None  # the operator's namespace and DRA driver; None: read when needed
     filters: Sequence[PodFilter] | None = None
     identity: str | None = None  # who holds the node's lock (None: this host and process)
+    stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
 
     def view(self) -> OperatorView:
         """The operator's namespace, policy and base names (read once)."""
@@ -101,7 +102,7 @@ class Drainer:
         """The node's lock, for this run."""
         return NodeLock(kube=self.kube, node=node, namespace=self.options.lock_namespace or self.view().namespace,
                         identity=self.identity or default_identity(what), duration_s=self.options.lock_duration_s,
-                        clock=self.clock, server_dry_run=self.options.server_dry_run)
+                        clock=self.clock, server_dry_run=self.options.server_dry_run, stop=self.stop)
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -178,7 +179,7 @@ class Drainer:
         first round nothing was evicted yet) or when pods keep arriving for DEFAULT_EVICT_ROUNDS
         rounds; WaitTimeout at the deadline.
         """
-        evictor = Evictor(kube=self.kube, options=self.options, events=self.events, clock=self.clock)
+        evictor = Evictor(kube=self.kube, options=self.options, events=self.events, clock=self.clock, stop=self.stop)
         for rounds in range(DEFAULT_EVICT_ROUNDS + 1):
             s = self.survey(node, extra)
             if s.blockers:

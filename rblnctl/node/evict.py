@@ -2,9 +2,11 @@
 
 Evictions go through the policy/v1 Eviction API, so PodDisruptionBudgets hold: a 429 is retried
 with exponential backoff (1 s doubling to 10 s, the last wait cut so the final try happens at the
-deadline) and reported live; a 404 means the pod is already gone. The wait costs one paged LIST of
-the node's pods per round (fieldSelector spec.nodeName), whatever the number of pods: a pod has
-left when it is absent or a pod of the same name has another UID (kubectl's rule).
+deadline) and reported live; a 404 means the pod is already gone. The wait for the pods to leave is
+one watch of the node's pods (fieldSelector spec.nodeName: one LIST, then one stream, reopened when
+the server ends it), whatever the number of pods, and ends the moment the last one is gone; where
+watching is not allowed it lists the node's pods once per round instead. A pod has left when it is
+absent or a pod of the same name has another UID (kubectl's rule).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, ClusterUnreachable, NotFound, RblnError, WaitTimeout
-from rblnctl.kube import PODS, Kube, is_transient
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
+from rblnctl.errors import ClusterError, NotFound, RblnError, WaitTimeout
+from rblnctl.kube import PODS, SYNC, Kube, object_key
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -26,7 +29,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START_S = 1.0
 BACKOFF_CAP_S = 10.0
-FIRST_POLL_S = 0.1  # the wait's first pause; it doubles up to options.poll_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,16 +47,23 @@ class Evictor:
     options: DrainOptions
     events: NodeEvents = field(default_factory=NodeEvents)
     clock: Clock = SYSTEM_CLOCK
+    stop: Stop | None = None  # set when the run is interrupted: no eviction after it, waits end (Stopped)
 
     def evict(self, pods: list[PodRef], deadline: float) -> Evicted:
         """Send every eviction with at most options.max_parallel in flight.
 
         Stops sending (and stops waiting on budgets) at the first refusal that is not a budget's,
-        and raises it; Ctrl-C or a signal stops every worker at once.
+        and raises it; Ctrl-C, a signal or `stop` stops every worker at once (Stopped for `stop`).
         """
         if not pods:
             return Evicted()
-        stop = threading.Event()
+        with self.stop.linked() if self.stop is not None else nullcontext(Stop()) as stop:
+            outcome = self._evict_all(pods, deadline, stop)
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped(f"stopped while evicting {len(pods)} pod(s)")
+        return outcome
+
+    def _evict_all(self, pods: list[PodRef], deadline: float, stop: Stop) -> Evicted:
         refused: dict[str, str] = {}
         errors: list[RblnError] = []
         done: list[PodRef] = []
@@ -138,34 +147,47 @@ class Evictor:
                          dry_run=self.options.server_dry_run)
 
     def wait_gone(self, node: str, pods: list[PodRef], deadline: float) -> None:
-        """Wait until every pod in `pods` has left `node`: one LIST per round. Raises WaitTimeout naming the rest.
+        """Wait until every pod in `pods` has left `node`, watching the node's pods; WaitTimeout names the rest.
 
-        A failed LIST that may pass (throttling, a 5xx, the API server restarting) is reported and
-        retried until the deadline.
+        The requests do not depend on the number of pods: one LIST and one watch stream (reopened
+        when the server ends it, relisted when it has forgotten where to resume). Failures that may
+        pass (throttling, a 5xx, the API server restarting) are reported and retried until the
+        deadline. Raises Stopped when `stop` is set.
         """
         pending = {(p.namespace, p.name): p for p in pods}
-        pause = FIRST_POLL_S
-        while pending:
-            try:
-                here = {(md.get("namespace", ""), md["name"]): md.get("uid", "")
-                        for md in (o["metadata"] for o in self.kube.iter_list(
-                            PODS, field_selector=f"spec.nodeName={node}"))}
-            except (ClusterError, ClusterUnreachable) as e:
-                if not is_transient(e) or self.clock.monotonic() >= deadline:
-                    raise
-                self.events.on_warning(f"listing the pods on {node} failed ({e}); trying again")
-                here = None
-            if here is not None:
+        if not pending:
+            return
+
+        def left(key: tuple[str, str]) -> None:
+            self.events.on_gone(pending.pop(key))
+
+        for ev in self.kube.watch(PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
+                                  timeout_s=max(0.0, deadline - self.clock.monotonic()), poll_s=self.options.poll_s,
+                                  on_retry=lambda e: self.events.on_warning(
+                                      f"watching the pods on {node} failed ({e}); trying again")):
+            if ev.type == SYNC:
+                here = {object_key(o): _uid(o) for o in ev.objects}
                 for key, p in list(pending.items()):
                     if key not in here or (p.uid and here[key] != p.uid):
-                        self.events.on_gone(p)
-                        del pending[key]
+                        left(key)
+            elif ev.object is not None:
+                key = object_key(ev.object)
+                p = pending.get(key)
+                if p is None:
+                    continue
+                same = not p.uid or _uid(ev.object) == p.uid
+                # Gone: deleted; or a pod of the same name with another UID (a replacement) appeared.
+                if (ev.type == "DELETED" and same) or (ev.type != "DELETED" and not same):
+                    left(key)
             if not pending:
                 return
-            if self.clock.monotonic() >= deadline:
-                raise timeout_error(self.options.timeout_s, list(pending.values()), {})
-            self.clock.sleep(max(0.0, min(pause, deadline - self.clock.monotonic())))
-            pause = min(pause * 2, self.options.poll_s)
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped(f"stopped while waiting for {len(pending)} pod(s) to leave node {node}")
+        raise timeout_error(self.options.timeout_s, list(pending.values()), {})
+
+
+def _uid(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
 
 
 def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, str]) -> WaitTimeout:

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
 from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, NotFound, Refused
 from rblnctl.kube import LEASES, Kube, outcome_unknown
 from rblnctl.plan import Blocker
@@ -102,6 +102,7 @@ class NodeLock:
     duration_s: int = 60
     clock: Clock = SYSTEM_CLOCK
     server_dry_run: bool = False  # validate the Lease write with dryRun=All; hold nothing
+    stop: Stop | None = None  # the run was interrupted: ensure_held() raises Stopped before the next write
     _lease: dict | None = field(default=None, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -214,7 +215,9 @@ class NodeLock:
             log.debug("renewing the lock of node %s failed (%s); trying again next time", self.node, e)
 
     def ensure_held(self) -> None:
-        """Raise LockLost when another run took the lock: call before each write."""
+        """Raise LockLost when another run took the lock, Stopped when the run was interrupted: call before a write."""
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped(f"stopped before the next write to node {self.node}")
         if self.lost.is_set():
             raise LockLost(f"another rblnctl run took over the lock of node {self.node}; this run stopped writing")
 

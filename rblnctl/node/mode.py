@@ -15,12 +15,13 @@ back (rblnctl.node.record.Recovery). docs/node.md has the exact requests and fai
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
 from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
@@ -31,7 +32,17 @@ from rblnctl.errors import (
     Refused,
     WaitTimeout,
 )
-from rblnctl.kube import NODES, Kube, is_transient, outcome_unknown, validate_name
+from rblnctl.kube import (
+    CLUSTER_POLICIES,
+    NODES,
+    PODS,
+    RESOURCE_SLICES,
+    Kube,
+    Mirror,
+    WatchSpec,
+    outcome_unknown,
+    validate_name,
+)
 from rblnctl.node.cordon import write_node
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey
 from rblnctl.node.events import NodeEvents, Step
@@ -53,9 +64,10 @@ from rblnctl.node.pods import PodRef
 from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
 from rblnctl.node.vms import npu_vms, vm_blocker
 from rblnctl.operator import convergence
-from rblnctl.operator.cluster import OperatorView, component_pods, node_slices, read_operator
+from rblnctl.operator.cluster import OperatorView, component_pods, components_among, node_slices, read_operator
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
+from rblnctl.operator.policy import choose_active
 from rblnctl.plan import Blocker
 
 log = logging.getLogger(__name__)
@@ -145,6 +157,7 @@ class ModeSwitcher:
     events: NodeEvents = field(default_factory=NodeEvents)
     clock: Clock = SYSTEM_CLOCK
     identity: str | None = None  # who holds the node's lock (None: this host and process)
+    stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
     _view: OperatorView | None = field(default=None, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
@@ -165,7 +178,8 @@ class ModeSwitcher:
         """The Drainer this switch uses: same options, events and lock, set-mode's filters."""
         view = self.operator()
         return Drainer(kube=self.kube, options=self.options.drain, events=self.events, clock=self.clock,
-                       operator=view, filters=mode_filters(self.options, view), identity=self.identity)
+                       operator=view, filters=mode_filters(self.options, view), identity=self.identity,
+                       stop=self.stop)
 
     def pending(self, view: OperatorView, node_obj: dict, target: str) -> list[convergence.Pending]:
         """What is still missing before the operator has converged `node_obj` on `target` (empty: done)."""
@@ -460,36 +474,64 @@ class ModeSwitcher:
     # -- waiting -------------------------------------------------------------------------------------
 
     def _wait(self, node: str, target: str, deadline: float, lock: NodeLock) -> None:
+        """Wait for the operator to converge `node` on `target`, judging every change the moment it happens.
+
+        Watches what convergence reads (the node, the operator's pods on it, the policies and, with
+        DRA, the node's ResourceSlices): a few LISTs and one stream each, whatever the node runs,
+        and no pause between a change and its judgement.
+        """
+        view = self.operator(fresh=True)
+        assert view.policy is not None
+        specs = [WatchSpec(NODES, field_selector=f"metadata.name={node}"),
+                 WatchSpec(PODS, namespace=view.namespace, field_selector=f"spec.nodeName={node}"),
+                 WatchSpec(CLUSTER_POLICIES)]
+        if C.COMP_DRA in view.policy.allocators(target):
+            specs.append(WatchSpec(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},"
+                                   f"spec.driver={view.policy.dra_driver}", missing_ok=True))
+        mirrors = [Mirror() for _ in specs]
         last: list[str] = []
         missing: list[str] = ["nothing read yet"]
-        while True:
+
+        def retrying(err: Exception) -> None:
+            nonlocal last
+            last = [f"the API server did not answer ({err}); trying again"]
+            self.events.on_waiting(last)
+
+        for ev in self.kube.watch_many(specs, timeout_s=max(0.0, deadline - self.clock.monotonic()),
+                                       clock=self.clock, stop=self.stop, poll_s=self.options.drain.poll_s,
+                                       on_retry=retrying):
+            mirrors[ev.source].apply(ev)
+            if not all(m.synced for m in mirrors):
+                continue
             lock.ensure_held()
-            try:
-                view = self.operator(fresh=True)  # re-read: the policy's status is shown while waiting
-                assert view.policy is not None
-                node_obj = self.kube.get(NODES, node)
-                mode = mode_of(labels_of(node_obj), view.policy)
-                if mode.effective != target:
-                    # Someone else relabelled the node after us: waiting can only time out, and going on
-                    # would fight them. Stop here (cordoned, recorded) and let a person decide.
-                    raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {mode.label!r} by someone else "
-                                  f"while rblnctl waited for the operator to switch it to {target}")
-                missing = [str(p) for p in self.pending(view, node_obj, target)]
-                if not missing:
-                    return
-                shown = missing + [f"operator: {t}" for t in view.policy.not_ready()]
-            except (ClusterError, ClusterUnreachable) as err:
-                if not is_transient(err) or isinstance(err, NotFound):
-                    raise
-                shown = [f"the API server did not answer ({err}); trying again"]
+            node_obj = mirrors[0].objects.get(("", node))
+            if node_obj is None:
+                raise NotFound(f'nodes "{node}" not found')
+            view = dataclasses.replace(view, choice=choose_active(mirrors[2].items()))
+            policy = view.policy
+            if policy is None:
+                raise Refused(f"the RBLNClusterPolicy was deleted while rblnctl waited for the operator to switch "
+                              f"node {node} to {target}: nothing will converge it")
+            mode = mode_of(labels_of(node_obj), policy)
+            if mode.effective != target:
+                # Someone else relabelled the node after us: waiting can only time out, and going on
+                # would fight them. Stop here (cordoned, recorded) and let a person decide.
+                raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {mode.label!r} by someone else "
+                              f"while rblnctl waited for the operator to switch it to {target}")
+            slices = mirrors[3].items() if len(mirrors) > 3 else None
+            missing = [str(p) for p in convergence.pending(node_obj, target, policy,
+                                                           components_among(mirrors[1].items(), view), slices)]
+            if not missing:
+                return
+            shown = missing + [f"operator: {t}" for t in policy.not_ready()]
             if shown != last:
                 self.events.on_waiting(shown)
                 last = shown
-            if self.clock.monotonic() >= deadline:
-                err = WaitTimeout(f"the operator did not switch node {node} to {target} within "
-                                  f"{self.options.drain.timeout_s:g}s")
-                raise err.with_details([f"still missing: {m}" for m in missing])
-            self.clock.sleep(max(0.0, min(self.options.drain.poll_s, deadline - self.clock.monotonic())))
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped(f"stopped while waiting for the operator to switch node {node}")
+        err = WaitTimeout(f"the operator did not switch node {node} to {target} within "
+                          f"{self.options.drain.timeout_s:g}s")
+        raise err.with_details([f"still missing: {m}" for m in missing])
 
     # -- failure handling ----------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ component pods and DRA ResourceSlices. Each read is one request (paged lists).""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
@@ -81,8 +81,13 @@ def _deployment_namespace(kube: Kube) -> tuple[str, str]:
 
 def component_pods(kube: Kube, view: OperatorView, node: str) -> list[tuple[str, dict]]:
     """The operator component pods on `node` as (component, pod): one LIST in the operator's namespace."""
+    return components_among(kube.list(PODS, namespace=view.namespace, field_selector=f"spec.nodeName={node}"), view)
+
+
+def components_among(pods: Iterable[dict], view: OperatorView) -> list[tuple[str, dict]]:
+    """The operator component pods among `pods` (from the operator's namespace) as (component, pod)."""
     out = []
-    for p in kube.list(PODS, namespace=view.namespace, field_selector=f"spec.nodeName={node}"):
+    for p in pods:
         comp = component_of_pod(p, base_names=view.base_names)
         if comp is not None:
             out.append((comp, p))

@@ -143,7 +143,7 @@ def test_end_of_input_at_the_prompt_is_no(apiserver, monkeypatch):
 
 @pytest.mark.parametrize(("argv", "first"), [
     (["node", "set-mode", "--bogus"], "error: no such option: --bogus"),
-    (["node", "set-mode"], "error: missing argument 'MODE NODE'"),
+    (["node", "set-mode"], "error: missing argument 'MODE [NODE]...'"),
     (["nod"], "error: no such command 'nod'. Did you mean 'node'?"),
     (["node", "drain", "n1", "--grace-period", "soon"], "error: invalid value for '--grace-period'"),
 ])

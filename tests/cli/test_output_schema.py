@@ -86,6 +86,14 @@ def _vm(apiserver):
     apiserver.add(o.npu_node("n2", mode="vm-passthrough"), o.vm("vms", "v1", running=False))
 
 
+def _pool(apiserver):
+    """n2 beside n1, both labelled pool=a; n2 runs an NPU pod."""
+    node = o.npu_node("n2", labels={"pool": "a"})
+    apiserver.add(node, o.pod("default", "npu-2", node="n2", owner_kind="ReplicaSet", owner_name="web",
+                              requests={"rebellions.ai/npu": "1"}))
+    apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(pool="a"))
+
+
 def _vm_with_npu(apiserver):
     _vm(apiserver)
     apiserver.add(o.vm("vms", "v2", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"]))
@@ -104,6 +112,13 @@ SCENARIOS = [
     Scenario("ModeSwitch", ("node", "set-mode", "container", "n1", "--yes")),  # already there: a no-op
     Scenario("NodeDrain", ("node", "drain", "n1", "--dry-run"), setup=_vm_pod),
     Scenario("NodeDrain", ("node", "drain", "n1", "--yes"), setup=_vm_pod),
+    Scenario("ModeSwitchList", ("node", "set-mode", "vm", "-l", "pool=a", "--dry-run"), setup=_pool),
+    Scenario("ModeSwitchList", ("node", "set-mode", "vm", "n1", "n2", "--max-unavailable", "2", "--yes"),
+             setup=_pool),
+    Scenario("ModeSwitchList", ("node", "set-mode", "vm", "n1", "ghost", "--continue-on-error", "--yes"),
+             exit_code=1),  # ghost cannot be planned: plan null, refused
+    Scenario("NodeDrainList", ("node", "drain", "-l", "pool=a", "--dry-run"), setup=_pool),
+    Scenario("NodeDrainList", ("node", "drain", "n1", "n2", "--yes"), setup=_pool),
     Scenario("KubeVirtStatus", ("kubevirt", "status")),
     Scenario("KubeVirtGateChange", ("kubevirt", "enable-gates", "--dra", "--dry-run")),
     Scenario("KubeVirtGateChange", ("kubevirt", "enable-gates", "--dra")),

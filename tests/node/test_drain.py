@@ -9,6 +9,7 @@ import pytest
 from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
+from rblnctl.node.evict import Evictor
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -267,34 +268,37 @@ def test_waits_for_graceful_deletion(apiserver, kube):
     res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"] and seen == ["default/npu-app"]
     assert apiserver.get("Pod", "npu-app", "default") is None
-    # The wait asks for the node's pods, never for each pod: one LIST per round, several rounds while it terminated.
+    # The wait asks for the node's pods, never for each pod: a LIST, then one watch that saw the pod go.
     assert not [r for r in apiserver.requests if r.method == "GET" and r.path.startswith("/api/v1/namespaces/")]
-    lists = [r for r in apiserver.requests if r.path == "/api/v1/pods"]
-    assert len(lists) >= 3 and all(r.query["fieldSelector"] == ["spec.nodeName=n1"] for r in lists)
+    reads = [r for r in apiserver.requests if r.path == "/api/v1/pods"]
+    assert all(r.query["fieldSelector"] == ["spec.nodeName=n1"] for r in reads)
+    evicted_at = next(i for i, r in enumerate(apiserver.requests) if r.path.endswith("/eviction"))
+    wait = [r for r in apiserver.requests[evicted_at:] if r.path == "/api/v1/pods"]
+    assert ["watch" in r.query for r in wait] == [False, True, False]  # list, watch; the last: the next round's
 
 
 def test_a_replacement_with_a_new_uid_counts_as_gone(apiserver, kube):
+    """kubectl's rule: a pod of the same name with another UID is a replacement; the evicted one has left."""
     apiserver.deletion_delay_s = 30
-    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    replaced: list[str] = []
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU),
+                  rs_pod("other", requests=NPU))
+    evicted = [PodRef(namespace="default", name=n, uid=apiserver.get("Pod", n, "default")["metadata"]["uid"])
+               for n in ("npu-app", "other")]
 
-    class Replacing(FakeClock):  # the first poll finds the old pod terminating; then its controller replaces it
-        def sleep(self, seconds, stop=None):
-            if not replaced:
-                apiserver.delete_now("Pod", "npu-app", "default")
-                replacement = rs_pod("npu-app", requests=NPU)
-                replacement["spec"].pop("nodeName")  # a replacement lands elsewhere: the node is cordoned
-                apiserver.add(replacement)
-                replaced.append(apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"])
-            return super().sleep(seconds, stop)
+    def replace(name):
+        apiserver.delete_now("Pod", name, "default")
+        apiserver.add(rs_pod(name, requests=NPU))  # recreated on the same node, under the same name
 
-    clock = Replacing()
-    drainer = drainer_for(kube, poll_s=1, timeout_s=5, clock=clock)
-    plan = drainer.plan("n1")
-    res = drainer.apply(plan)  # without the UID check this would raise WaitTimeout: the name never goes away
-    assert [p.name for p in res.evicted] == ["npu-app"] and len(clock.sleeps) == 1
-    assert replaced and replaced[0] != plan.evict[0].uid
-    assert apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"] == replaced[0]
+    replace("npu-app")  # before the wait: its first list sees the replacement
+    gone: list[str] = []
+    evictor = Evictor(kube=kube, options=DrainOptions(timeout_s=5), events=NodeEvents(on_gone=lambda p: gone.append(
+        p.name)))
+    opened = threading.Event()
+    apiserver.on_request(lambda r: opened.set() if "watch" in r.query else None)
+    threading.Timer(0, lambda: opened.wait(5) and replace("other")).start()  # while the wait watches
+    evictor.wait_gone("n1", evicted, deadline=evictor.clock.monotonic() + 5)
+    assert gone == ["npu-app", "other"]
+    assert {p["metadata"]["uid"] for p in apiserver.list("Pod", "default")}.isdisjoint(p.uid for p in evicted)
 
 
 def test_timeout_names_the_pods_still_there(apiserver, kube):

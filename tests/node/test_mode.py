@@ -415,15 +415,21 @@ def test_resumed_run_failing_after_its_relabel_keeps_the_switch_in_progress(apis
     assert json.loads(node["metadata"]["annotations"][ANN])["target"] == "vm-passthrough"
 
 
+def _is_node_list(req):
+    """The wait's look at the node: a LIST of nodes by name (then a watch of it)."""
+    return req.method == "GET" and req.path == "/api/v1/nodes" and req.query.get("fieldSelector") == [
+        "metadata.name=n1"] and "watch" not in req.query
+
+
 def _after_relabel(apiserver, action):
-    """Run `action` on the first GET of the node after the relabel PATCH (the wait's first poll)."""
+    """Run `action` on the wait's first look at the node after the relabel PATCH."""
     state: list[str] = []
 
     def hook(req):
         if req.method == "PATCH" and "labels" in ((req.body or {}) if isinstance(req.body, dict) else {}).get(
                 "metadata", {}):
             state.append("relabeled")
-        elif state == ["relabeled"] and req.method == "GET" and req.path == "/api/v1/nodes/n1":
+        elif state == ["relabeled"] and _is_node_list(req):
             state.append("done")
             action()
 
@@ -444,8 +450,8 @@ def test_label_changed_by_someone_else_while_waiting_stops_at_once(apiserver, ku
         sw.apply(plan)
     relabel = next(i for i, r in enumerate(apiserver.requests)
                    if r.method == "PATCH" and MODE in ((r.body or {}).get("metadata") or {}).get("labels", {}))
-    polls = [r for r in apiserver.requests[relabel:] if r.method == "GET" and r.path == "/api/v1/nodes/n1"]
-    assert len(polls) == 1  # stopped at the first poll that saw the foreign label
+    looks = [r for r in apiserver.requests[relabel:] if _is_node_list(r)]
+    assert len(looks) == 1  # stopped at the first look that saw the foreign label
     msg = str(exc.value)
     assert "changed" in msg and "'container'" in msg and exc.value.recovery.node == "n1"
     node = apiserver.get("Node", "n1")

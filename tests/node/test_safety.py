@@ -298,7 +298,7 @@ def test_transient_errors_during_the_wait_do_not_abort_the_switch(apiserver):
 
         def hook(req):
             if is_relabel(req):
-                apiserver.inject_fault(method="GET", path="^/api/v1/nodes/n1$", status=503, times=3,
+                apiserver.inject_fault(method="GET", path="^/api/v1/nodes$", status=503, times=3,
                                        retry_after_s=1)
                 apiserver.inject_fault(method="GET", path="/pods$", status=429, times=2)
 

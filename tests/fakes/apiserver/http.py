@@ -12,6 +12,7 @@ verbs (rest.py), watch (watch.py), ``pods/eviction`` (eviction.py), ``pods/log``
 from __future__ import annotations
 
 import json
+import select
 import socket
 import ssl
 import sys
@@ -152,6 +153,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def abort(self) -> None:
         self.close_connection = True
+
+    def client_gone(self) -> bool:
+        """Whether the client closed its end (EOF waiting to be read); a TLS socket cannot be peeked: False."""
+        if isinstance(self.connection, ssl.SSLSocket):
+            return False
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def drop(self) -> None:
         self.close_connection = True

@@ -6,7 +6,9 @@ events for the current objects. Label and field selectors apply; an object that 
 arrives as DELETED, one that starts matching as ADDED.
 
 A stream ends cleanly (the terminating chunk) after ``timeoutSeconds``, on ``close_all()`` (what a
-real server does when its own timeout passes), or when the server stops. With
+real server does when its own timeout passes), or when the server stops. A client that closes its
+connection ends the stream at once (the real server notices through the request's context), not
+only at the next event it would have been sent. With
 ``allowWatchBookmarks=true`` it sends BOOKMARK events (an object with only kind, apiVersion and
 ``metadata.resourceVersion``) every ``bookmark_interval_s`` and once just before it ends; the real
 server sends its last one two seconds before the timeout (cacher.go ``nextBookmarkTime``).
@@ -36,6 +38,8 @@ class ChunkedWriter(Protocol):
     def end_chunked(self) -> None: ...
 
     def abort(self) -> None: ...
+
+    def client_gone(self) -> bool: ...
 
 
 class Watcher:
@@ -110,6 +114,9 @@ class WatchHub:
 
             next_bookmark = time.monotonic() + self.settings.bookmark_interval_s
             while not self.store.stopping.is_set():
+                if out.client_gone():
+                    out.abort()
+                    return
                 now = time.monotonic()
                 if watcher.closed.is_set() or (deadline is not None and now >= deadline):
                     if bookmarks:

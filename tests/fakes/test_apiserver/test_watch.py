@@ -145,3 +145,14 @@ def test_the_client_resumes_after_a_close_from_the_last_bookmark(apiserver, core
     assert got == [("MODIFIED", "1"), ("BOOKMARK", None), ("MODIFIED", "2")]  # nothing lost, nothing twice
     rewatch = apiserver.requests_matching("GET", "^/api/v1/nodes$")[-1]
     assert rewatch.query["resourceVersion"] == [closed_at] and rewatch.query["watch"] == ["true"]
+
+
+def test_a_client_that_goes_away_ends_its_stream(apiserver):
+    apiserver.add(o.node("n1"))
+    conn = http.client.HTTPConnection("127.0.0.1", apiserver.port, timeout=5)
+    conn.request("GET", "/api/v1/nodes?watch=true")
+    resp = conn.getresponse()
+    _wait_for(lambda: apiserver.open_watches == 1, "the watch to open")
+    resp.close()
+    conn.close()  # nothing more will be sent on it: the server notices without an event to write
+    _wait_for(lambda: apiserver.open_watches == 0, "the stream to end")

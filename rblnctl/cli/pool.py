@@ -1,0 +1,271 @@
+"""Pool runs of `node set-mode` and `node drain` on the terminal: live per-node progress, the plan, the final table.
+
+On a terminal the progress is a rich Live table on stderr (one row per node, redrawn in place); piped,
+it is one line per event, each starting with the node's name. The result goes to stdout: a table
+(NODE, FROM, TO, RESULT, DURATION, EVICTED) or a ModeSwitchList / NodeDrainList document whose
+items are the single-node ModeSwitch / NodeDrain documents.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rblnctl.cli.output import Cell, Table, View
+
+_STYLE = {"done": "green", "unchanged": "", "refused": "red", "failed": "red", "interrupted": "yellow",
+          "skipped": "yellow"}
+_FINISHED = ("done", "unchanged", "refused", "failed", "interrupted", "skipped")
+
+
+def human_duration(seconds: float) -> str:
+    """`4.2s`, `1m05s`, `1h02m` (a table cell)."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class _Row:
+    def __init__(self) -> None:
+        self.state = "queued"
+        self.detail = ""
+        self.evicted = 0
+        self.started: float | None = None
+        self.ended: float | None = None
+
+
+class PoolProgress:
+    """The pool's events on the stderr console: a live table on a terminal, one line per event when piped."""
+
+    def __init__(self, nodes: list[str], *, title: str, server_dry_run: bool = False) -> None:
+        from rblnctl.cli.console import stderr
+
+        self.console = stderr()
+        self.title = title
+        self.suffix = " (server dry run)" if server_dry_run else ""
+        self.rows = {n: _Row() for n in nodes}
+        self.lock = threading.RLock()  # the live display renders under it, from inside _ensure_live too
+        self.live: Any = None
+        self.closed = False
+
+    # -- the library's events --------------------------------------------------------------------------
+
+    def events(self) -> Any:
+        from rblnctl.node.pool import PoolEvents
+
+        return PoolEvents(for_node=self._node_events, on_start=self._start, on_finish=self._finish)
+
+    def _node_events(self, node: str) -> Any:
+        from rblnctl.node.events import NodeEvents, Step
+
+        def step(s: Any, detail: str) -> None:
+            self._update(node, state=str(s), detail=detail)
+            self._line(node, f"{s}: {detail}", "red" if s == Step.ROLLBACK else "")
+
+        def evicted(pod: Any) -> None:
+            with self.lock:
+                self.rows[node].evicted += 1
+            self._line(node, f"  evicted {pod}")
+
+        def gone(pod: Any) -> None:
+            self._line(node, f"  gone    {pod}")
+
+        def pdb(pod: Any, message: str, attempt: int) -> None:
+            self._update(node, detail=f"{pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt})")
+            self._line(node, f"  {pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt}); retrying: "
+                       f"{message}", "yellow")
+
+        def waiting(missing: list[str]) -> None:
+            text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
+            self._update(node, detail=text)
+            self._line(node, text, "dim")
+
+        def warning(text: str) -> None:
+            from rblnctl.cli.console import warn
+
+            warn(f"{node}: {text}")
+
+        return NodeEvents(on_step=step, on_evicted=evicted, on_gone=gone, on_pdb_blocked=pdb, on_waiting=waiting,
+                          on_warning=warning)
+
+    def _start(self, node: str) -> None:
+        with self.lock:
+            row = self.rows.setdefault(node, _Row())
+            row.state, row.started = "planning", time.monotonic()
+        self._ensure_live()
+        self._line(node, "started")
+
+    def _finish(self, item: Any) -> None:
+        outcome = str(item.outcome)
+        with self.lock:
+            row = self.rows.setdefault(item.node, _Row())
+            row.state, row.ended = outcome, time.monotonic()
+            row.detail = " ".join(str(item.error).split()) if item.error is not None else ""
+        text = outcome + (f": {row.detail}" if row.detail else "")
+        self._line(item.node, text, _STYLE.get(outcome, ""))
+
+    # -- drawing ---------------------------------------------------------------------------------------
+
+    def _update(self, node: str, *, state: str | None = None, detail: str | None = None) -> None:
+        with self.lock:
+            row = self.rows.setdefault(node, _Row())
+            if state is not None:
+                row.state = state
+            if detail is not None:
+                row.detail = detail
+
+    def _line(self, node: str, text: str, style: str = "") -> None:
+        if self.console.is_terminal:
+            return  # the live table shows it
+        from rich.markup import escape
+
+        msg = escape(f"{node}: {text}{self.suffix}")
+        with self.lock:
+            self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
+
+    def _ensure_live(self) -> None:
+        if not self.console.is_terminal:
+            return
+        with self.lock:
+            if self.live is not None or self.closed:
+                return
+            from rich.live import Live
+
+            self.live = Live(get_renderable=self._render, console=self.console, transient=True,
+                             refresh_per_second=4, redirect_stdout=False, redirect_stderr=False)
+            self.live.start()
+
+    def _render(self) -> Any:
+        from rich.console import Group
+        from rich.markup import escape
+        from rich.table import Table as RichTable
+        from rich.text import Text
+
+        now = time.monotonic()
+        with self.lock:
+            rows = list(self.rows.items())
+        counts: dict[str, int] = {}
+        for _, r in rows:
+            key = r.state if r.state in _FINISHED or r.state == "queued" else "running"
+            counts[key] = counts.get(key, 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+        height = max(5, self.console.size.height - 4)
+        shown = rows if len(rows) <= height else [(n, r) for n, r in rows if r.state not in ("queued", "done",
+                                                                                             "unchanged")]
+        t = RichTable(box=None, pad_edge=False, show_edge=False, header_style="bold")
+        for col in ("NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL"):
+            t.add_column(col, no_wrap=True, overflow="ellipsis")
+        for node, r in shown[:height]:
+            elapsed = "" if r.started is None else human_duration((r.ended or now) - r.started)
+            style = _STYLE.get(r.state, "cyan" if r.state != "queued" else "dim")
+            t.add_row(escape(node), Text(r.state, style=style), str(r.evicted), elapsed, Text(r.detail))
+        return Group(Text(f"{self.title}: {summary}{self.suffix}"), t)
+
+    def stop(self) -> None:
+        with self.lock:
+            live, self.live, self.closed = self.live, None, True
+        if live is not None:
+            live.stop()
+
+
+# -- views -----------------------------------------------------------------------------------------------
+
+
+def _item_document(plan: Any, node: str, item: Any) -> dict:
+    from rblnctl.cli.node import drain_document, mode_switch_document
+    from rblnctl.cli.output import document
+
+    node_plan = item.plan if item is not None and item.plan is not None else plan.plans.get(node)
+    result = item.result if item is not None else None
+    kind = "ModeSwitch" if plan.operation == "set-mode" else "NodeDrain"
+    if node_plan is None:
+        body: dict = {"node": node, "plan": None, "result": None}
+    elif plan.operation == "set-mode":
+        body = mode_switch_document(node_plan, result)
+    else:
+        body = drain_document(node_plan, result)
+    error = item.error if item is not None else plan.errors.get(node)
+    body["outcome"] = None if item is None else str(item.outcome)
+    body["error"] = None if error is None else " ".join(str(error).split())
+    body["durationSeconds"] = None if item is None else item.duration_s
+    return document(kind, body)
+
+
+def pool_document(plan: Any, result: Any = None) -> dict:
+    """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
+    items = {i.node: i for i in result.items} if result is not None else {}
+    body: dict = {"selector": plan.selector, "maxUnavailable": plan.max_unavailable,
+                  "continueOnError": plan.continue_on_error}
+    if plan.operation == "set-mode":
+        body["target"] = plan.target
+    body["items"] = [_item_document(plan, n, items.get(n)) for n in plan.nodes]
+    return body
+
+
+def _list_kind(plan: Any) -> str:
+    return "ModeSwitchList" if plan.operation == "set-mode" else "NodeDrainList"
+
+
+def _what(plan: Any) -> str:
+    from rblnctl.node.mode import short_mode
+
+    nodes = f"{len(plan.nodes)} node(s)"
+    doing = f"switch {nodes} to {short_mode(plan.target)}" if plan.operation == "set-mode" else f"drain {nodes}"
+    pace = f"at most {plan.max_unavailable} at once"
+    where = f" (selector {plan.selector})" if plan.selector else ""
+    return f"{doing}, {pace}{where}"
+
+
+def pool_plan_view(plan: Any) -> View:
+    """What each node of the pool would do (a dry run, and the confirmation)."""
+    if plan.operation == "set-mode":
+        t = Table("NODE", "FROM", "TO", "PLAN", "EVICT")
+    else:
+        t = Table("NODE", "PLAN", "EVICT")
+    for node in plan.nodes:
+        p = plan.plans.get(node)
+        refused = bool(plan.refusal(node))
+        if p is None or refused:
+            action = Cell("refused", "red")
+        elif p.noop:
+            action = "unchanged"
+        elif plan.operation == "set-mode":
+            action = "resume" if p.resume else "clear-leftovers" if p.converged else "switch"
+        else:
+            action = "cordon,evict" if p.cordon else "evict"
+        evict = "" if p is None else str(len(p.drain.evict) if plan.operation == "set-mode" and p.drain else
+                                         len(getattr(p, "evict", []) or []))
+        if plan.operation == "set-mode":
+            t.add_row(node, "<unknown>" if p is None else p.current_mode, plan.target, action, evict or "0")
+        else:
+            t.add_row(node, action, evict or "0")
+    epilogue = [f"{node}: {b.message}" for node in plan.nodes for b in plan.refusal(node)]
+    return View(kind=_list_kind(plan), body=lambda: pool_document(plan), preamble=[_what(plan)], tables=[t],
+                epilogue=epilogue, names=[f"node/{n}" for n in plan.nodes])
+
+
+def pool_result_view(plan: Any, result: Any) -> View:
+    """The final table: one row per node, its outcome, how long it took and how many pods it evicted."""
+    if plan.operation == "set-mode":
+        t = Table("NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED")
+    else:
+        t = Table("NODE", "RESULT", "DURATION", "EVICTED", "CORDONED")
+    for item in result.items:
+        p = item.plan if item.plan is not None else plan.plans.get(item.node)
+        dry = item.result is not None and getattr(item.result, "server_dry_run", False)
+        outcome = Cell("server-dry-run" if dry else str(item.outcome), _STYLE.get(str(item.outcome), ""))
+        evicted = str(len(item.result.evicted)) if item.result is not None else "0"
+        duration = human_duration(item.duration_s) if item.duration_s else "-"
+        if plan.operation == "set-mode":
+            t.add_row(item.node, p.current_mode if p is not None else "<unknown>", plan.target, outcome, duration,
+                      evicted)
+        else:
+            cordoned = "yes" if item.result is not None and item.result.cordoned else "no"
+            t.add_row(item.node, outcome, duration, evicted, cordoned)
+    return View(kind=_list_kind(plan), body=lambda: pool_document(plan, result), tables=[t],
+                names=[f"node/{i.node}" for i in result.items])
