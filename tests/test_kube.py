@@ -422,7 +422,7 @@ def test_kubeconfig_env_merges_several_files(monkeypatch, apiserver, tmp_path):
 def test_in_cluster_service_account(monkeypatch, tls_apiserver, tls_files, tmp_path):
     import kubernetes.config.incluster_config as incluster
 
-    from rblnctl import kube as kube_mod
+    from rblnctl.kube import connection as kube_mod  # connect() reads SA_TOKEN there
 
     token = tmp_path / "token"
     token.write_text("fake-token")
@@ -439,7 +439,7 @@ def test_in_cluster_service_account(monkeypatch, tls_apiserver, tls_files, tmp_p
 
 
 def test_in_cluster_without_service_port_is_a_config_error(monkeypatch, tmp_path):
-    from rblnctl import kube as kube_mod
+    from rblnctl.kube import connection as kube_mod  # connect() reads SA_TOKEN there
 
     token = tmp_path / "token"
     token.write_text("fake-token")

@@ -1,4 +1,4 @@
-"""rblnctl.kubeconfig: kubectl's merge rules, paths relative to their file, inline data, token files, and no
+"""rblnctl.kube.kubeconfig: kubectl's merge rules, paths relative to their file, inline data, token files, and no
 kubernetes package for static credentials."""
 
 from __future__ import annotations

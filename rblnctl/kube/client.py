@@ -1,0 +1,368 @@
+"""Kubernetes access shared by every cluster command: connect, raw JSON requests, typed errors, paging.
+
+rblnctl talks to the API server over urllib3 (rblnctl.kube.kubeconfig loads credentials as kubectl does
+and builds the transport) and reads and writes plain JSON dicts instead of generated models: one
+code path for built-in and custom resources, explicit patch content types (kubernetes-client/python
+#2119 sends JSON-patch lists to CustomObjectsApi as merge patches), and no model (de)serialisation
+cost on large lists. The kubernetes package is imported only for credential plugins and in-cluster
+configuration; `--help`, `vfio` and `preflight --local` do not even import this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+import urllib3
+
+from rblnctl import __version__
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import (
+    AuthError,
+    ClusterError,
+    ClusterTimeout,
+    ClusterUnreachable,
+    ConfigError,
+    MalformedReply,
+    NotFound,
+    OutcomeUnknown,
+    WriteTimeout,
+)
+from rblnctl.kube.kubeconfig import Transport, client_errors
+from rblnctl.kube.replies import (
+    _decode,
+    _decode_ok,
+    _is_timeout,
+    _object,
+    _one_line,
+    _reached_server,
+    _retry_after,
+    _retryable,
+    _root_cause,
+    _status_error,
+)
+from rblnctl.kube.resources import PODS, Resource
+
+if TYPE_CHECKING:
+    from rblnctl.kube.watch import WatchEvent, WatchSpec
+
+log = logging.getLogger("rblnctl.kube")
+request_log = logging.getLogger("rblnctl.kube.requests")  # -v=6: one line per request
+wire_log = logging.getLogger("rblnctl.kube.bodies")  # -v=8: request and response bodies
+
+JSON = "application/json"
+PATCH_TYPES = {
+    "json": "application/json-patch+json",
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+DEFAULT_PAGE_SIZE = 500
+USER_AGENT = f"rblnctl/{__version__}"
+# Reads are retried when the server is briefly unable to answer, as client-go does (429 with
+# Retry-After, 5xx, a dropped connection): at most READ_RETRIES more tries, waiting the server's
+# Retry-After or 0.5 s, 1 s, 2 s, never more than MAX_RETRY_WAIT_S. A timeout is never retried
+# (that would double --request-timeout) and a write is never re-sent (see OutcomeUnknown).
+READ_RETRIES = 3
+RETRY_BASE_S = 0.5
+MAX_RETRY_WAIT_S = 10.0
+
+
+@dataclass
+class Kube:
+    """One connection to one cluster; every request returns parsed JSON or raises a typed RblnError."""
+
+    transport: Transport  # the connection pool and the credentials (rblnctl.kube.kubeconfig)
+    server: str
+    context: str | None = None
+    request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
+    proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
+    impersonate_user: str | None = None  # sent as Impersonate-User (kubectl --as)
+    impersonate_groups: tuple[str, ...] = ()  # one Impersonate-Group header each (kubectl --as-group)
+    clock: Clock = SYSTEM_CLOCK  # waits between read retries
+    read_retries: int = READ_RETRIES
+    request_count: int = field(default=0, init=False)
+
+    # -- core -------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        text: bool = False,
+    ) -> Any:
+        """Send one request; return the decoded JSON body (None when empty), or with `text` the body as text.
+
+        Raises NotFound (404), Conflict (409), AuthError (401), Forbidden (403), ClusterError
+        (other non-2xx), MalformedReply (a 2xx that is not JSON), NotAnApiServer (an HTML page),
+        ClusterUnreachable / ClusterTimeout when no answer comes back, and for a write whose reply
+        was lost OutcomeUnknown (WriteTimeout after --request-timeout). Reads that fail
+        transiently are tried again (READ_RETRIES); writes are sent exactly once.
+        """
+        retries = self.read_retries if method in ("GET", "HEAD") else 0
+        attempt = 0
+        while True:
+            try:
+                return self._request_once(method, path, query=query, body=body, content_type=content_type,
+                                          text=text)
+            except (ClusterError, ClusterUnreachable) as err:
+                if attempt >= retries or not _retryable(err):
+                    raise
+                attempt += 1
+                wait = min(MAX_RETRY_WAIT_S, getattr(err, "retry_after_s", None) or RETRY_BASE_S * 2 ** (attempt - 1))
+                log.debug("%s %s failed (%s); try %d of %d in %.1fs", method, path, err, attempt + 1, retries + 1,
+                          wait)
+                self.clock.sleep(wait)
+
+    def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
+                      content_type: str | None, text: bool = False) -> Any:
+        url, headers, plugin_errors, resource_path = self._prepare(method, path, query, body, content_type)
+        if text:  # errors come back as JSON Status objects either way; a text body (a pod log) is text/plain
+            headers["Accept"] = f"text/plain, {JSON}"
+        if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
+            wire_log.debug("request body: %s", _loggable(body))
+        started = time.monotonic()
+        resp, data = self._send(method, path, url, headers, body, self.request_timeout_s)
+        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
+                          (time.monotonic() - started) * 1e3)
+        if wire_log.isEnabledFor(logging.DEBUG):
+            wire_log.debug("response body: %s", _loggable(data))
+        ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
+        if 200 <= resp.status < 300:
+            if text:
+                return (data or b"").decode("utf-8", "replace")
+            return _decode_ok(data, ctype, method, path, self.server)
+        raise self._reply_error(method, path, resp, data, plugin_errors)
+
+    def _prepare(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+                 content_type: str | None) -> tuple[str, Any, list[str], str]:
+        """The URL and headers (auth, impersonation) of a request; the credential plugin's errors, if it ran."""
+        query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
+        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": USER_AGENT})
+        if body is not None:
+            headers["Content-Type"] = content_type or JSON
+        resource_path = path + ("?" + urlencode(query_items) if query_items else "")
+        # The header may come from an exec credential plugin, run again when its token expired.
+        with client_errors() as plugin_errors:
+            authorization = self.transport.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        if self.impersonate_user or self.impersonate_groups:
+            headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
+        return self.transport.host + resource_path, headers, plugin_errors, resource_path
+
+    def _send(self, method: str, path: str, url: str, headers: Any, body: Any, timeout: Any, *,
+              stream: bool = False) -> tuple[Any, bytes | None]:
+        """Send one request; (response, body), or with `stream` (response, None) and the body left unread.
+
+        `timeout` is seconds for the whole request (None: no limit) or (connect, read) seconds. Every
+        transport failure becomes a typed error here: timeouts, refused and dropped connections, TLS
+        failures, and for a write that reached the server OutcomeUnknown.
+        """
+        self.request_count += 1
+        where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
+        write = method not in ("GET", "HEAD")
+        data = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+        limit = urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple) else \
+            urllib3.Timeout(total=timeout)
+        try:
+            resp = self.transport.request(method, url, headers=headers, body=data, timeout=limit)
+            if stream:
+                return resp, None
+            content = resp.read()
+            resp.release_conn()
+        except urllib3.exceptions.HTTPError as e:
+            if _is_timeout(e):
+                msg = f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
+                raise (WriteTimeout(msg + "; it may have been applied") if write else ClusterTimeout(msg)) from e
+            if write and _reached_server(e):
+                raise OutcomeUnknown(f"the connection to {where} broke during {method} {path}: "
+                                     f"{_root_cause(e)}; it may have been applied") from e
+            unreachable = ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}")
+            unreachable.dropped = _reached_server(e)  # type: ignore[attr-defined]
+            raise unreachable from e
+        except OSError as e:
+            raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
+        return resp, content
+
+    def _reply_error(self, method: str, path: str, resp: Any, data: bytes | None,
+                     plugin_errors: list[str]) -> ClusterError | NotFound:
+        """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
+        decoded = _decode(data)
+        err = _status_error(method, path, resp.status, decoded, self.server)
+        if resp.status == 401 and plugin_errors:
+            err = AuthError(f"{err} (credential plugin: {_one_line('; '.join(plugin_errors))})",
+                            status=401, reason="Unauthorized")
+        retry_after = _retry_after(resp, decoded)
+        if retry_after is not None:
+            err.retry_after_s = retry_after  # type: ignore[attr-defined]
+        return err
+
+    def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
+        """GET one object (MalformedReply when the reply is not one)."""
+        path = res.path(name, namespace=namespace)
+        return _object(self.request("GET", path), f"GET {path}")
+
+    def get_optional(self, res: Resource, name: str, *, namespace: str | None = None) -> dict | None:
+        """GET one object; None when it does not exist."""
+        try:
+            return self.get(res, name, namespace=namespace)
+        except NotFound:
+            return None
+
+    def iter_list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> Iterator[dict]:
+        """Yield every object of a collection, following `continue` tokens page by page."""
+        token: str | None = None
+        while True:
+            page = self.request(
+                "GET",
+                res.path(namespace=namespace),
+                query={
+                    "labelSelector": label_selector,
+                    "fieldSelector": field_selector,
+                    "limit": page_size,
+                    "continue": token,
+                },
+            )
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                raise MalformedReply(f"GET {res.path(namespace=namespace)} did not return a list "
+                                     f"(got {type(page).__name__})")
+            for item in page.get("items") or []:
+                yield _object(item, f"an item of GET {res.path(namespace=namespace)}")
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def list(self, res: Resource, **kwargs: Any) -> list[dict]:
+        """Return every object of a collection (paged under the hood)."""
+        return list(self.iter_list(res, **kwargs))
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        *,
+        patch_type: str,
+        namespace: str | None = None,
+        sub: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
+        """PATCH one object; patch_type is `json`, `merge` or `strategic`; dry_run sends dryRun=All."""
+        return self.request(
+            "PATCH",
+            res.path(name, namespace=namespace, sub=sub),
+            query={"dryRun": "All" if dry_run else None},
+            body=patch,
+            content_type=PATCH_TYPES[patch_type],
+        )
+
+    def create(self, res: Resource, obj: dict, *, namespace: str | None = None, sub_of: str | None = None,
+               sub: str | None = None, dry_run: bool = False) -> Any:
+        """POST an object to a collection, or to a subresource (`sub_of` name + `sub`, e.g. eviction)."""
+        path = res.path(sub_of, namespace=namespace, sub=sub) if sub_of else res.path(namespace=namespace)
+        return self.request("POST", path, query={"dryRun": "All" if dry_run else None}, body=obj)
+
+    def delete(self, res: Resource, name: str, *, namespace: str | None = None, body: dict | None = None,
+               dry_run: bool = False) -> Any:
+        """DELETE one object."""
+        return self.request(
+            "DELETE", res.path(name, namespace=namespace), query={"dryRun": "All" if dry_run else None}, body=body
+        )
+
+    def pod_log(self, name: str, *, namespace: str, container: str | None = None) -> str:
+        """The log of a pod's container (`kubectl logs`), as text."""
+        return self.request("GET", PODS.path(name, namespace=namespace, sub="log"), query={"container": container},
+                            text=True)
+
+    def server_version(self) -> dict:
+        """Return the server's /version document."""
+        doc = self.request("GET", "/version")
+        if not isinstance(doc, dict):
+            raise MalformedReply(f"GET /version did not return a version document (got {type(doc).__name__})")
+        return doc
+
+
+    # -- watches ----------------------------------------------------------------------------------
+
+    def list_with_version(self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+                          field_selector: str | None = None) -> tuple[list[dict], str]:
+        """Every object of a collection (paged) and the resourceVersion a watch resumes from."""
+        items: list[dict] = []
+        version = ""
+        token: str | None = None
+        path = res.path(namespace=namespace)
+        while True:
+            page = self.request("GET", path, query={"labelSelector": label_selector, "fieldSelector": field_selector,
+                                                    "limit": DEFAULT_PAGE_SIZE, "continue": token})
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                raise MalformedReply(f"GET {path} did not return a list (got {type(page).__name__})")
+            items += [_object(item, f"an item of GET {path}") for item in page.get("items") or []]
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")  # the first page's: the list's snapshot
+            token = meta.get("continue")
+            if not token:
+                return items, version
+
+    # -- watches (rblnctl.kube.watch) ---------------------------------------------------------
+
+    def watch(self, res: Resource, **kwargs: Any) -> Iterator[WatchEvent]:
+        """Yield a collection's changes as they happen (rblnctl.kube.watch.watch)."""
+        from rblnctl.kube.watch import watch
+
+        return watch(self, res, **kwargs)
+
+    def watch_many(self, specs: Sequence[WatchSpec], **kwargs: Any) -> Iterator[WatchEvent]:
+        """Watch several collections at once (rblnctl.kube.watch.watch_many)."""
+        from rblnctl.kube.watch import watch_many
+
+        return watch_many(self, specs, **kwargs)
+
+
+def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:
+    """Impersonate-User and one Impersonate-Group header per group (the API server reads repeated headers)."""
+    if groups and not user:
+        raise ConfigError("--as-group needs --as (as in kubectl)")
+    out = urllib3.HTTPHeaderDict(headers)
+    out["Impersonate-User"] = user
+    for g in groups:
+        out.add("Impersonate-Group", g)
+    return out
+
+
+_SECRET_KEYS = re.compile(
+    r'("(?:token|password|data|stringData|client-key-data|bearerToken)"\s*:\s*)'  # the key...
+    r'("(?:[^"\\]|\\.)*"|\{[^}]*\})',  # ...and its string or flat object value
+    re.IGNORECASE)
+BODY_LOG_LIMIT = 10240  # bytes of a body shown at -v=8, as kubectl truncates
+
+
+def _loggable(body: Any) -> str:
+    """A request or response body for -v=8: one line, secrets masked, truncated."""
+    if isinstance(body, (bytes, bytearray)):
+        text = bytes(body[: BODY_LOG_LIMIT * 2]).decode("utf-8", "replace")
+    elif isinstance(body, str):
+        text = body
+    else:
+        text = json.dumps(body, separators=(",", ":"), default=str)
+    text = _SECRET_KEYS.sub(lambda m: m.group(1) + '"<masked>"', text)
+    if len(text) > BODY_LOG_LIMIT:
+        text = text[:BODY_LOG_LIMIT] + f"... ({len(text) - BODY_LOG_LIMIT} more characters)"
+    return " ".join(text.split())

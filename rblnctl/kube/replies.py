@@ -1,0 +1,209 @@
+"""What an answer (or its absence) means: typed errors from Kubernetes Status replies, and which failures are transient.
+
+Every non-2xx reply becomes one RblnError with one line (the verb, resource and namespace RBAC saw
+for a 403); a reply that is not JSON is MalformedReply, an HTML page NotAnApiServer; no reply at all
+is ClusterUnreachable, or OutcomeUnknown for a write that may have been applied.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+
+from rblnctl.errors import (
+    AuthError,
+    ClusterError,
+    ClusterTimeout,
+    ClusterUnreachable,
+    Conflict,
+    Forbidden,
+    MalformedReply,
+    NotAnApiServer,
+    NotFound,
+    OutcomeUnknown,
+)
+
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def is_transient(err: BaseException) -> bool:
+    """A failure worth trying again later: throttled, a 5xx, or no answer (but never bad credentials)."""
+    if isinstance(err, (AuthError, MalformedReply, NotAnApiServer)):
+        return False
+    if isinstance(err, ClusterUnreachable):
+        return True
+    return isinstance(err, ClusterError) and err.status in TRANSIENT_STATUSES
+
+
+def _retryable(err: BaseException) -> bool:
+    """What Kube.request() itself tries again: a throttled or 5xx answer, or a connection that broke mid-request.
+
+    A refused connection, a TLS or DNS failure fail fast (the next try fails the same way), and a
+    timeout is never retried (it would double --request-timeout); the long waits of set-mode retry
+    those themselves (is_transient) within their own deadline.
+    """
+    if isinstance(err, ClusterTimeout):
+        return False
+    if isinstance(err, ClusterUnreachable):
+        return bool(getattr(err, "dropped", False))
+    return isinstance(err, ClusterError) and not isinstance(err, (AuthError, MalformedReply)) and \
+        err.status in TRANSIENT_STATUSES
+
+
+def outcome_unknown(err: BaseException) -> bool:
+    """Whether a write that failed with `err` may still have been applied (lost reply, or a 504 gateway timeout)."""
+    return isinstance(err, OutcomeUnknown) or (isinstance(err, ClusterError) and err.status == 504)
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def describe_request(method: str, path: str) -> tuple[str, str, str | None]:
+    """Return (verb, resource, namespace) as RBAC sees a request path."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return method.lower(), path, None
+    namespace = None
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] if rest else ""
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    if group:
+        resource = f"{resource}.{group}" if "/" not in resource else resource.replace("/", f".{group}/", 1)
+    if method == "GET":
+        verb = "get" if len(rest) >= 2 else "list"
+    else:
+        verb = _VERBS.get(method, method.lower())
+    return verb, resource, namespace
+
+
+def _status_error(method: str, path: str, status: int, body: Any, server: str) -> ClusterError | NotFound:
+    message = ""
+    reason = ""
+    if isinstance(body, dict):
+        message = str(body.get("message") or "")
+        reason = str(body.get("reason") or "")
+        # A failed JSON Patch comes back as 422 "the server rejected our request due to an error in
+        # our request" with the real cause ("testing value /x failed: test failed") only in details.causes.
+        details = body.get("details") if isinstance(body.get("details"), dict) else {}
+        causes = [str(c["message"]) for c in details.get("causes") or [] if isinstance(c, dict) and c.get("message")]
+        extra = [c for c in causes if c not in message]
+        if extra:
+            message = f"{message}: {'; '.join(extra)}" if message else "; ".join(extra)
+    verb, resource, namespace = describe_request(method, path)
+    where = f'in namespace "{namespace}"' if namespace else "at cluster scope"
+    if status == 401:
+        return AuthError(
+            f"unauthorized: the API server at {server} rejected our credentials; refresh your kubeconfig login",
+            status=status,
+            reason=reason or "Unauthorized",
+        )
+    if status == 403:
+        return Forbidden(
+            f"forbidden: RBAC does not allow {verb} on {resource} {where}"
+            + (f" ({_one_line(message)})" if message else ""),
+            status=status,
+            reason=reason or "Forbidden",
+        )
+    if status == 404:
+        if not message or message == "the server could not find the requested resource":
+            # The API itself is missing (a CRD not installed, a group version not served), not an object.
+            return NotFound(f"the API server does not serve {resource} ({method} {path}): is its CRD installed?")
+        return NotFound(message)
+    if status == 409:
+        return Conflict(message or f"conflict on {resource}", status=status, reason=reason or "Conflict")
+    text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
+    return ClusterError(f"{method} {path} failed: {status} {reason or ''} {text}".replace("  ", " "),
+                        status=status, reason=reason)
+
+
+def _object(value: Any, what: str) -> dict:
+    """`value` if it is a Kubernetes object (a mapping with metadata.name); else MalformedReply naming `what`."""
+    meta = value.get("metadata") if isinstance(value, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        raise MalformedReply(f"{what} did not return a Kubernetes object (got {type(value).__name__})")
+    return value
+
+
+def _decode_ok(data: bytes | None, ctype: str, method: str, path: str, server: str) -> Any:
+    """Decode a 2xx body: JSON, or a clear error saying what came back instead."""
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        pass
+    if "json" not in ctype.lower():
+        raise NotAnApiServer(f"the server at {server} answered {method} {path} with {ctype or 'no content type'}, "
+                             "not the Kubernetes API: is the kubeconfig's server URL right (or a proxy in between)?")
+    raise MalformedReply(f"{method} {path} returned invalid JSON ({_one_line(data[:80].decode('utf-8', 'replace'))})")
+
+
+def _retry_after(resp: Any, body: Any) -> float | None:
+    """The seconds a 429/503 asks the client to wait (the Retry-After header, else details.retryAfterSeconds)."""
+    headers = getattr(resp, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is None and isinstance(body, dict):
+        value = (body.get("details") or {}).get("retryAfterSeconds") if isinstance(body.get("details"), dict) \
+            else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _reached_server(e: BaseException) -> bool:
+    """Whether a failed request got as far as the server (a broken connection), not refused before sending."""
+    refused = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.NameResolutionError,
+               urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError)
+    for err in (e, getattr(e, "reason", None)):
+        if isinstance(err, refused):
+            return False
+    return True
+
+
+def _decode(data: bytes | None) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")[:200]
+
+
+def _is_timeout(e: BaseException) -> bool:
+    """A read/connect timeout, possibly wrapped by urllib3's MaxRetryError."""
+    # urllib3 2.x makes NewConnectionError (refused, DNS) a ConnectTimeoutError subclass: not a timeout.
+    refused = urllib3.exceptions.NewConnectionError
+    for err in (e, getattr(e, "reason", None)):
+        if isinstance(err, urllib3.exceptions.TimeoutError) and not isinstance(err, refused):
+            return True
+    return False
+
+
+def _root_cause(e: BaseException, *, text: str | None = None) -> str:
+    seen = e
+    while True:
+        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
+        if not isinstance(nxt, BaseException) or nxt is seen:
+            break
+        seen = nxt
+    if text is None:
+        text = str(seen)
+    for hint in ("Connection refused", "Name or service not known", "No route to host", "timed out",
+                 "Connection reset", "Remote end closed connection", "certificate verify failed"):
+        if hint.lower() in text.lower() or hint.lower() in str(e).lower():
+            return hint.lower()
+    return _one_line(text) or type(seen).__name__
+
+
+def _one_line(e: object) -> str:
+    text = " ".join(str(e).split())
+    return text[:300]

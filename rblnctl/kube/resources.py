@@ -1,0 +1,99 @@
+"""Where things are in the API: Resource coordinates (group, version, plural) and the resource types rblnctl uses.
+
+Object names are checked as Kubernetes checks them before they become URL path segments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+from rblnctl import constants as C
+from rblnctl.errors import (
+    InvalidInput,
+)
+
+
+# RFC 1123 subdomain: what Kubernetes accepts as a node (and most objects') name
+# (k8s.io/apimachinery pkg/util/validation IsDNS1123Subdomain).
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def validate_name(name: str, *, kind: str = "node") -> str:
+    """Return `name` if Kubernetes would accept it as a `kind` name (RFC 1123 subdomain); else InvalidInput.
+
+    Checked before any request: `./n1`, `x/../n1` or `n1?` would address an object over HTTP while
+    matching nothing in field and label selectors.
+    """
+    if not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+        raise InvalidInput(f"invalid {kind} name {name!r}: a {kind} name is lower-case letters, digits, '-' and '.', "
+                           "starting and ending with a letter or digit (at most 253 characters)")
+    return name
+
+
+@dataclass(frozen=True)
+class Resource:
+    """The REST coordinates of one resource type."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str = ""
+
+    def path(self, name: str | None = None, *, namespace: str | None = None, sub: str | None = None) -> str:
+        """Return the URL path of the collection (no name) or of one object (and its subresource).
+
+        Names are path segments: one that is empty, `.`/`..` or holds `/`, `?`, `#` or `%` is refused
+        (InvalidInput) rather than allowed to address something else.
+        """
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{_segment(namespace)}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{_segment(name)}"
+            if sub:
+                base += f"/{sub}"
+        return base
+
+    @property
+    def qualified(self) -> str:
+        """`plural.group` as the API server names it in messages (`nodes`, `kubevirts.kubevirt.io`)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+def _segment(name: str) -> str:
+    if not name or name in (".", "..") or any(c in name for c in "/?#%") or name != name.strip():
+        raise InvalidInput(f"invalid object name {name!r}")
+    return quote(name, safe="")
+
+
+NODES = Resource("", "v1", "nodes", False, "Node")
+PODS = Resource("", "v1", "pods", True, "Pod")
+NAMESPACES = Resource("", "v1", "namespaces", False, "Namespace")
+DAEMONSETS = Resource("apps", "v1", "daemonsets", True, "DaemonSet")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", True, "Deployment")
+REPLICASETS = Resource("apps", "v1", "replicasets", True, "ReplicaSet")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", True, "PodDisruptionBudget")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition")
+KUBEVIRTS = Resource(C.KUBEVIRT_GROUP, C.KUBEVIRT_VERSION, C.KUBEVIRT_PLURAL, True, "KubeVirt")
+VMS = Resource(C.KUBEVIRT_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
+VMIS = Resource(C.KUBEVIRT_GROUP, C.KUBEVIRT_VERSION, C.VMI_PLURAL, True, "VirtualMachineInstance")
+CLUSTER_POLICIES = Resource(
+    C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_VERSION, C.CLUSTER_POLICY_PLURAL, False, "RBLNClusterPolicy"
+)
+NODE_FEATURES = Resource(C.NFD_GROUP, C.NFD_VERSION, C.NFD_NODEFEATURE_PLURAL, True, "NodeFeature")
+DEVICE_CLASSES = Resource(C.DRA_GROUP, C.DRA_VERSION, "deviceclasses", False, "DeviceClass")
+RESOURCE_SLICES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceslices", False, "ResourceSlice")
+RESOURCE_CLAIMS = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaims", True, "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATES = Resource(C.DRA_GROUP, C.DRA_VERSION, "resourceclaimtemplates", True,
+                                    "ResourceClaimTemplate")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
+SELF_SUBJECT_RULES_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubjectrulesreviews", False,
+                                      "SelfSubjectRulesReview")
+EVENTS = Resource("", "v1", "events", True, "Event")
+# virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
+VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")

@@ -1,0 +1,350 @@
+"""Watches: a collection's changes as they happen, resumed, relisted and polled as client-go's reflector does.
+
+Waits (pods leaving a node, the operator converging, `status --watch`) are driven by these: a list,
+then one stream per collection, so a wait costs a few requests whatever the number of objects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import urllib3
+
+from rblnctl.clock import Clock, Stop
+from rblnctl.errors import (
+    ClusterError,
+    ClusterUnreachable,
+    Forbidden,
+    MalformedReply,
+    NotFound,
+    RblnError,
+)
+from rblnctl.kube.client import log, request_log
+from rblnctl.kube.replies import _one_line, _root_cause, _status_error, is_transient
+from rblnctl.kube.resources import Resource
+
+if TYPE_CHECKING:
+    from rblnctl.kube.client import Kube
+
+
+# Watches (Kube.watch): each request asks the server to stream for at most WATCH_STREAM_S (client-go
+# asks for 5 to 10 minutes) and the client gives it WATCH_READ_GRACE_S more before it calls the stream
+# dead; a broken stream is reopened after WATCH_RETRY_START_S, doubling up to WATCH_RETRY_CAP_S; where
+# watching is not allowed, the collection is listed every WATCH_POLL_S instead.
+WATCH_STREAM_S = 300
+WATCH_READ_GRACE_S = 30.0
+WATCH_RETRY_START_S = 0.2
+WATCH_RETRY_CAP_S = 5.0
+WATCH_POLL_S = 1.0
+SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change to a watched collection: ADDED, MODIFIED or DELETED `object`, or SYNC with every `objects`.
+
+    A SYNC comes first (the initial list), after a relist (the server forgot the resourceVersion the
+    watch would resume from: 410 Gone) and, where watching is not allowed, once per poll: the
+    consumer replaces what it holds with `objects`. `source` is the index of the WatchSpec it came
+    from (Kube.watch_many).
+    """
+
+    type: str
+    object: dict | None = None
+    objects: tuple[dict, ...] = ()
+    source: int = 0
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One collection to watch (Kube.watch_many); `missing_ok`: a collection the server does not serve is empty."""
+
+    res: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    missing_ok: bool = False
+
+
+def object_key(obj: dict) -> tuple[str, str]:
+    """(namespace, name) of an object ("" for a cluster-scoped one)."""
+    md = obj.get("metadata") or {}
+    return str(md.get("namespace") or ""), str(md.get("name") or "")
+
+
+class Mirror:
+    """The objects of a watched collection, kept current by applying its WatchEvents."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.synced = False  # a SYNC has been applied: the mirror holds the whole collection
+
+    def apply(self, ev: WatchEvent) -> None:
+        """Apply one event (SYNC replaces everything)."""
+        if ev.type == SYNC:
+            self.objects = {object_key(o): o for o in ev.objects}
+            self.synced = True
+        elif ev.type == "DELETED" and ev.object is not None:
+            self.objects.pop(object_key(ev.object), None)
+        elif ev.type in ("ADDED", "MODIFIED") and ev.object is not None:
+            self.objects[object_key(ev.object)] = ev.object
+
+    def items(self) -> list[dict]:
+        """The objects, sorted by namespace and name."""
+        return [self.objects[k] for k in sorted(self.objects)]
+
+
+def watch(
+    kube: Kube,
+    res: Resource,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    resource_version: str | None = None,
+    timeout_s: float | None = None,
+    clock: Clock | None = None,
+    stop: Stop | None = None,
+    poll_s: float = WATCH_POLL_S,
+    on_retry: Callable[[RblnError], None] | None = None,
+    missing_ok: bool = False,
+) -> Iterator[WatchEvent]:
+    """Yield a collection's changes as they happen, until `timeout_s` has passed or `stop` is set.
+
+    Without `resource_version` it lists first and yields that as a SYNC, then watches from the
+    list's resourceVersion (client-go's reflector: k8s.io/client-go/tools/cache/reflector.go
+    ListAndWatch). When the server ends a stream (its request timeout, a restart) the watch is
+    reopened from the last resourceVersion seen, BOOKMARK events included (they only move that
+    version on and are not yielded). When the server no longer has that version (410 Gone /
+    Expired, "too old resource version"), it relists and yields a SYNC. Where watching is
+    forbidden (403) or not supported (405), it lists every `poll_s` instead, one SYNC each: one
+    request per round, whatever the collection holds. Transient failures (a dropped
+    connection, 429, 5xx) are reported to `on_retry` and tried again with backoff until the
+    deadline; other errors are raised. `clock` (default the client's) times the deadline.
+    `missing_ok`: a collection the server does not serve (404) is one empty SYNC, then nothing.
+    """
+    clock = clock or kube.clock
+    deadline = None if timeout_s is None else clock.monotonic() + timeout_s
+    path = res.path(namespace=namespace)
+    selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+    polling = False
+    failures = 0
+
+    def left() -> float | None:
+        return None if deadline is None else deadline - clock.monotonic()
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
+    def relist() -> WatchEvent:
+        items, version = kube.list_with_version(res, namespace=namespace, label_selector=label_selector,
+                                                field_selector=field_selector)
+        nonlocal rv
+        rv = version
+        return WatchEvent(SYNC, objects=tuple(items))
+
+    def backoff(err: RblnError) -> bool:
+        """Report a transient failure and wait before the next try; False when the wait should end."""
+        nonlocal failures
+        failures += 1
+        remaining = left()
+        if remaining is not None and remaining <= 0:
+            return False
+        if on_retry is not None:
+            on_retry(err)
+        pause = min(WATCH_RETRY_CAP_S, WATCH_RETRY_START_S * 2 ** (failures - 1))
+        return not clock.sleep(pause if remaining is None else min(pause, remaining), stop)
+
+    rv = resource_version
+    listed = rv is not None  # polling lists again each round
+    while not stopped():
+        if not listed or polling:
+            if listed:  # polling: wait a round first
+                remaining = left()
+                if remaining is not None and remaining <= 0:
+                    return
+                if clock.sleep(poll_s if remaining is None else min(poll_s, remaining), stop):
+                    return
+            try:
+                sync = relist()
+            except NotFound:
+                if not missing_ok:
+                    raise
+                yield WatchEvent(SYNC)
+                return
+            except (ClusterError, ClusterUnreachable) as e:
+                if not is_transient(e) or not backoff(e):
+                    raise
+                continue
+            listed = True
+            failures = 0
+            yield sync
+            continue
+        remaining = left()
+        if remaining is not None and remaining <= 0:
+            return
+        try:
+            resp = open_stream(kube, path, {**selectors, "resourceVersion": rv}, remaining)
+        except Forbidden as e:
+            log.debug("cannot watch %s (%s): listing it every %gs instead", path, e, poll_s)
+            polling = True
+            continue
+        except (ClusterError, ClusterUnreachable) as e:
+            if e.status == 405:  # watch is not served for this resource
+                log.debug("%s cannot be watched: listing it every %gs instead", path, poll_s)
+                polling = True
+                continue
+            if e.status == 410:  # the resourceVersion is gone: start again from a fresh list
+                listed = False
+                continue
+            if stopped():
+                return
+            if not is_transient(e) or not backoff(e):
+                raise
+            continue
+        expired = False
+        clean = False
+        events = 0
+        opened = time.monotonic()
+        unregister = stop.on_set(lambda: _shutdown(resp)) if stop is not None else (lambda: None)
+        try:
+            for ev in _stream_events(resp, path):
+                etype, obj = ev.get("type"), ev.get("object")
+                if not isinstance(obj, dict):
+                    raise MalformedReply(f"a watch event of GET {path} has no object: {_one_line(ev)[:80]}")
+                if etype == "ERROR":
+                    if obj.get("code") == 410:
+                        expired = True
+                        break
+                    raise _status_error("GET", path, int(obj.get("code") or 500), obj, kube.server)
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                rv = str(version) if version else rv
+                if etype == "BOOKMARK":
+                    continue
+                if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                    raise MalformedReply(f"a watch event of GET {path} has an unknown type {etype!r}")
+                failures = 0
+                events += 1
+                yield WatchEvent(str(etype), object=obj)
+            else:
+                clean = True
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            if stopped():
+                return
+            err = ClusterUnreachable(f"the watch of {path} on the API server at {kube.server} broke: "
+                                     f"{_root_cause(e)}")
+            if not backoff(err):
+                return
+        finally:
+            unregister()
+            if clean:
+                resp.release_conn()
+            else:
+                resp.close()
+        if expired:
+            log.debug("the watch of %s expired at resourceVersion %s: listing again", path, rv)
+            listed = False
+        elif clean and not events and time.monotonic() - opened < 1 and not stopped():
+            # A stream the server (or a proxy) ends at once would otherwise be reopened in a tight loop.
+            if not backoff(ClusterUnreachable(f"the API server at {kube.server} ended the watch of {path} "
+                                              "at once")):
+                return
+
+
+def open_stream(kube: Kube, path: str, query: dict[str, Any], remaining: float | None) -> Any:
+    """Open one watch stream (urllib3 response, body unread); a non-200 answer is its typed error."""
+    stream_s = WATCH_STREAM_S if remaining is None else max(1, min(WATCH_STREAM_S, math.ceil(remaining)))
+    query = {**query, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": stream_s}
+    url, headers, plugin_errors, resource_path = kube._prepare("GET", path, query, None, None)
+    started = time.monotonic()
+    resp, _ = kube._send("GET", path, url, headers, None, (kube.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
+                         stream=True)
+    request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, resp.status,
+                      (time.monotonic() - started) * 1e3)
+    if resp.status != 200:
+        data = resp.read()
+        resp.release_conn()
+        raise kube._reply_error("GET", path, resp, data, plugin_errors)
+    return resp
+
+
+def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | None = None, clock: Clock | None = None,
+               stop: Stop | None = None, poll_s: float = WATCH_POLL_S,
+               on_retry: Callable[[RblnError], None] | None = None) -> Iterator[WatchEvent]:
+    """Watch several collections at once (one stream each, read on its own thread); yield every event as it
+    comes, its `source` the index of its spec. Ends when every watch has; the first error is raised.
+    Leaving the loop early closes every stream."""
+    if len(specs) == 1:
+        sp = specs[0]
+        yield from watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
+                              field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock, stop=stop,
+                              poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok)
+        return
+    events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
+    with (stop.linked() if stop is not None else _own_stop()) as mine:
+
+        def pump(i: int, sp: WatchSpec) -> None:
+            try:
+                for ev in watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
+                                     field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock,
+                                     stop=mine, poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok):
+                    events.put((i, replace(ev, source=i)))
+            finally:
+                events.put((i, None))  # this watch is over (its future holds the error, if any)
+
+        pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="rblnctl-watch")
+        futures = [pool.submit(pump, i, sp) for i, sp in enumerate(specs)]
+        try:
+            running = len(specs)
+            while running:
+                i, ev = events.get()
+                if ev is None:
+                    running -= 1
+                    futures[i].result()  # raises what ended that watch
+                    continue
+                yield ev
+        finally:
+            mine.set()  # wakes every stream still open
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _own_stop() -> Iterator[Stop]:
+    yield Stop()
+
+
+def _shutdown(resp: Any) -> None:
+    """Wake a thread blocked reading `resp` (a watch asked to stop)."""
+    try:
+        resp.shutdown()
+    except (ValueError, RuntimeError, OSError):  # already released or closed: nobody is reading it
+        pass
+
+
+def _stream_events(resp: Any, path: str) -> Iterator[dict]:
+    """The JSON events of a watch stream, one per line, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(65536, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as e:
+                text = _one_line(line[:80].decode("utf-8", "replace"))
+                raise MalformedReply(f"GET {path} streamed invalid JSON ({text})") from e
+            if not isinstance(event, dict):
+                raise MalformedReply(f"GET {path} streamed {type(event).__name__}, not a watch event")
+            yield event
+    if buffer.strip():
+        raise MalformedReply(f"GET {path} ended in the middle of a watch event")
