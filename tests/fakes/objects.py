@@ -1,6 +1,7 @@
 """Builders for test objects: plain dicts shaped exactly as the real APIs serialise them.
 
-Names and label keys come from ../shared/reference/rbln-operator.md; they are written out here
+Names and label keys come from the operator's source (github.com/RBLN-SW/rbln-npu-operator: chart
+deployments/rbln-npu-operator, internal/consts/consts.go) and KubeVirt's API; they are written out here
 (not imported from rblnctl.constants) so that a wrong constant in the code under test cannot
 make its own tests pass.
 """
