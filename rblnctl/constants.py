@@ -152,6 +152,24 @@ VM_PLURAL = "virtualmachines"
 VMI_PLURAL = "virtualmachineinstances"
 GATE_HOST_DEVICES = "HostDevices"
 GATE_HOST_DEVICES_DRA = "HostDevicesWithDRA"
+# A KubeVirt CR the HyperConverged Cluster Operator deployed: HCO labels it with
+# app.kubernetes.io/managed-by=hco-operator and app=<HyperConverged name> (kubevirt/hyperconverged-cluster-operator
+# @v1.18.1 pkg/util/util.go GetLabels, pkg/util/consts.go OperatorName, AppLabel) and names it
+# `kubevirt-<HyperConverged name>` in its own namespace (controllers/handlers/kubevirt.go NewKubeVirtWithNameOnly).
+# It rewrites any external edit of the CR's spec back to what the HyperConverged CR says (same file,
+# kubevirtHooks.UpdateCR: "Reconciling an externally updated KubeVirt's Spec to its opinionated values").
+# What HCO lets a user set: spec.permittedHostDevices.pciHostDevices[] (pciDeviceSelector, resourceName,
+# externalResourceProvider) in hco.kubevirt.io/v1beta1 (api/v1beta1/hyperconverged_types.go; the v1 API
+# moves it to spec.virtualization.permittedHostDevices). KubeVirt feature gates are not exposed: HCO always
+# enables HostDevices (hardCodeKvFgs) and anything else goes through the HyperConverged CR's
+# `kubevirt.kubevirt.io/jsonpatch` annotation (docs/cluster-configuration.md, "jsonpatch Annotations").
+HCO_MANAGED_BY_VALUE = "hco-operator"
+HCO_APP_LABEL = "app"
+HCO_KIND = "HyperConverged"
+HCO_RESOURCE = "hyperconverged"  # as kubectl names it (hco.kubevirt.io)
+HCO_DEFAULT_NAME = "kubevirt-hyperconverged"
+HCO_PERMITTED_DEVICES_FIELD = "spec.permittedHostDevices.pciHostDevices"
+HCO_JSONPATCH_ANNOTATION = "kubevirt.kubevirt.io/jsonpatch"
 # Gates rblnctl refuses to enable (without --force) below this KubeVirt version: DRA host
 # devices need KubeVirt >= 1.9.0 (prerequisites table of the source page).
 GATE_MIN_KUBEVIRT = {GATE_HOST_DEVICES_DRA: (1, 9, 0)}
@@ -338,10 +356,25 @@ HOST_POD_ROOT = "/host"
 HOST_POD_IMAGE_REPOSITORY = "docker.io/rebellions/rblnctl"
 # The non-root user the image declares and the pods run as (the Dockerfile's USER).
 HOST_POD_UID = 65532
-# The operator chart as a Helm command names it: `helm repo add rebellions <repo>`, then the chart
-# rebellions/rbln-npu-operator (RBLN-SW/rbln-npu-operator README, "Installation").
-OPERATOR_HELM_REPO_CHART = "rebellions/rbln-npu-operator"
+# The operator chart, which was renamed between releases (rblnctl.operator.install builds every command):
+# - up to chart v0.3.0 it is `rbln-npu-operator`, served from the Helm repository below
+#   (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/Chart.yaml, README "Installation";
+#   the repository's index, rebellions-sw/rbln-npu-operator index.yaml on gh-pages, lists versions
+#   v0.1.0..v0.2.1 with a leading `v`, and the v0.3.0 release.yaml packages `--version ${TAG#v}`);
+# - later releases name it `rbln-npu-operator-chart` (Chart.yaml at op@22243b1) and push it to Docker Hub
+#   as an OCI artifact: `helm push dist/*.tgz oci://docker.io/rebellions` (.github/workflows/release.yaml,
+#   Makefile CHART_NAME / HELM_REGISTRY), version `${TAG#v}` (X.Y.Z). Its values.yaml sets
+#   `nameOverride: rbln-npu-operator`, so app.kubernetes.io/name keeps the old value while
+#   helm.sh/chart reads `rbln-npu-operator-chart-X.Y.Z` (templates/_helpers.tpl uses .Chart.Name).
+OPERATOR_HELM_CHART_LEGACY = OPERATOR_HELM_CHART
+OPERATOR_HELM_REPO_URL = "https://rebellions-sw.github.io/rbln-npu-operator"
+OPERATOR_HELM_CHART_OCI = "rbln-npu-operator-chart"
+OPERATOR_HELM_OCI_REGISTRY = "oci://docker.io/rebellions"
+OPERATOR_HELM_CHARTS = (OPERATOR_HELM_CHART_OCI, OPERATOR_HELM_CHART_LEGACY)  # longest first
 HELM_INSTANCE_LABEL = "app.kubernetes.io/instance"  # a Helm chart's release name on its objects
+# Helm 3 stamps these on every object of a release (helm/helm pkg/action/validate.go, setMetadataVisitor).
+HELM_RELEASE_NAME_ANNOTATION = "meta.helm.sh/release-name"
+HELM_RELEASE_NAMESPACE_ANNOTATION = "meta.helm.sh/release-namespace"
 
 # --- Resource renames (rblnctl kubevirt migrate-resources) --------------------------------------
 

@@ -97,7 +97,7 @@ _HOST_PODS = (
 _PREFLIGHT = (
     *_OPERATOR, *_NODES_READ, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
     _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"), _a("", "pods", "list"), _a("apps", "daemonsets", "list"),
-    _a(C.DRA_GROUP, "deviceclasses", "get"),
+    _a(C.DRA_GROUP, "deviceclasses", "get"), _a(C.DRA_GROUP, "resourceslices", "list"),
 )
 
 COMMANDS: Mapping[str, tuple[Access, ...]] = {

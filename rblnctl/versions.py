@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from rblnctl import constants as C
 
@@ -58,15 +59,31 @@ def pod_containers(obj: dict) -> list[dict]:
     return list(spec.get("containers") or [])
 
 
-def version_from_labels(obj: dict, chart: str) -> tuple[str, str] | None:
-    """(version, source) from app.kubernetes.io/version or helm.sh/chart `<chart>-X.Y.Z` on an object."""
+def chart_label(value: str | None, charts: Sequence[str]) -> tuple[str, str] | None:
+    """(chart, version) from a helm.sh/chart value `<chart>-<version>` naming one of `charts`; None otherwise.
+
+    Both operator chart names are tried (`rbln-npu-operator-chart-0.6.0` also starts with
+    `rbln-npu-operator-`, whose remainder `chart-0.6.0` is no version); the version keeps a leading
+    `v` when the chart has one (`rbln-npu-operator-v0.2.1`), since that is the chart's own version.
+    """
+    text = str(value or "")
+    for chart in charts:
+        rest = text[len(chart) + 1:] if text.startswith(chart + "-") else ""
+        if strict_version(rest):
+            return chart, rest
+    return None
+
+
+def version_from_labels(obj: dict, *charts: str) -> tuple[str, str] | None:
+    """(version, source) from app.kubernetes.io/version or helm.sh/chart `<chart>-X.Y.Z` (any of `charts`)."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     v = labels.get(C.APP_VERSION_LABEL)
     if strict_version(v):
         return str(v), f"label {C.APP_VERSION_LABEL}"
     helm = str(labels.get(C.HELM_CHART_LABEL, ""))
-    if helm.startswith(chart + "-") and strict_version(helm[len(chart) + 1:]):
-        return helm[len(chart) + 1:], f"label {C.HELM_CHART_LABEL}={helm}"
+    found = chart_label(helm, charts)
+    if found:
+        return found[1], f"label {C.HELM_CHART_LABEL}={helm}"
     return None
 
 

@@ -106,11 +106,12 @@ def operator_version(dep: dict) -> tuple[str, str] | None:
     """(version, source) of an operator Deployment: labels first, then the image tag; None when none is a version.
 
     The published charts label the Deployment `app.kubernetes.io/version: vX.Y.Z` and
-    `helm.sh/chart: rbln-npu-operator-vX.Y.Z`; the image is `rebellions/rbln-npu-operator:<tag>`
+    `helm.sh/chart: rbln-npu-operator-vX.Y.Z` (later `rbln-npu-operator-chart-X.Y.Z`, see constants);
+    the image is `rebellions/rbln-npu-operator:<tag>`
     (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/templates/_helpers.tpl, release.yaml).
     """
-    return (version_from_labels(dep, C.OPERATOR_HELM_CHART)
-            or version_from_labels((dep.get("spec") or {}).get("template") or {}, C.OPERATOR_HELM_CHART)
+    return (version_from_labels(dep, *C.OPERATOR_HELM_CHARTS)
+            or version_from_labels((dep.get("spec") or {}).get("template") or {}, *C.OPERATOR_HELM_CHARTS)
             or version_from_images(dep, prefer="operator"))
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from rblnctl import constants as C
 from rblnctl.operator import resources as R
+from rblnctl.operator.install import HelmRelease, change_policy, release_of
 from rblnctl.plan import Blocker
 
 
@@ -63,6 +64,7 @@ class Policy:
     conditions: tuple[Condition, ...] = ()
     components: tuple[ComponentState, ...] = ()
     created: str = ""
+    helm: HelmRelease | None = None  # the Helm release that rendered this policy (its labels/annotations)
 
     def is_enabled(self, component: str) -> bool:
         """Whether the policy switches `component` (a deploy-label name) on."""
@@ -88,6 +90,30 @@ class Policy:
             return C.METHOD_SANDBOX
         return None
 
+    def method_changes(self, method: str) -> dict[str, bool]:
+        """The `<key>.enabled` changes that make this policy hand NPUs to VMs by `method`, and only those.
+
+        Both methods need vfioManager. DRA needs draKubeletPlugin, and sandboxDevicePlugin off (the
+        later releases' admission rule: both advertise the same vfio-pci NPUs). devicePlugin is turned
+        off only when it is on: later releases reject it beside draKubeletPlugin ("both advertise the same
+        NPUs as rebellions.ai/npu on container nodes", RBLN-SW/rbln-npu-operator api/v1beta1/
+        rblnclusterpolicy_types.go at op@02a4d9a7), and in chart v0.3.0, which has no such rule, the DRA
+        plugin runs on the same container nodes as the device plugin with a DeviceClass whose
+        extendedResourceName is rebellions.ai/npu, the device plugin's resource (v0.3.0
+        internal/scope/cluster_policy.go rblnComponentLabels, internal/scope/patch/dra_kubelet_plugin.go).
+        A switch already as wanted is left out, so a remedy never touches what is right.
+        """
+        want = {"vfioManager": True}
+        if method == C.METHOD_DRA:
+            want |= {"draKubeletPlugin": True, "sandboxDevicePlugin": False, "devicePlugin": False}
+        else:
+            want |= {"sandboxDevicePlugin": True, "draKubeletPlugin": False}
+        return {k: v for k, v in want.items() if bool(self.enabled.get(k)) != v}
+
+    def fix_text(self, values: Mapping[str, bool]) -> str:
+        """How to set these `<key>.enabled` values on this policy (rblnctl.operator.install.change_policy)."""
+        return change_policy(self.name, values, self.helm).text
+
     def switch_blockers(self, target: str, *, product: str | None = None) -> list[Blocker]:
         """Why the operator would never converge a node switched to `target` under this policy ([] when it would).
 
@@ -100,12 +126,12 @@ class Policy:
                 out.append(Blocker(
                     f"RBLNClusterPolicy {self.name} does not enable vfioManager (spec.vfioManager.enabled): nothing "
                     f"would bind the node's NPUs to vfio-pci, so the switch would never finish; enable it with "
-                    f"{_fix(self.name, 'vfioManager')}"))
+                    f"{self.fix_text({'vfioManager': True})}"))
             if not self.allocators(C.MODE_VM):
                 out.append(Blocker(
                     f"RBLNClusterPolicy {self.name} enables neither sandboxDevicePlugin nor draKubeletPlugin "
                     f"(spec.<plugin>.enabled): nothing would offer the node's NPUs to VMs; enable one with "
-                    f"{_fix(self.name, 'sandboxDevicePlugin')} (or draKubeletPlugin for DRA)"))
+                    f"{self.fix_text({'sandboxDevicePlugin': True})} (or draKubeletPlugin for DRA)"))
             elif product and self.allocators(C.MODE_VM) == [C.COMP_SANDBOX] and \
                     self.vm_resources.covers(product) is False:
                 out.append(Blocker(
@@ -118,7 +144,7 @@ class Policy:
                 out.append(Blocker(
                     f"RBLNClusterPolicy {self.name} enables neither devicePlugin nor draKubeletPlugin "
                     f"(spec.<plugin>.enabled): nothing would offer the node's NPUs to pods; enable one with "
-                    f"{_fix(self.name, 'devicePlugin')}"))
+                    f"{self.fix_text({'devicePlugin': True})}"))
             elif product and self.allocators(C.MODE_CONTAINER) == [C.COMP_DEVICE_PLUGIN] and \
                     self.container_resources.covers(product) is False:
                 out.append(Blocker(
@@ -159,12 +185,6 @@ class Policy:
                 out.append(f"{c.type}: {c.reason}{' - ' + c.message if c.message else ''}")
         out.extend(f"{s.name} {s.state}" for s in self.components if s.state and s.state != "ready")
         return out
-
-
-def _fix(policy: str, key: str) -> str:
-    patch = '{"spec":{"%s":{"enabled":true}}}' % key
-    return (f"`helm upgrade ... --set {key}.enabled=true` or "
-            f"`kubectl patch rblnclusterpolicy {policy} --type merge -p '{patch}'`")
 
 
 def _enabled_flag(spec: Mapping, key: str) -> bool:
@@ -210,6 +230,7 @@ def parse_policy(obj: Mapping) -> Policy:
         conditions=conditions,
         components=components,
         created=str(meta.get("creationTimestamp") or ""),
+        helm=release_of([obj]),
     )
 
 

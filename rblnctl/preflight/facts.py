@@ -23,6 +23,7 @@ from rblnctl.kube import (
     NODE_FEATURES,
     NODES,
     PODS,
+    RESOURCE_SLICES,
     SELF_SUBJECT_RULES_REVIEWS,
     Kube,
     Resource,
@@ -105,7 +106,9 @@ class ClusterFacts:
     helm: HelmInfo
     nfd_pods: Fetch | None = None  # read only when neither the NodeFeature API nor NFD labels show NFD
     daemonsets: Fetch | None = None  # DRA method only
-    device_class: Fetch | None = None  # DRA method only
+    device_class: Fetch | None = None  # DRA method only: the passthrough DeviceClass the policy names
+    device_class_name: str = C.DRA_DEVICECLASS_VM  # which one (vfio- + the policy's driverName)
+    resource_slices: Fetch | None = None  # DRA method only: the ResourceSlices of the policy's driver
     access: Fetch | None = None  # a SelfSubjectRulesReview in the operator's namespace: what these credentials may do
     node_name: str | None = None  # --node
     selector: str | None = None  # -l
@@ -199,6 +202,13 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": facts.operator_namespace}}))
     if chosen == C.METHOD_DRA:
+        policy = facts.policy
+        # The policy's draKubeletPlugin.driverName decides both (rblnctl.operator.policy.Policy.dra_device_class_vm);
+        # the defaults only stand in when there is no policy to read.
+        driver = policy.dra_driver if policy else C.DRA_DRIVER
+        facts.device_class_name = policy.dra_device_class_vm if policy else C.DRA_DEVICECLASS_VM
         facts.daemonsets = fetch("list", DAEMONSETS, lambda: kube.list(DAEMONSETS))
-        facts.device_class = fetch("get", DEVICE_CLASSES, lambda: kube.get(DEVICE_CLASSES, C.DRA_DEVICECLASS_VM))
+        facts.device_class = fetch("get", DEVICE_CLASSES, lambda: kube.get(DEVICE_CLASSES, facts.device_class_name))
+        facts.resource_slices = fetch("list", RESOURCE_SLICES, lambda: kube.list(
+            RESOURCE_SLICES, field_selector=f"spec.driver={driver}"))
     return facts

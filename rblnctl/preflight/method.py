@@ -38,5 +38,5 @@ def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, st
     return (C.METHOD_SANDBOX,
             f"auto: RBLNClusterPolicy {p.name} enables neither sandboxDevicePlugin nor draKubeletPlugin; "
             "checking the sandbox method", Status.WARN,
-            "enable one in the policy: helm upgrade ... --set sandboxDevicePlugin.enabled=true "
-            "(or draKubeletPlugin.enabled=true for DRA), or pass --method")
+            f"enable one in the policy, for the sandbox method: {p.fix_text(p.method_changes(C.METHOD_SANDBOX))}; "
+            f"for DRA: {p.fix_text(p.method_changes(C.METHOD_DRA))}; or pass --method")

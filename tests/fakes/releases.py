@@ -142,17 +142,23 @@ class Release:
                                           driverManager={"image": "rbln-k8s-driver-manager", "version": "v0.2.1"}),
                 "validator": {"image": "rbln-npu-operator-validator"},
             }
-            labels = {"helm.sh/chart": "rbln-npu-operator-chart-v0.6.0", "app.kubernetes.io/version": "v0.6.0"}
+            # the release workflow packages the renamed chart with --version "${TAG#v}" (.github/workflows/release.yaml)
+            labels = {"helm.sh/chart": "rbln-npu-operator-chart-0.6.0", "app.kubernetes.io/version": "v0.6.0"}
+        # Helm stamps its release on what it installs (helm/helm pkg/action/validate.go, setMetadataVisitor).
+        helm = {"meta.helm.sh/release-name": "rbln-npu-operator", "meta.helm.sh/release-namespace": "rbln-system"}
         return {"apiVersion": "rebellions.ai/v1beta1", "kind": "RBLNClusterPolicy",
-                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "rbln-npu-operator", **labels},
-                             "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "rbln-npu-operator",
+                                                      "app.kubernetes.io/instance": "rbln-npu-operator",
+                                                      "app.kubernetes.io/managed-by": "Helm", **labels},
+                             "annotations": helm, "creationTimestamp": "2026-01-01T00:00:00Z"},
                 "spec": spec, "status": {"state": "ready"}}
 
     def operator_deployment(self, namespace: str = "rbln-system") -> dict:
         """The operator's Deployment as the release's chart renders it (templates/operator.yaml, _helpers.tpl)."""
         version = "v0.3.0" if self is V0_3_0 else "v0.6.0"
         chart = "rbln-npu-operator" if self is V0_3_0 else "rbln-npu-operator-chart"
-        labels = {"helm.sh/chart": f"{chart}-{version}", "app.kubernetes.io/name": "rbln-npu-operator",
+        chart_version = version if self is V0_3_0 else version.lstrip("v")  # release.yaml: --version "${TAG#v}"
+        labels = {"helm.sh/chart": f"{chart}-{chart_version}", "app.kubernetes.io/name": "rbln-npu-operator",
                   "app.kubernetes.io/instance": "rbln-npu-operator", "app.kubernetes.io/version": version,
                   "app.kubernetes.io/managed-by": "Helm", "app.kubernetes.io/component": "controller-manager",
                   "control-plane": "controller-manager"}

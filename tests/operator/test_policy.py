@@ -114,3 +114,24 @@ def test_status_is_shown_while_waiting():
     assert parse_policy(obj).not_ready() == [
         "policy rbln-cluster-policy is notReady", "Ready: SomeComponentsNotReady - rbln-vfio-manager is not ready",
         "rbln-vfio-manager notReady"]
+
+
+@pytest.mark.parametrize(("release", "chart"), [
+    (NEWER, "oci://docker.io/rebellions/rbln-npu-operator-chart --version 0.6.0"),
+    (V0_3_0, "rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator --version v0.3.0"),
+])
+def test_switch_blocker_names_the_durable_helm_change_on_the_chart_that_rendered_the_policy(release, chart):
+    (b,) = parse_policy(release.policy(vfio_manager=False, sandbox=True)).switch_blockers("vm-passthrough")
+    assert ("kubectl patch rblnclusterpolicy rbln-cluster-policy --type merge "
+            """-p '{"spec":{"vfioManager":{"enabled":true}}}'""") in b.message
+    assert (f"helm upgrade rbln-npu-operator {chart} -n rbln-system --reuse-values "
+            "--set vfioManager.enabled=true") in b.message
+
+
+@pytest.mark.parametrize(("kw", "changes"), [
+    ({"sandbox": True, "dra": False, "device_plugin": False}, {"draKubeletPlugin": True, "sandboxDevicePlugin": False}),
+    ({"sandbox": False, "dra": False, "device_plugin": True}, {"draKubeletPlugin": True, "devicePlugin": False}),
+    ({"sandbox": False, "dra": True, "device_plugin": False}, {}),
+])
+def test_dra_changes_turn_the_device_plugin_off_only_when_it_is_on(kw, changes):
+    assert parse_policy(o.cluster_policy(vfio_manager=True, **kw)).method_changes("dra") == changes

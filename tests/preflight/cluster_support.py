@@ -28,12 +28,14 @@ NODE_IDS = ["node.iommu", "node.vfio-modules", "node.viommu", "node.mode-label",
 
 
 def operator_deployment(version: str | None = "0.6.0", *, namespace: str = "rbln-system",
-                        name: str = "rbln-npu-operator", labels: dict | None = None, image: str | None = None) -> dict:
-    """The operator's Deployment as its Helm chart labels it (the fake has no Deployment builder)."""
+                        name: str = "rbln-npu-operator", labels: dict | None = None, image: str | None = None,
+                        chart: str = "rbln-npu-operator") -> dict:
+    """The operator's Deployment as its Helm chart labels it (the fake has no Deployment builder). `chart`:
+    `rbln-npu-operator` (up to v0.3.0) or `rbln-npu-operator-chart` (later releases, pushed as OCI)."""
     lbl = {"app.kubernetes.io/name": "rbln-npu-operator", "app.kubernetes.io/instance": "rbln-npu-operator",
            "app.kubernetes.io/managed-by": "Helm"}
     if version:
-        lbl |= {"app.kubernetes.io/version": version, "helm.sh/chart": f"rbln-npu-operator-{version}"}
+        lbl |= {"app.kubernetes.io/version": version, "helm.sh/chart": f"{chart}-{version}"}
     if labels is not None:
         lbl = labels
     image = image or f"docker.io/rebellions/rbln-npu-operator:{'v' + version if version else 'latest'}"

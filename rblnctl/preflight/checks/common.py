@@ -1,10 +1,12 @@
-"""Helpers several cluster checks share: a failed read as a finding, and the commands remedies name."""
+"""Helpers several cluster checks share: a failed read as a finding, and the operator's Helm release remedies name
+(the commands themselves are built by rblnctl.operator.install)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from rblnctl import constants as C
+from rblnctl.operator.install import HelmRelease, Remedy, change_policy, release_of
 from rblnctl.preflight.facts import ClusterFacts, Fetch
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -22,19 +24,16 @@ def pick(f: ClusterFacts, st: Any) -> str:
     return f" --name {st.name} -n {st.namespace}" if several else ""
 
 
-def helm_release(f: ClusterFacts) -> tuple[str, str]:
-    """(release, namespace) of the operator's Helm release: its Deployment's labels, else the documented defaults."""
+def helm_release(f: ClusterFacts) -> HelmRelease | None:
+    """The operator's Helm release: its Deployment's labels first, then the active policy's (the chart labels both)."""
     deps = (f.operator.value or []) if f.operator.ok else []
-    if deps:
-        meta = deps[0].get("metadata") or {}
-        release = (meta.get("labels") or {}).get(C.HELM_INSTANCE_LABEL)
-        if release and meta.get("namespace"):
-            return str(release), str(meta["namespace"])
-    return C.OPERATOR_HELM_CHART, C.OPERATOR_NAMESPACE
+    active = f.policy
+    items = (f.policies.value or []) if f.policies.ok else []
+    policies = [p for p in items if active and (p.get("metadata") or {}).get("name") == active.name]
+    return release_of([*deps, *policies], namespace=f.operator_namespace)
 
 
-def helm_set(f: ClusterFacts, *values: str) -> str:
-    """`helm upgrade` of the operator's release that keeps its values and sets these (`key=value`)."""
-    release, namespace = helm_release(f)
-    sets = "".join(f" --set {v}" for v in values)
-    return f"helm upgrade {release} {C.OPERATOR_HELM_REPO_CHART} -n {namespace} --reuse-values{sets}"
+def policy_remedy(f: ClusterFacts, values: Mapping[str, bool]) -> Remedy:
+    """Set `<key>.enabled` on the active policy: kubectl patch, with Helm as the durable way (one builder for all)."""
+    return change_policy(f.policy.name if f.policy else None, values, helm_release(f))
+

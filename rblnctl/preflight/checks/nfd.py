@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rblnctl import constants as C
-from rblnctl.preflight.checks.common import helm_set, unreadable
+from rblnctl.operator.install import helm_hint, helm_upgrade
+from rblnctl.preflight.checks.common import helm_release, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -11,8 +12,10 @@ from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 def check_nfd(f: ClusterFacts, out: Findings) -> None:
     """NFD found by its API, its labels or its pods; NPU nodes labelled by it (FAIL when none)."""
     id_, title = "nfd.installed", "Node Feature Discovery installed"
-    remedy = ("install NFD: `--set nfd.enabled=true` on the operator chart, or `helm install nfd "
-              "oci://registry.k8s.io/nfd/charts/node-feature-discovery -n node-feature-discovery --create-namespace`")
+    release = helm_release(f)
+    remedy = (f"install NFD: `{helm_hint(release, ['nfd.enabled=true'])}` (the operator chart's NFD dependency), or "
+              "`helm install nfd oci://registry.k8s.io/nfd/charts/node-feature-discovery -n node-feature-discovery "
+              "--create-namespace`")
     nf = f.node_features
     if nf.ok:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,
@@ -29,7 +32,7 @@ def check_nfd(f: ClusterFacts, out: Findings) -> None:
     else:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL,
                 "no NodeFeature API, no feature.node.kubernetes.io/* labels on nodes, no NFD pods", remedy,
-                helm_set(f, "nfd.enabled=true"))
+                helm_upgrade(release, ["nfd.enabled=true"]) or "")
 
     id_, title = "nfd.npu-nodes", "NPU nodes discovered"
     if f.node_name:

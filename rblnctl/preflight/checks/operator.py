@@ -7,6 +7,7 @@ from rblnctl.preflight.checks.common import unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.operator.cluster import operator_version  # shared with policy set-method
+from rblnctl.operator.install import install_command
 from rblnctl.versions import format_version, strict_version
 
 
@@ -14,8 +15,7 @@ def check_operator(f: ClusterFacts, out: Findings) -> None:
     """Installed, and >= 0.4.4 (sandbox; 0.3.0 up to it warns) or >= 0.6.0 (DRA); unknown versions warn."""
     id_, title = "operator.version", "RBLN NPU Operator installed, version"
     floor = C.MIN_OPERATOR[f.method]
-    install_cmd = (f"helm upgrade --install {C.OPERATOR_HELM_CHART} {C.OPERATOR_HELM_REPO_CHART} "
-                   f"-n {C.OPERATOR_NAMESPACE} --create-namespace")
+    install_cmd = install_command()
     install = f"install or upgrade it: `{install_cmd}` (>= {format_version(floor)} for {f.method})"
     if not f.operator.ok and not f.operator.absent:
         unreadable(out, id_, title, f.operator)
@@ -39,7 +39,7 @@ def check_operator(f: ClusterFacts, out: Findings) -> None:
     if found is None:
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"Deployment {where} found, version unknown (no {C.APP_VERSION_LABEL}, no {C.HELM_CHART_LABEL} "
-                f"{C.OPERATOR_HELM_CHART}-X.Y.Z, no versioned image tag)",
+                f"{C.OPERATOR_HELM_CHART_OCI}-X.Y.Z or {C.OPERATOR_HELM_CHART_LEGACY}-X.Y.Z, no versioned image tag)",
                 f"check with `helm list -A`; the {f.method} method needs >= {format_version(floor)}", "helm list -A")
         return
     text, source = found

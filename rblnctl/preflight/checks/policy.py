@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rblnctl import constants as C
 from rblnctl.operator.policy import Policy, choose_active
-from rblnctl.preflight.checks.common import helm_set, unreadable
+from rblnctl.preflight.checks.common import policy_remedy, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -38,10 +38,9 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
         return
     items = f.policies.value or []
     if not items:
+        fix = policy_remedy(f, {"vfioManager": True, "sandboxDevicePlugin": True})
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, "no RBLNClusterPolicy: the operator deploys nothing",
-                "create one (the operator chart does by default), e.g. `helm upgrade rbln-npu-operator ... "
-                "--set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true`",
-                helm_set(f, "vfioManager.enabled=true", "sandboxDevicePlugin.enabled=true"))
+                f"create one (the operator chart does by default), e.g. {fix.text}", fix.command)
         return
     choice = choose_active(items)
     p = choice.active
@@ -54,13 +53,15 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
     if not problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, state)
         return
-    if f.method == C.METHOD_DRA:
-        fix = ("set vfioManager.enabled=true, draKubeletPlugin.enabled=true, sandboxDevicePlugin.enabled=false and "
-               "devicePlugin.enabled=false (helm upgrade ... --set ...), or edit the RBLNClusterPolicy")
-        values = ("vfioManager.enabled=true", "draKubeletPlugin.enabled=true", "sandboxDevicePlugin.enabled=false",
-                  "devicePlugin.enabled=false")
-    else:
-        fix = ("set vfioManager.enabled=true and sandboxDevicePlugin.enabled=true with draKubeletPlugin.enabled=false "
-               "(helm upgrade ... --set ...), or edit the RBLNClusterPolicy")
-        values = ("vfioManager.enabled=true", "sandboxDevicePlugin.enabled=true", "draKubeletPlugin.enabled=false")
-    out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems), fix, helm_set(f, *values))
+    changes = p.method_changes(f.method)
+    if not changes:  # the rules broken are not switches this check can name (e.g. workloadType's value)
+        out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems),
+                f"edit the RBLNClusterPolicy: `kubectl edit rblnclusterpolicy {p.name}`",
+                f"kubectl edit rblnclusterpolicy {p.name}")
+        return
+    fix = policy_remedy(f, changes)
+    wanted = ", ".join(f"{k}.enabled={'true' if v else 'false'}" for k, v in changes.items())
+    why = (" (devicePlugin and draKubeletPlugin may not both be on)"
+           if f.method == C.METHOD_DRA and "devicePlugin" in changes else "")
+    out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems),
+            f"set {wanted}{why}: {fix.text}", fix.command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rblnctl.preflight.model import Status
+from tests.fakes import objects as o
 from tests.preflight.cluster_support import dra_daemonset, seed, run, cluster
 
 
@@ -38,3 +39,31 @@ def test_dra_daemonset_list_forbidden(apiserver, kube):
     assert d.status == Status.WARN and "forbidden" in d.evidence
     assert "grant `list` on `daemonsets.apps` cluster-wide" in d.remedy
 
+
+
+def test_dra_driver_below_the_floor_only_warns_when_its_slices_offer_vfio_devices(apiserver, kube):
+    names = seed(apiserver, method="dra")
+    apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
+    apiserver.add(dra_daemonset("v0.2.0"), *(o.resource_slice(n) for n in names))
+    d = cluster(run(kube))["dra.driver"]
+    assert d.status == Status.WARN and "v0.2.0 < 0.2.1" in d.evidence
+    assert "offer 3 vfio device(s) on 3 node(s)" in d.evidence
+
+
+def test_dra_driver_below_the_floor_with_no_vm_node_is_not_a_blocker(apiserver, kube):
+    seed(apiserver, method="dra", mode="container")
+    apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
+    apiserver.add(dra_daemonset("v0.2.0"))
+    d = cluster(run(kube))["dra.driver"]
+    assert d.status == Status.WARN and "no node is in vm-passthrough mode" in d.evidence
+
+
+def test_deviceclass_is_the_one_the_policy_names(apiserver, kube):
+    policy = o.cluster_policy(sandbox=False, dra=True, device_plugin=False)
+    policy["spec"]["draKubeletPlugin"]["driverName"] = "npu.example.com"
+    seed(apiserver, method="dra", policy=policy)
+    dc = cluster(run(kube))["dra.deviceclass"]
+    assert dc.status == Status.FAIL and "vfio-npu.example.com" in dc.evidence  # the default one exists, not this
+    apiserver.add(o.deviceclass("vfio-npu.example.com", driver="npu.example.com"))
+    dc = cluster(run(kube))["dra.deviceclass"]
+    assert dc.status == Status.PASS and dc.title == "DeviceClass vfio-npu.example.com"

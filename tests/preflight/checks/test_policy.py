@@ -45,3 +45,18 @@ def test_ignored_policy_is_not_the_one_checked(apiserver, kube):
     assert p.status == Status.PASS and p.evidence.startswith("rbln-cluster-policy:")
     assert "a-leftover" in p.evidence  # the other one is named
 
+
+
+@pytest.mark.parametrize("device_plugin, patch", [
+    # devicePlugin already off: the remedy leaves it alone
+    (False, """'{"spec":{"draKubeletPlugin":{"enabled":true},"sandboxDevicePlugin":{"enabled":false}}}'"""),
+    # on: later releases reject it beside draKubeletPlugin, so it has to go
+    (True, """'{"spec":{"draKubeletPlugin":{"enabled":true},"sandboxDevicePlugin":{"enabled":false},"""
+           """"devicePlugin":{"enabled":false}}}'"""),
+])
+def test_dra_remedy_turns_the_device_plugin_off_only_when_it_is_on(apiserver, kube, device_plugin, patch):
+    seed(apiserver, method="dra", policy=o.cluster_policy(sandbox=True, dra=False, device_plugin=device_plugin))
+    p = cluster(run(kube, method="dra"))["operator.policy"]
+    assert p.status == Status.FAIL
+    assert p.remedy_command == f"kubectl patch rblnclusterpolicy rbln-cluster-policy --type merge -p {patch}"
+    assert ("devicePlugin.enabled=false" in p.remedy) is device_plugin

@@ -8,7 +8,8 @@ from rblnctl.preflight.model import Status
 from tests.fakes import objects as o
 from tests.preflight.cluster_support import CA22_PF, VM, cluster, nfd_features, operator_deployment, per_node, run, seed
 
-HELM = "helm upgrade rbln-npu-operator rebellions/rbln-npu-operator -n rbln-system --reuse-values"
+HELM = ("helm upgrade rbln-npu-operator rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator "
+        "--version 0.6.0 -n rbln-system --reuse-values")
 
 
 def test_a_healthy_cluster_has_no_commands(apiserver, kube):
@@ -41,36 +42,76 @@ def test_permitted_devices_with_both_problems_chains_both_commands(apiserver, ku
                                 "rblnctl kubevirt permit-devices --fix")
 
 
-def test_policy_sets_the_values_on_the_release_that_installed_the_operator(apiserver, kube):
+def test_policy_field_is_a_kubectl_patch_with_helm_pinned_to_the_installed_chart_as_the_durable_way(apiserver, kube):
     seed(apiserver, policy=o.cluster_policy(workload_type=VM, vfio_manager=False))
     p = cluster(run(kube))["operator.policy"]
-    assert p.remedy_command == (f"{HELM} --set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true "
-                                "--set draKubeletPlugin.enabled=false")
+    # only the switch that is wrong: sandboxDevicePlugin is on and draKubeletPlugin off already
+    assert p.remedy_command == ("kubectl patch rblnclusterpolicy rbln-cluster-policy --type merge "
+                                """-p '{"spec":{"vfioManager":{"enabled":true}}}'""")
+    assert f"`{p.remedy_command}`" in p.remedy
+    assert (f"`{HELM} --set vfioManager.enabled=true`" in p.remedy
+            and "put the old values back" in p.remedy)
 
 
-def test_policy_command_names_a_release_and_namespace_of_its_own(apiserver, kube):
-    dep = operator_deployment("0.6.0", namespace="npu-ops")
+@pytest.mark.parametrize("chart, version, ref", [
+    ("rbln-npu-operator-chart", "0.6.0", "oci://docker.io/rebellions/rbln-npu-operator-chart --version 0.6.0"),
+    ("rbln-npu-operator", "v0.2.1",
+     "rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator --version v0.2.1"),
+])
+def test_helm_commands_name_the_chart_and_version_the_deployment_label_says(apiserver, kube, chart, version, ref):
+    dep = operator_deployment(version, namespace="npu-ops", chart=chart)
     dep["metadata"]["labels"]["app.kubernetes.io/instance"] = "npu"
-    seed(apiserver, method="dra", operator=dep, policy=o.cluster_policy(sandbox=True, dra=True, device_plugin=False))
+    seed(apiserver, nodes=0, operator=dep, features=False)
+    apiserver.delete_now("RBLNClusterPolicy", "rbln-cluster-policy")
+    c = cluster(run(kube))
+    p = c["operator.policy"]
+    assert p.remedy_command == (f"helm upgrade npu {ref} -n npu-ops --reuse-values "
+                                "--set vfioManager.enabled=true --set sandboxDevicePlugin.enabled=true")
+
+
+def test_operator_version_from_the_renamed_charts_label_alone(apiserver, kube):
+    dep = operator_deployment(None, labels={"app.kubernetes.io/name": "rbln-npu-operator",
+                                            "helm.sh/chart": "rbln-npu-operator-chart-0.6.0"},
+                              image="docker.io/rebellions/rbln-npu-operator:latest")
+    seed(apiserver, operator=dep)
+    op = cluster(run(kube))["operator.version"]
+    assert op.status == Status.PASS and "0.6.0" in op.evidence
+
+
+def test_without_a_chart_label_no_helm_command_is_guessed(apiserver, kube):
+    seed(apiserver, nodes=0, features=False,
+         operator=operator_deployment(None, labels={"app.kubernetes.io/name": "rbln-npu-operator"}))
+    apiserver.delete_now("RBLNClusterPolicy", "rbln-cluster-policy")
     p = cluster(run(kube))["operator.policy"]
-    assert p.remedy_command.startswith("helm upgrade npu rebellions/rbln-npu-operator -n npu-ops --reuse-values "
-                                       "--set vfioManager.enabled=true --set draKubeletPlugin.enabled=true")
+    assert p.remedy_command == "" and "--version INSTALLED-VERSION" in p.remedy
 
 
-def test_operator_missing_installs_it(apiserver, kube):
+def test_operator_missing_installs_the_current_chart(apiserver, kube):
     seed(apiserver)
     apiserver.delete_now("Deployment", "rbln-npu-operator", "rbln-system")
     apiserver.remove_resource("rblnclusterpolicies.rebellions.ai")
     op = cluster(run(kube))["operator.version"]
-    assert op.remedy_command == ("helm upgrade --install rbln-npu-operator rebellions/rbln-npu-operator "
-                                 "-n rbln-system --create-namespace")
+    assert op.remedy_command == ("helm upgrade --install rbln-npu-operator "
+                                 "oci://docker.io/rebellions/rbln-npu-operator-chart -n rbln-system --create-namespace")
     assert f"`{op.remedy_command}`" in op.remedy
+
+
+def test_nfd_is_enabled_on_the_installed_chart_version(apiserver, kube):
+    seed(apiserver, features=False, nodes=0, operator=operator_deployment("0.6.0", chart="rbln-npu-operator-chart"))
+    apiserver.remove_resource("nodefeatures.nfd.k8s-sigs.io")
+    apiserver.add(o.node("npu-x", labels={"rebellions.ai/npu.present": "true"}))
+    nfd = cluster(run(kube))["nfd.installed"]
+    assert nfd.status == Status.FAIL
+    assert nfd.remedy_command == ("helm upgrade rbln-npu-operator oci://docker.io/rebellions/rbln-npu-operator-chart "
+                                  "--version 0.6.0 -n rbln-system --reuse-values --set nfd.enabled=true")
 
 
 def test_dra_driver_missing_enables_it(apiserver, kube):
     seed(apiserver, method="dra")
     apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
-    assert cluster(run(kube))["dra.driver"].remedy_command == f"{HELM} --set draKubeletPlugin.enabled=true"
+    d = cluster(run(kube))["dra.driver"]
+    assert d.status == Status.FAIL
+    assert d.remedy_command.startswith("kubectl patch rblnclusterpolicy rbln-cluster-policy --type merge -p ")
 
 
 def test_forbidden_read_names_the_can_i_check(apiserver, kube):
