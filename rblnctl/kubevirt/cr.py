@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, Refused
 from rblnctl.kube import KUBEVIRTS, PATCH_TYPES, Kube
@@ -77,6 +78,44 @@ def find_kubevirt(kube: Kube, *, name: str | None = None, namespace: str | None 
         raise Ambiguous(f"found {len(items)} KubeVirt CRs ({', '.join(found)}); name the one to use",
                         choices=found, options=("name", "namespace"))
     return items[0]
+
+
+def hco_owner(obj: dict) -> tuple[str, str] | None:
+    """(namespace, name) of the HyperConverged CR that manages this KubeVirt CR; None when HCO does not.
+
+    HCO labels the KubeVirt CR it deploys app.kubernetes.io/managed-by=hco-operator and app=<its
+    HyperConverged's name>, in the HyperConverged's namespace (rblnctl.constants, HCO_*); an owner
+    reference of kind HyperConverged says the same and names it.
+    """
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == C.HCO_KIND), None)
+    if owner is None and labels.get(C.MANAGED_BY_LABEL) != C.HCO_MANAGED_BY_VALUE:
+        return None
+    name = (owner or {}).get("name") or labels.get(C.HCO_APP_LABEL) or C.HCO_DEFAULT_NAME
+    return str(meta.get("namespace") or ""), str(name)
+
+
+def hco_remedy(obj: dict, what: str) -> str | None:
+    """Where `what` (gates | devices) is changed when HCO manages this KubeVirt CR; None when it does not."""
+    owner = hco_owner(obj)
+    if owner is None:
+        return None
+    ns, name = owner
+    where = f"HyperConverged {name} (`kubectl edit {C.HCO_RESOURCE} {name} -n {ns}`)"
+    if what == "devices":
+        return (f"permit the devices in {where}: {C.HCO_PERMITTED_DEVICES_FIELD}[] with pciDeviceSelector, "
+                "resourceName and externalResourceProvider: true")
+    return (f"set KubeVirt feature gates through {where}: HCO always enables HostDevices; any other gate only via "
+            f"its {C.HCO_JSONPATCH_ANNOTATION} annotation")
+
+
+def refuse_hco_managed(obj: dict, what: str) -> None:
+    """Raise Refused when HCO manages the KubeVirt CR: it would put its own spec back over our edit."""
+    fix = hco_remedy(obj, what)
+    if fix is not None:
+        raise Refused(f"KubeVirt {ref(obj)} is managed by the HyperConverged Cluster Operator, which reverts "
+                      f"edits to it; {fix}")
 
 
 def lookup(obj: Any, path: Sequence[str]) -> tuple[bool, Any]:

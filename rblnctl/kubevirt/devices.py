@@ -18,7 +18,15 @@ from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import InvalidInput, NotFound
 from rblnctl.kube import Kube
-from rblnctl.kubevirt.cr import CrWriteOptions, CrWriter, deletion_blockers, guarded_patch, lookup, version_of
+from rblnctl.kubevirt.cr import (
+    CrWriteOptions,
+    CrWriter,
+    deletion_blockers,
+    guarded_patch,
+    lookup,
+    refuse_hco_managed,
+    version_of,
+)
 from rblnctl.operator import resources as R
 from rblnctl.plan import Advice, Blocker
 
@@ -254,7 +262,11 @@ class DevicePermitter:
                 notes.append(msg)
             requested += found
         requested = _unique(requested)
-        return plan_devices(self._writer().find(), requested, fix=self.fix, notes=notes)
+        obj = self._writer().find()
+        plan = plan_devices(obj, requested, fix=self.fix, notes=notes)
+        if not plan.noop:
+            refuse_hco_managed(obj, "devices")
+        return plan
 
     def apply(self, plan: DevicePlan) -> DeviceResult:
         """Send the plan's patch; idempotent. Same conflict handling and errors as GateEditor.apply()."""

@@ -25,6 +25,7 @@ from rblnctl.kubevirt.cr import (
     CrWriter,
     JsonPath,
     deletion_blockers,
+    refuse_hco_managed,
     floor_problem,
     guarded_patch,
     lookup,
@@ -309,8 +310,11 @@ class GateEditor:
         if not enable and not disable:
             raise InvalidInput("name at least one feature gate")
         obj = self._writer().find()
-        return plan_gates(obj, enable=enable, disable=disable, add_to_disabled=add_to_disabled,
+        plan = plan_gates(obj, enable=enable, disable=disable, add_to_disabled=add_to_disabled,
                           force=self.options.force)
+        if not plan.noop:
+            refuse_hco_managed(obj, "gates")
+        return plan
 
     def apply(self, plan: GatePlan) -> GateResult:
         """Send the plan's patch; idempotent: a no-op plan sends nothing.

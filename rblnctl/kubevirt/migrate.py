@@ -45,6 +45,7 @@ from rblnctl.kubevirt.cr import (
     CrWriter,
     deletion_blockers,
     find_kubevirt,
+    refuse_hco_managed,
     guarded_patch,
     is_conflict,
     lookup,
@@ -613,8 +614,11 @@ class ResourceMigrator:
             vmis = list(self.kube.iter_list(VMIS, page_size=page))
         except NotFound:
             vmis = []
-        return plan_migration(kv, vms, vmis, advertised=vm_advertised(vm_nodes, policy), policy=policy,
+        plan = plan_migration(kv, vms, vmis, advertised=vm_advertised(vm_nodes, policy), policy=policy,
                               mapping=self.options.mapping, force=self.options.force)
+        if not plan.kubevirt.noop:  # the VMs alone may still be renamed once HCO carries the new names
+            refuse_hco_managed(kv, "devices")
+        return plan
 
     def apply(self, plan: MigrationPlan) -> MigrationResult:
         """Write the plan: the KubeVirt CR first, then each VM; idempotent.

@@ -372,3 +372,31 @@ def test_rerun_on_unknown_version_says_already_enabled_exit_0(apiserver):
     r = cli("kubevirt", "enable-gates", "--dra", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     assert "already enabled" in r.stderr and apiserver.writes() == []
+
+
+# -- a KubeVirt CR the HyperConverged Cluster Operator manages ------------------------------------
+
+
+@pytest.mark.parametrize("args, field", [
+    (("enable-gates", "--dra"), "kubevirt.kubevirt.io/jsonpatch"),
+    (("disable-gates", "HostDevices"), "kubevirt.kubevirt.io/jsonpatch"),
+    (("permit-devices", "--resource-name", "rebellions.ai/RBLN-CA22_PF"), "spec.permittedHostDevices.pciHostDevices"),
+])
+def test_an_hco_managed_kubevirt_is_refused_pointing_to_the_hyperconverged_cr(apiserver, args, field):
+    apiserver.add(o.hco_kubevirt(feature_gates=["CPUManager", "HostDevices", "Snapshot"]))
+    for dry in ((), ("--dry-run",)):
+        r = cli("kubevirt", *args, "--yes", *dry, server=apiserver.url)
+        assert r.exit_code == 1, r.stderr
+        line, = r.stderr.strip().splitlines()
+        assert line.startswith("error: KubeVirt kubevirt-hyperconverged/kubevirt-kubevirt-hyperconverged is managed "
+                               "by the HyperConverged Cluster Operator")
+        assert "kubectl edit hyperconverged kubevirt-hyperconverged -n kubevirt-hyperconverged" in line
+        assert field in line
+    assert apiserver.writes() == []
+
+
+def test_an_hco_managed_kubevirt_that_needs_no_change_is_not_an_error(apiserver):
+    apiserver.add(o.hco_kubevirt(feature_gates=["CPUManager", "HostDevices", "Snapshot"]))
+    r = cli("kubevirt", "enable-gates", "--yes", server=apiserver.url)  # HCO always enables HostDevices
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.writes() == []

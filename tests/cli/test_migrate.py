@@ -85,3 +85,15 @@ def test_name_output_and_server_dry_run(apiserver):
     assert r.exit_code == 0, r.stderr
     assert len(apiserver.writes()) == 3 and all(w.dry_run for w in apiserver.writes())
     assert device(apiserver, "ns1", "live") == OLD
+
+
+def test_an_hco_managed_kubevirt_is_refused_before_any_write(apiserver):
+    apiserver.add(NEWER.policy(vfio_manager=True, sandbox=True))
+    apiserver.add(o.npu_node("n0", mode=o.MODE_VM, product="RBLN-CA25"))
+    apiserver.add(o.hco_kubevirt(feature_gates=["HostDevices"], permitted_pci=[("1EFF:1250", OLD)]))
+    apiserver.add(o.vm("ns1", "live", host_devices=[OLD]))
+    r = cli("kubevirt", "migrate-resources", "--yes", server=apiserver.url)
+    assert r.exit_code == 1
+    assert "managed by the HyperConverged Cluster Operator" in r.stderr
+    assert "spec.permittedHostDevices.pciHostDevices" in r.stderr
+    assert apiserver.writes() == []

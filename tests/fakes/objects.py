@@ -426,6 +426,18 @@ def kubevirt(namespace: str = "kubevirt", name: str = "kubevirt", *, feature_gat
             "metadata": _meta(name, namespace, uid_kind="KubeVirt"), "spec": spec, "status": status}
 
 
+def hco_kubevirt(namespace: str = "kubevirt-hyperconverged", hyperconverged: str = "kubevirt-hyperconverged",
+                 **kw: Any) -> dict:
+    """The KubeVirt CR as the HyperConverged Cluster Operator deploys it: named kubevirt-<HyperConverged>, in
+    its namespace, labelled by HCO (kubevirt/hyperconverged-cluster-operator@v1.18.1 pkg/util/util.go GetLabels,
+    controllers/handlers/kubevirt.go NewKubeVirtWithNameOnly). No owner reference: HCO sets none on it."""
+    kv = kubevirt(namespace, f"kubevirt-{hyperconverged}", **kw)
+    kv["metadata"]["labels"] = {"app": hyperconverged, "app.kubernetes.io/managed-by": "hco-operator",
+                                "app.kubernetes.io/part-of": "hyperconverged-cluster",
+                                "app.kubernetes.io/component": "compute", "app.kubernetes.io/version": "1.18.1"}
+    return kv
+
+
 def _pci_host_device(p: Any) -> dict:
     if isinstance(p, dict):
         return dict(p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rblnctl import constants as C
+from rblnctl.kubevirt.cr import hco_remedy
 from rblnctl.kubevirt.gates import gate_state
 from rblnctl.kubevirt.status import status_of
 from rblnctl.preflight.checks.common import pick, unreadable
@@ -78,16 +79,22 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
         pre = f"upgrade KubeVirt to {format_version(gate_floor)} or later (see kubevirt.version), then "
         command = ""  # enable-gates refuses until KubeVirt is upgraded
     what = "adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates"
+    # HCO puts its own featureGates back over any edit of a KubeVirt CR it manages (rblnctl.kubevirt.cr.hco_owner),
+    # and `rblnctl kubevirt enable-gates` refuses such a CR: the change belongs on the HyperConverged CR.
+    hco = hco_remedy(kv, "gates")
+    if hco:
+        command = ""
     if any(s.effective is False for s in states):
-        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence, f"{pre}{cmd} ({what})", command)
+        out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence,
+                f"{pre}{hco or f'{cmd} ({what})'}", command)
     elif any(s.effective is None for s in states):
         # Not listed, and whether the Beta default applies depends on a version we cannot read.
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
-                f"{pre}{cmd}: listing the gates makes them on whatever the version ({what})", command)
+                f"{pre}{hco or f'{cmd}: listing the gates makes them on whatever the version ({what})'}", command)
     elif any(not s.listed for s in states):
+        why = "the setup guide lists both gates explicitly, so a later default change cannot turn DRA off"
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
-                f"{cmd}: the setup guide lists both gates explicitly, so a later default change cannot turn DRA off",
-                command)
+                f"{hco}: {why}" if hco else f"{cmd}: {why}", command)
     else:
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.PASS, evidence)
     return kv

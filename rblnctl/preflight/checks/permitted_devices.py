@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rblnctl import constants as C
+from rblnctl.kubevirt.cr import hco_remedy
 from rblnctl.kubevirt.status import status_of
 from rblnctl.operator import resources as R
 from rblnctl.preflight.checks.common import pick
@@ -42,9 +43,11 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
         problems.append(f"externalResourceProvider is not true for {', '.join(no_erp)}: KubeVirt would start its "
                         "own device plugin beside the RBLN sandbox device plugin")
         fixes.append(f"rblnctl kubevirt permit-devices --fix{pick(f, st)}")
+    # HCO reverts edits of a KubeVirt CR it manages, and permit-devices refuses one: name the HyperConverged CR.
+    hco = hco_remedy(kv, "devices")
     if problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"permitted: {names}; " + "; ".join(problems),
-                " and ".join(f"`{x}`" for x in fixes), " && ".join(fixes))
+                hco or " and ".join(f"`{x}`" for x in fixes), "" if hco else " && ".join(fixes))
         return
     nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"
     if not permitted:
@@ -52,9 +55,9 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
                 else nodes_unknown)
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
-                "once the sandbox device plugin runs on a vm-passthrough node: "
-                f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}` "
-                "(or `--resource-name rebellions.ai/RBLN-CA22_PF`)")
+                "once the sandbox device plugin runs on a vm-passthrough node: " + (
+                    hco or f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}` "
+                    "(or `--resource-name rebellions.ai/RBLN-CA22_PF`)"))
         return
     if not in_use:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,

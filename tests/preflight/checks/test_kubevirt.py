@@ -91,3 +91,18 @@ def test_remedies_pick_the_cr_when_there_are_several(apiserver, kube):
     assert "`rblnctl kubevirt permit-devices --from-cluster --name kubevirt -n kubevirt`" in \
         c["kubevirt.permitted-devices"].remedy
 
+
+
+def test_hco_managed_kubevirt_remedies_name_the_hyperconverged_cr(apiserver, kube):
+    seed(apiserver, method="dra", kubevirt=o.hco_kubevirt(feature_gates=["CPUManager", "HostDevices", "Snapshot"],
+                                                           disabled_gates=["HostDevicesWithDRA"]))
+    g = cluster(run(kube))["kubevirt.gates"]
+    assert g.status == Status.FAIL and g.remedy_command == ""  # enable-gates would refuse this CR
+    assert "HyperConverged kubevirt-hyperconverged" in g.remedy and "kubevirt.kubevirt.io/jsonpatch" in g.remedy
+
+
+def test_hco_managed_kubevirt_devices_are_permitted_in_the_hyperconverged_cr(apiserver, kube):
+    seed(apiserver, kubevirt=o.hco_kubevirt(feature_gates=["HostDevices"], permitted_pci=[]))
+    p = cluster(run(kube))["kubevirt.permitted-devices"]
+    assert p.status == Status.FAIL and p.remedy_command == ""
+    assert "spec.permittedHostDevices.pciHostDevices" in p.remedy and "pciDeviceSelector" in p.remedy
