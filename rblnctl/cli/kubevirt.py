@@ -12,7 +12,8 @@ from rblnctl.cli.options import examples
 from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 
 app = typer.Typer(
-    help="Edit the KubeVirt CR for RBLN NPUs: feature gates and permitted host devices, conflict-safely.",
+    help="Edit the KubeVirt CR for RBLN NPUs: feature gates and permitted host devices, conflict-safely. "
+         "A CR the HyperConverged Cluster Operator manages is refused: edit its HyperConverged CR instead.",
     no_args_is_help=True,
 )
 

@@ -40,3 +40,13 @@ def test_choose_method_pure():
                                                  "sandbox method", Status.WARN)
     assert choose_method("sandbox", absent)[2] == Status.PASS
 
+
+
+def test_method_remedy_turns_the_device_plugin_off_for_dra_only_when_it_is_on(apiserver, kube):
+    seed(apiserver, policy=o.cluster_policy(sandbox=False, dra=False, device_plugin=False))
+    m = cluster(run(kube))["cluster.method"]
+    assert '"draKubeletPlugin":{"enabled":true}' in m.remedy and "devicePlugin" not in m.remedy
+    apiserver.delete_now("RBLNClusterPolicy", "rbln-cluster-policy")
+    apiserver.add(o.cluster_policy(sandbox=False, dra=False, device_plugin=True))
+    m = cluster(run(kube))["cluster.method"]
+    assert '"draKubeletPlugin":{"enabled":true},"devicePlugin":{"enabled":false}' in m.remedy
