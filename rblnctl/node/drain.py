@@ -24,7 +24,7 @@ from rblnctl.node.evict import Evictor, timeout_error
 from rblnctl.node.filters import PodFilter, classify, drain_filters, facts_of
 from rblnctl.node.lock import NodeLock, default_identity
 from rblnctl.node.options import DrainOptions
-from rblnctl.node.pods import Action, NpuUse, PodEntry, PodRef
+from rblnctl.node.pods import Action, LauncherVmis, NpuUse, PodEntry, PodRef
 from rblnctl.operator.cluster import OperatorView, read_operator
 from rblnctl.plan import Blocker
 
@@ -110,12 +110,13 @@ class Drainer:
         """List the node's pods (one paged LIST) and classify each (`extra` filters run first)."""
         policy = self.view().policy
         npu = NpuUse(kube=self.kube, dra_driver=policy.dra_driver if policy else C.DRA_DRIVER)
+        vmis = LauncherVmis(kube=self.kube)
         filters = [*extra, *self._filters()]
         evict: list[PodEntry] = []
         ignored: list[PodEntry] = []
         pods = self.kube.list(PODS, field_selector=f"spec.nodeName={node}")
         for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
-            entry = classify(facts_of(pod, npu), filters)
+            entry = classify(facts_of(pod, npu, vmis), filters)
             (evict if entry.action == Action.EVICT else ignored).append(entry)
         return Survey(evict=evict, ignored=ignored)
 
