@@ -195,10 +195,11 @@ class Drainer:
             refs = [e.ref for e in s.evict]
             self.events.on_step(Step.EVICT, f"evicting {len(refs)} pod(s)" if rounds == 0 else
                                 f"evicting {len(refs)} pod(s) that arrived meanwhile")
-            outcome = evictor.evict(refs, deadline)
-            evicted += outcome.evicted
+            outcome = evictor.evict(refs, deadline, vmis={str(e.ref): e.vmi for e in s.evict if e.vmi})
+            evicted += outcome.evicted + [v.pod for v in outcome.evacuating]
             if not self.options.server_dry_run:
                 evictor.wait_gone(node, outcome.evicted, deadline)
+                evictor.wait_evacuated(node, outcome.evacuating, deadline)
             if outcome.budget_refused:
                 raise timeout_error(self.options.timeout_s, [], outcome.budget_refused)
             if self.options.server_dry_run:

@@ -7,10 +7,14 @@ given they must not block; the user's data (a VMI emptyDisk, an emptyDir KubeVir
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from rblnctl.errors import Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
+from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
@@ -111,3 +115,117 @@ def test_a_vm_without_npus_needs_the_override_for_kubectls_rule_to_lift(apiserve
     assert "has emptyDir volumes whose data would be lost" in str(b)
     plan = drainer_for(kube, all_pods=True, **FORCED).plan("n1")
     assert plan.blockers == [] and [e.name for e in plan.evict] == ["virt-launcher-plain-abcde"]
+
+
+# -- KubeVirt's pod eviction webhook -------------------------------------------------------------------
+
+WEBHOOK = 'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: '
+
+
+def eviction_replies(apiserver):
+    return [r for r in apiserver.requests if r.path.endswith("/eviction")]
+
+
+def test_the_fake_answers_a_denial_in_the_apiservers_shape(apiserver, kube):
+    import json
+    import urllib.error
+    import urllib.request
+
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"))
+    seed_vm(apiserver)  # o.vmi(): evictionStrategy LiveMigrate, no LiveMigratable condition
+    body = json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                       "metadata": {"name": "virt-launcher-vm1-abcde", "namespace": "vms"}}).encode()
+    req = urllib.request.Request(f"{apiserver.url}/api/v1/namespaces/vms/pods/virt-launcher-vm1-abcde/eviction",
+                                 data=body, method="POST", headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req)
+    assert exc.value.code == 429
+    assert json.loads(exc.value.read()) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": WEBHOOK + "VMI vm1 is configured with an eviction strategy but is not live-migratable",
+        "code": 429}
+
+
+def test_a_vm_kubevirt_will_not_migrate_fails_fast_naming_it(apiserver, kube):
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"))
+    seed_vm(apiserver)
+    drainer = drainer_for(kube, timeout_s=600, **FORCED)
+    with pytest.raises(Refused) as exc:
+        drainer.apply(drainer.plan("n1"))
+    msg = str(exc.value)
+    assert "\n" not in msg and "VM vms/vm1" in msg and "not live-migratable" in msg
+    assert "virtctl stop vm1 -n vms" in msg
+    assert len(eviction_replies(apiserver)) == 1  # no budget-style retries
+    assert apiserver.get("Node", "n1")["spec"].get("unschedulable") is not True  # nothing evicted: cordon undone
+    assert apiserver.get("Pod", "virt-launcher-vm1-abcde", "vms") is not None
+
+
+def test_a_real_budget_429_still_backs_off(apiserver, kube):
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"))
+    seed_vm(apiserver)
+    apiserver.mutate("VirtualMachineInstance", "vm1", "vms", fn=lambda v: v["spec"].pop("evictionStrategy"))
+    apiserver.add(o.pdb("vms", "kubevirt-disruption-budget-x", min_available=1,
+                        selector={"matchLabels": {"kubevirt.io": "virt-launcher"}}))
+    blocked = []
+    drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.01, timeout_s=5, **FORCED), clock=FakeClock(start=0.0),
+                      events=NodeEvents(on_pdb_blocked=lambda p, m, n: blocked.append(m)))
+    with pytest.raises(WaitTimeout) as exc:
+        drainer.apply(drainer.plan("n1"))
+    assert "disruption budgets still refuse evicting vms/virt-launcher-vm1-abcde" in "\n".join(exc.value.details)
+    assert blocked and all("disruption budget" in m for m in blocked)
+
+
+def test_an_evacuation_waits_for_the_vmi_to_leave_the_node(apiserver, kube):
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"), o.npu_node("n2"))
+    seed_vm(apiserver, npu=False, conditions=[{"type": "LiveMigratable", "status": "True"}])
+    warnings: list[str] = []
+
+    def migrate(event, obj):  # virt-controller's evacuation: the VMI moves to n2, the source pod completes
+        if obj.get("kind") == "VirtualMachineInstance" and (obj.get("status") or {}).get("evacuationNodeName"):
+            def move(v):
+                v["status"].update(nodeName="n2", evacuationNodeName="")
+                v["metadata"]["labels"]["kubevirt.io/nodeName"] = "n2"
+            threading.Timer(0.2, lambda: (apiserver.mutate("VirtualMachineInstance", "vm1", "vms", fn=move),
+                                          apiserver.set_pod_phase("vms", "virt-launcher-vm1-abcde",
+                                                                  "Succeeded"))).start()
+
+    apiserver.on_change(migrate)
+    drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.01, timeout_s=30, all_pods=True, **FORCED),
+                      events=NodeEvents(on_warning=warnings.append))
+    res = drainer.apply(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["virt-launcher-vm1-abcde"]
+    assert apiserver.get("VirtualMachineInstance", "vm1", "vms")["status"]["nodeName"] == "n2"
+    assert any("evacuating VMI vms/vm1" in w for w in warnings) and any("has left node n1" in w for w in warnings)
+    assert len(eviction_replies(apiserver)) == 1  # waited on the VMI, not by asking again
+    vmi_watches = [r for r in apiserver.requests if r.path.endswith("/virtualmachineinstances")]
+    assert vmi_watches and vmi_watches[0].query["labelSelector"] == ["kubevirt.io/nodeName=n1"]
+
+
+def test_an_evacuation_that_never_ends_times_out_naming_the_vmi(apiserver, kube):
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"))
+    seed_vm(apiserver, npu=False, conditions=[{"type": "LiveMigratable", "status": "True"}])
+    # the system clock: the watch's deadline passes only in real time
+    drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.01, timeout_s=0.5, all_pods=True, **FORCED))
+    with pytest.raises(WaitTimeout) as exc:
+        drainer.apply(drainer.plan("n1"))
+    assert "KubeVirt is still evacuating VMI vms/vm1" in "\n".join(exc.value.details)
+    assert apiserver.get("VirtualMachineInstance", "vm1", "vms")["status"]["evacuationNodeName"] == "n1"
+
+
+def test_a_passing_webhook_denial_is_retried_like_a_budget(apiserver, kube):
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"))
+    seed_vm(apiserver, npu=False, conditions=[{"type": "LiveMigratable", "status": "True"}])
+    # the VMI runs elsewhere: this pod is a migration target, which the webhook refuses until that settles
+    apiserver.mutate("VirtualMachineInstance", "vm1", "vms", fn=lambda v: v["status"].update(nodeName="n2"))
+    blocked = []
+    drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.01, timeout_s=5, all_pods=True, **FORCED),
+                      clock=FakeClock(start=0.0), events=NodeEvents(on_pdb_blocked=lambda p, m, n: blocked.append(m)))
+    with pytest.raises(WaitTimeout):
+        drainer.apply(drainer.plan("n1"))
+    assert blocked and blocked[0] == WEBHOOK + "Eviction request for target Pod"
