@@ -293,6 +293,29 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 VIRT_LAUNCHER_LABEL = "kubevirt.io"
 VIRT_LAUNCHER_VALUE = "virt-launcher"
 VMI_NODE_LABEL = "kubevirt.io/nodeName"  # KubeVirt labels each VMI with the node it runs on
+# (moved to the target node after a live migration: kubevirt/kubevirt@v1.8.4 pkg/virt-handler/migration-target.go)
+VMI_KIND = "VirtualMachineInstance"  # a virt-launcher pod's controller (template.go NewControllerRef(vmi, ...))
+# The emptyDirs KubeVirt itself puts in every virt-launcher pod: runtime state, sockets, binaries, images, not
+# user data (kubevirt/kubevirt pkg/virt-controller/services/rendervolumes.go VolumeRenderer.Volumes(),
+# withHotplugSupport, withSidecarVolumes, withVirioFS, withHugepages, withBackendStorage, withPluginSocketVolume;
+# names in template.go and pkg/virtiofs/virtiofs.go; checked at v1.5.2, v1.6.3, v1.8.4 and main).
+# `container-disks` is absent when the ImageVolume gate is on; `kubevirt-plugin-sockets` is main only.
+# A VMI's downwardMetrics volume is an emptyDir too, named after the VMI volume (handleDownwardMetrics).
+KUBEVIRT_LAUNCHER_EMPTYDIRS = frozenset({
+    "private", "public", "sockets", "virt-bin-share-dir", "libvirt-runtime", "ephemeral-disks", "container-disks",
+    "hotplug-disks", "hook-sidecar-sockets", "virtiofs-containers", "hugepages", "hugetblfs-dir", "private-libvirt",
+    "private-libvirt-qemu", "kubevirt-plugin-sockets",
+})
+# A VMI's emptyDisk (the guest's scratch disk, KubeVirt's counterpart of an emptyDir) is a qcow2 image under
+# /var/run/libvirt/empty-disks/ (pkg/emptydisk/emptydisk.go emptyDiskBaseDir, v1.4.0..main), i.e. inside the
+# launcher's `libvirt-runtime` emptyDir (mounted at /var/run/libvirt): that data is the user's.
+KUBEVIRT_EMPTYDISK_EMPTYDIR = "libvirt-runtime"
+# virt-api's validating webhook on pods/eviction (kubevirt/kubevirt@v1.8.4
+# pkg/virt-operator/resource/generate/components/webhooks.go). It answers allowed=false with code 429
+# (pod-eviction-admitter.go denied()); kube-apiserver keeps the code and prefixes the message with
+# 'admission webhook "NAME" denied the request: ', leaving reason empty (kubernetes/apiserver@v0.35.0
+# pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr).
+KUBEVIRT_EVICTION_WEBHOOK = "virt-launcher-eviction-interceptor.kubevirt.io"
 # Progress of an interrupted `node set-mode`, kept on the node so a re-run resumes (JSON).
 SET_MODE_ANNOTATION = "rebellions.ai/rblnctl.set-mode"
 

@@ -54,13 +54,15 @@ class NotFound(RblnError):
 class ClusterError(RblnError):
     """The API server refused a request.
 
-    `status` is the HTTP code (0 when no answer came back), `reason` the Status reason.
+    `status` is the HTTP code (0 when no answer came back), `reason` the Status reason,
+    `server_message` the Status message as the server wrote it (empty when there was none).
     """
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", server_message: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.server_message = server_message
 
 
 class ClusterUnreachable(ClusterError):

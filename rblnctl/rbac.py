@@ -50,14 +50,15 @@ _KUBEVIRT_READ = (_a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "get", "list"),)
 _KUBEVIRT_EDIT = (*_KUBEVIRT_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "patch"))
 # drain and set-mode: the node (guarded patch, read back), its pods (listed, then watched until the
 # evicted ones are gone), evictions (or deletes with --disable-eviction), DRA claims of its pods, the
-# VMs on it, and the node's Lease lock.
+# VMs on it (listed; a forced virt-launcher's VMI read for its emptyDisks; watched while KubeVirt
+# evacuates one), and the node's Lease lock.
 _NODE_CHANGE = (
     *_OPERATOR,
     _a("", "nodes", "get", "patch"),
     _a("", "pods", "list", "watch", "delete"),
     _a("", "pods/eviction", "create"),
     _a(C.DRA_GROUP, "resourceclaims", "get"),
-    _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"),
+    _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get", "list", "watch"),
     _a("coordination.k8s.io", "leases", "get", "create", "patch", "delete", where=OPERATOR_NAMESPACE),
 )
 

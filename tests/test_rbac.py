@@ -113,6 +113,25 @@ def _vms(api):
     api.add(o.vm("vms", "pending", host_devices=[CA22]), o.vmi("vms", "pending", None, [CA22], phase="Scheduling"))
     pending = o.virt_launcher("vms", "pending", None, resources={CA22: "1"})
     api.add(pending, o.failed_scheduling(pending, f"0/2 nodes are available: 2 Insufficient {CA22}."))
+def _evacuated_vm(api):
+    """A migratable VM on n1 that KubeVirt's eviction webhook evacuates to n2 (drain --all-pods --force)."""
+    import threading
+
+    api.kubevirt_eviction_webhook = True
+    api.add(o.npu_node("n2"), o.vmi("vms", "mig", "n1", conditions=[{"type": "LiveMigratable", "status": "True"}]),
+            o.virt_launcher("vms", "mig", "n1"))
+
+    def migrate(event, obj):
+        if obj.get("kind") == "VirtualMachineInstance" and (obj.get("status") or {}).get("evacuationNodeName"):
+            def move(v):
+                v["status"].update(nodeName="n2", evacuationNodeName="")
+                v["metadata"]["labels"]["kubevirt.io/nodeName"] = "n2"
+            threading.Timer(0.2, lambda: (api.mutate("VirtualMachineInstance", "mig", "vms", fn=move),
+                                          api.set_pod_phase("vms", "virt-launcher-mig-abcde", "Succeeded"))).start()
+
+    api.on_change(migrate)
+
+
 def _host_pods(api):
     """The fake kubelet runs rblnctl's host pods on one simulated healthy host (shared by every node)."""
     import shutil
@@ -146,6 +165,7 @@ SCENARIOS = [
     Scenario("node drain", ("node", "drain", "n1", "--yes"), _npu_pod),
     Scenario("node drain", ("node", "drain", "n1", "--yes", "--disable-eviction", "--take-over"),
              lambda api: (_npu_pod(api), _expired_lock(api))),
+    Scenario("node drain", ("node", "drain", "n1", "--yes", "--all-pods", "--force"), _evacuated_vm),
     Scenario("node set-mode", ("node", "set-mode", "vm", "n1", "--yes"), lambda api: (_npu_pod(api), _dra(api))),
     # a pool: the NPU nodes a selector matches, each switched (drained) as one node is
     Scenario("node set-mode", ("node", "set-mode", "vm", "-l", "rebellions.ai/npu.present=true", "--yes"),

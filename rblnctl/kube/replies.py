@@ -121,7 +121,7 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
         return Conflict(message or f"conflict on {resource}", status=status, reason=reason or "Conflict")
     text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
     return ClusterError(f"{method} {path} failed: {status} {reason or ''} {text}".replace("  ", " "),
-                        status=status, reason=reason)
+                        status=status, reason=reason, server_message=_one_line(message))
 
 
 def _object(value: Any, what: str) -> dict:

@@ -24,7 +24,7 @@ from rblnctl.node.evict import Evictor, timeout_error
 from rblnctl.node.filters import PodFilter, classify, drain_filters, facts_of
 from rblnctl.node.lock import NodeLock, default_identity
 from rblnctl.node.options import DrainOptions
-from rblnctl.node.pods import Action, NpuUse, PodEntry, PodRef
+from rblnctl.node.pods import Action, LauncherVmis, NpuUse, PodEntry, PodRef
 from rblnctl.operator.cluster import OperatorView, read_operator
 from rblnctl.plan import Blocker
 
@@ -110,12 +110,13 @@ class Drainer:
         """List the node's pods (one paged LIST) and classify each (`extra` filters run first)."""
         policy = self.view().policy
         npu = NpuUse(kube=self.kube, dra_driver=policy.dra_driver if policy else C.DRA_DRIVER)
+        vmis = LauncherVmis(kube=self.kube)
         filters = [*extra, *self._filters()]
         evict: list[PodEntry] = []
         ignored: list[PodEntry] = []
         pods = self.kube.list(PODS, field_selector=f"spec.nodeName={node}")
         for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
-            entry = classify(facts_of(pod, npu), filters)
+            entry = classify(facts_of(pod, npu, vmis), filters)
             (evict if entry.action == Action.EVICT else ignored).append(entry)
         return Survey(evict=evict, ignored=ignored)
 
@@ -194,10 +195,11 @@ class Drainer:
             refs = [e.ref for e in s.evict]
             self.events.on_step(Step.EVICT, f"evicting {len(refs)} pod(s)" if rounds == 0 else
                                 f"evicting {len(refs)} pod(s) that arrived meanwhile")
-            outcome = evictor.evict(refs, deadline)
-            evicted += outcome.evicted
+            outcome = evictor.evict(refs, deadline, vmis={str(e.ref): e.vmi for e in s.evict if e.vmi})
+            evicted += outcome.evicted + [v.pod for v in outcome.evacuating]
             if not self.options.server_dry_run:
                 evictor.wait_gone(node, outcome.evicted, deadline)
+                evictor.wait_evacuated(node, outcome.evacuating, deadline)
             if outcome.budget_refused:
                 raise timeout_error(self.options.timeout_s, [], outcome.budget_refused)
             if self.options.server_dry_run:

@@ -2,7 +2,10 @@
 
 Evictions go through the policy/v1 Eviction API, so PodDisruptionBudgets hold: a 429 is retried
 with exponential backoff (1 s doubling to 10 s, the last wait cut so the final try happens at the
-deadline) and reported live; a 404 means the pod is already gone. The wait for the pods to leave is
+deadline) and reported live; a 404 means the pod is already gone. KubeVirt's eviction webhook
+answers 429 too (see `kubevirt_denial`): when it started a live migration instead, the wait is for the
+VMI to leave the node; when it refuses for good (the VM cannot migrate), the drain fails at once
+(Refused) naming the VM. The wait for the pods to leave is
 one watch of the node's pods (fieldSelector spec.nodeName: one LIST, then one stream, reopened when
 the server ends it), whatever the number of pods, and ends the moment the last one is gone; where
 watching is not allowed it lists the node's pods once per round instead. A pod has left when it is
@@ -12,15 +15,18 @@ absent or a pod of the same name has another UID (kubectl's rule).
 from __future__ import annotations
 
 import logging
+import re
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
-from rblnctl.errors import ClusterError, NotFound, RblnError, WaitTimeout
-from rblnctl.kube import PODS, SYNC, Kube, object_key
+from rblnctl.errors import ClusterError, NotFound, RblnError, Refused, WaitTimeout
+from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -31,11 +37,51 @@ BACKOFF_START_S = 1.0
 BACKOFF_CAP_S = 10.0
 
 
+# What kube-apiserver puts before an admission webhook's denial message (kubernetes/apiserver@v0.35.0
+# pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr); the webhook's own code (429) is kept.
+_KUBEVIRT_DENIED = f'admission webhook "{C.KUBEVIRT_EVICTION_WEBHOOK}" denied the request: '
+# kubevirt/kubevirt@v1.8.4 pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go
+# (the same texts at v1.5.2, v1.6.3 and main): the VMI was marked for evacuation (a live migration, or with
+# evictionStrategy External whatever tears it down), now or by an earlier request ("Evacuation in progress: ").
+_EVACUATION = re.compile(r'(?:Evacuation in progress: )?Eviction triggered evacuation of VMI "([^"/]+)/([^"]+)"')
+# Denials that pass: the VMI could not be read or marked ("it is up to the user to issue a retry"), or the pod is
+# the target of a migration under way. Every other denial of KubeVirt's webhook stands for this drain (a VMI
+# "configured with an eviction strategy but is not live-migratable", a hotplug pod of a running VMI).
+_TRANSIENT = ("kubevirt failed getting the vmi", "kubevirt failed marking the vmi", "Eviction request for target Pod",
+              "failed to parse the eviction object")
+
+
+def kubevirt_denial(e: ClusterError) -> str | None:
+    """The message of KubeVirt's pod eviction webhook when it denied this eviction (a 429), else None.
+
+    kube-apiserver answers such a denial with the webhook's code 429, no Status reason, and the message
+    'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: MESSAGE'; a
+    PodDisruptionBudget's 429 has reason TooManyRequests and its own message.
+    """
+    text = e.server_message or str(e)
+    i = text.find(_KUBEVIRT_DENIED)
+    return text[i + len(_KUBEVIRT_DENIED):] if e.status == 429 and i >= 0 else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evacuating:
+    """KubeVirt turned the eviction of a virt-launcher pod into an evacuation of its VMI."""
+
+    pod: PodRef
+    namespace: str
+    vmi: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.vmi}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Evicted:
-    """What an eviction round did: the pods accepted, and those a budget still refused at the deadline."""
+    """What an eviction round did: the pods accepted, the VMIs KubeVirt evacuates instead, and the pods a
+    budget still refused at the deadline."""
 
     evicted: list[PodRef] = field(default_factory=list)
+    evacuating: list[Evacuating] = field(default_factory=list)
     budget_refused: dict[str, str] = field(default_factory=dict)  # ns/name -> the server's last message
 
 
@@ -48,15 +94,18 @@ class Evictor:
     events: NodeEvents = field(default_factory=NodeEvents)
     clock: Clock = SYSTEM_CLOCK
     stop: Stop | None = None  # set when the run is interrupted: no eviction after it, waits end (Stopped)
+    _vmis: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # pod ns/name -> its VMI
 
-    def evict(self, pods: list[PodRef], deadline: float) -> Evicted:
+    def evict(self, pods: list[PodRef], deadline: float, vmis: Mapping[str, str] | None = None) -> Evicted:
         """Send every eviction with at most options.max_parallel in flight.
 
         Stops sending (and stops waiting on budgets) at the first refusal that is not a budget's,
         and raises it; Ctrl-C, a signal or `stop` stops every worker at once (Stopped for `stop`).
+        `vmis` names the VMI of each virt-launcher pod (by "ns/name"), for KubeVirt's refusals.
         """
         if not pods:
             return Evicted()
+        self._vmis = dict(vmis or {})
         with self.stop.linked() if self.stop is not None else nullcontext(Stop()) as stop:
             outcome = self._evict_all(pods, deadline, stop)
         if self.stop is not None and self.stop.is_set():
@@ -67,6 +116,7 @@ class Evictor:
         refused: dict[str, str] = {}
         errors: list[RblnError] = []
         done: list[PodRef] = []
+        evacuating: list[Evacuating] = []
         lock = threading.Lock()
 
         def work(p: PodRef) -> None:
@@ -80,6 +130,8 @@ class Evictor:
             with lock:
                 if isinstance(outcome, str):
                     refused[str(p)] = outcome
+                elif isinstance(outcome, Evacuating):
+                    evacuating.append(outcome)
                 elif outcome:
                     done.append(p)
 
@@ -98,11 +150,13 @@ class Evictor:
             raise errors[0]
         order = {str(p): i for i, p in enumerate(pods)}
         done.sort(key=lambda p: order[str(p)])
-        return Evicted(evicted=done, budget_refused=refused)
+        evacuating.sort(key=lambda v: order[str(v.pod)])
+        return Evicted(evicted=done, evacuating=evacuating, budget_refused=refused)
 
-    def _evict_one(self, p: PodRef, deadline: float, stop: threading.Event) -> bool | str:
+    def _evict_one(self, p: PodRef, deadline: float, stop: threading.Event) -> bool | str | Evacuating:
         """True when evicted (or already gone), the last budget message when a budget held until the
-        deadline, False when stopped because another eviction failed."""
+        deadline, Evacuating when KubeVirt moves the pod's VMI instead, False when stopped because
+        another eviction failed. Raises Refused when KubeVirt's webhook refuses for good."""
         delay = BACKOFF_START_S
         attempt = 0
         while not stop.is_set():
@@ -115,9 +169,18 @@ class Evictor:
             except ClusterError as e:
                 if e.status != 429:
                     raise
+                denial = kubevirt_denial(e)
+                if denial is not None:
+                    m = _EVACUATION.fullmatch(denial)
+                    if m:
+                        self.events.on_warning(f"KubeVirt is evacuating VMI {m[1]}/{m[2]} (live migration) instead "
+                                               f"of evicting {p}: waiting for it to leave the node")
+                        return Evacuating(pod=p, namespace=m[1], vmi=m[2])
+                    if not denial.startswith(_TRANSIENT):
+                        raise self._kubevirt_refused(p, denial)
                 attempt += 1
                 # Keep the server's words ("... needs 1 healthy pods and has 1 currently"), not our request line.
-                message = str(e).split(f" {e.reason} ", 1)[-1] if e.reason else str(e)
+                message = e.server_message or (str(e).split(f" {e.reason} ", 1)[-1] if e.reason else str(e))
                 remaining = deadline - self.clock.monotonic()
                 if remaining <= 0:
                     return message
@@ -128,6 +191,14 @@ class Evictor:
             self.events.on_evicted(p)
             return True
         return False
+
+    def _kubevirt_refused(self, p: PodRef, denial: str) -> Refused:
+        """KubeVirt's webhook will not let this VM's launcher go: one line naming the VM and the way out."""
+        vmi = self._vmis.get(str(p))
+        if vmi is None:
+            return Refused(f"KubeVirt refuses evicting pod {p}: {denial}")
+        return Refused(f"KubeVirt refuses evicting pod {p} of VM {p.namespace}/{vmi}: {denial}; stop the VM "
+                       f"(virtctl stop {vmi} -n {p.namespace}), migrate it, or change its evictionStrategy")
 
     def _send(self, p: PodRef) -> None:
         options: dict[str, Any] = {}
@@ -186,15 +257,56 @@ class Evictor:
         raise timeout_error(self.options.timeout_s, list(pending.values()), {})
 
 
+    def wait_evacuated(self, node: str, moving: list[Evacuating], deadline: float) -> None:
+        """Wait until every VMI in `moving` has left `node` (migrated, or gone), watching the VMIs labelled
+        with the node: KubeVirt moves the kubevirt.io/nodeName label to the target when a migration
+        completes (kubevirt/kubevirt@v1.8.4 pkg/virt-handler/migration-target.go). WaitTimeout names the rest.
+        """
+        pending = {(v.namespace, v.vmi): v for v in moving}
+        if not pending:
+            return
+
+        def left(key: tuple[str, str]) -> None:
+            v = pending.pop(key)
+            self.events.on_warning(f"VMI {v} has left node {node}")
+            self.events.on_gone(v.pod)
+
+        for ev in self.kube.watch(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
+                                  stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
+                                  poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
+                                      f"watching the VMIs on {node} failed ({e}); trying again")):
+            if ev.type == SYNC:
+                here = {object_key(o) for o in ev.objects if _vmi_node(o) in ("", node)}
+                for key in [k for k in pending if k not in here]:
+                    left(key)
+            elif ev.object is not None and object_key(ev.object) in pending:
+                if ev.type == "DELETED" or _vmi_node(ev.object) not in ("", node):
+                    left(object_key(ev.object))
+            if not pending:
+                return
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped(f"stopped while waiting for {len(pending)} VMI(s) to leave node {node}")
+        raise timeout_error(self.options.timeout_s, [], {}, evacuating=list(pending.values()))
+
+
+def _vmi_node(obj: dict) -> str:
+    return str((obj.get("status") or {}).get("nodeName") or "")
+
+
 def _uid(obj: dict) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, str]) -> WaitTimeout:
-    """The timeout of a drain: budgets still refusing, pods still terminating (each on its own detail line)."""
+def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, str], *,
+                  evacuating: list[Evacuating] | None = None) -> WaitTimeout:
+    """The timeout of a drain: budgets still refusing, pods still terminating, VMIs KubeVirt is still
+    evacuating (each on its own detail line)."""
     details = []
     if refused:
         details.append("disruption budgets still refuse evicting " + ", ".join(sorted(refused)))
+    if evacuating:
+        details.append("KubeVirt is still evacuating VMI " + ", ".join(str(v) for v in evacuating)
+                       + " (a live migration: see its VirtualMachineInstanceMigration)")
     if pending:
         details.append("still terminating: " + ", ".join(str(p) for p in pending))
     err = WaitTimeout(f"pods did not leave within {timeout_s:g}s")

@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 from rblnctl import constants as C
 from rblnctl.node.options import DrainOptions
-from rblnctl.node.pods import Action, NpuUse, PodEntry, controller, is_finished, is_launcher, npu_resources
+from rblnctl.node.pods import (
+    Action,
+    LauncherVmis,
+    NpuUse,
+    PodEntry,
+    controller,
+    is_finished,
+    is_launcher,
+    is_vmi_launcher,
+    npu_resources,
+)
 from rblnctl.operator.cluster import OperatorView
 from rblnctl.operator.components import component_of_pod
 from rblnctl.plan import Blocker
@@ -32,6 +42,7 @@ class PodFacts:
     vmi: str | None  # for a virt-launcher pod: the VMI it runs
     npu: str | None  # why it counts as an NPU consumer (None: it does not)
     resources: tuple[str, ...] = ()  # the NPU resources it requests (empty for a DRA claim user)
+    vmis: LauncherVmis | None = None  # reads the VMI of a virt-launcher pod when a filter needs it
 
     @property
     def ref(self) -> str:
@@ -49,13 +60,13 @@ class Verdict:
 PodFilter = Callable[[PodFacts], Verdict | None]
 
 
-def facts_of(pod: dict, npu_use: NpuUse) -> PodFacts:
-    """Read what the filters need of a pod (DRA claims through `npu_use`, cached)."""
+def facts_of(pod: dict, npu_use: NpuUse, vmis: LauncherVmis | None = None) -> PodFacts:
+    """Read what the filters need of a pod (DRA claims through `npu_use`, VMIs through `vmis`: both cached)."""
     md = pod.get("metadata") or {}
     owner = controller(pod)
     vmi = ((owner or {}).get("name") or md["name"]) if is_launcher(pod) else None
     return PodFacts(pod=pod, namespace=md.get("namespace", ""), name=md["name"], uid=md.get("uid", ""), owner=owner,
-                    vmi=vmi, npu=npu_use.reason(pod), resources=tuple(npu_resources(pod)))
+                    vmi=vmi, npu=npu_use.reason(pod), resources=tuple(npu_resources(pod)), vmis=vmis)
 
 
 def finished() -> PodFilter:
@@ -122,15 +133,50 @@ def vm_guard_handles_launchers(force: bool) -> PodFilter:
     return f
 
 
-def emptydir(delete_emptydir_data: bool) -> PodFilter:
-    """emptyDir data is lost with the pod (kubectl's --delete-emptydir-data)."""
+def emptydir(delete_emptydir_data: bool, *, vm_override: bool = False) -> PodFilter:
+    """emptyDir data is lost with the pod (kubectl's --delete-emptydir-data).
+
+    Every virt-launcher pod has emptyDirs of KubeVirt's own (C.KUBEVIRT_LAUNCHER_EMPTYDIRS): runtime
+    state, not user data. Once the user said the VM may go (`vm_override`: drain's --force, set-mode's
+    --force), those do not block; what still does is the user's data: a VMI emptyDisk (it lives in the
+    `libvirt-runtime` emptyDir) or an emptyDir KubeVirt did not put there. A VM holding NPUs is judged
+    the same way without the override (the VM rule already stops it, and naming KubeVirt's emptyDirs
+    would only send the user after the wrong flag); a VM without NPUs (--all-pods) keeps kubectl's rule
+    until the override is given. A VMI that cannot be read cannot be judged: the pod keeps its blocker.
+    """
     def f(p: PodFacts) -> Verdict | None:
         volumes = (p.pod.get("spec") or {}).get("volumes") or []
-        if delete_emptydir_data or not any("emptyDir" in v for v in volumes):
+        names = [str(v.get("name")) for v in volumes if "emptyDir" in v]
+        if delete_emptydir_data or not names:
             return None
-        return Verdict(blocker=Blocker(f"{p.ref} has emptyDir volumes whose data would be lost",
-                                       override="delete_emptydir_data"))
+        why = "has emptyDir volumes whose data would be lost"
+        if (vm_override or p.npu is not None) and p.vmi is not None and is_vmi_launcher(p.pod):
+            user = _launcher_user_data(p, names)
+            if not user:
+                return None
+            why = user
+        return Verdict(blocker=Blocker(f"{p.ref} {why}", override="delete_emptydir_data"))
     return f
+
+
+def _launcher_user_data(p: PodFacts, names: list[str]) -> str | None:
+    """What user data a VMI's virt-launcher pod would lose with its emptyDirs (None: only KubeVirt's own)."""
+    assert p.vmi is not None
+    vmi = p.vmis.get(p.namespace, p.vmi) if p.vmis is not None else "it was not read"
+    if isinstance(vmi, str):
+        return (f"has emptyDir volumes, and its VMI {p.namespace}/{p.vmi} cannot be read to tell KubeVirt's own from "
+                f"an emptyDisk's data ({vmi})")
+    vmi_volumes = (vmi.get("spec") or {}).get("volumes") or []
+    metrics = {str(v.get("name")) for v in vmi_volumes if "downwardMetrics" in v}
+    foreign = [n for n in names if n not in C.KUBEVIRT_LAUNCHER_EMPTYDIRS and n not in metrics]
+    disks = [str(v.get("name")) for v in vmi_volumes if "emptyDisk" in v]
+    parts = []
+    if disks and C.KUBEVIRT_EMPTYDISK_EMPTYDIR in names:
+        parts.append(f"VMI {p.namespace}/{p.vmi} has emptyDisk volume(s) {', '.join(disks)} whose data "
+                     f"(in emptyDir {C.KUBEVIRT_EMPTYDISK_EMPTYDIR}) would be lost")
+    if foreign:
+        parts.append(f"emptyDir volume(s) {', '.join(foreign)} that KubeVirt did not add would lose their data")
+    return ("runs " + "; ".join(parts)) if parts else None
 
 
 def unmanaged(force: bool) -> PodFilter:
@@ -160,7 +206,8 @@ def new_mode_consumers(belongs_to_new_mode: Callable[[str], bool], *, claims_are
 def drain_filters(options: DrainOptions, view: OperatorView) -> list[PodFilter]:
     """`node drain`'s filters, in order."""
     return [finished(), mirror(), operator_components(view), daemonsets(), npu_consumers_only(options.all_pods),
-            vm_launchers(options.evict_vms), emptydir(options.delete_emptydir_data), unmanaged(options.force)]
+            vm_launchers(options.evict_vms), emptydir(options.delete_emptydir_data, vm_override=options.evict_vms),
+            unmanaged(options.force)]
 
 
 def classify(p: PodFacts, filters: Sequence[PodFilter]) -> PodEntry:

@@ -6,7 +6,8 @@ import enum
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.kube import RESOURCE_CLAIMS, Kube
+from rblnctl.errors import ClusterError, ClusterUnreachable, NotFound
+from rblnctl.kube import RESOURCE_CLAIMS, VMIS, Kube
 from rblnctl.operator.resources import is_npu_resource
 from rblnctl.plan import Blocker
 
@@ -60,6 +61,15 @@ def labels(obj: dict) -> dict:
 def is_launcher(pod: dict) -> bool:
     """A KubeVirt virt-launcher pod (it runs one VMI)."""
     return labels(pod).get(C.VIRT_LAUNCHER_LABEL) == C.VIRT_LAUNCHER_VALUE
+
+
+def is_vmi_launcher(pod: dict) -> bool:
+    """A virt-launcher pod that KubeVirt made for a VMI: the label and a controller ownerReference to a
+    VirtualMachineInstance (kubevirt/kubevirt@v1.8.4 pkg/virt-controller/services/template.go: podLabels sets
+    kubevirt.io=virt-launcher, the pod's OwnerReferences are NewControllerRef(vmi, VirtualMachineInstance))."""
+    owner = controller(pod) or {}
+    return (is_launcher(pod) and owner.get("kind") == C.VMI_KIND
+            and str(owner.get("apiVersion") or "").split("/")[0] == C.KUBEVIRT_GROUP)
 
 
 def is_finished(pod: dict) -> bool:
@@ -116,3 +126,25 @@ class NpuUse:
         if key not in self._claims:
             self._claims[key] = self.kube.get_optional(RESOURCE_CLAIMS, name, namespace=ns)
         return self._claims[key]
+
+
+@dataclass(kw_only=True)
+class LauncherVmis:
+    """The VMIs of virt-launcher pods, read (GET) once each when a filter needs one (cached for a survey)."""
+
+    kube: Kube
+    _vmis: dict[tuple[str, str], dict | str] = field(default_factory=dict)
+
+    def get(self, ns: str, name: str) -> dict | str:
+        """The VMI, or why it cannot be read (a string: gone, forbidden, an error)."""
+        key = (ns, name)
+        if key not in self._vmis:
+            try:
+                self._vmis[key] = self.kube.get(VMIS, name, namespace=ns)
+            except NotFound:
+                self._vmis[key] = "it is not found"
+            except ClusterUnreachable:
+                raise
+            except ClusterError as e:
+                self._vmis[key] = f"reading it failed: {e}"
+        return self._vmis[key]

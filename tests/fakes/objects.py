@@ -532,17 +532,28 @@ def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any]
             "status": status}
 
 
+# The volumes virt-controller gives every virt-launcher pod (hotplug on, no ImageVolume gate, no hugepages,
+# sidecars or virtiofs): kubevirt/kubevirt@v1.8.4 pkg/virt-controller/services/rendervolumes.go Volumes() and
+# withHotplugSupport, all emptyDirs.
+LAUNCHER_VOLUMES = tuple({"name": n, "emptyDir": {}} for n in (
+    "private", "public", "sockets", "virt-bin-share-dir", "libvirt-runtime", "ephemeral-disks", "container-disks",
+    "hotplug-disks"))
+
+
 def virt_launcher(namespace: str, vmi_name: str, node: str | None, *, resources: Mapping[str, str] | None = None,
-                  suffix: str = "abcde", claims: Mapping[str, str | None] | None = None) -> dict:
+                  suffix: str = "abcde", claims: Mapping[str, str | None] | None = None,
+                  extra_volumes: Iterable[dict] | None = None) -> dict:
     """The virt-launcher pod of a VMI (controller ownerReference to the VMI; ``kubevirt.io/created-by`` is
-    the VMI's uid as ``vmi()`` builds it). ``node`` None: Pending, not scheduled. ``claims`` maps the
+    the VMI's uid as ``vmi()`` builds it), with KubeVirt's own emptyDir volumes (``LAUNCHER_VOLUMES``) and
+    ``extra_volumes`` after them. ``node`` None: Pending, not scheduled. ``claims`` maps the
     VMI's resourceClaims names to the ResourceClaims made for the pod (None: not made yet), as
     ``spec.resourceClaims`` + ``status.resourceClaimStatuses``."""
     p = pod(namespace, f"virt-launcher-{vmi_name}-{suffix}", node=node, phase="Running" if node else "Pending",
             labels={"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi_name,
                     "kubevirt.io/created-by": stable_uid("VirtualMachineInstance", namespace, vmi_name)},
             owner_kind="VirtualMachineInstance", owner_name=vmi_name, requests=resources, limits=resources,
-            annotations={"kubevirt.io/domain": vmi_name})
+            annotations={"kubevirt.io/domain": vmi_name},
+            volumes=[*LAUNCHER_VOLUMES, *(extra_volumes or [])])
     p["spec"]["containers"][0]["name"] = "compute"
     for cs in p["status"].get("containerStatuses") or []:
         cs["name"] = "compute"

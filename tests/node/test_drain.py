@@ -114,6 +114,7 @@ def test_blockers_are_collected_and_nothing_is_evicted(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"),
                   rs_pod("scratch", requests=NPU, volumes=[{"name": "tmp", "emptyDir": {}}]),
                   o.pod("default", "bare", node="n1", requests=NPU),
+                  o.vmi("vms", "vm1", "n1", ["rebellions.ai/RBLN-CA22_PF"]),
                   o.virt_launcher("vms", "vm1", "n1", resources={"rebellions.ai/RBLN-CA22_PF": "1"}),
                   rs_pod("npu-app", requests=NPU))
     drainer = drainer_for(kube)

@@ -41,7 +41,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * ``coordination.k8s.io/v1`` Leases (namespaced, no status): what leader election needs, i.e.
   409 AlreadyExists on a second create, 409 Conflict on an update or patch from a stale
   resourceVersion, and DeleteOptions preconditions.
-* ``pods/eviction``: ``eviction_hook``, then PodDisruptionBudgets (minAvailable/maxUnavailable,
+* ``pods/eviction``: ``eviction_hook``, then (``kubevirt_eviction_webhook`` on) KubeVirt's pod eviction
+  webhook as kube-apiserver relays its denials (429, no reason, message prefixed ``admission webhook
+  "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: ``; eviction.py), then
+  PodDisruptionBudgets (minAvailable/maxUnavailable,
   int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
   real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.
 * Pods on nodes, simplified to what a test drives (pods.py): ``kubelet`` (a callable attribute)
@@ -119,7 +122,8 @@ What it models (kube-apiserver behaviour, simplified where noted):
   made it; for an HTTP write that is before the response is sent, so a test can wait for a
   reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.
 
-Not modelled: admission webhooks and schema validation (bodies are stored as sent), RoleBindings,
+Not modelled: admission webhooks (but KubeVirt's eviction webhook) and schema validation (bodies are stored
+as sent), RoleBindings,
 aggregated ClusterRoles and serving RBAC objects, SelfSubjectRulesReview (``kubectl auth can-i
 --list``), protobuf responses, garbage collection of dependents (except a simulated VM's VMI),
 namespace termination (deleting a namespace deletes its contents at once), Table output for

@@ -33,9 +33,12 @@ class GroupResource(NamedTuple):
 
 
 def status_body(code: int, reason: str | None, message: str, details: dict | None = None) -> dict:
-    """A ``Status`` object exactly as kube-apiserver serialises a failure."""
+    """A ``Status`` object exactly as kube-apiserver serialises a failure; ``reason`` "" leaves it out, as
+    ``reason,omitempty`` does (an admission webhook's denial carries none)."""
     body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason if reason is not None else REASONS.get(code, "")}
+                            "message": message}
+    if reason != "":
+        body["reason"] = reason if reason is not None else REASONS.get(code, "")
     if details is not None:
         body["details"] = details
     body["code"] = code

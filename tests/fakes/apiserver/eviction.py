@@ -1,8 +1,26 @@
 """``POST pods/NAME/eviction`` and the PodDisruptionBudgets it honours
 (pkg/registry/core/pod/storage/eviction.go, with the disruption controller's expected count).
 
-Order: the ``eviction_hook`` (a test's veto), then the budgets (only for a pod that is Running
-and not terminating), then a delete with the eviction's DeleteOptions (graceful on a node).
+Order: the ``eviction_hook`` (a test's veto), then KubeVirt's validating webhook when
+``kubevirt_eviction_webhook`` is on (admission runs before the budgets), then the budgets (only for
+a pod that is Running and not terminating), then a delete with the eviction's DeleteOptions
+(graceful on a node).
+
+KubeVirt's webhook ``virt-launcher-eviction-interceptor.kubevirt.io`` is modelled on
+kubevirt/kubevirt@v1.8.4 pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go
+(admitLauncherPod; hotplug-disk pods are not modelled): for a virt-launcher pod that has not
+finished, with its ``kubevirt.io/domain`` annotation, the VMI's eviction strategy (``spec.evictionStrategy``,
+else the KubeVirt CR's ``spec.configuration.evictionStrategy``, else none: virt-config's default is None)
+decides. None: allowed. LiveMigrate on a VMI whose ``LiveMigratable`` condition is not True: denied,
+"VMI NAME is configured with an eviction strategy but is not live-migratable". LiveMigrate on a
+migratable VMI, LiveMigrateIfPossible on a migratable one, and External: the VMI is marked
+(``status.evacuationNodeName`` = the pod's node, not on a dry run) and the eviction denied with
+'Eviction triggered evacuation of VMI "NS/NAME"' ("Evacuation in progress: " before it when it was
+marked already; "Eviction request for target Pod" when the VMI runs on another node). Every denial
+is code 429, as ``denied()`` answers; kube-apiserver turns it into a Status with that code, no
+reason, and the message prefixed 'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io"
+denied the request: ' (kubernetes/apiserver@v0.35.0 pkg/admission/plugin/webhook/errors/statuserror.go
+ToStatusErr). Moving the VMI (the evacuation controller's migration) is left to the test.
 """
 
 from __future__ import annotations
@@ -18,6 +36,7 @@ from tests.fakes.apiserver.selectors import label_selector_matches
 from tests.fakes.apiserver.store import Store
 
 PDB_ID = "poddisruptionbudgets.policy"
+KUBEVIRT_WEBHOOK = "virt-launcher-eviction-interceptor.kubevirt.io"
 
 
 class Evictions:
@@ -48,6 +67,10 @@ class Evictions:
             if verdict is not None:
                 code, msg = verdict
                 raise ApiError(code, REASONS.get(code, "Unknown"), msg)
+        if self.settings.kubevirt_eviction_webhook:
+            denial = self._kubevirt_admit(pod, dry_run)
+            if denial is not None:
+                raise ApiError(429, "", f"admission webhook \"{KUBEVIRT_WEBHOOK}\" denied the request: {denial}")
         store = self.store
         with store.lock:
             key = store.key(res, ns, name)
@@ -60,6 +83,43 @@ class Evictions:
             _, events = store.delete_locked(res, key, options, dry_run)
         store.notify(events)
         return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _kubevirt_admit(self, pod: dict, dry_run: bool) -> str | None:
+        """admitLauncherPod: None to let the eviction go on, else the webhook's denial message."""
+        md = pod["metadata"]
+        if (md.get("labels") or {}).get("kubevirt.io") != "virt-launcher" or \
+                (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return None
+        name = (md.get("annotations") or {}).get("kubevirt.io/domain")
+        if not name:
+            return None
+        ns = md["namespace"]
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        if vmi is None:
+            return f'kubevirt failed getting the vmi: virtualmachineinstances.kubevirt.io "{name}" not found'
+        strategy = (vmi.get("spec") or {}).get("evictionStrategy")
+        if strategy is None:
+            kvs = self.store.list("KubeVirt") if self.store.table.get("kubevirts.kubevirt.io") else []
+            strategy = next((((k.get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+                             for k in kvs), None)
+        status = vmi.get("status") or {}
+        migratable = any(c.get("type") == "LiveMigratable" and c.get("status") == "True"
+                         for c in status.get("conditions") or [])
+        if strategy == "LiveMigrate" and not migratable:
+            return f"VMI {name} is configured with an eviction strategy but is not live-migratable"
+        if not (strategy == "LiveMigrate" or (strategy == "LiveMigrateIfPossible" and migratable)
+                or strategy == "External"):
+            return None
+        triggered = f'Eviction triggered evacuation of VMI "{ns}/{name}"'
+        if status.get("evacuationNodeName"):
+            return "Evacuation in progress: " + triggered
+        node = (pod.get("spec") or {}).get("nodeName")
+        if status.get("nodeName") != node:
+            return "Eviction request for target Pod"
+        if not dry_run:
+            self.store.mutate("VirtualMachineInstance", name, ns,
+                              lambda v: v.setdefault("status", {}).__setitem__("evacuationNodeName", node))
+        return triggered
 
     def _check_pdbs_locked(self, pod: dict) -> None:
         pdb_res = self.store.table.get(PDB_ID)

@@ -60,6 +60,7 @@ class FakeApiServer:
     user = _Setting()
     auto_namespaces = _Setting()
     eviction_hook = _Setting()
+    kubevirt_eviction_webhook = _Setting()
     kubelet = _Setting()
     bookmark_interval_s = _Setting()
     version_info = _Setting()
