@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -125,3 +125,46 @@ def ask_yes_no(question: str) -> bool:
         sys.stderr.write("\n")
         return False
     return line.strip().lower() in ("y", "yes")
+
+
+class StepProgress:
+    """A library's step events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting.
+
+    Subclasses name the step that waits (`wait_step`) and wire their library's events object.
+    """
+
+    wait_step: object = None
+    rollback_step: object = None
+
+    def __init__(self, *, server_dry_run: bool = False) -> None:
+        self.console = stderr()
+        self.status: Any = None
+        self.suffix = " (server dry run)" if server_dry_run else ""  # as kubectl's progress lines
+
+    def line(self, text: str, style: str = "") -> None:
+        from rich.markup import escape
+
+        msg = escape(text + self.suffix)
+        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
+
+    def step(self, step: Any, detail: str) -> None:
+        self.stop()
+        if step == self.wait_step and self.console.is_terminal:
+            self.status = self.console.status(detail)
+            self.status.start()
+            return
+        self.line(f"{step}: {detail}", "red" if self.rollback_step is not None and step == self.rollback_step else "")
+
+    def waiting(self, missing: list[str]) -> None:
+        text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
+        if self.status is not None:
+            from rich.markup import escape
+
+            self.status.update(escape(text))
+        else:
+            self.line(text, "dim")
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None

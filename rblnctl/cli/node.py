@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl.cli import completion
+from rblnctl.cli.console import StepProgress
 from rblnctl.cli.options import (
     DryRunOpt,
     OutputOpt,
@@ -114,47 +115,20 @@ def _drain_options(*, all_pods: bool, force: bool, evict_vms: bool, delete_empty
                         server_dry_run=server_dry_run, take_over=take_over or force, lock_namespace=lock_namespace)
 
 
-class _Progress:
+class _Progress(StepProgress):
     """The library's node events, on the stderr console: one line per step and pod, a spinner while waiting."""
 
     def __init__(self, *, server_dry_run: bool = False) -> None:
-        from rblnctl.cli.console import stderr
+        from rblnctl.node.events import Step
 
-        self.console = stderr()
-        self.status: Any = None
-        self.suffix = " (server dry run)" if server_dry_run else ""  # as kubectl's progress lines
+        super().__init__(server_dry_run=server_dry_run)
+        self.wait_step, self.rollback_step = Step.WAIT, Step.ROLLBACK
 
     def events(self) -> Any:
         from rblnctl.node.events import NodeEvents
 
         return NodeEvents(on_step=self.step, on_evicted=self.evicted, on_gone=self.gone,
                           on_pdb_blocked=self.pdb_blocked, on_waiting=self.waiting, on_warning=self.warning)
-
-    def line(self, text: str, style: str = "") -> None:
-        from rich.markup import escape
-
-        msg = escape(text + self.suffix)
-        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
-
-    def step(self, step: Any, detail: str) -> None:
-        from rblnctl.node.events import Step
-
-        if step == Step.WAIT and self.console.is_terminal:
-            self.stop()
-            self.status = self.console.status(detail)
-            self.status.start()
-            return
-        self.stop()
-        self.line(f"{step}: {detail}", "red" if step == Step.ROLLBACK else "")
-
-    def waiting(self, missing: list[str]) -> None:
-        text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
-        if self.status is not None:
-            from rich.markup import escape
-
-            self.status.update(escape(text))
-        else:
-            self.line(text, "dim")
 
     def evicted(self, pod: Any) -> None:
         self.line(f"  evicted {pod}")
@@ -171,11 +145,6 @@ class _Progress:
 
         self.stop()
         warn(text)
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
 
 
 def _pod_document(e: Any) -> dict:

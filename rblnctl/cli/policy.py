@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rblnctl.cli.console import StepProgress
 from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode, examples
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
@@ -102,54 +103,23 @@ def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
 # -- set-method ------------------------------------------------------------------------------------
 
 
-class _Progress:
+class _Progress(StepProgress):
     """The changer's events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting."""
 
     def __init__(self, *, server_dry_run: bool = False) -> None:
-        from rblnctl.cli.console import stderr
+        from rblnctl.operator.method import MethodStep
 
-        self.console = stderr()
-        self.status: Any = None
-        self.suffix = " (server dry run)" if server_dry_run else ""
+        super().__init__(server_dry_run=server_dry_run)
+        self.wait_step = MethodStep.WAIT
 
     def events(self) -> Any:
         from rblnctl.operator.method import MethodEvents
 
         return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry)
 
-    def line(self, text: str, style: str = "") -> None:
-        from rich.markup import escape
-
-        msg = escape(text + self.suffix)
-        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
-
-    def step(self, step: Any, detail: str) -> None:
-        from rblnctl.operator.method import MethodStep
-
-        self.stop()
-        if step == MethodStep.WAIT and self.console.is_terminal:
-            self.status = self.console.status(detail)
-            self.status.start()
-            return
-        self.line(f"{step}: {detail}")
-
-    def waiting(self, missing: list[str]) -> None:
-        text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
-        if self.status is not None:
-            from rich.markup import escape
-
-            self.status.update(escape(text))
-        else:
-            self.line(text, "dim")
-
     def retry(self, attempt: int, message: str) -> None:
         self.line(f"the RBLNClusterPolicy changed while we were writing it (attempt {attempt}); re-reading and "
                   "retrying")
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
 
 
 def _method_body(plan: Any, result: Any) -> dict:
