@@ -63,7 +63,7 @@ class HostFacts:
     dev_kvm: bool
     npus: list[pci.PciFunction] = field(default_factory=list)
     pci_error: str | None = None
-    group_peers: dict[str, list[str]] = field(default_factory=dict)  # bdf -> non-bridge, non-NPU group members
+    group_peers: dict[str, list[str]] = field(default_factory=dict)  # bdf -> non-NPU members that block its group
     holders: dict[str, list[str]] = field(default_factory=dict)  # bdf -> processes holding its device files
     holders_note: str = ""  # non-empty when the process scan was incomplete
 
@@ -174,7 +174,8 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
 
 
 def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
-    """Members of fn's IOMMU group that are neither RBLN NPUs nor bridges (they must move to vfio-pci too)."""
+    """Members of fn's IOMMU group that are not RBLN NPUs (those go to the VM with it) and keep the group from
+    VFIO (pci.group_member_blocker: a device on a host driver, a bridge on a driver other than pcieport)."""
     out = []
     for bdf in pci.iommu_group_members(sysfs, fn.iommu_group or ""):
         if bdf == fn.bdf:
@@ -183,8 +184,9 @@ def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
             peer = pci.read_function(sysfs, bdf)
         except (HostError, NotFound):
             continue
-        if not peer.is_rbln_npu and not peer.is_bridge:
-            out.append(f"{bdf} ({peer.ids}, driver {peer.driver or 'none'})")
+        why = None if peer.is_rbln_npu else pci.group_member_blocker(peer)
+        if why is not None:
+            out.append(f"{bdf} ({peer.ids}, {why})")
     return out
 
 

@@ -1,7 +1,7 @@
 """The one simulated host: a whole host tree in a temp dir plus the kernel effects of driver-binding writes.
 
-SimKernel builds everything host code reads under its root: sys/ (PCI functions, drivers, IOMMU
-groups and units, modules, ACPI tables, DMI), proc/ (cpuinfo, cmdline, osrelease, processes and
+SimKernel builds everything host code reads under its root: sys/ (PCI functions with their config header,
+drivers, IOMMU groups and units, modules, ACPI tables, DMI), proc/ (cpuinfo, cmdline, osrelease, processes and
 their open files), dev/ (rbln*, vfio/*, kvm), run/ and lib/modules/<release>/modules.builtin.
 `npu_node()` is a bare NPU host for the binder; `build_host(root, HostSpec)` writes a described
 host (CPU vendor, VM or bare metal, IOMMU shape, modules, NPUs, other functions, processes) and the
@@ -241,7 +241,8 @@ class SimKernel:
         (d / "class").write_text(f"0x{class_code:06x}\n")
         (d / "numa_node").write_text(f"{numa_node}\n")
         (d / "driver_override").write_text("(null)\n")
-        for f in ("config", "resource0", "remove", "reset", "uevent"):
+        (d / "config").write_bytes(config_space(vendor, device, class_code))
+        for f in ("resource0", "remove", "reset", "uevent"):
             (d / f).touch()
         os.symlink(f"../../../devices/pci0000:00/{bdf}", self.sys / "bus/pci/devices" / bdf)
         if dev.group is not None:
@@ -508,6 +509,17 @@ def npu_node(root: Path, count: int = 2, *, shared_group: bool = False) -> SimKe
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def config_space(vendor: int, device: int, class_code: int) -> bytes:
+    """The 64 bytes of standard header an unprivileged read of `config` returns: IDs at 0x00, class code at
+    0x09..0x0b, header type at 0x0e (1 for a PCI-to-PCI bridge, class 0x0604 or 0x0609; 0 for everything else,
+    host and ISA bridges included)."""
+    header = bytearray(64)
+    header[0:4] = vendor.to_bytes(2, "little") + device.to_bytes(2, "little")
+    header[0x09:0x0C] = class_code.to_bytes(3, "little")
+    header[0x0E] = 1 if class_code >> 8 in (0x0604, 0x0609) else 0
+    return bytes(header)
 
 
 # --- whole hosts, described ----------------------------------------------------------------------------

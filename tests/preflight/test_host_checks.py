@@ -146,7 +146,7 @@ def test_shared_iommu_group_warns(tmp_path):
     c = by_id(run(tmp_path, ht.intel_bare_metal(others=(other,))))
     g = c["host.npu.iommu-group"]
     assert g.status == Status.WARN
-    assert "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)" in g.evidence
+    assert "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, on i40e)" in g.evidence
 
 
 def test_missing_dev_kvm_warns(tmp_path):
@@ -251,8 +251,12 @@ def test_virt_branches(tmp_path, spec, status, says):
 @pytest.mark.parametrize(("spec", "status", "says"), [
     (ht.units_without_groups(), Status.FAIL, "no IOMMU group: 0000:3b:00.0, 0000:5e:00.0"),
     (ht.group_with_bridge_and_host_device(), Status.WARN,
-     "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)"),
+     "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, on i40e)"),
     (ht.group_with_bridge_only(), Status.PASS, "own IOMMU groups (0000:3b:00.0:42, 0000:5e:00.0:43)"),
+    # class 0x06 is not "harmless": an ISA/LPC bridge (header type 0) on its host driver blocks the group
+    (ht.intel_bare_metal(npus=ht.TWO_NPUS_HOST, others=(ht.PciDev("0000:3b:00.3", 0x8086, 0xA1C1, 0x060100, "42",
+                                                                driver="lpc_ich"),)),
+     Status.WARN, "0000:3b:00.0 shares group with 0000:3b:00.3 (8086:a1c1, on lpc_ich)"),
     (ht.intel_bare_metal(npus=(ht.Npu("0000:3b:00.0", group="42"), ht.Npu("0000:3b:00.1", 0x1221, group="42"))),
      Status.PASS, "own IOMMU groups"),  # two functions of one card share a group: they go to a VM together
 ])

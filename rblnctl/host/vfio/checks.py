@@ -127,7 +127,7 @@ def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], 
 
 
 def check_groups(gate: Gate, sysfs: Path, fns: Sequence[PciFunction], requested: set[str]) -> None:
-    """Every other member of a device's IOMMU group must be on vfio-pci, driverless, a bridge, or moving too."""
+    """Every other member of a device's IOMMU group must keep it viable (pci.group_member_blocker) or move too."""
     seen: set[str] = set()
     for f in fns:
         if not f.iommu_group or f.iommu_group in seen:
@@ -139,9 +139,9 @@ def check_groups(gate: Gate, sysfs: Path, fns: Sequence[PciFunction], requested:
             if m in requested:
                 continue
             mf = pci.read_function(sysfs, m)
-            if mf.driver in (None, C.VFIO_DRIVER) or mf.is_bridge:
-                continue
-            offenders.append((m, f"{m} ({mf.ids}) on {mf.driver}"))
+            why = pci.group_member_blocker(mf)
+            if why is not None:
+                offenders.append((m, f"{m} ({mf.ids}) {why}"))
         if offenders:
             named = sorted(requested & set(members))
             everyone = sorted(set(named) | {m for m, _ in offenders})
