@@ -176,9 +176,24 @@ def device_node_names(sysfs: Path, bdf: str) -> list[str]:
     return sorted(names)
 
 
+def vfio_cdev_names(sysfs: Path, bdf: str) -> list[str]:
+    """Names of the VFIO device cdevs of one function (`vfio0`, or `noiommu-vfio0`), from `<bdf>/vfio-dev/`.
+
+    A device bound to a vfio driver gets a `vfio-dev/vfioN` class device under its sysfs directory (Linux
+    >= 6.1); with CONFIG_VFIO_DEVICE_CDEV (iommufd, Linux >= 6.6) it is also `/dev/vfio/devices/vfioN`, which a
+    VMM opens instead of `/dev/vfio/<group>` (torvalds/linux drivers/vfio/vfio_main.c `"vfio%d"`,
+    drivers/vfio/device_cdev.c vfio_device_devnode() `"vfio/devices/%s"`, Documentation/driver-api/vfio.rst
+    "Device cdev Example").
+    """
+    try:
+        return sorted(e for e in os.listdir(device_dir(sysfs, bdf) / "vfio-dev") if "/" not in e)
+    except OSError:
+        return []
+
+
 # Subdirectories of a PCI function that never hold class devices; skipping them keeps the scan cheap.
 _NOT_CLASS_DIRS = frozenset({"power", "msi_irqs", "link", "driver", "subsystem", "firmware_node", "iommu",
-                             "iommu_group", "physfn", "consumer", "supplier"})
+                             "iommu_group", "physfn", "consumer", "supplier", "vfio-dev"})
 
 
 def is_device_node_name(name: str) -> bool:

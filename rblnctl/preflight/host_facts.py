@@ -191,7 +191,8 @@ def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
 
 
 def _holders(host: HostRoot, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
-    """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>`, its sysfs files), as `vfio` finds them."""
+    """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>` or `/dev/vfio/devices/vfioN`, its sysfs
+    files), as `vfio` finds them."""
     if not npus:
         return {}, ""
     finder = HolderFinder.scan(host)

@@ -23,7 +23,9 @@ Effects a bind has, as on a real host: the `driver` link and `drivers/<d>/<bdf>`
 `rebellions` creates `<bdf>/rbln/rblnN` (class device) and `dev/rblnN`; vfio-pci creates
 `dev/vfio/<group>` when the first function of the group binds (the kernel creates the group's
 character device when the first member registers with vfio) and removes it when the last leaves;
-vfio-pci refuses a function without an IOMMU group (EINVAL). Detaching undoes each of these.
+each vfio-pci function also gets `<bdf>/vfio-dev/vfioN` and, with `vfio_cdev` (CONFIG_VFIO_DEVICE_CDEV),
+`dev/vfio/devices/vfioN`; vfio-pci refuses a function without an IOMMU group (EINVAL). Detaching undoes each
+of these.
 
 Modules: a loadable module that is loaded has `sys/module/<m>/initstate`; a built-in one is listed
 in modules.builtin (`set_builtin_modules`) and has the directory without initstate.
@@ -84,6 +86,7 @@ class SimKernel:
 
     root: Path
     vfio_nodes: bool = True
+    vfio_cdev: bool = True  # CONFIG_VFIO_DEVICE_CDEV: a vfio-pci bind also creates dev/vfio/devices/vfioN
     release: str = "6.8.0-45-generic"
     builtin: set[str] = field(default_factory=set)  # built-in module names (modules.builtin)
     devices: dict[str, SimDevice] = field(default_factory=dict)
@@ -94,6 +97,7 @@ class SimKernel:
     _refused: set[tuple[str, str]] = field(default_factory=set)
     _next_group: int = 10
     _next_minor: int = 0
+    _next_vfio_index: int = 0
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -452,6 +456,13 @@ class SimKernel:
         if drv == VFIO and self.vfio_nodes and dev.group is not None:
             (self.dev / "vfio").mkdir(exist_ok=True)
             self.vfio_node(dev.group).touch()
+        if drv == VFIO and dev.group is not None:
+            # vfio_main.c: every registered vfio_device is `vfio-dev/vfioN` under its parent, N from an IDA
+            name = f"vfio{self._next_vfio_index}"
+            self._next_vfio_index += 1
+            _write(d / "vfio-dev" / name / "dev", f"511:{name[4:]}\n")
+            if self.vfio_cdev:
+                _write(self.dev / "vfio" / "devices" / name, "")
 
     def _detach(self, dev: SimDevice) -> None:
         d = self.pci_root / dev.bdf
@@ -465,6 +476,9 @@ class SimKernel:
         if drv == VFIO and dev.group is not None:
             if not any(o.group == dev.group and o.driver == VFIO for o in self.devices.values()):
                 self.vfio_node(dev.group).unlink(missing_ok=True)
+            for cdev in (d / "vfio-dev").glob("vfio*"):
+                (self.dev / "vfio" / "devices" / cdev.name).unlink(missing_ok=True)
+            shutil.rmtree(d / "vfio-dev", ignore_errors=True)
 
 
 class SimWriter:
