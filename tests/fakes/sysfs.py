@@ -200,6 +200,25 @@ class SimKernel:
         block += "flags\t\t: {f}\n\n" if flags else "\n"
         _write(self.proc / "cpuinfo", "".join(block.format(n=n, v=vendor_id, f=flags) for n in range(cpus)))
 
+    def set_arm64_cpu(self, *, cpus: int = 2) -> None:
+        """Write an arm64 `proc/cpuinfo`: no vendor_id and no flags line, `CPU implementer` and `Features` instead."""
+        block = ("processor\t: {n}\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics\n"
+                 "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\n"
+                 "CPU revision\t: 1\n\n")
+        _write(self.proc / "cpuinfo", "".join(block.format(n=n) for n in range(cpus)))
+
+    def set_arch(self, machine: str) -> None:
+        """Write `proc/sys/kernel/arch` (`uname -m`; Linux >= 6.1)."""
+        _write(self.proc / "sys/kernel/arch", machine + "\n")
+
+    def add_dt_node(self, path: str, compatible: str, *, status: str | None = None) -> None:
+        """Add a device-tree node under `sys/firmware/devicetree/base` with a NUL-terminated `compatible`."""
+        node = self.sys / "firmware/devicetree/base" / path
+        node.mkdir(parents=True, exist_ok=True)
+        (node / "compatible").write_bytes(compatible.encode() + b"\0")
+        if status is not None:
+            (node / "status").write_bytes(status.encode() + b"\0")
+
     def set_cmdline(self, cmdline: str) -> None:
         """Write `proc/cmdline`."""
         _write(self.proc / "cmdline", cmdline + "\n")
@@ -576,7 +595,9 @@ class Proc:
 class HostSpec:
     """A host as `preflight --local` and `vfio` see it; build_host() writes it."""
 
-    cpu_vendor: str = "GenuineIntel"
+    cpu_vendor: str = "GenuineIntel"  # "ARM": an arm64 cpuinfo (no vendor_id)
+    arch: str | None = None  # proc/sys/kernel/arch (None: not written, as on kernels before 6.1)
+    dt_nodes: tuple[tuple[str, str, str | None], ...] = ()  # device-tree (path, compatible, status)
     hypervisor: bool = False
     cpu_flags: bool = True  # False: /proc/cpuinfo has no flags line (some architectures)
     dmi: tuple[str, str] | None = ("Dell Inc.", "PowerEdge R760xa")
@@ -598,7 +619,14 @@ class HostSpec:
 def build_host(root: Path, spec: HostSpec) -> SimKernel:
     """Write the host described by `spec` under root; return its SimKernel (whose writer binds and unbinds)."""
     k = SimKernel(Path(root), release=spec.release)
-    k.set_cpu(spec.cpu_vendor, hypervisor=spec.hypervisor, flags=None if spec.cpu_flags else "")
+    if spec.cpu_vendor == "ARM":
+        k.set_arm64_cpu()
+    else:
+        k.set_cpu(spec.cpu_vendor, hypervisor=spec.hypervisor, flags=None if spec.cpu_flags else "")
+    if spec.arch:
+        k.set_arch(spec.arch)
+    for path, compatible, status in spec.dt_nodes:
+        k.add_dt_node(path, compatible, status=status)
     if spec.cmdline is not None:
         k.set_cmdline(spec.cmdline)
     for p in spec.procs:
@@ -735,6 +763,39 @@ def group_with_bridge_and_host_device(**changes) -> HostSpec:
 def group_with_bridge_only(**changes) -> HostSpec:
     """NPU 0000:3b:00.0 shares IOMMU group 42 only with a PCIe switch port: still a viable group."""
     return replace(intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE,)), **changes)
+
+
+def arm64_server(**changes) -> HostSpec:
+    """An arm64 (Ampere-class) ACPI server: IORT, one SMMUv3 unit, no IOMMU kernel parameter, NPUs on vfio-pci."""
+    spec = HostSpec(
+        cpu_vendor="ARM", arch="aarch64", dmi=("GIGABYTE", "R272-P30-JG"),
+        acpi_tables=("APIC", "DSDT", "FACP", "GTDT", "IORT", "MCFG", "SPCR"),
+        iommu_units=("smmu3.0x0000000011000000",),
+        cmdline="BOOT_IMAGE=/vmlinuz-6.8.0-45-generic root=UUID=1b2c ro quiet",
+        loaded=("vfio", "vfio_pci", "vfio_pci_core", "vfio_iommu_type1", "arm_smmu_v3"),
+        npus=TWO_NPUS_VFIO,
+    )
+    return replace(spec, **changes)
+
+
+def arm64_smmu_off(**changes) -> HostSpec:
+    """The same server with the SMMU disabled in firmware: IORT still there (it also describes the GIC ITS), no
+    SMMU unit, no IOMMU groups."""
+    npus = (Npu("0000:3b:00.0", driver=HOST_DRIVER, group=None), Npu("0000:5e:00.0", driver=HOST_DRIVER, group=None))
+    return replace(arm64_server(iommu_units=(), extra_groups=(), npus=npus), **changes)
+
+
+def arm64_device_tree(**changes) -> HostSpec:
+    """An arm64 device-tree board (no ACPI tables, no /proc/sys/kernel/arch): an enabled SMMUv3 node in the DT."""
+    return replace(arm64_server(arch=None, acpi_tables=(), dmi=None,
+                                dt_nodes=(("iommu@2b400000", "arm,smmu-v3", "okay"),
+                                          ("soc/iommu@5000000", "arm,mmu-500", "disabled"))), **changes)
+
+
+def iommufd_container(**changes) -> HostSpec:
+    """Intel host whose kernel has CONFIG_IOMMUFD_VFIO_CONTAINER: iommufd serves /dev/vfio/vfio, no vfio_iommu_type1."""
+    spec = intel_bare_metal(loaded=("vfio", "vfio_pci", "vfio_pci_core", "iommufd", "kvm", "kvm_intel"))
+    return replace(spec, **changes)
 
 
 def leftovers(**changes) -> HostSpec:

@@ -124,7 +124,9 @@ def test_not_root_through_the_real_geteuid_seam(tmp_path, mocker):
 def test_no_iommu_is_refused(tmp_path):
     k = npu_node(tmp_path, 2)
     k.set_iommu(False)
-    refused(make(k), k, [A, B], "IOMMU is off")
+    err = refused(make(k), k, [A, B], "IOMMU is off")
+    text = " ".join(blocker_texts(err))
+    assert "`intel_iommu=on`" in text and "SMMU" in text and "amd_iommu=on" not in text  # no such AMD value
 
 def test_device_without_a_group_is_refused(tmp_path):
     k = npu_node(tmp_path, 1)
