@@ -17,6 +17,7 @@ _BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0
 _DRIVER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
 
 _SYSFS_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_VFIO_CDEV = re.compile(r"(?:noiommu-)?vfio[0-9]{1,7}")
 
 
 def normalize_bdf(text: str) -> str:
@@ -186,7 +187,7 @@ def vfio_cdev_names(sysfs: Path, bdf: str) -> list[str]:
     "Device cdev Example").
     """
     try:
-        return sorted(e for e in os.listdir(device_dir(sysfs, bdf) / "vfio-dev") if "/" not in e)
+        return sorted(e for e in os.listdir(device_dir(sysfs, bdf) / "vfio-dev") if _VFIO_CDEV.fullmatch(e))
     except OSError:
         return []
 
