@@ -92,3 +92,10 @@ def test_incomplete_scan_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(procfs.os, "listdir", listdir)
     f = finder(k)
     assert f.incomplete == 1 and f.holders(pci.read_function(k.sys, A)) == []
+
+
+def test_only_vfio_cdev_names_are_taken_from_vfio_dev(tmp_path):
+    k = npu_node(tmp_path, 1)
+    for name in ("vfio3", "noiommu-vfio4", "power", "vfio3x"):
+        (k.pci_root / A / "vfio-dev" / name).mkdir(parents=True, exist_ok=True)
+    assert pci.vfio_cdev_names(k.sys, A) == ["noiommu-vfio4", "vfio3"]
