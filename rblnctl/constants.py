@@ -113,6 +113,13 @@ PCI_CLASS_NPU = 0x120000
 HOST_DRIVER = "rebellions"
 VFIO_DRIVER = "vfio-pci"
 VFIO_MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1")
+# iommufd: with CONFIG_IOMMUFD_VFIO_CONTAINER it serves /dev/vfio/vfio itself and vfio_iommu_type1 is not built
+# (torvalds/linux drivers/iommu/iommufd/Kconfig, drivers/vfio/Kconfig: VFIO_IOMMU_TYPE1 sits under VFIO_CONTAINER).
+IOMMUFD_MODULE = "iommufd"
+# Drivers besides vfio-pci (and its variants, every driver named *vfio*) that keep an IOMMU group viable: they set
+# driver_managed_dma, so binding them claims no kernel DMA ownership of the group (torvalds/linux
+# drivers/pci/pci-stub.c, drivers/pci/pcie/portdrv.c; drivers/pci/pci-driver.c pci_dma_configure()).
+GROUP_SAFE_DRIVERS = ("pci-stub", "pcieport")
 DEVICE_NODE_GLOBS = ("rbln*", "rsd*")
 
 # Device ID -> (model, function kind), exactly as the pci.ids database names vendor 1eff

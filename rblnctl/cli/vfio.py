@@ -311,7 +311,8 @@ def _status_view(st: Any) -> Any:
     t = Table("BDF", "MODEL", "DRIVER", "OVERRIDE", "GROUP", "OTHER-MEMBERS", "NUMA", "VFIO-DEV", "HOLDERS")
     for d in st.devices:
         model = f"{d.model}-{d.function}" if d.model and d.function else d.model or d.ids
-        members = joined(f"{m.bdf}({m.driver or 'none'}{',bridge' if m.bridge else ''})" for m in d.group_members)
+        members = joined(f"{m.bdf}({m.driver or 'none'}{',bridge' if m.bridge else ''}"
+                         f"{',blocks-group' if m.blocks_group else ''})" for m in d.group_members)
         holders = joined(f"{h.pid}/{h.command}" for h in d.holders)
         dev = ("yes" if d.vfio_device_present else "no") if d.iommu_group else "<none>"
         t.add_row(d.bdf, model.replace(" ", "-"), d.driver or "<none>", d.driver_override or "<none>",

@@ -21,8 +21,9 @@ class HolderFinder:
 
     A function is held when a process has open: one of its device nodes (`/dev/rbln*`, `/dev/rsd*`:
     class devices under the function's sysfs directory, or character devices whose
-    `/sys/dev/char/<major>:<minor>` resolves under it), its VFIO group node `/dev/vfio/<group>` (a
-    running VM), or a file under its sysfs directory (`resource0` mapped by a user-space driver).
+    `/sys/dev/char/<major>:<minor>` resolves under it), its VFIO group node `/dev/vfio/<group>` or its
+    VFIO device cdev `/dev/vfio/devices/vfioN` (a running VM; an iommufd VMM opens the cdev only, see
+    pci.vfio_cdev_names), or a file under its sysfs directory (`resource0` mapped by a user-space driver).
     fd link targets are the paths as the host sees them, so both `/dev/x` and `<root>/dev/x` match.
     """
 
@@ -49,6 +50,8 @@ class HolderFinder:
         exact = [p for n in sorted(names) for p in (f"/dev/{n}", str(self.dev / n))]
         if f.iommu_group:
             exact += [f"/dev/vfio/{f.iommu_group}", str(self.dev / "vfio" / f.iommu_group)]
+        for n in pci.vfio_cdev_names(self.sysfs, f.bdf):
+            exact += [f"/dev/vfio/devices/{n}", str(self.dev / "vfio" / "devices" / n)]
         found = self.table.holders(exact)
         prefixes = self._sysfs_prefixes(f.bdf)
         if prefixes:

@@ -17,6 +17,7 @@ _BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0
 _DRIVER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
 
 _SYSFS_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_VFIO_CDEV = re.compile(r"(?:noiommu-)?vfio[0-9]{1,7}")
 
 
 def normalize_bdf(text: str) -> str:
@@ -61,6 +62,7 @@ class PciFunction:
     numa_node: int | None
     model: str | None  # from the RBLN device-ID table, e.g. "CA22"
     function: str | None  # "PF" or "VF" for RBLN devices
+    header_type: int | None = None  # config space byte 0x0e, low 7 bits (None: `config` unreadable or short)
 
     @property
     def is_rbln_npu(self) -> bool:
@@ -69,13 +71,46 @@ class PciFunction:
 
     @property
     def is_bridge(self) -> bool:
-        """PCI class 0x06 (bridge): harmless in an IOMMU group."""
-        return self.class_code >> 16 == 0x06
+        """A PCI-to-PCI bridge or PCIe port: header type 1 in its config space (not the class code, which also
+        calls host bridges and ISA/LPC bridges "bridges"; those have header type 0 and are ordinary devices)."""
+        return self.header_type == HEADER_TYPE_BRIDGE
 
     @property
     def ids(self) -> str:
         """`1eff:1220` as lspci prints it."""
         return f"{self.vendor:04x}:{self.device:04x}"
+
+
+# PCI header types (config space offset 0x0e, bit 7 = multi-function): 0 normal device, 1 PCI-to-PCI bridge,
+# 2 CardBus bridge (torvalds/linux include/uapi/linux/pci_regs.h PCI_HEADER_TYPE*).
+HEADER_TYPE_OFFSET = 0x0E
+HEADER_TYPE_BRIDGE = 1
+
+
+def is_vfio_driver(driver: str | None) -> bool:
+    """vfio-pci or one of its variant drivers (mlx5_vfio_pci, hisi_acc_vfio_pci, ...): every one registers the
+    device with VFIO and sets driver_managed_dma (torvalds/linux drivers/vfio/pci/*/main.c)."""
+    return bool(driver) and (driver == C.VFIO_DRIVER or "vfio" in driver)
+
+
+def group_member_blocker(f: PciFunction) -> str | None:
+    """Why `f` keeps its IOMMU group from being usable through VFIO, or None when it does not.
+
+    The one place of this rule. Since Linux 5.19 VFIO claims DMA ownership of the whole group and the
+    kernel refuses while any member is bound to a driver that uses the kernel DMA API, i.e. one without
+    driver_managed_dma (torvalds/linux drivers/vfio/group.c vfio_group_ioctl_get_status() ->
+    iommu_group_dma_owner_claimed(); drivers/iommu/iommu.c iommu_group_claim_dma_owner();
+    drivers/pci/pci-driver.c pci_dma_configure()). Fine are: no driver; vfio-pci and its variants;
+    pci-stub; pcieport (PCIe ports and bridges). Kernels before 5.19 also let a bridge (header type != 0)
+    keep any driver (drivers/vfio/vfio.c vfio_dev_driver_allowed()); rblnctl applies the newer, stricter
+    rule to every kernel (docs/vfio.md, "Assumptions").
+    """
+    if f.driver is None or is_vfio_driver(f.driver) or f.driver in C.GROUP_SAFE_DRIVERS:
+        return None
+    if f.is_bridge:
+        return (f"PCI bridge on {f.driver}, which uses the kernel DMA API (a bridge keeps its group usable only "
+                f"on {' or '.join(C.GROUP_SAFE_DRIVERS[::-1])} or without a driver)")
+    return f"on {f.driver}"
 
 
 def validate_driver_name(name: str) -> str:
@@ -142,9 +177,24 @@ def device_node_names(sysfs: Path, bdf: str) -> list[str]:
     return sorted(names)
 
 
+def vfio_cdev_names(sysfs: Path, bdf: str) -> list[str]:
+    """Names of the VFIO device cdevs of one function (`vfio0`, or `noiommu-vfio0`), from `<bdf>/vfio-dev/`.
+
+    A device bound to a vfio driver gets a `vfio-dev/vfioN` class device under its sysfs directory (Linux
+    >= 6.1); with CONFIG_VFIO_DEVICE_CDEV (iommufd, Linux >= 6.6) it is also `/dev/vfio/devices/vfioN`, which a
+    VMM opens instead of `/dev/vfio/<group>` (torvalds/linux drivers/vfio/vfio_main.c `"vfio%d"`,
+    drivers/vfio/device_cdev.c vfio_device_devnode() `"vfio/devices/%s"`, Documentation/driver-api/vfio.rst
+    "Device cdev Example").
+    """
+    try:
+        return sorted(e for e in os.listdir(device_dir(sysfs, bdf) / "vfio-dev") if _VFIO_CDEV.fullmatch(e))
+    except OSError:
+        return []
+
+
 # Subdirectories of a PCI function that never hold class devices; skipping them keeps the scan cheap.
 _NOT_CLASS_DIRS = frozenset({"power", "msi_irqs", "link", "driver", "subsystem", "firmware_node", "iommu",
-                             "iommu_group", "physfn", "consumer", "supplier"})
+                             "iommu_group", "physfn", "consumer", "supplier", "vfio-dev"})
 
 
 def is_device_node_name(name: str) -> bool:
@@ -168,6 +218,16 @@ def _link_name(path: Path) -> str | None:
         return None
     except OSError:
         return None
+
+
+def _header_type(path: Path) -> int | None:
+    """Low 7 bits of config space byte 0x0e; unprivileged reads of `config` return the first 64 bytes."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(HEADER_TYPE_OFFSET + 1)
+    except OSError:
+        return None
+    return data[HEADER_TYPE_OFFSET] & 0x7F if len(data) > HEADER_TYPE_OFFSET else None
 
 
 def _hex(text: str | None) -> int:
@@ -201,6 +261,7 @@ def read_function(sysfs: Path, bdf: str) -> PciFunction:
         numa_node=int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None,
         model=model,
         function=function,
+        header_type=_header_type(d / "config"),
     )
 
 

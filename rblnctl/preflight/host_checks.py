@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from rblnctl import constants as C
+from rblnctl.host import iommu_advice as advice
 from rblnctl.host import pci, system
-from rblnctl.preflight.host_facts import ALL_IOMMU_TABLES, IOMMU_TABLES, AMD, INTEL, HostFacts
+from rblnctl.host.iommu_advice import AMD, ARM64, INTEL
+from rblnctl.preflight.host_facts import (
+    ALL_IOMMU_TABLES,
+    IOMMU_TABLES,
+    VM_IOMMU_TABLES,
+    X86_VM_IOMMU_TABLES,
+    HostFacts,
+)
 from rblnctl.preflight.model import SCOPE_HOST, CheckResult, Findings, Status, worst
 
-T_FIRMWARE = "IOMMU in firmware (ACPI DMAR / IVRS)"
+T_FIRMWARE = "IOMMU in firmware (ACPI DMAR / IVRS / IORT, device tree)"
 T_KERNEL = "IOMMU enabled by the kernel"
 T_CMDLINE = "IOMMU on the kernel command line"
 T_VIRT = "Bare metal, or VM with a vIOMMU"
@@ -19,44 +27,17 @@ T_DRIVER = "NPU kernel driver"
 T_GROUPS = "NPUs in usable IOMMU groups"
 T_IN_USE = "NPU device files held open"
 
-
-def _cmdline_param(vendor: str | None) -> str:
-    if vendor == INTEL:
-        return "intel_iommu=on"
-    if vendor == AMD:
-        return "amd_iommu=on"
-    return "intel_iommu=on (Intel) or amd_iommu=on (AMD)"
-
-
-def _grub_remedy(vendor: str | None) -> str:
-    what = ({INTEL: "`intel_iommu=on iommu=pt`", AMD: "`amd_iommu=on iommu=pt`"}.get(vendor or "")
-            or "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)")
-    return (
-        f"add {what} to GRUB_CMDLINE_LINUX in /etc/default/grub, run `update-grub` "
-        "(or `grub2-mkconfig -o /boot/grub2/grub.cfg`) and reboot"
-    )
-
-
-VIOMMU_REMEDY = (
-    "give this VM a vIOMMU: libvirt `<iommu model='intel'>` (q35), QEMU `-device intel-iommu,intremap=on` or "
-    "`-device virtio-iommu-pci`, or the cloud's vIOMMU option; then boot it with "
-)
 SEE_VIRT = "give this VM a vIOMMU (see host.virt)"
+DMESG = "`dmesg | grep -i -e DMAR -e AMD-Vi -e SMMU -e IOMMU`"
 
 
 def _guest_param(f: HostFacts) -> str:
     """The kernel parameter (formatted) a VM needs for the vIOMMU it has; the CPU vendor does not decide it."""
-    if "DMAR" in f.acpi_tables:
-        return "`intel_iommu=on`"
-    if "IVRS" in f.acpi_tables:
-        return "`amd_iommu=on`"
-    if "VIOT" in f.acpi_tables:
-        return "no extra parameter (virtio-iommu)"
-    return "`intel_iommu=on` for an Intel vIOMMU (virtio-iommu needs none)"
+    return advice.guest_param(f.acpi_tables, f.platform)
 
 
 def _viommu_remedy(f: HostFacts) -> str:
-    return VIOMMU_REMEDY + _guest_param(f)
+    return f"{advice.viommu(f.platform)}; then boot it with {_guest_param(f)}"
 
 
 def _machine(f: HostFacts) -> str:
@@ -71,6 +52,8 @@ def _machine(f: HostFacts) -> str:
 
 
 def _vendor_text(f: HostFacts) -> str:
+    if f.platform == ARM64:
+        return f.arch or "aarch64"
     return f.cpu_vendor_id or "unknown CPU vendor"
 
 
@@ -78,28 +61,34 @@ def check_host(f: HostFacts) -> list[CheckResult]:
     """Turn host facts into findings, in a fixed order."""
     out = Findings()
     add = out.add
-    vendor = f.cpu_vendor
+    platform = f.platform
 
     # IOMMU in firmware
-    # A VM's vIOMMU may be Intel, AMD or virtio whatever the CPU: any table counts there.
-    wanted = ALL_IOMMU_TABLES if f.is_vm else IOMMU_TABLES.get(vendor or "", ALL_IOMMU_TABLES)
+    # A VM's vIOMMU may be Intel, AMD or virtio whatever the CPU (an arm64 guest's: SMMUv3 or virtio).
+    if f.is_vm:
+        wanted = VM_IOMMU_TABLES.get(platform or "", X86_VM_IOMMU_TABLES)
+    else:
+        wanted = IOMMU_TABLES.get(platform or "", ALL_IOMMU_TABLES)
     found = [t for t in f.acpi_tables if t in wanted]
     if found:
+        note = ("; IORT lists the SMMUs (a table without SMMU nodes shows as no IOMMU units in host.iommu.kernel)"
+                if found == ["IORT"] else "")
         add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.PASS,
-            f"ACPI {', '.join(found)} table present ({_vendor_text(f)})")
+            f"ACPI {', '.join(found)} table present ({_vendor_text(f)}){note}")
+    elif f.dt_smmus:
+        add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.PASS,
+            f"the device tree describes an SMMU: {', '.join(f.dt_smmus[:4])} ({_vendor_text(f)})")
     elif not f.acpi_dir_found:
         add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.WARN,
-            "no /sys/firmware/acpi/tables: not an ACPI system or not exposed, firmware IOMMU state unknown",
-            "rely on host.iommu.kernel; if it fails, enable the IOMMU in the firmware setup")
+            "no /sys/firmware/acpi/tables and no SMMU in the device tree: firmware IOMMU state unknown",
+            "rely on host.iommu.kernel; if it fails, " + advice.enable_in_firmware(platform))
     elif f.is_vm:
         add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.FAIL,
             f"VM and no {'/'.join(wanted)} ACPI table: the hypervisor offers no vIOMMU", SEE_VIRT)
     else:
-        bios = {INTEL: "Intel VT-d (Virtualization Technology for Directed I/O)",
-                AMD: "AMD-Vi (IOMMU)"}.get(vendor or "", "VT-d (Intel) or AMD-Vi/IOMMU (AMD)")
         add("host.iommu.firmware", T_FIRMWARE, SCOPE_HOST, Status.FAIL,
             f"no {'/'.join(wanted)} ACPI table ({_vendor_text(f)}): the firmware does not announce an IOMMU",
-            f"enable {bios} in the BIOS/UEFI setup, then reboot")
+            advice.enable_in_firmware(platform))
 
     # IOMMU in the kernel
     units = ", ".join(f.iommu_units[:4]) + (f" +{len(f.iommu_units) - 4}" if len(f.iommu_units) > 4 else "")
@@ -109,16 +98,15 @@ def check_host(f: HostFacts) -> list[CheckResult]:
     elif f.iommu_groups:
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.WARN,
             f"{f.iommu_groups} IOMMU groups but /sys/class/iommu is empty",
-            "check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU`; tools such as dpdk-devbind refuse vfio-pci "
-            "when /sys/class/iommu is empty")
+            f"check {DMESG}; tools such as dpdk-devbind refuse vfio-pci when /sys/class/iommu is empty")
     elif f.iommu_units:
         # Units registered, yet no device put behind them: IOMMU set-up failed or translation is off.
-        fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}"
+        fix = SEE_VIRT if f.is_vm else advice.kernel_without_iommu(platform)
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
             f"IOMMU units {units} but /sys/kernel/iommu_groups has no groups: the kernel put no device behind "
-            "the IOMMU", f"check `dmesg | grep -i -e DMAR -e AMD-Vi -e IOMMU` for the reason; {fix}")
+            "the IOMMU", f"check {DMESG} for the reason; {fix}")
     else:
-        fix = SEE_VIRT if f.is_vm else f"{_grub_remedy(vendor)}; enable the IOMMU in firmware"
+        fix = SEE_VIRT if f.is_vm else advice.kernel_without_iommu(platform)
         add("host.iommu.kernel", T_KERNEL, SCOPE_HOST, Status.FAIL,
             "/sys/kernel/iommu_groups has no groups: the kernel runs without an IOMMU", fix)
 
@@ -143,6 +131,17 @@ def check_host(f: HostFacts) -> list[CheckResult]:
     states = ", ".join(f"{m} {s}" for m, s in f.modules.items())
     if not missing:
         add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.PASS, states)
+    elif missing == ["vfio_iommu_type1"] and f.iommufd is not system.ModuleState.MISSING and f.dev_vfio:
+        # A kernel built with CONFIG_IOMMUFD_VFIO_CONTAINER (VFIO_CONTAINER=n) has no vfio_iommu_type1: iommufd
+        # serves /dev/vfio/vfio with the same ioctls (torvalds/linux drivers/iommu/iommufd/Kconfig
+        # IOMMUFD_VFIO_CONTAINER; drivers/vfio/Kconfig: VFIO_IOMMU_TYPE1 is built only under VFIO_CONTAINER).
+        # Its help text says the emulation lacks some type1 features (peer-to-peer DMA mapping), hence WARN.
+        add("host.vfio.modules", T_MODULES, SCOPE_HOST, Status.WARN,
+            f"{states}, {C.IOMMUFD_MODULE} {f.iommufd}: /dev/vfio/vfio exists without vfio_iommu_type1, so iommufd "
+            "provides the VFIO container (CONFIG_IOMMUFD_VFIO_CONTAINER); VMs work, but the emulation lacks "
+            "some type1 features such as peer-to-peer DMA between passed-through devices",
+            "nothing to do for ordinary passthrough; for P2P DMA between NPUs use a kernel built with "
+            "CONFIG_VFIO_CONTAINER=y and `modprobe vfio_iommu_type1`")
     else:
         module = "vfio_iommu_type1" if missing == ["vfio_iommu_type1"] else "vfio_pci"
         load = f"`modprobe {module}`" + (" (pulls in vfio and vfio_iommu_type1)" if module == "vfio_pci" else "")
@@ -167,21 +166,28 @@ def check_host(f: HostFacts) -> list[CheckResult]:
     if f.dev_kvm:
         add("host.kvm", T_KVM, SCOPE_HOST, Status.PASS, "/dev/kvm exists")
     else:
-        fix = ("enable nested virtualisation on the hypervisor that runs this VM (e.g. kvm_intel nested=1) "
-               if f.is_vm else "enable VT-x / AMD-V in the BIOS/UEFI setup and ")
+        if f.platform == ARM64:
+            fix = ("boot the kernel at EL2 (virtualization enabled in the firmware; under a hypervisor, nested "
+                   "virtualization) with KVM built in (CONFIG_KVM); only vm-passthrough nodes need it")
+        else:
+            fix = ("enable nested virtualisation on the hypervisor that runs this VM (e.g. kvm_intel nested=1) "
+                   if f.is_vm else "enable VT-x / AMD-V in the BIOS/UEFI setup and ")
+            fix += "load kvm_intel or kvm_amd; only vm-passthrough nodes need it"
         add("host.kvm", T_KVM, SCOPE_HOST, Status.WARN,
-            "/dev/kvm does not exist: KubeVirt cannot run VMs on this node",
-            fix + "load kvm_intel or kvm_amd; only vm-passthrough nodes need it")
+            "/dev/kvm does not exist: KubeVirt cannot run VMs on this node", fix)
 
     _check_npus(f, add)
     return out.items
 
 
 def _check_cmdline(f: HostFacts, add) -> None:
-    vendor = f.cpu_vendor
+    platform = f.platform
+    on = advice.on_param(platform)
     if f.cmdline is None:
+        default = advice.DEFAULT_ON.get(platform or "", "on Intel the kernel needs `intel_iommu=on`")
         add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.WARN, "/proc/cmdline is not readable",
-            f"make sure the kernel boots with `{_cmdline_param(vendor)}`")
+            f"make sure the kernel boots with `{on}`" if on
+            else f"make sure nothing on the kernel command line turns the IOMMU off; {default}")
         return
     params: dict[str, str] = {}
     for word in f.cmdline.split():
@@ -189,6 +195,9 @@ def _check_cmdline(f: HostFacts, add) -> None:
             break  # the rest belongs to init
         key, _, value = word.partition("=")
         params[key] = value
+    if platform == ARM64:
+        _check_arm64_cmdline(f, params, add)
+        return
     iommu = params.get("iommu")
     pt = "iommu=pt set" if iommu == "pt" else "iommu=pt not set (optional, speeds up host DMA)"
     # The parameter that applies: the CPU vendor's on bare metal; in a VM the vIOMMU model's (an
@@ -200,42 +209,66 @@ def _check_cmdline(f: HostFacts, add) -> None:
         if not relevant and "VIOT" not in f.acpi_tables:
             relevant = both
     else:
-        relevant = {p for p in ({INTEL: "intel_iommu", AMD: "amd_iommu"}.get(vendor or ""),) if p} or both
+        relevant = {p for p in ({INTEL: "intel_iommu", AMD: "amd_iommu"}.get(platform or ""),) if p} or both
     values = {k: params[k].split(",") for k in ("intel_iommu", "amd_iommu") if k in params}
-    param = _guest_param(f) if f.is_vm else f"`{_cmdline_param(vendor)}`"
 
     off = [f"{k}=off" for k, v in values.items() if "off" in v and k in relevant]
     if iommu == "off":
         off.append("iommu=off")
     if off:
+        fix = (f"{SEE_VIRT}: remove {' '.join(off)} and boot it with {_guest_param(f)}" if f.is_vm
+               else advice.replace_off(" ".join(f"`{o}`" for o in off), platform))
         add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.FAIL,
-            f"{' '.join(off)} on the kernel command line turns the IOMMU off; {pt}",
-            f"replace {' '.join(off)} with {param}: {_grub_remedy(vendor)}")
+            f"{' '.join(off)} on the kernel command line turns the IOMMU off; {pt}", fix)
         return
-    on = [f"{k}={params[k]}" for k, v in values.items() if "on" in v and k in relevant]
-    if on:
-        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS, f"{' '.join(on)}; {pt}")
+    # Only intel_iommu takes `on`; amd_iommu has no such value (kernel-parameters.txt) and ignores it.
+    given = [f"{k}={params[k]}" for k, v in values.items() if "on" in v and k in relevant and k == "intel_iommu"]
+    if given:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS, f"{' '.join(given)}; {pt}")
         return
+    ignored = ("; amd_iommu=on is not an amd_iommu value (the kernel ignores it)"
+               if "on" in values.get("amd_iommu", ()) else "")
     if f.is_vm and not relevant and f.iommu_groups:
         add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS,
             f"virtio-iommu (ACPI VIOT) needs no IOMMU parameter ({f.iommu_groups} groups); {pt}")
         return
     if f.iommu_groups:
-        default = {INTEL: "the kernel turns the Intel IOMMU on by default (CONFIG_INTEL_IOMMU_DEFAULT_ON)",
-                   AMD: "the AMD IOMMU is on by default when the firmware announces it"}.get(
-            vendor or "", "the kernel turned an IOMMU on by default")
+        default = advice.DEFAULT_ON.get(platform or "", "the kernel turned an IOMMU on by default")
+        what = f"{on} not given, but " if on else ""
         add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS,
-            f"{param.strip('`')} not given, but {default} ({f.iommu_groups} groups); {pt}")
+            f"{what}{default} ({f.iommu_groups} groups); {pt}{ignored}")
         return
     if f.is_vm:
         add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.FAIL,
             f"VM without IOMMU groups; no IOMMU parameter on the kernel command line; {pt}",
             f"{SEE_VIRT}, then boot it with {_guest_param(f)}")
         return
-    status = Status.FAIL if vendor else Status.WARN
+    if platform == AMD:
+        # Nothing on the command line to blame (no amd_iommu=off / iommu=off): the firmware or the kernel build is.
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.WARN,
+            f"nothing on the kernel command line turns the AMD IOMMU off, yet there are no IOMMU groups "
+            f"({_vendor_text(f)}); {pt}{ignored}", advice.cmdline_fix(AMD))
+        return
+    status = Status.FAIL if platform else Status.WARN
     add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, status,
-        f"{param.strip('`')} not on the kernel command line ({_vendor_text(f)}) and no IOMMU groups; {pt}",
-        _grub_remedy(vendor))
+        f"{on or 'intel_iommu=on'} not on the kernel command line ({_vendor_text(f)}) and no IOMMU groups; {pt}",
+        advice.cmdline_fix(platform))
+
+
+def _check_arm64_cmdline(f: HostFacts, params: dict[str, str], add) -> None:
+    """arm64: no parameter turns the SMMU on (x86's intel_iommu/amd_iommu/iommu= do not apply); report
+    iommu.passthrough, and never blame the command line for missing groups."""
+    passthrough = params.get("iommu.passthrough")
+    pt = (f"iommu.passthrough={passthrough} set" if passthrough is not None
+          else "iommu.passthrough not set (the kernel's default DMA mode)")
+    if f.iommu_groups:
+        add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.PASS,
+            f"{advice.DEFAULT_ON[ARM64]} ({f.iommu_groups} groups); {pt}")
+        return
+    fix = _viommu_remedy(f) if f.is_vm else advice.cmdline_fix(ARM64)
+    add("host.iommu.cmdline", T_CMDLINE, SCOPE_HOST, Status.WARN,
+        f"no IOMMU groups, and nothing on the command line explains it ({advice.DEFAULT_ON[ARM64]}): look at the "
+        f"firmware and the SMMU driver (host.iommu.firmware, host.iommu.kernel); {pt}", fix)
 
 
 def _npu_label(fn: pci.PciFunction) -> str:

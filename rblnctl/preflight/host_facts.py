@@ -16,23 +16,33 @@ from rblnctl import constants as C
 from rblnctl.errors import HostError, NotFound
 from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
+from rblnctl.host.iommu_advice import AMD, ARM64, INTEL
 from rblnctl.host.root import HostRoot
 
 log = logging.getLogger(__name__)
 
 # The host directories gather_host_facts() reads, relative to the root; a host pod mounts exactly these,
-# read-only (rblnctl.hostpods). proc/: cpuinfo, cmdline, sys/kernel/osrelease and each process's fd
-# links; sys/: PCI functions, IOMMU groups and units, modules, ACPI tables, DMI; dev/: vfio/vfio, kvm
+# read-only (rblnctl.hostpods). proc/: cpuinfo, cmdline, sys/kernel/{osrelease,arch} and each process's fd
+# links; sys/: PCI functions, IOMMU groups and units, modules, ACPI tables, device tree, DMI; dev/: vfio/vfio, kvm
 # and the NPUs' device files; lib/modules/: <release>/modules.builtin (rblnctl.host.system also
 # tries usr/lib/modules/, which merged-/usr hosts reach through the /lib symlink).
 HOST_PATHS = ("proc", "sys", "dev", "lib/modules")
 
-INTEL = "intel"
-AMD = "amd"
 _CPU_VENDORS = {"GenuineIntel": INTEL, "AuthenticAMD": AMD, "HygonGenuine": AMD}
-# ACPI tables that announce an IOMMU: Intel VT-d, AMD-Vi, virtio-iommu (a VM's vIOMMU).
-IOMMU_TABLES = {INTEL: ("DMAR",), AMD: ("IVRS",)}
-ALL_IOMMU_TABLES = ("DMAR", "IVRS", "VIOT")
+# `uname -m` spellings of arm64 (/proc/sys/kernel/arch prints the kernel's utsname machine).
+_ARM64_MACHINES = ("aarch64", "arm64")
+# ACPI tables that announce an IOMMU: Intel VT-d (DMAR), AMD-Vi (IVRS), the Arm SMMU (IORT: the I/O remapping
+# table that lists SMMUv1/v2/v3 nodes), virtio-iommu (VIOT, a VM's vIOMMU).
+IOMMU_TABLES = {INTEL: ("DMAR",), AMD: ("IVRS",), ARM64: ("IORT",)}
+ALL_IOMMU_TABLES = ("DMAR", "IVRS", "IORT", "VIOT")
+# Tables a VM's vIOMMU may announce, whatever the CPU vendor: an x86 guest's intel-iommu, AMD or virtio-iommu;
+# an arm64 guest's SMMUv3 (IORT) or virtio-iommu.
+VM_IOMMU_TABLES = {ARM64: ("IORT", "VIOT")}
+X86_VM_IOMMU_TABLES = ("DMAR", "IVRS", "VIOT")
+# Device-tree `compatible` strings of Arm SMMUs: arm,smmu-v1/-v2/-v3, arm,mmu-400/-401/-500 and vendor variants
+# such as qcom,...-smmu-500 (torvalds/linux Documentation/devicetree/bindings/iommu/arm,smmu.yaml,
+# arm,smmu-v3.yaml).
+_DT_SMMU_MARKERS = ("smmu", "arm,mmu-")
 # DMI strings that only hypervisors report (the CPU flag is authoritative; DMI helps where
 # /proc/cpuinfo has no flags line). "Amazon EC2" is absent on purpose: metal instances report it too.
 _VM_DMI_MARKERS = (
@@ -48,24 +58,34 @@ class HostFacts:
     root: str
     cpu_vendor: str | None  # "intel", "amd" or None (unknown, e.g. not x86)
     cpu_vendor_id: str | None  # raw vendor_id from /proc/cpuinfo
+    arch: str | None  # the machine, as `uname -m` prints it (x86_64, aarch64); None: unknown
     hypervisor_flag: bool | None  # None: /proc/cpuinfo has no flags line
     dmi_vendor: str | None
     dmi_product: str | None
     acpi_dir_found: bool
-    acpi_tables: list[str]  # IOMMU tables present among DMAR, IVRS, VIOT
+    acpi_tables: list[str]  # IOMMU tables present among DMAR, IVRS, IORT, VIOT
+    dt_smmus: list[str]  # device-tree nodes (under /sys/firmware/devicetree/base) that describe an SMMU
     iommu_groups: int
     iommu_units: list[str]  # entries of /sys/class/iommu
     cmdline: str | None
     kernel_release: str | None
     modules: dict[str, system.ModuleState]  # each VFIO module's state
     builtin_list: str | None  # path of modules.builtin read, None when not found
+    iommufd: system.ModuleState  # iommufd (it may serve /dev/vfio/vfio instead of vfio's own container)
     dev_vfio: bool
     dev_kvm: bool
     npus: list[pci.PciFunction] = field(default_factory=list)
     pci_error: str | None = None
-    group_peers: dict[str, list[str]] = field(default_factory=dict)  # bdf -> non-bridge, non-NPU group members
+    group_peers: dict[str, list[str]] = field(default_factory=dict)  # bdf -> non-NPU members that block its group
     holders: dict[str, list[str]] = field(default_factory=dict)  # bdf -> processes holding its device files
     holders_note: str = ""  # non-empty when the process scan was incomplete
+
+    @property
+    def platform(self) -> str | None:
+        """Whose IOMMU this host has: "arm64" (by the machine), else "intel"/"amd" (by the CPU vendor), else None."""
+        if self.arch in _ARM64_MACHINES:
+            return ARM64
+        return self.cpu_vendor
 
     @property
     def is_vm(self) -> bool:
@@ -118,6 +138,55 @@ def read_cpuinfo(proc: Path) -> tuple[str | None, bool | None]:
     return vendor, flags
 
 
+def read_arch(proc: Path) -> str | None:
+    """The machine (`uname -m`): `<proc>/sys/kernel/arch` (Linux >= 6.1, torvalds/linux kernel/utsname_sysctl.c);
+    on older kernels from /proc/cpuinfo's shape: x86 lists `vendor_id`, arm64 `CPU implementer`."""
+    arch = _read_text(proc / "sys" / "kernel" / "arch")
+    if arch:
+        return arch
+    try:
+        with open(proc / "cpuinfo", errors="replace") as f:
+            for line in f:
+                key = line.partition(":")[0].strip()
+                if key == "vendor_id":
+                    return "x86_64"
+                if key == "CPU implementer":
+                    return "aarch64"
+    except OSError as e:
+        log.debug("cannot read %s/cpuinfo: %s", proc, e)
+    return None
+
+
+def find_dt_smmus(sysfs: Path, *, max_depth: int = 3) -> list[str]:
+    """Device-tree nodes whose `compatible` names an Arm SMMU and whose `status` is not "disabled"."""
+    base = sysfs / "firmware" / "devicetree" / "base"
+    out: list[str] = []
+
+    def walk(d: Path, depth: int) -> None:
+        try:
+            entries = sorted((e for e in os.scandir(d) if e.is_dir(follow_symlinks=False)), key=lambda x: x.name)
+        except OSError:
+            return
+        for e in entries:
+            node = Path(e.path)
+            compatible = _read_bytes(node / "compatible").decode(errors="replace").lower()
+            if any(m in c for c in compatible.split("\0") for m in _DT_SMMU_MARKERS):
+                if not _read_bytes(node / "status").startswith(b"disabled"):
+                    out.append(str(node.relative_to(base)))
+            elif depth < max_depth:
+                walk(node, depth + 1)
+
+    walk(base, 1)
+    return out
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def _dmi_says_vm(vendor: str | None, product: str | None) -> bool:
     text = f"{vendor or ''} {product or ''}".lower()
     return any(m.lower() in text for m in _VM_DMI_MARKERS)
@@ -135,6 +204,7 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
     release = _read_text(proc / "sys" / "kernel" / "osrelease")
     builtin, builtin_path = system.read_builtin_modules(host.path, release)
     modules = {m: system.module_state(sysfs, m, builtin) for m in C.VFIO_MODULES}
+    iommufd = system.module_state(sysfs, C.IOMMUFD_MODULE, builtin)
 
     npus: list[pci.PciFunction] = []
     pci_error = None
@@ -152,17 +222,20 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
         root=str(host.path),
         cpu_vendor=_CPU_VENDORS.get(vendor_id or ""),
         cpu_vendor_id=vendor_id,
+        arch=read_arch(proc),
         hypervisor_flag=hv_flag,
         dmi_vendor=_read_text(sysfs / "class" / "dmi" / "id" / "sys_vendor"),
         dmi_product=_read_text(sysfs / "class" / "dmi" / "id" / "product_name"),
         acpi_dir_found=tables is not None,
         acpi_tables=[t for t in ALL_IOMMU_TABLES if t in (tables or [])],
+        dt_smmus=find_dt_smmus(sysfs),
         iommu_groups=groups,
         iommu_units=units,
         cmdline=_read_text(proc / "cmdline"),
         kernel_release=release,
         modules=modules,
         builtin_list=builtin_path,
+        iommufd=iommufd,
         dev_vfio=(host.dev / "vfio" / "vfio").exists(),
         dev_kvm=(host.dev / "kvm").exists(),
         npus=npus,
@@ -174,7 +247,8 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
 
 
 def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
-    """Members of fn's IOMMU group that are neither RBLN NPUs nor bridges (they must move to vfio-pci too)."""
+    """Members of fn's IOMMU group that are not RBLN NPUs (those go to the VM with it) and keep the group from
+    VFIO (pci.group_member_blocker: a device on a host driver, a bridge on a driver other than pcieport)."""
     out = []
     for bdf in pci.iommu_group_members(sysfs, fn.iommu_group or ""):
         if bdf == fn.bdf:
@@ -183,13 +257,15 @@ def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
             peer = pci.read_function(sysfs, bdf)
         except (HostError, NotFound):
             continue
-        if not peer.is_rbln_npu and not peer.is_bridge:
-            out.append(f"{bdf} ({peer.ids}, driver {peer.driver or 'none'})")
+        why = None if peer.is_rbln_npu else pci.group_member_blocker(peer)
+        if why is not None:
+            out.append(f"{bdf} ({peer.ids}, {why})")
     return out
 
 
 def _holders(host: HostRoot, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
-    """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>`, its sysfs files), as `vfio` finds them."""
+    """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>` or `/dev/vfio/devices/vfioN`, its sysfs
+    files), as `vfio` finds them."""
     if not npus:
         return {}, ""
     finder = HolderFinder.scan(host)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import rblnctl.host.vfio.writer as vfio_writer
+from rblnctl.host import pci
 from tests.fakes import objects as o
 from tests.fakes import sysfs as ht
 from tests.fakes.operator import SimulatedOperator
@@ -48,6 +49,15 @@ class Scenario:
     cluster: bool = True  # against the fake API server with an operator; else on a simulated host
     exit_code: int = 0
     setup: Callable | None = field(default=None, compare=False)
+
+
+def _shared_group(kern):
+    """A PCIe port and a NIC on a host driver in the first NPU's IOMMU group (groupMembers filled, one blocking)."""
+    group = pci.iommu_group_of(kern.sys, "0000:3b:00.0")
+    kern.add_pci_function("0000:3a:00.0", vendor=0x10B5, device=0x8747, class_code=0x060400, driver="pcieport",
+                          iommu_group=group)
+    kern.add_pci_function("0000:3b:00.1", vendor=0x8086, device=0x1572, class_code=0x020000, driver="i40e",
+                          iommu_group=group)
 
 
 def _vm_pod(apiserver):
@@ -137,6 +147,7 @@ SCENARIOS = [
     Scenario("Version", ("version", "--client")),
     Scenario("PreflightReport", ("preflight", "--local"), cluster=False),
     Scenario("VfioStatus", ("vfio", "status"), cluster=False),
+    Scenario("VfioStatus", ("vfio", "status", "--all-vendors"), cluster=False, setup=lambda k: _shared_group(k)),
     Scenario("VfioChange", ("vfio", "bind", "--all", "--dry-run"), cluster=False),
     Scenario("VfioChange", ("vfio", "bind", "--all", "--yes"), cluster=False),
     Scenario("VfioChange", ("vfio", "unbind", A, "--yes"), cluster=False),
@@ -176,6 +187,8 @@ def test_json_output_matches_the_documented_schema(scenario, request, tmp_path):
         r = cli(*scenario.args, "-o", "json", server=apiserver.url)
     else:
         kern = request.getfixturevalue("host")
+        if scenario.setup:
+            scenario.setup(kern)
         extra = ["--root", str(kern.root)]
         if scenario.args[0] == "preflight":
             extra = ["--root", str(ht.build_host(tmp_path / "h", ht.intel_bare_metal()).root)]

@@ -1,7 +1,7 @@
 """The one simulated host: a whole host tree in a temp dir plus the kernel effects of driver-binding writes.
 
-SimKernel builds everything host code reads under its root: sys/ (PCI functions, drivers, IOMMU
-groups and units, modules, ACPI tables, DMI), proc/ (cpuinfo, cmdline, osrelease, processes and
+SimKernel builds everything host code reads under its root: sys/ (PCI functions with their config header,
+drivers, IOMMU groups and units, modules, ACPI tables, DMI), proc/ (cpuinfo, cmdline, osrelease, processes and
 their open files), dev/ (rbln*, vfio/*, kvm), run/ and lib/modules/<release>/modules.builtin.
 `npu_node()` is a bare NPU host for the binder; `build_host(root, HostSpec)` writes a described
 host (CPU vendor, VM or bare metal, IOMMU shape, modules, NPUs, other functions, processes) and the
@@ -23,7 +23,9 @@ Effects a bind has, as on a real host: the `driver` link and `drivers/<d>/<bdf>`
 `rebellions` creates `<bdf>/rbln/rblnN` (class device) and `dev/rblnN`; vfio-pci creates
 `dev/vfio/<group>` when the first function of the group binds (the kernel creates the group's
 character device when the first member registers with vfio) and removes it when the last leaves;
-vfio-pci refuses a function without an IOMMU group (EINVAL). Detaching undoes each of these.
+each vfio-pci function also gets `<bdf>/vfio-dev/vfioN` and, with `vfio_cdev` (CONFIG_VFIO_DEVICE_CDEV),
+`dev/vfio/devices/vfioN`; vfio-pci refuses a function without an IOMMU group (EINVAL). Detaching undoes each
+of these.
 
 Modules: a loadable module that is loaded has `sys/module/<m>/initstate`; a built-in one is listed
 in modules.builtin (`set_builtin_modules`) and has the directory without initstate.
@@ -84,6 +86,7 @@ class SimKernel:
 
     root: Path
     vfio_nodes: bool = True
+    vfio_cdev: bool = True  # CONFIG_VFIO_DEVICE_CDEV: a vfio-pci bind also creates dev/vfio/devices/vfioN
     release: str = "6.8.0-45-generic"
     builtin: set[str] = field(default_factory=set)  # built-in module names (modules.builtin)
     devices: dict[str, SimDevice] = field(default_factory=dict)
@@ -94,6 +97,7 @@ class SimKernel:
     _refused: set[tuple[str, str]] = field(default_factory=set)
     _next_group: int = 10
     _next_minor: int = 0
+    _next_vfio_index: int = 0
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -196,6 +200,25 @@ class SimKernel:
         block += "flags\t\t: {f}\n\n" if flags else "\n"
         _write(self.proc / "cpuinfo", "".join(block.format(n=n, v=vendor_id, f=flags) for n in range(cpus)))
 
+    def set_arm64_cpu(self, *, cpus: int = 2) -> None:
+        """Write an arm64 `proc/cpuinfo`: no vendor_id and no flags line, `CPU implementer` and `Features` instead."""
+        block = ("processor\t: {n}\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics\n"
+                 "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\n"
+                 "CPU revision\t: 1\n\n")
+        _write(self.proc / "cpuinfo", "".join(block.format(n=n) for n in range(cpus)))
+
+    def set_arch(self, machine: str) -> None:
+        """Write `proc/sys/kernel/arch` (`uname -m`; Linux >= 6.1)."""
+        _write(self.proc / "sys/kernel/arch", machine + "\n")
+
+    def add_dt_node(self, path: str, compatible: str, *, status: str | None = None) -> None:
+        """Add a device-tree node under `sys/firmware/devicetree/base` with a NUL-terminated `compatible`."""
+        node = self.sys / "firmware/devicetree/base" / path
+        node.mkdir(parents=True, exist_ok=True)
+        (node / "compatible").write_bytes(compatible.encode() + b"\0")
+        if status is not None:
+            (node / "status").write_bytes(status.encode() + b"\0")
+
     def set_cmdline(self, cmdline: str) -> None:
         """Write `proc/cmdline`."""
         _write(self.proc / "cmdline", cmdline + "\n")
@@ -241,7 +264,8 @@ class SimKernel:
         (d / "class").write_text(f"0x{class_code:06x}\n")
         (d / "numa_node").write_text(f"{numa_node}\n")
         (d / "driver_override").write_text("(null)\n")
-        for f in ("config", "resource0", "remove", "reset", "uevent"):
+        (d / "config").write_bytes(config_space(vendor, device, class_code))
+        for f in ("resource0", "remove", "reset", "uevent"):
             (d / f).touch()
         os.symlink(f"../../../devices/pci0000:00/{bdf}", self.sys / "bus/pci/devices" / bdf)
         if dev.group is not None:
@@ -451,6 +475,13 @@ class SimKernel:
         if drv == VFIO and self.vfio_nodes and dev.group is not None:
             (self.dev / "vfio").mkdir(exist_ok=True)
             self.vfio_node(dev.group).touch()
+        if drv == VFIO and dev.group is not None:
+            # vfio_main.c: every registered vfio_device is `vfio-dev/vfioN` under its parent, N from an IDA
+            name = f"vfio{self._next_vfio_index}"
+            self._next_vfio_index += 1
+            _write(d / "vfio-dev" / name / "dev", f"511:{name[4:]}\n")
+            if self.vfio_cdev:
+                _write(self.dev / "vfio" / "devices" / name, "")
 
     def _detach(self, dev: SimDevice) -> None:
         d = self.pci_root / dev.bdf
@@ -464,6 +495,9 @@ class SimKernel:
         if drv == VFIO and dev.group is not None:
             if not any(o.group == dev.group and o.driver == VFIO for o in self.devices.values()):
                 self.vfio_node(dev.group).unlink(missing_ok=True)
+            for cdev in (d / "vfio-dev").glob("vfio*"):
+                (self.dev / "vfio" / "devices" / cdev.name).unlink(missing_ok=True)
+            shutil.rmtree(d / "vfio-dev", ignore_errors=True)
 
 
 class SimWriter:
@@ -510,6 +544,17 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+def config_space(vendor: int, device: int, class_code: int) -> bytes:
+    """The 64 bytes of standard header an unprivileged read of `config` returns: IDs at 0x00, class code at
+    0x09..0x0b, header type at 0x0e (1 for a PCI-to-PCI bridge, class 0x0604 or 0x0609; 0 for everything else,
+    host and ISA bridges included)."""
+    header = bytearray(64)
+    header[0:4] = vendor.to_bytes(2, "little") + device.to_bytes(2, "little")
+    header[0x09:0x0C] = class_code.to_bytes(3, "little")
+    header[0x0E] = 1 if class_code >> 8 in (0x0604, 0x0609) else 0
+    return bytes(header)
+
+
 # --- whole hosts, described ----------------------------------------------------------------------------
 
 
@@ -550,7 +595,9 @@ class Proc:
 class HostSpec:
     """A host as `preflight --local` and `vfio` see it; build_host() writes it."""
 
-    cpu_vendor: str = "GenuineIntel"
+    cpu_vendor: str = "GenuineIntel"  # "ARM": an arm64 cpuinfo (no vendor_id)
+    arch: str | None = None  # proc/sys/kernel/arch (None: not written, as on kernels before 6.1)
+    dt_nodes: tuple[tuple[str, str, str | None], ...] = ()  # device-tree (path, compatible, status)
     hypervisor: bool = False
     cpu_flags: bool = True  # False: /proc/cpuinfo has no flags line (some architectures)
     dmi: tuple[str, str] | None = ("Dell Inc.", "PowerEdge R760xa")
@@ -572,7 +619,14 @@ class HostSpec:
 def build_host(root: Path, spec: HostSpec) -> SimKernel:
     """Write the host described by `spec` under root; return its SimKernel (whose writer binds and unbinds)."""
     k = SimKernel(Path(root), release=spec.release)
-    k.set_cpu(spec.cpu_vendor, hypervisor=spec.hypervisor, flags=None if spec.cpu_flags else "")
+    if spec.cpu_vendor == "ARM":
+        k.set_arm64_cpu()
+    else:
+        k.set_cpu(spec.cpu_vendor, hypervisor=spec.hypervisor, flags=None if spec.cpu_flags else "")
+    if spec.arch:
+        k.set_arch(spec.arch)
+    for path, compatible, status in spec.dt_nodes:
+        k.add_dt_node(path, compatible, status=status)
     if spec.cmdline is not None:
         k.set_cmdline(spec.cmdline)
     for p in spec.procs:
@@ -709,6 +763,39 @@ def group_with_bridge_and_host_device(**changes) -> HostSpec:
 def group_with_bridge_only(**changes) -> HostSpec:
     """NPU 0000:3b:00.0 shares IOMMU group 42 only with a PCIe switch port: still a viable group."""
     return replace(intel_bare_metal(npus=TWO_NPUS_HOST, others=(PCIE_BRIDGE,)), **changes)
+
+
+def arm64_server(**changes) -> HostSpec:
+    """An arm64 (Ampere-class) ACPI server: IORT, one SMMUv3 unit, no IOMMU kernel parameter, NPUs on vfio-pci."""
+    spec = HostSpec(
+        cpu_vendor="ARM", arch="aarch64", dmi=("GIGABYTE", "R272-P30-JG"),
+        acpi_tables=("APIC", "DSDT", "FACP", "GTDT", "IORT", "MCFG", "SPCR"),
+        iommu_units=("smmu3.0x0000000011000000",),
+        cmdline="BOOT_IMAGE=/vmlinuz-6.8.0-45-generic root=UUID=1b2c ro quiet",
+        loaded=("vfio", "vfio_pci", "vfio_pci_core", "vfio_iommu_type1", "arm_smmu_v3"),
+        npus=TWO_NPUS_VFIO,
+    )
+    return replace(spec, **changes)
+
+
+def arm64_smmu_off(**changes) -> HostSpec:
+    """The same server with the SMMU disabled in firmware: IORT still there (it also describes the GIC ITS), no
+    SMMU unit, no IOMMU groups."""
+    npus = (Npu("0000:3b:00.0", driver=HOST_DRIVER, group=None), Npu("0000:5e:00.0", driver=HOST_DRIVER, group=None))
+    return replace(arm64_server(iommu_units=(), extra_groups=(), npus=npus), **changes)
+
+
+def arm64_device_tree(**changes) -> HostSpec:
+    """An arm64 device-tree board (no ACPI tables, no /proc/sys/kernel/arch): an enabled SMMUv3 node in the DT."""
+    return replace(arm64_server(arch=None, acpi_tables=(), dmi=None,
+                                dt_nodes=(("iommu@2b400000", "arm,smmu-v3", "okay"),
+                                          ("soc/iommu@5000000", "arm,mmu-500", "disabled"))), **changes)
+
+
+def iommufd_container(**changes) -> HostSpec:
+    """Intel host whose kernel has CONFIG_IOMMUFD_VFIO_CONTAINER: iommufd serves /dev/vfio/vfio, no vfio_iommu_type1."""
+    spec = intel_bare_metal(loaded=("vfio", "vfio_pci", "vfio_pci_core", "iommufd", "kvm", "kvm_intel"))
+    return replace(spec, **changes)
 
 
 def leftovers(**changes) -> HostSpec:

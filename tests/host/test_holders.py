@@ -36,6 +36,27 @@ def test_the_vfio_group_node_is_a_running_vm(tmp_path):
     assert (h.pid, h.path) == (3100, "/dev/vfio/20")  # the container /dev/vfio/vfio is nobody's device
 
 
+def test_the_vfio_device_cdev_is_a_running_vm_too(tmp_path):
+    """An iommufd VMM opens /dev/iommu and /dev/vfio/devices/vfioN, never /dev/vfio/<group>
+    (Documentation/driver-api/vfio.rst, "Device cdev Example"): that cdev is found from <bdf>/vfio-dev/."""
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 2)
+    b = make(k)
+    assert b.apply(b.plan("bind", [A, B])).ok
+    [cdev_b] = pci.vfio_cdev_names(k.sys, B)
+    assert (k.dev / "vfio" / "devices" / cdev_b).exists()
+    k.add_process(3200, "qemu-kvm", ["/dev/iommu", f"/dev/vfio/devices/{cdev_b}"])
+    k.add_process(3300, "tool", [str(k.dev / "vfio" / "devices" / cdev_b)])  # the root's own /dev
+    f = finder(k)
+    assert f.holders(pci.read_function(k.sys, A)) == []
+    assert [(h.pid, h.path) for h in f.holders(pci.read_function(k.sys, B))] == [
+        (3200, f"/dev/vfio/devices/{cdev_b}"), (3300, str(k.dev / "vfio" / "devices" / cdev_b))]
+    refusal = make(k).plan("unbind", [B])
+    assert any(f"has /dev/vfio/devices/{cdev_b} open" in str(x) for x in refusal.blockers), refusal.blockers
+    assert make(k).apply(make(k).plan("unbind", [A])).ok and pci.vfio_cdev_names(k.sys, A) == []  # gone with vfio
+
+
 def test_files_under_the_functions_sysfs_directory_but_not_a_child_functions(tmp_path):
     k = npu_node(tmp_path, 1)
     k.add_process(99, "dpdk-app", [f"/sys/devices/pci0000:00/{A}/resource0"])
@@ -71,3 +92,10 @@ def test_incomplete_scan_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(procfs.os, "listdir", listdir)
     f = finder(k)
     assert f.incomplete == 1 and f.holders(pci.read_function(k.sys, A)) == []
+
+
+def test_only_vfio_cdev_names_are_taken_from_vfio_dev(tmp_path):
+    k = npu_node(tmp_path, 1)
+    for name in ("vfio3", "noiommu-vfio4", "power", "vfio3x"):
+        (k.pci_root / A / "vfio-dev" / name).mkdir(parents=True, exist_ok=True)
+    assert pci.vfio_cdev_names(k.sys, A) == ["noiommu-vfio4", "vfio3"]

@@ -51,6 +51,40 @@ def test_read_function_reports_ids_driver_group_and_numa(tmp_path):
     assert f.is_rbln_npu and not f.is_bridge
 
 
+def test_bridge_means_header_type_1_read_from_config(tmp_path):
+    k = SimKernel(tmp_path)
+    k.add_pci_function("0000:3a:00.0", vendor=0x10B5, device=0x8747, class_code=0x060400, driver="pcieport")
+    k.add_pci_function("0000:00:00.0", vendor=0x8086, device=0x09A2, class_code=0x060000, driver=None)
+    k.add_pci_function("0000:00:1f.0", vendor=0x8086, device=0xA1C1, class_code=0x060100, driver="lpc_ich")
+    port, host_bridge, isa = (pci.read_function(k.sys, b) for b in ("0000:3a:00.0", "0000:00:00.0", "0000:00:1f.0"))
+    assert (port.header_type, port.is_bridge) == (1, True)
+    assert (host_bridge.header_type, host_bridge.is_bridge, isa.is_bridge) == (0, False, False)  # class 0x06 too
+    cfg = k.pci_root / "0000:3a:00.0" / "config"
+    cfg.write_bytes(cfg.read_bytes()[:0x0E] + bytes([0x81]))  # bit 7 is "multi-function", not the type
+    assert pci.read_function(k.sys, "0000:3a:00.0").header_type == 1
+    cfg.write_bytes(b"\x00" * 8)  # short read: unknown, so not a bridge
+    assert pci.read_function(k.sys, "0000:3a:00.0").header_type is None
+    cfg.unlink()
+    assert pci.read_function(k.sys, "0000:3a:00.0").header_type is None
+
+
+@pytest.mark.parametrize(("driver", "class_code", "blocks"), [
+    (None, 0x020000, None),
+    ("vfio-pci", 0x020000, None),
+    ("mlx5_vfio_pci", 0x020000, None),  # a vfio-pci variant driver
+    ("pci-stub", 0x020000, None),
+    ("pcieport", 0x060400, None),
+    ("i40e", 0x020000, "on i40e"),
+    ("lpc_ich", 0x060100, "on lpc_ich"),  # an ISA bridge is an ordinary device to VFIO
+    ("shpchp", 0x060400, "PCI bridge on shpchp, which uses the kernel DMA API"),
+])
+def test_group_member_blocker_is_the_kernel_rule(tmp_path, driver, class_code, blocks):
+    k = SimKernel(tmp_path)
+    k.add_pci_function("0000:3b:00.1", vendor=0x8086, device=0x1572, class_code=class_code, driver=driver)
+    got = pci.group_member_blocker(pci.read_function(k.sys, "0000:3b:00.1"))
+    assert (got or "").startswith(blocks or "") and (got is None) == (blocks is None), got
+
+
 def test_read_function_of_a_missing_device_is_not_found(tmp_path):
     k = SimKernel(tmp_path)
     with pytest.raises(NotFound):

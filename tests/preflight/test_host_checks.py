@@ -16,8 +16,10 @@ def test_amd_iommu_off_in_kernel(tmp_path):
     cmd = c["host.iommu.cmdline"]
     assert cmd.status == Status.FAIL
     assert "amd_iommu=off" in cmd.evidence
-    assert "amd_iommu=on" in cmd.remedy and "intel_iommu" not in cmd.remedy  # the AMD parameter, not Intel's
-    assert "amd_iommu=on" in c["host.iommu.kernel"].remedy
+    # amd_iommu has no `on` value (kernel-parameters.txt): removing `off` is the fix, and Intel's is not named
+    assert "remove `amd_iommu=off`" in cmd.remedy and "intel_iommu" not in cmd.remedy
+    assert "amd_iommu=on" not in cmd.remedy and "amd_iommu=on" not in c["host.iommu.kernel"].remedy
+    assert "no parameter turns the AMD IOMMU on" in c["host.iommu.kernel"].remedy
     assert c["host.npu.iommu-group"].status == Status.FAIL and "0000:c1:00.0" in c["host.npu.iommu-group"].evidence
     assert c["host.virt"].status == Status.PASS
 
@@ -146,7 +148,7 @@ def test_shared_iommu_group_warns(tmp_path):
     c = by_id(run(tmp_path, ht.intel_bare_metal(others=(other,))))
     g = c["host.npu.iommu-group"]
     assert g.status == Status.WARN
-    assert "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)" in g.evidence
+    assert "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, on i40e)" in g.evidence
 
 
 def test_missing_dev_kvm_warns(tmp_path):
@@ -177,7 +179,8 @@ def test_unknown_cpu_vendor_remedy_names_whole_parameters(tmp_path):
     spec = ht.intel_bare_metal(cpu_vendor="CentaurHauls", cmdline="ro", extra_groups=(), iommu_units=(), npus=())
     c = by_id(run(tmp_path, spec))
     r = c["host.iommu.kernel"].remedy
-    assert "`intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on iommu=pt` (AMD)" in r, r
+    assert "on Intel add `intel_iommu=on`" in r and "on AMD no parameter is needed" in r, r
+    assert "amd_iommu=on" not in r, r
 
 
 # --- every branch of the host IOMMU checks, each produced by a host shape (issue 15) ------------------------
@@ -202,7 +205,8 @@ def test_iommu_firmware_branches(tmp_path, spec, status, says):
     (ht.groups_without_units(), Status.WARN, "5 IOMMU groups but /sys/class/iommu is empty", "dpdk-devbind"),
     (ht.units_without_groups(), Status.FAIL, "IOMMU units dmar0, dmar1 but /sys/kernel/iommu_groups has no groups",
      "dmesg"),
-    (ht.amd_iommu_off(), Status.FAIL, "has no groups: the kernel runs without an IOMMU", "`amd_iommu=on iommu=pt`"),
+    (ht.amd_iommu_off(), Status.FAIL, "has no groups: the kernel runs without an IOMMU",
+     "no parameter turns the AMD IOMMU on"),
     (ht.vm_without_viommu(), Status.FAIL, "the kernel runs without an IOMMU", "see host.virt"),
     (ht.vm_without_viommu(iommu_units=("dmar0",)), Status.FAIL, "IOMMU units dmar0 but", "see host.virt"),
 ])
@@ -251,8 +255,12 @@ def test_virt_branches(tmp_path, spec, status, says):
 @pytest.mark.parametrize(("spec", "status", "says"), [
     (ht.units_without_groups(), Status.FAIL, "no IOMMU group: 0000:3b:00.0, 0000:5e:00.0"),
     (ht.group_with_bridge_and_host_device(), Status.WARN,
-     "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, driver i40e)"),
+     "0000:3b:00.0 shares group with 0000:3b:00.1 (8086:1572, on i40e)"),
     (ht.group_with_bridge_only(), Status.PASS, "own IOMMU groups (0000:3b:00.0:42, 0000:5e:00.0:43)"),
+    # class 0x06 is not "harmless": an ISA/LPC bridge (header type 0) on its host driver blocks the group
+    (ht.intel_bare_metal(npus=ht.TWO_NPUS_HOST, others=(ht.PciDev("0000:3b:00.3", 0x8086, 0xA1C1, 0x060100, "42",
+                                                                driver="lpc_ich"),)),
+     Status.WARN, "0000:3b:00.0 shares group with 0000:3b:00.3 (8086:a1c1, on lpc_ich)"),
     (ht.intel_bare_metal(npus=(ht.Npu("0000:3b:00.0", group="42"), ht.Npu("0000:3b:00.1", 0x1221, group="42"))),
      Status.PASS, "own IOMMU groups"),  # two functions of one card share a group: they go to a VM together
 ])
@@ -261,3 +269,96 @@ def test_npu_iommu_group_branches(tmp_path, spec, status, says):
     assert c.status == status and says in c.evidence, c
     assert "0000:3a:00.0" not in c.evidence  # the bridge is never named
 
+
+
+# --- arm64 hosts: IORT / device-tree SMMU, no x86 parameters (host audit) -----------------------------------
+
+
+def test_arm64_server_passes_without_any_x86_parameter(tmp_path):
+    report = run(tmp_path, ht.arm64_server())
+    c = by_id(report)
+    assert report.summary.ok and all(x.status == Status.PASS for x in report.checks), report.checks
+    assert "ACPI IORT table present (aarch64)" in c["host.iommu.firmware"].evidence
+    assert "arm64 needs no IOMMU kernel parameter" in c["host.iommu.cmdline"].evidence
+    assert not any("intel_iommu" in x.evidence + x.remedy or "amd_iommu" in x.evidence + x.remedy
+                   for x in report.checks)
+
+
+def test_arm64_with_the_smmu_off_blames_firmware_not_the_command_line(tmp_path):
+    c = by_id(run(tmp_path, ht.arm64_smmu_off()))
+    kernel, cmd = c["host.iommu.kernel"], c["host.iommu.cmdline"]
+    assert kernel.status == Status.FAIL and "SMMU" in kernel.remedy and "arm_smmu_v3" in kernel.remedy
+    assert "iommu.passthrough=0" in kernel.remedy and "intel_iommu" not in kernel.remedy
+    assert cmd.status == Status.WARN and "nothing on the command line explains it" in cmd.evidence
+    assert "GRUB" not in cmd.remedy and "SMMU" in cmd.remedy
+
+
+@pytest.mark.parametrize(("spec", "status", "says", "remedy"), [
+    (ht.arm64_server(), Status.PASS, "ACPI IORT table present (aarch64)", ""),
+    (ht.arm64_device_tree(), Status.PASS, "the device tree describes an SMMU: iommu@2b400000 (aarch64)", ""),
+    (ht.arm64_device_tree(dt_nodes=(("soc/iommu@5000000", "arm,mmu-500", "disabled"),)), Status.WARN,
+     "no /sys/firmware/acpi/tables and no SMMU in the device tree", "SMMU"),  # a disabled node is no evidence
+    (ht.arm64_server(acpi_tables=("APIC", "DSDT", "FACP", "DMAR")), Status.FAIL, "no IORT ACPI table (aarch64)",
+     "enable the SMMU"),  # an x86 table is no evidence on arm64
+    (ht.arm64_server(hypervisor=True, dmi=("QEMU", "KVM Virtual Machine"), acpi_tables=("APIC", "VIOT")),
+     Status.PASS, "ACPI VIOT table present", ""),
+    (ht.arm64_server(dmi=("QEMU", "KVM Virtual Machine"), acpi_tables=("APIC", "DSDT")), Status.FAIL,
+     "VM and no IORT/VIOT ACPI table", "see host.virt"),
+])
+def test_arm64_firmware_branches(tmp_path, spec, status, says, remedy):
+    c = check(tmp_path, spec, "host.iommu.firmware")
+    assert c.status == status and says in c.evidence and remedy in c.remedy, c
+
+
+def test_arm64_machine_is_read_from_cpuinfo_on_kernels_without_proc_sys_kernel_arch(tmp_path):
+    from rblnctl.preflight.host_facts import gather_host_facts
+
+    k = ht.build_host(tmp_path / "h", ht.arm64_server(arch=None))
+    f = gather_host_facts(k.root)
+    assert (f.arch, f.platform, f.cpu_vendor) == ("aarch64", "arm64", None)
+    k.set_arch("x86_64")  # /proc/sys/kernel/arch wins when present
+    assert gather_host_facts(k.root).platform is None
+
+
+def test_arm64_vm_and_kvm_remedies_are_arm_ones(tmp_path):
+    c = by_id(run(tmp_path, ht.arm64_server(dmi=("QEMU", "KVM Virtual Machine"), acpi_tables=("APIC", "DSDT"),
+                                            iommu_units=(), extra_groups=(), dev_kvm=False,
+                                            npus=(Npu("0000:06:00.0", group=None),))))
+    assert c["host.virt"].status == Status.FAIL and "iommu=smmuv3" in c["host.virt"].remedy
+    assert "intel-iommu" not in c["host.virt"].remedy
+    assert "EL2" in c["host.kvm"].remedy and "kvm_intel" not in c["host.kvm"].remedy
+    assert c["host.iommu.cmdline"].status == Status.WARN and "iommu=smmuv3" in c["host.iommu.cmdline"].remedy
+    assert "no extra parameter" in c["host.iommu.cmdline"].remedy  # an SMMUv3 / virtio vIOMMU needs none
+
+
+# --- vfio_iommu_type1 absent where iommufd provides the container (host audit) ------------------------------
+
+
+@pytest.mark.parametrize(("spec", "status", "says"), [
+    (ht.iommufd_container(), Status.WARN, "iommufd loaded: /dev/vfio/vfio exists without vfio_iommu_type1"),
+    (ht.iommufd_container(dev_vfio=False), Status.FAIL, "vfio_iommu_type1 missing"),  # no container at all
+    (ht.iommufd_container(loaded=("vfio", "vfio_pci", "vfio_pci_core")), Status.FAIL, "vfio_iommu_type1 missing"),
+    (ht.iommufd_container(loaded=("vfio", "vfio_pci", "vfio_pci_core"),
+                          builtin=("kernel/drivers/iommu/iommufd/iommufd.ko",)),
+     Status.WARN, "iommufd built-in: /dev/vfio/vfio exists"),
+])
+def test_vfio_modules_with_iommufd(tmp_path, spec, status, says):
+    c = check(tmp_path, spec, "host.vfio.modules")
+    assert c.status == status and says in c.evidence, c
+
+
+# --- AMD: there is no amd_iommu=on (kernel-parameters.txt) -------------------------------------------------
+
+
+@pytest.mark.parametrize(("cmdline", "groups", "status", "says", "remedy"), [
+    ("ro amd_iommu=on", ("0", "1"), Status.PASS, "amd_iommu=on is not an amd_iommu value", ""),
+    ("ro", (), Status.WARN, "nothing on the kernel command line turns the AMD IOMMU off",
+     "no parameter turns the AMD IOMMU on"),
+    ("ro amd_iommu=on", (), Status.WARN, "amd_iommu=on is not an amd_iommu value", "enable the AMD IOMMU"),
+])
+def test_amd_cmdline_never_asks_for_amd_iommu_on(tmp_path, cmdline, groups, status, says, remedy):
+    spec = ht.amd_iommu_off(cmdline=cmdline, extra_groups=groups, iommu_units=("ivhd0",) if groups else (),
+                            npus=())
+    c = check(tmp_path, spec, "host.iommu.cmdline")
+    assert c.status == status and says in c.evidence and remedy in c.remedy, c
+    assert "amd_iommu=on" not in c.remedy

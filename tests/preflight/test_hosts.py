@@ -60,7 +60,7 @@ def test_healthy_run_merges_one_row_per_node_per_host_check(apiserver, kube, kub
     kernel = per_node(report, "host.iommu.kernel")
     assert kernel[names[0]].status == Status.PASS and kernel[names[1]].status == Status.FAIL
     assert per_node(report, "host.virt")[names[2]].status == Status.FAIL
-    assert "amd_iommu=on" in per_node(report, "host.iommu.cmdline")[names[1]].remedy
+    assert "remove `amd_iommu=off`" in per_node(report, "host.iommu.cmdline")[names[1]].remedy
     # cluster-wide findings first, then per node
     scopes = [c.scope for c in report.checks]
     assert scopes.index(names[0]) > max(i for i, s in enumerate(scopes) if s == "cluster")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rblnctl import constants as C
 from rblnctl.errors import HostError
-from rblnctl.host import pci, system
+from rblnctl.host import iommu_advice, pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.pci import PciFunction
 from rblnctl.host.root import HostRoot
@@ -60,8 +60,7 @@ def check_root(gate: Gate, is_root: bool, verb: str) -> None:
 def check_iommu(gate: Gate, sysfs: Path, fns: Sequence[PciFunction]) -> None:
     """vfio-pci needs the IOMMU on and every device in a group."""
     if pci.iommu_group_count(sysfs) == 0:
-        gate.block(f"the IOMMU is off ({sysfs}/kernel/iommu_groups is empty) and vfio-pci needs it: "
-                   "enable VT-d/AMD-Vi in firmware, boot with intel_iommu=on or amd_iommu=on, reboot")
+        gate.block(iommu_advice.vfio_needs_iommu(f"{sysfs}/kernel/iommu_groups"))
         return
     for f in fns:
         if not f.iommu_group:
@@ -127,7 +126,7 @@ def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], 
 
 
 def check_groups(gate: Gate, sysfs: Path, fns: Sequence[PciFunction], requested: set[str]) -> None:
-    """Every other member of a device's IOMMU group must be on vfio-pci, driverless, a bridge, or moving too."""
+    """Every other member of a device's IOMMU group must keep it viable (pci.group_member_blocker) or move too."""
     seen: set[str] = set()
     for f in fns:
         if not f.iommu_group or f.iommu_group in seen:
@@ -139,9 +138,9 @@ def check_groups(gate: Gate, sysfs: Path, fns: Sequence[PciFunction], requested:
             if m in requested:
                 continue
             mf = pci.read_function(sysfs, m)
-            if mf.driver in (None, C.VFIO_DRIVER) or mf.is_bridge:
-                continue
-            offenders.append((m, f"{m} ({mf.ids}) on {mf.driver}"))
+            why = pci.group_member_blocker(mf)
+            if why is not None:
+                offenders.append((m, f"{m} ({mf.ids}) {why}"))
         if offenders:
             named = sorted(requested & set(members))
             everyone = sorted(set(named) | {m for m, _ in offenders})

@@ -167,7 +167,8 @@ class GroupMember:
     bdf: str
     ids: str
     driver: str | None
-    bridge: bool
+    bridge: bool  # header type 1: a PCI-to-PCI bridge or PCIe port
+    blocks_group: str | None = None  # why this member keeps the group from VFIO (pci.group_member_blocker)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,8 +202,8 @@ class VfioStatus:
         return {"searched": self.searched, "warnings": list(self.warnings), "devices": [{
             "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
             "driverOverride": d.driver_override, "iommuGroup": d.iommu_group,
-            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge}
-                             for m in d.group_members],
+            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge,
+                              "blocksGroup": m.blocks_group} for m in d.group_members],
             "numaNode": d.numa_node, "vfioDevice": d.vfio_device, "vfioDevicePresent": d.vfio_device_present,
             "holders": [{"pid": h.pid, "command": h.command, "path": h.path} for h in d.holders],
         } for d in self.devices]}
@@ -218,7 +219,8 @@ class VfioStatus:
                 bdf=str(d["bdf"]), ids=str(d["ids"]), model=d["model"], function=d["function"], driver=d["driver"],
                 driver_override=d["driverOverride"], iommu_group=d["iommuGroup"],
                 group_members=tuple(GroupMember(bdf=str(m["bdf"]), ids=str(m["ids"]), driver=m["driver"],
-                                                bridge=bool(m["bridge"])) for m in d["groupMembers"]),
+                                                bridge=bool(m["bridge"]), blocks_group=m["blocksGroup"])
+                                    for m in d["groupMembers"]),
                 numa_node=None if d["numaNode"] is None else int(d["numaNode"]), vfio_device=d["vfioDevice"],
                 vfio_device_present=bool(d["vfioDevicePresent"]),
                 holders=tuple(Holder(pid=int(h["pid"]), command=str(h["command"]), path=str(h["path"]))

@@ -43,7 +43,8 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
                 if m == f.bdf:
                     continue
                 mf = cache.get(m) or cache.setdefault(m, pci.read_function(sysfs, m))
-                members.append(GroupMember(bdf=m, ids=mf.ids, driver=mf.driver, bridge=mf.is_bridge))
+                members.append(GroupMember(bdf=m, ids=mf.ids, driver=mf.driver, bridge=mf.is_bridge,
+                                           blocks_group=pci.group_member_blocker(mf)))
         node = str(host.dev / "vfio" / f.iommu_group) if f.iommu_group else None
         out.append(DeviceStatus(
             bdf=f.bdf, ids=f.ids, model=f.model, function=f.function, driver=f.driver,

@@ -124,7 +124,9 @@ def test_not_root_through_the_real_geteuid_seam(tmp_path, mocker):
 def test_no_iommu_is_refused(tmp_path):
     k = npu_node(tmp_path, 2)
     k.set_iommu(False)
-    refused(make(k), k, [A, B], "IOMMU is off")
+    err = refused(make(k), k, [A, B], "IOMMU is off")
+    text = " ".join(blocker_texts(err))
+    assert "`intel_iommu=on`" in text and "SMMU" in text and "amd_iommu=on" not in text  # no such AMD value
 
 def test_device_without_a_group_is_refused(tmp_path):
     k = npu_node(tmp_path, 1)
@@ -217,6 +219,28 @@ def test_bridges_driverless_and_vfio_members_keep_a_group_viable(tmp_path):
     plan = b.plan("bind", [A])
     assert not plan.blockers
     assert b.apply(plan).ok
+
+def test_group_viability_follows_the_kernel_rule_not_the_class_code(tmp_path):
+    """pci-stub and vfio variant drivers keep a group viable; an ISA/LPC bridge (class 0x0601, header type 0) on
+    its host driver does not, and neither does a PCI-to-PCI bridge (header type 1) on a driver other than
+    pcieport (drivers/vfio/group.c + drivers/iommu/iommu.c: DMA ownership, Linux >= 5.19)."""
+    k = npu_node(tmp_path, 0)
+    k.load_module("vfio_pci")
+    k.add_pci_function(A, iommu_group=7)
+    k.add_pci_function("0000:3b:00.1", vendor=0x8086, device=0x1572, class_code=0x020000, driver="pci-stub",
+                       iommu_group=7)
+    k.add_pci_function("0000:3b:00.2", vendor=0x15B3, device=0x101E, class_code=0x020000, driver="mlx5_vfio_pci",
+                       iommu_group=7)
+    assert not make(k).plan("bind", [A]).blockers
+    k.add_pci_function("0000:3b:00.3", vendor=0x8086, device=0xA1C1, class_code=0x060100, driver="lpc_ich",
+                       iommu_group=7)
+    k.add_pci_function("0000:3a:00.0", vendor=0x10B5, device=0x8747, class_code=0x060400, driver="shpchp",
+                       iommu_group=7)
+    err = refused(make(k), k, [A], "IOMMU group 7")
+    text = " ".join(blocker_texts(err))
+    assert "0000:3b:00.3 (8086:a1c1) on lpc_ich" in text
+    assert "0000:3a:00.0 (10b5:8747) PCI bridge on shpchp, which uses the kernel DMA API" in text
+    assert "0000:3b:00.1" not in text and "0000:3b:00.2" not in text
 
 def test_failure_mid_way_rolls_everything_back(tmp_path):
     k = npu_node(tmp_path, 4)

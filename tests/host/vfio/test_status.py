@@ -26,7 +26,8 @@ def test_status_reports_drivers_groups_nodes_and_holders(tmp_path):
     a, b = st.devices
     assert (a.bdf, a.model, a.function, a.driver, a.iommu_group, a.numa_node) == (A, "CA22", "PF", "rebellions",
                                                                                   "7", 1)
-    assert [(m.bdf, m.driver, m.bridge) for m in a.group_members] == [("0000:3a:00.0", "pcieport", True)]
+    assert [(m.bdf, m.driver, m.bridge, m.blocks_group) for m in a.group_members] == [
+        ("0000:3a:00.0", "pcieport", True, None)]
     assert [(h.pid, h.command) for h in a.holders] == [(4242, "rbln-smi")] and not a.vfio_device_present
     assert (b.driver, b.driver_override, b.vfio_device_present) == ("vfio-pci", "vfio-pci", True)
     assert [(h.pid, h.command, h.path) for h in b.holders] == [(3100, "qemu-kvm -name vm1", "/dev/vfio/8")]
