@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rblnctl.host import iommu_advice as advice
 from rblnctl import constants as C
 from rblnctl.operator.nodes import mode_of
 from rblnctl.preflight.facts import ClusterFacts
@@ -53,8 +54,8 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
         out.add("node.iommu", "IOMMU enabled", name, Status.PASS, iommu_ev)
     elif iommu is False:
         out.add("node.iommu", "IOMMU enabled", name, bad, iommu_ev + later,
-                "turn the IOMMU on: intel_iommu=on / amd_iommu=on on the kernel command line and VT-d / AMD-Vi in "
-                "firmware; `rblnctl preflight --local` on the node names the exact parameter")
+                f"turn the IOMMU on: {advice.enable_in_firmware(None)}; {advice.cmdline_fix(None)}; "
+                "`rblnctl preflight --local` on the node names what applies to its CPU")
     else:
         out.add("node.iommu", "IOMMU enabled", name, Status.WARN, f"unknown: {iommu_ev}",
                 NFD_FACT_REMEDY.format(source="pci") + " (NFD >= v0.10 publishes iommu_group/type)")
@@ -83,8 +84,7 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
         out.add("node.viommu", title, name, Status.PASS, f"VM with a vIOMMU ({how}; {iommu_ev})")
     elif iommu is False:
         out.add("node.viommu", title, name, bad, f"VM without a vIOMMU ({how}; {iommu_ev}){later}",
-                "give the VM a vIOMMU (libvirt `<iommu model='intel'>`, QEMU `-device intel-iommu,intremap=on`, or "
-                "the cloud's vIOMMU option) and boot it with intel_iommu=on / amd_iommu=on")
+                f"{advice.viommu(None)}, and boot it with {advice.guest_param((), None)}")
     else:
         out.add("node.viommu", title, name, Status.WARN, f"VM ({how}); whether it has a vIOMMU is unknown: {iommu_ev}",
                 NFD_FACT_REMEDY.format(source="pci"))

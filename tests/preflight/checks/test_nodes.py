@@ -40,6 +40,9 @@ def test_node_iommu_off_fails_on_vm_nodes_warns_on_container_nodes(apiserver, ku
     iommu = per_node(report, "node.iommu")
     assert iommu["vm-1"].status == Status.FAIL and "the NPUs have none" in iommu["vm-1"].evidence
     assert iommu["ct-1"].status == Status.WARN and "container mode" in iommu["ct-1"].evidence
+    # The remedy is the kernel's: there is no amd_iommu=on (Documentation/admin-guide/kernel-parameters.txt).
+    assert "`intel_iommu=on`" in iommu["vm-1"].remedy and "amd_iommu=on" not in iommu["vm-1"].remedy
+    assert "BIOS" in iommu["vm-1"].remedy
 
 
 def test_node_iommu_unknown_without_any_group_attribute(apiserver, kube):
@@ -58,7 +61,7 @@ def test_vm_worker_without_viommu(apiserver, kube):
     report = run(kube)
     v = per_node(report, "node.viommu")
     assert v["vm-1"].status == Status.FAIL and "VM without a vIOMMU" in v["vm-1"].evidence
-    assert "intel-iommu" in v["vm-1"].remedy
+    assert "intel-iommu" in v["vm-1"].remedy and "amd_iommu=on" not in v["vm-1"].remedy
     assert v["vm-2"].status == Status.PASS and "VM with a vIOMMU" in v["vm-2"].evidence
 
 
