@@ -113,7 +113,7 @@ def test_v030_set_mode_vm_is_refused_up_front(cluster, release):
     """Chart v0.3.0's sandbox plugin waits in Init for a driver marker no vm-passthrough node gets: refuse
     before any write, naming the release and the way out; --force goes ahead and times out."""
     cluster.clear_requests()
-    r = cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "5", server=cluster.url)
     assert r.exit_code == 1, r.stderr
     assert cluster.writes() == []
     assert "v0.3.0 < 0.4.4" in r.stderr and ".driver-ctr-ready" in r.stderr

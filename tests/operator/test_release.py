@@ -48,7 +48,7 @@ def test_v030_dra_only_policy_refuses_set_mode_vm_with_zero_writes(apiserver):
     apiserver.add(V0_3_0.policy(**DRA_ONLY), V0_3_0.operator_deployment(),
                   o.npu_node("n1", product="RBLN-CA25", release=V0_3_0))
     apiserver.clear_requests()
-    r = cli("node", "set-mode", "n1", "vm", "--yes", server=apiserver.url)
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "5", server=apiserver.url)
     assert r.exit_code == 1
     assert apiserver.writes() == []
     assert "hands NPUs to VMs through draKubeletPlugin, but" in r.stderr and "no DRA kubelet plugin" in r.stderr
