@@ -52,10 +52,9 @@ class ResourceNames:
 
         The single-alias name is a VM resource even beside a resourceList: the alias-only plugin ignores the
         CRD's resourceList, which later policies may still carry."""
-        if self.mode == C.MODE_VM and name == C.SANDBOX_ALIAS_RESOURCE:
-            return True
         if self.entries:
-            return any(e.name == name for e in self.entries)
+            return any(e.name == name for e in self.entries) or (
+                self.mode == C.MODE_VM and name == C.SANDBOX_ALIAS_RESOURCE)
         return classify_generic(name) == self.mode
 
     def products_of(self, name: str) -> tuple[str, ...]:

@@ -61,3 +61,15 @@ def test_migrate_renames_the_alias_after_the_plugin_went_per_product(apiserver, 
     assert not plan.blockers
     assert [(r.old, r.new, r.source) for r in plan.renames] == [(ALIAS, "rebellions.ai/RBLN-CA22_PF",
                                                                  Source.PERMITTED)]
+
+
+def test_the_alias_counts_beside_a_resource_list_the_alias_plugin_ignores(apiserver):
+    """A policy kept across the upgrade may still carry sandboxDevicePlugin.resourceList; the alias-only plugin
+    ignores it (the operator's own test keeps one to prove that), so the alias still counts."""
+    policy = NEWER.policy(vfio_manager=True, sandbox=True)
+    policy["spec"]["sandboxDevicePlugin"]["resourceList"] = [
+        {"productCardNames": ["RBLN-CA22"], "resourceName": "ATOM_PT", "resourcePrefix": "rebellions.ai"}]
+    apiserver.add(policy, NEWER.operator_deployment(), alias_node())
+    st = json.loads(cli("status", "-o", "json", server=apiserver.url).stdout)
+    (node,) = st["nodes"]
+    assert ALIAS in node["resources"]
