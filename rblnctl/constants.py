@@ -250,7 +250,8 @@ MIN_KUBERNETES = {METHOD_SANDBOX: (1, 19, 0), METHOD_DRA: (1, 34, 0)}
 MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
 MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
 # The oldest operator release whose layout rblnctl models (docs/operator.md): the public chart v0.3.0.
-# Between it and the documented minimum the sandbox method works with rblnctl, so preflight warns.
+# Between it and a method's documented minimum preflight warns, unless that method's VM allocator serves
+# no VM on the release (VM_ALLOCATOR_FROM below: then it fails).
 OPERATOR_SUPPORTED_FROM = (0, 3, 0)
 MIN_DRA_DRIVER = (0, 2, 1)
 # From which operator release each VM allocator really hands NPUs to VMs on vm-passthrough nodes
