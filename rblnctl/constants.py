@@ -105,6 +105,14 @@ LEGACY_CONTAINER_RESOURCES = ("rebellions.ai/ATOM", "rebellions.ai/REBEL")
 # (ATOM_PT, ATOM_MAX_PT, REBEL_PT).
 SANDBOX_RESOURCE_PREFIX = "rebellions.ai/RBLN-"
 LEGACY_VM_RESOURCE_SUFFIX = "_PT"
+# Single-alias mode of the later, alias-only sandbox plugin: the operator injects RBLN_PT_ALIAS into the
+# plugin; empty -> one resource per product (RBLN-<MODEL>_<PF|VF>), non-empty -> every NPU as
+# rebellions.ai/<alias>. Some later-main commits inject "npu_pt" (RBLN-SW/rbln-npu-operator, commit
+# 981a5955, internal/clusterpolicy/components/sandbox_device_plugin_test.go: RBLN_PT_ALIAS == "npu_pt");
+# newer ones inject "" (same repo, internal/clusterpolicy/components, sandboxResourceAlias = "").
+# Chart v0.3.0's plugin (sriovdp + resourceList ConfigMap) never advertises it.
+RBLN_PT_ALIAS = "npu_pt"
+SANDBOX_ALIAS_RESOURCE = RESOURCE_PREFIX + RBLN_PT_ALIAS
 
 # --- PCI ---------------------------------------------------------------------------------------
 
@@ -267,9 +275,28 @@ MIN_KUBERNETES = {METHOD_SANDBOX: (1, 19, 0), METHOD_DRA: (1, 34, 0)}
 MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
 MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
 # The oldest operator release whose layout rblnctl models (docs/operator.md): the public chart v0.3.0.
-# Between it and the documented minimum the sandbox method works with rblnctl, so preflight warns.
+# Between it and a method's documented minimum preflight warns, unless that method's VM allocator serves
+# no VM on the release (VM_ALLOCATOR_FROM below: then it fails).
 OPERATOR_SUPPORTED_FROM = (0, 3, 0)
 MIN_DRA_DRIVER = (0, 2, 1)
+# From which operator release each VM allocator really hands NPUs to VMs on vm-passthrough nodes
+# (rblnctl/operator/release.py applies it; docs/operator.md "Releases and VM allocators").
+# - sandbox: chart v0.2.1-v0.3.0 (and public main cd771db) give the sandbox-device-plugin DaemonSet an
+#   init container `driver-ready` that loops until /run/rbln/validations/.driver-ctr-ready exists
+#   (RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/patch/sandbox-device-plugin.go handleDaemonSet).
+#   Only the driver container's startup probe writes that file (v0.3.0 internal/scope/patch/driver_manager.go,
+#   READY_FILE; its preStop removes it), and the driver DaemonSet selects npu.deploy.driver=true, a label
+#   the operator sets on container-mode nodes only (v0.3.0 internal/scope/cluster_policy.go
+#   rblnComponentLabels). So on a vm-passthrough node the plugin stays in Init forever. Later main drops
+#   that init container (internal/clusterpolicy/components/sandbox-device-plugin.go: only
+#   vfio-bind-checker / vfio-pci-validation). No public tag after v0.3.0 exists to pin the first fixed
+#   release; rblnctl takes the documentation's minimum for the sandbox method (docs.rbln.ai
+#   "Sandboxed Workloads (KubeVirt)" prerequisites: NPU Operator v0.4.4+), an assumption in docs/operator.md.
+# - dra: chart v0.3.0 sets npu.deploy.dra-kubelet-plugin on container-mode nodes only (cluster_policy.go
+#   above) and its DRA driver v0.1.0 has no vfio devices; later main deploys it in both modes. The
+#   documentation's minimum for DRA passthrough is v0.6.0.
+VM_ALLOCATOR_FROM = {COMP_SANDBOX: (0, 4, 4), COMP_DRA: (0, 6, 0)}
+
 MIN_HELM = (3, 9, 0)
 
 # --- Preflight ---------------------------------------------------------------------------------

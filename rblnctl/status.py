@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from rblnctl import constants as C
 from rblnctl.clock import Stop
 from rblnctl.errors import NotFound, RblnError
 from rblnctl.kube import KUBEVIRTS, Kube
@@ -14,6 +15,7 @@ from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode
 from rblnctl.operator.policy import Policy
+from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release
 from rblnctl.vm.listing import list_vm_npus
 
 
@@ -43,6 +45,12 @@ class ClusterStatus:
     notes: list[str] = field(default_factory=list)
     crd_installed: bool = True
     vm_notes: tuple[str, ...] = ()  # what listing the VMs noted (kept while --watch follows nodes and policies)
+    release: OperatorRelease = UNKNOWN  # the operator's release: which enabled VM allocators really serve VMs
+
+    @property
+    def vm_method(self) -> str | None:
+        """How VMs get NPUs: the policy's VM allocator, counted only when the release makes it serve VMs."""
+        return self.policy.vm_method_on(self.release) if self.policy else None
 
 
 def kubevirt_summary(obj: dict) -> KubeVirtSummary:
@@ -56,6 +64,7 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     """Read the overview; a missing CRD is a note, not an error."""
     version = kube.server_version().get("gitVersion", "unknown")
     view = read_operator(kube)
+    release = read_release(kube)
     try:
         kubevirts = kube.list(KUBEVIRTS)
     except NotFound:
@@ -72,9 +81,10 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
         modes=_modes(nodes),
         npu_vms=vms.by_node() if vms is not None else {},
         notes=_notes(view.notes, crd_installed=view.crd_installed, policy=view.policy, kubevirt=bool(kubevirts),
-                     nodes=nodes) + list(vm_notes),
+                     nodes=nodes, release=release) + list(vm_notes),
         crd_installed=view.crd_installed,
         vm_notes=vm_notes,
+        release=release,
     )
 
 
@@ -83,12 +93,17 @@ def _modes(nodes: list[NpuNode]) -> dict[str, int]:
 
 
 def _notes(choice_notes: tuple[str, ...], *, crd_installed: bool, policy: Policy | None, kubevirt: bool,
-           nodes: list[NpuNode]) -> list[str]:
+           nodes: list[NpuNode], release: OperatorRelease) -> list[str]:
     notes = list(choice_notes)
     if not crd_installed:
         notes.append("RBLNClusterPolicy CRD not found: is the RBLN NPU Operator installed?")
     elif policy is None:
         notes.append("no RBLNClusterPolicy: the operator deploys nothing")
+    else:
+        for comp in policy.allocators(C.MODE_VM):
+            problem = release.problem(comp)
+            if problem:  # enabled, but this release hands VMs nothing through it (rblnctl.operator.release)
+                notes.append(f"RBLNClusterPolicy {policy.name} enables {C.COMPONENT_POLICY_KEYS[comp]}, but {problem}")
     if not kubevirt:
         notes.append("no KubeVirt CR found: is KubeVirt installed?")
     if not nodes:
@@ -110,7 +125,8 @@ def watch_cluster_status(kube: Kube, *, selector: str | None = None, stop: Stop 
     for snap in watch_npu_nodes(kube, selector=selector, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
         now = replace(first, policy=snap.policy, nodes=snap.nodes, modes=_modes(snap.nodes),
                       notes=_notes(snap.policy_notes, crd_installed=first.crd_installed, policy=snap.policy,
-                                   kubevirt=bool(first.kubevirt), nodes=snap.nodes) + list(first.vm_notes))
+                                   kubevirt=bool(first.kubevirt), nodes=snap.nodes, release=first.release)
+                      + list(first.vm_notes))
         if now != last:
             last = now
             yield now

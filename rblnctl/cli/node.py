@@ -401,7 +401,8 @@ def set_mode(
     force: Annotated[
         bool,
         typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
-                     "take over an unfinished switch to the other mode, and an expired lock."),
+                     "take over an unfinished switch to the other mode, and an expired lock; and switch to vm on an "
+                     "operator release whose VM allocator cannot serve the node (the wait then times out)."),
     ] = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,

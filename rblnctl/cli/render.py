@@ -27,14 +27,15 @@ def node_document(n: Any) -> dict:
     }
 
 
-def policy_document(p: Any) -> dict | None:
-    """The active RBLNClusterPolicy, as far as the commands show it."""
+def policy_document(p: Any, *, release: Any = None) -> dict | None:
+    """The active RBLNClusterPolicy, as far as the commands show it. With the operator's `release`,
+    vmMethod counts only a VM allocator that release makes serve VMs (rblnctl.operator.release)."""
     if p is None:
         return None
     return {
         "name": p.name,
         "workloadType": p.workload_type,
-        "vmMethod": p.vm_method,
+        "vmMethod": p.vm_method_on(release),
         "enabled": {k: bool(v) for k, v in p.enabled.items()},
         "state": p.state,
     }

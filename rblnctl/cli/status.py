@@ -107,7 +107,7 @@ def view(st: Any) -> Any:
         return {
             "kubernetesVersion": st.server_version,
             "operatorNamespace": st.operator_namespace,
-            "policy": policy_document(st.policy),
+            "policy": policy_document(st.policy, release=st.release),
             "kubevirt": [{"name": k.name, "namespace": k.namespace, "phase": k.phase, "version": k.version,
                           "featureGates": list(k.feature_gates), "disabledFeatureGates": list(k.disabled_feature_gates)}
                          for k in st.kubevirt],

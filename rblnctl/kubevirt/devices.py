@@ -28,6 +28,7 @@ from rblnctl.kubevirt.cr import (
     version_of,
 )
 from rblnctl.operator import resources as R
+from rblnctl.operator.nodes import node_product
 from rblnctl.plan import Advice, Blocker
 
 PCI_HOST_DEVICES = ("spec", "configuration", "permittedHostDevices", "pciHostDevices")
@@ -74,12 +75,34 @@ def devices_from_cluster(nodes: Sequence[dict], vm_resources: R.ResourceNames) -
     devices: list[PciHostDevice] = []
     warnings: list[str] = []
     for key, where in R.advertised(nodes, vm_resources).items():
+        if key == C.SANDBOX_ALIAS_RESOURCE:  # one name for every product: the nodes' products say which devices
+            found, unknown = _alias_devices(key, [n for n in nodes if (n.get("metadata") or {}).get("name") in where])
+            devices.extend(found)
+            if unknown:
+                warnings.append(f"{key} (on {', '.join(unknown)}) stands for every NPU product and those nodes carry "
+                                f"no known {C.NPU_PRODUCT_LABEL}; permit it explicitly as {key}=1EFF:<device>")
+            continue
         try:
             devices.append(device_for_resource(key, vm_resources=vm_resources))
         except InvalidInput:
             warnings.append(f"{key} (on {', '.join(where)}) has no known PCI device ID; permit it explicitly as "
                             f"{key}=1EFF:<device>")
     return devices, warnings
+
+
+def _alias_devices(name: str, nodes: Sequence[dict]) -> tuple[list[PciHostDevice], list[str]]:
+    """Entries for the single-alias resource (rebellions.ai/npu_pt): one per PF device ID of the advertising
+    nodes' products (rebellions.ai/npu.product), and the nodes whose product is unknown."""
+    ids: set[int] = set()
+    unknown: list[str] = []
+    for n in nodes:
+        product = node_product(n)
+        found = R.product_device_ids(product) if product else []
+        if found:
+            ids.add(found[0])
+        else:
+            unknown.append(str((n.get("metadata") or {}).get("name") or ""))
+    return [PciHostDevice(resource_name=name, pci_vendor_selector=R.selector_of(d)) for d in sorted(ids)], unknown
 
 
 def is_rbln_entry(e: dict) -> bool:

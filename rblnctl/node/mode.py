@@ -68,6 +68,7 @@ from rblnctl.operator.cluster import OperatorView, component_pods, components_am
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
 from rblnctl.operator.policy import choose_active
+from rblnctl.operator.release import read_release
 from rblnctl.plan import Blocker
 
 log = logging.getLogger(__name__)
@@ -270,8 +271,17 @@ class ModeSwitcher:
             blockers.extend(vm_blockers)
             warnings.extend(vm_warnings)
             blockers.extend(drain.blockers)
-            # The operator would never finish this switch: refuse before any write, naming the policy field.
-            blockers.extend(policy.switch_blockers(target, product=node_product(node_obj)))
+            # The operator would never finish this switch: refuse before any write, naming the policy field
+            # or the operator release (rblnctl.operator.release; `force` goes past a release's limits).
+            release = read_release(self.kube) if target == C.MODE_VM and policy.allocators(target) else None
+            for b in policy.switch_blockers(target, product=node_product(node_obj), release=release):
+                if b.override == "force" and self.options.force:
+                    warnings.append(f"forced: {b.message}; the switch goes ahead and its wait will time out "
+                                    "unless the operator serves the node after all")
+                else:
+                    blockers.append(b)
+            if release is not None:
+                warnings.extend(a for a in (release.assumption(c) for c in policy.allocators(target)) if a)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,

@@ -68,6 +68,7 @@ from rblnctl.operator.components import component_of_pod
 from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, policy_dra_version
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy, parse_policy
+from rblnctl.operator.release import release_of
 from rblnctl.plan import Advice, Blocker
 from rblnctl.versions import format_version, parse_version, strict_version
 from rblnctl.vm import devices as D
@@ -368,7 +369,17 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
     version = next((v for _, v in found if v is not None), None)
     floor = C.MIN_OPERATOR[target]
     where = ref(found[0][0]) if found else "the RBLN NPU Operator"
-    if version is not None and strict_version(version[0]) is not None and strict_version(version[0]) >= floor:
+    release = release_of(facts.operators)
+    allocator = C.COMP_DRA if target == C.METHOD_DRA else C.COMP_SANDBOX
+    served = release.why(allocator)  # the target's plugin hands VMs nothing on this release (operator/release.py)
+    if served and (target == C.METHOD_DRA or (release.version or (0, 0, 0)) >= C.OPERATOR_SUPPORTED_FROM):
+        msg = f"{served}; {release.remedy(allocator)}"
+        checks.append(Prerequisite(name="operator", ok=False, detail=served))
+        if force and target == C.METHOD_SANDBOX:
+            warnings.append(msg + "; going ahead anyway (forced): the wait will time out")
+        else:  # sandbox: the version is read from labels, so --force may go past it (as node set-mode)
+            blockers.append(Blocker(msg, override="force" if target == C.METHOD_SANDBOX else None))
+    elif version is not None and strict_version(version[0]) is not None and strict_version(version[0]) >= floor:
         checks.append(Prerequisite(name="operator", ok=True, detail=f"{where} {version[0]} >= {format_version(floor)}"))
     elif version is not None and strict_version(version[0]) is not None:
         if target == C.METHOD_SANDBOX and strict_version(version[0]) >= C.OPERATOR_SUPPORTED_FROM:
@@ -377,9 +388,7 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
             checks.append(Prerequisite(name="operator", ok=True, detail=msg))
             warnings.append(msg)
         else:
-            msg = (f"{where} {version[0]} < {format_version(floor)}: "
-                   + ("its vm-passthrough nodes get no DRA kubelet plugin (chart v0.3.0 deploys it for container "
-                      "mode only)" if target == C.METHOD_DRA else "it does not support the sandbox method"))
+            msg = (f"{where} {version[0]} < {format_version(floor)}: it does not support the {target} method")
             checks.append(Prerequisite(name="operator", ok=False, detail=msg))
             blockers.append(Blocker(msg + "; upgrade the operator first"))
     else:

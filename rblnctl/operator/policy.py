@@ -21,11 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
 from rblnctl.operator import resources as R
 from rblnctl.operator.install import HelmRelease, change_policy, release_of
 from rblnctl.plan import Blocker
+
+if TYPE_CHECKING:
+    from rblnctl.operator.release import OperatorRelease
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,10 +80,21 @@ class Policy:
         """The passthrough DeviceClass of this policy's DRA driver (`vfio-` + driverName)."""
         return C.DRA_VFIO_DEVICE_PREFIX + self.dra_driver
 
-    def allocators(self, mode: str) -> list[str]:
-        """The enabled components that hand this mode's NPUs to workloads (device plugins, DRA)."""
+    def allocators(self, mode: str, *, release: OperatorRelease | None = None) -> list[str]:
+        """The enabled components that hand this mode's NPUs to workloads (device plugins, DRA).
+
+        With `release`, a VM allocator that release does not make serve vm-passthrough nodes is not
+        counted (rblnctl.operator.release: chart v0.3.0's DRA plugin is container-only, its sandbox
+        plugin never leaves Init there).
+        """
         wanted = (C.COMP_SANDBOX, C.COMP_DRA) if mode == C.MODE_VM else (C.COMP_DEVICE_PLUGIN, C.COMP_DRA)
-        return [c for c in wanted if self.is_enabled(c)]
+        enabled = [c for c in wanted if self.is_enabled(c)]
+        return release.vm_allocators(enabled) if release is not None and mode == C.MODE_VM else enabled
+
+    def vm_method_on(self, release: OperatorRelease | None) -> str | None:
+        """vm_method, counting only the allocators `release` makes serve VMs (None: VMs get no NPUs)."""
+        served = self.allocators(C.MODE_VM, release=release)
+        return C.METHOD_DRA if C.COMP_DRA in served else C.METHOD_SANDBOX if C.COMP_SANDBOX in served else None
 
     @property
     def vm_method(self) -> str | None:
@@ -114,13 +129,21 @@ class Policy:
         """How to set these `<key>.enabled` values on this policy (rblnctl.operator.install.change_policy)."""
         return change_policy(self.name, values, self.helm).text
 
-    def switch_blockers(self, target: str, *, product: str | None = None) -> list[Blocker]:
+    def switch_blockers(self, target: str, *, product: str | None = None,
+                        release: OperatorRelease | None = None) -> list[Blocker]:
         """Why the operator would never converge a node switched to `target` under this policy ([] when it would).
 
         `product` (the node's `RBLN-CA22`, when known) is checked against a chart v0.3.0
-        resourceList, which advertises only the products it lists.
+        resourceList, which advertises only the products it lists. With `release`, enabled VM allocators
+        that release does not make serve VMs block too; those blockers name `force` as their override
+        (the version is read from labels, so an operator may go past them knowingly).
         """
         out = []
+        if target == C.MODE_VM and release is not None and self.allocators(C.MODE_VM) and \
+                not self.allocators(C.MODE_VM, release=release):
+            for comp in self.allocators(C.MODE_VM):
+                out.append(Blocker(f"RBLNClusterPolicy {self.name} hands NPUs to VMs through "
+                                   f"{C.COMPONENT_POLICY_KEYS[comp]}, but {release.problem(comp)}", override="force"))
         if target == C.MODE_VM:
             if not self.is_enabled(C.COMP_VFIO_MANAGER):
                 out.append(Blocker(

@@ -5,7 +5,11 @@ for SR-IOV VFs); chart v0.3.0 advertises `<resourcePrefix>/<resourceName>` for e
 policy's `devicePlugin.resourceList` (`rebellions.ai/ATOM`, `rebellions.ai/REBEL`).
 VM mode: later sandbox device plugins advertise one resource per product and function,
 `rebellions.ai/RBLN-<MODEL>_<PF|VF>`, named from pci.ids; chart v0.3.0 advertises the policy's
-`sandboxDevicePlugin.resourceList` names (`ATOM_PT`, `ATOM_MAX_PT`, `REBEL_PT`).
+`sandboxDevicePlugin.resourceList` names (`ATOM_PT`, `ATOM_MAX_PT`, `REBEL_PT`). The alias-only plugin of
+some later-main commits runs in single-alias mode and advertises every NPU as `rebellions.ai/npu_pt`
+(RBLN_PT_ALIAS, constants SANDBOX_ALIAS_RESOURCE: RBLN-SW/rbln-npu-operator commit 981a5955
+internal/clusterpolicy/components/sandbox_device_plugin_test.go); it is a VM resource under every release
+(chart v0.3.0's plugin only ever advertises its resourceList names, so no v0.3.0 node shows it).
 Sources: RBLN-SW/rbln-npu-operator@v0.3.0 api/v1beta1/rblnclusterpolicy_types.go
 (RBLNDevicePluginResourceSpec), deployments/rbln-npu-operator/values.yaml; RBLN-SW/rbln-k8s-device-plugin
 cmd/sriovdp/manager.go (resourcePrefix + "/" + resourceName); RBLN-SW/k8s-device-plugin pkg/consts.
@@ -44,9 +48,13 @@ class ResourceNames:
     patterns: tuple[str, ...] = field(default=(), compare=False)  # described for people, matched by matches()
 
     def matches(self, name: str) -> bool:
-        """Whether `name` is a resource of this mode."""
+        """Whether `name` is a resource of this mode.
+
+        The single-alias name is a VM resource even beside a resourceList: the alias-only plugin ignores the
+        CRD's resourceList, which later policies may still carry."""
         if self.entries:
-            return any(e.name == name for e in self.entries)
+            return any(e.name == name for e in self.entries) or (
+                self.mode == C.MODE_VM and name == C.SANDBOX_ALIAS_RESOURCE)
         return classify_generic(name) == self.mode
 
     def products_of(self, name: str) -> tuple[str, ...]:
@@ -65,19 +73,19 @@ class ResourceNames:
         if self.entries:
             return ", ".join(e.name for e in self.entries)
         if self.mode == C.MODE_VM:
-            return f"{C.SANDBOX_RESOURCE_PREFIX}<MODEL>_<PF|VF>"
+            return f"{C.SANDBOX_RESOURCE_PREFIX}<MODEL>_<PF|VF> (or {C.SANDBOX_ALIAS_RESOURCE})"
         return f"{C.GENERIC_CONTAINER_RESOURCE} (or {C.GENERIC_VF_RESOURCE_PREFIX}<N>)"
 
 
 def classify_generic(name: str) -> str | None:
     """The mode a resource name belongs to by the naming every release uses, without a policy; None: not an NPU.
 
-    `rebellions.ai/npu`, `npu-vf<N>`, `ATOM`, `REBEL` -> container; `RBLN-<MODEL>_<PF|VF>` and
-    anything ending `_PT` -> vm.
+    `rebellions.ai/npu`, `npu-vf<N>`, `ATOM`, `REBEL` -> container; `RBLN-<MODEL>_<PF|VF>`, the
+    single-alias `npu_pt` and anything ending `_PT` -> vm.
     """
     if not name.startswith(C.RESOURCE_PREFIX):
         return None
-    if _SANDBOX.fullmatch(name) or name.endswith(C.LEGACY_VM_RESOURCE_SUFFIX):
+    if _SANDBOX.fullmatch(name) or name.endswith(C.LEGACY_VM_RESOURCE_SUFFIX) or name == C.SANDBOX_ALIAS_RESOURCE:
         return C.MODE_VM
     if name == C.GENERIC_CONTAINER_RESOURCE or _VF.fullmatch(name) or name in C.LEGACY_CONTAINER_RESOURCES:
         return C.MODE_CONTAINER

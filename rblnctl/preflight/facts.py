@@ -32,6 +32,7 @@ from rblnctl.node.inventory import list_npu_node_objects
 from rblnctl.operator.nodes import mode_of
 from rblnctl.operator.policy import Policy, choose_active
 from rblnctl.preflight.helm import HelmClient, HelmInfo
+from rblnctl.operator.release import UNKNOWN, release_of
 from rblnctl.preflight.method import choose_method
 from rblnctl.preflight.model import METHOD_AUTO, Status
 
@@ -181,8 +182,9 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
     """
     version = fetch("get", "/version", kube.server_version)
     policies = fetch("list", CLUSTER_POLICIES, lambda: kube.list(CLUSTER_POLICIES))
-    chosen, note, status, remedy = choose_method(method, policies)
     operator = find_operator(kube)
+    release = release_of(operator.value or []) if operator.ok else UNKNOWN
+    chosen, note, status, remedy = choose_method(method, policies, release)
     kubevirts = fetch("list", KUBEVIRTS, lambda: kube.list(KUBEVIRTS))
     if node:
         nodes = fetch("get", NODES, lambda: [kube.get(NODES, node)])

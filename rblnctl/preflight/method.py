@@ -6,14 +6,21 @@ from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
 from rblnctl.operator.policy import choose_active
+from rblnctl.operator.release import UNKNOWN, OperatorRelease
 from rblnctl.preflight.model import Status
 
 if TYPE_CHECKING:
     from rblnctl.preflight.facts import Fetch
 
 
-def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, str]:
-    """Return (method, how it was chosen, status of that choice, remedy) for --method."""
+def choose_method(requested: str, policies: Fetch, release: OperatorRelease = UNKNOWN
+                  ) -> tuple[str, str, Status, str]:
+    """Return (method, how it was chosen, status of that choice, remedy) for --method.
+
+    Auto counts an allocator the policy enables only when `release` (the operator's) makes it serve
+    vm-passthrough nodes (rblnctl.operator.release): chart v0.3.0's DRA kubelet plugin is container-only,
+    so a v0.3.0 policy enabling draKubeletPlugin gives VMs nothing and the sandbox method is checked.
+    """
     if requested in C.METHODS:
         return requested, f"--method {requested}", Status.PASS, ""
     if policies.error:
@@ -29,6 +36,9 @@ def choose_method(requested: str, policies: Fetch) -> tuple[str, str, Status, st
                 "create the RBLNClusterPolicy (the operator chart does), or pass --method sandbox|dra")
     p = choose_active(items).active
     assert p is not None
+    if p.vm_method == C.METHOD_DRA and C.COMP_DRA not in p.allocators(C.MODE_VM, release=release):
+        return (C.METHOD_SANDBOX, f"auto: RBLNClusterPolicy {p.name} enables draKubeletPlugin, but "
+                f"{release.why(C.COMP_DRA)}; checking the sandbox method", Status.WARN, release.remedy(C.COMP_DRA))
     if p.vm_method == C.METHOD_DRA:
         extra = (" (sandboxDevicePlugin is enabled too, which admission rejects)"
                  if p.is_enabled(C.COMP_SANDBOX) else "")

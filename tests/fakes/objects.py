@@ -257,6 +257,35 @@ def _qos(requests: Mapping[str, str] | None, limits: Mapping[str, str] | None) -
     return "Burstable"
 
 
+def set_pod_initializing(p: dict, init_containers: Iterable[str], running: str) -> dict:
+    """Put a pod in Init as the kubelet shows it while init container `running` has not finished: phase
+    Pending, Initialized/Ready False, the later init containers and every app container waiting
+    (PodInitializing). Returns the pod (changed in place)."""
+    st = p.setdefault("status", {})
+    st["phase"] = "Pending"
+    spec = p.setdefault("spec", {})
+    names = list(init_containers)
+    spec["initContainers"] = [{"name": n, "image": "docker.io/rebellions/rbln-npu-operator-validator:v0.3.0"}
+                              for n in names]
+    for c in st.setdefault("conditions", []):
+        if c.get("type") in ("Initialized", "Ready", "ContainersReady"):
+            c["status"] = "False"
+            if c["type"] == "Initialized":
+                c["reason"] = "ContainersNotInitialized"
+                c["message"] = f"containers with incomplete status: [{' '.join(names[names.index(running):])}]"
+    st["initContainerStatuses"] = []
+    for n in names:
+        state = {"running": {"startedAt": _TS}} if n == running else \
+            {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": _TS, "finishedAt": _TS}} \
+            if names.index(n) < names.index(running) else {"waiting": {"reason": "PodInitializing"}}
+        st["initContainerStatuses"].append({"name": n, "image": spec["initContainers"][0]["image"], "imageID": "",
+                                            "ready": False, "restartCount": 0, "started": n == running,
+                                            "state": state})
+    for cs in st.get("containerStatuses") or []:
+        cs.update(ready=False, started=False, state={"waiting": {"reason": "PodInitializing"}})
+    return p
+
+
 def set_pod_ready(p: dict, ready: bool = True) -> dict:
     """Flip a pod's Ready/ContainersReady conditions (and container ready flags) in place."""
     st = p.setdefault("status", {})

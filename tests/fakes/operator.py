@@ -26,6 +26,11 @@ can check rblnctl against each layout. What it does, per node carrying an NFD Re
 * NEWER only: while a vfio-manager pod is not Ready, its driver manager holds the node's other vm
   deploy labels at ``paused-for-driver-upgrade`` and restores them when it is.
 * ``roll(node, component)`` deletes and recreates a component pod (a DaemonSet rollout).
+* V0_3_0 only (``Release.sandbox_waits_for_driver``): a sandbox-device-plugin pod created while no Ready,
+  non-terminating driver pod runs on its node stays in Init for good (phase Pending, init container
+  ``driver-ready`` running): chart v0.3.0's init container waits for the driver pod's
+  ``/run/rbln/validations/.driver-ctr-ready``, and vm-passthrough nodes never get a driver pod. Its
+  resources are then never advertised.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class SimulatedOperator:
         #: node name -> "container" | "vm-passthrough" | "skip" | "absent" (NFD label gone)
         self.converged_modes: dict[str, str] = {}
         self.errors: list[str] = []
+        #: sandbox plugin pods created stuck in Init (release.sandbox_waits_for_driver, no driver pod on the node)
+        self.stuck_in_init: set[str] = set()
         self._step_lock = threading.RLock()
         self._cond = threading.Condition()
         self._dirty = False
@@ -335,20 +342,32 @@ class SimulatedOperator:
         ds = self._ensure_daemonset(comp, base)
         pod_name = self._pod_name(comp, node, base)
         delay = self.component_delays.get(comp, self.ready_delay_s)
-        ready_now = delay <= 0
+        stuck = comp == "sandbox-device-plugin" and self.release.sandbox_waits_for_driver and \
+            not self._driver_marker(node, base)
+        ready_now = delay <= 0 and not stuck
         p = o.pod(self.namespace, pod_name, node=node, labels=self.release.pod_labels(comp, base),
                   ready=ready_now, image=f"docker.io/rebellions/rbln-{comp}:latest",
                   node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"})
         p["metadata"]["ownerReferences"] = [o.owner_ref("DaemonSet", ds["metadata"]["name"], self.namespace,
                                                         uid=ds["metadata"].get("uid"))]
+        if stuck:  # v0.3.0: `driver-ready` waits for a file only the driver pod writes; none runs here
+            o.set_pod_initializing(p, ("driver-ready", "vfio-bind-checker"), running="driver-ready")
         try:
             self.server.add(p)
         except ValueError:
             return
-        if ready_now:
+        if stuck:
+            self.stuck_in_init.add(pod_name)
+        elif ready_now:
             self._kick()
         else:
             self._later(delay, self._become_ready, pod_name)
+
+    def _driver_marker(self, node: str, base: str) -> bool:
+        """/run/rbln/validations/.driver-ctr-ready exists on `node`: a driver pod runs there, Ready (its startup
+        probe wrote the file) and not terminating (its preStop removes it)."""
+        p = self.server.get("Pod", self._pod_name("driver", node, base), self.namespace)
+        return p is not None and self._is_ready(p) and not p["metadata"].get("deletionTimestamp")
 
     def roll(self, node: str, component: str) -> None:
         """Delete the component's pod on `node` (the DaemonSet then recreates it): a rollout."""

@@ -7,7 +7,9 @@ Two layouts, read from RBLN-SW/rbln-npu-operator (see docs/operator.md for the f
   internal/utils/k8s/daemonset.go); resources from the policy's ``resourceList``
   (``rebellions.ai/ATOM``/``REBEL`` in container mode, ``ATOM_PT``/``ATOM_MAX_PT``/``REBEL_PT`` in vm
   mode: deployments/rbln-npu-operator/values.yaml); vm-passthrough nodes get only vfio-manager and
-  sandbox-device-plugin (internal/scope/cluster_policy.go); no ``npu.deploy.skip``, no label pausing.
+  sandbox-device-plugin (internal/scope/cluster_policy.go); no ``npu.deploy.skip``, no label pausing; the
+  sandbox plugin never leaves Init on a vm-passthrough node (its ``driver-ready`` init container waits for the
+  driver pod's ``.driver-ctr-ready``: internal/scope/patch/sandbox-device-plugin.go, driver_manager.go).
 * ``NEWER``: the operator's later main (the documentation's v0.4.4+/v0.6.0+): DaemonSets always
   ``rbln-<component>``, pods labelled ``app.kubernetes.io/name=rbln-npu-operator`` and
   ``app.kubernetes.io/component=<component>`` (the device plugin keeps ``app: rbln-device-plugin``);
@@ -66,6 +68,10 @@ class Release:
     dra_in_vm: bool  # vm-passthrough nodes get dra-kubelet-plugin too
     has_deploy_skip: bool
     pauses_labels: bool  # vfio-manager's driver manager pauses deploy labels while it binds
+    # The sandbox plugin's init containers include `driver-ready`, which loops until the driver pod has
+    # written /run/rbln/validations/.driver-ctr-ready; vm-passthrough nodes get no driver pod, so there the
+    # plugin stays in Init (RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/patch/sandbox-device-plugin.go).
+    sandbox_waits_for_driver: bool = False
 
     @property
     def daemon(self) -> str:
@@ -204,6 +210,7 @@ def _from_list(spec: dict | None, product: str) -> str | None:
     return None
 
 
-V0_3_0 = Release("v0.3.0", CONTAINER_V03, dra_in_vm=False, has_deploy_skip=False, pauses_labels=False)
+V0_3_0 = Release("v0.3.0", CONTAINER_V03, dra_in_vm=False, has_deploy_skip=False, pauses_labels=False,
+                 sandbox_waits_for_driver=True)
 NEWER = Release("newer", CONTAINER_NEWER, dra_in_vm=True, has_deploy_skip=True, pauses_labels=True)
 RELEASES = (V0_3_0, NEWER)

@@ -44,14 +44,28 @@ def cluster(apiserver, release):
     assert op.errors == []
 
 
+def switch_to_vm(cluster, release):
+    """set-mode vm as each release allows it: chart v0.3.0's sandbox plugin never serves a vm-passthrough node,
+    so there it takes --force and times out (exit 5) with the plugin stuck in Init."""
+    if not release.sandbox_waits_for_driver:
+        r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "30", server=cluster.url)
+        assert r.exit_code == 0, r.stderr
+        return r
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--force", "--timeout", "1", server=cluster.url)
+    assert r.exit_code == 5, r.stderr
+    assert "sandbox-device-plugin" in r.stderr  # still missing: the plugin pod is not Ready
+    return r
+
+
 def test_set_mode_converges_both_ways(cluster, release):
+    if release.sandbox_waits_for_driver:
+        pytest.skip("chart v0.3.0 never serves a vm-passthrough node: test_v030_set_mode_vm_is_refused_up_front")
     r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "30", server=cluster.url)
     assert r.exit_code == 0, r.stderr
     node = cluster.get("Node", "n1")
     assert node["metadata"]["labels"][MODE] == "vm-passthrough" and not node["spec"].get("unschedulable")
     assert cluster.get("Pod", "npu-app", "default") is None and cluster.get("Pod", "cpu-app", "default")
-    vm_res = "rebellions.ai/ATOM_MAX_PT" if release is V0_3_0 else "rebellions.ai/RBLN-CA25_PF"
-    assert node["status"]["allocatable"][vm_res] == "2"
+    assert node["status"]["allocatable"]["rebellions.ai/RBLN-CA25_PF"] == "2"
 
     r = cli("node", "set-mode", "n1", "container", "--yes", "--timeout", "30", server=cluster.url)
     assert r.exit_code == 0, r.stderr
@@ -61,7 +75,7 @@ def test_set_mode_converges_both_ways(cluster, release):
 
 
 def test_node_list_and_status_read_the_release(cluster, release):
-    cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
+    switch_to_vm(cluster, release)
     nodes = json.loads(cli("node", "list", "-o", "json", server=cluster.url).stdout)["items"]
     assert [(n["name"], n["mode"]) for n in nodes] == [("n1", "vm-passthrough")]
     assert "vfio-manager" in nodes[0]["components"] and "sandbox-device-plugin" in nodes[0]["components"]
@@ -78,19 +92,51 @@ def test_drain_evicts_npu_consumers_and_leaves_the_operator_alone(cluster, relea
 
 
 def test_preflight_and_permit_devices_after_a_switch(cluster, release):
-    assert cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url).exit_code == 0
+    if release.sandbox_waits_for_driver:
+        pytest.skip("chart v0.3.0 advertises nothing on a vm-passthrough node: test_v030_preflight_fails_sandbox")
+    switch_to_vm(cluster, release)
     r = cli("kubevirt", "permit-devices", "--from-cluster", "--yes", server=cluster.url)
     assert r.exit_code == 0, r.stderr
     pci = cluster.get("KubeVirt", "kubevirt", "kubevirt")["spec"]["configuration"]["permittedHostDevices"]
-    vm_res = "rebellions.ai/ATOM_MAX_PT" if release is V0_3_0 else "rebellions.ai/RBLN-CA25_PF"
-    assert pci["pciHostDevices"] == [{"pciVendorSelector": "1EFF:1250", "resourceName": vm_res,
+    assert pci["pciHostDevices"] == [{"pciVendorSelector": "1EFF:1250", "resourceName": "rebellions.ai/RBLN-CA25_PF",
                                       "externalResourceProvider": True}]
     report = json.loads(cli("preflight", "-o", "json", server=cluster.url).stdout)
     by_id = {c["id"]: c for c in report["checks"] if c["scope"] == "cluster"}
     assert by_id["operator.policy"]["status"] == "PASS"
     assert by_id["kubevirt.permitted-devices"]["status"] == "PASS"
     assert by_id["nodes.vm-mode"]["status"] == "PASS"
-    assert by_id["operator.version"]["status"] == ("WARN" if release is V0_3_0 else "PASS")
+    assert by_id["operator.version"]["status"] == "PASS"
+
+
+@pytest.mark.parametrize("release", [V0_3_0], ids=lambda r: r.name)
+def test_v030_set_mode_vm_is_refused_up_front(cluster, release):
+    """Chart v0.3.0's sandbox plugin waits in Init for a driver marker no vm-passthrough node gets: refuse
+    before any write, naming the release and the way out; --force goes ahead and times out."""
+    cluster.clear_requests()
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "5", server=cluster.url)
+    assert r.exit_code == 1, r.stderr
+    assert cluster.writes() == []
+    assert "v0.3.0 < 0.4.4" in r.stderr and ".driver-ctr-ready" in r.stderr
+    assert "upgrade the operator to >= 0.4.4" in r.stderr and "pass --force to go ahead anyway" in r.stderr
+    assert cluster.get("Node", "n1")["metadata"]["labels"].get(MODE) != "vm-passthrough"
+
+    r = switch_to_vm(cluster, release)  # --force: relabelled, then the wait times out
+    assert "forced:" in r.stderr
+    node = cluster.get("Node", "n1")
+    assert node["metadata"]["labels"][MODE] == "vm-passthrough"
+    assert not any(k.endswith("_PT") for k in node["status"].get("allocatable", {}))
+    (sandbox,) = [p for p in cluster.list("Pod", "rbln-system") if "sandbox-device-plugin" in p["metadata"]["name"]]
+    assert sandbox["status"]["phase"] == "Pending"
+    assert sandbox["status"]["initContainerStatuses"][0]["name"] == "driver-ready"
+
+
+@pytest.mark.parametrize("release", [V0_3_0], ids=lambda r: r.name)
+def test_v030_preflight_fails_sandbox(cluster, release):
+    report = json.loads(cli("preflight", "-o", "json", server=cluster.url).stdout)
+    by_id = {c["id"]: c for c in report["checks"] if c["scope"] == "cluster"}
+    check = by_id["operator.version"]
+    assert check["status"] == "FAIL"
+    assert ".driver-ctr-ready" in check["evidence"] and ">= 0.4.4" in check["remedy"]
 
 
 def test_chart_defaults_refuse_a_switch_to_vm_with_zero_writes(apiserver, release):

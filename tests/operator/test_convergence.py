@@ -93,7 +93,7 @@ def test_allocatable_without_the_new_resource_and_with_the_old():
     node = vm_node(allocatable={"rebellions.ai/npu": "2"})
     node["status"]["allocatable"].pop("rebellions.ai/RBLN-CA22_PF")
     texts = [p.text for p in pending(node, VM, HYBRID, vm_pods())]
-    assert texts == ["allocatable has no rebellions.ai/RBLN-<MODEL>_<PF|VF> yet",
+    assert texts == ["allocatable has no rebellions.ai/RBLN-<MODEL>_<PF|VF> (or rebellions.ai/npu_pt) yet",
                      "allocatable still offers the old mode's rebellions.ai/npu"]
 
 

@@ -141,17 +141,30 @@ def test_sandbox_to_dra_and_back_waits_for_every_vm_node(apiserver, kube):
     assert apiserver.get("DeviceClass", "vfio-npu.rebellions.ai") is None
 
 
-def test_chart_v030_refuses_dra_and_rolls_back_to_sandbox(apiserver, kube):
+def test_chart_v030_serves_vms_through_neither_method(apiserver, kube):
+    """Chart v0.3.0: the DRA plugin is container-only and the sandbox plugin never leaves Init on a
+    vm-passthrough node (its driver-ready init container): set-method refuses both, sandbox up to --force."""
     op = cluster(apiserver, release=V0_3_0, method="dra", product="RBLN-CA25")
     plan = changer(kube, op).plan("dra")
     assert plan.noop  # already dra: nothing to write
+    before = switches(apiserver)
     plan = changer(kube, op).plan("sandbox")
-    assert not plan.blockers, plan.blockers
-    result = changer(kube, op).apply(plan)
-    assert result.converged == ["vm0", "vm1"]
+    (b,) = plan.blockers
+    assert "v0.3.0 < 0.4.4" in b.message and ".driver-ctr-ready" in b.message and b.override == "force"
+    assert "upgrade the operator to >= 0.4.4" in b.message
+    with pytest.raises(Refused):
+        changer(kube, op).apply(plan)
+    assert switches(apiserver) == before
+    # forced: the policy is switched, and the plugin stays in Init, so the wait times out
+    forced = changer(kube, op, force=True, timeout_s=5)
+    plan = forced.plan("sandbox")
+    assert not plan.blockers and any("forced" in str(w) for w in plan.warnings)
+    with pytest.raises(WaitTimeout) as err:
+        forced.apply(plan)
+    assert any("sandbox-device-plugin" in d for d in err.value.details)
     assert pods_on(apiserver, "vm0") == ["rbln-sandbox-device-plugin", "rbln-vfio-manager"]
-    assert npu_alloc(apiserver, "vm0") == {"rebellions.ai/ATOM_MAX_PT": "2"}
-    # and v0.3.0 never deploys the DRA plugin on vm-passthrough nodes: a switch to DRA is refused
+    assert npu_alloc(apiserver, "vm0") == {}
+    # and v0.3.0 never deploys the DRA plugin on vm-passthrough nodes: a switch back to DRA is refused
     plan = changer(kube, op).plan("dra")
     (b,) = [b for b in plan.blockers if "v0.3.0 < 0.6.0" in b.message]
     assert "no DRA kubelet plugin" in b.message and b.override is None

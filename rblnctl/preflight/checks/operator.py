@@ -8,14 +8,19 @@ from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.operator.cluster import operator_version  # shared with policy set-method
 from rblnctl.operator.install import install_command
+from rblnctl.operator.release import ASSUMED, release_of
 from rblnctl.versions import format_version, strict_version
 
 
 def check_operator(f: ClusterFacts, out: Findings) -> None:
-    """Installed, and >= 0.4.4 (sandbox; 0.3.0 up to it warns) or >= 0.6.0 (DRA); unknown versions warn."""
+    """Installed, at a release whose VM allocator for the method serves vm-passthrough nodes
+    (rblnctl.operator.release: sandbox from 0.4.4, DRA from 0.6.0; below it FAILs), and at the method's
+    documented minimum (MIN_OPERATOR; between the supported floor and it, sandbox warns). An unknown
+    version warns, naming what rblnctl assumes."""
     id_, title = "operator.version", "RBLN NPU Operator installed, version"
     floor = C.MIN_OPERATOR[f.method]
     install_cmd = install_command()
+    allocator = C.COMP_DRA if f.method == C.METHOD_DRA else C.COMP_SANDBOX
     install = f"install or upgrade it: `{install_cmd}` (>= {format_version(floor)} for {f.method})"
     if not f.operator.ok and not f.operator.absent:
         unreadable(out, id_, title, f.operator)
@@ -37,15 +42,23 @@ def check_operator(f: ClusterFacts, out: Findings) -> None:
     where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     found = operator_version(dep)
     if found is None:
+        assumed = ASSUMED.format(allocator=allocator, floor=format_version(C.VM_ALLOCATOR_FROM[allocator]))
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"Deployment {where} found, version unknown (no {C.APP_VERSION_LABEL}, no {C.HELM_CHART_LABEL} "
-                f"{C.OPERATOR_HELM_CHART_OCI}-X.Y.Z or {C.OPERATOR_HELM_CHART_LEGACY}-X.Y.Z, no versioned image tag)",
+                f"{C.OPERATOR_HELM_CHART_OCI}-X.Y.Z or {C.OPERATOR_HELM_CHART_LEGACY}-X.Y.Z, no versioned image tag); "
+                f"{assumed}",
                 f"check with `helm list -A`; the {f.method} method needs >= {format_version(floor)}", "helm list -A")
         return
     text, source = found
     v = strict_version(text)
     supported = C.OPERATOR_SUPPORTED_FROM
-    if v >= floor:
+    release = release_of([dep])
+    why = release.why(allocator) if v >= supported else None
+    if why:
+        # The release deploys the method's plugin, but it never hands NPUs to VMs (rblnctl.operator.release).
+        out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{why} (from {source})",
+                f"{release.remedy(allocator)}; upgrade with `{install_cmd}`", install_cmd)
+    elif v >= floor:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, f"{where} {text} >= {format_version(floor)} (from {source})")
     elif f.method == C.METHOD_SANDBOX and v >= supported:
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,

@@ -17,10 +17,13 @@ def test_operator_missing(apiserver, kube):
     assert c["cluster.method"].status == Status.WARN and report.method == "sandbox"
 
 
-def test_operator_below_the_documented_minimum_but_supported_warns(apiserver, kube):
+def test_operator_whose_sandbox_plugin_serves_no_vm_fails(apiserver, kube):
+    """0.3.0 <= version < 0.4.4: the sandbox plugin waits in Init for the driver pod's marker (operator/release.py)."""
     seed(apiserver, operator=operator_deployment("0.4.0"))
     op = cluster(run(kube))["operator.version"]
-    assert op.status == Status.WARN and "0.4.0 < 0.4.4" in op.evidence and "supports releases from 0.3.0" in op.evidence
+    assert op.status == Status.FAIL and "0.4.0 < 0.4.4" in op.evidence and ".driver-ctr-ready" in op.evidence
+    assert "upgrade the operator to >= 0.4.4" in op.remedy and "helm upgrade --install" in op.remedy
+    assert "set-method dra" not in op.remedy  # DRA serves VMs only from 0.6.0: no way out through it here
 
 
 def test_operator_older_than_rblnctl_supports(apiserver, kube):
@@ -31,14 +34,24 @@ def test_operator_older_than_rblnctl_supports(apiserver, kube):
 
 def test_operator_too_old_for_dra_only(apiserver, kube):
     seed(apiserver, method="dra", operator=operator_deployment("0.5.2"))
-    op = cluster(run(kube))["operator.version"]
-    assert op.status == Status.FAIL and "0.5.2 < 0.6.0, the dra method's floor" in op.evidence
+    # auto: a policy enabling draKubeletPlugin on a release whose DRA plugin serves no VM is not counted
+    report = run(kube)
+    m = cluster(report)["cluster.method"]
+    assert report.method == "sandbox" and m.status == Status.WARN
+    assert "enables draKubeletPlugin, but" in m.evidence and "0.5.2 < 0.6.0" in m.evidence
+    assert "upgrade the operator to >= 0.6.0, or use the sandbox method" in m.remedy
+    op = cluster(run(kube, method="dra"))["operator.version"]
+    assert op.status == Status.FAIL and "0.5.2 < 0.6.0" in op.evidence and "no DRA kubelet plugin" in op.evidence
+    assert "upgrade the operator to >= 0.6.0" in op.remedy
 
 
 def test_operator_version_unknown_is_a_warning(apiserver, kube):
     seed(apiserver, operator=operator_deployment(None))
     op = cluster(run(kube))["operator.version"]
     assert op.status == Status.WARN and "version unknown" in op.evidence
+    # the assumption rblnctl then makes is named (operator/release.py ASSUMED)
+    assert "assumes the release's sandbox-device-plugin serves vm-passthrough nodes" in op.evidence
+    assert "from 0.4.4" in op.evidence
 
 
 def test_operator_found_by_chart_label_and_image_tag(apiserver, kube):
@@ -52,7 +65,7 @@ def test_operator_found_by_chart_label_and_image_tag(apiserver, kube):
     apiserver.delete_now("Deployment", "npu-operator", "rbln-system")
     apiserver.add(dep2)
     op = cluster(run(kube))["operator.version"]
-    assert op.status == Status.WARN and "0.4.1" in op.evidence and "from image" in op.evidence
+    assert op.status == Status.FAIL and "0.4.1" in op.evidence and "from image" in op.evidence
 
 
 def test_unreadable_policy_does_not_claim_the_operator_is_missing(apiserver, kube):

@@ -1,0 +1,111 @@
+"""What the installed operator release really does for VMs: which VM allocators serve vm-passthrough nodes.
+
+One rule, a function of the operator's version (constants VM_ALLOCATOR_FROM, sources cited there):
+
+- the sandbox device plugin hands NPUs to VMs only from 0.4.4. Chart v0.2.1-v0.3.0 gate its
+  DaemonSet on an init container `driver-ready` that waits for `/run/rbln/validations/.driver-ctr-ready`,
+  a file only the driver pod writes, and the operator deploys no driver pod on a vm-passthrough node:
+  the plugin stays in Init forever (RBLN-SW/rbln-npu-operator@v0.3.0
+  internal/scope/patch/sandbox-device-plugin.go, driver_manager.go, cluster_policy.go);
+- the DRA kubelet plugin hands NPUs to VMs only from 0.6.0: chart v0.3.0 deploys it on container-mode
+  nodes only (v0.3.0 internal/scope/cluster_policy.go rblnComponentLabels) with a driver that has no
+  vfio devices.
+
+An unknown version (no operator Deployment found, or none carrying a version) is assumed to serve
+VMs with whatever the policy enables; callers say so (`assumption`). `status`, `preflight`,
+`node set-mode vm` and `policy set-method` all ask this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rblnctl import constants as C
+from rblnctl.kube import Kube
+from rblnctl.operator.cluster import operator_deployments, operator_version
+from rblnctl.versions import format_version, strict_version
+
+# Why an allocator below its floor serves no VM, for messages.
+_WHY = {
+    C.COMP_SANDBOX: ("its sandbox device plugin never starts on a vm-passthrough node: the plugin's `driver-ready` "
+                     "init container waits for /run/rbln/validations/.driver-ctr-ready, which only the driver pod "
+                     "writes, and the operator deploys no driver pod on vm-passthrough nodes"),
+    C.COMP_DRA: ("its vm-passthrough nodes get no DRA kubelet plugin that serves VMs (chart v0.3.0 deploys it on "
+                 "container-mode nodes only; the documentation's minimum for DRA passthrough is 0.6.0)"),
+}
+_METHOD_OF = {C.COMP_SANDBOX: C.METHOD_SANDBOX, C.COMP_DRA: C.METHOD_DRA}
+# The assumption behind an unknown version, for messages (docs/operator.md "Assumptions").
+ASSUMED = "rblnctl assumes the release's {allocator} serves vm-passthrough nodes, which holds from {floor}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorRelease:
+    """The operator release the cluster runs, as far as its Deployment tells."""
+
+    version: tuple[int, int, int] | None  # None: unknown
+    text: str | None = None  # as found: v0.3.0
+    source: str | None = None  # where it was read (label, image tag)
+    where: str = "the RBLN NPU Operator"  # namespace/name of its Deployment, for messages
+
+    def describe(self) -> str:
+        """`rbln-system/rbln-npu-operator-controller-manager v0.3.0`, or a phrase saying the version is unknown."""
+        return f"{self.where} {self.text}" if self.version is not None else f"{self.where} (version unknown)"
+
+    def serves_vm(self, allocator: str) -> bool | None:
+        """Whether `allocator` (sandbox-device-plugin, dra-kubelet-plugin) hands NPUs to VMs on this release;
+        None when the version is unknown."""
+        if self.version is None:
+            return None
+        return self.version >= C.VM_ALLOCATOR_FROM[allocator]
+
+    def why(self, allocator: str) -> str | None:
+        """Why `allocator` serves no VM on this release; None when it does (or may)."""
+        if self.serves_vm(allocator) is not False:
+            return None
+        return f"{self.describe()} < {format_version(C.VM_ALLOCATOR_FROM[allocator])}: {_WHY[allocator]}"
+
+    def remedy(self, allocator: str) -> str:
+        """The way out when `allocator` serves no VM here: the release that fixes it, or the other method
+        when this release serves VMs through it."""
+        other = C.COMP_DRA if allocator == C.COMP_SANDBOX else C.COMP_SANDBOX
+        alt = (f", or use the {_METHOD_OF[other]} method (`rblnctl policy set-method {_METHOD_OF[other]}`)"
+               if self.serves_vm(other) else "")
+        return f"upgrade the operator to >= {format_version(C.VM_ALLOCATOR_FROM[allocator])}{alt}"
+
+    def problem(self, allocator: str) -> str | None:
+        """why() and remedy() in one line; None when `allocator` serves VMs (or may)."""
+        why = self.why(allocator)
+        return f"{why}; {self.remedy(allocator)}" if why else None
+
+    def assumption(self, allocator: str) -> str | None:
+        """What rblnctl assumes when the version is unknown (None when it is known)."""
+        if self.version is not None:
+            return None
+        floor = format_version(C.VM_ALLOCATOR_FROM[allocator])
+        return (f"the RBLN NPU Operator's version is unknown (no Deployment labelled {C.OPERATOR_DEPLOYMENT_SELECTOR} "
+                f"with a version): " + ASSUMED.format(allocator=allocator, floor=floor))
+
+    def vm_allocators(self, enabled: Sequence[str]) -> list[str]:
+        """Of the enabled VM allocators, the ones this release makes serve VMs (all of them when unknown)."""
+        return [c for c in enabled if self.serves_vm(c) is not False]
+
+
+UNKNOWN = OperatorRelease(version=None)
+
+
+def release_of(deployments: Sequence[dict]) -> OperatorRelease:
+    """The release of the first operator Deployment that carries a version (UNKNOWN when none does)."""
+    for dep in deployments:
+        found = operator_version(dep)
+        v = strict_version(found[0]) if found else None
+        if found and v is not None:
+            meta = dep.get("metadata") or {}
+            return OperatorRelease(version=v, text=found[0], source=found[1],
+                                   where=f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return UNKNOWN
+
+
+def read_release(kube: Kube) -> OperatorRelease:
+    """One LIST of the operator Deployments (by chart label, all namespaces); UNKNOWN when none or forbidden."""
+    return release_of(operator_deployments(kube))

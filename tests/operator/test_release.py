@@ -1,0 +1,67 @@
+"""Which VM allocators the operator release really serves VMs with (rblnctl/operator/release.py), through
+the CLI against the fake API server: chart v0.3.0's DRA kubelet plugin is container-only and its sandbox
+plugin never leaves Init on a vm-passthrough node."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rblnctl.operator.release import UNKNOWN, release_of
+from tests.fakes import objects as o
+from tests.fakes.releases import NEWER, V0_3_0
+from tests.helpers import cli
+
+DRA_ONLY = {"vfio_manager": True, "dra": True, "device_plugin": False}
+
+
+def test_the_rule_by_version():
+    v030 = release_of([V0_3_0.operator_deployment()])
+    newer = release_of([NEWER.operator_deployment()])
+    assert v030.version == (0, 3, 0) and newer.version == (0, 6, 0)
+    assert (v030.serves_vm("sandbox-device-plugin"), v030.serves_vm("dra-kubelet-plugin")) == (False, False)
+    assert (newer.serves_vm("sandbox-device-plugin"), newer.serves_vm("dra-kubelet-plugin")) == (True, True)
+    assert UNKNOWN.serves_vm("sandbox-device-plugin") is None and release_of([]) == UNKNOWN
+    between = release_of([{**V0_3_0.operator_deployment(), "metadata": {
+        "name": "op", "namespace": "ns", "labels": {"app.kubernetes.io/version": "v0.5.0"}}}])
+    assert between.serves_vm("sandbox-device-plugin") and not between.serves_vm("dra-kubelet-plugin")
+    assert between.problem("dra-kubelet-plugin").endswith(
+        "upgrade the operator to >= 0.6.0, or use the sandbox method (`rblnctl policy set-method sandbox`)")
+
+
+@pytest.mark.parametrize("release", [V0_3_0, NEWER], ids=lambda r: r.name)
+def test_status_does_not_count_a_container_only_dra_plugin(apiserver, release):
+    apiserver.add(release.policy(**DRA_ONLY), release.operator_deployment(),
+                  o.npu_node("n1", product="RBLN-CA25", release=release))
+    st = json.loads(cli("status", "-o", "json", server=apiserver.url).stdout)
+    if release is V0_3_0:
+        assert st["policy"]["vmMethod"] is None
+        (note,) = [n for n in st["notes"] if "draKubeletPlugin" in n]
+        assert "v0.3.0 < 0.6.0" in note and "no DRA kubelet plugin" in note
+    else:
+        assert st["policy"]["vmMethod"] == "dra"
+        assert not any("draKubeletPlugin" in n for n in st["notes"])
+
+
+def test_v030_dra_only_policy_refuses_set_mode_vm_with_zero_writes(apiserver):
+    apiserver.add(V0_3_0.policy(**DRA_ONLY), V0_3_0.operator_deployment(),
+                  o.npu_node("n1", product="RBLN-CA25", release=V0_3_0))
+    apiserver.clear_requests()
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "5", server=apiserver.url)
+    assert r.exit_code == 1
+    assert apiserver.writes() == []
+    assert "hands NPUs to VMs through draKubeletPlugin, but" in r.stderr and "no DRA kubelet plugin" in r.stderr
+    assert "pass --force to go ahead anyway" in r.stderr
+
+
+def test_unknown_version_names_the_assumption_and_goes_ahead(apiserver):
+    apiserver.add(V0_3_0.policy(vfio_manager=True, sandbox=True), o.npu_node("n1", product="RBLN-CA25",
+                                                                             release=V0_3_0))
+    apiserver.clear_requests()
+    # no operator Deployment: the version is unknown, so the plan goes ahead and says what it assumed
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.writes() == []
+    text = " ".join(r.stderr.split())
+    assert "version is unknown" in text and "assumes the release's sandbox-device-plugin serves" in text
