@@ -6,7 +6,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from rblnctl import constants as C
 from rblnctl.clock import Stop
 from rblnctl.errors import NotFound, RblnError
 from rblnctl.kube import KUBEVIRTS, Kube
@@ -15,7 +14,7 @@ from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode
 from rblnctl.operator.policy import Policy
-from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release
+from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release, unserved_notes
 from rblnctl.vm.listing import list_vm_npus
 
 
@@ -100,10 +99,7 @@ def _notes(choice_notes: tuple[str, ...], *, crd_installed: bool, policy: Policy
     elif policy is None:
         notes.append("no RBLNClusterPolicy: the operator deploys nothing")
     else:
-        for comp in policy.allocators(C.MODE_VM):
-            problem = release.problem(comp)
-            if problem:  # enabled, but this release hands VMs nothing through it (rblnctl.operator.release)
-                notes.append(f"RBLNClusterPolicy {policy.name} enables {C.COMPONENT_POLICY_KEYS[comp]}, but {problem}")
+        notes.extend(unserved_notes(policy, release))  # enabled, but this release hands VMs nothing through it
     if not kubevirt:
         notes.append("no KubeVirt CR found: is KubeVirt installed?")
     if not nodes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.kube import Kube
@@ -109,3 +110,14 @@ def release_of(deployments: Sequence[dict]) -> OperatorRelease:
 def read_release(kube: Kube) -> OperatorRelease:
     """One LIST of the operator Deployments (by chart label, all namespaces); UNKNOWN when none or forbidden."""
     return release_of(operator_deployments(kube))
+
+
+def unserved_notes(policy: Any, release: OperatorRelease) -> list[str]:
+    """One line per VM allocator the policy enables that this release makes serve no VM (for status and
+    `policy show`); [] when every enabled one serves VMs, or the version is unknown."""
+    notes = []
+    for comp in policy.allocators(C.MODE_VM):
+        problem = release.problem(comp)
+        if problem:
+            notes.append(f"RBLNClusterPolicy {policy.name} enables {C.COMPONENT_POLICY_KEYS[comp]}, but {problem}")
+    return notes

@@ -24,6 +24,7 @@ from rblnctl.operator.cluster import OperatorView, read_operator
 from rblnctl.operator.convergence import dra_devices
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy
+from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release
 from rblnctl.versions import parse_version
 from rblnctl.vm import devices as D
 from rblnctl.vm.model import Remedy
@@ -65,6 +66,7 @@ class VmCluster:
     vm_nodes: tuple[str, ...]  # NPU nodes whose effective mode is vm-passthrough
     advertised: dict[str, list[str]]  # VM resources vm-mode nodes advertise -> those nodes
     dra: DraFacts | None = None  # read when a DRA plan needs it (with_dra)
+    release: OperatorRelease = UNKNOWN  # which enabled VM allocators the operator's release makes serve VMs
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -93,7 +95,7 @@ class VmCluster:
 
 
 def read_cluster(kube: Kube) -> VmCluster:
-    """Read the KubeVirt CR, the operator's policy and the NPU nodes (three reads; DRA facts: with_dra())."""
+    """Read the KubeVirt CR, the operator's policy and release, and the NPU nodes (four reads; DRA: with_dra())."""
     notes: list[str] = []
     kv: dict | None = None
     problem: str | None = None
@@ -108,7 +110,7 @@ def read_cluster(kube: Kube) -> VmCluster:
     names = view.policy.vm_resources if view.policy else R.ResourceNames(mode=C.MODE_VM)
     advertised = R.advertised([n for n in nodes if n["metadata"]["name"] in vm_nodes], names)
     return VmCluster(kubevirt=kv, kubevirt_problem=problem, operator=view, nodes=nodes, vm_nodes=vm_nodes,
-                     advertised=advertised, notes=tuple(notes))
+                     advertised=advertised, release=read_release(kube), notes=tuple(notes))
 
 
 def with_dra(kube: Kube, cluster: VmCluster) -> VmCluster:
@@ -142,7 +144,8 @@ def choose_method(asked: str | None, cluster: VmCluster, current: str | None) ->
     """The method a VM's NPUs use: asked, else the policy's, else the VM's own, else sandbox; and warnings."""
     warnings: list[str] = []
     policy = cluster.policy
-    policy_method = policy.vm_method if policy else None
+    # The policy's method, counted only where the release makes its allocator serve VMs (rblnctl.operator.release).
+    policy_method = policy.vm_method_on(cluster.release) if policy else None
     if asked:
         if policy is not None and policy_method and asked != policy_method:
             warnings.append(f"RBLNClusterPolicy {policy.name} hands NPUs to VMs through {policy_method}, "
@@ -309,6 +312,9 @@ def check_advertised(cluster: VmCluster, resource: str | None) -> Check:
         return Check(ok=True, evidence=(f"{resource} advertised by {', '.join(cluster.advertised[resource])}",))
     offered = ", ".join(f"{k} on {', '.join(v)}" for k, v in cluster.advertised.items()) or "none"
     what = resource or f"a VM resource ({cluster.vm_resources.describe()})"
+    stuck = _release_problem(cluster, C.COMP_SANDBOX, f"no vm-passthrough node advertises {what}")
+    if stuck is not None:
+        return stuck
     return Check(ok=False, evidence=(f"no vm-passthrough node advertises {what} (advertised: {offered})",),
                  remedy=Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has "
                                "converged it on vm mode; switch a node with that product to vm mode, or see what "
@@ -336,6 +342,10 @@ def check_slices(cluster: VmCluster) -> Check:
                      warning="cannot list ResourceSlices (forbidden): whether a node offers vfio devices is unknown")
     offered = {n: d for n, d in (dra.vfio if dra else {}).items() if n in cluster.vm_nodes}
     if not offered:
+        stuck = _release_problem(cluster, C.COMP_DRA, f"no ResourceSlice of {cluster.dra_driver} on a "
+                                 f"vm-passthrough node offers {C.DRA_VFIO_DEVICE_PREFIX}* devices")
+        if stuck is not None:
+            return stuck
         return Check(ok=False, evidence=(f"no ResourceSlice of {cluster.dra_driver} on a vm-passthrough node offers "
                                          f"{C.DRA_VFIO_DEVICE_PREFIX}* devices",),
                      remedy=Remedy(text="the DRA plugin publishes vfio devices once vfio-manager has bound the NPUs "
@@ -394,3 +404,13 @@ class ClaimIndex:
 def claim_index(kube: Kube, cluster: VmCluster) -> ClaimIndex:
     """A ClaimIndex for the policy's passthrough class (and the default one)."""
     return ClaimIndex(kube=kube, classes=frozenset({cluster.device_class, C.DRA_DEVICECLASS_VM}))
+
+
+def _release_problem(cluster: VmCluster, allocator: str, missing: str) -> Check | None:
+    """A failing Check when nothing is offered because the operator's release never makes `allocator` serve
+    VMs (chart v0.3.0's sandbox plugin waits in Init on vm nodes; its DRA plugin is container-only): the way
+    out is an upgrade, not waiting for a node. None when the release serves VMs (or its version is unknown)."""
+    why = cluster.release.why(allocator)
+    if why is None:
+        return None
+    return Check(ok=False, evidence=(missing, why), remedy=Remedy(text=cluster.release.remedy(allocator)))

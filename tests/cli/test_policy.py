@@ -73,6 +73,15 @@ def test_show_names_the_active_policy_its_method_components_and_the_ignored(apis
                                 "rblnclusterpolicy.rebellions.ai/a-leftover"]
 
 
+def test_show_says_when_the_release_serves_no_vm_through_the_enabled_plugin(apiserver):
+    from tests.fakes.releases import V0_3_0
+
+    apiserver.add(V0_3_0.policy(vfio_manager=True, sandbox=True), V0_3_0.operator_deployment())
+    r = cli("policy", "show", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "enables sandboxDevicePlugin, but" in r.stderr and "upgrade the operator to >= 0.4.4" in r.stderr
+
+
 def test_show_without_the_operator_says_so(apiserver):
     r = cli("policy", "show", server=apiserver.url)
     assert r.exit_code == 0 and r.stdout == ""

@@ -421,3 +421,19 @@ def test_converting_back_to_sandbox_removes_the_claim_and_its_template(apiserver
     planner.apply(plan)
     assert [d.get("deviceName") for d in host_devices(apiserver)] == [CA22, CA22]
     assert claims(apiserver) == [] and _rcts(apiserver) == {}
+
+
+def test_a_release_whose_sandbox_plugin_serves_no_vm_is_refused_naming_the_upgrade(apiserver, kube):
+    """Chart v0.3.0's sandbox plugin waits in Init on vm nodes: no node will ever advertise, so waiting or
+    switching another node is no way out; the refusal names the release and the upgrade."""
+    from tests.preflight.cluster_support import operator_deployment
+
+    sandbox_cluster(apiserver)
+    node = apiserver.get("Node", "n1")
+    node["status"]["allocatable"].pop(CA22)
+    apiserver.update(node)
+    apiserver.add(operator_deployment("0.3.0"), o.vm(NS, "v1", running=False))
+    b = _blocker(attacher(kube, npus=1, resource=CA22).plan("v1", NS))
+    assert "0.3.0 < 0.4.4" in b.message and ".driver-ctr-ready" in b.message
+    assert b.remedy.text.startswith("upgrade the operator to >= 0.4.4") and not b.remedy.command
+    assert vm_writes(apiserver) == []

@@ -279,3 +279,16 @@ def test_parse_failed_scheduling_single_reason_and_odd_text():
         (1, "Insufficient rebellions.ai/npu"),)
     odd = parse_failed_scheduling("running PreBind plugin \"DynamicResources\": claim not allocated")
     assert odd.total is None and odd.reasons == ((0, 'running PreBind plugin "DynamicResources": claim not allocated'),)
+
+
+def test_a_release_whose_sandbox_plugin_serves_no_vm_names_the_upgrade(apiserver, kube):
+    from tests.preflight.cluster_support import operator_deployment
+
+    sandbox_cluster(apiserver)
+    node = apiserver.get("Node", "n1")
+    node["status"]["allocatable"].pop(CA22)
+    apiserver.update(node)
+    apiserver.add(operator_deployment("0.3.0"), o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.ADVERTISED and "0.3.0 < 0.4.4" in b.message
+    assert b.remedy.text.startswith("upgrade the operator to >= 0.4.4")
