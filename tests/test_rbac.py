@@ -118,7 +118,7 @@ def _evacuated_vm(api):
     import threading
 
     api.kubevirt_eviction_webhook = True
-    api.add(o.npu_node("n2"), o.vmi("vms", "mig", "n1", conditions=[{"type": "LiveMigratable", "status": "True"}]),
+    api.add(o.npu_node("n2"), o.vmi("vms", "mig", "n1", eviction_strategy="LiveMigrate"),
             o.virt_launcher("vms", "mig", "n1"))
 
     def migrate(event, obj):

@@ -534,9 +534,13 @@ def vm(namespace: str, name: str, *, host_devices: Iterable[Any] | None = None, 
 
 def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any] | None = None, *,
         phase: str = "Running", resource_claims: Iterable[dict] | None = None,
-        conditions: Iterable[dict] | None = None) -> dict:
+        conditions: Iterable[dict] | None = None, eviction_strategy: str | None = None) -> dict:
     """A VirtualMachineInstance on ``node`` (None: not scheduled yet; owned by the VM of the same name).
-    ``conditions`` are added to the Ready condition (e.g. Synchronized False with reason FailedCreate)."""
+    ``conditions`` are added to the Ready condition (e.g. Synchronized False with reason FailedCreate).
+
+    As virt-controller reports it: LiveMigratable False (reason HostDeviceNotLiveMigratable) when it passes
+    host devices or claims through, else True (kubevirt pkg/virt-controller/watch/vmi/ live-migration
+    conditions); ``spec.evictionStrategy`` only when given (else the KubeVirt CR's default applies)."""
     devices: dict[str, Any] = {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}]}
     hd = _host_devices(host_devices)
     if hd:
@@ -546,13 +550,18 @@ def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any]
     md["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
                               "uid": stable_uid("VirtualMachine", namespace, name), "controller": True,
                               "blockOwnerDeletion": True}]
-    spec: dict[str, Any] = {"domain": {"devices": devices, "resources": {"requests": {"memory": "4Gi"}}},
-                            "evictionStrategy": "LiveMigrate"}
+    spec: dict[str, Any] = {"domain": {"devices": devices, "resources": {"requests": {"memory": "4Gi"}}}}
+    if eviction_strategy:
+        spec["evictionStrategy"] = eviction_strategy
     if resource_claims:
         spec["resourceClaims"] = list(resource_claims)
+    passthrough = bool(hd or resource_claims)
+    migratable = {"type": "LiveMigratable", "status": "False" if passthrough else "True", "lastProbeTime": None,
+                  "lastTransitionTime": _TS, **({"reason": "HostDeviceNotLiveMigratable",
+                                                 "message": "VMI uses a PCI host devices"} if passthrough else {})}
     status: dict[str, Any] = {"phase": phase,
                               "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False",
-                                              "lastProbeTime": None, "lastTransitionTime": _TS},
+                                              "lastProbeTime": None, "lastTransitionTime": _TS}, migratable,
                                              *(conditions or [])],
                               "migrationMethod": "BlockMigration", "qosClass": "Burstable"}
     if node:

@@ -133,7 +133,7 @@ def test_the_fake_answers_a_denial_in_the_apiservers_shape(apiserver, kube):
 
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"))
-    seed_vm(apiserver)  # o.vmi(): evictionStrategy LiveMigrate, no LiveMigratable condition
+    seed_vm(apiserver, eviction_strategy="LiveMigrate")  # an NPU VMI: LiveMigratable False
     body = json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
                        "metadata": {"name": "virt-launcher-vm1-abcde", "namespace": "vms"}}).encode()
     req = urllib.request.Request(f"{apiserver.url}/api/v1/namespaces/vms/pods/virt-launcher-vm1-abcde/eviction",
@@ -150,7 +150,7 @@ def test_the_fake_answers_a_denial_in_the_apiservers_shape(apiserver, kube):
 def test_a_vm_kubevirt_will_not_migrate_fails_fast_naming_it(apiserver, kube):
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"))
-    seed_vm(apiserver)
+    seed_vm(apiserver, eviction_strategy="LiveMigrate")
     drainer = drainer_for(kube, timeout_s=600, **FORCED)
     with pytest.raises(Refused) as exc:
         drainer.apply(drainer.plan("n1"))
@@ -165,7 +165,7 @@ def test_a_vm_kubevirt_will_not_migrate_fails_fast_naming_it(apiserver, kube):
 def test_a_real_budget_429_still_backs_off(apiserver, kube):
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"))
-    seed_vm(apiserver)
+    seed_vm(apiserver, eviction_strategy="LiveMigrate")
     apiserver.mutate("VirtualMachineInstance", "vm1", "vms", fn=lambda v: v["spec"].pop("evictionStrategy"))
     apiserver.add(o.pdb("vms", "kubevirt-disruption-budget-x", min_available=1,
                         selector={"matchLabels": {"kubevirt.io": "virt-launcher"}}))
@@ -181,7 +181,7 @@ def test_a_real_budget_429_still_backs_off(apiserver, kube):
 def test_an_evacuation_waits_for_the_vmi_to_leave_the_node(apiserver, kube):
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"), o.npu_node("n2"))
-    seed_vm(apiserver, npu=False, conditions=[{"type": "LiveMigratable", "status": "True"}])
+    seed_vm(apiserver, npu=False, eviction_strategy="LiveMigrate")  # migratable: no host device
     warnings: list[str] = []
 
     def migrate(event, obj):  # virt-controller's evacuation: the VMI moves to n2, the source pod completes
@@ -208,7 +208,7 @@ def test_an_evacuation_waits_for_the_vmi_to_leave_the_node(apiserver, kube):
 def test_an_evacuation_that_never_ends_times_out_naming_the_vmi(apiserver, kube):
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"))
-    seed_vm(apiserver, npu=False, conditions=[{"type": "LiveMigratable", "status": "True"}])
+    seed_vm(apiserver, npu=False, eviction_strategy="LiveMigrate")  # migratable: no host device
     # the system clock: the watch's deadline passes only in real time
     drainer = Drainer(kube=kube, options=DrainOptions(poll_s=0.01, timeout_s=0.5, all_pods=True, **FORCED))
     with pytest.raises(WaitTimeout) as exc:
@@ -220,7 +220,7 @@ def test_an_evacuation_that_never_ends_times_out_naming_the_vmi(apiserver, kube)
 def test_a_passing_webhook_denial_is_retried_like_a_budget(apiserver, kube):
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"))
-    seed_vm(apiserver, npu=False, conditions=[{"type": "LiveMigratable", "status": "True"}])
+    seed_vm(apiserver, npu=False, eviction_strategy="LiveMigrate")  # migratable: no host device
     # the VMI runs elsewhere: this pod is a migration target, which the webhook refuses until that settles
     apiserver.mutate("VirtualMachineInstance", "vm1", "vms", fn=lambda v: v["status"].update(nodeName="n2"))
     blocked = []

@@ -41,9 +41,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * ``coordination.k8s.io/v1`` Leases (namespaced, no status): what leader election needs, i.e.
   409 AlreadyExists on a second create, 409 Conflict on an update or patch from a stale
   resourceVersion, and DeleteOptions preconditions.
-* ``pods/eviction``: ``eviction_hook``, then (``kubevirt_eviction_webhook`` on) KubeVirt's pod eviction
-  webhook as kube-apiserver relays its denials (429, no reason, message prefixed ``admission webhook
-  "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: ``; eviction.py), then
+* ``pods/eviction``: ``eviction_hook``, then (``kubevirt_eviction_webhook``, on by default as in every
+  KubeVirt cluster) KubeVirt's pod eviction webhook as kube-apiserver relays its denials (429, no
+  reason, message prefixed ``admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied
+  the request: ``; eviction.py), then
   PodDisruptionBudgets (minAvailable/maxUnavailable,
   int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
   real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.

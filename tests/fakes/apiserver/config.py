@@ -27,7 +27,7 @@ class Settings:
     #: ``hook(pod, eviction_body)`` -> None to go on, or (status, message) to refuse the eviction.
     eviction_hook: Callable[[dict, dict], tuple[int, str] | None] | None = None
     #: Answer evictions of virt-launcher pods as KubeVirt's pod eviction webhook does (eviction.py).
-    kubevirt_eviction_webhook: bool = False
+    kubevirt_eviction_webhook: bool = True
     #: ``kubelet(pod)`` for every pod that appears on, or is bound to, a node (after commit, no lock).
     kubelet: Callable[[dict], None] | None = None
     #: Seconds between BOOKMARK events on a watch that asked for them (kube-apiserver: one minute).

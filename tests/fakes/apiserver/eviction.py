@@ -2,9 +2,9 @@
 (pkg/registry/core/pod/storage/eviction.go, with the disruption controller's expected count).
 
 Order: the ``eviction_hook`` (a test's veto), then KubeVirt's validating webhook when
-``kubevirt_eviction_webhook`` is on (admission runs before the budgets), then the budgets (only for
-a pod that is Running and not terminating), then a delete with the eviction's DeleteOptions
-(graceful on a node).
+``kubevirt_eviction_webhook`` is on (the default: virt-operator always installs it; admission runs
+before the budgets), then the budgets (only for a pod that is Running and not terminating), then a
+delete with the eviction's DeleteOptions (graceful on a node).
 
 KubeVirt's webhook ``virt-launcher-eviction-interceptor.kubevirt.io`` is modelled on
 kubevirt/kubevirt@v1.8.4 pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go
