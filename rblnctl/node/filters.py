@@ -96,12 +96,27 @@ def operator_components(view: OperatorView) -> PodFilter:
     return f
 
 
-def daemonsets() -> PodFilter:
-    """DaemonSet pods would come straight back: never evicted (kubectl's --ignore-daemonsets)."""
+def daemonsets(*, npu_consumers_block: bool = False, force: bool = False) -> PodFilter:
+    """DaemonSet pods would come straight back: never evicted (kubectl's --ignore-daemonsets).
+
+    A mode switch cannot leave one that uses the node's NPUs (`npu_consumers_block`): the VFIO Manager
+    would rebind devices the pod holds open, or wait for it forever. It blocks, naming the DaemonSet;
+    with `force` it is evicted like any NPU pod (the DaemonSet recreates it at once, still on the old
+    mode's resource until the relabel; the round after the switch evicts it again, and its replacement
+    then waits for a resource the node no longer advertises).
+    """
     def f(p: PodFacts) -> Verdict | None:
-        if p.owner is not None and p.owner.get("kind") == "DaemonSet":
-            return Verdict(skip=f"managed by DaemonSet {p.owner.get('name')}: never evicted")
-        return None
+        if p.owner is None or p.owner.get("kind") != "DaemonSet":
+            return None
+        name = p.owner.get("name")
+        if npu_consumers_block and p.npu is not None:
+            if force:
+                return None
+            return Verdict(blocker=Blocker(
+                f"{p.ref} (DaemonSet {p.namespace}/{name}) uses the node's NPUs ({p.npu}) and would come straight "
+                f"back: keep DaemonSet {name} off the node during the switch (its nodeSelector or affinity), or "
+                "evict it anyway", override="force"))
+        return Verdict(skip=f"managed by DaemonSet {name}: never evicted")
     return f
 
 

@@ -93,7 +93,8 @@ def other_mode(mode: str) -> str:
 def mode_filters(options: ModeOptions, view: OperatorView) -> list[PodFilter]:
     """drain's filters, with set-mode's VM guard in place of drain's VM rule."""
     d = options.drain
-    return [finished(), mirror(), operator_components(view), daemonsets(), npu_consumers_only(d.all_pods),
+    return [finished(), mirror(), operator_components(view),
+            daemonsets(npu_consumers_block=True, force=options.force), npu_consumers_only(d.all_pods),
             vm_guard_handles_launchers(options.force), emptydir(d.delete_emptydir_data, vm_override=options.force),
             unmanaged(d.force)]
 

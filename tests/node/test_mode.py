@@ -509,3 +509,24 @@ def test_the_policy_the_operator_ignores_does_not_decide_the_default_mode(apiser
     apiserver.add(leftover, o.cluster_policy("b-active", workload_type="container"), o.npu_node("n1", mode=None))
     plan = switcher(kube).plan("n1", "vm")
     assert plan.current_mode == "container" and not plan.noop
+
+
+def test_a_daemonset_pod_using_npus_blocks_the_switch_until_forced(apiserver, kube, operator):
+    """kubectl never evicts DaemonSet pods, but one holding the node's NPUs would keep them through the switch."""
+    seed(apiserver)
+    apiserver.add(o.pod("monitoring", "npu-agent-n1", node="n1", owner_kind="DaemonSet", owner_name="npu-agent",
+                        requests=NPU))
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.clear_requests()
+    sw = switcher(kube)
+    plan = sw.plan("n1", "vm")
+    (b,) = [b for b in plan.blockers if "npu-agent" in str(b)]
+    assert "DaemonSet monitoring/npu-agent" in str(b) and b.override == "force"
+    with pytest.raises(Refused):
+        sw.apply(plan)
+    assert apiserver.writes() == []
+
+    res = switcher(kube, force=True).apply(switcher(kube, force=True).plan("n1", "vm"))
+    assert res.mode == "vm-passthrough" and "npu-agent-n1" in [p.name for p in res.evicted]
+    assert apiserver.get("Pod", "npu-agent-n1", "monitoring") is None
