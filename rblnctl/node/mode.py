@@ -127,6 +127,9 @@ class ModePlan:
     warnings: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)  # what the operator has not converged on yet
     converged: bool = False  # the node is in the target mode already: only an interrupted switch's leftovers to clear
+    # An unfinished switch (this target's, or one taken over) already moved the node off the mode it started
+    # from: a failure of this run must not roll back to "schedulable, no record" (docs/node.md).
+    mid_switch: bool = False
 
     @property
     def recovery(self) -> Recovery:
@@ -236,6 +239,8 @@ class ModeSwitcher:
         resume = False
         cordoned_by = False
         started = None
+        # The node's mode already differs from where the recorded switch started: its relabel landed.
+        mid_switch = record is not None and bool(record.from_mode) and current != record.from_mode
         if record is not None:
             if record.target == target:
                 resume, started, cordoned_by = True, record.started, record.cordoned_by_rblnctl
@@ -287,7 +292,7 @@ class ModeSwitcher:
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
                         vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
-                        converged=converged)
+                        converged=converged, mid_switch=mid_switch)
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:
@@ -355,8 +360,10 @@ class ModeSwitcher:
         record = SwitchRecord(target=plan.target, from_mode=plan.current_mode,
                               started=plan.started or iso_utc(self.clock.now()),
                               cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD)
-        # Only a resumed run can find its own label already written: then a failure is "after the relabel".
-        relabeled = plan.mode_label == plan.target and plan.resume
+        # A failure counts as "after the relabel" when this run's label is already written (a resumed run) or
+        # when the switch it continues or takes over had already moved the node off its starting mode: rolling
+        # back would uncordon a half-switched node and drop the only record of it.
+        relabeled = (plan.mode_label == plan.target and plan.resume) or plan.mid_switch
         evicted: list[PodRef] = []
         try:
             lock.ensure_held()

@@ -195,6 +195,35 @@ def test_a_blocker_that_arrives_after_the_plan_stops_the_switch_and_rolls_back(a
     assert apiserver.get("Pod", "npu-app", "default") is not None  # nothing evicted
 
 
+def test_going_back_from_a_half_switched_node_never_rolls_it_back_to_schedulable(apiserver, operator):
+    """A timed-out `set-mode vm` leaves the label written, the node cordoned and its record; the printed
+    `go back` (set-mode container --force) takes that record over. When it fails before its own relabel,
+    the node is still half-switched: it stays cordoned with a record (docs/node.md), never uncordoned."""
+    from rblnctl.node.events import Step
+    from rblnctl.node.record import SwitchRecord
+
+    record = SwitchRecord(target="vm-passthrough", from_mode="container", started="2026-12-03T00:00:00Z",
+                          cordoned_by_rblnctl=True, step=Step.RELABEL)
+    seed(apiserver, mode=o.MODE_VM)
+    node = apiserver.get("Node", "n1")
+    node["spec"]["unschedulable"] = True
+    node["metadata"].setdefault("annotations", {})[ANN] = record.to_json()
+    apiserver.update(node)
+    kube = connect(KubeOptions(server=apiserver.url))
+    sw = switcher(kube, force=True)
+    plan = sw.plan("n1", "container")
+    assert plan.mid_switch and plan.blockers == []
+    # A pod with local data arrives after the plan: it blocks (--force does not cover emptyDir data).
+    apiserver.add(o.pod("default", "scratch", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU,
+                        volumes=[{"name": "tmp", "emptyDir": {}}]))
+    with pytest.raises(Refused):
+        sw.apply(plan)
+    node = apiserver.get("Node", "n1")
+    assert node["spec"].get("unschedulable") is True
+    assert ANN in (node["metadata"].get("annotations") or {})
+    assert node["metadata"]["labels"]["rebellions.ai/npu.workload.config"] == "vm-passthrough"
+
+
 # -- the lock ----------------------------------------------------------------------------------------
 
 
