@@ -80,7 +80,8 @@ log = logging.getLogger(__name__)
 SANDBOX_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_SANDBOX]
 DRA_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DRA]
 DEVICE_PLUGIN_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DEVICE_PLUGIN]
-SWITCH_KEYS = (SANDBOX_KEY, DRA_KEY, DEVICE_PLUGIN_KEY)
+VFIO_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_VFIO_MANAGER]
+SWITCH_KEYS = (VFIO_KEY, SANDBOX_KEY, DRA_KEY, DEVICE_PLUGIN_KEY)
 HOLDERS_NAMED = 20  # VMIs named one per refusal line; the rest are counted
 
 
@@ -232,22 +233,23 @@ class MethodFacts:
 
 
 def switches_of(policy: Policy) -> dict[str, bool]:
-    """The allocator switches of a policy (`sandboxDevicePlugin`, `draKubeletPlugin`, `devicePlugin`)."""
+    """The switches a method change reads and writes (`vfioManager` and the allocators)."""
     return {k: bool(policy.enabled.get(k, False)) for k in SWITCH_KEYS}
 
 
 def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], container_nodes: Sequence[str]) -> PolicyEdit:
     """The switches `target` needs in this policy object, checked against the operator's admission rules (pure).
 
-    sandbox: sandboxDevicePlugin on, draKubeletPlugin off. dra: draKubeletPlugin on, sandboxDevicePlugin
-    off, and devicePlugin off when no container-mode NPU node uses it (admission keeps it and DRA apart;
+    Both need vfioManager on (nothing else binds the NPUs to vfio-pci; the chart's default is off, and
+    both releases admit it with either method). sandbox: sandboxDevicePlugin on, draKubeletPlugin off.
+    dra: draKubeletPlugin on, sandboxDevicePlugin off, and devicePlugin off when no container-mode NPU node uses it (admission keeps it and DRA apart;
     with container-mode nodes that is refused instead, naming them: DRA would take their NPUs over).
     """
     meta = policy_obj.get("metadata") or {}
     name = str(meta.get("name") or "")
     policy = parse_policy(policy_obj)
     before = switches_of(policy)
-    want = {SANDBOX_KEY: target == C.METHOD_SANDBOX, DRA_KEY: target == C.METHOD_DRA}
+    want = {VFIO_KEY: True, SANDBOX_KEY: target == C.METHOD_SANDBOX, DRA_KEY: target == C.METHOD_DRA}
     blockers: list[Blocker] = []
     warnings: list[str] = []
     switching = any(before[k] != v for k, v in want.items())

@@ -255,6 +255,14 @@ def test_plan_edit_writes_only_what_changes_and_checks_the_result():
     broken["metadata"]["resourceVersion"] = "9"
     edit = plan_edit(broken, "dra", vm_nodes=["vm0"], container_nodes=[])
     assert edit.patch and edit.blockers == []
+    # and the method change turns it on: neither method hands VMs NPUs without the VFIO Manager
+    assert edit.patch["spec"]["vfioManager"] == {"enabled": True}
+    # the chart's defaults (vfioManager, sandbox and DRA all off): set-method sandbox enables both it needs
+    default = NEWER.policy(vfio_manager=False, sandbox=False, dra=False)
+    default["metadata"]["resourceVersion"] = "11"
+    edit = plan_edit(default, "sandbox", vm_nodes=[], container_nodes=["c0"])
+    assert edit.patch["spec"] == {"vfioManager": {"enabled": True}, "sandboxDevicePlugin": {"enabled": True}}
+    assert edit.after["vfioManager"] is True and edit.blockers == []
     # one it would cause is refused: back to sandbox leaves container nodes DRA served with no allocator
     served = NEWER.policy(vfio_manager=True, dra=True, device_plugin=False)
     served["metadata"]["resourceVersion"] = "10"
