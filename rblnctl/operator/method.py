@@ -242,8 +242,9 @@ def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], contain
 
     Both need vfioManager on (nothing else binds the NPUs to vfio-pci; the chart's default is off, and
     both releases admit it with either method). sandbox: sandboxDevicePlugin on, draKubeletPlugin off.
-    dra: draKubeletPlugin on, sandboxDevicePlugin off, and devicePlugin off when no container-mode NPU node uses it (admission keeps it and DRA apart;
-    with container-mode nodes that is refused instead, naming them: DRA would take their NPUs over).
+    dra: draKubeletPlugin on, sandboxDevicePlugin off, and devicePlugin off when no container-mode NPU
+    node uses it (admission keeps it and DRA apart; with container-mode nodes that is refused instead,
+    naming them: DRA would take their NPUs over).
     """
     meta = policy_obj.get("metadata") or {}
     name = str(meta.get("name") or "")

@@ -51,7 +51,7 @@ class ClusterPreflight:
             from rblnctl.preflight.hosts import host_findings
 
             names = [n["metadata"]["name"] for n in facts.npu_nodes]
-            summary, per_node = host_findings(self.kube, names, self.hosts)
+            summary, per_node = host_findings(self.kube, names, self.hosts, facts.effective_modes())
             # cluster-wide findings first, then per node (the report's order)
             at = next((i for i, c in enumerate(checks) if c.scope != SCOPE_CLUSTER), len(checks))
             checks[at:at] = [summary]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from rblnctl import constants as C
 from rblnctl.host import iommu_advice as advice
 from rblnctl.host import pci, system
@@ -322,13 +325,14 @@ def _check_npus(f: HostFacts, add) -> None:
     remedy = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
               "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
     unbound = [fn.bdf for fn in f.npus if fn.driver is None]
-    command = ""
     if unbound:
-        command = f"rblnctl vfio recover {' '.join(unbound)}"
-        # what some vfio-manager releases leave after a vm -> container switch
-        remedy = (f"`rblnctl vfio recover {' '.join(unbound)}` re-probes NPUs left without a driver (recover "
-                  f"them for the vm mode on a vm-passthrough node); otherwise {remedy}")
-    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy, command)
+        # what some vfio-manager releases leave after a vm -> container switch. The host alone does not know
+        # its node's mode, which decides the driver: no runnable command here; `--hosts` knows it and adds one
+        # (recover_command, rblnctl.preflight.hosts).
+        remedy = (f"re-probe the NPUs left without a driver: `{recover_command(unbound, C.MODE_CONTAINER)}` on a "
+                  f"container-mode node, `{recover_command(unbound, C.MODE_VM)}` on a vm-passthrough node; "
+                  f"otherwise {remedy}")
+    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy, "")
 
     no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]
     shared = {bdf: peers for bdf, peers in f.group_peers.items() if peers}
@@ -364,3 +368,19 @@ def _check_npus(f: HostFacts, add) -> None:
     else:
         text = f"in use through VFIO (running VMs): {text}"
     add("host.npu.in-use", T_IN_USE, SCOPE_HOST, Status.PASS, text)
+
+
+_RECOVER = re.compile(r"`rblnctl vfio recover ((?:[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ?)+) --mode container`")
+
+
+def recover_command(bdfs: Sequence[str], mode: str) -> str:
+    """`rblnctl vfio recover BDF... --mode container|vm`: re-probe driverless NPUs for a node's mode."""
+    return f"rblnctl vfio recover {' '.join(bdfs)} --mode {'vm' if mode == C.MODE_VM else 'container'}"
+
+
+def recover_bdfs(result: CheckResult) -> list[str]:
+    """The driverless NPUs a `host.npu.driver` finding names for `vfio recover` ([] when none)."""
+    if result.id != "host.npu.driver":
+        return []
+    m = _RECOVER.search(result.remedy)
+    return m.group(1).split() if m else []

@@ -8,7 +8,8 @@ is one `host.pod` FAIL naming why; `hosts.pods` says how many nodes were checked
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import __version__
@@ -119,11 +120,25 @@ def outcome_findings(o: PodOutcome, run: HostPodRun, out: Findings) -> bool:
     return False
 
 
-def host_findings(kube: Kube, nodes: Sequence[str], opts: HostChecks) -> tuple[CheckResult, list[CheckResult]]:
+def with_node_mode(result: CheckResult, mode: str | None) -> CheckResult:
+    """A node's host finding with what only the cluster knows: its mode decides `vfio recover --mode`."""
+    from rblnctl.preflight.host_checks import recover_bdfs, recover_command
+
+    bdfs = recover_bdfs(result)
+    if not bdfs or mode is None:
+        return result
+    command = recover_command(bdfs, mode)
+    return dataclasses.replace(result, remedy=f"this node is in {mode} mode: `{command}`; {result.remedy}",
+                               remedy_command=command)
+
+
+def host_findings(kube: Kube, nodes: Sequence[str], opts: HostChecks,
+                  modes: Mapping[str, str] | None = None) -> tuple[CheckResult, list[CheckResult]]:
     """Run the host checks on `nodes`: (the cluster-scope `hosts.pods` summary, every per-node finding).
 
     Per node, in node order: the findings of its host report, or one `host.pod` FAIL. Pods are
-    always deleted (also on errors and Ctrl-C), unless opts.keep.
+    always deleted (also on errors and Ctrl-C), unless opts.keep. `modes` (node -> effective mode)
+    completes remedies whose command depends on it.
     """
     runner = opts.runner(kube)
     top = Findings()
@@ -151,4 +166,4 @@ def host_findings(kube: Kube, nodes: Sequence[str], opts: HostChecks) -> tuple[C
         kept = f"; pods kept (--keep): `{cleanup}` removes them" if opts.keep else ""
         top.add("hosts.pods", T_PODS, SCOPE_CLUSTER, Status.PASS,
                 f"{len(nodes)} NPU node{'s' if len(nodes) != 1 else ''} checked by host pods ({where}){kept}")
-    return top.items[0], per_node.items
+    return top.items[0], [with_node_mode(r, (modes or {}).get(r.scope)) for r in per_node.items]

@@ -133,8 +133,17 @@ def test_unbound_and_foreign_driver_warn(tmp_path):
     assert drv.status == Status.WARN
     assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
     assert "rblnctl vfio bind" in drv.remedy
-    assert drv.remedy.startswith("`rblnctl vfio recover 0000:3b:00.0` re-probes NPUs left without a driver")
-    assert drv.remedy_command == "rblnctl vfio recover 0000:3b:00.0"
+    # the host alone cannot tell its node's mode, which decides the driver: both commands, none to run as given
+    assert "`rblnctl vfio recover 0000:3b:00.0 --mode container` on a container-mode node" in drv.remedy
+    assert "`rblnctl vfio recover 0000:3b:00.0 --mode vm` on a vm-passthrough node" in drv.remedy
+    assert drv.remedy_command == ""
+    # `preflight --hosts` knows the node's mode and completes it
+    from rblnctl.preflight.hosts import with_node_mode
+
+    vm = with_node_mode(drv, "vm-passthrough")
+    assert vm.remedy_command == "rblnctl vfio recover 0000:3b:00.0 --mode vm"
+    assert with_node_mode(drv, "container").remedy_command == "rblnctl vfio recover 0000:3b:00.0 --mode container"
+    assert with_node_mode(drv, None) == drv
 
 
 def test_npus_on_another_driver_are_not_sent_to_recover(tmp_path):
