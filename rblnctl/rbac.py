@@ -115,7 +115,8 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # the wait for the operator watches the node (by name), its operator pods, the policies and its DRA slices
     "node set-mode": (*_NODE_CHANGE, _a("", "nodes", "list", "watch"),  # list: also -l _a("", "pods", "list", "watch"),
                       _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "watch"),
-                      _a(C.DRA_GROUP, "resourceslices", "list", "watch")),
+                      _a(C.DRA_GROUP, "resourceslices", "list", "watch"),
+                      _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list")),  # to vm: is the node's IOMMU on?
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),

@@ -25,6 +25,7 @@ from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
 from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
+    Forbidden,
     InvalidInput,
     NotFound,
     OutcomeUnknown,
@@ -34,6 +35,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube import (
     CLUSTER_POLICIES,
+    NODE_FEATURES,
     NODES,
     PODS,
     RESOURCE_SLICES,
@@ -280,7 +282,8 @@ class ModeSwitcher:
             # The operator would never finish this switch: refuse before any write, naming the policy field
             # or the operator release (rblnctl.operator.release; `force` goes past a release's limits).
             release = read_release(self.kube) if target == C.MODE_VM and policy.allocators(target) else None
-            for b in policy.switch_blockers(target, product=node_product(node_obj), release=release):
+            iommu = self._iommu_blockers(node, node_obj) if target == C.MODE_VM else []
+            for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
                 if b.override == "force" and self.options.force:
                     warnings.append(f"forced: {b.message}; the switch goes ahead and its wait will time out "
                                     "unless the operator serves the node after all")
@@ -293,6 +296,23 @@ class ModeSwitcher:
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
                         vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
                         converged=converged, mid_switch=mid_switch)
+
+    def _iommu_blockers(self, node: str, node_obj: dict) -> list[Blocker]:
+        """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
+        would cordon and evict for nothing. One LIST of the node's NodeFeature objects; no NFD API, no
+        permission or no fact: nothing is judged (preflight reports it)."""
+        from rblnctl.preflight.nfd import iommu_fact, node_nfd
+
+        try:
+            features = self.kube.list(NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}")
+        except (NotFound, Forbidden):
+            return []
+        on, evidence = iommu_fact(node_nfd(node_obj, features))
+        if on is not False:
+            return []
+        return [Blocker(f"node {node}'s IOMMU is off for its NPUs ({evidence}): the VFIO Manager could never bind "
+                        "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on "
+                        "(`rblnctl preflight --local` on the node says how)", override="force")]
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:

@@ -530,3 +530,27 @@ def test_a_daemonset_pod_using_npus_blocks_the_switch_until_forced(apiserver, ku
     res = switcher(kube, force=True).apply(switcher(kube, force=True).plan("n1", "vm"))
     assert res.mode == "vm-passthrough" and "npu-agent-n1" in [p.name for p in res.evicted]
     assert apiserver.get("Pod", "npu-agent-n1", "monitoring") is None
+
+
+def test_a_node_whose_iommu_nfd_reports_off_is_refused_before_any_write(apiserver, kube, operator):
+    """The VFIO Manager cannot bind NPUs without an IOMMU: cordoning and evicting would be for nothing."""
+    from tests.preflight.cluster_support import nfd_features
+
+    devices = [{"vendor": "1eff", "device": "1220", "class": "1200"},
+               {"vendor": "15b3", "device": "101d", "class": "0200", "iommu_group/type": "DMA"}]
+    seed(apiserver)
+    apiserver.add(nfd_features("n1", iommu=False, pci_devices=devices))
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.clear_requests()
+    plan = switcher(kube).plan("n1", "vm")
+    (b,) = [b for b in plan.blockers if "IOMMU" in str(b)]
+    assert "node n1's IOMMU is off for its NPUs" in b.message and b.override == "force"
+    with pytest.raises(Refused):
+        switcher(kube).apply(plan)
+    assert apiserver.writes() == []
+    forced = switcher(kube, force=True).plan("n1", "vm")
+    assert not [b for b in forced.blockers if "IOMMU" in str(b)]
+    assert any("IOMMU is off" in w for w in forced.warnings)
+    # back to container needs no IOMMU: not asked
+    assert not [b for b in switcher(kube).plan("n1", "container").blockers if "IOMMU" in str(b)]
