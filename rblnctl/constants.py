@@ -273,6 +273,11 @@ METHODS = (METHOD_SANDBOX, METHOD_DRA)
 
 MIN_KUBERNETES = {METHOD_SANDBOX: (1, 19, 0), METHOD_DRA: (1, 34, 0)}
 MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
+# KubeVirt 1.N supports Kubernetes 1.(N+25) to 1.(N+27): the three newest at its release
+# (github.com/kubevirt/sig-release releases/k8s-support-matrix.md: 1.6 -> 1.31-1.33, 1.5 -> 1.30-1.32,
+# 1.4 -> 1.29-1.31, 1.3 -> 1.28-1.30). Releases after the matrix's last row are assumed to keep the pattern.
+KUBEVIRT_K8S_MINOR_OFFSET = (25, 27)
+KUBEVIRT_K8S_MATRIX_UP_TO = (1, 6)
 MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
 # The oldest operator release whose layout rblnctl models (docs/operator.md): the public chart v0.3.0.
 # Between it and a method's documented minimum preflight warns, unless that method's VM allocator serves

@@ -95,3 +95,14 @@ def status_of(obj: dict) -> KubeVirtStatus:
         deleting=bool(meta.get("deletionTimestamp")), feature_gates=fg, disabled_feature_gates=dis, gates=gates,
         permitted_devices=devices, other_permitted_devices=len(entries) - len(devices), notes=notes,
     )
+
+
+def supported_kubernetes(kubevirt: tuple[int, int, int]) -> tuple[tuple[int, int], tuple[int, int], bool] | None:
+    """The Kubernetes minors a KubeVirt 1.x release supports: (oldest, newest, from the matrix itself);
+    False in the last item when the release is newer than the matrix and the pattern is assumed. None
+    for a release outside 1.x."""
+    if kubevirt[0] != 1:
+        return None
+    low, high = C.KUBEVIRT_K8S_MINOR_OFFSET
+    listed = kubevirt[:2] <= C.KUBEVIRT_K8S_MATRIX_UP_TO
+    return (1, kubevirt[1] + low), (1, kubevirt[1] + high), listed

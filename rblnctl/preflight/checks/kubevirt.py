@@ -5,7 +5,7 @@ from __future__ import annotations
 from rblnctl import constants as C
 from rblnctl.kubevirt.cr import hco_remedy
 from rblnctl.kubevirt.gates import gate_state
-from rblnctl.kubevirt.status import status_of
+from rblnctl.kubevirt.status import status_of, supported_kubernetes
 from rblnctl.preflight.checks.common import pick, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
@@ -51,11 +51,16 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
         out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.WARN,
                 f"{ref}: {seen}, version unknown",
                 "wait for virt-operator to finish deploying, then rerun")
-    elif floor is None:
-        out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.PASS,
-                f"{st.version} (the sandbox method needs a release compatible with the Kubernetes version)")
-    elif v >= floor:
-        out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.PASS, f"{st.version} >= {format_version(floor)} (dra)")
+    elif floor is None or v >= floor:
+        met = (f"{st.version} >= {format_version(floor)} (dra)" if floor is not None
+               else f"{st.version} (the sandbox method has no KubeVirt floor)")
+        outside = _outside_support(v, f)
+        if outside:
+            out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.WARN, f"{met}; {outside}",
+                    "upgrade KubeVirt (or Kubernetes) to a pair KubeVirt supports "
+                    "(github.com/kubevirt/sig-release releases/k8s-support-matrix.md)")
+        else:
+            out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.PASS, met)
     else:
         out.add("kubevirt.version", t_ver, SCOPE_CLUSTER, Status.FAIL,
                 f"{st.version} < {format_version(floor)}, the DRA method's floor",
@@ -98,3 +103,18 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     else:
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.PASS, evidence)
     return kv
+
+
+def _outside_support(kubevirt: tuple[int, int, int], f: ClusterFacts) -> str | None:
+    """Why this KubeVirt does not support the cluster's Kubernetes (rblnctl.kubevirt.status.supported_kubernetes);
+    None when it does, or either version is unknown."""
+    k8s = parse_version((f.version.value or {}).get("gitVersion")) if f.version.ok else None
+    window = supported_kubernetes(kubevirt)
+    if k8s is None or window is None:
+        return None
+    (lo_major, lo), (_, hi), listed = window
+    if lo <= k8s[1] <= hi and k8s[0] == lo_major:
+        return None
+    how = "its support matrix" if listed else "the pattern of its support matrix (this release is newer than it)"
+    return (f"KubeVirt {kubevirt[0]}.{kubevirt[1]} supports Kubernetes 1.{lo} to 1.{hi} by {how}, and the cluster "
+            f"runs {k8s[0]}.{k8s[1]}")

@@ -106,3 +106,22 @@ def test_hco_managed_kubevirt_devices_are_permitted_in_the_hyperconverged_cr(api
     p = cluster(run(kube))["kubevirt.permitted-devices"]
     assert p.status == Status.FAIL and p.remedy_command == ""
     assert "spec.permittedHostDevices.pciHostDevices" in p.remedy and "pciDeviceSelector" in p.remedy
+
+
+def test_kubevirt_outside_its_kubernetes_support_window_warns(apiserver, kube):
+    """KubeVirt 1.N supports Kubernetes 1.(N+25)-1.(N+27) (kubevirt/sig-release releases/k8s-support-matrix.md)."""
+
+    seed(apiserver, kubevirt=o.kubevirt(feature_gates=["HostDevices"], version="v1.5.2"))
+    apiserver.set_version("v1.33.1")
+    v = cluster(run(kube))["kubevirt.version"]
+    assert v.status == Status.WARN
+    assert "KubeVirt 1.5 supports Kubernetes 1.30 to 1.32 by its support matrix" in v.evidence and "1.33" in v.evidence
+    apiserver.set_version("v1.32.4")
+    assert cluster(run(kube))["kubevirt.version"].status == Status.PASS
+    # a release newer than the matrix: the pattern, said as such
+    apiserver.set_version("v1.30.0")
+    seed_kv = apiserver.get("KubeVirt", "kubevirt", "kubevirt")
+    seed_kv["status"]["observedKubeVirtVersion"] = "v1.9.0"
+    apiserver.update(seed_kv)
+    v = cluster(run(kube))["kubevirt.version"]
+    assert v.status == Status.WARN and "1.34 to 1.36 by the pattern of its support matrix" in v.evidence
