@@ -272,6 +272,9 @@ METHOD_DRA = "dra"
 METHODS = (METHOD_SANDBOX, METHOD_DRA)
 
 MIN_KUBERNETES = {METHOD_SANDBOX: (1, 19, 0), METHOD_DRA: (1, 34, 0)}
+# The most NPUs rblnctl gives one VM: more than any NPU server holds (a sanity bound that turns a typo such
+# as --npus 20000 into an error instead of a huge spec; raise it when servers grow).
+MAX_VM_NPUS = 64
 MIN_KUBEVIRT = {METHOD_DRA: (1, 9, 0)}
 # KubeVirt 1.N supports Kubernetes 1.(N+25) to 1.(N+27): the three newest at its release
 # (github.com/kubevirt/sig-release releases/k8s-support-matrix.md: 1.6 -> 1.31-1.33, 1.5 -> 1.30-1.32,

@@ -79,7 +79,7 @@ DisableEvictionOpt = Annotated[
 GracePeriodOpt = Annotated[
     int | None,
     typer.Option("--grace-period", help="Seconds each pod gets to terminate [default: the pod's own].",
-                 metavar="SECONDS", min=0, show_default=False),
+                 metavar="SECONDS", min=0, max=2**63 - 1, show_default=False),  # DeleteOptions: int64
 ]
 TimeoutOpt = Annotated[
     str, typer.Option("--timeout", help="How long to wait for evictions and (set-mode) the operator: seconds or a "

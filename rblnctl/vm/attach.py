@@ -43,6 +43,7 @@ from rblnctl.vm.cluster import (
     check_slices,
     choose_method,
     claim_index,
+    most_per_node,
     pick_resource,
     read_cluster,
     with_dra,
@@ -93,8 +94,8 @@ class AttachOptions(WriteOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.npus is not None and self.npus < 0:
-            raise InvalidInput(f"the number of NPUs must be 0 or more, not {self.npus}")
+        if self.npus is not None and not 0 <= self.npus <= C.MAX_VM_NPUS:
+            raise InvalidInput(f"the number of NPUs must be 0 to {C.MAX_VM_NPUS}, not {self.npus}")
         if self.method is not None and self.method not in C.METHODS:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
         if self.resource and self.product:
@@ -401,6 +402,10 @@ class AttachPlanner:
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
                         npu_claims=npu_claims)
         checks = self._checks(cluster, method, resource) if npus else []
+        most = most_per_node(cluster, method, resource)
+        if most is not None and npus > most[0]:
+            warnings.append(f"{npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on "
+                            f"{most[1]}); the VM will not be scheduled until one does")
         return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:

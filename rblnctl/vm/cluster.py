@@ -414,3 +414,23 @@ def _release_problem(cluster: VmCluster, allocator: str, missing: str) -> Check 
     if why is None:
         return None
     return Check(ok=False, evidence=(missing, why), remedy=Remedy(text=cluster.release.remedy(allocator)))
+
+
+def most_per_node(cluster: VmCluster, method: str, resource: str | None) -> tuple[int, str] | None:
+    """The most NPUs one vm-passthrough node offers a VM (allocatable of `resource`, or its vfio devices for
+    DRA), and that node; None when nothing is known (no node, no resource, slices not read)."""
+    counts: dict[str, int] = {}
+    if method == C.METHOD_DRA:
+        if cluster.dra is None:
+            return None
+        counts = {n: len(d) for n, d in cluster.dra.vfio.items() if n in cluster.vm_nodes}
+    elif resource:
+        for n in cluster.nodes:
+            name = (n.get("metadata") or {}).get("name")
+            if name in cluster.vm_nodes:
+                raw = ((n.get("status") or {}).get("allocatable") or {}).get(resource)
+                counts[name] = int(raw) if str(raw or "").isdigit() else 0
+    if not counts or max(counts.values()) == 0:
+        return None
+    node = max(sorted(counts), key=lambda k: counts[k])
+    return counts[node], node

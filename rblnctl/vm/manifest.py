@@ -33,8 +33,8 @@ class ManifestOptions:
         validate_name(self.name, kind="VirtualMachine")
         if self.namespace is not None:
             validate_name(self.namespace, kind="namespace")
-        if self.npus < 1:
-            raise InvalidInput(f"a VM manifest needs at least 1 NPU, not {self.npus}")
+        if not 1 <= self.npus <= C.MAX_VM_NPUS:
+            raise InvalidInput(f"a VM manifest needs 1 to {C.MAX_VM_NPUS} NPUs, not {self.npus}")
         if self.method not in C.METHODS:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
         if not self.image.strip() or any(c.isspace() for c in self.image):

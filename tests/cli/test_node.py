@@ -250,3 +250,10 @@ def test_a_locked_node_is_refused_naming_the_holder(cluster):
     r = cli("node", "drain", "n1", "--yes", server=cluster.url)
     assert r.exit_code == 1 and "locked by rblnctl@ops-1 pid 99" in r.stderr
     assert [w for w in cluster.writes() if "/leases" not in w.path] == []
+
+
+def test_a_grace_period_beyond_int64_exits_2_before_connecting(apiserver):
+    """DeleteOptions.gracePeriodSeconds is an int64: the API server would refuse it after the cordon."""
+    r = cli("node", "drain", "n1", "--grace-period", "99999999999999999999999", "--yes", server=apiserver.url)
+    assert r.exit_code == 2 and "--grace-period" in r.stderr
+    assert apiserver.requests == []

@@ -301,3 +301,9 @@ def test_status_counts_vms_holding_npus_per_node(apiserver):
     assert f"{NS}/v1,{NS}/v2" in wide
     doc = json.loads(vm_cli(apiserver, "status", "-o", "json").stdout)
     assert doc["npuVms"] == {"n1": [f"{NS}/v1", f"{NS}/v2"]}
+
+
+def test_absurd_npu_counts_are_bad_input_before_anything_is_built():
+    """A typo such as --npus 20000 used to build a spec of that size (minutes, gigabytes); now exit 2 at once."""
+    r = cli("vm", "manifest", "big", "--npus", "99999999999999")
+    assert r.exit_code == 2 and "1 to 64 NPUs" in r.stderr

@@ -437,3 +437,13 @@ def test_a_release_whose_sandbox_plugin_serves_no_vm_is_refused_naming_the_upgra
     assert "0.3.0 < 0.4.4" in b.message and ".driver-ctr-ready" in b.message
     assert b.remedy.text.startswith("upgrade the operator to >= 0.4.4") and not b.remedy.command
     assert vm_writes(apiserver) == []
+
+
+def test_more_npus_than_any_node_offers_is_a_warning_and_an_absurd_count_bad_input(apiserver, kube):
+    sandbox_cluster(apiserver, npus=2)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=3).plan("v1", NS)
+    assert any("3 NPUs: no vm-passthrough node offers that many (the most is 2, on n1)" in w for w in plan.warnings)
+    assert not any("offers that many" in w for w in attacher(kube, npus=2).plan("v1", NS).warnings)
+    with pytest.raises(InvalidInput, match="0 to 64"):
+        attacher(kube, npus=99999999999999999999)
