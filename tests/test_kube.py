@@ -472,6 +472,25 @@ def test_malformed_replies_are_one_line_typed_errors(kube, apiserver, body, cont
     assert type(err.value).__name__ == error and text in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_html_error_page_is_not_the_api_server_and_a_proxys_502_is_retried_once(kube, apiserver):
+    """A proxy's 502 page (or a web server's 404) is no Kubernetes Status: exit 3, the page in one line."""
+    from rblnctl.errors import NotAnApiServer
+
+    apiserver.add(o.node("n1"))
+    page = "<html><body>\n<h1>502 Bad Gateway</h1>\n</body></html>"
+    apiserver.inject_fault(path="^/api/v1/nodes/n1$", status=502, body=page, content_type="text/html", times=1)
+    assert kube.get(NODES, "n1")["metadata"]["name"] == "n1"  # a read: tried again, like any 502
+    apiserver.inject_fault(path="^/api/v1/nodes/n1$", status=502, body=page, content_type="text/html", times=10)
+    with pytest.raises(NotAnApiServer) as err:
+        kube.get(NODES, "n1")
+    text = str(err.value)
+    assert "answered GET /api/v1/nodes/n1 with 502 and text/html (502 Bad Gateway)" in text and "\n" not in text
+    apiserver.inject_fault(path="^/api/v1/nodes/n2$", status=404, body="<html>Not Found</html>",
+                           content_type="text/html", times=1)
+    with pytest.raises(NotAnApiServer, match="with 404 and text/html"):
+        kube.get(NODES, "n2")
+
+
 def test_a_list_that_is_not_a_list_is_malformed(kube, apiserver):
     apiserver.inject_fault(path="^/api/v1/nodes$", body={"items": {"a": 1}}, times=1)
     with pytest.raises(ClusterError, match="did not return a list"):

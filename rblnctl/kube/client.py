@@ -46,6 +46,7 @@ from rblnctl.kube.replies import (
     _retryable,
     _root_cause,
     _status_error,
+    not_an_api_server,
 )
 from rblnctl.kube.resources import PODS, Resource
 
@@ -198,6 +199,11 @@ class Kube:
                      plugin_errors: list[str]) -> ClusterError | NotFound:
         """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
         decoded = _decode(data)
+        ctype = str((getattr(resp, "headers", None) or {}).get("Content-Type") or "")
+        if isinstance(decoded, str) and "json" not in ctype.lower() and resp.status not in (401, 403):
+            # An HTML error page (a proxy's 502, a web server's 404): not the Kubernetes API answering.
+            # Still retried like the status it carries (a load balancer's 502 is often momentary).
+            return not_an_api_server(method, path, resp.status, ctype, decoded, self.server)
         err = _status_error(method, path, resp.status, decoded, self.server)
         if resp.status == 401 and plugin_errors:
             err = AuthError(f"{err} (credential plugin: {_one_line('; '.join(plugin_errors))})",

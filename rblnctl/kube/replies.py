@@ -8,6 +8,7 @@ is ClusterUnreachable, or OutcomeUnknown for a write that may have been applied.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import urllib3
@@ -30,7 +31,9 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 def is_transient(err: BaseException) -> bool:
     """A failure worth trying again later: throttled, a 5xx, or no answer (but never bad credentials)."""
-    if isinstance(err, (AuthError, MalformedReply, NotAnApiServer)):
+    if isinstance(err, NotAnApiServer):
+        return err.status in TRANSIENT_STATUSES  # a proxy's 502 page, not a wrong URL
+    if isinstance(err, (AuthError, MalformedReply)):
         return False
     if isinstance(err, ClusterUnreachable):
         return True
@@ -46,6 +49,8 @@ def _retryable(err: BaseException) -> bool:
     """
     if isinstance(err, ClusterTimeout):
         return False
+    if isinstance(err, NotAnApiServer):
+        return err.status in TRANSIENT_STATUSES
     if isinstance(err, ClusterUnreachable):
         return bool(getattr(err, "dropped", False))
     return isinstance(err, ClusterError) and not isinstance(err, (AuthError, MalformedReply)) and \
@@ -122,6 +127,14 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
     text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
     return ClusterError(f"{method} {path} failed: {status} {reason or ''} {text}".replace("  ", " "),
                         status=status, reason=reason, server_message=_one_line(message))
+
+
+def not_an_api_server(method: str, path: str, status: int, ctype: str, text: str, server: str) -> NotAnApiServer:
+    """A non-2xx reply whose body is not a Kubernetes Status: an HTML page from a proxy or a web server."""
+    page = _one_line(re.sub(r"<[^>]+>", " ", text))[:80] or "an empty page"
+    return NotAnApiServer(f"the server at {server} answered {method} {path} with {status} and "
+                          f"{ctype or 'no content type'} ({page}), not the Kubernetes API: is the kubeconfig's "
+                          "server URL right, or is a proxy in between failing?", status=status)
 
 
 def _object(value: Any, what: str) -> dict:
