@@ -530,3 +530,13 @@ def test_pod_log_of_a_waiting_container_is_a_cluster_error(kube, apiserver):
     apiserver.set_pod_phase("ns", "p", "Pending", reason="ErrImagePull")
     with pytest.raises(ClusterError, match="image can't be pulled"):
         kube.pod_log("p", namespace="ns")
+
+
+@pytest.mark.parametrize("server", ["not a url", "ftp://x", "https://", "https://h:abc"])
+def test_a_malformed_server_url_is_bad_input_not_an_unreachable_cluster(server):
+    with pytest.raises(ConfigError, match="--server: invalid API server URL"):
+        connect(KubeOptions(server=server))
+
+
+def test_a_server_without_a_scheme_is_https_as_in_client_go(apiserver):
+    assert connect(KubeOptions(server="localhost:1")).server == "https://localhost:1"

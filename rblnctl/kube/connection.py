@@ -69,10 +69,13 @@ def connect(opts: KubeOptions) -> Kube:
         endpoint = Endpoint()
     apply_flags(endpoint, server=opts.server, token=opts.token, certificate_authority=opts.certificate_authority,
                 insecure_skip_tls_verify=opts.insecure_skip_tls_verify)
+    if opts.server:
+        server_url(opts.server, "--server")  # a bad flag is named as the flag
     if not endpoint.server or endpoint.server.rstrip("/") in ("http:", "https:"):
         where = f"context {context}" if context else "the current context"
         raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
                           "server URL")
+    endpoint.server = server_url(endpoint.server, "--server" if opts.server else f"kubeconfig {context or ''}".strip())
     return Kube(transport=Transport(endpoint), server=endpoint.server, context=context,
                 request_timeout_s=opts.request_timeout_s, proxy=endpoint.proxy,
                 impersonate_user=opts.impersonate_user, impersonate_groups=tuple(opts.impersonate_groups))
@@ -89,3 +92,19 @@ def _kubeconfig_source(opts: KubeOptions) -> str | None:
     except ConfigError:
         return None
     return source if source is not None and has_contexts(source) else None
+
+
+def server_url(server: str, where: str) -> str:
+    """The API server URL as client-go reads it (rest.DefaultServerURL: no scheme means https://), checked:
+    http or https, a host, no spaces. Anything else is a ConfigError (exit 2), not an unreachable cluster."""
+    from urllib.parse import urlsplit
+
+    url = server if "://" in server else f"https://{server}"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as e:
+        raise ConfigError(f"{where}: invalid API server URL {server!r}: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise ConfigError(f"{where}: invalid API server URL {server!r}: expected https://HOST[:PORT] (or http://)")
+    return url
