@@ -89,6 +89,11 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
             if mode == "client":
                 rest.append("--dry-run")
             elif mode == "server":
+                if cmd is not None and not hasattr(cmd, "commands") and \
+                        not any("--server-dry-run" in (getattr(p, "opts", ()) or ()) for p in cmd.params):
+                    # a host command (vfio bind/unbind/recover): there is no API server to ask
+                    raise typer.BadParameter(f"--dry-run=server needs an API server; `{cmd.name}` changes this "
+                                             "host: use --dry-run")
                 rest.append("--server-dry-run")
             elif mode != "none":
                 raise typer.BadParameter(f"--dry-run must be none, client or server, not {mode!r}")

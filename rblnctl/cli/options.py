@@ -39,6 +39,9 @@ DryRunOpt = Annotated[
     typer.Option("--dry-run", help="Print the plan and change nothing. --dry-run=server sends the writes with "
                  "dryRun=All so admission still validates them; nothing persists."),
 ]
+HostDryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print every sysfs write the plan would make, and make none."),
+]
 ServerDryRunOpt = Annotated[
     bool,
     # kubectl removed --server-dry-run for --dry-run=server; the old spelling still works, unlisted.

@@ -12,7 +12,7 @@ from rblnctl.cli import completion
 from rblnctl.cli.options import examples
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import DryRunOpt, OutputOpt, YesOpt
+from rblnctl.cli.options import HostDryRunOpt, OutputOpt, YesOpt
 
 if TYPE_CHECKING:
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
@@ -132,7 +132,7 @@ def status(
 def bind(
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,
-    dry_run: DryRunOpt = False,
+    dry_run: HostDryRunOpt = False,
     force: ForceOpt = False,
     keep_going: KeepGoingOpt = False,
     load_modules: Annotated[
@@ -162,7 +162,7 @@ def unbind(
         typer.Option("--driver", metavar="NAME", help="Host driver to bind instead of the recorded one "
                      "(without a record: the kernel's default).", show_default=False),
     ] = None,
-    dry_run: DryRunOpt = False,
+    dry_run: HostDryRunOpt = False,
     force: ForceOpt = False,
     keep_going: KeepGoingOpt = False,
     yes: YesOpt = False,
@@ -190,7 +190,7 @@ def recover(
                      f"{C.HOST_DRIVER}, no driver_override) or vm ({C.VFIO_DRIVER}, as bind leaves it).",
                      case_sensitive=False),
     ] = ModeChoice.container,
-    dry_run: DryRunOpt = False,
+    dry_run: HostDryRunOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),

@@ -507,3 +507,10 @@ def test_status_of_a_cluster_node_whose_pod_cannot_run(apiserver, node_kubelet):
 def test_status_node_flag_misuse(args, says):
     r = cli("vfio", "status", *args)
     assert r.exit_code == 2 and says in r.stderr
+
+
+def test_dry_run_server_is_refused_naming_the_host_not_an_unknown_option(tmp_path):
+    """A host command has no API server to send a dry run to: say so about the flag the user typed."""
+    r = cli("vfio", "bind", "--all", "--root", str(tmp_path), "--dry-run=server")
+    assert r.exit_code == 2 and "--dry-run=server needs an API server; `bind` changes this host" in r.stderr
+    assert "--server-dry-run" not in r.stderr
