@@ -38,7 +38,7 @@ def stdout() -> "Console":
     # Piped output is read by grep and people alike: do not squeeze tables into rich's default 80
     # columns when there is no terminal to measure (COLUMNS, when set, still wins).
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(no_color=not color_enabled(), highlight=False, soft_wrap=False, width=width)
+    return Console(highlight=False, soft_wrap=False, width=width, **_plain())
 
 
 @lru_cache(maxsize=1)
@@ -46,7 +46,13 @@ def stderr() -> "Console":
     """The console for progress, warnings and errors."""
     from rich.console import Console
 
-    return Console(stderr=True, no_color=not color_enabled(), highlight=False)
+    return Console(stderr=True, highlight=False, **_plain())
+
+
+def _plain() -> dict:
+    """Without colour (`--no-color`, NO_COLOR) no styling at all: rich's no_color still prints bold and
+    underline, which a reader who asked for plain output does not want either."""
+    return {} if color_enabled() else {"color_system": None}
 
 
 def warn(message: object) -> None:

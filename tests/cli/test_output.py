@@ -185,3 +185,18 @@ def test_recursive_descent_finds_what_kubectl_finds(apiserver, kubeconfig):
     theirs = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "get", "node", "n1", "-o",
                              "jsonpath={..type}"], capture_output=True, text=True, timeout=60)
     assert sorted(jsonpath.render("{..type}", apiserver.get("Node", "n1")).split()) == sorted(theirs.stdout.split())
+
+
+@pytest.mark.parametrize("plain", [{"NO_COLOR": "1"}, {}])
+def test_no_color_on_a_terminal_means_no_styling_at_all(plain):
+    """NO_COLOR (and --no-color) leave no escape at all, not even bold; a terminal otherwise gets them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"FORCE_COLOR": "1"} | plain
+    r = subprocess.run([sys.executable, "-m", "rblnctl", "node", "list", "-s", "http://127.0.0.1:1"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 3 and r.stderr.startswith("\x1b[" if not plain else "error: ")
+    if plain:
+        assert "\x1b[" not in r.stderr
