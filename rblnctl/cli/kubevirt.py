@@ -28,10 +28,18 @@ ForceOpt = Annotated[
 ]
 
 
+def _retry_line(what: str, attempt: int, message: str) -> str:
+    from rblnctl.kubevirt.cr import LOST_REPLY
+
+    if message.startswith(LOST_REPLY):  # a lost reply the read-back showed not applied
+        return f"{message} (attempt {attempt}); retrying"
+    return f"{what} changed while we were writing it (attempt {attempt}); re-reading and retrying"
+
+
 def _on_retry(attempt: int, message: str) -> None:
     from rblnctl.cli.console import info
 
-    info(f"the KubeVirt CR changed while we were writing it (attempt {attempt}); re-reading and retrying")
+    info(_retry_line("the KubeVirt CR", attempt, message))
 
 
 def _writer_args(ctx: typer.Context, name: str | None, force: bool, mode: str | None) -> dict:
@@ -440,4 +448,4 @@ def migrate_resources(
 def _on_migrate_retry(what: str, attempt: int, message: str) -> None:
     from rblnctl.cli.console import info
 
-    info(f"{what} changed while we were writing it (attempt {attempt}); re-reading and retrying")
+    info(_retry_line(what, attempt, message))

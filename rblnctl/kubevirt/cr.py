@@ -6,6 +6,9 @@ write is a JSON Patch whose first ops `test` the exact old value of each list th
 from (or `metadata.resourceVersion` when a list does not exist yet: JSON Patch cannot test for
 absence). When a test fails the API server rejects the whole patch (422), nothing is lost, and the
 editor re-reads the CR, re-plans from the fresh object and tries again, a bounded number of times.
+A reply lost in transit (rblnctl.kube.outcome_unknown: the patch may or may not have landed) is
+settled the same way: the re-read CR shows whether the change holds (done) or not (re-plan and
+retry, which the `test` ops make safe); only when that read fails too is the outcome unknown.
 Model: virtctl `adm log-verbosity` (kubevirt/kubevirt pkg/virtctl/adm/logverbosity).
 """
 
@@ -19,8 +22,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, Refused
-from rblnctl.kube import KUBEVIRTS, PATCH_TYPES, Kube
+from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, OutcomeUnknown, Refused
+from rblnctl.kube import KUBEVIRTS, PATCH_TYPES, Kube, outcome_unknown
 from rblnctl.plan import Blocker
 from rblnctl.versions import format_version, parse_version
 
@@ -32,6 +35,9 @@ RESOURCE_VERSION = ("metadata", "resourceVersion")
 PATCH_CONTENT_TYPE = PATCH_TYPES["json"]
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RETRY_BACKOFF_S = 0.2  # doubled after each conflict: 0.2, 0.4, 0.8, 1.6 s
+# How CrWriter's on_retry message starts when the reply to a patch was lost and the CR read back
+# does not hold the change (as opposed to a conflict, whose message is the server's answer).
+LOST_REPLY = "the reply to the patch was lost"
 
 # A failed JSON Patch `test` op: the API server answers 422 with the generic "rejected our request"
 # message and puts evanphx/json-patch's "testing value /x failed: test failed" in details.causes;
@@ -269,7 +275,14 @@ class CrWriter(Generic[P]):
         return find_kubevirt(self.kube, name=self.options.name, namespace=self.options.namespace)
 
     def write(self, plan: P, replan: Callable[[dict], P]) -> tuple[P, bool, int]:
-        """Return (the plan finally sent or found a no-op, whether a patch went through, patches sent)."""
+        """Return (the plan finally sent or found a no-op, whether a patch went through, patches sent).
+
+        A conflict (is_conflict) re-reads, re-plans and retries after a backoff. A lost reply
+        (outcome_unknown) re-reads at once: when the re-plan has nothing left to do the patch is taken
+        as applied and the plan that was sent is returned with changed=True; otherwise the re-plan is
+        sent (its `test` ops pin what it read). Raises OutcomeUnknown when that read-back fails,
+        Conflict after max_attempts patches, Refused when a (re-)plan has blockers.
+        """
         attempts = 0
         while True:
             if plan.blockers:
@@ -282,17 +295,38 @@ class CrWriter(Generic[P]):
                                 dry_run=self.options.server_dry_run)
                 return plan, True, attempts
             except ClusterError as e:
-                if not is_conflict(e):
+                lost = outcome_unknown(e)
+                if not lost and not is_conflict(e):
                     raise
-                log.debug("conflict writing KubeVirt %s/%s (attempt %d): %s", plan.namespace, plan.name, attempts, e)
+                log.debug("%s writing KubeVirt %s/%s (attempt %d): %s", "lost reply" if lost else "conflict",
+                          plan.namespace, plan.name, attempts, e)
+                if lost:
+                    again = replan(self._read_back(plan, e))
+                    if again.noop:  # the change holds: our patch landed (or someone made the same change)
+                        return plan, True, attempts
+                    why = f"{LOST_REPLY} and the KubeVirt CR read back does not hold the change"
+                else:
+                    why = " ".join(str(e).split())
                 if attempts >= self.options.max_attempts:
+                    what = ("its last reply was lost and the CR read back does not hold the change" if lost
+                            else "nothing was changed")
                     raise Conflict(
                         f"KubeVirt {plan.namespace}/{plan.name} kept changing while we wrote it: gave up after "
-                        f"{attempts} attempts, nothing was changed; rerun once the other writer is done "
-                        f"(last answer: {' '.join(str(e).split())})",
+                        f"{attempts} attempts, {what}; rerun once the other writer is done (last answer: {why})",
                         status=409,
                         reason="Conflict",
                     ) from e
-                self.on_retry(attempts, str(e))
-                self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
-                plan = replan(self.kube.get(KUBEVIRTS, plan.name, namespace=plan.namespace))
+                self.on_retry(attempts, why)
+                if lost:
+                    plan = again
+                else:
+                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
+                    plan = replan(self.kube.get(KUBEVIRTS, plan.name, namespace=plan.namespace))
+
+    def _read_back(self, plan: P, lost: ClusterError) -> dict:
+        """The CR after a patch whose reply was lost; OutcomeUnknown when it cannot be read either."""
+        try:
+            return self.kube.get(KUBEVIRTS, plan.name, namespace=plan.namespace)
+        except ClusterError as e:
+            raise OutcomeUnknown(f"{lost}; reading KubeVirt {plan.namespace}/{plan.name} back to see whether it "
+                                 f"landed failed too: {e}") from lost

@@ -62,8 +62,17 @@ def maturity(gate: str, version: Version) -> str | None:
     return state
 
 
-def gate_warnings(gates: Sequence[str], version_text: str | None = None) -> list[str]:
-    """One warning per gate the installed KubeVirt (or, version unknown, any release rblnctl knows) lacks."""
+def _adding(gate: str) -> str:
+    return "adding it anyway"
+
+
+def gate_warnings(gates: Sequence[str], version_text: str | None = None, *,
+                  doing: Callable[[str], str] = _adding) -> list[str]:
+    """One warning per gate the installed KubeVirt (or, version unknown, any release rblnctl knows) lacks.
+
+    `doing(gate)` says what the edit does with a gate no release registers ("adding it anyway" for
+    an enable; a disable says what it removes, or that there is nothing to remove).
+    """
     version = parse_version(version_text)
     known = known_gates(version)
     by_lower = {k.lower(): k for k in C.KUBEVIRT_GATES}
@@ -81,8 +90,45 @@ def gate_warnings(gates: Sequence[str], version_text: str | None = None) -> list
         upto = format_version(C.KUBEVIRT_GATES_CHECKED_UP_TO)
         out.append(f"unknown feature gate {g}: " + (
             f"did you mean {hint}? (gate names are case-sensitive)" if hint else
-            f"KubeVirt up to {upto} registers no such gate; adding it anyway"))
+            f"KubeVirt up to {upto} registers no such gate; {doing(g)}"))
     return out
+
+
+def floor_detail(gate: str, version_text: str | None) -> str:
+    """Why a gate with a version floor (GATE_MIN_KUBEVIRT) is refused below it though KubeVirt may have it.
+
+    The gate exists from KUBEVIRT_GATES[gate][0] (HostDevicesWithDRA: 1.6.0, Alpha), but rblnctl's
+    floor is the NPU setup guide's: DRA host devices for RBLN NPUs need KubeVirt >= 1.9.0 (the
+    prerequisites table of the source page; see GATE_MIN_KUBEVIRT).
+    """
+    since = C.KUBEVIRT_GATES.get(gate, (None, None))[0]
+    if since is None:
+        return ""
+    kind = maturity(gate, since)
+    version = parse_version(version_text)
+    floor = format_version(C.GATE_MIN_KUBEVIRT.get(gate, since))
+    has = "" if version is None else (
+        f", and {version_text} does not have it yet" if gate not in known_gates(version) else
+        f", and in {version_text} it is {maturity(gate, version) or 'Alpha'}")
+    return (f" (the gate exists since {format_version(since)}{f' as {kind}' if kind else ''}{has}; "
+            f"DRA host devices for RBLN NPUs need {floor}, the setup guide's prerequisite)")
+
+
+def enable_step(gates: Sequence[str], version_text: str | None, command: str) -> str:
+    """The remedy that gets `gates` listed by `command` (an `rblnctl kubevirt enable-gates ...` line).
+
+    enable-gates refuses a gate with a floor (GATE_MIN_KUBEVIRT) below it, or on an unknown
+    version without --force (plan_gates), so the remedy says to upgrade KubeVirt first, or adds --force.
+    """
+    floors = [C.GATE_MIN_KUBEVIRT[g] for g in gates if g in C.GATE_MIN_KUBEVIRT]
+    version = parse_version(version_text)
+    if floors and version is None:
+        return f"enable it first: `{command} --force` (--force because the KubeVirt version is unknown)"
+    if floors and version < max(floors):
+        named = ", ".join(g for g in gates if g in C.GATE_MIN_KUBEVIRT)
+        return (f"upgrade KubeVirt to >= {format_version(max(floors))} first (enable-gates refuses {named} on "
+                f"KubeVirt {version_text}), then enable it: `{command}`")
+    return f"enable it first: `{command}`"
 
 
 def validate_gates(gates: Sequence[str]) -> list[str]:
@@ -214,7 +260,6 @@ def plan_gates(obj: dict, *, enable: Sequence[str] = (), disable: Sequence[str] 
     _, dis_raw = lookup(obj, DISABLED_GATES)
     fg_before = [str(g) for g in fg_raw or []]
     dis_before = [str(g) for g in dis_raw or []]
-    warnings = gate_warnings([*enable, *disable], version)
     blockers = deletion_blockers(obj)
 
     added = [g for g in enable if g not in fg_before]
@@ -230,14 +275,30 @@ def plan_gates(obj: dict, *, enable: Sequence[str] = (), disable: Sequence[str] 
               for g in enable if g in C.GATE_MIN_KUBEVIRT]
     if add_to_disabled and disable:
         floors.append(("disabledFeatureGates", C.DISABLED_GATES_SINCE, bool(newly_disabled)))
+    floor_notes: list[str] = []
+    floored: set[str] = set()  # gates whose floor message below says all there is to say about them
     for what, floor, writes_it in floors:
         problem = floor_problem(what, floor, obj)
+        if problem and writes_it and what in C.KUBEVIRT_GATES:
+            problem += floor_detail(what, version)
+            floored.add(what)
         if problem and not writes_it:
-            warnings.append(problem + " (already set; nothing to change)")
+            floor_notes.append(problem + " (already set; nothing to change)")
         elif problem and force:
-            warnings.append(problem + "; going ahead anyway (forced)")
+            floor_notes.append(problem + "; going ahead anyway (forced)")
         elif problem:
             blockers.append(Blocker(problem, override="force"))
+
+    def doing(g: str) -> str:
+        """What this edit does with a gate no KubeVirt release registers (for gate_warnings)."""
+        if g in enable:
+            return "adding it anyway"
+        steps = (["removing it from featureGates"] if g in removed else []) + (
+            ["adding it to disabledFeatureGates anyway"] if g in newly_disabled else [])
+        return " and ".join(steps) if steps else "it is not in featureGates: nothing to remove"
+
+    warnings = gate_warnings([g for g in [*enable, *disable] if g not in floored], version, doing=doing)
+    warnings += floor_notes
     for g in undisabled:
         warnings.append(f"{g} is listed in disabledFeatureGates; removing it from there in the same patch "
                         "(KubeVirt rejects a gate in both lists)")

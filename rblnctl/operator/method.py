@@ -58,7 +58,7 @@ from rblnctl.kube import (
     outcome_unknown,
 )
 from rblnctl.kubevirt.cr import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BACKOFF_S, ref, version_of
-from rblnctl.kubevirt.gates import gate_state, rbln_gates
+from rblnctl.kubevirt.gates import enable_step, gate_state, rbln_gates
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
 from rblnctl.node.vms import NpuVm, vmi_npus
@@ -349,11 +349,13 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
         off = [s for s in states if s.effective is False]
         unknown = [s for s in states if s.effective is None]
         text = "; ".join(f"{s.name}: {s.reason}" for s in states)
-        fix = "`rblnctl kubevirt enable-gates" + (" --dra" if target == C.METHOD_DRA else "") + "`"
+        # enable-gates refuses some gates below their floor or on an unknown version: say what works.
+        fix = enable_step([s.name for s in [*off, *unknown] if s.disabled or not s.listed], st.version,
+                          "rblnctl kubevirt enable-gates" + (" --dra" if target == C.METHOD_DRA else ""))
         if off:
             checks.append(Prerequisite(name="gates", ok=False, detail=text))
             blockers.append(Blocker(f"KubeVirt {ref(kv)} lacks feature gate {', '.join(s.name for s in off)} "
-                                    f"({text}); enable it first: {fix}"))
+                                    f"({text}); {fix}"))
         elif unknown:
             checks.append(Prerequisite(name="gates", ok=None, detail=text))
             msg = f"whether KubeVirt {ref(kv)} has {', '.join(s.name for s in unknown)} on is unknown ({text}); {fix}"

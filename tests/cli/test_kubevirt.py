@@ -222,6 +222,40 @@ def test_persistent_conflict_exit_1_with_clear_message(apiserver, no_backoff):
     assert gates(apiserver) == []
 
 
+@pytest.mark.parametrize("args", [
+    ("disable-gates", "HostDevices"),
+    ("enable-gates", "--dra"),
+    ("permit-devices", "--resource-name", "RBLN-CA22_PF"),
+])
+def test_lost_reply_on_the_patch_is_settled_by_reading_the_cr_back(apiserver, args):
+    apiserver.add(o.kubevirt(version="v1.9.0", feature_gates=["HostDevices"]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", lose_reply=True)
+    r = cli("kubevirt", *args, "--yes", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["result"] == {"changed": True, "attempts": 1, "serverDryRun": False}
+    assert "may have been applied" not in r.stderr
+    patches = [w for w in apiserver.writes() if w.method == "PATCH"]
+    assert len(patches) == 1 and patches[0].reply_lost and patches[0].applied
+
+
+def test_lost_reply_that_did_not_land_is_retried_and_reported(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", drop=True)
+    r = cli("kubevirt", "enable-gates", "--yes", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "reply to the patch was lost" in r.stderr and "changed while we were writing" not in r.stderr
+    assert gates(apiserver) == ["HostDevices"]
+
+
+def test_lost_reply_and_failed_read_back_exit_3(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", lose_reply=True)
+    apiserver.forbid("get", "kubevirts")  # the plan lists; only the read-back GETs
+    r = cli("kubevirt", "disable-gates", "HostDevices", "--yes", server=apiserver.url)
+    assert r.exit_code == 3
+    assert "may have been applied" in r.stderr and "reading KubeVirt kubevirt/kubevirt back" in r.stderr
+
+
 def test_disable_gates_rolls_back(apiserver):
     apiserver.add(o.kubevirt(feature_gates=["Snapshot", "HostDevices", "HostDevicesWithDRA"]))
     r = cli("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled", "--yes", "-o", "yaml",

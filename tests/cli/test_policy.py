@@ -101,6 +101,27 @@ def test_dry_run_shows_the_switches_and_writes_nothing(apiserver):
     assert "dry run: nothing was sent" in r.stderr
 
 
+@pytest.mark.parametrize(("version", "remedy"), [
+    ("v1.5.0", "upgrade KubeVirt to >= 1.9.0 first (enable-gates refuses HostDevicesWithDRA on KubeVirt v1.5.0), "
+               "then enable it: `rblnctl kubevirt enable-gates --dra`"),
+    ("v1.8.2", "upgrade KubeVirt to >= 1.9.0 first"),
+    ("", "`rblnctl kubevirt enable-gates --dra --force` (--force because the KubeVirt version is unknown)"),
+])
+def test_dra_gate_remedy_is_one_enable_gates_accepts(apiserver, version, remedy):
+    cluster(apiserver)
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt", lambda kv: (
+        kv["spec"]["configuration"]["developerConfiguration"].update(featureGates=["HostDevices"]),
+        kv["status"].update(observedKubeVirtVersion=version)))
+    r = cli("policy", "set-method", "dra", "--dry-run", server=apiserver.url)
+    text = " ".join(r.stderr.split())
+    assert r.exit_code == 1 and remedy in text, text
+    if version:
+        assert "enable it first" not in text
+    # and the remedy's own command says the same thing: it refuses, naming the floor
+    r = cli("kubevirt", "enable-gates", "--dra", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 1 and "needs KubeVirt >= 1.9.0" in " ".join(r.stderr.split())
+
+
 def test_refused_while_a_vm_holds_an_npu(apiserver):
     cluster(apiserver)
     apiserver.add(o.vmi("team", "trainer", "vm0", host_devices=["rebellions.ai/RBLN-CA22_PF"]))

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, Forbidden, NotFound, Refused
-from rblnctl.kubevirt.cr import find_kubevirt
+from rblnctl.errors import (
+    Ambiguous,
+    ClusterError,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    OutcomeUnknown,
+    Refused,
+)
+from rblnctl.kubevirt.cr import LOST_REPLY, find_kubevirt
 from rblnctl.kubevirt.gates import rbln_gates
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
@@ -135,6 +144,60 @@ def test_http_409_is_retried_like_a_failed_test(kube, apiserver):
     result = ed.apply(ed.plan(enable=rbln_gates()))
     assert result.changed and result.attempts == 2
     assert gates_of(stored(apiserver)) == ["HostDevices"]
+
+
+# -- a reply lost in transit: the re-read CR settles it -------------------------------------------
+
+
+def test_lost_reply_whose_patch_landed_is_settled_by_reading_back(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["Snapshot", "HostDevices"]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", lose_reply=True)
+    clock = FakeClock()
+    retries = []
+    ed = editor(kube, clock=clock, on_retry=lambda n, msg: retries.append(n))
+    result = ed.apply(ed.plan(disable=["HostDevices"]))
+    # the plan that was sent is reported (not the no-op re-plan), and it is not sent again
+    assert result.changed and result.attempts == 1 and result.plan.removed == ["HostDevices"]
+    (req,) = kv_patches(apiserver)
+    assert req.reply_lost and req.applied
+    assert gates_of(stored(apiserver)) == ["Snapshot"]
+    assert retries == [] and clock.sleeps == []
+    assert [r.method for r in apiserver.requests if r.path.endswith("/kubevirts/kubevirt")][-1] == "GET"
+
+
+def test_lost_reply_whose_patch_did_not_land_is_replanned_and_sent_again(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["Snapshot"]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", drop=True)  # dropped before it was handled
+    clock = FakeClock()
+    retries = []
+    ed = editor(kube, clock=clock, on_retry=lambda n, msg: retries.append((n, msg)))
+    result = ed.apply(ed.plan(enable=rbln_gates()))
+    assert result.changed and result.attempts == 2
+    assert [n for n, _ in retries] == [1] and retries[0][1].startswith(LOST_REPLY)
+    assert clock.sleeps == []  # nothing to wait for: no other writer was seen
+    assert gates_of(stored(apiserver)) == ["Snapshot", "HostDevices"]
+    first, second = kv_patches(apiserver)
+    assert second.body[0]["op"] == "test"  # the re-sent patch is guarded by what was read back
+
+
+def test_lost_replies_that_never_land_give_up_after_bounded_attempts(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", drop=True, times=10)
+    ed = editor(kube, max_attempts=2)
+    with pytest.raises(Conflict, match="gave up after 2 attempts, its last reply was lost"):
+        ed.apply(ed.plan(enable=rbln_gates()))
+    assert len(kv_patches(apiserver)) == 2 and gates_of(stored(apiserver)) == []
+
+
+def test_lost_reply_and_failed_read_back_is_outcome_unknown(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", lose_reply=True)
+    ed = editor(kube)
+    plan = ed.plan(disable=["HostDevices"])
+    apiserver.forbid("get", "kubevirts")
+    with pytest.raises(OutcomeUnknown, match="may have been applied.*reading KubeVirt kubevirt/kubevirt back"):
+        ed.apply(plan)
+    assert len(kv_patches(apiserver)) == 1
 
 
 def test_other_422_is_not_retried(kube, apiserver):

@@ -73,6 +73,16 @@ def test_permit_devices_keeps_foreign_entries_and_appends(kube, apiserver):
     assert not pm.apply(again).changed and apiserver.writes() == []
 
 
+def test_permit_devices_lost_reply_is_settled_by_reading_back(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[NVIDIA]))
+    apiserver.inject_fault(method="PATCH", path="kubevirts", lose_reply=True)
+    pm = permitter(kube)
+    result = pm.apply(pm.plan(["rebellions.ai/RBLN-CA22_PF"]))
+    assert result.changed and result.attempts == 1 and len(kv_patches(apiserver)) == 1
+    assert stored(apiserver)["spec"]["configuration"]["permittedHostDevices"]["pciHostDevices"] == [
+        NVIDIA, device_for_resource("RBLN-CA22_PF").entry()]
+
+
 def test_permit_devices_creates_missing_parents(kube, apiserver):
     apiserver.add(o.kubevirt(feature_gates=[]))  # configuration without permittedHostDevices
     rv = stored(apiserver)["metadata"]["resourceVersion"]

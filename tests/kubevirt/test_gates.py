@@ -67,6 +67,24 @@ def test_dra_on_old_kubevirt_is_refused_with_version_and_floor(kube, apiserver):
     assert editor(kube).plan(enable=rbln_gates()).blockers == []
 
 
+@pytest.mark.parametrize(("version", "has"), [
+    ("v1.5.0", "and v1.5.0 does not have it yet"),
+    ("v1.8.2", "and in v1.8.2 it is Alpha"),
+])
+def test_dra_below_the_floor_is_one_consistent_refusal(kube, apiserver, version, has):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], version=version))
+    plan = editor(kube).plan(enable=rbln_gates(dra=True))
+    (b,) = plan.blockers
+    assert b.message.startswith(f"HostDevicesWithDRA needs KubeVirt >= 1.9.0; KubeVirt kubevirt/kubevirt reports "
+                                f"{version}")
+    assert f"the gate exists since 1.6.0 as Alpha, {has}; DRA host devices for RBLN NPUs need 1.9.0" in b.message
+    # no separate warning about the gate's arrival contradicting the floor
+    assert not any("HostDevicesWithDRA" in w for w in plan.warnings), plan.warnings
+    forced = editor(kube, force=True).plan(enable=rbln_gates(dra=True))
+    (w,) = [w for w in forced.warnings if "HostDevicesWithDRA" in w]
+    assert "exists since 1.6.0" in w and w.endswith("going ahead anyway (forced)")
+
+
 def test_dra_on_old_kubevirt_with_force_goes_ahead_with_a_warning(kube, apiserver):
     apiserver.add(o.kubevirt(feature_gates=[], version="v1.8.2"))
     ed = editor(kube, force=True)
@@ -128,11 +146,23 @@ def test_malformed_gate_names_are_rejected_before_any_request(kube, apiserver, b
     assert apiserver.requests == []
 
 
+def test_disabling_an_unknown_gate_warns_about_removing_not_adding(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["NoSuchGate"], version="v1.9.0"))
+    plan = editor(kube).plan(disable=["NoSuchGate", "OtherGate"])
+    (listed, absent) = [w for w in plan.warnings if "registers no such gate" in w]
+    assert listed.endswith("registers no such gate; removing it from featureGates")
+    assert absent.endswith("registers no such gate; it is not in featureGates: nothing to remove")
+    assert not any("adding it anyway" in w for w in plan.warnings)
+    plan = editor(kube).plan(disable=["NoSuchGate"], add_to_disabled=True)
+    assert any(w.endswith("removing it from featureGates and adding it to disabledFeatureGates anyway")
+               for w in plan.warnings), plan.warnings
+
+
 def test_unknown_gate_is_accepted_with_a_warning(kube, apiserver):
     apiserver.add(o.kubevirt(feature_gates=[]))
     ed = editor(kube)
     plan = ed.plan(enable=["HostDevices", "BrandNewGate", "hostdevices"])
-    assert any("unknown feature gate BrandNewGate" in w for w in plan.warnings)
+    assert any("unknown feature gate BrandNewGate" in w and w.endswith("adding it anyway") for w in plan.warnings)
     assert any("hostdevices" in w and "did you mean HostDevices" in w for w in plan.warnings)
     ed.apply(plan)
     assert gates_of(stored(apiserver)) == ["HostDevices", "BrandNewGate", "hostdevices"]
