@@ -108,6 +108,19 @@ def test_a_newline_inside_a_cell_stays_on_its_row():
     assert t.render().splitlines() == ["A   B", "x   two lines"]
 
 
+def test_json_and_wide_give_a_vm_node_the_npus_and_product_the_table_counts(nodes):
+    """A vm-passthrough node has no npu.count/npu.product labels (NPU feature discovery is container-only):
+    -o json and -o wide read them from its VM resources, so they agree with the NPUS column."""
+    table = cli("node", "list", "--no-headers", server=nodes.url).stdout.splitlines()
+    assert table[0].split()[3] == "2" and "RBLN-CA22_PF=2" in table[0]
+    item = json.loads(cli("node", "list", "-o", "json", server=nodes.url).stdout)["items"][0]
+    assert (item["mode"], item["npuCount"], item["product"]) == ("vm-passthrough", 2, "RBLN-CA22")
+    wide = cli("node", "list", "--no-headers", "-o", "wide", server=nodes.url).stdout.splitlines()
+    assert "RBLN-CA22 " in wide[0] and "<unknown>" not in wide[0]
+    picked = cli("node", "list", "-o", "jsonpath={.items[?(@.npuCount>1)].name}", server=nodes.url).stdout
+    assert picked.split() == [f"{LONG}-a", f"{LONG}-b", f"{LONG}-c", "short"]
+
+
 def test_colour_is_painted_after_padding_so_columns_still_line_up():
     t = Table("STATUS", "N")
     t.add_row(Cell("FAIL", "bold red"), "1")
