@@ -10,9 +10,17 @@ jsonpath.go), for the cases people type:
 - `{range .items[*]}...{end}`, nested;
 - results of one action are separated by a space; maps and lists print as compact JSON; a missing
   key prints nothing (kubectl get's default, --allow-missing-template-keys=true); map keys in JSON
-  are sorted, as Go's encoding/json writes them.
+  are sorted, as Go's encoding/json writes them;
+- an index or slice bound outside the list is an error, as client-go's evalArray makes it (slices are
+  not clamped): `[99]` of 4 items is `array index out of bounds: index 99, length 4`, `[-5]` is
+  `index -1`, `[0:99]` is `index 98`; `[1:0]` is `starting index 1 is greater than ending index 0`; a
+  slice asking for no item (`[2:2]`, `[9:9]`) is empty; a step must be > 0; an index of a value that is not
+  a list is `string is not array or slice`. An existence filter (`[?(@.a[7])]`) swallows the error, a
+  comparison does not (evalFilter). kubernetes/client-go util/jsonpath/jsonpath.go (evalArray,
+  evalFilter) and parser.go (parseArray: `[n]` is the slice `[n:n+1]`, its end "Derived"); checked
+  against kubectl 1.32 in tests/cli/test_output.py.
 
-Anything else is bad input with the position, never a traceback.
+Anything else is bad input with the position, never a traceback; an evaluation error names the template.
 """
 
 from __future__ import annotations
@@ -130,8 +138,9 @@ _FILTER = re.compile(r"^\?\(\s*@((?:\.(?:\\.|[^.\s=!<>\[\\])+|\[[^\]]*\])*)\s*(?
 
 
 def _path(template: str, text: str) -> list[tuple]:
-    """Steps: ("key", k), ("all",), ("index", n), ("slice", a, b, c), ("keys", [k...]), ("recurse", k),
-    ("filter", steps, op, value)."""
+    """Steps: ("key", k), ("all",), ("arrays", [(start, end, step, end_derived)...]), ("keys", [k...]),
+    ("recurse", k), ("filter", steps, op, value). A union of subscripts ([0,2], ['a','b']) lists one entry per
+    member, evaluated member by member over every input, as client-go's evalUnion does."""
     if text in ("@", "$", ""):
         return []
     if text[0] in "@$":
@@ -189,10 +198,13 @@ def _bracket(template: str, inner: str) -> tuple:
         if len(parts) > 3 or any(p and not _INT.match(p) for p in parts):
             raise _bad(template, f"bad slice [{inner}]")
         a, b, *c = (int(p) if p else None for p in parts)
-        return ("slice", a, b, (c[0] if c else None) or 1)
+        step = c[0] if c and c[0] is not None else 1
+        if step <= 0:
+            raise _bad(template, "step must be > 0")  # client-go says so when it evaluates the slice
+        return ("arrays", [(a, b, step, False)])
     keys = [k.strip() for k in _split_union(inner)]
-    if all(_INT.match(k) for k in keys):
-        return ("index", [int(k) for k in keys])
+    if all(_INT.match(k) for k in keys):  # client-go parses [n] as the slice [n:n+1] with a derived end
+        return ("arrays", [(int(k), int(k) + 1, 1, True) for k in keys])
     if all(len(k) >= 2 and k[0] == k[-1] and k[0] in "'\"" for k in keys):
         return ("keys", [k[1:-1] for k in keys])
     raise _bad(template, f"bad subscript [{inner}]")
@@ -212,28 +224,63 @@ def _literal(template: str, raw: str) -> Any:
 # -- evaluation --------------------------------------------------------------------------------------
 
 
+class _EvalError(Exception):
+    """The template cannot be applied to the document (client-go's Execute error); render() names the template."""
+
+
+_GO_TYPES = {str: "string", dict: "map[string]interface {}", bool: "bool", int: "int64", float: "float64"}
+
+
+def _array(values: list[Any], start: int | None, end: int | None, step: int, derived: bool) -> list[Any]:
+    """One subscript over every input, as client-go's evalArray: no clamping, an out-of-range bound is an error."""
+    out: list[Any] = []
+    for v in values:
+        if v is None:
+            continue
+        if not isinstance(v, list):
+            raise _EvalError(f"{_GO_TYPES.get(type(v), type(v).__name__)} is not array or slice")
+        n = len(v)
+        a = 0 if start is None else start
+        if a < 0:
+            a += n
+        b = n if end is None else end
+        if b < 0 or (b == 0 and derived):
+            b += n
+        if a == b:  # asking for no item is allowed, whatever the bounds
+            return out
+        if a >= n or a < 0:
+            raise _EvalError(f"array index out of bounds: index {a}, length {n}")
+        if b > n or b < 0:
+            raise _EvalError(f"array index out of bounds: index {b - 1}, length {n}")
+        if a > b:
+            raise _EvalError(f"starting index {a} is greater than ending index {b}")
+        out.extend(v[a:b:step])
+    return out
+
+
 def _walk(values: list[Any], steps: list[tuple]) -> list[Any]:
     for step in steps:
         out: list[Any] = []
         kind = step[0]
+        if kind == "arrays":
+            for params in step[1]:
+                out.extend(_array(values, *params))
+            values = out
+            continue
+        if kind == "keys":
+            for k in step[1]:
+                out.extend(v[k] for v in values if isinstance(v, dict) and k in v)
+            values = out
+            continue
         for v in values:
             if kind == "key":
                 if isinstance(v, dict) and step[1] in v:
                     out.append(v[step[1]])
-            elif kind == "keys":
-                if isinstance(v, dict):
-                    out.extend(v[k] for k in step[1] if k in v)
             elif kind == "all":
                 if isinstance(v, dict):
                     out.extend(v.values())
                 elif isinstance(v, list):
                     out.extend(v)
-            elif kind == "index":
-                if isinstance(v, list):
-                    out.extend(v[n] for n in step[1] if -len(v) <= n < len(v))
-            elif kind == "slice":
-                if isinstance(v, list):
-                    out.extend(v[step[1]:step[2]:step[3]])
             elif kind == "recurse":
                 out.extend(_recurse(v, step[1]))
             elif kind == "filter":
@@ -268,9 +315,12 @@ _OPS = {
 
 
 def _holds(item: Any, steps: list[tuple], op: str | None, value: Any) -> bool:
+    if op is None:  # existence: client-go's evalFilter ignores the error of the path
+        try:
+            return bool(_walk([item], steps))
+        except _EvalError:
+            return False
     got = _walk([item], steps)
-    if op is None:
-        return bool(got)
     for g in got:
         try:
             if _OPS[op](g, value):
@@ -306,6 +356,10 @@ def _render(nodes: list[Any], current: Any, out: list[str]) -> None:
 
 def render(template: str, document: Any) -> str:
     """The template applied to a document, as kubectl prints it (no newline added)."""
+    nodes = parse(template)
     out: list[str] = []
-    _render(parse(template), document, out)
+    try:
+        _render(nodes, document, out)
+    except _EvalError as e:  # kubectl prints nothing then, and fails
+        raise InvalidInput(f"error executing jsonpath {template!r}: {e}") from None
     return "".join(out)

@@ -423,12 +423,13 @@ def _diagnosis_view(d: Any, prog: str) -> Any:
     t = Table("LINK", "STATUS", "EVIDENCE")
     for link in d.links:
         t.add_row(link.name.value, Cell(link.status.value, "green" if link.ok else "red"), link.message)
-    head = [f"VM {d.vm}: " + (f"{d.npus} NPU(s) through {d.method}" if d.npus else "no NPU requested")]
+    head = [f"VM {d.vm}: " + ("not found" if not d.found else f"{d.npus} NPU(s) through {d.method}" if d.npus
+                              else "no NPU requested")]
     broken = d.broken
     if broken is None:
         tail = ["every link holds: the VM has its NPUs"]
     else:
-        tail = [f"broken link: {broken.name.value} ({broken.title})"]
+        tail = [f"broken link: {broken.name.value} ({broken.failure})"]
         if broken.remedy is not None:
             tail.append(f"remedy: {remedy_text(broken.remedy, prog)}")
 
@@ -436,6 +437,7 @@ def _diagnosis_view(d: Any, prog: str) -> Any:
         return {"vm": {"namespace": d.vm.namespace, "name": d.vm.name}, "method": d.method, "npus": d.npus,
                 "ok": d.ok, "broken": broken.name.value if broken else None,
                 "links": [{"name": link.name.value, "title": link.title, "status": link.status.value,
+                           "failure": link.failure,
                            "evidence": list(link.evidence),
                            "remedy": remedy_text(link.remedy, prog) if link.remedy else None,
                            "remedyCommand": [prog, *link.remedy.command] if link.remedy and link.remedy.command
@@ -462,4 +464,4 @@ def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None
         d = walk(ctx.obj.kube(), vm, namespace)
     emit(_diagnosis_view(d, prog_name(ctx)), output)
     if d.broken is not None:
-        raise VmDiagnosisFailed(f"VM {d.vm}: {d.broken.name.value} does not hold ({d.broken.title})")
+        raise VmDiagnosisFailed(str(d.summary()))

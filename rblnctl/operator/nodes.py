@@ -66,8 +66,8 @@ class NpuNode:
     components: list[str] = field(default_factory=list)  # deploy labels set to "true"
     paused: list[str] = field(default_factory=list)  # deploy labels paused by the driver manager
     resources: dict[str, int] = field(default_factory=dict)  # allocatable rebellions.ai/* (integers)
-    product: str | None = None
-    count: int | None = None
+    product: str | None = None  # npu.product; on a vm-passthrough node without it, the product its VM resources name
+    count: int | None = None  # npu.count; on a vm-passthrough node without it, the VM resources it advertises
     family: str | None = None
 
 
@@ -76,6 +76,26 @@ def _int(value: object) -> int:
         return int(str(value).strip())
     except ValueError:
         return 0
+
+
+def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:
+    """The product and NPU count of a vm-passthrough node, read from the VM resources it advertises.
+
+    NPU feature discovery, which writes npu.product and npu.count, is a container-mode component, so a
+    vm-passthrough node usually has neither label. A VM resource is one the policy's resourceList names or
+    one named as every release names them (R.classify_generic), so a policy carrying a resourceList the
+    later plugins ignore does not hide their `RBLN-<MODEL>_PF`. Product: the one card its VM resources stand for (None
+    when they stand for several or none that is known). Count: the sum of those resources, as `node list`'s
+    NPUS column counts them; None when the node advertises no VM resource.
+    """
+    names = policy.vm_resources if policy is not None else R.ResourceNames(mode=C.MODE_VM)
+    alloc = status.get("allocatable") or {}
+    held = {k: _int(v) for k, v in alloc.items()
+            if (names.matches(k) or R.classify_generic(k) == C.MODE_VM) and _int(v) > 0}
+    if not held:
+        return None, None
+    products = {R.vm_product(k, names) for k in held}
+    return (products.pop() if len(products) == 1 else None), sum(held.values())
 
 
 def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
@@ -87,6 +107,12 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
     deploy = deploy_labels(labels)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     count = labels.get(C.NPU_COUNT_LABEL)
+    product = labels.get(C.NPU_PRODUCT_LABEL)
+    npus = _int(count) if count is not None else None
+    if mode.effective == C.MODE_VM and (product is None or npus is None):
+        vm_product, vm_count = _vm_hardware(status, policy)
+        product = product if product is not None else vm_product
+        npus = npus if npus is not None else vm_count
     return NpuNode(
         name=str(meta.get("name") or ""),
         mode=mode.effective,
@@ -99,8 +125,8 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
         paused=deploy.paused(),
         resources={k: _int(v) for k, v in sorted((status.get("allocatable") or {}).items())
                    if k.startswith(C.RESOURCE_PREFIX)},
-        product=labels.get(C.NPU_PRODUCT_LABEL),
-        count=_int(count) if count is not None else None,
+        product=product,
+        count=npus,
         family=labels.get(C.NPU_FAMILY_LABEL),
     )
 

@@ -153,6 +153,23 @@ def device_id_for(name: str, *, vm_resources: ResourceNames | None = None) -> in
                        f"{'; '.join(known_sandbox_resources())}")
 
 
+def vm_product(name: str, names: ResourceNames) -> str | None:
+    """The product card a VM resource stands for (`RBLN-CA22`), when the name or the policy says which one.
+
+    `RBLN-CA22_PF`/`_VF` name it; a resourceList entry (`ATOM_PT`) stands for its product when it lists
+    exactly one; an old name with the model in it (`ATOM_CA25_PT`) names it. None otherwise: the single alias
+    `npu_pt`, an entry listing several cards, a chart-default name a site may have pointed elsewhere.
+    """
+    m = _SANDBOX.fullmatch(name)
+    if m:
+        return f"RBLN-{m.group(1).upper()}"
+    products = {_product(p) for p in names.products_of(name)}
+    if len(products) == 1:
+        return f"RBLN-{products.pop()}"
+    legacy = legacy_vm_product(name)
+    return legacy[0] if legacy and legacy[1] == "name" else None
+
+
 def advertised(nodes: Iterable[dict], names: ResourceNames) -> dict[str, list[str]]:
     """Resources of `names`' mode that nodes advertise (allocatable > 0) -> the nodes advertising them."""
     out: dict[str, list[str]] = {}

@@ -30,6 +30,7 @@ from rblnctl.vm.cluster import (
     VmCluster,
     check_advertised,
     check_device_class,
+    check_kubevirt,
     check_gates,
     check_permitted,
     check_slices,
@@ -89,6 +90,24 @@ TITLES = {
     LinkName.NODE: "the node's operator components are ready",
     LinkName.READY: "the VMI is Running and Ready",
 }
+# What is wrong when a link does not hold: each title, negated. A link that can fail for several reasons
+# says which one where it fails (_Chain.add's `failure`).
+FAILURES = {
+    LinkName.VM: "the VirtualMachine does not exist",
+    LinkName.REQUEST: "its spec passes no NPU",
+    LinkName.GATES: "a KubeVirt feature gate it needs is off",
+    LinkName.PERMITTED: "KubeVirt does not permit its NPU resource",
+    LinkName.DEVICE_CLASS: "the passthrough DeviceClass does not exist",
+    LinkName.VM_NODES: "no NPU node is in vm mode",
+    LinkName.ADVERTISED: "no vm-mode node advertises its NPU resource",
+    LinkName.SLICES: "no ResourceSlice offers vfio NPUs",
+    LinkName.CAPACITY: "no node it may run on has free NPUs",
+    LinkName.INSTANCE: "no VMI runs it",
+    LinkName.CLAIM: "its ResourceClaim is not allocated",
+    LinkName.SCHEDULING: "its virt-launcher pod is not scheduled",
+    LinkName.NODE: "its node's operator components are not ready",
+    LinkName.READY: "the VMI is not Running and Ready",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,10 +118,11 @@ class Link:
     status: LinkStatus
     evidence: tuple[str, ...]
     remedy: Remedy | None = None
+    failure: str | None = None  # what is wrong, in words (None: the link holds)
 
     @property
     def title(self) -> str:
-        """What the link asserts, in words."""
+        """What the link asserts, in words (what holds when it passes: not a fact when it fails)."""
         return TITLES[self.name]
 
     @property
@@ -135,6 +155,20 @@ class VmDiagnosis:
     def broken(self) -> Link | None:
         """The first link that does not hold."""
         return next((link for link in self.links if not link.ok), None)
+
+    @property
+    def found(self) -> bool:
+        """The VirtualMachine (or a standalone VMI) exists."""
+        return not any(link.name == LinkName.VM and not link.ok for link in self.links)
+
+    def summary(self) -> str | None:
+        """The broken link as one line saying what is wrong (None: every link holds)."""
+        broken = self.broken
+        if broken is None:
+            return None
+        if broken.name == LinkName.VM:
+            return str(broken.failure)
+        return f"VM {self.vm}: {broken.failure} (broken link: {broken.name.value})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,13 +211,15 @@ class _Chain:
     def __init__(self) -> None:
         self.links: list[Link] = []
 
-    def add(self, name: LinkName, ok: bool, evidence: Sequence[str], remedy: Remedy | None = None) -> bool:
+    def add(self, name: LinkName, ok: bool, evidence: Sequence[str], remedy: Remedy | None = None, *,
+            failure: str | None = None) -> bool:
         self.links.append(Link(name=name, status=LinkStatus.PASS if ok else LinkStatus.FAIL, evidence=tuple(evidence),
-                               remedy=None if ok else remedy))
+                               remedy=None if ok else remedy, failure=None if ok else failure or FAILURES[name]))
         return ok
 
-    def check(self, name: LinkName, check: Check, extra: Sequence[str] = ()) -> bool:
-        return self.add(name, check.ok, [*check.evidence, *([] if check.ok else extra)], check.remedy)
+    def check(self, name: LinkName, check: Check, extra: Sequence[str] = (), *, failure: str | None = None) -> bool:
+        return self.add(name, check.ok, [*check.evidence, *([] if check.ok else extra)], check.remedy,
+                        failure=failure)
 
 
 def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None = None) -> VmDiagnosis:
@@ -200,7 +236,8 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
     vmi = kube.get_optional(VMIS, name, namespace=namespace)
     if vm is None and vmi is None:
         chain.add(LinkName.VM, False, [f"no VirtualMachine or VirtualMachineInstance {ref}"],
-                  Remedy(text="create it; `vm manifest` writes one with NPUs", command=("vm", "manifest", name)))
+                  Remedy(text="create it; `vm manifest` writes one with NPUs", command=("vm", "manifest", name)),
+                  failure=f"VirtualMachine {ref} not found")
         return done()
     if vm is not None:
         st = vm.get("status") or {}
@@ -224,7 +261,8 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
     gates = check_gates(cluster, method)
     if gates.warning:
         warnings.append(gates.warning)
-    if not chain.check(LinkName.GATES, gates):
+    if not chain.check(LinkName.GATES, gates,
+                       failure=None if check_kubevirt(cluster).ok else "KubeVirt is not installed (no KubeVirt CR)"):
         return done(method, have.count)
     if not chain.check(LinkName.VM_NODES, check_vm_nodes(cluster)):
         return done(method, have.count)
@@ -283,13 +321,15 @@ def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, clust
         return chain.add(LinkName.REQUEST, False, [f"{have.count} NPU(s) through both methods ({listed}): the "
                                                    "operator offers NPUs one way only"],
                          Remedy(text=f"express them all through {method}",
-                                command=(*attach, "--method", method, "--convert", "--restart")))
+                                command=(*attach, "--method", method, "--convert", "--restart")),
+                         failure="its spec passes NPUs through both methods")
     evidence = [f"{have.count} NPU(s) through {have.method}: {listed}"]
     if held is not None and sorted(d.source for d in held.devices) != sorted(d.source for d in have.devices):
         return chain.add(LinkName.REQUEST, False, [*evidence, f"but its running VMI passes {held.count} "
                                                    f"({', '.join(d.source for d in held.devices) or 'none'}): "
                                                    "the VM was changed after it started"],
-                         Remedy(text=f"restart the VM (`virtctl restart {ref.name} -n {ref.namespace}`)"))
+                         Remedy(text=f"restart the VM (`virtctl restart {ref.name} -n {ref.namespace}`)"),
+                         failure="its running VMI passes other NPUs than its spec")
     return chain.add(LinkName.REQUEST, True, evidence)
 
 
@@ -420,9 +460,10 @@ def _instance(chain: _Chain, ref: VmRef, vm: dict | None, vmi: dict | None, pod:
         if m:
             remedy = Remedy(text=f"permit {m.group(1)}",
                             command=("kubevirt", "permit-devices", "--resource-name", m.group(1)))
-        return chain.add(LinkName.INSTANCE, False, evidence, remedy)
+        return chain.add(LinkName.INSTANCE, False, evidence, remedy,
+                         failure="KubeVirt made no virt-launcher pod for its VMI")
     if phase == "Failed":
-        return chain.add(LinkName.INSTANCE, False, [f"VMI {ref} failed"], start)
+        return chain.add(LinkName.INSTANCE, False, [f"VMI {ref} failed"], start, failure="its VMI failed")
     where = f" on {st.get('nodeName')}" if st.get("nodeName") else ""
     return chain.add(LinkName.INSTANCE, True, [f"VMI {ref} is {phase}{where}"
                                                + (f"; virt-launcher pod {pod['metadata']['name']}" if pod else "")])
@@ -483,7 +524,8 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
     if pod is None:
         node = (vmi.get("status") or {}).get("nodeName")
         return chain.add(LinkName.SCHEDULING, bool(node), [f"VMI placed on {node}" if node else
-                                                           "no virt-launcher pod found"])
+                                                           "no virt-launcher pod found"],
+                         failure="its VMI is on no node and has no virt-launcher pod")
     conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
     node = (pod.get("spec") or {}).get("nodeName")
     scheduled = conds.get("PodScheduled") or {}
@@ -522,11 +564,13 @@ def _node_components(chain: _Chain, kube: Kube, cluster: VmCluster, node_name: s
     node = cluster.node(node_name)
     if node is None:
         return chain.add(LinkName.NODE, False, [f"{node_name} is not an NPU node"],
-                         Remedy(text="the VM runs on a node without NPUs: fix its nodeSelector"))
+                         Remedy(text="the VM runs on a node without NPUs: fix its nodeSelector"),
+                         failure=f"its node {node_name} has no NPUs")
     mode = mode_of(labels_of(node), cluster.policy)
     if mode.effective != C.MODE_VM:
         return chain.add(LinkName.NODE, False, [f"{node_name} is in {mode.effective} mode"],
-                         Remedy(text=f"switch {node_name} to vm mode", command=("node", "set-mode", "vm", node_name)))
+                         Remedy(text=f"switch {node_name} to vm mode", command=("node", "set-mode", "vm", node_name)),
+                         failure=f"its node {node_name} is in {mode.effective} mode")
     missing = _pending(kube, cluster, node)
     if missing:
         return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],

@@ -108,6 +108,19 @@ def test_a_newline_inside_a_cell_stays_on_its_row():
     assert t.render().splitlines() == ["A   B", "x   two lines"]
 
 
+def test_json_and_wide_give_a_vm_node_the_npus_and_product_the_table_counts(nodes):
+    """A vm-passthrough node has no npu.count/npu.product labels (NPU feature discovery is container-only):
+    -o json and -o wide read them from its VM resources, so they agree with the NPUS column."""
+    table = cli("node", "list", "--no-headers", server=nodes.url).stdout.splitlines()
+    assert table[0].split()[3] == "2" and "RBLN-CA22_PF=2" in table[0]
+    item = json.loads(cli("node", "list", "-o", "json", server=nodes.url).stdout)["items"][0]
+    assert (item["mode"], item["npuCount"], item["product"]) == ("vm-passthrough", 2, "RBLN-CA22")
+    wide = cli("node", "list", "--no-headers", "-o", "wide", server=nodes.url).stdout.splitlines()
+    assert "RBLN-CA22 " in wide[0] and "<unknown>" not in wide[0]
+    picked = cli("node", "list", "-o", "jsonpath={.items[?(@.npuCount>1)].name}", server=nodes.url).stdout
+    assert picked.split() == [f"{LONG}-a", f"{LONG}-b", f"{LONG}-c", "short"]
+
+
 def test_colour_is_painted_after_padding_so_columns_still_line_up():
     t = Table("STATUS", "N")
     t.add_row(Cell("FAIL", "bold red"), "1")
@@ -156,6 +169,74 @@ def test_jsonpath_bad_templates_are_one_line_errors(bad):
         jsonpath.parse(bad)
 
 
+@pytest.mark.parametrize(("template", "expected"), [
+    ("{.items[2:2].name}", ""),  # no item asked for: empty, whatever the bounds
+    ("{.items[9:9].name}", ""),
+    ("{.items[-2:].name}", "a b"),
+    ("{.items[:-1].name}", "a"),
+    ("{.items[1,0].name}", "b a"),
+    ("{.items[0].components[1,0]}", "sandbox-device-plugin vfio-manager"),
+    ("{.items[*]['mode','name']}", "vm-passthrough container a b"),  # member by member, as evalUnion
+    ("{.items[?(@.components[5])].name}", ""),  # an existence filter swallows the error
+    ("{.items[0].missing[3]}", ""),  # nothing to index: nothing printed
+])
+def test_jsonpath_bounds_that_hold(template, expected):
+    assert jsonpath.render(template, DOC) == expected
+
+
+@pytest.mark.parametrize(("template", "why"), [
+    ("{.items[99].name}", "array index out of bounds: index 99, length 2"),
+    ("{.items[2].name}", "array index out of bounds: index 2, length 2"),
+    ("{.items[-3].name}", "array index out of bounds: index -1, length 2"),  # client-go reports index + length
+    ("{.items[0:99].name}", "array index out of bounds: index 98, length 2"),  # slices are not clamped
+    ("{.items[5:].name}", "array index out of bounds: index 5, length 2"),
+    ("{.items[-9:1].name}", "array index out of bounds: index -7, length 2"),
+    ("{.items[1:0].name}", "starting index 1 is greater than ending index 0"),
+    ("{.items[0,9].name}", "array index out of bounds: index 9, length 2"),
+    ("{range .items[*]}{.components[1]}{end}", "array index out of bounds: index 1, length 0"),
+    ("{.items[?(@.components[5]=='x')].name}", "array index out of bounds: index 5, length 2"),
+    ("{.items[0].name[0]}", "string is not array or slice"),
+])
+def test_jsonpath_out_of_range_is_an_error_as_in_client_go(template, why):
+    with pytest.raises(InvalidInput) as e:
+        jsonpath.render(template, DOC)
+    assert str(e.value) == f"error executing jsonpath {template!r}: {why}"
+
+
+def test_jsonpath_index_out_of_range_exits_2_in_one_line_with_nothing_on_stdout(nodes):
+    r = cli("node", "list", "-o", "jsonpath={.items[99].name}", server=nodes.url)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == ("error: error executing jsonpath '{.items[99].name}': array index out of bounds: "
+                        "index 99, length 4\n")
+    assert cli("node", "list", "-o", "jsonpath={.items[::0].name}", server=nodes.url).exit_code == 2
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
+@pytest.mark.parametrize("template", [
+    "{.items[99].metadata.name}",
+    "{.items[-5].metadata.name}",
+    "{.items[0:99].metadata.name}",
+    "{.items[:9].metadata.name}",
+    "{.items[1:0].metadata.name}",
+    "{.items[0,9].metadata.name}",
+    "{range .items[*]}{.status.conditions[7].type}{end}",
+    "{.items[0].metadata.name[0]}",
+])
+def test_jsonpath_errors_agree_with_real_kubectl(apiserver, kubeconfig, template):
+    """kubectl fails (exit 1, nothing on stdout) with client-go's message inside its longer one; rblnctl gives
+    the same message in one line (exit 2, bad input, as for a template it cannot parse)."""
+    apiserver.add(*(o.npu_node(f"n{i}") for i in range(4)))
+    theirs = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
+                             f"jsonpath={template}"], capture_output=True, text=True, timeout=60)
+    assert theirs.returncode == 1 and theirs.stdout == ""
+    doc = {"items": apiserver.list("Node")}
+    with pytest.raises(InvalidInput) as e:
+        jsonpath.render(template, doc)
+    why = str(e.value).split(": ", 1)[1]
+    assert f"Error executing template: {why}. " in theirs.stderr
+
+
 @pytest.mark.kubectl
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
 @pytest.mark.parametrize("template", [
@@ -167,6 +248,10 @@ def test_jsonpath_bad_templates_are_one_line_errors(bad):
     "{.status.allocatable}",
     "{.spec.missing}",
     "{.status.conditions[0:1].type}",
+    "{.status.conditions[*]['type','status']}",
+    "{.status.conditions[1,0].type}",
+    "{.status.conditions[-1:].type}",
+    "{.status.conditions[3:3].type}",
 ])
 def test_jsonpath_agrees_with_real_kubectl(apiserver, kubeconfig, template):
     apiserver.add(o.npu_node("n1", mode="vm-passthrough"))

@@ -268,19 +268,26 @@ def test_diagnose_broken_link_exits_1_with_the_remedy(apiserver):
     assert [row[:2] for row in rows[1:]] == [["VirtualMachine", "PASS"], ["NpuRequest", "PASS"],
                                              ["FeatureGates", "PASS"], ["VmModeNodes", "PASS"],
                                              ["PermittedHostDevice", "FAIL"]]
-    assert "broken link: PermittedHostDevice (KubeVirt permits the resource)" in r.stdout
+    assert "broken link: PermittedHostDevice (KubeVirt does not permit its NPU resource)" in r.stdout
     assert f"remedy: permit {CA22} as a KubeVirt host device: `rblnctl kubevirt permit-devices --resource-name " \
            f"{CA22}`" in r.stdout
-    assert "error: VM vms/v1: PermittedHostDevice does not hold" in r.stderr
+    assert r.stderr == ("error: VM vms/v1: KubeVirt does not permit its NPU resource "
+                        "(broken link: PermittedHostDevice)\n")
     doc = json.loads(vm_cli(apiserver, "vm", "diagnose", "v1", "-n", NS, "-o", "json").stdout)
     fail = doc["links"][-1]
     assert fail["remedyCommand"] == ["rblnctl", "kubevirt", "permit-devices", "--resource-name", CA22]
+    assert fail["failure"] == "KubeVirt does not permit its NPU resource" and doc["links"][0]["failure"] is None
 
 
 def test_diagnose_unknown_vm(apiserver):
     sandbox_cluster(apiserver)
     r = vm_cli(apiserver, "vm", "diagnose", "ghost", "-n", NS)
     assert r.exit_code == 1 and "`rblnctl vm manifest ghost`" in r.stdout
+    # what is wrong, not the link's title (which reads as a fact), and no "no NPU requested" for a VM that is not there
+    assert r.stdout.startswith("VM vms/ghost: not found\n")
+    assert "broken link: VirtualMachine (VirtualMachine vms/ghost not found)" in r.stdout
+    assert "exists" not in r.stdout + r.stderr
+    assert r.stderr == "error: VirtualMachine vms/ghost not found\n"
 
 
 # -- status ------------------------------------------------------------------------------------------------------------

@@ -48,3 +48,26 @@ def test_an_unlabelled_node_takes_the_policys_workload_type(apiserver):
     assert nodes["odd"].mode == "vm-passthrough" and not nodes["odd"].mode_label_valid
     assert nodes["ct"].mode == "container"
     assert nodes["ct"].resources == {"rebellions.ai/npu": 2} and nodes["ct"].count == 2
+
+
+def test_a_vm_node_counts_and_names_its_npus_from_the_vm_resources_it_advertises(apiserver):
+    """NPU feature discovery (npu.count, npu.product) is a container-mode component: a vm-passthrough node
+    has neither label, so its count and product come from its VM resources, as the NPUS column counts them."""
+    from tests.fakes.releases import V0_3_0, V03_SANDBOX_RESOURCES
+
+    v03 = o.cluster_policy()
+    v03["spec"]["sandboxDevicePlugin"] = {"resourceList": V03_SANDBOX_RESOURCES}
+    apiserver.add(o.npu_node("vm", mode="vm-passthrough", npus=2),
+                  o.npu_node("mixed", mode="vm-passthrough", npus=1,
+                             allocatable={"rebellions.ai/RBLN-CA25_PF": "3"}),
+                  o.npu_node("alias", mode="vm-passthrough", npus=1, product="RBLN-CA25",
+                             labels={C.NPU_PRODUCT_LABEL: "RBLN-CA25"}),
+                  o.npu_node("old", mode="vm-passthrough", npus=4, product="RBLN-CA12", release=V0_3_0, policy=v03),
+                  o.npu_node("idle", mode="vm-passthrough", allocatable={"rebellions.ai/RBLN-CA22_PF": "0"}))
+    kube = connect(KubeOptions(server=apiserver.url))
+    nodes = {n.name: n for n in list_npu_nodes(kube, parse_policy(v03))}
+    assert (nodes["vm"].product, nodes["vm"].count) == ("RBLN-CA22", 2)
+    assert (nodes["mixed"].product, nodes["mixed"].count) == (None, 4)  # two products: none is the node's
+    assert (nodes["alias"].product, nodes["alias"].count) == ("RBLN-CA25", 1)  # the label wins
+    assert (nodes["old"].product, nodes["old"].count) == ("RBLN-CA12", 4)  # resourceList ATOM_PT -> RBLN-CA12
+    assert (nodes["idle"].product, nodes["idle"].count) == (None, None)  # nothing advertised: unknown

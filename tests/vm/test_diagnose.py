@@ -73,6 +73,7 @@ def test_no_such_vm(apiserver, kube):
     sandbox_cluster(apiserver)
     b = _broken(diagnose(kube, "ghost", NS))
     assert b.name == LinkName.VM and b.remedy.command == ("vm", "manifest", "ghost")
+    assert b.failure == f"VirtualMachine {NS}/ghost not found"  # not the title, "the VirtualMachine exists"
 
 
 def test_a_vm_without_npus(apiserver, kube):
@@ -80,6 +81,7 @@ def test_a_vm_without_npus(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", running=False, host_devices=[{"name": "gpu0", "deviceName": "nvidia.com/T4"}]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.REQUEST and "passes no NPU (host devices: gpu0)" in b.message
+    assert b.failure == "its spec passes no NPU"
     assert b.remedy.command == ("vm", "attach", "v1", "-n", NS)
 
 
@@ -89,6 +91,13 @@ def test_gate_off(apiserver, kube):
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.GATES and b.status == LinkStatus.FAIL
     assert "HostDevices: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+    assert b.failure == "a KubeVirt feature gate it needs is off"
+
+
+def test_no_kubevirt_is_not_called_a_gate_that_is_off(apiserver, kube):
+    apiserver.add(o.cluster_policy(), o.npu_node("n1", mode="vm-passthrough"), o.vm(NS, "v1", host_devices=[CA22]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.GATES and b.failure == "KubeVirt is not installed (no KubeVirt CR)"
 
 
 def test_dra_gate_disabled(apiserver, kube):
@@ -162,6 +171,7 @@ def test_a_stopped_vm_holds_nothing(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.INSTANCE and "the VM is Stopped" in b.message and "virtctl start v1" in b.remedy.text
+    assert b.failure == "no VMI runs it"
 
 
 def test_kubevirt_refused_to_render_the_pod(apiserver, kube):
@@ -173,7 +183,7 @@ def test_kubevirt_refused_to_render_the_pod(apiserver, kube):
                   o.vmi(NS, "v1", None, [CA22], phase="Scheduling", conditions=[failed]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.INSTANCE and "made no virt-launcher pod" in b.message
-    assert "is not permitted" in b.message
+    assert "is not permitted" in b.message and b.failure == "KubeVirt made no virt-launcher pod for its VMI"
 
 
 def test_launcher_pending_with_an_insufficient_event(apiserver, kube):
@@ -236,7 +246,7 @@ def test_node_in_container_mode_or_not_converged(apiserver, kube):
     _running_sandbox_vm(apiserver)  # no operator: n1 runs no component pod
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.NODE and "n1: no vfio-manager pod on n1 yet" in b.evidence
-    assert b.remedy.command == ("node", "list")
+    assert b.remedy.command == ("node", "list") and b.failure == "its node's operator components are not ready"
 
 
 def test_template_and_running_vmi_disagree(apiserver, kube):
@@ -244,6 +254,7 @@ def test_template_and_running_vmi_disagree(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", host_devices=[CA22, CA22]), o.vmi(NS, "v1", "n1", [CA22]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.REQUEST and "its running VMI passes 1" in b.message
+    assert b.failure == "its running VMI passes other NPUs than its spec"
     assert "virtctl restart v1" in b.remedy.text
 
 
@@ -254,6 +265,7 @@ def test_mixed_methods(apiserver, kube):
                        resource_claims=[claim_entry]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.REQUEST and "through both methods" in b.message
+    assert b.failure == "its spec passes NPUs through both methods"
     assert b.remedy.command[-3:] == ("sandbox", "--convert", "--restart")
 
 
