@@ -547,7 +547,7 @@ class AttachPlanner:
             from rblnctl.vm.diagnose import diagnose
 
             why = diagnose(self.kube, plan.vm.name, plan.vm.namespace).broken
-            details = [f"{why.title}: {why.message}"] if why else []
+            details = [f"{why.failure or why.title}: {why.message}"] if why else []
             raise WaitTimeout(f"the NPUs of VM {plan.vm} were changed and it was started, but {e}") \
                 .with_details(details) from e
         return dataclasses.replace(result, ready=True)
