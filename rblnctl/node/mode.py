@@ -281,7 +281,7 @@ class ModeSwitcher:
             blockers.extend(drain.blockers)
             # The operator would never finish this switch: refuse before any write, naming the policy field
             # or the operator release (rblnctl.operator.release; `force` goes past a release's limits).
-            release = read_release(self.kube) if target == C.MODE_VM and policy.allocators(target) else None
+            release = read_release(self.kube, view) if target == C.MODE_VM and policy.allocators(target) else None
             iommu = self._iommu_blockers(node, node_obj) if target == C.MODE_VM else []
             for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
                 if b.override == "force" and self.options.force:

@@ -26,6 +26,9 @@ class OperatorView:
     namespace: str
     namespace_source: str  # how the namespace was found, for messages
     notes: tuple[str, ...] = field(default=())
+    # The operator Deployments, when finding the namespace listed them (None: not listed); reused by
+    # rblnctl.operator.release.read_release so the same LIST is not sent twice.
+    deployments: tuple[dict, ...] | None = None
 
     @property
     def policy(self) -> Policy | None:
@@ -50,13 +53,16 @@ def read_operator(kube: Kube, *, namespace: str | None = None) -> OperatorView:
         items, crd = [], False
     choice = choose_active(items)
     notes = list(choice.notes)
+    deployments: tuple[dict, ...] | None = None
     if namespace:
         ns, source = namespace, "given"
     elif choice.active is not None and choice.active.namespace:
         ns, source = operator_namespace(choice.active, [])
     else:
-        ns, source = _deployment_namespace(kube)
-    return OperatorView(choice=choice, crd_installed=crd, namespace=ns, namespace_source=source, notes=tuple(notes))
+        deployments = tuple(operator_deployments(kube))
+        ns, source = operator_namespace(None, list(deployments))
+    return OperatorView(choice=choice, crd_installed=crd, namespace=ns, namespace_source=source, notes=tuple(notes),
+                        deployments=deployments)
 
 
 def operator_namespace(policy: Policy | None, deployments: list[dict]) -> tuple[str, str]:
@@ -68,15 +74,6 @@ def operator_namespace(policy: Policy | None, deployments: list[dict]) -> tuple[
     if len(namespaces) == 1:
         return namespaces[0], f"operator Deployment in {namespaces[0]}"
     return C.OPERATOR_NAMESPACE, "default"
-
-
-def _deployment_namespace(kube: Kube) -> tuple[str, str]:
-    try:
-        deps = kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR)
-    except (NotFound, Forbidden) as e:
-        log.debug("cannot list the operator Deployment (%s); assuming namespace %s", e, C.OPERATOR_NAMESPACE)
-        return C.OPERATOR_NAMESPACE, "default"
-    return operator_namespace(None, deps)
 
 
 def component_pods(kube: Kube, view: OperatorView, node: str) -> list[tuple[str, dict]]:

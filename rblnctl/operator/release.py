@@ -24,7 +24,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.kube import Kube
-from rblnctl.operator.cluster import operator_deployments, operator_version
+from rblnctl.operator.cluster import OperatorView, operator_deployments, operator_version
 from rblnctl.versions import format_version, strict_version
 
 # Why an allocator below its floor serves no VM, for messages.
@@ -107,9 +107,11 @@ def release_of(deployments: Sequence[dict]) -> OperatorRelease:
     return UNKNOWN
 
 
-def read_release(kube: Kube) -> OperatorRelease:
-    """One LIST of the operator Deployments (by chart label, all namespaces); UNKNOWN when none or forbidden."""
-    return release_of(operator_deployments(kube))
+def read_release(kube: Kube, view: OperatorView | None = None) -> OperatorRelease:
+    """The release of the operator Deployments (by chart label, all namespaces): the ones `view` already
+    listed, else one LIST; UNKNOWN when none or forbidden."""
+    listed = view.deployments if view is not None else None
+    return release_of(list(listed) if listed is not None else operator_deployments(kube))
 
 
 def unserved_notes(policy: Any, release: OperatorRelease) -> list[str]:

@@ -110,7 +110,7 @@ def read_cluster(kube: Kube) -> VmCluster:
     names = view.policy.vm_resources if view.policy else R.ResourceNames(mode=C.MODE_VM)
     advertised = R.advertised([n for n in nodes if n["metadata"]["name"] in vm_nodes], names)
     return VmCluster(kubevirt=kv, kubevirt_problem=problem, operator=view, nodes=nodes, vm_nodes=vm_nodes,
-                     advertised=advertised, release=read_release(kube), notes=tuple(notes))
+                     advertised=advertised, release=read_release(kube, view), notes=tuple(notes))
 
 
 def with_dra(kube: Kube, cluster: VmCluster) -> VmCluster:

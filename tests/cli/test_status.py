@@ -82,3 +82,11 @@ def test_status_shows_the_policy_the_operator_acts_on(apiserver):
     st = json.loads(cli("status", "-o", "json", server=apiserver.url).stdout)
     assert st["policy"]["name"] == "rbln-cluster-policy"
     assert any("a-leftover" in n for n in st["notes"])
+
+
+def test_status_lists_the_operator_deployments_once(apiserver):
+    """The namespace lookup and the release read share one LIST (rblnctl.operator.cluster.OperatorView)."""
+    _seed(apiserver)  # the policy names no namespace: the Deployments tell it
+    apiserver.clear_requests()
+    assert cli("status", "-o", "json", server=apiserver.url).exit_code == 0
+    assert len([r for r in apiserver.requests if r.path.endswith("/deployments")]) == 1
