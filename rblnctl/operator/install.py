@@ -49,7 +49,7 @@ class HelmRelease:
         return self.chart_ref is not None and bool(self.version) and bool(self.namespace)
 
 
-def release_of(objs: Iterable[Mapping | None], *, namespace: str | None = None) -> HelmRelease | None:
+def helm_release_of(objs: Iterable[Mapping | None], *, namespace: str | None = None) -> HelmRelease | None:
     """The Helm release of the first object that names one: the meta.helm.sh annotations, else the
     app.kubernetes.io/instance label (with the object's namespace, else `namespace`), plus its helm.sh/chart
     label. None when no object says Helm installed it (no release name, or neither a chart label, a

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
 from rblnctl.operator import resources as R
-from rblnctl.operator.install import HelmRelease, change_policy, release_of
+from rblnctl.operator.install import HelmRelease, change_policy, helm_release_of
 from rblnctl.plan import Blocker
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ def parse_policy(obj: Mapping) -> Policy:
         conditions=conditions,
         components=components,
         created=str(meta.get("creationTimestamp") or ""),
-        helm=release_of([obj]),
+        helm=helm_release_of([obj]),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rblnctl.operator.install import HelmRelease, Remedy, change_policy, release_of
+from rblnctl.operator.install import HelmRelease, Remedy, change_policy, helm_release_of
 from rblnctl.preflight.facts import ClusterFacts, Fetch
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -30,7 +30,7 @@ def helm_release(f: ClusterFacts) -> HelmRelease | None:
     active = f.policy
     items = (f.policies.value or []) if f.policies.ok else []
     policies = [p for p in items if active and (p.get("metadata") or {}).get("name") == active.name]
-    return release_of([*deps, *policies], namespace=f.operator_namespace)
+    return helm_release_of([*deps, *policies], namespace=f.operator_namespace)
 
 
 def policy_remedy(f: ClusterFacts, values: Mapping[str, bool]) -> Remedy:
