@@ -71,13 +71,6 @@ class NpuNode:
     family: str | None = None
 
 
-def _int(value: object) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return 0
-
-
 def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:
     """The product and NPU count of a vm-passthrough node, read from the VM resources it advertises.
 
@@ -90,8 +83,8 @@ def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, in
     """
     names = policy.vm_resources if policy is not None else R.ResourceNames(mode=C.MODE_VM)
     alloc = status.get("allocatable") or {}
-    held = {k: _int(v) for k, v in alloc.items()
-            if (names.matches(k) or R.classify_generic(k) == C.MODE_VM) and _int(v) > 0}
+    held = {k: R.count(v) for k, v in alloc.items()
+            if (names.matches(k) or R.classify_generic(k) == C.MODE_VM) and R.count(v) > 0}
     if not held:
         return None, None
     products = {R.vm_product(k, names) for k in held}
@@ -108,7 +101,7 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     count = labels.get(C.NPU_COUNT_LABEL)
     product = labels.get(C.NPU_PRODUCT_LABEL)
-    npus = _int(count) if count is not None else None
+    npus = R.count(count) if count is not None else None
     if mode.effective == C.MODE_VM and (product is None or npus is None):
         vm_product, vm_count = _vm_hardware(status, policy)
         product = product if product is not None else vm_product
@@ -123,7 +116,7 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
         deploy_skip=deploy.skip,
         components=deploy.set_components(),
         paused=deploy.paused(),
-        resources={k: _int(v) for k, v in sorted((status.get("allocatable") or {}).items())
+        resources={k: R.count(v) for k, v in sorted((status.get("allocatable") or {}).items())
                    if k.startswith(C.RESOURCE_PREFIX)},
         product=product,
         count=npus,

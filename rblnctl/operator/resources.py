@@ -187,6 +187,14 @@ def positive(quantity: object) -> bool:
     return bool(m) and float(m.group(1)) > 0
 
 
+def count(quantity: object) -> int:
+    """A device count as allocatable or a request shows it (`2`); 0 for anything that is not a whole number."""
+    try:
+        return int(str(quantity).strip())
+    except ValueError:
+        return 0
+
+
 def qualify(name: str) -> str:
     """`RBLN-CA22_PF` -> `rebellions.ai/RBLN-CA22_PF`: a name without a domain is a Rebellions resource."""
     return name if "/" in name else C.RESOURCE_PREFIX + name

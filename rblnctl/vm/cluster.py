@@ -428,8 +428,7 @@ def most_per_node(cluster: VmCluster, method: str, resource: str | None) -> tupl
         for n in cluster.nodes:
             name = (n.get("metadata") or {}).get("name")
             if name in cluster.vm_nodes:
-                raw = ((n.get("status") or {}).get("allocatable") or {}).get(resource)
-                counts[name] = int(raw) if str(raw or "").isdigit() else 0
+                counts[name] = R.count(((n.get("status") or {}).get("allocatable") or {}).get(resource, 0))
     if not counts or max(counts.values()) == 0:
         return None
     node = max(sorted(counts), key=lambda k: counts[k])

@@ -367,11 +367,7 @@ def _requested(pod: Mapping, resource: str) -> int:
 
     def amount(c: Mapping) -> int:
         res = c.get("resources") or {}
-        value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource, 0))
-        try:
-            return int(str(value))
-        except ValueError:
-            return 0
+        return R.count((res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource, 0)))
 
     main = sum(amount(c) for c in spec.get("containers") or [])
     init = max((amount(c) for c in spec.get("initContainers") or []), default=0)
@@ -397,7 +393,7 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
             if reason:
                 evidence.append(f"{name}: excluded by {reason}")
                 continue
-            alloc = int(str(((node.get("status") or {}).get("allocatable") or {}).get(resource, "0")) or 0)
+            alloc = R.count(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0))
             used = 0
             holders = []
             for p in kube.iter_list(PODS, field_selector=f"spec.nodeName={name}"):
