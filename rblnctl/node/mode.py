@@ -301,7 +301,7 @@ class ModeSwitcher:
         """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
         would cordon and evict for nothing. One LIST of the node's NodeFeature objects; no NFD API, no
         permission or no fact: nothing is judged (preflight reports it)."""
-        from rblnctl.preflight.nfd import iommu_fact, node_nfd
+        from rblnctl.nfd import iommu_fact, node_nfd
 
         try:
             features = self.kube.list(NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}")

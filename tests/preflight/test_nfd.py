@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rblnctl.preflight.nfd import features_by_node, iommu_fact, node_nfd
+from rblnctl.nfd import features_by_node, iommu_fact, node_nfd
 from tests.fakes import objects as o
 from tests.preflight.cluster_support import nfd_features
 

@@ -7,7 +7,7 @@ from rblnctl import constants as C
 from rblnctl.operator.nodes import mode_of
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
-from rblnctl.preflight.nfd import NodeNfd, features_by_node, iommu_fact, node_nfd
+from rblnctl.nfd import NodeNfd, features_by_node, iommu_fact, node_nfd
 
 MODE_LABEL_REMEDY = "`rblnctl node set-mode NODE vm-passthrough` (or `container`)"
 NFD_FACT_REMEDY = "run `rblnctl preflight --local` on that node, or enable NFD's {source} source"
