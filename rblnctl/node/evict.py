@@ -94,7 +94,6 @@ class Evictor:
     events: NodeEvents = field(default_factory=NodeEvents)
     clock: Clock = SYSTEM_CLOCK
     stop: Stop | None = None  # set when the run is interrupted: no eviction after it, waits end (Stopped)
-    _vmis: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # pod ns/name -> its VMI
 
     def evict(self, pods: list[PodRef], deadline: float, vmis: Mapping[str, str] | None = None) -> Evicted:
         """Send every eviction with at most options.max_parallel in flight.
@@ -105,14 +104,13 @@ class Evictor:
         """
         if not pods:
             return Evicted()
-        self._vmis = dict(vmis or {})
         with self.stop.linked() if self.stop is not None else nullcontext(Stop()) as stop:
-            outcome = self._evict_all(pods, deadline, stop)
+            outcome = self._evict_all(pods, deadline, stop, vmis or {})
         if self.stop is not None and self.stop.is_set():
             raise Stopped(f"stopped while evicting {len(pods)} pod(s)")
         return outcome
 
-    def _evict_all(self, pods: list[PodRef], deadline: float, stop: Stop) -> Evicted:
+    def _evict_all(self, pods: list[PodRef], deadline: float, stop: Stop, vmis: Mapping[str, str]) -> Evicted:
         refused: dict[str, str] = {}
         errors: list[RblnError] = []
         done: list[PodRef] = []
@@ -121,7 +119,7 @@ class Evictor:
 
         def work(p: PodRef) -> None:
             try:
-                outcome = self._evict_one(p, deadline, stop)
+                outcome = self._evict_one(p, deadline, stop, vmis.get(str(p)))
             except RblnError as e:
                 stop.set()
                 with lock:
@@ -153,7 +151,8 @@ class Evictor:
         evacuating.sort(key=lambda v: order[str(v.pod)])
         return Evicted(evicted=done, evacuating=evacuating, budget_refused=refused)
 
-    def _evict_one(self, p: PodRef, deadline: float, stop: threading.Event) -> bool | str | Evacuating:
+    def _evict_one(self, p: PodRef, deadline: float, stop: threading.Event,
+                   vmi: str | None) -> bool | str | Evacuating:
         """True when evicted (or already gone), the last budget message when a budget held until the
         deadline, Evacuating when KubeVirt moves the pod's VMI instead, False when stopped because
         another eviction failed. Raises Refused when KubeVirt's webhook refuses for good."""
@@ -177,7 +176,7 @@ class Evictor:
                                                f"of evicting {p}: waiting for it to leave the node")
                         return Evacuating(pod=p, namespace=m[1], vmi=m[2])
                     if not denial.startswith(_TRANSIENT):
-                        raise self._kubevirt_refused(p, denial)
+                        raise _kubevirt_refused(p, vmi, denial)
                 attempt += 1
                 # Keep the server's words ("... needs 1 healthy pods and has 1 currently"), not our request line.
                 message = e.server_message or (str(e).split(f" {e.reason} ", 1)[-1] if e.reason else str(e))
@@ -191,14 +190,6 @@ class Evictor:
             self.events.on_evicted(p)
             return True
         return False
-
-    def _kubevirt_refused(self, p: PodRef, denial: str) -> Refused:
-        """KubeVirt's webhook will not let this VM's launcher go: one line naming the VM and the way out."""
-        vmi = self._vmis.get(str(p))
-        if vmi is None:
-            return Refused(f"KubeVirt refuses evicting pod {p}: {denial}")
-        return Refused(f"KubeVirt refuses evicting pod {p} of VM {p.namespace}/{vmi}: {denial}; stop the VM "
-                       f"(virtctl stop {vmi} -n {p.namespace}), migrate it, or change its evictionStrategy")
 
     def _send(self, p: PodRef) -> None:
         options: dict[str, Any] = {}
@@ -287,6 +278,14 @@ class Evictor:
         if self.stop is not None and self.stop.is_set():
             raise Stopped(f"stopped while waiting for {len(pending)} VMI(s) to leave node {node}")
         raise timeout_error(self.options.timeout_s, [], {}, evacuating=list(pending.values()))
+
+
+def _kubevirt_refused(p: PodRef, vmi: str | None, denial: str) -> Refused:
+    """KubeVirt's webhook will not let this VM's launcher go: one line naming the VM (`vmi`) and the way out."""
+    if vmi is None:
+        return Refused(f"KubeVirt refuses evicting pod {p}: {denial}")
+    return Refused(f"KubeVirt refuses evicting pod {p} of VM {p.namespace}/{vmi}: {denial}; stop the VM "
+                   f"(virtctl stop {vmi} -n {p.namespace}), migrate it, or change its evictionStrategy")
 
 
 def _vmi_node(obj: dict) -> str:
