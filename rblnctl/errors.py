@@ -51,6 +51,20 @@ class NotFound(RblnError):
     """A node, custom resource or PCI function that was asked for does not exist."""
 
 
+class ApiNotServed(NotFound):
+    """The API server does not serve the resource at all: its CRD or API group is not installed.
+
+    A real kube-apiserver answers a request under an API group it does not serve with its HTTP mux's
+    plain-text `404 page not found`, not a JSON Status; `resource` is the resource as RBAC names it
+    (`kubevirts.kubevirt.io`), `group` its API group.
+    """
+
+    def __init__(self, message: str, *, resource: str = "", group: str = "") -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.group = group
+
+
 class ClusterError(RblnError):
     """The API server refused a request.
 

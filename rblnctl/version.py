@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rblnctl import __version__
 from rblnctl import constants as C
-from rblnctl.errors import AuthError, ClusterError, ClusterUnreachable, Forbidden, RblnError
+from rblnctl.errors import ApiNotServed, AuthError, ClusterError, ClusterUnreachable, Forbidden, RblnError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +87,10 @@ def cluster_components(kube: object) -> list[Component]:
             out.append(Component(name=name, version=None, note=" ".join(str(e).split())))
 
     def kubevirt() -> Component:
-        crs = kube.list(KUBEVIRTS)  # type: ignore[attr-defined]
+        try:
+            crs = kube.list(KUBEVIRTS)  # type: ignore[attr-defined]
+        except ApiNotServed:
+            return Component(name="kubevirt", version=None, note="not installed (no kubevirts.kubevirt.io CRD)")
         found = [(cr["metadata"].get("namespace"), (cr.get("status") or {}).get("observedKubeVirtVersion"))
                  for cr in crs]
         if not found:

@@ -452,10 +452,34 @@ def test_in_cluster_without_service_port_is_a_config_error(monkeypatch, tmp_path
 
 
 def test_missing_api_says_which_and_suggests_the_crd(apiserver):
+    from rblnctl.errors import ApiNotServed
+
     kube = connect(KubeOptions(server=apiserver.url))
     apiserver.remove_resource("kubevirts")
-    with pytest.raises(NotFound, match=r"does not serve kubevirts\.kubevirt\.io .*CRD installed"):
-        kube.list(KUBEVIRTS)
+    with pytest.raises(ApiNotServed, match=r"does not serve kubevirts\.kubevirt\.io .*CRD installed") as err:
+        kube.list(KUBEVIRTS)  # the group still serves virtualmachines: a JSON Status 404
+    assert (err.value.resource, err.value.group) == ("kubevirts.kubevirt.io", "kubevirt.io")
+
+
+def test_an_unserved_api_group_is_not_installed_not_a_broken_server(apiserver):
+    """kube-apiserver's mux answers a plain-text 404 under a group nothing serves: one /apis read tells
+    "not installed" (ApiNotServed, a NotFound every "is it installed?" caller handles) from a web server."""
+    from rblnctl.errors import ApiNotServed, NotAnApiServer
+
+    kube = connect(KubeOptions(server=apiserver.url))
+    apiserver.remove_group("kubevirt.io")
+    for _ in range(2):
+        with pytest.raises(ApiNotServed, match=r"does not serve kubevirts\.kubevirt\.io"):
+            kube.list(KUBEVIRTS)
+    assert len(apiserver.requests_matching("GET", "^/apis$")) == 1  # asked once, then remembered
+    # Something that is no API server (its /apis is no APIGroupList) answering the same plain 404.
+    other = connect(KubeOptions(server=apiserver.url))
+    apiserver.inject_fault(path="^/apis$", status=404, body="404 page not found\n",
+                           content_type="text/plain; charset=utf-8", times=1)
+    apiserver.inject_fault(path="^/apis/kubevirt.io/v1/kubevirts$", status=404, body="404 page not found\n",
+                           content_type="text/plain; charset=utf-8", times=1)
+    with pytest.raises(NotAnApiServer, match="not the Kubernetes API"):
+        other.list(KUBEVIRTS)
 
 
 @pytest.mark.parametrize(("body", "content_type", "error", "text"), [

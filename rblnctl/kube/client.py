@@ -46,6 +46,8 @@ from rblnctl.kube.replies import (
     _retryable,
     _root_cause,
     _status_error,
+    api_not_served,
+    mux_not_found,
     not_an_api_server,
 )
 from rblnctl.kube.resources import PODS, Resource
@@ -88,6 +90,9 @@ class Kube:
     clock: Clock = SYSTEM_CLOCK  # waits between read retries
     read_retries: int = READ_RETRIES
     request_count: int = field(default=0, init=False)
+    # Whether GET /apis answered an APIGroupList (None: not asked yet): read once, the first time a reply
+    # needs it to tell "API group not installed" from "not an API server" (see _reply_error).
+    _discovery_ok: bool | None = field(default=None, init=False, repr=False)
 
     # -- core -------------------------------------------------------------------------------
 
@@ -200,6 +205,10 @@ class Kube:
         """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
         decoded = _decode(data)
         ctype = str((getattr(resp, "headers", None) or {}).get("Content-Type") or "")
+        if isinstance(decoded, str) and mux_not_found(resp.status, ctype, decoded) and \
+                _under_api_group(path) and self._serves_discovery():
+            # kube-apiserver's mux: nothing is routed under this API group (its CRD is not installed).
+            return api_not_served(method, path)
         if isinstance(decoded, str) and "json" not in ctype.lower() and resp.status not in (401, 403):
             # An HTML error page (a proxy's 502, a web server's 404): not the Kubernetes API answering.
             # Still retried like the status it carries (a load balancer's 502 is often momentary).
@@ -212,6 +221,17 @@ class Kube:
         if retry_after is not None:
             err.retry_after_s = retry_after  # type: ignore[attr-defined]
         return err
+
+    def _serves_discovery(self) -> bool:
+        """Whether this server answers GET /apis with an APIGroupList, as every kube-apiserver does (read once)."""
+        if self._discovery_ok is None:
+            try:
+                doc = self._request_once("GET", "/apis", query=None, body=None, content_type=None)
+            except (ClusterError, ClusterUnreachable, NotFound):
+                doc = None
+            self._discovery_ok = isinstance(doc, dict) and doc.get("kind") == "APIGroupList" and \
+                isinstance(doc.get("groups"), list)
+        return self._discovery_ok
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
         """GET one object (MalformedReply when the reply is not one)."""
@@ -340,6 +360,12 @@ class Kube:
         from rblnctl.kube.watch import watch_many
 
         return watch_many(self, specs, **kwargs)
+
+
+def _under_api_group(path: str) -> bool:
+    """A path under /apis/GROUP/...: where kube-apiserver's mux answers a plain 404 for a group it does not serve."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    return parts[:1] == ["apis"] and len(parts) >= 2
 
 
 def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:

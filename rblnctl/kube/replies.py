@@ -14,6 +14,7 @@ from typing import Any
 import urllib3
 
 from rblnctl.errors import (
+    ApiNotServed,
     AuthError,
     ClusterError,
     ClusterTimeout,
@@ -119,14 +120,30 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
         )
     if status == 404:
         if not message or message == "the server could not find the requested resource":
-            # The API itself is missing (a CRD not installed, a group version not served), not an object.
-            return NotFound(f"the API server does not serve {resource} ({method} {path}): is its CRD installed?")
+            # The API itself is missing (a group version or resource not served), not an object.
+            return api_not_served(method, path)
         return NotFound(message)
     if status == 409:
         return Conflict(message or f"conflict on {resource}", status=status, reason=reason or "Conflict")
     text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
     return ClusterError(f"{method} {path} failed: {status} {reason or ''} {text}".replace("  ", " "),
                         status=status, reason=reason, server_message=_one_line(message))
+
+
+def api_not_served(method: str, path: str) -> ApiNotServed:
+    """The resource of `path` is not served: its CRD or API group is not installed (or not established yet)."""
+    _, resource, _ = describe_request(method, path)
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    group = parts[1] if parts[:1] == ["apis"] and len(parts) > 1 else ""
+    return ApiNotServed(f"the API server does not serve {resource} ({method} {path}): is its CRD installed?",
+                        resource=resource, group=group)
+
+
+def mux_not_found(status: int, ctype: str, text: str) -> bool:
+    """Whether a reply is kube-apiserver's HTTP mux saying a path is not routed: Go's http.NotFound, a plain-text
+    `404 page not found`. The apiserver answers so for every path under an API group it does not serve
+    (`GET /apis/kubevirt.io/v1/kubevirts` without KubeVirt); under a served group it answers a JSON Status."""
+    return status == 404 and ctype.lower().startswith("text/plain") and text.strip() == "404 page not found"
 
 
 def not_an_api_server(method: str, path: str, status: int, ctype: str, text: str, server: str) -> NotAnApiServer:

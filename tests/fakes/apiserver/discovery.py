@@ -16,6 +16,23 @@ from tests.fakes.apiserver.resources import SUBRESOURCE_KIND, SUBRESOURCE_VERBS,
 
 #: An extra API group served outside the resource table: (group, version, APIResource entries).
 ExtraGroup = tuple[str, str, list[dict]]
+#: What kube-apiserver's mux (Go's http.NotFound, text/plain) answers for a path nothing is routed to.
+MUX_NOT_FOUND = "404 page not found\n"
+_ROUTED = ("/version", "/api", "/healthz", "/readyz", "/livez", "/openapi", "/metrics")
+
+
+def served_path(path: str, resources: list[Resource], extra: list[ExtraGroup]) -> bool:
+    """Whether the real server's mux routes ``path`` to a handler: the fixed paths, /apis, and everything under
+    an API group it serves (a served group answers a JSON Status 404 for an unknown version or resource; an
+    unserved group, e.g. ``/apis/kubevirt.io/v1/kubevirts`` before KubeVirt's CRDs exist, a plain-text 404)."""
+    segs = [s for s in path.split("/") if s]
+    if not segs:
+        return False
+    if segs[0] != "apis":
+        return any(path == p or path.startswith(p + "/") for p in _ROUTED)
+    if len(segs) == 1:
+        return True
+    return any(g["name"] == segs[1] for g in _groups(resources, extra))
 
 
 def version_info(git_version: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes.apiserver import protobuf
-from tests.fakes.apiserver.discovery import discovery
+from tests.fakes.apiserver.discovery import MUX_NOT_FOUND, served_path, discovery
 from tests.fakes.apiserver.errors import ApiError, bad_request, method_not_allowed, status_body, unknown_path
 from tests.fakes.apiserver.faults import Fault
 from tests.fakes.apiserver.meta import first, truthy
@@ -257,6 +257,10 @@ class Handler(BaseHTTPRequestHandler):
             return 200, "ok", {}
         if path.startswith("/openapi/"):
             raise unknown_path()
+        if not served_path(path, fake._table.all(), fake._kubevirt.discovery_groups()):
+            # kube-apiserver's HTTP mux routes nothing there (no such API group: a CRD not installed)
+            # and answers with Go's http.NotFound, not a Status.
+            return 404, MUX_NOT_FOUND, {}
         answer = fake._kubevirt.handle(req.method, path, req.body)
         if answer is not None:
             return answer[0], answer[1], {}

@@ -172,6 +172,13 @@ class FakeApiServer:
         e.g. to simulate a CRD that is not installed or an API group the cluster lacks."""
         self._table.remove(name)
 
+    def remove_group(self, group: str) -> None:
+        """Stop serving every resource of an API group (``"kubevirt.io"``): the group's CRDs are not installed,
+        and the real server's mux answers a plain-text 404 under it."""
+        for r in self._table.all():
+            if r.group == group:
+                self._table.remove(r.id)
+
     def resources(self) -> list[Resource]:
         return self._table.all()
 

@@ -22,7 +22,8 @@ def raw(apiserver, method, path, body=None, content_type="application/json", hea
             text = resp.read()
             return resp.status, json.loads(text) if text.strip().startswith(b"{") else text.decode(), resp.headers
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read()), err.headers
+        text = err.read()  # a Status, or the mux's plain-text 404 for an API group nobody serves
+        return err.code, json.loads(text) if text.strip().startswith(b"{") else text.decode(), err.headers
 
 
 def err_body(exc: ApiException) -> dict:

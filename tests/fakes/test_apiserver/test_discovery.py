@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -60,9 +63,20 @@ def test_aggregated_discovery_request_gets_the_legacy_form(apiserver):
 
 
 def test_openapi_and_unknown_paths_are_404_status(apiserver):
-    for path in ("/openapi/v2", "/openapi/v3", "/apis/nope.io/v1", "/api/v1/widgets"):
+    for path in ("/openapi/v2", "/openapi/v3", "/api/v1/widgets", "/apis/apps/v9/deployments"):
         status, body, _ = raw(apiserver, "GET", path)
         assert status == 404 and body["kind"] == "Status" and body["reason"] == "NotFound", path
+
+
+def test_an_unserved_api_group_is_the_muxs_plain_404(apiserver):
+    """As kube-apiserver v1.36 answers (measured): nothing is routed under a group no CRD serves."""
+    for path in ("/apis/nope.io/v1", "/apis/nope.io", "/apis/nope.io/v1/widgets", "/nope"):
+        req = urllib.request.Request(apiserver.url + path)
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(req, timeout=5)
+        assert exc.value.code == 404, path
+        assert exc.value.headers["Content-Type"] == "text/plain; charset=utf-8", path
+        assert exc.value.read() == b"404 page not found\n", path
 
 
 def test_removed_resource_is_no_longer_served(apiserver, custom):
