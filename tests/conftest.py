@@ -4,7 +4,36 @@ from __future__ import annotations
 
 import pytest
 
+from tests.envtest.fixtures import (  # noqa: F401  (re-exported)
+    ENVTEST_FIXTURES,
+    _bare_session,
+    _real_session,
+    backend,
+    bare,
+    bare_control_plane,
+    control_plane,
+    real,
+)
 from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that runs on a real control plane carries the `envtest` marker (`pytest -m envtest`)."""
+    for item in items:
+        if ENVTEST_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.envtest)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line on the real-API-server tier: how many tests ran against it, and how they ended."""
+    counts = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            if "envtest" in getattr(rep, "keywords", {}) and (rep.when == "call" or outcome != "passed"):
+                counts[outcome] = counts.get(outcome, 0) + 1
+    if counts:
+        terminalreporter.write_line("envtest (real kube-apiserver): " +
+                                    ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 
 @pytest.fixture(autouse=True)

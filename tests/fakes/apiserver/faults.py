@@ -6,7 +6,9 @@ of: answer a ``Status`` (``status``; with ``retry_after_s`` the ``Retry-After`` 
 answer a raw ``body`` (a proxy's HTML, invalid JSON, a JSON value of the wrong shape), drop the
 connection before handling (``drop``), or handle the request normally and then drop the connection
 instead of replying (``lose_reply``: the change is made, the client cannot know). ``delay_s``
-delays the answer (for ``lose_reply``: the drop); ``status=None`` only delays.
+delays the answer (for ``lose_reply``: the drop); ``status=None`` only delays. ``client`` limits a fault
+to requests whose User-Agent starts with it (``"rblnctl/"``), so a simulated kubelet or operator sharing the
+server cannot take a fault meant for the tool under test.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Fault:
     lose_reply: bool = False
     body: bytes | None = None
     content_type: str = "application/json"
+    client: str | None = None  # only requests whose User-Agent starts so (e.g. "rblnctl/"); None: any
 
     @property
     def headers(self) -> dict[str, str]:
@@ -57,7 +60,7 @@ class FaultBook:
 
     def inject(self, *, method: str | None, path: str | None, status: Any, reason: str | None, message: str,
                delay_s: float, drop: bool, times: int, retry_after_s: int | None, lose_reply: bool,
-               body: Any, content_type: str) -> None:
+               body: Any, content_type: str, client: str | None = None) -> None:
         if lose_reply and (drop or body is not None or status not in (UNSET, None)):
             raise ValueError("lose_reply handles the request normally: no status, body or drop with it")
         if drop and body is not None:
@@ -67,17 +70,19 @@ class FaultBook:
         raw = encode_body(body) if body is not None else None
         with self._lock:
             self._faults.append(Fault(method.upper() if method else None, path, status, reason, message, delay_s,
-                                      drop, times, retry_after_s, lose_reply, raw, content_type))
+                                      drop, times, retry_after_s, lose_reply, raw, content_type, client))
 
     def clear(self) -> None:
         with self._lock:
             self._faults.clear()
 
-    def take(self, method: str, path: str) -> Fault | None:
+    def take(self, method: str, path: str, user_agent: str = "") -> Fault | None:
         """The first fault matching this request, with one use consumed."""
         with self._lock:
             for f in self._faults:
                 if f.times <= 0 or (f.method and f.method != method) or (f.path and not re.search(f.path, path)):
+                    continue
+                if f.client and not user_agent.startswith(f.client):
                     continue
                 f.times -= 1
                 fault = copy.copy(f)

@@ -195,7 +195,7 @@ class Handler(BaseHTTPRequestHandler):
                               headers={k.lower(): v for k, v in self.headers.items()})
         self._req = req
         fake._log.record(req)
-        fault = fake._faults.take(self.command, path)
+        fault = fake._faults.take(self.command, path, self.headers.get("User-Agent") or "")
         if fault is not None and not fault.lose_reply and self._apply_fault(req, fault):
             return
         try:

@@ -265,7 +265,8 @@ class FakeApiServer:
     def inject_fault(self, *, method: str | None = None, path: str | None = None, status: int | None = UNSET,
                      reason: str | None = None, message: str = "injected fault", delay_s: float = 0.0,
                      drop: bool = False, times: int = 1, retry_after_s: int | None = None,
-                     lose_reply: bool = False, body: Any = None, content_type: str = "application/json") -> None:
+                     lose_reply: bool = False, body: Any = None, content_type: str = "application/json",
+                     client: str | None = None) -> None:
         """The next ``times`` requests matching ``method`` and ``path`` (regex, ``re.search`` on the
         path without query) wait ``delay_s``, then: the connection is dropped (``drop``); or
         ``body`` (bytes, str or any JSON value) is answered raw with ``content_type`` and ``status``
@@ -275,7 +276,7 @@ class FakeApiServer:
         of replying (after ``delay_s``); its RecordedRequest has ``applied`` and ``reply_lost``."""
         self._faults.inject(method=method, path=path, status=status, reason=reason, message=message,
                             delay_s=delay_s, drop=drop, times=times, retry_after_s=retry_after_s,
-                            lose_reply=lose_reply, body=body, content_type=content_type)
+                            lose_reply=lose_reply, body=body, content_type=content_type, client=client)
 
     def clear_faults(self) -> None:
         self._faults.clear()

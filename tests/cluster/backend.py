@@ -1,0 +1,248 @@
+"""One scenario, two API servers: the project's fake and a real kube-apiserver, behind one interface.
+
+A ``Backend`` is what a scenario needs from a cluster, whichever serves it:
+
+* ``api``: the harness's own admin client (tests/cluster/client.py) to seed objects and read them back;
+* ``rblnctl(*args)``: the CLI, in-process, against this cluster (``--kubeconfig`` of the admin, or of a user);
+* ``mark()`` / ``writes()``: what rblnctl (User-Agent ``rblnctl/``) wrote since the mark, as the server
+  saw it: the fake's request log, the real server's audit log;
+* ``lose_reply(method, path)``: the next matching rblnctl request is applied and its reply never arrives:
+  the fake's fault injection, a TLS proxy in front of the real server (tests/envtest/proxy.py);
+* ``user_kubeconfig(roles)``: a kubeconfig whose user holds exactly these Roles/ClusterRoles: the fake's
+  enforce_rbac, a ServiceAccount bound to them with a TokenRequest token on the real server;
+* ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed).
+
+``FakeBackend`` and ``RealBackend`` implement it; the ``backend`` fixture (tests/envtest/fixtures.py) gives
+each scenario both, the real one marked ``envtest``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from tests.cluster.client import Api, ApiFailure
+from tests.cluster.kubelet import SimKubelet
+
+RBLNCTL_AGENT = "rblnctl/"
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_REVIEWS = ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews")
+
+
+@dataclass(frozen=True)
+class Write:
+    """A write request as the server saw it: verb (create/update/patch/delete), path, dryRun=All or not."""
+
+    verb: str
+    path: str
+    dry_run: bool
+
+
+class Backend:
+    name: str
+    api: Api
+    kubeconfig: Path
+    workdir: Path
+
+    def __init__(self) -> None:
+        self._kubelets: list[SimKubelet] = []
+        self._users = itertools.count(1)
+
+    # ---- the CLI ---------------------------------------------------------------------------------
+
+    def rblnctl(self, *args: str, kubeconfig: Path | None = None, input: str | None = None) -> Any:
+        from rblnctl.cli.app import app
+
+        argv = ["--kubeconfig", str(kubeconfig or self.cli_kubeconfig), *[str(a) for a in args]]
+        return CliRunner().invoke(app, argv, input=input, catch_exceptions=False)
+
+    @property
+    def cli_kubeconfig(self) -> Path:
+        return self.kubeconfig
+
+    # ---- the simulated node side -----------------------------------------------------------------
+
+    def kubelet(self, nodes: Iterable[str], **kw: Any) -> SimKubelet:
+        k = SimKubelet(self.api, nodes, **kw).start()
+        self._kubelets.append(k)
+        return k
+
+    def close(self) -> None:
+        for k in self._kubelets:
+            k.stop()
+        self._kubelets.clear()
+
+    # ---- what rblnctl did ------------------------------------------------------------------------
+
+    def mark(self) -> None:
+        raise NotImplementedError
+
+    def writes(self) -> list[Write]:
+        raise NotImplementedError
+
+    def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
+        raise NotImplementedError
+
+    def user_kubeconfig(self, roles: list[dict], *, namespace: str | None = None) -> Path:
+        raise NotImplementedError
+
+
+class FakeBackend(Backend):
+    name = "fake"
+
+    def __init__(self, fake: Any, workdir: Path) -> None:
+        super().__init__()
+        self.fake = fake
+        self.workdir = workdir
+        self.kubeconfig = fake.write_kubeconfig(workdir / "kubeconfig")
+        self.api = Api(fake.url, token=fake.token)
+        self._mark = 0
+
+    def mark(self) -> None:
+        self._mark = len(self.fake.requests)
+
+    def writes(self) -> list[Write]:
+        out = []
+        for r in list(self.fake.requests)[self._mark:]:
+            if not r.is_write or not (r.headers.get("user-agent") or "").startswith(RBLNCTL_AGENT):
+                continue
+            if r.method == "POST" and r.path.rsplit("/", 1)[-1] in _REVIEWS:
+                continue
+            out.append(Write(_VERBS[r.method], r.path, r.dry_run))
+        return out
+
+    def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
+        self.fake.inject_fault(method=method, path=path, lose_reply=True, times=times, client=RBLNCTL_AGENT)
+
+    def user_kubeconfig(self, roles: list[dict], *, namespace: str | None = None) -> Path:
+        self.fake.enforce_rbac(roles)  # the fake's one user now holds exactly these roles
+        return self.fake.write_kubeconfig(self.workdir / f"user-{next(self._users)}.kubeconfig",
+                                          namespace=namespace or "default")
+
+
+@dataclass
+class RealBackend(Backend):
+    """A real kube-apiserver (tests/envtest/controlplane.py): see the module doc."""
+
+    control_plane: Any
+    workdir: Path
+    name: str = "real"
+    proxy: Any = None
+    _mark: int = 0
+    _via_proxy: bool = False
+    _baseline: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        Backend.__init__(self)
+        cp = self.control_plane
+        self.kubeconfig = cp.kubeconfig
+        self.api = Api(cp.url, token=cp.admin_token, ca=str(cp.ca))
+        from tests.envtest.audit import AuditLog
+
+        self.audit = AuditLog(cp.audit_log)
+
+    @property
+    def cli_kubeconfig(self) -> Path:
+        if not self._via_proxy:
+            return self.kubeconfig
+        return self.control_plane.write_kubeconfig(self.workdir / "proxied.kubeconfig", user="admin",
+                                                   token=self.control_plane.admin_token, server=self._proxy().url)
+
+    def _proxy(self) -> Any:
+        if self.proxy is None:
+            from tests.envtest.proxy import FaultProxy
+
+            certs = self.control_plane.workdir / "certs"
+            self.proxy = FaultProxy(self.control_plane.url, self.control_plane.ca, certs / "apiserver.crt",
+                                    certs / "apiserver.key").start()
+        return self.proxy
+
+    def mark(self) -> None:
+        self._mark = self.audit.mark()
+
+    def writes(self) -> list[Write]:
+        return [Write(e.verb, e.uri.split("?")[0], e.dry_run) for e in self.audit.writes(self._mark)]
+
+    def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
+        self._proxy().add_rule("lose_reply", method=method, path=path, times=times)
+        self._via_proxy = True
+
+    def user_kubeconfig(self, roles: list[dict], *, namespace: str | None = None) -> Path:
+        """A ServiceAccount bound to exactly `roles` (each ClusterRole by a ClusterRoleBinding, each Role by a
+        RoleBinding in its namespace), authenticated by a TokenRequest token."""
+        n = next(self._users)
+        sa_ns, sa = "default", f"rblnctl-user-{n}"
+        self.api.create({"kind": "ServiceAccount", "metadata": {"name": sa, "namespace": sa_ns}})
+        subject = [{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}]
+        for r in roles:
+            r = {k: v for k, v in r.items() if k != "status"}
+            name = f"{r['metadata']['name']}-{n}"
+            md = {**r["metadata"], "name": name}
+            md.pop("resourceVersion", None)
+            self.api.create({**r, "metadata": md})
+            if r["kind"] == "ClusterRole":
+                self.api.create({"kind": "ClusterRoleBinding", "metadata": {"name": name}, "subjects": subject,
+                                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                             "name": name}})
+            else:
+                self.api.create({"kind": "RoleBinding", "metadata": {"name": name, "namespace": md["namespace"]},
+                                 "subjects": subject, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                                  "kind": "Role", "name": name}})
+        tr = self.api.request("POST", f"/api/v1/namespaces/{sa_ns}/serviceaccounts/{sa}/token",
+                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                               "spec": {"expirationSeconds": 3600}})
+        return self.control_plane.write_kubeconfig(self.workdir / f"user-{n}.kubeconfig", user=sa,
+                                                   token=tr["status"]["token"], namespace=namespace)
+
+    # ---- isolation -------------------------------------------------------------------------------
+
+    # What a test may leave behind, wiped after each one: every object of these kinds that was not there when
+    # the session's first test began (bootstrap RBAC, kube-system, the default ServiceAccount...).
+    SWEPT = ("Pod", "Lease", "PodDisruptionBudget", "ReplicaSet", "Deployment", "DaemonSet", "StatefulSet",
+             "ConfigMap", "Event", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+             "ResourceQuota", "VirtualMachine", "VirtualMachineInstance", "KubeVirt", "NodeFeature",
+             "NodeFeatureRule", "RBLNClusterPolicy", "RBLNDriver", "DeviceClass", "ResourceSlice", "ResourceClaim",
+             "ResourceClaimTemplate", "Node")
+
+    def snapshot(self) -> None:
+        """Remember what exists now: sweep() leaves it alone."""
+        self._baseline = {k: self._present(k) for k in self.SWEPT}
+
+    def _present(self, kind: str) -> set[tuple[str, str]]:
+        try:
+            return {((o["metadata"].get("namespace") or ""), o["metadata"]["name"]) for o in self.api.list(kind)}
+        except ApiFailure as e:
+            if e.status == 404:  # its CRD is not installed (here)
+                return set()
+            raise
+
+    def sweep(self) -> None:
+        """Delete what tests created (pods at once, without a kubelet), so the next test starts clean."""
+        self.close()
+        if self.proxy is not None:
+            self.proxy.clear()
+        self._via_proxy = False
+        for kind in self.SWEPT:
+            keep = self._baseline.get(kind, set())
+            for ns, name in self._present(kind) - keep:
+                if ns in ("kube-system", "kube-public", "kube-node-lease") and kind in ("Event", "Lease"):
+                    continue
+                self.api.delete(kind, name, ns or None, grace_s=0 if kind == "Pod" else None)
+        # Pods a namespace still holds Terminating (finalizers) would leak into the next test's lists.
+        for p in self.api.list("Pod"):
+            if (p["metadata"].get("namespace"), p["metadata"]["name"]) not in self._baseline.get("Pod", set()):
+                if p["metadata"].get("finalizers"):
+                    self.api.patch("Pod", p["metadata"]["name"], {"metadata": {"finalizers": None}},
+                                   p["metadata"]["namespace"])
+                self.api.delete("Pod", p["metadata"]["name"], p["metadata"]["namespace"], grace_s=0)
+
+    def stop(self) -> None:
+        self.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
