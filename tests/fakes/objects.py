@@ -197,6 +197,10 @@ def pod(namespace: str, name: str, *, node: str | None = None, labels: Mapping[s
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = dict(requests)
+    # An extended resource (rebellions.ai/...) cannot be overcommitted: a real API server wants its limit, equal
+    # to the request (and defaults the request from it), so a pod asking for NPUs carries both.
+    extended = {k: v for k, v in (requests or {}).items() if "/" in k and not k.startswith("kubernetes.io/")}
+    limits = {**extended, **(limits or {})}
     if limits:
         resources["limits"] = dict(limits)
     container["resources"] = resources
@@ -250,9 +254,12 @@ def _container_state(phase: str) -> dict:
 
 
 def _qos(requests: Mapping[str, str] | None, limits: Mapping[str, str] | None) -> str:
+    """The pod's QoS class as kube-apiserver computes it: from cpu and memory only (pkg/apis/core/helper/qos)."""
+    requests = {k: v for k, v in (requests or {}).items() if k in ("cpu", "memory")}
+    limits = {k: v for k, v in (limits or {}).items() if k in ("cpu", "memory")}
     if not requests and not limits:
         return "BestEffort"
-    if limits and {"cpu", "memory"} <= set(limits) and (not requests or dict(requests) == dict(limits)):
+    if {"cpu", "memory"} <= set(limits) and all(requests.get(k, v) == v for k, v in limits.items()):
         return "Guaranteed"
     return "Burstable"
 
@@ -631,8 +638,9 @@ def cluster_policy(name: str = "rbln-cluster-policy", *, workload_type: str = "c
             "metricsExporter": {"enabled": True},
             "npuFeatureDiscovery": {"enabled": True},
             "containerToolkit": {"enabled": True},
+            "rblnDaemon": {"enabled": False},  # required by the v0.3.0 CRD (as are the seven above); off as before
             "validator": {},
-            "driver": {"enabled": True},
+            "driver": {"useRBLNDriverCRD": True},  # v0.3.0's driver has no `enabled` (the CRD prunes it)
         },
         "status": {"state": "ready"},
     }

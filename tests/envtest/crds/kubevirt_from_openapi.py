@@ -48,8 +48,16 @@ def convert(defs: dict, schema: dict, seen: tuple[str, ...]) -> dict:
     for key in ("type", "format", "enum", "required"):  # no defaults: KubeVirt's CRDs default nothing
         if key in schema:
             out[key] = schema[key]
-    if out.get("format") not in (None, "int32", "int64", "double", "float", "date-time", "byte", "date"):
-        out.pop("format")  # openapi-gen's own formats (e.g. "uri") mean nothing to the apiserver
+    if isinstance(out.get("type"), list):  # ["string", "null"]: nullable; ["string", "number"]: int-or-string
+        types = [t for t in out["type"] if t != "null"]
+        if "null" in out["type"]:
+            out["nullable"] = True
+        if len(types) > 1:
+            return {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+        out["type"] = types[0]
+    formats = {"integer": ("int32", "int64"), "number": ("double", "float"), "string": ("date-time", "byte", "date")}
+    if out.get("format") not in formats.get(out.get("type"), ()):
+        out.pop("format", None)  # openapi-gen's own formats ("uri", "byte" on an integer) mean nothing here
     if "properties" in schema:
         out["type"] = "object"
         out["properties"] = {k: convert(defs, v, seen) for k, v in schema["properties"].items()}

@@ -115,7 +115,9 @@ class RestApi:
         md["creationTimestamp"] = ts()
         md["generation"] = 1
         if res.id == "pods":
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            obj["status"] = {"phase": "Pending"}
+            _pod_resources(res, md["name"], obj)
+            obj["status"]["qosClass"] = _qos_class(obj)
         elif res.custom and res.has_status:
             obj.pop("status", None)
         store = self.store
@@ -279,3 +281,55 @@ class RestApi:
         self.store.notify(events)
         return 200, {"kind": f"{res.kind}List", "apiVersion": res.api_version,
                      "metadata": {"resourceVersion": rv}, "items": out}
+
+
+def _overcommittable(name: str) -> bool:
+    """k8s.io/kubernetes pkg/apis/core/helper IsOvercommitAllowed: native resources but hugepages; an extended
+    resource (``rebellions.ai/npu``) is not, so a pod must set its limit (and request == limit)."""
+    domain = name.split("/", 1)[0] if "/" in name else ""
+    native = not domain or domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
+    return native and not name.startswith("hugepages-")
+
+
+def _pod_resources(res: Resource, name: str, pod: dict) -> None:
+    """What kube-apiserver does to a new pod's container resources: requests default to limits
+    (pkg/apis/core/v1/defaults.go SetDefaults_Pod), then a non-overcommittable resource needs a limit equal to
+    its request (pkg/apis/core/validation ValidateResourceRequirements)."""
+    spec = pod.get("spec") or {}
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            r = c.get("resources") or {}
+            limits, requests = r.get("limits") or {}, r.get("requests") or {}
+            for k, v in limits.items():
+                requests.setdefault(k, v)
+            if requests:
+                r["requests"] = requests
+            for k, v in requests.items():
+                if _overcommittable(k):
+                    continue
+                field = f"spec.{kind}[{i}].resources"
+                if k not in limits:
+                    raise invalid(res, name, [("FieldValueRequired", f"{field}.limits",
+                                               "Required value: Limit must be set for non overcommitable resources")])
+                if str(limits[k]) != str(v):
+                    raise invalid(res, name, [("FieldValueInvalid", f"{field}.requests",
+                                               f"Invalid value: \"{v}\": must be equal to {k} limit of {limits[k]}")])
+
+
+def _qos_class(pod: dict) -> str:
+    """pkg/apis/core/helper/qos ComputePodQOS, from the containers' cpu and memory (after defaulting)."""
+    reqs: dict[str, list] = {}
+    lims: dict[str, list] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        r = c.get("resources") or {}
+        for k in ("cpu", "memory"):
+            if k in (r.get("requests") or {}):
+                reqs.setdefault(k, []).append(r["requests"][k])
+            if k in (r.get("limits") or {}):
+                lims.setdefault(k, []).append(r["limits"][k])
+    if not reqs and not lims:
+        return "BestEffort"
+    n = len((pod.get("spec") or {}).get("containers") or [])
+    guaranteed = all(len(lims.get(k, [])) == n for k in ("cpu", "memory")) and \
+        all(reqs.get(k, lims[k]) == lims[k] for k in ("cpu", "memory"))
+    return "Guaranteed" if guaranteed else "Burstable"

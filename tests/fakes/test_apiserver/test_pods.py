@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import json
 
 import pytest
@@ -138,3 +140,21 @@ def test_an_unschedulable_pod_gets_the_schedulers_condition_and_event(apiserver,
     assert [(e.type, e.reason, e.message, e.reporting_component) for e in events] == [
         ("Warning", "FailedScheduling", why, "default-scheduler")]
     assert events[0].involved_object.uid == pod["metadata"]["uid"] and events[0].event_time
+
+
+def test_an_extended_resource_needs_its_limit_and_requests_default_to_limits(apiserver):
+    """As kube-apiserver validates a new pod (measured on v1.36.2): an NPU cannot be overcommitted."""
+    from tests.fakes.test_apiserver.helpers import raw
+
+    base = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": {}}]}}
+    body = copy.deepcopy(base)
+    body["spec"]["containers"][0]["resources"] = {"requests": {"rebellions.ai/npu": "1"}}
+    status, out, _ = raw(apiserver, "POST", "/api/v1/namespaces/default/pods", body)
+    assert status == 422 and out["message"] == ('Pod "p" is invalid: spec.containers[0].resources.limits: '
+                                                "Required value: Limit must be set for non overcommitable resources")
+    body["spec"]["containers"][0]["resources"] = {"limits": {"rebellions.ai/npu": "2", "cpu": "1"}}
+    status, out, _ = raw(apiserver, "POST", "/api/v1/namespaces/default/pods", body)
+    assert status == 201
+    assert out["spec"]["containers"][0]["resources"]["requests"] == {"rebellions.ai/npu": "2", "cpu": "1"}
+    assert out["status"]["qosClass"] == "Burstable"
