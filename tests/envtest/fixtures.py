@@ -26,7 +26,7 @@ import pytest
 from tests.cluster.backend import FakeBackend, RealBackend
 from tests.cluster.client import Api, ApiFailure
 from tests.envtest.controlplane import ControlPlane, EnvtestUnavailable, assets_dir
-from tests.envtest.crds import kubevirt_crds, nfd_crds, operator_crds_v030
+from tests.envtest.crds import kubevirt_crds, later_policy_crd, nfd_crds, operator_crds_v030
 
 ENVTEST_FIXTURES = frozenset({"control_plane", "bare_control_plane", "real", "bare", "operator_stack"})
 
@@ -144,6 +144,25 @@ def bare(_bare_session: RealBackend) -> Iterator[RealBackend]:
         yield _bare_session
     finally:
         _bare_session.sweep()
+
+
+@pytest.fixture(scope="module")
+def later_policy_crd_installed(_real_session: RealBackend) -> Iterator[dict]:
+    """The session's control plane serves the later operator's RBLNClusterPolicy CRD (CEL rules, no resourceList)
+    for the tests of one module; chart v0.3.0's comes back after them. (Module-scoped: a swap costs seconds.)"""
+    api = _real_session.api
+    v030 = {c["metadata"]["name"]: c for c in operator_crds_v030(_real_session.control_plane.assets)}
+    policy = v030.get("rblnclusterpolicies.rebellions.ai")
+    if policy is None:
+        pytest.skip("the envtest bundle has no operator chart (chart/rbln-npu-operator/crds)")
+    later = later_policy_crd(policy)
+    install_crds(api, [later])
+    try:
+        yield later
+    finally:
+        for p in api.list("RBLNClusterPolicy"):  # made under these rules: gone before the old ones return
+            api.delete("RBLNClusterPolicy", p["metadata"]["name"])
+        install_crds(api, [policy])
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.envtest)])
