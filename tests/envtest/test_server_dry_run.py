@@ -17,9 +17,9 @@ from tests.fakes.releases import NEWER, V0_3_0
 
 CA22 = "rebellions.ai/RBLN-CA22_PF"
 OLD = "rebellions.ai/ATOM_CA22_PT"
-VFIO = [{"name": f"vfio-0000-3b-0{i}-0", "attributes": {"type": {"string": "vfio"},
-                                                        "resource.kubernetes.io/pciBusID": {"string": f"0000:3b:0{i}.0"},
-                                                        "productName": {"string": "RBLN-CA22"}}} for i in range(2)]
+VFIO = [{"name": f"vfio-0000-3b-0{i}-0",
+         "attributes": {"type": {"string": "vfio"}, "resource.kubernetes.io/pciBusID": {"string": f"0000:3b:0{i}.0"},
+                        "productName": {"string": "RBLN-CA22"}}} for i in range(2)]
 
 
 def v030_world(real) -> None:
