@@ -252,9 +252,9 @@ class Kube:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
+        page_size: int | None = None,
     ) -> Iterator[dict]:
-        """Yield every object of a collection, following `continue` tokens page by page."""
+        """Yield every object of a collection, following `continue` tokens page by page (DEFAULT_PAGE_SIZE a page)."""
         token: str | None = None
         while True:
             page = self.request(
@@ -263,7 +263,7 @@ class Kube:
                 query={
                     "labelSelector": label_selector,
                     "fieldSelector": field_selector,
-                    "limit": page_size,
+                    "limit": page_size or DEFAULT_PAGE_SIZE,
                     "continue": token,
                 },
             )
