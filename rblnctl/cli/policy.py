@@ -58,7 +58,7 @@ def _show_view(rep: Any) -> Any:
     p = rep.active
     head = []
     if p is not None:
-        head = [f"Policy:      {p.name} ({p.status_summary()})",
+        head = [f"Policy:      {p.name} ({p.status_summary(rep.modes)})",
                 f"VM method:   {p.vm_method or '<none: neither sandboxDevicePlugin nor draKubeletPlugin is enabled>'}",
                 f"Switches:    {p.switches()}",
                 f"Components:  in namespace {rep.namespace} ({rep.namespace_source})",

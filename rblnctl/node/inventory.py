@@ -120,8 +120,7 @@ def node_changes(old: list[NpuNode], new: list[NpuNode]) -> list[Change]:
 
 
 def policy_changes(old: Policy | None, new: Policy | None) -> list[Change]:
-    """What changed in the active policy: which one it is, its workloadType, its switches, its state (with the
-    component DaemonSets its status.components reports not ready)."""
+    """What changed in the active policy: which one it is, its workloadType, its switches, its state."""
     if old is None and new is None:
         return []
     if old is None or new is None or old.name != new.name:
@@ -133,7 +132,7 @@ def policy_changes(old: Policy | None, new: Policy | None) -> list[Change]:
         return ",".join(k for k, on in sorted(p.enabled.items()) if on) or "<none>"
 
     for what, a, b in (("workloadType", old.workload_type, new.workload_type), ("enabled", enabled(old), enabled(new)),
-                       ("state", old.status_summary(), new.status_summary())):
+                       ("state", old.state or "<none>", new.state or "<none>")):
         if a != b:
             out.append(Change(subject=subject, what=what, old=a, new=b))
     return out

@@ -19,11 +19,12 @@ Rules, with their sources (RBLN-SW/rbln-npu-operator):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
+from rblnctl.operator import components as K
 from rblnctl.operator import resources as R
 from rblnctl.operator.install import HelmRelease, change_policy, helm_release_of
 from rblnctl.plan import Blocker
@@ -223,27 +224,44 @@ class Policy:
         flags = " ".join(f"{k}={'true' if self.enabled.get(k) else 'false'}" for k in keys)
         return f"workloadType={self.workload_type} {flags}"
 
-    def not_ready(self) -> list[str]:
-        """What the policy's status says is not ready (state, conditions, components), for progress lines."""
+    def not_ready(self, modes: Iterable[str] | None = None) -> list[str]:
+        """What the policy's status says is not ready (state, conditions, the component DaemonSets of `modes`:
+        components_not_ready), for progress lines."""
         out = []
-        if self.state and self.state != "ready":
+        if self.state and self.state != C.POLICY_STATE_READY:
             out.append(f"policy {self.name} is {self.state}")
         for c in self.conditions:
             if c.type in ("Ready", "ComponentsReady") and c.status == "False" and (c.reason or c.message):
                 out.append(f"{c.type}: {c.reason}{' - ' + c.message if c.message else ''}")
-        out.extend(s.describe() for s in self.components_not_ready())
+        out.extend(s.describe() for s in self.components_not_ready(modes))
         return out
 
-    def components_not_ready(self) -> list[ComponentState]:
-        """The entries of status.components whose DaemonSet is not ready (by its condition, not its `state`)."""
-        return [s for s in self.components if s.verdict and not s.is_ready]
+    def components_not_ready(self, modes: Iterable[str] | None = None) -> list[ComponentState]:
+        """The entries of status.components whose DaemonSet is not ready (by its condition, not its `state`).
 
-    def status_summary(self) -> str:
-        """The policy's own state, and what status.components contradicts it with: `ready`, or `ready, but
-        status.components: rbln-sandbox-device-plugin notReady`. The v0.3.0 operator's top-level state and Ready
-        condition say ready before any component pod exists; the per-DaemonSet conditions follow the pods."""
+        With `modes` (the modes NPU nodes are in, or a switch's target), only the DaemonSets of components those
+        modes deploy, and entries rblnctl cannot place: the operator counts a DaemonSet no node selects (desired
+        0, e.g. rbln-vfio-manager while every node is in container mode) as not ready, which is nothing wrong.
+        """
+        out = [s for s in self.components if s.verdict and not s.is_ready]
+        if modes is None:
+            return out
+        wanted = {K.canonical(c) for m in modes for c in K.mode_components(m)}
+        bases = tuple(dict.fromkeys((self.base_name, C.OPERATOR_BASE_NAME)))
+
+        def relevant(s: ComponentState) -> bool:
+            comp = K.component_of_daemonset({"metadata": {"name": s.name}}, base_names=bases)
+            return comp is None or comp in wanted
+
+        return [s for s in out if relevant(s)]
+
+    def status_summary(self, modes: Iterable[str] | None = None) -> str:
+        """The policy's own state, and what status.components (of `modes`) contradicts it with: `ready`, or
+        `ready, but status.components: rbln-sandbox-device-plugin notReady`. The v0.3.0 operator's top-level
+        state and Ready condition say ready before any component pod exists; the per-DaemonSet conditions
+        follow the pods."""
         text = self.state or "no state"
-        bad = self.components_not_ready()
+        bad = self.components_not_ready(modes)
         if bad:
             sep = ", but" if self.state == C.POLICY_STATE_READY else ";"
             text += f"{sep} status.components: {', '.join(f'{s.name} {s.verdict}' for s in bad)}"

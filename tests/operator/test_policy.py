@@ -141,6 +141,24 @@ def test_v030_status_components_are_judged_by_their_condition_not_their_state():
     assert parse_policy(obj).not_ready() == [] and parse_policy(obj).status_summary() == "ready"
 
 
+def test_a_daemonset_no_node_of_the_modes_in_use_selects_is_not_reported():
+    """v0.3.0 counts a DaemonSet with no pod to run (desired 0) as not ready: vfio-manager and the sandbox plugin
+    on a cluster whose nodes are all in container mode. Only the modes in use (or a switch's target) matter."""
+    obj = V0_3_0.policy(vfio_manager=True, sandbox=True)
+    idle = "DaemonSet rbln-system/{} is progressing: 0 of 0 pods are Ready (0 unavailable)"
+    obj["status"] = {"state": "ready", "components": [
+        _v030_component("rbln-device-plugin", True, "running"),
+        _v030_component("rbln-vfio-manager", False, idle.format("rbln-vfio-manager")),
+        _v030_component("rbln-sandbox-device-plugin", False, idle.format("rbln-sandbox-device-plugin")),
+        _v030_component("rbln-something-new", False, "not ready")]}
+    p = parse_policy(obj)
+    assert [s.name for s in p.components_not_ready({"container"})] == ["rbln-something-new"]
+    assert [s.name for s in p.components_not_ready({"container", "vm-passthrough"})] == [
+        "rbln-vfio-manager", "rbln-sandbox-device-plugin", "rbln-something-new"]
+    assert p.status_summary({"container"}) == "ready, but status.components: rbln-something-new notReady"
+    assert len(p.not_ready(modes=("vm-passthrough",))) == 3 and len(p.not_ready()) == 3
+
+
 @pytest.mark.parametrize(("release", "chart"), [
     (NEWER, "oci://docker.io/rebellions/rbln-npu-operator-chart --version 0.6.0"),
     (V0_3_0, "rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator --version v0.3.0"),
