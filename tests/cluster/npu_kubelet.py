@@ -6,10 +6,11 @@ deletions. On NPU hardware two more things happen that the operator's consumers 
 * **The sandbox device plugin waits for the driver.** Chart v0.3.0 gives the sandbox-device-plugin DaemonSet an
   init container ``driver-ready`` that loops until ``/run/rbln/validations/.driver-ctr-ready`` exists, a file
   only a Ready driver pod writes on that node (its preStop removes it): RBLN-SW/rbln-npu-operator@v0.3.0
-  internal/scope/patch/sandbox-device-plugin.go, driver_manager.go. A pod whose init containers include
-  ``driver-ready`` is therefore reported Pending, ``Init:0/N`` (``driver-ready`` running, the rest waiting),
-  while its node has no Ready, non-terminating driver pod (label ``app.kubernetes.io/component=rbln-driver``),
-  and runs once one is there. On a vm-passthrough node, where the operator deploys no driver, it stays so.
+  internal/scope/patch/sandbox-device-plugin.go, driver_manager.go. ``init_start_s`` after such a pod is bound
+  (when its first container would start; by then a driver pod the same DaemonSet sync let go is terminating),
+  it is reported Pending, ``Init:0/N`` (``driver-ready`` running, the rest waiting) if its node has no Ready,
+  non-terminating driver pod (label ``app.kubernetes.io/component=rbln-driver``), and runs once one is there.
+  On a vm-passthrough node, where the operator deploys no driver, it stays so.
 * **A device plugin advertises its resources.** A real device plugin registers with the kubelet, which then
   shows the plugin's resources in the node's capacity and allocatable; when the plugin goes, they go. The
   stand-in plays that for the operator's two plugins: while a pod controlled by the DaemonSet
@@ -109,8 +110,9 @@ class NpuKubelet(SimKubelet):
     """SimKubelet for NPU nodes of the operator v0.3.0: see the module doc."""
 
     def __init__(self, api: Api, hardware: Mapping[str, Hardware], *, namespace: str = "rbln-system",
-                 poll_s: float = 1.0, **kw: Any) -> None:
+                 poll_s: float = 1.0, init_start_s: float = 0.5, **kw: Any) -> None:
         super().__init__(api, hardware.keys(), **kw)
+        self.init_start_s = init_start_s
         self.hardware = dict(hardware)
         self.namespace = namespace
         self.poll_s = poll_s
@@ -152,17 +154,20 @@ class NpuKubelet(SimKubelet):
         if labels.get(DRIVER_LABEL[0]) == DRIVER_LABEL[1]:
             self._track_driver(node, key, _ready(pod) and not md.get("deletionTimestamp"))
         inits = [c.get("name") for c in spec.get("initContainers") or []]
-        if DRIVER_READY_INIT in inits and not md.get("deletionTimestamp") and not self.driver_ready_on(node):
+        if DRIVER_READY_INIT not in inits or md.get("deletionTimestamp"):
             with self._state:
-                self.blocked.add(key)
-                self._blocked_node[key] = node
-            if not is_init_blocked(pod) and (pod.get("status") or {}).get("phase") in (None, "", "Pending"):
-                self._later(0.0, key, self._block)
+                self.blocked.discard(key)
+                self._blocked_node.pop(key, None)
+            super()._consider(pod)
             return
-        with self._state:
-            self.blocked.discard(key)
-            self._blocked_node.pop(key, None)
-        super()._consider(pod)
+        if is_init_blocked(pod):
+            if self.driver_ready_on(node):
+                self._later(0.0, key, self._init_done)
+            return
+        if (pod.get("status") or {}).get("phase") in (None, "", "Pending"):
+            # driver-ready looks for the file when its container starts, a moment after the pod is bound
+            # (by then a driver pod the same DaemonSet sync let go is terminating, its preStop ran)
+            self._later(self.init_start_s, key, self._start_init)
 
     def _track_driver(self, node: str, key: tuple[str, str], ready: bool) -> None:
         with self._state:
@@ -171,13 +176,22 @@ class NpuKubelet(SimKubelet):
             (pods.add if ready else pods.discard)(key)
             now = bool(pods)
             waiting = [k for k, n in self._blocked_node.items() if n == node] if now and not was else []
-        for ns, name in waiting:  # the driver wrote .driver-ctr-ready: driver-ready ends, the pod starts
-            pod = self.api.get("Pod", name, ns)
-            if pod is not None:
-                self._consider(pod)
+        for k in waiting:  # the driver wrote .driver-ctr-ready: driver-ready ends, the pod starts
+            self._later(0.0, k, self._init_done)
 
-    def _block(self, key: tuple[str, str]) -> None:
+    def _start_init(self, key: tuple[str, str]) -> None:
+        """driver-ready starts: it ends at once when the node has a Ready driver pod, else it waits (Init:0/N)."""
         ns, name = key
+        pod = self.api.get("Pod", name, ns)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        node = pod["spec"]["nodeName"]
+        if self.driver_ready_on(node):
+            self._init_done(key)
+            return
+        with self._state:
+            self.blocked.add(key)
+            self._blocked_node[key] = node
 
         def edit(p: dict) -> None:
             if p["metadata"].get("deletionTimestamp") or (p.get("status") or {}).get("phase") not in (None, "",
@@ -187,6 +201,12 @@ class NpuKubelet(SimKubelet):
 
         self.api.mutate("Pod", name, ns, edit, sub="status")
         self.acted += 1
+
+    def _init_done(self, key: tuple[str, str]) -> None:
+        with self._state:
+            self.blocked.discard(key)
+            self._blocked_node.pop(key, None)
+        self._run(key, True)
 
     def _finish_deletion(self, key: tuple[str, str], uid: str | None) -> None:
         super()._finish_deletion(key, uid)
