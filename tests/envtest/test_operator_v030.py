@@ -86,13 +86,19 @@ def component_pods(stack: OperatorStack, node: str, policy_obj: dict) -> list[tu
     return components_among(stack.pods_on(node), view_of(policy_obj))
 
 
-def stuck_only(stack: OperatorStack) -> None:
-    """Wait until the operator's status.components reports exactly the sandbox plugin not ready."""
+def status_settles(stack: OperatorStack, not_ready: list[str]) -> None:
+    """Wait until the operator's status.components reports exactly `not_ready` not ready (the operator refreshes
+    an entry on a later reconcile than the one that changed its DaemonSet)."""
     def names() -> bool:
-        return [s.name for s in parse_policy(stack.policy()).components_not_ready()] == ["rbln-sandbox-device-plugin"]
+        return [s.name for s in parse_policy(stack.policy()).components_not_ready()] == not_ready
 
     stack.api.wait_for(names, timeout_s=60, interval_s=0.2,
-                       message="status.components naming exactly rbln-sandbox-device-plugin not ready")
+                       message=f"status.components naming exactly {not_ready} not ready")
+
+
+def stuck_only(stack: OperatorStack) -> None:
+    """node-2 in vm-passthrough: only the sandbox plugin, stuck in Init, is not ready."""
+    status_settles(stack, ["rbln-sandbox-device-plugin"])
 
 
 # ---- the operator's own layout --------------------------------------------------------------------
@@ -272,3 +278,85 @@ def test_rblnctl_roles_beside_the_operators_own_rbac(op, operator_cluster):
     # ... and the operator, bound to its chart's RBAC only, did its part on the same objects
     assert not [e for e in op.audit.events(0) if e.user.startswith("system:serviceaccount:rbln-system:")
                 and e.code == 403]
+
+
+# ---- the project's simulated operator (tests/fakes) against the real one ---------------------------
+
+
+def operator_facts(api, node_names: list[str]) -> dict:
+    """What a v0.3.0 cluster shows of the operator, in a form both operators can be compared by: deploy labels,
+    DaemonSets (selector, pod labels, nodeSelector, init containers), component pods per node, advertised
+    resources, the policy's status as rblnctl judges it, and rblnctl's summary of each node."""
+    policy_obj = next(p for p in api.list("RBLNClusterPolicy"))
+    policy = parse_policy(policy_obj)
+    out: dict = {"deploy": {}, "pods": {}, "allocatable": {}, "rblnctl": {}, "daemonsets": {}}
+    for d in api.list("DaemonSet", NAMESPACE):
+        tpl = d["spec"]["template"]
+        out["daemonsets"][d["metadata"]["name"]] = {
+            "selector": d["spec"]["selector"], "labels": tpl["metadata"]["labels"],
+            "nodeSelector": tpl["spec"].get("nodeSelector"),
+            "init": [c["name"] for c in tpl["spec"].get("initContainers") or []]}
+    pods = api.list("Pod", NAMESPACE)
+    for n in node_names:
+        node = api.get("Node", n)
+        labels = node["metadata"]["labels"]
+        out["deploy"][n] = sorted(k for k, v in labels.items() if k.startswith("rebellions.ai/npu.deploy.")
+                                  and v == "true")
+        mine = [p for p in pods if p["spec"].get("nodeName") == n and controller(p)
+                and controller(p)[0] == "DaemonSet"]
+        out["pods"][n] = sorted((controller(p)[1], any(c["type"] == "Ready" and c["status"] == "True"
+                                                       for c in p["status"].get("conditions") or []),
+                                 is_init_blocked(p), [c["name"] for c in p["spec"].get("initContainers") or []])
+                                for p in mine)
+        out["allocatable"][n] = {k: v for k, v in node["status"]["allocatable"].items()
+                                 if k.startswith("rebellions.ai/")}
+        from rblnctl.operator.cluster import components_among
+
+        summary = nodes.npu_node(node, policy)
+        comp_pods = components_among([p for p in mine], view_of(policy_obj))
+        out["rblnctl"][n] = {
+            "mode": summary.mode, "components": summary.components, "resources": summary.resources,
+            "pods": sorted(c for c, _ in comp_pods),
+            "pending": sorted({p.kind.value for p in convergence.pending(node, summary.mode, policy, comp_pods)})}
+    status = policy_obj.get("status") or {}
+    out["status"] = {"state": status.get("state"), "summary": policy.status_summary(),
+                     "components": sorted((c.name, c.verdict) for c in policy.components)}
+    return out
+
+
+def _as_created(obj: dict) -> dict:
+    md = {k: v for k, v in obj["metadata"].items()
+          if k in ("name", "namespace", "labels", "annotations")}
+    return {**{k: v for k, v in obj.items() if k not in ("metadata", "status")}, "metadata": md}
+
+
+def test_simulated_v030_operator_agrees_with_the_real_one(operator_cluster, apiserver):
+    from tests.cluster.client import Api
+    from tests.fakes.operator import SimulatedOperator
+    from tests.fakes.releases import V0_3_0
+
+    stack = operator_cluster
+    names = stack.node_names
+    apiserver.add(_as_created(stack.policy()),
+                  *[_as_created({**d, "apiVersion": "apps/v1", "kind": "Deployment"})
+                    for d in stack.api.list("Deployment", NAMESPACE)],
+                  *[spec.node() for spec in stack.nodes])
+    sim = SimulatedOperator(apiserver, release=V0_3_0).start()
+    fake = Api(apiserver.url, token=apiserver.token)
+    try:
+        assert sim.wait_idle()
+        # every node in container mode: the vm DaemonSets have no pod to run, which v0.3.0 counts as not ready
+        status_settles(stack, ["rbln-vfio-manager", "rbln-sandbox-device-plugin"])
+        real_c, fake_c = operator_facts(stack.api, names), operator_facts(fake, names)
+        relabel_by_hand(stack, VM_NODE, MODE_VM)
+        stuck_only(stack)
+        apiserver.mutate("Node", VM_NODE, fn=lambda n: n["metadata"]["labels"].update({WORKLOAD_LABEL: MODE_VM}))
+        assert sim.wait_idle()
+        real_v, fake_v = operator_facts(stack.api, names), operator_facts(fake, names)
+    finally:
+        sim.stop()
+    assert sim.errors == []
+    differ = [f"{when}, {key}:\n  real: {real[key]}\n  fake: {fake_[key]}"
+              for when, real, fake_ in (("container mode", real_c, fake_c), (f"{VM_NODE} in vm", real_v, fake_v))
+              for key in real if fake_.get(key) != real[key]]
+    assert not differ, "the simulated operator differs from the real one:\n" + "\n".join(differ)
