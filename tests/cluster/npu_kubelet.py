@@ -18,8 +18,10 @@ deletions. On NPU hardware two more things happen that the operator's consumers 
   not terminating on a node, the node advertises the resource the policy's ``resourceList`` names for the
   node's product (chart v0.3.0: ``devicePlugin.resourceList`` -> ``rebellions.ai/ATOM`` for RBLN-CA12/CA22/CA25,
   ``rebellions.ai/REBEL`` for RBLN-CR03; RBLN-SW/rbln-k8s-device-plugin: ``resourcePrefix + "/" +
-  resourceName``), as many as the node has NPUs; every other ``rebellions.ai/*`` resource is removed. A
-  product no entry lists is advertised under no name, as the plugin does.
+  resourceName``), as many as the node has NPUs. When the plugin goes, its resource goes the kubelet's way: its
+  devices turn unhealthy at once (allocatable ``0``, capacity kept) and the resource is dropped after
+  ``stop_grace_s`` (the kubelet's endpointStopGracePeriod, 5 minutes). A product no entry lists is advertised
+  under no name, as the plugin does.
 
 The hardware (product and NPU count per node) is given to the kubelet: it is what the machine has, not
 something read back from the cluster. Names are written out here, not imported from rblnctl, so that the
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +43,10 @@ from tests.cluster.kubelet import SimKubelet
 DRIVER_READY_INIT = "driver-ready"
 DRIVER_LABEL = ("app.kubernetes.io/component", "rbln-driver")
 RESOURCE_PREFIX = "rebellions.ai/"
+# How long the kubelet keeps a resource whose device plugin went away, its devices unhealthy (allocatable 0) but still
+# in capacity, before it drops it (kubernetes/kubernetes pkg/kubelet/cm/devicemanager: endpointStopGracePeriod,
+# markResourceUnhealthy, GetCapacity).
+ENDPOINT_STOP_GRACE_S = 300.0
 # Plugin component -> the policy spec key whose resourceList it advertises (chart v0.3.0).
 PLUGINS = {"device-plugin": "devicePlugin", "sandbox-device-plugin": "sandboxDevicePlugin"}
 
@@ -110,9 +117,12 @@ class NpuKubelet(SimKubelet):
     """SimKubelet for NPU nodes of the operator v0.3.0: see the module doc."""
 
     def __init__(self, api: Api, hardware: Mapping[str, Hardware], *, namespace: str = "rbln-system",
-                 poll_s: float = 1.0, init_start_s: float = 0.5, **kw: Any) -> None:
+                 poll_s: float = 1.0, init_start_s: float = 0.5, stop_grace_s: float = ENDPOINT_STOP_GRACE_S,
+                 **kw: Any) -> None:
         super().__init__(api, hardware.keys(), **kw)
         self.init_start_s = init_start_s
+        self.stop_grace_s = stop_grace_s
+        self._gone: dict[str, dict[str, float]] = {}  # node -> resource -> when its plugin went
         self.hardware = dict(hardware)
         self.namespace = namespace
         self.poll_s = poll_s
@@ -234,6 +244,7 @@ class NpuKubelet(SimKubelet):
         """Make each node advertise what its Ready device plugin pods register (one round)."""
         policy = self._policy()
         pods = self.api.list("Pod", self.namespace) if policy is not None else []
+        now = time.monotonic()
         for node in sorted(self.nodes):
             want = self.wanted_resources(node, policy, pods)
             obj = self.api.get("Node", node)
@@ -242,12 +253,23 @@ class NpuKubelet(SimKubelet):
             st = obj.get("status") or {}
             have = {f: {k: v for k, v in (st.get(f) or {}).items() if k.startswith(RESOURCE_PREFIX)}
                     for f in ("capacity", "allocatable")}
-            if all(have[f] == want for f in have):
-                self.advertised[node] = want
-                continue
-            patch = {f: {**{k: None for k in have[f] if k not in want}, **want} for f in have}
-            self.api.patch("Node", node, {"status": patch}, sub="status")
+            gone = self._gone.setdefault(node, {})
+            capacity, allocatable = dict(want), dict(want)
+            for res, n in have["capacity"].items():
+                if res in want:
+                    continue
+                since = gone.setdefault(res, now)
+                if now - since < self.stop_grace_s:  # unregistered: unhealthy (0) until the grace period ends
+                    capacity[res], allocatable[res] = n, "0"
+            for res in list(gone):
+                if res in want or res not in capacity:
+                    del gone[res]
             self.advertised[node] = want
+            if have["capacity"] == capacity and have["allocatable"] == allocatable:
+                continue
+            patch = {f: {**{k: None for k in have[f] if k not in new}, **new}
+                     for f, new in (("capacity", capacity), ("allocatable", allocatable))}
+            self.api.patch("Node", node, {"status": patch}, sub="status")
 
     def wanted_resources(self, node: str, policy: Mapping | None, pods: Iterable[Mapping]) -> dict[str, str]:
         if policy is None:
