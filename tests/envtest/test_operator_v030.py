@@ -90,7 +90,9 @@ def status_settles(stack: OperatorStack, not_ready: list[str]) -> None:
     """Wait until the operator's status.components reports exactly `not_ready` not ready (the operator refreshes
     an entry on a later reconcile than the one that changed its DaemonSet)."""
     def names() -> bool:
-        return [s.name for s in parse_policy(stack.policy()).components_not_ready()] == not_ready
+        entries = stack.policy().get("status", {}).get("components") or []
+        return [e["name"] for e in entries if any(c["type"] == "DaemonSetReady" and c["status"] != "True"
+                                                  for c in e.get("condition") or [])] == not_ready
 
     stack.api.wait_for(names, timeout_s=60, interval_s=0.2,
                        message=f"status.components naming exactly {not_ready} not ready")
@@ -189,6 +191,9 @@ def test_vm_passthrough_by_hand_swaps_labels_and_strands_the_sandbox_plugin(oper
     # The policy's top-level status says ready throughout; only status.components[] follows the DaemonSets
     # (the operator refreshes it on its next reconcile: vfio-manager's entry says 0 of 0 until then).
     stuck_only(stack)
+    assert [c.name for c in parse_policy(stack.policy()).components_not_ready({MODE_CONTAINER, MODE_VM})] == [
+        "rbln-sandbox-device-plugin"]
+    assert parse_policy(stack.policy()).components_not_ready({MODE_CONTAINER}) == []
     status = stack.policy()["status"]
     assert status["state"] == "ready"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"Ready": "True", "ComponentsReady": "True"}
