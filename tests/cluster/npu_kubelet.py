@@ -7,10 +7,10 @@ deletions. On NPU hardware two more things happen that the operator's consumers 
   init container ``driver-ready`` that loops until ``/run/rbln/validations/.driver-ctr-ready`` exists, a file
   only a Ready driver pod writes on that node (its preStop removes it): RBLN-SW/rbln-npu-operator@v0.3.0
   internal/scope/patch/sandbox-device-plugin.go, driver_manager.go. ``init_start_s`` after such a pod is bound
-  (when its first container would start; by then a driver pod the same DaemonSet sync let go is terminating),
-  it is reported Pending, ``Init:0/N`` (``driver-ready`` running, the rest waiting) if its node has no Ready,
-  non-terminating driver pod (label ``app.kubernetes.io/component=rbln-driver``), and runs once one is there.
-  On a vm-passthrough node, where the operator deploys no driver, it stays so.
+  (when its first container would start) it is reported Pending, ``Init:0/N`` (``driver-ready`` running, the
+  rest waiting) unless its node has a Ready, non-terminating driver pod (label
+  ``app.kubernetes.io/component=rbln-driver``) that the node's labels still select (``driver_serving``), and
+  runs once one is Ready there. On a vm-passthrough node, where the operator deploys no driver, it stays so.
 * **A device plugin advertises its resources.** A real device plugin registers with the kubelet, which then
   shows the plugin's resources in the node's capacity and allocatable; when the plugin goes, they go. The
   stand-in plays that for the operator's two plugins: while a pod controlled by the DaemonSet
@@ -189,6 +189,22 @@ class NpuKubelet(SimKubelet):
         for k in waiting:  # the driver wrote .driver-ctr-ready: driver-ready ends, the pod starts
             self._later(0.0, k, self._init_done)
 
+    def driver_serving(self, node: str) -> bool:
+        """Whether /run/rbln/validations/.driver-ctr-ready is there when an init container looks: a driver pod on
+        the node is Ready, not terminating, and still selected by the node's labels. One the node's labels no
+        longer select is about to be deleted by the DaemonSet controller, which on hardware wins the race
+        against a new pod's first container start (image, sandbox, container: seconds); here both are
+        API-speed, so the harness settles the race the way hardware does."""
+        obj = self.api.get("Node", node)
+        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        for p in self.api.list("Pod", fields=f"spec.nodeName={node}"):
+            md, spec = p.get("metadata") or {}, p.get("spec") or {}
+            if (md.get("labels") or {}).get(DRIVER_LABEL[0]) != DRIVER_LABEL[1] or md.get("deletionTimestamp"):
+                continue
+            if _ready(p) and all(labels.get(k) == v for k, v in (spec.get("nodeSelector") or {}).items()):
+                return True
+        return False
+
     def _start_init(self, key: tuple[str, str]) -> None:
         """driver-ready starts: it ends at once when the node has a Ready driver pod, else it waits (Init:0/N)."""
         ns, name = key
@@ -196,7 +212,7 @@ class NpuKubelet(SimKubelet):
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return
         node = pod["spec"]["nodeName"]
-        if self.driver_ready_on(node):
+        if self.driver_serving(node):
             self._init_done(key)
             return
         with self._state:

@@ -385,7 +385,9 @@ class OperatorStack:
             if not left:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"node {node} not converged on {mode} after {timeout_s:g}s: {'; '.join(left)}")
+                errors = f" (kubelet errors: {self.kubelet.errors[-5:]})" if self.kubelet.errors else ""
+                raise AssertionError(f"node {node} not converged on {mode} after {timeout_s:g}s: "
+                                     f"{'; '.join(left)}{errors}")
             time.sleep(0.1)
 
     def policy(self) -> dict:
