@@ -22,6 +22,7 @@ import pytest
 
 from rblnctl.operator import components as K
 from rblnctl.operator import convergence, nodes, release
+from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import OperatorView
 from rblnctl.operator.policy import choose_active, parse_policy
 from tests.cluster.backend import RealBackend
@@ -154,6 +155,12 @@ def test_rblnctl_model_of_a_converged_container_node(operator_stack):
     policy = parse_policy(policy_obj)
     assert policy.base_name == "rbln" and policy.workload_type == MODE_CONTAINER
     assert [e.name for e in policy.container_resources.entries] == ["rebellions.ai/ATOM", "rebellions.ai/REBEL"]
+    live = [stack.api.get("Node", n) for n in stack.node_names]
+    # what the device plugin advertises is what rblnctl's resources model calls this mode's
+    assert R.advertised(live, policy.container_resources) == {"rebellions.ai/ATOM": stack.node_names}
+    assert R.advertised(live, policy.vm_resources) == {}
+    assert R.classify_generic("rebellions.ai/ATOM") == MODE_CONTAINER
+    assert all(policy.vm_resources.covers(spec.hardware.product) for spec in stack.nodes)
     for spec in stack.nodes:
         node = stack.api.get("Node", spec.name)
         summary = nodes.npu_node(node, policy)
