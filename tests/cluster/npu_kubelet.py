@@ -189,19 +189,23 @@ class NpuKubelet(SimKubelet):
         for k in waiting:  # the driver wrote .driver-ctr-ready: driver-ready ends, the pod starts
             self._later(0.0, k, self._init_done)
 
+    def still_selected(self, pod: Mapping) -> bool:
+        """Whether the pod's node still carries the labels its nodeSelector asks for. A DaemonSet pod whose node
+        they no longer select is about to be deleted by the DaemonSet controller, which on hardware wins the
+        race against a container start (image, sandbox, container: seconds); here both are API-speed, so the
+        harness settles such races the way hardware does."""
+        node = self.api.get("Node", (pod.get("spec") or {}).get("nodeName") or "")
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        return all(labels.get(k) == v for k, v in ((pod.get("spec") or {}).get("nodeSelector") or {}).items())
+
     def driver_serving(self, node: str) -> bool:
         """Whether /run/rbln/validations/.driver-ctr-ready is there when an init container looks: a driver pod on
-        the node is Ready, not terminating, and still selected by the node's labels. One the node's labels no
-        longer select is about to be deleted by the DaemonSet controller, which on hardware wins the race
-        against a new pod's first container start (image, sandbox, container: seconds); here both are
-        API-speed, so the harness settles the race the way hardware does."""
-        obj = self.api.get("Node", node)
-        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        the node is Ready, not terminating, and still selected by the node's labels (still_selected)."""
         for p in self.api.list("Pod", fields=f"spec.nodeName={node}"):
-            md, spec = p.get("metadata") or {}, p.get("spec") or {}
+            md = p.get("metadata") or {}
             if (md.get("labels") or {}).get(DRIVER_LABEL[0]) != DRIVER_LABEL[1] or md.get("deletionTimestamp"):
                 continue
-            if _ready(p) and all(labels.get(k) == v for k, v in (spec.get("nodeSelector") or {}).items()):
+            if _ready(p) and self.still_selected(p):
                 return True
         return False
 
@@ -229,6 +233,10 @@ class NpuKubelet(SimKubelet):
         self.acted += 1
 
     def _init_done(self, key: tuple[str, str]) -> None:
+        """driver-ready found the file: the pod starts, unless it is on its way out (still_selected)."""
+        pod = self.api.get("Pod", key[1], key[0])
+        if pod is None or pod["metadata"].get("deletionTimestamp") or not self.still_selected(pod):
+            return
         with self._state:
             self.blocked.discard(key)
             self._blocked_node.pop(key, None)

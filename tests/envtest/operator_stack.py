@@ -333,6 +333,24 @@ class OperatorStack:
     def pods_on(self, node: str) -> list[dict]:
         return self.api.list("Pod", NAMESPACE, fields=f"spec.nodeName={node}")
 
+    def pods_for(self, node: str) -> list[dict]:
+        """The operator namespace's pods bound to `node`, and DaemonSet pods made for it that the scheduler has not
+        bound yet (their node affinity names it): a DaemonSet controller acting on a stale view of the node's
+        labels can still create one just after a mode switch, which it deletes again once it sees them."""
+        out = []
+        for p in self.api.list("Pod", NAMESPACE):
+            spec = p.get("spec") or {}
+            if spec.get("nodeName"):
+                if spec["nodeName"] == node:
+                    out.append(p)
+                continue
+            terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                      .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+            if any(node in (f.get("values") or []) for t in terms for f in t.get("matchFields") or []
+                   if f.get("key") == "metadata.name"):
+                out.append(p)
+        return out
+
     def deploy_labels(self, node: str) -> dict[str, str]:
         labels = (self.api.get("Node", node) or {}).get("metadata", {}).get("labels") or {}
         return {k[len(DEPLOY_PREFIX):]: v for k, v in labels.items() if k.startswith(DEPLOY_PREFIX)}
@@ -352,7 +370,7 @@ class OperatorStack:
         if deploy != dict.fromkeys(want, "true"):
             out.append(f"deploy labels {sorted(deploy)} are not {list(want)}")
         apps = set()
-        for p in self.pods_on(node):
+        for p in self.pods_for(node):
             md = p["metadata"]
             owner = next((r for r in md.get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
             if owner is None:
@@ -363,6 +381,8 @@ class OperatorStack:
             elif mode == MODE_VM and owner["name"].endswith("sandbox-device-plugin"):
                 if not is_init_blocked(p):
                     out.append(f"pod {md['name']} not held in Init by driver-ready")
+            elif not (p.get("spec") or {}).get("nodeName"):
+                out.append(f"pod {md['name']} ({owner['name']}) not bound yet")
             elif not any(c.get("type") == "Ready" and c.get("status") == "True"
                          for c in (p.get("status") or {}).get("conditions") or []):
                 out.append(f"pod {md['name']} not Ready")
@@ -377,13 +397,20 @@ class OperatorStack:
             out.append(f"allocatable still has {sorted(res)}")
         return out
 
-    def wait_converged(self, node: str, mode: str, *, timeout_s: float = 60.0) -> None:
+    def wait_converged(self, node: str, mode: str, *, timeout_s: float = 60.0, settle_s: float = 0.5) -> None:
+        """Until not_converged() is [] and stays so for `settle_s` (a controller acting on a stale view settles)."""
         deadline = time.monotonic() + timeout_s
+        since = None
         while True:
             self.check_alive()
             left = self.not_converged(node, mode)
             if not left:
-                return
+                since = since or time.monotonic()
+                if time.monotonic() - since >= settle_s:
+                    return
+                time.sleep(0.1)
+                continue
+            since = None
             if time.monotonic() > deadline:
                 errors = f" (kubelet errors: {self.kubelet.errors[-5:]})" if self.kubelet.errors else ""
                 raise AssertionError(f"node {node} not converged on {mode} after {timeout_s:g}s: "
