@@ -31,6 +31,11 @@ can check rblnctl against each layout. What it does, per node carrying an NFD Re
   ``driver-ready`` running): chart v0.3.0's init container waits for the driver pod's
   ``/run/rbln/validations/.driver-ctr-ready``, and vm-passthrough nodes never get a driver pod. Its
   resources are then never advertised.
+* V0_3_0 only (``Release.measured``, as the real operator v0.3.0 does): every enabled component's DaemonSet is
+  created up front (desired 0 where no node selects it), with the release's init containers; the driver's
+  DaemonSet is per node pool; the policy's status is written: ``state: ready`` and a Ready condition whatever
+  happens, and per policy DaemonSet a ``status.components[]`` entry (``state: ready`` too) whose
+  ``DaemonSetReady`` condition follows the DaemonSet (desired > 0, all Ready, none unavailable).
 """
 
 from __future__ import annotations
@@ -173,7 +178,12 @@ class SimulatedOperator:
                     return
                 for node in self.server.list("Node"):
                     self._converge(node, policy)
+                if self.release.measured:  # the real v0.3.0 creates every enabled component's DaemonSet up front
+                    for comp in self._policy_components(policy):
+                        self._ensure_daemonset(comp, self._base(policy))
                 self._sync_daemonsets()
+                if self.release.measured:
+                    self._sync_policy_status(policy)
                 self._sync_device_classes(policy)
             except Exception as exc:  # noqa: BLE001 - surfaced through .errors
                 self.errors.append(repr(exc))
@@ -300,7 +310,57 @@ class SimulatedOperator:
                 self.server.delete("DeviceClass", name)
 
     def _pod_name(self, comp: str, node: str, base: str) -> str:
-        return f"{self.release.daemonset_name(comp, base)}-{node}"
+        return f"{self._ds_name(comp, node, base)}-{node}"
+
+    def _ds_name(self, comp: str, node: str | None, base: str) -> str:
+        """The component's DaemonSet; the driver's depends on the node's pool (v0.3.0: one per os/kernel)."""
+        node_obj = self.server.get("Node", node) if comp == "driver" and node else None
+        return self.release.daemonset_name(comp, base, node=node_obj)
+
+    def _policy_components(self, policy: dict) -> list[str]:
+        """The components the policy enables that the operator runs as policy DaemonSets (the driver is the
+        RBLNDriver's), in the order the real v0.3.0 lists them in status.components."""
+        order = ("vfio-manager", "npu-feature-discovery", "metrics-exporter", self.release.daemon, "device-plugin",
+                 "sandbox-device-plugin", "dra-kubelet-plugin", "container-toolkit", "operator-validator")
+        return [c for c in order if self.enabled(policy, c)]
+
+    def _sync_policy_status(self, policy: dict) -> None:
+        """Write status as the real v0.3.0 does: a status.components[] entry per policy DaemonSet whose
+        DaemonSetReady condition follows it (ready: desired > 0, all Ready, none unavailable) while the entry's
+        `state`, the top-level `state` and the Ready condition say ready regardless."""
+        old = policy.get("status") or {}
+        before = {c.get("name"): c for c in old.get("components") or []}
+        entries = []
+        base = self._base(policy)
+        for comp in self._policy_components(policy):
+            name = self.release.daemonset_name(comp, base)
+            ds = self.server.get("DaemonSet", name, self.namespace) or {}
+            st = ds.get("status") or {}
+            desired, ready = int(st.get("desiredNumberScheduled") or 0), int(st.get("numberReady") or 0)
+            unavailable = int(st.get("numberUnavailable") or 0)
+            ok = desired > 0 and ready == desired and unavailable == 0
+            ref = f"{self.namespace}/{name}"
+            cond = {"type": "DaemonSetReady", "status": "True" if ok else "False",
+                    "reason": "DaemonSetAllPodsReady" if ok else "DaemonSetAllPodsNotReady",
+                    "message": f"All pods in DaemonSet {ref} are running" if ok else
+                    f"DaemonSet {ref} is progressing: {ready} of {desired} pods are Ready ({unavailable} unavailable)",
+                    "observedGeneration": int((ds.get("metadata") or {}).get("generation") or 1)}
+            prev = next(iter((before.get(name) or {}).get("condition") or []), {})
+            same = {k: prev.get(k) for k in cond} == cond
+            cond["lastTransitionTime"] = prev.get("lastTransitionTime") if same else o.now_ts()
+            entries.append({"name": name, "namespace": self.namespace, "state": "ready", "condition": [cond]})
+        n = len(entries)
+        conditions = [{"type": "ComponentsReady", "status": "True", "reason": "AllComponentsReady",
+                       "message": "All managed components are Ready"},
+                      {"type": "Ready", "status": "True", "reason": "AllComponentsReady",
+                       "message": f"All components are Ready ({n}/{n})"}]
+        prev_conds = {c.get("type"): c for c in old.get("conditions") or []}
+        for c in conditions:
+            p = prev_conds.get(c["type"]) or {}
+            c["lastTransitionTime"] = p.get("lastTransitionTime") or o.now_ts()
+        status = {**old, "state": "ready", "conditions": conditions, "components": entries}
+        if status != old:
+            self.server.mutate("RBLNClusterPolicy", policy["metadata"]["name"], fn=lambda q: q.update(status=status))
 
     def _component(self, pod: dict) -> str | None:
         ref = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
@@ -323,13 +383,18 @@ class SimulatedOperator:
         return any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in (p.get("status") or {}).get("conditions") or [])
 
-    def _ensure_daemonset(self, comp: str, base: str) -> dict:
-        ds_name = self.release.daemonset_name(comp, base)
+    def _ensure_daemonset(self, comp: str, base: str, node: str | None = None) -> dict:
+        ds_name = self._ds_name(comp, node, base)
         ds = self.server.get("DaemonSet", ds_name, self.namespace)
         if ds is None:
-            labels = self.release.pod_labels(comp, base)
+            node_obj = self.server.get("Node", node) if comp == "driver" and node else None
+            labels = self.release.pod_labels(comp, base, node=node_obj)
             ds = o.daemonset(self.namespace, ds_name, labels=labels,
-                             node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"}, desired=0, ready=0)
+                             node_selector=self.release.node_selector(comp, node_obj), desired=0, ready=0)
+            inits = self.release.init_containers(comp)
+            if inits:
+                ds["spec"]["template"]["spec"]["initContainers"] = [
+                    {"name": n, "image": f"docker.io/rebellions/rbln-{comp}:latest"} for n in inits]
             ds["metadata"].setdefault("annotations", {})["fake.rblnctl.io/component"] = comp
             try:
                 self.server.add(ds)
@@ -339,17 +404,20 @@ class SimulatedOperator:
         return ds
 
     def _create_component_pod(self, comp: str, node: str, base: str) -> None:
-        ds = self._ensure_daemonset(comp, base)
+        ds = self._ensure_daemonset(comp, base, node)
         pod_name = self._pod_name(comp, node, base)
         delay = self.component_delays.get(comp, self.ready_delay_s)
         stuck = comp == "sandbox-device-plugin" and self.release.sandbox_waits_for_driver and \
             not self._driver_marker(node, base)
         ready_now = delay <= 0 and not stuck
-        p = o.pod(self.namespace, pod_name, node=node, labels=self.release.pod_labels(comp, base),
+        template = ds["spec"]["template"]
+        p = o.pod(self.namespace, pod_name, node=node, labels=dict(template["metadata"]["labels"]),
                   ready=ready_now, image=f"docker.io/rebellions/rbln-{comp}:latest",
-                  node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"})
+                  node_selector=dict(template["spec"].get("nodeSelector") or {}))
         p["metadata"]["ownerReferences"] = [o.owner_ref("DaemonSet", ds["metadata"]["name"], self.namespace,
                                                         uid=ds["metadata"].get("uid"))]
+        if template["spec"].get("initContainers"):
+            p["spec"]["initContainers"] = [dict(c) for c in template["spec"]["initContainers"]]
         if stuck:  # v0.3.0: `driver-ready` waits for a file only the driver pod writes; none runs here
             o.set_pod_initializing(p, ("driver-ready", "vfio-bind-checker"), running="driver-ready")
         try:
