@@ -107,13 +107,13 @@ class _Progress(StepProgress):
     """The changer's events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting."""
 
     def __init__(self, *, server_dry_run: bool = False) -> None:
-        from rblnctl.operator.method import MethodStep
+        from rblnctl.method import MethodStep
 
         super().__init__(server_dry_run=server_dry_run)
         self.wait_step = MethodStep.WAIT
 
     def events(self) -> Any:
-        from rblnctl.operator.method import MethodEvents
+        from rblnctl.method import MethodEvents
 
         return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry)
 
@@ -227,7 +227,7 @@ def set_method(
     from rblnctl.cli.console import warn
     from rblnctl.cli.errors import parse_duration, prog_name
     from rblnctl.cli.flow import Mutation, run
-    from rblnctl.operator.method import MethodChanger, MethodOptions, parse_method
+    from rblnctl.method import MethodChanger, MethodOptions, parse_method
 
     target = parse_method(method.value)  # bad input fails before connecting
     timeout_s = parse_duration(timeout, option="--timeout")

@@ -40,7 +40,7 @@ from rblnctl.kube.resources import (
     Resource,
     validate_name,
 )
-from rblnctl.kube.watch import SYNC, Mirror, WatchEvent, WatchSpec, object_key
+from rblnctl.kube.watch import SYNC, Mirror, WatchEvent, WatchSpec, object_key, watch, watch_many
 
 __all__ = [
     "CLUSTER_POLICIES", "CRDS", "DAEMONSETS", "DEFAULT_PAGE_SIZE", "DEPLOYMENTS", "DEVICE_CLASSES", "EVENTS",
@@ -48,5 +48,5 @@ __all__ = [
     "REPLICASETS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "RESOURCE_SLICES",
     "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Kube", "KubeOptions", "Mirror",
     "Resource", "WatchEvent", "WatchSpec", "connect", "describe_request", "is_transient", "object_key",
-    "outcome_unknown", "resolve_kubeconfig", "validate_name",
+    "outcome_unknown", "resolve_kubeconfig", "validate_name", "watch", "watch_many",
 ]

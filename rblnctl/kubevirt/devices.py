@@ -265,7 +265,7 @@ class DevicePermitter:
         InvalidInput for a bad or unknown name, and NotFound when the cluster is the only source
         and no NPU node advertises a VM resource.
         """
-        from rblnctl.node.inventory import list_npu_node_objects
+        from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
 
         view = read_operator(self.kube)

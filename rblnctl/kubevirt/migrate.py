@@ -600,7 +600,7 @@ class ResourceMigrator:
 
     def plan(self) -> MigrationPlan:
         """Read the cluster (a fixed number of paged lists) and plan every rename."""
-        from rblnctl.node.inventory import list_npu_node_objects
+        from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
         from rblnctl.operator.nodes import labels_of, mode_of
 

@@ -26,7 +26,7 @@ from typing import Any
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
 from rblnctl.errors import ClusterError, NotFound, RblnError, Refused, WaitTimeout
-from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key
+from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key, watch
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -223,7 +223,7 @@ class Evictor:
         def left(key: tuple[str, str]) -> None:
             self.events.on_gone(pending.pop(key))
 
-        for ev in self.kube.watch(PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
+        for ev in watch(self.kube, PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
                                   timeout_s=max(0.0, deadline - self.clock.monotonic()), poll_s=self.options.poll_s,
                                   on_retry=lambda e: self.events.on_warning(
                                       f"watching the pods on {node} failed ({e}); trying again")):
@@ -262,7 +262,7 @@ class Evictor:
             self.events.on_warning(f"VMI {v} has left node {node}")
             self.events.on_gone(v.pod)
 
-        for ev in self.kube.watch(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
+        for ev in watch(self.kube, VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
                                   stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
                                   poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
                                       f"watching the VMIs on {node} failed ({e}); trying again")):

@@ -48,7 +48,7 @@ class PolicyReport:
 
 def policy_report(kube: Kube) -> PolicyReport:
     """Read the policies, the operator's DaemonSets and the NPU nodes (three LISTs and the node lists)."""
-    from rblnctl.node.inventory import list_npu_node_objects
+    from rblnctl.operator.nodes import list_npu_node_objects
 
     view = read_operator(kube)
     policy = view.policy
@@ -75,7 +75,7 @@ def policy_report(kube: Kube) -> PolicyReport:
             components.append(ComponentReport(
                 component=comp, key=C.COMPONENT_POLICY_KEYS.get(comp), enabled=policy.is_enabled(comp),
                 daemonsets=found, state=next((states[d.name] for d in found if d.name in states), None)))
-        notes.extend(unserved_notes(policy, read_release(kube, view)))  # rblnctl.operator.release
+        notes.extend(unserved_notes(policy, read_release(kube, view.deployments)))  # rblnctl.operator.release
     nodes = list_npu_node_objects(kube)
     modes = Counter(mode_of(labels_of(n), policy).effective for n in nodes)
     return PolicyReport(crd_installed=view.crd_installed, active=policy,

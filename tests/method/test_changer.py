@@ -1,4 +1,4 @@
-"""rblnctl.operator.method: switch the VM allocation method (sandbox <-> DRA) against the simulated operator."""
+"""rblnctl.method: switch the VM allocation method (sandbox <-> DRA) against the simulated operator."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from rblnctl.errors import Conflict, InvalidInput, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
-from rblnctl.operator.method import MethodChanger, MethodEvents, MethodOptions, parse_method
+from rblnctl.method import MethodChanger, MethodEvents, MethodOptions, parse_method
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.operator import SimulatedOperator
@@ -236,7 +236,7 @@ def test_server_dry_run_sends_one_dry_patch_and_waits_for_nothing(apiserver, kub
 
 
 def test_plan_edit_writes_only_what_changes_and_checks_the_result():
-    from rblnctl.operator.method import plan_edit
+    from rblnctl.method import plan_edit
 
     sandbox = NEWER.policy(vfio_manager=True, sandbox=True)
     sandbox["metadata"]["resourceVersion"] = "7"

@@ -1,0 +1,304 @@
+"""MethodChanger: read the cluster, plan, patch the RBLNClusterPolicy, wait for the operator, convert the VMs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import (
+    ClusterError,
+    ClusterUnreachable,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    Refused,
+    WaitTimeout,
+)
+from rblnctl.kube import (
+    CLUSTER_POLICIES,
+    DAEMONSETS,
+    DEVICE_CLASSES,
+    KUBEVIRTS,
+    PODS,
+    RESOURCE_SLICES,
+    VMIS,
+    VMS,
+    Kube,
+    is_transient,
+    outcome_unknown,
+)
+from rblnctl.method.plan import (
+    MethodEvents,
+    MethodFacts,
+    MethodOptions,
+    MethodPlan,
+    MethodResult,
+    MethodStep,
+    _with_remedy,
+    old_method_vms,
+    parse_method,
+    plan_edit,
+    plan_method,
+)
+from rblnctl.operator import convergence
+from rblnctl.operator.cluster import OperatorView, read_operator
+from rblnctl.operator.release import operator_deployments
+from rblnctl.operator.components import component_of_pod
+from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
+from rblnctl.operator.policy import parse_policy
+from rblnctl.plan import Blocker
+from rblnctl.vm import devices as D
+
+log = logging.getLogger(__name__)
+
+
+# -- the changer ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodState:
+    """One look at the cluster while waiting: what each vm-passthrough node still misses."""
+
+    method: str | None  # the active policy's method now
+    nodes: dict[str, list[str]]  # vm-passthrough node -> what is still missing ([] when rolled)
+    cluster: list[str]  # cluster-wide things missing (the DeviceClass)
+
+    @property
+    def missing(self) -> list[str]:
+        """Everything still missing, one line each, nodes first by name."""
+        return [f"{n}: {m}" for n, ms in sorted(self.nodes.items()) for m in ms] + self.cluster
+
+
+@dataclass(kw_only=True)
+class MethodChanger:
+    """Switch the allocation method of the cluster's VMs; options.timeout_s bounds the wait."""
+
+    kube: Kube
+    options: MethodOptions = field(default_factory=MethodOptions)
+    events: MethodEvents = field(default_factory=MethodEvents)
+    clock: Clock = SYSTEM_CLOCK
+
+    def _view(self) -> OperatorView:
+        view = read_operator(self.kube, namespace=self.options.operator_namespace)
+        if view.policy is None:
+            why = "no RBLNClusterPolicy exists" if view.crd_installed else "the RBLNClusterPolicy CRD is not installed"
+            raise Refused(f"{why}: there is no allocation method to change; install the RBLN NPU Operator with its "
+                          "RBLNClusterPolicy first")
+        return view
+
+    def facts(self, target: str) -> MethodFacts:
+        """Read what plan() needs: a fixed set of requests whatever the cluster size."""
+        view = self._view()
+        assert view.policy is not None
+        policy_obj = self.kube.get(CLUSTER_POLICIES, view.policy.name)
+        try:
+            kubevirts = self.kube.list(KUBEVIRTS)
+        except NotFound:
+            kubevirts = []
+        vmis: list[dict] | None
+        vmis_error = None
+        try:
+            vmis = self.kube.list(VMIS)
+        except NotFound:
+            vmis = []
+        except Forbidden as e:
+            vmis, vmis_error = None, str(e)
+        vms_error = None
+        try:
+            vms = self.kube.list(VMS)
+        except NotFound:
+            vms = []
+        except Forbidden as e:
+            vms, vms_error = [], str(e)
+        old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
+        served = daemonsets = None
+        if target == C.METHOD_DRA:
+            try:
+                self.kube.list(DEVICE_CLASSES)
+                served = True
+            except NotFound:
+                served = False
+            try:
+                daemonsets = self.kube.list(DAEMONSETS)
+            except Forbidden as e:
+                log.debug("cannot list DaemonSets: %s", e)
+        return MethodFacts(policy_obj=policy_obj, view=view,
+                           server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
+                           kubevirts=kubevirts, operators=operator_deployments(self.kube),
+                           nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
+                           old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
+                           daemonsets=daemonsets)
+
+    def _claim_test(self, view: OperatorView) -> Callable[[str], D.ClaimTest]:
+        """Which resourceClaims entries ask for NPUs, per namespace: rblnctl's own, and (with convert_vms, which
+        rewrites them) hand-made ones whose template or claim requests the passthrough class."""
+        if not self.options.convert_vms:
+            return lambda _ns: D.is_managed_claim
+        from rblnctl.vm.cluster import ClaimIndex
+
+        assert view.policy is not None
+        index = ClaimIndex(kube=self.kube, classes=frozenset({view.policy.dra_device_class_vm, C.DRA_DEVICECLASS_VM}))
+        return index.test
+
+    def plan(self, target: str) -> MethodPlan:
+        """Read the cluster and plan the change to `target` (reads only)."""
+        target = parse_method(target)
+        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
+
+    def apply(self, plan: MethodPlan) -> MethodResult:
+        """Patch the policy (a no-op plan patches nothing), then wait for the operator (unless a server dry run).
+
+        Raises Refused on blockers or when the policy is switched back while waiting, Conflict when the
+        policy kept changing under us, WaitTimeout (with what is still missing) when the operator did
+        not roll the plugins within options.timeout_s.
+        """
+        if plan.blockers:
+            raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
+        started = self.clock.monotonic()
+        changed, attempts = False, 0
+        if plan.edit.patch:
+            self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
+                f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
+            changed, attempts, plan = self._patch(plan)
+        converged: list[str] = []
+        waited = self.options.wait and not self.options.server_dry_run
+        if waited:
+            self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
+                                f"{len(plan.vm_nodes)} vm-passthrough node(s)")
+            converged = self._wait(plan, started + self.options.timeout_s)
+        converted: list[str] = []
+        if plan.conversions and waited:
+            converted = self._convert(plan)
+        return MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
+                            elapsed_s=round(self.clock.monotonic() - started, 3), converted=converted,
+                            server_dry_run=self.options.server_dry_run)
+
+    def _convert(self, plan: MethodPlan) -> list[str]:
+        """Re-express each VM's NPUs with the new method through the vm attach library (its count kept).
+
+        Every VM is tried; a VM that cannot be converted (it started meanwhile, several resources could be
+        meant, it kept changing) does not stop the others, and Refused names each one at the end.
+        """
+        from rblnctl.errors import RblnError
+        from rblnctl.vm.attach import AttachOptions, AttachPlanner
+
+        old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+        planner = AttachPlanner(kube=self.kube, clock=self.clock,
+                                options=AttachOptions(method=plan.target, convert=True,
+                                                      max_attempts=self.options.max_attempts))
+        converted: list[str] = []
+        failed: list[Blocker] = []
+        for c in plan.conversions:
+            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
+            try:
+                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
+                if vm_plan.blockers:
+                    failed.append(Blocker(f"VM {c.vm}: " + "; ".join(_with_remedy(b) for b in vm_plan.blockers)))
+                    continue
+                planner.apply(vm_plan)
+            except NotFound:
+                continue  # deleted meanwhile: nothing to convert
+            except (InvalidInput, Refused, Conflict) as e:  # InvalidInput: Ambiguous, several resources fit
+                failed.append(Blocker(f"VM {c.vm}: {' '.join(str(e).split())}; convert it with `rblnctl vm attach "
+                                      f"{c.vm.name} -n {c.vm.namespace} --method {plan.target} --convert`"))
+                continue
+            converted.append(str(c.vm))
+        if failed:
+            err: RblnError = Refused(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled "
+                                     f"it, but {len(failed)} of {len(plan.conversions)} VM(s) were not converted",
+                                     blockers=failed)
+            raise err.with_details([f"converted: {', '.join(converted)}"] if converted else [])
+        return converted
+
+    def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
+        attempts = 0
+        landed = False
+        while True:
+            if plan.edit.blockers:
+                raise Refused(f"refusing to switch the allocation method to {plan.target}",
+                              blockers=plan.edit.blockers)
+            if plan.noop:
+                return landed, attempts, plan
+            attempts += 1
+            try:
+                self.kube.patch(CLUSTER_POLICIES, plan.policy, plan.edit.patch, patch_type="merge",
+                                dry_run=self.options.server_dry_run)
+                return True, attempts, plan
+            except ClusterError as e:
+                lost = outcome_unknown(e)
+                if not lost and not (isinstance(e, Conflict) or e.status == 409):
+                    raise
+                if attempts >= self.options.max_attempts:
+                    raise Conflict(f"RBLNClusterPolicy {plan.policy} kept changing while we wrote it: gave up after "
+                                   f"{attempts} attempts; rerun once the other writer is done",
+                                   status=409, reason="Conflict") from e
+                self.events.on_retry(attempts, str(e))
+                if not lost:
+                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
+                fresh = self.kube.get(CLUSTER_POLICIES, plan.policy)
+                landed = landed or lost
+                edit = plan_edit(fresh, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes)
+                plan = MethodPlan(target=plan.target, current=parse_policy(fresh).vm_method, edit=edit,
+                                  vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes, holders=plan.holders,
+                                  prerequisites=plan.prerequisites, device_class=plan.device_class,
+                                  warnings=plan.warnings, blockers=[])
+
+    def state(self, target: str) -> MethodState:
+        """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's
+        ResourceSlices, and (DRA) a GET of the DeviceClass."""
+        view = self._view()
+        policy = view.policy
+        assert policy is not None
+        pods: dict[str, list[tuple[str, dict]]] = {}
+        for p in self.kube.list(PODS, namespace=view.namespace):
+            comp = component_of_pod(p, base_names=view.base_names)
+            if comp is not None:
+                pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
+        slices: dict[str, list[dict]] = {}
+        try:
+            for s in self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"):
+                slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
+        except NotFound:  # the DRA API is not served: no slices
+            pass
+        nodes: dict[str, list[str]] = {}
+        for n in list_npu_node_objects(self.kube):
+            if mode_of(labels_of(n), policy).effective != C.MODE_VM:
+                continue
+            name = n["metadata"]["name"]
+            nodes[name] = [str(p) for p in convergence.method_pending(n, target, policy, pods.get(name, []),
+                                                                       slices.get(name, []))]
+        cluster = []
+        if target == C.METHOD_DRA and self.kube.get_optional(DEVICE_CLASSES, policy.dra_device_class_vm) is None:
+            cluster.append(f"DeviceClass {policy.dra_device_class_vm} does not exist yet")
+        return MethodState(method=policy.vm_method, nodes=nodes, cluster=cluster)
+
+    def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
+        last: list[str] = []
+        missing = ["nothing read yet"]
+        while True:
+            try:
+                st = self.state(plan.target)
+                if st.method != plan.target and not self.options.server_dry_run:
+                    raise Refused(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl waited: "
+                                  f"it now selects {st.method or 'no VM allocator'}, not {plan.target}")
+                missing = st.missing
+                if not missing:
+                    return sorted(st.nodes)
+                shown = missing
+            except (ClusterError, ClusterUnreachable) as err:
+                if not is_transient(err) or isinstance(err, NotFound):
+                    raise
+                shown = [f"the API server did not answer ({err}); trying again"]
+            if shown != last:
+                self.events.on_waiting(shown)
+                last = shown
+            if self.clock.monotonic() >= deadline:
+                err = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} method "
+                                  f"within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} stays "
+                                  f"set to {plan.target}")
+                raise err.with_details([f"still missing: {m}" for m in missing])
+            self.clock.sleep(max(0.0, min(self.options.poll_s, deadline - self.clock.monotonic())))
