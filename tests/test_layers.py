@@ -119,3 +119,30 @@ def test_the_method_change_sits_above_the_model():
     assert {"rblnctl.operator", "rblnctl.kubevirt", "rblnctl.vm"} <= {
         t.rsplit(".", 1)[0] if t.count(".") > 1 else t for m, ts in GRAPH.items() if _under(m, "rblnctl.method")
         for t in ts}
+
+
+WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _write_calls(path: Path) -> list[str]:
+    """Calls that send a write without rblnctl.kube.writes: x.patch/create/delete(...) on anything but the
+    `writes` module, and x.request("POST" | "PUT" | "PATCH" | "DELETE", ...)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name, owner = node.func.attr, node.func.value
+        if name in ("patch", "create", "delete") and not (isinstance(owner, ast.Name) and owner.id == "writes"):
+            out.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} .{name}(")
+        elif name == "request" and node.args and isinstance(node.args[0], ast.Constant) and \
+                str(node.args[0].value).upper() in WRITE_METHODS:
+            out.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} .request({node.args[0].value!r}")
+    return out
+
+
+def test_every_write_goes_through_the_one_helper():
+    """docs/architecture.md "Writes whose outcome is unknown": rblnctl.kube.writes sends every write and settles
+    every unknown outcome by reading back; only it (and the client it drives) may call the write methods."""
+    allowed = {ROOT / "kube" / "client.py", ROOT / "kube" / "writes.py"}
+    found = [c for p in sorted(MODULES.values()) if p not in allowed for c in _write_calls(p)]
+    assert found == []

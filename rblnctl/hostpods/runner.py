@@ -17,12 +17,13 @@ import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import ClusterError, InvalidInput, NotFound
 from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
-from rblnctl.kube import PODS, Kube, validate_name
+from rblnctl.kube import PODS, Kube, validate_name, writes
 
 log = logging.getLogger(__name__)
 
@@ -194,15 +195,29 @@ class HostPodRunner:
     def _create(self, node: str, name: str) -> None:
         manifest = pod_manifest(command=self.command, node=node, name=name, namespace=self.namespace,
                                 image=self.image, run_id=self.run_id, timeout_s=self.timeout_s)
+        def next_write(pod: Any) -> writes.Write | None:
+            if pod is writes.UNREAD or pod is None:
+                return writes.create(PODS, manifest, namespace=self.namespace)
+            return None  # a create whose reply was lost: the pod is there
+
         try:
-            self.kube.create(PODS, manifest, namespace=self.namespace)
+            writes.settle(self.kube, next_write, what=f"pod {self.namespace}/{name}", backoff_s=self.poll_interval_s,
+                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace))
         except NotFound as e:
             raise NotFound(f"cannot create host pods in namespace {self.namespace}: {e} (pass -n NAMESPACE)") from e
 
     def _delete(self, name: str, left: list[str]) -> bool:
         """Delete one pod; True when the API server took the request, False when it was already gone."""
+        def next_write(pod: Any) -> writes.Write | None:
+            if pod is writes.UNREAD:
+                return writes.delete(PODS, name, namespace=self.namespace)
+            if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                return None  # a delete whose reply was lost: gone, or going
+            return writes.delete(PODS, name, namespace=self.namespace)
+
         try:
-            self.kube.delete(PODS, name, namespace=self.namespace)
+            writes.settle(self.kube, next_write, what=f"pod {self.namespace}/{name}", backoff_s=self.poll_interval_s,
+                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace))
             return True
         except NotFound:
             return False

@@ -40,6 +40,7 @@ from rblnctl.kube.resources import (
     Resource,
     validate_name,
 )
+from rblnctl.kube import writes
 from rblnctl.kube.watch import SYNC, Mirror, WatchEvent, WatchSpec, object_key, watch, watch_many
 
 __all__ = [
@@ -48,5 +49,5 @@ __all__ = [
     "REPLICASETS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "RESOURCE_SLICES",
     "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Kube", "KubeOptions", "Mirror",
     "Resource", "WatchEvent", "WatchSpec", "connect", "describe_request", "is_transient", "object_key",
-    "outcome_unknown", "resolve_kubeconfig", "validate_name", "watch", "watch_many",
+    "outcome_unknown", "resolve_kubeconfig", "validate_name", "watch", "watch_many", "writes",
 ]

@@ -36,8 +36,8 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, ConfigError, Conflict, InvalidInput, NotFound, Refused
-from rblnctl.kube import DEFAULT_PAGE_SIZE, VMIS, VMS, Kube, outcome_unknown
+from rblnctl.errors import ClusterError, ConfigError, Conflict, InvalidInput, NotFound, RblnError, Refused
+from rblnctl.kube import DEFAULT_PAGE_SIZE, VMIS, VMS, Kube, writes
 from rblnctl.kubevirt.cr import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_S,
@@ -657,38 +657,41 @@ class ResourceMigrator:
                                restart_needed=restart, retries=retries, server_dry_run=self.options.server_dry_run)
 
     def _write_vm(self, vm: VmChange, mapping: Mapping[str, str]) -> tuple[str, int, VmChange]:
-        """Patch one VM until its names are the new ones: ("changed" | "unchanged" | "gone", patches sent, plan)."""
-        attempts = 0
-        landed = False
-        current = vm
-        while True:
-            if current.blockers:
-                raise Refused(f"refusing to rename NPU resources in VirtualMachine {current.ref}",
-                              blockers=current.blockers)
-            if current.noop:
-                return ("changed" if landed else "unchanged"), attempts, current
-            attempts += 1
-            try:
-                self.kube.patch(VMS, current.name, current.patch, patch_type="json", namespace=current.namespace,
-                                dry_run=self.options.server_dry_run)
-                return "changed", attempts, current
-            except NotFound:
-                return "gone", attempts, current
-            except ClusterError as e:
-                lost = outcome_unknown(e)
-                if not lost and not is_conflict(e):
-                    raise
-                log.debug("VirtualMachine %s: %s (attempt %d)", current.ref, e, attempts)
-                if attempts >= self.options.max_attempts:
-                    raise Conflict(f"VirtualMachine {current.ref} kept changing while we renamed its NPU resources: "
-                                   f"gave up after {attempts} attempts; rerun once the other writer is done",
-                                   status=409, reason="Conflict") from e
-                self.on_retry(f"VirtualMachine {current.ref}", attempts, str(e))
-                if not lost:
-                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
-                fresh = self.kube.get_optional(VMS, current.name, namespace=current.namespace)
-                if fresh is None:
-                    return "gone", attempts, current
-                # A lost reply whose patch landed re-plans to nothing to do: it is settled as changed.
-                landed = landed or lost
-                current = plan_vm(fresh, mapping, running=current.running)
+        """Patch one VM until its names are the new ones: ("changed" | "unchanged" | "gone", patches sent, plan).
+
+        A concurrent edit (its `test` ops fail) re-reads the VM and re-plans it; a patch whose outcome is
+        unknown is settled by reading the VM back (rblnctl.kube.writes): a re-plan with nothing left to do
+        means it landed.
+        """
+        current = [vm]
+        gone: list[bool] = []
+
+        def next_write(obj: Any) -> writes.Write | None:
+            if obj is not writes.UNREAD:
+                if obj is None:
+                    gone.append(True)
+                    return None
+                current[0] = plan_vm(obj, mapping, running=current[0].running)
+            c = current[0]
+            if c.blockers:
+                raise Refused(f"refusing to rename NPU resources in VirtualMachine {c.ref}", blockers=c.blockers)
+            if c.noop:
+                return None
+            return writes.patch(VMS, c.name, c.patch, patch_type="json", namespace=c.namespace)
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            return Conflict(f"VirtualMachine {current[0].ref} kept changing while we renamed its NPU resources: "
+                            f"gave up after {sent} attempts; rerun once the other writer is done",
+                            status=409, reason="Conflict")
+
+        try:
+            done = writes.settle(self.kube, next_write, what=f"VirtualMachine {vm.ref}", retry=is_conflict,
+                                 read=lambda: self.kube.get_optional(VMS, vm.name, namespace=vm.namespace),
+                                 attempts=self.options.max_attempts, backoff_s=self.options.retry_backoff_s,
+                                 clock=self.clock, dry_run=self.options.server_dry_run, exhausted=gave_up,
+                                 on_retry=lambda attempt, why: self.on_retry(f"VirtualMachine {vm.ref}", attempt, why))
+        except NotFound:
+            return "gone", 1, current[0]
+        if gone:
+            return "gone", done.sent, current[0]
+        return ("changed" if done.changed else "unchanged"), done.sent, current[0]

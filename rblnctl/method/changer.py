@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
@@ -15,6 +17,7 @@ from rblnctl.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
+    RblnError,
     Refused,
     WaitTimeout,
 )
@@ -29,7 +32,7 @@ from rblnctl.kube import (
     VMS,
     Kube,
     is_transient,
-    outcome_unknown,
+    writes,
 )
 from rblnctl.method.plan import (
     MethodEvents,
@@ -183,7 +186,6 @@ class MethodChanger:
         Every VM is tried; a VM that cannot be converted (it started meanwhile, several resources could be
         meant, it kept changing) does not stop the others, and Refused names each one at the end.
         """
-        from rblnctl.errors import RblnError
         from rblnctl.vm.attach import AttachOptions, AttachPlanner
 
         old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
@@ -215,37 +217,38 @@ class MethodChanger:
         return converted
 
     def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
-        attempts = 0
-        landed = False
-        while True:
-            if plan.edit.blockers:
-                raise Refused(f"refusing to switch the allocation method to {plan.target}",
-                              blockers=plan.edit.blockers)
-            if plan.noop:
-                return landed, attempts, plan
-            attempts += 1
-            try:
-                self.kube.patch(CLUSTER_POLICIES, plan.policy, plan.edit.patch, patch_type="merge",
-                                dry_run=self.options.server_dry_run)
-                return True, attempts, plan
-            except ClusterError as e:
-                lost = outcome_unknown(e)
-                if not lost and not (isinstance(e, Conflict) or e.status == 409):
-                    raise
-                if attempts >= self.options.max_attempts:
-                    raise Conflict(f"RBLNClusterPolicy {plan.policy} kept changing while we wrote it: gave up after "
-                                   f"{attempts} attempts; rerun once the other writer is done",
-                                   status=409, reason="Conflict") from e
-                self.events.on_retry(attempts, str(e))
-                if not lost:
-                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
-                fresh = self.kube.get(CLUSTER_POLICIES, plan.policy)
-                landed = landed or lost
-                edit = plan_edit(fresh, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes)
-                plan = MethodPlan(target=plan.target, current=parse_policy(fresh).vm_method, edit=edit,
-                                  vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes, holders=plan.holders,
-                                  prerequisites=plan.prerequisites, device_class=plan.device_class,
-                                  warnings=plan.warnings, blockers=[])
+        """Patch the policy (a merge patch guarded by its resourceVersion) until it selects plan.target.
+
+        A 409 (the operator writes the policy's status too) re-reads the policy and re-plans its edit with a
+        backoff; a patch whose outcome is unknown is settled by reading the policy back (rblnctl.kube.writes).
+        Only the edit is re-planned: the plan is carried on with dataclasses.replace, so what it says beyond
+        the policy (the VMs to convert, the prerequisites, the nodes) survives every retry.
+        """
+        current = [plan]
+
+        def next_write(policy_obj: Any) -> writes.Write | None:
+            if policy_obj is not writes.UNREAD:
+                if policy_obj is None:
+                    raise NotFound(f"RBLNClusterPolicy {plan.policy} was deleted while rblnctl wrote it")
+                edit = plan_edit(policy_obj, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes)
+                current[0] = dataclasses.replace(current[0], current=parse_policy(policy_obj).vm_method, edit=edit)
+            p = current[0]
+            if p.edit.blockers:
+                raise Refused(f"refusing to switch the allocation method to {p.target}", blockers=p.edit.blockers)
+            if not p.edit.patch:
+                return None
+            return writes.patch(CLUSTER_POLICIES, p.policy, p.edit.patch, patch_type="merge")
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            return Conflict(f"RBLNClusterPolicy {plan.policy} kept changing while we wrote it: gave up after {sent} "
+                            "attempts; rerun once the other writer is done", status=409, reason="Conflict")
+
+        done = writes.settle(self.kube, next_write, what=f"RBLNClusterPolicy {plan.policy}", retry=writes.is_409,
+                             read=lambda: self.kube.get(CLUSTER_POLICIES, plan.policy),
+                             attempts=self.options.max_attempts, backoff_s=self.options.retry_backoff_s,
+                             clock=self.clock, on_retry=self.events.on_retry, dry_run=self.options.server_dry_run,
+                             exhausted=gave_up)
+        return done.changed, done.sent, current[0]
 
     def state(self, target: str) -> MethodState:
         """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's

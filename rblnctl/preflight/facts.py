@@ -23,6 +23,7 @@ from rblnctl.kube import (
     RESOURCE_SLICES,
     SELF_SUBJECT_RULES_REVIEWS,
     Kube,
+    writes,
 )
 from rblnctl.operator.nodes import list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy, choose_active
@@ -145,7 +146,7 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
     )
     if not features.ok and not facts.nodes_have_nfd_labels():
         facts.nfd_pods = fetch("list", PODS, lambda: kube.list(PODS, label_selector=C.NFD_POD_SELECTOR))
-    facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: kube.create(SELF_SUBJECT_RULES_REVIEWS, {
+    facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: writes.review(kube, SELF_SUBJECT_RULES_REVIEWS, {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": facts.operator_namespace}}))
     if chosen == C.METHOD_DRA:

@@ -28,8 +28,17 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, Conflict, InvalidInput, NotFound, OutcomeUnknown, Refused, WaitTimeout
-from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, outcome_unknown, validate_name
+from rblnctl.errors import (
+    ClusterError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    OutcomeUnknown,
+    RblnError,
+    Refused,
+    WaitTimeout,
+)
+from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -553,74 +562,83 @@ class AttachPlanner:
         return dataclasses.replace(result, ready=True)
 
     def _create_template(self, plan: VmNpuPlan) -> str:
+        """Create rblnctl's ResourceClaimTemplate; a create whose outcome is unknown is settled by reading it back."""
         tpl = plan.template_create or {}
         name = tpl["metadata"]["name"]
         ns = plan.vm.namespace
+        cls = next((c for _, c, _ in D.claim_requests(tpl)), C.DRA_DEVICECLASS_VM)
         self.events.on_step(f"creating ResourceClaimTemplate {ns}/{name}")
+
+        def different(existing: dict | None) -> Conflict:
+            return Conflict(f"ResourceClaimTemplate {ns}/{name} could not be created as rblnctl writes it "
+                            f"({'it is not there' if existing is None else 'another one with that name appeared'}); "
+                            "nothing else was changed", status=409, reason="Conflict")
+
+        def next_write(existing: Any) -> writes.Write | None:
+            if existing is writes.UNREAD or existing is None:
+                return writes.create(RESOURCE_CLAIM_TEMPLATES, tpl, namespace=ns)
+            if D.template_fits(existing, _count(name), cls):
+                return None
+            raise different(existing)
+
         try:
-            self.kube.create(RESOURCE_CLAIM_TEMPLATES, tpl, namespace=ns, dry_run=self.options.server_dry_run)
+            writes.settle(self.kube, next_write, what=f"ResourceClaimTemplate {ns}/{name}",
+                          read=lambda: self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns),
+                          dry_run=self.options.server_dry_run)
             return name
-        except Conflict:  # AlreadyExists: made in between (another rblnctl?); fine if it is the same
-            pass
-        except ClusterError as e:
-            if not outcome_unknown(e):
+        except Conflict as e:  # AlreadyExists: made in between (another rblnctl?); fine if it is the same
+            if e.reason != "AlreadyExists" and "already exists" not in str(e):
                 raise
         existing = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
-        cls = next((c for _, c, _ in D.claim_requests(tpl)), C.DRA_DEVICECLASS_VM)
         if existing is None or not D.template_fits(existing, _count(name), cls):
-            raise Conflict(f"ResourceClaimTemplate {ns}/{name} could not be created as rblnctl writes it "
-                           f"({'it is not there' if existing is None else 'another one with that name appeared'}); "
-                           "nothing else was changed", status=409, reason="Conflict")
+            raise different(existing)
         return name
 
     def _write(self, plan: VmNpuPlan) -> tuple[VmNpuPlan, int]:
+        """Patch the VM (a merge patch guarded by its resourceVersion) until it holds the plan's lists.
+
+        A 409 re-reads the VM and re-plans the same target (bounded, with a backoff); a patch whose outcome
+        is unknown is settled by reading the VM back (rblnctl.kube.writes): the lists are there, done;
+        else the re-plan is sent.
+        """
         ns, name = plan.vm.namespace, plan.vm.name
-        if self.options.server_dry_run:
+        current = [plan]
+
+        def next_write(state: Any) -> writes.Write | None:
+            if state is not writes.UNREAD:
+                if state is None:
+                    raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
+                vm, vmi = state
+                if _lists(vm) == (current[0].host_devices_after, current[0].resource_claims_after):
+                    return None  # it holds the change (our patch landed, its reply lost)
+                replan = self._plan(vm, vmi, current[0].target, templates=(None, current[0].templates_delete,
+                                                                           current[0].templates_kept))
+                if plan.restart and replan.running:
+                    raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
+                                  "written", blockers=[VmBlocker("start it only after the change is made")])
+                replan = dataclasses.replace(replan, restart=plan.restart, blockers=[
+                    b for b in replan.blockers if not (plan.restart and b.override == "restart")])
+                if replan.blockers:
+                    raise Refused(f"VM {plan.vm} changed under us and the change no longer applies",
+                                  blockers=replan.blockers)
+                current[0] = replan
+                if replan.noop:
+                    return None
             self.events.on_step(f"patching VM {plan.vm}")
-            self.kube.patch(VMS, name, plan.patch, patch_type="merge", namespace=ns, dry_run=True)
-            return plan, 1
-        current = plan
-        attempts = 0
-        while True:
-            attempts += 1
-            lost: ClusterError | None = None
-            self.events.on_step(f"patching VM {plan.vm}")
-            try:
-                self.kube.patch(VMS, name, current.patch, patch_type="merge", namespace=ns)
-                return current, attempts
-            except Conflict as e:
-                why = f"VM {plan.vm} changed under us (attempt {attempts}): {' '.join(str(e).split())}"
-            except ClusterError as e:
-                if not outcome_unknown(e):
-                    raise
-                lost = e
-                why = f"the reply to the patch of VM {plan.vm} was lost (attempt {attempts}); reading it back"
-            try:
-                vm, vmi = self._read(name, ns)
-            except (ClusterError, NotFound) as e:
-                if lost is not None:
-                    raise OutcomeUnknown(f"{lost}; reading VM {plan.vm} back failed too: {e}") from lost
-                raise
-            if lost is not None and _lists(vm) == (current.host_devices_after, current.resource_claims_after):
-                return current, attempts
-            if attempts >= self.options.max_attempts:
-                raise Conflict(f"VM {plan.vm} kept changing while rblnctl wrote it: gave up after {attempts} "
-                               "attempts; rerun once the other writer is done", status=409, reason="Conflict")
-            self.events.on_retry(attempts, why)
-            replan = self._plan(vm, vmi, current.target, templates=(None, current.templates_delete,
-                                                                     current.templates_kept))
-            if plan.restart and replan.running:
-                raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was written",
-                              blockers=[VmBlocker("start it only after the change is made")])
-            replan = dataclasses.replace(replan, restart=plan.restart, blockers=[
-                b for b in replan.blockers if not (plan.restart and b.override == "restart")])
-            if replan.blockers:
-                raise Refused(f"VM {plan.vm} changed under us and the change no longer applies",
-                              blockers=replan.blockers)
-            if replan.noop:
-                return replan, attempts
-            current = replan
-            self.clock.sleep(RETRY_BACKOFF_S * 2 ** (attempts - 1))
+            return writes.patch(VMS, name, current[0].patch, patch_type="merge", namespace=ns)
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            if writes.unknown(last) and not isinstance(last, Conflict):
+                return last if not isinstance(last, OutcomeUnknown) else OutcomeUnknown(
+                    f"{last}; VM {plan.vm} still does not hold the change after {sent} tries")
+            return Conflict(f"VM {plan.vm} kept changing while rblnctl wrote it: gave up after {sent} attempts; "
+                            "rerun once the other writer is done", status=409, reason="Conflict")
+
+        done = writes.settle(self.kube, next_write, read=lambda: self._read(name, ns), what=f"VM {plan.vm}",
+                             retry=writes.is_409, attempts=self.options.max_attempts, backoff_s=RETRY_BACKOFF_S,
+                             clock=self.clock, on_retry=self.events.on_retry, dry_run=self.options.server_dry_run,
+                             exhausted=gave_up)
+        return current[0], max(done.sent, 1)
 
     def _delete_templates(self, plan: VmNpuPlan) -> tuple[list[str], list[str]]:
         deleted: list[str] = []
@@ -636,12 +654,21 @@ class AttachPlanner:
             if obj is None or not D.is_managed(obj):
                 continue
             self.events.on_step(f"deleting ResourceClaimTemplate {ns}/{name} (no VM uses it any more)")
-            body = {"apiVersion": "v1", "kind": "DeleteOptions",
-                    "preconditions": {"uid": obj["metadata"].get("uid"),
-                                      "resourceVersion": obj["metadata"].get("resourceVersion")}}
+            uid = obj["metadata"].get("uid")
+
+            def next_delete(current: Any, name: str = name, obj: dict = obj, uid: Any = uid) -> writes.Write | None:
+                found = obj if current is writes.UNREAD else current
+                if found is None or found["metadata"].get("uid") != uid:
+                    return None  # gone (our delete landed), or replaced by another object
+                body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                        "preconditions": {"uid": uid, "resourceVersion": found["metadata"].get("resourceVersion")}}
+                return writes.delete(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns, body=body)
+
             try:
-                self.kube.delete(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns, body=body,
-                                 dry_run=self.options.server_dry_run)
+                writes.settle(self.kube, next_delete, what=f"ResourceClaimTemplate {ns}/{name}",
+                              read=lambda name=name: self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name,  # type: ignore[misc]
+                                                                            namespace=ns),
+                              dry_run=self.options.server_dry_run)
             except NotFound:
                 continue
             except Conflict:

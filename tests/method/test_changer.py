@@ -309,6 +309,31 @@ def test_convert_vms_rewrites_each_stopped_vm_both_ways(apiserver, kube):
     assert apiserver.writes() == []
 
 
+POLICY_PATH = r"/apis/rebellions\.ai/v1beta1/rblnclusterpolicies/rbln-cluster-policy$"
+
+
+@pytest.mark.parametrize("fault", [{"status": 409, "reason": "Conflict"}, {"lose_reply": True}],
+                         ids=["conflict", "lost-reply"])
+def test_convert_vms_still_converts_after_the_policy_patch_was_retried(apiserver, kube, fault):
+    """A 409 (the operator writes the policy's status too) or a lost reply on the policy patch: the plan is
+    re-planned with dataclasses.replace, so its conversions survive. Before: the retry rebuilt the plan
+    field by field, dropped them, and --convert-vms exited 0 having converted nothing."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES, SANDBOX_RES]))
+    retries = []
+    ch = changer(kube, op, convert_vms=True)
+    ch.events = MethodEvents(on_retry=lambda attempt, why: retries.append(why))
+    plan = ch.plan("dra")
+    apiserver.inject_fault(method="PATCH", path=POLICY_PATH, times=1, **fault)
+    result = ch.apply(plan)
+    assert result.changed and switches(apiserver)["draKubeletPlugin"] is True
+    assert result.converted == ["team/two"] and [str(c.vm) for c in result.plan.conversions] == ["team/two"]
+    assert all(d.get("claimName") for d in host_devices(apiserver, "team", "two"))
+    patches = apiserver.requests_matching("PATCH", POLICY_PATH)
+    assert len(patches) == (2 if "status" in fault else 1)  # a lost reply that landed is read back, not resent
+    assert len(retries) == (1 if "status" in fault else 0)
+
+
 def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver, kube):
     op = cluster(apiserver)
     apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
