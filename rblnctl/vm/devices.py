@@ -57,14 +57,31 @@ def vmi_spec(vmi: Mapping) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
+def _objects(value: Any) -> list[dict]:
+    """The objects of a list field (copies): [] when absent or not a list; entries that are not objects dropped."""
+    return [copy.deepcopy(x) for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
 def host_devices(spec: Mapping) -> list[dict]:
     """`domain.devices.hostDevices` of a VMI spec (copies; entries that are not objects are dropped)."""
-    return [copy.deepcopy(d) for d in _get(spec, HOST_DEVICES) or [] if isinstance(d, dict)]
+    return _objects(_get(spec, HOST_DEVICES))
 
 
 def resource_claims(spec: Mapping) -> list[dict]:
-    """`resourceClaims` of a VMI spec (copies)."""
-    return [copy.deepcopy(c) for c in _get(spec, RESOURCE_CLAIMS) or [] if isinstance(c, dict)]
+    """`resourceClaims` of a VMI spec (copies; entries that are not objects are dropped)."""
+    return _objects(_get(spec, RESOURCE_CLAIMS))
+
+
+def malformed(spec: Mapping) -> list[str]:
+    """The NPU-related fields of a VMI spec that are there but not lists of objects (what cannot be read)."""
+    out = []
+    for path, what in ((HOST_DEVICES, "domain.devices.hostDevices"), (RESOURCE_CLAIMS, "resourceClaims")):
+        value = _get(spec, path)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(x, dict) for x in value)):
+            out.append(f"{what} is not a list of objects")
+    if not isinstance(spec, Mapping):
+        out.append("the spec is not an object")
+    return out
 
 
 def is_managed_claim(entry: Mapping) -> bool:
