@@ -218,6 +218,9 @@ class MigrationResult:
 def parse_mapping(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
     """`OLD=NEW` pairs (the domain `rebellions.ai/` optional) -> qualified pairs; InvalidInput for bad ones.
 
+    Each name must be a valid extended resource name in the Rebellions domain (rblnctl.operator.resources
+    .parse_resource: the API server's rules).
+
     A name may be renamed once, and a new name cannot be renamed in the same run (no chains).
     """
     out: dict[str, str] = {}
@@ -227,11 +230,9 @@ def parse_mapping(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
         if not sep or not old or not new or any(c.isspace() for c in old + new) or "=" in new:
             raise InvalidInput(f"malformed mapping {text!r}: expected OLD=NEW, e.g. "
                                "rebellions.ai/ATOM_MAX_PT=rebellions.ai/RBLN-CA25_PF")
-        old, new = R.qualify(old), R.qualify(new)
-        for name in (old, new):
-            if not R.is_npu_resource(name):
-                raise InvalidInput(f"{name} in {text!r} is not a Rebellions resource (expected the "
-                                   f"{C.RESOURCE_PREFIX} prefix)")
+        # Both names as the API server would judge them (an extended resource name): a bad one would
+        # otherwise be written into the KubeVirt CR and every VM, and refused only when a VM starts.
+        old, new = (R.parse_resource(n, what=f"resource name in --map {text!r}") for n in (old, new))
         if old == new:
             raise InvalidInput(f"mapping {text!r} renames {old} to itself")
         if out.get(old, new) != new:

@@ -39,6 +39,7 @@ from rblnctl.errors import (
     WaitTimeout,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
+from rblnctl.operator import resources as R
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -109,6 +110,8 @@ class AttachOptions(WriteOptions):
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
         if self.resource and self.product:
             raise InvalidInput("name a resource or a product, not both")
+        if self.resource:
+            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
         if self.method == C.METHOD_DRA and (self.resource or self.product):
             raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
                                f"{C.DRA_DEVICECLASS_VM} class")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
 from rblnctl.kube import Kube, validate_name
+from rblnctl.operator import resources as R
 from rblnctl.vm import devices as D
 
 
@@ -37,6 +38,8 @@ class ManifestOptions:
             raise InvalidInput(f"a VM manifest needs 1 to {C.MAX_VM_NPUS} NPUs, not {self.npus}")
         if self.method not in C.METHODS:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
+        if self.resource:
+            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
         if not self.image.strip() or any(c.isspace() for c in self.image):
             raise InvalidInput(f"malformed image {self.image!r}")
 
