@@ -377,7 +377,10 @@ VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
 # spec.template.spec.resourceClaims[] = {name, resourceClaimTemplateName | resourceClaimName}
 # (types.go, VirtualMachineInstanceResourceClaim).
 VM_DEVICE_PREFIX = "npu"  # hostDevices rblnctl adds are named npu0, npu1, ...
-VM_DRA_CLAIM = "rbln-npu"  # the one resourceClaims entry rblnctl manages in a VM
+# rblnctl's one resourceClaims entry in a VM is rbln-npu-<hash of namespace/name>, unique per VM
+# (rblnctl.vm.devices.claim_name: the RBLN DRA driver keys its per-node metadata by that name);
+# releases before it wrote the fixed name rbln-npu, which vm attach renames.
+VM_DRA_CLAIM = "rbln-npu"
 # The ResourceClaimTemplate for N NPUs: rbln-npu-<N>, shared by every VM of the namespace that wants N.
 # It has N requests npu0..npu<N-1> of one device each: KubeVirt takes exactly one device per request
 # ("count > 1 is not supported", kubevirt/kubevirt@v1.9.0 pkg/dra/utils.go resolveDevice), so N NPUs

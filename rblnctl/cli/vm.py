@@ -364,8 +364,8 @@ def manifest(
     if chosen == C.METHOD_DRA and (resource or product):
         raise InvalidInput("--resource and --product pick a sandbox resource; DRA VMs claim vfio-npu.rebellions.ai")
     # Bad input fails before connecting; the cluster is read only for what was left open.
-    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, npus=npus, method=chosen or C.METHOD_SANDBOX,
-                           resource=resource, image=image)
+    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, claim_namespace=_namespace(ctx), npus=npus,
+                           method=chosen or C.METHOD_SANDBOX, resource=resource, image=image)
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
         chosen, resource, device_class = resolve(ctx.obj.kube(), method=chosen, resource=resource, product=product)
         opts = dataclasses.replace(opts, method=chosen, resource=resource, device_class=device_class)
@@ -386,7 +386,8 @@ def _list_view(listing: Any) -> Any:
     t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES",
               Column("KIND", wide=True), Column("HELD", wide=True))
     for e in listing.items:
-        status = e.status + (",RestartPending" if e.restart_pending else "")
+        status = e.status + (",RestartPending" if e.restart_pending else "") + (",ClaimCollision" if e.collisions
+                                                                                 else "")
         t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", str(e.npus),
                   e.method or "<none>", joined(f"{d.name}={d.source}" for d in e.devices), e.kind,
                   str(e.holds) if e.running_devices is not None else "<none>")
@@ -396,10 +397,14 @@ def _list_view(listing: Any) -> Any:
             {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
              "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
              "runningNpus": e.holds if e.running_devices is not None else None,
-             "restartPending": e.restart_pending} for e in listing.items]}
+             "restartPending": e.restart_pending, "claims": list(e.claims),
+             "claimCollisions": list(e.collisions)} for e in listing.items]}
 
     where = "any namespace" if every else f"namespace {listing.namespace}"
     notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
+    notes += [f"warning: VM {e.ref} on {e.node} has a DRA claim of the same name as {', '.join(e.collisions)}: the "
+              "RBLN DRA driver prepares one claim of a name per node, so one of them cannot start; give each its own "
+              f"name with `rblnctl vm attach {e.ref.name} -n {e.ref.namespace} --restart`" for e in listing.collisions]
     return View(kind="VmNpuList", body=body, tables=[t] if listing.items else [], notes=notes,
                 names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in listing.items])
 

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 # Paths from the VM spec shape rblnctl.vm.devices knows (a VM's template spec is a VMI spec), plus the
 # two places only a rename touches: GPUs and resource requests.
 HOST_DEVICES = (*D.VM_SPEC, *D.HOST_DEVICES)
+CLAIMS = (*D.VM_SPEC, *D.RESOURCE_CLAIMS)
 GPUS = (*D.VM_SPEC, "domain", "devices", "gpus")
 REQUESTS = (*D.VM_SPEC, "domain", "resources", "requests")
 LIMITS = (*D.VM_SPEC, "domain", "resources", "limits")
@@ -478,8 +479,39 @@ def plan_vm(vm: Mapping, mapping: Mapping[str, str], *, running: bool) -> VmChan
         if here:
             tests.append({"op": "test", "path": pointer(path), "value": res})
             ops += here
+    claim_tests, claim_ops, claim_changes = _claim_renames(vm, ns, name)
+    tested = {t["path"] for t in tests}
+    tests += [t for t in claim_tests if t["path"] not in tested]
+    ops += claim_ops
+    changes += claim_changes
     patch = tests + ops if ops and not blockers else []
     return VmChange(namespace=ns, name=name, changes=changes, patch=patch, running=running, blockers=blockers)
+
+
+def _claim_renames(vm: Mapping, ns: str, name: str) -> tuple[list[dict], list[dict], list[FieldChange]]:
+    """Rename rblnctl's pod-level claim to the VM's own (rblnctl.vm.devices.claim_name), with its host devices:
+    the old fixed rbln-npu, shared by every VM, keeps a second DRA VM on a node from starting (docs/vm.md)."""
+    want = D.claim_name(ns, name)
+    _, claims = lookup(vm, CLAIMS)
+    if not isinstance(claims, list) or any(isinstance(c, dict) and c.get("name") == want for c in claims):
+        return [], [], []
+    renamed = {i: str(c["name"]) for i, c in enumerate(claims) if isinstance(c, dict) and D.is_managed_claim(c)}
+    if len(renamed) != 1:
+        return [], [], []  # none, or several of rblnctl's (hand-edited): vm attach sorts those out
+    (index, old), = renamed.items()
+    tests = [{"op": "test", "path": pointer(CLAIMS), "value": claims}]
+    ops = [{"op": "replace", "path": pointer((*CLAIMS, str(index), "name")), "value": want}]
+    changes = [FieldChange(field=f"resourceClaims[{old}].name", old=old, new=want)]
+    _, devices = lookup(vm, HOST_DEVICES)
+    if isinstance(devices, list):
+        moved = [(i, d) for i, d in enumerate(devices) if isinstance(d, dict) and d.get("claimName") == old]
+        if moved:
+            tests.append({"op": "test", "path": pointer(HOST_DEVICES), "value": devices})
+            ops += [{"op": "replace", "path": pointer((*HOST_DEVICES, str(i), "claimName")), "value": want}
+                    for i, _ in moved]
+            changes += [FieldChange(field=f"hostDevices[{d.get('name') or i}].claimName", old=old, new=want)
+                        for i, d in moved]
+    return tests, ops, changes
 
 
 def _ref(obj: Mapping) -> tuple[str, str]:
@@ -560,7 +592,7 @@ def plan_migration(kv: dict, vms: Sequence[dict], vmis: Sequence[dict], *, adver
     running = {_ref(v) for v in vmis}
     vm_changes = []
     for vm, used in vm_uses:
-        if not set(used) & set(names):
+        if not set(used) & set(names) and not _claim_renames(vm, *_ref(vm))[1]:
             continue
         change = plan_vm(vm, names, running=_ref(vm) in running)
         vm_changes.append(change)

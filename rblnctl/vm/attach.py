@@ -147,6 +147,7 @@ class Target:
     convert: bool = False
     remove: tuple[str, ...] = ()  # detach: host devices to remove
     npu_claims: tuple[str, ...] = ()  # resourceClaims entries (not rblnctl's) judged to be NPU claims
+    claim: str = C.VM_DRA_CLAIM  # rblnctl's pod-level claim name for this VM (rblnctl.vm.devices.claim_name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,18 +218,23 @@ class _Layout:
 
 
 def _relayout(spec: dict, have: VmNpus, *, drop: set[str], managed: list[str], new_sandbox: list[dict],
-              dra_npus: int | None) -> tuple[list[dict], list[dict], str | None]:
+              dra_npus: int | None, claim: str) -> tuple[list[dict], list[dict], str | None]:
     """Apply a change to the spec's lists: drop names, renumber rblnctl's DRA devices (`managed`, in order:
-    requests npu0..), append new sandbox entries, and point rblnctl's claim at rbln-npu-<count>."""
+    requests npu0..), append new sandbox entries, and point rblnctl's claim at rbln-npu-<count>.
+
+    rblnctl's claim entry is named `claim` (the VM's own name, rblnctl.vm.devices.claim_name): an entry
+    written under another name (the old fixed rbln-npu, or a VM copied from another) is renamed, and its
+    host devices follow.
+    """
     index = {name: i for i, name in enumerate(managed)}
     devices = []
     for d in D.host_devices(spec):
         name = str(d.get("name") or "")
         if name in drop:
             continue
-        devices.append(D.dra_device(name, index[name], d) if name in index else d)
+        devices.append(D.dra_device(name, index[name], d, claim=claim) if name in index else d)
     present = {str(d.get("name")) for d in devices}
-    devices += [D.dra_device(n, index[n]) for n in managed if n not in present]
+    devices += [D.dra_device(n, index[n], claim=claim) for n in managed if n not in present]
     devices += new_sandbox
     count = len(managed) if dra_npus is None else dra_npus
     template = D.template_name(count) if count else None
@@ -240,16 +246,17 @@ def _relayout(spec: dict, have: VmNpus, *, drop: set[str], managed: list[str], n
     seen_managed = False
     for c in D.resource_claims(spec):
         name = str(c.get("name") or "")
-        if name == C.VM_DRA_CLAIM:
+        if D.is_managed_claim(c) and name not in referenced - {claim}:
+            if template and not seen_managed:
+                want = D.claim_entry(template, claim=claim)
+                claims.append(c if c == want else want)
             seen_managed = True
-            if template:
-                claims.append(c if c == D.claim_entry(template) else D.claim_entry(template))
         elif name in npu_claims and name not in referenced:
             continue  # an NPU claim no host device uses any more
         else:
             claims.append(c)
     if template and not seen_managed:
-        claims.append(D.claim_entry(template))
+        claims.append(D.claim_entry(template, claim=claim))
     return devices, claims, template
 
 
@@ -290,7 +297,7 @@ def express(spec: dict, have: VmNpus, target: Target) -> _Layout:
         if foreign:
             warnings.append(f"kept: {len(foreign)} NPU(s) through claims rblnctl does not manage "
                             f"({', '.join(sorted({str(d.claim) for d in foreign}))}); the VM gets them on top of "
-                            f"the {target.npus} in {C.VM_DRA_CLAIM}")
+                            f"the {target.npus} in {target.claim}")
         keep = mine[: target.npus]
         drop |= {d.name for d in mine[target.npus:]}
         used = [str(d.get("name")) for d in D.host_devices(spec) if str(d.get("name")) not in drop]
@@ -298,17 +305,18 @@ def express(spec: dict, have: VmNpus, target: Target) -> _Layout:
         managed = [d.name for d in keep] + new
         dra_npus = target.npus
     devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=new_sandbox,
-                                          dra_npus=dra_npus)
+                                          dra_npus=dra_npus, claim=target.claim)
     before = [str(d.get("name")) for d in D.host_devices(spec)]
     return _Layout(host_devices=devices, claims=claims, added=new,
                    removed=[n for n in before if n in drop], template=template, warnings=warnings, blockers=blockers)
 
 
-def remove(spec: dict, have: VmNpus, names: Iterable[str]) -> _Layout:
+def remove(spec: dict, have: VmNpus, names: Iterable[str], *, claim: str) -> _Layout:
     """The spec lists without the named NPU host devices; rblnctl's remaining DRA devices renumbered (pure)."""
     drop = set(names)
     managed = [d.name for d in have.dra if d.managed and d.name not in drop]
-    devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=[], dra_npus=None)
+    devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=[], dra_npus=None,
+                                          claim=claim)
     before = [str(d.get("name")) for d in D.host_devices(spec)]
     return _Layout(host_devices=devices, claims=claims, added=[], removed=[n for n in before if n in drop],
                    template=template, warnings=[], blockers=[])
@@ -324,7 +332,7 @@ def layout_for(vm: dict, target: Target) -> _Layout:
     spec = D.vm_spec(vm)
     have = D.npus_of(spec, npu_claim=lambda e: e.get("name") in target.npu_claims)
     if target.action == DETACH:
-        return remove(spec, have, target.remove)
+        return remove(spec, have, target.remove, claim=target.claim)
     return express(spec, have, target)
 
 
@@ -412,7 +420,7 @@ class AttachPlanner:
                 return self._refusal(vm, vmi, have, method, npus, [missing], warnings)
         target = Target(action=ATTACH, method=method, npus=npus, resource=resource,
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
-                        npu_claims=npu_claims)
+                        npu_claims=npu_claims, claim=D.claim_name(namespace, name))
         checks = self._checks(cluster, method, resource) if npus else []
         most = most_per_node(cluster, method, resource)
         if most is not None and npus > most[0]:
@@ -453,6 +461,10 @@ class AttachPlanner:
         devices_before = D.host_devices(spec)
         changed = layout.host_devices != devices_before or layout.claims != claims_before
         warns: list[str | Advice] = [*warnings, *layout.warnings]
+        old_claim = (have.managed_claim or {}).get("name")
+        if changed and old_claim and old_claim != target.claim and layout.template:
+            warns.append(f"renaming rblnctl's pod-level claim {old_claim} to {target.claim}, this VM's own: the RBLN "
+                         "DRA driver cannot prepare two claims of one name on a node (docs/vm.md, Claim names)")
         blockers: list[Blocker] = list(layout.blockers)
         for c in checks:
             if c.warning:
@@ -707,7 +719,8 @@ class DetachPlanner(AttachPlanner):
             remove_names = tuple(d.name for d in have.devices)
         left = [d for d in have.devices if d.name not in remove_names]
         method = left[0].method if left else None
-        target = Target(action=DETACH, method=method, npus=len(left), remove=remove_names, npu_claims=npu_claims)
+        target = Target(action=DETACH, method=method, npus=len(left), remove=remove_names, npu_claims=npu_claims,
+                        claim=D.claim_name(namespace, name))
         return self._plan(vm, vmi, target)
 
 

@@ -304,3 +304,26 @@ def test_chart_v030_names_map_through_the_policy_while_it_still_lists_them(kube,
     plan = migrator(kube).plan()
     assert [(r.new, r.source) for r in plan.renames] == [("rebellions.ai/RBLN-CA12_PF", Source.POLICY)]
     assert plan.kubevirt.noop  # nothing permitted under the old name
+
+
+def test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own(kube, apiserver):
+    """The VMs rblnctl wrote before shared the pod-level claim name rbln-npu: migrate-resources renames each to
+    its own (docs/vm.md, Claim names), with a guarded patch; a VM already named right is left alone."""
+    upgraded_cluster(apiserver, permitted=())
+    legacy = dict(resource_claims=[o.template_claim("rbln-npu", "rbln-npu-1")],
+                  host_devices=[o.dra_host_device("npu0", claim="rbln-npu")], running=False)
+    mine = o.vm_claim("b", "vm")
+    apiserver.add(o.vm("a", "vm", **legacy),
+                  o.vm("b", "vm", running=False, resource_claims=[o.template_claim(mine, "rbln-npu-1")],
+                       host_devices=[o.dra_host_device("npu0", claim=mine)]))
+    m = migrator(kube)
+    plan = m.plan()
+    (change,) = plan.vms
+    assert change.ref == "a/vm" and [(c.field, c.old, c.new) for c in change.changes] == [
+        ("resourceClaims[rbln-npu].name", "rbln-npu", o.vm_claim("a", "vm")),
+        ("hostDevices[npu0].claimName", "rbln-npu", o.vm_claim("a", "vm"))]
+    m.apply(plan)
+    spec = apiserver.get("VirtualMachine", "vm", "a")["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == [o.template_claim(o.vm_claim("a", "vm"), "rbln-npu-1")]
+    assert spec["domain"]["devices"]["hostDevices"][0]["claimName"] == o.vm_claim("a", "vm")
+    assert migrator(kube).plan().noop

@@ -288,8 +288,8 @@ def test_convert_vms_rewrites_each_stopped_vm_both_ways(apiserver, kube):
     assert result.converted == ["other/one", "team/two"]
     assert ("convert", "VM team/two: 2 NPU(s) from sandbox to dra") in steps
     assert host_devices(apiserver, "team", "two") == [
-        {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
-        {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
+        {"name": "npu0", "claimName": o.vm_claim("team", "two"), "requestName": "npu0"},
+        {"name": "npu1", "claimName": o.vm_claim("team", "two"), "requestName": "npu1"}]
     assert apiserver.get("ResourceClaimTemplate", "rbln-npu-2", "team") is not None
     assert "hostDevices" not in apiserver.get("VirtualMachine", "cpu-only", "team")["spec"]["template"]["spec"][
         "domain"]["devices"]

@@ -11,6 +11,7 @@ from tests.vm.support import (
     CA25,
     NS,
     NVIDIA,
+    V1_CLAIM,
     VFIO_CLASS,
     attacher,
     claims,
@@ -316,9 +317,9 @@ def test_dra_creates_the_template_and_points_devices_at_its_requests(apiserver, 
     result = planner.apply(plan)
     assert result.template_created == "rbln-npu-2"
     assert [w.method for w in apiserver.writes()] == ["POST", "PATCH"]  # the template exists before the VM names it
-    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
-                                       {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-2"}]
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": V1_CLAIM, "requestName": "npu0"},
+                                       {"name": "npu1", "claimName": V1_CLAIM, "requestName": "npu1"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-2"}]
     tpl = _rcts(apiserver)["rbln-npu-2"]
     assert tpl["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "rblnctl"}
     assert tpl["spec"]["spec"]["devices"]["requests"] == [
@@ -340,7 +341,7 @@ def test_dra_reuses_an_existing_template_and_keeps_foreign_claims(apiserver, kub
     apiserver.clear_requests()
     planner.apply(plan)
     assert [w.method for w in apiserver.writes()] == ["PATCH"]
-    assert claims(apiserver) == [gpu, {"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+    assert claims(apiserver) == [gpu, {"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-1"}]
     assert host_devices(apiserver)[0]["claimName"] == "gpu-claim"
 
 
@@ -354,7 +355,7 @@ def test_dra_new_count_switches_template_and_deletes_the_unused_one(apiserver, k
     result = planner.apply(plan)
     assert result.templates_deleted == ["rbln-npu-2"]
     assert sorted(_rcts(apiserver)) == ["rbln-npu-1"]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-1"}]
 
 
 def test_dra_template_another_vm_uses_is_kept_and_said(apiserver, kube):
@@ -399,9 +400,9 @@ def test_the_other_method_is_refused_unless_converting(apiserver, kube):
     plan = planner.plan("v1", NS)
     assert plan.npus_after == 2 and plan.method == "dra" and not plan.blockers
     planner.apply(plan)
-    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
-                                       {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-2"}]
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": V1_CLAIM, "requestName": "npu0"},
+                                       {"name": "npu1", "claimName": V1_CLAIM, "requestName": "npu1"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-2"}]
 
 
 def test_converting_back_to_sandbox_removes_the_claim_and_its_template(apiserver, kube):
