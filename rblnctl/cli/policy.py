@@ -139,6 +139,8 @@ def _method_body(plan: Any, result: Any) -> dict:
             "conversions": [{"namespace": c.vm.namespace, "name": c.vm.name, "npus": c.npus,
                              "devices": list(c.devices)} for c in plan.conversions],
             "noop": plan.noop,
+            "admissionRules": {"source": plan.rules.source, "assumed": plan.rules.assumed, "rules": plan.rules.ids,
+                               "unknown": list(plan.rules.unknown)},
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
             "warnings": [str(w) for w in plan.warnings],
         },

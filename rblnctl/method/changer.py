@@ -23,6 +23,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube import (
     CLUSTER_POLICIES,
+    CRDS,
     DAEMONSETS,
     DEVICE_CLASSES,
     KUBEVIRTS,
@@ -129,7 +130,12 @@ class MethodChanger:
                 daemonsets = self.kube.list(DAEMONSETS)
             except Forbidden as e:
                 log.debug("cannot list DaemonSets: %s", e)
-        return MethodFacts(policy_obj=policy_obj, view=view,
+        try:  # its admission rules are what this cluster enforces (rblnctl.operator.admission)
+            crd = self.kube.get_optional(CRDS, f"{C.CLUSTER_POLICY_PLURAL}.{C.CLUSTER_POLICY_GROUP}")
+        except Forbidden as e:
+            log.debug("cannot read the RBLNClusterPolicy CRD: %s", e)
+            crd = None
+        return MethodFacts(policy_obj=policy_obj, view=view, crd=crd,
                            server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
                            kubevirts=kubevirts, operators=operator_deployments(self.kube),
                            nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
@@ -230,7 +236,8 @@ class MethodChanger:
             if policy_obj is not writes.UNREAD:
                 if policy_obj is None:
                     raise NotFound(f"RBLNClusterPolicy {plan.policy} was deleted while rblnctl wrote it")
-                edit = plan_edit(policy_obj, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes)
+                edit = plan_edit(policy_obj, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes,
+                                 rules=plan.rules)
                 current[0] = dataclasses.replace(current[0], current=parse_policy(policy_obj).vm_method, edit=edit)
             p = current[0]
             if p.edit.blockers:

@@ -17,6 +17,8 @@ from rblnctl.kubevirt.gates import enable_step, gate_state, rbln_gates
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
 from rblnctl.node.vms import NpuVm, vmi_npus
+from rblnctl.operator import admission
+from rblnctl.operator.admission import AdmissionRules
 from rblnctl.operator.cluster import OperatorView
 from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, policy_dra_version
 from rblnctl.operator.nodes import labels_of, mode_of
@@ -138,6 +140,7 @@ class MethodPlan:
     convert: bool = False  # convert_vms was asked
     warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
+    rules: AdmissionRules = admission.DEFAULT  # the policy admission rules judged, and whether they were read
 
     @property
     def noop(self) -> bool:
@@ -180,6 +183,7 @@ class MethodFacts:
     vms_error: str | None = None  # the VM list was refused (RBAC)
     device_classes_served: bool | None = None  # DRA target only
     daemonsets: list[dict] | None = None  # DRA target only (None: not read)
+    crd: dict | None = None  # the RBLNClusterPolicy CRD (None: it could not be read): its admission rules
 
 
 # -- the policy edit -----------------------------------------------------------------------------
@@ -190,7 +194,8 @@ def switches_of(policy: Policy) -> dict[str, bool]:
     return {k: bool(policy.enabled.get(k, False)) for k in SWITCH_KEYS}
 
 
-def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], container_nodes: Sequence[str]) -> PolicyEdit:
+def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], container_nodes: Sequence[str],
+              rules: AdmissionRules | None = None) -> PolicyEdit:
     """The switches `target` needs in this policy object, checked against the operator's admission rules (pure).
 
     Both need vfioManager on (nothing else binds the NPUs to vfio-pci; the chart's default is off, and
@@ -226,10 +231,12 @@ def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], contain
         spec[k] = {**sub, "enabled": v}
     new = parse_policy(new_obj)
     if changes:
-        old_problems = set(policy.admission_problems())
+        old_problems = set(policy.admission_problems(rules))
         named = {DEVICE_PLUGIN_KEY} if blockers else set()  # the devicePlugin refusal above says more
-        blockers += [Blocker(f"RBLNClusterPolicy {name} would break the operator's rules: {p}")
-                     for p in new.admission_problems() if p not in old_problems and not any(k in p for k in named)]
+        where = f" ({(rules or admission.DEFAULT).source})"
+        blockers += [Blocker(f"RBLNClusterPolicy {name} would break the operator's admission rules{where}: {p}")
+                     for p in new.admission_problems(rules)
+                     if p not in old_problems and not any(k in p for k in named)]
         for mode, nodes in ((C.MODE_VM, vm_nodes), (C.MODE_CONTAINER, container_nodes)):
             if not nodes and not (mode == C.MODE_VM and new.workload_type == C.MODE_VM):
                 continue
@@ -408,9 +415,23 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     modes = {(n.get("metadata") or {}).get("name", ""): mode_of(labels_of(n), policy).effective for n in facts.nodes}
     vm_nodes = sorted(n for n, m in modes.items() if m == C.MODE_VM)
     container_nodes = sorted(n for n, m in modes.items() if m == C.MODE_CONTAINER)
-    edit = plan_edit(facts.policy_obj, target, vm_nodes=vm_nodes, container_nodes=container_nodes)
+    rules = admission.installed(facts.crd, release_of(facts.operators))
+    edit = plan_edit(facts.policy_obj, target, vm_nodes=vm_nodes, container_nodes=container_nodes, rules=rules)
     warnings = list(facts.view.notes) + edit.warnings
     blockers = list(edit.blockers)
+    if edit.patch and rules.unknown:
+        warnings.append(f"the installed RBLNClusterPolicy CRD has admission rules rblnctl cannot judge ("
+                        f"{'; '.join(rules.unknown)}): `--dry-run=server` has the API server judge the patch")
+    if target == C.METHOD_DRA and not policy.is_enabled(C.COMP_TOOLKIT):
+        msg = (f"RBLNClusterPolicy {policy.name} does not enable containerToolkit (spec.containerToolkit.enabled), and "
+               "the operator refuses to deploy its DRA kubelet plugin without it (\"DRA kubelet plugin requires "
+               "containerToolkit to be enabled\": RBLN-SW/rbln-npu-operator internal/clusterpolicy/components/"
+               "dra_kubelet_plugin.go; v0.3.0 internal/scope/patch/dra_kubelet_plugin.go): the rollout would never "
+               f"come. Enable it first: {policy.fix_text({'containerToolkit': True})}")
+        if force:
+            warnings.append(msg + "; going ahead anyway (forced)")
+        else:
+            blockers.append(Blocker(msg, override="force"))
     holders: list[NpuVm] = []
     checks: list[Prerequisite] = []
     conversions = list(facts.old_method_vms) if convert else []
@@ -442,7 +463,7 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     return MethodPlan(target=target, current=policy.vm_method, edit=edit, vm_nodes=vm_nodes,
                       container_nodes=container_nodes, holders=holders, prerequisites=checks,
                       device_class=policy.dra_device_class_vm if target == C.METHOD_DRA else None,
-                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers)
+                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers, rules=rules)
 
 
 def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], D.ClaimTest]) -> list[Conversion]:
