@@ -22,6 +22,7 @@ EXIT_CODES: dict[type[BaseException], int] = {
     E.ClusterUnreachable: 3,
     E.AuthError: 4,
     E.WaitTimeout: 5,
+    E.Partial: 6,
     E.RblnError: 1,
 }
 EXIT_OK = 0

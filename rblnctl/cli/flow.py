@@ -42,13 +42,14 @@ class Mutation:
     done_message: Callable[[Any], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
     progress: Any = None  # an object with stop(), stopped before anything is printed after apply
+    rerun: str | None = None  # the command that finishes the job (every flag given: cli/rerun.py), for Partial
 
 
 def run(m: Mutation) -> Any:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
     from rblnctl.cli.console import confirm, info, warn
     from rblnctl.cli.output import emit, render_tables
-    from rblnctl.errors import Refused
+    from rblnctl.errors import Partial, Refused
 
     for w in m.plan.warnings:
         warn(w)
@@ -71,6 +72,16 @@ def run(m: Mutation) -> Any:
             m.progress.stop()
         if m.dry_run != SERVER:
             m.on_interrupt()
+        raise
+    except Partial as err:
+        # Some objects were changed: stdout still gets the result (what was done, what failed and why, what
+        # was not attempted); the error line, its details and the command that finishes the job go to stderr.
+        if m.progress is not None:
+            m.progress.stop()
+        if err.result is not None:
+            emit(m.result_view(err.result), m.output)
+        if m.rerun:
+            err.details = [*err.details, f"finish the job: {m.rerun}"]
         raise
     finally:
         if m.progress is not None:

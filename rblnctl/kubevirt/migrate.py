@@ -34,7 +34,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rblnctl import batch
 from rblnctl import constants as C
+from rblnctl.batch import ItemOutcome, State
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import ClusterError, ConfigError, Conflict, InvalidInput, NotFound, RblnError, Refused
 from rblnctl.kube import DEFAULT_PAGE_SIZE, VMIS, VMS, Kube, writes
@@ -211,6 +213,7 @@ class MigrationResult:
     restart_needed: list[str]  # patched VMs whose running instance keeps the old names until restarted
     retries: int  # patches sent again after a concurrent edit
     server_dry_run: bool = False
+    outcomes: list[ItemOutcome] = field(default_factory=list)  # every object of the plan that changes, and its fate
 
 
 # -- input ---------------------------------------------------------------------------------------
@@ -659,35 +662,69 @@ class ResourceMigrator:
         The CR goes first: once the operator advertises only the new names, a VM still naming an old one
         cannot start anyway, and each VM works again as soon as its own patch lands. A concurrent edit of
         an object (its `test` ops fail) re-reads that object only and re-plans it; a reply lost in
-        transit is settled the same way. Raises Refused when the plan has blockers, Conflict when an
-        object kept changing for options.max_attempts patches.
+        transit is settled the same way. Every VM is tried (rblnctl.batch): one that fails (RBAC refuses
+        its namespace, it kept changing, a 5xx that would not pass) does not stop the others. A CR that
+        could not be renamed does: VMs renamed to names KubeVirt does not permit could not start, so they
+        are not attempted. Raises Refused when the plan has blockers, Partial (the result attached, one
+        outcome per object) when an object was not renamed.
         """
         if plan.blockers:
             raise Refused("refusing to rename NPU resources", blockers=plan.blockers)
         renames = plan.renames
         kv_changed = False
         retries = 0
+        outcomes: list[ItemOutcome] = []
+        stopped: str | None = None
+        kv_ref = f"{plan.kubevirt.namespace}/{plan.kubevirt.name}"
         if not plan.kubevirt.noop:
             writer: CrWriter[KubeVirtChange] = CrWriter(
                 kube=self.kube, options=self._cr_options(), clock=self.clock,
-                on_retry=lambda attempt, msg: self.on_retry(f"KubeVirt {plan.kubevirt.namespace}/"
-                                                            f"{plan.kubevirt.name}", attempt, msg))
-            _, kv_changed, attempts = writer.write(plan.kubevirt, lambda obj: plan_kubevirt(obj, renames))
-            retries += max(0, attempts - 1)
+                on_retry=lambda attempt, msg: self.on_retry(f"KubeVirt {kv_ref}", attempt, msg))
+            try:
+                _, kv_changed, attempts = writer.write(plan.kubevirt, lambda obj: plan_kubevirt(obj, renames))
+                retries += max(0, attempts - 1)
+                outcomes.append(ItemOutcome(kind="KubeVirt", name=kv_ref,
+                                            state=State.DONE if kv_changed else State.UNCHANGED))
+            except RblnError as e:
+                outcomes.append(ItemOutcome(kind="KubeVirt", name=kv_ref, state=State.FAILED,
+                                            reason=batch.one_line(e)))
+                stopped = batch.stops_the_rest(e) or (
+                    "the KubeVirt CR was not renamed: VMs renamed now could not start (KubeVirt would not permit "
+                    "their new names)")
         changed, gone, restart = [], [], []
         for vm in plan.vms:
             if vm.noop:
                 continue
-            outcome, attempts, final = self._write_vm(vm, plan.mapping)
+            if stopped is not None:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.NOT_ATTEMPTED,
+                                            reason=stopped))
+                continue
+            try:
+                outcome, attempts, final = self._write_vm(vm, plan.mapping)
+            except RblnError as e:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.FAILED,
+                                            reason=batch.one_line(e)))
+                stopped = batch.stops_the_rest(e)
+                continue
             retries += max(0, attempts - 1)
             if outcome == "gone":
                 gone.append(vm.ref)
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.UNCHANGED,
+                                            reason="deleted meanwhile"))
             elif outcome == "changed":
                 changed.append(vm.ref)
                 if final.running:
                     restart.append(vm.ref)
-        return MigrationResult(plan=plan, kubevirt_changed=kv_changed, changed=changed, gone=gone,
-                               restart_needed=restart, retries=retries, server_dry_run=self.options.server_dry_run)
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.DONE))
+            else:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.UNCHANGED,
+                                            reason="already renamed"))
+        result = MigrationResult(plan=plan, kubevirt_changed=kv_changed, changed=changed, gone=gone,
+                                 restart_needed=restart, retries=retries, server_dry_run=self.options.server_dry_run,
+                                 outcomes=outcomes)
+        if not batch.complete(outcomes):
+            raise batch.partial("not every object was renamed", outcomes, result)
+        return result
 
     def _write_vm(self, vm: VmChange, mapping: Mapping[str, str]) -> tuple[str, int, VmChange]:
         """Patch one VM until its names are the new ones: ("changed" | "unchanged" | "gone", patches sent, plan).

@@ -8,14 +8,15 @@ from collections.abc import Callable
 from typing import Any
 from dataclasses import dataclass, field
 
+from rblnctl import batch
 from rblnctl import constants as C
+from rblnctl.batch import ItemOutcome, State
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
     Conflict,
     Forbidden,
-    InvalidInput,
     NotFound,
     RblnError,
     Refused,
@@ -54,7 +55,6 @@ from rblnctl.operator.release import operator_deployments
 from rblnctl.operator.components import component_of_pod
 from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
 from rblnctl.operator.policy import parse_policy
-from rblnctl.plan import Blocker
 from rblnctl.vm import devices as D
 
 log = logging.getLogger(__name__)
@@ -159,38 +159,50 @@ class MethodChanger:
         return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
 
     def apply(self, plan: MethodPlan) -> MethodResult:
-        """Patch the policy (a no-op plan patches nothing), then wait for the operator (unless a server dry run).
+        """Patch the policy (a no-op plan patches nothing), wait for the operator (unless a server dry run), then
+        convert the VMs (convert_vms).
 
         Raises Refused on blockers or when the policy is switched back while waiting, Conflict when the
         policy kept changing under us, WaitTimeout (with what is still missing) when the operator did
-        not roll the plugins within options.timeout_s.
+        not roll the plugins within options.timeout_s: then the VMs to convert are named as not converted.
+        Raises Partial (the result attached) when a VM could not be converted (rblnctl.batch).
         """
         if plan.blockers:
             raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
         started = self.clock.monotonic()
         changed, attempts = False, 0
-        if plan.edit.patch:
-            self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
-                f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
-            changed, attempts, plan = self._patch(plan)
-        converged: list[str] = []
         waited = self.options.wait and not self.options.server_dry_run
-        if waited:
-            self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
-                                f"{len(plan.vm_nodes)} vm-passthrough node(s)")
-            converged = self._wait(plan, started + self.options.timeout_s)
-        converted: list[str] = []
-        if plan.conversions and waited:
-            converted = self._convert(plan)
-        return MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
-                            elapsed_s=round(self.clock.monotonic() - started, 3), converted=converted,
-                            server_dry_run=self.options.server_dry_run)
+        converged: list[str] = []
+        try:
+            if plan.edit.patch:
+                self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
+                    f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
+                changed, attempts, plan = self._patch(plan)
+            if waited:
+                self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
+                                    f"{len(plan.vm_nodes)} vm-passthrough node(s)")
+                converged = self._wait(plan, started + self.options.timeout_s)
+        except RblnError as err:
+            if plan.conversions and waited:
+                names = ", ".join(str(c.vm) for c in plan.conversions)
+                raise err.with_details([*err.details, f"not converted (the method change did not finish): {names}"])
+            raise
+        outcomes = self._convert(plan) if plan.conversions and waited else []
+        result = MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
+                              elapsed_s=round(self.clock.monotonic() - started, 3),
+                              converted=[o.name for o in outcomes if o.state == State.DONE],
+                              server_dry_run=self.options.server_dry_run, conversions=outcomes)
+        if not batch.complete(outcomes):
+            raise batch.partial(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled it, "
+                                "but not every VM was converted", outcomes, result)
+        return result
 
-    def _convert(self, plan: MethodPlan) -> list[str]:
+    def _convert(self, plan: MethodPlan) -> list[ItemOutcome]:
         """Re-express each VM's NPUs with the new method through the vm attach library (its count kept).
 
-        Every VM is tried; a VM that cannot be converted (it started meanwhile, several resources could be
-        meant, it kept changing) does not stop the others, and Refused names each one at the end.
+        Every VM is tried (rblnctl.batch): one that cannot be converted (it started meanwhile, several resources
+        could be meant, RBAC refuses its namespace, it kept changing) does not stop the others; only a failure
+        that makes the rest pointless (the API server gone) leaves them not attempted. One outcome per VM.
         """
         from rblnctl.vm.attach import AttachOptions, AttachPlanner
 
@@ -198,29 +210,39 @@ class MethodChanger:
         planner = AttachPlanner(kube=self.kube, clock=self.clock,
                                 options=AttachOptions(method=plan.target, convert=True,
                                                       max_attempts=self.options.max_attempts))
-        converted: list[str] = []
-        failed: list[Blocker] = []
+        outcomes: list[ItemOutcome] = []
+        stopped: str | None = None
         for c in plan.conversions:
+            name = str(c.vm)
+            if stopped is not None:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.NOT_ATTEMPTED,
+                                            reason=stopped))
+                continue
             self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
+            hint = (f"convert it with `rblnctl vm attach {c.vm.name} -n {c.vm.namespace} --method {plan.target} "
+                    "--convert`")
             try:
                 vm_plan = planner.plan(c.vm.name, c.vm.namespace)
                 if vm_plan.blockers:
-                    failed.append(Blocker(f"VM {c.vm}: " + "; ".join(_with_remedy(b) for b in vm_plan.blockers)))
+                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED, reason=(
+                        "; ".join(_with_remedy(b) for b in vm_plan.blockers))))
+                    continue
+                if vm_plan.noop:
+                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
+                                                reason=f"it already gets its NPUs through {plan.target}"))
                     continue
                 planner.apply(vm_plan)
             except NotFound:
-                continue  # deleted meanwhile: nothing to convert
-            except (InvalidInput, Refused, Conflict) as e:  # InvalidInput: Ambiguous, several resources fit
-                failed.append(Blocker(f"VM {c.vm}: {' '.join(str(e).split())}; convert it with `rblnctl vm attach "
-                                      f"{c.vm.name} -n {c.vm.namespace} --method {plan.target} --convert`"))
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
+                                            reason="deleted meanwhile"))
                 continue
-            converted.append(str(c.vm))
-        if failed:
-            err: RblnError = Refused(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled "
-                                     f"it, but {len(failed)} of {len(plan.conversions)} VM(s) were not converted",
-                                     blockers=failed)
-            raise err.with_details([f"converted: {', '.join(converted)}"] if converted else [])
-        return converted
+            except RblnError as e:
+                stopped = batch.stops_the_rest(e)
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,
+                                            reason=f"{batch.one_line(e)}; {hint}"))
+                continue
+            outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE))
+        return outcomes
 
     def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
         """Patch the policy (a merge patch guarded by its resourceVersion) until it selects plan.target.

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rblnctl import constants as C
+from rblnctl.batch import ItemOutcome
 from rblnctl.errors import ClusterError, ConfigError, InvalidInput
 from rblnctl.kubevirt.cr import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BACKOFF_S, ref, version_of
 from rblnctl.kubevirt.gates import enable_step, gate_state, rbln_gates
@@ -165,6 +166,7 @@ class MethodResult:
     elapsed_s: float
     converted: list[str] = field(default_factory=list)  # VMs re-expressed with the new method (namespace/name)
     server_dry_run: bool = False
+    conversions: list[ItemOutcome] = field(default_factory=list)  # every VM of plan.conversions, and its fate
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -270,3 +270,39 @@ def test_without_the_crd_the_rules_are_chosen_by_release_and_said_to_be_assumed(
     rules = json.loads(r.stdout)["plan"]["admissionRules"]
     assert rules["assumed"] is True and "assumed for" in rules["source"] and ">= 0.6.0" in rules["source"]
     assert rules["rules"] == ["sandbox-xor-dra", "device-plugin-xor-dra", "vfio-for-vm", "allocator-for-vm"]
+
+
+# -- --convert-vms: one outcome per VM, partial, hints that keep every flag ------------------------------------
+
+
+def test_convert_vms_partial_exits_6_with_each_vms_fate_and_the_command_that_finishes(apiserver, operator):
+    cluster(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[CA22, CA22]),
+                  o.vm("b", "two", running=False, host_devices=[CA22]))
+    apiserver.forbid("patch", "virtualmachines.kubevirt.io", "b")
+    r = cli("--request-timeout", "20s", "policy", "set-method", "dra", "--convert-vms", "--yes", "--timeout", "20s",
+            "-o", "json", server=apiserver.url)
+    assert r.exit_code == 6, r.stderr
+    doc = json.loads(r.stdout)  # the result is still printed: what was done, what failed and why
+    fate = {(c["namespace"], c["name"]): c["state"] for c in doc["result"]["conversions"]}
+    assert fate == {("a", "one"): "done", ("b", "two"): "failed"} and doc["result"]["converted"] == ["a/one"]
+    assert "not every VM was converted: 1 done, 1 failed" in r.stderr
+    assert "VirtualMachine b/two (failed):" in r.stderr
+    (finish,) = [line for line in r.stderr.splitlines() if "finish the job:" in line]
+    assert finish.split("finish the job: ")[1] == (
+        f"rblnctl --server {apiserver.url} --request-timeout 20s policy set-method --timeout 20s --convert-vms "
+        "--yes dra")  # every flag given, global ones first, in the command's own order
+
+
+def test_an_interrupted_set_method_says_how_to_wait_again_with_every_flag(apiserver, mocker):
+    """Before: the hint dropped --convert-vms (and every other flag), so following it converted nothing."""
+    cluster(apiserver)
+    mocker.patch("rblnctl.method.changer.MethodChanger.apply", side_effect=KeyboardInterrupt)
+    r = cli("policy", "set-method", "dra", "--convert-vms", "--timeout", "15m", "--force", "--yes",
+            server=apiserver.url)
+    assert r.exit_code == 130
+    again = f"rblnctl --server {apiserver.url} policy set-method --force --timeout 15m --convert-vms --yes"
+    assert f"`{again} dra` waits again and converts the VMs" in r.stderr
+    assert f"`{again} sandbox` goes back" in r.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rblnctl.errors import Conflict, InvalidInput, Refused, WaitTimeout
+from rblnctl.errors import Conflict, InvalidInput, Partial, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.method import MethodChanger, MethodEvents, MethodOptions, parse_method
 from tests.fakes import objects as o
@@ -347,7 +347,8 @@ def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver,
 
 def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, kube):
     """Back to sandbox, a DRA VM gets the resource vm-passthrough nodes advertise; when two products are
-    advertised, which one it meant is unknown: that VM is refused, the rest converted."""
+    advertised, which one it meant is unknown: that VM fails, the rest are converted, and the run is partial
+    (it was Refused before the multi-object rule: the result now comes with the error)."""
     op = cluster(apiserver, method="dra")
     apiserver.add(o.npu_node("vm9", mode=o.MODE_VM, product="RBLN-CA25"))
     for _ in range(3):
@@ -356,12 +357,47 @@ def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, ku
     apiserver.add(o.resource_claim_template("team", "rbln-npu-1"),
                   o.vm("team", "a", running=False, host_devices=[o.dra_host_device("npu0")], resource_claims=claims))
     ch = changer(kube, op, convert_vms=True)
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Partial) as err:
         ch.apply(ch.plan("sandbox"))
-    assert "1 of 1 VM(s) were not converted" in str(err.value)
-    (b,) = err.value.blockers
-    assert "VM team/a" in b.message and "rblnctl vm attach a -n team --method sandbox --convert" in b.message
+    assert "not every VM was converted: 1 failed" in str(err.value)
+    (o_,) = err.value.result.conversions
+    assert (o_.name, o_.state) == ("team/a", "failed")
+    assert "rblnctl vm attach a -n team --method sandbox --convert" in o_.reason
     assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
+
+
+def test_a_403_mid_convert_vms_fails_that_vm_and_converts_the_others(apiserver, kube):
+    """RBAC that refuses one namespace's VMs: the others are still converted; each VM's fate is in the result.
+    Before: the 403 escaped the loop (only NotFound/InvalidInput/Refused/Conflict were caught), the VMs after
+    it were never tried, and nothing said which were done."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("b", "two", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("c", "three", running=False, host_devices=[SANDBOX_RES]))
+    apiserver.forbid("patch", "virtualmachines.kubevirt.io", "b")
+    ch = changer(kube, op, convert_vms=True)
+    with pytest.raises(Partial) as err:
+        ch.apply(ch.plan("dra"))
+    fate = {x.name: (x.state.value, x.reason) for x in err.value.result.conversions}
+    assert fate["a/one"][0] == fate["c/three"][0] == "done"
+    assert fate["b/two"][0] == "failed" and "RBAC does not allow patch" in fate["b/two"][1]
+    assert err.value.result.converted == ["a/one", "c/three"]
+    assert any(d.startswith("VirtualMachine b/two (failed)") for d in err.value.details)
+
+
+def test_an_unreachable_api_server_mid_convert_vms_leaves_the_rest_not_attempted(apiserver, kube):
+    op = cluster(apiserver)
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("b", "two", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, op, convert_vms=True)
+    plan = ch.plan("dra")
+    kube.read_retries = 0
+    apiserver.inject_fault(method="GET", path="/namespaces/a/virtualmachines/one$", drop=True, times=5)
+    with pytest.raises(Partial) as err:
+        ch.apply(plan)
+    fate = [(x.name, x.state.value) for x in err.value.result.conversions]
+    assert fate == [("a/one", "failed"), ("b/two", "not-attempted")]
+    assert "could not be reached" in err.value.result.conversions[1].reason
 
 
 def test_back_to_sandbox_without_permitted_devices_says_what_to_run(apiserver, kube):
