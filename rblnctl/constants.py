@@ -387,6 +387,9 @@ VM_DRA_CLAIM = "rbln-npu"
 # are N requests, not one request with count N.
 VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
 VM_DRA_REQUEST_PREFIX = "npu"
+# Set on a VM (its time as value) while `vm attach|detach --restart` has it stopped, cleared once it is started
+# again: a run that could not start it (killed, or the start failed) leaves it, and the next run starts the VM.
+VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 # virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).
@@ -415,6 +418,9 @@ OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"
 HOST_POD_LABEL = "rebellions.ai/rblnctl.host-pod"
 HOST_POD_RUN_LABEL = "rebellions.ai/rblnctl.run"
 HOST_POD_NODE_ANNOTATION = "rebellions.ai/rblnctl.node"
+# Set on a VM (its time as value) while `vm attach|detach --restart` has it stopped, cleared once it is started
+# again: a run that could not start it (killed, or the start failed) leaves it, and the next run starts the VM.
+VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 HOST_POD_ROOT = "/host"

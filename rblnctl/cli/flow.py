@@ -49,7 +49,7 @@ def run(m: Mutation) -> Any:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
     from rblnctl.cli.console import confirm, info, warn
     from rblnctl.cli.output import emit, render_tables
-    from rblnctl.errors import Partial, Refused
+    from rblnctl.errors import Partial, RblnError, Refused
 
     for w in m.plan.warnings:
         warn(w)
@@ -73,14 +73,16 @@ def run(m: Mutation) -> Any:
         if m.dry_run != SERVER:
             m.on_interrupt()
         raise
-    except Partial as err:
-        # Some objects were changed: stdout still gets the result (what was done, what failed and why, what
-        # was not attempted); the error line, its details and the command that finishes the job go to stderr.
+    except RblnError as err:
+        # A failure that still has a result (Partial: what was done, what failed and why, what was not
+        # attempted; a VM left stopped and how to start it): stdout gets it, stderr the error and its details,
+        # and for Partial the command that finishes the job.
         if m.progress is not None:
             m.progress.stop()
-        if err.result is not None:
-            emit(m.result_view(err.result), m.output)
-        if m.rerun:
+        result = getattr(err, "result", None)
+        if result is not None:
+            emit(m.result_view(result), m.output)
+        if isinstance(err, Partial) and m.rerun:
             err.details = [*err.details, f"finish the job: {m.rerun}"]
         raise
     finally:

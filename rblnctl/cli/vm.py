@@ -176,6 +176,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "running": plan.running,
             "node": plan.node,
             "restart": plan.restart,
+            "start": plan.start,
             "patch": plan.patch,
             "noop": plan.noop,
             "warnings": [str(w) for w in plan.warnings],
@@ -185,6 +186,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "changed": result.changed, "attempts": result.attempts, "templateCreated": result.template_created,
             "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
             "restarted": result.restarted, "ready": result.ready, "serverDryRun": result.server_dry_run,
+            "leftStopped": result.left_stopped, "startCommand": result.start_command,
         },
     }
 
@@ -217,6 +219,10 @@ def _change_view(plan: Any, result: Any = None) -> Any:
     tail += [f"ResourceClaimTemplate {plan.vm.namespace}/{n}: delete (no other VM uses it)"
              for n in (result.templates_deleted if result is not None else plan.templates_delete)]
     tail += list(result.templates_kept if result is not None else plan.templates_kept)
+    if plan.start:
+        tail.append("start: an earlier rblnctl run stopped this VM and could not start it again; it is started now")
+    if result is not None and result.left_stopped:
+        tail.append(f"left stopped: rblnctl could not start the VM again; start it with `{result.start_command}`")
     if plan.restart:
         tail.append("restart: stop the VM, change it, start it, wait until Ready"
                     + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
@@ -236,15 +242,16 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
     from rblnctl.cli.console import warn
     from rblnctl.cli.errors import prog_name
     from rblnctl.cli.flow import Mutation, run
+    from rblnctl.cli.rerun import command_line
 
     ref = plan.vm
     prog = prog_name(ctx)
     shown = _phrased(plan, prog)
 
     def interrupted() -> None:
-        if plan.restart:
-            warn(f"VM {ref} may be left stopped: check `{prog} vm diagnose {ref.name} -n {ref.namespace}`, start it "
-                 f"with `virtctl start {ref.name} -n {ref.namespace}`")
+        if plan.restart or plan.start:
+            warn(f"VM {ref} may be left stopped: `{command_line(ctx)}` (the same command) starts a VM rblnctl "
+                 f"stopped, or start it with `virtctl start {ref.name} -n {ref.namespace}`")
 
     def done(result: Any) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"

@@ -184,6 +184,7 @@ class VmNpuPlan:
     restart: bool  # apply() stops and starts the VM
     patch: dict | None
     noop: bool
+    start: bool = False  # rblnctl stopped this VM in an earlier run and did not start it again: apply() starts it
     warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
 
@@ -201,6 +202,8 @@ class VmNpuResult:
     restarted: bool = False
     ready: bool | None = None  # after a restart: the VM came back Ready (None: no restart)
     server_dry_run: bool = False
+    left_stopped: bool = False  # rblnctl stopped the VM and could not start it again (start_command says how)
+    start_command: str | None = None  # how to start it, when left_stopped
 
 
 # -- the spec change (pure) -----------------------------------------------------------------------------------
@@ -492,6 +495,10 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.merge_patch(vm, layout.host_devices, layout.claims if layout.claims != claims_before else None)
+        stopped_by_us = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
+        if stopped_by_us:
+            warns.append(f"VM {ref} was stopped by an earlier rblnctl run that could not start it again: starting it "
+                         f"(after the change, if any)")
         return VmNpuPlan(
             vm=ref, target=target, method=after.method if after.count else None, resource=target.resource,
             device_class=target.device_class, npus_before=have.count, npus_after=after.count,
@@ -500,7 +507,7 @@ class AttachPlanner:
             resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
-            noop=not changed, warnings=warns, blockers=blockers)
+            noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us)
 
     def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
                    blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
@@ -541,10 +548,14 @@ class AttachPlanner:
     def apply(self, plan: VmNpuPlan) -> VmNpuResult:
         """Make the plan true; idempotent (a no-op plan writes nothing).
 
-        Order: stop (restart), create the template, patch the VM (re-plan on 409), delete the templates
-        no one uses any more (checked again just before), start and wait until Ready (restart). Raises
-        Refused (blockers, or the VM changed into something the plan cannot take), Conflict (it kept
-        changing), WaitTimeout (not Ready in time: the change is made; details say why), API errors as they are.
+        Order: mark the VM (annotation VM_STOPPED_ANNOTATION) and stop it (restart), create the template,
+        patch the VM (re-plan on 409), delete the templates no one uses any more (checked again just
+        before), start it, clear the mark, wait until Ready (restart). What rblnctl stopped it starts
+        again: on any failure after the stop the VM is started before the error is raised, and when even
+        that fails the mark stays, the error (and its `result`, left_stopped) says how to start it, and
+        the next run starts it (plan.start). Raises Refused (blockers, or the VM changed into something
+        the plan cannot take), Conflict (it kept changing), WaitTimeout (not Ready in time: the change is
+        made; details say why), API errors as they are.
         """
         if plan.blockers:
             raise Refused(f"refusing to change the NPUs of VM {plan.vm}", blockers=plan.blockers)
@@ -554,17 +565,34 @@ class AttachPlanner:
                                server_dry_run=dry)
         restarter = VmRestarter(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
                                 poll_s=self.options.poll_s, server_dry_run=dry, on_step=self.events.on_step)
-        if plan.restart:
-            restarter.stop(plan.vm)
-        created = self._create_template(plan) if plan.template_create else None
-        final, attempts = self._write(plan)
-        deleted, kept = self._delete_templates(final)
-        result = VmNpuResult(plan=final, changed=True, attempts=attempts, template_created=created,
+        stopped = plan.start  # an earlier run stopped it: it is ours to start
+        final, attempts, created, deleted, kept = plan, 0, None, [], []
+        changed = False
+        try:
+            if plan.restart:
+                self._mark_stopped(plan, stopped=True)
+                stopped = True
+                restarter.stop(plan.vm)
+            if plan.patch is not None:
+                created = self._create_template(plan) if plan.template_create else None
+                final, attempts = self._write(plan)
+                changed = True
+                deleted, kept = self._delete_templates(final)
+        except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
+            if stopped and not dry:
+                self._start_again(restarter, plan, err, changed=changed)
+            raise
+        result = VmNpuResult(plan=final, changed=changed, attempts=attempts, template_created=created,
                              templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
-                             restarted=plan.restart and not dry, server_dry_run=dry)
-        if not plan.restart or dry:
+                             restarted=(plan.restart or plan.start) and not dry, server_dry_run=dry)
+        if not stopped or dry:
             return result
-        restarter.start(plan.vm)
+        try:
+            restarter.start(plan.vm)
+        except BaseException as err:
+            self._start_again(restarter, plan, err, changed=changed, started=False)
+            raise
+        self._mark_stopped(plan, stopped=False)
         try:
             restarter.wait_ready(plan.vm)
         except WaitTimeout as e:
@@ -575,6 +603,52 @@ class AttachPlanner:
             raise WaitTimeout(f"the NPUs of VM {plan.vm} were changed and it was started, but {e}") \
                 .with_details(details) from e
         return dataclasses.replace(result, ready=True)
+
+    def _mark_stopped(self, plan: VmNpuPlan, *, stopped: bool) -> None:
+        """Set (or clear) VM_STOPPED_ANNOTATION: a merge patch settled by reading the VM back."""
+        value = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ") if stopped else None
+        body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
+        ns, name = plan.vm.namespace, plan.vm.name
+
+        def next_write(vm: Any) -> writes.Write | None:
+            if vm is not writes.UNREAD:
+                if vm is None:
+                    raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
+                if bool(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) == stopped:
+                    return None
+            return writes.patch(VMS, name, body, patch_type="merge", namespace=ns)
+
+        writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(VMS, name, namespace=ns),
+                      what=f"VM {plan.vm}", dry_run=self.options.server_dry_run)
+
+    def _start_again(self, restarter: VmRestarter, plan: VmNpuPlan, err: BaseException, *, changed: bool,
+                     started: bool = True) -> None:
+        """After a failure with the VM stopped by rblnctl: start it again (and clear the mark), or say how.
+
+        Adds a detail line to `err` (an RblnError) and, when the VM stays stopped, a `result` with
+        left_stopped and the command that starts it (the front end prints it, -o json too).
+        """
+        how = f"virtctl start {plan.vm.name} -n {plan.vm.namespace}"
+        what = "the NPU change was made" if changed else "its NPUs were not changed"
+        problem: BaseException | None = None
+        if started:
+            try:
+                restarter.start(plan.vm)
+                self._mark_stopped(plan, stopped=False)
+            except (RblnError, KeyboardInterrupt) as e:
+                problem = e
+        else:
+            problem = err
+        if not isinstance(err, RblnError):
+            return  # Ctrl-C: the front end's hint says how to start it; the mark makes the next run do it
+        if problem is None:
+            err.details = [*err.details, f"VM {plan.vm} was stopped by rblnctl and has been started again ({what})"]
+            return
+        err.details = [*err.details, f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) "
+                       f"and could not start it again ({' '.join(str(problem).split())}); start it with `{how}`, or "
+                       "re-run this command: it starts a VM rblnctl stopped"]
+        err.result = VmNpuResult(plan=plan, changed=changed, attempts=0, server_dry_run=False,  # type: ignore[attr-defined]
+                                 left_stopped=True, start_command=how)
 
     def _create_template(self, plan: VmNpuPlan) -> str:
         """Create rblnctl's ResourceClaimTemplate; a create whose outcome is unknown is settled by reading it back."""

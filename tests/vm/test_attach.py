@@ -251,8 +251,10 @@ def test_restart_stops_patches_starts_and_waits_until_ready(kube, apiserver):
     assert subresources == ["stop", "start"]
     kinds = [("PUT" if r.method == "PUT" else "PATCH") for r in apiserver.writes()
              if r.method in ("PUT", "PATCH") and "virtualmachines/v1" in r.path]
-    assert kinds[0] == "PUT" and "PATCH" in kinds and kinds[-1] == "PUT"  # stop, patch, start: in that order
+    # mark it stopped-by-rblnctl, stop, patch (a 409 re-plans: the stop changed the VM), start, clear the mark
+    assert kinds[:2] == ["PATCH", "PUT"] and kinds[-2:] == ["PUT", "PATCH"] and set(kinds[2:-2]) == {"PATCH"}
     vm_now = apiserver.get("VirtualMachine", "v1", NS)
+    assert "rebellions.ai/rblnctl.stopped" not in (vm_now["metadata"].get("annotations") or {})
     assert vm_now["status"]["ready"] is True and vm_now["spec"]["runStrategy"] == "Always"
     vmi = apiserver.get("VirtualMachineInstance", "v1", NS)
     assert [d["deviceName"] for d in vmi["spec"]["domain"]["devices"]["hostDevices"]] == [CA22, CA22]
