@@ -1,4 +1,4 @@
-"""Kube.watch and Kube.watch_many against the fake API server: list then watch, resuming after the server
+"""rblnctl.kube.watch and watch_many against the fake API server: list then watch, resuming after the server
 ends a stream, relisting on 410, bookmarks, falling back to LISTs where watching is refused, stopping."""
 
 from __future__ import annotations

@@ -414,7 +414,8 @@ def migrate_resources(
     mapping: Annotated[
         list[str] | None,
         typer.Option("--map", help="Rename OLD to NEW (repeatable; the rebellions.ai/ prefix is optional) instead "
-                     "of deriving the new names from the PCI devices.", metavar="OLD=NEW", show_default=False),
+                     "of deriving the new names from the PCI devices. Both must be valid extended resource names "
+                     "(as the API server checks them).", metavar="OLD=NEW", show_default=False),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rename a name some vm-passthrough node still advertises (KubeVirt keeps "
