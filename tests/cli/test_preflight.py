@@ -273,7 +273,9 @@ def test_hosts_image_pull_failure_fails_the_run_with_the_reason(apiserver, host_
 
 def test_hosts_with_a_node_not_checked_says_how_to_rerun_with_every_flag(apiserver, host_kubelet):
     seed(apiserver, nodes=2)
-    apiserver.inject_fault(method="POST", path=r"/pods$", status=500, times=5)  # npu-0000's create, every try
+    apiserver.inject_fault(method="POST", path=r"/pods$", status=403, reason="Forbidden", times=1,
+                           message='pods "x" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, '
+                                   "limited: pods=1")  # npu-0000's create; no pod of the run holds the quota yet
     r = cli("preflight", "--hosts", "--max-parallel", "1", "-n", "rbln-system", server=apiserver.url)
     assert r.exit_code == 1, r.stderr
     assert "1 of 2 NPU nodes checked, 1 not (1 create-failed" in r.stdout

@@ -95,7 +95,9 @@ def test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it(a
 def test_the_cli_shows_a_vm_left_stopped_on_stderr_and_in_json(apiserver):
     running_vm(apiserver)
     npu_patch_fails(apiserver, status=403, reason="Forbidden", message=DENIED)
-    apiserver.inject_fault(method="PUT", path=START, status=500, times=40)
+    apiserver.inject_fault(method="PUT", path=START, status=403, reason="Forbidden", times=5,
+                           message='virtualmachines.subresources.kubevirt.io "v1" is forbidden: User "u" cannot update '
+                                   'resource "virtualmachines/start"')
     r = cli("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", "--timeout", "10s", "-o", "json",
             server=apiserver.url)
     assert r.exit_code == 4, r.stderr  # the failure's own exit code
