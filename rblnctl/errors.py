@@ -118,6 +118,24 @@ class Conflict(ClusterError):
     """A write lost an optimistic-concurrency race (409) more often than we retry."""
 
 
+class AdmissionDenied(ClusterError):
+    """The API server's admission refused a write (403 from a ResourceQuota, Pod Security, a webhook), not RBAC."""
+
+
+class Partial(RblnError):
+    """A command that changes several objects did not change every one.
+
+    `result` is the library's result all the same: it lists each object done, failed (and why) or
+    not attempted (and why not), for the front end to show before this error. `outcomes` are those
+    rows (rblnctl.batch.ItemOutcome).
+    """
+
+    def __init__(self, message: str, *, result: object | None = None, outcomes: Iterable[Any] = ()) -> None:
+        super().__init__(message)
+        self.result = result
+        self.outcomes = list(outcomes)
+
+
 class WaitTimeout(RblnError):
     """Something we wait for (pods gone, operator converged) did not happen in time."""
 

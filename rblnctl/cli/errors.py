@@ -22,6 +22,7 @@ EXIT_CODES: dict[type[BaseException], int] = {
     E.ClusterUnreachable: 3,
     E.AuthError: 4,
     E.WaitTimeout: 5,
+    E.Partial: 6,
     E.RblnError: 1,
 }
 EXIT_OK = 0
@@ -210,19 +211,7 @@ class RblnGroup(TyperGroup):
             raise typer.Exit(EXIT_BUG) from err
 
 
-# The option a library Blocker names (`override`, an options-field name) -> how a user types it.
-OVERRIDE_FLAGS = {
-    "force": "--force",
-    "delete_emptydir_data": "--delete-emptydir-data",
-    "evict_vms": "--force",
-    "load_modules": "--load-modules",
-    "mapping": "--map",
-}
-
-
-def flag_for(option: str) -> str:
-    """The flag a user types for an options-field name (`delete_emptydir_data`: `--delete-emptydir-data`)."""
-    return OVERRIDE_FLAGS.get(option, "--" + option.replace("_", "-"))
+from rblnctl.cli.flags import OVERRIDE_FLAGS, flag_for  # noqa: E402,F401 - re-exported
 
 
 def blocker_text(blocker: Any) -> str:

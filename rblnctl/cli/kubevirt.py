@@ -335,7 +335,9 @@ def _migration_body(plan: Any, result: Any) -> dict:
         "result": None if result is None else {
             "kubevirtChanged": result.kubevirt_changed, "changed": list(result.changed), "gone": list(result.gone),
             "restartNeeded": list(result.restart_needed), "retries": result.retries,
-            "serverDryRun": result.server_dry_run},
+            "serverDryRun": result.server_dry_run,
+            "objects": [{"kind": x.kind, "namespace": x.name.split("/", 1)[0], "name": x.name.split("/", 1)[1],
+                         "state": x.state.value, "reason": x.reason or None} for x in result.outcomes]},
     }
 
 
@@ -389,6 +391,13 @@ def _migration_view(plan: Any, result: Any) -> Any:
             done += f"; {len(result.restart_needed)} running VM(s) need a restart to take effect: " \
                     f"{joined(result.restart_needed)}"
         tail.append(done)
+    if result is not None and result.outcomes:
+        fates = Table("KIND", "NAMESPACE", "NAME", "RESULT", "REASON")
+        styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
+        for x in result.outcomes:
+            ns, _, name = x.name.partition("/")
+            fates.add_row(x.kind, ns, name, Cell(x.state.value, styles[x.state.value]), x.reason or "")
+        tables.append(fates)
     names = [] if kv.noop else [f"kubevirt.kubevirt.io/{kv.name}"]
     names += [f"virtualmachine.kubevirt.io/{v.name}" for v in plan.vms if not v.noop]
     return View(kind="ResourceMigration", body=lambda: _migration_body(plan, result), preamble=head, tables=tables,
@@ -405,7 +414,8 @@ def migrate_resources(
     mapping: Annotated[
         list[str] | None,
         typer.Option("--map", help="Rename OLD to NEW (repeatable; the rebellions.ai/ prefix is optional) instead "
-                     "of deriving the new names from the PCI devices.", metavar="OLD=NEW", show_default=False),
+                     "of deriving the new names from the PCI devices. Both must be valid extended resource names "
+                     "(as the API server checks them).", metavar="OLD=NEW", show_default=False),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rename a name some vm-passthrough node still advertises (KubeVirt keeps "
@@ -423,6 +433,7 @@ def migrate_resources(
 ) -> None:
     """Rename old NPU resource names in KubeVirt and all VMs."""
     from rblnctl.cli.flow import Mutation, run
+    from rblnctl.cli.rerun import command_line
     from rblnctl.kubevirt.migrate import MigrateOptions, ResourceMigrator, parse_mapping
 
     mode = dry_run_mode(dry_run, server_dry_run)
@@ -442,6 +453,7 @@ def migrate_resources(
         question="Rename NPU resources?", disruptive=False, dry_run=mode, yes=yes, output=output,
         plan_view=lambda p: _migration_view(p, None), result_view=lambda r: _migration_view(r.plan, r),
         noop_message="every NPU resource name in use is current; nothing to rename", done_message=done,
+        rerun=command_line(ctx),  # every flag given (--map...): a re-run renames what is left, idempotently
     ))
 
 

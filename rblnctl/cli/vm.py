@@ -176,6 +176,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "running": plan.running,
             "node": plan.node,
             "restart": plan.restart,
+            "start": plan.start,
             "patch": plan.patch,
             "noop": plan.noop,
             "warnings": [str(w) for w in plan.warnings],
@@ -185,6 +186,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "changed": result.changed, "attempts": result.attempts, "templateCreated": result.template_created,
             "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
             "restarted": result.restarted, "ready": result.ready, "serverDryRun": result.server_dry_run,
+            "leftStopped": result.left_stopped, "startCommand": result.start_command,
         },
     }
 
@@ -217,6 +219,10 @@ def _change_view(plan: Any, result: Any = None) -> Any:
     tail += [f"ResourceClaimTemplate {plan.vm.namespace}/{n}: delete (no other VM uses it)"
              for n in (result.templates_deleted if result is not None else plan.templates_delete)]
     tail += list(result.templates_kept if result is not None else plan.templates_kept)
+    if plan.start:
+        tail.append("start: an earlier rblnctl run stopped this VM and could not start it again; it is started now")
+    if result is not None and result.left_stopped:
+        tail.append(f"left stopped: rblnctl could not start the VM again; start it with `{result.start_command}`")
     if plan.restart:
         tail.append("restart: stop the VM, change it, start it, wait until Ready"
                     + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
@@ -236,15 +242,16 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
     from rblnctl.cli.console import warn
     from rblnctl.cli.errors import prog_name
     from rblnctl.cli.flow import Mutation, run
+    from rblnctl.cli.rerun import command_line
 
     ref = plan.vm
     prog = prog_name(ctx)
     shown = _phrased(plan, prog)
 
     def interrupted() -> None:
-        if plan.restart:
-            warn(f"VM {ref} may be left stopped: check `{prog} vm diagnose {ref.name} -n {ref.namespace}`, start it "
-                 f"with `virtctl start {ref.name} -n {ref.namespace}`")
+        if plan.restart or plan.start:
+            warn(f"VM {ref} may be left stopped: `{command_line(ctx)}` (the same command) starts a VM rblnctl "
+                 f"stopped, or start it with `virtctl start {ref.name} -n {ref.namespace}`")
 
     def done(result: Any) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
@@ -364,8 +371,8 @@ def manifest(
     if chosen == C.METHOD_DRA and (resource or product):
         raise InvalidInput("--resource and --product pick a sandbox resource; DRA VMs claim vfio-npu.rebellions.ai")
     # Bad input fails before connecting; the cluster is read only for what was left open.
-    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, npus=npus, method=chosen or C.METHOD_SANDBOX,
-                           resource=resource, image=image)
+    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, claim_namespace=_namespace(ctx), npus=npus,
+                           method=chosen or C.METHOD_SANDBOX, resource=resource, image=image)
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
         chosen, resource, device_class = resolve(ctx.obj.kube(), method=chosen, resource=resource, product=product)
         opts = dataclasses.replace(opts, method=chosen, resource=resource, device_class=device_class)
@@ -386,7 +393,8 @@ def _list_view(listing: Any) -> Any:
     t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES",
               Column("KIND", wide=True), Column("HELD", wide=True))
     for e in listing.items:
-        status = e.status + (",RestartPending" if e.restart_pending else "")
+        status = e.status + (",RestartPending" if e.restart_pending else "") + (",ClaimCollision" if e.collisions
+                                                                                 else "")
         t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", str(e.npus),
                   e.method or "<none>", joined(f"{d.name}={d.source}" for d in e.devices), e.kind,
                   str(e.holds) if e.running_devices is not None else "<none>")
@@ -396,10 +404,14 @@ def _list_view(listing: Any) -> Any:
             {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
              "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
              "runningNpus": e.holds if e.running_devices is not None else None,
-             "restartPending": e.restart_pending} for e in listing.items]}
+             "restartPending": e.restart_pending, "claims": list(e.claims),
+             "claimCollisions": list(e.collisions)} for e in listing.items]}
 
     where = "any namespace" if every else f"namespace {listing.namespace}"
     notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
+    notes += [f"warning: VM {e.ref} on {e.node} has a DRA claim of the same name as {', '.join(e.collisions)}: the "
+              "RBLN DRA driver prepares one claim of a name per node, so one of them cannot start; give each its own "
+              f"name with `rblnctl vm attach {e.ref.name} -n {e.ref.namespace} --restart`" for e in listing.collisions]
     return View(kind="VmNpuList", body=body, tables=[t] if listing.items else [], notes=notes,
                 names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in listing.items])
 

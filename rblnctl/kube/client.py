@@ -14,9 +14,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
@@ -51,9 +51,6 @@ from rblnctl.kube.replies import (
     not_an_api_server,
 )
 from rblnctl.kube.resources import PODS, Resource
-
-if TYPE_CHECKING:
-    from rblnctl.kube.watch import WatchEvent, WatchSpec
 
 log = logging.getLogger("rblnctl.kube")
 request_log = logging.getLogger("rblnctl.kube.requests")  # -v=6: one line per request
@@ -331,7 +328,7 @@ class Kube:
         return doc
 
 
-    # -- watches ----------------------------------------------------------------------------------
+    # -- the list a watch starts from (rblnctl.kube.watch) ------------------------------------------
 
     def list_with_version(self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None,
                           field_selector: str | None = None) -> tuple[list[dict], str]:
@@ -351,20 +348,6 @@ class Kube:
             token = meta.get("continue")
             if not token:
                 return items, version
-
-    # -- watches (rblnctl.kube.watch) ---------------------------------------------------------
-
-    def watch(self, res: Resource, **kwargs: Any) -> Iterator[WatchEvent]:
-        """Yield a collection's changes as they happen (rblnctl.kube.watch.watch)."""
-        from rblnctl.kube.watch import watch
-
-        return watch(self, res, **kwargs)
-
-    def watch_many(self, specs: Sequence[WatchSpec], **kwargs: Any) -> Iterator[WatchEvent]:
-        """Watch several collections at once (rblnctl.kube.watch.watch_many)."""
-        from rblnctl.kube.watch import watch_many
-
-        return watch_many(self, specs, **kwargs)
 
 
 def _under_api_group(path: str) -> bool:

@@ -147,6 +147,8 @@ def precheck_resource_name(spec: str) -> None:
     vendor's resource, or an RBLN-<MODEL> pci.ids does not know. resourceList names wait for the policy."""
     name, sep, _ = spec.strip().partition("=")
     name = name.strip()
+    if not sep and name:
+        R.parse_resource(name, what="--resource-name")  # the API server's rules for an extended resource name
     full = R.qualify(name)
     if sep or not name or any(c.isspace() for c in name) or not R.is_npu_resource(full) or \
             R.classify_generic(full) == C.MODE_VM and not full.endswith(C.LEGACY_VM_RESOURCE_SUFFIX):
@@ -265,7 +267,7 @@ class DevicePermitter:
         InvalidInput for a bad or unknown name, and NotFound when the cluster is the only source
         and no NPU node advertises a VM resource.
         """
-        from rblnctl.node.inventory import list_npu_node_objects
+        from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
 
         view = read_operator(self.kube)

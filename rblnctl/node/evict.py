@@ -26,7 +26,7 @@ from typing import Any
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
 from rblnctl.errors import ClusterError, NotFound, RblnError, Refused, WaitTimeout
-from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key
+from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key, watch, writes
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -192,21 +192,33 @@ class Evictor:
         return False
 
     def _send(self, p: PodRef) -> None:
+        """Evict (or delete) one pod. A request whose outcome is unknown (a lost reply, a reset connection, a
+        5xx) is settled by reading the pod back (rblnctl.kube.writes): gone, replaced or terminating means
+        done; still there, evicted again (an eviction is safe to repeat). A 429 or 404 is raised as it is."""
         options: dict[str, Any] = {}
         if self.options.grace_period_s is not None:
             options["gracePeriodSeconds"] = self.options.grace_period_s
         if self.options.server_dry_run:
             options["dryRun"] = ["All"]
         if self.options.disable_eviction:
-            self.kube.delete(PODS, p.name, namespace=p.namespace, body=options or None,
-                             dry_run=self.options.server_dry_run)
-            return
-        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                                "metadata": {"name": p.name, "namespace": p.namespace}}
-        if options:
-            body["deleteOptions"] = options
-        self.kube.create(PODS, body, namespace=p.namespace, sub_of=p.name, sub="eviction",
-                         dry_run=self.options.server_dry_run)
+            w = writes.delete(PODS, p.name, namespace=p.namespace, body=options or None)
+        else:
+            body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                    "metadata": {"name": p.name, "namespace": p.namespace}}
+            if options:
+                body["deleteOptions"] = options
+            w = writes.create(PODS, body, namespace=p.namespace, sub_of=p.name, sub="eviction")
+
+        def next_write(pod: Any) -> writes.Write | None:
+            if pod is writes.UNREAD:
+                return w
+            if pod is None or (p.uid and _uid(pod) != p.uid) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                return None
+            return w
+
+        writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(PODS, p.name, namespace=p.namespace),
+                      what=f"pod {p}", dry_run=self.options.server_dry_run, backoff_s=BACKOFF_START_S / 2,
+                      clock=self.clock)
 
     def wait_gone(self, node: str, pods: list[PodRef], deadline: float) -> None:
         """Wait until every pod in `pods` has left `node`, watching the node's pods; WaitTimeout names the rest.
@@ -223,7 +235,7 @@ class Evictor:
         def left(key: tuple[str, str]) -> None:
             self.events.on_gone(pending.pop(key))
 
-        for ev in self.kube.watch(PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
+        for ev in watch(self.kube, PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
                                   timeout_s=max(0.0, deadline - self.clock.monotonic()), poll_s=self.options.poll_s,
                                   on_retry=lambda e: self.events.on_warning(
                                       f"watching the pods on {node} failed ({e}); trying again")):
@@ -262,7 +274,7 @@ class Evictor:
             self.events.on_warning(f"VMI {v} has left node {node}")
             self.events.on_gone(v.pod)
 
-        for ev in self.kube.watch(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
+        for ev in watch(self.kube, VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
                                   stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
                                   poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
                                       f"watching the VMIs on {node} failed ({e}); trying again")):

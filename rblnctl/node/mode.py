@@ -44,6 +44,7 @@ from rblnctl.kube import (
     WatchSpec,
     outcome_unknown,
     validate_name,
+    watch_many,
 )
 from rblnctl.node.cordon import write_node
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey
@@ -281,7 +282,8 @@ class ModeSwitcher:
             blockers.extend(drain.blockers)
             # The operator would never finish this switch: refuse before any write, naming the policy field
             # or the operator release (rblnctl.operator.release; `force` goes past a release's limits).
-            release = read_release(self.kube, view) if target == C.MODE_VM and policy.allocators(target) else None
+            release = read_release(self.kube, view.deployments) \
+                if target == C.MODE_VM and policy.allocators(target) else None
             iommu = self._iommu_blockers(node, node_obj) if target == C.MODE_VM else []
             for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
                 if b.override == "force" and self.options.force:
@@ -536,7 +538,7 @@ class ModeSwitcher:
             last = [f"the API server did not answer ({err}); trying again"]
             self.events.on_waiting(last)
 
-        for ev in self.kube.watch_many(specs, timeout_s=max(0.0, deadline - self.clock.monotonic()),
+        for ev in watch_many(self.kube, specs, timeout_s=max(0.0, deadline - self.clock.monotonic()),
                                        clock=self.clock, stop=self.stop, poll_s=self.options.drain.poll_s,
                                        on_retry=retrying):
             mirrors[ev.source].apply(ev)

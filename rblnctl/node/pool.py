@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
-from rblnctl.errors import InvalidInput, NotFound, RblnError, Refused
+from rblnctl.errors import InvalidInput, NotFound, Partial, RblnError, Refused
 from rblnctl.kube import Kube, validate_name
 from rblnctl.node.drain import Drainer
 from rblnctl.node.events import NodeEvents
@@ -188,12 +188,11 @@ class PoolResult:
         return sum(1 for i in self.items if i.outcome == outcome)
 
 
-class PoolFailed(RblnError):
-    """At least one node of a pool failed or was refused; `result` has every node's outcome."""
+class PoolFailed(Partial):
+    """At least one node of a pool failed or was refused; `result` has every node's outcome (exit code: partial)."""
 
     def __init__(self, message: str, *, result: PoolResult) -> None:
-        super().__init__(message)
-        self.result = result
+        super().__init__(message, result=result)
 
 
 def select_nodes(kube: Kube, *, names: Sequence[str] = (), selector: str | None = None) -> list[str]:

@@ -7,7 +7,9 @@ list may be forbidden (RBAC) or stale, and the pod is what actually holds the de
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.errors import Forbidden, NotFound
@@ -15,6 +17,7 @@ from rblnctl.kube import VMIS, Kube
 from rblnctl.node.pods import PodEntry
 from rblnctl.operator.resources import is_npu_resource
 from rblnctl.plan import Blocker
+from rblnctl.vm import devices as D
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,14 +32,21 @@ class NpuVm:
         return f"{self.namespace}/{self.name} ({self.holds})"
 
 
-def vmi_npus(vmi: dict) -> list[str]:
-    """What in a VMI's spec holds NPUs: NPU host devices, DRA claims of host devices, its resource claims."""
-    spec = vmi.get("spec") or {}
-    devices = ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices") or []
+def vmi_npus(vmi: Any) -> list[str]:
+    """What in a VMI's spec holds NPUs: NPU host devices, DRA claims of host devices, its resource claims.
+
+    The spec is read through rblnctl.vm.devices, the one module that knows its shape: entries that are not
+    objects are skipped, and a field that is not a list of objects (which no admitted VMI has) counts as
+    holding NPUs, named as unreadable: the guard refuses what it cannot read rather than crash on it.
+    """
+    spec = D.vmi_spec(vmi) if isinstance(vmi, Mapping) else {}
+    devices = D.host_devices(spec)
     npus = [str(d.get("deviceName")) for d in devices if is_npu_resource(str(d.get("deviceName") or ""))]
     claims = [str(d.get("claimName")) for d in devices if d.get("claimName")]
-    claims += [str(c.get("name")) for c in spec.get("resourceClaims") or [] if c.get("name")]
-    return [*npus, *(f"claim {c}" for c in dict.fromkeys(claims))]
+    claims += [str(c.get("name")) for c in D.resource_claims(spec) if c.get("name")]
+    bad = D.malformed(spec) if isinstance(vmi, Mapping) and isinstance(vmi.get("spec", {}), Mapping) else \
+        ["the VMI or its spec is not an object"]
+    return [*npus, *(f"claim {c}" for c in dict.fromkeys(claims)), *(f"unreadable: {b}" for b in bad)]
 
 
 def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm], list[str]]:
@@ -51,7 +61,8 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
         vmis = []
         warnings.append(f"cannot list VirtualMachineInstances ({e}); judging VMs by their virt-launcher pods only")
     for v in vmis:
-        if ((v.get("status") or {}).get("nodeName") or node) != node:
+        status = v.get("status") if isinstance(v.get("status"), Mapping) else {}
+        if (status.get("nodeName") or node) != node:
             continue
         holds = vmi_npus(v)
         if holds:

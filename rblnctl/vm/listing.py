@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+import dataclasses
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
@@ -26,6 +27,8 @@ class VmNpuEntry:
     method: str | None  # sandbox | dra | mixed
     devices: list[NpuDevice]  # the template's (a standalone VMI: its own)
     running_devices: list[NpuDevice] | None  # the VMI's (None: no VMI, or it finished)
+    claims: list[str] = field(default_factory=list)  # the DRA driver's per-node keys of its NPU claims (claim_keys)
+    collisions: list[str] = field(default_factory=list)  # VMs (ns/name) whose claims share a key with it on its node
 
     @property
     def npus(self) -> int:
@@ -52,7 +55,12 @@ class VmNpuListing:
     items: list[VmNpuEntry]
     namespace: str | None  # None: every namespace
     served: bool = True  # False: KubeVirt's APIs are not served (not installed)
-    notes: list[str] = field(default_factory=list)  # what could not be read (forbidden)
+    notes: list[str] = field(default_factory=list)  # what could not be read (forbidden); shared claim names
+
+    @property
+    def collisions(self) -> list[VmNpuEntry]:
+        """The VMs whose NPU claims collide with another VM's on their node (the second one cannot start)."""
+        return [e for e in self.items if e.collisions]
 
     def by_node(self) -> dict[str, list[str]]:
         """Node -> `namespace/name` of the VMs holding NPUs there now."""
@@ -99,10 +107,12 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
         running = _running(vmi, test)
         if not devices and not running:
             continue
+        held = D.vmi_spec(vmi) if running is not None and vmi is not None else D.vm_spec(vm)
         items.append(VmNpuEntry(ref=VmRef(*key), kind="VirtualMachine",
                                 status=str((vm.get("status") or {}).get("printableStatus") or "Unknown"),
                                 node=_node(vmi), method=_method(devices or running or []), devices=devices,
-                                running_devices=running))
+                                running_devices=running,
+                                claims=claim_keys(held, running if running is not None else devices)))
     for key, vmi in sorted(by_name.items()):
         if key in seen:
             continue
@@ -112,9 +122,51 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
             continue
         items.append(VmNpuEntry(ref=VmRef(*key), kind="VirtualMachineInstance",
                                 status=str((vmi.get("status") or {}).get("phase") or "Pending"), node=_node(vmi),
-                                method=_method(devices), devices=devices, running_devices=_running(vmi, test)))
+                                method=_method(devices), devices=devices, running_devices=_running(vmi, test),
+                                claims=claim_keys(D.vmi_spec(vmi), devices)))
+    items = with_collisions(items, notes)
     return VmNpuListing(items=sorted(items, key=lambda e: (e.ref.namespace, e.ref.name)), namespace=namespace,
                         notes=notes)
+
+
+def claim_keys(spec: dict, devices: Iterable[NpuDevice]) -> list[str]:
+    """The names the RBLN DRA driver keys its per-node KubeVirt metadata by, for a VMI spec's NPU claims.
+
+    A template claim's pod-level name (KubeVirt copies resourceClaims[].name into the virt-launcher pod), a
+    direct claim's own name: both are unique per node only by convention (RBLN-SW/rbln-k8s-dra-driver@37a656f
+    cmd/npu-kubelet-plugin/kubevirt_metadata.go kubevirtMetadataClaimDirs; docs/vm.md, Claim names).
+    """
+    used = {d.claim for d in devices if d.claim}
+    out = []
+    for c in D.resource_claims(spec):
+        name = str(c.get("name") or "")
+        if name not in used:
+            continue
+        out.append(f"resourceclaims/{c['resourceClaimName']}" if c.get("resourceClaimName")
+                   else f"resourceclaimtemplates/{name}")
+    return sorted(out)
+
+
+def with_collisions(items: list[VmNpuEntry], notes: list[str]) -> list[VmNpuEntry]:
+    """Mark the VMs whose claims share a key on one node (what the running VMIs hold), and note the names
+    several VMs share anywhere (two of them on one node would collide)."""
+    on_node: dict[tuple[str, str], list[str]] = {}
+    shared: dict[str, list[str]] = {}
+    for e in items:
+        for key in e.claims:
+            shared.setdefault(key, []).append(str(e.ref))
+            if e.node:
+                on_node.setdefault((e.node, key), []).append(str(e.ref))
+    out = []
+    for e in items:
+        others = sorted({r for key in e.claims if e.node for r in on_node.get((e.node, key), []) if r != str(e.ref)})
+        out.append(dataclasses.replace(e, collisions=others) if others else e)
+    for key, refs in sorted(shared.items()):
+        if len(refs) > 1:
+            notes.append(f"{len(refs)} VMs share the DRA claim key {key} ({', '.join(sorted(refs)[:5])}"
+                         f"{' ...' if len(refs) > 5 else ''}): two of them on one node cannot both start; "
+                         "`rblnctl vm attach NAME -n NAMESPACE` gives each its own name (docs/vm.md, Claim names)")
+    return out
 
 
 def _running(vmi: dict | None, test: D.ClaimTest) -> list[NpuDevice] | None:

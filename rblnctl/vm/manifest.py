@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
 from rblnctl.kube import Kube, validate_name
+from rblnctl.operator import resources as R
 from rblnctl.vm import devices as D
 
 
@@ -21,6 +22,9 @@ class ManifestOptions:
 
     name: str
     namespace: str | None = None  # None: leave it to `kubectl apply -n` / the context
+    # DRA: the namespace the pod-level claim name is derived from when `namespace` is None (the one
+    # `kubectl apply` would use: -n, the context's, else default); rblnctl.vm.devices.claim_name
+    claim_namespace: str | None = None
     npus: int = 1
     method: str = C.METHOD_SANDBOX
     resource: str | None = None  # sandbox: required
@@ -37,6 +41,8 @@ class ManifestOptions:
             raise InvalidInput(f"a VM manifest needs 1 to {C.MAX_VM_NPUS} NPUs, not {self.npus}")
         if self.method not in C.METHODS:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
+        if self.resource:
+            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
         if not self.image.strip() or any(c.isspace() for c in self.image):
             raise InvalidInput(f"malformed image {self.image!r}")
 
@@ -64,8 +70,9 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
     if o.method == C.METHOD_DRA:
         template = D.claim_template(o.npus, o.device_class, namespace=o.namespace)
         objects.append(template)
-        spec["domain"]["devices"]["hostDevices"] = [D.dra_device(n, i) for i, n in enumerate(names)]
-        spec["resourceClaims"] = [D.claim_entry(template["metadata"]["name"])]
+        claim = D.claim_name(o.claim_namespace or o.namespace or "default", o.name)
+        spec["domain"]["devices"]["hostDevices"] = [D.dra_device(n, i, claim=claim) for i, n in enumerate(names)]
+        spec["resourceClaims"] = [D.claim_entry(template["metadata"]["name"], claim=claim)]
     else:
         spec["domain"]["devices"]["hostDevices"] = [D.sandbox_device(n, str(o.resource)) for n in names]
     meta: dict = {"name": o.name}

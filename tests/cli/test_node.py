@@ -257,3 +257,35 @@ def test_a_grace_period_beyond_int64_exits_2_before_connecting(apiserver):
     r = cli("node", "drain", "n1", "--grace-period", "99999999999999999999999", "--yes", server=apiserver.url)
     assert r.exit_code == 2 and "--grace-period" in r.stderr
     assert apiserver.requests == []
+
+
+def _malformed_vmis():
+    """VMIs a hand edit or a preserve-unknown-fields schema could leave: fields that are not lists of objects."""
+    out = []
+    for i, (path, value) in enumerate([(("domain", "devices", "hostDevices"), "npu0"),
+                                       (("domain", "devices", "hostDevices"), [1, "x", None]),
+                                       (("resourceClaims",), {"name": "c"}),
+                                       (("resourceClaims",), 7),
+                                       (("domain",), ["devices"])]):
+        v = o.vmi("vms", f"odd{i}", "n1")
+        spec = v["spec"]
+        for key in path[:-1]:
+            spec = spec.setdefault(key, {})
+        spec[path[-1]] = value
+        out.append(v)
+    return out
+
+
+def test_malformed_vmis_are_judged_not_a_crash_even_under_dry_run(cluster):
+    """Before: `hostDevices: npu0` and friends raised AttributeError/TypeError in the VM guard: exit 70."""
+    cluster.add(*_malformed_vmis())
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", "-o", "json", server=cluster.url)
+    assert r.exit_code == 1, r.stderr  # refused by the VM guard, which cannot read those VMIs
+    assert "unexpected" not in r.stderr
+    blockers = [b["message"] for b in json.loads(r.stdout)["plan"]["blockers"]]
+    assert any("vms/odd0" in b and "hostDevices is not a list of objects" in b for b in blockers)
+    assert any("vms/odd3" in b and "resourceClaims is not a list of objects" in b for b in blockers)
+    assert cluster.writes() == []
+    r = cli("policy", "set-method", "sandbox", "--dry-run", server=cluster.url)
+    assert r.exit_code in (0, 1) and "unexpected" not in r.stderr, r.stderr
+    assert cluster.writes() == []

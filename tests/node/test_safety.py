@@ -100,6 +100,22 @@ def test_a_relabel_whose_reply_is_lost_is_never_rolled_back(apiserver, operator)
     assert any("was lost" in d for s, d in steps if s == "relabel")
 
 
+def test_an_eviction_whose_reply_is_lost_neither_fails_nor_rolls_back_the_switch(apiserver, operator):
+    """The eviction lands but its reply is lost: the pod read back is gone (or terminating), so it is evicted.
+    Before: the switch failed at once (exit 3) and rolled back, though the pod was gone."""
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    kube = connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
+    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", lose_reply=True, times=1)
+    steps: list[tuple[str, str]] = []
+    sw = switcher(kube, steps=steps)
+    res = sw.apply(sw.plan("n1", "vm"))
+    assert res.changed and [r.name for r in res.evicted] == ["npu-app"]
+    assert not [s for s in steps if s[0] == "rollback"]
+    assert apiserver.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
+
+
 def test_a_cordon_whose_reply_is_lost_is_known_and_rolled_back_correctly(apiserver):
     """The cordon lands, its reply is lost, then an eviction is refused: the rollback must uncordon."""
     seed(apiserver)
