@@ -190,13 +190,14 @@ def complete_namespaces(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_vms(ctx: typer.Context, incomplete: str) -> list[str]:
-    """VirtualMachine names in the namespace -n names (else default), from the cluster."""
+    """VirtualMachine names in the namespace -n names (else the context's, else default), from the cluster."""
 
     def names() -> list[str]:
         from rblnctl.kube import VMS
 
-        namespace = _root_params(ctx).get("namespace") or "default"
-        return [v["metadata"]["name"] for v in _kube(ctx).list(VMS, namespace=namespace)]
+        kube = _kube(ctx)
+        namespace = _root_params(ctx).get("namespace") or kube.namespace
+        return [v["metadata"]["name"] for v in kube.list(VMS, namespace=namespace)]
 
     return _starting(_quietly(names), incomplete)
 

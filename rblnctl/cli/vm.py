@@ -86,10 +86,12 @@ DIAGNOSE_EXAMPLES = examples(
 
 
 def _namespace(ctx: typer.Context) -> str:
-    """-n, else `default` (as kubectl with a context that names no namespace)."""
+    """-n, else the kubeconfig context's namespace, else `default` (as kubectl resolves it)."""
     from rblnctl.kube import validate_name
 
-    return validate_name(ctx.obj.namespace or "default", kind="namespace")
+    if ctx.obj.namespace is not None:
+        validate_name(ctx.obj.namespace, kind="namespace")  # bad input fails before connecting
+    return validate_name(ctx.obj.object_namespace(), kind="namespace")
 
 
 def _timeout_s(text: str) -> float:

@@ -81,6 +81,9 @@ class Kube:
     transport: Transport  # the connection pool and the credentials (rblnctl.kube.kubeconfig)
     server: str
     context: str | None = None
+    # The namespace a namespaced command uses when -n is not given: the context's, as kubectl resolves it
+    # (rblnctl.kube.connection.default_namespace).
+    namespace: str = "default"
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
     proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
     impersonate_user: str | None = None  # sent as Impersonate-User (kubectl --as)
