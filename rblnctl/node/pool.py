@@ -159,7 +159,14 @@ class PoolPlan:
 
     @property
     def warnings(self) -> list[str]:
-        out = [f"node {n}: {w}" for n in self.nodes for w in getattr(self.plans.get(n), "warnings", None) or []]
+        """Every node's warnings, each said once: one the nodes share (the operator's version unknown...) names
+        them all on one line."""
+        shared: dict[str, list[str]] = {}
+        for n in self.nodes:
+            for w in getattr(self.plans.get(n), "warnings", None) or []:
+                shared.setdefault(str(w), []).append(n)
+        out = [f"node {nodes[0]}: {w}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}: {w}"
+               for w, nodes in shared.items()]
         if self.continue_on_error:
             out += [f"node {n} is skipped: {'; '.join(b.message for b in self.refusal(n))}" for n in self.refused]
         return out
