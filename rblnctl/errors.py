@@ -113,11 +113,13 @@ class HostError(RblnError):
 
 
 class Refused(RblnError):
-    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text)."""
+    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text), `options`
+    the options-fields that would let it go ahead (the front end phrases them, e.g. `--reverse`)."""
 
-    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None) -> None:
+    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None, options: Iterable[str] = ()) -> None:
         super().__init__(message)
         self.blockers = list(blockers or [])
+        self.options = tuple(options)
 
 
 class PreflightFailed(RblnError):

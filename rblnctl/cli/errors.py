@@ -214,7 +214,6 @@ class RblnGroup(TyperGroup):
 OVERRIDE_FLAGS = {
     "force": "--force",
     "delete_emptydir_data": "--delete-emptydir-data",
-    "evict_vms": "--force",
     "load_modules": "--load-modules",
     "mapping": "--map",
 }
@@ -259,8 +258,10 @@ def recovery_lines(recovery: Any, prog: str = "rblnctl") -> list[str]:
     def short(mode: str) -> str:
         return "vm" if mode == "vm-passthrough" else mode
 
+    # Going back means a switch to the other mode while this one's record is on the node: exactly what
+    # --reverse (and nothing broader) lets through.
     return [f"resume:  {prog} node set-mode {short(target)} {node}",
-            f"go back: {prog} node set-mode {short(back)} {node} --force"]
+            f"go back: {prog} node set-mode {short(back)} {node} --reverse"]
 
 
 def _verbose(ctx: Any) -> bool:

@@ -86,9 +86,19 @@ TimeoutOpt = Annotated[
                       "duration like 90s, 10m, 1h (as kubectl drain).", metavar="DURATION")
 ]
 TakeOverOpt = Annotated[
-    bool, typer.Option("--take-over", help="Take over the node's lock when its holder stopped renewing it "
-                       "(--force does too).")
+    bool, typer.Option("--take-over", help="Take over the node's lock when its holder stopped renewing it (expired).")
 ]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Also evict pods not managed by a controller (nothing recreates them), as "
+                       "kubectl drain --force. Nothing else: VMs, DaemonSet pods and checks have their own flags.")
+]
+EvictVmsOpt = Annotated[
+    bool, typer.Option("--evict-vms", help="Evict the virt-launcher pods of VMs holding the node's NPUs: each VM "
+                       "stops (passed-through NPUs cannot live-migrate). Without it: refused, naming `virtctl stop`.")
+]
+# Overrides that --force used to include (before it meant only kubectl's): named when a refusal needs one.
+OLD_FORCE_OVERRIDES = frozenset({"evict_vms", "evict_daemonsets", "skip_iommu_check", "skip_release_check",
+                                 "take_over", "reverse"})
 LockNamespaceOpt = Annotated[
     str | None, typer.Option("--lock-namespace", help="Namespace of the node's lock (a Lease) "
                              "[default: the operator's namespace].", metavar="NAMESPACE", show_default=False)
@@ -107,12 +117,22 @@ def _timeout_s(text: str) -> float:
 def _drain_options(*, all_pods: bool, force: bool, evict_vms: bool, delete_emptydir_data: bool,
                    disable_eviction: bool, grace_period: int | None, timeout: str, server_dry_run: bool,
                    take_over: bool, lock_namespace: str | None) -> "DrainOptions":
-    """The drain flags of `node drain` and `node set-mode`, bound once to the library's options."""
+    """The drain flags of `node drain` and `node set-mode`, bound once to the library's options (one flag, one
+    field: docs/node.md "Overrides")."""
     from rblnctl.node.options import DrainOptions
 
     return DrainOptions(all_pods=all_pods, force=force, evict_vms=evict_vms, delete_emptydir_data=delete_emptydir_data,
                         disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=_timeout_s(timeout),
-                        server_dry_run=server_dry_run, take_over=take_over or force, lock_namespace=lock_namespace)
+                        server_dry_run=server_dry_run, take_over=take_over, lock_namespace=lock_namespace)
+
+
+def _explain_force(err: Any, force: bool) -> None:
+    """A refusal that an override --force used to include would lift: say that --force now means only kubectl's."""
+    blockers = list(getattr(err, "blockers", None) or [])
+    wanted = {getattr(b, "override", None) for b in blockers} | set(getattr(err, "options", ()) or ())
+    if force and wanted & OLD_FORCE_OVERRIDES:
+        err.details = [*err.details, "note: --force means only what kubectl drain's does (pods without a "
+                       "controller); each other override is its own flag, named above (docs/node.md, Overrides)"]
 
 
 class _Progress(StepProgress):
@@ -256,7 +276,7 @@ SET_MODE_EXAMPLES = examples(
     "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
     "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
     "rblnctl node set-mode container gpu-a01 --timeout 20m",
-    "rblnctl node set-mode vm gpu-a01 --force          # also evict NPU VMs and bare pods",
+    "rblnctl node set-mode vm gpu-a01 --evict-vms      # also stop the VMs holding its NPUs (evicted)",
     "rblnctl node set-mode vm gpu-a01 gpu-a02 gpu-a03 -y   # a pool, one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
 )
@@ -398,11 +418,23 @@ def set_mode(
     selector: SelectorOpt = None,
     max_unavailable: MaxUnavailableOpt = "1",
     continue_on_error: ContinueOnErrorOpt = False,
-    force: Annotated[
-        bool,
-        typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
-                     "take over an unfinished switch to the other mode, and an expired lock; and switch to vm on an "
-                     "operator release whose VM allocator cannot serve the node (the wait then times out)."),
+    force: ForceOpt = False,
+    evict_vms: EvictVmsOpt = False,
+    evict_daemonsets: Annotated[
+        bool, typer.Option("--evict-daemonsets", help="Evict DaemonSet pods that use the node's NPUs (they come "
+                           "straight back, still on the old mode's resource until the relabel).")
+    ] = False,
+    skip_iommu_check: Annotated[
+        bool, typer.Option("--skip-iommu-check", help="To vm: go ahead although Node Feature Discovery reports the "
+                           "node's IOMMU off for its NPUs (the VFIO Manager could not bind them; the wait times out).")
+    ] = False,
+    skip_release_check: Annotated[
+        bool, typer.Option("--skip-release-check", help="To vm: go ahead although the operator release serves VMs "
+                           "through none of the policy's allocators (the wait then times out).")
+    ] = False,
+    reverse: Annotated[
+        bool, typer.Option("--reverse", help="Switch although a switch of the node to the other mode is unfinished "
+                           "(its record is on the node): go back from it.")
     ] = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
@@ -420,21 +452,34 @@ def set_mode(
     output: OutputOpt = "table",
 ) -> None:
     """Switch NPU nodes to vm or container mode, safely."""
-    from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import prog_name, recovery_lines
-    from rblnctl.cli.flow import Mutation, run
-    from rblnctl.node.mode import ModeSwitcher, short_mode
+    from rblnctl.errors import RblnError
     from rblnctl.node.options import ModeOptions
 
     target, nodes = _mode_and_nodes(args)  # bad input fails before connecting
     _selection(nodes, selector)
     pool_options = _pool_options(max_unavailable, continue_on_error)
     how = dry_run_mode(dry_run, server_dry_run)
-    drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=force,
+    drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=evict_vms,
                                    delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
                                    grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
                                    take_over=take_over, lock_namespace=lock_namespace)
-    options = ModeOptions(drain=drain_options, force=force, uncordon=uncordon)
+    options = ModeOptions(drain=drain_options, evict_daemonsets=evict_daemonsets, skip_iommu_check=skip_iommu_check,
+                          skip_release_check=skip_release_check, reverse=reverse, uncordon=uncordon)
+    try:
+        _set_mode(ctx, target, nodes, selector=selector, options=options, pool_options=pool_options, how=how,
+                  yes=yes, output=output, max_unavailable=max_unavailable)
+    except RblnError as err:
+        _explain_force(err, force)
+        raise
+
+
+def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: str | None, options: Any,
+              pool_options: Any, how: str | None, yes: bool, output: Any, max_unavailable: str) -> None:
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import prog_name, recovery_lines
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.node.mode import ModeSwitcher, short_mode
+
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _Progress(server_dry_run=how == "server")
@@ -482,10 +527,8 @@ def drain(
     selector: SelectorOpt = None,
     max_unavailable: MaxUnavailableOpt = "1",
     continue_on_error: ContinueOnErrorOpt = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher "
-                           "pods), and take over an expired lock.")
-    ] = False,
+    force: ForceOpt = False,
+    evict_vms: EvictVmsOpt = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,
@@ -499,17 +542,30 @@ def drain(
     output: OutputOpt = "table",
 ) -> None:
     """Cordon nodes and evict their NPU pods; they stay cordoned."""
-    from rblnctl.cli.console import warn
-    from rblnctl.cli.flow import Mutation, run
-    from rblnctl.node.drain import Drainer
+    from rblnctl.errors import RblnError
 
     nodes = list(nodes or [])
     _selection(nodes, selector)  # bad input fails before connecting
     pool_options = _pool_options(max_unavailable, continue_on_error)
     how = dry_run_mode(dry_run, server_dry_run)
-    options = _drain_options(all_pods=all_pods, force=force, evict_vms=force, delete_emptydir_data=delete_emptydir_data,
-                             disable_eviction=disable_eviction, grace_period=grace_period, timeout=timeout,
-                             server_dry_run=how == "server", take_over=take_over, lock_namespace=lock_namespace)
+    options = _drain_options(all_pods=all_pods, force=force, evict_vms=evict_vms,
+                             delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
+                             grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
+                             take_over=take_over, lock_namespace=lock_namespace)
+    try:
+        _drain(ctx, nodes, selector=selector, options=options, pool_options=pool_options, how=how, yes=yes,
+               output=output, max_unavailable=max_unavailable)
+    except RblnError as err:
+        _explain_force(err, force)
+        raise
+
+
+def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, options: Any, pool_options: Any,
+           how: str | None, yes: bool, output: Any, max_unavailable: str) -> None:
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.node.drain import Drainer
+
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _Progress(server_dry_run=how == "server")

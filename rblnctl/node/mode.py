@@ -96,9 +96,9 @@ def mode_filters(options: ModeOptions, view: OperatorView) -> list[PodFilter]:
     """drain's filters, with set-mode's VM guard in place of drain's VM rule."""
     d = options.drain
     return [finished(), mirror(), operator_components(view),
-            daemonsets(npu_consumers_block=True, force=options.force), npu_consumers_only(d.all_pods),
-            vm_guard_handles_launchers(options.force), emptydir(d.delete_emptydir_data, vm_override=options.force),
-            unmanaged(d.force)]
+            daemonsets(npu_consumers_block=True, evict_npu_consumers=options.evict_daemonsets),
+            npu_consumers_only(d.all_pods), vm_guard_handles_launchers(d.evict_vms),
+            emptydir(d.delete_emptydir_data, vm_override=d.evict_vms), unmanaged(d.force)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,9 +199,10 @@ class ModeSwitcher:
 
     def _vm_blockers(self, node: str, survey: Survey) -> tuple[list[str], list[Blocker], list[str]]:
         vms, warnings = npu_vms(self.kube, node, survey.evict + survey.ignored)
-        blockers = [] if self.options.force else [vm_blocker(v, node) for v in vms]
-        if vms and self.options.force:
-            warnings.append(f"forced: evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
+        evict_vms = self.options.drain.evict_vms
+        blockers = [] if evict_vms else [vm_blocker(v, node) for v in vms]
+        if vms and evict_vms:
+            warnings.append(f"evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
                             "stops (its NPUs cannot live-migrate) and restarts elsewhere only if its run strategy "
                             "says so")
         return [str(v) for v in vms], blockers, warnings
@@ -246,13 +247,14 @@ class ModeSwitcher:
         if record is not None:
             if record.target == target:
                 resume, started, cordoned_by = True, record.started, record.cordoned_by_rblnctl
-            elif not self.options.force:
+            elif not self.options.reverse:
                 raise Refused(
                     f"a switch of node {node} to {short_mode(record.target)} started at {record.started or '?'} is "
-                    f"unfinished: finish that one, or take it over to switch to {short_mode(target)} instead",
+                    f"unfinished: finish that one, or reverse it to switch to {short_mode(target)} instead",
+                    options=("reverse",),
                 ).with_details([], recovery=Recovery(node=node, target=record.target, back=target))
             else:
-                warnings.append(f"taking over an unfinished switch to {short_mode(record.target)} (forced)")
+                warnings.append(f"reversing an unfinished switch to {short_mode(record.target)}")
                 cordoned_by, resume = record.cordoned_by_rblnctl, True  # keep its knowledge of who cordoned
         drainer = self.drainer()
         # Another run holding the lock may be about to change the node: even "nothing to do" waits for it.
@@ -280,12 +282,15 @@ class ModeSwitcher:
             warnings.extend(vm_warnings)
             blockers.extend(drain.blockers)
             # The operator would never finish this switch: refuse before any write, naming the policy field
-            # or the operator release (rblnctl.operator.release; `force` goes past a release's limits).
+            # or the operator release (rblnctl.operator.release; `skip_release_check` goes past a release's limits,
+            # `skip_iommu_check` past NFD's IOMMU fact).
             release = read_release(self.kube, view) if target == C.MODE_VM and policy.allocators(target) else None
             iommu = self._iommu_blockers(node, node_obj) if target == C.MODE_VM else []
+            skipped = {"skip_release_check": self.options.skip_release_check,
+                       "skip_iommu_check": self.options.skip_iommu_check}
             for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
-                if b.override == "force" and self.options.force:
-                    warnings.append(f"forced: {b.message}; the switch goes ahead and its wait will time out "
+                if b.override is not None and skipped.get(b.override):
+                    warnings.append(f"check skipped: {b.message}; the switch goes ahead and its wait will time out "
                                     "unless the operator serves the node after all")
                 else:
                     blockers.append(b)
@@ -312,7 +317,7 @@ class ModeSwitcher:
             return []
         return [Blocker(f"node {node}'s IOMMU is off for its NPUs ({evidence}): the VFIO Manager could never bind "
                         "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on "
-                        "(`rblnctl preflight --local` on the node says how)", override="force")]
+                        "(`rblnctl preflight --local` on the node says how)", override="skip_iommu_check")]
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:

@@ -24,6 +24,7 @@ class NpuVm:
     namespace: str
     name: str
     holds: str  # rebellions.ai/RBLN-CA22_PF, claim npu-claim, or the launcher pod
+    standalone: bool = False  # a VMI no VirtualMachine owns (deleted, not stopped)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} ({self.holds})"
@@ -42,6 +43,7 @@ def vmi_npus(vmi: dict) -> list[str]:
 def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm], list[str]]:
     """VMs on `node` holding NPUs (from its VMIs and its NPU-using virt-launcher pods), and warnings."""
     found: dict[tuple[str, str], str] = {}
+    standalone: set[tuple[str, str]] = set()
     warnings: list[str] = []
     try:
         vmis = kube.list(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}")
@@ -55,13 +57,30 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
             continue
         holds = vmi_npus(v)
         if holds:
-            found[(v["metadata"].get("namespace", ""), v["metadata"]["name"])] = ", ".join(holds)
+            key = (v["metadata"].get("namespace", ""), v["metadata"]["name"])
+            found[key] = ", ".join(holds)
+            owners = v["metadata"].get("ownerReferences") or []
+            if not any(o.get("kind") == "VirtualMachine" and o.get("controller") for o in owners):
+                standalone.add(key)
     for e in entries:
         if e.npu and e.vmi and (e.namespace, e.vmi) not in found:
             found[(e.namespace, e.vmi)] = f"virt-launcher pod {e.name} requests NPUs"
-    return [NpuVm(namespace=ns, name=n, holds=h) for (ns, n), h in sorted(found.items())], warnings
+    return [NpuVm(namespace=ns, name=n, holds=h, standalone=(ns, n) in standalone)
+            for (ns, n), h in sorted(found.items())], warnings
+
+
+def stop_vm_hint(namespace: str, name: str, *, standalone: bool = False) -> str:
+    """How to stop a VM holding NPUs: `virtctl stop` (a VM's VMI is named after it), or delete a VMI no VM owns.
+
+    Never "migrate": a VMI with a passed-through host device is not live-migratable (KubeVirt sets
+    LiveMigratable=False, reason HostDeviceNotLiveMigratable).
+    """
+    if standalone:
+        return f"delete it first: `kubectl delete vmi {name} -n {namespace}`"
+    return f"stop it first: `virtctl stop {name} -n {namespace}`"
 
 
 def vm_blocker(vm: NpuVm, node: str) -> Blocker:
-    """The refusal for one VM: stop or migrate it first, or evict its launcher deliberately."""
-    return Blocker(f"VM {vm} holds NPUs on {node}: stop or migrate these VMs first", override="force")
+    """The refusal for one VM: stop it first (it cannot live-migrate), or evict its launcher deliberately."""
+    return Blocker(f"VM {vm} holds NPUs on {node} and cannot live-migrate (its NPUs are passed through): "
+                   f"{stop_vm_hint(vm.namespace, vm.name, standalone=vm.standalone)}", override="evict_vms")
