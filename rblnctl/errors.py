@@ -47,6 +47,16 @@ class Ambiguous(InvalidInput):
         self.options = tuple(options)
 
 
+class UnknownName(InvalidInput):
+    """A name no registry rblnctl keeps lists (a KubeVirt feature gate); `suggestions` are the close ones it knows,
+    `options` the options-fields that let an unknown name through (the front end phrases them)."""
+
+    def __init__(self, message: str, *, suggestions: Iterable[str] = (), options: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.suggestions = list(suggestions)
+        self.options = tuple(options)
+
+
 class NotFound(RblnError):
     """A node, custom resource or PCI function that was asked for does not exist."""
 

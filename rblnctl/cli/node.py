@@ -306,11 +306,11 @@ def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
     The mode is recognised by name; bad input is refused before connecting.
     """
     from rblnctl.errors import InvalidInput
-    from rblnctl.node.mode import parse_mode
+    from rblnctl.node.mode import parse_mode, suggest_mode
 
+    usage = "rblnctl node set-mode vm|container NODE..."
     if not args:
-        raise InvalidInput("set-mode takes a mode, then the nodes (or -l SELECTOR): rblnctl node set-mode vm|container "
-                           "NODE...")
+        raise InvalidInput(f"set-mode takes a mode, then the nodes (or -l SELECTOR): {usage}")
     try:
         return parse_mode(args[0]), list(args[1:])
     except InvalidInput:
@@ -319,10 +319,20 @@ def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
         try:
             return parse_mode(args[1]), [args[0]]
         except InvalidInput:
-            raise InvalidInput(f"unknown mode {args[1]!r} (nor is {args[0]!r} one): use one of vm, vm-passthrough, "
-                               "container") from None
+            pass
+    # Neither word is a mode. Name the one that looks like a misspelt mode, in either order (`vmm npu-0000`,
+    # `npu-0000 vmm`), with the command as it should read; otherwise name both.
+    for i, word in enumerate(args[:2]):
+        hint = suggest_mode(word)
+        if hint:
+            rest = [a for j, a in enumerate(args) if j != i] or ["NODE"]
+            raise InvalidInput(f"unknown mode {word!r} (did you mean {hint}?): the mode comes first, then the "
+                               f"nodes: rblnctl node set-mode {hint} {' '.join(rest)}")
+    if len(args) == 2:
+        raise InvalidInput(f"neither {args[0]!r} nor {args[1]!r} is a mode (vm, vm-passthrough or container): "
+                           f"{usage}")
     raise InvalidInput(f"unknown mode {args[0]!r}: the mode comes first (vm, vm-passthrough or container), then the "
-                       "nodes")
+                       f"nodes: {usage}")
 
 
 def _selection(nodes: list[str], selector: str | None) -> None:

@@ -79,8 +79,18 @@ def parse_mode(value: str) -> str:
     """Return the label value for what the user typed (`vm`, `vm-passthrough`, `container`)."""
     mode = C.MODE_ALIASES.get(str(value).strip().lower())
     if mode is None:
-        raise InvalidInput(f"unknown mode {value!r}: use one of {', '.join(C.MODE_ALIASES)}")
+        hint = suggest_mode(value)
+        raise InvalidInput(f"unknown mode {value!r}" + (f" (did you mean {hint}?)" if hint else "")
+                           + f": use one of {', '.join(C.MODE_ALIASES)}")
     return mode
+
+
+def suggest_mode(value: str) -> str | None:
+    """The mode a typo most likely meant (`vmm`: vm, `contaner`: container); None when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(value).strip().lower(), list(C.MODE_ALIASES), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def short_mode(mode: str) -> str:

@@ -150,9 +150,21 @@ def test_malformed_gate_exits_2_without_touching_the_cluster(apiserver, bad):
     assert apiserver.requests == []
 
 
-def test_unknown_gate_is_a_warning(apiserver):
+def test_unknown_gate_is_bad_input_with_nothing_written(apiserver):
+    """issue 21: `enable-gates HostDevice` wrote HostDevice beside HostDevices (exit 0, a warning)."""
     apiserver.add(o.kubevirt(feature_gates=[]))
-    r = cli("kubevirt", "enable-gates", "--yes", "SomeFutureGate", server=apiserver.url)
+    apiserver.clear_requests()
+    r = cli("kubevirt", "enable-gates", "HostDevice", "--yes", server=apiserver.url)
+    assert r.exit_code == 2
+    assert "unknown KubeVirt feature gate 'HostDevice' (did you mean HostDevices?)" in r.stderr
+    assert "(pass --allow-unknown)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert apiserver.writes() == [] and apiserver.requests == []
+    assert gates(apiserver) == []
+
+
+def test_unknown_gate_is_a_warning_with_allow_unknown(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    r = cli("kubevirt", "enable-gates", "--yes", "SomeFutureGate", "--allow-unknown", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     assert "unknown feature gate SomeFutureGate" in r.stderr
     assert gates(apiserver) == ["HostDevices", "SomeFutureGate"]

@@ -57,8 +57,18 @@ def test_set_mode_noop_exits_0_without_yes(cluster):
 def test_bad_mode_exits_2_before_connecting(apiserver):
     r = cli("node", "set-mode", "n1", "gpu", "--yes", server=apiserver.url)
     assert r.exit_code == 2
-    assert "unknown mode 'gpu'" in r.stderr and r.stdout == ""
+    # issue 21: in either order, neither word is taken for "the" mode when no word looks like one
+    assert "neither 'n1' nor 'gpu' is a mode" in r.stderr and r.stdout == ""
     assert apiserver.requests == []
+
+
+@pytest.mark.parametrize("args", [["vmm", "npu-0000"], ["npu-0000", "vmm"]])
+def test_a_misspelt_mode_is_named_in_either_order(apiserver, args):
+    """issue 21: `set-mode vmm npu-0000` said `unknown mode 'npu-0000' (nor is 'vmm' one)`."""
+    r = cli("node", "set-mode", *args, "--yes", server=apiserver.url)
+    assert r.exit_code == 2 and apiserver.requests == []
+    assert "unknown mode 'vmm' (did you mean vm?)" in r.stderr
+    assert "rblnctl node set-mode vm npu-0000" in r.stderr and "'npu-0000' (" not in r.stderr
 
 
 def test_refused_by_vm_guard_exits_1(cluster):
