@@ -220,7 +220,8 @@ def _drain_view(plan: Any, result: Any = None) -> Any:
 
 
 def _mode_plan_document(plan: Any) -> dict:
-    return {"node": plan.node, "target": plan.target, "currentMode": plan.current_mode, "modeLabel": plan.mode_label,
+    return {"node": plan.node, "target": plan.target, "currentMode": plan.current_mode, "fromMode": plan.from_mode,
+            "modeLabel": plan.mode_label,
             "noop": plan.noop, "resume": plan.resume, "converged": plan.converged,
             "unschedulable": plan.unschedulable, "started": plan.started,
             "steps": [{"step": str(s.step), "detail": s.detail} for s in plan.steps],
@@ -255,7 +256,7 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
         t.add_row(result.node, result.previous_mode, result.mode, changed, str(len(result.evicted)),
                   "yes" if result.cordoned else "no", "yes" if result.uncordoned else "no")
         return View(kind="ModeSwitch", body=body, tables=[t], names=names)
-    head = [f"node {plan.node}: {plan.current_mode} -> {plan.target}"
+    head = [f"node {plan.node}: {plan.from_mode} -> {plan.target}"
             + (" (resuming an unfinished switch)" if plan.resume else "")]
     if plan.noop:
         head.append(f"already in {plan.target} mode and the operator has converged: nothing to do")

@@ -256,7 +256,7 @@ def pool_document(plan: Any, result: Any = None) -> dict:
     """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
     items = {i.node: i for i in result.items} if result is not None else {}
     body: dict = {"selector": plan.selector, "maxUnavailable": plan.max_unavailable,
-                  "continueOnError": plan.continue_on_error}
+                  "continueOnError": plan.continue_on_error, "warnings": list(plan.pool_warnings)}
     if plan.operation == "set-mode":
         body["target"] = plan.target
     body["items"] = [_item_document(plan, n, items.get(n)) for n in plan.nodes]
@@ -297,7 +297,7 @@ def pool_plan_view(plan: Any) -> View:
         evict = "" if p is None else str(len(p.drain.evict) if plan.operation == "set-mode" and p.drain else
                                          len(getattr(p, "evict", []) or []))
         if plan.operation == "set-mode":
-            t.add_row(node, "<unknown>" if p is None else p.current_mode, plan.target, action, evict or "0")
+            t.add_row(node, "<unknown>" if p is None else p.from_mode, plan.target, action, evict or "0")
         else:
             t.add_row(node, action, evict or "0")
     epilogue = [f"{node}: {b.message}" for node in plan.nodes for b in plan.refusal(node)]
@@ -318,7 +318,7 @@ def pool_result_view(plan: Any, result: Any) -> View:
         evicted = str(len(item.result.evicted)) if item.result is not None else "0"
         duration = human_duration(item.duration_s) if item.duration_s else "-"
         if plan.operation == "set-mode":
-            t.add_row(item.node, p.current_mode if p is not None else "<unknown>", plan.target, outcome, duration,
+            t.add_row(item.node, p.from_mode if p is not None else "<unknown>", plan.target, outcome, duration,
                       evicted)
         else:
             cordoned = "yes" if item.result is not None and item.result.cordoned else "no"

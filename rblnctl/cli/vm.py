@@ -358,7 +358,8 @@ def manifest(
 
     from rblnctl.cli.output import dump
     from rblnctl.errors import InvalidInput
-    from rblnctl.vm.manifest import ManifestOptions, build_manifest, resolve
+    from rblnctl.cli.console import warn
+    from rblnctl.vm.manifest import ManifestOptions, build_manifest, resolve_for
 
     if resource and product:
         raise InvalidInput("--resource and --product cannot be combined")
@@ -369,8 +370,10 @@ def manifest(
     opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, npus=npus, method=chosen or C.METHOD_SANDBOX,
                            resource=resource, image=image)
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
-        chosen, resource, device_class = resolve(ctx.obj.kube(), method=chosen, resource=resource, product=product)
-        opts = dataclasses.replace(opts, method=chosen, resource=resource, device_class=device_class)
+        found = resolve_for(ctx.obj.kube(), method=chosen, resource=resource, product=product, npus=npus)
+        opts = dataclasses.replace(opts, method=found.method, resource=found.resource, device_class=found.device_class)
+        for w in found.warnings:  # stderr: the manifest on stdout stays a List kubectl applies as is
+            warn(w)
     objects = build_manifest(opts)
     if output.format == Format.json:
         sys.stdout.write(dump({"apiVersion": "v1", "kind": "List", "items": objects}, Format.json))

@@ -64,7 +64,7 @@ from rblnctl.node.lock import NodeLock
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
 from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
-from rblnctl.node.vms import npu_vms, vm_blocker
+from rblnctl.node.vms import npu_vms, stranded_vms, vm_blocker
 from rblnctl.operator import convergence
 from rblnctl.operator.cluster import OperatorView, component_pods, components_among, node_slices, read_operator
 from rblnctl.operator.components import deploy_labels
@@ -142,11 +142,19 @@ class ModePlan:
     # An unfinished switch (this target's, or one taken over) already moved the node off the mode it started
     # from: a failure of this run must not roll back to "schedulable, no record" (docs/node.md).
     mid_switch: bool = False
+    # The mode the switch really started from: a resumed run's is its record's `from` (its relabel may have
+    # landed already, so the node's mode now is no longer where it started); None: current_mode.
+    started_from: str | None = None
+
+    @property
+    def from_mode(self) -> str:
+        """Where this switch started: the record's `from` when resuming, else the node's mode now."""
+        return self.started_from or self.current_mode
 
     @property
     def recovery(self) -> Recovery:
         """How to resume this switch, or go back from it."""
-        back = self.current_mode if self.current_mode != self.target else other_mode(self.target)
+        back = self.from_mode if self.from_mode != self.target else other_mode(self.target)
         return Recovery(node=self.node, target=self.target, back=back)
 
 
@@ -176,6 +184,9 @@ class ModeSwitcher:
     clock: Clock = SYSTEM_CLOCK
     identity: str | None = None  # who holds the node's lock (None: this host and process)
     stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
+    # Warn when a switch to container leaves no vm-passthrough node for the VMs that ask for NPUs (a pool asks
+    # once for all its nodes instead: rblnctl.node.pool).
+    check_stranded_vms: bool = True
     _view: OperatorView | None = field(default=None, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
@@ -252,11 +263,13 @@ class ModeSwitcher:
         resume = False
         cordoned_by = False
         started = None
+        started_from = None
         # The node's mode already differs from where the recorded switch started: its relabel landed.
         mid_switch = record is not None and bool(record.from_mode) and current != record.from_mode
         if record is not None:
             if record.target == target:
                 resume, started, cordoned_by = True, record.started, record.cordoned_by_rblnctl
+                started_from = record.from_mode if record.from_mode in C.WORKLOAD_MODES else None
             elif not self.options.reverse:
                 raise Refused(
                     f"a switch of node {node} to {short_mode(record.target)} started at {record.started or '?'} is "
@@ -306,11 +319,15 @@ class ModeSwitcher:
                     blockers.append(b)
             if release is not None:
                 warnings.extend(a for a in (release.assumption(c) for c in policy.allocators(target)) if a)
+            if target == C.MODE_CONTAINER and current == C.MODE_VM and self.check_stranded_vms:
+                stranded = stranded_vms(self.kube, policy, [node])
+                if stranded:
+                    warnings.append(stranded)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
                         vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
-                        converged=converged, mid_switch=mid_switch)
+                        converged=converged, mid_switch=mid_switch, started_from=started_from)
 
     def _iommu_blockers(self, node: str, node_obj: dict) -> list[Blocker]:
         """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
@@ -392,7 +409,7 @@ class ModeSwitcher:
         dry = self.options.drain.server_dry_run
         node = plan.node
         deadline = started + self.options.drain.timeout_s
-        record = SwitchRecord(target=plan.target, from_mode=plan.current_mode,
+        record = SwitchRecord(target=plan.target, from_mode=plan.from_mode,
                               started=plan.started or iso_utc(self.clock.now()),
                               cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD)
         # A failure counts as "after the relabel" when this run's label is already written (a resumed run) or
@@ -460,7 +477,7 @@ class ModeSwitcher:
             raise self._in_progress(err, plan) from err
         self.events.on_step(Step.FINISH, f"node {node} is in {plan.target} mode" if not dry
                             else "server dry run: every write was accepted; nothing persisted")
-        return ModeResult(node=node, previous_mode=plan.current_mode, mode=plan.target, changed=not dry,
+        return ModeResult(node=node, previous_mode=plan.from_mode, mode=plan.target, changed=not dry,
                           resumed=plan.resume, cordoned=record.cordoned_by_rblnctl, uncordoned=uncordoned,
                           evicted=evicted, server_dry_run=dry,
                           elapsed_s=round(self.clock.monotonic() - started, 3))

@@ -7,12 +7,15 @@ list may be forbidden (RBAC) or stale, and the pod is what actually holds the de
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rblnctl import constants as C
 from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import VMIS, Kube
 from rblnctl.node.pods import PodEntry
+from rblnctl.operator.nodes import labels_of, mode_of
+from rblnctl.operator.policy import Policy
 from rblnctl.operator.resources import is_npu_resource
 from rblnctl.plan import Blocker
 
@@ -67,6 +70,36 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
             found[(e.namespace, e.vmi)] = f"virt-launcher pod {e.name} requests NPUs"
     return [NpuVm(namespace=ns, name=n, holds=h, standalone=(ns, n) in standalone)
             for (ns, n), h in sorted(found.items())], warnings
+
+
+def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> str | None:
+    """The warning when switching `leaving` to container leaves no vm-passthrough node while VMs still ask for NPUs.
+
+    Such VMs (running elsewhere, stopped, or pending) can never be scheduled again until a node is
+    switched back: the switch is allowed (the VM guard already protects VMs running on the node), but
+    said before it runs. None when a vm-passthrough node remains, none is leaving, or no VM asks for NPUs.
+    VMs that cannot be listed (forbidden, KubeVirt absent) count as none.
+    """
+    # Lazy: rblnctl.vm reads NPU nodes through rblnctl.node.inventory.
+    from rblnctl.node.inventory import list_npu_node_objects
+    from rblnctl.vm.listing import list_vm_npus
+
+    leaving = set(leaving)
+    vm_nodes = [n["metadata"]["name"] for n in list_npu_node_objects(kube)
+                if mode_of(labels_of(n), policy).effective == C.MODE_VM]
+    if not vm_nodes or not leaving & set(vm_nodes) or set(vm_nodes) - leaving:
+        return None
+    try:
+        listing = list_vm_npus(kube)
+    except Forbidden:
+        return None
+    asking = [str(e.ref) for e in listing.items]
+    if not asking:
+        return None
+    shown = ", ".join(asking[:5]) + (", ..." if len(asking) > 5 else "")
+    return (f"no NPU node is left in vm-passthrough mode after this switch, but {len(asking)} VM(s) still ask for NPUs "
+            f"({shown}): they cannot be scheduled again until a node is switched back to vm "
+            "(`rblnctl vm list -A` lists them)")
 
 
 def stop_vm_hint(namespace: str, name: str, *, standalone: bool = False) -> str:

@@ -36,6 +36,7 @@ from rblnctl.vm.cluster import (
     check_slices,
     check_vm_nodes,
     claim_index,
+    most_per_node,
     read_cluster,
     set_mode_remedy,
     with_dra,
@@ -288,7 +289,7 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
         if not chain.add(LinkName.ADVERTISED, not bad, [e for c in checks for e in c.evidence] + extra,
                          bad[0].remedy if bad else None):
             return done(method, have.count)
-        if not _capacity(chain, kube, cluster, spec, have, vmi if running else None):
+        if not _capacity(chain, kube, cluster, spec, have, vmi if running else None, ref):
             return done(method, have.count)
 
     pod = _launcher(kube, vmi) if running and vmi is not None else None
@@ -374,8 +375,13 @@ def _requested(pod: Mapping, resource: str) -> int:
     return max(main, init)
 
 
-def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, vmi: dict | None) -> bool:
-    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on."""
+def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, vmi: dict | None,
+              ref: VmRef) -> bool:
+    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on.
+
+    When no node it may land on has as many NPUs at all (allocatable, free or not), freeing some would
+    never help: the remedy is to ask for fewer (or to switch a bigger node to vm mode), not to stop a VM.
+    """
     if vmi is not None and (vmi.get("status") or {}).get("nodeName") and \
             (vmi.get("status") or {}).get("phase") == "Running":
         node = vmi["status"]["nodeName"]
@@ -384,9 +390,11 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
     own = str(((vmi or {}).get("metadata") or {}).get("uid") or "")
     evidence: list[str] = []
     ok = True
+    never: list[tuple[str, int, int, str]] = []  # (resource, wanted, the most any allowed node has, that node)
     for resource in have.resources:
         wanted = sum(1 for d in have.sandbox if d.resource == resource)
         fits = []
+        biggest: tuple[int, str] | None = None
         for name in cluster.advertised.get(resource, []):
             node = cluster.node(name) or {}
             reason = why_not(node, placement)
@@ -394,6 +402,8 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
                 evidence.append(f"{name}: excluded by {reason}")
                 continue
             alloc = R.count(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0))
+            if biggest is None or alloc > biggest[0]:
+                biggest = (alloc, name)
             used = 0
             holders = []
             for p in kube.iter_list(PODS, field_selector=f"spec.nodeName={name}"):
@@ -414,8 +424,20 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
         if not fits:
             ok = False
             evidence.insert(0, f"no node the VM may run on ({placement.describe()}) has {wanted} free {resource}")
+            if biggest is not None and wanted > biggest[0]:
+                never.append((resource, wanted, *biggest))
         else:
             evidence.insert(0, f"{wanted} {resource} fit on {', '.join(fits)}")
+    if never:
+        resource, wanted, most, node = never[0]
+        evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
+                        f"is {most}, on {node})")
+        command = ("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most)) if len(have.resources) == 1 \
+            and most > 0 else None
+        return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
+            text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
+                 f"{resource} to vm mode", command=command),
+            failure=f"no node it may run on has {wanted} {resource}, free or not")
     return chain.add(LinkName.CAPACITY, ok, evidence, Remedy(
         text="free NPUs on a node the VM may run on (stop a VM that holds them), widen the VM's nodeSelector, "
              "affinity or tolerations, or switch another node to vm mode; the VMs that hold NPUs",
@@ -540,7 +562,12 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
                         f"{total} nodes available")
         evidence += [f"{n} node(s): {r}" if n else r for n, r in failure.reasons]
         text = " ".join(r for _, r in failure.reasons)
-        if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
+        never = _never_fits(cluster, ref, vmi) if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text) \
+            or "claim" in text.lower() else None
+        if never is not None:
+            evidence.append(never[0])
+            remedy = never[1]
+        elif re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
             remedy = Remedy(text="every node it may run on has its NPUs in use: free NPUs (stop a VM that holds "
                             "them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS)
         elif "claim" in text.lower():
@@ -554,6 +581,27 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
         elif not cluster.vm_nodes:
             remedy = set_mode_remedy(cluster)
     return chain.add(LinkName.SCHEDULING, False, evidence, remedy)
+
+
+def _never_fits(cluster: VmCluster, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:
+    """When the VMI asks more NPUs of one kind than any vm-passthrough node has at all: the evidence and the
+    remedy (ask for fewer), since freeing NPUs would never make it fit (rblnctl.vm.cluster.most_per_node)."""
+    held = D.npus_of(D.vmi_spec(vmi), npu_claim=lambda _c: True)
+    wanted: dict[str | None, int] = {}
+    for d in held.devices:
+        key = d.resource if d.method == C.METHOD_SANDBOX else None
+        wanted[key] = wanted.get(key, 0) + 1
+    for resource, n in wanted.items():
+        most = most_per_node(cluster, C.METHOD_SANDBOX if resource else C.METHOD_DRA, resource)
+        if most is not None and n > most[0]:
+            what = resource or "vfio NPUs"
+            return (f"{n} {what} never fit: no vm-passthrough node has that many at all (the most is {most[0]}, on "
+                    f"{most[1]})",
+                    Remedy(text=f"ask for at most {most[0]} NPU(s) (freeing NPUs would not help), or switch a node "
+                                f"with {n} to vm mode; then restart the VM",
+                           command=("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most[0]), "--restart")
+                           if len(wanted) == 1 else None))
+    return None
 
 
 def _node_components(chain: _Chain, kube: Kube, cluster: VmCluster, node_name: str, method: str) -> bool:

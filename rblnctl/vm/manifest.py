@@ -7,7 +7,7 @@ The VM boots a container disk with cloud-init, as KubeVirt's and the RBLN DRA dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
@@ -79,6 +79,16 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
     return objects
 
 
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    """What the cluster decided for a manifest, and what the VM would meet there."""
+
+    method: str
+    resource: str | None  # sandbox only
+    device_class: str
+    warnings: list[str] = field(default_factory=list)  # e.g. more NPUs than any vm-passthrough node offers
+
+
 def resolve(kube: Kube, *, method: str | None, resource: str | None, product: str | None = None
             ) -> tuple[str, str | None, str]:
     """(method, resource, device class) for a manifest, from the cluster where the caller left them open.
@@ -86,7 +96,15 @@ def resolve(kube: Kube, *, method: str | None, resource: str | None, product: st
     The rules `vm attach` uses: the policy's method; the only resource vm-mode nodes advertise (or
     the one of `product`); Ambiguous when several fit, NotFound when none does.
     """
-    from rblnctl.vm.cluster import choose_method, pick_resource, read_cluster
+    r = resolve_for(kube, method=method, resource=resource, product=product)
+    return r.method, r.resource, r.device_class
+
+
+def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product: str | None = None,
+                npus: int | None = None) -> Resolved:
+    """resolve(), and with `npus` the warning `vm attach` gives when no vm-passthrough node offers that many
+    (rblnctl.vm.cluster.too_many_npus: one computation for both)."""
+    from rblnctl.vm.cluster import choose_method, pick_resource, read_cluster, too_many_npus, with_dra
 
     cluster = read_cluster(kube)
     chosen, _ = choose_method(method, cluster, None)
@@ -95,4 +113,12 @@ def resolve(kube: Kube, *, method: str | None, resource: str | None, product: st
         if resource is None:
             what = f"a resource for {product}" if product else "a VM resource"
             raise NotFound(f"no vm-passthrough node advertises {what}; name the resource to write into the manifest")
-    return chosen, resource if chosen == C.METHOD_SANDBOX else None, cluster.device_class
+    resource = resource if chosen == C.METHOD_SANDBOX else None
+    warnings: list[str] = []
+    if npus is not None:
+        if chosen == C.METHOD_DRA:
+            cluster = with_dra(kube, cluster)
+        too_many = too_many_npus(cluster, chosen, resource, npus)
+        if too_many:
+            warnings.append(too_many)
+    return Resolved(method=chosen, resource=resource, device_class=cluster.device_class, warnings=warnings)
