@@ -251,10 +251,14 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 
     names = [f"node/{plan.node}"]
     if result is not None:
-        t = Table("NODE", "FROM", "TO", "CHANGED", "EVICTED", "CORDONED", "UNCORDONED")
-        changed = "server-dry-run" if result.server_dry_run else "yes" if result.changed else "no"
-        t.add_row(result.node, result.previous_mode, result.mode, changed, str(len(result.evicted)),
-                  "yes" if result.cordoned else "no", "yes" if result.uncordoned else "no")
+        from rblnctl.cli.pool import human_duration
+
+        # The pool's result columns (one vocabulary for one node or many), narrow enough for 80 columns; who
+        # cordoned and uncordoned is in -o json (result.cordoned, result.uncordoned) and on stderr.
+        t = Table("NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED")
+        outcome = "server-dry-run" if result.server_dry_run else "done" if result.changed else "unchanged"
+        t.add_row(result.node, result.previous_mode, result.mode, outcome, human_duration(result.elapsed_s),
+                  str(len(result.evicted)))
         return View(kind="ModeSwitch", body=body, tables=[t], names=names)
     head = [f"node {plan.node}: {plan.from_mode} -> {plan.target}"
             + (" (resuming an unfinished switch)" if plan.resume else "")]

@@ -370,7 +370,8 @@ def test_permit_devices_from_cluster(apiserver):
 def test_permit_devices_without_a_flag_permits_what_the_cluster_advertises(apiserver):
     apiserver.add(o.kubevirt(permitted_pci=[]))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
-    assert r.exit_code == 1 and "no NPU node advertises" in r.stderr
+    assert r.exit_code == 1 and "no NPU node is in vm-passthrough mode yet" in r.stderr
+    assert "`rblnctl node set-mode vm NODE`" in r.stderr  # issue 21: the refusal names the fixing command
     apiserver.add(o.npu_node("vm-a", mode="vm-passthrough", product="RBLN-CR13"))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
