@@ -256,7 +256,8 @@ def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Any] 
     from rblnctl.cli.output import COMMON_FORMATS, Format
 
     formats = COMMON_FORMATS if allowed is None else allowed
-    return _starting([f"{f.value}=" if f == Format.jsonpath else f.value for f in formats], incomplete)
+    return _starting([f"{f.value}=" if f in (Format.jsonpath, Format.custom_columns) else f.value
+                      for f in formats], incomplete)
 
 
 # -- kubectl plugin completion ------------------------------------------------------------------------

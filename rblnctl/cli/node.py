@@ -29,36 +29,81 @@ app = typer.Typer(
 )
 
 
+ShowLabelsOpt = Annotated[
+    bool, typer.Option("--show-labels", help="Add a LABELS column with every label of the node (as kubectl get).")
+]
+SortByOpt = Annotated[
+    str | None, typer.Option("--sort-by", metavar="JSONPATH", help="Sort by a field of each item's JSON (as kubectl: "
+                             "'{.npuCount}' or .name; the fields in docs/output.md).", show_default=False)
+]
+
+
 @app.command("list", short_help="List NPU nodes and their mode.", epilog=examples(
     "rblnctl node list",
-    "rblnctl node list -o wide",
+    "rblnctl node list npu-a01 npu-a02 -o wide           # these nodes only, as kubectl get node NAME",
     "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough -o name",
+    "rblnctl node list --show-labels --sort-by=.npuCount",
+    "rblnctl node list -o custom-columns=NAME:.name,MODE:.mode,POOL:.labels.pool",
     "rblnctl node list --watch                        # then every change, until Ctrl-C",
 ))
-def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False,
-               output: OutputOpt = "table") -> None:
+def list_nodes(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes (as kubectl get node NAME...).",
+                                                      metavar="[NODE]...", show_default=False,
+                                                      autocompletion=completion.complete_npu_nodes)] = None,
+    selector: SelectorOpt = None,
+    watch: WatchOpt = False,
+    show_labels: ShowLabelsOpt = False,
+    sort_by: SortByOpt = None,
+    output: OutputOpt = "table",
+) -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
-    from rblnctl.cli.output import emit
-    from rblnctl.node.inventory import list_npu_nodes
+    from rblnctl.cli.output import check_sort_by, emit
+    from rblnctl.errors import InvalidInput, NotFound
+    from rblnctl.kube import validate_name
+    from rblnctl.node.inventory import list_npu_nodes, named_npu_nodes
     from rblnctl.operator.cluster import read_operator
 
+    names = [validate_name(n) for n in names or []]  # bad input fails before connecting
+    if names and selector:
+        raise InvalidInput("name the nodes or give -l SELECTOR, not both (as kubectl: a name cannot be provided "
+                           "when a selector is specified)")
+    check_sort_by(sort_by)
     kube = ctx.obj.kube()
+
+    def view_of(nodes: list[Any]) -> Any:
+        return _nodes_view(nodes, show_labels=show_labels, sort_by=sort_by)
+
     if watch:
         from rblnctl.cli.status import warn_retrying, follow
         from rblnctl.node.inventory import node_changes, watch_npu_nodes
 
-        follow(watch_npu_nodes(kube, selector=selector, on_retry=warn_retrying), view_of=lambda snap: _nodes_view(
-            snap.nodes), changes_of=lambda a, b: node_changes(a.nodes, b.nodes), output=output)
+        def only(nodes: list[Any]) -> list[Any]:
+            return [n for n in nodes if n.name in names] if names else nodes
+
+        follow(watch_npu_nodes(kube, selector=selector, on_retry=warn_retrying),
+               view_of=lambda snap: view_of(only(snap.nodes)),
+               changes_of=lambda a, b: node_changes(only(a.nodes), only(b.nodes)), output=output)
         return
-    emit(_nodes_view(list_npu_nodes(kube, read_operator(kube).policy, selector=selector)), output)
+    policy = read_operator(kube).policy
+    if not names:
+        emit(view_of(list_npu_nodes(kube, policy, selector=selector)), output)
+        return
+    nodes, errors = named_npu_nodes(kube, policy, names)
+    emit(view_of(nodes), output)
+    if errors:  # as kubectl get: what was found is printed, then one error line per name (exit 1)
+        raise NotFound(errors[0]).with_details(errors[1:])
 
 
-def _nodes_view(nodes: list[Any]) -> Any:
+def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import View
     from rblnctl.cli.render import node_document, npu_nodes_table
+    from rblnctl.cli.output import sort_by as sorted_by
 
+    nodes = sorted_by(nodes, sort_by, node_document)
     return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
-                tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
+                tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
+                names=[f"node/{n.name}" for n in nodes],
                 notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
                                         "pci-1eff.present or pci-1200_1eff.present)."])
 

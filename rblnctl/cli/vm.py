@@ -76,7 +76,9 @@ MANIFEST_EXAMPLES = examples(
 )
 LIST_EXAMPLES = examples(
     "rblnctl vm list -A",
-    "rblnctl vm list -n vms -o wide",
+    "rblnctl vm list -n vms -o wide                  # every hostDevices entry",
+    "rblnctl vm list -A --watch                      # then every change, until Ctrl-C",
+    "rblnctl vm list -A --sort-by=.node -o custom-columns=VM:.name,NODE:.node,NPUS:.npus",
     "rblnctl vm list -A -o jsonpath='{.items[?(@.node==\"n1\")].name}'",
 )
 DIAGNOSE_EXAMPLES = examples(
@@ -384,39 +386,71 @@ def manifest(
 # -- list ---------------------------------------------------------------------------------------------------
 
 
-def _list_view(listing: Any) -> Any:
+def compact_devices(devices: Any) -> str:
+    """A VM's NPUs in a few characters: `8x RBLN-CA22_PF`, `2x claim/rbln-npu` (each entry: -o wide)."""
+    counts: dict[str, int] = {}
+    for d in devices:
+        key = d.resource.removeprefix(C.RESOURCE_PREFIX) if d.resource else f"claim/{d.claim}"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n}x {k}" for k, n in counts.items()) or "<none>"
+
+
+def _list_item_doc(e: Any) -> dict:
+    return {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
+            "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
+            "runningNpus": e.holds if e.running_devices is not None else None,
+            "restartPending": e.restart_pending}
+
+
+def _list_view(listing: Any, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import Column, Table, View, joined
+    from rblnctl.cli.output import sort_by as sorted_by
 
     every = listing.namespace is None
-    t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES",
-              Column("KIND", wide=True), Column("HELD", wide=True))
-    for e in listing.items:
+    items = sorted_by(listing.items, sort_by, _list_item_doc)
+    # DEVICES (the compact form, spaces in it) comes last, so awk's fields before it stay put; every hostDevices
+    # entry (npu0=rebellions.ai/RBLN-CA22_PF,...) is in -o wide.
+    t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD",
+              Column("KIND", wide=True), Column("HELD", wide=True), Column("HOST DEVICES", wide=True), "DEVICES")
+    for e in items:
         status = e.status + (",RestartPending" if e.restart_pending else "")
         t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", str(e.npus),
-                  e.method or "<none>", joined(f"{d.name}={d.source}" for d in e.devices), e.kind,
-                  str(e.holds) if e.running_devices is not None else "<none>")
+                  e.method or "<none>", e.kind, str(e.holds) if e.running_devices is not None else "<none>",
+                  joined(f"{d.name}={d.source}" for d in e.devices), compact_devices(e.devices))
 
     def body() -> dict:
-        return {"namespace": listing.namespace, "items": [
-            {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
-             "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
-             "runningNpus": e.holds if e.running_devices is not None else None,
-             "restartPending": e.restart_pending} for e in listing.items]}
+        return {"namespace": listing.namespace, "items": [_list_item_doc(e) for e in items]}
 
     where = "any namespace" if every else f"namespace {listing.namespace}"
     notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
     return View(kind="VmNpuList", body=body, tables=[t] if listing.items else [], notes=notes,
-                names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in listing.items])
+                names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in items])
 
 
 @app.command("list", short_help="List VMs that hold or request NPUs.", epilog=LIST_EXAMPLES)
-def list_vms(ctx: typer.Context, output: OutputOpt = "table") -> None:
+def list_vms(
+    ctx: typer.Context,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a "
+                                        "terminal), or print each change as a line (piped). Ctrl-C ends it.")] = False,
+    sort_by: Annotated[str | None, typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
+                                                help="Sort by a field of each item's JSON (as kubectl: '{.npus}' "
+                                                "or .node; the fields in docs/output.md).")] = None,
+    output: OutputOpt = "table",
+) -> None:
     """List VMs and VMIs that hold or request NPUs."""
-    from rblnctl.cli.output import emit
+    from rblnctl.cli.output import check_sort_by, emit
     from rblnctl.vm.listing import list_vm_npus
 
+    check_sort_by(sort_by)  # bad input fails before connecting
     namespace = None if ctx.obj.all_namespaces else _namespace(ctx)
-    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace)), output)
+    if watch:
+        from rblnctl.cli.status import follow, warn_retrying
+        from rblnctl.vm.listing import vm_changes, watch_vm_npus
+
+        follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, on_retry=warn_retrying),
+               view_of=lambda listing: _list_view(listing, sort_by), changes_of=vm_changes, output=output)
+        return
+    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace), sort_by), output)
 
 
 # -- diagnose -------------------------------------------------------------------------------------------------
