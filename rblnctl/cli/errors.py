@@ -111,6 +111,13 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
             value, used = _level(a, args[i + 1] if i + 1 < len(args) else None)  # type: ignore[misc]
             front.append(f"--v={value}")
             i += used - 1
+        elif name in GLOBAL_VALUE_OPTS and _own_option(cmd, name):
+            # The subcommand has an option of that name (`vm manifest --user`, the guest's user, as virtctl
+            # create vm spells it): after the subcommand it is the subcommand's; the global one goes before it.
+            rest.append(a)
+            if not eq and i + 1 < len(args):
+                rest.append(args[i + 1])
+                i += 1
         elif name in GLOBAL_VALUE_OPTS:
             if eq:
                 front.append(a)
@@ -144,6 +151,13 @@ def _level(arg: str, following: str | None) -> tuple[str, int] | None:
     if arg in ("-v", "--v") and following is not None and following.isdigit():
         return following, 2
     return None
+
+
+def _own_option(cmd: Any, token: str) -> bool:
+    """Whether `cmd` (a leaf command, not a group) declares an option spelt `token` itself."""
+    if cmd is None or hasattr(cmd, "commands"):
+        return False
+    return any(token in (getattr(p, "opts", ()) or ()) for p in getattr(cmd, "params", ()))
 
 
 def _takes_value(cmd: Any, token: str) -> bool:

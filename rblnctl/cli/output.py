@@ -191,13 +191,25 @@ def document(kind: str, body: Any) -> dict:
     return {"apiVersion": OUTPUT_API_VERSION, "kind": kind, **data}
 
 
-def dump(doc: Any, fmt: Format) -> str:
-    """Serialise a document as JSON or YAML text."""
+def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
+    """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
+    manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
         return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     import yaml
 
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    if not literal_blocks:
+        return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: Any, value: str) -> Any:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(doc, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 # -- tables ------------------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ DETACH_EXAMPLES = examples(
     "rblnctl vm detach my-vm -n vms --device npu1 --restart",
 )
 MANIFEST_EXAMPLES = examples(
+    "rblnctl vm manifest my-vm -n vms --npus 2 --ssh-key ~/.ssh/id_ed25519.pub --user me | kubectl apply -f -",
     "rblnctl vm manifest my-vm -n vms --npus 2 --resource rebellions.ai/RBLN-CA22_PF > my-vm.yaml",
     "rblnctl vm manifest my-vm -n vms --method dra --npus 2 | kubectl apply -f -",
 )
@@ -352,6 +353,17 @@ def manifest(
     product: ProductOpt = None,
     image: Annotated[str, typer.Option("--image", metavar="IMAGE", help="Container disk image to boot.")
                      ] = C.VM_DEFAULT_IMAGE,
+    ssh_key: Annotated[
+        list[str] | None,
+        typer.Option("--ssh-key", metavar="FILE", show_default=False,
+                     help="A public key file (e.g. ~/.ssh/id_ed25519.pub) whose keys may log in, written into the "
+                     "cloud-init user data as virtctl create vm does (repeatable; a key itself works too)."),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="NAME", show_default=False,
+                                 help="The user cloud-init creates in the guest [default: the image's own, e.g. "
+                                 "ubuntu].")
+    ] = None,
     output: Annotated[Any, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
 ) -> None:
     """Print a VirtualMachine with N NPUs, ready to apply."""
@@ -369,8 +381,9 @@ def manifest(
     if chosen == C.METHOD_DRA and (resource or product):
         raise InvalidInput("--resource and --product pick a sandbox resource; DRA VMs claim vfio-npu.rebellions.ai")
     # Bad input fails before connecting; the cluster is read only for what was left open.
+    keys = tuple(k for spec in ssh_key or [] for k in _ssh_keys(spec))
     opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, npus=npus, method=chosen or C.METHOD_SANDBOX,
-                           resource=resource, image=image)
+                           resource=resource, image=image, user=user, ssh_keys=keys)
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
         found = resolve_for(ctx.obj.kube(), method=chosen, resource=resource, product=product, npus=npus)
         opts = dataclasses.replace(opts, method=found.method, resource=found.resource, device_class=found.device_class)
@@ -380,7 +393,25 @@ def manifest(
     if output.format == Format.json:
         sys.stdout.write(dump({"apiVersion": "v1", "kind": "List", "items": objects}, Format.json))
     else:
-        sys.stdout.write("---\n".join(dump(o, Format.yaml) for o in objects))
+        sys.stdout.write("---\n".join(dump(o, Format.yaml, literal_blocks=True) for o in objects))
+
+
+def _ssh_keys(spec: str) -> list[str]:
+    """--ssh-key: a file of public keys, or (as virtctl's --ssh-key) one key itself."""
+    from pathlib import Path
+
+    from rblnctl.errors import InvalidInput
+    from rblnctl.vm.manifest import check_ssh_key, ssh_keys_in
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        try:
+            return ssh_keys_in(path.read_text(), source=spec)
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"--ssh-key {spec}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if " " in spec.strip():
+        return [check_ssh_key(spec)]
+    raise InvalidInput(f"--ssh-key {spec}: no such file (give a public key file, e.g. ~/.ssh/id_ed25519.pub)")
 
 
 # -- list ---------------------------------------------------------------------------------------------------

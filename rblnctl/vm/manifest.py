@@ -7,6 +7,8 @@ The VM boots a container disk with cloud-init, as KubeVirt's and the RBLN DRA dr
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
@@ -28,6 +30,8 @@ class ManifestOptions:
     image: str = C.VM_DEFAULT_IMAGE
     cores: int = 4
     memory: str = "8Gi"
+    user: str | None = None  # cloud-init's default user (None: the image's own, e.g. ubuntu)
+    ssh_keys: tuple[str, ...] = ()  # authorized keys for that user
 
     def __post_init__(self) -> None:
         validate_name(self.name, kind="VirtualMachine")
@@ -39,6 +43,11 @@ class ManifestOptions:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
         if not self.image.strip() or any(c.isspace() for c in self.image):
             raise InvalidInput(f"malformed image {self.image!r}")
+        if self.user is not None and not _USER.fullmatch(self.user):
+            raise InvalidInput(f"malformed user name {self.user!r}: lower-case letters, digits, '_' and '-', "
+                               "starting with a letter or '_', at most 32 characters")
+        for key in self.ssh_keys:
+            check_ssh_key(key)
 
 
 def build_manifest(o: ManifestOptions) -> list[dict]:
@@ -59,7 +68,7 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
         },
         "networks": [{"name": "default", "pod": {}}],
         "volumes": [{"name": "rootdisk", "containerDisk": {"image": o.image}},
-                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config"}}],
+                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": cloud_config(o.user, o.ssh_keys)}}],
     }
     if o.method == C.METHOD_DRA:
         template = D.claim_template(o.npus, o.device_class, namespace=o.namespace)
@@ -77,6 +86,57 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
                  "template": {"metadata": {"labels": {C.VM_NAME_LABEL: o.name}}, "spec": spec}},
     })
     return objects
+
+
+# useradd's default NAME_REGEX (shadow-utils), 32 characters as cloud-init's distros allow
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_KEY_TYPES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-sha2-")
+
+
+def cloud_config(user: str | None, ssh_keys: Sequence[str]) -> str:
+    """The cloud-init user data, as `virtctl create vm --user NAME --ssh-key KEY` writes it.
+
+    kubevirt/kubevirt pkg/virtctl/create/vm/vm.go (v1.9.0-rc.2), buildCloudInitConfig: the
+    `#cloud-config` header, `user: NAME`, then `ssh_authorized_keys:` with one `  - KEY` per key,
+    in a cloudInitNoCloud volume's userData. Without either, the bare header (a VM nobody can log
+    into unless its image has its own credentials).
+    """
+    config = "#cloud-config"
+    if user:
+        config += f"\nuser: {user}"
+    if ssh_keys:
+        config += "\nssh_authorized_keys:" + "".join(f"\n  - {k}" for k in ssh_keys)
+    return config
+
+
+def check_ssh_key(key: str) -> str:
+    """One OpenSSH public key line (`ssh-ed25519 AAAA... comment`); InvalidInput for anything else."""
+    parts = key.split()
+    if "PRIVATE KEY" in key:
+        raise InvalidInput("that is a private key: give the public one (the .pub file)")
+    if "\n" in key.strip() or len(parts) < 2 or not parts[0].startswith(_KEY_TYPES):
+        raise InvalidInput(f"not an OpenSSH public key: {key[:40]!r}... (expected e.g. `ssh-ed25519 AAAA... "
+                           "you@host`, as in a .pub file)")
+    return key.strip()
+
+
+def ssh_keys_in(text: str, *, source: str) -> list[str]:
+    """The public keys in an authorized_keys-style text (a .pub file: one per line; blank lines and # comments
+    skipped); InvalidInput naming `source` when there is none or a line is not one."""
+    if "PRIVATE KEY" in text:
+        raise InvalidInput(f"{source} holds a private key: give the public one ({source}.pub?)")
+    keys = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            keys.append(check_ssh_key(line))
+        except InvalidInput as e:
+            raise InvalidInput(f"{source}: {e}") from None
+    if not keys:
+        raise InvalidInput(f"{source} holds no SSH public key")
+    return keys
 
 
 @dataclass(frozen=True, kw_only=True)
