@@ -12,6 +12,8 @@ The cluster-side checks are rblnctl.vm.cluster's, the same ones `vm attach` refu
 
 from __future__ import annotations
 
+import dataclasses
+
 import enum
 import re
 from collections.abc import Mapping, Sequence
@@ -297,6 +299,10 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
         return done(method, have.count)
     assert vmi is not None
     if method == C.METHOD_DRA and not _claims(chain, kube, ref, have, pod):
+        never = _never_fits(cluster, ref, vmi)
+        if never is not None:  # no node has that many vfio NPUs at all: freeing some would not help
+            broken = chain.links[-1]
+            chain.links[-1] = dataclasses.replace(broken, evidence=(*broken.evidence, never[0]), remedy=never[1])
         return done(method, have.count)
     if not _scheduling(chain, kube, ref, vmi, pod, cluster):
         return done(method, have.count)

@@ -132,3 +132,22 @@ def test_diagnose_never_says_free_npus_for_a_vm_no_node_could_fit(vm_cluster):
     r = cli("vm", "diagnose", "two", "-n", "vms", "-o", "json", server=vm_cluster.url)
     link = next(link for link in json.loads(r.stdout)["links"] if link["status"] == "FAIL")
     assert link["name"] == "FreeCapacity" and "stop a VM" in link["remedy"]
+
+
+def test_diagnose_a_dra_vm_asking_more_vfio_npus_than_any_node_has(apiserver):
+    """The claim link's remedy was `free one (stop a VM ...)` even when no node has that many vfio devices."""
+    from tests.vm.support import dra_cluster
+
+    dra_cluster(apiserver)  # n1 offers 2 vfio NPUs
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-4")
+    devices = [o.dra_host_device(f"npu{i}") for i in range(4)]
+    apiserver.add(o.resource_claim_template("vms", "rbln-npu-4"),
+                  o.vm("vms", "big", host_devices=devices, resource_claims=[claim_entry]),
+                  o.vmi("vms", "big", None, devices, resource_claims=[claim_entry], phase="Scheduling"))
+    pod = o.virt_launcher("vms", "big", None, claims={"rbln-npu": "big-rbln-npu-x7k2p"})
+    apiserver.add(pod, o.resource_claim("vms", "big-rbln-npu-x7k2p", pod=pod))
+    r = cli("vm", "diagnose", "big", "-n", "vms", "-o", "json", server=apiserver.url)
+    link = next(link for link in json.loads(r.stdout)["links"] if link["status"] == "FAIL")
+    assert link["name"] == "ClaimAllocated"
+    assert "stop a VM" not in link["remedy"] and "ask for at most 2 NPU(s)" in link["remedy"]
+    assert link["remedyCommand"] == ["rblnctl", "vm", "attach", "big", "-n", "vms", "--npus", "2", "--restart"]
