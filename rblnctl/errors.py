@@ -47,6 +47,16 @@ class Ambiguous(InvalidInput):
         self.options = tuple(options)
 
 
+class UnknownName(InvalidInput):
+    """A name no registry rblnctl keeps lists (a KubeVirt feature gate); `suggestions` are the close ones it knows,
+    `options` the options-fields that let an unknown name through (the front end phrases them)."""
+
+    def __init__(self, message: str, *, suggestions: Iterable[str] = (), options: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.suggestions = list(suggestions)
+        self.options = tuple(options)
+
+
 class NotFound(RblnError):
     """A node, custom resource or PCI function that was asked for does not exist."""
 
@@ -145,11 +155,13 @@ class HostError(RblnError):
 
 
 class Refused(RblnError):
-    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text)."""
+    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text), `options`
+    the options-fields that would let it go ahead (the front end phrases them, e.g. `--reverse`)."""
 
-    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None) -> None:
+    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None, options: Iterable[str] = ()) -> None:
         super().__init__(message)
         self.blockers = list(blockers or [])
+        self.options = tuple(options)
 
 
 class PreflightFailed(RblnError):

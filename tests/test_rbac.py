@@ -122,7 +122,7 @@ def _vms(api):
         lastState={"terminated": {"exitCode": 1, "reason": "Error"}})
     api.add(plugin)
 def _evacuated_vm(api):
-    """A migratable VM on n1 that KubeVirt's eviction webhook evacuates to n2 (drain --all-pods --force)."""
+    """A migratable VM on n1 that KubeVirt's eviction webhook evacuates to n2 (drain --all-pods --evict-vms)."""
     import threading
 
     api.kubevirt_eviction_webhook = True
@@ -173,7 +173,7 @@ SCENARIOS = [
     Scenario("node drain", ("node", "drain", "n1", "--yes"), _npu_pod),
     Scenario("node drain", ("node", "drain", "n1", "--yes", "--disable-eviction", "--take-over"),
              lambda api: (_npu_pod(api), _expired_lock(api))),
-    Scenario("node drain", ("node", "drain", "n1", "--yes", "--all-pods", "--force"), _evacuated_vm),
+    Scenario("node drain", ("node", "drain", "n1", "--yes", "--all-pods", "--evict-vms"), _evacuated_vm),
     Scenario("node set-mode", ("node", "set-mode", "vm", "n1", "--yes"), lambda api: (_npu_pod(api), _dra(api))),
     # a pool: the NPU nodes a selector matches, each switched (drained) as one node is
     Scenario("node set-mode", ("node", "set-mode", "vm", "-l", "rebellions.ai/npu.present=true", "--yes"),

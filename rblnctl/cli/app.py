@@ -46,6 +46,13 @@ class State:
             self._kube = connect(KubeOptions(**self.connection))
         return self._kube
 
+    def object_namespace(self) -> str:
+        """The namespace a command's namespaced objects live in: -n, else the kubeconfig context's, else `default`.
+
+        kubectl's order (rblnctl.kube.connection); reading the context's namespace connects.
+        """
+        return self.namespace or self.kube().namespace
+
 
 app = typer.Typer(
     cls=RblnGroup,
@@ -106,7 +113,9 @@ def root(
     ] = "30s",
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", show_default=False,
-                                 help="Namespace, where a command works on namespaced objects.",
+                                 help="Namespace of the VMs a vm command works on [default: the kubeconfig context's, "
+                                 "else default]; for kubevirt, preflight, rbac and vfio: the namespace to use instead "
+                                 "of the one found (the KubeVirt CR's, the operator's).",
                                  autocompletion=completion.complete_namespaces)
     ] = None,
     all_namespaces: Annotated[

@@ -189,13 +189,14 @@ def complete_namespaces(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_vms(ctx: typer.Context, incomplete: str) -> list[str]:
-    """VirtualMachine names in the namespace -n names (else default), from the cluster."""
+    """VirtualMachine names in the namespace -n names (else the context's, else default), from the cluster."""
 
     def names() -> list[str]:
         from rblnctl.kube import VMS
 
-        namespace = _root_params(ctx).get("namespace") or "default"
-        return [v["metadata"]["name"] for v in _kube(ctx).list(VMS, namespace=namespace)]
+        kube = _kube(ctx)
+        namespace = _root_params(ctx).get("namespace") or kube.namespace
+        return [v["metadata"]["name"] for v in kube.list(VMS, namespace=namespace)]
 
     return _starting(_quietly(names), incomplete)
 
@@ -254,7 +255,8 @@ def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Any] 
     from rblnctl.cli.output import COMMON_FORMATS, Format
 
     formats = COMMON_FORMATS if allowed is None else allowed
-    return _starting([f"{f.value}=" if f == Format.jsonpath else f.value for f in formats], incomplete)
+    return _starting([f"{f.value}=" if f in (Format.jsonpath, Format.custom_columns) else f.value
+                      for f in formats], incomplete)
 
 
 # -- kubectl plugin completion ------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 OVERRIDE_FLAGS = {
     "force": "--force",
     "delete_emptydir_data": "--delete-emptydir-data",
-    "evict_vms": "--force",
     "load_modules": "--load-modules",
     "mapping": "--map",
 }

@@ -26,6 +26,12 @@ ForceOpt = Annotated[
     bool,
     typer.Option("--force", help="Go ahead when the KubeVirt version is below what the change needs, or unknown."),
 ]
+AllowUnknownOpt = Annotated[
+    bool,
+    typer.Option("--allow-unknown", help="Write gates no KubeVirt release rblnctl knows registers (for a KubeVirt "
+                 "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
+                 "meant."),
+]
 
 
 def _retry_line(what: str, attempt: int, message: str) -> str:
@@ -128,17 +134,19 @@ def enable_gates(
     ] = False,
     name: NameOpt = None,
     force: ForceOpt = False,
+    allow_unknown: AllowUnknownOpt = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = "table",
 ) -> None:
     """Add HostDevices (and with --dra HostDevicesWithDRA) to KubeVirt's feature gates, keeping the others."""
-    from rblnctl.kubevirt.gates import GateEditor, rbln_gates, validate_gates
+    from rblnctl.kubevirt.gates import GateEditor, check_known, rbln_gates, validate_gates
 
     mode = dry_run_mode(dry_run, server_dry_run)
     wanted = validate_gates([*rbln_gates(dra=dra), *(gates or [])])
-    editor = GateEditor(**_writer_args(ctx, name, force, mode))
+    check_known(wanted, allow_unknown=allow_unknown)  # a typo is bad input before anything connects (exit 2)
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
     plan = editor.plan(enable=wanted)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="enabled")
 
@@ -162,6 +170,7 @@ def disable_gates(
     ] = False,
     name: NameOpt = None,
     force: ForceOpt = False,
+    allow_unknown: AllowUnknownOpt = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
@@ -171,7 +180,7 @@ def disable_gates(
     from rblnctl.kubevirt.gates import GateEditor
 
     mode = dry_run_mode(dry_run, server_dry_run)
-    editor = GateEditor(**_writer_args(ctx, name, force, mode))
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
     plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
 

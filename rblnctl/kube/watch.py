@@ -27,7 +27,7 @@ from rblnctl.errors import (
     NotFound,
     RblnError,
 )
-from rblnctl.kube.client import Kube, log, request_log
+from rblnctl.kube.client import Kube, log, log_request
 from rblnctl.kube.replies import _one_line, _root_cause, _status_error, is_transient
 from rblnctl.kube.resources import Resource
 
@@ -264,8 +264,7 @@ def open_stream(kube: Kube, path: str, query: dict[str, Any], remaining: float |
     started = time.monotonic()
     resp, _ = kube._send("GET", path, url, headers, None, (kube.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
                          stream=True)
-    request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, resp.status,
-                      (time.monotonic() - started) * 1e3)
+    log_request("GET", url, resp, started, streaming=True)
     if resp.status != 200:
         data = resp.read()
         resp.release_conn()

@@ -241,6 +241,29 @@ def _unique(devices: Sequence[PciHostDevice]) -> list[PciHostDevice]:
     return list(out.values())
 
 
+def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.ResourceNames) -> str:
+    """Why `--from-cluster` found nothing to permit, naming the command that fixes it.
+
+    Before any node is in vm-passthrough mode nothing can advertise a VM resource: the fix is to switch one
+    (the order docs/vm.md gives: set-mode, then permit-devices), or to name the resource outright.
+    """
+    from rblnctl.operator.nodes import labels_of, mode_of
+
+    names = [str((n.get("metadata") or {}).get("name")) for n in nodes]
+    vm_nodes = [name for name, n in zip(names, nodes) if mode_of(labels_of(n), policy).effective == C.MODE_VM]
+    example = f"{C.RESOURCE_PREFIX}RBLN-CA22_PF"
+    if not vm_nodes:
+        node = names[0] if names else "NODE"
+        return (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
+                f"({vm_resources.describe()}): switch one first, `rblnctl node set-mode vm {node}`, then run "
+                f"permit-devices again; or name the resource, `rblnctl kubevirt permit-devices --resource-name "
+                f"{example}` (DRA setups need no permittedHostDevices)")
+    return (f"no NPU node advertises a VM resource ({vm_resources.describe()}) though {', '.join(vm_nodes[:3])} "
+            f"{'is' if len(vm_nodes) == 1 else 'are'} in vm-passthrough mode: the operator has not started the sandbox "
+            "device plugin there yet (`rblnctl node list -o wide` shows its components; `rblnctl preflight` says "
+            "why); DRA setups need no permittedHostDevices")
+
+
 def _noop(*_: Any) -> None:
     return None
 
@@ -277,11 +300,10 @@ class DevicePermitter:
             from_cluster = not requested and not self.fix
         notes: list[str] = []
         if from_cluster:
-            found, notes = devices_from_cluster(list_npu_node_objects(self.kube, selector=node_selector),
-                                                vm_resources)
+            nodes = list_npu_node_objects(self.kube, selector=node_selector)
+            found, notes = devices_from_cluster(nodes, vm_resources)
             if not found:
-                msg = (f"no NPU node advertises a VM resource ({vm_resources.describe()}): are nodes in vm-passthrough "
-                       "mode with the sandbox device plugin running? DRA setups need no permittedHostDevices")
+                msg = _nothing_advertised(nodes, view.policy, vm_resources)
                 if not requested and not self.fix:
                     raise NotFound(msg + ("; " + "; ".join(notes) if notes else ""))
                 notes.append(msg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from rblnctl import constants as C
 from rblnctl.clock import Stop
 from rblnctl.errors import ClusterError, InvalidInput, RblnError
 from rblnctl.kube import CLUSTER_POLICIES, NODES, Kube, Mirror, WatchSpec, watch_many
@@ -15,6 +16,23 @@ from rblnctl.operator.policy import Policy, choose_active
 def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = None) -> list[NpuNode]:
     """Return every NPU node, sorted by name, with its effective mode under `policy`."""
     return [npu_node(n, policy) for n in list_npu_node_objects(kube, selector=selector)]
+
+
+def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str]) -> tuple[list[NpuNode], list[str]]:
+    """The named NPU nodes, in the order given (once each), as `kubectl get node NAME...` reads them (a GET each);
+    and one line for each name that is no node, or no NPU node."""
+    found: list[NpuNode] = []
+    errors: list[str] = []
+    for name in dict.fromkeys(names):
+        obj = kube.get_optional(NODES, name)
+        if obj is None:
+            errors.append(f'nodes "{name}" not found')
+        elif not is_npu_node(obj):
+            errors.append(f"node {name} has no Rebellions NPU (neither an NFD pci-1eff label nor "
+                          f"{C.NPU_PRESENT_LABEL}=true)")
+        else:
+            found.append(npu_node(obj, policy))
+    return found, errors
 
 
 @dataclass(frozen=True, kw_only=True)

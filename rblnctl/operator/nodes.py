@@ -94,6 +94,7 @@ class NpuNode:
     product: str | None = None  # npu.product; on a vm-passthrough node without it, the product its VM resources name
     count: int | None = None  # npu.count; on a vm-passthrough node without it, the VM resources it advertises
     family: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # every label of the node (node list --show-labels)
 
 
 def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:
@@ -146,6 +147,7 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
         product=product,
         count=npus,
         family=labels.get(C.NPU_FAMILY_LABEL),
+        labels={str(k): str(v) for k, v in sorted(labels.items())},
     )
 
 

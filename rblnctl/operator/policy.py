@@ -164,7 +164,7 @@ class Policy:
 
         `product` (the node's `RBLN-CA22`, when known) is checked against a chart v0.3.0
         resourceList, which advertises only the products it lists. With `release`, enabled VM allocators
-        that release does not make serve VMs block too; those blockers name `force` as their override
+        that release does not make serve VMs block too; those blockers name `skip_release_check` as their override
         (the version is read from labels, so an operator may go past them knowingly).
         """
         out = []
@@ -172,7 +172,8 @@ class Policy:
                 not self.allocators(C.MODE_VM, release=release):
             for comp in self.allocators(C.MODE_VM):
                 out.append(Blocker(f"RBLNClusterPolicy {self.name} hands NPUs to VMs through "
-                                   f"{C.COMPONENT_POLICY_KEYS[comp]}, but {release.problem(comp)}", override="force"))
+                                   f"{C.COMPONENT_POLICY_KEYS[comp]}, but {release.problem(comp)}",
+                                   override="skip_release_check"))
         if target == C.MODE_VM:
             if not self.is_enabled(C.COMP_VFIO_MANAGER):
                 out.append(Blocker(

@@ -41,6 +41,9 @@ class Fetch:
             where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
             return (f"grant `{self.verb}` on `{self.resource}` {where} to this user (check with "
                     f"`{self.can_i()}`), or use a kubeconfig that has it")
+        if self.absent:
+            return (f"the API server does not serve {self.resource} here: check `kubectl api-resources` (and that "
+                    "--server points at a Kubernetes API server), then rerun")
         return f"the API server failed to {self.verb} {self.resource}; check its health and rerun"
 
 

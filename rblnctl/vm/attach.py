@@ -53,7 +53,7 @@ from rblnctl.vm.cluster import (
     check_slices,
     choose_method,
     claim_index,
-    most_per_node,
+    too_many_npus,
     pick_resource,
     read_cluster,
     with_dra,
@@ -425,10 +425,9 @@ class AttachPlanner:
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
                         npu_claims=npu_claims, claim=D.claim_name(namespace, name))
         checks = self._checks(cluster, method, resource) if npus else []
-        most = most_per_node(cluster, method, resource)
-        if most is not None and npus > most[0]:
-            warnings.append(f"{npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on "
-                            f"{most[1]}); the VM will not be scheduled until one does")
+        too_many = too_many_npus(cluster, method, resource, npus)
+        if too_many:
+            warnings.append(too_many)
         return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:

@@ -432,3 +432,16 @@ def most_per_node(cluster: VmCluster, method: str, resource: str | None) -> tupl
         return None
     node = max(sorted(counts), key=lambda k: counts[k])
     return counts[node], node
+
+
+def too_many_npus(cluster: VmCluster, method: str, resource: str | None, npus: int) -> str | None:
+    """The warning for a VM asking more NPUs than any vm-passthrough node offers (None: one does, or unknown).
+
+    One computation for `vm attach` and `vm manifest` (most_per_node): such a VM is accepted by the API
+    server and then never scheduled.
+    """
+    most = most_per_node(cluster, method, resource)
+    if most is None or npus <= most[0]:
+        return None
+    return (f"{npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on {most[1]}); the VM "
+            "will not be scheduled until one does")

@@ -49,6 +49,7 @@ from rblnctl.vm.cluster import (
     check_slices,
     check_vm_nodes,
     claim_index,
+    most_per_node,
     read_cluster,
     set_mode_remedy,
     with_dra,
@@ -548,6 +549,10 @@ def judge(f: Facts) -> VmDiagnosis:
         return done(method, have.count)
     assert vmi is not None
     if method == C.METHOD_DRA and not _claims(chain, f):
+        never = _never_fits(f.cluster, f.ref, vmi)
+        if never is not None:  # no node has that many vfio NPUs at all: freeing some would not help
+            broken = chain.links[-1]
+            chain.links[-1] = dataclasses.replace(broken, evidence=(*broken.evidence, never[0]), remedy=never[1])
         return done(method, have.count)
     if not _scheduling(chain, f):
         return done(method, have.count)
@@ -690,8 +695,13 @@ def _requested(pod: Mapping, resource: str) -> int:
 
 
 def _capacity(chain: _Chain, f: Facts) -> bool:
-    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on."""
+    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on.
+
+    When no node it may land on has as many NPUs at all (allocatable, free or not), freeing some would
+    never help: the remedy is to ask for fewer (or to switch a bigger node to vm mode), not to stop a VM.
+    """
     assert f.cluster is not None
+    ref = f.ref
     vmi = f.vmi if f.running else None
     have = f.have
     spec = D.vm_spec(f.vm) if f.vm is not None else D.vmi_spec(f.vmi or {})
@@ -703,9 +713,11 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
     own = str(((vmi or {}).get("metadata") or {}).get("uid") or "")
     evidence: list[str] = []
     ok = True
+    never: list[tuple[str, int, int, str]] = []  # (resource, wanted, the most any allowed node has, that node)
     for resource in have.resources:
         wanted = sum(1 for d in have.sandbox if d.resource == resource)
         fits = []
+        biggest: tuple[int, str] | None = None
         for name in f.cluster.advertised.get(resource, []):
             node = f.cluster.node(name) or {}
             reason = why_not(node, placement)
@@ -713,6 +725,8 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
                 evidence.append(f"{name}: excluded by {reason}")
                 continue
             alloc = R.count(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0))
+            if biggest is None or alloc > biggest[0]:
+                biggest = (alloc, name)
             used = 0
             holders = []
             for p in f.capacity.get(name, ()):
@@ -733,8 +747,20 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         if not fits:
             ok = False
             evidence.insert(0, f"no node the VM may run on ({placement.describe()}) has {wanted} free {resource}")
+            if biggest is not None and wanted > biggest[0]:
+                never.append((resource, wanted, *biggest))
         else:
             evidence.insert(0, f"{wanted} {resource} fit on {', '.join(fits)}")
+    if never:
+        resource, wanted, most, node = never[0]
+        evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
+                        f"is {most}, on {node})")
+        command = ("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most)) if len(have.resources) == 1 \
+            and most > 0 else None
+        return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
+            text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
+                 f"{resource} to vm mode", command=command),
+            failure=f"no node it may run on has {wanted} {resource}, free or not")
     return chain.add(LinkName.CAPACITY, ok, evidence, Remedy(
         text="free NPUs on a node the VM may run on (stop a VM that holds them), widen the VM's nodeSelector, "
              "affinity or tolerations, or switch another node to vm mode; the VMs that hold NPUs",
@@ -859,7 +885,12 @@ def _scheduling(chain: _Chain, f: Facts) -> bool:
                         f"{total} nodes available")
         evidence += [f"{n} node(s): {r}" if n else r for n, r in failure.reasons]
         text = " ".join(r for _, r in failure.reasons)
-        if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
+        never = _never_fits(cluster, ref, vmi) if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text) \
+            or "claim" in text.lower() else None
+        if never is not None:
+            evidence.append(never[0])
+            remedy = never[1]
+        elif re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
             remedy = Remedy(text="every node it may run on has its NPUs in use: free NPUs (stop a VM that holds "
                             "them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS)
         elif "claim" in text.lower():
@@ -908,6 +939,29 @@ def _shared_claim_names(f: Facts) -> list[str]:
         return []
     return [f"VM {f.ref} shares a DRA claim name with {', '.join(elsewhere[:5])} on other nodes: on one node, one of "
             f"them could not start; `rblnctl vm attach {f.ref.name} -n {f.ref.namespace} --restart` gives it its own"]
+
+
+def _never_fits(cluster: VmCluster | None, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:
+    """When the VMI asks more NPUs of one kind than any vm-passthrough node has at all: the evidence and the
+    remedy (ask for fewer), since freeing NPUs would never make it fit (rblnctl.vm.cluster.most_per_node)."""
+    if cluster is None:
+        return None
+    held = D.npus_of(D.vmi_spec(vmi), npu_claim=lambda _c: True)
+    wanted: dict[str | None, int] = {}
+    for d in held.devices:
+        key = d.resource if d.method == C.METHOD_SANDBOX else None
+        wanted[key] = wanted.get(key, 0) + 1
+    for resource, n in wanted.items():
+        most = most_per_node(cluster, C.METHOD_SANDBOX if resource else C.METHOD_DRA, resource)
+        if most is not None and n > most[0]:
+            what = resource or "vfio NPUs"
+            return (f"{n} {what} never fit: no vm-passthrough node has that many at all (the most is {most[0]}, on "
+                    f"{most[1]})",
+                    Remedy(text=f"ask for at most {most[0]} NPU(s) (freeing NPUs would not help), or switch a node "
+                                f"with {n} to vm mode; then restart the VM",
+                           command=("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most[0]), "--restart")
+                           if len(wanted) == 1 else None))
+    return None
 
 
 def _node_components(chain: _Chain, f: Facts, node_name: str) -> bool:

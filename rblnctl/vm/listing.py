@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 import dataclasses
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
-from rblnctl.kube import VMIS, VMS, Kube, Resource
+from rblnctl.clock import Stop
+from rblnctl.errors import Forbidden, NotFound, RblnError
+from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many
+from rblnctl.node.inventory import Change
 from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import ClaimIndex
@@ -89,6 +91,58 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
     vmis = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances")
     if vms is None or vmis is None:
         return VmNpuListing(items=[], namespace=namespace, served=False, notes=notes)
+    return listing_of(kube, vms, vmis, namespace=namespace, notes=notes)
+
+
+def watch_vm_npus(kube: Kube, *, namespace: str | None = None, stop: Stop | None = None,
+                  timeout_s: float | None = None,
+                  on_retry: Callable[[RblnError], None] | None = None) -> Iterator[VmNpuListing]:
+    """Yield the VMs with NPUs now, then again after every change that alters them: one watch of the VMs and one
+    of the VMIs (in `namespace`, None: every namespace), reopened whenever the server ends them.
+
+    Runs until `stop` is set or `timeout_s` passes (None: for ever). Without KubeVirt's API both are empty.
+    """
+    specs = [WatchSpec(VMS, namespace=namespace, missing_ok=True), WatchSpec(VMIS, namespace=namespace,
+                                                                            missing_ok=True)]
+    vms, vmis = Mirror(), Mirror()
+    last: VmNpuListing | None = None
+    for ev in watch_many(kube, specs, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
+        (vms if ev.source == 0 else vmis).apply(ev)
+        if not (vms.synced and vmis.synced):
+            continue
+        now = listing_of(kube, vms.items(), vmis.items(), namespace=namespace, notes=[])
+        if now != last:
+            last = now
+            yield now
+
+
+def vm_changes(old: VmNpuListing, new: VmNpuListing) -> list[Change]:
+    """What changed between two listings, VM by VM (`virtualmachine/vms/v1 status Stopped -> Running`)."""
+    def facts(e: VmNpuEntry) -> dict[str, str]:
+        return {"status": e.status + (",RestartPending" if e.restart_pending else ""), "node": e.node or "<none>",
+                "npus": str(e.npus), "method": e.method or "<none>",
+                "devices": ",".join(f"{d.name}={d.source}" for d in e.devices) or "<none>"}
+
+    before = {(e.ref.namespace, e.ref.name): e for e in old.items}
+    after = {(e.ref.namespace, e.ref.name): e for e in new.items}
+    out: list[Change] = []
+    for key in sorted(before.keys() | after.keys()):
+        entry = after.get(key) or before[key]
+        subject = f"{entry.kind.lower()}/{key[0]}/{key[1]}"
+        if key not in before:
+            out.append(Change(subject=subject, what="added", new=f"{entry.npus} NPU(s)"))
+        elif key not in after:
+            out.append(Change(subject=subject, what="removed"))
+        else:
+            a, b = facts(before[key]), facts(after[key])
+            out += [Change(subject=subject, what=k, old=a[k], new=b[k]) for k in a if a[k] != b[k]]
+    return out
+
+
+def listing_of(kube: Kube, vms: list[dict], vmis: list[dict], *, namespace: str | None,
+               notes: list[str]) -> VmNpuListing:
+    """The VMs with NPUs among these VM and VMI objects (claim templates read only for claims rblnctl did not
+    write)."""
     specs = [D.vm_spec(v) for v in vms] + [D.vmi_spec(v) for v in vmis]
     foreign = any(not D.is_managed_claim(c) for spec in specs for c in D.resource_claims(spec))
     policy = read_operator(kube).policy if foreign else None

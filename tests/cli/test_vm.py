@@ -227,8 +227,12 @@ def test_list_all_namespaces(apiserver):
     assert r.exit_code == 0, r.stderr
     lines = [line.split() for line in r.stdout.splitlines()]
     assert lines[0] == ["NAMESPACE", "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES"]
-    assert lines[1] == ["team", "v2", "Stopped", "<none>", "1", "sandbox", f"npu0={CA22}"]
-    assert lines[2] == [NS, "v1", "Running", "n1", "2", "sandbox", f"npu0={CA22},npu1={CA22}"]
+    # issue 21: devices are compact in the table (`2x RBLN-CA22_PF`), every entry in -o wide
+    assert lines[1] == ["team", "v2", "Stopped", "<none>", "1", "sandbox", "1x", "RBLN-CA22_PF"]
+    assert lines[2] == [NS, "v1", "Running", "n1", "2", "sandbox", "2x", "RBLN-CA22_PF"]
+    wide = [line.split() for line in vm_cli(apiserver, "vm", "list", "-A", "-o", "wide").stdout.splitlines()]
+    assert wide[0][-5:] == ["KIND", "HELD", "HOST", "DEVICES", "DEVICES"]
+    assert wide[2][-5:] == ["VirtualMachine", "2", f"npu0={CA22},npu1={CA22}", "2x", "RBLN-CA22_PF"]
     r = vm_cli(apiserver, "vm", "list", "-n", NS, "-o", "json")
     doc = json.loads(r.stdout)
     assert doc["kind"] == "VmNpuList" and [i["name"] for i in doc["items"]] == ["v1"]
