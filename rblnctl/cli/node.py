@@ -97,15 +97,16 @@ def list_nodes(
 
 def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import node_document, npu_nodes_table
+    from rblnctl.cli.render import capacity_notes, node_document, npu_nodes_table
     from rblnctl.cli.output import sort_by as sorted_by
 
     nodes = sorted_by(nodes, sort_by, node_document)
     return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
                 tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],
-                notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
-                                        "pci-1eff.present or pci-1200_1eff.present)."])
+                notes=capacity_notes(nodes) if nodes else [
+                    "No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/pci-1eff.present or "
+                    "pci-1200_1eff.present)."])
 
 
 # -- shared ----------------------------------------------------------------------------------------

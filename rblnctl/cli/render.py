@@ -23,9 +23,23 @@ def node_document(n: Any) -> dict:
         "resources": dict(n.resources),
         "product": n.product,
         "npuCount": n.count,
+        "npuAllocatable": n.capacity.allocatable if n.capacity is not None else None,
+        "npuAllocated": n.capacity.allocated if n.capacity is not None else None,
+        "npuFree": n.capacity.free if n.capacity is not None else None,
+        "npuResources": [_use_document(u, n.capacity.known) for u in n.capacity.resources]
+        if n.capacity is not None else [],
         "family": n.family,
         "labels": dict(n.labels),
     }
+
+
+def _use_document(u: Any, known: bool) -> dict:
+    return {"name": u.name, "dra": u.dra, "allocatable": u.allocatable, "allocated": u.allocated if known else None,
+            "free": u.free if known else None, "holders": list(u.holders)}
+
+
+def _count(value: int | None) -> str:
+    return "<unknown>" if value is None else str(value)
 
 
 def policy_document(p: Any, *, release: Any = None) -> dict | None:
@@ -51,12 +65,14 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
                     show_labels: bool = False) -> Table:
     """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components.
 
-    With `vms` (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
+    NPUS, ALLOCATED and FREE count the node's NPUs as the scheduler does (rblnctl.operator.capacity: device
+    plugin resources and DRA devices; `<unknown>` when the pods holding them could not be read). With `vms`
+    (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
     `show_labels` adds LABELS last, as `kubectl get nodes --show-labels` (every label, `k=v,...`).
     """
     extra = [] if vms is None else ["VMS"]
     wide_extra = [] if vms is None else [Column("NPU VMS", wide=True)]
-    t = Table("NAME", "MODE", "STATUS", "NPUS", *extra, "RESOURCES", Column("PRODUCT", wide=True),
+    t = Table("NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", *extra, "RESOURCES", Column("PRODUCT", wide=True),
               Column("COMPONENTS", wide=True), *wide_extra, *(["LABELS"] if show_labels else []))
     for n in nodes:
         status = "Ready" if n.ready else "NotReady"
@@ -68,9 +84,13 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
             n.name,
             _mode_cell(n),
             Cell(status, "" if n.ready and n.schedulable else "yellow" if n.ready else "red"),
-            str(sum(n.resources.values())) if n.resources else "0",
+            str(n.capacity.allocatable) if n.capacity is not None else str(sum(n.resources.values())),
+            _count(n.capacity.allocated if n.capacity is not None else None),
+            _count(n.capacity.free if n.capacity is not None else None),
             *([] if vms is None else [str(len(held))]),
-            joined(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
+            joined([*(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
+                    *(f"{u.name}={u.allocatable}(dra)" for u in (n.capacity.resources if n.capacity else ())
+                      if u.dra)]),
             n.product or "<unknown>",
             joined(components),
             *([] if vms is None else [joined(held)]),
@@ -79,4 +99,13 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
     return t
 
 
-__all__ = ["node_document", "npu_nodes_table", "policy_document", "yes_no"]
+def capacity_notes(nodes: list[Any]) -> list[str]:
+    """One note when some node's allocated NPUs could not be counted (the reads that were refused)."""
+    problems = list(dict.fromkeys(n.capacity.problem for n in nodes
+                                  if n.capacity is not None and not n.capacity.known and n.capacity.problem))
+    if not problems:
+        return []
+    return [f"note: ALLOCATED and FREE unknown: {'; '.join(problems)}"]
+
+
+__all__ = ["capacity_notes", "node_document", "npu_nodes_table", "policy_document", "yes_no"]

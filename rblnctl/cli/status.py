@@ -101,7 +101,7 @@ def change_line(change: Any) -> str:
 def view(st: Any) -> Any:
     """The overview in every format (kind ClusterStatus)."""
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import node_document, npu_nodes_table, policy_document
+    from rblnctl.cli.render import capacity_notes, node_document, npu_nodes_table, policy_document
 
     def body() -> dict:
         return {
@@ -131,7 +131,8 @@ def view(st: Any) -> Any:
     lines.append(f"NPU nodes:   {len(st.nodes)} ({modes})")
     tables = [npu_nodes_table(st.nodes, st.npu_vms)] if st.nodes else []
     return View(kind="ClusterStatus", body=body, preamble=lines, tables=tables,
-                notes=[f"note: {n}" for n in st.notes], names=[f"node/{n.name}" for n in st.nodes])
+                notes=[f"note: {n}" for n in st.notes] + capacity_notes(st.nodes),
+                names=[f"node/{n.name}" for n in st.nodes])
 
 
 def register(app: typer.Typer) -> None:

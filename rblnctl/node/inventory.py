@@ -1,27 +1,51 @@
-"""List NPU nodes and summarise each with the operator model (read-only); watch them change."""
+"""List NPU nodes and summarise each with the operator model and its NPU capacity (read-only); watch them change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rblnctl import constants as C
 from rblnctl.clock import Stop
-from rblnctl.errors import ClusterError, InvalidInput, RblnError
-from rblnctl.kube import CLUSTER_POLICIES, NODES, Kube, Mirror, WatchSpec, watch_many
+from rblnctl.errors import ClusterError, Forbidden, InvalidInput, NotFound, RblnError
+from rblnctl.kube import (
+    CLUSTER_POLICIES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Kube,
+    Mirror,
+    WatchSpec,
+    watch_many,
+)
+from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, read_facts
 from rblnctl.operator.nodes import NpuNode, is_npu_node, list_npu_node_objects, npu_node
 from rblnctl.operator.policy import Policy, choose_active
 
 
-def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = None) -> list[NpuNode]:
-    """Return every NPU node, sorted by name, with its effective mode under `policy`."""
-    return [npu_node(n, policy) for n in list_npu_node_objects(kube, selector=selector)]
+def with_capacity(kube: Kube, objects: Sequence[Mapping], policy: Policy | None) -> list[NpuNode]:
+    """The NPU nodes of these Node objects, each with its capacity (rblnctl.operator.capacity: one read of the
+    pods on them, and with DRA of the driver's slices and the claims)."""
+    facts = read_facts(kube, objects, policy)
+    return [dataclasses.replace(npu_node(n, policy), capacity=facts.capacity(n)) for n in objects]
+
+
+def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = None,
+                   capacity: bool = True) -> list[NpuNode]:
+    """Return every NPU node, sorted by name, with its effective mode under `policy` and (`capacity`) its NPUs
+    allocatable, allocated and free."""
+    objects = list_npu_node_objects(kube, selector=selector)
+    if capacity:
+        return with_capacity(kube, objects, policy)
+    return [npu_node(n, policy) for n in objects]
 
 
 def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str]) -> tuple[list[NpuNode], list[str]]:
-    """The named NPU nodes, in the order given (once each), as `kubectl get node NAME...` reads them (a GET each);
-    and one line for each name that is no node, or no NPU node."""
-    found: list[NpuNode] = []
+    """The named NPU nodes, in the order given (once each), as `kubectl get node NAME...` reads them (a GET each),
+    with their capacity; and one line for each name that is no node, or no NPU node."""
+    found: list[dict] = []
     errors: list[str] = []
     for name in dict.fromkeys(names):
         obj = kube.get_optional(NODES, name)
@@ -31,8 +55,8 @@ def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str]) -> tupl
             errors.append(f"node {name} has no Rebellions NPU (neither an NFD pci-1eff label nor "
                           f"{C.NPU_PRESENT_LABEL}=true)")
         else:
-            found.append(npu_node(obj, policy))
-    return found, errors
+            found.append(obj)
+    return with_capacity(kube, found, policy), errors
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,27 +68,75 @@ class NodesSnapshot:
     policy_notes: tuple[str, ...] = ()  # which policy the operator acts on, when there are several
 
 
+def _readable(kube: Kube, res: object, field_selector: str | None = None) -> str | None:
+    """None when the collection can be listed (or is not served: nothing to count); else why not (one LIST of at
+    most one object)."""
+    query = {"limit": 1, **({"fieldSelector": field_selector} if field_selector else {})}
+    try:
+        kube.request("GET", res.path(), query=query)  # type: ignore[attr-defined]
+    except NotFound:
+        return None
+    except Forbidden as e:
+        return f"cannot list {res.plural} ({' '.join(str(e).split())})"  # type: ignore[attr-defined]
+    return None
+
+
+def _snapshot_facts(policy: Policy | None, pods: Mirror | None, slices: Mirror | None, claims: Mirror | None,
+                    problems: Sequence[str]) -> CapacityFacts:
+    """CapacityFacts from the mirrors of a watch."""
+    by_node: dict[str, list[dict]] | None = None
+    if pods is not None:
+        by_node = {}
+        for p in pods.items():
+            by_node.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append(p)
+    driver = policy.dra_driver if policy is not None else C.DRA_DRIVER
+    node_slices: dict[str, list[dict]] = {}
+    for s in slices.items() if slices is not None else []:
+        spec = s.get("spec") or {}
+        if spec.get("driver") == driver:
+            node_slices.setdefault(str(spec.get("nodeName") or ""), []).append(s)
+    return CapacityFacts(pods=by_node, slices=node_slices, claims=claims.items() if claims is not None else
+                         ([] if not node_slices else None), driver=driver,
+                         vfio_class=policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM,
+                         problems=tuple(problems))
+
+
 def watch_npu_nodes(kube: Kube, *, selector: str | None = None, stop: Stop | None = None,
                     timeout_s: float | None = None,
                     on_retry: Callable[[RblnError], None] | None = None) -> Iterator[NodesSnapshot]:
     """Yield the NPU nodes (and the active policy, which sets the mode of unlabelled nodes) now, then again after
     every change that alters them: one watch of the nodes (the label selector applied by the server, NPU
-    nodes picked here) and one of the RBLNClusterPolicies, reopened whenever the server ends them.
+    nodes picked here), one of the RBLNClusterPolicies, and for the capacity one of the unfinished pods and
+    (where the DRA API is served) of the ResourceSlices and ResourceClaims, reopened whenever the server ends
+    them. A collection rblnctl may not list is left out and the capacity it tells stays unknown.
 
     Runs until `stop` is set or `timeout_s` passes (None: for ever). A selector the API server cannot
     parse is InvalidInput.
     """
     specs = [WatchSpec(NODES, label_selector=selector), WatchSpec(CLUSTER_POLICIES, missing_ok=True)]
-    nodes, policies = Mirror(), Mirror()
+    problems = []
+    mirrors: list[Mirror | None] = [Mirror(), Mirror(), None, None, None]
+    for i, (res, fields) in enumerate(((PODS, NON_TERMINATED), (RESOURCE_SLICES, None), (RESOURCE_CLAIMS, None)),
+                                      start=2):
+        why = _readable(kube, res, fields)
+        if why is not None:
+            problems.append(why)
+            continue
+        mirrors[i] = Mirror()
+        specs.append(WatchSpec(res, field_selector=fields, missing_ok=res is not PODS))
+    watched = [m for m in mirrors if m is not None]
+    nodes, policies = watched[0], watched[1]
     last: NodesSnapshot | None = None
     try:
         for ev in watch_many(kube, specs, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
-            (nodes if ev.source == 0 else policies).apply(ev)
-            if not (nodes.synced and policies.synced):
+            watched[ev.source].apply(ev)
+            if not all(m.synced for m in watched):
                 continue
             choice = choose_active(policies.items())
+            facts = _snapshot_facts(choice.active, mirrors[2], mirrors[3], mirrors[4], problems)
             now = NodesSnapshot(policy=choice.active, policy_notes=choice.notes,
-                                nodes=[npu_node(n, choice.active) for n in nodes.items() if is_npu_node(n)])
+                                nodes=[dataclasses.replace(npu_node(n, choice.active), capacity=facts.capacity(n))
+                                       for n in nodes.items() if is_npu_node(n)])
             if now != last:
                 last = now
                 yield now
@@ -94,7 +166,18 @@ def _facts(n: NpuNode) -> dict[str, str]:
         "components": ",".join(n.components) or "<none>",
         "paused": ",".join(n.paused) or "<none>",
         "deploy-skip": "yes" if n.deploy_skip else "no",
+        "npus": _npus(n),
     }
+
+
+def _npus(n: NpuNode) -> str:
+    """`4 allocatable, 2 allocated, 2 free` (the change line of node list --watch)."""
+    c = n.capacity
+    if c is None:
+        return "<unknown>"
+    if not c.known:
+        return f"{c.allocatable} allocatable, allocated unknown"
+    return f"{c.allocatable} allocatable, {c.allocated} allocated, {c.free} free"
 
 
 def node_changes(old: list[NpuNode], new: list[NpuNode]) -> list[Change]:

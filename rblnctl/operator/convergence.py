@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from rblnctl import constants as C
 from rblnctl.operator import components as K
 from rblnctl.operator import resources as R
+from rblnctl.operator.capacity import dra_devices
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy
 
@@ -180,23 +181,6 @@ def _allocation(node: Mapping, target: str, policy: Policy, deploy: K.DeployLabe
                 out.append(Pending(kind=Missing.SLICE, text=(
                     f"ResourceSlices of {policy.dra_driver} still offer vfio devices ({', '.join(vfio[:3])})")))
     return out
-
-
-def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
-    """(vfio device names, other device names) the slices offer.
-
-    A device is vfio when its name starts with `vfio-` or its `type` attribute is `vfio`
-    (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/vfio.go).
-    """
-    vfio, other = [], []
-    for s in slices:
-        for d in ((s.get("spec") or {}).get("devices")) or []:
-            name = str(d.get("name") or "")
-            attrs = d.get("attributes") or {}
-            kind = next((v.get("string") for k, v in attrs.items() if k.split("/")[-1] == "type"
-                         and isinstance(v, Mapping)), None)
-            (vfio if name.startswith(C.DRA_VFIO_DEVICE_PREFIX) or kind == "vfio" else other).append(name)
-    return sorted(vfio), sorted(other)
 
 
 def _ready(pod: Mapping) -> bool:

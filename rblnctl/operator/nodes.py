@@ -9,6 +9,7 @@ from rblnctl import constants as C
 from rblnctl.errors import ClusterError, InvalidInput
 from rblnctl.kube import NODES, Kube
 from rblnctl.operator import resources as R
+from rblnctl.operator.capacity import NodeCapacity
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.policy import Policy
 
@@ -95,6 +96,7 @@ class NpuNode:
     count: int | None = None  # npu.count; on a vm-passthrough node without it, the VM resources it advertises
     family: str | None = None
     labels: dict[str, str] = field(default_factory=dict)  # every label of the node (node list --show-labels)
+    capacity: NodeCapacity | None = None  # its NPUs allocatable, allocated and free (None: not read)
 
 
 def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:

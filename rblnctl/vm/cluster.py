@@ -20,7 +20,7 @@ from rblnctl.kubevirt.devices import PCI_HOST_DEVICES
 from rblnctl.kubevirt.gates import DISABLED_GATES, FEATURE_GATES, GateState, gate_state, rbln_gates
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import OperatorView, read_operator
-from rblnctl.operator.convergence import dra_devices
+from rblnctl.operator.capacity import dra_devices
 from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy
 from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release

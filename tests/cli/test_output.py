@@ -45,7 +45,7 @@ def test_a_narrow_terminal_never_folds_a_cell_so_grep_counts_every_row(nodes):
 def test_the_first_line_is_the_header_and_awk_reads_the_rest(nodes):
     r = _run("--server", nodes.url, "node", "list")
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "MODE", "STATUS", "NPUS", "RESOURCES"]
+    assert lines[0].split() == ["NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", "RESOURCES"]
     assert [ln.split()[0] for ln in lines[1:]] == [f"{LONG}-a", f"{LONG}-b", f"{LONG}-c", "short"]
     assert not any(set(ln.strip()) <= set("─-━ ") for ln in lines)  # no rule, no blank line
     assert not lines[0].startswith(" ") and "\x1b[" not in r.stdout  # no indent, no colour in a pipe
@@ -55,7 +55,8 @@ def test_no_headers_wide_and_name(nodes):
     plain = cli("node", "list", "--no-headers", server=nodes.url).stdout.splitlines()
     assert [ln.split()[0] for ln in plain] == [f"{LONG}-a", f"{LONG}-b", f"{LONG}-c", "short"]
     wide = cli("node", "list", "-o", "wide", server=nodes.url).stdout.splitlines()
-    assert wide[0].split() == ["NAME", "MODE", "STATUS", "NPUS", "RESOURCES", "PRODUCT", "COMPONENTS"]
+    assert wide[0].split() == ["NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", "RESOURCES", "PRODUCT",
+                               "COMPONENTS"]
     assert cli("node", "list", "-o=name", server=nodes.url).stdout.splitlines()[-1] == "node/short"
     assert cli("node", "list", "--no-headers", "-o", "wide", server=nodes.url).stdout.splitlines()[0].startswith(LONG)
 

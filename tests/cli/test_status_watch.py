@@ -13,6 +13,8 @@ from tests.fakes import objects as o
 from tests.helpers import cli
 
 MODE = "rebellions.ai/npu.workload.config"
+# nodes, policies, and for the NPUs they hold: unfinished pods, ResourceSlices, ResourceClaims
+WATCHES = 5
 
 
 def _printed() -> str:
@@ -56,11 +58,11 @@ def test_status_watch_prints_changes_as_lines_and_ctrl_c_exits_0(apiserver):
     _seed(apiserver)
 
     def script():
-        _wait_for(lambda: "NAME" in _printed() and apiserver.open_watches == 2, "the first table and the watches")
+        _wait_for(lambda: "NAME" in _printed() and apiserver.open_watches == WATCHES, "the first table and the watches")
         apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({MODE: "vm-passthrough"}))
         _wait_for(lambda: "node/n1 mode" in _printed(), "the first change")
-        assert apiserver.close_watches() == 2  # the server ends the streams (its watch timeout)
-        _wait_for(lambda: apiserver.open_watches == 2, "the watches to be reopened")
+        assert apiserver.close_watches() == WATCHES  # the server ends the streams (its watch timeout)
+        _wait_for(lambda: apiserver.open_watches == WATCHES, "the watches to be reopened")
         apiserver.mutate("Node", "n2", fn=lambda n: n["spec"].update(unschedulable=True))
         _wait_for(lambda: "node/n2" in _printed(), "the second change")
         apiserver.mutate("RBLNClusterPolicy", "rbln-cluster-policy",
@@ -83,7 +85,7 @@ def test_node_list_watch_lines_for_added_and_removed_nodes(apiserver):
     _seed(apiserver)
 
     def script():
-        _wait_for(lambda: "NAME" in _printed() and apiserver.open_watches == 2, "the first table and the watches")
+        _wait_for(lambda: "NAME" in _printed() and apiserver.open_watches == WATCHES, "the first table and the watches")
         apiserver.add(o.npu_node("n3", mode="vm-passthrough"), o.node("cpu"))
         apiserver.delete_now("Node", "n2")
         _wait_for(lambda: "node/n2 removed" in _printed(), "the removal")
@@ -98,7 +100,8 @@ def test_watch_with_json_prints_a_document_per_change(apiserver):
     _seed(apiserver)
 
     def script():
-        _wait_for(lambda: _printed().count('"kind": "NpuNodeList"') == 1 and apiserver.open_watches == 2, "the list")
+        _wait_for(lambda: _printed().count('"kind": "NpuNodeList"') == 1 and apiserver.open_watches == WATCHES,
+                  "the list")
         apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({MODE: "vm-passthrough"}))
         _wait_for(lambda: _printed().count('"kind": "NpuNodeList"') == 2, "the second document")
 

@@ -306,8 +306,8 @@ def test_status_counts_vms_holding_npus_per_node(apiserver):
     assert r.exit_code == 0, r.stderr
     table = [line.split() for line in r.stdout.splitlines() if line.startswith(("NAME", "n1 ", "n9 "))]
     header, n1, n9 = table
-    assert header[:5] == ["NAME", "MODE", "STATUS", "NPUS", "VMS"]
-    assert n1[4] == "2" and n9[4] == "0"
+    assert header[:7] == ["NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", "VMS"]
+    assert n1[6] == "2" and n9[6] == "0"
     wide = vm_cli(apiserver, "status", "-o", "wide").stdout
     assert f"{NS}/v1,{NS}/v2" in wide
     doc = json.loads(vm_cli(apiserver, "status", "-o", "json").stdout)

@@ -15,6 +15,7 @@ from rblnctl.status import status_changes, watch_cluster_status
 from tests.fakes import objects as o
 
 MODE = "rebellions.ai/npu.workload.config"
+WATCHES = 5  # nodes, policies, and for capacity: unfinished pods, ResourceSlices, ResourceClaims
 
 
 @pytest.fixture
@@ -47,12 +48,12 @@ def test_watch_yields_the_nodes_then_each_change_and_survives_a_closed_stream(ap
     apiserver.add(o.cluster_policy(workload_type="container"), o.npu_node("n1", mode="container"), o.node("cpu"))
     stop = Stop()
     got, t = _collect(watch_npu_nodes(kube, stop=stop), stop, until=lambda got: len(got) == 4)
-    _wait_for(lambda: apiserver.open_watches == 2, "both watches to open")
+    _wait_for(lambda: apiserver.open_watches == WATCHES, "the watches to open")
     apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({MODE: "vm-passthrough"}))
     _wait_for(lambda: len(got) == 2, "the relabel")
     apiserver.mutate("Node", "cpu", fn=lambda n: n["metadata"].setdefault("annotations", {}).update(a="1"))
-    assert apiserver.close_watches() == 2  # the server ends both streams: the watch goes on
-    _wait_for(lambda: apiserver.open_watches == 2, "both watches to open again")
+    assert apiserver.close_watches() == WATCHES  # the server ends the streams: the watch goes on
+    _wait_for(lambda: apiserver.open_watches == WATCHES, "the watches to open again")
     apiserver.add(o.npu_node("n2", mode=None))  # unlabelled: the policy's workloadType
     _wait_for(lambda: len(got) == 3, "the new node")
     apiserver.mutate("RBLNClusterPolicy", "rbln-cluster-policy",
@@ -82,7 +83,7 @@ def test_cluster_status_watch_keeps_kubevirt_and_follows_nodes(apiserver, kube):
     apiserver.add(o.cluster_policy(), o.kubevirt(feature_gates=["HostDevices"]), o.npu_node("n1"))
     stop = Stop()
     got, t = _collect(watch_cluster_status(kube, stop=stop), stop, until=lambda got: len(got) == 2)
-    _wait_for(lambda: apiserver.open_watches == 2, "both watches to open")
+    _wait_for(lambda: apiserver.open_watches == WATCHES, "the watches to open")
     apiserver.mutate("Node", "n1", fn=lambda n: n["spec"].update(unschedulable=True))
     t.join(5)
     assert not t.is_alive()

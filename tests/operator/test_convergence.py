@@ -6,7 +6,8 @@ handles a state, a fixture produces that state), and each test fails if its bran
 
 from __future__ import annotations
 
-from rblnctl.operator.convergence import Missing, dra_devices, pending
+from rblnctl.operator.capacity import dra_devices
+from rblnctl.operator.convergence import Missing, pending
 from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER, V0_3_0

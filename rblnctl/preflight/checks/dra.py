@@ -4,7 +4,7 @@ DeviceClass exists."""
 from __future__ import annotations
 
 from rblnctl import constants as C
-from rblnctl.operator.convergence import dra_devices
+from rblnctl.operator.capacity import dra_devices
 from rblnctl.preflight.checks.common import policy_remedy, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status

@@ -1,0 +1,318 @@
+"""NPUs per node, counted as kube-scheduler counts them: allocatable, allocated to pods and claims, free.
+
+One computation for `node list`, `status`, `vm fit` and the capacity warnings of `vm attach`, `vm manifest`
+and `vm diagnose` (rblnctl.vm.fit builds on it).
+
+- Device plugins (extended resources, every name rblnctl.operator.resources.is_npu_resource takes for an NPU):
+  the node's allocatable minus the requests of the pods bound to it that have not finished. The scheduler
+  only sees pods whose phase is neither Succeeded nor Failed (kubernetes/kubernetes pkg/scheduler/scheduler.go
+  newPodInformer: `status.phase!=Succeeded,status.phase!=Failed`); a terminating pod still holds what it asked
+  for. A pod asks for what its containers request together, or for what its largest init container asks when
+  that is more, restartable (sidecar) init containers counting alongside the containers, plus its overhead
+  (k8s.io/component-helpers resource/helpers.go PodRequests, AggregateContainerRequests). virt-launcher pods
+  are pods like any other: KubeVirt renders one request (and limit) per sandbox host device
+  (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/renderresources.go WithHostDevicesDevicePlugins).
+- DRA: the devices the policy's driver publishes in the node's ResourceSlices minus those a ResourceClaim's
+  `status.allocation.devices.results` names (driver, pool, device), as the scheduler's DRA allocator counts
+  them (every allocated claim, whoever holds it). Devices are grouped by the DeviceClass that hands them out:
+  vfio-bound ones (`vfio-*`, rblnctl.operator.convergence.dra_devices) under the passthrough class
+  (`vfio-npu.rebellions.ai`), the others under the driver's name.
+
+Reads: the pods of the nodes (one LIST per node for a few nodes, else one cluster-wide LIST), and with DRA the
+driver's ResourceSlices and every ResourceClaim. A read that is refused (RBAC) leaves what it would have told
+unknown (`NodeCapacity.known` false), never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.errors import Forbidden, NotFound
+from rblnctl.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from rblnctl.operator import resources as R
+from rblnctl.operator.policy import Policy
+
+NON_TERMINATED = "status.phase!=Succeeded,status.phase!=Failed"  # the scheduler's pod informer selector
+FINISHED_PHASES = ("Succeeded", "Failed")
+PER_NODE_LISTS = 16  # up to this many nodes: one pod LIST per node (spec.nodeName); more: one LIST of all pods
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceUse:
+    """One kind of NPU on a node: an extended resource, or the DRA devices one DeviceClass hands out."""
+
+    name: str  # rebellions.ai/RBLN-CA22_PF; for DRA the class: vfio-npu.rebellions.ai (vfio) or the driver
+    dra: bool = False
+    allocatable: int = 0
+    allocated: int = 0
+    holders: tuple[str, ...] = ()  # `namespace/name` of the pods (or, DRA, the claims) holding them
+    free_devices: tuple[str, ...] = ()  # DRA: the devices no claim holds
+
+    @property
+    def free(self) -> int:
+        """What is left (never below 0: pods may hold more than a plugin that went away still advertises)."""
+        return max(0, self.allocatable - self.allocated)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeCapacity:
+    """The NPUs of one node: per resource, and in total."""
+
+    node: str
+    resources: tuple[ResourceUse, ...] = ()
+    known: bool = True  # False: the pods (or claims) holding them could not be read: allocated/free unknown
+    problem: str | None = None  # why not known
+
+    @property
+    def allocatable(self) -> int:
+        return sum(r.allocatable for r in self.resources)
+
+    @property
+    def allocated(self) -> int | None:
+        return sum(r.allocated for r in self.resources) if self.known else None
+
+    @property
+    def free(self) -> int | None:
+        return sum(r.free for r in self.resources) if self.known else None
+
+    def of(self, name: str) -> ResourceUse | None:
+        """The use of one resource (or DRA class) on this node."""
+        return next((r for r in self.resources if r.name == name), None)
+
+
+# -- what one pod asks for --------------------------------------------------------------------------------------
+
+
+def _amounts(container: Mapping) -> dict[str, int]:
+    """NPU resources one container requests (requests; limits where no request is written: the API server
+    defaults an extended resource's request to its limit)."""
+    res = container.get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    return {k: R.count(requests.get(k, limits.get(k))) for k in {*requests, *limits} if R.is_npu_resource(k)}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for k, v in other.items():
+        into[k] = max(into.get(k, 0), v)
+
+
+def pod_requests(pod: Mapping) -> dict[str, int]:
+    """The NPU resources a pod holds on its node, by the scheduler's formula (k8s.io/component-helpers
+    resource/helpers.go AggregateContainerRequests + overhead): the containers' sum; each init container in
+    turn, a restartable one (restartPolicy Always, a sidecar) added to the containers' sum and to those that
+    follow it, the others with the sidecars started before them; the larger of the two; plus the overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        _add(total, _amounts(c))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for c in spec.get("initContainers") or []:
+        own = _amounts(c)
+        if c.get("restartPolicy") == "Always":
+            _add(total, own)
+            _add(sidecars, own)
+            step = dict(sidecars)
+        else:
+            step = dict(own)
+            _add(step, sidecars)
+        _max(init_peak, step)
+    _max(total, init_peak)
+    overhead = {k: R.count(v) for k, v in (spec.get("overhead") or {}).items() if R.is_npu_resource(k)}
+    _add(total, overhead)
+    return {k: v for k, v in total.items() if v}
+
+
+def holds_node_resources(pod: Mapping) -> bool:
+    """Whether a pod counts against its node: bound to it and not finished (the scheduler's view)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and \
+        (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+
+
+def _ref(obj: Mapping) -> str:
+    md = obj.get("metadata") or {}
+    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
+
+
+# -- DRA ----------------------------------------------------------------------------------------------------------
+
+
+def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
+    """(vfio device names, other device names) the slices offer.
+
+    A device is vfio when its name starts with `vfio-` or its `type` attribute is `vfio`
+    (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/vfio.go).
+    """
+    vfio, other = [], []
+    for s in slices:
+        for d in ((s.get("spec") or {}).get("devices")) or []:
+            name = str(d.get("name") or "")
+            attrs = d.get("attributes") or {}
+            kind = next((v.get("string") for k, v in attrs.items() if k.split("/")[-1] == "type"
+                         and isinstance(v, Mapping)), None)
+            (vfio if name.startswith(C.DRA_VFIO_DEVICE_PREFIX) or kind == "vfio" else other).append(name)
+    return sorted(vfio), sorted(other)
+
+
+def allocated_devices(claims: Iterable[Mapping], *, skip: Callable[[Mapping], bool] | None = None
+                      ) -> dict[tuple[str, str, str], str]:
+    """(driver, pool, device) -> the claim (`namespace/name`) it is allocated to, from every claim's
+    status.allocation.devices.results (`skip`: claims not to count)."""
+    out: dict[tuple[str, str, str], str] = {}
+    for claim in claims:
+        if skip is not None and skip(claim):
+            continue
+        results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
+        for r in results:
+            key = (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
+            out.setdefault(key, _ref(claim))
+    return out
+
+
+def _dra_uses(slices: Sequence[Mapping], allocated: Mapping[tuple[str, str, str], str], *, driver: str,
+              vfio_class: str) -> list[ResourceUse]:
+    """The node's DRA devices of `driver`, grouped by class, with who holds each."""
+    groups: dict[str, tuple[list[str], list[str]]] = {}  # class -> (free devices, holders)
+    counts: dict[str, list[int]] = {}  # class -> [allocatable, allocated]
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver:
+            continue
+        pool = str((spec.get("pool") or {}).get("name") or "")
+        vfio, other = dra_devices([s])
+        for names, cls in ((vfio, vfio_class), (other, driver)):
+            for name in names:
+                free, holders = groups.setdefault(cls, ([], []))
+                n = counts.setdefault(cls, [0, 0])
+                n[0] += 1
+                holder = allocated.get((driver, pool, name))
+                if holder is None:
+                    free.append(name)
+                else:
+                    n[1] += 1
+                    holders.append(holder)
+    return [ResourceUse(name=cls, dra=True, allocatable=counts[cls][0], allocated=counts[cls][1],
+                        holders=tuple(dict.fromkeys(sorted(h))), free_devices=tuple(sorted(f)))
+            for cls, (f, h) in sorted(groups.items())]
+
+
+# -- one node, from facts already read (pure) --------------------------------------------------------------------
+
+
+def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequence[Mapping] = (),
+                  allocated: Mapping[tuple[str, str, str], str] | None = None, driver: str = C.DRA_DRIVER,
+                  vfio_class: str = C.DRA_DEVICECLASS_VM, skip_pod: Callable[[Mapping], bool] | None = None,
+                  problem: str | None = None) -> NodeCapacity:
+    """The NPUs of `node`: its allocatable NPU resources less what `pods` (those bound to it; None: unknown)
+    request, and its DRA devices (`slices` of the node) less `allocated` ones (None: claims unknown).
+    `skip_pod`: pods not to count (a VM's own launcher, when judging whether the VM fits once restarted)."""
+    name = str((node.get("metadata") or {}).get("name") or "")
+    alloc = {k: R.count(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
+             if R.is_npu_resource(k)}
+    used: dict[str, int] = {}
+    holders: dict[str, list[str]] = {}
+    for p in pods or ():
+        if (p.get("spec") or {}).get("nodeName") != name or not holds_node_resources(p):
+            continue
+        if skip_pod is not None and skip_pod(p):
+            continue
+        for k, v in pod_requests(p).items():
+            used[k] = used.get(k, 0) + v
+            holders.setdefault(k, []).append(_ref(p))
+    uses = [ResourceUse(name=k, allocatable=alloc.get(k, 0), allocated=used.get(k, 0),
+                        holders=tuple(holders.get(k, ())))
+            for k in sorted({*(k for k, v in alloc.items() if v > 0), *used})]
+    uses += _dra_uses(slices, allocated or {}, driver=driver, vfio_class=vfio_class)
+    known = pods is not None and (allocated is not None or not slices)
+    return NodeCapacity(node=name, resources=tuple(uses), known=known, problem=None if known else problem)
+
+
+# -- reading ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityFacts:
+    """What the capacity of some nodes is computed from (read_facts), reusable for several computations."""
+
+    pods: dict[str, list[dict]] | None  # node -> its unfinished pods; None: could not be read
+    slices: dict[str, list[dict]] = field(default_factory=dict)  # node -> the driver's ResourceSlices there
+    claims: list[dict] | None = None  # every ResourceClaim (None: not read, or could not be)
+    driver: str = C.DRA_DRIVER
+    vfio_class: str = C.DRA_DEVICECLASS_VM
+    problems: tuple[str, ...] = ()  # why something is unknown
+
+    def capacity(self, node: Mapping, *, skip_pod: Callable[[Mapping], bool] | None = None,
+                 skip_claim: Callable[[Mapping], bool] | None = None) -> NodeCapacity:
+        """The capacity of one of the nodes read (pure)."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        slices = self.slices.get(name, [])
+        allocated = allocated_devices(self.claims, skip=skip_claim) if self.claims is not None else None
+        return node_capacity(node, None if self.pods is None else self.pods.get(name, []), slices=slices,
+                             allocated=allocated, driver=self.driver, vfio_class=self.vfio_class,
+                             skip_pod=skip_pod, problem="; ".join(self.problems) or None)
+
+
+def _dra_in_use(policy: Policy | None) -> bool:
+    """Whether the policy runs the DRA kubelet plugin in some mode (else no node publishes NPUs as devices)."""
+    return policy is not None and policy.is_enabled(C.COMP_DRA)
+
+
+def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, dra: bool | None = None
+               ) -> CapacityFacts:
+    """Read what the capacity of `nodes` needs (reads only): their unfinished pods; with DRA (`dra`, default:
+    when the policy enables the DRA kubelet plugin) the driver's ResourceSlices and every ResourceClaim."""
+    names = [str((n.get("metadata") or {}).get("name") or "") for n in nodes]
+    problems: list[str] = []
+    pods: dict[str, list[dict]] | None = {n: [] for n in names}
+    try:
+        if len(names) <= PER_NODE_LISTS:
+            for n in names:
+                pods[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}")  # type: ignore[index]
+        elif names:
+            wanted = set(names)
+            for p in kube.iter_list(PODS, field_selector=NON_TERMINATED):
+                node = (p.get("spec") or {}).get("nodeName")
+                if node in wanted:
+                    pods[node].append(p)  # type: ignore[index]
+    except Forbidden as e:
+        pods = None
+        problems.append(f"cannot list pods ({' '.join(str(e).split())})")
+    driver = policy.dra_driver if policy is not None else C.DRA_DRIVER
+    vfio_class = policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM
+    slices: dict[str, list[dict]] = {}
+    claims: list[dict] | None = None
+    if (_dra_in_use(policy) if dra is None else dra) and names:
+        try:
+            found = kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
+        except NotFound:  # resource.k8s.io/v1 not served: no slices
+            found = []
+        except Forbidden as e:
+            found = []
+            problems.append(f"cannot list ResourceSlices ({' '.join(str(e).split())})")
+        wanted = set(names)
+        for s in found:
+            node = str((s.get("spec") or {}).get("nodeName") or "")
+            if node in wanted:
+                slices.setdefault(node, []).append(s)
+        if slices:
+            try:
+                claims = kube.list(RESOURCE_CLAIMS)
+            except NotFound:
+                claims = []
+            except Forbidden as e:
+                problems.append(f"cannot list ResourceClaims ({' '.join(str(e).split())})")
+    return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
+                         vfio_class=vfio_class, problems=tuple(problems))
+
+
+def read_capacity(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None) -> dict[str, NodeCapacity]:
+    """node name -> its NPU capacity, for every node given (reads: see read_facts)."""
+    facts = read_facts(kube, nodes, policy)
+    return {c.node: c for c in (facts.capacity(n) for n in nodes)}

@@ -1,0 +1,137 @@
+"""NPUs per node as the scheduler counts them (rblnctl.operator.capacity): requests of unfinished pods, init
+containers and sidecars by the scheduler's formula, DRA devices less those claims hold; and what is read."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.kube import KubeOptions, connect
+from rblnctl.operator import capacity as cap
+from rblnctl.operator.policy import parse_policy
+from tests.fakes import objects as o
+
+NPU = "rebellions.ai/npu"
+CA22 = "rebellions.ai/RBLN-CA22_PF"
+
+
+def _container(name: str, npus: int, *, sidecar: bool = False) -> dict:
+    c = {"name": name, "image": "x", "resources": {"requests": {NPU: str(npus)}, "limits": {NPU: str(npus)}}}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+def _pod(containers=(), init=(), **kw) -> dict:
+    p = o.pod("default", kw.pop("name", "p"), node=kw.pop("node", "n1"), **kw)
+    p["spec"]["containers"] = list(containers) or [_container("main", 0)]
+    if init:
+        p["spec"]["initContainers"] = list(init)
+    return p
+
+
+@pytest.mark.parametrize("containers, init, expected", [
+    ([_container("a", 1), _container("b", 2)], [], 3),  # containers add up
+    ([_container("a", 1)], [_container("i", 3)], 3),  # an init container larger than the containers: its amount
+    ([_container("a", 2)], [_container("i", 1)], 2),  # smaller: the containers'
+    ([_container("a", 1)], [_container("i1", 2), _container("i2", 1)], 2),  # init containers run one at a time
+    # a sidecar runs beside the containers (1 + 1) and beside the init containers after it (1 + 2)
+    ([_container("a", 1)], [_container("s", 1, sidecar=True), _container("i", 2)], 3),
+    ([_container("a", 2)], [_container("s", 1, sidecar=True), _container("i", 1)], 3),
+], ids=["sum", "init-larger", "init-smaller", "init-one-at-a-time", "sidecar-then-init", "sidecar-beside"])
+def test_a_pod_asks_what_the_scheduler_counts(containers, init, expected):
+    assert cap.pod_requests(_pod(containers, init)) == {NPU: expected}
+
+
+def test_requests_default_to_limits_and_other_resources_are_not_npus():
+    p = o.pod("default", "p", node="n1", limits={CA22: "2"}, requests={"cpu": "4", "nvidia.com/gpu": "1"})
+    p["spec"]["containers"][0]["resources"]["requests"].pop(CA22, None)
+    assert cap.pod_requests(p) == {CA22: 2}
+
+
+def test_finished_pods_hold_nothing_terminating_ones_do():
+    node = o.npu_node("n1", npus=4)
+    done = _pod([_container("a", 1)], name="done", phase="Succeeded")
+    failed = _pod([_container("a", 1)], name="failed", phase="Failed")
+    leaving = _pod([_container("a", 1)], name="leaving")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    elsewhere = _pod([_container("a", 1)], name="elsewhere", node="n2")
+    c = cap.node_capacity(node, [done, failed, leaving, elsewhere])
+    assert (c.allocatable, c.allocated, c.free) == (4, 1, 3)
+    assert c.of(NPU).holders == ("default/leaving",)
+
+
+def test_more_held_than_advertised_is_zero_free_not_negative():
+    """A device plugin that went away: allocatable 0, pods still hold what they got."""
+    node = o.npu_node("n1", npus=2, allocatable={NPU: "0"})
+    c = cap.node_capacity(node, [_pod([_container("a", 2)])])
+    assert (c.allocatable, c.allocated, c.free) == (0, 2, 0)
+
+
+def test_unknown_pods_leave_allocated_unknown():
+    c = cap.node_capacity(o.npu_node("n1", npus=4), None, problem="cannot list pods")
+    assert (c.allocatable, c.allocated, c.free, c.known) == (4, None, None, False)
+
+
+def vfio(bdf: str) -> dict:
+    return {"name": "vfio-" + bdf.replace(":", "-").replace(".", "-"), "attributes": {"type": {"string": "vfio"}}}
+
+
+def test_dra_devices_less_those_allocated_to_claims():
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    slices = [o.resource_slice("n1", devices=[vfio("0000:3b:00.0"), vfio("0000:3c:00.0"), vfio("0000:3d:00.0")])]
+    claims = [o.resource_claim("vms", "c1", allocated=[("n1", "vfio-0000-3b-00-0")]),
+              o.resource_claim("vms", "other-driver", allocated=[("n1", "vfio-0000-3c-00-0")],
+                               driver="gpu.example.com"),
+              o.resource_claim("vms", "unallocated")]
+    c = cap.node_capacity(node, [], slices=slices, allocated=cap.allocated_devices(claims))
+    (use,) = c.resources
+    assert (use.name, use.dra, use.allocatable, use.allocated, use.free) == ("vfio-npu.rebellions.ai", True, 3, 1, 2)
+    assert use.holders == ("vms/c1",) and use.free_devices == ("vfio-0000-3c-00-0", "vfio-0000-3d-00-0")
+    unknown = cap.node_capacity(node, [], slices=slices, allocated=None)
+    assert not unknown.known and unknown.allocatable == 3
+
+
+@pytest.fixture
+def kube(apiserver):
+    return connect(KubeOptions(server=apiserver.url))
+
+
+def _pod_lists(apiserver):
+    return [r for r in apiserver.requests if r.method == "GET" and r.path == "/api/v1/pods"]
+
+
+def test_few_nodes_one_list_each_many_nodes_one_list(apiserver, kube, monkeypatch):
+    nodes = [o.npu_node(f"n{i}", npus=4) for i in range(3)]
+    apiserver.add(*nodes, _pod([_container("a", 1)], node="n1"), _pod([_container("a", 2)], name="q", node="n2"))
+    apiserver.clear_requests()
+    few = cap.read_facts(kube, nodes, None)
+    lists = _pod_lists(apiserver)
+    assert [r.query.get("fieldSelector") for r in lists] == [
+        [f"spec.nodeName=n{i},status.phase!=Succeeded,status.phase!=Failed"] for i in range(3)]
+    monkeypatch.setattr(cap, "PER_NODE_LISTS", 2)
+    apiserver.clear_requests()
+    many = cap.read_facts(kube, nodes, None)
+    assert [r.query.get("fieldSelector") for r in _pod_lists(apiserver)] == [
+        ["status.phase!=Succeeded,status.phase!=Failed"]]
+    assert [few.capacity(n).allocated for n in nodes] == [many.capacity(n).allocated for n in nodes] == [0, 1, 2]
+
+
+def test_dra_is_read_only_when_the_policy_runs_the_dra_plugin(apiserver, kube):
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    apiserver.add(node, o.resource_slice("n1", devices=[vfio("0000:3b:00.0")]),
+                  o.resource_claim("vms", "c1", allocated=[("n1", "vfio-0000-3b-00-0")]))
+    sandbox = parse_policy(o.cluster_policy())
+    assert cap.read_facts(kube, [node], sandbox).capacity(node).allocatable == 0
+    dra = parse_policy(o.cluster_policy(workload_type="vm-passthrough", sandbox=False, dra=True, device_plugin=False))
+    c = cap.read_facts(kube, [node], dra).capacity(node)
+    assert (c.allocatable, c.allocated, c.free) == (1, 1, 0)
+
+
+def test_forbidden_pods_are_unknown_not_zero(apiserver, kube):
+    node = o.npu_node("n1", npus=4)
+    apiserver.add(node, _pod([_container("a", 1)]))
+    apiserver.inject_fault(method="GET", path="/api/v1/pods", status=403, reason="Forbidden",
+                           message='pods is forbidden: User "u" cannot list resource "pods"', times=5)
+    facts = cap.read_facts(kube, [node], None)
+    c = facts.capacity(node)
+    assert c.allocated is None and c.allocatable == 4 and "cannot list pods" in str(c.problem)
