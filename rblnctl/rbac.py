@@ -62,6 +62,10 @@ _NODE_CHANGE = (
     _a("coordination.k8s.io", "leases", "get", "create", "patch", "delete", where=OPERATOR_NAMESPACE),
 )
 
+# capacity (rblnctl.operator.capacity): the unfinished pods of the NPU nodes, and with DRA the driver's slices and
+# every claim (node list --watch follows them by listing when it may not watch)
+_CAPACITY_READ = (_a("", "pods", "list"), _a(C.DRA_GROUP, "resourceslices", "list"),
+                  _a(C.DRA_GROUP, "resourceclaims", "list"))
 # vm: VMs and VMIs in every namespace; hand-made claims judged by their template's (or claim's) class.
 _VMS_LIST = (_a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "list"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"))
 _CLAIM_INDEX = (_a(C.DRA_GROUP, "resourceclaimtemplates", "list"), _a(C.DRA_GROUP, "resourceclaims", "list"))
@@ -69,7 +73,7 @@ _CLAIM_INDEX = (_a(C.DRA_GROUP, "resourceclaimtemplates", "list"), _a(C.DRA_GROU
 # side, the pods on candidate nodes (capacity, the virt-launcher, operator components) and scheduling events;
 # a DRA diagnosis also the VMIs sharing a claim name (every namespace) and the DRA plugin's log.
 _VM_READ = (
-    *_OPERATOR, *_NODES_READ, *_CLAIM_INDEX,
+    *_OPERATOR, *_NODES_READ, *_CLAIM_INDEX, *_CAPACITY_READ,  # capacity: what fits (rblnctl.vm.fit)
     _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
     _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get"),
     _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get", "list"),
@@ -105,11 +109,13 @@ _PREFLIGHT = (
 
 COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # read
-    "status": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_VMS_LIST, *_CLAIM_INDEX),
+    "status": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_VMS_LIST, *_CLAIM_INDEX,
+               *_CAPACITY_READ),
     "vm list": (*_OPERATOR, *_VMS_LIST, *_CLAIM_INDEX),
     "vm diagnose": _VM_READ,
-    "vm manifest": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list")),
-    "node list": (*_OPERATOR, *_NODES_READ),
+    "vm manifest": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_CAPACITY_READ),
+    "vm fit": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_CAPACITY_READ),
+    "node list": (*_OPERATOR, *_NODES_READ, *_CAPACITY_READ),
     "kubevirt status": _KUBEVIRT_READ,
     "preflight": _PREFLIGHT,
     # operate
@@ -149,7 +155,7 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
 }
 
 READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "vm list", "vm diagnose",
-                           "vm manifest", "policy show", "version"})
+                           "vm manifest", "vm fit", "policy show", "version"})
 
 
 def commands_of(role: str) -> list[str]:

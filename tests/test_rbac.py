@@ -160,6 +160,8 @@ SCENARIOS = [
     Scenario("version", ("version",)),
     Scenario("vm list", ("vm", "list", "-A"), _vms),
     Scenario("vm manifest", ("vm", "manifest", "v9"), _vms),
+    Scenario("vm fit", ("vm", "fit", "--npus", "1"), _vms),
+    Scenario("vm fit", ("vm", "fit", "--npus", "1", "--method", "dra"), _vms, exit_code=1),  # its one vfio NPU is held
     Scenario("vm diagnose", ("vm", "diagnose", "pending", "-n", "vms"), _vms, exit_code=1),
     Scenario("vm diagnose", ("vm", "diagnose", "dra-running", "-n", "vms"), _vms),
     Scenario("vm attach", ("vm", "attach", "running", "-n", "vms", "--npus", "2", "--restart", "--yes"), _vms),

@@ -1,4 +1,5 @@
-"""`rblnctl vm attach | detach | manifest | list | diagnose`: give KubeVirt VMs their NPUs, and say why one has none."""
+"""`rblnctl vm attach | detach | manifest | list | diagnose | fit | start | stop | restart`: give KubeVirt VMs their
+NPUs, say why one has none and where more would fit, and run them."""
 
 from __future__ import annotations
 
@@ -81,6 +82,12 @@ LIST_EXAMPLES = examples(
     "rblnctl vm list -A --watch                      # then every change, until Ctrl-C",
     "rblnctl vm list -A --sort-by=.node -o custom-columns=VM:.name,NODE:.node,NPUS:.npus",
     "rblnctl vm list -A -o jsonpath='{.items[?(@.node==\"n1\")].name}'",
+)
+FIT_EXAMPLES = examples(
+    "rblnctl vm fit --npus 2                          # how many 2-NPU VMs fit now, and where",
+    "rblnctl vm fit --npus 2 --count 4                # exit 1 unless four fit",
+    "rblnctl vm fit --npus 4 --product RBLN-CA22 -o wide",
+    "rblnctl vm fit --npus 1 --method dra -o json | jq '.nodes[] | select(.fits > 0) | .name'",
 )
 DIAGNOSE_EXAMPLES = examples(
     "rblnctl vm diagnose my-vm -n vms",
@@ -558,3 +565,70 @@ def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None
     emit(_diagnosis_view(d, prog_name(ctx)), output)
     if d.broken is not None:
         raise VmDiagnosisFailed(str(d.summary()))
+
+
+# -- fit ------------------------------------------------------------------------------------------------------
+
+
+def _fit_doc(f: Any) -> dict:
+    most = f.most
+    return {"npus": f.npus, "count": f.count, "method": f.method, "resource": f.kind, "fits": f.fits, "ok": f.ok,
+            "never": f.never, "most": {"npus": most[0], "node": most[1]} if most else None,
+            "nodes": [{"name": n.node, "mode": n.mode, "eligible": n.eligible, "allocatable": n.allocatable,
+                       "allocated": n.allocated, "free": n.free, "fits": n.fits, "reason": n.reason,
+                       "holders": list(n.holders)} for n in f.nodes],
+            "warnings": list(f.warnings), "notes": list(f.notes)}
+
+
+def _fit_view(f: Any) -> Any:
+    from rblnctl.cli.output import Cell, Column, Table, View
+
+    t = Table("NODE", "MODE", "NPUS", "ALLOCATED", "FREE", "FITS", Column("HELD BY", wide=True), "REASON")
+    for n in f.nodes:
+        t.add_row(n.node, n.mode, str(n.allocatable), "<unknown>" if n.allocated is None else str(n.allocated),
+                  "<unknown>" if n.free is None else str(n.free), Cell(str(n.fits), "green" if n.fits else ""),
+                  ",".join(n.holders) or "<none>", n.reason or "")
+    tail = []
+    if f.never:
+        most = f.most
+        tail.append(f"never: no node a VM may run on has {f.npus} {f.kind} at all (the most is {most[0]}, on "
+                    f"{most[1]}); freeing NPUs would not help")
+    return View(kind="VmFit", body=lambda: _fit_doc(f), preamble=[f.summary()], tables=[t] if f.nodes else [],
+                epilogue=tail, notes=[f"warning: {w}" for w in f.warnings] + [f"note: {n}" for n in f.notes]
+                + ([] if f.nodes else ["No NPU nodes found."]),
+                names=[f"node/{n.node}" for n in f.nodes if n.fits])
+
+
+@app.command("fit", short_help="How many VMs of N NPUs fit now, and where.", epilog=FIT_EXAMPLES)
+def fit(
+    ctx: typer.Context,
+    npus: Annotated[int, typer.Option("--npus", metavar="K", min=1, max=C.MAX_VM_NPUS,
+                                      help="NPUs each VM asks for (all from one node).", show_default=False)],
+    count: Annotated[int, typer.Option("--count", metavar="N", min=1,
+                                       help="How many such VMs must fit (exit 1 when fewer do).")] = 1,
+    resource: ResourceOpt = None,
+    product: ProductOpt = None,
+    method: MethodOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Say how many VMs of K NPUs fit now and on which nodes, counted as the scheduler counts.
+
+    Each VM's NPUs come from one node: a node with F free NPUs of the VM's kind holds F // K of them. Only
+    vm-passthrough nodes that advertise the VM's resource (DRA: offer vfio devices) count, and only where a VM
+    with no placement of its own may land (no cordon, no NoSchedule/NoExecute taint). Every other node says why.
+    """
+    from rblnctl.cli.console import waiting
+    from rblnctl.cli.output import emit
+    from rblnctl.errors import InvalidInput
+    from rblnctl.vm.fit import FitOptions, VmFitFailed
+    from rblnctl.vm.fit import fit as answer
+
+    if resource and product:
+        raise InvalidInput("--resource and --product cannot be combined")
+    options = FitOptions(npus=npus, count=count, method=method.value if method else None, resource=resource,
+                         product=product)  # bad input fails before connecting
+    with waiting("reading the NPU nodes..."):
+        f = answer(ctx.obj.kube(), options)
+    emit(_fit_view(f), output)
+    if not f.ok:
+        raise VmFitFailed(f.summary())

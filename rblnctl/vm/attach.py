@@ -53,12 +53,13 @@ from rblnctl.vm.cluster import (
     check_slices,
     choose_method,
     claim_index,
-    too_many_npus,
     pick_resource,
     read_cluster,
     with_dra,
 )
+from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef
+from rblnctl.vm.placement import placement_of
 from rblnctl.vm.restart import FINAL_PHASES, VmRestarter
 
 log = logging.getLogger(__name__)
@@ -352,6 +353,7 @@ class AttachPlanner:
     clock: Clock = SYSTEM_CLOCK
     cluster: VmCluster | None = None  # facts read on first use (or handed in)
     _claims: ClaimIndex | None = None
+    _fits: FitReader | None = None
 
     # -- reading -----------------------------------------------------------------------------------------
 
@@ -425,10 +427,22 @@ class AttachPlanner:
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
                         npu_claims=npu_claims, claim=D.claim_name(namespace, name))
         checks = self._checks(cluster, method, resource) if npus else []
-        too_many = too_many_npus(cluster, method, resource, npus)
-        if too_many:
-            warnings.append(too_many)
+        if npus:
+            warnings += self._fit_warnings(vm, vmi, method, resource, npus)
         return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
+
+    def _fit_warnings(self, vm: dict, vmi: dict | None, method: str, resource: str | None, npus: int) -> list[str]:
+        """The warning when the VM, once changed, would not be scheduled now (rblnctl.vm.fit, the computation `vm
+        fit` and `vm manifest` use): its own virt-launcher's NPUs count as free (a restart gives them back)."""
+        if method == C.METHOD_SANDBOX and not resource:
+            return []
+        if self._fits is None or self._fits.cluster is not self.cluster:
+            self._fits = FitReader(kube=self.kube, cluster=self.facts(dra=method == C.METHOD_DRA))
+        own = str(((vmi or {}).get("metadata") or {}).get("uid") or "") if is_running(vmi) else ""
+        fit = self._fits.fit(FitOptions(npus=min(npus, C.MAX_VM_NPUS), method=method, resource=resource,
+                                        placement=placement_of(D.vm_spec(vm)), own_vmi=own or None))
+        warning = fit.warning()
+        return [warning] if warning else []
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
         checks = [check_gates(cluster, method)]

@@ -413,35 +413,3 @@ def _release_problem(cluster: VmCluster, allocator: str, missing: str) -> Check 
     if why is None:
         return None
     return Check(ok=False, evidence=(missing, why), remedy=Remedy(text=cluster.release.remedy(allocator)))
-
-
-def most_per_node(cluster: VmCluster, method: str, resource: str | None) -> tuple[int, str] | None:
-    """The most NPUs one vm-passthrough node offers a VM (allocatable of `resource`, or its vfio devices for
-    DRA), and that node; None when nothing is known (no node, no resource, slices not read)."""
-    counts: dict[str, int] = {}
-    if method == C.METHOD_DRA:
-        if cluster.dra is None:
-            return None
-        counts = {n: len(d) for n, d in cluster.dra.vfio.items() if n in cluster.vm_nodes}
-    elif resource:
-        for n in cluster.nodes:
-            name = (n.get("metadata") or {}).get("name")
-            if name in cluster.vm_nodes:
-                counts[name] = R.count(((n.get("status") or {}).get("allocatable") or {}).get(resource, 0))
-    if not counts or max(counts.values()) == 0:
-        return None
-    node = max(sorted(counts), key=lambda k: counts[k])
-    return counts[node], node
-
-
-def too_many_npus(cluster: VmCluster, method: str, resource: str | None, npus: int) -> str | None:
-    """The warning for a VM asking more NPUs than any vm-passthrough node offers (None: one does, or unknown).
-
-    One computation for `vm attach` and `vm manifest` (most_per_node): such a VM is accepted by the API
-    server and then never scheduled.
-    """
-    most = most_per_node(cluster, method, resource)
-    if most is None or npus <= most[0]:
-        return None
-    return (f"{npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on {most[1]}); the VM "
-            "will not be scheduled until one does")

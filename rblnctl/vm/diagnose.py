@@ -49,13 +49,13 @@ from rblnctl.vm.cluster import (
     check_slices,
     check_vm_nodes,
     claim_index,
-    most_per_node,
     read_cluster,
     set_mode_remedy,
     with_dra,
 )
+from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.vm.model import Remedy, VmNpus, VmRef
-from rblnctl.vm.placement import placement_of, why_not
+from rblnctl.vm.placement import placement_of
 from rblnctl.vm.restart import FINAL_PHASES, run_strategy
 
 
@@ -298,7 +298,8 @@ class Facts:
     pod_events: tuple[dict, ...] = ()  # that pod's events (FailedScheduling, FailedPrepareDynamicResources...)
     claims: Mapping[str, tuple[str | None, dict | None]] = field(default_factory=dict)  # entry -> (claim, object)
     pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> what the operator has not done
-    capacity: Mapping[str, tuple[dict, ...]] = field(default_factory=dict)  # node -> its pods (sandbox)
+    # what fits now (rblnctl.vm.fit), per sandbox resource of the VM (None: its DRA vfio NPUs); read unless it runs
+    fits: Mapping[str | None, VmFit] = field(default_factory=dict)
     dra_plugins: Mapping[str, DraPlugin] = field(default_factory=dict)  # vm-mode node -> the DRA plugin there
     neighbours: tuple[Neighbour, ...] = ()
     now: datetime | None = None
@@ -346,11 +347,28 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
                                     claims=_claim_objects(kube, ref, have, pod),
                                     neighbours=tuple(_neighbours(kube, ref, vmi if facts.running else None,
                                                                  spec, have, node)))
-    elif not (facts.running and (vmi or {}).get("status", {}).get("phase") == "Running"):
-        nodes = sorted({n for r in have.resources for n in cluster.advertised.get(r, [])})
-        facts = dataclasses.replace(facts, capacity={
-            n: tuple(kube.iter_list(PODS, field_selector=f"spec.nodeName={n}")) for n in nodes})
+    if not (facts.running and ((vmi or {}).get("status") or {}).get("phase") == "Running" and node):
+        facts = dataclasses.replace(facts, fits=_fits(kube, cluster, spec, have, held, vmi if facts.running else None))
     return facts
+
+
+def _fits(kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, held: VmNpus | None, vmi: dict | None
+          ) -> dict[str | None, VmFit]:
+    """What fits now for each kind of NPU the VM (or its running VMI) asks for, placed as its spec says; its own
+    virt-launcher pod, if it has one, does not count (one capacity read for all)."""
+    reader = FitReader(kube=kube, cluster=cluster)
+    own = str(((vmi or {}).get("metadata") or {}).get("uid") or "") or None
+    wanted: dict[str | None, int] = {}
+    for d in (*have.devices, *(held.devices if held is not None else ())):
+        key = d.resource if d.method == C.METHOD_SANDBOX else None
+        wanted.setdefault(key, sum(1 for x in have.devices if (x.resource if x.method == C.METHOD_SANDBOX else None)
+                                   == key) or 1)
+    out: dict[str | None, VmFit] = {}
+    for key, n in wanted.items():
+        method = C.METHOD_SANDBOX if key else C.METHOD_DRA
+        out[key] = reader.fit(FitOptions(npus=min(n, C.MAX_VM_NPUS), method=method, resource=key,
+                                         placement=placement_of(spec), own_vmi=own))
+    return out
 
 
 def _component_pods(kube: Kube, cluster: VmCluster, node: str) -> list[tuple[str, dict]] | None:
@@ -549,7 +567,7 @@ def judge(f: Facts) -> VmDiagnosis:
         return done(method, have.count)
     assert vmi is not None
     if method == C.METHOD_DRA and not _claims(chain, f):
-        never = _never_fits(f.cluster, f.ref, vmi)
+        never = _never_fits(f, f.ref, vmi)
         if never is not None:  # no node has that many vfio NPUs at all: freeing some would not help
             broken = chain.links[-1]
             chain.links[-1] = dataclasses.replace(broken, evidence=(*broken.evidence, never[0]), remedy=never[1])
@@ -681,21 +699,9 @@ def _skipped_devices(f: Facts) -> list[str]:
     return out
 
 
-def _requested(pod: Mapping, resource: str) -> int:
-    """Devices of `resource` a pod requests (requests, else limits; init containers: the largest)."""
-    spec = pod.get("spec") or {}
-
-    def amount(c: Mapping) -> int:
-        res = c.get("resources") or {}
-        return R.count((res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource, 0)))
-
-    main = sum(amount(c) for c in spec.get("containers") or [])
-    init = max((amount(c) for c in spec.get("initContainers") or []), default=0)
-    return max(main, init)
-
-
 def _capacity(chain: _Chain, f: Facts) -> bool:
-    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on.
+    """Free NPUs on nodes the VM may land on (rblnctl.vm.fit: the scheduler's accounting, its own virt-launcher
+    not counted).
 
     When no node it may land on has as many NPUs at all (allocatable, free or not), freeing some would
     never help: the remedy is to ask for fewer (or to switch a bigger node to vm mode), not to stop a VM.
@@ -703,59 +709,48 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
     assert f.cluster is not None
     ref = f.ref
     vmi = f.vmi if f.running else None
-    have = f.have
-    spec = D.vm_spec(f.vm) if f.vm is not None else D.vmi_spec(f.vmi or {})
     if vmi is not None and (vmi.get("status") or {}).get("nodeName") and \
             (vmi.get("status") or {}).get("phase") == "Running":
         node = vmi["status"]["nodeName"]
         return chain.add(LinkName.CAPACITY, True, [f"runs on {node}, which holds its NPUs"])
-    placement = placement_of(spec)
-    own = str(((vmi or {}).get("metadata") or {}).get("uid") or "")
     evidence: list[str] = []
     ok = True
     never: list[tuple[str, int, int, str]] = []  # (resource, wanted, the most any allowed node has, that node)
-    for resource in have.resources:
-        wanted = sum(1 for d in have.sandbox if d.resource == resource)
-        fits = []
-        biggest: tuple[int, str] | None = None
-        for name in f.cluster.advertised.get(resource, []):
-            node = f.cluster.node(name) or {}
-            reason = why_not(node, placement)
-            if reason:
-                evidence.append(f"{name}: excluded by {reason}")
+    for resource in f.have.resources:
+        fit = f.fits.get(resource)
+        if fit is None:
+            continue
+        wanted = fit.npus
+        for row in fit.nodes:
+            if row.allocatable <= 0:
+                continue  # not a vm-mode node that advertises it
+            if not row.eligible:
+                evidence.append(f"{row.node}: {row.reason}")
                 continue
-            alloc = R.count(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0))
-            if biggest is None or alloc > biggest[0]:
-                biggest = (alloc, name)
-            used = 0
-            holders = []
-            for p in f.capacity.get(name, ()):
-                if (p.get("status") or {}).get("phase") in FINAL_PHASES:
-                    continue
-                if own and (labels_of(p).get(C.LAUNCHER_CREATED_BY_LABEL) == own):
-                    continue
-                n = _requested(p, resource)
-                if n:
-                    used += n
-                    holders.append(f"{p['metadata'].get('namespace')}/{p['metadata']['name']}")
-            free = alloc - used
-            evidence.append(f"{name}: {alloc} {resource} allocatable, {used} in use"
-                            + (f" ({', '.join(holders[:3])}{' ...' if len(holders) > 3 else ''})" if holders else "")
-                            + f", {free} free")
-            if free >= wanted:
-                fits.append(name)
-        if not fits:
-            ok = False
-            evidence.insert(0, f"no node the VM may run on ({placement.describe()}) has {wanted} free {resource}")
-            if biggest is not None and wanted > biggest[0]:
-                never.append((resource, wanted, *biggest))
+            if row.free is None:
+                evidence.append(f"{row.node}: {row.allocatable} {resource} allocatable, {row.reason}")
+                continue
+            holders = f" ({', '.join(row.holders[:3])}{' ...' if len(row.holders) > 3 else ''})" if row.holders \
+                else ""
+            evidence.append(f"{row.node}: {row.allocatable} {resource} allocatable, {row.allocated} in use{holders}, "
+                            f"{row.free} free")
+        if not fit.fits:
+            if fit.known:
+                ok = False
+                evidence.insert(0, f"no node the VM may run on ({fit.placement.describe()}) has {wanted} free "
+                                f"{resource}")
+            else:  # what holds them could not be read: not judged (the scheduler's event will say)
+                evidence.insert(0, f"cannot tell whether {wanted} {resource} are free: {'; '.join(fit.notes)}")
+            most = fit.most
+            if most is not None and fit.never:
+                never.append((resource, wanted, *most))
         else:
-            evidence.insert(0, f"{wanted} {resource} fit on {', '.join(fits)}")
+            evidence.insert(0, f"{wanted} {resource} fit on {', '.join(n.node for n in fit.nodes if n.fits)}")
     if never:
         resource, wanted, most, node = never[0]
         evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
                         f"is {most}, on {node})")
-        command = ("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most)) if len(have.resources) == 1 \
+        command = ("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most)) if len(f.have.resources) == 1 \
             and most > 0 else None
         return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
             text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
@@ -885,7 +880,7 @@ def _scheduling(chain: _Chain, f: Facts) -> bool:
                         f"{total} nodes available")
         evidence += [f"{n} node(s): {r}" if n else r for n, r in failure.reasons]
         text = " ".join(r for _, r in failure.reasons)
-        never = _never_fits(cluster, ref, vmi) if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text) \
+        never = _never_fits(f, ref, vmi) if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text) \
             or "claim" in text.lower() else None
         if never is not None:
             evidence.append(never[0])
@@ -941,18 +936,17 @@ def _shared_claim_names(f: Facts) -> list[str]:
             f"them could not start; `rblnctl vm attach {f.ref.name} -n {f.ref.namespace} --restart` gives it its own"]
 
 
-def _never_fits(cluster: VmCluster | None, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:
-    """When the VMI asks more NPUs of one kind than any vm-passthrough node has at all: the evidence and the
-    remedy (ask for fewer), since freeing NPUs would never make it fit (rblnctl.vm.cluster.most_per_node)."""
-    if cluster is None:
-        return None
+def _never_fits(f: Facts, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:
+    """When the VMI asks more NPUs of one kind than any node it may land on has at all: the evidence and the
+    remedy (ask for fewer), since freeing NPUs would never make it fit (rblnctl.vm.fit: VmFit.most)."""
     held = D.npus_of(D.vmi_spec(vmi), npu_claim=lambda _c: True)
     wanted: dict[str | None, int] = {}
     for d in held.devices:
         key = d.resource if d.method == C.METHOD_SANDBOX else None
         wanted[key] = wanted.get(key, 0) + 1
     for resource, n in wanted.items():
-        most = most_per_node(cluster, C.METHOD_SANDBOX if resource else C.METHOD_DRA, resource)
+        fit = f.fits.get(resource)
+        most = fit.most if fit is not None else None
         if most is not None and n > most[0]:
             what = resource or "vfio NPUs"
             return (f"{n} {what} never fit: no vm-passthrough node has that many at all (the most is {most[0]}, on "

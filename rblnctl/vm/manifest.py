@@ -169,9 +169,10 @@ def resolve(kube: Kube, *, method: str | None, resource: str | None, product: st
 
 def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product: str | None = None,
                 npus: int | None = None) -> Resolved:
-    """resolve(), and with `npus` the warning `vm attach` gives when no vm-passthrough node offers that many
-    (rblnctl.vm.cluster.too_many_npus: one computation for both)."""
-    from rblnctl.vm.cluster import choose_method, pick_resource, read_cluster, too_many_npus, with_dra
+    """resolve(), and with `npus` the warning `vm attach` gives when such a VM would not be scheduled now
+    (rblnctl.vm.fit: one computation for both, and for `vm fit`)."""
+    from rblnctl.vm.cluster import choose_method, pick_resource, read_cluster
+    from rblnctl.vm.fit import FitOptions, fit
 
     cluster = read_cluster(kube)
     chosen, _ = choose_method(method, cluster, None)
@@ -183,9 +184,8 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
     resource = resource if chosen == C.METHOD_SANDBOX else None
     warnings: list[str] = []
     if npus is not None:
-        if chosen == C.METHOD_DRA:
-            cluster = with_dra(kube, cluster)
-        too_many = too_many_npus(cluster, chosen, resource, npus)
-        if too_many:
-            warnings.append(too_many)
+        answer = fit(kube, FitOptions(npus=npus, method=chosen, resource=resource), cluster=cluster)
+        warning = answer.warning()
+        if warning:
+            warnings.append(warning)
     return Resolved(method=chosen, resource=resource, device_class=cluster.device_class, warnings=warnings)

@@ -119,6 +119,8 @@ SCENARIOS = [
     Scenario("VmNpuList", ("vm", "list", "-A"), setup=_vm_with_npu),
     Scenario("VmDiagnosis", ("vm", "diagnose", "v2", "-n", "vms"), setup=_vm_with_npu, exit_code=1),
     Scenario("NpuNodeList", ("node", "list")),
+    Scenario("VmFit", ("vm", "fit", "--npus", "1"), setup=_vm),
+    Scenario("VmFit", ("vm", "fit", "--npus", "2", "--count", "2"), setup=_vm, exit_code=1),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--dry-run"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--yes"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "container", "n1", "--yes")),  # already there: a no-op

@@ -1,0 +1,268 @@
+"""How many VMs of K NPUs fit now, and where: `vm fit`, and the capacity warnings of `vm attach`, `vm manifest`
+and `vm diagnose` (one computation for all four).
+
+A VM's NPUs come from one node (its virt-launcher pod is one pod), so a node with F free NPUs of the VM's kind
+holds F // K such VMs, and N VMs fit when those add up to N. The free NPUs are rblnctl.operator.capacity's
+(the scheduler's accounting: requests of unfinished pods, DRA devices less those claims hold). A node counts
+only when the VM could land there: it is in vm-passthrough mode, offers the VM's kind of NPU (sandbox: the
+device plugin's resource; DRA: vfio devices of the passthrough class), and the VM's placement lets it
+(rblnctl.vm.placement: nodeSelector, required node affinity, cordons and taints it does not tolerate). When no
+such node has K NPUs at all, free or not, freeing NPUs never helps: `never` says so.
+
+Not modelled (named in docs/vm.md): KubeVirt's `kubevirt.io/schedulable` node label and what else the
+scheduler weighs (CPU, memory, preferred affinity). The scheduler's own verdict, a `FailedScheduling` event,
+is what `vm diagnose` shows beside this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rblnctl import constants as C
+from rblnctl.errors import InvalidInput, RblnError
+from rblnctl.kube import Kube
+from rblnctl.operator import resources as R
+from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, ResourceUse, read_facts
+from rblnctl.operator.nodes import labels_of, mode_of
+from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, read_cluster
+from rblnctl.vm.placement import Placement, why_not
+
+ANYWHERE = Placement(node_selector={}, terms=(), tolerations=())
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """What to fit: `count` VMs of `npus` NPUs each, through `method` (default: the policy's), of one sandbox
+    `resource` (or `product`; default: the only one vm-mode nodes advertise), placed as `placement` says."""
+
+    npus: int
+    count: int = 1
+    method: str | None = None
+    resource: str | None = None
+    product: str | None = None
+    placement: Placement = ANYWHERE
+    own_vmi: str | None = None  # a VMI's uid: its virt-launcher pods and their claims are not counted (a restart
+    # frees them)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.npus <= C.MAX_VM_NPUS:
+            raise InvalidInput(f"the number of NPUs must be 1 to {C.MAX_VM_NPUS}, not {self.npus}")
+        if self.count < 1:
+            raise InvalidInput(f"the number of VMs must be at least 1, not {self.count}")
+        if self.method is not None and self.method not in C.METHODS:
+            raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
+        if self.resource and self.product:
+            raise InvalidInput("name a resource or a product, not both")
+        if self.resource:
+            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
+        if self.method == C.METHOD_DRA and (self.resource or self.product):
+            raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
+                               f"{C.DRA_DEVICECLASS_VM} class")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeFit:
+    """One NPU node: its NPUs of the VM's kind, how many of the VMs fit there now, and why not more."""
+
+    node: str
+    mode: str
+    eligible: bool  # the VM may land here (mode, placement, it offers the VM's kind of NPU)
+    allocatable: int = 0  # NPUs of the VM's kind
+    allocated: int | None = 0  # None: unknown (the pods or claims holding them could not be read)
+    free: int | None = 0
+    fits: int = 0  # VMs of the asked size that fit here now
+    reason: str | None = None  # why none fit (or what limits them)
+    holders: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmFit:
+    """The answer: per node, and in total."""
+
+    npus: int
+    count: int
+    method: str
+    kind: str | None  # the sandbox resource, or the DRA DeviceClass; None: none is offered
+    nodes: tuple[NodeFit, ...]
+    placement: Placement = ANYWHERE
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what could not be read
+
+    @property
+    def fits(self) -> int:
+        """VMs of `npus` NPUs that fit now, on every node together."""
+        return sum(n.fits for n in self.nodes)
+
+    @property
+    def ok(self) -> bool:
+        return self.fits >= self.count
+
+    @property
+    def known(self) -> bool:
+        """Every eligible node's allocated NPUs were read."""
+        return all(n.free is not None for n in self.nodes if n.eligible)
+
+    @property
+    def most(self) -> tuple[int, str] | None:
+        """The most NPUs of the VM's kind one node the VM may land on has at all (free or not), and that node."""
+        candidates = [(n.allocatable, n.node) for n in self.nodes if n.eligible and n.allocatable > 0]
+        if not candidates:
+            return None
+        best = max(c[0] for c in candidates)
+        return best, min(name for a, name in candidates if a == best)
+
+    @property
+    def never(self) -> bool:
+        """No node the VM may land on has `npus` NPUs of its kind at all: freeing NPUs would never make it fit."""
+        most = self.most
+        return most is not None and self.npus > most[0]
+
+    @property
+    def where(self) -> str:
+        """`on n1 (1), n2 (2)`, or `nowhere`."""
+        places = [f"{n.node} ({n.fits})" for n in self.nodes if n.fits]
+        return "on " + ", ".join(places) if places else "nowhere"
+
+    def summary(self) -> str:
+        """One line: how many of the VMs fit, and where."""
+        what = f"{self.count} VM(s) of {self.npus} NPU(s)" + (f" ({self.kind})" if self.kind else "")
+        if self.ok:
+            return f"{what}: {self.count} fit now ({self.fits} could), {self.where}"
+        return f"{what}: only {self.fits} fit now, {self.where}"
+
+    def warning(self) -> str | None:
+        """What `vm attach` and `vm manifest` warn when one such VM would not be scheduled now (None: it would,
+        or what holds the NPUs could not be read)."""
+        most = self.most
+        if most is not None and self.never:
+            return (f"{self.npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on {most[1]}); "
+                    "the VM will not be scheduled until one does")
+        if self.fits or most is None or not self.known:
+            return None
+        free = ", ".join(f"{n.node} {n.free}" for n in self.nodes if n.eligible)
+        return (f"{self.npus} NPUs: no node the VM may run on has that many free now (free: {free}); it will not be "
+                "scheduled until NPUs are freed (`rblnctl vm fit` shows where they go)")
+
+
+class VmFitFailed(RblnError):
+    """`vm fit`: fewer VMs fit than asked; the answer itself was already shown."""
+
+
+# -- the computation (pure) ------------------------------------------------------------------------------------
+
+
+def _own(facts: CapacityFacts, own_vmi: str | None) -> tuple[Callable[[Mapping], bool] | None,
+                                                            Callable[[Mapping], bool] | None]:
+    """Tests for a VMI's own virt-launcher pods and the claims made for them (None: count everything)."""
+    if not own_vmi:
+        return None, None
+    uids = {str((p.get("metadata") or {}).get("uid") or "") for pods in (facts.pods or {}).values() for p in pods
+            if labels_of(p).get(C.LAUNCHER_CREATED_BY_LABEL) == own_vmi}
+
+    def pod(p: Mapping) -> bool:
+        return labels_of(p).get(C.LAUNCHER_CREATED_BY_LABEL) == own_vmi
+
+    def claim(c: Mapping) -> bool:
+        owners = {str(o.get("uid")) for o in (c.get("metadata") or {}).get("ownerReferences") or []}
+        reserved = {str(r.get("uid")) for r in (c.get("status") or {}).get("reservedFor") or []}
+        return bool(uids & (owners | reserved))
+
+    return pod, claim
+
+
+def _free_npus(c: NodeCapacity) -> str:
+    return f"{c.free} of {c.allocatable}" if c.known else f"{c.allocatable} (in use: unknown)"
+
+
+def node_fit(node: Mapping, capacity: NodeCapacity, *, cluster: VmCluster, method: str, kind: str | None,
+             npus: int, placement: Placement = ANYWHERE) -> NodeFit:
+    """How many VMs of `npus` NPUs of `kind` fit on one NPU node now, and why not more (pure)."""
+    name = str((node.get("metadata") or {}).get("name") or "")
+    mode = mode_of(labels_of(node), cluster.policy).effective
+    if mode != C.MODE_VM:
+        return NodeFit(node=name, mode=mode, eligible=False, reason=(
+            f"in {mode} mode: its NPUs ({_free_npus(capacity)} free) serve containers, not VMs "
+            f"(`rblnctl node set-mode vm {name}` moves them)"))
+    use: ResourceUse | None = capacity.of(kind) if kind else None
+    if use is None or use.allocatable <= 0:
+        what = kind or "VM resource"
+        return NodeFit(node=name, mode=mode, eligible=False, reason=f"advertises no {what}")
+    blocked = why_not(node, placement)
+    known = capacity.known
+    base = NodeFit(node=name, mode=mode, eligible=blocked is None, allocatable=use.allocatable,
+                   allocated=use.allocated if known else None, free=use.free if known else None,
+                   holders=use.holders)
+    if blocked is not None:
+        return _with(base, eligible=False, reason=f"excluded by {blocked}")
+    if not known:
+        return _with(base, reason=f"cannot tell what is in use ({capacity.problem or 'not read'})")
+    fits = use.free // npus
+    if use.allocatable < npus:
+        return _with(base, reason=f"has {use.allocatable} in all, fewer than {npus}")
+    if not fits:
+        held = f" (held by {', '.join(use.holders[:3])}{' ...' if len(use.holders) > 3 else ''})" if use.holders \
+            else ""
+        return _with(base, reason=f"{use.free} free of {use.allocatable}{held}, {npus} needed")
+    return _with(base, fits=fits)
+
+
+def _with(f: NodeFit, **changes: object) -> NodeFit:
+    import dataclasses
+
+    return dataclasses.replace(f, **changes)  # type: ignore[arg-type]
+
+
+def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, method: str, kind: str | None,
+           warnings: Sequence[str] = ()) -> VmFit:
+    """The answer over facts already read (pure)."""
+    skip_pod, skip_claim = _own(facts, options.own_vmi)
+    rows = tuple(node_fit(n, facts.capacity(n, skip_pod=skip_pod, skip_claim=skip_claim), cluster=cluster,
+                          method=method, kind=kind, npus=options.npus, placement=options.placement)
+                 for n in cluster.nodes)
+    return VmFit(npus=options.npus, count=options.count, method=method, kind=kind, nodes=rows,
+                 placement=options.placement, warnings=tuple(warnings), notes=facts.problems)
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class FitReader:
+    """Answer fit questions over one read of the cluster (reuse it for several questions: vm diagnose asks per
+    resource). `cluster` may be handed in (attach and diagnose have read it already)."""
+
+    kube: Kube
+    cluster: VmCluster | None = None
+    _facts: dict[bool, CapacityFacts] = field(default_factory=dict)
+
+    def facts(self, *, dra: bool) -> CapacityFacts:
+        """The capacity facts of the NPU nodes (read once; with DRA's slices and claims when `dra`)."""
+        if self.cluster is None:
+            self.cluster = read_cluster(self.kube)
+        if not dra and True in self._facts:  # the DRA read holds everything the other needs
+            return self._facts[True]
+        if dra not in self._facts:
+            self._facts[dra] = read_facts(self.kube, self.cluster.nodes, self.cluster.policy, dra=dra)
+        return self._facts[dra]
+
+    def fit(self, options: FitOptions) -> VmFit:
+        """How many VMs of `options.npus` NPUs fit now, and where (reads on first use only)."""
+        if self.cluster is None:
+            self.cluster = read_cluster(self.kube)
+        cluster = self.cluster
+        method, warnings = choose_method(options.method, cluster, None)
+        kind: str | None
+        if method == C.METHOD_DRA:
+            kind = cluster.device_class
+        else:
+            kind = pick_resource(cluster, resource=options.resource, product=options.product)
+            if kind is None and options.product:
+                warnings.append(f"no vm-passthrough node advertises an NPU of product {options.product}")
+        return fit_on(cluster, self.facts(dra=method == C.METHOD_DRA), options, method=method, kind=kind,
+                      warnings=[*warnings, *cluster.notes])
+
+
+def fit(kube: Kube, options: FitOptions, *, cluster: VmCluster | None = None) -> VmFit:
+    """Read the cluster and answer (reads only)."""
+    return FitReader(kube=kube, cluster=cluster).fit(options)

@@ -1,0 +1,158 @@
+"""`vm fit` and rblnctl.vm.fit: how many VMs of K NPUs fit now and where, each VM's NPUs on one node, on the
+nodes a VM may land on; the same answer behind the warnings of vm attach and vm manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from rblnctl.errors import Ambiguous
+from rblnctl.vm.fit import FitOptions, fit
+from rblnctl.vm.placement import placement_of
+from tests.fakes import objects as o
+from tests.helpers import cli
+from tests.vm.support import CA22, CA25, NS, attacher, dra_cluster, sandbox_cluster, vfio_device
+
+
+def launcher(vm: str, node: str, npus: int, resource: str = CA22) -> dict:
+    return o.virt_launcher(NS, vm, node, resources={resource: str(npus)})
+
+
+@pytest.fixture
+def two_nodes(apiserver):
+    """vm-mode n1 and n2 with 4 RBLN-CA22_PF each; VMs hold 2 on n1 and 1 on n2; container-mode n9."""
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA22"}, npus=4)
+    apiserver.add(launcher("a", "n1", 2), launcher("b", "n2", 1))
+    return apiserver
+
+
+def rows(answer):
+    return {n.node: n for n in answer.nodes}
+
+
+def test_each_node_holds_its_free_npus_divided_by_k(two_nodes, kube):
+    answer = fit(kube, FitOptions(npus=2, count=3))
+    assert (answer.kind, answer.fits, answer.ok) == (CA22, 2, False)
+    r = rows(answer)
+    assert [(r[n].free, r[n].fits) for n in ("n1", "n2")] == [(2, 1), (3, 1)]
+    assert r["n1"].holders == (f"{NS}/virt-launcher-a-abcde",)
+    assert not r["n9"].eligible and "in container mode" in r["n9"].reason
+    assert answer.summary() == f"3 VM(s) of 2 NPU(s) ({CA22}): only 2 fit now, on n1 (1), n2 (1)"
+    three = rows(fit(kube, FitOptions(npus=3)))
+    assert (three["n1"].fits, three["n2"].fits) == (0, 1)
+    assert three["n1"].reason == f"2 free of 4 (held by {NS}/virt-launcher-a-abcde), 3 needed"
+
+
+def test_finished_launchers_hold_nothing(two_nodes, kube):
+    two_nodes.set_pod_phase(NS, "virt-launcher-a-abcde", "Succeeded")
+    assert rows(fit(kube, FitOptions(npus=4)))["n1"].fits == 1
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda n: n["spec"].update(unschedulable=True), "untolerated taint node.kubernetes.io/unschedulable:NoSchedule"),
+    (lambda n: n["spec"].update(taints=[{"key": "maintenance", "effect": "NoExecute"}]),
+     "untolerated taint maintenance:NoExecute"),
+], ids=["cordoned", "tainted"])
+def test_cordons_and_taints_the_vm_does_not_tolerate_exclude_a_node(two_nodes, kube, change, reason):
+    two_nodes.mutate("Node", "n2", fn=change)
+    answer = fit(kube, FitOptions(npus=1))
+    r = rows(answer)
+    assert (r["n2"].eligible, r["n2"].fits, r["n2"].reason) == (False, 0, f"excluded by {reason}")
+    assert answer.fits == 2  # n1 only
+
+
+def test_a_toleration_or_a_soft_taint_lets_the_vm_in(two_nodes, kube):
+    two_nodes.mutate("Node", "n2", fn=lambda n: n["spec"].update(taints=[
+        {"key": "npu", "value": "vm", "effect": "NoSchedule"}, {"key": "soft", "effect": "PreferNoSchedule"}]))
+    vm = o.vm(NS, "t", tolerations=[{"key": "npu", "operator": "Equal", "value": "vm", "effect": "NoSchedule"}])
+    answer = fit(kube, FitOptions(npus=1, placement=placement_of(vm["spec"]["template"]["spec"])))
+    assert rows(answer)["n2"].fits == 3
+
+
+def test_more_than_any_node_has_never_fits(two_nodes, kube):
+    answer = fit(kube, FitOptions(npus=5))
+    assert answer.never and answer.most == (4, "n1")
+    assert answer.warning() == ("5 NPUs: no vm-passthrough node offers that many (the most is 4, on n1); the VM will "
+                                "not be scheduled until one does")
+    busy = fit(kube, FitOptions(npus=4))  # both nodes have 4, neither has 4 free
+    assert not busy.never and busy.fits == 0
+    assert "no node the VM may run on has that many free now (free: n1 2, n2 3)" in busy.warning()
+
+
+def test_a_vms_own_launcher_is_not_counted_against_it(two_nodes, kube):
+    uid = o.stable_uid("VirtualMachineInstance", NS, "a")  # the VMI whose launcher holds 2 on n1
+    assert rows(fit(kube, FitOptions(npus=4, own_vmi=uid)))["n1"].fits == 1
+
+
+def test_dra_counts_vfio_devices_less_those_claims_hold(apiserver, kube):
+    dra_cluster(apiserver)  # n1 publishes two vfio devices
+    apiserver.add(o.resource_slice("n1", name="n1-more", devices=[vfio_device("0000:3d:00.0")]),
+                  o.resource_claim(NS, "held", allocated=[("n1", "vfio-0000-3b-00-0")]))
+    answer = fit(kube, FitOptions(npus=2))
+    assert (answer.method, answer.kind) == ("dra", "vfio-npu.rebellions.ai")
+    r = rows(answer)
+    assert (r["n1"].allocatable, r["n1"].allocated, r["n1"].free, r["n1"].fits) == (3, 1, 2, 1)
+    assert r["n1"].holders == (f"{NS}/held",)
+
+
+def test_several_resources_need_a_name_or_a_product(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"}, npus=4)
+    with pytest.raises(Ambiguous):
+        fit(kube, FitOptions(npus=1))
+    answer = fit(kube, FitOptions(npus=1, product="RBLN-CA25"))
+    assert answer.kind == CA25 and [n.node for n in answer.nodes if n.fits] == ["n2"]
+    assert rows(answer)["n1"].reason == f"advertises no {CA25}"
+    r = cli("vm", "fit", "--npus", "1", server=apiserver.url)
+    assert r.exit_code == 2 and "name the resource or the product" in r.stderr
+
+
+def test_the_command_prints_every_node_and_exits_1_when_too_few_fit(two_nodes):
+    r = cli("vm", "fit", "--npus", "2", "--count", "2", server=two_nodes.url)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"2 VM(s) of 2 NPU(s) ({CA22}): 2 fit now (2 could), on n1 (1), n2 (1)"
+    header = lines[2].split()
+    assert header == ["NODE", "MODE", "NPUS", "ALLOCATED", "FREE", "FITS", "REASON"]
+    assert [line.split()[:6] for line in lines[3:]] == [["n1", "vm-passthrough", "4", "2", "2", "1"],
+                                                        ["n2", "vm-passthrough", "4", "1", "3", "1"],
+                                                        ["n9", "container", "0", "0", "0", "0"]]
+    wide = cli("vm", "fit", "--npus", "2", "-o", "wide", server=two_nodes.url).stdout
+    assert f"{NS}/virt-launcher-a-abcde" in wide
+    r = cli("vm", "fit", "--npus", "2", "--count", "3", "-o", "yaml", server=two_nodes.url)
+    assert r.exit_code == 1
+    doc = yaml.safe_load(r.stdout)
+    assert doc["kind"] == "VmFit" and doc["fits"] == 2 and doc["ok"] is False
+    assert "error: 3 VM(s) of 2 NPU(s)" in r.stderr and "only 2 fit now" in r.stderr
+    assert cli("vm", "fit", "--npus", "2", "-o", "name", server=two_nodes.url).stdout.split() == ["node/n1", "node/n2"]
+
+
+@pytest.mark.parametrize("args", [("--npus", "0"), ("--npus", "65"), ("--npus", "1", "--count", "0"),
+                                  ("--npus", "1", "--resource", "memory"),
+                                  ("--npus", "1", "--method", "dra", "--product", "RBLN-CA22")])
+def test_bad_input_is_exit_2_before_connecting(args):
+    from tests.helpers import closed_port_url
+
+    r = cli("vm", "fit", *args, server=closed_port_url())
+    assert r.exit_code == 2, r.stderr
+
+
+def test_attach_warns_when_the_vm_would_wait_for_free_npus(two_nodes, kube):
+    two_nodes.add(o.vm(NS, "v1", running=False))
+    plan = attacher(kube, npus=4).plan("v1", NS)
+    assert any("no node the VM may run on has that many free now (free: n1 2, n2 3)" in w for w in plan.warnings)
+    assert not any("free now" in w for w in attacher(kube, npus=3).plan("v1", NS).warnings)  # n2 has 3
+
+
+def test_attach_counts_a_running_vms_own_npus_as_its_own(two_nodes, kube):
+    """VM a holds 2 on n1 and asks for 4 with --restart: its own 2 come back when it restarts."""
+    two_nodes.add(o.vm(NS, "a", host_devices=[CA22, CA22]), o.vmi(NS, "a", "n1", [CA22, CA22]))
+    plan = attacher(kube, npus=4, restart=True).plan("a", NS)
+    assert not any("free now" in w for w in plan.warnings), plan.warnings
+
+
+def test_manifest_json_and_fit_agree(two_nodes):
+    r = cli("vm", "manifest", "big", "-n", NS, "--npus", "4", "-o", "json", server=two_nodes.url)
+    assert r.exit_code == 0 and json.loads(r.stdout)["kind"] == "List"
+    assert "no node the VM may run on has that many free now" in r.stderr
