@@ -84,10 +84,18 @@ _VM_READ = (
     _a("", "pods", "list"),
     _a("", "events", "list"),
 )
+# start/stop/restart (rblnctl.vm.lifecycle): read the VM and its VMI, ask virt-api (PUT = update), and wait by
+# watching the VM, its VMI, the namespace's virt-launcher pods and (DRA) ResourceClaims
+_VM_LIFECYCLE = (
+    _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "list", "watch"),
+    _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get", "list", "watch"),
+    _a("", "pods", "list", "watch"),
+    _a(C.DRA_GROUP, "resourceclaims", "list", "watch"),
+)
 # attach/detach: the guarded VM patch, rblnctl's ResourceClaimTemplates, who else uses one, and a restart
 # through virt-api's subresources (PUT = update; kubevirt/kubevirt pkg/virt-operator/resource/generate/rbac).
 _VM_CHANGE = (
-    *_VM_READ, *_VMS_LIST,
+    *_VM_READ, *_VMS_LIST, *_VM_LIFECYCLE,
     _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "patch"),
     _a(C.DRA_GROUP, "resourceclaimtemplates", "get", "create", "delete"),
     _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/stop", "update"),
@@ -129,6 +137,11 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
     "vm attach": _VM_CHANGE,
+    "vm start": (*_VM_LIFECYCLE, _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/start", "update")),
+    "vm stop": (*_VM_LIFECYCLE, _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/stop", "update")),
+    # a restart of a stopped VM starts it
+    "vm restart": (*_VM_LIFECYCLE, _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/restart", "update"),
+                   _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/start", "update")),
     "vm detach": _VM_CHANGE,
     "preflight --hosts": (*_PREFLIGHT, *_HOST_PODS),  # creates pods: operate, not read
     "vfio status --node": _HOST_PODS,

@@ -121,6 +121,16 @@ def _vms(api):
         ready=False, restartCount=3, state={"waiting": {"reason": "CrashLoopBackOff"}},
         lastState={"terminated": {"exitCode": 1, "reason": "Error"}})
     api.add(plugin)
+def _lifecycle(api):
+    """_vms, and a stopped DRA VM on n2 whose claim the simulated scheduler can allocate (a second vfio NPU there)."""
+    _vms(api)
+    api.add(o.resource_slice("n2", name="n2-more", devices=[{"name": "vfio-0000-3c-00-0", "attributes": {
+        "type": {"string": "vfio"}}}]))
+    entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    api.add(o.vm("vms", "dra-life", host_devices=[o.dra_host_device("npu0")], resource_claims=[entry],
+                 running=False, node="n2"))
+
+
 def _evacuated_vm(api):
     """A migratable VM on n1 that KubeVirt's eviction webhook evacuates to n2 (drain --all-pods --evict-vms)."""
     import threading
@@ -167,6 +177,11 @@ SCENARIOS = [
     Scenario("vm attach", ("vm", "attach", "running", "-n", "vms", "--npus", "2", "--restart", "--yes"), _vms),
     Scenario("vm attach", ("vm", "attach", "fresh", "-n", "vms", "--method", "dra", "--npus", "2"), _vms),
     Scenario("vm detach", ("vm", "detach", "dra-vm", "-n", "vms"), _vms),
+    Scenario("vm start", ("vm", "start", "dra-life", "-n", "vms", "--wait", "--timeout", "30s"), _lifecycle),
+    Scenario("vm stop", ("vm", "stop", "running", "-n", "vms", "--wait", "--yes", "--timeout", "30s"), _lifecycle),
+    Scenario("vm restart", ("vm", "restart", "running", "-n", "vms", "--wait", "--yes", "--timeout", "30s"),
+             _lifecycle),
+    Scenario("vm restart", ("vm", "restart", "fresh", "-n", "vms", "--yes"), _lifecycle),  # stopped: started
     Scenario("node list", ("node", "list")),
     Scenario("kubevirt status", ("kubevirt", "status")),
     Scenario("kubevirt status", ("kubevirt", "status", "--name", "kubevirt", "-n", "kubevirt")),

@@ -89,6 +89,20 @@ FIT_EXAMPLES = examples(
     "rblnctl vm fit --npus 4 --product RBLN-CA22 -o wide",
     "rblnctl vm fit --npus 1 --method dra -o json | jq '.nodes[] | select(.fits > 0) | .name'",
 )
+START_EXAMPLES = examples(
+    "rblnctl vm start my-vm -n vms                   # ask virt-api; a running VM: nothing to do",
+    "rblnctl vm start my-vm -n vms --wait            # until Ready with its NPUs attached (5m at most)",
+    "rblnctl vm start my-vm -n vms --wait --timeout 10m -o json",
+)
+STOP_EXAMPLES = examples(
+    "rblnctl vm stop my-vm -n vms --yes              # a stopped VM: nothing to do, exit 0",
+    "rblnctl vm stop my-vm -n vms --yes --wait       # until its VMI and virt-launcher are gone",
+    "rblnctl vm stop my-vm -n vms --dry-run          # what would be asked; nothing is sent",
+)
+RESTART_EXAMPLES = examples(
+    "rblnctl vm restart my-vm -n vms --yes --wait    # a new VMI, Ready with its NPUs attached",
+    "rblnctl vm restart my-vm -n vms --dry-run=server",
+)
 DIAGNOSE_EXAMPLES = examples(
     "rblnctl vm diagnose my-vm -n vms",
     "rblnctl vm diagnose my-vm -n vms -o json | jq '.links[] | select(.status==\"FAIL\")'",
@@ -632,3 +646,159 @@ def fit(
     emit(_fit_view(f), output)
     if not f.ok:
         raise VmFitFailed(f.summary())
+
+
+# -- start / stop / restart -------------------------------------------------------------------------------------
+
+WaitOpt = Annotated[
+    bool, typer.Option("--wait", help="Wait until the VM is Ready with its NPUs attached (stop: until its VMI and "
+                       "virt-launcher pod are gone, its NPUs free), showing progress on stderr.")
+]
+WaitTimeoutOpt = Annotated[
+    str, typer.Option("--timeout", metavar="DURATION", help="With --wait: how long to wait (seconds or 90s, 5m, "
+                      "1h); not there by then is exit 5.")
+]
+
+
+def _state_doc(st: Any) -> dict:
+    a = st.attachment
+    return {"printableStatus": st.printable_status, "runStrategy": st.run_strategy, "ready": st.ready,
+            "vmi": None if st.vmi_phase is None else {"uid": st.vmi_uid, "phase": st.vmi_phase or None,
+                                                      "node": st.node, "ready": st.vmi_ready},
+            "stateChangeRequests": list(st.requests), "launchers": list(st.launchers),
+            "npus": None if a is None else {"wanted": a.wanted, "held": a.held, "launcherPod": a.launcher,
+                                            "attached": a.attached, "missing": list(a.missing)}}
+
+
+def _lifecycle_doc(plan: Any, result: Any) -> dict:
+    return {"vm": {"namespace": plan.vm.namespace, "name": plan.vm.name}, "action": plan.action,
+            "plan": {"request": plan.send, "why": plan.why, "noop": plan.noop, "wait": plan.wait,
+                     "warnings": [str(w) for w in plan.warnings],
+                     "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers]},
+            "before": _state_doc(plan.before),
+            "result": None if result is None else {"request": result.sent, "changed": result.changed,
+                                                   "waited": result.waited, "serverDryRun": result.server_dry_run,
+                                                   "state": _state_doc(result.state)}}
+
+
+def _lifecycle_view(plan: Any, result: Any = None) -> Any:
+    from rblnctl.cli.output import Table, View
+
+    st = result.state if result is not None else plan.before
+    a = st.attachment
+    t = Table("NAME", "STATUS", "RUNSTRATEGY", "VMI", "NODE", "NPUS", "ATTACHED")
+    t.add_row(plan.vm.name, st.printable_status or "<none>", st.run_strategy or "<none>", st.vmi_phase or "<none>",
+              st.node or "<none>", "<none>" if a is None else f"{a.held}/{a.wanted}",
+              "<none>" if a is None else "yes" if a.attached else "no")
+    what = plan.why if plan.send else f"nothing to ask: {plan.why}" if plan.why else "refused"
+    head = [f"VirtualMachine {plan.vm}: {plan.action}: {what}"]
+    tail = [f"waiting for: {'; '.join(a.missing)}"] if a is not None and a.missing and st.live else []
+    return View(kind="VmLifecycle", body=lambda: _lifecycle_doc(plan, result), preamble=head, tables=[t],
+                epilogue=tail, names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
+
+
+class _LifecycleProgress:
+    """Requests as lines on stderr; while waiting, the VM's state: a spinner on a terminal, a line per change
+    in a pipe."""
+
+    def __init__(self, *, server_dry_run: bool) -> None:
+        from rblnctl.cli.console import stderr
+
+        self.console = stderr()
+        self.suffix = " (server dry run)" if server_dry_run else ""
+        self.status: Any = None
+
+    def step(self, text: str) -> None:
+        from rblnctl.cli.console import info
+
+        self.stop()
+        info(text + self.suffix)
+
+    def state(self, st: Any) -> None:
+        from rich.markup import escape
+
+        text = f"  {st.describe()}"
+        if not self.console.is_terminal:
+            self.console.print(escape(text), soft_wrap=True)
+        elif self.status is None:
+            self.status = self.console.status(escape(text))
+            self.status.start()
+        else:
+            self.status.update(escape(text))
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout: str, dry_run: bool,
+               server_dry_run: bool, yes: bool, output: Any) -> None:
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.kube import validate_name
+    from rblnctl.vm.lifecycle import VmLifecycle
+
+    validate_name(vm, kind="VirtualMachine")  # bad input fails before connecting
+    seconds = _timeout_s(timeout)
+    namespace = _namespace(ctx)
+    how = dry_run_mode(dry_run, server_dry_run)
+    progress = _LifecycleProgress(server_dry_run=how == "server")
+    life = VmLifecycle(kube=ctx.obj.kube(), timeout_s=seconds, server_dry_run=how == "server",
+                       on_step=progress.step, on_state=progress.state)
+    plan = life.plan(action, vm, namespace, wait=wait)
+    ref = plan.vm
+
+    def done(result: Any) -> str:
+        if result.waited:
+            st = result.state
+            if action == "stop":
+                return f"VM {ref} stopped: its NPUs are free"
+            a = st.attachment
+            return f"VM {ref} is Ready on {st.node} with {a.held if a else 0} NPU(s) attached"
+        return f"VM {ref}: {action} requested ({plan.why})"
+
+    def interrupted() -> None:
+        from rblnctl.cli.console import warn
+
+        if plan.send is not None:
+            warn(f"the {plan.send} request for VM {ref} may have been made; `rblnctl vm list -n {ref.namespace}` "
+                 "shows where it is")
+
+    # printed after apply() returned: with --wait, the wait succeeded
+    waited = ("; it is stopped, its NPUs free" if action == "stop" else "; it is Ready with its NPUs attached") \
+        if wait and how is None else ""
+    run(Mutation(
+        plan=plan, apply=life.apply, refusal=f"refusing to {action} VM {ref}",
+        question=f"{action.capitalize()} VM {ref} (its guest shuts down)?", disruptive=action in ("stop", "restart"),
+        dry_run=how, yes=yes, output=output, plan_view=_lifecycle_view,
+        result_view=lambda r: _lifecycle_view(r.plan, r),
+        noop_message=f"VM {ref}: {plan.why}; nothing to ask{waited}",
+        done_message=done, on_interrupt=interrupted, progress=progress,
+    ))
+
+
+@app.command("start", short_help="Start a VM; --wait until its NPUs are attached.", epilog=START_EXAMPLES)
+def start(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
+          dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, output: OutputOpt = "table") -> None:
+    """Start a VirtualMachine through virt-api (idempotent: a running VM is left as it is, exit 0)."""
+    _lifecycle(ctx, "start", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
+               yes=True, output=output)
+
+
+@app.command("stop", short_help="Stop a VM (its NPUs are freed).", epilog=STOP_EXAMPLES)
+def stop(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
+         dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, yes: YesOpt = False,
+         output: OutputOpt = "table") -> None:
+    """Stop a VirtualMachine through virt-api (idempotent: a stopped VM is left as it is, exit 0); asks first."""
+    _lifecycle(ctx, "stop", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
+               yes=yes, output=output)
+
+
+@app.command("restart", short_help="Restart a VM; --wait until its NPUs are attached again.",
+             epilog=RESTART_EXAMPLES)
+def restart(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
+            dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, yes: YesOpt = False,
+            output: OutputOpt = "table") -> None:
+    """Restart a VirtualMachine through virt-api: a new VMI (a stopped VM is started); asks first."""
+    _lifecycle(ctx, "restart", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
+               yes=yes, output=output)

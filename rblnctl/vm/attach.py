@@ -60,7 +60,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.restart import FINAL_PHASES, VmRestarter
+from rblnctl.vm.lifecycle import FINAL_PHASES, VmLifecycle
 
 log = logging.getLogger(__name__)
 
@@ -576,8 +576,8 @@ class AttachPlanner:
         if plan.noop:
             return VmNpuResult(plan=plan, changed=False, attempts=0, templates_kept=list(plan.templates_kept),
                                server_dry_run=dry)
-        restarter = VmRestarter(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
-                                poll_s=self.options.poll_s, server_dry_run=dry, on_step=self.events.on_step)
+        restarter = VmLifecycle(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
+                                backoff_s=self.options.poll_s / 4, server_dry_run=dry, on_step=self.events.on_step)
         stopped = plan.start  # an earlier run stopped it: it is ours to start
         final, attempts, created, deleted, kept = plan, 0, None, [], []
         changed = False
@@ -634,7 +634,7 @@ class AttachPlanner:
         writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(VMS, name, namespace=ns),
                       what=f"VM {plan.vm}", dry_run=self.options.server_dry_run)
 
-    def _start_again(self, restarter: VmRestarter, plan: VmNpuPlan, err: BaseException, *, changed: bool,
+    def _start_again(self, restarter: VmLifecycle, plan: VmNpuPlan, err: BaseException, *, changed: bool,
                      started: bool = True) -> None:
         """After a failure with the VM stopped by rblnctl: start it again (and clear the mark), or say how.
 

@@ -56,7 +56,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.vm.model import Remedy, VmNpus, VmRef
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.restart import FINAL_PHASES, run_strategy
+from rblnctl.vm.lifecycle import FINAL_PHASES, run_strategy
 
 
 LIST_VMS = ("vm", "list", "-A")  # which VMs hold NPUs: the remedy when none is free
@@ -604,7 +604,8 @@ def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, clust
         return chain.add(LinkName.REQUEST, False, [*evidence, f"but its running VMI passes {held.count} "
                                                    f"({', '.join(d.source for d in held.devices) or 'none'}): "
                                                    "the VM was changed after it started"],
-                         Remedy(text=f"restart the VM (`virtctl restart {ref.name} -n {ref.namespace}`)"),
+                         Remedy(text="restart the VM and wait until its NPUs are attached",
+                                command=("vm", "restart", ref.name, "-n", ref.namespace, "--wait")),
                          failure="its running VMI passes other NPUs than its spec")
     return chain.add(LinkName.REQUEST, True, evidence)
 
@@ -779,7 +780,8 @@ def _instance(chain: _Chain, f: Facts) -> bool:
     ref, vm = f.ref, f.vm
     vmi = f.vmi if f.running else None
     pod = f.pod
-    start = Remedy(text=f"start it (`virtctl start {ref.name} -n {ref.namespace}`)")
+    start = Remedy(text="start it and wait until its NPUs are attached",
+                   command=("vm", "start", ref.name, "-n", ref.namespace, "--wait"))
     if vmi is None:
         st = (vm or {}).get("status") or {}
         status = st.get("printableStatus") or "Stopped"

@@ -15,7 +15,7 @@ from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import ClaimIndex
 from rblnctl.vm.model import NpuDevice, VmRef
-from rblnctl.vm.restart import FINAL_PHASES
+from rblnctl.vm.lifecycle import FINAL_PHASES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -98,6 +98,13 @@ def _vm(apiserver):
     apiserver.add(o.npu_node("n2", mode="vm-passthrough"), o.vm("vms", "v1", running=False))
 
 
+def _vm_to_run(apiserver):
+    """_vm, the simulated virt-controller, and v3 with an NPU, stopped, running on n2 once started."""
+    _vm(apiserver)
+    apiserver.simulate_kubevirt = True
+    apiserver.add(o.vm("vms", "v3", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"], node="n2"))
+
+
 def _pool(apiserver):
     """n2 beside n1, both labelled pool=a; n2 runs an NPU pod."""
     node = o.npu_node("n2", labels={"pool": "a"})
@@ -120,6 +127,9 @@ SCENARIOS = [
     Scenario("VmDiagnosis", ("vm", "diagnose", "v2", "-n", "vms"), setup=_vm_with_npu, exit_code=1),
     Scenario("NpuNodeList", ("node", "list")),
     Scenario("VmFit", ("vm", "fit", "--npus", "1"), setup=_vm),
+    Scenario("VmLifecycle", ("vm", "start", "v3", "-n", "vms", "--dry-run"), setup=_vm_to_run),
+    Scenario("VmLifecycle", ("vm", "start", "v3", "-n", "vms", "--wait"), setup=_vm_to_run),
+    Scenario("VmLifecycle", ("vm", "stop", "v3", "-n", "vms", "--yes"), setup=_vm_to_run),  # stopped: a no-op
     Scenario("VmFit", ("vm", "fit", "--npus", "2", "--count", "2"), setup=_vm, exit_code=1),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--dry-run"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--yes"), setup=_vm_pod),

@@ -266,10 +266,10 @@ def test_restart_that_never_gets_ready_says_why(kube, apiserver):
     apiserver.simulate_kubevirt = True
     sandbox_cluster(apiserver)
     apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", "n1"))  # no node annotation: the new VMI stays Scheduling
-    planner = attacher(kube, npus=1, restart=True, ready_timeout_s=10, poll_s=1)
+    planner = attacher(kube, npus=1, restart=True, ready_timeout_s=1, poll_s=1)
     with pytest.raises(WaitTimeout) as e:
         planner.apply(planner.plan("v1", NS))
-    assert "were changed and it was started" in str(e.value) and "did not become Ready within 10s" in str(e.value)
+    assert "were changed and it was started" in str(e.value) and "did not become Ready within 1s" in str(e.value)
     assert e.value.details  # the first broken link of a diagnosis
     assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
 

@@ -75,7 +75,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
   attribute) a virt-controller reacts: a VM changed to Halted loses its VMI and shows Stopped,
   ready false; changed to Always it gets a VMI (Running on the node of the VM annotation
   ``fake.rblnctl.io/node``, else Scheduling and printableStatus Starting) and shows Running, ready
-  true; state change requests are carried out; a deleted VM takes its VMI. Off by default.
+  true, and a virt-launcher pod on that node (labels, owner, one request per sandbox host device, DRA
+  claims made from their templates and allocated from the node's free ResourceSlice devices;
+  ``kubevirt_launcher_delay_s`` keeps it Pending that long); state change requests are carried out; a
+  stopped or deleted VM takes its VMI, pod and claims. Off by default.
   Other virt-api subresources (migrate, console, vnc, pause...) are not modelled (404).
 * Watch (``?watch=true``): a chunked stream of JSON events, replaying from ``resourceVersion``
   (410 Expired when older than the kept history, see ``compact()``) or starting with synthetic

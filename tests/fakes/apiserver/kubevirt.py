@@ -17,12 +17,22 @@ that changes to Always gets a VMI (phase Running on the node named by the VM ann
 ``ready: true`` (``Starting``/false while Scheduling), ``status.runStrategy`` following the spec.
 State change requests are carried out and cleared; deleting a VM deletes its VMI (garbage
 collection). Without it nothing reacts: the test observes the VM object.
+
+A VMI started on a node gets its virt-launcher pod there, as virt-controller renders it
+(kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go podLabels, renderresources.go):
+labels ``kubevirt.io=virt-launcher``, ``kubevirt.io/created-by=<VMI uid>``, ``vm.kubevirt.io/name``,
+a controller ownerReference to the VMI, one request and limit per sandbox host device
+(``deviceName``), and for DRA host devices the VMI's ``resourceClaims`` as pod claims, each made into a
+ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
+ResourceSlices: ``status.resourceClaimStatuses`` names it. ``launcher_delay_s`` keeps the pod Pending
+(and the VM not ready) that long first. Stopping deletes the pod and its claims with the VMI.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import uuid
 from typing import Any
 
 from tests.fakes.apiserver.config import VM_NODE_ANNOTATION
@@ -57,6 +67,7 @@ class KubeVirt:
     def __init__(self, store: Store, simulate: bool = False):
         self.store = store
         self.simulate = simulate
+        self.launcher_delay_s = 0.0  # a started VMI's virt-launcher pod stays Pending this long
         store.reactions.append(self._react)
 
     def served(self) -> bool:
@@ -146,7 +157,9 @@ class KubeVirt:
             return
         md = ev.obj["metadata"]
         if ev.type == "DELETED":
-            if self.store.get("VirtualMachineInstance", md["name"], md["namespace"]) is not None:
+            vmi = self.store.get("VirtualMachineInstance", md["name"], md["namespace"])
+            if vmi is not None:
+                self._delete_launchers(vmi)
                 self.store.delete_now("VirtualMachineInstance", md["name"], md["namespace"])
             return
         requests = (ev.obj.get("status") or {}).get("stateChangeRequests") or []
@@ -168,20 +181,24 @@ class KubeVirt:
 
     def _stop_vmi(self, vm: dict) -> None:
         name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
-        if self.store.get("VirtualMachineInstance", name, ns) is not None:
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        if vmi is not None:
+            self._delete_launchers(vmi)
             self.store.delete_now("VirtualMachineInstance", name, ns)
         self._set_status(name, ns, printableStatus="Stopped", ready=False, created=False, runStrategy=run_strategy(vm))
 
     def _start_vmi(self, vm: dict) -> None:
         name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
         node = (vm["metadata"].get("annotations") or {}).get(VM_NODE_ANNOTATION)
+        pending = bool(node) and self.launcher_delay_s > 0
         if self.store.get("VirtualMachineInstance", name, ns) is None:
             tpl = (vm.get("spec") or {}).get("template") or {}
             labels = {**((tpl.get("metadata") or {}).get("labels") or {}),
                       **({"kubevirt.io/nodeName": node} if node else {})}
-            status: dict[str, Any] = {"phase": "Running" if node else "Scheduling", "conditions": [
-                {"type": "Ready", "status": "True" if node else "False", "lastProbeTime": None,
-                 "lastTransitionTime": ts()}]}
+            running = bool(node) and not pending
+            status: dict[str, Any] = {"phase": "Running" if running else "Scheduling" if not node else "Scheduled",
+                                      "conditions": [{"type": "Ready", "status": "True" if running else "False",
+                                                      "lastProbeTime": None, "lastTransitionTime": ts()}]}
             if node:
                 status["nodeName"] = node
             self.store.add({
@@ -190,8 +207,127 @@ class KubeVirt:
                     {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
                      "uid": vm["metadata"].get("uid"), "controller": True, "blockOwnerDeletion": True}]},
                 "spec": copy.deepcopy(tpl.get("spec") or {}), "status": status})
-        self._set_status(name, ns, printableStatus="Running" if node else "Starting", ready=bool(node), created=True,
+            vmi = self.store.get("VirtualMachineInstance", name, ns)
+            if node and vmi is not None:
+                self._add_launcher(vmi, node, running=not pending)
+                if pending:
+                    self.store.schedule(self.launcher_delay_s, self._launcher_running, name, ns,
+                                        vmi["metadata"]["uid"])
+        ready = bool(node) and not pending
+        self._set_status(name, ns, printableStatus="Running" if ready else "Starting", ready=ready, created=True,
                          runStrategy=run_strategy(vm))
+
+    # ---- the virt-launcher pod ----------------------------------------------------------------------
+
+    def _add_launcher(self, vmi: dict, node: str, *, running: bool) -> None:
+        md, spec = vmi["metadata"], vmi.get("spec") or {}
+        name, ns, uid = md["name"], md["namespace"], md["uid"]
+        pod_name = f"virt-launcher-{name}-{uuid.uuid4().hex[:5]}"
+        pod_uid = str(uuid.uuid4())
+        devices = ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices") or []
+        amounts: dict[str, int] = {}
+        for d in devices:
+            if d.get("deviceName") and not d.get("claimName"):
+                amounts[d["deviceName"]] = amounts.get(d["deviceName"], 0) + 1
+        resources = {k: str(v) for k, v in amounts.items()}
+        used = {d.get("claimName") for d in devices if d.get("claimName")}
+        claims = [c for c in spec.get("resourceClaims") or [] if c.get("name") in used]
+        statuses = [{"name": c["name"], "resourceClaimName": self._make_claim(ns, pod_name, pod_uid, node, c)}
+                    for c in claims]
+        phase = "Running" if running else "Pending"
+        self.store.add({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": ns, "uid": pod_uid,
+                         "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": uid,
+                                    "vm.kubevirt.io/name": name},
+                         "annotations": {"kubevirt.io/domain": name},
+                         "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                              "name": name, "uid": uid, "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "schedulerName": "default-scheduler",
+                     "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0",
+                                     "resources": {"requests": dict(resources), "limits": dict(resources)}
+                                     if resources else {}}],
+                     **({"resourceClaims": [{"name": c["name"], **{k: v for k, v in c.items() if k != "name"}}
+                                            for c in claims]} if claims else {})},
+            "status": {"phase": phase, "qosClass": "BestEffort",
+                       "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": ts()},
+                                      {"type": "Ready", "status": "True" if running else "False",
+                                       "lastTransitionTime": ts()}],
+                       "containerStatuses": [{"name": "compute", "ready": running, "restartCount": 0,
+                                              "image": "quay.io/kubevirt/virt-launcher:v1.9.0", "imageID": "",
+                                              "state": {"running": {"startedAt": ts()}} if running else
+                                              {"waiting": {"reason": "ContainerCreating"}}}],
+                       **({"resourceClaimStatuses": statuses} if statuses else {})},
+        })
+
+    def _make_claim(self, ns: str, pod: str, pod_uid: str, node: str, entry: dict) -> str | None:
+        """The ResourceClaim the resourceclaim controller makes for a pod's claim from its template (allocated as
+        the scheduler would, from the node's free devices of the template's driver); None for a claim named
+        directly (it exists already)."""
+        if entry.get("resourceClaimName"):
+            return entry["resourceClaimName"]
+        tpl = self.store.get("ResourceClaimTemplate", str(entry.get("resourceClaimTemplateName")), ns)
+        if tpl is None:
+            return None
+        requests = (((tpl.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
+        taken = {(r.get("driver"), r.get("pool"), r.get("device")) for c in self.store.list("ResourceClaim")
+                 for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {})
+                           .get("results") or [])}
+        free = [(s["spec"]["driver"], (s["spec"].get("pool") or {}).get("name"), d["name"])
+                for s in self.store.list("ResourceSlice") if (s.get("spec") or {}).get("nodeName") == node
+                for d in (s.get("spec") or {}).get("devices") or []]
+        free = [f for f in free if f not in taken]
+        name = f"{pod}-{entry['name']}-{uuid.uuid4().hex[:5]}"
+        claim: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns,
+                         "annotations": {"resource.kubernetes.io/pod-claim-name": entry["name"]},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod_uid,
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": copy.deepcopy((tpl.get("spec") or {}).get("spec") or {})}
+        if len(free) >= len(requests):
+            claim["status"] = {
+                "allocation": {"devices": {"results": [
+                    {"request": r.get("name"), "driver": d, "pool": p, "device": dev}
+                    for r, (d, p, dev) in zip(requests, free)]},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+                "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]}
+        self.store.add(claim)
+        return name
+
+    def _launcher_running(self, name: str, ns: str, vmi_uid: str) -> None:
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        if vmi is None or vmi["metadata"].get("uid") != vmi_uid:
+            return
+        for p in self._launchers(vmi):
+            def run(pod: dict) -> None:
+                pod["status"]["phase"] = "Running"
+                for c in pod["status"]["conditions"]:
+                    c["status"] = "True"
+                for cs in pod["status"]["containerStatuses"]:
+                    cs.update(ready=True, state={"running": {"startedAt": ts()}})
+            self.store.mutate("Pod", p["metadata"]["name"], ns, run)
+
+        def up(v: dict) -> None:
+            v["status"]["phase"] = "Running"
+            v["status"]["conditions"][0]["status"] = "True"
+        self.store.mutate("VirtualMachineInstance", name, ns, up)
+        self._set_status(name, ns, printableStatus="Running", ready=True)
+
+    def _launchers(self, vmi: dict) -> list[dict]:
+        uid = vmi["metadata"].get("uid")
+        return [p for p in self.store.list("Pod", vmi["metadata"]["namespace"])
+                if (p["metadata"].get("labels") or {}).get("kubevirt.io/created-by") == uid]
+
+    def _delete_launchers(self, vmi: dict) -> None:
+        for p in self._launchers(vmi):
+            ns, pod_uid = p["metadata"]["namespace"], p["metadata"].get("uid")
+            for c in self.store.list("ResourceClaim", ns):
+                if any(o.get("uid") == pod_uid for o in c["metadata"].get("ownerReferences") or []):
+                    self.store.delete_now("ResourceClaim", c["metadata"]["name"], ns)
+            self.store.delete_now("Pod", p["metadata"]["name"], ns)
 
     def _set_status(self, name: str, ns: str, **fields: Any) -> None:
         self.store.mutate("VirtualMachine", name, ns, lambda v: v.setdefault("status", {}).update(fields))

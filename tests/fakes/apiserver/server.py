@@ -340,3 +340,12 @@ class FakeApiServer:
     @simulate_kubevirt.setter
     def simulate_kubevirt(self, on: bool) -> None:
         self._kubevirt.simulate = on
+
+    @property
+    def kubevirt_launcher_delay_s(self) -> float:
+        """How long a simulated VMI's virt-launcher pod stays Pending (and the VM not ready) after a start."""
+        return self._kubevirt.launcher_delay_s
+
+    @kubevirt_launcher_delay_s.setter
+    def kubevirt_launcher_delay_s(self, seconds: float) -> None:
+        self._kubevirt.launcher_delay_s = seconds

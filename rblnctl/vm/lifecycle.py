@@ -1,0 +1,485 @@
+"""Start, stop and restart a VirtualMachine through virt-api, and wait until it is Ready with its NPUs attached
+(or, stopped, has let them go): `vm start|stop|restart`, and the restart `vm attach --restart` makes.
+
+virt-api's subresources, `PUT /apis/subresources.kubevirt.io/v1/namespaces/NS/virtualmachines/NAME/ACTION`
+with a Start/Stop/RestartOptions body (`dryRun: ["All"]` validates only), answer 202 and act on the VM
+(kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go):
+
+- start: 409 "VM is already running" while a VMI exists that has not finished and whose phase is set;
+  runStrategy Halted becomes Always (a JSON patch of the VM); Manual and RerunOnFailure get a Start state
+  change request (with a Stop first when the last VMI finished; RerunOnFailure refuses a Failed one);
+  Always and Once answer 409 "<strategy> does not support manual start requests" (KubeVirt runs them itself).
+- stop: Always and Once become Halted; Manual and RerunOnFailure get a Stop request, or 409 "VM is not
+  running" without a live VMI; Halted answers 409 "VM is not running" without a live VMI, else 409 "Halted only
+  supports manual stop requests with a shorter graceperiod" (its stop is under way).
+- restart: Halted and Once answer 409 "RunStategy <s> does not support manual restart requests" (sic), no VMI
+  409 "VM is not running: Halted"; else the requests Stop (the VMI's uid) and Start: a new VMI.
+
+rblnctl reads the VM first and decides as virt-api would, so a stop of a stopped VM, or a start of a running
+one, sends nothing (exit 0). A restart of a stopped VM starts it, as `systemctl restart` starts a stopped unit.
+Each request is idempotent and settled by rblnctl.kube.writes: a lost reply (or a 5xx, or a 409) is judged
+by reading the VM and its VMI back (runStrategy flipped, a state change request queued, the VMI gone or
+replaced), never re-sent blindly.
+
+Waits watch the VM, its VMI, the namespace's virt-launcher pods and (DRA) ResourceClaims (rblnctl.kube.watch):
+- stopped: no VMI (or a finished one) and no unfinished virt-launcher pod of the VM: its NPUs are free;
+- Ready: the VM reports ready, its VMI is Running and Ready (after a restart: a new VMI), and its NPUs are
+  attached: the VMI passes the NPUs the VM's template asks for, its virt-launcher pod is Running and
+  requests each sandbox resource (KubeVirt renders one request per host device: pkg/virt-controller/
+  services/renderresources.go WithHostDevicesDevicePlugins), and each DRA claim of the pod is allocated
+  (`status.resourceClaimStatuses` names the claim; its `status.allocation` holds the devices).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rblnctl import constants as C
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
+from rblnctl.errors import Conflict, InvalidInput, NotFound, Refused, WaitTimeout
+from rblnctl.kube import (
+    PODS,
+    RESOURCE_CLAIMS,
+    VM_SUBRESOURCES,
+    VMIS,
+    VMS,
+    Kube,
+    Mirror,
+    WatchSpec,
+    validate_name,
+    watch_many,
+    writes,
+)
+from rblnctl.operator.capacity import pod_requests
+from rblnctl.plan import Blocker
+from rblnctl.vm import devices as D
+from rblnctl.vm.model import VmRef
+
+log = logging.getLogger(__name__)
+
+START, STOP, RESTART = "start", "stop", "restart"
+ACTIONS = (START, STOP, RESTART)
+FINAL_PHASES = ("Succeeded", "Failed")
+LAUNCHER_SELECTOR = f"{C.VIRT_LAUNCHER_LABEL}={C.VIRT_LAUNCHER_VALUE}"
+
+
+def _noop(*_: Any) -> None:
+    return None
+
+
+def run_strategy(vm: Mapping) -> str:
+    """The VM's runStrategy (`spec.running` true/false read as Always/Halted, as KubeVirt does)."""
+    spec = vm.get("spec") or {}
+    if spec.get("runStrategy"):
+        return str(spec["runStrategy"])
+    return "Always" if spec.get("running") else "Halted"
+
+
+def _phase(vmi: Mapping | None) -> str | None:
+    return None if vmi is None else str((vmi.get("status") or {}).get("phase") or "")
+
+
+def _final(phase: str | None) -> bool:
+    return phase in FINAL_PHASES
+
+
+# -- what the VM shows (pure) -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attachment:
+    """Whether a running VMI has its NPUs: what its VM asks, what it passes, and what is still missing."""
+
+    wanted: int  # NPUs (host devices) the VM's template passes
+    held: int  # the ones its VMI passes
+    launcher: str | None = None  # its virt-launcher pod
+    missing: tuple[str, ...] = ()  # what is not there yet, in words (empty: attached)
+
+    @property
+    def attached(self) -> bool:
+        return not self.missing
+
+
+@dataclass(frozen=True, kw_only=True)
+class VmState:
+    """What a VM, its VMI, their virt-launcher pods and claims say at one moment."""
+
+    exists: bool = True
+    run_strategy: str | None = None
+    printable_status: str | None = None
+    ready: bool = False  # the VM's status.ready
+    vmi_uid: str | None = None
+    vmi_phase: str | None = None  # None: no VMI ("" while KubeVirt has not set one)
+    vmi_ready: bool = False
+    node: str | None = None
+    conditions: tuple[str, ...] = ()  # the VMI's False conditions (type: reason message)
+    requests: tuple[str, ...] = ()  # pending state change requests (Start, Stop)
+    launchers: tuple[str, ...] = ()  # unfinished virt-launcher pods of the VM's VMIs
+    attachment: Attachment | None = None  # None: no VMI to judge
+
+    @property
+    def live(self) -> bool:
+        """A VMI exists that has not finished (virt-api's stop sees a VM to stop)."""
+        return self.vmi_phase is not None and not _final(self.vmi_phase)
+
+    @property
+    def running(self) -> bool:
+        """virt-api's start says "already running": a live VMI whose phase is set (not Unknown)."""
+        return self.live and self.vmi_phase not in ("", "Unknown")
+
+    @property
+    def stopped(self) -> bool:
+        """No live VMI and no virt-launcher pod left: its NPUs are free."""
+        return not self.live and not self.launchers
+
+    @property
+    def up(self) -> bool:
+        """Ready with its NPUs attached."""
+        return (self.ready and self.vmi_phase == "Running" and self.vmi_ready and self.attachment is not None
+                and self.attachment.attached)
+
+    def describe(self) -> str:
+        """One phrase for progress lines and errors."""
+        parts = [f"status {self.printable_status or '<none>'}",
+                 f"VMI {self.vmi_phase or 'absent'}" + (f" on {self.node}" if self.node else "")]
+        a = self.attachment
+        if a is not None and self.live:
+            parts.append(f"{a.held} NPU(s) attached" if a.attached else "; ".join(a.missing[:2]))
+        elif self.launchers and not self.live:
+            parts.append(f"virt-launcher {', '.join(self.launchers)} still there")
+        return ", ".join(parts + list(self.conditions[:2]))
+
+
+def _launchers_of(pods: Iterable[Mapping], vm_name: str) -> list[Mapping]:
+    """The unfinished virt-launcher pods of the VM's VMIs (owned by a VMI of its name), oldest first."""
+    out = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(C.VIRT_LAUNCHER_LABEL)
+           == C.VIRT_LAUNCHER_VALUE and (p.get("status") or {}).get("phase") not in FINAL_PHASES
+           and any(o.get("kind") == "VirtualMachineInstance" and o.get("name") == vm_name
+                   for o in (p.get("metadata") or {}).get("ownerReferences") or [])]
+    return sorted(out, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+def attachment(vm: Mapping | None, vmi: Mapping, pods: Iterable[Mapping], claims: Iterable[Mapping]) -> Attachment:
+    """Whether the VMI has the NPUs its VM asks for: passed by the VMI, requested (sandbox) or allocated (DRA) for
+    its virt-launcher pod, that pod Running (pure)."""
+    every = lambda _entry: True  # noqa: E731 - every claim a host device names is judged
+    held = D.npus_of(D.vmi_spec(vmi), npu_claim=every)
+    want = D.npus_of(D.vm_spec(vm), npu_claim=every) if vm is not None else held
+    missing: list[str] = []
+    if sorted(d.source for d in want.devices) != sorted(d.source for d in held.devices):
+        missing.append(f"its VMI passes {held.count} NPU(s), its VM asks for {want.count}: the VMI started before "
+                       "the change")
+    uid = (vmi.get("metadata") or {}).get("uid")
+    mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(C.LAUNCHER_CREATED_BY_LABEL)
+            == uid and (p.get("status") or {}).get("phase") not in FINAL_PHASES]
+    pod = sorted(mine, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))[-1] if mine else None
+    name = str(pod["metadata"]["name"]) if pod is not None else None
+    if not held.count:
+        return Attachment(wanted=want.count, held=0, launcher=name, missing=tuple(missing))
+    if pod is None:
+        missing.append("no virt-launcher pod yet")
+        return Attachment(wanted=want.count, held=held.count, missing=tuple(missing))
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    if phase != "Running":
+        missing.append(f"virt-launcher pod {name} is {phase}")
+    asked = pod_requests(pod)
+    for resource in held.resources:
+        n = sum(1 for d in held.sandbox if d.resource == resource)
+        if asked.get(resource, 0) < n:
+            missing.append(f"virt-launcher pod {name} requests {asked.get(resource, 0)} {resource}, not {n}")
+    by_name = {str((c.get("metadata") or {}).get("name") or ""): c for c in claims}
+    spec_claims = {c.get("name"): c for c in (pod.get("spec") or {}).get("resourceClaims") or []}
+    made = {s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses")
+            or []}
+    for entry in dict.fromkeys(str(d.claim) for d in held.dra):
+        claim = made.get(entry) or (spec_claims.get(entry) or {}).get("resourceClaimName")
+        obj = by_name.get(str(claim)) if claim else None
+        if not claim:
+            missing.append(f"no ResourceClaim made for {entry} yet")
+        elif obj is None:
+            missing.append(f"ResourceClaim {claim} not found")
+        elif not (obj.get("status") or {}).get("allocation"):
+            missing.append(f"ResourceClaim {claim} is not allocated")
+    return Attachment(wanted=want.count, held=held.count, launcher=name, missing=tuple(missing))
+
+
+def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (), claims: Sequence[Mapping] = (),
+          *, name: str = "") -> VmState:
+    """The state of a VM from its objects (pure); `pods` are the namespace's virt-launcher pods."""
+    vm_name = str(((vm or vmi or {}).get("metadata") or {}).get("name") or name)
+    st = (vm or {}).get("status") or {}
+    vst = (vmi or {}).get("status") or {}
+    bad = tuple(f"{c.get('type')}: {c.get('reason') or ''} {c.get('message') or ''}".strip()
+                for c in vst.get("conditions") or [] if c.get("status") == "False" and c.get("type") != "Ready")
+    phase = _phase(vmi)
+    return VmState(
+        exists=vm is not None, run_strategy=run_strategy(vm) if vm is not None else None,
+        printable_status=st.get("printableStatus"), ready=bool(st.get("ready")),
+        vmi_uid=str((vmi.get("metadata") or {}).get("uid") or "") or None if vmi is not None else None,
+        vmi_phase=phase, node=vst.get("nodeName") or None,
+        vmi_ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in vst.get("conditions") or []),
+        conditions=bad, requests=tuple(str(r.get("action")) for r in st.get("stateChangeRequests") or []),
+        launchers=tuple(str(p["metadata"]["name"]) for p in _launchers_of(pods, vm_name)),
+        attachment=attachment(vm, vmi, pods, claims) if vmi is not None and not _final(phase) else None)
+
+
+def _has_dra(vm: Mapping | None, vmi: Mapping | None) -> bool:
+    specs = [D.vm_spec(vm)] if vm is not None else []
+    specs += [D.vmi_spec(vmi)] if vmi is not None else []
+    return any(d.get("claimName") for s in specs for d in D.host_devices(s))
+
+
+# -- what to ask virt-api (pure) --------------------------------------------------------------------------------
+
+
+def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
+    """(the subresource to PUT, or None: nothing to ask; what happens, in words; why it cannot, or None), as
+    virt-api would judge the VM (the module doc)."""
+    rs = s.run_strategy or "Halted"
+    pending = set(s.requests)
+    if action == STOP:
+        if s.live and rs == "Halted":
+            return None, "already stopping (runStrategy Halted): its VMI is shutting down", None
+        if "Stop" in pending and "Start" not in pending:
+            return None, "a stop is already requested", None
+        if not s.live and rs in ("Halted", "Manual", "RerunOnFailure"):
+            return None, f"already stopped (runStrategy {rs}, no VMI)", None
+        if rs in ("Always", "Once"):
+            return STOP, f"runStrategy {rs} -> Halted", None
+        return STOP, f"runStrategy {rs}: a Stop request", None
+    if action == START or (action == RESTART and not s.running):
+        verb = "" if action == START else "not running, so it is started: "
+        if s.running:
+            return None, f"already running (VMI {s.vmi_phase})", None
+        if "Start" in pending:
+            return None, "a start is already requested", None
+        if rs == "Halted":
+            return START, f"{verb}runStrategy Halted -> Always", None
+        if rs == "Manual" or (rs == "RerunOnFailure" and s.vmi_phase in (None, "Succeeded")):
+            return START, f"{verb}runStrategy {rs}: a Start request", None
+        if rs in ("Always", "RerunOnFailure") or (rs == "Once" and not _final(s.vmi_phase)):
+            return None, f"runStrategy {rs}: KubeVirt starts it by itself (no request needed)", None
+        return None, "", (f"runStrategy {rs}: the VM ran once and KubeVirt starts it no more (virt-api refuses "
+                          "manual starts); set another runStrategy to run it again")
+    if rs == "Once":  # restart of a running VM
+        return None, "", "runStrategy Once: virt-api refuses manual restarts of a VM that runs once"
+    return RESTART, "a Stop then a Start request: a new VMI", None
+
+
+def landed(action: str, before: VmState, now: VmState | None) -> bool:
+    """Whether the VM read back shows the request took effect (or another caller made the same change)."""
+    if now is None or not now.exists:
+        raise NotFound("the VirtualMachine was deleted meanwhile")
+    if action == RESTART:
+        return bool(now.requests) or now.vmi_uid != before.vmi_uid
+    if action == STOP:
+        return (now.run_strategy == "Halted" and before.run_strategy != "Halted") or "Stop" in now.requests or \
+            not now.live
+    return (now.run_strategy != "Halted" and before.run_strategy == "Halted") or "Start" in now.requests or \
+        (now.running and now.vmi_uid != before.vmi_uid)
+
+
+# -- plans and results ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LifecyclePlan:
+    """What `vm start|stop|restart` will do: the request (or none), and whether it waits."""
+
+    vm: VmRef
+    action: str
+    before: VmState
+    send: str | None  # the virt-api subresource to PUT; None: nothing to ask
+    why: str  # what happens, in words
+    wait: bool
+    blockers: list[Blocker] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def noop(self) -> bool:
+        return self.send is None and not self.blockers
+
+
+@dataclass(frozen=True, kw_only=True)
+class LifecycleResult:
+    """What apply() did, and the VM as it was left."""
+
+    plan: LifecyclePlan
+    sent: str | None  # the subresource PUT (None: nothing was asked)
+    changed: bool  # the request went through (or one lost on the way was found applied)
+    state: VmState
+    waited: bool = False
+    server_dry_run: bool = False
+
+
+# -- the one piece that talks to virt-api -----------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class VmLifecycle:
+    """Start, stop and restart VMs through virt-api and wait (each wait bounded by `timeout_s`).
+
+    `on_step(text)` hears each request; `on_state(state)` each new state seen while waiting.
+    """
+
+    kube: Kube
+    clock: Clock = SYSTEM_CLOCK  # paces retries after a conflict or a 5xx (waits use the client's clock)
+    timeout_s: float = C.VM_READY_TIMEOUT_S
+    backoff_s: float = C.VM_POLL_S / 4
+    server_dry_run: bool = False  # send dryRun: [All]; nothing is waited for
+    on_step: Callable[[str], None] = _noop
+    on_state: Callable[[VmState], None] = _noop
+    stop_event: Stop | None = None
+
+    # -- reading ----------------------------------------------------------------------------------------------
+
+    def read(self, ref: VmRef, *, full: bool = True) -> VmState | None:
+        """The VM's state now (None: no such VM): the VM and its VMI, and (`full`) the namespace's virt-launcher
+        pods and, when it has DRA host devices, ResourceClaims."""
+        vm = self.kube.get_optional(VMS, ref.name, namespace=ref.namespace)
+        if vm is None:
+            return None
+        vmi = self.kube.get_optional(VMIS, ref.name, namespace=ref.namespace)
+        if not full:
+            return judge(vm, vmi, name=ref.name)
+        pods = self.kube.list(PODS, namespace=ref.namespace, label_selector=LAUNCHER_SELECTOR)
+        claims: list[dict] = []
+        if _has_dra(vm, vmi):
+            try:
+                claims = self.kube.list(RESOURCE_CLAIMS, namespace=ref.namespace)
+            except NotFound:  # resource.k8s.io/v1 not served: no claim can be allocated
+                claims = []
+        return judge(vm, vmi, pods, claims, name=ref.name)
+
+    def _require(self, ref: VmRef, *, full: bool = True) -> VmState:
+        state = self.read(ref, full=full)
+        if state is None:
+            raise NotFound(f'VirtualMachine "{ref.name}" not found in namespace "{ref.namespace}"')
+        return state
+
+    # -- the commands -------------------------------------------------------------------------------------------
+
+    def plan(self, action: str, name: str, namespace: str, *, wait: bool = False) -> LifecyclePlan:
+        """Read the VM and decide what to ask virt-api (reads only). NotFound without such a VM."""
+        if action not in ACTIONS:
+            raise InvalidInput(f"unknown action {action!r}: use {', '.join(ACTIONS)}")
+        validate_name(name, kind="VirtualMachine")
+        ref = VmRef(namespace=namespace, name=name)
+        state = self._require(ref)
+        send, why, blocker = decide(action, state)
+        return LifecyclePlan(vm=ref, action=action, before=state, send=send, why=why, wait=wait,
+                             blockers=[Blocker(f"cannot {action} VM {ref}: {blocker}")] if blocker else [])
+
+    def apply(self, plan: LifecyclePlan) -> LifecycleResult:
+        """Ask virt-api (when the plan says to), then (plan.wait) wait until the VM is Ready with its NPUs attached,
+        or stopped. Raises Refused (blockers), WaitTimeout (not there in time: the request was made), NotFound, and
+        API errors as they are."""
+        if plan.blockers:
+            raise Refused(f"refusing to {plan.action} VM {plan.vm}", blockers=plan.blockers)
+        changed = False
+        if plan.send is not None:
+            self.on_step(f"{_ING[plan.send]} VM {plan.vm}: {plan.why}")
+            changed = self._put(plan.vm, plan.send, before=plan.before)
+        if self.server_dry_run or not plan.wait:
+            return LifecycleResult(plan=plan, sent=plan.send, changed=changed, state=plan.before,
+                                   server_dry_run=self.server_dry_run)
+        if plan.action == STOP:
+            state = self.wait_stopped(plan.vm)
+        else:
+            state = self.wait_ready(plan.vm, replaced=plan.before.vmi_uid if plan.send == RESTART else None)
+        return LifecycleResult(plan=plan, sent=plan.send, changed=changed, state=state, waited=True)
+
+    # -- the pieces `vm attach --restart` uses -----------------------------------------------------------------
+
+    def stop(self, ref: VmRef) -> None:
+        """Ask virt-api to stop the VM (unless it is stopped or stopping) and wait until it is (a server dry run
+        only asks)."""
+        state = self._require(ref, full=False)
+        send, why, _ = decide(STOP, state)
+        if send is not None:
+            self.on_step(f"stopping VM {ref}: {why}")
+            self._put(ref, send, before=state)
+        if not self.server_dry_run:
+            self.wait_stopped(ref)
+
+    def start(self, ref: VmRef) -> None:
+        """Ask virt-api to start the VM unless it runs (or KubeVirt starts it by itself); returns at once."""
+        state = self._require(ref, full=False)
+        send, why, blocker = decide(START, state)
+        if blocker:
+            raise Refused(f"cannot start VM {ref}: {blocker}")
+        if send is not None:
+            self.on_step(f"starting VM {ref}: {why}")
+            self._put(ref, send, before=state)
+
+    # -- the request ----------------------------------------------------------------------------------------------
+
+    def _put(self, ref: VmRef, action: str, *, before: VmState) -> bool:
+        """PUT the subresource; a lost reply, a 5xx or a 409 is judged by reading the VM back (landed()). True
+        when a request of ours went through or is found applied."""
+        w = writes.put(VM_SUBRESOURCES, ref.name, sub=action, namespace=ref.namespace, body={})
+
+        def read() -> VmState | None:
+            return self.read(ref, full=False)
+
+        def next_write(state: Any) -> writes.Write | None:
+            if state is writes.UNREAD:
+                return w
+            return None if landed(action, before, state) else w
+
+        try:
+            done = writes.settle(self.kube, next_write, read=read, what=f"VM {ref}", dry_run=self.server_dry_run,
+                                 backoff_s=self.backoff_s, clock=self.clock)
+        except Conflict as e:  # virt-api's 409s: "not running", "already running", a stop under way...
+            if self.server_dry_run or not landed(action, before, read()):
+                raise
+            log.debug("%s %s: %s; the VM shows it done", action, ref, e)
+            return False
+        return done.changed
+
+    # -- waiting ------------------------------------------------------------------------------------------------
+
+    def wait_stopped(self, ref: VmRef) -> VmState:
+        """Wait until the VM has no live VMI and no virt-launcher pod left (its NPUs are free)."""
+        self.on_step(f"waiting for VM {ref} to stop")
+        return self._wait(ref, lambda s: s.stopped, "stop", dra=False)
+
+    def wait_ready(self, ref: VmRef, *, replaced: str | None = None) -> VmState:
+        """Wait until the VM is Ready with its NPUs attached (with `replaced`: on a VMI other than that one)."""
+        self.on_step(f"waiting for VM {ref} to be Ready with its NPUs")
+        vm = self.kube.get_optional(VMS, ref.name, namespace=ref.namespace)
+        vmi = self.kube.get_optional(VMIS, ref.name, namespace=ref.namespace)
+        return self._wait(ref, lambda s: s.up and (replaced is None or s.vmi_uid != replaced), "become Ready",
+                          dra=_has_dra(vm, vmi))
+
+    def _wait(self, ref: VmRef, done: Callable[[VmState], bool], what: str, *, dra: bool) -> VmState:
+        by_name = f"metadata.name={ref.name}"
+        specs = [WatchSpec(VMS, namespace=ref.namespace, field_selector=by_name),
+                 WatchSpec(VMIS, namespace=ref.namespace, field_selector=by_name),
+                 WatchSpec(PODS, namespace=ref.namespace, label_selector=LAUNCHER_SELECTOR)]
+        if dra:
+            specs.append(WatchSpec(RESOURCE_CLAIMS, namespace=ref.namespace, missing_ok=True))
+        mirrors = [Mirror() for _ in specs]
+        last: VmState | None = None
+        for ev in watch_many(self.kube, specs, timeout_s=self.timeout_s, stop=self.stop_event):
+            mirrors[ev.source].apply(ev)
+            if not all(m.synced for m in mirrors):
+                continue
+            vms, vmis = mirrors[0].items(), mirrors[1].items()
+            state = judge(vms[0] if vms else None, vmis[0] if vmis else None, mirrors[2].items(),
+                          mirrors[3].items() if dra else [], name=ref.name)
+            if not state.exists and what != "stop":
+                raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
+            if state != last:
+                last = state
+                self.on_state(state)
+            if done(state):
+                return state
+        raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
+                          + (f" ({last.describe()})" if last is not None else ""))
+
+
+_ING = {START: "starting", STOP: "stopping", RESTART: "restarting"}

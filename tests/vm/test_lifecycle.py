@@ -1,0 +1,201 @@
+"""`vm start|stop|restart` (rblnctl.vm.lifecycle) on the fake API server's virt-api and simulated virt-controller:
+idempotent, settled when a reply is lost, --wait until the VMI is Ready with its NPUs attached (or, stop, gone
+with its virt-launcher), dry runs that send nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rblnctl.vm.lifecycle import RESTART, START, STOP, VmState, decide
+from tests.fakes import objects as o
+from tests.helpers import cli
+from tests.vm.support import CA22, NS, dra_cluster, sandbox_cluster
+
+SUB = rf"/apis/subresources\.kubevirt\.io/v1/namespaces/{NS}/virtualmachines/v1/"
+
+
+# -- what to ask (pure) ------------------------------------------------------------------------------------------
+
+
+def state(rs: str, phase: str | None = None, requests: tuple[str, ...] = ()) -> VmState:
+    return VmState(run_strategy=rs, vmi_phase=phase, vmi_uid="u1" if phase is not None else None, requests=requests)
+
+
+@pytest.mark.parametrize("action, st, send, blocked", [
+    (STOP, state("Always", "Running"), "stop", False),
+    (STOP, state("Halted"), None, False),  # stopped: nothing to ask
+    (STOP, state("Halted", "Running"), None, False),  # its stop is under way (virt-api: 409 "Halted only ...")
+    (STOP, state("Always"), "stop", False),  # no VMI yet, but KubeVirt would start one: Halted
+    (STOP, state("Manual", "Running"), "stop", False),
+    (STOP, state("Manual", "Succeeded"), None, False),
+    (STOP, state("RerunOnFailure", "Running", ("Stop",)), None, False),  # already requested
+    (START, state("Halted"), "start", False),
+    (START, state("Always", "Running"), None, False),  # running: nothing to ask
+    (START, state("Always"), None, False),  # KubeVirt starts it itself (virt-api: 409 "Always does not support...")
+    (START, state("Manual", "Succeeded"), "start", False),
+    (START, state("RerunOnFailure", "Succeeded"), "start", False),
+    (START, state("RerunOnFailure", "Failed"), None, False),  # KubeVirt reruns it
+    (START, state("Once", "Succeeded"), None, True),  # virt-api refuses: it ran once
+    (START, state("Halted", "Unknown"), "start", False),  # virt-api: a VMI in phase Unknown is not running
+    (RESTART, state("Always", "Running"), "restart", False),
+    (RESTART, state("Halted"), "start", False),  # not running: started, as systemctl restart does
+    (RESTART, state("Once", "Running"), None, True),
+])
+def test_what_is_asked_follows_virt_api(action, st, send, blocked):
+    got, why, blocker = decide(action, st)
+    assert (got, blocker is not None) == (send, blocked), (why, blocker)
+
+
+# -- on the simulated KubeVirt -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(apiserver):
+    """The simulated virt-controller; vm-mode n1 (4 RBLN-CA22_PF); VM vms/v1 with 2 NPUs, stopped, runs on n1."""
+    apiserver.simulate_kubevirt = True
+    sandbox_cluster(apiserver, npus=4)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22, CA22], running=False, node="n1"))
+    return apiserver
+
+
+def puts(apiserver, action=None):
+    return [r for r in apiserver.requests if r.method == "PUT" and "subresources.kubevirt.io" in r.path
+            and (action is None or r.path.endswith("/" + action))]
+
+
+def launchers(apiserver):
+    return [p for p in apiserver.list("Pod", NS) if p["metadata"]["labels"].get("kubevirt.io") == "virt-launcher"]
+
+
+def node_npus(apiserver, name="n1"):
+    doc = json.loads(cli("node", "list", name, "-o", "json", server=apiserver.url).stdout)
+    (n,) = doc["items"]
+    return n["npuAllocated"], n["npuFree"]
+
+
+def test_start_wait_then_stop_wait_and_each_again_is_a_no_op(cluster):
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert len(puts(cluster, "start")) == 1 and cluster.get("VirtualMachine", "v1", NS)["spec"]["runStrategy"] == \
+        "Always"
+    assert "VM vms/v1 is Ready on n1 with 2 NPU(s) attached" in r.stderr
+    (pod,) = launchers(cluster)
+    assert pod["status"]["phase"] == "Running" and node_npus(cluster) == (2, 2)  # node list sees the launcher
+
+    cluster.clear_requests()
+    again = cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url)
+    assert again.exit_code == 0, again.stderr
+    assert cluster.writes() == [] and "already running" in again.stderr
+
+    r = cli("vm", "stop", "v1", "-n", NS, "--wait", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert len(puts(cluster, "stop")) == 1 and cluster.get("VirtualMachineInstance", "v1", NS) is None
+    assert launchers(cluster) == [] and node_npus(cluster) == (0, 4)
+    assert "VM vms/v1 stopped: its NPUs are free" in r.stderr
+
+    cluster.clear_requests()
+    again = cli("vm", "stop", "v1", "-n", NS, server=cluster.url)  # nothing to ask: no --yes needed
+    assert again.exit_code == 0, again.stderr
+    assert cluster.writes() == [] and "already stopped" in again.stderr
+
+
+def test_start_wait_waits_for_the_launcher_and_its_npus(cluster):
+    cluster.kubevirt_launcher_delay_s = 0.5
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "-o", "json", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "is Pending" in r.stderr  # the progress showed the wait
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "VmLifecycle" and doc["result"]["waited"] is True
+    assert doc["result"]["state"]["npus"] == {"wanted": 2, "held": 2, "launcherPod": launchers(cluster)[0]["metadata"]
+                                              ["name"], "attached": True, "missing": []}
+
+
+def test_restart_wait_gets_a_new_vmi_with_its_npus(cluster):
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    old = cluster.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"]
+    (old_pod,) = launchers(cluster)
+    r = cli("vm", "restart", "v1", "-n", NS, "--wait", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert len(puts(cluster, "restart")) == 1
+    assert cluster.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"] != old
+    (pod,) = launchers(cluster)
+    assert pod["metadata"]["name"] != old_pod["metadata"]["name"] and node_npus(cluster) == (2, 2)
+
+
+def test_restart_of_a_stopped_vm_starts_it(cluster):
+    r = cli("vm", "restart", "v1", "-n", NS, "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert [p.path.rsplit("/", 1)[-1] for p in puts(cluster)] == ["start"]
+    assert "not running, so it is started" in r.stdout
+
+
+def test_a_lost_reply_is_settled_by_reading_the_vm_back(cluster):
+    cluster.inject_fault(method="PUT", path=SUB + "start$", lose_reply=True)
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert len(puts(cluster, "start")) == 1  # applied, reply lost: not sent again
+    cluster.inject_fault(method="PUT", path=SUB + "stop$", status=503, times=1)  # refused before it applied
+    r = cli("vm", "stop", "v1", "-n", NS, "--yes", "--wait", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert len(puts(cluster, "stop")) == 2  # read back: not stopped, so asked again
+
+
+def test_dry_runs(cluster):
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "--dry-run", server=cluster.url)
+    assert r.exit_code == 0 and cluster.writes() == []
+    assert r.stdout.startswith("VirtualMachine vms/v1: start: runStrategy Halted -> Always")
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "--dry-run=server", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    (put,) = puts(cluster)
+    assert put.body == {"dryRun": ["All"]} and cluster.get("VirtualMachine", "v1", NS)["spec"]["runStrategy"] == \
+        "Halted"
+
+
+def test_not_ready_in_time_is_exit_5_saying_what_is_missing(cluster):
+    cluster.mutate("VirtualMachine", "v1", NS, lambda vm: vm["metadata"]["annotations"].clear())  # nowhere to run
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "1s", server=cluster.url)
+    assert r.exit_code == 5, r.stderr
+    assert "VM vms/v1 did not become Ready within 1s (status Starting, VMI Scheduling" in r.stderr
+
+
+def test_dra_npus_are_attached_when_the_launchers_claim_is_allocated(apiserver):
+    apiserver.simulate_kubevirt = True
+    dra_cluster(apiserver)  # n1 publishes two vfio devices
+    entry = o.template_claim(o.vm_claim(NS, "v1"), "rbln-npu-2")
+    devices = [o.dra_host_device(f"npu{i}", claim=o.vm_claim(NS, "v1"), request=f"npu{i}") for i in range(2)]
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-2", npus=2),
+                  o.vm(NS, "v1", host_devices=devices, resource_claims=[entry], running=False, node="n1"))
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["result"]["state"]["npus"]["attached"] is True
+    assert node_npus(apiserver) == (2, 0)  # its claim holds both vfio devices
+    # a second VM asking for two more: its claim cannot be allocated, so it is never attached
+    apiserver.add(o.vm(NS, "v2", host_devices=devices, resource_claims=[entry], running=False, node="n1"))
+    r = cli("vm", "start", "v2", "-n", NS, "--wait", "--timeout", "1s", server=apiserver.url)
+    assert r.exit_code == 5 and "is not allocated" in r.stderr
+
+
+def test_a_vm_that_runs_once_is_refused(cluster):
+    cluster.add(o.vm(NS, "once", run_strategy="Once", running=False))
+    cluster.add(o.vmi(NS, "once", "n1", phase="Succeeded"))
+    r = cli("vm", "start", "once", "-n", NS, server=cluster.url)
+    assert r.exit_code == 1 and "ran once" in r.stderr and cluster.writes() == []
+
+
+def test_stop_and_restart_ask_first_start_does_not(cluster):
+    assert cli("vm", "start", "v1", "-n", NS, server=cluster.url).exit_code == 0
+    for action in ("stop", "restart"):
+        r = cli("vm", action, "v1", "-n", NS, server=cluster.url)  # no terminal, no --yes
+        assert r.exit_code == 2 and "pass --yes" in r.stderr
+    assert len(puts(cluster)) == 1
+
+
+def test_bad_input_and_a_missing_vm(cluster):
+    from tests.helpers import closed_port_url
+
+    assert cli("vm", "start", "Bad_Name", server=closed_port_url()).exit_code == 2
+    assert cli("vm", "stop", "v1", "--timeout", "soon", server=closed_port_url()).exit_code == 2
+    r = cli("vm", "start", "ghost", "-n", NS, server=cluster.url)
+    assert r.exit_code == 1 and 'VirtualMachine "ghost" not found' in r.stderr
