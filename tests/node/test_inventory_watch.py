@@ -91,3 +91,29 @@ def test_cluster_status_watch_keeps_kubevirt_and_follows_nodes(apiserver, kube):
     assert second.kubevirt == first.kubevirt and second.server_version == first.server_version
     assert [c for c in status_changes(first, second)] == [
         Change(subject="node/n1", what="schedulable", old="yes", new="no")]
+
+
+def test_the_watch_follows_what_pods_hold(apiserver, kube):
+    """node list --watch keeps ALLOCATED and FREE current: a pod that starts holding NPUs, then finishes."""
+    apiserver.add(o.cluster_policy(), o.npu_node("n1", npus=4))
+    stop = Stop()
+    got, t = _collect(watch_npu_nodes(kube, stop=stop), stop, until=lambda got: len(got) == 3)
+    _wait_for(lambda: apiserver.open_watches == WATCHES, "the watches to open")
+    apiserver.add(o.pod("default", "app", node="n1", requests={"rebellions.ai/npu": "3"}))
+    _wait_for(lambda: len(got) == 2, "the pod")
+    apiserver.set_pod_phase("default", "app", "Succeeded")
+    t.join(5)
+    assert not t.is_alive()
+    assert [(s.nodes[0].capacity.allocated, s.nodes[0].capacity.free) for s in got] == [(0, 4), (3, 1), (0, 4)]
+    assert node_changes(got[0].nodes, got[1].nodes) == [
+        Change(subject="node/n1", what="npus", old="4 allocatable, 0 allocated, 4 free",
+               new="4 allocatable, 3 allocated, 1 free")]
+
+
+def test_a_watch_without_rights_to_list_pods_leaves_capacity_unknown(apiserver, kube):
+    apiserver.add(o.cluster_policy(), o.npu_node("n1", npus=4))
+    apiserver.inject_fault(method="GET", path="^/api/v1/pods$", status=403, reason="Forbidden",
+                           message='pods is forbidden: User "u" cannot list resource "pods"', times=100)
+    snap = next(watch_npu_nodes(kube, timeout_s=5))
+    c = snap.nodes[0].capacity
+    assert (c.allocatable, c.allocated, c.known) == (4, None, False) and "cannot list pods" in c.problem

@@ -112,6 +112,27 @@ def test_start_wait_waits_for_the_launcher_and_its_npus(cluster):
                                               ["name"], "attached": True, "missing": []}
 
 
+def test_stop_wait_waits_until_the_vmi_and_its_launcher_are_gone(cluster):
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    cluster.kubevirt_launcher_delay_s = 0.5  # the guest takes that long to shut down
+    r = cli("vm", "stop", "v1", "-n", NS, "--wait", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "status Stopping, VMI Running on n1" in r.stderr  # it waited through the shutdown
+    assert cluster.get("VirtualMachineInstance", "v1", NS) is None and launchers(cluster) == []
+    assert node_npus(cluster) == (0, 4)
+
+
+def test_a_slow_restart_waits_for_the_new_vmi(cluster):
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    old = cluster.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"]
+    cluster.kubevirt_launcher_delay_s = 0.3
+    r = cli("vm", "restart", "v1", "-n", NS, "--wait", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    vmi = cluster.get("VirtualMachineInstance", "v1", NS)
+    assert vmi["metadata"]["uid"] != old and vmi["status"]["phase"] == "Running"
+    assert [p["status"]["phase"] for p in launchers(cluster)] == ["Running"]
+
+
 def test_restart_wait_gets_a_new_vmi_with_its_npus(cluster):
     assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
     old = cluster.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"]
@@ -175,6 +196,20 @@ def test_dra_npus_are_attached_when_the_launchers_claim_is_allocated(apiserver):
     apiserver.add(o.vm(NS, "v2", host_devices=devices, resource_claims=[entry], running=False, node="n1"))
     r = cli("vm", "start", "v2", "-n", NS, "--wait", "--timeout", "1s", server=apiserver.url)
     assert r.exit_code == 5 and "is not allocated" in r.stderr
+
+
+def test_a_launcher_that_does_not_request_the_npus_has_none_attached():
+    from rblnctl.vm.lifecycle import attachment
+
+    vm = o.vm(NS, "v1", host_devices=[CA22, CA22])
+    vmi = o.vmi(NS, "v1", "n1", [CA22, CA22])
+    pod = o.virt_launcher(NS, "v1", "n1", resources={CA22: "1"})
+    assert attachment(vm, vmi, [pod], []).missing == (
+        f"virt-launcher pod virt-launcher-v1-abcde requests 1 {CA22}, not 2",)
+    pod = o.virt_launcher(NS, "v1", "n1", resources={CA22: "2"})
+    assert attachment(vm, vmi, [pod], []).attached
+    other = o.virt_launcher(NS, "other", "n1", resources={CA22: "2"})  # another VMI's launcher is not its own
+    assert attachment(vm, vmi, [other], []).missing == ("no virt-launcher pod yet",)
 
 
 def test_a_vm_that_runs_once_is_refused(cluster):

@@ -25,7 +25,10 @@ a controller ownerReference to the VMI, one request and limit per sandbox host d
 (``deviceName``), and for DRA host devices the VMI's ``resourceClaims`` as pod claims, each made into a
 ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
 ResourceSlices: ``status.resourceClaimStatuses`` names it. ``launcher_delay_s`` keeps the pod Pending
-(and the VM not ready) that long first. Stopping deletes the pod and its claims with the VMI.
+(and the VM not ready) that long first, and makes a stop take that long too: the VMI is marked for deletion
+(the VM ``Stopping``), then goes with its pod and claims (a start asked meanwhile follows it); state change
+requests (restart) wait half as long before they are carried out. Without it,
+stopping deletes the pod and its claims with the VMI at once.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ class KubeVirt:
     def __init__(self, store: Store, simulate: bool = False):
         self.store = store
         self.simulate = simulate
-        self.launcher_delay_s = 0.0  # a started VMI's virt-launcher pod stays Pending this long
+        self.launcher_delay_s = 0.0  # a started VMI's virt-launcher pod stays Pending this long (a stop takes as long)
+        self._start_after_stop: set[tuple[str, str]] = set()  # VMs asked to start while their VMI was going
         store.reactions.append(self._react)
 
     def served(self) -> bool:
@@ -163,14 +167,12 @@ class KubeVirt:
                 self.store.delete_now("VirtualMachineInstance", md["name"], md["namespace"])
             return
         requests = (ev.obj.get("status") or {}).get("stateChangeRequests") or []
-        if requests:  # taken off the VM first, so the writes below do not see them again
-            self.store.mutate("VirtualMachine", md["name"], md["namespace"],
-                              lambda v: v["status"].pop("stateChangeRequests", None))
-            for r in requests:
-                if r.get("action") == "Stop":
-                    self._stop_vmi(ev.obj)
-                else:
-                    self._start_vmi(ev.obj)
+        if requests:
+            if self.launcher_delay_s > 0:  # a slow virt-controller: the VM shows the request a while first
+                if (ev.old or {}).get("status", {}).get("stateChangeRequests") != requests:
+                    self.store.schedule(self.launcher_delay_s / 2, self._carry_out, md["name"], md["namespace"])
+            else:
+                self._carry_out(md["name"], md["namespace"])
         elif ev.type == "MODIFIED" and ev.old is not None:
             running = run_strategy(ev.obj) in _RUNNING
             if running != (run_strategy(ev.old) in _RUNNING):
@@ -179,18 +181,60 @@ class KubeVirt:
                 else:
                     self._stop_vmi(ev.obj)
 
+    def _carry_out(self, name: str, ns: str) -> None:
+        """Carry out the VM's state change requests, taken off the VM first (the writes below do not see them)."""
+        vm = self.store.get("VirtualMachine", name, ns)
+        requests = ((vm or {}).get("status") or {}).get("stateChangeRequests") or []
+        if not requests:
+            return
+        self.store.mutate("VirtualMachine", name, ns, lambda v: v["status"].pop("stateChangeRequests", None))
+        for r in requests:
+            if r.get("action") == "Stop":
+                self._stop_vmi(vm)
+            else:
+                self._start_vmi(vm)
+
     def _stop_vmi(self, vm: dict) -> None:
         name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
         vmi = self.store.get("VirtualMachineInstance", name, ns)
+        if vmi is not None and self.launcher_delay_s > 0:
+            if not vmi["metadata"].get("deletionTimestamp"):
+                def terminating(v: dict) -> None:  # virt-controller's finalizer holds it until the guest is down
+                    v["metadata"].update(deletionTimestamp=ts(), finalizers=["foregroundDeleteVirtualMachine"])
+                self.store.mutate("VirtualMachineInstance", name, ns, terminating)
+                self.store.schedule(self.launcher_delay_s, self._stopped, name, ns, vmi["metadata"]["uid"])
+            self._set_status(name, ns, printableStatus="Stopping", ready=False, runStrategy=run_strategy(vm))
+            return
         if vmi is not None:
             self._delete_launchers(vmi)
             self.store.delete_now("VirtualMachineInstance", name, ns)
         self._set_status(name, ns, printableStatus="Stopped", ready=False, created=False, runStrategy=run_strategy(vm))
 
+    def _stopped(self, name: str, ns: str, uid: str) -> None:
+        """The end of a slow stop: the guest is down, its pod, claims and VMI go; a start asked meanwhile follows."""
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        if vmi is not None and vmi["metadata"].get("uid") == uid:
+            self._delete_launchers(vmi)
+            self.store.delete_now("VirtualMachineInstance", name, ns)
+        vm = self.store.get("VirtualMachine", name, ns)
+        if vm is None:
+            return
+        if (ns, name) in self._start_after_stop:
+            self._start_after_stop.discard((ns, name))
+            self._start_vmi(vm)
+        else:
+            self._set_status(name, ns, printableStatus="Stopped", ready=False, created=False,
+                             runStrategy=run_strategy(vm))
+
     def _start_vmi(self, vm: dict) -> None:
         name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
         node = (vm["metadata"].get("annotations") or {}).get(VM_NODE_ANNOTATION)
         pending = bool(node) and self.launcher_delay_s > 0
+        going = self.store.get("VirtualMachineInstance", name, ns)
+        if going is not None and going["metadata"].get("deletionTimestamp"):
+            self._start_after_stop.add((ns, name))  # started once the old VMI is gone (_stopped)
+            self._set_status(name, ns, printableStatus="Starting", ready=False, runStrategy=run_strategy(vm))
+            return
         if self.store.get("VirtualMachineInstance", name, ns) is None:
             tpl = (vm.get("spec") or {}).get("template") or {}
             labels = {**((tpl.get("metadata") or {}).get("labels") or {}),
