@@ -667,7 +667,8 @@ def _state_doc(st: Any) -> dict:
                                                       "node": st.node, "ready": st.vmi_ready},
             "stateChangeRequests": list(st.requests), "launchers": list(st.launchers),
             "npus": None if a is None else {"wanted": a.wanted, "held": a.held, "launcherPod": a.launcher,
-                                            "attached": a.attached, "missing": list(a.missing)}}
+                                            "attached": a.attached, "missing": list(a.missing),
+                                            "pendingChange": a.pending_change}}
 
 
 def _lifecycle_doc(plan: Any, result: Any) -> dict:

@@ -96,7 +96,8 @@ class Attachment:
     wanted: int  # NPUs (host devices) the VM's template passes
     held: int  # the ones its VMI passes
     launcher: str | None = None  # its virt-launcher pod
-    missing: tuple[str, ...] = ()  # what is not there yet, in words (empty: attached)
+    missing: tuple[str, ...] = ()  # what of the VMI's NPUs is not there yet, in words (empty: attached)
+    pending_change: str | None = None  # the VM asks for other NPUs than its VMI passes: they come with a restart
 
     @property
     def attached(self) -> bool:
@@ -169,19 +170,20 @@ def attachment(vm: Mapping | None, vmi: Mapping, pods: Iterable[Mapping], claims
     held = D.npus_of(D.vmi_spec(vmi), npu_claim=every)
     want = D.npus_of(D.vm_spec(vm), npu_claim=every) if vm is not None else held
     missing: list[str] = []
+    pending = None
     if sorted(d.source for d in want.devices) != sorted(d.source for d in held.devices):
-        missing.append(f"its VMI passes {held.count} NPU(s), its VM asks for {want.count}: the VMI started before "
-                       "the change")
+        pending = (f"its VMI passes {held.count} NPU(s), its VM asks for {want.count} (changed after it started): "
+                   "a restart applies them")
     uid = (vmi.get("metadata") or {}).get("uid")
     mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(C.LAUNCHER_CREATED_BY_LABEL)
             == uid and (p.get("status") or {}).get("phase") not in FINAL_PHASES]
     pod = sorted(mine, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))[-1] if mine else None
     name = str(pod["metadata"]["name"]) if pod is not None else None
     if not held.count:
-        return Attachment(wanted=want.count, held=0, launcher=name, missing=tuple(missing))
+        return Attachment(wanted=want.count, held=0, launcher=name, pending_change=pending)
     if pod is None:
         missing.append("no virt-launcher pod yet")
-        return Attachment(wanted=want.count, held=held.count, missing=tuple(missing))
+        return Attachment(wanted=want.count, held=held.count, missing=tuple(missing), pending_change=pending)
     phase = (pod.get("status") or {}).get("phase") or "Pending"
     if phase != "Running":
         missing.append(f"virt-launcher pod {name} is {phase}")
@@ -203,7 +205,8 @@ def attachment(vm: Mapping | None, vmi: Mapping, pods: Iterable[Mapping], claims
             missing.append(f"ResourceClaim {claim} not found")
         elif not (obj.get("status") or {}).get("allocation"):
             missing.append(f"ResourceClaim {claim} is not allocated")
-    return Attachment(wanted=want.count, held=held.count, launcher=name, missing=tuple(missing))
+    return Attachment(wanted=want.count, held=held.count, launcher=name, missing=tuple(missing),
+                      pending_change=pending)
 
 
 def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (), claims: Sequence[Mapping] = (),
@@ -370,7 +373,11 @@ class VmLifecycle:
         ref = VmRef(namespace=namespace, name=name)
         state = self._require(ref)
         send, why, blocker = decide(action, state)
-        return LifecyclePlan(vm=ref, action=action, before=state, send=send, why=why, wait=wait,
+        warnings = []
+        a = state.attachment
+        if a is not None and a.pending_change and action != STOP and send != RESTART:
+            warnings.append(f"VM {ref}: {a.pending_change} (`vm restart {ref.name} -n {ref.namespace}`)")
+        return LifecyclePlan(vm=ref, action=action, before=state, send=send, why=why, wait=wait, warnings=warnings,
                              blockers=[Blocker(f"cannot {action} VM {ref}: {blocker}")] if blocker else [])
 
     def apply(self, plan: LifecyclePlan) -> LifecycleResult:
@@ -384,7 +391,8 @@ class VmLifecycle:
             self.on_step(f"{_ING[plan.send]} VM {plan.vm}: {plan.why}")
             changed = self._put(plan.vm, plan.send, before=plan.before)
         if self.server_dry_run or not plan.wait:
-            return LifecycleResult(plan=plan, sent=plan.send, changed=changed, state=plan.before,
+            now = self.read(plan.vm) if plan.send is not None and not self.server_dry_run else None
+            return LifecycleResult(plan=plan, sent=plan.send, changed=changed, state=now or plan.before,
                                    server_dry_run=self.server_dry_run)
         if plan.action == STOP:
             state = self.wait_stopped(plan.vm)

@@ -109,7 +109,7 @@ def test_start_wait_waits_for_the_launcher_and_its_npus(cluster):
     doc = json.loads(r.stdout)
     assert doc["kind"] == "VmLifecycle" and doc["result"]["waited"] is True
     assert doc["result"]["state"]["npus"] == {"wanted": 2, "held": 2, "launcherPod": launchers(cluster)[0]["metadata"]
-                                              ["name"], "attached": True, "missing": []}
+                                              ["name"], "attached": True, "missing": [], "pendingChange": None}
 
 
 def test_stop_wait_waits_until_the_vmi_and_its_launcher_are_gone(cluster):
@@ -143,6 +143,27 @@ def test_restart_wait_gets_a_new_vmi_with_its_npus(cluster):
     assert cluster.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"] != old
     (pod,) = launchers(cluster)
     assert pod["metadata"]["name"] != old_pod["metadata"]["name"] and node_npus(cluster) == (2, 2)
+
+
+def test_npus_changed_after_the_start_come_with_a_restart(cluster):
+    """A running VM whose template now asks for 3 NPUs: start --wait judges the NPUs its VMI passes (and warns);
+    restart --wait brings the 3."""
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    cluster.mutate("VirtualMachine", "v1", NS, lambda vm: vm["spec"]["template"]["spec"]["domain"]["devices"]
+                   .update(hostDevices=[{"name": f"npu{i}", "deviceName": CA22} for i in range(3)]))
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "10s", "-o", "json", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "a restart applies them (`vm restart v1 -n vms`)" in r.stderr
+    npus = json.loads(r.stdout)["result"]["state"]["npus"]
+    assert (npus["held"], npus["wanted"], npus["attached"]) == (2, 3, True) and npus["pendingChange"]
+    r = cli("vm", "restart", "v1", "-n", NS, "--wait", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "with 3 NPU(s) attached" in r.stderr and node_npus(cluster) == (3, 1)
+
+
+def test_a_start_without_wait_shows_the_vm_as_it_is_now(cluster):
+    doc = json.loads(cli("vm", "start", "v1", "-n", NS, "-o", "json", server=cluster.url).stdout)
+    assert doc["before"]["printableStatus"] == "Stopped" and doc["result"]["state"]["printableStatus"] == "Running"
 
 
 def test_restart_of_a_stopped_vm_starts_it(cluster):
