@@ -22,7 +22,8 @@ from rblnctl.cli.options import (
 from rblnctl.cli.output import Format
 
 app = typer.Typer(
-    help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, and say why a VM has none.",
+    help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
+         "and start, stop or restart them.",
     no_args_is_help=True,
 )
 
