@@ -100,7 +100,7 @@ class FakeBackend(Backend):
         self.fake = fake
         self.workdir = workdir
         self.kubeconfig = fake.write_kubeconfig(workdir / "kubeconfig")
-        self.api = Api(fake.url, token=fake.token)
+        self.api = Api(fake.url, token=fake.admin_token)
         self._mark = 0
 
     def mark(self) -> None:

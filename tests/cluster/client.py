@@ -18,9 +18,12 @@ from urllib.parse import urlencode
 
 import urllib3
 
+from tests.fakes.apiserver.config import HARNESS_USER_AGENT
 from tests.fakes.apiserver.resources import RESOURCES
 
-USER_AGENT = "rblnctl-tests/harness"
+# What the fake keeps apart from the clients under test (tests/fakes/apiserver/config.py), and what a real
+# server's audit log names the harness by.
+USER_AGENT = HARNESS_USER_AGENT
 
 
 @dataclass(frozen=True)
@@ -148,10 +151,18 @@ class Api:
             page = self.request("GET", self.kinds[kind].path(namespace=namespace),
                                 query={"labelSelector": labels, "fieldSelector": fields, "limit": 500,
                                        "continue": token})
-            out += page.get("items") or []
+            out += self.typed(kind, page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return out
+
+    def typed(self, kind: str, items: list[dict]) -> list[dict]:
+        """A list's items with their ``kind`` and ``apiVersion`` (a server leaves them out of each item)."""
+        k = self.kinds[kind]
+        for item in items:
+            item.setdefault("kind", k.kind)
+            item.setdefault("apiVersion", k.api_version)
+        return items
 
     def create(self, obj: dict, *, dry_run: bool = False) -> dict:
         k = self.kind(obj)
@@ -225,8 +236,9 @@ class Api:
 
     def watch(self, kind: str, namespace: str | None = None, *, resource_version: str | None = None,
               labels: str | None = None, fields: str | None = None, timeout_s: int = 60,
-              bookmarks: bool = False) -> Iterator[dict]:
-        """Yield watch events (dicts with type and object) until the server ends the stream."""
+              bookmarks: bool = False, on_open: Callable[[Any], None] | None = None) -> Iterator[dict]:
+        """Yield watch events (dicts with type and object) until the server ends the stream. ``on_open`` gets the
+        open response: another thread ends a stream blocked in a read with its ``shutdown()``."""
         q = {"watch": "true", "resourceVersion": resource_version, "labelSelector": labels, "fieldSelector": fields,
              "timeoutSeconds": timeout_s, "allowWatchBookmarks": "true" if bookmarks else None}
         q = {k: v for k, v in q.items() if v is not None}
@@ -236,6 +248,8 @@ class Api:
         resp = self._pool.request("GET", f"{self.url}{self.kinds[kind].path(namespace=namespace)}?{urlencode(q)}",
                                   headers=headers, preload_content=False,
                                   timeout=urllib3.Timeout(connect=5, read=timeout_s + 10))
+        if on_open is not None:
+            on_open(resp)
         try:
             if resp.status != 200:
                 raise ApiFailure("WATCH", kind, resp.status, resp.read().decode("utf-8", "replace"))

@@ -34,7 +34,8 @@ What it models (kube-apiserver behaviour, simplified where noted):
   merge on a custom resource and unknown patch types are 415.
 * Deletion: pods on a node are deleted gracefully when ``deletion_delay_s`` (or the pod
   annotation ``fake.rblnctl.io/deletion-delay-s``) is > 0: ``deletionTimestamp`` and
-  ``deletionGracePeriodSeconds`` are set and the pod goes after the delay; unscheduled and
+  ``deletionGracePeriodSeconds`` are set and the pod goes after the delay (``inf``: when a kubelet
+  confirms with a DELETE ``gracePeriodSeconds: 0``, as on a real server); unscheduled and
   finished pods, and ``gracePeriodSeconds: 0``, delete at once. Pods and custom resources answer
   with the object, other kinds with a Success Status. DeleteOptions ``preconditions`` (uid,
   resourceVersion) are checked (409 with the message of rest.BeforeDelete).
@@ -119,6 +120,11 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * The request log: every request is a ``RecordedRequest`` (method, path, query, content type,
   parsed body, headers, status, ``at``: the ``time.monotonic()`` of arrival);
   ``requests_matching(method, path_regex)`` selects some, to count requests or their rate.
+* The test harness (tests/cluster: the simulated operator and kubelets, seeding over HTTP) shares the
+  server without changing what a test observes of the client under test: its requests (User-Agent
+  ``HARNESS_USER_AGENT``) are logged in ``harness_requests`` only, run no ``on_request`` callback and
+  take no injected fault unless the fault's ``client`` names it; with ``admin_token`` (``ADMIN_TOKEN``,
+  the cluster admin) no ``forbid()`` or ``enforce_rbac()`` refuses them.
 * ``on_change`` callbacks run after each committed change, outside the lock, on the thread that
   made it; for an HTTP write that is before the response is sent, so a test can wait for a
   reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.
@@ -156,7 +162,8 @@ Where things are (one concern per module; ``server.py`` composes them):
     meta.py, kubeconfig.py   small helpers; write_kubeconfig()
 """
 
-from tests.fakes.apiserver.config import DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER, VM_NODE_ANNOTATION
+from tests.fakes.apiserver.config import (ADMIN_TOKEN, DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER,
+                                          HARNESS_USER_AGENT, VM_NODE_ANNOTATION)
 from tests.fakes.apiserver.errors import ApiError, conflict, invalid, not_found, status_body
 from tests.fakes.apiserver.patch import (SMP_MERGE_KEYS, SMP_PRIMITIVE_MERGE, PatchError, apply_json_patch,
                                          apply_merge_patch, apply_strategic_merge_patch)
@@ -166,7 +173,8 @@ from tests.fakes.apiserver.selectors import label_selector_matches, parse_field_
 from tests.fakes.apiserver.server import FakeApiServer
 
 __all__ = [
-    "ALL_VERBS", "DELETION_DELAY_ANNOTATION", "FAKE_TOKEN", "FAKE_USER", "RESOURCES", "SMP_MERGE_KEYS",
+    "ADMIN_TOKEN", "ALL_VERBS", "DELETION_DELAY_ANNOTATION", "FAKE_TOKEN", "FAKE_USER", "HARNESS_USER_AGENT",
+    "RESOURCES", "SMP_MERGE_KEYS",
     "SMP_PRIMITIVE_MERGE", "VM_NODE_ANNOTATION", "ApiError", "FakeApiServer", "PatchError", "RecordedRequest",
     "Resource", "apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch", "conflict", "invalid",
     "label_selector_matches", "not_found", "parse_field_selector", "parse_label_selector", "status_body",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes.apiserver import protobuf
+from tests.fakes.apiserver.config import ADMIN_TOKEN
 from tests.fakes.apiserver.discovery import MUX_NOT_FOUND, served_path, discovery
 from tests.fakes.apiserver.errors import ApiError, bad_request, method_not_allowed, status_body, unknown_path
 from tests.fakes.apiserver.faults import Fault
@@ -244,13 +245,14 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self, req: RecordedRequest, path: str) -> tuple[int, Any, dict[str, str]]:
         fake = self.fake
         settings = fake.settings
-        if settings.require_token:
-            # The scheme is case-insensitive, as in the real bearer-token authenticator (the
-            # kubernetes client sends "bearer <token>" for an in-cluster service account).
-            scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
-            if scheme.lower() != "bearer" or token.strip() != settings.token:
-                return 401, status_body(401, "Unauthorized", "Unauthorized"), {}
-        fake._authz.authorize(request_info(req.method, path, req.query))
+        # The scheme is case-insensitive, as in the real bearer-token authenticator (the
+        # kubernetes client sends "bearer <token>" for an in-cluster service account).
+        scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        if settings.require_token and token not in (settings.token, ADMIN_TOKEN):
+            return 401, status_body(401, "Unauthorized", "Unauthorized"), {}
+        if token != ADMIN_TOKEN:  # system:masters: no authorizer refuses the cluster admin
+            fake._authz.authorize(request_info(req.method, path, req.query))
         if self._body_error is not None:
             raise self._body_error
         if path in ("/healthz", "/readyz", "/livez"):

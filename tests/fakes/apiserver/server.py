@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from tests.fakes.apiserver.config import Settings
+from tests.fakes.apiserver.config import ADMIN_TOKEN, Settings
 from tests.fakes.apiserver.discovery import version_info
 from tests.fakes.apiserver.eviction import Evictions
 from tests.fakes.apiserver.faults import UNSET, FaultBook
@@ -148,6 +148,9 @@ class FakeApiServer:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1]) if self.url else 0
 
+    #: The cluster admin's bearer token (config.ADMIN_TOKEN): never refused by forbid() or enforce_rbac().
+    admin_token = ADMIN_TOKEN
+
     def write_kubeconfig(self, path: str | Path, *, context: str = "fake", namespace: str = "default",
                          ca: str | Path | None = None, insecure: bool = False,
                          client_cert: str | Path | None = None, client_key: str | Path | None = None) -> Path:
@@ -246,8 +249,14 @@ class FakeApiServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request so far, in arrival order (the live list)."""
+        """Every request of the clients under test so far, in arrival order (the live list); the test harness's
+        own requests (config.HARNESS_USER_AGENT: simulated operator and kubelets) are in ``harness_requests``."""
         return self._log.requests
+
+    @property
+    def harness_requests(self) -> list[RecordedRequest]:
+        """The test harness's requests (User-Agent config.HARNESS_USER_AGENT), in arrival order."""
+        return self._log.harness_requests
 
     def writes(self) -> list[RecordedRequest]:
         return [r for r in list(self.requests) if r.is_write]
