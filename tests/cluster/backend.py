@@ -99,6 +99,8 @@ class FakeBackend(Backend):
         super().__init__()
         self.fake = fake
         self.workdir = workdir
+        # As on a real server, a pod deleted on a node stays Terminating until its kubelet confirms.
+        fake.deletion_delay_s = float("inf")
         self.kubeconfig = fake.write_kubeconfig(workdir / "kubeconfig")
         self.api = Api(fake.url, token=fake.admin_token)
         self._mark = 0

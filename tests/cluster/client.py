@@ -211,13 +211,18 @@ class Api:
 
     def seed(self, *objs: dict) -> list[dict]:
         """Create each object as a client would, then give it the status it carries (``PUT .../status``): a real
-        server drops status on create (a pod starts Pending) and keeps it only through the subresource."""
+        server drops status on create (a pod starts Pending) and keeps it only through the subresource. An
+        ownerReference naming an object that exists gets that object's uid (a real server gives every object its
+        own; the disruption controller, for one, finds a pod's controller by name and uid)."""
         out = []
         for obj in objs:
             status = obj.get("status")
             body = {k: v for k, v in obj.items() if k != "status"}
             body["metadata"] = {k: v for k, v in obj["metadata"].items()
                                 if k not in ("resourceVersion", "uid", "creationTimestamp", "generation")}
+            if body["metadata"].get("ownerReferences"):
+                body["metadata"]["ownerReferences"] = [self._owned_by(r, body["metadata"].get("namespace"))
+                                                       for r in body["metadata"]["ownerReferences"]]
             created = self.create(body)
             k = self.kind(obj)
             if status and k.status:  # a controller may write status meanwhile (the disruption controller)
@@ -231,6 +236,16 @@ class Api:
                                      {"spec": {"taints": (obj.get("spec") or {}).get("taints")}})
             out.append(created)
         return out
+
+    def _owned_by(self, ref: dict, namespace: str | None) -> dict:
+        k = self.kinds.get(ref.get("kind", ""))
+        if k is None:
+            return ref
+        try:
+            owner = self.get(k.kind, ref["name"], namespace if k.namespaced else None)
+        except ApiFailure:
+            return ref
+        return {**ref, "uid": owner["metadata"]["uid"]} if owner else ref
 
     # ---- watch -------------------------------------------------------------------------------------
 

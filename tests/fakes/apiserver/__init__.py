@@ -47,8 +47,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
   reason, message prefixed ``admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied
   the request: ``; eviction.py), then
   PodDisruptionBudgets (minAvailable/maxUnavailable,
-  int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
-  real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.
+  int or percent; expected count from the owning controllers' ``spec.replicas``, found by name and uid
+  as the disruption controller finds them; one it cannot find is the real server's "still being
+  processed" 429 with Retry-After 10), 429 with the real message and ``DisruptionBudget`` cause, else
+  201 and a (graceful) delete.
 * Pods on nodes, simplified to what a test drives (pods.py): ``kubelet`` (a callable attribute)
   is called with every pod that appears with ``spec.nodeName`` or gets one (created, seeded, or
   bound with ``POST pods/NAME/binding``, which answers 201 Success or 409 ``pod p is already
