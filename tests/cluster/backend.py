@@ -10,7 +10,9 @@ A ``Backend`` is what a scenario needs from a cluster, whichever serves it:
   the fake's fault injection, a TLS proxy in front of the real server (tests/envtest/proxy.py);
 * ``user_kubeconfig(roles)``: a kubeconfig whose user holds exactly these Roles/ClusterRoles: the fake's
   enforce_rbac, a ServiceAccount bound to them with a TokenRequest token on the real server;
-* ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed).
+* ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed);
+* ``operator(release=...)``: the simulated RBLN NPU operator (tests/fakes/operator.py), acting over HTTP;
+* every simulation a backend started is stopped by ``close()`` (after each test).
 
 ``FakeBackend`` and ``RealBackend`` implement it; the ``backend`` fixture (tests/envtest/fixtures.py) gives
 each scenario both, the real one marked ``envtest``.
@@ -50,7 +52,7 @@ class Backend:
     workdir: Path
 
     def __init__(self) -> None:
-        self._kubelets: list[SimKubelet] = []
+        self._kubelets: list[Any] = []  # every simulation started here (kubelets, operators), stopped by close()
         self._users = itertools.count(1)
 
     # ---- the CLI ---------------------------------------------------------------------------------
@@ -72,8 +74,16 @@ class Backend:
         self._kubelets.append(k)
         return k
 
+    def operator(self, **kw: Any) -> Any:
+        """The simulated operator (tests/fakes/operator.py), started; ``kw`` as SimulatedOperator takes them."""
+        from tests.fakes.operator import SimulatedOperator
+
+        op = SimulatedOperator(self, **kw)
+        self._kubelets.append(op)
+        return op.start()
+
     def close(self) -> None:
-        for k in self._kubelets:
+        for k in reversed(self._kubelets):
             k.stop()
         self._kubelets.clear()
 

@@ -440,6 +440,8 @@ class SimulatedOperator:
             want = o.daemonset(self.namespace, ds_name, labels=labels,
                                node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"}, desired=0, ready=0)
             want["metadata"].setdefault("annotations", {})[COMPONENT_ANNOTATION] = comp
+            # a container name is a DNS label: rbln-driver-ubuntu22.04 is not (a real server refuses it)
+            want["spec"]["template"]["spec"]["containers"][0]["name"] = comp
             try:
                 ds = self.api.seed(want)[0]
             except ApiFailure as e:
