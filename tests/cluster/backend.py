@@ -12,6 +12,7 @@ A ``Backend`` is what a scenario needs from a cluster, whichever serves it:
   enforce_rbac, a ServiceAccount bound to them with a TokenRequest token on the real server;
 * ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed);
 * ``operator(release=...)``: the simulated RBLN NPU operator (tests/fakes/operator.py), acting over HTTP;
+* ``replicaset(ns, name, node=...)``: a ReplicaSet's replacements, bound to a node (tests/cluster/replicaset.py);
 * every simulation a backend started is stopped by ``close()`` (after each test).
 
 ``FakeBackend`` and ``RealBackend`` implement it; the ``backend`` fixture (tests/envtest/fixtures.py) gives
@@ -73,6 +74,14 @@ class Backend:
         k = SimKubelet(self.api, nodes, **kw).start()
         self._kubelets.append(k)
         return k
+
+    def replicaset(self, namespace: str, name: str, *, node: str, template: dict) -> Any:
+        """Keep the ReplicaSet's pods at spec.replicas, replacements bound to `node` (tests/cluster/replicaset.py)."""
+        from tests.cluster.replicaset import ReplicaSetSim
+
+        rs = ReplicaSetSim(self.api, namespace, name, node=node, template=template)
+        self._kubelets.append(rs)
+        return rs.start()
 
     def operator(self, **kw: Any) -> Any:
         """The simulated operator (tests/fakes/operator.py), started; ``kw`` as SimulatedOperator takes them."""

@@ -8,7 +8,8 @@ any backend (the fake or a real server), from a watch of pods:
 * a pod bound to one of its nodes is reported Running and Ready (containerStatuses running, the kubelet's
   conditions), after ``ready_delay_s``; annotations steer one pod: ``HOLD`` keeps it Pending (no container
   started, as a pod waiting for an image), ``NOT_READY`` reports it Running but not Ready, ``EXTERNAL`` leaves
-  its status to another simulation (the simulated operator's component pods);
+  its status to another simulation (the simulated operator's component pods), ``HOLD_DELETION`` keeps it
+  Terminating once deleted, until the annotation is removed;
 * a pod of its nodes with a ``deletionTimestamp`` is deleted for good (``gracePeriodSeconds: 0``, guarded
   by the pod's uid) after ``deletion_delay_s``, as the kubelet does once the containers stopped;
 * with ``heartbeat_s`` > 0 each node's Ready condition gets a fresh ``lastHeartbeatTime`` that often.
@@ -29,6 +30,8 @@ from tests.cluster.watcher import Watcher
 
 HOLD = "kubelet.test.rblnctl.io/hold"  # "true": the pod stays Pending
 NOT_READY = "kubelet.test.rblnctl.io/not-ready"  # "true": Running, never Ready
+# "true": a deleted pod stays Terminating (its containers never stop) until the annotation goes
+HOLD_DELETION = "kubelet.test.rblnctl.io/hold-deletion"
 # "true": another simulation reports the pod's status (the simulated operator its component pods); the kubelet
 # only confirms its graceful deletion.
 EXTERNAL = "kubelet.test.rblnctl.io/external"
@@ -128,7 +131,8 @@ class SimKubelet:
         ann = md.get("annotations") or {}
         status = pod.get("status") or {}
         if md.get("deletionTimestamp"):
-            self._later(self.deletion_delay_s, key, self._finish_deletion, md.get("uid"))
+            if ann.get(HOLD_DELETION) != "true":
+                self._later(self.deletion_delay_s, key, self._finish_deletion, md.get("uid"))
         elif status.get("phase") in (None, "", "Pending") and ann.get(HOLD) != "true" and \
                 ann.get(EXTERNAL) != "true":
             self._later(self.ready_delay_s, key, self._run, ann.get(NOT_READY) != "true")

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from tests.cluster.client import ApiFailure
+from tests.cluster.kubelet import HOLD, HOLD_DELETION
 from tests.envtest.crds import later_policy_crd
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER, V0_3_0
@@ -146,3 +147,88 @@ def test_set_mode_vm_and_back(backend, release, policy_crd):
     assert n["status"]["allocatable"].get(resource) == "2"
     assert not [k for k in n["status"]["allocatable"] if k.endswith(("_PF", "_PT"))]
     assert kubelet.errors == [] and op.errors == []
+
+
+# ---- drain: budgets, graceful deletion ------------------------------------------------------------------------
+
+
+def npu_pod(name: str, node: str, *, app: str = "web", owner: str | None = "web", annotations=None) -> dict:
+    return o.pod(NS, name, node=node, labels={"app": app}, owner_kind="ReplicaSet" if owner else None,
+                 owner_name=owner, requests={"rebellions.ai/npu": "1"}, annotations=annotations)
+
+
+def settle_budget(backend, name: str) -> None:
+    """On a real server, until the disruption controller has computed the budget's status (the fake computes it at
+    each eviction): a drain started before then meets 429 "still being processed" first (rblnctl backs off and
+    tries again, as for any budget refusal), which would only make the scenario slower."""
+    if backend.name == "real":
+        backend.api.wait_for(lambda: (backend.api.get("PodDisruptionBudget", name, NS).get("status") or {}).get(
+            "observedGeneration"), timeout_s=30, message=f"the disruption controller to compute budget {name}")
+
+
+def test_drain_is_paced_by_a_budget_through_the_disruption_controller(backend):
+    """A ReplicaSet of 3 (two NPU pods on n1, one on n2) under maxUnavailable 1: the first eviction is allowed, the
+    second is refused (429, the budget's own words) until the first pod's replacement runs Ready on n2, then allowed
+    on rblnctl's retry. A Pending NPU pod (no kubelet ever reported it) is evicted at once whatever the budget says."""
+    backend.api.seed(o.npu_node("n1"), o.npu_node("n2"), o.replicaset(NS, "web", labels={"app": "web"}, replicas=3),
+                     npu_pod("web-a", "n1"), npu_pod("web-b", "n1"), npu_pod("web-c", "n2"))
+    backend.api.seed(o.replicaset(NS, "batch", labels={"app": "batch"}, replicas=2),
+                     npu_pod("batch-ok", "n2", app="batch", owner="batch"))
+    pending = npu_pod("batch-new", "n1", app="batch", owner="batch", annotations={HOLD: "true"})
+    pending.pop("status")
+    backend.api.seed(pending)
+    backend.kubelet(["n1", "n2"])
+    rs = backend.replicaset(NS, "web", node="n2", template=npu_pod("tpl", "n2"))
+    budget = o.pdb(NS, "web", selector={"app": "web"}, max_unavailable=1)
+    batch = o.pdb(NS, "batch", selector={"app": "batch"}, min_available=1)  # 1 healthy of 1: nothing may go
+    for b in (budget, batch):
+        b.pop("status")
+        backend.api.create(b)
+        settle_budget(backend, b["metadata"]["name"])
+    backend.mark()
+    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "60s", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    evicted = sorted(p["name"] for p in json.loads(r.stdout)["result"]["evicted"])
+    assert evicted == ["batch-new", "web-a", "web-b"]
+    refusals = [line for line in r.stderr.splitlines() if "PodDisruptionBudget refuses" in line]
+    assert refusals and all("team-a/web-" in line for line in refusals), r.stderr  # batch-new never waited
+    assert any("needs 2 healthy pods and has 2 currently" in line for line in refusals), r.stderr
+    assert rs.created[:1] == ["web-r0"] and rs.errors == []
+    assert sorted(p["metadata"]["name"] for p in backend.api.list("Pod", NS, fields="spec.nodeName=n1")) == []
+    assert node(backend)["spec"]["unschedulable"] is True  # drain leaves the node cordoned, like kubectl
+    evictions = [w for w in backend.writes() if w.path.endswith("/eviction")]
+    assert len([w for w in evictions if "/web-" in w.path]) >= 3  # one allowed, one refused then allowed
+    assert len([w for w in evictions if "/batch-new/" in w.path]) == 1
+
+
+def test_a_budget_the_controller_cannot_compute_holds_the_drain_until_its_timeout(backend):
+    """Pods owned by a ReplicaSet that does not exist: the disruption controller never computes the budget, and
+    every eviction is 429 "still being processed" (Retry-After 10). rblnctl backs off, tries last at the deadline
+    and fails naming the budget's words; the node is left cordoned with the pod still there."""
+    backend.api.seed(o.npu_node("n1"), npu_pod("orphan", "n1", owner="gone"))
+    backend.kubelet(["n1"])
+    b = o.pdb(NS, "orphan", selector={"app": "web"}, min_available="50%")
+    b.pop("status")
+    backend.api.create(b)
+    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "3s")
+    assert r.exit_code == 5, r.stderr
+    assert "still being processed by the server" in r.stderr and "team-a/orphan" in r.stderr, r.stderr
+    assert backend.api.get("Pod", "orphan", NS)["metadata"].get("deletionTimestamp") is None
+
+
+def test_a_drained_pod_stays_terminating_until_its_kubelet_confirms(backend):
+    """Eviction is a graceful deletion: the pod keeps its deletionTimestamp until the kubelet confirms (DELETE
+    gracePeriodSeconds 0). rblnctl waits for that, not for the eviction's 201: held, it times out naming the pod;
+    released, the pod goes and a second drain has nothing left to do."""
+    backend.api.seed(o.npu_node("n1"), o.replicaset(NS, "web", labels={"app": "web"}, replicas=1),
+                     npu_pod("slow", "n1", annotations={HOLD_DELETION: "true"}))
+    backend.kubelet(["n1"])
+    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "2s")
+    assert r.exit_code == 5, r.stderr
+    assert "team-a/slow" in r.stderr and "evicted team-a/slow" in r.stderr, r.stderr
+    pod = backend.api.get("Pod", "slow", NS)
+    assert pod["metadata"]["deletionTimestamp"] and pod["metadata"]["deletionGracePeriodSeconds"] == 30
+    backend.api.patch("Pod", "slow", {"metadata": {"annotations": {HOLD_DELETION: None}}}, NS)
+    backend.api.wait_for(lambda: backend.api.get("Pod", "slow", NS) is None, message="the kubelet to confirm")
+    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "10s")
+    assert r.exit_code == 0, r.stderr
