@@ -5,7 +5,9 @@ with exponential backoff (1 s doubling to 10 s, the last wait cut so the final t
 deadline) and reported live; a 404 means the pod is already gone. KubeVirt's eviction webhook
 answers 429 too (see `kubevirt_denial`): when it started a live migration instead, the wait is for the
 VMI to leave the node; when it refuses for good (the VM cannot migrate), the drain fails at once
-(Refused) naming the VM. The wait for the pods to leave is
+(Refused) naming the VM. An eviction whose reply is lost (a dropped connection, a 504) is never re-sent
+blindly: the pod is read back, and one that is gone, replaced or terminating was evicted; otherwise the
+eviction is sent again (LOST_REPLY_ATTEMPTS in all). The wait for the pods to leave is
 one watch of the node's pods (fieldSelector spec.nodeName: one LIST, then one stream, reopened when
 the server ends it), whatever the number of pods, and ends the moment the last one is gone; where
 watching is not allowed it lists the node's pods once per round instead. A pod has left when it is
@@ -25,8 +27,9 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
-from rblnctl.errors import ClusterError, NotFound, RblnError, Refused, WaitTimeout
+from rblnctl.errors import ClusterError, NotFound, OutcomeUnknown, RblnError, Refused, WaitTimeout
 from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key
+from rblnctl.kube.replies import outcome_unknown
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -35,6 +38,9 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START_S = 1.0
 BACKOFF_CAP_S = 10.0
+# An eviction whose reply is lost is settled by reading the pod back; one that did not land is sent again, this
+# many times in all before the outcome stays unknown.
+LOST_REPLY_ATTEMPTS = 3
 
 
 # What kube-apiserver puts before an admission webhook's denial message (kubernetes/apiserver@v0.35.0
@@ -158,6 +164,7 @@ class Evictor:
         another eviction failed. Raises Refused when KubeVirt's webhook refuses for good."""
         delay = BACKOFF_START_S
         attempt = 0
+        lost_replies = 0
         while not stop.is_set():
             try:
                 self._send(p)
@@ -166,6 +173,18 @@ class Evictor:
                 self.events.on_evicted(p)
                 return True
             except ClusterError as e:
+                if outcome_unknown(e) and not self.options.server_dry_run:
+                    lost_replies += 1
+                    if self._landed(p, e):
+                        self.events.on_warning(f"the reply to evicting {p} was lost; read back, the pod is going: "
+                                               "evicted")
+                        self.events.on_evicted(p)
+                        return True
+                    if lost_replies >= LOST_REPLY_ATTEMPTS or self.clock.monotonic() >= deadline:
+                        raise
+                    self.events.on_warning(f"the reply to evicting {p} was lost; read back, it did not land: "
+                                           "sending it again")
+                    continue
                 if e.status != 429:
                     raise
                 denial = kubevirt_denial(e)
@@ -190,6 +209,19 @@ class Evictor:
             self.events.on_evicted(p)
             return True
         return False
+
+    def _landed(self, p: PodRef, lost: ClusterError) -> bool:
+        """After an eviction whose reply was lost: whether it landed, from the pod as the server holds it (gone,
+        replaced by a pod of another UID, or terminating). OutcomeUnknown when the pod cannot be read either."""
+        try:
+            current = self.kube.get(PODS, p.name, namespace=p.namespace)
+        except NotFound:
+            return True
+        except ClusterError as e:
+            raise OutcomeUnknown(f"{lost}; reading pod {p} back to see whether the eviction landed failed too: {e}") \
+                from lost
+        md = current.get("metadata") or {}
+        return bool((p.uid and md.get("uid") != p.uid) or md.get("deletionTimestamp"))
 
     def _send(self, p: PodRef) -> None:
         options: dict[str, Any] = {}

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
+from rblnctl.errors import Forbidden, InvalidInput, NotFound, OutcomeUnknown, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
 from rblnctl.node.evict import Evictor
@@ -245,6 +245,41 @@ def test_404_during_eviction_counts_as_gone(apiserver, kube):
     drainer = drainer_for(kube, poll_s=0.01)
     res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"]
+
+
+def test_an_eviction_whose_reply_is_lost_is_read_back_not_sent_again(apiserver, kube):
+    """Applied, reply lost: the pod is read back (terminating) and counts as evicted; one eviction was sent."""
+    apiserver.deletion_delay_s = 0.2
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", lose_reply=True)
+    warnings: list[str] = []
+    drainer = drainer_for(kube, events=NodeEvents(on_warning=warnings.append))
+    res = drainer.apply(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["npu-app"]
+    assert len(apiserver.requests_matching("POST", "/eviction$")) == 1
+    assert any("reply to evicting default/npu-app was lost" in w and "evicted" in w for w in warnings)
+
+
+def test_an_eviction_lost_before_it_landed_is_sent_again(apiserver, kube):
+    """The connection dropped before the server handled it: read back, the pod is untouched, so it is sent again."""
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", drop=True)
+    drainer = drainer_for(kube)
+    res = drainer.apply(drainer.plan("n1"))
+    assert [p.name for p in res.evicted] == ["npu-app"]
+    sent = apiserver.requests_matching("POST", "/eviction$")
+    assert len(sent) == 2 and [r.applied for r in sent] == [False, True]
+
+
+def test_an_eviction_whose_outcome_cannot_be_read_back_stays_unknown(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    drainer = drainer_for(kube)
+    plan = drainer.plan("n1")
+    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", lose_reply=True)
+    apiserver.inject_fault(method="GET", path="/pods/npu-app$", status=503, times=20)
+    with pytest.raises(OutcomeUnknown) as exc:
+        drainer.apply(plan)
+    assert "reading pod default/npu-app back" in str(exc.value)
 
 
 def test_other_eviction_errors_propagate(apiserver, kube):
