@@ -11,6 +11,8 @@ what it wrote is what the server saw (the fake's request log, the real server's 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -31,21 +33,37 @@ PRODUCT = "RBLN-CA25"
 
 
 @pytest.fixture
-def policy_crd(request):
-    """The RBLNClusterPolicy CRD of the release under test on a real server: v0.3.0's chart CRD is installed for the
-    session; a later release's policy (no rblnDaemon, which v0.3.0 requires) needs the later operator's CRD
-    (tests/envtest/crds.later_policy_crd), swapped in for the test and back after it."""
-    backend, release = request.getfixturevalue("backend"), request.getfixturevalue("release")
-    if backend.name != "real" or release is V0_3_0:
-        yield
-        return
-    api = backend.api
-    v030 = api.get("CustomResourceDefinition", "rblnclusterpolicies.rebellions.ai")
-    _swap_crd(api, later_crd(v030), accepts=True)
-    try:
-        yield
-    finally:
-        _swap_crd(api, v030, accepts=False)
+def npu_cluster(backend):
+    """``npu_cluster(release, ...)``: the release's operator Deployment and policy, NPU nodes (RBLN-CA25, which both
+    layouts' resource names cover) in container mode as the release's operator leaves them, a ReplicaSet's NPU pod
+    on the first node; a kubelet for the nodes and the release's operator, converged. Returns (kubelet, operator).
+
+    On a real server the RBLNClusterPolicy CRD must be the release's: the session's is v0.3.0's chart CRD; a later
+    release's policy (no rblnDaemon, which v0.3.0 requires) needs the later operator's (``later_crd``), swapped in
+    for the test and back after it."""
+    swapped: list[dict] = []
+
+    def make(release, *, policy: dict | None = None, nodes=("n1",), workload=True, **op_kw):
+        if backend.name == "real" and release is not V0_3_0 and not swapped:
+            v030 = backend.api.get("CustomResourceDefinition", "rblnclusterpolicies.rebellions.ai")
+            _swap_crd(backend.api, later_crd(v030), accepts=True)
+            swapped.append(v030)
+        policy = policy or release.policy(**HYBRID)
+        backend.api.seed(release.operator_deployment(), policy,
+                         *[o.npu_node(n, release=release, policy=policy, product=PRODUCT) for n in nodes])
+        if workload:
+            backend.api.seed(o.replicaset(NS, "web", labels={"app": "web"}, replicas=1))
+            backend.api.seed(o.pod(NS, "npu-app", node=nodes[0], labels={"app": "web"}, owner_kind="ReplicaSet",
+                                   owner_name="web", requests={release.container_resource(policy, PRODUCT): "1"}))
+        kubelet = backend.kubelet(nodes)
+        op = backend.operator(release=release, **op_kw)
+        assert op.wait_idle(15), op.errors
+        return kubelet, op
+
+    yield make
+    if swapped:
+        backend.close()  # the operator and kubelets first: nothing may write a policy under the old CRD
+        _swap_crd(backend.api, swapped[0], accepts=False)
 
 
 def later_crd(v030: dict) -> dict:
@@ -83,23 +101,6 @@ def _swap_crd(api, crd: dict, *, accepts: bool) -> None:
     api.wait_for(validating, timeout_s=30, message="the swapped RBLNClusterPolicy CRD to validate")
 
 
-def npu_cluster(backend, release, *, policy: dict | None = None, nodes=("n1",), workload=True, **op_kw):
-    """The release's operator Deployment and a policy, NPU nodes (RBLN-CA25, which both layouts' resource names
-    cover) in container mode as the release's operator leaves them, a ReplicaSet's NPU pod on the first node; a
-    kubelet for the nodes and the release's operator, converged."""
-    policy = policy or release.policy(**HYBRID)
-    backend.api.seed(release.operator_deployment(), policy,
-                     *[o.npu_node(n, release=release, policy=policy, product=PRODUCT) for n in nodes])
-    if workload:
-        backend.api.seed(o.replicaset(NS, "web", labels={"app": "web"}, replicas=1))
-        backend.api.seed(o.pod(NS, "npu-app", node=nodes[0], labels={"app": "web"}, owner_kind="ReplicaSet",
-                               owner_name="web", requests={release.container_resource(policy, PRODUCT): "1"}))
-    kubelet = backend.kubelet(nodes)
-    op = backend.operator(release=release, **op_kw)
-    assert op.wait_idle(15), op.errors
-    return kubelet, op
-
-
 def node(backend, name="n1") -> dict:
     return backend.api.get("Node", name)
 
@@ -114,11 +115,11 @@ def run(backend, *args, **kw):
 
 
 @pytest.mark.parametrize("release", [NEWER, V0_3_0], ids=lambda r: r.name)
-def test_set_mode_vm_and_back(backend, release, policy_crd):
+def test_set_mode_vm_and_back(backend, release, npu_cluster):
     """NEWER: to vm and back, converging each way (the NPU pod evicted first, the node uncordoned last). V0_3_0:
     to vm is refused before any write (its sandbox plugin never leaves Init on a vm node); forced, the wait times out
     with the plugin stuck; back to container converges."""
-    kubelet, op = npu_cluster(backend, release)
+    kubelet, op = npu_cluster(release)
     backend.mark()
     if release is NEWER:
         r = run(backend, "node", "set-mode", "vm", "n1", "--yes", "--timeout", "60s", "-o", "json")
@@ -177,7 +178,8 @@ def test_drain_is_paced_by_a_budget_through_the_disruption_controller(backend):
     pending = npu_pod("batch-new", "n1", app="batch", owner="batch", annotations={HOLD: "true"})
     pending.pop("status")
     backend.api.seed(pending)
-    backend.kubelet(["n1", "n2"])
+    backend.kubelet(["n1"])
+    backend.kubelet(["n2"], ready_delay_s=2.0)  # a replacement runs Ready 2 s after it was created
     rs = backend.replicaset(NS, "web", node="n2", template=npu_pod("tpl", "n2"))
     budget = o.pdb(NS, "web", selector={"app": "web"}, max_unavailable=1)
     batch = o.pdb(NS, "batch", selector={"app": "batch"}, min_available=1)  # 1 healthy of 1: nothing may go
@@ -232,3 +234,99 @@ def test_a_drained_pod_stays_terminating_until_its_kubelet_confirms(backend):
     backend.api.wait_for(lambda: backend.api.get("Pod", "slow", NS) is None, message="the kubelet to confirm")
     r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "10s")
     assert r.exit_code == 0, r.stderr
+
+
+# ---- two runs at once ------------------------------------------------------------------------------------------
+
+
+def rblnctl_process(backend, *args: str) -> subprocess.Popen:
+    """rblnctl in a process of its own (two in-process runs would share sys.stdout), on the backend's kubeconfig."""
+    return subprocess.Popen([sys.executable, "-m", "rblnctl", "--kubeconfig", str(backend.cli_kubeconfig), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_node_lock_lets_one_of_two_runs_at_once_through(backend, npu_cluster):
+    """A switch to vm holds the node's Lease while it waits for a slow vfio-manager; a second run at that moment,
+    forced and to the other mode, is refused naming the holder and writes nothing; the first then finishes and
+    gives the lock back."""
+    npu_cluster(NEWER, component_delays={"vfio-manager": 6.0})
+    lease = ("Lease", "rblnctl-node-n1", "rbln-system")
+    first = rblnctl_process(backend, "node", "set-mode", "vm", "n1", "--yes", "--timeout", "90s")
+    try:
+        backend.api.wait_for(lambda: node(backend)["metadata"]["labels"].get(MODE) == "vm-passthrough",
+                             timeout_s=60, message="the first run to relabel (it then waits, holding the lock)")
+        holder = backend.api.get(*lease)["spec"]["holderIdentity"]
+        assert holder.startswith("rblnctl@") and f"pid {first.pid}: set-mode" in holder
+        backend.mark()
+        r = run(backend, "node", "set-mode", "container", "n1", "--yes", "--force", "--timeout", "30s")
+        assert r.exit_code == 1, r.stderr
+        assert "locked by rblnctl@" in r.stderr and f"pid {first.pid}" in r.stderr, r.stderr
+        assert backend.writes() == []
+        out, err = first.communicate(timeout=90)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 0, err
+    assert backend.api.get(*lease) is None
+    n = node(backend)
+    assert n["metadata"]["labels"][MODE] == "vm-passthrough" and not n["spec"].get("unschedulable")
+
+
+# ---- dry runs --------------------------------------------------------------------------------------------------
+
+
+def test_a_dry_run_writes_nothing_and_a_server_dry_run_stores_nothing(backend, npu_cluster):
+    """--dry-run: the plan, and not one write request (the real server's audit log is the judge there).
+    --dry-run=server: every write sent with dryRun=All, admitted and validated, nothing stored."""
+    npu_cluster(NEWER)
+    before = node(backend)
+    backend.mark()
+    for args in (("node", "set-mode", "vm", "n1", "--dry-run"), ("node", "drain", "n1", "--dry-run")):
+        r = run(backend, *args)
+        assert r.exit_code == 0, r.stderr
+    assert backend.writes() == []
+    for args in (("node", "set-mode", "vm", "n1", "--dry-run=server", "--yes"),
+                 ("node", "drain", "n1", "--dry-run=server", "--yes")):
+        backend.mark()
+        r = run(backend, *args)
+        assert r.exit_code == 0, r.stderr
+        writes = backend.writes()
+        assert writes and all(w.dry_run for w in writes), writes
+        assert {w.verb for w in writes} >= {"create", "patch"}
+    after = node(backend)
+    for part in ("labels", "annotations"):
+        assert after["metadata"].get(part) == before["metadata"].get(part)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert backend.api.get("Lease", "rblnctl-node-n1", "rbln-system") is None
+    assert backend.api.get("Pod", "npu-app", NS)["metadata"].get("deletionTimestamp") is None
+
+
+# ---- lost replies ----------------------------------------------------------------------------------------------
+
+
+def test_node_writes_whose_replies_are_lost_are_settled_by_reading_back(backend, npu_cluster):
+    """Every node write of a switch (record, cordon, relabel, uncordon) is applied and its reply lost: rblnctl reads
+    the node back each time, sees it landed, goes on, and never sends it again."""
+    npu_cluster(NEWER)
+    backend.lose_reply("PATCH", r"^/api/v1/nodes/n1$", times=4)
+    backend.mark()
+    r = run(backend, "node", "set-mode", "vm", "n1", "--yes", "--timeout", "60s")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count("was lost") >= 4, r.stderr
+    patches = [w for w in backend.writes() if w.verb == "patch" and w.path == "/api/v1/nodes/n1"]
+    assert len(patches) == 4
+    n = node(backend)
+    assert n["metadata"]["labels"][MODE] == "vm-passthrough" and not n["spec"].get("unschedulable")
+    assert RECORD not in (n["metadata"].get("annotations") or {})
+
+
+def test_an_eviction_whose_reply_is_lost_is_settled_by_reading_back(backend, npu_cluster):
+    npu_cluster(NEWER)
+    backend.lose_reply("POST", r"/namespaces/team-a/pods/npu-app/eviction$")
+    backend.mark()
+    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "60s", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    assert [p["name"] for p in json.loads(r.stdout)["result"]["evicted"]] == ["npu-app"]
+    assert len([w for w in backend.writes() if w.path.endswith("/npu-app/eviction")]) == 1
+    assert backend.api.get("Pod", "npu-app", NS) is None
