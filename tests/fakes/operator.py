@@ -248,7 +248,7 @@ class SimulatedOperator:
                 snap = self._snapshot()
                 for node in snap.nodes:
                     self._converge(node, policy, snap)
-                self._sync_daemonsets()
+                self._sync_daemonsets(snap)
                 self._sync_device_classes(policy)
             except _Retry:
                 self._kick()
@@ -516,7 +516,10 @@ class SimulatedOperator:
                 o.set_pod_ready(q, True)
 
         self.api.mutate("Pod", pod_name, self.namespace, edit, sub="status")
-        self._step_quietly()
+        if self.auto:
+            self._kick()  # one reconcile for every pod that became Ready meanwhile
+        else:
+            self._step_quietly()
 
     def _publish(self, node_name: str, comp: str, policy: dict, snap: _Snapshot) -> None:
         """The device plugin of the node's current mode registered: advertise its resource."""
@@ -577,9 +580,10 @@ class SimulatedOperator:
             existing["spec"]["devices"] = devices
             snap.slices[name] = self.api.update(existing)
 
-    def _sync_daemonsets(self) -> None:
-        pods = self.api.list("Pod", self.namespace)
-        for ds in self.api.list("DaemonSet", self.namespace):
+    def _sync_daemonsets(self, snap: _Snapshot) -> None:
+        """Each DaemonSet's status from its pods as this step leaves them (the snapshot follows its own writes)."""
+        pods = list(snap.pods.values())
+        for ds in list(snap.daemonsets.values()):
             comp = ((ds["metadata"].get("annotations")) or {}).get(COMPONENT_ANNOTATION)
             if comp not in ALL_COMPONENTS:
                 continue
@@ -588,8 +592,9 @@ class SimulatedOperator:
             ready = sum(1 for p in mine if self._is_ready(p))
             want = o.daemonset_status(len(mine), ready, ds["metadata"].get("generation", 1))
             if _nonzero(ds.get("status")) != _nonzero(want):  # a real server omits most zero counts
+                ds = copy.deepcopy(ds)
                 ds["status"] = want
-                self.api.update(ds, sub="status")
+                snap.daemonsets[ds["metadata"]["name"]] = self.api.update(ds, sub="status")
 
     @staticmethod
     def _owner_name(pod: dict) -> str | None:
