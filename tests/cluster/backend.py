@@ -12,6 +12,7 @@ A ``Backend`` is what a scenario needs from a cluster, whichever serves it:
   enforce_rbac, a ServiceAccount bound to them with a TokenRequest token on the real server;
 * ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed);
 * ``operator(release=...)``: the simulated RBLN NPU operator (tests/fakes/operator.py), acting over HTTP;
+* ``host_kubelet(default=ROOT)``: runs rblnctl's host pods on simulated host trees, serves their logs as a kubelet;
 * ``replicaset(ns, name, node=...)``: a ReplicaSet's replacements, bound to a node (tests/cluster/replicaset.py);
 * every simulation a backend started is stopped by ``close()`` (after each test).
 
@@ -82,6 +83,14 @@ class Backend:
         rs = ReplicaSetSim(self.api, namespace, name, node=node, template=template)
         self._kubelets.append(rs)
         return rs.start()
+
+    def host_kubelet(self, **kw: Any) -> Any:
+        """The kubelet of rblnctl's host pods (tests/fakes/hostkubelet.py), started; ``kw`` as HostKubelet takes."""
+        from tests.fakes.hostkubelet import HostKubelet
+
+        k = HostKubelet(self, **kw)
+        self._kubelets.append(k)
+        return k.start()
 
     def operator(self, **kw: Any) -> Any:
         """The simulated operator (tests/fakes/operator.py), started; ``kw`` as SimulatedOperator takes them."""
