@@ -123,3 +123,22 @@ def test_a_budget_whose_controller_cannot_be_found_is_still_being_processed(clus
     assert (code, body["reason"]) == (429, "TooManyRequests")
     assert cause(body) == "The disruption budget agent is still being processed by the server."
     assert body["details"]["retryAfterSeconds"] == 10
+
+
+def test_an_unready_pod_goes_past_its_budget_only_while_some_pods_must_stay_healthy(cluster):
+    """The IfHealthyBudget shortcut (an unready pod may go while the budget holds) needs desiredHealthy > 0: under
+    maxUnavailable 100% nothing must stay healthy, and an unready pod is judged by disruptionsAllowed like any."""
+    cluster.api.seed(o.replicaset(NS, "warm", labels={"app": "warm"}, replicas=2))
+    for name in ("warm-0", "warm-1"):
+        cluster.api.seed(o.pod(NS, name, node="n1", labels={"app": "warm"}, owner_kind="ReplicaSet",
+                               owner_name="warm", ready=False))
+    budget(cluster, "warm", selector={"app": "warm"}, max_unavailable="100%")
+    code, body = evict(cluster, "warm-0")
+    assert code == 429 and cause(body) == "The disruption budget warm needs 0 healthy pods and has 0 currently"
+    cluster.api.seed(o.replicaset(NS, "cold", labels={"app": "cold"}, replicas=2))
+    cluster.api.seed(o.pod(NS, "cold-0", node="n1", labels={"app": "cold"}, owner_kind="ReplicaSet",
+                           owner_name="cold", ready=False),
+                     o.pod(NS, "cold-1", node="n1", labels={"app": "cold"}, owner_kind="ReplicaSet",
+                           owner_name="cold"))
+    budget(cluster, "cold", selector={"app": "cold"}, min_available=1)  # 1 healthy, 1 needed: the shortcut
+    assert evict(cluster, "cold-0") == (201, None)
