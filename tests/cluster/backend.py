@@ -47,6 +47,20 @@ class Write:
     dry_run: bool
 
 
+def harness_client(cluster: Any) -> tuple[Api, Any]:
+    """The harness's client for `cluster` (a FakeApiServer, a Backend or an Api) and the FakeApiServer behind it (None
+    on a real server): a simulation acts through the first and, on the fake, reacts through the second's synchronous
+    hooks (on_change, kubelet), which run before the reply of the write that caused them."""
+    if isinstance(cluster, Api):
+        return cluster, None
+    fake = getattr(cluster, "fake", None)
+    if fake is not None:  # a FakeBackend
+        return cluster.api, fake
+    if hasattr(cluster, "on_change") and hasattr(cluster, "admin_token"):  # a FakeApiServer
+        return Api(cluster.url, token=cluster.admin_token), cluster
+    return cluster.api, None  # a RealBackend
+
+
 class Backend:
     name: str
     api: Api

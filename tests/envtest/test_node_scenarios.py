@@ -215,7 +215,7 @@ def test_a_budget_the_controller_cannot_compute_holds_the_drain_until_its_timeou
     b = o.pdb(NS, "orphan", selector={"app": "web"}, min_available="50%")
     b.pop("status")
     backend.api.create(b)
-    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "3s")
+    r = run(backend, "node", "drain", "n1", "--yes", "--timeout", "2s")
     assert r.exit_code == 5, r.stderr
     assert "still being processed by the server" in r.stderr and "team-a/orphan" in r.stderr, r.stderr
     assert backend.api.get("Pod", "orphan", NS)["metadata"].get("deletionTimestamp") is None
@@ -249,10 +249,10 @@ def rblnctl_process(backend, *args: str) -> subprocess.Popen:
 
 
 def test_the_node_lock_lets_one_of_two_runs_at_once_through(backend, npu_cluster):
-    """A switch to vm holds the node's Lease while it waits for a slow vfio-manager; a second run at that moment,
+    """A switch to vm holds the node's Lease while it waits for the vfio-manager; a second run at that moment,
     forced and to the other mode, is refused naming the holder and writes nothing; the first then finishes and
     gives the lock back."""
-    npu_cluster(NEWER, component_delays={"vfio-manager": 6.0})
+    _, op = npu_cluster(NEWER, component_delays={"vfio-manager": 600.0})  # Ready when the test says
     lease = ("Lease", "rblnctl-node-n1", "rbln-system")
     first = rblnctl_process(backend, "node", "set-mode", "vm", "n1", "--yes", "--timeout", "90s")
     try:
@@ -265,6 +265,7 @@ def test_the_node_lock_lets_one_of_two_runs_at_once_through(backend, npu_cluster
         assert r.exit_code == 1, r.stderr
         assert "locked by rblnctl@" in r.stderr and f"pid {first.pid}" in r.stderr, r.stderr
         assert backend.writes() == []
+        op.make_ready("n1", "vfio-manager")
         out, err = first.communicate(timeout=90)
     finally:
         if first.poll() is None:

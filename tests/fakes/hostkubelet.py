@@ -38,19 +38,19 @@ from pathlib import Path
 from typing import Any
 
 from rblnctl import constants as C
+from tests.cluster.backend import harness_client
 from tests.cluster.client import ApiFailure
 from tests.cluster.kubelet_endpoint import KubeletEndpoint
 from tests.fakes.apiserver import RecordedRequest
 from tests.fakes.apiserver.meta import micro_ts
 from tests.fakes.apiserver.pods import kubelet_status
-from tests.fakes.operator import connect
 
 
 class HostKubelet:
     def __init__(self, cluster: Any, hosts: dict[str, Path] | None = None, *, default: Path | None = None,
                  finish_after_lists: int = 0) -> None:
-        """``cluster``: a FakeApiServer, a Backend or a harness Api (tests/fakes/operator.connect)."""
-        self.api, self.fake = connect(cluster)
+        """``cluster``: a FakeApiServer, a Backend or a harness Api (tests/cluster/backend.harness_client)."""
+        self.api, self.fake = harness_client(cluster)
         if finish_after_lists and self.fake is None:
             raise ValueError("finish_after_lists counts the client's requests: only on the fake API server")
         self.hosts = dict(hosts or {})

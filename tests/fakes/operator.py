@@ -57,7 +57,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.cluster.client import Api, ApiFailure
+from tests.cluster.backend import harness_client
+from tests.cluster.client import ApiFailure
 from tests.cluster.kubelet import EXTERNAL
 from tests.fakes import objects as o
 from tests.fakes.releases import DEVICE_IDS, NEWER, POLICY_KEYS, Release
@@ -69,20 +70,6 @@ SKIP = "skip"
 PAUSED = "paused-for-driver-upgrade"
 DRA_DRIVER = "npu.rebellions.ai"
 COMPONENT_ANNOTATION = "fake.rblnctl.io/component"  # on the DaemonSets (and DeviceClasses) it made
-
-
-def connect(cluster: Any) -> tuple[Api, Any]:
-    """The harness client for `cluster` (a FakeApiServer, a Backend or an Api) and the FakeApiServer behind it
-    (None for a real server): the simulations act through the first and, on the fake, react through the second's
-    synchronous on_change hook."""
-    if isinstance(cluster, Api):
-        return cluster, None
-    fake = getattr(cluster, "fake", None)
-    if fake is not None:  # a FakeBackend
-        return cluster.api, fake
-    if hasattr(cluster, "on_change") and hasattr(cluster, "admin_token"):  # a FakeApiServer
-        return Api(cluster.url, token=cluster.admin_token), cluster
-    return cluster.api, None  # a RealBackend
 
 
 @dataclass
@@ -104,7 +91,7 @@ class SimulatedOperator:
     def __init__(self, cluster: Any, *, namespace: str = "rbln-system", ready_delay_s: float = 0.0,
                  auto: bool = True, policy_name: str | None = None, release: Release = NEWER,
                  component_delays: dict[str, float] | None = None, settle_s: float = 0.3):
-        self.api, self.fake = connect(cluster)
+        self.api, self.fake = harness_client(cluster)
         self.namespace = namespace
         self.ready_delay_s = ready_delay_s
         self.component_delays = dict(component_delays or {})
@@ -485,6 +472,11 @@ class SimulatedOperator:
         probe wrote the file) and not terminating (its preStop removes it)."""
         p = snap.pods.get(self._pod_name("driver", node, base))
         return p is not None and self._is_ready(p) and not p["metadata"].get("deletionTimestamp")
+
+    def make_ready(self, node: str, component: str) -> None:
+        """The component's pod on `node` becomes Ready now, whatever its delay: a test decides when (pair it with a
+        long ``component_delays`` entry)."""
+        self._become_ready(self._pod_name(component, node, self._base(self.policy())))
 
     def roll(self, node: str, component: str) -> None:
         """Delete the component's pod on `node` (the DaemonSet then recreates it): a rollout."""
