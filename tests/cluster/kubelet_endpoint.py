@@ -41,6 +41,9 @@ def _certificate() -> tuple[Path, Path]:
     global _CERT
     with _CERT_LOCK:
         if _CERT is None:
+            if shutil.which("openssl") is None:
+                raise RuntimeError("openssl is not on PATH: the simulated kubelet's serving certificate is made with "
+                                   "it (as the fake's TLS tests and the real control plane's are)")
             d = Path(tempfile.mkdtemp(prefix="sim-kubelet-tls-"))
             atexit.register(shutil.rmtree, d, True)
             cert, key = d / "kubelet.crt", d / "kubelet.key"

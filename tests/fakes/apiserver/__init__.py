@@ -63,7 +63,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
   ``tailLines`` honoured, other options ignored), with the apiserver's 400s for a missing or
   unknown container and the kubelet's for a waiting one (``container "main" in pod "p" is
   waiting to start: ContainerCreating``); a pod on no node has an empty log. A waiting
-  container shows no log even when one was set, as on a node. ``mark_unschedulable(ns, name,
+  container shows no log even when one was set, as on a node. For a pod on a node whose preferred
+  address is loopback the log is asked of that node's kubelet, as kube-apiserver asks it
+  (``https://ADDR:daemonEndpoints.kubeletEndpoint.Port/containerLogs/NS/POD/CONTAINER``, pods.py;
+  tests/cluster/kubelet_endpoint.py is such a kubelet). ``mark_unschedulable(ns, name,
   message)`` is the scheduler's verdict: PodScheduled False/Unschedulable and a Warning
   ``FailedScheduling`` Event from default-scheduler (as events.k8s.io writes it: eventTime,
   reportingComponent). Nothing schedules, pulls or runs by itself.
