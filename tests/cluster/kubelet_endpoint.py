@@ -20,6 +20,7 @@ endpoint's.
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import ssl
 import subprocess
@@ -31,6 +32,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.cluster.client import Api
 
+# Found when the module is imported: a test may later narrow PATH (to hide helm or kubectl from rblnctl).
+_OPENSSL = shutil.which("openssl") or shutil.which("openssl", path=os.pathsep.join(("/usr/bin", "/usr/local/bin")))
 _CERT_LOCK = threading.Lock()
 _CERT: tuple[Path, Path] | None = None
 # The kubelet's words for a container that has not started (pkg/kubelet/kubelet_pods.go validateContainerLogStatus).
@@ -41,13 +44,13 @@ def _certificate() -> tuple[Path, Path]:
     global _CERT
     with _CERT_LOCK:
         if _CERT is None:
-            if shutil.which("openssl") is None:
+            if _OPENSSL is None:
                 raise RuntimeError("openssl is not on PATH: the simulated kubelet's serving certificate is made with "
                                    "it (as the fake's TLS tests and the real control plane's are)")
             d = Path(tempfile.mkdtemp(prefix="sim-kubelet-tls-"))
             atexit.register(shutil.rmtree, d, True)
             cert, key = d / "kubelet.crt", d / "kubelet.key"
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            subprocess.run([_OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                             "-nodes", "-days", "2", "-keyout", str(key), "-out", str(cert), "-subj", "/CN=sim-kubelet",
                             "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
             _CERT = (cert, key)
