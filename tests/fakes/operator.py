@@ -41,12 +41,14 @@ SimKubelet), DaemonSets and their status, ResourceSlices and DeviceClasses by th
 the SimKubelet annotation ``EXTERNAL``: it reports their status itself (``ready_delay_s``, stuck in Init), and
 a SimKubelet on the same nodes only confirms their deletion.
 
-What makes it reconcile: on the fake (a FakeApiServer, or a FakeBackend) the server's synchronous
-``on_change`` hook, which runs before the reply of the write that caused it, so ``wait_idle()`` right after a
-client call is exact; on any other server (a RealBackend, or an Api) watches of the nodes, the policies and
-its namespace's pods (tests/cluster/watcher.py), and ``wait_idle()`` also waits until no event has arrived for
-``settle_s``. A write refused with 409 (someone else wrote first) or 404 (gone meanwhile) is not an error:
-the step ends and runs again.
+What it reads and what makes it reconcile: on the fake (a FakeApiServer, or a FakeBackend) the server's
+synchronous ``on_change`` hook, which runs before the reply of the write that caused it, so ``wait_idle()``
+right after a client call is exact; from that hook it also keeps what it reads (one LIST per kind at start,
+then every change: an informer's cache, so a step reads without a request and only its writes go over HTTP).
+On any other server (a RealBackend, or an Api) a step LISTs what it reads, and watches of the nodes, the
+policies and its namespace's pods (tests/cluster/watcher.py) make it reconcile; ``wait_idle()`` also waits
+until no event has arrived for ``settle_s``. A write refused with 409 (someone else wrote first) or 404 (gone
+meanwhile) is not an error: the step ends and runs again.
 """
 
 from __future__ import annotations
@@ -87,6 +89,64 @@ class _Retry(Exception):
     """Someone else wrote first (409) or the object went (404): end this step, run another."""
 
 
+class _Cache:
+    """What the operator reads, kept from the fake's change hook as an informer keeps it from a watch: filled by one
+    LIST per kind at start, then every committed change (the newer resourceVersion wins: the hook's callbacks of two
+    commits may run in either order). Reads cost no request, and a write's own change is in it before its reply."""
+
+    KINDS = ("Node", "Pod", "DaemonSet", "ResourceSlice", "DeviceClass", "RBLNClusterPolicy")
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.served: set[str] = set()  # kinds the server serves (a LIST answered)
+        self._objs: dict[tuple[str, str, str], dict] = {}
+        self._lock = threading.Lock()
+
+    def wanted(self, obj: dict) -> bool:
+        kind = obj.get("kind")
+        return kind in self.KINDS and (kind not in ("Pod", "DaemonSet") or
+                                       (obj.get("metadata") or {}).get("namespace") == self.namespace)
+
+    def apply(self, event: str, obj: dict) -> None:
+        if not self.wanted(obj):
+            return
+        md = obj["metadata"]
+        key = (obj["kind"], md.get("namespace") or "", md["name"])
+        rv = int(md.get("resourceVersion") or 0)
+        with self._lock:
+            cur = self._objs.get(key)
+            if cur is not None and int(cur["metadata"].get("resourceVersion") or 0) > rv:
+                return  # a later change is in already
+            if event == "DELETED":
+                self._objs.pop(key, None)
+            else:
+                self._objs[key] = obj
+
+    def fill(self, api: Any) -> None:
+        for kind in self.KINDS:
+            try:
+                items = api.list(kind, self.namespace if kind in ("Pod", "DaemonSet") else None)
+            except ApiFailure as e:
+                if e.status != 404:  # not served: a CRD or API group not installed
+                    raise
+                continue
+            self.served.add(kind)
+            for obj in items:
+                self.apply("ADDED", obj)
+
+    def list(self, kind: str) -> list[dict]:
+        with self._lock:
+            objs = [copy.deepcopy(o) for (k, _, _), o in self._objs.items() if k == kind]
+        return sorted(objs, key=lambda o: o["metadata"]["name"])
+
+    def get(self, kind: str, name: str) -> dict | None:
+        with self._lock:
+            for (k, _, n), o in self._objs.items():
+                if k == kind and n == name:
+                    return copy.deepcopy(o)
+        return None
+
+
 class SimulatedOperator:
     def __init__(self, cluster: Any, *, namespace: str = "rbln-system", ready_delay_s: float = 0.0,
                  auto: bool = True, policy_name: str | None = None, release: Release = NEWER,
@@ -113,19 +173,26 @@ class SimulatedOperator:
         self._worker: threading.Thread | None = None
         self._unsubscribe: Any = None
         self._watchers: list[Any] = []
+        # On the fake: what it reads, kept from the change hook (_Cache); elsewhere a LIST each step.
+        self._cache = _Cache(namespace) if self.fake is not None else None
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> "SimulatedOperator":
+        self._informed()
         self.step()
         if self.auto:
-            if self.fake is not None:
-                self._unsubscribe = self.fake.on_change(self._on_change)
-            else:
+            if self.fake is None:
                 self._start_watches()
             self._worker = threading.Thread(target=self._run, name="simulated-operator", daemon=True)
             self._worker.start()
         return self
+
+    def _informed(self) -> None:
+        """On the fake: subscribe to its change hook, then fill the cache (in that order: no change is missed)."""
+        if self._cache is not None and self._unsubscribe is None and not self._stopped.is_set():
+            self._unsubscribe = self.fake.on_change(self._on_change)
+            self._cache.fill(self.api)
 
     def _start_watches(self) -> None:
         from tests.cluster.watcher import Watcher
@@ -177,11 +244,39 @@ class SimulatedOperator:
     # ---- auto mode ----------------------------------------------------------------------------
 
     def _on_change(self, event: str, obj: dict) -> None:
+        if self._cache is not None:
+            self._cache.apply(event, obj)
+            if not self.auto:
+                return
         kind = obj.get("kind")
         relevant = kind in ("Node", "RBLNClusterPolicy") or (
             kind == "Pod" and event == "DELETED" and obj["metadata"].get("namespace") == self.namespace)
         if relevant and not self._stopped.is_set():
             self._kick()
+            if kind == "RBLNClusterPolicy" and self.fake is not None and not self._from_harness():
+                self._reconcile_now()
+
+    def _from_harness(self) -> bool:
+        req = self.fake.current_request()
+        return req is not None and req.from_harness
+
+    def _reconcile_now(self) -> None:
+        """On the fake, a policy change by the client under test (or the test) is reconciled before its reply (the
+        hook runs on that request's thread): rblnctl polls a policy's rollout once a second, and a reconcile that
+        races its first look would cost each such run a second. A few steps, while each queues another at once
+        (not the readiness timers); node changes are left to the worker, rblnctl watches those."""
+        for _ in range(3):
+            with self._cond:
+                if not self._dirty:
+                    return
+                self._dirty = False
+                self._busy = True
+            try:
+                self._step_quietly()
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
     def _kick(self) -> None:
         with self._cond:
@@ -213,12 +308,15 @@ class SimulatedOperator:
     # ---- reconcile ----------------------------------------------------------------------------
 
     def policy(self) -> dict | None:
-        try:
-            policies = self.api.list("RBLNClusterPolicy")
-        except ApiFailure as e:
-            if e.status == 404:  # the CRD is not installed
-                return None
-            raise
+        if self._cache is not None:
+            policies = self._cache.list("RBLNClusterPolicy")
+        else:
+            try:
+                policies = self.api.list("RBLNClusterPolicy")
+            except ApiFailure as e:
+                if e.status == 404:  # the CRD is not installed
+                    return None
+                raise
         if self.policy_name:
             policies = [p for p in policies if p["metadata"]["name"] == self.policy_name]
         live = [p for p in policies if (p.get("status") or {}).get("state") != "ignored"] or policies
@@ -228,6 +326,7 @@ class SimulatedOperator:
     def step(self) -> None:
         """Converge every node once (synchronously)."""
         with self._step_lock:
+            self._informed()
             try:
                 policy = self.policy()
                 if policy is None:
@@ -250,6 +349,14 @@ class SimulatedOperator:
                 raise
 
     def _snapshot(self) -> _Snapshot:
+        if self._cache is not None:
+            c = self._cache
+            nodes = c.list("Node")
+            return _Snapshot(nodes=nodes, pods={p["metadata"]["name"]: p for p in c.list("Pod")},
+                             daemonsets={d["metadata"]["name"]: d for d in c.list("DaemonSet")},
+                             slices={s["metadata"]["name"]: s for s in c.list("ResourceSlice")}
+                             if "ResourceSlice" in c.served else None,
+                             nodes_by_name={n["metadata"]["name"]: n for n in nodes})
         try:
             slices: dict[str, dict] | None = {s["metadata"]["name"]: s for s in self.api.list("ResourceSlice")}
         except ApiFailure as e:
@@ -344,7 +451,8 @@ class SimulatedOperator:
         """DELETE with the pod's default grace period; the snapshot then holds what is left (a Terminating pod)."""
         self.api.delete("Pod", pod_name, self.namespace)
         if snap is not None:
-            left = self.api.get("Pod", pod_name, self.namespace)
+            left = self._cache.get("Pod", pod_name) if self._cache is not None else \
+                self.api.get("Pod", pod_name, self.namespace)
             if left is None:
                 snap.pods.pop(pod_name, None)
             else:
@@ -376,12 +484,17 @@ class SimulatedOperator:
         names = [driver] + ([f"vfio-{driver}"] if self.release.dra_in_vm else [])
         on = self.enabled(policy, "dra-kubelet-plugin")
         for name in names:
-            try:
-                existing = self.api.get("DeviceClass", name)
-            except ApiFailure as e:
-                if e.status == 404:  # resource.k8s.io not served
+            if self._cache is not None:
+                if "DeviceClass" not in self._cache.served:
                     return
-                raise
+                existing = self._cache.get("DeviceClass", name)
+            else:
+                try:
+                    existing = self.api.get("DeviceClass", name)
+                except ApiFailure as e:
+                    if e.status == 404:  # resource.k8s.io not served
+                        return
+                    raise
             mine = existing is not None and (existing["metadata"].get("annotations") or {}).get(
                 COMPONENT_ANNOTATION) == "dra-kubelet-plugin"
             if on and existing is None:
@@ -430,7 +543,8 @@ class SimulatedOperator:
             # a container name is a DNS label: rbln-driver-ubuntu22.04 is not (a real server refuses it)
             want["spec"]["template"]["spec"]["containers"][0]["name"] = comp
             try:
-                ds = self.api.seed(want)[0]
+                want.pop("status")  # the DaemonSet controller's count comes with its pods (_sync_daemonsets)
+                ds = self.api.create(want)
             except ApiFailure as e:
                 if e.status != 409:  # raced with another step
                     raise
@@ -455,7 +569,7 @@ class SimulatedOperator:
         if stuck:  # v0.3.0: `driver-ready` waits for a file only the driver pod writes; none runs here
             o.set_pod_initializing(p, ("driver-ready", "vfio-bind-checker"), running="driver-ready")
         try:
-            snap.pods[pod_name] = self.api.seed(p)[0]  # created Pending, then the status its kubelet reports
+            snap.pods[pod_name] = self._create_pod(p)
         except ApiFailure as e:
             if e.status == 409:  # raced with another step
                 return
@@ -466,6 +580,20 @@ class SimulatedOperator:
             self._kick()
         else:
             self._later(delay, self._become_ready, pod_name)
+
+    def _create_pod(self, pod: dict) -> dict:
+        """Create the pod (a server starts it Pending), then report the status it carries as its kubelet would
+        (pods/status, from the created resourceVersion; read again if someone wrote meanwhile)."""
+        status = pod.pop("status")
+        created = self.api.create(pod)
+        try:
+            return self.api.update({**created, "status": status}, sub="status")
+        except ApiFailure as e:
+            if e.status != 409:
+                raise
+        md = created["metadata"]
+        return self.api.mutate("Pod", md["name"], md["namespace"], lambda q: q.update(status=status),
+                               sub="status") or created
 
     def _driver_marker(self, node: str, base: str, snap: _Snapshot) -> bool:
         """/run/rbln/validations/.driver-ctr-ready exists on `node`: a driver pod runs there, Ready (its startup

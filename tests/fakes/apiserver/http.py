@@ -175,6 +175,12 @@ class Handler(BaseHTTPRequestHandler):
     # ---- the request's way through ---------------------------------------------------------------
 
     def _dispatch(self) -> None:
+        try:
+            self._dispatch_one()
+        finally:
+            self.fake._current.request = None
+
+    def _dispatch_one(self) -> None:
         fake = self.fake
         parts = urlsplit(self.path)
         path = parts.path or "/"
@@ -195,6 +201,7 @@ class Handler(BaseHTTPRequestHandler):
         req = RecordedRequest(self.command, path, parse_qs(parts.query, keep_blank_values=True), ctype, body,
                               headers={k.lower(): v for k, v in self.headers.items()})
         self._req = req
+        fake._current.request = req  # what on_change callbacks of this request's changes can ask about
         fake._log.record(req)
         fault = fake._faults.take(self.command, path, self.headers.get("User-Agent") or "")
         if fault is not None and not fault.lose_reply and self._apply_fault(req, fault):

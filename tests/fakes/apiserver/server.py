@@ -92,6 +92,7 @@ class FakeApiServer:
         self.tls_cert, self.tls_key, self.client_ca = tls_cert, tls_key, client_ca
         self.url = ""
         self._conns: set[socket.socket] = set()
+        self._current = threading.local()  # the request a handler thread is serving (current_request())
         self._httpd: QuietServer | None = None
         self._thread: threading.Thread | None = None
         self.set_version(version)
@@ -239,6 +240,11 @@ class FakeApiServer:
                     self._store.change_callbacks.remove(callback)
 
         return unsubscribe
+
+    def current_request(self) -> RecordedRequest | None:
+        """The request whose handling made the change an ``on_change`` callback is told of (None when the test changed
+        the store directly): e.g. to tell a change by the client under test from the harness's own."""
+        return getattr(self._current, "request", None)
 
     def on_request(self, callback: Callable[[RecordedRequest], None]) -> Callable[[], None]:
         """Call ``callback(req)`` before handling each request (outside the lock; ``req.status``
