@@ -173,10 +173,25 @@ _PREFERRED_ADDRESS_TYPES = ("Hostname", "InternalDNS", "InternalIP", "ExternalDN
 _LOG_OPTIONS = ("tailLines", "timestamps", "follow", "previous", "sinceSeconds", "sinceTime", "limitBytes")
 
 
+_KUBELET_TLS: Any = None
+
+
+def _kubelet_tls() -> Any:
+    """One client context for every kubelet: no verification (kube-apiserver's default), no CA bundle to load."""
+    import ssl
+
+    global _KUBELET_TLS
+    if _KUBELET_TLS is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        _KUBELET_TLS = ctx
+    return _KUBELET_TLS
+
+
 def _ask_kubelet(kubelet: str, ns: str, name: str, container: str, query: dict[str, list[str]]) -> str:
     """``GET KUBELET/containerLogs/NS/POD/CONTAINER`` as kube-apiserver relays it (the kubelet's certificate not
     verified): its text, or the Status kube-apiserver makes of its refusal (GenericHttpResponseChecker)."""
-    import ssl
     import urllib.error
     import urllib.request
     from urllib.parse import quote, urlencode
@@ -185,9 +200,7 @@ def _ask_kubelet(kubelet: str, ns: str, name: str, container: str, query: dict[s
     url = f"{kubelet}/containerLogs/{quote(ns)}/{quote(name)}/{quote(container)}"
     if params:
         url += "?" + urlencode(params)
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
+    ctx = _kubelet_tls()
     try:
         with urllib.request.urlopen(url, timeout=30, context=ctx) as resp:  # noqa: S310 - a loopback kubelet
             return resp.read().decode("utf-8", "replace")
