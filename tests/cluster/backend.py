@@ -40,11 +40,13 @@ _REVIEWS = ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectr
 
 @dataclass(frozen=True)
 class Write:
-    """A write request as the server saw it: verb (create/update/patch/delete), path, dryRun=All or not."""
+    """A write request as the server saw it: verb (create/update/patch/delete), path, dryRun=All or not, and the code
+    the server answered (also when that answer was lost on the way: the write was applied)."""
 
     verb: str
     path: str
     dry_run: bool
+    code: int = 0
 
 
 def harness_client(cluster: Any) -> tuple[Api, Any]:
@@ -157,7 +159,7 @@ class FakeBackend(Backend):
                 continue
             if r.method == "POST" and r.path.rsplit("/", 1)[-1] in _REVIEWS:
                 continue
-            out.append(Write(_VERBS[r.method], r.path, r.dry_run))
+            out.append(Write(_VERBS[r.method], r.path, r.dry_run, r.status))
         return out
 
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
@@ -210,7 +212,7 @@ class RealBackend(Backend):
         self._mark = self.audit.mark()
 
     def writes(self) -> list[Write]:
-        return [Write(e.verb, e.uri.split("?")[0], e.dry_run) for e in self.audit.writes(self._mark)]
+        return [Write(e.verb, e.uri.split("?")[0], e.dry_run, e.code) for e in self.audit.writes(self._mark)]
 
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
         self._proxy().add_rule("lose_reply", method=method, path=path, times=times)

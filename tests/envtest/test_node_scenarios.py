@@ -311,7 +311,7 @@ def test_a_dry_run_writes_nothing_and_a_server_dry_run_stores_nothing(backend, n
 
 def test_node_writes_whose_replies_are_lost_are_settled_by_reading_back(backend, npu_cluster):
     """Every node write of a switch (record, cordon, relabel, uncordon) is applied and its reply lost: rblnctl reads
-    the node back each time, sees it landed, goes on, and never sends it again."""
+    the node back each time, sees it landed, goes on, and never sends a landed write again."""
     npu_cluster(NEWER)
     backend.lose_reply("PATCH", r"^/api/v1/nodes/n1$", times=4)
     backend.mark()
@@ -319,7 +319,10 @@ def test_node_writes_whose_replies_are_lost_are_settled_by_reading_back(backend,
     assert r.exit_code == 0, r.stderr
     assert r.stderr.count("was lost") >= 4, r.stderr
     patches = [w for w in backend.writes() if w.verb == "patch" and w.path == "/api/v1/nodes/n1"]
-    assert len(patches) == 4
+    # Four landed, each once; a guarded write refused because the kubelet or the operator wrote the node first
+    # (409) did not land, and is sent again from a fresh read.
+    assert len([w for w in patches if w.code == 200]) == 4
+    assert all(w.code in (200, 409) for w in patches), patches
     n = node(backend)
     assert n["metadata"]["labels"][MODE] == "vm-passthrough" and not n["spec"].get("unschedulable")
     assert RECORD not in (n["metadata"].get("annotations") or {})

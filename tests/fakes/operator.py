@@ -173,6 +173,7 @@ class SimulatedOperator:
         self._worker: threading.Thread | None = None
         self._unsubscribe: Any = None
         self._watchers: list[Any] = []
+        self._released: set[tuple[str, str]] = set()  # (node, component) make_ready() let go
         # On the fake: what it reads, kept from the change hook (_Cache); elsewhere a LIST each step.
         self._cache = _Cache(namespace) if self.fake is not None else None
 
@@ -557,7 +558,7 @@ class SimulatedOperator:
     def _create_component_pod(self, comp: str, node: str, base: str, snap: _Snapshot) -> None:
         ds = self._ensure_daemonset(comp, base, snap)
         pod_name = self._pod_name(comp, node, base)
-        delay = self.component_delays.get(comp, self.ready_delay_s)
+        delay = 0.0 if (node, comp) in self._released else self.component_delays.get(comp, self.ready_delay_s)
         stuck = comp == "sandbox-device-plugin" and self.release.sandbox_waits_for_driver and \
             not self._driver_marker(node, base, snap)
         ready_now = delay <= 0 and not stuck
@@ -602,9 +603,14 @@ class SimulatedOperator:
         return p is not None and self._is_ready(p) and not p["metadata"].get("deletionTimestamp")
 
     def make_ready(self, node: str, component: str) -> None:
-        """The component's pod on `node` becomes Ready now, whatever its delay: a test decides when (pair it with a
-        long ``component_delays`` entry)."""
-        self._become_ready(self._pod_name(component, node, self._base(self.policy())))
+        """The component's pod on `node` becomes Ready now, or as soon as it is created, whatever its delay: a test
+        decides when (pair it with a long ``component_delays`` entry)."""
+        with self._cond:
+            self._released.add((node, component))
+        pod = self._pod_name(component, node, self._base(self.policy()))
+        if self.api.get("Pod", pod, self.namespace) is not None:
+            self._become_ready(pod)
+        self._kick()
 
     def roll(self, node: str, component: str) -> None:
         """Delete the component's pod on `node` (the DaemonSet then recreates it): a rollout."""
