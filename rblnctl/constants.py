@@ -89,6 +89,11 @@ CLUSTER_POLICY_VERSION = "v1beta1"
 CLUSTER_POLICY_PLURAL = "rblnclusterpolicies"
 CLUSTER_POLICY_DEFAULT_NAME = "rbln-cluster-policy"
 POLICY_STATE_IGNORED = "ignored"
+# status.state values (the v0.3.0 CRD's enum: ready, notReady; later releases add ignored), and the condition each
+# status.components[] entry carries for its DaemonSet (v0.3.0 internal/scope/patch: DaemonSetReady).
+POLICY_STATE_READY = "ready"
+POLICY_STATE_NOT_READY = "notReady"
+POLICY_COMPONENT_CONDITION = "DaemonSetReady"
 POLICY_REASON_IGNORED = "PolicyIgnored"
 
 # --- Resources ---------------------------------------------------------------------------------

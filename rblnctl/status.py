@@ -100,11 +100,20 @@ def _notes(choice_notes: tuple[str, ...], *, crd_installed: bool, policy: Policy
         notes.append("no RBLNClusterPolicy: the operator deploys nothing")
     else:
         notes.extend(unserved_notes(policy, release))  # enabled, but this release hands VMs nothing through it
+        notes.extend(components_notes(policy, {n.mode for n in nodes}))
     if not kubevirt:
         notes.append("no KubeVirt CR found: is KubeVirt installed?")
     if not nodes:
         notes.append("no NPU nodes found (is NFD labelling nodes with pci-1eff / pci-1200_1eff?)")
     return notes
+
+
+def components_notes(policy: Policy, modes: set[str]) -> list[str]:
+    """One line per component DaemonSet of the NPU nodes' modes that the policy's status.components reports not
+    ready. The policy's own state is not trusted for this: the operator v0.3.0 says `ready` before any
+    component pod exists."""
+    return [f"RBLNClusterPolicy {policy.name}: DaemonSet {s.describe()}"
+            for s in policy.components_not_ready(modes)]
 
 
 def watch_cluster_status(kube: Kube, *, selector: str | None = None, stop: Stop | None = None,

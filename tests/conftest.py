@@ -12,6 +12,9 @@ from tests.envtest.fixtures import (  # noqa: F401  (re-exported)
     bare,
     bare_control_plane,
     control_plane,
+    later_policy_crd_installed,
+    operator_cluster,
+    operator_stack,
     real,
 )
 from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)

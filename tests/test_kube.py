@@ -564,3 +564,15 @@ def test_a_malformed_server_url_is_bad_input_not_an_unreachable_cluster(server):
 
 def test_a_server_without_a_scheme_is_https_as_in_client_go(apiserver):
     assert connect(KubeOptions(server="localhost:1")).server == "https://localhost:1"
+
+
+def test_a_dry_run_delete_with_options_says_dry_run_in_the_body(kube, apiserver):
+    """The server reads a DELETE's options from the body when there is one, ignoring ?dryRun=All."""
+    from rblnctl.kube import LEASES
+
+    apiserver.add(o.lease("default", "l1"))
+    kube.delete(LEASES, "l1", namespace="default", body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                                         "preconditions": {"resourceVersion": None}}, dry_run=True)
+    assert apiserver.get("Lease", "l1", "default") is not None
+    [req] = apiserver.writes()
+    assert req.body["dryRun"] == ["All"] and req.query["dryRun"] == ["All"]

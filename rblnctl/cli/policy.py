@@ -46,6 +46,7 @@ def _show_view(rep: Any) -> Any:
             "active": policy_document(rep.active),
             "problems": rep.active.admission_problems() if rep.active else [],
             "components": [{"component": c.component, "policyKey": c.key, "enabled": c.enabled, "state": c.state,
+                            "ready": c.ready,
                             "daemonSets": [{"namespace": d.namespace, "name": d.name, "desired": d.desired,
                                             "ready": d.ready, "unavailable": d.unavailable, "allReady": d.ready_all}
                                            for d in c.daemonsets]} for c in rep.components],
@@ -57,7 +58,7 @@ def _show_view(rep: Any) -> Any:
     p = rep.active
     head = []
     if p is not None:
-        head = [f"Policy:      {p.name} ({p.state or 'no state'})",
+        head = [f"Policy:      {p.name} ({p.status_summary(rep.modes)})",
                 f"VM method:   {p.vm_method or '<none: neither sandboxDevicePlugin nor draKubeletPlugin is enabled>'}",
                 f"Switches:    {p.switches()}",
                 f"Components:  in namespace {rep.namespace} ({rep.namespace_source})",

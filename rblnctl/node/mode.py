@@ -562,7 +562,7 @@ class ModeSwitcher:
                                                            components_among(mirrors[1].items(), view), slices)]
             if not missing:
                 return
-            shown = missing + [f"operator: {t}" for t in policy.not_ready()]
+            shown = missing + [f"operator: {t}" for t in policy.not_ready(modes=(target,))]
             if shown != last:
                 self.events.on_waiting(shown)
                 last = shown

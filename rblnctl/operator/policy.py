@@ -19,11 +19,12 @@ Rules, with their sources (RBLN-SW/rbln-npu-operator):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
+from rblnctl.operator import components as K
 from rblnctl.operator import resources as R
 from rblnctl.operator.install import HelmRelease, change_policy, helm_release_of
 from rblnctl.plan import Blocker
@@ -44,10 +45,35 @@ class Condition:
 
 @dataclass(frozen=True, kw_only=True)
 class ComponentState:
-    """One entry of a policy's status.components (the operator's view of a component DaemonSet)."""
+    """One entry of a policy's status.components (the operator's view of a component DaemonSet).
 
-    name: str
-    state: str
+    Its `state` is no verdict: the operator v0.3.0 writes `ready` for every component, whatever its pods do
+    (seen on the real operator, tests/envtest/test_operator_v030.py). What follows the DaemonSet is the entry's
+    `DaemonSetReady` condition (reasons DaemonSetAllPodsReady / DaemonSetAllPodsNotReady:
+    RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/patch; the CRD names the list `condition`).
+    """
+
+    name: str  # the DaemonSet's name
+    state: str  # as written
+    ready: bool | None = None  # the DaemonSetReady condition; None when the entry has none
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """`ready` / `notReady` as the DaemonSetReady condition says; the written state when there is none."""
+        if self.ready is None:
+            return self.state
+        return C.POLICY_STATE_READY if self.ready else C.POLICY_STATE_NOT_READY
+
+    @property
+    def is_ready(self) -> bool:
+        return self.verdict == C.POLICY_STATE_READY
+
+    def describe(self) -> str:
+        """`rbln-vfio-manager notReady (DaemonSet ... is progressing: 0 of 1 pods are Ready ...)`."""
+        why = self.message or self.reason
+        return f"{self.name} {self.verdict or 'unknown'}" + (f" ({why})" if why and not self.is_ready else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,16 +224,48 @@ class Policy:
         flags = " ".join(f"{k}={'true' if self.enabled.get(k) else 'false'}" for k in keys)
         return f"workloadType={self.workload_type} {flags}"
 
-    def not_ready(self) -> list[str]:
-        """What the policy's status says is not ready (state, conditions, components), for progress lines."""
+    def not_ready(self, modes: Iterable[str] | None = None) -> list[str]:
+        """What the policy's status says is not ready (state, conditions, the component DaemonSets of `modes`:
+        components_not_ready), for progress lines."""
         out = []
-        if self.state and self.state != "ready":
+        if self.state and self.state != C.POLICY_STATE_READY:
             out.append(f"policy {self.name} is {self.state}")
         for c in self.conditions:
             if c.type in ("Ready", "ComponentsReady") and c.status == "False" and (c.reason or c.message):
                 out.append(f"{c.type}: {c.reason}{' - ' + c.message if c.message else ''}")
-        out.extend(f"{s.name} {s.state}" for s in self.components if s.state and s.state != "ready")
+        out.extend(s.describe() for s in self.components_not_ready(modes))
         return out
+
+    def components_not_ready(self, modes: Iterable[str] | None = None) -> list[ComponentState]:
+        """The entries of status.components whose DaemonSet is not ready (by its condition, not its `state`).
+
+        With `modes` (the modes NPU nodes are in, or a switch's target), only the DaemonSets of components those
+        modes deploy, and entries rblnctl cannot place: the operator counts a DaemonSet no node selects (desired
+        0, e.g. rbln-vfio-manager while every node is in container mode) as not ready, which is nothing wrong.
+        """
+        out = [s for s in self.components if s.verdict and not s.is_ready]
+        if modes is None:
+            return out
+        wanted = {K.canonical(c) for m in modes for c in K.mode_components(m)}
+        bases = tuple(dict.fromkeys((self.base_name, C.OPERATOR_BASE_NAME)))
+
+        def relevant(s: ComponentState) -> bool:
+            comp = K.component_of_daemonset({"metadata": {"name": s.name}}, base_names=bases)
+            return comp is None or comp in wanted
+
+        return [s for s in out if relevant(s)]
+
+    def status_summary(self, modes: Iterable[str] | None = None) -> str:
+        """The policy's own state, and what status.components (of `modes`) contradicts it with: `ready`, or
+        `ready, but status.components: rbln-sandbox-device-plugin notReady`. The v0.3.0 operator's top-level
+        state and Ready condition say ready before any component pod exists; the per-DaemonSet conditions
+        follow the pods."""
+        text = self.state or "no state"
+        bad = self.components_not_ready(modes)
+        if bad:
+            sep = ", but" if self.state == C.POLICY_STATE_READY else ";"
+            text += f"{sep} status.components: {', '.join(f'{s.name} {s.verdict}' for s in bad)}"
+        return text
 
 
 def _enabled_flag(spec: Mapping, key: str) -> bool:
@@ -217,6 +275,16 @@ def _enabled_flag(spec: Mapping, key: str) -> bool:
     if key == "driver" and "enabled" not in sub:
         return sub.get("useRBLNDriverCRD") is True
     return sub.get("enabled") is True
+
+
+def _component_state(entry: Mapping) -> ComponentState:
+    """One status.components entry; its DaemonSetReady condition from `condition` (the v0.3.0 CRD's name for the
+    list) or `conditions`."""
+    conds = entry.get("condition") or entry.get("conditions") or []
+    ds = next((c for c in conds if isinstance(c, Mapping) and c.get("type") == C.POLICY_COMPONENT_CONDITION), None)
+    ready = None if ds is None else str(ds.get("status")) == "True"
+    return ComponentState(name=str(entry.get("name") or ""), state=str(entry.get("state") or ""), ready=ready,
+                          reason=str((ds or {}).get("reason") or ""), message=str((ds or {}).get("message") or ""))
 
 
 def parse_policy(obj: Mapping) -> Policy:
@@ -231,9 +299,7 @@ def parse_policy(obj: Mapping) -> Policy:
         Condition(type=str(c.get("type") or ""), status=str(c.get("status") or ""), reason=str(c.get("reason") or ""),
                   message=str(c.get("message") or ""))
         for c in status.get("conditions") or [] if isinstance(c, Mapping))
-    components = tuple(
-        ComponentState(name=str(c.get("name") or ""), state=str(c.get("state") or ""))
-        for c in status.get("components") or [] if isinstance(c, Mapping))
+    components = tuple(_component_state(c) for c in status.get("components") or [] if isinstance(c, Mapping))
     state = status.get("state")
     ignored = str(state or "").lower() == C.POLICY_STATE_IGNORED or any(
         c.reason == C.POLICY_REASON_IGNORED for c in conditions)

@@ -24,7 +24,9 @@ class ComponentReport:
     key: str | None  # its policy switch (vfioManager); None: always deployed
     enabled: bool
     daemonsets: list[DaemonSetState] = field(default_factory=list)
-    state: str | None = None  # what the policy's status.components says of its DaemonSet
+    state: str | None = None  # the verdict of the policy's status.components entry for its DaemonSet (ComponentState)
+    ready: bool | None = None  # that entry's DaemonSetReady condition (None: no entry, or no condition)
+    reason: str = ""  # that condition's message (or reason) when it is not ready
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,12 +71,15 @@ def policy_report(kube: Kube) -> PolicyReport:
             comp = component_of_daemonset(ds, base_names=view.base_names)
             if comp is not None:
                 by_component.setdefault(comp, []).append(daemonset_state(ds))
-        states = {s.name: s.state for s in policy.components}
+        entries = {s.name: s for s in policy.components}
         for comp in dict.fromkeys(canonical(c) for c in C.OPERATOR_COMPONENTS):
             found = sorted(by_component.get(comp, []), key=lambda d: d.name)
+            mine = [entries[d.name] for d in found if d.name in entries]
+            worst = next((s for s in mine if not s.is_ready), mine[0] if mine else None)
             components.append(ComponentReport(
                 component=comp, key=C.COMPONENT_POLICY_KEYS.get(comp), enabled=policy.is_enabled(comp),
-                daemonsets=found, state=next((states[d.name] for d in found if d.name in states), None)))
+                daemonsets=found, state=worst.verdict if worst else None, ready=worst.ready if worst else None,
+                reason=(worst.message or worst.reason) if worst and not worst.is_ready else ""))
         notes.extend(unserved_notes(policy, read_release(kube, view)))  # rblnctl.operator.release
     nodes = list_npu_node_objects(kube)
     modes = Counter(mode_of(labels_of(n), policy).effective for n in nodes)

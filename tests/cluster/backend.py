@@ -275,7 +275,11 @@ class RealBackend(Backend):
         self._via_proxy = False
         for kind in self.SWEPT:
             keep = self._baseline.get(kind, set())
-            for ns, name in self._present(kind) - keep:
+            gone = self._present(kind) - keep
+            if len(gone) > 20 and not keep and not self.api.kinds[kind].namespaced:
+                self.api.request("DELETE", self.api.kinds[kind].path())  # one deletecollection for many
+                continue
+            for ns, name in gone:
                 if ns in ("kube-system", "kube-public", "kube-node-lease") and kind in ("Event", "Lease"):
                     continue
                 self.api.delete(kind, name, ns or None, grace_s=0 if kind == "Pod" else None)

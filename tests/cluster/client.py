@@ -225,9 +225,9 @@ class Api:
                                                        for r in body["metadata"]["ownerReferences"]]
             created = self.create(body)
             k = self.kind(obj)
-            if status and k.status:  # a controller may write status meanwhile (the disruption controller)
-                created = self.mutate(k.kind, created["metadata"]["name"], created["metadata"].get("namespace"),
-                                      lambda o, st=status: o.update(status=st), sub="status") or created
+            if status and k.status:  # a merge patch: no resourceVersion to race a controller writing status
+                created = self.patch(k.kind, created["metadata"]["name"], {"status": status},
+                                     created["metadata"].get("namespace"), sub="status")
             if k.kind == "Node" and _NOT_READY_TAINT not in _taint_keys(obj) and \
                     _NOT_READY_TAINT in _taint_keys(created):
                 # kube-apiserver's TaintNodesByCondition admission taints every new Node not-ready until a

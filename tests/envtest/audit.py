@@ -28,6 +28,7 @@ class AuditEvent:
     subresource: str
     namespace: str
     name: str
+    received: str = ""  # requestReceivedTimestamp (a watch is logged when its stream ends)
 
     @property
     def dry_run(self) -> bool:
@@ -65,7 +66,8 @@ class AuditLog:
                                 user=(e.get("user") or {}).get("username", ""), user_agent=e.get("userAgent", ""),
                                 code=int((e.get("responseStatus") or {}).get("code") or 0),
                                 resource=ref.get("resource", ""), subresource=ref.get("subresource", ""),
-                                namespace=ref.get("namespace", ""), name=ref.get("name", ""))
+                                namespace=ref.get("namespace", ""), name=ref.get("name", ""),
+                                received=e.get("requestReceivedTimestamp", ""))
                 if user_agent is None or ev.user_agent.startswith(user_agent):
                     out.append(ev)
         return out

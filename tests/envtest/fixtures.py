@@ -9,6 +9,10 @@
   while the control plane is started once.
 * ``backend``: parametrised, ``fake`` then ``real``: one scenario on both API servers. The real variant is
   marked ``envtest``.
+* ``operator_stack`` (module): the real RBLN NPU Operator v0.3.0 reconciling two NPU nodes on a control plane of
+  its own (tests/envtest/operator_stack.py), started once per module that uses it and stopped after it (it is
+  the heaviest piece of the suite); ``operator_cluster``: the same, put back after each test
+  (``OperatorStack.reset``: container mode, uncordoned, converged).
 
 Every test that uses a real control plane gets the ``envtest`` marker (``pytest -m envtest``), and when
 KUBEBUILDER_ASSETS is unset they are skipped with one line saying so (the skip is raised by the session
@@ -26,9 +30,11 @@ import pytest
 from tests.cluster.backend import FakeBackend, RealBackend
 from tests.cluster.client import Api, ApiFailure
 from tests.envtest.controlplane import ControlPlane, EnvtestUnavailable, assets_dir
-from tests.envtest.crds import kubevirt_crds, nfd_crds, operator_crds_v030
+from tests.envtest.crds import kubevirt_crds, later_policy_crd, nfd_crds, operator_crds_v030
+from tests.envtest.operator_stack import OperatorStack, operator_assets
 
-ENVTEST_FIXTURES = frozenset({"control_plane", "bare_control_plane", "real", "bare", "operator_stack"})
+ENVTEST_FIXTURES = frozenset({"control_plane", "bare_control_plane", "real", "bare", "operator_stack",
+                              "operator_cluster"})
 
 
 def install_crds(api: Api, crds: list[dict], *, timeout_s: float = 60.0) -> None:
@@ -146,6 +152,25 @@ def bare(_bare_session: RealBackend) -> Iterator[RealBackend]:
         _bare_session.sweep()
 
 
+@pytest.fixture(scope="module")
+def later_policy_crd_installed(_real_session: RealBackend) -> Iterator[dict]:
+    """The session's control plane serves the later operator's RBLNClusterPolicy CRD (CEL rules, no resourceList)
+    for the tests of one module; chart v0.3.0's comes back after them. (Module-scoped: a swap costs seconds.)"""
+    api = _real_session.api
+    v030 = {c["metadata"]["name"]: c for c in operator_crds_v030(_real_session.control_plane.assets)}
+    policy = v030.get("rblnclusterpolicies.rebellions.ai")
+    if policy is None:
+        pytest.skip("the envtest bundle has no operator chart (chart/rbln-npu-operator/crds)")
+    later = later_policy_crd(policy)
+    install_crds(api, [later])
+    try:
+        yield later
+    finally:
+        for p in api.list("RBLNClusterPolicy"):  # made under these rules: gone before the old ones return
+            api.delete("RBLNClusterPolicy", p["metadata"]["name"])
+        install_crds(api, [policy])
+
+
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.envtest)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeBackend | RealBackend]:
     """The same scenario on the fake API server and on the real one."""
@@ -159,6 +184,31 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeBack
         yield b
     finally:
         b.close()
+
+
+@pytest.fixture(scope="module")
+def operator_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorStack]:
+    """The real operator v0.3.0's stack (tests/envtest/operator_stack.py); skipped, with the reason, when
+    KUBEBUILDER_ASSETS lacks the control plane or the operator's binaries."""
+    try:
+        assets = operator_assets()
+    except EnvtestUnavailable as e:
+        pytest.skip(str(e))
+    stack = OperatorStack(tmp_path_factory.mktemp("operator"), assets=assets).start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def operator_cluster(operator_stack: OperatorStack) -> Iterator[OperatorStack]:
+    """operator_stack, put back after the test: container mode, uncordoned, converged (OperatorStack.reset)."""
+    operator_stack.check_alive()
+    try:
+        yield operator_stack
+    finally:
+        operator_stack.reset()
 
 
 def wait_until(what: object, *, timeout_s: float = 30.0, message: str = "condition") -> object:

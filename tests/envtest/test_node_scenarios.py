@@ -70,18 +70,12 @@ def npu_cluster(backend):
 
 
 def later_crd(v030: dict) -> dict:
-    """later_policy_crd (v0.3.0's schema with the later admission rules) made to store a later release's policy as
-    that release's CRD does: its device plugins take no resourceList, so v0.3.0's defaulted
-    ``resourceList: [ATOM ...]`` must not appear in the stored policy (rblnctl would read the plugin's names from
-    it); ``driver.enabled`` and ``devicePlugin.useGenericResourceName`` (default true) exist. Source:
-    ../shared/reference/rbln-operator.md "Resources" and "Releases differ" (the later sandbox plugin no longer takes
-    sandboxDevicePlugin.resourceList; newer CRD useGenericResourceName, default true), the layout
-    tests/fakes/releases.NEWER models. Assumption: the later CRD's other defaults match v0.3.0's."""
+    """later_policy_crd (the later operator's rules and plugins: no resourceList, useGenericResourceName) with the
+    later ``driver.enabled`` (tests/fakes/releases.NEWER's policy switches its driver so; rblnctl reads
+    ``driver.enabled`` or v0.3.0's ``useRBLNDriverCRD``): without it the v0.3.0 schema prunes it and the later
+    release's policy would store a disabled driver. Assumption: the later CRD's other defaults match v0.3.0's."""
     crd = later_policy_crd(v030)
     props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    for plugin in ("devicePlugin", "sandboxDevicePlugin"):
-        props[plugin]["properties"].pop("resourceList", None)
-    props["devicePlugin"]["properties"]["useGenericResourceName"] = {"type": "boolean", "default": True}
     props["driver"]["properties"]["enabled"] = {"type": "boolean"}
     return crd
 

@@ -31,6 +31,11 @@ can check rblnctl against each layout. What it does, per node carrying an NFD Re
   ``driver-ready`` running): chart v0.3.0's init container waits for the driver pod's
   ``/run/rbln/validations/.driver-ctr-ready``, and vm-passthrough nodes never get a driver pod. Its
   resources are then never advertised.
+* V0_3_0 only (``Release.measured``, as the real operator v0.3.0 does): every enabled component's DaemonSet is
+  created up front (desired 0 where no node selects it), with the release's init containers; the driver's
+  DaemonSet is per node pool; the policy's status is written: ``state: ready`` and a Ready condition whatever
+  happens, and per policy DaemonSet a ``status.components[]`` entry (``state: ready`` too) whose
+  ``DaemonSetReady`` condition follows the DaemonSet (desired > 0, all Ready, none unavailable).
 
 It acts like a controller, only through the API server's REST interface (tests/cluster/client.Api, the
 harness's admin client), so the same simulation runs against the project's fake and a real kube-apiserver:
@@ -335,7 +340,12 @@ class SimulatedOperator:
                 snap = self._snapshot()
                 for node in snap.nodes:
                     self._converge(node, policy, snap)
+                if self.release.measured:  # the real v0.3.0 creates every enabled component's DaemonSet up front
+                    for comp in self._policy_components(policy):
+                        self._ensure_daemonset(comp, self._base(policy), snap)
                 self._sync_daemonsets(snap)
+                if self.release.measured:
+                    self._sync_policy_status(policy, snap)
                 self._sync_device_classes(policy)
             except _Retry:
                 self._kick()
@@ -439,7 +449,7 @@ class SimulatedOperator:
             if comp not in wanted and not p["metadata"].get("deletionTimestamp"):
                 self._delete_pod(p["metadata"]["name"], snap)
         for comp in sorted(wanted):
-            pod_name = self._pod_name(comp, name, base)
+            pod_name = self._pod_name(comp, name, base, snap)
             existing = snap.pods.get(pod_name)
             if existing is not None:
                 if self._is_ready(existing) and not existing["metadata"].get("deletionTimestamp"):
@@ -461,7 +471,7 @@ class SimulatedOperator:
 
     def _pause(self, node: str, policy: dict, labels: dict[str, str], snap: _Snapshot) -> None:
         """NEWER: the vfio-manager's driver manager holds the other vm labels while it is not Ready."""
-        vfio = snap.pods.get(self._pod_name("vfio-manager", node, self._base(policy)))
+        vfio = snap.pods.get(self._pod_name("vfio-manager", node, self._base(policy), snap))
         working = self.enabled(policy, "vfio-manager") and (vfio is None or not self._is_ready(vfio))
         for c in ("sandbox-device-plugin", "dra-kubelet-plugin"):
             key = o.DEPLOY_LABEL_PREFIX + c
@@ -509,8 +519,64 @@ class SimulatedOperator:
             elif not on and mine:
                 self.api.delete("DeviceClass", name)
 
-    def _pod_name(self, comp: str, node: str, base: str) -> str:
-        return f"{self.release.daemonset_name(comp, base)}-{node}"
+    def _pod_name(self, comp: str, node: str, base: str, snap: _Snapshot | None = None) -> str:
+        return f"{self._ds_name(comp, node, base, snap)}-{node}"
+
+    def _ds_name(self, comp: str, node: str | None, base: str, snap: _Snapshot | None = None) -> str:
+        """The component's DaemonSet; the driver's depends on the node's pool (v0.3.0: one per os/kernel)."""
+        node_obj = self._node(node, snap) if comp == "driver" and node else None
+        return self.release.daemonset_name(comp, base, node=node_obj)
+
+    def _node(self, name: str, snap: _Snapshot | None) -> dict | None:
+        if snap is not None and name in snap.nodes_by_name:
+            return snap.nodes_by_name[name]
+        return self._cache.get("Node", name) if self._cache is not None else self.api.get("Node", name)
+
+    def _policy_components(self, policy: dict) -> list[str]:
+        """The components the policy enables that the operator runs as policy DaemonSets (the driver is the
+        RBLNDriver's), in the order the real v0.3.0 lists them in status.components."""
+        order = ("vfio-manager", "npu-feature-discovery", "metrics-exporter", self.release.daemon, "device-plugin",
+                 "sandbox-device-plugin", "dra-kubelet-plugin", "container-toolkit", "operator-validator")
+        return [c for c in order if self.enabled(policy, c)]
+
+    def _sync_policy_status(self, policy: dict, snap: _Snapshot) -> None:
+        """Write status as the real v0.3.0 does: a status.components[] entry per policy DaemonSet whose
+        DaemonSetReady condition follows it (ready: desired > 0, all Ready, none unavailable) while the entry's
+        `state`, the top-level `state` and the Ready condition say ready regardless."""
+        old = policy.get("status") or {}
+        before = {c.get("name"): c for c in old.get("components") or []}
+        entries = []
+        base = self._base(policy)
+        for comp in self._policy_components(policy):
+            name = self.release.daemonset_name(comp, base)
+            ds = snap.daemonsets.get(name) or {}
+            st = ds.get("status") or {}
+            desired, ready = int(st.get("desiredNumberScheduled") or 0), int(st.get("numberReady") or 0)
+            unavailable = int(st.get("numberUnavailable") or 0)
+            ok = desired > 0 and ready == desired and unavailable == 0
+            ref = f"{self.namespace}/{name}"
+            cond = {"type": "DaemonSetReady", "status": "True" if ok else "False",
+                    "reason": "DaemonSetAllPodsReady" if ok else "DaemonSetAllPodsNotReady",
+                    "message": f"All pods in DaemonSet {ref} are running" if ok else
+                    f"DaemonSet {ref} is progressing: {ready} of {desired} pods are Ready ({unavailable} unavailable)",
+                    "observedGeneration": int((ds.get("metadata") or {}).get("generation") or 1)}
+            prev = next(iter((before.get(name) or {}).get("condition") or []), {})
+            same = {k: prev.get(k) for k in cond} == cond
+            cond["lastTransitionTime"] = prev.get("lastTransitionTime") if same else o.now_ts()
+            entries.append({"name": name, "namespace": self.namespace, "state": "ready", "condition": [cond]})
+        n = len(entries)
+        conditions = [{"type": "ComponentsReady", "status": "True", "reason": "AllComponentsReady",
+                       "message": "All managed components are Ready"},
+                      {"type": "Ready", "status": "True", "reason": "AllComponentsReady",
+                       "message": f"All components are Ready ({n}/{n})"}]
+        prev_conds = {c.get("type"): c for c in old.get("conditions") or []}
+        for c in conditions:
+            p = prev_conds.get(c["type"]) or {}
+            c["lastTransitionTime"] = p.get("lastTransitionTime") or o.now_ts()
+        status = {**old, "state": "ready", "conditions": conditions, "components": entries}
+        if status != old:  # the whole status, as the operator's status update writes it
+            self.api.mutate("RBLNClusterPolicy", policy["metadata"]["name"], None,
+                            lambda q: q.update(status=status), sub="status")
 
     def _component(self, pod: dict, snap: _Snapshot) -> str | None:
         ref = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("kind") == "DaemonSet"), None)
@@ -533,13 +599,18 @@ class SimulatedOperator:
         return any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in (p.get("status") or {}).get("conditions") or [])
 
-    def _ensure_daemonset(self, comp: str, base: str, snap: _Snapshot) -> dict:
-        ds_name = self.release.daemonset_name(comp, base)
+    def _ensure_daemonset(self, comp: str, base: str, snap: _Snapshot, node: str | None = None) -> dict:
+        node_obj = snap.nodes_by_name.get(node) if comp == "driver" and node else None
+        ds_name = self.release.daemonset_name(comp, base, node=node_obj)
         ds = snap.daemonsets.get(ds_name)
         if ds is None:
-            labels = self.release.pod_labels(comp, base)
+            labels = self.release.pod_labels(comp, base, node=node_obj)
             want = o.daemonset(self.namespace, ds_name, labels=labels,
-                               node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"}, desired=0, ready=0)
+                               node_selector=self.release.node_selector(comp, node_obj), desired=0, ready=0)
+            inits = self.release.init_containers(comp)
+            if inits:
+                want["spec"]["template"]["spec"]["initContainers"] = [
+                    {"name": n, "image": f"docker.io/rebellions/rbln-{comp}:latest"} for n in inits]
             want["metadata"].setdefault("annotations", {})[COMPONENT_ANNOTATION] = comp
             # a container name is a DNS label: rbln-driver-ubuntu22.04 is not (a real server refuses it)
             want["spec"]["template"]["spec"]["containers"][0]["name"] = comp
@@ -556,17 +627,20 @@ class SimulatedOperator:
         return ds
 
     def _create_component_pod(self, comp: str, node: str, base: str, snap: _Snapshot) -> None:
-        ds = self._ensure_daemonset(comp, base, snap)
-        pod_name = self._pod_name(comp, node, base)
+        ds = self._ensure_daemonset(comp, base, snap, node)
+        pod_name = self._pod_name(comp, node, base, snap)
         delay = 0.0 if (node, comp) in self._released else self.component_delays.get(comp, self.ready_delay_s)
         stuck = comp == "sandbox-device-plugin" and self.release.sandbox_waits_for_driver and \
             not self._driver_marker(node, base, snap)
         ready_now = delay <= 0 and not stuck
-        p = o.pod(self.namespace, pod_name, node=node, labels=self.release.pod_labels(comp, base),
+        template = ds["spec"]["template"]
+        p = o.pod(self.namespace, pod_name, node=node, labels=dict(template["metadata"]["labels"]),
                   ready=ready_now, image=f"docker.io/rebellions/rbln-{comp}:latest",
-                  node_selector={o.DEPLOY_LABEL_PREFIX + comp: "true"}, annotations={EXTERNAL: "true"})
+                  node_selector=dict(template["spec"].get("nodeSelector") or {}), annotations={EXTERNAL: "true"})
         p["metadata"]["ownerReferences"] = [o.owner_ref("DaemonSet", ds["metadata"]["name"], self.namespace,
                                                         uid=ds["metadata"].get("uid"))]
+        if template["spec"].get("initContainers"):
+            p["spec"]["initContainers"] = [dict(c) for c in template["spec"]["initContainers"]]
         if stuck:  # v0.3.0: `driver-ready` waits for a file only the driver pod writes; none runs here
             o.set_pod_initializing(p, ("driver-ready", "vfio-bind-checker"), running="driver-ready")
         try:
@@ -599,7 +673,7 @@ class SimulatedOperator:
     def _driver_marker(self, node: str, base: str, snap: _Snapshot) -> bool:
         """/run/rbln/validations/.driver-ctr-ready exists on `node`: a driver pod runs there, Ready (its startup
         probe wrote the file) and not terminating (its preStop removes it)."""
-        p = snap.pods.get(self._pod_name("driver", node, base))
+        p = snap.pods.get(self._pod_name("driver", node, base, snap))
         return p is not None and self._is_ready(p) and not p["metadata"].get("deletionTimestamp")
 
     def make_ready(self, node: str, component: str) -> None:
@@ -675,7 +749,7 @@ class SimulatedOperator:
             return  # resource.k8s.io is not served
         name = f"{node}-{DRA_DRIVER}"
         existing = snap.slices.get(name)
-        pod = snap.pods.get(self._pod_name("dra-kubelet-plugin", node, self._base(policy)))
+        pod = snap.pods.get(self._pod_name("dra-kubelet-plugin", node, self._base(policy), snap))
         serving = ("dra-kubelet-plugin" in wanted and pod is not None and self._is_ready(pod)
                    and not pod["metadata"].get("deletionTimestamp"))
         if not serving:

@@ -9,7 +9,12 @@ Two layouts, read from RBLN-SW/rbln-npu-operator (see docs/operator.md for the f
   mode: deployments/rbln-npu-operator/values.yaml); vm-passthrough nodes get only vfio-manager and
   sandbox-device-plugin (internal/scope/cluster_policy.go); no ``npu.deploy.skip``, no label pausing; the
   sandbox plugin never leaves Init on a vm-passthrough node (its ``driver-ready`` init container waits for the
-  driver pod's ``.driver-ctr-ready``: internal/scope/patch/sandbox-device-plugin.go, driver_manager.go).
+  driver pod's ``.driver-ctr-ready``: internal/scope/patch/sandbox-device-plugin.go, driver_manager.go). What the
+  real operator v0.3.0 was seen doing is modelled too (``measured``; tests/envtest/test_operator_v030.py compares
+  the simulation with it): every enabled component's DaemonSet exists whether a node selects it or not, each
+  with its init containers; the driver DaemonSet is ``rbln-driver-<os><version>-<kernel>`` per node pool,
+  selecting the pool's NFD labels; the policy's ``status.components[]`` carries a DaemonSetReady condition per
+  DaemonSet while every ``state`` (and the top-level one) says ready.
 * ``NEWER``: the operator's later main (the documentation's v0.4.4+/v0.6.0+): DaemonSets always
   ``rbln-<component>``, pods labelled ``app.kubernetes.io/name=rbln-npu-operator`` and
   ``app.kubernetes.io/component=<component>`` (the device plugin keeps ``app: rbln-device-plugin``);
@@ -42,6 +47,24 @@ POLICY_KEYS = {"device-plugin": "devicePlugin", "sandbox-device-plugin": "sandbo
                "container-toolkit": "containerToolkit", "rbln-daemon": "rblnDaemon", "rbln-smd": "rblnDaemon",
                "driver": "driver", "operator-validator": None}
 
+# Init containers of each v0.3.0 component DaemonSet, as the real operator v0.3.0 renders them (checked against the
+# running operator by tests/envtest/test_operator_v030.py; internal/scope/patch/*.go). The sandbox plugin's
+# `driver-ready` is what keeps it in Init on a vm-passthrough node.
+V03_INIT_CONTAINERS = {
+    "driver": ("k8s-driver-manager",), "device-plugin": ("toolkit-validation",),
+    "metrics-exporter": ("toolkit-validation",), "rbln-daemon": ("toolkit-validation",),
+    "npu-feature-discovery": ("toolkit-validation",), "container-toolkit": ("driver-validation",),
+    "operator-validator": ("driver-validation", "toolkit-validation"),
+    "sandbox-device-plugin": ("driver-ready", "vfio-bind-checker"), "vfio-manager": (),
+}
+# The NFD labels the v0.3.0 RBLNDriver controller forms driver node pools from: one DaemonSet per pool, named
+# <RBLNDriver name>-<os_release.ID><VERSION_ID>-<kernel-version.full> and selecting those labels (as the real
+# operator v0.3.0 did: tests/envtest/test_operator_v030.py).
+NFD_OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+NFD_OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+NFD_KERNEL = "feature.node.kubernetes.io/kernel-version.full"
+V03_DRIVER_NAME = "rbln-driver"  # the chart's RBLNDriver (templates/rblndriver.yaml)
+
 # chart v0.3.0 values.yaml resourceList defaults.
 V03_DEVICE_PLUGIN_RESOURCES = [
     {"productCardNames": ["RBLN-CA12", "RBLN-CA22", "RBLN-CA25"], "resourceName": "ATOM",
@@ -72,6 +95,10 @@ class Release:
     # written /run/rbln/validations/.driver-ctr-ready; vm-passthrough nodes get no driver pod, so there the
     # plugin stays in Init (RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/patch/sandbox-device-plugin.go).
     sandbox_waits_for_driver: bool = False
+    # What the real v0.3.0 operator was seen doing (tests/envtest/test_operator_v030.py): a DaemonSet for every
+    # enabled component whether a node selects it or not, and the policy's status.components[] with a
+    # DaemonSetReady condition per DaemonSet under a top-level state that always says ready.
+    measured: bool = False
 
     @property
     def daemon(self) -> str:
@@ -86,16 +113,31 @@ class Release:
 
     # -- objects ---------------------------------------------------------------------------------
 
-    def daemonset_name(self, comp: str, base: str = "rbln") -> str:
-        if comp == "driver":
-            return "rbln-driver-ubuntu22.04"  # <RBLNDriver name>-<os><version>: not <base>-<component>
+    def daemonset_name(self, comp: str, base: str = "rbln", node: dict | None = None) -> str:
+        if comp == "driver":  # <RBLNDriver name>-<node pool>: not <base>-<component>
+            return f"{V03_DRIVER_NAME}-{driver_pool(node)}" if self is V0_3_0 else "rbln-driver-ubuntu22.04"
         if self is V0_3_0:
             return "rbln-daemon" if comp == "rbln-daemon" else f"{base}-{comp}"
         return "rbln-driver-smd" if comp == "rbln-smd" else f"rbln-{comp}"
 
-    def pod_labels(self, comp: str, base: str = "rbln") -> dict[str, str]:
+    def init_containers(self, comp: str) -> tuple[str, ...]:
+        """The init containers of the component's DaemonSet (only v0.3.0's are modelled)."""
+        return V03_INIT_CONTAINERS.get(comp, ()) if self is V0_3_0 else ()
+
+    def node_selector(self, comp: str, node: dict | None = None) -> dict[str, str]:
+        """The component DaemonSet's nodeSelector: its deploy label (v0.3.0's driver: and its pool's NFD labels)."""
+        sel = {f"rebellions.ai/npu.deploy.{comp}": "true"}
+        if comp == "driver" and self is V0_3_0:
+            os_id, version, kernel = _pool_parts(node)
+            sel.update({NFD_OS_ID: os_id, NFD_OS_VERSION: version, NFD_KERNEL: kernel})
+        return sel
+
+    def pod_labels(self, comp: str, base: str = "rbln", node: dict | None = None) -> dict[str, str]:
         if comp == "driver":
-            return {"app.kubernetes.io/component": "rbln-driver", "rebellions.ai/driver-instance": "rbln-driver"}
+            labels = {"app.kubernetes.io/component": "rbln-driver", "rebellions.ai/driver-instance": "rbln-driver"}
+            if self is V0_3_0:
+                labels["rebellions.ai/driver-node-pool"] = driver_pool(node)
+            return labels
         if self is V0_3_0:
             return {"app": self.daemonset_name(comp, base)}
         if comp == "device-plugin":
@@ -203,6 +245,24 @@ class Release:
         return {"rebellions.ai/npu"} | {self.vm_resource(None, p) for p in DEVICE_IDS}
 
 
+def _pool_parts(node: dict | None) -> tuple[str, str, str]:
+    """(os ID, VERSION_ID, kernel) of a node: NFD's labels, else (nodes built without them) its nodeInfo."""
+    md = (node or {}).get("metadata") or {}
+    labels = md.get("labels") or {}
+    info = ((node or {}).get("status") or {}).get("nodeInfo") or {}
+    image = str(info.get("osImage") or "Ubuntu 22.04").split()
+    os_id = labels.get(NFD_OS_ID) or image[0].lower()
+    version = labels.get(NFD_OS_VERSION) or (".".join(image[1].split(".")[:2]) if len(image) > 1 else "22.04")
+    kernel = labels.get(NFD_KERNEL) or str(info.get("kernelVersion") or "5.15.0-105-generic")
+    return os_id, version, kernel
+
+
+def driver_pool(node: dict | None) -> str:
+    """The v0.3.0 driver node pool a node belongs to: `ubuntu22.04-5.15.0-119-generic`."""
+    os_id, version, kernel = _pool_parts(node)
+    return f"{os_id}{version}-{kernel}"
+
+
 def _from_list(spec: dict | None, product: str) -> str | None:
     for e in (spec or {}).get("resourceList") or []:
         if product in (e.get("productCardNames") or []):
@@ -211,6 +271,6 @@ def _from_list(spec: dict | None, product: str) -> str | None:
 
 
 V0_3_0 = Release("v0.3.0", CONTAINER_V03, dra_in_vm=False, has_deploy_skip=False, pauses_labels=False,
-                 sandbox_waits_for_driver=True)
+                 sandbox_waits_for_driver=True, measured=True)
 NEWER = Release("newer", CONTAINER_NEWER, dra_in_vm=True, has_deploy_skip=True, pauses_labels=True)
 RELEASES = (V0_3_0, NEWER)

@@ -131,6 +131,29 @@ def test_v030_set_mode_vm_is_refused_up_front(cluster, release):
 
 
 @pytest.mark.parametrize("release", [V0_3_0], ids=lambda r: r.name)
+def test_v030_status_and_policy_show_trust_the_component_conditions_not_the_state(cluster, release):
+    """The v0.3.0 operator's policy says `ready` (top level and every status.components[] entry) while the
+    sandbox plugin sits in Init; only the entry's DaemonSetReady condition says so (the simulation writes status
+    as the real operator does: tests/envtest/test_operator_v030.py compares them)."""
+    switch_to_vm(cluster, release)
+    policy = cluster.get("RBLNClusterPolicy", "rbln-cluster-policy")
+    assert policy["status"]["state"] == "ready"
+    assert all(c["state"] == "ready" for c in policy["status"]["components"])
+    r = cli("policy", "show", "-o", "json", server=cluster.url)
+    comps = {c["component"]: c for c in json.loads(r.stdout)["components"]}
+    assert (comps["sandbox-device-plugin"]["state"], comps["sandbox-device-plugin"]["ready"]) == ("notReady", False)
+    assert (comps["vfio-manager"]["state"], comps["vfio-manager"]["ready"]) == ("ready", True)
+    r = cli("policy", "show", server=cluster.url)
+    assert "Policy:      rbln-cluster-policy (ready, but status.components: rbln-sandbox-device-plugin notReady)" \
+        in r.stdout
+    r = cli("status", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "DaemonSet rbln-sandbox-device-plugin notReady (DaemonSet rbln-system/rbln-sandbox-device-plugin is " \
+        "progressing: 0 of 1 pods are Ready (1 unavailable))" in r.stderr
+    assert "rbln-device-plugin" not in r.stderr  # no node is in container mode: its idle DaemonSet is no news
+
+
+@pytest.mark.parametrize("release", [V0_3_0], ids=lambda r: r.name)
 def test_v030_preflight_fails_sandbox(cluster, release):
     report = json.loads(cli("preflight", "-o", "json", server=cluster.url).stdout)
     by_id = {c["id"]: c for c in report["checks"] if c["scope"] == "cluster"}

@@ -116,6 +116,49 @@ def test_status_is_shown_while_waiting():
         "rbln-vfio-manager notReady"]
 
 
+def _v030_component(name: str, ready: bool, message: str) -> dict:
+    """A status.components entry as the operator v0.3.0 writes it: `state: ready` whatever the pods do; the
+    DaemonSetReady condition (in a list named `condition`) follows the DaemonSet."""
+    return {"name": name, "namespace": "rbln-system", "state": "ready", "condition": [
+        {"type": "DaemonSetReady", "status": "True" if ready else "False", "observedGeneration": 1,
+         "reason": "DaemonSetAllPodsReady" if ready else "DaemonSetAllPodsNotReady", "message": message,
+         "lastTransitionTime": "2026-12-03T10:02:32Z"}]}
+
+
+def test_v030_status_components_are_judged_by_their_condition_not_their_state():
+    obj = V0_3_0.policy(vfio_manager=True, sandbox=True)
+    stuck = "DaemonSet rbln-system/rbln-sandbox-device-plugin is progressing: 0 of 1 pods are Ready (1 unavailable)"
+    ready = {"type": "Ready", "status": "True", "reason": "AllComponentsReady", "message": "All components are Ready"}
+    obj["status"] = {"state": "ready", "conditions": [ready],
+        "components": [_v030_component("rbln-device-plugin", True, "All pods in DaemonSet ... are running"),
+                       _v030_component("rbln-sandbox-device-plugin", False, stuck)]}
+    p = parse_policy(obj)
+    assert [(c.name, c.verdict, c.ready) for c in p.components] == [
+        ("rbln-device-plugin", "ready", True), ("rbln-sandbox-device-plugin", "notReady", False)]
+    assert p.not_ready() == [f"rbln-sandbox-device-plugin notReady ({stuck})"]
+    assert p.status_summary() == "ready, but status.components: rbln-sandbox-device-plugin notReady"
+    obj["status"]["components"][1] = _v030_component("rbln-sandbox-device-plugin", True, "running")
+    assert parse_policy(obj).not_ready() == [] and parse_policy(obj).status_summary() == "ready"
+
+
+def test_a_daemonset_no_node_of_the_modes_in_use_selects_is_not_reported():
+    """v0.3.0 counts a DaemonSet with no pod to run (desired 0) as not ready: vfio-manager and the sandbox plugin
+    on a cluster whose nodes are all in container mode. Only the modes in use (or a switch's target) matter."""
+    obj = V0_3_0.policy(vfio_manager=True, sandbox=True)
+    idle = "DaemonSet rbln-system/{} is progressing: 0 of 0 pods are Ready (0 unavailable)"
+    obj["status"] = {"state": "ready", "components": [
+        _v030_component("rbln-device-plugin", True, "running"),
+        _v030_component("rbln-vfio-manager", False, idle.format("rbln-vfio-manager")),
+        _v030_component("rbln-sandbox-device-plugin", False, idle.format("rbln-sandbox-device-plugin")),
+        _v030_component("rbln-something-new", False, "not ready")]}
+    p = parse_policy(obj)
+    assert [s.name for s in p.components_not_ready({"container"})] == ["rbln-something-new"]
+    assert [s.name for s in p.components_not_ready({"container", "vm-passthrough"})] == [
+        "rbln-vfio-manager", "rbln-sandbox-device-plugin", "rbln-something-new"]
+    assert p.status_summary({"container"}) == "ready, but status.components: rbln-something-new notReady"
+    assert len(p.not_ready(modes=("vm-passthrough",))) == 3 and len(p.not_ready()) == 3
+
+
 @pytest.mark.parametrize(("release", "chart"), [
     (NEWER, "oci://docker.io/rebellions/rbln-npu-operator-chart --version 0.6.0"),
     (V0_3_0, "rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator --version v0.3.0"),

@@ -4,10 +4,11 @@
   time from the envtest bundle (``$KUBEBUILDER_ASSETS/chart/rbln-npu-operator/crds/``, the chart of tag v0.3.0:
   RBLN-SW/rbln-npu-operator deployments/rbln-npu-operator/crds/). No validation rules; eight components
   required; unknown fields pruned.
-* The later operator's RBLNClusterPolicy (``LATER_POLICY_RULES``): the same schema with the spec-level
+* The later operator's RBLNClusterPolicy (``later_policy_crd``): the v0.3.0 schema with the spec-level
   ``required`` list and the four CEL rules of RBLN-SW/rbln-npu-operator config/crd/bases/
-  rebellions.ai_rblnclusterpolicies.yaml at commit 02a4d9a7 (controller-gen v0.20.1), restated here. Its
-  other later fields are not modelled (the v0.3.0 schema prunes them): rblnctl writes none of them.
+  rebellions.ai_rblnclusterpolicies.yaml at commit 02a4d9a7 (controller-gen v0.20.1), restated here, and the
+  plugins' later shape (no resourceList; useGenericResourceName: api/v1beta1/device_plugin_types.go). Its
+  other later fields are not modelled (the schema prunes them): rblnctl writes none of them.
 * Node Feature Discovery v0.17.3 (the operator chart's dependency, ~0.17.0): NodeFeature and NodeFeatureRule,
   restated from kubernetes-sigs/node-feature-discovery deployment/base/nfd-crds/nfd-api-crds.yaml at v0.17.3
   (descriptions dropped; NodeFeatureRule's rule bodies kept free-form).
@@ -111,6 +112,12 @@ def later_policy_crd(v030_policy_crd: dict) -> dict:
     spec["x-kubernetes-validations"] = copy.deepcopy(LATER_POLICY_RULES)
     for component in ("vfioManager", "sandboxDevicePlugin", "devicePlugin", "draKubeletPlugin"):
         spec["properties"][component]["required"] = ["enabled"]  # as there: the rules read `.enabled`
+    # The later plugins take no resourceList (one resource per product; the container plugin adds the generic
+    # rebellions.ai/npu unless useGenericResourceName is false): api/v1beta1/device_plugin_types.go @0edacc8b.
+    for component in ("devicePlugin", "sandboxDevicePlugin"):
+        spec["properties"][component]["properties"].pop("resourceList", None)
+        spec["properties"][component]["properties"].pop("vfioChecker", None)
+    spec["properties"]["devicePlugin"]["properties"]["useGenericResourceName"] = {"type": "boolean", "default": True}
     crd["metadata"].setdefault("annotations", {})["rblnctl.rebellions.ai/source"] = (
         "RBLN-SW/rbln-npu-operator@02a4d9a7 config/crd/bases/rebellions.ai_rblnclusterpolicies.yaml (rules)")
     return crd

@@ -331,11 +331,16 @@ class Handler(BaseHTTPRequestHandler):
             return api.patch(res, ns, name or "", sub, req.content_type, req.body, q, dry_run)
         if sub is not None:
             raise method_not_allowed()
-        options = req.body if isinstance(req.body, dict) else {}
-        if "gracePeriodSeconds" in q:
-            options = {**options, "gracePeriodSeconds": int(first(q, "gracePeriodSeconds") or 0)}
-        if "All" in (options.get("dryRun") or []):
-            dry_run = True
+        if isinstance(req.body, dict):
+            # A DELETE with a body takes its options from the body alone: the query's dryRun and
+            # gracePeriodSeconds are ignored (apiserver handlers/delete.go; measured: `?dryRun=All` beside a
+            # DeleteOptions body deletes for real).
+            options = req.body
+            dry_run = "All" in (options.get("dryRun") or [])
+        else:
+            options = {}
+            if "gracePeriodSeconds" in q:
+                options["gracePeriodSeconds"] = int(first(q, "gracePeriodSeconds") or 0)
         if name is None:
             return api.delete_collection(res, ns, q, options, dry_run)
         return api.delete(res, ns, name, options, dry_run)

@@ -34,7 +34,10 @@ class RecordedRequest:
 
     @property
     def dry_run(self) -> bool:
-        """``dryRun=All`` in the query, or in a DeleteOptions / Eviction body."""
+        """``dryRun=All`` as the server applies it: in a DELETE's DeleteOptions body when it has one (the query is
+        then ignored), else in the query, or in an Eviction's deleteOptions."""
+        if self.method == "DELETE" and isinstance(self.body, dict):
+            return "All" in (self.body.get("dryRun") or [])
         if "All" in self.query.get("dryRun", []):
             return True
         if isinstance(self.body, dict):
