@@ -382,13 +382,19 @@ VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
 # spec.template.spec.resourceClaims[] = {name, resourceClaimTemplateName | resourceClaimName}
 # (types.go, VirtualMachineInstanceResourceClaim).
 VM_DEVICE_PREFIX = "npu"  # hostDevices rblnctl adds are named npu0, npu1, ...
-VM_DRA_CLAIM = "rbln-npu"  # the one resourceClaims entry rblnctl manages in a VM
+# rblnctl's one resourceClaims entry in a VM is rbln-npu-<hash of namespace/name>, unique per VM
+# (rblnctl.vm.devices.claim_name: the RBLN DRA driver keys its per-node metadata by that name);
+# releases before it wrote the fixed name rbln-npu, which vm attach renames.
+VM_DRA_CLAIM = "rbln-npu"
 # The ResourceClaimTemplate for N NPUs: rbln-npu-<N>, shared by every VM of the namespace that wants N.
 # It has N requests npu0..npu<N-1> of one device each: KubeVirt takes exactly one device per request
 # ("count > 1 is not supported", kubevirt/kubevirt@v1.9.0 pkg/dra/utils.go resolveDevice), so N NPUs
 # are N requests, not one request with count N.
 VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
 VM_DRA_REQUEST_PREFIX = "npu"
+# Set on a VM (its time as value) while `vm attach|detach --restart` has it stopped, cleared once it is started
+# again: a run that could not start it (killed, or the start failed) leaves it, and the next run starts the VM.
+VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 # virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).
@@ -417,6 +423,9 @@ OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"
 HOST_POD_LABEL = "rebellions.ai/rblnctl.host-pod"
 HOST_POD_RUN_LABEL = "rebellions.ai/rblnctl.run"
 HOST_POD_NODE_ANNOTATION = "rebellions.ai/rblnctl.node"
+# Set on a VM (its time as value) while `vm attach|detach --restart` has it stopped, cleared once it is started
+# again: a run that could not start it (killed, or the start failed) leaves it, and the next run starts the VM.
+VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 HOST_POD_ROOT = "/host"

@@ -47,6 +47,16 @@ class Ambiguous(InvalidInput):
         self.options = tuple(options)
 
 
+class UnknownName(InvalidInput):
+    """A name no registry rblnctl keeps lists (a KubeVirt feature gate); `suggestions` are the close ones it knows,
+    `options` the options-fields that let an unknown name through (the front end phrases them)."""
+
+    def __init__(self, message: str, *, suggestions: Iterable[str] = (), options: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.suggestions = list(suggestions)
+        self.options = tuple(options)
+
+
 class NotFound(RblnError):
     """A node, custom resource or PCI function that was asked for does not exist."""
 
@@ -118,6 +128,24 @@ class Conflict(ClusterError):
     """A write lost an optimistic-concurrency race (409) more often than we retry."""
 
 
+class AdmissionDenied(ClusterError):
+    """The API server's admission refused a write (403 from a ResourceQuota, Pod Security, a webhook), not RBAC."""
+
+
+class Partial(RblnError):
+    """A command that changes several objects did not change every one.
+
+    `result` is the library's result all the same: it lists each object done, failed (and why) or
+    not attempted (and why not), for the front end to show before this error. `outcomes` are those
+    rows (rblnctl.batch.ItemOutcome).
+    """
+
+    def __init__(self, message: str, *, result: object | None = None, outcomes: Iterable[Any] = ()) -> None:
+        super().__init__(message)
+        self.result = result
+        self.outcomes = list(outcomes)
+
+
 class WaitTimeout(RblnError):
     """Something we wait for (pods gone, operator converged) did not happen in time."""
 
@@ -127,11 +155,13 @@ class HostError(RblnError):
 
 
 class Refused(RblnError):
-    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text)."""
+    """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text), `options`
+    the options-fields that would let it go ahead (the front end phrases them, e.g. `--reverse`)."""
 
-    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None) -> None:
+    def __init__(self, message: str, *, blockers: Iterable[Any] | None = None, options: Iterable[str] = ()) -> None:
         super().__init__(message)
         self.blockers = list(blockers or [])
+        self.options = tuple(options)
 
 
 class PreflightFailed(RblnError):

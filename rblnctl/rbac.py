@@ -66,12 +66,14 @@ _NODE_CHANGE = (
 _VMS_LIST = (_a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "list"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"))
 _CLAIM_INDEX = (_a(C.DRA_GROUP, "resourceclaimtemplates", "list"), _a(C.DRA_GROUP, "resourceclaims", "list"))
 # What a VM plan and a diagnosis read: the KubeVirt CR, the policy, the NPU nodes, the VM and its VMI, the DRA
-# side, the pods on candidate nodes (capacity, the virt-launcher, operator components) and scheduling events.
+# side, the pods on candidate nodes (capacity, the virt-launcher, operator components) and scheduling events;
+# a DRA diagnosis also the VMIs sharing a claim name (every namespace) and the DRA plugin's log.
 _VM_READ = (
     *_OPERATOR, *_NODES_READ, *_CLAIM_INDEX,
     _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
     _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get"),
-    _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get"),
+    _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get", "list"),
+    _a("", "pods/log", "get", where=OPERATOR_NAMESPACE),  # the DRA plugin's (its crash's reason is only there)
     _a(C.DRA_GROUP, "deviceclasses", "get"),
     _a(C.DRA_GROUP, "resourceslices", "list"),
     _a(C.DRA_GROUP, "resourceclaims", "get"),
@@ -137,6 +139,7 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # (nodes, operator pods, slices, class), then --convert-vms: vm attach's reads and writes, never a restart.
     "policy set-method": (
         *_OPERATOR, *_NODES_READ, *_VMS_LIST, *_CLAIM_INDEX,
+        _a("apiextensions.k8s.io", "customresourcedefinitions", "get"),  # the policy's admission rules
         _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "get", "patch"),
         _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a("apps", "daemonsets", "list"), _a("", "pods", "list"),
         _a(C.DRA_GROUP, "deviceclasses", "get", "list"), _a(C.DRA_GROUP, "resourceslices", "list"),

@@ -63,7 +63,7 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     """Read the overview; a missing CRD is a note, not an error."""
     version = kube.server_version().get("gitVersion", "unknown")
     view = read_operator(kube)
-    release = read_release(kube, view)
+    release = read_release(kube, view.deployments)
     try:
         kubevirts = kube.list(KUBEVIRTS)
     except NotFound:

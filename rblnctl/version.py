@@ -1,7 +1,7 @@
 """What `rblnctl version` reports: this client (version, commit) and, from a cluster, the versions that matter.
 
 The cluster side reads Kubernetes (`/version`), KubeVirt (each CR's `status.observedKubeVirtVersion`),
-the RBLN NPU Operator (its Deployment, rblnctl.operator.cluster.operator_version) and the RBLN DRA
+the RBLN NPU Operator (its Deployment, rblnctl.operator.release.operator_version) and the RBLN DRA
 driver (its kubelet-plugin DaemonSet, rblnctl.operator.dra): each one a component with its version,
 where the version was read, or why it is not known. A read that is refused or fails leaves that
 component unknown with the reason; only an unreachable cluster or rejected credentials end the run.
@@ -70,7 +70,7 @@ def _git_commit(top: Path) -> str | None:
 def cluster_components(kube: object) -> list[Component]:
     """The cluster's versions; raises ClusterUnreachable / AuthError when there is no cluster to ask."""
     from rblnctl.kube import DAEMONSETS, KUBEVIRTS
-    from rblnctl.operator.cluster import operator_deployments, operator_version
+    from rblnctl.operator.release import operator_deployments, operator_version
     from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset
 
     server = kube.server_version()  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Kube.watch and Kube.watch_many against the fake API server: list then watch, resuming after the server
+"""rblnctl.kube.watch and watch_many against the fake API server: list then watch, resuming after the server
 ends a stream, relisting on 410, bookmarks, falling back to LISTs where watching is refused, stopping."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from rblnctl.clock import Stop
 from rblnctl.errors import ClusterError
-from rblnctl.kube import NODES, PODS, SYNC, KubeOptions, Mirror, WatchSpec, connect
+from rblnctl.kube import NODES, PODS, SYNC, KubeOptions, Mirror, WatchSpec, connect, watch, watch_many
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 
@@ -67,7 +67,7 @@ def _lists(apiserver):
 
 def test_a_watch_lists_first_then_streams_the_changes(apiserver, kube):
     apiserver.add(o.node("n1"), o.node("n2"))
-    c = Consumer(kube.watch(NODES, timeout_s=10), until=lambda got: len(got) == 4)
+    c = Consumer(watch(kube, NODES, timeout_s=10), until=lambda got: len(got) == 4)
     _wait_for(lambda: apiserver.open_watches == 1, "the watch to open")
     apiserver.add(o.node("n3"))
     apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"].setdefault("labels", {}).update(a="1"))
@@ -81,7 +81,7 @@ def test_a_watch_lists_first_then_streams_the_changes(apiserver, kube):
 
 def test_a_watch_resumes_where_it_was_when_the_server_ends_the_stream(apiserver, kube):
     apiserver.add(o.node("n1"))
-    c = Consumer(kube.watch(NODES, timeout_s=10), until=lambda got: len(got) == 3)
+    c = Consumer(watch(kube, NODES, timeout_s=10), until=lambda got: len(got) == 3)
     _wait_for(lambda: apiserver.open_watches == 1, "the watch to open")
     apiserver.add(o.node("n2"))
     _wait_for(lambda: len(c.got) == 2, "the first event")
@@ -97,7 +97,7 @@ def test_a_watch_resumes_where_it_was_when_the_server_ends_the_stream(apiserver,
 
 def test_a_watch_resumes_from_the_last_bookmark(apiserver, kube):
     apiserver.add(o.node("n1"))
-    c = Consumer(kube.watch(NODES, timeout_s=10), until=lambda got: len(got) == 2)
+    c = Consumer(watch(kube, NODES, timeout_s=10), until=lambda got: len(got) == 2)
     _wait_for(lambda: apiserver.open_watches == 1, "the watch to open")
     apiserver.add(o.namespace("elsewhere"))  # moves the resourceVersion on without a node event
     latest = apiserver.get("Namespace", "elsewhere")["metadata"]["resourceVersion"]
@@ -118,7 +118,7 @@ def test_a_watch_that_expired_lists_again(apiserver, kube):
             apiserver.delete_now("Node", "n1")
             apiserver.compact()
 
-    c = Consumer(kube.watch(NODES, timeout_s=10), until=lambda got: len(got) == 3)
+    c = Consumer(watch(kube, NODES, timeout_s=10), until=lambda got: len(got) == 3)
     _wait_for(lambda: apiserver.open_watches == 1, "the watch to open")
     apiserver.add(o.node("n2"))
     _wait_for(lambda: len(c.got) == 2, "the first event")
@@ -126,7 +126,7 @@ def test_a_watch_that_expired_lists_again(apiserver, kube):
     apiserver.close_watches()
     assert c.join() == [(SYNC, ["n1"]), ("ADDED", "n2"), (SYNC, ["n2", "n3"])]
     mirror = Mirror()
-    for ev in [*kube.watch(NODES, timeout_s=0)]:
+    for ev in [*watch(kube, NODES, timeout_s=0)]:
         mirror.apply(ev)
     assert [n["metadata"]["name"] for n in mirror.items()] == ["n2", "n3"]
     assert len(_lists(apiserver)) == 3  # the first list, the relist after the 410, the last check
@@ -144,7 +144,7 @@ def test_a_refused_watch_falls_back_to_one_list_per_round(apiserver, kube):
             apiserver.add(o.node("n2"))
 
     apiserver.on_request(grow)
-    got = [(ev.type, _names(ev)) for ev in kube.watch(NODES, timeout_s=3, poll_s=1, clock=clock)]
+    got = [(ev.type, _names(ev)) for ev in watch(kube, NODES, timeout_s=3, poll_s=1, clock=clock)]
     assert got == [(SYNC, ["n1"]), (SYNC, ["n1"]), (SYNC, ["n1", "n2"]), (SYNC, ["n1", "n2"])]
     assert clock.sleeps == [1, 1, 1] and len(_watches(apiserver)) == 1  # tried once, then only lists
 
@@ -153,7 +153,7 @@ def test_a_watch_the_server_does_not_serve_falls_back_to_lists(apiserver, kube):
     apiserver.add(o.node("n1"))
     apiserver.on_request(lambda req: apiserver.inject_fault(method="GET", status=405, reason="MethodNotAllowed")
                          if "watch" in req.query else None)
-    got = [ev.type for ev in kube.watch(NODES, timeout_s=2, poll_s=1, clock=FakeClock(start=0.0))]
+    got = [ev.type for ev in watch(kube, NODES, timeout_s=2, poll_s=1, clock=FakeClock(start=0.0))]
     assert got == [SYNC, SYNC, SYNC]
 
 
@@ -166,7 +166,7 @@ def test_a_failing_watch_is_retried_and_reported(apiserver, kube):
             apiserver.inject_fault(method="GET", status=503, reason="ServiceUnavailable")
 
     apiserver.on_request(fail_once)
-    c = Consumer(kube.watch(NODES, timeout_s=10, on_retry=failures.append), until=lambda got: len(got) == 2)
+    c = Consumer(watch(kube, NODES, timeout_s=10, on_retry=failures.append), until=lambda got: len(got) == 2)
     _wait_for(lambda: apiserver.open_watches == 1, "the second watch to open")
     apiserver.add(o.node("n2"))
     assert c.join() == [(SYNC, ["n1"]), ("ADDED", "n2")]
@@ -179,13 +179,13 @@ def test_an_error_event_that_is_not_410_is_raised(apiserver, kube):
         method="GET", status=200, body='{"type":"ERROR","object":{"kind":"Status","code":500,"message":"boom"}}\n')
         if "watch" in req.query else None)
     with pytest.raises(ClusterError, match="boom"):
-        list(kube.watch(NODES, timeout_s=5))
+        list(watch(kube, NODES, timeout_s=5))
 
 
 def test_stop_ends_a_watch_blocked_on_a_quiet_stream_at_once(apiserver, kube):
     apiserver.add(o.node("n1"))
     stop = Stop()
-    c = Consumer(kube.watch(NODES, timeout_s=60, stop=stop))
+    c = Consumer(watch(kube, NODES, timeout_s=60, stop=stop))
     _wait_for(lambda: apiserver.open_watches == 1, "the watch to open")
     stop.set()  # from another thread, while the reader waits for the next event
     assert c.join() == [(SYNC, ["n1"])]
@@ -195,7 +195,7 @@ def test_stop_ends_a_watch_blocked_on_a_quiet_stream_at_once(apiserver, kube):
 def test_the_deadline_ends_a_watch(apiserver, kube):
     apiserver.add(o.node("n1"))
     started = time.monotonic()
-    assert [ev.type for ev in kube.watch(NODES, timeout_s=1)] == [SYNC]
+    assert [ev.type for ev in watch(kube, NODES, timeout_s=1)] == [SYNC]
     assert _watches(apiserver)[0].query["timeoutSeconds"] == ["1"]  # the server ends the stream at the deadline
     assert time.monotonic() - started < 5
 
@@ -204,7 +204,7 @@ def test_watch_many_tags_each_event_with_its_source(apiserver, kube):
     apiserver.add(o.node("n1"), o.pod("default", "p1", node="n1"))
     specs = [WatchSpec(NODES), WatchSpec(PODS, namespace="default", field_selector="spec.nodeName=n1")]
     seen: list[tuple[int, str, object]] = []
-    for ev in kube.watch_many(specs, timeout_s=10):
+    for ev in watch_many(kube, specs, timeout_s=10):
         seen.append((ev.source, ev.type, _names(ev)))
         if len(seen) == 2:
             apiserver.add(o.pod("default", "p2", node="n1"), o.pod("default", "p3", node="n2"))
@@ -221,5 +221,5 @@ def test_watch_many_treats_a_missing_optional_collection_as_empty(apiserver, kub
     from rblnctl.kube import RESOURCE_SLICES
 
     specs = [WatchSpec(NODES), WatchSpec(RESOURCE_SLICES, missing_ok=True)]
-    got = sorted((ev.source, ev.type, len(ev.objects)) for ev in kube.watch_many(specs, timeout_s=0))
+    got = sorted((ev.source, ev.type, len(ev.objects)) for ev in watch_many(kube, specs, timeout_s=0))
     assert got == [(0, SYNC, 1), (1, SYNC, 0)]

@@ -113,8 +113,16 @@ def _vms(api):
     api.add(o.vm("vms", "pending", host_devices=[CA22]), o.vmi("vms", "pending", None, [CA22], phase="Scheduling"))
     pending = o.virt_launcher("vms", "pending", None, resources={CA22: "1"})
     api.add(pending, o.failed_scheduling(pending, f"0/2 nodes are available: 2 Insufficient {CA22}."))
+    # the DRA plugin on n2 restarting (diagnose reads its log: the crash's reason is only in there)
+    plugin = o.pod("rbln-system", "rbln-dra-kubelet-plugin-n2", node="n2",
+                   labels={"app.kubernetes.io/component": "dra-kubelet-plugin"})
+    plugin["metadata"]["ownerReferences"] = [o.owner_ref("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")]
+    plugin["status"]["containerStatuses"][0].update(
+        ready=False, restartCount=3, state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"exitCode": 1, "reason": "Error"}})
+    api.add(plugin)
 def _evacuated_vm(api):
-    """A migratable VM on n1 that KubeVirt's eviction webhook evacuates to n2 (drain --all-pods --force)."""
+    """A migratable VM on n1 that KubeVirt's eviction webhook evacuates to n2 (drain --all-pods --evict-vms)."""
     import threading
 
     api.kubevirt_eviction_webhook = True
@@ -165,7 +173,7 @@ SCENARIOS = [
     Scenario("node drain", ("node", "drain", "n1", "--yes"), _npu_pod),
     Scenario("node drain", ("node", "drain", "n1", "--yes", "--disable-eviction", "--take-over"),
              lambda api: (_npu_pod(api), _expired_lock(api))),
-    Scenario("node drain", ("node", "drain", "n1", "--yes", "--all-pods", "--force"), _evacuated_vm),
+    Scenario("node drain", ("node", "drain", "n1", "--yes", "--all-pods", "--evict-vms"), _evacuated_vm),
     Scenario("node set-mode", ("node", "set-mode", "vm", "n1", "--yes"), lambda api: (_npu_pod(api), _dra(api))),
     # a pool: the NPU nodes a selector matches, each switched (drained) as one node is
     Scenario("node set-mode", ("node", "set-mode", "vm", "-l", "rebellions.ai/npu.present=true", "--yes"),
@@ -245,9 +253,11 @@ def test_taking_any_verb_away_refuses_some_request(recorded, i, j, verb):
 
 def test_read_role_is_a_subset_that_runs_the_read_commands():
     read = rbac.rbac_objects(rbac.ROLE_READ, NS)
-    assert [o_["kind"] for o_ in read] == ["ClusterRole"]  # no locks: read commands take none
+    # no locks (read commands take none); the Role only reads the DRA plugin's log (vm diagnose)
+    assert [o_["kind"] for o_ in read] == ["ClusterRole", "Role"]
+    assert read[1]["rules"] == [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
     writes = {"create", "update", "patch", "delete", "deletecollection"}
-    assert not [r for r in read[0]["rules"] if writes & set(r["verbs"])]
+    assert not [r for o_ in read for r in o_["rules"] if writes & set(r["verbs"])]
 
 
 def test_the_command_prints_applyable_yaml_and_a_v1_list():

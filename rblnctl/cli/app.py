@@ -8,7 +8,9 @@ import typer
 
 from rblnctl import __version__
 from rblnctl.cli import completion, kubevirt, node, policy, preflight, rbac, status, version, vfio, vm
-from rblnctl.cli.errors import RblnGroup, parse_duration
+from rblnctl.cli.connect import connection_options
+from rblnctl.cli.errors import RblnGroup
+from rblnctl.cli.options import examples
 
 if TYPE_CHECKING:
     from rblnctl.kube import Kube
@@ -43,6 +45,13 @@ class State:
 
             self._kube = connect(KubeOptions(**self.connection))
         return self._kube
+
+    def object_namespace(self) -> str:
+        """The namespace a command's namespaced objects live in: -n, else the kubeconfig context's, else `default`.
+
+        kubectl's order (rblnctl.kube.connection); reading the context's namespace connects.
+        """
+        return self.namespace or self.kube().namespace
 
 
 app = typer.Typer(
@@ -104,7 +113,9 @@ def root(
     ] = "30s",
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", show_default=False,
-                                 help="Namespace, where a command works on namespaced objects.",
+                                 help="Namespace of the VMs a vm command works on [default: the kubeconfig context's, "
+                                 "else default]; for kubevirt, preflight, rbac and vfio: the namespace to use instead "
+                                 "of the one found (the KubeVirt CR's, the operator's).",
                                  autocompletion=completion.complete_namespaces)
     ] = None,
     all_namespaces: Annotated[
@@ -138,19 +149,6 @@ def root(
         verbose=verbosity,
         no_headers=no_headers,
     )
-
-
-def connection_options(params: dict) -> dict:
-    """The root command's connection flags as KubeOptions fields (also read by completers, before the callback)."""
-    timeout = params.get("request_timeout") or "30s"
-    return {
-        "kubeconfig": params.get("kubeconfig"), "context": params.get("context"), "cluster": params.get("cluster"),
-        "user": params.get("user"), "server": params.get("server"), "token": params.get("token"),
-        "certificate_authority": params.get("certificate_authority"),
-        "insecure_skip_tls_verify": bool(params.get("insecure_skip_tls_verify")),
-        "impersonate_user": params.get("as_user"), "impersonate_groups": tuple(params.get("as_group") or ()),
-        "request_timeout_s": parse_duration(timeout, option="--request-timeout", zero_means_forever=True),
-    }
 
 
 # The loggers each -v level turns on, as kubectl's levels: rblnctl's own debug lines from 1, a line
@@ -189,8 +187,20 @@ app.add_typer(policy.app, name="policy", short_help="Operator policy: show, set-
 app.add_typer(vfio.app, name="vfio", short_help="Bind NPUs to vfio-pci on this host.")
 rbac.register(app)
 version.register(app)
-app.command("completion", short_help="Print the shell completion script.", epilog=completion._examples())(
-    completion.completion_command)
+app.command("completion", short_help="Print the shell completion script.", epilog=examples(
+    "source <(rblnctl completion bash)          # bash, this shell",
+    "rblnctl completion bash > /etc/bash_completion.d/rblnctl",
+    'rblnctl completion zsh > "${fpath[1]}/_rblnctl"',
+    "rblnctl completion fish > ~/.config/fish/completions/rblnctl.fish",
+    "# kubectl rbln <TAB> (kubectl >= 1.26): kubectl_complete-rbln is installed with rblnctl",
+))(completion.completion_command)
+
+
+def kubectl_complete() -> None:
+    """Console-script entry point `kubectl_complete-rbln`: kubectl's plugin completion (rblnctl.cli.completion)."""
+    import typer.main
+
+    completion.kubectl_complete(typer.main.get_command(app))
 
 
 def main() -> None:

@@ -110,14 +110,13 @@ def register() -> None:
         add_completion_class(cls, name)
 
 
-def script(shell: str, prog_name: str = "rblnctl") -> str:
-    """The completion script for a shell, as `_RBLNCTL_COMPLETE=source_<shell> rblnctl` prints it."""
-    import typer.main
+def script(shell: str, command: Any, prog_name: str = "rblnctl") -> str:
+    """The completion script for a shell, as `_RBLNCTL_COMPLETE=source_<shell> rblnctl` prints it.
 
-    from rblnctl.cli.app import app
-
+    `command` is the root click command (the caller's: this module never imports the app).
+    """
     cls = _classes()[shell]
-    return cls(typer.main.get_command(app), {}, prog_name, COMPLETE_VAR).source()
+    return cls(command, {}, prog_name, COMPLETE_VAR).source()
 
 
 # -- completers (typer `autocompletion=` callbacks: they get the context and the word being typed) ------
@@ -129,7 +128,7 @@ def _root_params(ctx: Any) -> dict:
 
 def _kube(ctx: Any) -> Any:
     """A connection from the flags already typed, with a short timeout and no retries."""
-    from rblnctl.cli.app import connection_options
+    from rblnctl.cli.connect import connection_options
     from rblnctl.kube import KubeOptions, connect
 
     params = _root_params(ctx)
@@ -159,7 +158,7 @@ def complete_npu_nodes(ctx: typer.Context, incomplete: str) -> list[str]:
     """Names of NPU nodes (the ones NFD or the operator labelled), from the cluster."""
 
     def names() -> list[str]:
-        from rblnctl.node.inventory import list_npu_node_objects
+        from rblnctl.operator.nodes import list_npu_node_objects
 
         typed = set(ctx.params.get("args") or ctx.params.get("nodes") or [])
         nodes = list_npu_node_objects(_kube(ctx))
@@ -190,13 +189,14 @@ def complete_namespaces(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_vms(ctx: typer.Context, incomplete: str) -> list[str]:
-    """VirtualMachine names in the namespace -n names (else default), from the cluster."""
+    """VirtualMachine names in the namespace -n names (else the context's, else default), from the cluster."""
 
     def names() -> list[str]:
         from rblnctl.kube import VMS
 
-        namespace = _root_params(ctx).get("namespace") or "default"
-        return [v["metadata"]["name"] for v in _kube(ctx).list(VMS, namespace=namespace)]
+        kube = _kube(ctx)
+        namespace = _root_params(ctx).get("namespace") or kube.namespace
+        return [v["metadata"]["name"] for v in kube.list(VMS, namespace=namespace)]
 
     return _starting(_quietly(names), incomplete)
 
@@ -255,23 +255,24 @@ def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Any] 
     from rblnctl.cli.output import COMMON_FORMATS, Format
 
     formats = COMMON_FORMATS if allowed is None else allowed
-    return _starting([f"{f.value}=" if f == Format.jsonpath else f.value for f in formats], incomplete)
+    return _starting([f"{f.value}=" if f in (Format.jsonpath, Format.custom_columns) else f.value
+                      for f in formats], incomplete)
 
 
 # -- kubectl plugin completion ------------------------------------------------------------------------
 
 
-def kubectl_complete() -> None:
-    """`kubectl_complete-rbln WORD...`: what kubectl >= 1.26 runs for `kubectl rbln <TAB>` (cobra's format)."""
-    import typer.main
-    from typer._completion_classes import BashComplete
+def kubectl_complete(command: Any) -> None:
+    """`kubectl_complete-rbln WORD...`: what kubectl >= 1.26 runs for `kubectl rbln <TAB>` (cobra's format).
 
-    from rblnctl.cli.app import app
+    `command` is the root click command (rblnctl.cli.app.kubectl_complete passes it).
+    """
+    from typer._completion_classes import BashComplete
 
     register()
     words = sys.argv[1:]
     args, incomplete = (words[:-1], words[-1]) if words else ([], "")
-    comp = BashComplete(typer.main.get_command(app), {}, "kubectl rbln", COMPLETE_VAR)
+    comp = BashComplete(command, {}, "kubectl rbln", COMPLETE_VAR)
     directive = COBRA_NO_FILE_COMP
     lines = []
     for item in completions(comp, args, incomplete):
@@ -288,19 +289,8 @@ def kubectl_complete() -> None:
 # -- the command ----------------------------------------------------------------------------------------
 
 SHELLS = ("bash", "zsh", "fish")
-def _examples() -> str:
-    from rblnctl.cli.options import examples
-
-    return examples(
-        "source <(rblnctl completion bash)          # bash, this shell",
-        "rblnctl completion bash > /etc/bash_completion.d/rblnctl",
-        'rblnctl completion zsh > "${fpath[1]}/_rblnctl"',
-        "rblnctl completion fish > ~/.config/fish/completions/rblnctl.fish",
-        "# kubectl rbln <TAB> (kubectl >= 1.26): kubectl_complete-rbln is installed with rblnctl",
-    )
-
-
 def completion_command(
+    ctx: typer.Context,
     shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish.", autocompletion=lambda: SHELLS),
 ) -> None:
     """Print the shell completion script."""
@@ -308,4 +298,4 @@ def completion_command(
 
     if shell not in SHELLS:
         raise InvalidInput(f"no completion for shell {shell!r}: use one of {', '.join(SHELLS)}")
-    sys.stdout.write(script(shell).rstrip("\n") + "\n")
+    sys.stdout.write(script(shell, ctx.find_root().command).rstrip("\n") + "\n")

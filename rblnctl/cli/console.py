@@ -59,7 +59,7 @@ def warn(message: object) -> None:
     """Print one warning line to stderr (escaped, never read as markup); an Advice names its flag."""
     from rich.markup import escape
 
-    from rblnctl.cli.errors import flag_for
+    from rblnctl.cli.flags import flag_for
 
     text = str(message)
     option = getattr(message, "option", None)

@@ -22,6 +22,7 @@ EXIT_CODES: dict[type[BaseException], int] = {
     E.ClusterUnreachable: 3,
     E.AuthError: 4,
     E.WaitTimeout: 5,
+    E.Partial: 6,
     E.RblnError: 1,
 }
 EXIT_OK = 0
@@ -35,6 +36,7 @@ GLOBAL_VALUE_OPTS = ("--kubeconfig", "--context", "--cluster", "--user", "--serv
 GLOBAL_FLAG_OPTS = ("-v", "--verbose", "--no-color", "--insecure-skip-tls-verify", "--all-namespaces", "-A",
                     "--no-headers")
 _SHORT_VALUE_OPTS = ("-n", "-s")  # `-nkube-system`, as kubectl accepts
+DRY_RUN_MODES = ("client", "server", "none")
 
 
 def exit_code_for(err: BaseException) -> int:
@@ -66,6 +68,9 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
     """Move global options that follow a subcommand to the front, and spell kubectl's flags our way.
 
     `--dry-run=client` -> `--dry-run`, `--dry-run=server` -> `--server-dry-run`, `--dry-run=none` -> dropped;
+    a bare `--dry-run` is `--dry-run=client` (kubectl's NoOptDefVal) and never takes the next word: one
+    followed by `client`, `server` or `none` is a usage error (kubectl would read that word as an argument:
+    `enable-gates --dry-run client` would queue a gate named client);
     kubectl's log level `-v=6`, `-v6` or `-v 6` -> `--v=6` (a bare `-v`, `-vv` still counts).
     Everything after `--` is left alone. With `root` (the click group), the walk follows the
     subcommands, so the value of a subcommand's own option (`-l --context`) is never taken for a
@@ -84,6 +89,12 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
         if name in ("--dry-run", "--server-dry-run"):
             # One dry-run mode, the last one given, as kubectl's single --dry-run flag.
             rest = [x for x in rest if x not in ("--dry-run", "--server-dry-run")]
+        if a == "--dry-run" and i + 1 < len(args) and args[i + 1] in DRY_RUN_MODES:
+            # kubectl (pkg/cmd/util/helpers.go GetDryRunStrategy) takes a bare --dry-run as client and leaves the
+            # next word to the command; a mode written after a space is almost always meant as the mode.
+            raise typer.BadParameter(f"write the dry-run mode with '=': --dry-run={args[i + 1]} (a bare --dry-run "
+                                     f"means --dry-run=client and never takes the next word, so {args[i + 1]!r} "
+                                     "would be read as an argument)")
         if name == "--dry-run" and eq:
             mode = a.split("=", 1)[1]
             if mode == "client":
@@ -101,6 +112,13 @@ def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
             value, used = _level(a, args[i + 1] if i + 1 < len(args) else None)  # type: ignore[misc]
             front.append(f"--v={value}")
             i += used - 1
+        elif name in GLOBAL_VALUE_OPTS and _own_option(cmd, name):
+            # The subcommand has an option of that name (`vm manifest --user`, the guest's user, as virtctl
+            # create vm spells it): after the subcommand it is the subcommand's; the global one goes before it.
+            rest.append(a)
+            if not eq and i + 1 < len(args):
+                rest.append(args[i + 1])
+                i += 1
         elif name in GLOBAL_VALUE_OPTS:
             if eq:
                 front.append(a)
@@ -134,6 +152,13 @@ def _level(arg: str, following: str | None) -> tuple[str, int] | None:
     if arg in ("-v", "--v") and following is not None and following.isdigit():
         return following, 2
     return None
+
+
+def _own_option(cmd: Any, token: str) -> bool:
+    """Whether `cmd` (a leaf command, not a group) declares an option spelt `token` itself."""
+    if cmd is None or hasattr(cmd, "commands"):
+        return False
+    return any(token in (getattr(p, "opts", ()) or ()) for p in getattr(cmd, "params", ()))
 
 
 def _takes_value(cmd: Any, token: str) -> bool:
@@ -210,19 +235,7 @@ class RblnGroup(TyperGroup):
             raise typer.Exit(EXIT_BUG) from err
 
 
-# The option a library Blocker names (`override`, an options-field name) -> how a user types it.
-OVERRIDE_FLAGS = {
-    "force": "--force",
-    "delete_emptydir_data": "--delete-emptydir-data",
-    "evict_vms": "--force",
-    "load_modules": "--load-modules",
-    "mapping": "--map",
-}
-
-
-def flag_for(option: str) -> str:
-    """The flag a user types for an options-field name (`delete_emptydir_data`: `--delete-emptydir-data`)."""
-    return OVERRIDE_FLAGS.get(option, "--" + option.replace("_", "-"))
+from rblnctl.cli.flags import OVERRIDE_FLAGS, flag_for  # noqa: E402,F401 - re-exported
 
 
 def blocker_text(blocker: Any) -> str:
@@ -259,8 +272,10 @@ def recovery_lines(recovery: Any, prog: str = "rblnctl") -> list[str]:
     def short(mode: str) -> str:
         return "vm" if mode == "vm-passthrough" else mode
 
+    # Going back means a switch to the other mode while this one's record is on the node: exactly what
+    # --reverse (and nothing broader) lets through.
     return [f"resume:  {prog} node set-mode {short(target)} {node}",
-            f"go back: {prog} node set-mode {short(back)} {node} --force"]
+            f"go back: {prog} node set-mode {short(back)} {node} --reverse"]
 
 
 def _verbose(ctx: Any) -> bool:

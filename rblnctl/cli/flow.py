@@ -42,13 +42,14 @@ class Mutation:
     done_message: Callable[[Any], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
     progress: Any = None  # an object with stop(), stopped before anything is printed after apply
+    rerun: str | None = None  # the command that finishes the job (every flag given: cli/rerun.py), for Partial
 
 
 def run(m: Mutation) -> Any:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
     from rblnctl.cli.console import confirm, info, warn
     from rblnctl.cli.output import emit, render_tables
-    from rblnctl.errors import Refused
+    from rblnctl.errors import Partial, RblnError, Refused
 
     for w in m.plan.warnings:
         warn(w)
@@ -71,6 +72,18 @@ def run(m: Mutation) -> Any:
             m.progress.stop()
         if m.dry_run != SERVER:
             m.on_interrupt()
+        raise
+    except RblnError as err:
+        # A failure that still has a result (Partial: what was done, what failed and why, what was not
+        # attempted; a VM left stopped and how to start it): stdout gets it, stderr the error and its details,
+        # and for Partial the command that finishes the job.
+        if m.progress is not None:
+            m.progress.stop()
+        result = getattr(err, "result", None)
+        if result is not None:
+            emit(m.result_view(result), m.output)
+        if isinstance(err, Partial) and m.rerun:
+            err.details = [*err.details, f"finish the job: {m.rerun}"]
         raise
     finally:
         if m.progress is not None:

@@ -363,3 +363,50 @@ def render(template: str, document: Any) -> str:
     except _EvalError as e:  # kubectl prints nothing then, and fails
         raise InvalidInput(f"error executing jsonpath {template!r}: {e}") from None
     return "".join(out)
+
+
+# -- custom-columns and --sort-by: one expression, its values --------------------------------------------
+
+_RELAXED = re.compile(r"^\{\.?([^{}]+)\}$|^\.?([^{}]+)$")
+
+
+def relaxed(path: str) -> str:
+    """kubectl's RelaxedJSONPathExpression (kubectl pkg/cmd/get/customcolumn.go): `a.b`, `.a.b`, `{a.b}` and
+    `{.a.b}` all mean `{.a.b}`, as custom-columns and --sort-by take them."""
+    m = _RELAXED.match(path.strip())
+    if not m:
+        raise InvalidInput(f"unexpected path string {path!r}, expected a 'name1.name2' or '.name1.name2' or "
+                           "'{name1.name2}' or '{.name1.name2}'")
+    return "{." + (m.group(1) or m.group(2)).strip() + "}"
+
+
+def values(template: str, document: Any) -> list[Any]:
+    """The values one expression (`{.a.b}`) finds in a document ([] when none); bad input names the template."""
+    nodes = parse(template)
+    out: list[Any] = []
+    try:
+        for node in nodes:
+            if isinstance(node, _Paths):
+                for p in node.paths:
+                    out.extend(_walk([document], p))
+    except _EvalError as e:
+        raise InvalidInput(f"error executing jsonpath {template!r}: {e}") from None
+    return out
+
+
+def cell(found: list[Any]) -> str:
+    """A custom-columns cell: the values joined with commas, `<none>` when there is none (kubectl's printer)."""
+    shown = [_text(v) for v in found if v is not None]
+    return ",".join(shown) if shown else "<none>"
+
+
+def sort_key(found: list[Any]) -> tuple:
+    """A --sort-by key: missing first, then numbers by value, strings by text, booleans false < true."""
+    if not found or found[0] is None:
+        return (0, 0, "")
+    v = found[0]
+    if isinstance(v, bool):
+        return (1, int(v), "")
+    if isinstance(v, (int, float)):
+        return (2, v, "")
+    return (3, 0, _text(v))

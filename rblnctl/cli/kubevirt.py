@@ -26,6 +26,12 @@ ForceOpt = Annotated[
     bool,
     typer.Option("--force", help="Go ahead when the KubeVirt version is below what the change needs, or unknown."),
 ]
+AllowUnknownOpt = Annotated[
+    bool,
+    typer.Option("--allow-unknown", help="Write gates no KubeVirt release rblnctl knows registers (for a KubeVirt "
+                 "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
+                 "meant."),
+]
 
 
 def _retry_line(what: str, attempt: int, message: str) -> str:
@@ -128,17 +134,19 @@ def enable_gates(
     ] = False,
     name: NameOpt = None,
     force: ForceOpt = False,
+    allow_unknown: AllowUnknownOpt = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = "table",
 ) -> None:
     """Add HostDevices (and with --dra HostDevicesWithDRA) to KubeVirt's feature gates, keeping the others."""
-    from rblnctl.kubevirt.gates import GateEditor, rbln_gates, validate_gates
+    from rblnctl.kubevirt.gates import GateEditor, check_known, rbln_gates, validate_gates
 
     mode = dry_run_mode(dry_run, server_dry_run)
     wanted = validate_gates([*rbln_gates(dra=dra), *(gates or [])])
-    editor = GateEditor(**_writer_args(ctx, name, force, mode))
+    check_known(wanted, allow_unknown=allow_unknown)  # a typo is bad input before anything connects (exit 2)
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
     plan = editor.plan(enable=wanted)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="enabled")
 
@@ -162,6 +170,7 @@ def disable_gates(
     ] = False,
     name: NameOpt = None,
     force: ForceOpt = False,
+    allow_unknown: AllowUnknownOpt = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
@@ -171,7 +180,7 @@ def disable_gates(
     from rblnctl.kubevirt.gates import GateEditor
 
     mode = dry_run_mode(dry_run, server_dry_run)
-    editor = GateEditor(**_writer_args(ctx, name, force, mode))
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
     plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
 
@@ -335,7 +344,9 @@ def _migration_body(plan: Any, result: Any) -> dict:
         "result": None if result is None else {
             "kubevirtChanged": result.kubevirt_changed, "changed": list(result.changed), "gone": list(result.gone),
             "restartNeeded": list(result.restart_needed), "retries": result.retries,
-            "serverDryRun": result.server_dry_run},
+            "serverDryRun": result.server_dry_run,
+            "objects": [{"kind": x.kind, "namespace": x.name.split("/", 1)[0], "name": x.name.split("/", 1)[1],
+                         "state": x.state.value, "reason": x.reason or None} for x in result.outcomes]},
     }
 
 
@@ -389,6 +400,13 @@ def _migration_view(plan: Any, result: Any) -> Any:
             done += f"; {len(result.restart_needed)} running VM(s) need a restart to take effect: " \
                     f"{joined(result.restart_needed)}"
         tail.append(done)
+    if result is not None and result.outcomes:
+        fates = Table("KIND", "NAMESPACE", "NAME", "RESULT", "REASON")
+        styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
+        for x in result.outcomes:
+            ns, _, name = x.name.partition("/")
+            fates.add_row(x.kind, ns, name, Cell(x.state.value, styles[x.state.value]), x.reason or "")
+        tables.append(fates)
     names = [] if kv.noop else [f"kubevirt.kubevirt.io/{kv.name}"]
     names += [f"virtualmachine.kubevirt.io/{v.name}" for v in plan.vms if not v.noop]
     return View(kind="ResourceMigration", body=lambda: _migration_body(plan, result), preamble=head, tables=tables,
@@ -405,7 +423,8 @@ def migrate_resources(
     mapping: Annotated[
         list[str] | None,
         typer.Option("--map", help="Rename OLD to NEW (repeatable; the rebellions.ai/ prefix is optional) instead "
-                     "of deriving the new names from the PCI devices.", metavar="OLD=NEW", show_default=False),
+                     "of deriving the new names from the PCI devices. Both must be valid extended resource names "
+                     "(as the API server checks them).", metavar="OLD=NEW", show_default=False),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rename a name some vm-passthrough node still advertises (KubeVirt keeps "
@@ -423,6 +442,7 @@ def migrate_resources(
 ) -> None:
     """Rename old NPU resource names in KubeVirt and all VMs."""
     from rblnctl.cli.flow import Mutation, run
+    from rblnctl.cli.rerun import command_line
     from rblnctl.kubevirt.migrate import MigrateOptions, ResourceMigrator, parse_mapping
 
     mode = dry_run_mode(dry_run, server_dry_run)
@@ -442,6 +462,7 @@ def migrate_resources(
         question="Rename NPU resources?", disruptive=False, dry_run=mode, yes=yes, output=output,
         plan_view=lambda p: _migration_view(p, None), result_view=lambda r: _migration_view(r.plan, r),
         noop_message="every NPU resource name in use is current; nothing to rename", done_message=done,
+        rerun=command_line(ctx),  # every flag given (--map...): a re-run renames what is left, idempotently
     ))
 
 

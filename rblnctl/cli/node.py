@@ -29,36 +29,81 @@ app = typer.Typer(
 )
 
 
+ShowLabelsOpt = Annotated[
+    bool, typer.Option("--show-labels", help="Add a LABELS column with every label of the node (as kubectl get).")
+]
+SortByOpt = Annotated[
+    str | None, typer.Option("--sort-by", metavar="JSONPATH", help="Sort by a field of each item's JSON (as kubectl: "
+                             "'{.npuCount}' or .name; the fields in docs/output.md).", show_default=False)
+]
+
+
 @app.command("list", short_help="List NPU nodes and their mode.", epilog=examples(
     "rblnctl node list",
-    "rblnctl node list -o wide",
+    "rblnctl node list npu-a01 npu-a02 -o wide           # these nodes only, as kubectl get node NAME",
     "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough -o name",
+    "rblnctl node list --show-labels --sort-by=.npuCount",
+    "rblnctl node list -o custom-columns=NAME:.name,MODE:.mode,POOL:.labels.pool",
     "rblnctl node list --watch                        # then every change, until Ctrl-C",
 ))
-def list_nodes(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False,
-               output: OutputOpt = "table") -> None:
+def list_nodes(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes (as kubectl get node NAME...).",
+                                                      metavar="[NODE]...", show_default=False,
+                                                      autocompletion=completion.complete_npu_nodes)] = None,
+    selector: SelectorOpt = None,
+    watch: WatchOpt = False,
+    show_labels: ShowLabelsOpt = False,
+    sort_by: SortByOpt = None,
+    output: OutputOpt = "table",
+) -> None:
     """List NPU nodes with their mode, schedulability, operator components and NPU resources."""
-    from rblnctl.cli.output import emit
-    from rblnctl.node.inventory import list_npu_nodes
+    from rblnctl.cli.output import check_sort_by, emit
+    from rblnctl.errors import InvalidInput, NotFound
+    from rblnctl.kube import validate_name
+    from rblnctl.node.inventory import list_npu_nodes, named_npu_nodes
     from rblnctl.operator.cluster import read_operator
 
+    names = [validate_name(n) for n in names or []]  # bad input fails before connecting
+    if names and selector:
+        raise InvalidInput("name the nodes or give -l SELECTOR, not both (as kubectl: a name cannot be provided "
+                           "when a selector is specified)")
+    check_sort_by(sort_by)
     kube = ctx.obj.kube()
+
+    def view_of(nodes: list[Any]) -> Any:
+        return _nodes_view(nodes, show_labels=show_labels, sort_by=sort_by)
+
     if watch:
         from rblnctl.cli.status import warn_retrying, follow
         from rblnctl.node.inventory import node_changes, watch_npu_nodes
 
-        follow(watch_npu_nodes(kube, selector=selector, on_retry=warn_retrying), view_of=lambda snap: _nodes_view(
-            snap.nodes), changes_of=lambda a, b: node_changes(a.nodes, b.nodes), output=output)
+        def only(nodes: list[Any]) -> list[Any]:
+            return [n for n in nodes if n.name in names] if names else nodes
+
+        follow(watch_npu_nodes(kube, selector=selector, on_retry=warn_retrying),
+               view_of=lambda snap: view_of(only(snap.nodes)),
+               changes_of=lambda a, b: node_changes(only(a.nodes), only(b.nodes)), output=output)
         return
-    emit(_nodes_view(list_npu_nodes(kube, read_operator(kube).policy, selector=selector)), output)
+    policy = read_operator(kube).policy
+    if not names:
+        emit(view_of(list_npu_nodes(kube, policy, selector=selector)), output)
+        return
+    nodes, errors = named_npu_nodes(kube, policy, names)
+    emit(view_of(nodes), output)
+    if errors:  # as kubectl get: what was found is printed, then one error line per name (exit 1)
+        raise NotFound(errors[0]).with_details(errors[1:])
 
 
-def _nodes_view(nodes: list[Any]) -> Any:
+def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import View
     from rblnctl.cli.render import node_document, npu_nodes_table
+    from rblnctl.cli.output import sort_by as sorted_by
 
+    nodes = sorted_by(nodes, sort_by, node_document)
     return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
-                tables=[npu_nodes_table(nodes)] if nodes else [], names=[f"node/{n.name}" for n in nodes],
+                tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
+                names=[f"node/{n.name}" for n in nodes],
                 notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
                                         "pci-1eff.present or pci-1200_1eff.present)."])
 
@@ -86,9 +131,19 @@ TimeoutOpt = Annotated[
                       "duration like 90s, 10m, 1h (as kubectl drain).", metavar="DURATION")
 ]
 TakeOverOpt = Annotated[
-    bool, typer.Option("--take-over", help="Take over the node's lock when its holder stopped renewing it "
-                       "(--force does too).")
+    bool, typer.Option("--take-over", help="Take over the node's lock when its holder stopped renewing it (expired).")
 ]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Also evict pods not managed by a controller (nothing recreates them), as "
+                       "kubectl drain --force. Nothing else: VMs, DaemonSet pods and checks have their own flags.")
+]
+EvictVmsOpt = Annotated[
+    bool, typer.Option("--evict-vms", help="Evict the virt-launcher pods of VMs holding the node's NPUs: each VM "
+                       "stops (passed-through NPUs cannot live-migrate). Without it: refused, naming `virtctl stop`.")
+]
+# Overrides that --force used to include (before it meant only kubectl's): named when a refusal needs one.
+OLD_FORCE_OVERRIDES = frozenset({"evict_vms", "evict_daemonsets", "skip_iommu_check", "skip_release_check",
+                                 "take_over", "reverse"})
 LockNamespaceOpt = Annotated[
     str | None, typer.Option("--lock-namespace", help="Namespace of the node's lock (a Lease) "
                              "[default: the operator's namespace].", metavar="NAMESPACE", show_default=False)
@@ -107,12 +162,22 @@ def _timeout_s(text: str) -> float:
 def _drain_options(*, all_pods: bool, force: bool, evict_vms: bool, delete_emptydir_data: bool,
                    disable_eviction: bool, grace_period: int | None, timeout: str, server_dry_run: bool,
                    take_over: bool, lock_namespace: str | None) -> "DrainOptions":
-    """The drain flags of `node drain` and `node set-mode`, bound once to the library's options."""
+    """The drain flags of `node drain` and `node set-mode`, bound once to the library's options (one flag, one
+    field: docs/node.md "Overrides")."""
     from rblnctl.node.options import DrainOptions
 
     return DrainOptions(all_pods=all_pods, force=force, evict_vms=evict_vms, delete_emptydir_data=delete_emptydir_data,
                         disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=_timeout_s(timeout),
-                        server_dry_run=server_dry_run, take_over=take_over or force, lock_namespace=lock_namespace)
+                        server_dry_run=server_dry_run, take_over=take_over, lock_namespace=lock_namespace)
+
+
+def _explain_force(err: Any, force: bool) -> None:
+    """A refusal that an override --force used to include would lift: say that --force now means only kubectl's."""
+    blockers = list(getattr(err, "blockers", None) or [])
+    wanted = {getattr(b, "override", None) for b in blockers} | set(getattr(err, "options", ()) or ())
+    if force and wanted & OLD_FORCE_OVERRIDES:
+        err.details = [*err.details, "note: --force means only what kubectl drain's does (pods without a "
+                       "controller); each other override is its own flag, named above (docs/node.md, Overrides)"]
 
 
 class _Progress(StepProgress):
@@ -200,7 +265,8 @@ def _drain_view(plan: Any, result: Any = None) -> Any:
 
 
 def _mode_plan_document(plan: Any) -> dict:
-    return {"node": plan.node, "target": plan.target, "currentMode": plan.current_mode, "modeLabel": plan.mode_label,
+    return {"node": plan.node, "target": plan.target, "currentMode": plan.current_mode, "fromMode": plan.from_mode,
+            "modeLabel": plan.mode_label,
             "noop": plan.noop, "resume": plan.resume, "converged": plan.converged,
             "unschedulable": plan.unschedulable, "started": plan.started,
             "steps": [{"step": str(s.step), "detail": s.detail} for s in plan.steps],
@@ -230,12 +296,16 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 
     names = [f"node/{plan.node}"]
     if result is not None:
-        t = Table("NODE", "FROM", "TO", "CHANGED", "EVICTED", "CORDONED", "UNCORDONED")
-        changed = "server-dry-run" if result.server_dry_run else "yes" if result.changed else "no"
-        t.add_row(result.node, result.previous_mode, result.mode, changed, str(len(result.evicted)),
-                  "yes" if result.cordoned else "no", "yes" if result.uncordoned else "no")
+        from rblnctl.cli.pool import human_duration
+
+        # The pool's result columns (one vocabulary for one node or many), narrow enough for 80 columns; who
+        # cordoned and uncordoned is in -o json (result.cordoned, result.uncordoned) and on stderr.
+        t = Table("NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED")
+        outcome = "server-dry-run" if result.server_dry_run else "done" if result.changed else "unchanged"
+        t.add_row(result.node, result.previous_mode, result.mode, outcome, human_duration(result.elapsed_s),
+                  str(len(result.evicted)))
         return View(kind="ModeSwitch", body=body, tables=[t], names=names)
-    head = [f"node {plan.node}: {plan.current_mode} -> {plan.target}"
+    head = [f"node {plan.node}: {plan.from_mode} -> {plan.target}"
             + (" (resuming an unfinished switch)" if plan.resume else "")]
     if plan.noop:
         head.append(f"already in {plan.target} mode and the operator has converged: nothing to do")
@@ -256,7 +326,7 @@ SET_MODE_EXAMPLES = examples(
     "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
     "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
     "rblnctl node set-mode container gpu-a01 --timeout 20m",
-    "rblnctl node set-mode vm gpu-a01 --force          # also evict NPU VMs and bare pods",
+    "rblnctl node set-mode vm gpu-a01 --evict-vms      # also stop the VMs holding its NPUs (evicted)",
     "rblnctl node set-mode vm gpu-a01 gpu-a02 gpu-a03 -y   # a pool, one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
 )
@@ -286,11 +356,11 @@ def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
     The mode is recognised by name; bad input is refused before connecting.
     """
     from rblnctl.errors import InvalidInput
-    from rblnctl.node.mode import parse_mode
+    from rblnctl.node.mode import parse_mode, suggest_mode
 
+    usage = "rblnctl node set-mode vm|container NODE..."
     if not args:
-        raise InvalidInput("set-mode takes a mode, then the nodes (or -l SELECTOR): rblnctl node set-mode vm|container "
-                           "NODE...")
+        raise InvalidInput(f"set-mode takes a mode, then the nodes (or -l SELECTOR): {usage}")
     try:
         return parse_mode(args[0]), list(args[1:])
     except InvalidInput:
@@ -299,10 +369,20 @@ def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
         try:
             return parse_mode(args[1]), [args[0]]
         except InvalidInput:
-            raise InvalidInput(f"unknown mode {args[1]!r} (nor is {args[0]!r} one): use one of vm, vm-passthrough, "
-                               "container") from None
+            pass
+    # Neither word is a mode. Name the one that looks like a misspelt mode, in either order (`vmm npu-0000`,
+    # `npu-0000 vmm`), with the command as it should read; otherwise name both.
+    for i, word in enumerate(args[:2]):
+        hint = suggest_mode(word)
+        if hint:
+            rest = [a for j, a in enumerate(args) if j != i] or ["NODE"]
+            raise InvalidInput(f"unknown mode {word!r} (did you mean {hint}?): the mode comes first, then the "
+                               f"nodes: rblnctl node set-mode {hint} {' '.join(rest)}")
+    if len(args) == 2:
+        raise InvalidInput(f"neither {args[0]!r} nor {args[1]!r} is a mode (vm, vm-passthrough or container): "
+                           f"{usage}")
     raise InvalidInput(f"unknown mode {args[0]!r}: the mode comes first (vm, vm-passthrough or container), then the "
-                       "nodes")
+                       f"nodes: {usage}")
 
 
 def _selection(nodes: list[str], selector: str | None) -> None:
@@ -398,11 +478,23 @@ def set_mode(
     selector: SelectorOpt = None,
     max_unavailable: MaxUnavailableOpt = "1",
     continue_on_error: ContinueOnErrorOpt = False,
-    force: Annotated[
-        bool,
-        typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher pods), "
-                     "take over an unfinished switch to the other mode, and an expired lock; and switch to vm on an "
-                     "operator release whose VM allocator cannot serve the node (the wait then times out)."),
+    force: ForceOpt = False,
+    evict_vms: EvictVmsOpt = False,
+    evict_daemonsets: Annotated[
+        bool, typer.Option("--evict-daemonsets", help="Evict DaemonSet pods that use the node's NPUs (they come "
+                           "straight back, still on the old mode's resource until the relabel).")
+    ] = False,
+    skip_iommu_check: Annotated[
+        bool, typer.Option("--skip-iommu-check", help="To vm: go ahead although Node Feature Discovery reports the "
+                           "node's IOMMU off for its NPUs (the VFIO Manager could not bind them; the wait times out).")
+    ] = False,
+    skip_release_check: Annotated[
+        bool, typer.Option("--skip-release-check", help="To vm: go ahead although the operator release serves VMs "
+                           "through none of the policy's allocators (the wait then times out).")
+    ] = False,
+    reverse: Annotated[
+        bool, typer.Option("--reverse", help="Switch although a switch of the node to the other mode is unfinished "
+                           "(its record is on the node): go back from it.")
     ] = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
@@ -420,21 +512,34 @@ def set_mode(
     output: OutputOpt = "table",
 ) -> None:
     """Switch NPU nodes to vm or container mode, safely."""
-    from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import prog_name, recovery_lines
-    from rblnctl.cli.flow import Mutation, run
-    from rblnctl.node.mode import ModeSwitcher, short_mode
+    from rblnctl.errors import RblnError
     from rblnctl.node.options import ModeOptions
 
     target, nodes = _mode_and_nodes(args)  # bad input fails before connecting
     _selection(nodes, selector)
     pool_options = _pool_options(max_unavailable, continue_on_error)
     how = dry_run_mode(dry_run, server_dry_run)
-    drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=force,
+    drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=evict_vms,
                                    delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
                                    grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
                                    take_over=take_over, lock_namespace=lock_namespace)
-    options = ModeOptions(drain=drain_options, force=force, uncordon=uncordon)
+    options = ModeOptions(drain=drain_options, evict_daemonsets=evict_daemonsets, skip_iommu_check=skip_iommu_check,
+                          skip_release_check=skip_release_check, reverse=reverse, uncordon=uncordon)
+    try:
+        _set_mode(ctx, target, nodes, selector=selector, options=options, pool_options=pool_options, how=how,
+                  yes=yes, output=output, max_unavailable=max_unavailable)
+    except RblnError as err:
+        _explain_force(err, force)
+        raise
+
+
+def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: str | None, options: Any,
+              pool_options: Any, how: str | None, yes: bool, output: Any, max_unavailable: str) -> None:
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.errors import prog_name, recovery_lines
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.node.mode import ModeSwitcher, short_mode
+
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _Progress(server_dry_run=how == "server")
@@ -482,10 +587,8 @@ def drain(
     selector: SelectorOpt = None,
     max_unavailable: MaxUnavailableOpt = "1",
     continue_on_error: ContinueOnErrorOpt = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Also evict pods without a controller and NPU VMs (their virt-launcher "
-                           "pods), and take over an expired lock.")
-    ] = False,
+    force: ForceOpt = False,
+    evict_vms: EvictVmsOpt = False,
     all_pods: AllPodsOpt = False,
     delete_emptydir_data: EmptyDirOpt = False,
     disable_eviction: DisableEvictionOpt = False,
@@ -499,17 +602,30 @@ def drain(
     output: OutputOpt = "table",
 ) -> None:
     """Cordon nodes and evict their NPU pods; they stay cordoned."""
-    from rblnctl.cli.console import warn
-    from rblnctl.cli.flow import Mutation, run
-    from rblnctl.node.drain import Drainer
+    from rblnctl.errors import RblnError
 
     nodes = list(nodes or [])
     _selection(nodes, selector)  # bad input fails before connecting
     pool_options = _pool_options(max_unavailable, continue_on_error)
     how = dry_run_mode(dry_run, server_dry_run)
-    options = _drain_options(all_pods=all_pods, force=force, evict_vms=force, delete_emptydir_data=delete_emptydir_data,
-                             disable_eviction=disable_eviction, grace_period=grace_period, timeout=timeout,
-                             server_dry_run=how == "server", take_over=take_over, lock_namespace=lock_namespace)
+    options = _drain_options(all_pods=all_pods, force=force, evict_vms=evict_vms,
+                             delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
+                             grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
+                             take_over=take_over, lock_namespace=lock_namespace)
+    try:
+        _drain(ctx, nodes, selector=selector, options=options, pool_options=pool_options, how=how, yes=yes,
+               output=output, max_unavailable=max_unavailable)
+    except RblnError as err:
+        _explain_force(err, force)
+        raise
+
+
+def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, options: Any, pool_options: Any,
+           how: str | None, yes: bool, output: Any, max_unavailable: str) -> None:
+    from rblnctl.cli.console import warn
+    from rblnctl.cli.flow import Mutation, run
+    from rblnctl.node.drain import Drainer
+
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _Progress(server_dry_run=how == "server")

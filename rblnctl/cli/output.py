@@ -36,11 +36,13 @@ class Format(str, enum.Enum):
     json = "json"
     yaml = "yaml"
     jsonpath = "jsonpath"
+    custom_columns = "custom-columns"  # custom-columns=HEADER:PATH,... or custom-columns-file=FILE
     junit = "junit"  # preflight only
 
 
-COMMON_FORMATS = (Format.table, Format.wide, Format.name, Format.json, Format.yaml, Format.jsonpath)
-FORMATS_HELP = "table, wide, name, json, yaml or jsonpath=TEMPLATE"
+COMMON_FORMATS = (Format.table, Format.wide, Format.name, Format.json, Format.yaml, Format.jsonpath,
+                  Format.custom_columns)
+FORMATS_HELP = "table, wide, name, json, yaml, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,..."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,7 @@ class OutputSpec:
     format: Format = Format.table
     template: str | None = None  # for jsonpath
     no_headers: bool = False
+    columns: tuple[tuple[str, str], ...] = ()  # custom-columns: (header, `{.path}` template)
 
     @property
     def is_table(self) -> bool:
@@ -80,6 +83,7 @@ def parse_output(text: str | None, *, allowed: Sequence[Format] = COMMON_FORMATS
         raw = raw[1:]
     name, eq, template = raw.partition("=")
     name = name.strip().lower()
+    columns: tuple[tuple[str, str], ...] = ()
     if name in ("jsonpath", "jsonpath-as-json") and (eq or name == "jsonpath"):
         if not template.strip():
             raise InvalidInput("-o jsonpath needs a template, e.g. -o jsonpath='{.items[*].name}'")
@@ -90,19 +94,64 @@ def parse_output(text: str | None, *, allowed: Sequence[Format] = COMMON_FORMATS
 
         parse_template(template)  # a bad template is bad input now, not after the cluster was read
         fmt = Format.jsonpath
+    elif name in ("custom-columns", "custom-columns-file"):
+        fmt = Format.custom_columns
+        columns = _custom_columns(template, from_file=name == "custom-columns-file")
     else:
         try:
             fmt = Format(name)
         except ValueError:
             fmt = None
         if fmt is None or eq:
-            names = ", ".join(f.value if f != Format.jsonpath else "jsonpath=TEMPLATE" for f in allowed)
+            names = ", ".join(_format_name(f) for f in allowed)
             raise InvalidInput(f"unable to match a printer suitable for the output format {raw!r}, allowed formats "
                                f"are: {names}")
     if fmt not in allowed:
-        names = ", ".join(f.value if f != Format.jsonpath else "jsonpath=TEMPLATE" for f in allowed)
+        names = ", ".join(_format_name(f) for f in allowed)
         raise InvalidInput(f"this command cannot print -o {fmt.value}; allowed formats are: {names}")
-    return OutputSpec(format=fmt, template=template if fmt == Format.jsonpath else None, no_headers=no_headers)
+    return OutputSpec(format=fmt, template=template if fmt == Format.jsonpath else None, no_headers=no_headers,
+                      columns=columns if fmt == Format.custom_columns else ())
+
+
+def _format_name(f: Format) -> str:
+    return {Format.jsonpath: "jsonpath=TEMPLATE", Format.custom_columns: "custom-columns=SPEC"}.get(f, f.value)
+
+
+def _custom_columns(spec: str, *, from_file: bool) -> tuple[tuple[str, str], ...]:
+    """kubectl's `custom-columns=NAME:.path,...` (split on `,`, then on the first `:`), or a file whose first line
+    holds the headers and whose second the paths, whitespace-separated (kubectl pkg/cmd/get/customcolumn.go)."""
+    from rblnctl.cli.jsonpath import parse as parse_template
+    from rblnctl.cli.jsonpath import relaxed
+
+    spec = spec.strip()
+    if len(spec) >= 2 and spec[0] == spec[-1] and spec[0] in "'\"":
+        spec = spec[1:-1]
+    if from_file:
+        from pathlib import Path
+
+        try:
+            lines = [line for line in Path(spec).expanduser().read_text().splitlines() if line.strip()]
+        except OSError as e:
+            raise InvalidInput(f"custom-columns-file {spec}: {e.strerror or e}") from None
+        if len(lines) != 2 or len(lines[0].split()) != len(lines[1].split()):
+            raise InvalidInput(f"custom-columns-file {spec}: expected two lines, the headers and as many paths")
+        pairs = list(zip(lines[0].split(), lines[1].split()))
+    else:
+        if not spec:
+            raise InvalidInput("custom-columns format specified but no custom columns given, e.g. "
+                               "-o custom-columns=NAME:.name,MODE:.mode")
+        pairs = []
+        for part in spec.split(","):
+            header, colon, path = part.partition(":")
+            if not colon or not header.strip() or not path.strip():
+                raise InvalidInput(f"unexpected custom-columns spec: {part!r}, expected <header>:<json-path-expr>")
+            pairs.append((header.strip(), path.strip()))
+    out = []
+    for header, path in pairs:
+        template = relaxed(path)
+        parse_template(template)  # bad input now, before the cluster is read
+        out.append((header, template))
+    return tuple(out)
 
 
 # -- documents ---------------------------------------------------------------------------------------
@@ -142,13 +191,25 @@ def document(kind: str, body: Any) -> dict:
     return {"apiVersion": OUTPUT_API_VERSION, "kind": kind, **data}
 
 
-def dump(doc: Any, fmt: Format) -> str:
-    """Serialise a document as JSON or YAML text."""
+def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
+    """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
+    manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
         return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     import yaml
 
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    if not literal_blocks:
+        return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: Any, value: str) -> Any:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(doc, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 # -- tables ------------------------------------------------------------------------------------------
@@ -297,12 +358,50 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
         _write(view.junit())
         return
     doc = view.document()
+    if fmt == Format.custom_columns:
+        _write(custom_columns_text(doc, spec.columns, headers=not (spec.no_headers or _no_headers)))
+        return
     if fmt == Format.jsonpath:
         from rblnctl.cli.jsonpath import render
 
         _write(render(spec.template or "", doc))
         return
     _write(dump(doc, fmt))
+
+
+def document_items(doc: dict) -> list[Any]:
+    """The objects a list document holds (`items`), or the document itself as the only one."""
+    items = doc.get("items")
+    return list(items) if isinstance(items, list) else [doc]
+
+
+def custom_columns_text(doc: dict, columns: Sequence[tuple[str, str]], *, headers: bool = True) -> str:
+    """kubectl's custom-columns over a document: a row per item (or one for a document that is no list)."""
+    from rblnctl.cli.jsonpath import cell, values
+
+    t = Table(*(h for h, _ in columns))
+    for item in document_items(doc):
+        t.add_row(*(cell(values(template, item)) for _, template in columns))
+    return t.render(headers=headers)
+
+
+def sort_by(items: Sequence[Any], path: str | None, document_of: Callable[[Any], dict]) -> list[Any]:
+    """`--sort-by=PATH` (kubectl's relaxed JSONPath) over each item's documented JSON; stable; None: as given."""
+    if not path:
+        return list(items)
+    from rblnctl.cli.jsonpath import relaxed, sort_key, values
+
+    template = relaxed(path)
+    return sorted(items, key=lambda item: sort_key(values(template, document_of(item))))
+
+
+def check_sort_by(path: str | None) -> str | None:
+    """Validate --sort-by before anything is read (bad input: exit 2); returns it unchanged."""
+    if path:
+        from rblnctl.cli.jsonpath import parse, relaxed
+
+        parse(relaxed(path))
+    return path
 
 
 def _isatty(stream: Any) -> bool:

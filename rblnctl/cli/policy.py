@@ -108,13 +108,13 @@ class _Progress(StepProgress):
     """The changer's events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting."""
 
     def __init__(self, *, server_dry_run: bool = False) -> None:
-        from rblnctl.operator.method import MethodStep
+        from rblnctl.method import MethodStep
 
         super().__init__(server_dry_run=server_dry_run)
         self.wait_step = MethodStep.WAIT
 
     def events(self) -> Any:
-        from rblnctl.operator.method import MethodEvents
+        from rblnctl.method import MethodEvents
 
         return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry)
 
@@ -140,12 +140,16 @@ def _method_body(plan: Any, result: Any) -> dict:
             "conversions": [{"namespace": c.vm.namespace, "name": c.vm.name, "npus": c.npus,
                              "devices": list(c.devices)} for c in plan.conversions],
             "noop": plan.noop,
+            "admissionRules": {"source": plan.rules.source, "assumed": plan.rules.assumed, "rules": plan.rules.ids,
+                               "unknown": list(plan.rules.unknown)},
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
             "warnings": [str(w) for w in plan.warnings],
         },
         "result": None if result is None else {
             "changed": result.changed, "attempts": result.attempts, "waited": result.waited,
             "converged": list(result.converged), "converted": list(result.converted),
+            "conversions": [{"namespace": o.name.split("/", 1)[0], "name": o.name.split("/", 1)[1],
+                             "state": o.state.value, "reason": o.reason or None} for o in result.conversions],
             "elapsedSeconds": result.elapsed_s, "serverDryRun": result.server_dry_run},
     }
 
@@ -168,11 +172,13 @@ def _method_view(plan: Any, result: Any = None) -> Any:
     if plan.conversions:
         old = "dra" if plan.target == "sandbox" else "sandbox"
         t = Table("NAMESPACE", "VM", "NPUS", "FROM", "TO", "STATUS")
-        done = set(result.converted) if result is not None else set()
+        fate = {o.name: o for o in result.conversions} if result is not None else {}
+        styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
         for c in plan.conversions:
-            status = "converted" if str(c.vm) in done else "to-convert"
+            o = fate.get(str(c.vm))
+            status = "to-convert" if o is None else "converted" if o.state == "done" else o.state.value
             t.add_row(c.vm.namespace, c.vm.name, str(c.npus), old, plan.target,
-                      Cell(status, "green" if str(c.vm) in done else ""))
+                      Cell(status, styles.get(o.state.value, "") if o is not None else ""))
         tables.append(t)
     if plan.prerequisites:
         t = Table("PREREQUISITE", "OK", "DETAIL")
@@ -226,9 +232,10 @@ def set_method(
 ) -> None:
     """Switch how VMs get NPUs: sandbox or dra."""
     from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import parse_duration, prog_name
+    from rblnctl.cli.errors import parse_duration
     from rblnctl.cli.flow import Mutation, run
-    from rblnctl.operator.method import MethodChanger, MethodOptions, parse_method
+    from rblnctl.cli.rerun import command_line
+    from rblnctl.method import MethodChanger, MethodOptions, parse_method
 
     target = parse_method(method.value)  # bad input fails before connecting
     timeout_s = parse_duration(timeout, option="--timeout")
@@ -239,12 +246,15 @@ def set_method(
                             convert_vms=convert_vms)  # conflicting flags fail before connecting
     changer = MethodChanger(kube=ctx.obj.kube(), options=options, events=progress.events())
     plan = changer.plan(target)
-    prog = prog_name(ctx)
+
+    # Hints repeat the command with every flag given (--convert-vms, --timeout, --force, the global ones...).
+    again = command_line(ctx)
 
     def interrupted() -> None:
         back = plan.current or "sandbox"
         warn(f"RBLNClusterPolicy {plan.policy} may already select {target}, and the operator goes on rolling it; "
-             f"`{prog} policy set-method {target}` waits again, `{prog} policy set-method {back}` goes back")
+             f"`{again}` waits again" + (" and converts the VMs" if convert_vms else "") +
+             f", `{command_line(ctx, override={'method': back})}` goes back")
 
     def done(result: Any) -> str | None:
         return f"RBLNClusterPolicy {plan.policy} now selects {target}" if result.changed else None
@@ -255,5 +265,5 @@ def set_method(
         disruptive=True, dry_run=how, yes=yes, output=output, plan_view=_method_view,
         result_view=lambda r: _method_view(r.plan, r),
         noop_message=f"RBLNClusterPolicy {plan.policy} already selects {target}; nothing to write",
-        done_message=done, on_interrupt=interrupted, progress=progress,
+        done_message=done, on_interrupt=interrupted, progress=progress, rerun=again,
     ))

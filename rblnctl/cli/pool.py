@@ -1,7 +1,8 @@
 """Pool runs of `node set-mode` and `node drain` on the terminal: live per-node progress, the plan, the final table.
 
-On a terminal the progress is a rich Live table on stderr (one row per node, redrawn in place); piped,
-it is one line per event, each starting with the node's name. The result goes to stdout: a table
+On a terminal the progress is a rich Live table on stderr (one row per node, redrawn in place; NODE and
+STATE never cut, DETAIL takes what is left of the width); piped, it is one line each time a node's
+state or detail changes, each starting with the node's name. The result goes to stdout: a table
 (NODE, FROM, TO, RESULT, DURATION, EVICTED) or a ModeSwitchList / NodeDrainList document whose
 items are the single-node ModeSwitch / NodeDrain documents.
 """
@@ -37,10 +38,67 @@ class _Row:
         self.evicted = 0
         self.started: float | None = None
         self.ended: float | None = None
+        self.printed: tuple[str, str] | None = None  # piped: the last (state, text) line written for the node
+
+
+_HEADERS = ("NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL")
+_GAP = 2  # spaces between the live table's columns
+_MIN_DETAIL = 12  # below this, EVICTED and ELAPSED give their room to DETAIL
+
+
+def progress_lines(title: str, rows: list[tuple[str, "_Row"]], width: int, now: float) -> list[Any]:
+    """The live progress at `width` columns: one rich Text per line (the title, the header, a row per node).
+
+    NODE and STATE are never cut: they are as wide as their longest value. EVICTED and ELAPSED keep
+    their width while DETAIL has at least _MIN_DETAIL columns, else they go. DETAIL takes what is left,
+    on one line, cut with an ellipsis. Only when a node's name and state alone are wider than the
+    terminal does a row wrap; they are still shown whole.
+    """
+    from rich.text import Text
+
+    cells = []
+    for node, r in rows:
+        elapsed = "" if r.started is None else human_duration((r.ended or now) - r.started)
+        cells.append((node, r.state, str(r.evicted), elapsed, " ".join(r.detail.split()), r.state))
+    widths = [max([len(_HEADERS[i])] + [len(c[i]) for c in cells]) for i in range(4)]
+    keep = [0, 1, 2, 3]
+    detail_w = width - sum(widths) - _GAP * len(keep)
+    if detail_w < _MIN_DETAIL:
+        keep = [0, 1]
+        detail_w = width - widths[0] - widths[1] - _GAP * len(keep)
+    show_detail = detail_w >= 1
+
+    def line(values: list[str], styles: list[str], detail: str, detail_style: str = "") -> Any:
+        text = Text(no_wrap=False)
+        for n, i in enumerate(keep):
+            last = n == len(keep) - 1 and not show_detail
+            text.append(values[i] if last else values[i].ljust(widths[i]), style=styles[i])
+            if not last:
+                text.append(" " * _GAP)
+        if show_detail:
+            text.append(_cut(detail, detail_w), style=detail_style)
+        return text
+
+    out = [Text(_cut(title, width), no_wrap=False)]
+    out.append(line(list(_HEADERS[:4]), ["bold"] * 4, "DETAIL" if show_detail else "", "bold"))
+    for node, state, evicted, elapsed, detail, raw in cells:
+        style = _STYLE.get(raw, "cyan" if raw != "queued" else "dim")
+        out.append(line([node, state, evicted, elapsed], ["", style, "", ""], detail))
+    for t in out:
+        t.rstrip()
+    return out
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in at most `width` columns, an ellipsis marking a cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "\u2026" if width > 0 else ""
 
 
 class PoolProgress:
-    """The pool's events on the stderr console: a live table on a terminal, one line per event when piped."""
+    """The pool's events on the stderr console: a live table on a terminal; piped, a line per change of a node's
+    state or detail (a repeat of the node's last line is not printed again)."""
 
     def __init__(self, nodes: list[str], *, title: str, server_dry_run: bool = False) -> None:
         from rblnctl.cli.console import stderr
@@ -70,9 +128,11 @@ class PoolProgress:
         def evicted(pod: Any) -> None:
             with self.lock:
                 self.rows[node].evicted += 1
+            self._update(node, detail=f"evicted {pod}")
             self._line(node, f"  evicted {pod}")
 
         def gone(pod: Any) -> None:
+            self._update(node, detail=f"gone {pod}")
             self._line(node, f"  gone    {pod}")
 
         def pdb(pod: Any, message: str, attempt: int) -> None:
@@ -82,7 +142,7 @@ class PoolProgress:
 
         def waiting(missing: list[str]) -> None:
             text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
-            self._update(node, detail=text)
+            self._update(node, detail="; ".join(missing))  # the live row's STATE already says `wait`
             self._line(node, text, "dim")
 
         def warning(text: str) -> None:
@@ -124,8 +184,13 @@ class PoolProgress:
             return  # the live table shows it
         from rich.markup import escape
 
-        msg = escape(f"{node}: {text}{self.suffix}")
         with self.lock:
+            row = self.rows.setdefault(node, _Row())
+            key = (row.state, text)
+            if key == row.printed:
+                return  # nothing changed for this node since its last line
+            row.printed = key
+            msg = escape(f"{node}: {text}{self.suffix}")
             self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
 
     def _ensure_live(self) -> None:
@@ -142,9 +207,6 @@ class PoolProgress:
 
     def _render(self) -> Any:
         from rich.console import Group
-        from rich.markup import escape
-        from rich.table import Table as RichTable
-        from rich.text import Text
 
         now = time.monotonic()
         with self.lock:
@@ -157,14 +219,8 @@ class PoolProgress:
         height = max(5, self.console.size.height - 4)
         shown = rows if len(rows) <= height else [(n, r) for n, r in rows if r.state not in ("queued", "done",
                                                                                              "unchanged")]
-        t = RichTable(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for col in ("NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL"):
-            t.add_column(col, no_wrap=True, overflow="ellipsis")
-        for node, r in shown[:height]:
-            elapsed = "" if r.started is None else human_duration((r.ended or now) - r.started)
-            style = _STYLE.get(r.state, "cyan" if r.state != "queued" else "dim")
-            t.add_row(escape(node), Text(r.state, style=style), str(r.evicted), elapsed, Text(r.detail))
-        return Group(Text(f"{self.title}: {summary}{self.suffix}"), t)
+        return Group(*progress_lines(f"{self.title}: {summary}{self.suffix}", shown[:height],
+                                     self.console.size.width, now))
 
     def stop(self) -> None:
         with self.lock:
@@ -200,7 +256,7 @@ def pool_document(plan: Any, result: Any = None) -> dict:
     """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
     items = {i.node: i for i in result.items} if result is not None else {}
     body: dict = {"selector": plan.selector, "maxUnavailable": plan.max_unavailable,
-                  "continueOnError": plan.continue_on_error}
+                  "continueOnError": plan.continue_on_error, "warnings": list(plan.pool_warnings)}
     if plan.operation == "set-mode":
         body["target"] = plan.target
     body["items"] = [_item_document(plan, n, items.get(n)) for n in plan.nodes]
@@ -241,7 +297,7 @@ def pool_plan_view(plan: Any) -> View:
         evict = "" if p is None else str(len(p.drain.evict) if plan.operation == "set-mode" and p.drain else
                                          len(getattr(p, "evict", []) or []))
         if plan.operation == "set-mode":
-            t.add_row(node, "<unknown>" if p is None else p.current_mode, plan.target, action, evict or "0")
+            t.add_row(node, "<unknown>" if p is None else p.from_mode, plan.target, action, evict or "0")
         else:
             t.add_row(node, action, evict or "0")
     epilogue = [f"{node}: {b.message}" for node in plan.nodes for b in plan.refusal(node)]
@@ -262,7 +318,7 @@ def pool_result_view(plan: Any, result: Any) -> View:
         evicted = str(len(item.result.evicted)) if item.result is not None else "0"
         duration = human_duration(item.duration_s) if item.duration_s else "-"
         if plan.operation == "set-mode":
-            t.add_row(item.node, p.current_mode if p is not None else "<unknown>", plan.target, outcome, duration,
+            t.add_row(item.node, p.from_mode if p is not None else "<unknown>", plan.target, outcome, duration,
                       evicted)
         else:
             cordoned = "yes" if item.result is not None and item.result.cordoned else "no"

@@ -114,7 +114,14 @@ def preflight(
     failing = report.failed_ids()
     if failing:
         what = "failed or warned" if strict else "failed"
-        raise PreflightFailed(f"preflight: {len(failing)} check(s) {what}: {', '.join(failing)}", failed=failing)
+        err = PreflightFailed(f"preflight: {len(failing)} check(s) {what}: {', '.join(failing)}", failed=failing)
+        if "hosts.pods" in failing:
+            # Some NPU nodes were not checked (their pod did not run, or was not attempted): the same command,
+            # every flag kept, checks them once what host.pod names is fixed.
+            from rblnctl.cli.rerun import command_line
+
+            err.with_details([f"rerun (every node again): {command_line(ctx)}"])
+        raise err
 
 
 def _host_checks(ctx: typer.Context, image: str | None, max_parallel: int | None, keep: bool,

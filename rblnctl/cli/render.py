@@ -24,6 +24,7 @@ def node_document(n: Any) -> dict:
         "product": n.product,
         "npuCount": n.count,
         "family": n.family,
+        "labels": dict(n.labels),
     }
 
 
@@ -46,15 +47,17 @@ def _mode_cell(n: Any) -> str:
     return mode + (",deploy.skip" if n.deploy_skip else "")
 
 
-def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None) -> Table:
+def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None, *,
+                    show_labels: bool = False) -> Table:
     """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components.
 
     With `vms` (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
+    `show_labels` adds LABELS last, as `kubectl get nodes --show-labels` (every label, `k=v,...`).
     """
     extra = [] if vms is None else ["VMS"]
     wide_extra = [] if vms is None else [Column("NPU VMS", wide=True)]
     t = Table("NAME", "MODE", "STATUS", "NPUS", *extra, "RESOURCES", Column("PRODUCT", wide=True),
-              Column("COMPONENTS", wide=True), *wide_extra)
+              Column("COMPONENTS", wide=True), *wide_extra, *(["LABELS"] if show_labels else []))
     for n in nodes:
         status = "Ready" if n.ready else "NotReady"
         if not n.schedulable:
@@ -71,6 +74,7 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
             n.product or "<unknown>",
             joined(components),
             *([] if vms is None else [joined(held)]),
+            *([joined(f"{k}={v}" for k, v in n.labels.items())] if show_labels else []),
         )
     return t
 

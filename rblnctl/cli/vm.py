@@ -71,12 +71,15 @@ DETACH_EXAMPLES = examples(
     "rblnctl vm detach my-vm -n vms --device npu1 --restart",
 )
 MANIFEST_EXAMPLES = examples(
+    "rblnctl vm manifest my-vm -n vms --npus 2 --ssh-key ~/.ssh/id_ed25519.pub --user me | kubectl apply -f -",
     "rblnctl vm manifest my-vm -n vms --npus 2 --resource rebellions.ai/RBLN-CA22_PF > my-vm.yaml",
     "rblnctl vm manifest my-vm -n vms --method dra --npus 2 | kubectl apply -f -",
 )
 LIST_EXAMPLES = examples(
     "rblnctl vm list -A",
-    "rblnctl vm list -n vms -o wide",
+    "rblnctl vm list -n vms -o wide                  # every hostDevices entry",
+    "rblnctl vm list -A --watch                      # then every change, until Ctrl-C",
+    "rblnctl vm list -A --sort-by=.node -o custom-columns=VM:.name,NODE:.node,NPUS:.npus",
     "rblnctl vm list -A -o jsonpath='{.items[?(@.node==\"n1\")].name}'",
 )
 DIAGNOSE_EXAMPLES = examples(
@@ -86,10 +89,23 @@ DIAGNOSE_EXAMPLES = examples(
 
 
 def _namespace(ctx: typer.Context) -> str:
-    """-n, else `default` (as kubectl with a context that names no namespace)."""
+    """-n, else the kubeconfig context's namespace, else `default` (as kubectl resolves it)."""
     from rblnctl.kube import validate_name
 
-    return validate_name(ctx.obj.namespace or "default", kind="namespace")
+    if ctx.obj.namespace is not None:
+        validate_name(ctx.obj.namespace, kind="namespace")  # bad input fails before connecting
+    return validate_name(ctx.obj.object_namespace(), kind="namespace")
+
+
+def _manifest_namespace(ctx: typer.Context) -> str:
+    """Where `kubectl apply` will put a manifest written without -n: the context's namespace when the kubeconfig
+    names one, else `default`. A manifest needs no cluster: a kubeconfig that cannot be read means `default`."""
+    from rblnctl.errors import ConfigError
+
+    try:
+        return _namespace(ctx)
+    except ConfigError:
+        return "default"
 
 
 def _timeout_s(text: str) -> float:
@@ -176,6 +192,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "running": plan.running,
             "node": plan.node,
             "restart": plan.restart,
+            "start": plan.start,
             "patch": plan.patch,
             "noop": plan.noop,
             "warnings": [str(w) for w in plan.warnings],
@@ -185,6 +202,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "changed": result.changed, "attempts": result.attempts, "templateCreated": result.template_created,
             "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
             "restarted": result.restarted, "ready": result.ready, "serverDryRun": result.server_dry_run,
+            "leftStopped": result.left_stopped, "startCommand": result.start_command,
         },
     }
 
@@ -217,6 +235,10 @@ def _change_view(plan: Any, result: Any = None) -> Any:
     tail += [f"ResourceClaimTemplate {plan.vm.namespace}/{n}: delete (no other VM uses it)"
              for n in (result.templates_deleted if result is not None else plan.templates_delete)]
     tail += list(result.templates_kept if result is not None else plan.templates_kept)
+    if plan.start:
+        tail.append("start: an earlier rblnctl run stopped this VM and could not start it again; it is started now")
+    if result is not None and result.left_stopped:
+        tail.append(f"left stopped: rblnctl could not start the VM again; start it with `{result.start_command}`")
     if plan.restart:
         tail.append("restart: stop the VM, change it, start it, wait until Ready"
                     + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
@@ -236,15 +258,16 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
     from rblnctl.cli.console import warn
     from rblnctl.cli.errors import prog_name
     from rblnctl.cli.flow import Mutation, run
+    from rblnctl.cli.rerun import command_line
 
     ref = plan.vm
     prog = prog_name(ctx)
     shown = _phrased(plan, prog)
 
     def interrupted() -> None:
-        if plan.restart:
-            warn(f"VM {ref} may be left stopped: check `{prog} vm diagnose {ref.name} -n {ref.namespace}`, start it "
-                 f"with `virtctl start {ref.name} -n {ref.namespace}`")
+        if plan.restart or plan.start:
+            warn(f"VM {ref} may be left stopped: `{command_line(ctx)}` (the same command) starts a VM rblnctl "
+                 f"stopped, or start it with `virtctl start {ref.name} -n {ref.namespace}`")
 
     def done(result: Any) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
@@ -348,6 +371,17 @@ def manifest(
     product: ProductOpt = None,
     image: Annotated[str, typer.Option("--image", metavar="IMAGE", help="Container disk image to boot.")
                      ] = C.VM_DEFAULT_IMAGE,
+    ssh_key: Annotated[
+        list[str] | None,
+        typer.Option("--ssh-key", metavar="FILE", show_default=False,
+                     help="A public key file (e.g. ~/.ssh/id_ed25519.pub) whose keys may log in, written into the "
+                     "cloud-init user data as virtctl create vm does (repeatable; a key itself works too)."),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="NAME", show_default=False,
+                                 help="The user cloud-init creates in the guest [default: the image's own, e.g. "
+                                 "ubuntu].")
+    ] = None,
     output: Annotated[Any, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
 ) -> None:
     """Print a VirtualMachine with N NPUs, ready to apply."""
@@ -356,7 +390,8 @@ def manifest(
 
     from rblnctl.cli.output import dump
     from rblnctl.errors import InvalidInput
-    from rblnctl.vm.manifest import ManifestOptions, build_manifest, resolve
+    from rblnctl.cli.console import warn
+    from rblnctl.vm.manifest import ManifestOptions, build_manifest, resolve_for
 
     if resource and product:
         raise InvalidInput("--resource and --product cannot be combined")
@@ -364,54 +399,112 @@ def manifest(
     if chosen == C.METHOD_DRA and (resource or product):
         raise InvalidInput("--resource and --product pick a sandbox resource; DRA VMs claim vfio-npu.rebellions.ai")
     # Bad input fails before connecting; the cluster is read only for what was left open.
-    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, npus=npus, method=chosen or C.METHOD_SANDBOX,
-                           resource=resource, image=image)
+    keys = tuple(k for spec in ssh_key or [] for k in _ssh_keys(spec))
+    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, claim_namespace=_manifest_namespace(ctx), npus=npus,
+                           method=chosen or C.METHOD_SANDBOX, resource=resource, image=image, user=user,
+                           ssh_keys=keys)
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
-        chosen, resource, device_class = resolve(ctx.obj.kube(), method=chosen, resource=resource, product=product)
-        opts = dataclasses.replace(opts, method=chosen, resource=resource, device_class=device_class)
+        found = resolve_for(ctx.obj.kube(), method=chosen, resource=resource, product=product, npus=npus)
+        opts = dataclasses.replace(opts, method=found.method, resource=found.resource, device_class=found.device_class)
+        for w in found.warnings:  # stderr: the manifest on stdout stays a List kubectl applies as is
+            warn(w)
     objects = build_manifest(opts)
     if output.format == Format.json:
         sys.stdout.write(dump({"apiVersion": "v1", "kind": "List", "items": objects}, Format.json))
     else:
-        sys.stdout.write("---\n".join(dump(o, Format.yaml) for o in objects))
+        sys.stdout.write("---\n".join(dump(o, Format.yaml, literal_blocks=True) for o in objects))
+
+
+def _ssh_keys(spec: str) -> list[str]:
+    """--ssh-key: a file of public keys, or (as virtctl's --ssh-key) one key itself."""
+    from pathlib import Path
+
+    from rblnctl.errors import InvalidInput
+    from rblnctl.vm.manifest import check_ssh_key, ssh_keys_in
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        try:
+            return ssh_keys_in(path.read_text(), source=spec)
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"--ssh-key {spec}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if " " in spec.strip():
+        return [check_ssh_key(spec)]
+    raise InvalidInput(f"--ssh-key {spec}: no such file (give a public key file, e.g. ~/.ssh/id_ed25519.pub)")
 
 
 # -- list ---------------------------------------------------------------------------------------------------
 
 
-def _list_view(listing: Any) -> Any:
+def compact_devices(devices: Any) -> str:
+    """A VM's NPUs in a few characters: `8x RBLN-CA22_PF`, `2x claim/rbln-npu` (each entry: -o wide)."""
+    counts: dict[str, int] = {}
+    for d in devices:
+        key = d.resource.removeprefix(C.RESOURCE_PREFIX) if d.resource else f"claim/{d.claim}"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n}x {k}" for k, n in counts.items()) or "<none>"
+
+
+def _list_item_doc(e: Any) -> dict:
+    return {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
+            "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
+            "runningNpus": e.holds if e.running_devices is not None else None,
+            "restartPending": e.restart_pending, "claims": list(e.claims), "claimCollisions": list(e.collisions)}
+
+
+def _list_view(listing: Any, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import Column, Table, View, joined
+    from rblnctl.cli.output import sort_by as sorted_by
 
     every = listing.namespace is None
-    t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES",
-              Column("KIND", wide=True), Column("HELD", wide=True))
-    for e in listing.items:
-        status = e.status + (",RestartPending" if e.restart_pending else "")
+    items = sorted_by(listing.items, sort_by, _list_item_doc)
+    # DEVICES (the compact form, spaces in it) comes last, so awk's fields before it stay put; every hostDevices
+    # entry (npu0=rebellions.ai/RBLN-CA22_PF,...) is in -o wide.
+    t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD",
+              Column("KIND", wide=True), Column("HELD", wide=True), Column("HOST DEVICES", wide=True), "DEVICES")
+    for e in items:
+        status = e.status + (",RestartPending" if e.restart_pending else "") + (",ClaimCollision" if e.collisions
+                                                                                 else "")
         t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", str(e.npus),
-                  e.method or "<none>", joined(f"{d.name}={d.source}" for d in e.devices), e.kind,
-                  str(e.holds) if e.running_devices is not None else "<none>")
+                  e.method or "<none>", e.kind, str(e.holds) if e.running_devices is not None else "<none>",
+                  joined(f"{d.name}={d.source}" for d in e.devices), compact_devices(e.devices))
 
     def body() -> dict:
-        return {"namespace": listing.namespace, "items": [
-            {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
-             "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
-             "runningNpus": e.holds if e.running_devices is not None else None,
-             "restartPending": e.restart_pending} for e in listing.items]}
+        return {"namespace": listing.namespace, "items": [_list_item_doc(e) for e in items]}
 
     where = "any namespace" if every else f"namespace {listing.namespace}"
     notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
+    notes += [f"warning: VM {e.ref} on {e.node} has a DRA claim of the same name as {', '.join(e.collisions)}: the "
+              "RBLN DRA driver prepares one claim of a name per node, so one of them cannot start; give each its own "
+              f"name with `rblnctl vm attach {e.ref.name} -n {e.ref.namespace} --restart`" for e in listing.collisions]
     return View(kind="VmNpuList", body=body, tables=[t] if listing.items else [], notes=notes,
-                names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in listing.items])
+                names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in items])
 
 
 @app.command("list", short_help="List VMs that hold or request NPUs.", epilog=LIST_EXAMPLES)
-def list_vms(ctx: typer.Context, output: OutputOpt = "table") -> None:
+def list_vms(
+    ctx: typer.Context,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a "
+                                        "terminal), or print each change as a line (piped). Ctrl-C ends it.")] = False,
+    sort_by: Annotated[str | None, typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
+                                                help="Sort by a field of each item's JSON (as kubectl: '{.npus}' "
+                                                "or .node; the fields in docs/output.md).")] = None,
+    output: OutputOpt = "table",
+) -> None:
     """List VMs and VMIs that hold or request NPUs."""
-    from rblnctl.cli.output import emit
+    from rblnctl.cli.output import check_sort_by, emit
     from rblnctl.vm.listing import list_vm_npus
 
+    check_sort_by(sort_by)  # bad input fails before connecting
     namespace = None if ctx.obj.all_namespaces else _namespace(ctx)
-    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace)), output)
+    if watch:
+        from rblnctl.cli.status import follow, warn_retrying
+        from rblnctl.vm.listing import vm_changes, watch_vm_npus
+
+        follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, on_retry=warn_retrying),
+               view_of=lambda listing: _list_view(listing, sort_by), changes_of=vm_changes, output=output)
+        return
+    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace), sort_by), output)
 
 
 # -- diagnose -------------------------------------------------------------------------------------------------

@@ -17,12 +17,14 @@ import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, InvalidInput, NotFound
+from rblnctl.batch import stops_the_rest
+from rblnctl.errors import AdmissionDenied, ClusterError, Forbidden, InvalidInput, NotFound, RblnError
 from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
-from rblnctl.kube import PODS, Kube, validate_name
+from rblnctl.kube import PODS, Kube, validate_name, writes
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ class PodState(enum.StrEnum):
     REJECTED = "rejected"  # failed before its container ran (kubelet admission: OutOfcpu, NodeAffinity...)
     TIMED_OUT = "timed-out"  # still not finished at its deadline
     VANISHED = "vanished"  # deleted by someone else (or evicted) before it finished
+    CREATE_FAILED = "create-failed"  # the API server would not create it (after retries; admission, a 5xx...)
+    NOT_ATTEMPTED = "not-attempted"  # no pod was sent: an earlier failure made trying pointless (message: why)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +68,25 @@ class HostPodRun:
     run_id: str
     outcomes: tuple[PodOutcome, ...]
     left_behind: tuple[str, ...] = ()
+    stopped: str | None = None  # why some nodes were not attempted (their outcome is NOT_ATTEMPTED)
+
+
+ADMISSION_RETRIES = 3  # creates of one node's pod that admission may refuse while the run's own pods are around
 
 
 def _noop(*_: object) -> None:
     return None
+
+
+def _stops_the_rest(err: RblnError) -> str | None:
+    """Why a failed create makes creating the other nodes' pods pointless (None: each node is tried).
+
+    RBAC and a missing namespace refuse every pod the same way; so does an API server that is gone
+    (rblnctl.batch.stops_the_rest). A 5xx that would not pass, or admission refusing one pod, does not.
+    """
+    if isinstance(err, (Forbidden, NotFound)):
+        return f"creating host pods is refused: {' '.join(str(err).split())}"
+    return stops_the_rest(err)
 
 
 def json_document(log_text: str) -> dict:
@@ -137,8 +156,12 @@ class HostPodRunner:
     def run(self, nodes: Sequence[str]) -> HostPodRun:
         """One pod per node; returns every outcome. Raises (after deleting what it created) on API errors.
 
-        A namespace that does not exist is NotFound; a create the API server refuses (RBAC, Pod Security
-        admission rejecting hostPath volumes) ends the run, since every other pod would be refused too.
+        Each node is tried (rblnctl.batch): a create whose outcome is unknown is settled by reading the pod
+        back, a 5xx is retried (rblnctl.kube.writes), and a create that still fails, or that admission
+        refuses (a ResourceQuota, Pod Security: retried while the run's own pods may hold the quota), is that
+        node's CREATE_FAILED outcome. A refusal that every pod would meet (RBAC, a namespace that does not
+        exist, the API server gone) raises when nothing has run yet, and otherwise leaves the nodes not yet
+        started NOT_ATTEMPTED (`stopped` says why).
         """
         for node in nodes:
             validate_name(node)
@@ -149,15 +172,48 @@ class HostPodRunner:
         gone: set[str] = set()  # deleted or confirmed absent: nothing to clean up
         outcomes: dict[str, PodOutcome] = {}
         left: list[str] = []
+        denied: dict[str, int] = {}  # node -> creates admission refused (a quota our own pods may be holding)
+        stopped: str | None = None  # why the nodes left in the queue are not attempted
+
+        def settle_outcome(outcome: PodOutcome) -> None:
+            outcomes[outcome.node] = outcome
+            self.on_finished(outcome)
+
         try:
             while queue or in_flight:
                 while queue and len(in_flight) + len(terminating) < self.max_parallel:
                     index, node = queue.popleft()
                     name = self.pod_name(index)
                     created.append(name)
-                    self._create(node, name)
+                    try:
+                        self._create(node, name)
+                    except AdmissionDenied as e:
+                        gone.add(name)
+                        if (in_flight or terminating) and denied.get(node, 0) < ADMISSION_RETRIES:
+                            # A ResourceQuota may count this run's own pods: try again when one has gone.
+                            denied[node] = denied.get(node, 0) + 1
+                            queue.appendleft((index, node))
+                            break
+                        settle_outcome(PodOutcome(node=node, pod=name, state=PodState.CREATE_FAILED,
+                                                  reason="AdmissionDenied", message=str(e)))
+                        continue
+                    except RblnError as e:
+                        why = _stops_the_rest(e)
+                        if why is not None and not outcomes and not in_flight and not terminating:
+                            raise  # nothing ran yet: the run itself failed (RBAC, the namespace, the server)
+                        settle_outcome(PodOutcome(node=node, pod=name, state=PodState.CREATE_FAILED,
+                                                  reason=type(e).__name__, message=" ".join(str(e).split())))
+                        if why is not None:
+                            stopped = why
+                            for _, rest in queue:
+                                settle_outcome(PodOutcome(node=rest, pod="", state=PodState.NOT_ATTEMPTED,
+                                                          reason="NotAttempted", message=why))
+                            queue.clear()
+                        continue
                     in_flight[name] = _InFlight(node=node, deadline=self.clock.monotonic() + self.timeout_s)
                     self.on_started(node, name)
+                if not in_flight and not terminating and not queue:
+                    break
                 self.clock.sleep(self.poll_interval_s)
                 pods = {p["metadata"]["name"]: p for p in self.kube.iter_list(
                     PODS, namespace=self.namespace, label_selector=self.selector)}
@@ -168,8 +224,7 @@ class HostPodRunner:
                     if outcome is None:
                         continue
                     del in_flight[name]
-                    outcomes[fl.node] = outcome
-                    self.on_finished(outcome)
+                    settle_outcome(outcome)
                     if outcome.state == PodState.VANISHED:
                         gone.add(name)
                     elif not self.keep:
@@ -187,22 +242,36 @@ class HostPodRunner:
         kept = tuple(n for n in created if n not in gone) if self.keep else ()
         return HostPodRun(namespace=self.namespace, image=self.image, run_id=self.run_id,
                           outcomes=tuple(outcomes[n] for n in nodes if n in outcomes),
-                          left_behind=kept + tuple(left))
+                          left_behind=kept + tuple(left), stopped=stopped)
 
     # -- steps --------------------------------------------------------------------------------
 
     def _create(self, node: str, name: str) -> None:
         manifest = pod_manifest(command=self.command, node=node, name=name, namespace=self.namespace,
                                 image=self.image, run_id=self.run_id, timeout_s=self.timeout_s)
+        def next_write(pod: Any) -> writes.Write | None:
+            if pod is writes.UNREAD or pod is None:
+                return writes.create(PODS, manifest, namespace=self.namespace)
+            return None  # a create whose reply was lost: the pod is there
+
         try:
-            self.kube.create(PODS, manifest, namespace=self.namespace)
+            writes.settle(self.kube, next_write, what=f"pod {self.namespace}/{name}", backoff_s=self.poll_interval_s,
+                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace))
         except NotFound as e:
             raise NotFound(f"cannot create host pods in namespace {self.namespace}: {e} (pass -n NAMESPACE)") from e
 
     def _delete(self, name: str, left: list[str]) -> bool:
         """Delete one pod; True when the API server took the request, False when it was already gone."""
+        def next_write(pod: Any) -> writes.Write | None:
+            if pod is writes.UNREAD:
+                return writes.delete(PODS, name, namespace=self.namespace)
+            if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                return None  # a delete whose reply was lost: gone, or going
+            return writes.delete(PODS, name, namespace=self.namespace)
+
         try:
-            self.kube.delete(PODS, name, namespace=self.namespace)
+            writes.settle(self.kube, next_write, what=f"pod {self.namespace}/{name}", backoff_s=self.poll_interval_s,
+                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace))
             return True
         except NotFound:
             return False

@@ -38,9 +38,12 @@ from rblnctl.kube.resources import (
     VMIS,
     VMS,
     Resource,
+    qualified_name_problem,
     validate_name,
+    validate_resource_name,
 )
-from rblnctl.kube.watch import SYNC, Mirror, WatchEvent, WatchSpec, object_key
+from rblnctl.kube import writes
+from rblnctl.kube.watch import SYNC, Mirror, WatchEvent, WatchSpec, object_key, watch, watch_many
 
 __all__ = [
     "CLUSTER_POLICIES", "CRDS", "DAEMONSETS", "DEFAULT_PAGE_SIZE", "DEPLOYMENTS", "DEVICE_CLASSES", "EVENTS",
@@ -48,5 +51,6 @@ __all__ = [
     "REPLICASETS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "RESOURCE_SLICES",
     "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Kube", "KubeOptions", "Mirror",
     "Resource", "WatchEvent", "WatchSpec", "connect", "describe_request", "is_transient", "object_key",
-    "outcome_unknown", "resolve_kubeconfig", "validate_name",
+    "outcome_unknown", "qualified_name_problem", "resolve_kubeconfig", "validate_name", "validate_resource_name",
+    "watch", "watch_many", "writes",
 ]

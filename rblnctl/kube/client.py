@@ -14,9 +14,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
@@ -52,9 +52,6 @@ from rblnctl.kube.replies import (
 )
 from rblnctl.kube.resources import PODS, Resource
 
-if TYPE_CHECKING:
-    from rblnctl.kube.watch import WatchEvent, WatchSpec
-
 log = logging.getLogger("rblnctl.kube")
 request_log = logging.getLogger("rblnctl.kube.requests")  # -v=6: one line per request
 wire_log = logging.getLogger("rblnctl.kube.bodies")  # -v=8: request and response bodies
@@ -76,6 +73,16 @@ RETRY_BASE_S = 0.5
 MAX_RETRY_WAIT_S = 10.0
 
 
+def log_request(method: str, url: str, resp: Any, started: float, *, streaming: bool = False) -> None:
+    """-v=6: one line per request with the full URL, as kubectl's round_trippers log it
+    (`GET https://host:6443/api/v1/nodes?limit=500 200 OK in 5 milliseconds`)."""
+    if not request_log.isEnabledFor(logging.DEBUG):
+        return
+    reason = str(getattr(resp, "reason", "") or "")
+    request_log.debug("%s %s %s%s in %.0f milliseconds%s", method, url, resp.status, f" {reason}" if reason else "",
+                      (time.monotonic() - started) * 1e3, " (streaming)" if streaming else "")
+
+
 @dataclass
 class Kube:
     """One connection to one cluster; every request returns parsed JSON or raises a typed RblnError."""
@@ -83,6 +90,9 @@ class Kube:
     transport: Transport  # the connection pool and the credentials (rblnctl.kube.kubeconfig)
     server: str
     context: str | None = None
+    # The namespace a namespaced command uses when -n is not given: the context's, as kubectl resolves it
+    # (rblnctl.kube.connection.default_namespace).
+    namespace: str = "default"
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
     proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
     impersonate_user: str | None = None  # sent as Impersonate-User (kubectl --as)
@@ -138,8 +148,7 @@ class Kube:
             wire_log.debug("request body: %s", _loggable(body))
         started = time.monotonic()
         resp, data = self._send(method, path, url, headers, body, self.request_timeout_s)
-        request_log.debug("%s %s -> %s (%.0f ms)", method, resource_path, resp.status,
-                          (time.monotonic() - started) * 1e3)
+        log_request(method, url, resp, started)
         if wire_log.isEnabledFor(logging.DEBUG):
             wire_log.debug("response body: %s", _loggable(data))
         ctype = str(resp.headers.get("Content-Type") or "") if getattr(resp, "headers", None) is not None else ""
@@ -331,7 +340,7 @@ class Kube:
         return doc
 
 
-    # -- watches ----------------------------------------------------------------------------------
+    # -- the list a watch starts from (rblnctl.kube.watch) ------------------------------------------
 
     def list_with_version(self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None,
                           field_selector: str | None = None) -> tuple[list[dict], str]:
@@ -351,20 +360,6 @@ class Kube:
             token = meta.get("continue")
             if not token:
                 return items, version
-
-    # -- watches (rblnctl.kube.watch) ---------------------------------------------------------
-
-    def watch(self, res: Resource, **kwargs: Any) -> Iterator[WatchEvent]:
-        """Yield a collection's changes as they happen (rblnctl.kube.watch.watch)."""
-        from rblnctl.kube.watch import watch
-
-        return watch(self, res, **kwargs)
-
-    def watch_many(self, specs: Sequence[WatchSpec], **kwargs: Any) -> Iterator[WatchEvent]:
-        """Watch several collections at once (rblnctl.kube.watch.watch_many)."""
-        from rblnctl.kube.watch import watch_many
-
-        return watch_many(self, specs, **kwargs)
 
 
 def _under_api_group(path: str) -> bool:

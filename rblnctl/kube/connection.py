@@ -16,6 +16,7 @@ from rblnctl.kube.kubeconfig import (
     Transport,
     apply_flags,
     choose_context,
+    context_namespace,
     endpoint_from_kubeconfig,
     has_contexts,
     in_cluster_endpoint,
@@ -24,6 +25,8 @@ from rblnctl.kube.kubeconfig import (
 )
 
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,10 +55,12 @@ def connect(opts: KubeOptions) -> Kube:
     credential plugins and in-cluster configuration import the kubernetes package (rblnctl.kube.kubeconfig).
     """
     context = None
+    namespace = DEFAULT_NAMESPACE
     source = _kubeconfig_source(opts)
     if source is not None:
         kc = read_kubeconfig(source)
         context = choose_context(kc, opts.context)
+        namespace = context_namespace(kc, context) or DEFAULT_NAMESPACE
         endpoint = endpoint_from_kubeconfig(kc, context, cluster=opts.cluster, user=opts.user)
         if opts.context is None:
             context = None  # the current context: messages say so
@@ -65,6 +70,7 @@ def connect(opts: KubeOptions) -> Kube:
                 "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a pod"
             )
         endpoint = in_cluster_endpoint()
+        namespace = in_cluster_namespace()
     else:
         endpoint = Endpoint()
     apply_flags(endpoint, server=opts.server, token=opts.token, certificate_authority=opts.certificate_authority,
@@ -76,9 +82,24 @@ def connect(opts: KubeOptions) -> Kube:
         raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
                           "server URL")
     endpoint.server = server_url(endpoint.server, "--server" if opts.server else f"kubeconfig {context or ''}".strip())
-    return Kube(transport=Transport(endpoint), server=endpoint.server, context=context,
+    return Kube(transport=Transport(endpoint), server=endpoint.server, context=context, namespace=namespace,
                 request_timeout_s=opts.request_timeout_s, proxy=endpoint.proxy,
                 impersonate_user=opts.impersonate_user, impersonate_groups=tuple(opts.impersonate_groups))
+
+
+def in_cluster_namespace() -> str:
+    """The namespace of a pod's service account, as client-go's in-cluster config resolves it.
+
+    POD_NAMESPACE (the downward API) first, then the service account's namespace file, then
+    `default` (kubernetes/client-go tools/clientcmd/client_config.go, inClusterClientConfig.Namespace).
+    """
+    env = os.environ.get("POD_NAMESPACE", "").strip()
+    if env:
+        return env
+    try:
+        return SA_NAMESPACE.read_text().strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
 
 
 def _kubeconfig_source(opts: KubeOptions) -> str | None:

@@ -215,6 +215,17 @@ def choose_context(kc: Kubeconfig, context: str | None) -> str:
     return kc.current_context
 
 
+def context_namespace(kc: Kubeconfig, context: str) -> str | None:
+    """The namespace `context` names (None: it names none, so kubectl uses `default`).
+
+    kubectl's order is --namespace, then the context's namespace, then `default`
+    (kubernetes/client-go tools/clientcmd/client_config.go, DirectClientConfig.Namespace).
+    """
+    body, _ = kc.contexts[context]
+    value = body.get("namespace")
+    return str(value).strip() or None if value else None
+
+
 def _named(kc: Kubeconfig, section: str, name: str, *, flag: bool) -> tuple[dict, Path]:
     entry = getattr(kc, section).get(name)
     if entry is None:

@@ -14,6 +14,7 @@ from typing import Any
 import urllib3
 
 from rblnctl.errors import (
+    AdmissionDenied,
     ApiNotServed,
     AuthError,
     ClusterError,
@@ -28,6 +29,10 @@ from rblnctl.errors import (
 )
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# How kube-apiserver words an authorization denial (k8s.io/apiserver pkg/endpoints/handlers/responsewriters
+# Forbidden: `... is forbidden: User "u" cannot VERB resource ...` / `forbidden: User "u" cannot VERB path ...`);
+# a 403 worded otherwise comes from admission (ResourceQuota, PodSecurity, webhooks).
+_RBAC_DENIAL = re.compile(r'\bcannot \S+ (resource|path)\b|User "[^"]*" cannot ')
 
 
 def is_transient(err: BaseException) -> bool:
@@ -111,6 +116,11 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
             status=status,
             reason=reason or "Unauthorized",
         )
+    if status == 403 and message and not _RBAC_DENIAL.search(message):
+        # Admission refused it, not RBAC: a ResourceQuota ("exceeded quota"), Pod Security ("violates
+        # PodSecurity"), a webhook. Saying RBAC here would send the user to the wrong fix.
+        return AdmissionDenied(f"the API server's admission refused {verb} on {resource} {where}: {_one_line(message)}",
+                               status=status, reason=reason or "Forbidden", server_message=_one_line(message))
     if status == 403:
         return Forbidden(
             f"forbidden: RBAC does not allow {verb} on {resource} {where}"

@@ -33,6 +33,59 @@ def validate_name(name: str, *, kind: str = "node") -> str:
     return name
 
 
+# k8s.io/apimachinery pkg/util/validation/validation.go IsQualifiedName: [prefix/]name, the prefix a DNS-1123
+# subdomain, the name at most 63 of [A-Za-z0-9] with [-A-Za-z0-9_.] inside. ASCII only: re.ASCII keeps
+# full-width digits and other Unicode letters out, as Go's regexp classes do.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
+QUALIFIED_NAME_MAX = 63
+_REQUESTS_PREFIX = "requests."  # kubernetes pkg/apis/core DefaultResourceRequestsPrefix
+_NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes pkg/apis/core ResourceDefaultNamespacePrefix
+
+
+def qualified_name_problem(value: str) -> str | None:
+    """Why `value` is not a qualified name as the API server judges one (IsQualifiedName); None when it is."""
+    if not isinstance(value, str) or not value.isascii():
+        return "must be ASCII"
+    parts = value.split("/")
+    if len(parts) > 2:
+        return "must be a name, optionally with one DNS subdomain prefix and '/'"
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            return "the prefix before '/' must not be empty"
+        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+            return (f"the prefix {prefix!r} must be a DNS subdomain: lower-case letters, digits, '-' and '.', "
+                    "starting and ending with a letter or digit (at most 253 characters)")
+    if not name:
+        return "the name after the prefix must not be empty"
+    if len(name) > QUALIFIED_NAME_MAX:
+        return f"the name after the prefix must be at most {QUALIFIED_NAME_MAX} characters, not {len(name)}"
+    if not _QUALIFIED_NAME.fullmatch(name):
+        return (f"the name {name!r} must be letters, digits, '-', '_' and '.', starting and ending with a letter or "
+                "digit")
+    return None
+
+
+def validate_resource_name(name: str, *, what: str = "resource name") -> str:
+    """Return `name` if the API server accepts it as an extended resource name; else InvalidInput.
+
+    kubernetes pkg/apis/core/helper/helpers.go IsExtendedResourceName: not a native resource (it has a
+    domain, and not kubernetes.io), no `requests.` prefix, and `requests.` + the name is a qualified
+    name (k8s.io/apimachinery IsQualifiedName). Checked before any request: a name that fails here
+    would be written into the KubeVirt CR and every VM, and refused only where KubeVirt renders a pod.
+    """
+    problem = (qualified_name_problem(name) or qualified_name_problem(_REQUESTS_PREFIX + name)) \
+        if isinstance(name, str) else "must be text"
+    if isinstance(name, str) and ("/" not in name or _NATIVE_DOMAIN in name):
+        problem = "must have a domain (like rebellions.ai/) that is not kubernetes.io: it names an extended resource"
+    elif isinstance(name, str) and name.startswith(_REQUESTS_PREFIX):
+        problem = "must not start with 'requests.'"
+    if problem:
+        raise InvalidInput(f"invalid {what} {name!r}: {problem}")
+    return name
+
+
 @dataclass(frozen=True)
 class Resource:
     """The REST coordinates of one resource type."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import urllib3
 
@@ -27,15 +27,12 @@ from rblnctl.errors import (
     NotFound,
     RblnError,
 )
-from rblnctl.kube.client import log, request_log
+from rblnctl.kube.client import Kube, log, log_request
 from rblnctl.kube.replies import _one_line, _root_cause, _status_error, is_transient
 from rblnctl.kube.resources import Resource
 
-if TYPE_CHECKING:
-    from rblnctl.kube.client import Kube
 
-
-# Watches (Kube.watch): each request asks the server to stream for at most WATCH_STREAM_S (client-go
+# Watches (watch): each request asks the server to stream for at most WATCH_STREAM_S (client-go
 # asks for 5 to 10 minutes) and the client gives it WATCH_READ_GRACE_S more before it calls the stream
 # dead; a broken stream is reopened after WATCH_RETRY_START_S, doubling up to WATCH_RETRY_CAP_S; where
 # watching is not allowed, the collection is listed every WATCH_POLL_S instead.
@@ -54,7 +51,7 @@ class WatchEvent:
     A SYNC comes first (the initial list), after a relist (the server forgot the resourceVersion the
     watch would resume from: 410 Gone) and, where watching is not allowed, once per poll: the
     consumer replaces what it holds with `objects`. `source` is the index of the WatchSpec it came
-    from (Kube.watch_many).
+    from (watch_many).
     """
 
     type: str
@@ -65,7 +62,7 @@ class WatchEvent:
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """One collection to watch (Kube.watch_many); `missing_ok`: a collection the server does not serve is empty."""
+    """One collection to watch (watch_many); `missing_ok`: a collection the server does not serve is empty."""
 
     res: Resource
     namespace: str | None = None
@@ -267,8 +264,7 @@ def open_stream(kube: Kube, path: str, query: dict[str, Any], remaining: float |
     started = time.monotonic()
     resp, _ = kube._send("GET", path, url, headers, None, (kube.request_timeout_s, stream_s + WATCH_READ_GRACE_S),
                          stream=True)
-    request_log.debug("GET %s -> %s (%.0f ms, streaming)", resource_path, resp.status,
-                      (time.monotonic() - started) * 1e3)
+    log_request("GET", url, resp, started, streaming=True)
     if resp.status != 200:
         data = resp.read()
         resp.release_conn()

@@ -22,8 +22,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, OutcomeUnknown, Refused
-from rblnctl.kube import KUBEVIRTS, PATCH_TYPES, Kube, outcome_unknown
+from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, RblnError, Refused
+from rblnctl.kube import KUBEVIRTS, PATCH_TYPES, Kube, writes
 from rblnctl.plan import Blocker
 from rblnctl.versions import format_version, parse_version
 
@@ -281,52 +281,41 @@ class CrWriter(Generic[P]):
         (outcome_unknown) re-reads at once: when the re-plan has nothing left to do the patch is taken
         as applied and the plan that was sent is returned with changed=True; otherwise the re-plan is
         sent (its `test` ops pin what it read). Raises OutcomeUnknown when that read-back fails,
-        Conflict after max_attempts patches, Refused when a (re-)plan has blockers.
+        Conflict after max_attempts patches, Refused when a (re-)plan has blockers. The loop is
+        rblnctl.kube.writes.settle.
         """
-        attempts = 0
-        while True:
-            if plan.blockers:
-                raise Refused(f"refusing to edit KubeVirt {plan.namespace}/{plan.name}", blockers=plan.blockers)
-            if plan.noop:
-                return plan, False, attempts
-            attempts += 1
-            try:
-                self.kube.patch(KUBEVIRTS, plan.name, plan.patch, patch_type="json", namespace=plan.namespace,
-                                dry_run=self.options.server_dry_run)
-                return plan, True, attempts
-            except ClusterError as e:
-                lost = outcome_unknown(e)
-                if not lost and not is_conflict(e):
-                    raise
-                log.debug("%s writing KubeVirt %s/%s (attempt %d): %s", "lost reply" if lost else "conflict",
-                          plan.namespace, plan.name, attempts, e)
-                if lost:
-                    again = replan(self._read_back(plan, e))
-                    if again.noop:  # the change holds: our patch landed (or someone made the same change)
-                        return plan, True, attempts
-                    why = f"{LOST_REPLY} and the KubeVirt CR read back does not hold the change"
-                else:
-                    why = " ".join(str(e).split())
-                if attempts >= self.options.max_attempts:
-                    what = ("its last reply was lost and the CR read back does not hold the change" if lost
-                            else "nothing was changed")
-                    raise Conflict(
-                        f"KubeVirt {plan.namespace}/{plan.name} kept changing while we wrote it: gave up after "
-                        f"{attempts} attempts, {what}; rerun once the other writer is done (last answer: {why})",
-                        status=409,
-                        reason="Conflict",
-                    ) from e
-                self.on_retry(attempts, why)
-                if lost:
-                    plan = again
-                else:
-                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
-                    plan = replan(self.kube.get(KUBEVIRTS, plan.name, namespace=plan.namespace))
+        current = [plan]
+        sent_plan = [plan]
+        where = f"KubeVirt {plan.namespace}/{plan.name}"
 
-    def _read_back(self, plan: P, lost: ClusterError) -> dict:
-        """The CR after a patch whose reply was lost; OutcomeUnknown when it cannot be read either."""
-        try:
-            return self.kube.get(KUBEVIRTS, plan.name, namespace=plan.namespace)
-        except ClusterError as e:
-            raise OutcomeUnknown(f"{lost}; reading KubeVirt {plan.namespace}/{plan.name} back to see whether it "
-                                 f"landed failed too: {e}") from lost
+        def next_write(obj: Any) -> writes.Write | None:
+            if obj is not writes.UNREAD:
+                if obj is None:
+                    raise NotFound(f"{where} was deleted while rblnctl wrote it")
+                current[0] = replan(obj)
+            p = current[0]
+            if p.blockers:
+                raise Refused(f"refusing to edit KubeVirt {p.namespace}/{p.name}", blockers=p.blockers)
+            if p.noop:
+                return None
+            sent_plan[0] = p
+            return writes.patch(KUBEVIRTS, p.name, p.patch, patch_type="json", namespace=p.namespace)
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            lost = writes.unknown(last)
+            what = ("its last reply was lost and the CR read back does not hold the change" if lost
+                    else "nothing was changed")
+            why = (f"{LOST_REPLY} and the KubeVirt CR read back does not hold the change" if lost
+                   else " ".join(str(last).split()))
+            return Conflict(f"{where} kept changing while we wrote it: gave up after {sent} attempts, {what}; rerun "
+                            f"once the other writer is done (last answer: {why})", status=409, reason="Conflict")
+
+        done = writes.settle(self.kube, next_write, what=where, retry=is_conflict,
+                             read=lambda: self.kube.get(KUBEVIRTS, plan.name, namespace=plan.namespace),
+                             attempts=self.options.max_attempts, backoff_s=self.options.retry_backoff_s,
+                             clock=self.clock, on_retry=self.on_retry, dry_run=self.options.server_dry_run,
+                             exhausted=gave_up)
+        if done.changed:  # a patch went through, or one whose reply was lost is found applied: the plan sent
+            return sent_plan[0], True, done.sent
+        return current[0], False, done.sent  # nothing to do (someone else may have made the change meanwhile)
+

@@ -147,6 +147,8 @@ def precheck_resource_name(spec: str) -> None:
     vendor's resource, or an RBLN-<MODEL> pci.ids does not know. resourceList names wait for the policy."""
     name, sep, _ = spec.strip().partition("=")
     name = name.strip()
+    if not sep and name:
+        R.parse_resource(name, what="--resource-name")  # the API server's rules for an extended resource name
     full = R.qualify(name)
     if sep or not name or any(c.isspace() for c in name) or not R.is_npu_resource(full) or \
             R.classify_generic(full) == C.MODE_VM and not full.endswith(C.LEGACY_VM_RESOURCE_SUFFIX):
@@ -239,6 +241,29 @@ def _unique(devices: Sequence[PciHostDevice]) -> list[PciHostDevice]:
     return list(out.values())
 
 
+def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.ResourceNames) -> str:
+    """Why `--from-cluster` found nothing to permit, naming the command that fixes it.
+
+    Before any node is in vm-passthrough mode nothing can advertise a VM resource: the fix is to switch one
+    (the order docs/vm.md gives: set-mode, then permit-devices), or to name the resource outright.
+    """
+    from rblnctl.operator.nodes import labels_of, mode_of
+
+    names = [str((n.get("metadata") or {}).get("name")) for n in nodes]
+    vm_nodes = [name for name, n in zip(names, nodes) if mode_of(labels_of(n), policy).effective == C.MODE_VM]
+    example = f"{C.RESOURCE_PREFIX}RBLN-CA22_PF"
+    if not vm_nodes:
+        node = names[0] if names else "NODE"
+        return (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
+                f"({vm_resources.describe()}): switch one first, `rblnctl node set-mode vm {node}`, then run "
+                f"permit-devices again; or name the resource, `rblnctl kubevirt permit-devices --resource-name "
+                f"{example}` (DRA setups need no permittedHostDevices)")
+    return (f"no NPU node advertises a VM resource ({vm_resources.describe()}) though {', '.join(vm_nodes[:3])} "
+            f"{'is' if len(vm_nodes) == 1 else 'are'} in vm-passthrough mode: the operator has not started the sandbox "
+            "device plugin there yet (`rblnctl node list -o wide` shows its components; `rblnctl preflight` says "
+            "why); DRA setups need no permittedHostDevices")
+
+
 def _noop(*_: Any) -> None:
     return None
 
@@ -265,7 +290,7 @@ class DevicePermitter:
         InvalidInput for a bad or unknown name, and NotFound when the cluster is the only source
         and no NPU node advertises a VM resource.
         """
-        from rblnctl.node.inventory import list_npu_node_objects
+        from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
 
         view = read_operator(self.kube)
@@ -275,11 +300,10 @@ class DevicePermitter:
             from_cluster = not requested and not self.fix
         notes: list[str] = []
         if from_cluster:
-            found, notes = devices_from_cluster(list_npu_node_objects(self.kube, selector=node_selector),
-                                                vm_resources)
+            nodes = list_npu_node_objects(self.kube, selector=node_selector)
+            found, notes = devices_from_cluster(nodes, vm_resources)
             if not found:
-                msg = (f"no NPU node advertises a VM resource ({vm_resources.describe()}): are nodes in vm-passthrough "
-                       "mode with the sandbox device plugin running? DRA setups need no permittedHostDevices")
+                msg = _nothing_advertised(nodes, view.policy, vm_resources)
                 if not requested and not self.fix:
                     raise NotFound(msg + ("; " + "; ".join(notes) if notes else ""))
                 notes.append(msg)

@@ -18,7 +18,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import InvalidInput
+from rblnctl.errors import InvalidInput, UnknownName
 from rblnctl.kube import Kube
 from rblnctl.kubevirt.cr import (
     CrWriteOptions,
@@ -92,6 +92,50 @@ def gate_warnings(gates: Sequence[str], version_text: str | None = None, *,
             f"did you mean {hint}? (gate names are case-sensitive)" if hint else
             f"KubeVirt up to {upto} registers no such gate; {doing(g)}"))
     return out
+
+
+def suggest_gate(gate: str) -> str | None:
+    """The registered gate a typo most likely meant: the same name in other case, else the closest spelling."""
+    import difflib
+
+    by_lower = {k.lower(): k for k in C.KUBEVIRT_GATES}
+    if gate.lower() in by_lower:
+        return by_lower[gate.lower()]
+    close = difflib.get_close_matches(gate, list(C.KUBEVIRT_GATES), n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(gate.lower(), list(by_lower), n=1, cutoff=0.75)
+    return by_lower[close[0]] if close else None
+
+
+def check_known(gates: Sequence[str], *, allow_unknown: bool = False, version_text: str | None = None) -> None:
+    """Refuse (UnknownName, bad input) a gate no KubeVirt release rblnctl knows registers, unless `allow_unknown`.
+
+    KubeVirt ignores an unregistered gate (featuregate.IsEnabled: off), so a typo such as `HostDevice`
+    would be written beside `HostDevices` and change nothing: refused before any write, with the
+    registered name it most likely meant. A KubeVirt newer than rblnctl's table (KUBEVIRT_GATES_CHECKED_UP_TO)
+    may register gates rblnctl has never heard of: `allow_unknown` lets those through (with a warning).
+    """
+    if allow_unknown:
+        return
+    unknown = [g for g in gates if g not in C.KUBEVIRT_GATES]
+    if not unknown:
+        return
+    upto = format_version(C.KUBEVIRT_GATES_CHECKED_UP_TO)
+    version = parse_version(version_text)
+    parts = []
+    suggestions = []
+    for g in unknown:
+        hint = suggest_gate(g)
+        if hint:
+            suggestions.append(hint)
+        parts.append(f"{g!r}" + (f" (did you mean {hint}?)" if hint else ""))
+    newer = (f"; KubeVirt {version_text} is newer than that, so it may register it" if version is not None
+             and version > C.KUBEVIRT_GATES_CHECKED_UP_TO else "")
+    raise UnknownName(f"unknown KubeVirt feature gate{'s' if len(unknown) > 1 else ''} {', '.join(parts)}: no "
+                      f"KubeVirt release up to {upto} registers {'them' if len(unknown) > 1 else 'it'}, and KubeVirt "
+                      f"ignores a gate it does not register{newer}; to write it anyway", suggestions=suggestions,
+                      options=("allow_unknown",))
 
 
 def floor_detail(gate: str, version_text: str | None) -> str:
@@ -238,7 +282,7 @@ class GatePlan:
 
 
 def plan_gates(obj: dict, *, enable: Sequence[str] = (), disable: Sequence[str] = (), add_to_disabled: bool = False,
-               force: bool = False) -> GatePlan:
+               force: bool = False, allow_unknown: bool = False) -> GatePlan:
     """Plan a gate change against one KubeVirt CR object (pure: no I/O).
 
     Enabled gates are appended to featureGates in the order given, keeping every gate already there
@@ -246,7 +290,9 @@ def plan_gates(obj: dict, *, enable: Sequence[str] = (), disable: Sequence[str] 
     rejects a gate in both lists). Disabled gates are dropped from featureGates and, with
     add_to_disabled, appended to disabledFeatureGates. A gate with a KubeVirt version floor
     (GATE_MIN_KUBEVIRT), or disabledFeatureGates itself (KubeVirt >= 1.8.0), on an older or unknown
-    version is a blocker that `force` overrides (then a warning).
+    version is a blocker that `force` overrides (then a warning). A gate no release rblnctl knows
+    registers is UnknownName (check_known) unless `allow_unknown`; disabling one that is listed in
+    the CR is always allowed (removing a typo someone wrote is the cleanup).
     """
     enable = validate_gates(enable)
     disable = validate_gates(disable)
@@ -260,6 +306,9 @@ def plan_gates(obj: dict, *, enable: Sequence[str] = (), disable: Sequence[str] 
     _, dis_raw = lookup(obj, DISABLED_GATES)
     fg_before = [str(g) for g in fg_raw or []]
     dis_before = [str(g) for g in dis_raw or []]
+    listed = set(fg_before) | set(dis_before)
+    check_known([*enable, *(g for g in disable if g not in listed)], allow_unknown=allow_unknown,
+                version_text=version)
     blockers = deletion_blockers(obj)
 
     added = [g for g in enable if g not in fg_before]
@@ -360,6 +409,7 @@ class GateEditor:
     options: CrWriteOptions = CrWriteOptions()
     clock: Clock = SYSTEM_CLOCK
     on_retry: Callable[[int, str], None] = _noop
+    allow_unknown: bool = False  # write gates no KubeVirt release rblnctl knows registers (a newer KubeVirt's)
 
     def _writer(self) -> CrWriter[GatePlan]:
         return CrWriter(kube=self.kube, options=self.options, clock=self.clock, on_retry=self.on_retry)
@@ -370,9 +420,10 @@ class GateEditor:
         enable, disable = validate_gates(enable), validate_gates(disable)
         if not enable and not disable:
             raise InvalidInput("name at least one feature gate")
+        check_known(enable, allow_unknown=self.allow_unknown)  # a typo needs no request to be refused
         obj = self._writer().find()
         plan = plan_gates(obj, enable=enable, disable=disable, add_to_disabled=add_to_disabled,
-                          force=self.options.force)
+                          force=self.options.force, allow_unknown=self.allow_unknown)
         if not plan.noop:
             refuse_hco_managed(obj, "gates")
         return plan
@@ -386,7 +437,7 @@ class GateEditor:
 
         def replan(obj: dict) -> GatePlan:
             return plan_gates(obj, enable=plan.enable, disable=plan.disable, add_to_disabled=plan.add_to_disabled,
-                              force=self.options.force)
+                              force=self.options.force, allow_unknown=self.allow_unknown)
 
         final, changed, attempts = self._writer().write(plan, replan)
         return GateResult(plan=final, changed=changed, attempts=attempts, server_dry_run=self.options.server_dry_run)

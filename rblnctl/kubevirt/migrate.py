@@ -34,10 +34,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rblnctl import batch
 from rblnctl import constants as C
+from rblnctl.batch import ItemOutcome, State
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, ConfigError, Conflict, InvalidInput, NotFound, Refused
-from rblnctl.kube import DEFAULT_PAGE_SIZE, VMIS, VMS, Kube, outcome_unknown
+from rblnctl.errors import ClusterError, ConfigError, Conflict, InvalidInput, NotFound, RblnError, Refused
+from rblnctl.kube import DEFAULT_PAGE_SIZE, VMIS, VMS, Kube, writes
 from rblnctl.kubevirt.cr import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_S,
@@ -63,6 +65,7 @@ log = logging.getLogger(__name__)
 # Paths from the VM spec shape rblnctl.vm.devices knows (a VM's template spec is a VMI spec), plus the
 # two places only a rename touches: GPUs and resource requests.
 HOST_DEVICES = (*D.VM_SPEC, *D.HOST_DEVICES)
+CLAIMS = (*D.VM_SPEC, *D.RESOURCE_CLAIMS)
 GPUS = (*D.VM_SPEC, "domain", "devices", "gpus")
 REQUESTS = (*D.VM_SPEC, "domain", "resources", "requests")
 LIMITS = (*D.VM_SPEC, "domain", "resources", "limits")
@@ -210,6 +213,7 @@ class MigrationResult:
     restart_needed: list[str]  # patched VMs whose running instance keeps the old names until restarted
     retries: int  # patches sent again after a concurrent edit
     server_dry_run: bool = False
+    outcomes: list[ItemOutcome] = field(default_factory=list)  # every object of the plan that changes, and its fate
 
 
 # -- input ---------------------------------------------------------------------------------------
@@ -217,6 +221,9 @@ class MigrationResult:
 
 def parse_mapping(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
     """`OLD=NEW` pairs (the domain `rebellions.ai/` optional) -> qualified pairs; InvalidInput for bad ones.
+
+    Each name must be a valid extended resource name in the Rebellions domain (rblnctl.operator.resources
+    .parse_resource: the API server's rules).
 
     A name may be renamed once, and a new name cannot be renamed in the same run (no chains).
     """
@@ -227,11 +234,9 @@ def parse_mapping(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
         if not sep or not old or not new or any(c.isspace() for c in old + new) or "=" in new:
             raise InvalidInput(f"malformed mapping {text!r}: expected OLD=NEW, e.g. "
                                "rebellions.ai/ATOM_MAX_PT=rebellions.ai/RBLN-CA25_PF")
-        old, new = R.qualify(old), R.qualify(new)
-        for name in (old, new):
-            if not R.is_npu_resource(name):
-                raise InvalidInput(f"{name} in {text!r} is not a Rebellions resource (expected the "
-                                   f"{C.RESOURCE_PREFIX} prefix)")
+        # Both names as the API server would judge them (an extended resource name): a bad one would
+        # otherwise be written into the KubeVirt CR and every VM, and refused only when a VM starts.
+        old, new = (R.parse_resource(n, what=f"resource name in --map {text!r}") for n in (old, new))
         if old == new:
             raise InvalidInput(f"mapping {text!r} renames {old} to itself")
         if out.get(old, new) != new:
@@ -477,8 +482,39 @@ def plan_vm(vm: Mapping, mapping: Mapping[str, str], *, running: bool) -> VmChan
         if here:
             tests.append({"op": "test", "path": pointer(path), "value": res})
             ops += here
+    claim_tests, claim_ops, claim_changes = _claim_renames(vm, ns, name)
+    tested = {t["path"] for t in tests}
+    tests += [t for t in claim_tests if t["path"] not in tested]
+    ops += claim_ops
+    changes += claim_changes
     patch = tests + ops if ops and not blockers else []
     return VmChange(namespace=ns, name=name, changes=changes, patch=patch, running=running, blockers=blockers)
+
+
+def _claim_renames(vm: Mapping, ns: str, name: str) -> tuple[list[dict], list[dict], list[FieldChange]]:
+    """Rename rblnctl's pod-level claim to the VM's own (rblnctl.vm.devices.claim_name), with its host devices:
+    the old fixed rbln-npu, shared by every VM, keeps a second DRA VM on a node from starting (docs/vm.md)."""
+    want = D.claim_name(ns, name)
+    _, claims = lookup(vm, CLAIMS)
+    if not isinstance(claims, list) or any(isinstance(c, dict) and c.get("name") == want for c in claims):
+        return [], [], []
+    renamed = {i: str(c["name"]) for i, c in enumerate(claims) if isinstance(c, dict) and D.is_managed_claim(c)}
+    if len(renamed) != 1:
+        return [], [], []  # none, or several of rblnctl's (hand-edited): vm attach sorts those out
+    (index, old), = renamed.items()
+    tests = [{"op": "test", "path": pointer(CLAIMS), "value": claims}]
+    ops = [{"op": "replace", "path": pointer((*CLAIMS, str(index), "name")), "value": want}]
+    changes = [FieldChange(field=f"resourceClaims[{old}].name", old=old, new=want)]
+    _, devices = lookup(vm, HOST_DEVICES)
+    if isinstance(devices, list):
+        moved = [(i, d) for i, d in enumerate(devices) if isinstance(d, dict) and d.get("claimName") == old]
+        if moved:
+            tests.append({"op": "test", "path": pointer(HOST_DEVICES), "value": devices})
+            ops += [{"op": "replace", "path": pointer((*HOST_DEVICES, str(i), "claimName")), "value": want}
+                    for i, _ in moved]
+            changes += [FieldChange(field=f"hostDevices[{d.get('name') or i}].claimName", old=old, new=want)
+                        for i, d in moved]
+    return tests, ops, changes
 
 
 def _ref(obj: Mapping) -> tuple[str, str]:
@@ -559,7 +595,7 @@ def plan_migration(kv: dict, vms: Sequence[dict], vmis: Sequence[dict], *, adver
     running = {_ref(v) for v in vmis}
     vm_changes = []
     for vm, used in vm_uses:
-        if not set(used) & set(names):
+        if not set(used) & set(names) and not _claim_renames(vm, *_ref(vm))[1]:
             continue
         change = plan_vm(vm, names, running=_ref(vm) in running)
         vm_changes.append(change)
@@ -600,7 +636,7 @@ class ResourceMigrator:
 
     def plan(self) -> MigrationPlan:
         """Read the cluster (a fixed number of paged lists) and plan every rename."""
-        from rblnctl.node.inventory import list_npu_node_objects
+        from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
         from rblnctl.operator.nodes import labels_of, mode_of
 
@@ -626,69 +662,106 @@ class ResourceMigrator:
         The CR goes first: once the operator advertises only the new names, a VM still naming an old one
         cannot start anyway, and each VM works again as soon as its own patch lands. A concurrent edit of
         an object (its `test` ops fail) re-reads that object only and re-plans it; a reply lost in
-        transit is settled the same way. Raises Refused when the plan has blockers, Conflict when an
-        object kept changing for options.max_attempts patches.
+        transit is settled the same way. Every VM is tried (rblnctl.batch): one that fails (RBAC refuses
+        its namespace, it kept changing, a 5xx that would not pass) does not stop the others. A CR that
+        could not be renamed does: VMs renamed to names KubeVirt does not permit could not start, so they
+        are not attempted. Raises Refused when the plan has blockers, Partial (the result attached, one
+        outcome per object) when an object was not renamed.
         """
         if plan.blockers:
             raise Refused("refusing to rename NPU resources", blockers=plan.blockers)
         renames = plan.renames
         kv_changed = False
         retries = 0
+        outcomes: list[ItemOutcome] = []
+        stopped: str | None = None
+        kv_ref = f"{plan.kubevirt.namespace}/{plan.kubevirt.name}"
         if not plan.kubevirt.noop:
             writer: CrWriter[KubeVirtChange] = CrWriter(
                 kube=self.kube, options=self._cr_options(), clock=self.clock,
-                on_retry=lambda attempt, msg: self.on_retry(f"KubeVirt {plan.kubevirt.namespace}/"
-                                                            f"{plan.kubevirt.name}", attempt, msg))
-            _, kv_changed, attempts = writer.write(plan.kubevirt, lambda obj: plan_kubevirt(obj, renames))
-            retries += max(0, attempts - 1)
+                on_retry=lambda attempt, msg: self.on_retry(f"KubeVirt {kv_ref}", attempt, msg))
+            try:
+                _, kv_changed, attempts = writer.write(plan.kubevirt, lambda obj: plan_kubevirt(obj, renames))
+                retries += max(0, attempts - 1)
+                outcomes.append(ItemOutcome(kind="KubeVirt", name=kv_ref,
+                                            state=State.DONE if kv_changed else State.UNCHANGED))
+            except RblnError as e:
+                outcomes.append(ItemOutcome(kind="KubeVirt", name=kv_ref, state=State.FAILED,
+                                            reason=batch.one_line(e)))
+                stopped = batch.stops_the_rest(e) or (
+                    "the KubeVirt CR was not renamed: VMs renamed now could not start (KubeVirt would not permit "
+                    "their new names)")
         changed, gone, restart = [], [], []
         for vm in plan.vms:
             if vm.noop:
                 continue
-            outcome, attempts, final = self._write_vm(vm, plan.mapping)
+            if stopped is not None:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.NOT_ATTEMPTED,
+                                            reason=stopped))
+                continue
+            try:
+                outcome, attempts, final = self._write_vm(vm, plan.mapping)
+            except RblnError as e:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.FAILED,
+                                            reason=batch.one_line(e)))
+                stopped = batch.stops_the_rest(e)
+                continue
             retries += max(0, attempts - 1)
             if outcome == "gone":
                 gone.append(vm.ref)
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.UNCHANGED,
+                                            reason="deleted meanwhile"))
             elif outcome == "changed":
                 changed.append(vm.ref)
                 if final.running:
                     restart.append(vm.ref)
-        return MigrationResult(plan=plan, kubevirt_changed=kv_changed, changed=changed, gone=gone,
-                               restart_needed=restart, retries=retries, server_dry_run=self.options.server_dry_run)
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.DONE))
+            else:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=vm.ref, state=State.UNCHANGED,
+                                            reason="already renamed"))
+        result = MigrationResult(plan=plan, kubevirt_changed=kv_changed, changed=changed, gone=gone,
+                                 restart_needed=restart, retries=retries, server_dry_run=self.options.server_dry_run,
+                                 outcomes=outcomes)
+        if not batch.complete(outcomes):
+            raise batch.partial("not every object was renamed", outcomes, result)
+        return result
 
     def _write_vm(self, vm: VmChange, mapping: Mapping[str, str]) -> tuple[str, int, VmChange]:
-        """Patch one VM until its names are the new ones: ("changed" | "unchanged" | "gone", patches sent, plan)."""
-        attempts = 0
-        landed = False
-        current = vm
-        while True:
-            if current.blockers:
-                raise Refused(f"refusing to rename NPU resources in VirtualMachine {current.ref}",
-                              blockers=current.blockers)
-            if current.noop:
-                return ("changed" if landed else "unchanged"), attempts, current
-            attempts += 1
-            try:
-                self.kube.patch(VMS, current.name, current.patch, patch_type="json", namespace=current.namespace,
-                                dry_run=self.options.server_dry_run)
-                return "changed", attempts, current
-            except NotFound:
-                return "gone", attempts, current
-            except ClusterError as e:
-                lost = outcome_unknown(e)
-                if not lost and not is_conflict(e):
-                    raise
-                log.debug("VirtualMachine %s: %s (attempt %d)", current.ref, e, attempts)
-                if attempts >= self.options.max_attempts:
-                    raise Conflict(f"VirtualMachine {current.ref} kept changing while we renamed its NPU resources: "
-                                   f"gave up after {attempts} attempts; rerun once the other writer is done",
-                                   status=409, reason="Conflict") from e
-                self.on_retry(f"VirtualMachine {current.ref}", attempts, str(e))
-                if not lost:
-                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
-                fresh = self.kube.get_optional(VMS, current.name, namespace=current.namespace)
-                if fresh is None:
-                    return "gone", attempts, current
-                # A lost reply whose patch landed re-plans to nothing to do: it is settled as changed.
-                landed = landed or lost
-                current = plan_vm(fresh, mapping, running=current.running)
+        """Patch one VM until its names are the new ones: ("changed" | "unchanged" | "gone", patches sent, plan).
+
+        A concurrent edit (its `test` ops fail) re-reads the VM and re-plans it; a patch whose outcome is
+        unknown is settled by reading the VM back (rblnctl.kube.writes): a re-plan with nothing left to do
+        means it landed.
+        """
+        current = [vm]
+        gone: list[bool] = []
+
+        def next_write(obj: Any) -> writes.Write | None:
+            if obj is not writes.UNREAD:
+                if obj is None:
+                    gone.append(True)
+                    return None
+                current[0] = plan_vm(obj, mapping, running=current[0].running)
+            c = current[0]
+            if c.blockers:
+                raise Refused(f"refusing to rename NPU resources in VirtualMachine {c.ref}", blockers=c.blockers)
+            if c.noop:
+                return None
+            return writes.patch(VMS, c.name, c.patch, patch_type="json", namespace=c.namespace)
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            return Conflict(f"VirtualMachine {current[0].ref} kept changing while we renamed its NPU resources: "
+                            f"gave up after {sent} attempts; rerun once the other writer is done",
+                            status=409, reason="Conflict")
+
+        try:
+            done = writes.settle(self.kube, next_write, what=f"VirtualMachine {vm.ref}", retry=is_conflict,
+                                 read=lambda: self.kube.get_optional(VMS, vm.name, namespace=vm.namespace),
+                                 attempts=self.options.max_attempts, backoff_s=self.options.retry_backoff_s,
+                                 clock=self.clock, dry_run=self.options.server_dry_run, exhausted=gave_up,
+                                 on_retry=lambda attempt, why: self.on_retry(f"VirtualMachine {vm.ref}", attempt, why))
+        except NotFound:
+            return "gone", 1, current[0]
+        if gone:
+            return "gone", done.sent, current[0]
+        return ("changed" if done.changed else "unchanged"), done.sent, current[0]

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, OutcomeUnknown
-from rblnctl.kube import NODES, Kube, outcome_unknown
+from rblnctl.errors import ClusterError, Conflict, OutcomeUnknown, RblnError
+from rblnctl.kube import NODES, Kube, writes
 
 log = logging.getLogger(__name__)
 
-WRITE_ATTEMPTS = 5
+WRITE_ATTEMPTS = writes.WRITE_ATTEMPTS
 
 
 def cordon_patch(unschedulable: bool) -> dict:
@@ -40,40 +41,26 @@ def write_node(kube: Kube, node: str, body: dict, *, patch_type: str, landed: Ca
     Returns once the node shows it; sends nothing when it already does. Raises Conflict when the
     node kept changing for WRITE_ATTEMPTS tries, OutcomeUnknown when a reply was lost and the node
     cannot be read back, and the API's other refusals as they are. A server dry run sends the
-    write once (nothing persists, so there is nothing to read back).
+    write once (nothing persists, so there is nothing to read back). The loop is rblnctl.kube.writes.settle.
     """
-    if dry_run:
-        kube.patch(NODES, node, body, patch_type=patch_type, dry_run=True)
-        return
-    lost: ClusterError | None = None
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
-        try:
-            current = kube.get(NODES, node)
-        except (ClusterError, ClusterUnreachable) as e:
-            if lost is not None:
-                raise OutcomeUnknown(f"{lost}; reading node {node} back to see whether it landed failed too: {e}") \
-                    from lost
-            raise
+    def next_write(current: Any) -> writes.Write | None:
+        if current is writes.UNREAD or current is None:  # a dry run sends the patch unguarded, as before
+            return writes.patch(NODES, node, body, patch_type=patch_type)
         if landed(current):
-            return
+            return None
         guarded = {**body, "metadata": {**(body.get("metadata") or {}),
                                         "resourceVersion": current["metadata"].get("resourceVersion")}}
-        try:
-            kube.patch(NODES, node, guarded, patch_type=patch_type)
-            return
-        except Conflict as conflict:
-            why = f"node {node} changed under us (attempt {attempt}); reading it again"
-            log.debug("%s: %s", why, conflict)
-        except ClusterError as err:
-            if not outcome_unknown(err):
-                raise
-            lost = err
-            why = f"the reply to a write of node {node} was lost (attempt {attempt}); reading it back"
-            log.debug("%s: %s", why, err)
-        if on_retry is not None:
-            on_retry(attempt, why)
-    raise Conflict(f"node {node} kept changing while rblnctl wrote it ({WRITE_ATTEMPTS} attempts); nothing of this "
-                   "write is assumed to have landed")
+        return writes.patch(NODES, node, guarded, patch_type=patch_type)
+
+    def gave_up(last: ClusterError, sent: int) -> RblnError:
+        if writes.unknown(last):
+            return OutcomeUnknown(f"{last}; node {node} still does not show the change after {sent} tries")
+        return Conflict(f"node {node} kept changing while rblnctl wrote it ({sent} attempts); nothing of this "
+                        "write is assumed to have landed")
+
+    writes.settle(kube, next_write, read=lambda: kube.get(NODES, node), what=f"node {node}", read_first=not dry_run,
+                  retry=writes.is_409, attempts=WRITE_ATTEMPTS, on_retry=on_retry, on_lost=on_retry, dry_run=dry_run,
+                  exhausted=gave_up)
 
 
 def set_unschedulable(kube: Kube, node: str, unschedulable: bool, *, dry_run: bool = False) -> None:

@@ -5,9 +5,7 @@ with exponential backoff (1 s doubling to 10 s, the last wait cut so the final t
 deadline) and reported live; a 404 means the pod is already gone. KubeVirt's eviction webhook
 answers 429 too (see `kubevirt_denial`): when it started a live migration instead, the wait is for the
 VMI to leave the node; when it refuses for good (the VM cannot migrate), the drain fails at once
-(Refused) naming the VM. An eviction whose reply is lost (a dropped connection, a 504) is never re-sent
-blindly: the pod is read back, and one that is gone, replaced or terminating was evicted; otherwise the
-eviction is sent again (LOST_REPLY_ATTEMPTS in all). The wait for the pods to leave is
+(Refused) naming the VM. The wait for the pods to leave is
 one watch of the node's pods (fieldSelector spec.nodeName: one LIST, then one stream, reopened when
 the server ends it), whatever the number of pods, and ends the moment the last one is gone; where
 watching is not allowed it lists the node's pods once per round instead. A pod has left when it is
@@ -27,9 +25,8 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
-from rblnctl.errors import ClusterError, NotFound, OutcomeUnknown, RblnError, Refused, WaitTimeout
-from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key
-from rblnctl.kube.replies import outcome_unknown
+from rblnctl.errors import ClusterError, NotFound, RblnError, Refused, WaitTimeout
+from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key, watch, writes
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -38,9 +35,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START_S = 1.0
 BACKOFF_CAP_S = 10.0
-# An eviction whose reply is lost is settled by reading the pod back; one that did not land is sent again, this
-# many times in all before the outcome stays unknown.
-LOST_REPLY_ATTEMPTS = 3
 
 
 # What kube-apiserver puts before an admission webhook's denial message (kubernetes/apiserver@v0.35.0
@@ -164,7 +158,6 @@ class Evictor:
         another eviction failed. Raises Refused when KubeVirt's webhook refuses for good."""
         delay = BACKOFF_START_S
         attempt = 0
-        lost_replies = 0
         while not stop.is_set():
             try:
                 self._send(p)
@@ -173,18 +166,6 @@ class Evictor:
                 self.events.on_evicted(p)
                 return True
             except ClusterError as e:
-                if outcome_unknown(e) and not self.options.server_dry_run:
-                    lost_replies += 1
-                    if self._landed(p, e):
-                        self.events.on_warning(f"the reply to evicting {p} was lost; read back, the pod is going: "
-                                               "evicted")
-                        self.events.on_evicted(p)
-                        return True
-                    if lost_replies >= LOST_REPLY_ATTEMPTS or self.clock.monotonic() >= deadline:
-                        raise
-                    self.events.on_warning(f"the reply to evicting {p} was lost; read back, it did not land: "
-                                           "sending it again")
-                    continue
                 if e.status != 429:
                     raise
                 denial = kubevirt_denial(e)
@@ -210,35 +191,34 @@ class Evictor:
             return True
         return False
 
-    def _landed(self, p: PodRef, lost: ClusterError) -> bool:
-        """After an eviction whose reply was lost: whether it landed, from the pod as the server holds it (gone,
-        replaced by a pod of another UID, or terminating). OutcomeUnknown when the pod cannot be read either."""
-        try:
-            current = self.kube.get(PODS, p.name, namespace=p.namespace)
-        except NotFound:
-            return True
-        except ClusterError as e:
-            raise OutcomeUnknown(f"{lost}; reading pod {p} back to see whether the eviction landed failed too: {e}") \
-                from lost
-        md = current.get("metadata") or {}
-        return bool((p.uid and md.get("uid") != p.uid) or md.get("deletionTimestamp"))
-
     def _send(self, p: PodRef) -> None:
+        """Evict (or delete) one pod. A request whose outcome is unknown (a lost reply, a reset connection, a
+        5xx) is settled by reading the pod back (rblnctl.kube.writes): gone, replaced or terminating means
+        done; still there, evicted again (an eviction is safe to repeat). A 429 or 404 is raised as it is."""
         options: dict[str, Any] = {}
         if self.options.grace_period_s is not None:
             options["gracePeriodSeconds"] = self.options.grace_period_s
         if self.options.server_dry_run:
             options["dryRun"] = ["All"]
         if self.options.disable_eviction:
-            self.kube.delete(PODS, p.name, namespace=p.namespace, body=options or None,
-                             dry_run=self.options.server_dry_run)
-            return
-        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                                "metadata": {"name": p.name, "namespace": p.namespace}}
-        if options:
-            body["deleteOptions"] = options
-        self.kube.create(PODS, body, namespace=p.namespace, sub_of=p.name, sub="eviction",
-                         dry_run=self.options.server_dry_run)
+            w = writes.delete(PODS, p.name, namespace=p.namespace, body=options or None)
+        else:
+            body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                    "metadata": {"name": p.name, "namespace": p.namespace}}
+            if options:
+                body["deleteOptions"] = options
+            w = writes.create(PODS, body, namespace=p.namespace, sub_of=p.name, sub="eviction")
+
+        def next_write(pod: Any) -> writes.Write | None:
+            if pod is writes.UNREAD:
+                return w
+            if pod is None or (p.uid and _uid(pod) != p.uid) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                return None
+            return w
+
+        writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(PODS, p.name, namespace=p.namespace),
+                      what=f"pod {p}", dry_run=self.options.server_dry_run, backoff_s=BACKOFF_START_S / 2,
+                      clock=self.clock)
 
     def wait_gone(self, node: str, pods: list[PodRef], deadline: float) -> None:
         """Wait until every pod in `pods` has left `node`, watching the node's pods; WaitTimeout names the rest.
@@ -255,7 +235,7 @@ class Evictor:
         def left(key: tuple[str, str]) -> None:
             self.events.on_gone(pending.pop(key))
 
-        for ev in self.kube.watch(PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
+        for ev in watch(self.kube, PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
                                   timeout_s=max(0.0, deadline - self.clock.monotonic()), poll_s=self.options.poll_s,
                                   on_retry=lambda e: self.events.on_warning(
                                       f"watching the pods on {node} failed ({e}); trying again")):
@@ -294,7 +274,7 @@ class Evictor:
             self.events.on_warning(f"VMI {v} has left node {node}")
             self.events.on_gone(v.pod)
 
-        for ev in self.kube.watch(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
+        for ev in watch(self.kube, VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
                                   stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
                                   poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
                                       f"watching the VMIs on {node} failed ({e}); trying again")):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rblnctl import constants as C
 from rblnctl.node.options import DrainOptions
+from rblnctl.node.vms import stop_vm_hint
 from rblnctl.node.pods import (
     Action,
     LauncherVmis,
@@ -96,12 +97,12 @@ def operator_components(view: OperatorView) -> PodFilter:
     return f
 
 
-def daemonsets(*, npu_consumers_block: bool = False, force: bool = False) -> PodFilter:
+def daemonsets(*, npu_consumers_block: bool = False, evict_npu_consumers: bool = False) -> PodFilter:
     """DaemonSet pods would come straight back: never evicted (kubectl's --ignore-daemonsets).
 
     A mode switch cannot leave one that uses the node's NPUs (`npu_consumers_block`): the VFIO Manager
     would rebind devices the pod holds open, or wait for it forever. It blocks, naming the DaemonSet;
-    with `force` it is evicted like any NPU pod (the DaemonSet recreates it at once, still on the old
+    with `evict_npu_consumers` it is evicted like any NPU pod (the DaemonSet recreates it at once, still on the old
     mode's resource until the relabel; the round after the switch evicts it again, and its replacement
     then waits for a resource the node no longer advertises).
     """
@@ -110,12 +111,12 @@ def daemonsets(*, npu_consumers_block: bool = False, force: bool = False) -> Pod
             return None
         name = p.owner.get("name")
         if npu_consumers_block and p.npu is not None:
-            if force:
+            if evict_npu_consumers:
                 return None
             return Verdict(blocker=Blocker(
                 f"{p.ref} (DaemonSet {p.namespace}/{name}) uses the node's NPUs ({p.npu}) and would come straight "
                 f"back: keep DaemonSet {name} off the node during the switch (its nodeSelector or affinity), or "
-                "evict it anyway", override="force"))
+                "evict it anyway", override="evict_daemonsets"))
         return Verdict(skip=f"managed by DaemonSet {name}: never evicted")
     return f
 
@@ -133,16 +134,18 @@ def vm_launchers(evict_vms: bool) -> PodFilter:
     def f(p: PodFacts) -> Verdict | None:
         if p.vmi is None or p.npu is None or evict_vms:
             return None
-        return Verdict(blocker=Blocker(f"{p.ref} runs KubeVirt VM {p.namespace}/{p.vmi} holding NPUs: stop or "
-                                       "migrate it first (evicting it stops the VM unless it can restart elsewhere)",
+        return Verdict(blocker=Blocker(f"{p.ref} runs KubeVirt VM {p.namespace}/{p.vmi} holding NPUs, which cannot "
+                                       f"live-migrate (its NPUs are passed through): {stop_vm_hint(p.namespace, p.vmi)}"
+                                       " (evicting it stops the VM unless it can restart elsewhere)",
                                        override="evict_vms"))
     return f
 
 
-def vm_guard_handles_launchers(force: bool) -> PodFilter:
-    """set-mode's VM rule: its VM guard refuses per VM, so a launcher holding NPUs is left to it (or, forced, goes)."""
+def vm_guard_handles_launchers(evict_vms: bool) -> PodFilter:
+    """set-mode's VM rule: its VM guard refuses per VM, so a launcher holding NPUs is left to it (or, with
+    `evict_vms`, goes)."""
     def f(p: PodFacts) -> Verdict | None:
-        if p.vmi is None or p.npu is None or force:
+        if p.vmi is None or p.npu is None or evict_vms:
             return None
         return Verdict(skip=f"runs VM {p.namespace}/{p.vmi} holding NPUs (see the VM guard)")
     return f
@@ -152,12 +155,12 @@ def emptydir(delete_emptydir_data: bool, *, vm_override: bool = False) -> PodFil
     """emptyDir data is lost with the pod (kubectl's --delete-emptydir-data).
 
     Every virt-launcher pod has emptyDirs of KubeVirt's own (C.KUBEVIRT_LAUNCHER_EMPTYDIRS): runtime
-    state, not user data. Once the user said the VM may go (`vm_override`: drain's --force, set-mode's
-    --force), those do not block; what still does is the user's data: a VMI emptyDisk (it lives in the
-    `libvirt-runtime` emptyDir) or an emptyDir KubeVirt did not put there. A VM holding NPUs is judged
-    the same way without the override (the VM rule already stops it, and naming KubeVirt's emptyDirs
-    would only send the user after the wrong flag); a VM without NPUs (--all-pods) keeps kubectl's rule
-    until the override is given. A VMI that cannot be read cannot be judged: the pod keeps its blocker.
+    state, not user data. Once the user said the VM may go (`vm_override`: `evict_vms`), those do not
+    block; what still does is the user's data: a VMI emptyDisk (it lives in the `libvirt-runtime`
+    emptyDir) or an emptyDir KubeVirt did not put there. A VM holding NPUs is judged the same way
+    without the override (the VM rule already stops it, and naming KubeVirt's emptyDirs would only
+    send the user after the wrong flag); a VM without NPUs (--all-pods) keeps kubectl's rule until
+    the override is given. A VMI that cannot be read cannot be judged: the pod keeps its blocker.
     """
     def f(p: PodFacts) -> Verdict | None:
         volumes = (p.pod.get("spec") or {}).get("volumes") or []

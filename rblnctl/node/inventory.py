@@ -8,37 +8,31 @@ from dataclasses import dataclass
 from rblnctl import constants as C
 from rblnctl.clock import Stop
 from rblnctl.errors import ClusterError, InvalidInput, RblnError
-from rblnctl.kube import CLUSTER_POLICIES, NODES, Kube, Mirror, WatchSpec
-from rblnctl.operator.nodes import NpuNode, is_npu_node, npu_node
+from rblnctl.kube import CLUSTER_POLICIES, NODES, Kube, Mirror, WatchSpec, watch_many
+from rblnctl.operator.nodes import NpuNode, is_npu_node, list_npu_node_objects, npu_node
 from rblnctl.operator.policy import Policy, choose_active
-
-
-def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[dict]:
-    """Return the raw Node objects that carry NPUs, optionally narrowed by a label selector.
-
-    Label selectors cannot OR, so this lists once per marker label (bounded: three paged lists
-    whatever the cluster size). Each list excludes the markers before it, so no node crosses the
-    wire twice however many markers it carries. A selector the API server cannot parse is InvalidInput.
-    """
-    found: dict[str, dict] = {}
-    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
-    try:
-        for i, marker in enumerate(markers):
-            terms = [f"{marker}=true", *(f"{m}!=true" for m in markers[:i])]
-            if selector:
-                terms.append(selector)
-            for node in kube.iter_list(NODES, label_selector=",".join(terms)):
-                found.setdefault(node["metadata"]["name"], node)
-    except ClusterError as e:
-        if selector and e.status == 400:  # the API server could not parse -l
-            raise InvalidInput(f"bad label selector {selector!r}: {e}") from e
-        raise
-    return [found[k] for k in sorted(found)]
 
 
 def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = None) -> list[NpuNode]:
     """Return every NPU node, sorted by name, with its effective mode under `policy`."""
     return [npu_node(n, policy) for n in list_npu_node_objects(kube, selector=selector)]
+
+
+def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str]) -> tuple[list[NpuNode], list[str]]:
+    """The named NPU nodes, in the order given (once each), as `kubectl get node NAME...` reads them (a GET each);
+    and one line for each name that is no node, or no NPU node."""
+    found: list[NpuNode] = []
+    errors: list[str] = []
+    for name in dict.fromkeys(names):
+        obj = kube.get_optional(NODES, name)
+        if obj is None:
+            errors.append(f'nodes "{name}" not found')
+        elif not is_npu_node(obj):
+            errors.append(f"node {name} has no Rebellions NPU (neither an NFD pci-1eff label nor "
+                          f"{C.NPU_PRESENT_LABEL}=true)")
+        else:
+            found.append(npu_node(obj, policy))
+    return found, errors
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +58,7 @@ def watch_npu_nodes(kube: Kube, *, selector: str | None = None, stop: Stop | Non
     nodes, policies = Mirror(), Mirror()
     last: NodesSnapshot | None = None
     try:
-        for ev in kube.watch_many(specs, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
+        for ev in watch_many(kube, specs, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
             (nodes if ev.source == 0 else policies).apply(ev)
             if not (nodes.synced and policies.synced):
                 continue

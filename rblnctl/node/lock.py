@@ -16,11 +16,12 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import UTC, datetime, timedelta
 
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
-from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, NotFound, Refused
-from rblnctl.kube import LEASES, Kube, outcome_unknown
+from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, Forbidden, NotFound, RblnError, Refused
+from rblnctl.kube import LEASES, Kube, writes
 from rblnctl.plan import Blocker
 
 log = logging.getLogger(__name__)
@@ -158,53 +159,75 @@ class NodeLock:
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration_s),
                 "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": transitions}
 
+    def _settle(self, next_write: Any, *, dry_run: bool = False) -> writes.Settled:
+        """One Lease write, settled by reading the Lease back when its outcome is unknown (rblnctl.kube.writes)."""
+        return writes.settle(self.kube, next_write, what=f"Lease {self.namespace}/{self.name}", dry_run=dry_run,
+                             read=lambda: self.kube.get_optional(LEASES, self.name, namespace=self.namespace))
+
+    def _ours(self, lease: dict | None) -> bool:
+        return lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
+
     def _write_new(self, now: datetime) -> dict:
+        """Create the Lease naming us. A create whose outcome is unknown (a lost reply, a 504) is settled by
+        reading the Lease back: ours, done; absent, created again; someone else's, Conflict (acquire judges)."""
         obj = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                "metadata": {"name": self.name, "namespace": self.namespace,
                             "labels": {**MANAGED_BY, NODE_LABEL: self.node[:63].rstrip(".-")}},
                "spec": self._body(now, transitions=0)}
+
+        def next_write(lease: Any) -> writes.Write | None:
+            if lease is writes.UNREAD or lease is None:
+                return writes.create(LEASES, obj, namespace=self.namespace)
+            if self._ours(lease):
+                return None
+            raise Conflict(f"the Lease of node {self.node} was created by someone else meanwhile",
+                           status=409, reason="AlreadyExists")
+
         try:
-            created = self.kube.create(LEASES, obj, namespace=self.namespace, dry_run=self.server_dry_run)
+            done = self._settle(next_write, dry_run=self.server_dry_run)
         except NotFound as e:
             if f'namespaces "{self.namespace}" not found' not in str(e):
                 raise
             raise Refused(f"cannot lock node {self.node}: namespace {self.namespace} does not exist (name another "
                           "namespace for the lock)") from e
-        except ClusterError as e:
-            if not outcome_unknown(e):
-                raise
-            created = self._verify()
-        return created if isinstance(created, dict) else obj
+        for found in (done.reply, done.state):
+            if isinstance(found, dict) and (found.get("metadata") or {}).get("name"):
+                return found
+        return obj
 
     def _take(self, lease: dict, now: datetime) -> dict:
+        """Take over (or renew) the Lease with a merge patch guarded by the resourceVersion read."""
         spec = lease.get("spec") or {}
         transitions = int(spec.get("leaseTransitions") or 0) + (1 if spec.get("holderIdentity") != self.identity else 0)
         patch = {"metadata": {"resourceVersion": lease["metadata"].get("resourceVersion")},
                  "spec": self._body(now, transitions=transitions)}
-        try:
-            return self.kube.patch(LEASES, self.name, patch, patch_type="merge", namespace=self.namespace,
-                                   dry_run=self.server_dry_run)
-        except ClusterError as e:
-            if not outcome_unknown(e):
-                raise
-            return self._verify()
+        sent: list[bool] = []
 
-    def _verify(self) -> dict:
-        """After a lost reply: the lock is ours only if the Lease now names us."""
-        lease = self.kube.get(LEASES, self.name, namespace=self.namespace)
-        if ((lease.get("spec") or {}).get("holderIdentity")) != self.identity:
-            raise Refused(f"could not take the lock of node {self.node}: the reply was lost and the Lease names "
-                          f"{(lease.get('spec') or {}).get('holderIdentity')!r}")
-        return lease
+        def next_write(current: Any) -> writes.Write | None:
+            if sent and current is not writes.UNREAD and self._ours(current) and \
+                    (current.get("spec") or {}).get("acquireTime") == patch["spec"]["acquireTime"]:
+                return None  # our patch landed; its reply was lost
+            if sent and current is None:
+                raise Conflict(f"the Lease of node {self.node} was deleted meanwhile", status=409, reason="Conflict")
+            sent.append(True)
+            return writes.patch(LEASES, self.name, patch, patch_type="merge", namespace=self.namespace)
+
+        done = self._settle(next_write, dry_run=self.server_dry_run)
+        return done.reply if isinstance(done.reply, dict) else done.state
 
     def renew(self) -> None:
-        """Move renewTime forward (guarded by resourceVersion); set `lost` when someone else took the lock."""
+        """Move renewTime forward (guarded by resourceVersion); set `lost` when someone else took the lock.
+
+        A renewal whose reply is lost is settled by the next one: its stale resourceVersion draws a 409,
+        and the Lease read back says whether it is still ours.
+        """
         if self._lease is None or self.server_dry_run:
             return
         patch = {"metadata": {"resourceVersion": self._lease["metadata"].get("resourceVersion")},
                  "spec": {"renewTime": _micro(self.clock.now()), "holderIdentity": self.identity}}
         try:
-            self._lease = self.kube.patch(LEASES, self.name, patch, patch_type="merge", namespace=self.namespace)
+            self._lease = writes.send(self.kube, writes.patch(LEASES, self.name, patch, patch_type="merge",
+                                                              namespace=self.namespace))
         except (Conflict, NotFound):
             lease = self.kube.get_optional(LEASES, self.name, namespace=self.namespace)
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
@@ -236,7 +259,14 @@ class NodeLock:
         self._thread.start()
 
     def release(self) -> None:
-        """Stop renewing and delete the Lease, only if it is still ours (uid and resourceVersion preconditions)."""
+        """Stop renewing and give the lock back, only if it is still ours.
+
+        The Lease is deleted with uid and resourceVersion preconditions; a delete whose outcome is unknown
+        (a lost reply, a 5xx) is settled by reading the Lease back (rblnctl.kube.writes). When deleting is
+        refused (RBAC allows the Lease's create and patch but not its delete), the lock is released as
+        client-go's leader election does: the holder is cleared, so the next run takes the Lease at once
+        instead of waiting out leaseDurationSeconds. Never raises: a lock that cannot be given back expires.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -244,14 +274,49 @@ class NodeLock:
         if self._lease is None or self.server_dry_run or self.lost.is_set():
             self._lease = None
             return
-        md = self._lease.get("metadata") or {}
-        body = {"apiVersion": "v1", "kind": "DeleteOptions",
-                "preconditions": {"uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}}
+        uid = (self._lease.get("metadata") or {}).get("uid")
+
+        def preconditions(lease: dict) -> dict:
+            md = lease.get("metadata") or {}
+            return {"apiVersion": "v1", "kind": "DeleteOptions",
+                    "preconditions": {"uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}}
+
+        def still_ours(lease: Any) -> bool:
+            return lease is not None and (lease.get("metadata") or {}).get("uid") == uid and self._ours(lease)
+
+        def next_delete(lease: Any) -> writes.Write | None:
+            current = self._lease if lease is writes.UNREAD else lease
+            if not still_ours(current):
+                return None  # gone, or no longer ours: nothing to give back
+            return writes.delete(LEASES, self.name, namespace=self.namespace, body=preconditions(current))
+
         try:
-            self.kube.delete(LEASES, self.name, namespace=self.namespace, body=body)
-        except (NotFound, Conflict):
-            pass  # gone, or no longer ours: nothing to give back
-        except (ClusterError, ClusterUnreachable) as e:
+            writes.settle(self.kube, next_delete, what=f"Lease {self.namespace}/{self.name}", retry=writes.is_409,
+                          read=lambda: self.kube.get_optional(LEASES, self.name, namespace=self.namespace))
+        except NotFound:
+            pass
+        except Forbidden as e:
+            self._release_by_patch(still_ours, e)
+        except RblnError as e:
             log.warning("could not release the lock of node %s (%s); it expires in %ss", self.node, e, self.duration_s)
         finally:
             self._lease = None
+
+    def _release_by_patch(self, still_ours: Any, refused: RblnError) -> None:
+        """Clear the Lease's holder (a patch guarded by resourceVersion) when deleting it is forbidden."""
+        def next_patch(lease: Any) -> writes.Write | None:
+            current = self._lease if lease is writes.UNREAD else lease
+            if not still_ours(current):
+                return None
+            body = {"metadata": {"resourceVersion": current["metadata"].get("resourceVersion")},
+                    "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _micro(self.clock.now())}}
+            return writes.patch(LEASES, self.name, body, patch_type="merge", namespace=self.namespace)
+
+        try:
+            writes.settle(self.kube, next_patch, what=f"Lease {self.namespace}/{self.name}", retry=writes.is_409,
+                          read=lambda: self.kube.get_optional(LEASES, self.name, namespace=self.namespace))
+            log.info("deleting the lock of node %s was refused (%s); released it by clearing its holder", self.node,
+                     refused)
+        except RblnError as e:
+            log.warning("could not release the lock of node %s (%s; clearing its holder: %s); it expires in %ss",
+                        self.node, refused, e, self.duration_s)

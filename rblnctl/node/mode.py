@@ -44,6 +44,7 @@ from rblnctl.kube import (
     WatchSpec,
     outcome_unknown,
     validate_name,
+    watch_many,
 )
 from rblnctl.node.cordon import write_node
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey
@@ -64,7 +65,7 @@ from rblnctl.node.lock import NodeLock
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
 from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
-from rblnctl.node.vms import npu_vms, vm_blocker
+from rblnctl.node.vms import npu_vms, stranded_vms, vm_blocker
 from rblnctl.operator import convergence
 from rblnctl.operator.cluster import OperatorView, component_pods, components_among, node_slices, read_operator
 from rblnctl.operator.components import deploy_labels
@@ -79,8 +80,18 @@ def parse_mode(value: str) -> str:
     """Return the label value for what the user typed (`vm`, `vm-passthrough`, `container`)."""
     mode = C.MODE_ALIASES.get(str(value).strip().lower())
     if mode is None:
-        raise InvalidInput(f"unknown mode {value!r}: use one of {', '.join(C.MODE_ALIASES)}")
+        hint = suggest_mode(value)
+        raise InvalidInput(f"unknown mode {value!r}" + (f" (did you mean {hint}?)" if hint else "")
+                           + f": use one of {', '.join(C.MODE_ALIASES)}")
     return mode
+
+
+def suggest_mode(value: str) -> str | None:
+    """The mode a typo most likely meant (`vmm`: vm, `contaner`: container); None when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(value).strip().lower(), list(C.MODE_ALIASES), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def short_mode(mode: str) -> str:
@@ -96,9 +107,9 @@ def mode_filters(options: ModeOptions, view: OperatorView) -> list[PodFilter]:
     """drain's filters, with set-mode's VM guard in place of drain's VM rule."""
     d = options.drain
     return [finished(), mirror(), operator_components(view),
-            daemonsets(npu_consumers_block=True, force=options.force), npu_consumers_only(d.all_pods),
-            vm_guard_handles_launchers(options.force), emptydir(d.delete_emptydir_data, vm_override=options.force),
-            unmanaged(d.force)]
+            daemonsets(npu_consumers_block=True, evict_npu_consumers=options.evict_daemonsets),
+            npu_consumers_only(d.all_pods), vm_guard_handles_launchers(d.evict_vms),
+            emptydir(d.delete_emptydir_data, vm_override=d.evict_vms), unmanaged(d.force)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,11 +143,19 @@ class ModePlan:
     # An unfinished switch (this target's, or one taken over) already moved the node off the mode it started
     # from: a failure of this run must not roll back to "schedulable, no record" (docs/node.md).
     mid_switch: bool = False
+    # The mode the switch really started from: a resumed run's is its record's `from` (its relabel may have
+    # landed already, so the node's mode now is no longer where it started); None: current_mode.
+    started_from: str | None = None
+
+    @property
+    def from_mode(self) -> str:
+        """Where this switch started: the record's `from` when resuming, else the node's mode now."""
+        return self.started_from or self.current_mode
 
     @property
     def recovery(self) -> Recovery:
         """How to resume this switch, or go back from it."""
-        back = self.current_mode if self.current_mode != self.target else other_mode(self.target)
+        back = self.from_mode if self.from_mode != self.target else other_mode(self.target)
         return Recovery(node=self.node, target=self.target, back=back)
 
 
@@ -166,6 +185,9 @@ class ModeSwitcher:
     clock: Clock = SYSTEM_CLOCK
     identity: str | None = None  # who holds the node's lock (None: this host and process)
     stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
+    # Warn when a switch to container leaves no vm-passthrough node for the VMs that ask for NPUs (a pool asks
+    # once for all its nodes instead: rblnctl.node.pool).
+    check_stranded_vms: bool = True
     _view: OperatorView | None = field(default=None, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
@@ -199,9 +221,10 @@ class ModeSwitcher:
 
     def _vm_blockers(self, node: str, survey: Survey) -> tuple[list[str], list[Blocker], list[str]]:
         vms, warnings = npu_vms(self.kube, node, survey.evict + survey.ignored)
-        blockers = [] if self.options.force else [vm_blocker(v, node) for v in vms]
-        if vms and self.options.force:
-            warnings.append(f"forced: evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
+        evict_vms = self.options.drain.evict_vms
+        blockers = [] if evict_vms else [vm_blocker(v, node) for v in vms]
+        if vms and evict_vms:
+            warnings.append(f"evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
                             "stops (its NPUs cannot live-migrate) and restarts elsewhere only if its run strategy "
                             "says so")
         return [str(v) for v in vms], blockers, warnings
@@ -241,18 +264,21 @@ class ModeSwitcher:
         resume = False
         cordoned_by = False
         started = None
+        started_from = None
         # The node's mode already differs from where the recorded switch started: its relabel landed.
         mid_switch = record is not None and bool(record.from_mode) and current != record.from_mode
         if record is not None:
             if record.target == target:
                 resume, started, cordoned_by = True, record.started, record.cordoned_by_rblnctl
-            elif not self.options.force:
+                started_from = record.from_mode if record.from_mode in C.WORKLOAD_MODES else None
+            elif not self.options.reverse:
                 raise Refused(
                     f"a switch of node {node} to {short_mode(record.target)} started at {record.started or '?'} is "
-                    f"unfinished: finish that one, or take it over to switch to {short_mode(target)} instead",
+                    f"unfinished: finish that one, or reverse it to switch to {short_mode(target)} instead",
+                    options=("reverse",),
                 ).with_details([], recovery=Recovery(node=node, target=record.target, back=target))
             else:
-                warnings.append(f"taking over an unfinished switch to {short_mode(record.target)} (forced)")
+                warnings.append(f"reversing an unfinished switch to {short_mode(record.target)}")
                 cordoned_by, resume = record.cordoned_by_rblnctl, True  # keep its knowledge of who cordoned
         drainer = self.drainer()
         # Another run holding the lock may be about to change the node: even "nothing to do" waits for it.
@@ -280,22 +306,30 @@ class ModeSwitcher:
             warnings.extend(vm_warnings)
             blockers.extend(drain.blockers)
             # The operator would never finish this switch: refuse before any write, naming the policy field
-            # or the operator release (rblnctl.operator.release; `force` goes past a release's limits).
-            release = read_release(self.kube, view) if target == C.MODE_VM and policy.allocators(target) else None
+            # or the operator release (rblnctl.operator.release; `skip_release_check` goes past a release's limits,
+            # `skip_iommu_check` past NFD's IOMMU fact).
+            release = read_release(self.kube, view.deployments) \
+                if target == C.MODE_VM and policy.allocators(target) else None
             iommu = self._iommu_blockers(node, node_obj) if target == C.MODE_VM else []
+            skipped = {"skip_release_check": self.options.skip_release_check,
+                       "skip_iommu_check": self.options.skip_iommu_check}
             for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
-                if b.override == "force" and self.options.force:
-                    warnings.append(f"forced: {b.message}; the switch goes ahead and its wait will time out "
+                if b.override is not None and skipped.get(b.override):
+                    warnings.append(f"check skipped: {b.message}; the switch goes ahead and its wait will time out "
                                     "unless the operator serves the node after all")
                 else:
                     blockers.append(b)
             if release is not None:
                 warnings.extend(a for a in (release.assumption(c) for c in policy.allocators(target)) if a)
+            if target == C.MODE_CONTAINER and current == C.MODE_VM and self.check_stranded_vms:
+                stranded = stranded_vms(self.kube, policy, [node])
+                if stranded:
+                    warnings.append(stranded)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
                         vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
-                        converged=converged, mid_switch=mid_switch)
+                        converged=converged, mid_switch=mid_switch, started_from=started_from)
 
     def _iommu_blockers(self, node: str, node_obj: dict) -> list[Blocker]:
         """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
@@ -312,7 +346,7 @@ class ModeSwitcher:
             return []
         return [Blocker(f"node {node}'s IOMMU is off for its NPUs ({evidence}): the VFIO Manager could never bind "
                         "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on "
-                        "(`rblnctl preflight --local` on the node says how)", override="force")]
+                        "(`rblnctl preflight --local` on the node says how)", override="skip_iommu_check")]
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:
@@ -377,7 +411,7 @@ class ModeSwitcher:
         dry = self.options.drain.server_dry_run
         node = plan.node
         deadline = started + self.options.drain.timeout_s
-        record = SwitchRecord(target=plan.target, from_mode=plan.current_mode,
+        record = SwitchRecord(target=plan.target, from_mode=plan.from_mode,
                               started=plan.started or iso_utc(self.clock.now()),
                               cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD)
         # A failure counts as "after the relabel" when this run's label is already written (a resumed run) or
@@ -445,7 +479,7 @@ class ModeSwitcher:
             raise self._in_progress(err, plan) from err
         self.events.on_step(Step.FINISH, f"node {node} is in {plan.target} mode" if not dry
                             else "server dry run: every write was accepted; nothing persisted")
-        return ModeResult(node=node, previous_mode=plan.current_mode, mode=plan.target, changed=not dry,
+        return ModeResult(node=node, previous_mode=plan.from_mode, mode=plan.target, changed=not dry,
                           resumed=plan.resume, cordoned=record.cordoned_by_rblnctl, uncordoned=uncordoned,
                           evicted=evicted, server_dry_run=dry,
                           elapsed_s=round(self.clock.monotonic() - started, 3))
@@ -536,7 +570,7 @@ class ModeSwitcher:
             last = [f"the API server did not answer ({err}); trying again"]
             self.events.on_waiting(last)
 
-        for ev in self.kube.watch_many(specs, timeout_s=max(0.0, deadline - self.clock.monotonic()),
+        for ev in watch_many(self.kube, specs, timeout_s=max(0.0, deadline - self.clock.monotonic()),
                                        clock=self.clock, stop=self.stop, poll_s=self.options.drain.poll_s,
                                        on_retry=retrying):
             mirrors[ev.source].apply(ev)

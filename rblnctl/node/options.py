@@ -14,9 +14,10 @@ class DrainOptions:
     """How pods leave a node; the fields mirror kubectl drain's flags (a None grace period: each pod's own)."""
 
     all_pods: bool = False  # evict every pod not managed by a DaemonSet, not only NPU consumers
-    force: bool = False  # evict pods without a controller (they are not recreated)
+    force: bool = False  # evict pods without a controller (they are not recreated): kubectl drain's --force
     delete_emptydir_data: bool = False  # evict pods with emptyDir volumes (their data is lost)
-    evict_vms: bool = False  # evict virt-launcher pods holding NPUs (the VM stops unless it can restart elsewhere)
+    evict_vms: bool = False  # evict virt-launcher pods holding NPUs (the VM stops unless it can restart elsewhere);
+    # set-mode: go past its VM guard
     disable_eviction: bool = False  # DELETE instead of the Eviction API: bypasses PodDisruptionBudgets
     grace_period_s: int | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S  # evictions (budget retries included) and the wait for pods to go
@@ -43,7 +44,12 @@ class DrainOptions:
 class ModeOptions:
     """How a mode switch runs; `drain` is passed through to the drain it makes, never copied."""
 
-    drain: DrainOptions = field(default_factory=DrainOptions)
-    force: bool = False  # go past the VM guard, and take over an unfinished switch to the other mode
+    drain: DrainOptions = field(default_factory=DrainOptions)  # its evict_vms also passes set-mode's VM guard
+    # Each override has one meaning (docs/node.md, "Overrides"); a blocker names the one that lifts it.
+    evict_daemonsets: bool = False  # evict DaemonSet pods that use the node's NPUs (they come straight back)
+    skip_iommu_check: bool = False  # switch to vm although NFD reports the node's IOMMU off for its NPUs
+    skip_release_check: bool = False  # switch to vm although the operator release serves VMs through none of the
+    # policy's allocators (the wait then times out)
+    reverse: bool = False  # switch although a switch of the node to the other mode is unfinished (go back)
     uncordon: bool = True  # uncordon at the end (only ever a node rblnctl cordoned)
     operator_namespace: str | None = None  # None: the policy's spec.namespace, else the operator's own

@@ -20,13 +20,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
-from rblnctl.errors import InvalidInput, NotFound, RblnError, Refused
+from rblnctl.errors import InvalidInput, NotFound, Partial, RblnError, Refused
 from rblnctl.kube import Kube, validate_name
 from rblnctl.node.drain import Drainer
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.inventory import list_npu_node_objects
 from rblnctl.node.mode import ModeSwitcher, parse_mode, short_mode
+from rblnctl.node.vms import stranded_vms
 from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.plan import Blocker
 
@@ -139,6 +141,7 @@ class PoolPlan:
     continue_on_error: bool
     plans: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, RblnError] = field(default_factory=dict)
+    pool_warnings: list[str] = field(default_factory=list)  # about the pool as a whole (VMs left without a node)
 
     def refusal(self, node: str) -> list[Blocker]:
         """Why `node` cannot run now ([] when it can)."""
@@ -159,7 +162,15 @@ class PoolPlan:
 
     @property
     def warnings(self) -> list[str]:
-        out = [f"node {n}: {w}" for n in self.nodes for w in getattr(self.plans.get(n), "warnings", None) or []]
+        """Every node's warnings, each said once: one the nodes share (the operator's version unknown...) names
+        them all on one line."""
+        shared: dict[str, list[str]] = {}
+        for n in self.nodes:
+            for w in getattr(self.plans.get(n), "warnings", None) or []:
+                shared.setdefault(str(w), []).append(n)
+        out = list(self.pool_warnings)
+        out += [f"node {nodes[0]}: {w}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}: {w}"
+                for w, nodes in shared.items()]
         if self.continue_on_error:
             out += [f"node {n} is skipped: {'; '.join(b.message for b in self.refusal(n))}" for n in self.refused]
         return out
@@ -188,12 +199,11 @@ class PoolResult:
         return sum(1 for i in self.items if i.outcome == outcome)
 
 
-class PoolFailed(RblnError):
-    """At least one node of a pool failed or was refused; `result` has every node's outcome."""
+class PoolFailed(Partial):
+    """At least one node of a pool failed or was refused; `result` has every node's outcome (exit code: partial)."""
 
     def __init__(self, message: str, *, result: PoolResult) -> None:
-        super().__init__(message)
-        self.result = result
+        super().__init__(message, result=result)
 
 
 def select_nodes(kube: Kube, *, names: Sequence[str] = (), selector: str | None = None) -> list[str]:
@@ -225,6 +235,8 @@ class PoolRunner:
     clock: Clock = SYSTEM_CLOCK
     stop: Stop = field(default_factory=Stop)  # set it to interrupt the pool (Ctrl-C, a signal)
     precheck: Callable[[], object] = _noop  # a read that refuses the whole pool at once (e.g. no policy)
+    # Warnings about the pool as a whole, from the nodes it will run (read once, not per node).
+    consequences: Callable[[list[str]], list[str]] = lambda nodes: []
     items: dict[str, PoolItem] = field(default_factory=dict, init=False)  # outcomes so far (live)
 
     @classmethod
@@ -234,12 +246,20 @@ class PoolRunner:
         mode = parse_mode(target)
 
         def task(node: str, node_events: NodeEvents, stop: Stop) -> NodeTask:
-            return _ModeTask(ModeSwitcher(kube=kube, options=options, events=node_events, clock=clock, stop=stop),
-                             node, mode)
+            return _ModeTask(ModeSwitcher(kube=kube, options=options, events=node_events, clock=clock, stop=stop,
+                                          check_stranded_vms=False), node, mode)
+
+        def consequences(nodes: list[str]) -> list[str]:
+            if mode != C.MODE_CONTAINER:
+                return []
+            policy = ModeSwitcher(kube=kube, options=options).operator().policy
+            stranded = stranded_vms(kube, policy, nodes)
+            return [stranded] if stranded else []
 
         return cls(operation="set-mode", target=mode, task=task, options=pool or PoolOptions(),
                    events=events or PoolEvents(), clock=clock,
-                   precheck=lambda: ModeSwitcher(kube=kube, options=options).operator(fresh=True))
+                   precheck=lambda: ModeSwitcher(kube=kube, options=options).operator(fresh=True),
+                   consequences=consequences)
 
     @classmethod
     def for_drain(cls, kube: Kube, options: DrainOptions, *, pool: PoolOptions | None = None,
@@ -272,9 +292,11 @@ class PoolRunner:
                                 thread_name_prefix="rblnctl-plan") as ex:
             for fut in [ex.submit(one, n) for n in nodes]:
                 fut.result()
+        running = [n for n in nodes if n in plans and not getattr(plans[n], "noop", False)]
         return PoolPlan(operation=self.operation, target=self.target, nodes=nodes, selector=selector,
                         max_unavailable=self.options.max_unavailable.resolve(len(nodes)),
-                        continue_on_error=self.options.continue_on_error, plans=plans, errors=errors)
+                        continue_on_error=self.options.continue_on_error, plans=plans, errors=errors,
+                        pool_warnings=self.consequences(running) if running else [])
 
     # -- apply -----------------------------------------------------------------------------------------
 

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
-from rblnctl.kube import CLUSTER_POLICIES, DEPLOYMENTS, PODS, RESOURCE_SLICES, Kube
+from rblnctl.errors import NotFound
+from rblnctl.kube import CLUSTER_POLICIES, PODS, RESOURCE_SLICES, Kube
 from rblnctl.operator.components import component_of_pod
 from rblnctl.operator.policy import Policy, PolicyChoice, choose_active
-from rblnctl.versions import version_from_images, version_from_labels
+from rblnctl.operator.release import operator_deployments
 
 log = logging.getLogger(__name__)
 
@@ -96,27 +96,4 @@ def node_slices(kube: Kube, node: str, driver: str) -> list[Mapping]:
     try:
         return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver={driver}")
     except NotFound:
-        return []
-
-
-def operator_version(dep: dict) -> tuple[str, str] | None:
-    """(version, source) of an operator Deployment: labels first, then the image tag; None when none is a version.
-
-    The published charts label the Deployment `app.kubernetes.io/version: vX.Y.Z` and
-    `helm.sh/chart: rbln-npu-operator-vX.Y.Z` (later `rbln-npu-operator-chart-X.Y.Z`, see constants);
-    the image is `rebellions/rbln-npu-operator:<tag>`
-    (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/templates/_helpers.tpl, release.yaml).
-    """
-    return (version_from_labels(dep, *C.OPERATOR_HELM_CHARTS)
-            or version_from_labels((dep.get("spec") or {}).get("template") or {}, *C.OPERATOR_HELM_CHARTS)
-            or version_from_images(dep, prefer="operator"))
-
-
-def operator_deployments(kube: Kube) -> list[dict]:
-    """The operator Deployments found by their chart label across namespaces ([] when none, or when RBAC
-    forbids listing Deployments: the caller says the version is unknown)."""
-    try:
-        return kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR)
-    except (NotFound, Forbidden) as e:
-        log.debug("cannot list the operator Deployment: %s", e)
         return []

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
+from rblnctl.errors import ClusterError, InvalidInput
+from rblnctl.kube import NODES, Kube
 from rblnctl.operator import resources as R
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.policy import Policy
@@ -23,6 +25,29 @@ def is_npu_node(node: Mapping) -> bool:
     """
     labels = labels_of(node)
     return any(labels.get(k) == "true" for k in C.NFD_NPU_LABELS) or labels.get(C.NPU_PRESENT_LABEL) == "true"
+
+
+def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[dict]:
+    """Return the raw Node objects that carry NPUs, optionally narrowed by a label selector.
+
+    Label selectors cannot OR, so this lists once per marker label (bounded: three paged lists
+    whatever the cluster size). Each list excludes the markers before it, so no node crosses the
+    wire twice however many markers it carries. A selector the API server cannot parse is InvalidInput.
+    """
+    found: dict[str, dict] = {}
+    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
+    try:
+        for i, marker in enumerate(markers):
+            terms = [f"{marker}=true", *(f"{m}!=true" for m in markers[:i])]
+            if selector:
+                terms.append(selector)
+            for node in kube.iter_list(NODES, label_selector=",".join(terms)):
+                found.setdefault(node["metadata"]["name"], node)
+    except ClusterError as e:
+        if selector and e.status == 400:  # the API server could not parse -l
+            raise InvalidInput(f"bad label selector {selector!r}: {e}") from e
+        raise
+    return [found[k] for k in sorted(found)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +94,7 @@ class NpuNode:
     product: str | None = None  # npu.product; on a vm-passthrough node without it, the product its VM resources name
     count: int | None = None  # npu.count; on a vm-passthrough node without it, the VM resources it advertises
     family: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # every label of the node (node list --show-labels)
 
 
 def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:
@@ -121,6 +147,7 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
         product=product,
         count=npus,
         family=labels.get(C.NPU_FAMILY_LABEL),
+        labels={str(k): str(v) for k, v in sorted(labels.items())},
     )
 
 

@@ -12,9 +12,10 @@ Rules, with their sources (RBLN-SW/rbln-npu-operator):
   nodes without a valid `rebellions.ai/npu.workload.config` label.
 - Several policies: the operator acts on the first it reconciles and marks the others
   `status.state: ignored` (later releases also a Ready condition with reason PolicyIgnored).
-- Admission (later releases' CEL rules): vm-passthrough needs vfioManager and one of
+- Admission: the CRD's CEL rules differ by release (rblnctl.operator.admission, which reads them from
+  the installed CRD); by default the later releases' set: vm-passthrough needs vfioManager and one of
   sandboxDevicePlugin / draKubeletPlugin; those two are mutually exclusive, and so are devicePlugin
-  and draKubeletPlugin. Chart v0.3.0 has no validation at all, so rblnctl checks the same rules itself.
+  and draKubeletPlugin. Chart v0.3.0 has no validation at all, so rblnctl checks the rules itself.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
+from rblnctl.operator import admission
 from rblnctl.operator import components as K
 from rblnctl.operator import resources as R
+from rblnctl.operator.admission import AdmissionRules
 from rblnctl.operator.install import HelmRelease, change_policy, helm_release_of
 from rblnctl.plan import Blocker
 
@@ -161,7 +164,7 @@ class Policy:
 
         `product` (the node's `RBLN-CA22`, when known) is checked against a chart v0.3.0
         resourceList, which advertises only the products it lists. With `release`, enabled VM allocators
-        that release does not make serve VMs block too; those blockers name `force` as their override
+        that release does not make serve VMs block too; those blockers name `skip_release_check` as their override
         (the version is read from labels, so an operator may go past them knowingly).
         """
         out = []
@@ -169,7 +172,8 @@ class Policy:
                 not self.allocators(C.MODE_VM, release=release):
             for comp in self.allocators(C.MODE_VM):
                 out.append(Blocker(f"RBLNClusterPolicy {self.name} hands NPUs to VMs through "
-                                   f"{C.COMPONENT_POLICY_KEYS[comp]}, but {release.problem(comp)}", override="force"))
+                                   f"{C.COMPONENT_POLICY_KEYS[comp]}, but {release.problem(comp)}",
+                                   override="skip_release_check"))
         if target == C.MODE_VM:
             if not self.is_enabled(C.COMP_VFIO_MANAGER):
                 out.append(Blocker(
@@ -202,21 +206,14 @@ class Policy:
                     f"(spec.devicePlugin.resourceList[].productCardNames): add an entry for {product}"))
         return out
 
-    def admission_problems(self) -> list[str]:
-        """The rules later operator releases enforce at admission (and chart v0.3.0 does not)."""
+    def admission_problems(self, rules: AdmissionRules | None = None) -> list[str]:
+        """The admission rules this policy breaks: `rules` (rblnctl.operator.admission: the installed CRD's, or
+        the release's), by default the later releases' (chart v0.3.0 has none); and a workloadType the CRD's
+        enum refuses."""
         out = []
         if self.workload_type_raw not in (None, *C.WORKLOAD_MODES):
             out.append(f"workloadType {self.workload_type_raw!r} is not container or vm-passthrough")
-        if self.is_enabled(C.COMP_SANDBOX) and self.is_enabled(C.COMP_DRA):
-            out.append("sandboxDevicePlugin and draKubeletPlugin are both enabled (mutually exclusive)")
-        if self.is_enabled(C.COMP_DEVICE_PLUGIN) and self.is_enabled(C.COMP_DRA):
-            out.append("devicePlugin and draKubeletPlugin are both enabled (mutually exclusive)")
-        if self.workload_type == C.MODE_VM:
-            if not self.is_enabled(C.COMP_VFIO_MANAGER):
-                out.append(f"vfioManager is disabled (workloadType is {C.MODE_VM})")
-            if not self.allocators(C.MODE_VM):
-                out.append(f"{C.MODE_VM} is in use but neither sandboxDevicePlugin nor draKubeletPlugin is enabled")
-        return out
+        return out + (rules or admission.DEFAULT).problems(self)
 
     def switches(self) -> str:
         """`workloadType=... vfioManager=true ...`: the switches that decide how NPUs reach VMs, for one line."""

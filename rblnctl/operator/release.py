@@ -18,14 +18,17 @@ VMs with whatever the policy enables; callers say so (`assumption`). `status`, `
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.kube import Kube
-from rblnctl.operator.cluster import OperatorView, operator_deployments, operator_version
-from rblnctl.versions import format_version, strict_version
+from rblnctl.errors import Forbidden, NotFound
+from rblnctl.kube import DEPLOYMENTS, Kube
+from rblnctl.versions import format_version, strict_version, version_from_images, version_from_labels
+
+log = logging.getLogger(__name__)
 
 # Why an allocator below its floor serves no VM, for messages.
 _WHY = {
@@ -107,11 +110,10 @@ def release_of(deployments: Sequence[dict]) -> OperatorRelease:
     return UNKNOWN
 
 
-def read_release(kube: Kube, view: OperatorView | None = None) -> OperatorRelease:
-    """The release of the operator Deployments (by chart label, all namespaces): the ones `view` already
-    listed, else one LIST; UNKNOWN when none or forbidden."""
-    listed = view.deployments if view is not None else None
-    return release_of(list(listed) if listed is not None else operator_deployments(kube))
+def read_release(kube: Kube, deployments: Sequence[dict] | None = None) -> OperatorRelease:
+    """The release of the operator Deployments (by chart label, all namespaces): `deployments` when already
+    listed (rblnctl.operator.cluster.OperatorView.deployments), else one LIST; UNKNOWN when none or forbidden."""
+    return release_of(list(deployments) if deployments is not None else operator_deployments(kube))
 
 
 def unserved_notes(policy: Any, release: OperatorRelease) -> list[str]:
@@ -123,3 +125,26 @@ def unserved_notes(policy: Any, release: OperatorRelease) -> list[str]:
         if problem:
             notes.append(f"RBLNClusterPolicy {policy.name} enables {C.COMPONENT_POLICY_KEYS[comp]}, but {problem}")
     return notes
+
+
+def operator_version(dep: dict) -> tuple[str, str] | None:
+    """(version, source) of an operator Deployment: labels first, then the image tag; None when none is a version.
+
+    The published charts label the Deployment `app.kubernetes.io/version: vX.Y.Z` and
+    `helm.sh/chart: rbln-npu-operator-vX.Y.Z` (later `rbln-npu-operator-chart-X.Y.Z`, see constants);
+    the image is `rebellions/rbln-npu-operator:<tag>`
+    (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/templates/_helpers.tpl, release.yaml).
+    """
+    return (version_from_labels(dep, *C.OPERATOR_HELM_CHARTS)
+            or version_from_labels((dep.get("spec") or {}).get("template") or {}, *C.OPERATOR_HELM_CHARTS)
+            or version_from_images(dep, prefer="operator"))
+
+
+def operator_deployments(kube: Kube) -> list[dict]:
+    """The operator Deployments found by their chart label across namespaces ([] when none, or when RBAC
+    forbids listing Deployments: the caller says the version is unknown)."""
+    try:
+        return kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR)
+    except (NotFound, Forbidden) as e:
+        log.debug("cannot list the operator Deployment: %s", e)
+        return []

@@ -50,7 +50,7 @@ class PolicyReport:
 
 def policy_report(kube: Kube) -> PolicyReport:
     """Read the policies, the operator's DaemonSets and the NPU nodes (three LISTs and the node lists)."""
-    from rblnctl.node.inventory import list_npu_node_objects
+    from rblnctl.operator.nodes import list_npu_node_objects
 
     view = read_operator(kube)
     policy = view.policy
@@ -80,7 +80,7 @@ def policy_report(kube: Kube) -> PolicyReport:
                 component=comp, key=C.COMPONENT_POLICY_KEYS.get(comp), enabled=policy.is_enabled(comp),
                 daemonsets=found, state=worst.verdict if worst else None, ready=worst.ready if worst else None,
                 reason=(worst.message or worst.reason) if worst and not worst.is_ready else ""))
-        notes.extend(unserved_notes(policy, read_release(kube, view)))  # rblnctl.operator.release
+        notes.extend(unserved_notes(policy, read_release(kube, view.deployments)))  # rblnctl.operator.release
     nodes = list_npu_node_objects(kube)
     modes = Counter(mode_of(labels_of(n), policy).effective for n in nodes)
     return PolicyReport(crd_installed=view.crd_installed, active=policy,

@@ -200,6 +200,34 @@ def qualify(name: str) -> str:
     return name if "/" in name else C.RESOURCE_PREFIX + name
 
 
+# Kubernetes' own resource names (pkg/apis/core/types.go ResourceName constants; hugepages-<size>): a bare
+# name the user types is qualified with rebellions.ai/ (qualify), unless it is one of these, which it
+# surely did not mean as a Rebellions resource.
+_KUBERNETES_RESOURCES = frozenset({"cpu", "memory", "storage", "ephemeral-storage", "pods", "services",
+                                   "replicationcontrollers", "resourcequotas", "secrets", "configmaps",
+                                   "persistentvolumeclaims"})
+
+
+def parse_resource(text: str, *, what: str = "resource") -> str:
+    """A resource name the user typed: `RBLN-CA22_PF` or `rebellions.ai/RBLN-CA22_PF` -> the qualified name.
+
+    InvalidInput (before any request) unless it is a valid extended resource name as the API server
+    judges one (rblnctl.kube.validate_resource_name) in the Rebellions domain: `rebellions.ai/`, `../x`,
+    `-bad-`, `memory`, names over 63 (prefix 253) characters and non-ASCII (full-width digits too) are refused.
+    """
+    from rblnctl.kube import validate_resource_name
+
+    name = str(text).strip()
+    if "/" not in name and (name.lower() in _KUBERNETES_RESOURCES or name.lower().startswith("hugepages-")):
+        raise InvalidInput(f"invalid {what} {text!r}: {name} is a Kubernetes resource, not a Rebellions one; name the "
+                           f"resource the RBLN device plugins advertise ({C.RESOURCE_PREFIX}...)")
+    full = validate_resource_name(qualify(name), what=what)
+    if not is_npu_resource(full):
+        raise InvalidInput(f"invalid {what} {text!r}: not a Rebellions resource (expected the {C.RESOURCE_PREFIX} "
+                           "prefix)")
+    return full
+
+
 def is_npu_resource(name: str) -> bool:
     """Whether a container resource request is for RBLN NPUs: every release's names share the prefix."""
     return name.startswith(C.RESOURCE_PREFIX)

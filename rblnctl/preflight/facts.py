@@ -8,12 +8,9 @@ raise, since no later read could succeed either.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.errors import AuthError, ClusterError, ClusterUnreachable, Forbidden, NotFound
 from rblnctl.kube import (
     CLUSTER_POLICIES,
     DAEMONSETS,
@@ -26,68 +23,17 @@ from rblnctl.kube import (
     RESOURCE_SLICES,
     SELF_SUBJECT_RULES_REVIEWS,
     Kube,
-    Resource,
+    writes,
 )
-from rblnctl.node.inventory import list_npu_node_objects
-from rblnctl.operator.nodes import mode_of
+from rblnctl.operator.nodes import list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy, choose_active
 from rblnctl.preflight.helm import HelmClient, HelmInfo
 from rblnctl.operator.release import UNKNOWN, release_of
+from rblnctl.preflight.fetch import Fetch, fetch
 from rblnctl.preflight.method import choose_method
 from rblnctl.preflight.model import METHOD_AUTO, Status
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fetch:
-    """The outcome of one read: its value, or that the type/object is absent (404), or why it failed."""
-
-    verb: str
-    resource: str  # as RBAC names it: nodes, kubevirts.kubevirt.io
-    namespace: str | None = None  # None: all namespaces / cluster scope
-    value: Any = None
-    absent: bool = False
-    error: str | None = None
-    forbidden: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True when the read succeeded."""
-        return not self.absent and self.error is None
-
-    def can_i(self) -> str:
-        """The `kubectl auth can-i` command that tells whether this user may make this read."""
-        flag = f"-n {self.namespace}" if self.namespace else "-A"
-        return f"kubectl auth can-i {self.verb} {self.resource} {flag}"
-
-    def remedy(self) -> str:
-        """What to do when the read failed: the RBAC permission to grant, or the error to look into."""
-        if self.forbidden:
-            where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
-            return (f"grant `{self.verb}` on `{self.resource}` {where} to this user (check with "
-                    f"`{self.can_i()}`), or use a kubeconfig that has it")
-        return f"the API server failed to {self.verb} {self.resource}; check its health and rerun"
-
-
-def fetch(verb: str, res: Resource | str, call: Callable[[], Any], *, namespace: str | None = None) -> Fetch:
-    """Run one read; turn 404 into `absent`, 403 and other API errors into `error` (never raise them).
-
-    ClusterUnreachable and 401 propagate: no later read could succeed either.
-    """
-    name = res.qualified if isinstance(res, Resource) else res
-    try:
-        return Fetch(verb=verb, resource=name, namespace=namespace, value=call())
-    except NotFound:
-        return Fetch(verb=verb, resource=name, namespace=namespace, absent=True)
-    except Forbidden as e:
-        log.debug("%s %s refused: %s", verb, name, e)
-        return Fetch(verb=verb, resource=name, namespace=namespace, error=str(e), forbidden=True)
-    except (ClusterUnreachable, AuthError):
-        raise
-    except ClusterError as e:
-        log.debug("%s %s failed: %s", verb, name, e)
-        return Fetch(verb=verb, resource=name, namespace=namespace, error=str(e))
 
 
 @dataclass(kw_only=True)
@@ -200,7 +146,7 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
     )
     if not features.ok and not facts.nodes_have_nfd_labels():
         facts.nfd_pods = fetch("list", PODS, lambda: kube.list(PODS, label_selector=C.NFD_POD_SELECTOR))
-    facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: kube.create(SELF_SUBJECT_RULES_REVIEWS, {
+    facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: writes.review(kube, SELF_SUBJECT_RULES_REVIEWS, {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": facts.operator_namespace}}))
     if chosen == C.METHOD_DRA:

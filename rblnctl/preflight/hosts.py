@@ -112,6 +112,14 @@ def outcome_findings(o: PodOutcome, run: HostPodRun, out: Findings) -> bool:
                 f"the kubelet rejected pod {ns}/{pod}: {o.reason or 'Failed'}: {o.message or 'no message'}",
                 f"see the node's capacity and conditions with `kubectl describe node {o.node}`, then rerun",
                 f"kubectl describe node {o.node}")
+    elif o.state == PodState.CREATE_FAILED:
+        out.add("host.pod", T_POD, o.node, Status.FAIL, f"pod {ns}/{pod} could not be created: {o.message}",
+                "admission refused it (a ResourceQuota on the namespace, Pod Security): make room, or pass another "
+                "-n NAMESPACE, then rerun" if o.reason == "AdmissionDenied" else
+                "the API server kept failing the create (retried): rerun when it answers")
+    elif o.state == PodState.NOT_ATTEMPTED:
+        out.add("host.pod", T_POD, o.node, Status.FAIL, f"not checked: {o.message}",
+                "fix what stopped the run, then rerun")
     elif o.state == PodState.TIMED_OUT:
         out.add("host.pod", T_POD, o.node, Status.FAIL, f"pod {ns}/{pod} {o.message}",
                 f"rerun with --keep and read `{describe}`; a larger --timeout helps a slow image pull")
@@ -155,9 +163,11 @@ def host_findings(kube: Kube, nodes: Sequence[str], opts: HostChecks,
     cleanup = f"kubectl delete pods -n {run.namespace} -l {runner.selector}"
     if failed:
         kinds = ", ".join(f"{n} {k}" for k, n in failed.items())
+        checked = len(nodes) - sum(failed.values())
         top.add("hosts.pods", T_PODS, SCOPE_CLUSTER, Status.FAIL,
-                f"{sum(failed.values())} of {len(nodes)} NPU nodes could not be checked ({kinds}; see host.pod); "
-                f"{where}", "fix what host.pod names for each node, then rerun")
+                f"{checked} of {len(nodes)} NPU nodes checked, {sum(failed.values())} not ({kinds}; see host.pod)"
+                + (f"; stopped: {run.stopped}" if run.stopped else "") + f"; {where}",
+                "fix what host.pod names for each node, then rerun")
     elif run.left_behind and not opts.keep:
         top.add("hosts.pods", T_PODS, SCOPE_CLUSTER, Status.WARN,
                 f"all {len(nodes)} NPU nodes checked ({where}), but {len(run.left_behind)} pod(s) could not be "

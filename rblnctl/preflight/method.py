@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rblnctl import constants as C
 from rblnctl.operator.policy import choose_active
 from rblnctl.operator.release import UNKNOWN, OperatorRelease
+from rblnctl.preflight.fetch import Fetch
 from rblnctl.preflight.model import Status
-
-if TYPE_CHECKING:
-    from rblnctl.preflight.facts import Fetch
 
 
 def choose_method(requested: str, policies: Fetch, release: OperatorRelease = UNKNOWN

@@ -28,8 +28,18 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, Conflict, InvalidInput, NotFound, OutcomeUnknown, Refused, WaitTimeout
-from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, outcome_unknown, validate_name
+from rblnctl.errors import (
+    ClusterError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    OutcomeUnknown,
+    RblnError,
+    Refused,
+    WaitTimeout,
+)
+from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
+from rblnctl.operator import resources as R
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -43,7 +53,7 @@ from rblnctl.vm.cluster import (
     check_slices,
     choose_method,
     claim_index,
-    most_per_node,
+    too_many_npus,
     pick_resource,
     read_cluster,
     with_dra,
@@ -100,6 +110,8 @@ class AttachOptions(WriteOptions):
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
         if self.resource and self.product:
             raise InvalidInput("name a resource or a product, not both")
+        if self.resource:
+            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
         if self.method == C.METHOD_DRA and (self.resource or self.product):
             raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
                                f"{C.DRA_DEVICECLASS_VM} class")
@@ -135,6 +147,7 @@ class Target:
     convert: bool = False
     remove: tuple[str, ...] = ()  # detach: host devices to remove
     npu_claims: tuple[str, ...] = ()  # resourceClaims entries (not rblnctl's) judged to be NPU claims
+    claim: str = C.VM_DRA_CLAIM  # rblnctl's pod-level claim name for this VM (rblnctl.vm.devices.claim_name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +184,7 @@ class VmNpuPlan:
     restart: bool  # apply() stops and starts the VM
     patch: dict | None
     noop: bool
+    start: bool = False  # rblnctl stopped this VM in an earlier run and did not start it again: apply() starts it
     warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
 
@@ -188,6 +202,8 @@ class VmNpuResult:
     restarted: bool = False
     ready: bool | None = None  # after a restart: the VM came back Ready (None: no restart)
     server_dry_run: bool = False
+    left_stopped: bool = False  # rblnctl stopped the VM and could not start it again (start_command says how)
+    start_command: str | None = None  # how to start it, when left_stopped
 
 
 # -- the spec change (pure) -----------------------------------------------------------------------------------
@@ -205,18 +221,23 @@ class _Layout:
 
 
 def _relayout(spec: dict, have: VmNpus, *, drop: set[str], managed: list[str], new_sandbox: list[dict],
-              dra_npus: int | None) -> tuple[list[dict], list[dict], str | None]:
+              dra_npus: int | None, claim: str) -> tuple[list[dict], list[dict], str | None]:
     """Apply a change to the spec's lists: drop names, renumber rblnctl's DRA devices (`managed`, in order:
-    requests npu0..), append new sandbox entries, and point rblnctl's claim at rbln-npu-<count>."""
+    requests npu0..), append new sandbox entries, and point rblnctl's claim at rbln-npu-<count>.
+
+    rblnctl's claim entry is named `claim` (the VM's own name, rblnctl.vm.devices.claim_name): an entry
+    written under another name (the old fixed rbln-npu, or a VM copied from another) is renamed, and its
+    host devices follow.
+    """
     index = {name: i for i, name in enumerate(managed)}
     devices = []
     for d in D.host_devices(spec):
         name = str(d.get("name") or "")
         if name in drop:
             continue
-        devices.append(D.dra_device(name, index[name], d) if name in index else d)
+        devices.append(D.dra_device(name, index[name], d, claim=claim) if name in index else d)
     present = {str(d.get("name")) for d in devices}
-    devices += [D.dra_device(n, index[n]) for n in managed if n not in present]
+    devices += [D.dra_device(n, index[n], claim=claim) for n in managed if n not in present]
     devices += new_sandbox
     count = len(managed) if dra_npus is None else dra_npus
     template = D.template_name(count) if count else None
@@ -228,16 +249,17 @@ def _relayout(spec: dict, have: VmNpus, *, drop: set[str], managed: list[str], n
     seen_managed = False
     for c in D.resource_claims(spec):
         name = str(c.get("name") or "")
-        if name == C.VM_DRA_CLAIM:
+        if D.is_managed_claim(c) and name not in referenced - {claim}:
+            if template and not seen_managed:
+                want = D.claim_entry(template, claim=claim)
+                claims.append(c if c == want else want)
             seen_managed = True
-            if template:
-                claims.append(c if c == D.claim_entry(template) else D.claim_entry(template))
         elif name in npu_claims and name not in referenced:
             continue  # an NPU claim no host device uses any more
         else:
             claims.append(c)
     if template and not seen_managed:
-        claims.append(D.claim_entry(template))
+        claims.append(D.claim_entry(template, claim=claim))
     return devices, claims, template
 
 
@@ -278,7 +300,7 @@ def express(spec: dict, have: VmNpus, target: Target) -> _Layout:
         if foreign:
             warnings.append(f"kept: {len(foreign)} NPU(s) through claims rblnctl does not manage "
                             f"({', '.join(sorted({str(d.claim) for d in foreign}))}); the VM gets them on top of "
-                            f"the {target.npus} in {C.VM_DRA_CLAIM}")
+                            f"the {target.npus} in {target.claim}")
         keep = mine[: target.npus]
         drop |= {d.name for d in mine[target.npus:]}
         used = [str(d.get("name")) for d in D.host_devices(spec) if str(d.get("name")) not in drop]
@@ -286,17 +308,18 @@ def express(spec: dict, have: VmNpus, target: Target) -> _Layout:
         managed = [d.name for d in keep] + new
         dra_npus = target.npus
     devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=new_sandbox,
-                                          dra_npus=dra_npus)
+                                          dra_npus=dra_npus, claim=target.claim)
     before = [str(d.get("name")) for d in D.host_devices(spec)]
     return _Layout(host_devices=devices, claims=claims, added=new,
                    removed=[n for n in before if n in drop], template=template, warnings=warnings, blockers=blockers)
 
 
-def remove(spec: dict, have: VmNpus, names: Iterable[str]) -> _Layout:
+def remove(spec: dict, have: VmNpus, names: Iterable[str], *, claim: str) -> _Layout:
     """The spec lists without the named NPU host devices; rblnctl's remaining DRA devices renumbered (pure)."""
     drop = set(names)
     managed = [d.name for d in have.dra if d.managed and d.name not in drop]
-    devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=[], dra_npus=None)
+    devices, claims, template = _relayout(spec, have, drop=drop, managed=managed, new_sandbox=[], dra_npus=None,
+                                          claim=claim)
     before = [str(d.get("name")) for d in D.host_devices(spec)]
     return _Layout(host_devices=devices, claims=claims, added=[], removed=[n for n in before if n in drop],
                    template=template, warnings=[], blockers=[])
@@ -312,7 +335,7 @@ def layout_for(vm: dict, target: Target) -> _Layout:
     spec = D.vm_spec(vm)
     have = D.npus_of(spec, npu_claim=lambda e: e.get("name") in target.npu_claims)
     if target.action == DETACH:
-        return remove(spec, have, target.remove)
+        return remove(spec, have, target.remove, claim=target.claim)
     return express(spec, have, target)
 
 
@@ -400,12 +423,11 @@ class AttachPlanner:
                 return self._refusal(vm, vmi, have, method, npus, [missing], warnings)
         target = Target(action=ATTACH, method=method, npus=npus, resource=resource,
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
-                        npu_claims=npu_claims)
+                        npu_claims=npu_claims, claim=D.claim_name(namespace, name))
         checks = self._checks(cluster, method, resource) if npus else []
-        most = most_per_node(cluster, method, resource)
-        if most is not None and npus > most[0]:
-            warnings.append(f"{npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on "
-                            f"{most[1]}); the VM will not be scheduled until one does")
+        too_many = too_many_npus(cluster, method, resource, npus)
+        if too_many:
+            warnings.append(too_many)
         return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
@@ -441,6 +463,10 @@ class AttachPlanner:
         devices_before = D.host_devices(spec)
         changed = layout.host_devices != devices_before or layout.claims != claims_before
         warns: list[str | Advice] = [*warnings, *layout.warnings]
+        old_claim = (have.managed_claim or {}).get("name")
+        if changed and old_claim and old_claim != target.claim and layout.template:
+            warns.append(f"renaming rblnctl's pod-level claim {old_claim} to {target.claim}, this VM's own: the RBLN "
+                         "DRA driver cannot prepare two claims of one name on a node (docs/vm.md, Claim names)")
         blockers: list[Blocker] = list(layout.blockers)
         for c in checks:
             if c.warning:
@@ -468,6 +494,10 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.merge_patch(vm, layout.host_devices, layout.claims if layout.claims != claims_before else None)
+        stopped_by_us = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
+        if stopped_by_us:
+            warns.append(f"VM {ref} was stopped by an earlier rblnctl run that could not start it again: starting it "
+                         f"(after the change, if any)")
         return VmNpuPlan(
             vm=ref, target=target, method=after.method if after.count else None, resource=target.resource,
             device_class=target.device_class, npus_before=have.count, npus_after=after.count,
@@ -476,7 +506,7 @@ class AttachPlanner:
             resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
-            noop=not changed, warnings=warns, blockers=blockers)
+            noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us)
 
     def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
                    blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
@@ -517,10 +547,14 @@ class AttachPlanner:
     def apply(self, plan: VmNpuPlan) -> VmNpuResult:
         """Make the plan true; idempotent (a no-op plan writes nothing).
 
-        Order: stop (restart), create the template, patch the VM (re-plan on 409), delete the templates
-        no one uses any more (checked again just before), start and wait until Ready (restart). Raises
-        Refused (blockers, or the VM changed into something the plan cannot take), Conflict (it kept
-        changing), WaitTimeout (not Ready in time: the change is made; details say why), API errors as they are.
+        Order: mark the VM (annotation VM_STOPPED_ANNOTATION) and stop it (restart), create the template,
+        patch the VM (re-plan on 409), delete the templates no one uses any more (checked again just
+        before), start it, clear the mark, wait until Ready (restart). What rblnctl stopped it starts
+        again: on any failure after the stop the VM is started before the error is raised, and when even
+        that fails the mark stays, the error (and its `result`, left_stopped) says how to start it, and
+        the next run starts it (plan.start). Raises Refused (blockers, or the VM changed into something
+        the plan cannot take), Conflict (it kept changing), WaitTimeout (not Ready in time: the change is
+        made; details say why), API errors as they are.
         """
         if plan.blockers:
             raise Refused(f"refusing to change the NPUs of VM {plan.vm}", blockers=plan.blockers)
@@ -530,17 +564,34 @@ class AttachPlanner:
                                server_dry_run=dry)
         restarter = VmRestarter(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
                                 poll_s=self.options.poll_s, server_dry_run=dry, on_step=self.events.on_step)
-        if plan.restart:
-            restarter.stop(plan.vm)
-        created = self._create_template(plan) if plan.template_create else None
-        final, attempts = self._write(plan)
-        deleted, kept = self._delete_templates(final)
-        result = VmNpuResult(plan=final, changed=True, attempts=attempts, template_created=created,
+        stopped = plan.start  # an earlier run stopped it: it is ours to start
+        final, attempts, created, deleted, kept = plan, 0, None, [], []
+        changed = False
+        try:
+            if plan.restart:
+                self._mark_stopped(plan, stopped=True)
+                stopped = True
+                restarter.stop(plan.vm)
+            if plan.patch is not None:
+                created = self._create_template(plan) if plan.template_create else None
+                final, attempts = self._write(plan)
+                changed = True
+                deleted, kept = self._delete_templates(final)
+        except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
+            if stopped and not dry:
+                self._start_again(restarter, plan, err, changed=changed)
+            raise
+        result = VmNpuResult(plan=final, changed=changed, attempts=attempts, template_created=created,
                              templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
-                             restarted=plan.restart and not dry, server_dry_run=dry)
-        if not plan.restart or dry:
+                             restarted=(plan.restart or plan.start) and not dry, server_dry_run=dry)
+        if not stopped or dry:
             return result
-        restarter.start(plan.vm)
+        try:
+            restarter.start(plan.vm)
+        except BaseException as err:
+            self._start_again(restarter, plan, err, changed=changed, started=False)
+            raise
+        self._mark_stopped(plan, stopped=False)
         try:
             restarter.wait_ready(plan.vm)
         except WaitTimeout as e:
@@ -552,75 +603,130 @@ class AttachPlanner:
                 .with_details(details) from e
         return dataclasses.replace(result, ready=True)
 
+    def _mark_stopped(self, plan: VmNpuPlan, *, stopped: bool) -> None:
+        """Set (or clear) VM_STOPPED_ANNOTATION: a merge patch settled by reading the VM back."""
+        value = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ") if stopped else None
+        body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
+        ns, name = plan.vm.namespace, plan.vm.name
+
+        def next_write(vm: Any) -> writes.Write | None:
+            if vm is not writes.UNREAD:
+                if vm is None:
+                    raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
+                if bool(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) == stopped:
+                    return None
+            return writes.patch(VMS, name, body, patch_type="merge", namespace=ns)
+
+        writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(VMS, name, namespace=ns),
+                      what=f"VM {plan.vm}", dry_run=self.options.server_dry_run)
+
+    def _start_again(self, restarter: VmRestarter, plan: VmNpuPlan, err: BaseException, *, changed: bool,
+                     started: bool = True) -> None:
+        """After a failure with the VM stopped by rblnctl: start it again (and clear the mark), or say how.
+
+        Adds a detail line to `err` (an RblnError) and, when the VM stays stopped, a `result` with
+        left_stopped and the command that starts it (the front end prints it, -o json too).
+        """
+        how = f"virtctl start {plan.vm.name} -n {plan.vm.namespace}"
+        what = "the NPU change was made" if changed else "its NPUs were not changed"
+        problem: BaseException | None = None
+        if started:
+            try:
+                restarter.start(plan.vm)
+                self._mark_stopped(plan, stopped=False)
+            except (RblnError, KeyboardInterrupt) as e:
+                problem = e
+        else:
+            problem = err
+        if not isinstance(err, RblnError):
+            return  # Ctrl-C: the front end's hint says how to start it; the mark makes the next run do it
+        if problem is None:
+            err.details = [*err.details, f"VM {plan.vm} was stopped by rblnctl and has been started again ({what})"]
+            return
+        err.details = [*err.details, f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) "
+                       f"and could not start it again ({' '.join(str(problem).split())}); start it with `{how}`, or "
+                       "re-run this command: it starts a VM rblnctl stopped"]
+        err.result = VmNpuResult(plan=plan, changed=changed, attempts=0, server_dry_run=False,  # type: ignore[attr-defined]
+                                 left_stopped=True, start_command=how)
+
     def _create_template(self, plan: VmNpuPlan) -> str:
+        """Create rblnctl's ResourceClaimTemplate; a create whose outcome is unknown is settled by reading it back."""
         tpl = plan.template_create or {}
         name = tpl["metadata"]["name"]
         ns = plan.vm.namespace
+        cls = next((c for _, c, _ in D.claim_requests(tpl)), C.DRA_DEVICECLASS_VM)
         self.events.on_step(f"creating ResourceClaimTemplate {ns}/{name}")
+
+        def different(existing: dict | None) -> Conflict:
+            return Conflict(f"ResourceClaimTemplate {ns}/{name} could not be created as rblnctl writes it "
+                            f"({'it is not there' if existing is None else 'another one with that name appeared'}); "
+                            "nothing else was changed", status=409, reason="Conflict")
+
+        def next_write(existing: Any) -> writes.Write | None:
+            if existing is writes.UNREAD or existing is None:
+                return writes.create(RESOURCE_CLAIM_TEMPLATES, tpl, namespace=ns)
+            if D.template_fits(existing, _count(name), cls):
+                return None
+            raise different(existing)
+
         try:
-            self.kube.create(RESOURCE_CLAIM_TEMPLATES, tpl, namespace=ns, dry_run=self.options.server_dry_run)
+            writes.settle(self.kube, next_write, what=f"ResourceClaimTemplate {ns}/{name}",
+                          read=lambda: self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns),
+                          dry_run=self.options.server_dry_run)
             return name
-        except Conflict:  # AlreadyExists: made in between (another rblnctl?); fine if it is the same
-            pass
-        except ClusterError as e:
-            if not outcome_unknown(e):
+        except Conflict as e:  # AlreadyExists: made in between (another rblnctl?); fine if it is the same
+            if e.reason != "AlreadyExists" and "already exists" not in str(e):
                 raise
         existing = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
-        cls = next((c for _, c, _ in D.claim_requests(tpl)), C.DRA_DEVICECLASS_VM)
         if existing is None or not D.template_fits(existing, _count(name), cls):
-            raise Conflict(f"ResourceClaimTemplate {ns}/{name} could not be created as rblnctl writes it "
-                           f"({'it is not there' if existing is None else 'another one with that name appeared'}); "
-                           "nothing else was changed", status=409, reason="Conflict")
+            raise different(existing)
         return name
 
     def _write(self, plan: VmNpuPlan) -> tuple[VmNpuPlan, int]:
+        """Patch the VM (a merge patch guarded by its resourceVersion) until it holds the plan's lists.
+
+        A 409 re-reads the VM and re-plans the same target (bounded, with a backoff); a patch whose outcome
+        is unknown is settled by reading the VM back (rblnctl.kube.writes): the lists are there, done;
+        else the re-plan is sent.
+        """
         ns, name = plan.vm.namespace, plan.vm.name
-        if self.options.server_dry_run:
+        current = [plan]
+
+        def next_write(state: Any) -> writes.Write | None:
+            if state is not writes.UNREAD:
+                if state is None:
+                    raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
+                vm, vmi = state
+                if _lists(vm) == (current[0].host_devices_after, current[0].resource_claims_after):
+                    return None  # it holds the change (our patch landed, its reply lost)
+                replan = self._plan(vm, vmi, current[0].target, templates=(None, current[0].templates_delete,
+                                                                           current[0].templates_kept))
+                if plan.restart and replan.running:
+                    raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
+                                  "written", blockers=[VmBlocker("start it only after the change is made")])
+                replan = dataclasses.replace(replan, restart=plan.restart, blockers=[
+                    b for b in replan.blockers if not (plan.restart and b.override == "restart")])
+                if replan.blockers:
+                    raise Refused(f"VM {plan.vm} changed under us and the change no longer applies",
+                                  blockers=replan.blockers)
+                current[0] = replan
+                if replan.noop:
+                    return None
             self.events.on_step(f"patching VM {plan.vm}")
-            self.kube.patch(VMS, name, plan.patch, patch_type="merge", namespace=ns, dry_run=True)
-            return plan, 1
-        current = plan
-        attempts = 0
-        while True:
-            attempts += 1
-            lost: ClusterError | None = None
-            self.events.on_step(f"patching VM {plan.vm}")
-            try:
-                self.kube.patch(VMS, name, current.patch, patch_type="merge", namespace=ns)
-                return current, attempts
-            except Conflict as e:
-                why = f"VM {plan.vm} changed under us (attempt {attempts}): {' '.join(str(e).split())}"
-            except ClusterError as e:
-                if not outcome_unknown(e):
-                    raise
-                lost = e
-                why = f"the reply to the patch of VM {plan.vm} was lost (attempt {attempts}); reading it back"
-            try:
-                vm, vmi = self._read(name, ns)
-            except (ClusterError, NotFound) as e:
-                if lost is not None:
-                    raise OutcomeUnknown(f"{lost}; reading VM {plan.vm} back failed too: {e}") from lost
-                raise
-            if lost is not None and _lists(vm) == (current.host_devices_after, current.resource_claims_after):
-                return current, attempts
-            if attempts >= self.options.max_attempts:
-                raise Conflict(f"VM {plan.vm} kept changing while rblnctl wrote it: gave up after {attempts} "
-                               "attempts; rerun once the other writer is done", status=409, reason="Conflict")
-            self.events.on_retry(attempts, why)
-            replan = self._plan(vm, vmi, current.target, templates=(None, current.templates_delete,
-                                                                     current.templates_kept))
-            if plan.restart and replan.running:
-                raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was written",
-                              blockers=[VmBlocker("start it only after the change is made")])
-            replan = dataclasses.replace(replan, restart=plan.restart, blockers=[
-                b for b in replan.blockers if not (plan.restart and b.override == "restart")])
-            if replan.blockers:
-                raise Refused(f"VM {plan.vm} changed under us and the change no longer applies",
-                              blockers=replan.blockers)
-            if replan.noop:
-                return replan, attempts
-            current = replan
-            self.clock.sleep(RETRY_BACKOFF_S * 2 ** (attempts - 1))
+            return writes.patch(VMS, name, current[0].patch, patch_type="merge", namespace=ns)
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            if writes.unknown(last) and not isinstance(last, Conflict):
+                return last if not isinstance(last, OutcomeUnknown) else OutcomeUnknown(
+                    f"{last}; VM {plan.vm} still does not hold the change after {sent} tries")
+            return Conflict(f"VM {plan.vm} kept changing while rblnctl wrote it: gave up after {sent} attempts; "
+                            "rerun once the other writer is done", status=409, reason="Conflict")
+
+        done = writes.settle(self.kube, next_write, read=lambda: self._read(name, ns), what=f"VM {plan.vm}",
+                             retry=writes.is_409, attempts=self.options.max_attempts, backoff_s=RETRY_BACKOFF_S,
+                             clock=self.clock, on_retry=self.events.on_retry, dry_run=self.options.server_dry_run,
+                             exhausted=gave_up)
+        return current[0], max(done.sent, 1)
 
     def _delete_templates(self, plan: VmNpuPlan) -> tuple[list[str], list[str]]:
         deleted: list[str] = []
@@ -636,12 +742,21 @@ class AttachPlanner:
             if obj is None or not D.is_managed(obj):
                 continue
             self.events.on_step(f"deleting ResourceClaimTemplate {ns}/{name} (no VM uses it any more)")
-            body = {"apiVersion": "v1", "kind": "DeleteOptions",
-                    "preconditions": {"uid": obj["metadata"].get("uid"),
-                                      "resourceVersion": obj["metadata"].get("resourceVersion")}}
+            uid = obj["metadata"].get("uid")
+
+            def next_delete(current: Any, name: str = name, obj: dict = obj, uid: Any = uid) -> writes.Write | None:
+                found = obj if current is writes.UNREAD else current
+                if found is None or found["metadata"].get("uid") != uid:
+                    return None  # gone (our delete landed), or replaced by another object
+                body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                        "preconditions": {"uid": uid, "resourceVersion": found["metadata"].get("resourceVersion")}}
+                return writes.delete(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns, body=body)
+
             try:
-                self.kube.delete(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns, body=body,
-                                 dry_run=self.options.server_dry_run)
+                writes.settle(self.kube, next_delete, what=f"ResourceClaimTemplate {ns}/{name}",
+                              read=lambda name=name: self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name,  # type: ignore[misc]
+                                                                            namespace=ns),
+                              dry_run=self.options.server_dry_run)
             except NotFound:
                 continue
             except Conflict:
@@ -677,7 +792,8 @@ class DetachPlanner(AttachPlanner):
             remove_names = tuple(d.name for d in have.devices)
         left = [d for d in have.devices if d.name not in remove_names]
         method = left[0].method if left else None
-        target = Target(action=DETACH, method=method, npus=len(left), remove=remove_names, npu_claims=npu_claims)
+        target = Target(action=DETACH, method=method, npus=len(left), remove=remove_names, npu_claims=npu_claims,
+                        claim=D.claim_name(namespace, name))
         return self._plan(vm, vmi, target)
 
 

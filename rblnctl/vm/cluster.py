@@ -18,11 +18,10 @@ from rblnctl.kube import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAI
 from rblnctl.kubevirt.cr import find_kubevirt, lookup, ref, version_of
 from rblnctl.kubevirt.devices import PCI_HOST_DEVICES
 from rblnctl.kubevirt.gates import DISABLED_GATES, FEATURE_GATES, GateState, gate_state, rbln_gates
-from rblnctl.node.inventory import list_npu_node_objects
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import OperatorView, read_operator
 from rblnctl.operator.convergence import dra_devices
-from rblnctl.operator.nodes import labels_of, mode_of
+from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy
 from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release
 from rblnctl.versions import parse_version
@@ -110,7 +109,7 @@ def read_cluster(kube: Kube) -> VmCluster:
     names = view.policy.vm_resources if view.policy else R.ResourceNames(mode=C.MODE_VM)
     advertised = R.advertised([n for n in nodes if n["metadata"]["name"] in vm_nodes], names)
     return VmCluster(kubevirt=kv, kubevirt_problem=problem, operator=view, nodes=nodes, vm_nodes=vm_nodes,
-                     advertised=advertised, release=read_release(kube, view), notes=tuple(notes))
+                     advertised=advertised, release=read_release(kube, view.deployments), notes=tuple(notes))
 
 
 def with_dra(kube: Kube, cluster: VmCluster) -> VmCluster:
@@ -433,3 +432,16 @@ def most_per_node(cluster: VmCluster, method: str, resource: str | None) -> tupl
         return None
     node = max(sorted(counts), key=lambda k: counts[k])
     return counts[node], node
+
+
+def too_many_npus(cluster: VmCluster, method: str, resource: str | None, npus: int) -> str | None:
+    """The warning for a VM asking more NPUs than any vm-passthrough node offers (None: one does, or unknown).
+
+    One computation for `vm attach` and `vm manifest` (most_per_node): such a VM is accepted by the API
+    server and then never scheduled.
+    """
+    most = most_per_node(cluster, method, resource)
+    if most is None or npus <= most[0]:
+        return None
+    return (f"{npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on {most[1]}); the VM "
+            "will not be scheduled until one does")

@@ -19,6 +19,8 @@ rejects two host devices on the same pair (pkg/dra/admitter/dra_admitter.go).
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,19 +59,64 @@ def vmi_spec(vmi: Mapping) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
+def _objects(value: Any) -> list[dict]:
+    """The objects of a list field (copies): [] when absent or not a list; entries that are not objects dropped."""
+    return [copy.deepcopy(x) for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
 def host_devices(spec: Mapping) -> list[dict]:
     """`domain.devices.hostDevices` of a VMI spec (copies; entries that are not objects are dropped)."""
-    return [copy.deepcopy(d) for d in _get(spec, HOST_DEVICES) or [] if isinstance(d, dict)]
+    return _objects(_get(spec, HOST_DEVICES))
 
 
 def resource_claims(spec: Mapping) -> list[dict]:
-    """`resourceClaims` of a VMI spec (copies)."""
-    return [copy.deepcopy(c) for c in _get(spec, RESOURCE_CLAIMS) or [] if isinstance(c, dict)]
+    """`resourceClaims` of a VMI spec (copies; entries that are not objects are dropped)."""
+    return _objects(_get(spec, RESOURCE_CLAIMS))
+
+
+def malformed(spec: Mapping) -> list[str]:
+    """The NPU-related fields of a VMI spec that are there but not lists of objects (what cannot be read)."""
+    out = []
+    for path, what in ((HOST_DEVICES, "domain.devices.hostDevices"), (RESOURCE_CLAIMS, "resourceClaims")):
+        value = _get(spec, path)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(x, dict) for x in value)):
+            out.append(f"{what} is not a list of objects")
+    if not isinstance(spec, Mapping):
+        out.append("the spec is not an object")
+    return out
+
+
+# rblnctl's pod-level claim name: one per VM (see claim_name).
+_CLAIM_HASH = 10  # hex digits of sha256(namespace/name): rbln-npu- + 10 = 19 characters, well inside a DNS label
+_MANAGED_CLAIM = re.compile(re.escape(C.VM_DRA_CLAIM) + r"(-[0-9a-f]{%d})?" % _CLAIM_HASH)
+
+
+def claim_name(namespace: str, name: str) -> str:
+    """rblnctl's pod-level claim name for the VM namespace/name: `rbln-npu-<10 hex digits>`, stable and unique.
+
+    KubeVirt copies a VM's resourceClaims[].name into its virt-launcher pod as the pod-level claim name
+    (kubevirt/kubevirt@v1.9.0 pkg/dra/resource_claims.go ToPodResourceClaims), and virt-launcher finds a
+    device's PCI address under {base}/resourceclaimtemplates/<pod claim name>/<request>/*-metadata.json
+    (pkg/dra/utils.go resolveClaimMetadata). The RBLN DRA driver publishes that file keyed by the
+    pod-level claim name alone, a name "NOT unique on the node", and fails Prepare of a second claim of the
+    same name on a node ("another claim with the same name is prepared on this node";
+    RBLN-SW/rbln-k8s-dra-driver@37a656f cmd/npu-kubelet-plugin/kubevirt_metadata.go claimMetadataOwnership;
+    driver versions before the owner marker overwrite each other's file instead). So every VM gets its
+    own name: a DNS label (the pod's claim names must be) derived from the namespace and the name, the
+    same on every run. docs/vm.md "Claim names".
+    """
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:_CLAIM_HASH]
+    return f"{C.VM_DRA_CLAIM}-{digest}"
+
+
+def is_managed_claim_name(name: object) -> bool:
+    """A resourceClaims entry name rblnctl writes: rbln-npu-<hash>, or the old fixed rbln-npu it renames."""
+    return isinstance(name, str) and bool(_MANAGED_CLAIM.fullmatch(name))
 
 
 def is_managed_claim(entry: Mapping) -> bool:
-    """rblnctl's own resourceClaims entry (named rbln-npu)."""
-    return entry.get("name") == C.VM_DRA_CLAIM
+    """rblnctl's own resourceClaims entry (rbln-npu-<hash>; older runs wrote rbln-npu)."""
+    return is_managed_claim_name(entry.get("name"))
 
 
 def npus_of(spec: Mapping, *, npu_claim: ClaimTest = is_managed_claim) -> VmNpus:
@@ -93,7 +140,7 @@ def npus_of(spec: Mapping, *, npu_claim: ClaimTest = is_managed_claim) -> VmNpus
                 other.append(name)
         elif claim:
             entry = claims.get(str(claim))
-            managed = claim == C.VM_DRA_CLAIM
+            managed = is_managed_claim_name(claim)
             if managed or (entry is not None and npu_claim(entry)):
                 dra.append(NpuDevice(name=name, method=C.METHOD_DRA, claim=str(claim),
                                      request=str(d.get("requestName") or ""), managed=managed))
@@ -101,8 +148,10 @@ def npus_of(spec: Mapping, *, npu_claim: ClaimTest = is_managed_claim) -> VmNpus
                 other.append(name)
         else:
             other.append(name)
-    return VmNpus(sandbox=tuple(sandbox), dra=tuple(dra), managed_claim=claims.get(C.VM_DRA_CLAIM),
-                  other_devices=tuple(other))
+    used = [d.claim for d in dra if d.managed]
+    managed_entries = [c for n, c in claims.items() if is_managed_claim_name(n)]
+    entry = next((claims[n] for n in used if n in claims), managed_entries[0] if managed_entries else None)
+    return VmNpus(sandbox=tuple(sandbox), dra=tuple(dra), managed_claim=entry, other_devices=tuple(other))
 
 
 # -- building entries ---------------------------------------------------------------------------------
@@ -131,10 +180,10 @@ def request_name(index: int) -> str:
     return f"{C.VM_DRA_REQUEST_PREFIX}{index}"
 
 
-def dra_device(name: str, index: int, base: Mapping | None = None) -> dict:
-    """A hostDevices entry for the index-th NPU of rblnctl's claim (other keys of `base`, e.g. tag, kept)."""
+def dra_device(name: str, index: int, base: Mapping | None = None, *, claim: str) -> dict:
+    """A hostDevices entry for the index-th NPU of rblnctl's claim `claim` (other keys of `base`, e.g. tag, kept)."""
     out = {k: copy.deepcopy(v) for k, v in (base or {}).items() if k not in ("deviceName", "claimName", "requestName")}
-    out.update(name=name, claimName=C.VM_DRA_CLAIM, requestName=request_name(index))
+    out.update(name=name, claimName=claim, requestName=request_name(index))
     return out
 
 
@@ -143,9 +192,9 @@ def template_name(npus: int) -> str:
     return f"{C.VM_DRA_TEMPLATE_PREFIX}{npus}"
 
 
-def claim_entry(template: str) -> dict:
-    """rblnctl's resourceClaims entry, naming a ResourceClaimTemplate."""
-    return {"name": C.VM_DRA_CLAIM, "resourceClaimTemplateName": template}
+def claim_entry(template: str, *, claim: str) -> dict:
+    """rblnctl's resourceClaims entry `claim` (claim_name()), naming a ResourceClaimTemplate."""
+    return {"name": claim, "resourceClaimTemplateName": template}
 
 
 def claim_template(npus: int, device_class: str, *, namespace: str | None = None) -> dict:

@@ -1,24 +1,37 @@
 """Why a VM has no NPU: walk the chain from the VM to a device and stop at the first broken link.
 
-Each link is PASS or FAIL with the evidence read and, when it fails, the remedy. In order:
+Two phases, as preflight's facts and checks: read_facts() reads everything the links judge, once (a
+fixed set of requests for the VM's method and state), and judge() walks the links as pure functions of
+those facts. Each link is PASS or FAIL with the evidence read and, when it fails, the remedy. In order:
 VirtualMachine (exists, status) -> NpuRequest (the spec passes NPUs) -> FeatureGates -> VmModeNodes ->
-sandbox: PermittedHostDevice, Advertised, FreeCapacity / DRA: DeviceClass, ResourceSlices -> Instance
-(a VMI exists; KubeVirt could render its pod) -> DRA: ClaimAllocated -> Scheduling (the virt-launcher
-pod's FailedScheduling events, parsed) -> NodeComponents (the node's mode and operator components,
-rblnctl.operator.convergence) -> Ready.
+sandbox: PermittedHostDevice, Advertised, FreeCapacity / DRA: DeviceClass, DraPlugin, ResourceSlices ->
+Instance (a VMI exists: for a VM that should run, what KubeVirt says instead; KubeVirt could render its
+pod) -> DRA: ClaimAllocated -> Scheduling (the virt-launcher pod's FailedScheduling events, parsed) ->
+DRA: ClaimName (no other VM's claim of the same name on its node) -> NodeComponents (the node's mode
+and operator components, rblnctl.operator.convergence) -> Ready.
+
+The RBLN DRA kubelet plugin's own failure states (RBLN-SW/rbln-k8s-dra-driver@37a656f, cmd/npu-kubelet-plugin):
+it exits at start ("error enumerating all possible devices", main.go/state.go NewDeviceState) while neither
+rbln-smi nor a vfio-pci NPU answers, so on a vm node it crash-loops until vfio-manager has bound the NPUs;
+it publishes vfio devices found at start and then every 30 s (--vfio-rescan-interval, driver.go
+runVfioRescan); it skips a vfio-pci NPU without an IOMMU group, logging "Skipping vfio-pci NPU without an
+IOMMU group" (vfio.go enumerateVfioDevices). DraPlugin and ResourceSlices name each with its evidence.
 
 The cluster-side checks are rblnctl.vm.cluster's, the same ones `vm attach` refuses on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
+from rblnctl.errors import ClusterError, Forbidden, NotFound
 from rblnctl.kube import EVENTS, PODS, RESOURCE_CLAIMS, VMIS, VMS, Kube, validate_name
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import component_pods, node_slices
@@ -36,13 +49,14 @@ from rblnctl.vm.cluster import (
     check_slices,
     check_vm_nodes,
     claim_index,
+    most_per_node,
     read_cluster,
     set_mode_remedy,
     with_dra,
 )
 from rblnctl.vm.model import Remedy, VmNpus, VmRef
 from rblnctl.vm.placement import placement_of, why_not
-from rblnctl.vm.restart import FINAL_PHASES
+from rblnctl.vm.restart import FINAL_PHASES, run_strategy
 
 
 LIST_VMS = ("vm", "list", "-A")  # which VMs hold NPUs: the remedy when none is free
@@ -65,11 +79,13 @@ class LinkName(enum.StrEnum):
     PERMITTED = "PermittedHostDevice"
     DEVICE_CLASS = "DeviceClass"
     ADVERTISED = "Advertised"
+    DRA_PLUGIN = "DraPlugin"
     SLICES = "ResourceSlices"
     CAPACITY = "FreeCapacity"
     INSTANCE = "Instance"
     CLAIM = "ClaimAllocated"
     SCHEDULING = "Scheduling"
+    CLAIM_NAME = "ClaimName"
     NODE = "NodeComponents"
     READY = "Ready"
 
@@ -82,11 +98,13 @@ TITLES = {
     LinkName.DEVICE_CLASS: "the passthrough DeviceClass exists",
     LinkName.VM_NODES: "some NPU node is in vm mode",
     LinkName.ADVERTISED: "a vm-mode node advertises the resource",
+    LinkName.DRA_PLUGIN: "the RBLN DRA plugin runs on a vm-mode node",
     LinkName.SLICES: "ResourceSlices offer vfio NPUs",
     LinkName.CAPACITY: "a node it may run on has free NPUs",
     LinkName.INSTANCE: "a VMI runs it",
     LinkName.CLAIM: "its ResourceClaim is allocated",
     LinkName.SCHEDULING: "its virt-launcher pod is scheduled",
+    LinkName.CLAIM_NAME: "no other VM on its node has a DRA claim of the same name",
     LinkName.NODE: "the node's operator components are ready",
     LinkName.READY: "the VMI is Running and Ready",
 }
@@ -100,11 +118,13 @@ FAILURES = {
     LinkName.DEVICE_CLASS: "the passthrough DeviceClass does not exist",
     LinkName.VM_NODES: "no NPU node is in vm mode",
     LinkName.ADVERTISED: "no vm-mode node advertises its NPU resource",
+    LinkName.DRA_PLUGIN: "the RBLN DRA plugin runs on no vm-mode node",
     LinkName.SLICES: "no ResourceSlice offers vfio NPUs",
     LinkName.CAPACITY: "no node it may run on has free NPUs",
     LinkName.INSTANCE: "no VMI runs it",
     LinkName.CLAIM: "its ResourceClaim is not allocated",
     LinkName.SCHEDULING: "its virt-launcher pod is not scheduled",
+    LinkName.CLAIM_NAME: "another VM on its node has a DRA claim of the same name",
     LinkName.NODE: "its node's operator components are not ready",
     LinkName.READY: "the VMI is not Running and Ready",
 }
@@ -222,39 +242,274 @@ class _Chain:
                         failure=failure)
 
 
-def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None = None) -> VmDiagnosis:
-    """Walk the chain for one VM (reads only) and return the links up to the first broken one."""
+
+# -- the facts: every read, once ------------------------------------------------------------------------
+
+PENDING_NODES = 3  # vm-mode nodes whose pending operator work is shown as evidence
+LOG_LINES = 200  # lines of the DRA plugin's log read when its state needs them
+DRA_RESCAN_S = 30  # the RBLN DRA plugin's default --vfio-rescan-interval (cmd/npu-kubelet-plugin/main.go)
+DRA_ENUMERATION_FAILED = "error enumerating all possible devices"  # state.go NewDeviceState, the crash's words
+DRA_NO_IOMMU_GROUP = "Skipping vfio-pci NPU without an IOMMU group"  # vfio.go enumerateVfioDevices
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraPlugin:
+    """The RBLN DRA kubelet plugin on one node, as its pod shows it."""
+
+    node: str
+    pod: str | None  # None: no plugin pod on the node
+    ready: bool = False
+    crash_looping: bool = False  # waiting in CrashLoopBackOff, or restarted after a failed run
+    restarts: int = 0
+    started: datetime | None = None  # when its running container started
+    log: str = ""  # its log's last lines, read only when its state needs them ("" otherwise)
+
+    @property
+    def enumeration_failed(self) -> bool:
+        """It exits at start because it finds neither an rbln-smi NPU nor a vfio-pci one (state.go)."""
+        return DRA_ENUMERATION_FAILED in self.log
+
+    @property
+    def skipped_no_iommu(self) -> list[str]:
+        """The log lines saying a vfio-pci NPU without an IOMMU group was not published (vfio.go)."""
+        return [line.strip() for line in self.log.splitlines() if DRA_NO_IOMMU_GROUP in line]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Neighbour:
+    """Another VM's running VMI whose DRA claims share a per-node key with this VM's."""
+
+    vm: VmRef
+    key: str  # resourceclaimtemplates/<pod claim name> or resourceclaims/<claim name>
+    node: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Facts:
+    """Everything the links judge, read once (read_facts); the links are pure functions of it (judge)."""
+
+    ref: VmRef
+    vm: dict | None
+    vmi: dict | None
+    cluster: VmCluster | None = None  # None: the VM was not found (nothing else was read)
+    have: VmNpus = field(default_factory=VmNpus)  # what its spec asks for
+    held: VmNpus | None = None  # what its running VMI passes
+    pod: dict | None = None  # its newest unfinished virt-launcher pod
+    pod_events: tuple[dict, ...] = ()  # that pod's events (FailedScheduling, FailedPrepareDynamicResources...)
+    claims: Mapping[str, tuple[str | None, dict | None]] = field(default_factory=dict)  # entry -> (claim, object)
+    pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> what the operator has not done
+    capacity: Mapping[str, tuple[dict, ...]] = field(default_factory=dict)  # node -> its pods (sandbox)
+    dra_plugins: Mapping[str, DraPlugin] = field(default_factory=dict)  # vm-mode node -> the DRA plugin there
+    neighbours: tuple[Neighbour, ...] = ()
+    now: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.vmi is not None and (self.vmi.get("status") or {}).get("phase") not in FINAL_PHASES
+
+    @property
+    def method(self) -> str | None:
+        return self.have.method
+
+
+def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None = None,
+               now: datetime | None = None) -> Facts:
+    """Read what judge() needs (reads only): the VM and its VMI, the cluster, and per method and state the
+    launcher pod, its events and claims, the operator's work on the vm-mode nodes, the DRA plugin there."""
     validate_name(name, kind="VirtualMachine")
     ref = VmRef(namespace=namespace, name=name)
+    vm = kube.get_optional(VMS, name, namespace=namespace)
+    vmi = kube.get_optional(VMIS, name, namespace=namespace)
+    now = now or datetime.now(UTC)
+    if vm is None and vmi is None:
+        return Facts(ref=ref, vm=None, vmi=None, now=now)
+    cluster = cluster or read_cluster(kube)
+    test = claim_index(kube, cluster).test(namespace)
+    spec = D.vm_spec(vm) if vm is not None else D.vmi_spec(vmi or {})
+    have = D.npus_of(spec, npu_claim=test)
+    base = Facts(ref=ref, vm=vm, vmi=vmi, cluster=cluster, have=have, now=now)
+    held = D.npus_of(D.vmi_spec(vmi), npu_claim=test) if base.running and vmi is not None else None
+    method = have.method
+    if method not in C.METHODS:
+        return dataclasses.replace(base, held=held)
+    if method == C.METHOD_DRA:
+        cluster = with_dra(kube, cluster)
+    pod = _launcher(kube, vmi) if base.running and vmi is not None else None
+    node = ((vmi or {}).get("status") or {}).get("nodeName") or ((pod or {}).get("spec") or {}).get("nodeName")
+    nodes = list(dict.fromkeys([*cluster.vm_nodes[:PENDING_NODES], *([str(node)] if node else [])]))
+    component_pods = {n: _component_pods(kube, cluster, n) for n in nodes if cluster.node(n) is not None}
+    pending = {n: tuple(_pending(kube, cluster, cluster.node(n) or {}, pods)) for n, pods in component_pods.items()}
+    facts = dataclasses.replace(base, cluster=cluster, held=held, pod=pod, pending=pending,
+                                pod_events=tuple(_pod_events(kube, pod)) if pod is not None else ())
+    if method == C.METHOD_DRA:
+        facts = dataclasses.replace(facts, dra_plugins=_dra_plugins(kube, cluster, component_pods),
+                                    claims=_claim_objects(kube, ref, have, pod),
+                                    neighbours=tuple(_neighbours(kube, ref, vmi if facts.running else None,
+                                                                 spec, have, node)))
+    elif not (facts.running and (vmi or {}).get("status", {}).get("phase") == "Running"):
+        nodes = sorted({n for r in have.resources for n in cluster.advertised.get(r, [])})
+        facts = dataclasses.replace(facts, capacity={
+            n: tuple(kube.iter_list(PODS, field_selector=f"spec.nodeName={n}")) for n in nodes})
+    return facts
+
+
+def _component_pods(kube: Kube, cluster: VmCluster, node: str) -> list[tuple[str, dict]] | None:
+    try:
+        return component_pods(kube, cluster.operator, node)
+    except Forbidden:
+        return None
+
+
+def _pending(kube: Kube, cluster: VmCluster, node: Mapping, pods: list[tuple[str, dict]] | None) -> list[str]:
+    policy = cluster.policy
+    if policy is None:
+        return ["no RBLNClusterPolicy"]
+    if pods is None:
+        return [f"cannot list the operator's pods in {cluster.operator.namespace} (forbidden)"]
+    name = str((node.get("metadata") or {}).get("name") or "")
+    slices = node_slices(kube, name, policy.dra_driver) if C.COMP_DRA in policy.allocators(C.MODE_VM) else None
+    return [str(p) for p in pending(node, C.MODE_VM, policy, pods, slices)]
+
+
+def _dra_plugins(kube: Kube, cluster: VmCluster, component_pods: Mapping[str, list[tuple[str, dict]] | None]
+                 ) -> dict[str, DraPlugin]:
+    """The DRA plugin on each vm-mode node read; its log when its state needs it (crash loop, or no vfio device
+    published: the reason is only in there)."""
+    out = {}
+    offered = (cluster.dra.vfio if cluster.dra else {})
+    for node, pods in component_pods.items():
+        if node not in cluster.vm_nodes or pods is None:
+            continue
+        found = [p for comp, p in pods if comp == C.COMP_DRA]
+        if not found:
+            out[node] = DraPlugin(node=node, pod=None)
+            continue
+        p = found[0]
+        statuses = (p.get("status") or {}).get("containerStatuses") or []
+        cs = statuses[0] if statuses else {}
+        state = cs.get("state") or {}
+        waiting = (state.get("waiting") or {}).get("reason")
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        restarts = int(cs.get("restartCount") or 0)
+        crash = waiting == "CrashLoopBackOff" or (restarts > 0 and int(last.get("exitCode") or 0) != 0
+                                                   and "running" not in state)
+        started = _time((state.get("running") or {}).get("startedAt"))
+        log = ""
+        if crash or (cs.get("ready") and not offered.get(node)):
+            try:
+                log = kube.request("GET", PODS.path(p["metadata"]["name"], namespace=p["metadata"].get("namespace"),
+                                                    sub="log"),
+                                   query={"container": cs.get("name"), "tailLines": LOG_LINES}, text=True)
+            except (NotFound, ClusterError):
+                log = ""
+        out[node] = DraPlugin(node=node, pod=str(p["metadata"]["name"]), ready=bool(cs.get("ready")),
+                              crash_looping=crash, restarts=restarts, started=started, log=log or "")
+    return out
+
+
+def _time(text: Any) -> datetime | None:
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if text else None
+    except ValueError:
+        return None
+
+
+def _pod_events(kube: Kube, pod: dict) -> list[dict]:
+    """The events of the pod (None-safe: [] when they cannot be read), newest last."""
+    meta = pod.get("metadata") or {}
+    try:
+        events = kube.list(EVENTS, namespace=meta.get("namespace"),
+                           field_selector=f"involvedObject.kind=Pod,involvedObject.name={meta.get('name')}")
+    except (Forbidden, NotFound):
+        return []
+    events = [e for e in events if not meta.get("uid") or (e.get("involvedObject") or {}).get("uid")
+              in (None, meta.get("uid"))]
+    return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+def _claim_objects(kube: Kube, ref: VmRef, have: VmNpus, pod: dict | None
+                   ) -> dict[str, tuple[str | None, dict | None]]:
+    """Each NPU claim entry of the VM -> (the ResourceClaim made for its launcher pod, that object)."""
+    entries = {c.get("name"): c for c in ((pod or {}).get("spec") or {}).get("resourceClaims") or []}
+    statuses = {s.get("name"): s.get("resourceClaimName") for s in ((pod or {}).get("status") or {})
+                .get("resourceClaimStatuses") or []}
+    out: dict[str, tuple[str | None, dict | None]] = {}
+    for claim in dict.fromkeys(str(d.claim) for d in have.dra):
+        name = (entries.get(claim) or {}).get("resourceClaimName") or statuses.get(claim)
+        out[claim] = (name, kube.get_optional(RESOURCE_CLAIMS, name, namespace=ref.namespace) if name else None)
+    return out
+
+
+def _neighbours(kube: Kube, ref: VmRef, vmi: dict | None, spec: Mapping, have: VmNpus, node: Any) -> list[Neighbour]:
+    """Other running VMIs whose NPU claims share a per-node key with this VM's (one paged LIST of VMIs)."""
+    from rblnctl.vm.listing import claim_keys
+
+    keys = set(claim_keys(D.vmi_spec(vmi) if vmi is not None else dict(spec), have.dra))
+    if not keys:
+        return []
+    try:
+        vmis = kube.list(VMIS)
+    except (Forbidden, NotFound):
+        return []
+    out = []
+    for other in vmis:
+        meta = other.get("metadata") or {}
+        oref = VmRef(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""))
+        if oref == ref or (other.get("status") or {}).get("phase") in FINAL_PHASES:
+            continue
+        theirs = D.npus_of(D.vmi_spec(other), npu_claim=lambda e: True)
+        for key in set(claim_keys(D.vmi_spec(other), theirs.dra)) & keys:
+            out.append(Neighbour(vm=oref, key=key, node=(other.get("status") or {}).get("nodeName") or None))
+    return sorted(out, key=lambda n: (n.vm, n.key))
+
+
+def _launcher(kube: Kube, vmi: dict) -> dict | None:
+    """The VMI's newest unfinished virt-launcher pod (kubevirt.io=virt-launcher, kubevirt.io/created-by=<uid>)."""
+    meta = vmi.get("metadata") or {}
+    uid = meta.get("uid")
+    selector = f"{C.VIRT_LAUNCHER_LABEL}={C.VIRT_LAUNCHER_VALUE}" + (f",{C.LAUNCHER_CREATED_BY_LABEL}={uid}"
+                                                                     if uid else "")
+    try:
+        pods = kube.list(PODS, namespace=meta.get("namespace"), label_selector=selector)
+    except Forbidden:
+        return None
+    pods = [p for p in pods if (p.get("status") or {}).get("phase") not in FINAL_PHASES and (
+        uid or any(o.get("name") == meta.get("name") for o in (p["metadata"].get("ownerReferences") or [])))]
+    pods.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+    return pods[-1] if pods else None
+
+
+# -- the links: pure functions of the facts ----------------------------------------------------------------
+
+
+def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None = None) -> VmDiagnosis:
+    """Read the facts once and walk the chain for one VM (reads only): the links up to the first broken one."""
+    return judge(read_facts(kube, name, namespace, cluster=cluster))
+
+
+def judge(f: Facts) -> VmDiagnosis:
+    """Walk the chain over facts already read (pure)."""
+    ref = f.ref
     chain = _Chain()
     warnings: list[str] = []
 
     def done(method: str | None = None, npus: int = 0) -> VmDiagnosis:
         return VmDiagnosis(vm=ref, method=method, npus=npus, links=tuple(chain.links), warnings=tuple(warnings))
 
-    vm = kube.get_optional(VMS, name, namespace=namespace)
-    vmi = kube.get_optional(VMIS, name, namespace=namespace)
-    if vm is None and vmi is None:
+    vm, vmi = f.vm, f.vmi
+    if vm is None and vmi is None or f.cluster is None:
         chain.add(LinkName.VM, False, [f"no VirtualMachine or VirtualMachineInstance {ref}"],
-                  Remedy(text="create it; `vm manifest` writes one with NPUs", command=("vm", "manifest", name)),
+                  Remedy(text="create it; `vm manifest` writes one with NPUs", command=("vm", "manifest", ref.name)),
                   failure=f"VirtualMachine {ref} not found")
         return done()
     if vm is not None:
         st = vm.get("status") or {}
-        rs = (vm.get("spec") or {}).get("runStrategy") or ("Always" if (vm.get("spec") or {}).get("running")
-                                                            else "Halted")
         chain.add(LinkName.VM, True, [f"VirtualMachine {ref}: status {st.get('printableStatus') or '<none>'}, "
-                                      f"runStrategy {rs}"])
+                                      f"runStrategy {run_strategy(vm)}"])
     else:
         chain.add(LinkName.VM, True, [f"no VirtualMachine; a standalone VirtualMachineInstance {ref}"])
-
-    cluster = cluster or read_cluster(kube)
-    index = claim_index(kube, cluster)
-    test = index.test(namespace)
-    spec = D.vm_spec(vm) if vm is not None else D.vmi_spec(vmi or {})
-    have = D.npus_of(spec, npu_claim=test)
-    running = vmi is not None and (vmi.get("status") or {}).get("phase") not in FINAL_PHASES
-    held = D.npus_of(D.vmi_spec(vmi), npu_claim=test) if running and vmi is not None else None
+    cluster = f.cluster
+    have, held = f.have, f.held
     if not _request(chain, ref, have, held, cluster):
         return done(have.method, have.count)
     method = str(have.method)
@@ -267,46 +522,49 @@ def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None
     if not chain.check(LinkName.VM_NODES, check_vm_nodes(cluster)):
         return done(method, have.count)
     if method == C.METHOD_DRA:
-        cluster = with_dra(kube, cluster)
         if not chain.check(LinkName.DEVICE_CLASS, check_device_class(cluster)):
             return done(method, have.count)
+        if not _dra_plugin(chain, f):
+            return done(method, have.count)
+        slices = check_slices(cluster)
+        if slices.warning:
+            warnings.append(slices.warning)
+        if not _slices(chain, f, slices):
+            return done(method, have.count)
+        warnings += _skipped_devices(f)
     else:
         checks = [check_permitted(cluster, r) for r in have.resources]
         if not chain.add(LinkName.PERMITTED, all(c.ok for c in checks), [e for c in checks for e in c.evidence],
                          next((c.remedy for c in checks if not c.ok), None)):
             return done(method, have.count)
-    if method == C.METHOD_DRA:
-        slices = check_slices(cluster)
-        if slices.warning:
-            warnings.append(slices.warning)
-        if not chain.check(LinkName.SLICES, slices, _vm_node_pending(kube, cluster, cluster.vm_nodes)):
-            return done(method, have.count)
-    else:
         checks = [check_advertised(cluster, r) for r in have.resources]
         bad = [c for c in checks if not c.ok]
-        extra = _vm_node_pending(kube, cluster, cluster.vm_nodes) if bad else []
+        extra = _vm_node_pending(f) if bad else []
         if not chain.add(LinkName.ADVERTISED, not bad, [e for c in checks for e in c.evidence] + extra,
                          bad[0].remedy if bad else None):
             return done(method, have.count)
-        if not _capacity(chain, kube, cluster, spec, have, vmi if running else None):
+        if not _capacity(chain, f):
             return done(method, have.count)
-
-    pod = _launcher(kube, vmi) if running and vmi is not None else None
-    if not _instance(chain, ref, vm, vmi if running else None, pod):
+    if not _instance(chain, f):
         return done(method, have.count)
     assert vmi is not None
-    if method == C.METHOD_DRA and not _claims(chain, kube, ref, have, pod):
+    if method == C.METHOD_DRA and not _claims(chain, f):
+        never = _never_fits(f.cluster, f.ref, vmi)
+        if never is not None:  # no node has that many vfio NPUs at all: freeing some would not help
+            broken = chain.links[-1]
+            chain.links[-1] = dataclasses.replace(broken, evidence=(*broken.evidence, never[0]), remedy=never[1])
         return done(method, have.count)
-    if not _scheduling(chain, kube, ref, vmi, pod, cluster):
+    if not _scheduling(chain, f):
         return done(method, have.count)
-    node = ((vmi.get("status") or {}).get("nodeName")) or ((pod or {}).get("spec") or {}).get("nodeName")
-    if not _node_components(chain, kube, cluster, str(node), method):
+    node = ((vmi.get("status") or {}).get("nodeName")) or ((f.pod or {}).get("spec") or {}).get("nodeName")
+    if method == C.METHOD_DRA and not _claim_name(chain, f, str(node)):
+        return done(method, have.count)
+    if method == C.METHOD_DRA:
+        warnings += _shared_claim_names(f)
+    if not _node_components(chain, f, str(node)):
         return done(method, have.count)
     _ready(chain, ref, vmi, held)
     return done(method, have.count)
-
-
-# -- links ------------------------------------------------------------------------------------------------
 
 
 def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, cluster: VmCluster) -> bool:
@@ -333,32 +591,94 @@ def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, clust
     return chain.add(LinkName.REQUEST, True, evidence)
 
 
-def _vm_node_pending(kube: Kube, cluster: VmCluster, nodes: Sequence[str], limit: int = 3) -> list[str]:
+def _vm_node_pending(f: Facts, limit: int = PENDING_NODES) -> list[str]:
     """What the operator has not done yet on the vm-mode nodes (evidence for a resource nobody offers)."""
-    policy = cluster.policy
-    if policy is None:
+    assert f.cluster is not None
+    if f.cluster.policy is None:
         return ["no RBLNClusterPolicy: the operator deploys nothing"]
     out = []
-    for name in list(nodes)[:limit]:
-        node = cluster.node(name)
-        if node is None:
+    for name in list(f.cluster.vm_nodes)[:limit]:
+        if name not in f.pending:
             continue
-        missing = _pending(kube, cluster, node)
+        missing = list(f.pending[name])
         out.append(f"{name}: " + ("; ".join(missing[:3]) if missing else "operator components ready"))
     return out
 
 
-def _pending(kube: Kube, cluster: VmCluster, node: Mapping) -> list[str]:
-    policy = cluster.policy
-    if policy is None:
-        return ["no RBLNClusterPolicy"]
-    name = str((node.get("metadata") or {}).get("name") or "")
-    try:
-        pods = component_pods(kube, cluster.operator, name)
-    except Forbidden:
-        return [f"cannot list the operator's pods in {cluster.operator.namespace} (forbidden)"]
-    slices = node_slices(kube, name, policy.dra_driver) if C.COMP_DRA in policy.allocators(C.MODE_VM) else None
-    return [str(p) for p in pending(node, C.MODE_VM, policy, pods, slices)]
+def _dra_plugin(chain: _Chain, f: Facts) -> bool:
+    """The RBLN DRA plugin runs (ready) on some vm-mode node: else why not, per node, from its pod and log."""
+    assert f.cluster is not None
+    plugins = [f.dra_plugins[n] for n in f.cluster.vm_nodes if n in f.dra_plugins]
+    if not plugins:  # its pods could not be read (RBAC): the ResourceSlices tell the rest
+        return chain.add(LinkName.DRA_PLUGIN, True, ["the DRA plugin's pods were not read"])
+    ready = [p for p in plugins if p.ready]
+    evidence = []
+    for p in plugins:
+        if p.pod is None:
+            evidence.append(f"{p.node}: no DRA plugin pod")
+        elif p.crash_looping:
+            why = (f" ({DRA_ENUMERATION_FAILED!r} in its log: it finds neither an rbln-smi NPU nor a vfio-pci one)"
+                   if p.enumeration_failed else "")
+            evidence.append(f"{p.node}: DRA plugin pod {p.pod} crash-looping, {p.restarts} restart(s){why}")
+        else:
+            evidence.append(f"{p.node}: DRA plugin pod {p.pod} " + ("ready" if p.ready else "not ready"))
+    offered = {n: d for n, d in (f.cluster.dra.vfio if f.cluster.dra else {}).items() if n in f.cluster.vm_nodes}
+    if ready or offered:  # slices that offer vfio NPUs were published by a plugin that ran
+        return chain.add(LinkName.DRA_PLUGIN, True, evidence)
+    looping = [p for p in plugins if p.crash_looping]
+    if looping:
+        nodes = ", ".join(p.node for p in looping)
+        remedy = Remedy(text=(
+            f"the RBLN DRA plugin exits at start while no NPU is bound to vfio-pci on {nodes} (state.go "
+            "NewDeviceState), and starts once vfio-manager has bound them: see what vfio-manager has not done "
+            f"(`rblnctl vfio status --node {looping[0].node}`)"), command=("node", "list"))
+        return chain.add(LinkName.DRA_PLUGIN, False, [*evidence, *_vm_node_pending(f)], remedy,
+                         failure="the RBLN DRA plugin crash-loops on every vm-mode node (no NPU bound to vfio-pci "
+                                 "yet)")
+    return chain.add(LinkName.DRA_PLUGIN, False, [*evidence, *_vm_node_pending(f)],
+                     Remedy(text="the operator deploys the DRA plugin on vm-mode nodes once draKubeletPlugin is "
+                                 "enabled; see what is missing", command=("node", "list")))
+
+
+def _slices(chain: _Chain, f: Facts, slices: Check) -> bool:
+    """check_slices, with what the DRA plugin's state says when no vm-mode node's slices offer vfio devices."""
+    if slices.ok:
+        return chain.check(LinkName.SLICES, slices)
+    assert f.cluster is not None
+    extra = []
+    remedy = slices.remedy
+    failure = None
+    for p in (f.dra_plugins[n] for n in f.cluster.vm_nodes if n in f.dra_plugins):
+        if not p.ready:
+            continue
+        skipped = p.skipped_no_iommu
+        if skipped:
+            extra.append(f"{p.node}: the DRA plugin skipped {len(skipped)} vfio-pci NPU(s) without an IOMMU group "
+                         f"({skipped[-1][:160]})")
+            remedy = Remedy(text=f"the RBLN DRA plugin publishes no vfio-pci NPU without an IOMMU group (vfio.go): "
+                                 f"turn the IOMMU on for {p.node} (the host checks say how)",
+                            command=("preflight", "--hosts", "--node", p.node))
+            failure = "its vm-mode nodes' NPUs have no IOMMU group, so the DRA plugin publishes none"
+        elif p.started is not None and f.now is not None and (f.now - p.started).total_seconds() < 2 * DRA_RESCAN_S:
+            extra.append(f"{p.node}: the DRA plugin started {int((f.now - p.started).total_seconds())}s ago; it "
+                         f"publishes vfio-pci NPUs at start and rescans every {DRA_RESCAN_S}s")
+            remedy = Remedy(text=f"wait {DRA_RESCAN_S}s: the RBLN DRA plugin rescans vfio-pci NPUs every "
+                                 f"{DRA_RESCAN_S}s (--vfio-rescan-interval), then run this again")
+        else:
+            extra.append(f"{p.node}: the DRA plugin has run for over {2 * DRA_RESCAN_S}s and publishes no vfio-pci "
+                         "NPU")
+    extra += _vm_node_pending(f)
+    return chain.add(LinkName.SLICES, False, [*slices.evidence, *extra], remedy, failure=failure)
+
+
+def _skipped_devices(f: Facts) -> list[str]:
+    """Warnings for vfio-pci NPUs a working DRA plugin skipped (no IOMMU group): the VM may get fewer."""
+    out = []
+    for p in f.dra_plugins.values():
+        if p.ready and p.skipped_no_iommu:
+            out.append(f"the DRA plugin on {p.node} skipped {len(p.skipped_no_iommu)} vfio-pci NPU(s) without an "
+                       "IOMMU group: they are offered to no VM")
+    return out
 
 
 def _requested(pod: Mapping, resource: str) -> int:
@@ -374,8 +694,17 @@ def _requested(pod: Mapping, resource: str) -> int:
     return max(main, init)
 
 
-def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, vmi: dict | None) -> bool:
-    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on."""
+def _capacity(chain: _Chain, f: Facts) -> bool:
+    """Free NPUs (allocatable minus what the node's pods request) on nodes the VM may land on.
+
+    When no node it may land on has as many NPUs at all (allocatable, free or not), freeing some would
+    never help: the remedy is to ask for fewer (or to switch a bigger node to vm mode), not to stop a VM.
+    """
+    assert f.cluster is not None
+    ref = f.ref
+    vmi = f.vmi if f.running else None
+    have = f.have
+    spec = D.vm_spec(f.vm) if f.vm is not None else D.vmi_spec(f.vmi or {})
     if vmi is not None and (vmi.get("status") or {}).get("nodeName") and \
             (vmi.get("status") or {}).get("phase") == "Running":
         node = vmi["status"]["nodeName"]
@@ -384,19 +713,23 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
     own = str(((vmi or {}).get("metadata") or {}).get("uid") or "")
     evidence: list[str] = []
     ok = True
+    never: list[tuple[str, int, int, str]] = []  # (resource, wanted, the most any allowed node has, that node)
     for resource in have.resources:
         wanted = sum(1 for d in have.sandbox if d.resource == resource)
         fits = []
-        for name in cluster.advertised.get(resource, []):
-            node = cluster.node(name) or {}
+        biggest: tuple[int, str] | None = None
+        for name in f.cluster.advertised.get(resource, []):
+            node = f.cluster.node(name) or {}
             reason = why_not(node, placement)
             if reason:
                 evidence.append(f"{name}: excluded by {reason}")
                 continue
             alloc = R.count(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0))
+            if biggest is None or alloc > biggest[0]:
+                biggest = (alloc, name)
             used = 0
             holders = []
-            for p in kube.iter_list(PODS, field_selector=f"spec.nodeName={name}"):
+            for p in f.capacity.get(name, ()):
                 if (p.get("status") or {}).get("phase") in FINAL_PHASES:
                     continue
                 if own and (labels_of(p).get(C.LAUNCHER_CREATED_BY_LABEL) == own):
@@ -414,48 +747,73 @@ def _capacity(chain: _Chain, kube: Kube, cluster: VmCluster, spec: Mapping, have
         if not fits:
             ok = False
             evidence.insert(0, f"no node the VM may run on ({placement.describe()}) has {wanted} free {resource}")
+            if biggest is not None and wanted > biggest[0]:
+                never.append((resource, wanted, *biggest))
         else:
             evidence.insert(0, f"{wanted} {resource} fit on {', '.join(fits)}")
+    if never:
+        resource, wanted, most, node = never[0]
+        evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
+                        f"is {most}, on {node})")
+        command = ("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most)) if len(have.resources) == 1 \
+            and most > 0 else None
+        return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
+            text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
+                 f"{resource} to vm mode", command=command),
+            failure=f"no node it may run on has {wanted} {resource}, free or not")
     return chain.add(LinkName.CAPACITY, ok, evidence, Remedy(
         text="free NPUs on a node the VM may run on (stop a VM that holds them), widen the VM's nodeSelector, "
              "affinity or tolerations, or switch another node to vm mode; the VMs that hold NPUs",
         command=LIST_VMS))
 
 
-def _launcher(kube: Kube, vmi: dict) -> dict | None:
-    """The VMI's newest unfinished virt-launcher pod (kubevirt.io=virt-launcher, kubevirt.io/created-by=<uid>)."""
-    meta = vmi.get("metadata") or {}
-    uid = meta.get("uid")
-    selector = f"{C.VIRT_LAUNCHER_LABEL}={C.VIRT_LAUNCHER_VALUE}" + (f",{C.LAUNCHER_CREATED_BY_LABEL}={uid}"
-                                                                     if uid else "")
-    try:
-        pods = kube.list(PODS, namespace=meta.get("namespace"), label_selector=selector)
-    except Forbidden:
-        return None
-    pods = [p for p in pods if (p.get("status") or {}).get("phase") not in FINAL_PHASES and (
-        uid or any(o.get("name") == meta.get("name") for o in (p["metadata"].get("ownerReferences") or [])))]
-    pods.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
-    return pods[-1] if pods else None
+def _creation_remedy(ref: VmRef, text: str) -> Remedy:
+    """The fix a KubeVirt refusal to create or render names (gates, permitted devices), else `describe`."""
+    m = re.search(r"HostDevice (\S+) is not permitted", text)
+    if m:
+        return Remedy(text=f"permit {m.group(1)}",
+                      command=("kubevirt", "permit-devices", "--resource-name", m.group(1)))
+    if re.search(r"DRA enabled HostDevices but feature gate is not enabled", text, re.I):
+        return Remedy(text="enable the DRA host devices gate", command=("kubevirt", "enable-gates", "--dra"))
+    if re.search(r"Host ?Devices feature gate is not enabled", text, re.I):
+        return Remedy(text="enable the HostDevices gate", command=("kubevirt", "enable-gates"))
+    return Remedy(text=f"see `kubectl describe vm {ref.name} -n {ref.namespace}`")
 
 
-def _instance(chain: _Chain, ref: VmRef, vm: dict | None, vmi: dict | None, pod: dict | None) -> bool:
+def _instance(chain: _Chain, f: Facts) -> bool:
+    ref, vm = f.ref, f.vm
+    vmi = f.vmi if f.running else None
+    pod = f.pod
     start = Remedy(text=f"start it (`virtctl start {ref.name} -n {ref.namespace}`)")
     if vmi is None:
-        status = ((vm or {}).get("status") or {}).get("printableStatus") or "Stopped"
-        return chain.add(LinkName.INSTANCE, False, [f"no running VMI: the VM is {status}, so nothing holds NPUs"],
-                         start)
+        st = (vm or {}).get("status") or {}
+        status = st.get("printableStatus") or "Stopped"
+        strategy = run_strategy(vm or {})
+        failures = [c for c in st.get("conditions") or [] if c.get("type") == "Failure" and c.get("status") == "True"]
+        should_run = strategy in ("Always", "RerunOnFailure") or status not in ("Stopped", "Stopping")
+        if not should_run:
+            return chain.add(LinkName.INSTANCE, False, [f"no running VMI: the VM is {status}, so nothing holds NPUs"],
+                             start)
+        # It should run and has no VMI: KubeVirt says why in the VM's status (kubevirt/kubevirt@v1.9.0
+        # pkg/virt-controller/watch/vm/vm.go processFailureCondition: condition Failure, reason FailedCreate...;
+        # printableStatus ErrorUnschedulable, CrashLoopBackOff...), not "Stopped".
+        msgs = [f"{c.get('type')} {c.get('reason') or ''}: {c.get('message') or ''}".strip() for c in failures]
+        evidence = [f"runStrategy {strategy} but no VMI: the VM is {status}", *msgs]
+        if not msgs and status in ("Starting", "Provisioning", "WaitingForVolumeBinding"):
+            return chain.add(LinkName.INSTANCE, False, evidence + ["KubeVirt is still creating its VMI"],
+                             Remedy(text="wait, then run this again"), failure="its VMI is still being created")
+        reason = failures[0].get("reason") if failures else status
+        return chain.add(LinkName.INSTANCE, False, evidence, _creation_remedy(ref, " ".join(msgs)),
+                         failure=f"KubeVirt did not create its VMI ({reason})")
     st = vmi.get("status") or {}
     phase = st.get("phase") or "Pending"
     failing = [c for c in st.get("conditions") or [] if c.get("status") == "False" and c.get("type") != "Ready"]
     if pod is None and phase in ("", "Pending", "Scheduling"):
         msgs = [f"{c.get('type')} {c.get('reason') or ''}: {c.get('message') or ''}".strip() for c in failing]
         evidence = [f"VMI {ref} is {phase} and KubeVirt made no virt-launcher pod for it", *msgs]
-        text = " ".join(msgs)
-        remedy = Remedy(text=f"see `kubectl describe vmi {ref.name} -n {ref.namespace}`")
-        m = re.search(r"HostDevice (\S+) is not permitted", text)
-        if m:
-            remedy = Remedy(text=f"permit {m.group(1)}",
-                            command=("kubevirt", "permit-devices", "--resource-name", m.group(1)))
+        remedy = _creation_remedy(ref, " ".join(msgs))
+        if remedy.command == ():
+            remedy = Remedy(text=f"see `kubectl describe vmi {ref.name} -n {ref.namespace}`")
         return chain.add(LinkName.INSTANCE, False, evidence, remedy,
                          failure="KubeVirt made no virt-launcher pod for its VMI")
     if phase == "Failed":
@@ -465,21 +823,16 @@ def _instance(chain: _Chain, ref: VmRef, vm: dict | None, vmi: dict | None, pod:
                                                + (f"; virt-launcher pod {pod['metadata']['name']}" if pod else "")])
 
 
-def _claims(chain: _Chain, kube: Kube, ref: VmRef, have: VmNpus, pod: dict | None) -> bool:
+def _claims(chain: _Chain, f: Facts) -> bool:
     """The NPU claims of the virt-launcher pod are allocated (pod.status.resourceClaimStatuses names them)."""
-    entries = {c.get("name"): c for c in ((pod or {}).get("spec") or {}).get("resourceClaims") or []}
-    statuses = {s.get("name"): s.get("resourceClaimName") for s in ((pod or {}).get("status") or {})
-                .get("resourceClaimStatuses") or []}
+    ref = f.ref
     evidence: list[str] = []
     ok = True
-    for claim in dict.fromkeys(str(d.claim) for d in have.dra):
-        entry = entries.get(claim) or {}
-        name = entry.get("resourceClaimName") or statuses.get(claim)
+    for claim, (name, obj) in f.claims.items():
         if not name:
             ok = False
             evidence.append(f"no ResourceClaim made for {claim} yet (the virt-launcher pod's status names none)")
             continue
-        obj = kube.get_optional(RESOURCE_CLAIMS, name, namespace=ref.namespace)
         if obj is None:
             ok = False
             evidence.append(f"ResourceClaim {ref.namespace}/{name} ({claim}) does not exist")
@@ -491,8 +844,8 @@ def _claims(chain: _Chain, kube: Kube, ref: VmRef, have: VmNpus, pod: dict | Non
             continue
         got = ", ".join(f"{r.get('request')}={r.get('pool')}/{r.get('device')}" for r in results)
         evidence.append(f"ResourceClaim {ref.namespace}/{name} ({claim}) allocated: {got or 'no devices'}")
-    if not ok and pod is not None:
-        failure = _failed_scheduling(kube, pod)
+    if not ok and f.pod is not None:
+        failure = _failed_scheduling(f.pod_events)
         if failure:
             evidence.append(f"scheduler: {failure.message}")
     return chain.add(LinkName.CLAIM, ok, evidence, Remedy(
@@ -500,23 +853,15 @@ def _claims(chain: _Chain, kube: Kube, ref: VmRef, have: VmNpus, pod: dict | Non
              "that holds them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS))
 
 
-def _failed_scheduling(kube: Kube, pod: dict) -> SchedulingFailure | None:
-    """The newest FailedScheduling event of the pod, parsed (None: none, or events cannot be read)."""
-    meta = pod.get("metadata") or {}
-    try:
-        events = kube.list(EVENTS, namespace=meta.get("namespace"),
-                           field_selector=f"involvedObject.kind=Pod,involvedObject.name={meta.get('name')}")
-    except (Forbidden, NotFound):
-        return None
-    failed = [e for e in events if e.get("reason") == "FailedScheduling"
-              and (not meta.get("uid") or (e.get("involvedObject") or {}).get("uid") in (None, meta.get("uid")))]
-    if not failed:
-        return None
-    failed.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-    return parse_failed_scheduling(str(failed[-1].get("message") or ""))
+def _failed_scheduling(events: Sequence[dict]) -> SchedulingFailure | None:
+    """The newest FailedScheduling event among the pod's events, parsed (None: none)."""
+    failed = [e for e in events if e.get("reason") == "FailedScheduling"]
+    return parse_failed_scheduling(str(failed[-1].get("message") or "")) if failed else None
 
 
-def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | None, cluster: VmCluster) -> bool:
+def _scheduling(chain: _Chain, f: Facts) -> bool:
+    assert f.cluster is not None and f.vmi is not None
+    ref, vmi, pod, cluster = f.ref, f.vmi, f.pod, f.cluster
     if pod is None:
         node = (vmi.get("status") or {}).get("nodeName")
         return chain.add(LinkName.SCHEDULING, bool(node), [f"VMI placed on {node}" if node else
@@ -527,7 +872,7 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
     scheduled = conds.get("PodScheduled") or {}
     if node or scheduled.get("status") == "True":
         return chain.add(LinkName.SCHEDULING, True, [f"virt-launcher pod {pod['metadata']['name']} is on {node}"])
-    failure = _failed_scheduling(kube, pod)
+    failure = _failed_scheduling(f.pod_events)
     evidence = [f"virt-launcher pod {pod['metadata']['name']} is Pending, not scheduled"]
     if failure is None:
         message = scheduled.get("message")
@@ -540,7 +885,12 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
                         f"{total} nodes available")
         evidence += [f"{n} node(s): {r}" if n else r for n, r in failure.reasons]
         text = " ".join(r for _, r in failure.reasons)
-        if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
+        never = _never_fits(cluster, ref, vmi) if re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text) \
+            or "claim" in text.lower() else None
+        if never is not None:
+            evidence.append(never[0])
+            remedy = never[1]
+        elif re.search(r"Insufficient " + re.escape(C.RESOURCE_PREFIX), text):
             remedy = Remedy(text="every node it may run on has its NPUs in use: free NPUs (stop a VM that holds "
                             "them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS)
         elif "claim" in text.lower():
@@ -556,7 +906,67 @@ def _scheduling(chain: _Chain, kube: Kube, ref: VmRef, vmi: dict, pod: dict | No
     return chain.add(LinkName.SCHEDULING, False, evidence, remedy)
 
 
-def _node_components(chain: _Chain, kube: Kube, cluster: VmCluster, node_name: str, method: str) -> bool:
+# The RBLN DRA driver's refusal of a second claim of one name on a node (kubevirt_metadata.go), as kubelet
+# reports it on the pod (event FailedPrepareDynamicResources).
+_SAME_NAME = "another claim with the same name is prepared on this node"
+
+
+def _claim_name(chain: _Chain, f: Facts, node: str) -> bool:
+    """No other running VMI on the VM's node holds a DRA claim under the same per-node key (docs/vm.md)."""
+    ref = f.ref
+    here = [n for n in f.neighbours if n.node and n.node == node]
+    refused = [e for e in f.pod_events if _SAME_NAME in str(e.get("message") or "")]
+    if not here and not refused:
+        own = D.claim_name(ref.namespace, ref.name)
+        names = sorted({str(d.claim) for d in f.have.dra if d.managed})
+        return chain.add(LinkName.CLAIM_NAME, True, [f"no other VM on {node} has a claim named "
+                                                     f"{', '.join(names) or own}"])
+    evidence = [f"VM {n.vm} on {n.node} holds a claim under {n.key} too" for n in here]
+    evidence += [f"event {e.get('reason')}: {' '.join(str(e.get('message') or '').split())[:300]}"
+                 for e in refused[-1:]]
+    evidence.append("the RBLN DRA driver keys a claim's per-node metadata by its pod-level name and prepares one "
+                    "claim of a name per node (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/"
+                    "kubevirt_metadata.go)")
+    return chain.add(LinkName.CLAIM_NAME, False, evidence, Remedy(
+        text="give this VM its own claim name (rbln-npu-<hash>, docs/vm.md: Claim names)",
+        command=("vm", "attach", ref.name, "-n", ref.namespace, "--restart")))
+
+
+def _shared_claim_names(f: Facts) -> list[str]:
+    """A warning when VMs elsewhere share a claim name with this one: on one node, one of them would not start."""
+    elsewhere = sorted({str(n.vm) for n in f.neighbours})
+    if not elsewhere:
+        return []
+    return [f"VM {f.ref} shares a DRA claim name with {', '.join(elsewhere[:5])} on other nodes: on one node, one of "
+            f"them could not start; `rblnctl vm attach {f.ref.name} -n {f.ref.namespace} --restart` gives it its own"]
+
+
+def _never_fits(cluster: VmCluster | None, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:
+    """When the VMI asks more NPUs of one kind than any vm-passthrough node has at all: the evidence and the
+    remedy (ask for fewer), since freeing NPUs would never make it fit (rblnctl.vm.cluster.most_per_node)."""
+    if cluster is None:
+        return None
+    held = D.npus_of(D.vmi_spec(vmi), npu_claim=lambda _c: True)
+    wanted: dict[str | None, int] = {}
+    for d in held.devices:
+        key = d.resource if d.method == C.METHOD_SANDBOX else None
+        wanted[key] = wanted.get(key, 0) + 1
+    for resource, n in wanted.items():
+        most = most_per_node(cluster, C.METHOD_SANDBOX if resource else C.METHOD_DRA, resource)
+        if most is not None and n > most[0]:
+            what = resource or "vfio NPUs"
+            return (f"{n} {what} never fit: no vm-passthrough node has that many at all (the most is {most[0]}, on "
+                    f"{most[1]})",
+                    Remedy(text=f"ask for at most {most[0]} NPU(s) (freeing NPUs would not help), or switch a node "
+                                f"with {n} to vm mode; then restart the VM",
+                           command=("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most[0]), "--restart")
+                           if len(wanted) == 1 else None))
+    return None
+
+
+def _node_components(chain: _Chain, f: Facts, node_name: str) -> bool:
+    assert f.cluster is not None
+    cluster = f.cluster
     node = cluster.node(node_name)
     if node is None:
         return chain.add(LinkName.NODE, False, [f"{node_name} is not an NPU node"],
@@ -567,7 +977,7 @@ def _node_components(chain: _Chain, kube: Kube, cluster: VmCluster, node_name: s
         return chain.add(LinkName.NODE, False, [f"{node_name} is in {mode.effective} mode"],
                          Remedy(text=f"switch {node_name} to vm mode", command=("node", "set-mode", "vm", node_name)),
                          failure=f"its node {node_name} is in {mode.effective} mode")
-    missing = _pending(kube, cluster, node)
+    missing = list(f.pending.get(node_name, ()))
     if missing:
         return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],
                          Remedy(text="the operator has not finished converging the node on vm mode (a stuck "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
-from rblnctl.kube import VMIS, VMS, Kube, Resource
+from rblnctl.clock import Stop
+from rblnctl.errors import Forbidden, NotFound, RblnError
+from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many
+from rblnctl.node.inventory import Change
 from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import ClaimIndex
@@ -26,6 +29,8 @@ class VmNpuEntry:
     method: str | None  # sandbox | dra | mixed
     devices: list[NpuDevice]  # the template's (a standalone VMI: its own)
     running_devices: list[NpuDevice] | None  # the VMI's (None: no VMI, or it finished)
+    claims: list[str] = field(default_factory=list)  # the DRA driver's per-node keys of its NPU claims (claim_keys)
+    collisions: list[str] = field(default_factory=list)  # VMs (ns/name) whose claims share a key with it on its node
 
     @property
     def npus(self) -> int:
@@ -52,7 +57,12 @@ class VmNpuListing:
     items: list[VmNpuEntry]
     namespace: str | None  # None: every namespace
     served: bool = True  # False: KubeVirt's APIs are not served (not installed)
-    notes: list[str] = field(default_factory=list)  # what could not be read (forbidden)
+    notes: list[str] = field(default_factory=list)  # what could not be read (forbidden); shared claim names
+
+    @property
+    def collisions(self) -> list[VmNpuEntry]:
+        """The VMs whose NPU claims collide with another VM's on their node (the second one cannot start)."""
+        return [e for e in self.items if e.collisions]
 
     def by_node(self) -> dict[str, list[str]]:
         """Node -> `namespace/name` of the VMs holding NPUs there now."""
@@ -81,6 +91,58 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
     vmis = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances")
     if vms is None or vmis is None:
         return VmNpuListing(items=[], namespace=namespace, served=False, notes=notes)
+    return listing_of(kube, vms, vmis, namespace=namespace, notes=notes)
+
+
+def watch_vm_npus(kube: Kube, *, namespace: str | None = None, stop: Stop | None = None,
+                  timeout_s: float | None = None,
+                  on_retry: Callable[[RblnError], None] | None = None) -> Iterator[VmNpuListing]:
+    """Yield the VMs with NPUs now, then again after every change that alters them: one watch of the VMs and one
+    of the VMIs (in `namespace`, None: every namespace), reopened whenever the server ends them.
+
+    Runs until `stop` is set or `timeout_s` passes (None: for ever). Without KubeVirt's API both are empty.
+    """
+    specs = [WatchSpec(VMS, namespace=namespace, missing_ok=True), WatchSpec(VMIS, namespace=namespace,
+                                                                            missing_ok=True)]
+    vms, vmis = Mirror(), Mirror()
+    last: VmNpuListing | None = None
+    for ev in watch_many(kube, specs, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
+        (vms if ev.source == 0 else vmis).apply(ev)
+        if not (vms.synced and vmis.synced):
+            continue
+        now = listing_of(kube, vms.items(), vmis.items(), namespace=namespace, notes=[])
+        if now != last:
+            last = now
+            yield now
+
+
+def vm_changes(old: VmNpuListing, new: VmNpuListing) -> list[Change]:
+    """What changed between two listings, VM by VM (`virtualmachine/vms/v1 status Stopped -> Running`)."""
+    def facts(e: VmNpuEntry) -> dict[str, str]:
+        return {"status": e.status + (",RestartPending" if e.restart_pending else ""), "node": e.node or "<none>",
+                "npus": str(e.npus), "method": e.method or "<none>",
+                "devices": ",".join(f"{d.name}={d.source}" for d in e.devices) or "<none>"}
+
+    before = {(e.ref.namespace, e.ref.name): e for e in old.items}
+    after = {(e.ref.namespace, e.ref.name): e for e in new.items}
+    out: list[Change] = []
+    for key in sorted(before.keys() | after.keys()):
+        entry = after.get(key) or before[key]
+        subject = f"{entry.kind.lower()}/{key[0]}/{key[1]}"
+        if key not in before:
+            out.append(Change(subject=subject, what="added", new=f"{entry.npus} NPU(s)"))
+        elif key not in after:
+            out.append(Change(subject=subject, what="removed"))
+        else:
+            a, b = facts(before[key]), facts(after[key])
+            out += [Change(subject=subject, what=k, old=a[k], new=b[k]) for k in a if a[k] != b[k]]
+    return out
+
+
+def listing_of(kube: Kube, vms: list[dict], vmis: list[dict], *, namespace: str | None,
+               notes: list[str]) -> VmNpuListing:
+    """The VMs with NPUs among these VM and VMI objects (claim templates read only for claims rblnctl did not
+    write)."""
     specs = [D.vm_spec(v) for v in vms] + [D.vmi_spec(v) for v in vmis]
     foreign = any(not D.is_managed_claim(c) for spec in specs for c in D.resource_claims(spec))
     policy = read_operator(kube).policy if foreign else None
@@ -99,10 +161,12 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
         running = _running(vmi, test)
         if not devices and not running:
             continue
+        held = D.vmi_spec(vmi) if running is not None and vmi is not None else D.vm_spec(vm)
         items.append(VmNpuEntry(ref=VmRef(*key), kind="VirtualMachine",
                                 status=str((vm.get("status") or {}).get("printableStatus") or "Unknown"),
                                 node=_node(vmi), method=_method(devices or running or []), devices=devices,
-                                running_devices=running))
+                                running_devices=running,
+                                claims=claim_keys(held, running if running is not None else devices)))
     for key, vmi in sorted(by_name.items()):
         if key in seen:
             continue
@@ -112,9 +176,51 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
             continue
         items.append(VmNpuEntry(ref=VmRef(*key), kind="VirtualMachineInstance",
                                 status=str((vmi.get("status") or {}).get("phase") or "Pending"), node=_node(vmi),
-                                method=_method(devices), devices=devices, running_devices=_running(vmi, test)))
+                                method=_method(devices), devices=devices, running_devices=_running(vmi, test),
+                                claims=claim_keys(D.vmi_spec(vmi), devices)))
+    items = with_collisions(items, notes)
     return VmNpuListing(items=sorted(items, key=lambda e: (e.ref.namespace, e.ref.name)), namespace=namespace,
                         notes=notes)
+
+
+def claim_keys(spec: dict, devices: Iterable[NpuDevice]) -> list[str]:
+    """The names the RBLN DRA driver keys its per-node KubeVirt metadata by, for a VMI spec's NPU claims.
+
+    A template claim's pod-level name (KubeVirt copies resourceClaims[].name into the virt-launcher pod), a
+    direct claim's own name: both are unique per node only by convention (RBLN-SW/rbln-k8s-dra-driver@37a656f
+    cmd/npu-kubelet-plugin/kubevirt_metadata.go kubevirtMetadataClaimDirs; docs/vm.md, Claim names).
+    """
+    used = {d.claim for d in devices if d.claim}
+    out = []
+    for c in D.resource_claims(spec):
+        name = str(c.get("name") or "")
+        if name not in used:
+            continue
+        out.append(f"resourceclaims/{c['resourceClaimName']}" if c.get("resourceClaimName")
+                   else f"resourceclaimtemplates/{name}")
+    return sorted(out)
+
+
+def with_collisions(items: list[VmNpuEntry], notes: list[str]) -> list[VmNpuEntry]:
+    """Mark the VMs whose claims share a key on one node (what the running VMIs hold), and note the names
+    several VMs share anywhere (two of them on one node would collide)."""
+    on_node: dict[tuple[str, str], list[str]] = {}
+    shared: dict[str, list[str]] = {}
+    for e in items:
+        for key in e.claims:
+            shared.setdefault(key, []).append(str(e.ref))
+            if e.node:
+                on_node.setdefault((e.node, key), []).append(str(e.ref))
+    out = []
+    for e in items:
+        others = sorted({r for key in e.claims if e.node for r in on_node.get((e.node, key), []) if r != str(e.ref)})
+        out.append(dataclasses.replace(e, collisions=others) if others else e)
+    for key, refs in sorted(shared.items()):
+        if len(refs) > 1:
+            notes.append(f"{len(refs)} VMs share the DRA claim key {key} ({', '.join(sorted(refs)[:5])}"
+                         f"{' ...' if len(refs) > 5 else ''}): two of them on one node cannot both start; "
+                         "`rblnctl vm attach NAME -n NAMESPACE` gives each its own name (docs/vm.md, Claim names)")
+    return out
 
 
 def _running(vmi: dict | None, test: D.ClaimTest) -> list[NpuDevice] | None:

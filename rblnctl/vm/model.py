@@ -48,7 +48,7 @@ class NpuDevice:
     resource: str | None = None  # sandbox: deviceName (rebellions.ai/RBLN-CA22_PF)
     claim: str | None = None  # dra: claimName (a resourceClaims entry)
     request: str | None = None  # dra: requestName
-    managed: bool = False  # dra: through rblnctl's own claim entry (rbln-npu)
+    managed: bool = False  # dra: through rblnctl's own claim entry (rbln-npu-<hash>, or the old rbln-npu)
 
     @property
     def source(self) -> str:

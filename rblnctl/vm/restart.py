@@ -18,8 +18,8 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import Conflict, WaitTimeout
-from rblnctl.kube import VM_SUBRESOURCES, VMIS, VMS, Kube
+from rblnctl.errors import Conflict, NotFound, WaitTimeout
+from rblnctl.kube import VM_SUBRESOURCES, VMIS, VMS, Kube, writes
 from rblnctl.vm.model import VmRef
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,14 @@ class VmState:
         return ", ".join(parts + list(self.conditions[:2]))
 
 
+def run_strategy(vm: dict) -> str:
+    """The VM's runStrategy (`spec.running` true/false read as Always/Halted, as KubeVirt does)."""
+    spec = vm.get("spec") or {}
+    if spec.get("runStrategy"):
+        return str(spec["runStrategy"])
+    return "Always" if spec.get("running") else "Halted"
+
+
 def vm_state(kube: Kube, ref: VmRef) -> VmState:
     """Read the VM and its VMI (two GETs)."""
     vm = kube.get_optional(VMS, ref.name, namespace=ref.namespace) or {}
@@ -74,9 +82,25 @@ class VmRestarter:
     on_step: Callable[[str], None] = _noop
 
     def _put(self, ref: VmRef, action: str) -> None:
-        body = {"dryRun": ["All"]} if self.server_dry_run else {}
+        """Ask virt-api to stop or start the VM. Both are idempotent, so a request whose outcome is unknown (a
+        lost reply, a 5xx) is settled by reading the VM back and asking again unless its runStrategy already
+        says it (rblnctl.kube.writes); virt-api's 409 "VM is not running" / "already running" means done."""
+        w = writes.put(VM_SUBRESOURCES, ref.name, sub=action, namespace=ref.namespace, body={})
+
+        def next_write(vm: Any) -> writes.Write | None:
+            if vm is writes.UNREAD:
+                return w
+            if vm is None:
+                raise NotFound(f'VirtualMachine "{ref.name}" not found in namespace "{ref.namespace}"')
+            strategy = run_strategy(vm)
+            if (action == "stop" and strategy == "Halted") or (action == "start" and strategy == "Always"):
+                return None
+            return w
+
         try:
-            self.kube.request("PUT", VM_SUBRESOURCES.path(ref.name, namespace=ref.namespace, sub=action), body=body)
+            writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(VMS, ref.name,
+                                                                                     namespace=ref.namespace),
+                          what=f"VM {ref}", dry_run=self.server_dry_run, backoff_s=self.poll_s / 4, clock=self.clock)
         except Conflict as e:
             if not _NOTHING_TO_DO[action].search(str(e)):
                 raise

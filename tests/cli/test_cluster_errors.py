@@ -67,7 +67,9 @@ def test_verbose_shows_requests_on_stderr_only(apiserver):
     r = cli("node", "list", "-o", "json", "-v=6", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     assert [n["name"] for n in json.loads(r.stdout)["items"]] == ["npu1"]  # stdout is the JSON alone
-    assert "GET /api/v1/nodes" in r.stderr and "GET /api" not in r.stdout
+    # issue 21: full URLs, as kubectl -v=6 logs them (round_trippers: `GET https://... 200 OK in 5 milliseconds`)
+    assert f"GET {apiserver.url}/api/v1/nodes?" in r.stderr and " 200 OK in " in r.stderr
+    assert "GET /api" not in r.stdout and "milliseconds" not in r.stdout
 
 
 def test_unexpected_bug_is_one_line_exit_70(apiserver, mocker):

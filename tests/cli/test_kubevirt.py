@@ -150,9 +150,21 @@ def test_malformed_gate_exits_2_without_touching_the_cluster(apiserver, bad):
     assert apiserver.requests == []
 
 
-def test_unknown_gate_is_a_warning(apiserver):
+def test_unknown_gate_is_bad_input_with_nothing_written(apiserver):
+    """issue 21: `enable-gates HostDevice` wrote HostDevice beside HostDevices (exit 0, a warning)."""
     apiserver.add(o.kubevirt(feature_gates=[]))
-    r = cli("kubevirt", "enable-gates", "--yes", "SomeFutureGate", server=apiserver.url)
+    apiserver.clear_requests()
+    r = cli("kubevirt", "enable-gates", "HostDevice", "--yes", server=apiserver.url)
+    assert r.exit_code == 2
+    assert "unknown KubeVirt feature gate 'HostDevice' (did you mean HostDevices?)" in r.stderr
+    assert "(pass --allow-unknown)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert apiserver.writes() == [] and apiserver.requests == []
+    assert gates(apiserver) == []
+
+
+def test_unknown_gate_is_a_warning_with_allow_unknown(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    r = cli("kubevirt", "enable-gates", "--yes", "SomeFutureGate", "--allow-unknown", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     assert "unknown feature gate SomeFutureGate" in r.stderr
     assert gates(apiserver) == ["HostDevices", "SomeFutureGate"]
@@ -358,7 +370,8 @@ def test_permit_devices_from_cluster(apiserver):
 def test_permit_devices_without_a_flag_permits_what_the_cluster_advertises(apiserver):
     apiserver.add(o.kubevirt(permitted_pci=[]))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
-    assert r.exit_code == 1 and "no NPU node advertises" in r.stderr
+    assert r.exit_code == 1 and "no NPU node is in vm-passthrough mode yet" in r.stderr
+    assert "`rblnctl node set-mode vm NODE`" in r.stderr  # issue 21: the refusal names the fixing command
     apiserver.add(o.npu_node("vm-a", mode="vm-passthrough", product="RBLN-CR13"))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
     assert r.exit_code == 0, r.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER
 from tests.helpers import cli, closed_port_url
@@ -97,3 +99,31 @@ def test_an_hco_managed_kubevirt_is_refused_before_any_write(apiserver):
     assert "managed by the HyperConverged Cluster Operator" in r.stderr
     assert "spec.permittedHostDevices.pciHostDevices" in r.stderr
     assert apiserver.writes() == []
+
+
+@pytest.mark.parametrize("mapping", [
+    "rebellions.ai/=RBLN-CA22_PF",  # an empty name after the domain
+    "../x=RBLN-CA22_PF",  # a path, not a DNS subdomain
+    "ATOM_PT=-bad-",  # starts and ends with '-'
+    "memory=RBLN-CA22_PF",  # a Kubernetes resource, not a Rebellions one
+    "ATOM_PT=" + "R" * 300,  # longer than 63 after the domain
+    "ATOM_PT=rebellions.ai/" + "R" * 64,
+    "ATOM_PT=RBLN-CÄ22_PF",  # non-ASCII
+    "ATOM_PT=RBLN-CA２２_PF",  # full-width digits
+    "ATOM_PT=RBLN-CA22_PF.",  # ends with '.'
+])
+def test_an_invalid_resource_name_in_a_mapping_is_exit_2_before_connecting(mapping):
+    """Before: every one of these was written into the KubeVirt CR and every VM, exit 0."""
+    r = cli("kubevirt", "migrate-resources", "--map", mapping, "--yes", server=closed_port_url())
+    assert r.exit_code == 2, r.stderr
+    assert "invalid resource name in --map" in r.stderr and "cannot reach" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["vm", "attach", "v", "--resource", "rebellions.ai/"],
+                                  ["vm", "attach", "v", "--resource", "memory"],
+                                  ["vm", "manifest", "v", "--resource", "RBLN-CA２２_PF"],
+                                  ["kubevirt", "permit-devices", "--resource-name", "../x"]])
+def test_an_invalid_resource_flag_is_exit_2_before_connecting(args):
+    r = cli(*args, server=closed_port_url())
+    assert r.exit_code == 2, r.stderr
+    assert "invalid" in r.stderr and "cannot reach" not in r.stderr

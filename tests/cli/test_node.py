@@ -57,15 +57,28 @@ def test_set_mode_noop_exits_0_without_yes(cluster):
 def test_bad_mode_exits_2_before_connecting(apiserver):
     r = cli("node", "set-mode", "n1", "gpu", "--yes", server=apiserver.url)
     assert r.exit_code == 2
-    assert "unknown mode 'gpu'" in r.stderr and r.stdout == ""
+    # issue 21: in either order, neither word is taken for "the" mode when no word looks like one
+    assert "neither 'n1' nor 'gpu' is a mode" in r.stderr and r.stdout == ""
     assert apiserver.requests == []
+
+
+@pytest.mark.parametrize("args", [["vmm", "npu-0000"], ["npu-0000", "vmm"]])
+def test_a_misspelt_mode_is_named_in_either_order(apiserver, args):
+    """issue 21: `set-mode vmm npu-0000` said `unknown mode 'npu-0000' (nor is 'vmm' one)`."""
+    r = cli("node", "set-mode", *args, "--yes", server=apiserver.url)
+    assert r.exit_code == 2 and apiserver.requests == []
+    assert "unknown mode 'vmm' (did you mean vm?)" in r.stderr
+    assert "rblnctl node set-mode vm npu-0000" in r.stderr and "'npu-0000' (" not in r.stderr
 
 
 def test_refused_by_vm_guard_exits_1(cluster):
     cluster.add(o.vmi("vms", "vm1", "n1", host_devices=[PF]))
     r = cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
     assert r.exit_code == 1
-    assert "refusing to switch node n1" in r.stderr and "vms/vm1" in r.stderr and "stop or migrate" in r.stderr
+    assert "refusing to switch node n1" in r.stderr and "vms/vm1" in r.stderr
+    # issue 21: passthrough VMs cannot live-migrate: the refusal says how to stop one, and the one flag that evicts
+    assert "cannot live-migrate" in r.stderr and "`virtctl stop vm1 -n vms`" in r.stderr
+    assert "(pass --evict-vms to go ahead anyway)" in r.stderr and "migrate these VMs" not in r.stderr
     assert cluster.writes() == []
 
 
@@ -79,7 +92,7 @@ def test_timeout_exits_5_and_says_how_to_resume(apiserver):
     r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "0.3", server=apiserver.url)
     assert r.exit_code == 5
     assert "in progress" in r.stderr and "resume:  rblnctl node set-mode vm n1" in r.stderr
-    assert "go back: rblnctl node set-mode container n1 --force" in r.stderr
+    assert "go back: rblnctl node set-mode container n1 --reverse" in r.stderr  # issue 21: the narrowest flag
     assert r.stderr.count("\nerror: ") + r.stderr.startswith("error: ") == 1
     assert apiserver.get("Node", "n1")["spec"]["unschedulable"] is True
 
@@ -190,7 +203,7 @@ def test_ctrl_c_during_set_mode_says_how_to_resume(cluster, mocker):
     r = cli("node", "set-mode", "n1", "vm", "--yes", "-o", "json", server=cluster.url)
     assert r.exit_code == 130 and r.stdout == ""
     assert "interrupted" in r.stderr
-    assert "rblnctl node set-mode vm n1" in r.stderr and "rblnctl node set-mode container n1 --force" in r.stderr
+    assert "rblnctl node set-mode vm n1" in r.stderr and "rblnctl node set-mode container n1 --reverse" in r.stderr
 
 
 def test_ctrl_c_during_drain_says_the_node_stays_cordoned(cluster, mocker):
@@ -257,3 +270,35 @@ def test_a_grace_period_beyond_int64_exits_2_before_connecting(apiserver):
     r = cli("node", "drain", "n1", "--grace-period", "99999999999999999999999", "--yes", server=apiserver.url)
     assert r.exit_code == 2 and "--grace-period" in r.stderr
     assert apiserver.requests == []
+
+
+def _malformed_vmis():
+    """VMIs a hand edit or a preserve-unknown-fields schema could leave: fields that are not lists of objects."""
+    out = []
+    for i, (path, value) in enumerate([(("domain", "devices", "hostDevices"), "npu0"),
+                                       (("domain", "devices", "hostDevices"), [1, "x", None]),
+                                       (("resourceClaims",), {"name": "c"}),
+                                       (("resourceClaims",), 7),
+                                       (("domain",), ["devices"])]):
+        v = o.vmi("vms", f"odd{i}", "n1")
+        spec = v["spec"]
+        for key in path[:-1]:
+            spec = spec.setdefault(key, {})
+        spec[path[-1]] = value
+        out.append(v)
+    return out
+
+
+def test_malformed_vmis_are_judged_not_a_crash_even_under_dry_run(cluster):
+    """Before: `hostDevices: npu0` and friends raised AttributeError/TypeError in the VM guard: exit 70."""
+    cluster.add(*_malformed_vmis())
+    r = cli("node", "set-mode", "n1", "vm", "--dry-run", "-o", "json", server=cluster.url)
+    assert r.exit_code == 1, r.stderr  # refused by the VM guard, which cannot read those VMIs
+    assert "unexpected" not in r.stderr
+    blockers = [b["message"] for b in json.loads(r.stdout)["plan"]["blockers"]]
+    assert any("vms/odd0" in b and "hostDevices is not a list of objects" in b for b in blockers)
+    assert any("vms/odd3" in b and "resourceClaims is not a list of objects" in b for b in blockers)
+    assert cluster.writes() == []
+    r = cli("policy", "set-method", "sandbox", "--dry-run", server=cluster.url)
+    assert r.exit_code in (0, 1) and "unexpected" not in r.stderr, r.stderr
+    assert cluster.writes() == []

@@ -203,10 +203,106 @@ def test_convert_vms_both_ways(apiserver, operator):
     doc = json.loads(r.stdout)
     assert doc["result"]["converted"] == ["team/stopped"] and "convert: VM team/stopped" in r.stderr
     spec = apiserver.get("VirtualMachine", "stopped", "team")["spec"]["template"]["spec"]
-    assert [d["claimName"] for d in spec["domain"]["devices"]["hostDevices"]] == ["rbln-npu", "rbln-npu"]
+    assert [d["claimName"] for d in spec["domain"]["devices"]["hostDevices"]] == [o.vm_claim("team", "stopped")] * 2
     r = cli("policy", "set-method", "sandbox", "--yes", "--convert-vms", "--timeout", "20s", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     devices = apiserver.get("VirtualMachine", "stopped", "team")["spec"]["template"]["spec"]["domain"]["devices"]
     assert [d["deviceName"] for d in devices["hostDevices"]] == [CA22, CA22]
     r = cli("policy", "set-method", "sandbox", "--convert-vms", "--no-wait", server=closed_port_url())
     assert r.exit_code == 2 and "needs the wait" in r.stderr
+
+
+# -- DRA prerequisites the operator enforces ---------------------------------------------------------------
+
+
+def test_set_method_dra_without_container_toolkit_refuses_before_any_write(apiserver):
+    """The operator's DRA kubelet plugin patcher refuses without containerToolkit; before, set-method patched the
+    policy and waited out its timeout for a rollout that never came."""
+    cluster(apiserver)
+    apiserver.mutate("RBLNClusterPolicy", POLICY, fn=lambda p: p["spec"]["containerToolkit"].update({"enabled": False}))
+    apiserver.clear_requests()
+    r = cli("policy", "set-method", "dra", "--yes", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    assert "does not enable containerToolkit" in r.stderr and "(pass --force to go ahead anyway)" in r.stderr
+    assert ("kubectl patch rblnclusterpolicy rbln-cluster-policy --type merge -p "
+            "'{\"spec\":{\"containerToolkit\":{\"enabled\":true}}}'") in r.stderr
+    assert apiserver.writes() == []
+    r = cli("policy", "set-method", "dra", "--dry-run", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 1 and apiserver.writes() == []
+    r = cli("policy", "set-method", "dra", "--yes", "--force", "--no-wait", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "going ahead anyway (forced)" in r.stderr and switches(apiserver)["draKubeletPlugin"] is True
+
+
+def _policy_crd(rules):
+    crd = o.crd("rblnclusterpolicies", "rebellions.ai", "RBLNClusterPolicy", "Cluster", versions=("v1beta1",))
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"] = {
+        "spec": {"type": "object", "x-kubernetes-validations": [{"rule": r, "message": "m"} for r in rules]}}
+    return crd
+
+
+CHART_RULES = ["self.workloadType != 'vm-passthrough' || self.vfioManager.enabled",
+               "self.workloadType != 'vm-passthrough' ||\n  self.sandboxDevicePlugin.enabled"]
+
+
+def test_the_installed_crds_admission_rules_decide_and_the_output_says_which(apiserver):
+    """A CRD whose rules still ask for the sandbox plugin on vm-passthrough (the chart's crds/ in later main) would
+    reject DRA-only: set-method refuses it up front, naming where the rules came from."""
+    cluster(apiserver)
+    apiserver.mutate("RBLNClusterPolicy", POLICY, fn=lambda p: p["spec"].update({"workloadType": "vm-passthrough"}))
+    apiserver.add(_policy_crd(CHART_RULES))
+    apiserver.clear_requests()
+    r = cli("policy", "set-method", "dra", "--dry-run", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["admissionRules"] == {
+        "source": "the installed CRD rblnclusterpolicies.rebellions.ai (2 rule(s))", "assumed": False,
+        "rules": ["vfio-for-vm", "sandbox-for-vm"], "unknown": []}
+    assert any("admission rules (the installed CRD" in b["message"] and "sandboxDevicePlugin is disabled" in
+               b["message"] for b in doc["plan"]["blockers"])
+    assert apiserver.writes() == []
+
+
+def test_without_the_crd_the_rules_are_chosen_by_release_and_said_to_be_assumed(apiserver):
+    cluster(apiserver)
+    apiserver.forbid("get", "customresourcedefinitions.apiextensions.k8s.io")
+    r = cli("policy", "set-method", "dra", "--dry-run", "-o", "json", server=apiserver.url)
+    rules = json.loads(r.stdout)["plan"]["admissionRules"]
+    assert rules["assumed"] is True and "assumed for" in rules["source"] and ">= 0.6.0" in rules["source"]
+    assert rules["rules"] == ["sandbox-xor-dra", "device-plugin-xor-dra", "vfio-for-vm", "allocator-for-vm"]
+
+
+# -- --convert-vms: one outcome per VM, partial, hints that keep every flag ------------------------------------
+
+
+def test_convert_vms_partial_exits_6_with_each_vms_fate_and_the_command_that_finishes(apiserver, operator):
+    cluster(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[CA22, CA22]),
+                  o.vm("b", "two", running=False, host_devices=[CA22]))
+    apiserver.forbid("patch", "virtualmachines.kubevirt.io", "b")
+    r = cli("--request-timeout", "20s", "policy", "set-method", "dra", "--convert-vms", "--yes", "--timeout", "20s",
+            "-o", "json", server=apiserver.url)
+    assert r.exit_code == 6, r.stderr
+    doc = json.loads(r.stdout)  # the result is still printed: what was done, what failed and why
+    fate = {(c["namespace"], c["name"]): c["state"] for c in doc["result"]["conversions"]}
+    assert fate == {("a", "one"): "done", ("b", "two"): "failed"} and doc["result"]["converted"] == ["a/one"]
+    assert "not every VM was converted: 1 done, 1 failed" in r.stderr
+    assert "VirtualMachine b/two (failed):" in r.stderr
+    (finish,) = [line for line in r.stderr.splitlines() if "finish the job:" in line]
+    assert finish.split("finish the job: ")[1] == (
+        f"rblnctl --server {apiserver.url} --request-timeout 20s policy set-method --timeout 20s --convert-vms "
+        "--yes dra")  # every flag given, global ones first, in the command's own order
+
+
+def test_an_interrupted_set_method_says_how_to_wait_again_with_every_flag(apiserver, mocker):
+    """Before: the hint dropped --convert-vms (and every other flag), so following it converted nothing."""
+    cluster(apiserver)
+    mocker.patch("rblnctl.method.changer.MethodChanger.apply", side_effect=KeyboardInterrupt)
+    r = cli("policy", "set-method", "dra", "--convert-vms", "--timeout", "15m", "--force", "--yes",
+            server=apiserver.url)
+    assert r.exit_code == 130
+    again = f"rblnctl --server {apiserver.url} policy set-method --force --timeout 15m --convert-vms --yes"
+    assert f"`{again} dra` waits again and converts the VMs" in r.stderr
+    assert f"`{again} sandbox` goes back" in r.stderr

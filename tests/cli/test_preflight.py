@@ -271,6 +271,18 @@ def test_hosts_image_pull_failure_fails_the_run_with_the_reason(apiserver, host_
     assert "ImagePullBackOff" in r.stdout and host_pods(apiserver) == []
 
 
+def test_hosts_with_a_node_not_checked_says_how_to_rerun_with_every_flag(apiserver, host_kubelet):
+    seed(apiserver, nodes=2)
+    apiserver.inject_fault(method="POST", path=r"/pods$", status=403, reason="Forbidden", times=1,
+                           message='pods "x" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, '
+                                   "limited: pods=1")  # npu-0000's create; no pod of the run holds the quota yet
+    r = cli("preflight", "--hosts", "--max-parallel", "1", "-n", "rbln-system", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    assert "1 of 2 NPU nodes checked, 1 not (1 create-failed" in r.stdout
+    assert f"rerun (every node again): rblnctl --server {apiserver.url} --namespace rbln-system preflight --hosts " \
+           "--max-parallel 1" in r.stderr
+
+
 @pytest.mark.parametrize("signum, code", [(None, 130), (15, 143)], ids=["ctrl-c", "sigterm"])
 def test_hosts_interrupted_deletes_every_pod(apiserver, host_kubelet, signum, code):
     import _thread

@@ -43,7 +43,7 @@ def test_attach_table_shows_each_device(apiserver):
     lines = r.stdout.splitlines()
     assert lines[0] == "VirtualMachine vms/v1: 0 -> 2 NPU(s) (dra, rbln-npu-2)"
     assert lines[2].split() == ["DEVICE", "METHOD", "SOURCE", "CHANGE"]
-    assert lines[3].split() == ["npu0", "dra", "rbln-npu/npu0", "added"]
+    assert lines[3].split() == ["npu0", "dra", f"{o.vm_claim(NS, 'v1')}/npu0", "added"]
     assert "ResourceClaimTemplate vms/rbln-npu-2: create" in r.stdout
     assert "other host devices kept: gpu0" in r.stderr
 
@@ -227,8 +227,12 @@ def test_list_all_namespaces(apiserver):
     assert r.exit_code == 0, r.stderr
     lines = [line.split() for line in r.stdout.splitlines()]
     assert lines[0] == ["NAMESPACE", "NAME", "STATUS", "NODE", "NPUS", "METHOD", "DEVICES"]
-    assert lines[1] == ["team", "v2", "Stopped", "<none>", "1", "sandbox", f"npu0={CA22}"]
-    assert lines[2] == [NS, "v1", "Running", "n1", "2", "sandbox", f"npu0={CA22},npu1={CA22}"]
+    # issue 21: devices are compact in the table (`2x RBLN-CA22_PF`), every entry in -o wide
+    assert lines[1] == ["team", "v2", "Stopped", "<none>", "1", "sandbox", "1x", "RBLN-CA22_PF"]
+    assert lines[2] == [NS, "v1", "Running", "n1", "2", "sandbox", "2x", "RBLN-CA22_PF"]
+    wide = [line.split() for line in vm_cli(apiserver, "vm", "list", "-A", "-o", "wide").stdout.splitlines()]
+    assert wide[0][-5:] == ["KIND", "HELD", "HOST", "DEVICES", "DEVICES"]
+    assert wide[2][-5:] == ["VirtualMachine", "2", f"npu0={CA22},npu1={CA22}", "2x", "RBLN-CA22_PF"]
     r = vm_cli(apiserver, "vm", "list", "-n", NS, "-o", "json")
     doc = json.loads(r.stdout)
     assert doc["kind"] == "VmNpuList" and [i["name"] for i in doc["items"]] == ["v1"]
@@ -314,3 +318,18 @@ def test_absurd_npu_counts_are_bad_input_before_anything_is_built():
     """A typo such as --npus 20000 used to build a spec of that size (minutes, gigabytes); now exit 2 at once."""
     r = cli("vm", "manifest", "big", "--npus", "99999999999999")
     assert r.exit_code == 2 and "1 to 64 NPUs" in r.stderr
+
+
+def test_list_flags_a_claim_collision_in_status_and_json(apiserver):
+    claims = [o.template_claim("rbln-npu", "rbln-npu-1")]
+    devices = [o.dra_host_device("npu0", claim="rbln-npu")]
+    for ns in ("a", "b"):
+        apiserver.add(o.vm(ns, "vm", host_devices=devices, resource_claims=claims),
+                      o.vmi(ns, "vm", "n1", devices, resource_claims=claims))
+    r = vm_cli(apiserver, "vm", "list", "-A")
+    assert r.exit_code == 0, r.stderr
+    assert all("Running,ClaimCollision" in line for line in r.stdout.splitlines()[1:])
+    assert "has a DRA claim of the same name as b/vm" in r.stderr
+    r = vm_cli(apiserver, "vm", "list", "-A", "-o", "json")
+    items = json.loads(r.stdout)["items"]
+    assert [i["claimCollisions"] for i in items] == [["b/vm"], ["a/vm"]]

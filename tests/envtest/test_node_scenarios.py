@@ -114,8 +114,8 @@ def run(backend, *args, **kw):
 @pytest.mark.parametrize("release", [NEWER, V0_3_0], ids=lambda r: r.name)
 def test_set_mode_vm_and_back(backend, release, npu_cluster):
     """NEWER: to vm and back, converging each way (the NPU pod evicted first, the node uncordoned last). V0_3_0:
-    to vm is refused before any write (its sandbox plugin never leaves Init on a vm node); forced, the wait times out
-    with the plugin stuck; back to container converges."""
+    to vm is refused before any write (its sandbox plugin never leaves Init on a vm node); past that check
+    (--skip-release-check), the wait times out with the plugin stuck; back to container (--reverse) converges."""
     kubelet, op = npu_cluster(release)
     backend.mark()
     if release is NEWER:
@@ -132,11 +132,12 @@ def test_set_mode_vm_and_back(backend, release, npu_cluster):
         r = run(backend, "node", "set-mode", "vm", "n1", "--yes", "--timeout", "60s")
         assert r.exit_code == 1 and "upgrade the operator" in r.stderr, r.stderr
         assert backend.writes() == []
-        r = run(backend, "node", "set-mode", "vm", "n1", "--yes", "--force", "--timeout", "3s")
+        r = run(backend, "node", "set-mode", "vm", "n1", "--yes", "--skip-release-check", "--timeout", "3s")
         assert r.exit_code == 5, r.stderr
         assert "sandbox-device-plugin" in r.stderr, r.stderr
         assert op.stuck_in_init
-    r = run(backend, "node", "set-mode", "container", "n1", "--yes", "--force", "--timeout", "60s", "-o", "json")
+    back = ("--reverse",) if release is V0_3_0 else ()  # its switch to vm was left in progress
+    r = run(backend, "node", "set-mode", "container", "n1", "--yes", *back, "--timeout", "60s", "-o", "json")
     assert r.exit_code == 0, r.stderr
     n = node(backend)
     assert n["metadata"]["labels"][MODE] == "container" and not n["spec"].get("unschedulable")
@@ -243,9 +244,9 @@ def rblnctl_process(backend, *args: str) -> subprocess.Popen:
 
 
 def test_the_node_lock_lets_one_of_two_runs_at_once_through(backend, npu_cluster):
-    """A switch to vm holds the node's Lease while it waits for the vfio-manager; a second run at that moment,
-    forced and to the other mode, is refused naming the holder and writes nothing; the first then finishes and
-    gives the lock back."""
+    """A switch to vm holds the node's Lease while it waits for the vfio-manager; a second run at that moment, to
+    the other mode with --reverse --take-over, is refused naming the holder (a live lock is never taken over)
+    and writes nothing; the first then finishes and gives the lock back."""
     _, op = npu_cluster(NEWER, component_delays={"vfio-manager": 600.0})  # Ready when the test says
     lease = ("Lease", "rblnctl-node-n1", "rbln-system")
     first = rblnctl_process(backend, "node", "set-mode", "vm", "n1", "--yes", "--timeout", "90s")
@@ -255,7 +256,8 @@ def test_the_node_lock_lets_one_of_two_runs_at_once_through(backend, npu_cluster
         holder = backend.api.get(*lease)["spec"]["holderIdentity"]
         assert holder.startswith("rblnctl@") and f"pid {first.pid}: set-mode" in holder
         backend.mark()
-        r = run(backend, "node", "set-mode", "container", "n1", "--yes", "--force", "--timeout", "30s")
+        r = run(backend, "node", "set-mode", "container", "n1", "--yes", "--reverse", "--take-over", "--timeout",
+                "30s")
         assert r.exit_code == 1, r.stderr
         assert "locked by rblnctl@" in r.stderr and f"pid {first.pid}" in r.stderr, r.stderr
         assert backend.writes() == []

@@ -10,12 +10,14 @@ keeps serving what it holds, and paged lists continue from its snapshots.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 
 from rblnctl.kube import CLUSTER_POLICIES, NODES, KubeOptions, connect
-from rblnctl.kube import watch as watch_mod
 from tests.fakes import objects as o
+
+watch_mod = importlib.import_module("rblnctl.kube.watch")  # the module (rblnctl.kube.watch is its function)
 
 
 def kube_of(real):

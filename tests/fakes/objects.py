@@ -8,6 +8,8 @@ make its own tests pass.
 
 from __future__ import annotations
 
+import hashlib
+
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
@@ -486,6 +488,12 @@ def _host_devices(host_devices: Iterable[Any] | None) -> list[dict]:
     for i, d in enumerate(host_devices or []):
         out.append(dict(d) if isinstance(d, dict) else {"name": f"npu{i}", "deviceName": d})
     return out
+
+
+def vm_claim(namespace: str, name: str) -> str:
+    """The pod-level claim name rblnctl gives the DRA NPUs of VM namespace/name, computed here independently:
+    rbln-npu- and the first 10 hex digits of sha256("namespace/name") (docs/vm.md, Claim names)."""
+    return "rbln-npu-" + hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
 
 
 def dra_host_device(name: str, claim: str = "rbln-npu", request: str = "npu0") -> dict:

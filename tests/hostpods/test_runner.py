@@ -202,3 +202,23 @@ def test_bad_node_name_is_refused_before_any_request(apiserver, kube):
     with pytest.raises(InvalidInput, match="invalid node name"):
         runner(kube).run(["ok", "../etc"])
     assert apiserver.requests == []
+
+
+def test_a_refusal_mid_run_leaves_the_nodes_not_started_not_attempted_and_keeps_the_rest(apiserver, kube, kubelet):
+    """RBAC withdrawn after the first pod: the nodes already running finish and report; the others are named as
+    not attempted (and why), instead of the run raising and losing what it had."""
+    nodes = add_nodes(apiserver, 4)
+    creates = []
+
+    def after_first_create(req):
+        if req.method == "POST" and req.path.endswith("/pods"):
+            creates.append(req)
+            if len(creates) == 2:  # the hook runs before authorization: this second create is refused
+                apiserver.forbid("create", "pods")
+
+    apiserver.on_request(after_first_create)
+    run = runner(kube, max_parallel=1).run(nodes)
+    states = [o.state for o in run.outcomes]
+    assert states == [PodState.COMPLETED, PodState.CREATE_FAILED, PodState.NOT_ATTEMPTED, PodState.NOT_ATTEMPTED]
+    assert "RBAC does not allow create on pods" in run.stopped and run.outcomes[3].message == run.stopped
+    assert host_pods(apiserver) == []

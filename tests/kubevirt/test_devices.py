@@ -146,11 +146,17 @@ def test_from_cluster_derives_entries_from_node_resources(kube, apiserver):
 
 
 def test_from_cluster_with_nothing_advertised_is_not_found(kube, apiserver):
+    """issue 21: before any vm node, the refusal names the command that fixes it (as every other refusal does)."""
     apiserver.add(o.npu_node("ct-a", mode="container"), o.kubevirt())
-    with pytest.raises(NotFound, match="no NPU node advertises"):
+    with pytest.raises(NotFound, match=r"no NPU node is in vm-passthrough mode yet.*`rblnctl node set-mode vm ct-a`"):
         permitter(kube).plan(from_cluster=True)
-    with pytest.raises(NotFound, match="no NPU node advertises"):
+    with pytest.raises(NotFound, match="permit-devices --resource-name rebellions.ai/RBLN-CA22_PF"):
         permitter(kube).plan()
+    # a vm node whose plugin has not started yet: the message says that, not "switch one"
+    apiserver.add(o.npu_node("vm-a", mode="vm-passthrough", npus=0))
+    with pytest.raises(NotFound, match="though vm-a is in vm-passthrough mode") as exc:
+        permitter(kube).plan()
+    assert "set-mode" not in str(exc.value)
 
 
 def test_permit_devices_concurrent_entry_is_kept(kube, apiserver):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rblnctl.errors import InvalidInput, Refused
+from rblnctl.errors import InvalidInput, Refused, UnknownName
 from rblnctl.kubevirt.gates import plan_gates, rbln_gates
 from tests.fakes import objects as o
 from tests.kubevirt.support import DIS, FG, editor, gates_of, kv_patches, stored
@@ -148,19 +148,38 @@ def test_malformed_gate_names_are_rejected_before_any_request(kube, apiserver, b
 
 def test_disabling_an_unknown_gate_warns_about_removing_not_adding(kube, apiserver):
     apiserver.add(o.kubevirt(feature_gates=["NoSuchGate"], version="v1.9.0"))
-    plan = editor(kube).plan(disable=["NoSuchGate", "OtherGate"])
+    # Removing a gate the CR lists is the cleanup of a typo someone wrote: allowed, whatever its name (issue 21).
+    assert editor(kube).plan(disable=["NoSuchGate"]).removed == ["NoSuchGate"]
+    with pytest.raises(UnknownName):  # one the CR does not list is a typo of this command line
+        editor(kube).plan(disable=["NoSuchGate", "OtherGate"])
+    plan = editor(kube, allow_unknown=True).plan(disable=["NoSuchGate", "OtherGate"])
     (listed, absent) = [w for w in plan.warnings if "registers no such gate" in w]
     assert listed.endswith("registers no such gate; removing it from featureGates")
     assert absent.endswith("registers no such gate; it is not in featureGates: nothing to remove")
     assert not any("adding it anyway" in w for w in plan.warnings)
-    plan = editor(kube).plan(disable=["NoSuchGate"], add_to_disabled=True)
+    plan = editor(kube, allow_unknown=True).plan(disable=["NoSuchGate"], add_to_disabled=True)
     assert any(w.endswith("removing it from featureGates and adding it to disabledFeatureGates anyway")
                for w in plan.warnings), plan.warnings
 
 
-def test_unknown_gate_is_accepted_with_a_warning(kube, apiserver):
+def test_unknown_gate_is_refused_naming_the_gate_it_most_likely_meant(kube, apiserver):
+    """issue 21: KubeVirt ignores a gate it does not register, so `HostDevice` beside `HostDevices` changes nothing."""
     apiserver.add(o.kubevirt(feature_gates=[]))
-    ed = editor(kube)
+    apiserver.clear_requests()
+    with pytest.raises(UnknownName) as exc:
+        editor(kube).plan(enable=["HostDevices", "HostDevice", "hostdevices", "Snapshott", "Zzz"])
+    err = exc.value
+    assert "'HostDevice' (did you mean HostDevices?)" in str(err) and "'hostdevices' (did you mean HostDevices?)" \
+        in str(err) and "'Snapshott' (did you mean Snapshot?)" in str(err) and "'Zzz' (did" not in str(err)
+    assert err.options == ("allow_unknown",) and apiserver.requests == []  # refused before any request
+    # plan_gates (the library's guarantee for any front end) refuses too, and knows a newer KubeVirt may have it
+    with pytest.raises(UnknownName, match="KubeVirt v1.99.0 is newer than that"):
+        plan_gates(o.kubevirt(version="v1.99.0"), enable=["BrandNewGate"])
+
+
+def test_unknown_gate_is_accepted_with_a_warning_when_allowed(kube, apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    ed = editor(kube, allow_unknown=True)
     plan = ed.plan(enable=["HostDevices", "BrandNewGate", "hostdevices"])
     assert any("unknown feature gate BrandNewGate" in w and w.endswith("adding it anyway") for w in plan.warnings)
     assert any("hostdevices" in w and "did you mean HostDevices" in w for w in plan.warnings)

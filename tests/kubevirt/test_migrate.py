@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rblnctl.errors import Conflict, InvalidInput, Refused
+from rblnctl.errors import InvalidInput, Partial, Refused
 from rblnctl.kubevirt.migrate import (
     MigrateOptions,
     ResourceMigrator,
@@ -202,8 +202,44 @@ def test_a_vm_that_keeps_changing_gives_up_with_a_conflict(kube, apiserver):
     plan = m.plan()
     apiserver.inject_fault(method="PATCH", path="virtualmachines/a$", status=409, reason="Conflict",
                            message="the object has been modified", times=5)
-    with pytest.raises(Conflict, match="kept changing"):
+    with pytest.raises(Partial) as err:  # one object of a multi-object run: its failure is its outcome
         m.apply(plan)
+    ((kv, vm),) = [err.value.result.outcomes]
+    assert (kv.kind, kv.state) == ("KubeVirt", "done")
+    assert (vm.name, vm.state) == ("ns/a", "failed") and "kept changing" in vm.reason
+
+
+def test_a_403_and_a_500_mid_run_fail_their_vms_and_every_other_vm_is_renamed(kube, apiserver):
+    """Before: one VM refused (RBAC, or a 5xx that would not pass) aborted the rest, the CR already renamed, and
+    nothing said which VMs were done."""
+    upgraded_cluster(apiserver)
+    for ns in ("a", "b", "c", "d"):
+        apiserver.add(o.vm(ns, "vm", host_devices=[OLD], running=False))
+    apiserver.forbid("patch", "virtualmachines.kubevirt.io", "b")
+    apiserver.inject_fault(method="PATCH", path="namespaces/c/virtualmachines/vm$", status=500, times=10)
+    m = migrator(kube)
+    with pytest.raises(Partial) as err:
+        m.apply(m.plan())
+    fate = {x.name: x.state.value for x in err.value.result.outcomes}
+    assert fate == {"kubevirt/kubevirt": "done", "a/vm": "done", "b/vm": "failed", "c/vm": "failed", "d/vm": "done"}
+    assert "RBAC does not allow patch" in next(x.reason for x in err.value.result.outcomes if x.name == "b/vm")
+    assert err.value.result.changed == ["a/vm", "d/vm"]
+    assert [d["deviceName"] for d in host_devices(apiserver, "d", "vm")] == [NEW]
+    assert "not every object was renamed: 3 done, 2 failed" in str(err.value)
+
+
+def test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted(kube, apiserver):
+    """VMs renamed to names KubeVirt does not permit could not start: that failure makes the rest unsafe."""
+    upgraded_cluster(apiserver)
+    apiserver.add(o.vm("a", "vm", host_devices=[OLD], running=False))
+    apiserver.forbid("patch", "kubevirts.kubevirt.io")
+    m = migrator(kube)
+    with pytest.raises(Partial) as err:
+        m.apply(m.plan())
+    assert [(x.kind, x.state.value) for x in err.value.result.outcomes] == [
+        ("KubeVirt", "failed"), ("VirtualMachine", "not-attempted")]
+    assert "KubeVirt would not permit their new names" in err.value.result.outcomes[1].reason
+    assert [d["deviceName"] for d in host_devices(apiserver, "a", "vm")] == [OLD]
 
 
 def test_a_lost_reply_is_settled_by_reading_the_vm_back(kube, apiserver):
@@ -304,3 +340,26 @@ def test_chart_v030_names_map_through_the_policy_while_it_still_lists_them(kube,
     plan = migrator(kube).plan()
     assert [(r.new, r.source) for r in plan.renames] == [("rebellions.ai/RBLN-CA12_PF", Source.POLICY)]
     assert plan.kubevirt.noop  # nothing permitted under the old name
+
+
+def test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own(kube, apiserver):
+    """The VMs rblnctl wrote before shared the pod-level claim name rbln-npu: migrate-resources renames each to
+    its own (docs/vm.md, Claim names), with a guarded patch; a VM already named right is left alone."""
+    upgraded_cluster(apiserver, permitted=())
+    legacy = dict(resource_claims=[o.template_claim("rbln-npu", "rbln-npu-1")],
+                  host_devices=[o.dra_host_device("npu0", claim="rbln-npu")], running=False)
+    mine = o.vm_claim("b", "vm")
+    apiserver.add(o.vm("a", "vm", **legacy),
+                  o.vm("b", "vm", running=False, resource_claims=[o.template_claim(mine, "rbln-npu-1")],
+                       host_devices=[o.dra_host_device("npu0", claim=mine)]))
+    m = migrator(kube)
+    plan = m.plan()
+    (change,) = plan.vms
+    assert change.ref == "a/vm" and [(c.field, c.old, c.new) for c in change.changes] == [
+        ("resourceClaims[rbln-npu].name", "rbln-npu", o.vm_claim("a", "vm")),
+        ("hostDevices[npu0].claimName", "rbln-npu", o.vm_claim("a", "vm"))]
+    m.apply(plan)
+    spec = apiserver.get("VirtualMachine", "vm", "a")["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == [o.template_claim(o.vm_claim("a", "vm"), "rbln-npu-1")]
+    assert spec["domain"]["devices"]["hostDevices"][0]["claimName"] == o.vm_claim("a", "vm")
+    assert migrator(kube).plan().noop

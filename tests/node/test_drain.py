@@ -247,30 +247,6 @@ def test_404_during_eviction_counts_as_gone(apiserver, kube):
     assert [p.name for p in res.evicted] == ["npu-app"]
 
 
-def test_an_eviction_whose_reply_is_lost_is_read_back_not_sent_again(apiserver, kube):
-    """Applied, reply lost: the pod is read back (terminating) and counts as evicted; one eviction was sent."""
-    apiserver.deletion_delay_s = 0.2
-    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", lose_reply=True)
-    warnings: list[str] = []
-    drainer = drainer_for(kube, events=NodeEvents(on_warning=warnings.append))
-    res = drainer.apply(drainer.plan("n1"))
-    assert [p.name for p in res.evicted] == ["npu-app"]
-    assert len(apiserver.requests_matching("POST", "/eviction$")) == 1
-    assert any("reply to evicting default/npu-app was lost" in w and "evicted" in w for w in warnings)
-
-
-def test_an_eviction_lost_before_it_landed_is_sent_again(apiserver, kube):
-    """The connection dropped before the server handled it: read back, the pod is untouched, so it is sent again."""
-    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
-    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", drop=True)
-    drainer = drainer_for(kube)
-    res = drainer.apply(drainer.plan("n1"))
-    assert [p.name for p in res.evicted] == ["npu-app"]
-    sent = apiserver.requests_matching("POST", "/eviction$")
-    assert len(sent) == 2 and [r.applied for r in sent] == [False, True]
-
-
 def test_an_eviction_whose_outcome_cannot_be_read_back_stays_unknown(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
     kube.clock = FakeClock()  # the client's read retries back off on it
@@ -524,3 +500,50 @@ def test_a_budget_that_never_frees_is_tried_last_at_the_timeout(apiserver, kube)
         drainer.apply(drainer.plan("n1"))
     assert "default/npu-app" in exc.value.details[0]
     assert tries == [0.0, 1.0, 3.0, 5.0]  # backoff 1 s, 2 s, then 4 s cut to the 2 s left
+
+
+# -- evictions whose outcome is unknown: settled by reading the pod back ------------------------------
+
+
+def _evict_all(kube, apiserver, names, **options):
+    refs = [PodRef(namespace="default", name=n, uid=apiserver.get("Pod", n, "default")["metadata"]["uid"])
+            for n in names]
+    evictor = Evictor(kube=kube, options=DrainOptions(timeout_s=5, **options), clock=FakeClock(start=0.0))
+    return refs, evictor.evict(refs, deadline=5)
+
+
+EVICTIONS = r"/api/v1/namespaces/default/pods/[^/]+/eviction$"
+
+
+def test_an_eviction_whose_reply_is_lost_after_it_applied_counts_as_done(apiserver, kube):
+    """Before: the lost reply failed the drain (and set-mode rolled back) though the pod was gone."""
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.inject_fault(method="POST", path=EVICTIONS, lose_reply=True, times=1)
+    refs, done = _evict_all(kube, apiserver, ["npu-app"])
+    assert done.evicted == refs
+    assert apiserver.get("Pod", "npu-app", "default") is None
+    assert len(apiserver.requests_matching("POST", EVICTIONS)) == 1  # read back, not sent again
+
+
+def test_a_connection_reset_in_a_burst_of_evictions_evicts_again_what_is_still_there(apiserver, kube):
+    """Dropped connections (nothing applied) and lost replies (applied) in one burst: every pod ends evicted,
+    none twice. Before: the first reset raised OutcomeUnknown (exit 3) and set-mode rolled back."""
+    apiserver.deletion_delay_s = 0.5  # evicted pods terminate for a while: terminating counts as done
+    names = [f"p{i}" for i in range(8)]
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), *(rs_pod(n, requests=NPU) for n in names))
+    apiserver.inject_fault(method="POST", path=EVICTIONS, drop=True, times=3)
+    apiserver.inject_fault(method="POST", path=EVICTIONS, lose_reply=True, times=2)
+    refs, done = _evict_all(kube, apiserver, names, max_parallel=8)
+    assert sorted(map(str, done.evicted)) == sorted(map(str, refs))
+    sent = apiserver.requests_matching("POST", EVICTIONS)
+    applied = [r for r in sent if r.applied]
+    assert len(applied) == len(names)  # each pod evicted exactly once
+    assert len(sent) == len(names) + 3  # the dropped ones were sent again
+
+
+def test_an_eviction_answered_503_is_sent_again(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.inject_fault(method="POST", path=EVICTIONS, status=503, times=2)
+    refs, done = _evict_all(kube, apiserver, ["npu-app"])
+    assert done.evicted == refs
+    assert [r.status for r in apiserver.requests_matching("POST", EVICTIONS)] == [503, 503, 201]

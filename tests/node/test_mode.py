@@ -44,10 +44,12 @@ def operator(apiserver):
 
 
 def switcher(kube, *, force=False, uncordon=True, on_step=None, **drain):
-    """A ModeSwitcher with a short timeout and poll; `drain` are DrainOptions fields (--force sets both, as the CLI)."""
+    """A ModeSwitcher with a short timeout and poll; `drain` are DrainOptions fields. `force` turns on every
+    override (what the single --force meant before each got its own flag; tests/cli/test_overrides.py has each)."""
     drain.setdefault("timeout_s", 5)
     drain.setdefault("poll_s", 0.05)
-    options = ModeOptions(drain=DrainOptions(force=force, evict_vms=force, take_over=force, **drain), force=force,
+    options = ModeOptions(drain=DrainOptions(force=force, evict_vms=force, take_over=force, **drain),
+                          evict_daemonsets=force, skip_iommu_check=force, skip_release_check=force, reverse=force,
                           uncordon=uncordon)
     events = NodeEvents(on_step=on_step) if on_step else NodeEvents()
     return ModeSwitcher(kube=kube, options=options, events=events)
@@ -205,8 +207,10 @@ def test_vm_guard_refuses_then_force_evicts_the_launcher(apiserver, kube, operat
     sw = switcher(kube)
     plan = sw.plan("n1", "container")
     assert plan.vms == [f"vms/vm1 ({PF})"]
-    assert any("vms/vm1" in str(b) and "stop or migrate these VMs first" in str(b) for b in plan.blockers)
-    assert {b.override for b in plan.blockers} == {"force"}
+    # issue 21: NPU passthrough VMs cannot live-migrate, so the blocker says how to stop it, and its one flag
+    assert any("vms/vm1" in str(b) and "cannot live-migrate" in str(b) and "`virtctl stop vm1 -n vms`" in str(b)
+               for b in plan.blockers)
+    assert {b.override for b in plan.blockers} == {"evict_vms"}
     with pytest.raises(Refused) as exc:
         sw.apply(plan)
     assert any("vms/vm1" in str(b) for b in exc.value.blockers)
@@ -216,7 +220,7 @@ def test_vm_guard_refuses_then_force_evicts_the_launcher(apiserver, kube, operat
 
     forced = switcher(kube, force=True)
     plan = forced.plan("n1", "container")
-    assert plan.blockers == [] and any("forced" in w for w in plan.warnings)
+    assert plan.blockers == [] and any("evicting the virt-launcher pods" in w for w in plan.warnings)
     res = forced.apply(plan)
     assert "virt-launcher-vm1-abcde" in [p.name for p in res.evicted]
     assert apiserver.get("VirtualMachineInstance", "vm1", "vms") is not None  # never deleted by us
@@ -522,7 +526,7 @@ def test_a_daemonset_pod_using_npus_blocks_the_switch_until_forced(apiserver, ku
     sw = switcher(kube)
     plan = sw.plan("n1", "vm")
     (b,) = [b for b in plan.blockers if "npu-agent" in str(b)]
-    assert "DaemonSet monitoring/npu-agent" in str(b) and b.override == "force"
+    assert "DaemonSet monitoring/npu-agent" in str(b) and b.override == "evict_daemonsets"  # issue 21
     with pytest.raises(Refused):
         sw.apply(plan)
     assert apiserver.writes() == []
@@ -545,7 +549,7 @@ def test_a_node_whose_iommu_nfd_reports_off_is_refused_before_any_write(apiserve
     apiserver.clear_requests()
     plan = switcher(kube).plan("n1", "vm")
     (b,) = [b for b in plan.blockers if "IOMMU" in str(b)]
-    assert "node n1's IOMMU is off for its NPUs" in b.message and b.override == "force"
+    assert "node n1's IOMMU is off for its NPUs" in b.message and b.override == "skip_iommu_check"  # issue 21
     with pytest.raises(Refused):
         switcher(kube).apply(plan)
     assert apiserver.writes() == []

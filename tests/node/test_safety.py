@@ -51,9 +51,10 @@ def switcher(kube, *, steps=None, warnings=None, identity=None, force=False, **d
     events = NodeEvents(on_step=(lambda s, d: steps.append((str(s), d))) if steps is not None else NodeEvents().on_step,
                         on_warning=warnings.append if warnings is not None else NodeEvents().on_warning)
     take_over = drain.pop("take_over", force)
-    return ModeSwitcher(kube=kube, options=ModeOptions(drain=DrainOptions(force=force, take_over=take_over, **drain),
-                                                       force=force),
-                        events=events, identity=identity)
+    # `force`: every override (the old single --force); tests/cli/test_overrides.py has each flag on its own.
+    options = ModeOptions(drain=DrainOptions(force=force, evict_vms=force, take_over=take_over, **drain),
+                          evict_daemonsets=force, skip_iommu_check=force, skip_release_check=force, reverse=force)
+    return ModeSwitcher(kube=kube, options=options, events=events, identity=identity)
 
 
 def body_of(req):
@@ -98,6 +99,22 @@ def test_a_relabel_whose_reply_is_lost_is_never_rolled_back(apiserver, operator)
     relabels = [r for r in apiserver.requests if is_relabel(r)]
     assert relabels[0].status in (0, 200)  # the client never saw its answer
     assert any("was lost" in d for s, d in steps if s == "relabel")
+
+
+def test_an_eviction_whose_reply_is_lost_neither_fails_nor_rolls_back_the_switch(apiserver, operator):
+    """The eviction lands but its reply is lost: the pod read back is gone (or terminating), so it is evicted.
+    Before: the switch failed at once (exit 3) and rolled back, though the pod was gone."""
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    kube = connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
+    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", lose_reply=True, times=1)
+    steps: list[tuple[str, str]] = []
+    sw = switcher(kube, steps=steps)
+    res = sw.apply(sw.plan("n1", "vm"))
+    assert res.changed and [r.name for r in res.evicted] == ["npu-app"]
+    assert not [s for s in steps if s[0] == "rollback"]
+    assert apiserver.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
 
 
 def test_a_cordon_whose_reply_is_lost_is_known_and_rolled_back_correctly(apiserver):
@@ -197,7 +214,7 @@ def test_a_blocker_that_arrives_after_the_plan_stops_the_switch_and_rolls_back(a
 
 def test_going_back_from_a_half_switched_node_never_rolls_it_back_to_schedulable(apiserver, operator):
     """A timed-out `set-mode vm` leaves the label written, the node cordoned and its record; the printed
-    `go back` (set-mode container --force) takes that record over. When it fails before its own relabel,
+    `go back` (set-mode container --reverse) takes that record over. When it fails before its own relabel,
     the node is still half-switched: it stays cordoned with a record (docs/node.md), never uncordoned."""
     from rblnctl.node.events import Step
     from rblnctl.node.record import SwitchRecord
@@ -213,7 +230,7 @@ def test_going_back_from_a_half_switched_node_never_rolls_it_back_to_schedulable
     sw = switcher(kube, force=True)
     plan = sw.plan("n1", "container")
     assert plan.mid_switch and plan.blockers == []
-    # A pod with local data arrives after the plan: it blocks (--force does not cover emptyDir data).
+    # A pod with local data arrives after the plan: it blocks (no override but --delete-emptydir-data covers it).
     apiserver.add(o.pod("default", "scratch", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU,
                         volumes=[{"name": "tmp", "emptyDir": {}}]))
     with pytest.raises(Refused):
@@ -361,7 +378,7 @@ def test_a_vmi_holding_npus_only_through_dra_claims_is_guarded(apiserver):
     kube = connect(KubeOptions(server=apiserver.url))
     plan = switcher(kube).plan("n1", "container")
     assert plan.vms == ["vms/claims-only (claim npu)", "vms/dra-vm (claim npu)"]
-    assert len([b for b in plan.blockers if "stop or migrate" in str(b)]) == 2
+    assert len([b for b in plan.blockers if "cannot live-migrate" in str(b)]) == 2
 
 
 # -- replies that are lost after the write landed, and replies that are not Kubernetes ----------------

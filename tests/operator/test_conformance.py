@@ -46,12 +46,12 @@ def cluster(apiserver, release):
 
 def switch_to_vm(cluster, release):
     """set-mode vm as each release allows it: chart v0.3.0's sandbox plugin never serves a vm-passthrough node,
-    so there it takes --force and times out (exit 5) with the plugin stuck in Init."""
+    so there it takes --skip-release-check and times out (exit 5) with the plugin stuck in Init."""
     if not release.sandbox_waits_for_driver:
         r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "30", server=cluster.url)
         assert r.exit_code == 0, r.stderr
         return r
-    r = cli("node", "set-mode", "n1", "vm", "--yes", "--force", "--timeout", "1", server=cluster.url)
+    r = cli("node", "set-mode", "n1", "vm", "--yes", "--skip-release-check", "--timeout", "1", server=cluster.url)
     assert r.exit_code == 5, r.stderr
     assert "sandbox-device-plugin" in r.stderr  # still missing: the plugin pod is not Ready
     return r
@@ -111,17 +111,18 @@ def test_preflight_and_permit_devices_after_a_switch(cluster, release):
 @pytest.mark.parametrize("release", [V0_3_0], ids=lambda r: r.name)
 def test_v030_set_mode_vm_is_refused_up_front(cluster, release):
     """Chart v0.3.0's sandbox plugin waits in Init for a driver marker no vm-passthrough node gets: refuse
-    before any write, naming the release and the way out; --force goes ahead and times out."""
+    before any write, naming the release and the way out; --skip-release-check goes ahead and times out."""
     cluster.clear_requests()
     r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "5", server=cluster.url)
     assert r.exit_code == 1, r.stderr
     assert cluster.writes() == []
     assert "v0.3.0 < 0.4.4" in r.stderr and ".driver-ctr-ready" in r.stderr
-    assert "upgrade the operator to >= 0.4.4" in r.stderr and "pass --force to go ahead anyway" in r.stderr
+    assert "upgrade the operator to >= 0.4.4" in r.stderr
+    assert "pass --skip-release-check to go ahead anyway" in r.stderr  # issue 21: its own flag, not --force
     assert cluster.get("Node", "n1")["metadata"]["labels"].get(MODE) != "vm-passthrough"
 
-    r = switch_to_vm(cluster, release)  # --force: relabelled, then the wait times out
-    assert "forced:" in r.stderr
+    r = switch_to_vm(cluster, release)  # --skip-release-check: relabelled, then the wait times out
+    assert "check skipped:" in r.stderr
     node = cluster.get("Node", "n1")
     assert node["metadata"]["labels"][MODE] == "vm-passthrough"
     assert not any(k.endswith("_PT") for k in node["status"].get("allocatable", {}))

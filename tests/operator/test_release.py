@@ -52,7 +52,7 @@ def test_v030_dra_only_policy_refuses_set_mode_vm_with_zero_writes(apiserver):
     assert r.exit_code == 1
     assert apiserver.writes() == []
     assert "hands NPUs to VMs through draKubeletPlugin, but" in r.stderr and "no DRA kubelet plugin" in r.stderr
-    assert "pass --force to go ahead anyway" in r.stderr
+    assert "pass --skip-release-check to go ahead anyway" in r.stderr
 
 
 def test_unknown_version_names_the_assumption_and_goes_ahead(apiserver):

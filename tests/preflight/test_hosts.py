@@ -82,7 +82,7 @@ def test_unschedulable_and_image_pull_nodes_are_findings(apiserver, kube, kubele
     assert set(per_node(report, "host.npu.present")) == {names[1]}  # the node that ran has its host rows
     summary = cluster(report)["hosts.pods"]
     assert summary.status == Status.FAIL and summary.evidence.startswith(
-        "2 of 3 NPU nodes could not be checked (1 unschedulable, 1 image-pull; see host.pod)")
+        "1 of 3 NPU nodes checked, 2 not (1 unschedulable, 1 image-pull; see host.pod)")
     assert not report.summary.ok and host_pods(apiserver) == []
 
 
@@ -228,3 +228,39 @@ def test_a_completed_report_is_checked_even_when_checks_fail(tmp_path):
     out = Findings()
     assert outcome_findings(o, run_of(o), out) is True and len(out.items) == len(HOST_IDS)
     assert json.loads(text[: text.index("\nerror:")])["target"] == "host"
+
+
+PODS = r"/api/v1/namespaces/rbln-system/pods$"
+
+
+def test_a_transient_pod_create_failure_is_retried_and_every_node_checked(apiserver, kube, kubelet):
+    """Before: one 503 on a create ended the run with no report."""
+    names = seed(apiserver, nodes=3)
+    apiserver.inject_fault(method="POST", path=PODS, status=503, times=2)
+    report = run(kube, hosts=hosts())
+    assert cluster(report)["hosts.pods"].status == Status.PASS
+    assert set(per_node(report, "host.npu.present")) == set(names)
+    assert [r.status for r in apiserver.requests_matching("POST", PODS)] == [503, 503, 201, 201, 201]
+
+
+def test_a_create_that_keeps_failing_fails_that_node_and_the_others_are_checked(apiserver, kube, kubelet):
+    names = seed(apiserver, nodes=3)
+    apiserver.inject_fault(method="POST", path=PODS, status=500, times=5)  # the first node's every try
+    report = run(kube, hosts=hosts())
+    pod = per_node(report, "host.pod")
+    assert set(pod) == {names[0]} and "could not be created" in pod[names[0]].evidence
+    assert set(per_node(report, "host.npu.present")) == set(names[1:])
+    assert cluster(report)["hosts.pods"].evidence.startswith("2 of 3 NPU nodes checked, 1 not (1 create-failed")
+    assert host_pods(apiserver) == []
+
+
+def test_a_resource_quota_refusal_is_named_as_such_not_as_rbac(apiserver, kube, kubelet):
+    names = seed(apiserver, nodes=2)
+    apiserver.inject_fault(method="POST", path=PODS, status=403, reason="Forbidden", times=1,
+                           message='pods "x" is forbidden: exceeded quota: host-pods, requested: pods=1, used: pods=4, '
+                                   "limited: pods=4")
+    report = run(kube, hosts=hosts())
+    pod = per_node(report, "host.pod")[names[0]]
+    assert "exceeded quota: host-pods" in pod.evidence and "admission refused" in pod.evidence
+    assert "RBAC" not in pod.evidence and "ResourceQuota" in pod.remedy
+    assert set(per_node(report, "host.npu.present")) == {names[1]}

@@ -16,6 +16,7 @@ CA25 = "rebellions.ai/RBLN-CA25_PF"
 VFIO_CLASS = "vfio-npu.rebellions.ai"
 NS = "vms"
 NVIDIA = {"name": "gpu0", "deviceName": "nvidia.com/TU104GL_Tesla_T4"}
+V1_CLAIM = o.vm_claim(NS, "v1")  # rblnctl's pod-level claim name for VM vms/v1
 
 
 def sandbox_cluster(apiserver: Any, *, gates: tuple[str, ...] = ("HostDevices",), permitted: bool = True,

@@ -11,6 +11,7 @@ from tests.vm.support import (
     CA25,
     NS,
     NVIDIA,
+    V1_CLAIM,
     VFIO_CLASS,
     attacher,
     claims,
@@ -250,8 +251,10 @@ def test_restart_stops_patches_starts_and_waits_until_ready(kube, apiserver):
     assert subresources == ["stop", "start"]
     kinds = [("PUT" if r.method == "PUT" else "PATCH") for r in apiserver.writes()
              if r.method in ("PUT", "PATCH") and "virtualmachines/v1" in r.path]
-    assert kinds[0] == "PUT" and "PATCH" in kinds and kinds[-1] == "PUT"  # stop, patch, start: in that order
+    # mark it stopped-by-rblnctl, stop, patch (a 409 re-plans: the stop changed the VM), start, clear the mark
+    assert kinds[:2] == ["PATCH", "PUT"] and kinds[-2:] == ["PUT", "PATCH"] and set(kinds[2:-2]) == {"PATCH"}
     vm_now = apiserver.get("VirtualMachine", "v1", NS)
+    assert "rebellions.ai/rblnctl.stopped" not in (vm_now["metadata"].get("annotations") or {})
     assert vm_now["status"]["ready"] is True and vm_now["spec"]["runStrategy"] == "Always"
     vmi = apiserver.get("VirtualMachineInstance", "v1", NS)
     assert [d["deviceName"] for d in vmi["spec"]["domain"]["devices"]["hostDevices"]] == [CA22, CA22]
@@ -316,9 +319,9 @@ def test_dra_creates_the_template_and_points_devices_at_its_requests(apiserver, 
     result = planner.apply(plan)
     assert result.template_created == "rbln-npu-2"
     assert [w.method for w in apiserver.writes()] == ["POST", "PATCH"]  # the template exists before the VM names it
-    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
-                                       {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-2"}]
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": V1_CLAIM, "requestName": "npu0"},
+                                       {"name": "npu1", "claimName": V1_CLAIM, "requestName": "npu1"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-2"}]
     tpl = _rcts(apiserver)["rbln-npu-2"]
     assert tpl["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "rblnctl"}
     assert tpl["spec"]["spec"]["devices"]["requests"] == [
@@ -340,7 +343,7 @@ def test_dra_reuses_an_existing_template_and_keeps_foreign_claims(apiserver, kub
     apiserver.clear_requests()
     planner.apply(plan)
     assert [w.method for w in apiserver.writes()] == ["PATCH"]
-    assert claims(apiserver) == [gpu, {"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+    assert claims(apiserver) == [gpu, {"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-1"}]
     assert host_devices(apiserver)[0]["claimName"] == "gpu-claim"
 
 
@@ -354,7 +357,7 @@ def test_dra_new_count_switches_template_and_deletes_the_unused_one(apiserver, k
     result = planner.apply(plan)
     assert result.templates_deleted == ["rbln-npu-2"]
     assert sorted(_rcts(apiserver)) == ["rbln-npu-1"]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-1"}]
 
 
 def test_dra_template_another_vm_uses_is_kept_and_said(apiserver, kube):
@@ -399,9 +402,9 @@ def test_the_other_method_is_refused_unless_converting(apiserver, kube):
     plan = planner.plan("v1", NS)
     assert plan.npus_after == 2 and plan.method == "dra" and not plan.blockers
     planner.apply(plan)
-    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
-                                       {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-2"}]
+    assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "claimName": V1_CLAIM, "requestName": "npu0"},
+                                       {"name": "npu1", "claimName": V1_CLAIM, "requestName": "npu1"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-2"}]
 
 
 def test_converting_back_to_sandbox_removes_the_claim_and_its_template(apiserver, kube):

@@ -6,7 +6,18 @@ import pytest
 
 from rblnctl.errors import InvalidInput
 from tests.fakes import objects as o
-from tests.vm.support import CA22, NS, NVIDIA, attacher, claims, detacher, dra_cluster, host_devices, sandbox_cluster
+from tests.vm.support import (
+    CA22,
+    NS,
+    NVIDIA,
+    V1_CLAIM,
+    attacher,
+    claims,
+    detacher,
+    dra_cluster,
+    host_devices,
+    sandbox_cluster,
+)
 
 
 def _rcts(apiserver):
@@ -92,8 +103,8 @@ def test_detach_one_dra_device_renumbers_the_requests(apiserver, kube):
     plan = planner.plan("v1", NS)
     assert plan.template == "rbln-npu-1" and plan.template_create is not None
     planner.apply(plan)
-    assert host_devices(apiserver) == [{"name": "npu1", "claimName": "rbln-npu", "requestName": "npu0"}]
-    assert claims(apiserver) == [{"name": "rbln-npu", "resourceClaimTemplateName": "rbln-npu-1"}]
+    assert host_devices(apiserver) == [{"name": "npu1", "claimName": V1_CLAIM, "requestName": "npu0"}]
+    assert claims(apiserver) == [{"name": V1_CLAIM, "resourceClaimTemplateName": "rbln-npu-1"}]
     assert _rcts(apiserver) == ["rbln-npu-1"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from rblnctl.vm import devices as D
+from tests.fakes import objects as o
 from tests.vm.support import CA22, NVIDIA, VFIO_CLASS
 
 
@@ -55,8 +56,20 @@ def test_claim_requests_of_a_claim_and_of_all_and_first_available():
 
 
 def test_dra_device_keeps_other_keys():
-    assert D.dra_device("npu3", 1, {"name": "old", "deviceName": CA22, "tag": "t"}) == {
-        "tag": "t", "name": "npu3", "claimName": "rbln-npu", "requestName": "npu1"}
+    assert D.dra_device("npu3", 1, {"name": "old", "deviceName": CA22, "tag": "t"}, claim="c") == {
+        "tag": "t", "name": "npu3", "claimName": "c", "requestName": "npu1"}
+
+
+def test_the_claim_name_is_one_per_vm_stable_and_a_dns_label():
+    """docs/vm.md, Claim names: derived from namespace and name; the same VM name in two namespaces differs."""
+    import re
+
+    names = {D.claim_name(ns, vm) for ns in ("a", "b", "team-x") for vm in ("vm", "vm-2", "x" * 253)}
+    assert len(names) == 9
+    assert D.claim_name("a", "vm") == D.claim_name("a", "vm") == o.vm_claim("a", "vm")
+    assert all(len(n) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) for n in names)
+    assert D.is_managed_claim_name(D.claim_name("a", "vm")) and D.is_managed_claim_name("rbln-npu")
+    assert not D.is_managed_claim_name("rbln-npu-2") and not D.is_managed_claim_name("gpu-claim")
 
 
 def test_merge_patch_writes_lists_whole_and_removes_empty_ones():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from rblnctl.vm.diagnose import LinkName, LinkStatus, diagnose, parse_failed_scheduling
@@ -304,3 +306,116 @@ def test_a_release_whose_sandbox_plugin_serves_no_vm_names_the_upgrade(apiserver
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.ADVERTISED and "0.3.0 < 0.4.4" in b.message
     assert b.remedy.text.startswith("upgrade the operator to >= 0.4.4")
+
+
+# -- the RBLN DRA plugin's own states, claim names, a VM KubeVirt did not create -----------------------------
+
+OPS = "rbln-system"
+
+
+def _dra_vm(apiserver, name="v1", ns=NS, node=None, claim="rbln-npu"):
+    entry = o.template_claim(claim, "rbln-npu-1")
+    devices = [o.dra_host_device("npu0", claim=claim)]
+    apiserver.add(o.resource_claim_template(ns, "rbln-npu-1"),
+                  o.vm(ns, name, host_devices=devices, resource_claims=[entry], running=node is not None))
+    if node:
+        apiserver.add(o.vmi(ns, name, node, devices, resource_claims=[entry]))
+
+
+def _dra_plugin_pod(apiserver, node="n1"):
+    return next(p for p in apiserver.list("Pod", OPS) if p["spec"].get("nodeName") == node
+                and "dra" in p["metadata"]["ownerReferences"][0]["name"])
+
+
+def _settled_dra_node(apiserver):
+    """n1 as the simulated operator leaves it (vfio-manager and the DRA plugin ready), without its slices."""
+    dra_cluster(apiserver, slices=False)
+    with SimulatedOperator(apiserver) as op:
+        op.wait_idle()
+    for s in apiserver.list("ResourceSlice"):
+        apiserver.delete_now("ResourceSlice", s["metadata"]["name"])
+    return _dra_plugin_pod(apiserver)
+
+
+def test_a_dra_plugin_crash_looping_until_vfio_binding_is_named_with_its_log(apiserver, kube):
+    pod = _settled_dra_node(apiserver)
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+    def crash(p):
+        cs = p["status"]["containerStatuses"][0]
+        cs.update(ready=False, restartCount=6, state={"waiting": {"reason": "CrashLoopBackOff"}},
+                  lastState={"terminated": {"exitCode": 1, "reason": "Error"}})
+    apiserver.mutate("Pod", name, ns, crash)
+    apiserver.set_pod_log(ns, name, 'level=ERROR msg="Command failed" err="error enumerating all possible devices: '
+                                    'rbln-smi: no device"\n')
+    _dra_vm(apiserver)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.DRA_PLUGIN
+    assert f"n1: DRA plugin pod {name} crash-looping, 6 restart(s)" in b.message
+    assert "'error enumerating all possible devices' in its log" in b.message
+    assert "crash-loops on every vm-mode node" in b.failure and "vfio-pci" in b.remedy.text
+
+
+def test_a_dra_plugin_that_just_started_is_waited_for_its_30s_rescan(apiserver, kube):
+    pod = _settled_dra_node(apiserver)
+    started = datetime.now(UTC) - timedelta(seconds=10)
+    apiserver.mutate("Pod", pod["metadata"]["name"], OPS, lambda p: p["status"]["containerStatuses"][0].update(
+        state={"running": {"startedAt": started.strftime("%Y-%m-%dT%H:%M:%SZ")}}))
+    _dra_vm(apiserver)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.SLICES and any("rescans every 30s" in e for e in b.evidence)
+    assert b.remedy.text.startswith("wait 30s")
+
+
+def test_npus_without_an_iommu_group_skipped_by_the_dra_plugin_are_named(apiserver, kube):
+    pod = _settled_dra_node(apiserver)
+    apiserver.set_pod_log(OPS, pod["metadata"]["name"],
+                          'level=WARN msg="Skipping vfio-pci NPU without an IOMMU group" device=vfio-0000-3b-00-0 '
+                          'pciBusID=0000:3b:00.0\n')
+    _dra_vm(apiserver)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.SLICES and "no IOMMU group" in b.failure
+    assert any("skipped 1 vfio-pci NPU(s) without an IOMMU group" in e for e in b.evidence)
+    assert b.remedy.command == ("preflight", "--hosts", "--node", "n1")
+
+
+def test_two_vms_with_one_claim_name_on_a_node_is_the_broken_link(apiserver, kube):
+    dra_cluster(apiserver)
+    with SimulatedOperator(apiserver) as op:
+        op.wait_idle()
+        _dra_vm(apiserver, "v1", node="n1")
+        _dra_vm(apiserver, "v2", ns="other", node="n1")
+        pod = o.virt_launcher(NS, "v1", "n1", claims={"rbln-npu": "v1-rbln-npu-x7k2p"})
+        apiserver.add(pod, o.resource_claim(NS, "v1-rbln-npu-x7k2p", allocated=[("n1", "vfio-0000-3b-00-0")],
+                                            pod=pod))
+        d = diagnose(kube, "v1", NS)
+    b = _broken(d)
+    assert b.name == LinkName.CLAIM_NAME
+    assert "VM other/v2 on n1 holds a claim under resourceclaimtemplates/rbln-npu too" in b.evidence
+    assert b.remedy.command == ("vm", "attach", "v1", "-n", NS, "--restart")
+
+
+def test_a_vm_that_should_run_but_has_no_vmi_says_what_kubevirt_says(apiserver, kube):
+    """runStrategy Always, no VMI: not 'Stopped' but the VM's Failure condition and printableStatus."""
+    sandbox_cluster(apiserver)
+    vm = o.vm(NS, "v1", host_devices=[CA22], printable_status="ErrorUnschedulable")
+    vm["status"]["conditions"] = [{"type": "Failure", "status": "True", "reason": "FailedCreate",
+                                   "message": "Error creating virtual machine instance: admission webhook denied: "
+                                              "Host Devices feature gate is not enabled in kubevirt-config"}]
+    apiserver.add(vm)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.INSTANCE and b.failure == "KubeVirt did not create its VMI (FailedCreate)"
+    assert "runStrategy Always but no VMI: the VM is ErrorUnschedulable" in b.evidence
+    assert "Stopped" not in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+
+
+def test_the_links_are_judged_from_facts_read_once(apiserver, kube):
+    """diagnose = judge(read_facts(...)): judging sends no request at all."""
+    from rblnctl.vm.diagnose import judge, read_facts
+
+    sandbox_cluster(apiserver)
+    _running_sandbox_vm(apiserver)
+    facts = read_facts(kube, "v1", NS)
+    apiserver.clear_requests()
+    d = judge(facts)
+    assert apiserver.requests == [] and d.links

@@ -66,3 +66,31 @@ def test_forbidden_lists_are_noted(apiserver, kube):
     listing = list_vm_npus(kube, namespace=NS)
     assert [e.ref.name for e in listing.items] == ["v1"]
     assert listing.notes and "cannot list VirtualMachineInstances" in listing.notes[0]
+
+
+def _legacy_dra(ns, name, node):
+    claims = [o.template_claim("rbln-npu", "rbln-npu-1")]
+    devices = [o.dra_host_device("npu0", claim="rbln-npu")]
+    return (o.vm(ns, name, host_devices=devices, resource_claims=claims),
+            o.vmi(ns, name, node, devices, resource_claims=claims))
+
+
+def test_vms_whose_claim_names_collide_on_one_node_are_flagged(apiserver, kube):
+    """Two VMIs on n1 with the old fixed claim name rbln-npu: the RBLN DRA driver prepares only one of them."""
+    apiserver.add(*_legacy_dra("a", "vm", "n1"), *_legacy_dra("b", "vm", "n1"), *_legacy_dra("c", "vm", "n2"))
+    listing = list_vm_npus(kube)
+    got = {str(e.ref): e.collisions for e in listing.items}
+    assert got == {"a/vm": ["b/vm"], "b/vm": ["a/vm"], "c/vm": []}
+    assert all(e.claims == ["resourceclaimtemplates/rbln-npu"] for e in listing.items)
+    (note,) = [n for n in listing.notes if "share the DRA claim key" in n]
+    assert "3 VMs share" in note and "rblnctl vm attach" in note
+
+
+def test_vms_with_their_own_claim_names_do_not_collide(apiserver, kube):
+    for ns in ("a", "b"):
+        claims = [o.template_claim(o.vm_claim(ns, "vm"), "rbln-npu-1")]
+        devices = [o.dra_host_device("npu0", claim=o.vm_claim(ns, "vm"))]
+        apiserver.add(o.vm(ns, "vm", host_devices=devices, resource_claims=claims),
+                      o.vmi(ns, "vm", "n1", devices, resource_claims=claims))
+    listing = list_vm_npus(kube)
+    assert [e.collisions for e in listing.items] == [[], []] and not listing.notes

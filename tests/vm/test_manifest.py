@@ -7,6 +7,7 @@ from kubernetes import client
 
 from rblnctl.errors import Ambiguous, InvalidInput, NotFound
 from rblnctl.vm import devices as D
+from tests.fakes import objects as o
 from rblnctl.vm.manifest import ManifestOptions, build_manifest, resolve
 from tests.vm.support import CA22, CA25, NS, VFIO_CLASS, dra_cluster, sandbox_cluster
 
@@ -32,7 +33,8 @@ def test_dra_manifest_names_its_template_and_requests():
     spec = vm["spec"]["template"]["spec"]
     assert "namespace" not in vm["metadata"] and "namespace" not in tpl["metadata"]
     (entry,) = spec["resourceClaims"]
-    assert entry == {"name": "rbln-npu", "resourceClaimTemplateName": tpl["metadata"]["name"]}
+    # the claim name of VM default/v1: no -n, so the namespace `kubectl apply` uses when the context names none
+    assert entry == {"name": o.vm_claim("default", "v1"), "resourceClaimTemplateName": tpl["metadata"]["name"]}
     requests = {r["name"] for r in tpl["spec"]["spec"]["devices"]["requests"]}
     devices = spec["domain"]["devices"]["hostDevices"]
     assert all(d["claimName"] == entry["name"] and "deviceName" not in d for d in devices)

@@ -12,10 +12,15 @@ from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
 
 def unreadable(out: Findings, id_: str, title: str, fetch_: Fetch) -> None:
-    """A WARN for a read that was refused or failed, with the permission to grant or the error."""
-    what = "forbidden" if fetch_.forbidden else "failed"
-    out.add(id_, title, SCOPE_CLUSTER, Status.WARN, f"cannot {fetch_.verb} {fetch_.resource} ({what}): "
-            f"{fetch_.error}", fetch_.remedy(), fetch_.can_i() if fetch_.forbidden else "")
+    """A WARN for a read that was refused, failed or found nothing there (404), with the permission to grant or
+    the error: never `(failed): None` (a 404 carries no error text)."""
+    if fetch_.error is None:
+        evidence = f"cannot {fetch_.verb} {fetch_.resource}: the API server answered 404 (not found or not served)"
+    else:
+        what = "forbidden" if fetch_.forbidden else "failed"
+        evidence = f"cannot {fetch_.verb} {fetch_.resource} ({what}): {fetch_.error}"
+    out.add(id_, title, SCOPE_CLUSTER, Status.WARN, evidence, fetch_.remedy(), fetch_.can_i() if fetch_.forbidden
+            else "")
 
 
 def pick(f: ClusterFacts, st: Any) -> str:

@@ -9,8 +9,14 @@ from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.nfd import NodeNfd, features_by_node, iommu_fact, node_nfd
 
-MODE_LABEL_REMEDY = "`rblnctl node set-mode NODE vm-passthrough` (or `container`)"
+# set-mode's documented order is MODE, then the nodes (`NODE MODE` is only still accepted for one node).
+MODE_LABEL_REMEDY = "`rblnctl node set-mode vm NODE` (or `container`)"  # the same prose for every node: rows group
 NFD_FACT_REMEDY = "run `rblnctl preflight --local` on that node, or enable NFD's {source} source"
+
+
+def short_mode(mode: str) -> str:
+    """`vm` for vm-passthrough, as set-mode's first argument is usually typed."""
+    return "vm" if mode == C.MODE_VM else mode
 
 
 def check_nodes(f: ClusterFacts, out: Findings) -> None:
@@ -25,7 +31,7 @@ def check_nodes(f: ClusterFacts, out: Findings) -> None:
         else:
             out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.WARN,
                     f"none of {len(nodes)} NPU nodes is in {C.MODE_VM} mode: no VM can get an NPU yet",
-                    "`rblnctl node set-mode NODE vm-passthrough` on the nodes meant for VMs")
+                    "`rblnctl node set-mode vm NODE` on the nodes meant for VMs")
     else:
         out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.SKIP,
                 "no NPU node to check (see nfd.npu-nodes)")
@@ -103,7 +109,7 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
         out.add("node.mode-label", title, name, Status.FAIL,
                 f"{C.WORKLOAD_LABEL}={raw!r} is not container or vm-passthrough: the operator ignores it and uses "
                 f"the policy default ({mode})", MODE_LABEL_REMEDY,
-                f"rblnctl node set-mode {meant} {name}" if meant else "")
+                f"rblnctl node set-mode {short_mode(meant)} {name}" if meant else "")
 
     skip = labels.get(C.DEPLOY_SKIP_LABEL)
     title = "Operator manages the node (npu.deploy.skip)"

@@ -6,7 +6,7 @@ from rblnctl import constants as C
 from rblnctl.preflight.checks.common import unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
-from rblnctl.operator.cluster import operator_version  # shared with policy set-method
+from rblnctl.operator.release import operator_version  # shared with policy set-method
 from rblnctl.operator.install import install_command
 from rblnctl.operator.release import ASSUMED, release_of
 from rblnctl.versions import format_version, strict_version

@@ -22,3 +22,13 @@ def test_kubernetes_floor_for_sandbox(apiserver, kube):
     apiserver.set_version("v1.19.0")
     assert cluster(run(kube))["kubernetes.version"].status == Status.PASS
 
+
+
+def test_a_read_answered_404_never_says_failed_none(apiserver, kube):
+    """issue 21: a read that found nothing (404, no error text) printed `cannot get version (failed): None`."""
+    seed(apiserver)
+    apiserver.inject_fault(method="GET", path=r"^/version$", status=404, reason="NotFound", times=10)
+    k = cluster(run(kube))["kubernetes.version"]
+    assert k.status == Status.WARN
+    assert "None" not in k.evidence and "404" in k.evidence
+    assert "does not serve" in k.remedy

@@ -122,7 +122,7 @@ def test_forbidden_read_names_the_can_i_check(apiserver, kube):
 
 
 @pytest.mark.parametrize("value, command", [
-    ("vm", "rblnctl node set-mode vm-passthrough n-bad"),
+    ("vm", "rblnctl node set-mode vm n-bad"),  # issue 21: set-mode's order, MODE then NODE, as typed
     ("Container", "rblnctl node set-mode container n-bad"),
     ("gpu", ""),  # which mode was meant is the user's choice
 ])
@@ -131,6 +131,7 @@ def test_mode_label_command_only_when_the_value_names_a_mode(apiserver, kube, va
     apiserver.add(o.npu_node("n-bad", mode=value), nfd_features("n-bad"))
     r = per_node(run(kube), "node.mode-label")["n-bad"]
     assert r.status == Status.FAIL and r.remedy_command == command
+    assert "`rblnctl node set-mode vm NODE`" in r.remedy  # never the old `set-mode NODE vm-passthrough` order
 
 
 def test_deploy_skip_command_names_the_node(apiserver, kube):

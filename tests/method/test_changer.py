@@ -1,12 +1,12 @@
-"""rblnctl.operator.method: switch the VM allocation method (sandbox <-> DRA) against the simulated operator."""
+"""rblnctl.method: switch the VM allocation method (sandbox <-> DRA) against the simulated operator."""
 
 from __future__ import annotations
 
 import pytest
 
-from rblnctl.errors import Conflict, InvalidInput, Refused, WaitTimeout
+from rblnctl.errors import Conflict, InvalidInput, Partial, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
-from rblnctl.operator.method import MethodChanger, MethodEvents, MethodOptions, parse_method
+from rblnctl.method import MethodChanger, MethodEvents, MethodOptions, parse_method
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.operator import SimulatedOperator
@@ -236,7 +236,7 @@ def test_server_dry_run_sends_one_dry_patch_and_waits_for_nothing(apiserver, kub
 
 
 def test_plan_edit_writes_only_what_changes_and_checks_the_result():
-    from rblnctl.operator.method import plan_edit
+    from rblnctl.method import plan_edit
 
     sandbox = NEWER.policy(vfio_manager=True, sandbox=True)
     sandbox["metadata"]["resourceVersion"] = "7"
@@ -288,8 +288,8 @@ def test_convert_vms_rewrites_each_stopped_vm_both_ways(apiserver, kube):
     assert result.converted == ["other/one", "team/two"]
     assert ("convert", "VM team/two: 2 NPU(s) from sandbox to dra") in steps
     assert host_devices(apiserver, "team", "two") == [
-        {"name": "npu0", "claimName": "rbln-npu", "requestName": "npu0"},
-        {"name": "npu1", "claimName": "rbln-npu", "requestName": "npu1"}]
+        {"name": "npu0", "claimName": o.vm_claim("team", "two"), "requestName": "npu0"},
+        {"name": "npu1", "claimName": o.vm_claim("team", "two"), "requestName": "npu1"}]
     assert apiserver.get("ResourceClaimTemplate", "rbln-npu-2", "team") is not None
     assert "hostDevices" not in apiserver.get("VirtualMachine", "cpu-only", "team")["spec"]["template"]["spec"][
         "domain"]["devices"]
@@ -309,6 +309,31 @@ def test_convert_vms_rewrites_each_stopped_vm_both_ways(apiserver, kube):
     assert apiserver.writes() == []
 
 
+POLICY_PATH = r"/apis/rebellions\.ai/v1beta1/rblnclusterpolicies/rbln-cluster-policy$"
+
+
+@pytest.mark.parametrize("fault", [{"status": 409, "reason": "Conflict"}, {"lose_reply": True}],
+                         ids=["conflict", "lost-reply"])
+def test_convert_vms_still_converts_after_the_policy_patch_was_retried(apiserver, kube, fault):
+    """A 409 (the operator writes the policy's status too) or a lost reply on the policy patch: the plan is
+    re-planned with dataclasses.replace, so its conversions survive. Before: the retry rebuilt the plan
+    field by field, dropped them, and --convert-vms exited 0 having converted nothing."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES, SANDBOX_RES]))
+    retries = []
+    ch = changer(kube, op, convert_vms=True)
+    ch.events = MethodEvents(on_retry=lambda attempt, why: retries.append(why))
+    plan = ch.plan("dra")
+    apiserver.inject_fault(method="PATCH", path=POLICY_PATH, times=1, **fault)
+    result = ch.apply(plan)
+    assert result.changed and switches(apiserver)["draKubeletPlugin"] is True
+    assert result.converted == ["team/two"] and [str(c.vm) for c in result.plan.conversions] == ["team/two"]
+    assert all(d.get("claimName") for d in host_devices(apiserver, "team", "two"))
+    patches = apiserver.requests_matching("PATCH", POLICY_PATH)
+    assert len(patches) == (2 if "status" in fault else 1)  # a lost reply that landed is read back, not resent
+    assert len(retries) == (1 if "status" in fault else 0)
+
+
 def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver, kube):
     op = cluster(apiserver)
     apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
@@ -322,7 +347,8 @@ def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver,
 
 def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, kube):
     """Back to sandbox, a DRA VM gets the resource vm-passthrough nodes advertise; when two products are
-    advertised, which one it meant is unknown: that VM is refused, the rest converted."""
+    advertised, which one it meant is unknown: that VM fails, the rest are converted, and the run is partial
+    (it was Refused before the multi-object rule: the result now comes with the error)."""
     op = cluster(apiserver, method="dra")
     apiserver.add(o.npu_node("vm9", mode=o.MODE_VM, product="RBLN-CA25"))
     for _ in range(3):
@@ -331,12 +357,47 @@ def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, ku
     apiserver.add(o.resource_claim_template("team", "rbln-npu-1"),
                   o.vm("team", "a", running=False, host_devices=[o.dra_host_device("npu0")], resource_claims=claims))
     ch = changer(kube, op, convert_vms=True)
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Partial) as err:
         ch.apply(ch.plan("sandbox"))
-    assert "1 of 1 VM(s) were not converted" in str(err.value)
-    (b,) = err.value.blockers
-    assert "VM team/a" in b.message and "rblnctl vm attach a -n team --method sandbox --convert" in b.message
+    assert "not every VM was converted: 1 failed" in str(err.value)
+    (o_,) = err.value.result.conversions
+    assert (o_.name, o_.state) == ("team/a", "failed")
+    assert "rblnctl vm attach a -n team --method sandbox --convert" in o_.reason
     assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
+
+
+def test_a_403_mid_convert_vms_fails_that_vm_and_converts_the_others(apiserver, kube):
+    """RBAC that refuses one namespace's VMs: the others are still converted; each VM's fate is in the result.
+    Before: the 403 escaped the loop (only NotFound/InvalidInput/Refused/Conflict were caught), the VMs after
+    it were never tried, and nothing said which were done."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("b", "two", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("c", "three", running=False, host_devices=[SANDBOX_RES]))
+    apiserver.forbid("patch", "virtualmachines.kubevirt.io", "b")
+    ch = changer(kube, op, convert_vms=True)
+    with pytest.raises(Partial) as err:
+        ch.apply(ch.plan("dra"))
+    fate = {x.name: (x.state.value, x.reason) for x in err.value.result.conversions}
+    assert fate["a/one"][0] == fate["c/three"][0] == "done"
+    assert fate["b/two"][0] == "failed" and "RBAC does not allow patch" in fate["b/two"][1]
+    assert err.value.result.converted == ["a/one", "c/three"]
+    assert any(d.startswith("VirtualMachine b/two (failed)") for d in err.value.details)
+
+
+def test_an_unreachable_api_server_mid_convert_vms_leaves_the_rest_not_attempted(apiserver, kube):
+    op = cluster(apiserver)
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("b", "two", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, op, convert_vms=True)
+    plan = ch.plan("dra")
+    kube.read_retries = 0
+    apiserver.inject_fault(method="GET", path="/namespaces/a/virtualmachines/one$", drop=True, times=5)
+    with pytest.raises(Partial) as err:
+        ch.apply(plan)
+    fate = [(x.name, x.state.value) for x in err.value.result.conversions]
+    assert fate == [("a/one", "failed"), ("b/two", "not-attempted")]
+    assert "could not be reached" in err.value.result.conversions[1].reason
 
 
 def test_back_to_sandbox_without_permitted_devices_says_what_to_run(apiserver, kube):

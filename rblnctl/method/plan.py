@@ -1,26 +1,5 @@
-"""Change how VMs get NPUs, cluster-wide: the Sandbox Device Plugin <-> DRA (the allocation method).
-
-The operator's documentation asks for every VM holding an NPU to be shut down first, then the
-policy to change. rblnctl does the checkable part:
-1. refuse while any VirtualMachineInstance holds an NPU (the VM guard's rule, rblnctl.node.vms.vmi_npus),
-   naming each one;
-2. check what the target method needs: Kubernetes and KubeVirt versions (constants MIN_KUBERNETES /
-   MIN_KUBEVIRT), KubeVirt's gates (rblnctl.kubevirt.gates), an operator release that deploys it
-   (MIN_OPERATOR), and for DRA the resource.k8s.io API and a DRA driver with VFIO support
-   (rblnctl.operator.dra; the driver itself and its DeviceClass arrive with the switch);
-3. patch the active RBLNClusterPolicy so exactly one VM allocator is enabled, guarded by its
-   resourceVersion. Later operators admit sandboxDevicePlugin and draKubeletPlugin only one at a time,
-   and draKubeletPlugin not beside devicePlugin (their CRD's CEL rules; RBLN-SW/rbln-npu-operator later
-   main, api/v1beta1 envtest TestRBLNClusterPolicy_CELRejection). Chart v0.3.0 checks nothing
-   (config/default/kustomization.yaml: webhook commented out, no x-kubernetes-validations), so rblnctl
-   checks the patched policy against the same rules (Policy.admission_problems) before sending it;
-4. wait until the operator has rolled the new plugin on every vm-passthrough node and removed the old
-   one (rblnctl.operator.convergence.method_pending), and for DRA until its DeviceClass exists: one LIST
-   of each kind per round, whatever the cluster size;
-5. with convert_vms, re-express each (stopped) VM's NPUs with the new method through the `vm attach`
-   library (rblnctl.vm.attach.AttachPlanner, convert=True, keeping each VM's count), once the new
-   method is offered. Without it, the VMs still naming the old method are a warning.
-"""
+"""Plan a change of the VM allocation method from facts already read: the policy edit, the prerequisites, the
+VMs in the way and the VMs to convert (pure: no I/O; rblnctl.method.changer reads and writes)."""
 
 from __future__ import annotations
 
@@ -32,43 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import (
-    ClusterError,
-    ClusterUnreachable,
-    ConfigError,
-    Conflict,
-    Forbidden,
-    InvalidInput,
-    NotFound,
-    Refused,
-    WaitTimeout,
-)
-from rblnctl.kube import (
-    CLUSTER_POLICIES,
-    DAEMONSETS,
-    DEVICE_CLASSES,
-    KUBEVIRTS,
-    PODS,
-    RESOURCE_SLICES,
-    VMIS,
-    VMS,
-    Kube,
-    is_transient,
-    outcome_unknown,
-)
+from rblnctl.batch import ItemOutcome
+from rblnctl.errors import ClusterError, ConfigError, InvalidInput
 from rblnctl.kubevirt.cr import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BACKOFF_S, ref, version_of
 from rblnctl.kubevirt.gates import enable_step, gate_state, rbln_gates
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
 from rblnctl.node.vms import NpuVm, vmi_npus
-from rblnctl.operator import convergence
-from rblnctl.operator.cluster import OperatorView, operator_deployments, operator_version, read_operator
-from rblnctl.operator.components import component_of_pod
+from rblnctl.operator import admission
+from rblnctl.operator.admission import AdmissionRules
+from rblnctl.operator.cluster import OperatorView
 from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, policy_dra_version
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy, parse_policy
-from rblnctl.operator.release import release_of
+from rblnctl.operator.release import operator_version, release_of
 from rblnctl.plan import Advice, Blocker
 from rblnctl.versions import format_version, parse_version, strict_version
 from rblnctl.vm import devices as D
@@ -185,6 +141,7 @@ class MethodPlan:
     convert: bool = False  # convert_vms was asked
     warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
+    rules: AdmissionRules = admission.DEFAULT  # the policy admission rules judged, and whether they were read
 
     @property
     def noop(self) -> bool:
@@ -209,6 +166,7 @@ class MethodResult:
     elapsed_s: float
     converted: list[str] = field(default_factory=list)  # VMs re-expressed with the new method (namespace/name)
     server_dry_run: bool = False
+    conversions: list[ItemOutcome] = field(default_factory=list)  # every VM of plan.conversions, and its fate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +185,7 @@ class MethodFacts:
     vms_error: str | None = None  # the VM list was refused (RBAC)
     device_classes_served: bool | None = None  # DRA target only
     daemonsets: list[dict] | None = None  # DRA target only (None: not read)
+    crd: dict | None = None  # the RBLNClusterPolicy CRD (None: it could not be read): its admission rules
 
 
 # -- the policy edit -----------------------------------------------------------------------------
@@ -237,7 +196,8 @@ def switches_of(policy: Policy) -> dict[str, bool]:
     return {k: bool(policy.enabled.get(k, False)) for k in SWITCH_KEYS}
 
 
-def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], container_nodes: Sequence[str]) -> PolicyEdit:
+def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], container_nodes: Sequence[str],
+              rules: AdmissionRules | None = None) -> PolicyEdit:
     """The switches `target` needs in this policy object, checked against the operator's admission rules (pure).
 
     Both need vfioManager on (nothing else binds the NPUs to vfio-pci; the chart's default is off, and
@@ -273,10 +233,12 @@ def plan_edit(policy_obj: dict, target: str, *, vm_nodes: Sequence[str], contain
         spec[k] = {**sub, "enabled": v}
     new = parse_policy(new_obj)
     if changes:
-        old_problems = set(policy.admission_problems())
+        old_problems = set(policy.admission_problems(rules))
         named = {DEVICE_PLUGIN_KEY} if blockers else set()  # the devicePlugin refusal above says more
-        blockers += [Blocker(f"RBLNClusterPolicy {name} would break the operator's rules: {p}")
-                     for p in new.admission_problems() if p not in old_problems and not any(k in p for k in named)]
+        where = f" ({(rules or admission.DEFAULT).source})"
+        blockers += [Blocker(f"RBLNClusterPolicy {name} would break the operator's admission rules{where}: {p}")
+                     for p in new.admission_problems(rules)
+                     if p not in old_problems and not any(k in p for k in named)]
         for mode, nodes in ((C.MODE_VM, vm_nodes), (C.MODE_CONTAINER, container_nodes)):
             if not nodes and not (mode == C.MODE_VM and new.workload_type == C.MODE_VM):
                 continue
@@ -455,9 +417,23 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     modes = {(n.get("metadata") or {}).get("name", ""): mode_of(labels_of(n), policy).effective for n in facts.nodes}
     vm_nodes = sorted(n for n, m in modes.items() if m == C.MODE_VM)
     container_nodes = sorted(n for n, m in modes.items() if m == C.MODE_CONTAINER)
-    edit = plan_edit(facts.policy_obj, target, vm_nodes=vm_nodes, container_nodes=container_nodes)
+    rules = admission.installed(facts.crd, release_of(facts.operators))
+    edit = plan_edit(facts.policy_obj, target, vm_nodes=vm_nodes, container_nodes=container_nodes, rules=rules)
     warnings = list(facts.view.notes) + edit.warnings
     blockers = list(edit.blockers)
+    if edit.patch and rules.unknown:
+        warnings.append(f"the installed RBLNClusterPolicy CRD has admission rules rblnctl cannot judge ("
+                        f"{'; '.join(rules.unknown)}): `--dry-run=server` has the API server judge the patch")
+    if target == C.METHOD_DRA and not policy.is_enabled(C.COMP_TOOLKIT):
+        msg = (f"RBLNClusterPolicy {policy.name} does not enable containerToolkit (spec.containerToolkit.enabled), and "
+               "the operator refuses to deploy its DRA kubelet plugin without it (\"DRA kubelet plugin requires "
+               "containerToolkit to be enabled\": RBLN-SW/rbln-npu-operator internal/clusterpolicy/components/"
+               "dra_kubelet_plugin.go; v0.3.0 internal/scope/patch/dra_kubelet_plugin.go): the rollout would never "
+               f"come. Enable it first: {policy.fix_text({'containerToolkit': True})}")
+        if force:
+            warnings.append(msg + "; going ahead anyway (forced)")
+        else:
+            blockers.append(Blocker(msg, override="force"))
     holders: list[NpuVm] = []
     checks: list[Prerequisite] = []
     conversions = list(facts.old_method_vms) if convert else []
@@ -489,7 +465,7 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     return MethodPlan(target=target, current=policy.vm_method, edit=edit, vm_nodes=vm_nodes,
                       container_nodes=container_nodes, holders=holders, prerequisites=checks,
                       device_class=policy.dra_device_class_vm if target == C.METHOD_DRA else None,
-                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers)
+                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers, rules=rules)
 
 
 def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], D.ClaimTest]) -> list[Conversion]:
@@ -517,255 +493,3 @@ def _with_remedy(b: Blocker) -> str:
         return b.message
     command = f" (`rblnctl {' '.join(remedy.command)}`)" if remedy.command else ""
     return f"{b.message}; {remedy.text}{command}"
-
-
-# -- the changer ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class MethodState:
-    """One look at the cluster while waiting: what each vm-passthrough node still misses."""
-
-    method: str | None  # the active policy's method now
-    nodes: dict[str, list[str]]  # vm-passthrough node -> what is still missing ([] when rolled)
-    cluster: list[str]  # cluster-wide things missing (the DeviceClass)
-
-    @property
-    def missing(self) -> list[str]:
-        """Everything still missing, one line each, nodes first by name."""
-        return [f"{n}: {m}" for n, ms in sorted(self.nodes.items()) for m in ms] + self.cluster
-
-
-@dataclass(kw_only=True)
-class MethodChanger:
-    """Switch the allocation method of the cluster's VMs; options.timeout_s bounds the wait."""
-
-    kube: Kube
-    options: MethodOptions = field(default_factory=MethodOptions)
-    events: MethodEvents = field(default_factory=MethodEvents)
-    clock: Clock = SYSTEM_CLOCK
-
-    def _view(self) -> OperatorView:
-        view = read_operator(self.kube, namespace=self.options.operator_namespace)
-        if view.policy is None:
-            why = "no RBLNClusterPolicy exists" if view.crd_installed else "the RBLNClusterPolicy CRD is not installed"
-            raise Refused(f"{why}: there is no allocation method to change; install the RBLN NPU Operator with its "
-                          "RBLNClusterPolicy first")
-        return view
-
-    def facts(self, target: str) -> MethodFacts:
-        """Read what plan() needs: a fixed set of requests whatever the cluster size."""
-        from rblnctl.node.inventory import list_npu_node_objects
-
-        view = self._view()
-        assert view.policy is not None
-        policy_obj = self.kube.get(CLUSTER_POLICIES, view.policy.name)
-        try:
-            kubevirts = self.kube.list(KUBEVIRTS)
-        except NotFound:
-            kubevirts = []
-        vmis: list[dict] | None
-        vmis_error = None
-        try:
-            vmis = self.kube.list(VMIS)
-        except NotFound:
-            vmis = []
-        except Forbidden as e:
-            vmis, vmis_error = None, str(e)
-        vms_error = None
-        try:
-            vms = self.kube.list(VMS)
-        except NotFound:
-            vms = []
-        except Forbidden as e:
-            vms, vms_error = [], str(e)
-        old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
-        served = daemonsets = None
-        if target == C.METHOD_DRA:
-            try:
-                self.kube.list(DEVICE_CLASSES)
-                served = True
-            except NotFound:
-                served = False
-            try:
-                daemonsets = self.kube.list(DAEMONSETS)
-            except Forbidden as e:
-                log.debug("cannot list DaemonSets: %s", e)
-        return MethodFacts(policy_obj=policy_obj, view=view,
-                           server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
-                           kubevirts=kubevirts, operators=operator_deployments(self.kube),
-                           nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
-                           old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
-                           daemonsets=daemonsets)
-
-    def _claim_test(self, view: OperatorView) -> Callable[[str], D.ClaimTest]:
-        """Which resourceClaims entries ask for NPUs, per namespace: rblnctl's own, and (with convert_vms, which
-        rewrites them) hand-made ones whose template or claim requests the passthrough class."""
-        if not self.options.convert_vms:
-            return lambda _ns: D.is_managed_claim
-        from rblnctl.vm.cluster import ClaimIndex
-
-        assert view.policy is not None
-        index = ClaimIndex(kube=self.kube, classes=frozenset({view.policy.dra_device_class_vm, C.DRA_DEVICECLASS_VM}))
-        return index.test
-
-    def plan(self, target: str) -> MethodPlan:
-        """Read the cluster and plan the change to `target` (reads only)."""
-        target = parse_method(target)
-        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
-
-    def apply(self, plan: MethodPlan) -> MethodResult:
-        """Patch the policy (a no-op plan patches nothing), then wait for the operator (unless a server dry run).
-
-        Raises Refused on blockers or when the policy is switched back while waiting, Conflict when the
-        policy kept changing under us, WaitTimeout (with what is still missing) when the operator did
-        not roll the plugins within options.timeout_s.
-        """
-        if plan.blockers:
-            raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
-        started = self.clock.monotonic()
-        changed, attempts = False, 0
-        if plan.edit.patch:
-            self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
-                f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
-            changed, attempts, plan = self._patch(plan)
-        converged: list[str] = []
-        waited = self.options.wait and not self.options.server_dry_run
-        if waited:
-            self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
-                                f"{len(plan.vm_nodes)} vm-passthrough node(s)")
-            converged = self._wait(plan, started + self.options.timeout_s)
-        converted: list[str] = []
-        if plan.conversions and waited:
-            converted = self._convert(plan)
-        return MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
-                            elapsed_s=round(self.clock.monotonic() - started, 3), converted=converted,
-                            server_dry_run=self.options.server_dry_run)
-
-    def _convert(self, plan: MethodPlan) -> list[str]:
-        """Re-express each VM's NPUs with the new method through the vm attach library (its count kept).
-
-        Every VM is tried; a VM that cannot be converted (it started meanwhile, several resources could be
-        meant, it kept changing) does not stop the others, and Refused names each one at the end.
-        """
-        from rblnctl.errors import RblnError
-        from rblnctl.vm.attach import AttachOptions, AttachPlanner
-
-        old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
-        planner = AttachPlanner(kube=self.kube, clock=self.clock,
-                                options=AttachOptions(method=plan.target, convert=True,
-                                                      max_attempts=self.options.max_attempts))
-        converted: list[str] = []
-        failed: list[Blocker] = []
-        for c in plan.conversions:
-            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
-            try:
-                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
-                if vm_plan.blockers:
-                    failed.append(Blocker(f"VM {c.vm}: " + "; ".join(_with_remedy(b) for b in vm_plan.blockers)))
-                    continue
-                planner.apply(vm_plan)
-            except NotFound:
-                continue  # deleted meanwhile: nothing to convert
-            except (InvalidInput, Refused, Conflict) as e:  # InvalidInput: Ambiguous, several resources fit
-                failed.append(Blocker(f"VM {c.vm}: {' '.join(str(e).split())}; convert it with `rblnctl vm attach "
-                                      f"{c.vm.name} -n {c.vm.namespace} --method {plan.target} --convert`"))
-                continue
-            converted.append(str(c.vm))
-        if failed:
-            err: RblnError = Refused(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled "
-                                     f"it, but {len(failed)} of {len(plan.conversions)} VM(s) were not converted",
-                                     blockers=failed)
-            raise err.with_details([f"converted: {', '.join(converted)}"] if converted else [])
-        return converted
-
-    def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
-        attempts = 0
-        landed = False
-        while True:
-            if plan.edit.blockers:
-                raise Refused(f"refusing to switch the allocation method to {plan.target}",
-                              blockers=plan.edit.blockers)
-            if plan.noop:
-                return landed, attempts, plan
-            attempts += 1
-            try:
-                self.kube.patch(CLUSTER_POLICIES, plan.policy, plan.edit.patch, patch_type="merge",
-                                dry_run=self.options.server_dry_run)
-                return True, attempts, plan
-            except ClusterError as e:
-                lost = outcome_unknown(e)
-                if not lost and not (isinstance(e, Conflict) or e.status == 409):
-                    raise
-                if attempts >= self.options.max_attempts:
-                    raise Conflict(f"RBLNClusterPolicy {plan.policy} kept changing while we wrote it: gave up after "
-                                   f"{attempts} attempts; rerun once the other writer is done",
-                                   status=409, reason="Conflict") from e
-                self.events.on_retry(attempts, str(e))
-                if not lost:
-                    self.clock.sleep(self.options.retry_backoff_s * 2 ** (attempts - 1))
-                fresh = self.kube.get(CLUSTER_POLICIES, plan.policy)
-                landed = landed or lost
-                edit = plan_edit(fresh, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes)
-                plan = MethodPlan(target=plan.target, current=parse_policy(fresh).vm_method, edit=edit,
-                                  vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes, holders=plan.holders,
-                                  prerequisites=plan.prerequisites, device_class=plan.device_class,
-                                  warnings=plan.warnings, blockers=[])
-
-    def state(self, target: str) -> MethodState:
-        """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's
-        ResourceSlices, and (DRA) a GET of the DeviceClass."""
-        from rblnctl.node.inventory import list_npu_node_objects
-
-        view = self._view()
-        policy = view.policy
-        assert policy is not None
-        pods: dict[str, list[tuple[str, dict]]] = {}
-        for p in self.kube.list(PODS, namespace=view.namespace):
-            comp = component_of_pod(p, base_names=view.base_names)
-            if comp is not None:
-                pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
-        slices: dict[str, list[dict]] = {}
-        try:
-            for s in self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"):
-                slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
-        except NotFound:  # the DRA API is not served: no slices
-            pass
-        nodes: dict[str, list[str]] = {}
-        for n in list_npu_node_objects(self.kube):
-            if mode_of(labels_of(n), policy).effective != C.MODE_VM:
-                continue
-            name = n["metadata"]["name"]
-            nodes[name] = [str(p) for p in convergence.method_pending(n, target, policy, pods.get(name, []),
-                                                                       slices.get(name, []))]
-        cluster = []
-        if target == C.METHOD_DRA and self.kube.get_optional(DEVICE_CLASSES, policy.dra_device_class_vm) is None:
-            cluster.append(f"DeviceClass {policy.dra_device_class_vm} does not exist yet")
-        return MethodState(method=policy.vm_method, nodes=nodes, cluster=cluster)
-
-    def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
-        last: list[str] = []
-        missing = ["nothing read yet"]
-        while True:
-            try:
-                st = self.state(plan.target)
-                if st.method != plan.target and not self.options.server_dry_run:
-                    raise Refused(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl waited: "
-                                  f"it now selects {st.method or 'no VM allocator'}, not {plan.target}")
-                missing = st.missing
-                if not missing:
-                    return sorted(st.nodes)
-                shown = missing
-            except (ClusterError, ClusterUnreachable) as err:
-                if not is_transient(err) or isinstance(err, NotFound):
-                    raise
-                shown = [f"the API server did not answer ({err}); trying again"]
-            if shown != last:
-                self.events.on_waiting(shown)
-                last = shown
-            if self.clock.monotonic() >= deadline:
-                err = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} method "
-                                  f"within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} stays "
-                                  f"set to {plan.target}")
-                raise err.with_details([f"still missing: {m}" for m in missing])
-            self.clock.sleep(max(0.0, min(self.options.poll_s, deadline - self.clock.monotonic())))

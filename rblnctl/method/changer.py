@@ -1,0 +1,336 @@
+"""MethodChanger: read the cluster, plan, patch the RBLNClusterPolicy, wait for the operator, convert the VMs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+from dataclasses import dataclass, field
+
+from rblnctl import batch
+from rblnctl import constants as C
+from rblnctl.batch import ItemOutcome, State
+from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import (
+    ClusterError,
+    ClusterUnreachable,
+    Conflict,
+    Forbidden,
+    NotFound,
+    RblnError,
+    Refused,
+    WaitTimeout,
+)
+from rblnctl.kube import (
+    CLUSTER_POLICIES,
+    CRDS,
+    DAEMONSETS,
+    DEVICE_CLASSES,
+    KUBEVIRTS,
+    PODS,
+    RESOURCE_SLICES,
+    VMIS,
+    VMS,
+    Kube,
+    is_transient,
+    writes,
+)
+from rblnctl.method.plan import (
+    MethodEvents,
+    MethodFacts,
+    MethodOptions,
+    MethodPlan,
+    MethodResult,
+    MethodStep,
+    _with_remedy,
+    old_method_vms,
+    parse_method,
+    plan_edit,
+    plan_method,
+)
+from rblnctl.operator import convergence
+from rblnctl.operator.cluster import OperatorView, read_operator
+from rblnctl.operator.release import operator_deployments
+from rblnctl.operator.components import component_of_pod
+from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
+from rblnctl.operator.policy import parse_policy
+from rblnctl.vm import devices as D
+
+log = logging.getLogger(__name__)
+
+
+# -- the changer ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodState:
+    """One look at the cluster while waiting: what each vm-passthrough node still misses."""
+
+    method: str | None  # the active policy's method now
+    nodes: dict[str, list[str]]  # vm-passthrough node -> what is still missing ([] when rolled)
+    cluster: list[str]  # cluster-wide things missing (the DeviceClass)
+
+    @property
+    def missing(self) -> list[str]:
+        """Everything still missing, one line each, nodes first by name."""
+        return [f"{n}: {m}" for n, ms in sorted(self.nodes.items()) for m in ms] + self.cluster
+
+
+@dataclass(kw_only=True)
+class MethodChanger:
+    """Switch the allocation method of the cluster's VMs; options.timeout_s bounds the wait."""
+
+    kube: Kube
+    options: MethodOptions = field(default_factory=MethodOptions)
+    events: MethodEvents = field(default_factory=MethodEvents)
+    clock: Clock = SYSTEM_CLOCK
+
+    def _view(self) -> OperatorView:
+        view = read_operator(self.kube, namespace=self.options.operator_namespace)
+        if view.policy is None:
+            why = "no RBLNClusterPolicy exists" if view.crd_installed else "the RBLNClusterPolicy CRD is not installed"
+            raise Refused(f"{why}: there is no allocation method to change; install the RBLN NPU Operator with its "
+                          "RBLNClusterPolicy first")
+        return view
+
+    def facts(self, target: str) -> MethodFacts:
+        """Read what plan() needs: a fixed set of requests whatever the cluster size."""
+        view = self._view()
+        assert view.policy is not None
+        policy_obj = self.kube.get(CLUSTER_POLICIES, view.policy.name)
+        try:
+            kubevirts = self.kube.list(KUBEVIRTS)
+        except NotFound:
+            kubevirts = []
+        vmis: list[dict] | None
+        vmis_error = None
+        try:
+            vmis = self.kube.list(VMIS)
+        except NotFound:
+            vmis = []
+        except Forbidden as e:
+            vmis, vmis_error = None, str(e)
+        vms_error = None
+        try:
+            vms = self.kube.list(VMS)
+        except NotFound:
+            vms = []
+        except Forbidden as e:
+            vms, vms_error = [], str(e)
+        old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
+        served = daemonsets = None
+        if target == C.METHOD_DRA:
+            try:
+                self.kube.list(DEVICE_CLASSES)
+                served = True
+            except NotFound:
+                served = False
+            try:
+                daemonsets = self.kube.list(DAEMONSETS)
+            except Forbidden as e:
+                log.debug("cannot list DaemonSets: %s", e)
+        try:  # its admission rules are what this cluster enforces (rblnctl.operator.admission)
+            crd = self.kube.get_optional(CRDS, f"{C.CLUSTER_POLICY_PLURAL}.{C.CLUSTER_POLICY_GROUP}")
+        except Forbidden as e:
+            log.debug("cannot read the RBLNClusterPolicy CRD: %s", e)
+            crd = None
+        return MethodFacts(policy_obj=policy_obj, view=view, crd=crd,
+                           server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
+                           kubevirts=kubevirts, operators=operator_deployments(self.kube),
+                           nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
+                           old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
+                           daemonsets=daemonsets)
+
+    def _claim_test(self, view: OperatorView) -> Callable[[str], D.ClaimTest]:
+        """Which resourceClaims entries ask for NPUs, per namespace: rblnctl's own, and (with convert_vms, which
+        rewrites them) hand-made ones whose template or claim requests the passthrough class."""
+        if not self.options.convert_vms:
+            return lambda _ns: D.is_managed_claim
+        from rblnctl.vm.cluster import ClaimIndex
+
+        assert view.policy is not None
+        index = ClaimIndex(kube=self.kube, classes=frozenset({view.policy.dra_device_class_vm, C.DRA_DEVICECLASS_VM}))
+        return index.test
+
+    def plan(self, target: str) -> MethodPlan:
+        """Read the cluster and plan the change to `target` (reads only)."""
+        target = parse_method(target)
+        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
+
+    def apply(self, plan: MethodPlan) -> MethodResult:
+        """Patch the policy (a no-op plan patches nothing), wait for the operator (unless a server dry run), then
+        convert the VMs (convert_vms).
+
+        Raises Refused on blockers or when the policy is switched back while waiting, Conflict when the
+        policy kept changing under us, WaitTimeout (with what is still missing) when the operator did
+        not roll the plugins within options.timeout_s: then the VMs to convert are named as not converted.
+        Raises Partial (the result attached) when a VM could not be converted (rblnctl.batch).
+        """
+        if plan.blockers:
+            raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
+        started = self.clock.monotonic()
+        changed, attempts = False, 0
+        waited = self.options.wait and not self.options.server_dry_run
+        converged: list[str] = []
+        try:
+            if plan.edit.patch:
+                self.events.on_step(MethodStep.PATCH, f"RBLNClusterPolicy {plan.policy}: " + ", ".join(
+                    f"{k}.enabled={'true' if v['enabled'] else 'false'}" for k, v in plan.edit.patch["spec"].items()))
+                changed, attempts, plan = self._patch(plan)
+            if waited:
+                self.events.on_step(MethodStep.WAIT, f"waiting for the operator to roll the {plan.target} plugin on "
+                                    f"{len(plan.vm_nodes)} vm-passthrough node(s)")
+                converged = self._wait(plan, started + self.options.timeout_s)
+        except RblnError as err:
+            if plan.conversions and waited:
+                names = ", ".join(str(c.vm) for c in plan.conversions)
+                raise err.with_details([*err.details, f"not converted (the method change did not finish): {names}"])
+            raise
+        outcomes = self._convert(plan) if plan.conversions and waited else []
+        result = MethodResult(plan=plan, changed=changed, attempts=attempts, converged=converged, waited=waited,
+                              elapsed_s=round(self.clock.monotonic() - started, 3),
+                              converted=[o.name for o in outcomes if o.state == State.DONE],
+                              server_dry_run=self.options.server_dry_run, conversions=outcomes)
+        if not batch.complete(outcomes):
+            raise batch.partial(f"RBLNClusterPolicy {plan.policy} selects {plan.target} and the operator rolled it, "
+                                "but not every VM was converted", outcomes, result)
+        return result
+
+    def _convert(self, plan: MethodPlan) -> list[ItemOutcome]:
+        """Re-express each VM's NPUs with the new method through the vm attach library (its count kept).
+
+        Every VM is tried (rblnctl.batch): one that cannot be converted (it started meanwhile, several resources
+        could be meant, RBAC refuses its namespace, it kept changing) does not stop the others; only a failure
+        that makes the rest pointless (the API server gone) leaves them not attempted. One outcome per VM.
+        """
+        from rblnctl.vm.attach import AttachOptions, AttachPlanner
+
+        old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+        planner = AttachPlanner(kube=self.kube, clock=self.clock,
+                                options=AttachOptions(method=plan.target, convert=True,
+                                                      max_attempts=self.options.max_attempts))
+        outcomes: list[ItemOutcome] = []
+        stopped: str | None = None
+        for c in plan.conversions:
+            name = str(c.vm)
+            if stopped is not None:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.NOT_ATTEMPTED,
+                                            reason=stopped))
+                continue
+            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
+            hint = (f"convert it with `rblnctl vm attach {c.vm.name} -n {c.vm.namespace} --method {plan.target} "
+                    "--convert`")
+            try:
+                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
+                if vm_plan.blockers:
+                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED, reason=(
+                        "; ".join(_with_remedy(b) for b in vm_plan.blockers))))
+                    continue
+                if vm_plan.noop:
+                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
+                                                reason=f"it already gets its NPUs through {plan.target}"))
+                    continue
+                planner.apply(vm_plan)
+            except NotFound:
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
+                                            reason="deleted meanwhile"))
+                continue
+            except RblnError as e:
+                stopped = batch.stops_the_rest(e)
+                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,
+                                            reason=f"{batch.one_line(e)}; {hint}"))
+                continue
+            outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE))
+        return outcomes
+
+    def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:
+        """Patch the policy (a merge patch guarded by its resourceVersion) until it selects plan.target.
+
+        A 409 (the operator writes the policy's status too) re-reads the policy and re-plans its edit with a
+        backoff; a patch whose outcome is unknown is settled by reading the policy back (rblnctl.kube.writes).
+        Only the edit is re-planned: the plan is carried on with dataclasses.replace, so what it says beyond
+        the policy (the VMs to convert, the prerequisites, the nodes) survives every retry.
+        """
+        current = [plan]
+
+        def next_write(policy_obj: Any) -> writes.Write | None:
+            if policy_obj is not writes.UNREAD:
+                if policy_obj is None:
+                    raise NotFound(f"RBLNClusterPolicy {plan.policy} was deleted while rblnctl wrote it")
+                edit = plan_edit(policy_obj, plan.target, vm_nodes=plan.vm_nodes, container_nodes=plan.container_nodes,
+                                 rules=plan.rules)
+                current[0] = dataclasses.replace(current[0], current=parse_policy(policy_obj).vm_method, edit=edit)
+            p = current[0]
+            if p.edit.blockers:
+                raise Refused(f"refusing to switch the allocation method to {p.target}", blockers=p.edit.blockers)
+            if not p.edit.patch:
+                return None
+            return writes.patch(CLUSTER_POLICIES, p.policy, p.edit.patch, patch_type="merge")
+
+        def gave_up(last: ClusterError, sent: int) -> RblnError:
+            return Conflict(f"RBLNClusterPolicy {plan.policy} kept changing while we wrote it: gave up after {sent} "
+                            "attempts; rerun once the other writer is done", status=409, reason="Conflict")
+
+        done = writes.settle(self.kube, next_write, what=f"RBLNClusterPolicy {plan.policy}", retry=writes.is_409,
+                             read=lambda: self.kube.get(CLUSTER_POLICIES, plan.policy),
+                             attempts=self.options.max_attempts, backoff_s=self.options.retry_backoff_s,
+                             clock=self.clock, on_retry=self.events.on_retry, dry_run=self.options.server_dry_run,
+                             exhausted=gave_up)
+        return done.changed, done.sent, current[0]
+
+    def state(self, target: str) -> MethodState:
+        """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's
+        ResourceSlices, and (DRA) a GET of the DeviceClass."""
+        view = self._view()
+        policy = view.policy
+        assert policy is not None
+        pods: dict[str, list[tuple[str, dict]]] = {}
+        for p in self.kube.list(PODS, namespace=view.namespace):
+            comp = component_of_pod(p, base_names=view.base_names)
+            if comp is not None:
+                pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
+        slices: dict[str, list[dict]] = {}
+        try:
+            for s in self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"):
+                slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
+        except NotFound:  # the DRA API is not served: no slices
+            pass
+        nodes: dict[str, list[str]] = {}
+        for n in list_npu_node_objects(self.kube):
+            if mode_of(labels_of(n), policy).effective != C.MODE_VM:
+                continue
+            name = n["metadata"]["name"]
+            nodes[name] = [str(p) for p in convergence.method_pending(n, target, policy, pods.get(name, []),
+                                                                       slices.get(name, []))]
+        cluster = []
+        if target == C.METHOD_DRA and self.kube.get_optional(DEVICE_CLASSES, policy.dra_device_class_vm) is None:
+            cluster.append(f"DeviceClass {policy.dra_device_class_vm} does not exist yet")
+        return MethodState(method=policy.vm_method, nodes=nodes, cluster=cluster)
+
+    def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
+        last: list[str] = []
+        missing = ["nothing read yet"]
+        while True:
+            try:
+                st = self.state(plan.target)
+                if st.method != plan.target and not self.options.server_dry_run:
+                    raise Refused(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl waited: "
+                                  f"it now selects {st.method or 'no VM allocator'}, not {plan.target}")
+                missing = st.missing
+                if not missing:
+                    return sorted(st.nodes)
+                shown = missing
+            except (ClusterError, ClusterUnreachable) as err:
+                if not is_transient(err) or isinstance(err, NotFound):
+                    raise
+                shown = [f"the API server did not answer ({err}); trying again"]
+            if shown != last:
+                self.events.on_waiting(shown)
+                last = shown
+            if self.clock.monotonic() >= deadline:
+                err = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} method "
+                                  f"within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} stays "
+                                  f"set to {plan.target}")
+                raise err.with_details([f"still missing: {m}" for m in missing])
+            self.clock.sleep(max(0.0, min(self.options.poll_s, deadline - self.clock.monotonic())))

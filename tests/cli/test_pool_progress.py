@@ -1,0 +1,136 @@
+"""Pool progress (rblnctl/cli/pool.py): a live table on a terminal that never cuts a node's name or state, and
+piped lines only when a node's state or detail changes (issue 21 item 2).
+
+The terminal tests run rblnctl on a real pseudo-terminal (the pty module, its window size set with
+TIOCSWINSZ, no COLUMNS) against the fake API server and a simulated operator slow enough to be watched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+from rich.console import Console
+
+from rblnctl.cli.pool import PoolProgress, _Row, progress_lines
+from tests.fakes import objects as o
+from tests.fakes.operator import SimulatedOperator
+
+NODES = ["npu-worker-a01", "npu-worker-a02", "npu-worker-b17"]
+STATES = r"(queued|planning|lock|record|cordon|evict|relabel|wait|uncordon|finish|rollback|done|unchanged|refused|" \
+         r"failed|interrupted|skipped)"
+ROW = re.compile(rf"^(\S+)\s+{STATES}(\s|$)")
+CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
+
+
+def _row(state: str, detail: str = "", evicted: int = 0) -> _Row:
+    r = _Row()
+    r.state, r.detail, r.evicted, r.started = state, detail, evicted, 0.0
+    return r
+
+
+def test_node_and_state_are_never_cut_and_detail_takes_the_rest():
+    rows = [("npu-worker-with-a-long-name-0001", _row("wait", "pod rbln-system/rbln-vfio-manager-x not Ready " * 3)),
+            ("n2", _row("queued"))]
+    for width in (40, 80, 120):
+        lines = [t.plain for t in progress_lines("switching 2 node(s) to vm: 1 running, 1 queued", rows, width, 5.0)]
+        assert all(len(line) <= width for line in lines), (width, lines)
+        assert lines[2].startswith("npu-worker-with-a-long-name-0001  wait")
+        # the detail is cut with an ellipsis; with no room left for it at all, it goes
+        assert lines[2].endswith("\u2026") if width > 40 else lines[2].split() == ["npu-worker-with-a-long-name-0001",
+                                                                                    "wait"]
+        assert lines[3].split()[:2] == ["n2", "queued"]
+    narrow = [t.plain for t in progress_lines("t", rows, 60, 5.0)]
+    assert narrow[1].split() == ["NODE", "STATE", "DETAIL"]  # EVICTED and ELAPSED made room for DETAIL
+    wide = [t.plain for t in progress_lines("t", rows, 120, 5.0)]
+    assert wide[1].split() == ["NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL"]
+    assert wide[2].split()[2:4] == ["0", "5.0s"]
+
+
+def test_names_wider_than_the_terminal_are_still_whole():
+    name = "n" * 50
+    lines = [t.plain for t in progress_lines("t", [(name, _row("relabel", "x"))], 30, 1.0)]
+    assert lines[2].startswith(name + "  relabel")
+
+
+def test_piped_lines_only_when_state_or_detail_changes(monkeypatch):
+    buf = io.StringIO()
+    p = PoolProgress(["n1"], title="t")
+    p.console = Console(file=buf, force_terminal=False, width=200, color_system=None)
+    ev = p._node_events("n1")
+    ev.on_step("wait", "waiting for the operator to switch node n1 to vm-passthrough")
+    for missing in (["a", "b", "c", "d"], ["a", "b", "c", "e"], ["a", "b", "c", "e"], ["b"]):
+        ev.on_waiting(missing)
+    lines = buf.getvalue().splitlines()
+    assert lines == ["n1: wait: waiting for the operator to switch node n1 to vm-passthrough",
+                     "n1: waiting for the operator: a; b; c ...", "n1: waiting for the operator: b"]
+
+
+# -- on a real pseudo-terminal ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def slow_pool(apiserver):
+    npu = {"rebellions.ai/npu": "1"}
+    apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True), o.replicaset("ml", "t"))
+    for n in NODES:
+        apiserver.add(o.npu_node(n, labels={"pool": "vm"}),
+                      o.pod("ml", f"{n}-t", node=n, owner_kind="ReplicaSet", owner_name="t", requests=npu))
+    op = SimulatedOperator(apiserver, ready_delay_s=0.8).start()
+    assert op.wait_idle()
+    yield apiserver
+    op.stop()
+
+
+def run_on_pty(argv: list[str], *, columns: int, lines: int = 24, timeout_s: float = 60) -> tuple[str, str, int]:
+    """Run argv with stderr (and stdin) on a new pseudo-terminal of the given size; (terminal text, stdout, rc)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    stdout, _ = proc.communicate(timeout=timeout_s)
+    os.close(master)
+    return out.decode(errors="replace"), stdout.decode(), proc.returncode
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_pool_progress_on_a_pseudo_terminal_names_the_node_on_every_row(slow_pool, columns):
+    text, stdout, rc = run_on_pty([sys.executable, "-m", "rblnctl", "--server", slow_pool.url, "node", "set-mode",
+                                   "vm", "-l", "pool=vm", "--max-unavailable", "2", "-y"], columns=columns)
+    assert rc == 0, text
+    screen_lines = [line for chunk in CSI.sub("", text).replace("\r", "\n").split("\n") for line in [chunk.rstrip()]]
+    rows = [m for m in (ROW.match(line) for line in screen_lines) if m and m.group(1) != "NODE"]
+    assert rows, text
+    assert {m.group(1) for m in rows} == set(NODES)  # every progress row starts with a whole node name
+    assert {m.group(2) for m in rows} >= {"wait", "queued"}
+    progress = [line for line in screen_lines if ROW.match(line)]
+    assert all(len(line) <= columns for line in progress), [line for line in progress if len(line) > columns]
+    headers = [line.split() for line in screen_lines if line.startswith("NODE ")]
+    assert headers and headers[-1] == ["NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL"]
+    assert [line.split()[0] for line in stdout.splitlines()[1:]] == NODES  # the result table on stdout

@@ -1,0 +1,90 @@
+"""The node lock's Lease writes under lost replies, 5xx answers and a forbidden delete: settled by reading back."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.errors import OutcomeUnknown
+from rblnctl.kube import KubeOptions, connect
+from rblnctl.node.lock import NodeLock, lease_name
+
+NS = "rbln-system"
+LEASES = r"/apis/coordination\.k8s\.io/v1/namespaces/rbln-system/leases"
+
+
+@pytest.fixture
+def kube(apiserver):
+    return connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
+
+
+def lock(kube, identity="rblnctl@here pid 1: set-mode n1 vm"):
+    return NodeLock(kube=kube, node="n1", namespace=NS, identity=identity, duration_s=60)
+
+
+def holder(apiserver):
+    lease = apiserver.get("Lease", lease_name("n1"), NS)
+    return None if lease is None else lease["spec"].get("holderIdentity")
+
+
+def test_a_create_answered_504_but_not_applied_is_sent_again(apiserver, kube):
+    """Before: the read-back found no Lease and the run failed with "leases ... not found"."""
+    apiserver.inject_fault(method="POST", path=LEASES + "$", status=504, times=1)
+    mine = lock(kube)
+    assert mine.acquire() is None
+    assert holder(apiserver) == mine.identity
+    creates = apiserver.requests_matching("POST", LEASES + "$")
+    assert [r.status for r in creates] == [504, 201]
+
+
+def test_a_create_whose_reply_is_lost_is_found_applied_and_not_sent_again(apiserver, kube):
+    apiserver.inject_fault(method="POST", path=LEASES + "$", lose_reply=True, times=1)
+    mine = lock(kube)
+    assert mine.acquire() is None
+    assert holder(apiserver) == mine.identity
+    assert len(apiserver.requests_matching("POST", LEASES + "$")) == 1
+    mine.release()
+    assert apiserver.get("Lease", lease_name("n1"), NS) is None
+
+
+def test_a_delete_whose_reply_is_lost_is_settled_and_the_next_run_is_not_refused(apiserver, kube):
+    first = lock(kube)
+    first.acquire()
+    apiserver.inject_fault(method="DELETE", path=LEASES + "/", lose_reply=True, times=1)
+    first.release()
+    assert apiserver.get("Lease", lease_name("n1"), NS) is None
+    assert lock(kube, identity="rblnctl@here pid 2: set-mode n1 vm").check() == []
+
+
+def test_a_delete_answered_5xx_is_sent_again(apiserver, kube):
+    """Before: logged and left alone, so the next run was refused by this run's dead lock for 60 s."""
+    first = lock(kube)
+    first.acquire()
+    apiserver.inject_fault(method="DELETE", path=LEASES + "/", status=503, times=2)
+    first.release()
+    assert apiserver.get("Lease", lease_name("n1"), NS) is None
+    assert [r.status for r in apiserver.requests_matching("DELETE", LEASES + "/")] == [503, 503, 200]
+
+
+def test_a_forbidden_delete_releases_the_lock_by_clearing_its_holder(apiserver, kube):
+    """RBAC that lets a run create and patch its Lease but not delete it: the lock is still given back."""
+    first = lock(kube)
+    first.acquire()
+    apiserver.forbid("delete", "leases.coordination.k8s.io", NS)
+    first.release()
+    assert holder(apiserver) in (None, "")
+    second = lock(kube, identity="rblnctl@here pid 2: set-mode n1 vm")
+    assert second.check() == []
+    assert second.acquire() is None and holder(apiserver) == second.identity
+
+
+def test_a_lost_create_that_cannot_be_read_back_is_outcome_unknown(apiserver, kube):
+    apiserver.inject_fault(method="POST", path=LEASES + "$", lose_reply=True, times=1)
+
+    def after_create(req):  # the Lease can be read before the create, not after it
+        if req.method == "POST" and "leases" in req.path:
+            apiserver.inject_fault(method="GET", path=LEASES + "/", status=503, times=10)
+
+    apiserver.on_request(after_create)
+    kube.read_retries = 0
+    with pytest.raises(OutcomeUnknown, match="reading Lease rbln-system/rblnctl-node-n1 back"):
+        lock(kube).acquire()
