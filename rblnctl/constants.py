@@ -405,6 +405,17 @@ LAUNCHER_CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid
 VM_NAME_LABEL = "kubevirt.io/vm"  # the template label KubeVirt's examples give a VM's pods
 # A VM `vm manifest` writes when no --image is given.
 VM_DEFAULT_IMAGE = "quay.io/containerdisks/ubuntu:24.04"
+# Its size when no --cpu/--memory (and no --instancetype) is given.
+VM_DEFAULT_CORES = 4
+VM_DEFAULT_MEMORY = "8Gi"
+# instancetype.kubevirt.io: the kinds a VM's spec.instancetype / spec.preference may name. KubeVirt reads the
+# kind lower-cased, as the singular or plural resource name, and takes the cluster-wide kind when none is given
+# (kubevirt/kubevirt@v1.9.0 pkg/instancetype/find/spec.go Find, preference/find/spec.go; the names in
+# staging/src/kubevirt.io/api/instancetype/register.go; InstancetypeMatcher.Kind in .../api/core/v1/types.go).
+INSTANCETYPE_KIND = "VirtualMachineInstancetype"
+CLUSTER_INSTANCETYPE_KIND = "VirtualMachineClusterInstancetype"
+PREFERENCE_KIND = "VirtualMachinePreference"
+CLUSTER_PREFERENCE_KIND = "VirtualMachineClusterPreference"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 

@@ -38,6 +38,7 @@ from rblnctl.kube.resources import (
     VMIS,
     VMS,
     Resource,
+    parse_quantity,
     qualified_name_problem,
     validate_name,
     validate_resource_name,
@@ -51,6 +52,6 @@ __all__ = [
     "REPLICASETS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "RESOURCE_SLICES",
     "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Kube", "KubeOptions", "Mirror",
     "Resource", "WatchEvent", "WatchSpec", "connect", "describe_request", "is_transient", "object_key",
-    "outcome_unknown", "qualified_name_problem", "resolve_kubeconfig", "validate_name", "validate_resource_name",
-    "watch", "watch_many", "writes",
+    "outcome_unknown", "parse_quantity", "qualified_name_problem", "resolve_kubeconfig", "validate_name",
+    "validate_resource_name", "watch", "watch_many", "writes",
 ]
