@@ -173,5 +173,7 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 SELF_SUBJECT_RULES_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubjectrulesreviews", False,
                                       "SelfSubjectRulesReview")
 EVENTS = Resource("", "v1", "events", True, "Event")
+EVENTS_V1 = Resource(C.EVENTS_GROUP, "v1", "events", True, "Event")  # the same objects as EVENTS, the newer shape
+SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io", "v1", "selfsubjectreviews", False, "SelfSubjectReview")
 # virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
 VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")
