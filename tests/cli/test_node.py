@@ -330,9 +330,12 @@ def test_a_set_mode_leaves_events_that_node_history_reads_back(cluster):
 
 
 def test_dry_runs_write_no_event(cluster):
+    """Neither a dry run nor a server dry run (single node, drain, pool) records an Event or asks who runs it."""
+    cluster.add(o.npu_node("n1b"))
     for how in ("--dry-run", "--dry-run=server"):
-        r = cli("node", "set-mode", "vm", "n1", "--yes", how, server=cluster.url)
-        assert r.exit_code == 0, r.stderr
+        for args in (("set-mode", "vm", "n1"), ("drain", "n1"), ("set-mode", "vm", "n1", "n1b")):
+            r = cli("node", *args, "--yes", how, server=cluster.url)
+            assert r.exit_code == 0, (args, r.stderr)
     assert [w for w in cluster.writes() if not w.dry_run] == []
     assert cluster.list("events.events.k8s.io") == []
     assert not [q for q in cluster.requests if "/events" in q.path or "selfsubjectreviews" in q.path]
