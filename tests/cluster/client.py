@@ -51,8 +51,9 @@ class Kind:
         return base
 
 
-KINDS: dict[str, Kind] = {r.kind: Kind(r.group, r.version, r.plural, r.kind, r.namespaced, r.has_status)
-                          for r in RESOURCES}
+KINDS: dict[str, Kind] = {}
+for _r in RESOURCES:  # the first of a kind wins: "Event" is core v1's (events.k8s.io serves the same objects)
+    KINDS.setdefault(_r.kind, Kind(_r.group, _r.version, _r.plural, _r.kind, _r.namespaced, _r.has_status))
 for _k in (Kind("", "v1", "serviceaccounts", "ServiceAccount", True, False),
            Kind("", "v1", "services", "Service", True),
            Kind("", "v1", "secrets", "Secret", True, False),

@@ -113,6 +113,11 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * ``POST authorization.k8s.io/v1 selfsubjectrulesreviews`` lists the rules held in
   ``spec.namespace`` (every ClusterRole's, that namespace's Roles', the defaults every user holds), or
   one wildcard rule when RBAC is not enforced, as kube-apiserver answers an admin.
+* ``events.k8s.io/v1`` Events (field selectors ``regarding.*``, ``reportingController``, ``reason``, ``type``),
+  validated at create as kube-apiserver validates that API's Events (events.py: eventTime,
+  reportingController, reportingInstance, action and reason required, ``default`` or ``kube-system`` for a
+  cluster-scoped object), kept apart from core v1 Events (the real server keeps one store). ``POST
+  authentication.k8s.io/v1 selfsubjectreviews`` answers the ``user`` setting (``kubectl auth whoami``).
 * ``inject_fault()`` (method and path regex, ``times``): a Status with any code (``retry_after_s``
   adds the ``Retry-After`` header and ``details.retryAfterSeconds``, as ``errors.NewTooManyRequests``
   answers through responsewriters; client-go waits that long and retries), a delay, a dropped
@@ -161,6 +166,7 @@ Where things are (one concern per module; ``server.py`` composes them):
     rbac.py       request attributes, forbid(), enforce_rbac(), SelfSubjectAccessReviews
     protobuf.py   decoding protobuf request bodies (SelfSubjectAccessReview)
     kubevirt.py   subresources.kubevirt.io start/stop/restart and the optional VM simulation
+    events.py     events.k8s.io/v1 create validation; SelfSubjectReview
     faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies
     recording.py  RecordedRequest and the request log
     errors.py     Status bodies and ApiError

@@ -26,6 +26,7 @@ from tests.fakes.apiserver import protobuf
 from tests.fakes.apiserver.config import ADMIN_TOKEN
 from tests.fakes.apiserver.discovery import MUX_NOT_FOUND, served_path, discovery
 from tests.fakes.apiserver.errors import ApiError, bad_request, method_not_allowed, status_body, unknown_path
+from tests.fakes.apiserver.events import SSR_ID, self_subject_review
 from tests.fakes.apiserver.faults import Fault
 from tests.fakes.apiserver.meta import first, truthy
 from tests.fakes.apiserver.rbac import request_info
@@ -321,6 +322,8 @@ class Handler(BaseHTTPRequestHandler):
                 return fake._authz.review(res, req.body)
             if res.id == SSRR_ID:
                 return fake._authz.rules_review(res, req.body)
+            if res.id == SSR_ID:
+                return self_subject_review(res, req.body, fake.user)
             return api.create(res, ns, req.body, dry_run)
         if name is None:
             if method != "DELETE":
