@@ -183,6 +183,7 @@ SCENARIOS = [
              _lifecycle),
     Scenario("vm restart", ("vm", "restart", "fresh", "-n", "vms", "--yes"), _lifecycle),  # stopped: started
     Scenario("node list", ("node", "list")),
+    Scenario("node history", ("node", "history", "n1")),
     Scenario("kubevirt status", ("kubevirt", "status")),
     Scenario("kubevirt status", ("kubevirt", "status", "--name", "kubevirt", "-n", "kubevirt")),
     Scenario("preflight", ("preflight",), _dra, exit_code=1),

@@ -118,6 +118,16 @@ def _vm_with_npu(apiserver):
     apiserver.add(o.vm("vms", "v2", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"]))
 
 
+def _switched(apiserver):
+    """n1 switched to vm (Events on it), then an unfinished switch's record on it that no Event tells of."""
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    record = {"target": "container", "from": "vm-passthrough", "started": "2026-12-02T10:00:00Z",
+              "cordoned_by_rblnctl": False, "step": "evict"}
+    apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"].setdefault("annotations", {}).update(
+        {"rebellions.ai/rblnctl.set-mode": json.dumps(record)}))
+
+
 SCENARIOS = [
     Scenario("ClusterStatus", ("status",)),
     Scenario("VmNpuChange", ("vm", "attach", "v1", "-n", "vms", "--npus", "2", "--dry-run"), setup=_vm),
@@ -131,6 +141,8 @@ SCENARIOS = [
     Scenario("VmLifecycle", ("vm", "start", "v3", "-n", "vms", "--wait"), setup=_vm_to_run),
     Scenario("VmLifecycle", ("vm", "stop", "v3", "-n", "vms", "--yes"), setup=_vm_to_run),  # stopped: a no-op
     Scenario("VmFit", ("vm", "fit", "--npus", "2", "--count", "2"), setup=_vm, exit_code=1),
+    Scenario("NodeHistory", ("node", "history", "n1"), setup=_switched),
+    Scenario("NodeHistory", ("node", "history", "n1")),  # nothing on record
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--dry-run"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--yes"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "container", "n1", "--yes")),  # already there: a no-op
