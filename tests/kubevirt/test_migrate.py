@@ -18,10 +18,9 @@ from rblnctl.kubevirt.migrate import (
 from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
-from tests.fakes.releases import NEWER, V0_3_0
+from tests.fakes.releases import V0_3_0
+from tests.kubevirt.support import NEW, OLD, selector_disagreeing_with_map, upgraded_cluster
 
-OLD = "rebellions.ai/ATOM_MAX_PT"
-NEW = "rebellions.ai/RBLN-CA25_PF"
 VMS_PATH = "/apis/kubevirt.io/v1/virtualmachines"
 VM_PATH = "^/apis/kubevirt.io/v1/namespaces/[^/]+/virtualmachines/[^/]+$"
 KV_PATH = "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt"
@@ -30,15 +29,6 @@ PCI = "/spec/configuration/permittedHostDevices/pciHostDevices"
 
 def migrator(kube, **kw) -> ResourceMigrator:
     return ResourceMigrator(kube=kube, options=MigrateOptions(**kw), clock=FakeClock())
-
-
-def upgraded_cluster(apiserver, *, permitted=(("1EFF:1250", OLD),), product="RBLN-CA25", nodes=2):
-    """After the operator upgrade: vm-passthrough nodes advertise the per-product name; KubeVirt still the old."""
-    apiserver.add(NEWER.policy(vfio_manager=True, sandbox=True))
-    for i in range(nodes):
-        apiserver.add(o.npu_node(f"n{i}", mode=o.MODE_VM, product=product))
-    apiserver.add(o.npu_node("c0", mode=o.MODE_CONTAINER))
-    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], permitted_pci=list(permitted)))
 
 
 def host_devices(apiserver, ns, name):
@@ -305,6 +295,23 @@ def test_a_name_still_advertised_somewhere_waits_for_the_upgrade_unless_forced(k
     forced = migrator(kube, mapping=given, force=True)
     forced.apply(forced.plan())
     assert permitted_names(apiserver) == [OLD, NEW]  # KubeVirt still permits the old name for old-node
+    assert host_devices(apiserver, "ns", "a")[0]["deviceName"] == NEW
+
+
+def test_a_given_mapping_wins_over_the_cr_entrys_selector(kube, apiserver):
+    """The CR permits the old name with another device's selector than the one the user names in --map: the
+    user's word wins everywhere, the CR's entry included (renamed to the given name, with that name's selector),
+    so KubeVirt permits exactly what the renamed VMs ask for."""
+    given, suggested = selector_disagreeing_with_map(apiserver)
+    apiserver.add(o.vm("ns", "a", host_devices=[OLD], running=False))
+    assert migrator(kube).plan().mapping == {OLD: suggested}  # what the CR alone would have said
+    m = migrator(kube, mapping=parse_mapping([given]))
+    plan = m.plan()
+    assert plan.mapping == {OLD: NEW} and not plan.blockers
+    assert [(c.old, c.new, c.detail) for c in plan.kubevirt.changes] == [(OLD, NEW, "selector=1EFF:1250")]
+    m.apply(plan)
+    assert apiserver.get("KubeVirt", "kubevirt", "kubevirt")["spec"]["configuration"]["permittedHostDevices"][
+        "pciHostDevices"] == [{"pciVendorSelector": "1EFF:1250", "resourceName": NEW, "externalResourceProvider": True}]
     assert host_devices(apiserver, "ns", "a")[0]["deviceName"] == NEW
 
 
