@@ -97,3 +97,31 @@ def test_without_a_newcomer_the_planned_delete_happens(apiserver, kube):
     planner = detacher(kube)
     result = planner.apply(planner.plan("v1", NS))
     assert result.templates_deleted == [TEMPLATE] and _templates(apiserver) == ["rbln-npu-1"]
+
+
+def test_a_template_replaced_by_a_hand_made_one_after_plan_is_not_deleted(apiserver, kube):
+    """Between plan and apply someone deletes rblnctl's template and makes their own of that name: not rblnctl's
+    (no managed-by label), so it is not deleted, whoever uses it."""
+    _cluster_with_v1(apiserver)
+    planner = detacher(kube)
+    plan = planner.plan("v1", NS)
+    assert plan.templates_delete == [TEMPLATE]
+    apiserver.delete_now("ResourceClaimTemplate", TEMPLATE, NS)
+    apiserver.add(o.resource_claim_template(NS, TEMPLATE, npus=2, managed=False))
+    result = planner.apply(plan)
+    assert result.changed and result.templates_deleted == []
+    assert _templates(apiserver) == ["rbln-npu-1", TEMPLATE]
+    assert apiserver.requests_matching("DELETE", RCT_PATH) == []
+
+
+def test_a_server_dry_run_sends_the_delete_with_dry_run_and_keeps_the_template(apiserver, kube):
+    """--dry-run=server: the users read at plan time decide (nothing persists, so apply does not read them again);
+    the delete is validated by the server, and the template stays."""
+    _cluster_with_v1(apiserver)
+    planner = detacher(kube, server_dry_run=True)
+    plan = planner.plan("v1", NS)
+    apiserver.clear_requests()
+    result = planner.apply(plan)
+    assert result.server_dry_run and result.templates_deleted == [TEMPLATE]
+    (delete,) = apiserver.requests_matching("DELETE", RCT_PATH)
+    assert delete.dry_run and _templates(apiserver) == ["rbln-npu-1", TEMPLATE]
