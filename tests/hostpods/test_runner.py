@@ -147,6 +147,27 @@ def test_a_create_interrupted_before_its_reply_is_still_cleaned_up(apiserver, ku
     assert count(apiserver, "DELETE", rf"/pods/{failed[0]}$") == 1
 
 
+def test_a_namespace_deleted_mid_run_leaves_the_nodes_not_started_not_attempted(apiserver, kube, kubelet):
+    """The run's namespace goes after the first pod ran: every later create would be refused the same way, so the
+    nodes not started are not attempted (and why), instead of each failing in turn."""
+    nodes = add_nodes(apiserver, 4)
+    creates = []
+
+    def delete_namespace_after_first_create(req):
+        if req.method == "POST" and req.path.endswith("/pods"):
+            creates.append(req)
+            if len(creates) == 2:  # before the server handles this second create
+                apiserver.auto_namespaces = False
+                apiserver.delete_now("Namespace", "rbln-system")
+
+    apiserver.on_request(delete_namespace_after_first_create)
+    run = runner(kube, max_parallel=1).run(nodes)
+    states = [o.state for o in run.outcomes]
+    assert states == [PodState.COMPLETED, PodState.CREATE_FAILED, PodState.NOT_ATTEMPTED, PodState.NOT_ATTEMPTED]
+    assert "creating host pods is refused" in run.stopped and "rbln-system" in run.stopped
+    assert count(apiserver, "POST", r"/pods$") == 2 and host_pods(apiserver) == []
+
+
 def test_keep_leaves_the_pods_and_sends_no_delete(apiserver, kube, kubelet):
     nodes = add_nodes(apiserver, 5)
     run = runner(kube, keep=True, max_parallel=2).run(nodes)

@@ -232,6 +232,26 @@ def test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted(kube
     assert [d["deviceName"] for d in host_devices(apiserver, "a", "vm")] == [OLD]
 
 
+def test_an_api_server_lost_mid_run_leaves_the_vms_after_it_not_attempted(kube, apiserver):
+    """A VM whose patch conflicted and whose re-read finds no API server: the next VMs would fail the same way, so
+    they are reported not attempted (a re-run does what is left) instead of each failing in turn."""
+    upgraded_cluster(apiserver)
+    for ns in ("a", "b", "c"):
+        apiserver.add(o.vm(ns, "vm", host_devices=[OLD], running=False))
+    kube.read_retries = 0
+    apiserver.inject_fault(method="PATCH", path="namespaces/a/virtualmachines/vm$", status=409, reason="Conflict",
+                           times=1)
+    apiserver.inject_fault(method="GET", path="namespaces/a/virtualmachines/vm$", drop=True, times=5)
+    m = migrator(kube)
+    with pytest.raises(Partial) as err:
+        m.apply(m.plan())
+    fate = [(x.name, x.state.value) for x in err.value.result.outcomes]
+    assert fate == [("kubevirt/kubevirt", "done"), ("a/vm", "failed"), ("b/vm", "not-attempted"),
+                    ("c/vm", "not-attempted")]
+    assert "could not be reached" in err.value.result.outcomes[2].reason
+    assert [d["deviceName"] for d in host_devices(apiserver, "c", "vm")] == [OLD]
+
+
 def test_a_lost_reply_is_settled_by_reading_the_vm_back(kube, apiserver):
     upgraded_cluster(apiserver)
     apiserver.add(o.vm("ns", "a", host_devices=[OLD], running=False))
@@ -370,3 +390,23 @@ def test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own(kube, apiserver):
     assert spec["resourceClaims"] == [o.template_claim(o.vm_claim("a", "vm"), "rbln-npu-1")]
     assert spec["domain"]["devices"]["hostDevices"][0]["claimName"] == o.vm_claim("a", "vm")
     assert migrator(kube).plan().noop
+
+
+def test_a_vm_with_several_rblnctl_claim_entries_is_left_to_vm_attach(kube, apiserver):
+    """Two entries rblnctl could have written (the old rbln-npu, and another VM's own name: a copied manifest edited
+    by hand): which one is this VM's is unknown, so migrate-resources renames neither (vm attach sorts it out) and
+    still renames the VM's resources."""
+    upgraded_cluster(apiserver)
+    copied = o.vm_claim("a", "original")
+    claims = [o.template_claim("rbln-npu", "rbln-npu-1"), o.template_claim(copied, "rbln-npu-1")]
+    devices = [o.dra_host_device("npu0", claim="rbln-npu"), o.dra_host_device("npu1", claim=copied), OLD]
+    apiserver.add(o.vm("a", "copy", running=False, resource_claims=claims, host_devices=devices))
+    m = migrator(kube)
+    plan = m.plan()
+    (change,) = plan.vms
+    assert [(c.field, c.old, c.new) for c in change.changes] == [("hostDevices[npu2].deviceName", OLD, NEW)]
+    m.apply(plan)
+    spec = apiserver.get("VirtualMachine", "copy", "a")["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == claims
+    assert [d.get("claimName") or d.get("deviceName") for d in spec["domain"]["devices"]["hostDevices"]] == [
+        "rbln-npu", copied, NEW]

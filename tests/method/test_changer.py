@@ -353,6 +353,33 @@ def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, ku
     assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
 
 
+def test_a_vm_deleted_before_its_conversion_is_unchanged_and_the_run_complete(apiserver, kube):
+    """Planned for conversion, deleted before its turn: nothing left to convert, so it is `unchanged` (deleted
+    meanwhile), not a failure, and the run is complete (exit 0)."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "one", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, op, convert_vms=True)
+    plan = ch.plan("dra")
+    apiserver.delete_now("VirtualMachine", "one", "team")
+    result = ch.apply(plan)
+    fate = [(x.name, x.state.value, x.reason) for x in result.conversions]
+    assert fate == [("team/one", "unchanged", "deleted meanwhile"), ("team/two", "done", "")]
+    assert result.converted == ["team/two"]
+
+
+def test_a_method_change_that_does_not_finish_names_the_vms_not_converted(apiserver, kube):
+    """The operator never rolls the plugin: the wait times out, and the error names the VMs it did not convert."""
+    cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, None, convert_vms=True, timeout_s=5)
+    with pytest.raises(WaitTimeout) as err:
+        ch.apply(ch.plan("dra"))
+    assert "not converted (the method change did not finish): team/two" in err.value.details
+    assert apiserver.get("VirtualMachine", "two", "team")["spec"]["template"]["spec"]["domain"]["devices"][
+        "hostDevices"] == [{"name": "npu0", "deviceName": SANDBOX_RES}]
+
+
 def test_a_403_mid_convert_vms_fails_that_vm_and_converts_the_others(apiserver, kube):
     """RBAC that refuses one namespace's VMs: the others are still converted; each VM's fate is in the result.
     Before: the 403 escaped the loop (only NotFound/InvalidInput/Refused/Conflict were caught), the VMs after
