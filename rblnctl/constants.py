@@ -366,6 +366,33 @@ KUBEVIRT_EVICTION_WEBHOOK = "virt-launcher-eviction-interceptor.kubevirt.io"
 # Progress of an interrupted `node set-mode`, kept on the node so a re-run resumes (JSON).
 SET_MODE_ANNOTATION = "rebellions.ai/rblnctl.set-mode"
 
+# --- The audit trail: Kubernetes Events rblnctl writes on the objects it changes ----------------------------
+
+# events.k8s.io/v1 Events (the API kube-scheduler and client-go's tools/events write; core v1 readers such as
+# `kubectl describe node` and `kubectl events` see the same objects), one when a run starts changing an object
+# and one when it ends, as NVIDIA's driver upgrade controller records its drains on the Node
+# (NVIDIA/k8s-operator-libs pkg/upgrade/drain_manager.go: Normal/Warning, one reason, "Successfully drained the
+# node"). Events of a cluster-scoped object (a Node, the RBLNClusterPolicy) live in `default`: with eventTime set,
+# kube-apiserver takes them only there or in kube-system (kubernetes/kubernetes pkg/apis/core/validation/events.go
+# legacyValidateEvent).
+EVENTS_GROUP = "events.k8s.io"
+EVENT_NAMESPACE = "default"
+REPORTING_CONTROLLER = "rblnctl"
+# The run as data, JSON (docs/node.md "Audit trail"): run, user, action, from, to, result, started, finished.
+AUDIT_ANNOTATION = "rebellions.ai/rblnctl.audit"
+# What rblnctl did -> (events.k8s.io `action`, the reasons of its start, success, failure and interruption).
+AUDIT_SET_MODE = "set-mode"
+AUDIT_DRAIN = "drain"
+AUDIT_SET_METHOD = "set-method"
+AUDIT_EVENTS = {
+    AUDIT_SET_MODE: ("SetMode", "ModeSwitchStarted", "ModeSwitched", "ModeSwitchFailed", "ModeSwitchInterrupted"),
+    AUDIT_DRAIN: ("Drain", "DrainStarted", "Drained", "DrainFailed", "DrainInterrupted"),
+    AUDIT_SET_METHOD: ("SetMethod", "MethodChangeStarted", "MethodChanged", "MethodChangeFailed",
+                       "MethodChangeInterrupted"),
+}
+# How long kube-apiserver keeps an Event (its --event-ttl flag's default, cmd/kube-apiserver/app/options).
+DEFAULT_EVENT_TTL = "1h"
+
 # --- Host paths (rblnctl vfio, rblnctl preflight --local) ---------------------------------------
 
 # Host commands read <root>/sys, <root>/proc, <root>/dev and <root>/run; `/` on a live node, or a
@@ -405,6 +432,17 @@ LAUNCHER_CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid
 VM_NAME_LABEL = "kubevirt.io/vm"  # the template label KubeVirt's examples give a VM's pods
 # A VM `vm manifest` writes when no --image is given.
 VM_DEFAULT_IMAGE = "quay.io/containerdisks/ubuntu:24.04"
+# Its size when no --cpu/--memory (and no --instancetype) is given.
+VM_DEFAULT_CORES = 4
+VM_DEFAULT_MEMORY = "8Gi"
+# instancetype.kubevirt.io: the kinds a VM's spec.instancetype / spec.preference may name. KubeVirt reads the
+# kind lower-cased, as the singular or plural resource name, and takes the cluster-wide kind when none is given
+# (kubevirt/kubevirt@v1.9.0 pkg/instancetype/find/spec.go Find, preference/find/spec.go; the names in
+# staging/src/kubevirt.io/api/instancetype/register.go; InstancetypeMatcher.Kind in .../api/core/v1/types.go).
+INSTANCETYPE_KIND = "VirtualMachineInstancetype"
+CLUSTER_INSTANCETYPE_KIND = "VirtualMachineClusterInstancetype"
+PREFERENCE_KIND = "VirtualMachinePreference"
+CLUSTER_PREFERENCE_KIND = "VirtualMachineClusterPreference"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 

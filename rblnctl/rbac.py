@@ -7,8 +7,9 @@ commands that only read; `--role operate` adds the ones that change the cluster.
 command against the fake API server with exactly these rules enforced and sees no 403, and removing
 any one rule makes some command meet one: the table is neither short nor loose.
 
-Discovery, /version and access reviews are granted to every authenticated user by Kubernetes'
-default roles (system:discovery, system:public-info-viewer, system:basic-user) and are not listed.
+Discovery, /version, access reviews and SelfSubjectReview (who am I: the user the audit Events name) are
+granted to every authenticated user by Kubernetes' default roles (system:discovery,
+system:public-info-viewer, system:basic-user) and are not listed.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ _NODE_CHANGE = (
     _a("coordination.k8s.io", "leases", "get", "create", "patch", "delete", where=OPERATOR_NAMESPACE),
 )
 
+# The audit trail (rblnctl.audit): an events.k8s.io Event in `default` when a run starts changing a Node or the
+# RBLNClusterPolicy and one when it ends; `node history` lists them back.
+_AUDIT = (_a(C.EVENTS_GROUP, "events", "create"),)
+
 # vm: VMs and VMIs in every namespace; hand-made claims judged by their template's (or claim's) class.
 _VMS_LIST = (_a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "list"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list"))
 _CLAIM_INDEX = (_a(C.DRA_GROUP, "resourceclaimtemplates", "list"), _a(C.DRA_GROUP, "resourceclaims", "list"))
@@ -110,15 +115,17 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "vm diagnose": _VM_READ,
     "vm manifest": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list")),
     "node list": (*_OPERATOR, *_NODES_READ),
+    "node history": (_a("", "nodes", "get"), _a(C.EVENTS_GROUP, "events", "list")),
     "kubevirt status": _KUBEVIRT_READ,
     "preflight": _PREFLIGHT,
     # operate
-    "node drain": (*_NODE_CHANGE, *_NODES_READ),  # -l lists the NPU nodes it matches
+    "node drain": (*_NODE_CHANGE, *_NODES_READ, *_AUDIT),  # -l lists the NPU nodes it matches
     # the wait for the operator watches the node (by name), its operator pods, the policies and its DRA slices
     "node set-mode": (*_NODE_CHANGE, _a("", "nodes", "list", "watch"),  # list: also -l _a("", "pods", "list", "watch"),
                       _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "watch"),
                       _a(C.DRA_GROUP, "resourceslices", "list", "watch"),
-                      _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list")),  # to vm: is the node's IOMMU on?
+                      _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"),  # to vm: is the node's IOMMU on?
+                      *_AUDIT),
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     "kubevirt disable-gates": _KUBEVIRT_EDIT,
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
@@ -145,11 +152,12 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
         _a(C.DRA_GROUP, "deviceclasses", "get", "list"), _a(C.DRA_GROUP, "resourceslices", "list"),
         _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "patch"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get"),
         _a(C.DRA_GROUP, "resourceclaimtemplates", "get", "create", "delete"),
+        *_AUDIT,
     ),
 }
 
-READ_COMMANDS = frozenset({"status", "node list", "kubevirt status", "preflight", "vm list", "vm diagnose",
-                           "vm manifest", "policy show", "version"})
+READ_COMMANDS = frozenset({"status", "node list", "node history", "kubevirt status", "preflight", "vm list",
+                           "vm diagnose", "vm manifest", "policy show", "version"})
 
 
 def commands_of(role: str) -> list[str]:

@@ -20,11 +20,16 @@ from tests.envtest.fixtures import (  # noqa: F401  (re-exported)
 from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
 
 
+_ENVTEST_IDS: set[str] = set()
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that runs on a real control plane carries the `envtest` marker (`pytest -m envtest`)."""
     for item in items:
         if ENVTEST_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.envtest)
+        if item.get_closest_marker("envtest") is not None:
+            _ENVTEST_IDS.add(item.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -32,7 +37,7 @@ def pytest_terminal_summary(terminalreporter):
     counts = {}
     for outcome in ("passed", "failed", "error", "skipped"):
         for rep in terminalreporter.stats.get(outcome, []):
-            if "envtest" in getattr(rep, "keywords", {}) and (rep.when == "call" or outcome != "passed"):
+            if getattr(rep, "nodeid", None) in _ENVTEST_IDS and (rep.when == "call" or outcome != "passed"):
                 counts[outcome] = counts.get(outcome, 0) + 1
     if counts:
         terminalreporter.write_line("envtest (real kube-apiserver): " +

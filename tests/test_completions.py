@@ -64,6 +64,10 @@ def test_bash_completes_npu_node_names_from_the_cluster(npu_cluster):
     assert bash_tab(["rblnctl", "node", "set-mode", "vm", "npu-a", "npu-"], npu_cluster) == ["npu-b"]
     assert bash_tab(["rblnctl", "node", "drain", "npu-b"], npu_cluster) == ["npu-b"]
     assert bash_tab(["rblnctl", "preflight", "--node", ""], npu_cluster) == ["npu-a", "npu-b"]
+    assert bash_tab(["rblnctl", "node", "h"]) == ["history"]
+    assert bash_tab(["rblnctl", "node", "history", "npu-"], npu_cluster) == ["npu-a", "npu-b"]
+    assert sorted(bash_tab(["rblnctl", "node", "history", "npu-a", "-o", ""])) == ["json", "jsonpath=", "table",
+                                                                                     "wide", "yaml"]
 
 
 def test_bash_completes_modes_gates_contexts_and_formats(npu_cluster):

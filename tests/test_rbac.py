@@ -166,6 +166,7 @@ SCENARIOS = [
     Scenario("vm attach", ("vm", "attach", "fresh", "-n", "vms", "--method", "dra", "--npus", "2"), _vms),
     Scenario("vm detach", ("vm", "detach", "dra-vm", "-n", "vms"), _vms),
     Scenario("node list", ("node", "list")),
+    Scenario("node history", ("node", "history", "n1")),
     Scenario("kubevirt status", ("kubevirt", "status")),
     Scenario("kubevirt status", ("kubevirt", "status", "--name", "kubevirt", "-n", "kubevirt")),
     Scenario("preflight", ("preflight",), _dra, exit_code=1),

@@ -180,7 +180,7 @@ def _start_logging(ctx: typer.Context, verbosity: int) -> None:
 
 preflight.register(app)
 status.register(app)
-app.add_typer(node.app, name="node", short_help="NPU nodes: list, set-mode, drain.")
+app.add_typer(node.app, name="node", short_help="NPU nodes: list, set-mode, drain, history.")
 app.add_typer(kubevirt.app, name="kubevirt", short_help="KubeVirt gates and permitted NPUs.")
 app.add_typer(vm.app, name="vm", short_help="VMs and their NPUs: attach, list, diagnose.")
 app.add_typer(policy.app, name="policy", short_help="Operator policy: show, set-method.")

@@ -88,10 +88,10 @@ def run(m: Mutation) -> Any:
     finally:
         if m.progress is not None:
             m.progress.stop()
-    if m.dry_run == SERVER:
-        info("server dry run: the API server accepted every write; nothing was persisted")
-    elif m.plan.noop:
+    if m.plan.noop:  # nothing was sent, server dry run or not: saying the server accepted it would mislead
         info(m.noop_message)
+    elif m.dry_run == SERVER:
+        info("server dry run: the API server accepted every write; nothing was persisted")
     else:
         done = m.done_message(result)
         if done:

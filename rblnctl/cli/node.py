@@ -16,7 +16,9 @@ from rblnctl.cli.options import (
     YesOpt,
     dry_run_mode,
     examples,
+    output_option,
 )
+from rblnctl.cli.output import Format
 from rblnctl.cli.status import WatchOpt
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
@@ -24,7 +26,8 @@ if TYPE_CHECKING:
     from rblnctl.node.options import DrainOptions
 
 app = typer.Typer(
-    help="Inspect NPU nodes, switch their workload mode (container or vm-passthrough), drain their NPU pods.",
+    help="Inspect NPU nodes, switch their workload mode (container or vm-passthrough), drain their NPU pods, "
+    "and show who did so (history).",
     no_args_is_help=True,
 )
 
@@ -106,6 +109,63 @@ def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | N
                 names=[f"node/{n.name}" for n in nodes],
                 notes=[] if nodes else ["No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/"
                                         "pci-1eff.present or pci-1200_1eff.present)."])
+
+
+HISTORY_FORMATS = (Format.table, Format.wide, Format.json, Format.yaml, Format.jsonpath)
+
+
+@app.command("history", short_help="Who switched or drained a node, when, and how it ended.", epilog=examples(
+    "rblnctl node history npu-a01",
+    "rblnctl node history npu-a01 -o wide                 # with when each run ended, and its message",
+    "rblnctl node history npu-a01 -o json | jq '.items[] | select(.result != \"done\")'",
+))
+def history(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="The node.", metavar="NODE", show_default=False,
+                                        autocompletion=completion.complete_npu_nodes)],
+    output: Annotated[Any, output_option(HISTORY_FORMATS, "table, wide, json, yaml or jsonpath=TEMPLATE")
+                      ] = "table",
+) -> None:
+    """Show the mode switches and drains of NODE: who ran them, when, from, to, and the result.
+
+    Read from the Events rblnctl writes on the node (kept for the API server's --event-ttl, 1h by default)
+    and the progress record an unfinished switch leaves on it.
+    """
+    from rblnctl.cli.output import emit
+    from rblnctl.kube import validate_name
+    from rblnctl.node.history import read_history
+
+    validate_name(node)  # bad input fails before connecting
+    emit(_history_view(read_history(ctx.obj.kube(), node)), output)
+
+
+def _history_view(h: Any) -> Any:
+    from rblnctl import constants as C
+    from rblnctl.cli.output import Cell, Column, Table, View
+
+    t = Table("STARTED", "ACTION", "FROM", "TO", "RESULT", "USER", Column("FINISHED", wide=True),
+              Column("SOURCE", wide=True), Column("MESSAGE", wide=True))
+    styles = {"done": "green", "failed": "red", "interrupted": "yellow", "in-progress": "yellow"}
+    for e in h.entries:
+        t.add_row(e.started, e.action, e.from_mode or "-", e.to_mode or "-", Cell(e.result, styles.get(e.result, "")),
+                  e.user or "<unknown>", e.finished or "-", e.source, e.message)
+
+    def body() -> dict:
+        r = h.record
+        record = None if r is None else {"target": r.target, "from": r.from_mode or None, "started": r.started,
+                                         "step": str(r.step), "cordonedByRblnctl": r.cordoned_by_rblnctl,
+                                         "by": r.by}
+        return {"node": h.node, "nodeExists": h.node_exists, "eventsRead": h.events_read, "record": record,
+                "items": [{"run": e.run, "action": e.action, "user": e.user, "started": e.started,
+                           "finished": e.finished, "from": e.from_mode, "to": e.to_mode, "result": e.result,
+                           "message": e.message, "source": e.source} for e in h.entries]}
+
+    notes = list(h.notes)
+    if not h.entries:
+        notes.append(f"No switch or drain of node {h.node} on record: rblnctl's Events expire after the API server's "
+                     f"--event-ttl ({C.DEFAULT_EVENT_TTL} by default), and no unfinished switch left its record on "
+                     "the node.")
+    return View(kind="NodeHistory", body=body, tables=[t] if h.entries else [], notes=notes)
 
 
 # -- shared ----------------------------------------------------------------------------------------
@@ -543,7 +603,8 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _Progress(server_dry_run=how == "server")
-        switcher = ModeSwitcher(kube=ctx.obj.kube(), options=options, events=progress.events())
+        switcher = ModeSwitcher(kube=ctx.obj.kube(), options=options, events=progress.events(),
+                                audit=_auditor(ctx))
         plan = switcher.plan(node, target)
 
         def interrupted() -> None:
@@ -565,10 +626,18 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
     names = select_nodes(kube, names=nodes, selector=selector)
     progress = PoolProgress(names, title=f"switching {len(names)} node(s) to {short_mode(target)}",
                             server_dry_run=how == "server")
-    runner = PoolRunner.for_mode(kube, target, options, pool=pool_options, events=progress.events())
+    runner = PoolRunner.for_mode(kube, target, options, pool=pool_options, events=progress.events(),
+                                 audit=_auditor(ctx))
     rerun = f"node set-mode {short_mode(target)} " + (" ".join(nodes) if nodes else f"-l {_quoted(selector)}") + \
         (f" --max-unavailable {max_unavailable}" if max_unavailable != "1" else "")
     _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress, rerun=rerun)
+
+
+def _auditor(ctx: typer.Context) -> Any:
+    """The audit trail of this invocation: Events on each node it changes (the library skips a server dry run)."""
+    from rblnctl.audit import Auditor
+
+    return Auditor(kube=ctx.obj.kube())
 
 
 def _quoted(text: str | None) -> str:
@@ -629,7 +698,7 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _Progress(server_dry_run=how == "server")
-        drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events())
+        drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events(), audit=_auditor(ctx))
         plan = drainer.plan(node)
 
         def interrupted() -> None:
@@ -656,7 +725,7 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
     kube = ctx.obj.kube()
     names = select_nodes(kube, names=nodes, selector=selector)
     progress = PoolProgress(names, title=f"draining {len(names)} node(s)", server_dry_run=how == "server")
-    runner = PoolRunner.for_drain(kube, options, pool=pool_options, events=progress.events())
+    runner = PoolRunner.for_drain(kube, options, pool=pool_options, events=progress.events(), audit=_auditor(ctx))
     rerun = "node drain " + (" ".join(nodes) if nodes else f"-l {_quoted(selector)}") + \
         (f" --max-unavailable {max_unavailable}" if max_unavailable != "1" else "")
     _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress, rerun=rerun)

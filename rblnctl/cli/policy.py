@@ -116,7 +116,13 @@ class _Progress(StepProgress):
     def events(self) -> Any:
         from rblnctl.method import MethodEvents
 
-        return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry)
+        return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry, on_warning=self.warning)
+
+    def warning(self, text: str) -> None:
+        from rblnctl.cli.console import warn
+
+        self.stop()
+        warn(text)
 
     def retry(self, attempt: int, message: str) -> None:
         self.line(f"the RBLNClusterPolicy changed while we were writing it (attempt {attempt}); re-reading and "
@@ -244,7 +250,10 @@ def set_method(
     progress = _Progress(server_dry_run=how == "server")
     options = MethodOptions(force=force, server_dry_run=how == "server", wait=wait, timeout_s=timeout_s,
                             convert_vms=convert_vms)  # conflicting flags fail before connecting
-    changer = MethodChanger(kube=ctx.obj.kube(), options=options, events=progress.events())
+    from rblnctl.audit import Auditor
+
+    kube = ctx.obj.kube()
+    changer = MethodChanger(kube=kube, options=options, events=progress.events(), audit=Auditor(kube=kube))
     plan = changer.plan(target)
 
     # Hints repeat the command with every flag given (--convert-vms, --timeout, --force, the global ones...).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from urllib.parse import quote
 
 
@@ -86,6 +87,30 @@ def validate_resource_name(name: str, *, what: str = "resource name") -> str:
     return name
 
 
+# k8s.io/apimachinery pkg/api/resource/quantity.go ParseQuantity: a signed decimal number, then a binary-SI suffix
+# (Ki..Ei), a decimal-SI one (n, u, m, none, k, M..E) or a decimal exponent (e3, E-2). "8GB" or "1.5 Gi" are not
+# quantities: the API server refuses them (and KubeVirt's CRD pattern, the same grammar).
+_QUANTITY = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?", re.ASCII)
+_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(text: str, *, what: str = "quantity") -> Decimal:
+    """The value of a Kubernetes quantity (`8Gi`, `512M`, `1.5e9`); InvalidInput for anything the API server refuses."""
+    m = _QUANTITY.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None or text != text.strip():
+        raise InvalidInput(f"invalid {what} {text!r}: a Kubernetes quantity is a number with an optional suffix, "
+                           "Ki Mi Gi Ti Pi Ei (powers of 1024), k M G T P E (powers of 1000) or m, e.g. 8Gi")
+    sign, number, suffix = m.group(1), Decimal(m.group(2)), m.group(3) or ""
+    if suffix in _BINARY:
+        value = number * _BINARY[suffix]
+    elif suffix[:1] in ("e", "E"):
+        value = number.scaleb(int(suffix[1:]))
+    else:
+        value = number.scaleb(_DECIMAL[suffix])
+    return -value if sign == "-" else value
+
+
 @dataclass(frozen=True)
 class Resource:
     """The REST coordinates of one resource type."""
@@ -148,5 +173,7 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 SELF_SUBJECT_RULES_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubjectrulesreviews", False,
                                       "SelfSubjectRulesReview")
 EVENTS = Resource("", "v1", "events", True, "Event")
+EVENTS_V1 = Resource(C.EVENTS_GROUP, "v1", "events", True, "Event")  # the same objects as EVENTS, the newer shape
+SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io", "v1", "selfsubjectreviews", False, "SelfSubjectReview")
 # virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
 VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from rblnctl import batch
 from rblnctl import constants as C
+from rblnctl.audit import DONE, Auditor, Regarding, one_line, outcome_of
 from rblnctl.batch import ItemOutcome, State
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import (
@@ -18,6 +19,7 @@ from rblnctl.errors import (
     Conflict,
     Forbidden,
     NotFound,
+    Partial,
     RblnError,
     Refused,
     WaitTimeout,
@@ -85,6 +87,7 @@ class MethodChanger:
     options: MethodOptions = field(default_factory=MethodOptions)
     events: MethodEvents = field(default_factory=MethodEvents)
     clock: Clock = SYSTEM_CLOCK
+    audit: Auditor | None = None  # writes the change's Events on the policy (None: none; never in a server dry run)
 
     def _view(self) -> OperatorView:
         view = read_operator(self.kube, namespace=self.options.operator_namespace)
@@ -169,6 +172,34 @@ class MethodChanger:
         """
         if plan.blockers:
             raise Refused(f"refusing to switch the allocation method to {plan.target}", blockers=plan.blockers)
+        run = None
+        if self.audit is not None and plan.edit.patch and not self.options.server_dry_run:
+            # Only a run that changes the policy is recorded on it (a re-run that waits or converts VMs changes
+            # no policy).
+            run = self.audit.run(Regarding.policy(plan.policy, plan.policy_uid), C.AUDIT_SET_METHOD,
+                                 from_=plan.current, to=plan.target, on_failed=self.events.on_warning)
+            run.start(f"switching the VM allocation method of RBLNClusterPolicy {plan.policy} from "
+                      f"{plan.current or 'none'} to {plan.target}")
+        try:
+            result = self._apply(plan)
+        except BaseException as err:
+            if run is not None:
+                outcome = outcome_of(err)
+                if isinstance(err, Partial):
+                    note = (f"RBLNClusterPolicy {plan.policy} switched to {plan.target} and rolled, but not every "
+                            f"VM was converted: {one_line(err)}")
+                else:
+                    note = f"switch of RBLNClusterPolicy {plan.policy} to {plan.target} {outcome}: {one_line(err)}"
+                run.finish(outcome, note)
+            raise
+        if run is not None:
+            rolled = f"the operator rolled it on {len(result.converged)} node(s)" if result.waited else \
+                "not waited for"
+            run.finish(DONE, f"switched RBLNClusterPolicy {plan.policy} from {plan.current or 'none'} to "
+                       f"{plan.target}: {rolled}, {len(result.converted)} VM(s) converted")
+        return result
+
+    def _apply(self, plan: MethodPlan) -> MethodResult:
         started = self.clock.monotonic()
         changed, attempts = False, 0
         waited = self.options.wait and not self.options.server_dry_run

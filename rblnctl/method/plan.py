@@ -68,6 +68,7 @@ class MethodEvents:
     on_step: Callable[[MethodStep, str], None] = _noop
     on_waiting: Callable[[list[str]], None] = _noop  # what the operator still has to do (when it changes)
     on_retry: Callable[[int, str], None] = _noop  # the policy changed under us (attempt, server message)
+    on_warning: Callable[[str], None] = _noop  # something worth saying that does not stop the run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +143,7 @@ class MethodPlan:
     warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
     rules: AdmissionRules = admission.DEFAULT  # the policy admission rules judged, and whether they were read
+    policy_uid: str = ""  # the policy's uid as read (its audit Events name it)
 
     @property
     def noop(self) -> bool:
@@ -465,7 +467,8 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     return MethodPlan(target=target, current=policy.vm_method, edit=edit, vm_nodes=vm_nodes,
                       container_nodes=container_nodes, holders=holders, prerequisites=checks,
                       device_class=policy.dra_device_class_vm if target == C.METHOD_DRA else None,
-                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers, rules=rules)
+                      conversions=conversions, convert=convert, warnings=warnings, blockers=blockers, rules=rules,
+                      policy_uid=str((facts.policy_obj.get("metadata") or {}).get("uid") or ""))
 
 
 def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], D.ClaimTest]) -> list[Conversion]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
+from rblnctl.audit import DONE, Auditor, Regarding, one_line, outcome_of
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
 from rblnctl.errors import Refused
 from rblnctl.kube import NODES, PODS, Kube, validate_name
@@ -46,6 +47,7 @@ class DrainPlan:
     ignored: list[PodEntry] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    uid: str = ""  # the node's uid as planned (its audit Events name it)
 
     @property
     def noop(self) -> bool:
@@ -88,6 +90,7 @@ class Drainer:
     filters: Sequence[PodFilter] | None = None
     identity: str | None = None  # who holds the node's lock (None: this host and process)
     stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
+    audit: Auditor | None = None  # writes the drain's Events on the node (None: none; never in a server dry run)
 
     def view(self) -> OperatorView:
         """The operator's namespace, policy and base names (read once)."""
@@ -131,7 +134,8 @@ class Drainer:
             self.lock(node, f"drain {node}").check(take_over=self.options.take_over)
         return DrainPlan(node=node, scope=SCOPE_ALL if self.options.all_pods else SCOPE_NPU, cordon=not unschedulable,
                          unschedulable=unschedulable, evict=s.evict, ignored=s.ignored,
-                         blockers=[*lock_blockers, *s.blockers])
+                         blockers=[*lock_blockers, *s.blockers],
+                         uid=str((node_obj.get("metadata") or {}).get("uid") or ""))
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -151,23 +155,40 @@ class Drainer:
         lock.acquire(take_over=self.options.take_over)
         lock.start_renewing()
         try:
-            node_obj = self.kube.get(NODES, plan.node)
-            cordoned = False
-            if not (node_obj.get("spec") or {}).get("unschedulable"):
-                lock.ensure_held()
-                self.events.on_step(Step.CORDON, f"cordoning node {plan.node}")
-                set_unschedulable(self.kube, plan.node, True, dry_run=self.options.server_dry_run)
-                cordoned = True
-            evicted: list[PodRef] = []
+            run = None
+            if self.audit is not None and not self.options.server_dry_run:
+                run = self.audit.run(Regarding.node(plan.node, plan.uid), C.AUDIT_DRAIN,
+                                     on_failed=self.events.on_warning)
+                run.start(f"draining node {plan.node} ({'every pod' if self.options.all_pods else 'its NPU pods'})")
             try:
-                rounds = self.evict_rounds(plan.node, deadline, evicted, lock)
-            except Refused:
-                if cordoned and not evicted:
-                    self.events.on_step(Step.ROLLBACK, f"uncordoning node {plan.node}: nothing was evicted")
-                    set_unschedulable(self.kube, plan.node, False, dry_run=self.options.server_dry_run)
+                result = self._drain(plan, deadline, lock)
+            except BaseException as err:
+                if run is not None:
+                    run.finish(outcome_of(err), f"drain of node {plan.node} {outcome_of(err)}: {one_line(err)}")
                 raise
+            if run is not None:
+                run.finish(DONE, f"drained node {plan.node}: {len(result.evicted)} pod(s) evicted in {result.rounds} "
+                           f"round(s){', cordoned' if result.cordoned else ''}")
+            return result
         finally:
             lock.release()
+
+    def _drain(self, plan: DrainPlan, deadline: float, lock: NodeLock) -> DrainResult:
+        node_obj = self.kube.get(NODES, plan.node)
+        cordoned = False
+        if not (node_obj.get("spec") or {}).get("unschedulable"):
+            lock.ensure_held()
+            self.events.on_step(Step.CORDON, f"cordoning node {plan.node}")
+            set_unschedulable(self.kube, plan.node, True, dry_run=self.options.server_dry_run)
+            cordoned = True
+        evicted: list[PodRef] = []
+        try:
+            rounds = self.evict_rounds(plan.node, deadline, evicted, lock)
+        except Refused:
+            if cordoned and not evicted:
+                self.events.on_step(Step.ROLLBACK, f"uncordoning node {plan.node}: nothing was evicted")
+                set_unschedulable(self.kube, plan.node, False, dry_run=self.options.server_dry_run)
+            raise
         return DrainResult(node=plan.node, cordoned=cordoned, evicted=evicted, rounds=rounds,
                            server_dry_run=self.options.server_dry_run)
 

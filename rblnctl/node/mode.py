@@ -20,7 +20,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rblnctl import audit
 from rblnctl import constants as C
+from rblnctl.audit import Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
 from rblnctl.errors import (
     ClusterError,
@@ -146,6 +148,7 @@ class ModePlan:
     # The mode the switch really started from: a resumed run's is its record's `from` (its relabel may have
     # landed already, so the node's mode now is no longer where it started); None: current_mode.
     started_from: str | None = None
+    uid: str = ""  # the node's uid as planned (the audit Events name it, so `kubectl describe node` shows them)
 
     @property
     def from_mode(self) -> str:
@@ -188,6 +191,7 @@ class ModeSwitcher:
     # Warn when a switch to container leaves no vm-passthrough node for the VMs that ask for NPUs (a pool asks
     # once for all its nodes instead: rblnctl.node.pool).
     check_stranded_vms: bool = True
+    audit: Auditor | None = None  # writes the switch's Events on the node (None: none; never in a server dry run)
     _view: OperatorView | None = field(default=None, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
@@ -329,7 +333,8 @@ class ModeSwitcher:
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
                         vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
-                        converged=converged, mid_switch=mid_switch, started_from=started_from)
+                        converged=converged, mid_switch=mid_switch, started_from=started_from,
+                        uid=str((node_obj.get("metadata") or {}).get("uid") or ""))
 
     def _iommu_blockers(self, node: str, node_obj: dict) -> list[Blocker]:
         """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
@@ -403,17 +408,40 @@ class ModeSwitcher:
             self.events.on_warning(f"took over the expired lock of node {plan.node} from {taken.holder}")
         lock.start_renewing()
         try:
-            return self._switch(plan, drainer, lock, started)
+            since = plan.started or iso_utc(self.clock.now())  # the switch's start: its record's and its Events'
+            run = self._audit_start(plan, since)
+            try:
+                result = self._switch(plan, drainer, lock, started, since=since,
+                                      by=run.auditor.user() if run else None)
+            except BaseException as err:
+                if run is not None:
+                    run.finish(audit.outcome_of(err), f"switch of node {plan.node} from {plan.from_mode} to "
+                               f"{plan.target} {audit.outcome_of(err)}: {audit.one_line(err)}")
+                raise
+            if run is not None:
+                run.finish(audit.DONE, f"switched node {plan.node} from {plan.from_mode} to {plan.target} in "
+                           f"{result.elapsed_s:g}s, {len(result.evicted)} pod(s) evicted")
+            return result
         finally:
             lock.release()
 
-    def _switch(self, plan: ModePlan, drainer: Drainer, lock: NodeLock, started: float) -> ModeResult:
+    def _audit_start(self, plan: ModePlan, since: str) -> audit.AuditRun | None:
+        """The switch's audit run, its start recorded on the node (None: no auditor, or a server dry run)."""
+        if self.audit is None or self.options.drain.server_dry_run:
+            return None
+        run = self.audit.run(audit.Regarding.node(plan.node, plan.uid), C.AUDIT_SET_MODE, from_=plan.from_mode,
+                             to=plan.target, started=since, on_failed=self.events.on_warning)
+        what = "resuming the switch of node" if plan.resume else "switching node"
+        run.start(f"{what} {plan.node} from {plan.from_mode} to {plan.target}")
+        return run
+
+    def _switch(self, plan: ModePlan, drainer: Drainer, lock: NodeLock, started: float, *, since: str,
+                by: str | None = None) -> ModeResult:
         dry = self.options.drain.server_dry_run
         node = plan.node
         deadline = started + self.options.drain.timeout_s
-        record = SwitchRecord(target=plan.target, from_mode=plan.from_mode,
-                              started=plan.started or iso_utc(self.clock.now()),
-                              cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD)
+        record = SwitchRecord(target=plan.target, from_mode=plan.from_mode, started=since,
+                              cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD, by=by)
         # A failure counts as "after the relabel" when this run's label is already written (a resumed run) or
         # when the switch it continues or takes over had already moved the node off its starting mode: rolling
         # back would uncordon a half-switched node and drop the only record of it.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rblnctl import constants as C
+from rblnctl.audit import Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
 from rblnctl.errors import InvalidInput, NotFound, Partial, RblnError, Refused
 from rblnctl.kube import Kube, validate_name
@@ -241,13 +242,15 @@ class PoolRunner:
 
     @classmethod
     def for_mode(cls, kube: Kube, target: str, options: ModeOptions, *, pool: PoolOptions | None = None,
-                 events: PoolEvents | None = None, clock: Clock = SYSTEM_CLOCK) -> PoolRunner:
-        """A pool of mode switches to `target` (vm, container, vm-passthrough), each node a ModeSwitcher."""
+                 events: PoolEvents | None = None, clock: Clock = SYSTEM_CLOCK,
+                 audit: Auditor | None = None) -> PoolRunner:
+        """A pool of mode switches to `target` (vm, container, vm-passthrough), each node a ModeSwitcher (each
+        recording its own Events on its node through `audit`)."""
         mode = parse_mode(target)
 
         def task(node: str, node_events: NodeEvents, stop: Stop) -> NodeTask:
             return _ModeTask(ModeSwitcher(kube=kube, options=options, events=node_events, clock=clock, stop=stop,
-                                          check_stranded_vms=False), node, mode)
+                                          check_stranded_vms=False, audit=audit), node, mode)
 
         def consequences(nodes: list[str]) -> list[str]:
             if mode != C.MODE_CONTAINER:
@@ -263,11 +266,13 @@ class PoolRunner:
 
     @classmethod
     def for_drain(cls, kube: Kube, options: DrainOptions, *, pool: PoolOptions | None = None,
-                  events: PoolEvents | None = None, clock: Clock = SYSTEM_CLOCK) -> PoolRunner:
-        """A pool of drains, each node a Drainer."""
+                  events: PoolEvents | None = None, clock: Clock = SYSTEM_CLOCK,
+                  audit: Auditor | None = None) -> PoolRunner:
+        """A pool of drains, each node a Drainer (each recording its own Events on its node through `audit`)."""
 
         def task(node: str, node_events: NodeEvents, stop: Stop) -> NodeTask:
-            return _DrainTask(Drainer(kube=kube, options=options, events=node_events, clock=clock, stop=stop), node)
+            return _DrainTask(Drainer(kube=kube, options=options, events=node_events, clock=clock, stop=stop,
+                                      audit=audit), node)
 
         return cls(operation="drain", target=None, task=task, options=pool or PoolOptions(),
                    events=events or PoolEvents(), clock=clock)

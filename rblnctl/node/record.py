@@ -1,8 +1,9 @@
 """The progress record of a mode switch, kept on the node so that any later run can resume it.
 
 The annotation `rebellions.ai/rblnctl.set-mode` holds JSON `{target, from, started,
-cordoned_by_rblnctl, step}` from the first write of a switch to its last. The keys are a
-contract across rblnctl versions: a newer rblnctl resumes what an older one started.
+cordoned_by_rblnctl, step}` (and `by`, the user of the run that wrote it, when the API server told)
+from the first write of a switch to its last. The keys are a contract across rblnctl versions: a newer
+rblnctl resumes what an older one started.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ class SwitchRecord:
     started: str
     cordoned_by_rblnctl: bool
     step: Step
+    by: str | None = None  # the user running the switch (rblnctl.audit: a SelfSubjectReview); None: unknown
 
     def to_json(self) -> str:
-        return json.dumps({"target": self.target, "from": self.from_mode, "started": self.started,
-                           "cordoned_by_rblnctl": self.cordoned_by_rblnctl, "step": str(self.step)}, sort_keys=True)
+        data = {"target": self.target, "from": self.from_mode, "started": self.started,
+                "cordoned_by_rblnctl": self.cordoned_by_rblnctl, "step": str(self.step)}
+        if self.by:
+            data["by"] = self.by
+        return json.dumps(data, sort_keys=True)
 
     def at(self, step: Step, **changes: object) -> "SwitchRecord":
         """The record moved to `step` (and any other field changed)."""
@@ -48,7 +53,8 @@ def parse_record(raw: str | None) -> SwitchRecord | None:
         step = Step.RECORD
     return SwitchRecord(target=data["target"], from_mode=str(data.get("from") or ""),
                         started=str(data.get("started") or ""),
-                        cordoned_by_rblnctl=bool(data.get("cordoned_by_rblnctl")), step=step)
+                        cordoned_by_rblnctl=bool(data.get("cordoned_by_rblnctl")), step=step,
+                        by=str(data["by"]) if data.get("by") else None)
 
 
 def record_of(node: dict) -> SwitchRecord | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
-from rblnctl.kube import Kube, validate_name
+from rblnctl.kube import Kube, parse_quantity, validate_name
 from rblnctl.operator import resources as R
 from rblnctl.vm import devices as D
 
@@ -25,15 +25,22 @@ class ManifestOptions:
     name: str
     namespace: str | None = None  # None: leave it to `kubectl apply -n` / the context
     # DRA: the namespace the pod-level claim name is derived from when `namespace` is None (the one
-    # `kubectl apply` would use: -n, the context's, else default); rblnctl.vm.devices.claim_name
+    # `kubectl apply` would use: -n, the context's, else default); rblnctl.vm.devices.claim_name. Also the
+    # namespace of a --datavolume-source PVC given without one.
     claim_namespace: str | None = None
     npus: int = 1
     method: str = C.METHOD_SANDBOX
     resource: str | None = None  # sandbox: required
     device_class: str = C.DRA_DEVICECLASS_VM  # dra
-    image: str = C.VM_DEFAULT_IMAGE
-    cores: int = 4
-    memory: str = "8Gi"
+    cores: int | None = None  # vCPUs (domain.cpu.cores); None: C.VM_DEFAULT_CORES, or the instancetype's
+    memory: str | None = None  # guest memory (a quantity); None: C.VM_DEFAULT_MEMORY, or the instancetype's
+    instancetype: str | None = None  # [KIND/]NAME of an instancetype.kubevirt.io instancetype (it sizes the VM)
+    preference: str | None = None  # [KIND/]NAME of an instancetype.kubevirt.io preference
+    image: str | None = None  # the container disk to boot; None: C.VM_DEFAULT_IMAGE unless pvc/datavolume_source
+    pvc: str | None = None  # boot from this PersistentVolumeClaim (the VM's namespace)
+    datavolume_source: str | None = None  # boot from a DataVolume CDI fills from an http(s)/docker URL or a PVC
+    disk_size: str | None = None  # the DataVolume's size (required for a URL; a PVC's own size otherwise)
+    node_product: str | None = None  # nodeSelector rebellions.ai/npu.product=<this>
     user: str | None = None  # cloud-init's default user (None: the image's own, e.g. ubuntu)
     ssh_keys: tuple[str, ...] = ()  # authorized keys for that user
 
@@ -47,13 +54,143 @@ class ManifestOptions:
             raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
         if self.resource:
             object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
-        if not self.image.strip() or any(c.isspace() for c in self.image):
+        if self.image is not None and (not self.image.strip() or any(c.isspace() for c in self.image)):
             raise InvalidInput(f"malformed image {self.image!r}")
         if self.user is not None and not _USER.fullmatch(self.user):
             raise InvalidInput(f"malformed user name {self.user!r}: lower-case letters, digits, '_' and '-', "
                                "starting with a letter or '_', at most 32 characters")
         for key in self.ssh_keys:
             check_ssh_key(key)
+        self._check_size()
+        self._check_disk()
+        if self.instancetype is not None:
+            object.__setattr__(self, "instancetype", "/".join(matcher(self.instancetype, INSTANCETYPE_KINDS,
+                                                                      flag="--instancetype")))
+        if self.preference is not None:
+            object.__setattr__(self, "preference", "/".join(matcher(self.preference, PREFERENCE_KINDS,
+                                                                    flag="--preference")))
+        if self.node_product is not None:
+            object.__setattr__(self, "node_product", product_label(self.node_product))
+
+    def _check_size(self) -> None:
+        if self.instancetype is not None and (self.cores is not None or self.memory is not None):
+            given = " and ".join(f for f, v in (("--cpu", self.cores), ("--memory", self.memory)) if v is not None)
+            # kubevirt/kubevirt@v1.9.0 pkg/instancetype/apply/cpu.go validateCPU, memory.go validateMemory: a VM
+            # naming an instancetype that also sets domain.cpu.cores/sockets/threads or domain.memory.guest is
+            # refused by virt-api ("VM field(s) spec.template.spec.domain.cpu.cores conflicts with selected
+            # instance type").
+            raise InvalidInput(f"{given} cannot be combined with --instancetype: the instancetype sets the VM's CPUs "
+                               "and memory, and KubeVirt refuses a VM that sets them too")
+        if self.cores is not None and self.cores < 1:
+            raise InvalidInput(f"--cpu must be at least 1, not {self.cores}")
+        if self.memory is not None and parse_quantity(self.memory, what="--memory") <= 0:
+            raise InvalidInput(f"--memory must be more than 0, not {self.memory!r}")
+
+    def _check_disk(self) -> None:
+        given = [f for f, v in (("--image", self.image), ("--pvc", self.pvc),
+                                ("--datavolume-source", self.datavolume_source)) if v is not None]
+        if len(given) > 1:
+            raise InvalidInput(f"{' and '.join(given)} cannot be combined: each is the VM's root disk")
+        if self.pvc is not None:
+            if "/" in self.pvc:
+                raise InvalidInput(f"--pvc {self.pvc}: a VM mounts a PVC of its own namespace; give its name alone")
+            validate_name(self.pvc, kind="PersistentVolumeClaim")
+        if self.disk_size is not None:
+            if self.datavolume_source is None:
+                raise InvalidInput("--disk-size sizes the DataVolume of --datavolume-source; give that too (a PVC or "
+                                   "container disk keeps its own size)")
+            if parse_quantity(self.disk_size, what="--disk-size") <= 0:
+                raise InvalidInput(f"--disk-size must be more than 0, not {self.disk_size!r}")
+        if self.datavolume_source is not None:
+            source = datavolume_source(self.datavolume_source, namespace=self.namespace or self.claim_namespace)
+            if not ("pvc" in source or self.disk_size):
+                # virtctl create vm --volume-import takes a size as optional only for a PVC, snapshot or DataSource
+                # (kubevirt/kubevirt@v1.9.0 pkg/virtctl/create/vm/vm.go volumeImportSizeOptional): CDI cannot know
+                # how big an import from a URL will be.
+                raise InvalidInput(f"--datavolume-source {self.datavolume_source}: an import from a URL needs "
+                                   "--disk-size (how big the disk CDI creates is, e.g. 20Gi)")
+            validate_name(rootdisk_name(self.name), kind="DataVolume")
+
+
+# [KIND/]NAME: the kinds KubeVirt accepts (typed as the kind, its singular or its plural, in any case).
+INSTANCETYPE_KINDS = (C.INSTANCETYPE_KIND, C.CLUSTER_INSTANCETYPE_KIND)
+PREFERENCE_KINDS = (C.PREFERENCE_KIND, C.CLUSTER_PREFERENCE_KIND)
+
+
+def matcher(value: str, kinds: tuple[str, str], *, flag: str) -> tuple[str, str]:
+    """(kind, name) of `--instancetype`/`--preference` `[KIND/]NAME`; the cluster-wide kind when none is given.
+
+    As virtctl create vm reads it (kubevirt/kubevirt@v1.9.0 pkg/virtctl/create/vm/vm.go withInstancetype:
+    `virtualmachineinstancetype/my-it`), with the kind written out as KubeVirt's types document it.
+    """
+    kind, _, name = value.rpartition("/")
+    default = next(k for k in kinds if "Cluster" in k)
+    if kind:
+        wanted = kind.lower().removesuffix("s")
+        found = [k for k in kinds if k.lower() == wanted]
+        if not found:
+            raise InvalidInput(f"{flag} {value}: unknown kind {kind!r}; use {' or '.join(k.lower() for k in kinds)} "
+                               f"(without a kind: {default.lower()})")
+        kind = found[0]
+    validate_name(name, kind=(kind or default).lower())
+    return kind or default, name
+
+
+def product_label(value: str) -> str:
+    """The rebellions.ai/npu.product label value of a product (`ca22` -> `RBLN-CA22`); InvalidInput if none."""
+    wanted = value.strip().upper()
+    wanted = wanted if wanted.startswith("RBLN-") else f"RBLN-{wanted}"
+    if not _PRODUCT.fullmatch(wanted):
+        raise InvalidInput(f"invalid product {value!r}: a product is like RBLN-CA22 (letters, digits, '-', '_' and "
+                           "'.', at most 63 characters, as a label value)")
+    return wanted
+
+
+_PRODUCT = re.compile(r"RBLN-[A-Z0-9]([-A-Z0-9_.]{0,56}[A-Z0-9])?", re.ASCII)
+_URL_SCHEMES = {"http": "http", "https": "http", "docker": "registry"}  # CDI DataVolumeSource: http, registry
+
+
+def datavolume_source(value: str, *, namespace: str | None) -> dict:
+    """The CDI DataVolume `source` of `--datavolume-source`: `{http: {url}}` for http(s)://, `{registry: {url}}`
+    for docker://, else `{pvc: {namespace, name}}` for `[NAMESPACE/]NAME` (the VM's namespace when none is given;
+    CDI's DataVolumeSourcePVC requires both, as KubeVirt's OpenAPI says)."""
+    text = value.strip()
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        kind = _URL_SCHEMES.get(scheme.lower())
+        if kind is None or not rest or any(c.isspace() for c in text):
+            raise InvalidInput(f"--datavolume-source {value}: give an http://, https:// or docker:// URL, or a PVC "
+                               "as [NAMESPACE/]NAME")
+        return {kind: {"url": text}}
+    ns, _, name = text.rpartition("/")
+    ns = ns or namespace or "default"
+    validate_name(ns, kind="namespace")
+    validate_name(name, kind="PersistentVolumeClaim")
+    return {"pvc": {"namespace": ns, "name": name}}
+
+
+def rootdisk_name(vm: str) -> str:
+    """The DataVolume (and so the PVC) a VM's --datavolume-source creates."""
+    return f"{vm}-rootdisk"
+
+
+def _root_volume(o: ManifestOptions) -> tuple[dict, list[dict]]:
+    """The `rootdisk` volume and the dataVolumeTemplates it needs (CDI's DataVolume shape, as virtctl create vm
+    writes it: a `storage` spec, so CDI picks access and volume modes from the storage profile;
+    kubevirt/kubevirt@v1.9.0 pkg/virtctl/create/vm/vm.go createDataVolume)."""
+    if o.pvc is not None:
+        return {"name": "rootdisk", "persistentVolumeClaim": {"claimName": o.pvc}}, []
+    if o.datavolume_source is not None:
+        name = rootdisk_name(o.name)
+        storage: dict = {}
+        if o.disk_size:
+            storage["resources"] = {"requests": {"storage": o.disk_size}}
+        template = {"metadata": {"name": name},
+                    "spec": {"source": datavolume_source(o.datavolume_source,
+                                                         namespace=o.namespace or o.claim_namespace),
+                             "storage": storage}}
+        return {"name": "rootdisk", "dataVolume": {"name": name}}, [template]
+    return {"name": "rootdisk", "containerDisk": {"image": o.image or C.VM_DEFAULT_IMAGE}}, []
 
 
 def build_manifest(o: ManifestOptions) -> list[dict]:
@@ -62,20 +199,23 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
         raise InvalidInput("a sandbox VM names the resource its NPUs come from")
     names = D.free_names([], o.npus)
     objects: list[dict] = []
-    spec: dict = {
-        "domain": {
-            "cpu": {"cores": o.cores},
-            "memory": {"guest": o.memory},
-            "devices": {
-                "disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}},
-                          {"name": "cloudinit", "disk": {"bus": "virtio"}}],
-                "interfaces": [{"name": "default", "masquerade": {}}],
-            },
-        },
-        "networks": [{"name": "default", "pod": {}}],
-        "volumes": [{"name": "rootdisk", "containerDisk": {"image": o.image}},
-                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": cloud_config(o.user, o.ssh_keys)}}],
+    root, data_volumes = _root_volume(o)
+    domain: dict = {}
+    if o.instancetype is None:  # an instancetype sizes the VM: setting cpu or memory too is a conflict
+        domain["cpu"] = {"cores": o.cores if o.cores is not None else C.VM_DEFAULT_CORES}
+        domain["memory"] = {"guest": o.memory if o.memory is not None else C.VM_DEFAULT_MEMORY}
+    domain["devices"] = {
+        "disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}},
+                  {"name": "cloudinit", "disk": {"bus": "virtio"}}],
+        "interfaces": [{"name": "default", "masquerade": {}}],
     }
+    spec: dict = {
+        "domain": domain,
+        "networks": [{"name": "default", "pod": {}}],
+        "volumes": [root, {"name": "cloudinit", "cloudInitNoCloud": {"userData": cloud_config(o.user, o.ssh_keys)}}],
+    }
+    if o.node_product is not None:
+        spec["nodeSelector"] = {C.NPU_PRODUCT_LABEL: o.node_product}
     if o.method == C.METHOD_DRA:
         template = D.claim_template(o.npus, o.device_class, namespace=o.namespace)
         objects.append(template)
@@ -87,10 +227,19 @@ def build_manifest(o: ManifestOptions) -> list[dict]:
     meta: dict = {"name": o.name}
     if o.namespace:
         meta["namespace"] = o.namespace
+    vm_spec: dict = {"runStrategy": "Always"}
+    if o.instancetype is not None:
+        kind, name = o.instancetype.split("/")
+        vm_spec["instancetype"] = {"kind": kind, "name": name}
+    if o.preference is not None:
+        kind, name = o.preference.split("/")
+        vm_spec["preference"] = {"kind": kind, "name": name}
+    if data_volumes:
+        vm_spec["dataVolumeTemplates"] = data_volumes
+    vm_spec["template"] = {"metadata": {"labels": {C.VM_NAME_LABEL: o.name}}, "spec": spec}
     objects.append({
         "apiVersion": f"{C.KUBEVIRT_GROUP}/{C.KUBEVIRT_VERSION}", "kind": "VirtualMachine", "metadata": meta,
-        "spec": {"runStrategy": "Always",
-                 "template": {"metadata": {"labels": {C.VM_NAME_LABEL: o.name}}, "spec": spec}},
+        "spec": vm_spec,
     })
     return objects
 
@@ -168,13 +317,15 @@ def resolve(kube: Kube, *, method: str | None, resource: str | None, product: st
 
 
 def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product: str | None = None,
-                npus: int | None = None) -> Resolved:
+                npus: int | None = None, node_product: str | None = None) -> Resolved:
     """resolve(), and with `npus` the warning `vm attach` gives when no vm-passthrough node offers that many
-    (rblnctl.vm.cluster.too_many_npus: one computation for both)."""
+    (rblnctl.vm.cluster.too_many_npus: one computation for both); with `node_product` (the VM's nodeSelector) the
+    sandbox resource of that product when none was named, and a warning when no vm-passthrough node carries it."""
     from rblnctl.vm.cluster import choose_method, pick_resource, read_cluster, too_many_npus, with_dra
 
     cluster = read_cluster(kube)
     chosen, _ = choose_method(method, cluster, None)
+    product = product or node_product
     if chosen == C.METHOD_SANDBOX and not resource:
         resource = pick_resource(cluster, product=product)
         if resource is None:
@@ -188,4 +339,27 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
         too_many = too_many_npus(cluster, chosen, resource, npus)
         if too_many:
             warnings.append(too_many)
+    if node_product is not None:
+        unlabelled = product_unlabelled(cluster.nodes, cluster.vm_nodes, product_label(node_product), chosen)
+        if unlabelled:
+            warnings.append(unlabelled)
     return Resolved(method=chosen, resource=resource, device_class=cluster.device_class, warnings=warnings)
+
+
+def product_unlabelled(nodes: Sequence[dict], vm_nodes: Sequence[str], product: str, method: str) -> str | None:
+    """The warning for a product nodeSelector no vm-passthrough node matches (None: one does).
+
+    NPU feature discovery writes rebellions.ai/npu.product, and it runs in container mode only: its labels are an
+    NFD local feature file that expires an hour after it was last written (RBLN-SW/rbln-npu-feature-discovery
+    internal/collector/collector.go save: `# +expiry-time`; kubernetes-sigs/node-feature-discovery v0.17.3
+    source/local/local.go drops expired files), so a vm-passthrough node usually has no such label.
+    """
+    labelled = sorted(name for n in nodes if (name := str((n.get("metadata") or {}).get("name") or "")) in vm_nodes
+                      and ((n.get("metadata") or {}).get("labels") or {}).get(C.NPU_PRODUCT_LABEL) == product)
+    if labelled:
+        return None
+    hint = ("; without --node-product the sandbox resource alone picks the product (--product)"
+            if method == C.METHOD_SANDBOX else "")
+    return (f"no vm-passthrough node is labelled {C.NPU_PRODUCT_LABEL}={product}, so the VM will not be scheduled "
+            "until one is: NPU feature discovery, which writes that label, runs in container mode only and its labels "
+            f"expire an hour after it stops{hint}")

@@ -107,6 +107,15 @@ def test_server_dry_run_sends_dry_run_all(apiserver):
     assert gates(apiserver) == [] and "nothing was persisted" in r.stderr
 
 
+def test_server_dry_run_with_nothing_to_do_says_so_not_that_the_server_accepted_it(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"]))
+    apiserver.clear_requests()
+    r = cli("kubevirt", "enable-gates", "--dry-run=server", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.writes() == []
+    assert "already enabled" in r.stderr and "accepted every write" not in r.stderr
+
+
 def test_the_last_dry_run_flag_wins_as_in_kubectl(apiserver):
     apiserver.add(o.kubevirt(feature_gates=[]))
     apiserver.clear_requests()

@@ -302,3 +302,62 @@ def test_malformed_vmis_are_judged_not_a_crash_even_under_dry_run(cluster):
     r = cli("policy", "set-method", "sandbox", "--dry-run", server=cluster.url)
     assert r.exit_code in (0, 1) and "unexpected" not in r.stderr, r.stderr
     assert cluster.writes() == []
+
+
+# -- the audit trail and node history ----------------------------------------------------------------------------
+
+
+def test_a_set_mode_leaves_events_that_node_history_reads_back(cluster):
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    r = cli("node", "drain", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    r = cli("node", "history", "n1", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    header, switch, drain = r.stdout.splitlines()
+    assert header.split() == ["STARTED", "ACTION", "FROM", "TO", "RESULT", "USER"]
+    assert switch.split()[1:] == ["set-mode", "container", "vm-passthrough", "done", "fake-user"]
+    assert drain.split()[1:] == ["drain", "-", "-", "done", "fake-user"]
+    doc = json.loads(cli("node", "history", "n1", "-o", "json", server=cluster.url).stdout)
+    assert (doc["kind"], doc["node"], doc["record"]) == ("NodeHistory", "n1", None)
+    item = doc["items"][0]
+    assert {k: item[k] for k in ("action", "user", "from", "to", "result", "source")} == {
+        "action": "set-mode", "user": "fake-user", "from": "container", "to": "vm-passthrough", "result": "done",
+        "source": "events"}
+    assert item["message"].startswith("switched node n1 from container to vm-passthrough in ")
+    wide = cli("node", "history", "n1", "-o", "wide", server=cluster.url).stdout
+    assert wide.splitlines()[0].split()[-3:] == ["FINISHED", "SOURCE", "MESSAGE"]
+
+
+def test_dry_runs_write_no_event(cluster):
+    """Neither a dry run nor a server dry run (single node, drain, pool) records an Event or asks who runs it."""
+    cluster.add(o.npu_node("n1b"))
+    for how in ("--dry-run", "--dry-run=server"):
+        for args in (("set-mode", "vm", "n1"), ("drain", "n1"), ("set-mode", "vm", "n1", "n1b")):
+            r = cli("node", *args, "--yes", how, server=cluster.url)
+            assert r.exit_code == 0, (args, r.stderr)
+    assert [w for w in cluster.writes() if not w.dry_run] == []
+    assert cluster.list("events.events.k8s.io") == []
+    assert not [q for q in cluster.requests if "/events" in q.path or "selfsubjectreviews" in q.path]
+
+
+def test_an_event_that_cannot_be_written_is_a_warning_not_a_failure(cluster):
+    cluster.forbid("create", "events.events.k8s.io")
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "could not record Event ModeSwitchStarted (started) on Node n1" in r.stderr
+    assert cluster.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
+
+
+def test_node_history_of_a_node_with_none_says_why(cluster):
+    r = cli("node", "history", "n1", server=cluster.url)
+    assert r.exit_code == 0 and r.stdout == ""
+    assert "No switch or drain of node n1 on record" in r.stderr and "--event-ttl (1h by default)" in r.stderr
+
+
+def test_node_history_bad_input_and_unknown_nodes(apiserver):
+    r = cli("node", "history", "N_1", server=apiserver.url)
+    assert r.exit_code == 2 and apiserver.requests == []
+    r = cli("node", "history", "nosuch", server=apiserver.url)
+    assert r.exit_code == 1 and 'nodes "nosuch" not found' in r.stderr
+    assert cli("node", "history", "n1", "-o", "name", server=apiserver.url).exit_code == 2

@@ -111,6 +111,16 @@ def _vm_with_npu(apiserver):
     apiserver.add(o.vm("vms", "v2", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"]))
 
 
+def _switched(apiserver):
+    """n1 switched to vm (Events on it), then an unfinished switch's record on it that no Event tells of."""
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    record = {"target": "container", "from": "vm-passthrough", "started": "2026-12-02T10:00:00Z",
+              "cordoned_by_rblnctl": False, "step": "evict"}
+    apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"].setdefault("annotations", {}).update(
+        {"rebellions.ai/rblnctl.set-mode": json.dumps(record)}))
+
+
 SCENARIOS = [
     Scenario("ClusterStatus", ("status",)),
     Scenario("VmNpuChange", ("vm", "attach", "v1", "-n", "vms", "--npus", "2", "--dry-run"), setup=_vm),
@@ -119,6 +129,8 @@ SCENARIOS = [
     Scenario("VmNpuList", ("vm", "list", "-A"), setup=_vm_with_npu),
     Scenario("VmDiagnosis", ("vm", "diagnose", "v2", "-n", "vms"), setup=_vm_with_npu, exit_code=1),
     Scenario("NpuNodeList", ("node", "list")),
+    Scenario("NodeHistory", ("node", "history", "n1"), setup=_switched),
+    Scenario("NodeHistory", ("node", "history", "n1")),  # nothing on record
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--dry-run"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "vm", "n1", "--yes"), setup=_vm_pod),
     Scenario("ModeSwitch", ("node", "set-mode", "container", "n1", "--yes")),  # already there: a no-op

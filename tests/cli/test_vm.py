@@ -11,7 +11,7 @@ import yaml
 
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
-from tests.helpers import cli
+from tests.helpers import cli, closed_port_url
 from tests.vm.support import CA22, CA25, NS, NVIDIA, dra_cluster, host_devices, sandbox_cluster
 
 def vm_cli(apiserver, *args, input=None):
@@ -312,6 +312,39 @@ def test_status_counts_vms_holding_npus_per_node(apiserver):
     assert f"{NS}/v1,{NS}/v2" in wide
     doc = json.loads(vm_cli(apiserver, "status", "-o", "json").stdout)
     assert doc["npuVms"] == {"n1": [f"{NS}/v1", f"{NS}/v2"]}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--cpu", "4", "--instancetype", "u1.large"), "--cpu cannot be combined with --instancetype"),
+    (("--memory", "16Gi", "--instancetype", "u1.large"), "--memory cannot be combined with --instancetype"),
+    (("--memory", "16GB",), "invalid --memory '16GB'"),
+    (("--instancetype", "vmi/x"), "unknown kind 'vmi'"),
+    (("--pvc", "root", "--datavolume-source", "https://x/y.img"), "--pvc and --datavolume-source cannot be combined"),
+    (("--image", "quay.io/x:1", "--pvc", "root"), "--image and --pvc cannot be combined"),
+    (("--datavolume-source", "https://x/y.img"), "needs --disk-size"),
+    (("--disk-size", "10Gi",), "--disk-size sizes the DataVolume of --datavolume-source"),
+    (("--datavolume-source", "s3://bucket/x"), "give an http://, https:// or docker:// URL"),
+    (("--product", "RBLN-CA22", "--node-product", "RBLN-CA25"), "name different products"),
+    (("--node-product", "CA 22"), "invalid product"),
+])
+def test_manifest_flag_combinations_are_bad_input_before_connecting(args, message):
+    """Exit 2 with one line before any connection: the server URL points at nothing (connecting would be exit 3)."""
+    base = ("--method", "sandbox") + (() if "--product" in args else ("--resource", CA22))
+    r = cli("vm", "manifest", "v1", *base, *args, server=closed_port_url())
+    assert r.exit_code == 2, r.stderr
+    assert message in r.stderr and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_manifest_node_product_warns_on_stderr_and_keeps_stdout_the_manifest(apiserver):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"})
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "-n", NS, "--node-product", "ca25", "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    (vm,) = json.loads(r.stdout)["items"]
+    spec = vm["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"rebellions.ai/npu.product": "RBLN-CA25"}
+    assert spec["domain"]["devices"]["hostDevices"] == [{"name": "npu0", "deviceName": CA25}]
+    assert "warning: no vm-passthrough node is labelled rebellions.ai/npu.product=RBLN-CA25" in r.stderr
+    assert apiserver.writes() == []
 
 
 def test_absurd_npu_counts_are_bad_input_before_anything_is_built():

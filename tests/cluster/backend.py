@@ -10,7 +10,11 @@ A ``Backend`` is what a scenario needs from a cluster, whichever serves it:
   the fake's fault injection, a TLS proxy in front of the real server (tests/envtest/proxy.py);
 * ``user_kubeconfig(roles)``: a kubeconfig whose user holds exactly these Roles/ClusterRoles: the fake's
   enforce_rbac, a ServiceAccount bound to them with a TokenRequest token on the real server;
-* ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed).
+* ``kubelet(nodes)``: a SimKubelet for these nodes (pods Running/Ready, graceful deletions confirmed);
+* ``operator(release=...)``: the simulated RBLN NPU operator (tests/fakes/operator.py), acting over HTTP;
+* ``host_kubelet(default=ROOT)``: runs rblnctl's host pods on simulated host trees, serves their logs as a kubelet;
+* ``replicaset(ns, name, node=...)``: a ReplicaSet's replacements, bound to a node (tests/cluster/replicaset.py);
+* every simulation a backend started is stopped by ``close()`` (after each test).
 
 ``FakeBackend`` and ``RealBackend`` implement it; the ``backend`` fixture (tests/envtest/fixtures.py) gives
 each scenario both, the real one marked ``envtest``.
@@ -36,11 +40,27 @@ _REVIEWS = ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectr
 
 @dataclass(frozen=True)
 class Write:
-    """A write request as the server saw it: verb (create/update/patch/delete), path, dryRun=All or not."""
+    """A write request as the server saw it: verb (create/update/patch/delete), path, dryRun=All or not, and the code
+    the server answered (also when that answer was lost on the way: the write was applied)."""
 
     verb: str
     path: str
     dry_run: bool
+    code: int = 0
+
+
+def harness_client(cluster: Any) -> tuple[Api, Any]:
+    """The harness's client for `cluster` (a FakeApiServer, a Backend or an Api) and the FakeApiServer behind it (None
+    on a real server): a simulation acts through the first and, on the fake, reacts through the second's synchronous
+    hooks (on_change, kubelet), which run before the reply of the write that caused them."""
+    if isinstance(cluster, Api):
+        return cluster, None
+    fake = getattr(cluster, "fake", None)
+    if fake is not None:  # a FakeBackend
+        return cluster.api, fake
+    if hasattr(cluster, "on_change") and hasattr(cluster, "admin_token"):  # a FakeApiServer
+        return Api(cluster.url, token=cluster.admin_token), cluster
+    return cluster.api, None  # a RealBackend
 
 
 class Backend:
@@ -50,7 +70,7 @@ class Backend:
     workdir: Path
 
     def __init__(self) -> None:
-        self._kubelets: list[SimKubelet] = []
+        self._kubelets: list[Any] = []  # every simulation started here (kubelets, operators), stopped by close()
         self._users = itertools.count(1)
 
     # ---- the CLI ---------------------------------------------------------------------------------
@@ -72,8 +92,32 @@ class Backend:
         self._kubelets.append(k)
         return k
 
+    def replicaset(self, namespace: str, name: str, *, node: str, template: dict) -> Any:
+        """Keep the ReplicaSet's pods at spec.replicas, replacements bound to `node` (tests/cluster/replicaset.py)."""
+        from tests.cluster.replicaset import ReplicaSetSim
+
+        rs = ReplicaSetSim(self.api, namespace, name, node=node, template=template)
+        self._kubelets.append(rs)
+        return rs.start()
+
+    def host_kubelet(self, **kw: Any) -> Any:
+        """The kubelet of rblnctl's host pods (tests/fakes/hostkubelet.py), started; ``kw`` as HostKubelet takes."""
+        from tests.fakes.hostkubelet import HostKubelet
+
+        k = HostKubelet(self, **kw)
+        self._kubelets.append(k)
+        return k.start()
+
+    def operator(self, **kw: Any) -> Any:
+        """The simulated operator (tests/fakes/operator.py), started; ``kw`` as SimulatedOperator takes them."""
+        from tests.fakes.operator import SimulatedOperator
+
+        op = SimulatedOperator(self, **kw)
+        self._kubelets.append(op)
+        return op.start()
+
     def close(self) -> None:
-        for k in self._kubelets:
+        for k in reversed(self._kubelets):
             k.stop()
         self._kubelets.clear()
 
@@ -99,8 +143,10 @@ class FakeBackend(Backend):
         super().__init__()
         self.fake = fake
         self.workdir = workdir
+        # As on a real server, a pod deleted on a node stays Terminating until its kubelet confirms.
+        fake.deletion_delay_s = float("inf")
         self.kubeconfig = fake.write_kubeconfig(workdir / "kubeconfig")
-        self.api = Api(fake.url, token=fake.token)
+        self.api = Api(fake.url, token=fake.admin_token)
         self._mark = 0
 
     def mark(self) -> None:
@@ -113,7 +159,7 @@ class FakeBackend(Backend):
                 continue
             if r.method == "POST" and r.path.rsplit("/", 1)[-1] in _REVIEWS:
                 continue
-            out.append(Write(_VERBS[r.method], r.path, r.dry_run))
+            out.append(Write(_VERBS[r.method], r.path, r.dry_run, r.status))
         return out
 
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
@@ -166,7 +212,7 @@ class RealBackend(Backend):
         self._mark = self.audit.mark()
 
     def writes(self) -> list[Write]:
-        return [Write(e.verb, e.uri.split("?")[0], e.dry_run) for e in self.audit.writes(self._mark)]
+        return [Write(e.verb, e.uri.split("?")[0], e.dry_run, e.code) for e in self.audit.writes(self._mark)]
 
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
         self._proxy().add_rule("lose_reply", method=method, path=path, times=times)

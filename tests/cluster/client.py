@@ -18,9 +18,12 @@ from urllib.parse import urlencode
 
 import urllib3
 
+from tests.fakes.apiserver.config import HARNESS_USER_AGENT
 from tests.fakes.apiserver.resources import RESOURCES
 
-USER_AGENT = "rblnctl-tests/harness"
+# What the fake keeps apart from the clients under test (tests/fakes/apiserver/config.py), and what a real
+# server's audit log names the harness by.
+USER_AGENT = HARNESS_USER_AGENT
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,9 @@ class Kind:
         return base
 
 
-KINDS: dict[str, Kind] = {r.kind: Kind(r.group, r.version, r.plural, r.kind, r.namespaced, r.has_status)
-                          for r in RESOURCES}
+KINDS: dict[str, Kind] = {}
+for _r in RESOURCES:  # the first of a kind wins: "Event" is core v1's (events.k8s.io serves the same objects)
+    KINDS.setdefault(_r.kind, Kind(_r.group, _r.version, _r.plural, _r.kind, _r.namespaced, _r.has_status))
 for _k in (Kind("", "v1", "serviceaccounts", "ServiceAccount", True, False),
            Kind("", "v1", "services", "Service", True),
            Kind("", "v1", "secrets", "Secret", True, False),
@@ -148,10 +152,18 @@ class Api:
             page = self.request("GET", self.kinds[kind].path(namespace=namespace),
                                 query={"labelSelector": labels, "fieldSelector": fields, "limit": 500,
                                        "continue": token})
-            out += page.get("items") or []
+            out += self.typed(kind, page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return out
+
+    def typed(self, kind: str, items: list[dict]) -> list[dict]:
+        """A list's items with their ``kind`` and ``apiVersion`` (a server leaves them out of each item)."""
+        k = self.kinds[kind]
+        for item in items:
+            item.setdefault("kind", k.kind)
+            item.setdefault("apiVersion", k.api_version)
+        return items
 
     def create(self, obj: dict, *, dry_run: bool = False) -> dict:
         k = self.kind(obj)
@@ -200,13 +212,18 @@ class Api:
 
     def seed(self, *objs: dict) -> list[dict]:
         """Create each object as a client would, then give it the status it carries (``PUT .../status``): a real
-        server drops status on create (a pod starts Pending) and keeps it only through the subresource."""
+        server drops status on create (a pod starts Pending) and keeps it only through the subresource. An
+        ownerReference naming an object that exists gets that object's uid (a real server gives every object its
+        own; the disruption controller, for one, finds a pod's controller by name and uid)."""
         out = []
         for obj in objs:
             status = obj.get("status")
             body = {k: v for k, v in obj.items() if k != "status"}
             body["metadata"] = {k: v for k, v in obj["metadata"].items()
                                 if k not in ("resourceVersion", "uid", "creationTimestamp", "generation")}
+            if body["metadata"].get("ownerReferences"):
+                body["metadata"]["ownerReferences"] = [self._owned_by(r, body["metadata"].get("namespace"))
+                                                       for r in body["metadata"]["ownerReferences"]]
             created = self.create(body)
             k = self.kind(obj)
             if status and k.status:  # a merge patch: no resourceVersion to race a controller writing status
@@ -221,12 +238,23 @@ class Api:
             out.append(created)
         return out
 
+    def _owned_by(self, ref: dict, namespace: str | None) -> dict:
+        k = self.kinds.get(ref.get("kind", ""))
+        if k is None:
+            return ref
+        try:
+            owner = self.get(k.kind, ref["name"], namespace if k.namespaced else None)
+        except ApiFailure:
+            return ref
+        return {**ref, "uid": owner["metadata"]["uid"]} if owner else ref
+
     # ---- watch -------------------------------------------------------------------------------------
 
     def watch(self, kind: str, namespace: str | None = None, *, resource_version: str | None = None,
               labels: str | None = None, fields: str | None = None, timeout_s: int = 60,
-              bookmarks: bool = False) -> Iterator[dict]:
-        """Yield watch events (dicts with type and object) until the server ends the stream."""
+              bookmarks: bool = False, on_open: Callable[[Any], None] | None = None) -> Iterator[dict]:
+        """Yield watch events (dicts with type and object) until the server ends the stream. ``on_open`` gets the
+        open response: another thread ends a stream blocked in a read with its ``shutdown()``."""
         q = {"watch": "true", "resourceVersion": resource_version, "labelSelector": labels, "fieldSelector": fields,
              "timeoutSeconds": timeout_s, "allowWatchBookmarks": "true" if bookmarks else None}
         q = {k: v for k, v in q.items() if v is not None}
@@ -236,6 +264,8 @@ class Api:
         resp = self._pool.request("GET", f"{self.url}{self.kinds[kind].path(namespace=namespace)}?{urlencode(q)}",
                                   headers=headers, preload_content=False,
                                   timeout=urllib3.Timeout(connect=5, read=timeout_s + 10))
+        if on_open is not None:
+            on_open(resp)
         try:
             if resp.status != 200:
                 raise ApiFailure("WATCH", kind, resp.status, resp.read().decode("utf-8", "replace"))

@@ -7,7 +7,9 @@ any backend (the fake or a real server), from a watch of pods:
 
 * a pod bound to one of its nodes is reported Running and Ready (containerStatuses running, the kubelet's
   conditions), after ``ready_delay_s``; annotations steer one pod: ``HOLD`` keeps it Pending (no container
-  started, as a pod waiting for an image), ``NOT_READY`` reports it Running but not Ready;
+  started, as a pod waiting for an image), ``NOT_READY`` reports it Running but not Ready, ``EXTERNAL`` leaves
+  its status to another simulation (the simulated operator's component pods), ``HOLD_DELETION`` keeps it
+  Terminating once deleted, until the annotation is removed;
 * a pod of its nodes with a ``deletionTimestamp`` is deleted for good (``gracePeriodSeconds: 0``, guarded
   by the pod's uid) after ``deletion_delay_s``, as the kubelet does once the containers stopped;
 * with ``heartbeat_s`` > 0 each node's Ready condition gets a fresh ``lastHeartbeatTime`` that often.
@@ -24,9 +26,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from tests.cluster.client import Api, ApiFailure
+from tests.cluster.watcher import Watcher
 
 HOLD = "kubelet.test.rblnctl.io/hold"  # "true": the pod stays Pending
 NOT_READY = "kubelet.test.rblnctl.io/not-ready"  # "true": Running, never Ready
+# "true": a deleted pod stays Terminating (its containers never stop) until the annotation goes
+HOLD_DELETION = "kubelet.test.rblnctl.io/hold-deletion"
+# "true": another simulation reports the pod's status (the simulated operator its component pods); the kubelet
+# only confirms its graceful deletion.
+EXTERNAL = "kubelet.test.rblnctl.io/external"
 
 
 def _now() -> str:
@@ -69,22 +77,22 @@ class SimKubelet:
         self._lock = threading.Condition()
         self._pending: set[tuple[str, str]] = set()  # (ns, name) scheduled to act on
         self._threads: list[threading.Thread] = []
-        self._synced = threading.Event()
+        self._watcher: Watcher | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> "SimKubelet":
-        self._threads = [threading.Thread(target=self._watch_loop, name="sim-kubelet", daemon=True)]
+        self._watcher = Watcher(self.api, "Pod", self._on_event, errors=self.errors, name="sim-kubelet").start()
         if self.heartbeat_s > 0:
             self._threads.append(threading.Thread(target=self._heartbeats, name="sim-kubelet-hb", daemon=True))
         for t in self._threads:
             t.start()
-        if not self._synced.wait(15):
-            raise RuntimeError(f"SimKubelet could not list pods: {self.errors}")
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
         for t in self._threads:
             t.join(timeout=5)
 
@@ -111,37 +119,9 @@ class SimKubelet:
 
     # ---- the watch -------------------------------------------------------------------------------
 
-    def _watch_loop(self) -> None:
-        rv = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    page = self.api.request("GET", "/api/v1/pods", query={"limit": 500})
-                    for pod in page.get("items") or []:
-                        self._consider(pod)
-                    rv = page["metadata"]["resourceVersion"]
-                    self._synced.set()
-                for ev in self.api.watch("Pod", resource_version=rv, timeout_s=5):
-                    if self._stop.is_set():
-                        return
-                    obj = ev.get("object") or {}
-                    if ev.get("type") == "ERROR":
-                        rv = None  # 410 Gone: list again
-                        break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                    if ev.get("type") in ("ADDED", "MODIFIED"):
-                        self._consider(obj)
-            except ApiFailure as e:
-                if e.status == 410:
-                    rv = None
-                else:
-                    self.errors.append(str(e))
-                    time.sleep(0.2)
-            except Exception as e:  # noqa: BLE001 - a broken stream: resume from rv
-                if self._stop.is_set():
-                    return
-                self.errors.append(f"{type(e).__name__}: {e}") if not _transient(e) else None
-                time.sleep(0.1)
+    def _on_event(self, etype: str, pod: dict) -> None:
+        if etype != "DELETED":
+            self._consider(pod)
 
     def _consider(self, pod: dict) -> None:
         md, spec = pod.get("metadata") or {}, pod.get("spec") or {}
@@ -151,8 +131,10 @@ class SimKubelet:
         ann = md.get("annotations") or {}
         status = pod.get("status") or {}
         if md.get("deletionTimestamp"):
-            self._later(self.deletion_delay_s, key, self._finish_deletion, md.get("uid"))
-        elif status.get("phase") in (None, "", "Pending") and ann.get(HOLD) != "true":
+            if ann.get(HOLD_DELETION) != "true":
+                self._later(self.deletion_delay_s, key, self._finish_deletion, md.get("uid"))
+        elif status.get("phase") in (None, "", "Pending") and ann.get(HOLD) != "true" and \
+                ann.get(EXTERNAL) != "true":
             self._later(self.ready_delay_s, key, self._run, ann.get(NOT_READY) != "true")
 
     def _later(self, delay: float, key: tuple[str, str], fn: Any, *args: Any) -> None:
@@ -213,9 +195,3 @@ class SimKubelet:
                     self.api.mutate("Node", node, None, beat, sub="status")
                 except Exception as e:  # noqa: BLE001
                     self.errors.append(f"heartbeat {node}: {e}")
-
-
-def _transient(e: BaseException) -> bool:
-    import urllib3
-
-    return isinstance(e, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))

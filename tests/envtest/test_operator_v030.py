@@ -245,6 +245,30 @@ def test_set_mode_container_brings_back_a_node_relabelled_by_hand(op, operator_c
     stack.wait_converged(VM_NODE, MODE_CONTAINER)  # and the operator finishes what it does after
 
 
+def test_set_mode_leaves_events_that_node_history_reads_back(op, operator_cluster):
+    """The audit trail on the real API server, with the real operator doing its part: the switch's Events pass
+    kube-apiserver's events.k8s.io validation, and `node history` reads them back (who, when, from, to, result)."""
+    relabel_by_hand(operator_cluster, VM_NODE, MODE_VM)
+    r = op.rblnctl("node", "set-mode", "container", VM_NODE, "--yes", "--timeout", "60s")
+    assert r.exit_code == 0, r.stderr
+    assert "could not record Event" not in r.stderr
+    operator_cluster.wait_converged(VM_NODE, MODE_CONTAINER)
+    r = op.rblnctl("node", "history", VM_NODE, "-o", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    me = op.api.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    item = [i for i in doc["items"] if i["action"] == "set-mode"][-1]  # the newest (the stack lives on per module)
+    assert (item["user"], item["from"], item["to"], item["result"], item["source"]) == (
+        me["status"]["userInfo"]["username"], MODE_VM, MODE_CONTAINER, "done", "events")
+    assert item["started"] <= item["finished"] and doc["record"] is None
+    events = op.api.request("GET", "/apis/events.k8s.io/v1/namespaces/default/events", query={
+        "fieldSelector": f"regarding.name={VM_NODE},reportingController=rblnctl"})["items"]
+    ours = [e for e in events if json.loads(e["metadata"]["annotations"]["rebellions.ai/rblnctl.audit"])["run"]
+            == item["run"]]
+    assert sorted(e["reason"] for e in ours) == ["ModeSwitchStarted", "ModeSwitched"]
+
+
 def served_in_container_mode(stack: OperatorStack, node_name: str) -> None:
     """What set-mode container promises when it returns 0 (docs/operator.md, "Converged"): the node in container
     mode and schedulable, the container deploy labels set, no vm-passthrough pod left, the device plugin's
@@ -315,6 +339,11 @@ def test_rblnctl_roles_beside_the_operators_own_rbac(op, operator_cluster):
     assert r.exit_code == 0 and "forbidden" not in r.stderr.lower(), r.stderr
     served_in_container_mode(operator_cluster, VM_NODE)
     operator_cluster.wait_converged(VM_NODE, MODE_CONTAINER)
+    # the switch's Events name the role's user, and the read role reads them back
+    r = op.rblnctl("node", "history", VM_NODE, "-o", "json", kubeconfig=read)
+    assert r.exit_code == 0 and "forbidden" not in r.stderr.lower(), r.stderr
+    users = {i["user"] for i in json.loads(r.stdout)["items"] if i["action"] == "set-mode"}
+    assert any(u and u.startswith("system:serviceaccount:") for u in users), users
     # ... and the operator, bound to its chart's RBAC only, did its part on the same objects
     assert not [e for e in op.audit.events(0) if e.user.startswith("system:serviceaccount:rbln-system:")
                 and e.code == 403]

@@ -53,7 +53,8 @@ def component_pods(server: FakeApiServer, node: str) -> dict[str, dict]:
 
 
 def ready(p: dict) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])
+    # A pod is created Pending with no condition; its kubelet (here the operator) reports them right after.
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
 
 
 def npu_resources(server: FakeApiServer, node: str) -> dict[str, str]:

@@ -42,6 +42,9 @@ def test_healthy_run_reads_every_report_and_deletes_every_pod(apiserver, kube, k
     assert all(argv[:4] == ["preflight", "--local", "--root", str(kubelet.default)] for _, argv in kubelet.runs)
     assert count(apiserver, "POST", r"/namespaces/rbln-system/pods$") == 4
     assert count(apiserver, "GET", r"/pods/[^/]+/log$") == 4
+    # each log came from the node's kubelet, as kube-apiserver fetches it
+    assert sorted(kubelet.endpoint.requests) == sorted(f"/containerLogs/rbln-system/{o.pod}/check"
+                                                       for o in run.outcomes)
     assert count(apiserver, "DELETE", r"/pods/") == 4
 
 

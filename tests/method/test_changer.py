@@ -421,3 +421,47 @@ def test_back_to_sandbox_without_permitted_devices_says_what_to_run(apiserver, k
     plan = changer(kube, op).plan("sandbox")
     assert not plan.blockers
     assert any("permits no RBLN device" in str(w) and "permit-devices --from-cluster" in str(w) for w in plan.warnings)
+
+
+# -- the audit trail: Events on the RBLNClusterPolicy ------------------------------------------------------------
+
+
+def policy_events(apiserver):
+    evs = sorted(apiserver.list("events.events.k8s.io"), key=lambda e: "Started" not in e["reason"])
+    return [(e["reason"], e["type"], e["regarding"]["kind"], e["regarding"]["name"]) for e in evs]
+
+
+def test_a_method_change_leaves_its_start_and_end_on_the_policy(apiserver, kube):
+    from rblnctl.audit import Auditor
+
+    op = cluster(apiserver)
+    ch = changer(kube, op)
+    ch.audit = Auditor(kube=kube, clock=ch.clock)
+    ch.apply(ch.plan("dra"))
+    assert policy_events(apiserver) == [("MethodChangeStarted", "Normal", "RBLNClusterPolicy", POLICY),
+                                        ("MethodChanged", "Normal", "RBLNClusterPolicy", POLICY)]
+    uid = apiserver.get("RBLNClusterPolicy", POLICY)["metadata"]["uid"]
+    ends = [e for e in apiserver.list("events.events.k8s.io") if e["reason"] == "MethodChanged"]
+    assert ends[0]["regarding"]["uid"] == uid and ends[0]["action"] == "SetMethod"
+    assert ends[0]["note"].startswith(f"switched RBLNClusterPolicy {POLICY} from sandbox to dra: the operator rolled "
+                                      "it on 2 node(s), 0 VM(s) converted")
+    # a re-run that changes no policy writes no Event
+    before = len(apiserver.list("events.events.k8s.io"))
+    ch.apply(ch.plan("dra"))
+    assert len(apiserver.list("events.events.k8s.io")) == before
+
+
+def test_a_method_change_that_times_out_ends_with_a_warning_and_a_dry_run_with_none(apiserver, kube):
+    from rblnctl.audit import Auditor
+
+    cluster(apiserver)
+    dry = changer(kube, None, server_dry_run=True)
+    dry.audit = Auditor(kube=kube)
+    dry.apply(dry.plan("dra"))
+    assert policy_events(apiserver) == []
+    ch = changer(kube, None, timeout_s=30, poll_s=5)  # nobody reconciles
+    ch.audit = Auditor(kube=kube, clock=ch.clock)
+    with pytest.raises(WaitTimeout):
+        ch.apply(ch.plan("dra"))
+    assert [r[:2] for r in policy_events(apiserver)] == [("MethodChangeStarted", "Normal"),
+                                                         ("MethodChangeFailed", "Warning")]

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
+from rblnctl.errors import Forbidden, InvalidInput, NotFound, OutcomeUnknown, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
 from rblnctl.node.evict import Evictor
@@ -245,6 +245,18 @@ def test_404_during_eviction_counts_as_gone(apiserver, kube):
     drainer = drainer_for(kube, poll_s=0.01)
     res = drainer.apply(drainer.plan("n1"))
     assert [p.name for p in res.evicted] == ["npu-app"]
+
+
+def test_an_eviction_whose_outcome_cannot_be_read_back_stays_unknown(apiserver, kube):
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    kube.clock = FakeClock()  # the client's read retries back off on it
+    drainer = drainer_for(kube)
+    plan = drainer.plan("n1")
+    apiserver.inject_fault(method="POST", path="/pods/npu-app/eviction$", lose_reply=True)
+    apiserver.inject_fault(method="GET", path="/pods/npu-app$", status=503, times=20)
+    with pytest.raises(OutcomeUnknown) as exc:
+        drainer.apply(plan)
+    assert "reading pod default/npu-app back" in str(exc.value)
 
 
 def test_other_eviction_errors_propagate(apiserver, kube):
@@ -535,3 +547,32 @@ def test_an_eviction_answered_503_is_sent_again(apiserver, kube):
     refs, done = _evict_all(kube, apiserver, ["npu-app"])
     assert done.evicted == refs
     assert [r.status for r in apiserver.requests_matching("POST", EVICTIONS)] == [503, 503, 201]
+
+
+def test_a_drain_leaves_its_start_and_end_on_the_node(apiserver, kube):
+    from rblnctl.audit import Auditor
+    from rblnctl.node.history import read_history
+
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.kubelet = lambda pod: None
+    d = drainer_for(kube)
+    d.audit = Auditor(kube=kube, clock=d.clock)
+    d.apply(d.plan("n1"))
+    evs = sorted(apiserver.list("events.events.k8s.io"), key=lambda e: "Started" not in e["reason"])  # FakeClock
+    assert [(e["reason"], e["type"]) for e in evs] == [("DrainStarted", "Normal"), ("Drained", "Normal")]
+    assert evs[1]["note"] == "drained node n1: 1 pod(s) evicted in 1 round(s), cordoned (by fake-user)"
+    (entry,) = read_history(kube, "n1").entries
+    assert (entry.action, entry.result, entry.from_mode, entry.to_mode) == ("drain", "done", None, None)
+
+
+def test_a_failed_drain_ends_with_a_warning_event(apiserver, kube):
+    from rblnctl.audit import Auditor
+
+    apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    apiserver.eviction_hook = lambda pod, body: (400, "denied by a policy webhook")
+    d = drainer_for(kube)
+    d.audit = Auditor(kube=kube, clock=d.clock)
+    with pytest.raises(Exception):
+        d.apply(d.plan("n1"))
+    (_, end) = sorted(apiserver.list("events.events.k8s.io"), key=lambda e: "Started" not in e["reason"])
+    assert (end["reason"], end["type"]) == ("DrainFailed", "Warning") and "denied by a policy webhook" in end["note"]

@@ -558,3 +558,111 @@ def test_a_node_whose_iommu_nfd_reports_off_is_refused_before_any_write(apiserve
     assert any("IOMMU is off" in w for w in forced.warnings)
     # back to container needs no IOMMU: not asked
     assert not [b for b in switcher(kube).plan("n1", "container").blockers if "IOMMU" in str(b)]
+
+
+# -- the audit trail: Events on the node (rblnctl.audit), read back by rblnctl.node.history ------------------------
+
+EVENTS = "events.events.k8s.io"
+
+
+def audited(kube, **kw):
+    from rblnctl.audit import Auditor
+
+    sw = switcher(kube, **kw)
+    sw.audit = Auditor(kube=kube, instance="rblnctl@test")
+    return sw
+
+
+def node_events(apiserver, node="n1"):
+    evs = [e for e in apiserver.list(EVENTS) if e["regarding"]["name"] == node]
+    return [(e["reason"], e["type"]) for e in sorted(evs, key=lambda e: e["eventTime"])]
+
+
+def test_a_switch_leaves_its_start_and_its_end_on_the_node_and_who_in_its_record(apiserver, kube, operator):
+    from rblnctl.node.history import read_history
+
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    records = []
+    sw = audited(kube, on_step=lambda s, d: records.append(
+        (apiserver.get("Node", "n1")["metadata"].get("annotations") or {}).get(ANN)) if s == "relabel" else None)
+    sw.apply(sw.plan("n1", "vm"))
+    assert node_events(apiserver) == [("ModeSwitchStarted", "Normal"), ("ModeSwitched", "Normal")]
+    uid = apiserver.get("Node", "n1")["metadata"]["uid"]
+    assert {e["regarding"]["uid"] for e in apiserver.list(EVENTS)} == {uid}  # kubectl describe node finds them
+    assert json.loads(records[0])["by"] == "fake-user"  # the record says who, while the switch runs
+    (entry,) = read_history(kube, "n1").entries
+    assert (entry.action, entry.user, entry.from_mode, entry.to_mode, entry.result) == (
+        "set-mode", "fake-user", "container", "vm-passthrough", "done")
+    assert entry.message.startswith("switched node n1 from container to vm-passthrough in ")
+
+
+def test_a_failed_switch_and_its_resume_are_two_runs_of_one_switch(apiserver, kube):
+    from rblnctl.node.history import read_history
+
+    seed(apiserver)
+    op = SimulatedOperator(apiserver).start()
+    assert op.wait_idle()
+    op.stop()
+    sw = audited(kube, timeout_s=0.4)
+    with pytest.raises(WaitTimeout):
+        sw.apply(sw.plan("n1", "vm"))
+    assert node_events(apiserver) == [("ModeSwitchStarted", "Normal"), ("ModeSwitchFailed", "Warning")]
+    (failed,) = read_history(kube, "n1").entries
+    assert failed.result == "failed" and "did not switch node n1 to vm-passthrough within 0.4s" in failed.message
+    assert failed.message.endswith("unfinished: the record on the node says it reached step relabel, cordoned by "
+                                   "rblnctl")
+    with SimulatedOperator(apiserver) as op2:
+        assert op2.wait_idle()
+        sw = audited(kube)
+        sw.apply(sw.plan("n1", "vm"))
+    first, second = read_history(kube, "n1").entries
+    assert (first.result, second.result) == ("failed", "done") and first.run != second.run
+    assert first.started == second.started  # one switch, resumed: the record's start
+    assert not first.message.endswith("cordoned by rblnctl")  # the record is gone: nothing is unfinished
+
+
+def test_an_interrupted_switch_ends_with_a_warning_event(apiserver, kube, operator):
+    from rblnctl.clock import Stopped
+
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+
+    def interrupt(step, detail):
+        if step == "evict":
+            raise Stopped("interrupted")
+
+    sw = audited(kube, on_step=interrupt)
+    with pytest.raises(Stopped):
+        sw.apply(sw.plan("n1", "vm"))
+    assert node_events(apiserver) == [("ModeSwitchStarted", "Normal"), ("ModeSwitchInterrupted", "Warning")]
+
+
+def test_no_event_without_a_change(apiserver, kube, operator):
+    """A no-op, a refusal and a server dry run change nothing: they write no Event (a dry run: zero writes)."""
+    seed(apiserver, mode=o.MODE_VM)
+    operator.start()
+    assert operator.wait_idle()
+    sw = audited(kube)
+    sw.apply(sw.plan("n1", "vm"))  # already there
+    apiserver.add(o.vmi("vms", "holder", "n1", [PF]), o.virt_launcher("vms", "holder", "n1", resources={PF: "1"}))
+    plan = sw.plan("n1", "container")
+    with pytest.raises(Refused):
+        sw.apply(plan)  # a VM holds NPUs
+    sw = audited(kube, server_dry_run=True, force=True)
+    sw.apply(sw.plan("n1", "container"))
+    assert apiserver.list(EVENTS) == []
+    assert not [r for r in apiserver.requests if "selfsubjectreviews" in r.path]
+
+
+def test_an_event_the_server_refuses_never_fails_the_switch(apiserver, kube, operator):
+    seed(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.forbid("create", EVENTS)
+    sw = audited(kube)
+    res = sw.apply(sw.plan("n1", "vm"))
+    assert res.changed and apiserver.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
+    assert apiserver.list(EVENTS) == []

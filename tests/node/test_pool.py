@@ -282,3 +282,36 @@ def test_a_drain_pool(apiserver, kube):
     assert sorted(seen) == sorted((n, f"{n}-p{i}") for n in names for i in range(3))  # events know their node
     assert all(apiserver.get("Node", n)["spec"]["unschedulable"] for n in names)
     assert not [p for p in apiserver.list("Pod", "default") if p["spec"].get("nodeName") in names]
+
+
+def test_every_node_of_a_pool_records_its_own_switch_and_who_is_asked_once(apiserver, kube, operator):
+    """A pool of set-mode leaves each node its Events (a failed node its warning), with one SelfSubjectReview."""
+    from rblnctl.audit import Auditor
+
+    seed(apiserver, ["n1", "n2", "n3"])
+    operator.start()
+    assert operator.wait_idle()
+    fail_evictions_on(apiserver, "n2")
+    options = ModeOptions(drain=DrainOptions(timeout_s=10))
+    runner = PoolRunner.for_mode(kube, "vm", options, audit=Auditor(kube=kube),
+                                 pool=PoolOptions(max_unavailable=MaxUnavailable.parse("2"), continue_on_error=True))
+    result = runner.apply(runner.plan(["n1", "n2", "n3"]))
+    assert outcomes(result) == {"n1": "done", "n2": "failed", "n3": "done"}
+    reasons: dict[str, list[str]] = {}
+    for e in sorted(apiserver.list("events.events.k8s.io"), key=lambda e: e["eventTime"]):
+        reasons.setdefault(e["regarding"]["name"], []).append(e["reason"])
+    assert reasons == {"n1": ["ModeSwitchStarted", "ModeSwitched"], "n2": ["ModeSwitchStarted", "ModeSwitchFailed"],
+                       "n3": ["ModeSwitchStarted", "ModeSwitched"]}
+    assert len([r for r in apiserver.requests if r.path.endswith("/selfsubjectreviews")]) == 1
+
+
+def test_a_pool_of_drains_records_each_drain(apiserver, kube):
+    from rblnctl.audit import Auditor
+
+    seed(apiserver, ["n1", "n2"])
+    runner = PoolRunner.for_drain(kube, DrainOptions(timeout_s=10), audit=Auditor(kube=kube),
+                                  pool=PoolOptions(max_unavailable=MaxUnavailable.parse("2")))
+    runner.apply(runner.plan(["n1", "n2"]))
+    got = sorted((e["regarding"]["name"], e["reason"], e["action"]) for e in apiserver.list("events.events.k8s.io"))
+    assert got == [("n1", "DrainStarted", "Drain"), ("n1", "Drained", "Drain"),
+                   ("n2", "DrainStarted", "Drain"), ("n2", "Drained", "Drain")]

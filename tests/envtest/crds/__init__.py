@@ -96,6 +96,38 @@ def kubevirt_crds() -> list[dict]:
     return json.loads((HERE / "kubevirt-v1.9.0.json").read_text())
 
 
+def kubevirt_schema(kind: str) -> dict:
+    """The openAPIV3Schema the real tier's KubeVirt CRD of `kind` serves (kubevirt-v1.9.0.json)."""
+    crd = next(c for c in kubevirt_crds() if c["spec"]["names"]["kind"] == kind)
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def json_schema(openapi: dict) -> dict:
+    """A JSON Schema (draft 2020-12) that judges an object's shape as kube-apiserver judges it against a structural
+    openAPIV3Schema with strict field validation (kubectl apply's default): types, required fields, enums, patterns,
+    int-or-string, nullable, and an unknown field is an error, except under x-kubernetes-preserve-unknown-fields.
+    What the server does beyond the schema (defaults, CEL, admission webhooks) is not judged."""
+    out: dict = {}
+    for key in ("enum", "required", "pattern"):
+        if key in openapi:
+            out[key] = copy.deepcopy(openapi[key])
+    if "type" in openapi:
+        out["type"] = [openapi["type"], "null"] if openapi.get("nullable") else openapi["type"]
+    if "anyOf" in openapi:
+        out["anyOf"] = [json_schema(s) for s in openapi["anyOf"]]
+    if "properties" in openapi:
+        out["properties"] = {k: json_schema(v) for k, v in openapi["properties"].items()}
+    if "items" in openapi:
+        out["items"] = json_schema(openapi["items"])
+    if openapi.get("x-kubernetes-list-type") == "set":
+        out["uniqueItems"] = True
+    if isinstance(openapi.get("additionalProperties"), dict):
+        out["additionalProperties"] = json_schema(openapi["additionalProperties"])
+    elif "properties" in openapi and not openapi.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
 def operator_crds_v030(assets: Path) -> list[dict]:
     """RBLNClusterPolicy and RBLNDriver of chart v0.3.0, from the envtest bundle; [] when it has no chart."""
     d = assets / OPERATOR_CHART_CRDS

@@ -34,7 +34,8 @@ What it models (kube-apiserver behaviour, simplified where noted):
   merge on a custom resource and unknown patch types are 415.
 * Deletion: pods on a node are deleted gracefully when ``deletion_delay_s`` (or the pod
   annotation ``fake.rblnctl.io/deletion-delay-s``) is > 0: ``deletionTimestamp`` and
-  ``deletionGracePeriodSeconds`` are set and the pod goes after the delay; unscheduled and
+  ``deletionGracePeriodSeconds`` are set and the pod goes after the delay (``inf``: when a kubelet
+  confirms with a DELETE ``gracePeriodSeconds: 0``, as on a real server); unscheduled and
   finished pods, and ``gracePeriodSeconds: 0``, delete at once. Pods and custom resources answer
   with the object, other kinds with a Success Status. DeleteOptions ``preconditions`` (uid,
   resourceVersion) are checked (409 with the message of rest.BeforeDelete).
@@ -46,8 +47,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
   reason, message prefixed ``admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied
   the request: ``; eviction.py), then
   PodDisruptionBudgets (minAvailable/maxUnavailable,
-  int or percent; expected count from the owning controller's ``spec.replicas``), 429 with the
-  real message and ``DisruptionBudget`` cause, else 201 and a (graceful) delete.
+  int or percent; expected count from the owning controllers' ``spec.replicas``, found by name and uid
+  as the disruption controller finds them; one it cannot find is the real server's "still being
+  processed" 429 with Retry-After 10), 429 with the real message and ``DisruptionBudget`` cause, else
+  201 and a (graceful) delete.
 * Pods on nodes, simplified to what a test drives (pods.py): ``kubelet`` (a callable attribute)
   is called with every pod that appears with ``spec.nodeName`` or gets one (created, seeded, or
   bound with ``POST pods/NAME/binding``, which answers 201 Success or 409 ``pod p is already
@@ -60,7 +63,10 @@ What it models (kube-apiserver behaviour, simplified where noted):
   ``tailLines`` honoured, other options ignored), with the apiserver's 400s for a missing or
   unknown container and the kubelet's for a waiting one (``container "main" in pod "p" is
   waiting to start: ContainerCreating``); a pod on no node has an empty log. A waiting
-  container shows no log even when one was set, as on a node. ``mark_unschedulable(ns, name,
+  container shows no log even when one was set, as on a node. For a pod on a node whose preferred
+  address is loopback the log is asked of that node's kubelet, as kube-apiserver asks it
+  (``https://ADDR:daemonEndpoints.kubeletEndpoint.Port/containerLogs/NS/POD/CONTAINER``, pods.py;
+  tests/cluster/kubelet_endpoint.py is such a kubelet). ``mark_unschedulable(ns, name,
   message)`` is the scheduler's verdict: PodScheduled False/Unschedulable and a Warning
   ``FailedScheduling`` Event from default-scheduler (as events.k8s.io writes it: eventTime,
   reportingComponent). Nothing schedules, pulls or runs by itself.
@@ -107,6 +113,11 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * ``POST authorization.k8s.io/v1 selfsubjectrulesreviews`` lists the rules held in
   ``spec.namespace`` (every ClusterRole's, that namespace's Roles', the defaults every user holds), or
   one wildcard rule when RBAC is not enforced, as kube-apiserver answers an admin.
+* ``events.k8s.io/v1`` Events (field selectors ``regarding.*``, ``reportingController``, ``reason``, ``type``),
+  validated at create as kube-apiserver validates that API's Events (events.py: eventTime,
+  reportingController, reportingInstance, action and reason required, ``default`` or ``kube-system`` for a
+  cluster-scoped object), kept apart from core v1 Events (the real server keeps one store). ``POST
+  authentication.k8s.io/v1 selfsubjectreviews`` answers the ``user`` setting (``kubectl auth whoami``).
 * ``inject_fault()`` (method and path regex, ``times``): a Status with any code (``retry_after_s``
   adds the ``Retry-After`` header and ``details.retryAfterSeconds``, as ``errors.NewTooManyRequests``
   answers through responsewriters; client-go waits that long and retries), a delay, a dropped
@@ -119,6 +130,11 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * The request log: every request is a ``RecordedRequest`` (method, path, query, content type,
   parsed body, headers, status, ``at``: the ``time.monotonic()`` of arrival);
   ``requests_matching(method, path_regex)`` selects some, to count requests or their rate.
+* The test harness (tests/cluster: the simulated operator and kubelets, seeding over HTTP) shares the
+  server without changing what a test observes of the client under test: its requests (User-Agent
+  ``HARNESS_USER_AGENT``) are logged in ``harness_requests`` only, run no ``on_request`` callback and
+  take no injected fault unless the fault's ``client`` names it; with ``admin_token`` (``ADMIN_TOKEN``,
+  the cluster admin) no ``forbid()`` or ``enforce_rbac()`` refuses them.
 * ``on_change`` callbacks run after each committed change, outside the lock, on the thread that
   made it; for an HTTP write that is before the response is sent, so a test can wait for a
   reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.
@@ -150,13 +166,15 @@ Where things are (one concern per module; ``server.py`` composes them):
     rbac.py       request attributes, forbid(), enforce_rbac(), SelfSubjectAccessReviews
     protobuf.py   decoding protobuf request bodies (SelfSubjectAccessReview)
     kubevirt.py   subresources.kubevirt.io start/stop/restart and the optional VM simulation
+    events.py     events.k8s.io/v1 create validation; SelfSubjectReview
     faults.py     inject_fault(): Status answers, raw bodies, drops, lost replies
     recording.py  RecordedRequest and the request log
     errors.py     Status bodies and ApiError
     meta.py, kubeconfig.py   small helpers; write_kubeconfig()
 """
 
-from tests.fakes.apiserver.config import DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER, VM_NODE_ANNOTATION
+from tests.fakes.apiserver.config import (ADMIN_TOKEN, DELETION_DELAY_ANNOTATION, FAKE_TOKEN, FAKE_USER,
+                                          HARNESS_USER_AGENT, VM_NODE_ANNOTATION)
 from tests.fakes.apiserver.errors import ApiError, conflict, invalid, not_found, status_body
 from tests.fakes.apiserver.patch import (SMP_MERGE_KEYS, SMP_PRIMITIVE_MERGE, PatchError, apply_json_patch,
                                          apply_merge_patch, apply_strategic_merge_patch)
@@ -166,7 +184,8 @@ from tests.fakes.apiserver.selectors import label_selector_matches, parse_field_
 from tests.fakes.apiserver.server import FakeApiServer
 
 __all__ = [
-    "ALL_VERBS", "DELETION_DELAY_ANNOTATION", "FAKE_TOKEN", "FAKE_USER", "RESOURCES", "SMP_MERGE_KEYS",
+    "ADMIN_TOKEN", "ALL_VERBS", "DELETION_DELAY_ANNOTATION", "FAKE_TOKEN", "FAKE_USER", "HARNESS_USER_AGENT",
+    "RESOURCES", "SMP_MERGE_KEYS",
     "SMP_PRIMITIVE_MERGE", "VM_NODE_ANNOTATION", "ApiError", "FakeApiServer", "PatchError", "RecordedRequest",
     "Resource", "apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch", "conflict", "invalid",
     "label_selector_matches", "not_found", "parse_field_selector", "parse_label_selector", "status_body",

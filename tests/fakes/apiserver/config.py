@@ -11,6 +11,16 @@ from typing import Callable
 
 FAKE_USER = "fake-user"
 FAKE_TOKEN = "fake-token"
+#: The cluster admin (system:masters on a real server): requests bearing this token are never refused by
+#: ``forbid()`` or ``enforce_rbac()``. The test harness's own client (tests/cluster/client.py) uses it, as it
+#: uses the admin's token on a real kube-apiserver, so a test that restricts rblnctl does not restrict the
+#: simulated operator or kubelets.
+ADMIN_TOKEN = "fake-admin-token"
+#: The User-Agent of the test harness's own client (tests/cluster/client.py: the simulated operator and
+#: kubelets, seeding). Its requests are kept out of what tests assert about the clients under test: they are
+#: recorded in ``harness_requests``, not ``requests``; they run no ``on_request`` callback; an injected fault
+#: never takes one unless its ``client`` names this agent.
+HARNESS_USER_AGENT = "rblnctl-tests/harness"
 #: Per-pod graceful deletion delay (seconds, as a string) overriding the server-wide one.
 DELETION_DELAY_ANNOTATION = "fake.rblnctl.io/deletion-delay-s"
 #: On a VirtualMachine: the node its simulated VirtualMachineInstance runs on.
@@ -19,6 +29,8 @@ VM_NODE_ANNOTATION = "fake.rblnctl.io/node"
 
 @dataclass
 class Settings:
+    #: Seconds a gracefully deleted pod on a node stays Terminating before the fake removes it itself; ``inf``:
+    #: until a kubelet confirms (a DELETE with ``gracePeriodSeconds: 0``), as on a real server.
     deletion_delay_s: float = 0.0
     require_token: bool = False
     token: str = FAKE_TOKEN

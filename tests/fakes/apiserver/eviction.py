@@ -3,8 +3,18 @@
 
 Order: the ``eviction_hook`` (a test's veto), then KubeVirt's validating webhook when
 ``kubevirt_eviction_webhook`` is on (the default: virt-operator always installs it; admission runs
-before the budgets), then the budgets (only for a pod that is Running and not terminating), then a
-delete with the eviction's DeleteOptions (graceful on a node).
+before the budgets), then the budgets (only for a pod that is Running and not terminating: a Pending
+one is evicted whatever its budget says), then a delete with the eviction's DeleteOptions (graceful
+on a node).
+
+A budget is judged on the status the disruption controller would write, computed at the eviction
+(``budget_status_locked``: an instant controller, so the real server's short "still being processed"
+window after a budget is created or changed never opens here). As on kube-apiserver v1.36.2
+(measured: tests/envtest/test_evictions.py): a budget whose pods' controller cannot be found (a missing
+owner, another uid, a DaemonSet: no scale) never gets a status, and every eviction it covers is 429
+"The disruption budget NAME is still being processed by the server." with ``retryAfterSeconds`` 10 and
+``Retry-After: 10``; otherwise 429 "needs D healthy pods and has C currently" while currentHealthy <=
+desiredHealthy, else (no pod expected) "does not allow evicting pods currently".
 
 KubeVirt's webhook ``virt-launcher-eviction-interceptor.kubevirt.io`` is modelled on
 kubevirt/kubevirt@v1.8.4 pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from tests.fakes.apiserver.config import Settings
@@ -122,6 +133,8 @@ class Evictions:
         return triggered
 
     def _check_pdbs_locked(self, pod: dict) -> None:
+        """EvictionREST's budget check (pkg/registry/core/pod/storage/eviction.go) against the budget's status as
+        the disruption controller would compute it right now (``budget_status``)."""
         pdb_res = self.store.table.get(PDB_ID)
         pod_res = self.store.table.get("pods")
         if pdb_res is None or pod_res is None:
@@ -129,53 +142,121 @@ class Evictions:
         ns = pod["metadata"]["namespace"]
         labels = pod["metadata"].get("labels") or {}
         pdbs = [p for (pns, _), p in sorted(self.store.bucket(pdb_res).items())
-                if pns == ns and label_selector_matches((p.get("spec") or {}).get("selector"), labels)]
+                if pns == ns and _selects((p.get("spec") or {}).get("selector"), labels)]
         if not pdbs:
             return
         if len(pdbs) > 1:
             raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                            "eviction subresource does not support.")
         pdb = pdbs[0]
-        spec = pdb.get("spec") or {}
-        pods = [p for (pns, _), p in self.store.bucket(pod_res).items()
-                if pns == ns and label_selector_matches(spec.get("selector"), p["metadata"].get("labels"))
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        expected = self._expected_pods_locked(ns, pods)
-        healthy = sum(1 for p in pods if _pod_healthy(p))
-        if spec.get("minAvailable") is not None:
-            desired = _scaled(spec["minAvailable"], expected, round_up=True)
-        elif spec.get("maxUnavailable") is not None:
-            desired = max(0, expected - _scaled(spec["maxUnavailable"], expected, round_up=True))
-        else:
-            desired = expected  # a PDB with neither field: minAvailable 100% in effect
-        if not _pod_healthy(pod) and healthy >= desired:
-            return  # unhealthy pods may go while the budget holds (IfHealthyBudget)
-        if healthy - 1 >= desired:
+        name = pdb["metadata"]["name"]
+        st = self.budget_status_locked(pdb)
+        if st.sync_error is not None:
+            # The controller could not compute the status, so observedGeneration stays behind the budget's
+            # generation: createTooManyRequestsError, with its suggested retry.
+            raise ApiError(429, "TooManyRequests", _REFUSED, {"causes": [{
+                "reason": "DisruptionBudget",
+                "message": f"The disruption budget {name} is still being processed by the server."}],
+                "retryAfterSeconds": 10}, headers={"Retry-After": "10"})
+        if not _pod_healthy(pod) and st.current >= st.desired and st.desired > 0:
+            return  # an unready pod may go while the budget holds (IfHealthyBudget)
+        if st.allowed > 0:
             return
-        raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                       {"causes": [{"reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {pdb['metadata']['name']} needs {desired} "
-                                               f"healthy pods and has {healthy} currently"}]})
+        if st.current <= st.desired:
+            why = f"The disruption budget {name} needs {st.desired} healthy pods and has {st.current} currently"
+        else:  # e.g. a budget that covers no pod it can count (expectedPods 0)
+            why = f"The disruption budget {name} does not allow evicting pods currently"
+        raise ApiError(429, "TooManyRequests", _REFUSED, {"causes": [{"reason": "DisruptionBudget", "message": why}]})
 
-    def _expected_pods_locked(self, ns: str, pods: list[dict]) -> int:
-        """What the disruption controller calls expectedCount: the scale (spec.replicas) of each
-        controller owning matching pods; a pod whose controller is not in the store counts as 1."""
+    def budget_status_locked(self, pdb: dict) -> "BudgetStatus":
+        """What the disruption controller (pkg/controller/disruption/disruption.go) writes in the budget's status,
+        computed at once: currentHealthy counts Ready pods not being deleted; with an integer minAvailable the
+        expected count is the number of pods, otherwise the sum of the scales of their controllers, found through
+        each pod's controller ownerReference (name and uid; a ReplicaSet a Deployment controls stands for the
+        Deployment; a DaemonSet has no scale); pods without a controller are left out of it. A controller that
+        cannot be found is a failed sync. disruptionsAllowed is currentHealthy - desiredHealthy, and 0 when no
+        pod is expected."""
+        ns = pdb["metadata"]["namespace"]
+        spec = pdb.get("spec") or {}
+        pod_res = self.store.table.get("pods")
+        pods = [p for (pns, _), p in self.store.bucket(pod_res).items()
+                if pns == ns and _selects(spec.get("selector"), p["metadata"].get("labels"))] if pod_res else []
+        current = sum(1 for p in pods if _pod_healthy(p))
+        min_av, max_un = spec.get("minAvailable"), spec.get("maxUnavailable")
+        try:
+            if max_un is not None:
+                expected = self._expected_scale_locked(ns, pods)
+                desired = max(0, expected - _scaled(max_un, expected, round_up=True))
+            elif isinstance(min_av, int):
+                expected, desired = len(pods), min_av
+            elif min_av is not None:
+                expected = self._expected_scale_locked(ns, pods)
+                desired = _scaled(min_av, expected, round_up=True)
+            else:  # neither field: nothing may go (minAvailable 100% in effect)
+                expected = self._expected_scale_locked(ns, pods)
+                desired = expected
+        except _SyncFailed as e:
+            return BudgetStatus(0, 0, 0, 0, str(e))
+        allowed = current - desired
+        return BudgetStatus(expected, desired, current, allowed if expected > 0 and allowed > 0 else 0, None)
+
+    def _expected_scale_locked(self, ns: str, pods: list[dict]) -> int:
+        """getExpectedScale: the sum of the scales of the pods' controllers (each counted once)."""
         scales: dict[str, int] = {}
-        loose = 0
         for p in pods:
             ref = next((r for r in p["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
-            owner = None
-            if ref is not None:
-                for res in self.store.table.all():
-                    if res.kind == ref.get("kind") and res.namespaced:
-                        owner = self.store.bucket(res).get((ns, ref.get("name")))
-                        break
-            replicas = ((owner or {}).get("spec") or {}).get("replicas")
-            if owner is not None and isinstance(replicas, int):
-                scales[owner["metadata"].get("uid") or ref["name"]] = replicas
-            else:
-                loose += 1
-        return sum(scales.values()) + loose
+            if ref is None:
+                continue  # an unmanaged pod: not expected
+            found = self._controller_scale_locked(ns, ref)
+            if found is None:
+                raise _SyncFailed(f'found no controllers for pod "{p["metadata"]["name"]}"')
+            scales[found[0]] = found[1]
+        return sum(scales.values())
+
+    def _controller_scale_locked(self, ns: str, ref: dict) -> tuple[str, int] | None:
+        """The disruption controller's finders: (uid, scale) of the controller `ref` names, or None."""
+        owner = self._owner_locked(ns, ref)
+        if owner is None:
+            return None
+        if ref.get("kind") == "DaemonSet":
+            raise _SyncFailed("daemonsets.apps does not implement the scale subresource")
+        if ref.get("kind") == "ReplicaSet":
+            parent = next((r for r in owner["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+            if parent is not None and parent.get("kind") == "Deployment":
+                return self._controller_scale_locked(ns, parent)
+        replicas = (owner.get("spec") or {}).get("replicas", 1)
+        if not isinstance(replicas, int):
+            return None
+        return owner["metadata"].get("uid") or ref["name"], replicas
+
+    def _owner_locked(self, ns: str, ref: dict) -> dict | None:
+        for res in self.store.table.all():
+            if res.kind == ref.get("kind") and res.namespaced:
+                owner = self.store.bucket(res).get((ns, ref.get("name")))
+                if owner is not None and ref.get("uid") and owner["metadata"].get("uid") != ref["uid"]:
+                    return None  # another object of that name
+                return owner
+        return None
+
+
+_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+class _SyncFailed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    expected: int
+    desired: int
+    current: int
+    allowed: int
+    sync_error: str | None
+
+
+def _selects(selector: Any, labels: dict | None) -> bool:
+    return label_selector_matches(selector, labels)
 
 
 def _pod_healthy(p: dict) -> bool:

@@ -8,7 +8,8 @@ connection before handling (``drop``), or handle the request normally and then d
 instead of replying (``lose_reply``: the change is made, the client cannot know). ``delay_s``
 delays the answer (for ``lose_reply``: the drop); ``status=None`` only delays. ``client`` limits a fault
 to requests whose User-Agent starts with it (``"rblnctl/"``), so a simulated kubelet or operator sharing the
-server cannot take a fault meant for the tool under test.
+server cannot take a fault meant for the tool under test. The test harness's own client (config.py
+HARNESS_USER_AGENT) never takes a fault unless ``client`` names it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import re
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from tests.fakes.apiserver.config import HARNESS_USER_AGENT
 
 UNSET: Any = object()
 
@@ -84,6 +87,8 @@ class FaultBook:
                     continue
                 if f.client and not user_agent.startswith(f.client):
                     continue
+                if not f.client and user_agent.startswith(HARNESS_USER_AGENT):
+                    continue  # a fault meant for the client under test, not for the simulated operator/kubelets
                 f.times -= 1
                 fault = copy.copy(f)
                 self._faults = [x for x in self._faults if x.times > 0]

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes.apiserver import protobuf
+from tests.fakes.apiserver.config import ADMIN_TOKEN
 from tests.fakes.apiserver.discovery import MUX_NOT_FOUND, served_path, discovery
 from tests.fakes.apiserver.errors import ApiError, bad_request, method_not_allowed, status_body, unknown_path
+from tests.fakes.apiserver.events import SSR_ID, self_subject_review
 from tests.fakes.apiserver.faults import Fault
 from tests.fakes.apiserver.meta import first, truthy
 from tests.fakes.apiserver.rbac import request_info
@@ -174,6 +176,12 @@ class Handler(BaseHTTPRequestHandler):
     # ---- the request's way through ---------------------------------------------------------------
 
     def _dispatch(self) -> None:
+        try:
+            self._dispatch_one()
+        finally:
+            self.fake._current.request = None
+
+    def _dispatch_one(self) -> None:
         fake = self.fake
         parts = urlsplit(self.path)
         path = parts.path or "/"
@@ -194,6 +202,7 @@ class Handler(BaseHTTPRequestHandler):
         req = RecordedRequest(self.command, path, parse_qs(parts.query, keep_blank_values=True), ctype, body,
                               headers={k.lower(): v for k, v in self.headers.items()})
         self._req = req
+        fake._current.request = req  # what on_change callbacks of this request's changes can ask about
         fake._log.record(req)
         fault = fake._faults.take(self.command, path, self.headers.get("User-Agent") or "")
         if fault is not None and not fault.lose_reply and self._apply_fault(req, fault):
@@ -244,13 +253,14 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self, req: RecordedRequest, path: str) -> tuple[int, Any, dict[str, str]]:
         fake = self.fake
         settings = fake.settings
-        if settings.require_token:
-            # The scheme is case-insensitive, as in the real bearer-token authenticator (the
-            # kubernetes client sends "bearer <token>" for an in-cluster service account).
-            scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
-            if scheme.lower() != "bearer" or token.strip() != settings.token:
-                return 401, status_body(401, "Unauthorized", "Unauthorized"), {}
-        fake._authz.authorize(request_info(req.method, path, req.query))
+        # The scheme is case-insensitive, as in the real bearer-token authenticator (the
+        # kubernetes client sends "bearer <token>" for an in-cluster service account).
+        scheme, _, token = (self.headers.get("Authorization") or "").strip().partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        if settings.require_token and token not in (settings.token, ADMIN_TOKEN):
+            return 401, status_body(401, "Unauthorized", "Unauthorized"), {}
+        if token != ADMIN_TOKEN:  # system:masters: no authorizer refuses the cluster admin
+            fake._authz.authorize(request_info(req.method, path, req.query))
         if self._body_error is not None:
             raise self._body_error
         if path in ("/healthz", "/readyz", "/livez"):
@@ -312,6 +322,8 @@ class Handler(BaseHTTPRequestHandler):
                 return fake._authz.review(res, req.body)
             if res.id == SSRR_ID:
                 return fake._authz.rules_review(res, req.body)
+            if res.id == SSR_ID:
+                return self_subject_review(res, req.body, fake.user)
             return api.create(res, ns, req.body, dry_run)
         if name is None:
             if method != "DELETE":

@@ -5,6 +5,13 @@
 * ``set_pod_phase`` writes the status a kubelet would report for a phase: containerStatuses
   (waiting with a reason such as ``ErrImagePull``, running, terminated with an exit code),
   the kubelet-owned conditions, IPs and times.
+* ``GET pods/NAME/log`` of a pod on a node whose preferred address (kube-apiserver's default order:
+  Hostname, InternalDNS, InternalIP...) is loopback goes to that node's kubelet as kube-apiserver
+  sends it: ``GET https://ADDR:PORT/containerLogs/NS/POD/CONTAINER`` (``daemonEndpoints.kubeletEndpoint.Port``,
+  10250 when unset; certificate not verified), relaying the text, the kubelet's refusal as a Status of its
+  code and words (404: "the server could not find the requested resource ( pods/log NAME)"), a refused
+  dial as a 500 naming the URL: a simulated kubelet serves it (tests/cluster/kubelet_endpoint.py). For
+  any other node the fake is that kubelet itself:
 * ``set_pod_log`` gives a container a log; ``GET pods/NAME/log`` answers it as ``text/plain``
   (``tailLines`` honoured; ``follow``, ``limitBytes``, ``sinceSeconds`` ignored). Without a log
   the answer follows the apiserver's container check (pkg/registry/core/pod/strategy.go
@@ -25,7 +32,7 @@ import time
 from typing import Any
 
 from tests.fakes.apiserver.config import Settings
-from tests.fakes.apiserver.errors import GroupResource, bad_request, conflict, not_found
+from tests.fakes.apiserver.errors import ApiError, GroupResource, bad_request, conflict, not_found
 from tests.fakes.apiserver.meta import first, micro_ts, ts
 from tests.fakes.apiserver.resources import Resource
 from tests.fakes.apiserver.store import Event, Store
@@ -71,7 +78,7 @@ class PodLifecycle:
             if not (pod.get("spec") or {}).get("nodeName"):
                 raise ValueError(f"pod {namespace}/{name} has no spec.nodeName: only a node's kubelet reports "
                                  "a phase (bind it first)")
-            pod["status"] = _status(pod, phase, exit_code, reason, message)
+            pod["status"] = kubelet_status(pod, phase, exit_code, reason, message)
 
         return self.store.mutate("Pod", name, namespace, edit)
 
@@ -106,8 +113,12 @@ class PodLifecycle:
         if pod is None:
             raise not_found(res, name)
         container = _validate_container(pod, first(query, "container"))
-        if not (pod.get("spec") or {}).get("nodeName"):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
             return 200, ""  # no node, no kubelet to ask: an empty stream
+        kubelet = self._kubelet_of(node)
+        if kubelet is not None:
+            return 200, _ask_kubelet(kubelet, ns or "", name, container, query)
         _check_log_status(pod, container)
         uid = pod["metadata"]["uid"]
         text = self._logs.get((uid, container), self._logs.get((uid, None), ""))
@@ -116,6 +127,21 @@ class PodLifecycle:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[len(lines) - int(tail):]) if int(tail) else ""
         return 200, text
+
+    def _kubelet_of(self, node_name: str) -> str | None:
+        """``https://ADDR:PORT`` of the node's kubelet when a simulated one can listen there (its preferred address,
+        in kube-apiserver's default order, is loopback); None when the fake plays that kubelet itself."""
+        node = self.store.get("Node", node_name)
+        if node is None:
+            return None
+        st = node.get("status") or {}
+        addresses = st.get("addresses") or []
+        addr = next((a.get("address") for t in _PREFERRED_ADDRESS_TYPES for a in addresses if a.get("type") == t),
+                    None)
+        if addr is None or not (addr.startswith("127.") or addr in ("::1", "localhost")):
+            return None
+        port = ((st.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port") or 10250
+        return f"https://{addr}:{port}"
 
     # ---- binding -----------------------------------------------------------------------------------
 
@@ -140,6 +166,54 @@ class PodLifecycle:
 
             self.store.mutate("Pod", name, ns, edit)
         return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+# kube-apiserver's --kubelet-preferred-address-types default.
+_PREFERRED_ADDRESS_TYPES = ("Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP")
+_LOG_OPTIONS = ("tailLines", "timestamps", "follow", "previous", "sinceSeconds", "sinceTime", "limitBytes")
+
+
+_KUBELET_TLS: Any = None
+
+
+def _kubelet_tls() -> Any:
+    """One client context for every kubelet: no verification (kube-apiserver's default), no CA bundle to load."""
+    import ssl
+
+    global _KUBELET_TLS
+    if _KUBELET_TLS is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        _KUBELET_TLS = ctx
+    return _KUBELET_TLS
+
+
+def _ask_kubelet(kubelet: str, ns: str, name: str, container: str, query: dict[str, list[str]]) -> str:
+    """``GET KUBELET/containerLogs/NS/POD/CONTAINER`` as kube-apiserver relays it (the kubelet's certificate not
+    verified): its text, or the Status kube-apiserver makes of its refusal (GenericHttpResponseChecker)."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import quote, urlencode
+
+    params = {k: query[k][0] for k in _LOG_OPTIONS if query.get(k)}
+    url = f"{kubelet}/containerLogs/{quote(ns)}/{quote(name)}/{quote(container)}"
+    if params:
+        url += "?" + urlencode(params)
+    ctx = _kubelet_tls()
+    try:
+        with urllib.request.urlopen(url, timeout=30, context=ctx) as resp:  # noqa: S310 - a loopback kubelet
+            return resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        text = e.read().decode("utf-8", "replace")
+        if e.code == 404:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ( pods/log {name})",
+                           {"name": name, "kind": "pods/log"}) from None
+        raise ApiError(e.code, None, text) from None
+    except OSError as e:
+        refused = isinstance(getattr(e, "reason", e), ConnectionRefusedError)
+        why = f'dial tcp {kubelet.removeprefix("https://")}: connect: connection refused' if refused else str(e)
+        raise ApiError(500, "", f'Get "{url}": {why}') from None
 
 
 def _validate_container(pod: dict, container: str | None) -> str:
@@ -193,7 +267,7 @@ def _set_condition(st: dict, ctype: str, status: str, reason: str | None = None,
         conds[conds.index(cur)] = new
 
 
-def _status(pod: dict, phase: str, exit_code: int | None, reason: str | None, message: str | None) -> dict:
+def kubelet_status(pod: dict, phase: str, exit_code: int | None, reason: str | None, message: str | None) -> dict:
     """The pod status a kubelet reports for ``phase`` (pkg/kubelet/kubelet_pods.go generateAPIPodStatus)."""
     old = copy.deepcopy(pod.get("status") or {})
     spec, md = pod.get("spec") or {}, pod["metadata"]

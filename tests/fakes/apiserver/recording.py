@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tests.fakes.apiserver.config import HARNESS_USER_AGENT
+
 
 @dataclass
 class RecordedRequest:
@@ -47,17 +49,35 @@ class RecordedRequest:
     def is_write(self) -> bool:
         return self.method in ("POST", "PUT", "PATCH", "DELETE")
 
+    @property
+    def user_agent(self) -> str:
+        return self.headers.get("user-agent") or ""
+
+    @property
+    def from_harness(self) -> bool:
+        """Sent by the test harness's own client (the simulated operator and kubelets), not by a client under test."""
+        return self.user_agent.startswith(HARNESS_USER_AGENT)
+
 
 class RequestLog:
+    """``requests``: what the clients under test sent; ``harness_requests``: the harness's own (config.py
+    HARNESS_USER_AGENT), kept apart so that a simulated operator or kubelet acting over HTTP changes nothing a
+    test asserts about rblnctl (its writes, its request counts, the on_request hooks that react to them)."""
+
     def __init__(self, lock: threading.RLock, errors: list[str]):
         self._lock = lock
         self.errors = errors
         self.requests: list[RecordedRequest] = []
+        self.harness_requests: list[RecordedRequest] = []
         self._callbacks: list[Callable[[RecordedRequest], None]] = []
 
     def record(self, req: RecordedRequest) -> None:
-        """Append ``req`` and run the on_request callbacks (outside the lock)."""
+        """Append ``req`` and run the on_request callbacks (outside the lock); the harness's requests go to
+        ``harness_requests`` and run none."""
         with self._lock:
+            if req.from_harness:
+                self.harness_requests.append(req)
+                return
             self.requests.append(req)
             callbacks = list(self._callbacks)
         for cb in callbacks:
@@ -80,6 +100,7 @@ class RequestLog:
     def clear(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.harness_requests.clear()
 
     def matching(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
         """The requests with that method (any when None) whose path ``re.search``-matches ``path``."""

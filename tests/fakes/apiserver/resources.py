@@ -71,6 +71,10 @@ _POD_FIELDS = (
 _EVENT_FIELDS = ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
                  "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
                  "reason", "reportingComponent", "source", "type")
+# events.k8s.io/v1's field labels (pkg/apis/events/v1 conversion: the core names, renamed)
+_EVENT_V1_FIELDS = ("regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+                    "regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath", "reason",
+                    "reportingController", "type")
 _R = Resource
 RESOURCES: tuple[Resource, ...] = (
     _R("", "v1", "nodes", "Node", False, ("no",), ("status", "proxy"), field_selectors=("spec.unschedulable",)),
@@ -79,6 +83,7 @@ RESOURCES: tuple[Resource, ...] = (
     _R("", "v1", "namespaces", "Namespace", False, ("ns",), ("status", "finalize"), field_selectors=("status.phase",)),
     _R("", "v1", "events", "Event", True, ("ev",), (), field_selectors=_EVENT_FIELDS),
     _R("", "v1", "configmaps", "ConfigMap", True, ("cm",), ()),
+    _R("events.k8s.io", "v1", "events", "Event", True, ("ev",), (), field_selectors=_EVENT_V1_FIELDS),
     _R("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), categories=("all",)),
     _R("apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), ("status", "scale"), categories=("all",)),
     _R("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), categories=("all",)),
@@ -89,6 +94,7 @@ RESOURCES: tuple[Resource, ...] = (
        verbs=("create",)),
     _R("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, (), (),
        verbs=("create",)),
+    _R("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False, (), (), verbs=("create",)),
     _R("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
        ("crd", "crds"), ("status",)),
     _R("kubevirt.io", "v1", "kubevirts", "KubeVirt", True, ("kv", "kvs"), ("status",), custom=True),

@@ -13,6 +13,7 @@ import random
 import uuid
 from typing import Any
 
+from tests.fakes.apiserver.events import EVENTS_V1_ID, validate_event_v1
 from tests.fakes.apiserver.errors import ApiError, already_exists, bad_request, conflict, details, invalid, not_found
 from tests.fakes.apiserver.meta import first, sort_key, spec_part, ts
 from tests.fakes.apiserver.patch import PatchError, apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
@@ -120,6 +121,8 @@ class RestApi:
             obj["status"]["qosClass"] = _qos_class(obj)
         elif res.custom and res.has_status:
             obj.pop("status", None)
+        elif res.id == EVENTS_V1_ID:
+            validate_event_v1(res, obj)
         store = self.store
         with store.lock:
             if res.namespaced and store.namespace_missing_locked(ns):

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from tests.fakes.apiserver.config import Settings
+from tests.fakes.apiserver.config import ADMIN_TOKEN, Settings
 from tests.fakes.apiserver.discovery import version_info
 from tests.fakes.apiserver.eviction import Evictions
 from tests.fakes.apiserver.faults import UNSET, FaultBook
@@ -92,6 +92,7 @@ class FakeApiServer:
         self.tls_cert, self.tls_key, self.client_ca = tls_cert, tls_key, client_ca
         self.url = ""
         self._conns: set[socket.socket] = set()
+        self._current = threading.local()  # the request a handler thread is serving (current_request())
         self._httpd: QuietServer | None = None
         self._thread: threading.Thread | None = None
         self.set_version(version)
@@ -147,6 +148,9 @@ class FakeApiServer:
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1]) if self.url else 0
+
+    #: The cluster admin's bearer token (config.ADMIN_TOKEN): never refused by forbid() or enforce_rbac().
+    admin_token = ADMIN_TOKEN
 
     def write_kubeconfig(self, path: str | Path, *, context: str = "fake", namespace: str = "default",
                          ca: str | Path | None = None, insecure: bool = False,
@@ -237,6 +241,11 @@ class FakeApiServer:
 
         return unsubscribe
 
+    def current_request(self) -> RecordedRequest | None:
+        """The request whose handling made the change an ``on_change`` callback is told of (None when the test changed
+        the store directly): e.g. to tell a change by the client under test from the harness's own."""
+        return getattr(self._current, "request", None)
+
     def on_request(self, callback: Callable[[RecordedRequest], None]) -> Callable[[], None]:
         """Call ``callback(req)`` before handling each request (outside the lock; ``req.status``
         is 0 then). A test can change state here between a client's read and its write."""
@@ -246,8 +255,14 @@ class FakeApiServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request so far, in arrival order (the live list)."""
+        """Every request of the clients under test so far, in arrival order (the live list); the test harness's
+        own requests (config.HARNESS_USER_AGENT: simulated operator and kubelets) are in ``harness_requests``."""
         return self._log.requests
+
+    @property
+    def harness_requests(self) -> list[RecordedRequest]:
+        """The test harness's requests (User-Agent config.HARNESS_USER_AGENT), in arrival order."""
+        return self._log.harness_requests
 
     def writes(self) -> list[RecordedRequest]:
         return [r for r in list(self.requests) if r.is_write]

@@ -6,8 +6,9 @@ while the lock is held. ``notify`` then runs, outside the lock, the ``on_change`
 the internal reactions (kubelet, KubeVirt simulation) on the thread that made the change.
 
 Deletion follows the API: finalizers hold an object with a ``deletionTimestamp``; a pod on a node
-is deleted gracefully (its deletionTimestamp set, removed after ``deletion_delay_s``) unless it
-is finished, unscheduled or deleted with ``gracePeriodSeconds: 0``.
+is deleted gracefully (its deletionTimestamp set, removed after ``deletion_delay_s``, or with ``inf``
+when a kubelet confirms with ``gracePeriodSeconds: 0`` as on a real server) unless it is finished,
+unscheduled or deleted with ``gracePeriodSeconds: 0``.
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ class Store:
             if dry_run:
                 return new, []
             events = [self.commit_locked(res, "MODIFIED", new, obj)]
-            if graceful:
+            if graceful and delay != float("inf"):  # inf: a kubelet confirms (DELETE gracePeriodSeconds 0)
                 self.schedule(delay, self._finish_graceful, res.id, key, new["metadata"].get("uid"))
             return copy.deepcopy(new), events
         if dry_run:
