@@ -174,6 +174,15 @@ def npu_node(name: str, *, mode: str | None = MODE_CONTAINER, npus: int = 2, pro
     return node(name, labels=lb, allocatable=res, annotations=ann, **node_kwargs)
 
 
+def dra_only_container_node(name: str, **kw: Any) -> dict:
+    """A container-mode NPU node whose NPUs the DRA kubelet plugin alone serves: the container deploy labels but
+    device-plugin's (the policy may enable devicePlugin too; it is not deployed on this node), and no extended
+    resource (DRA publishes ResourceSlices of rbln<N> devices instead). Keywords go to npu_node()."""
+    n = npu_node(name, mode=MODE_CONTAINER, dra=True, **kw)
+    n["metadata"]["labels"].pop(DEPLOY_LABEL_PREFIX + "device-plugin", None)
+    return n
+
+
 _OWNER_API = {"DaemonSet": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "Deployment": "apps/v1",
               "Job": "batch/v1", "ReplicationController": "v1", "VirtualMachineInstance": "kubevirt.io/v1",
               "Node": "v1"}
@@ -549,9 +558,14 @@ def vm(namespace: str, name: str, *, host_devices: Iterable[Any] | None = None, 
 
 def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any] | None = None, *,
         phase: str = "Running", resource_claims: Iterable[dict] | None = None,
-        conditions: Iterable[dict] | None = None, eviction_strategy: str | None = None) -> dict:
-    """A VirtualMachineInstance on ``node`` (None: not scheduled yet; owned by the VM of the same name).
+        conditions: Iterable[dict] | None = None, eviction_strategy: str | None = None,
+        standalone: bool = False) -> dict:
+    """A VirtualMachineInstance on ``node`` (None: not scheduled yet; owned by the VM of the same name, unless
+    ``standalone``: created directly, as `kubectl create -f vmi.yaml` does, with no owner).
     ``conditions`` are added to the Ready condition (e.g. Synchronized False with reason FailedCreate).
+    ``phase`` is any of KubeVirt's VMI phases (Pending, Scheduling, Scheduled, Running, Succeeded, Failed,
+    Unknown: staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineInstancePhase); the ones before Running
+    have no node yet, except Scheduled.
 
     As virt-controller reports it: LiveMigratable False (reason HostDeviceNotLiveMigratable) when it passes
     host devices or claims through, else True (kubevirt pkg/virt-controller/watch/vmi/ live-migration
@@ -562,9 +576,12 @@ def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any]
         devices["hostDevices"] = hd
     labels = {"kubevirt.io/vm": name, **({"kubevirt.io/nodeName": node} if node else {})}
     md = _meta(name, namespace, labels=labels, uid_kind="VirtualMachineInstance")
-    md["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
-                              "uid": stable_uid("VirtualMachine", namespace, name), "controller": True,
-                              "blockOwnerDeletion": True}]
+    if standalone:
+        del md["labels"]["kubevirt.io/vm"]  # copied from a VM's template labels (vm() sets it): none here
+    else:
+        md["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
+                                  "uid": stable_uid("VirtualMachine", namespace, name), "controller": True,
+                                  "blockOwnerDeletion": True}]
     spec: dict[str, Any] = {"domain": {"devices": devices, "resources": {"requests": {"memory": "4Gi"}}}}
     if eviction_strategy:
         spec["evictionStrategy"] = eviction_strategy
@@ -584,6 +601,34 @@ def vmi(namespace: str, name: str, node: str | None, host_devices: Iterable[Any]
     return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": md, "spec": spec,
             "status": status}
 
+
+
+def rblnctl_dra_devices(namespace: str, name: str, npus: int, template: str | None = None
+                        ) -> tuple[list[dict], list[dict]]:
+    """(hostDevices, resourceClaims) of a VMI spec as `rblnctl vm attach --method dra` writes them for VM
+    namespace/name: host devices npu0.. on rblnctl's claim (vm_claim), requests npu0..; the claim names the
+    ResourceClaimTemplate ``template`` (default rbln-npu-<npus>). docs/vm.md "Claim names"."""
+    claim = vm_claim(namespace, name)
+    devices = [dra_host_device(f"npu{i}", claim, f"npu{i}") for i in range(npus)]
+    return devices, [template_claim(claim, template or f"rbln-npu-{npus}")]
+
+
+def dra_vm(namespace: str, name: str, npus: int, *, template: str | None = None, running: bool = False,
+           **kw: Any) -> dict:
+    """A VirtualMachine with ``npus`` NPUs through rblnctl's DRA claim, naming ResourceClaimTemplate ``template``
+    (default rbln-npu-<npus>); stopped unless ``running``. Other keywords go to vm()."""
+    devices, claims = rblnctl_dra_devices(namespace, name, npus, template)
+    return vm(namespace, name, host_devices=devices, resource_claims=claims, running=running, **kw)
+
+
+def dra_vmi(namespace: str, name: str, node: str | None, npus: int, *, template: str | None = None,
+            **kw: Any) -> dict:
+    """A VirtualMachineInstance whose spec names rblnctl's ResourceClaimTemplate ``template`` (default
+    rbln-npu-<npus>) for ``npus`` NPUs: the instance of a dra_vm(), or with ``standalone=True`` a VMI made by
+    hand. A running VMI keeps the spec it started with, so it may name a template its VM no longer does.
+    Other keywords (phase, standalone...) go to vmi()."""
+    devices, claims = rblnctl_dra_devices(namespace, name, npus, template)
+    return vmi(namespace, name, node, devices, resource_claims=claims, **kw)
 
 # The volumes virt-controller gives every virt-launcher pod (hotplug on, no ImageVolume gate, no hugepages,
 # sidecars or virtiofs): kubevirt/kubevirt@v1.8.4 pkg/virt-controller/services/rendervolumes.go Volumes() and

@@ -20,6 +20,13 @@ can check rblnctl against each layout. What it does, per node carrying an NFD Re
   as soon as the mode changes, and the mode's own go when the policy disables its device plugin (the
   kubelet drops a plugin's devices when it unregisters). With DRA, a Ready dra-kubelet-plugin publishes
   a ResourceSlice of ``rbln<N>`` devices (container) or ``vfio-<pci>`` devices (vm).
+* ``kubelet_lag_steps`` (0: none): a kubelet that lags behind the operator. A resource that should go (the
+  old mode's or method's plugin left) stays in capacity and allocatable for that many more reconciles of the
+  node, as the real kubelet reports its device plugins' resources only at its next node status update
+  (``nodeStatusUpdateFrequency``, 10 s by default: kubernetes pkg/kubelet/apis/config/v1beta1/defaults.go; the
+  status setters read the device manager's capacity then, pkg/kubelet/nodestatus/setters.go MachineInfo), while
+  the plugin's pod is already gone. ``lagging`` holds what is reported late, per (node, resource): the steps left.
+  In auto mode a lagging node is reconciled again after ``kubelet_period_s``.
 * DeviceClasses: while the policy enables draKubeletPlugin the operator keeps the class named after
   ``driverName`` and (NEWER) the passthrough class ``vfio-<driverName>``; it deletes the ones it made
   when draKubeletPlugin is disabled (v0.3.0 dra_kubelet_plugin.go CleanUp).
@@ -155,8 +162,13 @@ class _Cache:
 class SimulatedOperator:
     def __init__(self, cluster: Any, *, namespace: str = "rbln-system", ready_delay_s: float = 0.0,
                  auto: bool = True, policy_name: str | None = None, release: Release = NEWER,
-                 component_delays: dict[str, float] | None = None, settle_s: float = 0.3):
+                 component_delays: dict[str, float] | None = None, settle_s: float = 0.3,
+                 kubelet_lag_steps: int = 0, kubelet_period_s: float = 0.05):
         self.api, self.fake = harness_client(cluster)
+        self.kubelet_lag_steps = kubelet_lag_steps
+        self.kubelet_period_s = kubelet_period_s
+        #: (node, resource) -> reconciles left before the lagging kubelet stops reporting it
+        self.lagging: dict[tuple[str, str], int] = {}
         self.namespace = namespace
         self.ready_delay_s = ready_delay_s
         self.component_delays = dict(component_delays or {})
@@ -428,6 +440,7 @@ class SimulatedOperator:
             self._pause(name, policy, new_labels, snap)
 
         keep = self._advertised(mode, policy, product)
+        keep |= self._lagging_kubelet(name, node, keep)
         if new_labels != labels:
             change: dict[str, str | None] = {k: v for k, v in new_labels.items() if labels.get(k) != v}
             change.update({k: None for k in labels if k not in new_labels})
@@ -468,6 +481,20 @@ class SimulatedOperator:
                 snap.pods.pop(pod_name, None)
             else:
                 snap.pods[pod_name] = left
+
+    def _lagging_kubelet(self, name: str, node: dict, keep: set[str]) -> set[str]:
+        """The resources that should go but that a lagging kubelet (kubelet_lag_steps) still reports this step."""
+        if self.kubelet_lag_steps <= 0:
+            return set()
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        going = {k for k in alloc if k.startswith("rebellions.ai/") and k not in keep}
+        left = {k: self.lagging.get((name, k), self.kubelet_lag_steps) for k in going}
+        self.lagging = {key: n for key, n in self.lagging.items() if key[0] != name}
+        self.lagging.update({(name, k): n - 1 for k, n in left.items() if n > 0})
+        late = {k for k, n in left.items() if n > 0}
+        if late and self.auto:
+            self._later(self.kubelet_period_s, self._kick)
+        return late
 
     def _pause(self, node: str, policy: dict, labels: dict[str, str], snap: _Snapshot) -> None:
         """NEWER: the vfio-manager's driver manager holds the other vm labels while it is not Ready."""

@@ -11,6 +11,7 @@ from tests.fakes import objects as o
 @pytest.mark.parametrize(("obj", "model"), [
     (o.node("n"), "V1Node"),
     (o.npu_node("n", mode="vm-passthrough", unschedulable=True), "V1Node"),
+    (o.dra_only_container_node("n"), "V1Node"),
     (o.pod("ns", "p", node="n", owner_kind="DaemonSet", requests={"cpu": "1"}, limits={"cpu": "1"}), "V1Pod"),
     (o.pod("ns", "p", phase="Succeeded"), "V1Pod"),
     (o.virt_launcher("ns", "vm", "n", resources={"rebellions.ai/RBLN-CA22_PF": "1"}), "V1Pod"),

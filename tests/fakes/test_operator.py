@@ -311,3 +311,35 @@ def test_device_classes_the_operator_did_not_make_are_left_alone(apiserver):
     with SimulatedOperator(apiserver, auto=False) as op:
         op.step()
         assert [d["metadata"]["name"] for d in apiserver.list("DeviceClass")] == ["npu.rebellions.ai"]
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["stepped", "auto"])
+def test_a_lagging_kubelet_reports_the_old_plugins_resource_for_n_more_reconciles(apiserver, auto):
+    """kubelet_lag_steps=2: the sandbox plugin's pod goes with the switch to DRA, its resource two reconciles later
+    (capacity and allocatable alike). In auto mode the operator reconciles the lagging node again by itself."""
+    apiserver.add(NEWER.policy(vfio_manager=True, sandbox=True), o.npu_node("n1", mode="vm-passthrough"))
+    op = SimulatedOperator(apiserver, auto=auto, release=NEWER, kubelet_lag_steps=2).start()
+    try:
+        for _ in range(3):
+            op.step()
+        assert npu_resources(apiserver, "n1") == {"rebellions.ai/RBLN-CA22_PF": "2"} and op.lagging == {}
+        seen = []  # what the kubelet reported late, at each change
+        apiserver.on_change(lambda _ev, _obj: seen.append(dict(op.lagging)) if op.lagging else None)
+        apiserver.mutate("RBLNClusterPolicy", "rbln-cluster-policy", fn=lambda p: p["spec"].update(
+            {"sandboxDevicePlugin": {"enabled": False}, "draKubeletPlugin": {"enabled": True}}))
+        if auto:
+            assert wait_for(lambda: npu_resources(apiserver, "n1") == {}) and op.wait_idle(3)
+            assert seen and all(v in (0, 1) for lag in seen for v in lag.values())
+        else:
+            op.step()
+            assert "sandbox-device-plugin" not in component_pods(apiserver, "n1")
+            assert npu_resources(apiserver, "n1") == {"rebellions.ai/RBLN-CA22_PF": "2"}
+            assert op.lagging == {("n1", "rebellions.ai/RBLN-CA22_PF"): 1}
+            op.step()
+            assert npu_resources(apiserver, "n1") == {"rebellions.ai/RBLN-CA22_PF": "2"}
+            op.step()
+            assert npu_resources(apiserver, "n1") == {}
+        assert "rebellions.ai/RBLN-CA22_PF" not in apiserver.get("Node", "n1")["status"]["capacity"]
+        assert op.lagging == {} and op.errors == []
+    finally:
+        op.stop()

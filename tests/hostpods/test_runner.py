@@ -11,7 +11,7 @@ from rblnctl.errors import ClusterError, Forbidden, InvalidInput, Interrupted, N
 from rblnctl.hostpods.runner import HostPodRunner, PodState
 from rblnctl.preflight.hosts import PREFLIGHT_LOCAL
 from tests.fakes.clock import FakeClock
-from tests.hostpods.conftest import add_nodes
+from tests.hostpods.conftest import add_nodes, failing_create
 
 LABEL = "rebellions.ai/rblnctl.host-pod"
 
@@ -123,6 +123,52 @@ def test_an_api_failure_mid_run_raises_after_cleaning_up(apiserver, kube, kubele
     with pytest.raises(ClusterError):
         runner(kube).run(nodes)
     assert host_pods(apiserver) == []
+
+
+def test_a_create_whose_outcome_is_unknown_is_still_cleaned_up(apiserver, kube, kubelet):
+    """A create applied by the server whose reply is lost and cannot be settled by reading back: that node failed,
+    the others are tried, and the pod that may exist is deleted with the rest (every pod a create was sent for)."""
+    nodes = add_nodes(apiserver, 3)
+    kube.clock = FakeClock()
+    failed = failing_create(apiserver, nth=2, how="unknown")
+    run = runner(kube).run(nodes)
+    states = [(o.node, o.state, o.reason) for o in run.outcomes]
+    assert states == [("n0", PodState.COMPLETED, "Completed"), ("n1", PodState.CREATE_FAILED, "OutcomeUnknown"),
+                      ("n2", PodState.COMPLETED, "Completed")]
+    assert failed and host_pods(apiserver) == [] and run.left_behind == ()
+    assert count(apiserver, "DELETE", rf"/pods/{failed[0]}$") == 1
+
+
+def test_a_create_interrupted_before_its_reply_is_still_cleaned_up(apiserver, kube, kubelet):
+    """Ctrl-C while a create's reply is on its way (the pod exists): the run raises, and deletes that pod too."""
+    nodes = add_nodes(apiserver, 4)
+    kubelet.hang.update(nodes)
+    failed = failing_create(apiserver, nth=3, how="interrupt")
+    with pytest.raises(KeyboardInterrupt):
+        runner(kube, max_parallel=4).run(nodes)
+    assert len(kubelet.created) == 3 and host_pods(apiserver) == []
+    assert count(apiserver, "DELETE", rf"/pods/{failed[0]}$") == 1
+
+
+def test_a_namespace_deleted_mid_run_leaves_the_nodes_not_started_not_attempted(apiserver, kube, kubelet):
+    """The run's namespace goes after the first pod ran: every later create would be refused the same way, so the
+    nodes not started are not attempted (and why), instead of each failing in turn."""
+    nodes = add_nodes(apiserver, 4)
+    creates = []
+
+    def delete_namespace_after_first_create(req):
+        if req.method == "POST" and req.path.endswith("/pods"):
+            creates.append(req)
+            if len(creates) == 2:  # before the server handles this second create
+                apiserver.auto_namespaces = False
+                apiserver.delete_now("Namespace", "rbln-system")
+
+    apiserver.on_request(delete_namespace_after_first_create)
+    run = runner(kube, max_parallel=1).run(nodes)
+    states = [o.state for o in run.outcomes]
+    assert states == [PodState.COMPLETED, PodState.CREATE_FAILED, PodState.NOT_ATTEMPTED, PodState.NOT_ATTEMPTED]
+    assert "creating host pods is refused" in run.stopped and "rbln-system" in run.stopped
+    assert count(apiserver, "POST", r"/pods$") == 2 and host_pods(apiserver) == []
 
 
 def test_keep_leaves_the_pods_and_sends_no_delete(apiserver, kube, kubelet):

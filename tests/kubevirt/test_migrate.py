@@ -18,10 +18,9 @@ from rblnctl.kubevirt.migrate import (
 from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
-from tests.fakes.releases import NEWER, V0_3_0
+from tests.fakes.releases import V0_3_0
+from tests.kubevirt.support import NEW, OLD, selector_disagreeing_with_map, upgraded_cluster
 
-OLD = "rebellions.ai/ATOM_MAX_PT"
-NEW = "rebellions.ai/RBLN-CA25_PF"
 VMS_PATH = "/apis/kubevirt.io/v1/virtualmachines"
 VM_PATH = "^/apis/kubevirt.io/v1/namespaces/[^/]+/virtualmachines/[^/]+$"
 KV_PATH = "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt"
@@ -30,15 +29,6 @@ PCI = "/spec/configuration/permittedHostDevices/pciHostDevices"
 
 def migrator(kube, **kw) -> ResourceMigrator:
     return ResourceMigrator(kube=kube, options=MigrateOptions(**kw), clock=FakeClock())
-
-
-def upgraded_cluster(apiserver, *, permitted=(("1EFF:1250", OLD),), product="RBLN-CA25", nodes=2):
-    """After the operator upgrade: vm-passthrough nodes advertise the per-product name; KubeVirt still the old."""
-    apiserver.add(NEWER.policy(vfio_manager=True, sandbox=True))
-    for i in range(nodes):
-        apiserver.add(o.npu_node(f"n{i}", mode=o.MODE_VM, product=product))
-    apiserver.add(o.npu_node("c0", mode=o.MODE_CONTAINER))
-    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], permitted_pci=list(permitted)))
 
 
 def host_devices(apiserver, ns, name):
@@ -242,6 +232,26 @@ def test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted(kube
     assert [d["deviceName"] for d in host_devices(apiserver, "a", "vm")] == [OLD]
 
 
+def test_an_api_server_lost_mid_run_leaves_the_vms_after_it_not_attempted(kube, apiserver):
+    """A VM whose patch conflicted and whose re-read finds no API server: the next VMs would fail the same way, so
+    they are reported not attempted (a re-run does what is left) instead of each failing in turn."""
+    upgraded_cluster(apiserver)
+    for ns in ("a", "b", "c"):
+        apiserver.add(o.vm(ns, "vm", host_devices=[OLD], running=False))
+    kube.read_retries = 0
+    apiserver.inject_fault(method="PATCH", path="namespaces/a/virtualmachines/vm$", status=409, reason="Conflict",
+                           times=1)
+    apiserver.inject_fault(method="GET", path="namespaces/a/virtualmachines/vm$", drop=True, times=5)
+    m = migrator(kube)
+    with pytest.raises(Partial) as err:
+        m.apply(m.plan())
+    fate = [(x.name, x.state.value) for x in err.value.result.outcomes]
+    assert fate == [("kubevirt/kubevirt", "done"), ("a/vm", "failed"), ("b/vm", "not-attempted"),
+                    ("c/vm", "not-attempted")]
+    assert "could not be reached" in err.value.result.outcomes[2].reason
+    assert [d["deviceName"] for d in host_devices(apiserver, "c", "vm")] == [OLD]
+
+
 def test_a_lost_reply_is_settled_by_reading_the_vm_back(kube, apiserver):
     upgraded_cluster(apiserver)
     apiserver.add(o.vm("ns", "a", host_devices=[OLD], running=False))
@@ -308,6 +318,23 @@ def test_a_name_still_advertised_somewhere_waits_for_the_upgrade_unless_forced(k
     assert host_devices(apiserver, "ns", "a")[0]["deviceName"] == NEW
 
 
+def test_a_given_mapping_wins_over_the_cr_entrys_selector(kube, apiserver):
+    """The CR permits the old name with another device's selector than the one the user names in --map: the
+    user's word wins everywhere, the CR's entry included (renamed to the given name, with that name's selector),
+    so KubeVirt permits exactly what the renamed VMs ask for."""
+    given, suggested = selector_disagreeing_with_map(apiserver)
+    apiserver.add(o.vm("ns", "a", host_devices=[OLD], running=False))
+    assert migrator(kube).plan().mapping == {OLD: suggested}  # what the CR alone would have said
+    m = migrator(kube, mapping=parse_mapping([given]))
+    plan = m.plan()
+    assert plan.mapping == {OLD: NEW} and not plan.blockers
+    assert [(c.old, c.new, c.detail) for c in plan.kubevirt.changes] == [(OLD, NEW, "selector=1EFF:1250")]
+    m.apply(plan)
+    assert apiserver.get("KubeVirt", "kubevirt", "kubevirt")["spec"]["configuration"]["permittedHostDevices"][
+        "pciHostDevices"] == [{"pciVendorSelector": "1EFF:1250", "resourceName": NEW, "externalResourceProvider": True}]
+    assert host_devices(apiserver, "ns", "a")[0]["deviceName"] == NEW
+
+
 def test_an_entry_for_the_new_name_already_there_absorbs_the_old_one(kube, apiserver):
     upgraded_cluster(apiserver, permitted=[("1EFF:1250", OLD), ("1EFF:1250", NEW)])
     apiserver.add(o.vm("ns", "a", host_devices=[OLD], running=False))
@@ -363,3 +390,23 @@ def test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own(kube, apiserver):
     assert spec["resourceClaims"] == [o.template_claim(o.vm_claim("a", "vm"), "rbln-npu-1")]
     assert spec["domain"]["devices"]["hostDevices"][0]["claimName"] == o.vm_claim("a", "vm")
     assert migrator(kube).plan().noop
+
+
+def test_a_vm_with_several_rblnctl_claim_entries_is_left_to_vm_attach(kube, apiserver):
+    """Two entries rblnctl could have written (the old rbln-npu, and another VM's own name: a copied manifest edited
+    by hand): which one is this VM's is unknown, so migrate-resources renames neither (vm attach sorts it out) and
+    still renames the VM's resources."""
+    upgraded_cluster(apiserver)
+    copied = o.vm_claim("a", "original")
+    claims = [o.template_claim("rbln-npu", "rbln-npu-1"), o.template_claim(copied, "rbln-npu-1")]
+    devices = [o.dra_host_device("npu0", claim="rbln-npu"), o.dra_host_device("npu1", claim=copied), OLD]
+    apiserver.add(o.vm("a", "copy", running=False, resource_claims=claims, host_devices=devices))
+    m = migrator(kube)
+    plan = m.plan()
+    (change,) = plan.vms
+    assert [(c.field, c.old, c.new) for c in change.changes] == [("hostDevices[npu2].deviceName", OLD, NEW)]
+    m.apply(plan)
+    spec = apiserver.get("VirtualMachine", "copy", "a")["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == claims
+    assert [d.get("claimName") or d.get("deviceName") for d in spec["domain"]["devices"]["hostDevices"]] == [
+        "rbln-npu", copied, NEW]

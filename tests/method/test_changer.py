@@ -6,77 +6,24 @@ import pytest
 
 from rblnctl.errors import Conflict, InvalidInput, Partial, Refused, WaitTimeout
 from rblnctl.kube import KubeOptions, connect
-from rblnctl.method import MethodChanger, MethodEvents, MethodOptions, parse_method
+from rblnctl.method import MethodEvents, MethodOptions, parse_method
 from tests.fakes import objects as o
-from tests.fakes.clock import FakeClock
-from tests.fakes.operator import SimulatedOperator
-from tests.fakes.releases import DEVICE_IDS, NEWER, V0_3_0
-
-POLICY = "rbln-cluster-policy"
-OPS = "rbln-system"
-SANDBOX_RES = "rebellions.ai/RBLN-CA22_PF"
-
+from tests.fakes.releases import NEWER, V0_3_0
+from tests.method.support import (
+    POLICY,
+    SANDBOX_RES,
+    changer,
+    cluster,
+    convert_only,
+    npu_alloc,
+    pods_on,
+    switches,
+    vfio_devices,
+)
 
 @pytest.fixture
 def kube(apiserver):
     return connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
-
-
-class OperatorClock(FakeClock):
-    """Each poll's sleep lets the simulated operator reconcile once: waits run in no wall time, deterministically."""
-
-    def __init__(self, op: SimulatedOperator | None) -> None:
-        super().__init__()
-        self.op = op
-
-    def sleep(self, seconds, stop=None):
-        if self.op is not None:
-            self.op.step()
-        return super().sleep(seconds, stop)
-
-
-def cluster(apiserver, *, release=NEWER, method="sandbox", product="RBLN-CA22", kubevirt="v1.9.0",
-            gates=("HostDevices", "HostDevicesWithDRA"), container_nodes=0, vm_nodes=2):
-    policy = release.policy(vfio_manager=True, sandbox=method == "sandbox", dra=method == "dra",
-                            device_plugin=method == "sandbox" or container_nodes > 0)
-    apiserver.add(policy, release.operator_deployment())
-    for i in range(vm_nodes):
-        apiserver.add(o.npu_node(f"vm{i}", mode=o.MODE_VM, product=product, release=release, policy=policy))
-    for i in range(container_nodes):
-        apiserver.add(o.npu_node(f"c{i}", mode=o.MODE_CONTAINER, release=release, policy=policy))
-    permitted = [(f"1EFF:{DEVICE_IDS[product][0]}", release.vm_resource(policy, product))] \
-        if release.vm_resource(policy, product) else []
-    apiserver.add(o.kubevirt(feature_gates=list(gates), version=kubevirt, permitted_pci=permitted))
-    op = SimulatedOperator(apiserver, release=release, auto=False).start()
-    for _ in range(3):
-        op.step()
-    return op
-
-
-def changer(kube, op=None, **kw) -> MethodChanger:
-    kw.setdefault("timeout_s", 60)
-    kw.setdefault("poll_s", 1)
-    return MethodChanger(kube=kube, options=MethodOptions(**kw), clock=OperatorClock(op))
-
-
-def switches(apiserver):
-    spec = apiserver.get("RBLNClusterPolicy", POLICY)["spec"]
-    return {k: spec.get(k, {}).get("enabled") for k in ("sandboxDevicePlugin", "draKubeletPlugin", "devicePlugin")}
-
-
-def pods_on(apiserver, node):
-    return sorted(p["metadata"]["ownerReferences"][0]["name"] for p in apiserver.list("Pod", OPS)
-                  if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp"))
-
-
-def vfio_devices(apiserver, node):
-    return [d["name"] for s in apiserver.list("ResourceSlice") if s["spec"]["nodeName"] == node
-            for d in s["spec"]["devices"] if d["name"].startswith("vfio-")]
-
-
-def npu_alloc(apiserver, node):
-    return {k: v for k, v in apiserver.get("Node", node)["status"]["allocatable"].items()
-            if k.startswith("rebellions.ai/")}
 
 
 def test_parse_method():
@@ -139,6 +86,24 @@ def test_sandbox_to_dra_and_back_waits_for_every_vm_node(apiserver, kube):
         assert pods_on(apiserver, n) == ["rbln-sandbox-device-plugin", "rbln-vfio-manager"]
         assert npu_alloc(apiserver, n) == {SANDBOX_RES: "2"} and vfio_devices(apiserver, n) == []
     assert apiserver.get("DeviceClass", "vfio-npu.rebellions.ai") is None
+
+
+def test_the_wait_for_dra_outlasts_a_kubelet_still_advertising_sandbox(apiserver, kube):
+    """The sandbox plugin's pods are gone and DRA serves every node, but the kubelet has not yet reported the
+    sandbox resource gone (its next node status update): the nodes are not rolled until it has. A VM scheduled
+    meanwhile could still be placed on a resource no plugin serves any more."""
+    op = cluster(apiserver, kubelet_lag_steps=4)
+    waiting = []
+    ch = changer(kube, op)
+    ch.events = MethodEvents(on_waiting=waiting.append)
+    result = ch.apply(ch.plan("dra"))
+    assert result.converged == ["vm0", "vm1"]
+    for n in ("vm0", "vm1"):  # when the wait ended, the kubelet had caught up
+        assert npu_alloc(apiserver, n) == {} and pods_on(apiserver, n) == ["rbln-dra-kubelet-plugin",
+                                                                        "rbln-vfio-manager"]
+    assert op.lagging == {}
+    lagging = [f"{n}: allocatable still offers the sandbox plugin's {SANDBOX_RES}" for n in ("vm0", "vm1")]
+    assert lagging in waiting  # at one look only the kubelet was behind: the state this test is about
 
 
 def test_chart_v030_serves_vms_through_neither_method(apiserver, kube):
@@ -334,6 +299,28 @@ def test_convert_vms_still_converts_after_the_policy_patch_was_retried(apiserver
     assert len(retries) == (1 if "status" in fault else 0)
 
 
+def test_convert_only_is_refused_while_a_vmi_holds_npus(apiserver, kube):
+    """The policy is on DRA already and VMs are left on sandbox: nothing to patch, only conversions. A VMI holding
+    NPUs refuses that run as it refuses a policy switch, before any write."""
+    op = convert_only(apiserver, target="dra")
+    apiserver.add(o.vm("team", "busy", host_devices=[SANDBOX_RES]),
+                  o.vmi("team", "busy", "vm0", host_devices=[SANDBOX_RES]))
+    apiserver.clear_requests()
+    ch = changer(kube, op, convert_vms=True)
+    plan = ch.plan("dra")
+    assert plan.edit.patch == {} and [str(c.vm) for c in plan.conversions] == ["team/busy", "team/two"]
+    (b,) = plan.blockers
+    assert b.message.startswith("VM team/busy (rebellions.ai/RBLN-CA22_PF) holds NPUs: stop it first")
+    with pytest.raises(Refused):
+        ch.apply(plan)
+    assert apiserver.writes() == []
+    # stopped, both are converted
+    apiserver.delete_now("VirtualMachineInstance", "busy", "team")
+    apiserver.mutate("VirtualMachine", "busy", "team", fn=lambda v: v["spec"].update(runStrategy="Halted"))
+    plan = ch.plan("dra")
+    assert not plan.blockers and ch.apply(plan).converted == ["team/busy", "team/two"]
+
+
 def test_without_convert_the_vms_left_on_the_old_method_are_a_warning(apiserver, kube):
     op = cluster(apiserver)
     apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
@@ -364,6 +351,33 @@ def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, ku
     assert (o_.name, o_.state) == ("team/a", "failed")
     assert "rblnctl vm attach a -n team --method sandbox --convert" in o_.reason
     assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
+
+
+def test_a_vm_deleted_before_its_conversion_is_unchanged_and_the_run_complete(apiserver, kube):
+    """Planned for conversion, deleted before its turn: nothing left to convert, so it is `unchanged` (deleted
+    meanwhile), not a failure, and the run is complete (exit 0)."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm("team", "one", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, op, convert_vms=True)
+    plan = ch.plan("dra")
+    apiserver.delete_now("VirtualMachine", "one", "team")
+    result = ch.apply(plan)
+    fate = [(x.name, x.state.value, x.reason) for x in result.conversions]
+    assert fate == [("team/one", "unchanged", "deleted meanwhile"), ("team/two", "done", "")]
+    assert result.converted == ["team/two"]
+
+
+def test_a_method_change_that_does_not_finish_names_the_vms_not_converted(apiserver, kube):
+    """The operator never rolls the plugin: the wait times out, and the error names the VMs it did not convert."""
+    cluster(apiserver)
+    apiserver.add(o.vm("team", "two", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, None, convert_vms=True, timeout_s=5)
+    with pytest.raises(WaitTimeout) as err:
+        ch.apply(ch.plan("dra"))
+    assert "not converted (the method change did not finish): team/two" in err.value.details
+    assert apiserver.get("VirtualMachine", "two", "team")["spec"]["template"]["spec"]["domain"]["devices"][
+        "hostDevices"] == [{"name": "npu0", "deviceName": SANDBOX_RES}]
 
 
 def test_a_403_mid_convert_vms_fails_that_vm_and_converts_the_others(apiserver, kube):

@@ -16,6 +16,7 @@ NS = "rbln-system"
 VM = "vm-passthrough"
 HYBRID = parse_policy(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True))
 DRA = parse_policy(o.cluster_policy(vfio_manager=True, sandbox=False, dra=True, device_plugin=False))
+BOTH = parse_policy(o.cluster_policy(vfio_manager=True, sandbox=False, dra=True, device_plugin=True))
 
 
 def vm_node(**kw):
@@ -135,3 +136,16 @@ def test_vfio_devices_by_name_or_type_attribute():
     typed = o.resource_slice("n1", devices=[{"name": "dev-a", "attributes": {"type": {"string": "vfio"}}},
                                             {"name": "rbln0", "attributes": {"type": {"string": "npu"}}}])
     assert dra_devices([typed]) == (["dev-a"], ["rbln0"])
+
+
+def test_a_dra_only_container_node_needs_no_extended_resource():
+    """The policy enables devicePlugin and DRA; on this container node only the DRA plugin is deployed: its
+    container devices in ResourceSlices are the output, and no device plugin is there to advertise rebellions.ai/npu.
+    Once the device plugin is deployed there, its resource is required as on any container node."""
+    node = o.dra_only_container_node("n1")
+    pods = [comp_pod("dra-kubelet-plugin")]
+    slices = [vfio_slice("rbln0", "rbln1")]
+    assert pending(node, "container", BOTH, pods, slices) == []
+    node["metadata"]["labels"]["rebellions.ai/npu.deploy.device-plugin"] = "true"
+    out = pending(node, "container", BOTH, [*pods, comp_pod("device-plugin")], slices)
+    assert [p.kind for p in out] == [Missing.RESOURCE] and "allocatable has no rebellions.ai/npu" in out[0].text

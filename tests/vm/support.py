@@ -76,3 +76,27 @@ def claims(apiserver: Any, name: str = "v1", ns: str = NS) -> list[dict]:
 
 def vm_writes(apiserver: Any, name: str = "v1", ns: str = NS) -> list:
     return [r for r in apiserver.writes() if r.path == f"/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}"]
+
+
+# -- in-between states ---------------------------------------------------------------------------------------
+
+#: VMI phases before Running (kubevirt/kubevirt@v1.9.0 staging/src/kubevirt.io/api/core/v1/types.go): a VMI in any
+#: of them, or Unknown (its node stopped reporting), is on its way up or still there: its spec is fixed, so a
+#: change to its VM's template reaches it only through a restart. Scheduled has a node; the others have none.
+NOT_YET_RUNNING = {"Pending": None, "Scheduling": None, "Scheduled": "n1", "Unknown": "n1"}
+
+
+def appears_at(apiserver: Any, method: str, path: str, *objs: dict) -> Any:
+    """Seed `objs` the moment the first request matching `method` and `path` (a regex) arrives, before the server
+    handles it: something another user makes while rblnctl is between two requests of one apply (the objects
+    appear between its plan and that request). Returns the function that unsubscribes."""
+    import re
+
+    done: list[bool] = []
+
+    def hook(req: Any) -> None:
+        if not done and req.method == method and re.search(path, req.path):
+            done.append(True)
+            apiserver.add(*objs)
+
+    return apiserver.on_request(hook)

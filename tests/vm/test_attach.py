@@ -10,6 +10,7 @@ from tests.vm.support import (
     CA22,
     CA25,
     NS,
+    NOT_YET_RUNNING,
     NVIDIA,
     V1_CLAIM,
     VFIO_CLASS,
@@ -233,6 +234,23 @@ def test_a_running_vm_is_refused_without_restart(apiserver, kube):
     (b,) = plan.blockers
     assert b.override == "restart" and "is running" in b.message and "n1" in b.message
     assert plan.running and not plan.restart
+
+
+@pytest.mark.parametrize(("phase", "node"), list(NOT_YET_RUNNING.items()))
+def test_a_vmi_on_its_way_up_is_running_too(apiserver, kube, phase, node):
+    """A VMI not yet Running (or whose node went quiet) has its spec already: a template change would not reach it,
+    so it is refused as a running one, and --restart restarts it."""
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", node, phase=phase))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    (b,) = plan.blockers
+    assert b.override == "restart" and f"is running (VMI {phase}" in b.message
+    assert plan.running and not plan.restart and plan.node == node
+    with pytest.raises(Refused):
+        attacher(kube, npus=1).apply(plan)
+    assert vm_writes(apiserver) == []
+    restart = attacher(kube, npus=1, restart=True).plan("v1", NS)
+    assert restart.restart and not restart.blockers
 
 
 def test_restart_stops_patches_starts_and_waits_until_ready(kube, apiserver):

@@ -6,7 +6,8 @@ import pytest
 
 from tests.fakes import objects as o
 from tests.fakes.dradriver import DraNode, PrepareFailed
-from tests.vm.support import attacher, dra_cluster
+from tests.fakes.operator import SimulatedOperator
+from tests.vm.support import NS, attacher, dra_cluster
 
 
 def vm_spec(apiserver, ns, name):
@@ -72,3 +73,41 @@ def test_renaming_a_running_vm_needs_restart(apiserver, kube):
                         resource_claims=legacy["resource_claims"]))
     (b,) = attacher(kube).plan("vm", "a").blockers
     assert b.override == "restart" and "is running" in b.message
+
+
+@pytest.mark.parametrize("npus", [1, 0], ids=["attach", "detach"])
+def test_an_old_claim_entry_no_device_uses_any_more_is_not_left_behind(apiserver, kube, npus):
+    """rblnctl's old fixed entry (rbln-npu) with no host device on it (removed by hand): attach writes the VM's own
+    entry in its place, detach drops it. Left there, the pod would still get a claim named rbln-npu, and the
+    RBLN DRA driver would refuse a second VM's of that name on the node."""
+    dra_cluster(apiserver)
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"),
+                  o.vm(NS, "v1", running=False, resource_claims=[o.template_claim("rbln-npu", "rbln-npu-1")]))
+    planner = attacher(kube, npus=npus)
+    planner.apply(planner.plan("v1", NS))
+    want = [o.template_claim(o.vm_claim(NS, "v1"), "rbln-npu-1")] if npus else []
+    assert vm_spec(apiserver, NS, "v1").get("resourceClaims", []) == want
+
+
+def test_a_finished_vmi_sharing_the_claim_name_is_no_collision(apiserver, kube):
+    """vm diagnose: a VMI that has ended holds no claim on its node; only running ones collide."""
+    from rblnctl.vm.diagnose import LinkName, LinkStatus, diagnose
+
+    dra_cluster(apiserver)
+    with SimulatedOperator(apiserver) as op:
+        op.wait_idle()
+        legacy = dict(resource_claims=[o.template_claim("rbln-npu", "rbln-npu-1")],
+                      host_devices=[o.dra_host_device("npu0", claim="rbln-npu")])
+        apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"), o.resource_claim_template("other", "rbln-npu-1"),
+                      o.vm(NS, "v1", **legacy), o.vmi(NS, "v1", "n1", legacy["host_devices"],
+                                                        resource_claims=legacy["resource_claims"]),
+                      o.vm("other", "v2", running=False, **legacy),
+                      o.vmi("other", "v2", "n1", legacy["host_devices"], resource_claims=legacy["resource_claims"],
+                            phase="Succeeded"))
+        pod = o.virt_launcher(NS, "v1", "n1", claims={"rbln-npu": "v1-rbln-npu-x7k2p"})
+        apiserver.add(pod, o.resource_claim(NS, "v1-rbln-npu-x7k2p", allocated=[("n1", "vfio-0000-3b-00-0")],
+                                            pod=pod))
+        d = diagnose(kube, "v1", NS)
+    (link,) = [link for link in d.links if link.name == LinkName.CLAIM_NAME]
+    assert link.status == LinkStatus.PASS, link.evidence
+    assert not any("shares a DRA claim name" in str(w) for w in d.warnings)

@@ -1,0 +1,401 @@
+"""Mutation checks: one-line bugs put into rblnctl on purpose, each with the tests that must catch it.
+
+    python -m tests.mutations.check --list           # the catalogue
+    python -m tests.mutations.check                   # every mutation: baseline green, then each must fail
+    python -m tests.mutations.check 23.1 20.4         # some of them
+    python -m tests.mutations.check --scope tests/vm 23.1   # run a wider set of tests instead (a survey)
+    python -m tests.mutations.check --markdown        # the rows of docs/testing.md's table
+
+For each mutation the file is rewritten with the one-line change, the mutation's tests run (in a fresh
+``pytest`` process that writes no bytecode; every test that fails is named; with --scope it stops at the
+first), and the original bytes and mtime are put back, whatever happens (an error, Ctrl-C). A mutation
+is CAUGHT when every test it names fails (PARTLY when some pass), SURVIVED when they all pass. The
+tests are first run once unmutated (the baseline): a test that fails anyway proves nothing.
+
+The catalogue is the record of docs/testing.md "Mutation checks"; tests/mutations/test_catalogue.py keeps
+it true to the code (every `old` line is still there, exactly once, and every test it names exists), so a
+refactor that moves a guarded branch shows up as a failing test rather than a stale list. Nothing here
+is ever committed mutated: the script restores the file before it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    file: str  # relative to the repository root
+    old: str  # occurs exactly once in the file
+    new: str
+    what: str  # the branch it removes or negates, in words
+    tests: tuple[str, ...]  # pytest node ids that must fail with it
+    notes: str = ""
+    expect: str = "caught"  # "caught", or "survives" with `notes` giving the evidence
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # -- issue 23: the VM half's in-between states ------------------------------------------------------------
+    Mutation(
+        id="23.1", file="rblnctl/vm/attach.py",
+        old="if name != exclude and is_running(vmi) and template in D.templates_used(D.vmi_spec(vmi)):",
+        new="if name != exclude and is_running(vmi) and template in D.templates_used(D.vm_spec(vmi)):",
+        what="template deletion: read a VMI's claims at the VM's spec path (spec.template.spec)",
+        tests=("tests/vm/test_templates.py::test_a_running_vmi_naming_the_template_keeps_it",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.2", file="rblnctl/vm/attach.py",
+        old="users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name)",
+        new="users = []",
+        what="template deletion: no re-read of the template's users just before deleting it",
+        tests=("tests/vm/test_templates.py::test_a_vm_naming_the_template_after_plan_keeps_it",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.2b", file="rblnctl/vm/attach.py",
+        old="            if obj is None or not D.is_managed(obj):",
+        new="            if obj is None:",
+        what="template deletion: a template replaced after plan() by one rblnctl did not write is deleted",
+        tests=("tests/vm/test_templates.py::test_a_template_replaced_by_a_hand_made_one_after_plan_is_not_deleted",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.2c", file="rblnctl/vm/attach.py",
+        old="users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name)",
+        new="users = self.template_users(ns, name, exclude=plan.vm.name)",
+        what="template deletion: a server dry run reads the template's users again before the (dry) delete",
+        tests=("tests/vm/test_templates.py::test_a_server_dry_run_sends_the_delete_with_dry_run_and_keeps_the_template",),
+        expect="survives",
+        notes="equivalent but for two LISTs: under dryRun=All the VM patch did not persist, the VM itself is "
+              "excluded, and nothing is deleted either way; the shortcut only saves the reads"),
+    Mutation(
+        id="23.3", file="rblnctl/vm/attach.py",
+        old='    return vmi is not None and (vmi.get("status") or {}).get("phase") not in FINAL_PHASES',
+        new='    return vmi is not None and (vmi.get("status") or {}).get("phase") == "Running"',
+        what="running-VM refusal: only a Running VMI counts as running (not Scheduling, Pending, ...)",
+        tests=("tests/vm/test_attach.py::test_a_vmi_on_its_way_up_is_running_too",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.3b", file="rblnctl/vm/attach.py",
+        old="        if changed and running and not self.options.restart:",
+        new='        if changed and running and _phase(vmi) == "Running" and not self.options.restart:',
+        what="running-VM refusal (at the refusal itself): a VMI not yet Running is not refused",
+        tests=("tests/vm/test_attach.py::test_a_vmi_on_its_way_up_is_running_too",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.4", file="rblnctl/method/plan.py",
+        old="    if edit.patch or conversions:",
+        new="    if edit.patch:",
+        what="method change: no VMI-holds-NPUs refusal when the policy is already on the target (convert only)",
+        tests=("tests/method/test_changer.py::test_convert_only_is_refused_while_a_vmi_holds_npus",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.5", file="rblnctl/operator/convergence.py",
+        old='            out.append(Pending(kind=Missing.RESOURCE, text=f"allocatable still offers the sandbox '
+            'plugin\'s {k}"))',
+        new="            pass",
+        what="method change wait (to DRA): the sandbox resource a lagging kubelet still advertises is ignored",
+        tests=("tests/method/test_changer.py::test_the_wait_for_dra_outlasts_a_kubelet_still_advertising_sandbox",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.6", file="rblnctl/kubevirt/migrate.py",
+        old="        if r.source != Source.GIVEN and dev is not None:",
+        new="        if dev is not None:",
+        what="migrate-resources: the CR entry's PCI selector overrides the --map the user gave",
+        tests=("tests/kubevirt/test_migrate.py::test_a_given_mapping_wins_over_the_cr_entrys_selector",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.7", file="rblnctl/operator/convergence.py",
+        old="    if plugin in allocators and deploy.is_set(plugin):",
+        new="    if plugin in allocators:",
+        what="convergence: a DRA-only container node (devicePlugin enabled, not deployed) waits for an extended "
+             "resource",
+        tests=("tests/operator/test_convergence.py::test_a_dra_only_container_node_needs_no_extended_resource",),
+        notes="survived the suite before issue 23"),
+    Mutation(
+        id="23.8", file="rblnctl/hostpods/runner.py",
+        old="                for name in created:",
+        new="                for name in in_flight:",
+        what="host pods: only the pods known to run are deleted, not every pod a create was sent for",
+        tests=("tests/hostpods/test_runner.py::test_a_create_whose_outcome_is_unknown_is_still_cleaned_up",
+               "tests/hostpods/test_runner.py::test_a_create_interrupted_before_its_reply_is_still_cleaned_up"),
+        notes="before issue 23 only tests/cli/test_preflight.py::test_hosts_interrupted_deletes_every_pod caught it"),
+
+    # -- issue 20's VM code: per-VM claim names, restart after a failure, batch outcomes --------------------------
+    Mutation(
+        id="20.1", file="rblnctl/vm/devices.py",
+        old='    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:_CLAIM_HASH]',
+        new='    digest = hashlib.sha256(f"{name}".encode()).hexdigest()[:_CLAIM_HASH]',
+        what="claim names: the namespace is left out of the hash (same-named VMs of two namespaces collide)",
+        tests=("tests/vm/test_claim_names.py::test_two_dra_vms_attached_by_rblnctl_start_on_one_node",
+               "tests/vm/test_attach.py::test_dra_creates_the_template_and_points_devices_at_its_requests")),
+    Mutation(
+        id="20.2", file="rblnctl/vm/devices.py",
+        old='_MANAGED_CLAIM = re.compile(re.escape(C.VM_DRA_CLAIM) + r"(-[0-9a-f]{%d})?" % _CLAIM_HASH)',
+        new='_MANAGED_CLAIM = re.compile(re.escape(C.VM_DRA_CLAIM) + r"(-[0-9a-f]{%d})" % _CLAIM_HASH)',
+        what="claim names: the old fixed rbln-npu is no longer recognised as rblnctl's (never renamed)",
+        tests=("tests/vm/test_claim_names.py::test_attach_renames_the_old_fixed_name_and_is_stable",)),
+    Mutation(
+        id="20.3", file="rblnctl/vm/attach.py",
+        old="        if D.is_managed_claim(c) and name not in referenced - {claim}:",
+        new="        if D.is_managed_claim(c) and name == claim:",
+        what="claim names: attach keeps an rblnctl entry under another name (old rbln-npu, a copied VM's) as is",
+        tests=("tests/vm/test_claim_names.py::test_an_old_claim_entry_no_device_uses_any_more_is_not_left_behind",),
+        notes="survived issue 20's suite: the elif below it drops an old entry a device used; one no device "
+              "used was kept"),
+    Mutation(
+        id="20.4", file="rblnctl/kubevirt/migrate.py",
+        old="    if len(renamed) != 1:",
+        new="    if not renamed:",
+        what="migrate-resources: a VM with several rblnctl claim entries (hand-edited) is renamed anyway",
+        tests=("tests/kubevirt/test_migrate.py::test_a_vm_with_several_rblnctl_claim_entries_is_left_to_vm_attach",),
+        notes="survived issue 20's suite (two entries made the rename crash with ValueError)"),
+    Mutation(
+        id="20.5", file="rblnctl/kubevirt/migrate.py",
+        old="        if moved:",
+        new="        if False:",
+        what="migrate-resources: a renamed claim's host devices keep the old claimName",
+        tests=("tests/kubevirt/test_migrate.py::test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own",)),
+    Mutation(
+        id="20.6", file="rblnctl/vm/diagnose.py",
+        old="    here = [n for n in f.neighbours if n.node and n.node == node]",
+        new="    here = []",
+        what="vm diagnose: another VM on the node with the same claim name is not the broken link",
+        tests=("tests/vm/test_diagnose.py::test_two_vms_with_one_claim_name_on_a_node_is_the_broken_link",)),
+    Mutation(
+        id="20.7", file="rblnctl/vm/diagnose.py",
+        old='        if oref == ref or (other.get("status") or {}).get("phase") in FINAL_PHASES:',
+        new="        if oref == ref:",
+        what="vm diagnose: a finished VMI counts as a neighbour sharing the claim name",
+        tests=("tests/vm/test_claim_names.py::test_a_finished_vmi_sharing_the_claim_name_is_no_collision",),
+        notes="survived issue 20's suite"),
+    Mutation(
+        id="20.8", file="rblnctl/vm/attach.py",
+        old="        stopped = plan.start  # an earlier run stopped it: it is ours to start",
+        new="        stopped = False",
+        what="restart: a re-run does not start the VM an earlier run stopped and left stopped",
+        tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
+    Mutation(
+        id="20.9", file="rblnctl/vm/attach.py",
+        old="            if stopped and not dry:",
+        new="            if False:",
+        what="restart: a failure after the stop leaves the VM stopped",
+        tests=("tests/vm/test_restart.py::test_a_failure_after_the_stop_starts_the_vm_again",)),
+    Mutation(
+        id="20.10", file="rblnctl/vm/attach.py",
+        old="                self._mark_stopped(plan, stopped=True)",
+        new="                pass",
+        what="restart: the VM is stopped without the mark that lets a later run start it",
+        tests=("tests/vm/test_attach.py::test_restart_stops_patches_starts_and_waits_until_ready",
+               "tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it")),
+    Mutation(
+        id="20.11", file="rblnctl/vm/attach.py",
+        old=".get(C.VM_STOPPED_ANNOTATION)) and not running",
+        new=".get(C.VM_STOPPED_ANNOTATION))",
+        what="restart: a VM marked stopped-by-rblnctl that runs again (started by hand) is started again",
+        tests=("tests/vm/test_stopped_mark.py::test_a_running_vm_with_the_mark_is_not_started_again",
+               "tests/vm/test_stopped_mark.py::test_a_change_to_a_running_vm_with_the_mark_is_refused_as_running"),
+        notes="survived issue 20's suite"),
+    Mutation(
+        id="20.12", file="rblnctl/vm/attach.py",
+        old="        self._mark_stopped(plan, stopped=False)\n        try:\n            restarter.wait_ready",
+        new="        pass\n        try:\n            restarter.wait_ready",
+        what="restart: the mark stays after the VM was started again",
+        tests=("tests/vm/test_attach.py::test_restart_stops_patches_starts_and_waits_until_ready",)),
+    Mutation(
+        id="20.13", file="rblnctl/batch.py",
+        old="    if isinstance(err, ClusterUnreachable) and not isinstance(err, OutcomeUnknown):",
+        new="    if isinstance(err, ClusterUnreachable):",
+        what="batch: a write whose outcome is unknown on one object stops the others (the server did answer)",
+        tests=("tests/hostpods/test_runner.py::test_a_create_whose_outcome_is_unknown_is_still_cleaned_up",),
+        notes="survived issue 20's suite; caught since by issue 23's failing_create test"),
+    Mutation(
+        id="20.14", file="rblnctl/batch.py",
+        old="        return self.state in (State.DONE, State.UNCHANGED)",
+        new="        return self.state == State.DONE",
+        what="batch: an unchanged object (already so, deleted meanwhile) makes the run partial",
+        tests=("tests/method/test_changer.py::test_a_vm_deleted_before_its_conversion_is_unchanged_and_the_run_complete",),
+        notes="survived issue 20's suite"),
+    Mutation(
+        id="20.15", file="rblnctl/method/changer.py",
+        old="                stopped = batch.stops_the_rest(e)",
+        new="                stopped = None",
+        what="set-method --convert-vms: an unreachable API server does not stop the conversions",
+        tests=("tests/method/test_changer.py::test_an_unreachable_api_server_mid_convert_vms_leaves_the_rest_not_attempted",)),
+    Mutation(
+        id="20.16", file="rblnctl/method/changer.py",
+        old="            if plan.conversions and waited:",
+        new="            if False:",
+        what="set-method --convert-vms: a failed patch or wait does not name the VMs left unconverted",
+        tests=("tests/method/test_changer.py::test_a_method_change_that_does_not_finish_names_the_vms_not_converted",),
+        notes="survived issue 20's suite"),
+    Mutation(
+        id="20.17", file="rblnctl/method/changer.py",
+        old="        if not batch.complete(outcomes):",
+        new="        if False:",
+        what="set-method --convert-vms: a VM that failed does not make the run partial (exit 0)",
+        tests=("tests/method/test_changer.py::test_a_vm_that_cannot_be_converted_is_named_and_the_others_are",)),
+    Mutation(
+        id="20.18", file="rblnctl/method/changer.py",
+        old='                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,\n'
+            '                                            reason="deleted meanwhile"))',
+        new='                outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,\n'
+            '                                            reason="deleted meanwhile"))',
+        what="set-method --convert-vms: a VM deleted between plan and conversion is a failure",
+        tests=("tests/method/test_changer.py::test_a_vm_deleted_before_its_conversion_is_unchanged_and_the_run_complete",),
+        notes="survived issue 20's suite"),
+    Mutation(
+        id="20.19", file="rblnctl/kubevirt/migrate.py",
+        old="                stopped = batch.stops_the_rest(e) or (",
+        new="                stopped = batch.stops_the_rest(e) and (",
+        what="migrate-resources: VMs are renamed although the KubeVirt CR could not be",
+        tests=("tests/kubevirt/test_migrate.py::test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted",)),
+    Mutation(
+        id="20.20", file="rblnctl/kubevirt/migrate.py",
+        old="                stopped = batch.stops_the_rest(e)\n                continue",
+        new="                stopped = None\n                continue",
+        what="migrate-resources: an unreachable API server does not stop the VM renames",
+        tests=("tests/kubevirt/test_migrate.py::test_an_api_server_lost_mid_run_leaves_the_vms_after_it_not_attempted",),
+        notes="survived issue 20's suite"),
+    Mutation(
+        id="20.21", file="rblnctl/hostpods/runner.py",
+        old="    if isinstance(err, (Forbidden, NotFound)):",
+        new="    if isinstance(err, Forbidden):",
+        what="host pods: a namespace gone mid-run does not stop the creates of the other nodes",
+        tests=("tests/hostpods/test_runner.py::test_a_namespace_deleted_mid_run_leaves_the_nodes_not_started_not_attempted",
+               "tests/hostpods/test_runner.py::test_missing_namespace_is_not_found_naming_the_flag"),
+        notes="caught before only through a namespace missing at the first create; mid-run it survived"),
+)
+
+
+def by_id(ids: list[str]) -> list[Mutation]:
+    known = {m.id: m for m in MUTATIONS}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise SystemExit(f"unknown mutation(s): {', '.join(unknown)} (see --list)")
+    return [known[i] for i in ids] if ids else list(MUTATIONS)
+
+
+def markdown(mutations: list[Mutation]) -> str:
+    """The rows of docs/testing.md's "Mutation checks" table."""
+    def short(node: str) -> str:
+        path, _, name = node.partition("::")
+        return f"`{path.removeprefix('tests/')}::{name}`"
+
+    rows = []
+    for m in mutations:
+        tests = "<br>".join(short(t) for t in m.tests)
+        cell = (f"caught by {tests}" + (f" ({m.notes})" if m.notes else "")) if m.expect == "caught" else \
+            f"**survives**, exercised by {tests}: {m.notes}"
+        rows.append(f"| {m.id} | `{m.file.removeprefix('rblnctl/')}` | {m.what} | {cell} |")
+    return "\n".join(rows)
+
+
+def apply(m: Mutation) -> tuple[Path, bytes, os.stat_result]:
+    """Rewrite the file with the mutation; returns what restore() needs."""
+    path = ROOT / m.file
+    original = path.read_bytes()
+    st = path.stat()
+    text = original.decode()
+    if text.count(m.old) != 1:
+        raise SystemExit(f"{m.id}: the line to mutate occurs {text.count(m.old)} times in {m.file}, not once")
+    path.write_text(text.replace(m.old, m.new))
+    return path, original, st
+
+
+def restore(path: Path, original: bytes, st: os.stat_result) -> None:
+    """Put the original bytes and mtime back, and drop bytecode compiled from the mutated file."""
+    path.write_bytes(original)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        pyc.unlink(missing_ok=True)
+
+
+def pytest(tests: list[str], *, first: bool = False) -> tuple[int, list[str]]:
+    """Run the tests (`first`: stop at the first failure); (pytest's exit code, the node ids that failed)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-B", "-m", "pytest", *(["-x"] if first else []), "-q", "-rf", "-p", "no:cacheprovider",
+           *tests]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if out.returncode not in (0, 1):
+        sys.stderr.write(out.stdout[-3000:])
+    failed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
+    return out.returncode, failed
+
+
+def _interrupted(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def verdict(m: Mutation, rc: int, failed: list[str], *, own_tests: bool) -> str:
+    """CAUGHT: the tests failed (each test the mutation names, when its own were run); PARTLY: some of its tests
+    passed with it; SURVIVED: none failed; ERROR: pytest could not run them."""
+    if rc not in (0, 1):
+        return f"ERROR (pytest exit {rc})"
+    if rc == 0:
+        return "SURVIVED"
+    if own_tests and any(not any(f == t or f.startswith(t + "[") for f in failed) for t in m.tests):
+        return "PARTLY"
+    return "CAUGHT"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ids", nargs="*", help="mutation ids (default: all)")
+    ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    ap.add_argument("--markdown", action="store_true", help="print docs/testing.md's table rows and exit")
+    ap.add_argument("--scope", action="append", default=[],
+                    help="run these tests (paths or node ids) instead of the mutation's own; repeatable")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    args = ap.parse_args(argv)
+    chosen = by_id(args.ids)
+    if args.markdown:
+        print(markdown(chosen))
+        return 0
+    if args.list:
+        for m in chosen:
+            print(f"{m.id:6} {m.file}: {m.what}\n       - {m.old.strip()}\n       + {m.new.strip()}")
+            for t in m.tests:
+                print(f"       {'caught' if m.expect == 'caught' else 'survives (exercised)'} by {t}")
+            if m.notes:
+                print(f"       note: {m.notes}")
+        return 0
+    signal.signal(signal.SIGTERM, _interrupted)  # restore the file on `kill` too
+    if not args.no_baseline:
+        union = sorted(set(args.scope) or {t for m in chosen for t in m.tests})
+        rc, failed = pytest(union)
+        if rc != 0:
+            print(f"baseline: {', '.join(failed) or 'pytest exit ' + str(rc)}", file=sys.stderr)
+            print("baseline: the tests fail without any mutation; fix that first", file=sys.stderr)
+            return 2
+    rows = []
+    for m in chosen:
+        tests = list(args.scope) or list(m.tests)
+        start = time.monotonic()
+        path, original, st = apply(m)
+        try:
+            rc, failed = pytest(tests, first=bool(args.scope))
+        finally:
+            restore(path, original, st)
+        result = verdict(m, rc, failed, own_tests=not args.scope)
+        ok = result == ("CAUGHT" if m.expect == "caught" else "SURVIVED")
+        rows.append((m, result, ok))
+        print(f"{m.id:6} {result:9} {time.monotonic() - start:5.1f}s  {m.file}: {m.what}", flush=True)
+        for f in failed:
+            print(f"       by {f}", flush=True)
+    bad = [m.id for m, _, ok in rows if not ok]
+    tail = f"; not as expected: {', '.join(bad)}" if bad else ""
+    print(f"{len(rows) - len(bad)} of {len(rows)} as expected{tail}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
