@@ -419,9 +419,14 @@ VM_DRA_CLAIM = "rbln-npu"
 # are N requests, not one request with count N.
 VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
 VM_DRA_REQUEST_PREFIX = "npu"
-# Set on a VM (its time as value) while `vm attach|detach --restart` has it stopped, cleared once it is started
-# again: a run that could not start it (killed, or the start failed) leaves it, and the next run starts the VM.
+# Set on a VM while `vm attach|detach --restart` has it stopped, cleared once it is started again: a run that
+# could not start it (killed, or the start failed) leaves it, and the next run starts the VM. Its value is
+# "<time> generation=<G>", G the VM's metadata.generation when the mark was set; a run changes the VM's spec at
+# most VM_STOPPED_MARK_WRITES times while it holds the mark (the stop's runStrategy, the NPU patch), so a VM whose
+# generation moved further was started, stopped or edited by someone else since, and its mark is stale
+# (rblnctl.vm.attach.stale_mark): rblnctl does not start it.
 VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
+VM_STOPPED_MARK_WRITES = 2
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 # virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).
@@ -461,11 +466,6 @@ OUTPUT_API_VERSION = "rblnctl.rebellions.ai/v1alpha1"
 HOST_POD_LABEL = "rebellions.ai/rblnctl.host-pod"
 HOST_POD_RUN_LABEL = "rebellions.ai/rblnctl.run"
 HOST_POD_NODE_ANNOTATION = "rebellions.ai/rblnctl.node"
-# Set on a VM (its time as value) while `vm attach|detach --restart` has it stopped, cleared once it is started
-# again: a run that could not start it (killed, or the start failed) leaves it, and the next run starts the VM.
-VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "rblnctl"
 HOST_POD_ROOT = "/host"
 # The image the pods run: the top-level Dockerfile built and pushed by the site. ASSUMPTION: no
 # official image is published under this name today (docs/preflight.md says how to build one and

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,6 +189,35 @@ class VmNpuPlan:
     start: bool = False  # rblnctl stopped this VM in an earlier run and did not start it again: apply() starts it
     warnings: list[str | Advice] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
+    generation: int | None = None  # the VM's metadata.generation as read: what the stopped mark records
+    stale_mark: bool = False  # the VM carries a stopped mark someone else's start or stop made stale: apply() clears it
+
+
+def stale_mark(vm: dict) -> str | None:
+    """Why the VM's stopped-by-rblnctl mark is stale (its spec changed more often since the mark than one rblnctl
+    run changes it: started, stopped or edited by someone else), or None: no mark, or one rblnctl may act on.
+
+    A mark of an rblnctl without the generation (only a time) is taken as it was meant (pure).
+    """
+    meta = vm.get("metadata") or {}
+    value = str((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
+    marked = _MARK_GENERATION.search(value)
+    if not marked or meta.get("generation") is None:
+        return None
+    then, now = int(marked.group(1)), int(meta["generation"])
+    if now <= then + C.VM_STOPPED_MARK_WRITES:
+        return None
+    return (f"its spec changed {now - then} times since an rblnctl run stopped it ({value.split()[0]}; generation "
+            f"{then} -> {now}, one run makes at most {C.VM_STOPPED_MARK_WRITES}): someone started, stopped or edited "
+            "it since")
+
+
+def mark_value(when: str, generation: int | None) -> str:
+    """The stopped mark's value: the time, and the generation the VM had when rblnctl set it."""
+    return when if generation is None else f"{when} generation={generation}"
+
+
+_MARK_GENERATION = re.compile(r"\bgeneration=(\d+)\b")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -508,7 +538,14 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.merge_patch(vm, layout.host_devices, layout.claims if layout.claims != claims_before else None)
+        stale = stale_mark(vm)
         stopped_by_us = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
+        if stopped_by_us and stale:
+            stopped_by_us = False
+            warns.append(f"VM {ref} carries the mark of an rblnctl run that stopped it, but {stale}: rblnctl leaves it "
+                         f"stopped (`virtctl start {ref.name} -n {ref.namespace}` starts it) and "
+                         + ("clears the mark with this change" if changed else "the mark is only a note now (`kubectl "
+                            f"annotate vm {ref.name} -n {ref.namespace} {C.VM_STOPPED_ANNOTATION}-` removes it)"))
         if stopped_by_us:
             warns.append(f"VM {ref} was stopped by an earlier rblnctl run that could not start it again: starting it "
                          f"(after the change, if any)")
@@ -520,7 +557,8 @@ class AttachPlanner:
             resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
-            noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us)
+            noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
+            generation=meta.get("generation"), stale_mark=bool(stale) and not running)
 
     def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
                    blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
@@ -586,11 +624,15 @@ class AttachPlanner:
                 self._mark_stopped(plan, stopped=True)
                 stopped = True
                 restarter.stop(plan.vm)
+            elif stopped and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
+                self._mark_stopped(plan, stopped=True)
             if plan.patch is not None:
                 created = self._create_template(plan) if plan.template_create else None
                 final, attempts = self._write(plan)
                 changed = True
                 deleted, kept = self._delete_templates(final)
+                if plan.stale_mark and not stopped:
+                    self._mark_stopped(plan, stopped=False)
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
             if stopped and not dry:
                 self._start_again(restarter, plan, err, changed=changed)
@@ -618,8 +660,9 @@ class AttachPlanner:
         return dataclasses.replace(result, ready=True)
 
     def _mark_stopped(self, plan: VmNpuPlan, *, stopped: bool) -> None:
-        """Set (or clear) VM_STOPPED_ANNOTATION: a merge patch settled by reading the VM back."""
-        value = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ") if stopped else None
+        """Set (or clear) VM_STOPPED_ANNOTATION: a merge patch settled by reading the VM back. Set, its value is the
+        time and the generation the plan read (stale_mark())."""
+        value = mark_value(self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"), plan.generation) if stopped else None
         body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
         ns, name = plan.vm.namespace, plan.vm.name
 
@@ -627,7 +670,7 @@ class AttachPlanner:
             if vm is not writes.UNREAD:
                 if vm is None:
                     raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
-                if bool(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) == stopped:
+                if ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) == value:
                     return None
             return writes.patch(VMS, name, body, patch_type="merge", namespace=ns)
 

@@ -191,8 +191,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_restart.py::test_a_failure_after_the_stop_starts_the_vm_again",)),
     Mutation(
         id="20.10", file="rblnctl/vm/attach.py",
-        old="                self._mark_stopped(plan, stopped=True)",
-        new="                pass",
+        old="                self._mark_stopped(plan, stopped=True)\n                stopped = True",
+        new="                pass\n                stopped = True",
         what="restart: the VM is stopped without the mark that lets a later run start it",
         tests=("tests/vm/test_attach.py::test_restart_stops_patches_starts_and_waits_until_ready",
                "tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it")),
@@ -273,6 +273,67 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/hostpods/test_runner.py::test_a_namespace_deleted_mid_run_leaves_the_nodes_not_started_not_attempted",
                "tests/hostpods/test_runner.py::test_missing_namespace_is_not_found_naming_the_flag"),
         notes="caught before only through a namespace missing at the first create; mid-run it survived"),
+    # -- the stale stopped mark issue 23's survey found; issue 22's capacity, fit and lifecycle code ------------
+    Mutation(
+        id="23.9", file="rblnctl/vm/attach.py",
+        old="    if now <= then + C.VM_STOPPED_MARK_WRITES:\n        return None",
+        new="    if True:\n        return None",
+        what="stopped mark: a VM its owner started and stopped since rblnctl left it stopped is started by the next run",
+        tests=("tests/vm/test_stopped_mark.py::test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run",
+               "tests/vm/test_stopped_mark.py::test_a_stale_mark_on_a_vm_with_nothing_to_change_is_left_and_named"),
+        notes="the bug issue 23's survey found: before, the mark held no generation"),
+    Mutation(
+        id="23.10", file="rblnctl/vm/attach.py",
+        old="            elif stopped and plan.patch is not None:",
+        new="            elif False:",
+        what="stopped mark: a resumed run's own writes are not recorded, so its failures make the mark look stale",
+        tests=("tests/vm/test_stopped_mark.py::"
+               "test_runs_that_keep_failing_to_start_it_renew_the_mark_so_a_later_run_still_starts_it",)),
+    Mutation(
+        id="23.11", file="rblnctl/vm/attach.py",
+        old="                if plan.stale_mark and not stopped:",
+        new="                if False:",
+        what="stopped mark: a stale mark outlives the change that named it",
+        tests=("tests/vm/test_stopped_mark.py::test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run",)),
+    Mutation(
+        id="22.1", file="rblnctl/operator/capacity.py",
+        old='    return bool((pod.get("spec") or {}).get("nodeName")) and \\\n'
+            '        (pod.get("status") or {}).get("phase") not in FINISHED_PHASES',
+        new='    return bool((pod.get("spec") or {}).get("nodeName")) and \\\n        True',
+        what="capacity: a finished pod still holds its NPUs",
+        tests=("tests/operator/test_capacity.py::test_finished_pods_hold_nothing_terminating_ones_do",)),
+    Mutation(
+        id="22.2", file="rblnctl/vm/placement.py",
+        old='    if (node.get("spec") or {}).get("unschedulable") and not any(',
+        new="    if False and not any(",
+        what="vm fit: a cordoned node counts as a place a VM fits",
+        tests=("tests/vm/test_fit.py::test_cordons_and_taints_the_vm_does_not_tolerate_exclude_a_node[cordoned]",)),
+    Mutation(
+        id="22.3", file="rblnctl/vm/lifecycle.py",
+        old='        if not s.live and rs in ("Halted", "Manual", "RerunOnFailure"):',
+        new="        if False:",
+        what="vm stop: a stopped VM is asked to stop again (virt-api answers 409)",
+        tests=("tests/vm/test_lifecycle.py::test_start_wait_then_stop_wait_and_each_again_is_a_no_op",
+               "tests/cli/test_capacity_scenario.py::test_stop_frees_the_npus_and_start_takes_them_again")),
+    Mutation(
+        id="22.4", file="rblnctl/vm/lifecycle.py",
+        old="                and self.attachment.attached)",
+        new=")",
+        what="vm start --wait: Ready is enough, whether or not the VMI's NPUs are attached",
+        tests=("tests/vm/test_lifecycle.py::test_dra_npus_are_attached_when_the_launchers_claim_is_allocated",)),
+    Mutation(
+        id="22.5", file="rblnctl/vm/lifecycle.py",
+        old="        return not self.live and not self.launchers",
+        new="        return not self.live",
+        what="vm stop --wait: done when the VMI finished, its virt-launcher (and its NPUs) still there",
+        tests=("tests/vm/test_lifecycle.py::test_a_finished_vmi_whose_launcher_still_runs_is_not_stopped",),
+        notes="survived issue 22's tests: no fixture had a finished VMI whose launcher lingers"),
+    Mutation(
+        id="22.6", file="rblnctl/vm/lifecycle.py",
+        old="            return None if landed(action, before, state) else w",
+        new="            return w",
+        what="vm start|stop|restart: a request whose reply was lost is sent again although it landed",
+        tests=("tests/vm/test_lifecycle.py::test_a_lost_reply_is_settled_by_reading_the_vm_back",)),
 )
 
 

@@ -122,6 +122,20 @@ def test_stop_wait_waits_until_the_vmi_and_its_launcher_are_gone(cluster):
     assert node_npus(cluster) == (0, 4)
 
 
+def test_a_finished_vmi_whose_launcher_still_runs_is_not_stopped(apiserver):
+    """The VMI finished, but its virt-launcher pod is still there (terminating, its NPUs still requested): the node's
+    NPUs are not free yet, so `vm stop --wait` waits for the pod, and says so when it does not go."""
+    sandbox_cluster(apiserver, npus=4)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22, CA22], running=False, node="n1"),
+                  o.vmi(NS, "v1", "n1", [CA22, CA22], phase="Succeeded"),
+                  o.virt_launcher(NS, "v1", "n1", resources={CA22: "2"}))
+    r = cli("vm", "stop", "v1", "-n", NS, "--wait", "--timeout", "1s", server=apiserver.url)
+    assert r.exit_code == 5, r.stderr
+    assert "VM vms/v1 did not stop within 1s" in r.stderr and "virt-launcher virt-launcher-v1-abcde still there" in \
+        r.stderr
+    assert apiserver.writes() == []
+
+
 def test_a_slow_restart_waits_for_the_new_vmi(cluster):
     assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
     old = cluster.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"]

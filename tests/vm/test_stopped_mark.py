@@ -7,8 +7,14 @@ started by someone else (`virtctl start`, as the error told them): it is not rbl
 
 from __future__ import annotations
 
+import pytest
+
+from rblnctl.errors import Forbidden
+from rblnctl.vm.attach import stale_mark
+from rblnctl.vm.lifecycle import VmLifecycle
 from tests.fakes import objects as o
 from tests.vm.support import CA22, NS, attacher, sandbox_cluster, vm_writes
+from tests.vm.test_restart import DENIED, START, is_running, npu_patch_fails, running_vm, vm
 
 STOPPED = "rebellions.ai/rblnctl.stopped"
 
@@ -34,3 +40,90 @@ def test_a_change_to_a_running_vm_with_the_mark_is_refused_as_running(apiserver,
     plan = attacher(kube, npus=2).plan("v1", NS)
     (b,) = plan.blockers
     assert b.override == "restart" and "is running" in b.message and not plan.start
+
+
+# -- a mark someone else's start and stop made stale ---------------------------------------------------------------
+#
+# The mark records the VM's generation. One rblnctl run changes the VM's spec at most twice while it holds the mark
+# (the stop's runStrategy, the NPU patch); a user's `virtctl start` and `virtctl stop` change it twice more. Before
+# the generation was recorded, a VM rblnctl had left stopped, then started and stopped again by its owner, was started
+# by the next `vm attach` as if rblnctl still held it.
+
+
+def left_stopped(apiserver, kube, *, npus: int = 2) -> None:
+    """A `vm attach --restart` that stopped v1 and could neither change it nor start it again."""
+    planner = attacher(kube, npus=npus, restart=True)
+    plan = planner.plan("v1", NS)
+    unhook = npu_patch_fails(apiserver, status=403, reason="Forbidden", message=DENIED)
+    apiserver.inject_fault(method="PUT", path=START, status=500, times=20)
+    with pytest.raises(Forbidden):
+        planner.apply(plan)
+    unhook()
+    apiserver.clear_faults()
+    assert not is_running(apiserver)
+
+
+def by_hand(kube, action: str) -> None:
+    """The owner starts or stops v1 through virt-api (as `virtctl start|stop` does) and waits."""
+    life = VmLifecycle(kube=kube, timeout_s=30)
+    life.apply(life.plan(action, "v1", NS, wait=True))
+
+
+def test_the_mark_records_the_generation_the_vm_had(apiserver, kube):
+    running_vm(apiserver)
+    generation = vm(apiserver)["metadata"]["generation"]
+    left_stopped(apiserver, kube)
+    assert vm(apiserver)["metadata"]["annotations"][STOPPED].endswith(f" generation={generation}")
+
+
+def test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run(apiserver, kube):
+    running_vm(apiserver)
+    left_stopped(apiserver, kube)
+    by_hand(kube, "start")
+    by_hand(kube, "stop")
+    plan = attacher(kube, npus=2).plan("v1", NS)
+    assert not plan.start and plan.stale_mark and not plan.noop and not plan.blockers
+    (w,) = [str(w) for w in plan.warnings if "carries the mark" in str(w)]
+    assert "someone started, stopped or edited it since" in w and f"virtctl start v1 -n {NS}" in w
+    result = attacher(kube, npus=2).apply(plan)
+    assert result.changed and not result.restarted and not is_running(apiserver)  # changed, left as its owner left it
+    assert STOPPED not in (vm(apiserver)["metadata"].get("annotations") or {})  # the stale mark went with the change
+
+
+def test_a_stale_mark_on_a_vm_with_nothing_to_change_is_left_and_named(apiserver, kube):
+    sandbox_cluster(apiserver)
+    stopped = o.vm(NS, "v1", host_devices=[CA22], running=False)
+    stopped["metadata"].update(generation=10, annotations={STOPPED: "2026-01-01T00:00:00Z generation=5"})
+    apiserver.add(stopped)
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.noop and not plan.start
+    assert any(f"annotate vm v1 -n {NS} {STOPPED}-" in str(w) for w in plan.warnings)
+    apiserver.clear_requests()
+    assert attacher(kube, npus=1).apply(plan).changed is False and vm_writes(apiserver) == []
+
+
+def test_runs_that_keep_failing_to_start_it_renew_the_mark_so_a_later_run_still_starts_it(apiserver, kube):
+    """Each resumed run patches the VM (a generation each): it renews the mark first, so its own writes never make
+    the mark look stale to the run after it."""
+    running_vm(apiserver)
+    left_stopped(apiserver, kube)
+    for npus in (2, 3):  # resumed runs whose change is made but whose start fails
+        apiserver.inject_fault(method="PUT", path=START, status=500, times=20)
+        with pytest.raises(Exception):
+            attacher(kube, npus=npus).apply(attacher(kube, npus=npus).plan("v1", NS))
+        apiserver.clear_faults()
+        assert not is_running(apiserver) and vm(apiserver)["metadata"]["annotations"][STOPPED]
+    plan = attacher(kube, npus=3).plan("v1", NS)
+    assert plan.start and not plan.stale_mark
+    assert attacher(kube, npus=3).apply(plan).ready and is_running(apiserver)
+
+
+@pytest.mark.parametrize("value, generation, stale", [
+    ("2026-01-01T00:00:00Z", 40, False),  # an older rblnctl's mark (a time only): taken as it was meant
+    ("2026-01-01T00:00:00Z generation=7", 7, False),
+    ("2026-01-01T00:00:00Z generation=7", 9, False),  # the run's own stop and patch
+    ("2026-01-01T00:00:00Z generation=7", 10, True),
+])
+def test_stale_mark(value, generation, stale):
+    vm = {"metadata": {"generation": generation, "annotations": {STOPPED: value}}}
+    assert bool(stale_mark(vm)) is stale
