@@ -40,7 +40,6 @@ from rblnctl.errors import (
     WaitTimeout,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
-from rblnctl.operator import resources as R
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -59,7 +58,7 @@ from rblnctl.vm.cluster import (
     with_dra,
 )
 from rblnctl.vm.fit import FitOptions, FitReader
-from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef
+from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, VmLifecycle
 
@@ -108,15 +107,7 @@ class AttachOptions(WriteOptions):
         super().__post_init__()
         if self.npus is not None and not 0 <= self.npus <= C.MAX_VM_NPUS:
             raise InvalidInput(f"the number of NPUs must be 0 to {C.MAX_VM_NPUS}, not {self.npus}")
-        if self.method is not None and self.method not in C.METHODS:
-            raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
-        if self.resource and self.product:
-            raise InvalidInput("name a resource or a product, not both")
-        if self.resource:
-            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
-        if self.method == C.METHOD_DRA and (self.resource or self.product):
-            raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
-                               f"{C.DRA_DEVICECLASS_VM} class")
+        object.__setattr__(self, "resource", npu_choice(self.method, self.resource, self.product))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, RblnError
 from rblnctl.kube import Kube
-from rblnctl.operator import resources as R
 from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, ResourceUse, read_facts
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, read_cluster
+from rblnctl.vm.model import npu_choice
 from rblnctl.vm.placement import Placement, why_not
 
 ANYWHERE = Placement(node_selector={}, terms=(), tolerations=())
@@ -50,15 +50,7 @@ class FitOptions:
             raise InvalidInput(f"the number of NPUs must be 1 to {C.MAX_VM_NPUS}, not {self.npus}")
         if self.count < 1:
             raise InvalidInput(f"the number of VMs must be at least 1, not {self.count}")
-        if self.method is not None and self.method not in C.METHODS:
-            raise InvalidInput(f"unknown method {self.method!r}: use {' or '.join(C.METHODS)}")
-        if self.resource and self.product:
-            raise InvalidInput("name a resource or a product, not both")
-        if self.resource:
-            object.__setattr__(self, "resource", R.parse_resource(self.resource, what="--resource"))
-        if self.method == C.METHOD_DRA and (self.resource or self.product):
-            raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
-                               f"{C.DRA_DEVICECLASS_VM} class")
+        object.__setattr__(self, "resource", npu_choice(self.method, self.resource, self.product))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rblnctl import constants as C
-from rblnctl.errors import RblnError
+from rblnctl.errors import InvalidInput, RblnError
 from rblnctl.plan import Blocker
 
 
@@ -100,3 +100,21 @@ class VmNpus:
 
 class VmDiagnosisFailed(RblnError):
     """`vm diagnose` found a broken link; the diagnosis itself was already shown."""
+
+
+def npu_choice(method: str | None, resource: str | None, product: str | None) -> str | None:
+    """Check how a command was told which NPUs to use (--method, --resource, --product) and return the resource in
+    its canonical form (None: none given). Raises InvalidInput: an unknown method, both a resource and a product,
+    a malformed resource, or either with DRA (DRA asks for the VM DeviceClass, not a resource)."""
+    from rblnctl.operator import resources as R
+
+    if method is not None and method not in C.METHODS:
+        raise InvalidInput(f"unknown method {method!r}: use {' or '.join(C.METHODS)}")
+    if resource and product:
+        raise InvalidInput("name a resource or a product, not both")
+    if resource:
+        resource = R.parse_resource(resource, what="--resource")
+    if method == C.METHOD_DRA and (resource or product):
+        raise InvalidInput("a resource or product picks a sandbox device plugin resource; DRA uses the "
+                           f"{C.DRA_DEVICECLASS_VM} class")
+    return resource or None

@@ -278,7 +278,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         id="23.9", file="rblnctl/vm/attach.py",
         old="    if now <= then + C.VM_STOPPED_MARK_WRITES:\n        return None",
         new="    if True:\n        return None",
-        what="stopped mark: a VM its owner started and stopped since rblnctl left it stopped is started by the next run",
+        what="stopped mark: a VM its owner started and stopped after rblnctl left it stopped is started again",
         tests=("tests/vm/test_stopped_mark.py::test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run",
                "tests/vm/test_stopped_mark.py::test_a_stale_mark_on_a_vm_with_nothing_to_change_is_left_and_named"),
         notes="the bug issue 23's survey found: before, the mark held no generation"),
