@@ -18,6 +18,7 @@ from rblnctl.cli.options import (
     examples,
     output_option,
 )
+from rblnctl.cli.node_documents import drain_document, mode_switch_document
 from rblnctl.cli.output import Format
 from rblnctl.cli.status import WatchOpt
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
@@ -273,25 +274,6 @@ class _Progress(StepProgress):
         warn(text)
 
 
-def _pod_document(e: Any) -> dict:
-    return {"namespace": e.namespace, "name": e.name, "uid": e.uid, "action": str(e.action), "reason": e.reason,
-            "npu": e.npu, "vmi": e.vmi, "blockers": [_blocker_document(b) for b in e.blockers]}
-
-
-def _blocker_document(b: Any) -> dict:
-    return {"message": b.message, "override": b.override}
-
-
-def _ref_document(r: Any) -> dict:
-    return {"namespace": r.namespace, "name": r.name, "uid": r.uid}
-
-
-def _drain_plan_document(plan: Any) -> dict:
-    return {"node": plan.node, "scope": plan.scope, "cordon": plan.cordon, "unschedulable": plan.unschedulable,
-            "pods": [_pod_document(e) for e in list(plan.evict) + list(plan.ignored)],
-            "blockers": [_blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
-
-
 def _pods_table(plan: Any) -> Any:
     """One row per pod on the node: what the drain does with it and why."""
     from rblnctl.cli.output import Cell, Table
@@ -302,14 +284,6 @@ def _pods_table(plan: Any) -> Any:
         t.add_row(e.namespace, e.name, Cell("blocked" if blocked else str(e.action), "red" if blocked else ""),
                   "yes" if e.npu else "no", e.reason)
     return t
-
-
-def drain_document(plan: Any, result: Any = None) -> dict:
-    """The body of a NodeDrain document: the plan, and the result once applied (null before)."""
-    return {"node": plan.node, "plan": _drain_plan_document(plan),
-            "result": None if result is None else {
-                "cordoned": result.cordoned, "evicted": [_ref_document(r) for r in result.evicted],
-                "rounds": result.rounds, "serverDryRun": result.server_dry_run}}
 
 
 def _drain_view(plan: Any, result: Any = None) -> Any:
@@ -323,29 +297,6 @@ def _drain_view(plan: Any, result: Any = None) -> Any:
     tables = [_pods_table(plan)] if plan.evict or plan.ignored else []
     return View(kind="NodeDrain", body=lambda: drain_document(plan, result), preamble=[head], tables=tables,
                 names=[f"node/{plan.node}"])
-
-
-def _mode_plan_document(plan: Any) -> dict:
-    return {"node": plan.node, "target": plan.target, "currentMode": plan.current_mode, "fromMode": plan.from_mode,
-            "modeLabel": plan.mode_label,
-            "noop": plan.noop, "resume": plan.resume, "converged": plan.converged,
-            "unschedulable": plan.unschedulable, "started": plan.started,
-            "steps": [{"step": str(s.step), "detail": s.detail} for s in plan.steps],
-            "vms": list(plan.vms),
-            "pods": [] if plan.drain is None else [_pod_document(e) for e in
-                                                   list(plan.drain.evict) + list(plan.drain.ignored)],
-            "pending": list(plan.pending),
-            "blockers": [_blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
-
-
-def mode_switch_document(plan: Any, result: Any = None) -> dict:
-    """The body of a ModeSwitch document: the plan, and the result once applied (null on a client dry run)."""
-    return {"node": plan.node, "plan": _mode_plan_document(plan),
-            "result": None if result is None else {
-                "previousMode": result.previous_mode, "mode": result.mode, "changed": result.changed,
-                "resumed": result.resumed, "cordoned": result.cordoned, "uncordoned": result.uncordoned,
-                "evicted": [_ref_document(r) for r in result.evicted], "serverDryRun": result.server_dry_run,
-                "elapsedSeconds": round(result.elapsed_s, 3)}}
 
 
 def _mode_view(plan: Any, result: Any = None) -> Any:

@@ -233,7 +233,7 @@ class PoolProgress:
 
 
 def _item_document(plan: Any, node: str, item: Any) -> dict:
-    from rblnctl.cli.node import drain_document, mode_switch_document
+    from rblnctl.cli.node_documents import drain_document, mode_switch_document
     from rblnctl.cli.output import document
 
     node_plan = item.plan if item is not None and item.plan is not None else plan.plans.get(node)
