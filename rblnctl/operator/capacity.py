@@ -20,7 +20,8 @@ and `vm diagnose` (rblnctl.vm.fit builds on it).
 
 Reads: the pods of the nodes (one LIST per node for a few nodes, else one cluster-wide LIST), and with DRA the
 driver's ResourceSlices and every ResourceClaim. A read that is refused (RBAC) leaves what it would have told
-unknown (`NodeCapacity.known` false), never guessed.
+unknown (`NodeCapacity.known` false), never guessed: refused ResourceSlices, under a policy that runs the DRA
+plugin, leave every node's count unknown (its NPUs may be devices rblnctl cannot see).
 """
 
 from __future__ import annotations
@@ -209,9 +210,10 @@ def _dra_uses(slices: Sequence[Mapping], allocated: Mapping[tuple[str, str, str]
 def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequence[Mapping] = (),
                   allocated: Mapping[tuple[str, str, str], str] | None = None, driver: str = C.DRA_DRIVER,
                   vfio_class: str = C.DRA_DEVICECLASS_VM, skip_pod: Callable[[Mapping], bool] | None = None,
-                  problem: str | None = None) -> NodeCapacity:
+                  slices_known: bool = True, problem: str | None = None) -> NodeCapacity:
     """The NPUs of `node`: its allocatable NPU resources less what `pods` (those bound to it; None: unknown)
-    request, and its DRA devices (`slices` of the node) less `allocated` ones (None: claims unknown).
+    request, and its DRA devices (`slices` of the node; `slices_known` false: they could not be read) less
+    `allocated` ones (None: claims unknown).
     `skip_pod`: pods not to count (a VM's own launcher, when judging whether the VM fits once restarted)."""
     name = str((node.get("metadata") or {}).get("name") or "")
     alloc = {k: R.count(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
@@ -230,7 +232,7 @@ def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequ
                         holders=tuple(holders.get(k, ())))
             for k in sorted({*(k for k, v in alloc.items() if v > 0), *used})]
     uses += _dra_uses(slices, allocated or {}, driver=driver, vfio_class=vfio_class)
-    known = pods is not None and (allocated is not None or not slices)
+    known = pods is not None and slices_known and (allocated is not None or not slices)
     return NodeCapacity(node=name, resources=tuple(uses), known=known, problem=None if known else problem)
 
 
@@ -246,6 +248,7 @@ class CapacityFacts:
     claims: list[dict] | None = None  # every ResourceClaim (None: not read, or could not be)
     driver: str = C.DRA_DRIVER
     vfio_class: str = C.DRA_DEVICECLASS_VM
+    slices_known: bool = True  # False: the DRA plugin runs but its ResourceSlices could not be read
     problems: tuple[str, ...] = ()  # why something is unknown
 
     def capacity(self, node: Mapping, *, skip_pod: Callable[[Mapping], bool] | None = None,
@@ -256,10 +259,11 @@ class CapacityFacts:
         allocated = allocated_devices(self.claims, skip=skip_claim) if self.claims is not None else None
         return node_capacity(node, None if self.pods is None else self.pods.get(name, []), slices=slices,
                              allocated=allocated, driver=self.driver, vfio_class=self.vfio_class,
-                             skip_pod=skip_pod, problem="; ".join(self.problems) or None)
+                             skip_pod=skip_pod, slices_known=self.slices_known,
+                             problem="; ".join(self.problems) or None)
 
 
-def _dra_in_use(policy: Policy | None) -> bool:
+def dra_in_use(policy: Policy | None) -> bool:
     """Whether the policy runs the DRA kubelet plugin in some mode (else no node publishes NPUs as devices)."""
     return policy is not None and policy.is_enabled(C.COMP_DRA)
 
@@ -288,13 +292,14 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     vfio_class = policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM
     slices: dict[str, list[dict]] = {}
     claims: list[dict] | None = None
-    if (_dra_in_use(policy) if dra is None else dra) and names:
+    slices_known = True
+    if (dra_in_use(policy) if dra is None else dra) and names:
         try:
             found = kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
         except NotFound:  # resource.k8s.io/v1 not served: no slices
             found = []
         except Forbidden as e:
-            found = []
+            found, slices_known = [], False
             problems.append(f"cannot list ResourceSlices ({' '.join(str(e).split())})")
         wanted = set(names)
         for s in found:
@@ -309,7 +314,7 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
             except Forbidden as e:
                 problems.append(f"cannot list ResourceClaims ({' '.join(str(e).split())})")
     return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
-                         vfio_class=vfio_class, problems=tuple(problems))
+                         vfio_class=vfio_class, slices_known=slices_known, problems=tuple(problems))
 
 
 def read_capacity(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None) -> dict[str, NodeCapacity]:

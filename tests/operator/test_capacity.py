@@ -135,3 +135,17 @@ def test_forbidden_pods_are_unknown_not_zero(apiserver, kube):
     facts = cap.read_facts(kube, [node], None)
     c = facts.capacity(node)
     assert c.allocated is None and c.allocatable == 4 and "cannot list pods" in str(c.problem)
+
+
+DRA_POLICY = dict(workload_type="vm-passthrough", sandbox=False, dra=True, device_plugin=False)
+
+
+def test_forbidden_resourceslices_under_a_dra_policy_are_unknown_not_zero(apiserver, kube):
+    """With the DRA plugin on, a node's NPUs are the devices of its ResourceSlices: when RBAC refuses to list them,
+    the node's allocated and free NPUs are unknown (and say why), not 0 of 0."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    apiserver.add(node, o.resource_slice("n1", devices=[vfio("0000:3b:00.0")]))
+    apiserver.inject_fault(method="GET", path="/apis/resource.k8s.io/v1/resourceslices", status=403,
+                           reason="Forbidden", message='resourceslices is forbidden: User "u" cannot list', times=5)
+    c = cap.read_facts(kube, [node], parse_policy(o.cluster_policy(**DRA_POLICY))).capacity(node)
+    assert (c.known, c.allocated, c.free) == (False, None, None) and "cannot list ResourceSlices" in str(c.problem)
