@@ -14,7 +14,8 @@ and `vm diagnose` (rblnctl.vm.fit builds on it).
   (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/renderresources.go WithHostDevicesDevicePlugins).
 - DRA: the devices the policy's driver publishes in the node's ResourceSlices minus those a ResourceClaim's
   `status.allocation.devices.results` names (driver, pool, device), as the scheduler's DRA allocator counts
-  them (every allocated claim, whoever holds it). Devices are grouped by the DeviceClass that hands them out:
+  them (every allocated claim, whoever holds it; a result with `adminAccess: true` holds nothing). Devices are
+  grouped by the DeviceClass that hands them out:
   vfio-bound ones (`vfio-*`, rblnctl.operator.convergence.dra_devices) under the passthrough class
   (`vfio-npu.rebellions.ai`), the others under the driver's name.
 
@@ -165,13 +166,15 @@ def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
 def allocated_devices(claims: Iterable[Mapping], *, skip: Callable[[Mapping], bool] | None = None
                       ) -> dict[tuple[str, str, str], str]:
     """(driver, pool, device) -> the claim (`namespace/name`) it is allocated to, from every claim's
-    status.allocation.devices.results (`skip`: claims not to count)."""
+    status.allocation.devices.results (`skip`: claims not to count); a result with adminAccess holds nothing."""
     out: dict[tuple[str, str, str], str] = {}
     for claim in claims:
         if skip is not None and skip(claim):
             continue
         results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
         for r in results:
+            if r.get("adminAccess") is True:  # shares an in-use device; the scheduler does not count it
+                continue  # (kubernetes pkg/scheduler/framework/plugins/dynamicresources allocateddevices.go)
             key = (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
             out.setdefault(key, _ref(claim))
     return out

@@ -149,3 +149,14 @@ def test_forbidden_resourceslices_under_a_dra_policy_are_unknown_not_zero(apiser
                            reason="Forbidden", message='resourceslices is forbidden: User "u" cannot list', times=5)
     c = cap.read_facts(kube, [node], parse_policy(o.cluster_policy(**DRA_POLICY))).capacity(node)
     assert (c.known, c.allocated, c.free) == (False, None, None) and "cannot list ResourceSlices" in str(c.problem)
+
+
+def test_a_device_a_claim_holds_for_admin_access_is_not_allocated():
+    """The scheduler does not count results allocated with adminAccess (a monitoring claim shares an in-use device):
+    kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources allocateddevices.go."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    slices = [o.resource_slice("n1", devices=[vfio("0000:3b:00.0"), vfio("0000:3c:00.0")])]
+    admin = o.resource_claim("monitoring", "watch", allocated=[("n1", "vfio-0000-3b-00-0")])
+    admin["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    c = cap.node_capacity(node, [], slices=slices, allocated=cap.allocated_devices([admin]))
+    assert (c.allocatable, c.allocated, c.free) == (2, 0, 2)
