@@ -696,8 +696,8 @@ WaitOpt = Annotated[
                        "virt-launcher pod are gone, its NPUs free), showing progress on stderr.")
 ]
 WaitTimeoutOpt = Annotated[
-    str, typer.Option("--timeout", metavar="DURATION", help="With --wait: how long to wait (seconds or 90s, 5m, "
-                      "1h); not there by then is exit 5.")
+    str, typer.Option("--timeout", metavar="DURATION", help="With --wait (or a start of a VM still stopping): how "
+                      "long to wait (seconds or 90s, 5m, 1h); not there by then is exit 5.")
 ]
 
 
@@ -822,7 +822,10 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
 @app.command("start", short_help="Start a VM; --wait until its NPUs are attached.", epilog=START_EXAMPLES)
 def start(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
           dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, output: OutputOpt = "table") -> None:
-    """Start a VirtualMachine through virt-api (idempotent: a running VM is left as it is, exit 0)."""
+    """Start a VirtualMachine through virt-api (idempotent: a running VM is left as it is, exit 0).
+
+    A VM still stopping (its VMI shutting down) is started once it has stopped (bounded by --timeout).
+    """
     _lifecycle(ctx, "start", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
                yes=True, output=output)
 

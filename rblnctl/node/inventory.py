@@ -20,7 +20,7 @@ from rblnctl.kube import (
     WatchSpec,
     watch_many,
 )
-from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, read_facts
+from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, dra_in_use, read_facts
 from rblnctl.operator.nodes import NpuNode, is_npu_node, list_npu_node_objects, npu_node
 from rblnctl.operator.policy import Policy, choose_active
 
@@ -98,6 +98,7 @@ def _snapshot_facts(policy: Policy | None, pods: Mirror | None, slices: Mirror |
     return CapacityFacts(pods=by_node, slices=node_slices, claims=claims.items() if claims is not None else
                          ([] if not node_slices else None), driver=driver,
                          vfio_class=policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM,
+                         slices_known=slices is not None or not dra_in_use(policy),
                          problems=tuple(problems))
 
 

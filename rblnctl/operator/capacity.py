@@ -14,13 +14,15 @@ and `vm diagnose` (rblnctl.vm.fit builds on it).
   (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/renderresources.go WithHostDevicesDevicePlugins).
 - DRA: the devices the policy's driver publishes in the node's ResourceSlices minus those a ResourceClaim's
   `status.allocation.devices.results` names (driver, pool, device), as the scheduler's DRA allocator counts
-  them (every allocated claim, whoever holds it). Devices are grouped by the DeviceClass that hands them out:
+  them (every allocated claim, whoever holds it; a result with `adminAccess: true` holds nothing). Devices are
+  grouped by the DeviceClass that hands them out:
   vfio-bound ones (`vfio-*`, rblnctl.operator.convergence.dra_devices) under the passthrough class
   (`vfio-npu.rebellions.ai`), the others under the driver's name.
 
 Reads: the pods of the nodes (one LIST per node for a few nodes, else one cluster-wide LIST), and with DRA the
 driver's ResourceSlices and every ResourceClaim. A read that is refused (RBAC) leaves what it would have told
-unknown (`NodeCapacity.known` false), never guessed.
+unknown (`NodeCapacity.known` false), never guessed: refused ResourceSlices, under a policy that runs the DRA
+plugin, leave every node's count unknown (its NPUs may be devices rblnctl cannot see).
 """
 
 from __future__ import annotations
@@ -164,13 +166,15 @@ def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
 def allocated_devices(claims: Iterable[Mapping], *, skip: Callable[[Mapping], bool] | None = None
                       ) -> dict[tuple[str, str, str], str]:
     """(driver, pool, device) -> the claim (`namespace/name`) it is allocated to, from every claim's
-    status.allocation.devices.results (`skip`: claims not to count)."""
+    status.allocation.devices.results (`skip`: claims not to count); a result with adminAccess holds nothing."""
     out: dict[tuple[str, str, str], str] = {}
     for claim in claims:
         if skip is not None and skip(claim):
             continue
         results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
         for r in results:
+            if r.get("adminAccess") is True:  # shares an in-use device; the scheduler does not count it
+                continue  # (kubernetes pkg/scheduler/framework/plugins/dynamicresources allocateddevices.go)
             key = (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
             out.setdefault(key, _ref(claim))
     return out
@@ -209,9 +213,10 @@ def _dra_uses(slices: Sequence[Mapping], allocated: Mapping[tuple[str, str, str]
 def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequence[Mapping] = (),
                   allocated: Mapping[tuple[str, str, str], str] | None = None, driver: str = C.DRA_DRIVER,
                   vfio_class: str = C.DRA_DEVICECLASS_VM, skip_pod: Callable[[Mapping], bool] | None = None,
-                  problem: str | None = None) -> NodeCapacity:
+                  slices_known: bool = True, problem: str | None = None) -> NodeCapacity:
     """The NPUs of `node`: its allocatable NPU resources less what `pods` (those bound to it; None: unknown)
-    request, and its DRA devices (`slices` of the node) less `allocated` ones (None: claims unknown).
+    request, and its DRA devices (`slices` of the node; `slices_known` false: they could not be read) less
+    `allocated` ones (None: claims unknown).
     `skip_pod`: pods not to count (a VM's own launcher, when judging whether the VM fits once restarted)."""
     name = str((node.get("metadata") or {}).get("name") or "")
     alloc = {k: R.count(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
@@ -230,7 +235,7 @@ def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequ
                         holders=tuple(holders.get(k, ())))
             for k in sorted({*(k for k, v in alloc.items() if v > 0), *used})]
     uses += _dra_uses(slices, allocated or {}, driver=driver, vfio_class=vfio_class)
-    known = pods is not None and (allocated is not None or not slices)
+    known = pods is not None and slices_known and (allocated is not None or not slices)
     return NodeCapacity(node=name, resources=tuple(uses), known=known, problem=None if known else problem)
 
 
@@ -246,6 +251,7 @@ class CapacityFacts:
     claims: list[dict] | None = None  # every ResourceClaim (None: not read, or could not be)
     driver: str = C.DRA_DRIVER
     vfio_class: str = C.DRA_DEVICECLASS_VM
+    slices_known: bool = True  # False: the DRA plugin runs but its ResourceSlices could not be read
     problems: tuple[str, ...] = ()  # why something is unknown
 
     def capacity(self, node: Mapping, *, skip_pod: Callable[[Mapping], bool] | None = None,
@@ -256,10 +262,11 @@ class CapacityFacts:
         allocated = allocated_devices(self.claims, skip=skip_claim) if self.claims is not None else None
         return node_capacity(node, None if self.pods is None else self.pods.get(name, []), slices=slices,
                              allocated=allocated, driver=self.driver, vfio_class=self.vfio_class,
-                             skip_pod=skip_pod, problem="; ".join(self.problems) or None)
+                             skip_pod=skip_pod, slices_known=self.slices_known,
+                             problem="; ".join(self.problems) or None)
 
 
-def _dra_in_use(policy: Policy | None) -> bool:
+def dra_in_use(policy: Policy | None) -> bool:
     """Whether the policy runs the DRA kubelet plugin in some mode (else no node publishes NPUs as devices)."""
     return policy is not None and policy.is_enabled(C.COMP_DRA)
 
@@ -288,13 +295,14 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     vfio_class = policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM
     slices: dict[str, list[dict]] = {}
     claims: list[dict] | None = None
-    if (_dra_in_use(policy) if dra is None else dra) and names:
+    slices_known = True
+    if (dra_in_use(policy) if dra is None else dra) and names:
         try:
             found = kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
         except NotFound:  # resource.k8s.io/v1 not served: no slices
             found = []
         except Forbidden as e:
-            found = []
+            found, slices_known = [], False
             problems.append(f"cannot list ResourceSlices ({' '.join(str(e).split())})")
         wanted = set(names)
         for s in found:
@@ -309,7 +317,7 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
             except Forbidden as e:
                 problems.append(f"cannot list ResourceClaims ({' '.join(str(e).split())})")
     return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
-                         vfio_class=vfio_class, problems=tuple(problems))
+                         vfio_class=vfio_class, slices_known=slices_known, problems=tuple(problems))
 
 
 def read_capacity(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None) -> dict[str, NodeCapacity]:

@@ -177,6 +177,12 @@ def node_fit(node: Mapping, capacity: NodeCapacity, *, cluster: VmCluster, metho
             f"in {mode} mode: its NPUs ({_free_npus(capacity)} free) serve containers, not VMs "
             f"(`rblnctl node set-mode vm {name}` moves them)"))
     use: ResourceUse | None = capacity.of(kind) if kind else None
+    if (use is None or use.allocatable <= 0) and not capacity.known and method == C.METHOD_DRA:
+        # its devices may be in ResourceSlices (or claims) that could not be read: what it offers is unknown
+        blocked = why_not(node, placement)
+        return NodeFit(node=name, mode=mode, eligible=blocked is None, allocatable=use.allocatable if use else 0,
+                       allocated=None, free=None, reason=f"excluded by {blocked}" if blocked else
+                       f"cannot tell what it offers or what is in use ({capacity.problem or 'not read'})")
     if use is None or use.allocatable <= 0:
         what = kind or "VM resource"
         return NodeFit(node=name, mode=mode, eligible=False, reason=f"advertises no {what}")

@@ -17,6 +17,8 @@ with a Start/Stop/RestartOptions body (`dryRun: ["All"]` validates only), answer
 
 rblnctl reads the VM first and decides as virt-api would, so a stop of a stopped VM, or a start of a running
 one, sends nothing (exit 0). A restart of a stopped VM starts it, as `systemctl restart` starts a stopped unit.
+A start (or restart) of a VM still stopping (VmState.stopping: virt-api would answer 409 "already running" and
+the VM would end stopped) waits until it has stopped, then asks for the start.
 Each request is idempotent and settled by rblnctl.kube.writes: a lost reply (or a 5xx, or a 409) is judged
 by reading the VM and its VMI back (runStrategy flipped, a state change request queued, the VMI gone or
 replaced), never re-sent blindly.
@@ -114,6 +116,7 @@ class VmState:
     ready: bool = False  # the VM's status.ready
     vmi_uid: str | None = None
     vmi_phase: str | None = None  # None: no VMI ("" while KubeVirt has not set one)
+    vmi_deleting: bool = False  # the VMI has a deletionTimestamp: its guest is shutting down
     vmi_ready: bool = False
     node: str | None = None
     conditions: tuple[str, ...] = ()  # the VMI's False conditions (type: reason message)
@@ -125,6 +128,14 @@ class VmState:
     def live(self) -> bool:
         """A VMI exists that has not finished (virt-api's stop sees a VM to stop)."""
         return self.vmi_phase is not None and not _final(self.vmi_phase)
+
+    @property
+    def stopping(self) -> bool:
+        """A live VMI on its way out that nothing will replace by itself: runStrategy Halted, a Stop request not
+        followed by a Start, or (Manual) a VMI being deleted. virt-api's start still says "already running"."""
+        return self.live and (self.run_strategy == "Halted" or ("Stop" in self.requests and "Start" not in
+                                                                  self.requests)
+                              or (self.run_strategy == "Manual" and self.vmi_deleting))
 
     @property
     def running(self) -> bool:
@@ -223,6 +234,7 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
         printable_status=st.get("printableStatus"), ready=bool(st.get("ready")),
         vmi_uid=str((vmi.get("metadata") or {}).get("uid") or "") or None if vmi is not None else None,
         vmi_phase=phase, node=vst.get("nodeName") or None,
+        vmi_deleting=bool(((vmi or {}).get("metadata") or {}).get("deletionTimestamp")),
         vmi_ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in vst.get("conditions") or []),
         conditions=bad, requests=tuple(str(r.get("action")) for r in st.get("stateChangeRequests") or []),
         launchers=tuple(str(p["metadata"]["name"]) for p in _launchers_of(pods, vm_name)),
@@ -253,8 +265,11 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
         if rs in ("Always", "Once"):
             return STOP, f"runStrategy {rs} -> Halted", None
         return STOP, f"runStrategy {rs}: a Stop request", None
-    if action == START or (action == RESTART and not s.running):
+    if action == START or (action == RESTART and (not s.running or s.stopping)):
         verb = "" if action == START else "not running, so it is started: "
+        if s.stopping:  # virt-api would answer 409 "already running" now, and the VM would then stay stopped
+            return START, (f"{verb}it is stopping (runStrategy {rs}, VMI {s.vmi_phase or 'phase unset'}): "
+                           "started once its VMI is gone"), None
         if s.running:
             return None, f"already running (VMI {s.vmi_phase})", None
         if "Start" in pending:
@@ -387,18 +402,30 @@ class VmLifecycle:
         if plan.blockers:
             raise Refused(f"refusing to {plan.action} VM {plan.vm}", blockers=plan.blockers)
         changed = False
-        if plan.send is not None:
-            self.on_step(f"{_ING[plan.send]} VM {plan.vm}: {plan.why}")
-            changed = self._put(plan.vm, plan.send, before=plan.before)
+        send, why, before = plan.send, plan.why, plan.before
+        if send == START and before.stopping:  # virt-api refuses a start until the old VMI is gone
+            if self.server_dry_run:
+                self.on_step(f"VM {plan.vm} is stopping: virt-api would refuse a start until it has stopped, "
+                             "so the server dry run sends nothing")
+                return LifecycleResult(plan=plan, sent=None, changed=False, state=before, server_dry_run=True)
+            self.wait_stopped(plan.vm)
+            before = self._require(plan.vm)
+            send, why, blocker = decide(plan.action, before)
+            if blocker:
+                raise Refused(f"cannot {plan.action} VM {plan.vm}: {blocker}")
+        if send is not None:
+            self.on_step(f"{_ING[send]} VM {plan.vm}: {why}")
+            changed = self._put(plan.vm, send, before=before)
         if self.server_dry_run or not plan.wait:
-            now = self.read(plan.vm) if plan.send is not None and not self.server_dry_run else None
-            return LifecycleResult(plan=plan, sent=plan.send, changed=changed, state=now or plan.before,
+            now = self.read(plan.vm) if send is not None and not self.server_dry_run else None
+            return LifecycleResult(plan=plan, sent=send, changed=changed, state=now or before,
                                    server_dry_run=self.server_dry_run)
         if plan.action == STOP:
             state = self.wait_stopped(plan.vm)
         else:
-            state = self.wait_ready(plan.vm, replaced=plan.before.vmi_uid if plan.send == RESTART else None)
-        return LifecycleResult(plan=plan, sent=plan.send, changed=changed, state=state, waited=True)
+            old = plan.before.vmi_uid if send == RESTART or plan.before.stopping else None
+            state = self.wait_ready(plan.vm, replaced=old)
+        return LifecycleResult(plan=plan, sent=send, changed=changed, state=state, waited=True)
 
     # -- the pieces `vm attach --restart` uses -----------------------------------------------------------------
 

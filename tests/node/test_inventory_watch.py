@@ -117,3 +117,23 @@ def test_a_watch_without_rights_to_list_pods_leaves_capacity_unknown(apiserver, 
     snap = next(watch_npu_nodes(kube, timeout_s=5))
     c = snap.nodes[0].capacity
     assert (c.allocatable, c.allocated, c.known) == (4, None, False) and "cannot list pods" in c.problem
+
+
+def test_a_watch_without_rights_to_list_resourceslices_leaves_dra_capacity_unknown(apiserver, kube):
+    """Under a DRA policy the NPUs are ResourceSlice devices: a watch that may not list them cannot count them."""
+    apiserver.add(o.cluster_policy(workload_type="vm-passthrough", sandbox=False, dra=True, device_plugin=False),
+                  o.npu_node("n1", mode="vm-passthrough", dra=True))
+    apiserver.inject_fault(method="GET", path="^/apis/resource.k8s.io/v1/resourceslices$", status=403,
+                           reason="Forbidden", message='resourceslices is forbidden: User "u" cannot list', times=100)
+    snap = next(watch_npu_nodes(kube, timeout_s=5))
+    c = snap.nodes[0].capacity
+    assert (c.allocated, c.known) == (None, False) and "cannot list resourceslices" in c.problem
+
+
+def test_a_sandbox_watch_without_rights_to_list_resourceslices_still_counts(apiserver, kube):
+    """Without DRA in the policy no NPU is a ResourceSlice device: refused slices do not make the count unknown."""
+    apiserver.add(o.cluster_policy(), o.npu_node("n1", npus=4))
+    apiserver.inject_fault(method="GET", path="^/apis/resource.k8s.io/v1/resourceslices$", status=403,
+                           reason="Forbidden", message='resourceslices is forbidden: User "u" cannot list', times=100)
+    snap = next(watch_npu_nodes(kube, timeout_s=5))
+    assert (snap.nodes[0].capacity.allocated, snap.nodes[0].capacity.free) == (0, 4)

@@ -135,3 +135,28 @@ def test_forbidden_pods_are_unknown_not_zero(apiserver, kube):
     facts = cap.read_facts(kube, [node], None)
     c = facts.capacity(node)
     assert c.allocated is None and c.allocatable == 4 and "cannot list pods" in str(c.problem)
+
+
+DRA_POLICY = dict(workload_type="vm-passthrough", sandbox=False, dra=True, device_plugin=False)
+
+
+def test_forbidden_resourceslices_under_a_dra_policy_are_unknown_not_zero(apiserver, kube):
+    """With the DRA plugin on, a node's NPUs are the devices of its ResourceSlices: when RBAC refuses to list them,
+    the node's allocated and free NPUs are unknown (and say why), not 0 of 0."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    apiserver.add(node, o.resource_slice("n1", devices=[vfio("0000:3b:00.0")]))
+    apiserver.inject_fault(method="GET", path="/apis/resource.k8s.io/v1/resourceslices", status=403,
+                           reason="Forbidden", message='resourceslices is forbidden: User "u" cannot list', times=5)
+    c = cap.read_facts(kube, [node], parse_policy(o.cluster_policy(**DRA_POLICY))).capacity(node)
+    assert (c.known, c.allocated, c.free) == (False, None, None) and "cannot list ResourceSlices" in str(c.problem)
+
+
+def test_a_device_a_claim_holds_for_admin_access_is_not_allocated():
+    """The scheduler does not count results allocated with adminAccess (a monitoring claim shares an in-use device):
+    kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources allocateddevices.go."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    slices = [o.resource_slice("n1", devices=[vfio("0000:3b:00.0"), vfio("0000:3c:00.0")])]
+    admin = o.resource_claim("monitoring", "watch", allocated=[("n1", "vfio-0000-3b-00-0")])
+    admin["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    c = cap.node_capacity(node, [], slices=slices, allocated=cap.allocated_devices([admin]))
+    assert (c.allocatable, c.allocated, c.free) == (2, 0, 2)

@@ -97,6 +97,17 @@ def test_dra_counts_vfio_devices_less_those_claims_hold(apiserver, kube):
     assert r["n1"].holders == (f"{NS}/held",)
 
 
+def test_dra_devices_rbac_hides_are_unknown_not_absent(apiserver):
+    """RBAC refuses to list ResourceSlices: fit cannot tell what n1 offers; it says so instead of "advertises no"."""
+    dra_cluster(apiserver)
+    apiserver.inject_fault(method="GET", path="/apis/resource.k8s.io/v1/resourceslices", status=403,
+                           reason="Forbidden", message='resourceslices is forbidden: User "u" cannot list', times=50)
+    r = cli("vm", "fit", "--npus", "1", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    (n1,) = [n for n in json.loads(r.stdout)["nodes"] if n["name"] == "n1"]
+    assert (n1["eligible"], n1["free"]) == (True, None) and "cannot list ResourceSlices" in n1["reason"]
+
+
 def test_several_resources_need_a_name_or_a_product(apiserver, kube):
     sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA25"}, npus=4)
     with pytest.raises(Ambiguous):

@@ -39,6 +39,9 @@ def state(rs: str, phase: str | None = None, requests: tuple[str, ...] = ()) -> 
     (START, state("RerunOnFailure", "Failed"), None, False),  # KubeVirt reruns it
     (START, state("Once", "Succeeded"), None, True),  # virt-api refuses: it ran once
     (START, state("Halted", "Unknown"), "start", False),  # virt-api: a VMI in phase Unknown is not running
+    (START, state("Halted", "Running"), "start", False),  # stopping: started once stopped (not "already running")
+    (START, state("Manual", "Running", ("Stop",)), "start", False),  # a Stop under way: the same
+    (RESTART, state("Halted", "Running"), "start", False),  # stopping: virt-api refuses Halted restarts
     (RESTART, state("Always", "Running"), "restart", False),
     (RESTART, state("Halted"), "start", False),  # not running: started, as systemctl restart does
     (RESTART, state("Once", "Running"), None, True),
@@ -134,6 +137,20 @@ def test_a_finished_vmi_whose_launcher_still_runs_is_not_stopped(apiserver):
     assert "VM vms/v1 did not stop within 1s" in r.stderr and "virt-launcher virt-launcher-v1-abcde still there" in \
         r.stderr
     assert apiserver.writes() == []
+
+
+def test_start_of_a_vm_still_stopping_starts_it_once_stopped(cluster):
+    """`vm stop` (no wait) then `vm start`: the VMI is still shutting down (runStrategy Halted, phase Running). The
+    start is not "already running" (exit 0, the VM then stops): it waits for the stop, then asks virt-api."""
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    cluster.kubevirt_launcher_delay_s = 0.5
+    assert cli("vm", "stop", "v1", "-n", NS, "--yes", server=cluster.url).exit_code == 0
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "20s", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert "already running" not in r.stdout + r.stderr and "it is stopping" in r.stdout
+    assert cluster.get("VirtualMachine", "v1", NS)["spec"]["runStrategy"] == "Always"
+    assert cluster.get("VirtualMachineInstance", "v1", NS)["status"]["phase"] == "Running"
+    assert [r.status for r in puts(cluster, "start")][-1] == 202  # sent once the old VMI was gone: no 409
 
 
 def test_a_slow_restart_waits_for_the_new_vmi(cluster):
