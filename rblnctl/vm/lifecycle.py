@@ -17,6 +17,8 @@ with a Start/Stop/RestartOptions body (`dryRun: ["All"]` validates only), answer
 
 rblnctl reads the VM first and decides as virt-api would, so a stop of a stopped VM, or a start of a running
 one, sends nothing (exit 0). A restart of a stopped VM starts it, as `systemctl restart` starts a stopped unit.
+A start or restart of a VM whose stop is under way (runStrategy Halted, its VMI still there) is refused: virt-api
+refuses both then, and the VM is not running.
 Each request is idempotent and settled by rblnctl.kube.writes: a lost reply (or a 5xx, or a 409) is judged
 by reading the VM and its VMI back (runStrategy flipped, a state change request queued, the VMI gone or
 replaced), never re-sent blindly.
@@ -253,6 +255,10 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
         if rs in ("Always", "Once"):
             return STOP, f"runStrategy {rs} -> Halted", None
         return STOP, f"runStrategy {rs}: a Stop request", None
+    if rs == "Halted" and s.running:  # its stop is under way: virt-api answers a start "VM is already running" and a
+        # restart "RunStategy Halted does not support manual restart requests" (v1.9.0 lifecycle.go)
+        return None, "", (f"it is stopping (runStrategy Halted, VMI {s.vmi_phase or 'pending'}): {action} it once it "
+                          "has stopped (`rblnctl vm stop --wait` waits for that)")
     if action == START or (action == RESTART and not s.running):
         verb = "" if action == START else "not running, so it is started: "
         if s.running:

@@ -42,6 +42,10 @@ def state(rs: str, phase: str | None = None, requests: tuple[str, ...] = ()) -> 
     (RESTART, state("Always", "Running"), "restart", False),
     (RESTART, state("Halted"), "start", False),  # not running: started, as systemctl restart does
     (RESTART, state("Once", "Running"), None, True),
+    # runStrategy Halted with a live VMI: its stop is under way. virt-api refuses a start ("VM is already
+    # running") and a restart ("RunStategy Halted does not support ..."); saying "already running" would be false
+    (START, state("Halted", "Running"), None, True),
+    (RESTART, state("Halted", "Running"), None, True),
 ])
 def test_what_is_asked_follows_virt_api(action, st, send, blocked):
     got, why, blocker = decide(action, st)
