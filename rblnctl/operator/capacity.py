@@ -9,13 +9,16 @@ and `vm diagnose` (rblnctl.vm.fit builds on it).
   newPodInformer: `status.phase!=Succeeded,status.phase!=Failed`); a terminating pod still holds what it asked
   for. A pod asks for what its containers request together, or for what its largest init container asks when
   that is more, restartable (sidecar) init containers counting alongside the containers, plus its overhead
-  (k8s.io/component-helpers resource/helpers.go PodRequests, AggregateContainerRequests). virt-launcher pods
+  (k8s.io/component-helpers resource/helpers.go PodRequests, AggregateContainerRequests). A request the
+  scheduler served from DRA devices (status.extendedResourceClaimStatus: served_by_dra) is counted through its
+  claim instead. virt-launcher pods
   are pods like any other: KubeVirt renders one request (and limit) per sandbox host device
   (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/renderresources.go WithHostDevicesDevicePlugins).
-- DRA: the devices the policy's driver publishes in the node's ResourceSlices minus those a ResourceClaim's
+- DRA: the devices the policy's driver publishes in the node's ResourceSlices (per pool, only the slices of its
+  newest `spec.pool.generation`: current_slices) minus those a ResourceClaim's
   `status.allocation.devices.results` names (driver, pool, device), as the scheduler's DRA allocator counts
-  them (every allocated claim, whoever holds it; a result with `adminAccess: true` holds nothing). Devices are
-  grouped by the DeviceClass that hands them out:
+  them (every allocated claim, whoever holds it, once however many pods share it; a result with
+  `adminAccess` holds nothing). Devices are grouped by the DeviceClass that hands them out:
   vfio-bound ones (`vfio-*`, rblnctl.operator.convergence.dra_devices) under the passthrough class
   (`vfio-npu.rebellions.ai`), the others under the driver's name.
 
@@ -132,6 +135,16 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     return {k: v for k, v in total.items() if v}
 
 
+def served_by_dra(pod: Mapping) -> set[str]:
+    """The extended resources the scheduler served the pod from DRA devices instead of a device plugin (a
+    DeviceClass's `extendedResourceName`, KEP-5004: the operator's `npu.rebellions.ai` class maps
+    `rebellions.ai/npu`, RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/patch/dra_kubelet_plugin.go). It names
+    them in `status.extendedResourceClaimStatus.requestMappings[].resourceName` and allocates a claim for them:
+    that claim's devices count, not the pod's request (else the NPU would be counted twice)."""
+    status = ((pod.get("status") or {}).get("extendedResourceClaimStatus")) or {}
+    return {str(m.get("resourceName")) for m in status.get("requestMappings") or [] if m.get("resourceName")}
+
+
 def holds_node_resources(pod: Mapping) -> bool:
     """Whether a pod counts against its node: bound to it and not finished (the scheduler's view)."""
     return bool((pod.get("spec") or {}).get("nodeName")) and \
@@ -166,23 +179,43 @@ def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
 def allocated_devices(claims: Iterable[Mapping], *, skip: Callable[[Mapping], bool] | None = None
                       ) -> dict[tuple[str, str, str], str]:
     """(driver, pool, device) -> the claim (`namespace/name`) it is allocated to, from every claim's
-    status.allocation.devices.results (`skip`: claims not to count); a result with adminAccess holds nothing."""
+    status.allocation.devices.results (`skip`: claims not to count). A result with `adminAccess` holds nothing:
+    the scheduler leaves such a device free for other claims."""
     out: dict[tuple[str, str, str], str] = {}
     for claim in claims:
         if skip is not None and skip(claim):
             continue
         results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
         for r in results:
-            if r.get("adminAccess") is True:  # shares an in-use device; the scheduler does not count it
-                continue  # (kubernetes pkg/scheduler/framework/plugins/dynamicresources allocateddevices.go)
+            if r.get("adminAccess"):  # not considered allocated: kubernetes/kubernetes pkg/scheduler/framework/
+                continue  # plugins/dynamicresources/allocateddevices.go foreachAllocatedDevice
             key = (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
             out.setdefault(key, _ref(claim))
     return out
 
 
+def current_slices(slices: Sequence[Mapping]) -> list[Mapping]:
+    """The slices the scheduler uses: per pool (driver, pool name), only those of its newest generation; older
+    ones, left a while when a driver republishes its pool, are ignored (kubernetes/kubernetes
+    staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/pools_stable.go addSlice)."""
+    def pool_of(s: Mapping) -> tuple[str, str]:
+        spec = s.get("spec") or {}
+        return str(spec.get("driver") or ""), str((spec.get("pool") or {}).get("name") or "")
+
+    def generation(s: Mapping) -> int:
+        return int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+
+    newest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        newest[pool_of(s)] = max(newest.get(pool_of(s), 0), generation(s))
+    return [s for s in slices if generation(s) == newest[pool_of(s)]]
+
+
 def _dra_uses(slices: Sequence[Mapping], allocated: Mapping[tuple[str, str, str], str], *, driver: str,
               vfio_class: str) -> list[ResourceUse]:
-    """The node's DRA devices of `driver`, grouped by class, with who holds each."""
+    """The node's DRA devices of `driver` (in its pools' newest generation), grouped by class, with who holds
+    each."""
+    slices = current_slices(slices)
     groups: dict[str, tuple[list[str], list[str]]] = {}  # class -> (free devices, holders)
     counts: dict[str, list[int]] = {}  # class -> [allocatable, allocated]
     for s in slices:
@@ -228,7 +261,10 @@ def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequ
             continue
         if skip_pod is not None and skip_pod(p):
             continue
+        by_dra = served_by_dra(p)
         for k, v in pod_requests(p).items():
+            if k in by_dra:
+                continue
             used[k] = used.get(k, 0) + v
             holders.setdefault(k, []).append(_ref(p))
     uses = [ResourceUse(name=k, allocatable=alloc.get(k, 0), allocated=used.get(k, 0),

@@ -10,12 +10,14 @@ never blocks). KubeVirt copies the VMI's nodeSelector, affinity and tolerations 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rblnctl.vm import devices as D
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,9 +105,12 @@ def _expr(expr: Mapping, labels: Mapping) -> bool:
     if op == "DoesNotExist":
         return not present
     if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(str(value)), int(values[0])
-        except ValueError:
+        # k8s.io/apimachinery pkg/labels/selector.go Requirement.Matches: strconv.ParseInt(v, 10, 64), else no
+        # match (a sign is taken; Python's int() would also take `1_6` and spaces)
+        if not (_INT.fullmatch(str(value)) and _INT.fullmatch(values[0])):
+            return False
+        have, want = int(str(value)), int(values[0])
+        if not all(-(2 ** 63) <= n < 2 ** 63 for n in (have, want)):  # ParseInt's range error
             return False
         return have > want if op == "Gt" else have < want
     return False

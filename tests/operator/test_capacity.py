@@ -151,12 +151,48 @@ def test_forbidden_resourceslices_under_a_dra_policy_are_unknown_not_zero(apiser
     assert (c.known, c.allocated, c.free) == (False, None, None) and "cannot list ResourceSlices" in str(c.problem)
 
 
-def test_a_device_a_claim_holds_for_admin_access_is_not_allocated():
-    """The scheduler does not count results allocated with adminAccess (a monitoring claim shares an in-use device):
-    kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources allocateddevices.go."""
+def _slice(node: str, generation: int, names: list[str], *, count: int = 1, name: str | None = None) -> dict:
+    s = o.resource_slice(node, devices=[vfio(n) for n in names], name=name or f"{node}-g{generation}")
+    s["spec"]["pool"].update(generation=generation, resourceSliceCount=count)
+    return s
+
+
+def test_only_the_newest_generation_of_a_pool_counts():
+    """A driver republishing its pool leaves the old generation's slices a while: the scheduler ignores them
+    (kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/
+    pools_stable.go addSlice), so the node's devices are not counted twice."""
     node = o.npu_node("n1", mode="vm-passthrough", dra=True)
-    slices = [o.resource_slice("n1", devices=[vfio("0000:3b:00.0"), vfio("0000:3c:00.0")])]
-    admin = o.resource_claim("monitoring", "watch", allocated=[("n1", "vfio-0000-3b-00-0")])
-    admin["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
-    c = cap.node_capacity(node, [], slices=slices, allocated=cap.allocated_devices([admin]))
-    assert (c.allocatable, c.allocated, c.free) == (2, 0, 2)
+    old = _slice("n1", 1, ["0000:3b:00.0", "0000:3c:00.0"])
+    new = _slice("n1", 2, ["0000:3b:00.0", "0000:3c:00.0"])
+    for slices in ([old, new], [new, old]):
+        (use,) = cap.node_capacity(node, [], slices=slices, allocated={}).resources
+        assert (use.allocatable, use.free) == (2, 2)
+    # a pool spread over two slices of the newest generation counts both
+    parts = [_slice("n1", 3, ["0000:3b:00.0"], count=2, name="a"), _slice("n1", 3, ["0000:3c:00.0"], count=2, name="b")]
+    (use,) = cap.node_capacity(node, [], slices=[old, *parts], allocated={}).resources
+    assert use.allocatable == 2
+
+
+def test_admin_access_results_do_not_hold_devices():
+    """A device allocated with adminAccess stays free for others (kubernetes/kubernetes
+    pkg/scheduler/framework/plugins/dynamicresources/allocateddevices.go foreachAllocatedDevice)."""
+    monitor = o.resource_claim("ops", "monitor", allocated=[("n1", "vfio-0000-3b-00-0")])
+    monitor["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    vm = o.resource_claim("vms", "c1", allocated=[("n1", "vfio-0000-3c-00-0")])
+    assert list(cap.allocated_devices([monitor, vm]).values()) == ["vms/c1"]
+
+
+def test_an_extended_resource_served_by_dra_is_counted_once_through_its_claim():
+    """DeviceClass extendedResourceName (the operator's npu.rebellions.ai class maps rebellions.ai/npu): on a node
+    no device plugin advertises it, the scheduler serves the pod's request from a claim it makes and names in
+    status.extendedResourceClaimStatus (KEP-5004); the pod's request is not counted beside the claim's device."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True, allocatable={})
+    pod = _pod([_container("a", 1)], name="infer")
+    pod["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": "infer-extended-resources-x1", "requestMappings": [
+            {"containerName": "a", "resourceName": NPU, "requestName": "container-0-request-0"}]}
+    claim = o.resource_claim("default", "infer-extended-resources-x1", allocated=[("n1", "vfio-0000-3b-00-0")])
+    slices = [_slice("n1", 1, ["0000:3b:00.0", "0000:3c:00.0"])]
+    c = cap.node_capacity(node, [pod], slices=slices, allocated=cap.allocated_devices([claim]))
+    assert (c.allocatable, c.allocated, c.free) == (2, 1, 1)
+    assert [r.name for r in c.resources] == ["vfio-npu.rebellions.ai"]

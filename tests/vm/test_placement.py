@@ -41,6 +41,9 @@ def test_node_selector():
     (_expr("cores", "Gt", "8"), {"cores": "16"}, True),
     (_expr("cores", "Lt", "8"), {"cores": "16"}, False),
     (_expr("cores", "Gt", "8"), {"cores": "many"}, False),
+    (_expr("cores", "Gt", "8"), {"cores": "+16"}, True),  # strconv.ParseInt(v, 10, 64) takes a sign
+    (_expr("cores", "Gt", "8"), {"cores": "1_6"}, False),  # ... but no digit separators (Python's int() does)
+    (_expr("cores", "Gt", "8"), {"cores": "9" * 20}, False),  # ... nor a value beyond int64
 ])
 def test_required_node_affinity_expressions(expr, labels, fits):
     p = placement_of(_affinity({"matchExpressions": [expr]}))

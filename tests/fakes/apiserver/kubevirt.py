@@ -5,16 +5,18 @@ virt-controller that makes VirtualMachineInstances follow their VirtualMachine.
 (body optional: Start/Stop/RestartOptions, ``dryRun`` honoured) answer 202 with an empty body, as
 pkg/virt-api/rest/lifecycle.go does, with its 404 (``virtualmachine.kubevirt.io "NAME" not found``)
 and 409s (``VM is already running``, ``VM is not running``, ``Always does not support manual
-start requests``...). ``start``/``stop`` on a VM whose run strategy is Always or Halted set
-``spec.runStrategy`` (or ``spec.running`` when the VM uses it); Manual and RerunOnFailure VMs,
-and ``restart``, get ``status.stateChangeRequests`` as virt-api writes them. The group is served
+start requests``, ``RerunOnFailure does not support starting VM from failed state``...). ``start``/``stop``
+on a VM whose run strategy is Always or Halted set ``spec.runStrategy`` (or ``spec.running`` when the VM
+uses it); Manual and RerunOnFailure VMs, and ``restart``, get ``status.stateChangeRequests`` as virt-api
+writes them (a start after a finished VMI: a Stop of it, then a Start). The group is served
 (discovery: name and namespaced only, as virt-api lists it) while ``virtualmachines.kubevirt.io`` is.
 
 With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM whose run strategy changes
 to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false``; one
 that changes to Always gets a VMI (phase Running on the node named by the VM annotation
 ``fake.rblnctl.io/node``, else Scheduling with no node) and ``printableStatus: Running`` and
-``ready: true`` (``Starting``/false while Scheduling), ``status.runStrategy`` following the spec.
+``ready: true`` (``Starting``/false while Scheduling), ``status.runStrategy`` following the spec; a
+change to Manual leaves the VMI as it is.
 State change requests are carried out and cleared; deleting a VM deletes its VMI (garbage
 collection). Without it nothing reacts: the test observes the VM object.
 
@@ -110,7 +112,15 @@ class KubeVirt:
         if rs == "Halted":
             self._set_running(vm, True, dry_run)
         elif rs in ("RerunOnFailure", "Manual"):
-            self._request(vm, [{"action": "Start"}], dry_run)
+            phase = (vmi or {}).get("status", {}).get("phase")
+            if rs == "RerunOnFailure" and phase == "Failed":
+                raise conflict(_VM, name, "RerunOnFailure does not support starting VM from failed state")
+            if vmi is not None and (phase == "Succeeded" or (rs == "Manual" and _final(vmi))):
+                # needsRestart: the finished VMI is stopped first
+                self._request(vm, [{"action": "Stop", "uid": vmi["metadata"].get("uid")}, {"action": "Start"}],
+                              dry_run)
+            else:
+                self._request(vm, [{"action": "Start"}], dry_run)
         else:
             raise conflict(_VM, name, f"{rs} does not support manual start requests")
 
@@ -173,7 +183,9 @@ class KubeVirt:
                     self.store.schedule(self.launcher_delay_s / 2, self._carry_out, md["name"], md["namespace"])
             else:
                 self._carry_out(md["name"], md["namespace"])
-        elif ev.type == "MODIFIED" and ev.old is not None:
+        elif ev.type == "MODIFIED" and ev.old is not None and run_strategy(ev.obj) != "Manual":
+            # Manual: the controller starts or stops the VMI only on a state change request (v1.9.0
+            # pkg/virt-controller/watch/vm/vm.go syncRunStrategy), so a VM changed to Manual keeps what it has.
             running = run_strategy(ev.obj) in _RUNNING
             if running != (run_strategy(ev.old) in _RUNNING):
                 if running:

@@ -149,3 +149,31 @@ def test_the_simulation_can_be_switched_on_later(apiserver):
     put(apiserver, "stop")
     put(apiserver, "start")
     assert apiserver.get("VirtualMachineInstance", "vm1", "default")["status"]["nodeName"] == "n1"
+
+
+@pytest.mark.parametrize("strategy, phase, expected", [
+    ("Manual", "Succeeded", "stop-start"), ("Manual", "Failed", "stop-start"),
+    ("RerunOnFailure", "Succeeded", "stop-start"), ("RerunOnFailure", "Failed", 409),
+])
+def test_start_after_a_finished_instance_as_virt_api_answers(apiserver, strategy, phase, expected):
+    """kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go StartVMRequestHandler: a Manual VM whose VMI finished,
+    or a RerunOnFailure one whose VMI succeeded, gets a Stop of that VMI then a Start; RerunOnFailure refuses to
+    start from a Failed VMI (its controller restarts that one itself)."""
+    apiserver.add(vm_on("n1", run_strategy=strategy), o.vmi("default", "vm1", "n1", phase=phase))
+    uid = apiserver.get("VirtualMachineInstance", "vm1", "default")["metadata"]["uid"]
+    status, body, _ = put(apiserver, "start")
+    if expected == 409:
+        assert (status, body["message"]) == (409, 'Operation cannot be fulfilled on virtualmachine.kubevirt.io "vm1": '
+                                                  "RerunOnFailure does not support starting VM from failed state")
+        assert "stateChangeRequests" not in (apiserver.get("VirtualMachine", "vm1", "default").get("status") or {})
+    else:
+        assert status == 202
+        assert apiserver.get("VirtualMachine", "vm1", "default")["status"]["stateChangeRequests"] == [
+            {"action": "Stop", "uid": uid}, {"action": "Start"}]
+
+
+def test_simulated_controller_leaves_a_running_instance_to_a_vm_changed_to_manual(kubevirt):
+    """v1.9.0 pkg/virt-controller/watch/vm/vm.go syncRunStrategy: Manual stops a VMI only on a Stop request."""
+    kubevirt.add(vm_on("n1"), o.vmi("default", "vm1", "n1"))
+    kubevirt.mutate("VirtualMachine", "vm1", "default", fn=lambda v: v["spec"].update(runStrategy="Manual"))
+    assert kubevirt.get("VirtualMachineInstance", "vm1", "default")["status"]["phase"] == "Running"
