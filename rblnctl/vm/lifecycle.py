@@ -260,8 +260,15 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
             return None, "already stopping (runStrategy Halted): its VMI is shutting down", None
         if "Stop" in pending and "Start" not in pending:
             return None, "a stop is already requested", None
+        if not s.live and rs == "RerunOnFailure" and s.vmi_phase == "Failed":
+            # virt-api answers 409 "VM is not running", yet virt-controller runs a RerunOnFailure VM whose VMI failed
+            # again (kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go StopVMRequestHandler; pkg/virt-controller/
+            # watch/vm/vm.go syncRunStrategy): only runStrategy Halted keeps it stopped
+            return None, "", ("its VMI failed and runStrategy RerunOnFailure has KubeVirt run it again, which a stop "
+                              "request cannot prevent (virt-api: 409 \"VM is not running\"); set runStrategy Halted")
         if not s.live and rs in ("Halted", "Manual", "RerunOnFailure"):
-            return None, f"already stopped (runStrategy {rs}, no VMI)", None
+            vmi = f"VMI {s.vmi_phase}" if s.vmi_phase else "no VMI"
+            return None, f"already stopped (runStrategy {rs}, {vmi})", None
         if rs in ("Always", "Once"):
             return STOP, f"runStrategy {rs} -> Halted", None
         return STOP, f"runStrategy {rs}: a Stop request", None
@@ -392,6 +399,9 @@ class VmLifecycle:
         a = state.attachment
         if a is not None and a.pending_change and action != STOP and send != RESTART:
             warnings.append(f"VM {ref}: {a.pending_change} (`vm restart {ref.name} -n {ref.namespace}`)")
+        if blocker and action == STOP:  # the one stop refusal: its remedy, to paste
+            blocker += (f": kubectl patch vm {ref.name} -n {ref.namespace} --type merge -p "
+                        "'{\"spec\":{\"runStrategy\":\"Halted\"}}'")
         return LifecyclePlan(vm=ref, action=action, before=state, send=send, why=why, wait=wait, warnings=warnings,
                              blockers=[Blocker(f"cannot {action} VM {ref}: {blocker}")] if blocker else [])
 

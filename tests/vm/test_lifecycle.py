@@ -30,6 +30,8 @@ def state(rs: str, phase: str | None = None, requests: tuple[str, ...] = ()) -> 
     (STOP, state("Always"), "stop", False),  # no VMI yet, but KubeVirt would start one: Halted
     (STOP, state("Manual", "Running"), "stop", False),
     (STOP, state("Manual", "Succeeded"), None, False),
+    (STOP, state("RerunOnFailure", "Succeeded"), None, False),  # done: KubeVirt runs it no more
+    (STOP, state("RerunOnFailure", "Failed"), None, True),  # KubeVirt reruns it; virt-api's stop: 409 "not running"
     (STOP, state("RerunOnFailure", "Running", ("Stop",)), None, False),  # already requested
     (START, state("Halted"), "start", False),
     (START, state("Always", "Running"), None, False),  # running: nothing to ask
@@ -286,3 +288,18 @@ def test_bad_input_and_a_missing_vm(cluster):
     assert cli("vm", "stop", "v1", "--timeout", "soon", server=closed_port_url()).exit_code == 2
     r = cli("vm", "start", "ghost", "-n", NS, server=cluster.url)
     assert r.exit_code == 1 and 'VirtualMachine "ghost" not found' in r.stderr
+
+
+def test_a_rerun_on_failure_vm_whose_vmi_failed_is_not_called_stopped(apiserver):
+    """virt-api answers its stop "VM is not running", but virt-controller runs it again: refused (exit 1) with the
+    patch that does keep it stopped, nothing sent."""
+    sandbox_cluster(apiserver, npus=4)
+    vm = o.vm(NS, "v1", host_devices=[CA22], node="n1")
+    vm["spec"].pop("running", None)
+    vm["spec"]["runStrategy"] = "RerunOnFailure"
+    apiserver.add(vm, o.vmi(NS, "v1", "n1", [CA22], phase="Failed"))
+    r = cli("vm", "stop", "v1", "-n", NS, "--yes", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    assert "already stopped" not in r.stderr and "has KubeVirt run it again" in r.stderr
+    assert f"kubectl patch vm v1 -n {NS} --type merge -p '{{\"spec\":{{\"runStrategy\":\"Halted\"}}}}'" in r.stderr
+    assert apiserver.writes() == []
