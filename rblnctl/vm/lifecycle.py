@@ -25,7 +25,8 @@ replaced), never re-sent blindly.
 
 Waits watch the VM, its VMI, the namespace's virt-launcher pods and (DRA) ResourceClaims (rblnctl.kube.watch):
 - stopped: no VMI (or a finished one) and no unfinished virt-launcher pod of the VM: its NPUs are free;
-- Ready: the VM reports ready, its VMI is Running and Ready (after a restart: a new VMI), and its NPUs are
+- Ready: the VM reports ready, its VMI is Running and Ready (after a restart: a new VMI; not one being deleted
+  or about to be replaced by pending Stop/Start requests), and its NPUs are
   attached: the VMI passes the NPUs the VM's template asks for, its virt-launcher pod is Running and
   requests each sandbox resource (KubeVirt renders one request per host device: pkg/virt-controller/
   services/renderresources.go WithHostDevicesDevicePlugins), and each DRA claim of the pod is allocated
@@ -149,9 +150,10 @@ class VmState:
 
     @property
     def up(self) -> bool:
-        """Ready with its NPUs attached."""
+        """Ready with its NPUs attached, on a VMI that stays: not one being deleted, nor one a pending Stop or Start
+        request (a restart under way) is about to replace."""
         return (self.ready and self.vmi_phase == "Running" and self.vmi_ready and self.attachment is not None
-                and self.attachment.attached)
+                and self.attachment.attached and not self.vmi_deleting and not self.requests)
 
     def describe(self) -> str:
         """One phrase for progress lines and errors."""

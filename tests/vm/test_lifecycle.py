@@ -303,3 +303,21 @@ def test_a_rerun_on_failure_vm_whose_vmi_failed_is_not_called_stopped(apiserver)
     assert "already stopped" not in r.stderr and "has KubeVirt run it again" in r.stderr
     assert f"kubectl patch vm v1 -n {NS} --type merge -p '{{\"spec\":{{\"runStrategy\":\"Halted\"}}}}'" in r.stderr
     assert apiserver.writes() == []
+
+
+@pytest.mark.parametrize("in_between", ["deleting", "restart requested"])
+def test_start_wait_does_not_call_a_vmi_on_its_way_out_ready(cluster, in_between):
+    """A restart under way (the old VMI being deleted, or the Stop and Start requests not yet taken): the old VMI
+    still says Ready, but it is not the one the VM keeps. Before: `vm start --wait` said Ready at once."""
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    cluster.simulate_kubevirt = False  # the controller is busy: the in-between state stays
+    if in_between == "deleting":
+        cluster.mutate("VirtualMachineInstance", "v1", NS,
+                       lambda vmi: vmi["metadata"].update(deletionTimestamp="2026-12-03T00:00:00Z",
+                                                          finalizers=["kubevirt.io/virtualMachineControllerFinalize"]))
+    else:
+        cluster.mutate("VirtualMachine", "v1", NS, lambda vm: vm.setdefault("status", {}).update(
+            stateChangeRequests=[{"action": "Stop", "uid": "x"}, {"action": "Start"}]))
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "1s", server=cluster.url)
+    assert r.exit_code == 5, r.stderr
+    assert "did not become Ready within 1s" in r.stderr
