@@ -317,8 +317,8 @@ MUTATIONS: tuple[Mutation, ...] = (
                "tests/cli/test_capacity_scenario.py::test_stop_frees_the_npus_and_start_takes_them_again")),
     Mutation(
         id="22.4", file="rblnctl/vm/lifecycle.py",
-        old="                and self.attachment.attached)",
-        new=")",
+        old="                and self.attachment.attached and not self.vmi_deleting and not self.requests)",
+        new="                and not self.vmi_deleting and not self.requests)",
         what="vm start --wait: Ready is enough, whether or not the VMI's NPUs are attached",
         tests=("tests/vm/test_lifecycle.py::test_dra_npus_are_attached_when_the_launchers_claim_is_allocated",)),
     Mutation(
@@ -334,6 +334,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         new="            return w",
         what="vm start|stop|restart: a request whose reply was lost is sent again although it landed",
         tests=("tests/vm/test_lifecycle.py::test_a_lost_reply_is_settled_by_reading_the_vm_back",)),
+    # -- what the two reviews of issue 22 found: each fix, and the test that now guards it --------------------------
+    Mutation(
+        id="22.7", file="rblnctl/operator/capacity.py",
+        old="    slices = current_slices(slices)",
+        new="    slices = list(slices)",
+        what="capacity: a pool's older generation of ResourceSlices counts beside the newest (devices twice)",
+        tests=("tests/operator/test_capacity.py::test_only_the_newest_generation_of_a_pool_counts",),
+        notes="found by the domain review"),
+    Mutation(
+        id="22.8", file="rblnctl/operator/capacity.py",
+        old='            if r.get("adminAccess"):',
+        new="            if False:",
+        what="capacity: a device allocated with adminAccess counts as held",
+        tests=("tests/operator/test_capacity.py::test_admin_access_results_do_not_hold_devices",),
+        notes="found by both reviews"),
+    Mutation(
+        id="22.9", file="rblnctl/vm/lifecycle.py",
+        old="        if s.stopping:  # virt-api would answer 409",
+        new="        if False:  # virt-api would answer 409",
+        what="vm start: a VM still stopping is 'already running' and the start is lost",
+        tests=("tests/vm/test_lifecycle.py::test_start_of_a_vm_still_stopping_starts_it_once_stopped",),
+        notes="found by the hostile review"),
+    Mutation(
+        id="22.10", file="rblnctl/vm/lifecycle.py",
+        old="                and self.attachment.attached and not self.vmi_deleting and not self.requests)",
+        new="                and self.attachment.attached)",
+        what="vm start --wait: the old VMI of a restart under way counts as Ready",
+        tests=("tests/vm/test_lifecycle.py::test_start_wait_does_not_call_a_vmi_on_its_way_out_ready",),
+        notes="found by the hostile review"),
+    Mutation(
+        id="22.11", file="rblnctl/vm/lifecycle.py",
+        old='        if not s.live and rs == "RerunOnFailure" and s.vmi_phase == "Failed":',
+        new="        if False:",
+        what="vm stop: a RerunOnFailure VM whose VMI failed (KubeVirt runs it again) is 'already stopped'",
+        tests=("tests/vm/test_lifecycle.py::test_a_rerun_on_failure_vm_whose_vmi_failed_is_not_called_stopped",),
+        notes="found by the hostile review"),
 )
 
 
