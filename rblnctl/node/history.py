@@ -55,13 +55,22 @@ class NodeHistory:
     notes: list[str] = field(default_factory=list)
 
 
+RESULTS = (audit.DONE, audit.FAILED, audit.INTERRUPTED, IN_PROGRESS, UNKNOWN)
+
+
+def _text(value: object) -> str | None:
+    """A field of the audit annotation as text; None when it is missing, empty or not a string (an Event anyone with
+    `create events` may write, claiming reportingController rblnctl: never trusted to hold the types rblnctl writes)."""
+    return value if isinstance(value, str) and value else None
+
+
 def _details(event: dict) -> dict | None:
     raw = ((event.get("metadata") or {}).get("annotations") or {}).get(C.AUDIT_ANNOTATION)
     try:
-        data = json.loads(raw) if raw else None
+        data = json.loads(raw) if isinstance(raw, str) and raw else None
     except ValueError:
         return None
-    return data if isinstance(data, dict) and data.get("run") else None
+    return data if isinstance(data, dict) and _text(data.get("run")) else None
 
 
 def _of_record(data: dict, record: SwitchRecord | None) -> bool:
@@ -82,16 +91,16 @@ def entries_from_events(events: list[dict], record: SwitchRecord | None) -> list
         runs.setdefault(str(data["run"]), []).append((data, ev))
     out = []
     for run, items in runs.items():
-        items.sort(key=lambda de: (de[0].get("result") != audit.STARTED, str(de[1].get("eventTime") or "")))
+        items.sort(key=lambda de: (de[0].get("result") != audit.STARTED, _text(de[1].get("eventTime")) or ""))
         data, last = items[-1]
-        result = str(data.get("result") or UNKNOWN)
+        result = _text(data.get("result")) or UNKNOWN
         if result == audit.STARTED:
             result = IN_PROGRESS if _of_record(data, record) else UNKNOWN
-        out.append(HistoryEntry(run=run, action=str(data.get("action")), user=data.get("user") or None,
-                                started=str(data.get("started") or items[0][1].get("eventTime") or ""),
-                                finished=data.get("finished") or None, from_mode=data.get("from") or None,
-                                to_mode=data.get("to") or None, result=result, message=str(last.get("note") or ""),
-                                source=SOURCE_EVENTS))
+        out.append(HistoryEntry(run=run, action=str(data.get("action")), user=_text(data.get("user")),
+                                started=_text(data.get("started")) or _text(items[0][1].get("eventTime")) or "",
+                                finished=_text(data.get("finished")), from_mode=_text(data.get("from")),
+                                to_mode=_text(data.get("to")), result=result if result in RESULTS else UNKNOWN,
+                                message=_text(last.get("note")) or "", source=SOURCE_EVENTS))
     return out
 
 

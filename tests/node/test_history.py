@@ -86,3 +86,39 @@ def test_events_rbac_refuses_leave_the_record(apiserver, kube):
     h = read_history(kube, "n1")
     assert not h.events_read and [(e.source, e.result) for e in h.entries] == [("record", "in-progress")]
     assert h.notes[0].startswith("the Events could not be read (") and "only the node's record is shown" in h.notes[0]
+
+
+def _foreign_event(name, data, *, event_time="2026-12-02T10:00:00.000000Z"):
+    """An Event that claims to be rblnctl's (reportingController rblnctl) but was written by someone else."""
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": "default",
+                         "annotations": {"rebellions.ai/rblnctl.audit": json.dumps(data)}},
+            "regarding": {"apiVersion": "v1", "kind": "Node", "name": "n1"}, "reason": "ModeSwitchFailed",
+            "note": "hand-made", "type": "Normal", "reportingController": "rblnctl", "reportingInstance": "x",
+            "action": "SetMode", "eventTime": event_time}
+
+
+def test_events_with_malformed_fields_never_crash_and_keep_the_documented_types(apiserver):
+    """Someone else's Events with rblnctl's annotation: numbers, lists and objects where strings belong, an unknown
+    result. Before: two runs of the unfinished switch, one `finished` a number, made `node history` exit 70
+    (str > int), and the JSON carried a dict as user, a number as finished, a list as from, any text as result."""
+    from jsonschema import Draft202012Validator
+
+    from tests.cli.test_output_schema import schemas
+    from tests.helpers import cli
+
+    apiserver.add(o.npu_node("n1", annotations=record(started="2026-12-02T10:00:00Z")))
+    base = {"action": "set-mode", "started": "2026-12-02T10:00:00Z", "to": "vm-passthrough", "result": "failed"}
+    apiserver.add(_foreign_event("a", {**base, "run": "r1", "finished": 7, "user": {"x": 1}, "from": ["a"]}),
+                  _foreign_event("b", {**base, "run": "r2", "finished": "2026-12-02T10:05:00Z"}),
+                  _foreign_event("c", {"run": "r3", "action": "drain", "result": {"a": 1}, "started": 5}),
+                  _foreign_event("d", {"run": ["x"], "action": "drain", "result": "done"}))
+    r = cli("node", "history", "n1", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    Draft202012Validator(schemas()["NodeHistory"]).validate(doc)
+    by_run = {i["run"]: i for i in doc["items"]}
+    assert (by_run["r1"]["user"], by_run["r1"]["finished"], by_run["r1"]["from"]) == (None, None, None)
+    assert by_run["r3"]["result"] == "unknown" and by_run["r3"]["started"] == "2026-12-02T10:00:00.000000Z"
+    assert "['x']" not in by_run  # a run id that is not a string is no run
+    assert cli("node", "history", "n1", "-o", "wide", server=apiserver.url).exit_code == 0
