@@ -749,17 +749,22 @@ class _LifecycleProgress:
         self.console = stderr()
         self.suffix = " (server dry run)" if server_dry_run else ""
         self.status: Any = None
+        self.shown: str | None = None  # the last state line: a change the words do not show is not a new line
 
     def step(self, text: str) -> None:
         from rblnctl.cli.console import info
 
         self.stop()
+        self.shown = None
         info(text + self.suffix)
 
     def state(self, st: Any) -> None:
         from rich.markup import escape
 
         text = f"  {st.describe()}"
+        if text == self.shown:
+            return
+        self.shown = text
         if not self.console.is_terminal:
             self.console.print(escape(text), soft_wrap=True)
         elif self.status is None:

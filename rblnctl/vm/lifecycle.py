@@ -158,7 +158,10 @@ class VmState:
     def describe(self) -> str:
         """One phrase for progress lines and errors."""
         parts = [f"status {self.printable_status or '<none>'}",
-                 f"VMI {self.vmi_phase or 'absent'}" + (f" on {self.node}" if self.node else "")]
+                 f"VMI {self.vmi_phase or 'absent'}" + (f" on {self.node}" if self.node else "")
+                 + (" (being deleted)" if self.vmi_deleting and self.vmi_phase is not None else "")]
+        if self.requests:  # a restart under way: virt-controller has not taken them yet
+            parts.append(f"requested: {', '.join(self.requests)}")
         a = self.attachment
         if a is not None and self.live:
             parts.append(f"{a.held} NPU(s) attached" if a.attached else "; ".join(a.missing[:2]))

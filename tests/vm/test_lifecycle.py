@@ -321,3 +321,17 @@ def test_start_wait_does_not_call_a_vmi_on_its_way_out_ready(cluster, in_between
     r = cli("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "1s", server=cluster.url)
     assert r.exit_code == 5, r.stderr
     assert "did not become Ready within 1s" in r.stderr
+
+
+def test_progress_in_a_pipe_is_one_line_per_change_without_repeats(cluster):
+    """`vm restart --wait 2>log`: each progress line says something the one before did not. Before: the VMI's Ready
+    condition, the VM's pending Stop/Start requests and a new VMI uid changed the state but not its words, so the
+    same line came three times in a row; a restart under way now says which requests are pending."""
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    cluster.kubevirt_launcher_delay_s = 0.3
+    r = cli("vm", "restart", "v1", "-n", NS, "--wait", "--yes", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("  ")]
+    assert len(lines) >= 3, r.stderr
+    assert all(a != b for a, b in zip(lines, lines[1:], strict=False)), r.stderr
+    assert any("requested: Stop, Start" in line or "requested: Start" in line for line in lines), r.stderr
