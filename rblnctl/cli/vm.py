@@ -115,11 +115,11 @@ DIAGNOSE_EXAMPLES = examples(
 
 def _namespace(ctx: typer.Context) -> str:
     """-n, else the kubeconfig context's namespace, else `default` (as kubectl resolves it)."""
-    from rblnctl.kube import validate_name
+    from rblnctl.kube import validate_namespace
 
     if ctx.obj.namespace is not None:
-        validate_name(ctx.obj.namespace, kind="namespace")  # bad input fails before connecting
-    return validate_name(ctx.obj.object_namespace(), kind="namespace")
+        validate_namespace(ctx.obj.namespace)  # bad input fails before connecting
+    return validate_namespace(ctx.obj.object_namespace())
 
 
 def _manifest_namespace(ctx: typer.Context) -> str:

@@ -24,7 +24,7 @@ from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.batch import stops_the_rest
 from rblnctl.errors import AdmissionDenied, ClusterError, Forbidden, InvalidInput, NotFound, RblnError
 from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
-from rblnctl.kube import PODS, Kube, validate_name, writes
+from rblnctl.kube import PODS, Kube, validate_name, validate_namespace, writes
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class HostPodRunner:
             raise InvalidInput(f"the pod timeout must be positive, not {self.timeout_s:g}s")
         if not self.image.strip() or any(c.isspace() for c in self.image):
             raise InvalidInput(f"invalid image {self.image!r}")
-        validate_name(self.namespace, kind="namespace")
+        validate_namespace(self.namespace)
 
     def pod_name(self, index: int) -> str:
         """The name of the run's index-th pod (node names can be 253 characters; pod names carry an index)."""

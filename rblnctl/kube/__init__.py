@@ -43,6 +43,7 @@ from rblnctl.kube.resources import (
     parse_quantity,
     qualified_name_problem,
     validate_name,
+    validate_namespace,
     validate_resource_name,
 )
 from rblnctl.kube import writes
@@ -55,5 +56,5 @@ __all__ = [
     "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Kube", "KubeOptions", "Mirror",
     "Resource", "WatchEvent", "WatchSpec", "connect", "describe_request", "is_transient", "object_key",
     "outcome_unknown", "parse_quantity", "qualified_name_problem", "resolve_kubeconfig", "validate_name",
-    "validate_resource_name", "watch", "watch_many", "writes",
+    "validate_namespace", "validate_resource_name", "watch", "watch_many", "writes",
 ]

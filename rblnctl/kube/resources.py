@@ -34,6 +34,19 @@ def validate_name(name: str, *, kind: str = "node") -> str:
     return name
 
 
+# RFC 1123 label: what kube-apiserver accepts as a namespace name (k8s.io/apimachinery pkg/api/validation
+# generic.go: ValidateNamespaceName = NameIsDNSLabel): at most 63, no dots.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def validate_namespace(name: str, *, what: str = "namespace") -> str:
+    """Return `name` if Kubernetes would accept it as a namespace name (RFC 1123 label); else InvalidInput."""
+    if not isinstance(name, str) or len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
+        raise InvalidInput(f"invalid {what} {name!r}: a namespace name is lower-case letters, digits and '-', "
+                           "starting and ending with a letter or digit (at most 63 characters, no '.')")
+    return name
+
+
 # k8s.io/apimachinery pkg/util/validation/validation.go IsQualifiedName: [prefix/]name, the prefix a DNS-1123
 # subdomain, the name at most 63 of [A-Za-z0-9] with [-A-Za-z0-9_.] inside. ASCII only: re.ASCII keeps
 # full-width digits and other Unicode letters out, as Go's regexp classes do.

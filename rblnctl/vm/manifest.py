@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
-from rblnctl.kube import Kube, parse_quantity, validate_name
+from rblnctl.kube import Kube, parse_quantity, validate_name, validate_namespace
 from rblnctl.operator import resources as R
 from rblnctl.vm import devices as D
 
@@ -47,7 +47,7 @@ class ManifestOptions:
     def __post_init__(self) -> None:
         validate_name(self.name, kind="VirtualMachine")
         if self.namespace is not None:
-            validate_name(self.namespace, kind="namespace")
+            validate_namespace(self.namespace)
         if not 1 <= self.npus <= C.MAX_VM_NPUS:
             raise InvalidInput(f"a VM manifest needs 1 to {C.MAX_VM_NPUS} NPUs, not {self.npus}")
         if self.method not in C.METHODS:
@@ -163,8 +163,11 @@ def datavolume_source(value: str, *, namespace: str | None) -> dict:
                                "as [NAMESPACE/]NAME")
         return {kind: {"url": text}}
     ns, _, name = text.rpartition("/")
+    if "." in ns.partition("/")[0]:  # a host name: a URL whose scheme was left out, never a namespace (no dots)
+        raise InvalidInput(f"--datavolume-source {value}: {ns.partition('/')[0]} is no namespace (a namespace has no "
+                           f"'.'); for a URL give its scheme (https://{text} or docker://{text})")
     ns = ns or namespace or "default"
-    validate_name(ns, kind="namespace")
+    validate_namespace(ns, what="--datavolume-source namespace")
     validate_name(name, kind="PersistentVolumeClaim")
     return {"pvc": {"namespace": ns, "name": name}}
 

@@ -200,3 +200,21 @@ def test_node_product_picks_the_resource_and_warns_when_no_vm_node_carries_the_l
     # a container-mode node carrying the label does not count: it offers no NPU to a VM
     assert resolve_for(kube, method=None, resource=None, product="RBLN-CA22",
                        node_product="RBLN-CA22").warnings != []
+
+
+@pytest.mark.parametrize("source", ["cloud-images.ubuntu.com/noble.img", "example.com/jammy-server.qcow2",
+                                    "quay.io/containerdisks"])
+def test_a_url_without_its_scheme_is_not_taken_for_a_pvc(source):
+    """`--datavolume-source cloud-images.ubuntu.com/noble.img` (https:// forgotten): before, a clone of PVC noble.img
+    from namespace cloud-images.ubuntu.com, which no cluster can have (a namespace is a DNS label: no dots), and the
+    DataVolume waited for it forever. Now bad input, naming the schemes."""
+    with pytest.raises(InvalidInput, match=r"https://.*docker://|namespace"):
+        ManifestOptions(name="v1", resource=CA22, datavolume_source=source, disk_size="20Gi")
+
+
+@pytest.mark.parametrize("namespace", ["team.a", "n" * 64])
+def test_a_namespace_is_a_dns_label(namespace):
+    """kube-apiserver's ValidateNamespaceName is a DNS-1123 label (at most 63, no dots): a manifest for `-n team.a`
+    could never be applied."""
+    with pytest.raises(InvalidInput, match="namespace"):
+        ManifestOptions(name="v1", namespace=namespace, resource=CA22)
