@@ -42,7 +42,7 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 def validate_namespace(name: str, *, what: str = "namespace") -> str:
     """Return `name` if Kubernetes would accept it as a namespace name (RFC 1123 label); else InvalidInput."""
     if not isinstance(name, str) or len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
-        raise InvalidInput(f"invalid {what} {name!r}: a namespace name is lower-case letters, digits and '-', "
+        raise InvalidInput(f"invalid {what} name {name!r}: a namespace name is lower-case letters, digits and '-', "
                            "starting and ending with a letter or digit (at most 63 characters, no '.')")
     return name
 
