@@ -806,10 +806,21 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
 
     def interrupted() -> None:
         from rblnctl.cli.console import warn
+        from rblnctl.cli.errors import prog_name
 
-        if plan.send is not None:
-            warn(f"the {plan.send} request for VM {ref} may have been made; `rblnctl vm list -n {ref.namespace}` "
-                 "shows where it is")
+        prog = prog_name(ctx)
+        # a start of a starting VM (a stop of a stopping one) asks nothing more and follows it again
+        again = f"`{prog} vm {'stop' if action == 'stop' else 'start'} {ref.name} -n {ref.namespace} --wait`"
+        if life.made is not None:
+            warn(f"the {life.made} request for VM {ref} was made and KubeVirt carries it out without rblnctl; "
+                 f"{again} follows it again")
+        elif life.asked is not None:
+            warn(f"the {life.asked} request for VM {ref} may have been made; `{prog} vm list -n {ref.namespace}` "
+                 f"shows where it is, {again} follows it")
+        elif plan.send is not None:
+            warn(f"no {plan.send} was asked for VM {ref}" + (
+                f": it was still stopping and ends stopped; `{prog} vm start {ref.name} -n {ref.namespace}` starts "
+                "it" if plan.before.stopping else ""))
 
     # printed after apply() returned: with --wait, the wait succeeded
     waited = ("; it is stopped, its NPUs free" if action == "stop" else "; it is Ready with its NPUs attached") \

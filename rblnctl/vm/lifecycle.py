@@ -352,7 +352,9 @@ class LifecycleResult:
 class VmLifecycle:
     """Start, stop and restart VMs through virt-api and wait (each wait bounded by `timeout_s`).
 
-    `on_step(text)` hears each request; `on_state(state)` each new state seen while waiting.
+    `on_step(text)` hears each request; `on_state(state)` each new state seen while waiting. `asked` is the last
+    request sent (or being sent), `made` the last one known to have gone through: after an interruption they tell
+    whether anything was asked of virt-api.
     """
 
     kube: Kube
@@ -363,6 +365,8 @@ class VmLifecycle:
     on_step: Callable[[str], None] = _noop
     on_state: Callable[[VmState], None] = _noop
     stop_event: Stop | None = None
+    asked: str | None = field(default=None, init=False)
+    made: str | None = field(default=None, init=False)
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -480,6 +484,7 @@ class VmLifecycle:
                 return w
             return None if landed(action, before, state) else w
 
+        self.asked = action
         try:
             done = writes.settle(self.kube, next_write, read=read, what=f"VM {ref}", dry_run=self.server_dry_run,
                                  backoff_s=self.backoff_s, clock=self.clock)
@@ -487,7 +492,9 @@ class VmLifecycle:
             if self.server_dry_run or not landed(action, before, read()):
                 raise
             log.debug("%s %s: %s; the VM shows it done", action, ref, e)
+            self.made = action
             return False
+        self.made = action
         return done.changed
 
     # -- waiting ------------------------------------------------------------------------------------------------

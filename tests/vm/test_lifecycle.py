@@ -335,3 +335,62 @@ def test_progress_in_a_pipe_is_one_line_per_change_without_repeats(cluster):
     assert len(lines) >= 3, r.stderr
     assert all(a != b for a, b in zip(lines, lines[1:], strict=False)), r.stderr
     assert any("requested: Stop, Start" in line or "requested: Start" in line for line in lines), r.stderr
+
+
+def _signal_when(apiserver, argv, seen, sig):
+    """Run rblnctl as a real process, send `sig` once `seen(requests)` holds (and a moment more); (code, stderr)."""
+    import signal  # noqa: F401 - the caller's signal constants
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not seen(apiserver.requests):
+            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never got there"
+            time.sleep(0.05)
+        time.sleep(0.5)  # in the wait
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err.decode()
+
+
+def _watching(requests):
+    return any(r.method == "GET" and r.query.get("watch") == ["true"] and "virtualmachineinstances" in r.path
+               for r in requests)
+
+
+@pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_during_the_wait_says_the_request_was_made_and_how_to_wait_again(cluster, sig, code):
+    """Ctrl-C (or `timeout`) during `vm start --wait`: the start was asked and answered, so 'may have been made' (as
+    before) is wrong; the command to follow it again is what the user needs."""
+    import signal
+
+    cluster.kubevirt_launcher_delay_s = 30  # the launcher stays Pending: rblnctl is waiting when the signal comes
+    code_, err = _signal_when(cluster, ["vm", "start", "v1", "-n", NS, "--wait"],
+                              lambda rs: puts(cluster, "start") and _watching(rs), getattr(signal, sig))
+    assert code_ == code, err
+    assert "Traceback" not in err and "may have been made" not in err
+    assert f"the start request for VM {NS}/v1 was made" in err
+    assert f"vm start v1 -n {NS} --wait" in err  # a start of a starting VM asks nothing and waits
+
+
+def test_a_signal_while_a_stopping_vm_is_awaited_says_no_start_was_asked(cluster):
+    """`vm start --wait` of a VM still stopping waits for the stop before it asks; a signal then leaves the VM to
+    stop, and no start was made: saying it 'may have been made' (as before) hid that the VM ends stopped."""
+    import signal
+
+    assert cli("vm", "start", "v1", "-n", NS, "--wait", server=cluster.url).exit_code == 0
+    cluster.kubevirt_launcher_delay_s = 30  # the guest takes long to shut down
+    assert cli("vm", "stop", "v1", "-n", NS, "--yes", server=cluster.url).exit_code == 0
+    cluster.clear_requests()
+    code, err = _signal_when(cluster, ["vm", "start", "v1", "-n", NS, "--wait"], _watching, signal.SIGTERM)
+    assert code == 143, err
+    assert puts(cluster) == []
+    assert "may have been made" not in err and f"no start was asked for VM {NS}/v1" in err
+    assert f"vm start v1 -n {NS}" in err
