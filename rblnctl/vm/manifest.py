@@ -83,6 +83,8 @@ class ManifestOptions:
                                "and memory, and KubeVirt refuses a VM that sets them too")
         if self.cores is not None and self.cores < 1:
             raise InvalidInput(f"--cpu must be at least 1, not {self.cores}")
+        if self.cores is not None and self.cores > _UINT32_MAX:  # kubevirt.io/api core/v1 schema.go: Cores uint32
+            raise InvalidInput(f"--cpu must be at most {_UINT32_MAX} (KubeVirt's domain.cpu.cores), not {self.cores}")
         if self.memory is not None and parse_quantity(self.memory, what="--memory") <= 0:
             raise InvalidInput(f"--memory must be more than 0, not {self.memory!r}")
 
@@ -111,6 +113,8 @@ class ManifestOptions:
                                    "--disk-size (how big the disk CDI creates is, e.g. 20Gi)")
             validate_name(rootdisk_name(self.name), kind="DataVolume")
 
+
+_UINT32_MAX = 2**32 - 1
 
 # [KIND/]NAME: the kinds KubeVirt accepts (typed as the kind, its singular or its plural, in any case).
 INSTANCETYPE_KINDS = (C.INSTANCETYPE_KIND, C.CLUSTER_INSTANCETYPE_KIND)

@@ -218,3 +218,12 @@ def test_a_namespace_is_a_dns_label(namespace):
     could never be applied."""
     with pytest.raises(InvalidInput, match="namespace"):
         ManifestOptions(name="v1", namespace=namespace, resource=CA22)
+
+
+@pytest.mark.parametrize("cores", [2**32, 10**20])
+def test_more_cpus_than_kubevirts_uint32_is_bad_input(cores):
+    """domain.cpu.cores is a uint32 in KubeVirt's API (kubevirt.io/api core/v1 schema.go CPU.Cores): a manifest with
+    more cannot be decoded by virt-api. Before: written as asked (exit 0)."""
+    with pytest.raises(InvalidInput, match="--cpu"):
+        ManifestOptions(name="v1", resource=CA22, cores=cores)
+    ManifestOptions(name="v1", resource=CA22, cores=2**32 - 1)
