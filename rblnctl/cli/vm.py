@@ -492,6 +492,8 @@ def _ssh_keys(spec: str) -> list[str]:
             raise InvalidInput(f"--ssh-key {spec}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if " " in spec.strip():
         return [check_ssh_key(spec)]
+    if path.exists():  # a directory (~/.ssh), /dev/null, a socket
+        raise InvalidInput(f"--ssh-key {spec}: not a regular file (give a public key file, e.g. ~/.ssh/id_ed25519.pub)")
     raise InvalidInput(f"--ssh-key {spec}: no such file (give a public key file, e.g. ~/.ssh/id_ed25519.pub)")
 
 

@@ -66,3 +66,12 @@ def test_a_missing_key_file_or_a_bad_user_is_bad_input(tmp_path):
     assert r.exit_code == 2 and "no such file" in r.stderr
     r = cli("vm", "manifest", "v", *OFFLINE, "--user", "Root User")
     assert r.exit_code == 2 and "malformed user name" in r.stderr
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "DIR"])
+def test_a_key_path_that_is_no_file_is_named_so(tmp_path, path):
+    """`--ssh-key ~/.ssh` or /dev/null: the path exists, so 'no such file' (as before) sent the user looking for a
+    typo; it is no regular file."""
+    path = str(tmp_path) if path == "DIR" else path
+    r = cli("vm", "manifest", "v", *OFFLINE, "--ssh-key", path)
+    assert r.exit_code == 2 and "no such file" not in r.stderr and "not a regular file" in r.stderr, r.stderr
