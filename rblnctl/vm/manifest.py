@@ -278,8 +278,9 @@ def check_ssh_key(key: str) -> str:
     if "PRIVATE KEY" in key:
         raise InvalidInput("that is a private key: give the public one (the .pub file)")
     if "\n" in key.strip() or len(parts) < 2 or not parts[0].startswith(_KEY_TYPES):
-        raise InvalidInput(f"not an OpenSSH public key: {key[:40]!r}... (expected e.g. `ssh-ed25519 AAAA... "
-                           "you@host`, as in a .pub file)")
+        # Nothing of the text is echoed: it may be a private key's body (without its header) bound for a CI log.
+        raise InvalidInput(f"not an OpenSSH public key (a line of {len(key.strip())} characters; expected a key type, "
+                           "its base64 and a comment, e.g. `ssh-ed25519 AAAA... you@host`, as in a .pub file)")
     return key.strip()
 
 

@@ -75,3 +75,13 @@ def test_a_key_path_that_is_no_file_is_named_so(tmp_path, path):
     path = str(tmp_path) if path == "DIR" else path
     r = cli("vm", "manifest", "v", *OFFLINE, "--ssh-key", path)
     assert r.exit_code == 2 and "no such file" not in r.stderr and "not a regular file" in r.stderr, r.stderr
+
+
+def test_a_line_that_is_no_key_is_not_echoed(tmp_path):
+    """A private key's body without its header line must not land in a CI log through the error."""
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7secretsecretsecret"
+    key = tmp_path / "id"
+    key.write_text(body + "\n")
+    r = cli("vm", "manifest", "v1", "--ssh-key", str(key))
+    assert r.exit_code == 2 and "not an OpenSSH public key" in r.stderr
+    assert body[:8] not in r.stderr
