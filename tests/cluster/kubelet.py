@@ -108,7 +108,12 @@ class SimKubelet:
             self._consider(pod)
 
     def wait_idle(self, timeout_s: float = 15.0) -> bool:
+        """Wait until every pod of its nodes is acted on. The watch may not have delivered the last pods created
+        yet (a pod seeded just before may still be on its way), so the kubelet first catches up with a LIST, as a
+        kubelet relists; acting twice is harmless (each action re-reads the pod)."""
         deadline = time.monotonic() + timeout_s
+        for pod in self.api.list("Pod"):
+            self._consider(pod)
         with self._lock:
             while self._pending:
                 left = deadline - time.monotonic()
