@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
 from rblnctl.errors import (
     ClusterError,
     Conflict,
@@ -529,10 +529,10 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.merge_patch(vm, layout.host_devices, layout.claims if layout.claims != claims_before else None)
-        stale = stale_mark(vm)
-        stopped_by_us = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
-        if stopped_by_us and stale:
-            stopped_by_us = False
+        marked = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
+        stale = stale_mark(vm) if marked else None
+        stopped_by_us = marked and not stale
+        if stale:
             warns.append(f"VM {ref} carries the mark of an rblnctl run that stopped it, but {stale}: rblnctl leaves it "
                          f"stopped (`virtctl start {ref.name} -n {ref.namespace}` starts it) and "
                          + ("clears the mark with this change" if changed else "the mark is only a note now (`kubectl "
@@ -549,7 +549,7 @@ class AttachPlanner:
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
             noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
-            generation=meta.get("generation"), stale_mark=bool(stale) and not running)
+            generation=meta.get("generation"), stale_mark=bool(stale))
 
     def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
                    blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
@@ -653,7 +653,7 @@ class AttachPlanner:
     def _mark_stopped(self, plan: VmNpuPlan, *, stopped: bool) -> None:
         """Set (or clear) VM_STOPPED_ANNOTATION: a merge patch settled by reading the VM back. Set, its value is the
         time and the generation the plan read (stale_mark())."""
-        value = mark_value(self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"), plan.generation) if stopped else None
+        value = mark_value(iso_utc(self.clock.now()), plan.generation) if stopped else None
         body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
         ns, name = plan.vm.namespace, plan.vm.name
 
