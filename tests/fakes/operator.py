@@ -289,12 +289,7 @@ class SimulatedOperator:
                     return
                 self._dirty = False
                 self._busy = True
-            try:
-                self._step_quietly()
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+            self._busy_step()
 
     def _kick(self) -> None:
         with self._cond:
@@ -310,12 +305,16 @@ class SimulatedOperator:
                     return
                 self._dirty = False
                 self._busy = True
-            try:
-                self._step_quietly()
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+            self._busy_step()
+
+    def _busy_step(self) -> None:
+        """One reconcile step taken by a caller that raised `_busy` (wait_idle waits it out), lowered after."""
+        try:
+            self._step_quietly()
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
 
     def _step_quietly(self) -> None:
         try:
