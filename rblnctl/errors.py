@@ -112,6 +112,22 @@ class NotAnApiServer(ClusterUnreachable):
     """The server answered, but not as a Kubernetes API server does (HTML from a proxy or a web server)."""
 
 
+class AggregatedApiError(ClusterError):
+    """An API group that kube-apiserver's aggregation layer proxies to another server (an APIService with a
+    Service: KubeVirt's virt-api serves `subresources.kubevirt.io`) answered with something that is not a
+    Kubernetes Status. The cluster's API server is fine; that server, or the way to it, is not.
+
+    `api_service` names the APIService (`v1.subresources.kubevirt.io`), `service` its Service (`kubevirt/virt-api`;
+    "" when the APIService could not be read).
+    """
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", api_service: str = "",
+                 service: str = "") -> None:
+        super().__init__(message, status=status, reason=reason)
+        self.api_service = api_service
+        self.service = service
+
+
 class MalformedReply(ClusterError):
     """The API server's reply could not be read (invalid JSON, or not the shape the request returns)."""
 

@@ -546,7 +546,7 @@ def test_pod_log_is_text_even_when_it_looks_like_json(kube, apiserver):
     apiserver.set_pod_log("ns", "p", '{"target": "host"}\nerror: preflight: 1 check(s) failed\n')
     assert kube.pod_log("p", namespace="ns") == '{"target": "host"}\nerror: preflight: 1 check(s) failed\n'
     [req] = apiserver.requests_matching("GET", r"/pods/p/log$")
-    assert req.headers["accept"].startswith("text/plain")
+    assert req.headers["accept"] == "application/json, */*"  # client-go's; kube-apiserver serves text/plain for */*
 
 
 def test_pod_log_of_a_waiting_container_is_a_cluster_error(kube, apiserver):
@@ -576,3 +576,111 @@ def test_a_dry_run_delete_with_options_says_dry_run_in_the_body(kube, apiserver)
     assert apiserver.get("Lease", "l1", "default") is not None
     [req] = apiserver.writes()
     assert req.body["dryRun"] == ["All"] and req.query["dryRun"] == ["All"]
+
+
+# -- the Accept header; aggregated APIs; Warning headers (issue 27) ------------------------------
+
+
+def test_every_request_accepts_json_and_anything_as_client_go_does(kube, apiserver):
+    """client-go's Accept for a JSON client (rest/request.go setAcceptHeader: `application/json, */*`): virt-api's
+    start/stop/restart routes serve nothing else (406 to `application/json` alone, measured on KubeVirt v1.9.0)."""
+    from rblnctl.kube import VM_SUBRESOURCES, VMS, watch
+
+    apiserver.add(o.node("n1"), o.vm("default", "vm1", running=False), o.pod("ns", "p", node="n1"))
+    apiserver.set_pod_log("ns", "p", "hello\n")
+    apiserver.clear_requests()
+    kube.get(NODES, "n1")
+    kube.list(NODES)
+    kube.patch(NODES, "n1", {"metadata": {"labels": {"a": "b"}}}, patch_type="merge")
+    kube.create(PODS, o.pod("ns", "q"), namespace="ns")
+    kube.delete(PODS, "q", namespace="ns")
+    kube.pod_log("p", namespace="ns")
+    kube.request("PUT", VM_SUBRESOURCES.path("vm1", namespace="default", sub="start"), body={})
+    for _ in watch(kube, VMS, namespace="default", timeout_s=0.2):
+        pass
+    accepts = {(r.method, r.headers.get("accept")) for r in apiserver.requests}
+    assert {a for _, a in accepts} == {"application/json, */*"}, accepts
+    assert {m for m, _ in accepts} == {"GET", "PATCH", "POST", "DELETE", "PUT"}
+    assert apiserver.get("VirtualMachine", "vm1", "default")["spec"]["runStrategy"] == "Always"  # not 406
+
+
+def test_a_406_from_virt_api_names_the_aggregated_api_not_a_wrong_server_url(kube, apiserver):
+    """Before issue 27 this said "not the Kubernetes API: is the kubeconfig's server URL right?" (exit 3): the
+    answer came from virt-api through the aggregation layer, and the error now says so (exit 1)."""
+    from rblnctl.errors import AggregatedApiError, NotAnApiServer
+    from rblnctl.kube import VM_SUBRESOURCES
+
+    apiserver.add(o.vm("default", "vm1", running=False))
+    path = VM_SUBRESOURCES.path("vm1", namespace="default", sub="start")
+    apiserver.inject_fault(path=path + "$", status=406, body="406: Not Acceptable\n\nAvailable representations: ",
+                           content_type="text/plain; charset=utf-8", times=1)
+    with pytest.raises(AggregatedApiError) as err:
+        kube.request("PUT", path, body={})
+    text = str(err.value)
+    assert not isinstance(err.value, NotAnApiServer) and "server URL" not in text and "\n" not in text
+    assert text == (
+        "the aggregated API subresources.kubevirt.io/v1 (APIService v1.subresources.kubevirt.io, Service "
+        f"kubevirt/virt-api) answered PUT {path} with 406 Not Acceptable and text/plain; charset=utf-8 "
+        "(406: Not Acceptable Available representations:), not a Kubernetes Status: check "
+        "`kubectl get apiservice v1.subresources.kubevirt.io` and the pods behind Service kubevirt/virt-api "
+        "(`kubectl -n kubevirt get endpointslices -l kubernetes.io/service-name=virt-api`)")
+    assert (err.value.status, err.value.api_service, err.value.service) == (
+        406, "v1.subresources.kubevirt.io", "kubevirt/virt-api")
+    assert [r.path for r in apiserver.requests_matching("GET")] == [
+        "/apis", "/apis/apiregistration.k8s.io/v1/apiservices/v1.subresources.kubevirt.io"]
+
+
+def test_an_unreachable_virt_api_is_the_aggregators_503_naming_why_its_apiservice_is_unavailable(kube, apiserver):
+    from rblnctl.errors import AggregatedApiError
+    from rblnctl.kube import VM_SUBRESOURCES, is_transient
+
+    apiserver.add(o.vm("default", "vm1", running=False))
+    apiserver.virt_api_available = False
+    with pytest.raises(AggregatedApiError) as err:
+        kube.request("PUT", VM_SUBRESOURCES.path("vm1", namespace="default", sub="start"), body={})
+    text = str(err.value)
+    assert "answered PUT" in text and "with 503 Service Unavailable and text/plain; charset=utf-8 " \
+        "(service unavailable)" in text
+    assert 'the APIService is not Available: service/virt-api in "kubevirt" is not present' in text
+    assert is_transient(err.value)  # a 503: worth trying again later, as any
+    assert apiserver.get("VirtualMachine", "vm1", "default")["spec"]["runStrategy"] == "Halted"
+
+
+def test_an_apiservice_rbac_hides_is_still_named_from_discovery(kube, apiserver):
+    from rblnctl.errors import AggregatedApiError
+    from rblnctl.kube import VM_SUBRESOURCES
+
+    apiserver.add(o.vm("default", "vm1", running=False))
+    apiserver.forbid("get", "apiservices.apiregistration.k8s.io")
+    apiserver.virt_api_available = False
+    with pytest.raises(AggregatedApiError) as err:
+        kube.request("PUT", VM_SUBRESOURCES.path("vm1", namespace="default", sub="start"), body={})
+    assert "(APIService v1.subresources.kubevirt.io, which could not be read: forbidden: RBAC does not allow get " \
+        "on apiservices.apiregistration.k8s.io at cluster scope" in str(err.value)
+    assert "`kubectl get apiservice v1.subresources.kubevirt.io`" in str(err.value)
+
+
+def test_a_text_reply_under_a_local_group_or_a_core_path_is_still_not_an_api_server(kube, apiserver):
+    """kube-apiserver serves kubevirt.io itself (CRDs: a Local APIService): an HTML page there came from
+    something in between, as on a core path."""
+    from rblnctl.errors import NotAnApiServer
+
+    apiserver.add(o.kubevirt())
+    page = "<html><body><h1>403 Forbidden</h1>corporate proxy</body></html>"
+    for path in ("^/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts$", "^/api/v1/nodes$"):
+        apiserver.inject_fault(path=path, status=404, body=page, content_type="text/html", times=1)
+    with pytest.raises(NotAnApiServer, match="not the Kubernetes API"):
+        kube.list(KUBEVIRTS, namespace="kubevirt")
+    with pytest.raises(NotAnApiServer, match="not the Kubernetes API"):
+        kube.list(NODES)
+    assert len(apiserver.requests_matching("GET", "/apiservices/v1.kubevirt.io$")) == 1
+
+
+def test_a_group_not_installed_costs_no_apiservice_read(apiserver):
+    from rblnctl.errors import ApiNotServed
+
+    kube = connect(KubeOptions(server=apiserver.url))
+    apiserver.remove_group("kubevirt.io")
+    with pytest.raises(ApiNotServed):
+        kube.list(KUBEVIRTS)
+    assert apiserver.requests_matching("GET", "apiservices") == []

@@ -43,7 +43,10 @@ class State:
         if self._kube is None:
             from rblnctl.kube import KubeOptions, connect
 
+            from rblnctl.cli.console import ServerWarnings
+
             self._kube = connect(KubeOptions(**self.connection))
+            self._kube.on_warning = ServerWarnings()  # the server's Warning headers, as kubectl prints them
         return self._kube
 
     def object_namespace(self) -> str:

@@ -68,6 +68,34 @@ def warn(message: object) -> None:
     stderr().print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
 
 
+class ServerWarnings:
+    """The API server's warnings (admission webhooks, deprecated APIs) on stderr, as kubectl prints them.
+
+    kubectl's handler (k8s.io/kubectl pkg/cmd/cmd.go: rest.NewWarningWriter(stderr, {Deduplicate: true, Color:
+    ...}); k8s.io/client-go rest/warnings.go warningWriter.HandleWarningHeader) prints only code 299 warnings with
+    a text, each text once per process, as `Warning: <text>` ("Warning:" in yellow where colour is allowed). Set
+    as `Kube.on_warning`; requests run on several threads, hence the lock. stdout is never touched (-o json).
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, warning: object) -> None:
+        from rich.markup import escape
+
+        code, text = getattr(warning, "code", 0), str(getattr(warning, "text", "") or "")
+        if code != 299 or not text:
+            return
+        with self._lock:
+            if text in self._seen:
+                return
+            self._seen.add(text)
+            stderr().print(f"[yellow]Warning:[/] {escape(text)}", soft_wrap=True)
+
+
 def info(message: str) -> None:
     """Print one progress line to stderr."""
     from rich.markup import escape

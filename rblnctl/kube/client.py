@@ -14,7 +14,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -36,6 +36,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube.kubeconfig import Transport, client_errors
 from rblnctl.kube.replies import (
+    AggregatedApi,
     _decode,
     _decode_ok,
     _is_timeout,
@@ -46,17 +47,28 @@ from rblnctl.kube.replies import (
     _retryable,
     _root_cause,
     _status_error,
+    aggregated_api,
+    aggregated_api_failed,
     api_not_served,
     mux_not_found,
     not_an_api_server,
 )
-from rblnctl.kube.resources import PODS, Resource
+from rblnctl.kube.resources import API_SERVICES, PODS, Resource
+from rblnctl.kube.warning_headers import ServerWarning, warnings_of
 
 log = logging.getLogger("rblnctl.kube")
 request_log = logging.getLogger("rblnctl.kube.requests")  # -v=6: one line per request
 wire_log = logging.getLogger("rblnctl.kube.bodies")  # -v=8: request and response bodies
 
 JSON = "application/json"
+# The Accept header of every request, exactly as client-go sends it for a client whose content type is JSON
+# (k8s.io/client-go rest/client.go GetClientContentConfig defaults ContentType to application/json, and
+# rest/request.go setAcceptHeader sends `ContentType + ", */*"`; `kubectl get --raw` sends it too). The `*/*`
+# matters: KubeVirt's virt-api routes for start/stop/restart declare no Produces (kubevirt/kubevirt@v1.9.0
+# pkg/virt-api/api.go), and go-restful answers 406 Not Acceptable to an Accept that names none of a route's
+# Produces and lacks */* (github.com/emicklei/go-restful/v3 route.go matchesAccept, jsr311.go detectRoute).
+# kube-apiserver serves JSON for it; a pod log (text/plain) is served for it as well.
+ACCEPT = f"{JSON}, */*"
 PATCH_TYPES = {
     "json": "application/json-patch+json",
     "merge": "application/merge-patch+json",
@@ -99,10 +111,16 @@ class Kube:
     impersonate_groups: tuple[str, ...] = ()  # one Impersonate-Group header each (kubectl --as-group)
     clock: Clock = SYSTEM_CLOCK  # waits between read retries
     read_retries: int = READ_RETRIES
+    # Every `Warning` header of every reply (admission webhooks, deprecated APIs), parsed: the front end's
+    # handler (the CLI prints each text once on stderr, as kubectl). None: dropped. Called from any thread.
+    on_warning: Callable[[ServerWarning], None] | None = None
     request_count: int = field(default=0, init=False)
-    # Whether GET /apis answered an APIGroupList (None: not asked yet): read once, the first time a reply
-    # needs it to tell "API group not installed" from "not an API server" (see _reply_error).
-    _discovery_ok: bool | None = field(default=None, init=False, repr=False)
+    # The groups GET /apis lists (None: not an APIGroupList, e.g. not an API server), read once, the first
+    # time a reply needs it to tell "API group not installed" from "not an API server" (see _reply_error).
+    _discovery: frozenset[str] | None = field(default=None, init=False, repr=False)
+    _discovery_read: bool = field(default=False, init=False, repr=False)
+    # The APIServices read on the error path (name -> AggregatedApi, None for a Local or missing one).
+    _api_services: dict[str, AggregatedApi | None] = field(default_factory=dict, init=False, repr=False)
 
     # -- core -------------------------------------------------------------------------------
 
@@ -142,8 +160,6 @@ class Kube:
     def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
                       content_type: str | None, text: bool = False) -> Any:
         url, headers, plugin_errors, resource_path = self._prepare(method, path, query, body, content_type)
-        if text:  # errors come back as JSON Status objects either way; a text body (a pod log) is text/plain
-            headers["Accept"] = f"text/plain, {JSON}"
         if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
             wire_log.debug("request body: %s", _loggable(body))
         started = time.monotonic()
@@ -162,7 +178,7 @@ class Kube:
                  content_type: str | None) -> tuple[str, Any, list[str], str]:
         """The URL and headers (auth, impersonation) of a request; the credential plugin's errors, if it ran."""
         query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
-        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": USER_AGENT})
+        headers = urllib3.HTTPHeaderDict({"Accept": ACCEPT, "User-Agent": USER_AGENT})
         if body is not None:
             headers["Content-Type"] = content_type or JSON
         resource_path = path + ("?" + urlencode(query_items) if query_items else "")
@@ -191,6 +207,7 @@ class Kube:
             urllib3.Timeout(total=timeout)
         try:
             resp = self.transport.request(method, url, headers=headers, body=data, timeout=limit)
+            self._report_warnings(resp)
             if stream:
                 return resp, None
             content = resp.read()
@@ -209,11 +226,25 @@ class Kube:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
         return resp, content
 
+    def _report_warnings(self, resp: Any) -> None:
+        """Hand the reply's Warning headers to on_warning (client-go's handleWarnings, for every reply)."""
+        if self.on_warning is not None:
+            for warning in warnings_of(resp):
+                self.on_warning(warning)
+
     def _reply_error(self, method: str, path: str, resp: Any, data: bytes | None,
                      plugin_errors: list[str]) -> ClusterError | NotFound:
         """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
         decoded = _decode(data)
         ctype = str((getattr(resp, "headers", None) or {}).get("Content-Type") or "")
+        if isinstance(decoded, str) and "json" not in ctype.lower() and resp.status not in (401, 403):
+            # kube-apiserver answers every failure of its own with a JSON Status; a text reply under an API
+            # group another server serves through the aggregation layer came from that server (virt-api's
+            # go-restful 404/405/406), or from the aggregator failing to reach it (503 "service unavailable").
+            api = self._aggregated_api(path, mux_404=mux_not_found(resp.status, ctype, decoded))
+            if api is not None:
+                return aggregated_api_failed(method, path, resp.status, str(getattr(resp, "reason", "") or ""),
+                                             ctype, decoded, api)
         if isinstance(decoded, str) and mux_not_found(resp.status, ctype, decoded) and \
                 _under_api_group(path) and self._serves_discovery():
             # kube-apiserver's mux: nothing is routed under this API group (its CRD is not installed).
@@ -233,14 +264,46 @@ class Kube:
 
     def _serves_discovery(self) -> bool:
         """Whether this server answers GET /apis with an APIGroupList, as every kube-apiserver does (read once)."""
-        if self._discovery_ok is None:
+        return self._api_groups() is not None
+
+    def _api_groups(self) -> frozenset[str] | None:
+        """The API groups GET /apis lists; None when it is no APIGroupList (read once)."""
+        if not self._discovery_read:
             try:
                 doc = self._request_once("GET", "/apis", query=None, body=None, content_type=None)
             except (ClusterError, ClusterUnreachable, NotFound):
                 doc = None
-            self._discovery_ok = isinstance(doc, dict) and doc.get("kind") == "APIGroupList" and \
-                isinstance(doc.get("groups"), list)
-        return self._discovery_ok
+            if isinstance(doc, dict) and doc.get("kind") == "APIGroupList" and isinstance(doc.get("groups"), list):
+                self._discovery = frozenset(str(g.get("name")) for g in doc["groups"] if isinstance(g, dict))
+            self._discovery_read = True
+        return self._discovery
+
+    def _aggregated_api(self, path: str, *, mux_404: bool) -> AggregatedApi | None:
+        """The aggregated API `path` is under (its APIService, `VERSION.GROUP`, has a Service), else None.
+
+        Asked only on the error path, at most one read per APIService: a plain-text 404 under a group /apis
+        does not list is "not installed" without it. An APIService that cannot be read (RBAC) still counts as
+        aggregated when /apis lists its group: kube-apiserver itself would have answered a JSON Status.
+        """
+        parts = [p for p in path.split("?")[0].split("/") if p]
+        if parts[:1] != ["apis"] or len(parts) < 3 or parts[1] == API_SERVICES.group:
+            return None
+        group, version = parts[1], parts[2]
+        groups = self._api_groups()
+        if groups is None or (mux_404 and group not in groups):
+            return None
+        name = f"{version}.{group}"
+        if name not in self._api_services:
+            self._api_services[name] = None  # also what a failing read of it below leaves (no recursion)
+            try:
+                obj = self._request_once("GET", API_SERVICES.path(name), query=None, body=None, content_type=None)
+                self._api_services[name] = aggregated_api(name, obj)
+            except NotFound:
+                pass
+            except (ClusterError, ClusterUnreachable) as err:
+                if group in groups:
+                    self._api_services[name] = AggregatedApi(name, unread=_one_line(err)[:120])
+        return self._api_services[name]
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None) -> dict:
         """GET one object (MalformedReply when the reply is not one)."""

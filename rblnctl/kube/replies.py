@@ -1,20 +1,23 @@
 """What an answer (or its absence) means: typed errors from Kubernetes Status replies, and which failures are transient.
 
 Every non-2xx reply becomes one RblnError with one line (the verb, resource and namespace RBAC saw
-for a 403); a reply that is not JSON is MalformedReply, an HTML page NotAnApiServer; no reply at all
-is ClusterUnreachable, or OutcomeUnknown for a write that may have been applied.
+for a 403); a reply that is not JSON is MalformedReply, an HTML page NotAnApiServer, a non-Status answer
+from an aggregated API (an APIService with a Service, such as KubeVirt's virt-api) AggregatedApiError;
+no reply at all is ClusterUnreachable, or OutcomeUnknown for a write that may have been applied.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 
 from rblnctl.errors import (
     AdmissionDenied,
+    AggregatedApiError,
     ApiNotServed,
     AuthError,
     ClusterError,
@@ -162,6 +165,61 @@ def not_an_api_server(method: str, path: str, status: int, ctype: str, text: str
     return NotAnApiServer(f"the server at {server} answered {method} {path} with {status} and "
                           f"{ctype or 'no content type'} ({page}), not the Kubernetes API: is the kubeconfig's "
                           "server URL right, or is a proxy in between failing?", status=status)
+
+
+@dataclass(frozen=True)
+class AggregatedApi:
+    """An APIService that kube-apiserver proxies to a Service (`spec.service` set: not Local).
+
+    `service` is `namespace/name` ("" when the APIService could not be read and discovery alone said the group
+    is served), `unavailable` the message of its Available condition when that is not True, `unread` why the
+    APIService could not be read ("" when it was).
+    """
+
+    name: str
+    service: str = ""
+    unavailable: str = ""
+    unread: str = ""
+
+
+def aggregated_api(name: str, obj: Any) -> AggregatedApi | None:
+    """The AggregatedApi an APIService object describes; None for a Local one (served by kube-apiserver itself:
+    the automanaged APIServices of built-in groups and CRDs have no `spec.service`)."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    service = spec.get("service") if isinstance(spec, dict) else None
+    if not isinstance(service, dict) or not service.get("name"):
+        return None
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    available = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Available"), None)
+    unavailable = ""
+    if available is not None and available.get("status") != "True":
+        unavailable = _one_line(available.get("message") or available.get("reason") or "not Available")
+    return AggregatedApi(name, f"{service.get('namespace') or 'default'}/{service['name']}", unavailable)
+
+
+def aggregated_api_failed(method: str, path: str, status: int, reason: str, ctype: str, text: str,
+                          api: AggregatedApi) -> AggregatedApiError:
+    """A non-Status reply that came from an aggregated API server, not from kube-apiserver: name the APIService
+    and its Service, what came back, and what to look at (never "is the kubeconfig's server URL right?")."""
+    group_version = "/".join(reversed(api.name.split(".", 1)))
+    where = f"APIService {api.name}"
+    if api.service:
+        where += f", Service {api.service}"
+    elif api.unread:
+        where += f", which could not be read: {api.unread}"
+    answer = " ".join(p for p in (str(status), reason) if p)
+    body = _one_line(re.sub(r"<[^>]+>", " ", text))[:120] or "an empty body"
+    check = f"check `kubectl get apiservice {api.name}`"
+    if api.service:
+        ns, _, svc = api.service.partition("/")
+        check += (f" and the pods behind Service {api.service} "
+                  f"(`kubectl -n {ns} get endpointslices -l kubernetes.io/service-name={svc}`)")
+    state = f"; the APIService is not Available: {api.unavailable}" if api.unavailable else ""
+    return AggregatedApiError(
+        f"the aggregated API {group_version} ({where}) answered {method} {path} with {answer} and "
+        f"{ctype or 'no content type'} ({body}), not a Kubernetes Status{state}: {check}",
+        status=status, reason=reason, api_service=api.name, service=api.service)
 
 
 def _object(value: Any, what: str) -> dict:

@@ -187,6 +187,8 @@ SELF_SUBJECT_RULES_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubject
                                       "SelfSubjectRulesReview")
 EVENTS = Resource("", "v1", "events", True, "Event")
 EVENTS_V1 = Resource(C.EVENTS_GROUP, "v1", "events", True, "Event")  # the same objects as EVENTS, the newer shape
+# kube-aggregator's APIServices: read only to name the aggregated API a failing request went to (kube/client.py).
+API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", False, "APIService")
 SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io", "v1", "selfsubjectreviews", False, "SelfSubjectReview")
 # virt-api's start/stop/restart subresources of a VirtualMachine (PUT .../virtualmachines/NAME/{start,stop,restart}).
 VM_SUBRESOURCES = Resource(C.KUBEVIRT_SUBRESOURCES_GROUP, C.KUBEVIRT_VERSION, C.VM_PLURAL, True, "VirtualMachine")

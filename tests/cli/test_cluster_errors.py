@@ -140,3 +140,29 @@ def test_failing_exec_plugin_is_one_line_exit_4(apiserver, tmp_path):
     assert out.returncode == 4, out.stderr
     lines = out.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "token expired: log in again" in lines[0], out.stderr
+
+
+def test_vm_start_is_served_by_virt_api_which_406s_an_accept_without_any_type(apiserver):
+    """Issue 27: virt-api's start route declares no Produces; rblnctl's old `Accept: application/json` got 406 and
+    exit 3 ("not the Kubernetes API"). It now sends client-go's `application/json, */*`."""
+    apiserver.add(o.vm("vms", "v1", running=False))
+    r = cli("vm", "start", "v1", "-n", "vms", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert apiserver.get("VirtualMachine", "v1", "vms")["spec"]["runStrategy"] == "Always"
+    [put] = apiserver.requests_matching("PUT")
+    assert put.status == 202 and put.headers["accept"] == "application/json, */*"
+
+
+def test_an_unreachable_virt_api_is_named_with_its_apiservice_exit_1_not_a_wrong_server_url(apiserver, monkeypatch):
+    from rblnctl.clock import SYSTEM_CLOCK
+
+    monkeypatch.setattr(SYSTEM_CLOCK, "sleep", lambda seconds, stop=None: False)  # vm start retries a 503 a while
+    apiserver.add(o.vm("vms", "v1", running=False))
+    apiserver.virt_api_available = False
+    r = cli("vm", "start", "v1", "-n", "vms", server=apiserver.url)
+    assert r.exit_code == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    [line] = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith("error: the aggregated API subresources.kubevirt.io/v1 (APIService "
+                           "v1.subresources.kubevirt.io, Service kubevirt/virt-api) answered PUT ")
+    assert "with 503 Service Unavailable" in line and "kubectl get apiservice v1.subresources.kubevirt.io" in line
+    assert "server URL" not in line and "not the Kubernetes API" not in line

@@ -456,3 +456,36 @@ def test_an_hco_managed_kubevirt_that_needs_no_change_is_not_an_error(apiserver)
     r = cli("kubevirt", "enable-gates", "--yes", server=apiserver.url)  # HCO always enables HostDevices
     assert r.exit_code == 0, r.stderr
     assert apiserver.writes() == []
+
+
+# -- the server's Warning headers (issue 27) ----------------------------------------------------------
+
+
+def _warning_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("Warning: ")]
+
+
+GA_WARNING = ('Warning: feature gate {} is deprecated (feature state is "General Availability"), therefore it can '
+              'be safely removed and is redundant. For more info, please look at: '
+              'https://github.com/kubevirt/kubevirt/blob/main/docs/deprecation.md')
+
+
+def test_the_kubevirt_webhooks_warnings_are_printed_as_kubectl_prints_them_and_stdout_stays_json(apiserver):
+    """virt-operator's KubeVirt-CR webhook warns on every GA or deprecated gate of the changed list (its text, as
+    the real v1.9.0 webhook answers); kubectl prints each as `Warning: <text>` on stderr; so does rblnctl."""
+    apiserver.add(o.kubevirt(feature_gates=["NUMA"]))
+    r = cli("kubevirt", "enable-gates", "LiveMigration", "--yes", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["plan"]["featureGatesAfter"] == ["NUMA", "HostDevices", "LiveMigration"]
+    assert _warning_lines(r.stderr) == [GA_WARNING.format("NUMA"), GA_WARNING.format("LiveMigration")]
+    assert "Warning:" not in r.stdout
+
+
+def test_a_server_dry_run_shows_the_warnings_too_and_an_unchanged_list_none(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"]))
+    r = cli("kubevirt", "enable-gates", "GPU", "--yes", "--dry-run=server", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert _warning_lines(r.stderr) == [GA_WARNING.format("GPU")]
+    assert gates(apiserver) == ["HostDevices"]
+    r = cli("kubevirt", "disable-gates", "Snapshot", "--yes", server=apiserver.url)  # nothing to write: no reply
+    assert _warning_lines(r.stderr) == []

@@ -114,7 +114,8 @@ class Api:
 
     def request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
                 content_type: str = "application/json", timeout_s: float | None = None) -> Any:
-        headers = {"User-Agent": self.user_agent, "Accept": "application/json"}
+        # client-go's Accept (rest/request.go setAcceptHeader): virt-api's subresources 406 `application/json` alone
+        headers = {"User-Agent": self.user_agent, "Accept": "application/json, */*"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None

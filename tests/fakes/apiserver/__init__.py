@@ -85,7 +85,13 @@ What it models (kube-apiserver behaviour, simplified where noted):
   claims made from their templates and allocated from the node's free ResourceSlice devices;
   ``kubevirt_launcher_delay_s`` keeps it Pending that long); state change requests are carried out; a
   stopped or deleted VM takes its VMI, pod and claims. Off by default.
-  Other virt-api subresources (migrate, console, vnc, pause...) are not modelled (404).
+  Other virt-api subresources (migrate, console, vnc, pause...) are not modelled (404). Routes are matched as
+  virt-api's go-restful matches them, failures in plain text, not a Status: ``404: Page Not Found``, ``405:
+  Method Not Allowed``, and ``406: Not Acceptable`` for an ``Accept`` header without ``*/*`` (measured).
+* APIServices (aggregator.py): ``GET /apis/apiregistration.k8s.io/v1/apiservices[/NAME]``, a Local one per
+  group version served and virt-api's ``v1.subresources.kubevirt.io`` (Service kubevirt/virt-api);
+  ``virt_api_available = False`` makes it unavailable and every subresources.kubevirt.io request the
+  aggregator's plain-text 503 ``service unavailable``.
 * Watch (``?watch=true``): a chunked stream of JSON events, replaying from ``resourceVersion``
   (410 Expired when older than the kept history, see ``compact()``) or starting with synthetic
   ADDED events; selectors apply, an object that stops matching arrives as DELETED. Enough for
@@ -95,7 +101,7 @@ What it models (kube-apiserver behaviour, simplified where noted):
   (only kind, apiVersion and ``metadata.resourceVersion``, after every event they cover) come every
   ``bookmark_interval_s`` (60 s, as the watch cache) and once just before the stream ends; the real
   server sends that last one two seconds before its timeout. ``open_watches`` counts the streams.
-* Every error is a ``Status`` object with the reason and message text a real server uses;
+* Every error of kube-apiserver's own is a ``Status`` object with the reason and message text a real server uses;
   ``require_token`` gives real 401s.
 * Authorization, decided as kube-apiserver does from the request path alone, before routing (a
   refused request is 403 even for a resource that does not exist), with the 403 text of

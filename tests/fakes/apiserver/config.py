@@ -40,6 +40,9 @@ class Settings:
     eviction_hook: Callable[[dict, dict], tuple[int, str] | None] | None = None
     #: Answer evictions of virt-launcher pods as KubeVirt's pod eviction webhook does (eviction.py).
     kubevirt_eviction_webhook: bool = True
+    #: False: kube-aggregator cannot reach virt-api (aggregator.py): its APIService is not Available and every
+    #: request under subresources.kubevirt.io is the proxy's 503 ``service unavailable``.
+    virt_api_available: bool = True
     #: ``kubelet(pod)`` for every pod that appears on, or is bound to, a node (after commit, no lock).
     kubelet: Callable[[dict], None] | None = None
     #: Seconds between BOOKMARK events on a watch that asked for them (kube-apiserver: one minute).

@@ -123,3 +123,13 @@ def bad_request(message: str) -> ApiError:
 def internal_error(message: str) -> ApiError:
     """errors.NewInternalError: ``Internal error occurred: <message>``."""
     return ApiError(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]})
+
+
+class PlainError(ApiError):
+    """A failure written as plain text, not a Status: what a Go server outside kube-apiserver's own handlers answers
+    (go-restful's ``WriteErrorString``, net/http's ``http.Error``: ``text/plain; charset=utf-8`` with
+    ``X-Content-Type-Options: nosniff``), relayed as is by kube-apiserver's aggregation layer."""
+
+    def __init__(self, code: int, text: str, headers: dict[str, str] | None = None):
+        super().__init__(code, None, text, headers={"X-Content-Type-Options": "nosniff", **(headers or {})})
+        self.body = text  # type: ignore[assignment]  # a str body is sent as text/plain

@@ -125,6 +125,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        req = getattr(self, "_req", None)
+        for text in req.warnings if req is not None else ():
+            self.send_header("Warning", warning_header(text))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -267,11 +270,13 @@ class Handler(BaseHTTPRequestHandler):
             return 200, "ok", {}
         if path.startswith("/openapi/"):
             raise unknown_path()
-        if not served_path(path, fake._table.all(), fake._kubevirt.discovery_groups()):
+        extra = fake._kubevirt.discovery_groups() + fake._aggregator.discovery_groups()
+        if not served_path(path, fake._table.all(), extra):
             # kube-apiserver's HTTP mux routes nothing there (no such API group: a CRD not installed)
             # and answers with Go's http.NotFound, not a Status.
             return 404, MUX_NOT_FOUND, {}
-        answer = fake._kubevirt.handle(req.method, path, req.body)
+        answer = fake._aggregator.handle(req.method, path) or \
+            fake._kubevirt.handle(req.method, path, req.body, self.headers.get("Accept"))
         if answer is not None:
             return answer[0], answer[1], {}
         route = fake._table.route(path)
@@ -279,8 +284,7 @@ class Handler(BaseHTTPRequestHandler):
             if req.method != "GET":
                 raise method_not_allowed()
             host = self.headers.get("Host") or f"127.0.0.1:{fake.port}"
-            out = discovery(path, host, fake._table.all(), dict(settings.version_info),
-                            fake._kubevirt.discovery_groups())
+            out = discovery(path, host, fake._table.all(), dict(settings.version_info), extra)
             if out is None:
                 raise unknown_path()
             return 200, out, {}
@@ -347,6 +351,12 @@ class Handler(BaseHTTPRequestHandler):
         if name is None:
             return api.delete_collection(res, ns, q, options, dry_run)
         return api.delete(res, ns, name, options, dry_run)
+
+
+def warning_header(text: str) -> str:
+    """A ``Warning`` header value as kube-apiserver writes it: k8s.io/apimachinery pkg/util/net/http.go
+    NewWarningHeader(299, "-", text): ``299 - "text"``, with ``"`` and ``\\`` escaped by a backslash."""
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _verb(method: str, name: str | None, watch: bool) -> str:

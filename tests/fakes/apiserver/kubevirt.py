@@ -3,7 +3,13 @@ virt-controller that makes VirtualMachineInstances follow their VirtualMachine.
 
 ``PUT /apis/subresources.kubevirt.io/v1/namespaces/NS/virtualmachines/NAME/{start,stop,restart}``
 (body optional: Start/Stop/RestartOptions, ``dryRun`` honoured) answer 202 with an empty body, as
-pkg/virt-api/rest/lifecycle.go does, with its 404 (``virtualmachine.kubevirt.io "NAME" not found``)
+pkg/virt-api/rest/lifecycle.go does. Routes are chosen as go-restful chooses them (github.com/emicklei/go-restful/v3
+jsr311.go detectRoute, as vendored by kubevirt/kubevirt@v1.9.0): path, then method, then Accept, each failure
+plain text, not a Status (measured on v1.9.0 through kube-apiserver's aggregator): ``404: Page Not Found`` for a
+path no route has, ``405: Method Not Allowed`` (``Allow: PUT``), and, because these routes declare no
+``Produces`` (pkg/virt-api/api.go), ``406: Not Acceptable\n\nAvailable representations: `` to an Accept header
+without ``*/*`` (route.go matchesAccept; an absent Accept counts as ``*/*``), before the VM is even looked up.
+Then the handler, with its 404 (``virtualmachine.kubevirt.io "NAME" not found``)
 and 409s (``VM is already running``, ``VM is not running``, ``Always does not support manual
 start requests``, ``RerunOnFailure does not support starting VM from failed state``...). ``start``/``stop``
 on a VM whose run strategy is Always or Halted set ``spec.runStrategy`` (or ``spec.running`` when the VM
@@ -42,8 +48,7 @@ from typing import Any
 
 from tests.fakes.apiserver.config import VM_NODE_ANNOTATION
 from tests.fakes.apiserver.discovery import ExtraGroup
-from tests.fakes.apiserver.errors import GroupResource, conflict, internal_error, method_not_allowed, not_found
-from tests.fakes.apiserver.errors import unknown_path
+from tests.fakes.apiserver.errors import GroupResource, PlainError, conflict, internal_error, not_found
 from tests.fakes.apiserver.meta import ts
 from tests.fakes.apiserver.store import Event, Store
 
@@ -54,7 +59,75 @@ _VM = GroupResource("kubevirt.io", "virtualmachine")  # v1.Resource("virtualmach
 _PREFIX = f"/apis/{GROUP}/v1/namespaces/"
 _PATH = re.compile(r"/apis/subresources\.kubevirt\.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)/([^/]+)/?")
 _ACTIONS = ("start", "stop", "restart")
+# go-restful's answers when no route fits (measured on virt-api v1.9.0; jsr311.go detectRoute, container.go)
+PAGE_NOT_FOUND = "404: Page Not Found"
+METHOD_NOT_ALLOWED = "405: Method Not Allowed"
+NOT_ACCEPTABLE = "406: Not Acceptable\n\nAvailable representations: "
 _RUNNING = ("Always", "RerunOnFailure", "Once")
+
+
+# ---- virt-operator's KubeVirt-CR update webhook: its warnings -------------------------------------------------
+#
+# kubevirt/kubevirt@v1.9.0 pkg/virt-operator/webhooks/kubevirt-update-admitter.go: when the gate lists changed
+# (featureGatesChanged: featureGates or disabledFeatureGates differ, in order; no developerConfiguration before and
+# one now), one warning per gate in featureGates that is registered with a message (warnDeprecatedFeatureGates:
+# featuregate.FeatureGateInfo(gate).Message; Alpha and Beta gates have none, an empty warning kube-apiserver drops);
+# then, on every update, the deprecated mediatedDevicesTypes fields and the ppc64le architecture. The messages are
+# pkg/virt-config/featuregate/inactive.go init()'s: GA gates get feature-gates.go WarningPattern, the deprecated and
+# discontinued ones their own text. Checked against the real webhook (../shared/kubevirt, kubectl and raw replies).
+KUBEVIRT_ID = "kubevirts.kubevirt.io"
+_GA_PATTERN = ('feature gate {} is deprecated (feature state is "General Availability"), therefore it can be safely '
+               "removed and is redundant. For more info, please look at: "
+               "https://github.com/kubevirt/kubevirt/blob/main/docs/deprecation.md")
+GA_GATES = (
+    "LiveMigration", "SRIOVLiveMigration", "NonRoot", "PSA", "CPUNodeDiscovery", "NUMA",
+    "CommonInstancetypesDeploymentGate", "GPU", "HotplugNICs", "BochsDisplayForEFIGuests", "VMLiveUpdateFeatures",
+    "NetworkBindingPlugins", "DynamicPodInterfaceNaming", "VolumesUpdateStrategy", "VolumeMigration",
+    "DisableCustomSELinuxPolicy", "AutoResourceLimitsGate", "ClusterProfiler", "VMPersistentState", "VMExport",
+    "PersistentReservation", "InstancetypeReferencePolicy", "EnableVirtioFsConfigVolumes", "ExpandDisks",
+    "PanicDevices", "LiveUpdateNADRef", "VideoConfig", "SecureExecution", "MigrationPriorityQueue",
+)
+GATE_WARNINGS: dict[str, str] = {
+    **{g: _GA_PATTERN.format(g) for g in GA_GATES},
+    "DockerSELinuxMCSWorkaround": "DockerSELinuxMCSWorkaround has been deprecated since v1.4.",
+    "MultiArchitecture": "MultiArchitecture has been deprecated since v1.8.0",
+    "DisableMDEVConfiguration": "DisableMDEVConfiguration has been deprecated since v1.8.0",
+    "HotplugVolumes": "HotplugVolumes has been deprecated since v1.9.0 and has been replaced by "
+                      "DeclarativeHotplugVolumes",
+    "ExperimentalVirtiofsSupport": "Virtiofs ExperimentalVirtiofsSupport feature gate is discontinued since v1.7. "
+                                   "Please use EnableVirtioFsConfigVolumes or EnableVirtioFsPVC feature gates instead",
+    "Passt": "Passt network binding is discontinued since v1.3. Please refer to Kubevirt user guide for alternatives.",
+    "Macvtap": "Macvtap network binding is discontinued since v1.3. Please refer to Kubevirt user guide for "
+               "alternatives.",
+    "PasstIPStackMigration": "Seamless migration with passt network binding plugin is no longer supported since "
+                             "KubeVirt v1.8. Please use the passt core binding instead.",
+}
+_MDEV_WARNING = "{} is deprecated, use mediatedDeviceTypes"
+
+
+def kubevirt_update_warnings(old: dict, new: dict) -> list[str]:
+    """What virt-operator's KubeVirt-CR update webhook (v1.9.0) warns about for this update, in its order."""
+    def dev(obj: dict) -> dict | None:
+        value = (((obj.get("spec") or {}).get("configuration") or {}).get("developerConfiguration"))
+        return value if isinstance(value, dict) else None
+
+    out: list[str] = []
+    before, after = dev(old), dev(new)
+    if after is not None and (before is None or any(
+            list(before.get(k) or []) != list(after.get(k) or []) for k in ("featureGates", "disabledFeatureGates"))):
+        out += [GATE_WARNINGS[g] for g in after.get("featureGates") or [] if g in GATE_WARNINGS]
+    config = (new.get("spec") or {}).get("configuration") or {}
+    mdev = config.get("mediatedDevicesConfiguration")
+    if isinstance(mdev, dict):
+        where = "spec.configuration.mediatedDevicesConfiguration"
+        if mdev.get("mediatedDevicesTypes") is not None:
+            out.append(_MDEV_WARNING.format(f"{where}.mediatedDevicesTypes"))
+        for i, node in enumerate(mdev.get("nodeMediatedDeviceTypes") or []):
+            if isinstance(node, dict) and node.get("mediatedDevicesTypes") is not None:
+                out.append(_MDEV_WARNING.format(f"{where}.nodeMediatedDeviceTypes[{i}].mediatedDevicesTypes"))
+    if ((config.get("architectureConfiguration") or {}).get("ppc64le")) is not None:
+        out.append("spec.configuration.architectureConfiguration.ppc64le is deprecated and no longer supported.")
+    return out
 
 
 def run_strategy(vm: dict) -> str:
@@ -62,6 +135,14 @@ def run_strategy(vm: dict) -> str:
     if spec.get("runStrategy"):
         return spec["runStrategy"]
     return "Always" if spec.get("running") else "Halted"
+
+
+def accepts_any(accept: str | None) -> bool:
+    """go-restful's Route.matchesAccept for a route without Produces: only ``*/*`` (parameters ignored) matches;
+    an empty Accept header is ``*/*``."""
+    if not accept:
+        return True
+    return any(part.split(";")[0].strip() == "*/*" for part in accept.split(","))
 
 
 def _final(vmi: dict | None) -> bool:
@@ -79,6 +160,10 @@ class KubeVirt:
     def served(self) -> bool:
         return self.store.table.get(VM_ID) is not None
 
+    def admit_update(self, res: Any, old: dict, new: dict) -> list[str]:
+        """virt-operator's validating webhook on updates of the KubeVirt CR: its warnings (kubevirt_update_warnings)."""
+        return kubevirt_update_warnings(old, new) if res.id == KUBEVIRT_ID else []
+
     def discovery_groups(self) -> list[ExtraGroup]:
         if not self.served():
             return []
@@ -87,15 +172,17 @@ class KubeVirt:
 
     # ---- virt-api --------------------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, bytes] | None:
+    def handle(self, method: str, path: str, body: Any, accept: str | None = None) -> tuple[int, bytes] | None:
         """The answer to a subresources.kubevirt.io request, or None when ``path`` is not one."""
         if not path.startswith(_PREFIX):
             return None
         m = _PATH.fullmatch(path)
         if not self.served() or m is None or m.group(3) not in _ACTIONS:
-            raise unknown_path()
+            raise PlainError(404, PAGE_NOT_FOUND)
         if method != "PUT":
-            raise method_not_allowed()
+            raise PlainError(405, METHOD_NOT_ALLOWED, {"Allow": "PUT"})
+        if not accepts_any(accept):
+            raise PlainError(406, NOT_ACCEPTABLE)
         ns, name, action = m.groups()
         options = body if isinstance(body, dict) else {}
         vm = self.store.get("VirtualMachine", name, ns)

@@ -31,6 +31,8 @@ class RecordedRequest:
     at: float = field(default_factory=time.monotonic)
     applied: bool = False
     reply_lost: bool = False
+    #: The texts of the ``Warning`` headers its reply carried (admission warnings), in order, each once.
+    warnings: list[str] = field(default_factory=list, repr=False)
 
     @property
     def dry_run(self) -> bool:

@@ -11,7 +11,7 @@ import copy
 import json
 import random
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from tests.fakes.apiserver.events import EVENTS_V1_ID, validate_event_v1
 from tests.fakes.apiserver.errors import ApiError, already_exists, bad_request, conflict, details, invalid, not_found
@@ -32,6 +32,11 @@ class RestApi:
 
     def __init__(self, store: Store):
         self.store = store
+        #: Validating admission of an update of a main resource: ``admit(res, old, new)`` -> the warnings it
+        #: answers with (KubeVirt's KubeVirt-CR update webhook, kubevirt.py), run after the resourceVersion check.
+        self.update_admission: list[Callable[[Resource, dict, dict], list[str]]] = []
+        #: Where those warnings go: the reply of the request being served (FakeApiServer wires it).
+        self.warn: Callable[[str], None] = lambda text: None
 
     # ---- reads -------------------------------------------------------------------------------------
 
@@ -144,6 +149,10 @@ class RestApi:
         rv = (new.get("metadata") or {}).get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise conflict(res, name)
+        if sub is None:
+            for admit in self.update_admission:
+                for text in admit(res, old, new):
+                    self.warn(text)
         if sub == "status":
             merged = copy.deepcopy(old)
             if "status" in new:

@@ -10,6 +10,7 @@
     _log    RequestLog      recorded requests (recording.py)
     _pod_lifecycle PodLifecycle  kubelet hook, pod phases, logs, binding, scheduling failures (pods.py)
     _kubevirt KubeVirt      subresources.kubevirt.io and the optional VM simulation (kubevirt.py)
+    _aggregator Aggregator  APIServices; the proxy's 503 while virt-api cannot be reached (aggregator.py)
 
 and ``settings`` (config.py), the knobs every component reads, which the test sets as attributes.
 """
@@ -28,6 +29,7 @@ from tests.fakes.apiserver.eviction import Evictions
 from tests.fakes.apiserver.faults import UNSET, FaultBook
 from tests.fakes.apiserver.http import Handler, QuietServer, make_httpd
 from tests.fakes.apiserver.kubeconfig import write_kubeconfig
+from tests.fakes.apiserver.aggregator import Aggregator
 from tests.fakes.apiserver.kubevirt import KubeVirt
 from tests.fakes.apiserver.pods import PodLifecycle
 from tests.fakes.apiserver.rbac import Authorizer
@@ -61,6 +63,7 @@ class FakeApiServer:
     auto_namespaces = _Setting()
     eviction_hook = _Setting()
     kubevirt_eviction_webhook = _Setting()
+    virt_api_available = _Setting()
     kubelet = _Setting()
     bookmark_interval_s = _Setting()
     version_info = _Setting()
@@ -89,6 +92,9 @@ class FakeApiServer:
         self._log = RequestLog(lock, self.errors)
         self._pod_lifecycle = PodLifecycle(self._store, self.settings)
         self._kubevirt = KubeVirt(self._store, simulate_kubevirt)
+        self._aggregator = Aggregator(self._table, self._kubevirt, self.settings)
+        self._api.update_admission.append(self._kubevirt.admit_update)
+        self._api.warn = self._warn
         self.tls_cert, self.tls_key, self.client_ca = tls_cert, tls_key, client_ca
         self.url = ""
         self._conns: set[socket.socket] = set()
@@ -240,6 +246,14 @@ class FakeApiServer:
                     self._store.change_callbacks.remove(callback)
 
         return unsubscribe
+
+    def _warn(self, text: str) -> None:
+        """An admission warning for the reply of the request being served, as kube-apiserver's warning recorder
+        keeps them (k8s.io/apiserver pkg/endpoints/filters/warning.go AddWarning: an empty text is dropped, a text
+        already recorded for this request is not added again)."""
+        req = self.current_request()
+        if req is not None and text and text not in req.warnings:
+            req.warnings.append(text)
 
     def current_request(self) -> RecordedRequest | None:
         """The request whose handling made the change an ``on_change`` callback is told of (None when the test changed

@@ -81,6 +81,40 @@ def test_virt_api_refusals(apiserver):
     assert raw(apiserver, "PUT", f"{SUB}/vm1/migrate", {})[0] == 404  # not modelled
 
 
+# What virt-api v1.9.0 answered through kube-apiserver's aggregator (measured on ../shared/kubevirt, 2026-12-04):
+# go-restful's plain-text failures, Content-Type `text/plain; charset=utf-8`, `X-Content-Type-Options: nosniff`.
+REAL_406 = "406: Not Acceptable\n\nAvailable representations: "
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/vnd.kubernetes.protobuf,application/json",
+                                    "application/yaml", "text/plain, application/json"])
+def test_an_accept_without_any_type_is_406_before_the_vm_is_looked_up(apiserver, accept):
+    apiserver.add(vm_on("n1", running=False))
+    for name in ("vm1", "ghost"):  # a VM that does not exist is 406 too: no route, no handler
+        status, body, headers = raw(apiserver, "PUT", f"{SUB}/{name}/start", {}, headers={"Accept": accept})
+        assert (status, body) == (406, REAL_406)
+        assert headers["Content-Type"] == "text/plain; charset=utf-8" and headers["X-Content-Type-Options"] == "nosniff"
+    assert apiserver.get("VirtualMachine", "vm1", "default")["spec"]["runStrategy"] == "Halted"
+
+
+@pytest.mark.parametrize("accept", ["application/json, */*", "*/*", "application/json;q=0.9, */*;q=0.8", None])
+def test_an_accept_with_any_type_reaches_virt_api(apiserver, accept):
+    apiserver.add(vm_on("n1", running=False))
+    status, body, headers = raw(apiserver, "PUT", f"{SUB}/vm1/start", {}, headers={"Accept": accept} if accept else {})
+    assert (status, body) == (202, "")
+    status, body, _ = raw(apiserver, "PUT", f"{SUB}/ghost/start", {}, headers={"Accept": accept} if accept else {})
+    assert status == 404 and body["message"] == 'virtualmachine.kubevirt.io "ghost" not found'
+
+
+def test_go_restful_answers_a_path_or_method_it_has_no_route_for_in_plain_text(apiserver):
+    apiserver.add(vm_on("n1", running=False))
+    status, body, headers = raw(apiserver, "GET", f"{SUB}/vm1/start", headers={"Accept": "application/json"})
+    assert (status, body, headers["Allow"]) == (405, "405: Method Not Allowed", "PUT")  # method before Accept
+    for accept in ("application/json", "application/json, */*"):
+        status, body, headers = raw(apiserver, "PUT", f"{SUB}/vm1/nope", headers={"Accept": accept})
+        assert (status, body, headers["Content-Type"]) == (404, "404: Page Not Found", "text/plain; charset=utf-8")
+
+
 def test_restart_asks_the_controller_through_state_change_requests(apiserver):
     apiserver.add(vm_on("n1"), o.vmi("default", "vm1", "n1"))
     uid = apiserver.get("VirtualMachineInstance", "vm1", "default")["metadata"]["uid"]
@@ -177,3 +211,107 @@ def test_simulated_controller_leaves_a_running_instance_to_a_vm_changed_to_manua
     kubevirt.add(vm_on("n1"), o.vmi("default", "vm1", "n1"))
     kubevirt.mutate("VirtualMachine", "vm1", "default", fn=lambda v: v["spec"].update(runStrategy="Manual"))
     assert kubevirt.get("VirtualMachineInstance", "vm1", "default")["status"]["phase"] == "Running"
+
+
+# The KubeVirt-CR update webhook's Warning headers, as virt-operator v1.9.0 answered them through kube-apiserver
+# (raw replies measured on ../shared/kubevirt, 2026-12-04), one header each, in this order.
+KV_CR = "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt"
+GA = ('299 - "feature gate {} is deprecated (feature state is \\"General Availability\\"), therefore it can be safely '
+      'removed and is redundant. For more info, please look at: '
+      'https://github.com/kubevirt/kubevirt/blob/main/docs/deprecation.md"')
+REAL_GATE_WARNINGS = [
+    GA.format("LiveMigration"),
+    '299 - "HotplugVolumes has been deprecated since v1.9.0 and has been replaced by DeclarativeHotplugVolumes"',
+    GA.format("NUMA"),
+    GA.format("GPU"),
+    '299 - "MultiArchitecture has been deprecated since v1.8.0"',
+    '299 - "DockerSELinuxMCSWorkaround has been deprecated since v1.4."',
+    '299 - "Macvtap network binding is discontinued since v1.3. Please refer to Kubevirt user guide for '
+    'alternatives."',
+    '299 - "Passt network binding is discontinued since v1.3. Please refer to Kubevirt user guide for alternatives."',
+    '299 - "Seamless migration with passt network binding plugin is no longer supported since KubeVirt v1.8. Please '
+    'use the passt core binding instead."',
+    '299 - "DisableMDEVConfiguration has been deprecated since v1.8.0"',
+]
+MANY_GATES = ["LiveMigration", "HotplugVolumes", "HostDevices", "NUMA", "GPU", "LiveMigration", "MultiArchitecture",
+              "DockerSELinuxMCSWorkaround", "Macvtap", "VirtIOFS", "Passt", "PasstIPStackMigration",
+              "DisableMDEVConfiguration"]
+
+
+def patch_gates(fake, gates, disabled=None, query=""):
+    dev = {"featureGates": gates, **({"disabledFeatureGates": disabled} if disabled is not None else {})}
+    return raw(fake, "PATCH", KV_CR + query, {"spec": {"configuration": {"developerConfiguration": dev}}},
+               content_type="application/merge-patch+json")
+
+
+def test_the_kubevirt_cr_webhook_warns_on_every_deprecated_or_ga_gate_listed_as_the_real_one(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    status, _, headers = patch_gates(apiserver, MANY_GATES)
+    # the duplicate LiveMigration once (kube-apiserver's recorder), the Alpha HostDevices and unknown VirtIOFS none
+    assert (status, headers.get_all("Warning")) == (200, REAL_GATE_WARNINGS)
+    assert patch_gates(apiserver, MANY_GATES)[2].get_all("Warning") is None  # the lists did not change: nothing
+    status, _, headers = patch_gates(apiserver, ["HostDevices", "NUMA"], query="?dryRun=All")
+    assert (status, headers.get_all("Warning")) == (200, [GA.format("NUMA")])  # a dry run is admitted too
+    assert patch_gates(apiserver, ["HostDevices"])[2].get_all("Warning") is None  # Alpha gates: no warning
+    # the whole list is judged whenever it changes: a GA gate listed before warns again when another one is added
+    assert patch_gates(apiserver, ["HostDevices", "NUMA"])[2].get_all("Warning") == [GA.format("NUMA")]
+    assert patch_gates(apiserver, ["HostDevices", "NUMA"], disabled=["Snapshot"])[2].get_all("Warning") == [
+        GA.format("NUMA")]  # the disabled list changed
+
+
+def test_the_kubevirt_cr_webhook_warns_on_deprecated_mediated_device_fields_on_every_update(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]))
+    body = {"spec": {"configuration": {"mediatedDevicesConfiguration": {"mediatedDevicesTypes": ["nvidia-222"]}}}}
+    for _ in range(2):
+        status, _, headers = raw(apiserver, "PATCH", KV_CR, body, content_type="application/merge-patch+json")
+        assert (status, headers.get_all("Warning")) == (
+            200, ['299 - "spec.configuration.mediatedDevicesConfiguration.mediatedDevicesTypes is deprecated, use '
+                  'mediatedDeviceTypes"'])
+
+
+def test_status_writes_and_other_kinds_get_no_kubevirt_warning(apiserver):
+    apiserver.add(o.kubevirt(feature_gates=[]), vm_on())
+    status, _, headers = raw(apiserver, "PATCH", KV_CR + "/status", {"status": {"phase": "Deployed"}},
+                             content_type="application/merge-patch+json")
+    assert (status, headers.get_all("Warning")) == (200, None)
+    status, _, headers = raw(apiserver, "PATCH", "/apis/kubevirt.io/v1/namespaces/default/virtualmachines/vm1",
+                             {"spec": {"featureGates": ["NUMA"]}}, content_type="application/merge-patch+json")
+    assert headers.get_all("Warning") is None
+
+
+# -- kube-aggregator: APIServices, and virt-api out of reach -------------------------------------
+
+
+def test_apiservices_are_local_but_virt_apis(apiserver):
+    _, groups, _ = raw(apiserver, "GET", "/apis")
+    assert "apiregistration.k8s.io" in {g["name"] for g in groups["groups"]}
+    apiservices = "/apis/apiregistration.k8s.io/v1/apiservices"
+    status, virt_api, _ = raw(apiserver, "GET", f"{apiservices}/v1.subresources.kubevirt.io")
+    assert status == 200 and virt_api["spec"]["service"] == {"name": "virt-api", "namespace": "kubevirt", "port": 443}
+    assert virt_api["status"]["conditions"][0]["status"] == "True"
+    _, core, _ = raw(apiserver, "GET", "/apis/apiregistration.k8s.io/v1/apiservices/v1.")
+    _, kv, _ = raw(apiserver, "GET", "/apis/apiregistration.k8s.io/v1/apiservices/v1.kubevirt.io")
+    for local in (core, kv):
+        assert "service" not in local["spec"] and local["status"]["conditions"][0]["reason"] == "Local"
+    status, body, _ = raw(apiserver, "GET", "/apis/apiregistration.k8s.io/v1/apiservices/v1.nope.io")
+    assert (status, body["message"], body["details"]) == (  # measured on kube-apiserver v1.36.2
+        404, 'apiservices.apiregistration.k8s.io "v1.nope.io" not found',
+        {"name": "v1.nope.io", "group": "apiregistration.k8s.io", "kind": "apiservices"})
+    _, listed, _ = raw(apiserver, "GET", "/apis/apiregistration.k8s.io/v1/apiservices")
+    assert {"v1.", "v1.kubevirt.io", "v1.subresources.kubevirt.io", "v1.apiregistration.k8s.io"} <= {
+        s["metadata"]["name"] for s in listed["items"]}
+
+
+def test_an_unreachable_virt_api_is_the_aggregators_plain_503_for_the_whole_group(apiserver):
+    apiserver.add(vm_on("n1", running=False))
+    apiserver.virt_api_available = False
+    for method, path in (("PUT", f"{SUB}/vm1/start"), ("GET", "/apis/subresources.kubevirt.io/v1")):
+        status, body, headers = raw(apiserver, method, path, {} if method == "PUT" else None)
+        assert (status, body, headers["Content-Type"]) == (503, "service unavailable\n", "text/plain; charset=utf-8")
+    _, virt_api, _ = raw(apiserver, "GET", "/apis/apiregistration.k8s.io/v1/apiservices/v1.subresources.kubevirt.io")
+    assert virt_api["status"]["conditions"][0] | {"lastTransitionTime": None} == {
+        "type": "Available", "status": "False", "reason": "ServiceNotFound",
+        "message": 'service/virt-api in "kubevirt" is not present', "lastTransitionTime": None}
+    _, groups, _ = raw(apiserver, "GET", "/apis")
+    assert "subresources.kubevirt.io" in {g["name"] for g in groups["groups"]}  # still listed, as measured
+    assert apiserver.get("VirtualMachine", "vm1", "default")["spec"]["runStrategy"] == "Halted"
