@@ -57,6 +57,7 @@ request_log = logging.getLogger("rblnctl.kube.requests")  # -v=6: one line per r
 wire_log = logging.getLogger("rblnctl.kube.bodies")  # -v=8: request and response bodies
 
 JSON = "application/json"
+ACCEPT = f"{JSON}, */*"
 PATCH_TYPES = {
     "json": "application/json-patch+json",
     "merge": "application/merge-patch+json",
@@ -162,7 +163,12 @@ class Kube:
                  content_type: str | None) -> tuple[str, Any, list[str], str]:
         """The URL and headers (auth, impersonation) of a request; the credential plugin's errors, if it ran."""
         query_items = [(k, v) for k, v in (query or {}).items() if v is not None and v != ""]
-        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": USER_AGENT})
+        # client-go's Accept for JSON (k8s.io/client-go/rest/config.go: ContentConfig.AcceptContentTypes, empty, falls
+        # back to "<ContentType>, */*" in rest.RESTClientFor's clientContentConfig). Aggregated servers depend on the
+        # "*/*": KubeVirt v1.9.0's virt-api subresource routes (start/stop/restart) declare no Produces and answer
+        # 406 Not Acceptable to a bare application/json (go-restful route selection, kubevirt/kubevirt
+        # pkg/virt-api/api.go composeSubresources).
+        headers = urllib3.HTTPHeaderDict({"Accept": ACCEPT, "User-Agent": USER_AGENT})
         if body is not None:
             headers["Content-Type"] = content_type or JSON
         resource_path = path + ("?" + urlencode(query_items) if query_items else "")
