@@ -18,30 +18,43 @@ from tests.envtest.fixtures import (  # noqa: F401  (re-exported)
     real,
 )
 from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
+from tests.kubevirt_real.fixtures import KUBEVIRT_FIXTURES, kv, kv_stack, kv_stack_stuck  # noqa: F401  (re-exported)
 
 
-_ENVTEST_IDS: set[str] = set()
+_TIERS: dict[str, set[str]] = {"envtest": set(), "kubevirt": set()}
+_TIER_NAMES = {"envtest": "envtest (real kube-apiserver)", "kubevirt": "kubevirt (real KubeVirt v1.9.0)"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test that runs on a real control plane carries the `envtest` marker (`pytest -m envtest`)."""
+    """Every test that runs on a real control plane carries the `envtest` marker (`pytest -m envtest`), every test
+    on real KubeVirt the `kubevirt` marker (`pytest -m kubevirt`). The KubeVirt tier's tests run last, grouped by
+    stack, so each stack starts once (one runs at a time: virt-operator's webhook port is fixed)."""
     for item in items:
-        if ENVTEST_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if ENVTEST_FIXTURES & names:
             item.add_marker(pytest.mark.envtest)
-        if item.get_closest_marker("envtest") is not None:
-            _ENVTEST_IDS.add(item.nodeid)
+        if KUBEVIRT_FIXTURES & names:
+            item.add_marker(pytest.mark.kubevirt)
+        for tier, ids in _TIERS.items():
+            if item.get_closest_marker(tier) is not None:
+                ids.add(item.nodeid)
+
+    def stack_order(item):
+        names = set(getattr(item, "fixturenames", ()))
+        return (0 if not KUBEVIRT_FIXTURES & names else 1 if "kv" in names else 2 if "kv_stack" in names else 3)
+    items.sort(key=stack_order)  # stable: the order within each group is kept
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line on the real-API-server tier: how many tests ran against it, and how they ended."""
-    counts = {}
-    for outcome in ("passed", "failed", "error", "skipped"):
-        for rep in terminalreporter.stats.get(outcome, []):
-            if getattr(rep, "nodeid", None) in _ENVTEST_IDS and (rep.when == "call" or outcome != "passed"):
-                counts[outcome] = counts.get(outcome, 0) + 1
-    if counts:
-        terminalreporter.write_line("envtest (real kube-apiserver): " +
-                                    ", ".join(f"{n} {k}" for k, n in counts.items()))
+    """One line per real tier: how many tests ran against it, and how they ended."""
+    for tier, ids in _TIERS.items():
+        counts: dict[str, int] = {}
+        for outcome in ("passed", "failed", "error", "skipped"):
+            for rep in terminalreporter.stats.get(outcome, []):
+                if getattr(rep, "nodeid", None) in ids and (rep.when == "call" or outcome != "passed"):
+                    counts[outcome] = counts.get(outcome, 0) + 1
+        if counts:
+            terminalreporter.write_line(f"{_TIER_NAMES[tier]}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 
 @pytest.fixture(autouse=True)
