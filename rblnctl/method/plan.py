@@ -458,16 +458,16 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     if edit.patch or conversions:
         # The running-VM guard (rblnctl.vm.guard): a VM holding NPUs through what this change takes away.
         taken = methods_taken(edit, target, bool(conversions))
-        if facts.vmis is None and not evict_vms:
-            blockers.append(guard.unknown(f"the VirtualMachineInstances cannot be listed: {facts.vmis_error}"))
         holders = npu_holders(facts.vmis or [], taken)
-        why = (f"holds NPUs through {' and '.join(taken)}, which this change takes away (a running VM keeps the "
-               "devices of the method it started with)")
-        if evict_vms:
-            if holders:
-                warnings.append(guard.overridden(holders, "they keep the devices of the method they started with"))
-        else:
-            blockers += guard.blockers(holders, why)
+        unreadable = None if facts.vmis is not None else \
+            f"the VirtualMachineInstances cannot be listed: {facts.vmis_error}"
+        vm_blockers, vm_warnings = guard.verdict(
+            holders, unreadable, override=evict_vms,
+            why=(f"holds NPUs through {' and '.join(taken)}, which this change takes away (a running VM keeps the "
+                 "devices of the method it started with)"),
+            consequence="they keep the devices of the method they started with")
+        blockers += vm_blockers
+        warnings += vm_warnings
     if edit.patch:
         checks, pre_blockers, pre_warnings = check_prerequisites(target, facts, policy, force=force)
         blockers += pre_blockers

@@ -18,15 +18,15 @@ per change (each from the source of what breaks):
   claims into its virt-launcher pod only while HostDevicesWithDRA is on (pkg/virt-controller/services/
   template.go, renderresources.go): the running VMI keeps its devices, but the VM cannot start again with them
   (and a VM KubeVirt restarts by itself, runStrategy Always, does not come back).
-- `kubevirt permit-devices` (rblnctl.kubevirt.devices): a VM naming a permittedHostDevices entry the write
-  removes or rewrites (its selector, or externalResourceProvider, which decides whether virt-handler runs its
-  own device plugin for the resource: pkg/virt-handler/device-manager/device_controller.go
-  updatePermittedHostDevicePlugins).
-
-`kubevirt migrate-resources` is not guarded: it renames a running VM's template too, so the VM depends on the
-new names from its next start, and KubeVirt never re-validates a running VMI's host devices against
-permittedHostDevices or its template (a hostDevices change of a running VM only sets RestartRequired:
-pkg/virt-controller/watch/vm/vm.go syncRestartRequired). Its running VMs are listed, restart-needed.
+Not guarded, because they take nothing a running VM depends on:
+- `kubevirt permit-devices` never removes or renames a permittedHostDevices entry: it appends, and `--fix` only sets
+  externalResourceProvider (whether virt-handler runs its own device plugin for the resource:
+  pkg/virt-handler/device-manager/device_controller.go updatePermittedHostDevicePlugins), leaving the name and
+  selector a VMI is admitted and rendered with (pkg/virt-controller/services/renderresources.go).
+- `kubevirt migrate-resources` renames a running VM's template with the CR, so the VM depends on the new names
+  from its next start, and KubeVirt never re-validates a running VMI's host devices against permittedHostDevices
+  or its template (a hostDevices change of a running VM only sets RestartRequired:
+  pkg/virt-controller/watch/vm/vm.go syncRestartRequired). Its running VMs are listed, restart-needed.
 
 A VMI in a final phase (Succeeded, Failed) holds nothing. A field of a VMI's spec that cannot be read counts as
 depending on everything (the guard refuses what it cannot read rather than let it break), and a VMI list the
@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rblnctl.errors import Forbidden, NotFound
+from rblnctl.kube import VMIS, Kube
 from rblnctl.operator.resources import is_npu_resource
 from rblnctl.plan import Blocker
 from rblnctl.vm import devices as D
@@ -124,19 +126,6 @@ def needing_gates(host_devices_gate: bool, dra_gate: bool) -> Depends:
     return depends
 
 
-def naming_resources(names: Iterable[str]) -> Depends:
-    """Depends: the host devices naming one of the resources `names`."""
-    wanted = set(names)
-
-    def depends(vmi: Mapping) -> list[str]:
-        spec = D.vmi_spec(vmi)
-        found = [str(d.get("deviceName")) for d in D.host_devices(spec) if str(d.get("deviceName") or "") in wanted]
-        bad = D.malformed(spec) if isinstance(vmi.get("spec", {}), Mapping) else ["the VMI spec is not an object"]
-        return list(dict.fromkeys(found)) + [f"unreadable: {b}" for b in bad]
-
-    return depends
-
-
 def is_running(vmi: Mapping) -> bool:
     """A VMI that is not in a final phase (it may still be starting: it will hold its NPUs)."""
     status = vmi.get("status") if isinstance(vmi.get("status"), Mapping) else {}
@@ -200,3 +189,30 @@ def overridden(vms: Sequence[NpuVm], what: str) -> str:
     """The warning when the override lets a change go ahead although VMs depend on it."""
     names = ", ".join(f"{v.namespace}/{v.name}" for v in vms[:5]) + (", ..." if len(vms) > 5 else "")
     return f"going ahead although {len(vms)} running VM(s) depend on it ({names}): {what}"
+
+
+def read(kube: Kube, depends: Depends) -> tuple[list[NpuVm], str | None]:
+    """The running VMIs of every namespace that depend on a change (one paged LIST), and why they could not be
+    read (None: read; KubeVirt not installed counts as no VMI)."""
+    try:
+        vmis = kube.list(VMIS)
+    except NotFound:
+        return [], None
+    except Forbidden as e:
+        return [], f"the VirtualMachineInstances cannot be listed: {' '.join(str(e).split())}"
+    return dependents(vmis, depends), None
+
+
+def verdict(vms: Sequence[NpuVm], unreadable: str | None, *, why: str, override: bool,
+            consequence: str) -> tuple[list[Blocker], list[str]]:
+    """The guard's one verdict: (blockers, warnings). Without the override each dependent VM (and VMIs that could
+    not be read) is a refusal saying `why`; with it, one warning naming them and the `consequence`."""
+    if override:
+        warnings = [overridden(vms, consequence)] if vms else []
+        if unreadable:
+            warnings.append(f"going ahead although whether a running VM depends on it is unknown ({unreadable})")
+        return [], warnings
+    out = blockers(vms, why)
+    if unreadable:
+        out.append(unknown(unreadable))
+    return out, []
