@@ -49,7 +49,7 @@ from rblnctl.kube import (
     watch_many,
 )
 from rblnctl.node.cordon import write_node
-from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey
+from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey, evicted_before
 from rblnctl.node.events import NodeEvents, Step
 from rblnctl.node.filters import (
     PodFilter,
@@ -193,6 +193,8 @@ class ModeSwitcher:
     check_stranded_vms: bool = True
     audit: Auditor | None = None  # writes the switch's Events on the node (None: none; never in a server dry run)
     _view: OperatorView | None = field(default=None, init=False, repr=False)
+    # Every pod the last apply() evicted, kept as it goes: a failed or interrupted switch reports them too.
+    evicted: list[PodRef] = field(default_factory=list, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -393,6 +395,7 @@ class ModeSwitcher:
         known, the node stays cordoned with its record and the error carries a Recovery.
         """
         started = self.clock.monotonic()
+        self.evicted = []
         if plan.noop:
             self.events.on_step(Step.FINISH, f"node {plan.node} is already in {plan.target} mode; nothing to do")
             return ModeResult(node=plan.node, previous_mode=plan.current_mode, mode=plan.target, changed=False,
@@ -416,7 +419,11 @@ class ModeSwitcher:
             except BaseException as err:
                 if run is not None:
                     run.finish(audit.outcome_of(err), f"switch of node {plan.node} from {plan.from_mode} to "
-                               f"{plan.target} {audit.outcome_of(err)}: {audit.one_line(err)}")
+                               f"{plan.target} {audit.outcome_of(err)}{evicted_before(self.evicted)}: "
+                               f"{audit.one_line(err)}")
+                if isinstance(err, RblnError) and self.evicted:
+                    err.details = [*err.details, f"evicted from node {plan.node} before that: "
+                                   + ", ".join(str(r) for r in self.evicted)]
                 raise
             if run is not None:
                 run.finish(audit.DONE, f"switched node {plan.node} from {plan.from_mode} to {plan.target} in "
@@ -446,7 +453,7 @@ class ModeSwitcher:
         # when the switch it continues or takes over had already moved the node off its starting mode: rolling
         # back would uncordon a half-switched node and drop the only record of it.
         relabeled = (plan.mode_label == plan.target and plan.resume) or plan.mid_switch
-        evicted: list[PodRef] = []
+        evicted = self.evicted
         try:
             lock.ensure_held()
             self.events.on_step(Step.RECORD, plan.steps[1].detail if len(plan.steps) > 1 else "recording")

@@ -100,6 +100,9 @@ class NodeTask(Protocol):
 
     def apply(self, plan: Any) -> Any: ...
 
+    @property
+    def evicted(self) -> list[Any]: ...  # the pods the last apply() evicted so far (a failed one's too)
+
 
 TaskFactory = Callable[[str, NodeEvents, Stop], NodeTask]
 
@@ -128,6 +131,7 @@ class PoolItem:
     result: Any = None
     error: RblnError | None = None
     duration_s: float = 0.0
+    evicted: list[Any] = field(default_factory=list)  # every pod the node's run evicted (PodRef), whatever its outcome
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -382,7 +386,8 @@ class PoolRunner:
             log.debug("node %s failed: %s", node, e)
             result, outcome, error = None, Outcome.FAILED, e
         return self._finish(PoolItem(node=node, outcome=outcome, plan=plan, result=result, error=error,
-                                     duration_s=round(self.clock.monotonic() - started, 3)))
+                                     duration_s=round(self.clock.monotonic() - started, 3),
+                                     evicted=list(task.evicted)))
 
     def _what(self, plan: PoolPlan | None, node: str | None = None) -> str:
         where = f"node {node}" if node else f"{len(plan.nodes) if plan else 0} node(s)"
@@ -403,6 +408,10 @@ class _ModeTask:
     def apply(self, plan: Any) -> Any:
         return self.switcher.apply(plan)
 
+    @property
+    def evicted(self) -> list[Any]:
+        return self.switcher.evicted
+
 
 @dataclass(frozen=True)
 class _DrainTask:
@@ -414,3 +423,7 @@ class _DrainTask:
 
     def apply(self, plan: Any) -> Any:
         return self.drainer.apply(plan)
+
+    @property
+    def evicted(self) -> list[Any]:
+        return self.drainer.evicted
