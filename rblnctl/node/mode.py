@@ -67,7 +67,7 @@ from rblnctl.node.lock import NodeLock
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
 from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
-from rblnctl.node.vms import npu_vms, stranded_vms, vm_blocker
+from rblnctl.node.vms import npu_vms, stranded_pods, stranded_vms, vm_blocker
 from rblnctl.operator import convergence
 from rblnctl.operator.cluster import OperatorView, component_pods, components_among, node_slices, read_operator
 from rblnctl.operator.components import deploy_labels
@@ -188,8 +188,8 @@ class ModeSwitcher:
     clock: Clock = SYSTEM_CLOCK
     identity: str | None = None  # who holds the node's lock (None: this host and process)
     stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
-    # Warn when a switch to container leaves no vm-passthrough node for the VMs that ask for NPUs (a pool asks
-    # once for all its nodes instead: rblnctl.node.pool).
+    # Warn when a switch leaves no node of the mode the VMs (to container) or the evicted NPU pods (to vm) need (a
+    # pool asks once for all its nodes instead: rblnctl.node.pool).
     check_stranded_vms: bool = True
     audit: Auditor | None = None  # writes the switch's Events on the node (None: none; never in a server dry run)
     _view: OperatorView | None = field(default=None, init=False, repr=False)
@@ -329,6 +329,10 @@ class ModeSwitcher:
                 warnings.extend(a for a in (release.assumption(c) for c in policy.allocators(target)) if a)
             if target == C.MODE_CONTAINER and current == C.MODE_VM and self.check_stranded_vms:
                 stranded = stranded_vms(self.kube, policy, [node])
+                if stranded:
+                    warnings.append(stranded)
+            if target == C.MODE_VM and current == C.MODE_CONTAINER and self.check_stranded_vms:
+                stranded = stranded_pods(self.kube, policy, [node], survey.evict)
                 if stranded:
                     warnings.append(stranded)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)

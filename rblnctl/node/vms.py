@@ -8,7 +8,7 @@ list may be forbidden (RBAC) or stale, and the pod is what actually holds the de
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from rblnctl import constants as C
 from rblnctl.errors import Forbidden, NotFound
@@ -20,7 +20,7 @@ from rblnctl.plan import Blocker
 from rblnctl.vm import guard
 from rblnctl.vm.guard import NpuVm, vmi_npus
 
-__all__ = ["NpuVm", "npu_vms", "stop_vm_hint", "stranded_vms", "vm_blocker", "vmi_npus"]
+__all__ = ["NpuVm", "npu_vms", "stop_vm_hint", "stranded_pods", "stranded_vms", "vm_blocker", "vmi_npus"]
 
 
 def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm], list[str]]:
@@ -76,6 +76,31 @@ def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> s
     return (f"no NPU node is left in vm-passthrough mode after this switch, but {len(asking)} VM(s) still ask for NPUs "
             f"({shown}): they cannot be scheduled again until a node is switched back to vm "
             "(`rblnctl vm list -A` lists them)")
+
+
+def stranded_pods(kube: Kube, policy: Policy | None, leaving: Iterable[str], evicted: Sequence[PodEntry]) -> str | None:
+    """The warning when switching `leaving` to vm leaves no container-mode NPU node for the NPU pods it evicts.
+
+    The other direction of stranded_vms (issue 28 finding 9): an evicted NPU pod's replacement asks for a
+    container-mode NPU resource, which only a container-mode node offers, so it stays Pending until a node is
+    switched back. Said before the switch runs; None when a container-mode NPU node remains, or no NPU pod (other
+    than a VM's virt-launcher, which stranded_vms and the VM guard speak for) is evicted.
+    """
+    from rblnctl.node.inventory import list_npu_node_objects
+
+    pods = [e for e in evicted if e.npu and not e.vmi]
+    if not pods:
+        return None
+    leaving = set(leaving)
+    left = [n["metadata"]["name"] for n in list_npu_node_objects(kube)
+            if mode_of(labels_of(n), policy).effective == C.MODE_CONTAINER and n["metadata"]["name"] not in leaving]
+    if left:
+        return None
+    shown = ", ".join(f"{e.namespace}/{e.name}" for e in pods[:5]) + (", ..." if len(pods) > 5 else "")
+    node = sorted(leaving)[0] if leaving else "NODE"
+    return (f"no NPU node is left in container mode after this switch, but it evicts {len(pods)} NPU pod(s) "
+            f"({shown}): what replaces them cannot be scheduled until a node is switched back "
+            f"(`rblnctl node set-mode container {node}`)")
 
 
 def stop_vm_hint(namespace: str, name: str, *, standalone: bool = False) -> str:
