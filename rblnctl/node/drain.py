@@ -159,9 +159,9 @@ class Drainer:
         deadline = self.clock.monotonic() + self.options.timeout_s
         lock = self.lock(plan.node, f"drain {plan.node}")
         self.events.on_step(Step.LOCK, f"locking node {plan.node} ({lock.namespace}/{lock.name})")
-        lock.acquire(take_over=self.options.take_over)
-        lock.start_renewing()
-        try:
+        try:  # the acquire too: a Lease whose create an interrupt cut short is given back if it landed
+            lock.acquire(take_over=self.options.take_over)
+            lock.start_renewing()
             run = None
             if self.audit is not None and not self.options.server_dry_run:
                 run = self.audit.run(Regarding.node(plan.node, plan.uid), C.AUDIT_DRAIN,

@@ -410,11 +410,11 @@ class ModeSwitcher:
         drainer = self.drainer()
         lock = drainer.lock(plan.node, f"set-mode {plan.node} {short_mode(plan.target)}")
         self.events.on_step(Step.LOCK, f"locking node {plan.node} ({lock.namespace}/{lock.name})")
-        taken = lock.acquire(take_over=self.options.drain.take_over)
-        if taken is not None:
-            self.events.on_warning(f"took over the expired lock of node {plan.node} from {taken.holder}")
-        lock.start_renewing()
-        try:
+        try:  # the acquire too: a Lease whose create an interrupt cut short is given back if it landed
+            taken = lock.acquire(take_over=self.options.drain.take_over)
+            if taken is not None:
+                self.events.on_warning(f"took over the expired lock of node {plan.node} from {taken.holder}")
+            lock.start_renewing()
             since = plan.started or iso_utc(self.clock.now())  # the switch's start: its record's and its Events'
             run = self._audit_start(plan, since)
             try:
