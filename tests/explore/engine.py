@@ -311,6 +311,7 @@ class Outcome:
     elapsed_after_signal: float | None
     lingering: list[str]
     escaped: str | None  # a signal that reached the test instead of the command
+    fired: bool = False  # the fault met its write (a run that never makes it proves nothing)
     recovery: tuple[str, ...] | None = None
     recovery_exit: int | None = None
     recovery_stderr: str = ""
@@ -352,7 +353,7 @@ def run_case(base: Baseline, at: Write, fault: str) -> Outcome:
         lingering = _lingering(before, trigger.signalled_at)
         state = snapshot(server, world.kinds)
         out = Outcome(exit_code=code, stderr=stderr, state=state, elapsed_after_signal=elapsed, lingering=lingering,
-                      escaped=escaped)
+                      escaped=escaped, fired=trigger.fired_at is not None)
         server.clear_faults()
         if code != 0 or diff(state, base.end):
             out.recovery = recovery_of(stderr, world.argv)

@@ -7,12 +7,15 @@ docs/testing.md ("The crash-point explorer") has the matrix's size and time.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.explore.engine import DOCUMENTED, EXIT_WITHIN_S, FAULTS, Baseline, diff, run_baseline, run_case
 from tests.explore.worlds import WORLDS
 
 _BASELINES: dict[str, Baseline] = {}
+NOTHING_CHANGED = re.compile(r"nothing was (?:changed|written)")  # a claim the state must bear out
 
 # Cases that fail because of issue 28 findings 1-4 (the stopped mark of `vm attach|detach --restart` and `vm restart`
 # taken for done), fixed on another branch: xfail(strict) until it is merged, then the lead removes the entry.
@@ -71,6 +74,7 @@ def test_a_fault_at_any_write_ends_promptly_truthfully_and_the_recovery_finishes
     base = baseline(name)
     out = run_case(base, write, fault)
     where = f"{name}: {fault} at write {write.label}"
+    assert out.fired, f"{where}: the run never made that write:\n{out.stderr}"
     assert out.escaped is None, f"{where}: the signal reached the test, not the command: {out.escaped}"
     assert "Traceback" not in out.stderr and "unexpected" not in out.stderr, f"{where}:\n{out.stderr}"
     if fault in ("sigint", "sigterm"):
@@ -78,9 +82,14 @@ def test_a_fault_at_any_write_ends_promptly_truthfully_and_the_recovery_finishes
         assert out.exit_code == expected, f"{where}: exit {out.exit_code}, not {expected}:\n{out.stderr}"
         assert out.elapsed_after_signal is not None and out.elapsed_after_signal < EXIT_WITHIN_S, (
             f"{where}: the command returned {out.elapsed_after_signal:.1f}s after the signal")
+        said = "interrupted" if fault == "sigint" else "terminated by signal 15"
+        assert said in out.stderr, f"{where}: the run did not say it was {said}:\n{out.stderr}"
     else:
         assert out.exit_code in DOCUMENTED, f"{where}: exit {out.exit_code}:\n{out.stderr}"
     assert not out.lingering, f"{where}: threads that would hold the process: {out.lingering}"
+    if NOTHING_CHANGED.search(out.stderr):  # a run that says it changed nothing changed nothing
+        assert not diff(out.state, base.start), f"{where}: said nothing was changed, but:\n" + "\n".join(
+            diff(out.state, base.start))
     if out.exit_code == 0:  # a command that says it is done is done
         assert not diff(out.state, base.end), f"{where}: exit 0 but:\n" + "\n".join(diff(out.state, base.end))
     if out.recovery is not None:
