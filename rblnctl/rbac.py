@@ -141,7 +141,8 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
                       _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"),  # to vm: is the node's IOMMU on?
                       *_AUDIT),
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
-    "kubevirt disable-gates": _KUBEVIRT_EDIT,
+    # turning an NPU gate off: the VMIs of every namespace, for the running-VM guard (rblnctl.vm.guard)
+    "kubevirt disable-gates": (*_KUBEVIRT_EDIT, _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list")),
     "kubevirt permit-devices": (*_KUBEVIRT_EDIT, *_OPERATOR, *_NODES_READ),
     "vm attach": _VM_CHANGE,
     "vm start": (*_VM_LIFECYCLE, _a(C.KUBEVIRT_SUBRESOURCES_GROUP, f"{C.VM_PLURAL}/start", "update")),

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import typer.testing
 from typer.testing import CliRunner
 
 from rblnctl.cli.app import app
+
+# typer builds the click command tree of an app on every CliRunner.invoke (about 0.1 s for rblnctl's, more than most
+# commands take against the fake): built once per app here, as a real `rblnctl` process builds it once.
+_build = typer.testing._get_command
+_BUILT: dict[Any, Any] = {}
+
+
+def _get_command_once(typer_app: Any) -> Any:
+    if typer_app not in _BUILT:
+        _BUILT[typer_app] = _build(typer_app)
+    return _BUILT[typer_app]
+
+
+typer.testing._get_command = _get_command_once
 
 
 def cli(*args: str, server: str | None = None, input: str | None = None):

@@ -223,3 +223,27 @@ def test_watch_many_treats_a_missing_optional_collection_as_empty(apiserver, kub
     specs = [WatchSpec(NODES), WatchSpec(RESOURCE_SLICES, missing_ok=True)]
     got = sorted((ev.source, ev.type, len(ev.objects)) for ev in watch_many(kube, specs, timeout_s=0))
     assert got == [(0, SYNC, 1), (1, SYNC, 0)]
+
+
+def test_an_interrupt_while_watch_many_starts_its_watches_stops_the_ones_started(apiserver, kube, monkeypatch):
+    """Issue 28 finding 6: the threads were started before the `try` whose `finally` stops the watches, so Ctrl-C
+    while the second one started left the first watching until its timeout (and joined at exit: a hang)."""
+    apiserver.add(o.node("n1"), o.pod("default", "p1", node="n1"))
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("rblnctl-watch") and started:
+            raise KeyboardInterrupt  # Ctrl-C lands while the second watch's thread starts
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    specs = [WatchSpec(NODES), WatchSpec(PODS, namespace="default")]
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(watch_many(kube, specs, timeout_s=60)))
+    monkeypatch.undo()
+    assert started and started[0].daemon  # a thread left inside a request never holds the process at exit
+    started[0].join(5)  # a bound for a slow machine: the stopped watch ends at once
+    assert not started[0].is_alive(), "the watch started before the interrupt kept running"
+    _wait_for(lambda: apiserver.open_watches == 0, "every stream to close")

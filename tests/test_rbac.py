@@ -198,7 +198,8 @@ SCENARIOS = [
              _npu_pod),
     Scenario("node drain", ("node", "drain", "-l", "rebellions.ai/npu.present=true", "--yes"), _npu_pod),
     Scenario("kubevirt enable-gates", ("kubevirt", "enable-gates")),
-    Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "Snapshot")),
+    Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "Snapshot", "--yes")),
+    Scenario("kubevirt disable-gates", ("kubevirt", "disable-gates", "HostDevices", "--yes")),  # the guard's VMIs
     Scenario("kubevirt permit-devices", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
     Scenario("preflight --hosts", ("preflight", "--hosts"), _host_pods, exit_code=1),
     Scenario("vfio status --node", ("vfio", "status", "--node", "n1"), _host_pods),

@@ -9,7 +9,7 @@ import typer
 from rblnctl.cli import completion
 from rblnctl.cli.options import examples
 
-from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
+from rblnctl.cli.options import DryRunOpt, GuardOverrideOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 
 app = typer.Typer(
     help="Edit the KubeVirt CR for RBLN NPUs: feature gates and permitted host devices, conflict-safely. "
@@ -57,14 +57,15 @@ def _writer_args(ctx: typer.Context, name: str | None, force: bool, mode: str | 
 
 
 def _edit(writer: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, view: Any, noop: str,
-          done: Any) -> None:
-    """Run a KubeVirt CR edit through the one flow: a reversible edit, so it never prompts."""
+          done: Any, disruptive: bool = False) -> None:
+    """Run a KubeVirt CR edit through the one flow. An edit that only adds is reversible and never prompts; one
+    that turns something off (`disruptive`: a gate) asks first, exit 2 without --yes when nobody can answer."""
     from rblnctl.cli.flow import Mutation, run
 
     ref = f"{plan.namespace}/{plan.name}"
     run(Mutation(
         plan=plan, apply=writer.apply, refusal=f"refusing to edit KubeVirt {ref}", question=f"Patch KubeVirt {ref}?",
-        disruptive=False, dry_run=mode, yes=yes, output=output, plan_view=lambda p: view(p, None),
+        disruptive=disruptive, dry_run=mode, yes=yes, output=output, plan_view=lambda p: view(p, None),
         result_view=lambda r: view(r.plan, r), noop_message=noop,
         done_message=lambda r: done(r.plan) if r.changed else f"{noop}; nothing to change",
     ))
@@ -112,8 +113,9 @@ def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: A
         changed = final.added + final.undisabled if final.enable else final.removed + final.newly_disabled
         return f"{verb} {', '.join(dict.fromkeys(changed))} on KubeVirt {ref}"
 
+    # Turning a gate off breaks what uses it at its next start: asked first (docs/kubevirt.md); adding one is not.
     _edit(editor, plan, mode=mode, yes=yes, output=output, view=_gates_view,
-          noop=f"{asked}: already {verb} on KubeVirt {ref}", done=done)
+          noop=f"{asked}: already {verb} on KubeVirt {ref}", done=done, disruptive=bool(plan.turns_off))
 
 
 @app.command("enable-gates", short_help="Enable HostDevices (and DRA) gates.", epilog=examples(
@@ -171,16 +173,20 @@ def disable_gates(
     name: NameOpt = None,
     force: ForceOpt = False,
     allow_unknown: AllowUnknownOpt = False,
+    evict_vms: GuardOverrideOpt = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = "table",
 ) -> None:
-    """Remove gates from KubeVirt's feature gates (rollback), keeping the others."""
+    """Remove gates from KubeVirt's feature gates (rollback), keeping the others.
+
+    Turning HostDevices or HostDevicesWithDRA off is refused while a running VM's NPUs need it (the refusal names
+    each VM and `virtctl stop`; --evict-vms goes ahead); turning any gate off asks first (--yes skips)."""
     from rblnctl.kubevirt.gates import GateEditor
 
     mode = dry_run_mode(dry_run, server_dry_run)
-    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown, evict_vms=evict_vms)
     plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
 

@@ -48,6 +48,14 @@ ServerDryRunOpt = Annotated[
     typer.Option("--server-dry-run", hidden=True, help="Same as --dry-run=server."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for automation).")]
+# The running-VM guard's one override (rblnctl.vm.guard.OVERRIDE), as node set-mode and drain spell it; on a change
+# that evicts nothing (a policy or KubeVirt CR edit) it only goes ahead, and says so.
+GuardOverrideOpt = Annotated[
+    bool,
+    typer.Option("--evict-vms", help="Go ahead although running VMs hold NPUs this change takes away (the refusal "
+                 "names them and `virtctl stop NAME -n NS`). Nothing is evicted by this command: those VMs keep "
+                 "running with the devices they have and may not get them back at their next start."),
+]
 SelectorOpt = Annotated[
     str | None, typer.Option("--selector", "-l", metavar="SELECTOR",
                              help="Label selector, e.g. 'rebellions.ai/npu.workload.config=vm-passthrough'.")

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 import typer
 
 from rblnctl.cli.console import StepProgress
-from rblnctl.cli.options import DryRunOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode, examples
+from rblnctl.cli.options import (
+    DryRunOpt,
+    GuardOverrideOpt,
+    OutputOpt,
+    ServerDryRunOpt,
+    YesOpt,
+    dry_run_mode,
+    examples,
+)
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 app = typer.Typer(
@@ -231,6 +239,7 @@ def set_method(
         bool, typer.Option("--convert-vms", help="After the rollout, rewrite each stopped VM's NPUs for the new "
                            "method (as `rblnctl vm attach --convert`), keeping its count.")
     ] = False,
+    evict_vms: GuardOverrideOpt = False,
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
     yes: YesOpt = False,
@@ -249,7 +258,7 @@ def set_method(
     how = dry_run_mode(dry_run, server_dry_run)
     progress = _Progress(server_dry_run=how == "server")
     options = MethodOptions(force=force, server_dry_run=how == "server", wait=wait, timeout_s=timeout_s,
-                            convert_vms=convert_vms)  # conflicting flags fail before connecting
+                            convert_vms=convert_vms, evict_vms=evict_vms)  # conflicting flags fail before connecting
     from rblnctl.audit import Auditor
 
     kube = ctx.obj.kube()

@@ -233,7 +233,7 @@ class PoolProgress:
 
 
 def _item_document(plan: Any, node: str, item: Any) -> dict:
-    from rblnctl.cli.node_documents import drain_document, mode_switch_document
+    from rblnctl.cli.node_documents import drain_document, mode_switch_document, ref_document
     from rblnctl.cli.output import document
 
     node_plan = item.plan if item is not None and item.plan is not None else plan.plans.get(node)
@@ -249,6 +249,7 @@ def _item_document(plan: Any, node: str, item: Any) -> dict:
     body["outcome"] = None if item is None else str(item.outcome)
     body["error"] = None if error is None else " ".join(str(error).split())
     body["durationSeconds"] = None if item is None else item.duration_s
+    body["evicted"] = [] if item is None else [ref_document(r) for r in item.evicted]
     return document(kind, body)
 
 
@@ -315,7 +316,7 @@ def pool_result_view(plan: Any, result: Any) -> View:
         p = item.plan if item.plan is not None else plan.plans.get(item.node)
         dry = item.result is not None and getattr(item.result, "server_dry_run", False)
         outcome = Cell("server-dry-run" if dry else str(item.outcome), _STYLE.get(str(item.outcome), ""))
-        evicted = str(len(item.result.evicted)) if item.result is not None else "0"
+        evicted = str(len(item.evicted))  # a failed or interrupted node's evictions too (issue 28)
         duration = human_duration(item.duration_s) if item.duration_s else "-"
         if plan.operation == "set-mode":
             t.add_row(item.node, p.from_mode if p is not None else "<unknown>", plan.target, outcome, duration,

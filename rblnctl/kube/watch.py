@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +41,7 @@ WATCH_READ_GRACE_S = 30.0
 WATCH_RETRY_START_S = 0.2
 WATCH_RETRY_CAP_S = 5.0
 WATCH_POLL_S = 1.0
+WATCH_JOIN_S = 0.5  # how long leaving watch_many waits for its threads to end (daemons: never longer)
 SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
 
 
@@ -277,7 +278,13 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                on_retry: Callable[[RblnError], None] | None = None) -> Iterator[WatchEvent]:
     """Watch several collections at once (one stream each, read on its own thread); yield every event as it
     comes, its `source` the index of its spec. Ends when every watch has; the first error is raised.
-    Leaving the loop early closes every stream."""
+
+    Leaving the loop early, however it is left (an error, Ctrl-C or a signal at any moment, the opening of
+    the streams included), stops every watch: the stop is set in a `finally` that covers the start of every
+    thread. The threads are daemons and are waited for only WATCH_JOIN_S: one still inside a request (a LIST,
+    or a stream the server has not answered yet) ends on its own when that returns, and never holds the
+    process (a ThreadPoolExecutor's workers are joined at interpreter exit: a stream the server was slow to
+    open kept an interrupted rblnctl alive until its read timeout, issue 28)."""
     if len(specs) == 1:
         sp = specs[0]
         yield from watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
@@ -285,6 +292,8 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                               poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok)
         return
     events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
+    failures: list[BaseException | None] = [None] * len(specs)
+    threads: list[threading.Thread] = []
     with (stop.linked() if stop is not None else _own_stop()) as mine:
 
         def pump(i: int, sp: WatchSpec) -> None:
@@ -293,23 +302,30 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                                      field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock,
                                      stop=mine, poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok):
                     events.put((i, replace(ev, source=i)))
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+                failures[i] = e
             finally:
-                events.put((i, None))  # this watch is over (its future holds the error, if any)
+                events.put((i, None))  # this watch is over (failures[i] holds the error, if any)
 
-        pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="rblnctl-watch")
-        futures = [pool.submit(pump, i, sp) for i, sp in enumerate(specs)]
         try:
+            for i, sp in enumerate(specs):
+                threads.append(threading.Thread(target=pump, args=(i, sp), name=f"rblnctl-watch-{i}", daemon=True))
+                threads[-1].start()
             running = len(specs)
             while running:
                 i, ev = events.get()
                 if ev is None:
                     running -= 1
-                    futures[i].result()  # raises what ended that watch
+                    if failures[i] is not None:
+                        raise failures[i]  # what ended that watch
                     continue
                 yield ev
         finally:
-            mine.set()  # wakes every stream still open
-            pool.shutdown(wait=True, cancel_futures=True)
+            mine.set()  # wakes every stream still open, and ends every watch before its next request
+            deadline = time.monotonic() + WATCH_JOIN_S
+            for t in threads:
+                if t.is_alive():  # one whose start was interrupted never ran
+                    t.join(max(0.0, deadline - time.monotonic()))
 
 
 @contextmanager

@@ -2,8 +2,9 @@
 
 The operator's documentation asks for every VM holding an NPU to be shut down first, then the
 policy to change. rblnctl does the checkable part:
-1. refuse while any VirtualMachineInstance holds an NPU (the VM guard's rule, rblnctl.node.vms.vmi_npus),
-   naming each one;
+1. refuse while a running VirtualMachineInstance holds NPUs through the allocator the change turns off, or
+   through the method its VM is converted from (the running-VM guard, rblnctl.vm.guard), naming each one;
+   a VM already on the target method depends on nothing the change does;
 2. check what the target method needs: Kubernetes and KubeVirt versions (constants MIN_KUBERNETES /
    MIN_KUBEVIRT), KubeVirt's gates (rblnctl.kubevirt.gates), an operator release that deploys it
    (MIN_OPERATOR), and for DRA the resource.k8s.io API and a DRA driver with VFIO support

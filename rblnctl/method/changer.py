@@ -159,7 +159,8 @@ class MethodChanger:
     def plan(self, target: str) -> MethodPlan:
         """Read the cluster and plan the change to `target` (reads only)."""
         target = parse_method(target)
-        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms)
+        return plan_method(target, self.facts(target), force=self.options.force, convert=self.options.convert_vms,
+                           evict_vms=self.options.evict_vms)
 
     def apply(self, plan: MethodPlan) -> MethodResult:
         """Patch the policy (a no-op plan patches nothing), wait for the operator (unless a server dry run), then

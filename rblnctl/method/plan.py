@@ -17,7 +17,6 @@ from rblnctl.kubevirt.cr import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BACKOFF_S, r
 from rblnctl.kubevirt.gates import enable_step, gate_state, rbln_gates
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
-from rblnctl.node.vms import NpuVm, vmi_npus
 from rblnctl.operator import admission
 from rblnctl.operator.admission import AdmissionRules
 from rblnctl.operator.cluster import OperatorView
@@ -28,6 +27,8 @@ from rblnctl.operator.release import operator_version, release_of
 from rblnctl.plan import Advice, Blocker
 from rblnctl.versions import format_version, parse_version, strict_version
 from rblnctl.vm import devices as D
+from rblnctl.vm import guard
+from rblnctl.vm.guard import NpuVm
 from rblnctl.vm.model import VmRef
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ DRA_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DRA]
 DEVICE_PLUGIN_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DEVICE_PLUGIN]
 VFIO_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_VFIO_MANAGER]
 SWITCH_KEYS = (VFIO_KEY, SANDBOX_KEY, DRA_KEY, DEVICE_PLUGIN_KEY)
-HOLDERS_NAMED = 20  # VMIs named one per refusal line; the rest are counted
+HOLDERS_NAMED = guard.NAMED  # VMs named one per line; the rest are counted
 
 
 class MethodStep(enum.StrEnum):
@@ -84,6 +85,8 @@ class MethodOptions:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS  # policy patches when others keep editing it
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
     convert_vms: bool = False  # after the rollout, re-express each VM's NPUs with the new method
+    evict_vms: bool = False  # the running-VM guard's override (rblnctl.vm.guard): go ahead although running VMs hold
+    # NPUs through the allocator turned off (they keep the devices they started with; nothing is evicted here)
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.poll_s <= 0:
@@ -135,7 +138,7 @@ class MethodPlan:
     edit: PolicyEdit
     vm_nodes: list[str]  # vm-passthrough NPU nodes: where the plugin must roll
     container_nodes: list[str]
-    holders: list[NpuVm]  # VMIs holding NPUs
+    holders: list[NpuVm]  # running VMIs holding NPUs through an allocator the change turns off or converts from
     prerequisites: list[Prerequisite]
     device_class: str | None  # the DeviceClass DRA needs (None for sandbox)
     conversions: list[Conversion] = field(default_factory=list)  # VMs to re-express (convert_vms only)
@@ -401,20 +404,24 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
     return checks, blockers, warnings
 
 
-def npu_holders(vmis: Sequence[dict]) -> list[NpuVm]:
-    """The VMIs holding NPUs (host devices by an NPU resource or a claim, or resource claims), sorted."""
-    out = []
-    for v in vmis:
-        holds = vmi_npus(v)
-        if holds:
-            meta = v.get("metadata") or {}
-            out.append(NpuVm(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
-                             holds=", ".join(dict.fromkeys(holds))))
-    return sorted(out, key=lambda h: (h.namespace, h.name))
+def npu_holders(vmis: Sequence[dict], methods: Sequence[str] = C.METHODS) -> list[NpuVm]:
+    """The running VMIs holding NPUs through one of `methods` (rblnctl.vm.guard), sorted."""
+    return guard.dependents(vmis, guard.through(methods))
 
 
-def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert: bool = False) -> MethodPlan:
-    """Plan a method change from facts already read (pure)."""
+def methods_taken(edit: PolicyEdit, target: str, converting: bool) -> list[str]:
+    """The methods whose NPUs a change takes from running VMs: the allocators the edit turns off, and with
+    conversions the method the VMs are converted from (a VM already on `target` depends on neither)."""
+    keys = {C.METHOD_SANDBOX: SANDBOX_KEY, C.METHOD_DRA: DRA_KEY}
+    off = [m for m, k in keys.items() if edit.before.get(k) and not edit.after.get(k)]
+    if converting:
+        off.append(C.METHOD_DRA if target == C.METHOD_SANDBOX else C.METHOD_SANDBOX)
+    return list(dict.fromkeys(off))
+
+
+def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert: bool = False,
+                evict_vms: bool = False) -> MethodPlan:
+    """Plan a method change from facts already read (pure); `evict_vms` is the running-VM guard's override."""
     policy = parse_policy(facts.policy_obj)
     modes = {(n.get("metadata") or {}).get("name", ""): mode_of(labels_of(n), policy).effective for n in facts.nodes}
     vm_nodes = sorted(n for n, m in modes.items() if m == C.MODE_VM)
@@ -449,15 +456,18 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     if convert and facts.vms_error:
         blockers.append(Blocker(f"cannot tell which VMs to convert: {facts.vms_error}"))
     if edit.patch or conversions:
-        if facts.vmis is None:
-            blockers.append(Blocker(f"cannot tell whether a VM holds NPUs: {facts.vmis_error}"))
-        holders = npu_holders(facts.vmis or [])
-        for h in holders[:HOLDERS_NAMED]:
-            blockers.append(Blocker(f"VM {h} holds NPUs: stop it first (`virtctl stop {h.name} -n {h.namespace}`); "
-                                    "a running VM keeps the devices of the method it started with"))
-        if len(holders) > HOLDERS_NAMED:
-            blockers.append(Blocker(f"{len(holders) - HOLDERS_NAMED} more VMs hold NPUs "
-                                    "(`kubectl get vmi -A` lists them)"))
+        # The running-VM guard (rblnctl.vm.guard): a VM holding NPUs through what this change takes away.
+        taken = methods_taken(edit, target, bool(conversions))
+        holders = npu_holders(facts.vmis or [], taken)
+        unreadable = None if facts.vmis is not None else \
+            f"the VirtualMachineInstances cannot be listed: {facts.vmis_error}"
+        vm_blockers, vm_warnings = guard.verdict(
+            holders, unreadable, override=evict_vms,
+            why=(f"holds NPUs through {' and '.join(taken)}, which this change takes away (a running VM keeps the "
+                 "devices of the method it started with)"),
+            consequence="they keep the devices of the method they started with")
+        blockers += vm_blockers
+        warnings += vm_warnings
     if edit.patch:
         checks, pre_blockers, pre_warnings = check_prerequisites(target, facts, policy, force=force)
         blockers += pre_blockers

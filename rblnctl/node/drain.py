@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from rblnctl import constants as C
 from rblnctl.audit import DONE, Auditor, Regarding, one_line, outcome_of
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
-from rblnctl.errors import Refused
+from rblnctl.errors import RblnError, Refused
 from rblnctl.kube import NODES, PODS, Kube, validate_name
 from rblnctl.node.cordon import set_unschedulable
 from rblnctl.node.defaults import DEFAULT_EVICT_ROUNDS
@@ -78,6 +78,11 @@ class Survey:
         return [b for e in self.ignored for b in e.blockers]
 
 
+def evicted_before(evicted: Sequence[PodRef]) -> str:
+    """` after evicting N pod(s)` for the audit note of a run that did not finish ('' when it evicted none)."""
+    return f" after evicting {len(evicted)} pod(s)" if evicted else ""
+
+
 @dataclass(kw_only=True)
 class Drainer:
     """Drain one node; `filters` replaces the default filter list (set-mode swaps in its VM guard)."""
@@ -91,6 +96,8 @@ class Drainer:
     identity: str | None = None  # who holds the node's lock (None: this host and process)
     stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
     audit: Auditor | None = None  # writes the drain's Events on the node (None: none; never in a server dry run)
+    # Every pod the last apply() evicted, kept as it goes: a failed or interrupted drain reports them too.
+    evicted: list[PodRef] = field(default_factory=list, init=False, repr=False)
 
     def view(self) -> OperatorView:
         """The operator's namespace, policy and base names (read once)."""
@@ -152,9 +159,9 @@ class Drainer:
         deadline = self.clock.monotonic() + self.options.timeout_s
         lock = self.lock(plan.node, f"drain {plan.node}")
         self.events.on_step(Step.LOCK, f"locking node {plan.node} ({lock.namespace}/{lock.name})")
-        lock.acquire(take_over=self.options.take_over)
-        lock.start_renewing()
-        try:
+        try:  # the acquire too: a Lease whose create an interrupt cut short is given back if it landed
+            lock.acquire(take_over=self.options.take_over)
+            lock.start_renewing()
             run = None
             if self.audit is not None and not self.options.server_dry_run:
                 run = self.audit.run(Regarding.node(plan.node, plan.uid), C.AUDIT_DRAIN,
@@ -164,7 +171,11 @@ class Drainer:
                 result = self._drain(plan, deadline, lock)
             except BaseException as err:
                 if run is not None:
-                    run.finish(outcome_of(err), f"drain of node {plan.node} {outcome_of(err)}: {one_line(err)}")
+                    run.finish(outcome_of(err), f"drain of node {plan.node} {outcome_of(err)}"
+                               f"{evicted_before(self.evicted)}: {one_line(err)}")
+                if isinstance(err, RblnError) and self.evicted:
+                    err.details = [*err.details, f"evicted from node {plan.node} before that: "
+                                   + ", ".join(str(r) for r in self.evicted)]
                 raise
             if run is not None:
                 run.finish(DONE, f"drained node {plan.node}: {len(result.evicted)} pod(s) evicted in {result.rounds} "
@@ -181,7 +192,7 @@ class Drainer:
             self.events.on_step(Step.CORDON, f"cordoning node {plan.node}")
             set_unschedulable(self.kube, plan.node, True, dry_run=self.options.server_dry_run)
             cordoned = True
-        evicted: list[PodRef] = []
+        evicted = self.evicted = []
         try:
             rounds = self.evict_rounds(plan.node, deadline, evicted, lock)
         except Refused:

@@ -108,6 +108,7 @@ class NodeLock:
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     lost: threading.Event = field(default_factory=threading.Event, init=False)
+    _attempted: bool = field(default=False, init=False)  # a write taking the lock was sent: it may have landed
 
     @property
     def name(self) -> str:
@@ -139,6 +140,7 @@ class NodeLock:
             lease = self.kube.get_optional(LEASES, self.name, namespace=self.namespace)
             if lease is None:
                 try:
+                    self._attempted = True
                     self._lease = self._write_new(now)
                     return None
                 except Conflict:
@@ -149,6 +151,7 @@ class NodeLock:
                 if blockers:
                     raise Refused(f"node {self.node} is locked by another rblnctl run", blockers=blockers)
             try:
+                self._attempted = True
                 self._lease = self._take(lease, now)
                 return state if state is not None and state.holder != self.identity else None
             except Conflict:
@@ -265,14 +268,44 @@ class NodeLock:
         (a lost reply, a 5xx) is settled by reading the Lease back (rblnctl.kube.writes). When deleting is
         refused (RBAC allows the Lease's create and patch but not its delete), the lock is released as
         client-go's leader election does: the holder is cleared, so the next run takes the Lease at once
-        instead of waiting out leaseDurationSeconds. Never raises: a lock that cannot be given back expires.
+        instead of waiting out leaseDurationSeconds. Never raises an RblnError: a lock that cannot be given back
+        expires.
+
+        An acquire cut short (Ctrl-C or a signal while its write was on its way) may have taken the lock: the Lease
+        is read back and given back when it names this run. Ctrl-C or a signal while the lock is given back does
+        not stop that: it is tried once more, then the interrupt goes on. Either way a lock left behind would refuse
+        the very command the interrupted run printed to resume, until it expired (issue 28).
         """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-        if self._lease is None or self.server_dry_run or self.lost.is_set():
+        if self.server_dry_run or self.lost.is_set():
             self._lease = None
+            return
+        if self._lease is None:
+            if not self._attempted:
+                return
+            try:
+                found = self.kube.get_optional(LEASES, self.name, namespace=self.namespace)
+            except RblnError as e:
+                log.warning("could not read the lock of node %s back (%s); if it is ours it expires in %ss", self.node,
+                            e, self.duration_s)
+                return
+            if not self._ours(found):
+                return
+            self._lease = found
+        try:
+            self._give_back()
+        except KeyboardInterrupt:
+            self._give_back()
+            raise
+        finally:
+            self._lease = None
+
+    def _give_back(self) -> None:
+        """Delete the Lease if it is still ours (see release)."""
+        if self._lease is None:
             return
         uid = (self._lease.get("metadata") or {}).get("uid")
 
@@ -299,8 +332,6 @@ class NodeLock:
             self._release_by_patch(still_ours, e)
         except RblnError as e:
             log.warning("could not release the lock of node %s (%s); it expires in %ss", self.node, e, self.duration_s)
-        finally:
-            self._lease = None
 
     def _release_by_patch(self, still_ours: Any, refused: RblnError) -> None:
         """Clear the Lease's holder (a patch guarded by resourceVersion) when deleting it is forbidden."""

@@ -49,7 +49,7 @@ from rblnctl.kube import (
     watch_many,
 )
 from rblnctl.node.cordon import write_node
-from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey
+from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey, evicted_before
 from rblnctl.node.events import NodeEvents, Step
 from rblnctl.node.filters import (
     PodFilter,
@@ -67,7 +67,7 @@ from rblnctl.node.lock import NodeLock
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
 from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
-from rblnctl.node.vms import npu_vms, stranded_vms, vm_blocker
+from rblnctl.node.vms import npu_vms, stranded_pods, stranded_vms, vm_blocker
 from rblnctl.operator import convergence
 from rblnctl.operator.cluster import OperatorView, component_pods, components_among, node_slices, read_operator
 from rblnctl.operator.components import deploy_labels
@@ -188,11 +188,13 @@ class ModeSwitcher:
     clock: Clock = SYSTEM_CLOCK
     identity: str | None = None  # who holds the node's lock (None: this host and process)
     stop: Stop | None = None  # set when the run is interrupted: no write after it, waits end (rblnctl.clock.Stopped)
-    # Warn when a switch to container leaves no vm-passthrough node for the VMs that ask for NPUs (a pool asks
-    # once for all its nodes instead: rblnctl.node.pool).
+    # Warn when a switch leaves no node of the mode the VMs (to container) or the evicted NPU pods (to vm) need (a
+    # pool asks once for all its nodes instead: rblnctl.node.pool).
     check_stranded_vms: bool = True
     audit: Auditor | None = None  # writes the switch's Events on the node (None: none; never in a server dry run)
     _view: OperatorView | None = field(default=None, init=False, repr=False)
+    # Every pod the last apply() evicted, kept as it goes: a failed or interrupted switch reports them too.
+    evicted: list[PodRef] = field(default_factory=list, init=False, repr=False)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -329,6 +331,10 @@ class ModeSwitcher:
                 stranded = stranded_vms(self.kube, policy, [node])
                 if stranded:
                     warnings.append(stranded)
+            if target == C.MODE_VM and current == C.MODE_CONTAINER and self.check_stranded_vms:
+                stranded = stranded_pods(self.kube, policy, [node], survey.evict)
+                if stranded:
+                    warnings.append(stranded)
         steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
                         cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
@@ -393,6 +399,7 @@ class ModeSwitcher:
         known, the node stays cordoned with its record and the error carries a Recovery.
         """
         started = self.clock.monotonic()
+        self.evicted = []
         if plan.noop:
             self.events.on_step(Step.FINISH, f"node {plan.node} is already in {plan.target} mode; nothing to do")
             return ModeResult(node=plan.node, previous_mode=plan.current_mode, mode=plan.target, changed=False,
@@ -403,11 +410,11 @@ class ModeSwitcher:
         drainer = self.drainer()
         lock = drainer.lock(plan.node, f"set-mode {plan.node} {short_mode(plan.target)}")
         self.events.on_step(Step.LOCK, f"locking node {plan.node} ({lock.namespace}/{lock.name})")
-        taken = lock.acquire(take_over=self.options.drain.take_over)
-        if taken is not None:
-            self.events.on_warning(f"took over the expired lock of node {plan.node} from {taken.holder}")
-        lock.start_renewing()
-        try:
+        try:  # the acquire too: a Lease whose create an interrupt cut short is given back if it landed
+            taken = lock.acquire(take_over=self.options.drain.take_over)
+            if taken is not None:
+                self.events.on_warning(f"took over the expired lock of node {plan.node} from {taken.holder}")
+            lock.start_renewing()
             since = plan.started or iso_utc(self.clock.now())  # the switch's start: its record's and its Events'
             run = self._audit_start(plan, since)
             try:
@@ -416,7 +423,11 @@ class ModeSwitcher:
             except BaseException as err:
                 if run is not None:
                     run.finish(audit.outcome_of(err), f"switch of node {plan.node} from {plan.from_mode} to "
-                               f"{plan.target} {audit.outcome_of(err)}: {audit.one_line(err)}")
+                               f"{plan.target} {audit.outcome_of(err)}{evicted_before(self.evicted)}: "
+                               f"{audit.one_line(err)}")
+                if isinstance(err, RblnError) and self.evicted:
+                    err.details = [*err.details, f"evicted from node {plan.node} before that: "
+                                   + ", ".join(str(r) for r in self.evicted)]
                 raise
             if run is not None:
                 run.finish(audit.DONE, f"switched node {plan.node} from {plan.from_mode} to {plan.target} in "
@@ -446,7 +457,7 @@ class ModeSwitcher:
         # when the switch it continues or takes over had already moved the node off its starting mode: rolling
         # back would uncordon a half-switched node and drop the only record of it.
         relabeled = (plan.mode_label == plan.target and plan.resume) or plan.mid_switch
-        evicted: list[PodRef] = []
+        evicted = self.evicted
         try:
             lock.ensure_held()
             self.events.on_step(Step.RECORD, plan.steps[1].detail if len(plan.steps) > 1 else "recording")

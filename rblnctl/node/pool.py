@@ -29,7 +29,7 @@ from rblnctl.node.drain import Drainer
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.inventory import list_npu_node_objects
 from rblnctl.node.mode import ModeSwitcher, parse_mode, short_mode
-from rblnctl.node.vms import stranded_vms
+from rblnctl.node.vms import stranded_pods, stranded_vms
 from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.plan import Blocker
 
@@ -100,6 +100,9 @@ class NodeTask(Protocol):
 
     def apply(self, plan: Any) -> Any: ...
 
+    @property
+    def evicted(self) -> list[Any]: ...  # the pods the last apply() evicted so far (a failed one's too)
+
 
 TaskFactory = Callable[[str, NodeEvents, Stop], NodeTask]
 
@@ -128,6 +131,7 @@ class PoolItem:
     result: Any = None
     error: RblnError | None = None
     duration_s: float = 0.0
+    evicted: list[Any] = field(default_factory=list)  # every pod the node's run evicted (PodRef), whatever its outcome
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,8 +240,8 @@ class PoolRunner:
     clock: Clock = SYSTEM_CLOCK
     stop: Stop = field(default_factory=Stop)  # set it to interrupt the pool (Ctrl-C, a signal)
     precheck: Callable[[], object] = _noop  # a read that refuses the whole pool at once (e.g. no policy)
-    # Warnings about the pool as a whole, from the nodes it will run (read once, not per node).
-    consequences: Callable[[list[str]], list[str]] = lambda nodes: []
+    # Warnings about the pool as a whole, from the nodes it will run and their plans (read once, not per node).
+    consequences: Callable[[list[str], dict[str, Any]], list[str]] = lambda nodes, plans: []
     items: dict[str, PoolItem] = field(default_factory=dict, init=False)  # outcomes so far (live)
 
     @classmethod
@@ -252,11 +256,14 @@ class PoolRunner:
             return _ModeTask(ModeSwitcher(kube=kube, options=options, events=node_events, clock=clock, stop=stop,
                                           check_stranded_vms=False, audit=audit), node, mode)
 
-        def consequences(nodes: list[str]) -> list[str]:
-            if mode != C.MODE_CONTAINER:
-                return []
+        def consequences(nodes: list[str], plans: dict[str, Any]) -> list[str]:
             policy = ModeSwitcher(kube=kube, options=options).operator().policy
-            stranded = stranded_vms(kube, policy, nodes)
+            if mode == C.MODE_CONTAINER:
+                stranded = stranded_vms(kube, policy, nodes)
+            else:
+                evicted = [e for n in nodes if getattr(plans.get(n), "drain", None) is not None
+                           for e in plans[n].drain.evict]
+                stranded = stranded_pods(kube, policy, nodes, evicted)
             return [stranded] if stranded else []
 
         return cls(operation="set-mode", target=mode, task=task, options=pool or PoolOptions(),
@@ -301,7 +308,7 @@ class PoolRunner:
         return PoolPlan(operation=self.operation, target=self.target, nodes=nodes, selector=selector,
                         max_unavailable=self.options.max_unavailable.resolve(len(nodes)),
                         continue_on_error=self.options.continue_on_error, plans=plans, errors=errors,
-                        pool_warnings=self.consequences(running) if running else [])
+                        pool_warnings=self.consequences(running, plans) if running else [])
 
     # -- apply -----------------------------------------------------------------------------------------
 
@@ -382,7 +389,8 @@ class PoolRunner:
             log.debug("node %s failed: %s", node, e)
             result, outcome, error = None, Outcome.FAILED, e
         return self._finish(PoolItem(node=node, outcome=outcome, plan=plan, result=result, error=error,
-                                     duration_s=round(self.clock.monotonic() - started, 3)))
+                                     duration_s=round(self.clock.monotonic() - started, 3),
+                                     evicted=list(task.evicted)))
 
     def _what(self, plan: PoolPlan | None, node: str | None = None) -> str:
         where = f"node {node}" if node else f"{len(plan.nodes) if plan else 0} node(s)"
@@ -403,6 +411,10 @@ class _ModeTask:
     def apply(self, plan: Any) -> Any:
         return self.switcher.apply(plan)
 
+    @property
+    def evicted(self) -> list[Any]:
+        return self.switcher.evicted
+
 
 @dataclass(frozen=True)
 class _DrainTask:
@@ -414,3 +426,7 @@ class _DrainTask:
 
     def apply(self, plan: Any) -> Any:
         return self.drainer.apply(plan)
+
+    @property
+    def evicted(self) -> list[Any]:
+        return self.drainer.evicted

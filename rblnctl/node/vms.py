@@ -1,4 +1,5 @@
-"""The VM guard: KubeVirt VMs on a node that hold its NPUs (a VM with a passed-through NPU cannot live-migrate).
+"""The VM guard of a node (rblnctl.vm.guard's rule for set-mode and drain): KubeVirt VMs on a node that hold its
+NPUs (a VM with a passed-through NPU cannot live-migrate).
 
 A VMI holds NPUs when its hostDevices name an NPU resource or a DRA claim, or when its
 spec.resourceClaims is not empty (DRA). Its virt-launcher pod requesting NPUs counts too: the VMI
@@ -7,9 +8,7 @@ list may be forbidden (RBAC) or stale, and the pod is what actually holds the de
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from rblnctl import constants as C
 from rblnctl.errors import Forbidden, NotFound
@@ -17,39 +16,11 @@ from rblnctl.kube import VMIS, Kube
 from rblnctl.node.pods import PodEntry
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy
-from rblnctl.operator.resources import is_npu_resource
 from rblnctl.plan import Blocker
-from rblnctl.vm import devices as D
+from rblnctl.vm import guard
+from rblnctl.vm.guard import NpuVm, vmi_npus
 
-
-@dataclass(frozen=True, kw_only=True)
-class NpuVm:
-    """A VM on the node holding NPUs, and what shows it."""
-
-    namespace: str
-    name: str
-    holds: str  # rebellions.ai/RBLN-CA22_PF, claim npu-claim, or the launcher pod
-    standalone: bool = False  # a VMI no VirtualMachine owns (deleted, not stopped)
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name} ({self.holds})"
-
-
-def vmi_npus(vmi: Any) -> list[str]:
-    """What in a VMI's spec holds NPUs: NPU host devices, DRA claims of host devices, its resource claims.
-
-    The spec is read through rblnctl.vm.devices, the one module that knows its shape: entries that are not
-    objects are skipped, and a field that is not a list of objects (which no admitted VMI has) counts as
-    holding NPUs, named as unreadable: the guard refuses what it cannot read rather than crash on it.
-    """
-    spec = D.vmi_spec(vmi) if isinstance(vmi, Mapping) else {}
-    devices = D.host_devices(spec)
-    npus = [str(d.get("deviceName")) for d in devices if is_npu_resource(str(d.get("deviceName") or ""))]
-    claims = [str(d.get("claimName")) for d in devices if d.get("claimName")]
-    claims += [str(c.get("name")) for c in D.resource_claims(spec) if c.get("name")]
-    bad = D.malformed(spec) if isinstance(vmi, Mapping) and isinstance(vmi.get("spec", {}), Mapping) else \
-        ["the VMI or its spec is not an object"]
-    return [*npus, *(f"claim {c}" for c in dict.fromkeys(claims)), *(f"unreadable: {b}" for b in bad)]
+__all__ = ["NpuVm", "npu_vms", "stop_vm_hint", "stranded_pods", "stranded_vms", "vm_blocker", "vmi_npus"]
 
 
 def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm], list[str]]:
@@ -64,17 +35,12 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
     except Forbidden as e:
         vmis = []
         warnings.append(f"cannot list VirtualMachineInstances ({e}); judging VMs by their virt-launcher pods only")
-    for v in vmis:
-        status = v.get("status") if isinstance(v.get("status"), Mapping) else {}
-        if (status.get("nodeName") or node) != node:
-            continue
-        holds = vmi_npus(v)
-        if holds:
-            key = (v["metadata"].get("namespace", ""), v["metadata"]["name"])
-            found[key] = ", ".join(holds)
-            owners = v["metadata"].get("ownerReferences") or []
-            if not any(o.get("kind") == "VirtualMachine" and o.get("controller") for o in owners):
-                standalone.add(key)
+    on_node = [v for v in vmis if ((v.get("status") if isinstance(v.get("status"), Mapping) else {}).get("nodeName")
+                                   or node) == node]
+    for vm in guard.dependents(on_node, guard.holding_npus):
+        found[(vm.namespace, vm.name)] = vm.holds
+        if vm.standalone:
+            standalone.add((vm.namespace, vm.name))
     for e in entries:
         if e.npu and e.vmi and (e.namespace, e.vmi) not in found:
             found[(e.namespace, e.vmi)] = f"virt-launcher pod {e.name} requests NPUs"
@@ -112,18 +78,36 @@ def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> s
             "(`rblnctl vm list -A` lists them)")
 
 
-def stop_vm_hint(namespace: str, name: str, *, standalone: bool = False) -> str:
-    """How to stop a VM holding NPUs: `virtctl stop` (a VM's VMI is named after it), or delete a VMI no VM owns.
+def stranded_pods(kube: Kube, policy: Policy | None, leaving: Iterable[str], evicted: Sequence[PodEntry]) -> str | None:
+    """The warning when switching `leaving` to vm leaves no container-mode NPU node for the NPU pods it evicts.
 
-    Never "migrate": a VMI with a passed-through host device is not live-migratable (KubeVirt sets
-    LiveMigratable=False, reason HostDeviceNotLiveMigratable).
+    The other direction of stranded_vms (issue 28 finding 9): an evicted NPU pod's replacement asks for a
+    container-mode NPU resource, which only a container-mode node offers, so it stays Pending until a node is
+    switched back. Said before the switch runs; None when a container-mode NPU node remains, or no NPU pod (other
+    than a VM's virt-launcher, which stranded_vms and the VM guard speak for) is evicted.
     """
-    if standalone:
-        return f"delete it first: `kubectl delete vmi {name} -n {namespace}`"
-    return f"stop it first: `virtctl stop {name} -n {namespace}`"
+    from rblnctl.node.inventory import list_npu_node_objects
+
+    pods = [e for e in evicted if e.npu and not e.vmi]
+    if not pods:
+        return None
+    leaving = set(leaving)
+    left = [n["metadata"]["name"] for n in list_npu_node_objects(kube)
+            if mode_of(labels_of(n), policy).effective == C.MODE_CONTAINER and n["metadata"]["name"] not in leaving]
+    if left:
+        return None
+    shown = ", ".join(f"{e.namespace}/{e.name}" for e in pods[:5]) + (", ..." if len(pods) > 5 else "")
+    node = sorted(leaving)[0] if leaving else "NODE"
+    return (f"no NPU node is left in container mode after this switch, but it evicts {len(pods)} NPU pod(s) "
+            f"({shown}): what replaces them cannot be scheduled until a node is switched back "
+            f"(`rblnctl node set-mode container {node}`)")
+
+
+def stop_vm_hint(namespace: str, name: str, *, standalone: bool = False) -> str:
+    """How to stop a VM holding NPUs (rblnctl.vm.guard.stop_hint): `virtctl stop`, or delete a VMI no VM owns."""
+    return guard.stop_hint(NpuVm(namespace=namespace, name=name, holds="", standalone=standalone))
 
 
 def vm_blocker(vm: NpuVm, node: str) -> Blocker:
     """The refusal for one VM: stop it first (it cannot live-migrate), or evict its launcher deliberately."""
-    return Blocker(f"VM {vm} holds NPUs on {node} and cannot live-migrate (its NPUs are passed through): "
-                   f"{stop_vm_hint(vm.namespace, vm.name, standalone=vm.standalone)}", override="evict_vms")
+    return guard.blocker(vm, f"holds NPUs on {node} and cannot live-migrate (its NPUs are passed through)")

@@ -104,6 +104,44 @@ def test_a_pool_switching_every_vm_node_warns_once_for_the_pool(vm_cluster):
     assert not any(STRANDED in w for w in json.loads(r.stdout)["plan"]["warnings"])  # n2 stays in vm mode
 
 
+PODS_STRANDED = "no NPU node is left in container mode after this switch"
+
+
+@pytest.fixture
+def container_cluster(apiserver):
+    """c1 and c2 in container mode (the only ones), each running a ReplicaSet's NPU pod; no vm-passthrough node."""
+    apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True), o.replicaset("default", "web"))
+    for n in ("c1", "c2"):
+        apiserver.add(o.npu_node(n, mode="container"),
+                      o.pod("default", f"{n}-app", node=n, owner_kind="ReplicaSet", owner_name="web",
+                            requests={"rebellions.ai/npu": "1"}))
+    op = SimulatedOperator(apiserver).start()
+    assert op.wait_idle()
+    apiserver.clear_requests()
+    yield apiserver
+    op.stop()
+
+
+def test_switching_the_last_container_node_to_vm_warns_about_the_npu_pods_it_evicts(container_cluster):
+    """Issue 28 finding 9: the other direction warned about the VMs left without a node; this one evicted the last
+    container node's NPU pods with no word that nothing could run them (they sit Pending)."""
+    r = cli("node", "set-mode", "vm", "c1", "--dry-run", "-o", "json", server=container_cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert not any(PODS_STRANDED in w for w in json.loads(r.stdout)["plan"]["warnings"])  # c2 can run them
+    r = cli("node", "set-mode", "vm", "c1", "c2", "--dry-run", "-o", "json", server=container_cluster.url)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (warning,) = [w for w in doc["warnings"] if PODS_STRANDED in w]  # said once, for the pool
+    assert "it evicts 2 NPU pod(s) (default/c1-app, default/c2-app)" in warning
+    assert "`rblnctl node set-mode container c1`" in warning and r.stderr.count(PODS_STRANDED) == 1
+    container_cluster.mutate("Node", "c2", fn=lambda n: n["metadata"]["labels"].update(
+        {MODE: "vm-passthrough"}))
+    r = cli("node", "set-mode", "vm", "c1", "--dry-run", "-o", "json", server=container_cluster.url)
+    warnings = json.loads(r.stdout)["plan"]["warnings"]
+    assert any(PODS_STRANDED in w and "1 NPU pod(s) (default/c1-app)" in w for w in warnings), warnings
+    assert container_cluster.writes() == []
+
+
 TOO_MANY = "8 NPUs: no vm-passthrough node offers that many (the most is 2, on n1)"
 
 

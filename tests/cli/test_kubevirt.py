@@ -201,7 +201,9 @@ def test_cr_being_deleted_is_refused(apiserver):
 
 
 def test_a_reversible_edit_never_prompts_so_scripts_need_no_yes(apiserver, monkeypatch):
-    """kubectl and helm do not ask before an edit that can be undone; enable-gates neither (on a terminal too)."""
+    """kubectl and helm do not ask before an edit that can be undone; enable-gates neither (on a terminal too).
+    Turning a gate off is disruptive (issue 28 finding 7: `--yes` was offered and nothing ever asked): without a
+    terminal and without --yes it is exit 2, nothing written, as docs/kubevirt.md says."""
     import rblnctl.cli.console
 
     monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: True)
@@ -210,9 +212,58 @@ def test_a_reversible_edit_never_prompts_so_scripts_need_no_yes(apiserver, monke
     assert r.exit_code == 0, r.stderr
     assert "[y/N]" not in r.stderr and json.loads(r.stdout)["result"]["changed"] is True
     assert gates(apiserver) == ["HostDevices"]
+    r = cli("kubevirt", "disable-gates", "HostDevices", server=apiserver.url, input="n\n")  # a terminal: asked
+    assert r.exit_code == 1 and "Patch KubeVirt kubevirt/kubevirt? [y/N]" in r.stderr
+    assert "not confirmed; nothing was changed" in r.stderr and gates(apiserver) == ["HostDevices"]
+    monkeypatch.setattr(rblnctl.cli.console, "stdin_is_tty", lambda: False)
+    apiserver.clear_requests()
     r = cli("kubevirt", "disable-gates", "HostDevices", server=apiserver.url)  # no terminal, no --yes
+    assert r.exit_code == 2 and "pass --yes" in r.stderr and apiserver.writes() == []
+    r = cli("kubevirt", "disable-gates", "HostDevices", "--yes", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     assert gates(apiserver) == []
+
+
+DRA_DEVICE = {"name": "npu0", "claimName": "rbln-npu-1", "requestName": "npu0"}
+
+
+def test_disabling_a_gate_a_running_vm_needs_is_refused_naming_it(apiserver):
+    """Issue 28 finding 7: `disable-gates HostDevices` turned the gate off while a running VM held NPUs, with no
+    prompt or warning. The running-VM guard refuses it as set-mode and set-method do, naming the VM and how to stop
+    it; --evict-vms (the guard's one override) goes ahead with a warning."""
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"]),
+                  o.vmi("team", "train", "n1", host_devices=["rebellions.ai/RBLN-CA22_PF"]),
+                  o.vmi("team", "done", "n1", host_devices=["rebellions.ai/RBLN-CA22_PF"], phase="Succeeded"),
+                  o.vmi("team", "plain", "n1"))
+    apiserver.clear_requests()
+    r = cli("kubevirt", "disable-gates", "HostDevices", "--yes", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    assert "refusing to edit KubeVirt kubevirt/kubevirt" in r.stderr
+    assert "VM team/train (rebellions.ai/RBLN-CA22_PF) runs with NPUs that need HostDevices" in r.stderr
+    assert "`virtctl stop train -n team`" in r.stderr and "(pass --evict-vms to go ahead anyway)" in r.stderr
+    assert "team/done" not in r.stderr and "team/plain" not in r.stderr  # finished, or no NPU: nothing at stake
+    assert apiserver.writes() == []
+    r = cli("kubevirt", "disable-gates", "HostDevices", "--yes", "--evict-vms", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert "going ahead although 1 running VM(s) depend on it (team/train)" in r.stderr
+    assert gates(apiserver) == ["HostDevicesWithDRA"]
+
+
+def test_only_a_gate_really_turned_off_is_guarded_and_only_for_the_vms_that_need_it(apiserver):
+    """HostDevicesWithDRA is Beta in KubeVirt 1.9: out of featureGates it stays on, so nothing is at stake; listed
+    in disabledFeatureGates it goes off, and only a VM with a DRA host device needs it."""
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"], version="v1.9.0"),
+                  o.vmi("team", "sandbox", "n1", host_devices=["rebellions.ai/RBLN-CA22_PF"]),
+                  o.vmi("team", "dra", "n1", host_devices=[DRA_DEVICE]))
+    r = cli("kubevirt", "disable-gates", "HostDevicesWithDRA", "--dry-run", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["plan"]["turnsOff"] == []
+    r = cli("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled", "--dry-run", "-o", "json",
+            server=apiserver.url)
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)["plan"]
+    assert doc["turnsOff"] == ["HostDevicesWithDRA"] and doc["vms"] == ["team/dra (claim rbln-npu-1)"]
+    assert [b["override"] for b in doc["blockers"]] == ["evict_vms"]
 
 
 def test_concurrent_edit_is_retried_and_reported(apiserver, no_backoff):

@@ -193,3 +193,42 @@ def test_server_dry_run_of_a_pool_persists_nothing(pool):
     assert [line.split()[3] for line in r.stdout.splitlines()[1:]] == ["server-dry-run"] * 3
     assert pool.writes() and all(w.dry_run for w in pool.writes())
     assert modes(pool) == {n: "container" for n in NODES}
+
+
+def _refuse_node_patches_after_the_first_eviction(apiserver):
+    """Once n1's first pod is evicted, RBAC refuses every node patch: the switch fails after evicting."""
+
+    def hook(req):
+        if req.method == "POST" and req.path.endswith("/eviction"):
+            apiserver.forbid("patch", "nodes")
+
+    return apiserver.on_request(hook)
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+@pytest.mark.parametrize("operation", ["set-mode", "drain"])
+def test_a_failed_node_reports_the_pods_it_evicted_in_the_table_the_json_and_its_event(pool, operation, output):
+    """Issue 28 finding 8: the list of evicted pods was local to the success path, so a node that evicted and then
+    failed showed EVICTED 0, its JSON said nothing of it, and its Event (`node history`) neither."""
+    if operation == "set-mode":  # RBAC refuses the relabel once n1's pods are evicted
+        _refuse_node_patches_after_the_first_eviction(pool)
+        args: tuple[str, ...] = ("node", "set-mode", "vm", "n1", "n2")
+    else:  # a budget holds one more pod of n1 until the drain's timeout
+        pool.add(o.pdb("default", "hold", selector={"app": "held"}, min_available=1),
+                 o.pod("default", "held", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU,
+                       labels={"app": "held"}))
+        args = ("node", "drain", "n1", "n2", "--timeout", "1s")
+    r = cli(*args, "--yes", "-o", output, server=pool.url)
+    assert r.exit_code == 6, r.stderr
+    if output == "table":
+        rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
+        assert rows["n1"][5 if operation == "set-mode" else 3] == "2" and "failed" in rows["n1"], r.stdout
+    else:
+        item = {i["node"]: i for i in json.loads(r.stdout)["items"]}["n1"]
+        assert item["outcome"] == "failed" and item["result"] is None
+        assert [e["name"] for e in item["evicted"]] == ["n1-p0", "n1-p1"]
+    assert "evicted from node n1 before that: default/n1-p0, default/n1-p1" in r.stderr
+    pool.allow_all()
+    history = json.loads(cli("node", "history", "n1", "-o", "json", server=pool.url).stdout)["items"]
+    assert [h["result"] for h in history] == ["failed"]
+    assert "failed after evicting 2 pod(s)" in history[0]["message"], history

@@ -158,7 +158,7 @@ SCENARIOS = [
     Scenario("KubeVirtStatus", ("kubevirt", "status")),
     Scenario("KubeVirtGateChange", ("kubevirt", "enable-gates", "--dra", "--dry-run")),
     Scenario("KubeVirtGateChange", ("kubevirt", "enable-gates", "--dra")),
-    Scenario("KubeVirtGateChange", ("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled")),
+    Scenario("KubeVirtGateChange", ("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled", "--yes")),
     Scenario("KubeVirtDeviceChange", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF", "--dry-run")),
     Scenario("KubeVirtDeviceChange", ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA22_PF")),
     Scenario("ResourceMigration", ("kubevirt", "migrate-resources", "--dry-run"), setup=_old_names),

@@ -296,6 +296,33 @@ def test_convert_vms_partial_exits_6_with_each_vms_fate_and_the_command_that_fin
         "--yes dra")  # every flag given, global ones first, in the command's own order
 
 
+def test_the_finish_command_of_a_partial_convert_is_not_refused_by_a_converted_vm_started_again(apiserver, operator):
+    """Issue 28 finding 5: every running VM holding NPUs refused the change, so once a VM the partial run converted
+    was started again (its NPUs now through DRA, the target), the printed `finish the job` was refused."""
+    import shlex
+
+    cluster(apiserver)
+    operator.start()
+    assert operator.wait_idle()
+    apiserver.add(o.vm("a", "one", running=False, host_devices=[CA22, CA22]),
+                  o.vm("b", "two", running=False, host_devices=[CA22]))
+    apiserver.forbid("patch", "virtualmachines.kubevirt.io", "b")
+    r = cli("policy", "set-method", "dra", "--convert-vms", "--yes", "--timeout", "20s", server=apiserver.url)
+    assert r.exit_code == 6, r.stderr
+    (finish,) = [line.split("finish the job: ")[1] for line in r.stderr.splitlines() if "finish the job:" in line]
+    apiserver.allow_all()
+    # a/one's owner starts it again: its VMI runs with the claims the conversion wrote
+    spec = apiserver.get("VirtualMachine", "one", "a")["spec"]["template"]["spec"]
+    vmi = o.vmi("a", "one", "vm0")
+    vmi["spec"] = spec
+    apiserver.add(vmi)
+    r = cli(*shlex.split(finish)[1:])
+    assert r.exit_code == 0, r.stderr
+    assert "holds NPUs" not in r.stderr
+    assert [d.get("claimName") is not None for d in apiserver.get("VirtualMachine", "two", "b")["spec"]["template"][
+        "spec"]["domain"]["devices"]["hostDevices"]] == [True]
+
+
 def test_an_interrupted_set_method_says_how_to_wait_again_with_every_flag(apiserver, mocker):
     """Before: the hint dropped --convert-vms (and every other flag), so following it converted nothing."""
     cluster(apiserver)

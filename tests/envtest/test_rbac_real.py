@@ -49,7 +49,7 @@ READ = [
 ]
 OPERATE = [
     ("kubevirt", "enable-gates"),
-    ("kubevirt", "disable-gates", "Snapshot"),
+    ("kubevirt", "disable-gates", "Snapshot", "--yes"),
     ("kubevirt", "migrate-resources", "--map", f"{OLD}={CA22}", "--yes"),
     ("kubevirt", "permit-devices", "--resource-name", "RBLN-CA25_PF"),
     ("vm", "attach", "fresh", "-n", "vms", "--npus", "1"),

@@ -32,7 +32,10 @@ def test_parse_method():
         parse_method("vfio")
 
 
-def test_refused_while_vmis_hold_npus_by_sandbox_or_dra_claim(apiserver, kube):
+def test_refused_while_vmis_hold_npus_through_the_allocator_turned_off(apiserver, kube):
+    """The running-VM guard (rblnctl.vm.guard): sandbox -> dra refuses while a VMI holds NPUs through the sandbox
+    plugin, which the switch turns off; a VMI holding a DRA claim depends on nothing the switch takes away
+    (issue 28 finding 5), a VMI without NPUs neither. `--evict-vms` is the one override."""
     op = cluster(apiserver)
     claim_vmi = o.vmi("ns2", "claimer", "vm1",
                       host_devices=[{"name": "npu0", "claimName": "npu-claim", "requestName": "npu"}])
@@ -42,13 +45,28 @@ def test_refused_while_vmis_hold_npus_by_sandbox_or_dra_claim(apiserver, kube):
     apiserver.clear_requests()
     ch = changer(kube, op)
     plan = ch.plan("dra")
-    held = [b.message for b in plan.blockers if "holds NPUs" in b.message]
-    assert len(held) == 2
-    assert "ns1/plugin-vm (rebellions.ai/RBLN-CA22_PF)" in held[0] and "ns2/claimer (claim npu-claim)" in held[1]
-    assert all(b.override is None for b in plan.blockers)
+    held = [b for b in plan.blockers if "holds NPUs" in b.message]
+    assert [b.message.split(" holds")[0] for b in held] == ["VM ns1/plugin-vm (rebellions.ai/RBLN-CA22_PF)"]
+    assert "through sandbox, which this change takes away" in held[0].message
+    assert "`virtctl stop plugin-vm -n ns1`" in held[0].message and held[0].override == "evict_vms"
     with pytest.raises(Refused):
         ch.apply(plan)
     assert apiserver.writes() == []
+    overridden = changer(kube, op, evict_vms=True).plan("dra")
+    assert not [b for b in overridden.blockers if "holds NPUs" in b.message]
+    assert any("going ahead although 1 running VM(s) depend on it (ns1/plugin-vm)" in str(w)
+               for w in overridden.warnings)
+
+
+def test_back_to_sandbox_is_refused_by_the_vmi_holding_a_dra_claim(apiserver, kube):
+    op = cluster(apiserver, method="dra")
+    claim_vmi = o.vmi("ns2", "claimer", "vm1",
+                      host_devices=[{"name": "npu0", "claimName": "npu-claim", "requestName": "npu"}])
+    claim_vmi["spec"]["resourceClaims"] = [{"name": "npu-claim", "resourceClaimTemplateName": "npu-tpl"}]
+    apiserver.add(claim_vmi, o.vmi("ns1", "finished", "vm0", host_devices=[SANDBOX_RES], phase="Succeeded"))
+    plan = changer(kube, op).plan("sandbox")
+    held = [b.message for b in plan.blockers if "holds NPUs" in b.message]
+    assert len(held) == 1 and held[0].startswith("VM ns2/claimer (claim npu-claim) holds NPUs through dra")
 
 
 def test_sandbox_to_dra_and_back_waits_for_every_vm_node(apiserver, kube):
@@ -310,7 +328,7 @@ def test_convert_only_is_refused_while_a_vmi_holds_npus(apiserver, kube):
     plan = ch.plan("dra")
     assert plan.edit.patch == {} and [str(c.vm) for c in plan.conversions] == ["team/busy", "team/two"]
     (b,) = plan.blockers
-    assert b.message.startswith("VM team/busy (rebellions.ai/RBLN-CA22_PF) holds NPUs: stop it first")
+    assert b.message.startswith("VM team/busy (rebellions.ai/RBLN-CA22_PF) holds NPUs through sandbox")
     with pytest.raises(Refused):
         ch.apply(plan)
     assert apiserver.writes() == []

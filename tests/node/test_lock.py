@@ -88,3 +88,44 @@ def test_a_lost_create_that_cannot_be_read_back_is_outcome_unknown(apiserver, ku
     kube.read_retries = 0
     with pytest.raises(OutcomeUnknown, match="reading Lease rbln-system/rblnctl-node-n1 back"):
         lock(kube).acquire()
+
+
+def _ctrl_c():
+    import signal
+    import threading
+
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+def test_an_acquire_interrupted_after_its_create_landed_gives_the_lock_back(apiserver, kube):
+    """Issue 28 (the crash-point explorer): SIGTERM or Ctrl-C while the Lease's create was answered left a Lease naming
+    the dead run, and the `resume:` it printed was refused for a minute ("locked by ... wait for it to finish")."""
+    apiserver.inject_fault(method="POST", path=LEASES + "$", lose_reply=True, then=_ctrl_c)
+    mine = lock(kube)
+    with pytest.raises(KeyboardInterrupt):
+        mine.acquire()
+    assert holder(apiserver) == mine.identity  # it landed, and the run never heard
+    mine.release()
+    assert apiserver.get("Lease", lease_name("n1"), NS) is None
+    other = lock(kube, identity="rblnctl@there pid 2: set-mode n1 vm")
+    assert other.check() == [] and other.acquire() is None
+
+
+def test_an_interrupted_acquire_leaves_anyone_elses_lease_alone(apiserver, kube):
+    apiserver.inject_fault(method="POST", path=LEASES + "$", drop=True, then=_ctrl_c)  # never reached the server
+    mine = lock(kube)
+    with pytest.raises(KeyboardInterrupt):
+        mine.acquire()
+    other = lock(kube, identity="rblnctl@there pid 2: set-mode n1 vm")
+    assert other.acquire() is None
+    mine.release()
+    assert holder(apiserver) == other.identity
+
+
+def test_ctrl_c_while_the_lock_is_given_back_still_gives_it_back(apiserver, kube):
+    mine = lock(kube)
+    mine.acquire()
+    apiserver.inject_fault(method="DELETE", path=LEASES + "/", drop=True, then=_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        mine.release()
+    assert apiserver.get("Lease", lease_name("n1"), NS) is None

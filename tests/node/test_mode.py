@@ -470,7 +470,8 @@ def test_node_deleted_while_waiting_says_so_instead_of_resume(apiserver, kube):
     with pytest.raises(NotFound) as exc:
         sw.apply(sw.plan("n1", "vm"))
     msg = str(exc.value)
-    assert "n1 was deleted" in msg and exc.value.recovery is None and exc.value.details == []
+    assert "n1 was deleted" in msg and exc.value.recovery is None
+    assert exc.value.details == ["evicted from node n1 before that: default/npu-app"]  # no resume, what it did
 
 
 def test_node_deleted_before_the_relabel_needs_no_rollback(apiserver, kube):

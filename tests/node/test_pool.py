@@ -218,17 +218,21 @@ def test_an_interrupted_pool_resumes_where_it_stopped(apiserver, kube, operator)
     first = outcomes(result)
     assert first["n3"] == first["n4"] == "skipped" and Outcome.INTERRUPTED in {i.outcome for i in result.items}
     interrupted = [n for n, out in first.items() if out == "interrupted"]
-    for n in interrupted:  # left as Ctrl-C leaves a single switch: cordoned, with its record, lock given back
-        node = apiserver.get("Node", n)
-        assert node["spec"]["unschedulable"] and ANN in node["metadata"]["annotations"]
+    # Left as Ctrl-C leaves a single switch: with its record (cordoned unless stopped between the two), or untouched
+    # when the stop came before its first write (n2 runs beside n1: how far it got is the machine's timing); locks
+    # given back.
+    mid = [n for n in interrupted if ANN in (apiserver.get("Node", n)["metadata"].get("annotations") or {})]
+    assert "n1" in mid  # stopped at its relabel
+    for n in set(interrupted) - set(mid):
+        assert not apiserver.get("Node", n)["spec"].get("unschedulable")
     assert not apiserver.list("Lease", "rbln-system")
     order: list[str] = []
     again = PoolRunner.for_mode(kube, "vm", ModeOptions(drain=DrainOptions(timeout_s=10)),
                                 events=PoolEvents(on_start=order.append))  # one at a time: a strict order
     plan = again.plan(names)
-    assert set(plan.resumes) == set(interrupted)
+    assert set(plan.resumes) == set(mid)
     result = again.apply(plan)
-    assert order[:len(interrupted)] == interrupted  # the nodes left mid-switch go first
+    assert order[:len(mid)] == mid  # the nodes left mid-switch go first
     assert outcomes(result) == {n: ("unchanged" if first[n] == "done" else "done") for n in names}
     for n in names:
         node = apiserver.get("Node", n)

@@ -9,7 +9,11 @@ instead of replying (``lose_reply``: the change is made, the client cannot know)
 delays the answer (for ``lose_reply``: the drop); ``status=None`` only delays. ``client`` limits a fault
 to requests whose User-Agent starts with it (``"rblnctl/"``), so a simulated kubelet or operator sharing the
 server cannot take a fault meant for the tool under test. The test harness's own client (config.py
-HARNESS_USER_AGENT) never takes a fault unless ``client`` names it.
+HARNESS_USER_AGENT) never takes a fault unless ``client`` names it. ``watch`` limits a fault to watch requests
+(True: ``?watch=true``, a stream being opened) or to every other request (False); None matches both.
+``then`` is called once the fault has taken the request: for ``lose_reply`` after the change was committed and
+before the connection drops, otherwise before the fault's delay (e.g. a signal to the client under test, timed
+to that exact request).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from tests.fakes.apiserver.config import HARNESS_USER_AGENT
@@ -41,6 +46,8 @@ class Fault:
     body: bytes | None = None
     content_type: str = "application/json"
     client: str | None = None  # only requests whose User-Agent starts so (e.g. "rblnctl/"); None: any
+    watch: bool | None = None  # only watch requests (True), only others (False), or any (None)
+    then: Callable[[], None] | None = None  # called once the fault has the request (see the module docstring)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -63,7 +70,8 @@ class FaultBook:
 
     def inject(self, *, method: str | None, path: str | None, status: Any, reason: str | None, message: str,
                delay_s: float, drop: bool, times: int, retry_after_s: int | None, lose_reply: bool,
-               body: Any, content_type: str, client: str | None = None) -> None:
+               body: Any, content_type: str, client: str | None = None, watch: bool | None = None,
+               then: Callable[[], None] | None = None) -> None:
         if lose_reply and (drop or body is not None or status not in (UNSET, None)):
             raise ValueError("lose_reply handles the request normally: no status, body or drop with it")
         if drop and body is not None:
@@ -73,17 +81,20 @@ class FaultBook:
         raw = encode_body(body) if body is not None else None
         with self._lock:
             self._faults.append(Fault(method.upper() if method else None, path, status, reason, message, delay_s,
-                                      drop, times, retry_after_s, lose_reply, raw, content_type, client))
+                                      drop, times, retry_after_s, lose_reply, raw, content_type, client, watch,
+                                      then))
 
     def clear(self) -> None:
         with self._lock:
             self._faults.clear()
 
-    def take(self, method: str, path: str, user_agent: str = "") -> Fault | None:
+    def take(self, method: str, path: str, user_agent: str = "", watch: bool = False) -> Fault | None:
         """The first fault matching this request, with one use consumed."""
         with self._lock:
             for f in self._faults:
                 if f.times <= 0 or (f.method and f.method != method) or (f.path and not re.search(f.path, path)):
+                    continue
+                if f.watch is not None and f.watch != watch:
                     continue
                 if f.client and not user_agent.startswith(f.client):
                     continue

@@ -207,7 +207,10 @@ class Handler(BaseHTTPRequestHandler):
         self._req = req
         fake._current.request = req  # what on_change callbacks of this request's changes can ask about
         fake._log.record(req)
-        fault = fake._faults.take(self.command, path, self.headers.get("User-Agent") or "")
+        fault = fake._faults.take(self.command, path, self.headers.get("User-Agent") or "",
+                                  watch=truthy(first(req.query, "watch")))
+        if fault is not None and not fault.lose_reply and fault.then is not None:
+            fault.then()
         if fault is not None and not fault.lose_reply and self._apply_fault(req, fault):
             return
         try:
@@ -221,6 +224,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         req.status, req.applied = code, True
         if fault is not None and fault.lose_reply:  # handled and committed; the client never hears of it
+            if fault.then is not None:
+                fault.then()
             time.sleep(fault.delay_s)
             req.reply_lost = True
             self.drop()

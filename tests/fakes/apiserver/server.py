@@ -295,17 +295,21 @@ class FakeApiServer:
                      reason: str | None = None, message: str = "injected fault", delay_s: float = 0.0,
                      drop: bool = False, times: int = 1, retry_after_s: int | None = None,
                      lose_reply: bool = False, body: Any = None, content_type: str = "application/json",
-                     client: str | None = None) -> None:
+                     client: str | None = None, watch: bool | None = None,
+                     then: Callable[[], None] | None = None) -> None:
         """The next ``times`` requests matching ``method`` and ``path`` (regex, ``re.search`` on the
         path without query) wait ``delay_s``, then: the connection is dropped (``drop``); or
         ``body`` (bytes, str or any JSON value) is answered raw with ``content_type`` and ``status``
         (default 200); or a Status with ``status`` (default 500; ``retry_after_s`` adds Retry-After
         and details.retryAfterSeconds) is returned; or (``status=None``) the request is served
         normally. ``lose_reply`` serves it normally, commits, then drops the connection instead
-        of replying (after ``delay_s``); its RecordedRequest has ``applied`` and ``reply_lost``."""
+        of replying (after ``delay_s``); its RecordedRequest has ``applied`` and ``reply_lost``. ``watch`` limits
+        the fault to watch requests (True) or to the others (False); ``then`` runs once the fault has the request
+        (lose_reply: after the commit, before the drop), e.g. to signal the client at that exact request."""
         self._faults.inject(method=method, path=path, status=status, reason=reason, message=message,
                             delay_s=delay_s, drop=drop, times=times, retry_after_s=retry_after_s,
-                            lose_reply=lose_reply, body=body, content_type=content_type, client=client)
+                            lose_reply=lose_reply, body=body, content_type=content_type, client=client,
+                            watch=watch, then=then)
 
     def clear_faults(self) -> None:
         self._faults.clear()

@@ -1,0 +1,99 @@
+"""Ctrl-C or SIGTERM while watches open: rblnctl exits at once (issue 28 finding 6).
+
+`watch_many` read each stream on a ThreadPoolExecutor worker, and started them before the `try` whose
+`finally` stopped the streams: an interrupt while they were being started left every watch running, and the
+executor's workers are joined at interpreter exit, so the process printed "interrupted" and then hung until
+`--timeout` (for ever with `node list --watch`). A stream the server is slow to open hung it the same way
+from inside the `try`: the `finally` waited for the worker still waiting for its answer.
+
+These run rblnctl as a real process (only a real process shows what holds it at exit) against the fake API
+server, which delays the opening of watches so the signal lands while they open.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fakes import objects as o
+
+HELD_S = 60  # how long the fake holds a request it delays: far beyond the 2 s an interrupted rblnctl may take
+EXIT_WITHIN_S = 2  # issue 28: no process outlives SIGINT/SIGTERM by more than this
+
+
+def _seed(apiserver):
+    apiserver.add(o.cluster_policy(workload_type="container"), o.npu_node("n1", mode="container"),
+                  o.npu_node("n2", mode="container"))
+
+
+def _watch_opens(apiserver):
+    return [r for r in apiserver.requests if r.method == "GET" and r.query.get("watch") == ["true"]]
+
+
+def _lists(apiserver, path):
+    return [r for r in apiserver.requests if r.method == "GET" and r.path == path and "watch" not in r.query]
+
+
+def _signal_when(apiserver, argv, ready, sig):
+    """Run rblnctl, send `sig` once `ready()` holds; return (exit code, seconds from the signal to the exit, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never got there"
+            time.sleep(0.02)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=EXIT_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"rblnctl still runs {EXIT_WITHIN_S} s after {sig.name}")
+        took = time.monotonic() - sent
+        err = proc.stderr.read().decode() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, took, err
+
+
+# Where the signal lands: the first stream being opened (the others not yet asked for), every stream asked for
+# and one still unanswered, and a watch's initial LIST unanswered (its thread has not asked for a stream yet).
+POINTS = {
+    "the first stream opening": dict(watch=True, times=1, ready=lambda api: len(_watch_opens(api)) >= 1),
+    "the last stream opening": dict(watch=True, times=100, ready=lambda api: len(_watch_opens(api)) >= 5),
+    "a watch's list": dict(watch=False, times=1, path="^/api/v1/nodes$",  # only the nodes' watch lists nodes
+                           ready=lambda api: bool(_lists(api, "/api/v1/nodes"))),
+}
+
+
+@pytest.mark.parametrize(("point", "sig", "code"), [
+    ("the first stream opening", signal.SIGINT, 0),  # `--watch` ends on Ctrl-C with 0, as kubectl get --watch
+    ("the last stream opening", signal.SIGINT, 0),
+    ("a watch's list", signal.SIGINT, 0),
+    ("the first stream opening", signal.SIGTERM, 143),
+])
+def test_node_list_watch_exits_at_once_on_a_signal_while_its_watches_open(apiserver, point, sig, code):
+    _seed(apiserver)
+    spec = POINTS[point]
+    apiserver.inject_fault(method="GET", path=spec.get("path"), watch=spec["watch"], status=None, delay_s=HELD_S,
+                           times=spec["times"], client="rblnctl/")
+    got, took, err = _signal_when(apiserver, ["node", "list", "--watch"], lambda: spec["ready"](apiserver), sig)
+    assert got == code, err
+    assert "Traceback" not in err
+
+
+def test_a_wait_exits_at_once_on_a_signal_while_its_watches_open(apiserver):
+    """`vm start --wait` waits on one watch_many of the VM, its VMI, the launcher pods and claims."""
+    apiserver.simulate_kubevirt = True
+    apiserver.add(o.vm("vms", "v1", run_strategy="Halted"))
+    apiserver.inject_fault(method="GET", watch=True, status=None, delay_s=HELD_S, times=100, client="rblnctl/")
+    got, took, err = _signal_when(apiserver, ["vm", "start", "v1", "-n", "vms", "--wait"],
+                                  lambda: len(_watch_opens(apiserver)) >= 2, signal.SIGTERM)
+    assert got == 143, err
+    assert "terminated by signal 15" in err and "Traceback" not in err

@@ -1,0 +1,133 @@
+"""The multi-step commands the crash-point explorer runs, each on the smallest cluster that makes it write every kind
+of write it makes (one NPU pod per node, one VM): each write is a crash point, so a bigger world only repeats them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.explore.engine import World
+from tests.fakes import objects as o
+from tests.fakes.apiserver import FakeApiServer
+from tests.fakes.operator import SimulatedOperator
+from tests.fakes.releases import NEWER
+
+NPU = {"rebellions.ai/npu": "1"}
+CA22 = "rebellions.ai/RBLN-CA22_PF"
+NS = "vms"
+FIRST_VMI = "explore.rblnctl.io/first-vmi"  # the VMI a world starts with (a restart replaces it)
+NODE_KINDS = ("Node", "Lease", "Pod")
+VM_KINDS = ("VirtualMachine", "VirtualMachineInstance", "ResourceClaimTemplate", "Pod", "Lease")
+KUBEVIRT_KINDS = ("KubeVirt", "VirtualMachine")
+
+
+def _operator(server: FakeApiServer, **kw) -> list[Callable[[], None]]:
+    op = SimulatedOperator(server, **kw).start()
+    assert op.wait_idle()
+    return [op.stop]
+
+
+def _npu_pods(server: FakeApiServer, nodes: tuple[str, ...]) -> None:
+    server.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True), o.replicaset("default", "web"),
+               o.npu_node("spare", mode="container"))  # a container node stays: the NPU pods have somewhere to go
+    for n in nodes:
+        server.add(o.npu_node(n, mode="container"),
+                   o.pod("default", f"{n}-app", node=n, owner_kind="ReplicaSet", owner_name="web", requests=NPU))
+
+
+def set_mode(server: FakeApiServer) -> list[Callable[[], None]]:
+    _npu_pods(server, ("n1",))
+    return _operator(server)
+
+
+def pool_set_mode(server: FakeApiServer) -> list[Callable[[], None]]:
+    _npu_pods(server, ("n1", "n2"))
+    return _operator(server)
+
+
+def drain(server: FakeApiServer) -> list[Callable[[], None]]:
+    _npu_pods(server, ("n1",))
+    return []
+
+
+def set_method(server: FakeApiServer) -> list[Callable[[], None]]:
+    """The sandbox method on one vm-passthrough node, a stopped VM on sandbox to convert to DRA."""
+    policy = NEWER.policy(vfio_manager=True, sandbox=True, dra=False, device_plugin=True)
+    server.add(policy, NEWER.operator_deployment(),
+               o.npu_node("vm0", mode=o.MODE_VM, product="RBLN-CA22", release=NEWER, policy=policy),
+               o.kubevirt(feature_gates=["HostDevices", "HostDevicesWithDRA"], version="v1.9.0",
+                          permitted_pci=[("1EFF:1220", CA22)]),
+               o.vm("team", "two", running=False, host_devices=[CA22]))
+    return _operator(server, release=NEWER)
+
+
+def migrate_resources(server: FakeApiServer) -> list[Callable[[], None]]:
+    """After the operator upgrade: the nodes advertise RBLN-CA25_PF, KubeVirt and a stopped VM still name the old."""
+    old, new_node = "rebellions.ai/ATOM_MAX_PT", o.npu_node("n0", mode=o.MODE_VM, product="RBLN-CA25")
+    server.add(NEWER.policy(vfio_manager=True, sandbox=True), new_node,
+               o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[("1EFF:1250", old)]),
+               o.vm("team", "old", running=False, host_devices=[old]))
+    return []
+
+
+def enable_gates(server: FakeApiServer) -> list[Callable[[], None]]:
+    server.add(o.kubevirt(feature_gates=["Snapshot"]))
+    return []
+
+
+def disable_gates(server: FakeApiServer) -> list[Callable[[], None]]:
+    server.add(o.kubevirt(feature_gates=["Snapshot", "HostDevices", "HostDevicesWithDRA"]))
+    return []
+
+
+def permit_devices(server: FakeApiServer) -> list[Callable[[], None]]:
+    server.add(o.cluster_policy(vfio_manager=True, sandbox=True), o.npu_node("n1", mode=o.MODE_VM),
+               o.kubevirt(feature_gates=["HostDevices"]))
+    return []
+
+
+def _vm_cluster(server: FakeApiServer, *, running: bool, npus: int = 1) -> None:
+    server.simulate_kubevirt = True
+    server.add(o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[("1EFF:1220", CA22)]), o.cluster_policy(),
+               o.npu_node("n1", mode="vm-passthrough", product="RBLN-CA22", npus=2), o.npu_node("n9"))
+    server.add(o.vm(NS, "v1", node="n1", running=running, host_devices=[CA22] * npus))
+
+
+def vm_running(npus: int = 1) -> Callable[[FakeApiServer], list[Callable[[], None]]]:
+    def build(server: FakeApiServer) -> list[Callable[[], None]]:
+        _vm_cluster(server, running=False, npus=npus)
+        # started the way KubeVirt starts it, so its VMI and virt-launcher are the simulation's own
+        server.mutate("VirtualMachine", "v1", NS, fn=lambda v: v["spec"].update(runStrategy="Always"))
+        # this VMI is the one running now: a restart replaces it with one that is not marked
+        server.mutate("VirtualMachineInstance", "v1", NS, fn=lambda v: v["metadata"].setdefault(
+            "annotations", {}).update({FIRST_VMI: "true"}))
+        return []
+
+    return build
+
+
+def vm_stopped(server: FakeApiServer) -> list[Callable[[], None]]:
+    _vm_cluster(server, running=False)
+    return []
+
+
+WORLDS = [
+    World("set-mode", ("node", "set-mode", "vm", "n1", "--yes"), set_mode, NODE_KINDS),
+    World("pool-set-mode", ("node", "set-mode", "vm", "n1", "n2", "--yes"), pool_set_mode, NODE_KINDS),
+    World("drain", ("node", "drain", "n1", "--yes"), drain, NODE_KINDS),
+    World("set-method", ("policy", "set-method", "dra", "--convert-vms", "--yes", "--timeout", "20s"), set_method,
+          ("RBLNClusterPolicy", "VirtualMachine", "ResourceClaimTemplate", "Lease")),
+    World("migrate-resources", ("kubevirt", "migrate-resources", "--yes"), migrate_resources, KUBEVIRT_KINDS),
+    World("enable-gates", ("kubevirt", "enable-gates", "--dra", "--yes"), enable_gates, KUBEVIRT_KINDS),
+    World("disable-gates", ("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled", "--yes"),
+          disable_gates, KUBEVIRT_KINDS),
+    World("permit-devices", ("kubevirt", "permit-devices", "--yes"), permit_devices, KUBEVIRT_KINDS),
+    World("vm-start", ("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "20s"), vm_stopped, VM_KINDS),
+    World("vm-stop", ("vm", "stop", "v1", "-n", NS, "--wait", "--yes", "--timeout", "20s"), vm_running(), VM_KINDS),
+    World("vm-restart", ("vm", "restart", "v1", "-n", NS, "--wait", "--yes", "--timeout", "20s"), vm_running(),
+          VM_KINDS),
+    World("vm-attach-restart", ("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", "--timeout",
+                                "20s"), vm_running(1), VM_KINDS),
+    World("vm-detach-restart", ("vm", "detach", "v1", "-n", NS, "--device", "npu1", "--restart", "--yes",
+                                "--timeout", "20s"), vm_running(2), VM_KINDS),
+]
