@@ -75,7 +75,7 @@ def test_attach_client_dry_run_writes_nothing(apiserver):
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "2", "--dry-run")
     assert r.exit_code == 0, r.stderr
     assert apiserver.writes() == []
-    assert "patch (application/merge-patch+json):" in r.stdout and "dry run: nothing was sent" in r.stderr
+    assert "patch (application/json-patch+json):" in r.stdout and "dry run: nothing was sent" in r.stderr
 
 
 def test_attach_server_dry_run(apiserver):
