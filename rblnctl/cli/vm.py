@@ -728,7 +728,7 @@ def _lifecycle_doc(plan: Any, result: Any) -> dict:
             "before": _state_doc(plan.before),
             "result": None if result is None else {"request": result.sent, "changed": result.changed,
                                                    "waited": result.waited, "serverDryRun": result.server_dry_run,
-                                                   "state": _state_doc(result.state)}}
+                                                   "state": _state_doc(result.state), "overtaken": result.overtaken}}
 
 
 def _lifecycle_view(plan: Any, result: Any = None) -> Any:
@@ -812,6 +812,9 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
         return f"Ready on {st.node} with {a.held if a else 0} NPU(s) attached"
 
     def done(result: Any) -> str:
+        if result.overtaken:  # refused, and the VM got there anyway: no request of ours did it
+            return (f"VM {ref}: virt-api refused the {action} ({result.overtaken}): the VM got there meanwhile"
+                    + (f"; it is {verdict(result.state)}" if result.waited else ""))
         if result.waited:
             return f"VM {ref} {'is ' if action != 'stop' else ''}{verdict(result.state)}"
         return f"VM {ref}: {action} requested ({plan.why})"

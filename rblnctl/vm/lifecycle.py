@@ -125,6 +125,7 @@ class VmState:
 
     exists: bool = True
     run_strategy: str | None = None
+    status_run_strategy: str | None = None  # what virt-controller last acted on (status.runStrategy); "" unset
     printable_status: str | None = None
     ready: bool = False  # the VM's status.ready
     vmi_uid: str | None = None
@@ -252,6 +253,7 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
     phase = _phase(vmi)
     return VmState(
         exists=vm is not None, run_strategy=run_strategy(vm) if vm is not None else None,
+        status_run_strategy=str(st.get("runStrategy") or "") if vm is not None else None,
         printable_status=st.get("printableStatus"), ready=bool(st.get("ready")),
         vmi_uid=str((vmi.get("metadata") or {}).get("uid") or "") or None if vmi is not None else None,
         vmi_phase=phase, node=vst.get("nodeName") or None,
@@ -304,6 +306,11 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
             return None, "a start is already requested", None
         if rs == "Halted":
             return START, f"{verb}runStrategy Halted -> Always", None
+        if rs == "RerunOnFailure" and s.vmi_phase is None and s.status_run_strategy not in (None, rs):
+            # virt-controller starts a RerunOnFailure VM without a VMI when it comes from another runStrategy (a new
+            # VM: status.runStrategy not yet set to it), else only on a Start request (kubevirt/kubevirt@v1.9.0
+            # pkg/virt-controller/watch/vm/vm.go syncRunStrategy)
+            return None, f"runStrategy {rs}: KubeVirt starts it by itself (no request needed)", None
         if rs == "Manual" or (rs == "RerunOnFailure" and s.vmi_phase in (None, "Succeeded")):
             return START, f"{verb}runStrategy {rs}: a Start request", None
         if rs in ("Always", "RerunOnFailure") or (rs == "Once" and not _final(s.vmi_phase)):
@@ -359,6 +366,7 @@ class LifecycleResult:
     state: VmState
     waited: bool = False
     server_dry_run: bool = False
+    overtaken: str | None = None  # virt-api refused the start (stop) because the VM got there meanwhile: its words
 
 
 # -- the one piece that talks to virt-api -----------------------------------------------------------------------
@@ -450,19 +458,29 @@ class VmLifecycle:
             send, why, blocker = decide(plan.action, before)
             if blocker:
                 raise Refused(f"cannot {plan.action} VM {plan.vm}: {blocker}")
+        overtaken = None
         if send is not None:
             self.on_step(f"{_ING[send]} VM {plan.vm}: {why}")
-            changed = self._put(plan.vm, send, before=before)
+            try:
+                changed = self._put(plan.vm, send, before=before)
+            except Conflict as e:
+                # refused, never done; but a start (stop) refused because the VM got there meanwhile (KubeVirt ran it
+                # by itself, another admin stopped it) leaves nothing to ask: said so, not as a request of ours. A
+                # refused restart is an error: the VM was not restarted (another admin's stop is not a restart).
+                now = None if self.server_dry_run or send == RESTART else self.read(plan.vm, full=False)
+                if now is None or decide(send, now)[0] is not None or decide(send, now)[2] is not None:
+                    raise
+                overtaken = ' '.join(str(e.__cause__ or e).split())
         if self.server_dry_run or not plan.wait:
             now = self.read(plan.vm) if send is not None and not self.server_dry_run else None
             return LifecycleResult(plan=plan, sent=send, changed=changed, state=now or before,
-                                   server_dry_run=self.server_dry_run)
+                                   server_dry_run=self.server_dry_run, overtaken=overtaken)
         if plan.action == STOP:
             state = self.wait_stopped(plan.vm)
         else:
             old = plan.before.vmi_uid if send == RESTART or plan.before.stopping else None
             state = self.wait_ready(plan.vm, replaced=old)
-        return LifecycleResult(plan=plan, sent=send, changed=changed, state=state, waited=True)
+        return LifecycleResult(plan=plan, sent=send, changed=changed, state=state, waited=True, overtaken=overtaken)
 
     # -- the pieces `vm attach --restart` uses -----------------------------------------------------------------
 

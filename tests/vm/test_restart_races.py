@@ -381,3 +381,35 @@ def test_conflict_is_raised_for_refused_restart_in_the_library(apiserver, kube):
         life.apply(plan)
     assert "RunStategy Halted does not support manual restart requests" in str(e.value)
     assert "the VM now: status Stopped" in str(e.value)
+
+
+def test_a_start_refused_because_the_vm_started_meanwhile_says_so(apiserver):
+    """Another admin (or KubeVirt) started the VM between rblnctl's read and its start: virt-api's 409 "VM is already
+    running" is no request of rblnctl's that went through, and no failure either: said as it is, then waited on."""
+    running_vm(apiserver)
+    assert cli("vm", "stop", "v1", "-n", NS, "--yes", "--wait", server=apiserver.url).exit_code == 0
+
+    def other_admin(req):
+        if req.method == "PUT" and req.path.endswith("/start") and run_strategy(apiserver) == "Halted":
+            apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["spec"].__setitem__("runStrategy", "Always"))
+
+    apiserver.on_request(other_admin)
+    r = cli("vm", "start", "v1", "-n", NS, "--wait", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    import json
+
+    result = json.loads(r.stdout)["result"]
+    assert result["changed"] is False and "VM is already running" in result["overtaken"]
+    assert "virt-api refused the start" in r.stderr and "the VM got there meanwhile; it is Ready on n1" in r.stderr
+
+
+def test_a_new_rerun_on_failure_vm_is_started_by_kubevirt_itself():
+    """virt-controller starts a RerunOnFailure VM without a VMI whose status.runStrategy is not yet its own (a new
+    VM; kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/vm.go syncRunStrategy); one it stopped needs a Start.
+    Before: rblnctl asked for a start of the new one, and virt-api answered 409 "VM is already running"."""
+    from rblnctl.vm.lifecycle import START, VmState, decide
+
+    new = VmState(run_strategy="RerunOnFailure", status_run_strategy="")
+    stopped = VmState(run_strategy="RerunOnFailure", status_run_strategy="RerunOnFailure")
+    assert decide(START, new)[0] is None and "by itself" in decide(START, new)[1]
+    assert decide(START, stopped)[0] == "start"
