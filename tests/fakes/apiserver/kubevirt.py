@@ -29,7 +29,8 @@ a controller ownerReference to the VMI, one request and limit per sandbox host d
 ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
 ResourceSlices: ``status.resourceClaimStatuses`` names it. ``launcher_delay_s`` keeps the pod Pending
 (and the VM not ready) that long first, and makes a stop take that long too: the VMI is marked for deletion
-(the VM ``Stopping``), then goes with its pod and claims (a start asked meanwhile follows it); state change
+(the VM ``Stopping``), then goes with its pod and claims (a start asked meanwhile follows it), and the VM says
+``Stopped`` in a write of its own 50 ms later, as virt-controller writes it once it sees the VMI gone; state change
 requests (restart) wait half as long before they are carried out. Without it,
 stopping deletes the pod and its claims with the VMI at once.
 """
@@ -236,9 +237,13 @@ class KubeVirt:
         if (ns, name) in self._start_after_stop:
             self._start_after_stop.discard((ns, name))
             self._start_vmi(vm)
-        else:
-            self._set_status(name, ns, printableStatus="Stopped", ready=False, runStrategy=run_strategy(vm))
-            self._settled_later(name, ns)
+        else:  # virt-controller sees the VMI gone, then writes the VM's status: a write of its own, a moment later
+            def stopped_status() -> None:
+                now = self.store.get("VirtualMachine", name, ns)
+                if now is not None and self.store.get("VirtualMachineInstance", name, ns) is None:
+                    self._set_status(name, ns, printableStatus="Stopped", ready=False, runStrategy=run_strategy(now))
+                    self._settled_later(name, ns)
+            self.store.schedule(0.05, stopped_status)
 
     def _settled_later(self, name: str, ns: str) -> None:
         """virt-controller's last write of a stopped VM comes after the stop was answered, in a write of its own
