@@ -425,8 +425,12 @@ VM_DRA_REQUEST_PREFIX = "npu"
 # most VM_STOPPED_MARK_WRITES times while it holds the mark (the stop's runStrategy, the NPU patch), so a VM whose
 # generation moved further was started, stopped or edited by someone else since, and its mark is stale
 # (rblnctl.vm.attach.stale_mark): rblnctl does not start it.
+# Set before the stop is sent, the value ends in VM_STOPPED_MARK_STOPPING until rblnctl sees its stop land; a run
+# interrupted in between leaves it so, and such a mark on a stopped VM is never acted on (its stop, or someone
+# else's, stopped the VM: rblnctl cannot tell which).
 VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
 VM_STOPPED_MARK_WRITES = 2
+VM_STOPPED_MARK_STOPPING = "stopping"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 # virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).

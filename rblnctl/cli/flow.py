@@ -37,7 +37,7 @@ class Mutation:
     plan_view: Callable[[Any], View]  # what a client dry run prints (the confirmation shows its tables too)
     result_view: Callable[[Any], View]  # what a run prints
     question_detail: str | None = None  # shown above the question instead of the plan's tables
-    noop_message: str = "nothing to do"
+    noop_message: str | Callable[[Any], str] = "nothing to do"  # or a function of the result (what a wait found)
     dry_run_message: str = "dry run: nothing was sent"
     done_message: Callable[[Any], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
@@ -89,7 +89,7 @@ def run(m: Mutation) -> Any:
         if m.progress is not None:
             m.progress.stop()
     if m.plan.noop:  # nothing was sent, server dry run or not: saying the server accepted it would mislead
-        info(m.noop_message)
+        info(m.noop_message(result) if callable(m.noop_message) else m.noop_message)
     elif m.dry_run == SERVER:
         info("server dry run: the API server accepted every write; nothing was persisted")
     else:

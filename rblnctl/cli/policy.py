@@ -190,7 +190,8 @@ def _method_view(plan: Any, result: Any = None) -> Any:
         styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
         for c in plan.conversions:
             o = fate.get(str(c.vm))
-            status = "to-convert" if o is None else "converted" if o.state == "done" else o.state.value
+            status = "to-convert" if o is None else o.state.value if o.state != "done" else \
+                "converted, started again" if o.reason else "converted"  # a VM rblnctl had stopped: not silently
             t.add_row(c.vm.namespace, c.vm.name, str(c.npus), old, plan.target,
                       Cell(status, styles.get(o.state.value, "") if o is not None else ""))
         tables.append(t)

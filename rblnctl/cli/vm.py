@@ -228,6 +228,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
             "restarted": result.restarted, "ready": result.ready, "serverDryRun": result.server_dry_run,
             "leftStopped": result.left_stopped, "startCommand": result.start_command,
+            "notRestarted": result.not_restarted,
         },
     }
 
@@ -264,12 +265,14 @@ def _change_view(plan: Any, result: Any = None) -> Any:
         tail.append("start: an earlier rblnctl run stopped this VM and could not start it again; it is started now")
     if result is not None and result.left_stopped:
         tail.append(f"left stopped: rblnctl could not start the VM again; start it with `{result.start_command}`")
-    if plan.restart:
+    if result is not None and result.not_restarted:
+        tail.append(f"not restarted: {result.not_restarted}")
+    if plan.restart and not (result is not None and result.not_restarted):
         tail.append("restart: stop the VM, change it, start it, wait until Ready"
                     + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
                        else ""))
     if result is None and plan.patch and not plan.noop:
-        tail.append(f"patch (application/merge-patch+json): {json.dumps(plan.patch, separators=(',', ':'))}")
+        tail.append(f"patch (application/json-patch+json): {json.dumps(plan.patch, separators=(',', ':'))}")
     others = [str(d.get("name")) for d in plan.host_devices_after if d.get("name") not in
               {x.name for x in plan.devices_after}]
     notes = [f"other host devices kept: {', '.join(others)}"] if others else []
@@ -289,13 +292,16 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
     prog = prog_name(ctx)
     shown = _phrased(plan, prog)
 
-    def interrupted() -> None:
-        if plan.restart or plan.start:
-            warn(f"VM {ref} may be left stopped: `{command_line(ctx)}` (the same command) starts a VM rblnctl "
-                 f"stopped, or start it with `virtctl start {ref.name} -n {ref.namespace}`")
+    def interrupted() -> None:  # what the library's clean-up left the VM as, in its words (rblnctl.vm.attach apply)
+        for line in planner.recovery:
+            warn(line)
+        if planner.left_stopped:
+            warn(f"`{command_line(ctx)}` (the same command) starts VM {ref}: it carries rblnctl's mark")
 
     def done(result: Any) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
+        if result.not_restarted:
+            return f"{text}; not restarted: {result.not_restarted}"
         return text + (", restarted and Ready" if result.ready else "")
 
     run(Mutation(
@@ -722,7 +728,7 @@ def _lifecycle_doc(plan: Any, result: Any) -> dict:
             "before": _state_doc(plan.before),
             "result": None if result is None else {"request": result.sent, "changed": result.changed,
                                                    "waited": result.waited, "serverDryRun": result.server_dry_run,
-                                                   "state": _state_doc(result.state)}}
+                                                   "state": _state_doc(result.state), "overtaken": result.overtaken}}
 
 
 def _lifecycle_view(plan: Any, result: Any = None) -> Any:
@@ -735,6 +741,8 @@ def _lifecycle_view(plan: Any, result: Any = None) -> Any:
               st.node or "<none>", "<none>" if a is None else f"{a.held}/{a.wanted}",
               "<none>" if a is None else "yes" if a.attached else "no")
     what = plan.why if plan.send else f"nothing to ask: {plan.why}" if plan.why else "refused"
+    if result is not None and result.waited and not plan.send:  # the why described the VM before the wait
+        what = "nothing to ask"
     head = [f"VirtualMachine {plan.vm}: {plan.action}: {what}"]
     tail = [f"waiting for: {'; '.join(a.missing)}"] if a is not None and a.missing and st.live else []
     return View(kind="VmLifecycle", body=lambda: _lifecycle_doc(plan, result), preamble=head, tables=[t],
@@ -797,14 +805,27 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
     plan = life.plan(action, vm, namespace, wait=wait)
     ref = plan.vm
 
+    def verdict(st: Any) -> str:  # from the state the wait returned: one final read (rblnctl.vm.lifecycle)
+        if action == "stop":
+            return "stopped: its NPUs are free"
+        a = st.attachment
+        return f"Ready on {st.node} with {a.held if a else 0} NPU(s) attached"
+
     def done(result: Any) -> str:
+        if result.overtaken:  # refused, and the VM got there anyway: no request of ours did it
+            return (f"VM {ref}: virt-api refused the {action} ({result.overtaken}): the VM got there meanwhile"
+                    + (f"; it is {verdict(result.state)}" if result.waited else ""))
         if result.waited:
-            st = result.state
-            if action == "stop":
-                return f"VM {ref} stopped: its NPUs are free"
-            a = st.attachment
-            return f"VM {ref} is Ready on {st.node} with {a.held if a else 0} NPU(s) attached"
+            return f"VM {ref} {'is ' if action != 'stop' else ''}{verdict(result.state)}"
         return f"VM {ref}: {action} requested ({plan.why})"
+
+    def noop(result: Any) -> str:
+        if result is not None and result.waited:  # said of the state waited for, not of the one planned from
+            from rblnctl.vm.lifecycle import decide
+
+            why = decide(action, result.state)[1] or plan.why
+            return f"VM {ref}: {why}; nothing to ask; it is {verdict(result.state)}"
+        return f"VM {ref}: {plan.why}; nothing to ask"
 
     def interrupted() -> None:
         from rblnctl.cli.console import warn
@@ -817,22 +838,30 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
             warn(f"the {life.made} request for VM {ref} was made and KubeVirt carries it out without rblnctl; "
                  f"{again} follows it again")
         elif life.asked is not None:
-            warn(f"the {life.asked} request for VM {ref} may have been made; `{prog} vm list -n {ref.namespace}` "
-                 f"shows where it is, {again} follows it")
+            from rblnctl.cli.rerun import command_line
+
+            seen = life.settle_asked(ref)  # read back once
+            if seen:
+                warn(f"the {life.asked} request for VM {ref} was made (read back) and KubeVirt carries it out without "
+                     f"rblnctl; {again} follows it again")
+            elif seen is False and life.asked == "restart":  # a start or stop asked again is idempotent, a restart not
+                warn(f"the restart request for VM {ref} had not taken effect when rblnctl stopped (its VMI is the one "
+                     f"it had): `{command_line(ctx)}` asks again (a request still in "
+                     f"flight could land first: `{prog} vm list -n {ref.namespace}` shows whether the VMI is new)")
+            else:
+                warn(f"the {life.asked} request for VM {ref} may have been made; `{prog} vm list -n {ref.namespace}` "
+                     f"shows where it is, {again} follows it")
         elif plan.send is not None:
             warn(f"no {plan.send} was asked for VM {ref}" + (
                 f": it was still stopping and ends stopped; `{prog} vm start {ref.name} -n {ref.namespace}` starts "
                 "it" if plan.before.stopping else ""))
 
-    # printed after apply() returned: with --wait, the wait succeeded
-    waited = ("; it is stopped, its NPUs free" if action == "stop" else "; it is Ready with its NPUs attached") \
-        if wait and how is None else ""
     run(Mutation(
         plan=plan, apply=life.apply, refusal=f"refusing to {action} VM {ref}",
         question=f"{action.capitalize()} VM {ref} (its guest shuts down)?", disruptive=action in ("stop", "restart"),
         dry_run=how, yes=yes, output=output, plan_view=_lifecycle_view,
         result_view=lambda r: _lifecycle_view(r.plan, r),
-        noop_message=f"VM {ref}: {plan.why}; nothing to ask{waited}",
+        noop_message=noop,
         done_message=done, on_interrupt=interrupted, progress=progress,
     ))
 

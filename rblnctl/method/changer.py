@@ -263,7 +263,7 @@ class MethodChanger:
                     outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
                                                 reason=f"it already gets its NPUs through {plan.target}"))
                     continue
-                planner.apply(vm_plan)
+                result = planner.apply(vm_plan)
             except NotFound:
                 outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
                                             reason="deleted meanwhile"))
@@ -273,7 +273,10 @@ class MethodChanger:
                 outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,
                                             reason=f"{batch.one_line(e)}; {hint}"))
                 continue
-            outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE))
+            # the vm attach library starts only a VM rblnctl stopped (its mark): say so, it is no silent start
+            outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE, reason=(
+                "started again: an earlier rblnctl run had stopped it and could not start it" if result.restarted
+                else "")))
         return outcomes
 
     def _patch(self, plan: MethodPlan) -> tuple[bool, int, MethodPlan]:

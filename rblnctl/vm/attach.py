@@ -13,9 +13,10 @@ Re-expressing a VM's NPUs with the other method (what `policy set-method --conve
 `AttachPlanner(kube=..., options=AttachOptions(method=M, convert=True)).plan(name, namespace)`; with
 `npus=None` the VM keeps its count. One planner reads the cluster once for every VM it plans.
 
-The VM write is a merge patch carrying the resourceVersion read (409 on a concurrent edit: re-read,
-re-plan, retry, bounded); a lost reply is settled by reading the VM back. A running VM is refused
-unless `restart`: stop through virt-api, patch, start, wait until Ready.
+The VM write is a JSON patch whose `test` ops guard exactly the lists the change was decided on (a concurrent edit
+of them: 422, re-read, re-plan, retry, bounded; virt-controller's own writes of the VM never conflict with it); a
+lost reply is settled by reading the VM back. A running VM is refused unless `restart`: stop through virt-api,
+patch, start, wait until Ready (the stopped mark: apply()).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rblnctl.errors import (
     WaitTimeout,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
+from rblnctl.kubevirt.cr import is_conflict
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -60,7 +62,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.lifecycle import FINAL_PHASES, VmLifecycle
+from rblnctl.vm.lifecycle import FINAL_PHASES, STOP, VmLifecycle, landed
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ class Target:
 class VmNpuPlan:
     """What a change of a VM's NPUs would write; `noop` when the VM already has them.
 
-    The VM write is `patch` (a merge patch guarded by resourceVersion). DRA adds the template to
+    The VM write is `patch` (a JSON patch guarded by `test` ops on the lists read). DRA adds the template to
     create first (`template_create`) and the rblnctl templates to delete after (`templates_delete`:
     made by rblnctl and used by no other VM or VMI of the namespace); `templates_kept` says which
     stay and why.
@@ -175,7 +177,7 @@ class VmNpuPlan:
     running: bool  # a VMI runs (or is starting): the change needs a restart to take effect
     node: str | None  # where the VMI runs
     restart: bool  # apply() stops and starts the VM
-    patch: dict | None
+    patch: list[dict] | None  # the guarded JSON patch of the VM (devices.guarded_patch)
     noop: bool
     start: bool = False  # rblnctl stopped this VM in an earlier run and did not start it again: apply() starts it
     warnings: list[str | Advice] = field(default_factory=list)
@@ -185,30 +187,54 @@ class VmNpuPlan:
 
 
 def stale_mark(vm: dict) -> str | None:
-    """Why the VM's stopped-by-rblnctl mark is stale (its spec changed more often since the mark than one rblnctl
-    run changes it: started, stopped or edited by someone else), or None: no mark, or one rblnctl may act on.
+    """Why the VM's stopped-by-rblnctl mark is not rblnctl's to act on, or None: no mark, or one rblnctl may act on.
 
-    A mark of an rblnctl without the generation (only a time) is taken as it was meant (pure).
+    Not rblnctl's: a mark set before a stop the run never saw land (MARK_STOPPING: the run was interrupted then;
+    its stop, or someone else's later, stopped the VM: rblnctl cannot tell which), or one whose VM's spec changed
+    more often since than one rblnctl run changes it (started, stopped or edited by someone else). A mark of an
+    rblnctl without the generation (only a time) is taken as it was meant (pure).
     """
     meta = vm.get("metadata") or {}
     value = str((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
+    if _MARK_STOPPING.search(value):
+        return (f"that was about to stop it ({value.split()[0]}), but that run was interrupted before it saw its stop "
+                "land: whether its stop or someone else's stopped the VM, rblnctl cannot tell")
     marked = _MARK_GENERATION.search(value)
     if not marked or meta.get("generation") is None:
         return None
     then, now = int(marked.group(1)), int(meta["generation"])
     if now <= then + C.VM_STOPPED_MARK_WRITES:
         return None
-    return (f"its spec changed {now - then} times since an rblnctl run stopped it ({value.split()[0]}; generation "
+    return (f"that stopped it, but its spec changed {now - then} times since ({value.split()[0]}; generation "
             f"{then} -> {now}, one run makes at most {C.VM_STOPPED_MARK_WRITES}): someone started, stopped or edited "
             "it since")
 
 
-def mark_value(when: str, generation: int | None) -> str:
-    """The stopped mark's value: the time, and the generation the VM had when rblnctl set it."""
-    return when if generation is None else f"{when} generation={generation}"
+MARK_STOPPING = "stopping"  # the mark's state before the stop is seen to land
+MARK_STOPPED = "stopped"
+
+
+def mark_value(when: str, generation: int | None, *, stopping: bool = False) -> str:
+    """The stopped mark's value: the time, the generation the VM had when rblnctl set it, and (set before the stop,
+    until rblnctl sees its stop land) the word `stopping`."""
+    value = when if generation is None else f"{when} generation={generation}"
+    return f"{value} {C.VM_STOPPED_MARK_STOPPING}" if stopping else value
 
 
 _MARK_GENERATION = re.compile(r"\bgeneration=(\d+)\b")
+_MARK_STOPPING = re.compile(rf"\b{C.VM_STOPPED_MARK_STOPPING}\b")
+
+
+@dataclass(kw_only=True)
+class _Restart:
+    """How far apply() got with a VM it stops and starts (what a failure or an interruption must undo)."""
+
+    ours: bool = False  # rblnctl stopped this VM (its stop landed, or an earlier run's mark says so)
+    confirmed: bool = False  # the mark on the VM says "stopped" (not "stopping")
+    marked: bool = False  # this run may have set the mark (sent before the stop)
+    changed: bool = False  # the VM patch went through
+    started: bool = False  # rblnctl's start went through (or the VM was found starting)
+    not_restarted: str | None = None  # why the planned restart was not made
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +252,7 @@ class VmNpuResult:
     server_dry_run: bool = False
     left_stopped: bool = False  # rblnctl stopped the VM and could not start it again (start_command says how)
     start_command: str | None = None  # how to start it, when left_stopped
+    not_restarted: str | None = None  # the planned restart was not made: someone else stopped the VM first
 
 
 # -- the spec change (pure) -----------------------------------------------------------------------------------
@@ -373,6 +400,8 @@ class AttachPlanner:
     events: VmEvents = VmEvents()
     clock: Clock = SYSTEM_CLOCK
     cluster: VmCluster | None = None  # facts read on first use (or handed in)
+    recovery: list[str] = field(default_factory=list)  # after apply() failed or was interrupted: what it left
+    left_stopped: bool = False  # ...and the VM is left stopped by rblnctl, carrying its mark: a re-run starts it
     _claims: ClaimIndex | None = None
     _fits: FitReader | None = None
 
@@ -528,12 +557,12 @@ class AttachPlanner:
         after = D.npus_of(spec_after, npu_claim=lambda e: e.get("name") in target.npu_claims)
         patch = None
         if changed:
-            patch = D.merge_patch(vm, layout.host_devices, layout.claims if layout.claims != claims_before else None)
+            patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
         marked = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
         stale = stale_mark(vm) if marked else None
         stopped_by_us = marked and not stale
         if stale:
-            warns.append(f"VM {ref} carries the mark of an rblnctl run that stopped it, but {stale}: rblnctl leaves it "
+            warns.append(f"VM {ref} carries the mark of an rblnctl run {stale}: rblnctl leaves it "
                          f"stopped (`virtctl start {ref.name} -n {ref.namespace}` starts it) and "
                          + ("clears the mark with this change" if changed else "the mark is only a note now (`kubectl "
                             f"annotate vm {ref.name} -n {ref.namespace} {C.VM_STOPPED_ANNOTATION}-` removes it)"))
@@ -590,55 +619,75 @@ class AttachPlanner:
     def apply(self, plan: VmNpuPlan) -> VmNpuResult:
         """Make the plan true; idempotent (a no-op plan writes nothing).
 
-        Order: mark the VM (annotation VM_STOPPED_ANNOTATION) and stop it (restart), create the template,
-        patch the VM (re-plan on 409), delete the templates no one uses any more (checked again just
-        before), start it, clear the mark, wait until Ready (restart). What rblnctl stopped it starts
-        again: on any failure after the stop the VM is started before the error is raised, and when even
-        that fails the mark stays, the error (and its `result`, left_stopped) says how to start it, and
-        the next run starts it (plan.start). Raises Refused (blockers, or the VM changed into something
-        the plan cannot take), Conflict (it kept changing), WaitTimeout (not Ready in time: the change is
-        made; details say why), API errors as they are.
+        Order (restart): mark the VM as about to be stopped (annotation VM_STOPPED_ANNOTATION, "stopping"), ask for
+        the stop, mark it stopped once the stop is seen to land, wait until stopped; create the template, patch the
+        VM (a JSON patch testing the lists the plan read), delete the templates no one uses any more (checked again
+        just before); start it, clear the mark, wait until Ready. The rule (docs/architecture.md, "VMs rblnctl
+        stops"): the mark goes on before the stop is sent and comes off only once the VM is started again, or
+        rblnctl knows its stop never landed; a VM rblnctl did not stop is never started (one its owner stopped
+        between the plan and the stop is changed and left stopped: `not_restarted` says so).
+
+        What rblnctl stopped it starts again: on any failure (or Ctrl-C, a signal) after its stop the VM is started
+        before the error is raised, and when even that fails the mark stays, the error (and its `result`,
+        left_stopped) says how to start it, and the next run starts it (plan.start). `recovery` holds what the VM
+        was left as, for an interrupted run's message. Raises Refused (blockers, or the VM changed into something
+        the plan cannot take), Conflict (it kept changing), WaitTimeout (not Ready in time: the change is made;
+        details say why), API errors as they are.
         """
         if plan.blockers:
             raise Refused(f"refusing to change the NPUs of VM {plan.vm}", blockers=plan.blockers)
         dry = self.options.server_dry_run
+        self.recovery, self.left_stopped = [], False
         if plan.noop:
             return VmNpuResult(plan=plan, changed=False, attempts=0, templates_kept=list(plan.templates_kept),
                                server_dry_run=dry)
         restarter = VmLifecycle(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
                                 backoff_s=self.options.poll_s / 4, server_dry_run=dry, on_step=self.events.on_step)
-        stopped = plan.start  # an earlier run stopped it: it is ours to start
+        run = _Restart(ours=plan.start, confirmed=plan.start)
         final, attempts, created, deleted, kept = plan, 0, None, [], []
-        changed = False
         try:
             if plan.restart:
-                self._mark_stopped(plan, stopped=True)
-                stopped = True
-                restarter.stop(plan.vm)
-            elif stopped and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
-                self._mark_stopped(plan, stopped=True)
+                run.marked = True
+                self._mark(plan, MARK_STOPPING)  # before the stop is sent
+                if restarter.ask_stop(plan.vm):
+                    run.ours = True
+                    if not dry:
+                        self._mark(plan, MARK_STOPPED)  # its stop landed: the mark is certain now
+                        run.confirmed = True
+                else:  # stopped (or stopping) already, by someone else: not rblnctl's to start
+                    run.not_restarted = (f"VM {plan.vm} was stopped by someone else before rblnctl stopped it (between "
+                                         "the plan and the stop): its NPUs are changed and it is left stopped")
+                    self._mark(plan, None)
+                    run.marked = False
+                if not dry:
+                    restarter.wait_stopped(plan.vm)
+            elif run.ours and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
+                self._mark(plan, MARK_STOPPED)
             if plan.patch is not None:
                 created = self._create_template(plan) if plan.template_create else None
                 final, attempts = self._write(plan)
-                changed = True
+                run.changed = True
                 deleted, kept = self._delete_templates(final)
-                if plan.stale_mark and not stopped:
-                    self._mark_stopped(plan, stopped=False)
+                if plan.stale_mark and not run.ours:
+                    self._mark(plan, None)
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
-            if stopped and not dry:
-                self._start_again(restarter, plan, err, changed=changed)
+            if not dry:
+                self._recover(restarter, plan, err, run)
             raise
-        result = VmNpuResult(plan=final, changed=changed, attempts=attempts, template_created=created,
+        result = VmNpuResult(plan=final, changed=run.changed, attempts=attempts, template_created=created,
                              templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
-                             restarted=(plan.restart or plan.start) and not dry, server_dry_run=dry)
-        if not stopped or dry:
+                             restarted=run.ours and not dry, server_dry_run=dry, not_restarted=run.not_restarted)
+        if not run.ours or dry:
             return result
         try:
             restarter.start(plan.vm)
+            run.started = True
+            self._mark(plan, None)
+            run.ours = False
         except BaseException as err:
-            self._start_again(restarter, plan, err, changed=changed, started=False)
+            refused = isinstance(err, RblnError) and not writes.unknown(err) and not run.started
+            self._recover(restarter, plan, err, run, retry_start=not refused)
             raise
-        self._mark_stopped(plan, stopped=False)
         try:
             restarter.wait_ready(plan.vm)
         except WaitTimeout as e:
@@ -650,10 +699,12 @@ class AttachPlanner:
                 .with_details(details) from e
         return dataclasses.replace(result, ready=True)
 
-    def _mark_stopped(self, plan: VmNpuPlan, *, stopped: bool) -> None:
-        """Set (or clear) VM_STOPPED_ANNOTATION: a merge patch settled by reading the VM back. Set, its value is the
-        time and the generation the plan read (stale_mark())."""
-        value = mark_value(iso_utc(self.clock.now()), plan.generation) if stopped else None
+    def _mark(self, plan: VmNpuPlan, state: str | None) -> None:
+        """Set VM_STOPPED_ANNOTATION (MARK_STOPPING: about to stop it; MARK_STOPPED: rblnctl stopped it), or clear it
+        (None): a merge patch settled by reading the VM back. Its value is the time and the generation the plan read
+        (stale_mark())."""
+        value = mark_value(iso_utc(self.clock.now()), plan.generation, stopping=state == MARK_STOPPING) \
+            if state else None
         body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
         ns, name = plan.vm.namespace, plan.vm.name
 
@@ -668,34 +719,75 @@ class AttachPlanner:
         writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(VMS, name, namespace=ns),
                       what=f"VM {plan.vm}", dry_run=self.options.server_dry_run)
 
-    def _start_again(self, restarter: VmLifecycle, plan: VmNpuPlan, err: BaseException, *, changed: bool,
-                     started: bool = True) -> None:
-        """After a failure with the VM stopped by rblnctl: start it again (and clear the mark), or say how.
+    def _recover(self, restarter: VmLifecycle, plan: VmNpuPlan, err: BaseException, run: _Restart, *,
+                 retry_start: bool = True) -> None:
+        """After a failure or an interruption: leave the VM as the rule says, and say so (`recovery`; for an RblnError
+        also a detail line, and when the VM stays stopped a `result` with left_stopped and the command that starts
+        it, which the front end prints, -o json too).
 
-        Adds a detail line to `err` (an RblnError) and, when the VM stays stopped, a `result` with
-        left_stopped and the command that starts it (the front end prints it, -o json too).
+        - rblnctl stopped it (its stop landed, or an earlier run's mark): start it (again: a start is idempotent, so
+          one interrupted in flight is finished) and clear the mark; when that fails, the mark stays, certain, and
+          the next run starts it;
+        - its stop never went out, or was refused: it never landed, so the mark goes and nothing is started;
+        - its stop went out and its answer never came: the VM read back says whether it landed (then as the first
+          case); when it shows nothing yet, the stop may still land, and rblnctl cannot tell that from a stop of
+          someone else later: the "stopping" mark stays (the next run does not start the VM) and `virtctl start` is
+          named.
         """
         how = f"virtctl start {plan.vm.name} -n {plan.vm.namespace}"
-        what = "the NPU change was made" if changed else "its NPUs were not changed"
-        problem: BaseException | None = None
-        if started:
-            try:
-                restarter.start(plan.vm)
-                self._mark_stopped(plan, stopped=False)
-            except (RblnError, KeyboardInterrupt) as e:
-                problem = e
-        else:
-            problem = err
-        if not isinstance(err, RblnError):
-            return  # Ctrl-C: the front end's hint says how to start it; the mark makes the next run do it
-        if problem is None:
-            err.details = [*err.details, f"VM {plan.vm} was stopped by rblnctl and has been started again ({what})"]
-            return
-        err.details = [*err.details, f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) "
-                       f"and could not start it again ({' '.join(str(problem).split())}); start it with `{how}`, or "
-                       "re-run this command: it starts a VM rblnctl stopped"]
-        err.result = VmNpuResult(plan=plan, changed=changed, attempts=0, server_dry_run=False,  # type: ignore[attr-defined]
-                                 left_stopped=True, start_command=how)
+        what = "the NPU change was made" if run.changed else "its NPUs were not changed"
+        lines: list[str] = []
+        if not run.ours and run.marked:
+            if restarter.asked != STOP or restarter.refused:  # our stop never landed: the mark goes
+                self._best_effort(lambda: self._mark(plan, None))
+                why = "its stop was refused" if restarter.asked == STOP else "rblnctl stopped before asking"
+                lines.append(f"VM {plan.vm} was not stopped ({why}) and {what}")
+            else:
+                now = self._best_effort(lambda: restarter.read(plan.vm, full=False))
+                before = restarter.asked_of
+                if now is not None and before is not None and landed(STOP, before, now):
+                    run.ours = True  # it landed: ours, started again below
+                else:
+                    lines.append(f"the stop request for VM {plan.vm} may have reached virt-api and had not taken "
+                                 f"effect when rblnctl stopped ({what}); if it does, the VM ends stopped: start it "
+                                 f"with `{how}` (rblnctl cannot tell that stop from someone else's later, so it will "
+                                 "not start the VM itself)")
+        if run.ours:
+            problem: BaseException | None = None
+            if not run.started:
+                if retry_start:
+                    try:
+                        restarter.start(plan.vm)
+                        run.started = True
+                    except (RblnError, KeyboardInterrupt) as e:
+                        problem = e
+                else:
+                    problem = err
+            if problem is None:
+                self._best_effort(lambda: self._mark(plan, None))
+                lines.append(f"VM {plan.vm} was stopped by rblnctl and has been started again ({what})")
+            else:
+                if not run.confirmed:  # the stop is known to have landed: the mark says so, for the next run
+                    self._best_effort(lambda: self._mark(plan, MARK_STOPPED))
+                self.left_stopped = True
+                lines.append(f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) and could "
+                             f"not start it again ({' '.join(str(problem).split())}); start it with `{how}`, or re-run "
+                             "this command: it starts a VM rblnctl stopped")
+                if isinstance(err, RblnError):
+                    err.result = VmNpuResult(plan=plan, changed=run.changed, attempts=0,  # type: ignore[attr-defined]
+                                             server_dry_run=False, left_stopped=True, start_command=how)
+        self.recovery = lines
+        if isinstance(err, RblnError):
+            err.details = [*err.details, *lines]
+
+    @staticmethod
+    def _best_effort(fn: Callable[[], Any]) -> Any:
+        """A clean-up step that must not hide the error being handled (a second Ctrl-C ends it too)."""
+        try:
+            return fn()
+        except (RblnError, KeyboardInterrupt) as e:
+            log.debug("clean-up step failed: %s", e)
+            return None
 
     def _create_template(self, plan: VmNpuPlan) -> str:
         """Create rblnctl's ResourceClaimTemplate; a create whose outcome is unknown is settled by reading it back."""
@@ -731,11 +823,13 @@ class AttachPlanner:
         return name
 
     def _write(self, plan: VmNpuPlan) -> tuple[VmNpuPlan, int]:
-        """Patch the VM (a merge patch guarded by its resourceVersion) until it holds the plan's lists.
+        """Patch the VM (a JSON patch whose `test` ops guard the lists the plan read: devices.guarded_patch) until it
+        holds the plan's lists.
 
-        A 409 re-reads the VM and re-plans the same target (bounded, with a backoff); a patch whose outcome
-        is unknown is settled by reading the VM back (rblnctl.kube.writes): the lists are there, done;
-        else the re-plan is sent.
+        A failed test (422; or a 409) re-reads the VM and re-plans the same target (bounded, with a backoff); a patch
+        whose outcome is unknown is settled by reading the VM back (rblnctl.kube.writes): the lists are there, done;
+        else the re-plan is sent. The re-plan keeps what this run decided about starting the VM and what it warned
+        of: the stopped mark on the VM now is this run's own, not an earlier run's.
         """
         ns, name = plan.vm.namespace, plan.vm.name
         current = [plan]
@@ -752,16 +846,19 @@ class AttachPlanner:
                 if plan.restart and replan.running:
                     raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
                                   "written", blockers=[VmBlocker("start it only after the change is made")])
-                replan = dataclasses.replace(replan, restart=plan.restart, blockers=[
-                    b for b in replan.blockers if not (plan.restart and b.override == "restart")])
+                replan = dataclasses.replace(replan, restart=plan.restart, start=plan.start, stale_mark=plan.stale_mark,
+                                             noop=replan.patch is None, warnings=list(plan.warnings), blockers=[
+                                                 b for b in replan.blockers
+                                                 if not (plan.restart and b.override == "restart")])
                 if replan.blockers:
                     raise Refused(f"VM {plan.vm} changed under us and the change no longer applies",
                                   blockers=replan.blockers)
                 current[0] = replan
                 if replan.noop:
                     return None
-            self.events.on_step(f"patching VM {plan.vm}")
-            return writes.patch(VMS, name, current[0].patch, patch_type="merge", namespace=ns)
+            if state is writes.UNREAD:  # a retry says why (on_retry)
+                self.events.on_step(f"patching VM {plan.vm}")
+            return writes.patch(VMS, name, current[0].patch, patch_type="json", namespace=ns)
 
         def gave_up(last: ClusterError, sent: int) -> RblnError:
             if writes.unknown(last) and not isinstance(last, Conflict):
@@ -771,7 +868,7 @@ class AttachPlanner:
                             "rerun once the other writer is done", status=409, reason="Conflict")
 
         done = writes.settle(self.kube, next_write, read=lambda: self._read(name, ns), what=f"VM {plan.vm}",
-                             retry=writes.is_409, attempts=self.options.max_attempts, backoff_s=RETRY_BACKOFF_S,
+                             retry=is_conflict, attempts=self.options.max_attempts, backoff_s=RETRY_BACKOFF_S,
                              clock=self.clock, on_retry=self.events.on_retry, dry_run=self.options.server_dry_run,
                              exhausted=gave_up)
         return current[0], max(done.sent, 1)
@@ -830,19 +927,26 @@ class DetachPlanner(AttachPlanner):
         vm, vmi = self._read(name, namespace)
         have, npu_claims = self._npus(vm)
         device = self.detach.device
+        warnings: list[str | Advice] = []
         if device is not None:
             names = [d.name for d in have.devices]
-            if device not in names:
-                listed = ", ".join(names) or "none"
+            listed = ", ".join(names) or "none"
+            if device in names:
+                remove_names: tuple[str, ...] = (device,)
+            elif any(d.get("name") == device for d in D.host_devices(D.vm_spec(vm))):
                 raise InvalidInput(f"VM {_ref(vm)} has no NPU host device {device!r} (its NPU devices: {listed})")
-            remove_names: tuple[str, ...] = (device,)
+            else:  # gone already: as `kubectl label NAME KEY-` of an absent label, nothing to do, and a re-run of
+                # a detach that landed finishes the job (starts what the earlier run stopped) instead of failing
+                warnings.append(f"VM {_ref(vm)} has no host device {device!r} (its NPU devices: {listed}): "
+                                "nothing to detach")
+                remove_names = ()
         else:
             remove_names = tuple(d.name for d in have.devices)
         left = [d for d in have.devices if d.name not in remove_names]
         method = left[0].method if left else None
         target = Target(action=DETACH, method=method, npus=len(left), remove=remove_names, npu_claims=npu_claims,
                         claim=D.claim_name(namespace, name))
-        return self._plan(vm, vmi, target)
+        return self._plan(vm, vmi, target, warnings=warnings)
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------

@@ -255,17 +255,51 @@ def templates_used(spec: Mapping) -> set[str]:
     return {str(c["resourceClaimTemplateName"]) for c in resource_claims(spec) if c.get("resourceClaimTemplateName")}
 
 
-def merge_patch(vm: Mapping, host_devices_after: list[dict], claims_after: list[dict] | None) -> dict:
-    """The merge patch (RFC 7386) that sets a VM's hostDevices (and resourceClaims, unless None), guarded by the
-    resourceVersion read: a concurrent edit of the VM makes the API server answer 409 instead of losing it.
+GPUS = ("domain", "devices", "gpus")
 
-    Lists are atomic in a merge patch, so each list is written whole; an empty list removes the key.
+
+def guarded_patch(vm: Mapping, host_devices_after: list[dict], claims_after: list[dict]) -> list[dict]:
+    """The JSON Patch (RFC 6902) that gives a VM these hostDevices and resourceClaims, guarded by `test` ops on
+    exactly what the change was decided on: the two lists as read, and the gpus whose claims they may share.
+
+    Each is tested by its value, or, absent, by `null` (kube-apiserver's JSON Patch passes a `test` of null on a
+    member its object lacks: gopkg.in/evanphx/json-patch.v4 patch.go `test`, vendored by k8s.io/apiserver), so
+    the patch fails (422) only when someone changed one of those, and never because of virt-controller's writes of
+    the VM right after a stop (its status, the runStrategy virt-api sets): a resourceVersion guard lost that race
+    every time on a real cluster. A list that does not change is not written; an empty one is removed.
     """
-    tpl: dict[str, Any] = {"domain": {"devices": {"hostDevices": host_devices_after or None}}}
-    if claims_after is not None:
-        tpl["resourceClaims"] = claims_after or None
-    rv = (vm.get("metadata") or {}).get("resourceVersion")
-    return {"metadata": {"resourceVersion": rv}, "spec": {"template": {"spec": tpl}}}
+    from rblnctl.kubevirt.cr import lookup, pointer
+
+    base = ("spec", "template", "spec")
+    lists = [((*base, *HOST_DEVICES), host_devices(vm_spec(vm)), host_devices_after),
+             ((*base, *RESOURCE_CLAIMS), resource_claims(vm_spec(vm)), claims_after)]
+    tests: list[dict] = []
+    for path in [p for p, _, _ in lists] + [(*base, *GPUS)]:
+        present, value = lookup(vm, path)
+        if present:
+            tests.append({"op": "test", "path": pointer(path), "value": value})
+            continue
+        depth = next(i for i in range(1, len(path) + 1) if not lookup(vm, path[:i])[0])  # first missing member
+        test = {"op": "test", "path": pointer(path[:depth]), "value": None}
+        if test not in tests:
+            tests.append(test)
+    ops: list[dict] = []
+    made: set[tuple[str, ...]] = set()
+    for path, before, after in lists:
+        if after == before:
+            continue
+        present, _ = lookup(vm, path)
+        if not after:
+            if present:
+                ops.append({"op": "remove", "path": pointer(path)})
+            continue
+        for i in range(len(base) + 1, len(path)):
+            parent = path[:i]
+            if parent not in made and not lookup(vm, parent)[0]:
+                ops.append({"op": "add", "path": pointer(parent), "value": {}})
+                made.add(parent)
+        ops.append({"op": "add", "path": pointer(path), "value": after})
+    return tests + ops
 
 
 # -- placement ------------------------------------------------------------------------------------------

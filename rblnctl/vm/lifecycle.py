@@ -12,20 +12,29 @@ with a Start/Stop/RestartOptions body (`dryRun: ["All"]` validates only), answer
 - stop: Always and Once become Halted; Manual and RerunOnFailure get a Stop request, or 409 "VM is not
   running" without a live VMI; Halted answers 409 "VM is not running" without a live VMI, else 409 "Halted only
   supports manual stop requests with a shorter graceperiod" (its stop is under way).
-- restart: Halted and Once answer 409 "RunStategy <s> does not support manual restart requests" (sic), no VMI
-  409 "VM is not running: Halted"; else the requests Stop (the VMI's uid) and Start: a new VMI.
+- restart: runStrategy is checked before the VMI: Halted and Once answer 409 "RunStategy <s> does not support manual
+  restart requests" (sic); no VMI, 409 "VM is not running: Halted"; else the requests Stop (the VMI's uid) and
+  Start: a new VMI.
 
 rblnctl reads the VM first and decides as virt-api would, so a stop of a stopped VM, or a start of a running
 one, sends nothing (exit 0). A restart of a stopped VM starts it, as `systemctl restart` starts a stopped unit.
 A start (or restart) of a VM still stopping (VmState.stopping: virt-api would answer 409 "already running" and
 the VM would end stopped) waits until it has stopped, then asks for the start.
-Each request is idempotent and settled by rblnctl.kube.writes: a lost reply (or a 5xx, or a 409) is judged
-by reading the VM and its VMI back (runStrategy flipped, a state change request queued, the VMI gone or
-replaced), never re-sent blindly.
+Each request is idempotent and settled by rblnctl.kube.writes: a lost reply (or a 5xx) is judged by reading the VM
+and its VMI back (runStrategy flipped, a state change request queued, the VMI gone or replaced by a new one), never
+re-sent blindly. A refusal (409, 403, 422) is never "done": it is raised as virt-api said it (with the VM's state
+now), unless a request of ours whose reply was lost is found to have landed. `vm attach --restart` asks through
+ask_stop() / start(), which say whether its own request went through (a VM found stopped, or started, by someone
+else is not rblnctl's to start, or to have started).
 
-Waits watch the VM, its VMI, the namespace's virt-launcher pods and (DRA) ResourceClaims (rblnctl.kube.watch):
-- stopped: no VMI (or a finished one) and no unfinished virt-launcher pod of the VM: its NPUs are free;
-- Ready: the VM reports ready, its VMI is Running and Ready (after a restart: a new VMI; not one being deleted
+Waits watch the VM, its VMI, the namespace's virt-launcher pods and (DRA) ResourceClaims (rblnctl.kube.watch), and
+the verdict is taken from one final read of them all, the state the result shows (the watch's streams may lag one
+another):
+- stopped: no VMI (or a finished one) and no unfinished virt-launcher pod of the VM: its NPUs are free; and the VM
+  itself no longer says otherwise (not ready, printableStatus not Stopping, Terminating, Starting or Running:
+  virt-controller writes it after the VMI is gone);
+- Ready: the VM reports ready and printableStatus Running, its VMI is Running and Ready (after a restart: a new
+  VMI; not one being deleted
   or about to be replaced by pending Stop/Start requests), and its NPUs are
   attached: the VMI passes the NPUs the VM's template asks for, its virt-launcher pod is Running and
   requests each sandbox resource (KubeVirt renders one request per host device: pkg/virt-controller/
@@ -42,7 +51,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
-from rblnctl.errors import Conflict, InvalidInput, NotFound, Refused, WaitTimeout
+from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, WaitTimeout
 from rblnctl.kube import (
     PODS,
     RESOURCE_CLAIMS,
@@ -66,6 +75,9 @@ log = logging.getLogger(__name__)
 START, STOP, RESTART = "start", "stop", "restart"
 ACTIONS = (START, STOP, RESTART)
 FINAL_PHASES = ("Succeeded", "Failed")
+# printableStatus of a VM on its way between stopped and running (kubevirt/kubevirt@v1.9.0
+# staging/src/kubevirt.io/api/core/v1/types.go VirtualMachinePrintableStatus): not a stopped VM yet.
+_MOVING = ("Stopping", "Terminating", "Starting", "Running")
 LAUNCHER_SELECTOR = f"{C.VIRT_LAUNCHER_LABEL}={C.VIRT_LAUNCHER_VALUE}"
 
 
@@ -113,6 +125,7 @@ class VmState:
 
     exists: bool = True
     run_strategy: str | None = None
+    status_run_strategy: str | None = None  # what virt-controller last acted on (status.runStrategy); "" unset
     printable_status: str | None = None
     ready: bool = False  # the VM's status.ready
     vmi_uid: str | None = None
@@ -145,15 +158,19 @@ class VmState:
 
     @property
     def stopped(self) -> bool:
-        """No live VMI and no virt-launcher pod left: its NPUs are free."""
-        return not self.live and not self.launchers
+        """No live VMI and no virt-launcher pod left (its NPUs are free), and the VM's own status agrees:
+        virt-controller writes printableStatus Stopped (after Stopping or Terminating) once the VMI is final or
+        gone, in a write of its own (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/vm.go
+        setPrintableStatus), so a state between the two is not yet stopped."""
+        return not self.live and not self.launchers and not self.ready and self.printable_status not in _MOVING
 
     @property
     def up(self) -> bool:
         """Ready with its NPUs attached, on a VMI that stays: not one being deleted, nor one a pending Stop or Start
-        request (a restart under way) is about to replace."""
-        return (self.ready and self.vmi_phase == "Running" and self.vmi_ready and self.attachment is not None
-                and self.attachment.attached and not self.vmi_deleting and not self.requests)
+        request (a restart under way) is about to replace; and the VM's printableStatus says Running."""
+        return (self.ready and self.printable_status == "Running" and self.vmi_phase == "Running" and self.vmi_ready
+                and self.attachment is not None and self.attachment.attached and not self.vmi_deleting
+                and not self.requests)
 
     def describe(self) -> str:
         """One phrase for progress lines and errors."""
@@ -236,6 +253,7 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
     phase = _phase(vmi)
     return VmState(
         exists=vm is not None, run_strategy=run_strategy(vm) if vm is not None else None,
+        status_run_strategy=str(st.get("runStrategy") or "") if vm is not None else None,
         printable_status=st.get("printableStatus"), ready=bool(st.get("ready")),
         vmi_uid=str((vmi.get("metadata") or {}).get("uid") or "") or None if vmi is not None else None,
         vmi_phase=phase, node=vst.get("nodeName") or None,
@@ -288,6 +306,11 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
             return None, "a start is already requested", None
         if rs == "Halted":
             return START, f"{verb}runStrategy Halted -> Always", None
+        if rs == "RerunOnFailure" and s.vmi_phase is None and s.status_run_strategy not in (None, rs):
+            # virt-controller starts a RerunOnFailure VM without a VMI when it comes from another runStrategy (a new
+            # VM: status.runStrategy not yet set to it), else only on a Start request (kubevirt/kubevirt@v1.9.0
+            # pkg/virt-controller/watch/vm/vm.go syncRunStrategy)
+            return None, f"runStrategy {rs}: KubeVirt starts it by itself (no request needed)", None
         if rs == "Manual" or (rs == "RerunOnFailure" and s.vmi_phase in (None, "Succeeded")):
             return START, f"{verb}runStrategy {rs}: a Start request", None
         if rs in ("Always", "RerunOnFailure") or (rs == "Once" and not _final(s.vmi_phase)):
@@ -303,8 +326,8 @@ def landed(action: str, before: VmState, now: VmState | None) -> bool:
     """Whether the VM read back shows the request took effect (or another caller made the same change)."""
     if now is None or not now.exists:
         raise NotFound("the VirtualMachine was deleted meanwhile")
-    if action == RESTART:
-        return bool(now.requests) or now.vmi_uid != before.vmi_uid
+    if action == RESTART:  # its requests queued, or a new VMI: no VMI at all is a stop, not a restart
+        return bool(now.requests) or (now.vmi_uid is not None and now.vmi_uid != before.vmi_uid)
     if action == STOP:
         return (now.run_strategy == "Halted" and before.run_strategy != "Halted") or "Stop" in now.requests or \
             not now.live
@@ -343,6 +366,7 @@ class LifecycleResult:
     state: VmState
     waited: bool = False
     server_dry_run: bool = False
+    overtaken: str | None = None  # virt-api refused the start (stop) because the VM got there meanwhile: its words
 
 
 # -- the one piece that talks to virt-api -----------------------------------------------------------------------
@@ -353,8 +377,8 @@ class VmLifecycle:
     """Start, stop and restart VMs through virt-api and wait (each wait bounded by `timeout_s`).
 
     `on_step(text)` hears each request; `on_state(state)` each new state seen while waiting. `asked` is the last
-    request sent (or being sent), `made` the last one known to have gone through: after an interruption they tell
-    whether anything was asked of virt-api.
+    request sent (or being sent), `made` the last one known to have gone through, `refused` whether it was refused
+    (so it never landed): after an interruption they tell whether anything was asked of virt-api.
     """
 
     kube: Kube
@@ -367,6 +391,8 @@ class VmLifecycle:
     stop_event: Stop | None = None
     asked: str | None = field(default=None, init=False)
     made: str | None = field(default=None, init=False)
+    refused: bool = field(default=False, init=False)  # the last request asked was answered with a refusal
+    asked_of: VmState | None = field(default=None, init=False)  # the VM as read just before the last request
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -393,6 +419,20 @@ class VmLifecycle:
         if state is None:
             raise NotFound(f'VirtualMachine "{ref.name}" not found in namespace "{ref.namespace}"')
         return state
+
+    def settle_asked(self, ref: VmRef) -> bool | None:
+        """After an interruption while the last request (`asked`) was out: whether the VM read back shows it took
+        effect (True), shows nothing yet (False: it may still be in flight), or could not be read (None). One read,
+        no retries: an interrupted process must end promptly."""
+        if self.made is not None:
+            return True
+        if self.asked is None or self.asked_of is None or self.server_dry_run:
+            return None
+        try:
+            now = self.read(ref, full=False)
+            return landed(self.asked, self.asked_of, now)
+        except (RblnError, KeyboardInterrupt):
+            return None
 
     # -- the commands -------------------------------------------------------------------------------------------
 
@@ -432,49 +472,84 @@ class VmLifecycle:
             send, why, blocker = decide(plan.action, before)
             if blocker:
                 raise Refused(f"cannot {plan.action} VM {plan.vm}: {blocker}")
+        overtaken = None
         if send is not None:
             self.on_step(f"{_ING[send]} VM {plan.vm}: {why}")
-            changed = self._put(plan.vm, send, before=before)
+            try:
+                changed = self._put(plan.vm, send, before=before)
+            except Conflict as e:
+                # refused, never done; but a start (stop) refused because the VM got there meanwhile (KubeVirt ran it
+                # by itself, another admin stopped it) leaves nothing to ask: said so, not as a request of ours. A
+                # refused restart is an error: the VM was not restarted (another admin's stop is not a restart).
+                now = None if self.server_dry_run or send == RESTART else self.read(plan.vm, full=False)
+                if now is None or decide(send, now)[0] is not None or decide(send, now)[2] is not None:
+                    raise
+                overtaken = ' '.join(str(e.__cause__ or e).split())
         if self.server_dry_run or not plan.wait:
             now = self.read(plan.vm) if send is not None and not self.server_dry_run else None
             return LifecycleResult(plan=plan, sent=send, changed=changed, state=now or before,
-                                   server_dry_run=self.server_dry_run)
+                                   server_dry_run=self.server_dry_run, overtaken=overtaken)
         if plan.action == STOP:
             state = self.wait_stopped(plan.vm)
         else:
             old = plan.before.vmi_uid if send == RESTART or plan.before.stopping else None
             state = self.wait_ready(plan.vm, replaced=old)
-        return LifecycleResult(plan=plan, sent=send, changed=changed, state=state, waited=True)
+        return LifecycleResult(plan=plan, sent=send, changed=changed, state=state, waited=True, overtaken=overtaken)
 
     # -- the pieces `vm attach --restart` uses -----------------------------------------------------------------
 
-    def stop(self, ref: VmRef) -> None:
-        """Ask virt-api to stop the VM (unless it is stopped or stopping) and wait until it is (a server dry run
-        only asks)."""
+    def ask_stop(self, ref: VmRef) -> bool:
+        """Ask virt-api to stop the VM; True when this request of ours went through (or, its reply lost, is found to
+        have landed), False when there was nothing to stop: the VM is stopped or stopping already, by someone else
+        (also when virt-api refused the stop because of that). Returns at once; wait_stopped() waits."""
         state = self._require(ref, full=False)
         send, why, _ = decide(STOP, state)
-        if send is not None:
-            self.on_step(f"stopping VM {ref}: {why}")
-            self._put(ref, send, before=state)
+        if send is None:
+            return False
+        self.on_step(f"stopping VM {ref}: {why}")
+        try:
+            return self._put(ref, send, before=state)
+        except Conflict:  # refused: ours never landed; nothing to stop when someone else stopped it meanwhile
+            now = self._require(ref, full=False)
+            if decide(STOP, now)[0] is None and (now.stopping or not now.live):
+                return False
+            raise
+
+    def stop(self, ref: VmRef) -> bool:
+        """ask_stop(), then (unless a server dry run) wait until the VM is stopped; whether the stop was ours."""
+        ours = self.ask_stop(ref)
         if not self.server_dry_run:
             self.wait_stopped(ref)
+        return ours
 
-    def start(self, ref: VmRef) -> None:
-        """Ask virt-api to start the VM unless it runs (or KubeVirt starts it by itself); returns at once."""
+    def start(self, ref: VmRef) -> bool:
+        """Ask virt-api to start the VM unless it runs (or KubeVirt starts it by itself); returns at once. True when
+        this request of ours went through (or is found applied), False when nothing was asked: the VM is running or
+        starting (also when virt-api refused the start because someone else started it meanwhile)."""
         state = self._require(ref, full=False)
         send, why, blocker = decide(START, state)
         if blocker:
             raise Refused(f"cannot start VM {ref}: {blocker}")
-        if send is not None:
-            self.on_step(f"starting VM {ref}: {why}")
-            self._put(ref, send, before=state)
+        if send is None:
+            return False
+        self.on_step(f"starting VM {ref}: {why}")
+        try:
+            return self._put(ref, send, before=state)
+        except Conflict:
+            now = self._require(ref, full=False)
+            if decide(START, now)[0] is None and not decide(START, now)[2]:
+                return False
+            raise
 
     # -- the request ----------------------------------------------------------------------------------------------
 
     def _put(self, ref: VmRef, action: str, *, before: VmState) -> bool:
-        """PUT the subresource; a lost reply, a 5xx or a 409 is judged by reading the VM back (landed()). True
-        when a request of ours went through or is found applied."""
+        """PUT the subresource; a lost reply or a 5xx is judged by reading the VM back (landed()). True when the
+        request of ours went through or is found applied. A refusal (409, 403, 422...) raises: it is never "done",
+        unless an earlier try of ours, whose reply was lost, is found to have landed (virt-api then refuses the
+        repeat: "VM is already running")."""
         w = writes.put(VM_SUBRESOURCES, ref.name, sub=action, namespace=ref.namespace, body={})
+        lost: list[str] = []
 
         def read() -> VmState | None:
             return self.read(ref, full=False)
@@ -484,18 +559,25 @@ class VmLifecycle:
                 return w
             return None if landed(action, before, state) else w
 
-        self.asked = action
+        self.asked, self.asked_of, self.made, self.refused = action, before, None, False
         try:
-            done = writes.settle(self.kube, next_write, read=read, what=f"VM {ref}", dry_run=self.server_dry_run,
-                                 backoff_s=self.backoff_s, clock=self.clock)
-        except Conflict as e:  # virt-api's 409s: "not running", "already running", a stop under way...
-            if self.server_dry_run or not landed(action, before, read()):
-                raise
-            log.debug("%s %s: %s; the VM shows it done", action, ref, e)
-            self.made = action
-            return False
+            writes.settle(self.kube, next_write, read=read, what=f"VM {ref}", dry_run=self.server_dry_run,
+                          backoff_s=self.backoff_s, clock=self.clock, on_lost=lambda _n, why: lost.append(why))
+        except Conflict as e:  # virt-api's 409s: "not running", "already running", "RunStategy Halted ..."
+            now = None if self.server_dry_run else read()
+            if lost and now is not None and landed(action, before, now):
+                log.debug("%s %s: %s; a request of ours whose reply was lost landed", action, ref, e)
+                self.made = action
+                return True
+            self.refused = True
+            raise Conflict(f"virt-api refused to {action} VM {ref}: {' '.join(str(e).split())}"
+                           + (f" (the VM now: {now.describe()})" if now is not None else ""),
+                           status=e.status, reason=e.reason) from e
+        except RblnError as e:
+            self.refused = not writes.unknown(e)  # a 403, a 422, nothing listening: it never landed
+            raise
         self.made = action
-        return done.changed
+        return True
 
     # -- waiting ------------------------------------------------------------------------------------------------
 
@@ -513,6 +595,29 @@ class VmLifecycle:
                           dra=_has_dra(vm, vmi))
 
     def _wait(self, ref: VmRef, done: Callable[[VmState], bool], what: str, *, dra: bool) -> VmState:
+        """Watch until `done` holds, then confirm it on one fresh read of everything (the streams of a watch may lag
+        one another): that read is the state returned, the one the verdict and the result show; when it does not
+        hold yet, watch on (bounded by timeout_s in all)."""
+        clock = self.kube.clock
+        deadline = clock.monotonic() + self.timeout_s
+        last: list[VmState | None] = [None]
+        while True:
+            self._watch(ref, done, what, dra=dra, timeout_s=max(deadline - clock.monotonic(), 0.001), last=last)
+            final = self.read(ref)
+            if final is None:
+                if what != "stop":
+                    raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
+                return judge(None, None, name=ref.name)
+            if final != last[0]:
+                last[0] = final
+                self.on_state(final)
+            if done(final):
+                return final
+            if clock.monotonic() >= deadline:
+                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
+
+    def _watch(self, ref: VmRef, done: Callable[[VmState], bool], what: str, *, dra: bool, timeout_s: float,
+               last: list[VmState | None]) -> VmState:
         by_name = f"metadata.name={ref.name}"
         specs = [WatchSpec(VMS, namespace=ref.namespace, field_selector=by_name),
                  WatchSpec(VMIS, namespace=ref.namespace, field_selector=by_name),
@@ -520,8 +625,7 @@ class VmLifecycle:
         if dra:
             specs.append(WatchSpec(RESOURCE_CLAIMS, namespace=ref.namespace, missing_ok=True))
         mirrors = [Mirror() for _ in specs]
-        last: VmState | None = None
-        for ev in watch_many(self.kube, specs, timeout_s=self.timeout_s, stop=self.stop_event):
+        for ev in watch_many(self.kube, specs, timeout_s=timeout_s, stop=self.stop_event):
             mirrors[ev.source].apply(ev)
             if not all(m.synced for m in mirrors):
                 continue
@@ -530,13 +634,14 @@ class VmLifecycle:
                           mirrors[3].items() if dra else [], name=ref.name)
             if not state.exists and what != "stop":
                 raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
-            if state != last:
-                last = state
+            if state != last[0]:
+                last[0] = state
                 self.on_state(state)
             if done(state):
                 return state
+        now = last[0]
         raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
-                          + (f" ({last.describe()})" if last is not None else ""))
+                          + (f" ({now.describe()})" if now is not None else ""))
 
 
 _ING = {START: "starting", STOP: "stopping", RESTART: "restarting"}

@@ -20,25 +20,7 @@ NOTHING_CHANGED = re.compile(r"nothing was (?:changed|written)")  # a claim the 
 # Cases that fail because of issue 28 findings 1-4 (the stopped mark of `vm attach|detach --restart` and `vm restart`
 # taken for done), fixed on another branch: xfail(strict) until it is merged, then the lead removes the entry.
 # (world, write label, fault) -> finding
-KNOWN: dict[tuple[str, str, str], int] = {
-    # `vm restart` interrupted before virt-api had the request: "may have been made; `vm start --wait` follows it",
-    # but a start of the running VM asks nothing, and the restart never happens (no mark tells a re-run whether its
-    # restart landed)
-    ("vm-restart", "01-PUT-v1-restart", "sigint"): 3,
-    # the stopped mark left on a VM running again: SIGTERM after the start landed, the mark's clearing cut short or
-    # refused (409); the same command then leaves it there
-    ("vm-attach-restart", "05-PUT-v1-start", "sigterm"): 1,
-    ("vm-attach-restart", "06-PATCH-virtualmachines-v1-4", "sigint"): 1,
-    ("vm-attach-restart", "06-PATCH-virtualmachines-v1-4", "conflict"): 1,
-    # the same, and the printed recovery (`the same command`) is bad input once `--device npu1` is gone (exit 2,
-    # "VM vms/v1 has no NPU host device 'npu1'"): a VM left stopped stays stopped
-    ("vm-detach-restart", "04-PATCH-virtualmachines-v1-3", "sigterm"): 2,
-    ("vm-detach-restart", "05-PUT-v1-start", "sigint"): 2,
-    ("vm-detach-restart", "05-PUT-v1-start", "sigterm"): 2,
-    ("vm-detach-restart", "06-PATCH-virtualmachines-v1-4", "sigint"): 2,
-    ("vm-detach-restart", "06-PATCH-virtualmachines-v1-4", "sigterm"): 2,
-    ("vm-detach-restart", "06-PATCH-virtualmachines-v1-4", "conflict"): 2,
-}
+KNOWN: dict[tuple[str, str, str], int] = {}
 
 
 def baseline(name: str) -> Baseline:

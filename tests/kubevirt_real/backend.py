@@ -133,6 +133,58 @@ class KvBackend(Backend):
                 dev["disabledFeatureGates"] = list(disabled)
         self.api.mutate("KubeVirt", "kubevirt", "kubevirt", edit)
 
+    def no_start_backoff(self) -> None:
+        """Stand in for what the real virt-handler's phase history does: it records each VMI phase it sets
+        (kubevirt/kubevirt@v1.9.0 pkg/virt-handler/vm.go -> controller.SetVMIPhaseTransitionTimestamp), so a VMI that
+        ran never counts as a failed start. The stack's fake virt-handler records none, so virt-controller counts
+        every stop of an Always or RerunOnFailure VM as a start failure (pkg/virt-controller/watch/vm/vm.go
+        syncStartFailureStatus) and delays its next start 10-15 s, then 40-60 s (CrashLoopBackOff). Until the test
+        ends, a VM of the test's namespace that gets `status.startFailure` has it removed, as the real one would
+        never have had it."""
+        import threading
+
+        ns, api = self.namespace, self.api
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(0.05):
+                try:
+                    for o in api.list("VirtualMachine", ns):
+                        failure = (o.get("status") or {}).get("startFailure")
+                        if failure:
+                            api.patch("VirtualMachine", o["metadata"]["name"], [
+                                {"op": "test", "path": "/status/startFailure", "value": failure},
+                                {"op": "remove", "path": "/status/startFailure"}], ns, type_="json", sub="status")
+                except ApiFailure:
+                    continue  # it changed meanwhile, or went: look again
+
+        class _Stop:
+            def stop(self) -> None:
+                done.set()
+                thread.join(5)
+
+        thread = threading.Thread(target=loop, name="no-start-backoff", daemon=True)
+        thread.start()
+        self._kubelets.append(_Stop())
+
+    def virtctl(self, action: str, name: str, body: dict | None = None) -> tuple[int, Any]:
+        """What `virtctl start|stop|restart NAME` sends, as the admin: a PUT to virt-api's subresource with client-go's
+        Accept (virt-api answers 406 to a bare application/json). (HTTP status, decoded body)."""
+        import json
+
+        import urllib3
+
+        pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=str(self.stack.ca))
+        resp = pool.request("PUT", f"{self.stack.url}/apis/subresources.kubevirt.io/v1/namespaces/{self.namespace}/"
+                            f"virtualmachines/{name}/{action}", body=json.dumps(body or {}).encode(),
+                            headers={"Authorization": f"Bearer {self.stack.token}", "Content-Type": "application/json",
+                                     "Accept": "application/json, */*", "User-Agent": "virtctl/tests"})
+        text = resp.data
+        try:
+            return resp.status, json.loads(text) if text else None
+        except ValueError:
+            return resp.status, text.decode("utf-8", "replace")
+
     def vm(self, name: str) -> dict | None:
         return self.api.get("VirtualMachine", name, self.namespace)
 

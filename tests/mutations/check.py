@@ -179,23 +179,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived issue 20's suite"),
     Mutation(
         id="20.8", file="rblnctl/vm/attach.py",
-        old="        stopped = plan.start  # an earlier run stopped it: it is ours to start",
-        new="        stopped = False",
+        old="        run = _Restart(ours=plan.start, confirmed=plan.start)",
+        new="        run = _Restart(ours=False, confirmed=plan.start)",
         what="restart: a re-run does not start the VM an earlier run stopped and left stopped",
         tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
         id="20.9", file="rblnctl/vm/attach.py",
-        old="            if stopped and not dry:",
-        new="            if False:",
+        old="            if not dry:\n                self._recover(restarter, plan, err, run)\n",
+        new="            if False:\n                self._recover(restarter, plan, err, run)\n",
         what="restart: a failure after the stop leaves the VM stopped",
         tests=("tests/vm/test_restart.py::test_a_failure_after_the_stop_starts_the_vm_again",)),
     Mutation(
         id="20.10", file="rblnctl/vm/attach.py",
-        old="                self._mark_stopped(plan, stopped=True)\n                stopped = True",
-        new="                pass\n                stopped = True",
-        what="restart: the VM is stopped without the mark that lets a later run start it",
-        tests=("tests/vm/test_attach.py::test_restart_stops_patches_starts_and_waits_until_ready",
-               "tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it")),
+        old="                        self._mark(plan, MARK_STOPPED)  # its stop landed: the mark is certain now",
+        new="                        pass",
+        what="restart: the VM is stopped without the (certain) mark that lets a later run start it",
+        tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
         id="20.11", file="rblnctl/vm/attach.py",
         old=".get(C.VM_STOPPED_ANNOTATION)) and not running",
@@ -206,8 +205,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived issue 20's suite"),
     Mutation(
         id="20.12", file="rblnctl/vm/attach.py",
-        old="        self._mark_stopped(plan, stopped=False)\n        try:\n            restarter.wait_ready",
-        new="        pass\n        try:\n            restarter.wait_ready",
+        old="            self._mark(plan, None)\n            run.ours = False",
+        new="            pass\n            run.ours = False",
         what="restart: the mark stays after the VM was started again",
         tests=("tests/vm/test_attach.py::test_restart_stops_patches_starts_and_waits_until_ready",)),
     Mutation(
@@ -284,17 +283,43 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="the bug issue 23's survey found: before, the mark held no generation"),
     Mutation(
         id="23.10", file="rblnctl/vm/attach.py",
-        old="            elif stopped and plan.patch is not None:",
+        old="            elif run.ours and plan.patch is not None:",
         new="            elif False:",
         what="stopped mark: a resumed run's own writes are not recorded, so its failures make the mark look stale",
         tests=("tests/vm/test_stopped_mark.py::"
                "test_runs_that_keep_failing_to_start_it_renew_the_mark_so_a_later_run_still_starts_it",)),
     Mutation(
         id="23.11", file="rblnctl/vm/attach.py",
-        old="                if plan.stale_mark and not stopped:",
+        old="                if plan.stale_mark and not run.ours:",
         new="                if False:",
         what="stopped mark: a stale mark outlives the change that named it",
         tests=("tests/vm/test_stopped_mark.py::test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run",)),
+    Mutation(
+        id="28.1", file="rblnctl/vm/attach.py",
+        old="                run.marked = True\n                self._mark(plan, MARK_STOPPING)",
+        new="                run.marked = False\n                self._mark(plan, MARK_STOPPING)",
+        what="stopped mark: a signal as the mark lands leaves it on a VM rblnctl never stopped",
+        tests=("tests/vm/test_restart_races.py::"
+               "test_sigterm_while_the_mark_is_written_leaves_no_mark_and_the_owners_stop_stands",)),
+    Mutation(
+        id="28.2", file="rblnctl/vm/attach.py",
+        old="                if now is not None and before is not None and landed(STOP, before, now):",
+        new="                if True:",
+        what="stopped mark: a stop still being served when the signal came is taken for landed (the VM 'started "
+             "again', then the stop lands)",
+        tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
+    Mutation(
+        id="28.4", file="rblnctl/vm/attach.py",
+        old="                if restarter.ask_stop(plan.vm):",
+        new="                if restarter.ask_stop(plan.vm) or True:",
+        what="restart: a VM its owner stopped between the plan and the stop is started by rblnctl",
+        tests=("tests/vm/test_restart_races.py::test_a_vm_its_owner_stopped_after_the_plan_is_changed_and_left_stopped",)),
+    Mutation(
+        id="27.9", file="rblnctl/vm/lifecycle.py",
+        old=" and not self.ready and self.printable_status not in _MOVING",
+        new="",
+        what="vm stop --wait: stopped while the VM itself still says Stopping",
+        tests=("tests/vm/test_restart_races.py::test_stop_wait_says_stopped_only_once_the_vm_says_so",)),
     Mutation(
         id="22.1", file="rblnctl/operator/capacity.py",
         old='    return bool((pod.get("spec") or {}).get("nodeName")) and \\\n'
@@ -317,8 +342,8 @@ MUTATIONS: tuple[Mutation, ...] = (
                "tests/cli/test_capacity_scenario.py::test_stop_frees_the_npus_and_start_takes_them_again")),
     Mutation(
         id="22.4", file="rblnctl/vm/lifecycle.py",
-        old="                and self.attachment.attached and not self.vmi_deleting and not self.requests)",
-        new="                and not self.vmi_deleting and not self.requests)",
+        old="                and self.attachment is not None and self.attachment.attached and not self.vmi_deleting\n",
+        new="                and not self.vmi_deleting\n",
         what="vm start --wait: Ready is enough, whether or not the VMI's NPUs are attached",
         tests=("tests/vm/test_lifecycle.py::test_dra_npus_are_attached_when_the_launchers_claim_is_allocated",)),
     Mutation(
@@ -358,10 +383,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="found by the hostile review"),
     Mutation(
         id="22.10", file="rblnctl/vm/lifecycle.py",
-        old="                and self.attachment.attached and not self.vmi_deleting and not self.requests)",
-        new="                and self.attachment.attached)",
+        old="                and self.attachment is not None and self.attachment.attached and not self.vmi_deleting\n"
+            "                and not self.requests)",
+        new="                and self.attachment is not None and self.attachment.attached and True\n"
+            "                and not self.requests)",
         what="vm start --wait: the old VMI of a restart under way counts as Ready",
-        tests=("tests/vm/test_lifecycle.py::test_start_wait_does_not_call_a_vmi_on_its_way_out_ready",),
+        tests=("tests/vm/test_lifecycle.py::test_start_wait_does_not_call_a_vmi_on_its_way_out_ready[deleting]",),
         notes="found by the hostile review"),
     Mutation(
         id="22.11", file="rblnctl/vm/lifecycle.py",

@@ -22,7 +22,7 @@ from tests.vm.support import (
     vm_writes,
 )
 
-MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 def _rcts(apiserver, ns=NS):
@@ -45,8 +45,12 @@ def test_sandbox_picks_the_only_advertised_resource_and_keeps_other_devices(apis
     assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "deviceName": CA22},
                                        {"name": "npu1", "deviceName": CA22}]
     (write,) = apiserver.writes()
-    assert write.method == "PATCH" and write.content_type == MERGE
-    assert write.body["metadata"]["resourceVersion"]  # the guard
+    assert write.method == "PATCH" and write.content_type == JSON_PATCH
+    tests = [op for op in write.body if op["op"] == "test"]  # the guard: the lists the change was decided on
+    base = "/spec/template/spec"
+    assert {op["path"] for op in tests} == {f"{base}/domain/devices/hostDevices", f"{base}/resourceClaims",
+                                            f"{base}/domain/devices/gpus"}
+    assert not any("resourceVersion" in op["path"] for op in write.body)
 
 
 def test_a_rerun_is_a_noop_and_writes_nothing(apiserver, kube):
@@ -304,12 +308,32 @@ def test_a_concurrent_edit_is_kept_and_the_change_replanned(apiserver, kube):
     def someone_else(vm):
         vm["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"] = [NVIDIA]
 
-    apiserver.mutate("VirtualMachine", "v1", NS, someone_else)  # after our read: our resourceVersion is stale
+    apiserver.mutate("VirtualMachine", "v1", NS, someone_else)  # after our read: the hostDevices tested changed
     result = planner.apply(plan)
     assert result.attempts == 2
     assert host_devices(apiserver) == [NVIDIA, {"name": "npu0", "deviceName": CA22}]
     statuses = [r.status for r in vm_writes(apiserver)]
-    assert statuses == [409, 200]
+    assert statuses == [422, 200]
+
+
+def test_an_edit_of_fields_the_change_did_not_read_does_not_conflict(apiserver, kube):
+    """What virt-controller does right after a stop (its status, the runStrategy virt-api set) and any edit outside
+    the NPU lists: the guarded JSON patch goes through on the first try. Before: the resourceVersion guard conflicted
+    with virt-controller on every `vm attach --restart` of a real cluster."""
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False))
+    planner = attacher(kube, npus=1)
+    plan = planner.plan("v1", NS)
+
+    def someone_else(vm):
+        vm["spec"]["runStrategy"] = "Manual"
+        vm.setdefault("status", {})["printableStatus"] = "Stopped"
+        vm["metadata"].setdefault("labels", {})["team"] = "a"
+
+    apiserver.mutate("VirtualMachine", "v1", NS, someone_else)
+    assert planner.apply(plan).attempts == 1
+    assert [r.status for r in vm_writes(apiserver)] == [200]
+    assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
 
 
 def test_a_lost_reply_is_settled_by_reading_back(apiserver, kube):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rblnctl import constants as C
 from rblnctl.errors import InvalidInput
 from tests.fakes import objects as o
 from tests.vm.support import (
@@ -58,6 +59,27 @@ def test_detach_a_device_that_is_not_an_npu_lists_the_npus(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, NVIDIA]))
     with pytest.raises(InvalidInput, match=r"no NPU host device 'gpu0' \(its NPU devices: npu0\)"):
         detacher(kube, device="gpu0").plan("v1", NS)
+
+
+def test_detach_of_a_device_already_gone_is_nothing_to_do_and_says_so(apiserver, kube):
+    """A re-run of a detach that landed (its reply lost, or cut short after the patch) must not be bad input."""
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, NVIDIA]))
+    apiserver.clear_requests()
+    plan = detacher(kube, device="npu7").plan("v1", NS)
+    assert plan.noop and plan.npus_after == 1
+    assert any("no host device 'npu7' (its NPU devices: npu0): nothing to detach" in str(w) for w in plan.warnings)
+    detacher(kube, device="npu7").apply(plan)
+    assert apiserver.writes() == []
+
+
+def test_a_rerun_of_a_detach_cut_short_after_its_patch_starts_the_vm_it_stopped(apiserver, kube):
+    sandbox_cluster(apiserver)
+    vm = o.vm(NS, "v1", running=False, host_devices=[CA22])
+    vm["metadata"]["annotations"] = {C.VM_STOPPED_ANNOTATION: "2026-12-04T10:00:00Z"}
+    apiserver.add(vm)
+    plan = detacher(kube, device="npu1").plan("v1", NS)
+    assert plan.start and not plan.noop
 
 
 def test_detach_dra_removes_the_claim_and_the_unused_template(apiserver, kube):

@@ -72,8 +72,22 @@ def test_the_claim_name_is_one_per_vm_stable_and_a_dns_label():
     assert not D.is_managed_claim_name("rbln-npu-2") and not D.is_managed_claim_name("gpu-claim")
 
 
-def test_merge_patch_writes_lists_whole_and_removes_empty_ones():
-    vm = {"metadata": {"resourceVersion": "42"}}
-    assert D.merge_patch(vm, [], []) == {"metadata": {"resourceVersion": "42"}, "spec": {"template": {"spec": {
-        "domain": {"devices": {"hostDevices": None}}, "resourceClaims": None}}}}
-    assert "resourceClaims" not in D.merge_patch(vm, [NVIDIA], None)["spec"]["template"]["spec"]
+def test_the_guarded_patch_tests_what_it_read_and_writes_only_what_changes():
+    """Lists present are tested by value, absent ones by null (kube-apiserver's JSON Patch passes a `test` of null on
+    a member its object lacks); nothing tests the resourceVersion; an emptied list is removed."""
+    base = "/spec/template/spec"
+    vm = {"metadata": {"resourceVersion": "42"},
+          "spec": {"template": {"spec": {"domain": {"devices": {"hostDevices": [NVIDIA]}}}}}}
+    assert D.guarded_patch(vm, [], []) == [
+        {"op": "test", "path": f"{base}/domain/devices/hostDevices", "value": [NVIDIA]},
+        {"op": "test", "path": f"{base}/resourceClaims", "value": None},
+        {"op": "test", "path": f"{base}/domain/devices/gpus", "value": None},
+        {"op": "remove", "path": f"{base}/domain/devices/hostDevices"}]
+    bare = {"spec": {"template": {"spec": {"domain": {}}}}}
+    claims = [{"name": "c", "resourceClaimTemplateName": "t"}]
+    assert D.guarded_patch(bare, [NVIDIA], claims) == [
+        {"op": "test", "path": f"{base}/domain/devices", "value": None},
+        {"op": "test", "path": f"{base}/resourceClaims", "value": None},
+        {"op": "add", "path": f"{base}/domain/devices", "value": {}},
+        {"op": "add", "path": f"{base}/domain/devices/hostDevices", "value": [NVIDIA]},
+        {"op": "add", "path": f"{base}/resourceClaims", "value": claims}]

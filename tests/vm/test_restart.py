@@ -31,11 +31,16 @@ def is_running(apiserver):
     return vm(apiserver)["spec"].get("runStrategy") == "Always"
 
 
+def is_npu_patch(req) -> bool:
+    """The patch that changes the VM's NPUs (a JSON patch of its template), not one of the mark's."""
+    return req.method == "PATCH" and isinstance(req.body, list) and any(
+        str(op.get("path", "")).startswith("/spec/template/") for op in req.body if isinstance(op, dict))
+
+
 def npu_patch_fails(apiserver, **fault):
     """The patch that changes the VM's NPUs (not the annotation one) fails as `fault` says."""
     def hook(req):  # runs before the server takes a fault: this very request gets it
-        body = req.body if isinstance(req.body, dict) else {}
-        if req.method == "PATCH" and "template" in (body.get("spec") or {}):
+        if is_npu_patch(req):
             apiserver.inject_fault(method="PATCH", path=VM_PATH, times=1, **fault)
     return apiserver.on_request(hook)
 
@@ -54,8 +59,7 @@ def test_a_failure_after_the_stop_starts_the_vm_again(apiserver, kube, fault, er
     plan = planner.plan("v1", NS)
     if error is OutcomeUnknown:  # a reset patch, and the VM cannot be read back either
         def hook(req):
-            body = req.body if isinstance(req.body, dict) else {}
-            if req.method == "PATCH" and "template" in (body.get("spec") or {}):
+            if is_npu_patch(req):
                 apiserver.inject_fault(method="PATCH", path=VM_PATH, drop=True, times=1)
                 apiserver.inject_fault(method="GET", path=VM_PATH, drop=True, times=1)
         apiserver.on_request(hook)

@@ -18,7 +18,8 @@ writes them (a start after a finished VMI: a Stop of it, then a Start). The grou
 (discovery: name and namespaced only, as virt-api lists it) while ``virtualmachines.kubevirt.io`` is.
 
 With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM whose run strategy changes
-to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false``; one
+to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false`` (and, in a
+write of its own 50 ms later, as virt-controller's writes follow a stop, ``created: false``); one
 that changes to Always gets a VMI (phase Running on the node named by the VM annotation
 ``fake.rblnctl.io/node``, else Scheduling with no node) and ``printableStatus: Running`` and
 ``ready: true`` (``Starting``/false while Scheduling), ``status.runStrategy`` following the spec; a
@@ -34,7 +35,8 @@ a controller ownerReference to the VMI, one request and limit per sandbox host d
 ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
 ResourceSlices: ``status.resourceClaimStatuses`` names it. ``launcher_delay_s`` keeps the pod Pending
 (and the VM not ready) that long first, and makes a stop take that long too: the VMI is marked for deletion
-(the VM ``Stopping``), then goes with its pod and claims (a start asked meanwhile follows it); state change
+(the VM ``Stopping``), then goes with its pod and claims (a start asked meanwhile follows it), and the VM says
+``Stopped`` in a write of its own 50 ms later, as virt-controller writes it once it sees the VMI gone; state change
 requests (restart) wait half as long before they are carried out. Without it,
 stopping deletes the pod and its claims with the VMI at once.
 """
@@ -307,7 +309,8 @@ class KubeVirt:
         if vmi is not None:
             self._delete_launchers(vmi)
             self.store.delete_now("VirtualMachineInstance", name, ns)
-        self._set_status(name, ns, printableStatus="Stopped", ready=False, created=False, runStrategy=run_strategy(vm))
+        self._set_status(name, ns, printableStatus="Stopped", ready=False, runStrategy=run_strategy(vm))
+        self._settled_later(name, ns)
 
     def _stopped(self, name: str, ns: str, uid: str) -> None:
         """The end of a slow stop: the guest is down, its pod, claims and VMI go; a start asked meanwhile follows."""
@@ -321,9 +324,24 @@ class KubeVirt:
         if (ns, name) in self._start_after_stop:
             self._start_after_stop.discard((ns, name))
             self._start_vmi(vm)
-        else:
-            self._set_status(name, ns, printableStatus="Stopped", ready=False, created=False,
-                             runStrategy=run_strategy(vm))
+        else:  # virt-controller sees the VMI gone, then writes the VM's status: a write of its own, a moment later
+            def stopped_status() -> None:
+                now = self.store.get("VirtualMachine", name, ns)
+                if now is not None and self.store.get("VirtualMachineInstance", name, ns) is None:
+                    self._set_status(name, ns, printableStatus="Stopped", ready=False, runStrategy=run_strategy(now))
+                    self._settled_later(name, ns)
+            self.store.schedule(0.05, stopped_status)
+
+    def _settled_later(self, name: str, ns: str) -> None:
+        """virt-controller's last write of a stopped VM comes after the stop was answered, in a write of its own
+        (`created: false`; on the real v1.9.0, five status writes follow a stop over about a second): a client
+        holding the VM's resourceVersion from before sees it change once more."""
+        def settle() -> None:
+            vm = self.store.get("VirtualMachine", name, ns)
+            vmi = self.store.get("VirtualMachineInstance", name, ns)
+            if vm is not None and vmi is None and (vm.get("status") or {}).get("created") is not False:
+                self._set_status(name, ns, created=False)
+        self.store.schedule(0.05, settle)
 
     def _start_vmi(self, vm: dict) -> None:
         name, ns = vm["metadata"]["name"], vm["metadata"]["namespace"]
