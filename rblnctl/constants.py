@@ -452,6 +452,12 @@ INSTANCETYPE_KIND = "VirtualMachineInstancetype"
 CLUSTER_INSTANCETYPE_KIND = "VirtualMachineClusterInstancetype"
 PREFERENCE_KIND = "VirtualMachinePreference"
 CLUSTER_PREFERENCE_KIND = "VirtualMachineClusterPreference"
+# The VM condition virt-controller sets (status True, no reason) while a running VM's template differs from the
+# spec its VMI was started from in a field it cannot update live (hostDevices and resourceClaims always are such),
+# and drops when the VMI goes or a new one starts, or the template is put back (kubevirt/kubevirt@v1.9.0
+# staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineRestartRequired; pkg/virt-controller/watch/vm/vm.go
+# syncRestartRequired, setRestartRequired, cleanupRestartRequired).
+VM_RESTART_REQUIRED = "RestartRequired"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 

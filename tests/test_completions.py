@@ -79,6 +79,13 @@ def test_bash_completes_modes_gates_contexts_and_formats(npu_cluster):
     assert bash_tab(["rblnctl", "preflight", "-o", "j"]) == ["json", "jsonpath=", "junit"]  # preflight's own format
 
 
+def test_bash_completes_the_restart_flags_of_attach_and_detach():
+    for verb in ("attach", "detach"):
+        assert bash_tab(["rblnctl", "vm", verb, "v1", "--next"]) == ["--next-restart"]
+        assert sorted(bash_tab(["rblnctl", "vm", verb, "v1", "--res"])) == (
+            ["--resource", "--restart"] if verb == "attach" else ["--restart"])
+
+
 def test_bash_falls_back_to_file_names_only_for_path_options():
     """typer's script registers `complete -o default`, so an empty answer (no cluster) listed files as node names."""
     if shutil.which("bash") is None:

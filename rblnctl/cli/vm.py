@@ -57,6 +57,11 @@ RestartOpt = Annotated[
     bool, typer.Option("--restart", help="Change a running VM too: stop it, change it, start it, wait until Ready "
                        "(asks first unless --yes).")
 ]
+NextRestartOpt = Annotated[
+    bool, typer.Option("--next-restart", help="Change a running VM's spec only and leave it running: the change "
+                       "applies when it next restarts (`vm restart`); KubeVirt marks it RestartRequired until then. "
+                       "Not with --restart.")
+]
 TimeoutOpt = Annotated[
     str, typer.Option("--timeout", metavar="DURATION", help="With --restart: how long to wait for the VM to stop and "
                       "to be Ready again (seconds or 90s, 5m).")
@@ -66,11 +71,13 @@ ATTACH_EXAMPLES = examples(
     "rblnctl vm attach my-vm -n vms                  # 1 NPU; method and resource from the cluster",
     "rblnctl vm attach my-vm -n vms --npus 2 --product RBLN-CA22",
     "rblnctl vm attach my-vm -n vms --method dra --convert --restart",
+    "rblnctl vm attach my-vm -n vms --npus 4 --next-restart   # running: applies at its next restart",
     "rblnctl vm attach my-vm -n vms --npus 4 --dry-run=server",
 )
 DETACH_EXAMPLES = examples(
     "rblnctl vm detach my-vm -n vms",
     "rblnctl vm detach my-vm -n vms --device npu1 --restart",
+    "rblnctl vm detach my-vm -n vms --next-restart",
 )
 MANIFEST_EXAMPLES = examples(
     "rblnctl vm manifest my-vm -n vms --npus 2 --ssh-key ~/.ssh/id_ed25519.pub --user me | kubectl apply -f -",
@@ -162,6 +169,8 @@ def _phrased(plan: Any, prog: str) -> Any:
     for b in plan.blockers:
         remedy = getattr(b, "remedy", None)
         text = f"{b.message}; {remedy_text(remedy, prog)}" if remedy is not None else b.message
+        if b.override == "restart" and hasattr(plan, "next_restart"):  # vm attach|detach offer both
+            text += "; or pass --next-restart to change its spec only, for its next restart"
         blockers.append(Blocker(text, override=b.override))
     return dataclasses.replace(plan, blockers=blockers)
 
@@ -217,6 +226,8 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "running": plan.running,
             "node": plan.node,
             "restart": plan.restart,
+            "nextRestart": plan.next_restart,
+            "runningNpus": plan.running_npus,
             "start": plan.start,
             "patch": plan.patch,
             "noop": plan.noop,
@@ -233,7 +244,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
     }
 
 
-def _change_view(plan: Any, result: Any = None) -> Any:
+def _change_view(plan: Any, result: Any = None, *, prog: str = "rblnctl") -> Any:
     """A VM NPU change in every format (kind VmNpuChange)."""
     import json
 
@@ -267,6 +278,10 @@ def _change_view(plan: Any, result: Any = None) -> Any:
         tail.append(f"left stopped: rblnctl could not start the VM again; start it with `{result.start_command}`")
     if result is not None and result.not_restarted:
         tail.append(f"not restarted: {result.not_restarted}")
+    if plan.next_restart:
+        tail.append(f"next restart: the VM keeps running with {plan.running_npus} NPU(s); the change applies when it "
+                    f"restarts (KubeVirt marks it RestartRequired): `{prog} vm restart {plan.vm.name} -n "
+                    f"{plan.vm.namespace} --wait`")
     if plan.restart and not (result is not None and result.not_restarted):
         tail.append("restart: stop the VM, change it, start it, wait until Ready"
                     + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
@@ -302,18 +317,31 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
         if result.not_restarted:
             return f"{text}; not restarted: {result.not_restarted}"
+        if result.plan.next_restart:
+            return (f"{text} at its next restart; it runs with {result.plan.running_npus} until then "
+                    f"(`{prog} vm restart {ref.name} -n {ref.namespace} --wait` restarts it now)")
         return text + (", restarted and Ready" if result.ready else "")
 
     run(Mutation(
         plan=shown, apply=lambda _: planner.apply(plan), refusal=f"refusing to {verb} NPUs of VM {ref}",
         question=f"Restart VM {ref} to change its NPUs (it stops, then starts again)?", disruptive=plan.restart,
-        dry_run=how, yes=yes, output=output, plan_view=_change_view, result_view=lambda r: _change_view(r.plan, r),
+        dry_run=how, yes=yes, output=output, plan_view=lambda p: _change_view(p, prog=prog),
+        result_view=lambda r: _change_view(r.plan, r, prog=prog),
         noop_message=f"VM {ref} already has {plan.npus_after} NPU(s) as asked; nothing to do",
         done_message=done, on_interrupt=interrupted,
     ))
 
 
 # -- attach / detach ---------------------------------------------------------------------------------------
+
+
+def _restart_flags(restart: bool, next_restart: bool) -> None:
+    """--restart and --next-restart exclude each other (bad input, before connecting)."""
+    from rblnctl.errors import InvalidInput
+
+    if restart and next_restart:
+        raise InvalidInput("--restart and --next-restart cannot be combined: restart the VM now, or change its spec "
+                           "for its next restart")
 
 
 @app.command("attach", short_help="Give a VM N NPUs (sandbox or DRA).", epilog=ATTACH_EXAMPLES)
@@ -332,6 +360,7 @@ def attach(
         bool, typer.Option("--convert", help="Rewrite the NPUs the VM gets through the other method.")
     ] = False,
     restart: RestartOpt = False,
+    next_restart: NextRestartOpt = False,
     timeout: TimeoutOpt = "5m",
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
@@ -343,10 +372,12 @@ def attach(
     from rblnctl.vm.attach import AttachOptions, AttachPlanner
 
     validate_name(vm, kind="VirtualMachine")  # bad input fails before connecting
+    _restart_flags(restart, next_restart)
     namespace = _namespace(ctx)
     how = dry_run_mode(dry_run, server_dry_run)
     options = AttachOptions(npus=npus, method=method.value if method else None, resource=resource, product=product,
-                            convert=convert, restart=restart, server_dry_run=how == "server",
+                            convert=convert, restart=restart, next_restart=next_restart,
+                            server_dry_run=how == "server",
                             ready_timeout_s=_timeout_s(timeout))
     progress = _Progress(server_dry_run=how == "server")
     planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.events())
@@ -364,6 +395,7 @@ def detach(
                                  show_default=False)
     ] = None,
     restart: RestartOpt = False,
+    next_restart: NextRestartOpt = False,
     timeout: TimeoutOpt = "5m",
     dry_run: DryRunOpt = False,
     server_dry_run: ServerDryRunOpt = False,
@@ -378,9 +410,10 @@ def detach(
     validate_name(vm, kind="VirtualMachine")
     if all_npus and device:
         raise InvalidInput("--all and --device cannot be combined: take every NPU, or one device")
+    _restart_flags(restart, next_restart)
     namespace = _namespace(ctx)
     how = dry_run_mode(dry_run, server_dry_run)
-    options = DetachOptions(device=device, restart=restart, server_dry_run=how == "server",
+    options = DetachOptions(device=device, restart=restart, next_restart=next_restart, server_dry_run=how == "server",
                             ready_timeout_s=_timeout_s(timeout))
     progress = _Progress(server_dry_run=how == "server")
     planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.events())
@@ -519,7 +552,10 @@ def _list_item_doc(e: Any) -> dict:
     return {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
             "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
             "runningNpus": e.holds if e.running_devices is not None else None,
-            "restartPending": e.restart_pending, "claims": list(e.claims), "claimCollisions": list(e.collisions)}
+            "restartPending": e.restart_pending,
+            "restartRequired": None if e.restart_required is None else {
+                "message": e.restart_required.message, "since": e.restart_required.since},
+            "claims": list(e.claims), "claimCollisions": list(e.collisions)}
 
 
 def _list_view(listing: Any, sort_by: str | None = None) -> Any:
@@ -533,9 +569,11 @@ def _list_view(listing: Any, sort_by: str | None = None) -> Any:
     t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD",
               Column("KIND", wide=True), Column("HELD", wide=True), Column("HOST DEVICES", wide=True), "DEVICES")
     for e in items:
-        status = e.status + (",RestartPending" if e.restart_pending else "") + (",ClaimCollision" if e.collisions
-                                                                                 else "")
-        t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", str(e.npus),
+        status = e.status + (f",{e.restart_marker}" if e.restart_marker else "") + (",ClaimCollision" if e.collisions
+                                                                                     else "")
+        # a change staged for the next restart: what the VMI passes now -> what the VM asks for
+        npus = f"{e.holds}->{e.npus}" if e.restart_pending and e.holds != e.npus else str(e.npus)
+        t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", npus,
                   e.method or "<none>", e.kind, str(e.holds) if e.running_devices is not None else "<none>",
                   joined(f"{d.name}={d.source}" for d in e.devices), compact_devices(e.devices))
 

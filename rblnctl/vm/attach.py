@@ -16,7 +16,8 @@ Re-expressing a VM's NPUs with the other method (what `policy set-method --conve
 The VM write is a JSON patch whose `test` ops guard exactly the lists the change was decided on (a concurrent edit
 of them: 422, re-read, re-plan, retry, bounded; virt-controller's own writes of the VM never conflict with it); a
 lost reply is settled by reading the VM back. A running VM is refused unless `restart`: stop through virt-api,
-patch, start, wait until Ready (the stopped mark: apply()).
+patch, start, wait until Ready (the stopped mark: apply()); or `next_restart`: patch its template only, the VM
+keeps running, and the change applies at its next restart (rblnctl.vm.pending).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_nam
 from rblnctl.kubevirt.cr import is_conflict
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
+from rblnctl.vm import pending as P
 from rblnctl.vm.cluster import (
     Check,
     ClaimIndex,
@@ -83,6 +85,7 @@ class WriteOptions:
     """How a VM change is written: restart a running VM, server dry run, retries, the wait for Ready."""
 
     restart: bool = False  # a running VM: stop it, patch, start it, wait until Ready
+    next_restart: bool = False  # a running VM: patch its template only; the change applies when it next restarts
     server_dry_run: bool = False  # send every write with dryRun=All; nothing persists, nothing is waited for
     max_attempts: int = 5  # VM patches sent before giving up on a VM that keeps changing
     ready_timeout_s: float = C.VM_READY_TIMEOUT_S
@@ -93,6 +96,8 @@ class WriteOptions:
             raise InvalidInput("max_attempts must be at least 1")
         if self.ready_timeout_s <= 0 or self.poll_s <= 0:
             raise InvalidInput("timeouts and poll intervals must be above 0 seconds")
+        if self.restart and self.next_restart:
+            raise InvalidInput("a change cannot both restart the VM now and wait for its next restart")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +189,8 @@ class VmNpuPlan:
     blockers: list[Blocker] = field(default_factory=list)
     generation: int | None = None  # the VM's metadata.generation as read: what the stopped mark records
     stale_mark: bool = False  # the VM carries a stopped mark someone else's start or stop made stale: apply() clears it
+    next_restart: bool = False  # a running VM's template is changed, it keeps running: the change waits for a restart
+    running_npus: int | None = None  # the NPUs its running VMI passes (None: no running VMI)
 
 
 def stale_mark(vm: dict) -> str | None:
@@ -569,6 +576,11 @@ class AttachPlanner:
         if stopped_by_us:
             warns.append(f"VM {ref} was stopped by an earlier rblnctl run that could not start it again: starting it "
                          f"(after the change, if any)")
+        if self.options.next_restart:  # the change waits for the VM's next restart: running is no refusal
+            blockers = [b for b in blockers if b.override != "restart"]
+        held = P.held_npus(vmi, npu_claim=lambda e: e.get("name") in target.npu_claims)
+        if held is not None and not changed and P.differ(held.devices, after.devices):
+            warns.append(f"VM {ref}: {P.staged_words(held.count, after.count)} (a change made earlier)")
         return VmNpuPlan(
             vm=ref, target=target, method=after.method if after.count else None, resource=target.resource,
             device_class=target.device_class, npus_before=have.count, npus_after=after.count,
@@ -578,7 +590,10 @@ class AttachPlanner:
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
             noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
-            generation=meta.get("generation"), stale_mark=bool(stale))
+            generation=meta.get("generation"), stale_mark=bool(stale),
+            next_restart=bool(changed and self.options.next_restart and held is not None
+                              and P.differ(held.devices, after.devices)),
+            running_npus=held.count if held is not None else None)
 
     def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
                    blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
@@ -607,6 +622,8 @@ class AttachPlanner:
                 kept.append(f"ResourceClaimTemplate {old} kept: rblnctl did not create it")
             else:
                 users = self.template_users(ref.namespace, old, exclude=ref.name)
+                if self.options.next_restart:  # its own VMI runs on with a claim made from it until it restarts
+                    users += P.vmi_naming(self.kube.get_optional(VMIS, ref.name, namespace=ref.namespace), old)
                 if users:
                     kept.append(f"ResourceClaimTemplate {old} kept: {', '.join(users)} still "
                                 f"{'uses' if len(users) == 1 else 'use'} it")

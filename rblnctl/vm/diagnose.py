@@ -55,6 +55,7 @@ from rblnctl.vm.cluster import (
 )
 from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.vm.model import Remedy, VmNpus, VmRef
+from rblnctl.vm.pending import RestartRequired, differ, restart_command, restart_required, staged_words
 from rblnctl.vm.placement import placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, run_strategy
 
@@ -347,7 +348,8 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
                                     claims=_claim_objects(kube, ref, have, pod),
                                     neighbours=tuple(_neighbours(kube, ref, vmi if facts.running else None,
                                                                  spec, have, node)))
-    if not (facts.running and ((vmi or {}).get("status") or {}).get("phase") == "Running" and node):
+    staged = held is not None and differ(held.devices, have.devices)  # a restart brings other NPUs: do they fit?
+    if staged or not (facts.running and ((vmi or {}).get("status") or {}).get("phase") == "Running" and node):
         facts = dataclasses.replace(facts, fits=_fits(kube, cluster, spec, have, held, vmi if facts.running else None))
     return facts
 
@@ -528,8 +530,9 @@ def judge(f: Facts) -> VmDiagnosis:
         chain.add(LinkName.VM, True, [f"no VirtualMachine; a standalone VirtualMachineInstance {ref}"])
     cluster = f.cluster
     have, held = f.have, f.held
-    if not _request(chain, ref, have, held, cluster):
+    if not _request(chain, ref, have, held, cluster, restart_required(vm)):
         return done(have.method, have.count)
+    warnings += _staged(f)
     method = str(have.method)
     gates = check_gates(cluster, method)
     if gates.warning:
@@ -585,11 +588,15 @@ def judge(f: Facts) -> VmDiagnosis:
     return done(method, have.count)
 
 
-def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, cluster: VmCluster) -> bool:
+def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, cluster: VmCluster,
+             restart: RestartRequired | None = None) -> bool:
     attach = ("vm", "attach", ref.name, "-n", ref.namespace)
+    kubevirt = [f"KubeVirt: {C.VM_RESTART_REQUIRED}: {restart.message}"] if restart is not None else []
     if not have.count:
         others = f" (host devices: {', '.join(have.other_devices)})" if have.other_devices else ""
-        return chain.add(LinkName.REQUEST, False, [f"the spec passes no NPU{others}"],
+        staged = [f"{staged_words(held.count, 0)} (a change staged for its next restart)", *kubevirt] \
+            if held is not None and held.count else []
+        return chain.add(LinkName.REQUEST, False, [f"the spec passes no NPU{others}", *staged],
                          Remedy(text="give it NPUs", command=attach))
     listed = ", ".join(f"{d.name}={d.source}" for d in have.devices)
     if have.method == "mixed":
@@ -600,14 +607,36 @@ def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, clust
                                 command=(*attach, "--method", method, "--convert", "--restart")),
                          failure="its spec passes NPUs through both methods")
     evidence = [f"{have.count} NPU(s) through {have.method}: {listed}"]
-    if held is not None and sorted(d.source for d in held.devices) != sorted(d.source for d in have.devices):
-        return chain.add(LinkName.REQUEST, False, [*evidence, f"but its running VMI passes {held.count} "
-                                                   f"({', '.join(d.source for d in held.devices) or 'none'}): "
-                                                   "the VM was changed after it started"],
+    if held is not None and differ(held.devices, have.devices):
+        counts: dict[str, int] = {}
+        for d in held.devices:
+            counts[d.source] = counts.get(d.source, 0) + 1
+        passes = f"its running VMI passes {held.count} ({', '.join(f'{n}x {k}' for k, n in counts.items()) or 'none'})"
+        if held.count:  # it has NPUs, the ones it started with: the spec's are staged for its next restart
+            return chain.add(LinkName.REQUEST, True, [*evidence, f"{passes} until it restarts: the VM was changed "
+                                                      "after it started (a change staged for its next restart)",
+                                                      *kubevirt])
+        return chain.add(LinkName.REQUEST, False, [*evidence, f"but {passes}: the VM was changed after it started",
+                                                   *kubevirt],
                          Remedy(text="restart the VM and wait until its NPUs are attached",
-                                command=("vm", "restart", ref.name, "-n", ref.namespace, "--wait")),
+                                command=restart_command(ref)),
                          failure="its running VMI passes other NPUs than its spec")
     return chain.add(LinkName.REQUEST, True, evidence)
+
+
+def _staged(f: Facts) -> list[str]:
+    """The warnings for a running VM whose spec asks for other NPUs than its VMI passes (a change staged for its next
+    restart): what a restart brings, and whether that would be scheduled now (its own NPUs counted free)."""
+    held, have = f.held, f.have
+    if held is None or not held.count or not differ(held.devices, have.devices):
+        return []
+    out = [f"VM {f.ref}: {staged_words(held.count, have.count)}; `rblnctl {' '.join(restart_command(f.ref))}` "
+           "applies the change"]
+    for fit in f.fits.values():
+        why = fit.warning()
+        if why:
+            out.append(f"VM {f.ref} after its restart: {why}")
+    return out
 
 
 def _vm_node_pending(f: Facts, limit: int = PENDING_NODES) -> list[str]:

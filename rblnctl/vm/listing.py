@@ -15,6 +15,7 @@ from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import ClaimIndex
 from rblnctl.vm.model import NpuDevice, VmRef
+from rblnctl.vm.pending import RestartRequired, restart_required
 from rblnctl.vm.lifecycle import FINAL_PHASES
 
 
@@ -31,6 +32,7 @@ class VmNpuEntry:
     running_devices: list[NpuDevice] | None  # the VMI's (None: no VMI, or it finished)
     claims: list[str] = field(default_factory=list)  # the DRA driver's per-node keys of its NPU claims (claim_keys)
     collisions: list[str] = field(default_factory=list)  # VMs (ns/name) whose claims share a key with it on its node
+    restart_required: RestartRequired | None = None  # the VM's RestartRequired condition (rblnctl.vm.pending)
 
     @property
     def npus(self) -> int:
@@ -48,6 +50,14 @@ class VmNpuEntry:
         if self.running_devices is None:
             return False
         return sorted(d.source for d in self.devices) != sorted(d.source for d in self.running_devices)
+
+    @property
+    def restart_marker(self) -> str | None:
+        """What STATUS adds: RestartPending (its NPUs change when it restarts), else RestartRequired (KubeVirt says
+        a restart would apply another change of its spec), else None."""
+        if self.restart_pending:
+            return "RestartPending"
+        return C.VM_RESTART_REQUIRED if self.restart_required is not None else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +129,7 @@ def watch_vm_npus(kube: Kube, *, namespace: str | None = None, stop: Stop | None
 def vm_changes(old: VmNpuListing, new: VmNpuListing) -> list[Change]:
     """What changed between two listings, VM by VM (`virtualmachine/vms/v1 status Stopped -> Running`)."""
     def facts(e: VmNpuEntry) -> dict[str, str]:
-        return {"status": e.status + (",RestartPending" if e.restart_pending else ""), "node": e.node or "<none>",
+        return {"status": e.status + (f",{e.restart_marker}" if e.restart_marker else ""), "node": e.node or "<none>",
                 "npus": str(e.npus), "method": e.method or "<none>",
                 "devices": ",".join(f"{d.name}={d.source}" for d in e.devices) or "<none>"}
 
@@ -166,7 +176,8 @@ def listing_of(kube: Kube, vms: list[dict], vmis: list[dict], *, namespace: str 
                                 status=str((vm.get("status") or {}).get("printableStatus") or "Unknown"),
                                 node=_node(vmi), method=_method(devices or running or []), devices=devices,
                                 running_devices=running,
-                                claims=claim_keys(held, running if running is not None else devices)))
+                                claims=claim_keys(held, running if running is not None else devices),
+                                restart_required=restart_required(vm) if running is not None else None))
     for key, vmi in sorted(by_name.items()):
         if key in seen:
             continue

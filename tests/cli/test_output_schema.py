@@ -118,6 +118,16 @@ def _vm_with_npu(apiserver):
     apiserver.add(o.vm("vms", "v2", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"]))
 
 
+def _vm_staged(apiserver):
+    """_vm, and v4 running with 1 NPU on n2 while its spec asks for 2: KubeVirt's RestartRequired on it."""
+    _vm(apiserver)
+    vm = o.vm("vms", "v4", host_devices=["rebellions.ai/RBLN-CA22_PF"] * 2)
+    vm["status"]["conditions"] = [{"type": "RestartRequired", "status": "True", "lastProbeTime": None,
+                                   "lastTransitionTime": "2026-12-04T07:04:05Z",
+                                   "message": "a non-live-updatable field was changed in the template spec"}]
+    apiserver.add(vm, o.vmi("vms", "v4", "n2", ["rebellions.ai/RBLN-CA22_PF"]))
+
+
 def _switched(apiserver):
     """n1 switched to vm (Events on it), then an unfinished switch's record on it that no Event tells of."""
     r = cli("node", "set-mode", "vm", "n1", "--yes", server=apiserver.url)
@@ -134,6 +144,8 @@ SCENARIOS = [
     Scenario("VmNpuChange", ("vm", "attach", "v1", "-n", "vms", "--npus", "2"), setup=_vm),
     Scenario("VmNpuChange", ("vm", "detach", "v2", "-n", "vms"), setup=_vm_with_npu),
     Scenario("VmNpuList", ("vm", "list", "-A"), setup=_vm_with_npu),
+    Scenario("VmNpuList", ("vm", "list", "-A"), setup=_vm_staged),
+    Scenario("VmNpuChange", ("vm", "attach", "v4", "-n", "vms", "--npus", "3", "--next-restart"), setup=_vm_staged),
     Scenario("VmDiagnosis", ("vm", "diagnose", "v2", "-n", "vms"), setup=_vm_with_npu, exit_code=1),
     Scenario("NpuNodeList", ("node", "list")),
     Scenario("VmFit", ("vm", "fit", "--npus", "1"), setup=_vm),

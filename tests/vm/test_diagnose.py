@@ -253,12 +253,19 @@ def test_node_in_container_mode_or_not_converged(apiserver, kube):
 
 
 def test_template_and_running_vmi_disagree(apiserver, kube):
+    """A VMI that passes NPUs has them (the spec's other ones wait for its restart: a warning); one that passes none
+    has none until it restarts: that link is broken."""
     sandbox_cluster(apiserver)
     apiserver.add(o.vm(NS, "v1", host_devices=[CA22, CA22]), o.vmi(NS, "v1", "n1", [CA22]))
-    b = _broken(diagnose(kube, "v1", NS))
-    assert b.name == LinkName.REQUEST and "its running VMI passes 1" in b.message
+    d = diagnose(kube, "v1", NS)
+    assert d.links[1].name == LinkName.REQUEST and d.links[1].status == LinkStatus.PASS
+    assert "its running VMI passes 1 (1x rebellions.ai/RBLN-CA22_PF) until it restarts" in d.links[1].message
+    assert any("its spec asks for 2 NPU(s), its running VMI passes 1 until it restarts" in w for w in d.warnings)
+    apiserver.add(o.vm(NS, "v2", host_devices=[CA22]), o.vmi(NS, "v2", "n1", []))
+    b = _broken(diagnose(kube, "v2", NS))
+    assert b.name == LinkName.REQUEST and "but its running VMI passes 0 (none)" in b.message
     assert b.failure == "its running VMI passes other NPUs than its spec"
-    assert b.remedy.command == ("vm", "restart", "v1", "-n", NS, "--wait")
+    assert b.remedy.command == ("vm", "restart", "v2", "-n", NS, "--wait")
 
 
 def test_mixed_methods(apiserver, kube):

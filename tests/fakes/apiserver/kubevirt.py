@@ -27,6 +27,14 @@ change to Manual leaves the VMI as it is.
 State change requests are carried out and cleared; deleting a VM deletes its VMI (garbage
 collection). Without it nothing reacts: the test observes the VM object.
 
+While a VMI it started runs, a change of the VM's template in a field virt-controller cannot update live (anything
+but CPU sockets, guest memory, nodeSelector, affinity and tolerations: v1.9.0 pkg/virt-controller/watch/vm/vm.go
+syncRestartRequired under the default LiveUpdate rollout) sets the VM condition ``RestartRequired`` exactly as the
+real one writes it (status True, no reason, ``lastProbeTime: null``, the message below, measured on the real stack);
+putting the template back, stopping the VMI or starting a new one removes it. The spec a VMI started from is kept
+as virt-controller keeps it in a ControllerRevision: a VMI a test seeds by hand has none, so (as for real) it never
+gets the condition.
+
 A VMI started on a node gets its virt-launcher pod there, as virt-controller renders it
 (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go podLabels, renderresources.go):
 labels ``kubevirt.io=virt-launcher``, ``kubevirt.io/created-by=<VMI uid>``, ``vm.kubevirt.io/name``,
@@ -66,6 +74,8 @@ PAGE_NOT_FOUND = "404: Page Not Found"
 METHOD_NOT_ALLOWED = "405: Method Not Allowed"
 NOT_ACCEPTABLE = "406: Not Acceptable\n\nAvailable representations: "
 _RUNNING = ("Always", "RerunOnFailure", "Once")
+RESTART_REQUIRED = "RestartRequired"
+RESTART_REQUIRED_MESSAGE = "a non-live-updatable field was changed in the template spec"  # setRestartRequired's words
 
 
 # ---- virt-operator's KubeVirt-CR update webhook: its warnings -------------------------------------------------
@@ -151,12 +161,23 @@ def _final(vmi: dict | None) -> bool:
     return vmi is not None and (vmi.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def _semantic(value: Any) -> Any:
+    """A spec as equality.Semantic.DeepEqual compares it after decoding into Go types: an empty list is a nil one
+    (k8s.io/apimachinery third_party/forked/golang/reflect deep_equal.go), a null is an absent field."""
+    if isinstance(value, dict):
+        return {k: _semantic(v) for k, v in value.items() if v is not None and v != []}
+    if isinstance(value, list):
+        return [_semantic(v) for v in value]
+    return value
+
+
 class KubeVirt:
     def __init__(self, store: Store, simulate: bool = False):
         self.store = store
         self.simulate = simulate
         self.launcher_delay_s = 0.0  # a started VMI's virt-launcher pod stays Pending this long (a stop takes as long)
         self._start_after_stop: set[tuple[str, str]] = set()  # VMs asked to start while their VMI was going
+        self._started: dict[tuple[str, str], tuple[str, dict]] = {}  # (ns, VM) -> (VMI uid, the template it started)
         store.reactions.append(self._react)
 
     def served(self) -> bool:
@@ -258,6 +279,15 @@ class KubeVirt:
     def _react(self, ev: Event) -> None:
         if not self.simulate or ev.res_id != VM_ID:
             return
+        try:
+            self._react_to_vm(ev)
+        finally:
+            if ev.type == "DELETED":
+                self._started.pop((ev.obj["metadata"]["namespace"], ev.obj["metadata"]["name"]), None)
+            else:
+                self._sync_restart_required(ev.obj["metadata"]["name"], ev.obj["metadata"]["namespace"])
+
+    def _react_to_vm(self, ev: Event) -> None:
         md = ev.obj["metadata"]
         if ev.type == "DELETED":
             vmi = self.store.get("VirtualMachineInstance", md["name"], md["namespace"])
@@ -369,6 +399,8 @@ class KubeVirt:
                      "uid": vm["metadata"].get("uid"), "controller": True, "blockOwnerDeletion": True}]},
                 "spec": copy.deepcopy(tpl.get("spec") or {}), "status": status})
             vmi = self.store.get("VirtualMachineInstance", name, ns)
+            if vmi is not None:  # startVMI: the spec it starts from (a ControllerRevision); the condition goes
+                self._started[(ns, name)] = (vmi["metadata"]["uid"], copy.deepcopy(tpl.get("spec") or {}))
             if node and vmi is not None:
                 self._add_launcher(vmi, node, running=not pending)
                 if pending:
@@ -489,6 +521,39 @@ class KubeVirt:
                 if any(o.get("uid") == pod_uid for o in c["metadata"].get("ownerReferences") or []):
                     self.store.delete_now("ResourceClaim", c["metadata"]["name"], ns)
             self.store.delete_now("Pod", p["metadata"]["name"], ns)
+
+    def _sync_restart_required(self, name: str, ns: str) -> None:
+        """syncRestartRequired: the condition while a live VMI's start spec differs from the VM's template outside
+        the fields updated live; none without a live VMI this controller started."""
+        vm = self.store.get("VirtualMachine", name, ns)
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        if vm is None:
+            return
+        started = self._started.get((ns, name))
+        want = False
+        if vmi is not None and not _final(vmi) and not vmi["metadata"].get("deletionTimestamp") and \
+                started is not None and started[0] == vmi["metadata"].get("uid"):  # stopVMI drops it at the delete
+            now = copy.deepcopy(((vm.get("spec") or {}).get("template") or {}).get("spec") or {})
+            then = copy.deepcopy(started[1])
+            for spec in (now, then):
+                for key in ("nodeSelector", "affinity", "tolerations"):
+                    spec.pop(key, None)
+                domain = spec.get("domain") or {}
+                (domain.get("cpu") or {}).pop("sockets", None)
+                (domain.get("memory") or {}).pop("guest", None)
+            want = _semantic(now) != _semantic(then)
+        conditions = (vm.get("status") or {}).get("conditions") or []
+        have = any(c.get("type") == RESTART_REQUIRED for c in conditions)
+        if want == have:
+            return
+
+        def edit(v: dict) -> None:
+            kept = [c for c in (v.get("status") or {}).get("conditions") or [] if c.get("type") != RESTART_REQUIRED]
+            if want:
+                kept.append({"lastProbeTime": None, "lastTransitionTime": ts(), "message": RESTART_REQUIRED_MESSAGE,
+                             "status": "True", "type": RESTART_REQUIRED})
+            v.setdefault("status", {})["conditions"] = kept
+        self.store.mutate("VirtualMachine", name, ns, edit)
 
     def _set_status(self, name: str, ns: str, **fields: Any) -> None:
         self.store.mutate("VirtualMachine", name, ns, lambda v: v.setdefault("status", {}).update(fields))
