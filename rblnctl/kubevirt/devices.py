@@ -251,7 +251,9 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
 
     names = [str((n.get("metadata") or {}).get("name")) for n in nodes]
     vm_nodes = [name for name, n in zip(names, nodes) if mode_of(labels_of(n), policy).effective == C.MODE_VM]
-    example = f"{C.RESOURCE_PREFIX}RBLN-CA22_PF"
+    from rblnctl.operator.nodes import node_product
+
+    example = vm_resources.example(p for n in nodes if (p := node_product(n)))
     if not vm_nodes:
         node = names[0] if names else "NODE"
         return (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
