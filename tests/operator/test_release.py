@@ -81,3 +81,16 @@ def test_releases_before_driver_ready_are_refused_for_the_documented_minimum(ver
     assert sandbox.endswith("upgrade the operator to >= 0.4.4")
     assert ("no DRA kubelet plugin at all" in dra) is (version < "v0.3.0")
     assert ("container-mode nodes only" in dra) is (version >= "v0.3.0")
+
+
+def test_the_dra_toolkit_rule_without_a_dra_daemonset_goes_by_the_release():
+    from rblnctl.operator.dra import dra_toolkit_rule
+
+    v030 = release_of([V0_3_0.operator_deployment()])
+    assert dra_toolkit_rule([], v030).needed is True
+    assert dra_toolkit_rule(None, UNKNOWN).needed is None
+    assert dra_toolkit_rule([], release_of([NEWER.operator_deployment()])).needed is None
+    # the DaemonSet, rendered by the operator from its own code, wins over the release
+    ds = o.daemonset("rbln-system", "rbln-dra-kubelet-plugin")
+    ds["spec"]["template"]["spec"]["initContainers"] = [{"name": "dra-ready", "image": "x"}]
+    assert dra_toolkit_rule([ds], v030).needed is False
