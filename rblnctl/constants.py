@@ -162,6 +162,37 @@ PCI_DEVICE_MODELS: dict[int, tuple[str, str]] = {
 
 VALIDATIONS_DIR = "/run/rbln/validations"
 VFIO_READY_MARKER = "vfio-pci-ready"
+# The marker only the driver pod writes (its startup probe; its preStop removes it): chart v0.2.1-v0.3.0
+# internal/scope/patch/driver_manager.go READY_FILE.
+DRIVER_READY_MARKER = ".driver-ctr-ready"
+
+# What a component's init container waits for, where the operator's source says (component, init container) ->
+# (what it waits for, whether that can ever come on a vm-passthrough node). A pod held in one of these is named
+# with this reason by set-mode, node list, status and preflight (rblnctl.operator.convergence.init_hold).
+# - sandbox-device-plugin/driver-ready: `until [ -f /run/rbln/validations/.driver-ctr-ready ]` (chart v0.2.1-v0.3.0
+#   internal/scope/patch/sandbox-device-plugin.go); the driver DaemonSet selects npu.deploy.driver=true, which the
+#   operator sets on container-mode nodes only (v0.3.0 internal/scope/cluster_policy.go rblnComponentLabels): on a
+#   vm-passthrough node it never comes. v0.1.0/v0.2.0 have no such init container.
+# - sandbox-device-plugin/vfio-bind-checker: `vfio-manage.sh check_bind --all` until every 1eff NPU is bound to
+#   vfio-pci, exit 1 after 300 s (v0.1.0-v0.3.0 sandbox-device-plugin.go): the vfio-manager binds them.
+# - dra-kubelet-plugin/toolkit-validation: waits for /run/rbln/validations/toolkit-ready, which the operator-validator
+#   writes once the container toolkit is set up (v0.3.0 internal/scope/patch/dra_kubelet_plugin.go; later main
+#   internal/clusterpolicy/components/dra_kubelet_plugin.go buildToolkitValidationInitContainer): neither runs on a
+#   vm-passthrough node (later main cmd/rbln-validator/draready.go says so).
+# - dra-kubelet-plugin/dra-ready: toolkit-ready (container nodes) or every NPU bound to vfio-pci (vm-passthrough nodes)
+#   (later main cmd/rbln-validator/draready.go; internal/clusterpolicy/components/dra_kubelet_plugin_test.go).
+INIT_WAITS: dict[tuple[str, str], tuple[str, bool]] = {
+    (COMP_SANDBOX, "driver-ready"): (
+        f"it waits for {VALIDATIONS_DIR}/{DRIVER_READY_MARKER}, which only the driver pod writes, and the operator "
+        "runs no driver on a vm-passthrough node (operator v0.2.1-v0.3.0)", False),
+    (COMP_SANDBOX, "vfio-bind-checker"): ("it waits until the vfio-manager has bound every NPU to vfio-pci (it gives "
+                                          "up after 300 s)", True),
+    (COMP_DRA, "toolkit-validation"): (
+        f"it waits for {VALIDATIONS_DIR}/toolkit-ready, which the operator-validator writes once the container "
+        "toolkit is set up, and neither runs on a vm-passthrough node", False),
+    (COMP_DRA, "dra-ready"): ("it waits for the container toolkit's toolkit-ready (container mode) or every NPU bound "
+                              "to vfio-pci (vm-passthrough)", True),
+}
 
 # --- KubeVirt ----------------------------------------------------------------------------------
 

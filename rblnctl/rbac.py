@@ -47,6 +47,9 @@ _OPERATOR = (
     _a("apps", "deployments", "list"),
 )
 _NODES_READ = (_a("", "nodes", "list"),)
+# The last log line of an operator component pod stuck in an init container (rblnctl.operator.cluster.init_log_line:
+# node list, status, preflight, set-mode's timeout). Best effort: without it the line is left out.
+_INIT_LOG = (_a("", "pods/log", "get", where=OPERATOR_NAMESPACE),)
 _KUBEVIRT_READ = (_a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "get", "list"),)
 _KUBEVIRT_EDIT = (*_KUBEVIRT_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "patch"))
 # drain and set-mode: the node (guarded patch, read back), its pods (listed, then watched until the
@@ -115,7 +118,7 @@ _HOST_PODS = (
     _a("", "pods", "list", "delete"),
 )
 _PREFLIGHT = (
-    *_OPERATOR, *_NODES_READ, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
+    *_OPERATOR, *_NODES_READ, *_INIT_LOG, _a("", "nodes", "get"), _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"),
     _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"), _a("", "pods", "list"), _a("apps", "daemonsets", "list"),
     _a(C.DRA_GROUP, "deviceclasses", "get"), _a(C.DRA_GROUP, "resourceslices", "list"),
 )
@@ -123,12 +126,12 @@ _PREFLIGHT = (
 COMMANDS: Mapping[str, tuple[Access, ...]] = {
     # read
     "status": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_VMS_LIST, *_CLAIM_INDEX,
-               *_CAPACITY_READ),
+               *_CAPACITY_READ, *_INIT_LOG),
     "vm list": (*_OPERATOR, *_VMS_LIST, *_CLAIM_INDEX),
     "vm diagnose": _VM_READ,
     "vm manifest": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_CAPACITY_READ),
     "vm fit": (*_OPERATOR, *_NODES_READ, _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), *_CAPACITY_READ),
-    "node list": (*_OPERATOR, *_NODES_READ, *_CAPACITY_READ),
+    "node list": (*_OPERATOR, *_NODES_READ, *_CAPACITY_READ, *_INIT_LOG),
     "node history": (_a("", "nodes", "get"), _a(C.EVENTS_GROUP, "events", "list")),
     "kubevirt status": _KUBEVIRT_READ,
     "preflight": _PREFLIGHT,
@@ -139,7 +142,7 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
                       _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "watch"),
                       _a(C.DRA_GROUP, "resourceslices", "list", "watch"),
                       _a(C.NFD_GROUP, C.NFD_NODEFEATURE_PLURAL, "list"),  # to vm: is the node's IOMMU on?
-                      *_AUDIT),
+                      *_INIT_LOG, *_AUDIT),
     "kubevirt enable-gates": _KUBEVIRT_EDIT,
     # turning an NPU gate off: the VMIs of every namespace, for the running-VM guard (rblnctl.vm.guard)
     "kubevirt disable-gates": (*_KUBEVIRT_EDIT, _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "list")),

@@ -68,7 +68,7 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
         kubevirts = kube.list(KUBEVIRTS)
     except NotFound:
         kubevirts = []
-    nodes = list_npu_nodes(kube, view.policy, selector=selector)
+    nodes = list_npu_nodes(kube, view.policy, selector=selector, namespace=view.namespace)
     vms = list_vm_npus(kube) if kubevirts else None
     vm_notes = tuple(vms.notes) if vms is not None else ()
     return ClusterStatus(

@@ -89,11 +89,12 @@ def list_nodes(
                view_of=lambda snap: view_of(only(snap.nodes)),
                changes_of=lambda a, b: node_changes(only(a.nodes), only(b.nodes)), output=output)
         return
-    policy = read_operator(kube).policy
+    view = read_operator(kube)
+    policy = view.policy
     if not names:
-        emit(view_of(list_npu_nodes(kube, policy, selector=selector)), output)
+        emit(view_of(list_npu_nodes(kube, policy, selector=selector, namespace=view.namespace)), output)
         return
-    nodes, errors = named_npu_nodes(kube, policy, names)
+    nodes, errors = named_npu_nodes(kube, policy, names, namespace=view.namespace)
     emit(view_of(nodes), output)
     if errors:  # as kubectl get: what was found is printed, then one error line per name (exit 1)
         raise NotFound(errors[0]).with_details(errors[1:])
@@ -101,14 +102,15 @@ def list_nodes(
 
 def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import capacity_notes, node_document, npu_nodes_table
+    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table
+    from rblnctl.clock import SYSTEM_CLOCK
     from rblnctl.cli.output import sort_by as sorted_by
 
     nodes = sorted_by(nodes, sort_by, node_document)
     return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
                 tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],
-                notes=capacity_notes(nodes) if nodes else [
+                notes=capacity_notes(nodes) + hold_notes(nodes, now=SYSTEM_CLOCK.now()) if nodes else [
                     "No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/pci-1eff.present or "
                     "pci-1200_1eff.present)."])
 

@@ -30,7 +30,21 @@ def node_document(n: Any) -> dict:
         if n.capacity is not None else [],
         "family": n.family,
         "labels": dict(n.labels),
+        "initHeld": [hold_document(h) for h in n.holds],
     }
+
+
+def hold_document(h: Any) -> dict:
+    """A component pod held in an init container (rblnctl.operator.components.InitHold), in documents."""
+    return {"namespace": h.namespace, "pod": h.pod, "component": h.component, "initContainer": h.container,
+            "state": h.state, "startedAt": h.started, "status": h.status, "restarts": h.restarts,
+            "stuck": h.stuck, "waitsFor": h.waits_for, "lastLogLine": h.log}
+
+
+def hold_notes(nodes: list[Any], now: Any = None) -> list[str]:
+    """One note per component pod held in an init container: the pod, the container, its state, kubectl's STATUS,
+    what it waits for and its last log line (rblnctl.operator.components.InitHold.describe)."""
+    return [f"note: node {n.name}: {h.describe(now)}" for n in nodes for h in n.holds]
 
 
 def _use_document(u: Any, known: bool) -> dict:
@@ -78,8 +92,10 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
         status = "Ready" if n.ready else "NotReady"
         if not n.schedulable:
             status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
-        components = list(n.components) + [f"{c}(paused)" for c in n.paused]
-        held = [] if vms is None else list(vms.get(n.name, []))
+        held = {h.component: h.status for h in n.holds}
+        components = [f"{c}({held[c]})" if c in held else c for c in n.components] + [
+            f"{c}(paused)" for c in n.paused]
+        vm_names = [] if vms is None else list(vms.get(n.name, []))
         t.add_row(
             n.name,
             _mode_cell(n),
@@ -87,13 +103,13 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
             str(n.capacity.allocatable) if n.capacity is not None else str(sum(n.resources.values())),
             _count(n.capacity.allocated if n.capacity is not None else None),
             _count(n.capacity.free if n.capacity is not None else None),
-            *([] if vms is None else [str(len(held))]),
+            *([] if vms is None else [str(len(vm_names))]),
             joined([*(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
                     *(f"{u.name}={u.allocatable}(dra)" for u in (n.capacity.resources if n.capacity else ())
                       if u.dra)]),
             n.product or "<unknown>",
             joined(components),
-            *([] if vms is None else [joined(held)]),
+            *([] if vms is None else [joined(vm_names)]),
             *([joined(f"{k}={v}" for k, v in n.labels.items())] if show_labels else []),
         )
     return t
@@ -108,4 +124,5 @@ def capacity_notes(nodes: list[Any]) -> list[str]:
     return [f"note: ALLOCATED and FREE unknown: {'; '.join(problems)}"]
 
 
-__all__ = ["capacity_notes", "node_document", "npu_nodes_table", "policy_document", "yes_no"]
+__all__ = ["capacity_notes", "hold_document", "hold_notes", "node_document", "npu_nodes_table", "policy_document",
+           "yes_no"]

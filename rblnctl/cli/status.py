@@ -101,7 +101,8 @@ def change_line(change: Any) -> str:
 def view(st: Any) -> Any:
     """The overview in every format (kind ClusterStatus)."""
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import capacity_notes, node_document, npu_nodes_table, policy_document
+    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table, policy_document
+    from rblnctl.clock import SYSTEM_CLOCK
 
     def body() -> dict:
         return {
@@ -131,7 +132,8 @@ def view(st: Any) -> Any:
     lines.append(f"NPU nodes:   {len(st.nodes)} ({modes})")
     tables = [npu_nodes_table(st.nodes, st.npu_vms)] if st.nodes else []
     return View(kind="ClusterStatus", body=body, preamble=lines, tables=tables,
-                notes=[f"note: {n}" for n in st.notes] + capacity_notes(st.nodes),
+                notes=[f"note: {n}" for n in st.notes] + capacity_notes(st.nodes)
+                + hold_notes(st.nodes, now=SYSTEM_CLOCK.now()),
                 names=[f"node/{n.name}" for n in st.nodes])
 
 

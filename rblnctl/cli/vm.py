@@ -482,12 +482,20 @@ def manifest(
     (--pvc) or a new DataVolume (--datavolume-source); --node-product keeps it on nodes of one NPU product.
     """
     import dataclasses
+    import logging
     import sys
 
     from rblnctl.cli.output import dump
-    from rblnctl.errors import InvalidInput
+    from rblnctl.errors import InvalidInput, RblnError
     from rblnctl.cli.console import warn
-    from rblnctl.vm.manifest import ManifestOptions, build_manifest, product_label, resolve_for
+    from rblnctl.vm.manifest import (
+        ManifestOptions,
+        advisory,
+        build_manifest,
+        manifest_notes,
+        product_label,
+        resolve_for,
+    )
 
     if resource and product:
         raise InvalidInput("--resource and --product cannot be combined")
@@ -503,13 +511,25 @@ def manifest(
                            ssh_keys=keys, cores=cpu, memory=memory, instancetype=instancetype, preference=preference,
                            pvc=pvc, datavolume_source=datavolume_source, disk_size=disk_size,
                            node_product=node_product)
+    found = None
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
         found = resolve_for(ctx.obj.kube(), method=chosen, resource=resource, product=product, npus=npus,
                             node_product=node_product)
+    else:
+        # Everything was given: the cluster is read only for what would stop the VM there (gates, DeviceClass,
+        # capacity); a manifest written away from any cluster is still written.
+        try:
+            found = resolve_for(advisory(ctx.obj.kube()), method=chosen, resource=resource, product=product, npus=npus,
+                                node_product=node_product)
+        except RblnError as e:
+            logging.getLogger(__name__).debug("vm manifest: the cluster could not be read for its warnings: %s", e)
+    if found is not None:
         opts = dataclasses.replace(opts, method=found.method, resource=found.resource, device_class=found.device_class)
         for w in found.warnings:  # stderr: the manifest on stdout stays a List kubectl applies as is
             warn(w)
     objects = build_manifest(opts)
+    for note in manifest_notes(opts, objects, refused=None if found is None else found.refused):
+        warn(note)
     if output.format == Format.json:
         sys.stdout.write(dump({"apiVersion": "v1", "kind": "List", "items": objects}, Format.json))
     else:

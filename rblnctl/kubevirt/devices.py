@@ -251,7 +251,9 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
 
     names = [str((n.get("metadata") or {}).get("name")) for n in nodes]
     vm_nodes = [name for name, n in zip(names, nodes) if mode_of(labels_of(n), policy).effective == C.MODE_VM]
-    example = f"{C.RESOURCE_PREFIX}RBLN-CA22_PF"
+    from rblnctl.operator.nodes import node_product
+
+    example = vm_resources.example(p for n in nodes if (p := node_product(n)))
     if not vm_nodes:
         node = names[0] if names else "NODE"
         return (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
@@ -259,9 +261,9 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
                 f"permit-devices again; or name the resource, `rblnctl kubevirt permit-devices --resource-name "
                 f"{example}` (DRA setups need no permittedHostDevices)")
     return (f"no NPU node advertises a VM resource ({vm_resources.describe()}) though {', '.join(vm_nodes[:3])} "
-            f"{'is' if len(vm_nodes) == 1 else 'are'} in vm-passthrough mode: the operator has not started the sandbox "
-            "device plugin there yet (`rblnctl node list -o wide` shows its components; `rblnctl preflight` says "
-            "why); DRA setups need no permittedHostDevices")
+            f"{'is' if len(vm_nodes) == 1 else 'are'} in vm-passthrough mode: the sandbox device plugin does not run "
+            "there yet (`rblnctl node list -o wide` shows its components and names a plugin pod stuck in an init "
+            "container; `rblnctl preflight` says why); DRA setups need no permittedHostDevices")
 
 
 def _noop(*_: Any) -> None:

@@ -20,7 +20,7 @@ from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
 from rblnctl.operator import admission
 from rblnctl.operator.admission import AdmissionRules
 from rblnctl.operator.cluster import OperatorView
-from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, policy_dra_version
+from rblnctl.operator.dra import dra_driver_version, dra_toolkit_rule, is_dra_daemonset, policy_dra_version
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy, parse_policy
 from rblnctl.operator.release import operator_version, release_of
@@ -434,15 +434,24 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
         warnings.append(f"the installed RBLNClusterPolicy CRD has admission rules rblnctl cannot judge ("
                         f"{'; '.join(rules.unknown)}): `--dry-run=server` has the API server judge the patch")
     if target == C.METHOD_DRA and not policy.is_enabled(C.COMP_TOOLKIT):
-        msg = (f"RBLNClusterPolicy {policy.name} does not enable containerToolkit (spec.containerToolkit.enabled), and "
-               "the operator refuses to deploy its DRA kubelet plugin without it (\"DRA kubelet plugin requires "
-               "containerToolkit to be enabled\": RBLN-SW/rbln-npu-operator internal/clusterpolicy/components/"
-               "dra_kubelet_plugin.go; v0.3.0 internal/scope/patch/dra_kubelet_plugin.go): the rollout would never "
-               f"come. Enable it first: {policy.fix_text({'containerToolkit': True})}")
-        if force:
-            warnings.append(msg + "; going ahead anyway (forced)")
+        # Decided by what the cluster runs (rblnctl.operator.dra.dra_toolkit_rule): v0.3.0's operator refuses to
+        # deploy the DRA plugin without containerToolkit, later code (its dra-ready init container) does not.
+        rule = dra_toolkit_rule(facts.daemonsets, release_of(facts.operators), policy.base_name)
+        off = f"RBLNClusterPolicy {policy.name} does not enable containerToolkit (spec.containerToolkit.enabled)"
+        fix = policy.fix_text({'containerToolkit': True})
+        if rule.needed is False:
+            if container_nodes:
+                warnings.append(f"{off}: {rule.evidence}, but on container-mode nodes "
+                                f"({', '.join(container_nodes[:3])}) that init container waits for the toolkit's "
+                                f"toolkit-ready; to serve them too: {fix}")
+        elif rule.needed is None:
+            warnings.append(f"{off}: {rule.evidence}. If the rollout does not come, enable it: {fix}")
         else:
-            blockers.append(Blocker(msg, override="force"))
+            msg = f"{off}: {rule.evidence}; the rollout would never come. Enable it first: {fix}"
+            if force:
+                warnings.append(msg + "; going ahead anyway (forced)")
+            else:
+                blockers.append(Blocker(msg, override="force"))
     holders: list[NpuVm] = []
     checks: list[Prerequisite] = []
     conversions = list(facts.old_method_vms) if convert else []

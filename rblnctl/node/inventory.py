@@ -21,28 +21,53 @@ from rblnctl.kube import (
     watch_many,
 )
 from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, dra_in_use, read_facts
+from rblnctl.operator.cluster import operator_namespace, with_init_logs
+from rblnctl.operator.components import InitHold, component_of_pod, init_holds
 from rblnctl.operator.nodes import NpuNode, is_npu_node, list_npu_node_objects, npu_node
 from rblnctl.operator.policy import Policy, choose_active
 
 
-def with_capacity(kube: Kube, objects: Sequence[Mapping], policy: Policy | None) -> list[NpuNode]:
+def held_pods(node: NpuNode, pods: Sequence[Mapping] | None, policy: Policy | None,
+              namespace: str | None = None) -> tuple[InitHold, ...]:
+    """The operator component pods among `pods` (a node's) held in an init container (rblnctl.operator.components
+    .init_hold); `namespace`: the operator's (default: the policy's, else rbln-system)."""
+    ns = namespace or operator_namespace(policy, [])[0]
+    bases = tuple(dict.fromkeys([*([policy.base_name] if policy else []), C.OPERATOR_BASE_NAME]))
+    comps = [(comp, dict(p)) for p in pods or [] if (p.get("metadata") or {}).get("namespace") == ns
+             and (comp := component_of_pod(dict(p), base_names=bases)) is not None]
+    return tuple(init_holds(comps, vm_node=node.mode == C.MODE_VM))
+
+
+def with_capacity(kube: Kube, objects: Sequence[Mapping], policy: Policy | None, *, namespace: str | None = None,
+                  logs: bool = True) -> list[NpuNode]:
     """The NPU nodes of these Node objects, each with its capacity (rblnctl.operator.capacity: one read of the
-    pods on them, and with DRA of the driver's slices and the claims)."""
+    pods on them, and with DRA of the driver's slices and the claims) and its component pods held in an init
+    container (with `logs`, a stuck one's last log line where it can be read: one GET each)."""
     facts = read_facts(kube, objects, policy)
-    return [dataclasses.replace(npu_node(n, policy), capacity=facts.capacity(n)) for n in objects]
+    out = []
+    for n in objects:
+        node = npu_node(n, policy)
+        name = node.name
+        holds = held_pods(node, (facts.pods or {}).get(name), policy, namespace)
+        if logs:
+            holds = tuple(with_init_logs(kube, [h for h in holds if h.stuck])) + tuple(h for h in holds if not h.stuck)
+        out.append(dataclasses.replace(node, capacity=facts.capacity(n), holds=holds))
+    return out
 
 
 def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = None,
-                   capacity: bool = True) -> list[NpuNode]:
+                   capacity: bool = True, namespace: str | None = None) -> list[NpuNode]:
     """Return every NPU node, sorted by name, with its effective mode under `policy` and (`capacity`) its NPUs
-    allocatable, allocated and free."""
+    allocatable, allocated and free, and its component pods held in an init container (`namespace`: the
+    operator's)."""
     objects = list_npu_node_objects(kube, selector=selector)
     if capacity:
-        return with_capacity(kube, objects, policy)
+        return with_capacity(kube, objects, policy, namespace=namespace)
     return [npu_node(n, policy) for n in objects]
 
 
-def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str]) -> tuple[list[NpuNode], list[str]]:
+def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str], *,
+                    namespace: str | None = None) -> tuple[list[NpuNode], list[str]]:
     """The named NPU nodes, in the order given (once each), as `kubectl get node NAME...` reads them (a GET each),
     with their capacity; and one line for each name that is no node, or no NPU node."""
     found: list[dict] = []
@@ -56,7 +81,7 @@ def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str]) -> tupl
                           f"{C.NPU_PRESENT_LABEL}=true)")
         else:
             found.append(obj)
-    return with_capacity(kube, found, policy), errors
+    return with_capacity(kube, found, policy, namespace=namespace), errors
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,9 +160,12 @@ def watch_npu_nodes(kube: Kube, *, selector: str | None = None, stop: Stop | Non
                 continue
             choice = choose_active(policies.items())
             facts = _snapshot_facts(choice.active, mirrors[2], mirrors[3], mirrors[4], problems)
+            listed = [(npu_node(n, choice.active), n) for n in nodes.items() if is_npu_node(n)]
             now = NodesSnapshot(policy=choice.active, policy_notes=choice.notes,
-                                nodes=[dataclasses.replace(npu_node(n, choice.active), capacity=facts.capacity(n))
-                                       for n in nodes.items() if is_npu_node(n)])
+                                nodes=[dataclasses.replace(
+                                    node, capacity=facts.capacity(n),
+                                    holds=held_pods(node, (facts.pods or {}).get(node.name), choice.active))
+                                    for node, n in listed])
             if now != last:
                 last = now
                 yield now
@@ -166,6 +194,7 @@ def _facts(n: NpuNode) -> dict[str, str]:
         "resources": ",".join(f"{k}={v}" for k, v in n.resources.items()) or "<none>",
         "components": ",".join(n.components) or "<none>",
         "paused": ",".join(n.paused) or "<none>",
+        "init": ",".join(f"{h.component}({h.container} {h.status})" for h in n.holds) or "<none>",
         "deploy-skip": "yes" if n.deploy_skip else "no",
         "npus": _npus(n),
     }

@@ -69,7 +69,14 @@ from rblnctl.node.pods import PodRef
 from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
 from rblnctl.node.vms import npu_vms, stranded_pods, stranded_vms, vm_blocker
 from rblnctl.operator import convergence
-from rblnctl.operator.cluster import OperatorView, component_pods, components_among, node_slices, read_operator
+from rblnctl.operator.cluster import (
+    OperatorView,
+    component_pods,
+    components_among,
+    init_log_line,
+    node_slices,
+    read_operator,
+)
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
 from rblnctl.operator.policy import choose_active
@@ -603,6 +610,7 @@ class ModeSwitcher:
         mirrors = [Mirror() for _ in specs]
         last: list[str] = []
         missing: list[str] = ["nothing read yet"]
+        pend: list[convergence.Pending] = []
 
         def retrying(err: Exception) -> None:
             nonlocal last
@@ -631,8 +639,9 @@ class ModeSwitcher:
                 raise Refused(f"{C.WORKLOAD_LABEL} on node {node} was changed to {mode.label!r} by someone else "
                               f"while rblnctl waited for the operator to switch it to {target}")
             slices = mirrors[3].items() if len(mirrors) > 3 else None
-            missing = [str(p) for p in convergence.pending(node_obj, target, policy,
-                                                           components_among(mirrors[1].items(), view), slices)]
+            # (no `now`: a held pod's line says since when, so it changes only when its state does)
+            pend = convergence.pending(node_obj, target, policy, components_among(mirrors[1].items(), view), slices)
+            missing = [str(p) for p in pend]
             if not missing:
                 return
             shown = missing + [f"operator: {t}" for t in policy.not_ready(modes=(target,))]
@@ -643,6 +652,9 @@ class ModeSwitcher:
             raise Stopped(f"stopped while waiting for the operator to switch node {node}")
         err = WaitTimeout(f"the operator did not switch node {node} to {target} within "
                           f"{self.options.drain.timeout_s:g}s")
+        if pend:  # a component pod held in an init container: its last log line says what it waits for
+            missing = [str(p) for p in convergence.with_logs(pend, lambda h: init_log_line(self.kube, h),
+                                                             self.clock.now())]
         raise err.with_details([f"still missing: {m}" for m in missing])
 
     # -- failure handling ----------------------------------------------------------------------------

@@ -3,18 +3,22 @@ component pods and DRA ResourceSlices. Each read is one request (paged lists).""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import NotFound
+from rblnctl.errors import NotFound, RblnError
 from rblnctl.kube import CLUSTER_POLICIES, PODS, RESOURCE_SLICES, Kube
-from rblnctl.operator.components import component_of_pod
+from rblnctl.operator.components import InitHold, component_of_pod
 from rblnctl.operator.policy import Policy, PolicyChoice, choose_active
 from rblnctl.operator.release import operator_deployments
 
 log = logging.getLogger(__name__)
+# A held pod's log line is a best-effort read: one try, and no longer than this (a kubelet that does not answer
+# must not stall the command that asked).
+INIT_LOG_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,3 +101,26 @@ def node_slices(kube: Kube, node: str, driver: str) -> list[Mapping]:
         return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver={driver}")
     except NotFound:
         return []
+
+
+def init_log_line(kube: Kube, hold: InitHold) -> str | None:
+    """The last line the init container holding a component pod logged (`kubectl logs POD -c CONTAINER
+    --tail=1`), or None when it cannot be read: the API server reaches the log through the node's kubelet, which
+    may not answer, and RBAC may not grant pods/log. Tried once, never retried, within INIT_LOG_TIMEOUT_S."""
+    timeout = min(kube.request_timeout_s or INIT_LOG_TIMEOUT_S, INIT_LOG_TIMEOUT_S)
+    once = dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
+    try:
+        text = once.request("GET", PODS.path(hold.pod, namespace=hold.namespace, sub="log"),
+                            query={"container": hold.container, "tailLines": 1}, text=True)
+    except RblnError as e:
+        log.debug("cannot read the log of %s -c %s: %s", hold.ref, hold.container, e)
+        return None
+    finally:
+        kube.request_count += once.request_count
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else None
+
+
+def with_init_logs(kube: Kube, holds: Sequence[InitHold]) -> list[InitHold]:
+    """`holds`, each with its init container's last log line where it can be read (one GET each)."""
+    return [dataclasses.replace(h, log=init_log_line(kube, h)) if h.log is None else h for h in holds]

@@ -1,8 +1,11 @@
-"""Operator components: what each mode deploys, and which component a deploy label or a pod belongs to."""
+"""Operator components: what each mode deploys, which component a deploy label or a pod belongs to, and whether a
+component pod is held in one of its init containers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from rblnctl import constants as C
 
@@ -138,3 +141,140 @@ def daemonset_state(ds: dict) -> DaemonSetState:
     return DaemonSetState(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
                           desired=int(st.get("desiredNumberScheduled") or 0), ready=int(st.get("numberReady") or 0),
                           unavailable=int(st.get("numberUnavailable") or 0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitHold:
+    """A component pod that has not started its main container: it is held in one of its init containers.
+
+    The one place that decides it (init_hold); set-mode's wait and its timeout, `node list`, `status` and
+    `preflight` all ask it. `status` is the pod's STATUS as kubectl prints it (`Init:0/2`,
+    `Init:CrashLoopBackOff`, `Init:Error`); `waits_for` what that init container waits for where the operator's
+    source says (constants INIT_WAITS); `stuck` when it cannot finish as things are: it waits for something that
+    never comes on this node's mode, or it failed.
+    """
+
+    namespace: str
+    pod: str
+    component: str
+    container: str  # the init container it is in
+    state: str  # running | waiting (<reason>) | terminated (<reason>, exit code N)
+    started: str | None  # when that init container started (RFC 3339), if it runs
+    status: str  # kubectl's STATUS column: Init:0/2
+    restarts: int = 0
+    waits_for: str | None = None
+    stuck: bool = False
+    log: str | None = None  # its last log line, when it could be read (rblnctl.operator.cluster.with_init_logs)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+    def state_text(self, now: datetime | None = None) -> str:
+        """`running for 3m12s`, `running since 2026-12-04T06:59:20Z`, `waiting (CrashLoopBackOff), 4 restarts`."""
+        text = self.state
+        if self.state == "running" and self.started:
+            age = _age(self.started, now)
+            text += f" for {age}" if age else f" since {self.started}"
+        if self.restarts:
+            text += f", {self.restarts} restart{'s' if self.restarts != 1 else ''}"
+        return text
+
+    def describe(self, now: datetime | None = None, *, pod: bool = True) -> str:
+        """`pod rbln-system/x (sandbox-device-plugin) is stuck in its init container driver-ready (running for 3m,
+        Init:0/2): it waits for ...; last log line: "..."` (`pod=False`: from `stuck in` on)."""
+        where = "is stuck in" if self.stuck else "is still in"
+        text = (f"{where} its init container {self.container} ({self.state_text(now)}, {self.status})"
+                + (f": {self.waits_for}" if self.waits_for else ""))
+        if self.log:
+            text += f"; last log line: {self.log!r}"
+        return f"pod {self.ref} ({self.component}) {text}" if pod else text
+
+
+def _age(started: str, now: datetime | None) -> str | None:
+    """`3m12s` since `started` (RFC 3339) at `now`; None without `now` or an unreadable time."""
+    if now is None:
+        return None
+    try:
+        then = datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    secs = max(0, int((now - then).total_seconds()))
+    h, rest = divmod(secs, 3600)
+    m, s = divmod(rest, 60)
+    return (f"{h}h{m}m" if h else f"{m}m{s}s" if m else f"{s}s")
+
+
+def kubectl_status(pod: Mapping) -> str:
+    """The pod's STATUS as `kubectl get pods` prints it, as far as its init containers decide it (`Init:0/2`,
+    `Init:CrashLoopBackOff`, `Init:Error`, `Init:ExitCode:1`); else its phase.
+
+    kubernetes/kubernetes pkg/printers/internalversion/printers.go printPod: the init container statuses in
+    order; one that terminated with exit code 0 is done, a started restartable (sidecar) one too; the first
+    other one decides: terminated -> `Init:<reason>` (or `Init:Signal:N` / `Init:ExitCode:N`), waiting with a
+    reason other than PodInitializing -> `Init:<reason>`, else `Init:<index>/<number of init containers>`.
+    """
+    st = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    restartable = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    for i, cs in enumerate(st.get("initContainerStatuses") or []):
+        state = cs.get("state") or {}
+        term, wait = state.get("terminated"), state.get("waiting")
+        if term is not None and int(term.get("exitCode") or 0) == 0:
+            continue
+        if cs.get("name") in restartable and cs.get("started"):
+            continue
+        if term is not None:
+            if term.get("reason"):
+                return f"Init:{term['reason']}"
+            if term.get("signal"):
+                return f"Init:Signal:{term['signal']}"
+            return f"Init:ExitCode:{term.get('exitCode')}"
+        if wait is not None and wait.get("reason") and wait.get("reason") != "PodInitializing":
+            return f"Init:{wait['reason']}"
+        return f"Init:{i}/{len(spec.get('initContainers') or [])}"
+    return str(st.get("phase") or "Unknown")
+
+
+def init_hold(component: str, pod: Mapping, *, vm_node: bool) -> InitHold | None:
+    """The init container `pod` is held in (None when its init containers are done, or it has none).
+
+    `vm_node`: the pod runs on a vm-passthrough node, where some waits never end (constants INIT_WAITS).
+    A pod whose status lists no init container yet (not started by the kubelet) is not held: it is pending.
+    """
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return None
+    st = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    restartable = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    for cs in st.get("initContainerStatuses") or []:
+        state = cs.get("state") or {}
+        term, wait, run = state.get("terminated"), state.get("waiting"), state.get("running")
+        if term is not None and int(term.get("exitCode") or 0) == 0:
+            continue
+        if cs.get("name") in restartable and cs.get("started"):
+            continue
+        name = str(cs.get("name") or "")
+        if run is not None:
+            text, failed = "running", False
+        elif term is not None:
+            text = f"terminated ({term.get('reason') or 'exit'}, exit code {term.get('exitCode')})"
+            failed = True
+        else:
+            reason = str((wait or {}).get("reason") or "")
+            text = f"waiting ({reason})" if reason else "waiting"
+            failed = bool(reason) and reason not in ("PodInitializing", "ContainerCreating")
+        waits = C.INIT_WAITS.get((component, name))
+        meta = pod.get("metadata") or {}
+        return InitHold(namespace=str(meta.get("namespace") or ""), pod=str(meta.get("name") or ""),
+                        component=component, container=name, state=text,
+                        started=(run or {}).get("startedAt"), status=kubectl_status(pod),
+                        restarts=int(cs.get("restartCount") or 0), waits_for=waits[0] if waits else None,
+                        stuck=failed or (waits is not None and vm_node and not waits[1]))
+    return None
+
+
+def init_holds(pods: Iterable[tuple[str, Mapping]], *, vm_node: bool) -> list[InitHold]:
+    """The component pods (as (component, pod)) held in an init container, by pod name."""
+    found = [h for comp, p in pods if (h := init_hold(comp, p, vm_node=vm_node)) is not None]
+    return sorted(found, key=lambda h: (h.namespace, h.pod))

@@ -21,9 +21,11 @@ has converged on `target` when:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from rblnctl import constants as C
 from rblnctl.operator import components as K
@@ -51,9 +53,23 @@ class Pending:
 
     kind: Missing
     text: str
+    hold: K.InitHold | None = None  # a component pod held in an init container (its log line can be added)
 
     def __str__(self) -> str:
         return self.text
+
+
+def with_logs(items: Sequence[Pending], log_of: Callable[[K.InitHold], str | None],
+              now: datetime | None = None) -> list[Pending]:
+    """`items` with each held pod's last log line added (`log_of` reads it; None: unreadable, left out) and, with
+    `now`, how long it has been held."""
+    out = []
+    for p in items:
+        if p.hold is not None:
+            hold = p.hold if p.hold.log is not None else dataclasses.replace(p.hold, log=log_of(p.hold))
+            p = dataclasses.replace(p, hold=hold, text=hold.describe(now))
+        out.append(p)
+    return out
 
 
 def required_components(policy: Policy, target: str, labels: Mapping) -> tuple[list[str], list[str]]:
@@ -67,7 +83,7 @@ def required_components(policy: Policy, target: str, labels: Mapping) -> tuple[l
 
 
 def pending(node: Mapping, target: str, policy: Policy, pods: Sequence[tuple[str, dict]],
-            slices: Sequence[Mapping] | None = None) -> list[Pending]:
+            slices: Sequence[Mapping] | None = None, *, now: datetime | None = None) -> list[Pending]:
     """What the operator has not done yet to converge `node` on `target` ([] when it has).
 
     `pods` are the node's operator component pods as (component, pod); `slices` the node's
@@ -95,7 +111,7 @@ def pending(node: Mapping, target: str, policy: Policy, pods: Sequence[tuple[str
     old = K.exclusive_components(C.MODE_CONTAINER if target == C.MODE_VM else C.MODE_VM)
     for comp in sorted({K.canonical(c) for c in old if deploy.is_set(c)}):
         out.append(Pending(kind=Missing.STALE, text=f"deploy label {K.deploy_label(comp)} of the old mode still set"))
-    out.extend(_pods(name, target, deploy, must, pods))
+    out.extend(_pods(name, target, deploy, must, pods, now))
     out.extend(_allocation(node, target, policy, deploy, allocators, slices))
     return out
 
@@ -130,7 +146,7 @@ def method_pending(node: Mapping, method: str, policy: Policy, pods: Sequence[tu
 
 
 def _pods(node: str, target: str, deploy: K.DeployLabels, must: list[str],
-          pods: Sequence[tuple[str, dict]]) -> list[Pending]:
+          pods: Sequence[tuple[str, dict]], now: datetime | None) -> list[Pending]:
     out = []
     old = set(K.exclusive_components(C.MODE_CONTAINER if target == C.MODE_VM else C.MODE_VM))
     seen = set()
@@ -145,7 +161,9 @@ def _pods(node: str, target: str, deploy: K.DeployLabels, must: list[str],
         elif p["metadata"].get("deletionTimestamp"):
             out.append(Pending(kind=Missing.POD, text=f"pod {ref} ({comp}) is terminating"))
         elif not _ready(p):
-            out.append(Pending(kind=Missing.POD, text=f"pod {ref} ({comp}) not Running and Ready yet"))
+            hold = K.init_hold(comp, p, vm_node=target == C.MODE_VM)
+            out.append(Pending(kind=Missing.POD, hold=hold, text=hold.describe(now) if hold else
+                               f"pod {ref} ({comp}) not Running and Ready yet"))
     for comp in must:
         if deploy.is_set(comp) and comp not in seen:
             out.append(Pending(kind=Missing.POD, text=f"no {comp} pod on {node} yet"))

@@ -13,8 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from rblnctl import constants as C
 from rblnctl.versions import image_tag, pod_containers, strict_version, version_from_images, version_from_labels
+
+# The DRA kubelet plugin's init container of the operator code that needs no containerToolkit: `dra-ready` waits for
+# toolkit-ready (container nodes) or every NPU bound to vfio-pci (vm-passthrough nodes), and that code deploys the
+# plugin with containerToolkit disabled (RBLN-SW/rbln-npu-operator later main cmd/rbln-validator/draready.go;
+# internal/clusterpolicy/components/dra_kubelet_plugin_test.go TestDRAKubeletPluginPatch_ContainerToolkitDisabled:
+# "Patch() should succeed without containerToolkit"). The code before it - chart v0.3.0
+# internal/scope/patch/dra_kubelet_plugin.go and main up to internal/clusterpolicy/components/dra_kubelet_plugin.go
+# @1c50676 - refuses ("DRA kubelet plugin requires containerToolkit to be enabled") and gates the plugin on a
+# `toolkit-validation` init container instead.
+DRA_READY_INIT = "dra-ready"
+# The last public release whose operator refuses to deploy the DRA plugin without containerToolkit.
+DRA_TOOLKIT_REQUIRED_UP_TO = (0, 3, 0)
 
 
 def is_dra_daemonset(ds: dict, base_name: str = C.OPERATOR_BASE_NAME) -> bool:
@@ -47,3 +63,41 @@ def policy_dra_version(spec: Mapping) -> tuple[str, str] | None:
     if strict_version(tag):
         return str(tag), "spec.draKubeletPlugin.image"
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolkitRule:
+    """Whether the operator the cluster runs deploys its DRA kubelet plugin only while containerToolkit is enabled."""
+
+    needed: bool | None  # None: the cluster does not tell (no DRA DaemonSet, the operator's version unknown or later)
+    evidence: str
+
+
+def dra_toolkit_rule(daemonsets: Sequence[dict] | None, release: Any, base_name: str = C.OPERATOR_BASE_NAME
+                     ) -> ToolkitRule:
+    """Decide by what the cluster runs: the DRA kubelet plugin DaemonSet's init containers (the operator renders it
+    from its own code on every reconcile: `dra-ready` -> not needed; `toolkit-validation` -> needed), else the
+    operator's release (<= 0.3.0 -> needed), else unknown. `release`: rblnctl.operator.release.OperatorRelease."""
+    for ds in daemonsets or []:
+        if not is_dra_daemonset(ds, base_name):
+            continue
+        meta = ds.get("metadata") or {}
+        where = f"DaemonSet {meta.get('namespace', '')}/{meta.get('name', '')}"
+        spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        inits = [str(c.get("name") or "") for c in spec.get("initContainers") or []]
+        if DRA_READY_INIT in inits:
+            return ToolkitRule(needed=False, evidence=(
+                f"{where} starts with the {DRA_READY_INIT} init container: this operator deploys its DRA plugin "
+                "without containerToolkit (on vm-passthrough nodes it waits for the vfio-pci binding)"))
+        return ToolkitRule(needed=True, evidence=(
+            f"{where} starts with init container(s) {', '.join(inits) or '<none>'}, not {DRA_READY_INIT}: this "
+            "operator refuses to deploy its DRA plugin without containerToolkit"))
+    version = getattr(release, "version", None)
+    if version is not None and version <= DRA_TOOLKIT_REQUIRED_UP_TO:
+        return ToolkitRule(needed=True, evidence=(
+            f"{release.describe()} refuses to deploy its DRA plugin without containerToolkit (\"DRA kubelet plugin "
+            "requires containerToolkit to be enabled\": v0.3.0 internal/scope/patch/dra_kubelet_plugin.go)"))
+    who = release.describe() if version is not None else "the operator (version unknown)"
+    return ToolkitRule(needed=None, evidence=(
+        f"no DRA plugin DaemonSet runs to show it, and {who} may or may not need containerToolkit: operator v0.3.0 "
+        f"refuses to deploy its DRA plugin without it, later code (the {DRA_READY_INIT} init container) does not"))

@@ -10,7 +10,7 @@ from rblnctl.errors import ClusterError, InvalidInput
 from rblnctl.kube import NODES, Kube
 from rblnctl.operator import resources as R
 from rblnctl.operator.capacity import NodeCapacity
-from rblnctl.operator.components import deploy_labels
+from rblnctl.operator.components import InitHold, deploy_labels
 from rblnctl.operator.policy import Policy
 
 
@@ -97,6 +97,9 @@ class NpuNode:
     family: str | None = None
     labels: dict[str, str] = field(default_factory=dict)  # every label of the node (node list --show-labels)
     capacity: NodeCapacity | None = None  # its NPUs allocatable, allocated and free (None: not read)
+    # operator component pods on it held in an init container (rblnctl.operator.components.init_hold; () when its
+    # pods were not read)
+    holds: tuple[InitHold, ...] = ()
 
 
 def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:

@@ -30,13 +30,23 @@ from rblnctl.versions import format_version, strict_version, version_from_images
 
 log = logging.getLogger(__name__)
 
-# Why an allocator below its floor serves no VM, for messages.
+# Why an allocator below its floor serves no VM, for messages: (from which release the cause holds, the cause).
+# A release older than every cause's first one is below the documentation's minimum only (_BELOW_MINIMUM): chart
+# v0.1.0/v0.2.0 have no `driver-ready` init container (it came with v0.2.1: RBLN-SW/rbln-npu-operator@v0.2.0 vs
+# v0.2.1 internal/scope/patch/sandbox-device-plugin.go) and no DRA kubelet plugin at all (draKubeletPlugin came
+# with v0.3.0: api/v1beta1/rblnclusterpolicy_types.go).
 _WHY = {
-    C.COMP_SANDBOX: ("its sandbox device plugin never starts on a vm-passthrough node: the plugin's `driver-ready` "
-                     "init container waits for /run/rbln/validations/.driver-ctr-ready, which only the driver pod "
-                     "writes, and the operator deploys no driver pod on vm-passthrough nodes"),
-    C.COMP_DRA: ("its vm-passthrough nodes get no DRA kubelet plugin that serves VMs (chart v0.3.0 deploys it on "
-                 "container-mode nodes only; the documentation's minimum for DRA passthrough is 0.6.0)"),
+    C.COMP_SANDBOX: ((0, 2, 1), "its sandbox device plugin never starts on a vm-passthrough node: the plugin's "
+                     "`driver-ready` init container waits for /run/rbln/validations/.driver-ctr-ready, which only the "
+                     "driver pod writes, and the operator deploys no driver pod on vm-passthrough nodes"),
+    C.COMP_DRA: ((0, 3, 0), "its vm-passthrough nodes get no DRA kubelet plugin that serves VMs (chart v0.3.0 "
+                 "deploys it on container-mode nodes only; the documentation's minimum for DRA passthrough is 0.6.0)"),
+}
+_BELOW_MINIMUM = {
+    C.COMP_SANDBOX: ("the documentation's minimum for the sandbox method (docs.rbln.ai \"Sandboxed Workloads "
+                     "(KubeVirt)\" prerequisites: NPU Operator v0.4.4+)"),
+    C.COMP_DRA: ("the documentation's minimum for DRA passthrough, and this release has no DRA kubelet plugin at all "
+                 "(draKubeletPlugin came with chart v0.3.0)"),
 }
 _METHOD_OF = {C.COMP_SANDBOX: C.METHOD_SANDBOX, C.COMP_DRA: C.METHOD_DRA}
 # The assumption behind an unknown version, for messages (docs/operator.md "Assumptions").
@@ -67,7 +77,11 @@ class OperatorRelease:
         """Why `allocator` serves no VM on this release; None when it does (or may)."""
         if self.serves_vm(allocator) is not False:
             return None
-        return f"{self.describe()} < {format_version(C.VM_ALLOCATOR_FROM[allocator])}: {_WHY[allocator]}"
+        since, cause = _WHY[allocator]
+        assert self.version is not None
+        if self.version < since:
+            return f"{self.describe()} < {format_version(C.VM_ALLOCATOR_FROM[allocator])}, {_BELOW_MINIMUM[allocator]}"
+        return f"{self.describe()} < {format_version(C.VM_ALLOCATOR_FROM[allocator])}: {cause}"
 
     def remedy(self, allocator: str) -> str:
         """The way out when `allocator` serves no VM here: the release that fixes it, or the other method

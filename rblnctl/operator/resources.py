@@ -68,6 +68,26 @@ class ResourceNames:
         wanted = _product(product)
         return any(wanted in (_product(p) for p in e.products) for e in self.entries)
 
+    def example(self, products: Iterable[str] = ()) -> str:
+        """One resource name of this scheme for a remedy to show, as the installed release names them: the policy's
+        resourceList entry covering the first of `products` (the cluster's cards, RBLN-CA12) that one covers, else
+        its first entry; without a resourceList (later releases) the per-product `RBLN-<MODEL>_PF` of the first
+        product pci.ids knows, else RBLN-CA22_PF."""
+        wanted = [_product(p) for p in products if p]
+        if self.entries:
+            for w in wanted:
+                for e in self.entries:
+                    if w in (_product(p) for p in e.products):
+                        return e.name
+            return self.entries[0].name
+        if self.mode != C.MODE_VM:
+            return C.GENERIC_CONTAINER_RESOURCE
+        for w in wanted:
+            ids = product_device_ids(w)
+            if ids:
+                return sandbox_resource(ids[0]) or ""
+        return f"{C.SANDBOX_RESOURCE_PREFIX}CA22_PF"
+
     def describe(self) -> str:
         """The names, or the pattern, for messages."""
         if self.entries:

@@ -25,6 +25,8 @@ from rblnctl.kube import (
     Kube,
     writes,
 )
+from rblnctl.operator.cluster import with_init_logs
+from rblnctl.operator.components import InitHold, component_of_pod, init_holds
 from rblnctl.operator.nodes import list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy, choose_active
 from rblnctl.preflight.helm import HelmClient, HelmInfo
@@ -57,6 +59,10 @@ class ClusterFacts:
     device_class_name: str = C.DRA_DEVICECLASS_VM  # which one (vfio- + the policy's driverName)
     resource_slices: Fetch | None = None  # DRA method only: the ResourceSlices of the policy's driver
     access: Fetch | None = None  # a SelfSubjectRulesReview in the operator's namespace: what these credentials may do
+    # The pods in the operator's namespace, read when some NPU node is in vm-passthrough mode: which component pods
+    # there are held in an init container (`holds`: node -> them, a stuck one with its last log line where readable)
+    component_pods: Fetch | None = None
+    holds: dict[str, list[InitHold]] = field(default_factory=dict)
     node_name: str | None = None  # --node
     selector: str | None = None  # -l
     _modes: dict[str, str] | None = field(default=None, repr=False)
@@ -149,6 +155,10 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
     facts.access = fetch("create", SELF_SUBJECT_RULES_REVIEWS, lambda: writes.review(kube, SELF_SUBJECT_RULES_REVIEWS, {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": facts.operator_namespace}}))
+    if C.MODE_VM in facts.effective_modes().values():
+        ns = facts.operator_namespace
+        facts.component_pods = fetch("list", PODS, lambda: kube.list(PODS, namespace=ns), namespace=ns)
+        facts.holds = _holds(kube, facts)
     if chosen == C.METHOD_DRA:
         policy = facts.policy
         # The policy's draKubeletPlugin.driverName decides both (rblnctl.operator.policy.Policy.dra_device_class_vm);
@@ -160,3 +170,25 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
         facts.resource_slices = fetch("list", RESOURCE_SLICES, lambda: kube.list(
             RESOURCE_SLICES, field_selector=f"spec.driver={driver}"))
     return facts
+
+
+def _holds(kube: Kube, facts: ClusterFacts) -> dict[str, list[InitHold]]:
+    """Node -> the operator component pods on it held in an init container (rblnctl.operator.components.init_hold),
+    a stuck one with its last log line where it can be read (one GET each, best effort)."""
+    if facts.component_pods is None or not facts.component_pods.ok:
+        return {}
+    policy = facts.policy
+    bases = tuple(dict.fromkeys([*([policy.base_name] if policy else []), C.OPERATOR_BASE_NAME]))
+    modes = facts.effective_modes()
+    by_node: dict[str, list[tuple[str, dict]]] = {}
+    for p in facts.component_pods.value or []:
+        node = str((p.get("spec") or {}).get("nodeName") or "")
+        comp = component_of_pod(p, base_names=bases)
+        if node in modes and comp is not None:
+            by_node.setdefault(node, []).append((comp, p))
+    out = {}
+    for node, pods in sorted(by_node.items()):
+        holds = init_holds(pods, vm_node=modes[node] == C.MODE_VM)
+        if holds:
+            out[node] = with_init_logs(kube, [h for h in holds if h.stuck]) + [h for h in holds if not h.stuck]
+    return out

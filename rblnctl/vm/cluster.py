@@ -324,9 +324,15 @@ def check_device_class(cluster: VmCluster) -> Check:
     """The passthrough DeviceClass (vfio-npu.rebellions.ai) exists (the DRA chart or the operator creates it)."""
     dra = cluster.dra
     if dra is None or not dra.device_class_found:
-        return Check(ok=False, evidence=(f"DeviceClass {cluster.device_class} not found",), remedy=Remedy(
-            text="enable the operator's DRA plugin (RBLNClusterPolicy spec.draKubeletPlugin.enabled: true, "
-                 "sandboxDevicePlugin off); it creates the class"))
+        # Operator v0.3.0 creates only the container class <driverName> (internal/scope/patch/dra_kubelet_plugin.go
+        # handleDeviceClass); the passthrough class vfio-<driverName> comes with the releases whose DRA plugin
+        # serves VMs (later main internal/clusterpolicy/components/dra_kubelet_plugin_test.go, vfio-npu.rebellions.ai).
+        problem = cluster.release.problem(C.COMP_DRA)
+        text = (problem if problem else
+                "enable the operator's DRA plugin (RBLNClusterPolicy spec.draKubeletPlugin.enabled: true, "
+                "sandboxDevicePlugin off): the releases whose DRA plugin serves VMs create the class (operator "
+                "v0.3.0 creates only the container class)")
+        return Check(ok=False, evidence=(f"DeviceClass {cluster.device_class} not found",), remedy=Remedy(text=text))
     return Check(ok=True, evidence=(f"DeviceClass {dra.device_class} exists",))
 
 

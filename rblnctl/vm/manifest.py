@@ -10,12 +10,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
 from rblnctl.kube import Kube, parse_quantity, validate_name, validate_namespace
 from rblnctl.operator import resources as R
 from rblnctl.vm import devices as D
+
+if TYPE_CHECKING:
+    from rblnctl.vm.cluster import VmCluster
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,6 +315,7 @@ class Resolved:
     resource: str | None  # sandbox only
     device_class: str
     warnings: list[str] = field(default_factory=list)  # e.g. more NPUs than any vm-passthrough node offers
+    refused: bool = False  # KubeVirt's admission will refuse the VM as the cluster is (a warning says why)
 
 
 def resolve(kube: Kube, *, method: str | None, resource: str | None, product: str | None = None
@@ -336,6 +341,7 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
 
     cluster = read_cluster(kube)
     chosen, _ = choose_method(method, cluster, None)
+    refusals, refused = admission_warnings(kube, cluster, chosen)
     product = product or node_product
     if chosen == C.METHOD_SANDBOX and not resource:
         resource = pick_resource(cluster, product=product)
@@ -343,7 +349,7 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
             what = f"a resource for {product}" if product else "a VM resource"
             raise NotFound(f"no vm-passthrough node advertises {what}; name the resource to write into the manifest")
     resource = resource if chosen == C.METHOD_SANDBOX else None
-    warnings: list[str] = []
+    warnings: list[str] = list(refusals)
     if npus is not None:
         placement = ANYWHERE if node_product is None else Placement(
             node_selector={C.NPU_PRODUCT_LABEL: product_label(node_product)}, terms=(), tolerations=())
@@ -356,7 +362,82 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
         unlabelled = product_unlabelled(cluster.nodes, cluster.vm_nodes, product_label(node_product), chosen)
         if unlabelled:
             warnings.append(unlabelled)
-    return Resolved(method=chosen, resource=resource, device_class=cluster.device_class, warnings=warnings)
+    return Resolved(method=chosen, resource=resource, device_class=cluster.device_class, warnings=warnings,
+                    refused=refused)
+
+
+# A manifest whose every choice was given reads the cluster only for its warnings: one try per read, and no longer
+# than this each (a kubeconfig whose server cannot be reached must not stall a manifest written for git).
+ADVISORY_TIMEOUT_S = 5.0
+
+
+def advisory(kube: Kube) -> Kube:
+    """The same connection for reads that only warn: never retried, ADVISORY_TIMEOUT_S at most each."""
+    import dataclasses
+
+    timeout = min(kube.request_timeout_s or ADVISORY_TIMEOUT_S, ADVISORY_TIMEOUT_S)
+    return dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
+
+
+def admission_warnings(kube: Kube, cluster: VmCluster, method: str) -> tuple[list[str], bool]:
+    """(what will stop a VM of this manifest, whether KubeVirt's admission refuses it), read from the cluster (the
+    checks `vm attach` refuses on,
+    rblnctl.vm.cluster): KubeVirt's admission refuses it while HostDevices (and for DRA HostDevicesWithDRA) is
+    off ("Host Devices feature gate is not enabled in kubevirt-config": kubevirt/kubevirt@v1.9.0
+    pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), and a DRA VM whose DeviceClass
+    does not exist is admitted but its virt-launcher pod is never scheduled (no device of that class can be
+    allocated; the operator creates the class while draKubeletPlugin is enabled)."""
+    from rblnctl.vm.cluster import check_device_class, check_gates, with_dra
+
+    out = []
+    gates = check_gates(cluster, method)
+    if not gates.ok:
+        fix = f" (`rblnctl {' '.join(gates.remedy.command)}`)" if gates.remedy and gates.remedy.command else ""
+        remedy = f"; {gates.remedy.text}{fix} before applying it" if gates.remedy else ""
+        out.append(f"KubeVirt will refuse this VM: {gates.message}{remedy}")
+    if method == C.METHOD_DRA:
+        dc = check_device_class(with_dra(kube, cluster))
+        if not dc.ok:
+            out.append(f"{dc.message}: KubeVirt admits the VM, but its virt-launcher pod stays Pending (no device of "
+                       f"that class can be allocated); {dc.remedy.text if dc.remedy else ''}")
+    return out, not gates.ok
+
+
+def manifest_notes(o: ManifestOptions, objects: Sequence[dict], *, refused: bool | None) -> list[str]:
+    """What a DRA manifest's reader must know: without a namespace, the namespace its pod-level claim name was
+    derived from (rblnctl.vm.devices.claim_name hashes namespace/name, so the manifest belongs in that namespace);
+    and, when KubeVirt will refuse the VM (`refused`) or that is unknown (None: the cluster was not read), how to
+    remove the template a refused VM leaves (orphan_note)."""
+    if o.method != C.METHOD_DRA:
+        return []
+    out = []
+    if o.namespace is None:
+        ns = o.claim_namespace or "default"
+        out.append(f"the pod-level claim name {D.claim_name(ns, o.name)} in this VM is derived from namespace {ns} "
+                   "(where kubectl apply puts it without -n): apply it there only; for another namespace write it "
+                   "again with -n NAMESPACE (each VM needs a claim name of its own on a node)")
+    note = orphan_note(objects) if refused is not False else None
+    if note:
+        out.append(note)
+    return out
+
+
+def orphan_note(objects: Sequence[dict]) -> str | None:
+    """What to do with the ResourceClaimTemplate of a DRA manifest when KubeVirt refuses its VM (None: no template).
+
+    `kubectl apply` sends a List's items in order and goes on after an item is refused (kubernetes/kubectl
+    pkg/cmd/apply/apply.go Run: each object's error is collected, the next one applied), so no order of the two
+    leaves nothing behind when the VM is refused, and the template cannot be owned by a VM not yet created (an
+    ownerReference needs its uid). The template comes first so the launcher pod finds it; when the VM is refused
+    it is left, labelled app.kubernetes.io/managed-by=rblnctl, holding nothing: this says how to remove it."""
+    for o in objects:
+        if o.get("kind") == "ResourceClaimTemplate":
+            meta = o.get("metadata") or {}
+            ns = f" -n {meta['namespace']}" if meta.get("namespace") else ""
+            return (f"kubectl applies ResourceClaimTemplate {meta.get('name')} before the VirtualMachine; if KubeVirt "
+                    f"refuses the VM, the template stays behind (it holds no NPU): `kubectl delete "
+                    f"resourceclaimtemplate {meta.get('name')}{ns}`")
+    return None
 
 
 def product_unlabelled(nodes: Sequence[dict], vm_nodes: Sequence[str], product: str, method: str) -> str | None:

@@ -216,9 +216,11 @@ def test_convert_vms_both_ways(apiserver, operator):
 
 
 def test_set_method_dra_without_container_toolkit_refuses_before_any_write(apiserver):
-    """The operator's DRA kubelet plugin patcher refuses without containerToolkit; before, set-method patched the
-    policy and waited out its timeout for a rollout that never came."""
+    """The operator's DRA kubelet plugin patcher refuses without containerToolkit (v0.3.0, and main while its plugin
+    waits in a toolkit-validation init container); before, set-method patched the policy and waited out its timeout
+    for a rollout that never came."""
     cluster(apiserver)
+    apiserver.add(_dra_plugin("toolkit-validation"))
     apiserver.mutate("RBLNClusterPolicy", POLICY, fn=lambda p: p["spec"]["containerToolkit"].update({"enabled": False}))
     apiserver.clear_requests()
     r = cli("policy", "set-method", "dra", "--yes", server=apiserver.url)
@@ -232,6 +234,35 @@ def test_set_method_dra_without_container_toolkit_refuses_before_any_write(apise
     r = cli("policy", "set-method", "dra", "--yes", "--force", "--no-wait", server=apiserver.url)
     assert r.exit_code == 0, r.stderr
     assert "going ahead anyway (forced)" in r.stderr and switches(apiserver)["draKubeletPlugin"] is True
+
+
+def _dra_plugin(init: str) -> dict:
+    ds = o.daemonset("rbln-system", "rbln-dra-kubelet-plugin", desired=0, ready=0,
+                     node_selector={"rebellions.ai/npu.deploy.dra-kubelet-plugin": "true"})
+    ds["spec"]["template"]["spec"]["initContainers"] = [{"name": init, "image": "docker.io/rebellions/rbln-validator"}]
+    return ds
+
+
+@pytest.mark.parametrize("evidence, refused", [("dra-ready", False), ("toolkit-validation", True), (None, False)])
+def test_the_toolkit_rule_is_what_the_cluster_runs(apiserver, evidence, refused):
+    """Later operator code deploys its DRA plugin without containerToolkit (its dra-ready init container waits for
+    the vfio-pci binding on vm nodes): the refusal is v0.3.0's, and the DRA DaemonSet's init containers, else the
+    release, decide. Before, set-method refused every cluster without containerToolkit."""
+    cluster(apiserver)
+    if evidence:
+        apiserver.add(_dra_plugin(evidence))
+    apiserver.mutate("RBLNClusterPolicy", POLICY, fn=lambda p: p["spec"]["containerToolkit"].update({"enabled": False}))
+    r = cli("policy", "set-method", "dra", "--dry-run", server=apiserver.url)
+    assert (r.exit_code == 1) == refused, r.stderr
+    if evidence == "dra-ready":  # not needed: no word of it (no container-mode node needs the toolkit either)
+        assert "containerToolkit" not in r.stderr
+        return
+    assert "does not enable containerToolkit" in r.stderr
+    if evidence is None:
+        assert "may or may not need containerToolkit" in r.stderr and "If the rollout does not come" in r.stderr
+    else:
+        assert "not dra-ready" in r.stderr and "(pass --force to go ahead anyway)" in r.stderr
+    assert apiserver.writes() == []
 
 
 def _policy_crd(rules):

@@ -170,12 +170,52 @@ def test_detach_one_device(apiserver):
 # -- manifest ----------------------------------------------------------------------------------------------------
 
 
-def test_manifest_offline_needs_no_cluster(apiserver):
-    r = vm_cli(apiserver, "vm", "manifest", "v1", "--method", "dra", "--npus", "2")
+def test_manifest_offline_needs_no_cluster():
+    """Every choice given: a cluster that cannot be reached only costs the warnings (and says what to do with a
+    template a refused VM would leave, since it could not tell)."""
+    r = cli("vm", "manifest", "v1", "--method", "dra", "--npus", "2", server=closed_port_url())
     assert r.exit_code == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
     assert [d["kind"] for d in docs] == ["ResourceClaimTemplate", "VirtualMachine"]
-    assert apiserver.requests == []
+    assert "kubectl delete resourceclaimtemplate rbln-npu-2" in r.stderr
+
+
+def test_manifest_warns_of_the_gates_that_will_refuse_the_vm_and_the_template_left_behind(apiserver):
+    """Issue 27 (finding 5): KubeVirt refuses the VM while HostDevices is off (and, for DRA, HostDevicesWithDRA is in
+    disabledFeatureGates), and `kubectl apply` has created the template by then. Before, `vm manifest --method dra`
+    read nothing and said nothing."""
+    dra_cluster(apiserver, gates=(), disabled=("HostDevicesWithDRA",))
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "-n", NS, "--method", "dra")
+    assert r.exit_code == 0, r.stderr
+    assert "KubeVirt will refuse this VM: HostDevices: off" in r.stderr
+    assert "HostDevicesWithDRA: off (in disabledFeatureGates)" in r.stderr
+    assert "`rblnctl kubevirt enable-gates --dra`" in r.stderr
+    assert f"kubectl delete resourceclaimtemplate rbln-npu-1 -n {NS}" in r.stderr
+    assert apiserver.writes() == [] and list(yaml.safe_load_all(r.stdout))[-1]["kind"] == "VirtualMachine"
+    sandbox = vm_cli(apiserver, "vm", "manifest", "v2", "-n", NS, "--method", "sandbox", "--resource", CA22)
+    assert "KubeVirt will refuse this VM: HostDevices: off" in sandbox.stderr
+    assert "resourceclaimtemplate" not in sandbox.stderr  # no template to leave behind
+
+
+def test_manifest_warns_when_the_dra_deviceclass_does_not_exist(apiserver):
+    """On operator v0.3.0 there is no vfio- class: the VM is admitted and its launcher pod stays Pending."""
+    dra_cluster(apiserver, device_class=False)
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "-n", NS, "--method", "dra")
+    assert r.exit_code == 0, r.stderr
+    assert "DeviceClass vfio-npu.rebellions.ai not found: KubeVirt admits the VM, but its virt-launcher pod stays " \
+           "Pending" in r.stderr
+    assert "will refuse" not in r.stderr and "resourceclaimtemplate" not in r.stderr  # admitted: nothing left behind
+
+
+def test_manifest_without_namespace_says_which_namespace_its_claim_name_belongs_to(apiserver):
+    dra_cluster(apiserver)
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "--method", "dra")
+    assert r.exit_code == 0, r.stderr
+    claim = o.vm_claim("default", "v1")
+    assert f"the pod-level claim name {claim} in this VM is derived from namespace default" in r.stderr
+    assert claim in r.stdout
+    r = vm_cli(apiserver, "vm", "manifest", "v1", "-n", NS, "--method", "dra")
+    assert r.exit_code == 0 and "pod-level claim name" not in r.stderr and r.stderr == "", r.stderr
 
 
 def test_manifest_picks_the_resource_from_the_cluster(apiserver):

@@ -203,7 +203,10 @@ def test_vm_passthrough_by_hand_swaps_labels_and_strands_the_sandbox_plugin(oper
     policy = parse_policy(policy_obj)
     left = convergence.pending(node, MODE_VM, policy, pods)
     assert {p.kind for p in left} == {convergence.Missing.POD, convergence.Missing.RESOURCE}
-    assert any("sandbox-device-plugin" in p.text and "not Running and Ready" in p.text for p in left)
+    # named as what it is: held in driver-ready, as kubectl shows it (Init:0/2), waiting for what never comes here
+    assert any(p.text.startswith(f"pod {sandbox['metadata']['namespace']}/{sandbox['metadata']['name']} "
+                                 "(sandbox-device-plugin) is stuck in its init container driver-ready (running")
+               and "Init:0/2" in p.text and ".driver-ctr-ready" in p.text for p in left), [p.text for p in left]
 
     # The policy's top-level status says ready throughout; only status.components[] follows the DaemonSets
     # (the operator refreshes it on its next reconcile: vfio-manager's entry says 0 of 0 until then).

@@ -193,3 +193,16 @@ def test_same_resource_with_two_selectors_is_invalid(kube, apiserver):
     with pytest.raises(InvalidInput, match=r"RBLN-CA22_PF given with two PCI selectors: 1EFF:1220 and 1EFF:9999"):
         permitter(kube).plan(["RBLN-CA22_PF", "RBLN-CA22_PF=1eff:9999"])
     assert apiserver.writes() == []
+
+
+def test_from_cluster_with_nothing_advertised_names_the_releases_resource(kube, apiserver):
+    """issue 27 (finding 8): on chart v0.3.0 the resource to name is one of the policy's resourceList, not
+    RBLN-CA22_PF (which that release never advertises)."""
+    from tests.fakes.releases import V0_3_0
+
+    policy = V0_3_0.policy(vfio_manager=True, sandbox=True, device_plugin=True)
+    apiserver.add(policy, o.npu_node("ct-a", mode="container", product="RBLN-CA25", release=V0_3_0, policy=policy),
+                  o.kubevirt())
+    with pytest.raises(NotFound, match="permit-devices --resource-name rebellions.ai/ATOM_MAX_PT") as exc:
+        permitter(kube).plan(from_cluster=True)
+    assert "RBLN-CA" not in str(exc.value).split("name the resource")[-1]

@@ -149,3 +149,84 @@ def test_a_dra_only_container_node_needs_no_extended_resource():
     node["metadata"]["labels"]["rebellions.ai/npu.deploy.device-plugin"] = "true"
     out = pending(node, "container", BOTH, [*pods, comp_pod("device-plugin")], slices)
     assert [p.kind for p in out] == [Missing.RESOURCE] and "allocatable has no rebellions.ai/npu" in out[0].text
+
+
+# -- a component pod held in an init container (issue 27, finding 7) ---------------------------------------------
+
+
+def _init_statuses(pod, *states):
+    """The pod's init containers and their statuses: (name, state dict[, restartPolicy]) each."""
+    p = dict(pod)
+    p["spec"] = {**p["spec"], "initContainers": [{"name": s[0], "image": "i", **({"restartPolicy": s[2]}
+                                                                                    if len(s) > 2 else {})}
+                                                 for s in states]}
+    p["status"] = {**p["status"], "phase": "Pending",
+                   "initContainerStatuses": [{"name": s[0], "state": s[1], "ready": False, "restartCount": 0,
+                                              "started": "running" in s[1]} for s in states]}
+    return p
+
+
+RUN = {"running": {"startedAt": "2026-12-04T06:59:20Z"}}
+DONE = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+INIT = {"waiting": {"reason": "PodInitializing"}}
+
+
+def test_kubectl_status_as_kubectl_prints_it():
+    """kubernetes/kubernetes pkg/printers/internalversion/printers.go printPod, init container by init container."""
+    from rblnctl.operator.components import kubectl_status
+
+    _, pod = comp_pod("sandbox-device-plugin", ready=False)
+    assert kubectl_status(_init_statuses(pod, ("driver-ready", RUN), ("vfio-bind-checker", INIT))) == "Init:0/2"
+    assert kubectl_status(_init_statuses(pod, ("driver-ready", DONE), ("vfio-bind-checker", RUN))) == "Init:1/2"
+    assert kubectl_status(_init_statuses(pod, ("a", {"waiting": {"reason": "CrashLoopBackOff"}}))) == \
+        "Init:CrashLoopBackOff"
+    assert kubectl_status(_init_statuses(pod, ("a", {"terminated": {"exitCode": 1, "reason": "Error"}}))) == \
+        "Init:Error"
+    assert kubectl_status(_init_statuses(pod, ("a", {"terminated": {"exitCode": 2}}))) == "Init:ExitCode:2"
+    # a started sidecar (restartPolicy Always) does not hold the pod; the next one does
+    assert kubectl_status(_init_statuses(pod, ("log", RUN, "Always"), ("b", RUN))) == "Init:1/2"
+    assert kubectl_status(_init_statuses(pod, ("a", DONE))) == "Pending"
+
+
+def test_a_sandbox_plugin_in_driver_ready_on_a_vm_node_is_stuck_and_named():
+    """Before, the wait said only `not Running and Ready yet` of the v0.3.0 plugin that can never start there."""
+    from rblnctl.operator.components import init_hold
+
+    comp, pod = comp_pod("sandbox-device-plugin", ready=False, release=V0_3_0)
+    pod = _init_statuses(pod, ("driver-ready", RUN), ("vfio-bind-checker", INIT))
+    hold = init_hold(comp, pod, vm_node=True)
+    assert (hold.container, hold.state, hold.status, hold.stuck) == ("driver-ready", "running", "Init:0/2", True)
+    assert ".driver-ctr-ready" in hold.waits_for
+    out = pending(vm_node(), VM, HYBRID, [comp_pod("vfio-manager"), (comp, pod)])
+    (held,) = [p for p in out if p.hold is not None]
+    assert held.text == (f"pod {NS}/{pod['metadata']['name']} (sandbox-device-plugin) is stuck in its init container "
+                         f"driver-ready (running since 2026-12-04T06:59:20Z, Init:0/2): {hold.waits_for}")
+    # vfio-bind-checker waits for what the vfio-manager does: held, not stuck
+    later = init_hold(comp, _init_statuses(pod, ("driver-ready", DONE), ("vfio-bind-checker", RUN)), vm_node=True)
+    assert (later.container, later.status, later.stuck) == ("vfio-bind-checker", "Init:1/2", False)
+    assert "is still in its init container vfio-bind-checker" in later.describe()
+    # an init container that failed is stuck whatever it is
+    crashed = init_hold("dra-kubelet-plugin", _init_statuses(pod, ("x", {"waiting": {"reason": "CrashLoopBackOff"}})),
+                        vm_node=False)
+    assert crashed.stuck and crashed.state == "waiting (CrashLoopBackOff)"
+    # no init container status yet (not started), or all done: not held
+    assert init_hold(comp, comp_pod("sandbox-device-plugin", ready=False)[1], vm_node=True) is None
+    assert init_hold(comp, _init_statuses(pod, ("driver-ready", DONE)), vm_node=True) is None
+
+
+def test_with_logs_adds_the_last_log_line_and_how_long():
+    from datetime import UTC, datetime
+
+    from rblnctl.operator.convergence import with_logs
+
+    comp, pod = comp_pod("sandbox-device-plugin", ready=False, release=V0_3_0)
+    pod = _init_statuses(pod, ("driver-ready", RUN), ("vfio-bind-checker", INIT))
+    out = pending(vm_node(), VM, HYBRID, [comp_pod("vfio-manager"), (comp, pod)])
+    now = datetime(2026, 12, 4, 7, 2, 30, tzinfo=UTC)
+    logged = with_logs(out, lambda h: "waiting for rbln driver container to be ready", now)
+    (held,) = [p for p in logged if p.hold is not None]
+    assert "(running for 3m10s, Init:0/2)" in held.text
+    assert held.text.endswith("; last log line: 'waiting for rbln driver container to be ready'")
+    assert [p.text for p in logged if p.hold is None] == [p.text for p in out if p.hold is None]
+    unreadable = with_logs(out, lambda h: None)
+    assert [p.text for p in unreadable] == [p.text for p in out]

@@ -65,3 +65,32 @@ def test_unknown_version_names_the_assumption_and_goes_ahead(apiserver):
     assert apiserver.writes() == []
     text = " ".join(r.stderr.split())
     assert "version is unknown" in text and "assumes the release's sandbox-device-plugin serves" in text
+
+
+@pytest.mark.parametrize("version, sandbox_cause", [("v0.1.0", False), ("v0.2.0", False), ("v0.2.1", True),
+                                                    ("v0.3.0", True)])
+def test_releases_before_driver_ready_are_refused_for_the_documented_minimum(version, sandbox_cause):
+    """Chart v0.1.0/v0.2.0 have no driver-ready init container and no DRA plugin: their refusal cites the documented
+    minimum, not v0.3.0's cause. Before, every release below 0.4.4 was said to wait in driver-ready."""
+    dep = {**V0_3_0.operator_deployment(), "metadata": {"name": "op", "namespace": "ns",
+                                                        "labels": {"app.kubernetes.io/version": version}}}
+    rel = release_of([dep])
+    sandbox, dra = rel.problem("sandbox-device-plugin"), rel.problem("dra-kubelet-plugin")
+    assert ("driver-ready" in sandbox) is sandbox_cause
+    assert ("documentation's minimum for the sandbox method" in sandbox) is not sandbox_cause
+    assert sandbox.endswith("upgrade the operator to >= 0.4.4")
+    assert ("no DRA kubelet plugin at all" in dra) is (version < "v0.3.0")
+    assert ("container-mode nodes only" in dra) is (version >= "v0.3.0")
+
+
+def test_the_dra_toolkit_rule_without_a_dra_daemonset_goes_by_the_release():
+    from rblnctl.operator.dra import dra_toolkit_rule
+
+    v030 = release_of([V0_3_0.operator_deployment()])
+    assert dra_toolkit_rule([], v030).needed is True
+    assert dra_toolkit_rule(None, UNKNOWN).needed is None
+    assert dra_toolkit_rule([], release_of([NEWER.operator_deployment()])).needed is None
+    # the DaemonSet, rendered by the operator from its own code, wins over the release
+    ds = o.daemonset("rbln-system", "rbln-dra-kubelet-plugin")
+    ds["spec"]["template"]["spec"]["initContainers"] = [{"name": "dra-ready", "image": "x"}]
+    assert dra_toolkit_rule([ds], v030).needed is False

@@ -21,7 +21,7 @@ CLUSTER_IDS = [
     "kubevirt.version", "kubevirt.gates", "kubevirt.permitted-devices", "dra.driver", "dra.deviceclass",
     "helm.version", "rbac.commands", "nfd.installed", "nfd.npu-nodes", "nodes.vm-mode",
 ]
-NODE_IDS = ["node.iommu", "node.vfio-modules", "node.viommu", "node.mode-label", "node.deploy-skip"]
+NODE_IDS = ["node.iommu", "node.vfio-modules", "node.viommu", "node.mode-label", "node.deploy-skip", "node.vm-npus"]
 
 
 # -- builders ------------------------------------------------------------------------------------
@@ -72,8 +72,9 @@ def nfd_features(node: str, *, hypervisor: bool = False, enabled_modules: tuple[
 
 def seed(apiserver, *, method: str = "sandbox", nodes: int = 3, mode: str | None = VM, policy: dict | None = None,
          kubevirt: dict | None = None, operator: dict | None = None, features: bool = True,
-         prefix: str = "npu-") -> list[str]:
-    """A cluster ready for `method` with `nodes` NPU nodes; every part can be replaced. Returns node names."""
+         prefix: str = "npu-", slices: bool = True) -> list[str]:
+    """A cluster ready for `method` with `nodes` NPU nodes; every part can be replaced. Returns node names.
+    `slices`: DRA vm-passthrough nodes get the ResourceSlice with a vfio device the DRA plugin publishes."""
     dra = method == "dra"
     names = [f"{prefix}{i:04d}" for i in range(nodes)]
     objs: list[dict] = [
@@ -91,6 +92,8 @@ def seed(apiserver, *, method: str = "sandbox", nodes: int = 3, mode: str | None
         objs.append(o.npu_node(n, mode=mode, dra=dra))
         if features:
             objs.append(nfd_features(n))
+        if dra and mode == VM and slices:  # the DRA plugin publishes a vm-passthrough node's NPUs as vfio-* devices
+            objs.append(o.resource_slice(n))
     apiserver.add(*objs)
     return names
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rblnctl.host import iommu_advice as advice
 from rblnctl import constants as C
+from rblnctl.operator import resources as R
+from rblnctl.operator.capacity import dra_devices
 from rblnctl.operator.nodes import mode_of
+from rblnctl.operator.release import UNKNOWN, release_of
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.nfd import NodeNfd, features_by_node, iommu_fact, node_nfd
@@ -19,15 +22,44 @@ def short_mode(mode: str) -> str:
     return "vm" if mode == C.MODE_VM else mode
 
 
+VM_NPUS_TITLE = "Offers NPUs to VMs"
+
+
+def vm_offer(f: ClusterFacts, node: dict) -> list[str] | None:
+    """What a node offers VMs now, as `name=count`: the VM resources it advertises (sandbox: allocatable > 0, named as
+    the active policy's sandboxDevicePlugin.resourceList or the release's scheme) or the vfio devices the DRA
+    driver's ResourceSlices publish for it (dra). None when that is unknown (the slices could not be read)."""
+    name = node["metadata"]["name"]
+    if f.method == C.METHOD_DRA:
+        if f.resource_slices is None or not f.resource_slices.ok:
+            return None
+        mine = [s_ for s_ in f.resource_slices.value or [] if (s_.get("spec") or {}).get("nodeName") == name]
+        vfio, _ = dra_devices(mine)
+        return [f"{C.DRA_VFIO_DEVICE_PREFIX}* devices={len(vfio)}"] if vfio else []
+    names = f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return [f"{k}={v}" for k, v in sorted(alloc.items()) if names.matches(k) and R.positive(v)]
+
+
 def check_nodes(f: ClusterFacts, out: Findings) -> None:
-    """WARN when no NPU node is in vm-passthrough mode; then every per-node check for each NPU node."""
+    """WARN when no NPU node is in vm-passthrough mode, FAIL when none of those offers NPUs to VMs; then every
+    per-node check for each NPU node."""
     nodes = f.nodes.value if f.nodes.ok else []
     modes = f.effective_modes()
     vm = [n for n, m in modes.items() if m == C.MODE_VM]
+    offers = {n["metadata"]["name"]: vm_offer(f, n) for n in nodes if modes.get(n["metadata"]["name"]) == C.MODE_VM}
     if nodes:
-        if vm:
+        idle = [n for n, o in offers.items() if o == []]
+        if vm and len(idle) == len(vm):
+            out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.FAIL,
+                    f"{len(vm)} of {len(nodes)} NPU nodes in {C.MODE_VM} mode, but none offers NPUs to VMs yet "
+                    f"({', '.join(idle[:3])}{' ...' if len(idle) > 3 else ''}: see {VM_NPUS_TITLE!r} below)",
+                    f"the per-node {VM_NPUS_TITLE!r} rows say what holds each node")
+        elif vm:
+            busy = len(vm) - len(idle)
+            note = f"; {', '.join(idle[:3])} {'offers' if len(idle) == 1 else 'offer'} none yet" if idle else ""
             out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.PASS,
-                    f"{len(vm)} of {len(nodes)} NPU nodes in {C.MODE_VM} mode")
+                    f"{len(vm)} of {len(nodes)} NPU nodes in {C.MODE_VM} mode, {busy} offering NPUs to VMs{note}")
         else:
             out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.WARN,
                     f"none of {len(nodes)} NPU nodes is in {C.MODE_VM} mode: no VM can get an NPU yet",
@@ -44,6 +76,60 @@ def check_nodes(f: ClusterFacts, out: Findings) -> None:
         name = node["metadata"]["name"]
         nfd = node_nfd(node, by_node.get(name, []))
         check_one_node(name, modes.get(name, C.DEFAULT_MODE), node, nfd, features_note, out)
+        check_vm_npus(f, node, modes.get(name, C.DEFAULT_MODE), offers.get(name), out)
+
+
+def check_vm_npus(f: ClusterFacts, node: dict, mode: str, offer: list[str] | None, out: Findings) -> None:
+    """`node.vm-npus`: a vm-passthrough node offers NPUs to VMs (FAIL when it offers none, naming what holds it: a
+    component pod stuck in an init container, the cordon); WARN when it does but is cordoned; SKIP in container
+    mode."""
+    name = node["metadata"]["name"]
+    id_ = "node.vm-npus"
+    if mode != C.MODE_VM:
+        out.add(id_, VM_NPUS_TITLE, name, Status.SKIP, "container mode: its NPUs go to containers")
+        return
+    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    cordon = "cordoned (SchedulingDisabled)" if cordoned else ""
+    holds = f.holds.get(name, [])
+    if offer is None:
+        out.add(id_, VM_NPUS_TITLE, name, Status.WARN if cordoned else Status.PASS,
+                "unknown: the DRA driver's ResourceSlices could not be read (see dra.driver)"
+                + (f"; {cordon}" if cordon else ""), _uncordon(name) if cordoned else "")
+        return
+    if offer:
+        if cordoned:
+            out.add(id_, VM_NPUS_TITLE, name, Status.WARN, f"{', '.join(offer)}, but {cordon}: no new VM is "
+                    "placed here", _uncordon(name))
+        else:
+            out.add(id_, VM_NPUS_TITLE, name, Status.PASS, ", ".join(offer))
+        return
+    what = ("no vfio device in the DRA driver's ResourceSlices" if f.method == C.METHOD_DRA else
+            f"no {(f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)).describe()} in allocatable")
+    parts = [f"offers none ({what})"]
+    if cordon:
+        parts.append(cordon)
+    parts += [h.describe() for h in holds]
+    if not holds and f.component_pods is not None and not f.component_pods.ok:
+        parts.append("its operator pods could not be read")
+    out.add(id_, VM_NPUS_TITLE, name, Status.FAIL, "; ".join(parts), _vm_npus_remedy(f, name, holds))
+
+
+def _uncordon(node: str) -> str:
+    return (f"if a `rblnctl node set-mode vm {node}` left it cordoned, run it again to finish; else "
+            f"`kubectl uncordon {node}`")
+
+
+def _vm_npus_remedy(f: ClusterFacts, node: str, holds: list) -> str:
+    """The way out for a vm-passthrough node that offers nothing: the operator release that fixes a plugin stuck on
+    something that never comes on a vm-passthrough node, else what set-mode and node list say."""
+    release = release_of(f.operator.value or []) if f.operator.ok else UNKNOWN
+    for h in holds:
+        if h.stuck and h.component in (C.COMP_SANDBOX, C.COMP_DRA) and h.waits_for:
+            return (f"the operator's {h.component} cannot start on a vm-passthrough node as this release builds it: "
+                    f"{release.remedy(h.component)}; or switch the node back, `rblnctl node set-mode container "
+                    f"{node}`")
+    return (f"`rblnctl node set-mode vm {node}` waits for the operator and names what is missing; "
+            f"`rblnctl node list -o wide {node}` shows its components")
 
 
 def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note: str | None,

@@ -17,6 +17,13 @@ def advertised_vm_resources(f: ClusterFacts) -> dict[str, list[str]]:
     return R.advertised(f.nodes.value, names) if f.nodes.ok else {}
 
 
+def node_products(f: ClusterFacts) -> list[str]:
+    """The NPU products of the NPU nodes read (NPU feature discovery's label), in node order, once each."""
+    from rblnctl.operator.nodes import node_product
+
+    return list(dict.fromkeys(p for n in f.npu_nodes if (p := node_product(n))))
+
+
 def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> None:
     """FAIL for an advertised resource not permitted or an RBLN entry without externalResourceProvider; DRA: SKIP."""
     id_, title = "kubevirt.permitted-devices", "KubeVirt permits the RBLN NPUs"
@@ -51,13 +58,16 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
         return
     nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"
     if not permitted:
-        seen = ("" if in_use else "no node advertises a rebellions.ai/RBLN-* resource yet" if f.nodes.ok
+        # Name the resources as the installed release does: the policy's sandboxDevicePlugin.resourceList (chart
+        # v0.3.0: ATOM_PT, ATOM_MAX_PT, REBEL_PT) or the per-product scheme of later releases (RBLN-CA22_PF).
+        names = f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)
+        seen = ("" if in_use else f"no node advertises a VM resource ({names.describe()}) yet" if f.nodes.ok
                 else nodes_unknown)
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
                 "once the sandbox device plugin runs on a vm-passthrough node: " + (
                     hco or f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}` "
-                    "(or `--resource-name rebellions.ai/RBLN-CA22_PF`)"))
+                    f"(or `--resource-name {names.example(node_products(f))}`)"))
         return
     if not in_use:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,

@@ -17,7 +17,7 @@ def test_dra_driver_missing_and_deviceclass_missing(apiserver, kube):
 
 
 def test_dra_driver_too_old(apiserver, kube):
-    seed(apiserver, method="dra")
+    seed(apiserver, method="dra", slices=False)
     apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
     apiserver.add(dra_daemonset("v0.2.0"))
     d = cluster(run(kube))["dra.driver"]
@@ -42,7 +42,7 @@ def test_dra_daemonset_list_forbidden(apiserver, kube):
 
 
 def test_dra_driver_below_the_floor_only_warns_when_its_slices_offer_vfio_devices(apiserver, kube):
-    names = seed(apiserver, method="dra")
+    names = seed(apiserver, method="dra", slices=False)
     apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
     apiserver.add(dra_daemonset("v0.2.0"), *(o.resource_slice(n) for n in names))
     d = cluster(run(kube))["dra.driver"]
