@@ -269,6 +269,12 @@ DRA_DRIVER = "npu.rebellions.ai"
 DRA_DEVICECLASS_CONTAINER = "npu.rebellions.ai"
 DRA_DEVICECLASS_VM = "vfio-npu.rebellions.ai"
 DRA_VFIO_DEVICE_PREFIX = "vfio-"
+# The device taint effects that keep a device from a request that does not tolerate them: NoSchedule and
+# NoExecute; any other (None, effects added later) is ignored (kubernetes/kubernetes
+# staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go
+# taintPreventsAllocation; resource.k8s.io/v1 ResourceSlice spec.devices[].taints, DRADeviceTaints, beta and on
+# in Kubernetes 1.36: kube-apiserver v1.36.2 keeps the field and kube-scheduler leaves a tainted device alone).
+DRA_BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 # --- Version floors (from the prerequisites table of the source page) ---------------------------
 
