@@ -300,6 +300,12 @@ DRA_DRIVER = "npu.rebellions.ai"
 DRA_DEVICECLASS_CONTAINER = "npu.rebellions.ai"
 DRA_DEVICECLASS_VM = "vfio-npu.rebellions.ai"
 DRA_VFIO_DEVICE_PREFIX = "vfio-"
+# The device taint effects that keep a device from a request that does not tolerate them: NoSchedule and
+# NoExecute; any other (None, effects added later) is ignored (kubernetes/kubernetes
+# staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go
+# taintPreventsAllocation; resource.k8s.io/v1 ResourceSlice spec.devices[].taints, DRADeviceTaints, beta and on
+# in Kubernetes 1.36: kube-apiserver v1.36.2 keeps the field and kube-scheduler leaves a tainted device alone).
+DRA_BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 # --- Version floors (from the prerequisites table of the source page) ---------------------------
 
@@ -369,6 +375,15 @@ HELM_TIMEOUT_S = 10.0
 OPERATOR_COMPONENTS = tuple(dict.fromkeys(CONTAINER_COMPONENTS + VM_COMPONENTS))
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 VIRT_LAUNCHER_LABEL = "kubevirt.io"
+# Every virt-launcher pod's nodeSelector holds kubevirt.io/schedulable=true, then the KubeVirt CR's
+# developerConfiguration.nodeSelectors, then the VMI's own nodeSelector, a later one overriding an earlier one
+# (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/nodeselectorrenderer.go NewNodeSelectorRenderer,
+# template.go newNodeSelectorRenderer; the name is staging/src/kubevirt.io/api/core/v1/types.go NodeSchedulable).
+# virt-handler writes it on its node: true on every heartbeat once its device plugins have started, false
+# before that and when it shuts down (pkg/virt-handler/heartbeat/heartbeat.go do, labelNodeUnschedulable);
+# virt-controller sets it false when virt-handler's heartbeat goes stale (pkg/virt-controller/watch/node/
+# node.go markNodeAsUnresponsive). A node without it (no virt-handler there) or with false runs no VM.
+KUBEVIRT_SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
 VIRT_LAUNCHER_VALUE = "virt-launcher"
 VMI_NODE_LABEL = "kubevirt.io/nodeName"  # KubeVirt labels each VMI with the node it runs on
 # (moved to the target node after a live migration: kubevirt/kubevirt@v1.8.4 pkg/virt-handler/migration-target.go)

@@ -49,7 +49,8 @@ def hold_notes(nodes: list[Any], now: Any = None) -> list[str]:
 
 def _use_document(u: Any, known: bool) -> dict:
     return {"name": u.name, "dra": u.dra, "allocatable": u.allocatable, "allocated": u.allocated if known else None,
-            "free": u.free if known else None, "holders": list(u.holders)}
+            "free": u.free if known else None, "holders": list(u.holders),
+            "tainted": [{"device": t.device, "taint": t.taint} for t in u.tainted]}
 
 
 def _count(value: int | None) -> str:
@@ -80,7 +81,8 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
     """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components.
 
     NPUS, ALLOCATED and FREE count the node's NPUs as the scheduler does (rblnctl.operator.capacity: device
-    plugin resources and DRA devices; `<unknown>` when the pods holding them could not be read). With `vms`
+    plugin resources and DRA devices; `<unknown>` when the pods holding them could not be read; a DRA device
+    with a NoSchedule/NoExecute taint is in NPUS but not FREE, and RESOURCES says how many are tainted). With `vms`
     (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
     `show_labels` adds LABELS last, as `kubectl get nodes --show-labels` (every label, `k=v,...`).
     """
@@ -105,8 +107,8 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
             _count(n.capacity.free if n.capacity is not None else None),
             *([] if vms is None else [str(len(vm_names))]),
             joined([*(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
-                    *(f"{u.name}={u.allocatable}(dra)" for u in (n.capacity.resources if n.capacity else ())
-                      if u.dra)]),
+                    *(f"{u.name}={u.allocatable}(dra{f',{len(u.tainted)} tainted' if u.tainted else ''})"
+                      for u in (n.capacity.resources if n.capacity else ()) if u.dra)]),
             n.product or "<unknown>",
             joined(components),
             *([] if vms is None else [joined(vm_names)]),
@@ -116,12 +118,20 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
 
 
 def capacity_notes(nodes: list[Any]) -> list[str]:
-    """One note when some node's allocated NPUs could not be counted (the reads that were refused)."""
+    """One note when some node's allocated NPUs could not be counted (the reads that were refused), one when DRA
+    devices are left out of FREE because of their taints."""
+    out = []
     problems = list(dict.fromkeys(n.capacity.problem for n in nodes
                                   if n.capacity is not None and not n.capacity.known and n.capacity.problem))
-    if not problems:
-        return []
-    return [f"note: ALLOCATED and FREE unknown: {'; '.join(problems)}"]
+    if problems:
+        out.append(f"note: ALLOCATED and FREE unknown: {'; '.join(problems)}")
+    tainted = [f"{n.name} {t.device} ({t.taint})" for n in nodes if n.capacity is not None
+               for u in n.capacity.resources for t in u.tainted]
+    if tainted:
+        more = " ..." if len(tainted) > 5 else ""
+        out.append(f"note: FREE leaves out {len(tainted)} DRA device(s) whose NoSchedule/NoExecute taint keeps them "
+                   f"from a claim that does not tolerate it: {', '.join(tainted[:5])}{more}")
+    return out
 
 
 __all__ = ["capacity_notes", "hold_document", "hold_notes", "node_document", "npu_nodes_table", "policy_document",

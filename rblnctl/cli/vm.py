@@ -697,7 +697,7 @@ def _fit_doc(f: Any) -> dict:
             "never": f.never, "most": {"npus": most[0], "node": most[1]} if most else None,
             "nodes": [{"name": n.node, "mode": n.mode, "eligible": n.eligible, "allocatable": n.allocatable,
                        "allocated": n.allocated, "free": n.free, "fits": n.fits, "reason": n.reason,
-                       "holders": list(n.holders)} for n in f.nodes],
+                       "holders": list(n.holders), "tainted": list(n.tainted)} for n in f.nodes],
             "warnings": list(f.warnings), "notes": list(f.notes)}
 
 
@@ -735,8 +735,10 @@ def fit(
     """Say how many VMs of K NPUs fit now and on which nodes, counted as the scheduler counts.
 
     Each VM's NPUs come from one node: a node with F free NPUs of the VM's kind holds F // K of them. Only
-    vm-passthrough nodes that advertise the VM's resource (DRA: offer vfio devices) count, and only where a VM
-    with no placement of its own may land (no cordon, no NoSchedule/NoExecute taint). Every other node says why.
+    vm-passthrough nodes that advertise the VM's resource (DRA: offer vfio devices; one a NoSchedule/NoExecute
+    device taint keeps away is not free) count, and only where a VM with no placement of its own may land
+    (kubevirt.io/schedulable=true, which virt-handler sets; no cordon, no NoSchedule/NoExecute taint). Every
+    other node says why.
     """
     from rblnctl.cli.console import waiting
     from rblnctl.cli.output import emit

@@ -39,6 +39,9 @@ from rblnctl.vm import guard
 DEV_CONFIG = ("spec", "configuration", "developerConfiguration")
 FEATURE_GATES = (*DEV_CONFIG, "featureGates")
 DISABLED_GATES = (*DEV_CONFIG, "disabledFeatureGates")
+# Labels KubeVirt adds to every virt-launcher's nodeSelector, cluster-wide (v1.9.0 pkg/virt-config/virt-config.go
+# GetNodeSelectors; rblnctl.vm.placement.launcher_placement).
+NODE_SELECTORS = (*DEV_CONFIG, "nodeSelectors")
 _GATE = re.compile(C.GATE_NAME_PATTERN)
 
 Version = tuple[int, int, int]

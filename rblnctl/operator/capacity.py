@@ -20,7 +20,11 @@ and `vm diagnose` (rblnctl.vm.fit builds on it).
   them (every allocated claim, whoever holds it, once however many pods share it; a result with
   `adminAccess` holds nothing). Devices are grouped by the DeviceClass that hands them out:
   vfio-bound ones (`vfio-*`, rblnctl.operator.convergence.dra_devices) under the passthrough class
-  (`vfio-npu.rebellions.ai`), the others under the driver's name.
+  (`vfio-npu.rebellions.ai`), the others under the driver's name. A device no claim holds but that carries a
+  NoSchedule or NoExecute taint (`spec.devices[].taints`) the request does not tolerate is not free: the
+  scheduler's allocator skips it (constants.DRA_BLOCKING_TAINT_EFFECTS); it is counted as `tainted`. Which
+  request: `device_tolerations`, one list per request (a VM's NPU requests; none given: a request that
+  tolerates nothing, as `node list` and the claims `vm manifest` writes).
 
 Reads: the pods of the nodes (one LIST per node for a few nodes, else one cluster-wide LIST), and with DRA the
 driver's ResourceSlices and every ResourceClaim. A read that is refused (RBAC) leaves what it would have told
@@ -45,6 +49,14 @@ PER_NODE_LISTS = 16  # up to this many nodes: one pod LIST per node (spec.nodeNa
 
 
 @dataclass(frozen=True, kw_only=True)
+class TaintedDevice:
+    """A DRA device no claim holds whose taint keeps it from the request: the device and the taint, in words."""
+
+    device: str
+    taint: str  # key=value:Effect
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResourceUse:
     """One kind of NPU on a node: an extended resource, or the DRA devices one DeviceClass hands out."""
 
@@ -53,12 +65,14 @@ class ResourceUse:
     allocatable: int = 0
     allocated: int = 0
     holders: tuple[str, ...] = ()  # `namespace/name` of the pods (or, DRA, the claims) holding them
-    free_devices: tuple[str, ...] = ()  # DRA: the devices no claim holds
+    free_devices: tuple[str, ...] = ()  # DRA: the devices no claim holds and no untolerated taint keeps away
+    tainted: tuple[TaintedDevice, ...] = ()  # DRA: devices no claim holds that a taint keeps from the request
 
     @property
     def free(self) -> int:
-        """What is left (never below 0: pods may hold more than a plugin that went away still advertises)."""
-        return max(0, self.allocatable - self.allocated)
+        """What is left (never below 0: pods may hold more than a plugin that went away still advertises); a
+        device that a taint keeps from the request is not free."""
+        return max(0, self.allocatable - self.allocated - len(self.tainted))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,23 +170,71 @@ def _ref(obj: Mapping) -> str:
     return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
 
 
+# -- taints and tolerations ---------------------------------------------------------------------------------------
+
+
+def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+    """Whether a toleration tolerates a taint: k8s.io/api core/v1 toleration.go Toleration.ToleratesTaint, for a
+    node's taints; DRA's device tolerations follow the same rule (kubernetes/kubernetes
+    staging/src/k8s.io/dynamic-resource-allocation/resourceclaim/devicetoleration.go ToleratesTaint, "copied from"
+    core/v1's): an empty effect or key matches every one, Exists every value, Equal (the default) the same value."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def taint_text(taint: Mapping) -> str:
+    """`key=value:Effect` (`key:Effect` without a value), as kubectl writes a taint."""
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint.get('key')}{value}:{taint.get('effect')}"
+
+
+def device_taint(device: Mapping, requests: Sequence[Sequence[Mapping]] = ()) -> Mapping | None:
+    """The first taint of a ResourceSlice device that keeps it from the requests, None when none does.
+
+    A NoSchedule or NoExecute taint keeps a device from a request unless one of the request's tolerations
+    tolerates it; other effects (None, and any added later) never do (allocator_stable.go
+    taintPreventsAllocation). `requests`: the tolerations of each request that could take the device (a VM's
+    NPU requests); a device counts only when every one of them tolerates its taints. Empty: one request that
+    tolerates nothing.
+    """
+    for taint in device.get("taints") or []:
+        if not isinstance(taint, Mapping) or taint.get("effect") not in C.DRA_BLOCKING_TAINT_EFFECTS:
+            continue
+        if not all(any(tolerates(t, taint) for t in request) for request in (requests or ((),))):
+            return taint
+    return None
+
+
 # -- DRA ----------------------------------------------------------------------------------------------------------
 
 
-def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
-    """(vfio device names, other device names) the slices offer.
+def _is_vfio(device: Mapping) -> bool:
+    """A device is vfio when its name starts with `vfio-` or its `type` attribute is `vfio`
+    (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/vfio.go)."""
+    attrs = device.get("attributes") or {}
+    kind = next((v.get("string") for k, v in attrs.items() if k.split("/")[-1] == "type"
+                 and isinstance(v, Mapping)), None)
+    return str(device.get("name") or "").startswith(C.DRA_VFIO_DEVICE_PREFIX) or kind == "vfio"
 
-    A device is vfio when its name starts with `vfio-` or its `type` attribute is `vfio`
-    (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/vfio.go).
-    """
+
+def _devices(s: Mapping) -> list[Mapping]:
+    return [d for d in ((s.get("spec") or {}).get("devices")) or [] if isinstance(d, Mapping)]
+
+
+def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
+    """(vfio device names, other device names) the slices offer (vfio: _is_vfio)."""
     vfio, other = [], []
     for s in slices:
-        for d in ((s.get("spec") or {}).get("devices")) or []:
-            name = str(d.get("name") or "")
-            attrs = d.get("attributes") or {}
-            kind = next((v.get("string") for k, v in attrs.items() if k.split("/")[-1] == "type"
-                         and isinstance(v, Mapping)), None)
-            (vfio if name.startswith(C.DRA_VFIO_DEVICE_PREFIX) or kind == "vfio" else other).append(name)
+        for d in _devices(s):
+            (vfio if _is_vfio(d) else other).append(str(d.get("name") or ""))
     return sorted(vfio), sorted(other)
 
 
@@ -212,32 +274,35 @@ def current_slices(slices: Sequence[Mapping]) -> list[Mapping]:
 
 
 def _dra_uses(slices: Sequence[Mapping], allocated: Mapping[tuple[str, str, str], str], *, driver: str,
-              vfio_class: str) -> list[ResourceUse]:
+              vfio_class: str, tolerations: Sequence[Sequence[Mapping]] = ()) -> list[ResourceUse]:
     """The node's DRA devices of `driver` (in its pools' newest generation), grouped by class, with who holds
-    each."""
+    each, and those no claim holds that a taint keeps from a request with `tolerations` (device_taint)."""
     slices = current_slices(slices)
-    groups: dict[str, tuple[list[str], list[str]]] = {}  # class -> (free devices, holders)
+    groups: dict[str, tuple[list[str], list[str], list[TaintedDevice]]] = {}  # class -> (free, holders, tainted)
     counts: dict[str, list[int]] = {}  # class -> [allocatable, allocated]
     for s in slices:
         spec = s.get("spec") or {}
         if spec.get("driver") != driver:
             continue
         pool = str((spec.get("pool") or {}).get("name") or "")
-        vfio, other = dra_devices([s])
-        for names, cls in ((vfio, vfio_class), (other, driver)):
-            for name in names:
-                free, holders = groups.setdefault(cls, ([], []))
-                n = counts.setdefault(cls, [0, 0])
-                n[0] += 1
-                holder = allocated.get((driver, pool, name))
-                if holder is None:
-                    free.append(name)
-                else:
-                    n[1] += 1
-                    holders.append(holder)
+        for d in _devices(s):
+            name = str(d.get("name") or "")
+            cls = vfio_class if _is_vfio(d) else driver
+            free, holders, tainted = groups.setdefault(cls, ([], [], []))
+            n = counts.setdefault(cls, [0, 0])
+            n[0] += 1
+            holder = allocated.get((driver, pool, name))
+            if holder is not None:
+                n[1] += 1
+                holders.append(holder)
+            elif (taint := device_taint(d, tolerations)) is not None:
+                tainted.append(TaintedDevice(device=name, taint=taint_text(taint)))
+            else:
+                free.append(name)
     return [ResourceUse(name=cls, dra=True, allocatable=counts[cls][0], allocated=counts[cls][1],
-                        holders=tuple(dict.fromkeys(sorted(h))), free_devices=tuple(sorted(f)))
-            for cls, (f, h) in sorted(groups.items())]
+                        holders=tuple(dict.fromkeys(sorted(h))), free_devices=tuple(sorted(f)),
+                        tainted=tuple(sorted(t, key=lambda x: x.device)))
+            for cls, (f, h, t) in sorted(groups.items())]
 
 
 # -- one node, from facts already read (pure) --------------------------------------------------------------------
@@ -246,10 +311,12 @@ def _dra_uses(slices: Sequence[Mapping], allocated: Mapping[tuple[str, str, str]
 def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequence[Mapping] = (),
                   allocated: Mapping[tuple[str, str, str], str] | None = None, driver: str = C.DRA_DRIVER,
                   vfio_class: str = C.DRA_DEVICECLASS_VM, skip_pod: Callable[[Mapping], bool] | None = None,
-                  slices_known: bool = True, problem: str | None = None) -> NodeCapacity:
+                  slices_known: bool = True, problem: str | None = None,
+                  device_tolerations: Sequence[Sequence[Mapping]] = ()) -> NodeCapacity:
     """The NPUs of `node`: its allocatable NPU resources less what `pods` (those bound to it; None: unknown)
     request, and its DRA devices (`slices` of the node; `slices_known` false: they could not be read) less
-    `allocated` ones (None: claims unknown).
+    `allocated` ones (None: claims unknown) and those a taint keeps from a request with `device_tolerations`
+    (one list per request; none: a request that tolerates nothing).
     `skip_pod`: pods not to count (a VM's own launcher, when judging whether the VM fits once restarted)."""
     name = str((node.get("metadata") or {}).get("name") or "")
     alloc = {k: R.count(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
@@ -270,7 +337,7 @@ def node_capacity(node: Mapping, pods: Iterable[Mapping] | None, *, slices: Sequ
     uses = [ResourceUse(name=k, allocatable=alloc.get(k, 0), allocated=used.get(k, 0),
                         holders=tuple(holders.get(k, ())))
             for k in sorted({*(k for k, v in alloc.items() if v > 0), *used})]
-    uses += _dra_uses(slices, allocated or {}, driver=driver, vfio_class=vfio_class)
+    uses += _dra_uses(slices, allocated or {}, driver=driver, vfio_class=vfio_class, tolerations=device_tolerations)
     known = pods is not None and slices_known and (allocated is not None or not slices)
     return NodeCapacity(node=name, resources=tuple(uses), known=known, problem=None if known else problem)
 
@@ -291,15 +358,17 @@ class CapacityFacts:
     problems: tuple[str, ...] = ()  # why something is unknown
 
     def capacity(self, node: Mapping, *, skip_pod: Callable[[Mapping], bool] | None = None,
-                 skip_claim: Callable[[Mapping], bool] | None = None) -> NodeCapacity:
-        """The capacity of one of the nodes read (pure)."""
+                 skip_claim: Callable[[Mapping], bool] | None = None,
+                 device_tolerations: Sequence[Sequence[Mapping]] = ()) -> NodeCapacity:
+        """The capacity of one of the nodes read (pure); DRA devices as a request with `device_tolerations`
+        (one list per request) sees them."""
         name = str((node.get("metadata") or {}).get("name") or "")
         slices = self.slices.get(name, [])
         allocated = allocated_devices(self.claims, skip=skip_claim) if self.claims is not None else None
         return node_capacity(node, None if self.pods is None else self.pods.get(name, []), slices=slices,
                              allocated=allocated, driver=self.driver, vfio_class=self.vfio_class,
                              skip_pod=skip_pod, slices_known=self.slices_known,
-                             problem="; ".join(self.problems) or None)
+                             problem="; ".join(self.problems) or None, device_tolerations=device_tolerations)
 
 
 def dra_in_use(policy: Policy | None) -> bool:

@@ -9,7 +9,7 @@ gathers the facts a VM depends on.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
@@ -26,7 +26,7 @@ from rblnctl.operator.policy import Policy
 from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release
 from rblnctl.versions import parse_version
 from rblnctl.vm import devices as D
-from rblnctl.vm.model import Remedy
+from rblnctl.vm.model import NpuDevice, Remedy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,15 +387,28 @@ class ClaimIndex:
             self._objects[key] = {str((o.get("metadata") or {}).get("name") or ""): o for o in items}
         return self._objects[key]
 
+    def _object(self, namespace: str, entry: Mapping) -> dict | None:
+        """The ResourceClaimTemplate (or ResourceClaim) a resourceClaims entry names (None: not found)."""
+        if entry.get("resourceClaimTemplateName"):
+            return self._named("template", namespace).get(str(entry["resourceClaimTemplateName"]))
+        if entry.get("resourceClaimName"):
+            return self._named("claim", namespace).get(str(entry["resourceClaimName"]))
+        return None
+
     def requested_classes(self, namespace: str, entry: Mapping) -> list[str]:
         """The DeviceClasses the entry's template (or claim) requests ([] when unknown)."""
-        if entry.get("resourceClaimTemplateName"):
-            obj = self._named("template", namespace).get(str(entry["resourceClaimTemplateName"]))
-        elif entry.get("resourceClaimName"):
-            obj = self._named("claim", namespace).get(str(entry["resourceClaimName"]))
-        else:
-            obj = None
+        obj = self._object(namespace, entry)
         return [cls for _, cls, _ in D.claim_requests(obj)] if obj else []
+
+    def tolerations(self, namespace: str, spec: Mapping, devices: Sequence[NpuDevice]) -> tuple[tuple[dict, ...], ...]:
+        """The device tolerations of each DRA NPU's request (its claim's template or claim; none when unknown):
+        what keeps a tainted device from the VM or not (rblnctl.operator.capacity.device_taint)."""
+        entries = {str(e.get("name") or ""): e for e in D.resource_claims(spec)}
+        out = []
+        for d in devices:
+            obj = self._object(namespace, entries.get(str(d.claim), {}))
+            out.append(D.request_tolerations(obj, str(d.request)) if obj else ())
+        return tuple(out)
 
     def is_npu(self, namespace: str, entry: Mapping) -> bool:
         """Whether the entry is rblnctl's claim, or one whose requests ask for an NPU DeviceClass."""

@@ -210,12 +210,9 @@ def claim_template(npus: int, device_class: str, *, namespace: str | None = None
             "spec": {"spec": {"devices": {"requests": requests}}}}
 
 
-def claim_requests(obj: Mapping) -> list[tuple[str, str, int]]:
-    """(request name, device class, device count) of a ResourceClaimTemplate (spec.spec) or a ResourceClaim (spec).
-
-    A request with `allocationMode: All` counts as 0 (as many as there are); a missing count is 1
-    (resource.k8s.io/v1 ExactDeviceRequest defaults).
-    """
+def _claim_request_specs(obj: Mapping) -> list[tuple[str, Mapping]]:
+    """(request name, what it asks) of a ResourceClaimTemplate (spec.spec) or a ResourceClaim (spec): its
+    `exactly`, or for `firstAvailable` (a list of alternatives) the first alternative."""
     spec = obj.get("spec") or {}
     if obj.get("kind") == "ResourceClaimTemplate" or "spec" in spec:
         spec = spec.get("spec") or {}
@@ -227,9 +224,29 @@ def claim_requests(obj: Mapping) -> list[tuple[str, str, int]]:
         if exact is None:  # firstAvailable: a list of alternatives; the first names the class
             alternatives = [a for a in r.get("firstAvailable") or [] if isinstance(a, Mapping)]
             exact = alternatives[0] if alternatives else {}
-        count = 0 if exact.get("allocationMode") == "All" else int(exact.get("count") or 1)
-        out.append((str(r.get("name") or ""), str(exact.get("deviceClassName") or ""), count))
+        out.append((str(r.get("name") or ""), exact))
     return out
+
+
+def claim_requests(obj: Mapping) -> list[tuple[str, str, int]]:
+    """(request name, device class, device count) of a ResourceClaimTemplate (spec.spec) or a ResourceClaim (spec).
+
+    A request with `allocationMode: All` counts as 0 (as many as there are); a missing count is 1
+    (resource.k8s.io/v1 ExactDeviceRequest defaults).
+    """
+    return [(name, str(exact.get("deviceClassName") or ""),
+             0 if exact.get("allocationMode") == "All" else int(exact.get("count") or 1))
+            for name, exact in _claim_request_specs(obj)]
+
+
+def request_tolerations(obj: Mapping, request: str) -> tuple[dict, ...]:
+    """The device tolerations of one request of a ResourceClaimTemplate or ResourceClaim (resource.k8s.io/v1
+    ExactDeviceRequest / DeviceSubRequest `tolerations`; the first alternative's for `firstAvailable`): what lets
+    the scheduler allocate it a device with a NoSchedule or NoExecute taint."""
+    for name, exact in _claim_request_specs(obj):
+        if name == request:
+            return tuple(copy.deepcopy(t) for t in exact.get("tolerations") or [] if isinstance(t, dict))
+    return ()
 
 
 def template_fits(obj: Mapping, npus: int, device_class: str) -> bool:

@@ -4,10 +4,12 @@ Two phases, as preflight's facts and checks: read_facts() reads everything the l
 fixed set of requests for the VM's method and state), and judge() walks the links as pure functions of
 those facts. Each link is PASS or FAIL with the evidence read and, when it fails, the remedy. In order:
 VirtualMachine (exists, status) -> NpuRequest (the spec passes NPUs) -> FeatureGates -> VmModeNodes ->
-sandbox: PermittedHostDevice, Advertised, FreeCapacity / DRA: DeviceClass, DraPlugin, ResourceSlices ->
-Instance (a VMI exists: for a VM that should run, what KubeVirt says instead; KubeVirt could render its
-pod) -> DRA: ClaimAllocated -> Scheduling (the virt-launcher pod's FailedScheduling events, parsed) ->
-DRA: ClaimName (no other VM's claim of the same name on its node) -> NodeComponents (the node's mode
+sandbox: PermittedHostDevice, Advertised / DRA: DeviceClass, DraPlugin, ResourceSlices ->
+KubeVirtSchedulable (a node that offers its NPUs carries the kubevirt.io/schedulable=true every
+virt-launcher's nodeSelector asks for) -> sandbox: FreeCapacity -> Instance (a VMI exists: for a VM that
+should run, what KubeVirt says instead; KubeVirt could render its pod) -> DRA: ClaimAllocated ->
+Scheduling (the virt-launcher pod's FailedScheduling events, parsed) -> DRA: ClaimName (no other VM's
+claim of the same name on its node) -> NodeComponents (the node's mode
 and operator components, rblnctl.operator.convergence) -> Ready.
 
 The RBLN DRA kubelet plugin's own failure states (RBLN-SW/rbln-k8s-dra-driver@37a656f, cmd/npu-kubelet-plugin):
@@ -56,7 +58,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.vm.model import Remedy, VmNpus, VmRef
 from rblnctl.vm.pending import RestartRequired, differ, restart_command, restart_required, staged_words
-from rblnctl.vm.placement import placement_of
+from rblnctl.vm.placement import launcher_placement, not_schedulable_for_vms, placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, run_strategy
 
 
@@ -82,6 +84,7 @@ class LinkName(enum.StrEnum):
     ADVERTISED = "Advertised"
     DRA_PLUGIN = "DraPlugin"
     SLICES = "ResourceSlices"
+    SCHEDULABLE = "KubeVirtSchedulable"
     CAPACITY = "FreeCapacity"
     INSTANCE = "Instance"
     CLAIM = "ClaimAllocated"
@@ -101,6 +104,7 @@ TITLES = {
     LinkName.ADVERTISED: "a vm-mode node advertises the resource",
     LinkName.DRA_PLUGIN: "the RBLN DRA plugin runs on a vm-mode node",
     LinkName.SLICES: "ResourceSlices offer vfio NPUs",
+    LinkName.SCHEDULABLE: "a node that offers its NPUs is schedulable for VMs (kubevirt.io/schedulable)",
     LinkName.CAPACITY: "a node it may run on has free NPUs",
     LinkName.INSTANCE: "a VMI runs it",
     LinkName.CLAIM: "its ResourceClaim is allocated",
@@ -121,6 +125,7 @@ FAILURES = {
     LinkName.ADVERTISED: "no vm-mode node advertises its NPU resource",
     LinkName.DRA_PLUGIN: "the RBLN DRA plugin runs on no vm-mode node",
     LinkName.SLICES: "no ResourceSlice offers vfio NPUs",
+    LinkName.SCHEDULABLE: "no node that offers its NPUs is schedulable for VMs (kubevirt.io/schedulable)",
     LinkName.CAPACITY: "no node it may run on has free NPUs",
     LinkName.INSTANCE: "no VMI runs it",
     LinkName.CLAIM: "its ResourceClaim is not allocated",
@@ -210,12 +215,15 @@ def parse_failed_scheduling(message: str) -> SchedulingFailure:
     """Split kube-scheduler's message (k8s.io/kubernetes pkg/scheduler/framework FitError.Error) into reasons.
 
     The reasons follow "N/M nodes are available:" as "count reason" joined by ", ", sorted, ending
-    with "."; a "preemption: ..." sentence may follow. Anything else is kept whole as one reason.
+    with "." (FitError.Error's SeparatorFormat " %v."); what the PostFilter plugins say follows as a sentence of
+    its own ("preemption: ...", or on 1.36 "no new claims to deallocate, preemption: ..." and "still not
+    schedulable, preemption: ..."), and is not a reason. A reason holds no ". " (resource names such as
+    rebellions.ai/X hold a dot without a space). Anything else is kept whole as one reason.
     """
     m = _AVAILABLE.match(message)
     if not m:
         return SchedulingFailure(message=message, available=None, total=None, reasons=((0, message.strip()),))
-    rest = re.split(r"\.\s+preemption:", m.group(3), maxsplit=1)[0].strip().rstrip(".")
+    rest = re.split(r"\.(?:\s+|$)", m.group(3).strip(), maxsplit=1)[0].strip()
     reasons = []
     for part in (p.strip() for p in rest.split(", ")):
         r = _REASON.match(part)
@@ -326,7 +334,8 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
     if vm is None and vmi is None:
         return Facts(ref=ref, vm=None, vmi=None, now=now)
     cluster = cluster or read_cluster(kube)
-    test = claim_index(kube, cluster).test(namespace)
+    index = claim_index(kube, cluster)
+    test = index.test(namespace)
     spec = D.vm_spec(vm) if vm is not None else D.vmi_spec(vmi or {})
     have = D.npus_of(spec, npu_claim=test)
     base = Facts(ref=ref, vm=vm, vmi=vmi, cluster=cluster, have=have, now=now)
@@ -350,14 +359,16 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
                                                                  spec, have, node)))
     staged = held is not None and differ(held.devices, have.devices)  # a restart brings other NPUs: do they fit?
     if staged or not (facts.running and ((vmi or {}).get("status") or {}).get("phase") == "Running" and node):
-        facts = dataclasses.replace(facts, fits=_fits(kube, cluster, spec, have, held, vmi if facts.running else None))
+        facts = dataclasses.replace(facts, fits=_fits(kube, cluster, spec, have, held, vmi if facts.running else None,
+                                                      tolerations=index.tolerations(namespace, spec, have.dra)))
     return facts
 
 
-def _fits(kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, held: VmNpus | None, vmi: dict | None
-          ) -> dict[str | None, VmFit]:
+def _fits(kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, held: VmNpus | None, vmi: dict | None, *,
+          tolerations: tuple[tuple[dict, ...], ...] = ()) -> dict[str | None, VmFit]:
     """What fits now for each kind of NPU the VM (or its running VMI) asks for, placed as its spec says; its own
-    virt-launcher pod, if it has one, does not count (one capacity read for all)."""
+    virt-launcher pod, if it has one, does not count (one capacity read for all); DRA devices as its requests'
+    `tolerations` see them (a device taint they do not tolerate keeps the device from them)."""
     reader = FitReader(kube=kube, cluster=cluster)
     own = str(((vmi or {}).get("metadata") or {}).get("uid") or "") or None
     wanted: dict[str | None, int] = {}
@@ -369,7 +380,8 @@ def _fits(kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, held: VmN
     for key, n in wanted.items():
         method = C.METHOD_SANDBOX if key else C.METHOD_DRA
         out[key] = reader.fit(FitOptions(npus=min(n, C.MAX_VM_NPUS), method=method, resource=key,
-                                         placement=placement_of(spec), own_vmi=own))
+                                         placement=placement_of(spec), own_vmi=own,
+                                         device_tolerations=tolerations if key is None else ()))
     return out
 
 
@@ -553,6 +565,8 @@ def judge(f: Facts) -> VmDiagnosis:
         if not _slices(chain, f, slices):
             return done(method, have.count)
         warnings += _skipped_devices(f)
+        if not _schedulable(chain, f):
+            return done(method, have.count)
     else:
         checks = [check_permitted(cluster, r) for r in have.resources]
         if not chain.add(LinkName.PERMITTED, all(c.ok for c in checks), [e for c in checks for e in c.evidence],
@@ -563,6 +577,8 @@ def judge(f: Facts) -> VmDiagnosis:
         extra = _vm_node_pending(f) if bad else []
         if not chain.add(LinkName.ADVERTISED, not bad, [e for c in checks for e in c.evidence] + extra,
                          bad[0].remedy if bad else None):
+            return done(method, have.count)
+        if not _schedulable(chain, f):
             return done(method, have.count)
         if not _capacity(chain, f):
             return done(method, have.count)
@@ -729,6 +745,45 @@ def _skipped_devices(f: Facts) -> list[str]:
     return out
 
 
+def _schedulable(chain: _Chain, f: Facts) -> bool:
+    """Some node that offers the VM's NPUs carries the kubevirt.io/schedulable=true KubeVirt puts into every
+    virt-launcher's nodeSelector (rblnctl.constants.KUBEVIRT_SCHEDULABLE_LABEL: virt-handler keeps it on the node
+    it runs on). Nodes that offer them without it are named either way; a VM running on a node passes."""
+    assert f.cluster is not None
+    cluster = f.cluster
+    key = C.KUBEVIRT_SCHEDULABLE_LABEL
+    st = ((f.vmi if f.running else None) or {}).get("status") or {}
+    if st.get("phase") == "Running" and st.get("nodeName"):
+        return chain.add(LinkName.SCHEDULABLE, True, [f"runs on {st['nodeName']}"])
+    if f.method == C.METHOD_DRA:
+        offering = sorted(n for n in (cluster.dra.vfio if cluster.dra else {}) if n in cluster.vm_nodes)
+        what = "vfio NPUs"
+    else:
+        offering = sorted({n for r in f.have.resources for n in cluster.advertised.get(r, [])})
+        what = ", ".join(f.have.resources)
+    if not offering:  # what offers them could not be read (the links before said so)
+        return chain.add(LinkName.SCHEDULABLE, True, [f"no node known to offer {what}: not judged"])
+    spec = D.vm_spec(f.vm) if f.vm is not None else D.vmi_spec(f.vmi or {})
+    placement = launcher_placement(placement_of(spec), cluster.kubevirt)
+    schedulable, excluded = [], []
+    for name in offering:
+        why = not_schedulable_for_vms(labels_of(cluster.node(name) or {}), placement)
+        if why is None:
+            schedulable.append(name)
+        else:
+            excluded.append(f"{name} offers {what} but is excluded by {why}")
+    if schedulable:
+        return chain.add(LinkName.SCHEDULABLE, True, [f"{key}=true on {', '.join(schedulable)}", *excluded])
+    namespace = str(((cluster.kubevirt or {}).get("metadata") or {}).get("namespace") or "kubevirt")
+    # virt-handler's pods: label kubevirt.io=virt-handler, placed by the KubeVirt CR's spec.workloads
+    # (kubevirt/kubevirt@v1.9.0 pkg/virt-operator/resource/generate/components/daemonsets.go, apply/apps.go).
+    return chain.add(LinkName.SCHEDULABLE, False, excluded, Remedy(
+        text=f"virt-handler labels its node {key}=true while it runs there with its device plugins up: see whether "
+             f"its pod runs and is ready on {', '.join(offering[:3])} (`kubectl -n {namespace} get pods -l "
+             "kubevirt.io=virt-handler -o wide`); where it does not run, the KubeVirt CR's spec.workloads placement "
+             "leaves the node out"))
+
+
 def _capacity(chain: _Chain, f: Facts) -> bool:
     """Free NPUs on nodes the VM may land on (rblnctl.vm.fit: the scheduler's accounting, its own virt-launcher
     not counted).
@@ -870,13 +925,26 @@ def _claims(chain: _Chain, f: Facts) -> bool:
             continue
         got = ", ".join(f"{r.get('request')}={r.get('pool')}/{r.get('device')}" for r in results)
         evidence.append(f"ResourceClaim {ref.namespace}/{name} ({claim}) allocated: {got or 'no devices'}")
+    remedy = Remedy(text="the scheduler allocates a claim when a vm-mode node has enough free vfio NPUs: free one "
+                         "(stop a VM that holds them) or switch another node to vm mode; the VMs that hold NPUs",
+                    command=LIST_VMS)
     if not ok and f.pod is not None:
         failure = _failed_scheduling(f.pod_events)
         if failure:
             evidence.append(f"scheduler: {failure.message}")
-    return chain.add(LinkName.CLAIM, ok, evidence, Remedy(
-        text="the scheduler allocates a claim when a vm-mode node has enough free vfio NPUs: free one (stop a VM "
-             "that holds them) or switch another node to vm mode; the VMs that hold NPUs", command=LIST_VMS))
+    fit = f.fits.get(None)
+    if not ok and fit is not None:
+        evidence += [f"{n.node}: {n.reason or f'{n.free} free of {n.allocatable}'}" for n in fit.nodes
+                     if n.allocatable > 0]
+        tainted = [n for n in fit.nodes if n.eligible and n.tainted and n.free is not None
+                   and n.free < fit.npus <= n.free + len(n.tainted)]
+        if tainted and not fit.fits:  # untainted, they would do
+            remedy = Remedy(text=(
+                f"a device taint keeps vfio NPUs on {', '.join(n.node for n in tainted)} from its claim "
+                "(ResourceSlice spec.devices[].taints, NoSchedule/NoExecute): clear the device's fault (its driver "
+                "removes the taint) or, if the VM may use such a device, tolerate the taint in its "
+                "ResourceClaimTemplate's requests (`tolerations`); the VMs that hold NPUs"), command=LIST_VMS)
+    return chain.add(LinkName.CLAIM, ok, evidence, remedy)
 
 
 def _failed_scheduling(events: Sequence[dict]) -> SchedulingFailure | None:

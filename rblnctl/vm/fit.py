@@ -5,13 +5,17 @@ A VM's NPUs come from one node (its virt-launcher pod is one pod), so a node wit
 holds F // K such VMs, and N VMs fit when those add up to N. The free NPUs are rblnctl.operator.capacity's
 (the scheduler's accounting: requests of unfinished pods, DRA devices less those claims hold). A node counts
 only when the VM could land there: it is in vm-passthrough mode, offers the VM's kind of NPU (sandbox: the
-device plugin's resource; DRA: vfio devices of the passthrough class), and the VM's placement lets it
-(rblnctl.vm.placement: nodeSelector, required node affinity, cordons and taints it does not tolerate). When no
-such node has K NPUs at all, free or not, freeing NPUs never helps: `never` says so.
+device plugin's resource; DRA: vfio devices of the passthrough class), and the VM's virt-launcher may go there
+(rblnctl.vm.placement: the `kubevirt.io/schedulable=true` KubeVirt puts into every launcher's nodeSelector and
+the KubeVirt CR's nodeSelectors, the VM's nodeSelector, required node affinity, cordons and taints it does not
+tolerate). A DRA device a NoSchedule/NoExecute taint keeps from the VM's requests is not free
+(rblnctl.operator.capacity.device_taint; `device_tolerations`: the requests' tolerations). When no such node
+has K NPUs at all, free or not, freeing NPUs never helps: `never` says so.
 
-Not modelled (named in docs/vm.md): KubeVirt's `kubevirt.io/schedulable` node label and what else the
-scheduler weighs (CPU, memory, preferred affinity). The scheduler's own verdict, a `FailedScheduling` event,
-is what `vm diagnose` shows beside this.
+Not modelled (named in docs/vm.md, Assumptions): the other labels KubeVirt puts into some launchers'
+nodeSelector (machine type, CPU model), the `devices.kubevirt.io/*` resources every launcher requests, CPU and
+memory, preferred affinity. The scheduler's own verdict, a `FailedScheduling` event, is what `vm diagnose`
+shows beside this.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, ResourceUse, 
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, read_cluster
 from rblnctl.vm.model import npu_choice
-from rblnctl.vm.placement import Placement, why_not
+from rblnctl.vm.placement import Placement, launcher_placement, why_not
 
 ANYWHERE = Placement(node_selector={}, terms=(), tolerations=())
 
@@ -44,6 +48,8 @@ class FitOptions:
     placement: Placement = ANYWHERE
     own_vmi: str | None = None  # a VMI's uid: its virt-launcher pods and their claims are not counted (a restart
     # frees them)
+    device_tolerations: tuple[tuple[dict, ...], ...] = ()  # DRA: the tolerations of each of the VM's NPU requests
+    # (none: requests that tolerate no device taint, as rblnctl writes them)
 
     def __post_init__(self) -> None:
         if not 1 <= self.npus <= C.MAX_VM_NPUS:
@@ -66,6 +72,7 @@ class NodeFit:
     fits: int = 0  # VMs of the asked size that fit here now
     reason: str | None = None  # why none fit (or what limits them)
     holders: tuple[str, ...] = ()
+    tainted: tuple[str, ...] = ()  # DRA: `device (key=value:Effect)` no claim holds whose taint keeps it from the VM
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +137,11 @@ class VmFit:
         if most is not None and self.never:
             return (f"{self.npus} NPUs: no vm-passthrough node offers that many (the most is {most[0]}, on {most[1]}); "
                     "the VM will not be scheduled until one does")
+        offered = [n for n in self.nodes if n.allocatable > 0]
+        if offered and not any(n.eligible for n in offered):
+            why = "; ".join(f"{n.node}: {n.reason}" for n in offered[:3])
+            return (f"{self.npus} NPUs: no node that offers {self.kind} may run the VM ({why}); it will not be "
+                    "scheduled until one may")
         if self.fits or most is None or not self.known:
             return None
         free = ", ".join(f"{n.node} {n.free}" for n in self.nodes if n.eligible)
@@ -188,9 +200,10 @@ def node_fit(node: Mapping, capacity: NodeCapacity, *, cluster: VmCluster, metho
         return NodeFit(node=name, mode=mode, eligible=False, reason=f"advertises no {what}")
     blocked = why_not(node, placement)
     known = capacity.known
+    tainted = tuple(f"{t.device} ({t.taint})" for t in use.tainted)
     base = NodeFit(node=name, mode=mode, eligible=blocked is None, allocatable=use.allocatable,
                    allocated=use.allocated if known else None, free=use.free if known else None,
-                   holders=use.holders)
+                   holders=use.holders, tainted=tainted)
     if blocked is not None:
         return _with(base, eligible=False, reason=f"excluded by {blocked}")
     if not known:
@@ -199,9 +212,17 @@ def node_fit(node: Mapping, capacity: NodeCapacity, *, cluster: VmCluster, metho
     if use.allocatable < npus:
         return _with(base, reason=f"has {use.allocatable} in all, fewer than {npus}")
     if not fits:
-        held = f" (held by {', '.join(use.holders[:3])}{' ...' if len(use.holders) > 3 else ''})" if use.holders \
-            else ""
+        why = []
+        if use.holders:
+            why.append(f"held by {', '.join(use.holders[:3])}{' ...' if len(use.holders) > 3 else ''}")
+        if tainted:
+            why.append(f"{len(tainted)} tainted, not tolerated: {', '.join(tainted[:3])}"
+                       f"{' ...' if len(tainted) > 3 else ''}")
+        held = f" ({'; '.join(why)})" if why else ""
         return _with(base, reason=f"{use.free} free of {use.allocatable}{held}, {npus} needed")
+    if tainted:
+        return _with(base, fits=fits, reason=f"{len(tainted)} tainted, not tolerated: {', '.join(tainted[:3])}"
+                     f"{' ...' if len(tainted) > 3 else ''}")
     return _with(base, fits=fits)
 
 
@@ -215,8 +236,10 @@ def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, met
            warnings: Sequence[str] = ()) -> VmFit:
     """The answer over facts already read (pure)."""
     skip_pod, skip_claim = _own(facts, options.own_vmi)
-    rows = tuple(node_fit(n, facts.capacity(n, skip_pod=skip_pod, skip_claim=skip_claim), cluster=cluster,
-                          method=method, kind=kind, npus=options.npus, placement=options.placement)
+    placement = launcher_placement(options.placement, cluster.kubevirt)  # as virt-controller renders the pod
+    rows = tuple(node_fit(n, facts.capacity(n, skip_pod=skip_pod, skip_claim=skip_claim,
+                                            device_tolerations=options.device_tolerations),
+                          cluster=cluster, method=method, kind=kind, npus=options.npus, placement=placement)
                  for n in cluster.nodes)
     return VmFit(npus=options.npus, count=options.count, method=method, kind=kind, nodes=rows,
                  placement=options.placement, warnings=tuple(warnings), notes=facts.problems)

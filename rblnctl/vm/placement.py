@@ -5,15 +5,25 @@ scheduling/corev1/nodeaffinity: terms ORed, expressions ANDed, an empty term mat
 Gt/Lt compare integers; matchFields supports metadata.name. Taints with effect NoSchedule or
 NoExecute must be tolerated, as in k8s.io/api core/v1 Toleration.ToleratesTaint; PreferNoSchedule
 never blocks). KubeVirt copies the VMI's nodeSelector, affinity and tolerations to the pod
-(kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go).
+(kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go), and puts its own labels into the pod's
+nodeSelector first: `kubevirt.io/schedulable=true` (which virt-handler keeps on its node) and the KubeVirt CR's
+developerConfiguration.nodeSelectors, the VMI's own nodeSelector winning on the same key
+(nodeselectorrenderer.go NewNodeSelectorRenderer; rblnctl.constants.KUBEVIRT_SCHEDULABLE_LABEL). Other labels
+KubeVirt adds for some VMs (machine type, CPU model and features, dedicated CPUs, SEV...) are not weighed
+(docs/vm.md, Assumptions).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from rblnctl import constants as C
+from rblnctl.kubevirt.cr import lookup
+from rblnctl.kubevirt.gates import NODE_SELECTORS
+from rblnctl.operator.capacity import taint_text, tolerates
 from rblnctl.vm import devices as D
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -27,9 +37,17 @@ class Placement:
     node_selector: dict[str, str]
     terms: tuple[dict, ...]  # required nodeSelectorTerms (ORed); () means any node
     tolerations: tuple[dict, ...]
+    # what KubeVirt puts into every virt-launcher's nodeSelector before the VMI's own (launcher_placement)
+    kubevirt_selector: dict[str, str] = field(default_factory=lambda: {C.KUBEVIRT_SCHEDULABLE_LABEL: "true"})
+
+    @property
+    def launcher_selector(self) -> dict[str, str]:
+        """The nodeSelector the virt-launcher pod gets: KubeVirt's labels, the VMI's own overriding them."""
+        return {**self.kubevirt_selector, **self.node_selector}
 
     def describe(self) -> str:
-        """One phrase for evidence lines."""
+        """One phrase for evidence lines (the VM's own constraints; KubeVirt's labels are said where they
+        exclude a node)."""
         parts = []
         if self.node_selector:
             parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items())))
@@ -46,12 +64,40 @@ def placement_of(spec: Mapping) -> Placement:
                      tolerations=tuple(D.tolerations(spec)))
 
 
+def launcher_placement(placement: Placement, kubevirt: Mapping | None) -> Placement:
+    """The placement with the labels KubeVirt adds to every virt-launcher's nodeSelector: kubevirt.io/schedulable
+    =true, then the KubeVirt CR's developerConfiguration.nodeSelectors (`kubevirt`: the CR; None: not installed)."""
+    _, configured = lookup(kubevirt or {}, NODE_SELECTORS)
+    extra = {str(k): str(v) for k, v in configured.items()} if isinstance(configured, Mapping) else {}
+    return dataclasses.replace(placement, kubevirt_selector={C.KUBEVIRT_SCHEDULABLE_LABEL: "true", **extra})
+
+
+def not_schedulable_for_vms(labels: Mapping, placement: Placement | None = None) -> str | None:
+    """Why KubeVirt's own label keeps every VM off a node, as a phrase after "excluded by" (None: it does not):
+    a fit row's reason, diagnose's evidence, a warning. `placement`: the VM's (its nodeSelector may set the label
+    itself)."""
+    key = C.KUBEVIRT_SCHEDULABLE_LABEL
+    want = (placement.launcher_selector if placement is not None else {key: "true"}).get(key)
+    have = labels.get(key)
+    if want is None or have == want:
+        return None
+    if have is None:
+        why = f"the node has no {key} label: virt-handler, which sets it on its node, does not run there"
+    else:
+        why = (f"the node has {key}={have}: virt-handler writes false until its device plugins are up, "
+               "virt-controller when virt-handler stops answering")
+    return f"KubeVirt's nodeSelector {key}={want} ({why})"
+
+
 def why_not(node: Mapping, placement: Placement) -> str | None:
     """Why the pod cannot land on `node` (the first reason), or None when it can."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     name = str(meta.get("name") or "")
-    for k, v in placement.node_selector.items():
+    kubevirt = not_schedulable_for_vms(labels, placement)
+    if kubevirt is not None:
+        return kubevirt
+    for k, v in placement.launcher_selector.items():
         if labels.get(k) != v:
             have = labels.get(k)
             return f"nodeSelector {k}={v} (node has {k}={have})" if have is not None else \
@@ -64,23 +110,8 @@ def why_not(node: Mapping, placement: Placement) -> str | None:
         taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
     for taint in taints:
         if taint.get("effect") in _BLOCKING_EFFECTS and not any(tolerates(t, taint) for t in placement.tolerations):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return f"untolerated taint {taint.get('key')}{value}:{taint.get('effect')}"
+            return f"untolerated taint {taint_text(taint)}"
     return None
-
-
-def tolerates(toleration: Mapping, taint: Mapping) -> bool:
-    """core/v1 Toleration.ToleratesTaint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def _term_matches(term: Mapping, labels: Mapping, name: str) -> bool:

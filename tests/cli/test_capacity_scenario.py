@@ -50,7 +50,7 @@ def test_node_list_counts_what_pods_hold_and_vm_fit_answers_from_the_same_number
     assert [(nodes[n]["npuAllocatable"], nodes[n]["npuAllocated"], nodes[n]["npuFree"]) for n in ("n1", "n2")] == [
         (4, 2, 2), (4, 1, 3)]
     assert nodes["n1"]["npuResources"] == [{"name": VM_RES, "dra": False, "allocatable": 4, "allocated": 2, "free": 2,
-                                            "holders": [f"{NS}/virt-launcher-v1-abcde"]}]
+                                            "holders": [f"{NS}/virt-launcher-v1-abcde"], "tainted": []}]
     assert nodes["n2"]["npuResources"][0]["holders"] == ["team-a/inference-0"]  # the finished pod holds nothing
 
     table = backend.rblnctl("node", "list").stdout.splitlines()

@@ -142,11 +142,13 @@ def node(name: str, *, labels: Mapping[str, str] | None = None, allocatable: Map
 
 def npu_node(name: str, *, mode: str | None = MODE_CONTAINER, npus: int = 2, product: str = "RBLN-CA22",
              labels: Mapping[str, str] | None = None, dra: bool = False, deploy: bool = True,
-             release: Any = None, policy: dict | None = None, **node_kwargs: Any) -> dict:
+             release: Any = None, policy: dict | None = None, virt_handler: bool = True, **node_kwargs: Any) -> dict:
     """A node with Rebellions NPUs as NFD and the operator leave it in ``mode`` (None: no mode label,
     i.e. the policy default, container), laid out as ``release`` (default: the later releases) does under
     ``policy`` (for chart v0.3.0's resourceList names). ``deploy=False`` leaves out the npu.deploy.* labels;
-    ``dra`` means DRA allocates the NPUs, so no extended resource is advertised."""
+    ``dra`` means DRA allocates the NPUs, so no extended resource is advertised. ``virt_handler`` (default):
+    KubeVirt's virt-handler runs there (its DaemonSet goes to every node) and has labelled it
+    ``kubevirt.io/schedulable=true``, which every virt-launcher's nodeSelector asks for."""
     from tests.fakes.releases import NEWER
 
     rel = release or NEWER
@@ -154,6 +156,8 @@ def npu_node(name: str, *, mode: str | None = MODE_CONTAINER, npus: int = 2, pro
                           NPU_FAMILY_LABEL: "rebel100" if product.startswith("RBLN-CR") else "atom"}
     if mode is not None:
         lb[WORKLOAD_LABEL] = mode
+    if virt_handler:
+        lb["kubevirt.io/schedulable"] = "true"
     if deploy:
         lb.update(deploy_labels(mode, release=rel))
     if mode in (None, MODE_CONTAINER):

@@ -450,6 +450,45 @@ MUTATIONS: tuple[Mutation, ...] = (
         old="        if code != 299 or not text:", new="        if not text:",
         what="server warnings: a code other than 299 printed (kubectl prints 299 only)",
         tests=("tests/test_kube_warnings.py::test_the_cli_prints_each_299_warning_once_as_kubectl",)),
+    # -- issue 27, scheduler fidelity: what the real kube-scheduler weighs beside the NPUs ------------------------
+    Mutation(
+        id="27.s1", file="rblnctl/vm/placement.py",
+        old="    if want is None or have == want:",
+        new="    if True:",
+        what="vm fit: a node without kubevirt.io/schedulable=true (no virt-handler) counts as a place a VM fits",
+        tests=("tests/vm/test_fit.py::test_a_node_without_kubevirt_schedulable_fits_no_vm[no-label]",
+               "tests/vm/test_diagnose.py::test_no_node_offering_its_npus_with_kubevirt_schedulable_is_the_broken_link"),
+        notes="found on the real tier: tests/kubevirt_real/test_scheduler_agrees.py"),
+    Mutation(
+        id="27.s2", file="rblnctl/vm/placement.py",
+        old="    return dataclasses.replace(placement, kubevirt_selector={C.KUBEVIRT_SCHEDULABLE_LABEL: \"true\", "
+            "**extra})",
+        new="    return placement",
+        what="vm fit: the KubeVirt CR's developerConfiguration.nodeSelectors are not weighed",
+        tests=("tests/vm/test_fit.py::test_the_kubevirt_crs_cluster_wide_node_selectors_count_too",)),
+    Mutation(
+        id="27.s3", file="rblnctl/operator/capacity.py",
+        old="        if not all(any(tolerates(t, taint) for t in request) for request in (requests or ((),))):",
+        new="        if False:",
+        what="capacity: a DRA device with a NoSchedule/NoExecute taint counts free for a request that does not "
+             "tolerate it",
+        tests=("tests/operator/test_capacity.py::"
+               "test_a_device_taint_the_request_does_not_tolerate_keeps_the_device_from_free[NoSchedule]",
+               "tests/vm/test_fit.py::test_dra_a_device_taint_keeps_the_device_from_the_vm"),
+        notes="found on the real tier: tests/kubevirt_real/test_scheduler_agrees.py"),
+    Mutation(
+        id="27.s4", file="rblnctl/operator/capacity.py",
+        old="        if not isinstance(taint, Mapping) or taint.get(\"effect\") not in C.DRA_BLOCKING_TAINT_EFFECTS:",
+        new="        if not isinstance(taint, Mapping):",
+        what="capacity: a device taint of effect None keeps the device from every request",
+        tests=("tests/operator/test_capacity.py::"
+               "test_a_device_taint_the_request_does_not_tolerate_keeps_the_device_from_free[None]",)),
+    Mutation(
+        id="27.s5", file="rblnctl/vm/diagnose.py",
+        old='    rest = re.split(r"\\.(?:\\s+|$)", m.group(3).strip(), maxsplit=1)[0].strip()',
+        new='    rest = re.split(r"\\.\\s+preemption:", m.group(3), maxsplit=1)[0].strip().rstrip(".")',
+        what="vm diagnose: kube-scheduler 1.36's PostFilter sentence is read as part of the last reason",
+        tests=("tests/vm/test_diagnose.py::test_parse_failed_scheduling_as_kube_scheduler_1_36_writes_it",)),
 )
 
 

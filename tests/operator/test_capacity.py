@@ -3,6 +3,8 @@ containers and sidecars by the scheduler's formula, DRA devices less those claim
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rblnctl.kube import KubeOptions, connect
@@ -196,3 +198,76 @@ def test_an_extended_resource_served_by_dra_is_counted_once_through_its_claim():
     c = cap.node_capacity(node, [pod], slices=slices, allocated=cap.allocated_devices([claim]))
     assert (c.allocatable, c.allocated, c.free) == (2, 1, 1)
     assert [r.name for r in c.resources] == ["vfio-npu.rebellions.ai"]
+
+
+def _tainted(bdf: str, *taints: dict) -> dict:
+    return {**vfio(bdf), "taints": list(taints)}
+
+
+UNHEALTHY = {"key": "rebellions.ai/unhealthy", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("taint, counts_free", [
+    (UNHEALTHY, False),
+    ({"key": "maintenance", "effect": "NoExecute"}, False),
+    ({"key": "note", "effect": "None"}, True),  # only NoSchedule and NoExecute keep a device away
+    ({"key": "later", "effect": "SomeFutureEffect"}, True),  # an unknown effect is treated like None
+], ids=["NoSchedule", "NoExecute", "None", "unknown-effect"])
+def test_a_device_taint_the_request_does_not_tolerate_keeps_the_device_from_free(taint, counts_free):
+    """The scheduler's allocator skips a device whose NoSchedule/NoExecute taint no toleration of the request
+    tolerates (kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/
+    allocator_stable.go taintPreventsAllocation): it is allocatable but not free."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    slices = [o.resource_slice("n1", devices=[vfio("0000:3b:00.0"), _tainted("0000:3c:00.0", taint)])]
+    (use,) = cap.node_capacity(node, [], slices=slices, allocated={}).resources
+    assert use.allocatable == 2 and use.allocated == 0
+    if counts_free:
+        assert (use.free, use.tainted) == (2, ())
+    else:
+        assert use.free == 1 and use.free_devices == ("vfio-0000-3b-00-0",)
+        assert use.tainted == (cap.TaintedDevice(device="vfio-0000-3c-00-0", taint=cap.taint_text(taint)),)
+
+
+@pytest.mark.parametrize("tolerations, free", [
+    ([[{"key": "rebellions.ai/unhealthy", "operator": "Exists"}]], 2),
+    ([[{"key": "rebellions.ai/unhealthy", "value": "true", "effect": "NoSchedule"}]], 2),
+    ([[{"operator": "Exists"}]], 2),  # an empty key with Exists tolerates every taint
+    ([[{"key": "rebellions.ai/unhealthy", "value": "false"}]], 1),  # Equal: the value must match
+    ([[{"key": "rebellions.ai/unhealthy", "operator": "Exists", "effect": "NoExecute"}]], 1),  # another effect
+    ([[{"operator": "Exists"}], []], 1),  # a device counts for the VM only when each of its requests tolerates it
+], ids=["exists", "equal", "everything", "other-value", "other-effect", "one-request-does-not"])
+def test_a_request_that_tolerates_the_taint_may_have_the_device(tolerations, free):
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    slices = [o.resource_slice("n1", devices=[vfio("0000:3b:00.0"), _tainted("0000:3c:00.0", UNHEALTHY)])]
+    (use,) = cap.node_capacity(node, [], slices=slices, allocated={}, device_tolerations=tolerations).resources
+    assert use.free == free
+
+
+def test_a_tainted_device_a_claim_holds_is_allocated_not_tainted():
+    """NoExecute after allocation is the eviction controller's business; the device is held either way."""
+    node = o.npu_node("n1", mode="vm-passthrough", dra=True)
+    slices = [o.resource_slice("n1", devices=[_tainted("0000:3b:00.0", UNHEALTHY), vfio("0000:3c:00.0")])]
+    claims = [o.resource_claim("vms", "c1", allocated=[("n1", "vfio-0000-3b-00-0")])]
+    (use,) = cap.node_capacity(node, [], slices=slices, allocated=cap.allocated_devices(claims)).resources
+    assert (use.allocatable, use.allocated, use.free, use.tainted) == (2, 1, 1, ())
+
+
+def test_node_list_leaves_a_tainted_device_out_of_free_and_says_so(apiserver):
+    """`node list` on a DRA policy: n1 publishes two vfio devices, one tainted NoSchedule: NPUS 2, FREE 1, RESOURCES
+    and a note name the tainted one, and the JSON lists it under npuResources[].tainted."""
+    from tests.helpers import cli
+    from tests.vm.support import dra_cluster
+
+    dra_cluster(apiserver)
+    apiserver.mutate("ResourceSlice", "n1-npu.rebellions.ai-slice",
+                     fn=lambda s: s["spec"]["devices"][1].update(taints=[UNHEALTHY]))
+    r = cli("node", "list", "n1", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    row = r.stdout.splitlines()[1].split()
+    assert row[3:6] == ["2", "0", "1"] and "vfio-npu.rebellions.ai=2(dra,1" in r.stdout
+    assert ("note: FREE leaves out 1 DRA device(s) whose NoSchedule/NoExecute taint keeps them from a claim that "
+            "does not tolerate it: n1 vfio-0000-3c-00-0 (rebellions.ai/unhealthy=true:NoSchedule)") in r.stderr
+    (use,) = json.loads(cli("node", "list", "n1", "-o", "json", server=apiserver.url).stdout)["items"][0][
+        "npuResources"]
+    assert (use["free"], use["tainted"]) == (1, [{"device": "vfio-0000-3c-00-0",
+                                                  "taint": "rebellions.ai/unhealthy=true:NoSchedule"}])

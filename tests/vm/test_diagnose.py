@@ -47,7 +47,7 @@ def test_a_healthy_sandbox_vm_holds_every_link(apiserver, kube, operator):
     assert d.ok and d.broken is None, [(link.name, link.message) for link in d.links]
     assert [n for n, _ in _names(d)] == [
         LinkName.VM, LinkName.REQUEST, LinkName.GATES, LinkName.VM_NODES, LinkName.PERMITTED, LinkName.ADVERTISED,
-        LinkName.CAPACITY, LinkName.INSTANCE, LinkName.SCHEDULING, LinkName.NODE, LinkName.READY]
+        LinkName.SCHEDULABLE, LinkName.CAPACITY, LinkName.INSTANCE, LinkName.SCHEDULING, LinkName.NODE, LinkName.READY]
     assert (d.method, d.npus) == ("sandbox", 2)
     assert "Running and Ready on n1 with npu0, npu1" in d.links[-1].message
 
@@ -427,3 +427,130 @@ def test_the_links_are_judged_from_facts_read_once(apiserver, kube):
     apiserver.clear_requests()
     d = judge(facts)
     assert apiserver.requests == [] and d.links
+
+
+# -- what the real scheduler weighs beside the NPUs: KubeVirt's kubevirt.io/schedulable, DRA device taints -------
+
+NO_HANDLER = ("excluded by KubeVirt's nodeSelector kubevirt.io/schedulable=true (the node has no "
+              "kubevirt.io/schedulable label: virt-handler, which sets it on its node, does not run there)")
+
+
+def _unlabel(apiserver, node):
+    apiserver.mutate("Node", node, fn=lambda n: n["metadata"]["labels"].pop("kubevirt.io/schedulable"))
+
+
+def test_no_node_offering_its_npus_with_kubevirt_schedulable_is_the_broken_link(apiserver, kube):
+    """n1 advertises the VM's NPUs but no virt-handler labelled it: every virt-launcher's nodeSelector asks for
+    kubevirt.io/schedulable=true (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/nodeselectorrenderer.go),
+    so the scheduler will never place the VM; the link names the label and virt-handler, which sets it."""
+    sandbox_cluster(apiserver)
+    _unlabel(apiserver, "n1")
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    d = diagnose(kube, "v1", NS)
+    b = _broken(d)
+    assert b.name == LinkName.SCHEDULABLE
+    assert b.evidence == (f"n1 offers {CA22} but is excluded by {NO_HANDLER.removeprefix('excluded by ')}",)
+    assert b.failure == "no node that offers its NPUs is schedulable for VMs (kubevirt.io/schedulable)"
+    assert "kubectl -n kubevirt get pods -l kubevirt.io=virt-handler -o wide" in b.remedy.text
+    assert d.summary() == (f"VM {NS}/v1: no node that offers its NPUs is schedulable for VMs "
+                           "(kubevirt.io/schedulable) (broken link: KubeVirtSchedulable)")
+
+
+def test_a_node_without_kubevirt_schedulable_is_named_while_another_takes_the_vm(apiserver, kube):
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA22"})
+    apiserver.mutate("Node", "n2", fn=lambda n: n["metadata"]["labels"].update({"kubevirt.io/schedulable": "false"}))
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
+    d = diagnose(kube, "v1", NS)
+    link = next(link for link in d.links if link.name == LinkName.SCHEDULABLE)
+    assert link.ok and link.evidence[0] == "kubevirt.io/schedulable=true on n1"
+    assert "n2 offers" in link.evidence[1] and "kubevirt.io/schedulable=false" in link.evidence[1]
+    capacity = next(link for link in d.links if link.name == LinkName.CAPACITY)
+    assert any(e.startswith("n2: excluded by KubeVirt's nodeSelector") for e in capacity.evidence)
+    assert d.broken.name == LinkName.INSTANCE  # stopped: the chain goes on to it
+
+
+def test_a_dra_vm_whose_nodes_lack_kubevirt_schedulable(apiserver, kube):
+    dra_cluster(apiserver)
+    _unlabel(apiserver, "n1")
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"),
+                  o.vm(NS, "v1", running=False, host_devices=[o.dra_host_device("npu0")],
+                       resource_claims=[claim_entry]))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.SCHEDULABLE and b.evidence[0].startswith("n1 offers vfio NPUs but is excluded by")
+
+
+def test_a_launcher_waiting_while_the_only_node_with_free_npus_is_unlabelled(apiserver, kube):
+    """n2 has no kubevirt.io/schedulable, n1 has it but no free NPU: the scheduler says "1 Insufficient, 1 didn't
+    match Pod's node affinity/selector"; rblnctl no longer counts n2's free NPUs, so FreeCapacity is the broken link
+    and names KubeVirt's label."""
+    sandbox_cluster(apiserver, vm_nodes={"n1": "RBLN-CA22", "n2": "RBLN-CA22"})
+    _unlabel(apiserver, "n2")
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22], printable_status="ErrorUnschedulable"),
+                  o.vmi(NS, "v1", None, [CA22], phase="Scheduling"))
+    pod = o.virt_launcher(NS, "v1", None, resources={CA22: "1"})
+    apiserver.add(pod, o.failed_scheduling(pod, "0/2 nodes are available: 1 Insufficient rebellions.ai/RBLN-CA22_PF, "
+                                                "1 node(s) didn't match Pod's node affinity/selector. no new claims to "
+                                                "deallocate, preemption: 0/2 nodes are available: 2 Preemption is not "
+                                                "helpful for scheduling."))
+    apiserver.add(o.vm(NS, "other", host_devices=[CA22, CA22]), o.vmi(NS, "other", "n1", [CA22, CA22]),
+                  o.virt_launcher(NS, "other", "n1", resources={CA22: "2"}))
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CAPACITY
+    assert f"n2: {NO_HANDLER}" in b.evidence
+    assert f"no node the VM may run on (no placement constraints) has 1 free {CA22}" in b.evidence[0]
+
+
+def _dra_vm_waiting_for_its_claim(apiserver, npus, *, tolerations=None):
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-2")
+    template = o.resource_claim_template(NS, "rbln-npu-2", npus=npus)
+    for r in template["spec"]["spec"]["devices"]["requests"]:
+        if tolerations is not None:
+            r["exactly"]["tolerations"] = tolerations
+    devices = [o.dra_host_device(f"npu{i}") for i in range(npus)]
+    apiserver.add(template, o.vm(NS, "v1", host_devices=devices, resource_claims=[claim_entry]),
+                  o.vmi(NS, "v1", None, devices, resource_claims=[claim_entry], phase="Scheduling"))
+    pod = o.virt_launcher(NS, "v1", None, claims={"rbln-npu": "v1-rbln-npu-x7k2p"})
+    apiserver.add(pod, o.resource_claim(NS, "v1-rbln-npu-x7k2p", npus=npus, pod=pod),
+                  o.failed_scheduling(pod, "0/2 nodes are available: 2 cannot allocate all claims. still not "
+                                           "schedulable, preemption: 0/2 nodes are available: 2 Preemption is not "
+                                           "helpful for scheduling."))
+
+
+UNHEALTHY = {"key": "rebellions.ai/unhealthy", "value": "true", "effect": "NoSchedule"}
+
+
+def test_a_tainted_device_that_keeps_the_claim_unallocated_is_named(apiserver, kube):
+    """n1 has two vfio devices, one tainted NoSchedule; the VM asks for 2: the scheduler cannot allocate its claim
+    (allocator_stable.go taintPreventsAllocation). Freeing NPUs would not help: the taint is what is in the way."""
+    dra_cluster(apiserver)
+    apiserver.mutate("ResourceSlice", "n1-npu.rebellions.ai-slice",
+                     fn=lambda s: s["spec"]["devices"][1].update(taints=[UNHEALTHY]))
+    _dra_vm_waiting_for_its_claim(apiserver, 2)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CLAIM
+    assert ("n1: 1 free of 2 (1 tainted, not tolerated: vfio-0000-3c-00-0 (rebellions.ai/unhealthy=true:NoSchedule)), "
+            "2 needed") in b.evidence
+    assert "device taint keeps vfio NPUs on n1 from its claim" in b.remedy.text and "tolerations" in b.remedy.text
+
+
+def test_a_claim_whose_requests_tolerate_the_taint_is_not_blamed_on_it(apiserver, kube):
+    dra_cluster(apiserver)
+    apiserver.mutate("ResourceSlice", "n1-npu.rebellions.ai-slice",
+                     fn=lambda s: s["spec"]["devices"][1].update(taints=[UNHEALTHY]))
+    _dra_vm_waiting_for_its_claim(apiserver, 2, tolerations=[{"key": "rebellions.ai/unhealthy", "operator": "Exists"}])
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.CLAIM and "n1: 2 free of 2" in b.evidence
+    assert "taint" not in b.remedy.text
+
+
+def test_parse_failed_scheduling_as_kube_scheduler_1_36_writes_it():
+    """1.36 appends what every PostFilter plugin said after the reasons' full stop (DynamicResources: "no new claims
+    to deallocate" or "still not schedulable"), before the preemption sentence: not a reason."""
+    f = parse_failed_scheduling("0/2 nodes are available: 1 Insufficient rebellions.ai/RBLN-CA22_PF, 1 node(s) "
+                                "didn't match Pod's node affinity/selector. no new claims to deallocate, preemption: "
+                                "0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+    assert f.reasons == ((1, f"Insufficient {CA22}"), (1, "node(s) didn't match Pod's node affinity/selector"))
+    f = parse_failed_scheduling("0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, "
+                                "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+    assert f.reasons == ((2, "cannot allocate all claims"),)

@@ -167,3 +167,80 @@ def test_manifest_json_and_fit_agree(two_nodes):
     r = cli("vm", "manifest", "big", "-n", NS, "--npus", "4", "-o", "json", server=two_nodes.url)
     assert r.exit_code == 0 and json.loads(r.stdout)["kind"] == "List"
     assert "no node the VM may run on has that many free now" in r.stderr
+
+
+# -- KubeVirt's own nodeSelector and DRA device taints: what the real scheduler weighs beside the NPUs ---------------
+
+NO_HANDLER = ("excluded by KubeVirt's nodeSelector kubevirt.io/schedulable=true (the node has no "
+              "kubevirt.io/schedulable label: virt-handler, which sets it on its node, does not run there)")
+
+
+def schedulable(value):
+    """A Node mutation: kubevirt.io/schedulable set to `value` (None: the label removed)."""
+    def fn(n):
+        labels = n["metadata"]["labels"]
+        labels.pop("kubevirt.io/schedulable", None) if value is None else labels.update(
+            {"kubevirt.io/schedulable": value})
+    return fn
+
+
+@pytest.mark.parametrize("value, reason", [
+    (None, NO_HANDLER),
+    ("false",
+     "excluded by KubeVirt's nodeSelector kubevirt.io/schedulable=true (the node has kubevirt.io/schedulable=false: "
+     "virt-handler writes false until its device plugins are up, virt-controller when virt-handler stops answering)"),
+], ids=["no-label", "false"])
+def test_a_node_without_kubevirt_schedulable_fits_no_vm(two_nodes, kube, value, reason):
+    """Every virt-launcher's nodeSelector holds kubevirt.io/schedulable=true (kubevirt/kubevirt@v1.9.0
+    pkg/virt-controller/services/nodeselectorrenderer.go): the scheduler places no VM on n2, whatever it has free."""
+    two_nodes.mutate("Node", "n2", fn=schedulable(value))
+    answer = fit(kube, FitOptions(npus=1, count=3))
+    r = rows(answer)
+    assert (r["n2"].eligible, r["n2"].fits, r["n2"].reason) == (False, 0, reason)
+    assert (answer.fits, answer.ok) == (2, False)  # n1's 2 free only
+
+
+def test_the_kubevirt_crs_cluster_wide_node_selectors_count_too(two_nodes, kube):
+    """developerConfiguration.nodeSelectors go into every virt-launcher's nodeSelector (v1.9.0 template.go
+    newNodeSelectorRenderer: GetNodeSelectors), the VM's own nodeSelector winning on the same key."""
+    two_nodes.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda kv: kv["spec"].setdefault("configuration", {})
+                     .setdefault("developerConfiguration", {}).update(nodeSelectors={"vm-pool": "a"}))
+    two_nodes.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({"vm-pool": "a"}))
+    r = rows(fit(kube, FitOptions(npus=1)))
+    assert (r["n1"].fits, r["n2"].fits) == (2, 0)
+    assert r["n2"].reason == "excluded by nodeSelector vm-pool=a (node has no vm-pool label)"
+    own = placement_of({"nodeSelector": {"vm-pool": "b"}})
+    two_nodes.mutate("Node", "n2", fn=lambda n: n["metadata"]["labels"].update({"vm-pool": "b"}))
+    assert [n.node for n in fit(kube, FitOptions(npus=1, placement=own)).nodes if n.fits] == ["n2"]
+
+
+def test_attach_and_manifest_warn_when_no_node_offering_the_npus_may_run_vms(two_nodes, kube):
+    for name in ("n1", "n2"):
+        two_nodes.mutate("Node", name, fn=schedulable(None))
+    answer = fit(kube, FitOptions(npus=1))
+    assert answer.fits == 0 and not answer.never
+    assert answer.warning().startswith(f"1 NPUs: no node that offers {CA22} may run the VM (n1: {NO_HANDLER}")
+    r = cli("vm", "manifest", "v", "-n", NS, "--npus", "1", server=two_nodes.url)
+    assert r.exit_code == 0 and "no node that offers" in r.stderr and "kubevirt.io/schedulable" in r.stderr
+    r = cli("vm", "fit", "--npus", "1", "-o", "json", server=two_nodes.url)
+    assert r.exit_code == 1 and json.loads(r.stdout)["fits"] == 0
+
+
+def test_dra_a_device_taint_keeps_the_device_from_the_vm(apiserver, kube):
+    """A NoSchedule taint on one of n1's two vfio devices: the scheduler allocates it to no claim that does not
+    tolerate it, so a VM of 2 fits nowhere; tolerated by every request of the VM, it fits."""
+    dra_cluster(apiserver)
+    apiserver.mutate("ResourceSlice", "n1-npu.rebellions.ai-slice", fn=lambda s: s["spec"]["devices"][1].update(
+        taints=[{"key": "rebellions.ai/unhealthy", "value": "true", "effect": "NoSchedule"}]))
+    answer = fit(kube, FitOptions(npus=2))
+    n1 = rows(answer)["n1"]
+    assert (n1.allocatable, n1.allocated, n1.free, n1.fits) == (2, 0, 1, 0) and not answer.never
+    assert n1.tainted == ("vfio-0000-3c-00-0 (rebellions.ai/unhealthy=true:NoSchedule)",)
+    assert n1.reason == ("1 free of 2 (1 tainted, not tolerated: vfio-0000-3c-00-0 "
+                         "(rebellions.ai/unhealthy=true:NoSchedule)), 2 needed")
+    assert rows(fit(kube, FitOptions(npus=1)))["n1"].fits == 1
+    tolerant = ({"key": "rebellions.ai/unhealthy", "operator": "Exists"},)
+    assert fit(kube, FitOptions(npus=2, device_tolerations=(tolerant, tolerant))).fits == 1
+    r = cli("vm", "fit", "--npus", "2", "-o", "json", server=apiserver.url)
+    (doc,) = [n for n in json.loads(r.stdout)["nodes"] if n["name"] == "n1"]
+    assert r.exit_code == 1 and doc["free"] == 1 and doc["tainted"] == list(n1.tainted)

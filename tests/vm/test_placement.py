@@ -8,8 +8,11 @@ from rblnctl.vm.placement import placement_of, tolerates, why_not
 from tests.fakes import objects as o
 
 
+SCHEDULABLE = {"kubevirt.io/schedulable": "true"}  # what virt-handler keeps on the node it runs on
+
+
 def _node(labels=None, taints=None, unschedulable=False):
-    return o.node("n1", labels=labels, taints=taints, unschedulable=unschedulable)
+    return o.node("n1", labels={**SCHEDULABLE, **(labels or {})}, taints=taints, unschedulable=unschedulable)
 
 
 def _expr(key, op, *values):

@@ -38,15 +38,18 @@ gets the condition.
 A VMI started on a node gets its virt-launcher pod there, as virt-controller renders it
 (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go podLabels, renderresources.go):
 labels ``kubevirt.io=virt-launcher``, ``kubevirt.io/created-by=<VMI uid>``, ``vm.kubevirt.io/name``,
-a controller ownerReference to the VMI, one request and limit per sandbox host device
+a controller ownerReference to the VMI, the nodeSelector ``kubevirt.io/schedulable=true`` merged with the VMI's
+(nodeselectorrenderer.go), one request and limit per sandbox host device
 (``deviceName``), and for DRA host devices the VMI's ``resourceClaims`` as pod claims, each made into a
 ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
-ResourceSlices: ``status.resourceClaimStatuses`` names it. ``launcher_delay_s`` keeps the pod Pending
-(and the VM not ready) that long first, and makes a stop take that long too: the VMI is marked for deletion
-(the VM ``Stopping``), then goes with its pod and claims (a start asked meanwhile follows it), and the VM says
-``Stopped`` in a write of its own 50 ms later, as virt-controller writes it once it sees the VMI gone; state change
-requests (restart) wait half as long before they are carried out. Without it,
-stopping deletes the pod and its claims with the VMI at once.
+ResourceSlices, a device whose NoSchedule/NoExecute taint the request does not tolerate left alone (the
+scheduler's allocator_stable.go taintPreventsAllocation): ``status.resourceClaimStatuses`` names it. No
+scheduler runs: the pod goes to the node the VM's annotation names whatever its labels.
+``launcher_delay_s`` keeps the pod Pending (and the VM not ready) that long first, and makes a stop take that
+long too: the VMI is marked for deletion (the VM ``Stopping``), then goes with its pod and claims (a start asked
+meanwhile follows it), and the VM says ``Stopped`` in a write of its own 50 ms later, as virt-controller writes it
+once it sees the VMI gone; state change requests (restart) wait half as long before they are carried out. Without
+it, stopping deletes the pod and its claims with the VMI at once.
 """
 
 from __future__ import annotations
@@ -140,6 +143,21 @@ def kubevirt_update_warnings(old: dict, new: dict) -> list[str]:
     if ((config.get("architectureConfiguration") or {}).get("ppc64le")) is not None:
         out.append("spec.configuration.architectureConfiguration.ppc64le is deprecated and no longer supported.")
     return out
+
+
+def _blocking_taint(device: dict, tolerations: list) -> bool:
+    """Whether a NoSchedule/NoExecute taint of the device is tolerated by none of the request's tolerations
+    (k8s.io/dynamic-resource-allocation resourceclaim/devicetoleration.go ToleratesTaint, written out here: the
+    fake does not use the code under test)."""
+    def tolerated(t: dict, taint: dict) -> bool:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            return False
+        if t.get("key") and t["key"] != taint.get("key"):
+            return False
+        op = t.get("operator") or "Equal"
+        return op == "Exists" or (op == "Equal" and (t.get("value") or "") == (taint.get("value") or ""))
+    return any(taint.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerated(t, taint) for t in tolerations)
+               for taint in device.get("taints") or [])
 
 
 def run_strategy(vm: dict) -> str:
@@ -438,6 +456,7 @@ class KubeVirt:
                                               "name": name, "uid": uid, "controller": True,
                                               "blockOwnerDeletion": True}]},
             "spec": {"nodeName": node, "restartPolicy": "Never", "schedulerName": "default-scheduler",
+                     "nodeSelector": {"kubevirt.io/schedulable": "true", **(spec.get("nodeSelector") or {})},
                      "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0",
                                      "resources": {"requests": dict(resources), "limits": dict(resources)}
                                      if resources else {}}],
@@ -467,11 +486,21 @@ class KubeVirt:
         taken = {(r.get("driver"), r.get("pool"), r.get("device")) for c in self.store.list("ResourceClaim")
                  for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {})
                            .get("results") or [])}
-        free = [(s["spec"]["driver"], (s["spec"].get("pool") or {}).get("name"), d["name"])
-                for s in self.store.list("ResourceSlice") if (s.get("spec") or {}).get("nodeName") == node
-                for d in (s.get("spec") or {}).get("devices") or []]
-        free = [f for f in free if f not in taken]
+        slices = [s for s in self.store.list("ResourceSlice") if (s.get("spec") or {}).get("nodeName") == node]
+        devices = [((s["spec"]["driver"], (s["spec"].get("pool") or {}).get("name"), d["name"]), d)
+                   for s in slices for d in (s.get("spec") or {}).get("devices") or []]
+        free = [key for key, _ in devices if key not in taken]
         name = f"{pod}-{entry['name']}-{uuid.uuid4().hex[:5]}"
+        results: list[tuple[dict, tuple]] = []
+        allocated = True
+        for r in requests:
+            tolerations = (r.get("exactly") or {}).get("tolerations") or []
+            usable = [key for key, d in devices if key in free and key not in {k for _, k in results}
+                      and not _blocking_taint(d, tolerations)]
+            if not usable:
+                allocated = False
+                break
+            results.append((r, usable[0]))
         claim: dict[str, Any] = {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": ns,
@@ -479,11 +508,11 @@ class KubeVirt:
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod_uid,
                                               "controller": True, "blockOwnerDeletion": True}]},
             "spec": copy.deepcopy((tpl.get("spec") or {}).get("spec") or {})}
-        if len(free) >= len(requests):
+        if allocated:
             claim["status"] = {
                 "allocation": {"devices": {"results": [
                     {"request": r.get("name"), "driver": d, "pool": p, "device": dev}
-                    for r, (d, p, dev) in zip(requests, free)]},
+                    for r, (d, p, dev) in results]},
                     "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                         {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
                 "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]}

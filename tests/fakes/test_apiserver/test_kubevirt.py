@@ -356,3 +356,45 @@ def test_a_vmi_the_controller_did_not_start_never_gets_restart_required(kubevirt
     _edit_template(kubevirt, lambda t: t["domain"]["devices"].update(
         hostDevices=[{"name": "npu0", "deviceName": "rebellions.ai/RBLN-CA22_PF"}]))
     assert _restart_required(kubevirt) == []
+def _started_dra_vm(kubevirt, npus: int, devices: list[dict], tolerations: list[dict] | None = None) -> dict:
+    """A VM of `npus` DRA NPUs started on n1, whose slice offers `devices`: its launcher pod."""
+    template = o.resource_claim_template("default", "rbln-npu-2", npus=npus)
+    for r in template["spec"]["spec"]["devices"]["requests"]:
+        if tolerations:
+            r["exactly"]["tolerations"] = tolerations
+    vm = o.dra_vm("default", "vm1", npus, template="rbln-npu-2")
+    vm["metadata"]["annotations"] = {VM_NODE_ANNOTATION: "n1"}
+    kubevirt.add(o.resource_slice("n1", devices=devices), template, vm)
+    assert put(kubevirt, "start")[0] == 202
+    (pod,) = [p for p in kubevirt.list("Pod", "default")
+              if p["metadata"]["labels"].get("kubevirt.io") == "virt-launcher"]
+    return pod
+
+
+def _vfio(n: int, taint: dict | None = None) -> dict:
+    return {"name": f"vfio-{n}", "attributes": {"type": {"string": "vfio"}}, **({"taints": [taint]} if taint else {})}
+
+
+TAINT = {"key": "rebellions.ai/unhealthy", "value": "true", "effect": "NoSchedule"}
+
+
+def test_the_launcher_carries_kubevirts_node_selector_and_its_claim_skips_tainted_devices(kubevirt):
+    """As the real ones: virt-controller puts kubevirt.io/schedulable=true into the launcher's nodeSelector
+    (nodeselectorrenderer.go), and the scheduler allocates no device whose NoSchedule taint the request does not
+    tolerate (allocator_stable.go taintPreventsAllocation: tests/kubevirt_real/test_scheduler_agrees.py)."""
+    pod = _started_dra_vm(kubevirt, 2, [_vfio(1, TAINT), _vfio(2), _vfio(3)])
+    assert pod["spec"]["nodeSelector"] == {"kubevirt.io/schedulable": "true"}
+    (claim,) = kubevirt.list("ResourceClaim", "default")
+    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["vfio-2", "vfio-3"]
+
+
+def test_a_claim_left_only_tainted_devices_stays_unallocated_unless_its_requests_tolerate_them(kubevirt):
+    pod = _started_dra_vm(kubevirt, 2, [_vfio(1, TAINT), _vfio(2)])
+    (claim,) = kubevirt.list("ResourceClaim", "default")
+    assert "allocation" not in (claim.get("status") or {}) and pod["metadata"]["name"] in claim["metadata"]["name"]
+
+
+def test_a_request_that_tolerates_the_taint_gets_the_tainted_device(kubevirt):
+    _started_dra_vm(kubevirt, 2, [_vfio(1, TAINT), _vfio(2)], tolerations=[{"key": TAINT["key"], "operator": "Exists"}])
+    (claim,) = kubevirt.list("ResourceClaim", "default")
+    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["vfio-1", "vfio-2"]
