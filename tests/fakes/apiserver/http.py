@@ -271,7 +271,7 @@ class Handler(BaseHTTPRequestHandler):
             # kube-apiserver's HTTP mux routes nothing there (no such API group: a CRD not installed)
             # and answers with Go's http.NotFound, not a Status.
             return 404, MUX_NOT_FOUND, {}
-        answer = fake._kubevirt.handle(req.method, path, req.body)
+        answer = fake._kubevirt.handle(req.method, path, req.body, accept=self.headers.get("Accept") or "")
         if answer is not None:
             return answer[0], answer[1], {}
         route = fake._table.route(path)

@@ -5,14 +5,21 @@ virt-controller that makes VirtualMachineInstances follow their VirtualMachine.
 (body optional: Start/Stop/RestartOptions, ``dryRun`` honoured) answer 202 with an empty body, as
 pkg/virt-api/rest/lifecycle.go does, with its 404 (``virtualmachine.kubevirt.io "NAME" not found``)
 and 409s (``VM is already running``, ``VM is not running``, ``Always does not support manual
-start requests``, ``RerunOnFailure does not support starting VM from failed state``...). ``start``/``stop``
+start requests``, ``RerunOnFailure does not support starting VM from failed state``...). virt-api's
+router (go-restful v3, vendored at v1.9.0: jsr311.go) answers in plain text before a handler runs: a path
+no route has ``404: Page Not Found``, another method than PUT ``405: Method Not Allowed``, and an Accept
+header that is neither empty nor lists ``*/*`` ``406: Not Acceptable`` (the routes declare no Produces,
+route.go matchesAccept), as measured on the real one (tests/kubevirt_real/test_fake_agrees.py). ``start``/``stop``
 on a VM whose run strategy is Always or Halted set ``spec.runStrategy`` (or ``spec.running`` when the VM
 uses it); Manual and RerunOnFailure VMs, and ``restart``, get ``status.stateChangeRequests`` as virt-api
 writes them (a start after a finished VMI: a Stop of it, then a Start). The group is served
 (discovery: name and namespaced only, as virt-api lists it) while ``virtualmachines.kubevirt.io`` is.
 
-With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM whose run strategy changes
-to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false``; one
+With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM a client creates (a POST, as kubectl apply;
+not one a test seeds with ``FakeApiServer.add`` or the harness's client, which stands for a VM virt-controller
+has already handled) is started when its run strategy runs it (Always, RerunOnFailure, Once), else shown
+``printableStatus: Stopped`` (v1.9.0 pkg/virt-controller/watch/vm/vm.go syncRunStrategy). A VM whose run strategy
+changes to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false``; one
 that changes to Always gets a VMI (phase Running on the node named by the VM annotation
 ``fake.rblnctl.io/node``, else Scheduling with no node) and ``printableStatus: Running`` and
 ``ready: true`` (``Starting``/false while Scheduling), ``status.runStrategy`` following the spec; a
@@ -24,7 +31,9 @@ A VMI started on a node gets its virt-launcher pod there, as virt-controller ren
 (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go podLabels, renderresources.go):
 labels ``kubevirt.io=virt-launcher``, ``kubevirt.io/created-by=<VMI uid>``, ``vm.kubevirt.io/name``,
 a controller ownerReference to the VMI, one request and limit per sandbox host device
-(``deviceName``), and for DRA host devices the VMI's ``resourceClaims`` as pod claims, each made into a
+(``deviceName``), for each DRA host device a compute-container ``resources.claims`` entry (its claimName and
+requestName: renderresources.go WithHostDevicesDRA), and the VMI's ``resourceClaims`` as pod claims
+(template.go: every one of them), each made into a
 ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
 ResourceSlices: ``status.resourceClaimStatuses`` names it. ``launcher_delay_s`` keeps the pod Pending
 (and the VM not ready) that long first, and makes a stop take that long too: the VMI is marked for deletion
@@ -42,7 +51,7 @@ from typing import Any
 
 from tests.fakes.apiserver.config import VM_NODE_ANNOTATION
 from tests.fakes.apiserver.discovery import ExtraGroup
-from tests.fakes.apiserver.errors import GroupResource, conflict, internal_error, method_not_allowed, not_found
+from tests.fakes.apiserver.errors import GroupResource, conflict, internal_error, not_found
 from tests.fakes.apiserver.errors import unknown_path
 from tests.fakes.apiserver.meta import ts
 from tests.fakes.apiserver.store import Event, Store
@@ -68,10 +77,26 @@ def _final(vmi: dict | None) -> bool:
     return vmi is not None and (vmi.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+# go-restful's own answers (jsr311.go NewError: text/plain), before any virt-api handler runs.
+NO_ROUTE = (404, "404: Page Not Found")
+NOT_ALLOWED = (405, "405: Method Not Allowed")
+NOT_ACCEPTABLE = (406, "406: Not Acceptable\n\nAvailable representations: ")
+
+
+def _accepts_any(accept: str) -> bool:
+    """Whether a route without Produces serves this Accept header (go-restful route.go matchesAccept: only an
+    empty header, taken as */*, or one listing */*; quality parameters ignored)."""
+    if not accept.strip():
+        return True
+    return any(part.split(";")[0].strip() == "*/*" for part in accept.split(","))
+
+
 class KubeVirt:
-    def __init__(self, store: Store, simulate: bool = False):
+    def __init__(self, store: Store, simulate: bool = False, through_api: Any = None):
         self.store = store
         self.simulate = simulate
+        # Whether the change being reacted to came from a client's request (not the test seeding the store).
+        self._through_api = through_api or (lambda: False)
         self.launcher_delay_s = 0.0  # a started VMI's virt-launcher pod stays Pending this long (a stop takes as long)
         self._start_after_stop: set[tuple[str, str]] = set()  # VMs asked to start while their VMI was going
         store.reactions.append(self._react)
@@ -87,15 +112,19 @@ class KubeVirt:
 
     # ---- virt-api --------------------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, bytes] | None:
+    def handle(self, method: str, path: str, body: Any, *, accept: str = "") -> tuple[int, bytes | str] | None:
         """The answer to a subresources.kubevirt.io request, or None when ``path`` is not one."""
         if not path.startswith(_PREFIX):
             return None
-        m = _PATH.fullmatch(path)
-        if not self.served() or m is None or m.group(3) not in _ACTIONS:
+        if not self.served():
             raise unknown_path()
+        m = _PATH.fullmatch(path)
+        if m is None or m.group(3) not in _ACTIONS:
+            return NO_ROUTE
         if method != "PUT":
-            raise method_not_allowed()
+            return NOT_ALLOWED
+        if not _accepts_any(accept):
+            return NOT_ACCEPTABLE
         ns, name, action = m.groups()
         options = body if isinstance(body, dict) else {}
         vm = self.store.get("VirtualMachine", name, ns)
@@ -170,6 +199,13 @@ class KubeVirt:
         if not self.simulate or ev.res_id != VM_ID:
             return
         md = ev.obj["metadata"]
+        if ev.type == "ADDED":
+            if self._through_api():
+                if run_strategy(ev.obj) in _RUNNING:
+                    self._start_vmi(ev.obj)
+                else:
+                    self._set_status(md["name"], md["namespace"], printableStatus="Stopped")
+            return
         if ev.type == "DELETED":
             vmi = self.store.get("VirtualMachineInstance", md["name"], md["namespace"])
             if vmi is not None:
@@ -285,9 +321,14 @@ class KubeVirt:
         for d in devices:
             if d.get("deviceName") and not d.get("claimName"):
                 amounts[d["deviceName"]] = amounts.get(d["deviceName"], 0) + 1
-        resources = {k: str(v) for k, v in amounts.items()}
-        used = {d.get("claimName") for d in devices if d.get("claimName")}
-        claims = [c for c in spec.get("resourceClaims") or [] if c.get("name") in used]
+        resources: dict[str, Any] = {}
+        if amounts:
+            amount = {k: str(v) for k, v in amounts.items()}
+            resources.update(requests=dict(amount), limits=dict(amount))
+        dra = [{"name": d["claimName"], "request": d.get("requestName")} for d in devices if d.get("claimName")]
+        if dra:
+            resources["claims"] = [{k: v for k, v in c.items() if v} for c in dra]
+        claims = list(spec.get("resourceClaims") or [])
         statuses = [{"name": c["name"], "resourceClaimName": self._make_claim(ns, pod_name, pod_uid, node, c)}
                     for c in claims]
         phase = "Running" if running else "Pending"
@@ -302,8 +343,7 @@ class KubeVirt:
                                               "blockOwnerDeletion": True}]},
             "spec": {"nodeName": node, "restartPolicy": "Never", "schedulerName": "default-scheduler",
                      "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0",
-                                     "resources": {"requests": dict(resources), "limits": dict(resources)}
-                                     if resources else {}}],
+                                     "resources": resources}],
                      **({"resourceClaims": [{"name": c["name"], **{k: v for k, v in c.items() if k != "name"}}
                                             for c in claims]} if claims else {})},
             "status": {"phase": phase, "qosClass": "BestEffort",
