@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.kubevirt_real.helpers import DRA_NODE, SANDBOX_NODE, dra_vm, dra_world, operator_crds, sandbox_ready
 from tests.kubevirt_real.vms import SANDBOX_RESOURCE, vm
 
@@ -103,3 +105,15 @@ def test_node_list_counts_the_dra_devices_the_scheduler_allocated(kv):
         running(kv, *dra_vm(kv.namespace, "dr", 3))
         item = node_doc(kv, DRA_NODE)
         assert (item["npuAllocatable"], item["npuAllocated"], item["npuFree"]) == (4, 3, 1)
+
+
+@pytest.mark.xfail(strict=True, reason="vm-restart: vm start --wait names the VMI's LiveMigratable=False "
+                   "(HostDeviceNotLiveMigratable, on every VM with host devices) as if it held the VM back")
+def test_vm_start_wait_names_no_condition_every_npu_vm_has(kv):
+    sandbox_ready(kv)
+    kv.api.seed(vm(kv.namespace, "sb", host_devices=[SANDBOX_RESOURCE]))
+    r = kv.rblnctl("vm", "start", "sb", "-n", kv.namespace, "--wait")
+    assert r.exit_code == 0, r.stderr
+    vmi = kv.vmi("sb")
+    assert any(c["type"] == "LiveMigratable" and c["status"] == "False" for c in vmi["status"]["conditions"])
+    assert "LiveMigratable" not in r.stderr
