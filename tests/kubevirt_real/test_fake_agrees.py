@@ -188,6 +188,9 @@ def test_a_sandbox_vms_launcher_pod_requests_its_npus_in_the_compute_container(k
         ("VirtualMachineInstance", "v", vmi["metadata"]["uid"], True)]
     assert npu_resources(compute(pod)) == {"requests": {SANDBOX_RESOURCE: "2"}, "limits": {SANDBOX_RESOURCE: "2"}}
     assert (pod["spec"]["nodeName"], vmi["status"]["nodeName"]) == ("npu-node-1", "npu-node-1")
+    # virt-handler's word on a VMI with host devices (v1.9.0 pkg/virt-handler/vm.go): never live-migratable.
+    assert {c["type"]: (c["status"], c.get("reason")) for c in vmi["status"]["conditions"]
+            if c["type"] != "Ready"} == {"LiveMigratable": ("False", "HostDeviceNotLiveMigratable")}
 
 
 def test_a_dra_vms_launcher_pod_carries_its_claims_and_the_claim_is_allocated(kvbackend):

@@ -91,6 +91,17 @@ def _accepts_any(accept: str) -> bool:
     return any(part.split(";")[0].strip() == "*/*" for part in accept.split(","))
 
 
+def _handler_conditions(spec: dict) -> list[dict]:
+    """What virt-handler adds to a running VMI's conditions that rblnctl may meet: LiveMigratable False for one with
+    host devices (v1.9.0 pkg/virt-handler/vm.go vmiContainsNonMigratablePCIHostDevices, reason
+    HostDeviceNotLiveMigratable), which every VM with NPUs is."""
+    if not ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices"):
+        return []
+    return [{"type": "LiveMigratable", "status": "False", "reason": "HostDeviceNotLiveMigratable",
+             "message": "VMI specifies non-migratable generic PCI host device", "lastProbeTime": None,
+             "lastTransitionTime": ts()}]
+
+
 class KubeVirt:
     def __init__(self, store: Store, simulate: bool = False, through_api: Any = None):
         self.store = store
@@ -291,6 +302,8 @@ class KubeVirt:
             status: dict[str, Any] = {"phase": "Running" if running else "Scheduling" if not node else "Scheduled",
                                       "conditions": [{"type": "Ready", "status": "True" if running else "False",
                                                       "lastProbeTime": None, "lastTransitionTime": ts()}]}
+            if running:
+                status["conditions"] += _handler_conditions(tpl.get("spec") or {})
             if node:
                 status["nodeName"] = node
             self.store.add({
@@ -409,6 +422,7 @@ class KubeVirt:
         def up(v: dict) -> None:
             v["status"]["phase"] = "Running"
             v["status"]["conditions"][0]["status"] = "True"
+            v["status"]["conditions"] += _handler_conditions(v.get("spec") or {})
         self.store.mutate("VirtualMachineInstance", name, ns, up)
         self._set_status(name, ns, printableStatus="Running", ready=True)
 
