@@ -106,6 +106,10 @@ def test_disable_gates_add_to_disabled_turns_a_beta_gate_off_and_enable_gates_br
     doc = json.loads(kv.rblnctl("kubevirt", "status", "-o", "json").stdout)
     dra = next(g for g in doc["gates"] if g["name"] == "HostDevicesWithDRA")
     assert (dra["effective"], dra["disabled"]) == (False, True)
+    kv.mark()
+    again = kv.rblnctl("kubevirt", "disable-gates", "HostDevicesWithDRA", "--add-to-disabled", "-y")
+    assert again.exit_code == 0, again.stderr
+    assert kv.writes() == []  # both lists already say so
 
     # Enabling it again moves it out of disabledFeatureGates in the same patch: the webhook admits it.
     kv.mark()
