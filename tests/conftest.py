@@ -19,6 +19,7 @@ from tests.envtest.fixtures import (  # noqa: F401  (re-exported)
 )
 from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
 from tests.kubevirt_real.fixtures import KUBEVIRT_FIXTURES, kv, kv_stack, kv_stack_stuck  # noqa: F401  (re-exported)
+from tests.kubevirt_real.fake_backend import kvbackend  # noqa: F401  (re-exported: fake, then real KubeVirt)
 
 
 _TIERS: dict[str, set[str]] = {"envtest": set(), "kubevirt": set()}
@@ -41,6 +42,9 @@ def pytest_collection_modifyitems(config, items):
 
     def stack_order(item):
         names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("kvbackend") == "real-kubevirt":
+            names.add("kv")  # tests/kubevirt_real/fake_backend.py: its real variant asks for `kv` when it runs
         return (0 if not KUBEVIRT_FIXTURES & names else 1 if "kv" in names else 2 if "kv_stack" in names else 3)
     items.sort(key=stack_order)  # stable: the order within each group is kept
 

@@ -396,7 +396,7 @@ def _migration_view(plan: Any, result: Any) -> Any:
     tail = []
     if plan.instances:
         tail.append("running instances keep the NPUs they started with; each VM takes the new names at its next "
-                    "start (restart it when convenient: `virtctl restart NAME -n NAMESPACE`)")
+                    "start (restart it when convenient: `rblnctl vm restart NAME -n NAMESPACE --wait`)")
     if result is not None and not plan.noop:
         done = f"renamed in {len(result.changed)} VirtualMachine(s)" + \
             (" and the KubeVirt CR" if result.kubevirt_changed else "")

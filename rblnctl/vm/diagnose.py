@@ -38,6 +38,7 @@ from rblnctl.kube import EVENTS, PODS, RESOURCE_CLAIMS, VMIS, VMS, Kube, validat
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import component_pods, node_slices
 from rblnctl.operator.convergence import pending
+from rblnctl.operator.install import install_command
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -1071,6 +1072,14 @@ def _node_components(chain: _Chain, f: Facts, node_name: str) -> bool:
                          Remedy(text=f"switch {node_name} to vm mode", command=("node", "set-mode", "vm", node_name)),
                          failure=f"its node {node_name} is in {mode.effective} mode")
     missing = list(f.pending.get(node_name, ()))
+    if missing and cluster.policy is None:
+        # Nothing converges a node without an RBLNClusterPolicy: the operator is not installed (its chart renders
+        # one) or the policy was deleted; "still converging" would send the user to watch for nothing.
+        return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],
+                         Remedy(text="no RBLNClusterPolicy: the RBLN NPU Operator is not installed (its chart "
+                                "renders the policy), so nothing runs its components; install it: "
+                                f"`{install_command()}`"),
+                         failure="no RBLNClusterPolicy: nothing runs the operator's components on its node")
     if missing:
         return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],
                          Remedy(text="the operator has not finished converging the node on vm mode (a stuck "

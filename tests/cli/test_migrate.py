@@ -38,6 +38,7 @@ def test_dry_run_prints_the_plan_per_object_and_writes_nothing(apiserver):
     assert ["VirtualMachine", "ns1", "live", "hostDevices[npu0].deviceName", "ATOM_MAX_PT", "RBLN-CA25_PF",
             "restart-needed"] in rows
     assert ["ns1", "live", "n0", "ATOM_MAX_PT", "live"] in rows  # the running instance, reported
+    assert "restart it when convenient: `rblnctl vm restart NAME -n NAMESPACE --wait`" in " ".join(r.stdout.split())
     assert "dry run: nothing was sent" in r.stderr
 
 

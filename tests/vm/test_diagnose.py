@@ -252,6 +252,18 @@ def test_node_in_container_mode_or_not_converged(apiserver, kube):
     assert b.remedy.command == ("node", "list") and b.failure == "its node's operator components are not ready"
 
 
+def test_a_node_without_any_policy_names_the_missing_operator_not_a_convergence_to_watch(apiserver, kube):
+    # A vm-passthrough node (labelled by hand, or by an operator since uninstalled) and no RBLNClusterPolicy:
+    # nothing will converge it, so "watch `node list`" would wait for nothing.
+    apiserver.add(o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[("1EFF:1220", CA22)]),
+                  o.npu_node("n1", mode="vm-passthrough"))
+    _running_sandbox_vm(apiserver)
+    b = _broken(diagnose(kube, "v1", NS))
+    assert b.name == LinkName.NODE and "n1: no RBLNClusterPolicy" in b.evidence
+    assert b.failure == "no RBLNClusterPolicy: nothing runs the operator's components on its node"
+    assert b.remedy.command == () and "helm upgrade --install rbln-npu-operator" in b.remedy.text
+
+
 def test_template_and_running_vmi_disagree(apiserver, kube):
     """A VMI that passes NPUs has them (the spec's other ones wait for its restart: a warning); one that passes none
     has none until it restarts: that link is broken."""

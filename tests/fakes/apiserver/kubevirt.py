@@ -17,8 +17,11 @@ uses it); Manual and RerunOnFailure VMs, and ``restart``, get ``status.stateChan
 writes them (a start after a finished VMI: a Stop of it, then a Start). The group is served
 (discovery: name and namespaced only, as virt-api lists it) while ``virtualmachines.kubevirt.io`` is.
 
-With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM whose run strategy changes
-to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false`` (and, in a
+With ``simulate=True`` (``FakeApiServer(simulate_kubevirt=True)``) a VM a client creates (a POST, as kubectl apply;
+not one a test seeds with ``FakeApiServer.add`` or the harness's client, which stands for a VM virt-controller
+has already handled) is started when its run strategy runs it (Always, RerunOnFailure, Once), else shown
+``printableStatus: Stopped`` (v1.9.0 pkg/virt-controller/watch/vm/vm.go syncRunStrategy). A VM whose run strategy
+changes to Halted loses its VMI (same name) and shows ``printableStatus: Stopped``, ``ready: false`` (and, in a
 write of its own 50 ms later, as virt-controller's writes follow a stop, ``created: false``); one
 that changes to Always gets a VMI (phase Running on the node named by the VM annotation
 ``fake.rblnctl.io/node``, else Scheduling with no node) and ``printableStatus: Running`` and
@@ -40,7 +43,9 @@ A VMI started on a node gets its virt-launcher pod there, as virt-controller ren
 labels ``kubevirt.io=virt-launcher``, ``kubevirt.io/created-by=<VMI uid>``, ``vm.kubevirt.io/name``,
 a controller ownerReference to the VMI, the nodeSelector ``kubevirt.io/schedulable=true`` merged with the VMI's
 (nodeselectorrenderer.go), one request and limit per sandbox host device
-(``deviceName``), and for DRA host devices the VMI's ``resourceClaims`` as pod claims, each made into a
+(``deviceName``), for each DRA host device a compute-container ``resources.claims`` entry (its claimName and
+requestName: renderresources.go WithHostDevicesDRA), and the VMI's ``resourceClaims`` as pod claims
+(template.go: every one of them), each made into a
 ResourceClaim owned by the pod and allocated (as the scheduler would) from the free devices of the node's
 ResourceSlices, a device whose NoSchedule/NoExecute taint the request does not tolerate left alone (the
 scheduler's allocator_stable.go taintPreventsAllocation): ``status.resourceClaimStatuses`` names it. No
@@ -189,10 +194,23 @@ def _semantic(value: Any) -> Any:
     return value
 
 
+def _handler_conditions(spec: dict) -> list[dict]:
+    """What virt-handler adds to a running VMI's conditions that rblnctl may meet: LiveMigratable False for one with
+    host devices (v1.9.0 pkg/virt-handler/vm.go vmiContainsNonMigratablePCIHostDevices, reason
+    HostDeviceNotLiveMigratable), which every VM with NPUs is."""
+    if not ((spec.get("domain") or {}).get("devices") or {}).get("hostDevices"):
+        return []
+    return [{"type": "LiveMigratable", "status": "False", "reason": "HostDeviceNotLiveMigratable",
+             "message": "VMI specifies non-migratable generic PCI host device", "lastProbeTime": None,
+             "lastTransitionTime": ts()}]
+
+
 class KubeVirt:
-    def __init__(self, store: Store, simulate: bool = False):
+    def __init__(self, store: Store, simulate: bool = False, through_api: Any = None):
         self.store = store
         self.simulate = simulate
+        # Whether the change being reacted to came from a client's request (not the test seeding the store).
+        self._through_api = through_api or (lambda: False)
         self.launcher_delay_s = 0.0  # a started VMI's virt-launcher pod stays Pending this long (a stop takes as long)
         self._start_after_stop: set[tuple[str, str]] = set()  # VMs asked to start while their VMI was going
         self._started: dict[tuple[str, str], tuple[str, dict]] = {}  # (ns, VM) -> (VMI uid, the template it started)
@@ -307,6 +325,13 @@ class KubeVirt:
 
     def _react_to_vm(self, ev: Event) -> None:
         md = ev.obj["metadata"]
+        if ev.type == "ADDED":
+            if self._through_api():
+                if run_strategy(ev.obj) in _RUNNING:
+                    self._start_vmi(ev.obj)
+                else:
+                    self._set_status(md["name"], md["namespace"], printableStatus="Stopped")
+            return
         if ev.type == "DELETED":
             vmi = self.store.get("VirtualMachineInstance", md["name"], md["namespace"])
             if vmi is not None:
@@ -408,6 +433,8 @@ class KubeVirt:
             status: dict[str, Any] = {"phase": "Running" if running else "Scheduling" if not node else "Scheduled",
                                       "conditions": [{"type": "Ready", "status": "True" if running else "False",
                                                       "lastProbeTime": None, "lastTransitionTime": ts()}]}
+            if running:
+                status["conditions"] += _handler_conditions(tpl.get("spec") or {})
             if node:
                 status["nodeName"] = node
             self.store.add({
@@ -440,9 +467,14 @@ class KubeVirt:
         for d in devices:
             if d.get("deviceName") and not d.get("claimName"):
                 amounts[d["deviceName"]] = amounts.get(d["deviceName"], 0) + 1
-        resources = {k: str(v) for k, v in amounts.items()}
-        used = {d.get("claimName") for d in devices if d.get("claimName")}
-        claims = [c for c in spec.get("resourceClaims") or [] if c.get("name") in used]
+        resources: dict[str, Any] = {}
+        if amounts:
+            amount = {k: str(v) for k, v in amounts.items()}
+            resources.update(requests=dict(amount), limits=dict(amount))
+        dra = [{"name": d["claimName"], "request": d.get("requestName")} for d in devices if d.get("claimName")]
+        if dra:
+            resources["claims"] = [{k: v for k, v in c.items() if v} for c in dra]
+        claims = list(spec.get("resourceClaims") or [])
         statuses = [{"name": c["name"], "resourceClaimName": self._make_claim(ns, pod_name, pod_uid, node, c)}
                     for c in claims]
         phase = "Running" if running else "Pending"
@@ -458,8 +490,7 @@ class KubeVirt:
             "spec": {"nodeName": node, "restartPolicy": "Never", "schedulerName": "default-scheduler",
                      "nodeSelector": {"kubevirt.io/schedulable": "true", **(spec.get("nodeSelector") or {})},
                      "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0",
-                                     "resources": {"requests": dict(resources), "limits": dict(resources)}
-                                     if resources else {}}],
+                                     "resources": resources}],
                      **({"resourceClaims": [{"name": c["name"], **{k: v for k, v in c.items() if k != "name"}}
                                             for c in claims]} if claims else {})},
             "status": {"phase": phase, "qosClass": "BestEffort",
@@ -535,6 +566,7 @@ class KubeVirt:
         def up(v: dict) -> None:
             v["status"]["phase"] = "Running"
             v["status"]["conditions"][0]["status"] = "True"
+            v["status"]["conditions"] += _handler_conditions(v.get("spec") or {})
         self.store.mutate("VirtualMachineInstance", name, ns, up)
         self._set_status(name, ns, printableStatus="Running", ready=True)
 

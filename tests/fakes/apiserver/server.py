@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from tests.fakes.apiserver.config import ADMIN_TOKEN, Settings
+from tests.fakes.apiserver.config import ADMIN_TOKEN, HARNESS_USER_AGENT, Settings
 from tests.fakes.apiserver.discovery import version_info
 from tests.fakes.apiserver.eviction import Evictions
 from tests.fakes.apiserver.faults import UNSET, FaultBook
@@ -91,7 +91,7 @@ class FakeApiServer:
         self._faults = FaultBook(lock)
         self._log = RequestLog(lock, self.errors)
         self._pod_lifecycle = PodLifecycle(self._store, self.settings)
-        self._kubevirt = KubeVirt(self._store, simulate_kubevirt)
+        self._kubevirt = KubeVirt(self._store, simulate_kubevirt, through_api=self._by_a_client)
         self._aggregator = Aggregator(self._table, self._kubevirt, self.settings)
         self._api.update_admission.append(self._kubevirt.admit_update)
         self._api.warn = self._warn
@@ -259,6 +259,12 @@ class FakeApiServer:
         """The request whose handling made the change an ``on_change`` callback is told of (None when the test changed
         the store directly): e.g. to tell a change by the client under test from the harness's own."""
         return getattr(self._current, "request", None)
+
+    def _by_a_client(self) -> bool:
+        """Whether the change being made comes from a client's request: not the test seeding the store (``add``) or
+        through the harness's own client (config.HARNESS_USER_AGENT), both of which stand for a world already there."""
+        req = self.current_request()
+        return req is not None and not (req.headers.get("user-agent") or "").startswith(HARNESS_USER_AGENT)
 
     def on_request(self, callback: Callable[[RecordedRequest], None]) -> Callable[[], None]:
         """Call ``callback(req)`` before handling each request (outside the lock; ``req.status``
