@@ -504,6 +504,11 @@ CLUSTER_PREFERENCE_KIND = "VirtualMachineClusterPreference"
 # staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineRestartRequired; pkg/virt-controller/watch/vm/vm.go
 # syncRestartRequired, setRestartRequired, cleanupRestartRequired).
 VM_RESTART_REQUIRED = "RestartRequired"
+# VMI conditions that say nothing about whether a VMI runs: virt-handler sets LiveMigratable and
+# StorageLiveMigratable False on every VMI with a PCI host device (every VM with NPUs: reason
+# HostDeviceNotLiveMigratable; kubevirt/kubevirt@v1.9.0 pkg/virt-handler/vm.go, measured on the kubevirt stack), and
+# Ready is read on its own; `vm start --wait` names none of them as what holds a VM back.
+VMI_INFO_CONDITIONS = ("Ready", "LiveMigratable", "StorageLiveMigratable")
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 

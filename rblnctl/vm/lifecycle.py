@@ -249,7 +249,8 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
     st = (vm or {}).get("status") or {}
     vst = (vmi or {}).get("status") or {}
     bad = tuple(f"{c.get('type')}: {c.get('reason') or ''} {c.get('message') or ''}".strip()
-                for c in vst.get("conditions") or [] if c.get("status") == "False" and c.get("type") != "Ready")
+                for c in vst.get("conditions") or []
+                if c.get("status") == "False" and c.get("type") not in C.VMI_INFO_CONDITIONS)
     phase = _phase(vmi)
     return VmState(
         exists=vm is not None, run_strategy=run_strategy(vm) if vm is not None else None,

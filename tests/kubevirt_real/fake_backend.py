@@ -92,7 +92,8 @@ def settled(b: Any, name: str, *, running: bool, timeout_s: float | None = None)
         if running:
             phase = ((vmi or {}).get("status") or {}).get("phase")
             return vm if phase == "Running" and st.get("printableStatus") == "Running" else None
-        return vm if vmi is None else None
+        # virt-controller writes a new VM's status a moment after it is created: no VMI yet is not settled yet
+        return vm if vmi is None and st.get("printableStatus") not in (None, "Stopping") else None
     # The fake settles before its reply (its simulation reacts synchronously); real KubeVirt within seconds.
     timeout_s = timeout_s or (5 if b.name == "fake" else 60)
     return b.api.wait_for(done, timeout_s=timeout_s, interval_s=0.1, message=f"VM {b.namespace}/{name} settled")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from tests.kubevirt_real.helpers import DRA_NODE, SANDBOX_NODE, dra_vm, dra_world, operator_crds, sandbox_ready
 from tests.kubevirt_real.vms import SANDBOX_RESOURCE, vm
@@ -58,7 +57,7 @@ def test_vm_diagnose_walks_a_running_sandbox_vm_up_to_the_missing_operator(kv):
     assert r.exit_code == 1, r.stderr
     assert [n for n, link in got.items() if link["status"] == "PASS"] == [
         "VirtualMachine", "NpuRequest", "FeatureGates", "VmModeNodes", "PermittedHostDevice", "Advertised",
-        "FreeCapacity", "Instance", "Scheduling"]
+        "KubeVirtSchedulable", "FreeCapacity", "Instance", "Scheduling"]
     assert f"virt-launcher pod {pod['metadata']['name']} is on {SANDBOX_NODE}" in got["Scheduling"]["evidence"]
     # The kubevirt stack runs no RBLN operator: the chain stops there, and says so.
     node = got["NodeComponents"]
@@ -107,8 +106,6 @@ def test_node_list_counts_the_dra_devices_the_scheduler_allocated(kv):
         assert (item["npuAllocatable"], item["npuAllocated"], item["npuFree"]) == (4, 3, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="vm-restart: vm start --wait names the VMI's LiveMigratable=False "
-                   "(HostDeviceNotLiveMigratable, on every VM with host devices) as if it held the VM back")
 def test_vm_start_wait_names_no_condition_every_npu_vm_has(kv):
     sandbox_ready(kv)
     kv.api.seed(vm(kv.namespace, "sb", host_devices=[SANDBOX_RESOURCE]))

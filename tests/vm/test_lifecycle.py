@@ -394,3 +394,20 @@ def test_a_signal_while_a_stopping_vm_is_awaited_says_no_start_was_asked(cluster
     assert puts(cluster) == []
     assert "may have been made" not in err and f"no start was asked for VM {NS}/v1" in err
     assert f"vm start v1 -n {NS}" in err
+
+
+def test_the_conditions_every_vm_with_npus_has_are_not_named_as_holding_it_back():
+    """virt-handler sets LiveMigratable and StorageLiveMigratable False on every VMI with a PCI host device (measured
+    on real KubeVirt v1.9.0: tests/kubevirt_real/test_listing_real.py); `vm start --wait` named them as if they held
+    the VM back. A False condition that does (Synchronized, PodScheduled) is still named."""
+    from rblnctl.vm.lifecycle import judge
+
+    vm = o.vm(NS, "v1", host_devices=[CA22])
+    vmi = o.vmi(NS, "v1", "n1")
+    vmi["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "reason": "PodNotReady"},
+        {"type": "LiveMigratable", "status": "False", "reason": "HostDeviceNotLiveMigratable",
+         "message": "VMI specifies non-migratable generic PCI host device"},
+        {"type": "StorageLiveMigratable", "status": "False", "reason": "HostDeviceNotLiveMigratable"},
+        {"type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": "quota exceeded"}]
+    assert judge(vm, vmi).conditions == ("Synchronized: FailedCreate quota exceeded",)
