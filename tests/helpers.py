@@ -38,3 +38,35 @@ def closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def signal_rblnctl(apiserver: Any, argv: list[str], ready: Any, sig: Any, *, grace_s: float = 0.0,
+                   exit_within_s: float = 30.0) -> tuple[int, float, str]:
+    """Run rblnctl as a real process against `apiserver`, send `sig` once `ready()` holds (then `grace_s` more), and
+    return (exit code, seconds from the signal to the exit, stderr). Fails the test when the process is still there
+    `exit_within_s` after the signal: only a real process shows what holds it at exit."""
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never got there"
+            time.sleep(0.02)
+        time.sleep(grace_s)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            _, err = proc.communicate(timeout=exit_within_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"rblnctl still runs {exit_within_s} s after {sig.name}")
+        return proc.returncode, time.monotonic() - sent, err.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -13,13 +13,11 @@ server, which delays the opening of watches so the signal lands while they open.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from tests.fakes import objects as o
+from tests.helpers import signal_rblnctl
 
 HELD_S = 60  # how long the fake holds a request it delays: far beyond the 2 s an interrupted rblnctl may take
 EXIT_WITHIN_S = 2  # issue 28: no process outlives SIGINT/SIGTERM by more than this
@@ -36,30 +34,6 @@ def _watch_opens(apiserver):
 
 def _lists(apiserver, path):
     return [r for r in apiserver.requests if r.method == "GET" and r.path == path and "watch" not in r.query]
-
-
-def _signal_when(apiserver, argv, ready, sig):
-    """Run rblnctl, send `sig` once `ready()` holds; return (exit code, seconds from the signal to the exit, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, *argv],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready():
-            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never got there"
-            time.sleep(0.02)
-        sent = time.monotonic()
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=EXIT_WITHIN_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"rblnctl still runs {EXIT_WITHIN_S} s after {sig.name}")
-        took = time.monotonic() - sent
-        err = proc.stderr.read().decode() if proc.stderr else ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, took, err
 
 
 # Where the signal lands: the first stream being opened (the others not yet asked for), every stream asked for
@@ -83,7 +57,8 @@ def test_node_list_watch_exits_at_once_on_a_signal_while_its_watches_open(apiser
     spec = POINTS[point]
     apiserver.inject_fault(method="GET", path=spec.get("path"), watch=spec["watch"], status=None, delay_s=HELD_S,
                            times=spec["times"], client="rblnctl/")
-    got, took, err = _signal_when(apiserver, ["node", "list", "--watch"], lambda: spec["ready"](apiserver), sig)
+    got, took, err = signal_rblnctl(apiserver, ["node", "list", "--watch"], lambda: spec["ready"](apiserver), sig,
+                                    exit_within_s=EXIT_WITHIN_S)
     assert got == code, err
     assert "Traceback" not in err
 
@@ -93,7 +68,8 @@ def test_a_wait_exits_at_once_on_a_signal_while_its_watches_open(apiserver):
     apiserver.simulate_kubevirt = True
     apiserver.add(o.vm("vms", "v1", run_strategy="Halted"))
     apiserver.inject_fault(method="GET", watch=True, status=None, delay_s=HELD_S, times=100, client="rblnctl/")
-    got, took, err = _signal_when(apiserver, ["vm", "start", "v1", "-n", "vms", "--wait"],
-                                  lambda: len(_watch_opens(apiserver)) >= 2, signal.SIGTERM)
+    got, took, err = signal_rblnctl(apiserver, ["vm", "start", "v1", "-n", "vms", "--wait"],
+                                    lambda: len(_watch_opens(apiserver)) >= 2, signal.SIGTERM,
+                                    exit_within_s=EXIT_WITHIN_S)
     assert got == 143, err
     assert "terminated by signal 15" in err and "Traceback" not in err

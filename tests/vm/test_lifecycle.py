@@ -10,7 +10,7 @@ import pytest
 
 from rblnctl.vm.lifecycle import RESTART, START, STOP, VmState, decide
 from tests.fakes import objects as o
-from tests.helpers import cli
+from tests.helpers import cli, signal_rblnctl
 from tests.vm.support import CA22, NS, dra_cluster, sandbox_cluster
 
 SUB = rf"/apis/subresources\.kubevirt\.io/v1/namespaces/{NS}/virtualmachines/v1/"
@@ -337,29 +337,6 @@ def test_progress_in_a_pipe_is_one_line_per_change_without_repeats(cluster):
     assert any("requested: Stop, Start" in line or "requested: Start" in line for line in lines), r.stderr
 
 
-def _signal_when(apiserver, argv, seen, sig):
-    """Run rblnctl as a real process, send `sig` once `seen(requests)` holds (and a moment more); (code, stderr)."""
-    import signal  # noqa: F401 - the caller's signal constants
-    import subprocess
-    import sys
-    import time
-
-    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, *argv],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not seen(apiserver.requests):
-            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never got there"
-            time.sleep(0.05)
-        time.sleep(0.5)  # in the wait
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, err.decode()
-
-
 def _watching(requests):
     return any(r.method == "GET" and r.query.get("watch") == ["true"] and "virtualmachineinstances" in r.path
                for r in requests)
@@ -372,8 +349,9 @@ def test_a_signal_during_the_wait_says_the_request_was_made_and_how_to_wait_agai
     import signal
 
     cluster.kubevirt_launcher_delay_s = 30  # the launcher stays Pending: rblnctl is waiting when the signal comes
-    code_, err = _signal_when(cluster, ["vm", "start", "v1", "-n", NS, "--wait"],
-                              lambda rs: puts(cluster, "start") and _watching(rs), getattr(signal, sig))
+    code_, _, err = signal_rblnctl(cluster, ["vm", "start", "v1", "-n", NS, "--wait"],
+                                   lambda: puts(cluster, "start") and _watching(cluster.requests), getattr(signal, sig),
+                                   grace_s=0.5)
     assert code_ == code, err
     assert "Traceback" not in err and "may have been made" not in err
     assert f"the start request for VM {NS}/v1 was made" in err
@@ -389,7 +367,8 @@ def test_a_signal_while_a_stopping_vm_is_awaited_says_no_start_was_asked(cluster
     cluster.kubevirt_launcher_delay_s = 30  # the guest takes long to shut down
     assert cli("vm", "stop", "v1", "-n", NS, "--yes", server=cluster.url).exit_code == 0
     cluster.clear_requests()
-    code, err = _signal_when(cluster, ["vm", "start", "v1", "-n", NS, "--wait"], _watching, signal.SIGTERM)
+    code, _, err = signal_rblnctl(cluster, ["vm", "start", "v1", "-n", NS, "--wait"],
+                                  lambda: _watching(cluster.requests), signal.SIGTERM, grace_s=0.5)
     assert code == 143, err
     assert puts(cluster) == []
     assert "may have been made" not in err and f"no start was asked for VM {NS}/v1" in err

@@ -21,7 +21,7 @@ import pytest
 from rblnctl.errors import Conflict, Forbidden, Interrupted, RblnError
 from rblnctl.vm.lifecycle import VmLifecycle
 from tests.fakes import objects as o
-from tests.helpers import cli
+from tests.helpers import cli, signal_rblnctl
 from tests.vm.support import CA22, NS, attacher, host_devices, sandbox_cluster
 from tests.vm.test_restart import is_npu_patch, running_vm, vm
 
@@ -191,7 +191,7 @@ def test_sigterm_while_its_stop_is_served_real_signal(apiserver):
     running_vm(apiserver)
     apiserver.inject_fault(method="PUT", path=SUB + "stop$", status=None, delay_s=1.5, times=1)
     argv = ["vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes"]
-    code, err = signal_when(apiserver, argv, lambda: puts(apiserver, "stop"), signal.SIGTERM, grace_s=0.2)
+    code, _, err = signal_rblnctl(apiserver, argv, lambda: puts(apiserver, "stop"), signal.SIGTERM, grace_s=0.2)
     assert code == 143, err
     wait_for(lambda: run_strategy(apiserver) == "Halted")  # the stop lands after rblnctl has gone
     assert "Traceback" not in err
@@ -347,28 +347,6 @@ def wait_for(cond: Any, timeout_s: float = 10) -> None:
     while not cond():
         assert time.monotonic() < deadline, "never happened"
         time.sleep(0.02)
-
-
-def signal_when(apiserver, argv, seen, sig, *, grace_s: float = 0.0) -> tuple[int, str]:
-    """Run rblnctl as a real process; send `sig` once `seen()` holds (then `grace_s` more); (exit code, stderr)."""
-    import subprocess
-    import sys
-    import time
-
-    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", "--server", apiserver.url, *argv],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not seen():
-            assert time.monotonic() < deadline and proc.poll() is None, "rblnctl never got there"
-            time.sleep(0.02)
-        time.sleep(grace_s)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, err.decode()
 
 
 def test_conflict_is_raised_for_refused_restart_in_the_library(apiserver, kube):
