@@ -315,6 +315,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="restart: a VM its owner stopped between the plan and the stop is started by rblnctl",
         tests=("tests/vm/test_restart_races.py::test_a_vm_its_owner_stopped_after_the_plan_is_changed_and_left_stopped",)),
     Mutation(
+        id="28.5", file="rblnctl/vm/attach.py",
+        old="            elif any(d.get(\"name\") == device for d in D.host_devices(D.vm_spec(vm))):",
+        new="            elif True:",
+        what="vm detach --device: a device already gone is bad input, so re-running a detach cut short after its patch "
+             "leaves the VM stopped",
+        tests=("tests/vm/test_detach.py::test_detach_of_a_device_already_gone_is_nothing_to_do_and_says_so",
+               "tests/explore/test_crash_points.py::test_a_fault_at_any_write_ends_promptly_truthfully_and_the_"
+               "recovery_finishes_the_job[vm-detach-restart-06-PATCH-virtualmachines-v1-4-conflict]"),
+        notes="found by the crash-point explorer"),
+    Mutation(
+        id="28.6", file="rblnctl/cli/vm.py",
+        old='            elif seen is False and life.asked == "restart":',
+        new='            elif False:',
+        what="vm restart interrupted before virt-api had the request: 'vm start --wait follows it', which asks nothing "
+             "of a running VM",
+        tests=("tests/explore/test_crash_points.py::test_a_fault_at_any_write_ends_promptly_truthfully_and_the_"
+               "recovery_finishes_the_job[vm-restart-01-PUT-v1-restart-sigint]",),
+        notes="found by the crash-point explorer"),
+    Mutation(
+        id="27.10", file="rblnctl/constants.py",
+        old='VMI_INFO_CONDITIONS = ("Ready", "LiveMigratable", "StorageLiveMigratable")',
+        new='VMI_INFO_CONDITIONS = ("Ready",)',
+        what="vm start --wait: LiveMigratable=False, on every VMI with NPUs, named as what holds the VM back",
+        tests=("tests/vm/test_lifecycle.py::test_the_conditions_every_vm_with_npus_has_are_not_named_as_holding_it_back",),
+        notes="found on the real-KubeVirt tier (test_listing_real.py)"),
+    Mutation(
         id="27.9", file="rblnctl/vm/lifecycle.py",
         old=" and not self.ready and self.printable_status not in _MOVING",
         new="",
