@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from rblnctl import errors as E
 
@@ -181,6 +181,19 @@ def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
 # typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
 TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
 
+LEAF = "rblnctl.leaf"  # Context.meta (shared by a whole chain): the context of the command that runs
+_command_invoke = TyperCommand.invoke
+
+
+def _leaf_invoke(self: Any, ctx: Any) -> Any:
+    """Note the running command's context, so a hint printed from the error edge (the root's context) repeats it
+    with its flags (rblnctl.cli.rerun.render)."""
+    ctx.meta[LEAF] = ctx
+    return _command_invoke(self, ctx)
+
+
+TyperCommand.invoke = _leaf_invoke  # type: ignore[method-assign]
+
 
 class RblnGroup(TyperGroup):
     """Root command group: global-option hoisting, the RblnError -> exit code edge, kubectl-style usage errors."""
@@ -261,21 +274,14 @@ def prog_name(ctx: Any) -> str:
     return _prog(ctx)
 
 
-def recovery_lines(recovery: Any, prog: str = "rblnctl") -> list[str]:
-    """A library Recovery phrased as the commands to type."""
-    if recovery is None:
-        return []
-    node, target, back = (getattr(recovery, k, None) for k in ("node", "target", "back"))
-    if node is None:
-        return []
+def recovery_lines(recovery: Any, ctx: Any, *, drop: Any = ()) -> list[str]:
+    """A library Recovery phrased as the commands to type (rblnctl.cli.rerun.render: the program name as invoked,
+    and every flag of this run the command takes, --context first of all; `drop`: options left out)."""
+    from rblnctl.cli.rerun import render
 
-    def short(mode: str) -> str:
-        return "vm" if mode == "vm-passthrough" else mode
-
-    # Going back means a switch to the other mode while this one's record is on the node: exactly what
-    # --reverse (and nothing broader) lets through.
-    return [f"resume:  {prog} node set-mode {short(target)} {node}",
-            f"go back: {prog} node set-mode {short(back)} {node} --reverse"]
+    if recovery is None or getattr(recovery, "remedies", None) is None:
+        return []
+    return [f"{(r.text + ':').ljust(8)} {render(ctx, r.command, drop=drop)}" for r in recovery.remedies]
 
 
 def _verbose(ctx: Any) -> bool:
@@ -301,7 +307,7 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         stderr().print(f"  - {escape(blocker_text(b))}", soft_wrap=True)
     for line in getattr(err, "details", None) or []:
         stderr().print(f"  {escape(str(line))}", soft_wrap=True)
-    for line in recovery_lines(getattr(err, "recovery", None), _prog(ctx)):
+    for line in recovery_lines(getattr(err, "recovery", None), ctx):
         stderr().print(f"  {escape(line)}", soft_wrap=True)
     if _verbose(ctx):
         import traceback
