@@ -10,7 +10,7 @@ CLI says "pass --force"), so no library message names a program or a command-lin
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rblnctl.remedy import Remedy
@@ -23,7 +23,7 @@ class Blocker:
 
     message: str
     override: str | None = None
-    remedy: Remedy | None = None
+    remedy: Remedy | None = field(default=None, kw_only=True)  # keyword: subclasses add positional fields
 
     def __str__(self) -> str:
         return self.message

@@ -109,7 +109,7 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
     skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS else frozenset())
     words = prog_name(ctx).split()
     root_own = {k: v for k, v in own.items() if any(p.name == k for p in root.command.params)}
-    words += _words(root, skip, root_own)
+    words += _words(root, skip - root_own.keys(), root_own)
     cmd = root.command
     rest = list(command.words)
     while rest and hasattr(cmd, "get_command"):

@@ -280,7 +280,7 @@ def _recovery_hints(ctx: Any, results: Any) -> list[str]:
 
 
 # What a hint for one device leaves out of the run it repeats: the selection and the run's bulk behaviour.
-_ONE_DEVICE = frozenset({"all_devices", "keep_going", "force", "load_modules"})
+_ONE_DEVICE = frozenset({"all_devices", "keep_going", "force", "load_modules", "yes"})  # another change: it asks
 
 
 def _write_line(verb: str, w: Write) -> str:
