@@ -14,6 +14,10 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from rblnctl import errors as E
+from rblnctl.cli.rerun import LEAF, prog_name, remedy_text, render  # noqa: F401 - prog_name: re-exported
+from rblnctl.remedy import Remedy
+
+_prog = prog_name
 
 # Most specific class first; the first match in an error's MRO wins.
 EXIT_CODES: dict[type[BaseException], int] = {
@@ -181,7 +185,6 @@ def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
 # typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
 TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
 
-LEAF = "rblnctl.leaf"  # Context.meta (shared by a whole chain): the context of the command that runs
 _command_invoke = TyperCommand.invoke
 
 
@@ -260,25 +263,9 @@ def blocker_text(blocker: Any) -> str:
     return text
 
 
-def _prog(ctx: Any) -> str:
-    """How the user ran rblnctl (`rblnctl`, or `kubectl rbln` as a kubectl plugin), for the commands we print."""
-    try:
-        name = ctx.find_root().info_name
-    except AttributeError:
-        name = None
-    return name if name in ("rblnctl", "kubectl rbln") else "rblnctl"
-
-
-def prog_name(ctx: Any) -> str:
-    """The program name to print in commands for the user to type."""
-    return _prog(ctx)
-
-
 def recovery_lines(recovery: Any, ctx: Any, *, drop: Any = ()) -> list[str]:
     """A library Recovery phrased as the commands to type (rblnctl.cli.rerun.render: the program name as invoked,
     and every flag of this run the command takes, --context first of all; `drop`: options left out)."""
-    from rblnctl.cli.rerun import render
-
     if recovery is None or getattr(recovery, "remedies", None) is None:
         return []
     return [f"{(r.text + ':').ljust(8)} {render(ctx, r.command, drop=drop)}" for r in recovery.remedies]
@@ -305,8 +292,9 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     for b in getattr(err, "blockers", None) or []:
         stderr().print(f"  - {escape(blocker_text(b))}", soft_wrap=True)
-    for line in getattr(err, "details", None) or []:
-        stderr().print(f"  {escape(str(line))}", soft_wrap=True)
+    for line in getattr(err, "details", None) or []:  # a Remedy among them: its command spelt for this user
+        text = remedy_text(ctx, line) if isinstance(line, Remedy) else str(line)
+        stderr().print(f"  {escape(text)}", soft_wrap=True)
     for line in recovery_lines(getattr(err, "recovery", None), ctx):
         stderr().print(f"  {escape(line)}", soft_wrap=True)
     if _verbose(ctx):

@@ -168,6 +168,17 @@ def _method_body(plan: Any, result: Any) -> dict:
     }
 
 
+def _spelt(ctx: Any, result: Any) -> Any:
+    """The result with each conversion's remedy spelt into its reason (the command as this user types it)."""
+    import dataclasses
+
+    from rblnctl.cli.rerun import remedy_text
+
+    said = [dataclasses.replace(o, reason=f"{o.reason}; {remedy_text(ctx, o.remedy)}", remedy=None) if o.remedy
+            else o for o in result.conversions]
+    return dataclasses.replace(result, conversions=said)
+
+
 def _method_view(plan: Any, result: Any = None) -> Any:
     """A method change (kind MethodChange): the switches, the prerequisites, the nodes rolled."""
     from rblnctl.cli.output import Cell, Table, View, joined
@@ -282,7 +293,7 @@ def set_method(
         plan=plan, apply=changer.apply, refusal=f"refusing to switch the VM allocation method to {target}",
         question=f"Switch every VM's NPU allocation to {target} (RBLNClusterPolicy {plan.policy})?",
         disruptive=True, dry_run=how, yes=yes, output=output, plan_view=_method_view,
-        result_view=lambda r: _method_view(r.plan, r),
+        result_view=lambda r: _method_view(r.plan, _spelt(ctx, r)),
         noop_message=f"RBLNClusterPolicy {plan.policy} already selects {target}; nothing to write",
         done_message=done, on_interrupt=interrupted, progress=progress, rerun=again,
     ))

@@ -15,6 +15,19 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
+LEAF = "rblnctl.leaf"  # Context.meta (shared by a whole chain): the context of the command that runs (cli.errors)
+
+
+def prog_name(ctx: Any) -> str:
+    """How the user ran rblnctl (`rblnctl`, or `kubectl rbln` as a kubectl plugin): the program name every printed
+    command starts with."""
+    try:
+        name = ctx.find_root().info_name
+    except AttributeError:
+        name = None
+    return name if name in ("rblnctl", "kubectl rbln") else "rblnctl"
+
+
 # Options a recovery hint never repeats (by parameter name).
 DROPPED = frozenset({"dry_run", "server_dry_run", "output"})
 
@@ -28,9 +41,10 @@ def _text(value: Any) -> str:
     return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
-def _spell(param: Any, value: Any) -> list[str]:
-    """One option as typed: its long spelling, then its value (a flag alone, a repeated option once per value)."""
-    opts = sorted(param.opts, key=lambda o: (not o.startswith("--"), -len(o)))
+def _spell(param: Any, value: Any, *, short: bool = False) -> list[str]:
+    """One option as typed: its long spelling (`short`: its shortest, `-n`), then its value (a flag alone, a repeated
+    option once per value)."""
+    opts = sorted(param.opts, key=len) if short else sorted(param.opts, key=lambda o: (not o.startswith("--"), -len(o)))
     if getattr(param, "is_flag", False) and not getattr(param, "count", False):
         if value:
             return [opts[0]]
@@ -65,8 +79,6 @@ def command_line(ctx: Any, *, add: Iterable[str] = (), drop: Iterable[str] = (),
 
     `override` sets a parameter (by name) to another value, e.g. the method of a "go back" hint.
     """
-    from rblnctl.cli.errors import prog_name
-
     chain = []
     c = ctx
     while c is not None:
@@ -97,27 +109,28 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
     and its arguments. A command that repeats or resumes the one run (`again`) also keeps every option of that
     run the command takes, except those in `drop` (and the dry-run and -o flags, DROPPED). An external command is
     printed as given."""
-    from rblnctl.cli.errors import prog_name
-
     if command.program:
         return shlex.join([command.program, *command.words])
-    from rblnctl.cli.errors import LEAF
-
     ran = ctx.meta.get(LEAF, ctx)
     root = ran.find_root()
     own = command.option_map
-    skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS else frozenset())
-    words = prog_name(ctx).split()
     root_own = {k: v for k, v in own.items() if any(p.name == k for p in root.command.params)}
-    words += _words(root, skip - root_own.keys(), root_own)
     cmd = root.command
     rest = list(command.words)
+    path: list[str] = []
     while rest and hasattr(cmd, "get_command"):
         sub = cmd.get_command(root, rest[0])
         if sub is None:
             break
-        words.append(rest.pop(0))
+        path.append(rest.pop(0))
         cmd = sub
+    # The run's -n / -A mean something to its own command only (a VM's namespace to vm, the KubeVirt CR's to
+    # kubevirt): another command, or one that names its namespace, does not inherit them.
+    same = command.again and cmd is ran.command
+    skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS or not same else frozenset())
+    words = prog_name(ctx).split()
+    words += _words(root, skip, {})
+    words += path
     values: dict[str, Any] = {}
     if command.again:
         names = {p.name for p in cmd.params}
@@ -127,6 +140,9 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
                 values[p.name] = ran.params.get(p.name)
     values.update({k: v for k, v in own.items() if k not in root_own})
     words += rest  # the arguments first, as kubectl's hints write them (`node drain NODE --force`)
+    for p in root.command.params:  # the root options the command names (its namespace): after it, as kubectl's -n
+        if p.name in root_own:
+            words += _spell(p, root_own[p.name], short=True)
     for p in cmd.params:
         if p.name in values and getattr(p, "param_type_name", "") != "argument":
             words += _spell(p, values.pop(p.name))

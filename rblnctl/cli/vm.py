@@ -521,8 +521,11 @@ def manifest(
             logging.getLogger(__name__).debug("vm manifest: the cluster could not be read for its warnings: %s", e)
     if found is not None:
         opts = dataclasses.replace(opts, method=found.method, resource=found.resource, device_class=found.device_class)
+        from rblnctl.cli.rerun import remedy_text
+        from rblnctl.remedy import Remedy
+
         for w in found.warnings:  # stderr: the manifest on stdout stays a List kubectl applies as is
-            warn(w)
+            warn(remedy_text(ctx, w) if isinstance(w, Remedy) else w)
     objects = build_manifest(opts)
     for note in manifest_notes(opts, objects, refused=None if found is None else found.refused):
         warn(note)

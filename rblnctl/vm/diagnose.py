@@ -534,7 +534,7 @@ def judge(f: Facts) -> VmDiagnosis:
     if vm is None and vmi is None or f.cluster is None:
         chain.add(LinkName.VM, False, [f"no VirtualMachine or VirtualMachineInstance {ref}"],
                   Remedy(text="create it; {command} writes one with NPUs",
-                         command=Command.own("vm", "manifest", ref.name)),
+                         command=Command.own("vm", "manifest", ref.name, namespace=ref.namespace)),
                   failure=f"VirtualMachine {ref} not found")
         return done()
     if vm is not None:

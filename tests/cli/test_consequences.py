@@ -63,7 +63,9 @@ def test_the_record_written_on_resume_keeps_its_from(apiserver):
     assert r.exit_code == 5, r.stderr
     record = json.loads(apiserver.get("Node", "n1")["metadata"]["annotations"][ANN])
     assert record["from"] == "container"
-    assert "go back: rblnctl node set-mode container n1 --reverse" in r.stderr
+    # every flag of the run, the connection first (issue 29)
+    assert (f"go back: rblnctl --server {apiserver.url} node set-mode container n1 --reverse --timeout 0.5 --yes"
+            in r.stderr)
 
 
 @pytest.fixture
@@ -162,7 +164,8 @@ def test_diagnose_never_says_free_npus_for_a_vm_no_node_could_fit(vm_cluster):
     link = next(link for link in doc["links"] if link["status"] == "FAIL")
     assert link["name"] == "FreeCapacity"
     assert "stop a VM" not in link["remedy"] and "ask for at most 2 NPU(s)" in link["remedy"]
-    assert link["remedyCommand"] == ["rblnctl", "vm", "attach", "big", "-n", "vms", "--npus", "2"]
+    assert link["remedyCommand"] == ["rblnctl", "--server", vm_cluster.url, "vm", "attach", "big", "-n", "vms",
+                                     "--npus", "2"]
     assert any("8 rebellions.ai/RBLN-CA22_PF never fit" in e for e in link["evidence"])
     # a VM that fits a node whose NPUs are in use still gets "free NPUs"
     vm_cluster.add(o.vm("vms", "two", running=False, host_devices=[CA22] * 2),
@@ -188,4 +191,5 @@ def test_diagnose_a_dra_vm_asking_more_vfio_npus_than_any_node_has(apiserver):
     link = next(link for link in json.loads(r.stdout)["links"] if link["status"] == "FAIL")
     assert link["name"] == "ClaimAllocated"
     assert "stop a VM" not in link["remedy"] and "ask for at most 2 NPU(s)" in link["remedy"]
-    assert link["remedyCommand"] == ["rblnctl", "vm", "attach", "big", "-n", "vms", "--npus", "2", "--restart"]
+    assert link["remedyCommand"] == ["rblnctl", "--server", apiserver.url, "vm", "attach", "big", "-n", "vms",
+                                     "--npus", "2", "--restart"]

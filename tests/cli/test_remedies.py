@@ -103,7 +103,7 @@ def test_vm_lifecycle_interrupt_hints_keep_the_context(apiserver, tmp_path, mock
     assert r.exit_code == 130, r.stderr
     follow = "stop" if action == "stop" else "start"
     yes = " --yes" if follow == "stop" else ""  # vm start has no --yes: a flag the command does not take is left out
-    assert (f"`kubectl rbln --kubeconfig {kubeconfig} --context fake --namespace default vm {follow} v1 --wait "
+    assert (f"`kubectl rbln --kubeconfig {kubeconfig} --context fake vm {follow} v1 -n default --wait "
             f"--timeout 2m{yes}` follows it again") in r.stderr, r.stderr
 
 
