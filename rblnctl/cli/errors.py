@@ -254,10 +254,14 @@ class RblnGroup(TyperGroup):
 from rblnctl.cli.flags import OVERRIDE_FLAGS, flag_for  # noqa: E402,F401 - re-exported
 
 
-def blocker_text(blocker: Any) -> str:
-    """A blocker as the CLI says it: its message, and the flag that would override it."""
+def blocker_text(blocker: Any, ctx: Any = None) -> str:
+    """A blocker as the CLI says it: its message, its remedy (with `ctx`: its command spelt for this user), and the
+    flag that would override it."""
     override = getattr(blocker, "override", None)
     text = str(blocker)
+    remedy = getattr(blocker, "remedy", None)
+    if remedy is not None and ctx is not None:
+        text += f"; {remedy_text(ctx, remedy)}"
     if override:
         text += f" (pass {flag_for(override)} to go ahead anyway)"
     return text
@@ -291,7 +295,7 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
             text += " (rerun with -v for the traceback)"
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     for b in getattr(err, "blockers", None) or []:
-        stderr().print(f"  - {escape(blocker_text(b))}", soft_wrap=True)
+        stderr().print(f"  - {escape(blocker_text(b, ctx))}", soft_wrap=True)
     for line in getattr(err, "details", None) or []:  # a Remedy among them: its command spelt for this user
         text = remedy_text(ctx, line) if isinstance(line, Remedy) else str(line)
         stderr().print(f"  {escape(text)}", soft_wrap=True)

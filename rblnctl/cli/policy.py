@@ -18,6 +18,7 @@ from rblnctl.cli.options import (
     examples,
 )
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
+from rblnctl.cli.rerun import spell
 
 app = typer.Typer(
     help="Show the RBLN NPU Operator's policy and change how VMs get NPUs (sandbox device plugin or DRA).",
@@ -157,7 +158,7 @@ def _method_body(plan: Any, result: Any) -> dict:
             "admissionRules": {"source": plan.rules.source, "assumed": plan.rules.assumed, "rules": plan.rules.ids,
                                "unknown": list(plan.rules.unknown)},
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-            "warnings": [str(w) for w in plan.warnings],
+            "warnings": [spell(w) for w in plan.warnings],
         },
         "result": None if result is None else {
             "changed": result.changed, "attempts": result.attempts, "waited": result.waited,

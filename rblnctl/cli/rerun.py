@@ -166,3 +166,18 @@ def remedy_text(ctx: Any, remedy: Any, *, drop: Iterable[str] = ()) -> str:
     if "{command}" in text:
         return text.replace("{command}", cmd)
     return f"{text}: {cmd}"
+
+
+def spell(item: Any) -> str:
+    """A library message as the CLI says it: a Remedy (a warning, a note that names a command) spelt for the command
+    running now (click's current context), anything else as str()."""
+    from rblnctl.remedy import Remedy
+
+    if not isinstance(item, Remedy):
+        return str(item)
+    from typer._click.globals import get_current_context  # typer's click, the one running every rblnctl command
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:  # not under a command (a library caller): the words, the commands as data left out
+        return item.text.replace("{command}", "").strip()
+    return remedy_text(ctx, item)

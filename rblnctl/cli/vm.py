@@ -20,6 +20,7 @@ from rblnctl.cli.options import (
     output_option,
 )
 from rblnctl.cli.output import Format
+from rblnctl.cli.rerun import spell
 
 app = typer.Typer(
     help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
@@ -229,7 +230,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "start": plan.start,
             "patch": plan.patch,
             "noop": plan.noop,
-            "warnings": [str(w) for w in plan.warnings],
+            "warnings": [spell(w) for w in plan.warnings],
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
         },
         "result": None if result is None else {
@@ -788,7 +789,7 @@ def _state_doc(st: Any) -> dict:
 def _lifecycle_doc(plan: Any, result: Any) -> dict:
     return {"vm": {"namespace": plan.vm.namespace, "name": plan.vm.name}, "action": plan.action,
             "plan": {"request": plan.send, "why": plan.why, "noop": plan.noop, "wait": plan.wait,
-                     "warnings": [str(w) for w in plan.warnings],
+                     "warnings": [spell(w) for w in plan.warnings],
                      "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers]},
             "before": _state_doc(plan.before),
             "result": None if result is None else {"request": result.sent, "changed": result.changed,

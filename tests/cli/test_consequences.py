@@ -135,7 +135,8 @@ def test_switching_the_last_container_node_to_vm_warns_about_the_npu_pods_it_evi
     doc = json.loads(r.stdout)
     (warning,) = [w for w in doc["warnings"] if PODS_STRANDED in w]  # said once, for the pool
     assert "it evicts 2 NPU pod(s) (default/c1-app, default/c2-app)" in warning
-    assert "`rblnctl node set-mode container c1`" in warning and r.stderr.count(PODS_STRANDED) == 1
+    assert f"`rblnctl --server {container_cluster.url} node set-mode container c1`" in warning
+    assert r.stderr.count(PODS_STRANDED) == 1
     container_cluster.mutate("Node", "c2", fn=lambda n: n["metadata"]["labels"].update(
         {MODE: "vm-passthrough"}))
     r = cli("node", "set-mode", "vm", "c1", "--dry-run", "-o", "json", server=container_cluster.url)
