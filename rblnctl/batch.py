@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rblnctl.errors import AuthError, ClusterUnreachable, Forbidden, OutcomeUnknown, RblnError
+from rblnctl.remedy import Remedy
 
 
 class State(enum.StrEnum):
@@ -35,6 +36,7 @@ class ItemOutcome:
     name: str  # namespace/name, or name
     state: State
     reason: str = ""  # failed: the error; not attempted: why not; unchanged: why nothing was written
+    remedy: Remedy | None = None  # failed: what fixes it (the front end spells its command after the reason)
 
     @property
     def ok(self) -> bool:
@@ -81,9 +83,12 @@ def complete(outcomes: Sequence[ItemOutcome]) -> bool:
     return all(o.ok for o in outcomes)
 
 
-def failures(outcomes: Sequence[ItemOutcome]) -> list[str]:
-    """One line per object not done: `VirtualMachine ns/a (failed): why`, for an error's details."""
-    return [f"{o.kind} {o.name} ({o.state.value}): {o.reason}" for o in outcomes if not o.ok]
+def failures(outcomes: Sequence[ItemOutcome]) -> list[str | Remedy]:
+    """One line per object not done: `VirtualMachine ns/a (failed): why`, for an error's details; a Remedy when the
+    object's fix names a command (the front end spells it)."""
+    return [f"{o.kind} {o.name} ({o.state.value}): {o.reason}" if o.remedy is None else
+            Remedy(f"{o.kind} {o.name} ({o.state.value}): {o.reason}; {o.remedy.text}", o.remedy.command,
+                   o.remedy.more) for o in outcomes if not o.ok]
 
 
 def partial(what: str, outcomes: Sequence[ItemOutcome], result: object) -> RblnError:

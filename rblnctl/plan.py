@@ -2,23 +2,28 @@
 
 A plan says what would change (`noop` when nothing), what warrants a warning, and every reason it
 must not run (`blockers`). A blocker names, as data, the option that would let the operation go
-ahead (`override`, an options-field name such as `force`); front ends phrase that their own way
-(the CLI says "pass --force"), so no library message names a command-line flag.
+ahead (`override`, an options-field name such as `force`) and, when something else fixes it, a
+Remedy (rblnctl.remedy: words and the command as data); front ends phrase both their own way (the
+CLI says "pass --force"), so no library message names a program or a command-line flag.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from rblnctl.remedy import Remedy
 
 
 @dataclass(frozen=True)
 class Blocker:
-    """One reason an operation refuses to run; `override` is the option that would allow it (None: nothing does)."""
+    """One reason an operation refuses to run; `override` is the option that would allow it (None: nothing does),
+    `remedy` what fixes it otherwise (None: nothing named)."""
 
     message: str
     override: str | None = None
+    remedy: Remedy | None = field(default=None, kw_only=True)  # keyword: subclasses add positional fields
 
     def __str__(self) -> str:
         return self.message

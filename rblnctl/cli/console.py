@@ -61,7 +61,9 @@ def warn(message: object) -> None:
 
     from rblnctl.cli.flags import flag_for
 
-    text = str(message)
+    from rblnctl.cli.rerun import spell
+
+    text = spell(message)
     option = getattr(message, "option", None)
     if option:
         text += f" (pass {flag_for(option)})"

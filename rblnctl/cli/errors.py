@@ -11,9 +11,13 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from rblnctl import errors as E
+from rblnctl.cli.rerun import LEAF, prog_name, remedy_text, render  # noqa: F401 - prog_name: re-exported
+from rblnctl.remedy import Remedy
+
+_prog = prog_name
 
 # Most specific class first; the first match in an error's MRO wins.
 EXIT_CODES: dict[type[BaseException], int] = {
@@ -181,6 +185,18 @@ def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
 # typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
 TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
 
+_command_invoke = TyperCommand.invoke
+
+
+def _leaf_invoke(self: Any, ctx: Any) -> Any:
+    """Note the running command's context, so a hint printed from the error edge (the root's context) repeats it
+    with its flags (rblnctl.cli.rerun.render)."""
+    ctx.meta[LEAF] = ctx
+    return _command_invoke(self, ctx)
+
+
+TyperCommand.invoke = _leaf_invoke  # type: ignore[method-assign]
+
 
 class RblnGroup(TyperGroup):
     """Root command group: global-option hoisting, the RblnError -> exit code edge, kubectl-style usage errors."""
@@ -238,44 +254,25 @@ class RblnGroup(TyperGroup):
 from rblnctl.cli.flags import OVERRIDE_FLAGS, flag_for  # noqa: E402,F401 - re-exported
 
 
-def blocker_text(blocker: Any) -> str:
-    """A blocker as the CLI says it: its message, and the flag that would override it."""
+def blocker_text(blocker: Any, ctx: Any = None) -> str:
+    """A blocker as the CLI says it: its message, its remedy (with `ctx`: its command spelt for this user), and the
+    flag that would override it."""
     override = getattr(blocker, "override", None)
     text = str(blocker)
+    remedy = getattr(blocker, "remedy", None)
+    if remedy is not None and ctx is not None:
+        text += f"; {remedy_text(ctx, remedy)}"
     if override:
         text += f" (pass {flag_for(override)} to go ahead anyway)"
     return text
 
 
-def _prog(ctx: Any) -> str:
-    """How the user ran rblnctl (`rblnctl`, or `kubectl rbln` as a kubectl plugin), for the commands we print."""
-    try:
-        name = ctx.find_root().info_name
-    except AttributeError:
-        name = None
-    return name if name in ("rblnctl", "kubectl rbln") else "rblnctl"
-
-
-def prog_name(ctx: Any) -> str:
-    """The program name to print in commands for the user to type."""
-    return _prog(ctx)
-
-
-def recovery_lines(recovery: Any, prog: str = "rblnctl") -> list[str]:
-    """A library Recovery phrased as the commands to type."""
-    if recovery is None:
+def recovery_lines(recovery: Any, ctx: Any, *, drop: Any = ()) -> list[str]:
+    """A library Recovery phrased as the commands to type (rblnctl.cli.rerun.render: the program name as invoked,
+    and every flag of this run the command takes, --context first of all; `drop`: options left out)."""
+    if recovery is None or getattr(recovery, "remedies", None) is None:
         return []
-    node, target, back = (getattr(recovery, k, None) for k in ("node", "target", "back"))
-    if node is None:
-        return []
-
-    def short(mode: str) -> str:
-        return "vm" if mode == "vm-passthrough" else mode
-
-    # Going back means a switch to the other mode while this one's record is on the node: exactly what
-    # --reverse (and nothing broader) lets through.
-    return [f"resume:  {prog} node set-mode {short(target)} {node}",
-            f"go back: {prog} node set-mode {short(back)} {node} --reverse"]
+    return [f"{(r.text + ':').ljust(8)} {render(ctx, r.command, drop=drop)}" for r in recovery.remedies]
 
 
 def _verbose(ctx: Any) -> bool:
@@ -298,10 +295,11 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
             text += " (rerun with -v for the traceback)"
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     for b in getattr(err, "blockers", None) or []:
-        stderr().print(f"  - {escape(blocker_text(b))}", soft_wrap=True)
-    for line in getattr(err, "details", None) or []:
-        stderr().print(f"  {escape(str(line))}", soft_wrap=True)
-    for line in recovery_lines(getattr(err, "recovery", None), _prog(ctx)):
+        stderr().print(f"  - {escape(blocker_text(b, ctx))}", soft_wrap=True)
+    for line in getattr(err, "details", None) or []:  # a Remedy among them: its command spelt for this user
+        text = remedy_text(ctx, line) if isinstance(line, Remedy) else str(line)
+        stderr().print(f"  {escape(text)}", soft_wrap=True)
+    for line in recovery_lines(getattr(err, "recovery", None), ctx):
         stderr().print(f"  {escape(line)}", soft_wrap=True)
     if _verbose(ctx):
         import traceback

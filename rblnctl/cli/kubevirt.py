@@ -10,6 +10,7 @@ from rblnctl.cli import completion
 from rblnctl.cli.options import examples
 
 from rblnctl.cli.options import DryRunOpt, GuardOverrideOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
+from rblnctl.cli.rerun import spell
 
 app = typer.Typer(
     help="Edit the KubeVirt CR for RBLN NPUs: feature gates and permitted host devices, conflict-safely. "
@@ -86,7 +87,7 @@ def _edit_body(plan: Any, result: Any) -> dict:
     from rblnctl.cli.output import to_data
 
     doc = to_data(plan)
-    doc["warnings"] = [str(w) for w in plan.warnings]
+    doc["warnings"] = [spell(w) for w in plan.warnings]
     return {"kubevirt": {"name": plan.name, "namespace": plan.namespace}, "plan": doc,
             "result": None if result is None else {"changed": result.changed, "attempts": result.attempts,
                                                    "serverDryRun": result.server_dry_run}}
@@ -267,6 +268,16 @@ def permit_devices(
 # -- status ----------------------------------------------------------------------------------------
 
 
+def _spelt_notes(ctx: Any, st: Any) -> Any:
+    """The status with each note that names a command (a Remedy) spelt for this user (rblnctl.cli.rerun)."""
+    import dataclasses
+
+    from rblnctl.cli.rerun import remedy_text
+    from rblnctl.remedy import Remedy
+
+    return dataclasses.replace(st, notes=[remedy_text(ctx, n) if isinstance(n, Remedy) else n for n in st.notes])
+
+
 def _status_view(st: Any) -> Any:
     from rblnctl.cli.output import Cell, Table, View, joined, to_data
 
@@ -311,7 +322,7 @@ def status(
     from rblnctl.kubevirt.status import kubevirt_status
 
     st = kubevirt_status(ctx.obj.kube(), name=name, namespace=ctx.obj.namespace)
-    emit(_status_view(st), output)
+    emit(_status_view(_spelt_notes(ctx, st)), output)
 
 
 # -- migrate-resources -----------------------------------------------------------------------------
@@ -345,7 +356,7 @@ def _migration_body(plan: Any, result: Any) -> dict:
             "scannedInstances": plan.scanned_instances,
             "noop": plan.noop,
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-            "warnings": [str(w) for w in plan.warnings],
+            "warnings": [spell(w) for w in plan.warnings],
         },
         "result": None if result is None else {
             "kubevirtChanged": result.kubevirt_changed, "changed": list(result.changed), "gone": list(result.gone),

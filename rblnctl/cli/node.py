@@ -424,30 +424,35 @@ def _pool_options(max_unavailable: str, continue_on_error: bool) -> Any:
 
 
 def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: str | None, how: str | None, yes: bool,
-              output: Any, progress: Any, rerun: str) -> None:
-    """Plan every node, confirm once, run the pool through the one flow, and exit 1 if any node failed."""
+              output: Any, progress: Any) -> None:
+    """Plan every node, confirm once, run the pool through the one flow, and exit 1 if any node failed.
+
+    Every hint repeats the command as run (rblnctl.cli.rerun): the pool's with all its flags, a node's without the
+    pool's selection and pacing (POOL_ONLY) but with every other flag, --context first of all."""
     from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import prog_name
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.pool import pool_plan_view, pool_result_view
+    from rblnctl.cli.rerun import POOL_ONLY, command_line, render
     from rblnctl.node.pool import Outcome, PoolFailed
+    from rblnctl.remedy import Command
 
     plan = runner.plan(names, selector=selector)
-    prog = prog_name(ctx)
     verb = "switch" if plan.operation == "set-mode" else "drain"
 
     def resume_lines(nodes: list[str]) -> list[str]:
         if plan.operation != "set-mode":
-            return [f"resume: {prog} node drain {n}" for n in nodes]
+            return [f"resume: {render(ctx, Command.own('node', 'drain', n, again=True), drop=POOL_ONLY)}"
+                    for n in nodes]
         from rblnctl.node.mode import short_mode
 
-        return [f"resume:  {prog} node set-mode {short_mode(plan.target)} {n}" for n in nodes]
+        switch = [Command.own("node", "set-mode", short_mode(plan.target), n, again=True) for n in nodes]
+        return [f"resume:  {render(ctx, c, drop=POOL_ONLY)}" for c in switch]
 
     def interrupted() -> None:
         stopped = [n for n, i in runner.items.items() if i.outcome == Outcome.INTERRUPTED]
         if stopped:
             warn(f"interrupted: node(s) {', '.join(stopped)} may be left cordoned mid-{verb}; re-run "
-                 f"`{prog} {rerun}` to resume the pool, or one node at a time:")
+                 f"`{command_line(ctx)}` to resume the pool, or one node at a time:")
             for line in resume_lines(stopped):
                 warn(line)
 
@@ -475,7 +480,7 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
         if recovery is not None:
             from rblnctl.cli.errors import recovery_lines
 
-            details += [f"  {line}" for line in recovery_lines(recovery, prog)]
+            details += [f"  {line}" for line in recovery_lines(recovery, ctx, drop=POOL_ONLY)]
     skipped = result.count(Outcome.SKIPPED)
     tail = f"; {skipped} node(s) not started" if skipped else ""
     raise PoolFailed(f"{len(result.failed)} of {len(result.items)} node(s) failed or were refused: "
@@ -541,16 +546,16 @@ def set_mode(
                           skip_release_check=skip_release_check, reverse=reverse, uncordon=uncordon)
     try:
         _set_mode(ctx, target, nodes, selector=selector, options=options, pool_options=pool_options, how=how,
-                  yes=yes, output=output, max_unavailable=max_unavailable)
+                  yes=yes, output=output)
     except RblnError as err:
         _explain_force(err, force)
         raise
 
 
 def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: str | None, options: Any,
-              pool_options: Any, how: str | None, yes: bool, output: Any, max_unavailable: str) -> None:
+              pool_options: Any, how: str | None, yes: bool, output: Any) -> None:
     from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import prog_name, recovery_lines
+    from rblnctl.cli.errors import recovery_lines
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.node.mode import ModeSwitcher, short_mode
 
@@ -562,7 +567,7 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
         plan = switcher.plan(node, target)
 
         def interrupted() -> None:
-            lines = "; ".join(recovery_lines(plan.recovery, prog_name(ctx)))
+            lines = "; ".join(recovery_lines(plan.recovery, ctx))
             warn(f"node {node} may be left cordoned, with its progress record, mid-switch; {lines}")
 
         run(Mutation(
@@ -582,9 +587,7 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
                             server_dry_run=how == "server")
     runner = PoolRunner.for_mode(kube, target, options, pool=pool_options, events=progress.events(),
                                  audit=_auditor(ctx))
-    rerun = f"node set-mode {short_mode(target)} " + (" ".join(nodes) if nodes else f"-l {_quoted(selector)}") + \
-        (f" --max-unavailable {max_unavailable}" if max_unavailable != "1" else "")
-    _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress, rerun=rerun)
+    _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress)
 
 
 def _auditor(ctx: typer.Context) -> Any:
@@ -592,12 +595,6 @@ def _auditor(ctx: typer.Context) -> Any:
     from rblnctl.audit import Auditor
 
     return Auditor(kube=ctx.obj.kube())
-
-
-def _quoted(text: str | None) -> str:
-    import shlex
-
-    return shlex.quote(text or "")
 
 
 # -- drain -----------------------------------------------------------------------------------------
@@ -637,14 +634,14 @@ def drain(
                              take_over=take_over, lock_namespace=lock_namespace)
     try:
         _drain(ctx, nodes, selector=selector, options=options, pool_options=pool_options, how=how, yes=yes,
-               output=output, max_unavailable=max_unavailable)
+               output=output)
     except RblnError as err:
         _explain_force(err, force)
         raise
 
 
 def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, options: Any, pool_options: Any,
-           how: str | None, yes: bool, output: Any, max_unavailable: str) -> None:
+           how: str | None, yes: bool, output: Any) -> None:
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.node.drain import Drainer
@@ -656,7 +653,9 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
         plan = drainer.plan(node)
 
         def interrupted() -> None:
-            warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to "
+            from rblnctl.cli.rerun import command_line
+
+            warn(f"node {node} may be left cordoned and partly drained; re-run `{command_line(ctx)}` to "
                  f"finish, or `kubectl uncordon {node}` to make it schedulable again")
 
         def done(result: Any) -> str:
@@ -680,6 +679,4 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
     names = select_nodes(kube, names=nodes, selector=selector)
     progress = PoolProgress(names, title=f"draining {len(names)} node(s)", server_dry_run=how == "server")
     runner = PoolRunner.for_drain(kube, options, pool=pool_options, events=progress.events(), audit=_auditor(ctx))
-    rerun = "node drain " + (" ".join(nodes) if nodes else f"-l {_quoted(selector)}") + \
-        (f" --max-unavailable {max_unavailable}" if max_unavailable != "1" else "")
-    _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress, rerun=rerun)
+    _run_pool(ctx, runner, names, selector=selector, how=how, yes=yes, output=output, progress=progress)

@@ -4,6 +4,7 @@ one node and, item by item, for a pool (rblnctl.cli.pool): one place, imported b
 from __future__ import annotations
 
 from typing import Any
+from rblnctl.cli.rerun import spell
 
 
 def pod_document(e: Any) -> dict:
@@ -22,7 +23,7 @@ def ref_document(r: Any) -> dict:
 def drain_plan_document(plan: Any) -> dict:
     return {"node": plan.node, "scope": plan.scope, "cordon": plan.cordon, "unschedulable": plan.unschedulable,
             "pods": [pod_document(e) for e in list(plan.evict) + list(plan.ignored)],
-            "blockers": [blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
+            "blockers": [blocker_document(b) for b in plan.blockers], "warnings": [spell(w) for w in plan.warnings]}
 
 
 def drain_document(plan: Any, result: Any = None) -> dict:
@@ -43,7 +44,7 @@ def mode_plan_document(plan: Any) -> dict:
             "pods": [] if plan.drain is None else [pod_document(e) for e in
                                                    list(plan.drain.evict) + list(plan.drain.ignored)],
             "pending": list(plan.pending),
-            "blockers": [blocker_document(b) for b in plan.blockers], "warnings": list(plan.warnings)}
+            "blockers": [blocker_document(b) for b in plan.blockers], "warnings": [spell(w) for w in plan.warnings]}
 
 
 def mode_switch_document(plan: Any, result: Any = None) -> dict:

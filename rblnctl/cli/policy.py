@@ -18,6 +18,7 @@ from rblnctl.cli.options import (
     examples,
 )
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
+from rblnctl.cli.rerun import spell
 
 app = typer.Typer(
     help="Show the RBLN NPU Operator's policy and change how VMs get NPUs (sandbox device plugin or DRA).",
@@ -157,7 +158,7 @@ def _method_body(plan: Any, result: Any) -> dict:
             "admissionRules": {"source": plan.rules.source, "assumed": plan.rules.assumed, "rules": plan.rules.ids,
                                "unknown": list(plan.rules.unknown)},
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-            "warnings": [str(w) for w in plan.warnings],
+            "warnings": [spell(w) for w in plan.warnings],
         },
         "result": None if result is None else {
             "changed": result.changed, "attempts": result.attempts, "waited": result.waited,
@@ -166,6 +167,17 @@ def _method_body(plan: Any, result: Any) -> dict:
                              "state": o.state.value, "reason": o.reason or None} for o in result.conversions],
             "elapsedSeconds": result.elapsed_s, "serverDryRun": result.server_dry_run},
     }
+
+
+def _spelt(ctx: Any, result: Any) -> Any:
+    """The result with each conversion's remedy spelt into its reason (the command as this user types it)."""
+    import dataclasses
+
+    from rblnctl.cli.rerun import remedy_text
+
+    said = [dataclasses.replace(o, reason=f"{o.reason}; {remedy_text(ctx, o.remedy)}", remedy=None) if o.remedy
+            else o for o in result.conversions]
+    return dataclasses.replace(result, conversions=said)
 
 
 def _method_view(plan: Any, result: Any = None) -> Any:
@@ -282,7 +294,7 @@ def set_method(
         plan=plan, apply=changer.apply, refusal=f"refusing to switch the VM allocation method to {target}",
         question=f"Switch every VM's NPU allocation to {target} (RBLNClusterPolicy {plan.policy})?",
         disruptive=True, dry_run=how, yes=yes, output=output, plan_view=_method_view,
-        result_view=lambda r: _method_view(r.plan, r),
+        result_view=lambda r: _method_view(r.plan, _spelt(ctx, r)),
         noop_message=f"RBLNClusterPolicy {plan.policy} already selects {target}; nothing to write",
         done_message=done, on_interrupt=interrupted, progress=progress, rerun=again,
     ))

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from rblnctl.cli.output import Cell, Table, View
+from rblnctl.cli.rerun import spell
 
 _STYLE = {"done": "green", "unchanged": "", "refused": "red", "failed": "red", "interrupted": "yellow",
           "skipped": "yellow"}
@@ -257,7 +258,7 @@ def pool_document(plan: Any, result: Any = None) -> dict:
     """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
     items = {i.node: i for i in result.items} if result is not None else {}
     body: dict = {"selector": plan.selector, "maxUnavailable": plan.max_unavailable,
-                  "continueOnError": plan.continue_on_error, "warnings": list(plan.pool_warnings)}
+                  "continueOnError": plan.continue_on_error, "warnings": [spell(w) for w in plan.pool_warnings]}
     if plan.operation == "set-mode":
         body["target"] = plan.target
     body["items"] = [_item_document(plan, n, items.get(n)) for n in plan.nodes]

@@ -171,12 +171,26 @@ def report_view(report: Any) -> Any:
     per_node = [c for c in report.checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]
     remedies: list[str] = []
     tables = []
+    first: dict[str, str] = {}  # remedy command -> the check whose remedy names it first
+
+    def said_once(id_: str, remedy: str, command: str) -> str:
+        """The remedy, or, when an earlier check's remedy already runs the same command (one policy change fixes
+        operator.policy, dra.driver and dra.deviceclass), its own words and a pointer to that one: every command
+        printed once per run."""
+        if not command:
+            return remedy
+        if command not in first:
+            first[command] = id_
+            return remedy
+        head = remedy.split("`", 1)[0].rstrip(" :;,")
+        return f"{head}: the remedy of {first[command]} above" if head else f"the remedy of {first[command]} above"
+
     if top:
         t = Table("STATUS", "CHECK", "EVIDENCE", Column("ID", wide=True))
         for c in top:
             t.add_row(status_cell(c.status), c.title, c.evidence, c.id)
             if c.remedy:
-                remedies.append(f"{c.status.value} {c.id}: {c.remedy}")
+                remedies.append(f"{c.status.value} {c.id}: {said_once(c.id, c.remedy, c.remedy_command)}")
         tables.append(t)
     if per_node:
         nt = Table("STATUS", "CHECK", "NODES", "EVIDENCE", Column("ID", wide=True))
@@ -184,7 +198,7 @@ def report_view(report: Any) -> Any:
             nodes = _nodes_text(g.scopes, report.nodes)
             nt.add_row(status_cell(g.status), g.title, nodes, g.evidence, g.id)
             if g.remedy:
-                remedies.append(f"{g.status.value} {g.id} ({nodes}): {g.remedy}")
+                remedies.append(f"{g.status.value} {g.id} ({nodes}): {said_once(g.id, g.remedy, '')}")
         tables.append(nt)
     s = report.summary
     verdict = "ready" if s.ok else "NOT ready"

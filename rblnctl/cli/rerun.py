@@ -15,6 +15,19 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
+LEAF = "rblnctl.leaf"  # Context.meta (shared by a whole chain): the context of the command that runs (cli.errors)
+
+
+def prog_name(ctx: Any) -> str:
+    """How the user ran rblnctl (`rblnctl`, or `kubectl rbln` as a kubectl plugin): the program name every printed
+    command starts with."""
+    try:
+        name = ctx.find_root().info_name
+    except AttributeError:
+        name = None
+    return name if name in ("rblnctl", "kubectl rbln") else "rblnctl"
+
+
 # Options a recovery hint never repeats (by parameter name).
 DROPPED = frozenset({"dry_run", "server_dry_run", "output"})
 
@@ -28,6 +41,23 @@ def _text(value: Any) -> str:
     return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
+def _spell(param: Any, value: Any, *, short: bool = False) -> list[str]:
+    """One option as typed: its long spelling (`short`: its shortest, `-n`), then its value (a flag alone, a repeated
+    option once per value)."""
+    opts = sorted(param.opts, key=len) if short else sorted(param.opts, key=lambda o: (not o.startswith("--"), -len(o)))
+    if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+        if value:
+            return [opts[0]]
+        return [sorted(param.secondary_opts, key=len)[-1]] if param.secondary_opts else []
+    if getattr(param, "count", False):
+        return [opts[0]] * int(value or 0)
+    words: list[str] = []
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+        if v is not None:
+            words += [opts[0], _text(v)]
+    return words
+
+
 def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any]) -> list[str]:
     words: list[str] = []
     args: list[str] = []
@@ -39,20 +69,7 @@ def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any]) -> list[str
         if getattr(param, "param_type_name", "") == "argument":
             args += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [_text(value)]
             continue
-        opts = sorted(param.opts, key=lambda o: (not o.startswith("--"), -len(o)))
-        if getattr(param, "is_flag", False) and not getattr(param, "count", False):
-            if value:
-                words.append(opts[0])
-            elif param.secondary_opts:
-                words.append(sorted(param.secondary_opts, key=len)[-1])
-            continue
-        if getattr(param, "count", False):
-            words += [opts[0]] * int(value or 0)
-            continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for v in values:
-            if v is not None:
-                words += [opts[0], _text(v)]
+        words += _spell(param, value)
     return words + args
 
 
@@ -62,8 +79,6 @@ def command_line(ctx: Any, *, add: Iterable[str] = (), drop: Iterable[str] = (),
 
     `override` sets a parameter (by name) to another value, e.g. the method of a "go back" hint.
     """
-    from rblnctl.cli.errors import prog_name
-
     chain = []
     c = ctx
     while c is not None:
@@ -80,3 +95,89 @@ def command_line(ctx: Any, *, add: Iterable[str] = (), drop: Iterable[str] = (),
         if flag not in words:
             words.append(flag)
     return shlex.join(words)
+
+
+# Root options a hint never repeats when the command names its own namespace (they would contradict it).
+_NAMESPACE_OPTS = frozenset({"namespace", "all_namespaces"})
+# What a pool's per-node hint leaves out: the selection and the pool's own pacing.
+POOL_ONLY = frozenset({"selector", "max_unavailable", "continue_on_error"})
+
+
+def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
+    """A library Command (rblnctl.remedy) as the user types it: the program name as invoked, the root options the
+    user gave (`--context prod` stays on every hint), the subcommand, its options spelt from their parameter names,
+    and its arguments. A command that repeats or resumes the one run (`again`) also keeps every option of that
+    run the command takes, except those in `drop` (and the dry-run and -o flags, DROPPED). An external command is
+    printed as given."""
+    if command.program:
+        return shlex.join([command.program, *command.words])
+    ran = ctx.meta.get(LEAF, ctx)
+    root = ran.find_root()
+    own = command.option_map
+    root_own = {k: v for k, v in own.items() if any(p.name == k for p in root.command.params)}
+    cmd = root.command
+    rest = list(command.words)
+    path: list[str] = []
+    while rest and hasattr(cmd, "get_command"):
+        sub = cmd.get_command(root, rest[0])
+        if sub is None:
+            break
+        path.append(rest.pop(0))
+        cmd = sub
+    # The run's -n / -A mean something to its own command only (a VM's namespace to vm, the KubeVirt CR's to
+    # kubevirt): another command, or one that names its namespace, does not inherit them.
+    same = command.again and cmd is ran.command
+    skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS or not same else frozenset())
+    words = prog_name(ctx).split()
+    words += _words(root, skip, {})
+    words += path
+    values: dict[str, Any] = {}
+    if command.again:
+        names = {p.name for p in cmd.params}
+        for p in ran.command.params:
+            if (p.name in names and p.name not in skip and getattr(p, "param_type_name", "") != "argument"
+                    and _given(ran, p.name)):
+                values[p.name] = ran.params.get(p.name)
+    values.update({k: v for k, v in own.items() if k not in root_own})
+    words += rest  # the arguments first, as kubectl's hints write them (`node drain NODE --force`)
+    for p in root.command.params:  # the root options the command names (its namespace): after it, as kubectl's -n
+        if p.name in root_own:
+            words += _spell(p, root_own[p.name], short=True)
+    for p in cmd.params:
+        if p.name in values and getattr(p, "param_type_name", "") != "argument":
+            words += _spell(p, values.pop(p.name))
+    for name, value in values.items():  # not an option of that command: spelt as the option it would be
+        flag = "--" + name.replace("_", "-")
+        words += [flag] if value is True else [flag, _text(value)]
+    return shlex.join(words)
+
+
+def remedy_text(ctx: Any, remedy: Any, *, drop: Iterable[str] = ()) -> str:
+    """A library Remedy as the CLI says it: its words, with its command(s) placed where the text says, quoted
+    (`{command}`, `{more0}`...), else appended (`text: `command``)."""
+    if remedy is None:
+        return ""
+    text = remedy.text
+    for i, extra in enumerate(remedy.more):
+        text = text.replace(f"{{more{i}}}", f"`{render(ctx, extra, drop=drop)}`")
+    if remedy.command is None:
+        return text
+    cmd = f"`{render(ctx, remedy.command, drop=drop)}`"
+    if "{command}" in text:
+        return text.replace("{command}", cmd)
+    return f"{text}: {cmd}"
+
+
+def spell(item: Any) -> str:
+    """A library message as the CLI says it: a Remedy (a warning, a note that names a command) spelt for the command
+    running now (click's current context), anything else as str()."""
+    from rblnctl.remedy import Remedy
+
+    if not isinstance(item, Remedy):
+        return str(item)
+    from typer._click.globals import get_current_context  # typer's click, the one running every rblnctl command
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:  # not under a command (a library caller): the words, the commands as data left out
+        return item.text.replace("{command}", "").strip()
+    return remedy_text(ctx, item)

@@ -130,6 +130,7 @@ def status(
     "sudo rblnctl vfio bind --all --load-modules",
 ))
 def bind(
+    ctx: typer.Context,
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,
     dry_run: HostDryRunOpt = False,
@@ -146,7 +147,7 @@ def bind(
     """Bind NPUs to vfio-pci (checked, rolled back)."""
     _selection(bdfs, all_devices)
     binder = _binder(root, state_file, force=force, keep_going=keep_going, load_modules=load_modules)
-    _execute(binder, binder.plan("bind", bdfs or (), all_devices=all_devices), dry_run=dry_run, yes=yes,
+    _execute(binder, binder.plan("bind", bdfs or (), all_devices=all_devices), dry_run=dry_run, yes=yes, ctx=ctx,
              output=output)
 
 
@@ -155,6 +156,7 @@ def bind(
     "sudo rblnctl vfio unbind 0000:3b:00.0 --driver rebellions",
 ))
 def unbind(
+    ctx: typer.Context,
     bdfs: BdfArgs = None,
     all_devices: Annotated[bool, typer.Option("--all", help="Every RBLN NPU now on vfio-pci.")] = False,
     driver: Annotated[
@@ -174,7 +176,7 @@ def unbind(
     _selection(bdfs, all_devices)
     binder = _binder(root, state_file, force=force, keep_going=keep_going)
     _execute(binder, binder.plan("unbind", bdfs or (), all_devices=all_devices, driver=driver), dry_run=dry_run,
-             yes=yes, output=output)
+             yes=yes, output=output, ctx=ctx)
 
 
 @app.command("recover", short_help="Re-probe NPUs left without a driver.", epilog=examples(
@@ -182,6 +184,7 @@ def unbind(
     "sudo rblnctl vfio recover 0000:3b:00.0 --mode vm",
 ))
 def recover(
+    ctx: typer.Context,
     bdfs: BdfArgs = None,
     all_devices: AllOpt = False,
     mode: Annotated[
@@ -200,7 +203,7 @@ def recover(
     _selection(bdfs, all_devices)
     binder = _binder(root, state_file)
     _execute(binder, binder.plan("recover", bdfs or (), all_devices=all_devices, mode=mode.value), dry_run=dry_run,
-             yes=yes, output=output)
+             yes=yes, output=output, ctx=ctx)
 
 
 # --- wiring ------------------------------------------------------------------------------------------
@@ -225,7 +228,7 @@ def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_go
                       load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
 
 
-def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Any) -> None:
+def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Any, ctx: Any) -> None:
     """Every vfio change through the one flow; moving devices between drivers is disruptive, so it asks."""
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import CLIENT, Mutation, run
@@ -248,7 +251,7 @@ def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, ou
     ))
     if outcome is None:
         return
-    for hint in _recovery_hints(outcome.results):
+    for hint in _recovery_hints(ctx, outcome.results):
         warn(hint)
     if not outcome.ok:
         bad = [r for r in outcome.results if r.status not in ("ok", "skipped")]
@@ -256,20 +259,28 @@ def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, ou
                         "failed, were rolled back or were not attempted (see the STATUS column)")
 
 
-def _recovery_hints(results: Any) -> list[str]:
-    """The command that gives a device left without a driver its driver back (the library says it in words)."""
+def _recovery_hints(ctx: Any, results: Any) -> list[str]:
+    """The command that gives a device left without a driver its driver back (the library says it in words), as this
+    user types it: the program name as invoked and the run's own --root and --state-file."""
+    from rblnctl.cli.rerun import render
+    from rblnctl.remedy import Command
+
     hints = []
     for r in results:
         if r.status != "driverless":
             continue
         if r.action == "bind" and r.from_driver:
-            cmd = f"rblnctl vfio unbind {r.bdf} --driver {r.from_driver}"
+            cmd = Command.own("vfio", "unbind", r.bdf, driver=r.from_driver, again=True)
         elif r.action == "unbind":
-            cmd = f"rblnctl vfio recover {r.bdf} --mode vm"
+            cmd = Command.own("vfio", "recover", r.bdf, mode="vm", again=True)
         else:
-            cmd = f"rblnctl vfio recover {r.bdf}"
-        hints.append(f"{r.bdf} has no driver: once its driver works again, run `{cmd}`")
+            cmd = Command.own("vfio", "recover", r.bdf, again=True)
+        hints.append(f"{r.bdf} has no driver: once its driver works again, run `{render(ctx, cmd, drop=_ONE_DEVICE)}`")
     return hints
+
+
+# What a hint for one device leaves out of the run it repeats: the selection and the run's bulk behaviour.
+_ONE_DEVICE = frozenset({"all_devices", "keep_going", "force", "load_modules", "yes"})  # another change: it asks
 
 
 def _write_line(verb: str, w: Write) -> str:

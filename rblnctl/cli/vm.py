@@ -20,6 +20,7 @@ from rblnctl.cli.options import (
     output_option,
 )
 from rblnctl.cli.output import Format
+from rblnctl.cli.rerun import spell
 
 app = typer.Typer(
     help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
@@ -148,27 +149,25 @@ def _timeout_s(text: str) -> float:
     return seconds
 
 
-def remedy_text(remedy: Any, prog: str) -> str:
-    """A library Remedy as the CLI says it: its words, and the command to type."""
-    import shlex
+def _restart_now(ctx: Any, ref: Any) -> str:
+    """`vm restart NAME -n NS --wait` as this user types it (their program name and connection flags)."""
+    from rblnctl.cli.rerun import render
+    from rblnctl.vm.pending import restart_command
 
-    if remedy is None:
-        return ""
-    if remedy.command:
-        return f"{remedy.text}: `{prog} {shlex.join(remedy.command)}`"
-    return remedy.text
+    return render(ctx, restart_command(ref))
 
 
-def _phrased(plan: Any, prog: str) -> Any:
+def _phrased(plan: Any, ctx: Any) -> Any:
     """The plan with each blocker's remedy phrased into its message (blockers the CLI prints)."""
     import dataclasses
 
+    from rblnctl.cli.rerun import remedy_text
     from rblnctl.plan import Blocker
 
     blockers = []
     for b in plan.blockers:
         remedy = getattr(b, "remedy", None)
-        text = f"{b.message}; {remedy_text(remedy, prog)}" if remedy is not None else b.message
+        text = f"{b.message}; {remedy_text(ctx, remedy)}" if remedy is not None else b.message
         if b.override == "restart" and hasattr(plan, "next_restart"):  # vm attach|detach offer both
             text += "; or pass --next-restart to change its spec only, for its next restart"
         blockers.append(Blocker(text, override=b.override))
@@ -231,7 +230,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
             "start": plan.start,
             "patch": plan.patch,
             "noop": plan.noop,
-            "warnings": [str(w) for w in plan.warnings],
+            "warnings": [spell(w) for w in plan.warnings],
             "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
         },
         "result": None if result is None else {
@@ -244,7 +243,7 @@ def _change_doc(plan: Any, result: Any) -> dict:
     }
 
 
-def _change_view(plan: Any, result: Any = None, *, prog: str = "rblnctl") -> Any:
+def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any:
     """A VM NPU change in every format (kind VmNpuChange)."""
     import json
 
@@ -280,8 +279,7 @@ def _change_view(plan: Any, result: Any = None, *, prog: str = "rblnctl") -> Any
         tail.append(f"not restarted: {result.not_restarted}")
     if plan.next_restart:
         tail.append(f"next restart: the VM keeps running with {plan.running_npus} NPU(s); the change applies when it "
-                    f"restarts (KubeVirt marks it RestartRequired): `{prog} vm restart {plan.vm.name} -n "
-                    f"{plan.vm.namespace} --wait`")
+                    f"restarts (KubeVirt marks it RestartRequired): `{restart_now}`")
     if plan.restart and not (result is not None and result.not_restarted):
         tail.append("restart: stop the VM, change it, start it, wait until Ready"
                     + ("" if result is None else f" (ready: {'yes' if result.ready else 'no'})" if result.restarted
@@ -299,13 +297,12 @@ def _change_view(plan: Any, result: Any = None, *, prog: str = "rblnctl") -> Any
 def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None, yes: bool, output: Any,
                 progress: _Progress, verb: str) -> None:
     from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import prog_name
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
 
     ref = plan.vm
-    prog = prog_name(ctx)
-    shown = _phrased(plan, prog)
+    restart_now = _restart_now(ctx, ref)
+    shown = _phrased(plan, ctx)
 
     def interrupted() -> None:  # what the library's clean-up left the VM as, in its words (rblnctl.vm.attach apply)
         for line in planner.recovery:
@@ -319,14 +316,14 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
             return f"{text}; not restarted: {result.not_restarted}"
         if result.plan.next_restart:
             return (f"{text} at its next restart; it runs with {result.plan.running_npus} until then "
-                    f"(`{prog} vm restart {ref.name} -n {ref.namespace} --wait` restarts it now)")
+                    f"(`{restart_now}` restarts it now)")
         return text + (", restarted and Ready" if result.ready else "")
 
     run(Mutation(
         plan=shown, apply=lambda _: planner.apply(plan), refusal=f"refusing to {verb} NPUs of VM {ref}",
         question=f"Restart VM {ref} to change its NPUs (it stops, then starts again)?", disruptive=plan.restart,
-        dry_run=how, yes=yes, output=output, plan_view=lambda p: _change_view(p, prog=prog),
-        result_view=lambda r: _change_view(r.plan, r, prog=prog),
+        dry_run=how, yes=yes, output=output, plan_view=lambda p: _change_view(p, restart_now=restart_now),
+        result_view=lambda r: _change_view(r.plan, r, restart_now=restart_now),
         noop_message=f"VM {ref} already has {plan.npus_after} NPU(s) as asked; nothing to do",
         done_message=done, on_interrupt=interrupted,
     ))
@@ -525,8 +522,11 @@ def manifest(
             logging.getLogger(__name__).debug("vm manifest: the cluster could not be read for its warnings: %s", e)
     if found is not None:
         opts = dataclasses.replace(opts, method=found.method, resource=found.resource, device_class=found.device_class)
+        from rblnctl.cli.rerun import remedy_text
+        from rblnctl.remedy import Remedy
+
         for w in found.warnings:  # stderr: the manifest on stdout stays a List kubectl applies as is
-            warn(w)
+            warn(remedy_text(ctx, w) if isinstance(w, Remedy) else w)
     objects = build_manifest(opts)
     for note in manifest_notes(opts, objects, refused=None if found is None else found.refused):
         warn(note)
@@ -638,8 +638,12 @@ def list_vms(
 # -- diagnose -------------------------------------------------------------------------------------------------
 
 
-def _diagnosis_view(d: Any, prog: str) -> Any:
+def _diagnosis_view(d: Any, ctx: Any) -> Any:
+    import shlex
+
     from rblnctl.cli.output import Cell, Table, View
+    from rblnctl.cli.rerun import remedy_text, render
+    from rblnctl.remedy import Remedy
 
     t = Table("LINK", "STATUS", "EVIDENCE")
     for link in d.links:
@@ -652,7 +656,7 @@ def _diagnosis_view(d: Any, prog: str) -> Any:
     else:
         tail = [f"broken link: {broken.name.value} ({broken.failure})"]
         if broken.remedy is not None:
-            tail.append(f"remedy: {remedy_text(broken.remedy, prog)}")
+            tail.append(f"remedy: {remedy_text(ctx, broken.remedy)}")
 
     def body() -> dict:
         return {"vm": {"namespace": d.vm.namespace, "name": d.vm.name}, "method": d.method, "npus": d.npus,
@@ -660,20 +664,22 @@ def _diagnosis_view(d: Any, prog: str) -> Any:
                 "links": [{"name": link.name.value, "title": link.title, "status": link.status.value,
                            "failure": link.failure,
                            "evidence": list(link.evidence),
-                           "remedy": remedy_text(link.remedy, prog) if link.remedy else None,
-                           "remedyCommand": [prog, *link.remedy.command] if link.remedy and link.remedy.command
+                           "remedy": remedy_text(ctx, link.remedy) if link.remedy else None,
+                           "remedyCommand": shlex.split(render(ctx, link.remedy.command))
+                           if link.remedy and link.remedy.command and link.remedy.command.program is None
                            else None} for link in d.links],
-                "warnings": list(d.warnings)}
+                "warnings": warnings}
+
+    warnings = [remedy_text(ctx, w) if isinstance(w, Remedy) else str(w) for w in d.warnings]
 
     return View(kind="VmDiagnosis", body=body, preamble=head, tables=[t], epilogue=tail,
-                notes=[f"warning: {w}" for w in d.warnings], names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
+                notes=[f"warning: {w}" for w in warnings], names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
 
 
 @app.command("diagnose", short_help="Say why a VM has no NPU.", epilog=DIAGNOSE_EXAMPLES)
 def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None:
     """Say why a VM has no NPU, link by link, with remedies."""
     from rblnctl.cli.console import waiting
-    from rblnctl.cli.errors import prog_name
     from rblnctl.cli.output import emit
     from rblnctl.kube import validate_name
     from rblnctl.vm.diagnose import diagnose as walk
@@ -683,7 +689,7 @@ def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None
     namespace = _namespace(ctx)
     with waiting(f"diagnosing VM {namespace}/{vm}..."):
         d = walk(ctx.obj.kube(), vm, namespace)
-    emit(_diagnosis_view(d, prog_name(ctx)), output)
+    emit(_diagnosis_view(d, ctx), output)
     if d.broken is not None:
         raise VmDiagnosisFailed(str(d.summary()))
 
@@ -783,7 +789,7 @@ def _state_doc(st: Any) -> dict:
 def _lifecycle_doc(plan: Any, result: Any) -> dict:
     return {"vm": {"namespace": plan.vm.namespace, "name": plan.vm.name}, "action": plan.action,
             "plan": {"request": plan.send, "why": plan.why, "noop": plan.noop, "wait": plan.wait,
-                     "warnings": [str(w) for w in plan.warnings],
+                     "warnings": [spell(w) for w in plan.warnings],
                      "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers]},
             "before": _state_doc(plan.before),
             "result": None if result is None else {"request": result.sent, "changed": result.changed,
@@ -889,11 +895,15 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
 
     def interrupted() -> None:
         from rblnctl.cli.console import warn
-        from rblnctl.cli.errors import prog_name
+        from rblnctl.cli.rerun import render
+        from rblnctl.remedy import Command
 
-        prog = prog_name(ctx)
-        # a start of a starting VM (a stop of a stopping one) asks nothing more and follows it again
-        again = f"`{prog} vm {'stop' if action == 'stop' else 'start'} {ref.name} -n {ref.namespace} --wait`"
+        # a start of a starting VM (a stop of a stopping one) asks nothing more and follows it again; it keeps
+        # every flag given (--context, --kubeconfig, --timeout): the hint acts on the same cluster
+        follow = Command.own("vm", "stop" if action == "stop" else "start", ref.name, again=True,
+                             namespace=ref.namespace, wait=True)
+        again = f"`{render(ctx, follow)}`"
+        listing = f"`{render(ctx, Command.own('vm', 'list', namespace=ref.namespace))}`"
         if life.made is not None:
             warn(f"the {life.made} request for VM {ref} was made and KubeVirt carries it out without rblnctl; "
                  f"{again} follows it again")
@@ -907,13 +917,14 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
             elif seen is False and life.asked == "restart":  # a start or stop asked again is idempotent, a restart not
                 warn(f"the restart request for VM {ref} had not taken effect when rblnctl stopped (its VMI is the one "
                      f"it had): `{command_line(ctx)}` asks again (a request still in "
-                     f"flight could land first: `{prog} vm list -n {ref.namespace}` shows whether the VMI is new)")
+                     f"flight could land first: {listing} shows whether the VMI is new)")
             else:
-                warn(f"the {life.asked} request for VM {ref} may have been made; `{prog} vm list -n {ref.namespace}` "
+                warn(f"the {life.asked} request for VM {ref} may have been made; {listing} "
                      f"shows where it is, {again} follows it")
         elif plan.send is not None:
             warn(f"no {plan.send} was asked for VM {ref}" + (
-                f": it was still stopping and ends stopped; `{prog} vm start {ref.name} -n {ref.namespace}` starts "
+                f": it was still stopping and ends stopped; "
+                f"`{render(ctx, Command.own('vm', 'start', ref.name, namespace=ref.namespace))}` starts "
                 "it" if plan.before.stopping else ""))
 
     run(Mutation(

@@ -9,6 +9,7 @@ from rblnctl.kube import Kube
 from rblnctl.kubevirt.cr import find_kubevirt, lookup, ref, version_of
 from rblnctl.kubevirt.devices import PCI_HOST_DEVICES, is_rbln_entry, model_of
 from rblnctl.kubevirt.gates import DISABLED_GATES, FEATURE_GATES, GateState, gate_state
+from rblnctl.remedy import Command, Remedy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +36,7 @@ class KubeVirtStatus:
     gates: list[GateState]
     permitted_devices: list[PermittedDevice]  # RBLN entries only
     other_permitted_devices: int  # entries for other vendors (kept, not shown)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str | Remedy] = field(default_factory=list)  # a Remedy: a note that names a command
 
 
 def kubevirt_status(kube: Kube, *, name: str | None = None, namespace: str | None = None) -> KubeVirtStatus:
@@ -64,7 +65,7 @@ def status_of(obj: dict) -> KubeVirtStatus:
         )
         for e in entries if is_rbln_entry(e)
     ]
-    notes: list[str] = []
+    notes: list[str | Remedy] = []
     if meta.get("deletionTimestamp"):
         notes.append(f"KubeVirt {ref(obj)} is being deleted (deletionTimestamp {meta['deletionTimestamp']})")
     phase = st.get("phase")
@@ -74,22 +75,23 @@ def status_of(obj: dict) -> KubeVirtStatus:
         notes.append("status.observedKubeVirtVersion is empty: the installed version is unknown")
     both = [g for g in fg if g in dis]
     if both:
-        notes.append(f"{', '.join(both)} in both featureGates and disabledFeatureGates: KubeVirt's update webhook "
-                     "rejects every change to the gate lists until each is in only one; `rblnctl kubevirt "
-                     "enable-gates GATE` (or disable-gates) fixes the lists")
+        notes.append(Remedy(f"{', '.join(both)} in both featureGates and disabledFeatureGates: KubeVirt's update "
+                            "webhook rejects every change to the gate lists until each is in only one; {command} (or "
+                            "disable-gates) fixes the lists", Command.own("kubevirt", "enable-gates", "GATE")))
     hd, dra = gates
     if hd.effective is False:
-        notes.append(f"{C.GATE_HOST_DEVICES} is off: VMs cannot use host devices; run `rblnctl kubevirt enable-gates`")
+        notes.append(Remedy(f"{C.GATE_HOST_DEVICES} is off: VMs cannot use host devices; run {{command}}",
+                            Command.own("kubevirt", "enable-gates")))
     if dra.disabled and not dra.listed:
-        notes.append(f"{C.GATE_HOST_DEVICES_DRA} is in disabledFeatureGates: DRA host devices are off; "
-                     "`rblnctl kubevirt enable-gates --dra` moves it to featureGates")
+        notes.append(Remedy(f"{C.GATE_HOST_DEVICES_DRA} is in disabledFeatureGates: DRA host devices are off; "
+                            "{command} moves it to featureGates", Command.own("kubevirt", "enable-gates", dra=True)))
     bad = [d.resource_name for d in devices if not d.external_resource_provider]
     if bad:
-        notes.append(f"externalResourceProvider is false for {', '.join(bad)}: KubeVirt would run its own device "
-                     "plugin; run `rblnctl kubevirt permit-devices --fix`")
+        notes.append(Remedy(f"externalResourceProvider is false for {', '.join(bad)}: KubeVirt would run its own "
+                            "device plugin; run {command}", Command.own("kubevirt", "permit-devices", fix=True)))
     if not devices:
-        notes.append("no RBLN NPU in permittedHostDevices: VMs cannot request sandbox device plugin resources; run "
-                     "`rblnctl kubevirt permit-devices` (DRA setups do not need it)")
+        notes.append(Remedy("no RBLN NPU in permittedHostDevices: VMs cannot request sandbox device plugin resources; "
+                            "run {command} (DRA setups do not need it)", Command.own("kubevirt", "permit-devices")))
     return KubeVirtStatus(
         name=meta.get("name", ""), namespace=meta.get("namespace", ""), phase=phase, version=version,
         deleting=bool(meta.get("deletionTimestamp")), feature_gates=fg, disabled_feature_gates=dis, gates=gates,

@@ -45,7 +45,7 @@ from rblnctl.method.plan import (
     MethodPlan,
     MethodResult,
     MethodStep,
-    _with_remedy,
+    refusal_of,
     old_method_vms,
     parse_method,
     plan_edit,
@@ -57,6 +57,7 @@ from rblnctl.operator.release import operator_deployments
 from rblnctl.operator.components import component_of_pod
 from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
 from rblnctl.operator.policy import parse_policy
+from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
 
 log = logging.getLogger(__name__)
@@ -251,13 +252,14 @@ class MethodChanger:
                                             reason=stopped))
                 continue
             self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
-            hint = (f"convert it with `rblnctl vm attach {c.vm.name} -n {c.vm.namespace} --method {plan.target} "
-                    "--convert`")
+            hint = Remedy("convert it with {command}", Command.own("vm", "attach", c.vm.name, namespace=c.vm.namespace,
+                                                                  method=plan.target, convert=True))
             try:
                 vm_plan = planner.plan(c.vm.name, c.vm.namespace)
                 if vm_plan.blockers:
-                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED, reason=(
-                        "; ".join(_with_remedy(b) for b in vm_plan.blockers))))
+                    reason, remedy = refusal_of(vm_plan.blockers)
+                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED, reason=reason,
+                                                remedy=remedy))
                     continue
                 if vm_plan.noop:
                     outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.UNCHANGED,
@@ -271,7 +273,7 @@ class MethodChanger:
             except RblnError as e:
                 stopped = batch.stops_the_rest(e)
                 outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,
-                                            reason=f"{batch.one_line(e)}; {hint}"))
+                                            reason=batch.one_line(e), remedy=hint))
                 continue
             # the vm attach library starts only a VM rblnctl stopped (its mark): say so, it is no silent start
             outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE, reason=(

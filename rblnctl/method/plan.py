@@ -25,6 +25,7 @@ from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy, parse_policy
 from rblnctl.operator.release import operator_version, release_of
 from rblnctl.plan import Advice, Blocker
+from rblnctl.remedy import Remedy
 from rblnctl.versions import format_version, parse_version, strict_version
 from rblnctl.vm import devices as D
 from rblnctl.vm import guard
@@ -508,10 +509,7 @@ def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], 
     return sorted(out, key=lambda c: c.vm)
 
 
-def _with_remedy(b: Blocker) -> str:
-    """A vm attach refusal with its remedy (rblnctl.vm.model.VmBlocker carries one)."""
-    remedy = getattr(b, "remedy", None)
-    if remedy is None:
-        return b.message
-    command = f" (`rblnctl {' '.join(remedy.command)}`)" if remedy.command else ""
-    return f"{b.message}; {remedy.text}{command}"
+def refusal_of(blockers: Sequence[Blocker]) -> tuple[str, Remedy | None]:
+    """A vm attach refusal in words, and the remedy of its first blocker that names one (spelt by the front end)."""
+    remedy = next((b.remedy for b in blockers if b.remedy is not None), None)
+    return "; ".join(b.message for b in blockers), remedy

@@ -82,6 +82,7 @@ from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
 from rblnctl.operator.policy import choose_active
 from rblnctl.operator.release import read_release
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Command, Remedy
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class ModePlan:
     vms: list[str] = field(default_factory=list)  # VMs on the node holding NPUs
     drain: DrainPlan | None = None  # the pods as listed now (apply() lists again after the cordon)
     blockers: list[Blocker] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str | Remedy] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)  # what the operator has not converged on yet
     converged: bool = False  # the node is in the target mode already: only an interrupted switch's leftovers to clear
     # An unfinished switch (this target's, or one taken over) already moved the node off the mode it started
@@ -260,7 +261,7 @@ class ModeSwitcher:
         view = self.operator(fresh=True)
         policy = view.policy
         assert policy is not None
-        warnings: list[str] = list(view.notes)
+        warnings: list[str | Remedy] = list(view.notes)
         mode = mode_of(labels, policy)
         label, current = mode.label, mode.effective
         if not mode.label_valid:
@@ -363,8 +364,9 @@ class ModeSwitcher:
         if on is not False:
             return []
         return [Blocker(f"node {node}'s IOMMU is off for its NPUs ({evidence}): the VFIO Manager could never bind "
-                        "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on "
-                        "(`rblnctl preflight --local` on the node says how)", override="skip_iommu_check")]
+                        "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on",
+                        override="skip_iommu_check",
+                        remedy=Remedy("{command} on the node says how", Command.own("preflight", local=True)))]
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:

@@ -32,6 +32,7 @@ from rblnctl.node.mode import ModeSwitcher, parse_mode, short_mode
 from rblnctl.node.vms import stranded_pods, stranded_vms
 from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Remedy
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class PoolPlan:
     continue_on_error: bool
     plans: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, RblnError] = field(default_factory=dict)
-    pool_warnings: list[str] = field(default_factory=list)  # about the pool as a whole (VMs left without a node)
+    pool_warnings: list[str | Remedy] = field(default_factory=list)  # about the pool as a whole (VMs left nowhere)
 
     def refusal(self, node: str) -> list[Blocker]:
         """Why `node` cannot run now ([] when it can)."""
@@ -256,7 +257,7 @@ class PoolRunner:
             return _ModeTask(ModeSwitcher(kube=kube, options=options, events=node_events, clock=clock, stop=stop,
                                           check_stranded_vms=False, audit=audit), node, mode)
 
-        def consequences(nodes: list[str], plans: dict[str, Any]) -> list[str]:
+        def consequences(nodes: list[str], plans: dict[str, Any]) -> list[str | Remedy]:
             policy = ModeSwitcher(kube=kube, options=options).operator().policy
             if mode == C.MODE_CONTAINER:
                 stranded = stranded_vms(kube, policy, nodes)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from rblnctl import constants as C
 from rblnctl.node.events import Step
+from rblnctl.remedy import Command, Remedy
 
 ANNOTATION = C.SET_MODE_ANNOTATION
 
@@ -78,3 +79,16 @@ class Recovery:
     node: str
     target: str  # resume: switch to this again
     back: str  # go back: switch to this, overriding the unfinished switch
+
+    @property
+    def remedies(self) -> tuple[Remedy, Remedy]:
+        """Resume (the same switch again, every option of the run kept) and go back (the other mode, `reverse`:
+        exactly what lets a switch through while the other one's record is on the node)."""
+        return (Remedy("resume", Command.own("node", "set-mode", _short(self.target), self.node, again=True)),
+                Remedy("go back", Command.own("node", "set-mode", _short(self.back), self.node, again=True,
+                                              reverse=True)))
+
+
+def _short(mode: str) -> str:
+    """`vm` for vm-passthrough, as a command spells the mode (rblnctl.node.mode.short_mode, which imports this)."""
+    return "vm" if mode == C.MODE_VM else mode

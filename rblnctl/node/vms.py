@@ -17,6 +17,7 @@ from rblnctl.node.pods import PodEntry
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import guard
 from rblnctl.vm.guard import NpuVm, vmi_npus
 
@@ -48,7 +49,7 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
             for (ns, n), h in sorted(found.items())], warnings
 
 
-def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> str | None:
+def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> Remedy | None:
     """The warning when switching `leaving` to container leaves no vm-passthrough node while VMs still ask for NPUs.
 
     Such VMs (running elsewhere, stopped, or pending) can never be scheduled again until a node is
@@ -73,12 +74,13 @@ def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> s
     if not asking:
         return None
     shown = ", ".join(asking[:5]) + (", ..." if len(asking) > 5 else "")
-    return (f"no NPU node is left in vm-passthrough mode after this switch, but {len(asking)} VM(s) still ask for NPUs "
-            f"({shown}): they cannot be scheduled again until a node is switched back to vm "
-            "(`rblnctl vm list -A` lists them)")
+    return Remedy(f"no NPU node is left in vm-passthrough mode after this switch, but {len(asking)} VM(s) still ask "
+                  f"for NPUs ({shown}): they cannot be scheduled again until a node is switched back to vm "
+                  "({command} lists them)", Command.own("vm", "list", all_namespaces=True))
 
 
-def stranded_pods(kube: Kube, policy: Policy | None, leaving: Iterable[str], evicted: Sequence[PodEntry]) -> str | None:
+def stranded_pods(kube: Kube, policy: Policy | None, leaving: Iterable[str],
+                  evicted: Sequence[PodEntry]) -> Remedy | None:
     """The warning when switching `leaving` to vm leaves no container-mode NPU node for the NPU pods it evicts.
 
     The other direction of stranded_vms (issue 28 finding 9): an evicted NPU pod's replacement asks for a
@@ -98,9 +100,9 @@ def stranded_pods(kube: Kube, policy: Policy | None, leaving: Iterable[str], evi
         return None
     shown = ", ".join(f"{e.namespace}/{e.name}" for e in pods[:5]) + (", ..." if len(pods) > 5 else "")
     node = sorted(leaving)[0] if leaving else "NODE"
-    return (f"no NPU node is left in container mode after this switch, but it evicts {len(pods)} NPU pod(s) "
-            f"({shown}): what replaces them cannot be scheduled until a node is switched back "
-            f"(`rblnctl node set-mode container {node}`)")
+    return Remedy(f"no NPU node is left in container mode after this switch, but it evicts {len(pods)} NPU pod(s) "
+                  f"({shown}): what replaces them cannot be scheduled until a node is switched back ({{command}})",
+                  Command.own("node", "set-mode", "container", node))
 
 
 def stop_vm_hint(namespace: str, name: str, *, standalone: bool = False) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rblnctl import constants as C
+from rblnctl.remedy import Command, Remedy
 from rblnctl.versions import chart_label
 
 
@@ -69,9 +70,23 @@ def helm_release_of(objs: Iterable[Mapping | None], *, namespace: str | None = N
 
 
 def install_command() -> str:
-    """`helm upgrade --install` of the current chart (the OCI one) into the documented namespace."""
-    return (f"helm upgrade --install {C.OPERATOR_HELM_CHART_LEGACY} "
-            f"{C.OPERATOR_HELM_OCI_REGISTRY}/{C.OPERATOR_HELM_CHART_OCI} -n {C.OPERATOR_NAMESPACE} --create-namespace")
+    """`helm upgrade --install` of the current chart (the OCI one) into the documented namespace: the one install
+    command every remedy names (install_remedy). RBLN-SW/rbln-npu-operator Makefile: releases push CHART_NAME
+    rbln-npu-operator-chart to HELM_REGISTRY oci://docker.io/rebellions ("Default mirrors release.yaml") at
+    CHART_VERSION = the release without its `v` (0.6.0), so a pinned install takes `--version 0.6.0`; README.md's
+    Quick Start installs into rbln-system, the namespace used here. No version is pinned: a fresh install takes the
+    newest release, which every floor rblnctl checks accepts."""
+    return INSTALL.line
+
+
+INSTALL = Command.external("helm", "upgrade", "--install", C.OPERATOR_HELM_CHART_LEGACY,
+                           f"{C.OPERATOR_HELM_OCI_REGISTRY}/{C.OPERATOR_HELM_CHART_OCI}", "-n", C.OPERATOR_NAMESPACE,
+                           "--create-namespace")
+
+
+def install_remedy(text: str = "install or upgrade it") -> Remedy:
+    """`text`, then the one install command (install_command)."""
+    return Remedy(text, INSTALL)
 
 
 def helm_upgrade(release: HelmRelease | None, sets: Sequence[str]) -> str | None:
@@ -102,14 +117,6 @@ def policy_patch(policy: str, values: Mapping[str, bool]) -> str:
     return f"kubectl patch rblnclusterpolicy {policy} --type merge -p {shlex.quote(text)}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Remedy:
-    """A remedy's prose and the one command in it that runs as given ("" when none does)."""
-
-    text: str
-    command: str
-
-
 def change_policy(policy: str | None, values: Mapping[str, bool], release: HelmRelease | None) -> Remedy:
     """How to set `<key>.enabled` on the policy: kubectl patch (the command), plus Helm as the durable way.
 
@@ -119,11 +126,19 @@ def change_policy(policy: str | None, values: Mapping[str, bool], release: HelmR
     helm = helm_upgrade(release, sets)
     if policy is None:
         hint = helm_hint(release, sets)
-        return Remedy(text=f"`{hint}` (the chart renders the RBLNClusterPolicy)", command=helm or "")
+        return Remedy(text=f"`{hint}` (the chart renders the RBLNClusterPolicy)", command=_external(helm))
     patch = policy_patch(policy, values)
     if release is None:
         return Remedy(text=f"`{patch}` (if Helm manages the policy, set the same values in the release too, or its "
-                           "next upgrade puts the old ones back)", command=patch)
+                           "next upgrade puts the old ones back)", command=_external(patch))
     return Remedy(text=f"`{patch}`; Helm release {release.release} renders this policy and its next upgrade would "
                        f"put the old values back, so make it durable with `{helm_hint(release, sets)}`",
-                  command=patch)
+                  command=_external(patch))
+
+
+def _external(line: str | None) -> Command | None:
+    """A command line built here (kubectl, helm: runnable as given) as a Command."""
+    if not line:
+        return None
+    words = shlex.split(line)
+    return Command.external(words[0], *words[1:])

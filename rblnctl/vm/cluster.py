@@ -26,7 +26,8 @@ from rblnctl.operator.policy import Policy
 from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release
 from rblnctl.versions import parse_version
 from rblnctl.vm import devices as D
-from rblnctl.vm.model import NpuDevice, Remedy
+from rblnctl.remedy import Command, Remedy
+from rblnctl.vm.model import NpuDevice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,7 +209,7 @@ def set_mode_remedy(cluster: VmCluster) -> Remedy:
     others = [n["metadata"]["name"] for n in cluster.nodes if n["metadata"]["name"] not in cluster.vm_nodes]
     if others:
         return Remedy(text=f"switch an NPU node to vm mode (NPU nodes: {', '.join(others[:5])})",
-                      command=("node", "set-mode", "vm", others[0]))
+                      command=Command.own("node", "set-mode", "vm", others[0]))
     return Remedy(text="no node carries Rebellions NPUs: is NFD labelling them (feature.node.kubernetes.io/"
                   "pci-1eff.present)?")
 
@@ -242,7 +243,7 @@ def check_gates(cluster: VmCluster, method: str) -> Check:
     unknown = [s for s in states if s.effective is None]
     evidence = tuple(f"{s.name}: {'on' if s.effective else 'off' if s.effective is False else 'unknown'} ({s.reason})"
                      for s in states)
-    command = ("kubevirt", "enable-gates", "--dra") if method == C.METHOD_DRA else ("kubevirt", "enable-gates")
+    command = Command.own("kubevirt", "enable-gates", dra=method == C.METHOD_DRA)
     if off:
         return Check(ok=False, evidence=evidence, remedy=Remedy(
             text=f"enable {', '.join(s.name for s in off)} in KubeVirt {ref(cluster.kubevirt)}", command=command))
@@ -282,13 +283,13 @@ def check_permitted(cluster: VmCluster, resource: str) -> Check:
     if entry is None:
         return Check(ok=False, evidence=(f"{resource} is not in KubeVirt {kv} permittedHostDevices.pciHostDevices",),
                      remedy=Remedy(text=f"permit {resource} as a KubeVirt host device",
-                                   command=("kubevirt", "permit-devices", "--resource-name", resource)))
+                                   command=Command.own("kubevirt", "permit-devices", resource_name=resource)))
     selector = entry.get("pciVendorSelector")
     if not entry.get("externalResourceProvider"):
         return Check(ok=False, evidence=(f"{resource} ({selector}) is permitted with externalResourceProvider false: "
                                          "KubeVirt would run its own device plugin for it",),
                      remedy=Remedy(text="set externalResourceProvider: true",
-                                   command=("kubevirt", "permit-devices", "--fix")))
+                                   command=Command.own("kubevirt", "permit-devices", fix=True)))
     return Check(ok=True, evidence=(f"{resource} ({selector}) permitted, externalResourceProvider true",))
 
 
@@ -317,7 +318,7 @@ def check_advertised(cluster: VmCluster, resource: str | None) -> Check:
     return Check(ok=False, evidence=(f"no vm-passthrough node advertises {what} (advertised: {offered})",),
                  remedy=Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has "
                                "converged it on vm mode; switch a node with that product to vm mode, or see what "
-                               "is missing on the vm nodes", command=("node", "list")))
+                               "is missing on the vm nodes", command=Command.own("node", "list")))
 
 
 def check_device_class(cluster: VmCluster) -> Check:
@@ -355,7 +356,7 @@ def check_slices(cluster: VmCluster) -> Check:
                                          f"{C.DRA_VFIO_DEVICE_PREFIX}* devices",),
                      remedy=Remedy(text="the DRA plugin publishes vfio devices once vfio-manager has bound the NPUs "
                                    "(it rescans every 30 s); see what is missing on the vm nodes",
-                                   command=("node", "list")))
+                                   command=Command.own("node", "list")))
     return Check(ok=True, evidence=tuple(f"{n}: {len(d)} vfio device(s) ({', '.join(d[:4])}"
                                          f"{' ...' if len(d) > 4 else ''})" for n, d in offered.items()))
 

@@ -38,7 +38,7 @@ from rblnctl.kube import EVENTS, PODS, RESOURCE_CLAIMS, VMIS, VMS, Kube, validat
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import component_pods, node_slices
 from rblnctl.operator.convergence import pending
-from rblnctl.operator.install import install_command
+from rblnctl.operator.install import install_remedy
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import (
@@ -57,13 +57,14 @@ from rblnctl.vm.cluster import (
     with_dra,
 )
 from rblnctl.vm.fit import FitOptions, FitReader, VmFit
-from rblnctl.vm.model import Remedy, VmNpus, VmRef
+from rblnctl.remedy import Command, Remedy
+from rblnctl.vm.model import VmNpus, VmRef
 from rblnctl.vm.pending import RestartRequired, differ, restart_command, restart_required, staged_words
 from rblnctl.vm.placement import launcher_placement, not_schedulable_for_vms, placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, run_strategy
 
 
-LIST_VMS = ("vm", "list", "-A")  # which VMs hold NPUs: the remedy when none is free
+LIST_VMS = Command.own("vm", "list", all_namespaces=True)  # which VMs hold NPUs: the remedy when none is free
 
 
 class LinkStatus(enum.StrEnum):
@@ -171,7 +172,7 @@ class VmDiagnosis:
     method: str | None
     npus: int
     links: tuple[Link, ...]
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str | Remedy, ...] = field(default=())  # a Remedy: a warning that names a command
 
     @property
     def ok(self) -> bool:
@@ -524,7 +525,7 @@ def judge(f: Facts) -> VmDiagnosis:
     """Walk the chain over facts already read (pure)."""
     ref = f.ref
     chain = _Chain()
-    warnings: list[str] = []
+    warnings: list[str | Remedy] = []
 
     def done(method: str | None = None, npus: int = 0) -> VmDiagnosis:
         return VmDiagnosis(vm=ref, method=method, npus=npus, links=tuple(chain.links), warnings=tuple(warnings))
@@ -532,7 +533,8 @@ def judge(f: Facts) -> VmDiagnosis:
     vm, vmi = f.vm, f.vmi
     if vm is None and vmi is None or f.cluster is None:
         chain.add(LinkName.VM, False, [f"no VirtualMachine or VirtualMachineInstance {ref}"],
-                  Remedy(text="create it; `vm manifest` writes one with NPUs", command=("vm", "manifest", ref.name)),
+                  Remedy(text="create it; {command} writes one with NPUs",
+                         command=Command.own("vm", "manifest", ref.name, namespace=ref.namespace)),
                   failure=f"VirtualMachine {ref} not found")
         return done()
     if vm is not None:
@@ -607,21 +609,20 @@ def judge(f: Facts) -> VmDiagnosis:
 
 def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, cluster: VmCluster,
              restart: RestartRequired | None = None) -> bool:
-    attach = ("vm", "attach", ref.name, "-n", ref.namespace)
     kubevirt = [f"KubeVirt: {C.VM_RESTART_REQUIRED}: {restart.message}"] if restart is not None else []
     if not have.count:
         others = f" (host devices: {', '.join(have.other_devices)})" if have.other_devices else ""
         staged = [f"{staged_words(held.count, 0)} (a change staged for its next restart)", *kubevirt] \
             if held is not None and held.count else []
         return chain.add(LinkName.REQUEST, False, [f"the spec passes no NPU{others}", *staged],
-                         Remedy(text="give it NPUs", command=attach))
+                         Remedy(text="give it NPUs", command=_attach(ref)))
     listed = ", ".join(f"{d.name}={d.source}" for d in have.devices)
     if have.method == "mixed":
         method = cluster.policy.vm_method if cluster.policy and cluster.policy.vm_method else C.METHOD_SANDBOX
         return chain.add(LinkName.REQUEST, False, [f"{have.count} NPU(s) through both methods ({listed}): the "
                                                    "operator offers NPUs one way only"],
                          Remedy(text=f"express them all through {method}",
-                                command=(*attach, "--method", method, "--convert", "--restart")),
+                                command=_attach(ref, method=method, convert=True, restart=True)),
                          failure="its spec passes NPUs through both methods")
     evidence = [f"{have.count} NPU(s) through {have.method}: {listed}"]
     if held is not None and differ(held.devices, have.devices):
@@ -641,14 +642,14 @@ def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, clust
     return chain.add(LinkName.REQUEST, True, evidence)
 
 
-def _staged(f: Facts) -> list[str]:
+def _staged(f: Facts) -> list[str | Remedy]:
     """The warnings for a running VM whose spec asks for other NPUs than its VMI passes (a change staged for its next
     restart): what a restart brings, and whether that would be scheduled now (its own NPUs counted free)."""
     held, have = f.held, f.have
     if held is None or not held.count or not differ(held.devices, have.devices):
         return []
-    out = [f"VM {f.ref}: {staged_words(held.count, have.count)}; `rblnctl {' '.join(restart_command(f.ref))}` "
-           "applies the change"]
+    out: list[str | Remedy] = [Remedy(text=f"VM {f.ref}: {staged_words(held.count, have.count)}; {{command}} "
+                                           "applies the change", command=restart_command(f.ref))]
     for fit in f.fits.values():
         why = fit.warning()
         if why:
@@ -696,13 +697,14 @@ def _dra_plugin(chain: _Chain, f: Facts) -> bool:
         remedy = Remedy(text=(
             f"the RBLN DRA plugin exits at start while no NPU is bound to vfio-pci on {nodes} (state.go "
             "NewDeviceState), and starts once vfio-manager has bound them: see what vfio-manager has not done "
-            f"(`rblnctl vfio status --node {looping[0].node}`)"), command=("node", "list"))
+            "({more0})"), command=Command.own("node", "list"),
+            more=(Command.own("vfio", "status", node=looping[0].node),))
         return chain.add(LinkName.DRA_PLUGIN, False, [*evidence, *_vm_node_pending(f)], remedy,
                          failure="the RBLN DRA plugin crash-loops on every vm-mode node (no NPU bound to vfio-pci "
                                  "yet)")
     return chain.add(LinkName.DRA_PLUGIN, False, [*evidence, *_vm_node_pending(f)],
                      Remedy(text="the operator deploys the DRA plugin on vm-mode nodes once draKubeletPlugin is "
-                                 "enabled; see what is missing", command=("node", "list")))
+                                 "enabled; see what is missing", command=Command.own("node", "list")))
 
 
 def _slices(chain: _Chain, f: Facts, slices: Check) -> bool:
@@ -722,7 +724,7 @@ def _slices(chain: _Chain, f: Facts, slices: Check) -> bool:
                          f"({skipped[-1][:160]})")
             remedy = Remedy(text=f"the RBLN DRA plugin publishes no vfio-pci NPU without an IOMMU group (vfio.go): "
                                  f"turn the IOMMU on for {p.node} (the host checks say how)",
-                            command=("preflight", "--hosts", "--node", p.node))
+                            command=Command.own("preflight", hosts=True, node=p.node))
             failure = "its vm-mode nodes' NPUs have no IOMMU group, so the DRA plugin publishes none"
         elif p.started is not None and f.now is not None and (f.now - p.started).total_seconds() < 2 * DRA_RESCAN_S:
             extra.append(f"{p.node}: the DRA plugin started {int((f.now - p.started).total_seconds())}s ago; it "
@@ -836,7 +838,7 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         resource, wanted, most, node = never[0]
         evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
                         f"is {most}, on {node})")
-        command = ("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most)) if len(f.have.resources) == 1 \
+        command = _attach(ref, npus=str(most)) if len(f.have.resources) == 1 \
             and most > 0 else None
         return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
             text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
@@ -848,16 +850,22 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         command=LIST_VMS))
 
 
+def _attach(ref: VmRef, **options: object) -> Command:
+    """`vm attach` of this VM with `options`."""
+    return Command.own("vm", "attach", ref.name, namespace=ref.namespace, **options)
+
+
 def _creation_remedy(ref: VmRef, text: str) -> Remedy:
     """The fix a KubeVirt refusal to create or render names (gates, permitted devices), else `describe`."""
     m = re.search(r"HostDevice (\S+) is not permitted", text)
     if m:
         return Remedy(text=f"permit {m.group(1)}",
-                      command=("kubevirt", "permit-devices", "--resource-name", m.group(1)))
+                      command=Command.own("kubevirt", "permit-devices", resource_name=m.group(1)))
     if re.search(r"DRA enabled HostDevices but feature gate is not enabled", text, re.I):
-        return Remedy(text="enable the DRA host devices gate", command=("kubevirt", "enable-gates", "--dra"))
+        return Remedy(text="enable the DRA host devices gate",
+                      command=Command.own("kubevirt", "enable-gates", dra=True))
     if re.search(r"Host ?Devices feature gate is not enabled", text, re.I):
-        return Remedy(text="enable the HostDevices gate", command=("kubevirt", "enable-gates"))
+        return Remedy(text="enable the HostDevices gate", command=Command.own("kubevirt", "enable-gates"))
     return Remedy(text=f"see `kubectl describe vm {ref.name} -n {ref.namespace}`")
 
 
@@ -866,7 +874,7 @@ def _instance(chain: _Chain, f: Facts) -> bool:
     vmi = f.vmi if f.running else None
     pod = f.pod
     start = Remedy(text="start it and wait until its NPUs are attached",
-                   command=("vm", "start", ref.name, "-n", ref.namespace, "--wait"))
+                   command=Command.own("vm", "start", ref.name, namespace=ref.namespace, wait=True))
     if vmi is None:
         st = (vm or {}).get("status") or {}
         status = st.get("printableStatus") or "Stopped"
@@ -894,7 +902,7 @@ def _instance(chain: _Chain, f: Facts) -> bool:
         msgs = [f"{c.get('type')} {c.get('reason') or ''}: {c.get('message') or ''}".strip() for c in failing]
         evidence = [f"VMI {ref} is {phase} and KubeVirt made no virt-launcher pod for it", *msgs]
         remedy = _creation_remedy(ref, " ".join(msgs))
-        if remedy.command == ():
+        if remedy.command is None:
             remedy = Remedy(text=f"see `kubectl describe vmi {ref.name} -n {ref.namespace}`")
         return chain.add(LinkName.INSTANCE, False, evidence, remedy,
                          failure="KubeVirt made no virt-launcher pod for its VMI")
@@ -1024,7 +1032,7 @@ def _claim_name(chain: _Chain, f: Facts, node: str) -> bool:
                     "kubevirt_metadata.go)")
     return chain.add(LinkName.CLAIM_NAME, False, evidence, Remedy(
         text="give this VM its own claim name (rbln-npu-<hash>, docs/vm.md: Claim names)",
-        command=("vm", "attach", ref.name, "-n", ref.namespace, "--restart")))
+        command=_attach(ref, restart=True)))
 
 
 def _shared_claim_names(f: Facts) -> list[str]:
@@ -1053,7 +1061,7 @@ def _never_fits(f: Facts, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:
                     f"{most[1]})",
                     Remedy(text=f"ask for at most {most[0]} NPU(s) (freeing NPUs would not help), or switch a node "
                                 f"with {n} to vm mode; then restart the VM",
-                           command=("vm", "attach", ref.name, "-n", ref.namespace, "--npus", str(most[0]), "--restart")
+                           command=_attach(ref, npus=str(most[0]), restart=True)
                            if len(wanted) == 1 else None))
     return None
 
@@ -1069,22 +1077,22 @@ def _node_components(chain: _Chain, f: Facts, node_name: str) -> bool:
     mode = mode_of(labels_of(node), cluster.policy)
     if mode.effective != C.MODE_VM:
         return chain.add(LinkName.NODE, False, [f"{node_name} is in {mode.effective} mode"],
-                         Remedy(text=f"switch {node_name} to vm mode", command=("node", "set-mode", "vm", node_name)),
+                         Remedy(text=f"switch {node_name} to vm mode",
+                                command=Command.own("node", "set-mode", "vm", node_name)),
                          failure=f"its node {node_name} is in {mode.effective} mode")
     missing = list(f.pending.get(node_name, ()))
     if missing and cluster.policy is None:
         # Nothing converges a node without an RBLNClusterPolicy: the operator is not installed (its chart renders
         # one) or the policy was deleted; "still converging" would send the user to watch for nothing.
         return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],
-                         Remedy(text="no RBLNClusterPolicy: the RBLN NPU Operator is not installed (its chart "
-                                "renders the policy), so nothing runs its components; install it: "
-                                f"`{install_command()}`"),
+                         install_remedy("no RBLNClusterPolicy: the RBLN NPU Operator is not installed (its chart "
+                                        "renders the policy), so nothing runs its components; install it: {command}"),
                          failure="no RBLNClusterPolicy: nothing runs the operator's components on its node")
     if missing:
         return chain.add(LinkName.NODE, False, [f"{node_name}: {m}" for m in missing[:5]],
                          Remedy(text="the operator has not finished converging the node on vm mode (a stuck "
                                 f"component: `kubectl -n {cluster.operator.namespace} describe pod`); watch it",
-                                command=("node", "list")))
+                                command=Command.own("node", "list")))
     alloc = ((node.get("status") or {}).get("allocatable") or {})
     what = ", ".join(f"{k}={v}" for k, v in sorted(alloc.items()) if R.is_npu_resource(k)) or "no NPU resources"
     return chain.add(LinkName.NODE, True, [f"{node_name}: vm mode, operator components ready ({what})"])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
 from rblnctl.kube import Kube, parse_quantity, validate_name, validate_namespace
+from rblnctl.remedy import Remedy
 from rblnctl.operator import resources as R
 from rblnctl.vm import devices as D
 
@@ -314,7 +315,7 @@ class Resolved:
     method: str
     resource: str | None  # sandbox only
     device_class: str
-    warnings: list[str] = field(default_factory=list)  # e.g. more NPUs than any vm-passthrough node offers
+    warnings: list[str | Remedy] = field(default_factory=list)  # e.g. more NPUs than any vm-passthrough node offers
     refused: bool = False  # KubeVirt's admission will refuse the VM as the cluster is (a warning says why)
 
 
@@ -349,7 +350,7 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
             what = f"a resource for {product}" if product else "a VM resource"
             raise NotFound(f"no vm-passthrough node advertises {what}; name the resource to write into the manifest")
     resource = resource if chosen == C.METHOD_SANDBOX else None
-    warnings: list[str] = list(refusals)
+    warnings: list[str | Remedy] = list(refusals)
     if npus is not None:
         placement = ANYWHERE if node_product is None else Placement(
             node_selector={C.NPU_PRODUCT_LABEL: product_label(node_product)}, terms=(), tolerations=())
@@ -379,7 +380,7 @@ def advisory(kube: Kube) -> Kube:
     return dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
 
 
-def admission_warnings(kube: Kube, cluster: VmCluster, method: str) -> tuple[list[str], bool]:
+def admission_warnings(kube: Kube, cluster: VmCluster, method: str) -> tuple[list[str | Remedy], bool]:
     """(what will stop a VM of this manifest, whether KubeVirt's admission refuses it), read from the cluster (the
     checks `vm attach` refuses on,
     rblnctl.vm.cluster): KubeVirt's admission refuses it while HostDevices (and for DRA HostDevicesWithDRA) is
@@ -389,12 +390,16 @@ def admission_warnings(kube: Kube, cluster: VmCluster, method: str) -> tuple[lis
     allocated; the operator creates the class while draKubeletPlugin is enabled)."""
     from rblnctl.vm.cluster import check_device_class, check_gates, with_dra
 
-    out = []
+    out: list[str | Remedy] = []
     gates = check_gates(cluster, method)
     if not gates.ok:
-        fix = f" (`rblnctl {' '.join(gates.remedy.command)}`)" if gates.remedy and gates.remedy.command else ""
-        remedy = f"; {gates.remedy.text}{fix} before applying it" if gates.remedy else ""
-        out.append(f"KubeVirt will refuse this VM: {gates.message}{remedy}")
+        fix = gates.remedy
+        if fix is None:
+            out.append(f"KubeVirt will refuse this VM: {gates.message}")
+        else:
+            place = " ({command})" if fix.command is not None else ""
+            out.append(Remedy(f"KubeVirt will refuse this VM: {gates.message}; {fix.text}{place} before applying it",
+                              fix.command))
     if method == C.METHOD_DRA:
         dc = check_device_class(with_dra(kube, cluster))
         if not dc.ok:

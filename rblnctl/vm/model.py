@@ -1,4 +1,4 @@
-"""The nouns of `rblnctl vm`: a VM reference, one NPU host device, what a VM holds, remedies and refusals."""
+"""The nouns of the vm commands: a VM reference, one NPU host device, what a VM holds, remedies and refusals."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, RblnError
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Command, Remedy  # noqa: F401 - the one Remedy (rblnctl.remedy), named here for vm code
 
 
 @dataclass(frozen=True, order=True)
@@ -20,23 +21,7 @@ class VmRef:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Remedy:
-    """How to fix a broken link or a refusal: words, and (when one exists) the rblnctl command that does it.
-
-    `command` is the argument list after the program name (`("kubevirt", "enable-gates", "--dra")`);
-    front ends phrase it with their own program name. Empty when no rblnctl command fixes it.
-    """
-
-    text: str
-    command: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class VmBlocker(Blocker):
-    """A refusal of a VM change that carries its remedy (a Blocker to every front end that ignores it)."""
-
-    remedy: Remedy | None = None
+VmBlocker = Blocker  # a refusal of a VM change that carries its remedy (Blocker.remedy)
 
 
 @dataclass(frozen=True, kw_only=True)

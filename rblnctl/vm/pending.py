@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from rblnctl import constants as C
 from rblnctl.vm import devices as D
 from rblnctl.vm.lifecycle import FINAL_PHASES
+from rblnctl.remedy import Command
 from rblnctl.vm.model import NpuDevice, VmNpus, VmRef
 
 
@@ -58,9 +59,9 @@ def differ(a: Iterable[NpuDevice], b: Iterable[NpuDevice]) -> bool:
     return sorted(d.source for d in a) != sorted(d.source for d in b)
 
 
-def restart_command(ref: VmRef) -> tuple[str, ...]:
-    """The rblnctl command that applies a staged change now (its arguments after the program name)."""
-    return ("vm", "restart", ref.name, "-n", ref.namespace, "--wait")
+def restart_command(ref: VmRef) -> Command:
+    """The command that applies a staged change now: restart the VM and wait."""
+    return Command.own("vm", "restart", ref.name, namespace=ref.namespace, wait=True)
 
 
 def staged_words(held: int, wanted: int) -> str:

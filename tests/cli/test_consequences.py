@@ -63,7 +63,9 @@ def test_the_record_written_on_resume_keeps_its_from(apiserver):
     assert r.exit_code == 5, r.stderr
     record = json.loads(apiserver.get("Node", "n1")["metadata"]["annotations"][ANN])
     assert record["from"] == "container"
-    assert "go back: rblnctl node set-mode container n1 --reverse" in r.stderr
+    # every flag of the run, the connection first (issue 29)
+    assert (f"go back: rblnctl --server {apiserver.url} node set-mode container n1 --reverse --timeout 0.5 --yes"
+            in r.stderr)
 
 
 @pytest.fixture
@@ -133,7 +135,8 @@ def test_switching_the_last_container_node_to_vm_warns_about_the_npu_pods_it_evi
     doc = json.loads(r.stdout)
     (warning,) = [w for w in doc["warnings"] if PODS_STRANDED in w]  # said once, for the pool
     assert "it evicts 2 NPU pod(s) (default/c1-app, default/c2-app)" in warning
-    assert "`rblnctl node set-mode container c1`" in warning and r.stderr.count(PODS_STRANDED) == 1
+    assert f"`rblnctl --server {container_cluster.url} node set-mode container c1`" in warning
+    assert r.stderr.count(PODS_STRANDED) == 1
     container_cluster.mutate("Node", "c2", fn=lambda n: n["metadata"]["labels"].update(
         {MODE: "vm-passthrough"}))
     r = cli("node", "set-mode", "vm", "c1", "--dry-run", "-o", "json", server=container_cluster.url)
@@ -162,7 +165,8 @@ def test_diagnose_never_says_free_npus_for_a_vm_no_node_could_fit(vm_cluster):
     link = next(link for link in doc["links"] if link["status"] == "FAIL")
     assert link["name"] == "FreeCapacity"
     assert "stop a VM" not in link["remedy"] and "ask for at most 2 NPU(s)" in link["remedy"]
-    assert link["remedyCommand"] == ["rblnctl", "vm", "attach", "big", "-n", "vms", "--npus", "2"]
+    assert link["remedyCommand"] == ["rblnctl", "--server", vm_cluster.url, "vm", "attach", "big", "-n", "vms",
+                                     "--npus", "2"]
     assert any("8 rebellions.ai/RBLN-CA22_PF never fit" in e for e in link["evidence"])
     # a VM that fits a node whose NPUs are in use still gets "free NPUs"
     vm_cluster.add(o.vm("vms", "two", running=False, host_devices=[CA22] * 2),
@@ -188,4 +192,5 @@ def test_diagnose_a_dra_vm_asking_more_vfio_npus_than_any_node_has(apiserver):
     link = next(link for link in json.loads(r.stdout)["links"] if link["status"] == "FAIL")
     assert link["name"] == "ClaimAllocated"
     assert "stop a VM" not in link["remedy"] and "ask for at most 2 NPU(s)" in link["remedy"]
-    assert link["remedyCommand"] == ["rblnctl", "vm", "attach", "big", "-n", "vms", "--npus", "2", "--restart"]
+    assert link["remedyCommand"] == ["rblnctl", "--server", apiserver.url, "vm", "attach", "big", "-n", "vms",
+                                     "--npus", "2", "--restart"]

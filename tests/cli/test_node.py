@@ -91,8 +91,9 @@ def test_timeout_exits_5_and_says_how_to_resume(apiserver):
     apiserver.add(o.cluster_policy(), o.npu_node("n1"))  # a policy but no operator running: nothing converges
     r = cli("node", "set-mode", "n1", "vm", "--yes", "--timeout", "0.3", server=apiserver.url)
     assert r.exit_code == 5
-    assert "in progress" in r.stderr and "resume:  rblnctl node set-mode vm n1" in r.stderr
-    assert "go back: rblnctl node set-mode container n1 --reverse" in r.stderr  # issue 21: the narrowest flag
+    run = f"rblnctl --server {apiserver.url} node set-mode"  # every flag of the run kept (issue 29)
+    assert "in progress" in r.stderr and f"resume:  {run} vm n1 --timeout 0.3 --yes" in r.stderr
+    assert f"go back: {run} container n1 --reverse --timeout 0.3 --yes" in r.stderr  # issue 21: the narrowest flag
     assert r.stderr.count("\nerror: ") + r.stderr.startswith("error: ") == 1
     assert apiserver.get("Node", "n1")["spec"]["unschedulable"] is True
 
@@ -203,7 +204,7 @@ def test_ctrl_c_during_set_mode_says_how_to_resume(cluster, mocker):
     r = cli("node", "set-mode", "n1", "vm", "--yes", "-o", "json", server=cluster.url)
     assert r.exit_code == 130 and r.stdout == ""
     assert "interrupted" in r.stderr
-    assert "rblnctl node set-mode vm n1" in r.stderr and "rblnctl node set-mode container n1 --reverse" in r.stderr
+    assert "node set-mode vm n1" in r.stderr and "node set-mode container n1 --reverse" in r.stderr
 
 
 def test_ctrl_c_during_drain_says_the_node_stays_cordoned(cluster, mocker):
@@ -243,7 +244,7 @@ def test_sigterm_during_set_mode_exits_143_and_says_how_to_resume(cluster, mocke
     mocker.patch("rblnctl.node.mode.ModeSwitcher.apply", side_effect=Interrupted(signal.SIGTERM))
     r = cli("node", "set-mode", "vm", "n1", "--yes", server=cluster.url)
     assert r.exit_code == 143
-    assert "terminated by signal 15" in r.stderr and "rblnctl node set-mode vm n1" in r.stderr
+    assert "terminated by signal 15" in r.stderr and f"rblnctl --server {cluster.url} node set-mode vm n1" in r.stderr
 
 
 def test_kubeconfig_without_a_server_is_exit_2_in_one_line(tmp_path):

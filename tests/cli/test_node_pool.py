@@ -177,7 +177,8 @@ def test_ctrl_c_stops_the_pool_exits_130_and_a_rerun_finishes_it(pool):
     unsubscribe()
     assert r.exit_code == 130 and fired
     assert "interrupted: node(s) n1 may be left cordoned mid-switch" in r.stderr
-    assert "rblnctl node set-mode vm -l pool=a" in r.stderr and "resume:  rblnctl node set-mode vm n1" in r.stderr
+    assert f"`rblnctl --server {pool.url} node set-mode --selector pool=a --yes vm`" in r.stderr
+    assert f"resume:  rblnctl --server {pool.url} node set-mode vm n1 --yes" in r.stderr
     assert pool.get("Node", "n1")["spec"]["unschedulable"] and modes(pool, ["n2", "n3"]) == {
         "n2": "container", "n3": "container"}
     assert not pool.list("Lease", "rbln-system")  # every lock was given back

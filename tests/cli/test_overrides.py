@@ -112,7 +112,7 @@ def test_unfinished_switch_to_the_other_mode_only_reverse(cluster):
     cluster.clear_requests()
     r = cli("node", "set-mode", "container", "n1", "--dry-run", server=cluster.url)
     assert r.exit_code == 1 and "unfinished" in r.stderr and "(pass --reverse)" in r.stderr
-    assert "go back: rblnctl node set-mode container n1 --reverse" in r.stderr
+    assert f"go back: rblnctl --server {cluster.url} node set-mode container n1 --reverse" in r.stderr
     for other in EVERY_FLAG:
         if other != "--reverse":
             assert cli("node", "set-mode", "container", "n1", other, "--dry-run", server=cluster.url).exit_code == 1

@@ -377,7 +377,9 @@ def test_a_device_left_without_a_driver_gets_the_command_that_recovers_it(k):
     k.refuse_probe("rebellions", A)
     r = vfio(k, "bind", A, "--yes", "-o", "json")
     assert r.exit_code == 1 and devices(r.stdout)[0]["status"] == "driverless"
-    assert f"run `rblnctl vfio unbind {A} --driver rebellions`" in r.stderr
+    # the run's own --root and --state-file: the recovery acts on the same tree and record (issue 29)
+    assert (f"run `rblnctl vfio unbind {A} --driver rebellions --root {k.root} --state-file {k.root / 'state.json'}`"
+            in r.stderr)
 
 
 # --- recover -------------------------------------------------------------------------------------------------
@@ -461,7 +463,7 @@ def test_a_device_an_unbind_left_without_a_driver_gets_the_command_that_recovers
     k.refuse_probe("vfio-pci", A)
     r = vfio(k, "unbind", A, "--yes", "-o", "json")
     assert r.exit_code == 1 and devices(r.stdout)[0]["status"] == "driverless"
-    assert f"run `rblnctl vfio recover {A} --mode vm`" in r.stderr
+    assert f"run `rblnctl vfio recover {A} --mode vm --root {k.root} --state-file {k.root / 'state.json'}`" in r.stderr
 
 
 # -- vfio status --node: the same status, from a host pod on a cluster node ----------------------------

@@ -95,7 +95,8 @@ def test_attach_refusal_names_the_fixing_command(apiserver):
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
     assert r.exit_code == 1
     assert "refusing to change the NPUs of VM vms/v1" in r.stderr
-    assert "`rblnctl kubevirt enable-gates`" in r.stderr and apiserver.writes() == []
+    # the connection kept, the VM's -n not (to kubevirt, -n names the KubeVirt CR's namespace): issue 29
+    assert f"`rblnctl --server {apiserver.url} kubevirt enable-gates`" in r.stderr and apiserver.writes() == []
 
 
 def test_attach_running_vm_is_refused_without_restart(apiserver):
@@ -189,7 +190,7 @@ def test_manifest_warns_of_the_gates_that_will_refuse_the_vm_and_the_template_le
     assert r.exit_code == 0, r.stderr
     assert "KubeVirt will refuse this VM: HostDevices: off" in r.stderr
     assert "HostDevicesWithDRA: off (in disabledFeatureGates)" in r.stderr
-    assert "`rblnctl kubevirt enable-gates --dra`" in r.stderr
+    assert f"`rblnctl --server {apiserver.url} kubevirt enable-gates --dra`" in r.stderr
     assert f"kubectl delete resourceclaimtemplate rbln-npu-1 -n {NS}" in r.stderr
     assert apiserver.writes() == [] and list(yaml.safe_load_all(r.stdout))[-1]["kind"] == "VirtualMachine"
     sandbox = vm_cli(apiserver, "vm", "manifest", "v2", "-n", NS, "--method", "sandbox", "--resource", CA22)
@@ -314,20 +315,21 @@ def test_diagnose_broken_link_exits_1_with_the_remedy(apiserver):
                                              ["FeatureGates", "PASS"], ["VmModeNodes", "PASS"],
                                              ["PermittedHostDevice", "FAIL"]]
     assert "broken link: PermittedHostDevice (KubeVirt does not permit its NPU resource)" in r.stdout
-    assert f"remedy: permit {CA22} as a KubeVirt host device: `rblnctl kubevirt permit-devices --resource-name " \
-           f"{CA22}`" in r.stdout
+    assert (f"remedy: permit {CA22} as a KubeVirt host device: `rblnctl --server {apiserver.url} kubevirt "
+            f"permit-devices --resource-name {CA22}`") in r.stdout
     assert r.stderr == ("error: VM vms/v1: KubeVirt does not permit its NPU resource "
                         "(broken link: PermittedHostDevice)\n")
     doc = json.loads(vm_cli(apiserver, "vm", "diagnose", "v1", "-n", NS, "-o", "json").stdout)
     fail = doc["links"][-1]
-    assert fail["remedyCommand"] == ["rblnctl", "kubevirt", "permit-devices", "--resource-name", CA22]
+    assert fail["remedyCommand"] == ["rblnctl", "--server", apiserver.url, "kubevirt", "permit-devices",
+                                     "--resource-name", CA22]
     assert fail["failure"] == "KubeVirt does not permit its NPU resource" and doc["links"][0]["failure"] is None
 
 
 def test_diagnose_unknown_vm(apiserver):
     sandbox_cluster(apiserver)
     r = vm_cli(apiserver, "vm", "diagnose", "ghost", "-n", NS)
-    assert r.exit_code == 1 and "`rblnctl vm manifest ghost`" in r.stdout
+    assert r.exit_code == 1 and f"`rblnctl --server {apiserver.url} vm manifest ghost -n {NS}`" in r.stdout
     # what is wrong, not the link's title (which reads as a fact), and no "no NPU requested" for a VM that is not there
     assert r.stdout.startswith("VM vms/ghost: not found\n")
     assert "broken link: VirtualMachine (VirtualMachine vms/ghost not found)" in r.stdout

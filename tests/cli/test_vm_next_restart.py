@@ -47,7 +47,7 @@ def test_attach_next_restart_changes_the_spec_and_says_when_it_applies(apiserver
     assert doc["plan"]["nextRestart"] is True and doc["plan"]["runningNpus"] == 1 and doc["plan"]["restart"] is False
     assert doc["result"]["changed"] is True and doc["result"]["restarted"] is False
     assert (f"VM {NS}/v1: 1 -> 2 NPU(s) at its next restart; it runs with 1 until then "
-            f"(`rblnctl vm restart v1 -n {NS} --wait` restarts it now)") in r.stderr
+            f"(`rblnctl --server {apiserver.url} vm restart v1 -n {NS} --wait` restarts it now)") in r.stderr
     assert [w.method for w in apiserver.writes()] == ["PATCH"]  # no stop, no start: the VM runs on
     assert apiserver.get("VirtualMachineInstance", "v1", NS)["metadata"]["uid"] == vmi["metadata"]["uid"]
     assert len(host_devices(apiserver)) == 2
@@ -58,7 +58,7 @@ def test_the_table_says_what_waits_for_the_restart(apiserver):
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "2", "--next-restart")
     assert r.exit_code == 0, r.stderr
     assert (f"next restart: the VM keeps running with 1 NPU(s); the change applies when it restarts (KubeVirt marks "
-            f"it RestartRequired): `rblnctl vm restart v1 -n {NS} --wait`") in r.stdout
+            f"it RestartRequired): `rblnctl --server {apiserver.url} vm restart v1 -n {NS} --wait`") in r.stdout
 
 
 def test_dry_run_sends_no_write_and_server_dry_run_persists_none(apiserver):

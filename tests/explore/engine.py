@@ -383,7 +383,22 @@ _PROG = r"(?:rblnctl|kubectl rbln)"
 # A command the run printed to go on: after a label, or between backquotes; it ends at a `;` or the line's end.
 _PRINTED = re.compile(rf"(?:finish the job|resume):\s+({_PROG} [^;`\n]+)|`({_PROG} [^`]+)`")
 _GOING_BACK = re.compile(r"go(?:es)? back|--reverse")
-_READ_ONLY = re.compile(rf"^{_PROG} (?:vm list|node list|node history|status|policy show|kubevirt status)\b")
+_READ_ONLY = re.compile(r"^(?:vm list|node list|node history|status|policy show|kubevirt status)\b")
+
+
+def _without_globals(words: list[str], *, keep: bool = False) -> list[str]:
+    """The command after the program's root options (`keep`: with them, but for --server, which the explorer gives
+    every run itself): a printed command repeats the run's root options (issue 29)."""
+    from rblnctl.cli.errors import GLOBAL_VALUE_OPTS
+
+    i, kept = 0, []
+    while i < len(words) and words[i].startswith("-"):
+        name = words[i].split("=", 1)[0]
+        step = 2 if name in GLOBAL_VALUE_OPTS and "=" not in words[i] else 1
+        if name not in ("--server", "-s"):
+            kept += words[i:i + step]
+        i += step
+    return (kept if keep else []) + words[i:]
 
 
 def recovery_of(stderr: str, argv: tuple[str, ...]) -> tuple[str, ...]:
@@ -394,7 +409,9 @@ def recovery_of(stderr: str, argv: tuple[str, ...]) -> tuple[str, ...]:
     for m in _PRINTED.finditer(stderr):
         cmd = (m.group(1) or m.group(2)).strip()
         before, after = stderr[max(0, m.start() - 12):m.start()], stderr[m.end():m.end() + 20]
-        if _READ_ONLY.match(cmd) or _GOING_BACK.search(cmd) or _GOING_BACK.search(after) or \
+        words = shlex.split(cmd)
+        rest = _without_globals(words[2:] if words[:2] == ["kubectl", "rbln"] else words[1:])
+        if _READ_ONLY.match(" ".join(rest)) or _GOING_BACK.search(cmd) or _GOING_BACK.search(after) or \
                 _GOING_BACK.search(before):
             continue
         found = cmd
@@ -402,7 +419,7 @@ def recovery_of(stderr: str, argv: tuple[str, ...]) -> tuple[str, ...]:
     if found is None:
         return argv
     words = shlex.split(found)
-    words = words[2:] if words[:2] == ["kubectl", "rbln"] else words[1:]
+    words = _without_globals(words[2:] if words[:2] == ["kubectl", "rbln"] else words[1:], keep=True)
     if "--yes" in argv and "--yes" not in words and "-y" not in words and _takes_yes(words):
         words.append("--yes")
     return tuple(words)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from rblnctl.kubevirt.status import kubevirt_status
+from rblnctl.remedy import Command
 from tests.fakes import objects as o
 from tests.kubevirt.support import NVIDIA
 
@@ -26,19 +27,19 @@ def test_status_on_1_8_and_disabled_gates(kube, apiserver):
                   o.kubevirt("kv-new", "new", feature_gates=["HostDevices"], disabled_gates=["HostDevicesWithDRA"]))
     old = kubevirt_status(kube, namespace="kv-old")
     assert [g.effective for g in old.gates] == [False, False]
-    assert any("HostDevices is off" in n for n in old.notes)
-    assert any("permit-devices" in n for n in old.notes)
+    assert any("HostDevices is off" in str(n) for n in old.notes)
+    assert any(getattr(n, "command", None) == Command.own("kubevirt", "permit-devices") for n in old.notes)
     new = kubevirt_status(kube, name="new", namespace="kv-new")
     dra = new.gates[1]
     assert dra.effective is False and dra.disabled
-    assert any("HostDevicesWithDRA is in disabledFeatureGates" in n for n in new.notes)
+    assert any("HostDevicesWithDRA is in disabledFeatureGates" in str(n) for n in new.notes)
 
 
 def test_status_with_unknown_version_cannot_tell_beta_gates(kube, apiserver):
     apiserver.add(o.kubevirt(feature_gates=[], phase="Deploying"))
     st = kubevirt_status(kube)
     assert st.version is None and st.gates[1].effective is None
-    assert any("phase is Deploying" in n for n in st.notes)
+    assert any("phase is Deploying" in str(n) for n in st.notes)
 
 
 def test_status_reports_a_cr_being_deleted(kube, apiserver):
@@ -46,4 +47,4 @@ def test_status_reports_a_cr_being_deleted(kube, apiserver):
     kv["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     apiserver.add(kv)
     st = kubevirt_status(kube)
-    assert st.deleting and any("being deleted" in n for n in st.notes)
+    assert st.deleting and any("being deleted" in str(n) for n in st.notes)

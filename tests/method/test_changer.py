@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rblnctl.errors import Conflict, InvalidInput, Partial, Refused, WaitTimeout
+from rblnctl.remedy import Command
 from rblnctl.kube import KubeOptions, connect
 from rblnctl.method import MethodEvents, MethodOptions, parse_method
 from tests.fakes import objects as o
@@ -367,7 +368,7 @@ def test_a_vm_that_cannot_be_converted_is_named_and_the_others_are(apiserver, ku
     assert "not every VM was converted: 1 failed" in str(err.value)
     (o_,) = err.value.result.conversions
     assert (o_.name, o_.state) == ("team/a", "failed")
-    assert "rblnctl vm attach a -n team --method sandbox --convert" in o_.reason
+    assert o_.remedy.command == Command.own("vm", "attach", "a", namespace="team", method="sandbox", convert=True)
     assert switches(apiserver)["sandboxDevicePlugin"] is True  # the policy switch itself went through
 
 
@@ -414,7 +415,7 @@ def test_a_403_mid_convert_vms_fails_that_vm_and_converts_the_others(apiserver, 
     assert fate["a/one"][0] == fate["c/three"][0] == "done"
     assert fate["b/two"][0] == "failed" and "RBAC does not allow patch" in fate["b/two"][1]
     assert err.value.result.converted == ["a/one", "c/three"]
-    assert any(d.startswith("VirtualMachine b/two (failed)") for d in err.value.details)
+    assert any(str(d).startswith("VirtualMachine b/two (failed)") for d in err.value.details)
 
 
 def test_an_unreachable_api_server_mid_convert_vms_leaves_the_rest_not_attempted(apiserver, kube):

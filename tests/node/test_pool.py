@@ -192,7 +192,7 @@ def test_continue_on_error_skips_refused_nodes_and_runs_the_rest(apiserver, kube
     assert operator.wait_idle()
     runner = mode_runner(kube, continue_on_error=True)
     plan = runner.plan(["n1", "n2"])
-    assert plan.blockers == [] and any("node n2 is skipped" in w for w in plan.warnings)
+    assert plan.blockers == [] and any("node n2 is skipped" in str(w) for w in plan.warnings)
     result = runner.apply(plan)
     assert outcomes(result) == {"n1": "done", "n2": "refused"}
     assert "vms/vm1" in " ".join(str(b) for b in result.failed[0].error.blockers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rblnctl.errors import Ambiguous, InvalidInput, NotFound, Refused
+from rblnctl.remedy import Command
 from tests.fakes import objects as o
 from tests.vm.support import (
     CA22,
@@ -174,7 +175,7 @@ def test_gate_off_is_refused_naming_enable_gates(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", running=False))
     plan = attacher(kube, npus=1).plan("v1", NS)
     b = _blocker(plan)
-    assert "HostDevices: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+    assert "HostDevices: off" in b.message and b.remedy.command == own("kubevirt", "enable-gates")
     with pytest.raises(Refused):
         attacher(kube, npus=1).apply(plan)
     assert vm_writes(apiserver) == []
@@ -184,7 +185,7 @@ def test_dra_gate_disabled_is_refused_naming_enable_gates_dra(apiserver, kube):
     dra_cluster(apiserver, gates=("HostDevices",), disabled=("HostDevicesWithDRA",))
     apiserver.add(o.vm(NS, "v1", running=False))
     b = _blocker(attacher(kube, npus=1).plan("v1", NS))
-    assert "HostDevicesWithDRA: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates", "--dra")
+    assert "HostDevicesWithDRA: off" in b.message and b.remedy.command == own("kubevirt", "enable-gates", dra=True)
 
 
 def test_resource_not_permitted_is_refused_naming_permit_devices(apiserver, kube):
@@ -192,7 +193,7 @@ def test_resource_not_permitted_is_refused_naming_permit_devices(apiserver, kube
     apiserver.add(o.vm(NS, "v1", running=False))
     b = _blocker(attacher(kube, npus=1).plan("v1", NS))
     assert "not in KubeVirt kubevirt/kubevirt permittedHostDevices" in b.message
-    assert b.remedy.command == ("kubevirt", "permit-devices", "--resource-name", CA22)
+    assert b.remedy.command == own("kubevirt", "permit-devices", resource_name=CA22)
 
 
 def test_external_resource_provider_false_is_refused(apiserver, kube):
@@ -200,7 +201,8 @@ def test_external_resource_provider_false_is_refused(apiserver, kube):
         {"pciVendorSelector": "1EFF:1220", "resourceName": CA22, "externalResourceProvider": False}]),
         o.cluster_policy(), o.npu_node("n1", mode="vm-passthrough"), o.vm(NS, "v1", running=False))
     b = _blocker(attacher(kube, npus=1).plan("v1", NS))
-    assert "externalResourceProvider false" in b.message and b.remedy.command == ("kubevirt", "permit-devices", "--fix")
+    assert "externalResourceProvider false" in b.message
+    assert b.remedy.command == own("kubevirt", "permit-devices", fix=True)
 
 
 def test_no_vm_mode_node_is_refused_naming_set_mode(apiserver, kube):
@@ -209,7 +211,7 @@ def test_no_vm_mode_node_is_refused_naming_set_mode(apiserver, kube):
     plan = attacher(kube, npus=1).plan("v1", NS)
     b = _blocker(plan)
     assert "no NPU node is in vm-passthrough mode" in b.message
-    assert b.remedy.command == ("node", "set-mode", "vm", "n1")
+    assert b.remedy.command == own("node", "set-mode", "vm", "n1")
     assert plan.patch is None
 
 
@@ -492,3 +494,6 @@ def test_more_npus_than_any_node_offers_is_a_warning_and_an_absurd_count_bad_inp
     assert not any("offers that many" in w for w in attacher(kube, npus=2).plan("v1", NS).warnings)
     with pytest.raises(InvalidInput, match="0 to 64"):
         attacher(kube, npus=99999999999999999999)
+
+
+own = Command.own

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rblnctl.vm.diagnose import LinkName, LinkStatus, diagnose, parse_failed_scheduling
+from rblnctl.remedy import Command
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.vm.support import CA22, NS, dra_cluster, sandbox_cluster
@@ -74,7 +75,7 @@ def test_a_healthy_dra_vm_holds_every_link(apiserver, kube):
 def test_no_such_vm(apiserver, kube):
     sandbox_cluster(apiserver)
     b = _broken(diagnose(kube, "ghost", NS))
-    assert b.name == LinkName.VM and b.remedy.command == ("vm", "manifest", "ghost")
+    assert b.name == LinkName.VM and b.remedy.command == own("vm", "manifest", "ghost", namespace=NS)
     assert b.failure == f"VirtualMachine {NS}/ghost not found"  # not the title, "the VirtualMachine exists"
 
 
@@ -84,7 +85,7 @@ def test_a_vm_without_npus(apiserver, kube):
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.REQUEST and "passes no NPU (host devices: gpu0)" in b.message
     assert b.failure == "its spec passes no NPU"
-    assert b.remedy.command == ("vm", "attach", "v1", "-n", NS)
+    assert b.remedy.command == own("vm", "attach", "v1", namespace=NS)
 
 
 def test_gate_off(apiserver, kube):
@@ -92,7 +93,7 @@ def test_gate_off(apiserver, kube):
     _running_sandbox_vm(apiserver)
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.GATES and b.status == LinkStatus.FAIL
-    assert "HostDevices: off" in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+    assert "HostDevices: off" in b.message and b.remedy.command == own("kubevirt", "enable-gates")
     assert b.failure == "a KubeVirt feature gate it needs is off"
 
 
@@ -107,7 +108,7 @@ def test_dra_gate_disabled(apiserver, kube):
     claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
     apiserver.add(o.vm(NS, "v1", host_devices=[o.dra_host_device("npu0")], resource_claims=[claim_entry]))
     b = _broken(diagnose(kube, "v1", NS))
-    assert b.name == LinkName.GATES and b.remedy.command == ("kubevirt", "enable-gates", "--dra")
+    assert b.name == LinkName.GATES and b.remedy.command == own("kubevirt", "enable-gates", dra=True)
 
 
 def test_resource_not_permitted(apiserver, kube):
@@ -115,7 +116,7 @@ def test_resource_not_permitted(apiserver, kube):
     _running_sandbox_vm(apiserver)
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.PERMITTED and f"{CA22} is not in KubeVirt" in b.message
-    assert b.remedy.command == ("kubevirt", "permit-devices", "--resource-name", CA22)
+    assert b.remedy.command == own("kubevirt", "permit-devices", resource_name=CA22)
 
 
 def test_no_vm_mode_node(apiserver, kube):
@@ -123,7 +124,7 @@ def test_no_vm_mode_node(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.VM_NODES and "no NPU node is in vm-passthrough mode" in b.message
-    assert b.remedy.command == ("node", "set-mode", "vm", "n1")
+    assert b.remedy.command == own("node", "set-mode", "vm", "n1")
 
 
 def test_vm_node_not_advertising_says_what_the_operator_has_not_done(apiserver, kube):
@@ -146,7 +147,7 @@ def test_no_free_capacity(apiserver, kube):
     assert b.name == LinkName.CAPACITY
     assert f"no node the VM may run on (no placement constraints) has 1 free {CA22}" in b.evidence[0]
     assert f"n1: 2 {CA22} allocatable, 2 in use ({NS}/virt-launcher-other-abcde), 0 free" in b.evidence
-    assert b.remedy.command == ("vm", "list", "-A")
+    assert b.remedy.command == own("vm", "list", all_namespaces=True)
 
 
 def test_capacity_on_nodes_the_vm_may_not_use_does_not_count(apiserver, kube):
@@ -173,7 +174,7 @@ def test_a_stopped_vm_holds_nothing(apiserver, kube):
     apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22]))
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.INSTANCE and "the VM is Stopped" in b.message and \
-        b.remedy.command == ("vm", "start", "v1", "-n", NS, "--wait")
+        b.remedy.command == own("vm", "start", "v1", namespace=NS, wait=True)
     assert b.failure == "no VMI runs it"
 
 
@@ -200,7 +201,7 @@ def test_launcher_pending_with_an_insufficient_event(apiserver, kube):
     assert "FailedScheduling: 0 of 5 nodes available" in b.evidence
     assert f"3 node(s): Insufficient {CA22}" in b.evidence
     assert "2 node(s): node(s) didn't match Pod's node affinity/selector" in b.evidence
-    assert b.remedy.command == ("vm", "list", "-A") and "NPUs in use" in b.remedy.text
+    assert b.remedy.command == own("vm", "list", all_namespaces=True) and "NPUs in use" in b.remedy.text
 
 
 def test_the_newest_failed_scheduling_event_wins(apiserver, kube):
@@ -249,7 +250,7 @@ def test_node_in_container_mode_or_not_converged(apiserver, kube):
     _running_sandbox_vm(apiserver)  # no operator: n1 runs no component pod
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.NODE and "n1: no vfio-manager pod on n1 yet" in b.evidence
-    assert b.remedy.command == ("node", "list") and b.failure == "its node's operator components are not ready"
+    assert b.remedy.command == own("node", "list") and b.failure == "its node's operator components are not ready"
 
 
 def test_a_node_without_any_policy_names_the_missing_operator_not_a_convergence_to_watch(apiserver, kube):
@@ -261,7 +262,7 @@ def test_a_node_without_any_policy_names_the_missing_operator_not_a_convergence_
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.NODE and "n1: no RBLNClusterPolicy" in b.evidence
     assert b.failure == "no RBLNClusterPolicy: nothing runs the operator's components on its node"
-    assert b.remedy.command == () and "helm upgrade --install rbln-npu-operator" in b.remedy.text
+    assert b.remedy.command.program == "helm" and "{command}" in b.remedy.text
 
 
 def test_template_and_running_vmi_disagree(apiserver, kube):
@@ -272,12 +273,12 @@ def test_template_and_running_vmi_disagree(apiserver, kube):
     d = diagnose(kube, "v1", NS)
     assert d.links[1].name == LinkName.REQUEST and d.links[1].status == LinkStatus.PASS
     assert "its running VMI passes 1 (1x rebellions.ai/RBLN-CA22_PF) until it restarts" in d.links[1].message
-    assert any("its spec asks for 2 NPU(s), its running VMI passes 1 until it restarts" in w for w in d.warnings)
+    assert any("its spec asks for 2 NPU(s), its running VMI passes 1 until it restarts" in str(w) for w in d.warnings)
     apiserver.add(o.vm(NS, "v2", host_devices=[CA22]), o.vmi(NS, "v2", "n1", []))
     b = _broken(diagnose(kube, "v2", NS))
     assert b.name == LinkName.REQUEST and "but its running VMI passes 0 (none)" in b.message
     assert b.failure == "its running VMI passes other NPUs than its spec"
-    assert b.remedy.command == ("vm", "restart", "v2", "-n", NS, "--wait")
+    assert b.remedy.command == own("vm", "restart", "v2", namespace=NS, wait=True)
 
 
 def test_mixed_methods(apiserver, kube):
@@ -288,7 +289,7 @@ def test_mixed_methods(apiserver, kube):
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.REQUEST and "through both methods" in b.message
     assert b.failure == "its spec passes NPUs through both methods"
-    assert b.remedy.command[-3:] == ("sandbox", "--convert", "--restart")
+    assert b.remedy.command.option_map == {"namespace": NS, "method": "sandbox", "convert": True, "restart": True}
 
 
 def test_diagnose_makes_no_write(apiserver, kube):
@@ -396,7 +397,7 @@ def test_npus_without_an_iommu_group_skipped_by_the_dra_plugin_are_named(apiserv
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.SLICES and "no IOMMU group" in b.failure
     assert any("skipped 1 vfio-pci NPU(s) without an IOMMU group" in e for e in b.evidence)
-    assert b.remedy.command == ("preflight", "--hosts", "--node", "n1")
+    assert b.remedy.command == own("preflight", hosts=True, node="n1")
 
 
 def test_two_vms_with_one_claim_name_on_a_node_is_the_broken_link(apiserver, kube):
@@ -412,7 +413,7 @@ def test_two_vms_with_one_claim_name_on_a_node_is_the_broken_link(apiserver, kub
     b = _broken(d)
     assert b.name == LinkName.CLAIM_NAME
     assert "VM other/v2 on n1 holds a claim under resourceclaimtemplates/rbln-npu too" in b.evidence
-    assert b.remedy.command == ("vm", "attach", "v1", "-n", NS, "--restart")
+    assert b.remedy.command == own("vm", "attach", "v1", namespace=NS, restart=True)
 
 
 def test_a_vm_that_should_run_but_has_no_vmi_says_what_kubevirt_says(apiserver, kube):
@@ -426,7 +427,7 @@ def test_a_vm_that_should_run_but_has_no_vmi_says_what_kubevirt_says(apiserver, 
     b = _broken(diagnose(kube, "v1", NS))
     assert b.name == LinkName.INSTANCE and b.failure == "KubeVirt did not create its VMI (FailedCreate)"
     assert "runStrategy Always but no VMI: the VM is ErrorUnschedulable" in b.evidence
-    assert "Stopped" not in b.message and b.remedy.command == ("kubevirt", "enable-gates")
+    assert "Stopped" not in b.message and b.remedy.command == own("kubevirt", "enable-gates")
 
 
 def test_the_links_are_judged_from_facts_read_once(apiserver, kube):
@@ -566,3 +567,6 @@ def test_parse_failed_scheduling_as_kube_scheduler_1_36_writes_it():
     f = parse_failed_scheduling("0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, "
                                 "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
     assert f.reasons == ((2, "cannot allocate all claims"),)
+
+
+own = Command.own

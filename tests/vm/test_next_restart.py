@@ -10,6 +10,7 @@ from rblnctl.vm.attach import AttachOptions, DetachOptions
 from rblnctl.vm.diagnose import LinkName, LinkStatus, diagnose
 from rblnctl.vm.lifecycle import RESTART, VmLifecycle
 from rblnctl.vm.listing import list_vm_npus
+from rblnctl.remedy import Command, Remedy
 from tests.fakes import objects as o
 from tests.vm.support import CA22, NS, attacher, detacher, dra_cluster, host_devices, sandbox_cluster
 
@@ -172,8 +173,8 @@ def test_diagnose_passes_a_vm_running_with_npus_and_names_the_staged_change(apis
     assert request.status == LinkStatus.PASS
     assert "its running VMI passes 1 (1x rebellions.ai/RBLN-CA22_PF) until it restarts" in request.message
     assert f"KubeVirt: RestartRequired: {REQUIRED['message']}" in request.evidence
-    assert (f"VM {NS}/v1: its spec asks for 2 NPU(s), its running VMI passes 1 until it restarts; "
-            f"`rblnctl vm restart v1 -n {NS} --wait` applies the change") in d.warnings
+    assert Remedy(f"VM {NS}/v1: its spec asks for 2 NPU(s), its running VMI passes 1 until it restarts; {{command}} "
+                  "applies the change", own("vm", "restart", "v1", namespace=NS, wait=True)) in d.warnings
 
 
 def test_diagnose_warns_when_the_staged_change_would_not_fit(apiserver, kube):
@@ -181,7 +182,7 @@ def test_diagnose_warns_when_the_staged_change_would_not_fit(apiserver, kube):
     planner = attacher(kube, npus=4, next_restart=True)
     planner.apply(planner.plan("v1", NS))
     d = diagnose(kube, "v1", NS)
-    assert any(w.startswith(f"VM {NS}/v1 after its restart: 4 NPUs: no vm-passthrough node offers that many")
+    assert any(str(w).startswith(f"VM {NS}/v1 after its restart: 4 NPUs: no vm-passthrough node offers that many")
                for w in d.warnings), d.warnings
 
 
@@ -191,5 +192,8 @@ def test_diagnose_fails_a_vm_whose_vmi_has_no_npu_yet(apiserver, kube):
     planner = attacher(kube, npus=1, next_restart=True)
     planner.apply(planner.plan("v1", NS))
     b = diagnose(kube, "v1", NS).broken
-    assert b.name == LinkName.REQUEST and b.remedy.command == ("vm", "restart", "v1", "-n", NS, "--wait")
+    assert b.name == LinkName.REQUEST and b.remedy.command == own("vm", "restart", "v1", namespace=NS, wait=True)
     assert f"KubeVirt: RestartRequired: {REQUIRED['message']}" in b.evidence
+
+
+own = Command.own

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rblnctl.operator.install import HelmRelease, Remedy, change_policy, helm_release_of
+from rblnctl.operator.install import HelmRelease, change_policy, helm_release_of
 from rblnctl.preflight.facts import ClusterFacts, Fetch
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.remedy import Remedy
 
 
 def unreadable(out: Findings, id_: str, title: str, fetch_: Fetch) -> None:
@@ -36,6 +37,11 @@ def helm_release(f: ClusterFacts) -> HelmRelease | None:
     items = (f.policies.value or []) if f.policies.ok else []
     policies = [p for p in items if active and (p.get("metadata") or {}).get("name") == active.name]
     return helm_release_of([*deps, *policies], namespace=f.operator_namespace)
+
+
+def runnable(remedy: Remedy) -> str:
+    """The remedy's external command (kubectl, helm) as a finding's remedyCommand; "" when it has none."""
+    return remedy.command.line if remedy.command is not None and remedy.command.program else ""
 
 
 def policy_remedy(f: ClusterFacts, values: Mapping[str, bool]) -> Remedy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rblnctl import constants as C
 from rblnctl.operator.capacity import dra_devices
-from rblnctl.preflight.checks.common import policy_remedy, unreadable
+from rblnctl.preflight.checks.common import policy_remedy, runnable, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset  # shared with policy set-method
@@ -63,13 +63,13 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
         if ds_fetch is not None and not ds_fetch.absent:
             unreadable(out, "dra.driver", t_drv, ds_fetch)
         else:
-            out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL, "no DaemonSets API", enable, fix.command)
+            out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL, "no DaemonSets API", enable, runnable(fix))
     else:
         base = f.policy.base_name if f.policy else C.OPERATOR_BASE_NAME
         found = [d for d in ds_fetch.value or [] if is_dra_daemonset(d, base)]
         if not found:
             out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.FAIL,
-                    f"no RBLN DRA kubelet plugin DaemonSet ({base}-{C.COMP_DRA}) found", enable, fix.command)
+                    f"no RBLN DRA kubelet plugin DaemonSet ({base}-{C.COMP_DRA}) found", enable, runnable(fix))
         else:
             ds = found[0]
             meta = ds.get("metadata") or {}
@@ -116,7 +116,7 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
     if dc is None or dc.absent:
         out.add("dra.deviceclass", t_dc, SCOPE_CLUSTER, Status.FAIL,
                 f"DeviceClass {dc_name}, {named}, not found (resource.k8s.io/{C.DRA_VERSION} needs Kubernetes "
-                ">= 1.34)", f"the operator creates it while draKubeletPlugin is enabled: {enable}", fix.command)
+                ">= 1.34)", f"the operator creates it while draKubeletPlugin is enabled: {enable}", runnable(fix))
     elif not dc.ok:
         unreadable(out, "dra.deviceclass", t_dc, dc)
     else:

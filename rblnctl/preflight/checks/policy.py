@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rblnctl import constants as C
 from rblnctl.operator.policy import Policy, choose_active
-from rblnctl.preflight.checks.common import policy_remedy, unreadable
+from rblnctl.preflight.checks.common import policy_remedy, runnable, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 
@@ -40,7 +40,7 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
     if not items:
         fix = policy_remedy(f, {"vfioManager": True, "sandboxDevicePlugin": True})
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, "no RBLNClusterPolicy: the operator deploys nothing",
-                f"create one (the operator chart does by default), e.g. {fix.text}", fix.command)
+                f"create one (the operator chart does by default), e.g. {fix.text}", runnable(fix))
         return
     choice = choose_active(items)
     p = choice.active
@@ -64,4 +64,4 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
     why = (" (devicePlugin and draKubeletPlugin may not both be on)"
            if f.method == C.METHOD_DRA and "devicePlugin" in changes else "")
     out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"{state}; " + "; ".join(problems),
-            f"set {wanted}{why}: {fix.text}", fix.command)
+            f"set {wanted}{why}: {fix.text}", runnable(fix))

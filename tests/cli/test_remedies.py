@@ -1,0 +1,141 @@
+"""Issue 29, "One Remedy": every printed hint is spelt by the CLI from the program name invoked and the flags given.
+
+Before, the pool resume hints kept --max-unavailable and dropped --context, --force, --evict-vms, --all-pods,
+--take-over, --grace-period and --timeout (a hint followed under `kubectl rbln --context prod` could act on another
+cluster); the drain and vfio hints said `rblnctl` to kubectl rbln users; the vm lifecycle hints dropped --context.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import threading
+
+import pytest
+from typer.testing import CliRunner
+
+from rblnctl.cli.app import app
+from tests.cli.test_node_pool import MODE, pool  # noqa: F401 - the pool fixture
+from tests.fakes import objects as o
+
+PROGS = ["rblnctl", "kubectl rbln"]
+FLAGS = ["--force", "--evict-vms", "--all-pods", "--take-over", "--grace-period", "30", "--timeout", "20m"]
+
+
+def run(prog: str, kubeconfig, *args: str):
+    argv = ["--kubeconfig", str(kubeconfig), "--context", "fake", *args]
+    return CliRunner().invoke(app, argv, prog_name=prog, catch_exceptions=False)
+
+
+def _ctrl_c_at_first_relabel(apiserver):
+    fired: list[int] = []
+
+    def hook(req):
+        if not fired and req.method == "PATCH" and MODE in (((req.body or {}).get("metadata") or {}).get(
+                "labels") or {}):
+            fired.append(1)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    return apiserver.on_request(hook)
+
+
+def _hint(stderr: str, prefix: str) -> list[str]:
+    line = next(ln for ln in stderr.splitlines() if prefix in ln)
+    return shlex.split(line.split(prefix, 1)[1].strip().strip("`"))
+
+
+@pytest.mark.parametrize("prog", PROGS)
+def test_pool_resume_hints_keep_the_context_and_every_flag(pool, tmp_path, prog):  # noqa: F811
+    kubeconfig = pool.write_kubeconfig(tmp_path / "kubeconfig")
+    unsubscribe = _ctrl_c_at_first_relabel(pool)
+    r = run(prog, kubeconfig, "node", "set-mode", "vm", "-l", "pool=a", "--max-unavailable", "1", *FLAGS, "--yes")
+    unsubscribe()
+    assert r.exit_code == 130, r.stderr
+    head = prog.split()
+    resume = _hint(r.stderr, "resume: ")
+    assert resume[:len(head) + 4] == [*head, "--kubeconfig", str(kubeconfig), "--context", "fake"]
+    assert resume[len(head) + 4:len(head) + 8] == ["node", "set-mode", "vm", "n1"]
+    for flag in FLAGS:
+        assert flag in resume, (flag, resume)
+    assert "--selector" not in resume and "--max-unavailable" not in resume  # one node: not the pool's selection
+    pool_line = r.stderr.split("re-run `", 1)[1].split("`", 1)[0]
+    assert pool_line.startswith(f"{prog} --kubeconfig {kubeconfig} --context fake node set-mode")
+    for flag in [*FLAGS, "--selector", "--max-unavailable"]:
+        assert flag in shlex.split(pool_line), (flag, pool_line)
+
+
+@pytest.mark.parametrize("prog", PROGS)
+def test_an_interrupted_drain_names_the_program_and_the_context(apiserver, tmp_path, mocker, prog):
+    apiserver.add(o.npu_node("n1"))
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    mocker.patch("rblnctl.node.drain.Drainer.apply", side_effect=KeyboardInterrupt)
+    r = run(prog, kubeconfig, "node", "drain", "n1", "--force", "--yes")
+    assert r.exit_code == 130
+    assert f"re-run `{prog} --kubeconfig {kubeconfig} --context fake node drain --force --yes n1`" in r.stderr
+
+
+@pytest.mark.parametrize("prog", PROGS)
+def test_an_interrupted_set_mode_recovery_keeps_the_context(apiserver, tmp_path, mocker, prog):
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"))
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    mocker.patch("rblnctl.node.mode.ModeSwitcher.apply", side_effect=KeyboardInterrupt)
+    r = run(prog, kubeconfig, "node", "set-mode", "vm", "n1", "--evict-vms", "--yes")
+    assert r.exit_code == 130
+    base = f"{prog} --kubeconfig {kubeconfig} --context fake node set-mode"
+    assert f"resume:  {base} vm n1 --evict-vms --yes" in r.stderr
+    assert f"go back: {base} container n1 --evict-vms --reverse --yes" in r.stderr
+
+
+@pytest.mark.parametrize("action", ["start", "stop", "restart"])
+def test_vm_lifecycle_interrupt_hints_keep_the_context(apiserver, tmp_path, mocker, action):
+    apiserver.add(o.vm("default", "v1", running=action != "start"))
+    if action != "start":
+        apiserver.add(o.vmi("default", "v1", "n1"))
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    from rblnctl.vm.lifecycle import VmLifecycle
+
+    def made_then_ctrl_c(self, plan):  # the request went through, then the user pressed Ctrl-C while waiting
+        self.made = plan.send
+        raise KeyboardInterrupt
+
+    mocker.patch.object(VmLifecycle, "apply", autospec=True, side_effect=made_then_ctrl_c)
+    args = ["vm", action, "v1", "--timeout", "2m"] + (["--yes"] if action != "start" else [])
+    r = run("kubectl rbln", kubeconfig, *args)
+    assert r.exit_code == 130, r.stderr
+    follow = "stop" if action == "stop" else "start"
+    yes = " --yes" if follow == "stop" else ""  # vm start has no --yes: a flag the command does not take is left out
+    assert (f"`kubectl rbln --kubeconfig {kubeconfig} --context fake vm {follow} v1 -n default --wait "
+            f"--timeout 2m{yes}` follows it again") in r.stderr, r.stderr
+
+
+def test_a_vfio_recovery_hint_names_kubectl_rbln_to_its_users(tmp_path, monkeypatch, mocker):
+    import rblnctl.host.vfio.writer as vfio_writer
+    from tests.fakes.sysfs import guard_real_host, npu_node
+
+    guard_real_host(monkeypatch)
+    k = npu_node(tmp_path, 1)
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: k.writer)
+    mocker.patch("os.geteuid", return_value=0)
+    bdf = "0000:3b:00.0"
+    k.refuse_probe("vfio-pci", bdf)
+    k.refuse_probe("rebellions", bdf)
+    r = CliRunner().invoke(app, ["vfio", "bind", bdf, "--yes", "--root", str(k.root)], prog_name="kubectl rbln",
+                           catch_exceptions=False)
+    assert r.exit_code == 1
+    assert f"run `kubectl rbln vfio unbind {bdf} --driver rebellions --root {k.root}`" in r.stderr, r.stderr
+
+
+def test_preflight_prints_a_remedy_command_once_per_run(apiserver):
+    from tests.cli.test_preflight import seed
+    from tests.helpers import cli
+
+    seed(apiserver, nodes=1)  # a sandbox policy checked for dra: one policy change fixes three checks
+    r = cli("preflight", "--method", "dra", server=apiserver.url)
+    assert r.exit_code == 1
+    remedies = r.stdout.split("remedies:", 1)[1]
+    assert remedies.count("kubectl patch rblnclusterpolicy") == 1, remedies
+    assert "FAIL dra.driver: enable it (driver >= 0.2.1): the remedy of operator.policy above" in remedies
+    import json
+
+    r = cli("preflight", "--method", "dra", "-o", "json", server=apiserver.url)  # each finding's document: whole
+    checks = {c["id"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks["dra.driver"]["remedyCommand"] == checks["operator.policy"]["remedyCommand"] != ""
