@@ -30,6 +30,17 @@ def prog_name(ctx: Any) -> str:
 
 # Options a recovery hint never repeats (by parameter name).
 DROPPED = frozenset({"dry_run", "server_dry_run", "output"})
+# Options whose value is a secret: a hint never prints it (it lands in terminals, scrollback and CI logs); it names
+# a shell variable instead, left unquoted so the shell expands it (kubectl never echoes a token either).
+SECRETS = {"token": '"$TOKEN"'}
+
+
+class _Raw(str):
+    """A word the shell must see as it is (a variable to expand), not quoted."""
+
+
+def _join(words: list[str]) -> str:
+    return " ".join(w if isinstance(w, _Raw) else shlex.quote(w) for w in words)
 
 
 def _given(ctx: Any, name: str) -> bool:
@@ -54,7 +65,7 @@ def _spell(param: Any, value: Any, *, short: bool = False) -> list[str]:
     words: list[str] = []
     for v in value if isinstance(value, (list, tuple)) else [value]:
         if v is not None:
-            words += [opts[0], _text(v)]
+            words += [opts[0], _Raw(SECRETS[param.name]) if param.name in SECRETS else _text(v)]
     return words
 
 
@@ -94,7 +105,7 @@ def command_line(ctx: Any, *, add: Iterable[str] = (), drop: Iterable[str] = (),
     for flag in add:
         if flag not in words:
             words.append(flag)
-    return shlex.join(words)
+    return _join(words)
 
 
 # Root options a hint never repeats when the command names its own namespace (they would contradict it).
@@ -149,7 +160,7 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
     for name, value in values.items():  # not an option of that command: spelt as the option it would be
         flag = "--" + name.replace("_", "-")
         words += [flag] if value is True else [flag, _text(value)]
-    return shlex.join(words)
+    return _join(words)
 
 
 def remedy_text(ctx: Any, remedy: Any, *, drop: Iterable[str] = ()) -> str:

@@ -139,3 +139,15 @@ def test_preflight_prints_a_remedy_command_once_per_run(apiserver):
     r = cli("preflight", "--method", "dra", "-o", "json", server=apiserver.url)  # each finding's document: whole
     checks = {c["id"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["dra.driver"]["remedyCommand"] == checks["operator.policy"]["remedyCommand"] != ""
+
+
+def test_a_hint_never_prints_the_bearer_token(apiserver, tmp_path, mocker):
+    """--token is a connection flag a hint keeps, but its value is a secret (terminals, scrollback, CI logs): the hint
+    names a shell variable the shell expands instead, as kubectl never echoes a token."""
+    apiserver.add(o.npu_node("n1"))
+    mocker.patch("rblnctl.node.drain.Drainer.apply", side_effect=KeyboardInterrupt)
+    r = CliRunner().invoke(app, ["--server", apiserver.url, "--token", "s3cr3t-t0ken", "node", "drain", "n1",
+                                 "--force", "--yes"], prog_name="rblnctl", catch_exceptions=False)
+    assert r.exit_code == 130
+    assert "s3cr3t-t0ken" not in r.stderr and "s3cr3t-t0ken" not in r.stdout
+    assert f'`rblnctl --server {apiserver.url} --token "$TOKEN" node drain --force --yes n1`' in r.stderr
