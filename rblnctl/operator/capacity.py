@@ -38,8 +38,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
+from rblnctl.errors import Forbidden
 from rblnctl.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from rblnctl.kube.optional import NOTE, optional
 from rblnctl.operator import resources as R
 from rblnctl.operator.policy import Policy
 
@@ -402,25 +403,18 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     claims: list[dict] | None = None
     slices_known = True
     if (dra_in_use(policy) if dra is None else dra) and names:
-        try:
-            found = kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
-        except NotFound:  # resource.k8s.io/v1 not served: no slices
-            found = []
-        except Forbidden as e:
-            found, slices_known = [], False
-            problems.append(f"cannot list ResourceSlices ({' '.join(str(e).split())})")
+        # resource.k8s.io/v1 not served: no slices; refused: unknown (slices_known) and a problem
+        read = optional(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}"), absent=[],
+                        what="list ResourceSlices", on_forbidden=NOTE, notes=problems)
+        found, slices_known = read.value or [], read.known
         wanted = set(names)
         for s in found:
             node = str((s.get("spec") or {}).get("nodeName") or "")
             if node in wanted:
                 slices.setdefault(node, []).append(s)
         if slices:
-            try:
-                claims = kube.list(RESOURCE_CLAIMS)
-            except NotFound:
-                claims = []
-            except Forbidden as e:
-                problems.append(f"cannot list ResourceClaims ({' '.join(str(e).split())})")
+            claims = optional(lambda: kube.list(RESOURCE_CLAIMS), what="list ResourceClaims", absent=[],
+                              on_forbidden=NOTE, notes=problems).value  # refused: None, unknown
     return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
                          vfio_class=vfio_class, slices_known=slices_known, problems=tuple(problems))
 
