@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden
+from rblnctl.errors import Forbidden, one_line
 from rblnctl.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.operator import resources as R
@@ -396,7 +396,7 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
                     pods[node].append(p)  # type: ignore[index]
     except Forbidden as e:
         pods = None
-        problems.append(f"cannot list pods ({' '.join(str(e).split())})")
+        problems.append(f"cannot list pods ({one_line(e)})")
     driver = policy.dra_driver if policy is not None else C.DRA_DRIVER
     vfio_class = policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM
     slices: dict[str, list[dict]] = {}

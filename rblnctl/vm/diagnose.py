@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.errors import ClusterError, NotFound
+from rblnctl.errors import ClusterError, NotFound, one_line
 from rblnctl.kube import EVENTS, PODS, RESOURCE_CLAIMS, VMIS, VMS, Kube, validate_name
 from rblnctl.kube.optional import NOTE, UNKNOWN, optional
 from rblnctl.operator import resources as R
@@ -1021,7 +1021,7 @@ def _claim_name(chain: _Chain, f: Facts, node: str) -> bool:
         return chain.add(LinkName.CLAIM_NAME, True, [f"no other VM on {node} has a claim named "
                                                      f"{', '.join(names) or own}"])
     evidence = [f"VM {n.vm} on {n.node} holds a claim under {n.key} too" for n in here]
-    evidence += [f"event {e.get('reason')}: {' '.join(str(e.get('message') or '').split())[:300]}"
+    evidence += [f"event {e.get('reason')}: {one_line(e.get('message') or '')[:300]}"
                  for e in refused[-1:]]
     evidence.append("the RBLN DRA driver keys a claim's per-node metadata by its pod-level name and prepares one "
                     "claim of a name per node (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/"

@@ -51,7 +51,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
-from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, WaitTimeout
+from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, WaitTimeout, one_line
 from rblnctl.kube import (
     PODS,
     RESOURCE_CLAIMS,
@@ -485,7 +485,7 @@ class VmLifecycle:
                 now = None if self.server_dry_run or send == RESTART else self.read(plan.vm, full=False)
                 if now is None or decide(send, now)[0] is not None or decide(send, now)[2] is not None:
                     raise
-                overtaken = ' '.join(str(e.__cause__ or e).split())
+                overtaken = one_line(e.__cause__ or e)
         if self.server_dry_run or not plan.wait:
             now = self.read(plan.vm) if send is not None and not self.server_dry_run else None
             return LifecycleResult(plan=plan, sent=send, changed=changed, state=now or before,
@@ -571,7 +571,7 @@ class VmLifecycle:
                 self.made = action
                 return True
             self.refused = True
-            raise Conflict(f"virt-api refused to {action} VM {ref}: {' '.join(str(e).split())}"
+            raise Conflict(f"virt-api refused to {action} VM {ref}: {one_line(e)}"
                            + (f" (the VM now: {now.describe()})" if now is not None else ""),
                            status=e.status, reason=e.reason) from e
         except RblnError as e:
