@@ -17,7 +17,6 @@ from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
     Conflict,
-    Forbidden,
     NotFound,
     Partial,
     RblnError,
@@ -38,6 +37,7 @@ from rblnctl.kube import (
     is_transient,
     writes,
 )
+from rblnctl.kube.optional import OnForbidden, optional
 from rblnctl.method.plan import (
     MethodEvents,
     MethodFacts,
@@ -106,21 +106,12 @@ class MethodChanger:
             kubevirts = self.kube.list(KUBEVIRTS)
         except NotFound:
             kubevirts = []
-        vmis: list[dict] | None
-        vmis_error = None
-        try:
-            vmis = self.kube.list(VMIS)
-        except NotFound:
-            vmis = []
-        except Forbidden as e:
-            vmis, vmis_error = None, str(e)
-        vms_error = None
-        try:
-            vms = self.kube.list(VMS)
-        except NotFound:
-            vms = []
-        except Forbidden as e:
-            vms, vms_error = [], str(e)
+        read = optional(lambda: self.kube.list(VMIS), what="list VirtualMachineInstances", absent=[],
+                        on_forbidden=OnForbidden.UNKNOWN)  # refused: vmis None, vmis_error says why (the plan blocks)
+        vmis, vmis_error = read.value, read.forbidden
+        read = optional(lambda: self.kube.list(VMS), what="list VirtualMachines", absent=[],
+                        on_forbidden=OnForbidden.UNKNOWN)  # refused: vms_error says why
+        vms, vms_error = read.value or [], read.forbidden
         old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
         served = daemonsets = None
         if target == C.METHOD_DRA:
@@ -129,15 +120,11 @@ class MethodChanger:
                 served = True
             except NotFound:
                 served = False
-            try:
-                daemonsets = self.kube.list(DAEMONSETS)
-            except Forbidden as e:
-                log.debug("cannot list DaemonSets: %s", e)
-        try:  # its admission rules are what this cluster enforces (rblnctl.operator.admission)
-            crd = self.kube.get_optional(CRDS, f"{C.CLUSTER_POLICY_PLURAL}.{C.CLUSTER_POLICY_GROUP}")
-        except Forbidden as e:
-            log.debug("cannot read the RBLNClusterPolicy CRD: %s", e)
-            crd = None
+            daemonsets = optional(lambda: self.kube.list(DAEMONSETS), what="list DaemonSets",  # refused: unknown
+                                  on_forbidden=OnForbidden.UNKNOWN).value
+        # its admission rules are what this cluster enforces (rblnctl.operator.admission); refused: unknown (None)
+        crd = optional(lambda: self.kube.get(CRDS, f"{C.CLUSTER_POLICY_PLURAL}.{C.CLUSTER_POLICY_GROUP}"),
+                       what="get the RBLNClusterPolicy CRD", on_forbidden=OnForbidden.UNKNOWN).value
         return MethodFacts(policy_obj=policy_obj, view=view, crd=crd,
                            server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
                            kubevirts=kubevirts, operators=operator_deployments(self.kube),
