@@ -306,6 +306,7 @@ class Facts:
     have: VmNpus = field(default_factory=VmNpus)  # what its spec asks for
     held: VmNpus | None = None  # what its running VMI passes
     pod: dict | None = None  # its newest unfinished virt-launcher pod
+    pod_refused: str | None = None  # why its pods could not be listed (RBAC): `pod` None then says nothing
     pod_events: tuple[dict, ...] = ()  # that pod's events (FailedScheduling, FailedPrepareDynamicResources...)
     claims: Mapping[str, tuple[str | None, dict | None]] = field(default_factory=dict)  # entry -> (claim, object)
     pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> what the operator has not done
@@ -350,11 +351,12 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
         cluster = with_dra(kube, cluster)
     unread: list[str] = []
     pod = _launcher(kube, vmi, unread) if base.running and vmi is not None else None
+    pod_refused = unread[-1] if unread else None  # _launcher's note: the pod is unknown, not absent
     node = ((vmi or {}).get("status") or {}).get("nodeName") or ((pod or {}).get("spec") or {}).get("nodeName")
     nodes = list(dict.fromkeys([*cluster.vm_nodes[:PENDING_NODES], *([str(node)] if node else [])]))
     component_pods = {n: _component_pods(kube, cluster, n) for n in nodes if cluster.node(n) is not None}
     pending = {n: tuple(_pending(kube, cluster, cluster.node(n) or {}, pods)) for n, pods in component_pods.items()}
-    facts = dataclasses.replace(base, cluster=cluster, held=held, pod=pod, pending=pending,
+    facts = dataclasses.replace(base, cluster=cluster, held=held, pod=pod, pod_refused=pod_refused, pending=pending,
                                 pod_events=tuple(_pod_events(kube, pod, unread)) if pod is not None else ())
     if method == C.METHOD_DRA:
         facts = dataclasses.replace(facts, dra_plugins=_dra_plugins(kube, cluster, component_pods),
@@ -894,6 +896,11 @@ def _instance(chain: _Chain, f: Facts) -> bool:
     st = vmi.get("status") or {}
     phase = st.get("phase") or "Pending"
     failing = [c for c in st.get("conditions") or [] if c.get("status") == "False" and c.get("type") != "Ready"]
+    if pod is None and f.pod_refused and phase in ("", "Pending", "Scheduling"):  # unknown, not "no pod"
+        return chain.add(LinkName.INSTANCE, False, [f"VMI {ref} is {phase}", f.pod_refused],
+                         Remedy(text=f"grant `list` on pods in namespace {ref.namespace} to this user (check with "
+                                     f"`kubectl auth can-i list pods -n {ref.namespace}`), then run this again"),
+                         failure="its virt-launcher pod cannot be read (forbidden)")
     if pod is None and phase in ("", "Pending", "Scheduling"):
         msgs = [f"{c.get('type')} {c.get('reason') or ''}: {c.get('message') or ''}".strip() for c in failing]
         evidence = [f"VMI {ref} is {phase} and KubeVirt made no virt-launcher pod for it", *msgs]
@@ -964,7 +971,7 @@ def _scheduling(chain: _Chain, f: Facts) -> bool:
     if pod is None:
         node = (vmi.get("status") or {}).get("nodeName")
         return chain.add(LinkName.SCHEDULING, bool(node), [f"VMI placed on {node}" if node else
-                                                           "no virt-launcher pod found"],
+                                                           f.pod_refused or "no virt-launcher pod found"],
                          failure="its VMI is on no node and has no virt-launcher pod")
     conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
     node = (pod.get("spec") or {}).get("nodeName")

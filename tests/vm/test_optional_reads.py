@@ -72,3 +72,49 @@ def test_set_mode_vm_with_nodefeatures_forbidden_warns_the_iommu_was_not_checked
     apiserver.forbid("list", "nodefeatures.nfd.k8s-sigs.io")
     plan = switcher(kube).plan("n1", "vm")
     assert any("cannot list NodeFeatures (node n1's IOMMU was not checked) (forbidden)" in w for w in plan.warnings)
+
+
+def test_diagnose_with_pods_forbidden_does_not_say_kubevirt_made_no_launcher_pod(apiserver, kube):
+    """Before: a refused pod list read as "KubeVirt made no virt-launcher pod for it"."""
+    from rblnctl.vm.diagnose import LinkName, diagnose
+    from tests.vm.support import sandbox_cluster
+
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22]), o.vmi(NS, "v1", None, [CA22], phase="Scheduling"),
+                  o.virt_launcher(NS, "v1", None, resources={CA22: "1"}))
+    apiserver.forbid("list", "pods", NS)
+    d = diagnose(kube, "v1", NS)
+    b = d.broken
+    assert b is not None and b.name == LinkName.INSTANCE
+    assert b.failure == "its virt-launcher pod cannot be read (forbidden)" and "made no virt-launcher pod" not in str(b)
+    assert any(f"cannot list the pods in {NS}" in w and "(forbidden)" in w for w in d.warnings)
+
+
+def test_diagnose_with_events_forbidden_says_so(apiserver, kube):
+    """Before: a refused Event list read as "no events" (no FailedScheduling), silently."""
+    from rblnctl.vm.diagnose import diagnose
+    from tests.vm.support import sandbox_cluster
+
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22]), o.vmi(NS, "v1", None, [CA22], phase="Scheduling"))
+    pod = o.virt_launcher(NS, "v1", None, resources={CA22: "1"})
+    apiserver.add(pod, o.failed_scheduling(pod, "0/1 nodes are available: 1 Insufficient " + CA22 + "."))
+    apiserver.forbid("list", "events", NS)
+    d = diagnose(kube, "v1", NS)
+    assert any("cannot list the Events of pod" in w and "(forbidden)" in w for w in d.warnings)
+
+
+def test_diagnose_a_dra_vm_with_vmis_forbidden_says_its_neighbours_are_unknown(apiserver, kube):
+    """Before: a refused cluster-wide VMI list read as "no other VM shares its claims"."""
+    from rblnctl.vm.diagnose import read_facts
+    from tests.vm.support import dra_cluster
+
+    dra_cluster(apiserver)
+    claim_entry = o.template_claim("rbln-npu", "rbln-npu-1")
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-1"),
+                  o.vm(NS, "v1", host_devices=[o.dra_host_device("npu0")], resource_claims=[claim_entry]),
+                  o.vmi(NS, "v1", "n1", [o.dra_host_device("npu0")], resource_claims=[claim_entry]))
+    apiserver.forbid("list", "virtualmachineinstances.kubevirt.io")
+    facts = read_facts(kube, "v1", NS)
+    assert facts.neighbours == ()
+    assert any("cannot list the VirtualMachineInstances of every namespace" in n for n in facts.unread)
