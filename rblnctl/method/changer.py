@@ -102,10 +102,8 @@ class MethodChanger:
         view = self._view()
         assert view.policy is not None
         policy_obj = self.kube.get(CLUSTER_POLICIES, view.policy.name)
-        try:
-            kubevirts = self.kube.list(KUBEVIRTS)
-        except NotFound:
-            kubevirts = []
+        kubevirts = optional(lambda: self.kube.list(KUBEVIRTS), what="list KubeVirts", absent=[],
+                             on_forbidden=OnForbidden.ERROR).value
         read = optional(lambda: self.kube.list(VMIS), what="list VirtualMachineInstances", absent=[],
                         on_forbidden=OnForbidden.UNKNOWN)  # refused: vmis None, vmis_error says why (the plan blocks)
         vmis, vmis_error = read.value, read.forbidden
@@ -115,11 +113,8 @@ class MethodChanger:
         old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
         served = daemonsets = None
         if target == C.METHOD_DRA:
-            try:
-                self.kube.list(DEVICE_CLASSES)
-                served = True
-            except NotFound:
-                served = False
+            served = not optional(lambda: self.kube.list(DEVICE_CLASSES), what="list DeviceClasses",
+                                  on_forbidden=OnForbidden.ERROR).absent
             daemonsets = optional(lambda: self.kube.list(DAEMONSETS), what="list DaemonSets",  # refused: unknown
                                   on_forbidden=OnForbidden.UNKNOWN).value
         # its admission rules are what this cluster enforces (rblnctl.operator.admission); refused: unknown (None)
@@ -313,11 +308,9 @@ class MethodChanger:
             if comp is not None:
                 pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
         slices: dict[str, list[dict]] = {}
-        try:
-            for s in self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"):
-                slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
-        except NotFound:  # the DRA API is not served: no slices
-            pass
+        for s in optional(lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"),
+                          what="list ResourceSlices", absent=[], on_forbidden=OnForbidden.ERROR).value:
+            slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)  # not served: none
         nodes: dict[str, list[str]] = {}
         for n in list_npu_node_objects(self.kube):
             if mode_of(labels_of(n), policy).effective != C.MODE_VM:

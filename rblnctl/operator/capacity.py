@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, one_line
 from rblnctl.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.operator import resources as R
@@ -383,20 +382,21 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     when the policy enables the DRA kubelet plugin) the driver's ResourceSlices and every ResourceClaim."""
     names = [str((n.get("metadata") or {}).get("name") or "") for n in nodes]
     problems: list[str] = []
-    pods: dict[str, list[dict]] | None = {n: [] for n in names}
-    try:
+
+    def by_node() -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {n: [] for n in names}
         if len(names) <= PER_NODE_LISTS:
             for n in names:
-                pods[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}")  # type: ignore[index]
+                out[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}")
         elif names:
-            wanted = set(names)
             for p in kube.iter_list(PODS, field_selector=NON_TERMINATED):
                 node = (p.get("spec") or {}).get("nodeName")
-                if node in wanted:
-                    pods[node].append(p)  # type: ignore[index]
-    except Forbidden as e:
-        pods = None
-        problems.append(f"cannot list pods ({one_line(e)})")
+                if node in out:
+                    out[node].append(p)
+        return out
+
+    # refused: None, unknown (never zero pods), and a problem says why
+    pods: dict[str, list[dict]] | None = optional(by_node, what="list pods", on_forbidden=NOTE, notes=problems).value
     driver = policy.dra_driver if policy is not None else C.DRA_DRIVER
     vfio_class = policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM
     slices: dict[str, list[dict]] = {}

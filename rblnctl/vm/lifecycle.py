@@ -65,6 +65,7 @@ from rblnctl.kube import (
     watch_many,
     writes,
 )
+from rblnctl.kube.optional import ERROR, optional
 from rblnctl.operator.capacity import pod_requests
 from rblnctl.plan import Blocker
 from rblnctl.vm import devices as D
@@ -409,10 +410,9 @@ class VmLifecycle:
         pods = self.kube.list(PODS, namespace=ref.namespace, label_selector=LAUNCHER_SELECTOR)
         claims: list[dict] = []
         if _has_dra(vm, vmi):
-            try:
-                claims = self.kube.list(RESOURCE_CLAIMS, namespace=ref.namespace)
-            except NotFound:  # resource.k8s.io/v1 not served: no claim can be allocated
-                claims = []
+            # resource.k8s.io/v1 not served: no claim can be allocated; refused: the wait cannot judge, an error
+            claims = optional(lambda: self.kube.list(RESOURCE_CLAIMS, namespace=ref.namespace), absent=[],
+                              what=f"list ResourceClaims in {ref.namespace}", on_forbidden=ERROR).value
         return judge(vm, vmi, pods, claims, name=ref.name)
 
     def _require(self, ref: VmRef, *, full: bool = True) -> VmState:
