@@ -25,7 +25,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
-from rblnctl.errors import RblnError
+from rblnctl.errors import RblnError, one_line  # one_line: drain and set-method import it from here
 from rblnctl.kube import EVENTS_V1, SELF_SUBJECT_REVIEWS, Kube, writes
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class Auditor:
             return None
         except RblnError as e:
             why = (f"could not record Event {reason} ({details.get('result')}) on {regarding.kind} {regarding.name}: "
-                   f"{' '.join(str(e).split())}; the audit trail misses it")
+                   f"{one_line(e)}; the audit trail misses it")
             log.info("%s", why)
             return why
 
@@ -213,6 +213,3 @@ def outcome_of(err: BaseException) -> str:
     return INTERRUPTED if isinstance(err, KeyboardInterrupt) else FAILED
 
 
-def one_line(err: BaseException) -> str:
-    """An error as one line for a note."""
-    return " ".join(str(err).split()) or type(err).__name__

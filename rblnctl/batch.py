@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rblnctl.errors import AuthError, ClusterUnreachable, Forbidden, OutcomeUnknown, RblnError
+from rblnctl.errors import one_line as _line
 from rblnctl.remedy import Remedy
 
 
@@ -52,7 +53,7 @@ def stops_the_rest(err: BaseException) -> str | None:
     the rest: RBAC is often per namespace.
     """
     if isinstance(err, ClusterUnreachable) and not isinstance(err, OutcomeUnknown):
-        return f"the API server could not be reached ({' '.join(str(err).split())})"
+        return f"the API server could not be reached ({_line(err)})"
     if isinstance(err, AuthError) and not isinstance(err, Forbidden):
         return "the API server rejected the credentials"
     return None
@@ -60,10 +61,10 @@ def stops_the_rest(err: BaseException) -> str | None:
 
 def one_line(err: BaseException) -> str:
     """An error as one line, with its blockers."""
-    text = " ".join(str(err).split())
+    text = _line(err)
     blockers = getattr(err, "blockers", None) or []
     if blockers:
-        text += ": " + "; ".join(" ".join(str(b).split()) for b in blockers)
+        text += ": " + "; ".join(_line(b) for b in blockers)
     return text
 
 

@@ -29,6 +29,13 @@ class RblnError(Exception):
         return self
 
 
+def one_line(err: object) -> str:
+    """An error (or any text) as one line: its whitespace runs folded to one space; an exception with no
+    message reads as its type's name. The one way errors are rendered into a note, a cell or a reason."""
+    text = " ".join(str(err).split())
+    return text or (type(err).__name__ if isinstance(err, BaseException) else "")
+
+
 class ConfigError(RblnError):
     """Bad kubeconfig, unknown context, or options that cannot be combined."""
 

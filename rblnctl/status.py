@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from rblnctl.clock import Stop
-from rblnctl.errors import NotFound, RblnError
+from rblnctl.errors import RblnError
 from rblnctl.kube import KUBEVIRTS, Kube
+from rblnctl.kube.optional import ERROR, optional
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_changes, watch_npu_nodes
 from rblnctl.operator.cluster import read_operator
@@ -64,10 +65,8 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     version = kube.server_version().get("gitVersion", "unknown")
     view = read_operator(kube)
     release = read_release(kube, view.deployments)
-    try:
-        kubevirts = kube.list(KUBEVIRTS)
-    except NotFound:
-        kubevirts = []
+    kubevirts = optional(lambda: kube.list(KUBEVIRTS), what="list KubeVirts", absent=[],  # not installed: none
+                         on_forbidden=ERROR).value
     nodes = list_npu_nodes(kube, view.policy, selector=selector, namespace=view.namespace)
     vms = list_vm_npus(kube) if kubevirts else None
     vm_notes = tuple(vms.notes) if vms is not None else ()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rblnctl import __version__
 from rblnctl import constants as C
-from rblnctl.errors import ApiNotServed, AuthError, ClusterError, ClusterUnreachable, Forbidden, RblnError
+from rblnctl.errors import ApiNotServed, AuthError, ClusterError, ClusterUnreachable, Forbidden, RblnError, one_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,11 +80,11 @@ def cluster_components(kube: object) -> list[Component]:
         try:
             out.append(produce())  # type: ignore[operator]
         except Forbidden as e:  # this one read: the component is unknown, the others still count
-            out.append(Component(name=name, version=None, note=" ".join(str(e).split())))
+            out.append(Component(name=name, version=None, note=one_line(e)))
         except (ClusterUnreachable, AuthError):
             raise
         except (ClusterError, RblnError) as e:
-            out.append(Component(name=name, version=None, note=" ".join(str(e).split())))
+            out.append(Component(name=name, version=None, note=one_line(e)))
 
     def kubevirt() -> Component:
         try:

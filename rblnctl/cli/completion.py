@@ -17,6 +17,8 @@ bash gets its own script (typer's falls back to file names whenever a value list
 
 from __future__ import annotations
 
+from rblnctl.errors import one_line
+
 import os
 import sys
 from collections.abc import Sequence
@@ -281,7 +283,7 @@ def kubectl_complete(command: Any) -> None:
         elif item.type == "dir":
             directive = COBRA_FILTER_DIRS
         else:
-            lines.append(item.value + (f"\t{' '.join(str(item.help).split())}" if item.help else ""))
+            lines.append(item.value + (f"\t{one_line(item.help)}" if item.help else ""))
     sys.stdout.write("".join(f"{line}\n" for line in lines) + f":{directive}\n")
     sys.stdout.flush()
 

@@ -6,6 +6,8 @@ global options anywhere on the line (`rblnctl kubevirt status --context prod`), 
 
 from __future__ import annotations
 
+from rblnctl.errors import one_line
+
 import os
 import sys
 from typing import Any
@@ -285,7 +287,7 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
 
     from rblnctl.cli.console import stderr
 
-    text = " ".join(str(err).split()) or type(err).__name__
+    text = one_line(err) or type(err).__name__
     options = getattr(err, "options", ())
     if options:
         text += f" (pass {' and '.join(flag_for(o) for o in options)})"
@@ -313,7 +315,7 @@ def _usage_error(err: Any) -> None:
 
     from rblnctl.cli.console import stderr
 
-    text = " ".join(str(err.format_message()).split()).rstrip(".")
+    text = one_line(err.format_message()).rstrip(".")
     text = text[:1].lower() + text[1:]
     ctx = getattr(err, "ctx", None)
     path = getattr(ctx, "command_path", None) or "rblnctl"

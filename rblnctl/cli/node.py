@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rblnctl.errors import one_line
+
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -473,7 +475,7 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
         return
     details = []
     for item in result.failed:
-        details.append(f"{item.node} ({item.outcome}): {' '.join(str(item.error).split())}")
+        details.append(f"{item.node} ({item.outcome}): {one_line(item.error)}")
         details += [f"  {line}" for line in (item.error.details if item.error is not None else [])]
         details += [f"  - {b}" for b in getattr(item.error, "blockers", None) or []]
         recovery = getattr(item.error, "recovery", None)

@@ -9,6 +9,8 @@ items are the single-node ModeSwitch / NodeDrain documents.
 
 from __future__ import annotations
 
+from rblnctl.errors import one_line
+
 import threading
 import time
 from typing import Any
@@ -166,7 +168,7 @@ class PoolProgress:
         with self.lock:
             row = self.rows.setdefault(item.node, _Row())
             row.state, row.ended = outcome, time.monotonic()
-            row.detail = " ".join(str(item.error).split()) if item.error is not None else ""
+            row.detail = one_line(item.error) if item.error is not None else ""
         text = outcome + (f": {row.detail}" if row.detail else "")
         self._line(item.node, text, _STYLE.get(outcome, ""))
 
@@ -248,7 +250,7 @@ def _item_document(plan: Any, node: str, item: Any) -> dict:
         body = drain_document(node_plan, result)
     error = item.error if item is not None else plan.errors.get(node)
     body["outcome"] = None if item is None else str(item.outcome)
-    body["error"] = None if error is None else " ".join(str(error).split())
+    body["error"] = None if error is None else one_line(error)
     body["durationSeconds"] = None if item is None else item.duration_s
     body["evicted"] = [] if item is None else [ref_document(r) for r in item.evicted]
     return document(kind, body)

@@ -22,7 +22,7 @@ from typing import Any
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.batch import stops_the_rest
-from rblnctl.errors import AdmissionDenied, ClusterError, Forbidden, InvalidInput, NotFound, RblnError
+from rblnctl.errors import AdmissionDenied, ClusterError, Forbidden, InvalidInput, NotFound, RblnError, one_line
 from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
 from rblnctl.kube import PODS, Kube, validate_name, validate_namespace, writes
 
@@ -85,7 +85,7 @@ def _stops_the_rest(err: RblnError) -> str | None:
     (rblnctl.batch.stops_the_rest). A 5xx that would not pass, or admission refusing one pod, does not.
     """
     if isinstance(err, (Forbidden, NotFound)):
-        return f"creating host pods is refused: {' '.join(str(err).split())}"
+        return f"creating host pods is refused: {one_line(err)}"
     return stops_the_rest(err)
 
 
@@ -202,7 +202,7 @@ class HostPodRunner:
                         if why is not None and not outcomes and not in_flight and not terminating:
                             raise  # nothing ran yet: the run itself failed (RBAC, the namespace, the server)
                         settle_outcome(PodOutcome(node=node, pod=name, state=PodState.CREATE_FAILED,
-                                                  reason=type(e).__name__, message=" ".join(str(e).split())))
+                                                  reason=type(e).__name__, message=one_line(e)))
                         if why is not None:
                             stopped = why
                             for _, rest in queue:

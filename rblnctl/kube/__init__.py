@@ -5,6 +5,7 @@
 - `connection` a Kube from a kubeconfig, the in-cluster service account and kubectl's connection flags;
 - `client`     Kube: raw JSON requests, retries of reads, paging, patches, the -v request log;
 - `replies`    what an answer (or its absence) means: typed errors, transient failures, unknown outcomes;
+- `optional`   a read that tolerates an absent API; the caller says what a 403 means (never "none");
 - `watch`      a collection's changes as they happen, resumed and relisted as client-go's reflector does.
 
 Callers import from `rblnctl.kube`; the names below are the package's interface. `--help`, `vfio` and

@@ -28,7 +28,7 @@ from typing import Any
 import urllib3
 import yaml
 
-from rblnctl.errors import AuthError, ConfigError
+from rblnctl.errors import AuthError, ConfigError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -422,4 +422,4 @@ def client_errors() -> Iterator[list[str]]:
 
 
 def _one_line(e: object) -> str:
-    return " ".join(str(e).split())[:300]
+    return one_line(e)[:300]

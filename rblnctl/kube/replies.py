@@ -29,6 +29,7 @@ from rblnctl.errors import (
     NotAnApiServer,
     NotFound,
     OutcomeUnknown,
+    one_line,
 )
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -303,5 +304,5 @@ def _root_cause(e: BaseException, *, text: str | None = None) -> str:
 
 
 def _one_line(e: object) -> str:
-    text = " ".join(str(e).split())
+    text = one_line(e)
     return text[:300]

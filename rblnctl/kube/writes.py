@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import ClusterError, Conflict, NotFound, OutcomeUnknown, RblnError
+from rblnctl.errors import ClusterError, Conflict, NotFound, OutcomeUnknown, RblnError, one_line
 from rblnctl.kube.client import PATCH_TYPES, Kube
 from rblnctl.kube.replies import outcome_unknown
 from rblnctl.kube.resources import Resource
@@ -204,7 +204,7 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
         if isinstance(last, OutcomeUnknown):
             seen = f"the reply to the {_verb(w)} was lost"
         elif lost:
-            seen = f"the {_verb(w)} was answered {last.status} ({' '.join(str(last).split())[:200]})"
+            seen = f"the {_verb(w)} was answered {last.status} ({one_line(last)[:200]})"
         else:
             seen = ""
         if lost:
@@ -213,7 +213,7 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
                 on_lost(sent, f"{seen} (attempt {sent}); reading {what} back")
             why = f"{seen} and {what} read back does not hold the change"
         else:
-            why = f"{what} changed under us (attempt {sent}): {' '.join(str(last).split())}; reading it again"
+            why = f"{what} changed under us (attempt {sent}): {one_line(last)}; reading it again"
             log.debug("%s", why)
             if sent >= attempts:
                 raise give_up() from last
@@ -226,5 +226,5 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
         except RblnError as e:
             if lost:
                 raise OutcomeUnknown(f"{last}; reading {what} back to see whether it landed failed too: "
-                                     f"{' '.join(str(e).split())}") from last
+                                     f"{one_line(e)}") from last
             raise

@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, RblnError, Refused
+from rblnctl.errors import Ambiguous, ClusterError, ConfigError, Conflict, NotFound, RblnError, Refused, one_line
 from rblnctl.kube import KUBEVIRTS, PATCH_TYPES, Kube, writes
 from rblnctl.plan import Blocker
 from rblnctl.versions import format_version, parse_version
@@ -306,7 +306,7 @@ class CrWriter(Generic[P]):
             what = ("its last reply was lost and the CR read back does not hold the change" if lost
                     else "nothing was changed")
             why = (f"{LOST_REPLY} and the KubeVirt CR read back does not hold the change" if lost
-                   else " ".join(str(last).split()))
+                   else one_line(last))
             return Conflict(f"{where} kept changing while we wrote it: gave up after {sent} attempts, {what}; rerun "
                             f"once the other writer is done (last answer: {why})", status=409, reason="Conflict")
 

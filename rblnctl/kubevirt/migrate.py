@@ -40,6 +40,7 @@ from rblnctl.batch import ItemOutcome, State
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import ClusterError, ConfigError, Conflict, InvalidInput, NotFound, RblnError, Refused
 from rblnctl.kube import DEFAULT_PAGE_SIZE, VMIS, VMS, Kube, writes
+from rblnctl.kube.optional import ERROR, optional
 from rblnctl.kubevirt.cr import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_S,
@@ -646,10 +647,8 @@ class ResourceMigrator:
                     if mode_of(labels_of(n), policy).effective == C.MODE_VM]
         page = self.options.page_size
         vms = list(self.kube.iter_list(VMS, page_size=page))
-        try:
-            vmis = list(self.kube.iter_list(VMIS, page_size=page))
-        except NotFound:
-            vmis = []
+        vmis = optional(lambda: list(self.kube.iter_list(VMIS, page_size=page)), what="list VirtualMachineInstances",
+                        absent=[], on_forbidden=ERROR).value
         plan = plan_migration(kv, vms, vmis, advertised=vm_advertised(vm_nodes, policy), policy=policy,
                               mapping=self.options.mapping, force=self.options.force)
         if not plan.kubevirt.noop:  # the VMs alone may still be renamed once HCO carries the new names

@@ -17,7 +17,6 @@ from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
     Conflict,
-    Forbidden,
     NotFound,
     Partial,
     RblnError,
@@ -38,6 +37,7 @@ from rblnctl.kube import (
     is_transient,
     writes,
 )
+from rblnctl.kube.optional import OnForbidden, optional
 from rblnctl.method.plan import (
     MethodEvents,
     MethodFacts,
@@ -103,42 +103,24 @@ class MethodChanger:
         view = self._view()
         assert view.policy is not None
         policy_obj = self.kube.get(CLUSTER_POLICIES, view.policy.name)
-        try:
-            kubevirts = self.kube.list(KUBEVIRTS)
-        except NotFound:
-            kubevirts = []
-        vmis: list[dict] | None
-        vmis_error = None
-        try:
-            vmis = self.kube.list(VMIS)
-        except NotFound:
-            vmis = []
-        except Forbidden as e:
-            vmis, vmis_error = None, str(e)
-        vms_error = None
-        try:
-            vms = self.kube.list(VMS)
-        except NotFound:
-            vms = []
-        except Forbidden as e:
-            vms, vms_error = [], str(e)
+        kubevirts = optional(lambda: self.kube.list(KUBEVIRTS), what="list KubeVirts", absent=[],
+                             on_forbidden=OnForbidden.ERROR).value
+        read = optional(lambda: self.kube.list(VMIS), what="list VirtualMachineInstances", absent=[],
+                        on_forbidden=OnForbidden.UNKNOWN)  # refused: vmis None, vmis_error says why (the plan blocks)
+        vmis, vmis_error = read.value, read.forbidden
+        read = optional(lambda: self.kube.list(VMS), what="list VirtualMachines", absent=[],
+                        on_forbidden=OnForbidden.UNKNOWN)  # refused: vms_error says why
+        vms, vms_error = read.value or [], read.forbidden
         old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
         served = daemonsets = None
         if target == C.METHOD_DRA:
-            try:
-                self.kube.list(DEVICE_CLASSES)
-                served = True
-            except NotFound:
-                served = False
-            try:
-                daemonsets = self.kube.list(DAEMONSETS)
-            except Forbidden as e:
-                log.debug("cannot list DaemonSets: %s", e)
-        try:  # its admission rules are what this cluster enforces (rblnctl.operator.admission)
-            crd = self.kube.get_optional(CRDS, f"{C.CLUSTER_POLICY_PLURAL}.{C.CLUSTER_POLICY_GROUP}")
-        except Forbidden as e:
-            log.debug("cannot read the RBLNClusterPolicy CRD: %s", e)
-            crd = None
+            served = not optional(lambda: self.kube.list(DEVICE_CLASSES), what="list DeviceClasses",
+                                  on_forbidden=OnForbidden.ERROR).absent
+            daemonsets = optional(lambda: self.kube.list(DAEMONSETS), what="list DaemonSets",  # refused: unknown
+                                  on_forbidden=OnForbidden.UNKNOWN).value
+        # its admission rules are what this cluster enforces (rblnctl.operator.admission); refused: unknown (None)
+        crd = optional(lambda: self.kube.get(CRDS, f"{C.CLUSTER_POLICY_PLURAL}.{C.CLUSTER_POLICY_GROUP}"),
+                       what="get the RBLNClusterPolicy CRD", on_forbidden=OnForbidden.UNKNOWN).value
         return MethodFacts(policy_obj=policy_obj, view=view, crd=crd,
                            server_version=str(self.kube.server_version().get("gitVersion") or "") or None,
                            kubevirts=kubevirts, operators=operator_deployments(self.kube),
@@ -328,11 +310,9 @@ class MethodChanger:
             if comp is not None:
                 pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
         slices: dict[str, list[dict]] = {}
-        try:
-            for s in self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"):
-                slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
-        except NotFound:  # the DRA API is not served: no slices
-            pass
+        for s in optional(lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"),
+                          what="list ResourceSlices", absent=[], on_forbidden=OnForbidden.ERROR).value:
+            slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)  # not served: none
         nodes: dict[str, list[str]] = {}
         for n in list_npu_node_objects(self.kube):
             if mode_of(labels_of(n), policy).effective != C.MODE_VM:

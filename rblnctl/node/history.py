@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from rblnctl import audit
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
+from rblnctl.errors import NotFound
 from rblnctl.kube import EVENTS_V1, NODES, Kube, validate_name
+from rblnctl.kube.optional import OnForbidden, optional
 from rblnctl.node.record import SwitchRecord, record_of
 
 log = logging.getLogger(__name__)
@@ -114,13 +115,15 @@ def read_history(kube: Kube, node: str) -> NodeHistory:
     record = record_of(node_obj) if node_obj is not None else None
     notes: list[str] = []
     events: list[dict] = []
-    events_read = True
-    try:
-        events = kube.list(EVENTS_V1, namespace=C.EVENT_NAMESPACE, field_selector=(
-            f"regarding.kind=Node,regarding.name={node},reportingController={C.REPORTING_CONTROLLER}"))
-    except (Forbidden, NotFound) as e:
-        events_read = False
-        notes.append(f"the Events could not be read ({' '.join(str(e).split())}): only the node's record is shown")
+    read = optional(lambda: kube.list(EVENTS_V1, namespace=C.EVENT_NAMESPACE, field_selector=(
+        f"regarding.kind=Node,regarding.name={node},reportingController={C.REPORTING_CONTROLLER}")),
+        what="list events.k8s.io Events", on_forbidden=OnForbidden.UNKNOWN)
+    events_read = read.known and not read.absent
+    if not events_read:
+        why = read.forbidden or f"events.k8s.io/v1 is not served in namespace {C.EVENT_NAMESPACE}"
+        notes.append(f"the Events could not be read ({why}): only the node's record is shown")
+    else:
+        events = read.value
     if node_obj is None and not events:
         raise NotFound(f'nodes "{node}" not found')
     entries = entries_from_events(events, record)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rblnctl import constants as C
 from rblnctl.clock import Stop
-from rblnctl.errors import ClusterError, Forbidden, InvalidInput, NotFound, RblnError
+from rblnctl.errors import ClusterError, InvalidInput, RblnError
 from rblnctl.kube import (
     CLUSTER_POLICIES,
     NODES,
@@ -20,6 +20,7 @@ from rblnctl.kube import (
     WatchSpec,
     watch_many,
 )
+from rblnctl.kube.optional import UNKNOWN, optional
 from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, dra_in_use, read_facts
 from rblnctl.operator.cluster import operator_namespace, with_init_logs
 from rblnctl.operator.components import InitHold, component_of_pod, init_holds
@@ -97,13 +98,9 @@ def _readable(kube: Kube, res: object, field_selector: str | None = None) -> str
     """None when the collection can be listed (or is not served: nothing to count); else why not (one LIST of at
     most one object)."""
     query = {"limit": 1, **({"fieldSelector": field_selector} if field_selector else {})}
-    try:
-        kube.request("GET", res.path(), query=query)  # type: ignore[attr-defined]
-    except NotFound:
-        return None
-    except Forbidden as e:
-        return f"cannot list {res.plural} ({' '.join(str(e).split())})"  # type: ignore[attr-defined]
-    return None
+    read = optional(lambda: kube.request("GET", res.path(), query=query),  # type: ignore[attr-defined]
+                    what=f"list {res.plural}", on_forbidden=UNKNOWN)  # type: ignore[attr-defined]
+    return None if read.known else f"cannot list {res.plural} ({read.forbidden})"  # type: ignore[attr-defined]
 
 
 def _snapshot_facts(policy: Policy | None, pods: Mirror | None, slices: Mirror | None, claims: Mirror | None,

@@ -27,7 +27,6 @@ from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
 from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
-    Forbidden,
     InvalidInput,
     NotFound,
     OutcomeUnknown,
@@ -48,6 +47,7 @@ from rblnctl.kube import (
     validate_name,
     watch_many,
 )
+from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.cordon import write_node
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey, evicted_before
 from rblnctl.node.events import NodeEvents, Step
@@ -324,7 +324,7 @@ class ModeSwitcher:
             # `skip_iommu_check` past NFD's IOMMU fact).
             release = read_release(self.kube, view.deployments) \
                 if target == C.MODE_VM and policy.allocators(target) else None
-            iommu = self._iommu_blockers(node, node_obj) if target == C.MODE_VM else []
+            iommu = self._iommu_blockers(node, node_obj, warnings) if target == C.MODE_VM else []
             skipped = {"skip_release_check": self.options.skip_release_check,
                        "skip_iommu_check": self.options.skip_iommu_check}
             for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
@@ -350,16 +350,19 @@ class ModeSwitcher:
                         converged=converged, mid_switch=mid_switch, started_from=started_from,
                         uid=str((node_obj.get("metadata") or {}).get("uid") or ""))
 
-    def _iommu_blockers(self, node: str, node_obj: dict) -> list[Blocker]:
+    def _iommu_blockers(self, node: str, node_obj: dict, warnings: list[str]) -> list[Blocker]:
         """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
-        would cordon and evict for nothing. One LIST of the node's NodeFeature objects; no NFD API, no
-        permission or no fact: nothing is judged (preflight reports it)."""
+        would cordon and evict for nothing. One LIST of the node's NodeFeature objects; no NFD API or no fact:
+        nothing is judged (preflight reports it); no permission: nothing is judged and a warning says the IOMMU
+        was not checked."""
         from rblnctl.nfd import iommu_fact, node_nfd
 
-        try:
-            features = self.kube.list(NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}")
-        except (NotFound, Forbidden):
+        read = optional(lambda: self.kube.list(NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}"),
+                        what=f"list NodeFeatures (node {node}'s IOMMU was not checked)", absent=[],
+                        on_forbidden=NOTE, notes=warnings)
+        if not read.known or read.absent:
             return []
+        features = read.value
         on, evidence = iommu_fact(node_nfd(node_obj, features))
         if on is not False:
             return []

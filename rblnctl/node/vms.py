@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import VMIS, Kube
+from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.pods import PodEntry
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy
@@ -29,13 +29,10 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
     found: dict[tuple[str, str], str] = {}
     standalone: set[tuple[str, str]] = set()
     warnings: list[str] = []
-    try:
-        vmis = kube.list(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}")
-    except NotFound:  # KubeVirt not installed
-        vmis = []
-    except Forbidden as e:
-        vmis = []
-        warnings.append(f"cannot list VirtualMachineInstances ({e}); judging VMs by their virt-launcher pods only")
+    # KubeVirt not installed: no VMI. Refused: a warning, and the VMs are judged by their launcher pods only.
+    vmis = optional(lambda: kube.list(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}"), absent=[], notes=warnings,
+                    what="list VirtualMachineInstances (judging VMs by their virt-launcher pods only)",
+                    on_forbidden=NOTE).value or []
     on_node = [v for v in vmis if ((v.get("status") if isinstance(v.get("status"), Mapping) else {}).get("nodeName")
                                    or node) == node]
     for vm in guard.dependents(on_node, guard.holding_npus):
@@ -55,7 +52,7 @@ def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> R
     Such VMs (running elsewhere, stopped, or pending) can never be scheduled again until a node is
     switched back: the switch is allowed (the VM guard already protects VMs running on the node), but
     said before it runs. None when a vm-passthrough node remains, none is leaving, or no VM asks for NPUs.
-    VMs that cannot be listed (forbidden, KubeVirt absent) count as none.
+    KubeVirt absent counts as no VM; VMs that cannot be listed (forbidden) are unknown: the warning says so.
     """
     # Lazy: rblnctl.vm reads NPU nodes through rblnctl.node.inventory.
     from rblnctl.node.inventory import list_npu_node_objects
@@ -66,11 +63,11 @@ def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> R
                 if mode_of(labels_of(n), policy).effective == C.MODE_VM]
     if not vm_nodes or not leaving & set(vm_nodes) or set(vm_nodes) - leaving:
         return None
-    try:
-        listing = list_vm_npus(kube)
-    except Forbidden:
-        return None
+    listing = list_vm_npus(kube)  # a refused list is a note in it, never "no VM"
     asking = [str(e.ref) for e in listing.items]
+    if not asking and listing.notes:
+        return (f"no NPU node is left in vm-passthrough mode after this switch, and whether VMs still ask for NPUs "
+                f"is unknown: {'; '.join(listing.notes)}")
     if not asking:
         return None
     shown = ", ".join(asking[:5]) + (", ..." if len(asking) > 5 else "")

@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from rblnctl.kube.optional import NOTE, optional
 from rblnctl.operator import resources as R
 from rblnctl.operator.policy import Policy
 
@@ -382,45 +382,39 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     when the policy enables the DRA kubelet plugin) the driver's ResourceSlices and every ResourceClaim."""
     names = [str((n.get("metadata") or {}).get("name") or "") for n in nodes]
     problems: list[str] = []
-    pods: dict[str, list[dict]] | None = {n: [] for n in names}
-    try:
+
+    def by_node() -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {n: [] for n in names}
         if len(names) <= PER_NODE_LISTS:
             for n in names:
-                pods[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}")  # type: ignore[index]
+                out[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}")
         elif names:
-            wanted = set(names)
             for p in kube.iter_list(PODS, field_selector=NON_TERMINATED):
                 node = (p.get("spec") or {}).get("nodeName")
-                if node in wanted:
-                    pods[node].append(p)  # type: ignore[index]
-    except Forbidden as e:
-        pods = None
-        problems.append(f"cannot list pods ({' '.join(str(e).split())})")
+                if node in out:
+                    out[node].append(p)
+        return out
+
+    # refused: None, unknown (never zero pods), and a problem says why
+    pods: dict[str, list[dict]] | None = optional(by_node, what="list pods", on_forbidden=NOTE, notes=problems).value
     driver = policy.dra_driver if policy is not None else C.DRA_DRIVER
     vfio_class = policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM
     slices: dict[str, list[dict]] = {}
     claims: list[dict] | None = None
     slices_known = True
     if (dra_in_use(policy) if dra is None else dra) and names:
-        try:
-            found = kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
-        except NotFound:  # resource.k8s.io/v1 not served: no slices
-            found = []
-        except Forbidden as e:
-            found, slices_known = [], False
-            problems.append(f"cannot list ResourceSlices ({' '.join(str(e).split())})")
+        # resource.k8s.io/v1 not served: no slices; refused: unknown (slices_known) and a problem
+        read = optional(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}"), absent=[],
+                        what="list ResourceSlices", on_forbidden=NOTE, notes=problems)
+        found, slices_known = read.value or [], read.known
         wanted = set(names)
         for s in found:
             node = str((s.get("spec") or {}).get("nodeName") or "")
             if node in wanted:
                 slices.setdefault(node, []).append(s)
         if slices:
-            try:
-                claims = kube.list(RESOURCE_CLAIMS)
-            except NotFound:
-                claims = []
-            except Forbidden as e:
-                problems.append(f"cannot list ResourceClaims ({' '.join(str(e).split())})")
+            claims = optional(lambda: kube.list(RESOURCE_CLAIMS), what="list ResourceClaims", absent=[],
+                              on_forbidden=NOTE, notes=problems).value  # refused: None, unknown
     return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
                          vfio_class=vfio_class, slices_known=slices_known, problems=tuple(problems))
 

@@ -9,8 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import NotFound, RblnError
+from rblnctl.errors import RblnError
 from rblnctl.kube import CLUSTER_POLICIES, PODS, RESOURCE_SLICES, Kube
+from rblnctl.kube.optional import ERROR, optional
 from rblnctl.operator.components import InitHold, component_of_pod
 from rblnctl.operator.policy import Policy, PolicyChoice, choose_active
 from rblnctl.operator.release import operator_deployments
@@ -50,11 +51,9 @@ def read_operator(kube: Kube, *, namespace: str | None = None) -> OperatorView:
     """List the policies and find the operator's namespace: `namespace` (given), the policy's
     spec.namespace (or status.namespace), the namespace of the operator Deployment
     (app.kubernetes.io/name=rbln-npu-operator, as every chart labels it), else rbln-system."""
-    try:
-        items = kube.list(CLUSTER_POLICIES)
-        crd = True
-    except NotFound:
-        items, crd = [], False
+    read = optional(lambda: kube.list(CLUSTER_POLICIES), what="list RBLNClusterPolicies", absent=[],
+                    on_forbidden=ERROR)  # without the policy no command knows the modes: a 403 stops it
+    items, crd = read.value, not read.absent
     choice = choose_active(items)
     notes = list(choice.notes)
     deployments: tuple[dict, ...] | None = None
@@ -97,10 +96,8 @@ def components_among(pods: Iterable[dict], view: OperatorView) -> list[tuple[str
 
 def node_slices(kube: Kube, node: str, driver: str) -> list[Mapping]:
     """The ResourceSlices `driver` publishes for `node` (one LIST; [] when the DRA API is not served)."""
-    try:
-        return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver={driver}")
-    except NotFound:
-        return []
+    return optional(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver={driver}"),
+                    what="list ResourceSlices", absent=[], on_forbidden=ERROR).value
 
 
 def init_log_line(kube: Kube, hold: InitHold) -> str | None:

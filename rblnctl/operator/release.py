@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import DEPLOYMENTS, Kube
+from rblnctl.kube.optional import OnForbidden, optional
 from rblnctl.versions import format_version, strict_version, version_from_images, version_from_labels
 
 log = logging.getLogger(__name__)
@@ -157,8 +157,5 @@ def operator_version(dep: dict) -> tuple[str, str] | None:
 def operator_deployments(kube: Kube) -> list[dict]:
     """The operator Deployments found by their chart label across namespaces ([] when none, or when RBAC
     forbids listing Deployments: the caller says the version is unknown)."""
-    try:
-        return kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR)
-    except (NotFound, Forbidden) as e:
-        log.debug("cannot list the operator Deployment: %s", e)
-        return []
+    return optional(lambda: kube.list(DEPLOYMENTS, label_selector=C.OPERATOR_DEPLOYMENT_SELECTOR), absent=[],
+                    what="list the operator Deployments", on_forbidden=OnForbidden.UNKNOWN).value or []

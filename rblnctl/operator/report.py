@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from rblnctl.operator.release import read_release, unserved_notes
 from rblnctl import constants as C
-from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import DAEMONSETS, Kube
+from rblnctl.kube.optional import NOTE, optional
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.components import DaemonSetState, canonical, component_of_daemonset, daemonset_state
 from rblnctl.operator.nodes import labels_of, mode_of
@@ -61,11 +61,8 @@ def policy_report(kube: Kube) -> PolicyReport:
         notes.append("no RBLNClusterPolicy: the operator deploys nothing")
     components: list[ComponentReport] = []
     if policy is not None:
-        try:
-            daemonsets = kube.list(DAEMONSETS, namespace=view.namespace)
-        except (NotFound, Forbidden) as e:
-            daemonsets = []
-            notes.append(f"cannot list the DaemonSets in {view.namespace}: {e}")
+        daemonsets = optional(lambda: kube.list(DAEMONSETS, namespace=view.namespace), absent=[], on_forbidden=NOTE,
+                              notes=notes, what=f"list the DaemonSets in {view.namespace}").value or []
         by_component: dict[str, list[DaemonSetState]] = {}
         for ds in daemonsets:
             comp = component_of_daemonset(ds, base_names=view.base_names)

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rblnctl.errors import AuthError, ClusterError, ClusterUnreachable, Forbidden, NotFound
+from rblnctl.errors import AuthError, ClusterError, ClusterUnreachable
 from rblnctl.kube import Resource
+from rblnctl.kube.optional import UNKNOWN, optional
 
 log = logging.getLogger(__name__)
 
@@ -48,20 +49,19 @@ class Fetch:
 
 
 def fetch(verb: str, res: Resource | str, call: Callable[[], Any], *, namespace: str | None = None) -> Fetch:
-    """Run one read; turn 404 into `absent`, 403 and other API errors into `error` (never raise them).
+    """Run one read (rblnctl.kube.optional, 403 an unknown); turn 404 into `absent`, 403 and other API errors
+    into `error` (never raise them).
 
     ClusterUnreachable and 401 propagate: no later read could succeed either.
     """
     name = res.qualified if isinstance(res, Resource) else res
     try:
-        return Fetch(verb=verb, resource=name, namespace=namespace, value=call())
-    except NotFound:
-        return Fetch(verb=verb, resource=name, namespace=namespace, absent=True)
-    except Forbidden as e:
-        log.debug("%s %s refused: %s", verb, name, e)
-        return Fetch(verb=verb, resource=name, namespace=namespace, error=str(e), forbidden=True)
+        read = optional(call, what=f"{verb} {name}", on_forbidden=UNKNOWN)
     except (ClusterUnreachable, AuthError):
         raise
     except ClusterError as e:
         log.debug("%s %s failed: %s", verb, name, e)
         return Fetch(verb=verb, resource=name, namespace=namespace, error=str(e))
+    if read.forbidden is not None:
+        return Fetch(verb=verb, resource=name, namespace=namespace, error=read.forbidden, forbidden=True)
+    return Fetch(verb=verb, resource=name, namespace=namespace, value=read.value, absent=read.absent)

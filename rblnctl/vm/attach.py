@@ -40,6 +40,7 @@ from rblnctl.errors import (
     RblnError,
     Refused,
     WaitTimeout,
+    one_line,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.kubevirt.cr import is_conflict
@@ -788,7 +789,7 @@ class AttachPlanner:
                     self._best_effort(lambda: self._mark(plan, MARK_STOPPED))
                 self.left_stopped = True
                 lines.append(f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) and could "
-                             f"not start it again ({' '.join(str(problem).split())}); start it with `{how}`, or re-run "
+                             f"not start it again ({one_line(problem)}); start it with `{how}`, or re-run "
                              "this command: it starts a VM rblnctl stopped")
                 if isinstance(err, RblnError):
                     err.result = VmNpuResult(plan=plan, changed=run.changed, attempts=0,  # type: ignore[attr-defined]

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
-from rblnctl.errors import Ambiguous, Forbidden, InvalidInput, NotFound
+from rblnctl.errors import Ambiguous, InvalidInput, NotFound
 from rblnctl.kube import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from rblnctl.kube.optional import NOTE, OnForbidden, optional
 from rblnctl.kubevirt.cr import find_kubevirt, lookup, ref, version_of
 from rblnctl.kubevirt.devices import PCI_HOST_DEVICES
 from rblnctl.kubevirt.gates import DISABLED_GATES, FEATURE_GATES, GateState, gate_state, rbln_gates
@@ -120,14 +121,11 @@ def with_dra(kube: Kube, cluster: VmCluster) -> VmCluster:
     # A 404 says the same either way: no such class, or resource.k8s.io/v1 not served at all.
     found = kube.get_optional(DEVICE_CLASSES, cluster.device_class) is not None
     vfio: dict[str, list[str]] = {}
-    readable = True
-    try:
-        slices = kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={cluster.dra_driver}")
-    except NotFound:  # the resource.k8s.io/v1 API is not served (Kubernetes < 1.34, or DRA off)
-        slices = []
-    except Forbidden:
-        slices, readable = [], False
-    for s in slices:
+    # Not served (Kubernetes < 1.34, or DRA off): no slices. Refused: unknown, said by DraFacts.readable.
+    read = optional(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={cluster.dra_driver}"),
+                    what="list ResourceSlices", absent=[], on_forbidden=OnForbidden.UNKNOWN)
+    readable = read.known
+    for s in read.value or []:
         node = str((s.get("spec") or {}).get("nodeName") or "")
         devices, _ = dra_devices([s])
         if node and devices:
@@ -369,22 +367,24 @@ class ClaimIndex:
     """Tell whether a VM's resourceClaims entry asks for NPUs, by the DeviceClass its template or claim requests.
 
     rblnctl's own entry (rbln-npu) always does. Other entries are looked up in the namespace's
-    ResourceClaimTemplates and ResourceClaims, listed once per namespace on first need (a list that is
-    forbidden or not served counts as empty: such claims are not taken for NPUs).
+    ResourceClaimTemplates and ResourceClaims, listed once per namespace on first need (a list that is not
+    served counts as empty: such claims are not taken for NPUs; a list RBAC refuses adds a note to `notes`,
+    which the caller shows: whether those entries ask for NPUs is then unknown, not "no").
     """
 
     kube: Kube
     classes: frozenset[str]  # the DeviceClasses that hand out NPUs to VMs
+    notes: list[str] = field(default_factory=list)  # the lists RBAC refused, one note each
     _objects: dict[tuple[str, str], dict[str, dict]] = field(default_factory=dict)
 
     def _named(self, kind: str, namespace: str) -> dict[str, dict]:
         key = (kind, namespace)
         if key not in self._objects:
             res = RESOURCE_CLAIM_TEMPLATES if kind == "template" else RESOURCE_CLAIMS
-            try:
-                items = self.kube.list(res, namespace=namespace)
-            except (NotFound, Forbidden):
-                items = []
+            what = (f"list {'ResourceClaimTemplates' if kind == 'template' else 'ResourceClaims'} in namespace "
+                    f"{namespace} (whether its VMs' claims ask for NPUs is unknown)")
+            items = optional(lambda: self.kube.list(res, namespace=namespace), what=what, absent=[],
+                             on_forbidden=NOTE, notes=self.notes).value or []
             self._objects[key] = {str((o.get("metadata") or {}).get("name") or ""): o for o in items}
         return self._objects[key]
 

@@ -33,8 +33,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.errors import ClusterError, Forbidden, NotFound
+from rblnctl.errors import ClusterError, NotFound, one_line
 from rblnctl.kube import EVENTS, PODS, RESOURCE_CLAIMS, VMIS, VMS, Kube, validate_name
+from rblnctl.kube.optional import NOTE, UNKNOWN, optional
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import component_pods, node_slices
 from rblnctl.operator.convergence import pending
@@ -306,6 +307,7 @@ class Facts:
     have: VmNpus = field(default_factory=VmNpus)  # what its spec asks for
     held: VmNpus | None = None  # what its running VMI passes
     pod: dict | None = None  # its newest unfinished virt-launcher pod
+    pod_refused: str | None = None  # why its pods could not be listed (RBAC): `pod` None then says nothing
     pod_events: tuple[dict, ...] = ()  # that pod's events (FailedScheduling, FailedPrepareDynamicResources...)
     claims: Mapping[str, tuple[str | None, dict | None]] = field(default_factory=dict)  # entry -> (claim, object)
     pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> what the operator has not done
@@ -313,6 +315,7 @@ class Facts:
     fits: Mapping[str | None, VmFit] = field(default_factory=dict)
     dra_plugins: Mapping[str, DraPlugin] = field(default_factory=dict)  # vm-mode node -> the DRA plugin there
     neighbours: tuple[Neighbour, ...] = ()
+    unread: tuple[str, ...] = ()  # the reads RBAC refused, one note each: what they would have shown is unknown
     now: datetime | None = None
 
     @property
@@ -343,22 +346,25 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
     base = Facts(ref=ref, vm=vm, vmi=vmi, cluster=cluster, have=have, now=now)
     held = D.npus_of(D.vmi_spec(vmi), npu_claim=test) if base.running and vmi is not None else None
     method = have.method
-    if method not in C.METHODS:
-        return dataclasses.replace(base, held=held)
+    if method not in C.METHODS:  # a claim whose template RBAC hides may still be an NPU: index.notes says so
+        return dataclasses.replace(base, held=held, unread=tuple(index.notes))
     if method == C.METHOD_DRA:
         cluster = with_dra(kube, cluster)
-    pod = _launcher(kube, vmi) if base.running and vmi is not None else None
+    unread: list[str] = []
+    pod = _launcher(kube, vmi, unread) if base.running and vmi is not None else None
+    pod_refused = unread[-1] if unread else None  # _launcher's note: the pod is unknown, not absent
     node = ((vmi or {}).get("status") or {}).get("nodeName") or ((pod or {}).get("spec") or {}).get("nodeName")
     nodes = list(dict.fromkeys([*cluster.vm_nodes[:PENDING_NODES], *([str(node)] if node else [])]))
     component_pods = {n: _component_pods(kube, cluster, n) for n in nodes if cluster.node(n) is not None}
     pending = {n: tuple(_pending(kube, cluster, cluster.node(n) or {}, pods)) for n, pods in component_pods.items()}
-    facts = dataclasses.replace(base, cluster=cluster, held=held, pod=pod, pending=pending,
-                                pod_events=tuple(_pod_events(kube, pod)) if pod is not None else ())
+    facts = dataclasses.replace(base, cluster=cluster, held=held, pod=pod, pod_refused=pod_refused, pending=pending,
+                                pod_events=tuple(_pod_events(kube, pod, unread)) if pod is not None else ())
     if method == C.METHOD_DRA:
         facts = dataclasses.replace(facts, dra_plugins=_dra_plugins(kube, cluster, component_pods),
                                     claims=_claim_objects(kube, ref, have, pod),
                                     neighbours=tuple(_neighbours(kube, ref, vmi if facts.running else None,
-                                                                 spec, have, node)))
+                                                                 spec, have, node, unread)))
+    facts = dataclasses.replace(facts, unread=tuple(dict.fromkeys([*index.notes, *unread])))
     staged = held is not None and differ(held.devices, have.devices)  # a restart brings other NPUs: do they fit?
     if staged or not (facts.running and ((vmi or {}).get("status") or {}).get("phase") == "Running" and node):
         facts = dataclasses.replace(facts, fits=_fits(kube, cluster, spec, have, held, vmi if facts.running else None,
@@ -388,10 +394,9 @@ def _fits(kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, held: VmN
 
 
 def _component_pods(kube: Kube, cluster: VmCluster, node: str) -> list[tuple[str, dict]] | None:
-    try:
-        return component_pods(kube, cluster.operator, node)
-    except Forbidden:
-        return None
+    """The operator's pods on `node`; None (unknown: _pending says so) when RBAC refuses the list."""
+    return optional(lambda: component_pods(kube, cluster.operator, node), on_forbidden=UNKNOWN, absent=[],
+                    what=f"list the operator's pods in {cluster.operator.namespace}").value
 
 
 def _pending(kube: Kube, cluster: VmCluster, node: Mapping, pods: list[tuple[str, dict]] | None) -> list[str]:
@@ -430,7 +435,7 @@ def _dra_plugins(kube: Kube, cluster: VmCluster, component_pods: Mapping[str, li
         started = _time((state.get("running") or {}).get("startedAt"))
         log = ""
         if crash or (cs.get("ready") and not offered.get(node)):
-            try:
+            try:  # the log is extra evidence: a refused or failed read leaves it out (the links say what is known)
                 log = kube.request("GET", PODS.path(p["metadata"]["name"], namespace=p["metadata"].get("namespace"),
                                                     sub="log"),
                                    query={"container": cs.get("name"), "tailLines": LOG_LINES}, text=True)
@@ -448,14 +453,12 @@ def _time(text: Any) -> datetime | None:
         return None
 
 
-def _pod_events(kube: Kube, pod: dict) -> list[dict]:
-    """The events of the pod (None-safe: [] when they cannot be read), newest last."""
+def _pod_events(kube: Kube, pod: dict, unread: list[str]) -> list[dict]:
+    """The events of the pod, newest last ([] when Events are not served; refused: [] and a note in `unread`)."""
     meta = pod.get("metadata") or {}
-    try:
-        events = kube.list(EVENTS, namespace=meta.get("namespace"),
-                           field_selector=f"involvedObject.kind=Pod,involvedObject.name={meta.get('name')}")
-    except (Forbidden, NotFound):
-        return []
+    events = optional(lambda: kube.list(EVENTS, namespace=meta.get("namespace"), field_selector=(
+        f"involvedObject.kind=Pod,involvedObject.name={meta.get('name')}")), absent=[], on_forbidden=NOTE, notes=unread,
+        what=f"list the Events of pod {meta.get('namespace')}/{meta.get('name')}").value or []
     events = [e for e in events if not meta.get("uid") or (e.get("involvedObject") or {}).get("uid")
               in (None, meta.get("uid"))]
     return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
@@ -474,17 +477,18 @@ def _claim_objects(kube: Kube, ref: VmRef, have: VmNpus, pod: dict | None
     return out
 
 
-def _neighbours(kube: Kube, ref: VmRef, vmi: dict | None, spec: Mapping, have: VmNpus, node: Any) -> list[Neighbour]:
-    """Other running VMIs whose NPU claims share a per-node key with this VM's (one paged LIST of VMIs)."""
+def _neighbours(kube: Kube, ref: VmRef, vmi: dict | None, spec: Mapping, have: VmNpus, node: Any,
+                unread: list[str]) -> list[Neighbour]:
+    """Other running VMIs whose NPU claims share a per-node key with this VM's (one paged LIST of VMIs; refused:
+    none known, and a note in `unread` says the neighbours are unknown)."""
     from rblnctl.vm.listing import claim_keys
 
     keys = set(claim_keys(D.vmi_spec(vmi) if vmi is not None else dict(spec), have.dra))
     if not keys:
         return []
-    try:
-        vmis = kube.list(VMIS)
-    except (Forbidden, NotFound):
-        return []
+    vmis = optional(lambda: kube.list(VMIS), absent=[], on_forbidden=NOTE, notes=unread,
+                    what="list the VirtualMachineInstances of every namespace (VMs sharing its NPU claims are unknown)"
+                    ).value or []
     out = []
     for other in vmis:
         meta = other.get("metadata") or {}
@@ -497,15 +501,17 @@ def _neighbours(kube: Kube, ref: VmRef, vmi: dict | None, spec: Mapping, have: V
     return sorted(out, key=lambda n: (n.vm, n.key))
 
 
-def _launcher(kube: Kube, vmi: dict) -> dict | None:
-    """The VMI's newest unfinished virt-launcher pod (kubevirt.io=virt-launcher, kubevirt.io/created-by=<uid>)."""
+def _launcher(kube: Kube, vmi: dict, unread: list[str]) -> dict | None:
+    """The VMI's newest unfinished virt-launcher pod (kubevirt.io=virt-launcher, kubevirt.io/created-by=<uid>);
+    refused: None, and a note in `unread` says the pod is unknown (not that there is none)."""
     meta = vmi.get("metadata") or {}
     uid = meta.get("uid")
     selector = f"{C.VIRT_LAUNCHER_LABEL}={C.VIRT_LAUNCHER_VALUE}" + (f",{C.LAUNCHER_CREATED_BY_LABEL}={uid}"
                                                                      if uid else "")
-    try:
-        pods = kube.list(PODS, namespace=meta.get("namespace"), label_selector=selector)
-    except Forbidden:
+    pods = optional(lambda: kube.list(PODS, namespace=meta.get("namespace"), label_selector=selector),
+                    on_forbidden=NOTE, notes=unread, absent=[],
+                    what=f"list the pods in {meta.get('namespace')} (its virt-launcher pod is unknown)").value
+    if pods is None:
         return None
     pods = [p for p in pods if (p.get("status") or {}).get("phase") not in FINAL_PHASES and (
         uid or any(o.get("name") == meta.get("name") for o in (p["metadata"].get("ownerReferences") or [])))]
@@ -525,7 +531,7 @@ def judge(f: Facts) -> VmDiagnosis:
     """Walk the chain over facts already read (pure)."""
     ref = f.ref
     chain = _Chain()
-    warnings: list[str | Remedy] = []
+    warnings: list[str | Remedy] = list(f.unread)
 
     def done(method: str | None = None, npus: int = 0) -> VmDiagnosis:
         return VmDiagnosis(vm=ref, method=method, npus=npus, links=tuple(chain.links), warnings=tuple(warnings))
@@ -898,6 +904,11 @@ def _instance(chain: _Chain, f: Facts) -> bool:
     st = vmi.get("status") or {}
     phase = st.get("phase") or "Pending"
     failing = [c for c in st.get("conditions") or [] if c.get("status") == "False" and c.get("type") != "Ready"]
+    if pod is None and f.pod_refused and phase in ("", "Pending", "Scheduling"):  # unknown, not "no pod"
+        return chain.add(LinkName.INSTANCE, False, [f"VMI {ref} is {phase}", f.pod_refused],
+                         Remedy(text=f"grant `list` on pods in namespace {ref.namespace} to this user (check with "
+                                     f"`kubectl auth can-i list pods -n {ref.namespace}`), then run this again"),
+                         failure="its virt-launcher pod cannot be read (forbidden)")
     if pod is None and phase in ("", "Pending", "Scheduling"):
         msgs = [f"{c.get('type')} {c.get('reason') or ''}: {c.get('message') or ''}".strip() for c in failing]
         evidence = [f"VMI {ref} is {phase} and KubeVirt made no virt-launcher pod for it", *msgs]
@@ -968,7 +979,7 @@ def _scheduling(chain: _Chain, f: Facts) -> bool:
     if pod is None:
         node = (vmi.get("status") or {}).get("nodeName")
         return chain.add(LinkName.SCHEDULING, bool(node), [f"VMI placed on {node}" if node else
-                                                           "no virt-launcher pod found"],
+                                                           f.pod_refused or "no virt-launcher pod found"],
                          failure="its VMI is on no node and has no virt-launcher pod")
     conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
     node = (pod.get("spec") or {}).get("nodeName")
@@ -1025,7 +1036,7 @@ def _claim_name(chain: _Chain, f: Facts, node: str) -> bool:
         return chain.add(LinkName.CLAIM_NAME, True, [f"no other VM on {node} has a claim named "
                                                      f"{', '.join(names) or own}"])
     evidence = [f"VM {n.vm} on {n.node} holds a claim under {n.key} too" for n in here]
-    evidence += [f"event {e.get('reason')}: {' '.join(str(e.get('message') or '').split())[:300]}"
+    evidence += [f"event {e.get('reason')}: {one_line(e.get('message') or '')[:300]}"
                  for e in refused[-1:]]
     evidence.append("the RBLN DRA driver keys a claim's per-node metadata by its pod-level name and prepares one "
                     "claim of a name per node (RBLN-SW/rbln-k8s-dra-driver cmd/npu-kubelet-plugin/"

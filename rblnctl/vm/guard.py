@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rblnctl.errors import Forbidden, NotFound
 from rblnctl.kube import VMIS, Kube
+from rblnctl.kube.optional import UNKNOWN, optional
 from rblnctl.operator.resources import is_npu_resource
 from rblnctl.plan import Blocker
 from rblnctl.vm import devices as D
@@ -194,13 +194,10 @@ def overridden(vms: Sequence[NpuVm], what: str) -> str:
 def read(kube: Kube, depends: Depends) -> tuple[list[NpuVm], str | None]:
     """The running VMIs of every namespace that depend on a change (one paged LIST), and why they could not be
     read (None: read; KubeVirt not installed counts as no VMI)."""
-    try:
-        vmis = kube.list(VMIS)
-    except NotFound:
-        return [], None
-    except Forbidden as e:
-        return [], f"the VirtualMachineInstances cannot be listed: {' '.join(str(e).split())}"
-    return dependents(vmis, depends), None
+    read = optional(lambda: kube.list(VMIS), what="list VirtualMachineInstances", absent=[], on_forbidden=UNKNOWN)
+    if not read.known:  # the caller blocks on it (unknown(): a Blocker naming the override)
+        return [], f"the VirtualMachineInstances cannot be listed: {read.forbidden}"
+    return dependents(read.value, depends), None
 
 
 def verdict(vms: Sequence[NpuVm], unreadable: str | None, *, why: str, override: bool,

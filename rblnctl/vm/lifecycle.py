@@ -51,7 +51,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
-from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, WaitTimeout
+from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, WaitTimeout, one_line
 from rblnctl.kube import (
     PODS,
     RESOURCE_CLAIMS,
@@ -65,6 +65,7 @@ from rblnctl.kube import (
     watch_many,
     writes,
 )
+from rblnctl.kube.optional import ERROR, optional
 from rblnctl.operator.capacity import pod_requests
 from rblnctl.plan import Blocker
 from rblnctl.vm import devices as D
@@ -409,10 +410,9 @@ class VmLifecycle:
         pods = self.kube.list(PODS, namespace=ref.namespace, label_selector=LAUNCHER_SELECTOR)
         claims: list[dict] = []
         if _has_dra(vm, vmi):
-            try:
-                claims = self.kube.list(RESOURCE_CLAIMS, namespace=ref.namespace)
-            except NotFound:  # resource.k8s.io/v1 not served: no claim can be allocated
-                claims = []
+            # resource.k8s.io/v1 not served: no claim can be allocated; refused: the wait cannot judge, an error
+            claims = optional(lambda: self.kube.list(RESOURCE_CLAIMS, namespace=ref.namespace), absent=[],
+                              what=f"list ResourceClaims in {ref.namespace}", on_forbidden=ERROR).value
         return judge(vm, vmi, pods, claims, name=ref.name)
 
     def _require(self, ref: VmRef, *, full: bool = True) -> VmState:
@@ -485,7 +485,7 @@ class VmLifecycle:
                 now = None if self.server_dry_run or send == RESTART else self.read(plan.vm, full=False)
                 if now is None or decide(send, now)[0] is not None or decide(send, now)[2] is not None:
                     raise
-                overtaken = ' '.join(str(e.__cause__ or e).split())
+                overtaken = one_line(e.__cause__ or e)
         if self.server_dry_run or not plan.wait:
             now = self.read(plan.vm) if send is not None and not self.server_dry_run else None
             return LifecycleResult(plan=plan, sent=send, changed=changed, state=now or before,
@@ -571,7 +571,7 @@ class VmLifecycle:
                 self.made = action
                 return True
             self.refused = True
-            raise Conflict(f"virt-api refused to {action} VM {ref}: {' '.join(str(e).split())}"
+            raise Conflict(f"virt-api refused to {action} VM {ref}: {one_line(e)}"
                            + (f" (the VM now: {now.describe()})" if now is not None else ""),
                            status=e.status, reason=e.reason) from e
         except RblnError as e:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from rblnctl import constants as C
 from rblnctl.clock import Stop
-from rblnctl.errors import Forbidden, NotFound, RblnError
+from rblnctl.errors import RblnError
 from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many
+from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.inventory import Change
 from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
@@ -85,13 +86,8 @@ class VmNpuListing:
 
 def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str) -> list[dict] | None:
     """The objects; None when the API is not served (KubeVirt absent); [] with a note when forbidden."""
-    try:
-        return kube.list(res, namespace=namespace)
-    except NotFound:
-        return None
-    except Forbidden as e:
-        notes.append(f"cannot list {what}: {e}")
-    return []
+    read = optional(lambda: kube.list(res, namespace=namespace), what=f"list {what}", on_forbidden=NOTE, notes=notes)
+    return None if read.absent else read.value or []
 
 
 def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
@@ -189,6 +185,7 @@ def listing_of(kube: Kube, vms: list[dict], vmis: list[dict], *, namespace: str 
                                 status=str((vmi.get("status") or {}).get("phase") or "Pending"), node=_node(vmi),
                                 method=_method(devices), devices=devices, running_devices=_running(vmi, test),
                                 claims=claim_keys(D.vmi_spec(vmi), devices)))
+    notes.extend(n for n in index.notes if n not in notes)  # a refused claim list: its VMs' NPUs are unknown
     items = with_collisions(items, notes)
     return VmNpuListing(items=sorted(items, key=lambda e: (e.ref.namespace, e.ref.name)), namespace=namespace,
                         notes=notes)
