@@ -553,6 +553,10 @@ class AttachPlanner:
         create, delete, kept = templates
         running = is_running(vmi)
         meta = vm.get("metadata") or {}
+        annotated = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION))
+        if running and annotated and ((vmi or {}).get("metadata") or {}).get("deletionTimestamp") \
+                and not stale_mark(vm):
+            running = False  # rblnctl's own stop, still being carried out (an interrupted run): stopped, to this plan
         if changed and meta.get("deletionTimestamp"):
             blockers.append(VmBlocker(f"VM {ref} is being deleted"))
         if changed and running and not self.options.restart:
@@ -566,7 +570,7 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
-        marked = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)) and not running
+        marked = annotated and not running
         stale = stale_mark(vm) if marked else None
         stopped_by_us = marked and not stale
         if stale:
@@ -774,8 +778,8 @@ class AttachPlanner:
             problem: BaseException | None = None
             if not run.started:
                 if retry_start:
-                    try:
-                        restarter.start(plan.vm)
+                    try:  # interrupted: a VM still stopping is not waited for (the process ends promptly)
+                        restarter.start(plan.vm, wait_stopping=not isinstance(err, KeyboardInterrupt))
                         run.started = True
                     except (RblnError, KeyboardInterrupt) as e:
                         problem = e

@@ -73,6 +73,10 @@ from rblnctl.vm.model import VmRef
 
 log = logging.getLogger(__name__)
 
+
+class StillStopping(Conflict):
+    """A start not asked because the VM's old VMI is still going (virt-api would refuse it with a 409)."""
+
 START, STOP, RESTART = "start", "stop", "restart"
 ACTIONS = (START, STOP, RESTART)
 FINAL_PHASES = ("Succeeded", "Failed")
@@ -523,11 +527,21 @@ class VmLifecycle:
             self.wait_stopped(ref)
         return ours
 
-    def start(self, ref: VmRef) -> bool:
-        """Ask virt-api to start the VM unless it runs (or KubeVirt starts it by itself); returns at once. True when
-        this request of ours went through (or is found applied), False when nothing was asked: the VM is running or
-        starting (also when virt-api refused the start because someone else started it meanwhile)."""
+    def start(self, ref: VmRef, *, wait_stopping: bool = True) -> bool:
+        """Ask virt-api to start the VM unless it runs (or KubeVirt starts it by itself); returns once asked. True
+        when this request of ours went through (or is found applied), False when nothing was asked: the VM is running
+        or starting (also when virt-api refused the start because someone else started it meanwhile).
+
+        virt-api refuses a start while the old VMI is still going ("VM is already running", measured on KubeVirt
+        v1.9.0), so a VM still stopping is waited for first (bounded by timeout_s); without `wait_stopping` (an
+        interrupted run must end promptly) that raises StillStopping instead of sending a start bound to fail."""
         state = self._require(ref, full=False)
+        if state.stopping:
+            if not wait_stopping:
+                raise StillStopping(f"VM {ref} is still stopping ({state.describe()}): virt-api refuses a start "
+                                    "until its VMI is gone")
+            self.wait_stopped(ref)
+            state = self._require(ref, full=False)
         send, why, blocker = decide(START, state)
         if blocker:
             raise Refused(f"cannot start VM {ref}: {blocker}")

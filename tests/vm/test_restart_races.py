@@ -391,3 +391,50 @@ def test_a_new_rerun_on_failure_vm_is_started_by_kubevirt_itself():
     stopped = VmState(run_strategy="RerunOnFailure", status_run_strategy="RerunOnFailure")
     assert decide(START, new)[0] is None and "by itself" in decide(START, new)[1]
     assert decide(START, stopped)[0] == "start"
+
+
+# -- found on real KubeVirt by the hostile review: interrupted while the VM is still stopping --------------------
+
+
+def test_interrupted_while_the_vm_is_still_stopping_sends_no_start_bound_to_be_refused(apiserver, kube, mocker):
+    """Ctrl-C while `--restart` waits for its stop: the old VMI is still going, so virt-api refuses a start ("VM is
+    already running", KubeVirt v1.9.0). Before, the clean-up sent that start and reported the refusal; now it sends
+    none, ends at once and says the VM is left stopped under rblnctl's mark, which the same command then starts."""
+    running_vm(apiserver)
+    apiserver.kubevirt_launcher_delay_s = 5  # the guest takes its time to shut down
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+    mocker.patch.object(VmLifecycle, "wait_stopped", side_effect=KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        planner.apply(plan)
+    assert puts(apiserver, "stop") and puts(apiserver, "start") == []
+    assert run_strategy(apiserver) == "Halted" and re.search(r"\bgeneration=\d+$", annotations(apiserver)[STOPPED])
+    (line,) = planner.recovery
+    assert f"VM {NS}/v1 is left stopped" in line and "is still stopping" in line and "re-run this command" in line
+    mocker.stopall()
+    apiserver.kubevirt_launcher_delay_s = 0.2
+    again = attacher(kube, npus=2, restart=True)
+    again.apply(again.plan("v1", NS))  # the printed recovery: waits for the stop, starts it, takes the mark off
+    assert run_strategy(apiserver) == "Always" and STOPPED not in annotations(apiserver)
+
+
+def test_a_failure_while_the_vm_is_still_stopping_waits_for_the_stop_then_starts_it(apiserver, kube, mocker):
+    """Not interrupted (an API error after the stop): nothing hurries the clean-up, so it waits for the old VMI to go
+    and starts the VM again, as the rule says."""
+    running_vm(apiserver)
+    apiserver.kubevirt_launcher_delay_s = 0.3
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+    real_wait, calls = VmLifecycle.wait_stopped, []
+
+    def first_fails(self, ref):
+        calls.append(ref)
+        if len(calls) == 1:
+            raise Forbidden("pods is forbidden")
+        return real_wait(self, ref)
+    mocker.patch.object(VmLifecycle, "wait_stopped", first_fails)
+    with pytest.raises(Forbidden):
+        planner.apply(plan)
+    assert len(puts(apiserver, "start")) == 1
+    assert planner.recovery == [f"VM {NS}/v1 was stopped by rblnctl and has been started again (its NPUs were not "
+                                "changed)"]
