@@ -73,3 +73,19 @@ def test_a_wait_exits_at_once_on_a_signal_while_its_watches_open(apiserver):
                                     exit_within_s=EXIT_WITHIN_S)
     assert got == 143, err
     assert "terminated by signal 15" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("err", "code", "said"), [(KeyboardInterrupt(), 130, "interrupted"),
+                                                   (None, 143, "terminated by signal 15")])
+def test_a_signal_outside_any_command_is_one_line_and_its_exit_code(mocker, capsys, err, code, said):
+    """Found by the hostile review: SIGTERM or Ctrl-C while rblnctl starts up (before a command runs: building the
+    command tree, parsing) printed a traceback and exited 1. The entry point handles them as a command does."""
+    from rblnctl.cli import app as app_module
+    from rblnctl.errors import Interrupted
+
+    mocker.patch.object(app_module, "app", side_effect=err or Interrupted(15))
+    with pytest.raises(SystemExit) as exit_:
+        app_module.main()
+    assert exit_.value.code == code
+    out = capsys.readouterr()
+    assert said in out.err and "Traceback" not in out.err
