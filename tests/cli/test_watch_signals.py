@@ -84,6 +84,7 @@ def test_a_signal_outside_any_command_is_one_line_and_its_exit_code(mocker, caps
     from rblnctl.errors import Interrupted
 
     mocker.patch.object(app_module, "app", side_effect=err or Interrupted(15))
+    mocker.patch("rblnctl.cli.errors.install_signal_handlers")  # the test process keeps its own handlers
     with pytest.raises(SystemExit) as exit_:
         app_module.main()
     assert exit_.value.code == code
