@@ -431,7 +431,9 @@ class AttachPlanner:
         validate_name(name, kind="VirtualMachine")
         vm = self.kube.get_optional(VMS, name, namespace=namespace)
         if vm is None:
-            raise NotFound(f'VirtualMachine "{name}" not found in namespace "{namespace}"')
+            from rblnctl.vm.where import not_found
+
+            raise not_found(self.kube, name, namespace)
         return vm, self.kube.get_optional(VMIS, name, namespace=namespace)
 
     def _npus(self, vm: dict) -> tuple[VmNpus, tuple[str, ...]]:
