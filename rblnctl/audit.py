@@ -214,5 +214,9 @@ def outcome_of(err: BaseException) -> str:
 
 
 def one_line(err: BaseException) -> str:
-    """An error as one line for a note."""
-    return " ".join(str(err).split()) or type(err).__name__
+    """An error as one line for a note; Ctrl-C (a bare KeyboardInterrupt) is `interrupted`, never the Python
+    class name in the cluster's Events."""
+    text = " ".join(str(err).split())
+    if text:
+        return text
+    return "interrupted" if isinstance(err, KeyboardInterrupt) else type(err).__name__

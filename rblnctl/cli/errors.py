@@ -228,7 +228,7 @@ class RblnGroup(TyperGroup):
             raise typer.Exit(exit_code_for(err)) from err
         except KeyboardInterrupt as err:
             signum = getattr(err, "signum", None)
-            _stderr_line("interrupted" if signum is None else f"terminated by signal {signum}")
+            _stderr_line(interrupted_line(signum, _isatty(sys.stderr)))
             raise typer.Exit(interrupt_exit_code(err)) from None
         except Exception as err:  # a bug: one line, the traceback only with -v
             _report(ctx, err, bug=True)
@@ -321,6 +321,21 @@ def _usage_error(err: Any) -> None:
     path = getattr(ctx, "command_path", None) or "rblnctl"
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     stderr().print(escape(f"See '{path} --help' for usage."), soft_wrap=True)
+
+
+def interrupted_line(signum: int | None, terminal: bool) -> str:
+    """What an interrupted command says last: after Ctrl-C on a terminal, which echoed `^C` where the cursor
+    was, on a line of its own (it read `^Cinterrupted`)."""
+    if signum is not None:
+        return f"terminated by signal {signum}"
+    return "\ninterrupted" if terminal else "interrupted"
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _stderr_line(text: str) -> None:

@@ -337,17 +337,17 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 # -- set-mode --------------------------------------------------------------------------------------
 
 SET_MODE_EXAMPLES = examples(
-    "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
-    "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
-    "rblnctl node set-mode container gpu-a01 --timeout 20m",
-    "rblnctl node set-mode vm gpu-a01 --evict-vms      # also stop the VMs holding its NPUs (evicted)",
-    "rblnctl node set-mode vm gpu-a01 gpu-a02 gpu-a03 -y   # a pool, one node at a time",
+    "rblnctl node set-mode vm npu-node-1               # asks first; -y for scripts",
+    "rblnctl node set-mode vm npu-node-1 --dry-run     # the plan, no change",
+    "rblnctl node set-mode container npu-node-1 --timeout 20m",
+    "rblnctl node set-mode vm npu-node-1 --evict-vms   # also stop the VMs holding its NPUs (evicted)",
+    "rblnctl node set-mode vm npu-node-1 npu-node-2 npu-node-3 -y # a pool, one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
 )
 DRAIN_EXAMPLES = examples(
-    "rblnctl node drain gpu-a01",
-    "rblnctl node drain gpu-a01 --all-pods --delete-emptydir-data",
-    "rblnctl node drain gpu-a01 --dry-run=server -o yaml",
+    "rblnctl node drain npu-node-1",
+    "rblnctl node drain npu-node-1 --all-pods --delete-emptydir-data",
+    "rblnctl node drain npu-node-1 --dry-run=server -o yaml",
     "rblnctl node drain -l pool=train --max-unavailable 2 -y",
 )
 SelectionArg = Annotated[list[str] | None, typer.Argument(help="The nodes (or -l SELECTOR).", metavar="[NODE]...",
@@ -399,6 +399,19 @@ def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
                        f"nodes: {usage}")
 
 
+def _cordon_state(ctx: typer.Context, node: str) -> str:
+    """After an interruption, what is true of the node's cordon, read back once: `is cordoned`, `is not cordoned`,
+    or (the read failed) `may be left cordoned`."""
+    from rblnctl.errors import RblnError
+    from rblnctl.kube import NODES
+
+    try:
+        obj = ctx.obj.kube().get(NODES, node)
+    except (RblnError, KeyboardInterrupt):
+        return "may be left cordoned"
+    return "is cordoned" if (obj.get("spec") or {}).get("unschedulable") else "is not cordoned"
+
+
 def _selection(nodes: list[str], selector: str | None) -> None:
     """One node, several, or a selector: never both, never neither (exit 2, before connecting)."""
     from rblnctl.errors import InvalidInput
@@ -446,8 +459,9 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
     def interrupted() -> None:
         stopped = [n for n, i in runner.items.items() if i.outcome == Outcome.INTERRUPTED]
         if stopped:
-            warn(f"interrupted: node(s) {', '.join(stopped)} may be left cordoned mid-{verb}; re-run "
-                 f"`{prog} {rerun}` to resume the pool, or one node at a time:")
+            states = "; ".join(f"node {n} {_cordon_state(ctx, n)}" for n in stopped)
+            warn(f"interrupted mid-{verb}: {states}; re-run `{prog} {rerun}` to resume the pool, or one node at a "
+                 "time:")
             for line in resume_lines(stopped):
                 warn(line)
 
@@ -563,7 +577,7 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
 
         def interrupted() -> None:
             lines = "; ".join(recovery_lines(plan.recovery, prog_name(ctx)))
-            warn(f"node {node} may be left cordoned, with its progress record, mid-switch; {lines}")
+            warn(f"node {node} {_cordon_state(ctx, node)}, with its progress record, mid-switch; {lines}")
 
         run(Mutation(
             plan=plan, apply=switcher.apply, refusal=f"refusing to switch node {node} to {short_mode(target)}",
@@ -656,7 +670,7 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
         plan = drainer.plan(node)
 
         def interrupted() -> None:
-            warn(f"node {node} may be left cordoned and partly drained; re-run `rblnctl node drain {node}` to "
+            warn(f"node {node} {_cordon_state(ctx, node)} and may be partly drained; re-run `rblnctl node drain {node}` to "
                  f"finish, or `kubectl uncordon {node}` to make it schedulable again")
 
         def done(result: Any) -> str:
