@@ -670,8 +670,8 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
         plan = drainer.plan(node)
 
         def interrupted() -> None:
-            warn(f"node {node} {_cordon_state(ctx, node)} and may be partly drained; re-run `rblnctl node drain {node}` to "
-                 f"finish, or `kubectl uncordon {node}` to make it schedulable again")
+            warn(f"node {node} {_cordon_state(ctx, node)} and may be partly drained; re-run "
+                 f"`rblnctl node drain {node}` to finish, or `kubectl uncordon {node}` to make it schedulable again")
 
         def done(result: Any) -> str:
             if result.cordoned:
