@@ -309,6 +309,18 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         sys.stderr.write("".join(traceback.format_exception(err)))
 
 
+def _choice_hint(text: str) -> str:
+    """` (did you mean dra?)` after click's "'dar' is not one of 'sandbox', 'dra'" (`set-method dar`)."""
+    import re
+
+    m = re.search(r"'([^']*)' is not one of (.*)$", text)
+    if not m:
+        return ""
+    from rblnctl.suggest import did_you_mean
+
+    return did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+
+
 def _usage_error(err: Any) -> None:
     """A usage error as kubectl prints one: `error: ...` on one line, then where to read the usage."""
     from rich.markup import escape
@@ -316,7 +328,7 @@ def _usage_error(err: Any) -> None:
     from rblnctl.cli.console import stderr
 
     text = " ".join(str(err.format_message()).split()).rstrip(".")
-    text = text[:1].lower() + text[1:]
+    text = text[:1].lower() + text[1:] + _choice_hint(text)
     ctx = getattr(err, "ctx", None)
     path = getattr(ctx, "command_path", None) or "rblnctl"
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)

@@ -14,3 +14,11 @@ def test_a_vm_in_another_namespace_is_named_by_the_real_server(real):
     assert 'VirtualMachine "plain" not found in namespace "default"; it exists in namespace vms (-n vms)' in r.stderr
     r = real.rblnctl("vm", "diagnose", "plain", "-n", "other")
     assert r.exit_code == 1 and "rblnctl vm diagnose plain -n vms" in r.stdout + r.stderr
+
+
+def test_did_you_mean_reads_the_names_the_real_server_holds(real):
+    from tests.vm.test_did_you_mean import check_product_typo, check_resource_typo, seed
+
+    seed(real.api)
+    check_resource_typo(real.rblnctl)
+    check_product_typo(real.rblnctl)
