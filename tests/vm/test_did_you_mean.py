@@ -64,3 +64,16 @@ class _Seeder:
 
     def seed(self, *objs) -> None:
         self.apiserver.add(*objs)
+
+
+def test_permit_devices_before_any_vm_node_names_only_a_resource_the_cards_get(apiserver):
+    policy = V0_3_0.policy(vfio_manager=True, sandbox=True)
+    apiserver.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
+                  o.npu_node("npu-node-1", npus=4, product="RBLN-CA12", release=V0_3_0, policy=policy))
+    r = cli("kubevirt", "permit-devices", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 1 and "--resource-name rebellions.ai/ATOM_PT`" in r.stderr  # the entry for RBLN-CA12
+    apiserver.mutate("Node", "npu-node-1", None,
+                     lambda n: n["metadata"]["labels"].update({"rebellions.ai/npu.product": "RBLN-CA99"}))
+    r = cli("kubevirt", "permit-devices", "--dry-run", server=apiserver.url)
+    assert r.exit_code == 1 and "--resource-name" not in r.stderr  # no entry covers it: no guess
+    assert "`rblnctl node set-mode vm npu-node-1`" in r.stderr and "the plugin gives RBLN-CA99" in r.stderr
