@@ -444,6 +444,7 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.pool import pool_plan_view, pool_result_view
     from rblnctl.node.pool import Outcome, PoolFailed
+    from rblnctl.errors import WaitTimeout
 
     plan = runner.plan(names, selector=selector)
     prog = prog_name(ctx)
@@ -491,6 +492,11 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
 
             details += [f"  {line}" for line in recovery_lines(recovery, prog)]
     skipped = result.count(Outcome.SKIPPED)
+    only = result.failed[0] if len(result.items) == 1 else None
+    if only is not None and isinstance(only.error, WaitTimeout):
+        # one node that timed out is no partial result: exit 5, as the README's table and `node drain NODE` say
+        raise WaitTimeout(f"node {only.node}: {' '.join(str(only.error).split())}").with_details(
+            [line[2:] for line in details[1:]])
     tail = f"; {skipped} node(s) not started" if skipped else ""
     raise PoolFailed(f"{len(result.failed)} of {len(result.items)} node(s) failed or were refused: "
                      f"{', '.join(i.node for i in result.failed)}{tail}", result=result).with_details(details)

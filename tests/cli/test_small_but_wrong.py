@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rblnctl.audit import one_line
 from tests.cli.test_node import cluster  # noqa: F401  (the fixture)
+from tests.cli.test_node_pool import pool  # noqa: F401  (the fixture)
 from tests.helpers import cli
 
 
@@ -41,3 +42,29 @@ def test_ctrl_c_on_a_terminal_puts_interrupted_on_its_own_line():
 
     assert interrupted_line(None, True) == "\ninterrupted"  # after the terminal's ^C echo
     assert interrupted_line(None, False) == "interrupted" and interrupted_line(15, True) == "terminated by signal 15"
+
+
+def _held(pool) -> None:  # noqa: F811
+    from tests.cli.test_node_pool import NPU
+    from tests.fakes import objects as o
+
+    pool.add(o.pdb("default", "hold", selector={"app": "held"}, min_available=1),
+             o.pod("default", "held", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU,
+                   labels={"app": "held"}))
+
+
+def test_a_budget_timeout_names_the_budget_its_numbers_and_what_next(pool):  # noqa: F811
+    _held(pool)
+    r = cli("node", "drain", "n1", "--timeout", "1s", "--yes", server=pool.url)
+    assert r.exit_code == 5, r.stderr
+    assert "PodDisruptionBudget default/hold needs 1 healthy pod(s) and has 1: it allows no eviction of " \
+           "default/held" in r.stderr
+    assert "next: see the budget (`kubectl get pdb hold -n default`)" in r.stderr and "--disable-eviction" in r.stderr
+
+
+def test_a_pool_of_one_node_that_times_out_exits_5_not_6(pool):  # noqa: F811
+    _held(pool)
+    r = cli("node", "drain", "-l", "kubernetes.io/hostname=n1", "--timeout", "1s", "--yes", server=pool.url)
+    assert r.exit_code == 5, r.stderr
+    assert "error: node n1: pods did not leave within 1s" in r.stderr
+    assert "PodDisruptionBudget default/hold" in r.stderr
