@@ -303,10 +303,36 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         stderr().print(f"  {escape(str(line))}", soft_wrap=True)
     for line in recovery_lines(getattr(err, "recovery", None), _prog(ctx)):
         stderr().print(f"  {escape(line)}", soft_wrap=True)
+    for line in rbac_lines(ctx, err):
+        stderr().print(f"  {escape(line)}", soft_wrap=True)
     if _verbose(ctx):
         import traceback
 
         sys.stderr.write("".join(traceback.format_exception(err)))
+
+
+def rbac_lines(ctx: Any, err: BaseException) -> list[str]:
+    """After RBAC's 403 (exit 4), the rules this command needs as `rblnctl rbac` prints them: `--role read` for a
+    command that only reads, `--role operate` for the rest (rblnctl.rbac.READ_COMMANDS)."""
+    if not isinstance(err, E.Forbidden):
+        return []
+    from rblnctl.rbac import READ_COMMANDS, ROLE_OPERATE, ROLE_READ
+
+    deepest = ctx  # the root's invoke catches it: the command's own context is in the traceback's frames
+    tb = err.__traceback__
+    while tb is not None:
+        found = tb.tb_frame.f_locals.get("ctx")
+        if hasattr(found, "command_path") and hasattr(found, "find_root"):
+            deepest = found
+        tb = tb.tb_next
+    try:
+        path = deepest.command_path[len(deepest.find_root().command_path):].strip()
+    except AttributeError:
+        path = ""
+    role = ROLE_READ if path in READ_COMMANDS else ROLE_OPERATE
+    return [f"the rules rblnctl needs: `{_prog(ctx)} rbac --role {role} | kubectl apply -f -` (by a cluster admin), "
+            f"then bind its ClusterRole rblnctl-{role} (and Role, in the operator's namespace) to your account "
+            "(docs/rbac.md)"]
 
 
 def _choice_hint(text: str) -> str:

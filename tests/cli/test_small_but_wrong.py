@@ -68,3 +68,18 @@ def test_a_pool_of_one_node_that_times_out_exits_5_not_6(pool):  # noqa: F811
     assert r.exit_code == 5, r.stderr
     assert "error: node n1: pods did not leave within 1s" in r.stderr
     assert "PodDisruptionBudget default/hold" in r.stderr
+
+
+def test_rbac_forbidding_offers_the_rules_of_the_role_the_command_needs(apiserver):
+    from tests.fakes import objects as o
+
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"))
+    apiserver.forbid("list", "nodes")
+    r = cli("node", "list", server=apiserver.url)
+    assert r.exit_code == 4
+    assert "`rblnctl rbac --role read | kubectl apply -f -`" in r.stderr and "rblnctl-read" in r.stderr
+    apiserver.allow_all()
+    apiserver.forbid("patch", "nodes")
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=apiserver.url)
+    assert r.exit_code == 4, r.stderr
+    assert "`rblnctl rbac --role operate | kubectl apply -f -`" in r.stderr
