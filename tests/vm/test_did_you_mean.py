@@ -77,3 +77,14 @@ def test_permit_devices_before_any_vm_node_names_only_a_resource_the_cards_get(a
     r = cli("kubevirt", "permit-devices", "--dry-run", server=apiserver.url)
     assert r.exit_code == 1 and "--resource-name" not in r.stderr  # no entry covers it: no guess
     assert "`rblnctl node set-mode vm npu-node-1`" in r.stderr and "the plugin gives RBLN-CA99" in r.stderr
+
+
+def test_permit_devices_of_a_mistyped_name_suggests_the_policys_own_names_not_18_others(apiserver):
+    policy = V0_3_0.policy(vfio_manager=True, sandbox=True)
+    apiserver.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"))
+    r = cli("kubevirt", "permit-devices", "--dry-run", "--resource-name", "rebellions.ai/ATOM_MAXPT",
+            server=apiserver.url)
+    assert r.exit_code == 2
+    assert "(did you mean rebellions.ai/ATOM_MAX_PT?)" in r.stderr
+    assert "this policy's resourceList names rebellions.ai/ATOM_PT, rebellions.ai/ATOM_MAX_PT" in r.stderr
+    assert "RBLN-CR23_VF" not in r.stderr and len(r.stderr) < 400
