@@ -211,5 +211,3 @@ def outcome_of(err: BaseException) -> str:
     """The result an exception ends a run with: INTERRUPTED for Ctrl-C and signals (rblnctl.clock.Stopped is a
     KeyboardInterrupt), else FAILED."""
     return INTERRUPTED if isinstance(err, KeyboardInterrupt) else FAILED
-
-

@@ -33,7 +33,10 @@ def one_line(err: object) -> str:
     """An error (or any text) as one line: its whitespace runs folded to one space; an exception with no
     message reads as its type's name. The one way errors are rendered into a note, a cell or a reason."""
     text = " ".join(str(err).split())
-    return text or (type(err).__name__ if isinstance(err, BaseException) else "")
+    if text or not isinstance(err, BaseException):
+        return text
+    # Ctrl-C (a bare KeyboardInterrupt) is `interrupted`, never the Python class name (in the cluster's Events)
+    return "interrupted" if isinstance(err, KeyboardInterrupt) else type(err).__name__
 
 
 class ConfigError(RblnError):

@@ -246,7 +246,7 @@ class RblnGroup(TyperGroup):
             raise typer.Exit(exit_code_for(err)) from err
         except KeyboardInterrupt as err:
             signum = getattr(err, "signum", None)
-            _stderr_line("interrupted" if signum is None else f"terminated by signal {signum}")
+            _stderr_line(interrupted_line(signum, _isatty(sys.stderr)))
             raise typer.Exit(interrupt_exit_code(err)) from None
         except Exception as err:  # a bug: one line, the traceback only with -v
             _report(ctx, err, bug=True)
@@ -303,10 +303,48 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         stderr().print(f"  {escape(text)}", soft_wrap=True)
     for line in recovery_lines(getattr(err, "recovery", None), ctx):
         stderr().print(f"  {escape(line)}", soft_wrap=True)
+    for line in rbac_lines(ctx, err):
+        stderr().print(f"  {escape(line)}", soft_wrap=True)
     if _verbose(ctx):
         import traceback
 
         sys.stderr.write("".join(traceback.format_exception(err)))
+
+
+def rbac_lines(ctx: Any, err: BaseException) -> list[str]:
+    """After RBAC's 403 (exit 4), the rules this command needs as `rblnctl rbac` prints them: `--role read` for a
+    command that only reads, `--role operate` for the rest (rblnctl.rbac.READ_COMMANDS)."""
+    if not isinstance(err, E.Forbidden):
+        return []
+    from rblnctl.rbac import READ_COMMANDS, ROLE_OPERATE, ROLE_READ
+
+    deepest = ctx  # the root's invoke catches it: the command's own context is in the traceback's frames
+    tb = err.__traceback__
+    while tb is not None:
+        found = tb.tb_frame.f_locals.get("ctx")
+        if hasattr(found, "command_path") and hasattr(found, "find_root"):
+            deepest = found
+        tb = tb.tb_next
+    try:
+        path = deepest.command_path[len(deepest.find_root().command_path):].strip()
+    except AttributeError:
+        path = ""
+    role = ROLE_READ if path in READ_COMMANDS else ROLE_OPERATE
+    return [f"the rules rblnctl needs: `{_prog(ctx)} rbac --role {role} | kubectl apply -f -` (by a cluster admin), "
+            f"then bind its ClusterRole rblnctl-{role} (and Role, in the operator's namespace) to your account "
+            "(docs/rbac.md)"]
+
+
+def _choice_hint(text: str) -> str:
+    """` (did you mean dra?)` after click's "'dar' is not one of 'sandbox', 'dra'" (`set-method dar`)."""
+    import re
+
+    m = re.search(r"'([^']*)' is not one of (.*)$", text)
+    if not m:
+        return ""
+    from rblnctl.suggest import did_you_mean
+
+    return did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
 
 
 def _usage_error(err: Any) -> None:
@@ -316,11 +354,26 @@ def _usage_error(err: Any) -> None:
     from rblnctl.cli.console import stderr
 
     text = one_line(err.format_message()).rstrip(".")
-    text = text[:1].lower() + text[1:]
+    text = text[:1].lower() + text[1:] + _choice_hint(text)
     ctx = getattr(err, "ctx", None)
     path = getattr(ctx, "command_path", None) or "rblnctl"
     stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
     stderr().print(escape(f"See '{path} --help' for usage."), soft_wrap=True)
+
+
+def interrupted_line(signum: int | None, terminal: bool) -> str:
+    """What an interrupted command says last: after Ctrl-C on a terminal, which echoed `^C` where the cursor
+    was, on a line of its own (it read `^Cinterrupted`)."""
+    if signum is not None:
+        return f"terminated by signal {signum}"
+    return "\ninterrupted" if terminal else "interrupted"
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _stderr_line(text: str) -> None:

@@ -25,6 +25,7 @@ Anything else is bad input with the position, never a traceback; an evaluation e
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -258,10 +259,40 @@ def _array(values: list[Any], start: int | None, end: int | None, step: int, der
     return out
 
 
-def _walk(values: list[Any], steps: list[tuple]) -> list[Any]:
-    for step in steps:
+_FIELD = re.compile(r"^[a-z][A-Za-z0-9]*$")  # a document's field (camelCase); a map with other keys is data
+
+
+class Misses:
+    """Which paths named a field that no object they reached has: kubectl's `couldn't find any field with path`.
+
+    A path counts as found when one evaluation passed every `.name` step without a miss (an empty list or a
+    filter matching nothing is no miss: there was nothing to look in); it is missing when every evaluation that
+    reached objects found none with the field. Only objects count: a mapping with a key that is no camelCase
+    field (`rebellions.ai/RBLN-CA22_PF`, `kubernetes.io/hostname`) is data, where a missing key is an answer,
+    and an empty mapping has nothing to look in. `missed` keeps the first miss: the path up to it and the fields the
+    objects there do have.
+    """
+
+    def __init__(self) -> None:
+        self.found: set[int] = set()
+        self.missed: dict[int, tuple[list[tuple], str, list[str]]] = {}
+
+    def unknown(self) -> list[tuple[list[tuple], str, list[str]]]:
+        return [miss for key, miss in self.missed.items() if key not in self.found]
+
+
+def _walk(values: list[Any], steps: list[tuple], misses: Misses | None = None) -> list[Any]:
+    for n, step in enumerate(steps):
         out: list[Any] = []
         kind = step[0]
+        if misses is not None and kind == "key":
+            objects = [v for v in values if isinstance(v, dict) and v and all(map(_FIELD.match, v))]
+            if objects and not any(step[1] in v for v in objects):
+                fields: dict[str, None] = {}
+                for v in objects:
+                    fields.update(dict.fromkeys(v))
+                misses.missed.setdefault(id(steps), (steps[:n], step[1], list(fields)))
+                return []
         if kind == "arrays":
             for params in step[1]:
                 out.extend(_array(values, *params))
@@ -287,6 +318,8 @@ def _walk(values: list[Any], steps: list[tuple]) -> list[Any]:
                 items = v if isinstance(v, list) else list(v.values()) if isinstance(v, dict) else []
                 out.extend(item for item in items if _holds(item, step[1], step[2], step[3]))
         values = out
+    if misses is not None:
+        misses.found.add(id(steps))
     return values
 
 
@@ -340,29 +373,71 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _render(nodes: list[Any], current: Any, out: list[str]) -> None:
+def _render(nodes: list[Any], current: Any, out: list[str], misses: Misses | None = None) -> None:
     for node in nodes:
         if isinstance(node, _Text):
             out.append(node.text)
         elif isinstance(node, _Paths):
             results: list[Any] = []
             for p in node.paths:
-                results.extend(_walk([current], p))
+                results.extend(_walk([current], p, misses))
             out.append(" ".join(_text(r) for r in results))
         else:
-            for item in _walk([current], node.path):
-                _render(node.body, item, out)
+            for item in _walk([current], node.path, misses):
+                _render(node.body, item, out, misses)
 
 
-def render(template: str, document: Any) -> str:
-    """The template applied to a document, as kubectl prints it (no newline added)."""
+def render(template: str, document: Any, *, allow_missing_keys: bool = False) -> str:
+    """The template applied to a document, as kubectl prints it (no newline added).
+
+    A field no object has is an error naming the fields there are (`unknown_field`), not an empty line with
+    exit 0: rblnctl's documents are not Kubernetes objects (items are flat, `.name`), so a kubectl habit such as
+    `{.items[*].metadata.name}` would otherwise print nothing and pass (docs/output.md). `allow_missing_keys`:
+    kubectl get's default (--allow-missing-template-keys=true), a missing field prints nothing."""
     nodes = parse(template)
     out: list[str] = []
+    misses = Misses()
     try:
-        _render(nodes, document, out)
+        _render(nodes, document, out, misses)
     except _EvalError as e:  # kubectl prints nothing then, and fails
         raise InvalidInput(f"error executing jsonpath {template!r}: {e}") from None
+    if not allow_missing_keys:
+        unknown_field(template, misses)
     return "".join(out)
+
+
+def _step_text(step: tuple) -> str:
+    kind = step[0]
+    if kind == "key":
+        name = step[1]
+        return f".{name}" if _NAME.fullmatch(name) and "." not in name else f"[{name!r}]"
+    if kind == "recurse":
+        return f"..{step[1]}"
+    if kind == "filter":
+        return "[?()]"
+    if kind == "keys":
+        return "[" + ",".join(repr(k) for k in step[1]) + "]"
+    if kind == "arrays":
+        return "[" + ",".join(str(a) if derived else f"{'' if a is None else a}:{'' if b is None else b}"
+                              for a, b, _, derived in step[1]) + "]"
+    return "[*]"
+
+
+def unknown_field(template: str, misses: Misses) -> None:
+    """InvalidInput (exit 2) when a path of the template found its field in no object: kubectl's words for
+    `--sort-by` (kubectl pkg/cmd/get/sorter.go: `couldn't find any field with path %q in the list of objects`),
+    then the fields the objects there have, and the Kubernetes habit rblnctl's flat items do not follow."""
+    unknown = misses.unknown()
+    if not unknown:
+        return
+    before, name, fields = unknown[0]
+    where = "".join(_step_text(s) for s in before)
+    have = ", ".join(f".{f}" for f in fields)
+    habit = ""
+    if name == "metadata" and "name" in fields:
+        habit = f" (rblnctl's items are flat: {where}.name, not {where}.metadata.name; docs/output.md)"
+    raise InvalidInput(f"couldn't find any field with path {json.dumps(template)} in the list of objects: "
+                       f"no {name!r} in the objects{' at ' + where if where else ''}, which have {have}{habit}")
 
 
 # -- custom-columns and --sort-by: one expression, its values --------------------------------------------
@@ -380,18 +455,25 @@ def relaxed(path: str) -> str:
     return "{." + (m.group(1) or m.group(2)).strip() + "}"
 
 
-def values(template: str, document: Any) -> list[Any]:
-    """The values one expression (`{.a.b}`) finds in a document ([] when none); bad input names the template."""
-    nodes = parse(template)
+def values(template: str, document: Any, misses: Misses | None = None) -> list[Any]:
+    """The values one expression (`{.a.b}`) finds in a document ([] when none); bad input names the template.
+    `misses` collects the fields not found, over every document it is given (unknown_field decides)."""
+    nodes = _parsed(template)
     out: list[Any] = []
     try:
         for node in nodes:
             if isinstance(node, _Paths):
                 for p in node.paths:
-                    out.extend(_walk([document], p))
+                    out.extend(_walk([document], p, misses))
     except _EvalError as e:
         raise InvalidInput(f"error executing jsonpath {template!r}: {e}") from None
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(template: str) -> list[Any]:
+    """One parse per template, so a path keeps its identity over every item (Misses counts per path)."""
+    return parse(template)
 
 
 def cell(found: list[Any]) -> str:

@@ -339,17 +339,17 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 # -- set-mode --------------------------------------------------------------------------------------
 
 SET_MODE_EXAMPLES = examples(
-    "rblnctl node set-mode vm gpu-a01                  # asks first; -y for scripts",
-    "rblnctl node set-mode vm gpu-a01 --dry-run        # the plan, no change",
-    "rblnctl node set-mode container gpu-a01 --timeout 20m",
-    "rblnctl node set-mode vm gpu-a01 --evict-vms      # also stop the VMs holding its NPUs (evicted)",
-    "rblnctl node set-mode vm gpu-a01 gpu-a02 gpu-a03 -y   # a pool, one node at a time",
+    "rblnctl node set-mode vm npu-node-1               # asks first; -y for scripts",
+    "rblnctl node set-mode vm npu-node-1 --dry-run     # the plan, no change",
+    "rblnctl node set-mode container npu-node-1 --timeout 20m",
+    "rblnctl node set-mode vm npu-node-1 --evict-vms   # also stop the VMs holding its NPUs (evicted)",
+    "rblnctl node set-mode vm npu-node-1 npu-node-2 npu-node-3 -y # a pool, one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
 )
 DRAIN_EXAMPLES = examples(
-    "rblnctl node drain gpu-a01",
-    "rblnctl node drain gpu-a01 --all-pods --delete-emptydir-data",
-    "rblnctl node drain gpu-a01 --dry-run=server -o yaml",
+    "rblnctl node drain npu-node-1",
+    "rblnctl node drain npu-node-1 --all-pods --delete-emptydir-data",
+    "rblnctl node drain npu-node-1 --dry-run=server -o yaml",
     "rblnctl node drain -l pool=train --max-unavailable 2 -y",
 )
 SelectionArg = Annotated[list[str] | None, typer.Argument(help="The nodes (or -l SELECTOR).", metavar="[NODE]...",
@@ -401,6 +401,19 @@ def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
                        f"nodes: {usage}")
 
 
+def _cordon_state(ctx: typer.Context, node: str) -> str:
+    """After an interruption, what is true of the node's cordon, read back once: `is cordoned`, `is not cordoned`,
+    or (the read failed) `may be left cordoned`."""
+    from rblnctl.errors import RblnError
+    from rblnctl.kube import NODES
+
+    try:
+        obj = ctx.obj.kube().get(NODES, node)
+    except (RblnError, KeyboardInterrupt):
+        return "may be left cordoned"
+    return "is cordoned" if (obj.get("spec") or {}).get("unschedulable") else "is not cordoned"
+
+
 def _selection(nodes: list[str], selector: str | None) -> None:
     """One node, several, or a selector: never both, never neither (exit 2, before connecting)."""
     from rblnctl.errors import InvalidInput
@@ -436,6 +449,7 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
     from rblnctl.cli.pool import pool_plan_view, pool_result_view
     from rblnctl.cli.rerun import POOL_ONLY, command_line, render
     from rblnctl.node.pool import Outcome, PoolFailed
+    from rblnctl.errors import WaitTimeout
     from rblnctl.remedy import Command
 
     plan = runner.plan(names, selector=selector)
@@ -453,8 +467,9 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
     def interrupted() -> None:
         stopped = [n for n, i in runner.items.items() if i.outcome == Outcome.INTERRUPTED]
         if stopped:
-            warn(f"interrupted: node(s) {', '.join(stopped)} may be left cordoned mid-{verb}; re-run "
-                 f"`{command_line(ctx)}` to resume the pool, or one node at a time:")
+            states = "; ".join(f"node {n} {_cordon_state(ctx, n)}" for n in stopped)
+            warn(f"interrupted mid-{verb}: {states}; re-run `{command_line(ctx)}` to resume the pool, or one node at "
+                 "a time:")
             for line in resume_lines(stopped):
                 warn(line)
 
@@ -484,6 +499,11 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
 
             details += [f"  {line}" for line in recovery_lines(recovery, ctx, drop=POOL_ONLY)]
     skipped = result.count(Outcome.SKIPPED)
+    only = result.failed[0] if len(result.items) == 1 else None
+    if only is not None and isinstance(only.error, WaitTimeout):
+        # one node that timed out is no partial result: exit 5, as the README's table and `node drain NODE` say
+        raise WaitTimeout(f"node {only.node}: {' '.join(str(only.error).split())}").with_details(
+            [line[2:] for line in details[1:]])
     tail = f"; {skipped} node(s) not started" if skipped else ""
     raise PoolFailed(f"{len(result.failed)} of {len(result.items)} node(s) failed or were refused: "
                      f"{', '.join(i.node for i in result.failed)}{tail}", result=result).with_details(details)
@@ -570,7 +590,7 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
 
         def interrupted() -> None:
             lines = "; ".join(recovery_lines(plan.recovery, ctx))
-            warn(f"node {node} may be left cordoned, with its progress record, mid-switch; {lines}")
+            warn(f"node {node} {_cordon_state(ctx, node)}, with its progress record, mid-switch; {lines}")
 
         run(Mutation(
             plan=plan, apply=switcher.apply, refusal=f"refusing to switch node {node} to {short_mode(target)}",
@@ -657,7 +677,7 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
         def interrupted() -> None:
             from rblnctl.cli.rerun import command_line
 
-            warn(f"node {node} may be left cordoned and partly drained; re-run `{command_line(ctx)}` to "
+            warn(f"node {node} {_cordon_state(ctx, node)} and may be partly drained; re-run `{command_line(ctx)}` to "
                  f"finish, or `kubectl uncordon {node}` to make it schedulable again")
 
         def done(result: Any) -> str:

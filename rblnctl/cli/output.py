@@ -377,11 +377,14 @@ def document_items(doc: dict) -> list[Any]:
 
 def custom_columns_text(doc: dict, columns: Sequence[tuple[str, str]], *, headers: bool = True) -> str:
     """kubectl's custom-columns over a document: a row per item (or one for a document that is no list)."""
-    from rblnctl.cli.jsonpath import cell, values
+    from rblnctl.cli.jsonpath import Misses, cell, unknown_field, values
 
     t = Table(*(h for h, _ in columns))
+    misses = {template: Misses() for _, template in columns}
     for item in document_items(doc):
-        t.add_row(*(cell(values(template, item)) for _, template in columns))
+        t.add_row(*(cell(values(template, item, misses[template])) for _, template in columns))
+    for template, missed in misses.items():  # kubectl prints <none>: a column no item has is a typo (docs/output.md)
+        unknown_field(template, missed)
     return t.render(headers=headers)
 
 
@@ -389,10 +392,14 @@ def sort_by(items: Sequence[Any], path: str | None, document_of: Callable[[Any],
     """`--sort-by=PATH` (kubectl's relaxed JSONPath) over each item's documented JSON; stable; None: as given."""
     if not path:
         return list(items)
-    from rblnctl.cli.jsonpath import relaxed, sort_key, values
+    from rblnctl.cli.jsonpath import Misses, relaxed, sort_key, unknown_field, values
 
     template = relaxed(path)
-    return sorted(items, key=lambda item: sort_key(values(template, document_of(item))))
+    misses = Misses()
+    keys = [sort_key(values(template, document_of(item), misses)) for item in items]
+    unknown_field(template, misses)  # kubectl pkg/cmd/get/sorter.go: a field no item has is an error
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return [items[i] for i in order]
 
 
 def check_sort_by(path: str | None) -> str | None:

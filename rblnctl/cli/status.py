@@ -45,7 +45,7 @@ def warn_retrying(err: Exception) -> None:
 
 def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of: Callable[[Any, Any], list[Any]],
            output: Any) -> None:
-    """Show the first update, then every change until Ctrl-C (which ends it with exit 0).
+    """Show the first update, then every change until Ctrl-C (exit 130, as every command: docs/exit-codes.md).
 
     On a terminal, table output is redrawn in place; piped, the first table is printed once and
     each change follows as a line (`node/n1 mode container -> vm-passthrough`). Documents (-o json,
@@ -81,10 +81,7 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
                     sys.stdout.write(change_line(change) + "\n")
                 sys.stdout.flush()
             last = current
-    except KeyboardInterrupt as err:
-        if getattr(err, "signum", None) is not None:
-            raise  # SIGTERM, SIGHUP: 143, 129 as everywhere
-    finally:
+    finally:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129 as everywhere (it exited 0, but 130 from `vm list -w | cat`)
         if live is not None:
             live.stop()
 

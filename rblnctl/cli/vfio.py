@@ -69,7 +69,7 @@ StateOpt = Annotated[
     "rblnctl vfio status",
     "rblnctl vfio status --all-vendors -o wide",
     "rblnctl vfio status --root /host -o json      # from a debug pod with the host at /host",
-    "rblnctl vfio status --node gpu-a01            # a cluster node's NPUs, from a pod on it",
+    "rblnctl vfio status --node npu-node-1         # a cluster node's NPUs, from a pod on it",
 ))
 def status(
     ctx: typer.Context,

@@ -617,6 +617,9 @@ def list_vms(
     sort_by: Annotated[str | None, typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
                                                 help="Sort by a field of each item's JSON (as kubectl: '{.npus}' "
                                                 "or .node; the fields in docs/output.md).")] = None,
+    selector: Annotated[str | None, typer.Option("--selector", "-l", metavar="SELECTOR", show_default=False,
+                                                 help="Only VMs whose labels match, as kubectl get vm -l (and "
+                                                 "standalone VMIs whose own labels match), e.g. -l team=ml.")] = None,
     output: OutputOpt = "table",
 ) -> None:
     """List VMs and VMIs that hold or request NPUs."""
@@ -629,10 +632,10 @@ def list_vms(
         from rblnctl.cli.status import follow, warn_retrying
         from rblnctl.vm.listing import vm_changes, watch_vm_npus
 
-        follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, on_retry=warn_retrying),
+        follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, selector=selector, on_retry=warn_retrying),
                view_of=lambda listing: _list_view(listing, sort_by), changes_of=vm_changes, output=output)
         return
-    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace), sort_by), output)
+    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace, selector=selector), sort_by), output)
 
 
 # -- diagnose -------------------------------------------------------------------------------------------------

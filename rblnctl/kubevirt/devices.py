@@ -253,13 +253,21 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
     vm_nodes = [name for name, n in zip(names, nodes) if mode_of(labels_of(n), policy).effective == C.MODE_VM]
     from rblnctl.operator.nodes import node_product
 
-    example = vm_resources.example(p for n in nodes if (p := node_product(n)))
+    products = [p for n in nodes if (p := node_product(n))]
+    example = vm_resources.example(products)
     if not vm_nodes:
         node = names[0] if names else "NODE"
-        return (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
+        head = (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
                 f"({vm_resources.describe()}): switch one first, `rblnctl node set-mode vm {node}`, then run "
-                f"permit-devices again; or name the resource, `rblnctl kubevirt permit-devices --resource-name "
-                f"{example}` (DRA setups need no permittedHostDevices)")
+                "permit-devices again")
+        # name a resource only when it is the one this cluster's cards get: with a resourceList, the entry that
+        # covers their product (entries[0] for a product no entry covers named a resource no node would use)
+        if not vm_resources.entries or any(vm_resources.covers(p) for p in products):
+            return (f"{head}; or name the resource, `rblnctl kubevirt permit-devices --resource-name {example}` "
+                    "(DRA setups need no permittedHostDevices)")
+        cards = ", ".join(sorted(set(products))) or "its cards (no node says their product)"
+        return (f"{head}: which of those names the plugin gives {cards} shows only then (DRA setups need no "
+                "permittedHostDevices)")
     return (f"no NPU node advertises a VM resource ({vm_resources.describe()}) though {', '.join(vm_nodes[:3])} "
             f"{'is' if len(vm_nodes) == 1 else 'are'} in vm-passthrough mode: the sandbox device plugin does not run "
             "there yet (`rblnctl node list -o wide` shows its components and names a plugin pod stuck in an init "

@@ -308,6 +308,30 @@ def _uid(obj: dict) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
+# kube-apiserver's cause of a budget's 429 (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go,
+# checkAndDecrement: "The disruption budget %s needs %v healthy pods and has %v currently")
+_BUDGET = re.compile(r"[Tt]he disruption budget (\S+) needs (\d+) healthy pods and has (\d+) currently")
+
+
+def budget_lines(refused: Mapping[str, str]) -> list[str]:
+    """Each budget that held, with its numbers and its pods, then what to do next (kubectl drain names the cause
+    on every retry; a timeout that names no budget leaves the user to find it)."""
+    budgets: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
+    for pod, message in sorted(refused.items()):
+        m = _BUDGET.search(message or "")
+        if m:
+            ns = pod.split("/", 1)[0]
+            budgets.setdefault((ns, m[1]), (m[2], m[3], []))[2].append(pod)
+    lines = [f"PodDisruptionBudget {ns}/{name} needs {need} healthy pod(s) and has {have}: it allows no eviction of "
+             f"{', '.join(pods)}" for (ns, name), (need, have, pods) in sorted(budgets.items())]
+    first = next(iter(sorted(budgets)), None)
+    look = f"`kubectl get pdb {first[1]} -n {first[0]}`" if first else "`kubectl get pdb -A`"
+    lines.append(f"next: see the budget ({look}); give its workload another healthy pod (scale it up, or wait for "
+                 "one that is starting), then run again; or a longer --timeout; --disable-eviction deletes the pods "
+                 "instead and bypasses every budget")
+    return lines
+
+
 def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, str], *,
                   evacuating: list[Evacuating] | None = None) -> WaitTimeout:
     """The timeout of a drain: budgets still refusing, pods still terminating, VMIs KubeVirt is still
@@ -315,6 +339,7 @@ def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, st
     details = []
     if refused:
         details.append("disruption budgets still refuse evicting " + ", ".join(sorted(refused)))
+        details += budget_lines(refused)
     if evacuating:
         details.append("KubeVirt is still evacuating VMI " + ", ".join(str(v) for v in evacuating)
                        + " (a live migration: see its VirtualMachineInstanceMigration)")

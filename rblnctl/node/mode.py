@@ -412,8 +412,7 @@ class ModeSwitcher:
         """
         started = self.clock.monotonic()
         self.evicted = []
-        if plan.noop:
-            self.events.on_step(Step.FINISH, f"node {plan.node} is already in {plan.target} mode; nothing to do")
+        if plan.noop:  # no step taken: the front end says "nothing to do" once (it printed it twice)
             return ModeResult(node=plan.node, previous_mode=plan.current_mode, mode=plan.target, changed=False,
                               resumed=False, cordoned=False, uncordoned=False,
                               server_dry_run=self.options.drain.server_dry_run)

@@ -143,11 +143,6 @@ def sandbox_resource(device_id: int) -> str | None:
     return f"{C.SANDBOX_RESOURCE_PREFIX}{found[0]}_{found[1]}" if found else None
 
 
-def known_sandbox_resources() -> list[str]:
-    """Every per-product sandbox resource pci.ids can name, with its selector (`NAME (1EFF:1220)`)."""
-    return [f"{sandbox_resource(dev)} ({C.PCI_VENDOR_RBLN:04X}:{dev:04X})" for dev in sorted(C.PCI_DEVICE_MODELS)]
-
-
 def device_id_for(name: str, *, vm_resources: ResourceNames | None = None) -> int:
     """The PCI device ID a VM resource stands for: from its name (`RBLN-CA22_PF` -> 0x1220) or, for a
     resourceList name (`ATOM_PT`), the PF of the first product card its entry lists.
@@ -168,9 +163,18 @@ def device_id_for(name: str, *, vm_resources: ResourceNames | None = None) -> in
         ids = product_device_ids(product)
         if ids:
             return ids[0]
-    raise InvalidInput(f"{name} is not a sandbox device plugin resource rblnctl can map to a PCI ID "
-                       f"({C.SANDBOX_RESOURCE_PREFIX}<MODEL>_<PF|VF>, or a resourceList name of the policy); known: "
-                       f"{'; '.join(known_sandbox_resources())}")
+    from rblnctl.suggest import did_you_mean
+
+    # the names of the scheme this cluster uses, first: the policy's resourceList (chart v0.3.0: ATOM_PT...), not
+    # 18 per-product names the policy's plugin never advertises (issue 30)
+    own = [e.name for e in vm_resources.entries] if vm_resources is not None else []
+    generic = [sandbox_resource(dev) or "" for dev in sorted(C.PCI_DEVICE_MODELS)]
+    models = ", ".join(sorted({mdl for mdl, _ in C.PCI_DEVICE_MODELS.values()}))
+    scheme = (f"this policy's resourceList names {', '.join(own)}" if own else
+              f"{C.SANDBOX_RESOURCE_PREFIX}<MODEL>_<PF|VF> for models {models}")
+    raise InvalidInput(f"{name} is not a sandbox device plugin resource rblnctl can map to a PCI ID"
+                       f"{did_you_mean(name, own or generic)}: {scheme}; for another product give its PCI ID as "
+                       f"{name}=1EFF:<device>")
 
 
 def vm_product(name: str, names: ResourceNames) -> str | None:

@@ -59,6 +59,7 @@ from rblnctl.vm.cluster import (
     choose_method,
     claim_index,
     pick_resource,
+    product_missing,
     read_cluster,
     with_dra,
 )
@@ -432,7 +433,9 @@ class AttachPlanner:
         validate_name(name, kind="VirtualMachine")
         vm = self.kube.get_optional(VMS, name, namespace=namespace)
         if vm is None:
-            raise NotFound(f'VirtualMachine "{name}" not found in namespace "{namespace}"')
+            from rblnctl.vm.where import not_found
+
+            raise not_found(self.kube, name, namespace)
         return vm, self.kube.get_optional(VMIS, name, namespace=namespace)
 
     def _npus(self, vm: dict) -> tuple[VmNpus, tuple[str, ...]]:
@@ -478,8 +481,8 @@ class AttachPlanner:
             if resource is None:  # nothing to name: refuse with what the cluster offers
                 missing = check_advertised(cluster, None)
                 if o.product and missing.ok is False and cluster.vm_nodes:
-                    missing = dataclasses.replace(missing, evidence=(
-                        f"no vm-passthrough node advertises an NPU of product {o.product}", *missing.evidence))
+                    # what the nodes have, not "advertises nothing ... (advertised: X)", which contradicted itself
+                    missing = dataclasses.replace(missing, evidence=(product_missing(cluster, o.product),))
                 return self._refusal(vm, vmi, have, method, npus, [missing], warnings)
         target = Target(action=ATTACH, method=method, npus=npus, resource=resource,
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
@@ -505,7 +508,9 @@ class AttachPlanner:
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
         checks = [check_gates(cluster, method)]
         if method == C.METHOD_SANDBOX and resource:
-            checks += [check_advertised(cluster, resource), check_permitted(cluster, resource)]
+            advertised = check_advertised(cluster, resource)
+            # a name no node advertises (a typo: ATOM_MAXPT) gets no remedy that would permit it in KubeVirt
+            checks += [advertised] + ([check_permitted(cluster, resource)] if advertised.ok else [])
         elif method == C.METHOD_DRA:
             checks += [check_device_class(cluster), check_slices(cluster)]
         return checks

@@ -199,6 +199,32 @@ def pick_resource(cluster: VmCluster, *, resource: str | None = None, product: s
                     "product to use", choices=choices, options=("resource",))
 
 
+def product_missing(cluster: VmCluster, product: str) -> str:
+    """Why `--product` picked nothing, without contradicting the list of what is advertised: which product each
+    advertised resource stands for (its name, or the policy's resourceList), the closest product there is, and
+    the resources whose product rblnctl cannot tell (`--resource` picks those)."""
+    from rblnctl.suggest import did_you_mean
+
+    wanted = product.strip().upper()
+    wanted = wanted if wanted.startswith("RBLN-") else f"RBLN-{wanted}"
+    known: dict[str, list[str]] = {}
+    untold: list[str] = []
+    for res, nodes in sorted(cluster.advertised.items()):
+        products = product_of(res, cluster.vm_resources)
+        for p in products:
+            known.setdefault(p, []).append(f"{res} on {', '.join(nodes)}")
+        if not products:
+            untold.append(res)
+    text = f"no vm-passthrough node advertises a resource of product {wanted}{did_you_mean(wanted, known)}"
+    if known:
+        listed = "; ".join(f"{p}: {', '.join(r)}" for p, r in sorted(known.items()))
+        text += f" (products: {listed})"
+    if untold:
+        text += (f"; {', '.join(untold)} name{'s' if len(untold) == 1 else ''} no product rblnctl knows: pick "
+                 f"{'it' if len(untold) == 1 else 'one'} with --resource {untold[0]}")
+    return text
+
+
 # -- checks ---------------------------------------------------------------------------------------------
 
 
@@ -313,7 +339,10 @@ def check_advertised(cluster: VmCluster, resource: str | None) -> Check:
     stuck = _release_problem(cluster, C.COMP_SANDBOX, f"no vm-passthrough node advertises {what}")
     if stuck is not None:
         return stuck
-    return Check(ok=False, evidence=(f"no vm-passthrough node advertises {what} (advertised: {offered})",),
+    from rblnctl.suggest import did_you_mean
+
+    hint = did_you_mean(resource, cluster.advertised) if resource else ""
+    return Check(ok=False, evidence=(f"no vm-passthrough node advertises {what}{hint} (advertised: {offered})",),
                  remedy=Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has "
                                "converged it on vm mode; switch a node with that product to vm mode, or see what "
                                "is missing on the vm nodes", command=Command.own("node", "list")))

@@ -313,6 +313,7 @@ class Facts:
     pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> what the operator has not done
     # what fits now (rblnctl.vm.fit), per sandbox resource of the VM (None: its DRA vfio NPUs); read unless it runs
     fits: Mapping[str | None, VmFit] = field(default_factory=dict)
+    elsewhere: tuple[str, ...] = ()  # not found: the namespaces that hold a VM (or VMI) of that name (rblnctl.vm.where)
     dra_plugins: Mapping[str, DraPlugin] = field(default_factory=dict)  # vm-mode node -> the DRA plugin there
     neighbours: tuple[Neighbour, ...] = ()
     unread: tuple[str, ...] = ()  # the reads RBAC refused, one note each: what they would have shown is unknown
@@ -337,7 +338,10 @@ def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | No
     vmi = kube.get_optional(VMIS, name, namespace=namespace)
     now = now or datetime.now(UTC)
     if vm is None and vmi is None:
-        return Facts(ref=ref, vm=None, vmi=None, now=now)
+        from rblnctl.vm.where import namespaces_holding
+
+        others = tuple(n for n in namespaces_holding(kube, name, instances=True) if n != namespace)
+        return Facts(ref=ref, vm=None, vmi=None, now=now, elsewhere=others)
     cluster = cluster or read_cluster(kube)
     index = claim_index(kube, cluster)
     test = index.test(namespace)
@@ -538,10 +542,17 @@ def judge(f: Facts) -> VmDiagnosis:
 
     vm, vmi = f.vm, f.vmi
     if vm is None and vmi is None or f.cluster is None:
-        chain.add(LinkName.VM, False, [f"no VirtualMachine or VirtualMachineInstance {ref}"],
-                  Remedy(text="create it; {command} writes one with NPUs",
-                         command=Command.own("vm", "manifest", ref.name, namespace=ref.namespace)),
-                  failure=f"VirtualMachine {ref} not found")
+        from rblnctl.vm.where import elsewhere
+
+        if f.elsewhere:  # forgot -n: say where it is, not "create it"
+            other = f.elsewhere[0]
+            remedy = Remedy(text=f"diagnose the one in namespace {other}: {{command}}",
+                            command=Command.own("vm", "diagnose", ref.name, namespace=other))
+        else:  # `vm manifest` only prints: say what creates it
+            remedy = Remedy(text="create it with NPUs: {command} prints the VM, `kubectl apply -f -` creates it",
+                            command=Command.own("vm", "manifest", ref.name, namespace=ref.namespace, npus=1))
+        chain.add(LinkName.VM, False, [f"no VirtualMachine or VirtualMachineInstance {ref}"], remedy,
+                  failure=f"VirtualMachine {ref} not found{elsewhere(list(f.elsewhere))}")
         return done()
     if vm is not None:
         st = vm.get("status") or {}

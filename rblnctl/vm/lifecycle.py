@@ -422,7 +422,9 @@ class VmLifecycle:
     def _require(self, ref: VmRef, *, full: bool = True) -> VmState:
         state = self.read(ref, full=full)
         if state is None:
-            raise NotFound(f'VirtualMachine "{ref.name}" not found in namespace "{ref.namespace}"')
+            from rblnctl.vm.where import not_found
+
+            raise not_found(self.kube, ref.name, ref.namespace)
         return state
 
     def settle_asked(self, ref: VmRef) -> bool | None:

@@ -11,6 +11,7 @@ from rblnctl.clock import Stop
 from rblnctl.errors import RblnError
 from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many
 from rblnctl.kube.optional import NOTE, optional
+from rblnctl.kube.watch import object_key
 from rblnctl.node.inventory import Change
 from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
@@ -84,23 +85,37 @@ class VmNpuListing:
         return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str) -> list[dict] | None:
+def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str,
+          selector: str | None = None) -> list[dict] | None:
     """The objects; None when the API is not served (KubeVirt absent); [] with a note when forbidden."""
-    read = optional(lambda: kube.list(res, namespace=namespace), what=f"list {what}", on_forbidden=NOTE, notes=notes)
+    read = optional(lambda: kube.list(res, namespace=namespace, label_selector=selector), what=f"list {what}",
+                    on_forbidden=NOTE, notes=notes)
     return None if read.absent else read.value or []
 
 
-def list_vm_npus(kube: Kube, *, namespace: str | None = None) -> VmNpuListing:
-    """Read VMs and VMIs (one paged list each; claim templates only when a VM has claims rblnctl did not write)."""
+def list_vm_npus(kube: Kube, *, namespace: str | None = None, selector: str | None = None) -> VmNpuListing:
+    """Read VMs and VMIs (one paged list each; claim templates only when a VM has claims rblnctl did not write).
+
+    `selector` (a label selector, as `kubectl get vm -l`): the VMs whose labels match, with their VMIs (a VMI
+    carries its template's labels, not its VM's), and the standalone VMIs whose own labels match (a third list)."""
     notes: list[str] = []
-    vms = _list(kube, VMS, namespace, notes, "VirtualMachines")
+    vms = _list(kube, VMS, namespace, notes, "VirtualMachines", selector)
     vmis = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances")
     if vms is None or vmis is None:
         return VmNpuListing(items=[], namespace=namespace, served=False, notes=notes)
+    if selector:
+        picked = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances", selector) or []
+        vmis = selected_vmis(vms, vmis, picked)
     return listing_of(kube, vms, vmis, namespace=namespace, notes=notes)
 
 
-def watch_vm_npus(kube: Kube, *, namespace: str | None = None, stop: Stop | None = None,
+def selected_vmis(vms: list[dict], vmis: list[dict], picked: list[dict]) -> list[dict]:
+    """The VMIs a label selector keeps: those of the VMs it picked, and the ones it picked itself."""
+    keep = {object_key(v) for v in vms} | {object_key(v) for v in picked}
+    return [v for v in vmis if object_key(v) in keep]
+
+
+def watch_vm_npus(kube: Kube, *, namespace: str | None = None, selector: str | None = None, stop: Stop | None = None,
                   timeout_s: float | None = None,
                   on_retry: Callable[[RblnError], None] | None = None) -> Iterator[VmNpuListing]:
     """Yield the VMs with NPUs now, then again after every change that alters them: one watch of the VMs and one
@@ -108,15 +123,19 @@ def watch_vm_npus(kube: Kube, *, namespace: str | None = None, stop: Stop | None
 
     Runs until `stop` is set or `timeout_s` passes (None: for ever). Without KubeVirt's API both are empty.
     """
-    specs = [WatchSpec(VMS, namespace=namespace, missing_ok=True), WatchSpec(VMIS, namespace=namespace,
-                                                                            missing_ok=True)]
-    vms, vmis = Mirror(), Mirror()
+    specs = [WatchSpec(VMS, namespace=namespace, label_selector=selector, missing_ok=True),
+             WatchSpec(VMIS, namespace=namespace, missing_ok=True)]
+    if selector:  # the standalone VMIs the selector picks (list_vm_npus)
+        specs.append(WatchSpec(VMIS, namespace=namespace, label_selector=selector, missing_ok=True))
+    mirrors = [Mirror() for _ in specs]
+    vms, vmis = mirrors[0], mirrors[1]
     last: VmNpuListing | None = None
     for ev in watch_many(kube, specs, stop=stop, timeout_s=timeout_s, on_retry=on_retry):
-        (vms if ev.source == 0 else vmis).apply(ev)
-        if not (vms.synced and vmis.synced):
+        mirrors[ev.source].apply(ev)
+        if not all(m.synced for m in mirrors):
             continue
-        now = listing_of(kube, vms.items(), vmis.items(), namespace=namespace, notes=[])
+        shown = selected_vmis(vms.items(), vmis.items(), mirrors[2].items()) if selector else vmis.items()
+        now = listing_of(kube, vms.items(), shown, namespace=namespace, notes=[])
         if now != last:
             last = now
             yield now

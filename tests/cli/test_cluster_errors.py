@@ -50,8 +50,9 @@ def test_forbidden_exit_4_names_verb_and_resource(apiserver, kubeconfig):
     apiserver.forbid("list", "nodes")
     r = cli("node", "list", "--kubeconfig", str(kubeconfig))
     assert r.exit_code == 4
-    line = _one_error_line(r)
-    assert "forbidden" in line and "list on nodes at cluster scope" in line
+    line, rules = r.stderr.splitlines()  # the error, then (indented) the rules the command needs (issue 30)
+    assert line.startswith("error: ") and "forbidden" in line and "list on nodes at cluster scope" in line
+    assert rules.startswith("  the rules rblnctl needs: `rblnctl rbac --role read")
 
 
 def test_global_options_after_the_subcommand(apiserver, kubeconfig):

@@ -176,7 +176,7 @@ def test_ctrl_c_stops_the_pool_exits_130_and_a_rerun_finishes_it(pool):
     r = cli("node", "set-mode", "vm", "-l", "pool=a", "--yes", server=pool.url)
     unsubscribe()
     assert r.exit_code == 130 and fired
-    assert "interrupted: node(s) n1 may be left cordoned mid-switch" in r.stderr
+    assert "interrupted mid-switch: node n1 is cordoned; re-run" in r.stderr  # what is true, read back
     assert f"`rblnctl --server {pool.url} node set-mode --selector pool=a --yes vm`" in r.stderr
     assert f"resume:  rblnctl --server {pool.url} node set-mode vm n1 --yes" in r.stderr
     assert pool.get("Node", "n1")["spec"]["unschedulable"] and modes(pool, ["n2", "n3"]) == {

@@ -154,12 +154,40 @@ DOC = {"kind": "NpuNodeList", "items": [
     ("{.items[0].resources.rebellions\\.ai/RBLN-CA22_PF}", "4"),
     ("{.items[0].components}", '["vfio-manager","sandbox-device-plugin"]'),
     ("{.items[1].resources}", "{}"),
-    ("{.items[0].missing}", ""),
     ("{.items[0].name,.items[1].name}", "a b"),
     ("{range .items[*]}{.name}={.mode}{'\\n'}{end}", "a=vm-passthrough\nb=container\n"),
     ("names: {.items[*].name}", "names: a b"),
 ])
 def test_jsonpath_cases(template, expected):
+    assert jsonpath.render(template, DOC) == expected
+
+
+@pytest.mark.parametrize(("template", "where"), [
+    ("{.items[0].missing}", "no 'missing' in the objects at .items[0], which have .name, .mode, .npuCount, "
+                            ".resources, .components"),
+    ("{.items[0].missing[3]}", "no 'missing' in the objects at .items[0]"),
+    ("{.items[*].metadata.name}", "no 'metadata' in the objects at .items[*], which have .name, .mode, .npuCount, "
+                                  ".resources, .components (rblnctl's items are flat: .items[*].name, not "
+                                  ".items[*].metadata.name; docs/output.md)"),
+    ("{range .items[*]}{.metadata.name}{end}", "no 'metadata' in the objects, which have .name, .mode"),
+    ("{.spec}", "no 'spec' in the objects, which have .kind, .items"),
+])
+def test_jsonpath_field_no_object_has_is_an_error_naming_the_fields_there_are(template, where):
+    """kubectl prints nothing and exits 0 (--allow-missing-template-keys=true); rblnctl's items are flat, so a
+    kubectl habit would pass silently: an error in kubectl's --sort-by words, naming the fields (issue 30)."""
+    with pytest.raises(InvalidInput) as e:
+        jsonpath.render(template, DOC)
+    assert str(e.value).startswith(f"couldn't find any field with path \"{template}\" in the list of objects: {where}")
+    assert jsonpath.render(template, DOC, allow_missing_keys=True) == ""
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    ("{.items[1].components[*].name}", ""),  # nothing to look in: no miss
+    ("{.items[?(@.mode=='none')].metadata}", ""),  # a filter matching nothing: no miss
+    ("{range .items[*]}{.resources.rebellions\\.ai/RBLN-CA22_PF}{end}", "4"),  # one item has it: enough
+    ("{.items[*].resources.x}", ""),  # a map of resource names is data: ... but no item has x
+])
+def test_jsonpath_field_some_object_has_or_nothing_to_look_in_is_no_error(template, expected):
     assert jsonpath.render(template, DOC) == expected
 
 
@@ -179,7 +207,6 @@ def test_jsonpath_bad_templates_are_one_line_errors(bad):
     ("{.items[0].components[1,0]}", "sandbox-device-plugin vfio-manager"),
     ("{.items[*]['mode','name']}", "vm-passthrough container a b"),  # member by member, as evalUnion
     ("{.items[?(@.components[5])].name}", ""),  # an existence filter swallows the error
-    ("{.items[0].missing[3]}", ""),  # nothing to index: nothing printed
 ])
 def test_jsonpath_bounds_that_hold(template, expected):
     assert jsonpath.render(template, DOC) == expected
@@ -260,7 +287,7 @@ def test_jsonpath_agrees_with_real_kubectl(apiserver, kubeconfig, template):
     theirs = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "get", "node", "n1", "-o",
                              f"jsonpath={template}"], capture_output=True, text=True, timeout=60)
     assert theirs.returncode == 0, theirs.stderr
-    assert jsonpath.render(template, node) == theirs.stdout
+    assert jsonpath.render(template, node, allow_missing_keys=True) == theirs.stdout
 
 
 @pytest.mark.kubectl

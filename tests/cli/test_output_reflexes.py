@@ -155,7 +155,7 @@ def test_vm_list_watch_prints_each_change_as_a_line(apiserver):
         _wait_for(lambda: "virtualmachine/vms/v2 added" in _printed(), "the new VM")
 
     r = watch_cli(apiserver, "vm", "list", "-n", NS, "-w", script=script)
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 130, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split()[:2] == ["NAME", "STATUS"] and lines[1].split()[0] == "v1"
     assert "virtualmachine/vms/v1 node <none> -> n1" in lines

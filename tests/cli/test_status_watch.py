@@ -54,7 +54,7 @@ def _seed(apiserver):
                   o.npu_node("n1", mode="container"), o.npu_node("n2", mode="container"))
 
 
-def test_status_watch_prints_changes_as_lines_and_ctrl_c_exits_0(apiserver):
+def test_status_watch_prints_changes_as_lines_and_ctrl_c_exits_130(apiserver):
     _seed(apiserver)
 
     def script():
@@ -70,7 +70,7 @@ def test_status_watch_prints_changes_as_lines_and_ctrl_c_exits_0(apiserver):
         _wait_for(lambda: "rblnclusterpolicy/" in _printed(), "the policy change")
 
     r = watch_cli(apiserver, "status", "--watch", script=script)
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 130, r.stderr
     assert r.stdout.startswith("Kubernetes:  v1.34.1\nPolicy:      rbln-cluster-policy")
     assert "\nn1     container" in r.stdout  # the first table, once
     changes = [line for line in r.stdout.splitlines() if line.startswith(("node/", "rblnclusterpolicy"))]
@@ -91,7 +91,7 @@ def test_node_list_watch_lines_for_added_and_removed_nodes(apiserver):
         _wait_for(lambda: "node/n2 removed" in _printed(), "the removal")
 
     r = watch_cli(apiserver, "node", "list", "-w", script=script)
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 130, r.stderr
     assert r.stdout.splitlines()[-2:] == ["node/n3 added (vm-passthrough)", "node/n2 removed"]
     assert "cpu" not in r.stdout
 
@@ -106,7 +106,7 @@ def test_watch_with_json_prints_a_document_per_change(apiserver):
         _wait_for(lambda: _printed().count('"kind": "NpuNodeList"') == 2, "the second document")
 
     r = watch_cli(apiserver, "node", "list", "--watch", "-o", "json", script=script)
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 130, r.stderr
     decoder, docs, text = json.JSONDecoder(), [], r.stdout.strip()
     while text:
         doc, end = decoder.raw_decode(text)

@@ -329,7 +329,7 @@ def test_diagnose_broken_link_exits_1_with_the_remedy(apiserver):
 def test_diagnose_unknown_vm(apiserver):
     sandbox_cluster(apiserver)
     r = vm_cli(apiserver, "vm", "diagnose", "ghost", "-n", NS)
-    assert r.exit_code == 1 and f"`rblnctl --server {apiserver.url} vm manifest ghost -n {NS}`" in r.stdout
+    assert r.exit_code == 1 and f"`rblnctl --server {apiserver.url} vm manifest ghost -n {NS} --npus 1`" in r.stdout
     # what is wrong, not the link's title (which reads as a fact), and no "no NPU requested" for a VM that is not there
     assert r.stdout.startswith("VM vms/ghost: not found\n")
     assert "broken link: VirtualMachine (VirtualMachine vms/ghost not found)" in r.stdout

@@ -47,9 +47,9 @@ POINTS = {
 
 
 @pytest.mark.parametrize(("point", "sig", "code"), [
-    ("the first stream opening", signal.SIGINT, 0),  # `--watch` ends on Ctrl-C with 0, as kubectl get --watch
-    ("the last stream opening", signal.SIGINT, 0),
-    ("a watch's list", signal.SIGINT, 0),
+    ("the first stream opening", signal.SIGINT, 130),  # Ctrl-C is 130 everywhere, `--watch` too (issue 30)
+    ("the last stream opening", signal.SIGINT, 130),
+    ("a watch's list", signal.SIGINT, 130),
     ("the first stream opening", signal.SIGTERM, 143),
 ])
 def test_node_list_watch_exits_at_once_on_a_signal_while_its_watches_open(apiserver, point, sig, code):

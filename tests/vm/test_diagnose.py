@@ -75,7 +75,7 @@ def test_a_healthy_dra_vm_holds_every_link(apiserver, kube):
 def test_no_such_vm(apiserver, kube):
     sandbox_cluster(apiserver)
     b = _broken(diagnose(kube, "ghost", NS))
-    assert b.name == LinkName.VM and b.remedy.command == own("vm", "manifest", "ghost", namespace=NS)
+    assert b.name == LinkName.VM and b.remedy.command == own("vm", "manifest", "ghost", namespace=NS, npus=1)
     assert b.failure == f"VirtualMachine {NS}/ghost not found"  # not the title, "the VirtualMachine exists"
 
 
