@@ -215,7 +215,7 @@ def main() -> None:
     # A kubeconfig with insecure-skip-tls-verify makes urllib3 warn on every request (several lines
     # on stderr, breaking the one-line errors); kubectl accepts that setting silently, and so do we.
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")
-    from rblnctl.cli.errors import install_signal_handlers, interrupt_exit_code
+    from rblnctl.cli.errors import install_signal_handlers, interrupt_exit_code, interrupted_line
 
     install_signal_handlers()
     # Invoked by kubectl as a plugin (`kubectl rbln ...` runs kubectl-rbln): say so in usage lines.
@@ -223,6 +223,5 @@ def main() -> None:
     try:
         app(prog_name="kubectl rbln" if plugin else "rblnctl")
     except KeyboardInterrupt as err:  # before or after a command ran (start-up, parsing): no traceback, its code
-        signum = getattr(err, "signum", None)
-        sys.stderr.write("\ninterrupted\n" if signum is None else f"terminated by signal {signum}\n")
+        sys.stderr.write(interrupted_line(getattr(err, "signum", None), sys.stderr.isatty()) + "\n")
         sys.exit(interrupt_exit_code(err))
