@@ -107,6 +107,14 @@ def init_log_line(kube: Kube, hold: InitHold) -> str | None:
     """The last line the init container holding a component pod logged (`kubectl logs POD -c CONTAINER
     --tail=1`), or None when it cannot be read: the API server reaches the log through the node's kubelet, which
     may not answer, and RBAC may not grant pods/log. Tried once, never retried, within INIT_LOG_TIMEOUT_S."""
+    return init_log(kube, hold)[0]
+
+
+def init_log(kube: Kube, hold: InitHold) -> tuple[str | None, str | None]:
+    """(init_log_line, why it could not be read): `RBAC does not let you get pods/log in NS` for a 403, else the
+    error's first line; (None, None) for an empty log."""
+    from rblnctl.errors import Forbidden
+
     timeout = min(kube.request_timeout_s or INIT_LOG_TIMEOUT_S, INIT_LOG_TIMEOUT_S)
     once = dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
     try:
@@ -114,11 +122,13 @@ def init_log_line(kube: Kube, hold: InitHold) -> str | None:
                             query={"container": hold.container, "tailLines": 1}, text=True)
     except RblnError as e:
         log.debug("cannot read the log of %s -c %s: %s", hold.ref, hold.container, e)
-        return None
+        if isinstance(e, Forbidden):
+            return None, f"RBAC does not let you get pods/log in {hold.namespace}"
+        return None, (str(e).splitlines() or ["unreadable"])[0][:120]
     finally:
         kube.request_count += once.request_count
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
-    return lines[-1][:200] if lines else None
+    return (lines[-1][:200] if lines else None), None
 
 
 def with_init_logs(kube: Kube, holds: Sequence[InitHold]) -> list[InitHold]:
