@@ -281,12 +281,13 @@ class Table:
             widths = fit_width(widths, [[str(r[j]) for r in grid] for j in range(len(keep))], width)
         lines = []
         for r in grid:
-            pieces = [fold(str(cell), widths[j]) if width is not None else [str(cell)] for j, cell in enumerate(r)]
+            pieces = [fold(str(cell), widths[j], hang=j < len(r) - 1) if width is not None else [str(cell)]
+                      for j, cell in enumerate(r)]
             for k in range(max(len(p) for p in pieces)):
                 parts = []
                 for j, cell in enumerate(r):
                     text = pieces[j][k] if k < len(pieces[j]) else ""
-                    pad = "" if j == len(r) - 1 else " " * (widths[j] - len(text) + PADDING)
+                    pad = "" if j == len(r) - 1 else " " * max(1, widths[j] - len(text) + PADDING)
                     style = cell.style if isinstance(cell, Cell) else ""
                     parts.append((_paint(text, style) if color else text) + pad)
                 lines.append("".join(parts).rstrip())
@@ -305,7 +306,7 @@ def fit_width(widths: Sequence[int], columns: Sequence[Sequence[str]], width: in
     floors = []
     for j, cells in enumerate(columns):
         header, *values = cells if cells else [""]
-        word = max((len(w) for v in values for w in _words(v)), default=0)
+        word = max((len(w.rstrip(",")) for v in values for w in _words(v)), default=0)  # a comma may hang
         if all(len(_words(v)) <= 1 for v in values):
             word = out[j]  # a column of names (pods, nodes): never cut one
         floors.append(min(out[j], max(len(header), word if word == out[j] else min(word, MAX_WORD), MIN_FOLD)))
@@ -326,9 +327,10 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[^ ,]+,?", text)
 
 
-def fold(text: str, width: int, *, indent: int = 0) -> list[str]:
+def fold(text: str, width: int, *, indent: int = 0, hang: bool = False) -> list[str]:
     """`text` in lines of at most `width` columns, broken at a space or after a comma (a word longer than a line is
-    cut where the line ends); continuation lines start with `indent` spaces."""
+    cut where the line ends); continuation lines start with `indent` spaces. `hang`: a line's last comma may stand
+    one column past `width` (in a table, into the padding: `Ready,SchedulingDisabled,` then `Switching`)."""
     import re
 
     if len(text) <= width or width <= indent + 1:
@@ -339,13 +341,13 @@ def fold(text: str, width: int, *, indent: int = 0) -> list[str]:
     for sep, word in re.findall(r"( *)([^ ,]*,|[^ ,]+)", text[lead:]):
         room = width - (indent if lines else 0)
         candidate = line + word if not line.strip() else line + sep + word
-        if len(candidate) <= room:
+        if len(candidate) <= room + (hang and candidate.endswith(",")):
             line = candidate
             continue
         if line.strip():
             lines.append(line)
             room, candidate = width - indent, word
-        while len(candidate) > room:  # one word wider than a line
+        while len(candidate) > room + (hang and candidate.endswith(",")):  # one word wider than a line
             lines.append(candidate[:room])
             candidate, room = candidate[room:], width - indent
         line = candidate

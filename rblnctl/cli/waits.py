@@ -17,7 +17,7 @@ def _duration(seconds: float) -> str:
     return human_duration(seconds) if seconds >= 60 else f"{int(seconds)}s"
 
 
-def what(state: Any) -> str:
+def what(state: Any, *, more: bool = True) -> str:
     """What holds the node up most (rblnctl.node.events.WaitState.first), reason first, and how much more is
     missing: `Init:0/2, stuck in init container driver-ready: pod rbln-system/x (sandbox-device-plugin); last log
     line: '...' (+1 more)`."""
@@ -34,8 +34,8 @@ def what(state: Any) -> str:
             text += f"; last log line: {h.log!r}"
         elif h.stuck and state.log_problem:
             text += f"; its log cannot be read: {state.log_problem}"
-    more = len(state.pending) - 1 + (len(state.operator) if state.pending else len(state.operator) - 1)
-    return text + (f" (+{more} more)" if more > 0 else "")
+    others = len(state.pending) - 1 + (len(state.operator) if state.pending else len(state.operator) - 1)
+    return text + (f" (+{others} more)" if more and others > 0 else "")
 
 
 def wait_text(state: Any, elapsed_s: float | None = None) -> str:
@@ -46,8 +46,9 @@ def wait_text(state: Any, elapsed_s: float | None = None) -> str:
 
 
 def wait_key(state: Any) -> str:
-    """What a piped line says, without its times: a new line only when this changes."""
-    return what(state)
+    """What a piped line says first, without its times and how much more is missing: a new line only when this
+    changes (pods coming and going during a switch change the count many times a second)."""
+    return what(state, more=False)
 
 
 class WaitLine:
