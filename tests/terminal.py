@@ -20,13 +20,26 @@ import termios
 import time
 from collections.abc import Mapping, Sequence
 
-_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[=>]")
 
 
 @dataclasses.dataclass(frozen=True)
 class Screen:
     text: str  # what the terminal showed, control sequences removed
     code: int
+    raw: str = ""  # what the process wrote to the terminal
+
+    def before_first(self, marker: str) -> str:
+        """The screen as it stood just before `marker` was first written (the whole screen without it)."""
+        at = self.raw.find(marker)
+        if at >= 0:  # from where the frame that writes it starts: rich erases the old frame from `\r ESC[2K` on
+            at = max(self.raw.rfind("\r\x1b[2K", 0, at), self.raw.rfind("\n", 0, at) + 1)
+        return plain(self.raw if at < 0 else self.raw[:at])
+
+    def before_last(self, marker: str) -> str:
+        """The screen as it stood just before the last `marker` was written (e.g. a spinner's last frame, before
+        `ESC[?25h` shows the cursor again and the spinner is erased)."""
+        at = self.raw.rfind(marker)
+        return plain(self.raw if at < 0 else self.raw[:at])
 
     @property
     def lines(self) -> list[str]:
@@ -45,10 +58,31 @@ def _env(columns: int, env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def plain(raw: str) -> str:
-    """Terminal output as text: control sequences out; a line redrawn after `\\r` or cursor-up keeps its last text."""
-    raw = raw.replace("\r\n", "\n")
-    raw = _CSI.sub("", raw)
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in raw.split("\n"))
+    """Terminal output as the screen's final text: a small emulator of what rich sends (`\r`, `\n`, cursor up
+    `ESC[nA`, erase line `ESC[2K`/`ESC[K`; other sequences dropped), so a spinner redrawn in place is one line."""
+    rows: list[list[str]] = [[]]
+    row = col = 0
+    token = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])|\x1b\][^\x07]*\x07|\x1b[=>]|\r|\n|[^\x1b\r\n]+")
+    for m in token.finditer(raw.replace("\r\n", "\n")):
+        text = m.group(0)
+        if text == "\n":
+            row, col = row + 1, 0
+            while len(rows) <= row:
+                rows.append([])
+        elif text == "\r":
+            col = 0
+        elif m.group(2):
+            arg, cmd = m.group(1), m.group(2)
+            if cmd == "A":
+                row = max(0, row - int(arg or 1))
+            elif cmd == "K":
+                rows[row] = rows[row][:col] if arg in ("", "0") else []
+        elif not text.startswith("\x1b"):
+            line = rows[row]
+            line.extend(" " * (col - len(line)))
+            line[col:col + len(text)] = list(text)
+            col += len(text)
+    return "\n".join("".join(r).rstrip() for r in rows).strip("\n") + "\n"
 
 
 def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | None = None,
@@ -85,7 +119,8 @@ def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-    return Screen(text=plain(out.decode(errors="replace")), code=code)
+    raw = out.decode(errors="replace")
+    return Screen(text=plain(raw), code=code, raw=raw)
 
 
 def piped(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | None = None,

@@ -19,8 +19,7 @@ def _duration(seconds: float) -> str:
 
 def what(state: Any, *, more: bool = True) -> str:
     """What holds the node up most (rblnctl.node.events.WaitState.first), reason first, and how much more is
-    missing: `Init:0/2, stuck in init container driver-ready: pod rbln-system/x (sandbox-device-plugin); last log
-    line: '...' (+1 more)`."""
+    missing: `Init:0/2, stuck in init container driver-ready: pod rbln-system/x; last log line: '...' (+1 more)`."""
     first = state.first
     if first is None:
         return "; ".join(state.operator[:1]) or "the operator"
@@ -28,8 +27,7 @@ def what(state: Any, *, more: bool = True) -> str:
     if h is None:
         text = first.text
     else:
-        text = (f"{h.status}, {'stuck' if h.stuck else 'still'} in init container {h.container}: pod {h.ref} "
-                f"({h.component})")
+        text = f"{h.status}, {'stuck' if h.stuck else 'still'} in init container {h.container}: pod {h.ref}"
         if h.log:
             text += f"; last log line: {h.log!r}"
         elif h.stuck and state.log_problem:

@@ -67,8 +67,8 @@ def _state(*texts: str, elapsed: float = 1.0):
     from rblnctl.node.events import WaitState
     from rblnctl.operator.convergence import Missing, Pending
 
-    return WaitState(node="n1", target="vm-passthrough", pending=tuple(Pending(kind=Missing.POD, text=t) for t in texts),
-                     elapsed_s=elapsed, timeout_s=600)
+    pending = tuple(Pending(kind=Missing.POD, text=t) for t in texts)
+    return WaitState(node="n1", target="vm-passthrough", pending=pending, elapsed_s=elapsed, timeout_s=600)
 
 
 def test_piped_lines_only_when_state_or_detail_changes(monkeypatch):
