@@ -124,7 +124,10 @@ def init_log(kube: Kube, hold: InitHold) -> tuple[str | None, str | None]:
         log.debug("cannot read the log of %s -c %s: %s", hold.ref, hold.container, e)
         if isinstance(e, Forbidden):
             return None, f"RBAC does not let you get pods/log in {hold.namespace}"
-        return None, (str(e).splitlines() or ["unreadable"])[0][:120]
+        status = getattr(e, "status", 0)
+        if status >= 500:  # the API server reaches the log through the node's kubelet, which did not answer
+            return None, f"the API server could not reach the kubelet on the pod's node ({status})"
+        return None, f"the API server answered {status}" if status else "no answer from the API server"
     finally:
         kube.request_count += once.request_count
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]

@@ -25,8 +25,8 @@ def test_the_wait_names_the_init_state_and_node_list_marks_the_switch(kv_stack_s
         firsts = [w.split(" left: ", 1)[1].split(" (+")[0] for w in waits]
         assert len(firsts) == len(set(firsts)), waits  # piped: a line only when what it names first changes
         # no kubelet answers on this stack, so the API server cannot reach the log: the line says so
-        assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}; its log cannot be read: " \
-            in waits[-1], waits
+        assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}; its log cannot be read: the " \
+            "API server could not reach the kubelet on the pod's node (500)" in waits[-1], waits
         for args in (("node", "list"), ("status",)):
             r = kv.rblnctl(*args)
             assert r.exit_code == 0, r.stderr
