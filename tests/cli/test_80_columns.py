@@ -182,3 +182,23 @@ def test_the_wait_on_a_terminal_ticks_its_times_beside_the_spinner(v030):
     assert screen.code == 5, screen.text
     ticks = set(re.findall(r"waiting (\d+)s, (\d+)s left: Init:0/2", screen.raw))  # every frame drawn
     assert len(ticks) >= 2, screen.text  # the same state, its elapsed time moving on
+
+
+def test_the_pool_detail_column_puts_the_reason_first():
+    """The live pool table cuts DETAIL at the terminal's edge: the held pod's state comes before its long name."""
+    from rblnctl.cli.pool import PoolProgress, progress_lines
+    from rblnctl.node.events import WaitState
+    from rblnctl.operator.components import InitHold
+    from rblnctl.operator.convergence import Missing, Pending
+
+    hold = InitHold(namespace=OPS, pod="rbln-sandbox-device-plugin-npu-node-1", component="sandbox-device-plugin",
+                    container="driver-ready", state="running", started=None, status="Init:0/2", stuck=True)
+    p = PoolProgress(["npu-node-1"], title="switch 1 node(s) to vm")
+    ev = p._node_events("npu-node-1")
+    ev.on_step("wait", "waiting for the operator to switch node npu-node-1 to vm-passthrough")
+    ev.on_wait(WaitState(node="npu-node-1", target="vm-passthrough", timeout_s=600, pending=(
+        Pending(kind=Missing.RESOURCE, text="allocatable has no rebellions.ai/ATOM_PT yet"),
+        Pending(kind=Missing.POD, text=hold.describe(), hold=hold))))
+    (row,) = [t.plain for t in progress_lines("t", list(p.rows.items()), 80, 1.0)][2:]
+    assert len(row) <= 80 and row.split()[:2] == ["npu-node-1", "wait"]
+    assert row.split("   ")[-1].strip().startswith("Init:0/2, stuck in init container driver-"), row
