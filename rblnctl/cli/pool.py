@@ -14,21 +14,11 @@ import time
 from typing import Any
 
 from rblnctl.cli.output import Cell, Table, View
+from rblnctl.cli.waits import human_duration
 
 _STYLE = {"done": "green", "unchanged": "", "refused": "red", "failed": "red", "interrupted": "yellow",
           "skipped": "yellow"}
 _FINISHED = ("done", "unchanged", "refused", "failed", "interrupted", "skipped")
-
-
-def human_duration(seconds: float) -> str:
-    """`4.2s`, `1m05s`, `1h02m` (a table cell)."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 class _Row:

@@ -11,9 +11,18 @@ import time
 from typing import Any
 
 
-def _duration(seconds: float) -> str:
-    from rblnctl.cli.pool import human_duration
+def human_duration(seconds: float) -> str:
+    """`4.2s`, `1m05s`, `1h02m` (a table cell)."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
+
+def _duration(seconds: float) -> str:
     return human_duration(seconds) if seconds >= 60 else f"{int(seconds)}s"
 
 
