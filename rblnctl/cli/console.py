@@ -55,6 +55,12 @@ def _plain() -> dict:
     return {} if color_enabled() else {"color_system": None}
 
 
+def piped(console: "Console") -> bool:
+    """rich's soft_wrap for a line of prose: piped, one line whatever its length (grep finds it whole); on a
+    terminal, folded at word boundaries to its width (not broken mid-word by the terminal)."""
+    return not console.is_terminal
+
+
 def warn(message: object) -> None:
     """Print one warning line to stderr (escaped, never read as markup); an Advice names its flag."""
     from rich.markup import escape
@@ -67,7 +73,7 @@ def warn(message: object) -> None:
     option = getattr(message, "option", None)
     if option:
         text += f" (pass {flag_for(option)})"
-    stderr().print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
+    stderr().print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=piped(stderr()))
 
 
 class ServerWarnings:
@@ -95,14 +101,14 @@ class ServerWarnings:
             if text in self._seen:
                 return
             self._seen.add(text)
-            stderr().print(f"[yellow]Warning:[/] {escape(text)}", soft_wrap=True)
+            stderr().print(f"[yellow]Warning:[/] {escape(text)}", soft_wrap=piped(stderr()))
 
 
 def info(message: str) -> None:
     """Print one progress line to stderr."""
     from rich.markup import escape
 
-    stderr().print(escape(message), soft_wrap=True)
+    stderr().print(escape(message), soft_wrap=piped(stderr()))
 
 
 @contextmanager
@@ -181,7 +187,7 @@ class StepProgress:
         from rich.markup import escape
 
         msg = escape(text + self.suffix)
-        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
+        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=piped(self.console))
 
     def step(self, step: Any, detail: str) -> None:
         self.stop()

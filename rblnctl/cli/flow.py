@@ -48,7 +48,9 @@ class Mutation:
 def run(m: Mutation) -> Any:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
     from rblnctl.cli.console import confirm, info, warn
-    from rblnctl.cli.output import emit, render_tables
+    import sys
+
+    from rblnctl.cli.output import emit, render_tables, terminal_width
     from rblnctl.errors import Partial, RblnError, Refused
 
     for w in m.plan.warnings:
@@ -64,7 +66,8 @@ def run(m: Mutation) -> Any:
     if m.disruptive and not m.plan.noop and m.dry_run != SERVER:
         detail = m.question_detail
         confirm(m.question, yes=m.yes,
-                show=(lambda: detail + "\n") if detail else lambda: render_tables(m.plan_view(m.plan)))
+                show=(lambda: detail + "\n") if detail else lambda: render_tables(
+                    m.plan_view(m.plan), wide=m.output.format == "wide", width=terminal_width(sys.stderr)))
     try:
         result = m.apply(m.plan)
     except KeyboardInterrupt:

@@ -104,7 +104,7 @@ def list_nodes(
 
 def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table
+    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table, switch_notes
     from rblnctl.clock import SYSTEM_CLOCK
     from rblnctl.cli.output import sort_by as sorted_by
 
@@ -112,7 +112,8 @@ def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | N
     return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
                 tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],
-                notes=capacity_notes(nodes) + hold_notes(nodes, now=SYSTEM_CLOCK.now()) if nodes else [
+                notes=switch_notes(nodes) + capacity_notes(nodes) + hold_notes(nodes, now=SYSTEM_CLOCK.now()) if nodes
+                else [
                     "No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/pci-1eff.present or "
                     "pci-1200_1eff.present)."])
 
@@ -259,7 +260,20 @@ class _Progress(StepProgress):
         from rblnctl.node.events import NodeEvents
 
         return NodeEvents(on_step=self.step, on_evicted=self.evicted, on_gone=self.gone,
-                          on_pdb_blocked=self.pdb_blocked, on_waiting=self.waiting, on_warning=self.warning)
+                          on_pdb_blocked=self.pdb_blocked, on_wait=self.wait_state, on_warning=self.warning)
+
+    def wait_state(self, state: Any) -> None:
+        """The wait's one line (rblnctl.cli.waits): beside the spinner with its times ticking on a terminal;
+        piped, printed again only when what it says changes."""
+        from rblnctl.cli.waits import WaitLine, wait_key, wait_text
+
+        if self.status is not None:
+            self.status.update(WaitLine(state))
+            return
+        key = wait_key(state)
+        if key != getattr(self, "_wait_key", None):
+            self._wait_key = key
+            self.line(wait_text(state), "dim")
 
     def evicted(self, pod: Any) -> None:
         self.line(f"  evicted {pod}")
@@ -282,11 +296,23 @@ def _pods_table(plan: Any) -> Any:
     """One row per pod on the node: what the drain does with it and why."""
     from rblnctl.cli.output import Cell, Table
 
+    from rblnctl.node.filters import OPERATOR_COMPONENT
+
     t = Table("NAMESPACE", "NAME", "ACTION", "NPU", "REASON")
+    operator: dict[str, int] = {}
     for e in list(plan.evict) + list(plan.ignored):
         blocked = bool(e.blockers)
+        # The operator's own pods (one per component, seven or more) are left alone on every switch: the default
+        # table counts them in one row, so the pods that matter and the prompt stay on an 80x24 screen; -o wide
+        # (and -o json) lists them.
+        mine = not blocked and str(e.action) == "ignore" and e.reason.startswith(OPERATOR_COMPONENT)
+        if mine:
+            operator[e.namespace] = operator.get(e.namespace, 0) + 1
         t.add_row(e.namespace, e.name, Cell("blocked" if blocked else str(e.action), "red" if blocked else ""),
-                  "yes" if e.npu else "no", e.reason)
+                  "yes" if e.npu else "no", e.reason, only="wide" if mine else None)
+    for ns, n in operator.items():
+        t.add_row(ns, f"({n} operator pods)", "ignore", "no", "RBLN operator components: the operator replaces "
+                  "them (-o wide lists them)", only="table")
     return t
 
 

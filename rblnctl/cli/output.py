@@ -4,8 +4,11 @@ Every command that shows something builds one View (its document, its table, its
 to emit() with the parsed `-o` value. The formats:
 
 - `table` / `wide`: columns aligned with spaces, a header row (`--no-headers` drops it), no box, no
-  rule, no indent; a cell is never folded or cut (the terminal wraps a long line, not the table);
-  colour only on a terminal. `wide` adds the view's wide columns.
+  rule, no indent; colour only on a terminal. `wide` adds the view's wide columns. Piped, a row is one
+  line whatever its length (grep finds a row whole); on a terminal narrower than the table, the widest
+  columns fold their cells at word boundaries (after a space or a comma) onto continuation lines, so
+  nothing is broken mid-word by the terminal, and long prose lines (preamble, epilogue) fold the same
+  way with a hanging indent (fit_width, fold).
 - `name`: `kind/name` lines (`node/n1`), as `kubectl get -o name`.
 - `json` / `yaml`: one document with `apiVersion: rblnctl.rebellions.ai/v1alpha1` and `kind`,
   camelCase keys, numbers as numbers (docs/output.md has the schema of every kind).
@@ -250,34 +253,107 @@ class Table:
     def __init__(self, *columns: str | Column) -> None:
         self.columns = [c if isinstance(c, Column) else Column(c) for c in columns]
         self.rows: list[list[Any]] = []
+        self.only: list[str | None] = []
 
-    def add_row(self, *cells: Any) -> None:
-        """One row; a cell is text or a Cell. Missing trailing cells print as empty."""
+    def add_row(self, *cells: Any, only: str | None = None) -> None:
+        """One row; a cell is text or a Cell. Missing trailing cells print as empty. `only="wide"`: a row only -o
+        wide shows; `only="table"`: one only the default table shows (a summary of those wide rows)."""
         if len(cells) > len(self.columns):
             raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns")
         self.rows.append(list(cells) + [""] * (len(self.columns) - len(cells)))
+        self.only.append(only)
 
-    def render(self, *, wide: bool = False, headers: bool = True, color: bool = False) -> str:
-        """The table as text lines: one line per row, never folded; trailing spaces stripped."""
+    def render(self, *, wide: bool = False, headers: bool = True, color: bool = False, width: int | None = None
+               ) -> str:
+        """The table as text lines; trailing spaces stripped. Without `width` (piped) one line per row, never
+        folded; with it (a terminal's columns) the widest columns fold at word boundaries to fit (fit_width)."""
         keep = [i for i, c in enumerate(self.columns) if wide or not c.wide]
         grid: list[list[Any]] = []
         if headers:
             grid.append([self.columns[i].header for i in keep])
-        for row in self.rows:
-            grid.append([_one_line(row[i]) for i in keep])
+        for row, only in zip(self.rows, self.only):
+            if only is None or only == ("wide" if wide else "table"):
+                grid.append([_one_line(row[i]) for i in keep])
         if not grid:
             return ""
         widths = [max(len(str(r[j])) for r in grid) for j in range(len(keep))]
+        if width is not None:
+            widths = fit_width(widths, [[str(r[j]) for r in grid] for j in range(len(keep))], width)
         lines = []
         for r in grid:
-            parts = []
-            for j, cell in enumerate(r):
-                text = str(cell)
-                pad = "" if j == len(r) - 1 else " " * (widths[j] - len(text) + PADDING)
-                style = cell.style if isinstance(cell, Cell) else ""
-                parts.append((_paint(text, style) if color else text) + pad)
-            lines.append("".join(parts).rstrip())
+            pieces = [fold(str(cell), widths[j], hang=j < len(r) - 1) if width is not None else [str(cell)]
+                      for j, cell in enumerate(r)]
+            for k in range(max(len(p) for p in pieces)):
+                parts = []
+                for j, cell in enumerate(r):
+                    text = pieces[j][k] if k < len(pieces[j]) else ""
+                    pad = "" if j == len(r) - 1 else " " * max(1, widths[j] - len(text) + PADDING)
+                    style = cell.style if isinstance(cell, Cell) else ""
+                    parts.append((_paint(text, style) if color else text) + pad)
+                lines.append("".join(parts).rstrip())
         return "\n".join(lines) + "\n"
+
+
+MIN_FOLD = 12  # a column folds no narrower than this, its header, or its longest word (up to MAX_WORD)
+MAX_WORD = 24
+
+
+def fit_width(widths: Sequence[int], columns: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Column widths that fit `width` terminal columns: the widest column gives up one column at a time, down to
+    its floor (MIN_FOLD, its header, its longest word up to MAX_WORD), until the table fits or nothing can give
+    more; a table that cannot fit even so keeps its widths (one line per row, the terminal wraps it)."""
+    out = list(widths)
+    floors = []
+    for j, cells in enumerate(columns):
+        header, *values = cells if cells else [""]
+        word = max((len(w.rstrip(",")) for v in values for w in _words(v)), default=0)  # a comma may hang
+        if all(len(_words(v)) <= 1 for v in values):
+            word = out[j]  # a column of names (pods, nodes): never cut one
+        floors.append(min(out[j], max(len(header), word if word == out[j] else min(word, MAX_WORD), MIN_FOLD)))
+    room = width - PADDING * (len(out) - 1)
+    if sum(floors) > room:
+        return out  # cannot fit even folded (-o wide): one line per row, as kubectl, and the terminal wraps
+    while sum(out) > room:
+        j = max(range(len(out)), key=lambda i: (out[i] - floors[i] > 0, out[i]))
+        if out[j] <= floors[j]:
+            break
+        out[j] -= 1
+    return out
+
+
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[^ ,]+,?", text)
+
+
+def fold(text: str, width: int, *, indent: int = 0, hang: bool = False) -> list[str]:
+    """`text` in lines of at most `width` columns, broken at a space or after a comma (a word longer than a line is
+    cut where the line ends); continuation lines start with `indent` spaces. `hang`: a line's last comma may stand
+    one column past `width` (in a table, into the padding: `Ready,SchedulingDisabled,` then `Switching`)."""
+    import re
+
+    if len(text) <= width or width <= indent + 1:
+        return [text]
+    lead = len(text) - len(text.lstrip(" "))
+    lines: list[str] = []
+    line = text[:lead]
+    for sep, word in re.findall(r"( *)([^ ,]*,|[^ ,]+)", text[lead:]):
+        room = width - (indent if lines else 0)
+        candidate = line + word if not line.strip() else line + sep + word
+        if len(candidate) <= room + (hang and candidate.endswith(",")):
+            line = candidate
+            continue
+        if line.strip():
+            lines.append(line)
+            room, candidate = width - indent, word
+        while len(candidate) > room + (hang and candidate.endswith(",")):  # one word wider than a line
+            lines.append(candidate[:room])
+            candidate, room = candidate[room:], width - indent
+        line = candidate
+    if line.strip():
+        lines.append(line)
+    return [lines[0]] + [" " * indent + rest for rest in lines[1:]]
 
 
 def _one_line(cell: Any) -> Any:
@@ -318,18 +394,54 @@ class View:
         return document(self.kind, body)
 
 
-def render_tables(view: View, *, wide: bool = False, headers: bool = True, color: bool = False) -> str:
-    """The human form of a view: preamble, then the tables, a blank line between blocks."""
+def render_tables(view: View, *, wide: bool = False, headers: bool = True, color: bool = False,
+                  width: int | None = None) -> str:
+    """The human form of a view: preamble, then the tables, a blank line between blocks; with `width` (a
+    terminal's columns) tables and prose lines fold at word boundaries to fit it."""
     blocks = []
     if view.preamble:
-        blocks.append("".join(f"{line}\n" for line in view.preamble))
+        blocks.append(prose(view.preamble, width))
     for t in view.tables:
-        text = t.render(wide=wide, headers=headers, color=color)
+        text = t.render(wide=wide, headers=headers, color=color, width=width)
         if text:
             blocks.append(text)
     if view.epilogue:
-        blocks.append("".join(f"{line}\n" for line in view.epilogue))
+        blocks.append(prose(view.epilogue, width))
     return "\n".join(blocks)
+
+
+def prose(lines: Iterable[str], width: int | None) -> str:
+    """Lines of text; with `width`, each folded at word boundaries with a hanging indent: under the value of a
+    `Key:   value` line, else two columns in from the line's own indent."""
+    import re
+
+    out = []
+    for line in lines:
+        if width is None or len(line) <= width:
+            out.append(line)
+            continue
+        key = re.match(r"[A-Za-z][\w .-]{0,24}:\s{2,}", line)
+        indent = len(key.group(0)) if key else len(line) - len(line.lstrip()) + 2
+        out.extend(fold(line, width, indent=min(indent, width // 2)))
+    return "".join(f"{line}\n" for line in out)
+
+
+def terminal_width(stream: Any = None) -> int | None:
+    """The columns of the terminal `stream` (stdout) writes to: COLUMNS when set, else the terminal's own; None
+    when it is no terminal (piped output keeps a row on one line, for grep)."""
+    import os
+    import shutil
+
+    stream = sys.stdout if stream is None else stream
+    if not _isatty(stream):
+        return None
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (OSError, AttributeError, ValueError):
+        return shutil.get_terminal_size().columns
 
 
 def emit(view: View, spec: OutputSpec = TABLE) -> None:
@@ -345,7 +457,7 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
 
         color = color_enabled() and _isatty(sys.stdout)
         _write(render_tables(view, wide=fmt == Format.wide, headers=not (spec.no_headers or _no_headers),
-                             color=color))
+                             color=color, width=terminal_width()))
         return
     if fmt == Format.name:
         if view.names is None:

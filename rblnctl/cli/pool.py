@@ -17,21 +17,11 @@ from typing import Any
 
 from rblnctl.cli.output import Cell, Table, View
 from rblnctl.cli.rerun import spell
+from rblnctl.cli.waits import human_duration
 
 _STYLE = {"done": "green", "unchanged": "", "refused": "red", "failed": "red", "interrupted": "yellow",
           "skipped": "yellow"}
 _FINISHED = ("done", "unchanged", "refused", "failed", "interrupted", "skipped")
-
-
-def human_duration(seconds: float) -> str:
-    """`4.2s`, `1m05s`, `1h02m` (a table cell)."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 class _Row:
@@ -42,6 +32,7 @@ class _Row:
         self.started: float | None = None
         self.ended: float | None = None
         self.printed: tuple[str, str] | None = None  # piped: the last (state, text) line written for the node
+        self.wait_key: str | None = None  # piped: what the node's last wait line said (rblnctl.cli.waits)
 
 
 _HEADERS = ("NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL")
@@ -143,17 +134,24 @@ class PoolProgress:
             self._line(node, f"  {pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt}); retrying: "
                        f"{message}", "yellow")
 
-        def waiting(missing: list[str]) -> None:
-            text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
-            self._update(node, detail="; ".join(missing))  # the live row's STATE already says `wait`
-            self._line(node, text, "dim")
+        def wait(state: Any) -> None:
+            from rblnctl.cli.waits import wait_key, wait_text, what
+
+            self._update(node, detail=what(state))  # reason first: the live row's DETAIL is cut at its end
+            with self.lock:
+                row = self.rows.setdefault(node, _Row())
+                key = wait_key(state)
+                if key == row.wait_key:
+                    return  # piped: a line only when what the wait says changes
+                row.wait_key = key
+            self._line(node, wait_text(state), "dim")
 
         def warning(text: str) -> None:
             from rblnctl.cli.console import warn
 
             warn(f"{node}: {text}")
 
-        return NodeEvents(on_step=step, on_evicted=evicted, on_gone=gone, on_pdb_blocked=pdb, on_waiting=waiting,
+        return NodeEvents(on_step=step, on_evicted=evicted, on_gone=gone, on_pdb_blocked=pdb, on_wait=wait,
                           on_warning=warning)
 
     def _start(self, node: str) -> None:
@@ -275,6 +273,12 @@ def _what(plan: Any) -> str:
     from rblnctl.node.mode import short_mode
 
     nodes = f"{len(plan.nodes)} node(s)"
+    acting, refused = plan.acting, plan.refused
+    if len(acting) != len(plan.nodes):  # say how many really change, and why the others do not
+        unchanged = len(plan.nodes) - len(acting) - len(refused)
+        why = [f"{unchanged} unchanged"] if unchanged else []
+        why += [f"{len(refused)} {'skipped' if plan.continue_on_error else 'refused'}"] if refused else []
+        nodes = f"{len(acting)} of {len(plan.nodes)} node(s) ({', '.join(why)})"
     doing = f"switch {nodes} to {short_mode(plan.target)}" if plan.operation == "set-mode" else f"drain {nodes}"
     pace = f"at most {plan.max_unavailable} at once"
     where = f" (selector {plan.selector})" if plan.selector else ""
@@ -290,8 +294,8 @@ def pool_plan_view(plan: Any) -> View:
     for node in plan.nodes:
         p = plan.plans.get(node)
         refused = bool(plan.refusal(node))
-        if p is None or refused:
-            action = Cell("refused", "red")
+        if p is None or refused:  # --continue-on-error goes on without it: skipped, as the result will say
+            action = Cell("skipped", "yellow") if plan.continue_on_error else Cell("refused", "red")
         elif p.noop:
             action = "unchanged"
         elif plan.operation == "set-mode":

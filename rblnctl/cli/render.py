@@ -31,7 +31,15 @@ def node_document(n: Any) -> dict:
         "family": n.family,
         "labels": dict(n.labels),
         "initHeld": [hold_document(h) for h in n.holds],
+        "switch": _switch_document(unfinished_switch(n)),
     }
+
+
+def _switch_document(r: Any) -> dict | None:
+    """The unfinished switch on a node (null: none), as `node history` names its parts."""
+    if r is None:
+        return None
+    return {"from": r.from_mode or None, "to": r.target, "step": str(r.step), "started": r.started, "user": r.by}
 
 
 def hold_document(h: Any) -> dict:
@@ -78,22 +86,28 @@ def _mode_cell(n: Any) -> str:
 
 def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None, *,
                     show_labels: bool = False) -> Table:
-    """NPU nodes as kubectl prints nodes: NAME first, one line each; -o wide adds the operator components.
+    """NPU nodes as kubectl prints nodes: NAME first, one line each, narrow enough for 80 columns; -o wide adds the
+    resources, the product and the operator components.
 
     NPUS, ALLOCATED and FREE count the node's NPUs as the scheduler does (rblnctl.operator.capacity: device
     plugin resources and DRA devices; `<unknown>` when the pods holding them could not be read; a DRA device
-    with a NoSchedule/NoExecute taint is in NPUS but not FREE, and RESOURCES says how many are tainted). With `vms`
+    with a NoSchedule/NoExecute taint is in NPUS but not FREE, and RESOURCES says how many are tainted). STATUS
+    is kubectl's (`Ready`, `,SchedulingDisabled`) and `,Switching` while a set-mode's record is on the node. With `vms`
     (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
     `show_labels` adds LABELS last, as `kubectl get nodes --show-labels` (every label, `k=v,...`).
     """
     extra = [] if vms is None else ["VMS"]
     wide_extra = [] if vms is None else [Column("NPU VMS", wide=True)]
-    t = Table("NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", *extra, "RESOURCES", Column("PRODUCT", wide=True),
+    t = Table("NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", *extra, Column("RESOURCES", wide=True),
+              Column("PRODUCT", wide=True),
               Column("COMPONENTS", wide=True), *wide_extra, *(["LABELS"] if show_labels else []))
     for n in nodes:
         status = "Ready" if n.ready else "NotReady"
         if not n.schedulable:
             status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
+        switch = unfinished_switch(n)
+        if switch is not None:
+            status += ",Switching"  # a set-mode runs now or was interrupted: its record is still on the node
         held = {h.component: h.status for h in n.holds}
         components = [f"{c}({held[c]})" if c in held else c for c in n.components] + [
             f"{c}(paused)" for c in n.paused]
@@ -101,7 +115,7 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
         t.add_row(
             n.name,
             _mode_cell(n),
-            Cell(status, "" if n.ready and n.schedulable else "yellow" if n.ready else "red"),
+            Cell(status, "" if n.ready and n.schedulable and switch is None else "yellow" if n.ready else "red"),
             str(n.capacity.allocatable) if n.capacity is not None else str(sum(n.resources.values())),
             _count(n.capacity.allocated if n.capacity is not None else None),
             _count(n.capacity.free if n.capacity is not None else None),
@@ -115,6 +129,33 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
             *([joined(f"{k}={v}" for k, v in n.labels.items())] if show_labels else []),
         )
     return t
+
+
+def unfinished_switch(n: Any) -> Any:
+    """The unfinished mode switch recorded on NPU node `n` (rblnctl.node.record.SwitchRecord), or None."""
+    from rblnctl.node.record import parse_record
+
+    try:
+        return parse_record(getattr(n, "switch_record", None))
+    except ValueError:
+        return None
+
+
+def switch_notes(nodes: list[Any]) -> list[str]:
+    """One note per node whose STATUS says Switching: where the switch goes, its step, since when and by whom, and
+    how to tell a running switch from an interrupted one (node history) and to finish or undo it."""
+    from rblnctl.node.mode import short_mode
+
+    out = []
+    for n in nodes:
+        r = unfinished_switch(n)
+        if r is None:
+            continue
+        by = f" by {r.by}" if r.by else ""
+        out.append(f"note: node {n.name}: Switching: set-mode {r.from_mode or '?'} -> {r.target} started {r.started}"
+                   f"{by} is unfinished (at step {r.step}): it runs now or was interrupted; `rblnctl node history "
+                   f"{n.name}` says which, `rblnctl node set-mode {short_mode(r.target)} {n.name}` finishes it")
+    return out
 
 
 def capacity_notes(nodes: list[Any]) -> list[str]:
@@ -135,4 +176,4 @@ def capacity_notes(nodes: list[Any]) -> list[str]:
 
 
 __all__ = ["capacity_notes", "hold_document", "hold_notes", "node_document", "npu_nodes_table", "policy_document",
-           "yes_no"]
+           "switch_notes", "unfinished_switch", "yes_no"]

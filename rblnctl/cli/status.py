@@ -54,7 +54,7 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
     import sys
 
     from rblnctl.cli.console import stdout
-    from rblnctl.cli.output import emit, render_tables
+    from rblnctl.cli.output import emit, render_tables, terminal_width
 
     live: Any = None
     last: Any = None
@@ -66,7 +66,7 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
                 from rich.text import Text
 
                 text = Text(render_tables(view_of(current), wide=output.format == "wide",
-                                          headers=not output.no_headers))
+                                          headers=not output.no_headers, width=terminal_width()))
                 if live is None:
                     from rich.live import Live
 
@@ -98,7 +98,8 @@ def change_line(change: Any) -> str:
 def view(st: Any) -> Any:
     """The overview in every format (kind ClusterStatus)."""
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table, policy_document
+    from rblnctl.cli.render import (capacity_notes, hold_notes, node_document, npu_nodes_table, policy_document,
+                                    switch_notes)
     from rblnctl.clock import SYSTEM_CLOCK
 
     def body() -> dict:
@@ -129,7 +130,7 @@ def view(st: Any) -> Any:
     lines.append(f"NPU nodes:   {len(st.nodes)} ({modes})")
     tables = [npu_nodes_table(st.nodes, st.npu_vms)] if st.nodes else []
     return View(kind="ClusterStatus", body=body, preamble=lines, tables=tables,
-                notes=[f"note: {n}" for n in st.notes] + capacity_notes(st.nodes)
+                notes=[f"note: {n}" for n in st.notes] + switch_notes(st.nodes) + capacity_notes(st.nodes)
                 + hold_notes(st.nodes, now=SYSTEM_CLOCK.now()),
                 names=[f"node/{n.name}" for n in st.nodes])
 

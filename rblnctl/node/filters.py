@@ -87,13 +87,16 @@ def mirror() -> PodFilter:
     return f
 
 
+OPERATOR_COMPONENT = "RBLN operator component"  # how a plan's reason starts for the operator's own pods
+
+
 def operator_components(view: OperatorView) -> PodFilter:
     """The operator's own component pods: it replaces them when the node's mode changes."""
     def f(p: PodFacts) -> Verdict | None:
         if p.namespace != view.namespace:
             return None
         comp = component_of_pod(p.pod, base_names=view.base_names)
-        return Verdict(skip=f"RBLN operator component {comp}: the operator replaces it") if comp else None
+        return Verdict(skip=f"{OPERATOR_COMPONENT} {comp}: the operator replaces it") if comp else None
     return f
 
 

@@ -50,7 +50,7 @@ from rblnctl.kube import (
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.cordon import write_node
 from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey, evicted_before
-from rblnctl.node.events import NodeEvents, Step
+from rblnctl.node.events import NodeEvents, Step, WaitState
 from rblnctl.node.filters import (
     PodFilter,
     daemonsets,
@@ -73,6 +73,7 @@ from rblnctl.operator.cluster import (
     OperatorView,
     component_pods,
     components_among,
+    init_log,
     init_log_line,
     node_slices,
     read_operator,
@@ -615,6 +616,9 @@ class ModeSwitcher:
         last: list[str] = []
         missing: list[str] = ["nothing read yet"]
         pend: list[convergence.Pending] = []
+        timeout_s = self.options.drain.timeout_s
+        started = deadline - timeout_s
+        logs: dict[tuple[str, str], tuple[str | None, str | None]] = {}  # (pod, init container) -> log, problem
 
         def retrying(err: Exception) -> None:
             nonlocal last
@@ -648,10 +652,13 @@ class ModeSwitcher:
             missing = [str(p) for p in pend]
             if not missing:
                 return
-            shown = missing + [f"operator: {t}" for t in policy.not_ready(modes=(target,))]
+            not_ready = policy.not_ready(modes=(target,))
+            shown = missing + [f"operator: {t}" for t in not_ready]
             if shown != last:
                 self.events.on_waiting(shown)
                 last = shown
+                self.events.on_wait(self._wait_state(node, target, pend, not_ready, logs,
+                                                     elapsed_s=self.clock.monotonic() - started, timeout_s=timeout_s))
         if self.stop is not None and self.stop.is_set():
             raise Stopped(f"stopped while waiting for the operator to switch node {node}")
         err = WaitTimeout(f"the operator did not switch node {node} to {target} within "
@@ -660,6 +667,28 @@ class ModeSwitcher:
             missing = [str(p) for p in convergence.with_logs(pend, lambda h: init_log_line(self.kube, h),
                                                              self.clock.now())]
         raise err.with_details([f"still missing: {m}" for m in missing])
+
+    def _wait_state(self, node: str, target: str, pend: list[convergence.Pending], not_ready: list[str],
+                    logs: dict[tuple[str, str], tuple[str | None, str | None]], *, elapsed_s: float,
+                    timeout_s: float) -> WaitState:
+        """The wait's state for the front end; a stuck init container's last log line is read once per (pod,
+        container), so a held pod says what it waits for while the wait goes on, not only at its timeout."""
+        problem = None
+        items = []
+        for p in pend:
+            h = p.hold
+            if h is not None and h.stuck:
+                key = (h.ref, h.container)
+                if key not in logs:
+                    logs[key] = init_log(self.kube, h)
+                line, why = logs[key]
+                problem = problem or why
+                if line is not None and h.log is None:
+                    h = dataclasses.replace(h, log=line)
+                    p = dataclasses.replace(p, hold=h, text=h.describe())
+            items.append(p)
+        return WaitState(node=node, target=target, pending=tuple(items), operator=tuple(not_ready),
+                         elapsed_s=max(0.0, elapsed_s), timeout_s=timeout_s, log_problem=problem)
 
     # -- failure handling ----------------------------------------------------------------------------
 

@@ -171,7 +171,10 @@ class PoolPlan:
         """Every node's warnings, each said once: one the nodes share (the operator's version unknown...) names
         them all on one line."""
         shared: dict[str, list[str]] = {}
+        skipped = set(self.refused) if self.continue_on_error else set()
         for n in self.nodes:
+            if n in skipped:
+                continue  # it will not run: its warnings would be about something that does not happen
             for w in getattr(self.plans.get(n), "warnings", None) or []:
                 shared.setdefault(str(w), []).append(n)
         out = list(self.pool_warnings)
@@ -184,6 +187,11 @@ class PoolPlan:
     @property
     def noop(self) -> bool:
         return not self.errors and all(getattr(p, "noop", False) for p in self.plans.values())
+
+    @property
+    def acting(self) -> list[str]:
+        """The nodes that will change: neither refused (nor skipped) nor already where they should be."""
+        return [n for n in self.nodes if not self.refusal(n) and not getattr(self.plans.get(n), "noop", False)]
 
     @property
     def resumes(self) -> list[str]:

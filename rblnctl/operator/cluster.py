@@ -104,6 +104,14 @@ def init_log_line(kube: Kube, hold: InitHold) -> str | None:
     """The last line the init container holding a component pod logged (`kubectl logs POD -c CONTAINER
     --tail=1`), or None when it cannot be read: the API server reaches the log through the node's kubelet, which
     may not answer, and RBAC may not grant pods/log. Tried once, never retried, within INIT_LOG_TIMEOUT_S."""
+    return init_log(kube, hold)[0]
+
+
+def init_log(kube: Kube, hold: InitHold) -> tuple[str | None, str | None]:
+    """(init_log_line, why it could not be read): `RBAC does not let you get pods/log in NS` for a 403, else the
+    error's first line; (None, None) for an empty log."""
+    from rblnctl.errors import Forbidden
+
     timeout = min(kube.request_timeout_s or INIT_LOG_TIMEOUT_S, INIT_LOG_TIMEOUT_S)
     once = dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
     try:
@@ -111,11 +119,16 @@ def init_log_line(kube: Kube, hold: InitHold) -> str | None:
                             query={"container": hold.container, "tailLines": 1}, text=True)
     except RblnError as e:
         log.debug("cannot read the log of %s -c %s: %s", hold.ref, hold.container, e)
-        return None
+        if isinstance(e, Forbidden):
+            return None, f"RBAC does not let you get pods/log in {hold.namespace}"
+        status = getattr(e, "status", 0)
+        if status >= 500:  # the API server reaches the log through the node's kubelet, which did not answer
+            return None, f"the API server could not reach the kubelet on the pod's node ({status})"
+        return None, f"the API server answered {status}" if status else "no answer from the API server"
     finally:
         kube.request_count += once.request_count
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
-    return lines[-1][:200] if lines else None
+    return (lines[-1][:200] if lines else None), None
 
 
 def with_init_logs(kube: Kube, holds: Sequence[InitHold]) -> list[InitHold]:

@@ -100,6 +100,9 @@ class NpuNode:
     # operator component pods on it held in an init container (rblnctl.operator.components.init_hold; () when its
     # pods were not read)
     holds: tuple[InitHold, ...] = ()
+    # the switch record rblnctl keeps on a node from a set-mode's first write to its last (the annotation's JSON,
+    # rblnctl.node.record parses it): a switch that runs now, or was interrupted (Ctrl-C, a crash); None: none
+    switch_record: str | None = None
 
 
 def _vm_hardware(status: Mapping, policy: Policy | None) -> tuple[str | None, int | None]:
@@ -153,6 +156,7 @@ def npu_node(node: Mapping, policy: Policy | None) -> NpuNode:
         count=npus,
         family=labels.get(C.NPU_FAMILY_LABEL),
         labels={str(k): str(v) for k, v in sorted(labels.items())},
+        switch_record=(meta.get("annotations") or {}).get(C.SET_MODE_ANNOTATION),
     )
 
 

@@ -45,7 +45,7 @@ def test_a_narrow_terminal_never_folds_a_cell_so_grep_counts_every_row(nodes):
 def test_the_first_line_is_the_header_and_awk_reads_the_rest(nodes):
     r = _run("--server", nodes.url, "node", "list")
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", "RESOURCES"]
+    assert lines[0].split() == ["NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE"]  # RESOURCES: -o wide
     assert [ln.split()[0] for ln in lines[1:]] == [f"{LONG}-a", f"{LONG}-b", f"{LONG}-c", "short"]
     assert not any(set(ln.strip()) <= set("─-━ ") for ln in lines)  # no rule, no blank line
     assert not lines[0].startswith(" ") and "\x1b[" not in r.stdout  # no indent, no colour in a pipe
@@ -113,7 +113,8 @@ def test_json_and_wide_give_a_vm_node_the_npus_and_product_the_table_counts(node
     """A vm-passthrough node has no npu.count/npu.product labels (NPU feature discovery is container-only):
     -o json and -o wide read them from its VM resources, so they agree with the NPUS column."""
     table = cli("node", "list", "--no-headers", server=nodes.url).stdout.splitlines()
-    assert table[0].split()[3] == "2" and "RBLN-CA22_PF=2" in table[0]
+    assert table[0].split()[3] == "2" and "RBLN-CA22_PF=2" not in table[0]  # RESOURCES is a wide column
+    assert "RBLN-CA22_PF=2" in cli("node", "list", "--no-headers", "-o", "wide", server=nodes.url).stdout
     item = json.loads(cli("node", "list", "-o", "json", server=nodes.url).stdout)["items"][0]
     assert (item["mode"], item["npuCount"], item["product"]) == ("vm-passthrough", 2, "RBLN-CA22")
     wide = cli("node", "list", "--no-headers", "-o", "wide", server=nodes.url).stdout.splitlines()

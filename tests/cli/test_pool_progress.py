@@ -63,17 +63,27 @@ def test_names_wider_than_the_terminal_are_still_whole():
     assert lines[2].startswith(name + "  relabel")
 
 
+def _state(*texts: str, elapsed: float = 1.0):
+    from rblnctl.node.events import WaitState
+    from rblnctl.operator.convergence import Missing, Pending
+
+    pending = tuple(Pending(kind=Missing.POD, text=t) for t in texts)
+    return WaitState(node="n1", target="vm-passthrough", pending=pending, elapsed_s=elapsed, timeout_s=600)
+
+
 def test_piped_lines_only_when_state_or_detail_changes(monkeypatch):
+    """Piped, a wait line only when what it says first changes (not its count, not its times): one short line."""
     buf = io.StringIO()
     p = PoolProgress(["n1"], title="t")
     p.console = Console(file=buf, force_terminal=False, width=200, color_system=None)
     ev = p._node_events("n1")
     ev.on_step("wait", "waiting for the operator to switch node n1 to vm-passthrough")
-    for missing in (["a", "b", "c", "d"], ["a", "b", "c", "e"], ["a", "b", "c", "e"], ["b"]):
-        ev.on_waiting(missing)
+    for n, missing in enumerate((["a", "b", "c", "d"], ["a", "b", "c", "e"], ["a", "b", "c"], ["b"])):
+        ev.on_wait(_state(*missing, elapsed=n * 61.0))
     lines = buf.getvalue().splitlines()
     assert lines == ["n1: wait: waiting for the operator to switch node n1 to vm-passthrough",
-                     "n1: waiting for the operator: a; b; c ...", "n1: waiting for the operator: b"]
+                     "n1: waiting 0s, 10m00s left: a (+3 more)", "n1: waiting 3m03s, 6m57s left: b"]
+    assert p.rows["n1"].detail == "b"
 
 
 # -- on a real pseudo-terminal ---------------------------------------------------------------------------------

@@ -49,8 +49,9 @@ def test_set_mode_names_the_pod_its_init_container_and_what_it_waits_for(apiserv
     assert len(missing) == 1, stuck.stderr
     assert (f"pod {OPS}/{pod} (sandbox-device-plugin) is stuck in its init container driver-ready (running for"
             in missing[0]) and "Init:0/2" in missing[0] and ".driver-ctr-ready" in missing[0]
-    assert f"waiting for the operator: pod {OPS}/{pod} (sandbox-device-plugin) is stuck in its init container " \
-           "driver-ready (running since" in stuck.stderr  # the wait's progress said so too
+    waits = [line for line in stuck.stderr.splitlines() if line.startswith("waiting ")]
+    assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}" in \
+        waits[-1]  # the wait's progress said so too, reason first (issue 30)
     assert not [line for line in stuck.stderr.splitlines() if "still missing" in line and "not Running" in line]
     # the resumed switch times out again, now with the init container's last log line
     apiserver.set_pod_log(OPS, pod, f"{LOG}\n{LOG}\n", container="driver-ready")
@@ -65,7 +66,7 @@ def test_node_list_and_status_name_the_stuck_pod(apiserver, stuck):
     for args in (("node", "list"), ("status",)):
         r = cli(*args, server=apiserver.url)
         assert r.exit_code == 0, r.stderr
-        note = [line for line in r.stderr.splitlines() if line.startswith("note: node n1:")]
+        note = [line for line in r.stderr.splitlines() if line.startswith("note: node n1: pod")]
         assert note and f"pod {OPS}/{pod} (sandbox-device-plugin) is stuck in its init container driver-ready" \
             in note[0] and "Init:0/2" in note[0] and LOG in note[0], r.stderr
     wide = cli("node", "list", "-o", "wide", server=apiserver.url).stdout

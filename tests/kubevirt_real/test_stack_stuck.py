@@ -36,7 +36,7 @@ def test_set_mode_list_status_and_preflight_name_the_plugin_stuck_in_driver_read
         missing = [line for line in r.stderr.splitlines() if "still missing" in line and pod in line]
         assert missing and ref + " (running for" in missing[0] and "Init:0/2" in missing[0], r.stderr
         assert ".driver-ctr-ready" in missing[0]
-        assert f"waiting for the operator: pod {ref} (running since" in r.stderr
+        assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}" in r.stderr  # issue 30
 
         for args in (("node", "list"), ("status",)):
             r = kv.rblnctl(*args)

@@ -261,7 +261,7 @@ def test_node_list_leaves_a_tainted_device_out_of_free_and_says_so(apiserver):
     dra_cluster(apiserver)
     apiserver.mutate("ResourceSlice", "n1-npu.rebellions.ai-slice",
                      fn=lambda s: s["spec"]["devices"][1].update(taints=[UNHEALTHY]))
-    r = cli("node", "list", "n1", server=apiserver.url)
+    r = cli("node", "list", "n1", "-o", "wide", server=apiserver.url)  # RESOURCES is a wide column
     assert r.exit_code == 0, r.stderr
     row = r.stdout.splitlines()[1].split()
     assert row[3:6] == ["2", "0", "1"] and "vfio-npu.rebellions.ai=2(dra,1" in r.stdout
