@@ -197,8 +197,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
         id="20.11", file="rblnctl/vm/attach.py",
-        old=".get(C.VM_STOPPED_ANNOTATION)) and not running",
-        new=".get(C.VM_STOPPED_ANNOTATION))",
+        old="        marked = annotated and not running",
+        new="        marked = annotated",
         what="restart: a VM marked stopped-by-rblnctl that runs again (started by hand) is started again",
         tests=("tests/vm/test_stopped_mark.py::test_a_running_vm_with_the_mark_is_not_started_again",
                "tests/vm/test_stopped_mark.py::test_a_change_to_a_running_vm_with_the_mark_is_refused_as_running"),
