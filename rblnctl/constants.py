@@ -509,6 +509,11 @@ VM_RESTART_REQUIRED = "RestartRequired"
 # HostDeviceNotLiveMigratable; kubevirt/kubevirt@v1.9.0 pkg/virt-handler/vm.go, measured on the kubevirt stack), and
 # Ready is read on its own; `vm start --wait` names none of them as what holds a VM back.
 VMI_INFO_CONDITIONS = ("Ready", "LiveMigratable", "StorageLiveMigratable")
+# The VM condition virt-controller sets after a failed volume migration; while it is True virt-api refuses every
+# start (409 "VM recovery required: Volume migration failed, ..."), but not a stop or a restart
+# (kubevirt/kubevirt@v1.9.0 staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineManualRecoveryRequired;
+# pkg/virt-api/rest/lifecycle.go StartVMRequestHandler, subresource.go volumeMigrationManualRecoveryRequiredErr).
+VM_MANUAL_RECOVERY = "ManualRecoveryRequired"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 

@@ -66,7 +66,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.lifecycle import FINAL_PHASES, STOP, VmLifecycle, landed
+from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, landed, needs_manual_recovery
 
 log = logging.getLogger(__name__)
 
@@ -564,6 +564,9 @@ class AttachPlanner:
             running = False  # rblnctl's own stop, still being carried out (an interrupted run): stopped, to this plan
         if changed and meta.get("deletionTimestamp"):
             blockers.append(VmBlocker(f"VM {ref} is being deleted"))
+        if changed and running and self.options.restart and needs_manual_recovery(vm):
+            # stopped, it could not be started again: refuse before stopping it
+            blockers.append(VmBlocker(f"VM {ref} cannot be restarted by rblnctl: {MANUAL_RECOVERY}"))
         if changed and running and not self.options.restart:
             blockers.append(VmBlocker(f"VM {ref} is running (VMI {_phase(vmi)}"
                                       + (f" on {_node(vmi)}" if _node(vmi) else "")

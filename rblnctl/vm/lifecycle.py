@@ -142,6 +142,7 @@ class VmState:
     requests: tuple[str, ...] = ()  # pending state change requests (Start, Stop)
     launchers: tuple[str, ...] = ()  # unfinished virt-launcher pods of the VM's VMIs
     attachment: Attachment | None = None  # None: no VMI to judge
+    manual_recovery: bool = False  # the VM's ManualRecoveryRequired condition: virt-api refuses every start
 
     @property
     def live(self) -> bool:
@@ -267,6 +268,7 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
         vmi_ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in vst.get("conditions") or []),
         conditions=bad, requests=tuple(str(r.get("action")) for r in st.get("stateChangeRequests") or []),
         launchers=tuple(str(p["metadata"]["name"]) for p in _launchers_of(pods, vm_name)),
+        manual_recovery=needs_manual_recovery(vm),
         attachment=attachment(vm, vmi, pods, claims) if vmi is not None and not _final(phase) else None)
 
 
@@ -277,6 +279,16 @@ def _has_dra(vm: Mapping | None, vmi: Mapping | None) -> bool:
 
 
 # -- what to ask virt-api (pure) --------------------------------------------------------------------------------
+
+
+MANUAL_RECOVERY = ("its ManualRecoveryRequired condition is True (a volume migration failed): virt-api refuses "
+                   "to start it until its volumes are reassigned (409 \"VM recovery required\")")
+
+
+def needs_manual_recovery(vm: Mapping | None) -> bool:
+    """The VM carries ManualRecoveryRequired=True: virt-api refuses to start it (constants.VM_MANUAL_RECOVERY)."""
+    return any(c.get("type") == C.VM_MANUAL_RECOVERY and c.get("status") == "True"
+               for c in ((vm or {}).get("status") or {}).get("conditions") or [] if isinstance(c, Mapping))
 
 
 def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
@@ -303,6 +315,8 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
         return STOP, f"runStrategy {rs}: a Stop request", None
     if action == START or (action == RESTART and (not s.running or s.stopping)):
         verb = "" if action == START else "not running, so it is started: "
+        if s.manual_recovery and (s.stopping or not s.running):
+            return None, "", MANUAL_RECOVERY
         if s.stopping:  # virt-api would answer 409 "already running" now, and the VM would then stay stopped
             return START, (f"{verb}it is stopping (runStrategy {rs}, VMI {s.vmi_phase or 'phase unset'}): "
                            "started once its VMI is gone"), None

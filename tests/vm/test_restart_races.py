@@ -438,3 +438,30 @@ def test_a_failure_while_the_vm_is_still_stopping_waits_for_the_stop_then_starts
     assert len(puts(apiserver, "start")) == 1
     assert planner.recovery == [f"VM {NS}/v1 was stopped by rblnctl and has been started again (its NPUs were not "
                                 "changed)"]
+
+
+# -- found by the domain review: virt-api refuses every start of a VM that needs manual recovery -------------------
+
+RECOVERY = {"type": "ManualRecoveryRequired", "status": "True", "reason": "VolumesUpdateError"}
+
+
+def test_a_vm_that_needs_manual_recovery_is_not_stopped_to_be_left_stopped(apiserver, kube):
+    """kubevirt/kubevirt@v1.9.0 StartVMRequestHandler answers 409 "VM recovery required" while the condition holds
+    (stop and restart it allows): attach --restart would stop the VM and could not start it again. Refused first."""
+    running_vm(apiserver)
+    apiserver.mutate("VirtualMachine", "v1", NS, fn=lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(RECOVERY))
+    plan = attacher(kube, npus=2, restart=True).plan("v1", NS)
+    assert any("ManualRecoveryRequired" in b.message for b in plan.blockers)
+    with pytest.raises(RblnError):
+        attacher(kube, npus=2, restart=True).apply(plan)
+    assert puts(apiserver, "stop") == [] and run_strategy(apiserver) == "Always"
+
+
+def test_vm_start_of_a_vm_that_needs_manual_recovery_asks_nothing_and_says_why(apiserver):
+    apiserver.add(o.vm(NS, "v2", run_strategy="Halted"))
+    apiserver.mutate("VirtualMachine", "v2", NS, fn=lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(RECOVERY))
+    r = cli("vm", "start", "v2", "-n", NS, server=apiserver.url)
+    assert r.exit_code != 0 and "ManualRecoveryRequired" in r.stderr and "Traceback" not in r.stderr
+    assert puts(apiserver, "start") == []
