@@ -347,8 +347,9 @@ def attach(
     vm: VmArg,
     npus: Annotated[
         int | None,
-        typer.Option("--npus", metavar="N", min=1, help="How many NPUs the VM should have (a re-run with another N "
-                     "adds or removes the difference) [default: as many as it has, at least 1].", show_default=False),
+        typer.Option("--npus", metavar="N", min=0, help="How many NPUs the VM should have (a re-run with another N "
+                     "adds or removes the difference; 0 takes every NPU, as `vm detach`) [default: as many as it has, "
+                     "at least 1].", show_default=False),
     ] = None,
     resource: ResourceOpt = None,
     product: ProductOpt = None,

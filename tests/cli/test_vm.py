@@ -409,3 +409,15 @@ def test_list_flags_a_claim_collision_in_status_and_json(apiserver):
     r = vm_cli(apiserver, "vm", "list", "-A", "-o", "json")
     items = json.loads(r.stdout)["items"]
     assert [i["claimCollisions"] for i in items] == [["b/vm"], ["a/vm"]]
+
+
+def test_attach_npus_0_takes_every_npu_as_the_docs_say(apiserver):
+    """Found by the hostile review: docs/vm.md says `attach` takes 0 too, the library does, the CLI refused it
+    (`0 is not in the range x>=1`)."""
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, CA22]))
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "0")
+    assert r.exit_code == 0, r.stderr
+    assert host_devices(apiserver) == []
+    r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--npus", "65")
+    assert r.exit_code == 2 and "must be 0 to 64" in r.stderr
