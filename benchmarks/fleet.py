@@ -172,7 +172,8 @@ def reads_of(cp, argv: list[str], env: dict, ok: frozenset[int]) -> list[str]:
 
 
 def table(rows: list[tuple[str, dict[str, tuple[float, int]]]]) -> str:
-    out = ["| command | rblnctl | peak RSS | kubectl anchor | ratio | raw fetch | ratio |", "|---|---|---|---|---|---|---|"]
+    out = ["| command | rblnctl | peak RSS | kubectl anchor | ratio | raw fetch | ratio |",
+           "|---|---|---|---|---|---|---|"]
     for name, med in rows:
         ours, rss = med["rblnctl"]
         cells = [f"`{name}`", f"{ours:.2f} s", f"{rss / MiB:.0f} MiB"]

@@ -41,8 +41,8 @@ class State:
     def kube(self, *, from_cache: bool = False) -> "Kube":
         """Connect to the cluster (lazily imports the kubernetes package).
 
-        `from_cache`: a display command, whose lists the apiserver may serve from its watch cache (Kube.list_from_cache);
-        never for a command that writes on what it read.
+        `from_cache`: a display command, whose lists the apiserver may serve from its watch cache
+        (Kube.list_from_cache); never for a command that writes on what it read.
         """
         if self._kube is None:
             from rblnctl.kube import KubeOptions, connect
