@@ -9,14 +9,13 @@ from dataclasses import dataclass, field, replace
 from rblnctl.clock import Stop
 from rblnctl.errors import NotFound, RblnError
 from rblnctl.kube import KUBEVIRTS, Kube
-from rblnctl.kube.parallel import Pending, started
 from rblnctl.kubevirt.status import status_of
 from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_changes, watch_npu_nodes
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode
 from rblnctl.operator.policy import Policy
 from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release, unserved_notes
-from rblnctl.vm.listing import VmNpuListing, list_vm_npus
+from rblnctl.vm.listing import list_vm_npus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,17 +61,15 @@ def kubevirt_summary(obj: dict) -> KubeVirtSummary:
 
 def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     """Read the overview; a missing CRD is a note, not an error."""
-    # Independent reads at once (rblnctl.kube.parallel): the VMs (and the KubeVirt CR, the version) while the
-    # operator, the NPU nodes and their pods are read; each read once, shared by what it feeds.
-    server = started(kube.server_version)
-    kubevirts_read = started(_kubevirts, kube)
-    vms_read = started(_vms_if_kubevirt, kube, kubevirts_read)
+    version = kube.server_version().get("gitVersion", "unknown")
     view = read_operator(kube)
     release = read_release(kube, view.deployments)
+    try:
+        kubevirts = kube.list(KUBEVIRTS)
+    except NotFound:
+        kubevirts = []
     nodes = list_npu_nodes(kube, view.policy, selector=selector, namespace=view.namespace)
-    kubevirts = kubevirts_read.result()
-    vms = vms_read.result()
-    version = server.result().get("gitVersion", "unknown")
+    vms = list_vm_npus(kube) if kubevirts else None
     vm_notes = tuple(vms.notes) if vms is not None else ()
     return ClusterStatus(
         server_version=version,
@@ -88,17 +85,6 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
         vm_notes=vm_notes,
         release=release,
     )
-
-
-def _kubevirts(kube: Kube) -> list[dict]:
-    try:
-        return kube.list(KUBEVIRTS)
-    except NotFound:
-        return []
-
-
-def _vms_if_kubevirt(kube: Kube, kubevirts: Pending[list[dict]]) -> VmNpuListing | None:
-    return list_vm_npus(kube) if kubevirts.result() else None
 
 
 def _modes(nodes: list[NpuNode]) -> dict[str, int]:
