@@ -38,8 +38,12 @@ class State:
         self.no_headers = no_headers
         self._kube: Any = None
 
-    def kube(self) -> "Kube":
-        """Connect to the cluster (lazily imports the kubernetes package)."""
+    def kube(self, *, from_cache: bool = False) -> "Kube":
+        """Connect to the cluster (lazily imports the kubernetes package).
+
+        `from_cache`: a display command, whose lists the apiserver may serve from its watch cache
+        (Kube.list_from_cache); never for a command that writes on what it read.
+        """
         if self._kube is None:
             from rblnctl.kube import KubeOptions, connect
 
@@ -47,6 +51,8 @@ class State:
 
             self._kube = connect(KubeOptions(**self.connection))
             self._kube.on_warning = ServerWarnings()  # the server's Warning headers, as kubectl prints them
+        if from_cache:
+            self._kube.list_from_cache = True
         return self._kube
 
     def object_namespace(self) -> str:

@@ -75,7 +75,7 @@ def list_nodes(
         raise InvalidInput("name the nodes or give -l SELECTOR, not both (as kubectl: a name cannot be provided "
                            "when a selector is specified)")
     check_sort_by(sort_by)
-    kube = ctx.obj.kube()
+    kube = ctx.obj.kube(from_cache=True)
 
     def view_of(nodes: list[Any]) -> Any:
         return _nodes_view(nodes, show_labels=show_labels, sort_by=sort_by)

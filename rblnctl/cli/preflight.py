@@ -108,7 +108,9 @@ def preflight(
         what = " and running host pods on the NPU nodes" if hosts else ""
         with waiting(f"reading the cluster (nodes, NodeFeatures, KubeVirt, operator){what}..."):
             report = ClusterPreflight(
-                kube=ctx.obj.kube(), method=method.value, node=node, selector=selector, strict=strict, hosts=pods
+                # with host pods it writes, and reads back the pods it made: consistent reads then
+                kube=ctx.obj.kube(from_cache=not hosts), method=method.value, node=node, selector=selector,
+                strict=strict, hosts=pods
             ).run()
     emit(report_view(report), output)
     failing = report.failed_ids()

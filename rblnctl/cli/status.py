@@ -33,7 +33,7 @@ def status(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = F
                changes_of=status_changes, output=output)
         return
     with waiting("reading the cluster..."):
-        st = cluster_status(ctx.obj.kube(), selector=selector)
+        st = cluster_status(ctx.obj.kube(from_cache=True), selector=selector)
     emit(view(st), output)
 
 

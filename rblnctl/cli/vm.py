@@ -636,7 +636,8 @@ def list_vms(
         follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, selector=selector, on_retry=warn_retrying),
                view_of=lambda listing: _list_view(listing, sort_by), changes_of=vm_changes, output=output)
         return
-    emit(_list_view(list_vm_npus(ctx.obj.kube(), namespace=namespace, selector=selector), sort_by), output)
+    emit(_list_view(list_vm_npus(ctx.obj.kube(from_cache=True), namespace=namespace, selector=selector), sort_by),
+         output)
 
 
 # -- diagnose -------------------------------------------------------------------------------------------------
@@ -761,7 +762,7 @@ def fit(
     options = FitOptions(npus=npus, count=count, method=method.value if method else None, resource=resource,
                          product=product)  # bad input fails before connecting
     with waiting("reading the NPU nodes..."):
-        f = answer(ctx.obj.kube(), options)
+        f = answer(ctx.obj.kube(from_cache=True), options)
     emit(_fit_view(f), output)
     if not f.ok:
         raise VmFitFailed(f.summary())

@@ -23,7 +23,8 @@ What it models (kube-apiserver behaviour, simplified where noted):
   creating a custom resource drops its status), label selectors (=, ==, !=, in, notin, exists,
   !exists), field selectors limited to the fields the real registry supports (400 otherwise),
   ``limit``/``continue`` paging (``remainingItemCount`` only when no selector was given, as a real
-  server), optimistic concurrency on ``metadata.resourceVersion`` for PUT and patches,
+  server; ``resourceVersion=0`` ignores ``limit`` and answers every item, as the real watch cache does),
+  optimistic concurrency on ``metadata.resourceVersion`` for PUT and patches,
   ``generateName``, ``dryRun=All`` on every write, finalizers, no-op writes that keep the
   resourceVersion, ``generation`` bumped on spec changes.
 * Patches: JSON patch (RFC 6902; a failed ``test`` or a missing path is 422 Invalid with the

@@ -52,6 +52,10 @@ class RestApi:
         lmatch = parse_label_selector(label_sel)
         fmatch = parse_field_selector(field_sel, res)
         limit = int(first(q, "limit") or 0)
+        if first(q, "resourceVersion") == "0":
+            # kube-apiserver serves resourceVersion=0 from its watch cache and ignores `limit` there: every item,
+            # no continue (measured on v1.36.2: ?limit=3&resourceVersion=0 listed all 11 namespaces).
+            limit = 0
         cont = first(q, "continue")
         with self.store.lock:
             rv = str(self.store.rv)
