@@ -131,7 +131,7 @@ def test_attach_restart_on_a_simulated_vm(apiserver):
 @pytest.mark.parametrize("args", [["vm", "attach", "Bad_VM"], ["vm", "attach", "v1", "--resource", "a",
                                                                  "--product", "b"],
                                   ["vm", "attach", "v1", "--method", "dra", "--resource", "x"],
-                                  ["vm", "attach", "v1", "--npus", "0"], ["vm", "attach", "v1", "--method", "pci"],
+                                  ["vm", "attach", "v1", "--npus", "65"], ["vm", "attach", "v1", "--method", "pci"],
                                   ["vm", "detach", "v1", "--all", "--device", "npu0"],
                                   ["vm", "attach", "v1", "--restart", "--timeout", "soon"],
                                   ["vm", "diagnose", "v1", "-n", "Bad_NS"]])
