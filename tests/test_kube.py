@@ -584,6 +584,7 @@ def test_a_dry_run_delete_with_options_says_dry_run_in_the_body(kube, apiserver)
 def test_every_request_accepts_json_and_anything_as_client_go_does(kube, apiserver):
     """client-go's Accept for a JSON client (rest/request.go setAcceptHeader: `application/json, */*`): virt-api's
     start/stop/restart routes serve nothing else (406 to `application/json` alone, measured on KubeVirt v1.9.0)."""
+    from rblnctl.clock import Clock
     from rblnctl.kube import VM_SUBRESOURCES, VMS, watch
 
     apiserver.add(o.node("n1"), o.vm("default", "vm1", running=False), o.pod("ns", "p", node="n1"))
@@ -596,7 +597,8 @@ def test_every_request_accepts_json_and_anything_as_client_go_does(kube, apiserv
     kube.delete(PODS, "q", namespace="ns")
     kube.pod_log("p", namespace="ns")
     kube.request("PUT", VM_SUBRESOURCES.path("vm1", namespace="default", sub="start"), body={})
-    for _ in watch(kube, VMS, namespace="default", timeout_s=0.2):
+    # The fixture's FakeClock never advances on its own: this watch's deadline needs time that passes.
+    for _ in watch(kube, VMS, namespace="default", timeout_s=0.2, clock=Clock()):
         pass
     accepts = {(r.method, r.headers.get("accept")) for r in apiserver.requests}
     assert {a for _, a in accepts} == {"application/json, */*"}, accepts
