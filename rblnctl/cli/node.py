@@ -4,25 +4,26 @@ from __future__ import annotations
 
 from rblnctl.errors import one_line
 
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 
 from rblnctl.cli import completion
 from rblnctl.cli.console import StepProgress
 from rblnctl.cli.options import (
-    DryRunOpt,
+    Mutating,
+    OptionGroup,
     OutputOpt,
     SelectorOpt,
-    ServerDryRunOpt,
-    YesOpt,
-    dry_run_mode,
+    WatchOpt,
     examples,
+    grouped,
     output_option,
+    timeout_s,
 )
 from rblnctl.cli.node_documents import drain_document, mode_switch_document
 from rblnctl.cli.output import Format
-from rblnctl.cli.status import WatchOpt
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -216,26 +217,97 @@ LockNamespaceOpt = Annotated[
                              "[default: the operator's namespace].", metavar="NAMESPACE", show_default=False)
 ]
 DEFAULT_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
+MaxUnavailableOpt = Annotated[
+    str, typer.Option("--max-unavailable", metavar="N|P%", help="How many nodes may be mid-switch at once: a number, "
+                      "or a percentage of the selected nodes (rounded down, at least 1).")
+]
+ContinueOnErrorOpt = Annotated[
+    bool, typer.Option("--continue-on-error", help="Keep starting nodes after one fails, and skip refused nodes "
+                       "instead of refusing the pool [default: no new node starts after a failure; the running "
+                       "ones finish].")
+]
 
 
-def _timeout_s(text: str) -> float:
-    from rblnctl.cli.errors import parse_duration
+@dataclass(frozen=True)
+class DrainFlags(OptionGroup):
+    """The flags of `node drain` and `node set-mode` that select, pace and drain the nodes, declared once; bound to the
+    library's options one flag to one field (docs/node.md "Overrides")."""
 
-    seconds = parse_duration(text, option="--timeout")
-    assert seconds is not None  # zero is refused: rblnctl never waits forever on a node
-    return seconds
+    selector: SelectorOpt = None
+    max_unavailable: MaxUnavailableOpt = "1"
+    continue_on_error: ContinueOnErrorOpt = False
+    force: ForceOpt = False
+    evict_vms: EvictVmsOpt = False
+    all_pods: AllPodsOpt = False
+    delete_emptydir_data: EmptyDirOpt = False
+    disable_eviction: DisableEvictionOpt = False
+    grace_period: GracePeriodOpt = None
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT
+    take_over: TakeOverOpt = False
+    lock_namespace: LockNamespaceOpt = None
+
+    def drain_options(self, *, server_dry_run: bool) -> "DrainOptions":
+        from rblnctl.node.options import DrainOptions
+
+        return DrainOptions(all_pods=self.all_pods, force=self.force, evict_vms=self.evict_vms,
+                            delete_emptydir_data=self.delete_emptydir_data, disable_eviction=self.disable_eviction,
+                            grace_period_s=self.grace_period, timeout_s=timeout_s(self.timeout),
+                            server_dry_run=server_dry_run, take_over=self.take_over,
+                            lock_namespace=self.lock_namespace)
+
+    def pool_options(self) -> Any:
+        from rblnctl.errors import InvalidInput
+        from rblnctl.node.pool import MaxUnavailable, PoolOptions
+
+        try:
+            limit = MaxUnavailable.parse(self.max_unavailable)
+        except InvalidInput as e:
+            raise InvalidInput(f"--max-unavailable: {e}") from e
+        return PoolOptions(max_unavailable=limit, continue_on_error=self.continue_on_error)
 
 
-def _drain_options(*, all_pods: bool, force: bool, evict_vms: bool, delete_emptydir_data: bool,
-                   disable_eviction: bool, grace_period: int | None, timeout: str, server_dry_run: bool,
-                   take_over: bool, lock_namespace: str | None) -> "DrainOptions":
-    """The drain flags of `node drain` and `node set-mode`, bound once to the library's options (one flag, one
-    field: docs/node.md "Overrides")."""
-    from rblnctl.node.options import DrainOptions
+EvictDaemonsetsOpt = Annotated[
+    bool, typer.Option("--evict-daemonsets", help="Evict DaemonSet pods that use the node's NPUs (they come "
+                       "straight back, still on the old mode's resource until the relabel).")
+]
+SkipIommuCheckOpt = Annotated[
+    bool, typer.Option("--skip-iommu-check", help="To vm: go ahead although Node Feature Discovery reports the "
+                       "node's IOMMU off for its NPUs (the VFIO Manager could not bind them; the wait times out).")
+]
+SkipReleaseCheckOpt = Annotated[
+    bool, typer.Option("--skip-release-check", help="To vm: go ahead although the operator release serves VMs "
+                       "through none of the policy's allocators (the wait then times out).")
+]
+ReverseOpt = Annotated[
+    bool, typer.Option("--reverse", help="Switch although a switch of the node to the other mode is unfinished "
+                       "(its record is on the node): go back from it.")
+]
+UncordonOpt = Annotated[
+    bool, typer.Option("--uncordon/--no-uncordon", help="Uncordon at the end (only if rblnctl cordoned it).")
+]
 
-    return DrainOptions(all_pods=all_pods, force=force, evict_vms=evict_vms, delete_emptydir_data=delete_emptydir_data,
-                        disable_eviction=disable_eviction, grace_period_s=grace_period, timeout_s=_timeout_s(timeout),
-                        server_dry_run=server_dry_run, take_over=take_over, lock_namespace=lock_namespace)
+
+@dataclass(frozen=True)
+class ModeFlags(DrainFlags):
+    """set-mode's flags: the drain's, and the switch's own among them (in --help where they have always been)."""
+
+    evict_daemonsets: EvictDaemonsetsOpt = False
+    skip_iommu_check: SkipIommuCheckOpt = False
+    skip_release_check: SkipReleaseCheckOpt = False
+    reverse: ReverseOpt = False
+    uncordon: UncordonOpt = True
+
+    _order: ClassVar[tuple[str, ...]] = (
+        "selector", "max_unavailable", "continue_on_error", "force", "evict_vms", "evict_daemonsets",
+        "skip_iommu_check", "skip_release_check", "reverse", "all_pods", "delete_emptydir_data", "disable_eviction",
+        "grace_period", "timeout", "uncordon", "take_over", "lock_namespace")
+
+    def mode_options(self, *, server_dry_run: bool) -> Any:
+        from rblnctl.node.options import ModeOptions
+
+        return ModeOptions(drain=self.drain_options(server_dry_run=server_dry_run),
+                           evict_daemonsets=self.evict_daemonsets, skip_iommu_check=self.skip_iommu_check,
+                           skip_release_check=self.skip_release_check, reverse=self.reverse, uncordon=self.uncordon)
 
 
 def _explain_force(err: Any, force: bool) -> None:
@@ -381,15 +453,7 @@ DRAIN_EXAMPLES = examples(
 SelectionArg = Annotated[list[str] | None, typer.Argument(help="The nodes (or -l SELECTOR).", metavar="[NODE]...",
                                                           show_default=False,
                                                           autocompletion=completion.complete_npu_nodes)]
-MaxUnavailableOpt = Annotated[
-    str, typer.Option("--max-unavailable", metavar="N|P%", help="How many nodes may be mid-switch at once: a number, "
-                      "or a percentage of the selected nodes (rounded down, at least 1).")
-]
-ContinueOnErrorOpt = Annotated[
-    bool, typer.Option("--continue-on-error", help="Keep starting nodes after one fails, and skip refused nodes "
-                       "instead of refusing the pool [default: no new node starts after a failure; the running "
-                       "ones finish].")
-]
+
 
 
 def _mode_and_nodes(args: list[str]) -> tuple[str, list[str]]:
@@ -451,17 +515,6 @@ def _selection(nodes: list[str], selector: str | None) -> None:
         raise InvalidInput("name at least one node, or select nodes with -l SELECTOR")
     for n in nodes:
         validate_name(n)
-
-
-def _pool_options(max_unavailable: str, continue_on_error: bool) -> Any:
-    from rblnctl.errors import InvalidInput
-    from rblnctl.node.pool import MaxUnavailable, PoolOptions
-
-    try:
-        limit = MaxUnavailable.parse(max_unavailable)
-    except InvalidInput as e:
-        raise InvalidInput(f"--max-unavailable: {e}") from e
-    return PoolOptions(max_unavailable=limit, continue_on_error=continue_on_error)
 
 
 def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: str | None, how: str | None, yes: bool,
@@ -536,67 +589,29 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
 
 
 @app.command("set-mode", short_help="Switch nodes to vm or container mode.", epilog=SET_MODE_EXAMPLES)
+@grouped
 def set_mode(
     ctx: typer.Context,
     args: Annotated[list[str], typer.Argument(autocompletion=completion.complete_set_mode_args,
                                               help="The mode (vm or container), then the nodes (or -l SELECTOR); "
                                               "`NODE MODE` works too.", metavar="MODE [NODE]...",
                                               show_default=False)],
-    selector: SelectorOpt = None,
-    max_unavailable: MaxUnavailableOpt = "1",
-    continue_on_error: ContinueOnErrorOpt = False,
-    force: ForceOpt = False,
-    evict_vms: EvictVmsOpt = False,
-    evict_daemonsets: Annotated[
-        bool, typer.Option("--evict-daemonsets", help="Evict DaemonSet pods that use the node's NPUs (they come "
-                           "straight back, still on the old mode's resource until the relabel).")
-    ] = False,
-    skip_iommu_check: Annotated[
-        bool, typer.Option("--skip-iommu-check", help="To vm: go ahead although Node Feature Discovery reports the "
-                           "node's IOMMU off for its NPUs (the VFIO Manager could not bind them; the wait times out).")
-    ] = False,
-    skip_release_check: Annotated[
-        bool, typer.Option("--skip-release-check", help="To vm: go ahead although the operator release serves VMs "
-                           "through none of the policy's allocators (the wait then times out).")
-    ] = False,
-    reverse: Annotated[
-        bool, typer.Option("--reverse", help="Switch although a switch of the node to the other mode is unfinished "
-                           "(its record is on the node): go back from it.")
-    ] = False,
-    all_pods: AllPodsOpt = False,
-    delete_emptydir_data: EmptyDirOpt = False,
-    disable_eviction: DisableEvictionOpt = False,
-    grace_period: GracePeriodOpt = None,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
-    uncordon: Annotated[
-        bool, typer.Option("--uncordon/--no-uncordon", help="Uncordon at the end (only if rblnctl cordoned it).")
-    ] = True,
-    take_over: TakeOverOpt = False,
-    lock_namespace: LockNamespaceOpt = None,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    flags: ModeFlags = ModeFlags.options(),
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Switch NPU nodes to vm or container mode, safely."""
     from rblnctl.errors import RblnError
-    from rblnctl.node.options import ModeOptions
 
     target, nodes = _mode_and_nodes(args)  # bad input fails before connecting
-    _selection(nodes, selector)
-    pool_options = _pool_options(max_unavailable, continue_on_error)
-    how = dry_run_mode(dry_run, server_dry_run)
-    drain_options = _drain_options(all_pods=all_pods, force=force, evict_vms=evict_vms,
-                                   delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
-                                   grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
-                                   take_over=take_over, lock_namespace=lock_namespace)
-    options = ModeOptions(drain=drain_options, evict_daemonsets=evict_daemonsets, skip_iommu_check=skip_iommu_check,
-                          skip_release_check=skip_release_check, reverse=reverse, uncordon=uncordon)
+    _selection(nodes, flags.selector)
+    pool_options = flags.pool_options()
+    options = flags.mode_options(server_dry_run=mutation.server)
     try:
-        _set_mode(ctx, target, nodes, selector=selector, options=options, pool_options=pool_options, how=how,
-                  yes=yes, output=output)
+        _set_mode(ctx, target, nodes, selector=flags.selector, options=options, pool_options=pool_options,
+                  how=mutation.how, yes=mutation.yes, output=output)
     except RblnError as err:
-        _explain_force(err, force)
+        _explain_force(err, flags.force)
         raise
 
 
@@ -649,42 +664,26 @@ def _auditor(ctx: typer.Context) -> Any:
 
 
 @app.command("drain", short_help="Cordon nodes and evict their NPU pods.", epilog=DRAIN_EXAMPLES)
+@grouped
 def drain(
     ctx: typer.Context,
     nodes: SelectionArg = None,
-    selector: SelectorOpt = None,
-    max_unavailable: MaxUnavailableOpt = "1",
-    continue_on_error: ContinueOnErrorOpt = False,
-    force: ForceOpt = False,
-    evict_vms: EvictVmsOpt = False,
-    all_pods: AllPodsOpt = False,
-    delete_emptydir_data: EmptyDirOpt = False,
-    disable_eviction: DisableEvictionOpt = False,
-    grace_period: GracePeriodOpt = None,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
-    take_over: TakeOverOpt = False,
-    lock_namespace: LockNamespaceOpt = None,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    flags: DrainFlags = DrainFlags.options(),
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Cordon nodes and evict their NPU pods; they stay cordoned."""
     from rblnctl.errors import RblnError
 
     nodes = list(nodes or [])
-    _selection(nodes, selector)  # bad input fails before connecting
-    pool_options = _pool_options(max_unavailable, continue_on_error)
-    how = dry_run_mode(dry_run, server_dry_run)
-    options = _drain_options(all_pods=all_pods, force=force, evict_vms=evict_vms,
-                             delete_emptydir_data=delete_emptydir_data, disable_eviction=disable_eviction,
-                             grace_period=grace_period, timeout=timeout, server_dry_run=how == "server",
-                             take_over=take_over, lock_namespace=lock_namespace)
+    _selection(nodes, flags.selector)  # bad input fails before connecting
+    pool_options = flags.pool_options()
+    options = flags.drain_options(server_dry_run=mutation.server)
     try:
-        _drain(ctx, nodes, selector=selector, options=options, pool_options=pool_options, how=how, yes=yes,
-               output=output)
+        _drain(ctx, nodes, selector=flags.selector, options=options, pool_options=pool_options, how=mutation.how,
+               yes=mutation.yes, output=output)
     except RblnError as err:
-        _explain_force(err, force)
+        _explain_force(err, flags.force)
         raise
 
 

@@ -1,8 +1,10 @@
-"""Shared option aliases, so every command spells kubectl-style flags the same way."""
+"""Shared options, so every command spells kubectl-style flags the same way: one Annotated alias per option, and
+option groups (a frozen dataclass of aliases, declared once) that a command receives whole (`grouped`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
 
 import typer
 
@@ -56,6 +58,10 @@ GuardOverrideOpt = Annotated[
                  "names them and `virtctl stop NAME -n NS`). Nothing is evicted by this command: those VMs keep "
                  "running with the devices they have and may not get them back at their next start."),
 ]
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a terminal), or print each "
+                       "change as a line (piped). Ctrl-C ends it.")
+]
 SelectorOpt = Annotated[
     str | None, typer.Option("--selector", "-l", metavar="SELECTOR",
                              help="Label selector, e.g. 'rebellions.ai/npu.workload.config=vm-passthrough'.")
@@ -77,3 +83,120 @@ def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
     if server_dry_run:
         return "server"
     return "client" if dry_run else None
+
+
+def timeout_s(text: str, option: str = "--timeout") -> float:
+    """A wait's --timeout in seconds (rblnctl.durations; bad input: exit 2, one line). Zero is refused: rblnctl
+    never waits forever on a node, a VM or the operator."""
+    from rblnctl.cli.errors import parse_duration
+
+    seconds = parse_duration(text, option=option)
+    assert seconds is not None  # zero_means_forever is off: parse_duration refuses 0
+    return seconds
+
+
+# -- option groups ---------------------------------------------------------------------------------------------
+
+
+class OptionGroup:
+    """Base of an option group: a frozen dataclass whose fields are typer options (their annotations are the
+    Annotated aliases, their defaults the options' defaults). A command takes the group as one parameter whose
+    default is `Group.options()`; `grouped` turns it into the fields' parameters for typer, at the parameter's place
+    (so --help and completion list the options where they always were), and hands the command the group object.
+
+    `_order` (optional) is the --help order of the fields, for a group that extends another one's.
+    """
+
+    _order: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def options(cls, **fixed: Any) -> "_Use":
+        """This group's options, for a command's parameter default; `fixed` fields are values, not options (`vm
+        start` asks nothing: Mutating.options(yes=True))."""
+        return _Use(cls, fixed)
+
+
+class _Use:
+    """A command's use of an option group: the group, and the fields it fixes."""
+
+    def __init__(self, group: type, fixed: dict[str, Any]) -> None:
+        self.group, self.fixed = group, fixed
+
+    def parameters(self) -> list[Any]:
+        import dataclasses
+        import inspect
+        import typing
+
+        hints = typing.get_type_hints(self.group, include_extras=True)
+        fields = {f.name: f for f in dataclasses.fields(self.group)}  # type: ignore[arg-type]
+        order = self.group._order or tuple(fields)  # type: ignore[attr-defined]
+        return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=fields[name].default,
+                                  annotation=hints[name]) for name in order if name not in self.fixed]
+
+    def build(self, values: dict[str, Any]) -> Any:
+        return self.group(**values, **self.fixed)
+
+
+class grouped:  # noqa: N801 - used as a decorator
+    """A command whose option groups (parameters defaulting to `Group.options()`) typer sees as the groups' fields.
+
+    Under `@app.command(...)`. The signature typer reads is built on first use (not at import: `rblnctl --help`
+    and completion pay only for the commands they show); a call gets each group built from its fields' values.
+    """
+
+    def __init__(self, func: Any) -> None:
+        self.__wrapped__ = func
+        self.__name__, self.__qualname__ = func.__name__, func.__qualname__
+        self.__module__, self.__doc__ = func.__module__, func.__doc__
+        self._expanded: Any = None
+
+    def _expand(self) -> Any:
+        if self._expanded is None:
+            import inspect
+
+            sig = inspect.signature(self.__wrapped__, eval_str=True)
+            params: list[Any] = []
+            uses: dict[str, _Use] = {}
+            for p in sig.parameters.values():
+                if isinstance(p.default, _Use):
+                    uses[p.name] = p.default
+                    params += p.default.parameters()
+                else:
+                    params.append(p)
+            self._expanded = (sig.replace(parameters=params), uses)
+        return self._expanded
+
+    @property
+    def __signature__(self) -> Any:  # what typer (inspect.signature) reads
+        return self._expand()[0]
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # what typing.get_type_hints reads
+        return {p.name: p.annotation for p in self._expand()[0].parameters.values()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for name, use in self._expand()[1].items():
+            if name not in kwargs:
+                fields = [p.name for p in use.parameters()]
+                kwargs[name] = use.build({f: kwargs.pop(f) for f in fields if f in kwargs})
+        return self.__wrapped__(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Mutating(OptionGroup):
+    """--dry-run (client or server) and --yes: every command that changes the cluster."""
+
+    dry_run: DryRunOpt = False
+    server_dry_run: ServerDryRunOpt = False
+    yes: YesOpt = False
+
+    @property
+    def how(self) -> str | None:
+        """None (a real run), "client" or "server" (dry_run_mode)."""
+        return dry_run_mode(self.dry_run, self.server_dry_run)
+
+    @property
+    def server(self) -> bool:
+        """A server dry run: writes sent with dryRun=All."""
+        return self.how == "server"
+

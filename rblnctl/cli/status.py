@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from rblnctl.cli.options import OutputOpt, SelectorOpt, examples
+from rblnctl.cli.options import OutputOpt, SelectorOpt, WatchOpt, examples
 
 EXAMPLES = examples(
     "rblnctl status",
@@ -15,10 +15,6 @@ EXAMPLES = examples(
     "rblnctl status --watch",
     "rblnctl status -o jsonpath='{.nodes[?(@.mode==\"vm-passthrough\")].name}'",
 )
-WatchOpt = Annotated[
-    bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a terminal), or print each "
-                       "change as a line (piped). Ctrl-C ends it.")
-]
 
 
 def status(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = False, output: OutputOpt = "table"
