@@ -380,10 +380,3 @@ def _stderr_line(text: str) -> None:
     from rblnctl.cli.console import stderr
 
     stderr().print(text)
-
-
-def parse_duration(text: str, *, option: str, zero_means_forever: bool = False) -> float | None:
-    """The library's duration parser (rblnctl.durations) for an option: bad input is exit 2, one line."""
-    from rblnctl.durations import parse_duration as parse
-
-    return parse(text, what=option, zero_means_forever=zero_means_forever)

@@ -9,7 +9,7 @@ import typer
 from rblnctl.cli import completion
 from rblnctl.cli.options import examples
 
-from rblnctl.cli.options import DryRunOpt, GuardOverrideOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
+from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, grouped
 from rblnctl.cli.rerun import spell
 
 app = typer.Typer(
@@ -124,6 +124,7 @@ def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: A
     "rblnctl kubevirt enable-gates --dra           # and HostDevicesWithDRA (KubeVirt >= 1.9)",
     "rblnctl kubevirt enable-gates --dry-run       # the JSON Patch it would send",
 ))
+@grouped
 def enable_gates(
     ctx: typer.Context,
     gates: Annotated[
@@ -138,15 +139,13 @@ def enable_gates(
     name: NameOpt = None,
     force: ForceOpt = False,
     allow_unknown: AllowUnknownOpt = False,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Add HostDevices (and with --dra HostDevicesWithDRA) to KubeVirt's feature gates, keeping the others."""
     from rblnctl.kubevirt.gates import GateEditor, check_known, rbln_gates, validate_gates
 
-    mode = dry_run_mode(dry_run, server_dry_run)
+    mode, yes = mutation.how, mutation.yes
     wanted = validate_gates([*rbln_gates(dra=dra), *(gates or [])])
     check_known(wanted, allow_unknown=allow_unknown)  # a typo is bad input before anything connects (exit 2)
     editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
@@ -158,6 +157,7 @@ def enable_gates(
     "rblnctl kubevirt disable-gates HostDevicesWithDRA",
     "rblnctl kubevirt disable-gates HostDevicesWithDRA --add-to-disabled   # a Beta gate on by default",
 ))
+@grouped
 def disable_gates(
     ctx: typer.Context,
     gates: Annotated[
@@ -175,9 +175,7 @@ def disable_gates(
     force: ForceOpt = False,
     allow_unknown: AllowUnknownOpt = False,
     evict_vms: GuardOverrideOpt = False,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Remove gates from KubeVirt's feature gates (rollback), keeping the others.
@@ -186,7 +184,7 @@ def disable_gates(
     each VM and `virtctl stop`; --evict-vms goes ahead); turning any gate off asks first (--yes skips)."""
     from rblnctl.kubevirt.gates import GateEditor
 
-    mode = dry_run_mode(dry_run, server_dry_run)
+    mode, yes = mutation.how, mutation.yes
     editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown, evict_vms=evict_vms)
     plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
@@ -217,6 +215,7 @@ def _devices_view(plan: Any, result: Any) -> Any:
     "rblnctl kubevirt permit-devices --resource-name RBLN-CA22_PF",
     "rblnctl kubevirt permit-devices --fix --dry-run",
 ))
+@grouped
 def permit_devices(
     ctx: typer.Context,
     resource_name: Annotated[
@@ -238,16 +237,14 @@ def permit_devices(
         bool, typer.Option("--fix", help="Set externalResourceProvider: true on RBLN entries that have it false.")
     ] = False,
     name: NameOpt = None,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Permit RBLN NPUs as KubeVirt host devices (pciHostDevices), keeping every other entry."""
     from rblnctl.errors import ConfigError
     from rblnctl.kubevirt.devices import DevicePermitter, precheck_resource_name
 
-    mode = dry_run_mode(dry_run, server_dry_run)
+    mode, yes = mutation.how, mutation.yes
     for n in resource_name or []:
         precheck_resource_name(n)  # bad input fails before connecting
     if selector and not from_cluster and (resource_name or fix):
@@ -435,6 +432,7 @@ def _migration_view(plan: Any, result: Any) -> Any:
     "rblnctl kubevirt migrate-resources              # new names from the PCI device each old one stood for",
     "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF --map ATOM_MAX_PT=RBLN-CA25_PF",
 ))
+@grouped
 def migrate_resources(
     ctx: typer.Context,
     mapping: Annotated[
@@ -452,9 +450,7 @@ def migrate_resources(
         int, typer.Option("--chunk-size", help="VirtualMachines per LIST page (as kubectl get --chunk-size).",
                           min=1, metavar="N")
     ] = 500,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Rename old NPU resource names in KubeVirt and all VMs."""
@@ -462,7 +458,7 @@ def migrate_resources(
     from rblnctl.cli.rerun import command_line
     from rblnctl.kubevirt.migrate import MigrateOptions, ResourceMigrator, parse_mapping
 
-    mode = dry_run_mode(dry_run, server_dry_run)
+    mode, yes = mutation.how, mutation.yes
     pairs = parse_mapping(mapping or [])  # bad input fails before connecting
     migrator = ResourceMigrator(
         kube=ctx.obj.kube(),

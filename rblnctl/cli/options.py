@@ -88,9 +88,9 @@ def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
 def timeout_s(text: str, option: str = "--timeout") -> float:
     """A wait's --timeout in seconds (rblnctl.durations; bad input: exit 2, one line). Zero is refused: rblnctl
     never waits forever on a node, a VM or the operator."""
-    from rblnctl.cli.errors import parse_duration
+    from rblnctl.durations import parse_duration
 
-    seconds = parse_duration(text, option=option)
+    seconds = parse_duration(text, what=option)
     assert seconds is not None  # zero_means_forever is off: parse_duration refuses 0
     return seconds
 

@@ -8,15 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from rblnctl.cli.console import StepProgress
-from rblnctl.cli.options import (
-    DryRunOpt,
-    GuardOverrideOpt,
-    OutputOpt,
-    ServerDryRunOpt,
-    YesOpt,
-    dry_run_mode,
-    examples,
-)
+from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 from rblnctl.cli.rerun import spell
 
@@ -235,6 +227,7 @@ def _method_view(plan: Any, result: Any = None) -> Any:
     "rblnctl policy set-method dra --yes --timeout 15m   # with every NPU VM stopped",
     "rblnctl policy set-method sandbox --convert-vms    # and rewrite every stopped VM's NPUs for it",
 ))
+@grouped
 def set_method(
     ctx: typer.Context,
     method: Annotated[Method, typer.Argument(help="sandbox (the Sandbox Device Plugin) or dra.", metavar="METHOD",
@@ -253,24 +246,20 @@ def set_method(
                            "method (as `rblnctl vm attach --convert`), keeping its count.")
     ] = False,
     evict_vms: GuardOverrideOpt = False,
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Switch how VMs get NPUs: sandbox or dra."""
     from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import parse_duration
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
     from rblnctl.method import MethodChanger, MethodOptions, parse_method
 
     target = parse_method(method.value)  # bad input fails before connecting
-    timeout_s = parse_duration(timeout, option="--timeout")
-    assert timeout_s is not None
-    how = dry_run_mode(dry_run, server_dry_run)
-    progress = _Progress(server_dry_run=how == "server")
-    options = MethodOptions(force=force, server_dry_run=how == "server", wait=wait, timeout_s=timeout_s,
+    seconds = timeout_s(timeout)
+    how, yes = mutation.how, mutation.yes
+    progress = _Progress(server_dry_run=mutation.server)
+    options = MethodOptions(force=force, server_dry_run=mutation.server, wait=wait, timeout_s=seconds,
                             convert_vms=convert_vms, evict_vms=evict_vms)  # conflicting flags fail before connecting
     from rblnctl.audit import Auditor
 

@@ -12,7 +12,7 @@ from rblnctl.cli import completion
 from rblnctl.cli.options import examples
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import output_option, SelectorOpt
+from rblnctl.cli.options import output_option, SelectorOpt, timeout_s
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec
 
 
@@ -130,13 +130,12 @@ def _host_checks(ctx: typer.Context, image: str | None, max_parallel: int | None
                  timeout: str | None) -> Any:
     """--hosts flags bound to the library's HostChecks; pods that could not be deleted are named on stderr."""
     from rblnctl.cli.console import warn
-    from rblnctl.cli.errors import parse_duration
     from rblnctl.preflight.hosts import HostChecks
 
     namespace = ctx.obj.namespace or C.OPERATOR_NAMESPACE
     given = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
     if timeout is not None:
-        given["timeout_s"] = parse_duration(timeout, option="--timeout")
+        given["timeout_s"] = timeout_s(timeout)
 
     def left_behind(pods: list[str]) -> None:
         warn(f"could not delete {len(pods)} host pod(s); delete them with: kubectl delete pod -n {namespace} "

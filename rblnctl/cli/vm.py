@@ -4,6 +4,7 @@ NPUs, say why one has none and where more would fit, and run them."""
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -11,13 +12,14 @@ import typer
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli import completion
 from rblnctl.cli.options import (
-    DryRunOpt,
+    Mutating,
+    OptionGroup,
     OutputOpt,
-    ServerDryRunOpt,
-    YesOpt,
-    dry_run_mode,
+    WatchOpt,
     examples,
+    grouped,
     output_option,
+    timeout_s,
 )
 from rblnctl.cli.output import Format
 from rblnctl.cli.rerun import spell
@@ -139,14 +141,6 @@ def _manifest_namespace(ctx: typer.Context) -> str:
         return _namespace(ctx)
     except ConfigError:
         return "default"
-
-
-def _timeout_s(text: str) -> float:
-    from rblnctl.cli.errors import parse_duration
-
-    seconds = parse_duration(text, option="--timeout")
-    assert seconds is not None  # zero is refused: rblnctl never waits forever on a VM
-    return seconds
 
 
 def _restart_now(ctx: Any, ref: Any) -> str:
@@ -342,6 +336,7 @@ def _restart_flags(restart: bool, next_restart: bool) -> None:
 
 
 @app.command("attach", short_help="Give a VM N NPUs (sandbox or DRA).", epilog=ATTACH_EXAMPLES)
+@grouped
 def attach(
     ctx: typer.Context,
     vm: VmArg,
@@ -360,9 +355,7 @@ def attach(
     restart: RestartOpt = False,
     next_restart: NextRestartOpt = False,
     timeout: TimeoutOpt = "5m",
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Give a VirtualMachine N NPUs (sandbox or DRA)."""
@@ -372,18 +365,19 @@ def attach(
     validate_name(vm, kind="VirtualMachine")  # bad input fails before connecting
     _restart_flags(restart, next_restart)
     namespace = _namespace(ctx)
-    how = dry_run_mode(dry_run, server_dry_run)
     options = AttachOptions(npus=npus, method=method.value if method else None, resource=resource, product=product,
                             convert=convert, restart=restart, next_restart=next_restart,
-                            server_dry_run=how == "server",
-                            ready_timeout_s=_timeout_s(timeout))
-    progress = _Progress(server_dry_run=how == "server")
+                            server_dry_run=mutation.server,
+                            ready_timeout_s=timeout_s(timeout))
+    progress = _Progress(server_dry_run=mutation.server)
     planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.events())
     plan = planner.plan(vm, namespace)
-    _run_change(ctx, planner, plan, how=how, yes=yes, output=output, progress=progress, verb="change the")
+    _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
+                verb="change the")
 
 
 @app.command("detach", short_help="Take NPUs from a VM.", epilog=DETACH_EXAMPLES)
+@grouped
 def detach(
     ctx: typer.Context,
     vm: VmArg,
@@ -395,9 +389,7 @@ def detach(
     restart: RestartOpt = False,
     next_restart: NextRestartOpt = False,
     timeout: TimeoutOpt = "5m",
-    dry_run: DryRunOpt = False,
-    server_dry_run: ServerDryRunOpt = False,
-    yes: YesOpt = False,
+    mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
     """Take NPUs from a VirtualMachine (all, or one device)."""
@@ -410,13 +402,13 @@ def detach(
         raise InvalidInput("--all and --device cannot be combined: take every NPU, or one device")
     _restart_flags(restart, next_restart)
     namespace = _namespace(ctx)
-    how = dry_run_mode(dry_run, server_dry_run)
-    options = DetachOptions(device=device, restart=restart, next_restart=next_restart, server_dry_run=how == "server",
-                            ready_timeout_s=_timeout_s(timeout))
-    progress = _Progress(server_dry_run=how == "server")
+    options = DetachOptions(device=device, restart=restart, next_restart=next_restart,
+                            server_dry_run=mutation.server, ready_timeout_s=timeout_s(timeout))
+    progress = _Progress(server_dry_run=mutation.server)
     planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.events())
     plan = planner.plan(vm, namespace)
-    _run_change(ctx, planner, plan, how=how, yes=yes, output=output, progress=progress, verb="take the")
+    _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
+                verb="take the")
 
 
 # -- manifest -------------------------------------------------------------------------------------------------
@@ -613,8 +605,7 @@ def _list_view(listing: Any, sort_by: str | None = None) -> Any:
 @app.command("list", short_help="List VMs that hold or request NPUs.", epilog=LIST_EXAMPLES)
 def list_vms(
     ctx: typer.Context,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a "
-                                        "terminal), or print each change as a line (piped). Ctrl-C ends it.")] = False,
+    watch: WatchOpt = False,
     sort_by: Annotated[str | None, typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
                                                 help="Sort by a field of each item's JSON (as kubectl: '{.npus}' "
                                                 "or .node; the fields in docs/output.md).")] = None,
@@ -780,6 +771,18 @@ WaitTimeoutOpt = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class Waiting(OptionGroup):
+    """--wait and --timeout of vm start, stop and restart."""
+
+    wait: WaitOpt = False
+    timeout: WaitTimeoutOpt = "5m"
+
+    @property
+    def timeout_s(self) -> float:
+        return timeout_s(self.timeout)
+
+
 def _state_doc(st: Any) -> dict:
     a = st.attachment
     return {"printableStatus": st.printable_status, "runStrategy": st.run_strategy, "ready": st.ready,
@@ -860,20 +863,20 @@ class _LifecycleProgress:
             self.status = None
 
 
-def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout: str, dry_run: bool,
-               server_dry_run: bool, yes: bool, output: Any) -> None:
+def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mutation: Mutating,
+               output: Any) -> None:
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.kube import validate_name
     from rblnctl.vm.lifecycle import VmLifecycle
 
     validate_name(vm, kind="VirtualMachine")  # bad input fails before connecting
-    seconds = _timeout_s(timeout)
+    seconds = waiting.timeout_s
     namespace = _namespace(ctx)
-    how = dry_run_mode(dry_run, server_dry_run)
-    progress = _LifecycleProgress(server_dry_run=how == "server")
-    life = VmLifecycle(kube=ctx.obj.kube(), timeout_s=seconds, server_dry_run=how == "server",
+    how = mutation.how
+    progress = _LifecycleProgress(server_dry_run=mutation.server)
+    life = VmLifecycle(kube=ctx.obj.kube(), timeout_s=seconds, server_dry_run=mutation.server,
                        on_step=progress.step, on_state=progress.state)
-    plan = life.plan(action, vm, namespace, wait=wait)
+    plan = life.plan(action, vm, namespace, wait=waiting.wait)
     ref = plan.vm
 
     def verdict(st: Any) -> str:  # from the state the wait returned: one final read (rblnctl.vm.lifecycle)
@@ -935,7 +938,7 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
     run(Mutation(
         plan=plan, apply=life.apply, refusal=f"refusing to {action} VM {ref}",
         question=f"{action.capitalize()} VM {ref} (its guest shuts down)?", disruptive=action in ("stop", "restart"),
-        dry_run=how, yes=yes, output=output, plan_view=_lifecycle_view,
+        dry_run=how, yes=mutation.yes, output=output, plan_view=_lifecycle_view,
         result_view=lambda r: _lifecycle_view(r.plan, r),
         noop_message=noop,
         done_message=done, on_interrupt=interrupted, progress=progress,
@@ -943,30 +946,28 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, wait: bool, timeout:
 
 
 @app.command("start", short_help="Start a VM; --wait until its NPUs are attached.", epilog=START_EXAMPLES)
-def start(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
-          dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, output: OutputOpt = "table") -> None:
+@grouped
+def start(ctx: typer.Context, vm: VmArg, waiting: Waiting = Waiting.options(),
+          mutation: Mutating = Mutating.options(yes=True), output: OutputOpt = "table") -> None:
     """Start a VirtualMachine through virt-api (idempotent: a running VM is left as it is, exit 0).
 
     A VM still stopping (its VMI shutting down) is started once it has stopped (bounded by --timeout).
     """
-    _lifecycle(ctx, "start", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
-               yes=True, output=output)
+    _lifecycle(ctx, "start", vm, waiting=waiting, mutation=mutation, output=output)
 
 
 @app.command("stop", short_help="Stop a VM (its NPUs are freed).", epilog=STOP_EXAMPLES)
-def stop(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
-         dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, yes: YesOpt = False,
+@grouped
+def stop(ctx: typer.Context, vm: VmArg, waiting: Waiting = Waiting.options(), mutation: Mutating = Mutating.options(),
          output: OutputOpt = "table") -> None:
     """Stop a VirtualMachine through virt-api (idempotent: a stopped VM is left as it is, exit 0); asks first."""
-    _lifecycle(ctx, "stop", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
-               yes=yes, output=output)
+    _lifecycle(ctx, "stop", vm, waiting=waiting, mutation=mutation, output=output)
 
 
 @app.command("restart", short_help="Restart a VM; --wait until its NPUs are attached again.",
              epilog=RESTART_EXAMPLES)
-def restart(ctx: typer.Context, vm: VmArg, wait: WaitOpt = False, timeout: WaitTimeoutOpt = "5m",
-            dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, yes: YesOpt = False,
-            output: OutputOpt = "table") -> None:
+@grouped
+def restart(ctx: typer.Context, vm: VmArg, waiting: Waiting = Waiting.options(),
+            mutation: Mutating = Mutating.options(), output: OutputOpt = "table") -> None:
     """Restart a VirtualMachine through virt-api: a new VMI (a stopped VM is started); asks first."""
-    _lifecycle(ctx, "restart", vm, wait=wait, timeout=timeout, dry_run=dry_run, server_dry_run=server_dry_run,
-               yes=yes, output=output)
+    _lifecycle(ctx, "restart", vm, waiting=waiting, mutation=mutation, output=output)

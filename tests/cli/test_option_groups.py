@@ -1,0 +1,110 @@
+"""Option groups (rblnctl.cli.options.OptionGroup, grouped): declared once, expanded into the same typer parameters.
+
+A grouped command's --help and parsing must be what the same options written out one by one give, and every
+command that has a group's options must take them through the group (one declaration, not a copy per command).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import fields
+from pathlib import Path
+
+import typer
+import typer.main
+from typer.testing import CliRunner
+
+from rblnctl.cli.app import app
+from rblnctl.cli.node import DrainFlags, ModeFlags
+from rblnctl.cli.options import DryRunOpt, Mutating, OutputOpt, ServerDryRunOpt, YesOpt, grouped
+from rblnctl.cli.vm import Waiting
+
+CLI = Path(__file__).resolve().parents[2] / "rblnctl" / "cli"
+
+
+def _apps() -> tuple[typer.Typer, typer.Typer, list]:
+    seen: list = []
+    by_hand, by_group = typer.Typer(), typer.Typer()
+
+    @by_hand.command()
+    def change(name: str, dry_run: DryRunOpt = False, server_dry_run: ServerDryRunOpt = False, yes: YesOpt = False,
+               output: OutputOpt = "table") -> None:
+        """Change NAME."""
+
+    @by_group.command()
+    @grouped
+    def change2(name: str, mutation: Mutating = Mutating.options(), output: OutputOpt = "table") -> None:
+        """Change NAME."""
+        seen.append((name, mutation, output.format))
+
+    return by_hand, by_group, seen
+
+
+def test_a_grouped_command_has_the_help_of_its_options_written_out():
+    by_hand, by_group, _ = _apps()
+    runner = CliRunner()
+    hand = runner.invoke(by_hand, ["--help"], prog_name="x", env={"COLUMNS": "100"})
+    group = runner.invoke(by_group, ["--help"], prog_name="x", env={"COLUMNS": "100"})
+    assert hand.exit_code == group.exit_code == 0
+    assert "--dry-run" in group.output and "--yes" in group.output and "--server-dry-run" not in group.output
+    assert group.output == hand.output
+
+
+def test_a_grouped_command_receives_the_group_built_from_its_flags():
+    _, by_group, seen = _apps()
+    runner = CliRunner()
+    assert runner.invoke(by_group, ["vm1", "--server-dry-run", "-y", "-o", "json"]).exit_code == 0
+    assert runner.invoke(by_group, ["vm2"]).exit_code == 0
+    assert runner.invoke(by_group, ["vm3", "--dry-run"]).exit_code == 0
+    (n1, m1, f1), (n2, m2, _), (_, m3, _) = seen
+    assert (n1, m1, f1) == ("vm1", Mutating(server_dry_run=True, yes=True), "json")
+    assert (m1.how, m1.server) == ("server", True)
+    assert (n2, m2.how, m2.yes, m2.server) == ("vm2", None, False, False)
+    assert (m3.how, m3.server) == ("client", False)
+
+
+def test_a_fixed_field_is_no_option():
+    seen = []
+    a = typer.Typer()
+
+    @a.command()
+    @grouped
+    def go(mutation: Mutating = Mutating.options(yes=True)) -> None:
+        seen.append(mutation)
+
+    runner = CliRunner()
+    assert runner.invoke(a, ["--yes"]).exit_code == 2  # no such option
+    assert runner.invoke(a, []).exit_code == 0
+    assert seen == [Mutating(yes=True)]
+
+
+def test_set_mode_lists_the_drain_flags_then_its_own_where_they_always_were():
+    params = [p.name for p in typer.main.get_command(app).commands["node"].commands["set-mode"].params]
+    assert params.index("evict_vms") + 1 == params.index("evict_daemonsets")
+    assert params.index("timeout") + 1 == params.index("uncordon")
+    assert set(f.name for f in fields(DrainFlags)) < set(params)
+    assert set(ModeFlags._order) == {f.name for f in fields(ModeFlags)}
+
+
+def _own_parameters() -> dict[str, set[str]]:
+    """Each command function in rblnctl/cli: the names of the parameters it declares itself."""
+    out: dict[str, set[str]] = {}
+    for path in CLI.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "command" for d in node.decorator_list):
+                out[f"{path.stem}.{node.name}"] = {a.arg for a in node.args.args + node.args.kwonlyargs}
+    return out
+
+
+def test_every_command_takes_a_groups_options_through_the_group():
+    """No command declares --server-dry-run, a node drain flag or a vm lifecycle --wait itself: the groups do."""
+    drain = {f.name for f in fields(DrainFlags)} - {"selector"}  # node list has -l too
+    rules = [("", {"server_dry_run"}, "Mutating"), ("node.", drain, "DrainFlags"), ("vm.", {"wait"}, "Waiting")]
+    own = _own_parameters()
+    assert "node.drain" in own and "vm.start" in own
+    for command, names in own.items():
+        for prefix, members, group in rules:
+            if command.startswith(prefix):
+                assert not names & members, f"{command} declares {sorted(names & members)} itself: use {group}"
+    assert {f.name for f in fields(Waiting)} == {"wait", "timeout"}
