@@ -169,27 +169,57 @@ def ask_yes_no(question: str) -> bool:
     return line.strip().lower() in ("y", "yes")
 
 
-class StepProgress:
-    """A library's step events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting.
+class Progress:
+    """Every command's progress on stderr, whichever library's events it shows: a line per step or event, and what a
+    wait waits for, beside a spinner on a terminal, a line per change when piped.
 
-    Subclasses name the step that waits (`wait_step`) and wire their library's events object.
+    One class for the node (drain, set-mode), method (policy set-method), VM change (vm attach|detach) and VM
+    lifecycle (vm start|stop|restart) events; the pool's live table (rblnctl.cli.pool) prints the node events in
+    the same words (node_event_lines). What differs per command is data: the step that waits and spins
+    (`wait_step`), the step shown red (`rollback_step`) and the line a retry prints (`retried`, a format of
+    {attempt} and {why}; `retry_suffix`: whether it says "(server dry run)" as every other line does).
     """
 
-    wait_step: object = None
-    rollback_step: object = None
-
-    def __init__(self, *, server_dry_run: bool = False) -> None:
+    def __init__(self, *, server_dry_run: bool = False, wait_step: object = None, rollback_step: object = None,
+                 retried: str = "{why}; re-reading and retrying", retry_suffix: bool = True) -> None:
         self.console = stderr()
         self.status: Any = None
         self.suffix = " (server dry run)" if server_dry_run else ""  # as kubectl's progress lines
+        self.wait_step, self.rollback_step = wait_step, rollback_step
+        self.retried, self.retry_suffix = retried, retry_suffix
+        self.shown: str | None = None  # what the last wait line said: only a change is a new line
 
-    def line(self, text: str, style: str = "") -> None:
+    # -- the library's events ----------------------------------------------------------------------------------
+
+    def node_events(self) -> Any:
+        """rblnctl.node.events.NodeEvents (node drain, node set-mode on one node)."""
+        from rblnctl.node.events import NodeEvents
+
+        return NodeEvents(on_step=self.step, on_evicted=self.evicted, on_gone=self.gone,
+                          on_pdb_blocked=self.pdb_blocked, on_wait=self.wait_state, on_warning=self.warning)
+
+    def method_events(self) -> Any:
+        """rblnctl.method.MethodEvents (policy set-method)."""
+        from rblnctl.method import MethodEvents
+
+        return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry, on_warning=self.warning)
+
+    def vm_events(self) -> Any:
+        """rblnctl.vm.attach.VmEvents (vm attach, vm detach)."""
+        from rblnctl.vm.attach import VmEvents
+
+        return VmEvents(on_step=self.say, on_retry=self.retry)
+
+    # -- lines ------------------------------------------------------------------------------------------------
+
+    def line(self, text: str, style: str = "", *, suffix: bool = True) -> None:
         from rich.markup import escape
 
-        msg = escape(text + self.suffix)
+        msg = escape(text + (self.suffix if suffix else ""))
         self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=piped(self.console))
 
     def step(self, step: Any, detail: str) -> None:
+        """`STEP: detail`; the wait step is a spinner on a terminal."""
         self.stop()
         if step == self.wait_step and self.console.is_terminal:
             self.status = self.console.status(detail)
@@ -197,7 +227,45 @@ class StepProgress:
             return
         self.line(f"{step}: {detail}", "red" if self.rollback_step is not None and step == self.rollback_step else "")
 
+    def say(self, text: str) -> None:
+        """A step in words (a VM's request, change or restart): ends the spinner, and the wait before it."""
+        self.stop()
+        self.shown = None
+        self.line(text)
+
+    def retry(self, attempt: int, why: str) -> None:
+        self.line(self.retried.format(attempt=attempt, why=why), suffix=self.retry_suffix)
+
+    def warning(self, text: str) -> None:
+        self.stop()
+        warn(text)
+
+    def evicted(self, pod: Any) -> None:
+        self.line(node_event_lines("evicted", pod)[1])
+
+    def gone(self, pod: Any) -> None:
+        self.line(node_event_lines("gone", pod)[1])
+
+    def pdb_blocked(self, pod: Any, message: str, attempt: int) -> None:
+        self.line(node_event_lines("pdb", pod, message=message, attempt=attempt)[1], "yellow")
+
+    # -- what a wait waits for -------------------------------------------------------------------------------
+
+    def wait_state(self, state: Any) -> None:
+        """The node wait's one line (rblnctl.cli.waits): beside the spinner with its times ticking on a terminal;
+        piped, printed again only when what it says changes."""
+        from rblnctl.cli.waits import WaitLine, wait_key, wait_text
+
+        if self.status is not None:
+            self.status.update(WaitLine(state))
+            return
+        key = wait_key(state)
+        if key != self.shown:
+            self.shown = key
+            self.line(wait_text(state), "dim")
+
     def waiting(self, missing: list[str]) -> None:
+        """What the operator has still to do (policy set-method's wait)."""
         text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
         if self.status is not None:
             from rich.markup import escape
@@ -206,7 +274,35 @@ class StepProgress:
         else:
             self.line(text, "dim")
 
+    def vm_state(self, st: Any) -> None:
+        """A VM's state while vm start|stop|restart waits (rblnctl.vm.lifecycle): the spinner's text on a terminal,
+        a line per change in a pipe."""
+        from rich.markup import escape
+
+        text = f"  {st.describe()}"
+        if text == self.shown:
+            return
+        self.shown = text
+        if not self.console.is_terminal:
+            self.line(text, suffix=False)
+        elif self.status is None:
+            self.status = self.console.status(escape(text))
+            self.status.start()
+        else:
+            self.status.update(escape(text))
+
     def stop(self) -> None:
         if self.status is not None:
             self.status.stop()
             self.status = None
+
+
+def node_event_lines(event: str, pod: Any, *, message: str = "", attempt: int = 0) -> tuple[str, str]:
+    """A node event's words: (a pool row's DETAIL, the progress line) for an evicted or gone pod, or a
+    PodDisruptionBudget refusing an eviction ("pdb")."""
+    if event == "evicted":
+        return f"evicted {pod}", f"  evicted {pod}"
+    if event == "gone":
+        return f"gone {pod}", f"  gone    {pod}"
+    refused = f"{pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt})"
+    return refused, f"  {refused}; retrying: {message}"

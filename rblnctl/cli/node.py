@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 import typer
 
 from rblnctl.cli import completion
-from rblnctl.cli.console import StepProgress
+from rblnctl.cli.console import Progress
 from rblnctl.cli.options import (
     Mutating,
     OptionGroup,
@@ -319,49 +319,11 @@ def _explain_force(err: Any, force: bool) -> None:
                        "controller); each other override is its own flag, named above (docs/node.md, Overrides)"]
 
 
-class _Progress(StepProgress):
-    """The library's node events, on the stderr console: one line per step and pod, a spinner while waiting."""
+def _progress(server_dry_run: bool) -> Any:
+    """One node's drain or switch on stderr: its steps (the wait spins, a rollback is red), pods and waits."""
+    from rblnctl.node.events import Step
 
-    def __init__(self, *, server_dry_run: bool = False) -> None:
-        from rblnctl.node.events import Step
-
-        super().__init__(server_dry_run=server_dry_run)
-        self.wait_step, self.rollback_step = Step.WAIT, Step.ROLLBACK
-
-    def events(self) -> Any:
-        from rblnctl.node.events import NodeEvents
-
-        return NodeEvents(on_step=self.step, on_evicted=self.evicted, on_gone=self.gone,
-                          on_pdb_blocked=self.pdb_blocked, on_wait=self.wait_state, on_warning=self.warning)
-
-    def wait_state(self, state: Any) -> None:
-        """The wait's one line (rblnctl.cli.waits): beside the spinner with its times ticking on a terminal;
-        piped, printed again only when what it says changes."""
-        from rblnctl.cli.waits import WaitLine, wait_key, wait_text
-
-        if self.status is not None:
-            self.status.update(WaitLine(state))
-            return
-        key = wait_key(state)
-        if key != getattr(self, "_wait_key", None):
-            self._wait_key = key
-            self.line(wait_text(state), "dim")
-
-    def evicted(self, pod: Any) -> None:
-        self.line(f"  evicted {pod}")
-
-    def gone(self, pod: Any) -> None:
-        self.line(f"  gone    {pod}")
-
-    def pdb_blocked(self, pod: Any, message: str, attempt: int) -> None:
-        self.line(f"  {pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt}); retrying: {message}",
-                  "yellow")
-
-    def warning(self, text: str) -> None:
-        from rblnctl.cli.console import warn
-
-        self.stop()
-        warn(text)
+    return Progress(server_dry_run=server_dry_run, wait_step=Step.WAIT, rollback_step=Step.ROLLBACK)
 
 
 def _pods_table(plan: Any) -> Any:
@@ -624,8 +586,8 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
 
     if selector is None and len(nodes) == 1:
         node = nodes[0]
-        progress = _Progress(server_dry_run=how == "server")
-        switcher = ModeSwitcher(kube=ctx.obj.kube(), options=options, events=progress.events(),
+        progress = _progress(how == "server")
+        switcher = ModeSwitcher(kube=ctx.obj.kube(), options=options, events=progress.node_events(),
                                 audit=_auditor(ctx))
         plan = switcher.plan(node, target)
 
@@ -695,8 +657,8 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
 
     if selector is None and len(nodes) == 1:
         node = nodes[0]
-        progress = _Progress(server_dry_run=how == "server")
-        drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.events(), audit=_auditor(ctx))
+        progress = _progress(how == "server")
+        drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.node_events(), audit=_auditor(ctx))
         plan = drainer.plan(node)
 
         def interrupted() -> None:

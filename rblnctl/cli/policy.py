@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rblnctl.cli.console import StepProgress
+from rblnctl.cli.console import Progress
 from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 from rblnctl.cli.rerun import spell
@@ -103,31 +103,6 @@ def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
 
 
 # -- set-method ------------------------------------------------------------------------------------
-
-
-class _Progress(StepProgress):
-    """The changer's events on stderr: one line per step, a spinner (terminal) or a line (pipe) while waiting."""
-
-    def __init__(self, *, server_dry_run: bool = False) -> None:
-        from rblnctl.method import MethodStep
-
-        super().__init__(server_dry_run=server_dry_run)
-        self.wait_step = MethodStep.WAIT
-
-    def events(self) -> Any:
-        from rblnctl.method import MethodEvents
-
-        return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry, on_warning=self.warning)
-
-    def warning(self, text: str) -> None:
-        from rblnctl.cli.console import warn
-
-        self.stop()
-        warn(text)
-
-    def retry(self, attempt: int, message: str) -> None:
-        self.line(f"the RBLNClusterPolicy changed while we were writing it (attempt {attempt}); re-reading and "
-                  "retrying")
 
 
 def _method_body(plan: Any, result: Any) -> dict:
@@ -253,18 +228,20 @@ def set_method(
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
-    from rblnctl.method import MethodChanger, MethodOptions, parse_method
+    from rblnctl.method import MethodChanger, MethodOptions, MethodStep, parse_method
 
     target = parse_method(method.value)  # bad input fails before connecting
     seconds = timeout_s(timeout)
     how, yes = mutation.how, mutation.yes
-    progress = _Progress(server_dry_run=mutation.server)
+    progress = Progress(server_dry_run=mutation.server, wait_step=MethodStep.WAIT,
+                        retried="the RBLNClusterPolicy changed while we were writing it (attempt {attempt}); "
+                        "re-reading and retrying")
     options = MethodOptions(force=force, server_dry_run=mutation.server, wait=wait, timeout_s=seconds,
                             convert_vms=convert_vms, evict_vms=evict_vms)  # conflicting flags fail before connecting
     from rblnctl.audit import Auditor
 
     kube = ctx.obj.kube()
-    changer = MethodChanger(kube=kube, options=options, events=progress.events(), audit=Auditor(kube=kube))
+    changer = MethodChanger(kube=kube, options=options, events=progress.method_events(), audit=Auditor(kube=kube))
     plan = changer.plan(target)
 
     # Hints repeat the command with every flag given (--convert-vms, --timeout, --force, the global ones...).

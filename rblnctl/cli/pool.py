@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from rblnctl.cli.console import node_event_lines
 from rblnctl.cli.output import Cell, Table, View
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.waits import human_duration
@@ -122,17 +123,13 @@ class PoolProgress:
         def evicted(pod: Any) -> None:
             with self.lock:
                 self.rows[node].evicted += 1
-            self._update(node, detail=f"evicted {pod}")
-            self._line(node, f"  evicted {pod}")
+            self._event(node, node_event_lines("evicted", pod))
 
         def gone(pod: Any) -> None:
-            self._update(node, detail=f"gone {pod}")
-            self._line(node, f"  gone    {pod}")
+            self._event(node, node_event_lines("gone", pod))
 
         def pdb(pod: Any, message: str, attempt: int) -> None:
-            self._update(node, detail=f"{pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt})")
-            self._line(node, f"  {pod}: a PodDisruptionBudget refuses the eviction (attempt {attempt}); retrying: "
-                       f"{message}", "yellow")
+            self._event(node, node_event_lines("pdb", pod, message=message, attempt=attempt), "yellow")
 
         def wait(state: Any) -> None:
             from rblnctl.cli.waits import wait_key, wait_text, what
@@ -171,6 +168,11 @@ class PoolProgress:
         self._line(item.node, text, _STYLE.get(outcome, ""))
 
     # -- drawing ---------------------------------------------------------------------------------------
+
+    def _event(self, node: str, words: tuple[str, str], style: str = "") -> None:
+        detail, line = words
+        self._update(node, detail=detail)
+        self._line(node, line, style)
 
     def _update(self, node: str, *, state: str | None = None, detail: str | None = None) -> None:
         with self.lock:

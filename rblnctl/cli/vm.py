@@ -11,6 +11,7 @@ import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli import completion
+from rblnctl.cli.console import Progress
 from rblnctl.cli.options import (
     Mutating,
     OptionGroup,
@@ -168,28 +169,6 @@ def _phrased(plan: Any, ctx: Any) -> Any:
     return dataclasses.replace(plan, blockers=blockers)
 
 
-class _Progress:
-    """The library's VM events as progress lines on stderr."""
-
-    def __init__(self, *, server_dry_run: bool) -> None:
-        self.suffix = " (server dry run)" if server_dry_run else ""
-
-    def events(self) -> Any:
-        from rblnctl.vm.attach import VmEvents
-
-        return VmEvents(on_step=self.step, on_retry=self.retry)
-
-    def step(self, text: str) -> None:
-        from rblnctl.cli.console import info
-
-        info(text + self.suffix)
-
-    def retry(self, attempt: int, why: str) -> None:
-        from rblnctl.cli.console import info
-
-        info(f"{why}; re-reading and retrying")
-
-
 # -- documents and views ----------------------------------------------------------------------------------
 
 
@@ -289,7 +268,7 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
 
 
 def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None, yes: bool, output: Any,
-                progress: _Progress, verb: str) -> None:
+                progress: Progress, verb: str) -> None:
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
@@ -369,8 +348,8 @@ def attach(
                             convert=convert, restart=restart, next_restart=next_restart,
                             server_dry_run=mutation.server,
                             ready_timeout_s=timeout_s(timeout))
-    progress = _Progress(server_dry_run=mutation.server)
-    planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.events())
+    progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
+    planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.vm_events())
     plan = planner.plan(vm, namespace)
     _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
                 verb="change the")
@@ -404,8 +383,8 @@ def detach(
     namespace = _namespace(ctx)
     options = DetachOptions(device=device, restart=restart, next_restart=next_restart,
                             server_dry_run=mutation.server, ready_timeout_s=timeout_s(timeout))
-    progress = _Progress(server_dry_run=mutation.server)
-    planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.events())
+    progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
+    planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.vm_events())
     plan = planner.plan(vm, namespace)
     _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
                 verb="take the")
@@ -823,46 +802,6 @@ def _lifecycle_view(plan: Any, result: Any = None) -> Any:
                 epilogue=tail, names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
 
 
-class _LifecycleProgress:
-    """Requests as lines on stderr; while waiting, the VM's state: a spinner on a terminal, a line per change
-    in a pipe."""
-
-    def __init__(self, *, server_dry_run: bool) -> None:
-        from rblnctl.cli.console import stderr
-
-        self.console = stderr()
-        self.suffix = " (server dry run)" if server_dry_run else ""
-        self.status: Any = None
-        self.shown: str | None = None  # the last state line: a change the words do not show is not a new line
-
-    def step(self, text: str) -> None:
-        from rblnctl.cli.console import info
-
-        self.stop()
-        self.shown = None
-        info(text + self.suffix)
-
-    def state(self, st: Any) -> None:
-        from rich.markup import escape
-
-        text = f"  {st.describe()}"
-        if text == self.shown:
-            return
-        self.shown = text
-        if not self.console.is_terminal:
-            self.console.print(escape(text), soft_wrap=True)
-        elif self.status is None:
-            self.status = self.console.status(escape(text))
-            self.status.start()
-        else:
-            self.status.update(escape(text))
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
-
-
 def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mutation: Mutating,
                output: Any) -> None:
     from rblnctl.cli.flow import Mutation, run
@@ -873,9 +812,9 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mu
     seconds = waiting.timeout_s
     namespace = _namespace(ctx)
     how = mutation.how
-    progress = _LifecycleProgress(server_dry_run=mutation.server)
+    progress = Progress(server_dry_run=mutation.server)
     life = VmLifecycle(kube=ctx.obj.kube(), timeout_s=seconds, server_dry_run=mutation.server,
-                       on_step=progress.step, on_state=progress.state)
+                       on_step=progress.say, on_state=progress.vm_state)
     plan = life.plan(action, vm, namespace, wait=waiting.wait)
     ref = plan.vm
 
