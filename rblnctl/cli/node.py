@@ -20,6 +20,7 @@ from rblnctl.cli.options import (
     examples,
     grouped,
     output_option,
+    sort_by_option,
     timeout_s,
 )
 from rblnctl.cli.node_documents import drain_document, mode_switch_document
@@ -39,10 +40,7 @@ app = typer.Typer(
 ShowLabelsOpt = Annotated[
     bool, typer.Option("--show-labels", help="Add a LABELS column with every label of the node (as kubectl get).")
 ]
-SortByOpt = Annotated[
-    str | None, typer.Option("--sort-by", metavar="JSONPATH", help="Sort by a field of each item's JSON (as kubectl: "
-                             "'{.npuCount}' or .name; the fields in docs/output.md).", show_default=False)
-]
+SortByOpt = Annotated[str | None, sort_by_option("'{.npuCount}' or .name")]
 
 
 @app.command("list", short_help="List NPU nodes and their mode.", epilog=examples(

@@ -62,6 +62,15 @@ WatchOpt = Annotated[
     bool, typer.Option("--watch", "-w", help="Keep watching: redraw on every change (on a terminal), or print each "
                        "change as a line (piped). Ctrl-C ends it.")
 ]
+
+
+def sort_by_option(example: str) -> Any:
+    """--sort-by of a list command; `example`: two of its items' fields, as kubectl spells them."""
+    return typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
+                        help=f"Sort by a field of each item's JSON (as kubectl: {example}; the fields in "
+                        "docs/output.md).")
+
+
 SelectorOpt = Annotated[
     str | None, typer.Option("--selector", "-l", metavar="SELECTOR",
                              help="Label selector, e.g. 'rebellions.ai/npu.workload.config=vm-passthrough'.")

@@ -20,6 +20,7 @@ from rblnctl.cli.options import (
     examples,
     grouped,
     output_option,
+    sort_by_option,
     timeout_s,
 )
 from rblnctl.cli.output import Format
@@ -585,9 +586,7 @@ def _list_view(listing: Any, sort_by: str | None = None) -> Any:
 def list_vms(
     ctx: typer.Context,
     watch: WatchOpt = False,
-    sort_by: Annotated[str | None, typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
-                                                help="Sort by a field of each item's JSON (as kubectl: '{.npus}' "
-                                                "or .node; the fields in docs/output.md).")] = None,
+    sort_by: Annotated[str | None, sort_by_option("'{.npus}' or .node")] = None,
     selector: Annotated[str | None, typer.Option("--selector", "-l", metavar="SELECTOR", show_default=False,
                                                  help="Only VMs whose labels match, as kubectl get vm -l (and "
                                                  "standalone VMIs whose own labels match), e.g. -l team=ml.")] = None,
