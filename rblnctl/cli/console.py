@@ -174,19 +174,22 @@ class Progress:
     wait waits for, beside a spinner on a terminal, a line per change when piped.
 
     One class for the node (drain, set-mode), method (policy set-method), VM change (vm attach|detach) and VM
-    lifecycle (vm start|stop|restart) events; the pool's live table (rblnctl.cli.pool) prints the node events in
-    the same words (node_event_lines). What differs per command is data: the step that waits and spins
+    lifecycle (vm start|stop|restart) events. What differs per command is data: the step that waits and spins
     (`wait_step`), the step shown red (`rollback_step`) and the line a retry prints (`retried`, a format of
-    {attempt} and {why}; `retry_suffix`: whether it says "(server dry run)" as every other line does).
+    {attempt} and {why}; `retry_suffix`: whether it says "(server dry run)" as every other line does). In a pool
+    (rblnctl.cli.pool.PoolProgress) each node's events go through one of these, given the pool and the node: its
+    lines and its row are the pool's to show (a live table on a terminal, prefixed lines when piped).
     """
 
     def __init__(self, *, server_dry_run: bool = False, wait_step: object = None, rollback_step: object = None,
-                 retried: str = "{why}; re-reading and retrying", retry_suffix: bool = True) -> None:
+                 retried: str = "{why}; re-reading and retrying", retry_suffix: bool = True, pool: Any = None,
+                 node: str = "") -> None:
         self.console = stderr()
         self.status: Any = None
         self.suffix = " (server dry run)" if server_dry_run else ""  # as kubectl's progress lines
         self.wait_step, self.rollback_step = wait_step, rollback_step
         self.retried, self.retry_suffix = retried, retry_suffix
+        self.pool, self.node = pool, node
         self.shown: str | None = None  # what the last wait line said: only a change is a new line
 
     # -- the library's events ----------------------------------------------------------------------------------
@@ -213,6 +216,9 @@ class Progress:
     # -- lines ------------------------------------------------------------------------------------------------
 
     def line(self, text: str, style: str = "", *, suffix: bool = True) -> None:
+        if self.pool is not None:
+            self.pool.node_line(self.node, text, style)
+            return
         from rich.markup import escape
 
         msg = escape(text + (self.suffix if suffix else ""))
@@ -221,6 +227,7 @@ class Progress:
     def step(self, step: Any, detail: str) -> None:
         """`STEP: detail`; the wait step is a spinner on a terminal."""
         self.stop()
+        self._row(state=str(step), detail=detail)
         if step == self.wait_step and self.console.is_terminal:
             self.status = self.console.status(detail)
             self.status.start()
@@ -238,24 +245,37 @@ class Progress:
 
     def warning(self, text: str) -> None:
         self.stop()
-        warn(text)
+        warn(f"{self.node}: {text}" if self.node else text)
 
     def evicted(self, pod: Any) -> None:
-        self.line(node_event_lines("evicted", pod)[1])
+        if self.pool is not None:
+            self.pool.evicted(self.node)
+        self._event(node_event_lines("evicted", pod))
 
     def gone(self, pod: Any) -> None:
-        self.line(node_event_lines("gone", pod)[1])
+        self._event(node_event_lines("gone", pod))
 
     def pdb_blocked(self, pod: Any, message: str, attempt: int) -> None:
-        self.line(node_event_lines("pdb", pod, message=message, attempt=attempt)[1], "yellow")
+        self._event(node_event_lines("pdb", pod, message=message, attempt=attempt), "yellow")
+
+    def _event(self, words: tuple[str, str], style: str = "") -> None:
+        detail, line = words
+        self._row(detail=detail)
+        self.line(line, style)
+
+    def _row(self, **change: Any) -> None:
+        """In a pool: the node's row (its state, its DETAIL)."""
+        if self.pool is not None:
+            self.pool.update(self.node, **change)
 
     # -- what a wait waits for -------------------------------------------------------------------------------
 
     def wait_state(self, state: Any) -> None:
         """The node wait's one line (rblnctl.cli.waits): beside the spinner with its times ticking on a terminal;
         piped, printed again only when what it says changes."""
-        from rblnctl.cli.waits import WaitLine, wait_key, wait_text
+        from rblnctl.cli.waits import WaitLine, wait_key, wait_text, what
 
+        self._row(detail=what(state))  # reason first: a pool row's DETAIL is cut at its end
         if self.status is not None:
             self.status.update(WaitLine(state))
             return

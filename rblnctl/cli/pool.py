@@ -15,7 +15,6 @@ import threading
 import time
 from typing import Any
 
-from rblnctl.cli.console import node_event_lines
 from rblnctl.cli.output import Cell, Table, View
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.waits import human_duration
@@ -33,7 +32,6 @@ class _Row:
         self.started: float | None = None
         self.ended: float | None = None
         self.printed: tuple[str, str] | None = None  # piped: the last (state, text) line written for the node
-        self.wait_key: str | None = None  # piped: what the node's last wait line said (rblnctl.cli.waits)
 
 
 _HEADERS = ("NODE", "STATE", "EVICTED", "ELAPSED", "DETAIL")
@@ -114,42 +112,11 @@ class PoolProgress:
         return PoolEvents(for_node=self._node_events, on_start=self._start, on_finish=self._finish)
 
     def _node_events(self, node: str) -> Any:
-        from rblnctl.node.events import NodeEvents, Step
+        """A node's events: the one Progress's, its lines and its row drawn here."""
+        from rblnctl.cli.console import Progress
+        from rblnctl.node.events import Step
 
-        def step(s: Any, detail: str) -> None:
-            self._update(node, state=str(s), detail=detail)
-            self._line(node, f"{s}: {detail}", "red" if s == Step.ROLLBACK else "")
-
-        def evicted(pod: Any) -> None:
-            with self.lock:
-                self.rows[node].evicted += 1
-            self._event(node, node_event_lines("evicted", pod))
-
-        def gone(pod: Any) -> None:
-            self._event(node, node_event_lines("gone", pod))
-
-        def pdb(pod: Any, message: str, attempt: int) -> None:
-            self._event(node, node_event_lines("pdb", pod, message=message, attempt=attempt), "yellow")
-
-        def wait(state: Any) -> None:
-            from rblnctl.cli.waits import wait_key, wait_text, what
-
-            self._update(node, detail=what(state))  # reason first: the live row's DETAIL is cut at its end
-            with self.lock:
-                row = self.rows.setdefault(node, _Row())
-                key = wait_key(state)
-                if key == row.wait_key:
-                    return  # piped: a line only when what the wait says changes
-                row.wait_key = key
-            self._line(node, wait_text(state), "dim")
-
-        def warning(text: str) -> None:
-            from rblnctl.cli.console import warn
-
-            warn(f"{node}: {text}")
-
-        return NodeEvents(on_step=step, on_evicted=evicted, on_gone=gone, on_pdb_blocked=pdb, on_wait=wait,
-                          on_warning=warning)
+        return Progress(rollback_step=Step.ROLLBACK, pool=self, node=node).node_events()
 
     def _start(self, node: str) -> None:
         with self.lock:
@@ -169,10 +136,15 @@ class PoolProgress:
 
     # -- drawing ---------------------------------------------------------------------------------------
 
-    def _event(self, node: str, words: tuple[str, str], style: str = "") -> None:
-        detail, line = words
-        self._update(node, detail=detail)
-        self._line(node, line, style)
+    def evicted(self, node: str) -> None:
+        with self.lock:
+            self.rows.setdefault(node, _Row()).evicted += 1
+
+    def update(self, node: str, *, state: str | None = None, detail: str | None = None) -> None:
+        self._update(node, state=state, detail=detail)
+
+    def node_line(self, node: str, text: str, style: str = "") -> None:
+        self._line(node, text, style)
 
     def _update(self, node: str, *, state: str | None = None, detail: str | None = None) -> None:
         with self.lock:
