@@ -165,11 +165,12 @@ class grouped:  # noqa: N801 - used as a decorator
 
             sig = inspect.signature(self.__wrapped__, eval_str=True)
             params: list[Any] = []
-            uses: dict[str, _Use] = {}
+            uses: dict[str, tuple[_Use, list[str]]] = {}  # group parameter -> (its use, its fields' names)
             for p in sig.parameters.values():
                 if isinstance(p.default, _Use):
-                    uses[p.name] = p.default
-                    params += p.default.parameters()
+                    fields = p.default.parameters()
+                    uses[p.name] = (p.default, [f.name for f in fields])
+                    params += fields
                 else:
                     params.append(p)
             self._expanded = (sig.replace(parameters=params), uses)
@@ -184,9 +185,8 @@ class grouped:  # noqa: N801 - used as a decorator
         return {p.name: p.annotation for p in self._expand()[0].parameters.values()}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for name, use in self._expand()[1].items():
+        for name, (use, fields) in self._expand()[1].items():
             if name not in kwargs:
-                fields = [p.name for p in use.parameters()]
                 kwargs[name] = use.build({f: kwargs.pop(f) for f in fields if f in kwargs})
         return self.__wrapped__(*args, **kwargs)
 
