@@ -149,8 +149,8 @@ class _Use:
 class grouped:  # noqa: N801 - used as a decorator
     """A command whose option groups (parameters defaulting to `Group.options()`) typer sees as the groups' fields.
 
-    Under `@app.command(...)`. The signature typer reads is built on first use (not at import: `rblnctl --help`
-    and completion pay only for the commands they show); a call gets each group built from its fields' values.
+    Under `@app.command(...)`. The signature typer reads is built when typer first builds the command, not at
+    import (a command typer never builds costs nothing); a call gets each group built from its fields' values.
     """
 
     def __init__(self, func: Any) -> None:
