@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rblnctl.errors import one_line
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
@@ -226,7 +225,6 @@ ContinueOnErrorOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
 class DrainFlags(OptionGroup):
     """The flags of `node drain` and `node set-mode` that select, pace and drain the nodes, declared once; bound to the
     library's options one flag to one field (docs/node.md "Overrides")."""
@@ -285,7 +283,6 @@ UncordonOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
 class ModeFlags(DrainFlags):
     """set-mode's flags: the drain's, and the switch's own among them (in --help where they have always been)."""
 

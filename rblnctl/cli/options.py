@@ -3,7 +3,6 @@ option groups (a frozen dataclass of aliases, declared once) that a command rece
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 import typer
@@ -108,21 +107,53 @@ def timeout_s(text: str, option: str = "--timeout") -> float:
 
 
 class OptionGroup:
-    """Base of an option group: a frozen dataclass whose fields are typer options (their annotations are the
-    Annotated aliases, their defaults the options' defaults). A command takes the group as one parameter whose
-    default is `Group.options()`; `grouped` turns it into the fields' parameters for typer, at the parameter's place
-    (so --help and completion list the options where they always were), and hands the command the group object.
+    """Base of an option group: a frozen value whose fields are typer options (class annotations: the Annotated
+    aliases; class attributes: the options' defaults). A command takes the group as one parameter whose default is
+    `Group.options()`; `grouped` turns it into the fields' parameters for typer, at the parameter's place (so --help
+    and completion list the options where they always were), and hands the command the group object.
 
+    Not a dataclass: @dataclass runs at import, a few ms per group on every TAB press (as State in cli/app.py).
     `_order` (optional) is the --help order of the fields, for a group that extends another one's.
     """
 
     _order: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **values: Any) -> None:
+        names = self.fields()
+        unknown = set(values) - set(names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
+        for name in names:
+            object.__setattr__(self, name, values.get(name, getattr(type(self), name)))
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        """The fields' names, in --help order."""
+        names = tuple(dict.fromkeys(n for klass in reversed(cls.__mro__)
+                                    for n in vars(klass).get("__annotations__", {}) if not n.startswith("_")))
+        if not cls._order:
+            return names
+        if sorted(cls._order) != sorted(names):
+            raise TypeError(f"{cls.__name__}._order must name each of its fields once: {', '.join(names)}")
+        return cls._order
 
     @classmethod
     def options(cls, **fixed: Any) -> "_Use":
         """This group's options, for a command's parameter default; `fixed` fields are values, not options (`vm
         start` asks nothing: Mutating.options(yes=True))."""
         return _Use(cls, fixed)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __hash__(self) -> int:
+        return hash(tuple(vars(self).items()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
 
 
 class _Use:
@@ -132,15 +163,13 @@ class _Use:
         self.group, self.fixed = group, fixed
 
     def parameters(self) -> list[Any]:
-        import dataclasses
         import inspect
         import typing
 
         hints = typing.get_type_hints(self.group, include_extras=True)
-        fields = {f.name: f for f in dataclasses.fields(self.group)}  # type: ignore[arg-type]
-        order = self.group._order or tuple(fields)  # type: ignore[attr-defined]
-        return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=fields[name].default,
-                                  annotation=hints[name]) for name in order if name not in self.fixed]
+        return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(self.group, name),
+                                  annotation=hints[name])
+                for name in self.group.fields() if name not in self.fixed]  # type: ignore[attr-defined]
 
     def build(self, values: dict[str, Any]) -> Any:
         return self.group(**values, **self.fixed)
@@ -191,7 +220,6 @@ class grouped:  # noqa: N801 - used as a decorator
         return self.__wrapped__(*args, **kwargs)
 
 
-@dataclass(frozen=True)
 class Mutating(OptionGroup):
     """--dry-run (client or server) and --yes: every command that changes the cluster."""
 

@@ -4,7 +4,6 @@ NPUs, say why one has none and where more would fit, and run them."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -749,7 +748,6 @@ WaitTimeoutOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
 class Waiting(OptionGroup):
     """--wait and --timeout of vm start, stop and restart."""
 

@@ -7,9 +7,9 @@ command that has a group's options must take them through the group (one declara
 from __future__ import annotations
 
 import ast
-from dataclasses import fields
 from pathlib import Path
 
+import pytest
 import typer
 import typer.main
 from typer.testing import CliRunner
@@ -82,8 +82,17 @@ def test_set_mode_lists_the_drain_flags_then_its_own_where_they_always_were():
     params = [p.name for p in typer.main.get_command(app).commands["node"].commands["set-mode"].params]
     assert params.index("evict_vms") + 1 == params.index("evict_daemonsets")
     assert params.index("timeout") + 1 == params.index("uncordon")
-    assert set(f.name for f in fields(DrainFlags)) < set(params)
-    assert set(ModeFlags._order) == {f.name for f in fields(ModeFlags)}
+    assert set(DrainFlags.fields()) < set(params)
+    assert set(ModeFlags.fields()) == set(DrainFlags.fields()) | {"evict_daemonsets", "skip_iommu_check",
+                                                                  "skip_release_check", "reverse", "uncordon"}
+
+
+def test_an_order_that_misses_a_field_is_refused():
+    class Short(Waiting):
+        _order = ("wait",)
+
+    with pytest.raises(TypeError, match="timeout"):
+        Short.fields()
 
 
 def _own_parameters() -> dict[str, set[str]]:
@@ -99,7 +108,7 @@ def _own_parameters() -> dict[str, set[str]]:
 
 def test_every_command_takes_a_groups_options_through_the_group():
     """No command declares --server-dry-run, a node drain flag or a vm lifecycle --wait itself: the groups do."""
-    drain = {f.name for f in fields(DrainFlags)} - {"selector"}  # node list has -l too
+    drain = set(DrainFlags.fields()) - {"selector"}  # node list has -l too
     rules = [("", {"server_dry_run"}, "Mutating"), ("node.", drain, "DrainFlags"), ("vm.", {"wait"}, "Waiting")]
     own = _own_parameters()
     assert "node.drain" in own and "vm.start" in own
@@ -107,4 +116,4 @@ def test_every_command_takes_a_groups_options_through_the_group():
         for prefix, members, group in rules:
             if command.startswith(prefix):
                 assert not names & members, f"{command} declares {sorted(names & members)} itself: use {group}"
-    assert {f.name for f in fields(Waiting)} == {"wait", "timeout"}
+    assert set(Waiting.fields()) == {"wait", "timeout"}
