@@ -32,7 +32,8 @@ _IN_TEXT = [(re.compile(r"https?://127\.0\.0\.1:\d+"), "<server>"),
             (re.compile(r"/\S*/pytest-\d+/[^/\s]+\d+/"), "<tmp>/"),
             (re.compile(r"\bin \d+(\.\d+)?s\b"), "in <seconds>s"),
             (re.compile(r"(virt-launcher-[a-z0-9-]+)-[a-z0-9]{5}\b"), r"\1-<hash>")]
-_VOLATILE_KEYS = {"elapsedSeconds", "durationSeconds", "run"}  # seconds a run took; the id of a run (audit Events)
+_VOLATILE_KEYS = {"elapsedSeconds", "durationSeconds", "run",  # seconds a run took; a run's id (audit Events)
+                  "commit", "python"}  # the checkout and the interpreter rblnctl runs from
 
 
 def volatile(value: object, key: str = "") -> object:

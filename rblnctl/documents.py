@@ -1,0 +1,225 @@
+"""Documents: what each result says to programs (`-o json|yaml|jsonpath`, custom-columns, --sort-by), declared once.
+
+One mechanism for the JSON contract (issue 29): a result's document is built either
+
+- by a Shape declared here, its keys in the order docs/output.md lists them, each read from the result by an
+  attribute path (`"ref.namespace"`), a function of the result, or a part: `Of(path, SHAPE)` (a nested object, null
+  when the value is None), `Each(path, SHAPE)` (a list of them), `Said(path)` (library messages, a Remedy spelt
+  for the command running now by the `say` the CLI passes); or
+- generically (`to_data`): a dataclass's fields in camelCase, an object's own `to_dict()`.
+
+Every value is made plain JSON by to_data (tuples as lists, enums as their values). The CLI's tables are derived from
+these documents (rblnctl.cli.output.Column: a column is a path in the document, or a function of it), so a table and
+the JSON cannot disagree. The library owns this module; it imports nothing above constants, and reads results by
+duck typing, so every layer's results can be described here without an import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from rblnctl import constants as C
+
+Say = Callable[[Any], str]
+
+
+def camel(name: str) -> str:
+    """snake_case -> camelCase (`vfio_manager` -> `vfioManager`), as Kubernetes spells JSON keys."""
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def to_data(obj: Any) -> Any:
+    """Plain JSON values: an object's own to_dict() when it has one; dataclass fields in camelCase.
+
+    Only field names are renamed: dictionary keys are data (labels, resource names) and stay as they are.
+    """
+    to_dict = getattr(obj, "to_dict", None)
+    if to_dict is not None and not isinstance(obj, type):
+        return to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {camel(f.name): to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not f.name.startswith("_")}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_data(v) for v in obj]
+    return obj
+
+
+def attr(obj: Any, path: str) -> Any:
+    """`a.b.c` of obj; None as soon as a step is None."""
+    for step in path.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, step)
+    return obj
+
+
+class Part:
+    """A key's value that is more than one attribute (subclasses: Of, Each, Said)."""
+
+    def read(self, obj: Any, say: Say) -> Any:
+        raise NotImplementedError
+
+
+class Shape:
+    """A document (or one object in it): its keys in order, each with where its value comes from."""
+
+    def __init__(self, **keys: str | Callable[[Any], Any] | Part) -> None:
+        self.keys = tuple(keys.items())
+
+    def __call__(self, obj: Any, say: Say = str) -> dict:
+        return {key: _value(getter, obj, say) for key, getter in self.keys}
+
+    def __or__(self, other: Shape) -> Shape:
+        """This shape's keys, then the other's (one document that extends another)."""
+        out = Shape()
+        out.keys = self.keys + other.keys
+        return out
+
+
+def _value(getter: Any, obj: Any, say: Say) -> Any:
+    if isinstance(getter, Part):
+        return getter.read(obj, say)
+    if isinstance(getter, str):
+        return to_data(attr(obj, getter))
+    return to_data(getter(obj))
+
+
+class Of(Part):
+    """A nested object: `shape` of the value at `path` (the object itself for ""), null when that is None."""
+
+    def __init__(self, path: str, shape: Shape) -> None:
+        self.path, self.shape = path, shape
+
+    def read(self, obj: Any, say: Say) -> Any:
+        value = attr(obj, self.path) if self.path else obj
+        return None if value is None else self.shape(value, say)
+
+
+class Each(Part):
+    """A list of objects: `shape` of each item at `path` (an empty list for None)."""
+
+    def __init__(self, path: str | Callable[[Any], Any], shape: Shape) -> None:
+        self.path, self.shape = path, shape
+
+    def read(self, obj: Any, say: Say) -> Any:
+        items = attr(obj, self.path) if isinstance(self.path, str) else self.path(obj)
+        return [self.shape(i, say) for i in items or ()]
+
+
+class Said(Part):
+    """Library messages (warnings that may be a Remedy naming a command): each as the CLI spells it (`say`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self, obj: Any, say: Say) -> Any:
+        return [say(m) for m in attr(obj, self.path) or ()]
+
+
+def body(shape: Shape, say: Say = str, **parts: Any) -> dict:
+    """A document body from several results (`plan=`, `result=`): `shape` over them as one object."""
+    return shape(SimpleNamespace(**parts), say)
+
+
+def _text(value: Any) -> Any:
+    return None if value is None else str(value)
+
+
+# -- shared pieces ---------------------------------------------------------------------------------------------
+
+BLOCKER = Shape(message="message", override="override")
+REF = Shape(namespace="namespace", name="name")  # a VmRef
+OBJECT_REF = Shape(namespace="namespace", name="name", uid="uid")  # an evicted pod
+DEVICE = Shape(name="name", method="method", resource="resource", claim="claim", request="request")  # NpuDevice
+
+# -- vm attach | detach: VmNpuChange ------------------------------------------------------------------------------
+
+CHANGE_PLAN = Shape(
+    action="target.action", method="method", resource="resource", deviceClass="device_class",
+    npusBefore="npus_before", npusAfter="npus_after",
+    devicesBefore=Each("devices_before", DEVICE), devicesAfter=Each("devices_after", DEVICE),
+    added="added", removed="removed", template="template",
+    templateCreate=lambda p: (p.template_create or {}).get("metadata", {}).get("name"),
+    templatesDelete="templates_delete", templatesKept="templates_kept", running="running", node="node",
+    restart="restart", nextRestart="next_restart", runningNpus="running_npus", start="start", patch="patch",
+    noop="noop", warnings=Said("warnings"), blockers=Each("blockers", BLOCKER))
+CHANGE_RESULT = Shape(
+    changed="changed", attempts="attempts", templateCreated="template_created", templatesDeleted="templates_deleted",
+    templatesKept="templates_kept", restarted="restarted", ready="ready", serverDryRun="server_dry_run",
+    leftStopped="left_stopped", startCommand="start_command", notRestarted="not_restarted")
+VM_NPU_CHANGE = Shape(vm=Of("plan.vm", REF), plan=Of("plan", CHANGE_PLAN), result=Of("result", CHANGE_RESULT))
+
+# -- vm list: VmNpuList ------------------------------------------------------------------------------------------
+
+VM_NPU_ITEM = Shape(
+    namespace="ref.namespace", name="ref.name", kind="kind", status="status", node="node", method="method",
+    npus="npus", devices=Each("devices", DEVICE),
+    runningNpus=lambda e: e.holds if e.running_devices is not None else None,
+    restartPending="restart_pending",
+    restartRequired=Of("restart_required", Shape(message="message", since="since")),
+    claims="claims", claimCollisions="collisions")
+VM_NPU_LIST = Shape(namespace="listing.namespace", items=Each("items", VM_NPU_ITEM))
+
+
+def restart_marker(item: dict) -> str | None:
+    """What a VmNpuList item's STATUS adds (rblnctl.vm.listing.VmNpuEntry.restart_marker, from its document)."""
+    if item["restartPending"]:
+        return "RestartPending"
+    return C.VM_RESTART_REQUIRED if item["restartRequired"] is not None else None
+
+
+# -- vm fit: VmFit -----------------------------------------------------------------------------------------------
+
+FIT_NODE = Shape(name="node", mode="mode", eligible="eligible", allocatable="allocatable", allocated="allocated",
+                 free="free", fits="fits", reason="reason", holders="holders", tainted="tainted")
+VM_FIT = Shape(npus="npus", count="count", method="method", resource="kind", fits="fits", ok="ok", never="never",
+               most=lambda f: {"npus": f.most[0], "node": f.most[1]} if f.most else None,
+               nodes=Each("nodes", FIT_NODE), warnings="warnings", notes="notes")
+
+# -- vm start | stop | restart: VmLifecycle -------------------------------------------------------------------------
+
+VM_STATE = Shape(
+    printableStatus="printable_status", runStrategy="run_strategy", ready="ready",
+    vmi=lambda st: None if st.vmi_phase is None else {"uid": st.vmi_uid, "phase": st.vmi_phase or None,
+                                                      "node": st.node, "ready": st.vmi_ready},
+    stateChangeRequests="requests", launchers="launchers",
+    npus=Of("attachment", Shape(wanted="wanted", held="held", launcherPod="launcher", attached="attached",
+                                missing="missing", pendingChange="pending_change")))
+VM_LIFECYCLE = Shape(
+    vm=Of("plan.vm", REF), action="plan.action",
+    plan=Of("plan", Shape(request="send", why="why", noop="noop", wait="wait", warnings=Said("warnings"),
+                          blockers=Each("blockers", BLOCKER))),
+    before=Of("plan.before", VM_STATE),
+    result=Of("result", Shape(request="sent", changed="changed", waited="waited", serverDryRun="server_dry_run",
+                              state=Of("state", VM_STATE), overtaken="overtaken")))
+
+# -- node drain | set-mode: NodeDrain, ModeSwitch (one node, and each item of a pool's list) -----------------------
+
+POD = Shape(namespace="namespace", name="name", uid="uid", action=lambda e: str(e.action), reason="reason",
+            npu="npu", vmi="vmi", blockers=Each("blockers", BLOCKER))
+DRAIN_PLAN = Shape(node="node", scope="scope", cordon="cordon", unschedulable="unschedulable",
+                   pods=Each(lambda p: list(p.evict) + list(p.ignored), POD),
+                   blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))
+NODE_DRAIN = Shape(node="plan.node", plan=Of("plan", DRAIN_PLAN),
+                   result=Of("result", Shape(cordoned="cordoned", evicted=Each("evicted", OBJECT_REF),
+                                             rounds="rounds", serverDryRun="server_dry_run")))
+MODE_PLAN = Shape(
+    node="node", target="target", currentMode="current_mode", fromMode="from_mode", modeLabel="mode_label",
+    noop="noop", resume="resume", converged="converged", unschedulable="unschedulable", started="started",
+    steps=Each("steps", Shape(step=lambda s: str(s.step), detail="detail")), vms="vms",
+    pods=Each(lambda p: [] if p.drain is None else list(p.drain.evict) + list(p.drain.ignored), POD),
+    pending="pending", blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))
+MODE_SWITCH = Shape(
+    node="plan.node", plan=Of("plan", MODE_PLAN),
+    result=Of("result", Shape(previousMode="previous_mode", mode="mode", changed="changed", resumed="resumed",
+                              cordoned="cordoned", uncordoned="uncordoned", evicted=Each("evicted", OBJECT_REF),
+                              serverDryRun="server_dry_run", elapsedSeconds=lambda r: round(r.elapsed_s, 3))))
