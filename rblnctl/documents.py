@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from rblnctl import constants as C
+from rblnctl.errors import one_line
 
 Say = Callable[[Any], str]
 
@@ -130,10 +131,6 @@ def body(shape: Shape, say: Say = str, **parts: Any) -> dict:
     return shape(SimpleNamespace(**parts), say)
 
 
-def _text(value: Any) -> Any:
-    return None if value is None else str(value)
-
-
 # -- shared pieces ---------------------------------------------------------------------------------------------
 
 BLOCKER = Shape(message="message", override="override")
@@ -209,17 +206,63 @@ POD = Shape(namespace="namespace", name="name", uid="uid", action=lambda e: str(
 DRAIN_PLAN = Shape(node="node", scope="scope", cordon="cordon", unschedulable="unschedulable",
                    pods=Each(lambda p: list(p.evict) + list(p.ignored), POD),
                    blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))
-NODE_DRAIN = Shape(node="plan.node", plan=Of("plan", DRAIN_PLAN),
-                   result=Of("result", Shape(cordoned="cordoned", evicted=Each("evicted", OBJECT_REF),
-                                             rounds="rounds", serverDryRun="server_dry_run")))
+DRAIN_RESULT = Shape(cordoned="cordoned", evicted=Each("evicted", OBJECT_REF), rounds="rounds",
+                     serverDryRun="server_dry_run")
+NODE_DRAIN = Shape(node="plan.node", plan=Of("plan", DRAIN_PLAN), result=Of("result", DRAIN_RESULT))
 MODE_PLAN = Shape(
     node="node", target="target", currentMode="current_mode", fromMode="from_mode", modeLabel="mode_label",
     noop="noop", resume="resume", converged="converged", unschedulable="unschedulable", started="started",
     steps=Each("steps", Shape(step=lambda s: str(s.step), detail="detail")), vms="vms",
     pods=Each(lambda p: [] if p.drain is None else list(p.drain.evict) + list(p.drain.ignored), POD),
     pending="pending", blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))
-MODE_SWITCH = Shape(
-    node="plan.node", plan=Of("plan", MODE_PLAN),
-    result=Of("result", Shape(previousMode="previous_mode", mode="mode", changed="changed", resumed="resumed",
-                              cordoned="cordoned", uncordoned="uncordoned", evicted=Each("evicted", OBJECT_REF),
-                              serverDryRun="server_dry_run", elapsedSeconds=lambda r: round(r.elapsed_s, 3))))
+MODE_RESULT = Shape(previousMode="previous_mode", mode="mode", changed="changed", resumed="resumed",
+                    cordoned="cordoned", uncordoned="uncordoned", evicted=Each("evicted", OBJECT_REF),
+                    serverDryRun="server_dry_run", elapsedSeconds=lambda r: round(r.elapsed_s, 3))
+MODE_SWITCH = Shape(node="plan.node", plan=Of("plan", MODE_PLAN), result=Of("result", MODE_RESULT))
+
+# -- node set-mode | drain over a pool: ModeSwitchList, NodeDrainList ---------------------------------------------
+
+
+def versioned(kind: str, shape: Shape) -> Shape:
+    """A whole document: apiVersion and kind first, then the shape's keys (document() for a shape in a list)."""
+    return Shape(apiVersion=lambda _: C.OUTPUT_API_VERSION, kind=lambda _: kind) | shape
+
+
+def _pool_items(x: Any) -> list[SimpleNamespace]:
+    """One item per node of a pool: its plan (None: it could not be planned), result, outcome and error."""
+    done = {i.node: i for i in x.result.items} if x.result is not None else {}
+    out = []
+    for node in x.plan.nodes:
+        item = done.get(node)
+        plan = item.plan if item is not None and item.plan is not None else x.plan.plans.get(node)
+        result = item.result if item is not None and plan is not None else None
+        error = item.error if item is not None else x.plan.errors.get(node)
+        out.append(SimpleNamespace(node=node, plan=plan, result=result, item=item, error=error))
+    return out
+
+
+# an item's outcome (`item`: the pool's ItemOutcome, None before it ran; `error`: what stopped the node)
+POOL_OUTCOME = Shape(outcome=lambda x: None if x.item is None else str(x.item.outcome),
+                     error=lambda x: None if x.error is None else one_line(x.error),
+                     durationSeconds="item.duration_s", evicted=Each("item.evicted", OBJECT_REF))
+
+
+def pool_list(operation: str) -> Shape:
+    """The body of a ModeSwitchList (operation set-mode) or NodeDrainList: the pool's settings, then per node a
+    ModeSwitch or NodeDrain document (plan and result null for a node that could not be planned) and its outcome."""
+    kind, plan, result = ("ModeSwitch", MODE_PLAN, MODE_RESULT) if operation == "set-mode" else \
+        ("NodeDrain", DRAIN_PLAN, DRAIN_RESULT)
+    item = versioned(kind, Shape(node="node", plan=Of("plan", plan), result=Of("result", result)) | POOL_OUTCOME)
+    return Shape(selector="plan.selector", maxUnavailable="plan.max_unavailable",
+                 continueOnError="plan.continue_on_error", warnings=Said("plan.pool_warnings")) \
+        | (Shape(target="plan.target") if operation == "set-mode" else Shape()) | Shape(items=Each(_pool_items, item))
+
+
+# -- node history: NodeHistory --------------------------------------------------------------------------------------
+
+HISTORY_RECORD = Shape(target="target", **{"from": lambda r: r.from_mode or None}, started="started",
+                       step=lambda r: str(r.step), cordonedByRblnctl="cordoned_by_rblnctl", by="by")
+HISTORY_ENTRY = Shape(run="run", action="action", user="user", started="started", finished="finished",
+                      **{"from": "from_mode"}, to="to_mode", result="result", message="message", source="source")
+NODE_HISTORY = Shape(node="node", nodeExists="node_exists", eventsRead="events_read",
+                     record=Of("record", HISTORY_RECORD), items=Each("entries", HISTORY_ENTRY))

@@ -233,36 +233,11 @@ class PoolProgress:
 # -- views -----------------------------------------------------------------------------------------------
 
 
-def _item_document(plan: Any, node: str, item: Any) -> dict:
-    from rblnctl.cli.node_documents import drain_document, mode_switch_document, ref_document
-    from rblnctl.cli.output import document
-
-    node_plan = item.plan if item is not None and item.plan is not None else plan.plans.get(node)
-    result = item.result if item is not None else None
-    kind = "ModeSwitch" if plan.operation == "set-mode" else "NodeDrain"
-    if node_plan is None:
-        body: dict = {"node": node, "plan": None, "result": None}
-    elif plan.operation == "set-mode":
-        body = mode_switch_document(node_plan, result)
-    else:
-        body = drain_document(node_plan, result)
-    error = item.error if item is not None else plan.errors.get(node)
-    body["outcome"] = None if item is None else str(item.outcome)
-    body["error"] = None if error is None else one_line(error)
-    body["durationSeconds"] = None if item is None else item.duration_s
-    body["evicted"] = [] if item is None else [ref_document(r) for r in item.evicted]
-    return document(kind, body)
-
-
 def pool_document(plan: Any, result: Any = None) -> dict:
     """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
-    items = {i.node: i for i in result.items} if result is not None else {}
-    body: dict = {"selector": plan.selector, "maxUnavailable": plan.max_unavailable,
-                  "continueOnError": plan.continue_on_error, "warnings": [spell(w) for w in plan.pool_warnings]}
-    if plan.operation == "set-mode":
-        body["target"] = plan.target
-    body["items"] = [_item_document(plan, n, items.get(n)) for n in plan.nodes]
-    return body
+    from rblnctl.documents import body, pool_list
+
+    return body(pool_list(plan.operation), spell, plan=plan, result=result)
 
 
 def _list_kind(plan: Any) -> str:
