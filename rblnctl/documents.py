@@ -95,13 +95,13 @@ def _value(getter: Any, obj: Any, say: Say) -> Any:
 
 
 class Of(Part):
-    """A nested object: `shape` of the value at `path` (the object itself for ""), null when that is None."""
+    """A nested object: `shape` of the value at `path` (or a function's), null when that is None."""
 
-    def __init__(self, path: str, shape: Shape) -> None:
+    def __init__(self, path: str | Callable[[Any], Any], shape: Shape) -> None:
         self.path, self.shape = path, shape
 
     def read(self, obj: Any, say: Say) -> Any:
-        value = attr(obj, self.path) if self.path else obj
+        value = attr(obj, self.path) if isinstance(self.path, str) else self.path(obj)
         return None if value is None else self.shape(value, say)
 
 
@@ -266,3 +266,64 @@ HISTORY_ENTRY = Shape(run="run", action="action", user="user", started="started"
                       **{"from": "from_mode"}, to="to_mode", result="result", message="message", source="source")
 NODE_HISTORY = Shape(node="node", nodeExists="node_exists", eventsRead="events_read",
                      record=Of("record", HISTORY_RECORD), items=Each("entries", HISTORY_ENTRY))
+
+# -- node list, status, policy show: NpuNodeList, ClusterStatus, ClusterPolicy -------------------------------------
+
+
+def unfinished_switch(n: Any) -> Any:
+    """The unfinished mode switch recorded on NPU node `n` (rblnctl.node.record.SwitchRecord), or None."""
+    from rblnctl.node.record import parse_record
+
+    try:
+        return parse_record(getattr(n, "switch_record", None))
+    except ValueError:
+        return None
+
+
+def _uses(n: Any) -> list[SimpleNamespace]:
+    """A node's NPU resources, each with whether the node's allocations could be counted."""
+    c = n.capacity
+    return [] if c is None else [SimpleNamespace(u=u, known=c.known) for u in c.resources]
+
+
+NPU_USE = Shape(name="u.name", dra="u.dra", allocatable="u.allocatable",
+                allocated=lambda x: x.u.allocated if x.known else None, free=lambda x: x.u.free if x.known else None,
+                holders="u.holders", tainted=Each("u.tainted", Shape(device="device", taint="taint")))
+INIT_HOLD = Shape(namespace="namespace", pod="pod", component="component", initContainer="container", state="state",
+                  startedAt="started", status="status", restarts="restarts", stuck="stuck", waitsFor="waits_for",
+                  lastLogLine="log")  # rblnctl.operator.components.InitHold
+SWITCH = Shape(**{"from": lambda r: r.from_mode or None}, to="target", step=lambda r: str(r.step),
+               started="started", user="by")  # as node history names the parts of a SwitchRecord
+NPU_NODE = Shape(
+    name="name", mode="mode", modeLabel="mode_label", modeLabelValid="mode_label_valid", ready="ready",
+    schedulable="schedulable", deploySkip="deploy_skip", components="components", pausedComponents="paused",
+    resources="resources", product="product", npuCount="count", npuAllocatable="capacity.allocatable",
+    npuAllocated="capacity.allocated", npuFree="capacity.free", npuResources=Each(_uses, NPU_USE), family="family",
+    labels="labels", initHeld=Each("holds", INIT_HOLD), switch=Of(unfinished_switch, SWITCH))
+NPU_NODE_LIST = Shape(items=Each("nodes", NPU_NODE))
+
+# a policy with the operator `release` it runs under: vmMethod counts only a VM allocator that release makes serve
+# VMs (rblnctl.operator.release); without one, the policy's own say
+POLICY = Shape(name="p.name", workloadType="p.workload_type", vmMethod=lambda x: x.p.vm_method_on(x.release),
+               enabled=lambda x: {k: bool(v) for k, v in x.p.enabled.items()}, state="p.state")
+
+
+def with_release(p: Any, release: Any = None) -> SimpleNamespace | None:
+    """A policy (None: none) and the release POLICY reads it under."""
+    return None if p is None else SimpleNamespace(p=p, release=release)
+
+
+CLUSTER_STATUS = Shape(
+    kubernetesVersion="server_version", operatorNamespace="operator_namespace",
+    policy=Of(lambda st: with_release(st.policy, st.release), POLICY),
+    kubevirt=Each("kubevirt", Shape(name="name", namespace="namespace", phase="phase", version="version",
+                                    featureGates="feature_gates", disabledFeatureGates="disabled_feature_gates")),
+    modes="modes", nodes=Each("nodes", NPU_NODE), npuVms="npu_vms", notes="notes")
+CLUSTER_POLICY = Shape(
+    crdInstalled="crd_installed", operatorNamespace="namespace", active=Of(lambda r: with_release(r.active), POLICY),
+    problems=lambda r: r.active.admission_problems() if r.active else [],
+    components=Each("components", Shape(
+        component="component", policyKey="key", enabled="enabled", state="state", ready="ready",
+        daemonSets=Each("daemonsets", Shape(namespace="namespace", name="name", desired="desired", ready="ready",
+                                            unavailable="unavailable", allReady="ready_all")))),
+    ignored=Each(lambda r: [with_release(p) for p in r.ignored], POLICY), nodeModes="modes", notes="notes")

@@ -103,14 +103,18 @@ def list_nodes(
 
 
 def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
+    from types import SimpleNamespace
+
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table, switch_notes
+    from rblnctl.cli.render import capacity_notes, hold_notes, npu_nodes_table, switch_notes
     from rblnctl.clock import SYSTEM_CLOCK
     from rblnctl.cli.output import sort_by as sorted_by
+    from rblnctl.documents import NPU_NODE, NPU_NODE_LIST
 
-    nodes = sorted_by(nodes, sort_by, node_document)
-    return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
-                tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
+    nodes = sorted_by(nodes, sort_by, NPU_NODE)
+    doc = NPU_NODE_LIST(SimpleNamespace(nodes=nodes))
+    return View(kind="NpuNodeList", body=doc,
+                tables=[npu_nodes_table(doc["items"], show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],
                 notes=switch_notes(nodes) + capacity_notes(nodes) + hold_notes(nodes, now=SYSTEM_CLOCK.now()) if nodes
                 else [

@@ -44,25 +44,10 @@ def _flag(value: bool) -> str:
 
 def _show_view(rep: Any) -> Any:
     """The policy (kind ClusterPolicy): the active one, its method and components, the ignored ones."""
-    from rblnctl.cli.output import Cell, Column, Table, View, joined
+    from rblnctl.cli.output import Cell, Column, Table, View, joined, rows
+    from rblnctl.documents import CLUSTER_POLICY
 
-    from rblnctl.cli.render import policy_document
-
-    def body() -> dict:
-        return {
-            "crdInstalled": rep.crd_installed,
-            "operatorNamespace": rep.namespace,
-            "active": policy_document(rep.active),
-            "problems": rep.active.admission_problems() if rep.active else [],
-            "components": [{"component": c.component, "policyKey": c.key, "enabled": c.enabled, "state": c.state,
-                            "ready": c.ready,
-                            "daemonSets": [{"namespace": d.namespace, "name": d.name, "desired": d.desired,
-                                            "ready": d.ready, "unavailable": d.unavailable, "allReady": d.ready_all}
-                                           for d in c.daemonsets]} for c in rep.components],
-            "ignored": [policy_document(p) for p in rep.ignored],
-            "nodeModes": dict(rep.modes),
-            "notes": list(rep.notes),
-        }
+    doc = CLUSTER_POLICY(rep)
 
     p = rep.active
     head = []
@@ -74,23 +59,21 @@ def _show_view(rep: Any) -> Any:
                 f"NPU nodes:   {', '.join(f'{m}={n}' for m, n in rep.modes.items()) or 'none'}"]
         head += [f"Problem:     {x}" for x in p.admission_problems()]
     tables = []
-    if rep.components:
+    if doc["components"]:
         t = Table("COMPONENT", "ENABLED", "DAEMONSET", "READY", "STATE", Column("POLICY-KEY", wide=True))
-        for c in rep.components:
-            ds = c.daemonsets
-            ready = joined(f"{d.ready}/{d.desired}" for d in ds)
-            ok = all(d.ready_all for d in ds) if ds else None
-            style = "" if not c.enabled else "green" if ok else "yellow"
-            t.add_row(c.component, "yes" if c.enabled else "no", joined(d.name for d in ds),
-                      Cell(ready, style), c.state or "<none>", c.key or "<always>")
+        for c in doc["components"]:
+            ds = c["daemonSets"]
+            ready = joined(f"{d['ready']}/{d['desired']}" for d in ds)
+            ok = all(d["allReady"] for d in ds) if ds else None
+            style = "" if not c["enabled"] else "green" if ok else "yellow"
+            t.add_row(c["component"], "yes" if c["enabled"] else "no", joined(d["name"] for d in ds),
+                      Cell(ready, style), c["state"] or "<none>", c["policyKey"] or "<always>")
         tables.append(t)
-    if rep.ignored:
-        t = Table("IGNORED POLICY", "STATE", "VM-METHOD")
-        for q in rep.ignored:
-            t.add_row(q.name, q.state or "<none>", q.vm_method or "<none>")
-        tables.append(t)
+    if doc["ignored"]:
+        tables.append(rows(doc["ignored"], Column("IGNORED POLICY", value="name"), Column("STATE"),
+                           Column("VM-METHOD", value="vmMethod")))
     names = [f"rblnclusterpolicy.rebellions.ai/{q.name}" for q in ([p] if p else []) + list(rep.ignored)]
-    return View(kind="ClusterPolicy", body=body, preamble=head, tables=tables,
+    return View(kind="ClusterPolicy", body=doc, preamble=head, tables=tables,
                 notes=[f"note: {n}" for n in rep.notes], names=names)
 
 
