@@ -327,3 +327,23 @@ CLUSTER_POLICY = Shape(
         daemonSets=Each("daemonsets", Shape(namespace="namespace", name="name", desired="desired", ready="ready",
                                             unavailable="unavailable", allReady="ready_all")))),
     ignored=Each(lambda r: [with_release(p) for p in r.ignored], POLICY), nodeModes="modes", notes="notes")
+
+# -- policy set-method: MethodChange -----------------------------------------------------------------------------
+
+METHOD_PLAN = Shape(
+    **{"from": "current"}, to="target", switchesBefore="edit.before", switchesAfter="edit.after",
+    patch=lambda p: p.edit.patch or None,
+    prerequisites=Each("prerequisites", Shape(name="name", ok="ok", detail="detail")),
+    vmsHoldingNpus=Each("holders", Shape(namespace="namespace", name="name", holds="holds")),
+    vmPassthroughNodes="vm_nodes", deviceClass="device_class", convertVms="convert",
+    conversions=Each("conversions", Shape(namespace="vm.namespace", name="vm.name", npus="npus", devices="devices")),
+    noop="noop",
+    admissionRules=Of("rules", Shape(source="source", assumed="assumed", rules="ids", unknown="unknown")),
+    blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))
+METHOD_RESULT = Shape(
+    changed="changed", attempts="attempts", waited="waited", converged="converged", converted="converted",
+    conversions=Each("conversions", Shape(namespace=lambda o: o.name.split("/", 1)[0],
+                                          name=lambda o: o.name.split("/", 1)[1], state="state",
+                                          reason=lambda o: o.reason or None)),
+    elapsedSeconds="elapsed_s", serverDryRun="server_dry_run")
+METHOD_CHANGE = Shape(policy="plan.policy", plan=Of("plan", METHOD_PLAN), result=Of("result", METHOD_RESULT))
