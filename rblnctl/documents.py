@@ -86,6 +86,17 @@ class Shape:
         return out
 
 
+class Fields(Shape):
+    """The generic document of a dataclass (to_data: its fields in camelCase, in their order), with some keys read
+    otherwise (`warnings=Said("warnings")`): for a result whose fields are its contract, declared once."""
+
+    def __call__(self, obj: Any, say: Say = str) -> dict:
+        doc = to_data(obj)
+        for key, getter in self.keys:
+            doc[key] = _value(getter, obj, say)
+        return doc
+
+
 def _value(getter: Any, obj: Any, say: Say) -> Any:
     if isinstance(getter, Part):
         return getter.read(obj, say)
@@ -347,3 +358,32 @@ METHOD_RESULT = Shape(
                                           reason=lambda o: o.reason or None)),
     elapsedSeconds="elapsed_s", serverDryRun="server_dry_run")
 METHOD_CHANGE = Shape(policy="plan.policy", plan=Of("plan", METHOD_PLAN), result=Of("result", METHOD_RESULT))
+
+# -- kubevirt status | enable-gates | disable-gates | permit-devices | migrate-resources ---------------------------
+
+KUBEVIRT_STATUS = Fields()  # rblnctl.kubevirt.status.KubeVirtStatus, field by field (notes spelt by the CLI before)
+KUBEVIRT_EDIT = Shape(  # KubeVirtGateChange, KubeVirtDeviceChange: the GatePlan or DevicePlan field by field
+    kubevirt=Of("plan", Shape(name="name", namespace="namespace")), plan=Of("plan", Fields(warnings=Said("warnings"))),
+    result=Of("result", Shape(changed="changed", attempts="attempts", serverDryRun="server_dry_run")))
+
+FIELD_CHANGE = Shape(field="field", old="old", new="new", detail=lambda c: c.detail or None, kept="kept")
+MIGRATION_PLAN = Shape(
+    given="given",
+    renames=Each("renames", Shape(old="old", new="new", source=lambda r: str(r.source), evidence="evidence",
+                                  stillAdvertisedBy="still_advertised")),
+    kubevirtChanges=Each("kubevirt.changes", FIELD_CHANGE), kubevirtPatch="kubevirt.patch",
+    virtualMachines=Each("vms", Shape(namespace="namespace", name="name", running="running",
+                                      changes=Each("changes", FIELD_CHANGE), patch="patch")),
+    instances=Each("instances", Shape(namespace="namespace", name="name", node="node", names="names",
+                                      virtualMachine="vm")),
+    unmapped=Each("unmapped", Shape(name="name", reason="reason", users="users")),
+    advertised="advertised", scannedVirtualMachines="scanned_vms", scannedInstances="scanned_instances",
+    noop="noop", blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))
+MIGRATION_RESULT = Shape(
+    kubevirtChanged="kubevirt_changed", changed="changed", gone="gone", restartNeeded="restart_needed",
+    retries="retries", serverDryRun="server_dry_run",
+    objects=Each("outcomes", Shape(kind="kind", namespace=lambda x: x.name.split("/", 1)[0],
+                                   name=lambda x: x.name.split("/", 1)[1], state="state",
+                                   reason=lambda x: x.reason or None)))
+RESOURCE_MIGRATION = Shape(kubevirt=Of("plan.kubevirt", Shape(name="name", namespace="namespace")),
+                           plan=Of("plan", MIGRATION_PLAN), result=Of("result", MIGRATION_RESULT))
