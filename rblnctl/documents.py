@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +40,10 @@ def to_data(obj: Any) -> Any:
 
     Only field names are renamed: dictionary keys are data (labels, resource names) and stay as they are.
     """
+    if obj is None or type(obj) in _PLAIN:  # most values: one test (a 1,000-node preflight has 35,000 of them)
+        return obj
+    if isinstance(obj, enum.Enum):
+        return obj.value
     to_dict = getattr(obj, "to_dict", None)
     if to_dict is not None and not isinstance(obj, type):
         return to_dict()
@@ -52,6 +57,9 @@ def to_data(obj: Any) -> Any:
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [to_data(v) for v in obj]
     return obj
+
+
+_PLAIN = (str, int, float, bool)
 
 
 def attr(obj: Any, path: str) -> Any:
@@ -75,15 +83,30 @@ class Shape:
 
     def __init__(self, **keys: str | Callable[[Any], Any] | Part) -> None:
         self.keys = tuple(keys.items())
+        self._read = tuple((key, _reader(getter)) for key, getter in self.keys)
 
     def __call__(self, obj: Any, say: Say = str) -> dict:
-        return {key: _value(getter, obj, say) for key, getter in self.keys}
+        return {key: read(obj, say) for key, read in self._read}
 
     def __or__(self, other: Shape) -> Shape:
         """This shape's keys, then the other's (one document that extends another)."""
-        out = Shape()
-        out.keys = self.keys + other.keys
-        return out
+        return Shape(**dict(self.keys + other.keys))
+
+
+def _reader(getter: Any) -> Callable[[Any, Say], Any]:
+    """How one key is read, decided once per Shape (a 1,000-node preflight reads 35,000 values)."""
+    if isinstance(getter, Part):
+        return getter.read
+    if isinstance(getter, str):
+        get = operator.attrgetter(getter) if "." not in getter else lambda obj: attr(obj, getter)
+    else:
+        get = getter
+
+    def read(obj: Any, say: Say) -> Any:
+        value = get(obj)
+        return value if value is None or type(value) in _PLAIN else to_data(value)
+
+    return read
 
 
 class Fields(Shape):
@@ -92,17 +115,9 @@ class Fields(Shape):
 
     def __call__(self, obj: Any, say: Say = str) -> dict:
         doc = to_data(obj)
-        for key, getter in self.keys:
-            doc[key] = _value(getter, obj, say)
+        for key, read in self._read:
+            doc[key] = read(obj, say)
         return doc
-
-
-def _value(getter: Any, obj: Any, say: Say) -> Any:
-    if isinstance(getter, Part):
-        return getter.read(obj, say)
-    if isinstance(getter, str):
-        return to_data(attr(obj, getter))
-    return to_data(getter(obj))
 
 
 class Of(Part):
@@ -387,3 +402,32 @@ MIGRATION_RESULT = Shape(
                                    reason=lambda x: x.reason or None)))
 RESOURCE_MIGRATION = Shape(kubevirt=Of("plan.kubevirt", Shape(name="name", namespace="namespace")),
                            plan=Of("plan", MIGRATION_PLAN), result=Of("result", MIGRATION_RESULT))
+
+# -- vfio status | bind | unbind | recover: VfioStatus, VfioChange -------------------------------------------------
+
+VFIO_DEVICE = Shape(
+    bdf="bdf", ids="ids", model="model", function="function", driver="driver", driverOverride="driver_override",
+    iommuGroup="iommu_group",
+    groupMembers=Each("group_members", Shape(bdf="bdf", ids="ids", driver="driver", bridge="bridge",
+                                             blocksGroup="blocks_group")),
+    numaNode="numa_node", vfioDevice="vfio_device", vfioDevicePresent="vfio_device_present",
+    holders=Each("holders", Shape(pid="pid", command="command", path="path")))
+VFIO_STATUS = Shape(searched="searched", warnings="warnings", devices=Each("devices", VFIO_DEVICE))  # VfioStatus
+VFIO_CHANGE = Shape(operation=lambda x: str(x.operation), devices=Each("results", Shape(
+    bdf="bdf", action=lambda r: str(r.action), fromDriver="from_driver", toDriver="to_driver",
+    status=lambda r: str(r.status), message="message")))
+
+# -- preflight: PreflightReport ----------------------------------------------------------------------------------
+
+CHECK_RESULT = Shape(id="id", title="title", scope="scope", status="status", evidence="evidence", remedy="remedy",
+                     remedyCommand="remedy_command")
+PREFLIGHT_SUMMARY = Shape(total="total", passed="passed", warned="warned", failed="failed", skipped="skipped",
+                          method="method", strict="strict", ok="ok")
+PREFLIGHT_REPORT = Shape(target="target", method="method", methodNote="method_note",
+                         checks=Each("checks", CHECK_RESULT), summary=Of("summary", PREFLIGHT_SUMMARY), nodes="nodes")
+
+# -- version: Version ----------------------------------------------------------------------------------------------
+
+VERSION = Shape(client=Of("me", Shape(version="version", commit="commit", python="python")),
+                server=lambda x: None if x.components is None else {
+                    c.name: {"version": c.version, "source": c.source, "note": c.note} for c in x.components})

@@ -42,11 +42,9 @@ def version(
 
 def _view(me: Any, components: list | None) -> Any:
     from rblnctl.cli.output import View
+    from rblnctl.documents import VERSION, body
 
-    def body() -> dict:
-        return {"client": {"version": me.version, "commit": me.commit, "python": me.python},
-                "server": None if components is None else {
-                    c.name: {"version": c.version, "source": c.source, "note": c.note} for c in components}}
+    doc = body(VERSION, me=me, components=components)
 
     commit = f" (commit {me.commit})" if me.commit else ""
     lines = [f"Client Version: {me.version}{commit}"]
@@ -58,7 +56,7 @@ def _view(me: Any, components: list | None) -> Any:
         else:
             shown = f"<unknown: {c.note}>"
         lines.append(f"{LABELS.get(c.name, c.name)} Version: {shown}")
-    return View(kind="Version", body=body, preamble=lines)
+    return View(kind="Version", body=doc, preamble=lines)
 
 
 def register(app: typer.Typer) -> None:
