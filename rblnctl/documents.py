@@ -152,6 +152,30 @@ class Said(Part):
         return [say(m) for m in attr(obj, self.path) or ()]
 
 
+class Spelt(Part):
+    """One library message (a Remedy, or None: null), as the CLI spells it (`say`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self, obj: Any, say: Say) -> Any:
+        value = attr(obj, self.path)
+        return None if value is None else say(value)
+
+
+class Argv(Part):
+    """A Remedy's command as the argv to run (`say.argv`, the CLI's spelling of it); null without a command, for
+    another program's (kubectl, helm: their words say it), or when the caller spells no commands."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self, obj: Any, say: Say) -> Any:
+        command = attr(obj, self.path)
+        argv = getattr(say, "argv", None)
+        return None if command is None or command.program is not None or argv is None else argv(command)
+
+
 def body(shape: Shape, say: Say = str, **parts: Any) -> dict:
     """A document body from several results (`plan=`, `result=`): `shape` over them as one object."""
     return shape(SimpleNamespace(**parts), say)
@@ -431,3 +455,11 @@ PREFLIGHT_REPORT = Shape(target="target", method="method", methodNote="method_no
 VERSION = Shape(client=Of("me", Shape(version="version", commit="commit", python="python")),
                 server=lambda x: None if x.components is None else {
                     c.name: {"version": c.version, "source": c.source, "note": c.note} for c in x.components})
+
+# -- vm diagnose: VmDiagnosis --------------------------------------------------------------------------------------
+
+DIAGNOSIS_LINK = Shape(name="name", title="title", status="status", failure="failure", evidence="evidence",
+                       remedy=Spelt("remedy"), remedyCommand=Argv("remedy.command"))
+VM_DIAGNOSIS = Shape(vm=Of("vm", REF), method="method", npus="npus", ok="ok",
+                     broken=lambda d: d.broken.name.value if d.broken else None,
+                     links=Each("links", DIAGNOSIS_LINK), warnings=Said("warnings"))

@@ -607,42 +607,30 @@ def list_vms(
 # -- diagnose -------------------------------------------------------------------------------------------------
 
 
+_LINK_COLUMNS = (Column("LINK", value="name"),
+                 Column("STATUS", value=lambda link: Cell(link["status"], "green" if link["status"] == "PASS"
+                                                          else "red")),
+                 Column("EVIDENCE", value=lambda link: "; ".join(link["evidence"])))
+
+
 def _diagnosis_view(d: Any, ctx: Any) -> Any:
-    import shlex
+    from rblnctl.cli.output import View, rows
+    from rblnctl.cli.rerun import Voice
+    from rblnctl.documents import VM_DIAGNOSIS
 
-    from rblnctl.cli.output import Cell, Table, View
-    from rblnctl.cli.rerun import remedy_text, render
-    from rblnctl.remedy import Remedy
-
-    t = Table("LINK", "STATUS", "EVIDENCE")
-    for link in d.links:
-        t.add_row(link.name.value, Cell(link.status.value, "green" if link.ok else "red"), link.message)
-    head = [f"VM {d.vm}: " + ("not found" if not d.found else f"{d.npus} NPU(s) through {d.method}" if d.npus
-                              else "no NPU requested")]
-    broken = d.broken
+    doc = VM_DIAGNOSIS(d, Voice(ctx))
+    head = [f"VM {d.vm}: " + ("not found" if not d.found else f"{doc['npus']} NPU(s) through {doc['method']}"
+                              if doc["npus"] else "no NPU requested")]
+    broken = next((link for link in doc["links"] if link["name"] == doc["broken"]), None)
     if broken is None:
         tail = ["every link holds: the VM has its NPUs"]
     else:
-        tail = [f"broken link: {broken.name.value} ({broken.failure})"]
-        if broken.remedy is not None:
-            tail.append(f"remedy: {remedy_text(ctx, broken.remedy)}")
-
-    def body() -> dict:
-        return {"vm": {"namespace": d.vm.namespace, "name": d.vm.name}, "method": d.method, "npus": d.npus,
-                "ok": d.ok, "broken": broken.name.value if broken else None,
-                "links": [{"name": link.name.value, "title": link.title, "status": link.status.value,
-                           "failure": link.failure,
-                           "evidence": list(link.evidence),
-                           "remedy": remedy_text(ctx, link.remedy) if link.remedy else None,
-                           "remedyCommand": shlex.split(render(ctx, link.remedy.command))
-                           if link.remedy and link.remedy.command and link.remedy.command.program is None
-                           else None} for link in d.links],
-                "warnings": warnings}
-
-    warnings = [remedy_text(ctx, w) if isinstance(w, Remedy) else str(w) for w in d.warnings]
-
-    return View(kind="VmDiagnosis", body=body, preamble=head, tables=[t], epilogue=tail,
-                notes=[f"warning: {w}" for w in warnings], names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
+        tail = [f"broken link: {broken['name']} ({broken['failure']})"]
+        if broken["remedy"] is not None:
+            tail.append(f"remedy: {broken['remedy']}")
+    return View(kind="VmDiagnosis", body=doc, preamble=head, tables=[rows(doc["links"], *_LINK_COLUMNS)],
+                epilogue=tail, notes=[f"warning: {w}" for w in doc["warnings"]],
+                names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
 
 
 @app.command("diagnose", short_help="Say why a VM has no NPU.", epilog=DIAGNOSE_EXAMPLES)
