@@ -64,3 +64,27 @@ def test_a_derived_table_shows_what_the_documents_say():
     t = rows(docs, Column("NAME"), Column("VALUE", value="inner.value"),
              Column("COUNT", value=lambda d: str(d["count"] * 10)))
     assert t.render() == "NAME     VALUE    COUNT\na        1        0\n<none>   <none>   10\n"
+
+
+def test_the_cli_declares_no_document_of_its_own():
+    """Issue 29: every document's keys are declared in rblnctl/documents.py. A dict literal with camelCase keys in
+    rblnctl/cli/ is a document built by hand (a second place the JSON contract would live), unless it is a
+    Kubernetes object (apiVersion/kind: `rbac`, `vm manifest`, the versioned wrapper) or version's table labels."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import rblnctl
+
+    camel = re.compile(r"^[a-z]+[A-Z][A-Za-z]*$")
+    found = []
+    for path in sorted((Path(rblnctl.__file__).parent / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Dict):
+                continue
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            if "apiVersion" in keys or (path.name == "version.py" and "draDriver" in keys):
+                continue
+            if len(keys) >= 2 and any(camel.match(k) for k in keys):
+                found.append(f"{path.name}:{node.lineno} {keys[:4]}")
+    assert found == []
