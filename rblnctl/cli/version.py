@@ -45,17 +45,17 @@ def _view(me: Any, components: list | None) -> Any:
     from rblnctl.documents import VERSION, body
 
     doc = body(VERSION, me=me, components=components)
-
-    commit = f" (commit {me.commit})" if me.commit else ""
-    lines = [f"Client Version: {me.version}{commit}"]
-    for c in components or []:
-        if c.version:
-            shown = c.version
-        elif (c.note or "").startswith("not installed"):
+    client = doc["client"]
+    commit = f" (commit {client['commit']})" if client["commit"] else ""
+    lines = [f"Client Version: {client['version']}{commit}"]
+    for name, c in (doc["server"] or {}).items():
+        if c["version"]:
+            shown = c["version"]
+        elif (c["note"] or "").startswith("not installed"):
             shown = "<not installed>"
         else:
-            shown = f"<unknown: {c.note}>"
-        lines.append(f"{LABELS.get(c.name, c.name)} Version: {shown}")
+            shown = f"<unknown: {c['note']}>"
+        lines.append(f"{LABELS.get(name, name)} Version: {shown}")
     return View(kind="Version", body=doc, preamble=lines)
 
 
