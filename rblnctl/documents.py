@@ -273,6 +273,15 @@ MODE_SWITCH = Shape(node="plan.node", plan=Of("plan", MODE_PLAN), result=Of("res
 # -- node set-mode | drain over a pool: ModeSwitchList, NodeDrainList ---------------------------------------------
 
 
+def document(kind: str, body: Any) -> dict:
+    """A versioned document: apiVersion and kind first, then the body's fields (a Shape's dict, or any result
+    to_data makes a mapping of)."""
+    data = to_data(body)
+    if not isinstance(data, dict):
+        raise TypeError(f"a {kind} document needs a mapping body, not {type(data).__name__}")
+    return {"apiVersion": C.OUTPUT_API_VERSION, "kind": kind, **data}
+
+
 def versioned(kind: str, shape: Shape) -> Shape:
     """A whole document: apiVersion and kind first, then the shape's keys (document() for a shape in a list)."""
     return Shape(apiVersion=lambda _: C.OUTPUT_API_VERSION, kind=lambda _: kind) | shape

@@ -26,8 +26,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rblnctl.constants import OUTPUT_API_VERSION
-from rblnctl.documents import camel, to_data  # noqa: F401 (the library owns the JSON contract; re-exported)
+from rblnctl.documents import camel, document, to_data  # noqa: F401 (the library owns the JSON contract)
 from rblnctl.errors import InvalidInput
 
 
@@ -159,14 +158,6 @@ def _custom_columns(spec: str, *, from_file: bool) -> tuple[tuple[str, str], ...
 
 
 # -- documents ---------------------------------------------------------------------------------------
-
-
-def document(kind: str, body: Any) -> dict:
-    """A versioned document: apiVersion and kind first, then the body's fields."""
-    data = to_data(body)
-    if not isinstance(data, dict):
-        raise TypeError(f"a {kind} document needs a mapping body, not {type(data).__name__}")
-    return {"apiVersion": OUTPUT_API_VERSION, "kind": kind, **data}
 
 
 def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
