@@ -83,26 +83,19 @@ def _patch_lines(plan: Any, result: Any) -> list[str]:
     return [f"patch ({PATCH_CONTENT_TYPE}): {json.dumps(plan.patch, separators=(',', ':'))}"]
 
 
-def _edit_body(plan: Any, result: Any) -> dict:
-    from rblnctl.cli.output import to_data
-
-    doc = to_data(plan)
-    doc["warnings"] = [spell(w) for w in plan.warnings]
-    return {"kubevirt": {"name": plan.name, "namespace": plan.namespace}, "plan": doc,
-            "result": None if result is None else {"changed": result.changed, "attempts": result.attempts,
-                                                   "serverDryRun": result.server_dry_run}}
-
-
 def _gates_view(plan: Any, result: Any) -> Any:
     from rblnctl.cli.output import Table, View, joined
+    from rblnctl.documents import KUBEVIRT_EDIT, body
 
+    doc = body(KUBEVIRT_EDIT, spell, plan=plan, result=result)
+    p = doc["plan"]
     t = Table("LIST", "BEFORE", "AFTER")
-    t.add_row("featureGates", joined(plan.feature_gates_before), joined(plan.feature_gates_after))
-    if plan.disabled_gates_before or plan.disabled_gates_after:
-        t.add_row("disabledFeatureGates", joined(plan.disabled_gates_before), joined(plan.disabled_gates_after))
-    head = [f"KubeVirt {plan.namespace}/{plan.name} ({plan.version or 'version unknown'})"]
-    return View(kind="KubeVirtGateChange", body=lambda: _edit_body(plan, result), preamble=head, tables=[t],
-                epilogue=_patch_lines(plan, result), names=[f"kubevirt.kubevirt.io/{plan.name}"])
+    t.add_row("featureGates", joined(p["featureGatesBefore"]), joined(p["featureGatesAfter"]))
+    if p["disabledGatesBefore"] or p["disabledGatesAfter"]:
+        t.add_row("disabledFeatureGates", joined(p["disabledGatesBefore"]), joined(p["disabledGatesAfter"]))
+    head = [f"KubeVirt {p['namespace']}/{p['name']} ({p['version'] or 'version unknown'})"]
+    return View(kind="KubeVirtGateChange", body=doc, preamble=head, tables=[t],
+                epilogue=_patch_lines(plan, result), names=[f"kubevirt.kubevirt.io/{p['name']}"])
 
 
 def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, verb: str) -> None:
@@ -195,19 +188,22 @@ def disable_gates(
 
 def _devices_view(plan: Any, result: Any) -> Any:
     from rblnctl.cli.output import Table, View
+    from rblnctl.documents import KUBEVIRT_EDIT, body
 
+    doc = body(KUBEVIRT_EDIT, spell, plan=plan, result=result)
+    p = doc["plan"]
     t = Table("RESOURCE", "PCI SELECTOR", "EXTERNAL PROVIDER", "CHANGE")
-    for e in plan.pci_host_devices_after:
+    for e in p["pciHostDevicesAfter"]:
         rn = str(e.get("resourceName") or "")
-        change = ("added" if rn in plan.added else "externalResourceProvider->true" if rn in plan.fixed
-                  else "needs-fix" if rn in plan.needs_fix else "kept")
+        change = ("added" if rn in p["added"] else "externalResourceProvider->true" if rn in p["fixed"]
+                  else "needs-fix" if rn in p["needsFix"] else "kept")
         t.add_row(rn, str(e.get("pciVendorSelector") or ""), "true" if e.get("externalResourceProvider") else "false",
                   change)
-    head = [f"KubeVirt {plan.namespace}/{plan.name} permittedHostDevices.pciHostDevices"
-            + ("" if plan.pci_host_devices_after else ": <none>")]
-    return View(kind="KubeVirtDeviceChange", body=lambda: _edit_body(plan, result), preamble=head,
-                tables=[t] if plan.pci_host_devices_after else [], epilogue=_patch_lines(plan, result),
-                names=[f"kubevirt.kubevirt.io/{plan.name}"])
+    head = [f"KubeVirt {p['namespace']}/{p['name']} permittedHostDevices.pciHostDevices"
+            + ("" if p["pciHostDevicesAfter"] else ": <none>")]
+    return View(kind="KubeVirtDeviceChange", body=doc, preamble=head,
+                tables=[t] if p["pciHostDevicesAfter"] else [], epilogue=_patch_lines(plan, result),
+                names=[f"kubevirt.kubevirt.io/{p['name']}"])
 
 
 @app.command("permit-devices", short_help="Permit RBLN NPUs as KubeVirt host devices.", epilog=examples(
@@ -276,33 +272,35 @@ def _spelt_notes(ctx: Any, st: Any) -> Any:
 
 
 def _status_view(st: Any) -> Any:
-    from rblnctl.cli.output import Cell, Table, View, joined, to_data
+    from rblnctl.cli.output import Cell, Table, View, joined
+    from rblnctl.documents import KUBEVIRT_STATUS
 
-    head = [f"KubeVirt:              {st.namespace}/{st.name}",
-            f"Phase:                 {st.phase or '<unknown>'}" + (" (being deleted)" if st.deleting else ""),
-            f"Version:               {st.version or '<unknown>'}",
-            f"featureGates:          {joined(st.feature_gates)}"]
-    if st.disabled_feature_gates:
-        head.append(f"disabledFeatureGates:  {joined(st.disabled_feature_gates)}")
+    doc = KUBEVIRT_STATUS(st)
+    head = [f"KubeVirt:              {doc['namespace']}/{doc['name']}",
+            f"Phase:                 {doc['phase'] or '<unknown>'}" + (" (being deleted)" if doc["deleting"] else ""),
+            f"Version:               {doc['version'] or '<unknown>'}",
+            f"featureGates:          {joined(doc['featureGates'])}"]
+    if doc["disabledFeatureGates"]:
+        head.append(f"disabledFeatureGates:  {joined(doc['disabledFeatureGates'])}")
     gates = Table("GATE", "EFFECTIVE", "WHY")
-    for g in st.gates:
-        on = Cell("on", "green") if g.effective else Cell("unknown", "yellow") if g.effective is None \
+    for g in doc["gates"]:
+        on = Cell("on", "green") if g["effective"] else Cell("unknown", "yellow") if g["effective"] is None \
             else Cell("off", "red")
-        gates.add_row(g.name, on, g.reason)
+        gates.add_row(g["name"], on, g["reason"])
     tables = [gates]
-    if st.permitted_devices:
+    if doc["permittedDevices"]:
         devices = Table("PERMITTED RBLN DEVICE", "PCI SELECTOR", "MODEL", "EXTERNAL PROVIDER")
-        for d in st.permitted_devices:
-            devices.add_row(d.resource_name, d.pci_vendor_selector, (d.model or "<unknown>").replace(" ", "-"),
-                            Cell("true") if d.external_resource_provider else Cell("false", "red"))
+        for d in doc["permittedDevices"]:
+            devices.add_row(d["resourceName"], d["pciVendorSelector"], (d["model"] or "<unknown>").replace(" ", "-"),
+                            Cell("true") if d["externalResourceProvider"] else Cell("false", "red"))
         tables.append(devices)
-    notes = [] if st.permitted_devices else ["note: no RBLN device is in permittedHostDevices"]
-    if st.other_permitted_devices:
-        n = st.other_permitted_devices
+    notes = [] if doc["permittedDevices"] else ["note: no RBLN device is in permittedHostDevices"]
+    if doc["otherPermittedDevices"]:
+        n = doc["otherPermittedDevices"]
         notes.append(f"note: {n} permittedHostDevices {'entry' if n == 1 else 'entries'} for other devices not shown")
-    notes += [f"note: {n}" for n in st.notes]
-    return View(kind="KubeVirtStatus", body=lambda: to_data(st), preamble=head, tables=tables, epilogue=notes,
-                names=[f"kubevirt.kubevirt.io/{st.name}"])
+    notes += [f"note: {n}" for n in doc["notes"]]
+    return View(kind="KubeVirtStatus", body=doc, preamble=head, tables=tables, epilogue=notes,
+                names=[f"kubevirt.kubevirt.io/{doc['name']}"])
 
 
 @app.command("status", short_help="Show KubeVirt's gates and permitted NPUs.", epilog=examples(
@@ -328,46 +326,10 @@ def _short(name: str) -> str:
     return name.removeprefix("rebellions.ai/")
 
 
-def _change_document(c: Any) -> dict:
-    return {"field": c.field, "old": c.old, "new": c.new, "detail": c.detail or None, "kept": c.kept}
-
-
-def _migration_body(plan: Any, result: Any) -> dict:
-    kv = plan.kubevirt
-    return {
-        "kubevirt": {"name": kv.name, "namespace": kv.namespace},
-        "plan": {
-            "given": plan.given,
-            "renames": [{"old": r.old, "new": r.new, "source": str(r.source), "evidence": r.evidence,
-                         "stillAdvertisedBy": list(r.still_advertised)} for r in plan.renames],
-            "kubevirtChanges": [_change_document(c) for c in kv.changes],
-            "kubevirtPatch": kv.patch,
-            "virtualMachines": [{"namespace": v.namespace, "name": v.name, "running": v.running,
-                                 "changes": [_change_document(c) for c in v.changes], "patch": v.patch}
-                                for v in plan.vms],
-            "instances": [{"namespace": i.namespace, "name": i.name, "node": i.node, "names": list(i.names),
-                           "virtualMachine": i.vm} for i in plan.instances],
-            "unmapped": [{"name": u.name, "reason": u.reason, "users": list(u.users)} for u in plan.unmapped],
-            "advertised": {k: list(v) for k, v in plan.advertised.items()},
-            "scannedVirtualMachines": plan.scanned_vms,
-            "scannedInstances": plan.scanned_instances,
-            "noop": plan.noop,
-            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-            "warnings": [spell(w) for w in plan.warnings],
-        },
-        "result": None if result is None else {
-            "kubevirtChanged": result.kubevirt_changed, "changed": list(result.changed), "gone": list(result.gone),
-            "restartNeeded": list(result.restart_needed), "retries": result.retries,
-            "serverDryRun": result.server_dry_run,
-            "objects": [{"kind": x.kind, "namespace": x.name.split("/", 1)[0], "name": x.name.split("/", 1)[1],
-                         "state": x.state.value, "reason": x.reason or None} for x in result.outcomes]},
-    }
-
-
-def _notes(change: Any, *, detail: str, restart: bool = False) -> list[str]:
-    """The NOTE cell's tokens of one rewritten field."""
+def _notes(change: dict, *, detail: str, restart: bool = False) -> list[str]:
+    """The NOTE cell's tokens of one rewritten field (its document)."""
     notes = [detail] if detail else []
-    if change.kept:
+    if change["kept"]:
         notes.append("already-there")
     if restart:
         notes.append("restart-needed")
@@ -377,6 +339,7 @@ def _notes(change: Any, *, detail: str, restart: bool = False) -> list[str]:
 def _migration_view(plan: Any, result: Any) -> Any:
     """A resource migration (kind ResourceMigration): the mapping, every field it rewrites, the running VMs."""
     from rblnctl.cli.output import Cell, Table, View, joined
+    from rblnctl.documents import RESOURCE_MIGRATION, body
 
     head = [f"{r.old} -> {r.new} ({r.source}{': ' + r.evidence if r.evidence else ''})" for r in plan.renames]
     head += [f"{u.name} -> ? (cannot map: {u.reason})" for u in plan.unmapped]
@@ -384,22 +347,23 @@ def _migration_view(plan: Any, result: Any) -> Any:
         head.append("no NPU resource name needs renaming")
     head.append(f"read {plan.scanned_vms} VirtualMachine(s) and {plan.scanned_instances} running instance(s) in "
                 "all namespaces")
+    doc = body(RESOURCE_MIGRATION, spell, plan=plan, result=result)
+    p, kv = doc["plan"], doc["kubevirt"]
     changes = Table("KIND", "NAMESPACE", "NAME", "FIELD", "OLD", "NEW", "NOTE")
-    kv = plan.kubevirt
-    for c in kv.changes:
-        changes.add_row("KubeVirt", kv.namespace, kv.name, c.field, _short(c.old), _short(c.new),
-                        joined(_notes(c, detail=c.detail), empty=""))
-    for v in plan.vms:
-        for c in v.changes:
-            notes = _notes(c, detail=f"quantity={c.detail}" if c.detail else "", restart=v.running)
-            changes.add_row("VirtualMachine", v.namespace, v.name, c.field, _short(c.old), _short(c.new),
-                            Cell(joined(notes, empty=""), "yellow" if v.running else ""))
+    for c in p["kubevirtChanges"]:
+        changes.add_row("KubeVirt", kv["namespace"], kv["name"], c["field"], _short(c["old"]), _short(c["new"]),
+                        joined(_notes(c, detail=c["detail"] or ""), empty=""))
+    for v in p["virtualMachines"]:
+        for c in v["changes"]:
+            notes = _notes(c, detail=f"quantity={c['detail']}" if c["detail"] else "", restart=v["running"])
+            changes.add_row("VirtualMachine", v["namespace"], v["name"], c["field"], _short(c["old"]),
+                            _short(c["new"]), Cell(joined(notes, empty=""), "yellow" if v["running"] else ""))
     tables = [changes] if changes.rows else []
-    if plan.instances:
+    if p["instances"]:
         running = Table("NAMESPACE", "INSTANCE", "NODE", "OLD NAMES", "VM")
-        for i in plan.instances:
-            running.add_row(i.namespace, i.name, i.node or "<none>", joined(_short(n) for n in i.names),
-                            i.vm or "<standalone>")
+        for i in p["instances"]:
+            running.add_row(i["namespace"], i["name"], i["node"] or "<none>", joined(_short(n) for n in i["names"]),
+                            i["virtualMachine"] or "<standalone>")
         tables.append(running)
     tail = []
     if plan.instances:
@@ -414,16 +378,15 @@ def _migration_view(plan: Any, result: Any) -> Any:
             done += f"; {len(result.restart_needed)} running VM(s) need a restart to take effect: " \
                     f"{joined(result.restart_needed)}"
         tail.append(done)
-    if result is not None and result.outcomes:
+    if doc["result"] is not None and doc["result"]["objects"]:
         fates = Table("KIND", "NAMESPACE", "NAME", "RESULT", "REASON")
         styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
-        for x in result.outcomes:
-            ns, _, name = x.name.partition("/")
-            fates.add_row(x.kind, ns, name, Cell(x.state.value, styles[x.state.value]), x.reason or "")
+        for x in doc["result"]["objects"]:
+            fates.add_row(x["kind"], x["namespace"], x["name"], Cell(x["state"], styles[x["state"]]), x["reason"] or "")
         tables.append(fates)
-    names = [] if kv.noop else [f"kubevirt.kubevirt.io/{kv.name}"]
+    names = [] if plan.kubevirt.noop else [f"kubevirt.kubevirt.io/{kv['name']}"]
     names += [f"virtualmachine.kubevirt.io/{v.name}" for v in plan.vms if not v.noop]
-    return View(kind="ResourceMigration", body=lambda: _migration_body(plan, result), preamble=head, tables=tables,
+    return View(kind="ResourceMigration", body=doc, preamble=head, tables=tables,
                 epilogue=tail, names=names)
 
 

@@ -22,8 +22,8 @@ from rblnctl.cli.options import (
     sort_by_option,
     timeout_s,
 )
-from rblnctl.cli.node_documents import drain_document, mode_switch_document
-from rblnctl.cli.output import Format
+from rblnctl.cli.output import Cell, Column, Format
+from rblnctl.cli.rerun import spell
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -101,14 +101,18 @@ def list_nodes(
 
 
 def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
+    from types import SimpleNamespace
+
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import capacity_notes, hold_notes, node_document, npu_nodes_table, switch_notes
+    from rblnctl.cli.render import capacity_notes, hold_notes, npu_nodes_table, switch_notes
     from rblnctl.clock import SYSTEM_CLOCK
     from rblnctl.cli.output import sort_by as sorted_by
+    from rblnctl.documents import NPU_NODE, NPU_NODE_LIST
 
-    nodes = sorted_by(nodes, sort_by, node_document)
-    return View(kind="NpuNodeList", body=lambda: {"items": [node_document(n) for n in nodes]},
-                tables=[npu_nodes_table(nodes, show_labels=show_labels)] if nodes else [],
+    nodes = sorted_by(nodes, sort_by, NPU_NODE)
+    doc = NPU_NODE_LIST(SimpleNamespace(nodes=nodes))
+    return View(kind="NpuNodeList", body=doc,
+                tables=[npu_nodes_table(doc["items"], show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],
                 notes=switch_notes(nodes) + capacity_notes(nodes) + hold_notes(nodes, now=SYSTEM_CLOCK.now()) if nodes
                 else [
@@ -144,33 +148,29 @@ def history(
     emit(_history_view(read_history(ctx.obj.kube(), node)), output)
 
 
+_HISTORY_STYLES = {"done": "green", "failed": "red", "interrupted": "yellow", "in-progress": "yellow"}
+_HISTORY_COLUMNS = (
+    Column("STARTED"), Column("ACTION"), Column("FROM", value=lambda e: e["from"] or "-"),
+    Column("TO", value=lambda e: e["to"] or "-"),
+    Column("RESULT", value=lambda e: Cell(e["result"], _HISTORY_STYLES.get(e["result"], ""))),
+    Column("USER", value=lambda e: e["user"] or "<unknown>"), Column("FINISHED", wide=True,
+                                                                     value=lambda e: e["finished"] or "-"),
+    Column("SOURCE", wide=True), Column("MESSAGE", wide=True, value=lambda e: e["message"]))
+
+
 def _history_view(h: Any) -> Any:
     from rblnctl import constants as C
-    from rblnctl.cli.output import Cell, Column, Table, View
+    from rblnctl.cli.output import View, rows
+    from rblnctl.documents import NODE_HISTORY
 
-    t = Table("STARTED", "ACTION", "FROM", "TO", "RESULT", "USER", Column("FINISHED", wide=True),
-              Column("SOURCE", wide=True), Column("MESSAGE", wide=True))
-    styles = {"done": "green", "failed": "red", "interrupted": "yellow", "in-progress": "yellow"}
-    for e in h.entries:
-        t.add_row(e.started, e.action, e.from_mode or "-", e.to_mode or "-", Cell(e.result, styles.get(e.result, "")),
-                  e.user or "<unknown>", e.finished or "-", e.source, e.message)
-
-    def body() -> dict:
-        r = h.record
-        record = None if r is None else {"target": r.target, "from": r.from_mode or None, "started": r.started,
-                                         "step": str(r.step), "cordonedByRblnctl": r.cordoned_by_rblnctl,
-                                         "by": r.by}
-        return {"node": h.node, "nodeExists": h.node_exists, "eventsRead": h.events_read, "record": record,
-                "items": [{"run": e.run, "action": e.action, "user": e.user, "started": e.started,
-                           "finished": e.finished, "from": e.from_mode, "to": e.to_mode, "result": e.result,
-                           "message": e.message, "source": e.source} for e in h.entries]}
-
+    doc = NODE_HISTORY(h)
+    t = rows(doc["items"], *_HISTORY_COLUMNS)
     notes = list(h.notes)
     if not h.entries:
         notes.append(f"No switch or drain of node {h.node} on record: rblnctl's Events expire after the API server's "
                      f"--event-ttl ({C.DEFAULT_EVENT_TTL} by default), and no unfinished switch left its record on "
                      "the node.")
-    return View(kind="NodeHistory", body=body, tables=[t] if h.entries else [], notes=notes)
+    return View(kind="NodeHistory", body=doc, tables=[t] if doc["items"] else [], notes=notes)
 
 
 # -- shared ----------------------------------------------------------------------------------------
@@ -321,24 +321,25 @@ def _progress(server_dry_run: bool) -> Any:
     return Progress(server_dry_run=server_dry_run, wait_step=Step.WAIT, rollback_step=Step.ROLLBACK)
 
 
-def _pods_table(plan: Any) -> Any:
-    """One row per pod on the node: what the drain does with it and why."""
+def _pods_table(pods: list[dict]) -> Any:
+    """One row per pod on the node (the `pods` of a NodeDrain or ModeSwitch plan's document): what the drain does
+    with it and why."""
     from rblnctl.cli.output import Cell, Table
 
     from rblnctl.node.filters import OPERATOR_COMPONENT
 
     t = Table("NAMESPACE", "NAME", "ACTION", "NPU", "REASON")
     operator: dict[str, int] = {}
-    for e in list(plan.evict) + list(plan.ignored):
-        blocked = bool(e.blockers)
+    for e in pods:
+        blocked = bool(e["blockers"])
         # The operator's own pods (one per component, seven or more) are left alone on every switch: the default
         # table counts them in one row, so the pods that matter and the prompt stay on an 80x24 screen; -o wide
         # (and -o json) lists them.
-        mine = not blocked and str(e.action) == "ignore" and e.reason.startswith(OPERATOR_COMPONENT)
+        mine = not blocked and e["action"] == "ignore" and e["reason"].startswith(OPERATOR_COMPONENT)
         if mine:
-            operator[e.namespace] = operator.get(e.namespace, 0) + 1
-        t.add_row(e.namespace, e.name, Cell("blocked" if blocked else str(e.action), "red" if blocked else ""),
-                  "yes" if e.npu else "no", e.reason, only="wide" if mine else None)
+            operator[e["namespace"]] = operator.get(e["namespace"], 0) + 1
+        t.add_row(e["namespace"], e["name"], Cell("blocked" if blocked else e["action"], "red" if blocked else ""),
+                  "yes" if e["npu"] else "no", e["reason"], only="wide" if mine else None)
     for ns, n in operator.items():
         t.add_row(ns, f"({n} operator pods)", "ignore", "no", "RBLN operator components: the operator replaces "
                   "them (-o wide lists them)", only="table")
@@ -347,48 +348,51 @@ def _pods_table(plan: Any) -> Any:
 
 def _drain_view(plan: Any, result: Any = None) -> Any:
     from rblnctl.cli.output import View
+    from rblnctl.documents import NODE_DRAIN, body
 
+    doc = body(NODE_DRAIN, spell, plan=plan, result=result)
+    pods = doc["plan"]["pods"]
     evicting = len(plan.evict)
     head = f"node {plan.node}: {'cordon, then ' if plan.cordon else ''}evict {evicting} pod(s) ({plan.scope} scope)"
     if result is not None:
         head = f"node {plan.node}: evicted {len(result.evicted)} pod(s)" + \
             (" (server dry run)" if result.server_dry_run else "")
-    tables = [_pods_table(plan)] if plan.evict or plan.ignored else []
-    return View(kind="NodeDrain", body=lambda: drain_document(plan, result), preamble=[head], tables=tables,
+    return View(kind="NodeDrain", body=doc, preamble=[head], tables=[_pods_table(pods)] if pods else [],
                 names=[f"node/{plan.node}"])
+
+
+_STEP_COLUMNS = (Column("STEP"), Column("WHAT", value="detail"))
 
 
 def _mode_view(plan: Any, result: Any = None) -> Any:
     """A mode switch (kind ModeSwitch): the plan, and the result once applied (null on a client dry run)."""
-    from rblnctl.cli.output import Table, View
+    from rblnctl.cli.output import Table, View, rows
+    from rblnctl.documents import MODE_SWITCH, body
 
-    def body() -> dict:
-        return mode_switch_document(plan, result)
-
+    doc = body(MODE_SWITCH, spell, plan=plan, result=result)
     names = [f"node/{plan.node}"]
     if result is not None:
         from rblnctl.cli.pool import human_duration
 
         # The pool's result columns (one vocabulary for one node or many), narrow enough for 80 columns; who
         # cordoned and uncordoned is in -o json (result.cordoned, result.uncordoned) and on stderr.
+        r = doc["result"]
         t = Table("NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED")
-        outcome = "server-dry-run" if result.server_dry_run else "done" if result.changed else "unchanged"
-        t.add_row(result.node, result.previous_mode, result.mode, outcome, human_duration(result.elapsed_s),
-                  str(len(result.evicted)))
-        return View(kind="ModeSwitch", body=body, tables=[t], names=names)
-    head = [f"node {plan.node}: {plan.from_mode} -> {plan.target}"
-            + (" (resuming an unfinished switch)" if plan.resume else "")]
-    if plan.noop:
-        head.append(f"already in {plan.target} mode and the operator has converged: nothing to do")
-        return View(kind="ModeSwitch", body=body, preamble=head, names=names)
-    head += [f"VM holding NPUs: {v}" for v in plan.vms]
-    steps = Table("STEP", "WHAT")
-    for s in plan.steps:
-        steps.add_row(str(s.step), s.detail)
-    tables = [steps]
-    if plan.drain is not None and (plan.drain.evict or plan.drain.ignored):
-        tables.append(_pods_table(plan.drain))
-    return View(kind="ModeSwitch", body=body, preamble=head, tables=tables, names=names)
+        outcome = "server-dry-run" if r["serverDryRun"] else "done" if r["changed"] else "unchanged"
+        t.add_row(doc["node"], r["previousMode"], r["mode"], outcome, human_duration(r["elapsedSeconds"]),
+                  str(len(r["evicted"])))
+        return View(kind="ModeSwitch", body=doc, tables=[t], names=names)
+    p = doc["plan"]
+    head = [f"node {p['node']}: {p['fromMode']} -> {p['target']}"
+            + (" (resuming an unfinished switch)" if p["resume"] else "")]
+    if p["noop"]:
+        head.append(f"already in {p['target']} mode and the operator has converged: nothing to do")
+        return View(kind="ModeSwitch", body=doc, preamble=head, names=names)
+    head += [f"VM holding NPUs: {v}" for v in p["vms"]]
+    tables = [rows(p["steps"], *_STEP_COLUMNS)]
+    if p["pods"]:
+        tables.append(_pods_table(p["pods"]))
+    return View(kind="ModeSwitch", body=doc, preamble=head, tables=tables, names=names)
 
 
 # -- set-mode --------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rblnctl.constants import OUTPUT_API_VERSION
+from rblnctl.documents import camel, document, to_data  # noqa: F401 (the library owns the JSON contract)
 from rblnctl.errors import InvalidInput
 
 
@@ -160,40 +160,6 @@ def _custom_columns(spec: str, *, from_file: bool) -> tuple[tuple[str, str], ...
 # -- documents ---------------------------------------------------------------------------------------
 
 
-def camel(name: str) -> str:
-    """snake_case -> camelCase (`vfio_manager` -> `vfioManager`), as Kubernetes spells JSON keys."""
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
-def to_data(obj: Any) -> Any:
-    """Plain JSON values: an object's own to_dict() when it has one; dataclass fields in camelCase.
-
-    Only field names are renamed: dictionary keys are data (labels, resource names) and stay as they are.
-    """
-    to_dict = getattr(obj, "to_dict", None)
-    if to_dict is not None and not isinstance(obj, type):
-        return to_dict()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {camel(f.name): to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not f.name.startswith("_")}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): to_data(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_data(v) for v in obj]
-    return obj
-
-
-def document(kind: str, body: Any) -> dict:
-    """A versioned document: apiVersion and kind first, then the body's fields."""
-    data = to_data(body)
-    if not isinstance(data, dict):
-        raise TypeError(f"a {kind} document needs a mapping body, not {type(data).__name__}")
-    return {"apiVersion": OUTPUT_API_VERSION, "kind": kind, **data}
-
-
 def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
     manifest people read and keep in git, e.g. cloud-init user data)."""
@@ -220,10 +186,31 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-    """A table column: `wide` columns show only with -o wide."""
+    """A table column: `wide` columns show only with -o wide. `value`: where a row's cell comes from in the row's
+    document (a dotted path of keys, or a function of that document) for tables derived from documents (rows())."""
 
     header: str
     wide: bool = False
+    value: str | Callable[[dict], Any] | None = None
+
+    def cell(self, item: dict) -> Any:
+        """This column's cell of one document: a path's value (None or "" as `<none>`, kubectl's placeholder), or
+        what the function says."""
+        if callable(self.value):
+            return self.value(item)
+        value: Any = item
+        for key in (self.value or self.header.lower()).split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        return "<none>" if value is None or value == "" else str(value)
+
+
+def rows(items: Iterable[dict], *columns: Column) -> Table:
+    """A table derived from documents: a row per item, each cell read from the item (Column.cell), so a table shows
+    what the JSON says and nothing else."""
+    t = Table(*columns)
+    for item in items:
+        t.add_row(*(c.cell(item) for c in columns))
+    return t
 
 
 @dataclasses.dataclass(frozen=True)

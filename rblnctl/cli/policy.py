@@ -36,25 +36,10 @@ def _flag(value: bool) -> str:
 
 def _show_view(rep: Any) -> Any:
     """The policy (kind ClusterPolicy): the active one, its method and components, the ignored ones."""
-    from rblnctl.cli.output import Cell, Column, Table, View, joined
+    from rblnctl.cli.output import Cell, Column, Table, View, joined, rows
+    from rblnctl.documents import CLUSTER_POLICY
 
-    from rblnctl.cli.render import policy_document
-
-    def body() -> dict:
-        return {
-            "crdInstalled": rep.crd_installed,
-            "operatorNamespace": rep.namespace,
-            "active": policy_document(rep.active),
-            "problems": rep.active.admission_problems() if rep.active else [],
-            "components": [{"component": c.component, "policyKey": c.key, "enabled": c.enabled, "state": c.state,
-                            "ready": c.ready,
-                            "daemonSets": [{"namespace": d.namespace, "name": d.name, "desired": d.desired,
-                                            "ready": d.ready, "unavailable": d.unavailable, "allReady": d.ready_all}
-                                           for d in c.daemonsets]} for c in rep.components],
-            "ignored": [policy_document(p) for p in rep.ignored],
-            "nodeModes": dict(rep.modes),
-            "notes": list(rep.notes),
-        }
+    doc = CLUSTER_POLICY(rep)
 
     p = rep.active
     head = []
@@ -66,23 +51,21 @@ def _show_view(rep: Any) -> Any:
                 f"NPU nodes:   {', '.join(f'{m}={n}' for m, n in rep.modes.items()) or 'none'}"]
         head += [f"Problem:     {x}" for x in p.admission_problems()]
     tables = []
-    if rep.components:
+    if doc["components"]:
         t = Table("COMPONENT", "ENABLED", "DAEMONSET", "READY", "STATE", Column("POLICY-KEY", wide=True))
-        for c in rep.components:
-            ds = c.daemonsets
-            ready = joined(f"{d.ready}/{d.desired}" for d in ds)
-            ok = all(d.ready_all for d in ds) if ds else None
-            style = "" if not c.enabled else "green" if ok else "yellow"
-            t.add_row(c.component, "yes" if c.enabled else "no", joined(d.name for d in ds),
-                      Cell(ready, style), c.state or "<none>", c.key or "<always>")
+        for c in doc["components"]:
+            ds = c["daemonSets"]
+            ready = joined(f"{d['ready']}/{d['desired']}" for d in ds)
+            ok = all(d["allReady"] for d in ds) if ds else None
+            style = "" if not c["enabled"] else "green" if ok else "yellow"
+            t.add_row(c["component"], "yes" if c["enabled"] else "no", joined(d["name"] for d in ds),
+                      Cell(ready, style), c["state"] or "<none>", c["policyKey"] or "<always>")
         tables.append(t)
-    if rep.ignored:
-        t = Table("IGNORED POLICY", "STATE", "VM-METHOD")
-        for q in rep.ignored:
-            t.add_row(q.name, q.state or "<none>", q.vm_method or "<none>")
-        tables.append(t)
+    if doc["ignored"]:
+        tables.append(rows(doc["ignored"], Column("IGNORED POLICY", value="name"), Column("STATE"),
+                           Column("VM-METHOD", value="vmMethod")))
     names = [f"rblnclusterpolicy.rebellions.ai/{q.name}" for q in ([p] if p else []) + list(rep.ignored)]
-    return View(kind="ClusterPolicy", body=body, preamble=head, tables=tables,
+    return View(kind="ClusterPolicy", body=doc, preamble=head, tables=tables,
                 notes=[f"note: {n}" for n in rep.notes], names=names)
 
 
@@ -105,35 +88,6 @@ def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
 # -- set-method ------------------------------------------------------------------------------------
 
 
-def _method_body(plan: Any, result: Any) -> dict:
-    return {
-        "policy": plan.policy,
-        "plan": {
-            "from": plan.current,
-            "to": plan.target,
-            "switchesBefore": dict(plan.edit.before),
-            "switchesAfter": dict(plan.edit.after),
-            "patch": plan.edit.patch or None,
-            "prerequisites": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in plan.prerequisites],
-            "vmsHoldingNpus": [{"namespace": h.namespace, "name": h.name, "holds": h.holds} for h in plan.holders],
-            "vmPassthroughNodes": list(plan.vm_nodes),
-            "deviceClass": plan.device_class,
-            "convertVms": plan.convert,
-            "conversions": [{"namespace": c.vm.namespace, "name": c.vm.name, "npus": c.npus,
-                             "devices": list(c.devices)} for c in plan.conversions],
-            "noop": plan.noop,
-            "admissionRules": {"source": plan.rules.source, "assumed": plan.rules.assumed, "rules": plan.rules.ids,
-                               "unknown": list(plan.rules.unknown)},
-            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-            "warnings": [spell(w) for w in plan.warnings],
-        },
-        "result": None if result is None else {
-            "changed": result.changed, "attempts": result.attempts, "waited": result.waited,
-            "converged": list(result.converged), "converted": list(result.converted),
-            "conversions": [{"namespace": o.name.split("/", 1)[0], "name": o.name.split("/", 1)[1],
-                             "state": o.state.value, "reason": o.reason or None} for o in result.conversions],
-            "elapsedSeconds": result.elapsed_s, "serverDryRun": result.server_dry_run},
-    }
 
 
 def _spelt(ctx: Any, result: Any) -> Any:
@@ -150,51 +104,54 @@ def _spelt(ctx: Any, result: Any) -> Any:
 def _method_view(plan: Any, result: Any = None) -> Any:
     """A method change (kind MethodChange): the switches, the prerequisites, the nodes rolled."""
     from rblnctl.cli.output import Cell, Table, View, joined
+    from rblnctl.documents import METHOD_CHANGE, body
 
-    head = [f"RBLNClusterPolicy {plan.policy}: VM method {plan.current or '<none>'} -> {plan.target}"]
-    if plan.noop:
-        head.append(f"the policy already selects {plan.target}: nothing to write")
-    head.append(f"vm-passthrough nodes: {joined(plan.vm_nodes)}")
+    doc = body(METHOD_CHANGE, spell, plan=plan, result=result)
+    p, r = doc["plan"], doc["result"]
+    head = [f"RBLNClusterPolicy {doc['policy']}: VM method {p['from'] or '<none>'} -> {p['to']}"]
+    if p["noop"]:
+        head.append(f"the policy already selects {p['to']}: nothing to write")
+    head.append(f"vm-passthrough nodes: {joined(p['vmPassthroughNodes'])}")
     tables = []
-    if not plan.noop:
+    if not p["noop"]:
         t = Table("SWITCH", "BEFORE", "AFTER")
-        for k in plan.edit.before:
-            before, after = plan.edit.before[k], plan.edit.after[k]
+        for k, before in p["switchesBefore"].items():
+            after = p["switchesAfter"][k]
             t.add_row(f"{k}.enabled", _flag(before), Cell(_flag(after), "bold" if before != after else ""))
         tables.append(t)
-    if plan.conversions:
-        old = "dra" if plan.target == "sandbox" else "sandbox"
+    if p["conversions"]:
+        old = "dra" if p["to"] == "sandbox" else "sandbox"
         t = Table("NAMESPACE", "VM", "NPUS", "FROM", "TO", "STATUS")
-        fate = {o.name: o for o in result.conversions} if result is not None else {}
+        fate = {(o["namespace"], o["name"]): o for o in r["conversions"]} if r is not None else {}
         styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
-        for c in plan.conversions:
-            o = fate.get(str(c.vm))
-            status = "to-convert" if o is None else o.state.value if o.state != "done" else \
-                "converted, started again" if o.reason else "converted"  # a VM rblnctl had stopped: not silently
-            t.add_row(c.vm.namespace, c.vm.name, str(c.npus), old, plan.target,
-                      Cell(status, styles.get(o.state.value, "") if o is not None else ""))
+        for c in p["conversions"]:
+            o = fate.get((c["namespace"], c["name"]))
+            status = "to-convert" if o is None else o["state"] if o["state"] != "done" else \
+                "converted, started again" if o["reason"] else "converted"  # a VM rblnctl had stopped: not silently
+            t.add_row(c["namespace"], c["name"], str(c["npus"]), old, p["to"],
+                      Cell(status, styles.get(o["state"], "") if o is not None else ""))
         tables.append(t)
-    if plan.prerequisites:
+    if p["prerequisites"]:
         t = Table("PREREQUISITE", "OK", "DETAIL")
-        for c in plan.prerequisites:
-            ok = "yes" if c.ok else "unknown" if c.ok is None else "no"
-            t.add_row(c.name, Cell(ok, "green" if c.ok else "yellow" if c.ok is None else "red"), c.detail)
+        for c in p["prerequisites"]:
+            ok = "yes" if c["ok"] else "unknown" if c["ok"] is None else "no"
+            t.add_row(c["name"], Cell(ok, "green" if c["ok"] else "yellow" if c["ok"] is None else "red"), c["detail"])
         tables.append(t)
     tail = []
-    if result is not None:
-        if result.server_dry_run:
+    if r is not None:
+        if r["serverDryRun"]:
             tail.append("server dry run: the API server accepted the patch; nothing was waited for")
-        elif result.waited:
+        elif r["waited"]:
             t = Table("NODE", "METHOD", "STATUS")
-            for n in result.converged:
-                t.add_row(n, plan.target, Cell("rolled", "green"))
+            for n in r["converged"]:
+                t.add_row(n, p["to"], Cell("rolled", "green"))
             if t.rows:
                 tables.append(t)
-            tail.append(f"the operator serves every vm-passthrough node with the {plan.target} method "
-                        f"({result.elapsed_s:g}s)" + (f"; {len(result.converted)} VM(s) converted"
-                                                      if result.converted else ""))
-    return View(kind="MethodChange", body=lambda: _method_body(plan, result), preamble=head, tables=tables,
-                epilogue=tail, names=[f"rblnclusterpolicy.rebellions.ai/{plan.policy}"])
+            tail.append(f"the operator serves every vm-passthrough node with the {p['to']} method "
+                        f"({r['elapsedSeconds']:g}s)" + (f"; {len(r['converted'])} VM(s) converted"
+                                                         if r["converted"] else ""))
+    return View(kind="MethodChange", body=doc, preamble=head, tables=tables,
+                epilogue=tail, names=[f"rblnclusterpolicy.rebellions.ai/{doc['policy']}"])
 
 
 @app.command("set-method", short_help="Switch how VMs get NPUs: sandbox or dra.", epilog=examples(

@@ -207,36 +207,11 @@ class PoolProgress:
 # -- views -----------------------------------------------------------------------------------------------
 
 
-def _item_document(plan: Any, node: str, item: Any) -> dict:
-    from rblnctl.cli.node_documents import drain_document, mode_switch_document, ref_document
-    from rblnctl.cli.output import document
-
-    node_plan = item.plan if item is not None and item.plan is not None else plan.plans.get(node)
-    result = item.result if item is not None else None
-    kind = "ModeSwitch" if plan.operation == "set-mode" else "NodeDrain"
-    if node_plan is None:
-        body: dict = {"node": node, "plan": None, "result": None}
-    elif plan.operation == "set-mode":
-        body = mode_switch_document(node_plan, result)
-    else:
-        body = drain_document(node_plan, result)
-    error = item.error if item is not None else plan.errors.get(node)
-    body["outcome"] = None if item is None else str(item.outcome)
-    body["error"] = None if error is None else one_line(error)
-    body["durationSeconds"] = None if item is None else item.duration_s
-    body["evicted"] = [] if item is None else [ref_document(r) for r in item.evicted]
-    return document(kind, body)
-
-
 def pool_document(plan: Any, result: Any = None) -> dict:
     """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
-    items = {i.node: i for i in result.items} if result is not None else {}
-    body: dict = {"selector": plan.selector, "maxUnavailable": plan.max_unavailable,
-                  "continueOnError": plan.continue_on_error, "warnings": [spell(w) for w in plan.pool_warnings]}
-    if plan.operation == "set-mode":
-        body["target"] = plan.target
-    body["items"] = [_item_document(plan, n, items.get(n)) for n in plan.nodes]
-    return body
+    from rblnctl.documents import body, pool_list
+
+    return body(pool_list(plan.operation), spell, plan=plan, result=result)
 
 
 def _list_kind(plan: Any) -> str:
@@ -260,50 +235,48 @@ def _what(plan: Any) -> str:
 
 
 def pool_plan_view(plan: Any) -> View:
-    """What each node of the pool would do (a dry run, and the confirmation)."""
-    if plan.operation == "set-mode":
-        t = Table("NODE", "FROM", "TO", "PLAN", "EVICT")
-    else:
-        t = Table("NODE", "PLAN", "EVICT")
-    for node in plan.nodes:
-        p = plan.plans.get(node)
-        refused = bool(plan.refusal(node))
-        if p is None or refused:  # --continue-on-error goes on without it: skipped, as the result will say
-            action = Cell("skipped", "yellow") if plan.continue_on_error else Cell("refused", "red")
-        elif p.noop:
+    """What each node of the pool would do (a dry run, and the confirmation), read from the list's document."""
+    doc = pool_document(plan)
+    switching = plan.operation == "set-mode"
+    t = Table("NODE", "FROM", "TO", "PLAN", "EVICT") if switching else Table("NODE", "PLAN", "EVICT")
+    for i in doc["items"]:
+        p = i["plan"]
+        evict = "0" if p is None else str(sum(1 for pod in p["pods"] if pod["action"] == "evict"))
+        if p is None or i["error"] is not None or p["blockers"]:  # --continue-on-error goes on without it: skipped
+            action: Any = Cell("skipped", "yellow") if doc["continueOnError"] else Cell("refused", "red")
+        elif p["noop"] if switching else not p["cordon"] and evict == "0":  # a drain: nothing to cordon or evict
             action = "unchanged"
-        elif plan.operation == "set-mode":
-            action = "resume" if p.resume else "clear-leftovers" if p.converged else "switch"
+        elif switching:
+            action = "resume" if p["resume"] else "clear-leftovers" if p["converged"] else "switch"
         else:
-            action = "cordon,evict" if p.cordon else "evict"
-        evict = "" if p is None else str(len(p.drain.evict) if plan.operation == "set-mode" and p.drain else
-                                         len(getattr(p, "evict", []) or []))
-        if plan.operation == "set-mode":
-            t.add_row(node, "<unknown>" if p is None else p.from_mode, plan.target, action, evict or "0")
+            action = "cordon,evict" if p["cordon"] else "evict"
+        if switching:
+            t.add_row(i["node"], "<unknown>" if p is None else p["fromMode"], doc["target"], action, evict)
         else:
-            t.add_row(node, action, evict or "0")
+            t.add_row(i["node"], action, evict)
     epilogue = [f"{node}: {b.message}" for node in plan.nodes for b in plan.refusal(node)]
-    return View(kind=_list_kind(plan), body=lambda: pool_document(plan), preamble=[_what(plan)], tables=[t],
-                epilogue=epilogue, names=[f"node/{n}" for n in plan.nodes])
+    return View(kind=_list_kind(plan), body=doc, preamble=[_what(plan)], tables=[t],
+                epilogue=epilogue, names=[f"node/{i['node']}" for i in doc["items"]])
 
 
 def pool_result_view(plan: Any, result: Any) -> View:
     """The final table: one row per node, its outcome, how long it took and how many pods it evicted."""
-    if plan.operation == "set-mode":
+    doc = pool_document(plan, result)
+    switching = plan.operation == "set-mode"
+    if switching:
         t = Table("NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED")
     else:
         t = Table("NODE", "RESULT", "DURATION", "EVICTED", "CORDONED")
-    for item in result.items:
-        p = item.plan if item.plan is not None else plan.plans.get(item.node)
-        dry = item.result is not None and getattr(item.result, "server_dry_run", False)
-        outcome = Cell("server-dry-run" if dry else str(item.outcome), _STYLE.get(str(item.outcome), ""))
-        evicted = str(len(item.evicted))  # a failed or interrupted node's evictions too (issue 28)
-        duration = human_duration(item.duration_s) if item.duration_s else "-"
-        if plan.operation == "set-mode":
-            t.add_row(item.node, p.from_mode if p is not None else "<unknown>", plan.target, outcome, duration,
-                      evicted)
+    items = {i["node"]: i for i in doc["items"]}
+    for node in (x.node for x in result.items):  # in the order the nodes ran
+        i = items[node]
+        p, r = i["plan"], i["result"]
+        outcome = "server-dry-run" if r is not None and r["serverDryRun"] else str(i["outcome"])
+        cell = Cell(outcome, _STYLE.get(str(i["outcome"]), ""))
+        evicted = str(len(i["evicted"]))  # a failed or interrupted node's evictions too (issue 28)
+        duration = human_duration(i["durationSeconds"]) if i["durationSeconds"] else "-"
+        if switching:
+            t.add_row(node, p["fromMode"] if p is not None else "<unknown>", doc["target"], cell, duration, evicted)
         else:
-            cordoned = "yes" if item.result is not None and item.result.cordoned else "no"
-            t.add_row(item.node, outcome, duration, evicted, cordoned)
-    return View(kind=_list_kind(plan), body=lambda: pool_document(plan, result), tables=[t],
-                names=[f"node/{i.node}" for i in result.items])
+            t.add_row(node, cell, duration, evicted, "yes" if r is not None and r["cordoned"] else "no")
+    return View(kind=_list_kind(plan), body=doc, tables=[t], names=[f"node/{x.node}" for x in result.items])

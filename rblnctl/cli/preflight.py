@@ -163,13 +163,15 @@ def report_view(report: Any) -> Any:
     """
     from rblnctl.cli.output import Cell, Column, Table, View
     from rblnctl.preflight.junit import to_junit
-    from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, group_checks
+    from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, CheckResult, group_checks
 
     def status_cell(status: Any) -> Cell:
         return Cell(status.value, _STYLE.get(status.value, ""))
 
-    top = [c for c in report.checks if c.scope in (SCOPE_CLUSTER, SCOPE_HOST)]
-    per_node = [c for c in report.checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]
+    doc = report.to_dict()  # the tables show the document's findings (read back as CheckResults), nothing else
+    checks = [CheckResult.from_dict(c) for c in doc["checks"]]
+    top = [c for c in checks if c.scope in (SCOPE_CLUSTER, SCOPE_HOST)]
+    per_node = [c for c in checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]
     remedies: list[str] = []
     tables = []
     first: dict[str, str] = {}  # remedy command -> the check whose remedy names it first
@@ -196,20 +198,18 @@ def report_view(report: Any) -> Any:
     if per_node:
         nt = Table("STATUS", "CHECK", "NODES", "EVIDENCE", Column("ID", wide=True))
         for g in group_checks(per_node):
-            nodes = _nodes_text(g.scopes, report.nodes)
+            nodes = _nodes_text(g.scopes, doc["nodes"])
             nt.add_row(status_cell(g.status), g.title, nodes, g.evidence, g.id)
             if g.remedy:
                 remedies.append(f"{g.status.value} {g.id} ({nodes}): {said_once(g.id, g.remedy, '')}")
         tables.append(nt)
-    s = report.summary
-    verdict = "ready" if s.ok else "NOT ready"
-    head = [f"method {report.method}: {report.method_note}"]
+    s = doc["summary"]
+    verdict = "ready" if s["ok"] else "NOT ready"
+    head = [f"method {doc['method']}: {doc['methodNote']}"]
     tail = ["remedies:", *[f"  {r}" for r in remedies], ""] if remedies else []
-    tail.append(f"{s.total} checks: {s.passed} PASS, {s.warned} WARN, {s.failed} FAIL, {s.skipped} SKIP; "
-                f"method {s.method}{'; strict' if s.strict else ''} -> {verdict}")
-    # The report itself is the body: document() takes its to_dict(), built directly, as the document's
-    # fields (a 1,000-node report has 5,000 findings: walking them again costs more than writing them).
-    return View(kind="PreflightReport", body=report, preamble=head, tables=tables, epilogue=tail,
+    tail.append(f"{s['total']} checks: {s['passed']} PASS, {s['warned']} WARN, {s['failed']} FAIL, {s['skipped']} "
+                f"SKIP; method {s['method']}{'; strict' if s['strict'] else ''} -> {verdict}")
+    return View(kind="PreflightReport", body=doc, preamble=head, tables=tables, epilogue=tail,
                 junit=lambda: to_junit(report))
 
 

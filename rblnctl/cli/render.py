@@ -5,48 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rblnctl.cli.output import Cell, Column, Table, joined, yes_no
-
-
-def node_document(n: Any) -> dict:
-    """One NPU node in the documents of `node list` and `status`."""
-    return {
-        "name": n.name,
-        "mode": n.mode,
-        "modeLabel": n.mode_label,
-        "modeLabelValid": n.mode_label_valid,
-        "ready": n.ready,
-        "schedulable": n.schedulable,
-        "deploySkip": n.deploy_skip,
-        "components": list(n.components),
-        "pausedComponents": list(n.paused),
-        "resources": dict(n.resources),
-        "product": n.product,
-        "npuCount": n.count,
-        "npuAllocatable": n.capacity.allocatable if n.capacity is not None else None,
-        "npuAllocated": n.capacity.allocated if n.capacity is not None else None,
-        "npuFree": n.capacity.free if n.capacity is not None else None,
-        "npuResources": [_use_document(u, n.capacity.known) for u in n.capacity.resources]
-        if n.capacity is not None else [],
-        "family": n.family,
-        "labels": dict(n.labels),
-        "initHeld": [hold_document(h) for h in n.holds],
-        "switch": _switch_document(unfinished_switch(n)),
-    }
-
-
-def _switch_document(r: Any) -> dict | None:
-    """The unfinished switch on a node (null: none), as `node history` names its parts."""
-    if r is None:
-        return None
-    return {"from": r.from_mode or None, "to": r.target, "step": str(r.step), "started": r.started, "user": r.by}
-
-
-def hold_document(h: Any) -> dict:
-    """A component pod held in an init container (rblnctl.operator.components.InitHold), in documents."""
-    return {"namespace": h.namespace, "pod": h.pod, "component": h.component, "initContainer": h.container,
-            "state": h.state, "startedAt": h.started, "status": h.status, "restarts": h.restarts,
-            "stuck": h.stuck, "waitsFor": h.waits_for, "lastLogLine": h.log}
+from rblnctl.cli.output import Cell, Column, Table, joined, rows, yes_no
+from rblnctl.documents import unfinished_switch
 
 
 def hold_notes(nodes: list[Any], now: Any = None) -> list[str]:
@@ -55,90 +15,70 @@ def hold_notes(nodes: list[Any], now: Any = None) -> list[str]:
     return [f"note: node {n.name}: {h.describe(now)}" for n in nodes for h in n.holds]
 
 
-def _use_document(u: Any, known: bool) -> dict:
-    return {"name": u.name, "dra": u.dra, "allocatable": u.allocatable, "allocated": u.allocated if known else None,
-            "free": u.free if known else None, "holders": list(u.holders),
-            "tainted": [{"device": t.device, "taint": t.taint} for t in u.tainted]}
-
-
 def _count(value: int | None) -> str:
     return "<unknown>" if value is None else str(value)
 
 
-def policy_document(p: Any, *, release: Any = None) -> dict | None:
-    """The active RBLNClusterPolicy, as far as the commands show it. With the operator's `release`,
-    vmMethod counts only a VM allocator that release makes serve VMs (rblnctl.operator.release)."""
-    if p is None:
-        return None
-    return {
-        "name": p.name,
-        "workloadType": p.workload_type,
-        "vmMethod": p.vm_method_on(release),
-        "enabled": {k: bool(v) for k, v in p.enabled.items()},
-        "state": p.state,
-    }
+def _mode_cell(n: dict) -> str:
+    mode = n["mode"] if n["modeLabelValid"] else f"{n['mode']}(label:{n['modeLabel']}:invalid)"
+    return mode + (",deploy.skip" if n["deploySkip"] else "")
 
 
-def _mode_cell(n: Any) -> str:
-    mode = n.mode if n.mode_label_valid else f"{n.mode}(label:{n.mode_label}:invalid)"
-    return mode + (",deploy.skip" if n.deploy_skip else "")
+def _status_cell(n: dict) -> Cell:
+    status = "Ready" if n["ready"] else "NotReady"
+    if not n["schedulable"]:
+        status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
+    if n["switch"] is not None:
+        status += ",Switching"  # a set-mode runs now or was interrupted: its record is still on the node
+    return Cell(status, "" if n["ready"] and n["schedulable"] and n["switch"] is None else "yellow" if n["ready"]
+                else "red")
 
 
-def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None, *,
+def _dra_cell(u: dict) -> str:
+    tainted = f",{len(u['tainted'])} tainted" if u["tainted"] else ""
+    return f"{u['name']}={u['allocatable']}(dra{tainted})"
+
+
+def _resources_cell(n: dict) -> str:
+    return joined([*(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n["resources"].items()),
+                   *(_dra_cell(u) for u in n["npuResources"] if u["dra"])])
+
+
+def _components_cell(n: dict) -> str:
+    held = {h["component"]: h["status"] for h in n["initHeld"]}
+    return joined([f"{c}({held[c]})" if c in held else c for c in n["components"]]
+                  + [f"{c}(paused)" for c in n["pausedComponents"]])
+
+
+_NODE_COLUMNS = (
+    Column("NAME"), Column("MODE", value=_mode_cell), Column("STATUS", value=_status_cell),
+    Column("NPUS", value=lambda n: str(n["npuAllocatable"] if n["npuAllocatable"] is not None
+                                       else sum(n["resources"].values()))),
+    Column("ALLOCATED", value=lambda n: _count(n["npuAllocated"])),
+    Column("FREE", value=lambda n: _count(n["npuFree"])))
+_NODE_WIDE = (Column("RESOURCES", wide=True, value=_resources_cell),
+              Column("PRODUCT", wide=True, value=lambda n: n["product"] or "<unknown>"),
+              Column("COMPONENTS", wide=True, value=_components_cell))
+
+
+def npu_nodes_table(nodes: list[dict], vms: Mapping[str, list[str]] | None = None, *,
                     show_labels: bool = False) -> Table:
-    """NPU nodes as kubectl prints nodes: NAME first, one line each, narrow enough for 80 columns; -o wide adds the
-    resources, the product and the operator components.
+    """NPU nodes (their documents: NpuNodeList items, ClusterStatus nodes) as kubectl prints nodes: NAME first, one
+    line each, narrow enough for 80 columns; -o wide adds the resources, the product and the operator components.
 
     NPUS, ALLOCATED and FREE count the node's NPUs as the scheduler does (rblnctl.operator.capacity: device
     plugin resources and DRA devices; `<unknown>` when the pods holding them could not be read; a DRA device
     with a NoSchedule/NoExecute taint is in NPUS but not FREE, and RESOURCES says how many are tainted). STATUS
     is kubectl's (`Ready`, `,SchedulingDisabled`) and `,Switching` while a set-mode's record is on the node. With `vms`
-    (node -> VMs holding NPUs there) a VMS column counts them and -o wide names them.
+    (node -> VMs holding NPUs there: ClusterStatus's npuVms) a VMS column counts them and -o wide names them.
     `show_labels` adds LABELS last, as `kubectl get nodes --show-labels` (every label, `k=v,...`).
     """
-    extra = [] if vms is None else ["VMS"]
-    wide_extra = [] if vms is None else [Column("NPU VMS", wide=True)]
-    t = Table("NAME", "MODE", "STATUS", "NPUS", "ALLOCATED", "FREE", *extra, Column("RESOURCES", wide=True),
-              Column("PRODUCT", wide=True),
-              Column("COMPONENTS", wide=True), *wide_extra, *(["LABELS"] if show_labels else []))
-    for n in nodes:
-        status = "Ready" if n.ready else "NotReady"
-        if not n.schedulable:
-            status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
-        switch = unfinished_switch(n)
-        if switch is not None:
-            status += ",Switching"  # a set-mode runs now or was interrupted: its record is still on the node
-        held = {h.component: h.status for h in n.holds}
-        components = [f"{c}({held[c]})" if c in held else c for c in n.components] + [
-            f"{c}(paused)" for c in n.paused]
-        vm_names = [] if vms is None else list(vms.get(n.name, []))
-        t.add_row(
-            n.name,
-            _mode_cell(n),
-            Cell(status, "" if n.ready and n.schedulable and switch is None else "yellow" if n.ready else "red"),
-            str(n.capacity.allocatable) if n.capacity is not None else str(sum(n.resources.values())),
-            _count(n.capacity.allocated if n.capacity is not None else None),
-            _count(n.capacity.free if n.capacity is not None else None),
-            *([] if vms is None else [str(len(vm_names))]),
-            joined([*(f"{k.removeprefix('rebellions.ai/')}={v}" for k, v in n.resources.items()),
-                    *(f"{u.name}={u.allocatable}(dra{f',{len(u.tainted)} tainted' if u.tainted else ''})"
-                      for u in (n.capacity.resources if n.capacity else ()) if u.dra)]),
-            n.product or "<unknown>",
-            joined(components),
-            *([] if vms is None else [joined(vm_names)]),
-            *([joined(f"{k}={v}" for k, v in n.labels.items())] if show_labels else []),
-        )
-    return t
-
-
-def unfinished_switch(n: Any) -> Any:
-    """The unfinished mode switch recorded on NPU node `n` (rblnctl.node.record.SwitchRecord), or None."""
-    from rblnctl.node.record import parse_record
-
-    try:
-        return parse_record(getattr(n, "switch_record", None))
-    except ValueError:
-        return None
+    held = ((Column("VMS", value=lambda n: str(len(vms.get(n["name"], [])))),),
+            (Column("NPU VMS", wide=True, value=lambda n: joined(vms.get(n["name"], []))),)) if vms is not None \
+        else ((), ())
+    labels = (Column("LABELS", value=lambda n: joined(f"{k}={v}" for k, v in n["labels"].items())),) \
+        if show_labels else ()
+    return rows(nodes, *_NODE_COLUMNS, *held[0], *_NODE_WIDE, *held[1], *labels)
 
 
 def switch_notes(nodes: list[Any]) -> list[str]:
@@ -175,5 +115,4 @@ def capacity_notes(nodes: list[Any]) -> list[str]:
     return out
 
 
-__all__ = ["capacity_notes", "hold_document", "hold_notes", "node_document", "npu_nodes_table", "policy_document",
-           "switch_notes", "unfinished_switch", "yes_no"]
+__all__ = ["capacity_notes", "hold_notes", "npu_nodes_table", "switch_notes", "unfinished_switch", "yes_no"]

@@ -192,3 +192,21 @@ def spell(item: Any) -> str:
     if ctx is None:  # not under a command (a library caller): the words, the commands as data left out
         return item.text.replace("{command}", "").strip()
     return remedy_text(ctx, item)
+
+
+class Voice:
+    """How a document spells the library's messages for one command (rblnctl.documents: `say`): each Remedy as
+    remedy_text() says it, and a Remedy's command as the argv to run (Argv)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def __call__(self, item: Any) -> str:
+        from rblnctl.remedy import Remedy
+
+        return remedy_text(self.ctx, item) if isinstance(item, Remedy) else str(item)
+
+    def argv(self, command: Any) -> list[str]:
+        import shlex
+
+        return shlex.split(render(self.ctx, command))

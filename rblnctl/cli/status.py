@@ -94,24 +94,11 @@ def change_line(change: Any) -> str:
 def view(st: Any) -> Any:
     """The overview in every format (kind ClusterStatus)."""
     from rblnctl.cli.output import View
-    from rblnctl.cli.render import (capacity_notes, hold_notes, node_document, npu_nodes_table, policy_document,
-                                    switch_notes)
+    from rblnctl.cli.render import capacity_notes, hold_notes, npu_nodes_table, switch_notes
     from rblnctl.clock import SYSTEM_CLOCK
+    from rblnctl.documents import CLUSTER_STATUS
 
-    def body() -> dict:
-        return {
-            "kubernetesVersion": st.server_version,
-            "operatorNamespace": st.operator_namespace,
-            "policy": policy_document(st.policy, release=st.release),
-            "kubevirt": [{"name": k.name, "namespace": k.namespace, "phase": k.phase, "version": k.version,
-                          "featureGates": list(k.feature_gates), "disabledFeatureGates": list(k.disabled_feature_gates)}
-                         for k in st.kubevirt],
-            "modes": dict(st.modes),
-            "nodes": [node_document(n) for n in st.nodes],
-            "npuVms": {node: list(vms) for node, vms in st.npu_vms.items()},
-            "notes": list(st.notes),
-        }
-
+    doc = CLUSTER_STATUS(st)
     lines = [f"Kubernetes:  {st.server_version}"]
     p = st.policy
     lines.append(f"Policy:      {p.name} {p.switches()} (components in {st.operator_namespace})" if p
@@ -124,8 +111,8 @@ def view(st: Any) -> Any:
         lines.append(" ".join(line.split(" ")))
     modes = ", ".join(f"{m}={n}" for m, n in st.modes.items()) or "none"
     lines.append(f"NPU nodes:   {len(st.nodes)} ({modes})")
-    tables = [npu_nodes_table(st.nodes, st.npu_vms)] if st.nodes else []
-    return View(kind="ClusterStatus", body=body, preamble=lines, tables=tables,
+    tables = [npu_nodes_table(doc["nodes"], doc["npuVms"])] if st.nodes else []
+    return View(kind="ClusterStatus", body=doc, preamble=lines, tables=tables,
                 notes=[f"note: {n}" for n in st.notes] + switch_notes(st.nodes) + capacity_notes(st.nodes)
                 + hold_notes(st.nodes, now=SYSTEM_CLOCK.now()),
                 names=[f"node/{n.name}" for n in st.nodes])

@@ -42,23 +42,21 @@ def version(
 
 def _view(me: Any, components: list | None) -> Any:
     from rblnctl.cli.output import View
+    from rblnctl.documents import VERSION, body
 
-    def body() -> dict:
-        return {"client": {"version": me.version, "commit": me.commit, "python": me.python},
-                "server": None if components is None else {
-                    c.name: {"version": c.version, "source": c.source, "note": c.note} for c in components}}
-
-    commit = f" (commit {me.commit})" if me.commit else ""
-    lines = [f"Client Version: {me.version}{commit}"]
-    for c in components or []:
-        if c.version:
-            shown = c.version
-        elif (c.note or "").startswith("not installed"):
+    doc = body(VERSION, me=me, components=components)
+    client = doc["client"]
+    commit = f" (commit {client['commit']})" if client["commit"] else ""
+    lines = [f"Client Version: {client['version']}{commit}"]
+    for name, c in (doc["server"] or {}).items():
+        if c["version"]:
+            shown = c["version"]
+        elif (c["note"] or "").startswith("not installed"):
             shown = "<not installed>"
         else:
-            shown = f"<unknown: {c.note}>"
-        lines.append(f"{LABELS.get(c.name, c.name)} Version: {shown}")
-    return View(kind="Version", body=body, preamble=lines)
+            shown = f"<unknown: {c['note']}>"
+        lines.append(f"{LABELS.get(name, name)} Version: {shown}")
+    return View(kind="Version", body=doc, preamble=lines)
 
 
 def register(app: typer.Typer) -> None:

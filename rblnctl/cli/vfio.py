@@ -13,6 +13,7 @@ from rblnctl.cli.options import examples
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import HostDryRunOpt, OutputOpt, YesOpt
+from rblnctl.cli.output import Cell, Column, joined
 
 if TYPE_CHECKING:
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
@@ -299,35 +300,42 @@ def _progress(verb: str, w: Write) -> None:
 _RESULT_STYLE = {"ok": "green", "skipped": "dim", "planned": "cyan", "blocked": "yellow"}
 
 
-def _result_document(r: Any) -> dict:
-    return {"bdf": r.bdf, "action": str(r.action), "fromDriver": r.from_driver, "toDriver": r.to_driver,
-            "status": str(r.status), "message": r.message}
+_RESULT_COLUMNS = (Column("BDF"), Column("ACTION"), Column("FROM", value="fromDriver"),
+                   Column("TO", value=lambda r: r["toDriver"] or "<default>"),
+                   Column("STATUS", value=lambda r: Cell(r["status"], _RESULT_STYLE.get(r["status"], "red"))),
+                   Column("MESSAGE", value=lambda r: r["message"]))
 
 
 def _results_view(operation: Any, results: Any, *, notes: list[str] | None = None) -> Any:
-    from rblnctl.cli.output import Cell, Table, View
+    from rblnctl.cli.output import View, rows
+    from rblnctl.documents import VFIO_CHANGE, body
 
-    t = Table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
-    for r in results:
-        t.add_row(r.bdf, str(r.action), r.from_driver or "<none>", r.to_driver or "<default>",
-                  Cell(str(r.status), _RESULT_STYLE.get(str(r.status), "red")), r.message)
-    return View(kind="VfioChange", body=lambda: {"operation": str(operation),
-                                                 "devices": [_result_document(r) for r in results]},
-                tables=[t], notes=notes or [], names=[f"pci/{r.bdf}" for r in results])
+    doc = body(VFIO_CHANGE, operation=operation, results=results)
+    return View(kind="VfioChange", body=doc, tables=[rows(doc["devices"], *_RESULT_COLUMNS)], notes=notes or [],
+                names=[f"pci/{r['bdf']}" for r in doc["devices"]])
+
+
+def _model(d: dict) -> str:
+    model = f"{d['model']}-{d['function']}" if d["model"] and d["function"] else d["model"] or d["ids"]
+    return model.replace(" ", "-")
+
+
+def _members(d: dict) -> str:
+    return joined(f"{m['bdf']}({m['driver'] or 'none'}{',bridge' if m['bridge'] else ''}"
+                  f"{',blocks-group' if m['blocksGroup'] else ''})" for m in d["groupMembers"])
+
+
+_STATUS_COLUMNS = (
+    Column("BDF"), Column("MODEL", value=_model), Column("DRIVER"), Column("OVERRIDE", value="driverOverride"),
+    Column("GROUP", value="iommuGroup"), Column("OTHER-MEMBERS", value=_members), Column("NUMA", value="numaNode"),
+    Column("VFIO-DEV", value=lambda d: ("yes" if d["vfioDevicePresent"] else "no") if d["iommuGroup"] else "<none>"),
+    Column("HOLDERS", value=lambda d: joined(f"{h['pid']}/{h['command']}" for h in d["holders"])))
 
 
 def _status_view(st: Any) -> Any:
-    from rblnctl.cli.output import Table, View, joined
+    from rblnctl.cli.output import View, rows
+    from rblnctl.documents import VFIO_STATUS
 
-    t = Table("BDF", "MODEL", "DRIVER", "OVERRIDE", "GROUP", "OTHER-MEMBERS", "NUMA", "VFIO-DEV", "HOLDERS")
-    for d in st.devices:
-        model = f"{d.model}-{d.function}" if d.model and d.function else d.model or d.ids
-        members = joined(f"{m.bdf}({m.driver or 'none'}{',bridge' if m.bridge else ''}"
-                         f"{',blocks-group' if m.blocks_group else ''})" for m in d.group_members)
-        holders = joined(f"{h.pid}/{h.command}" for h in d.holders)
-        dev = ("yes" if d.vfio_device_present else "no") if d.iommu_group else "<none>"
-        t.add_row(d.bdf, model.replace(" ", "-"), d.driver or "<none>", d.driver_override or "<none>",
-                  d.iommu_group or "<none>", members, "<none>" if d.numa_node is None else str(d.numa_node), dev,
-                  holders)
-
-    return View(kind="VfioStatus", body=st.to_dict, tables=[t], names=[f"pci/{d.bdf}" for d in st.devices])
+    doc = VFIO_STATUS(st)
+    return View(kind="VfioStatus", body=doc, tables=[rows(doc["devices"], *_STATUS_COLUMNS)],
+                names=[f"pci/{d['bdf']}" for d in doc["devices"]])

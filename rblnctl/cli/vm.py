@@ -22,8 +22,9 @@ from rblnctl.cli.options import (
     sort_by_option,
     timeout_s,
 )
-from rblnctl.cli.output import Format
+from rblnctl.cli.output import Cell, Column, Format, joined
 from rblnctl.cli.rerun import spell
+from rblnctl.documents import restart_marker
 
 app = typer.Typer(
     help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
@@ -172,66 +173,26 @@ def _phrased(plan: Any, ctx: Any) -> Any:
 # -- documents and views ----------------------------------------------------------------------------------
 
 
-def _device_doc(d: Any) -> dict:
-    return {"name": d.name, "method": d.method, "resource": d.resource, "claim": d.claim, "request": d.request}
-
-
-def _change_doc(plan: Any, result: Any) -> dict:
-    """The VmNpuChange document (docs/output.md): the plan, and what apply() did (null on a client dry run)."""
-    return {
-        "vm": {"namespace": plan.vm.namespace, "name": plan.vm.name},
-        "plan": {
-            "action": plan.target.action,
-            "method": plan.method,
-            "resource": plan.resource,
-            "deviceClass": plan.device_class,
-            "npusBefore": plan.npus_before,
-            "npusAfter": plan.npus_after,
-            "devicesBefore": [_device_doc(d) for d in plan.devices_before],
-            "devicesAfter": [_device_doc(d) for d in plan.devices_after],
-            "added": list(plan.added),
-            "removed": list(plan.removed),
-            "template": plan.template,
-            "templateCreate": (plan.template_create or {}).get("metadata", {}).get("name"),
-            "templatesDelete": list(plan.templates_delete),
-            "templatesKept": list(plan.templates_kept),
-            "running": plan.running,
-            "node": plan.node,
-            "restart": plan.restart,
-            "nextRestart": plan.next_restart,
-            "runningNpus": plan.running_npus,
-            "start": plan.start,
-            "patch": plan.patch,
-            "noop": plan.noop,
-            "warnings": [spell(w) for w in plan.warnings],
-            "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers],
-        },
-        "result": None if result is None else {
-            "changed": result.changed, "attempts": result.attempts, "templateCreated": result.template_created,
-            "templatesDeleted": list(result.templates_deleted), "templatesKept": list(result.templates_kept),
-            "restarted": result.restarted, "ready": result.ready, "serverDryRun": result.server_dry_run,
-            "leftStopped": result.left_stopped, "startCommand": result.start_command,
-            "notRestarted": result.not_restarted,
-        },
-    }
-
-
 def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any:
     """A VM NPU change in every format (kind VmNpuChange)."""
     import json
 
     from rblnctl.cli.output import Table, View
+    from rblnctl.documents import VM_NPU_CHANGE, body
 
-    before = {d.name: d for d in plan.devices_before}
+    doc = body(VM_NPU_CHANGE, spell, plan=plan, result=result)
+    p = doc["plan"]
+    before = {d["name"]: d for d in p["devicesBefore"]}
     t = Table("DEVICE", "METHOD", "SOURCE", "CHANGE")
-    for d in plan.devices_after:
-        replaced = d.name in plan.added and d.name in plan.removed
-        t.add_row(d.name, d.method, d.source, "changed" if replaced or (d.name not in plan.added and before.get(
-            d.name) != d) else "added" if d.name in plan.added else "kept")
-    for name in plan.removed:
+    for d in p["devicesAfter"]:
+        name = d["name"]
+        replaced = name in p["added"] and name in p["removed"]
+        t.add_row(name, d["method"], _source(d), "changed" if replaced or (name not in p["added"] and before.get(
+            name) != d) else "added" if name in p["added"] else "kept")
+    for name in p["removed"]:
         d = before.get(name)
-        if d is not None and name not in plan.added:
-            t.add_row(d.name, d.method, d.source, "removed")
+        if d is not None and name not in p["added"]:
+            t.add_row(name, d["method"], _source(d), "removed")
     what = f"{plan.method}" + (f", {plan.resource}" if plan.resource and plan.method == "sandbox" else "") + \
         (f", {plan.template}" if plan.template else "")
     head = [f"VirtualMachine {plan.vm}: {plan.npus_before} -> {plan.npus_after} NPU(s)"
@@ -262,7 +223,7 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
     others = [str(d.get("name")) for d in plan.host_devices_after if d.get("name") not in
               {x.name for x in plan.devices_after}]
     notes = [f"other host devices kept: {', '.join(others)}"] if others else []
-    return View(kind="VmNpuChange", body=lambda: _change_doc(plan, result), preamble=head,
+    return View(kind="VmNpuChange", body=doc, preamble=head,
                 tables=[t] if t.rows else [], epilogue=tail, notes=notes,
                 names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
 
@@ -532,53 +493,56 @@ def _ssh_keys(spec: str) -> list[str]:
 
 
 def compact_devices(devices: Any) -> str:
-    """A VM's NPUs in a few characters: `8x RBLN-CA22_PF`, `2x claim/rbln-npu` (each entry: -o wide)."""
+    """A VM's NPUs in a few characters: `8x RBLN-CA22_PF`, `2x claim/rbln-npu` (each entry: -o wide); `devices`:
+    the devices of a VmNpuList item's document."""
     counts: dict[str, int] = {}
     for d in devices:
-        key = d.resource.removeprefix(C.RESOURCE_PREFIX) if d.resource else f"claim/{d.claim}"
+        key = d["resource"].removeprefix(C.RESOURCE_PREFIX) if d["resource"] else f"claim/{d['claim']}"
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{n}x {k}" for k, n in counts.items()) or "<none>"
 
 
-def _list_item_doc(e: Any) -> dict:
-    return {"namespace": e.ref.namespace, "name": e.ref.name, "kind": e.kind, "status": e.status, "node": e.node,
-            "method": e.method, "npus": e.npus, "devices": [_device_doc(d) for d in e.devices],
-            "runningNpus": e.holds if e.running_devices is not None else None,
-            "restartPending": e.restart_pending,
-            "restartRequired": None if e.restart_required is None else {
-                "message": e.restart_required.message, "since": e.restart_required.since},
-            "claims": list(e.claims), "claimCollisions": list(e.collisions)}
+def _vm_status(i: dict) -> str:
+    marker = restart_marker(i)
+    return i["status"] + (f",{marker}" if marker else "") + (",ClaimCollision" if i["claimCollisions"] else "")
+
+
+def _vm_npus(i: dict) -> str:
+    """NPUS: a change staged for the next restart shows what the VMI passes now -> what the VM asks for."""
+    held = i["runningNpus"]
+    return f"{held}->{i['npus']}" if i["restartPending"] and held != i["npus"] else str(i["npus"])
+
+
+def _source(d: dict) -> str:
+    """A device document's source (rblnctl.vm.model.NpuDevice.source): its resource, or `claim/request`."""
+    return d["resource"] or f"{d['claim']}/{d['request']}"
+
+
+# DEVICES (the compact form, spaces in it) comes last, so awk's fields before it stay put; every hostDevices
+# entry (npu0=rebellions.ai/RBLN-CA22_PF,...) is in -o wide.
+_VM_COLUMNS = (Column("NAME"), Column("STATUS", value=_vm_status), Column("NODE"), Column("NPUS", value=_vm_npus),
+               Column("METHOD"), Column("KIND", wide=True), Column("HELD", wide=True, value="runningNpus"),
+               Column("HOST DEVICES", wide=True,
+                      value=lambda i: joined(f"{d['name']}={_source(d)}" for d in i["devices"])),
+               Column("DEVICES", value=lambda i: compact_devices(i["devices"])))
 
 
 def _list_view(listing: Any, sort_by: str | None = None) -> Any:
-    from rblnctl.cli.output import Column, Table, View, joined
+    from rblnctl.cli.output import View, rows
     from rblnctl.cli.output import sort_by as sorted_by
+    from rblnctl.documents import VM_NPU_ITEM, VM_NPU_LIST, body
 
     every = listing.namespace is None
-    items = sorted_by(listing.items, sort_by, _list_item_doc)
-    # DEVICES (the compact form, spaces in it) comes last, so awk's fields before it stay put; every hostDevices
-    # entry (npu0=rebellions.ai/RBLN-CA22_PF,...) is in -o wide.
-    t = Table(*(["NAMESPACE"] if every else []), "NAME", "STATUS", "NODE", "NPUS", "METHOD",
-              Column("KIND", wide=True), Column("HELD", wide=True), Column("HOST DEVICES", wide=True), "DEVICES")
-    for e in items:
-        status = e.status + (f",{e.restart_marker}" if e.restart_marker else "") + (",ClaimCollision" if e.collisions
-                                                                                     else "")
-        # a change staged for the next restart: what the VMI passes now -> what the VM asks for
-        npus = f"{e.holds}->{e.npus}" if e.restart_pending and e.holds != e.npus else str(e.npus)
-        t.add_row(*([e.ref.namespace] if every else []), e.ref.name, status, e.node or "<none>", npus,
-                  e.method or "<none>", e.kind, str(e.holds) if e.running_devices is not None else "<none>",
-                  joined(f"{d.name}={d.source}" for d in e.devices), compact_devices(e.devices))
-
-    def body() -> dict:
-        return {"namespace": listing.namespace, "items": [_list_item_doc(e) for e in items]}
-
+    items = sorted_by(listing.items, sort_by, VM_NPU_ITEM)
+    doc = body(VM_NPU_LIST, spell, listing=listing, items=items)
+    t = rows(doc["items"], *([Column("NAMESPACE")] if every else []), *_VM_COLUMNS)
     where = "any namespace" if every else f"namespace {listing.namespace}"
     notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
     notes += [f"warning: VM {e.ref} on {e.node} has a DRA claim of the same name as {', '.join(e.collisions)}: the "
               "RBLN DRA driver prepares one claim of a name per node, so one of them cannot start; give each its own "
               f"name with `rblnctl vm attach {e.ref.name} -n {e.ref.namespace} --restart`" for e in listing.collisions]
-    return View(kind="VmNpuList", body=body, tables=[t] if listing.items else [], notes=notes,
-                names=[f"{e.kind.lower()}.kubevirt.io/{e.ref.name}" for e in items])
+    return View(kind="VmNpuList", body=doc, tables=[t] if listing.items else [], notes=notes,
+                names=[f"{i['kind'].lower()}.kubevirt.io/{i['name']}" for i in doc["items"]])
 
 
 @app.command("list", short_help="List VMs that hold or request NPUs.", epilog=LIST_EXAMPLES)
@@ -611,42 +575,30 @@ def list_vms(
 # -- diagnose -------------------------------------------------------------------------------------------------
 
 
+_LINK_COLUMNS = (Column("LINK", value="name"),
+                 Column("STATUS", value=lambda link: Cell(link["status"], "green" if link["status"] == "PASS"
+                                                          else "red")),
+                 Column("EVIDENCE", value=lambda link: "; ".join(link["evidence"])))
+
+
 def _diagnosis_view(d: Any, ctx: Any) -> Any:
-    import shlex
+    from rblnctl.cli.output import View, rows
+    from rblnctl.cli.rerun import Voice
+    from rblnctl.documents import VM_DIAGNOSIS
 
-    from rblnctl.cli.output import Cell, Table, View
-    from rblnctl.cli.rerun import remedy_text, render
-    from rblnctl.remedy import Remedy
-
-    t = Table("LINK", "STATUS", "EVIDENCE")
-    for link in d.links:
-        t.add_row(link.name.value, Cell(link.status.value, "green" if link.ok else "red"), link.message)
-    head = [f"VM {d.vm}: " + ("not found" if not d.found else f"{d.npus} NPU(s) through {d.method}" if d.npus
-                              else "no NPU requested")]
-    broken = d.broken
+    doc = VM_DIAGNOSIS(d, Voice(ctx))
+    head = [f"VM {d.vm}: " + ("not found" if not d.found else f"{doc['npus']} NPU(s) through {doc['method']}"
+                              if doc["npus"] else "no NPU requested")]
+    broken = next((link for link in doc["links"] if link["name"] == doc["broken"]), None)
     if broken is None:
         tail = ["every link holds: the VM has its NPUs"]
     else:
-        tail = [f"broken link: {broken.name.value} ({broken.failure})"]
-        if broken.remedy is not None:
-            tail.append(f"remedy: {remedy_text(ctx, broken.remedy)}")
-
-    def body() -> dict:
-        return {"vm": {"namespace": d.vm.namespace, "name": d.vm.name}, "method": d.method, "npus": d.npus,
-                "ok": d.ok, "broken": broken.name.value if broken else None,
-                "links": [{"name": link.name.value, "title": link.title, "status": link.status.value,
-                           "failure": link.failure,
-                           "evidence": list(link.evidence),
-                           "remedy": remedy_text(ctx, link.remedy) if link.remedy else None,
-                           "remedyCommand": shlex.split(render(ctx, link.remedy.command))
-                           if link.remedy and link.remedy.command and link.remedy.command.program is None
-                           else None} for link in d.links],
-                "warnings": warnings}
-
-    warnings = [remedy_text(ctx, w) if isinstance(w, Remedy) else str(w) for w in d.warnings]
-
-    return View(kind="VmDiagnosis", body=body, preamble=head, tables=[t], epilogue=tail,
-                notes=[f"warning: {w}" for w in warnings], names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
+        tail = [f"broken link: {broken['name']} ({broken['failure']})"]
+        if broken["remedy"] is not None:
+            tail.append(f"remedy: {broken['remedy']}")
+    return View(kind="VmDiagnosis", body=doc, preamble=head, tables=[rows(doc["links"], *_LINK_COLUMNS)],
+                epilogue=tail, notes=[f"warning: {w}" for w in doc["warnings"]],
+                names=[f"virtualmachine.kubevirt.io/{d.vm.name}"])
 
 
 @app.command("diagnose", short_help="Say why a VM has no NPU.", epilog=DIAGNOSE_EXAMPLES)
@@ -670,33 +622,33 @@ def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None
 # -- fit ------------------------------------------------------------------------------------------------------
 
 
-def _fit_doc(f: Any) -> dict:
-    most = f.most
-    return {"npus": f.npus, "count": f.count, "method": f.method, "resource": f.kind, "fits": f.fits, "ok": f.ok,
-            "never": f.never, "most": {"npus": most[0], "node": most[1]} if most else None,
-            "nodes": [{"name": n.node, "mode": n.mode, "eligible": n.eligible, "allocatable": n.allocatable,
-                       "allocated": n.allocated, "free": n.free, "fits": n.fits, "reason": n.reason,
-                       "holders": list(n.holders), "tainted": list(n.tainted)} for n in f.nodes],
-            "warnings": list(f.warnings), "notes": list(f.notes)}
+def _unknown(value: Any) -> str:
+    return "<unknown>" if value is None else str(value)
+
+
+_FIT_COLUMNS = (Column("NODE", value="name"), Column("MODE"), Column("NPUS", value="allocatable"),
+                Column("ALLOCATED", value=lambda n: _unknown(n["allocated"])),
+                Column("FREE", value=lambda n: _unknown(n["free"])),
+                Column("FITS", value=lambda n: Cell(str(n["fits"]), "green" if n["fits"] else "")),
+                Column("HELD BY", wide=True, value=lambda n: ",".join(n["holders"]) or "<none>"),
+                Column("REASON", value=lambda n: n["reason"] or ""))
 
 
 def _fit_view(f: Any) -> Any:
-    from rblnctl.cli.output import Cell, Column, Table, View
+    from rblnctl.cli.output import View, rows
+    from rblnctl.documents import VM_FIT
 
-    t = Table("NODE", "MODE", "NPUS", "ALLOCATED", "FREE", "FITS", Column("HELD BY", wide=True), "REASON")
-    for n in f.nodes:
-        t.add_row(n.node, n.mode, str(n.allocatable), "<unknown>" if n.allocated is None else str(n.allocated),
-                  "<unknown>" if n.free is None else str(n.free), Cell(str(n.fits), "green" if n.fits else ""),
-                  ",".join(n.holders) or "<none>", n.reason or "")
+    doc = VM_FIT(f)
+    t = rows(doc["nodes"], *_FIT_COLUMNS)
     tail = []
-    if f.never:
-        most = f.most
-        tail.append(f"never: no node a VM may run on has {f.npus} {f.kind} at all (the most is {most[0]}, on "
-                    f"{most[1]}); freeing NPUs would not help")
-    return View(kind="VmFit", body=lambda: _fit_doc(f), preamble=[f.summary()], tables=[t] if f.nodes else [],
-                epilogue=tail, notes=[f"warning: {w}" for w in f.warnings] + [f"note: {n}" for n in f.notes]
-                + ([] if f.nodes else ["No NPU nodes found."]),
-                names=[f"node/{n.node}" for n in f.nodes if n.fits])
+    if doc["never"]:
+        most = doc["most"]
+        tail.append(f"never: no node a VM may run on has {doc['npus']} {doc['resource']} at all (the most is "
+                    f"{most['npus']}, on {most['node']}); freeing NPUs would not help")
+    return View(kind="VmFit", body=doc, preamble=[f.summary()], tables=[t] if doc["nodes"] else [],
+                epilogue=tail, notes=[f"warning: {w}" for w in doc["warnings"]] + [f"note: {n}" for n in doc["notes"]]
+                + ([] if doc["nodes"] else ["No NPU nodes found."]),
+                names=[f"node/{n['name']}" for n in doc["nodes"] if n["fits"]])
 
 
 @app.command("fit", short_help="How many VMs of N NPUs fit now, and where.", epilog=FIT_EXAMPLES)
@@ -759,43 +711,28 @@ class Waiting(OptionGroup):
         return timeout_s(self.timeout)
 
 
-def _state_doc(st: Any) -> dict:
-    a = st.attachment
-    return {"printableStatus": st.printable_status, "runStrategy": st.run_strategy, "ready": st.ready,
-            "vmi": None if st.vmi_phase is None else {"uid": st.vmi_uid, "phase": st.vmi_phase or None,
-                                                      "node": st.node, "ready": st.vmi_ready},
-            "stateChangeRequests": list(st.requests), "launchers": list(st.launchers),
-            "npus": None if a is None else {"wanted": a.wanted, "held": a.held, "launcherPod": a.launcher,
-                                            "attached": a.attached, "missing": list(a.missing),
-                                            "pendingChange": a.pending_change}}
-
-
-def _lifecycle_doc(plan: Any, result: Any) -> dict:
-    return {"vm": {"namespace": plan.vm.namespace, "name": plan.vm.name}, "action": plan.action,
-            "plan": {"request": plan.send, "why": plan.why, "noop": plan.noop, "wait": plan.wait,
-                     "warnings": [spell(w) for w in plan.warnings],
-                     "blockers": [{"message": b.message, "override": b.override} for b in plan.blockers]},
-            "before": _state_doc(plan.before),
-            "result": None if result is None else {"request": result.sent, "changed": result.changed,
-                                                   "waited": result.waited, "serverDryRun": result.server_dry_run,
-                                                   "state": _state_doc(result.state), "overtaken": result.overtaken}}
+_LIFECYCLE_COLUMNS = (  # a row: the VM's name and its state's document (VmLifecycle before, or result.state)
+    Column("NAME"), Column("STATUS", value="printableStatus"), Column("RUNSTRATEGY", value="runStrategy"),
+    Column("VMI", value="vmi.phase"), Column("NODE", value="vmi.node"),
+    Column("NPUS", value=lambda st: "<none>" if st["npus"] is None else f"{st['npus']['held']}/{st['npus']['wanted']}"),
+    Column("ATTACHED", value=lambda st: "<none>" if st["npus"] is None else "yes" if st["npus"]["attached"] else "no"))
 
 
 def _lifecycle_view(plan: Any, result: Any = None) -> Any:
-    from rblnctl.cli.output import Table, View
+    from rblnctl.cli.output import View, rows
+    from rblnctl.documents import VM_LIFECYCLE, body
 
-    st = result.state if result is not None else plan.before
-    a = st.attachment
-    t = Table("NAME", "STATUS", "RUNSTRATEGY", "VMI", "NODE", "NPUS", "ATTACHED")
-    t.add_row(plan.vm.name, st.printable_status or "<none>", st.run_strategy or "<none>", st.vmi_phase or "<none>",
-              st.node or "<none>", "<none>" if a is None else f"{a.held}/{a.wanted}",
-              "<none>" if a is None else "yes" if a.attached else "no")
+    doc = body(VM_LIFECYCLE, spell, plan=plan, result=result)
+    state = doc["result"]["state"] if result is not None else doc["before"]
+    t = rows([{"name": doc["vm"]["name"], **state}], *_LIFECYCLE_COLUMNS)
     what = plan.why if plan.send else f"nothing to ask: {plan.why}" if plan.why else "refused"
     if result is not None and result.waited and not plan.send:  # the why described the VM before the wait
         what = "nothing to ask"
     head = [f"VirtualMachine {plan.vm}: {plan.action}: {what}"]
-    tail = [f"waiting for: {'; '.join(a.missing)}"] if a is not None and a.missing and st.live else []
-    return View(kind="VmLifecycle", body=lambda: _lifecycle_doc(plan, result), preamble=head, tables=[t],
+    live = (result.state if result is not None else plan.before).live
+    a = state["npus"]
+    tail = [f"waiting for: {'; '.join(a['missing'])}"] if a is not None and a["missing"] and live else []
+    return View(kind="VmLifecycle", body=doc, preamble=head, tables=[t],
                 epilogue=tail, names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
 
 

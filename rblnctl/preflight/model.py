@@ -43,9 +43,10 @@ class CheckResult:
     remedy_command: str = ""  # the command in `remedy`, runnable as given (no placeholders); "" when none
 
     def to_dict(self) -> dict:
-        """This finding as its document form (camelCase keys, docs/output.md), built directly."""
-        return {"id": self.id, "title": self.title, "scope": self.scope, "status": self.status.value,
-                "evidence": self.evidence, "remedy": self.remedy, "remedyCommand": self.remedy_command}
+        """This finding as its document form (docs/output.md; its shape: rblnctl.documents.CHECK_RESULT)."""
+        from rblnctl.documents import CHECK_RESULT
+
+        return CHECK_RESULT(self)
 
     @classmethod
     def from_dict(cls, data: dict, *, scope: str | None = None) -> CheckResult:
@@ -72,9 +73,10 @@ class Summary:
     ok: bool
 
     def to_dict(self) -> dict:
-        """The summary as JSON-ready data."""
-        return {"total": self.total, "passed": self.passed, "warned": self.warned, "failed": self.failed,
-                "skipped": self.skipped, "method": self.method, "strict": self.strict, "ok": self.ok}
+        """The summary as JSON-ready data (its shape: rblnctl.documents.PREFLIGHT_SUMMARY)."""
+        from rblnctl.documents import PREFLIGHT_SUMMARY
+
+        return PREFLIGHT_SUMMARY(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,10 +117,11 @@ class PreflightReport:
         return list(dict.fromkeys(c.id for c in self.failing()))
 
     def to_dict(self) -> dict:
-        """The body of the PreflightReport document (docs/output.md), built directly: a 1,000-node report has
-        5,000 findings, too many to walk by reflection."""
-        return {"target": self.target, "method": self.method, "methodNote": self.method_note,
-                "checks": [c.to_dict() for c in self.checks], "summary": self.summary.to_dict(), "nodes": self.nodes}
+        """The body of the PreflightReport document (docs/output.md; its shape: rblnctl.documents.PREFLIGHT_REPORT,
+        attribute reads, no reflection: a 1,000-node report has 5,000 findings)."""
+        from rblnctl.documents import PREFLIGHT_REPORT
+
+        return PREFLIGHT_REPORT(self)
 
 
 def make_report(

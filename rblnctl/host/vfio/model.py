@@ -198,15 +198,10 @@ class VfioStatus:
     searched: str = ""  # the PCI devices directory that was listed
 
     def to_dict(self) -> dict:
-        """The body of the VfioStatus document (docs/output.md), camelCase keys."""
-        return {"searched": self.searched, "warnings": list(self.warnings), "devices": [{
-            "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
-            "driverOverride": d.driver_override, "iommuGroup": d.iommu_group,
-            "groupMembers": [{"bdf": m.bdf, "ids": m.ids, "driver": m.driver, "bridge": m.bridge,
-                              "blocksGroup": m.blocks_group} for m in d.group_members],
-            "numaNode": d.numa_node, "vfioDevice": d.vfio_device, "vfioDevicePresent": d.vfio_device_present,
-            "holders": [{"pid": h.pid, "command": h.command, "path": h.path} for h in d.holders],
-        } for d in self.devices]}
+        """The body of the VfioStatus document (docs/output.md; its shape: rblnctl.documents.VFIO_STATUS)."""
+        from rblnctl.documents import VFIO_STATUS
+
+        return VFIO_STATUS(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> VfioStatus:
