@@ -169,14 +169,16 @@ def table(rows: list[tuple[str, dict[str, tuple[float, int]]]]) -> str:
     out = ["| command | rblnctl | peak RSS | kubectl anchor | ratio | raw fetch | ratio |",
            "|---|---|---|---|---|---|---|"]
     for name, med in rows:
-        ours, rss = med["rblnctl"]
-        cells = [f"`{name}`", f"{ours:.2f} s", f"{rss / MiB:.0f} MiB"]
-        for k in ("kubectl", "raw"):
-            if k in med:
-                cells += [f"{med[k][0]:.2f} s", f"{ours / med[k][0]:.2f}x"]
-            else:
-                cells += ["-", "-"]
-        out.append("| " + " | ".join(cells) + " |")
+        for mine in [k for k in med if k.startswith("rblnctl")]:
+            ours, rss = med[mine]
+            label = f"`{name}`" + (f" ({mine.partition('@')[2]})" if "@" in mine else "")
+            cells = [label, f"{ours:.2f} s", f"{rss / MiB:.0f} MiB"]
+            for k in ("kubectl", "raw"):
+                if k in med:
+                    cells += [f"{med[k][0]:.2f} s", f"{ours / med[k][0]:.2f}x"]
+                else:
+                    cells += ["-", "-"]
+            out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -186,6 +188,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=16, help="concurrent seeding requests")
     ap.add_argument("--only", action="append", default=[], help="time only this command (repeatable)")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=DIR",
+                    help="also time rblnctl from another checkout (PYTHONPATH=DIR), e.g. before=/tmp/main (repeatable)")
     ap.add_argument("--serve", action="store_true", help="seed, print the KUBECONFIG, keep serving until stopped")
     args = ap.parse_args()
     try:
@@ -231,23 +235,25 @@ def bench(args: argparse.Namespace, tmp: str, cp, api, kubectl: str) -> int:
         if args.only and name not in args.only:
             continue
         ours = [*rbln, *argv]
-        trio: dict[str, tuple[list[str], frozenset[int]]] = {"rblnctl": (ours, ok)}
+        trio: dict[str, tuple[list[str], frozenset[int], dict]] = {"rblnctl": (ours, ok, env)}
+        for label, tree in (a.split("=", 1) for a in args.also):  # the same command from another checkout
+            trio[f"rblnctl@{label}"] = (ours, ok, {**env, "PYTHONPATH": str(Path(tree).resolve())})
         if anchor:
-            trio["kubectl"] = ([*kc, *anchor], frozenset({0}))
+            trio["kubectl"] = ([*kc, *anchor], frozenset({0}), env)
             uris = reads_of(cp, ours, env, ok)
-            trio["raw"] = ([*raw, cp.url, str(cp.ca), cp.admin_token, *uris], frozenset({0}))
+            trio["raw"] = ([*raw, cp.url, str(cp.ca), cp.admin_token, *uris], frozenset({0}), env)
             print(f"{name}: reads {len(uris)} collections: {' '.join(uris)}", flush=True)
         else:
-            trio["kubectl"] = ([kubectl, "version", "--client"], frozenset({0}))
+            trio["kubectl"] = ([kubectl, "version", "--client"], frozenset({0}), env)
         samples: dict[str, list[tuple[float, int]]] = {k: [] for k in trio}
-        for argv_, ok_ in trio.values():
-            run(argv_, env, ok_)  # warm-up: bytecode, kubectl's discovery cache
+        for argv_, ok_, env_ in trio.values():
+            run(argv_, env_, ok_)  # warm-up: bytecode, kubectl's discovery cache
         for _ in range(args.runs):
-            for k, (argv_, ok_) in trio.items():
-                samples[k].append(run(argv_, env, ok_))
+            for k, (argv_, ok_, env_) in trio.items():
+                samples[k].append(run(argv_, env_, ok_))
         med = {k: (statistics.median(t for t, _ in v), max(r for _, r in v)) for k, v in samples.items()}
         rows.append((name, med))
-        print(table([(name, med)]).splitlines()[-1], flush=True)
+        print("\n".join(table([(name, med)]).splitlines()[2:]), flush=True)
     print()
     print(f"{args.nodes} NPU nodes, {7 * args.nodes} objects, median of {args.runs} (whole processes, interleaved)")
     print(table(rows))
