@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,9 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _plane import NFD, Unavailable, control_plane, kubectl, seed_cluster  # noqa: E402
 from _timing import installed_env, rblnctl_cmd  # noqa: E402
 
-NFD = "feature.node.kubernetes.io/pci-1200_1eff.present=true"
 NPUS = 8
 PRODUCT = "RBLN-CA12"  # in both v0.3.0 resourceLists (ATOM, ATOM_PT)
 VM_NAMESPACES = 50
@@ -97,17 +97,11 @@ def seed(api, nodes: int, workers: int) -> float:
     """Seed the fleet concurrently (create, then status, as Api.seed does, but no owner look-ups); seconds taken."""
     import urllib3
 
-    from tests.fakes import objects as o
-    from tests.fakes.releases import V0_3_0
-
     # one pooled connection per worker: no TLS handshake per object
     api._pool = urllib3.PoolManager(maxsize=workers, retries=False, cert_reqs="CERT_REQUIRED", ca_certs=api._ca)
     start = time.perf_counter()
     node_objs, vms, vmis, pods, namespaces = fleet(nodes)
-    for ns in namespaces:
-        api.create({"kind": "Namespace", "metadata": {"name": ns}})
-    api.seed(V0_3_0.policy(vfio_manager=True, sandbox=True), V0_3_0.operator_deployment(),
-             o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"))
+    seed_cluster(api, namespaces)
 
     def one(obj: dict) -> None:
         refs = obj["metadata"].pop("ownerReferences", None)
@@ -175,14 +169,16 @@ def table(rows: list[tuple[str, dict[str, tuple[float, int]]]]) -> str:
     out = ["| command | rblnctl | peak RSS | kubectl anchor | ratio | raw fetch | ratio |",
            "|---|---|---|---|---|---|---|"]
     for name, med in rows:
-        ours, rss = med["rblnctl"]
-        cells = [f"`{name}`", f"{ours:.2f} s", f"{rss / MiB:.0f} MiB"]
-        for k in ("kubectl", "raw"):
-            if k in med:
-                cells += [f"{med[k][0]:.2f} s", f"{ours / med[k][0]:.2f}x"]
-            else:
-                cells += ["-", "-"]
-        out.append("| " + " | ".join(cells) + " |")
+        for mine in [k for k in med if k.startswith("rblnctl")]:
+            ours, rss = med[mine]
+            label = f"`{name}`" + (f" ({mine.partition('@')[2]})" if "@" in mine else "")
+            cells = [label, f"{ours:.2f} s", f"{rss / MiB:.0f} MiB"]
+            for k in ("kubectl", "raw"):
+                if k in med:
+                    cells += [f"{med[k][0]:.2f} s", f"{ours / med[k][0]:.2f}x"]
+                else:
+                    cells += ["-", "-"]
+            out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -192,74 +188,75 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=16, help="concurrent seeding requests")
     ap.add_argument("--only", action="append", default=[], help="time only this command (repeatable)")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=DIR",
+                    help="also time rblnctl from another checkout (PYTHONPATH=DIR), e.g. before=/tmp/main (repeatable)")
+    ap.add_argument("--serve", action="store_true", help="seed, print the KUBECONFIG, keep serving until stopped")
     args = ap.parse_args()
-    from tests.envtest.controlplane import ControlPlane, EnvtestUnavailable, assets_dir
-
     try:
-        assets = assets_dir()
-    except EnvtestUnavailable as e:
+        kc_bin = kubectl()
+        with tempfile.TemporaryDirectory() as tmp, control_plane(Path(tmp) / "cp") as (cp, api):
+            return bench(args, tmp, cp, api, kc_bin)
+    except Unavailable as e:
         print(f"fleet.py: {e}", file=sys.stderr)
         return 2
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        print("fleet.py: kubectl is not on PATH (the anchor)", file=sys.stderr)
-        return 2
-    from tests.cluster.client import Api
-    from tests.envtest.crds import kubevirt_crds, nfd_crds, operator_crds_v030
-    from tests.envtest.fixtures import install_crds
 
-    with tempfile.TemporaryDirectory() as tmp, ControlPlane(Path(tmp) / "cp", assets=assets, controllers=()) as cp:
-        api = Api(cp.url, token=cp.admin_token, ca=str(cp.ca))
-        api._ca = str(cp.ca)
-        install_crds(api, operator_crds_v030(assets) + nfd_crds() + kubevirt_crds())
-        took = seed(api, args.nodes, args.workers)
-        print(f"kube-apiserver {cp.version} on loopback (TLS, token auth); seeded {7 * args.nodes} objects "
-              f"({args.nodes} NPU nodes, {args.nodes} VMs+VMIs, {4 * args.nodes} pods) in {took:.0f} s "
-              f"with {args.workers} workers", flush=True)
-        env = {**installed_env(), "KUBECONFIG": str(cp.kubeconfig), "HOME": tmp}
-        rbln = rblnctl_cmd()
-        kc = [kubectl, f"--cache-dir={tmp}/kube-cache"]
-        raw = [sys.executable, str(Path(__file__).resolve().parent / "_rawfetch.py")]
-        # name: (rblnctl argv, exit codes that are a full run, kubectl anchor argv or None)
-        commands: dict[str, tuple[list[str], frozenset[int], list[str] | None]] = {
-            "node list": (["node", "list"], frozenset({0}), ["get", "nodes", "-l", NFD]),
-            "node list -o json": (["node", "list", "-o", "json"], frozenset({0}),
-                                  ["get", "nodes", "-l", NFD, "-o", "json"]),
-            "status": (["status"], frozenset({0, 1}), ["get", "nodes,rblnclusterpolicies,kubevirts", "-A"]),
-            "vm list -A -o json": (["vm", "list", "-A", "-o", "json"], frozenset({0}),
-                                   ["get", "vms,vmis", "-A", "-o", "json"]),
-            "vm fit --npus 2": (["vm", "fit", "--npus", "2"], frozenset({0, 1}),
-                                ["get", "nodes,pods", "-A", "-o", "json"]),
-            "preflight -o json": (["preflight", "-o", "json"], frozenset({0, 1}),
-                                  ["get", "nodes,nodefeatures,rblnclusterpolicies,kubevirts,daemonsets", "-A",
-                                   "-o", "json"]),
-            "--help": (["--help"], frozenset({0}), None),
-        }
-        rows = []
-        for name, (argv, ok, anchor) in commands.items():
-            if args.only and name not in args.only:
-                continue
-            ours = [*rbln, *argv]
-            trio: dict[str, tuple[list[str], frozenset[int]]] = {"rblnctl": (ours, ok)}
-            if anchor:
-                trio["kubectl"] = ([*kc, *anchor], frozenset({0}))
-                uris = reads_of(cp, ours, env, ok)
-                trio["raw"] = ([*raw, cp.url, str(cp.ca), cp.admin_token, *uris], frozenset({0}))
-                print(f"{name}: reads {len(uris)} collections: {' '.join(uris)}", flush=True)
-            else:
-                trio["kubectl"] = ([kubectl, "version", "--client"], frozenset({0}))
-            samples: dict[str, list[tuple[float, int]]] = {k: [] for k in trio}
-            for argv_, ok_ in trio.values():
-                run(argv_, env, ok_)  # warm-up: bytecode, kubectl's discovery cache
-            for _ in range(args.runs):
-                for k, (argv_, ok_) in trio.items():
-                    samples[k].append(run(argv_, env, ok_))
-            med = {k: (statistics.median(t for t, _ in v), max(r for _, r in v)) for k, v in samples.items()}
-            rows.append((name, med))
-            print(table([(name, med)]).splitlines()[-1], flush=True)
-        print()
-        print(f"{args.nodes} NPU nodes, {7 * args.nodes} objects, median of {args.runs} (whole processes, interleaved)")
-        print(table(rows))
+
+def bench(args: argparse.Namespace, tmp: str, cp, api, kubectl: str) -> int:
+    took = seed(api, args.nodes, args.workers)
+    print(f"kube-apiserver {cp.version} on loopback (TLS, token auth); seeded {7 * args.nodes} objects "
+          f"({args.nodes} NPU nodes, {args.nodes} VMs+VMIs, {4 * args.nodes} pods) in {took:.0f} s "
+          f"with {args.workers} workers", flush=True)
+    if args.serve:  # a fleet to profile against: the kubeconfig, then wait to be stopped
+        print(f"KUBECONFIG={cp.kubeconfig}", flush=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # then stop the plane cleanly
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    env = {**installed_env(), "KUBECONFIG": str(cp.kubeconfig), "HOME": tmp}
+    rbln = rblnctl_cmd()
+    kc = [kubectl, f"--cache-dir={tmp}/kube-cache"]
+    raw = [sys.executable, str(Path(__file__).resolve().parent / "_rawfetch.py")]
+    # name: (rblnctl argv, exit codes that are a full run, kubectl anchor argv or None)
+    commands: dict[str, tuple[list[str], frozenset[int], list[str] | None]] = {
+        "node list": (["node", "list"], frozenset({0}), ["get", "nodes", "-l", NFD]),
+        "node list -o json": (["node", "list", "-o", "json"], frozenset({0}),
+                              ["get", "nodes", "-l", NFD, "-o", "json"]),
+        "status": (["status"], frozenset({0, 1}), ["get", "nodes,rblnclusterpolicies,kubevirts", "-A"]),
+        "vm list -A -o json": (["vm", "list", "-A", "-o", "json"], frozenset({0}),
+                               ["get", "vms,vmis", "-A", "-o", "json"]),
+        "vm fit --npus 2": (["vm", "fit", "--npus", "2"], frozenset({0, 1}),
+                            ["get", "nodes,pods", "-A", "-o", "json"]),
+        "preflight -o json": (["preflight", "-o", "json"], frozenset({0, 1}),
+                              ["get", "nodes,nodefeatures,rblnclusterpolicies,kubevirts,daemonsets", "-A",
+                               "-o", "json"]),
+        "--help": (["--help"], frozenset({0}), None),
+    }
+    rows = []
+    for name, (argv, ok, anchor) in commands.items():
+        if args.only and name not in args.only:
+            continue
+        ours = [*rbln, *argv]
+        trio: dict[str, tuple[list[str], frozenset[int], dict]] = {"rblnctl": (ours, ok, env)}
+        for label, tree in (a.split("=", 1) for a in args.also):  # the same command from another checkout
+            trio[f"rblnctl@{label}"] = (ours, ok, {**env, "PYTHONPATH": str(Path(tree).resolve())})
+        if anchor:
+            trio["kubectl"] = ([*kc, *anchor], frozenset({0}), env)
+            uris = reads_of(cp, ours, env, ok)
+            trio["raw"] = ([*raw, cp.url, str(cp.ca), cp.admin_token, *uris], frozenset({0}), env)
+            print(f"{name}: reads {len(uris)} collections: {' '.join(uris)}", flush=True)
+        else:
+            trio["kubectl"] = ([kubectl, "version", "--client"], frozenset({0}), env)
+        samples: dict[str, list[tuple[float, int]]] = {k: [] for k in trio}
+        for argv_, ok_, env_ in trio.values():
+            run(argv_, env_, ok_)  # warm-up: bytecode, kubectl's discovery cache
+        for _ in range(args.runs):
+            for k, (argv_, ok_, env_) in trio.items():
+                samples[k].append(run(argv_, env_, ok_))
+        med = {k: (statistics.median(t for t, _ in v), max(r for _, r in v)) for k, v in samples.items()}
+        rows.append((name, med))
+        print("\n".join(table([(name, med)]).splitlines()[2:]), flush=True)
+    print()
+    print(f"{args.nodes} NPU nodes, {7 * args.nodes} objects, median of {args.runs} (whole processes, interleaved)")
+    print(table(rows))
     return 0
 
 

@@ -18,7 +18,6 @@ kubectl keeps its discovery cache in a temporary --cache-dir (warmed by the firs
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,23 +28,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _plane import NFD, Unavailable, control_plane, kubectl, seed_cluster  # noqa: E402
 from _timing import installed_env, rblnctl_cmd, time_once  # noqa: E402
 
-from tests.cluster.client import Api  # noqa: E402
-from tests.envtest.controlplane import ControlPlane, EnvtestUnavailable, assets_dir  # noqa: E402
-from tests.envtest.crds import kubevirt_crds, nfd_crds, operator_crds_v030  # noqa: E402
-from tests.envtest.fixtures import install_crds  # noqa: E402
 from tests.fakes import objects as o  # noqa: E402
 from tests.fakes.releases import V0_3_0  # noqa: E402
 
-NFD = "feature.node.kubernetes.io/pci-1200_1eff.present=true"
 
-
-def seed(api: Api, nodes: int) -> None:
-    for ns in ("rbln-system", "kubevirt"):
-        api.create({"kind": "Namespace", "metadata": {"name": ns}})
-    api.seed(V0_3_0.policy(vfio_manager=True, sandbox=True), V0_3_0.operator_deployment(),
-             o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"))
+def seed(api, nodes: int) -> None:
+    seed_cluster(api, [])
     objs = [o.npu_node(f"npu-{i:04d}", mode="vm-passthrough" if i % 4 == 0 else "container", release=V0_3_0)
             for i in range(nodes)]
     with ThreadPoolExecutor(8) as pool:
@@ -58,40 +49,38 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args()
     try:
-        assets = assets_dir()
-    except EnvtestUnavailable as e:
+        kc_bin = kubectl()
+        with tempfile.TemporaryDirectory() as tmp, control_plane(Path(tmp) / "cp") as (cp, api):
+            return bench(args, tmp, cp, api, kc_bin)
+    except Unavailable as e:
         print(f"real_server.py: {e}", file=sys.stderr)
         return 2
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        print("real_server.py: kubectl is not on PATH (the anchor)", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory() as tmp, ControlPlane(Path(tmp) / "cp", assets=assets, controllers=()) as cp:
-        api = Api(cp.url, token=cp.admin_token, ca=str(cp.ca))
-        install_crds(api, operator_crds_v030(assets) + nfd_crds() + kubevirt_crds())
-        seed(api, args.nodes)
-        env = {**installed_env(), "KUBECONFIG": str(cp.kubeconfig), "HOME": tmp}
-        kc = [kubectl, f"--cache-dir={tmp}/kube-cache"]
-        pairs = {
-            "node list": ([*rblnctl_cmd(), "node", "list"], [*kc, "get", "nodes", "-l", NFD]),
-            "status": ([*rblnctl_cmd(), "status"], [*kc, "get", "nodes,rblnclusterpolicies,kubevirts", "-A"]),
-            "preflight": ([*rblnctl_cmd(), "preflight"],
-                          [*kc, "get", "nodes,nodefeatures,rblnclusterpolicies,kubevirts,daemonsets", "-A", "-o",
-                           "json"]),
-        }
-        print(f"kube-apiserver {cp.version} on loopback (TLS, token auth), {args.nodes} NPU nodes, "
-              f"{args.runs} runs each (median wall time)")
-        for name, (ours, theirs) in pairs.items():
-            ok = {0, 1} if name == "preflight" else {0}  # preflight exits 1: nothing installed for real here
-            samples: dict[str, list[float]] = {"rblnctl": [], "kubectl": []}
-            for argv in (ours, theirs):
-                _run(argv, env, ok)
-            for _ in range(args.runs):
-                samples["rblnctl"].append(_run(ours, env, ok))
-                samples["kubectl"].append(_run(theirs, env, {0}))
-            med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
-            print(f"  {name:<10} rblnctl {med['rblnctl'] * 1e3:7.0f} ms   kubectl {med['kubectl'] * 1e3:7.0f} ms"
-                  f"   ratio {med['rblnctl'] / med['kubectl']:4.2f}x")
+
+
+def bench(args: argparse.Namespace, tmp: str, cp, api, kubectl: str) -> int:
+    seed(api, args.nodes)
+    env = {**installed_env(), "KUBECONFIG": str(cp.kubeconfig), "HOME": tmp}
+    kc = [kubectl, f"--cache-dir={tmp}/kube-cache"]
+    pairs = {
+        "node list": ([*rblnctl_cmd(), "node", "list"], [*kc, "get", "nodes", "-l", NFD]),
+        "status": ([*rblnctl_cmd(), "status"], [*kc, "get", "nodes,rblnclusterpolicies,kubevirts", "-A"]),
+        "preflight": ([*rblnctl_cmd(), "preflight"],
+                      [*kc, "get", "nodes,nodefeatures,rblnclusterpolicies,kubevirts,daemonsets", "-A", "-o",
+                       "json"]),
+    }
+    print(f"kube-apiserver {cp.version} on loopback (TLS, token auth), {args.nodes} NPU nodes, "
+          f"{args.runs} runs each (median wall time)")
+    for name, (ours, theirs) in pairs.items():
+        ok = {0, 1} if name == "preflight" else {0}  # preflight exits 1: nothing installed for real here
+        samples: dict[str, list[float]] = {"rblnctl": [], "kubectl": []}
+        for argv in (ours, theirs):
+            _run(argv, env, ok)
+        for _ in range(args.runs):
+            samples["rblnctl"].append(_run(ours, env, ok))
+            samples["kubectl"].append(_run(theirs, env, {0}))
+        med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+        print(f"  {name:<10} rblnctl {med['rblnctl'] * 1e3:7.0f} ms   kubectl {med['kubectl'] * 1e3:7.0f} ms"
+              f"   ratio {med['rblnctl'] / med['kubectl']:4.2f}x")
     return 0
 
 

@@ -11,9 +11,10 @@ from rblnctl.errors import RblnError
 from rblnctl.kube import KUBEVIRTS, Kube
 from rblnctl.kube.optional import ERROR, optional
 from rblnctl.kubevirt.status import status_of
-from rblnctl.node.inventory import Change, list_npu_nodes, node_changes, policy_changes, watch_npu_nodes
+from rblnctl.kube.parallel import start
+from rblnctl.node.inventory import Change, node_changes, policy_changes, watch_npu_nodes, with_capacity
 from rblnctl.operator.cluster import read_operator
-from rblnctl.operator.nodes import NpuNode
+from rblnctl.operator.nodes import NpuNode, list_npu_node_objects
 from rblnctl.operator.policy import Policy
 from rblnctl.operator.release import UNKNOWN, OperatorRelease, read_release, unserved_notes
 from rblnctl.vm.listing import list_vm_npus
@@ -62,13 +63,20 @@ def kubevirt_summary(obj: dict) -> KubeVirtSummary:
 
 def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     """Read the overview; a missing CRD is a note, not an error."""
-    version = kube.server_version().get("gitVersion", "unknown")
-    view = read_operator(kube)
+    # One read of each collection (what `node list` and `vm list` read, each once), the independent ones at once
+    # (rblnctl.kube.parallel); collected in the order they were once read one by one, so a failure is the same.
+    version_read = start(kube.server_version)
+    view_read = start(lambda: read_operator(kube))
+    kubevirt_read = start(lambda: optional(lambda: kube.list(KUBEVIRTS), what="list KubeVirts",
+                                           absent=[], on_forbidden=ERROR).value)  # not installed: none
+    objects_read = start(lambda: list_npu_node_objects(kube, selector=selector))
+    version = version_read.result().get("gitVersion", "unknown")
+    view = view_read.result()
     release = read_release(kube, view.deployments)
-    kubevirts = optional(lambda: kube.list(KUBEVIRTS), what="list KubeVirts", absent=[],  # not installed: none
-                         on_forbidden=ERROR).value
-    nodes = list_npu_nodes(kube, view.policy, selector=selector, namespace=view.namespace)
-    vms = list_vm_npus(kube) if kubevirts else None
+    kubevirts = kubevirt_read.result()
+    vms_read = start(lambda: list_vm_npus(kube) if kubevirts else None)
+    nodes = with_capacity(kube, objects_read.result(), view.policy, namespace=view.namespace)
+    vms = vms_read.result()
     vm_notes = tuple(vms.notes) if vms is not None else ()
     return ClusterStatus(
         server_version=version,

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rblnctl import __version__
-from rblnctl.cli import completion, kubevirt, node, policy, preflight, rbac, status, version, vfio, vm
+from rblnctl.cli import completion
 from rblnctl.cli.connect import connection_options
-from rblnctl.cli.errors import RblnGroup
-from rblnctl.cli.options import examples
+from rblnctl.cli.lazy import Lazy, LazyRootGroup, builder
 
 if TYPE_CHECKING:
     from rblnctl.kube import Kube
@@ -64,7 +63,7 @@ class State:
 
 
 app = typer.Typer(
-    cls=RblnGroup,
+    cls=LazyRootGroup,
     help=HELP,
     no_args_is_help=True,
     add_completion=False,  # `rblnctl completion SHELL` prints the scripts, as `kubectl completion` does
@@ -187,22 +186,53 @@ def _start_logging(ctx: typer.Context, verbosity: int) -> None:
     ctx.call_on_close(_detach)
 
 
-preflight.register(app)
-status.register(app)
-app.add_typer(node.app, name="node", short_help="NPU nodes: list, set-mode, drain, history.")
-app.add_typer(kubevirt.app, name="kubevirt", short_help="KubeVirt gates and permitted NPUs.")
-app.add_typer(vm.app, name="vm", short_help="VMs and their NPUs: attach, list, diagnose.")
-app.add_typer(policy.app, name="policy", short_help="Operator policy: show, set-method.")
-app.add_typer(vfio.app, name="vfio", short_help="Bind NPUs to vfio-pci on this host.")
-rbac.register(app)
-version.register(app)
-app.command("completion", short_help="Print the shell completion script.", epilog=examples(
-    "source <(rblnctl completion bash)          # bash, this shell",
-    "rblnctl completion bash > /etc/bash_completion.d/rblnctl",
-    'rblnctl completion zsh > "${fpath[1]}/_rblnctl"',
-    "rblnctl completion fish > ~/.config/fish/completions/rblnctl.fish",
-    "# kubectl rbln <TAB> (kubectl >= 1.26): kubectl_complete-rbln is installed with rblnctl",
-))(completion.completion_command)
+def _completion(app: typer.Typer) -> None:
+    from rblnctl.cli.options import examples
+
+    app.command("completion", short_help="Print the shell completion script.", epilog=examples(
+        "source <(rblnctl completion bash)          # bash, this shell",
+        "rblnctl completion bash > /etc/bash_completion.d/rblnctl",
+        'rblnctl completion zsh > "${fpath[1]}/_rblnctl"',
+        "rblnctl completion fish > ~/.config/fish/completions/rblnctl.fish",
+        "# kubectl rbln <TAB> (kubectl >= 1.26): kubectl_complete-rbln is installed with rblnctl",
+    ))(completion.completion_command)
+
+
+def _group(module: str, name: str, short_help: str) -> Lazy:
+    def register(app: typer.Typer) -> None:
+        from importlib import import_module
+
+        app.add_typer(import_module(f"rblnctl.cli.{module}").app, name=name, short_help=short_help)
+
+    return Lazy(short_help, register)
+
+
+def _command(module: str, short_help: str) -> Lazy:
+    def register(app: typer.Typer) -> None:
+        from importlib import import_module
+
+        import_module(f"rblnctl.cli.{module}").register(app)
+
+    return Lazy(short_help, register)
+
+
+# Every subcommand, in the order --help lists them, registered lazily (rblnctl.cli.lazy): a command's module is
+# imported only when that command runs or shows its help. tests/test_lazy_commands.py checks the short helps here
+# against the commands' own.
+LazyRootGroup.lazy = {
+    "preflight": _command("preflight", "Check the cluster (or this host) is ready."),
+    "status": _command("status", "Overview: policy, KubeVirt, NPU nodes."),
+    "rbac": _command("rbac", "Print the RBAC rules rblnctl needs."),
+    "version": _command("version", "Print client and cluster versions."),
+    "completion": Lazy("Print the shell completion script.", _completion),
+    "node": _group("node", "node", "NPU nodes: list, set-mode, drain, history."),
+    "kubevirt": _group("kubevirt", "kubevirt", "KubeVirt gates and permitted NPUs."),
+    "vm": _group("vm", "vm", "VMs and their NPUs: attach, list, diagnose."),
+    "policy": _group("policy", "policy", "Operator policy: show, set-method."),
+    "vfio": _group("vfio", "vfio", "Bind NPUs to vfio-pci on this host."),
+}
+LazyRootGroup.build = staticmethod(builder(  # type: ignore[assignment]
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None))
 
 
 def kubectl_complete() -> None:

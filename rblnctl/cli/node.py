@@ -65,7 +65,7 @@ def list_nodes(
     from rblnctl.cli.output import check_sort_by, emit
     from rblnctl.errors import InvalidInput, NotFound
     from rblnctl.kube import validate_name
-    from rblnctl.node.inventory import list_npu_nodes, named_npu_nodes
+    from rblnctl.node.inventory import named_npu_nodes, read_npu_nodes
     from rblnctl.operator.cluster import read_operator
 
     names = [validate_name(n) for n in names or []]  # bad input fails before connecting
@@ -89,11 +89,11 @@ def list_nodes(
                view_of=lambda snap: view_of(only(snap.nodes)),
                changes_of=lambda a, b: node_changes(only(a.nodes), only(b.nodes)), output=output)
         return
+    if not names:
+        emit(view_of(read_npu_nodes(kube, selector=selector)[1]), output)
+        return
     view = read_operator(kube)
     policy = view.policy
-    if not names:
-        emit(view_of(list_npu_nodes(kube, policy, selector=selector, namespace=view.namespace)), output)
-        return
     nodes, errors = named_npu_nodes(kube, policy, names, namespace=view.namespace)
     emit(view_of(nodes), output)
     if errors:  # as kubectl get: what was found is printed, then one error line per name (exit 1)

@@ -22,7 +22,8 @@ from rblnctl.kube import (
 )
 from rblnctl.kube.optional import UNKNOWN, optional
 from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, dra_in_use, read_facts
-from rblnctl.operator.cluster import operator_namespace, with_init_logs
+from rblnctl.kube.parallel import start
+from rblnctl.operator.cluster import OperatorView, operator_namespace, read_operator, with_init_logs
 from rblnctl.operator.components import InitHold, component_of_pod, init_holds
 from rblnctl.operator.nodes import NpuNode, is_npu_node, list_npu_node_objects, npu_node
 from rblnctl.operator.policy import Policy, choose_active
@@ -65,6 +66,17 @@ def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = 
     if capacity:
         return with_capacity(kube, objects, policy, namespace=namespace)
     return [npu_node(n, policy) for n in objects]
+
+
+def read_npu_nodes(kube: Kube, *, selector: str | None = None) -> tuple[OperatorView, list[NpuNode]]:
+    """The operator view (rblnctl.operator.cluster.read_operator) and every NPU node under its policy, with its
+    capacity (list_npu_nodes): the policies and the Node lists read at once (rblnctl.kube.parallel), then the
+    pods. Errors as read one by one: the operator view's first."""
+    view_read = start(lambda: read_operator(kube))
+    objects_read = start(lambda: list_npu_node_objects(kube, selector=selector))
+    view = view_read.result()
+    objects = objects_read.result()
+    return view, with_capacity(kube, objects, view.policy, namespace=view.namespace)
 
 
 def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str], *,

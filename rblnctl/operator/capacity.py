@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from rblnctl import constants as C
 from rblnctl.kube import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from rblnctl.kube.optional import NOTE, optional
+from rblnctl.kube.projections import POD
 from rblnctl.operator import resources as R
 from rblnctl.operator.policy import Policy
 
@@ -387,9 +388,9 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
         out: dict[str, list[dict]] = {n: [] for n in names}
         if len(names) <= PER_NODE_LISTS:
             for n in names:
-                out[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}")
+                out[n] = kube.list(PODS, field_selector=f"spec.nodeName={n},{NON_TERMINATED}", projection=POD)
         elif names:
-            for p in kube.iter_list(PODS, field_selector=NON_TERMINATED):
+            for p in kube.iter_list(PODS, field_selector=NON_TERMINATED, projection=POD):
                 node = (p.get("spec") or {}).get("nodeName")
                 if node in out:
                     out[node].append(p)

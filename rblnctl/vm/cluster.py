@@ -16,6 +16,7 @@ from rblnctl import constants as C
 from rblnctl.errors import Ambiguous, InvalidInput, NotFound
 from rblnctl.kube import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from rblnctl.kube.optional import NOTE, OnForbidden, optional
+from rblnctl.kube.parallel import start
 from rblnctl.kubevirt.cr import find_kubevirt, lookup, ref, version_of
 from rblnctl.kubevirt.devices import PCI_HOST_DEVICES
 from rblnctl.kubevirt.gates import DISABLED_GATES, FEATURE_GATES, GateState, gate_state, rbln_gates
@@ -96,17 +97,21 @@ class VmCluster:
 
 
 def read_cluster(kube: Kube) -> VmCluster:
-    """Read the KubeVirt CR, the operator's policy and release, and the NPU nodes (four reads; DRA: with_dra())."""
+    """Read the KubeVirt CR, the operator's policy and release, and the NPU nodes (four reads, the first three at
+    once: rblnctl.kube.parallel, their errors in this order; DRA: with_dra())."""
     notes: list[str] = []
     kv: dict | None = None
     problem: str | None = None
+    kv_read = start(lambda: find_kubevirt(kube))
+    view_read = start(lambda: read_operator(kube))
+    nodes_read = start(lambda: tuple(list_npu_node_objects(kube)))
     try:
-        kv = find_kubevirt(kube)
+        kv = kv_read.result()
     except (NotFound, Ambiguous) as e:
         problem = str(e)
-    view = read_operator(kube)
+    view = view_read.result()
     notes.extend(view.notes)
-    nodes = tuple(list_npu_node_objects(kube))
+    nodes = nodes_read.result()
     vm_nodes = tuple(n["metadata"]["name"] for n in nodes if mode_of(labels_of(n), view.policy).effective == C.MODE_VM)
     names = view.policy.vm_resources if view.policy else R.ResourceNames(mode=C.MODE_VM)
     advertised = R.advertised([n for n in nodes if n["metadata"]["name"] in vm_nodes], names)

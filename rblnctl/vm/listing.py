@@ -11,6 +11,8 @@ from rblnctl.clock import Stop
 from rblnctl.errors import RblnError
 from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many
 from rblnctl.kube.optional import NOTE, optional
+from rblnctl.kube.parallel import start
+from rblnctl.kube.projections import OBJECT
 from rblnctl.kube.watch import object_key
 from rblnctl.node.inventory import Change
 from rblnctl.operator.cluster import read_operator
@@ -88,7 +90,9 @@ class VmNpuListing:
 def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str,
           selector: str | None = None) -> list[dict] | None:
     """The objects; None when the API is not served (KubeVirt absent); [] with a note when forbidden."""
-    read = optional(lambda: kube.list(res, namespace=namespace, label_selector=selector), what=f"list {what}",
+    # managedFields are never read: OBJECT leaves them out (rblnctl.kube.projections)
+    read = optional(lambda: kube.list(res, namespace=namespace, label_selector=selector, projection=OBJECT),
+                    what=f"list {what}",
                     on_forbidden=NOTE, notes=notes)
     return None if read.absent else read.value or []
 
@@ -99,8 +103,12 @@ def list_vm_npus(kube: Kube, *, namespace: str | None = None, selector: str | No
     `selector` (a label selector, as `kubectl get vm -l`): the VMs whose labels match, with their VMIs (a VMI
     carries its template's labels, not its VM's), and the standalone VMIs whose own labels match (a third list)."""
     notes: list[str] = []
+    vmi_notes: list[str] = []
+    # the two at once (rblnctl.kube.parallel); notes and errors in the order of the reads one by one
+    vmis_read = start(lambda: _list(kube, VMIS, namespace, vmi_notes, "VirtualMachineInstances"))
     vms = _list(kube, VMS, namespace, notes, "VirtualMachines", selector)
-    vmis = _list(kube, VMIS, namespace, notes, "VirtualMachineInstances")
+    vmis = vmis_read.result()
+    notes += vmi_notes
     if vms is None or vmis is None:
         return VmNpuListing(items=[], namespace=namespace, served=False, notes=notes)
     if selector:

@@ -83,3 +83,19 @@ def test_client_lists_from_the_cache_only_when_asked(apiserver, kubeconfig):
     assert [n["metadata"]["name"] for n in kube.list(NODES, page_size=2)] == [f"n{i}" for i in range(5)]
     cached = [r for r in apiserver.requests if r.path == "/api/v1/nodes"]
     assert len(cached) == 1 and cached[0].query["resourceVersion"] == ["0"]
+
+
+@pytest.mark.parametrize("args", [("vm", "attach", "vm1", "--npus", "1", "--dry-run"),
+                                  ("policy", "set-method", "dra", "--dry-run")])
+def test_commands_that_write_read_consistently(apiserver, args):
+    """vm attach and policy set-method decide writes on what they read: none of their lists goes to the watch
+    cache, dry run or not (issue 31)."""
+    apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True), o.kubevirt(feature_gates=["HostDevices"],
+                                                                                 version="v1.9.0"),
+                  o.npu_node("n1", mode="container"), o.npu_node("n2", mode="vm-passthrough"), o.vm("default", "vm1"))
+    apiserver.clear_requests()
+    r = cli(*args, server=apiserver.url)
+    assert r.exit_code in (0, 1), r.stderr  # a refusal still read what it decided on
+    lists = _rblnctl_lists(apiserver)
+    assert lists and not any("resourceVersion" in q.query for q in lists), \
+        [(q.path, q.query) for q in lists if "resourceVersion" in q.query]

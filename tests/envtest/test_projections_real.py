@@ -1,0 +1,32 @@
+"""Typed projections (rblnctl.kube.projections) on the real kube-apiserver: its replies fit them (no fallback to a
+full decode), managedFields are left out, and the fields capacity reads come through (issue 31)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.kube import NODES, PODS, KubeOptions, connect
+from rblnctl.kube.projections import OBJECT, POD
+from rblnctl.operator.capacity import pod_requests
+from tests.fakes import objects as o
+
+
+@pytest.mark.parametrize("from_cache", [False, True])
+def test_real_lists_fit_the_projections(real, from_cache, caplog):
+    ns, node = f"proj-{int(from_cache)}", f"npu-p{int(from_cache)}"
+    real.api.seed(o.npu_node(node, mode="container"))
+    real.api.create({"kind": "Namespace", "metadata": {"name": ns}})
+    real.api.seed(o.pod(ns, "infer", node=node, requests={"rebellions.ai/ATOM": "2"}))
+    kube = connect(KubeOptions(kubeconfig=str(real.kubeconfig)))
+    kube.list_from_cache = from_cache
+    full = {n["metadata"]["name"]: n for n in kube.list(NODES)}
+    assert full[node]["metadata"].get("managedFields")  # the real server writes them
+    caplog.set_level("DEBUG", logger="rblnctl.kube")
+    nodes = {n["metadata"]["name"]: n for n in kube.list(NODES, projection=OBJECT)}
+    pods = {p["metadata"]["name"]: p for p in kube.list(PODS, namespace=ns, projection=POD)}
+    assert "does not fit its projection" not in caplog.text
+    del full[node]["metadata"]["managedFields"]
+    assert nodes[node] == full[node]
+    assert "managedFields" not in pods["infer"]["metadata"]
+    assert pods["infer"]["spec"]["nodeName"] == node
+    assert pod_requests(pods["infer"]) == {"rebellions.ai/ATOM": 2}
