@@ -243,7 +243,10 @@ KUBEVIRT_GATE_STATES: dict[str, tuple[tuple[tuple[int, int, int], str], ...]] = 
 # Every feature gate KubeVirt registers -> (first release that has it, first release without it or
 # None). Derived from kubevirt/kubevirt pkg/virt-config/feature-gates.go (v1.0-v1.4) and
 # pkg/virt-config/featuregate/{active,inactive}.go (v1.5-v1.9) at each release tag. Retired gates
-# stay registered (GA, Deprecated, Discontinued); only NonRootExperimental was ever removed.
+# stay registered (GA, Deprecated, Discontinued); only NonRootExperimental was ever removed. Two gates are counted
+# from their constant though not registered then: ObjectGraph (v1.6-v1.8) and SecureExecution (v1.6); up to v1.8
+# ClusterConfig.isFeatureGateEnabled turns on any listed name (v1.8.0 pkg/virt-config/feature-gates.go), and
+# ObjectGraphEnabled/SecureExecutionEnabled read them, so listing them works there.
 _GATES_SINCE: dict[tuple[int, int, int], tuple[str, ...]] = {
     (1, 0, 0): (
         "CPUManager", "CPUNodeDiscovery", "ClusterProfiler", "DisableCustomSELinuxPolicy", "DisableMDEVConfiguration",

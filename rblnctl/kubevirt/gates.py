@@ -459,8 +459,9 @@ class GateEditor:
         host_devices, dra = C.GATE_HOST_DEVICES in npu_gates, C.GATE_HOST_DEVICES_DRA in npu_gates
         vms, unreadable = guard.read(self.kube, guard.needing_gates(host_devices, dra))
         # KubeVirt v1.9.0 checks HostDevices when it admits a VMI with host devices
-        # (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go) and HostDevicesWithDRA when it
-        # renders a DRA host device into the virt-launcher pod (pkg/virt-controller/services/template.go): a running
+        # (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), HostDevicesWithDRA too when
+        # one of them comes from a DRA claim (pkg/dra/admitter/dra_admitter.go validateDRADevices) and when it
+        # renders that device into the virt-launcher pod (pkg/virt-controller/services/template.go): a running
         # VMI keeps its devices, its VM cannot start again with them.
         gates = " and ".join(npu_gates)
         blockers, warnings = guard.verdict(
