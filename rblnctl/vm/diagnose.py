@@ -589,6 +589,7 @@ def judge(f: Facts) -> VmDiagnosis:
             return done(method, have.count)
     else:
         checks = [check_permitted(cluster, r) for r in have.resources]
+        warnings += [c.warning for c in checks if c.warning]
         if not chain.add(LinkName.PERMITTED, all(c.ok for c in checks), [e for c in checks for e in c.evidence],
                          next((c.remedy for c in checks if not c.ok), None)):
             return done(method, have.count)
