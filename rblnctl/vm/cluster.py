@@ -310,8 +310,9 @@ def check_permitted(cluster: VmCluster, resource: str) -> Check:
         return Check(ok=True, evidence=(f"KubeVirt {kv} has no permittedHostDevices, so it checks no host device name: "
                                         f"{resource} is let through",),
                      warning=(f"KubeVirt {kv} lists no permittedHostDevices: {resource} runs unlisted, but once anyone "
-                              "adds the list KubeVirt refuses every name it does not hold; permit it now: "
-                              f"`rblnctl kubevirt permit-devices --resource-name {resource}`"))
+                              "adds the list KubeVirt refuses every name it does not hold; permit it now"),
+                     remedy=Remedy(text=f"permit {resource} as a KubeVirt host device",
+                                   command=Command.own("kubevirt", "permit-devices", resource_name=resource)))
     if entry is None:
         return Check(ok=False, evidence=(f"{resource} is not in KubeVirt {kv} permittedHostDevices.pciHostDevices",),
                      remedy=Remedy(text=f"permit {resource} as a KubeVirt host device",
