@@ -180,7 +180,16 @@ DRIVER_READY_MARKER = ".driver-ctr-ready"
 #   internal/clusterpolicy/components/dra_kubelet_plugin.go buildToolkitValidationInitContainer): neither runs on a
 #   vm-passthrough node (later main cmd/rbln-validator/draready.go says so).
 # - dra-kubelet-plugin/dra-ready: toolkit-ready (container nodes) or every NPU bound to vfio-pci (vm-passthrough nodes)
-#   (later main cmd/rbln-validator/draready.go; internal/clusterpolicy/components/dra_kubelet_plugin_test.go).
+#   (later main cmd/rbln-validator/draready.go @0282159; internal/clusterpolicy/components/dra_kubelet_plugin_test.go).
+# - device-plugin, metrics-exporter, npu-feature-discovery, rbln-daemon/toolkit-validation: `until [ -f
+#   /run/rbln/validations/toolkit-ready ]` (v0.3.0 internal/scope/patch/{device_plugin,metrics_exporter,
+#   npu_feature_discovery,rbln_daemon}.go), written by the operator-validator's own toolkit-validation.
+# - operator-validator/driver-validation, container-toolkit/driver-validation: `rbln-validator driver --with-wait`
+#   (v0.3.0 internal/scope/patch/validator.go, container_toolkit.go): a driver on the host, else the driver pod's
+#   .driver-ctr-ready, then rbln-smi must run; it writes driver-ready (cmd/rbln-validator/driver_validation.go).
+# - operator-validator/toolkit-validation: `rbln-validator toolkit` waits for driver-ready and an RBLN CDI spec (the
+#   container toolkit writes it), then writes toolkit-ready (v0.3.0 cmd/rbln-validator/toolkit.go).
+#   Every one of these is container-only (v0.3.0 internal/scope/cluster_policy.go rblnComponentLabels).
 INIT_WAITS: dict[tuple[str, str], tuple[str, bool]] = {
     (COMP_SANDBOX, "driver-ready"): (
         f"it waits for {VALIDATIONS_DIR}/{DRIVER_READY_MARKER}, which only the driver pod writes, and the operator "
@@ -192,6 +201,16 @@ INIT_WAITS: dict[tuple[str, str], tuple[str, bool]] = {
         "toolkit is set up, and neither runs on a vm-passthrough node", False),
     (COMP_DRA, "dra-ready"): ("it waits for the container toolkit's toolkit-ready (container mode) or every NPU bound "
                               "to vfio-pci (vm-passthrough)", True),
+    **{(comp, "toolkit-validation"): (
+        f"it waits for {VALIDATIONS_DIR}/toolkit-ready, which the operator-validator writes once the driver works and "
+        "the container toolkit has written the RBLN CDI spec (container mode only)", False)
+       for comp in (COMP_DEVICE_PLUGIN, COMP_METRICS, COMP_NFD, COMP_DAEMON)},
+    **{(comp, "driver-validation"): (
+        f"it waits until the NPU driver works (a driver on the host, else the driver pod's {DRIVER_READY_MARKER}, "
+        "then rbln-smi must run; container mode only)", False) for comp in (COMP_VALIDATOR, COMP_TOOLKIT)},
+    (COMP_VALIDATOR, "toolkit-validation"): (
+        f"it waits for {VALIDATIONS_DIR}/driver-ready and an RBLN CDI spec from the container toolkit, then writes "
+        "toolkit-ready (container mode only)", False),
 }
 
 # --- KubeVirt ----------------------------------------------------------------------------------
@@ -243,7 +262,10 @@ KUBEVIRT_GATE_STATES: dict[str, tuple[tuple[tuple[int, int, int], str], ...]] = 
 # Every feature gate KubeVirt registers -> (first release that has it, first release without it or
 # None). Derived from kubevirt/kubevirt pkg/virt-config/feature-gates.go (v1.0-v1.4) and
 # pkg/virt-config/featuregate/{active,inactive}.go (v1.5-v1.9) at each release tag. Retired gates
-# stay registered (GA, Deprecated, Discontinued); only NonRootExperimental was ever removed.
+# stay registered (GA, Deprecated, Discontinued); only NonRootExperimental was ever removed. Two gates are counted
+# from their constant though not registered then: ObjectGraph (v1.6-v1.8) and SecureExecution (v1.6); up to v1.8
+# ClusterConfig.isFeatureGateEnabled turns on any listed name (v1.8.0 pkg/virt-config/feature-gates.go), and
+# ObjectGraphEnabled/SecureExecutionEnabled read them, so listing them works there.
 _GATES_SINCE: dict[tuple[int, int, int], tuple[str, ...]] = {
     (1, 0, 0): (
         "CPUManager", "CPUNodeDiscovery", "ClusterProfiler", "DisableCustomSELinuxPolicy", "DisableMDEVConfiguration",

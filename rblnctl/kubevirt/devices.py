@@ -31,7 +31,8 @@ from rblnctl.operator import resources as R
 from rblnctl.operator.nodes import node_product
 from rblnctl.plan import Advice, Blocker
 
-PCI_HOST_DEVICES = ("spec", "configuration", "permittedHostDevices", "pciHostDevices")
+PERMITTED_HOST_DEVICES = ("spec", "configuration", "permittedHostDevices")
+PCI_HOST_DEVICES = (*PERMITTED_HOST_DEVICES, "pciHostDevices")
 _SELECTOR = re.compile(r"([0-9A-Fa-f]{4}):([0-9A-Fa-f]{4})")
 
 
@@ -103,6 +104,17 @@ def _alias_devices(name: str, nodes: Sequence[dict]) -> tuple[list[PciHostDevice
         else:
             unknown.append(str((n.get("metadata") or {}).get("name") or ""))
     return [PciHostDevice(resource_name=name, pci_vendor_selector=R.selector_of(d)) for d in sorted(ids)], unknown
+
+
+def names_checked(kubevirt: Any) -> bool:
+    """Whether KubeVirt refuses a host device name its permittedHostDevices does not list: only when the CR has a
+    permittedHostDevices at all, even an empty one (kubevirt/kubevirt v1.9.0 pkg/virt-controller/services/
+    renderresources.go validatePermittedHostDevices runs only `if hostDevs := config.GetPermittedHostDevices();
+    hostDevs != nil`; virt-launcher takes a PCI device from the device plugin's environment, never from the list:
+    pkg/virt-launcher/virtwrap/device/hostdevice/generic). Measured: tests/kubevirt_real/test_unlisted_devices_real.py.
+    """
+    present, value = lookup(kubevirt, PERMITTED_HOST_DEVICES)
+    return present and value is not None
 
 
 def is_rbln_entry(e: dict) -> bool:

@@ -459,16 +459,23 @@ class GateEditor:
         host_devices, dra = C.GATE_HOST_DEVICES in npu_gates, C.GATE_HOST_DEVICES_DRA in npu_gates
         vms, unreadable = guard.read(self.kube, guard.needing_gates(host_devices, dra))
         # KubeVirt v1.9.0 checks HostDevices when it admits a VMI with host devices
-        # (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go) and HostDevicesWithDRA when it
-        # renders a DRA host device into the virt-launcher pod (pkg/virt-controller/services/template.go): a running
-        # VMI keeps its devices, its VM cannot start again with them.
+        # (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), HostDevicesWithDRA too when
+        # one of them comes from a DRA claim (pkg/dra/admitter/dra_admitter.go validateDRADevices) and when it
+        # renders that device into the virt-launcher pod (pkg/virt-controller/services/template.go): a running
+        # VMI keeps its devices, its VM cannot start again with them. virt-api's VirtualMachine validator runs on
+        # UPDATE too and checks the template the same way (vms-admitter.go ValidateVirtualMachineSpec; webhooks.go
+        # virtualmachine-validator: Create, Update), so while the gate is off every write of such a VM's spec is
+        # refused, the runStrategy patch of a `virtctl stop` of an Always VM included
+        # (tests/kubevirt_real/test_gate_off_updates.py).
         gates = " and ".join(npu_gates)
         blockers, warnings = guard.verdict(
             vms, unreadable, override=self.evict_vms,
             why=(f"runs with NPUs that need {gates}: KubeVirt would not start it again with them once "
                  f"{'they are' if len(npu_gates) > 1 else 'it is'} off"),
             consequence=f"they keep their NPUs until they stop, then cannot start with them while {gates} "
-                        f"{'are' if len(npu_gates) > 1 else 'is'} off")
+                        f"{'are' if len(npu_gates) > 1 else 'is'} off, and KubeVirt refuses every change to their VMs "
+                        "that keeps those NPUs, a stop included (`virtctl stop` of a runStrategy Always VM patches its "
+                        "spec): turn the gate on again to stop them")
         return dataclasses.replace(plan, blockers=[*plan.blockers, *blockers], warnings=[*plan.warnings, *warnings],
                                    vms=[str(v) for v in vms])
 

@@ -180,7 +180,9 @@ def _allocation(node: Mapping, target: str, policy: Policy, deploy: K.DeployLabe
     if plugin in allocators and deploy.is_set(plugin):
         if not any(new_names.matches(k) and R.positive(v) for k, v in alloc.items()):
             out.append(Pending(kind=Missing.RESOURCE, text=f"allocatable has no {new_names.describe()} yet"))
-    for k in sorted(k for k, v in alloc.items() if old_names.matches(k) and R.positive(v)):
+    # A name both modes' plugins advertise (Policy.shared_resources) is not the old mode's: it stays on the node.
+    for k in sorted(k for k, v in alloc.items() if old_names.matches(k) and not new_names.matches(k)
+                    and R.positive(v)):
         out.append(Pending(kind=Missing.RESOURCE, text=f"allocatable still offers the old mode's {k}"))
     if C.COMP_DRA in allocators and deploy.is_set(C.COMP_DRA) and slices is not None:
         vfio, other = dra_devices(slices)

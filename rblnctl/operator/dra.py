@@ -3,10 +3,11 @@
 The operator runs the plugin as DaemonSet `<spec.name>-dra-kubelet-plugin` (chart v0.3.0
 internal/scope/patch/dra_kubelet_plugin.go; later releases always `rbln-dra-kubelet-plugin`); the
 standalone chart of RBLN-SW/rbln-k8s-dra-driver names it `<fullname>-kubeletplugin` with image
-`rebellions/k8s-dra-driver-npu`. The operator creates the DeviceClasses `<driverName>` and, for VM
-passthrough, `vfio-<driverName>` while draKubeletPlugin is enabled, and deletes them when it is not
-(v0.3.0 dra_kubelet_plugin.go CleanUp; later main internal/clusterpolicy/components/dra_kubelet_plugin.go,
-upgrade passthroughDeviceClassName).
+`rebellions/k8s-dra-driver-npu`. While draKubeletPlugin is enabled the operator creates the DeviceClass
+`<driverName>` and deletes it when it is not; v0.3.0 creates only that container class (with
+extendedResourceName `rebellions.ai/npu`: dra_kubelet_plugin.go handleDeviceClass, CleanUp), later main also the
+passthrough class `vfio-<driverName>` (internal/clusterpolicy/components/dra_kubelet_plugin.go, upgrade
+passthroughDeviceClassName; rblnctl.vm.cluster.check_device_class says so when it is missing).
 """
 
 from __future__ import annotations

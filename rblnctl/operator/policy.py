@@ -105,6 +105,19 @@ class Policy:
         return True if key is None else bool(self.enabled.get(key, False))
 
     @property
+    def shared_resources(self) -> tuple[str, ...]:
+        """Resource names both the device plugin and the sandbox plugin advertise under this policy (sorted).
+
+        The chart v0.3.0 CRD defaults both resourceLists to `rebellions.ai/ATOM` (RBLN-CA12/CA22/CA25:
+        RBLN-SW/rbln-npu-operator@v0.3.0 api/v1beta1/rblnclusterpolicy_types.go, the `+kubebuilder:default` of
+        RBLNSandboxDevicePluginSpec.ResourceList and RBLNDevicePluginSpec.ResourceList), and the chart renders
+        `sandboxDevicePlugin.resourceList` only when its values set one (deployments/rbln-npu-operator/templates/
+        rblnclusterpolicy.yaml): a policy without it has vm-passthrough nodes advertise the container nodes' name.
+        Such a name says nothing about a node's mode."""
+        vm = {e.name for e in self.vm_resources.entries}
+        return tuple(sorted(e.name for e in self.container_resources.entries if e.name in vm))
+
+    @property
     def dra_device_class_vm(self) -> str:
         """The passthrough DeviceClass of this policy's DRA driver (`vfio-` + driverName)."""
         return C.DRA_VFIO_DEVICE_PREFIX + self.dra_driver

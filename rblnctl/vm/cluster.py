@@ -18,7 +18,7 @@ from rblnctl.kube import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAI
 from rblnctl.kube.optional import NOTE, OnForbidden, optional
 from rblnctl.kube.parallel import start
 from rblnctl.kubevirt.cr import find_kubevirt, lookup, ref, version_of
-from rblnctl.kubevirt.devices import PCI_HOST_DEVICES
+from rblnctl.kubevirt.devices import PCI_HOST_DEVICES, names_checked
 from rblnctl.kubevirt.gates import DISABLED_GATES, FEATURE_GATES, GateState, gate_state, rbln_gates
 from rblnctl.operator import resources as R
 from rblnctl.operator.cluster import OperatorView, read_operator
@@ -301,14 +301,23 @@ def check_permitted(cluster: VmCluster, resource: str) -> Check:
 
     KubeVirt checks a VM's deviceName against the list when it renders the launcher pod
     (v1.9.0 pkg/virt-controller/services/renderresources.go validatePermittedHostDevices: "HostDevice %s
-    is not permitted in permittedHostDevices configuration"); externalResourceProvider false would make
-    virt-handler start its own device plugin for the resource next to the RBLN sandbox plugin.
+    is not permitted in permittedHostDevices configuration"), but only when the CR has a permittedHostDevices
+    at all (rblnctl.kubevirt.devices.names_checked): without one the resource holds, with a warning to permit it
+    before anyone adds the list; externalResourceProvider false would make virt-handler start its own device
+    plugin for the resource next to the RBLN sandbox plugin.
     """
     found = check_kubevirt(cluster)
     if not found.ok:
         return found
     entry = permitted_entry(cluster, resource)
     kv = ref(cluster.kubevirt)  # type: ignore[arg-type]
+    if entry is None and not names_checked(cluster.kubevirt):
+        return Check(ok=True, evidence=(f"KubeVirt {kv} has no permittedHostDevices, so it checks no host device name: "
+                                        f"{resource} is let through",),
+                     warning=(f"KubeVirt {kv} lists no permittedHostDevices: {resource} runs unlisted, but once anyone "
+                              "adds the list KubeVirt refuses every name it does not hold; permit it now"),
+                     remedy=Remedy(text=f"permit {resource} as a KubeVirt host device",
+                                   command=Command.own("kubevirt", "permit-devices", resource_name=resource)))
     if entry is None:
         return Check(ok=False, evidence=(f"{resource} is not in KubeVirt {kv} permittedHostDevices.pciHostDevices",),
                      remedy=Remedy(text=f"permit {resource} as a KubeVirt host device",

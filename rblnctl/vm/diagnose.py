@@ -589,6 +589,9 @@ def judge(f: Facts) -> VmDiagnosis:
             return done(method, have.count)
     else:
         checks = [check_permitted(cluster, r) for r in have.resources]
+        # a check that holds with a warning may name the command that settles it (check_permitted: no list yet)
+        warnings += [Remedy(text=c.warning, command=c.remedy.command) if c.remedy and c.remedy.command else c.warning
+                     for c in checks if c.ok and c.warning]
         if not chain.add(LinkName.PERMITTED, all(c.ok for c in checks), [e for c in checks for e in c.evidence],
                          next((c.remedy for c in checks if not c.ok), None)):
             return done(method, have.count)

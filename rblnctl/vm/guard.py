@@ -14,10 +14,14 @@ per change (each from the source of what breaks):
   A VM already on the target method depends on nothing the switch changes (issue 28 finding 5).
 - `kubevirt disable-gates` (rblnctl.kubevirt.gates): a VM whose NPUs need a gate the write turns off. KubeVirt
   admits a VMI with host devices only while HostDevices is on (kubevirt/kubevirt v1.9.0
-  pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), and renders a DRA host device's
-  claims into its virt-launcher pod only while HostDevicesWithDRA is on (pkg/virt-controller/services/
-  template.go, renderresources.go): the running VMI keeps its devices, but the VM cannot start again with them
-  (and a VM KubeVirt restarts by itself, runStrategy Always, does not come back).
+  pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), one with a host device taken
+  from a DRA claim only while HostDevicesWithDRA is on too (pkg/dra/admitter/dra_admitter.go validateDRADevices:
+  "contains DRA enabled HostDevices but feature gate is not enabled"), and renders such a device's claims into
+  its virt-launcher pod only under that gate (pkg/virt-controller/services/template.go, renderresources.go): the
+  running VMI keeps its devices, but the VM cannot start again with them (and a VM KubeVirt restarts by
+  itself, runStrategy Always, does not come back); its VirtualMachine validator checks a VM's template on
+  every update too (vms-admitter.go ValidateVirtualMachineSpec), so the VM's spec cannot even be patched to stop
+  it while the gate is off (tests/kubevirt_real/test_gate_off_updates.py).
 Not guarded, because they take nothing a running VM depends on:
 - `kubevirt permit-devices` never removes or renames a permittedHostDevices entry: it appends, and `--fix` only sets
   externalResourceProvider (whether virt-handler runs its own device plugin for the resource:

@@ -23,10 +23,11 @@ def sandbox_cluster(apiserver: Any, *, gates: tuple[str, ...] = ("HostDevices",)
                     vm_nodes: dict[str, str] | None = None, container_nodes: tuple[str, ...] = ("n9",),
                     npus: int = 2) -> None:
     """KubeVirt 1.9 with `gates`, the sandbox policy, vm-mode nodes (name -> product) advertising their
-    RBLN-<product>_PF, and container-mode NPU nodes."""
+    RBLN-<product>_PF, and container-mode NPU nodes. `permitted=False`: a permittedHostDevices list without them
+    (KubeVirt checks names only when the list exists: rblnctl.kubevirt.devices.names_checked)."""
     vm_nodes = {"n1": "RBLN-CA22"} if vm_nodes is None else vm_nodes
     products = sorted(set(vm_nodes.values()))
-    pci = [(f"1EFF:{o.PCI_DEVICE_IDS[p]}", o.vm_resource_name(p)) for p in products] if permitted else None
+    pci = [(f"1EFF:{o.PCI_DEVICE_IDS[p]}", o.vm_resource_name(p)) for p in products] if permitted else []
     apiserver.add(o.kubevirt(feature_gates=list(gates), permitted_pci=pci), o.cluster_policy())
     for name, product in vm_nodes.items():
         apiserver.add(o.npu_node(name, mode="vm-passthrough", product=product, npus=npus))

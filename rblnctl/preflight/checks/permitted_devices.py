@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rblnctl import constants as C
 from rblnctl.kubevirt.cr import hco_remedy
+from rblnctl.kubevirt.devices import names_checked
 from rblnctl.kubevirt.status import status_of
 from rblnctl.operator import resources as R
 from rblnctl.preflight.checks.common import pick
@@ -42,9 +43,14 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
     names = ", ".join(f"{d.resource_name} ({d.pci_vendor_selector})" for d in st.permitted_devices) or "none"
     problems = []
     fixes = []
+    # Without any permittedHostDevices KubeVirt checks no name (rblnctl.kubevirt.devices.names_checked): what is
+    # missing then runs, and only breaks once someone adds the list, so it warns.
+    unchecked = bool(missing) and not no_erp and not names_checked(kv)
     if missing:
         problems.append("advertised but not permitted: " + ", ".join(
-            f"{r} ({len(ns)} node{'s' if len(ns) != 1 else ''})" for r, ns in missing.items()))
+            f"{r} ({len(ns)} node{'s' if len(ns) != 1 else ''})" for r, ns in missing.items()) + (
+            " (KubeVirt has no permittedHostDevices, so it checks no name now; once the list exists it refuses "
+            "every name the list does not hold)" if unchecked else ""))
         fixes.append(f"rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}")
     if no_erp:
         problems.append(f"externalResourceProvider is not true for {', '.join(no_erp)}: KubeVirt would start its "
@@ -53,7 +59,8 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
     # HCO reverts edits of a KubeVirt CR it manages, and permit-devices refuses one: name the HyperConverged CR.
     hco = hco_remedy(kv, "devices")
     if problems:
-        out.add(id_, title, SCOPE_CLUSTER, Status.FAIL, f"permitted: {names}; " + "; ".join(problems),
+        out.add(id_, title, SCOPE_CLUSTER, Status.WARN if unchecked else Status.FAIL,
+                f"permitted: {names}; " + "; ".join(problems),
                 hco or " and ".join(f"`{x}`" for x in fixes), "" if hco else " && ".join(fixes))
         return
     nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"

@@ -8,7 +8,8 @@ from tests.preflight.cluster_support import CA22_PF, seed, run, cluster
 
 
 def test_permitted_host_devices_missing(apiserver, kube):
-    seed(apiserver, kubevirt=o.kubevirt(feature_gates=["HostDevices"]))
+    # the list exists (empty): KubeVirt refuses every name it does not hold (test_permitted_devices_unlisted.py)
+    seed(apiserver, kubevirt=o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[]))
     p = cluster(run(kube))["kubevirt.permitted-devices"]
     assert p.status == Status.FAIL
     assert f"advertised but not permitted: {CA22_PF} (3 nodes)" in p.evidence
