@@ -12,17 +12,12 @@ import logging
 import pytest
 
 from rblnctl import audit
-from rblnctl.kube import KubeOptions, connect
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 
 EVENTS = "events.events.k8s.io"
 ANNOTATION = "rebellions.ai/rblnctl.audit"
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def auditor(kube, **kw):

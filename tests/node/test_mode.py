@@ -7,7 +7,6 @@ import json
 import pytest
 
 from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.mode import ModeSwitcher
 from rblnctl.node.options import DrainOptions, ModeOptions
@@ -30,10 +29,6 @@ VM_PODS = {"vfio-manager", "sandbox-device-plugin"}
 CONTAINER_PODS = {"driver", "device-plugin", "metrics-exporter", "npu-feature-discovery", "operator-validator",
                   "container-toolkit"}
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 @pytest.fixture

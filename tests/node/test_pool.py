@@ -7,7 +7,6 @@ import threading
 import pytest
 
 from rblnctl.errors import InvalidInput, NotFound, Refused
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.node.pool import MaxUnavailable, Outcome, PoolEvents, PoolOptions, PoolRunner, select_nodes
@@ -19,10 +18,6 @@ ANN = "rebellions.ai/rblnctl.set-mode"
 MODE = "rebellions.ai/npu.workload.config"
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 @pytest.fixture

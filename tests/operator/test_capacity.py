@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.operator import capacity as cap
 from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
@@ -92,10 +91,6 @@ def test_dra_devices_less_those_allocated_to_claims():
     unknown = cap.node_capacity(node, [], slices=slices, allocated=None)
     assert not unknown.known and unknown.allocatable == 3
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def _pod_lists(apiserver):
