@@ -19,8 +19,8 @@ from rblnctl.errors import Interrupted
 from rblnctl.kube.client import Kube
 from tests.cluster.client import ApiFailure
 from tests.kubevirt_real.vms import SANDBOX_RESOURCE, vm
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
 
-STOPPED = "rebellions.ai/rblnctl.stopped"
 NODE = "npu-node-1"
 
 

@@ -7,9 +7,9 @@ yet" and preflight exited 0 ("NPU nodes in vm-passthrough mode 1 of 3")."""
 from __future__ import annotations
 
 import json
+from rblnctl.constants import OPERATOR_NAMESPACE as OPS
 
 NODE = "npu-node-1"
-OPS = "rbln-system"
 
 
 def sandbox_in_driver_ready(kv) -> dict | None:

@@ -11,9 +11,7 @@ from rblnctl.errors import NotFound
 from rblnctl.node.history import read_history
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
-
-ANN = "rebellions.ai/rblnctl.set-mode"
-
+from rblnctl.constants import SET_MODE_ANNOTATION as ANN
 
 
 def record(**kw):

@@ -6,10 +6,9 @@ import pytest
 
 from rblnctl.errors import OutcomeUnknown
 from rblnctl.node.lock import NodeLock, lease_name
+from rblnctl.constants import OPERATOR_NAMESPACE as NS
 
-NS = "rbln-system"
 LEASES = r"/apis/coordination\.k8s\.io/v1/namespaces/rbln-system/leases"
-
 
 
 def lock(kube, identity="rblnctl@here pid 1: set-mode n1 vm"):

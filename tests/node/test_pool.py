@@ -12,12 +12,10 @@ from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.node.pool import MaxUnavailable, Outcome, PoolEvents, PoolOptions, PoolRunner, select_nodes
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
+from rblnctl.constants import SET_MODE_ANNOTATION as ANN, WORKLOAD_LABEL as MODE
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
-ANN = "rebellions.ai/rblnctl.set-mode"
-MODE = "rebellions.ai/npu.workload.config"
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
-
 
 
 @pytest.fixture

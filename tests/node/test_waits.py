@@ -10,8 +10,8 @@ from rblnctl.node.mode import ModeSwitcher
 from rblnctl.node.options import DrainOptions, ModeOptions
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 
 
 
