@@ -261,9 +261,14 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
             t.add_row(d.name, d.method, d.source, "removed")
     what = f"{plan.method}" + (f", {plan.resource}" if plan.resource and plan.method == "sandbox" else "") + \
         (f", {plan.template}" if plan.template else "")
+    # Where the VM is now: the plan's node until the run restarted it (a new VMI, maybe elsewhere) or left it stopped.
+    where = (f"; running on {plan.node}" if plan.running and plan.node else "; running" if plan.running else "")
+    if result is not None and (result.not_restarted or result.left_stopped):
+        where = "; stopped"
+    elif result is not None and result.restarted:
+        where = "; restarted"
     head = [f"VirtualMachine {plan.vm}: {plan.npus_before} -> {plan.npus_after} NPU(s)"
-            + (f" ({what})" if plan.method else "")
-            + (f"; running on {plan.node}" if plan.running and plan.node else "; running" if plan.running else "")]
+            + (f" ({what})" if plan.method else "") + where]
     tail: list[str] = []
     if plan.template_create:
         tail.append(f"ResourceClaimTemplate {plan.vm.namespace}/{plan.template_create['metadata']['name']}: "
