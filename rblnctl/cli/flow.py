@@ -70,11 +70,16 @@ def run(m: Mutation) -> Any:
                     m.plan_view(m.plan), wide=m.output.format == "wide", width=terminal_width(sys.stderr)))
     try:
         result = m.apply(m.plan)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if m.progress is not None:
             m.progress.stop()
         if m.dry_run != SERVER:
             m.on_interrupt()
+        # What was done before the interruption, when apply() says (a VM's NPUs changed or not, left stopped):
+        # stdout gets its document, as a failure's (below) and an interrupted pool's (-o json included).
+        result = getattr(err, "result", None)
+        if result is not None:
+            emit(m.result_view(result), m.output)
         raise
     except RblnError as err:
         # A failure that still has a result (Partial: what was done, what failed and why, what was not

@@ -312,8 +312,11 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
     def interrupted() -> None:  # what the library's clean-up left the VM as, in its words (rblnctl.vm.attach apply)
         for line in planner.recovery:
             warn(line)
+        done = planner.interrupted
         if planner.left_stopped:
             warn(f"`{command_line(ctx)}` (the same command) starts VM {ref}: it carries rblnctl's mark")
+        elif done is not None and not done.changed:  # the job is not done: the same command does it
+            warn(f"`{command_line(ctx)}` (the same command) changes the NPUs of VM {ref}")
 
     def done(result: Any) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
