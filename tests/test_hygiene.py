@@ -45,3 +45,29 @@ def test_test_modules_import_rblnctls_names_rather_than_spell_them_again():
             if isinstance(node, ast.Assign) and ast.unparse(node.value) == f"{{'{C.GENERIC_CONTAINER_RESOURCE}': '1'}}":
                 spelt.append(f"{rel}:{node.lineno} spells tests.fakes.objects.ONE_NPU")
     assert spelt == []
+
+
+def _feature_table() -> list[list[str]]:
+    """docs/testing.md's "Feature -> tests" rows, each cell as written."""
+    text = (TESTS.parent / "docs" / "testing.md").read_text()
+    section = text.split("## Feature -> tests\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in section.splitlines()
+            if line.startswith("| ")]
+    assert rows[0] == ["feature", "library", "CLI", "envtest", "kubevirt"]
+    return rows[1:]
+
+
+def test_the_feature_table_names_files_that_exist_and_every_test_file():
+    import re
+
+    listed: set[str] = set()
+    for row in _feature_table():
+        assert len(row) == 5, row
+        paths = [p for cell in row[1:] for p in re.findall(r"`([^`]+)`", cell)]
+        assert paths, f"{row[0]}: no test named"
+        for path in paths:
+            assert (TESTS / path).exists(), f"docs/testing.md names tests/{path}, which does not exist"
+            listed.add(path)
+    files = sorted(p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py") if ".venv" not in p.parts)
+    unlisted = [f for f in files if f not in listed and not any(d.endswith("/") and f.startswith(d) for d in listed)]
+    assert unlisted == [], "add these to docs/testing.md's Feature -> tests table"
