@@ -333,7 +333,7 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
         dry_run=how, yes=yes, output=output, plan_view=lambda p: _change_view(p, restart_now=restart_now),
         result_view=lambda r: _change_view(r.plan, r, restart_now=restart_now),
         noop_message=f"VM {ref} already has {plan.npus_after} NPU(s) as asked; nothing to do",
-        done_message=done, on_interrupt=interrupted,
+        done_message=done, on_interrupt=interrupted, interrupted_result=lambda: planner.interrupted,
     ))
 
 

@@ -820,15 +820,15 @@ class AttachPlanner:
             err.details = [*err.details, *lines]
 
     def _if_interrupted(self, err: BaseException, done: VmNpuResult) -> None:
-        """After an interruption (Ctrl-C, a signal), once the clean-up ran: what was done, for the front end to show
-        (`interrupted`, and `err.result` as an RblnError carries one): the VM left stopped and how to start it."""
+        """After an interruption (Ctrl-C, a signal), once the clean-up ran: what was done (`interrupted`), for the
+        front end to show, the VM left stopped and how to start it included. Not put on the exception: a caller
+        that runs this planner inside its own command (policy set-method --convert-vms) has results of its own."""
         if not isinstance(err, KeyboardInterrupt):
             return
         if self.left_stopped:
             done = dataclasses.replace(done, left_stopped=True, restarted=False,
                                        start_command=f"virtctl start {done.plan.vm.name} -n {done.plan.vm.namespace}")
         self.interrupted = done
-        err.result = done  # type: ignore[attr-defined]
 
     @staticmethod
     def _best_effort(fn: Callable[[], Any]) -> Any:
