@@ -1,4 +1,5 @@
-"""Shared fixtures: the loopback fake API server, a kubeconfig for it, and isolation from any real cluster."""
+"""Shared fixtures: the loopback fake API server, a kubeconfig for it, a client of it (`kube`), and isolation from any
+real cluster."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.envtest.fixtures import (  # noqa: F401  (re-exported)
     operator_stack,
     real,
 )
-from tests.fakes.fixtures import apiserver, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
+from tests.fakes.fixtures import apiserver, kube, kubeconfig, tls_apiserver, tls_files  # noqa: F401  (re-exported)
 from tests.kubevirt_real.fixtures import KUBEVIRT_FIXTURES, kv, kv_stack, kv_stack_stuck  # noqa: F401  (re-exported)
 from tests.kubevirt_real.fake_backend import kvbackend  # noqa: F401  (re-exported: fake, then real KubeVirt)
 
@@ -72,3 +73,4 @@ def _no_real_cluster(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
+

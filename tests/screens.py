@@ -36,11 +36,9 @@ def _block(title: str, args: list[str], text: str, note: str = "") -> str:
 
 
 def main() -> int:
-    from tests.fakes import objects as o
     from tests.fakes import sysfs as ht
     from tests.fakes.apiserver import FakeApiServer
-    from tests.fakes.operator import SimulatedOperator
-    from tests.fakes.releases import V0_3_0
+    from tests.fakes.operator import stack_v030
 
     blocks = [HEAD]
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,13 +48,8 @@ def main() -> int:
                              "The README's first command, on a VM worker that has no vIOMMU."))
     fake = FakeApiServer().start()
     try:
-        policy = V0_3_0.policy(vfio_manager=True, sandbox=True, device_plugin=True)
-        fake.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
-                 o.npu_node("npu-node-1", product="RBLN-CA12", release=V0_3_0, policy=policy),
-                 o.npu_node("npu-node-2", product="RBLN-CA12", release=V0_3_0, policy=policy))
-        op = SimulatedOperator(fake, release=V0_3_0, ready_delay_s=0.05).start()
+        op = stack_v030(fake)
         try:
-            op.wait_idle()
             s = ["--server", fake.url]
             blocks.append(_block("node list", ["node", "list"], on_terminal([*s, "node", "list"]).text))
             blocks.append(_block("status", ["status"], on_terminal([*s, "status"]).text))

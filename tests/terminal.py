@@ -27,6 +27,7 @@ class Screen:
     text: str  # what the terminal showed, control sequences removed
     code: int
     raw: str = ""  # what the process wrote to the terminal
+    stdout: str = ""  # with on_terminal(stdout_pipe=True): what it wrote to stdout, a pipe
 
     def before_first(self, marker: str) -> str:
         """The screen as it stood just before `marker` was first written (the whole screen without it)."""
@@ -49,10 +50,12 @@ class Screen:
         return max((len(line) for line in self.lines), default=0)
 
 
-def _env(columns: int, env: Mapping[str, str] | None) -> dict[str, str]:
+def _env(columns: int, env: Mapping[str, str] | None, *, measure: bool = False) -> dict[str, str]:
     full = dict(os.environ)
     full.pop("KUBECONFIG", None)
     full.update({"COLUMNS": str(columns), "LINES": "24", "TERM": "xterm", "NO_COLOR": "1"})
+    if measure:  # the window size alone: rblnctl asks the terminal how wide it is
+        del full["COLUMNS"], full["LINES"]
     full.update(env or {})
     return full
 
@@ -86,12 +89,17 @@ def plain(raw: str) -> str:
 
 
 def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | None = None,
-                answers: Sequence[str] = (), timeout: float = 90.0) -> Screen:
-    """`rblnctl ARGS` with stdin, stdout and stderr on a pseudo-terminal `columns` wide and 24 lines high."""
+                answers: Sequence[str] = (), timeout: float = 90.0, stdout_pipe: bool = False,
+                measure: bool = False) -> Screen:
+    """`rblnctl ARGS` with stdin, stdout and stderr on a pseudo-terminal `columns` wide and 24 lines high.
+
+    `stdout_pipe`: stdout on a pipe instead (`rblnctl ... > file` at a terminal: progress on the screen, the result in
+    `Screen.stdout`); `measure`: no COLUMNS or LINES, only the window size, which rblnctl must read itself."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", *args], stdin=slave, stdout=slave, stderr=slave,
-                            env=_env(columns, env), start_new_session=True, close_fds=True)
+    proc = subprocess.Popen([sys.executable, "-m", "rblnctl", *args], stdin=slave,
+                            stdout=subprocess.PIPE if stdout_pipe else slave, stderr=slave,
+                            env=_env(columns, env, measure=measure), start_new_session=True, close_fds=True)
     os.close(slave)
     out = b""
     pending = list(answers)
@@ -115,12 +123,12 @@ def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str
     finally:
         os.close(master)
         try:
-            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            stdout, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            code = proc.wait()
+            stdout, _ = proc.communicate()
     raw = out.decode(errors="replace")
-    return Screen(text=plain(raw), code=code, raw=raw)
+    return Screen(text=plain(raw), code=proc.returncode, raw=raw, stdout=(stdout or b"").decode(errors="replace"))
 
 
 def piped(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | None = None,

@@ -12,17 +12,11 @@ import logging
 import pytest
 
 from rblnctl import audit
-from rblnctl.kube import KubeOptions, connect
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
+from rblnctl.constants import AUDIT_ANNOTATION as ANNOTATION
 
 EVENTS = "events.events.k8s.io"
-ANNOTATION = "rebellions.ai/rblnctl.audit"
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def auditor(kube, **kw):
@@ -155,3 +149,8 @@ def test_the_fake_refuses_what_kube_apiserver_refuses(apiserver, kube, drop, fie
     with pytest.raises(ClusterError) as err:
         writes.send(kube, writes.create(EVENTS_V1, body, namespace="default"))
     assert err.value.status == 422 and f"{field}: Required value" in str(err.value)
+
+
+def test_ctrl_c_is_interrupted_in_the_events_not_the_python_class():
+    assert audit.one_line(KeyboardInterrupt()) == "interrupted"
+    assert audit.one_line(RuntimeError()) == "RuntimeError" and audit.one_line(ValueError("a\n b")) == "a b"

@@ -22,14 +22,9 @@ from rblnctl.errors import (
 from rblnctl.kube import KUBEVIRTS, NODES, PODS, KubeOptions, connect, describe_request
 from tests.fakes import objects as o
 from tests.fakes.apiserver import FakeApiServer
-from tests.fakes.clock import FakeClock
 
 
-@pytest.fixture
-def kube(apiserver, kubeconfig):
-    k = connect(KubeOptions(kubeconfig=str(kubeconfig), request_timeout_s=2))
-    k.clock = FakeClock()  # read retries wait on it, not for real
-    return k
+pytestmark = pytest.mark.kube_on_fake_clock  # `kube` (tests/conftest.py): through a kubeconfig, retries on a FakeClock
 
 
 def test_connects_through_kubeconfig_and_reads_version(kube, apiserver):

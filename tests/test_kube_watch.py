@@ -10,14 +10,10 @@ import pytest
 
 from rblnctl.clock import Stop
 from rblnctl.errors import ClusterError
-from rblnctl.kube import NODES, PODS, SYNC, KubeOptions, Mirror, WatchSpec, connect, watch, watch_many
+from rblnctl.kube import NODES, PODS, SYNC, Mirror, WatchSpec, watch, watch_many
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def _wait_for(predicate, what):

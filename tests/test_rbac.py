@@ -24,9 +24,9 @@ from tests.fakes.apiserver.config import Settings
 from tests.fakes.apiserver.rbac import Authorizer, request_info
 from tests.fakes.operator import SimulatedOperator
 from tests.helpers import cli
+from rblnctl.constants import OPERATOR_NAMESPACE as NS
+from tests.fakes.objects import ONE_NPU as NPU
 
-NS = "rbln-system"
-NPU = {"rebellions.ai/npu": "1"}
 
 
 @dataclass(frozen=True)

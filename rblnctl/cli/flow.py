@@ -41,6 +41,7 @@ class Mutation:
     dry_run_message: str = "dry run: nothing was sent"
     done_message: Callable[[Any], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
+    interrupted_result: Callable[[], Any] = _none  # ...and what apply() had done (a result for result_view), if known
     progress: Any = None  # an object with stop(), stopped before anything is printed after apply
     rerun: str | None = None  # the command that finishes the job (every flag given: cli/rerun.py), for Partial
 
@@ -75,6 +76,11 @@ def run(m: Mutation) -> Any:
             m.progress.stop()
         if m.dry_run != SERVER:
             m.on_interrupt()
+        # What was done before the interruption, when the command can say (a VM's NPUs changed or not, left
+        # stopped): stdout gets its document, as a failure's (below) and an interrupted pool's (-o json included).
+        result = m.interrupted_result()
+        if result is not None:
+            emit(m.result_view(result), m.output)
         raise
     except RblnError as err:
         # A failure that still has a result (Partial: what was done, what failed and why, what was not

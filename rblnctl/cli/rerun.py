@@ -31,8 +31,11 @@ def prog_name(ctx: Any) -> str:
 # Options a recovery hint never repeats (by parameter name).
 DROPPED = frozenset({"dry_run", "server_dry_run", "output"})
 # Options whose value is a secret: a hint never prints it (it lands in terminals, scrollback and CI logs); it names
-# a shell variable instead, left unquoted so the shell expands it (kubectl never echoes a token either).
-SECRETS = {"token": '"$TOKEN"'}
+# a shell variable instead, for the shell to expand (kubectl never echoes a token either). `${TOKEN:?...}`, not
+# `$TOKEN`: pasted where TOKEN is unset or empty (no shell sets it), `"$TOKEN"` became `--token ''` and the command
+# ran with no token (another identity, or a 401 far from the cause); POSIX `${VAR:?word}` makes the shell refuse the
+# line instead, printing "TOKEN: set TOKEN to your --token" (bash, dash, zsh; fish rejects the syntax outright).
+SECRETS = {"token": '"${TOKEN:?set TOKEN to your --token}"'}
 
 
 class _Raw(str):

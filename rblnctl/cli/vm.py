@@ -195,9 +195,14 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
             t.add_row(name, d["method"], _source(d), "removed")
     what = f"{plan.method}" + (f", {plan.resource}" if plan.resource and plan.method == "sandbox" else "") + \
         (f", {plan.template}" if plan.template else "")
+    # Where the VM is now: the plan's node until the run restarted it (a new VMI, maybe elsewhere) or left it stopped.
+    where = (f"; running on {plan.node}" if plan.running and plan.node else "; running" if plan.running else "")
+    if result is not None and (result.not_restarted or result.left_stopped):
+        where = "; stopped"
+    elif result is not None and result.restarted:
+        where = "; restarted"
     head = [f"VirtualMachine {plan.vm}: {plan.npus_before} -> {plan.npus_after} NPU(s)"
-            + (f" ({what})" if plan.method else "")
-            + (f"; running on {plan.node}" if plan.running and plan.node else "; running" if plan.running else "")]
+            + (f" ({what})" if plan.method else "") + where]
     tail: list[str] = []
     if plan.template_create:
         tail.append(f"ResourceClaimTemplate {plan.vm.namespace}/{plan.template_create['metadata']['name']}: "
@@ -241,8 +246,11 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
     def interrupted() -> None:  # what the library's clean-up left the VM as, in its words (rblnctl.vm.attach apply)
         for line in planner.recovery:
             warn(line)
+        done = planner.interrupted
         if planner.left_stopped:
             warn(f"`{command_line(ctx)}` (the same command) starts VM {ref}: it carries rblnctl's mark")
+        elif done is not None and not done.changed:  # the job is not done: the same command does it
+            warn(f"`{command_line(ctx)}` (the same command) changes the NPUs of VM {ref}")
 
     def done(result: Any) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
@@ -259,7 +267,7 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
         dry_run=how, yes=yes, output=output, plan_view=lambda p: _change_view(p, restart_now=restart_now),
         result_view=lambda r: _change_view(r.plan, r, restart_now=restart_now),
         noop_message=f"VM {ref} already has {plan.npus_after} NPU(s) as asked; nothing to do",
-        done_message=done, on_interrupt=interrupted,
+        done_message=done, on_interrupt=interrupted, interrupted_result=lambda: planner.interrupted,
     ))
 
 

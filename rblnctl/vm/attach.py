@@ -411,6 +411,7 @@ class AttachPlanner:
     cluster: VmCluster | None = None  # facts read on first use (or handed in)
     recovery: list[str] = field(default_factory=list)  # after apply() failed or was interrupted: what it left
     left_stopped: bool = False  # ...and the VM is left stopped by rblnctl, carrying its mark: a re-run starts it
+    interrupted: VmNpuResult | None = None  # after apply() was interrupted (Ctrl-C, a signal): what it had done
     _claims: ClaimIndex | None = None
     _fits: FitReader | None = None
 
@@ -667,7 +668,7 @@ class AttachPlanner:
         if plan.blockers:
             raise Refused(f"refusing to change the NPUs of VM {plan.vm}", blockers=plan.blockers)
         dry = self.options.server_dry_run
-        self.recovery, self.left_stopped = [], False
+        self.recovery, self.left_stopped, self.interrupted = [], False, None
         if plan.noop:
             return VmNpuResult(plan=plan, changed=False, attempts=0, templates_kept=list(plan.templates_kept),
                                server_dry_run=dry)
@@ -703,6 +704,10 @@ class AttachPlanner:
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
             if not dry:
                 self._recover(restarter, plan, err, run)
+            self._if_interrupted(err, VmNpuResult(
+                plan=final, changed=run.changed, attempts=attempts, template_created=created,
+                templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept], server_dry_run=dry,
+                restarted=run.started and not dry, not_restarted=run.not_restarted))
             raise
         result = VmNpuResult(plan=final, changed=run.changed, attempts=attempts, template_created=created,
                              templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
@@ -717,9 +722,13 @@ class AttachPlanner:
         except BaseException as err:
             refused = isinstance(err, RblnError) and not writes.unknown(err) and not run.started
             self._recover(restarter, plan, err, run, retry_start=not refused)
+            self._if_interrupted(err, dataclasses.replace(result, restarted=run.started))
             raise
         try:
             restarter.wait_ready(plan.vm)
+        except KeyboardInterrupt as err:  # changed and started: only the wait for Ready was cut short
+            self._if_interrupted(err, result)
+            raise
         except WaitTimeout as e:
             from rblnctl.vm.diagnose import diagnose
 
@@ -809,6 +818,17 @@ class AttachPlanner:
         self.recovery = lines
         if isinstance(err, RblnError):
             err.details = [*err.details, *lines]
+
+    def _if_interrupted(self, err: BaseException, done: VmNpuResult) -> None:
+        """After an interruption (Ctrl-C, a signal), once the clean-up ran: what was done (`interrupted`), for the
+        front end to show, the VM left stopped and how to start it included. Not put on the exception: a caller
+        that runs this planner inside its own command (policy set-method --convert-vms) has results of its own."""
+        if not isinstance(err, KeyboardInterrupt):
+            return
+        if self.left_stopped:
+            done = dataclasses.replace(done, left_stopped=True, restarted=False,
+                                       start_command=f"virtctl start {done.plan.vm.name} -n {done.plan.vm.namespace}")
+        self.interrupted = done
 
     @staticmethod
     def _best_effort(fn: Callable[[], Any]) -> Any:

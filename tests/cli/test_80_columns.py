@@ -12,13 +12,11 @@ import pytest
 from rblnctl.cli.output import Table, fold
 from tests.fakes import objects as o
 from tests.fakes import sysfs as ht
-from tests.fakes.operator import SimulatedOperator
-from tests.fakes.releases import V0_3_0
+from tests.fakes.operator import SimulatedOperator, stack_v030
 from tests.helpers import cli
 from tests.terminal import on_terminal, piped
+from rblnctl.constants import OPERATOR_NAMESPACE as OPS
 
-HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
-OPS = "rbln-system"
 RECORD = json.dumps({"target": "vm-passthrough", "from": "container", "started": "2026-12-04T10:00:00Z",
                      "cordoned_by_rblnctl": True, "step": "wait", "by": "alice"})
 
@@ -127,12 +125,7 @@ def test_node_list_and_status_fit_80_columns_and_wide_has_the_rest(mid_switch):
 @pytest.fixture
 def v030(apiserver):
     """Operator v0.3.0 on two RBLN-CA12 nodes (its sandbox plugin sits in Init:0/2 on a vm node for good)."""
-    policy = V0_3_0.policy(**HYBRID)
-    apiserver.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
-                  o.npu_node("npu-node-1", product="RBLN-CA12", release=V0_3_0, policy=policy),
-                  o.npu_node("npu-node-2", product="RBLN-CA12", release=V0_3_0, policy=policy))
-    op = SimulatedOperator(apiserver, release=V0_3_0, ready_delay_s=0.05).start()
-    assert op.wait_idle()
+    op = stack_v030(apiserver)
     yield apiserver
     op.stop()
 
@@ -202,3 +195,20 @@ def test_the_pool_detail_column_puts_the_reason_first():
     (row,) = [t.plain for t in progress_lines("t", list(p.rows.items()), 80, 1.0)][2:]
     assert len(row) <= 80 and row.split()[:2] == ["npu-node-1", "wait"]
     assert row.split("   ")[-1].strip().startswith("Init:0/2, stuck in init container driver-"), row
+
+
+def test_single_node_result_does_not_wrap_at_80_columns(apiserver):
+    """The header read `... CORDONED UNCORDONED` and wrapped (`UNCORDONE`/`D`) for an ordinary node name."""
+    apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True),
+                  o.npu_node("npu-worker-a01"))
+    op = SimulatedOperator(apiserver).start()
+    try:
+        assert op.wait_idle()
+        r = cli("node", "set-mode", "vm", "npu-worker-a01", "--yes", server=apiserver.url)
+    finally:
+        op.stop()
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED"]  # as the pool's table
+    assert lines[1].split()[:4] == ["npu-worker-a01", "container", "vm-passthrough", "done"]
+    assert max(len(line) for line in lines) <= 80, lines

@@ -167,3 +167,16 @@ def test_an_unreachable_virt_api_is_named_with_its_apiservice_exit_1_not_a_wrong
                            "v1.subresources.kubevirt.io, Service kubevirt/virt-api) answered PUT ")
     assert "with 503 Service Unavailable" in line and "kubectl get apiservice v1.subresources.kubevirt.io" in line
     assert "server URL" not in line and "not the Kubernetes API" not in line
+
+
+def test_rbac_forbidding_offers_the_rules_of_the_role_the_command_needs(apiserver):
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"))
+    apiserver.forbid("list", "nodes")
+    r = cli("node", "list", server=apiserver.url)
+    assert r.exit_code == 4
+    assert "`rblnctl rbac --role read | kubectl apply -f -`" in r.stderr and "rblnctl-read" in r.stderr
+    apiserver.allow_all()
+    apiserver.forbid("patch", "nodes")
+    r = cli("node", "set-mode", "vm", "n1", "--yes", server=apiserver.url)
+    assert r.exit_code == 4, r.stderr
+    assert "`rblnctl rbac --role operate | kubectl apply -f -`" in r.stderr

@@ -11,11 +11,12 @@ import pytest
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.helpers import cli
+from rblnctl.constants import SET_MODE_ANNOTATION as ANN, WORKLOAD_LABEL as MODE
+from rblnctl.node.events import Step
+from rblnctl.node.record import SwitchRecord
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 PF = "rebellions.ai/RBLN-CA22_PF"
-MODE = "rebellions.ai/npu.workload.config"
-ANN = "rebellions.ai/rblnctl.set-mode"
 
 
 @pytest.fixture
@@ -362,3 +363,71 @@ def test_node_history_bad_input_and_unknown_nodes(apiserver):
     r = cli("node", "history", "nosuch", server=apiserver.url)
     assert r.exit_code == 1 and 'nodes "nosuch" not found' in r.stderr
     assert cli("node", "history", "n1", "-o", "name", server=apiserver.url).exit_code == 2
+
+
+def test_already_in_the_mode_is_said_once(cluster):
+    r = cli("node", "set-mode", "n1", "container", server=cluster.url)
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count("nothing to do") == 1, r.stderr
+
+
+def test_ctrl_c_before_the_cordon_says_the_node_is_not_cordoned(cluster, mocker):
+    mocker.patch("rblnctl.node.mode.ModeSwitcher.apply", side_effect=KeyboardInterrupt)
+    r = cli("node", "set-mode", "n1", "vm", "--yes", server=cluster.url)
+    assert r.exit_code == 130
+    assert "node n1 is not cordoned, with its progress record, mid-switch" in r.stderr
+    assert "may be" not in r.stderr
+
+
+def test_ctrl_c_after_the_cordon_says_the_node_is_cordoned(cluster, mocker):
+    def cordon_then_ctrl_c(self, plan):
+        cluster.mutate("Node", "n1", None, lambda n: n["spec"].update(unschedulable=True))
+        raise KeyboardInterrupt
+
+    mocker.patch("rblnctl.node.drain.Drainer.apply", cordon_then_ctrl_c)
+    r = cli("node", "drain", "n1", "--yes", server=cluster.url)
+    assert r.exit_code == 130 and "node n1 is cordoned and may be partly drained" in r.stderr
+
+
+def test_a_resumed_switch_reports_the_mode_it_really_started_from(apiserver):
+    """After Ctrl-C past the relabel, the re-run said `vm-passthrough -> vm-passthrough`."""
+    apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True),
+                  o.npu_node("n1", mode="vm-passthrough"))
+    node = apiserver.get("Node", "n1")
+    node["spec"]["unschedulable"] = True
+    node["metadata"].setdefault("annotations", {})[ANN] = SwitchRecord(
+        target="vm-passthrough", from_mode="container", started="2026-12-03T00:00:00Z", cordoned_by_rblnctl=True,
+        step=Step.RELABEL).to_json()
+    apiserver.update(node)
+    op = SimulatedOperator(apiserver).start()
+    try:
+        assert op.wait_idle()
+        r = cli("node", "set-mode", "vm", "n1", "--yes", "-o", "json", server=apiserver.url)
+    finally:
+        op.stop()
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["resume"] is True and doc["plan"]["currentMode"] == "vm-passthrough"
+    assert doc["plan"]["fromMode"] == "container"
+    assert (doc["result"]["previousMode"], doc["result"]["mode"]) == ("container", "vm-passthrough")
+    assert ANN not in (apiserver.get("Node", "n1")["metadata"].get("annotations") or {})
+
+
+def test_the_record_written_on_resume_keeps_its_from(apiserver):
+    """The record is the only memory of where the switch started: a resumed run must not overwrite it."""
+    apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True),
+                  o.npu_node("n1", mode="vm-passthrough"))
+    node = apiserver.get("Node", "n1")
+    node["metadata"].setdefault("annotations", {})[ANN] = SwitchRecord(
+        target="vm-passthrough", from_mode="container", started="2026-12-03T00:00:00Z", cordoned_by_rblnctl=False,
+        step=Step.RELABEL).to_json()
+    apiserver.update(node)
+    apiserver.clear_requests()
+    # No operator: the wait times out, and the record on the node still says where the switch started.
+    r = cli("node", "set-mode", "vm", "n1", "--yes", "--timeout", "0.5", server=apiserver.url)
+    assert r.exit_code == 5, r.stderr
+    record = json.loads(apiserver.get("Node", "n1")["metadata"]["annotations"][ANN])
+    assert record["from"] == "container"
+    # every flag of the run, the connection first (issue 29)
+    assert (f"go back: rblnctl --server {apiserver.url} node set-mode container n1 --reverse --timeout 0.5 --yes"
+            in r.stderr)

@@ -11,10 +11,9 @@ import pytest
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.helpers import cli
+from rblnctl.constants import WORKLOAD_LABEL as MODE
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
-MODE = "rebellions.ai/npu.workload.config"
-ANN = "rebellions.ai/rblnctl.set-mode"
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
 NODES = ["n1", "n2", "n3"]
 
@@ -233,3 +232,26 @@ def test_a_failed_node_reports_the_pods_it_evicted_in_the_table_the_json_and_its
     history = json.loads(cli("node", "history", "n1", "-o", "json", server=pool.url).stdout)["items"]
     assert [h["result"] for h in history] == ["failed"]
     assert "failed after evicting 2 pod(s)" in history[0]["message"], history
+
+
+def _held(pool) -> None:
+    pool.add(o.pdb("default", "hold", selector={"app": "held"}, min_available=1),
+             o.pod("default", "held", node="n1", owner_kind="ReplicaSet", owner_name="web", requests=NPU,
+                   labels={"app": "held"}))
+
+
+def test_a_budget_timeout_names_the_budget_its_numbers_and_what_next(pool):
+    _held(pool)
+    r = cli("node", "drain", "n1", "--timeout", "1s", "--yes", server=pool.url)
+    assert r.exit_code == 5, r.stderr
+    assert "PodDisruptionBudget default/hold needs 1 healthy pod(s) and has 1: it allows no eviction of " \
+           "default/held" in r.stderr
+    assert "next: see the budget (`kubectl get pdb hold -n default`)" in r.stderr and "--disable-eviction" in r.stderr
+
+
+def test_a_pool_of_one_node_that_times_out_exits_5_not_6(pool):
+    _held(pool)
+    r = cli("node", "drain", "-l", "kubernetes.io/hostname=n1", "--timeout", "1s", "--yes", server=pool.url)
+    assert r.exit_code == 5, r.stderr
+    assert "error: node n1: pods did not leave within 1s" in r.stderr
+    assert "PodDisruptionBudget default/hold" in r.stderr

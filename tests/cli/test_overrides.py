@@ -15,10 +15,10 @@ from rblnctl.node.record import SwitchRecord
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.helpers import cli
+from rblnctl.constants import SET_MODE_ANNOTATION as ANN
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 PF = "rebellions.ai/RBLN-CA22_PF"
-ANN = "rebellions.ai/rblnctl.set-mode"
 EVERY_FLAG = ("--force", "--evict-vms", "--evict-daemonsets", "--skip-iommu-check", "--skip-release-check",
               "--take-over", "--reverse")
 

@@ -11,8 +11,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.operator import SimulatedOperator
 from tests.fakes.releases import NEWER
 from tests.helpers import cli, closed_port_url
-
-POLICY = "rbln-cluster-policy"
+from rblnctl.constants import CLUSTER_POLICY_DEFAULT_NAME as POLICY
 
 
 CA22 = "rebellions.ai/RBLN-CA22_PF"

@@ -1,23 +1,14 @@
 """Pool progress (rblnctl/cli/pool.py): a live table on a terminal that never cuts a node's name or state, and
 piped lines only when a node's state or detail changes (issue 21 item 2).
 
-The terminal tests run rblnctl on a real pseudo-terminal (the pty module, its window size set with
-TIOCSWINSZ, no COLUMNS) against the fake API server and a simulated operator slow enough to be watched.
+The terminal tests run rblnctl on a real pseudo-terminal (tests/terminal.py: its window size set, no COLUMNS, the
+result on a pipe) against the fake API server and a simulated operator slow enough to be watched.
 """
 
 from __future__ import annotations
 
-import fcntl
 import io
-import os
-import pty
 import re
-import select
-import struct
-import subprocess
-import sys
-import termios
-import time
 
 import pytest
 from rich.console import Console
@@ -25,6 +16,7 @@ from rich.console import Console
 from rblnctl.cli.pool import PoolProgress, _Row, progress_lines
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
+from tests.terminal import on_terminal
 
 NODES = ["npu-worker-a01", "npu-worker-a02", "npu-worker-b17"]
 STATES = r"(queued|planning|lock|record|cordon|evict|relabel|wait|uncordon|finish|rollback|done|unchanged|refused|" \
@@ -91,49 +83,22 @@ def test_piped_lines_only_when_state_or_detail_changes(monkeypatch):
 
 @pytest.fixture
 def slow_pool(apiserver):
-    npu = {"rebellions.ai/npu": "1"}
     apiserver.add(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True), o.replicaset("ml", "t"))
     for n in NODES:
         apiserver.add(o.npu_node(n, labels={"pool": "vm"}),
-                      o.pod("ml", f"{n}-t", node=n, owner_kind="ReplicaSet", owner_name="t", requests=npu))
+                      o.pod("ml", f"{n}-t", node=n, owner_kind="ReplicaSet", owner_name="t", requests=o.ONE_NPU))
     op = SimulatedOperator(apiserver, ready_delay_s=0.8).start()
     assert op.wait_idle()
     yield apiserver
     op.stop()
 
 
-def run_on_pty(argv: list[str], *, columns: int, lines: int = 24, timeout_s: float = 60) -> tuple[str, str, int]:
-    """Run argv with stderr (and stdin) on a new pseudo-terminal of the given size; (terminal text, stdout, rc)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
-    env["TERM"] = "xterm-256color"
-    proc = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env, close_fds=True)
-    os.close(slave)
-    out = bytearray()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif proc.poll() is not None:
-            break
-    stdout, _ = proc.communicate(timeout=timeout_s)
-    os.close(master)
-    return out.decode(errors="replace"), stdout.decode(), proc.returncode
-
-
 @pytest.mark.parametrize("columns", [80, 120])
 def test_pool_progress_on_a_pseudo_terminal_names_the_node_on_every_row(slow_pool, columns):
-    text, stdout, rc = run_on_pty([sys.executable, "-m", "rblnctl", "--server", slow_pool.url, "node", "set-mode",
-                                   "vm", "-l", "pool=vm", "--max-unavailable", "2", "-y"], columns=columns)
-    assert rc == 0, text
+    screen = on_terminal(["--server", slow_pool.url, "node", "set-mode", "vm", "-l", "pool=vm", "--max-unavailable",
+                          "2", "-y"], columns=columns, stdout_pipe=True, measure=True, timeout=60)
+    text, stdout = screen.raw, screen.stdout  # every frame drawn: each progress row, as it was redrawn
+    assert screen.code == 0, text
     screen_lines = [line for chunk in CSI.sub("", text).replace("\r", "\n").split("\n") for line in [chunk.rstrip()]]
     rows = [m for m in (ROW.match(line) for line in screen_lines) if m and m.group(1) != "NODE"]
     assert rows, text

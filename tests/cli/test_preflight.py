@@ -15,6 +15,7 @@ from tests.fakes import objects as o
 from tests.helpers import cli, closed_port_url
 from tests.fakes import sysfs as ht
 from tests.preflight.cluster_support import nfd_features, seed
+from rblnctl.constants import HOST_POD_LABEL as HOST_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_KEYS = ["id", "title", "scope", "status", "evidence", "remedy", "remedyCommand"]
@@ -220,8 +221,6 @@ def test_local_root_that_is_not_a_host_tree_is_bad_input(tmp_path):
 
 
 # -- --hosts ---------------------------------------------------------------------------------------
-
-HOST_LABEL = "rebellions.ai/rblnctl.host-pod"
 
 
 @pytest.fixture

@@ -7,8 +7,12 @@ cluster); the drain and vfio hints said `rblnctl` to kubectl rbln users; the vm 
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
+import shutil
 import signal
+import subprocess
 import threading
 
 import pytest
@@ -150,4 +154,34 @@ def test_a_hint_never_prints_the_bearer_token(apiserver, tmp_path, mocker):
                                  "--force", "--yes"], prog_name="rblnctl", catch_exceptions=False)
     assert r.exit_code == 130
     assert "s3cr3t-t0ken" not in r.stderr and "s3cr3t-t0ken" not in r.stdout
-    assert f'`rblnctl --server {apiserver.url} --token "$TOKEN" node drain --force --yes n1`' in r.stderr
+    assert (f'`rblnctl --server {apiserver.url} --token "${{TOKEN:?set TOKEN to your --token}}" node drain --force '
+            '--yes n1`') in r.stderr
+
+
+def _run_hint_in(shell: str, hint: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Paste `hint` into `shell` (bash, or sh: dash where it is sh) with `rblnctl` a function printing its argv."""
+    script = 'rblnctl() { for a in "$@"; do printf "[%s]\\n" "$a"; done; }\n' + hint + "\n"
+    return subprocess.run([shell, "-c", script], capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], **env})
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_a_pasted_hint_with_no_token_set_fails_rather_than_run_without_one(apiserver, mocker, shell):
+    """The hint spelt `--token "$TOKEN"`: pasted where TOKEN is not set (no shell sets it), the shell made it
+    `--token ''` and ran the command with an empty token: another identity, or a 401 far from the cause. Now the
+    shell refuses the line, naming what to set; with TOKEN set, the hint runs with that token."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell}")
+    apiserver.add(o.npu_node("n1"))
+    mocker.patch("rblnctl.node.drain.Drainer.apply", side_effect=KeyboardInterrupt)
+    r = CliRunner().invoke(app, ["--server", apiserver.url, "--token", "s3cr3t-t0ken", "node", "drain", "n1",
+                                 "--force", "--yes"], prog_name="rblnctl", catch_exceptions=False)
+    assert r.exit_code == 130 and "s3cr3t-t0ken" not in r.stderr + r.stdout
+    (hint,) = [h for h in re.findall(r"`([^`]+)`", r.stderr) if "--token" in h]
+    unset = _run_hint_in(shell, hint, {})
+    assert unset.returncode != 0 and unset.stdout == "", unset.stdout  # nothing ran
+    assert "TOKEN" in unset.stderr
+    empty = _run_hint_in(shell, hint, {"TOKEN": ""})
+    assert empty.returncode != 0 and empty.stdout == ""
+    given = _run_hint_in(shell, hint, {"TOKEN": "s3cr3t-t0ken"})
+    assert given.returncode == 0 and "[--token]\n[s3cr3t-t0ken]\n" in given.stdout, given.stdout

@@ -11,8 +11,8 @@ import time
 
 from tests.fakes import objects as o
 from tests.helpers import cli
+from rblnctl.constants import WORKLOAD_LABEL as MODE
 
-MODE = "rebellions.ai/npu.workload.config"
 # nodes, policies, and for the NPUs they hold: unfinished pods, ResourceSlices, ResourceClaims
 WATCHES = 5
 

@@ -10,13 +10,10 @@ import json
 
 import pytest
 
-from tests.fakes import objects as o
-from tests.fakes.operator import SimulatedOperator
-from tests.fakes.releases import V0_3_0
+from tests.fakes.operator import stack_v030
 from tests.helpers import cli
+from rblnctl.constants import OPERATOR_NAMESPACE as OPS
 
-HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
-OPS = "rbln-system"
 LOG = "waiting for rbln driver container to be ready"
 
 
@@ -24,12 +21,7 @@ LOG = "waiting for rbln driver container to be ready"
 def stuck(apiserver):
     """n1 (RBLN-CA12: covered by v0.3.0's sandbox resourceList) switched to vm by set-mode, which timed out with the
     sandbox plugin in Init; returns the set-mode result."""
-    policy = V0_3_0.policy(**HYBRID)
-    apiserver.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
-                  o.npu_node("n1", product="RBLN-CA12", release=V0_3_0, policy=policy),
-                  o.npu_node("n2", product="RBLN-CA12", release=V0_3_0, policy=policy))
-    op = SimulatedOperator(apiserver, release=V0_3_0, ready_delay_s=0.05).start()
-    assert op.wait_idle()
+    op = stack_v030(apiserver, ("n1", "n2"))
     r = cli("node", "set-mode", "vm", "n1", "--yes", "--timeout", "2", server=apiserver.url)
     assert r.exit_code == 5, r.stderr
     assert op.stuck_in_init

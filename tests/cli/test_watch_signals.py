@@ -90,3 +90,10 @@ def test_a_signal_outside_any_command_is_one_line_and_its_exit_code(mocker, caps
     assert exit_.value.code == code
     out = capsys.readouterr()
     assert said in out.err and "Traceback" not in out.err
+
+
+def test_ctrl_c_on_a_terminal_puts_interrupted_on_its_own_line():
+    from rblnctl.cli.errors import interrupted_line
+
+    assert interrupted_line(None, True) == "\ninterrupted"  # after the terminal's ^C echo
+    assert interrupted_line(None, False) == "interrupted" and interrupted_line(15, True) == "terminated by signal 15"

@@ -19,9 +19,9 @@ from tests.fakes import objects as o
 from tests.fakes import sysfs as ht
 from tests.fakes.releases import V0_3_0
 from tests.preflight.cluster_support import nfd_features
+from rblnctl.constants import HOST_POD_LABEL as HOST_LABEL
 
 NS = "team-b"
-HOST_LABEL = "rebellions.ai/rblnctl.host-pod"
 
 
 def log_of(backend, pod: str, **query) -> tuple[int, str]:

@@ -21,9 +21,8 @@ from tests.cluster.kubelet import HOLD, HOLD_DELETION
 from tests.envtest.crds import later_policy_crd
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER, V0_3_0
+from rblnctl.constants import WORKLOAD_LABEL as MODE, SET_MODE_ANNOTATION as RECORD
 
-MODE = "rebellions.ai/npu.workload.config"
-RECORD = "rebellions.ai/rblnctl.set-mode"
 NS = "team-a"
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
 PRODUCT = "RBLN-CA25"

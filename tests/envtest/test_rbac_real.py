@@ -22,8 +22,8 @@ from tests.fakes import objects as o
 from tests.fakes.apiserver.config import Settings
 from tests.fakes.apiserver.rbac import Authorizer, request_info
 from tests.fakes.releases import NEWER
+from rblnctl.constants import OPERATOR_NAMESPACE as NS
 
-NS = "rbln-system"
 CA22 = "rebellions.ai/RBLN-CA22_PF"
 OLD = "rebellions.ai/ATOM_CA22_PT"
 _METHOD = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",

@@ -11,8 +11,8 @@ from tests.fakes import objects as o
 from tests.fakes.apiserver import FakeApiServer
 from tests.fakes.operator import SimulatedOperator
 from tests.fakes.releases import NEWER
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 CA22 = "rebellions.ai/RBLN-CA22_PF"
 NS = "vms"
 FIRST_VMI = "explore.rblnctl.io/first-vmi"  # the VMI a world starts with (a restart replaces it)

@@ -1,5 +1,5 @@
-"""Pytest fixtures for the fake API server. tests/fakes/conftest.py imports them; a conftest
-higher up can re-export them the same way (``from tests.fakes.fixtures import apiserver, kubeconfig``)."""
+"""Pytest fixtures for the fake API server and the library's client of it (``kube``). tests/conftest.py re-exports
+them (``from tests.fakes.fixtures import apiserver, kube, kubeconfig``), for every test."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Iterator
 
 import pytest
 
+from rblnctl.kube import KubeOptions, connect
 from tests.fakes.apiserver import FakeApiServer
+from tests.fakes.clock import FakeClock
 
 
 @pytest.fixture
@@ -28,6 +30,24 @@ def apiserver() -> Iterator[FakeApiServer]:
 def kubeconfig(apiserver: FakeApiServer, tmp_path: Path) -> Path:
     """Path of a kubeconfig (context ``fake``, namespace ``default``) pointing at ``apiserver``."""
     return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+# A bound, not the expected time: a fake that never answers fails its test in seconds, not after the client's 30 s,
+# with room for a machine busy with other work.
+FAKE_REQUEST_TIMEOUT_S = 10
+
+
+@pytest.fixture
+def kube(request, apiserver):
+    """The library's client of the fake API server (`apiserver`), as `rblnctl --server URL` builds it.
+
+    A test (or module) marked `kube_on_fake_clock` gets it reached through a kubeconfig (`kubeconfig`), its read
+    retries waiting on a FakeClock: `kube.clock.sleeps` says how long it would have waited, and no test waits."""
+    if request.node.get_closest_marker("kube_on_fake_clock") is None:
+        return connect(KubeOptions(server=apiserver.url, request_timeout_s=FAKE_REQUEST_TIMEOUT_S))
+    k = connect(KubeOptions(kubeconfig=str(request.getfixturevalue("kubeconfig")), request_timeout_s=2))
+    k.clock = FakeClock()
+    return k
 
 
 def _self_signed(directory: Path, name: str, cn: str) -> tuple[Path, Path]:

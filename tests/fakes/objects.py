@@ -26,6 +26,7 @@ NPU_FAMILY_LABEL = "rebellions.ai/npu.family"
 NFD_NPU_LABELS = ("feature.node.kubernetes.io/pci-1eff.present", "feature.node.kubernetes.io/pci-1200_1eff.present")
 COMPONENT_LABEL = "app.kubernetes.io/component"
 CONTAINER_RESOURCE = "rebellions.ai/npu"
+ONE_NPU = {CONTAINER_RESOURCE: "1"}  # a container's request (or limit) of one NPU
 MODE_CONTAINER = "container"
 MODE_VM = "vm-passthrough"
 #: Deploy labels the later operator releases set per mode (tests/fakes/releases.py has each release's).

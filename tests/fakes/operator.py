@@ -830,3 +830,19 @@ class SimulatedOperator:
 
 def _nonzero(d: dict | None) -> dict:
     return {k: v for k, v in (d or {}).items() if v}
+
+
+def stack_v030(apiserver: Any, nodes: tuple[str, ...] = ("npu-node-1", "npu-node-2")) -> SimulatedOperator:
+    """The workplace stack's world (../shared/stack) on the fake: the chart v0.3.0 policy with the vfio-manager, the
+    sandbox plugin and the device plugin on, KubeVirt v1.9.0 with HostDevices, and `nodes` as RBLN-CA12 NPU nodes in
+    container mode (covered by v0.3.0's sandbox resourceList); the simulated operator v0.3.0 started and idle. A node
+    switched to vm-passthrough there keeps its sandbox plugin in `Init:0/2` (driver-ready) for good, as the real one
+    does. Stop the operator returned when done."""
+    from tests.fakes.releases import V0_3_0
+
+    policy = V0_3_0.policy(vfio_manager=True, sandbox=True, device_plugin=True)
+    apiserver.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
+                  *(o.npu_node(n, product="RBLN-CA12", release=V0_3_0, policy=policy) for n in nodes))
+    op = SimulatedOperator(apiserver, release=V0_3_0, ready_delay_s=0.05).start()
+    assert op.wait_idle()
+    return op

@@ -12,11 +12,12 @@ from tests.fakes import objects as o
 from tests.fakes.apiserver import FakeApiServer
 from tests.fakes.operator import SimulatedOperator
 from tests.fakes.releases import NEWER, RELEASES, V0_3_0
-
-NS = "rbln-system"
-MODE = "rebellions.ai/npu.workload.config"
-DEPLOY = "rebellions.ai/npu.deploy."
-PAUSED = "paused-for-driver-upgrade"
+from rblnctl.constants import (
+    OPERATOR_NAMESPACE as NS,
+    WORKLOAD_LABEL as MODE,
+    DEPLOY_LABEL_PREFIX as DEPLOY,
+    DEPLOY_PAUSED as PAUSED,
+)
 
 
 def labels_for(release, mode):

@@ -1,18 +1,13 @@
-"""Fixtures of the host pod tests: a connection, simulated host trees, and the fake kubelet that runs host pods."""
+"""Fixtures of the host pod tests: simulated host trees, and the fake kubelet that runs host pods."""
 
 from __future__ import annotations
 
 import pytest
 
-from rblnctl.kube import KubeOptions, connect
 from tests.fakes import objects as o
 from tests.fakes import sysfs as ht
 from tests.fakes.hostkubelet import HostKubelet
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 @pytest.fixture

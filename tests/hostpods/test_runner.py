@@ -12,8 +12,7 @@ from rblnctl.hostpods.runner import HostPodRunner, PodState
 from rblnctl.preflight.hosts import PREFLIGHT_LOCAL
 from tests.fakes.clock import FakeClock
 from tests.hostpods.conftest import add_nodes, failing_create
-
-LABEL = "rebellions.ai/rblnctl.host-pod"
+from rblnctl.constants import HOST_POD_LABEL as LABEL
 
 
 def runner(kube, **kw) -> HostPodRunner:

@@ -15,8 +15,7 @@ from tests.fakes import sysfs as ht
 from tests.fakes.clock import FakeClock
 from tests.fakes.hostkubelet import HostKubelet
 from tests.hostpods.conftest import add_nodes
-
-LABEL = "rebellions.ai/rblnctl.host-pod"
+from rblnctl.constants import HOST_POD_LABEL as LABEL
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.releases import NEWER
 from tests.helpers import cli
-
-ALIAS = "rebellions.ai/npu_pt"
+from rblnctl.constants import SANDBOX_ALIAS_RESOURCE as ALIAS
 
 
 def alias_node(name: str = "n1") -> dict:

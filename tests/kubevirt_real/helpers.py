@@ -12,11 +12,10 @@ from typing import Any
 from tests.envtest.crds import operator_crds_v030
 from tests.envtest.fixtures import install_crds
 from tests.kubevirt_real.vms import SANDBOX_RESOURCE
+from rblnctl.constants import DRA_DEVICECLASS_VM as VFIO_CLASS, DRA_DRIVER
 
 DRA_NODE = "npu-node-2"  # the kubevirt stack's node without a sandbox resource: DRA devices go there
 SANDBOX_NODE = "npu-node-1"  # 4 rebellions.ai/RBLN-CA22_PF
-VFIO_CLASS = "vfio-npu.rebellions.ai"  # rblnctl's default passthrough DeviceClass (no policy: the chart's name)
-DRA_DRIVER = "npu.rebellions.ai"
 
 
 def kubectl(kv: Any, *args: str, input: str | None = None) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from rblnctl.errors import Interrupted
 from rblnctl.kube.client import Kube
 from tests.cluster.client import ApiFailure
 from tests.kubevirt_real.vms import SANDBOX_RESOURCE, vm
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
 
-STOPPED = "rebellions.ai/rblnctl.stopped"
 NODE = "npu-node-1"
 
 
@@ -280,9 +280,12 @@ def test_sigterm_as_the_mark_lands_leaves_no_mark_for_the_owners_stop(kv, monkey
     create(kv, vm(kv.namespace, "v", run_strategy="Always", host_devices=[SANDBOX_RESOURCE]))
     kv.wait_vmi_phase("v", "Running")
     strike(monkeypatch, is_mark, interrupted)
-    code, _, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes")
+    code, doc, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes")
     assert code == 143, err
-    assert f"VM {kv.namespace}/v was not stopped" in err and "the same command" not in err
+    assert f"VM {kv.namespace}/v was not stopped" in err and "(the same command) starts" not in err
+    # the job is not done: the same command does it; -o json gets the document of what was done (nothing)
+    assert f"(the same command) changes the NPUs of VM {kv.namespace}/v" in err
+    assert doc is not None and (doc["result"]["changed"], doc["result"]["restarted"]) == (False, False), err
     assert STOPPED not in (kv.vm("v")["metadata"].get("annotations") or {})
     assert kv.vm("v")["spec"]["runStrategy"] == "Always"
     monkeypatch.undo()

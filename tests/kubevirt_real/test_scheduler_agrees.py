@@ -16,10 +16,12 @@ import json
 from typing import Any
 
 from tests.kubevirt_real.vms import SANDBOX_RESOURCE, vm
+from rblnctl.constants import (
+    KUBEVIRT_SCHEDULABLE_LABEL as SCHEDULABLE,
+    DRA_DRIVER as DRIVER,
+    DRA_DEVICECLASS_VM as VFIO_CLASS,
+)
 
-SCHEDULABLE = "kubevirt.io/schedulable"
-DRIVER = "npu.rebellions.ai"
-VFIO_CLASS = "vfio-npu.rebellions.ai"
 TAINT = {"key": "rebellions.ai/unhealthy", "value": "true", "effect": "NoSchedule"}
 
 

@@ -8,58 +8,39 @@ from __future__ import annotations
 
 import json
 
-NODE = "npu-node-1"
-OPS = "rbln-system"
+from tests.kubevirt_real.stuck import NODE, OPS, stuck_switch  # noqa: F401  (the fixture)
 
 
-def sandbox_in_driver_ready(kv) -> dict | None:
-    """The sandbox plugin pod on NODE once the kubelet reports it running driver-ready (None until then)."""
-    for p in kv.api.list("Pod", OPS):
-        if p["metadata"]["name"].startswith("rbln-sandbox-device-plugin") and p["spec"].get("nodeName") == NODE:
-            statuses = (p.get("status") or {}).get("initContainerStatuses") or []
-            if statuses and "running" in (statuses[0].get("state") or {}):
-                return p
-    return None
-
-
-def test_set_mode_list_status_and_preflight_name_the_plugin_stuck_in_driver_ready(kv_stack_stuck):
-    kv = kv_stack_stuck
-    r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "5s")
+def test_set_mode_list_status_and_preflight_name_the_plugin_stuck_in_driver_ready(stuck_switch):  # noqa: F811
+    kv, pod = stuck_switch.kv, stuck_switch.pod
+    ref = f"{OPS}/{pod} (sandbox-device-plugin) is stuck in its init container driver-ready"
+    # the resumed switch: its progress and its timeout error name the pod, the container, its state, Init:0/2
+    r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "3s")
     assert r.exit_code == 5, r.stderr
-    try:
-        pod = kv.api.wait_for(lambda: sandbox_in_driver_ready(kv), timeout_s=60, interval_s=0.2,
-                              message="the sandbox plugin pod in driver-ready")["metadata"]["name"]
-        ref = f"{OPS}/{pod} (sandbox-device-plugin) is stuck in its init container driver-ready"
-        # the resumed switch: its progress and its timeout error name the pod, the container, its state, Init:0/2
-        r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "3s")
-        assert r.exit_code == 5, r.stderr
-        missing = [line for line in r.stderr.splitlines() if "still missing" in line and pod in line]
-        assert missing and ref + " (running for" in missing[0] and "Init:0/2" in missing[0], r.stderr
-        assert ".driver-ctr-ready" in missing[0]
-        assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}" in r.stderr  # issue 30
+    missing = [line for line in r.stderr.splitlines() if "still missing" in line and pod in line]
+    assert missing and ref + " (running for" in missing[0] and "Init:0/2" in missing[0], r.stderr
+    assert ".driver-ctr-ready" in missing[0]
+    assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}" in r.stderr  # issue 30
 
-        for args in (("node", "list"), ("status",)):
-            r = kv.rblnctl(*args)
-            assert r.exit_code == 0, r.stderr
-            assert any(line.startswith(f"note: node {NODE}: pod {ref}") and "Init:0/2" in line
-                       for line in r.stderr.splitlines()), r.stderr
-        (n1,) = [n for n in json.loads(kv.rblnctl("node", "list", "-o", "json").stdout)["items"] if n["name"] == NODE]
-        (held,) = n1["initHeld"]
-        assert (held["pod"], held["initContainer"], held["status"], held["stuck"]) == (pod, "driver-ready",
-                                                                                      "Init:0/2", True)
-        # no kubelet answers here, so the API server cannot read the log: the line is left out, nothing fails
-        assert held["lastLogLine"] is None
-
-        kv.rblnctl("kubevirt", "enable-gates", "--yes")
-        r = kv.rblnctl("preflight", "-o", "json")
-        assert r.exit_code == 1, r.stderr
-        checks = {(c["id"], c["scope"]): c for c in json.loads(r.stdout)["checks"]}
-        assert checks[("nodes.vm-mode", "cluster")]["status"] == "FAIL"
-        vm = checks[("node.vm-npus", NODE)]
-        assert vm["status"] == "FAIL" and "cordoned" in vm["evidence"] and ref in vm["evidence"], vm
-        assert "rebellions.ai/ATOM_PT" in vm["evidence"] and "Init:0/2" in vm["evidence"]
-        r = kv.rblnctl("preflight")
-        assert r.stdout.rstrip().splitlines()[-1].endswith("-> NOT ready"), r.stdout
-    finally:
-        r = kv.rblnctl("node", "set-mode", "container", NODE, "--yes", "--reverse", "--timeout", "60s")
+    for args in (("node", "list"), ("status",)):
+        r = kv.rblnctl(*args)
         assert r.exit_code == 0, r.stderr
+        assert any(line.startswith(f"note: node {NODE}: pod {ref}") and "Init:0/2" in line
+                   for line in r.stderr.splitlines()), r.stderr
+    (n1,) = [n for n in json.loads(kv.rblnctl("node", "list", "-o", "json").stdout)["items"] if n["name"] == NODE]
+    (held,) = n1["initHeld"]
+    assert (held["pod"], held["initContainer"], held["status"], held["stuck"]) == (pod, "driver-ready",
+                                                                                  "Init:0/2", True)
+    # no kubelet answers here, so the API server cannot read the log: the line is left out, nothing fails
+    assert held["lastLogLine"] is None
+
+    kv.rblnctl("kubevirt", "enable-gates", "--yes")
+    r = kv.rblnctl("preflight", "-o", "json")
+    assert r.exit_code == 1, r.stderr
+    checks = {(c["id"], c["scope"]): c for c in json.loads(r.stdout)["checks"]}
+    assert checks[("nodes.vm-mode", "cluster")]["status"] == "FAIL"
+    vm = checks[("node.vm-npus", NODE)]
+    assert vm["status"] == "FAIL" and "cordoned" in vm["evidence"] and ref in vm["evidence"], vm
+    assert "rebellions.ai/ATOM_PT" in vm["evidence"] and "Init:0/2" in vm["evidence"]
+    r = kv.rblnctl("preflight")
+    assert r.stdout.rstrip().splitlines()[-1].endswith("-> NOT ready"), r.stdout

@@ -8,36 +8,29 @@ from __future__ import annotations
 import json
 import re
 
-from tests.kubevirt_real.test_stack_stuck import NODE, OPS, sandbox_in_driver_ready
+from tests.kubevirt_real.stuck import NODE, OPS, stuck_switch  # noqa: F401  (the fixture)
 
 
-def test_the_wait_names_the_init_state_and_node_list_marks_the_switch(kv_stack_stuck):
-    kv = kv_stack_stuck
-    r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "5s")
+def test_the_wait_names_the_init_state_and_node_list_marks_the_switch(stuck_switch):  # noqa: F811
+    kv, pod = stuck_switch.kv, stuck_switch.pod
+    r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "3s")
     assert r.exit_code == 5, r.stderr
-    try:
-        pod = kv.api.wait_for(lambda: sandbox_in_driver_ready(kv), timeout_s=60, interval_s=0.2,
-                              message="the sandbox plugin pod in driver-ready")["metadata"]["name"]
-        r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "3s")
-        assert r.exit_code == 5, r.stderr
-        waits = [line for line in r.stderr.splitlines() if line.startswith("waiting ")]
-        assert waits and all(re.match(r"waiting \d+s, \d+s left: ", w) for w in waits), r.stderr
-        firsts = [w.split(" left: ", 1)[1].split(" (+")[0] for w in waits]
-        assert len(firsts) == len(set(firsts)), waits  # piped: a line only when what it names first changes
-        # no kubelet answers on this stack, so the API server cannot reach the log: the line says so
-        assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}; its log cannot be read: the " \
-            "API server could not reach the kubelet on the pod's node (500)" in waits[-1], waits
-        for args in (("node", "list"), ("status",)):
-            r = kv.rblnctl(*args)
-            assert r.exit_code == 0, r.stderr
-            (row,) = [line for line in r.stdout.splitlines() if line.startswith(f"{NODE} ")]
-            assert "Ready,SchedulingDisabled,Switching" in row.split(), r.stdout
-            assert any(line.startswith(f"note: node {NODE}: Switching: set-mode container -> vm-passthrough")
-                       for line in r.stderr.splitlines()), r.stderr
-        (n1,) = [n for n in json.loads(kv.rblnctl("node", "list", "-o", "json").stdout)["items"] if n["name"] == NODE]
-        assert n1["switch"]["to"] == "vm-passthrough" and n1["switch"]["from"] == "container"
-    finally:
-        r = kv.rblnctl("node", "set-mode", "container", NODE, "--yes", "--reverse", "--timeout", "60s")
+    waits = [line for line in r.stderr.splitlines() if line.startswith("waiting ")]
+    assert waits and all(re.match(r"waiting \d+s, \d+s left: ", w) for w in waits), r.stderr
+    firsts = [w.split(" left: ", 1)[1].split(" (+")[0] for w in waits]
+    assert len(firsts) == len(set(firsts)), waits  # piped: a line only when what it names first changes
+    # no kubelet answers on this stack, so the API server cannot reach the log: the line says so
+    assert f"left: Init:0/2, stuck in init container driver-ready: pod {OPS}/{pod}; its log cannot be read: the " \
+        "API server could not reach the kubelet on the pod's node (500)" in waits[-1], waits
+    for args in (("node", "list"), ("status",)):
+        r = kv.rblnctl(*args)
         assert r.exit_code == 0, r.stderr
+        (row,) = [line for line in r.stdout.splitlines() if line.startswith(f"{NODE} ")]
+        assert "Ready,SchedulingDisabled,Switching" in row.split(), r.stdout
+        assert any(line.startswith(f"note: node {NODE}: Switching: set-mode container -> vm-passthrough")
+                   for line in r.stderr.splitlines()), r.stderr
+    (n1,) = [n for n in json.loads(kv.rblnctl("node", "list", "-o", "json").stdout)["items"] if n["name"] == NODE]
+    assert n1["switch"]["to"] == "vm-passthrough" and n1["switch"]["from"] == "container"
+    stuck_switch.reverse()
     r = kv.rblnctl("node", "list")
     assert "Switching" not in r.stdout and not [line for line in r.stderr.splitlines() if "Switching" in line]

@@ -10,9 +10,8 @@ from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.operator import SimulatedOperator
 from tests.fakes.releases import DEVICE_IDS, NEWER
+from rblnctl.constants import CLUSTER_POLICY_DEFAULT_NAME as POLICY, OPERATOR_NAMESPACE as OPS
 
-POLICY = "rbln-cluster-policy"
-OPS = "rbln-system"
 SANDBOX_RES = "rebellions.ai/RBLN-CA22_PF"
 
 

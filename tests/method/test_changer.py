@@ -6,7 +6,6 @@ import pytest
 
 from rblnctl.errors import Conflict, InvalidInput, Partial, Refused, WaitTimeout
 from rblnctl.remedy import Command
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.method import MethodEvents, MethodOptions, parse_method
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER, V0_3_0
@@ -21,10 +20,6 @@ from tests.method.support import (
     switches,
     vfio_devices,
 )
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
 
 
 def test_parse_method():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from rblnctl.errors import Forbidden, Interrupted
-from rblnctl.kube import KubeOptions, connect
 from tests.fakes import objects as o
 from tests.method.support import SANDBOX_RES, changer, cluster
 from tests.vm.support import attacher
@@ -14,10 +13,6 @@ from tests.vm.test_restart_races import VM_PATH, by_hand, interrupt_at, mark_pat
 
 NS = "vms"
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
 
 
 def running(apiserver) -> None:

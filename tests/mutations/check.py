@@ -365,7 +365,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         new="        if False:",
         what="vm stop: a stopped VM is asked to stop again (virt-api answers 409)",
         tests=("tests/vm/test_lifecycle.py::test_start_wait_then_stop_wait_and_each_again_is_a_no_op",
-               "tests/cli/test_capacity_scenario.py::test_stop_frees_the_npus_and_start_takes_them_again")),
+               "tests/cli/test_capacity.py::test_stop_frees_the_npus_and_start_takes_them_again")),
     Mutation(
         id="22.4", file="rblnctl/vm/lifecycle.py",
         old="                and self.attachment is not None and self.attachment.attached and not self.vmi_deleting\n",

@@ -7,7 +7,6 @@ import threading
 import pytest
 
 from rblnctl.errors import Forbidden, InvalidInput, NotFound, OutcomeUnknown, Refused, WaitTimeout
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
 from rblnctl.node.evict import Evictor
 from rblnctl.node.events import NodeEvents
@@ -15,15 +14,10 @@ from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
+from rblnctl.constants import OPERATOR_NAMESPACE as OPS
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
-OPS = "rbln-system"
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def drainer_for(kube, *, clock=None, events=None, **options):

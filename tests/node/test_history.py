@@ -8,17 +8,10 @@ import pytest
 
 from rblnctl import audit
 from rblnctl.errors import NotFound
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.history import read_history
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
-
-ANN = "rebellions.ai/rblnctl.set-mode"
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
+from rblnctl.constants import SET_MODE_ANNOTATION as ANN
 
 
 def record(**kw):

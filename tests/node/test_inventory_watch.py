@@ -9,18 +9,12 @@ import pytest
 
 from rblnctl.clock import Stop
 from rblnctl.errors import InvalidInput
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.inventory import Change, node_changes, policy_changes, watch_npu_nodes
 from rblnctl.status import status_changes, watch_cluster_status
 from tests.fakes import objects as o
+from rblnctl.constants import WORKLOAD_LABEL as MODE
 
-MODE = "rebellions.ai/npu.workload.config"
 WATCHES = 5  # nodes, policies, and for capacity: unfinished pods, ResourceSlices, ResourceClaims
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def _wait_for(predicate, what):

@@ -12,7 +12,6 @@ import threading
 import pytest
 
 from rblnctl.errors import Refused, WaitTimeout
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
@@ -21,10 +20,6 @@ from tests.fakes.clock import FakeClock
 
 PF = "rebellions.ai/RBLN-CA22_PF"
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def drainer_for(kube, **options):

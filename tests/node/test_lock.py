@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rblnctl.errors import OutcomeUnknown
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.lock import NodeLock, lease_name
+from rblnctl.constants import OPERATOR_NAMESPACE as NS
 
-NS = "rbln-system"
 LEASES = r"/apis/coordination\.k8s\.io/v1/namespaces/rbln-system/leases"
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url, request_timeout_s=5))
 
 
 def lock(kube, identity="rblnctl@here pid 1: set-mode n1 vm"):

@@ -7,20 +7,21 @@ import json
 import pytest
 
 from rblnctl.errors import Forbidden, InvalidInput, NotFound, Refused, WaitTimeout
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.mode import ModeSwitcher
 from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.node.record import Recovery
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
+from rblnctl.constants import (
+    OPERATOR_NAMESPACE as OPS,
+    SET_MODE_ANNOTATION as ANN,
+    WORKLOAD_LABEL as MODE,
+    DEPLOY_LABEL_PREFIX as DEPLOY,
+)
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 PF = "rebellions.ai/RBLN-CA22_PF"
-OPS = "rbln-system"
-ANN = "rebellions.ai/rblnctl.set-mode"
-MODE = "rebellions.ai/npu.workload.config"
-DEPLOY = "rebellions.ai/npu.deploy."
 CONTAINER_DEPLOY = {DEPLOY + c for c in o.CONTAINER_COMPONENTS}
 VM_DEPLOY = {DEPLOY + c for c in o.VM_COMPONENTS}
 # A hybrid cluster's policy (the operator docs' "Helm settings for container/VM mix"): sandbox plugin for VMs.
@@ -29,11 +30,6 @@ HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
 VM_PODS = {"vfio-manager", "sandbox-device-plugin"}
 CONTAINER_PODS = {"driver", "device-plugin", "metrics-exporter", "npu-feature-discovery", "operator-validator",
                   "container-toolkit"}
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 @pytest.fixture

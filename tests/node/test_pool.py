@@ -7,22 +7,15 @@ import threading
 import pytest
 
 from rblnctl.errors import InvalidInput, NotFound, Refused
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions, ModeOptions
 from rblnctl.node.pool import MaxUnavailable, Outcome, PoolEvents, PoolOptions, PoolRunner, select_nodes
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
+from rblnctl.constants import SET_MODE_ANNOTATION as ANN, WORKLOAD_LABEL as MODE
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
-ANN = "rebellions.ai/rblnctl.set-mode"
-MODE = "rebellions.ai/npu.workload.config"
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 @pytest.fixture

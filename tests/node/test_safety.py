@@ -24,11 +24,10 @@ from rblnctl.node.options import DrainOptions, ModeOptions
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.operator import SimulatedOperator
+from rblnctl.constants import WORKLOAD_LABEL as MODE, SET_MODE_ANNOTATION as ANN
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 PF = "rebellions.ai/RBLN-CA22_PF"
-MODE = "rebellions.ai/npu.workload.config"
-ANN = "rebellions.ai/rblnctl.set-mode"
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
 
 

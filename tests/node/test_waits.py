@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.node.drain import Drainer
 from rblnctl.node.mode import ModeSwitcher
 from rblnctl.node.options import DrainOptions, ModeOptions
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
+from tests.fakes.objects import ONE_NPU as NPU
 
-NPU = {"rebellions.ai/npu": "1"}
 
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def _seed_pods(apiserver, node, count):

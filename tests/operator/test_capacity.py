@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from rblnctl.kube import KubeOptions, connect
 from rblnctl.operator import capacity as cap
 from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
+from rblnctl.constants import GENERIC_CONTAINER_RESOURCE as NPU
 
-NPU = "rebellions.ai/npu"
 CA22 = "rebellions.ai/RBLN-CA22_PF"
 
 
@@ -91,11 +90,6 @@ def test_dra_devices_less_those_allocated_to_claims():
     assert use.holders == ("vms/c1",) and use.free_devices == ("vfio-0000-3c-00-0", "vfio-0000-3d-00-0")
     unknown = cap.node_capacity(node, [], slices=slices, allocated=None)
     assert not unknown.known and unknown.allocatable == 3
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def _pod_lists(apiserver):

@@ -7,8 +7,7 @@ import pytest
 from rblnctl.operator.components import component_of_pod, deploy_labels, exclusive_components
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER, RELEASES, V0_3_0
-
-NS = "rbln-system"
+from rblnctl.constants import OPERATOR_NAMESPACE as NS
 
 
 def ds_pod(ds_name, labels=None):

@@ -15,9 +15,9 @@ from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.fakes.releases import RELEASES, V0_3_0
 from tests.helpers import cli
+from rblnctl.constants import WORKLOAD_LABEL as MODE
 
 HYBRID = {"vfio_manager": True, "sandbox": True, "device_plugin": True}
-MODE = "rebellions.ai/npu.workload.config"
 
 
 @pytest.fixture(params=RELEASES, ids=lambda r: r.name)

@@ -11,9 +11,8 @@ from rblnctl.operator.convergence import Missing, pending
 from rblnctl.operator.policy import parse_policy
 from tests.fakes import objects as o
 from tests.fakes.releases import NEWER, V0_3_0
+from rblnctl.constants import OPERATOR_NAMESPACE as NS, MODE_VM as VM
 
-NS = "rbln-system"
-VM = "vm-passthrough"
 HYBRID = parse_policy(o.cluster_policy(vfio_manager=True, sandbox=True, device_plugin=True))
 DRA = parse_policy(o.cluster_policy(vfio_manager=True, sandbox=False, dra=True, device_plugin=False))
 BOTH = parse_policy(o.cluster_policy(vfio_manager=True, sandbox=False, dra=True, device_plugin=True))

@@ -13,8 +13,8 @@ from rblnctl.preflight.cluster import ClusterPreflight
 from rblnctl.preflight.helm import CommandResult, HelmClient
 from rblnctl.preflight.model import Status
 from tests.fakes import objects as o
+from rblnctl.constants import MODE_VM as VM
 
-VM = "vm-passthrough"
 CA22_PF = "rebellions.ai/RBLN-CA22_PF"
 CLUSTER_IDS = [
     "cluster.method", "kubernetes.version", "operator.version", "operator.policy", "kubevirt.installed",
@@ -96,7 +96,6 @@ def seed(apiserver, *, method: str = "sandbox", nodes: int = 3, mode: str | None
             objs.append(o.resource_slice(n))
     apiserver.add(*objs)
     return names
-
 
 
 # -- helm: the runner seam, never a binary ----------------------------------------------------------

@@ -14,9 +14,9 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.hostkubelet import HostKubelet
 from tests.preflight.cluster_support import CLUSTER_IDS, NODE_IDS, cluster, per_node, run, seed
 from tests.preflight.host_support import HOST_IDS
+from rblnctl.constants import HOST_POD_LABEL as LABEL
 
 IMAGE = "registry.local/rblnctl:test"
-LABEL = "rebellions.ai/rblnctl.host-pod"
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from typing import Any
 from rblnctl.vm.attach import AttachOptions, AttachPlanner, DetachOptions, DetachPlanner
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
+from rblnctl.constants import DRA_DEVICECLASS_VM as VFIO_CLASS
 
 CA22 = "rebellions.ai/RBLN-CA22_PF"
 CA25 = "rebellions.ai/RBLN-CA25_PF"
-VFIO_CLASS = "vfio-npu.rebellions.ai"
 NS = "vms"
 NVIDIA = {"name": "gpu0", "deviceName": "nvidia.com/TU104GL_Tesla_T4"}
 V1_CLAIM = o.vm_claim(NS, "v1")  # rblnctl's pod-level claim name for VM vms/v1

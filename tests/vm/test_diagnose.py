@@ -11,6 +11,7 @@ from rblnctl.remedy import Command
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.vm.support import CA22, NS, dra_cluster, sandbox_cluster
+from rblnctl.constants import OPERATOR_NAMESPACE as OPS
 
 INSUFFICIENT = ("0/5 nodes are available: 3 Insufficient rebellions.ai/RBLN-CA22_PF, 2 node(s) didn't match Pod's "
                 "node affinity/selector. preemption: 0/5 nodes are available: 5 Preemption is not helpful for "
@@ -330,8 +331,6 @@ def test_a_release_whose_sandbox_plugin_serves_no_vm_names_the_upgrade(apiserver
 
 
 # -- the RBLN DRA plugin's own states, claim names, a VM KubeVirt did not create -----------------------------
-
-OPS = "rbln-system"
 
 
 def _dra_vm(apiserver, name="v1", ns=NS, node=None, claim="rbln-npu"):

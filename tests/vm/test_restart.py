@@ -10,8 +10,8 @@ from rblnctl.errors import Conflict, Forbidden, OutcomeUnknown
 from tests.fakes import objects as o
 from tests.helpers import cli
 from tests.vm.support import CA22, NS, attacher, sandbox_cluster
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
 
-STOPPED = "rebellions.ai/rblnctl.stopped"
 VM_PATH = rf"/apis/kubevirt\.io/v1/namespaces/{NS}/virtualmachines/v1$"
 START = rf"/namespaces/{NS}/virtualmachines/v1/start$"
 DENIED = 'virtualmachines.kubevirt.io "v1" is forbidden: User "u" cannot patch resource "virtualmachines"'

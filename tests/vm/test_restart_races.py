@@ -24,8 +24,8 @@ from tests.fakes import objects as o
 from tests.helpers import cli, signal_rblnctl
 from tests.vm.support import CA22, NS, attacher, host_devices, sandbox_cluster
 from tests.vm.test_restart import is_npu_patch, running_vm, vm
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
 
-STOPPED = "rebellions.ai/rblnctl.stopped"
 VM_PATH = rf"/apis/kubevirt\.io/v1/namespaces/{NS}/virtualmachines/v1$"
 SUB = rf"/apis/subresources\.kubevirt\.io/v1/namespaces/{NS}/virtualmachines/v1/"
 

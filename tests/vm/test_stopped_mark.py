@@ -15,8 +15,7 @@ from rblnctl.vm.lifecycle import VmLifecycle
 from tests.fakes import objects as o
 from tests.vm.support import CA22, NS, attacher, sandbox_cluster, vm_writes
 from tests.vm.test_restart import DENIED, START, is_running, npu_patch_fails, running_vm, vm
-
-STOPPED = "rebellions.ai/rblnctl.stopped"
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
 
 
 def marked_but_started_by_hand(apiserver) -> None:

@@ -1,0 +1,54 @@
+"""On the stack as operator v0.3.0 is (`kv_stack_stuck`): NODE switched to vm-passthrough, its sandbox device plugin
+held in the `driver-ready` init container; the fixture `stuck_switch` sets that up and switches the node back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from rblnctl.constants import OPERATOR_NAMESPACE as OPS
+
+NODE = "npu-node-1"
+
+
+def sandbox_in_driver_ready(kv: Any) -> dict | None:
+    """The sandbox plugin pod on NODE once the kubelet reports it running driver-ready (None until then)."""
+    for p in kv.api.list("Pod", OPS):
+        if p["metadata"]["name"].startswith("rbln-sandbox-device-plugin") and p["spec"].get("nodeName") == NODE:
+            statuses = (p.get("status") or {}).get("initContainerStatuses") or []
+            if statuses and "running" in (statuses[0].get("state") or {}):
+                return p
+    return None
+
+
+@dataclass
+class StuckSwitch:
+    kv: Any  # the KvBackend
+    pod: str  # the sandbox plugin pod held in driver-ready
+    reversed: bool = False
+
+    def reverse(self) -> None:
+        """Switch NODE back to container (--reverse), once."""
+        if not self.reversed:
+            self.reversed = True
+            r = self.kv.rblnctl("node", "set-mode", "container", NODE, "--yes", "--reverse", "--timeout", "60s")
+            assert r.exit_code == 0, r.stderr
+
+
+@pytest.fixture
+def stuck_switch(kv_stack_stuck: Any) -> Iterator[StuckSwitch]:
+    """`rblnctl node set-mode vm NODE` timed out (exit 5) and the sandbox plugin is seen in driver-ready; after the
+    test, NODE is switched back (unless the test did it itself: `reverse()`)."""
+    kv = kv_stack_stuck
+    r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "5s")
+    assert r.exit_code == 5, r.stderr
+    stuck = StuckSwitch(kv=kv, pod="")
+    try:
+        stuck.pod = kv.api.wait_for(lambda: sandbox_in_driver_ready(kv), timeout_s=60, interval_s=0.2,
+                                    message="the sandbox plugin pod in driver-ready")["metadata"]["name"]
+        yield stuck
+    finally:
+        stuck.reverse()
