@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 
-from rblnctl.kube import NODES, PODS, KubeOptions, connect
+from rblnctl.kube import NODES, PODS
 from rblnctl.kube.projections import OBJECT, POD, list_decoder
 from tests.fakes import objects as o
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
             "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}}}]
-
-
-@pytest.fixture
-def kube(apiserver):
-    return connect(KubeOptions(server=apiserver.url))
 
 
 def _managed(obj: dict) -> dict:
