@@ -185,10 +185,11 @@ def disable_gates(
     Turning HostDevices or HostDevicesWithDRA off is refused while a running VM's NPUs need it (the refusal names
     each VM and `virtctl stop`; --evict-vms goes ahead); turning any gate off asks first (--yes skips)."""
     from rblnctl.kubevirt.gates import GateEditor
+    from rblnctl.vm.gates import guard_gates
 
     mode = dry_run_mode(dry_run, server_dry_run)
-    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown, evict_vms=evict_vms)
-    plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
+    plan = guard_gates(editor.kube, editor.plan(disable=gates, add_to_disabled=add_to_disabled), evict_vms=evict_vms)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
 
 
@@ -460,7 +461,7 @@ def migrate_resources(
     """Rename old NPU resource names in KubeVirt and all VMs."""
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
-    from rblnctl.kubevirt.migrate import MigrateOptions, ResourceMigrator, parse_mapping
+    from rblnctl.vm.migrate import MigrateOptions, ResourceMigrator, parse_mapping
 
     mode = dry_run_mode(dry_run, server_dry_run)
     pairs = parse_mapping(mapping or [])  # bad input fails before connecting

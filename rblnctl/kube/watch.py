@@ -45,6 +45,18 @@ WATCH_JOIN_S = 0.5  # how long leaving watch_many waits for its threads to end (
 SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One difference between two looks at the cluster, a line of `node list`, `status` and `vm list --watch`:
+    `subject` (`node/n1`) and what changed (`mode`), from `old` to `new` (empty for a subject that appeared or went:
+    `what` is then `added` or `removed`). Below node/ and vm/, which both report their changes as these."""
+
+    subject: str
+    what: str
+    old: str = ""
+    new: str = ""
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     """One change to a watched collection: ADDED, MODIFIED or DELETED `object`, or SYNC with every `objects`.
