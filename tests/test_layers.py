@@ -230,7 +230,7 @@ _STILL_SPELT = {
     "rblnctl/kubevirt/devices.py": 5,
     "rblnctl/method/plan.py": 2,
     "rblnctl/operator/release.py": 1,
-    "rblnctl/vm/diagnose.py": 1,
+    "rblnctl/vm/diagnose/links.py": 1,
     "rblnctl/vm/fit.py": 2,
     "rblnctl/vm/listing.py": 1,
     "rblnctl/host/system.py": 1,

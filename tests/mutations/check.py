@@ -165,13 +165,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="migrate-resources: a renamed claim's host devices keep the old claimName",
         tests=("tests/kubevirt/test_migrate.py::test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own",)),
     Mutation(
-        id="20.6", file="rblnctl/vm/diagnose.py",
+        id="20.6", file="rblnctl/vm/diagnose/links.py",
         old="    here = [n for n in f.neighbours if n.node and n.node == node]",
         new="    here = []",
         what="vm diagnose: another VM on the node with the same claim name is not the broken link",
         tests=("tests/vm/test_diagnose.py::test_two_vms_with_one_claim_name_on_a_node_is_the_broken_link",)),
     Mutation(
-        id="20.7", file="rblnctl/vm/diagnose.py",
+        id="20.7", file="rblnctl/vm/diagnose/facts.py",
         old='        if oref == ref or (other.get("status") or {}).get("phase") in FINAL_PHASES:',
         new="        if oref == ref:",
         what="vm diagnose: a finished VMI counts as a neighbour sharing the claim name",
@@ -510,7 +510,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/operator/test_capacity.py::"
                "test_a_device_taint_the_request_does_not_tolerate_keeps_the_device_from_free[None]",)),
     Mutation(
-        id="27.s5", file="rblnctl/vm/diagnose.py",
+        id="27.s5", file="rblnctl/vm/diagnose/links.py",
         old='    rest = re.split(r"\\.(?:\\s+|$)", m.group(3).strip(), maxsplit=1)[0].strip()',
         new='    rest = re.split(r"\\.\\s+preemption:", m.group(3), maxsplit=1)[0].strip().rstrip(".")',
         what="vm diagnose: kube-scheduler 1.36's PostFilter sentence is read as part of the last reason",
