@@ -287,12 +287,12 @@ class HostPodRunner:
                               message="the pod was deleted before it finished (by someone else, or evicted)")
         status = pod.get("status") or {}
         phase = status.get("phase") or "Pending"
-        cs = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+        cs: dict = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
         state = cs.get("state") or {}
         terminated = state.get("terminated")
         if terminated is not None:
             return self._completed(name, fl.node, terminated)
-        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        scheduled: dict = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
             return PodOutcome(node=fl.node, pod=name, state=PodState.UNSCHEDULABLE, reason="Unschedulable",
                               message=str(scheduled.get("message") or ""))

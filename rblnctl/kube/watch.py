@@ -148,6 +148,8 @@ def watch(
     polling = False
     failures = 0
 
+    rv = resource_version
+
     def left() -> float | None:
         return None if deadline is None else deadline - clock.monotonic()
 
@@ -173,7 +175,6 @@ def watch(
         pause = min(WATCH_RETRY_CAP_S, WATCH_RETRY_START_S * 2 ** (failures - 1))
         return not clock.sleep(pause if remaining is None else min(pause, remaining), stop)
 
-    rv = resource_version
     listed = rv is not None  # polling lists again each round
     while not stopped():
         if not listed or polling:
@@ -328,8 +329,9 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                 i, ev = events.get()
                 if ev is None:
                     running -= 1
-                    if failures[i] is not None:
-                        raise failures[i]  # what ended that watch
+                    failure = failures[i]
+                    if failure is not None:
+                        raise failure  # what ended that watch
                     continue
                 yield ev
         finally:

@@ -171,7 +171,7 @@ def enable_step(gates: Sequence[str], version_text: str | None, command: str) ->
     version = parse_version(version_text)
     if floors and version is None:
         return f"enable it first: `{command} --force` (--force because the KubeVirt version is unknown)"
-    if floors and version < max(floors):
+    if floors and version is not None and version < max(floors):
         named = ", ".join(g for g in gates if g in C.GATE_MIN_KUBEVIRT)
         return (f"upgrade KubeVirt to >= {format_version(max(floors))} first (enable-gates refuses {named} on "
                 f"KubeVirt {version_text}), then enable it: `{command}`")

@@ -48,7 +48,7 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
             for (ns, n), h in sorted(found.items())], warnings
 
 
-def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> Remedy | None:
+def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> str | Remedy | None:
     """The warning when switching `leaving` to container leaves no vm-passthrough node while VMs still ask for NPUs.
 
     Such VMs (running elsewhere, stopped, or pending) can never be scheduled again until a node is

@@ -231,7 +231,8 @@ def _devices(s: Mapping) -> list[Mapping]:
 
 def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
     """(vfio device names, other device names) the slices offer (vfio: _is_vfio)."""
-    vfio, other = [], []
+    vfio: list[str] = []
+    other: list[str] = []
     for s in slices:
         for d in _devices(s):
             (vfio if _is_vfio(d) else other).append(str(d.get("name") or ""))

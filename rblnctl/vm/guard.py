@@ -128,7 +128,7 @@ def needing_gates(host_devices_gate: bool, dra_gate: bool) -> Depends:
 
 def is_running(vmi: Mapping) -> bool:
     """A VMI that is not in a final phase (it may still be starting: it will hold its NPUs)."""
-    status = vmi.get("status") if isinstance(vmi.get("status"), Mapping) else {}
+    status = s if isinstance(s := vmi.get("status"), Mapping) else {}
     return str(status.get("phase") or "") not in FINAL_PHASES
 
 

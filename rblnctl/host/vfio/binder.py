@@ -296,8 +296,9 @@ class VfioBinder:
             if d.action == Action.SKIP:
                 results[d.bdf] = _result(d, plan.operation, Status.SKIPPED, d.note)
                 continue
-            if stopped_by or d.iommu_group in failed_groups:
-                why = stopped_by or f"IOMMU group {d.iommu_group} member {failed_groups[d.iommu_group]}"
+            failed_member = failed_groups.get(d.iommu_group) if d.iommu_group is not None else None
+            if stopped_by or failed_member:
+                why = stopped_by or f"IOMMU group {d.iommu_group} member {failed_member}"
                 results[d.bdf] = _result(d, plan.operation, Status.NOT_ATTEMPTED, f"not attempted: {why} failed")
                 continue
             touched.append(d)

@@ -126,7 +126,7 @@ class VfioPlan:
 
     def blockers_for(self, bdf: str) -> list[Blocker]:
         """The blockers that refuse this device: its own, and every plan-wide one."""
-        return [b for b in self.blockers if not getattr(b, "bdfs", ()) or bdf in b.bdfs]
+        return [b for b in self.blockers if not isinstance(b, DeviceBlocker) or not b.bdfs or bdf in b.bdfs]
 
     def check(self) -> None:
         """Raise Refused, listing every blocker, when the plan must not run."""

@@ -421,11 +421,11 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         else:
             evidence.insert(0, f"{wanted} {resource} fit on {', '.join(n.node for n in fit.nodes if n.fits)}")
     if never:
-        resource, wanted, most, node = never[0]
+        resource, wanted, largest, node = never[0]
         evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
-                        f"is {most}, on {node})")
-        command = _attach(ref, npus=str(most)) if len(f.have.resources) == 1 \
-            and most > 0 else None
+                        f"is {largest}, on {node})")
+        command = _attach(ref, npus=str(largest)) if len(f.have.resources) == 1 \
+            and largest > 0 else None
         return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
             text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
                  f"{resource} to vm mode", command=command),
@@ -436,9 +436,9 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         command=LIST_VMS))
 
 
-def _attach(ref: VmRef, **options: object) -> Command:
+def _attach(ref: VmRef, **options: str | bool) -> Command:
     """`vm attach` of this VM with `options`."""
-    return Command.own("vm", "attach", ref.name, namespace=ref.namespace, **options)
+    return Command.own("vm", "attach", ref.name, again=False, namespace=ref.namespace, **options)
 
 
 def _creation_remedy(ref: VmRef, text: str) -> Remedy:
