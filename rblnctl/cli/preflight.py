@@ -134,7 +134,7 @@ def _host_checks(ctx: typer.Context, image: str | None, max_parallel: int | None
     from rblnctl.preflight.hosts import HostChecks
 
     namespace = ctx.obj.namespace or C.OPERATOR_NAMESPACE
-    given = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
+    given: dict[str, Any] = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
     if timeout is not None:
         given["timeout_s"] = parse_duration(timeout, option="--timeout")
 

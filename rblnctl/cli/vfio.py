@@ -106,7 +106,7 @@ def status(
         from rblnctl.cli.console import waiting
         from rblnctl.hostpods.vfio import RemoteVfioStatus
 
-        given = {"image": image} if image is not None else {}
+        given: dict[str, Any] = {"image": image} if image is not None else {}
         remote = RemoteVfioStatus(kube=ctx.obj.kube(), node=node, namespace=ctx.obj.namespace or C.OPERATOR_NAMESPACE,
                                   **given)
         with waiting(f"running vfio status in a pod on {node}..."):
