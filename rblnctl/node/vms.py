@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from rblnctl import constants as C
 from rblnctl.kube import VMIS, Kube
 from rblnctl.kube.optional import NOTE, optional
-from rblnctl.node.inventory import list_npu_node_objects
 from rblnctl.node.pods import PodEntry
-from rblnctl.operator.nodes import labels_of, mode_of
+from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy
 from rblnctl.plan import Blocker
 from rblnctl.remedy import Command, Remedy
