@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +12,16 @@ from rblnctl.cli.options import examples
 
 from rblnctl.cli.options import DryRunOpt, GuardOverrideOpt, OutputOpt, ServerDryRunOpt, YesOpt, dry_run_mode
 from rblnctl.cli.rerun import spell
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import OutputSpec, View
+    from rblnctl.kubevirt.devices import DevicePermitter, DevicePlan, DeviceResult
+    from rblnctl.kubevirt.gates import GateEditor, GatePlan, GateResult
+    from rblnctl.kubevirt.status import KubeVirtStatus
+    from rblnctl.vm.migrate import FieldChange, MigrationPlan, MigrationResult
+
+    EditPlan = GatePlan | DevicePlan
+    EditResult = GateResult | DeviceResult
 
 app = typer.Typer(
     help="Edit the KubeVirt CR for RBLN NPUs: feature gates and permitted host devices, conflict-safely. "
@@ -57,8 +68,8 @@ def _writer_args(ctx: typer.Context, name: str | None, force: bool, mode: str | 
     return {"kube": ctx.obj.kube(), "options": options, "on_retry": _on_retry}
 
 
-def _edit(writer: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, view: Any, noop: str,
-          done: Any, disruptive: bool = False) -> None:
+def _edit(writer: GateEditor | DevicePermitter, plan: EditPlan, *, mode: str | None, yes: bool, output: OutputSpec,
+          view: Callable[[Any, Any], View], noop: str, done: Callable[[Any], str], disruptive: bool = False) -> None:
     """Run a KubeVirt CR edit through the one flow. An edit that only adds is reversible and never prompts; one
     that turns something off (`disruptive`: a gate) asks first, exit 2 without --yes when nobody can answer."""
     from rblnctl.cli.flow import Mutation, run
@@ -72,7 +83,7 @@ def _edit(writer: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, v
     ))
 
 
-def _patch_lines(plan: Any, result: Any) -> list[str]:
+def _patch_lines(plan: EditPlan, result: EditResult | None) -> list[str]:
     """A client dry run shows the JSON Patch it would send."""
     import json
 
@@ -83,7 +94,7 @@ def _patch_lines(plan: Any, result: Any) -> list[str]:
     return [f"patch ({PATCH_CONTENT_TYPE}): {json.dumps(plan.patch, separators=(',', ':'))}"]
 
 
-def _edit_body(plan: Any, result: Any) -> dict:
+def _edit_body(plan: EditPlan, result: EditResult | None) -> dict:
     from rblnctl.cli.output import to_data
 
     doc = to_data(plan)
@@ -93,7 +104,7 @@ def _edit_body(plan: Any, result: Any) -> dict:
                                                    "serverDryRun": result.server_dry_run}}
 
 
-def _gates_view(plan: Any, result: Any) -> Any:
+def _gates_view(plan: GatePlan, result: GateResult | None) -> View:
     from rblnctl.cli.output import Table, View, joined
 
     t = Table("LIST", "BEFORE", "AFTER")
@@ -105,7 +116,8 @@ def _gates_view(plan: Any, result: Any) -> Any:
                 epilogue=_patch_lines(plan, result), names=[f"kubevirt.kubevirt.io/{plan.name}"])
 
 
-def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, verb: str) -> None:
+def _run_gates(editor: GateEditor, plan: GatePlan, *, mode: str | None, yes: bool, output: OutputSpec,
+               verb: str) -> None:
     """The edit flow for enable-gates and disable-gates."""
     ref = f"{plan.namespace}/{plan.name}"
     asked = ", ".join(plan.enable or plan.disable)
@@ -196,7 +208,7 @@ def disable_gates(
 # -- permitted host devices ------------------------------------------------------------------------
 
 
-def _devices_view(plan: Any, result: Any) -> Any:
+def _devices_view(plan: DevicePlan, result: DeviceResult | None) -> View:
     from rblnctl.cli.output import Table, View
 
     t = Table("RESOURCE", "PCI SELECTOR", "EXTERNAL PROVIDER", "CHANGE")
@@ -269,7 +281,7 @@ def permit_devices(
 # -- status ----------------------------------------------------------------------------------------
 
 
-def _spelt_notes(ctx: Any, st: Any) -> Any:
+def _spelt_notes(ctx: typer.Context, st: KubeVirtStatus) -> KubeVirtStatus:
     """The status with each note that names a command (a Remedy) spelt for this user (rblnctl.cli.rerun)."""
     import dataclasses
 
@@ -279,7 +291,7 @@ def _spelt_notes(ctx: Any, st: Any) -> Any:
     return dataclasses.replace(st, notes=[remedy_text(ctx, n) if isinstance(n, Remedy) else n for n in st.notes])
 
 
-def _status_view(st: Any) -> Any:
+def _status_view(st: KubeVirtStatus) -> View:
     from rblnctl.cli.output import Cell, Table, View, joined, to_data
 
     head = [f"KubeVirt:              {st.namespace}/{st.name}",
@@ -332,11 +344,11 @@ def _short(name: str) -> str:
     return name.removeprefix("rebellions.ai/")
 
 
-def _change_document(c: Any) -> dict:
+def _change_document(c: FieldChange) -> dict:
     return {"field": c.field, "old": c.old, "new": c.new, "detail": c.detail or None, "kept": c.kept}
 
 
-def _migration_body(plan: Any, result: Any) -> dict:
+def _migration_body(plan: MigrationPlan, result: MigrationResult | None) -> dict:
     kv = plan.kubevirt
     return {
         "kubevirt": {"name": kv.name, "namespace": kv.namespace},
@@ -368,7 +380,7 @@ def _migration_body(plan: Any, result: Any) -> dict:
     }
 
 
-def _notes(change: Any, *, detail: str, restart: bool = False) -> list[str]:
+def _notes(change: FieldChange, *, detail: str, restart: bool = False) -> list[str]:
     """The NOTE cell's tokens of one rewritten field."""
     notes = [detail] if detail else []
     if change.kept:
@@ -378,7 +390,7 @@ def _notes(change: Any, *, detail: str, restart: bool = False) -> list[str]:
     return notes
 
 
-def _migration_view(plan: Any, result: Any) -> Any:
+def _migration_view(plan: MigrationPlan, result: MigrationResult | None) -> View:
     """A resource migration (kind ResourceMigration): the mapping, every field it rewrites, the running VMs."""
     from rblnctl.cli.output import Cell, Table, View, joined
 
@@ -472,7 +484,7 @@ def migrate_resources(
         on_retry=_on_migrate_retry)
     plan = migrator.plan()
 
-    def done(result: Any) -> str | None:
+    def done(result: MigrationResult) -> str | None:
         return None if result.plan.noop else "NPU resources renamed"
 
     run(Mutation(

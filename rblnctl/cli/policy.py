@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,12 @@ from rblnctl.cli.options import (
 )
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 from rblnctl.cli.rerun import spell
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.method import MethodEvents
+    from rblnctl.method.plan import MethodPlan, MethodResult
+    from rblnctl.operator.report import PolicyReport
 
 app = typer.Typer(
     help="Show the RBLN NPU Operator's policy and change how VMs get NPUs (sandbox device plugin or DRA).",
@@ -42,7 +48,7 @@ def _flag(value: bool) -> str:
 # -- show ------------------------------------------------------------------------------------------
 
 
-def _show_view(rep: Any) -> Any:
+def _show_view(rep: PolicyReport) -> View:
     """The policy (kind ClusterPolicy): the active one, its method and components, the ignored ones."""
     from rblnctl.cli.output import Cell, Column, Table, View, joined
 
@@ -122,7 +128,7 @@ class _Progress(StepProgress):
         super().__init__(server_dry_run=server_dry_run)
         self.wait_step = MethodStep.WAIT
 
-    def events(self) -> Any:
+    def events(self) -> MethodEvents:
         from rblnctl.method import MethodEvents
 
         return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry, on_warning=self.warning)
@@ -138,7 +144,7 @@ class _Progress(StepProgress):
                   "retrying")
 
 
-def _method_body(plan: Any, result: Any) -> dict:
+def _method_body(plan: MethodPlan, result: MethodResult | None) -> dict:
     return {
         "policy": plan.policy,
         "plan": {
@@ -169,7 +175,7 @@ def _method_body(plan: Any, result: Any) -> dict:
     }
 
 
-def _spelt(ctx: Any, result: Any) -> Any:
+def _spelt(ctx: typer.Context, result: MethodResult) -> MethodResult:
     """The result with each conversion's remedy spelt into its reason (the command as this user types it)."""
     import dataclasses
 
@@ -180,7 +186,7 @@ def _spelt(ctx: Any, result: Any) -> Any:
     return dataclasses.replace(result, conversions=said)
 
 
-def _method_view(plan: Any, result: Any = None) -> Any:
+def _method_view(plan: MethodPlan, result: MethodResult | None = None) -> View:
     """A method change (kind MethodChange): the switches, the prerequisites, the nodes rolled."""
     from rblnctl.cli.output import Cell, Table, View, joined
 
@@ -287,7 +293,7 @@ def set_method(
              f"`{again}` waits again" + (" and converts the VMs" if convert_vms else "") +
              f", `{command_line(ctx, override={'method': back})}` goes back")
 
-    def done(result: Any) -> str | None:
+    def done(result: MethodResult) -> str | None:
         return f"RBLNClusterPolicy {plan.policy} now selects {target}" if result.changed else None
 
     run(Mutation(

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rblnctl.cli.output import Cell, Column, Table, joined, yes_no
 
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from datetime import datetime
 
-def node_document(n: Any) -> dict:
+    from rblnctl.node.record import SwitchRecord
+    from rblnctl.operator.capacity import ResourceUse
+    from rblnctl.operator.components import InitHold
+    from rblnctl.operator.nodes import NpuNode
+    from rblnctl.operator.policy import Policy
+    from rblnctl.operator.release import OperatorRelease
+
+
+def node_document(n: NpuNode) -> dict:
     """One NPU node in the documents of `node list` and `status`."""
     return {
         "name": n.name,
@@ -35,27 +45,27 @@ def node_document(n: Any) -> dict:
     }
 
 
-def _switch_document(r: Any) -> dict | None:
+def _switch_document(r: SwitchRecord | None) -> dict | None:
     """The unfinished switch on a node (null: none), as `node history` names its parts."""
     if r is None:
         return None
     return {"from": r.from_mode or None, "to": r.target, "step": str(r.step), "started": r.started, "user": r.by}
 
 
-def hold_document(h: Any) -> dict:
+def hold_document(h: InitHold) -> dict:
     """A component pod held in an init container (rblnctl.operator.components.InitHold), in documents."""
     return {"namespace": h.namespace, "pod": h.pod, "component": h.component, "initContainer": h.container,
             "state": h.state, "startedAt": h.started, "status": h.status, "restarts": h.restarts,
             "stuck": h.stuck, "waitsFor": h.waits_for, "lastLogLine": h.log}
 
 
-def hold_notes(nodes: list[Any], now: Any = None) -> list[str]:
+def hold_notes(nodes: list[NpuNode], now: datetime | None = None) -> list[str]:
     """One note per component pod held in an init container: the pod, the container, its state, kubectl's STATUS,
     what it waits for and its last log line (rblnctl.operator.components.InitHold.describe)."""
     return [f"note: node {n.name}: {h.describe(now)}" for n in nodes for h in n.holds]
 
 
-def _use_document(u: Any, known: bool) -> dict:
+def _use_document(u: ResourceUse, known: bool) -> dict:
     return {"name": u.name, "dra": u.dra, "allocatable": u.allocatable, "allocated": u.allocated if known else None,
             "free": u.free if known else None, "holders": list(u.holders),
             "tainted": [{"device": t.device, "taint": t.taint} for t in u.tainted]}
@@ -65,7 +75,7 @@ def _count(value: int | None) -> str:
     return "<unknown>" if value is None else str(value)
 
 
-def policy_document(p: Any, *, release: Any = None) -> dict | None:
+def policy_document(p: Policy | None, *, release: OperatorRelease | None = None) -> dict | None:
     """The active RBLNClusterPolicy, as far as the commands show it. With the operator's `release`,
     vmMethod counts only a VM allocator that release makes serve VMs (rblnctl.operator.release)."""
     if p is None:
@@ -79,12 +89,12 @@ def policy_document(p: Any, *, release: Any = None) -> dict | None:
     }
 
 
-def _mode_cell(n: Any) -> str:
+def _mode_cell(n: NpuNode) -> str:
     mode = n.mode if n.mode_label_valid else f"{n.mode}(label:{n.mode_label}:invalid)"
     return mode + (",deploy.skip" if n.deploy_skip else "")
 
 
-def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None, *,
+def npu_nodes_table(nodes: list[NpuNode], vms: Mapping[str, list[str]] | None = None, *,
                     show_labels: bool = False) -> Table:
     """NPU nodes as kubectl prints nodes: NAME first, one line each, narrow enough for 80 columns; -o wide adds the
     resources, the product and the operator components.
@@ -131,7 +141,7 @@ def npu_nodes_table(nodes: list[Any], vms: Mapping[str, list[str]] | None = None
     return t
 
 
-def unfinished_switch(n: Any) -> Any:
+def unfinished_switch(n: NpuNode) -> SwitchRecord | None:
     """The unfinished mode switch recorded on NPU node `n` (rblnctl.node.record.SwitchRecord), or None."""
     from rblnctl.node.record import parse_record
 
@@ -141,7 +151,7 @@ def unfinished_switch(n: Any) -> Any:
         return None
 
 
-def switch_notes(nodes: list[Any]) -> list[str]:
+def switch_notes(nodes: list[NpuNode]) -> list[str]:
     """One note per node whose STATUS says Switching: where the switch goes, its step, since when and by whom, and
     how to tell a running switch from an interrupted one (node history) and to finish or undo it."""
     from rblnctl.node.mode import short_mode
@@ -158,7 +168,7 @@ def switch_notes(nodes: list[Any]) -> list[str]:
     return out
 
 
-def capacity_notes(nodes: list[Any]) -> list[str]:
+def capacity_notes(nodes: list[NpuNode]) -> list[str]:
     """One note when some node's allocated NPUs could not be counted (the reads that were refused), one when DRA
     devices are left out of FREE because of their taints."""
     out = []

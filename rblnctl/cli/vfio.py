@@ -15,7 +15,11 @@ from rblnctl import constants as C  # plain data: the defaults the help texts sh
 from rblnctl.cli.options import HostDryRunOpt, OutputOpt, YesOpt
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rblnctl.cli.output import OutputSpec, View
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
+    from rblnctl.host.vfio.model import DeviceResult, Operation, VfioStatus
 
 app = typer.Typer(
     help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, repair leftovers, and "
@@ -228,13 +232,14 @@ def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_go
                       load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
 
 
-def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Any, ctx: Any) -> None:
+def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: OutputSpec,
+             ctx: typer.Context) -> None:
     """Every vfio change through the one flow; moving devices between drivers is disruptive, so it asks."""
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import CLIENT, Mutation, run
     from rblnctl.errors import HostError
 
-    def plan_view(p: VfioPlan) -> Any:
+    def plan_view(p: VfioPlan) -> View:
         lines = [f"would run: modprobe {m}" for m in p.load_modules] + [_write_line("would write", w)
                                                                          for w in p.writes]
         return _results_view(p.operation, p.preview(), notes=lines)
@@ -259,7 +264,7 @@ def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, ou
                         "failed, were rolled back or were not attempted (see the STATUS column)")
 
 
-def _recovery_hints(ctx: Any, results: Any) -> list[str]:
+def _recovery_hints(ctx: typer.Context, results: Sequence[DeviceResult]) -> list[str]:
     """The command that gives a device left without a driver its driver back (the library says it in words), as this
     user types it: the program name as invoked and the run's own --root and --state-file."""
     from rblnctl.cli.rerun import render
@@ -299,12 +304,13 @@ def _progress(verb: str, w: Write) -> None:
 _RESULT_STYLE = {"ok": "green", "skipped": "dim", "planned": "cyan", "blocked": "yellow"}
 
 
-def _result_document(r: Any) -> dict:
+def _result_document(r: DeviceResult) -> dict:
     return {"bdf": r.bdf, "action": str(r.action), "fromDriver": r.from_driver, "toDriver": r.to_driver,
             "status": str(r.status), "message": r.message}
 
 
-def _results_view(operation: Any, results: Any, *, notes: list[str] | None = None) -> Any:
+def _results_view(operation: Operation | str, results: Sequence[DeviceResult], *,
+                  notes: list[str] | None = None) -> View:
     from rblnctl.cli.output import Cell, Table, View
 
     t = Table("BDF", "ACTION", "FROM", "TO", "STATUS", "MESSAGE")
@@ -316,7 +322,7 @@ def _results_view(operation: Any, results: Any, *, notes: list[str] | None = Non
                 tables=[t], notes=notes or [], names=[f"pci/{r.bdf}" for r in results])
 
 
-def _status_view(st: Any) -> Any:
+def _status_view(st: VfioStatus) -> View:
     from rblnctl.cli.output import Table, View, joined
 
     t = Table("BDF", "MODEL", "DRIVER", "OVERRIDE", "GROUP", "OTHER-MEMBERS", "NUMA", "VFIO-DEV", "HOLDERS")
