@@ -31,12 +31,6 @@ def format_version(v: tuple[int, ...]) -> str:
     return ".".join(str(x) for x in v)
 
 
-def at_least(text: str | None, floor: tuple[int, int, int]) -> bool | None:
-    """True/False when text parses, None when it does not (unknown is not a pass)."""
-    v = parse_version(text)
-    return None if v is None else v >= floor
-
-
 # -- the version a workload object declares (preflight, policy set-method) ------------------------
 
 

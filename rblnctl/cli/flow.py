@@ -26,7 +26,7 @@ def _none(*_: Any) -> Any:
 class Mutation:
     """One mutating command's plan, and how to apply and show it."""
 
-    plan: Any  # has .blockers, .warnings, .noop (rblnctl.plan.MutationPlan)
+    plan: Any  # has .blockers, .warnings and .noop (docs/architecture.md: every plan() returns them)
     apply: Callable[[Any], Any]
     refusal: str  # the error's first line when the plan has blockers
     question: str  # the confirmation question, for disruptive work

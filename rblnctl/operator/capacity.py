@@ -419,8 +419,3 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
                          vfio_class=vfio_class, slices_known=slices_known, problems=tuple(problems))
 
-
-def read_capacity(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None) -> dict[str, NodeCapacity]:
-    """node name -> its NPU capacity, for every node given (reads: see read_facts)."""
-    facts = read_facts(kube, nodes, policy)
-    return {c.node: c for c in (facts.capacity(n) for n in nodes)}
