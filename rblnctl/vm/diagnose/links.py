@@ -427,7 +427,7 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         command = _attach(ref, npus=str(largest)) if len(f.have.resources) == 1 \
             and largest > 0 else None
         return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
-            text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
+            text=f"ask for at most {largest} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
                  f"{resource} to vm mode", command=command),
             failure=f"no node it may run on has {wanted} {resource}, free or not")
     return chain.add(LinkName.CAPACITY, ok, evidence, Remedy(
