@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
@@ -209,7 +210,7 @@ class VfioBinder:
             if to_vfio and not pci.driver_registered(self.sysfs, VFIO):
                 raise HostError(f"{VFIO} is not registered (no {pci.driver_dir(self.sysfs, VFIO)}); "
                                 "nothing was changed")
-            records: dict[str, dict] | None
+            records: dict[str, dict[str, Any]] | None
             try:
                 records = self._state.load()
             except HostError as e:
@@ -440,7 +441,7 @@ class VfioBinder:
 
     # ---- internals: state records ----
 
-    def _record(self, plan: VfioPlan, records: dict[str, dict]) -> None:
+    def _record(self, plan: VfioPlan, records: dict[str, dict[str, Any]]) -> None:
         """Before the first write: the original driver of every device leaving a host driver (or none) for vfio-pci."""
         stamp = iso_utc(self.clock.now())
         changed = False
@@ -455,7 +456,8 @@ class VfioBinder:
         if changed:
             self._state.save(records)
 
-    def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult], records: dict[str, dict]) -> None:
+    def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult],
+                        records: dict[str, dict[str, Any]]) -> None:
         """After the writes: drop the records of devices with nothing left to restore."""
         before = dict(records)
         for d in plan.changes:

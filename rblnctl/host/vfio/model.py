@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl.errors import Refused
 from rblnctl.host.procfs import Holder
@@ -197,7 +198,7 @@ class VfioStatus:
     warnings: tuple[str, ...] = ()
     searched: str = ""  # the PCI devices directory that was listed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The body of the VfioStatus document (docs/output.md), camelCase keys."""
         return {"searched": self.searched, "warnings": list(self.warnings), "devices": [{
             "bdf": d.bdf, "ids": d.ids, "model": d.model, "function": d.function, "driver": d.driver,
@@ -209,7 +210,7 @@ class VfioStatus:
         } for d in self.devices]}
 
     @classmethod
-    def from_dict(cls, data: dict) -> VfioStatus:
+    def from_dict(cls, data: dict[str, Any]) -> VfioStatus:
         """Read to_dict() data back (a VfioStatus document another rblnctl printed).
 
         Raises KeyError, TypeError or ValueError when the data is not one.
