@@ -65,7 +65,7 @@ class Regarding:
         return cls(api_version=f"{C.CLUSTER_POLICY_GROUP}/{C.CLUSTER_POLICY_VERSION}", kind="RBLNClusterPolicy",
                    name=name, uid=uid)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
         if self.uid:
             out["uid"] = self.uid
@@ -127,7 +127,7 @@ class Auditor:
                         on_failed=on_failed)
 
     def record(self, regarding: Regarding, *, action: str, reason: str, warning: bool, note: str,
-               details: dict) -> str | None:
+               details: dict[str, Any]) -> str | None:
         """Write one Event; None when written, else why not (logged). Never raises an RblnError."""
         now = self.clock.now()
         name = event_name(regarding.name, now)
@@ -174,7 +174,7 @@ class AuditRun:
     on_failed: Callable[[str], None] = _noop
     finished: bool = False
 
-    def _details(self, result: str, user: str | None) -> dict:
+    def _details(self, result: str, user: str | None) -> dict[str, Any]:
         out = {"run": self.run_id, "action": self.action, "user": user, "from": self.from_, "to": self.to,
                "result": result, "started": self.started}
         if result != STARTED:

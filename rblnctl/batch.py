@@ -12,7 +12,7 @@ that finishes the job with every flag given (rblnctl.cli.rerun). docs/architectu
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rblnctl.errors import AuthError, ClusterUnreachable, Forbidden, OutcomeUnknown, RblnError
@@ -66,11 +66,6 @@ def one_line(err: BaseException) -> str:
     if blockers:
         text += ": " + "; ".join(_line(b) for b in blockers)
     return text
-
-
-def not_attempted(kind: str, names: Iterable[str], why: str) -> list[ItemOutcome]:
-    """The objects a stopped run did not reach."""
-    return [ItemOutcome(kind=kind, name=n, state=State.NOT_ATTEMPTED, reason=why) for n in names]
 
 
 def summary(outcomes: Sequence[ItemOutcome]) -> str:

@@ -6,18 +6,21 @@ One mechanism for the JSON contract (issue 29): a result's document is built eit
   attribute path (`"ref.namespace"`), a function of the result, or a part: `Of(path, SHAPE)` (a nested object, null
   when the value is None), `Each(path, SHAPE)` (a list of them), `Said(path)` (library messages, a Remedy spelt
   for the command running now by the `say` the CLI passes); or
-- generically (`to_data`): a dataclass's fields in camelCase, an object's own `to_dict()`.
+- generically (`to_data`): a result type with a Shape of its own (`_shaped`: VfioStatus, the preflight report and
+  its parts) by that Shape, any other dataclass by its fields in camelCase.
 
 Every value is made plain JSON by to_data (tuples as lists, enums as their values). The CLI's tables are derived from
 these documents (rblnctl.cli.output.Column: a column is a path in the document, or a function of it), so a table and
-the JSON cannot disagree. The library owns this module; it imports nothing above constants, and reads results by
-duck typing, so every layer's results can be described here without an import.
+the JSON cannot disagree. The library owns this module and it sits above every library package (below the CLI):
+results are read by duck typing, and the few it must know by type (`_shaped`, and node records) are imported when
+first needed, so importing it costs no package; no library package imports it (tests/test_layers.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import operator
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -36,7 +39,7 @@ def camel(name: str) -> str:
 
 
 def to_data(obj: Any) -> Any:
-    """Plain JSON values: an object's own to_dict() when it has one; dataclass fields in camelCase.
+    """Plain JSON values: a result type's own Shape (`_shaped`) when it has one; dataclass fields in camelCase.
 
     Only field names are renamed: dictionary keys are data (labels, resource names) and stay as they are.
     """
@@ -44,9 +47,9 @@ def to_data(obj: Any) -> Any:
         return obj
     if isinstance(obj, enum.Enum):
         return obj.value
-    to_dict = getattr(obj, "to_dict", None)
-    if to_dict is not None and not isinstance(obj, type):
-        return to_dict()
+    shape = _shaped().get(type(obj))
+    if shape is not None:
+        return shape(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {camel(f.name): to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if not f.name.startswith("_")}
@@ -97,6 +100,7 @@ def _reader(getter: Any) -> Callable[[Any, Say], Any]:
     """How one key is read, decided once per Shape (a 1,000-node preflight reads 35,000 values)."""
     if isinstance(getter, Part):
         return getter.read
+    get: Callable[[Any], Any]
     if isinstance(getter, str):
         get = operator.attrgetter(getter) if "." not in getter else lambda obj: attr(obj, getter)
     else:
@@ -472,3 +476,14 @@ DIAGNOSIS_LINK = Shape(name="name", title="title", status="status", failure="fai
 VM_DIAGNOSIS = Shape(vm=Of("vm", REF), method="method", npus="npus", ok="ok",
                      broken=lambda d: d.broken.name.value if d.broken else None,
                      links=Each("links", DIAGNOSIS_LINK), warnings=Said("warnings"))
+
+
+@functools.cache
+def _shaped() -> dict[type, Shape]:
+    """The result types whose document is a Shape of theirs wherever they are met (inside another document too).
+    Imported on first use: when such a value exists its module is loaded already."""
+    from rblnctl.host.vfio.model import VfioStatus
+    from rblnctl.preflight.model import CheckResult, PreflightReport, Summary
+
+    return {VfioStatus: VFIO_STATUS, CheckResult: CHECK_RESULT, Summary: PREFLIGHT_SUMMARY,
+            PreflightReport: PREFLIGHT_REPORT}

@@ -6,8 +6,11 @@ one documented exit code (docs/exit-codes.md). Every message is one line a user 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rblnctl.remedy import Remedy
 
 
 class RblnError(Exception):
@@ -18,10 +21,11 @@ class RblnError(Exception):
     go on (e.g. rblnctl.node.record.Recovery), for the front end to phrase as commands.
     """
 
-    details: list[str] = []  # noqa: RUF012 - a shared empty default; instances assign their own list
+    details: list[str | Remedy] = []  # noqa: RUF012 - a shared empty default; instances assign their own list
     recovery: object | None = None
+    retry_after_s: float | None = None  # a reply's Retry-After (rblnctl.kube.client waits that long to retry)
 
-    def with_details(self, details: list[str], recovery: object | None = None) -> "RblnError":
+    def with_details(self, details: Sequence[str | Remedy], recovery: object | None = None) -> RblnError:
         """Attach detail lines (and a recovery) to this error; returns it, for `raise err.with_details(...)`."""
         self.details = list(details)
         if recovery is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rblnctl import constants as C
 
@@ -22,9 +23,9 @@ class NodeNfd:
         return self.sets.get(feature)
 
 
-def features_by_node(items: list[dict]) -> dict[str, list[dict]]:
+def features_by_node(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Group NodeFeature objects by the node they describe (label nfd.node.kubernetes.io/node-name, else name)."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for nf in items:
         meta = nf.get("metadata") or {}
         node = (meta.get("labels") or {}).get(C.NFD_NODE_NAME_LABEL) or meta.get("name", "")
@@ -32,7 +33,7 @@ def features_by_node(items: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def node_nfd(node: dict, features: list[dict]) -> NodeNfd:
+def node_nfd(node: dict[str, Any], features: list[dict[str, Any]]) -> NodeNfd:
     """Merge a node's NodeFeature objects (spec.features flags, attributes, instances) with its labels."""
     sets: dict[str, set[str]] = {}
     attrs: dict[str, dict[str, str]] = {}

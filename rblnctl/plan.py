@@ -9,9 +9,7 @@ CLI says "pass --force"), so no library message names a program or a command-lin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from rblnctl.remedy import Remedy
 
@@ -39,20 +37,3 @@ class Advice:
     def __str__(self) -> str:
         return self.message
 
-
-def blockers_of(items: Iterable[Blocker | str]) -> list[Blocker]:
-    """Normalise a mix of Blockers and plain messages into Blockers."""
-    return [b if isinstance(b, Blocker) else Blocker(str(b)) for b in items]
-
-
-class MutationPlan(Protocol):
-    """What every plan exposes to the front end that runs it (see cli/flow.py)."""
-
-    @property
-    def blockers(self) -> Sequence[Blocker]: ...
-
-    @property
-    def warnings(self) -> Sequence[str]: ...
-
-    @property
-    def noop(self) -> bool: ...

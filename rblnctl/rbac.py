@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl import constants as C
 
@@ -202,12 +203,12 @@ def merged(accesses: Iterable[Access]) -> list[Access]:
             for (w, g, r), v in sorted(verbs.items())]
 
 
-def rule(a: Access) -> dict:
+def rule(a: Access) -> dict[str, Any]:
     """An RBAC PolicyRule for one Access."""
     return {"apiGroups": [a.group], "resources": [a.resource], "verbs": list(a.verbs)}
 
 
-def rbac_objects(role: str, namespace: str, *, name: str = "rblnctl") -> list[dict]:
+def rbac_objects(role: str, namespace: str, *, name: str = "rblnctl") -> list[dict[str, Any]]:
     """The ClusterRole (and, when the role locks nodes, the Role in the operator's namespace) for a role."""
     accesses = merged(a for c in commands_of(role) for a in COMMANDS[c])
     full = f"{name}-{role}"
@@ -224,7 +225,7 @@ def rbac_objects(role: str, namespace: str, *, name: str = "rblnctl") -> list[di
     return out
 
 
-def allowed(rules: Iterable[Mapping], group: str, resource: str, verb: str) -> bool:
+def allowed(rules: Iterable[Mapping[str, Any]], group: str, resource: str, verb: str) -> bool:
     """Whether PolicyRules (as a SelfSubjectRulesReview returns them) allow a verb, as RBAC matches rules."""
     sub = resource.partition("/")[2]
     for r in rules:
@@ -236,7 +237,8 @@ def allowed(rules: Iterable[Mapping], group: str, resource: str, verb: str) -> b
     return False
 
 
-def missing(command: str, cluster_rules: Iterable[Mapping], namespace_rules: Iterable[Mapping]) -> list[str]:
+def missing(command: str, cluster_rules: Iterable[Mapping[str, Any]],
+            namespace_rules: Iterable[Mapping[str, Any]]) -> list[str]:
     """What a command needs that the rules do not allow, as `verb resource.group` strings."""
     cluster_rules, namespace_rules = list(cluster_rules), list(namespace_rules)
     out = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from rblnctl import constants as C
 
@@ -31,12 +32,6 @@ def format_version(v: tuple[int, ...]) -> str:
     return ".".join(str(x) for x in v)
 
 
-def at_least(text: str | None, floor: tuple[int, int, int]) -> bool | None:
-    """True/False when text parses, None when it does not (unknown is not a pass)."""
-    v = parse_version(text)
-    return None if v is None else v >= floor
-
-
 # -- the version a workload object declares (preflight, policy set-method) ------------------------
 
 
@@ -53,7 +48,7 @@ def image_tag(image: str) -> str | None:
     return last.split(":", 1)[1] if ":" in last else None
 
 
-def pod_containers(obj: dict) -> list[dict]:
+def pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     """The containers of a workload's pod template (Deployment, DaemonSet)."""
     spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     return list(spec.get("containers") or [])
@@ -74,7 +69,7 @@ def chart_label(value: str | None, charts: Sequence[str]) -> tuple[str, str] | N
     return None
 
 
-def version_from_labels(obj: dict, *charts: str) -> tuple[str, str] | None:
+def version_from_labels(obj: dict[str, Any], *charts: str) -> tuple[str, str] | None:
     """(version, source) from app.kubernetes.io/version or helm.sh/chart `<chart>-X.Y.Z` (any of `charts`)."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     v = labels.get(C.APP_VERSION_LABEL)
@@ -87,7 +82,7 @@ def version_from_labels(obj: dict, *charts: str) -> tuple[str, str] | None:
     return None
 
 
-def version_from_images(obj: dict, prefer: str = "") -> tuple[str, str] | None:
+def version_from_images(obj: dict[str, Any], prefer: str = "") -> tuple[str, str] | None:
     """(tag, source) from the first container image whose tag is a version (those matching `prefer` first)."""
     images = [str(c.get("image") or "") for c in pod_containers(obj)]
     images.sort(key=lambda i: prefer not in i)

@@ -231,7 +231,7 @@ LazyRootGroup.lazy = {
     "policy": _group("policy", "policy", "Operator policy: show, set-method."),
     "vfio": _group("vfio", "vfio", "Bind NPUs to vfio-pci on this host."),
 }
-LazyRootGroup.build = staticmethod(builder(  # type: ignore[assignment]
+LazyRootGroup.build = staticmethod(builder(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None))
 
 

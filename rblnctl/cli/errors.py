@@ -10,6 +10,7 @@ from rblnctl.errors import one_line
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -185,7 +186,7 @@ def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
 
 
 # typer's TyperArgument has no per-argument hook for this; every rblnctl argument goes through it.
-TyperArgument.make_metavar = _argument_metavar  # type: ignore[method-assign]
+TyperArgument.make_metavar = _argument_metavar
 
 _command_invoke = TyperCommand.invoke
 
@@ -197,14 +198,14 @@ def _leaf_invoke(self: Any, ctx: Any) -> Any:
     return _command_invoke(self, ctx)
 
 
-TyperCommand.invoke = _leaf_invoke  # type: ignore[method-assign]
+TyperCommand.invoke = _leaf_invoke
 
 
 class RblnGroup(TyperGroup):
     """Root command group: global-option hoisting, the RblnError -> exit code edge, kubectl-style usage errors."""
 
-    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True,
-             **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
         from typer.exceptions import Abort
 
@@ -214,7 +215,7 @@ class RblnGroup(TyperGroup):
             register()
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
-                              **extra)
+                              windows_expand_args=windows_expand_args, **extra)
         except NoArgsIsHelpError as err:  # `rblnctl node`: the group's help, as kubectl prints it (exit 0)
             if not standalone_mode:
                 raise
@@ -318,7 +319,7 @@ def rbac_lines(ctx: Any, err: BaseException) -> list[str]:
         return []
     from rblnctl.rbac import READ_COMMANDS, ROLE_OPERATE, ROLE_READ
 
-    deepest = ctx  # the root's invoke catches it: the command's own context is in the traceback's frames
+    deepest: Any = ctx  # the root's invoke catches it: the command's own context is in the traceback's frames
     tb = err.__traceback__
     while tb is not None:
         found = tb.tb_frame.f_locals.get("ctx")

@@ -26,7 +26,7 @@ def _none(*_: Any) -> Any:
 class Mutation:
     """One mutating command's plan, and how to apply and show it."""
 
-    plan: Any  # has .blockers, .warnings, .noop (rblnctl.plan.MutationPlan)
+    plan: Any  # has .blockers, .warnings and .noop (docs/architecture.md: every plan() returns them)
     apply: Callable[[Any], Any]
     refusal: str  # the error's first line when the plan has blockers
     question: str  # the confirmation question, for disruptive work
@@ -37,7 +37,7 @@ class Mutation:
     plan_view: Callable[[Any], View]  # what a client dry run prints (the confirmation shows its tables too)
     result_view: Callable[[Any], View]  # what a run prints
     question_detail: str | None = None  # shown above the question instead of the plan's tables
-    noop_message: str | Callable[[Any], str] = "nothing to do"  # or a function of the result (what a wait found)
+    noop_message: str | Callable[[Any], str] = "nothing to do"  # or a function of the result (None: dry run)
     dry_run_message: str = "dry run: nothing was sent"
     done_message: Callable[[Any], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
@@ -60,7 +60,8 @@ def run(m: Mutation) -> Any:
         emit(m.plan_view(m.plan), m.output)
         if m.plan.blockers:
             raise Refused(m.refusal, blockers=m.plan.blockers)
-        info(m.noop_message if m.plan.noop else m.dry_run_message)
+        noop = m.noop_message(None) if callable(m.noop_message) else m.noop_message  # no result on a dry run
+        info(noop if m.plan.noop else m.dry_run_message)
         return None
     if m.plan.blockers:
         raise Refused(m.refusal, blockers=m.plan.blockers)

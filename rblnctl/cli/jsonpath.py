@@ -90,7 +90,7 @@ def parse(template: str) -> list[Any]:
 
 def _matching(template: str, text: str, start: int, pair: str) -> int:
     """The index of the bracket closing the one at `start` (`pair` is "{}" or "[]"), skipping quoted text."""
-    opening, closing = pair
+    opening, closing = pair[0], pair[1]
     depth, quote = 0, ""
     for k in range(start, len(text)):
         ch = text[k]

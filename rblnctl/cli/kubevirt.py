@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +12,16 @@ from rblnctl.cli.options import examples
 
 from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, grouped
 from rblnctl.cli.rerun import spell
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import OutputSpec, View
+    from rblnctl.kubevirt.devices import DevicePermitter, DevicePlan, DeviceResult
+    from rblnctl.kubevirt.gates import GateEditor, GatePlan, GateResult
+    from rblnctl.kubevirt.status import KubeVirtStatus
+    from rblnctl.vm.migrate import MigrationPlan, MigrationResult
+
+    EditPlan = GatePlan | DevicePlan
+    EditResult = GateResult | DeviceResult
 
 app = typer.Typer(
     help="Edit the KubeVirt CR for RBLN NPUs: feature gates and permitted host devices, conflict-safely. "
@@ -57,8 +68,8 @@ def _writer_args(ctx: typer.Context, name: str | None, force: bool, mode: str | 
     return {"kube": ctx.obj.kube(), "options": options, "on_retry": _on_retry}
 
 
-def _edit(writer: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, view: Any, noop: str,
-          done: Any, disruptive: bool = False) -> None:
+def _edit(writer: GateEditor | DevicePermitter, plan: EditPlan, *, mode: str | None, yes: bool, output: OutputSpec,
+          view: Callable[[Any, Any], View], noop: str, done: Callable[[Any], str], disruptive: bool = False) -> None:
     """Run a KubeVirt CR edit through the one flow. An edit that only adds is reversible and never prompts; one
     that turns something off (`disruptive`: a gate) asks first, exit 2 without --yes when nobody can answer."""
     from rblnctl.cli.flow import Mutation, run
@@ -72,7 +83,7 @@ def _edit(writer: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, v
     ))
 
 
-def _patch_lines(plan: Any, result: Any) -> list[str]:
+def _patch_lines(plan: EditPlan, result: EditResult | None) -> list[str]:
     """A client dry run shows the JSON Patch it would send."""
     import json
 
@@ -83,7 +94,7 @@ def _patch_lines(plan: Any, result: Any) -> list[str]:
     return [f"patch ({PATCH_CONTENT_TYPE}): {json.dumps(plan.patch, separators=(',', ':'))}"]
 
 
-def _gates_view(plan: Any, result: Any) -> Any:
+def _gates_view(plan: GatePlan, result: GateResult | None) -> View:
     from rblnctl.cli.output import Table, View, joined
     from rblnctl.documents import KUBEVIRT_EDIT, body
 
@@ -98,7 +109,8 @@ def _gates_view(plan: Any, result: Any) -> Any:
                 epilogue=_patch_lines(plan, result), names=[f"kubevirt.kubevirt.io/{p['name']}"])
 
 
-def _run_gates(editor: Any, plan: Any, *, mode: str | None, yes: bool, output: Any, verb: str) -> None:
+def _run_gates(editor: GateEditor, plan: GatePlan, *, mode: str | None, yes: bool, output: OutputSpec,
+               verb: str) -> None:
     """The edit flow for enable-gates and disable-gates."""
     ref = f"{plan.namespace}/{plan.name}"
     asked = ", ".join(plan.enable or plan.disable)
@@ -176,17 +188,18 @@ def disable_gates(
     Turning HostDevices or HostDevicesWithDRA off is refused while a running VM's NPUs need it (the refusal names
     each VM and `virtctl stop`; --evict-vms goes ahead); turning any gate off asks first (--yes skips)."""
     from rblnctl.kubevirt.gates import GateEditor
+    from rblnctl.vm.gates import guard_gates
 
     mode, yes = mutation.how, mutation.yes
-    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown, evict_vms=evict_vms)
-    plan = editor.plan(disable=gates, add_to_disabled=add_to_disabled)
+    editor = GateEditor(**_writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
+    plan = guard_gates(editor.kube, editor.plan(disable=gates, add_to_disabled=add_to_disabled), evict_vms=evict_vms)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")
 
 
 # -- permitted host devices ------------------------------------------------------------------------
 
 
-def _devices_view(plan: Any, result: Any) -> Any:
+def _devices_view(plan: DevicePlan, result: DeviceResult | None) -> View:
     from rblnctl.cli.output import Table, View
     from rblnctl.documents import KUBEVIRT_EDIT, body
 
@@ -261,7 +274,7 @@ def permit_devices(
 # -- status ----------------------------------------------------------------------------------------
 
 
-def _spelt_notes(ctx: Any, st: Any) -> Any:
+def _spelt_notes(ctx: typer.Context, st: KubeVirtStatus) -> KubeVirtStatus:
     """The status with each note that names a command (a Remedy) spelt for this user (rblnctl.cli.rerun)."""
     import dataclasses
 
@@ -271,7 +284,7 @@ def _spelt_notes(ctx: Any, st: Any) -> Any:
     return dataclasses.replace(st, notes=[remedy_text(ctx, n) if isinstance(n, Remedy) else n for n in st.notes])
 
 
-def _status_view(st: Any) -> Any:
+def _status_view(st: KubeVirtStatus) -> View:
     from rblnctl.cli.output import Cell, Table, View, joined
     from rblnctl.documents import KUBEVIRT_STATUS
 
@@ -336,7 +349,7 @@ def _notes(change: dict, *, detail: str, restart: bool = False) -> list[str]:
     return notes
 
 
-def _migration_view(plan: Any, result: Any) -> Any:
+def _migration_view(plan: MigrationPlan, result: MigrationResult | None) -> View:
     """A resource migration (kind ResourceMigration): the mapping, every field it rewrites, the running VMs."""
     from rblnctl.cli.output import Cell, Table, View, joined
     from rblnctl.documents import RESOURCE_MIGRATION, body
@@ -419,7 +432,7 @@ def migrate_resources(
     """Rename old NPU resource names in KubeVirt and all VMs."""
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
-    from rblnctl.kubevirt.migrate import MigrateOptions, ResourceMigrator, parse_mapping
+    from rblnctl.vm.migrate import MigrateOptions, ResourceMigrator, parse_mapping
 
     mode, yes = mutation.how, mutation.yes
     pairs = parse_mapping(mapping or [])  # bad input fails before connecting
@@ -430,7 +443,7 @@ def migrate_resources(
         on_retry=_on_migrate_retry)
     plan = migrator.plan()
 
-    def done(result: Any) -> str | None:
+    def done(result: MigrationResult) -> str | None:
         return None if result.plan.noop else "NPU resources renamed"
 
     run(Mutation(

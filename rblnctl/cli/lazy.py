@@ -89,7 +89,7 @@ class LazyRootGroup(RblnGroup):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if self.build is not None:
-            self.commands = LazyCommands(self.lazy, type(self).build, loaded=self.commands)  # type: ignore[misc]
+            self.commands = LazyCommands(self.lazy, type(self).build, loaded=self.commands)  # type: ignore[arg-type]
 
     def list_commands(self, ctx: Any) -> list[str]:
         """The names, in registration order (typer's list_commands reads commands.items(): every command built)."""

@@ -210,7 +210,7 @@ class grouped:  # noqa: N801 - used as a decorator
         return self._expand()[0]
 
     @property
-    def __annotations__(self) -> dict[str, Any]:  # what typing.get_type_hints reads
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]  # what typing.get_type_hints reads
         return {p.name: p.annotation for p in self._expand()[0].parameters.values()}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,11 @@ from rblnctl.cli.console import Progress
 from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 from rblnctl.cli.rerun import spell
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.method.plan import MethodPlan, MethodResult
+    from rblnctl.operator.report import PolicyReport
 
 app = typer.Typer(
     help="Show the RBLN NPU Operator's policy and change how VMs get NPUs (sandbox device plugin or DRA).",
@@ -34,7 +39,7 @@ def _flag(value: bool) -> str:
 # -- show ------------------------------------------------------------------------------------------
 
 
-def _show_view(rep: Any) -> Any:
+def _show_view(rep: PolicyReport) -> View:
     """The policy (kind ClusterPolicy): the active one, its method and components, the ignored ones."""
     from rblnctl.cli.output import Cell, Column, Table, View, joined, rows
     from rblnctl.documents import CLUSTER_POLICY
@@ -90,7 +95,7 @@ def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
 
 
 
-def _spelt(ctx: Any, result: Any) -> Any:
+def _spelt(ctx: typer.Context, result: MethodResult) -> MethodResult:
     """The result with each conversion's remedy spelt into its reason (the command as this user types it)."""
     import dataclasses
 
@@ -101,7 +106,7 @@ def _spelt(ctx: Any, result: Any) -> Any:
     return dataclasses.replace(result, conversions=said)
 
 
-def _method_view(plan: Any, result: Any = None) -> Any:
+def _method_view(plan: MethodPlan, result: MethodResult | None = None) -> View:
     """A method change (kind MethodChange): the switches, the prerequisites, the nodes rolled."""
     from rblnctl.cli.output import Cell, Table, View, joined
     from rblnctl.documents import METHOD_CHANGE, body
@@ -210,7 +215,7 @@ def set_method(
              f"`{again}` waits again" + (" and converts the VMs" if convert_vms else "") +
              f", `{command_line(ctx, override={'method': back})}` goes back")
 
-    def done(result: Any) -> str | None:
+    def done(result: MethodResult) -> str | None:
         return f"RBLNClusterPolicy {plan.policy} now selects {target}" if result.changed else None
 
     run(Mutation(

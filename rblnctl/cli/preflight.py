@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +14,11 @@ from rblnctl.cli.options import examples
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import output_option, SelectorOpt, timeout_s
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.preflight.hosts import HostChecks
+    from rblnctl.preflight.model import PreflightReport, Status
 
 
 class Method(str, enum.Enum):
@@ -127,13 +132,13 @@ def preflight(
 
 
 def _host_checks(ctx: typer.Context, image: str | None, max_parallel: int | None, keep: bool,
-                 timeout: str | None) -> Any:
+                 timeout: str | None) -> HostChecks:
     """--hosts flags bound to the library's HostChecks; pods that could not be deleted are named on stderr."""
     from rblnctl.cli.console import warn
     from rblnctl.preflight.hosts import HostChecks
 
     namespace = ctx.obj.namespace or C.OPERATOR_NAMESPACE
-    given = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
+    given: dict[str, Any] = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
     if timeout is not None:
         given["timeout_s"] = timeout_s(timeout)
 
@@ -155,20 +160,21 @@ def _nodes_text(scopes: list[str], total: int) -> str:
     return f"{len(scopes)}:{','.join(scopes[:3])},..."
 
 
-def report_view(report: Any) -> Any:
+def report_view(report: PreflightReport) -> View:
     """The report (kind PreflightReport): scope-wide checks, per-node checks grouped, remedies, the verdict.
 
     One line per check in the tables (grep FAIL finds every failure); -o wide adds each check's id,
     and the remedies follow the tables, one line each, keyed by check id.
     """
     from rblnctl.cli.output import Cell, Column, Table, View
+    from rblnctl.documents import PREFLIGHT_REPORT
     from rblnctl.preflight.junit import to_junit
     from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, CheckResult, group_checks
 
-    def status_cell(status: Any) -> Cell:
+    def status_cell(status: Status) -> Cell:
         return Cell(status.value, _STYLE.get(status.value, ""))
 
-    doc = report.to_dict()  # the tables show the document's findings (read back as CheckResults), nothing else
+    doc = PREFLIGHT_REPORT(report)  # the tables show the document's findings (read back as CheckResults), nothing else
     checks = [CheckResult.from_dict(c) for c in doc["checks"]]
     top = [c for c in checks if c.scope in (SCOPE_CLUSTER, SCOPE_HOST)]
     per_node = [c for c in checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rblnctl.cli.output import Cell, Column, Table, joined, rows, yes_no
 from rblnctl.documents import unfinished_switch
 
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from datetime import datetime
 
-def hold_notes(nodes: list[Any], now: Any = None) -> list[str]:
+    from rblnctl.operator.nodes import NpuNode
+
+
+def hold_notes(nodes: list[NpuNode], now: datetime | None = None) -> list[str]:
     """One note per component pod held in an init container: the pod, the container, its state, kubectl's STATUS,
     what it waits for and its last log line (rblnctl.operator.components.InitHold.describe)."""
     return [f"note: node {n.name}: {h.describe(now)}" for n in nodes for h in n.holds]
@@ -81,7 +86,7 @@ def npu_nodes_table(nodes: list[dict], vms: Mapping[str, list[str]] | None = Non
     return rows(nodes, *_NODE_COLUMNS, *held[0], *_NODE_WIDE, *held[1], *labels)
 
 
-def switch_notes(nodes: list[Any]) -> list[str]:
+def switch_notes(nodes: list[NpuNode]) -> list[str]:
     """One note per node whose STATUS says Switching: where the switch goes, its step, since when and by whom, and
     how to tell a running switch from an interrupted one (node history) and to finish or undo it."""
     from rblnctl.node.mode import short_mode
@@ -98,7 +103,7 @@ def switch_notes(nodes: list[Any]) -> list[str]:
     return out
 
 
-def capacity_notes(nodes: list[Any]) -> list[str]:
+def capacity_notes(nodes: list[NpuNode]) -> list[str]:
     """One note when some node's allocated NPUs could not be counted (the reads that were refused), one when DRA
     devices are left out of FREE because of their taints."""
     out = []

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rblnctl.cli.options import OutputOpt, examples
+
+if TYPE_CHECKING:  # the library's types, for the checker only
+    from rblnctl.cli.output import View
+    from rblnctl.version import ClientVersion, Component
 
 EXAMPLES = examples(
     "rblnctl version",
@@ -40,7 +44,7 @@ def version(
         raise error
 
 
-def _view(me: Any, components: list | None) -> Any:
+def _view(me: ClientVersion, components: list[Component] | None) -> View:
     from rblnctl.cli.output import View
     from rblnctl.documents import VERSION, body
 

@@ -16,7 +16,11 @@ from rblnctl.cli.options import HostDryRunOpt, OutputOpt, YesOpt
 from rblnctl.cli.output import Cell, Column, joined
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rblnctl.cli.output import OutputSpec, View
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
+    from rblnctl.host.vfio.model import DeviceResult, Operation, VfioStatus
 
 app = typer.Typer(
     help="Bind RBLN NPUs to vfio-pci for VM passthrough, give them back to the host driver, repair leftovers, and "
@@ -107,7 +111,7 @@ def status(
         from rblnctl.cli.console import waiting
         from rblnctl.hostpods.vfio import RemoteVfioStatus
 
-        given = {"image": image} if image is not None else {}
+        given: dict[str, Any] = {"image": image} if image is not None else {}
         remote = RemoteVfioStatus(kube=ctx.obj.kube(), node=node, namespace=ctx.obj.namespace or C.OPERATOR_NAMESPACE,
                                   **given)
         with waiting(f"running vfio status in a pod on {node}..."):
@@ -229,13 +233,14 @@ def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_go
                       load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
 
 
-def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: Any, ctx: Any) -> None:
+def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: OutputSpec,
+             ctx: typer.Context) -> None:
     """Every vfio change through the one flow; moving devices between drivers is disruptive, so it asks."""
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import CLIENT, Mutation, run
     from rblnctl.errors import HostError
 
-    def plan_view(p: VfioPlan) -> Any:
+    def plan_view(p: VfioPlan) -> View:
         lines = [f"would run: modprobe {m}" for m in p.load_modules] + [_write_line("would write", w)
                                                                          for w in p.writes]
         return _results_view(p.operation, p.preview(), notes=lines)
@@ -260,7 +265,7 @@ def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, ou
                         "failed, were rolled back or were not attempted (see the STATUS column)")
 
 
-def _recovery_hints(ctx: Any, results: Any) -> list[str]:
+def _recovery_hints(ctx: typer.Context, results: Sequence[DeviceResult]) -> list[str]:
     """The command that gives a device left without a driver its driver back (the library says it in words), as this
     user types it: the program name as invoked and the run's own --root and --state-file."""
     from rblnctl.cli.rerun import render
@@ -306,7 +311,8 @@ _RESULT_COLUMNS = (Column("BDF"), Column("ACTION"), Column("FROM", value="fromDr
                    Column("MESSAGE", value=lambda r: r["message"]))
 
 
-def _results_view(operation: Any, results: Any, *, notes: list[str] | None = None) -> Any:
+def _results_view(operation: Operation | str, results: Sequence[DeviceResult], *,
+                  notes: list[str] | None = None) -> View:
     from rblnctl.cli.output import View, rows
     from rblnctl.documents import VFIO_CHANGE, body
 
@@ -332,7 +338,7 @@ _STATUS_COLUMNS = (
     Column("HOLDERS", value=lambda d: joined(f"{h['pid']}/{h['command']}" for h in d["holders"])))
 
 
-def _status_view(st: Any) -> Any:
+def _status_view(st: VfioStatus) -> View:
     from rblnctl.cli.output import View, rows
     from rblnctl.documents import VFIO_STATUS
 

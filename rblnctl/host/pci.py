@@ -90,7 +90,7 @@ HEADER_TYPE_BRIDGE = 1
 def is_vfio_driver(driver: str | None) -> bool:
     """vfio-pci or one of its variant drivers (mlx5_vfio_pci, hisi_acc_vfio_pci, ...): every one registers the
     device with VFIO and sets driver_managed_dma (torvalds/linux drivers/vfio/pci/*/main.c)."""
-    return bool(driver) and (driver == C.VFIO_DRIVER or "vfio" in driver)
+    return driver is not None and (driver == C.VFIO_DRIVER or "vfio" in driver)
 
 
 def group_member_blocker(f: PciFunction) -> str | None:

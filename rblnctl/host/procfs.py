@@ -46,7 +46,7 @@ class ProcessTable:
 
     def holders(self, paths: Iterable[str]) -> list[Holder]:
         """Processes with any of `paths` open (exact match on the fd link target), by pid."""
-        out = []
+        out: list[Holder] = []
         for path in dict.fromkeys(paths):
             out.extend(Holder(pid=p.pid, command=p.command, path=path) for p in self._by_path.get(path, ()))
         return sorted(out, key=lambda h: (h.pid, h.path))

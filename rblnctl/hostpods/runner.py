@@ -89,7 +89,7 @@ def _stops_the_rest(err: RblnError) -> str | None:
     return stops_the_rest(err)
 
 
-def json_document(log_text: str) -> dict:
+def json_document(log_text: str) -> dict[str, Any]:
     """The JSON document an rblnctl command printed, from its pod's log.
 
     A container log holds stdout and stderr in one stream, so lines before the document (warnings)
@@ -280,19 +280,20 @@ class HostPodRunner:
             left.append(name)
             return False
 
-    def _judge(self, name: str, fl: _InFlight, pod: dict | None) -> PodOutcome | None:
+    def _judge(self, name: str, fl: _InFlight, pod: dict[str, Any] | None) -> PodOutcome | None:
         """The pod's outcome when it has one; None while it is still on its way."""
         if pod is None:
             return PodOutcome(node=fl.node, pod=name, state=PodState.VANISHED,
                               message="the pod was deleted before it finished (by someone else, or evicted)")
         status = pod.get("status") or {}
         phase = status.get("phase") or "Pending"
-        cs = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+        cs: dict[str, Any] = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
         state = cs.get("state") or {}
         terminated = state.get("terminated")
         if terminated is not None:
             return self._completed(name, fl.node, terminated)
-        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        scheduled: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
             return PodOutcome(node=fl.node, pod=name, state=PodState.UNSCHEDULABLE, reason="Unschedulable",
                               message=str(scheduled.get("message") or ""))
@@ -311,7 +312,7 @@ class HostPodRunner:
                               + (f": {detail}" if detail else ""))
         return None
 
-    def _completed(self, name: str, node: str, terminated: dict) -> PodOutcome:
+    def _completed(self, name: str, node: str, terminated: dict[str, Any]) -> PodOutcome:
         code = terminated.get("exitCode")
         try:
             text = self.kube.pod_log(name, namespace=self.namespace, container=CONTAINER)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl import __version__
 from rblnctl import constants as C
@@ -37,7 +38,7 @@ def volume_name(host_path: str) -> str:
 
 
 def pod_manifest(*, command: HostCommand, node: str, name: str, namespace: str, image: str, run_id: str,
-                 timeout_s: float) -> dict:
+                 timeout_s: float) -> dict[str, Any]:
     """The Pod for `command` on `node`.
 
     Pinned by spec.nodeName (the scheduler is bypassed, so a cordon does not keep it off), tolerating

@@ -48,13 +48,13 @@ from rblnctl.kube.resources import (
     validate_resource_name,
 )
 from rblnctl.kube import writes
-from rblnctl.kube.watch import SYNC, Mirror, WatchEvent, WatchSpec, object_key, watch, watch_many
+from rblnctl.kube.watch import SYNC, Change, Mirror, WatchEvent, WatchSpec, object_key, watch, watch_many
 
 __all__ = [
     "CLUSTER_POLICIES", "CRDS", "DAEMONSETS", "DEFAULT_PAGE_SIZE", "DEPLOYMENTS", "DEVICE_CLASSES", "EVENTS",
     "EVENTS_V1", "JSON", "KUBEVIRTS", "LEASES", "NAMESPACES", "NODES", "NODE_FEATURES", "PATCH_TYPES", "PDBS",
     "PODS", "REPLICASETS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES", "RESOURCE_SLICES", "SELF_SUBJECT_REVIEWS",
-    "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Kube", "KubeOptions", "Mirror",
+    "SELF_SUBJECT_RULES_REVIEWS", "SYNC", "VMIS", "VMS", "VM_SUBRESOURCES", "Change", "Kube", "KubeOptions", "Mirror",
     "Resource", "WatchEvent", "WatchSpec", "connect", "describe_request", "is_transient", "object_key",
     "outcome_unknown", "parse_quantity", "qualified_name_problem", "resolve_kubeconfig", "validate_name",
     "validate_namespace", "validate_resource_name", "watch", "watch_many", "writes",

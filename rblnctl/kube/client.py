@@ -10,6 +10,7 @@ configuration; `--help`, `vfio` and `preflight --local` do not even import this 
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import re
@@ -276,7 +277,7 @@ class Kube:
                             status=401, reason="Unauthorized")
         retry_after = _retry_after(resp, decoded)
         if retry_after is not None:
-            err.retry_after_s = retry_after  # type: ignore[attr-defined]
+            err.retry_after_s = retry_after
         return err
 
     def _serves_discovery(self) -> bool:
@@ -441,7 +442,7 @@ class Kube:
     # -- the list a watch starts from (rblnctl.kube.watch) ------------------------------------------
 
     def list_with_version(self, res: Resource, *, namespace: str | None = None, label_selector: str | None = None,
-                          field_selector: str | None = None) -> tuple[list[dict], str]:
+                          field_selector: str | None = None) -> tuple[builtins.list[dict], str]:
         """Every object of a collection (paged) and the resourceVersion a watch resumes from."""
         items: list[dict] = []
         version = ""
@@ -468,7 +469,7 @@ def _under_api_group(path: str) -> bool:
 
 def _impersonation(headers: Any, user: str | None, groups: tuple[str, ...]) -> Any:
     """Impersonate-User and one Impersonate-Group header per group (the API server reads repeated headers)."""
-    if groups and not user:
+    if not user:  # groups alone (the caller asks only when one of them is set)
         raise ConfigError("--as-group needs --as (as in kubectl)")
     out = urllib3.HTTPHeaderDict(headers)
     out["Impersonate-User"] = user

@@ -24,7 +24,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rblnctl.errors import ApiNotServed, Forbidden, NotFound, one_line
 
@@ -65,8 +65,14 @@ class Read:
         return None if self.forbidden is None else f"cannot {self.what} (forbidden): {self.forbidden}"
 
 
+class Notes(Protocol):
+    """Where a NOTE goes: any list that takes a line (a list[str], or a warnings list that also holds Remedies)."""
+
+    def append(self, note: str, /) -> None: ...
+
+
 def optional(call: Callable[[], Any], *, what: str, on_forbidden: OnForbidden, absent: Any = None,
-             notes: list[str] | None = None) -> Read:
+             notes: Notes | None = None) -> Read:
     """Make the read `call`; 404 -> absent (value `absent`), 403 -> as `on_forbidden` says (never `absent`).
 
     `what` names the read in the note ("list ResourceClaims in namespace vms"). With NOTE, `notes` is the
@@ -83,6 +89,6 @@ def optional(call: Callable[[], Any], *, what: str, on_forbidden: OnForbidden, a
             raise
         log.debug("cannot %s: %s", what, e)
         read = Read(what=what, forbidden=one_line(e))
-        if on_forbidden is OnForbidden.NOTE:
-            notes.append(read.note)  # type: ignore[union-attr,arg-type]
+        if on_forbidden is OnForbidden.NOTE and notes is not None and read.note is not None:
+            notes.append(read.note)
         return read

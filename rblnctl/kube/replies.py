@@ -107,7 +107,7 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
         reason = str(body.get("reason") or "")
         # A failed JSON Patch comes back as 422 "the server rejected our request due to an error in
         # our request" with the real cause ("testing value /x failed: test failed") only in details.causes.
-        details = body.get("details") if isinstance(body.get("details"), dict) else {}
+        details = d if isinstance(d := body.get("details"), dict) else {}
         causes = [str(c["message"]) for c in details.get("causes") or [] if isinstance(c, dict) and c.get("message")]
         extra = [c for c in causes if c not in message]
         if extra:
@@ -190,8 +190,8 @@ def aggregated_api(name: str, obj: Any) -> AggregatedApi | None:
     service = spec.get("service") if isinstance(spec, dict) else None
     if not isinstance(service, dict) or not service.get("name"):
         return None
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-    conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    status = s if isinstance(s := obj.get("status"), dict) else {}
+    conditions = c if isinstance(c := status.get("conditions"), list) else []
     available = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Available"), None)
     unavailable = ""
     if available is not None and available.get("status") != "True":

@@ -45,6 +45,18 @@ WATCH_JOIN_S = 0.5  # how long leaving watch_many waits for its threads to end (
 SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One difference between two looks at the cluster, a line of `node list`, `status` and `vm list --watch`:
+    `subject` (`node/n1`) and what changed (`mode`), from `old` to `new` (empty for a subject that appeared or went:
+    `what` is then `added` or `removed`). Below node/ and vm/, which both report their changes as these."""
+
+    subject: str
+    what: str
+    old: str = ""
+    new: str = ""
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     """One change to a watched collection: ADDED, MODIFIED or DELETED `object`, or SYNC with every `objects`.
@@ -136,6 +148,8 @@ def watch(
     polling = False
     failures = 0
 
+    rv = resource_version
+
     def left() -> float | None:
         return None if deadline is None else deadline - clock.monotonic()
 
@@ -161,7 +175,6 @@ def watch(
         pause = min(WATCH_RETRY_CAP_S, WATCH_RETRY_START_S * 2 ** (failures - 1))
         return not clock.sleep(pause if remaining is None else min(pause, remaining), stop)
 
-    rv = resource_version
     listed = rv is not None  # polling lists again each round
     while not stopped():
         if not listed or polling:
@@ -316,8 +329,9 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                 i, ev = events.get()
                 if ev is None:
                     running -= 1
-                    if failures[i] is not None:
-                        raise failures[i]  # what ended that watch
+                    failure = failures[i]
+                    if failure is not None:
+                        raise failure  # what ended that watch
                     continue
                 yield ev
         finally:

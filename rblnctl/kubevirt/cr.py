@@ -225,11 +225,16 @@ def is_conflict(err: ClusterError) -> bool:
 
 
 class CrPlan(Protocol):
-    """What the write loop needs of a plan of an edit to the KubeVirt CR."""
+    """What the write loop needs of a plan of an edit to the KubeVirt CR (read-only: the plans are frozen)."""
 
-    name: str
-    namespace: str
-    patch: list[dict]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def patch(self) -> list[dict]: ...
 
     @property
     def noop(self) -> bool: ...

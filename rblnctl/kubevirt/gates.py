@@ -11,7 +11,6 @@ Facts (kubevirt/kubevirt at each release tag; constants.py has the tables):
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from rblnctl.kubevirt.cr import (
 )
 from rblnctl.plan import Blocker
 from rblnctl.versions import format_version, parse_version
-from rblnctl.vm import guard
 
 DEV_CONFIG = ("spec", "configuration", "developerConfiguration")
 FEATURE_GATES = (*DEV_CONFIG, "featureGates")
@@ -173,7 +171,7 @@ def enable_step(gates: Sequence[str], version_text: str | None, command: str) ->
     version = parse_version(version_text)
     if floors and version is None:
         return f"enable it first: `{command} --force` (--force because the KubeVirt version is unknown)"
-    if floors and version < max(floors):
+    if floors and version is not None and version < max(floors):
         named = ", ".join(g for g in gates if g in C.GATE_MIN_KUBEVIRT)
         return (f"upgrade KubeVirt to >= {format_version(max(floors))} first (enable-gates refuses {named} on "
                 f"KubeVirt {version_text}), then enable it: `{command}`")
@@ -285,7 +283,7 @@ class GatePlan:
     warnings: list[str] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
     turns_off: list[str] = field(default_factory=list)  # gates on (or maybe on) now and off after the write
-    vms: list[str] = field(default_factory=list)  # running VMs that need a gate turned off (rblnctl.vm.guard)
+    vms: list[str] = field(default_factory=list)  # running VMs that need a gate turned off (rblnctl.vm.gates)
 
 
 def turned_off(gates: Sequence[str], before: tuple[Sequence[str], Sequence[str]],
@@ -431,7 +429,6 @@ class GateEditor:
     clock: Clock = SYSTEM_CLOCK
     on_retry: Callable[[int, str], None] = _noop
     allow_unknown: bool = False  # write gates no KubeVirt release rblnctl knows registers (a newer KubeVirt's)
-    evict_vms: bool = False  # the running-VM guard's override: turn a gate off although running VMs need it
 
     def _writer(self) -> CrWriter[GatePlan]:
         return CrWriter(kube=self.kube, options=self.options, clock=self.clock, on_retry=self.on_retry)
@@ -448,36 +445,7 @@ class GateEditor:
                           force=self.options.force, allow_unknown=self.allow_unknown)
         if not plan.noop:
             refuse_hco_managed(obj, "gates")
-        return self._guard(plan)
-
-    def _guard(self, plan: GatePlan) -> GatePlan:
-        """The running-VM guard (rblnctl.vm.guard): turning HostDevices or HostDevicesWithDRA off refuses while a
-        running VM's NPUs need it (one LIST of every VMI, only when such a gate is turned off)."""
-        npu_gates = [g for g in plan.turns_off if g in rbln_gates(dra=True)]
-        if not npu_gates:
-            return plan
-        host_devices, dra = C.GATE_HOST_DEVICES in npu_gates, C.GATE_HOST_DEVICES_DRA in npu_gates
-        vms, unreadable = guard.read(self.kube, guard.needing_gates(host_devices, dra))
-        # KubeVirt v1.9.0 checks HostDevices when it admits a VMI with host devices
-        # (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), HostDevicesWithDRA too when
-        # one of them comes from a DRA claim (pkg/dra/admitter/dra_admitter.go validateDRADevices) and when it
-        # renders that device into the virt-launcher pod (pkg/virt-controller/services/template.go): a running
-        # VMI keeps its devices, its VM cannot start again with them. virt-api's VirtualMachine validator runs on
-        # UPDATE too and checks the template the same way (vms-admitter.go ValidateVirtualMachineSpec; webhooks.go
-        # virtualmachine-validator: Create, Update), so while the gate is off every write of such a VM's spec is
-        # refused, the runStrategy patch of a `virtctl stop` of an Always VM included
-        # (tests/kubevirt_real/test_gate_off_updates.py).
-        gates = " and ".join(npu_gates)
-        blockers, warnings = guard.verdict(
-            vms, unreadable, override=self.evict_vms,
-            why=(f"runs with NPUs that need {gates}: KubeVirt would not start it again with them once "
-                 f"{'they are' if len(npu_gates) > 1 else 'it is'} off"),
-            consequence=f"they keep their NPUs until they stop, then cannot start with them while {gates} "
-                        f"{'are' if len(npu_gates) > 1 else 'is'} off, and KubeVirt refuses every change to their VMs "
-                        "that keeps those NPUs, a stop included (`virtctl stop` of a runStrategy Always VM patches its "
-                        "spec): turn the gate on again to stop them")
-        return dataclasses.replace(plan, blockers=[*plan.blockers, *blockers], warnings=[*plan.warnings, *warnings],
-                                   vms=[str(v) for v in vms])
+        return plan
 
     def apply(self, plan: GatePlan) -> GateResult:
         """Send the plan's patch; idempotent: a no-op plan sends nothing.

@@ -346,8 +346,8 @@ class MethodChanger:
                 self.events.on_waiting(shown)
                 last = shown
             if self.clock.monotonic() >= deadline:
-                err = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} method "
-                                  f"within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} stays "
-                                  f"set to {plan.target}")
-                raise err.with_details([f"still missing: {m}" for m in missing])
+                timeout = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} "
+                                      f"method within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} "
+                                      f"stays set to {plan.target}")
+                raise timeout.with_details([f"still missing: {m}" for m in missing])
             self.clock.sleep(max(0.0, min(self.options.poll_s, deadline - self.clock.monotonic())))

@@ -34,11 +34,21 @@ from rblnctl.vm.model import VmRef
 
 log = logging.getLogger(__name__)
 
+
+
+def _policy_key(component: str) -> str:
+    """The RBLNClusterPolicy key of a component the policy switches (every one a method change writes has one)."""
+    key = C.COMPONENT_POLICY_KEYS[component]
+    if key is None:
+        raise KeyError(f"{component} has no RBLNClusterPolicy switch")
+    return key
+
+
 # The policy keys a method change writes, and the method each VM allocator stands for.
-SANDBOX_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_SANDBOX]
-DRA_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DRA]
-DEVICE_PLUGIN_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_DEVICE_PLUGIN]
-VFIO_KEY = C.COMPONENT_POLICY_KEYS[C.COMP_VFIO_MANAGER]
+SANDBOX_KEY = _policy_key(C.COMP_SANDBOX)
+DRA_KEY = _policy_key(C.COMP_DRA)
+DEVICE_PLUGIN_KEY = _policy_key(C.COMP_DEVICE_PLUGIN)
+VFIO_KEY = _policy_key(C.COMP_VFIO_MANAGER)
 SWITCH_KEYS = (VFIO_KEY, SANDBOX_KEY, DRA_KEY, DEVICE_PLUGIN_KEY)
 HOLDERS_NAMED = guard.NAMED  # VMs named one per line; the rest are counted
 
@@ -296,7 +306,7 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
                f"Kubernetes {facts.server_version or '(version unknown)'} for the {target} method", force=force))
 
     deployed = [k for k in facts.kubevirts if (k.get("status") or {}).get("phase") == "Deployed"]
-    kv = (deployed or facts.kubevirts or [None])[0]
+    kv = next(iter(deployed or facts.kubevirts), None)  # None: no KubeVirt CR
     if kv is None:
         msg = "no KubeVirt CR: KubeVirt is not installed, so no VM could use the NPUs"
         checks.append(Prerequisite(name="kubevirt", ok=False, detail=msg))
@@ -352,10 +362,10 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
             warnings.append(msg + "; going ahead anyway (forced): the wait will time out")
         else:  # sandbox: the version is read from labels, so --force may go past it (as node set-mode)
             blockers.append(Blocker(msg, override="force" if target == C.METHOD_SANDBOX else None))
-    elif version is not None and strict_version(version[0]) is not None and strict_version(version[0]) >= floor:
+    elif version is not None and (parsed := strict_version(version[0])) is not None and parsed >= floor:
         checks.append(Prerequisite(name="operator", ok=True, detail=f"{where} {version[0]} >= {format_version(floor)}"))
-    elif version is not None and strict_version(version[0]) is not None:
-        if target == C.METHOD_SANDBOX and strict_version(version[0]) >= C.OPERATOR_SUPPORTED_FROM:
+    elif version is not None and (parsed := strict_version(version[0])) is not None:
+        if target == C.METHOD_SANDBOX and parsed >= C.OPERATOR_SUPPORTED_FROM:
             msg = (f"{where} {version[0]} < {format_version(floor)}, the documented minimum for the sandbox method "
                    f"(rblnctl supports releases from {format_version(C.OPERATOR_SUPPORTED_FROM)})")
             checks.append(Prerequisite(name="operator", ok=True, detail=msg))
@@ -390,11 +400,12 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
             drv = policy_dra_version(spec)
             what = f"the DRA driver RBLNClusterPolicy {policy.name} deploys"
         floor = C.MIN_DRA_DRIVER
-        if drv is None:
+        drv_version = strict_version(drv[0]) if drv is not None else None  # both readers find strict versions only
+        if drv is None or drv_version is None:
             msg = f"{what}: version unknown (VFIO passthrough needs >= {format_version(floor)})"
             checks.append(Prerequisite(name="dra-driver", ok=None, detail=msg))
             warnings.append(msg)
-        elif strict_version(drv[0]) >= floor:
+        elif drv_version >= floor:
             checks.append(Prerequisite(name="dra-driver", ok=True,
                                        detail=f"{what}: {drv[0]} >= {format_version(floor)} (from {drv[1]})"))
         else:
@@ -429,7 +440,7 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     container_nodes = sorted(n for n, m in modes.items() if m == C.MODE_CONTAINER)
     rules = admission.installed(facts.crd, release_of(facts.operators))
     edit = plan_edit(facts.policy_obj, target, vm_nodes=vm_nodes, container_nodes=container_nodes, rules=rules)
-    warnings = list(facts.view.notes) + edit.warnings
+    warnings: list[str | Advice] = [*facts.view.notes, *edit.warnings]
     blockers = list(edit.blockers)
     if edit.patch and rules.unknown:
         warnings.append(f"the installed RBLNClusterPolicy CRD has admission rules rblnctl cannot judge ("

@@ -246,10 +246,10 @@ class Evictor:
                         left(key)
             elif ev.object is not None:
                 key = object_key(ev.object)
-                p = pending.get(key)
-                if p is None:
+                waited = pending.get(key)
+                if waited is None:
                     continue
-                same = not p.uid or _uid(ev.object) == p.uid
+                same = not waited.uid or _uid(ev.object) == waited.uid
                 # Gone: deleted; or a pod of the same name with another UID (a replacement) appeared.
                 if (ev.type == "DELETED" and same) or (ev.type != "DELETED" and not same):
                     left(key)

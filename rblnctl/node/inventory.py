@@ -15,6 +15,7 @@ from rblnctl.kube import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    Change,
     Kube,
     Mirror,
     WatchSpec,
@@ -182,17 +183,6 @@ def watch_npu_nodes(kube: Kube, *, selector: str | None = None, stop: Stop | Non
         if selector and e.status == 400:
             raise InvalidInput(f"bad label selector {selector!r}: {e}") from e
         raise
-
-
-@dataclass(frozen=True, kw_only=True)
-class Change:
-    """One difference between two looks at the cluster: `subject` (`node/n1`) and what changed (`mode`), from `old`
-    to `new` (empty for a subject that appeared or went: `what` is then `added` or `removed`)."""
-
-    subject: str
-    what: str
-    old: str = ""
-    new: str = ""
 
 
 def _facts(n: NpuNode) -> dict[str, str]:

@@ -309,7 +309,7 @@ class NodeLock:
             return
         uid = (self._lease.get("metadata") or {}).get("uid")
 
-        def preconditions(lease: dict) -> dict:
+        def preconditions(lease: Any) -> dict:
             md = lease.get("metadata") or {}
             return {"apiVersion": "v1", "kind": "DeleteOptions",
                     "preconditions": {"uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}}
@@ -336,7 +336,7 @@ class NodeLock:
     def _release_by_patch(self, still_ours: Any, refused: RblnError) -> None:
         """Clear the Lease's holder (a patch guarded by resourceVersion) when deleting it is forbidden."""
         def next_patch(lease: Any) -> writes.Write | None:
-            current = self._lease if lease is writes.UNREAD else lease
+            current: Any = self._lease if lease is writes.UNREAD else lease
             if not still_ours(current):
                 return None
             body = {"metadata": {"resourceVersion": current["metadata"].get("resourceVersion")},

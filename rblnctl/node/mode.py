@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from rblnctl import audit
 from rblnctl import constants as C
-from rblnctl.audit import Auditor
+from rblnctl.audit import AuditRun, Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
 from rblnctl.errors import (
     ClusterError,
@@ -272,7 +272,7 @@ class ModeSwitcher:
         try:
             record = parse_record(raw)
         except ValueError:
-            warnings.append(f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {raw[:80]!r}")
+            warnings.append(f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {str(raw)[:80]!r}")
             record = None
         unschedulable = bool((node_obj.get("spec") or {}).get("unschedulable"))
         blockers: list[Blocker] = []
@@ -351,7 +351,7 @@ class ModeSwitcher:
                         converged=converged, mid_switch=mid_switch, started_from=started_from,
                         uid=str((node_obj.get("metadata") or {}).get("uid") or ""))
 
-    def _iommu_blockers(self, node: str, node_obj: dict, warnings: list[str]) -> list[Blocker]:
+    def _iommu_blockers(self, node: str, node_obj: dict, warnings: list[str | Remedy]) -> list[Blocker]:
         """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
         would cordon and evict for nothing. One LIST of the node's NodeFeature objects; no NFD API or no fact:
         nothing is judged (preflight reports it); no permission: nothing is judged and a warning says the IOMMU
@@ -448,7 +448,7 @@ class ModeSwitcher:
         finally:
             lock.release()
 
-    def _audit_start(self, plan: ModePlan, since: str) -> audit.AuditRun | None:
+    def _audit_start(self, plan: ModePlan, since: str) -> AuditRun | None:
         """The switch's audit run, its start recorded on the node (None: no auditor, or a server dry run)."""
         if self.audit is None or self.options.drain.server_dry_run:
             return None

@@ -167,7 +167,7 @@ class PoolPlan:
         return [Blocker(f"node {n}: {b.message}", b.override) for n in self.nodes for b in self.refusal(n)]
 
     @property
-    def warnings(self) -> list[str]:
+    def warnings(self) -> list[str | Remedy]:
         """Every node's warnings, each said once: one the nodes share (the operator's version unknown...) names
         them all on one line."""
         shared: dict[str, list[str]] = {}
@@ -250,7 +250,7 @@ class PoolRunner:
     stop: Stop = field(default_factory=Stop)  # set it to interrupt the pool (Ctrl-C, a signal)
     precheck: Callable[[], object] = _noop  # a read that refuses the whole pool at once (e.g. no policy)
     # Warnings about the pool as a whole, from the nodes it will run and their plans (read once, not per node).
-    consequences: Callable[[list[str], dict[str, Any]], list[str]] = lambda nodes, plans: []
+    consequences: Callable[[list[str], dict[str, Any]], list[str | Remedy]] = lambda nodes, plans: []
     items: dict[str, PoolItem] = field(default_factory=dict, init=False)  # outcomes so far (live)
 
     @classmethod
@@ -384,6 +384,7 @@ class PoolRunner:
         self.events.on_start(node)
         task = self.task(node, self.events.for_node(node), self.stop)
         plan = None
+        error: RblnError | None
         try:
             plan = task.plan()
             if getattr(plan, "blockers", None):

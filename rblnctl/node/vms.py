@@ -14,12 +14,13 @@ from rblnctl import constants as C
 from rblnctl.kube import VMIS, Kube
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.pods import PodEntry
-from rblnctl.operator.nodes import labels_of, mode_of
+from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy
 from rblnctl.plan import Blocker
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import guard
 from rblnctl.vm.guard import NpuVm, vmi_npus
+from rblnctl.vm.listing import list_vm_npus
 
 __all__ = ["NpuVm", "npu_vms", "stop_vm_hint", "stranded_pods", "stranded_vms", "vm_blocker", "vmi_npus"]
 
@@ -46,7 +47,7 @@ def npu_vms(kube: Kube, node: str, entries: list[PodEntry]) -> tuple[list[NpuVm]
             for (ns, n), h in sorted(found.items())], warnings
 
 
-def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> Remedy | None:
+def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> str | Remedy | None:
     """The warning when switching `leaving` to container leaves no vm-passthrough node while VMs still ask for NPUs.
 
     Such VMs (running elsewhere, stopped, or pending) can never be scheduled again until a node is
@@ -54,10 +55,6 @@ def stranded_vms(kube: Kube, policy: Policy | None, leaving: Iterable[str]) -> R
     said before it runs. None when a vm-passthrough node remains, none is leaving, or no VM asks for NPUs.
     KubeVirt absent counts as no VM; VMs that cannot be listed (forbidden) are unknown: the warning says so.
     """
-    # Lazy: rblnctl.vm reads NPU nodes through rblnctl.node.inventory.
-    from rblnctl.node.inventory import list_npu_node_objects
-    from rblnctl.vm.listing import list_vm_npus
-
     leaving = set(leaving)
     vm_nodes = [n["metadata"]["name"] for n in list_npu_node_objects(kube)
                 if mode_of(labels_of(n), policy).effective == C.MODE_VM]
@@ -85,8 +82,6 @@ def stranded_pods(kube: Kube, policy: Policy | None, leaving: Iterable[str],
     switched back. Said before the switch runs; None when a container-mode NPU node remains, or no NPU pod (other
     than a VM's virt-launcher, which stranded_vms and the VM guard speak for) is evicted.
     """
-    from rblnctl.node.inventory import list_npu_node_objects
-
     pods = [e for e in evicted if e.npu and not e.vmi]
     if not pods:
         return None

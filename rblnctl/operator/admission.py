@@ -148,7 +148,7 @@ def from_crd(crd: Mapping) -> AdmissionRules:
 def for_release(release: OperatorRelease | None) -> AdmissionRules:
     """The rules rblnctl assumes a release enforces when its CRD cannot be read (see the module docstring)."""
     version = release.version if release is not None else None
-    if version is None:
+    if release is None or version is None:
         return _pick(BASES, "assumed: the operator's version and its CRD are unknown, so the later releases' rules "
                             "(config/crd/bases)", assumed=True)
     if version < CHART_FROM:

@@ -232,7 +232,8 @@ def _devices(s: Mapping) -> list[Mapping]:
 
 def dra_devices(slices: Sequence[Mapping]) -> tuple[list[str], list[str]]:
     """(vfio device names, other device names) the slices offer (vfio: _is_vfio)."""
-    vfio, other = [], []
+    vfio: list[str] = []
+    other: list[str] = []
     for s in slices:
         for d in _devices(s):
             (vfio if _is_vfio(d) else other).append(str(d.get("name") or ""))
@@ -419,8 +420,3 @@ def read_facts(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None, *, d
     return CapacityFacts(pods=pods, slices=slices, claims=claims if slices else [], driver=driver,
                          vfio_class=vfio_class, slices_known=slices_known, problems=tuple(problems))
 
-
-def read_capacity(kube: Kube, nodes: Sequence[Mapping], policy: Policy | None) -> dict[str, NodeCapacity]:
-    """node name -> its NPU capacity, for every node given (reads: see read_facts)."""
-    facts = read_facts(kube, nodes, policy)
-    return {c.node: c for c in (facts.capacity(n) for n in nodes)}

@@ -56,7 +56,7 @@ def dra_driver_version(ds: dict) -> tuple[str, str] | None:
 def policy_dra_version(spec: Mapping) -> tuple[str, str] | None:
     """(version, source) of the DRA driver a policy spec makes the operator deploy: `draKubeletPlugin.version`
     (the charts render the image tag there), else the tag of its `image`; None when neither is a version."""
-    dra = spec.get("draKubeletPlugin") if isinstance(spec.get("draKubeletPlugin"), Mapping) else {}
+    dra = d if isinstance(d := spec.get("draKubeletPlugin"), Mapping) else {}
     version = str(dra.get("version") or "")
     if strict_version(version):
         return version, "spec.draKubeletPlugin.version"

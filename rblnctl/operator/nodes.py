@@ -173,8 +173,3 @@ def node_product(node: Mapping) -> str | None:
     """The node's NPU product (`RBLN-CA22`) from NPU feature discovery's label, when it is there."""
     return labels_of(node).get(C.NPU_PRODUCT_LABEL) or None
 
-
-def advertised_in_mode(node: Mapping, names: R.ResourceNames) -> list[str]:
-    """The resources of `names`' mode this node advertises now (allocatable > 0)."""
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    return sorted(k for k, v in alloc.items() if names.matches(k) and R.positive(v))

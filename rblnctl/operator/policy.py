@@ -300,11 +300,11 @@ def _component_state(entry: Mapping) -> ComponentState:
 def parse_policy(obj: Mapping) -> Policy:
     """Read one RBLNClusterPolicy object (pure)."""
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    spec: Mapping = s if isinstance(s := obj.get("spec"), Mapping) else {}
+    status: Mapping = st if isinstance(st := obj.get("status"), Mapping) else {}
     raw_type = spec.get("workloadType")
-    keys = set(C.COMPONENT_POLICY_KEYS.values()) - {None}
-    dra = spec.get("draKubeletPlugin") if isinstance(spec.get("draKubeletPlugin"), Mapping) else {}
+    keys = {k for k in C.COMPONENT_POLICY_KEYS.values() if k is not None}
+    dra: Mapping = d if isinstance(d := spec.get("draKubeletPlugin"), Mapping) else {}
     conditions = tuple(
         Condition(type=str(c.get("type") or ""), status=str(c.get("status") or ""), reason=str(c.get("reason") or ""),
                   message=str(c.get("message") or ""))

@@ -208,7 +208,7 @@ def positive(quantity: object) -> bool:
     """Whether a Kubernetes quantity (as allocatable shows it) is more than zero."""
     text = str(quantity).strip()
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", text)
-    return bool(m) and float(m.group(1)) > 0
+    return m is not None and float(m.group(1)) > 0
 
 
 def count(quantity: object) -> int:

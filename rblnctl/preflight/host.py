@@ -32,7 +32,7 @@ class HostPreflight:
 
     def run(self) -> PreflightReport:
         """Gather the facts and check them; raise InvalidInput when root is not a host tree."""
-        facts = gather_host_facts(self.root.checked())
+        facts = gather_host_facts(HostRoot.of(self.root).checked())
         if self.method == METHOD_AUTO:
             note = "host checks are the same for the sandbox and DRA methods"
         else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rblnctl import constants as C
 from rblnctl.host import iommu_advice as advice
@@ -68,6 +68,7 @@ def check_host(f: HostFacts) -> list[CheckResult]:
 
     # IOMMU in firmware
     # A VM's vIOMMU may be Intel, AMD or virtio whatever the CPU (an arm64 guest's: SMMUv3 or virtio).
+    wanted: tuple[str, ...]
     if f.is_vm:
         wanted = VM_IOMMU_TABLES.get(platform or "", X86_VM_IOMMU_TABLES)
     else:
@@ -183,7 +184,7 @@ def check_host(f: HostFacts) -> list[CheckResult]:
     return out.items
 
 
-def _check_cmdline(f: HostFacts, add) -> None:
+def _check_cmdline(f: HostFacts, add: Callable[..., object]) -> None:
     platform = f.platform
     on = advice.on_param(platform)
     if f.cmdline is None:
@@ -258,7 +259,7 @@ def _check_cmdline(f: HostFacts, add) -> None:
         advice.cmdline_fix(platform))
 
 
-def _check_arm64_cmdline(f: HostFacts, params: dict[str, str], add) -> None:
+def _check_arm64_cmdline(f: HostFacts, params: dict[str, str], add: Callable[..., object]) -> None:
     """arm64: no parameter turns the SMMU on (x86's intel_iommu/amd_iommu/iommu= do not apply); report
     iommu.passthrough, and never blame the command line for missing groups."""
     passthrough = params.get("iommu.passthrough")
@@ -279,7 +280,7 @@ def _npu_label(fn: pci.PciFunction) -> str:
     return f"{fn.bdf} {model}"
 
 
-def _check_npus(f: HostFacts, add) -> None:
+def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
     if f.pci_error:
         add("host.npu.present", T_NPUS, SCOPE_HOST, Status.WARN, f.pci_error,
             "run as a user who can read /sys/bus/pci/devices, or check the captured tree")

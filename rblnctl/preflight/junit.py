@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from rblnctl.preflight.model import PreflightReport, Status
+from rblnctl.preflight.model import CheckResult, PreflightReport, Status
 
 
-def _text(c) -> str:
+def _text(c: CheckResult) -> str:
     lines = [c.evidence]
     if c.remedy:
         lines.append(f"remedy: {c.remedy}")

@@ -42,15 +42,10 @@ class CheckResult:
     remedy: str = ""
     remedy_command: str = ""  # the command in `remedy`, runnable as given (no placeholders); "" when none
 
-    def to_dict(self) -> dict:
-        """This finding as its document form (docs/output.md; its shape: rblnctl.documents.CHECK_RESULT)."""
-        from rblnctl.documents import CHECK_RESULT
-
-        return CHECK_RESULT(self)
-
     @classmethod
     def from_dict(cls, data: dict, *, scope: str | None = None) -> CheckResult:
-        """A finding from to_dict() data (another rblnctl's report); `scope` replaces the one it carries.
+        """A finding from its document data (rblnctl.documents.CHECK_RESULT: another rblnctl's report); `scope`
+        replaces the one it carries.
 
         Raises ValueError or KeyError when the data is not a finding.
         """
@@ -71,12 +66,6 @@ class Summary:
     method: str
     strict: bool
     ok: bool
-
-    def to_dict(self) -> dict:
-        """The summary as JSON-ready data (its shape: rblnctl.documents.PREFLIGHT_SUMMARY)."""
-        from rblnctl.documents import PREFLIGHT_SUMMARY
-
-        return PREFLIGHT_SUMMARY(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,13 +104,6 @@ class PreflightReport:
     def failed_ids(self) -> list[str]:
         """Ids of the failing checks, each once, in check order."""
         return list(dict.fromkeys(c.id for c in self.failing()))
-
-    def to_dict(self) -> dict:
-        """The body of the PreflightReport document (docs/output.md; its shape: rblnctl.documents.PREFLIGHT_REPORT,
-        attribute reads, no reflection: a 1,000-node report has 5,000 findings)."""
-        from rblnctl.documents import PREFLIGHT_REPORT
-
-        return PREFLIGHT_REPORT(self)
 
 
 def make_report(

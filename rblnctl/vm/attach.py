@@ -675,7 +675,9 @@ class AttachPlanner:
         restarter = VmLifecycle(kube=self.kube, clock=self.clock, timeout_s=self.options.ready_timeout_s,
                                 backoff_s=self.options.poll_s / 4, server_dry_run=dry, on_step=self.events.on_step)
         run = _Restart(ours=plan.start, confirmed=plan.start)
-        final, attempts, created, deleted, kept = plan, 0, None, [], []
+        final, attempts, created = plan, 0, None
+        deleted: list[str] = []
+        kept: list[str] = []
         try:
             if plan.restart:
                 run.marked = True

@@ -265,7 +265,8 @@ def gate_states(cluster: VmCluster, method: str) -> list[GateState]:
 def check_gates(cluster: VmCluster, method: str) -> Check:
     """HostDevices (and for DRA HostDevicesWithDRA) are on: KubeVirt's admission rejects the VM otherwise."""
     found = check_kubevirt(cluster)
-    if not found.ok:
+    kubevirt = cluster.kubevirt
+    if not found.ok or kubevirt is None:
         return found
     states = gate_states(cluster, method)
     off = [s for s in states if s.effective is False]
@@ -275,20 +276,20 @@ def check_gates(cluster: VmCluster, method: str) -> Check:
     command = Command.own("kubevirt", "enable-gates", dra=method == C.METHOD_DRA)
     if off:
         return Check(ok=False, evidence=evidence, remedy=Remedy(
-            text=f"enable {', '.join(s.name for s in off)} in KubeVirt {ref(cluster.kubevirt)}", command=command))
+            text=f"enable {', '.join(s.name for s in off)} in KubeVirt {ref(kubevirt)}", command=command))
     warning = None
     if unknown:
         warning = f"cannot tell whether {', '.join(s.name for s in unknown)} is on: {unknown[0].reason}"
     if method == C.METHOD_DRA:
-        version = parse_version(version_of(cluster.kubevirt))
+        version = parse_version(version_of(kubevirt))
         floor = C.MIN_KUBEVIRT[C.METHOD_DRA]
         if version is not None and version < floor:
             warning = (f"DRA host devices need KubeVirt >= {'.'.join(map(str, floor))}; KubeVirt "
-                       f"{ref(cluster.kubevirt)} is {version_of(cluster.kubevirt)}")
+                       f"{ref(kubevirt)} is {version_of(kubevirt)}")
     return Check(ok=True, evidence=evidence, warning=warning)
 
 
-def permitted_entry(cluster: VmCluster, resource: str) -> dict | None:
+def permitted_entry(cluster: VmCluster, resource: str) -> Mapping | None:
     """The permittedHostDevices.pciHostDevices entry for `resource` (None: not permitted)."""
     if cluster.kubevirt is None:
         return None

@@ -12,7 +12,7 @@ per change (each from the source of what breaks):
   the VMs it converts away from (sandbox: host devices naming an NPU resource; DRA: claims). Its devices stay
   passed through while the allocator that accounted for them goes, so the other one can hand them out again.
   A VM already on the target method depends on nothing the switch changes (issue 28 finding 5).
-- `kubevirt disable-gates` (rblnctl.kubevirt.gates): a VM whose NPUs need a gate the write turns off. KubeVirt
+- `kubevirt disable-gates` (rblnctl.vm.gates): a VM whose NPUs need a gate the write turns off. KubeVirt
   admits a VMI with host devices only while HostDevices is on (kubevirt/kubevirt v1.9.0
   pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go), one with a host device taken
   from a DRA claim only while HostDevicesWithDRA is on too (pkg/dra/admitter/dra_admitter.go validateDRADevices:
@@ -132,7 +132,7 @@ def needing_gates(host_devices_gate: bool, dra_gate: bool) -> Depends:
 
 def is_running(vmi: Mapping) -> bool:
     """A VMI that is not in a final phase (it may still be starting: it will hold its NPUs)."""
-    status = vmi.get("status") if isinstance(vmi.get("status"), Mapping) else {}
+    status = s if isinstance(s := vmi.get("status"), Mapping) else {}
     return str(status.get("phase") or "") not in FINAL_PHASES
 
 

@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 from rblnctl import constants as C
 from rblnctl.clock import Stop
 from rblnctl.errors import RblnError
-from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many
+from rblnctl.kube import VMIS, VMS, Change, Kube, Mirror, Resource, WatchSpec, watch_many
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.kube.parallel import start
 from rblnctl.kube.projections import OBJECT
 from rblnctl.kube.watch import object_key
-from rblnctl.node.inventory import Change
 from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
 from rblnctl.vm.cluster import ClaimIndex

@@ -1,4 +1,4 @@
-"""rblnctl.kubevirt.migrate: old NPU resource names renamed in the KubeVirt CR and every VM, with bounded requests."""
+"""rblnctl.vm.migrate: old NPU resource names renamed in the KubeVirt CR and every VM, with bounded requests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rblnctl.errors import InvalidInput, Partial, Refused
-from rblnctl.kubevirt.migrate import (
+from rblnctl.vm.migrate import (
     MigrateOptions,
     ResourceMigrator,
     Source,

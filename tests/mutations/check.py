@@ -106,7 +106,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/method/test_changer.py::test_the_wait_for_dra_outlasts_a_kubelet_still_advertising_sandbox",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.6", file="rblnctl/kubevirt/migrate.py",
+        id="23.6", file="rblnctl/vm/migrate.py",
         old="        if r.source != Source.GIVEN and dev is not None:",
         new="        if dev is not None:",
         what="migrate-resources: the CR entry's PCI selector overrides the --map the user gave",
@@ -152,26 +152,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived issue 20's suite: the elif below it drops an old entry a device used; one no device "
               "used was kept"),
     Mutation(
-        id="20.4", file="rblnctl/kubevirt/migrate.py",
+        id="20.4", file="rblnctl/vm/migrate.py",
         old="    if len(renamed) != 1:",
         new="    if not renamed:",
         what="migrate-resources: a VM with several rblnctl claim entries (hand-edited) is renamed anyway",
         tests=("tests/kubevirt/test_migrate.py::test_a_vm_with_several_rblnctl_claim_entries_is_left_to_vm_attach",),
         notes="survived issue 20's suite (two entries made the rename crash with ValueError)"),
     Mutation(
-        id="20.5", file="rblnctl/kubevirt/migrate.py",
+        id="20.5", file="rblnctl/vm/migrate.py",
         old="        if moved:",
         new="        if False:",
         what="migrate-resources: a renamed claim's host devices keep the old claimName",
         tests=("tests/kubevirt/test_migrate.py::test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own",)),
     Mutation(
-        id="20.6", file="rblnctl/vm/diagnose.py",
+        id="20.6", file="rblnctl/vm/diagnose/links.py",
         old="    here = [n for n in f.neighbours if n.node and n.node == node]",
         new="    here = []",
         what="vm diagnose: another VM on the node with the same claim name is not the broken link",
         tests=("tests/vm/test_diagnose.py::test_two_vms_with_one_claim_name_on_a_node_is_the_broken_link",)),
     Mutation(
-        id="20.7", file="rblnctl/vm/diagnose.py",
+        id="20.7", file="rblnctl/vm/diagnose/facts.py",
         old='        if oref == ref or (other.get("status") or {}).get("phase") in FINAL_PHASES:',
         new="        if oref == ref:",
         what="vm diagnose: a finished VMI counts as a neighbour sharing the claim name",
@@ -252,13 +252,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/method/test_changer.py::test_a_vm_deleted_before_its_conversion_is_unchanged_and_the_run_complete",),
         notes="survived issue 20's suite"),
     Mutation(
-        id="20.19", file="rblnctl/kubevirt/migrate.py",
+        id="20.19", file="rblnctl/vm/migrate.py",
         old="                stopped = batch.stops_the_rest(e) or (",
         new="                stopped = batch.stops_the_rest(e) and (",
         what="migrate-resources: VMs are renamed although the KubeVirt CR could not be",
         tests=("tests/kubevirt/test_migrate.py::test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted",)),
     Mutation(
-        id="20.20", file="rblnctl/kubevirt/migrate.py",
+        id="20.20", file="rblnctl/vm/migrate.py",
         old="                stopped = batch.stops_the_rest(e)\n                continue",
         new="                stopped = None\n                continue",
         what="migrate-resources: an unreachable API server does not stop the VM renames",
@@ -510,11 +510,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/operator/test_capacity.py::"
                "test_a_device_taint_the_request_does_not_tolerate_keeps_the_device_from_free[None]",)),
     Mutation(
-        id="27.s5", file="rblnctl/vm/diagnose.py",
+        id="27.s5", file="rblnctl/vm/diagnose/links.py",
         old='    rest = re.split(r"\\.(?:\\s+|$)", m.group(3).strip(), maxsplit=1)[0].strip()',
         new='    rest = re.split(r"\\.\\s+preemption:", m.group(3), maxsplit=1)[0].strip().rstrip(".")',
         what="vm diagnose: kube-scheduler 1.36's PostFilter sentence is read as part of the last reason",
         tests=("tests/vm/test_diagnose.py::test_parse_failed_scheduling_as_kube_scheduler_1_36_writes_it",)),
+    # -- issue 29: the package graph docs/architecture.md draws, no package circle --------------------------------
+    Mutation(
+        id="29.g1", file="rblnctl/vm/listing.py",
+        old="from rblnctl.kube import VMIS, VMS, Change, Kube, Mirror, Resource, WatchSpec, watch_many",
+        new="from rblnctl.kube import VMIS, VMS, Kube, Mirror, Resource, WatchSpec, watch_many; "
+            "from rblnctl.node.inventory import Change",
+        what="package graph: vm/listing.py takes the --watch Change from node/ again (the node <-> vm circle)",
+        tests=("tests/test_layers.py::test_no_package_circles",
+               "tests/test_layers.py::test_every_package_imports_only_what_the_drawing_allows")),
+    Mutation(
+        id="29.g2", file="rblnctl/kubevirt/gates.py",
+        old="from rblnctl.versions import format_version, parse_version",
+        new="from rblnctl.versions import format_version, parse_version; from rblnctl.vm import guard  # noqa",
+        what="package graph: kubevirt/ imports the VM guard again (the kubevirt <-> vm circle)",
+        tests=("tests/test_layers.py::test_no_package_circles",
+               "tests/test_layers.py::test_every_package_imports_only_what_the_drawing_allows")),
 )
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, iso_utc
@@ -209,7 +210,7 @@ class VfioBinder:
             if to_vfio and not pci.driver_registered(self.sysfs, VFIO):
                 raise HostError(f"{VFIO} is not registered (no {pci.driver_dir(self.sysfs, VFIO)}); "
                                 "nothing was changed")
-            records: dict[str, dict] | None
+            records: dict[str, dict[str, Any]] | None
             try:
                 records = self._state.load()
             except HostError as e:
@@ -296,8 +297,9 @@ class VfioBinder:
             if d.action == Action.SKIP:
                 results[d.bdf] = _result(d, plan.operation, Status.SKIPPED, d.note)
                 continue
-            if stopped_by or d.iommu_group in failed_groups:
-                why = stopped_by or f"IOMMU group {d.iommu_group} member {failed_groups[d.iommu_group]}"
+            failed_member = failed_groups.get(d.iommu_group) if d.iommu_group is not None else None
+            if stopped_by or failed_member:
+                why = stopped_by or f"IOMMU group {d.iommu_group} member {failed_member}"
                 results[d.bdf] = _result(d, plan.operation, Status.NOT_ATTEMPTED, f"not attempted: {why} failed")
                 continue
             touched.append(d)
@@ -439,7 +441,7 @@ class VfioBinder:
 
     # ---- internals: state records ----
 
-    def _record(self, plan: VfioPlan, records: dict[str, dict]) -> None:
+    def _record(self, plan: VfioPlan, records: dict[str, dict[str, Any]]) -> None:
         """Before the first write: the original driver of every device leaving a host driver (or none) for vfio-pci."""
         stamp = iso_utc(self.clock.now())
         changed = False
@@ -454,7 +456,8 @@ class VfioBinder:
         if changed:
             self._state.save(records)
 
-    def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult], records: dict[str, dict]) -> None:
+    def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult],
+                        records: dict[str, dict[str, Any]]) -> None:
         """After the writes: drop the records of devices with nothing left to restore."""
         before = dict(records)
         for d in plan.changes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.errors import HostError
@@ -149,7 +150,7 @@ def check_groups(gate: Gate, sysfs: Path, fns: Sequence[PciFunction], requested:
                        f"the whole group together ({' '.join(everyone)})", bdfs=tuple(named))
 
 
-def check_state(gate: Gate, state: StateFile, *, needed: bool) -> dict[str, dict]:
+def check_state(gate: Gate, state: StateFile, *, needed: bool) -> dict[str, dict[str, Any]]:
     """Read the records; a damaged file blocks a plan that needs it and is only a warning otherwise."""
     try:
         return state.load()

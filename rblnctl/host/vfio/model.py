@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl.errors import Refused
 from rblnctl.host.procfs import Holder
@@ -126,7 +127,7 @@ class VfioPlan:
 
     def blockers_for(self, bdf: str) -> list[Blocker]:
         """The blockers that refuse this device: its own, and every plan-wide one."""
-        return [b for b in self.blockers if not getattr(b, "bdfs", ()) or bdf in b.bdfs]
+        return [b for b in self.blockers if not isinstance(b, DeviceBlocker) or not b.bdfs or bdf in b.bdfs]
 
     def check(self) -> None:
         """Raise Refused, listing every blocker, when the plan must not run."""
@@ -197,15 +198,9 @@ class VfioStatus:
     warnings: tuple[str, ...] = ()
     searched: str = ""  # the PCI devices directory that was listed
 
-    def to_dict(self) -> dict:
-        """The body of the VfioStatus document (docs/output.md; its shape: rblnctl.documents.VFIO_STATUS)."""
-        from rblnctl.documents import VFIO_STATUS
-
-        return VFIO_STATUS(self)
-
     @classmethod
-    def from_dict(cls, data: dict) -> VfioStatus:
-        """Read to_dict() data back (a VfioStatus document another rblnctl printed).
+    def from_dict(cls, data: dict[str, Any]) -> VfioStatus:
+        """Read a VfioStatus document body back (rblnctl.documents.VFIO_STATUS: a document another rblnctl printed).
 
         Raises KeyError, TypeError or ValueError when the data is not one.
         """

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput
@@ -30,7 +31,7 @@ class StateFile:
 
     path: Path
 
-    def load(self) -> dict[str, dict]:
+    def load(self) -> dict[str, dict[str, Any]]:
         """Return `{bdf: record}`; {} when the file does not exist.
 
         Raises HostError when the file is unreadable or damaged: not a regular file, too large, not
@@ -67,7 +68,7 @@ class StateFile:
         except (ValueError, KeyError, TypeError, InvalidInput) as e:
             raise self._damaged(str(e)) from e
 
-    def save(self, devices: dict[str, dict]) -> None:
+    def save(self, devices: dict[str, dict[str, Any]]) -> None:
         """Replace the file atomically: write a temp file in the same directory, fsync, rename, fsync the directory."""
         parent = self.path.parent
         tmp = None

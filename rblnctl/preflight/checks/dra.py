@@ -80,15 +80,16 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
             readiness = f"{ready}/{desired} ready"
             serving = desired > 0 and ready >= desired and not unavailable
             ver = dra_driver_version(ds)
+            parsed = strict_version(ver[0]) if ver is not None else None  # dra_driver_version finds strict ones only
             vfio, seen = _vfio_evidence(f)
             pods = f"kubectl get pods -n {meta.get('namespace', '')} -o wide"
-            if ver is None:
+            if ver is None or parsed is None:
                 out.add("dra.driver", t_drv, SCOPE_CLUSTER, Status.WARN,
                         f"{where} found ({readiness}), version unknown (no versioned image tag or version label); "
                         f"{seen}",
                         f"check the image of {where}; the DRA method is documented from driver "
                         f">= {format_version(floor)}")
-            elif strict_version(ver[0]) < floor:
+            elif parsed < floor:
                 low = f"{where} {ver[0]} < {format_version(floor)}, the documented floor (from {ver[1]})"
                 upgrade = ("upgrade the RBLN DRA driver (the operator's draKubeletPlugin image) to "
                            f"{format_version(floor)} or later")

@@ -80,7 +80,7 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     if dra_write and v is None:
         command = f"rblnctl kubevirt enable-gates --dra --force{pick(f, st)}"
         cmd = f"`{command}` (--force because the KubeVirt version is unknown)"
-    elif dra_write and gate_floor and v < gate_floor:
+    elif dra_write and gate_floor and v is not None and v < gate_floor:
         pre = f"upgrade KubeVirt to {format_version(gate_floor)} or later (see kubevirt.version), then "
         command = ""  # enable-gates refuses until KubeVirt is upgraded
     what = "adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates"

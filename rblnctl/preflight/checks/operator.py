@@ -41,7 +41,8 @@ def check_operator(f: ClusterFacts, out: Findings) -> None:
     meta = dep.get("metadata") or {}
     where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     found = operator_version(dep)
-    if found is None:
+    v = strict_version(found[0]) if found is not None else None
+    if found is None or v is None:  # operator_version finds strict versions only: v is None only without one
         assumed = ASSUMED.format(allocator=allocator, floor=format_version(C.VM_ALLOCATOR_FROM[allocator]))
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"Deployment {where} found, version unknown (no {C.APP_VERSION_LABEL}, no {C.HELM_CHART_LABEL} "
@@ -50,7 +51,6 @@ def check_operator(f: ClusterFacts, out: Findings) -> None:
                 f"check with `helm list -A`; the {f.method} method needs >= {format_version(floor)}", "helm list -A")
         return
     text, source = found
-    v = strict_version(text)
     supported = C.OPERATOR_SUPPORTED_FROM
     release = release_of([dep])
     why = release.why(allocator) if v >= supported else None

@@ -67,14 +67,14 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
     if not permitted:
         # Name the resources as the installed release does: the policy's sandboxDevicePlugin.resourceList (chart
         # v0.3.0: ATOM_PT, ATOM_MAX_PT, REBEL_PT) or the per-product scheme of later releases (RBLN-CA22_PF).
-        names = f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)
-        seen = ("" if in_use else f"no node advertises a VM resource ({names.describe()}) yet" if f.nodes.ok
+        resources = f.policy.vm_resources if f.policy else R.ResourceNames(mode=C.MODE_VM)
+        seen = ("" if in_use else f"no node advertises a VM resource ({resources.describe()}) yet" if f.nodes.ok
                 else nodes_unknown)
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
                 "once the sandbox device plugin runs on a vm-passthrough node: " + (
                     hco or f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}` "
-                    f"(or `--resource-name {names.example(node_products(f))}`)"))
+                    f"(or `--resource-name {resources.example(node_products(f))}`)"))
         return
     if not in_use:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,

@@ -1,44 +1,18 @@
-"""Why a VM has no NPU: walk the chain from the VM to a device and stop at the first broken link.
-
-Two phases, as preflight's facts and checks: read_facts() reads everything the links judge, once (a
-fixed set of requests for the VM's method and state), and judge() walks the links as pure functions of
-those facts. Each link is PASS or FAIL with the evidence read and, when it fails, the remedy. In order:
-VirtualMachine (exists, status) -> NpuRequest (the spec passes NPUs) -> FeatureGates -> VmModeNodes ->
-sandbox: PermittedHostDevice, Advertised / DRA: DeviceClass, DraPlugin, ResourceSlices ->
-KubeVirtSchedulable (a node that offers its NPUs carries the kubevirt.io/schedulable=true every
-virt-launcher's nodeSelector asks for) -> sandbox: FreeCapacity -> Instance (a VMI exists: for a VM that
-should run, what KubeVirt says instead; KubeVirt could render its pod) -> DRA: ClaimAllocated ->
-Scheduling (the virt-launcher pod's FailedScheduling events, parsed) -> DRA: ClaimName (no other VM's
-claim of the same name on its node) -> NodeComponents (the node's mode
-and operator components, rblnctl.operator.convergence) -> Ready.
-
-The RBLN DRA kubelet plugin's own failure states (RBLN-SW/rbln-k8s-dra-driver@37a656f, cmd/npu-kubelet-plugin):
-it exits at start ("error enumerating all possible devices", main.go/state.go NewDeviceState) while neither
-rbln-smi nor a vfio-pci NPU answers, so on a vm node it crash-loops until vfio-manager has bound the NPUs;
-it publishes vfio devices found at start and then every 30 s (--vfio-rescan-interval, driver.go
-runVfioRescan); it skips a vfio-pci NPU without an IOMMU group, logging "Skipping vfio-pci NPU without an
-IOMMU group" (vfio.go enumerateVfioDevices). DraPlugin and ResourceSlices name each with its evidence.
-
-The cluster-side checks are rblnctl.vm.cluster's, the same ones `vm attach` refuses on.
+"""The links of vm diagnose: pure functions of the facts read once (rblnctl.vm.diagnose.facts), walked in order
+up to the first broken one (judge).
 """
+
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rblnctl import constants as C
-from rblnctl.errors import ClusterError, NotFound, one_line
-from rblnctl.kube import EVENTS, PODS, RESOURCE_CLAIMS, VMIS, VMS, Kube, validate_name
-from rblnctl.kube.optional import NOTE, UNKNOWN, optional
+from rblnctl.errors import one_line
 from rblnctl.operator import resources as R
-from rblnctl.operator.cluster import component_pods, node_slices
-from rblnctl.operator.convergence import pending
 from rblnctl.operator.install import install_remedy
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm import devices as D
@@ -52,152 +26,21 @@ from rblnctl.vm.cluster import (
     check_permitted,
     check_slices,
     check_vm_nodes,
-    claim_index,
-    read_cluster,
     set_mode_remedy,
-    with_dra,
 )
-from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.remedy import Command, Remedy
+from rblnctl.vm.diagnose.facts import DRA_ENUMERATION_FAILED, PENDING_NODES, Facts
+from rblnctl.vm.diagnose.model import FAILURES, Link, LinkName, LinkStatus, VmDiagnosis
 from rblnctl.vm.model import VmNpus, VmRef
 from rblnctl.vm.pending import RestartRequired, differ, restart_command, restart_required, staged_words
 from rblnctl.vm.placement import launcher_placement, not_schedulable_for_vms, placement_of
-from rblnctl.vm.lifecycle import FINAL_PHASES, run_strategy
+from rblnctl.vm.lifecycle import run_strategy
+
 
 
 LIST_VMS = Command.own("vm", "list", all_namespaces=True)  # which VMs hold NPUs: the remedy when none is free
 
-
-class LinkStatus(enum.StrEnum):
-    """Whether a link holds."""
-
-    PASS = "PASS"
-    FAIL = "FAIL"
-
-
-class LinkName(enum.StrEnum):
-    """The links, in the order they are walked."""
-
-    VM = "VirtualMachine"
-    REQUEST = "NpuRequest"
-    GATES = "FeatureGates"
-    VM_NODES = "VmModeNodes"
-    PERMITTED = "PermittedHostDevice"
-    DEVICE_CLASS = "DeviceClass"
-    ADVERTISED = "Advertised"
-    DRA_PLUGIN = "DraPlugin"
-    SLICES = "ResourceSlices"
-    SCHEDULABLE = "KubeVirtSchedulable"
-    CAPACITY = "FreeCapacity"
-    INSTANCE = "Instance"
-    CLAIM = "ClaimAllocated"
-    SCHEDULING = "Scheduling"
-    CLAIM_NAME = "ClaimName"
-    NODE = "NodeComponents"
-    READY = "Ready"
-
-
-TITLES = {
-    LinkName.VM: "the VirtualMachine exists",
-    LinkName.REQUEST: "its spec asks for NPUs",
-    LinkName.GATES: "KubeVirt's feature gates are on",
-    LinkName.PERMITTED: "KubeVirt permits the resource",
-    LinkName.DEVICE_CLASS: "the passthrough DeviceClass exists",
-    LinkName.VM_NODES: "some NPU node is in vm mode",
-    LinkName.ADVERTISED: "a vm-mode node advertises the resource",
-    LinkName.DRA_PLUGIN: "the RBLN DRA plugin runs on a vm-mode node",
-    LinkName.SLICES: "ResourceSlices offer vfio NPUs",
-    LinkName.SCHEDULABLE: "a node that offers its NPUs is schedulable for VMs (kubevirt.io/schedulable)",
-    LinkName.CAPACITY: "a node it may run on has free NPUs",
-    LinkName.INSTANCE: "a VMI runs it",
-    LinkName.CLAIM: "its ResourceClaim is allocated",
-    LinkName.SCHEDULING: "its virt-launcher pod is scheduled",
-    LinkName.CLAIM_NAME: "no other VM on its node has a DRA claim of the same name",
-    LinkName.NODE: "the node's operator components are ready",
-    LinkName.READY: "the VMI is Running and Ready",
-}
-# What is wrong when a link does not hold: each title, negated. A link that can fail for several reasons
-# says which one where it fails (_Chain.add's `failure`).
-FAILURES = {
-    LinkName.VM: "the VirtualMachine does not exist",
-    LinkName.REQUEST: "its spec passes no NPU",
-    LinkName.GATES: "a KubeVirt feature gate it needs is off",
-    LinkName.PERMITTED: "KubeVirt does not permit its NPU resource",
-    LinkName.DEVICE_CLASS: "the passthrough DeviceClass does not exist",
-    LinkName.VM_NODES: "no NPU node is in vm mode",
-    LinkName.ADVERTISED: "no vm-mode node advertises its NPU resource",
-    LinkName.DRA_PLUGIN: "the RBLN DRA plugin runs on no vm-mode node",
-    LinkName.SLICES: "no ResourceSlice offers vfio NPUs",
-    LinkName.SCHEDULABLE: "no node that offers its NPUs is schedulable for VMs (kubevirt.io/schedulable)",
-    LinkName.CAPACITY: "no node it may run on has free NPUs",
-    LinkName.INSTANCE: "no VMI runs it",
-    LinkName.CLAIM: "its ResourceClaim is not allocated",
-    LinkName.SCHEDULING: "its virt-launcher pod is not scheduled",
-    LinkName.CLAIM_NAME: "another VM on its node has a DRA claim of the same name",
-    LinkName.NODE: "its node's operator components are not ready",
-    LinkName.READY: "the VMI is not Running and Ready",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Link:
-    """One link of the chain."""
-
-    name: LinkName
-    status: LinkStatus
-    evidence: tuple[str, ...]
-    remedy: Remedy | None = None
-    failure: str | None = None  # what is wrong, in words (None: the link holds)
-
-    @property
-    def title(self) -> str:
-        """What the link asserts, in words (what holds when it passes: not a fact when it fails)."""
-        return TITLES[self.name]
-
-    @property
-    def message(self) -> str:
-        """The evidence as one line."""
-        return "; ".join(self.evidence)
-
-    @property
-    def ok(self) -> bool:
-        """The link holds."""
-        return self.status == LinkStatus.PASS
-
-
-@dataclass(frozen=True, kw_only=True)
-class VmDiagnosis:
-    """The links walked, up to and including the first broken one."""
-
-    vm: VmRef
-    method: str | None
-    npus: int
-    links: tuple[Link, ...]
-    warnings: tuple[str | Remedy, ...] = field(default=())  # a Remedy: a warning that names a command
-
-    @property
-    def ok(self) -> bool:
-        """Every link holds: the VM has its NPUs."""
-        return all(link.ok for link in self.links)
-
-    @property
-    def broken(self) -> Link | None:
-        """The first link that does not hold."""
-        return next((link for link in self.links if not link.ok), None)
-
-    @property
-    def found(self) -> bool:
-        """The VirtualMachine (or a standalone VMI) exists."""
-        return not any(link.name == LinkName.VM and not link.ok for link in self.links)
-
-    def summary(self) -> str | None:
-        """The broken link as one line saying what is wrong (None: every link holds)."""
-        broken = self.broken
-        if broken is None:
-            return None
-        if broken.name == LinkName.VM:
-            return str(broken.failure)
-        return f"VM {self.vm}: {broken.failure} (broken link: {broken.name.value})"
+DRA_RESCAN_S = 30  # the RBLN DRA plugin's default --vfio-rescan-interval (cmd/npu-kubelet-plugin/main.go)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +80,7 @@ def parse_failed_scheduling(message: str) -> SchedulingFailure:
     return SchedulingFailure(message=message, available=int(m.group(1)), total=int(m.group(2)), reasons=tuple(reasons))
 
 
+
 class _Chain:
     """Links so far; add() says whether to go on."""
 
@@ -254,281 +98,6 @@ class _Chain:
                         failure=failure)
 
 
-
-# -- the facts: every read, once ------------------------------------------------------------------------
-
-PENDING_NODES = 3  # vm-mode nodes whose pending operator work is shown as evidence
-LOG_LINES = 200  # lines of the DRA plugin's log read when its state needs them
-DRA_RESCAN_S = 30  # the RBLN DRA plugin's default --vfio-rescan-interval (cmd/npu-kubelet-plugin/main.go)
-DRA_ENUMERATION_FAILED = "error enumerating all possible devices"  # state.go NewDeviceState, the crash's words
-DRA_NO_IOMMU_GROUP = "Skipping vfio-pci NPU without an IOMMU group"  # vfio.go enumerateVfioDevices
-
-
-@dataclass(frozen=True, kw_only=True)
-class DraPlugin:
-    """The RBLN DRA kubelet plugin on one node, as its pod shows it."""
-
-    node: str
-    pod: str | None  # None: no plugin pod on the node
-    ready: bool = False
-    crash_looping: bool = False  # waiting in CrashLoopBackOff, or restarted after a failed run
-    restarts: int = 0
-    started: datetime | None = None  # when its running container started
-    log: str = ""  # its log's last lines, read only when its state needs them ("" otherwise)
-
-    @property
-    def enumeration_failed(self) -> bool:
-        """It exits at start because it finds neither an rbln-smi NPU nor a vfio-pci one (state.go)."""
-        return DRA_ENUMERATION_FAILED in self.log
-
-    @property
-    def skipped_no_iommu(self) -> list[str]:
-        """The log lines saying a vfio-pci NPU without an IOMMU group was not published (vfio.go)."""
-        return [line.strip() for line in self.log.splitlines() if DRA_NO_IOMMU_GROUP in line]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Neighbour:
-    """Another VM's running VMI whose DRA claims share a per-node key with this VM's."""
-
-    vm: VmRef
-    key: str  # resourceclaimtemplates/<pod claim name> or resourceclaims/<claim name>
-    node: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Facts:
-    """Everything the links judge, read once (read_facts); the links are pure functions of it (judge)."""
-
-    ref: VmRef
-    vm: dict | None
-    vmi: dict | None
-    cluster: VmCluster | None = None  # None: the VM was not found (nothing else was read)
-    have: VmNpus = field(default_factory=VmNpus)  # what its spec asks for
-    held: VmNpus | None = None  # what its running VMI passes
-    pod: dict | None = None  # its newest unfinished virt-launcher pod
-    pod_refused: str | None = None  # why its pods could not be listed (RBAC): `pod` None then says nothing
-    pod_events: tuple[dict, ...] = ()  # that pod's events (FailedScheduling, FailedPrepareDynamicResources...)
-    claims: Mapping[str, tuple[str | None, dict | None]] = field(default_factory=dict)  # entry -> (claim, object)
-    pending: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> what the operator has not done
-    # what fits now (rblnctl.vm.fit), per sandbox resource of the VM (None: its DRA vfio NPUs); read unless it runs
-    fits: Mapping[str | None, VmFit] = field(default_factory=dict)
-    elsewhere: tuple[str, ...] = ()  # not found: the namespaces that hold a VM (or VMI) of that name (rblnctl.vm.where)
-    dra_plugins: Mapping[str, DraPlugin] = field(default_factory=dict)  # vm-mode node -> the DRA plugin there
-    neighbours: tuple[Neighbour, ...] = ()
-    unread: tuple[str, ...] = ()  # the reads RBAC refused, one note each: what they would have shown is unknown
-    now: datetime | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.vmi is not None and (self.vmi.get("status") or {}).get("phase") not in FINAL_PHASES
-
-    @property
-    def method(self) -> str | None:
-        return self.have.method
-
-
-def read_facts(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None = None,
-               now: datetime | None = None) -> Facts:
-    """Read what judge() needs (reads only): the VM and its VMI, the cluster, and per method and state the
-    launcher pod, its events and claims, the operator's work on the vm-mode nodes, the DRA plugin there."""
-    validate_name(name, kind="VirtualMachine")
-    ref = VmRef(namespace=namespace, name=name)
-    vm = kube.get_optional(VMS, name, namespace=namespace)
-    vmi = kube.get_optional(VMIS, name, namespace=namespace)
-    now = now or datetime.now(UTC)
-    if vm is None and vmi is None:
-        from rblnctl.vm.where import namespaces_holding
-
-        others = tuple(n for n in namespaces_holding(kube, name, instances=True) if n != namespace)
-        return Facts(ref=ref, vm=None, vmi=None, now=now, elsewhere=others)
-    cluster = cluster or read_cluster(kube)
-    index = claim_index(kube, cluster)
-    test = index.test(namespace)
-    spec = D.vm_spec(vm) if vm is not None else D.vmi_spec(vmi or {})
-    have = D.npus_of(spec, npu_claim=test)
-    base = Facts(ref=ref, vm=vm, vmi=vmi, cluster=cluster, have=have, now=now)
-    held = D.npus_of(D.vmi_spec(vmi), npu_claim=test) if base.running and vmi is not None else None
-    method = have.method
-    if method not in C.METHODS:  # a claim whose template RBAC hides may still be an NPU: index.notes says so
-        return dataclasses.replace(base, held=held, unread=tuple(index.notes))
-    if method == C.METHOD_DRA:
-        cluster = with_dra(kube, cluster)
-    unread: list[str] = []
-    pod = _launcher(kube, vmi, unread) if base.running and vmi is not None else None
-    pod_refused = unread[-1] if unread else None  # _launcher's note: the pod is unknown, not absent
-    node = ((vmi or {}).get("status") or {}).get("nodeName") or ((pod or {}).get("spec") or {}).get("nodeName")
-    nodes = list(dict.fromkeys([*cluster.vm_nodes[:PENDING_NODES], *([str(node)] if node else [])]))
-    component_pods = {n: _component_pods(kube, cluster, n) for n in nodes if cluster.node(n) is not None}
-    pending = {n: tuple(_pending(kube, cluster, cluster.node(n) or {}, pods)) for n, pods in component_pods.items()}
-    facts = dataclasses.replace(base, cluster=cluster, held=held, pod=pod, pod_refused=pod_refused, pending=pending,
-                                pod_events=tuple(_pod_events(kube, pod, unread)) if pod is not None else ())
-    if method == C.METHOD_DRA:
-        facts = dataclasses.replace(facts, dra_plugins=_dra_plugins(kube, cluster, component_pods),
-                                    claims=_claim_objects(kube, ref, have, pod),
-                                    neighbours=tuple(_neighbours(kube, ref, vmi if facts.running else None,
-                                                                 spec, have, node, unread)))
-    facts = dataclasses.replace(facts, unread=tuple(dict.fromkeys([*index.notes, *unread])))
-    staged = held is not None and differ(held.devices, have.devices)  # a restart brings other NPUs: do they fit?
-    if staged or not (facts.running and ((vmi or {}).get("status") or {}).get("phase") == "Running" and node):
-        facts = dataclasses.replace(facts, fits=_fits(kube, cluster, spec, have, held, vmi if facts.running else None,
-                                                      tolerations=index.tolerations(namespace, spec, have.dra)))
-    return facts
-
-
-def _fits(kube: Kube, cluster: VmCluster, spec: Mapping, have: VmNpus, held: VmNpus | None, vmi: dict | None, *,
-          tolerations: tuple[tuple[dict, ...], ...] = ()) -> dict[str | None, VmFit]:
-    """What fits now for each kind of NPU the VM (or its running VMI) asks for, placed as its spec says; its own
-    virt-launcher pod, if it has one, does not count (one capacity read for all); DRA devices as its requests'
-    `tolerations` see them (a device taint they do not tolerate keeps the device from them)."""
-    reader = FitReader(kube=kube, cluster=cluster)
-    own = str(((vmi or {}).get("metadata") or {}).get("uid") or "") or None
-    wanted: dict[str | None, int] = {}
-    for d in (*have.devices, *(held.devices if held is not None else ())):
-        key = d.resource if d.method == C.METHOD_SANDBOX else None
-        wanted.setdefault(key, sum(1 for x in have.devices if (x.resource if x.method == C.METHOD_SANDBOX else None)
-                                   == key) or 1)
-    out: dict[str | None, VmFit] = {}
-    for key, n in wanted.items():
-        method = C.METHOD_SANDBOX if key else C.METHOD_DRA
-        out[key] = reader.fit(FitOptions(npus=min(n, C.MAX_VM_NPUS), method=method, resource=key,
-                                         placement=placement_of(spec), own_vmi=own,
-                                         device_tolerations=tolerations if key is None else ()))
-    return out
-
-
-def _component_pods(kube: Kube, cluster: VmCluster, node: str) -> list[tuple[str, dict]] | None:
-    """The operator's pods on `node`; None (unknown: _pending says so) when RBAC refuses the list."""
-    return optional(lambda: component_pods(kube, cluster.operator, node), on_forbidden=UNKNOWN, absent=[],
-                    what=f"list the operator's pods in {cluster.operator.namespace}").value
-
-
-def _pending(kube: Kube, cluster: VmCluster, node: Mapping, pods: list[tuple[str, dict]] | None) -> list[str]:
-    policy = cluster.policy
-    if policy is None:
-        return ["no RBLNClusterPolicy"]
-    if pods is None:
-        return [f"cannot list the operator's pods in {cluster.operator.namespace} (forbidden)"]
-    name = str((node.get("metadata") or {}).get("name") or "")
-    slices = node_slices(kube, name, policy.dra_driver) if C.COMP_DRA in policy.allocators(C.MODE_VM) else None
-    return [str(p) for p in pending(node, C.MODE_VM, policy, pods, slices)]
-
-
-def _dra_plugins(kube: Kube, cluster: VmCluster, component_pods: Mapping[str, list[tuple[str, dict]] | None]
-                 ) -> dict[str, DraPlugin]:
-    """The DRA plugin on each vm-mode node read; its log when its state needs it (crash loop, or no vfio device
-    published: the reason is only in there)."""
-    out = {}
-    offered = (cluster.dra.vfio if cluster.dra else {})
-    for node, pods in component_pods.items():
-        if node not in cluster.vm_nodes or pods is None:
-            continue
-        found = [p for comp, p in pods if comp == C.COMP_DRA]
-        if not found:
-            out[node] = DraPlugin(node=node, pod=None)
-            continue
-        p = found[0]
-        statuses = (p.get("status") or {}).get("containerStatuses") or []
-        cs = statuses[0] if statuses else {}
-        state = cs.get("state") or {}
-        waiting = (state.get("waiting") or {}).get("reason")
-        last = (cs.get("lastState") or {}).get("terminated") or {}
-        restarts = int(cs.get("restartCount") or 0)
-        crash = waiting == "CrashLoopBackOff" or (restarts > 0 and int(last.get("exitCode") or 0) != 0
-                                                   and "running" not in state)
-        started = _time((state.get("running") or {}).get("startedAt"))
-        log = ""
-        if crash or (cs.get("ready") and not offered.get(node)):
-            try:  # the log is extra evidence: a refused or failed read leaves it out (the links say what is known)
-                log = kube.request("GET", PODS.path(p["metadata"]["name"], namespace=p["metadata"].get("namespace"),
-                                                    sub="log"),
-                                   query={"container": cs.get("name"), "tailLines": LOG_LINES}, text=True)
-            except (NotFound, ClusterError):
-                log = ""
-        out[node] = DraPlugin(node=node, pod=str(p["metadata"]["name"]), ready=bool(cs.get("ready")),
-                              crash_looping=crash, restarts=restarts, started=started, log=log or "")
-    return out
-
-
-def _time(text: Any) -> datetime | None:
-    try:
-        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if text else None
-    except ValueError:
-        return None
-
-
-def _pod_events(kube: Kube, pod: dict, unread: list[str]) -> list[dict]:
-    """The events of the pod, newest last ([] when Events are not served; refused: [] and a note in `unread`)."""
-    meta = pod.get("metadata") or {}
-    events = optional(lambda: kube.list(EVENTS, namespace=meta.get("namespace"), field_selector=(
-        f"involvedObject.kind=Pod,involvedObject.name={meta.get('name')}")), absent=[], on_forbidden=NOTE, notes=unread,
-        what=f"list the Events of pod {meta.get('namespace')}/{meta.get('name')}").value or []
-    events = [e for e in events if not meta.get("uid") or (e.get("involvedObject") or {}).get("uid")
-              in (None, meta.get("uid"))]
-    return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-
-
-def _claim_objects(kube: Kube, ref: VmRef, have: VmNpus, pod: dict | None
-                   ) -> dict[str, tuple[str | None, dict | None]]:
-    """Each NPU claim entry of the VM -> (the ResourceClaim made for its launcher pod, that object)."""
-    entries = {c.get("name"): c for c in ((pod or {}).get("spec") or {}).get("resourceClaims") or []}
-    statuses = {s.get("name"): s.get("resourceClaimName") for s in ((pod or {}).get("status") or {})
-                .get("resourceClaimStatuses") or []}
-    out: dict[str, tuple[str | None, dict | None]] = {}
-    for claim in dict.fromkeys(str(d.claim) for d in have.dra):
-        name = (entries.get(claim) or {}).get("resourceClaimName") or statuses.get(claim)
-        out[claim] = (name, kube.get_optional(RESOURCE_CLAIMS, name, namespace=ref.namespace) if name else None)
-    return out
-
-
-def _neighbours(kube: Kube, ref: VmRef, vmi: dict | None, spec: Mapping, have: VmNpus, node: Any,
-                unread: list[str]) -> list[Neighbour]:
-    """Other running VMIs whose NPU claims share a per-node key with this VM's (one paged LIST of VMIs; refused:
-    none known, and a note in `unread` says the neighbours are unknown)."""
-    from rblnctl.vm.listing import claim_keys
-
-    keys = set(claim_keys(D.vmi_spec(vmi) if vmi is not None else dict(spec), have.dra))
-    if not keys:
-        return []
-    vmis = optional(lambda: kube.list(VMIS), absent=[], on_forbidden=NOTE, notes=unread,
-                    what="list the VirtualMachineInstances of every namespace (VMs sharing its NPU claims are unknown)"
-                    ).value or []
-    out = []
-    for other in vmis:
-        meta = other.get("metadata") or {}
-        oref = VmRef(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""))
-        if oref == ref or (other.get("status") or {}).get("phase") in FINAL_PHASES:
-            continue
-        theirs = D.npus_of(D.vmi_spec(other), npu_claim=lambda e: True)
-        for key in set(claim_keys(D.vmi_spec(other), theirs.dra)) & keys:
-            out.append(Neighbour(vm=oref, key=key, node=(other.get("status") or {}).get("nodeName") or None))
-    return sorted(out, key=lambda n: (n.vm, n.key))
-
-
-def _launcher(kube: Kube, vmi: dict, unread: list[str]) -> dict | None:
-    """The VMI's newest unfinished virt-launcher pod (kubevirt.io=virt-launcher, kubevirt.io/created-by=<uid>);
-    refused: None, and a note in `unread` says the pod is unknown (not that there is none)."""
-    meta = vmi.get("metadata") or {}
-    uid = meta.get("uid")
-    selector = f"{C.VIRT_LAUNCHER_LABEL}={C.VIRT_LAUNCHER_VALUE}" + (f",{C.LAUNCHER_CREATED_BY_LABEL}={uid}"
-                                                                     if uid else "")
-    pods = optional(lambda: kube.list(PODS, namespace=meta.get("namespace"), label_selector=selector),
-                    on_forbidden=NOTE, notes=unread, absent=[],
-                    what=f"list the pods in {meta.get('namespace')} (its virt-launcher pod is unknown)").value
-    if pods is None:
-        return None
-    pods = [p for p in pods if (p.get("status") or {}).get("phase") not in FINAL_PHASES and (
-        uid or any(o.get("name") == meta.get("name") for o in (p["metadata"].get("ownerReferences") or [])))]
-    pods.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
-    return pods[-1] if pods else None
-
-
-# -- the links: pure functions of the facts ----------------------------------------------------------------
-
-
-def diagnose(kube: Kube, name: str, namespace: str, *, cluster: VmCluster | None = None) -> VmDiagnosis:
-    """Read the facts once and walk the chain for one VM (reads only): the links up to the first broken one."""
-    return judge(read_facts(kube, name, namespace, cluster=cluster))
 
 
 def judge(f: Facts) -> VmDiagnosis:
@@ -855,13 +424,13 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         else:
             evidence.insert(0, f"{wanted} {resource} fit on {', '.join(n.node for n in fit.nodes if n.fits)}")
     if never:
-        resource, wanted, most, node = never[0]
+        resource, wanted, largest, node = never[0]
         evidence.insert(0, f"{wanted} {resource} never fit: no node the VM may run on has that many at all (the most "
-                        f"is {most}, on {node})")
-        command = _attach(ref, npus=str(most)) if len(f.have.resources) == 1 \
-            and most > 0 else None
+                        f"is {largest}, on {node})")
+        command = _attach(ref, npus=str(largest)) if len(f.have.resources) == 1 \
+            and largest > 0 else None
         return chain.add(LinkName.CAPACITY, False, evidence, Remedy(
-            text=f"ask for at most {most} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
+            text=f"ask for at most {largest} NPU(s) (freeing NPUs would not help), or switch a node with {wanted} "
                  f"{resource} to vm mode", command=command),
             failure=f"no node it may run on has {wanted} {resource}, free or not")
     return chain.add(LinkName.CAPACITY, ok, evidence, Remedy(
@@ -870,9 +439,9 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         command=LIST_VMS))
 
 
-def _attach(ref: VmRef, **options: object) -> Command:
+def _attach(ref: VmRef, **options: str | bool) -> Command:
     """`vm attach` of this VM with `options`."""
-    return Command.own("vm", "attach", ref.name, namespace=ref.namespace, **options)
+    return Command.own("vm", "attach", ref.name, again=False, namespace=ref.namespace, **options)
 
 
 def _creation_remedy(ref: VmRef, text: str) -> Remedy:

@@ -343,7 +343,7 @@ def derive_rename(name: str, *, entries: Sequence[Mapping], policy: Policy | Non
             continue
         dev = _device_of(e.get("pciVendorSelector"))
         new = R.sandbox_resource(dev) if dev is not None else None
-        if new:
+        if dev is not None and new:
             sources.append((new, Source.PERMITTED, f"KubeVirt permits {R.selector_of(dev)} as {name}"))
     if not sources and policy is not None:
         products = policy.vm_resources.products_of(name)
@@ -592,20 +592,20 @@ def plan_migration(kv: dict, vms: Sequence[dict], vmis: Sequence[dict], *, adver
                 warnings.append(msg + "; renaming anyway (forced), KubeVirt keeps permitting the old name too")
             else:
                 blockers.append(Blocker(msg + "; finish the operator upgrade first", override="force"))
-    names = {r.old: r.new for r in renames}
+    new_names = {r.old: r.new for r in renames}
     running = {_ref(v) for v in vmis}
     vm_changes = []
     for vm, used in vm_uses:
-        if not set(used) & set(names) and not _claim_renames(vm, *_ref(vm))[1]:
+        if not set(used) & set(new_names) and not _claim_renames(vm, *_ref(vm))[1]:
             continue
-        change = plan_vm(vm, names, running=_ref(vm) in running)
+        change = plan_vm(vm, new_names, running=_ref(vm) in running)
         vm_changes.append(change)
         blockers += change.blockers
     kv_change = plan_kubevirt(kv, renames)
     warnings += kv_change.warnings
     blockers += kv_change.blockers
     # Instances are reported for every old name they run with, renamed in this run or in an earlier one.
-    watched = set(names) | {u.name for u in unmapped}
+    watched = set(new_names) | {u.name for u in unmapped}
     instances = []
     for v in vmis:
         used = [n for n in vmi_names(v) if n in watched or _is_old(n, advertised, policy, permitted)]
