@@ -62,7 +62,7 @@ from rblnctl.kube import (
     Mirror,
     WatchSpec,
     validate_name,
-    watch_many,
+    watch_until,
     writes,
 )
 from rblnctl.kube.optional import ERROR, optional
@@ -631,48 +631,43 @@ class VmLifecycle:
         hold yet, watch on (bounded by timeout_s in all)."""
         clock = self.kube.clock
         deadline = clock.monotonic() + self.timeout_s
-        last: list[VmState | None] = [None]
-        while True:
-            self._watch(ref, done, what, dra=dra, timeout_s=max(deadline - clock.monotonic(), 0.001), last=last)
-            final = self.read(ref)
-            if final is None:
-                if what != "stop":
-                    raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
-                return judge(None, None, name=ref.name)
-            if final != last[0]:
-                last[0] = final
-                self.on_state(final)
-            if done(final):
-                return final
-            if clock.monotonic() >= deadline:
-                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
-
-    def _watch(self, ref: VmRef, done: Callable[[VmState], bool], what: str, *, dra: bool, timeout_s: float,
-               last: list[VmState | None]) -> VmState:
         by_name = f"metadata.name={ref.name}"
         specs = [WatchSpec(VMS, namespace=ref.namespace, field_selector=by_name),
                  WatchSpec(VMIS, namespace=ref.namespace, field_selector=by_name),
                  WatchSpec(PODS, namespace=ref.namespace, label_selector=LAUNCHER_SELECTOR)]
         if dra:
             specs.append(WatchSpec(RESOURCE_CLAIMS, namespace=ref.namespace, missing_ok=True))
-        mirrors = [Mirror() for _ in specs]
-        for ev in watch_many(self.kube, specs, timeout_s=timeout_s, stop=self.stop_event):
-            mirrors[ev.source].apply(ev)
-            if not all(m.synced for m in mirrors):
-                continue
+        last: VmState | None = None
+
+        def look(mirrors: Sequence[Mirror]) -> VmState:
             vms, vmis = mirrors[0].items(), mirrors[1].items()
             state = judge(vms[0] if vms else None, vmis[0] if vmis else None, mirrors[2].items(),
                           mirrors[3].items() if dra else [], name=ref.name)
             if not state.exists and what != "stop":
                 raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
-            if state != last[0]:
-                last[0] = state
-                self.on_state(state)
-            if done(state):
-                return state
-        now = last[0]
-        raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
-                          + (f" ({now.describe()})" if now is not None else ""))
+            return state
 
+        def heard(state: VmState) -> None:
+            nonlocal last
+            if state != last:  # (a state the final read showed is not heard twice)
+                last = state
+                self.on_state(state)
+
+        while True:
+            seen = watch_until(self.kube, specs, look, done, deadline=max(deadline, clock.monotonic() + 0.001),
+                               clock=clock, stop=self.stop_event, on_change=heard)
+            if not seen.done:
+                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
+                                  + (f" ({last.describe()})" if last is not None else ""))
+            final = self.read(ref)
+            if final is None:
+                if what != "stop":
+                    raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
+                return judge(None, None, name=ref.name)
+            heard(final)
+            if done(final):
+                return final
+            if clock.monotonic() >= deadline:
+                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
 
 _ING = {START: "starting", STOP: "stopping", RESTART: "restarting"}
