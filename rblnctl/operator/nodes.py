@@ -28,6 +28,14 @@ def is_npu_node(node: Mapping) -> bool:
     return any(labels.get(k) == "true" for k in C.NFD_NPU_LABELS) or labels.get(C.NPU_PRESENT_LABEL) == "true"
 
 
+def npu_node_selectors(selector: str | None = None) -> list[str]:
+    """The label selectors that together select the nodes carrying NPUs, each node once: one per marker label,
+    excluding the markers before it (label selectors cannot OR); each narrowed by `selector`."""
+    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
+    return [",".join([f"{marker}=true", *(f"{m}!=true" for m in markers[:i]), *([selector] if selector else [])])
+            for i, marker in enumerate(markers)]
+
+
 def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[dict]:
     """Return the raw Node objects that carry NPUs, optionally narrowed by a label selector.
 
@@ -36,13 +44,9 @@ def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[di
     wire twice however many markers it carries. A selector the API server cannot parse is InvalidInput.
     """
     found: dict[str, dict] = {}
-    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
     try:
-        for i, marker in enumerate(markers):
-            terms = [f"{marker}=true", *(f"{m}!=true" for m in markers[:i])]
-            if selector:
-                terms.append(selector)
-            for node in kube.iter_list(NODES, label_selector=",".join(terms)):
+        for terms in npu_node_selectors(selector):
+            for node in kube.iter_list(NODES, label_selector=terms):
                 found.setdefault(node["metadata"]["name"], node)
     except ClusterError as e:
         if selector and e.status == 400:  # the API server could not parse -l

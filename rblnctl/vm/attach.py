@@ -66,7 +66,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, landed, needs_manual_recovery
+from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, needs_manual_recovery
 
 log = logging.getLogger(__name__)
 
@@ -773,10 +773,8 @@ class AttachPlanner:
                 why = "its stop was refused" if restarter.asked == STOP else "rblnctl stopped before asking"
                 lines.append(f"VM {plan.vm} was not stopped ({why}) and {what}")
             else:
-                now = self._best_effort(lambda: restarter.read(plan.vm, full=False))
-                before = restarter.asked_of
-                if now is not None and before is not None and landed(STOP, before, now):
-                    run.ours = True  # it landed: ours, started again below
+                if restarter.settle_asked(plan.vm):  # the VM read back once: the stop landed
+                    run.ours = True  # ours, started again below
                 else:
                     lines.append(f"the stop request for VM {plan.vm} may have reached virt-api and had not taken "
                                  f"effect when rblnctl stopped ({what}); if it does, the VM ends stopped: start it "

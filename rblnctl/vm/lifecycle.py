@@ -442,9 +442,10 @@ class VmLifecycle:
         return state
 
     def settle_asked(self, ref: VmRef) -> bool | None:
-        """After an interruption while the last request (`asked`) was out: whether the VM read back shows it took
-        effect (True), shows nothing yet (False: it may still be in flight), or could not be read (None). One read,
-        no retries: an interrupted process must end promptly."""
+        """After a failure or an interruption while the last request (`asked`) was out: whether it went through or
+        the VM read back shows it took effect (True), shows nothing yet (False: it may still be in flight), or could
+        not be read or judged (None). The one judgement of `vm restart`'s interruption and of `vm attach --restart`'s
+        clean-up (was its stop ours?). One read, no retries: an interrupted process must end promptly."""
         if self.made is not None:
             return True
         if self.asked is None or self.asked_of is None or self.server_dry_run:
