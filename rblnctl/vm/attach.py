@@ -782,10 +782,14 @@ class AttachPlanner:
                                  "not start the VM itself)")
         if run.ours:
             problem: BaseException | None = None
+            interrupted = isinstance(err, KeyboardInterrupt)
             if not run.started:
                 if retry_start:
-                    try:  # interrupted: a VM still stopping is not waited for (the process ends promptly)
-                        restarter.start(plan.vm, wait_stopping=not isinstance(err, KeyboardInterrupt))
+                    # interrupted: the process ends promptly, so a VM still stopping is not waited for and the start
+                    # gets CLEANUP_TIMEOUT_S (an unresponsive virt-api is not retried for a minute)
+                    starter = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter
+                    try:
+                        starter.start(plan.vm, wait_stopping=not interrupted)
                         run.started = True
                     except (RblnError, KeyboardInterrupt) as e:
                         problem = e
@@ -798,8 +802,11 @@ class AttachPlanner:
                 if not run.confirmed:  # the stop is known to have landed: the mark says so, for the next run
                     self._best_effort(lambda: self._mark(plan, MARK_STOPPED))
                 self.left_stopped = True
+                why = one_line(problem)
+                if interrupted and retry_start and isinstance(problem, RblnError):
+                    why = f"not within the {C.CLEANUP_TIMEOUT_S:g}s an interrupted run gives it: {why}"
                 lines.append(f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) and could "
-                             f"not start it again ({one_line(problem)}); start it with `{how}`, or re-run "
+                             f"not start it again ({why}); start it with `{how}`, or re-run "
                              "this command: it starts a VM rblnctl stopped")
                 if isinstance(err, RblnError):
                     err.result = VmNpuResult(plan=plan, changed=run.changed, attempts=0,  # type: ignore[attr-defined]

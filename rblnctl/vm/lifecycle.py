@@ -44,6 +44,7 @@ another):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -409,10 +410,20 @@ class VmLifecycle:
     on_step: Callable[[str], None] = _noop
     on_state: Callable[[VmState], None] = _noop
     stop_event: Stop | None = None
+    deadline: float | None = None  # (`clock`'s monotonic seconds) a write is not sent again after it: bounded()
     asked: str | None = field(default=None, init=False)
     made: str | None = field(default=None, init=False)
     refused: bool = field(default=False, init=False)  # the last request asked was answered with a refusal
     asked_of: VmState | None = field(default=None, init=False)  # the VM as read just before the last request
+
+    def bounded(self, seconds: float) -> VmLifecycle:
+        """A copy for a clean-up that must end within about `seconds` (an interrupted command starting again the VM
+        it stopped): each request times out after `seconds`, a read is not retried, and a request whose answer was a
+        5xx or lost is not sent again once `seconds` have passed (writes.settle's deadline)."""
+        timeout = seconds if self.kube.request_timeout_s is None else min(seconds, self.kube.request_timeout_s)
+        return dataclasses.replace(self, kube=dataclasses.replace(self.kube, request_timeout_s=timeout,
+                                                                  read_retries=0),
+                                   deadline=self.clock.monotonic() + seconds)
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -594,7 +605,8 @@ class VmLifecycle:
         self.asked, self.asked_of, self.made, self.refused = action, before, None, False
         try:
             writes.settle(self.kube, next_write, read=read, what=f"VM {ref}", dry_run=self.server_dry_run,
-                          backoff_s=self.backoff_s, clock=self.clock, on_lost=lambda _n, why: lost.append(why))
+                          backoff_s=self.backoff_s, clock=self.clock, on_lost=lambda _n, why: lost.append(why),
+                          deadline=self.deadline)
         except Conflict as e:  # virt-api's 409s: "not running", "already running", "RunStategy Halted ..."
             now = None if self.server_dry_run else read()
             if lost and now is not None and landed(action, before, now):
