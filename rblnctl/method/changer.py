@@ -300,19 +300,6 @@ class MethodChanger:
                              exhausted=gave_up)
         return done.changed, done.sent, current[0]
 
-    def state(self, target: str) -> MethodState:
-        """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's
-        ResourceSlices, and (DRA) a GET of the DeviceClass."""
-        view = self._view()
-        policy = view.policy
-        assert policy is not None
-        slices = optional(lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"),
-                          what="list ResourceSlices", absent=[], on_forbidden=OnForbidden.ERROR).value  # unserved: none
-        has_class = target != C.METHOD_DRA or \
-            self.kube.get_optional(DEVICE_CLASSES, policy.dra_device_class_vm) is not None
-        return method_state(view, target, pods=self.kube.list(PODS, namespace=view.namespace), slices=slices,
-                            nodes=list_npu_node_objects(self.kube), device_class=has_class)
-
     def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
         """Watch the rollout (the policies, the operator's pods, the driver's ResourceSlices, the NPU nodes and, for
         DRA, the DeviceClass: a LIST and a stream each) until no vm-passthrough node misses anything."""

@@ -683,4 +683,5 @@ class VmLifecycle:
             if clock.monotonic() >= deadline:
                 raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
 
+
 _ING = {START: "starting", STOP: "stopping", RESTART: "restarting"}
