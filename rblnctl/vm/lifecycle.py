@@ -461,8 +461,8 @@ class VmLifecycle:
             return True
         if self.asked is None or self.asked_of is None or self.server_dry_run:
             return None
-        try:
-            now = self.read(ref, full=False)
+        try:  # bounded as a clean-up is: the VM and its VMI read once each, by CLEANUP_TIMEOUT_S
+            now = self.bounded(C.CLEANUP_TIMEOUT_S).read(ref, full=False)
             return landed(self.asked, self.asked_of, now)
         except (RblnError, KeyboardInterrupt):
             return None

@@ -46,3 +46,19 @@ def test_a_bounded_lifecycle_times_out_each_request_and_retries_no_read(kube):
     assert cleanup.kube.request_timeout_s == C.CLEANUP_TIMEOUT_S and cleanup.kube.read_retries == 0
     assert cleanup.deadline == life.clock.monotonic() + C.CLEANUP_TIMEOUT_S and life.deadline is None
     assert kube.request_timeout_s != C.CLEANUP_TIMEOUT_S or kube.read_retries != 0  # the command's own is unchanged
+
+
+def test_settle_asked_reads_the_vm_once_without_retries(apiserver, kube):
+    """The judgement after an interrupt (was the request in flight applied?) is one bounded read: a VM that cannot be
+    read is "unknown" at once, not after the client's read retries."""
+    from rblnctl.vm.lifecycle import STOP, VmLifecycle, VmState
+    from rblnctl.vm.model import VmRef
+    from tests.fakes.clock import FakeClock
+
+    running_vm(apiserver)
+    life = VmLifecycle(kube=kube, clock=FakeClock())
+    life.asked, life.asked_of = STOP, VmState(run_strategy="Always", vmi_phase="Running")
+    apiserver.inject_fault(method="GET", path=VM_PATH, status=503, reason="ServiceUnavailable", times=10)
+    apiserver.clear_requests()
+    assert life.settle_asked(VmRef(namespace=NS, name="v1")) is None
+    assert [r.method for r in apiserver.requests if "/virtualmachines/v1" in r.path] == ["GET"]
