@@ -538,6 +538,11 @@ VMI_INFO_CONDITIONS = ("Ready", "LiveMigratable", "StorageLiveMigratable")
 VM_MANUAL_RECOVERY = "ManualRecoveryRequired"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
+# An interrupted `vm attach --restart` (`vm detach`, set-method's conversions) starts again the VM it stopped, and
+# gives that clean-up this long: each of its requests times out by then, and its start is not sent again after it.
+# An unresponsive virt-api (503 from the aggregation layer) made the clean-up retry for 45-65 s (KubeVirt v1.9.0);
+# past the deadline the process ends and says how to start the VM.
+CLEANUP_TIMEOUT_S = 5.0
 
 # --- Output (rblnctl's own documents: docs/output.md) -------------------------------------------
 

@@ -166,14 +166,16 @@ COMMANDS: Mapping[str, tuple[Access, ...]] = {
     "version": (_a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a("apps", "deployments", "list"),
                 _a("apps", "daemonsets", "list")),
     # the policy (read, guarded patch), the VMIs holding NPUs and the VMs naming the old method, the
-    # prerequisites (KubeVirt, the operator's and a DRA driver's version, the DRA API), each round of the wait
-    # (nodes, operator pods, slices, class), then --convert-vms: vm attach's reads and writes, never a restart.
+    # prerequisites (KubeVirt, the operator's and a DRA driver's version, the DRA API), the wait's watches
+    # (policies, nodes, operator pods, slices, class), then --convert-vms: vm attach's reads and writes, never a
+    # restart.
     "policy set-method": (
         *_OPERATOR, *_NODES_READ, *_VMS_LIST, *_CLAIM_INDEX,
         _a("apiextensions.k8s.io", "customresourcedefinitions", "get"),  # the policy's admission rules
-        _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "get", "patch"),
-        _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a("apps", "daemonsets", "list"), _a("", "pods", "list"),
-        _a(C.DRA_GROUP, "deviceclasses", "get", "list"), _a(C.DRA_GROUP, "resourceslices", "list"),
+        _a(C.CLUSTER_POLICY_GROUP, C.CLUSTER_POLICY_PLURAL, "get", "patch", "watch"), _a("", "nodes", "watch"),
+        _a(C.KUBEVIRT_GROUP, C.KUBEVIRT_PLURAL, "list"), _a("apps", "daemonsets", "list"),
+        _a("", "pods", "list", "watch"), _a(C.DRA_GROUP, "deviceclasses", "get", "list", "watch"),
+        _a(C.DRA_GROUP, "resourceslices", "list", "watch"),
         _a(C.KUBEVIRT_GROUP, C.VM_PLURAL, "get", "patch"), _a(C.KUBEVIRT_GROUP, C.VMI_PLURAL, "get"),
         _a(C.DRA_GROUP, "resourceclaimtemplates", "get", "create", "delete"),
         *_AUDIT,

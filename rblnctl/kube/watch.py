@@ -1,7 +1,8 @@
 """Watches: a collection's changes as they happen, resumed, relisted and polled as client-go's reflector does.
 
-Waits (pods leaving a node, the operator converging, `status --watch`) are driven by these: a list,
-then one stream per collection, so a wait costs a few requests whatever the number of objects.
+Waits (pods leaving a node, the operator converging, a VM stopping or Ready, `status --watch`) are driven
+by these: a list, then one stream per collection, so a wait costs a few requests whatever the number of
+objects. A wait until something holds is watch_until(): the one such loop of the library.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import urllib3
 
@@ -43,6 +44,7 @@ WATCH_RETRY_CAP_S = 5.0
 WATCH_POLL_S = 1.0
 WATCH_JOIN_S = 0.5  # how long leaving watch_many waits for its threads to end (daemons: never longer)
 SYNC = "SYNC"  # a WatchEvent carrying every object of the collection (after a list)
+S = TypeVar("S")  # what a wait makes of the collections it watches (watch_until)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -374,3 +376,55 @@ def _stream_events(resp: Any, path: str) -> Iterator[dict]:
             yield event
     if buffer.strip():
         raise MalformedReply(f"GET {path} ended in the middle of a watch event")
+
+
+@dataclass(frozen=True)
+class Watched(Generic[S]):
+    """How watch_until() ended: `state` is the last one looked at (None: the collections were never all read),
+    `done` whether `done(state)` held, `stopped` whether the stop ended it; neither: the deadline passed."""
+
+    state: S | None
+    done: bool
+    stopped: bool = False
+
+
+def watch_until(kube: Kube, specs: Sequence[WatchSpec], look: Callable[[Sequence[Mirror]], S],
+                done: Callable[[S], bool], *, deadline: float, clock: Clock | None = None, stop: Stop | None = None,
+                on_change: Callable[[S], None] | None = None, on_retry: Callable[[RblnError], None] | None = None,
+                poll_s: float = WATCH_POLL_S) -> Watched[S]:
+    """The one wait of the library: watch `specs` (watch_many) until `done` holds of what they show, the
+    `deadline` (seconds on `clock`'s monotonic time, default the client's) passes, or `stop` is set.
+
+    Every event is applied to its collection's Mirror; once every collection has been read (its first
+    SYNC), `look(mirrors)` turns them into a state (it may raise: a deleted object, a change that makes the
+    wait pointless) and `on_change(state)` hears each state unlike the one before (progress), then
+    `done(state)` decides. Transient failures of the watches go to `on_retry` and are tried again until the
+    deadline (watch()); the state after one is heard again, changed or not. Never polls: a LIST per round
+    happens only where watching is refused (403/405).
+    """
+    clock = clock or kube.clock
+    mirrors = [Mirror() for _ in specs]
+    last: S | None = None
+    seen = False
+
+    def retrying(err: RblnError) -> None:
+        nonlocal seen
+        seen = False  # the retry was shown: the state after it is shown again, changed or not
+        if on_retry is not None:
+            on_retry(err)
+
+    remaining = deadline - clock.monotonic()
+    if remaining > 0 and not (stop is not None and stop.is_set()):
+        for ev in watch_many(kube, specs, timeout_s=remaining, clock=clock, stop=stop, poll_s=poll_s,
+                             on_retry=retrying):
+            mirrors[ev.source].apply(ev)
+            if not all(m.synced for m in mirrors):
+                continue
+            state = look(mirrors)
+            if not seen or state != last:
+                seen, last = True, state
+                if on_change is not None:
+                    on_change(state)
+            if done(state):
+                return Watched(state, True)
+    return Watched(last, False, stopped=stop is not None and stop.is_set())

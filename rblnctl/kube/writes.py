@@ -148,7 +148,8 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
            read_first: bool = False, retry: Callable[[ClusterError], bool] | None = None,
            attempts: int = WRITE_ATTEMPTS, backoff_s: float = 0.0, clock: Clock = SYSTEM_CLOCK,
            on_retry: Callable[[int, str], None] | None = None, on_lost: Callable[[int, str], None] | None = None,
-           dry_run: bool = False, exhausted: Callable[[ClusterError, int], RblnError] | None = None) -> Settled:
+           dry_run: bool = False, exhausted: Callable[[ClusterError, int], RblnError] | None = None,
+           deadline: float | None = None) -> Settled:
     """Make a change whose next write `next_write(state)` names (None: the state already shows it).
 
     `read()` returns the object's state (or None when absent; it may raise NotFound too); with
@@ -159,7 +160,8 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
     hears of each write whose outcome is unknown, before the read-back; `on_retry(writes sent, why)` of
     each write about to be sent again, and why. Raises OutcomeUnknown when a read-back fails after an
     unknown outcome, `exhausted(last error, writes sent)` (default: Conflict, or the last error) after
-    `attempts` writes, and every other error as it is.
+    `attempts` writes, and every other error as it is. With `deadline` (`clock`'s monotonic seconds: a clean-up
+    that must end) nothing is sent again once it has passed, and backoffs end at it: it gives up as after `attempts`.
     """
     state = read() if read_first else UNREAD
     if dry_run:
@@ -188,6 +190,8 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
         if w is None:
             return Settled(reply=None, state=state, sent=sent, changed=lost_any, retried=max(0, sent - 1))
         if sent >= attempts:
+            raise give_up() from last
+        if sent and deadline is not None and clock.monotonic() >= deadline:
             raise give_up() from last
         if sent and on_retry is not None:
             on_retry(sent, why)
@@ -218,7 +222,8 @@ def settle(kube: Kube, next_write: Callable[[Any], Write | None], *, read: Calla
             if sent >= attempts:
                 raise give_up() from last
         if backoff_s and not isinstance(last, OutcomeUnknown):  # a conflict, or a 5xx: give the server a moment
-            clock.sleep(backoff_s * 2 ** (sent - 1))
+            pause = backoff_s * 2 ** (sent - 1)
+            clock.sleep(pause if deadline is None else min(pause, deadline - clock.monotonic()))
         try:
             state = read()
         except NotFound:

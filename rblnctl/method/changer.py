@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, field
 
@@ -15,7 +15,6 @@ from rblnctl.batch import ItemOutcome, State
 from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.errors import (
     ClusterError,
-    ClusterUnreachable,
     Conflict,
     NotFound,
     Partial,
@@ -29,12 +28,15 @@ from rblnctl.kube import (
     DAEMONSETS,
     DEVICE_CLASSES,
     KUBEVIRTS,
+    NODES,
     PODS,
     RESOURCE_SLICES,
     VMIS,
     VMS,
     Kube,
-    is_transient,
+    Mirror,
+    WatchSpec,
+    watch_until,
     writes,
 )
 from rblnctl.kube.optional import OnForbidden, optional
@@ -55,8 +57,8 @@ from rblnctl.operator import convergence
 from rblnctl.operator.cluster import OperatorView, read_operator
 from rblnctl.operator.release import operator_deployments
 from rblnctl.operator.components import component_of_pod
-from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of
-from rblnctl.operator.policy import parse_policy
+from rblnctl.operator.nodes import labels_of, list_npu_node_objects, mode_of, npu_node_selectors
+from rblnctl.operator.policy import choose_active, parse_policy
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
 
@@ -298,56 +300,70 @@ class MethodChanger:
                              exhausted=gave_up)
         return done.changed, done.sent, current[0]
 
-    def state(self, target: str) -> MethodState:
-        """One look at the rollout: a LIST each of policies, NPU nodes, operator pods and the driver's
-        ResourceSlices, and (DRA) a GET of the DeviceClass."""
+    def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
+        """Watch the rollout (the policies, the operator's pods, the driver's ResourceSlices, the NPU nodes and, for
+        DRA, the DeviceClass: a LIST and a stream each) until no vm-passthrough node misses anything."""
         view = self._view()
         policy = view.policy
         assert policy is not None
-        pods: dict[str, list[tuple[str, dict]]] = {}
-        for p in self.kube.list(PODS, namespace=view.namespace):
-            comp = component_of_pod(p, base_names=view.base_names)
-            if comp is not None:
-                pods.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
-        slices: dict[str, list[dict]] = {}
-        for s in optional(lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}"),
-                          what="list ResourceSlices", absent=[], on_forbidden=OnForbidden.ERROR).value:
-            slices.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)  # not served: none
-        nodes: dict[str, list[str]] = {}
-        for n in list_npu_node_objects(self.kube):
-            if mode_of(labels_of(n), policy).effective != C.MODE_VM:
-                continue
-            name = n["metadata"]["name"]
-            nodes[name] = [str(p) for p in convergence.method_pending(n, target, policy, pods.get(name, []),
-                                                                       slices.get(name, []))]
-        cluster = []
-        if target == C.METHOD_DRA and self.kube.get_optional(DEVICE_CLASSES, policy.dra_device_class_vm) is None:
-            cluster.append(f"DeviceClass {policy.dra_device_class_vm} does not exist yet")
-        return MethodState(method=policy.vm_method, nodes=nodes, cluster=cluster)
+        specs = [WatchSpec(CLUSTER_POLICIES), WatchSpec(PODS, namespace=view.namespace),
+                 WatchSpec(RESOURCE_SLICES, field_selector=f"spec.driver={policy.dra_driver}", missing_ok=True),
+                 *(WatchSpec(NODES, label_selector=s) for s in npu_node_selectors())]
+        if plan.target == C.METHOD_DRA:
+            specs.append(WatchSpec(DEVICE_CLASSES, field_selector=f"metadata.name={policy.dra_device_class_vm}",
+                                   missing_ok=True))
+        nodes_at = slice(3, 3 + len(npu_node_selectors()))
 
-    def _wait(self, plan: MethodPlan, deadline: float) -> list[str]:
-        last: list[str] = []
-        missing = ["nothing read yet"]
-        while True:
-            try:
-                st = self.state(plan.target)
-                if st.method != plan.target and not self.options.server_dry_run:
-                    raise Refused(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl waited: "
-                                  f"it now selects {st.method or 'no VM allocator'}, not {plan.target}")
-                missing = st.missing
-                if not missing:
-                    return sorted(st.nodes)
-                shown = missing
-            except (ClusterError, ClusterUnreachable) as err:
-                if not is_transient(err) or isinstance(err, NotFound):
-                    raise
-                shown = [f"the API server did not answer ({err}); trying again"]
-            if shown != last:
-                self.events.on_waiting(shown)
-                last = shown
-            if self.clock.monotonic() >= deadline:
-                timeout = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} "
-                                      f"method within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} "
-                                      f"stays set to {plan.target}")
-                raise timeout.with_details([f"still missing: {m}" for m in missing])
-            self.clock.sleep(max(0.0, min(self.options.poll_s, deadline - self.clock.monotonic())))
+        def look(mirrors: Sequence[Mirror]) -> MethodState:
+            now = dataclasses.replace(view, choice=choose_active(mirrors[0].items()))
+            if now.policy is None:
+                raise Refused(f"RBLNClusterPolicy {plan.policy} was deleted while rblnctl waited for the operator to "
+                              f"roll the {plan.target} method")
+            st = method_state(now, plan.target, pods=mirrors[1].items(), slices=mirrors[2].items(),
+                              nodes=[n for m in mirrors[nodes_at] for n in m.items()],
+                              device_class=plan.target != C.METHOD_DRA or bool(mirrors[-1].objects))
+            if st.method != plan.target:
+                raise Refused(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl waited: "
+                              f"it now selects {st.method or 'no VM allocator'}, not {plan.target}")
+            return st
+
+        def progress(st: MethodState) -> None:
+            if st.missing:
+                self.events.on_waiting(st.missing)
+
+        seen = watch_until(self.kube, specs, look, lambda st: not st.missing, deadline=deadline, clock=self.clock,
+                           on_change=progress, poll_s=self.options.poll_s,
+                           on_retry=lambda err: self.events.on_waiting(
+                               [f"the API server did not answer ({err}); trying again"]))
+        if seen.done and seen.state is not None:
+            return sorted(seen.state.nodes)
+        err = WaitTimeout(f"the operator did not switch every vm-passthrough node to the {plan.target} method "
+                          f"within {self.options.timeout_s:g}s; RBLNClusterPolicy {plan.policy} stays "
+                          f"set to {plan.target}")
+        missing = seen.state.missing if seen.state is not None else ["nothing read yet"]
+        raise err.with_details([f"still missing: {m}" for m in missing])
+
+
+def method_state(view: OperatorView, target: str, *, pods: Sequence[dict], slices: Sequence[dict],
+                 nodes: Sequence[dict], device_class: bool) -> MethodState:
+    """What each vm-passthrough node still misses for `target` (pure): the operator's pods and the driver's
+    ResourceSlices by node, the NPU nodes, and whether the DRA DeviceClass exists."""
+    policy = view.policy
+    assert policy is not None
+    by_node: dict[str, list[tuple[str, dict]]] = {}
+    for p in pods:
+        comp = component_of_pod(p, base_names=view.base_names)
+        if comp is not None:
+            by_node.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append((comp, p))
+    slices_of: dict[str, list[dict]] = {}
+    for s in slices:
+        slices_of.setdefault(str((s.get("spec") or {}).get("nodeName") or ""), []).append(s)
+    missing: dict[str, list[str]] = {}
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        if mode_of(labels_of(n), policy).effective != C.MODE_VM:
+            continue
+        name = n["metadata"]["name"]
+        missing[name] = [str(p) for p in convergence.method_pending(n, target, policy, by_node.get(name, []),
+                                                                     slices_of.get(name, []))]
+    cluster = [] if device_class else [f"DeviceClass {policy.dra_device_class_vm} does not exist yet"]
+    return MethodState(method=policy.vm_method, nodes=missing, cluster=cluster)

@@ -91,7 +91,7 @@ class MethodOptions:
     server_dry_run: bool = False  # send the patch with dryRun=All; nothing is waited for
     wait: bool = True  # wait for the operator after the patch
     timeout_s: float = DEFAULT_TIMEOUT_S  # the whole wait
-    poll_s: float = DEFAULT_POLL_S  # the longest pause between two looks
+    poll_s: float = DEFAULT_POLL_S  # the pause between two LISTs where watching is refused (403/405)
     operator_namespace: str | None = None  # None: found from the policy / the operator Deployment
     max_attempts: int = DEFAULT_MAX_ATTEMPTS  # policy patches when others keep editing it
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S

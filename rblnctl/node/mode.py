@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rblnctl import audit
@@ -45,7 +45,7 @@ from rblnctl.kube import (
     WatchSpec,
     outcome_unknown,
     validate_name,
-    watch_many,
+    watch_until,
 )
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.cordon import write_node
@@ -185,6 +185,16 @@ class ModeResult:
     evicted: list[PodRef] = field(default_factory=list)
     server_dry_run: bool = False
     elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Converging:
+    """One look of set-mode's wait: the lines it shows (compared: a new line is progress), what is pending and
+    what the policy's status says is not ready."""
+
+    shown: tuple[str, ...]
+    pending: tuple[convergence.Pending, ...] = field(compare=False)
+    not_ready: tuple[str, ...] = field(compare=False)
 
 
 @dataclass(kw_only=True)
@@ -612,25 +622,15 @@ class ModeSwitcher:
         if C.COMP_DRA in view.policy.allocators(target):
             specs.append(WatchSpec(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},"
                                    f"spec.driver={view.policy.dra_driver}", missing_ok=True))
-        mirrors = [Mirror() for _ in specs]
-        last: list[str] = []
-        missing: list[str] = ["nothing read yet"]
-        pend: list[convergence.Pending] = []
         timeout_s = self.options.drain.timeout_s
         started = deadline - timeout_s
         logs: dict[tuple[str, str], tuple[str | None, str | None]] = {}  # (pod, init container) -> log, problem
 
         def retrying(err: Exception) -> None:
-            nonlocal last
-            last = [f"the API server did not answer ({err}); trying again"]
-            self.events.on_waiting(last)
+            self.events.on_waiting([f"the API server did not answer ({err}); trying again"])
 
-        for ev in watch_many(self.kube, specs, timeout_s=max(0.0, deadline - self.clock.monotonic()),
-                                       clock=self.clock, stop=self.stop, poll_s=self.options.drain.poll_s,
-                                       on_retry=retrying):
-            mirrors[ev.source].apply(ev)
-            if not all(m.synced for m in mirrors):
-                continue
+        def look(mirrors: Sequence[Mirror]) -> _Converging:
+            nonlocal view
             lock.ensure_held()
             node_obj = mirrors[0].objects.get(("", node))
             if node_obj is None:
@@ -649,20 +649,26 @@ class ModeSwitcher:
             slices = mirrors[3].items() if len(mirrors) > 3 else None
             # (no `now`: a held pod's line says since when, so it changes only when its state does)
             pend = convergence.pending(node_obj, target, policy, components_among(mirrors[1].items(), view), slices)
-            missing = [str(p) for p in pend]
-            if not missing:
-                return
-            not_ready = policy.not_ready(modes=(target,))
-            shown = missing + [f"operator: {t}" for t in not_ready]
-            if shown != last:
-                self.events.on_waiting(shown)
-                last = shown
-                self.events.on_wait(self._wait_state(node, target, pend, not_ready, logs,
+            not_ready = policy.not_ready(modes=(target,)) if pend else []
+            return _Converging(shown=tuple([str(p) for p in pend] + [f"operator: {t}" for t in not_ready]),
+                               pending=tuple(pend), not_ready=tuple(not_ready))
+
+        def progress(now: _Converging) -> None:
+            if now.pending:
+                self.events.on_waiting(list(now.shown))
+                self.events.on_wait(self._wait_state(node, target, list(now.pending), list(now.not_ready), logs,
                                                      elapsed_s=self.clock.monotonic() - started, timeout_s=timeout_s))
-        if self.stop is not None and self.stop.is_set():
+
+        seen = watch_until(self.kube, specs, look, lambda now: not now.pending, deadline=deadline, clock=self.clock,
+                           stop=self.stop, on_change=progress, on_retry=retrying, poll_s=self.options.drain.poll_s)
+        if seen.done:
+            return
+        if seen.stopped:
             raise Stopped(f"stopped while waiting for the operator to switch node {node}")
         err = WaitTimeout(f"the operator did not switch node {node} to {target} within "
                           f"{self.options.drain.timeout_s:g}s")
+        pend = list(seen.state.pending) if seen.state is not None else []
+        missing = [str(p) for p in pend] if seen.state is not None else ["nothing read yet"]
         if pend:  # a component pod held in an init container: its last log line says what it waits for
             missing = [str(p) for p in convergence.with_logs(pend, lambda h: init_log_line(self.kube, h),
                                                              self.clock.now())]

@@ -30,6 +30,14 @@ def is_npu_node(node: Mapping) -> bool:
     return any(labels.get(k) == "true" for k in C.NFD_NPU_LABELS) or labels.get(C.NPU_PRESENT_LABEL) == "true"
 
 
+def npu_node_selectors(selector: str | None = None) -> list[str]:
+    """The label selectors that together select the nodes carrying NPUs, each node once: one per marker label,
+    excluding the markers before it (label selectors cannot OR); each narrowed by `selector`."""
+    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
+    return [",".join([f"{marker}=true", *(f"{m}!=true" for m in markers[:i]), *([selector] if selector else [])])
+            for i, marker in enumerate(markers)]
+
+
 def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[dict]:
     """Return the raw Node objects that carry NPUs, optionally narrowed by a label selector.
 
@@ -39,17 +47,12 @@ def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[di
     cannot parse is InvalidInput.
     """
     found: dict[str, dict] = {}
-    markers = (*C.NFD_NPU_LABELS, C.NPU_PRESENT_LABEL)
-
-    def listing(i: int, marker: str) -> Callable[[], list[dict]]:
-        terms = [f"{marker}=true", *(f"{m}!=true" for m in markers[:i])]
-        if selector:
-            terms.append(selector)
+    def listing(terms: str) -> Callable[[], list[dict]]:
         # managedFields are never read: OBJECT leaves them out (rblnctl.kube.projections)
-        return lambda: list(kube.iter_list(NODES, label_selector=",".join(terms), projection=OBJECT))
+        return lambda: list(kube.iter_list(NODES, label_selector=terms, projection=OBJECT))
 
     try:
-        reads = [start(listing(i, marker)) for i, marker in enumerate(markers)]
+        reads = [start(listing(terms)) for terms in npu_node_selectors(selector)]
         for read in reads:  # in marker order: the first error is the one the reads one by one met first
             for node in read.result():
                 found.setdefault(node["metadata"]["name"], node)

@@ -66,7 +66,7 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, landed, needs_manual_recovery
+from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, needs_manual_recovery
 
 log = logging.getLogger(__name__)
 
@@ -784,10 +784,8 @@ class AttachPlanner:
                 why = "its stop was refused" if restarter.asked == STOP else "rblnctl stopped before asking"
                 lines.append(f"VM {plan.vm} was not stopped ({why}) and {what}")
             else:
-                now = self._best_effort(lambda: restarter.read(plan.vm, full=False))
-                before = restarter.asked_of
-                if now is not None and before is not None and landed(STOP, before, now):
-                    run.ours = True  # it landed: ours, started again below
+                if restarter.settle_asked(plan.vm):  # the VM read back once: the stop landed
+                    run.ours = True  # ours, started again below
                 else:
                     lines.append(f"the stop request for VM {plan.vm} may have reached virt-api and had not taken "
                                  f"effect when rblnctl stopped ({what}); if it does, the VM ends stopped: start it "
@@ -795,10 +793,14 @@ class AttachPlanner:
                                  "not start the VM itself)")
         if run.ours:
             problem: BaseException | None = None
+            interrupted = isinstance(err, KeyboardInterrupt)
             if not run.started:
                 if retry_start:
-                    try:  # interrupted: a VM still stopping is not waited for (the process ends promptly)
-                        restarter.start(plan.vm, wait_stopping=not isinstance(err, KeyboardInterrupt))
+                    # interrupted: the process ends promptly, so a VM still stopping is not waited for and the start
+                    # gets CLEANUP_TIMEOUT_S (an unresponsive virt-api is not retried for a minute)
+                    starter = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter
+                    try:
+                        starter.start(plan.vm, wait_stopping=not interrupted)
                         run.started = True
                     except (RblnError, KeyboardInterrupt) as e:
                         problem = e
@@ -811,8 +813,11 @@ class AttachPlanner:
                 if not run.confirmed:  # the stop is known to have landed: the mark says so, for the next run
                     self._best_effort(lambda: self._mark(plan, MARK_STOPPED))
                 self.left_stopped = True
+                why = one_line(problem)
+                if interrupted and retry_start and isinstance(problem, RblnError):
+                    why = f"not within the {C.CLEANUP_TIMEOUT_S:g}s an interrupted run gives it: {why}"
                 lines.append(f"VM {plan.vm} is left stopped: rblnctl stopped it to change its NPUs ({what}) and could "
-                             f"not start it again ({one_line(problem)}); start it with `{how}`, or re-run "
+                             f"not start it again ({why}); start it with `{how}`, or re-run "
                              "this command: it starts a VM rblnctl stopped")
                 if isinstance(err, RblnError):
                     err.result = VmNpuResult(plan=plan, changed=run.changed, attempts=0,  # type: ignore[attr-defined]

@@ -44,6 +44,7 @@ another):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ from rblnctl.kube import (
     Mirror,
     WatchSpec,
     validate_name,
-    watch_many,
+    watch_until,
     writes,
 )
 from rblnctl.kube.optional import ERROR, optional
@@ -409,10 +410,20 @@ class VmLifecycle:
     on_step: Callable[[str], None] = _noop
     on_state: Callable[[VmState], None] = _noop
     stop_event: Stop | None = None
+    deadline: float | None = None  # (`clock`'s monotonic seconds) a write is not sent again after it: bounded()
     asked: str | None = field(default=None, init=False)
     made: str | None = field(default=None, init=False)
     refused: bool = field(default=False, init=False)  # the last request asked was answered with a refusal
     asked_of: VmState | None = field(default=None, init=False)  # the VM as read just before the last request
+
+    def bounded(self, seconds: float) -> VmLifecycle:
+        """A copy for a clean-up that must end within about `seconds` (an interrupted command starting again the VM
+        it stopped): each request times out after `seconds`, a read is not retried, and a request whose answer was a
+        5xx or lost is not sent again once `seconds` have passed (writes.settle's deadline)."""
+        timeout = seconds if self.kube.request_timeout_s is None else min(seconds, self.kube.request_timeout_s)
+        return dataclasses.replace(self, kube=dataclasses.replace(self.kube, request_timeout_s=timeout,
+                                                                  read_retries=0),
+                                   deadline=self.clock.monotonic() + seconds)
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -442,15 +453,16 @@ class VmLifecycle:
         return state
 
     def settle_asked(self, ref: VmRef) -> bool | None:
-        """After an interruption while the last request (`asked`) was out: whether the VM read back shows it took
-        effect (True), shows nothing yet (False: it may still be in flight), or could not be read (None). One read,
-        no retries: an interrupted process must end promptly."""
+        """After a failure or an interruption while the last request (`asked`) was out: whether it went through or
+        the VM read back shows it took effect (True), shows nothing yet (False: it may still be in flight), or could
+        not be read or judged (None). The one judgement of `vm restart`'s interruption and of `vm attach --restart`'s
+        clean-up (was its stop ours?). One read, no retries: an interrupted process must end promptly."""
         if self.made is not None:
             return True
         if self.asked is None or self.asked_of is None or self.server_dry_run:
             return None
-        try:
-            now = self.read(ref, full=False)
+        try:  # bounded as a clean-up is: the VM and its VMI read once each, by CLEANUP_TIMEOUT_S
+            now = self.bounded(C.CLEANUP_TIMEOUT_S).read(ref, full=False)
             return landed(self.asked, self.asked_of, now)
         except (RblnError, KeyboardInterrupt):
             return None
@@ -593,7 +605,8 @@ class VmLifecycle:
         self.asked, self.asked_of, self.made, self.refused = action, before, None, False
         try:
             writes.settle(self.kube, next_write, read=read, what=f"VM {ref}", dry_run=self.server_dry_run,
-                          backoff_s=self.backoff_s, clock=self.clock, on_lost=lambda _n, why: lost.append(why))
+                          backoff_s=self.backoff_s, clock=self.clock, on_lost=lambda _n, why: lost.append(why),
+                          deadline=self.deadline)
         except Conflict as e:  # virt-api's 409s: "not running", "already running", "RunStategy Halted ..."
             now = None if self.server_dry_run else read()
             if lost and now is not None and landed(action, before, now):
@@ -631,48 +644,44 @@ class VmLifecycle:
         hold yet, watch on (bounded by timeout_s in all)."""
         clock = self.kube.clock
         deadline = clock.monotonic() + self.timeout_s
-        last: list[VmState | None] = [None]
-        while True:
-            self._watch(ref, done, what, dra=dra, timeout_s=max(deadline - clock.monotonic(), 0.001), last=last)
-            final = self.read(ref)
-            if final is None:
-                if what != "stop":
-                    raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
-                return judge(None, None, name=ref.name)
-            if final != last[0]:
-                last[0] = final
-                self.on_state(final)
-            if done(final):
-                return final
-            if clock.monotonic() >= deadline:
-                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
-
-    def _watch(self, ref: VmRef, done: Callable[[VmState], bool], what: str, *, dra: bool, timeout_s: float,
-               last: list[VmState | None]) -> VmState:
         by_name = f"metadata.name={ref.name}"
         specs = [WatchSpec(VMS, namespace=ref.namespace, field_selector=by_name),
                  WatchSpec(VMIS, namespace=ref.namespace, field_selector=by_name),
                  WatchSpec(PODS, namespace=ref.namespace, label_selector=LAUNCHER_SELECTOR)]
         if dra:
             specs.append(WatchSpec(RESOURCE_CLAIMS, namespace=ref.namespace, missing_ok=True))
-        mirrors = [Mirror() for _ in specs]
-        for ev in watch_many(self.kube, specs, timeout_s=timeout_s, stop=self.stop_event):
-            mirrors[ev.source].apply(ev)
-            if not all(m.synced for m in mirrors):
-                continue
+        last: VmState | None = None
+
+        def look(mirrors: Sequence[Mirror]) -> VmState:
             vms, vmis = mirrors[0].items(), mirrors[1].items()
             state = judge(vms[0] if vms else None, vmis[0] if vmis else None, mirrors[2].items(),
                           mirrors[3].items() if dra else [], name=ref.name)
             if not state.exists and what != "stop":
                 raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
-            if state != last[0]:
-                last[0] = state
+            return state
+
+        def heard(state: VmState) -> None:
+            nonlocal last
+            if state != last:  # (a state the final read showed is not heard twice)
+                last = state
                 self.on_state(state)
-            if done(state):
-                return state
-        now = last[0]
-        raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
-                          + (f" ({now.describe()})" if now is not None else ""))
+
+        while True:
+            seen = watch_until(self.kube, specs, look, done, deadline=max(deadline, clock.monotonic() + 0.001),
+                               clock=clock, stop=self.stop_event, on_change=heard)
+            if not seen.done:
+                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
+                                  + (f" ({last.describe()})" if last is not None else ""))
+            final = self.read(ref)
+            if final is None:
+                if what != "stop":
+                    raise NotFound(f"VirtualMachine {ref} was deleted while rblnctl waited for it")
+                return judge(None, None, name=ref.name)
+            heard(final)
+            if done(final):
+                return final
+            if clock.monotonic() >= deadline:
+                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
 
 
 _ING = {START: "starting", STOP: "stopping", RESTART: "restarting"}

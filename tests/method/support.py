@@ -1,5 +1,6 @@
-"""The method-change tests' cluster: a policy on one method, the simulated operator that rolls it, and the clock
-that lets it reconcile once per poll; plus the in-between states a method change must handle (issue 23)."""
+"""The method-change tests' cluster: a policy on one method and the simulated operator that rolls it (automatic:
+it reconciles on every change, as the real one; the changer's wait watches it); plus the in-between states a method
+change must handle (issue 23)."""
 
 from __future__ import annotations
 
@@ -15,24 +16,14 @@ from rblnctl.constants import CLUSTER_POLICY_DEFAULT_NAME as POLICY, OPERATOR_NA
 SANDBOX_RES = "rebellions.ai/RBLN-CA22_PF"
 
 
-class OperatorClock(FakeClock):
-    """Each poll's sleep lets the simulated operator reconcile once: waits run in no wall time, deterministically."""
-
-    def __init__(self, op: SimulatedOperator | None) -> None:
-        super().__init__()
-        self.op = op
-
-    def sleep(self, seconds, stop=None):
-        if self.op is not None:
-            self.op.step()
-        return super().sleep(seconds, stop)
+OPERATORS: list[SimulatedOperator] = []  # stopped after each test (tests/method/conftest.py)
 
 
 def cluster(apiserver, *, release=NEWER, method="sandbox", product="RBLN-CA22", kubevirt="v1.9.0",
             gates=("HostDevices", "HostDevicesWithDRA"), container_nodes=0, vm_nodes=2, **operator):
     """A cluster whose policy selects `method`, `vm_nodes` vm-passthrough NPU nodes (vm0..) and `container_nodes`
-    container ones (c0..), KubeVirt permitting the VM resource; the simulated operator (not automatic: each
-    OperatorClock sleep reconciles once; `operator` keywords go to it, e.g. kubelet_lag_steps) has converged it."""
+    container ones (c0..), KubeVirt permitting the VM resource; the simulated operator (automatic, its plugins
+    Ready after ready_delay_s; `operator` keywords go to it, e.g. kubelet_lag_steps) has converged it."""
     policy = release.policy(vfio_manager=True, sandbox=method == "sandbox", dra=method == "dra",
                             device_plugin=method == "sandbox" or container_nodes > 0)
     apiserver.add(policy, release.operator_deployment())
@@ -43,16 +34,21 @@ def cluster(apiserver, *, release=NEWER, method="sandbox", product="RBLN-CA22", 
     permitted = [(f"1EFF:{DEVICE_IDS[product][0]}", release.vm_resource(policy, product))] \
         if release.vm_resource(policy, product) else []
     apiserver.add(o.kubevirt(feature_gates=list(gates), version=kubevirt, permitted_pci=permitted))
-    op = SimulatedOperator(apiserver, release=release, auto=False, **operator).start()
+    operator.setdefault("ready_delay_s", 0.05)  # a plugin takes a moment to be Ready: the wait has something to watch
+    op = SimulatedOperator(apiserver, release=release, **operator).start()
+    OPERATORS.append(op)
     for _ in range(3):
         op.step()
+    assert op.wait_idle()
     return op
 
 
-def changer(kube, op=None, **kw) -> MethodChanger:
+def changer(kube, op=None, *, clock=None, **kw) -> MethodChanger:
+    """A MethodChanger whose backoffs take no time (a FakeClock, unless `clock`: a wait that should time out needs
+    real time to pass, as the watch it waits on is real); `kw` are MethodOptions fields."""
     kw.setdefault("timeout_s", 60)
     kw.setdefault("poll_s", 1)
-    return MethodChanger(kube=kube, options=MethodOptions(**kw), clock=OperatorClock(op))
+    return MethodChanger(kube=kube, options=MethodOptions(**kw), clock=clock or FakeClock())
 
 
 def switches(apiserver):
