@@ -108,6 +108,9 @@ class Kube:
     # (rblnctl.kube.connection.default_namespace).
     namespace: str = "default"
     request_timeout_s: float | None = 30.0  # None: wait as long as it takes (kubectl's --request-timeout=0)
+    # When set (time.monotonic() seconds), every request gets at most what is left until then: a clean-up bounded as
+    # a whole (rblnctl.vm.lifecycle.VmLifecycle.bounded), not request by request.
+    deadline: float | None = None
     proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
     impersonate_user: str | None = None  # sent as Impersonate-User (kubectl --as)
     impersonate_groups: tuple[str, ...] = ()  # one Impersonate-Group header each (kubectl --as-group)
@@ -175,7 +178,7 @@ class Kube:
         if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
             wire_log.debug("request body: %s", _loggable(body))
         started = time.monotonic()
-        resp, data = self._send(method, path, url, headers, body, self.request_timeout_s)
+        resp, data = self._send(method, path, url, headers, body, self._timeout_now())
         log_request(method, url, resp, started)
         if wire_log.isEnabledFor(logging.DEBUG):
             wire_log.debug("response body: %s", _loggable(data))
@@ -208,6 +211,14 @@ class Kube:
             headers = _impersonation(headers, self.impersonate_user, self.impersonate_groups)
         return self.transport.host + resource_path, headers, plugin_errors, resource_path
 
+    def _timeout_now(self) -> float | None:
+        """This request's limit: request_timeout_s, or less when the deadline is nearer (never under 0.1 s, so a
+        request past it still fails as a timeout, named as one)."""
+        if self.deadline is None:
+            return self.request_timeout_s
+        left = max(0.1, self.deadline - time.monotonic())
+        return left if self.request_timeout_s is None else min(self.request_timeout_s, left)
+
     def _send(self, method: str, path: str, url: str, headers: Any, body: Any, timeout: Any, *,
               stream: bool = False) -> tuple[Any, bytes | None]:
         """Send one request; (response, body), or with `stream` (response, None) and the body left unread.
@@ -232,7 +243,8 @@ class Kube:
             resp.release_conn()
         except urllib3.exceptions.HTTPError as e:
             if _is_timeout(e):
-                msg = f"{where} did not answer {method} {path} within {self.request_timeout_s or 0:g}s"
+                limit_s = timeout[1] if isinstance(timeout, tuple) else timeout
+                msg = f"{where} did not answer {method} {path} within {limit_s or 0:g}s"
                 raise (WriteTimeout(msg + "; it may have been applied") if write else ClusterTimeout(msg)) from e
             if write and _reached_server(e):
                 raise OutcomeUnknown(f"the connection to {where} broke during {method} {path}: "

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -418,11 +419,12 @@ class VmLifecycle:
 
     def bounded(self, seconds: float) -> VmLifecycle:
         """A copy for a clean-up that must end within about `seconds` (an interrupted command starting again the VM
-        it stopped): each request times out after `seconds`, a read is not retried, and a request whose answer was a
-        5xx or lost is not sent again once `seconds` have passed (writes.settle's deadline)."""
+        it stopped): every request gets what is left of `seconds` (the client's deadline, real time: sockets wait in
+        it), a read is not retried, and a request whose answer was a 5xx or lost is not sent again once `seconds`
+        have passed (writes.settle's deadline)."""
         timeout = seconds if self.kube.request_timeout_s is None else min(seconds, self.kube.request_timeout_s)
         return dataclasses.replace(self, kube=dataclasses.replace(self.kube, request_timeout_s=timeout,
-                                                                  read_retries=0),
+                                                                  read_retries=0, deadline=time.monotonic() + seconds),
                                    deadline=self.clock.monotonic() + seconds)
 
     # -- reading ----------------------------------------------------------------------------------------------

@@ -48,6 +48,27 @@ def test_a_bounded_lifecycle_times_out_each_request_and_retries_no_read(kube):
     assert kube.request_timeout_s != C.CLEANUP_TIMEOUT_S or kube.read_retries != 0  # the command's own is unchanged
 
 
+def test_a_bounded_clean_up_shares_its_seconds_between_its_requests(apiserver, kube):
+    """A hung virt-api used to cost the clean-up CLEANUP_TIMEOUT_S per request (each got the whole bound); now every
+    request gets what is left of it, so a request sent past the bound is given the floor, not the bound again."""
+    import dataclasses
+    import time
+
+    from rblnctl.errors import ClusterTimeout
+    from rblnctl.kube import VMS
+    from rblnctl.vm.lifecycle import VmLifecycle
+    from tests.fakes.clock import FakeClock
+
+    running_vm(apiserver)
+    cleanup = VmLifecycle(kube=kube, clock=FakeClock()).bounded(C.CLEANUP_TIMEOUT_S)
+    assert cleanup.kube._timeout_now() <= C.CLEANUP_TIMEOUT_S
+    spent = dataclasses.replace(cleanup.kube, deadline=time.monotonic() - 1)  # the bound has passed
+    assert spent._timeout_now() == 0.1
+    apiserver.inject_fault(method="GET", path=VM_PATH, status=None, delay_s=1.0)  # a hung answer
+    with pytest.raises(ClusterTimeout, match=r"within 0\.1s"):
+        spent.get(VMS, "v1", namespace=NS)
+
+
 def test_settle_asked_reads_the_vm_once_without_retries(apiserver, kube):
     """The judgement after an interrupt (was the request in flight applied?) is one bounded read: a VM that cannot be
     read is "unknown" at once, not after the client's read retries."""
