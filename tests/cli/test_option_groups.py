@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from rblnctl.cli.app import app
 from rblnctl.cli.node import DrainFlags, ModeFlags
 from rblnctl.cli.options import DryRunOpt, Mutating, OutputOpt, ServerDryRunOpt, YesOpt, grouped
-from rblnctl.cli.vm import Waiting
+from rblnctl.cli.vm.lifecycle import Waiting
 
 CLI = Path(__file__).resolve().parents[2] / "rblnctl" / "cli"
 
