@@ -3,19 +3,16 @@ NPUs, say why one has none and where more would fit, and run them.
 
 One module per verb, as virtctl (kubevirt/kubevirt pkg/virtctl/vm at v1.9.0: start.go, stop.go,
 restart.go, ..., common.go): change (attach, detach: the shared change flow), manifest, listing (list), diagnose,
-fit, lifecycle (start, stop, restart); common holds what several share. This package holds the typer app they
-register on; importing it registers every verb, in the order `rblnctl vm --help` lists them.
+fit, lifecycle (start, stop, restart); common holds what several share, the group's Typer app among them.
 """
 
 from __future__ import annotations
 
-import typer
+# `rblnctl.cli.vm:app` (cli/app.py mounts it lazily). It lives in common.py, which every verb imports: a verb importing
+# it from this package, which imports the verbs, would be an import circle (tests/test_layers.py).
+from rblnctl.cli.vm.common import app
 
-app = typer.Typer(
-    help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
-         "and start, stop or restart them.",
-    no_args_is_help=True,
-)
+# Each verb registers its commands on `app` when imported; this order is the order `rblnctl vm --help` lists them.
+from rblnctl.cli.vm import change, manifest, listing, diagnose, fit, lifecycle  # noqa: F401  # isort: skip
 
-# Each module registers its commands on `app` when imported (after `app` exists: they import it from here).
-from rblnctl.cli.vm import change, manifest, listing, diagnose, fit, lifecycle  # noqa: E402,F401
+__all__ = ["app"]

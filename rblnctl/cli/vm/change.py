@@ -9,8 +9,7 @@ import typer
 from rblnctl.cli.console import Progress
 from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.cli.rerun import spell
-from rblnctl.cli.vm import app
-from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, VmArg, _namespace, _source
+from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, VmArg, _namespace, _source, app
 
 RestartOpt = Annotated[
     bool, typer.Option("--restart", help="Change a running VM too: stop it, change it, start it, wait until Ready "

@@ -1,5 +1,5 @@
-"""What several `rblnctl vm` verbs share: the VM argument, the method/resource/product options, the namespace a
-command works in, a device's source."""
+"""What several `rblnctl vm` verbs share: the group's Typer app they register on, the VM argument, the
+method/resource/product options, the namespace a command works in, a device's source."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from typing import Annotated
 import typer
 
 from rblnctl.cli import completion
+
+app = typer.Typer(
+    help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
+         "and start, stop or restart them.",
+    no_args_is_help=True,
+)
 
 
 class Method(str, enum.Enum):

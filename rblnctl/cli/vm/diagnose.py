@@ -8,8 +8,7 @@ import typer
 
 from rblnctl.cli.options import OutputOpt, examples
 from rblnctl.cli.output import Cell, Column
-from rblnctl.cli.vm import app
-from rblnctl.cli.vm.common import VmArg, _namespace
+from rblnctl.cli.vm.common import VmArg, _namespace, app
 
 DIAGNOSE_EXAMPLES = examples(
     "rblnctl vm diagnose my-vm -n vms",

@@ -9,8 +9,7 @@ import typer
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import OutputOpt, examples
 from rblnctl.cli.output import Cell, Column
-from rblnctl.cli.vm import app
-from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt
+from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, app
 
 FIT_EXAMPLES = examples(
     "rblnctl vm fit --npus 2                          # how many 2-NPU VMs fit now, and where",

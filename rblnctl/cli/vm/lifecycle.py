@@ -10,8 +10,7 @@ from rblnctl.cli.console import Progress
 from rblnctl.cli.options import Mutating, OptionGroup, OutputOpt, examples, grouped, timeout_s
 from rblnctl.cli.output import Column
 from rblnctl.cli.rerun import spell
-from rblnctl.cli.vm import app
-from rblnctl.cli.vm.common import VmArg, _namespace
+from rblnctl.cli.vm.common import VmArg, _namespace, app
 
 START_EXAMPLES = examples(
     "rblnctl vm start my-vm -n vms                   # ask virt-api; a running VM: nothing to do",

@@ -10,8 +10,7 @@ from rblnctl import constants as C
 from rblnctl.cli.options import OutputOpt, WatchOpt, examples, sort_by_option
 from rblnctl.cli.output import Column, joined
 from rblnctl.cli.rerun import spell
-from rblnctl.cli.vm import app
-from rblnctl.cli.vm.common import _namespace, _source
+from rblnctl.cli.vm.common import _namespace, _source, app
 from rblnctl.documents import restart_marker
 
 LIST_EXAMPLES = examples(

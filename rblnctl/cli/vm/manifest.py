@@ -9,8 +9,7 @@ import typer
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import examples, output_option
 from rblnctl.cli.output import Format
-from rblnctl.cli.vm import app
-from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, _namespace
+from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, _namespace, app
 
 MANIFEST_EXAMPLES = examples(
     "rblnctl vm manifest my-vm -n vms --npus 2 --ssh-key ~/.ssh/id_ed25519.pub --user me | kubectl apply -f -",
