@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from rblnctl.cli.app import app
 from rblnctl.cli.node import DrainFlags, ModeFlags
 from rblnctl.cli.options import DryRunOpt, Mutating, OutputOpt, ServerDryRunOpt, YesOpt, grouped
-from rblnctl.cli.vm import Waiting
+from rblnctl.cli.vm.lifecycle import Waiting
 
 CLI = Path(__file__).resolve().parents[2] / "rblnctl" / "cli"
 
@@ -96,13 +96,15 @@ def test_an_order_that_misses_a_field_is_refused():
 
 
 def _own_parameters() -> dict[str, set[str]]:
-    """Each command function in rblnctl/cli: the names of the parameters it declares itself."""
+    """Each command function in rblnctl/cli (a group's package too: cli/vm/lifecycle.py is vm's): the names of the
+    parameters it declares itself, by `group.function`."""
     out: dict[str, set[str]] = {}
-    for path in CLI.glob("*.py"):
+    for path in CLI.rglob("*.py"):
+        group = path.relative_to(CLI).parts[0].removesuffix(".py")
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and any(
                     isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "command" for d in node.decorator_list):
-                out[f"{path.stem}.{node.name}"] = {a.arg for a in node.args.args + node.args.kwonlyargs}
+                out[f"{group}.{node.name}"] = {a.arg for a in node.args.args + node.args.kwonlyargs}
     return out
 
 

@@ -332,7 +332,7 @@ MUTATIONS: tuple[Mutation, ...] = (
                "recovery_finishes_the_job[vm-detach-restart-06-PATCH-virtualmachines-v1-4-conflict]"),
         notes="found by the crash-point explorer"),
     Mutation(
-        id="28.6", file="rblnctl/cli/vm.py",
+        id="28.6", file="rblnctl/cli/vm/lifecycle.py",
         old='            elif seen is False and life.asked == "restart":',
         new='            elif False:',
         what="vm restart interrupted before virt-api had the request: 'vm start --wait follows it', which asks nothing "
