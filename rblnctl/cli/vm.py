@@ -642,11 +642,12 @@ _FIT_COLUMNS = (Column("NODE", value="name"), Column("MODE"), Column("NPUS", val
                 Column("REASON", value=lambda n: n["reason"] or ""))
 
 
-def _fit_view(f: Any) -> Any:
+def _fit_view(ctx: typer.Context, f: Any) -> Any:
     from rblnctl.cli.output import View, rows
+    from rblnctl.cli.rerun import Voice
     from rblnctl.documents import VM_FIT
 
-    doc = VM_FIT(f)
+    doc = VM_FIT(f, Voice(ctx))  # a warning that is a Remedy names its command
     t = rows(doc["nodes"], *_FIT_COLUMNS)
     tail = []
     if doc["never"]:
@@ -691,7 +692,7 @@ def fit(
                          product=product)  # bad input fails before connecting
     with waiting("reading the NPU nodes..."):
         f = answer(ctx.obj.kube(from_cache=True), options)
-    emit(_fit_view(f), output)
+    emit(_fit_view(ctx, f), output)
     if not f.ok:
         raise VmFitFailed(f.summary())
 
