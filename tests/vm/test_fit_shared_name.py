@@ -67,3 +67,18 @@ def test_own_names_give_no_warning(apiserver, kube):
                   o.npu_node("c1", release=V0_3_0, npus=4))
     answer = fit(kube, FitOptions(npus=1))
     assert answer.shared_with == () and not any(isinstance(w, Remedy) for w in answer.warnings)
+
+
+def test_vm_diagnose_counts_only_vm_nodes_and_warns(shared, kube):
+    from rblnctl.vm.diagnose import LinkName, diagnose
+
+    shared.add(o.vm(NS, "s", running=False, host_devices=[ATOM]))
+    d = diagnose(kube, "s", NS)
+    capacity = next(link for link in d.links if link.name == LinkName.CAPACITY)
+    assert capacity.ok and capacity.evidence[0] == f"1 {ATOM} fit on v1"
+    assert f"not counted: container-mode c1, c2 also advertise {ATOM}" in capacity.evidence
+    remedies = [w for w in d.warnings if isinstance(w, Remedy)]
+    assert any("container-mode node(s) offering it (c1, c2)" in w.text and w.command is not None
+               and w.command.line == "kubectl edit rblnclusterpolicy rbln-cluster-policy" for w in remedies)
+    r = cli("vm", "diagnose", "s", "-n", NS, server=shared.url)
+    assert "`kubectl edit rblnclusterpolicy rbln-cluster-policy`" in r.output, r.output
