@@ -82,3 +82,11 @@ def test_vm_diagnose_counts_only_vm_nodes_and_warns(shared, kube):
                and w.command.line == "kubectl edit rblnclusterpolicy rbln-cluster-policy" for w in remedies)
     r = cli("vm", "diagnose", "s", "-n", NS, server=shared.url)
     assert "`kubectl edit rblnclusterpolicy rbln-cluster-policy`" in r.output, r.output
+
+
+def test_vm_attach_warns_that_the_scheduler_may_use_the_container_nodes(shared, kube):
+    shared.add(o.vm(NS, "s", running=False))
+    r = cli("vm", "attach", "s", "-n", NS, "--npus", "1", "--resource", ATOM, "--dry-run", server=shared.url)
+    assert r.exit_code == 0, r.output
+    assert "container-mode node(s) offering it (c1, c2)" in r.output
+    assert "`kubectl edit rblnclusterpolicy rbln-cluster-policy`" in r.output
