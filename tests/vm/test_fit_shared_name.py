@@ -90,3 +90,11 @@ def test_vm_attach_warns_that_the_scheduler_may_use_the_container_nodes(shared, 
     assert r.exit_code == 0, r.output
     assert "container-mode node(s) offering it (c1, c2)" in r.output
     assert "`kubectl edit rblnclusterpolicy rbln-cluster-policy`" in r.output
+
+
+def test_vm_manifest_warns_on_stderr(shared):
+    r = cli("vm", "manifest", "s", "-n", NS, "--npus", "1", "--resource", ATOM, server=shared.url)
+    assert r.exit_code == 0, r.output
+    assert "container-mode node(s) offering it (c1, c2)" in r.stderr
+    assert "`kubectl edit rblnclusterpolicy rbln-cluster-policy`" in r.stderr
+    assert "kubectl edit" not in r.stdout  # the manifest stays a List kubectl applies as is
