@@ -678,7 +678,8 @@ def fit(
     vm-passthrough nodes that advertise the VM's resource (DRA: offer vfio devices; one a NoSchedule/NoExecute
     device taint keeps away is not free) count, and only where a VM with no placement of its own may land
     (kubevirt.io/schedulable=true, which virt-handler sets; no cordon, no NoSchedule/NoExecute taint). Every
-    other node says why.
+    other node says why. A resource container-mode nodes advertise too (a policy whose two plugins share a name)
+    gets a warning: the scheduler may place the VM there.
     """
     from rblnctl.cli.console import waiting
     from rblnctl.cli.output import emit
