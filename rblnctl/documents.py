@@ -234,7 +234,7 @@ FIT_NODE = Shape(name="node", mode="mode", eligible="eligible", allocatable="all
                  free="free", fits="fits", reason="reason", holders="holders", tainted="tainted")
 VM_FIT = Shape(npus="npus", count="count", method="method", resource="kind", fits="fits", ok="ok", never="never",
                most=lambda f: {"npus": f.most[0], "node": f.most[1]} if f.most else None,
-               nodes=Each("nodes", FIT_NODE), warnings="warnings", notes="notes")
+               nodes=Each("nodes", FIT_NODE), warnings=Said("warnings"), notes="notes")
 
 # -- vm start | stop | restart: VmLifecycle -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from rblnctl.kubevirt.cr import (
 from rblnctl.operator import resources as R
 from rblnctl.operator.nodes import node_product
 from rblnctl.plan import Advice, Blocker
+from rblnctl.remedy import Remedy
 
 PERMITTED_HOST_DEVICES = ("spec", "configuration", "permittedHostDevices")
 PCI_HOST_DEVICES = (*PERMITTED_HOST_DEVICES, "pciHostDevices")
@@ -71,11 +72,43 @@ def device_for_resource(spec: str, *, vm_resources: R.ResourceNames | None = Non
     return PciHostDevice(resource_name=name, pci_vendor_selector=f"{C.PCI_VENDOR_RBLN:04X}:{dev:04X}")
 
 
-def devices_from_cluster(nodes: Sequence[dict], vm_resources: R.ResourceNames) -> tuple[list[PciHostDevice], list[str]]:
-    """The entries for every VM resource NPU nodes advertise, and a warning for each one rblnctl cannot map."""
+def devices_from_cluster(nodes: Sequence[dict], vm_resources: R.ResourceNames, *, policy: Any = None
+                         ) -> tuple[list[PciHostDevice], list[str | Remedy]]:
+    """The entries for every VM resource NPU nodes advertise, and a warning for each one rblnctl cannot map.
+
+    A name the device plugin advertises too (`policy.shared_resources`: chart v0.3.0's CRD default when
+    sandboxDevicePlugin.resourceList is left out) says nothing about a node's mode: it counts only where a
+    vm-passthrough node advertises it, and a warning says so, with the policy's remedy (Policy.own_names_remedy)."""
+    from rblnctl.operator.nodes import labels_of, mode_of
+
     devices: list[PciHostDevice] = []
-    warnings: list[str] = []
-    for key, where in R.advertised(nodes, vm_resources).items():
+    warnings: list[str | Remedy] = []
+    advertised = R.advertised(nodes, vm_resources)
+    shared = set(policy.shared_resources) if policy is not None else set()
+    if shared & set(advertised):
+        vm_nodes = {str((n.get("metadata") or {}).get("name") or "") for n in nodes
+                    if mode_of(labels_of(n), policy).effective == C.MODE_VM}
+        fix = policy.own_names_remedy()
+        for key in sorted(shared & set(advertised)):
+            where = advertised[key]
+            on_vm = [n for n in where if n in vm_nodes]
+            others = [n for n in where if n not in vm_nodes]
+            if not others:
+                continue
+            shown = ", ".join(others[:3]) + (" ..." if len(others) > 3 else "")
+            if on_vm:
+                advertised[key] = on_vm
+                why = (f"permitted for the vm-passthrough node(s) that advertise it ({', '.join(on_vm[:3])}), but "
+                       f"kube-scheduler may also place a VM asking for it on the container-mode node(s) offering it "
+                       f"({shown}), whose NPUs are not bound to vfio-pci")
+            else:
+                del advertised[key]
+                why = (f"not permitted: only container-mode nodes advertise it ({shown}), no vm-passthrough node "
+                       "does")
+            warnings.append(Remedy(text=f"{key} is advertised by both the device plugin and the sandbox device plugin "
+                                        f"(the v0.3.0 CRD's default when sandboxDevicePlugin.resourceList is left "
+                                        f"out): {why}; {fix.text}", command=fix.command))
+    for key, where in advertised.items():
         if key == C.SANDBOX_ALIAS_RESOURCE:  # one name for every product: the nodes' products say which devices
             found, unknown = _alias_devices(key, [n for n in nodes if (n.get("metadata") or {}).get("name") in where])
             devices.extend(found)
@@ -150,7 +183,7 @@ class DevicePlan:
     skipped: list[str]  # requested but clashing with an existing entry (see warnings)
     patch: list[dict]
     noop: bool
-    warnings: list[str | Advice] = field(default_factory=list)
+    warnings: list[str | Advice | Remedy] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
 
 
@@ -168,7 +201,7 @@ def precheck_resource_name(spec: str) -> None:
 
 
 def plan_devices(obj: dict, requested: Sequence[PciHostDevice], *, fix: bool = False,
-                 notes: Sequence[str] = ()) -> DevicePlan:
+                 notes: Sequence[str | Remedy] = ()) -> DevicePlan:
     """Plan adding entries to one KubeVirt CR's pciHostDevices (pure: no I/O).
 
     Every existing entry (any vendor) is kept in place. A requested entry is not added when an
@@ -181,7 +214,7 @@ def plan_devices(obj: dict, requested: Sequence[PciHostDevice], *, fix: bool = F
     _, raw = lookup(obj, PCI_HOST_DEVICES)
     before = [copy.deepcopy(e) for e in raw or [] if isinstance(e, dict)]
     after = copy.deepcopy(before)
-    warnings: list[str | Advice] = list(notes)
+    warnings: list[str | Advice | Remedy] = list(notes)
     added: list[str] = []
     already: list[str] = []
     fixed: list[str] = []
@@ -286,6 +319,13 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
             "container; `rblnctl preflight` says why); DRA setups need no permittedHostDevices")
 
 
+def _words(note: str | Remedy) -> str:
+    """A note as one line of an error message: a Remedy's external command (kubectl) written out after its words."""
+    if isinstance(note, Remedy) and note.command is not None and note.command.program is not None:
+        return f"{note.text}: `{note.command.line}`"
+    return str(note)
+
+
 def _noop(*_: Any) -> None:
     return None
 
@@ -320,14 +360,14 @@ class DevicePermitter:
         requested = [device_for_resource(n, vm_resources=vm_resources) for n in resource_names]
         if from_cluster is None:
             from_cluster = not requested and not self.fix
-        notes: list[str] = []
+        notes: list[str | Remedy] = []
         if from_cluster:
             nodes = list_npu_node_objects(self.kube, selector=node_selector)
-            found, notes = devices_from_cluster(nodes, vm_resources)
+            found, notes = devices_from_cluster(nodes, vm_resources, policy=view.policy)
             if not found:
                 msg = _nothing_advertised(nodes, view.policy, vm_resources)
                 if not requested and not self.fix:
-                    raise NotFound(msg + ("; " + "; ".join(notes) if notes else ""))
+                    raise NotFound(msg + ("; " + "; ".join(_words(n) for n in notes) if notes else ""))
                 notes.append(msg)
             requested += found
         requested = _unique(requested)

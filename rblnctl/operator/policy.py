@@ -31,6 +31,7 @@ from rblnctl.operator import resources as R
 from rblnctl.operator.admission import AdmissionRules
 from rblnctl.operator.install import HelmRelease, change_policy, helm_release_of
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Command, Remedy
 
 if TYPE_CHECKING:
     from rblnctl.operator.release import OperatorRelease
@@ -116,6 +117,15 @@ class Policy:
         Such a name says nothing about a node's mode."""
         vm = {e.name for e in self.vm_resources.entries}
         return tuple(sorted(e.name for e in self.container_resources.entries if e.name in vm))
+
+    def own_names_remedy(self) -> Remedy:
+        """How to end shared_resources: give the sandbox plugin resource names of its own, as the chart's values do
+        (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/values.yaml sandboxDevicePlugin.resourceList:
+        ATOM_PT, ATOM_MAX_PT, REBEL_PT), by editing this policy. One remedy for every command that meets such a name
+        (preflight's operator.policy, vm fit and the views built on it, kubevirt permit-devices --from-cluster)."""
+        return Remedy(text="give sandboxDevicePlugin.resourceList names of its own, as the chart's values do (ATOM_PT "
+                           "for RBLN-CA12, ATOM_MAX_PT for RBLN-CA25, REBEL_PT for RBLN-CR03)",
+                      command=Command.external("kubectl", "edit", "rblnclusterpolicy", self.name))
 
     @property
     def dra_device_class_vm(self) -> str:

@@ -45,6 +45,7 @@ from rblnctl.errors import (
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.kubevirt.cr import is_conflict
 from rblnctl.plan import Advice, Blocker
+from rblnctl.remedy import Remedy
 from rblnctl.vm import devices as D
 from rblnctl.vm import pending as P
 from rblnctl.vm.cluster import (
@@ -63,7 +64,7 @@ from rblnctl.vm.cluster import (
     read_cluster,
     with_dra,
 )
-from rblnctl.vm.fit import FitOptions, FitReader
+from rblnctl.vm.fit import FitOptions, FitReader, shared_warning
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, needs_manual_recovery
@@ -187,7 +188,7 @@ class VmNpuPlan:
     patch: list[dict] | None  # the guarded JSON patch of the VM (devices.guarded_patch)
     noop: bool
     start: bool = False  # rblnctl stopped this VM in an earlier run and did not start it again: apply() starts it
-    warnings: list[str | Advice] = field(default_factory=list)
+    warnings: list[str | Advice | Remedy] = field(default_factory=list)  # a Remedy: names the command fixing it
     blockers: list[Blocker] = field(default_factory=list)
     generation: int | None = None  # the VM's metadata.generation as read: what the stopped mark records
     stale_mark: bool = False  # the VM carries a stopped mark someone else's start or stop made stale: apply() clears it
@@ -473,7 +474,8 @@ class AttachPlanner:
         have, npu_claims = self._npus(vm)
         o = self.options
         current = have.method if have.method in C.METHODS else None
-        method, warnings = choose_method(o.method, self.facts(), current)
+        method, chosen = choose_method(o.method, self.facts(), current)
+        warnings: list[str | Remedy] = list(chosen)
         cluster = self.facts(dra=method == C.METHOD_DRA)
         npus = o.npus if o.npus is not None else (have.count or 1)
         resource = None
@@ -493,9 +495,11 @@ class AttachPlanner:
             warnings += self._fit_warnings(vm, vmi, method, resource, npus)
         return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
 
-    def _fit_warnings(self, vm: dict, vmi: dict | None, method: str, resource: str | None, npus: int) -> list[str]:
+    def _fit_warnings(self, vm: dict, vmi: dict | None, method: str, resource: str | None, npus: int
+                      ) -> list[str | Remedy]:
         """The warning when the VM, once changed, would not be scheduled now (rblnctl.vm.fit, the computation `vm
-        fit` and `vm manifest` use): its own virt-launcher's NPUs count as free (a restart gives them back)."""
+        fit` and `vm manifest` use): its own virt-launcher's NPUs count as free (a restart gives them back). And,
+        for a resource container-mode nodes advertise too (VmFit.shared_with), that the scheduler may put it there."""
         if method == C.METHOD_SANDBOX and not resource:
             return []
         if self._fits is None or self._fits.cluster is not self.cluster:
@@ -504,7 +508,9 @@ class AttachPlanner:
         fit = self._fits.fit(FitOptions(npus=min(npus, C.MAX_VM_NPUS), method=method, resource=resource,
                                         placement=placement_of(D.vm_spec(vm)), own_vmi=own or None))
         warning = fit.warning()
-        return [warning] if warning else []
+        out: list[str | Remedy] = [shared_warning(self._fits.cluster, resource, fit.shared_with)] \
+            if fit.shared_with and resource and self._fits.cluster is not None else []
+        return out + ([warning] if warning else [])
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
         checks = [check_gates(cluster, method)]
@@ -517,7 +523,7 @@ class AttachPlanner:
         return checks
 
     def _refusal(self, vm: dict, vmi: dict | None, have: VmNpus, method: str, npus: int, checks: list[Check],
-                 warnings: list[str]) -> VmNpuPlan:
+                 warnings: Sequence[str | Remedy]) -> VmNpuPlan:
         """A plan that cannot be made (no resource to name): nothing to write, the failing checks as blockers."""
         target = Target(action=ATTACH, method=method, npus=npus)
         spec = D.vm_spec(vm)
@@ -531,7 +537,7 @@ class AttachPlanner:
             blockers=[_blocker(c) for c in checks if not c.ok])
 
     def _plan(self, vm: dict, vmi: dict | None, target: Target, *, checks: Sequence[Check] = (),
-              warnings: Sequence[str | Advice] = (), templates: tuple | None = None) -> VmNpuPlan:
+              warnings: Sequence[str | Advice | Remedy] = (), templates: tuple | None = None) -> VmNpuPlan:
         """Plan `target` against this VM object; `templates` (create, delete, kept) reuses an earlier plan's."""
         ref = _ref(vm)
         spec = D.vm_spec(vm)
@@ -540,7 +546,7 @@ class AttachPlanner:
         claims_before = D.resource_claims(spec)
         devices_before = D.host_devices(spec)
         changed = layout.host_devices != devices_before or layout.claims != claims_before
-        warns: list[str | Advice] = [*warnings, *layout.warnings]
+        warns: list[str | Advice | Remedy] = [*warnings, *layout.warnings]
         old_claim = (have.managed_claim or {}).get("name")
         if changed and old_claim and old_claim != target.claim and layout.template:
             warns.append(f"renaming rblnctl's pod-level claim {old_claim} to {target.claim}, this VM's own: the RBLN "

@@ -12,6 +12,12 @@ tolerate). A DRA device a NoSchedule/NoExecute taint keeps from the VM's request
 (rblnctl.operator.capacity.device_taint; `device_tolerations`: the requests' tolerations). When no such node
 has K NPUs at all, free or not, freeing NPUs never helps: `never` says so.
 
+A sandbox resource name the device plugin advertises too (rblnctl.operator.policy.Policy.shared_resources: chart
+v0.3.0's CRD default when sandboxDevicePlugin.resourceList is left out) is offered by container-mode nodes as well,
+and kube-scheduler may place a VM asking for it there, on NPUs no vfio-pci holds (the resource exists; the VM will
+not get its passthrough devices). Those nodes are not counted as fitting: `shared_with` names them and a warning
+says so, with the policy's remedy (Policy.own_names_remedy).
+
 Not modelled (named in docs/vm.md, Assumptions): the other labels KubeVirt puts into some launchers'
 nodeSelector (machine type, CPU model), the `devices.kubevirt.io/*` resources every launcher requests, CPU and
 memory, preferred affinity. The scheduler's own verdict, a `FailedScheduling` event, is what `vm diagnose`
@@ -26,10 +32,12 @@ from dataclasses import dataclass, field
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, RblnError
 from rblnctl.kube import Kube
+from rblnctl.operator import resources as R
 from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, ResourceUse, read_facts
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, read_cluster
 from rblnctl.vm.model import npu_choice
+from rblnctl.remedy import Remedy
 from rblnctl.vm.placement import Placement, launcher_placement, why_not
 
 ANYWHERE = Placement(node_selector={}, terms=(), tolerations=())
@@ -85,8 +93,11 @@ class VmFit:
     kind: str | None  # the sandbox resource, or the DRA DeviceClass; None: none is offered
     nodes: tuple[NodeFit, ...]
     placement: Placement = ANYWHERE
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str | Remedy, ...] = ()  # a Remedy: a warning that names the command fixing it
     notes: tuple[str, ...] = ()  # what could not be read
+    # container-mode nodes that advertise `kind` too (a name both plugins advertise, Policy.shared_resources): the
+    # scheduler may place the VM there, but not counted as fitting
+    shared_with: tuple[str, ...] = ()
 
     @property
     def fits(self) -> int:
@@ -232,8 +243,32 @@ def _with(f: NodeFit, **changes: object) -> NodeFit:
     return dataclasses.replace(f, **changes)  # type: ignore[arg-type]
 
 
+def shared_with(cluster: VmCluster, method: str, kind: str | None) -> tuple[str, ...]:
+    """The container-mode NPU nodes that advertise `kind` too, when it is a name both the device plugin and the
+    sandbox plugin advertise under the policy (Policy.shared_resources; () otherwise): kube-scheduler may place a VM
+    asking for it there, since it only matches the resource name."""
+    policy = cluster.policy
+    if method != C.METHOD_SANDBOX or not kind or policy is None or kind not in policy.shared_resources:
+        return ()
+    return tuple(sorted(str((n.get("metadata") or {}).get("name") or "") for n in cluster.nodes
+                        if mode_of(labels_of(n), policy).effective == C.MODE_CONTAINER
+                        and R.positive(((n.get("status") or {}).get("allocatable") or {}).get(kind, 0))))
+
+
+def shared_warning(cluster: VmCluster, kind: str, nodes: Sequence[str]) -> Remedy:
+    """The warning for a VM resource container-mode `nodes` advertise too (shared_with), with the policy's remedy."""
+    assert cluster.policy is not None
+    fix = cluster.policy.own_names_remedy()
+    shown = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "")
+    return Remedy(text=f"{kind} is advertised by both the device plugin and the sandbox device plugin (the v0.3.0 "
+                       f"CRD's default when sandboxDevicePlugin.resourceList is left out): kube-scheduler may also "
+                       f"place a VM asking for it on the {len(nodes)} container-mode node(s) offering it ({shown}), "
+                       f"whose NPUs are not bound to vfio-pci; only vm-passthrough nodes are counted here; {fix.text}",
+                  command=fix.command)
+
+
 def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, method: str, kind: str | None,
-           warnings: Sequence[str] = ()) -> VmFit:
+           warnings: Sequence[str | Remedy] = ()) -> VmFit:
     """The answer over facts already read (pure)."""
     skip_pod, skip_claim = _own(facts, options.own_vmi)
     placement = launcher_placement(options.placement, cluster.kubevirt)  # as virt-controller renders the pod
@@ -241,8 +276,11 @@ def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, met
                                             device_tolerations=options.device_tolerations),
                           cluster=cluster, method=method, kind=kind, npus=options.npus, placement=placement)
                  for n in cluster.nodes)
+    shared = shared_with(cluster, method, kind)
+    if shared and kind:
+        warnings = [*warnings, shared_warning(cluster, kind, shared)]
     return VmFit(npus=options.npus, count=options.count, method=method, kind=kind, nodes=rows,
-                 placement=options.placement, warnings=tuple(warnings), notes=facts.problems)
+                 placement=options.placement, warnings=tuple(warnings), notes=facts.problems, shared_with=shared)
 
 
 # -- reading ---------------------------------------------------------------------------------------------------
@@ -272,7 +310,8 @@ class FitReader:
         if self.cluster is None:
             self.cluster = read_cluster(self.kube)
         cluster = self.cluster
-        method, warnings = choose_method(options.method, cluster, None)
+        method, chosen = choose_method(options.method, cluster, None)
+        warnings: list[str | Remedy] = list(chosen)
         kind: str | None
         if method == C.METHOD_DRA:
             kind = cluster.device_class

@@ -34,11 +34,12 @@ _FIT_COLUMNS = (Column("NODE", value="name"), Column("MODE"), Column("NPUS", val
                 Column("REASON", value=lambda n: n["reason"] or ""))
 
 
-def _fit_view(f: Any) -> Any:
+def _fit_view(ctx: typer.Context, f: Any) -> Any:
     from rblnctl.cli.output import View, rows
+    from rblnctl.cli.rerun import Voice
     from rblnctl.documents import VM_FIT
 
-    doc = VM_FIT(f)
+    doc = VM_FIT(f, Voice(ctx))  # a warning that is a Remedy names its command
     t = rows(doc["nodes"], *_FIT_COLUMNS)
     tail = []
     if doc["never"]:
@@ -69,7 +70,8 @@ def fit(
     vm-passthrough nodes that advertise the VM's resource (DRA: offer vfio devices; one a NoSchedule/NoExecute
     device taint keeps away is not free) count, and only where a VM with no placement of its own may land
     (kubevirt.io/schedulable=true, which virt-handler sets; no cordon, no NoSchedule/NoExecute taint). Every
-    other node says why.
+    other node says why. A resource container-mode nodes advertise too (a policy whose two plugins share a name)
+    gets a warning: the scheduler may place the VM there.
     """
     from rblnctl.cli.console import waiting
     from rblnctl.cli.output import emit
@@ -83,6 +85,6 @@ def fit(
                          product=product)  # bad input fails before connecting
     with waiting("reading the NPU nodes..."):
         f = answer(ctx.obj.kube(from_cache=True), options)
-    emit(_fit_view(f), output)
+    emit(_fit_view(ctx, f), output)
     if not f.ok:
         raise VmFitFailed(f.summary())

@@ -52,6 +52,8 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
         state += f" ({note})"
     shared = p.shared_resources if f.method == C.METHOD_SANDBOX else ()
     if not problems and shared:
+        fix = p.own_names_remedy()  # the one remedy vm fit and permit-devices give too
+        assert fix.command is not None
         # chart v0.3.0's CRD defaults sandboxDevicePlugin.resourceList to devicePlugin's rebellions.ai/ATOM
         # (Policy.shared_resources): container-mode nodes advertise the name VMs ask for, and the scheduler may put a
         # VM's virt-launcher there, on NPUs no vfio-pci holds.
@@ -59,10 +61,7 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
                 f"{state}; devicePlugin and sandboxDevicePlugin both advertise {', '.join(shared)} (the v0.3.0 CRD's "
                 "default when sandboxDevicePlugin.resourceList is left out): a VM asking for it may be scheduled on a "
                 "container-mode node, whose NPUs are not bound to vfio-pci",
-                "give sandboxDevicePlugin.resourceList names of its own, as the chart's values do (ATOM_PT for "
-                "RBLN-CA12, ATOM_MAX_PT for RBLN-CA25, REBEL_PT for RBLN-CR03): "
-                f"`kubectl edit rblnclusterpolicy {p.name}`",
-                f"kubectl edit rblnclusterpolicy {p.name}")
+                f"{fix.text}: `{fix.command.line}`", fix.command.line)
         return
     if not problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, state)

@@ -28,6 +28,7 @@ from rblnctl.vm.cluster import (
     check_vm_nodes,
     set_mode_remedy,
 )
+from rblnctl.vm.fit import shared_warning, shared_with
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm.diagnose.facts import DRA_ENUMERATION_FAILED, PENDING_NODES, Facts
 from rblnctl.vm.diagnose.model import FAILURES, Link, LinkName, LinkStatus, VmDiagnosis
@@ -161,6 +162,7 @@ def judge(f: Facts) -> VmDiagnosis:
         # a check that holds with a warning may name the command that settles it (check_permitted: no list yet)
         warnings += [Remedy(text=c.warning, command=c.remedy.command) if c.remedy and c.remedy.command else c.warning
                      for c in checks if c.ok and c.warning]
+        warnings += _shared_names(f)
         if not chain.add(LinkName.PERMITTED, all(c.ok for c in checks), [e for c in checks for e in c.evidence],
                          next((c.remedy for c in checks if not c.ok), None)):
             return done(method, have.count)
@@ -229,6 +231,18 @@ def _request(chain: _Chain, ref: VmRef, have: VmNpus, held: VmNpus | None, clust
                                 command=restart_command(ref)),
                          failure="its running VMI passes other NPUs than its spec")
     return chain.add(LinkName.REQUEST, True, evidence)
+
+
+def _shared_names(f: Facts) -> list[str | Remedy]:
+    """A warning per sandbox resource of the VM that container-mode nodes advertise too (a name both plugins
+    advertise, rblnctl.vm.fit.shared_with): the scheduler may place the VM there, on NPUs no vfio-pci holds."""
+    assert f.cluster is not None
+    out: list[str | Remedy] = []
+    for r in f.have.resources:
+        nodes = shared_with(f.cluster, C.METHOD_SANDBOX, r)
+        if nodes:
+            out.append(shared_warning(f.cluster, r, nodes))
+    return out
 
 
 def _staged(f: Facts) -> list[str | Remedy]:
@@ -411,6 +425,9 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
                 else ""
             evidence.append(f"{row.node}: {row.allocatable} {resource} allocatable, {row.allocated} in use{holders}, "
                             f"{row.free} free")
+        if fit.shared_with:  # not counted above (rblnctl.vm.fit: a name both plugins advertise); the warning says why
+            evidence.append(f"not counted: container-mode {', '.join(fit.shared_with[:3])}"
+                            f"{' ...' if len(fit.shared_with) > 3 else ''} also advertise {resource}")
         if not fit.fits:
             if fit.known:
                 ok = False
