@@ -23,23 +23,26 @@ from tests.kubevirt_real.fixtures import KUBEVIRT_FIXTURES, kv, kv_stack, kv_sta
 from tests.kubevirt_real.fake_backend import kvbackend  # noqa: F401  (re-exported: fake, then real KubeVirt)
 
 
-_TIERS: dict[str, set[str]] = {"envtest": set(), "kubevirt": set()}
 _TIER_NAMES = {"envtest": "envtest (real kube-apiserver)", "kubevirt": "kubevirt (real KubeVirt v1.9.0)"}
 
 
 def pytest_collection_modifyitems(config, items):
     """Every test that runs on a real control plane carries the `envtest` marker (`pytest -m envtest`), every test
     on real KubeVirt the `kubevirt` marker (`pytest -m kubevirt`). The KubeVirt tier's tests run last, grouped by
-    stack, so each stack starts once (one runs at a time: virt-operator's webhook port is fixed)."""
+    stack, so each stack starts once (one runs at a time: virt-operator's webhook port is fixed). The suite runs on
+    two pytest-xdist workers (pyproject addopts: `-n 2 --dist loadgroup`); every real-tier test is in one xdist
+    group, `real`, so one worker runs them all, in this order, one control plane or stack at a time, while the
+    other worker runs the rest."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if ENVTEST_FIXTURES & names:
             item.add_marker(pytest.mark.envtest)
         if KUBEVIRT_FIXTURES & names:
             item.add_marker(pytest.mark.kubevirt)
-        for tier, ids in _TIERS.items():
-            if item.get_closest_marker(tier) is not None:
-                ids.add(item.nodeid)
+        tiers = [tier for tier in _TIER_NAMES if item.get_closest_marker(tier) is not None]
+        if tiers:
+            item.add_marker(pytest.mark.xdist_group("real"))
+            item.user_properties.extend(("tier", tier) for tier in tiers)  # reports carry them back from workers
 
     def stack_order(item):
         names = set(getattr(item, "fixturenames", ()))
@@ -51,12 +54,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line per real tier: how many tests ran against it, and how they ended."""
-    for tier, ids in _TIERS.items():
+    """One line per real tier: how many tests ran against it, and how they ended (under xdist the reports come from
+    the workers, which collected the tests: each carries its tiers in user_properties)."""
+    for tier in _TIER_NAMES:
         counts: dict[str, int] = {}
         for outcome in ("passed", "failed", "error", "skipped"):
             for rep in terminalreporter.stats.get(outcome, []):
-                if getattr(rep, "nodeid", None) in ids and (rep.when == "call" or outcome != "passed"):
+                tiers = getattr(rep, "user_properties", ())
+                if ("tier", tier) in tiers and (rep.when == "call" or outcome != "passed"):
                     counts[outcome] = counts.get(outcome, 0) + 1
         if counts:
             terminalreporter.write_line(f"{_TIER_NAMES[tier]}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))

@@ -29,7 +29,7 @@ UPDATE = os.environ.get("RBLNCTL_GOLDEN") == "update"
 _UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 _IN_TEXT = [(re.compile(r"https?://127\.0\.0\.1:\d+"), "<server>"),
-            (re.compile(r"/\S*/pytest-\d+/[^/\s]+\d+/"), "<tmp>/"),
+            (re.compile(r"/\S*/pytest-\d+/(?:popen-gw\d+/)?[^/\s]+\d+/"), "<tmp>/"),  # xdist: a folder per worker
             (re.compile(r"\bin \d+(\.\d+)?s\b"), "in <seconds>s"),
             (re.compile(r"(virt-launcher-[a-z0-9-]+)-[a-z0-9]{5}\b"), r"\1-<hash>")]
 _VOLATILE_KEYS = {"elapsedSeconds", "durationSeconds", "run",  # seconds a run took; a run's id (audit Events)
