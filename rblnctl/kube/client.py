@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -131,6 +131,19 @@ class Kube:
     _discovery_read: bool = field(default=False, init=False, repr=False)
     # The APIServices read on the error path (name -> AggregatedApi, None for a Local or missing one).
     _api_services: dict[str, AggregatedApi | None] = field(default_factory=dict, init=False, repr=False)
+
+    # -- copies for reads and clean-ups that must not hold a command up ----------------------------
+
+    def one_try(self, timeout_s: float) -> Kube:
+        """The same connection, each request tried once and given at most `timeout_s` (reads that only inform: a
+        manifest's warnings, an init container's last log line)."""
+        return replace(self, read_retries=0, request_timeout_s=min(self.request_timeout_s or timeout_s, timeout_s))
+
+    def bounded(self, seconds: float) -> Kube:
+        """The same connection with one budget of `seconds` for every request from now on (a clean-up after an
+        interrupt): each tried once and given what is left of it (`deadline`; an earlier deadline stays)."""
+        end = time.monotonic() + seconds
+        return replace(self.one_try(seconds), deadline=end if self.deadline is None else min(end, self.deadline))
 
     # -- core -------------------------------------------------------------------------------
 

@@ -112,8 +112,7 @@ def init_log(kube: Kube, hold: InitHold) -> tuple[str | None, str | None]:
     error's first line; (None, None) for an empty log."""
     from rblnctl.errors import Forbidden
 
-    timeout = min(kube.request_timeout_s or INIT_LOG_TIMEOUT_S, INIT_LOG_TIMEOUT_S)
-    once = dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
+    once = kube.one_try(INIT_LOG_TIMEOUT_S)
     try:
         text = once.request("GET", PODS.path(hold.pod, namespace=hold.namespace, sub="log"),
                             query={"container": hold.container, "tailLines": 1}, text=True)

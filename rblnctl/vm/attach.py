@@ -746,10 +746,11 @@ class AttachPlanner:
                 .with_details(details) from e
         return dataclasses.replace(result, ready=True)
 
-    def _mark(self, plan: VmNpuPlan, state: str | None) -> None:
+    def _mark(self, plan: VmNpuPlan, state: str | None, *, within: VmLifecycle | None = None) -> None:
         """Set VM_STOPPED_ANNOTATION (MARK_STOPPING: about to stop it; MARK_STOPPED: rblnctl stopped it), or clear it
         (None): a merge patch settled by reading the VM back. Its value is the time and the generation the plan read
-        (stale_mark())."""
+        (stale_mark()). `within`: a clean-up's bounded lifecycle, whose connection and deadline it shares."""
+        kube = self.kube if within is None else within.kube
         value = mark_value(iso_utc(self.clock.now()), plan.generation, stopping=state == MARK_STOPPING) \
             if state else None
         body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
@@ -763,8 +764,10 @@ class AttachPlanner:
                     return None
             return writes.patch(VMS, name, body, patch_type="merge", namespace=ns)
 
-        writes.settle(self.kube, next_write, read=lambda: self.kube.get_optional(VMS, name, namespace=ns),
-                      what=f"VM {plan.vm}", dry_run=self.options.server_dry_run)
+        writes.settle(kube, next_write, read=lambda: kube.get_optional(VMS, name, namespace=ns),
+                      what=f"VM {plan.vm}", dry_run=self.options.server_dry_run,
+                      clock=SYSTEM_CLOCK if within is None else within.clock,
+                      deadline=None if within is None else within.deadline)
 
     def _recover(self, restarter: VmLifecycle, plan: VmNpuPlan, err: BaseException, run: _Restart, *,
                  retry_start: bool = True) -> None:
@@ -784,13 +787,19 @@ class AttachPlanner:
         how = f"virtctl start {plan.vm.name} -n {plan.vm.namespace}"
         what = "the NPU change was made" if run.changed else "its NPUs were not changed"
         lines: list[str] = []
+        interrupted = isinstance(err, KeyboardInterrupt)
+        # interrupted: the process ends promptly, so the whole clean-up (its reads, the start, the mark) shares
+        # CLEANUP_TIMEOUT_S (an unresponsive virt-api is not retried for a minute) and a VM still stopping is not
+        # waited for
+        life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter
+        within = life if interrupted else None
         if not run.ours and run.marked:
             if restarter.asked != STOP or restarter.refused:  # our stop never landed: the mark goes
-                self._best_effort(lambda: self._mark(plan, None))
+                self._best_effort(lambda: self._mark(plan, None, within=within))
                 why = "its stop was refused" if restarter.asked == STOP else "rblnctl stopped before asking"
                 lines.append(f"VM {plan.vm} was not stopped ({why}) and {what}")
             else:
-                if restarter.settle_asked(plan.vm):  # the VM read back once: the stop landed
+                if life.settle_asked(plan.vm):  # the VM read back once: the stop landed
                     run.ours = True  # ours, started again below
                 else:
                     lines.append(f"the stop request for VM {plan.vm} may have reached virt-api and had not taken "
@@ -799,25 +808,21 @@ class AttachPlanner:
                                  "not start the VM itself)")
         if run.ours:
             problem: BaseException | None = None
-            interrupted = isinstance(err, KeyboardInterrupt)
             if not run.started:
                 if retry_start:
-                    # interrupted: the process ends promptly, so a VM still stopping is not waited for and the start
-                    # gets CLEANUP_TIMEOUT_S (an unresponsive virt-api is not retried for a minute)
-                    starter = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter
                     try:
-                        starter.start(plan.vm, wait_stopping=not interrupted)
+                        life.start(plan.vm, wait_stopping=not interrupted)
                         run.started = True
                     except (RblnError, KeyboardInterrupt) as e:
                         problem = e
                 else:
                     problem = err
             if problem is None:
-                self._best_effort(lambda: self._mark(plan, None))
+                self._best_effort(lambda: self._mark(plan, None, within=within))
                 lines.append(f"VM {plan.vm} was stopped by rblnctl and has been started again ({what})")
             else:
                 if not run.confirmed:  # the stop is known to have landed: the mark says so, for the next run
-                    self._best_effort(lambda: self._mark(plan, MARK_STOPPED))
+                    self._best_effort(lambda: self._mark(plan, MARK_STOPPED, within=within))
                 self.left_stopped = True
                 why = one_line(problem)
                 if interrupted and retry_start and isinstance(problem, RblnError):

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -421,11 +420,13 @@ class VmLifecycle:
         """A copy for a clean-up that must end within about `seconds` (an interrupted command starting again the VM
         it stopped): every request gets what is left of `seconds` (the client's deadline, real time: sockets wait in
         it), a read is not retried, and a request whose answer was a 5xx or lost is not sent again once `seconds`
-        have passed (writes.settle's deadline)."""
-        timeout = seconds if self.kube.request_timeout_s is None else min(seconds, self.kube.request_timeout_s)
-        return dataclasses.replace(self, kube=dataclasses.replace(self.kube, request_timeout_s=timeout,
-                                                                  read_retries=0, deadline=time.monotonic() + seconds),
-                                   deadline=self.clock.monotonic() + seconds)
+        have passed (writes.settle's deadline). It knows what this one asked last (settle_asked) and shares its
+        bound when bounded again."""
+        end = self.clock.monotonic() + seconds
+        copy = dataclasses.replace(self, kube=self.kube.bounded(seconds),
+                                   deadline=end if self.deadline is None else min(end, self.deadline))
+        copy.asked, copy.made, copy.refused, copy.asked_of = self.asked, self.made, self.refused, self.asked_of
+        return copy
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -463,8 +464,10 @@ class VmLifecycle:
             return True
         if self.asked is None or self.asked_of is None or self.server_dry_run:
             return None
-        try:  # bounded as a clean-up is: the VM and its VMI read once each, by CLEANUP_TIMEOUT_S
-            now = self.bounded(C.CLEANUP_TIMEOUT_S).read(ref, full=False)
+        try:  # bounded as a clean-up is: the VM and its VMI read once each, by CLEANUP_TIMEOUT_S (or what is left
+            # of the clean-up's own bound when this copy has one)
+            life = self if self.kube.deadline is not None else self.bounded(C.CLEANUP_TIMEOUT_S)
+            now = life.read(ref, full=False)
             return landed(self.asked, self.asked_of, now)
         except (RblnError, KeyboardInterrupt):
             return None

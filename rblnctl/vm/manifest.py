@@ -376,10 +376,7 @@ ADVISORY_TIMEOUT_S = 5.0
 
 def advisory(kube: Kube) -> Kube:
     """The same connection for reads that only warn: never retried, ADVISORY_TIMEOUT_S at most each."""
-    import dataclasses
-
-    timeout = min(kube.request_timeout_s or ADVISORY_TIMEOUT_S, ADVISORY_TIMEOUT_S)
-    return dataclasses.replace(kube, read_retries=0, request_timeout_s=timeout)
+    return kube.one_try(ADVISORY_TIMEOUT_S)
 
 
 def admission_warnings(kube: Kube, cluster: VmCluster, method: str) -> tuple[list[str | Remedy], bool]:

@@ -45,11 +45,11 @@ def _interrupt_the_first_mark(mocker) -> list:
 
     real, calls = AttachPlanner._mark, []
 
-    def mark(self, plan, state):
+    def mark(self, plan, state, **kw):
         calls.append(state)
         if len(calls) == 1:
             raise KeyboardInterrupt
-        return real(self, plan, state)
+        return real(self, plan, state, **kw)
 
     mocker.patch.object(AttachPlanner, "_mark", mark)
     return calls

@@ -37,6 +37,28 @@ def test_an_interrupted_restart_gives_its_start_again_a_bounded_clean_up_and_say
     assert run_strategy(apiserver) == "Always" and STOPPED not in annotations(apiserver)
 
 
+def test_the_whole_clean_up_shares_the_bound_its_mark_included(apiserver, kube, mocker):
+    """The VM started again, the clean-up clears rblnctl's stopped mark within the same bound: it used the command's
+    own connection (30 s a request, no deadline), so a VM webhook that hangs kept an interrupted process alive long
+    after CLEANUP_TIMEOUT_S (found by a read-through of the bounded clean-up)."""
+    from rblnctl.kube import writes
+
+    running_vm(apiserver)
+    apiserver.kubevirt_launcher_delay_s = 0.1
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+    interrupt_at(kube, "PATCH", VM_PATH, when="before", body=lambda b: isinstance(b, list))
+    settle = mocker.spy(writes, "settle")  # a narrow seam: which connection and deadline each write settles with
+    with pytest.raises(Interrupted):
+        planner.apply(plan)
+    assert run_strategy(apiserver) == "Always" and STOPPED not in annotations(apiserver)  # started, mark cleared
+    mark = settle.call_args_list[-1]  # the last write: the mark cleared after the start
+    assert mark.args[0].deadline is not None and mark.args[0].read_retries == 0
+    assert mark.kwargs["deadline"] is not None and mark.kwargs["clock"] is planner.clock
+    (line,) = planner.recovery
+    assert "has been started again" in line
+
+
 def test_a_bounded_lifecycle_times_out_each_request_and_retries_no_read(kube):
     from rblnctl.vm.lifecycle import VmLifecycle
     from tests.fakes.clock import FakeClock
