@@ -26,23 +26,45 @@ from tests.kubevirt_real.fake_backend import kvbackend  # noqa: F401  (re-export
 _TIER_NAMES = {"envtest": "envtest (real kube-apiserver)", "kubevirt": "kubevirt (real KubeVirt v1.9.0)"}
 
 
+REAL_DIRS = ("tests/envtest/", "tests/kubevirt_real/")
+
+
+def real_tier(nodeid: str) -> bool:
+    """Whether a test may reach a real control plane or KubeVirt stack, from its node id alone (what xdist's
+    scheduler sees): it lives in a real tier's folder, or one of its parameters is a real backend (`real`,
+    `real-kubevirt`). tests/test_hygiene.py checks that every `envtest`/`kubevirt` test is one."""
+    if nodeid.startswith(REAL_DIRS):
+        return True
+    return "real" in nodeid.partition("[")[2].rstrip("]").split("-")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """The suite runs on two pytest-xdist workers (pyproject addopts `-n 2`): xdist's scopes, every real-tier test in
+    one scope so one worker runs them all, in collection order (below), one control plane or KubeVirt stack at a
+    time, while the other worker takes the rest test by test. (`--dist loadgroup` cannot do it: with pytest 9 the
+    group suffix xdist 3.8 writes into item._nodeid never reaches the node id.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealTiersTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "real" if real_tier(nodeid) else nodeid
+
+    return RealTiersTogether(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that runs on a real control plane carries the `envtest` marker (`pytest -m envtest`), every test
     on real KubeVirt the `kubevirt` marker (`pytest -m kubevirt`). The KubeVirt tier's tests run last, grouped by
-    stack, so each stack starts once (one runs at a time: virt-operator's webhook port is fixed). The suite runs on
-    two pytest-xdist workers (pyproject addopts: `-n 2 --dist loadgroup`); every real-tier test is in one xdist
-    group, `real`, so one worker runs them all, in this order, one control plane or stack at a time, while the
-    other worker runs the rest."""
+    stack, so each stack starts once (one runs at a time: virt-operator's webhook port is fixed); under xdist one
+    worker runs them all (pytest_xdist_make_scheduler)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if ENVTEST_FIXTURES & names:
             item.add_marker(pytest.mark.envtest)
         if KUBEVIRT_FIXTURES & names:
             item.add_marker(pytest.mark.kubevirt)
-        tiers = [tier for tier in _TIER_NAMES if item.get_closest_marker(tier) is not None]
-        if tiers:
-            item.add_marker(pytest.mark.xdist_group("real"))
-            item.user_properties.extend(("tier", tier) for tier in tiers)  # reports carry them back from workers
+        # reports carry the tiers back from the workers (under xdist the controller collects nothing)
+        item.user_properties.extend(("tier", tier) for tier in _TIER_NAMES if item.get_closest_marker(tier))
 
     def stack_order(item):
         names = set(getattr(item, "fixturenames", ()))

@@ -71,3 +71,16 @@ def test_the_feature_table_names_files_that_exist_and_every_test_file():
     files = sorted(p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py") if ".venv" not in p.parts)
     unlisted = [f for f in files if f not in listed and not any(d.endswith("/") and f.startswith(d) for d in listed)]
     assert unlisted == [], "add these to docs/testing.md's Feature -> tests table"
+
+
+def test_every_real_tier_test_is_scheduled_with_the_real_tiers(request):
+    """Under xdist the scheduler sees node ids only (tests/conftest.py real_tier): a test that reaches a real control
+    plane or KubeVirt stack but does not look like one would run beside the others, two stacks on one machine
+    (virt-operator's webhook port is fixed)."""
+    from tests.conftest import real_tier
+
+    items = request.session.items
+    marked = [i.nodeid for i in items if i.get_closest_marker("envtest") or i.get_closest_marker("kubevirt")]
+    assert [n for n in marked if not real_tier(n)] == []
+    assert real_tier("tests/cli/test_capacity.py::t[real]") and real_tier("tests/x.py::t[real-kubevirt-Always]")
+    assert not real_tier("tests/cli/test_capacity.py::t[fake]") and not real_tier("tests/x.py::t[fake-Always]")

@@ -50,7 +50,10 @@ def test_status_node_list_and_preflight_at_1000_nodes(later_policy_crd_installed
     real.mark()
     r = real.rblnctl("preflight", "-o", "json")
     doc = json.loads(r.stdout)
-    assert r.exit_code == 1  # KubeVirt not Deployed here (no virt-operator), permitted devices missing...
+    # no permittedHostDevices at all: KubeVirt checks no name then (virt-controller renderresources.go
+    # validatePermittedHostDevices), so it is a WARN, not a FAIL, and warnings pass
+    assert r.exit_code == 0, r.stderr
+    assert next(c for c in doc["checks"] if c["id"] == "kubevirt.permitted-devices")["status"] == "WARN"
     nodes_check = next(c for c in doc["checks"] if c["id"] == "nfd.npu-nodes")
     assert str(n) in nodes_check["evidence"]
     assert len(reads(real)) < 40
