@@ -106,11 +106,12 @@ def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | N
     from rblnctl.cli.output import View
     from rblnctl.cli.render import capacity_notes, hold_notes, npu_nodes_table, switch_notes
     from rblnctl.clock import SYSTEM_CLOCK
-    from rblnctl.cli.output import sort_by as sorted_by
-    from rblnctl.documents import NPU_NODE, NPU_NODE_LIST
+    from rblnctl.cli.output import sort_order
+    from rblnctl.documents import NPU_NODE_LIST
 
-    nodes = sorted_by(nodes, sort_by, NPU_NODE)
     doc = NPU_NODE_LIST(SimpleNamespace(nodes=nodes))
+    order = sort_order(doc["items"], sort_by)  # each document built once, sorted as printed
+    nodes, doc["items"] = [nodes[i] for i in order], [doc["items"][i] for i in order]
     return View(kind="NpuNodeList", body=doc,
                 tables=[npu_nodes_table(doc["items"], show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],

@@ -487,18 +487,18 @@ def custom_columns_text(doc: dict, columns: Sequence[tuple[str, str]], *, header
     return t.render(headers=headers)
 
 
-def sort_by(items: Sequence[Any], path: str | None, document_of: Callable[[Any], dict]) -> list[Any]:
-    """`--sort-by=PATH` (kubectl's relaxed JSONPath) over each item's documented JSON; stable; None: as given."""
+def sort_order(documents: Sequence[dict], path: str | None) -> list[int]:
+    """`--sort-by=PATH` (kubectl's relaxed JSONPath) over the items' documents as printed: the indexes in sorted
+    order, stable; None: as given. The caller reorders its documents and whatever it keeps beside them."""
     if not path:
-        return list(items)
+        return list(range(len(documents)))
     from rblnctl.cli.jsonpath import Misses, relaxed, sort_key, unknown_field, values
 
     template = relaxed(path)
     misses = Misses()
-    keys = [sort_key(values(template, document_of(item), misses)) for item in items]
+    keys = [sort_key(values(template, doc, misses)) for doc in documents]
     unknown_field(template, misses)  # kubectl pkg/cmd/get/sorter.go: a field no item has is an error
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    return [items[i] for i in order]
+    return sorted(range(len(keys)), key=keys.__getitem__)
 
 
 def check_sort_by(path: str | None) -> str | None:

@@ -56,13 +56,12 @@ _VM_COLUMNS = (Column("NAME"), Column("STATUS", value=_vm_status), Column("NODE"
 
 
 def _list_view(listing: Any, sort_by: str | None = None) -> Any:
-    from rblnctl.cli.output import View, rows
-    from rblnctl.cli.output import sort_by as sorted_by
-    from rblnctl.documents import VM_NPU_ITEM, VM_NPU_LIST, body
+    from rblnctl.cli.output import View, rows, sort_order
+    from rblnctl.documents import VM_NPU_LIST, body
 
     every = listing.namespace is None
-    items = sorted_by(listing.items, sort_by, VM_NPU_ITEM)
-    doc = body(VM_NPU_LIST, spell, listing=listing, items=items)
+    doc = body(VM_NPU_LIST, spell, listing=listing, items=listing.items)
+    doc["items"] = [doc["items"][i] for i in sort_order(doc["items"], sort_by)]  # sorted as printed
     t = rows(doc["items"], *([Column("NAMESPACE")] if every else []), *_VM_COLUMNS)
     where = "any namespace" if every else f"namespace {listing.namespace}"
     notes = list(listing.notes) + ([] if listing.items else [f"No VM with NPUs found in {where}."])
