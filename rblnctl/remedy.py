@@ -72,3 +72,12 @@ class Remedy:
 
     def __str__(self) -> str:
         return self.text
+
+    def inline(self) -> str:
+        """The remedy as one line for a library message, when its command is another program's (kubectl, helm:
+        spelt the same whoever runs rblnctl): the command put where `{command}` stands, else appended after a colon.
+        This program's own commands are left to the front end (rblnctl.cli.rerun.render): their text alone."""
+        if self.command is None or self.command.program is None:
+            return self.text
+        quoted = f"`{self.command.line}`"
+        return self.text.replace("{command}", quoted) if "{command}" in self.text else f"{self.text}: {quoted}"

@@ -321,9 +321,7 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
 
 def _words(note: str | Remedy) -> str:
     """A note as one line of an error message: a Remedy's external command (kubectl) written out after its words."""
-    if isinstance(note, Remedy) and note.command is not None and note.command.program is not None:
-        return f"{note.text}: `{note.command.line}`"
-    return str(note)
+    return note.inline() if isinstance(note, Remedy) else note
 
 
 def _noop(*_: Any) -> None:

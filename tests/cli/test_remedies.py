@@ -185,3 +185,16 @@ def test_a_pasted_hint_with_no_token_set_fails_rather_than_run_without_one(apise
     assert empty.returncode != 0 and empty.stdout == ""
     given = _run_hint_in(shell, hint, {"TOKEN": "s3cr3t-t0ken"})
     assert given.returncode == 0 and "[--token]\n[s3cr3t-t0ken]\n" in given.stdout, given.stdout
+
+
+def test_a_remedy_inline_in_a_library_message_writes_another_programs_command_where_its_text_says():
+    """One way to put a Remedy into a one-line library message (it was written out by hand twice): another program's
+    command at `{command}`, else after a colon; this program's own commands are the front end's to spell."""
+    from rblnctl.remedy import Command, Remedy
+
+    edit = Command.external("kubectl", "edit", "rblnclusterpolicy", "p")
+    assert Remedy("give each plugin its own names", edit).inline() == \
+        "give each plugin its own names: `kubectl edit rblnclusterpolicy p`"
+    assert Remedy("run {command} and retry", edit).inline() == "run `kubectl edit rblnclusterpolicy p` and retry"
+    assert Remedy("switch it to vm", Command(words=("node", "set-mode", "vm", "n1"))).inline() == "switch it to vm"
+    assert Remedy("nothing to run").inline() == "nothing to run"

@@ -61,7 +61,7 @@ def check_policy(f: ClusterFacts, out: Findings) -> None:
                 f"{state}; devicePlugin and sandboxDevicePlugin both advertise {', '.join(shared)} (the v0.3.0 CRD's "
                 "default when sandboxDevicePlugin.resourceList is left out): a VM asking for it may be scheduled on a "
                 "container-mode node, whose NPUs are not bound to vfio-pci",
-                f"{fix.text}: `{fix.command.line}`", fix.command.line)
+                fix.inline(), fix.command.line)
         return
     if not problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS, state)
