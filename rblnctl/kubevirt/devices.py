@@ -88,7 +88,6 @@ def devices_from_cluster(nodes: Sequence[dict], vm_resources: R.ResourceNames, *
     if shared & set(advertised):
         vm_nodes = {str((n.get("metadata") or {}).get("name") or "") for n in nodes
                     if mode_of(labels_of(n), policy).effective == C.MODE_VM}
-        fix = policy.own_names_remedy()
         for key in sorted(shared & set(advertised)):
             where = advertised[key]
             on_vm = [n for n in where if n in vm_nodes]
@@ -105,9 +104,7 @@ def devices_from_cluster(nodes: Sequence[dict], vm_resources: R.ResourceNames, *
                 del advertised[key]
                 why = (f"not permitted: only container-mode nodes advertise it ({shown}), no vm-passthrough node "
                        "does")
-            warnings.append(Remedy(text=f"{key} is advertised by both the device plugin and the sandbox device plugin "
-                                        f"(the v0.3.0 CRD's default when sandboxDevicePlugin.resourceList is left "
-                                        f"out): {why}; {fix.text}", command=fix.command))
+            warnings.append(policy.shared_warning(key, why))
     for key, where in advertised.items():
         if key == C.SANDBOX_ALIAS_RESOURCE:  # one name for every product: the nodes' products say which devices
             found, unknown = _alias_devices(key, [n for n in nodes if (n.get("metadata") or {}).get("name") in where])

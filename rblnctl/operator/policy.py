@@ -127,6 +127,14 @@ class Policy:
                            "for RBLN-CA12, ATOM_MAX_PT for RBLN-CA25, REBEL_PT for RBLN-CR03)",
                       command=Command.external("kubectl", "edit", "rblnclusterpolicy", self.name))
 
+    def shared_warning(self, name: str, why: str) -> Remedy:
+        """The warning for `name`, one of shared_resources, met where `why` says (what it means there), with
+        own_names_remedy's command: one text for vm fit and the views built on it and for permit-devices."""
+        fix = self.own_names_remedy()
+        return Remedy(text=f"{name} is advertised by both the device plugin and the sandbox device plugin (the v0.3.0 "
+                           f"CRD's default when sandboxDevicePlugin.resourceList is left out): {why}; {fix.text}",
+                      command=fix.command)
+
     @property
     def dra_device_class_vm(self) -> str:
         """The passthrough DeviceClass of this policy's DRA driver (`vfio-` + driverName)."""

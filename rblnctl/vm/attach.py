@@ -64,7 +64,7 @@ from rblnctl.vm.cluster import (
     read_cluster,
     with_dra,
 )
-from rblnctl.vm.fit import FitOptions, FitReader, shared_warning
+from rblnctl.vm.fit import FitOptions, FitReader
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, needs_manual_recovery
@@ -508,9 +508,7 @@ class AttachPlanner:
         fit = self._fits.fit(FitOptions(npus=min(npus, C.MAX_VM_NPUS), method=method, resource=resource,
                                         placement=placement_of(D.vm_spec(vm)), own_vmi=own or None))
         warning = fit.warning()
-        out: list[str | Remedy] = [shared_warning(self._fits.cluster, resource, fit.shared_with)] \
-            if fit.shared_with and resource and self._fits.cluster is not None else []
-        return out + ([warning] if warning else [])
+        return [w for w in (fit.shared, warning) if w]
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
         checks = [check_gates(cluster, method)]

@@ -98,6 +98,8 @@ class VmFit:
     # container-mode nodes that advertise `kind` too (a name both plugins advertise, Policy.shared_resources): the
     # scheduler may place the VM there, but not counted as fitting
     shared_with: tuple[str, ...] = ()
+    shared: Remedy | None = None  # the warning about them (in `warnings` too): shared_warning
+
 
     @property
     def fits(self) -> int:
@@ -258,13 +260,10 @@ def shared_with(cluster: VmCluster, method: str, kind: str | None) -> tuple[str,
 def shared_warning(cluster: VmCluster, kind: str, nodes: Sequence[str]) -> Remedy:
     """The warning for a VM resource container-mode `nodes` advertise too (shared_with), with the policy's remedy."""
     assert cluster.policy is not None
-    fix = cluster.policy.own_names_remedy()
     shown = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "")
-    return Remedy(text=f"{kind} is advertised by both the device plugin and the sandbox device plugin (the v0.3.0 "
-                       f"CRD's default when sandboxDevicePlugin.resourceList is left out): kube-scheduler may also "
-                       f"place a VM asking for it on the {len(nodes)} container-mode node(s) offering it ({shown}), "
-                       f"whose NPUs are not bound to vfio-pci; only vm-passthrough nodes are counted here; {fix.text}",
-                  command=fix.command)
+    return cluster.policy.shared_warning(
+        kind, f"kube-scheduler may also place a VM asking for it on the {len(nodes)} container-mode node(s) offering "
+              f"it ({shown}), whose NPUs are not bound to vfio-pci; only vm-passthrough nodes are counted here")
 
 
 def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, method: str, kind: str | None,
@@ -277,10 +276,10 @@ def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, met
                           cluster=cluster, method=method, kind=kind, npus=options.npus, placement=placement)
                  for n in cluster.nodes)
     shared = shared_with(cluster, method, kind)
-    if shared and kind:
-        warnings = [*warnings, shared_warning(cluster, kind, shared)]
+    warned = shared_warning(cluster, kind, shared) if shared and kind else None
     return VmFit(npus=options.npus, count=options.count, method=method, kind=kind, nodes=rows,
-                 placement=options.placement, warnings=tuple(warnings), notes=facts.problems, shared_with=shared)
+                 placement=options.placement, warnings=(*warnings, *([warned] if warned else [])),
+                 notes=facts.problems, shared_with=shared, shared=warned)
 
 
 # -- reading ---------------------------------------------------------------------------------------------------

@@ -337,7 +337,7 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
     one); with `node_product` (the VM's nodeSelector) the sandbox resource of that product when none was named,
     and a warning when no vm-passthrough node carries it."""
     from rblnctl.vm.cluster import choose_method, pick_resource, read_cluster
-    from rblnctl.vm.fit import ANYWHERE, FitOptions, fit, shared_warning
+    from rblnctl.vm.fit import ANYWHERE, FitOptions, fit
     from rblnctl.vm.placement import Placement
 
     cluster = read_cluster(kube)
@@ -356,8 +356,8 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
             node_selector={C.NPU_PRODUCT_LABEL: product_label(node_product)}, terms=(), tolerations=())
         answer = fit(kube, FitOptions(npus=npus, method=chosen, resource=resource, placement=placement),
                      cluster=cluster)
-        if answer.shared_with and resource:  # container-mode nodes advertise it too: the scheduler may use them
-            warnings.append(shared_warning(cluster, resource, answer.shared_with))
+        if answer.shared:  # container-mode nodes advertise it too: the scheduler may use them
+            warnings.append(answer.shared)
         warning = answer.warning()
         if warning:
             warnings.append(warning)
