@@ -78,7 +78,7 @@ from rblnctl.operator.cluster import (
     node_slices,
     read_operator,
 )
-from rblnctl.operator.components import deploy_labels
+from rblnctl.operator.components import InitHold, deploy_labels
 from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
 from rblnctl.operator.policy import choose_active
 from rblnctl.operator.release import read_release
@@ -669,9 +669,12 @@ class ModeSwitcher:
                           f"{self.options.drain.timeout_s:g}s")
         pend = list(seen.state.pending) if seen.state is not None else []
         missing = [str(p) for p in pend] if seen.state is not None else ["nothing read yet"]
-        if pend:  # a component pod held in an init container: its last log line says what it waits for
-            missing = [str(p) for p in convergence.with_logs(pend, lambda h: init_log_line(self.kube, h),
-                                                             self.clock.now())]
+        if pend:  # a component pod held in an init container: its last log line says what it waits for (the one
+            # the wait already read, else read now)
+            def log_of(h: InitHold) -> str | None:
+                return logs[(h.ref, h.container)][0] if (h.ref, h.container) in logs else init_log_line(self.kube, h)
+
+            missing = [str(p) for p in convergence.with_logs(pend, log_of, self.clock.now())]
         raise err.with_details([f"still missing: {m}" for m in missing])
 
     def _wait_state(self, node: str, target: str, pend: list[convergence.Pending], not_ready: list[str],

@@ -47,9 +47,12 @@ def test_set_mode_names_the_pod_its_init_container_and_what_it_waits_for(apiserv
     assert not [line for line in stuck.stderr.splitlines() if "still missing" in line and "not Running" in line]
     # the resumed switch times out again, now with the init container's last log line
     apiserver.set_pod_log(OPS, pod, f"{LOG}\n{LOG}\n", container="driver-ready")
+    apiserver.clear_requests()
     r = cli("node", "set-mode", "vm", "n1", "--yes", "--timeout", "1", server=apiserver.url)
     assert r.exit_code == 5, r.stderr
     assert f"last log line: '{LOG}'" in r.stderr
+    # read once by the wait, not again for its timeout's message
+    assert len([q for q in apiserver.requests if q.path.endswith(f"/pods/{pod}/log")]) == 1
 
 
 def test_node_list_and_status_name_the_stuck_pod(apiserver, stuck):
