@@ -303,15 +303,15 @@ MUTATIONS: tuple[Mutation, ...] = (
                "test_sigterm_while_the_mark_is_written_leaves_no_mark_and_the_owners_stop_stands",)),
     Mutation(
         id="28.2", file="rblnctl/vm/attach.py",
-        old="                if restarter.settle_asked(plan.vm):  # the VM read back once: the stop landed",
+        old="                if life.settle_asked(plan.vm):  # the VM read back once: the stop landed",
         new="                if True:",
         what="stopped mark: a stop still being served when the signal came is taken for landed (the VM 'started "
              "again', then the stop lands)",
         tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
     Mutation(
         id="29.1", file="rblnctl/vm/attach.py",
-        old="                    starter = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter",
-        new="                    starter = restarter",
+        old="        life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter",
+        new="        life = restarter",
         what="clean-up: an interrupted restart retries its start for as long as an unresponsive virt-api answers 503",
         tests=("tests/vm/test_cleanup_deadline.py::"
                "test_an_interrupted_restart_gives_its_start_again_a_bounded_clean_up_and_says_what_is_left",)),
