@@ -80,6 +80,11 @@ def _noop(*_: Any) -> None:
     return None
 
 
+def virtctl_start(ref: VmRef) -> str:
+    """The command that starts a VM rblnctl left stopped, as every message and the document's startCommand spell it."""
+    return f"virtctl start {ref.name} -n {ref.namespace}"
+
+
 # -- options ----------------------------------------------------------------------------------------------
 
 
@@ -588,7 +593,7 @@ class AttachPlanner:
         stopped_by_us = marked and not stale
         if stale:
             warns.append(f"VM {ref} carries the mark of an rblnctl run {stale}: rblnctl leaves it "
-                         f"stopped (`virtctl start {ref.name} -n {ref.namespace}` starts it) and "
+                         f"stopped (`{virtctl_start(ref)}` starts it) and "
                          + ("clears the mark with this change" if changed else "the mark is only a note now (`kubectl "
                             f"annotate vm {ref.name} -n {ref.namespace} {C.VM_STOPPED_ANNOTATION}-` removes it)"))
         if stopped_by_us:
@@ -782,7 +787,7 @@ class AttachPlanner:
           someone else later: the "stopping" mark stays (the next run does not start the VM) and `virtctl start` is
           named.
         """
-        how = f"virtctl start {plan.vm.name} -n {plan.vm.namespace}"
+        how = virtctl_start(plan.vm)
         what = "the NPU change was made" if run.changed else "its NPUs were not changed"
         lines: list[str] = []
         interrupted = isinstance(err, KeyboardInterrupt)
@@ -843,7 +848,7 @@ class AttachPlanner:
             return
         if self.left_stopped:
             done = dataclasses.replace(done, left_stopped=True, restarted=False,
-                                       start_command=f"virtctl start {done.plan.vm.name} -n {done.plan.vm.namespace}")
+                                       start_command=virtctl_start(done.plan.vm))
         self.interrupted = done
 
     @staticmethod
