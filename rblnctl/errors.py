@@ -103,6 +103,16 @@ class ClusterError(RblnError):
         self.server_message = server_message
 
 
+class ContinueExpired(ClusterError):
+    """410 Expired on a list's `continue` page: the snapshot its token names is gone (etcd compacted it, the
+    watch cache no longer holds it). `inconsistent_continue` is the token the server offers to read the rest as it
+    is now (empty when it offered none)."""
+
+    def __init__(self, message: str, *, inconsistent_continue: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.inconsistent_continue = inconsistent_continue
+
+
 class ClusterUnreachable(ClusterError):
     """No answer from the API server (refused, DNS, TLS, dropped connection)."""
 

@@ -31,6 +31,7 @@ from rblnctl.errors import (
     ClusterTimeout,
     ClusterUnreachable,
     ConfigError,
+    ContinueExpired,
     MalformedReply,
     NotFound,
     OutcomeUnknown,
@@ -77,6 +78,15 @@ PATCH_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
 }
 DEFAULT_PAGE_SIZE = 500
+# A display command's first page: "any data not older than resourceVersion 1", i.e. whatever the watch cache holds.
+# kube-apiserver serves resourceVersionMatch=NotOlderThan from its watch cache, not etcd (kubernetes/kubernetes
+# staging/src/k8s.io/apiserver/pkg/storage/cacher/delegator/interface.go: ShouldDelegateList answers false for
+# it), and pages it by `limit`; the `continue` pages after it are served from the cache's snapshot of that first
+# page. Measured on v1.36.2 with 20,000 pods, 40 pages of 500: apiserver_cache_list_total +40, 1.44 s and 39 MiB
+# peak, against 1.9-2.6 s for the consistent paged read (from etcd) and 1.3-1.7 s but 194 MiB for
+# `resourceVersion=0` (the cache, every item in one reply: it ignores `limit`).
+# Servers before the cache's snapshots answer the same query from etcd, consistently: slower, never wrong.
+FROM_CACHE = {"resourceVersion": "1", "resourceVersionMatch": "NotOlderThan"}
 USER_AGENT = f"rblnctl/{__version__}"
 # Reads are retried when the server is briefly unable to answer, as client-go does (429 with
 # Retry-After, 5xx, a dropped connection): at most READ_RETRIES more tries, waiting the server's
@@ -119,8 +129,8 @@ class Kube:
     # Every `Warning` header of every reply (admission webhooks, deprecated APIs), parsed: the front end's
     # handler (the CLI prints each text once on stderr, as kubectl). None: dropped. Called from any thread.
     on_warning: Callable[[ServerWarning], None] | None = None
-    # Lists served from the apiserver's watch cache (`resourceVersion=0`: any data not older than the cache, in
-    # one reply) instead of kubectl's consistent, paged read. For display commands only (node list, status, vm
+    # Lists served from the apiserver's watch cache (FROM_CACHE: any data not older than the cache, paged) instead
+    # of kubectl's consistent read. For display commands only (node list, status, vm
     # list, vm fit, preflight): the front end sets it; a command that decides a write on what it reads never does.
     list_from_cache: bool = False
     request_count: int = field(default=0, init=False)
@@ -375,11 +385,12 @@ class Kube:
         `projection` (rblnctl.kube.projections: OBJECT, POD): decode each page into only the fields it names
         (plain dicts, the other keys absent), for a caller that reads no other field.
 
-        With `list_from_cache` the first request also sends `resourceVersion=0`: kube-apiserver then answers from
-        its watch cache with every item in one reply and no `continue` (it ignores `limit`: measured on v1.36.2,
-        `GET /api/v1/namespaces?limit=3&resourceVersion=0` returned all 11 namespaces, no continue; the cacher
-        serves resourceVersion=0 lists, kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/storage/cacher).
-        A server that pages it anyway is followed: the later pages send only the token, which names its snapshot.
+        With `list_from_cache` the first request also sends FROM_CACHE (`resourceVersion=1&resourceVersionMatch=
+        NotOlderThan`): kube-apiserver answers it from its watch cache, page by page, so a display command holds
+        one page's bytes at a time at any fleet size. The later pages send only the token (the server refuses
+        resourceVersionMatch beside `continue`), which names the first page's snapshot; when that snapshot is
+        gone (410 Expired) the rest is read with the token the server offers instead, as it is now: each object
+        once, the later pages newer than the first (a display, not a decision: never for a consistent list).
         """
         token: str | None = None
         path = res.path(namespace=namespace)
@@ -389,18 +400,20 @@ class Kube:
 
             decode = list_decoder(projection)
         while True:
-            page = self.request(
-                "GET",
-                path,
-                query={
-                    "labelSelector": label_selector,
-                    "fieldSelector": field_selector,
-                    "limit": page_size or DEFAULT_PAGE_SIZE,
-                    "resourceVersion": "0" if self.list_from_cache and not token else None,
-                    "continue": token,
-                },
-                decode=decode,
-            )
+            query = {"labelSelector": label_selector, "fieldSelector": field_selector,
+                     "limit": page_size or DEFAULT_PAGE_SIZE,
+                     **(FROM_CACHE if self.list_from_cache and not token else {}), "continue": token}
+            try:
+                page = self.request("GET", path, query=query, decode=decode)
+            except ContinueExpired as e:
+                if not (self.list_from_cache and e.inconsistent_continue):
+                    raise
+                # The cache's snapshot of the first page is gone (a collection nobody wrote since etcd's last
+                # compaction: measured on v1.36.2, 5,000 nodes idle for 30 minutes). A display command reads on
+                # with the token the server offers: the rest of the pages as they are now.
+                log.debug("GET %s: %s; reading the rest as it is now", path, e.server_message)
+                token = e.inconsistent_continue
+                continue
             if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
                 raise MalformedReply(f"GET {path} did not return a list (got {type(page).__name__})")
             for item in page.get("items") or []:

@@ -157,7 +157,8 @@ namespace termination (deleting a namespace deletes its contents at once), Table
 ``kubectl get`` (kubectl falls back to NAME/AGE columns), server-side apply field ownership
 (``application/apply-patch+yaml`` must be JSON; it creates a missing object, else applies like a
 strategic merge / merge patch), and continue tokens do not pin a snapshot (paging continues after
-the last name at current state).
+the last name at current state; a token older than ``compact()`` is 410 Expired, with the token that reads
+on as it is now in the Status' metadata, as kube-apiserver v1.36.2 answers).
 
 Where things are (one concern per module; ``server.py`` composes them):
 

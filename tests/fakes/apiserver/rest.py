@@ -27,6 +27,27 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
+def continue_expired(token: dict) -> ApiError:
+    """410 as kube-apiserver v1.36.2 answers a continue token older than etcd's compaction (measured: the Status
+    carries, in its metadata, the token that reads the rest as it is now, rv -1)."""
+    err = ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent list "
+                   "result. You can start a new list without the continue parameter, or use the continue token in "
+                   "this response to retrieve the remainder of the results. Continuing with the provided token "
+                   "results in an inconsistent list - objects that were created, modified, or deleted between the "
+                   "time the first chunk was returned and now may show up in the list.")
+    err.body["metadata"] = {"continue": base64.urlsafe_b64encode(json.dumps(token).encode()).decode()}
+    return err
+
+
+def invalid_list_options(message: str) -> ApiError:
+    """422 as kube-apiserver v1.36.2 answers a list with bad ListOptions (measured:
+    ``The ListOptions "" is invalid: resourceVersionMatch: Forbidden: <message>``)."""
+    from types import SimpleNamespace
+
+    return invalid(SimpleNamespace(kind="ListOptions", group=""), "",
+                   [("FieldValueForbidden", "resourceVersionMatch", f"Forbidden: {message}")])
+
+
 class RestApi:
     """The verbs; each returns (status, body) and notifies after releasing the lock."""
 
@@ -52,7 +73,14 @@ class RestApi:
         lmatch = parse_label_selector(label_sel)
         fmatch = parse_field_selector(field_sel, res)
         limit = int(first(q, "limit") or 0)
-        if first(q, "resourceVersion") == "0":
+        match = first(q, "resourceVersionMatch")
+        if match and not first(q, "resourceVersion"):  # apimachinery's ListOptions validation, as v1.36.2 words it
+            raise invalid_list_options("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if match and first(q, "continue"):
+            raise invalid_list_options("resourceVersionMatch is forbidden when continue is provided")
+        # resourceVersion=N with resourceVersionMatch=NotOlderThan: the watch cache, paged by `limit` (the store
+        # here is always at least that new: it is served as a consistent read is)
+        if first(q, "resourceVersion") == "0" and not match:
             # kube-apiserver serves resourceVersion=0 from its watch cache and ignores `limit` there: every item,
             # no continue (measured on v1.36.2: ?limit=3&resourceVersion=0 listed all 11 namespaces).
             limit = 0
@@ -64,9 +92,12 @@ class RestApi:
                      if lmatch(o["metadata"].get("labels") or {}) and fmatch(o)]
         if cont:
             try:
-                start = tuple(json.loads(base64.urlsafe_b64decode(cont.encode()).decode())["start"])
+                token = json.loads(base64.urlsafe_b64decode(cont.encode()).decode())
+                start = tuple(token["start"])
             except Exception:
                 raise bad_request("continue key is not valid: illegal base64 data")
+            if 0 < int(token.get("rv") or 0) < self.store.pruned_rv:  # etcd keeps the compacted revision itself
+                raise continue_expired({"rv": "-1", "start": list(start)})
             items = [o for o in items if sort_key(o) > start]
         meta: dict[str, Any] = {"resourceVersion": rv}
         if limit > 0 and len(items) > limit:
