@@ -22,7 +22,7 @@ from rblnctl.kube import (
     watch_many,
 )
 from rblnctl.kube.optional import UNKNOWN, optional
-from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, dra_in_use, read_facts
+from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, PodsByNode, dra_in_use, read_facts
 from rblnctl.kube.parallel import start
 from rblnctl.operator.cluster import OperatorView, operator_namespace, read_operator, with_init_logs
 from rblnctl.operator.components import InitHold, component_of_pod, init_holds
@@ -51,7 +51,7 @@ def with_capacity(kube: Kube, objects: Sequence[Mapping], policy: Policy | None,
     for n in objects:
         node = npu_node(n, policy)
         name = node.name
-        holds = held_pods(node, (facts.pods or {}).get(name), policy, namespace)
+        holds = held_pods(node, facts.held.get(name), policy, namespace)
         if logs:
             holds = tuple(with_init_logs(kube, [h for h in holds if h.stuck])) + tuple(h for h in holds if not h.stuck)
         out.append(dataclasses.replace(node, capacity=facts.capacity(n), holds=holds))
@@ -119,18 +119,17 @@ def _readable(kube: Kube, res: object, field_selector: str | None = None) -> str
 def _snapshot_facts(policy: Policy | None, pods: Mirror | None, slices: Mirror | None, claims: Mirror | None,
                     problems: Sequence[str]) -> CapacityFacts:
     """CapacityFacts from the mirrors of a watch."""
-    by_node: dict[str, list[dict]] | None = None
-    if pods is not None:
-        by_node = {}
-        for p in pods.items():
-            by_node.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append(p)
+    by_node = PodsByNode()
+    for p in pods.items() if pods is not None else ():
+        by_node.add(p)
     driver = policy.dra_driver if policy is not None else C.DRA_DRIVER
     node_slices: dict[str, list[dict]] = {}
     for s in slices.items() if slices is not None else []:
         spec = s.get("spec") or {}
         if spec.get("driver") == driver:
             node_slices.setdefault(str(spec.get("nodeName") or ""), []).append(s)
-    return CapacityFacts(pods=by_node, slices=node_slices, claims=claims.items() if claims is not None else
+    return CapacityFacts(uses=by_node.uses if pods is not None else None, held=by_node.held, slices=node_slices,
+                         claims=claims.items() if claims is not None else
                          ([] if not node_slices else None), driver=driver,
                          vfio_class=policy.dra_device_class_vm if policy is not None else C.DRA_DEVICECLASS_VM,
                          slices_known=slices is not None or not dra_in_use(policy),
@@ -174,7 +173,7 @@ def watch_npu_nodes(kube: Kube, *, selector: str | None = None, stop: Stop | Non
             now = NodesSnapshot(policy=choice.active, policy_notes=choice.notes,
                                 nodes=[dataclasses.replace(
                                     node, capacity=facts.capacity(n),
-                                    holds=held_pods(node, (facts.pods or {}).get(node.name), choice.active))
+                                    holds=held_pods(node, facts.held.get(node.name), choice.active))
                                     for node, n in listed])
             if now != last:
                 last = now

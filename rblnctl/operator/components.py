@@ -274,6 +274,12 @@ def init_hold(component: str, pod: Mapping, *, vm_node: bool) -> InitHold | None
     return None
 
 
+def held_in_init(pod: Mapping) -> bool:
+    """Whether init_hold finds `pod` held, for some component on some node (the component and the node's mode
+    only decide whether the hold is stuck): what capacity keeps of a fleet's pods whole."""
+    return init_hold("", pod, vm_node=True) is not None
+
+
 def init_holds(pods: Iterable[tuple[str, Mapping]], *, vm_node: bool) -> list[InitHold]:
     """The component pods (as (component, pod)) held in an init container, by pod name."""
     found = [h for comp, p in pods if (h := init_hold(comp, p, vm_node=vm_node)) is not None]

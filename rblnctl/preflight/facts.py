@@ -25,8 +25,10 @@ from rblnctl.kube import (
     Kube,
     writes,
 )
+from rblnctl.kube.parallel import start
+from rblnctl.kube.projections import POD
 from rblnctl.operator.cluster import with_init_logs
-from rblnctl.operator.components import InitHold, component_of_pod, init_holds
+from rblnctl.operator.components import InitHold, component_of_pod, held_in_init, init_holds
 from rblnctl.operator.nodes import list_npu_node_objects, mode_of
 from rblnctl.operator.policy import Policy, choose_active
 from rblnctl.preflight.helm import HelmClient, HelmInfo
@@ -59,8 +61,9 @@ class ClusterFacts:
     device_class_name: str = C.DRA_DEVICECLASS_VM  # which one (vfio- + the policy's driverName)
     resource_slices: Fetch | None = None  # DRA method only: the ResourceSlices of the policy's driver
     access: Fetch | None = None  # a SelfSubjectRulesReview in the operator's namespace: what these credentials may do
-    # The pods in the operator's namespace, read when some NPU node is in vm-passthrough mode: which component pods
-    # there are held in an init container (`holds`: node -> them, a stuck one with its last log line where readable)
+    # The pods in the operator's namespace held in an init container (the others are read and dropped), read when
+    # some NPU node is in vm-passthrough mode: `holds`, node -> its held component pods, a stuck one with its last
+    # log line where readable
     component_pods: Fetch | None = None
     holds: dict[str, list[InitHold]] = field(default_factory=dict)
     node_name: str | None = None  # --node
@@ -132,19 +135,23 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
 
     A selector the API server cannot parse raises InvalidInput (rblnctl.node.inventory).
     """
-    version = fetch("get", "/version", kube.server_version)
-    policies = fetch("list", CLUSTER_POLICIES, lambda: kube.list(CLUSTER_POLICIES))
-    operator = find_operator(kube)
+    # The independent reads at once (rblnctl.kube.parallel), collected in the order they were once made one by
+    # one, so the first error raised (unreachable, 401, a bad selector) is the same.
+    version_read = start(lambda: fetch("get", "/version", kube.server_version))
+    policies_read = start(lambda: fetch("list", CLUSTER_POLICIES, lambda: kube.list(CLUSTER_POLICIES)))
+    operator_read = start(lambda: find_operator(kube))
+    kubevirts_read = start(lambda: fetch("list", KUBEVIRTS, lambda: kube.list(KUBEVIRTS)))
+    if node:
+        nodes_read = start(lambda: fetch("get", NODES, lambda: [kube.get(NODES, node)]))
+        features_read = start(lambda: fetch("list", NODE_FEATURES, lambda: kube.list(
+            NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}")))
+    else:
+        nodes_read = start(lambda: fetch("list", NODES, lambda: list_npu_node_objects(kube, selector=selector)))
+        features_read = start(lambda: fetch("list", NODE_FEATURES, lambda: kube.list(NODE_FEATURES)))
+    version, policies, operator = version_read.result(), policies_read.result(), operator_read.result()
     release = release_of(operator.value or []) if operator.ok else UNKNOWN
     chosen, note, status, remedy = choose_method(method, policies, release)
-    kubevirts = fetch("list", KUBEVIRTS, lambda: kube.list(KUBEVIRTS))
-    if node:
-        nodes = fetch("get", NODES, lambda: [kube.get(NODES, node)])
-        features = fetch("list", NODE_FEATURES, lambda: kube.list(
-            NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}"))
-    else:
-        nodes = fetch("list", NODES, lambda: list_npu_node_objects(kube, selector=selector))
-        features = fetch("list", NODE_FEATURES, lambda: kube.list(NODE_FEATURES))
+    kubevirts, nodes, features = kubevirts_read.result(), nodes_read.result(), features_read.result()
     facts = ClusterFacts(
         version=version, policies=policies, method=chosen, method_note=note, method_status=status,
         method_remedy=remedy, operator=operator, kubevirts=kubevirts, nodes=nodes, node_features=features,
@@ -157,7 +164,10 @@ def gather(kube: Kube, *, method: str = METHOD_AUTO, node: str | None = None, se
         "spec": {"namespace": facts.operator_namespace}}))
     if C.MODE_VM in facts.effective_modes().values():
         ns = facts.operator_namespace
-        facts.component_pods = fetch("list", PODS, lambda: kube.list(PODS, namespace=ns), namespace=ns)
+        # Only the pods held in an init container are kept: the rest say nothing the checks read (a fleet's
+        # operator namespace holds a few component pods a node, issue 31).
+        facts.component_pods = fetch("list", PODS, lambda: [
+            p for p in kube.iter_list(PODS, namespace=ns, projection=POD) if held_in_init(p)], namespace=ns)
         facts.holds = _holds(kube, facts)
     if chosen == C.METHOD_DRA:
         policy = facts.policy

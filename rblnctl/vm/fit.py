@@ -33,7 +33,7 @@ from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, RblnError
 from rblnctl.kube import Kube
 from rblnctl.operator import resources as R
-from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, ResourceUse, read_facts
+from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, PodUse, ResourceUse, read_facts
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, read_cluster
 from rblnctl.vm.model import npu_choice
@@ -169,16 +169,15 @@ class VmFitFailed(RblnError):
 # -- the computation (pure) ------------------------------------------------------------------------------------
 
 
-def _own(facts: CapacityFacts, own_vmi: str | None) -> tuple[Callable[[Mapping], bool] | None,
+def _own(facts: CapacityFacts, own_vmi: str | None) -> tuple[Callable[[PodUse], bool] | None,
                                                             Callable[[Mapping], bool] | None]:
     """Tests for a VMI's own virt-launcher pods and the claims made for them (None: count everything)."""
     if not own_vmi:
         return None, None
-    uids = {str((p.get("metadata") or {}).get("uid") or "") for pods in (facts.pods or {}).values() for p in pods
-            if labels_of(p).get(C.LAUNCHER_CREATED_BY_LABEL) == own_vmi}
+    uids = {u.uid for uses in (facts.uses or {}).values() for u in uses if u.launcher_of == own_vmi}
 
-    def pod(p: Mapping) -> bool:
-        return labels_of(p).get(C.LAUNCHER_CREATED_BY_LABEL) == own_vmi
+    def pod(u: PodUse) -> bool:
+        return u.launcher_of == own_vmi
 
     def claim(c: Mapping) -> bool:
         owners = {str(o.get("uid")) for o in (c.get("metadata") or {}).get("ownerReferences") or []}
