@@ -19,8 +19,8 @@ its anchors, median of --runs, and the table gives the medians, rblnctl's ratio 
   --cache-dir, warmed by the warm-up run, as on a workstation);
 * raw: a minimal stdlib process (``_rawfetch``) that GETs exactly the collections the command read, as the
   apiserver's audit log recorded them for one run of the command (same paths, selectors, page size and
-  resourceVersion), following ``continue``, reading every byte and decoding nothing. The floor: what the
-  command must fetch, with no work done on it.
+  resourceVersion), all at once, following ``continue``, reading every byte and decoding nothing. The floor:
+  what the command must fetch, with no work done on it.
 
     KUBEBUILDER_ASSETS=$(../shared/envtest/setup) python benchmarks/fleet.py [--nodes 5000] [--runs 3]
 
@@ -158,7 +158,9 @@ def reads_of(cp, argv: list[str], env: dict, ok: frozenset[int]) -> list[str]:
         if e.verb not in ("list", "get"):
             continue
         parts = urlsplit(e.uri)
-        q = [(k, v) for k, v in parse_qsl(parts.query) if k != "continue"]
+        if "continue" in dict(parse_qsl(parts.query)):  # a later page of a list already counted: _rawfetch follows
+            continue
+        q = parse_qsl(parts.query)
         uri = parts.path + (f"?{urlencode(q)}" if q else "")
         if uri not in uris:
             uris.append(uri)
@@ -191,14 +193,41 @@ def main() -> int:
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=DIR",
                     help="also time rblnctl from another checkout (PYTHONPATH=DIR), e.g. before=/tmp/main (repeatable)")
     ap.add_argument("--serve", action="store_true", help="seed, print the KUBECONFIG, keep serving until stopped")
+    ap.add_argument("--attach", metavar="DIR", type=Path,
+                    help="time against the fleet a --serve run keeps serving (DIR: its control plane's folder, "
+                         "the KUBECONFIG's); --nodes must say its size")
     args = ap.parse_args()
     try:
         kc_bin = kubectl()
+        if args.attach:
+            with tempfile.TemporaryDirectory() as tmp:
+                return timing(args, tmp, Attached(args.attach), kc_bin)
         with tempfile.TemporaryDirectory() as tmp, control_plane(Path(tmp) / "cp") as (cp, api):
             return bench(args, tmp, cp, api, kc_bin)
     except Unavailable as e:
         print(f"fleet.py: {e}", file=sys.stderr)
         return 2
+
+
+class Attached:
+    """The control plane of a --serve run, from its folder: what timing() reads of a ControlPlane."""
+
+    def __init__(self, folder: Path) -> None:
+        import json
+        import ssl
+        import urllib.request
+
+        self.kubeconfig = folder / "kubeconfig"
+        self.audit_log = folder / "audit.log"
+        self.ca = folder / "certs" / "ca.crt"
+        self.admin_token = (folder / "certs" / "tokens.csv").read_text().split(",", 1)[0]
+        self.url = next(line.split('"')[3] for line in self.kubeconfig.read_text().splitlines()
+                        if '"server"' in line or "server:" in line) if '"server"' in self.kubeconfig.read_text() \
+            else next(line.split("server:", 1)[1].strip() for line in self.kubeconfig.read_text().splitlines()
+                      if "server:" in line)
+        req = urllib.request.Request(self.url + "/version", headers={"Authorization": f"Bearer {self.admin_token}"})
+        with urllib.request.urlopen(req, context=ssl.create_default_context(cafile=str(self.ca))) as resp:
+            self.version = json.loads(resp.read())["gitVersion"]
 
 
 def bench(args: argparse.Namespace, tmp: str, cp, api, kubectl: str) -> int:
@@ -211,6 +240,11 @@ def bench(args: argparse.Namespace, tmp: str, cp, api, kubectl: str) -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # then stop the plane cleanly
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
+    return timing(args, tmp, cp, kubectl)
+
+
+def timing(args: argparse.Namespace, tmp: str, cp, kubectl: str) -> int:
+    """Each command beside its anchors on the fleet `cp` serves; the table."""
     env = {**installed_env(), "KUBECONFIG": str(cp.kubeconfig), "HOME": tmp}
     rbln = rblnctl_cmd()
     kc = [kubectl, f"--cache-dir={tmp}/kube-cache"]

@@ -13,6 +13,7 @@ from rblnctl.kube.optional import ERROR, optional
 from rblnctl.kubevirt.status import status_of
 from rblnctl.kube.parallel import start
 from rblnctl.node.inventory import Change, node_changes, policy_changes, watch_npu_nodes, with_capacity
+from rblnctl.operator.capacity import PodsRead
 from rblnctl.operator.cluster import read_operator
 from rblnctl.operator.nodes import NpuNode, list_npu_node_objects
 from rblnctl.operator.policy import Policy
@@ -70,12 +71,18 @@ def cluster_status(kube: Kube, *, selector: str | None = None) -> ClusterStatus:
     kubevirt_read = start(lambda: optional(lambda: kube.list(KUBEVIRTS), what="list KubeVirts",
                                            absent=[], on_forbidden=ERROR).value)  # not installed: none
     objects_read = start(lambda: list_npu_node_objects(kube, selector=selector))
-    version = version_read.result().get("gitVersion", "unknown")
-    view = view_read.result()
-    release = read_release(kube, view.deployments)
-    kubevirts = kubevirt_read.result()
+    pods_read = PodsRead(kube)
+    try:
+        version = version_read.result().get("gitVersion", "unknown")
+        view = view_read.result()
+        release = read_release(kube, view.deployments)
+        kubevirts = kubevirt_read.result()
+        objects = objects_read.result()
+    except BaseException:
+        pods_read.cancel()
+        raise
     vms_read = start(lambda: list_vm_npus(kube) if kubevirts else None)
-    nodes = with_capacity(kube, objects_read.result(), view.policy, namespace=view.namespace)
+    nodes = with_capacity(kube, objects, view.policy, namespace=view.namespace, pods_read=pods_read)
     vms = vms_read.result()
     vm_notes = tuple(vms.notes) if vms is not None else ()
     return ClusterStatus(

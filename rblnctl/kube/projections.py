@@ -10,8 +10,11 @@ kept whole, only metadata.managedFields dropped) 0.023 s. docs/architecture.md "
 The result is plain dicts and lists, the same shapes a full decode gives, with the keys outside the projection
 absent: every reader of these lists already reads them with `.get`. A projection is lossless for its readers:
 
-* OBJECT (nodes, VMs, VMIs): every field but metadata.managedFields (never read by rblnctl, ~half of a node's or
-  a pod's bytes: the server-side-apply field sets).
+* OBJECT (VMs, VMIs): every field but metadata.managedFields (never read by rblnctl, ~half of a node's or a pod's
+  bytes: the server-side-apply field sets).
+* NODE (the NPU nodes every display command lists): OBJECT less the status fields no reader reads (images,
+  addresses, nodeInfo, the conditions' heartbeat times; NodeStatus below): 7.2 KB of dicts a node against 10.3 KB
+  for OBJECT on the benchmark's nodes, which report no images; a real kubelet's image list is most of a node.
 * POD (the pods capacity and the operator's component pods are computed from: rblnctl.operator.capacity,
   .components): ObjectMeta less managedFields; of the spec what pod_requests, holds_node_resources and
   init_holds read; of the status the phase and the containers' states.
@@ -53,6 +56,36 @@ class Object(TypedDict, total=False):
     metadata: ObjectMeta | None
     spec: Any
     status: Any
+
+
+class NodeCondition(TypedDict, total=False):
+    """A Node condition as rblnctl reads it (lastHeartbeatTime, rewritten by every kubelet heartbeat, left out)."""
+
+    type: Any
+    status: Any
+    reason: Any
+    message: Any
+    lastTransitionTime: Any
+
+
+class NodeStatus(TypedDict, total=False):
+    """What rblnctl reads of a Node's status: its resources and conditions. Left out: images (a kubelet reports up
+    to 50, often tens of KB a node), addresses, daemonEndpoints, nodeInfo, volumes, config, runtimeHandlers."""
+
+    capacity: Any
+    allocatable: Any
+    phase: Any
+    conditions: list[NodeCondition] | None
+
+
+class Node(TypedDict, total=False):
+    """A Node as rblnctl reads it: its metadata less managedFields, its spec, NodeStatus."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: ObjectMeta | None
+    spec: Any
+    status: NodeStatus | None
 
 
 class Container(TypedDict, total=False):
@@ -110,7 +143,15 @@ class PodList(TypedDict, total=False):
     items: list[Pod] | None
 
 
+class NodeList(TypedDict, total=False):
+    apiVersion: Any
+    kind: Any
+    metadata: Any
+    items: list[Node] | None
+
+
 OBJECT = ObjectList  # a projection names the LIST reply's type
+NODE = NodeList
 POD = PodList
 
 _decoders: dict[type, Any] = {}

@@ -22,7 +22,7 @@ from rblnctl.kube import (
     watch_many,
 )
 from rblnctl.kube.optional import UNKNOWN, optional
-from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, PodsByNode, dra_in_use, read_facts
+from rblnctl.operator.capacity import NON_TERMINATED, CapacityFacts, PodsByNode, PodsRead, dra_in_use, read_facts
 from rblnctl.kube.parallel import start
 from rblnctl.operator.cluster import OperatorView, operator_namespace, read_operator, with_init_logs
 from rblnctl.operator.components import InitHold, component_of_pod, init_holds
@@ -42,11 +42,12 @@ def held_pods(node: NpuNode, pods: Sequence[Mapping] | None, policy: Policy | No
 
 
 def with_capacity(kube: Kube, objects: Sequence[Mapping], policy: Policy | None, *, namespace: str | None = None,
-                  logs: bool = True) -> list[NpuNode]:
+                  logs: bool = True, pods_read: PodsRead | None = None) -> list[NpuNode]:
     """The NPU nodes of these Node objects, each with its capacity (rblnctl.operator.capacity: one read of the
-    pods on them, and with DRA of the driver's slices and the claims) and its component pods held in an init
-    container (with `logs`, a stuck one's last log line where it can be read: one GET each)."""
-    facts = read_facts(kube, objects, policy)
+    pods on them, `pods_read` when it was started already, and with DRA of the driver's slices and the claims)
+    and its component pods held in an init container (with `logs`, a stuck one's last log line where it can be
+    read: one GET each)."""
+    facts = read_facts(kube, objects, policy, pods_read=pods_read)
     out = []
     for n in objects:
         node = npu_node(n, policy)
@@ -71,13 +72,18 @@ def list_npu_nodes(kube: Kube, policy: Policy | None, *, selector: str | None = 
 
 def read_npu_nodes(kube: Kube, *, selector: str | None = None) -> tuple[OperatorView, list[NpuNode]]:
     """The operator view (rblnctl.operator.cluster.read_operator) and every NPU node under its policy, with its
-    capacity (list_npu_nodes): the policies and the Node lists read at once (rblnctl.kube.parallel), then the
-    pods. Errors as read one by one: the operator view's first."""
+    capacity (list_npu_nodes): the policies, the Node lists and the pods read at once (rblnctl.kube.parallel).
+    Errors as read one by one: the operator view's first."""
     view_read = start(lambda: read_operator(kube))
     objects_read = start(lambda: list_npu_node_objects(kube, selector=selector))
-    view = view_read.result()
-    objects = objects_read.result()
-    return view, with_capacity(kube, objects, view.policy, namespace=view.namespace)
+    pods_read = PodsRead(kube)
+    try:
+        view = view_read.result()
+        objects = objects_read.result()
+    except BaseException:
+        pods_read.cancel()
+        raise
+    return view, with_capacity(kube, objects, view.policy, namespace=view.namespace, pods_read=pods_read)
 
 
 def named_npu_nodes(kube: Kube, policy: Policy | None, names: list[str], *,

@@ -9,7 +9,7 @@ from rblnctl import constants as C
 from rblnctl.errors import ClusterError, InvalidInput
 from rblnctl.kube import NODES, Kube
 from rblnctl.kube.parallel import start
-from rblnctl.kube.projections import OBJECT
+from rblnctl.kube.projections import NODE
 from rblnctl.operator import resources as R
 from rblnctl.operator.capacity import NodeCapacity
 from rblnctl.operator.components import InitHold, deploy_labels
@@ -48,8 +48,8 @@ def list_npu_node_objects(kube: Kube, *, selector: str | None = None) -> list[di
     """
     found: dict[str, dict] = {}
     def listing(terms: str) -> Callable[[], list[dict]]:
-        # managedFields are never read: OBJECT leaves them out (rblnctl.kube.projections)
-        return lambda: list(kube.iter_list(NODES, label_selector=terms, projection=OBJECT))
+        # managedFields, images and the like are never read: NODE leaves them out (rblnctl.kube.projections)
+        return lambda: list(kube.iter_list(NODES, label_selector=terms, projection=NODE))
 
     try:
         reads = [start(listing(terms)) for terms in npu_node_selectors(selector)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rblnctl.kube import NODES, PODS, KubeOptions, connect
-from rblnctl.kube.projections import OBJECT, POD
+from rblnctl.kube.projections import NODE, OBJECT, POD
 from rblnctl.operator.capacity import pod_requests
 from tests.fakes import objects as o
 
@@ -27,6 +27,14 @@ def test_real_lists_fit_the_projections(real, from_cache, caplog):
     assert "does not fit its projection" not in caplog.text
     del full[node]["metadata"]["managedFields"]
     assert nodes[node] == full[node]
+    # NODE: what the readers read of a node, the rest of its status left out
+    slim = {n["metadata"]["name"]: n for n in kube.list(NODES, projection=NODE)}[node]
+    assert "does not fit its projection" not in caplog.text
+    assert slim["metadata"] == full[node]["metadata"] and slim["spec"] == full[node]["spec"]
+    assert slim["status"]["allocatable"] == full[node]["status"]["allocatable"]
+    assert [c["type"] for c in slim["status"]["conditions"]] == [c["type"] for c in full[node]["status"]["conditions"]]
+    assert not {"nodeInfo", "addresses", "daemonEndpoints"} & set(slim["status"])
+    assert not any("lastHeartbeatTime" in c for c in slim["status"]["conditions"])
     assert "managedFields" not in pods["infer"]["metadata"]
     assert pods["infer"]["spec"]["nodeName"] == node
     assert pod_requests(pods["infer"]) == {"rebellions.ai/ATOM": 2}
