@@ -191,7 +191,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=16, help="concurrent seeding requests")
     ap.add_argument("--only", action="append", default=[], help="time only this command (repeatable)")
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=DIR",
-                    help="also time rblnctl from another checkout (PYTHONPATH=DIR), e.g. before=/tmp/main (repeatable)")
+                    help="also time rblnctl from another checkout (_tree.py DIR), e.g. before=/tmp/main (repeatable)")
     ap.add_argument("--serve", action="store_true", help="seed, print the KUBECONFIG, keep serving until stopped")
     ap.add_argument("--attach", metavar="DIR", type=Path,
                     help="time against the fleet a --serve run keeps serving (DIR: its control plane's folder, "
@@ -271,7 +271,8 @@ def timing(args: argparse.Namespace, tmp: str, cp, kubectl: str) -> int:
         ours = [*rbln, *argv]
         trio: dict[str, tuple[list[str], frozenset[int], dict]] = {"rblnctl": (ours, ok, env)}
         for label, tree in (a.split("=", 1) for a in args.also):  # the same command from another checkout
-            trio[f"rblnctl@{label}"] = (ours, ok, {**env, "PYTHONPATH": str(Path(tree).resolve())})
+            trio[f"rblnctl@{label}"] = ([sys.executable, str(Path(__file__).resolve().parent / "_tree.py"),
+                                         str(Path(tree).resolve()), *argv], ok, env)
         if anchor:
             trio["kubectl"] = ([*kc, *anchor], frozenset({0}), env)
             uris = reads_of(cp, ours, env, ok)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 
-from rblnctl.kube import NODES, PODS
-from rblnctl.kube.projections import OBJECT, POD, list_decoder
+from rblnctl.kube import NODES, PODS, VMIS, VMS
+from rblnctl.kube.projections import NODE, POD, VM, VMI, list_decoder
 from tests.fakes import objects as o
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
@@ -20,14 +20,44 @@ def _managed(obj: dict) -> dict:
     return obj
 
 
-def test_object_keeps_every_field_but_managed_fields(apiserver, kube):
+def test_node_keeps_what_is_read_of_a_node(apiserver, kube):
     node = o.npu_node("n1", mode="vm-passthrough", labels={"zone": "x"})
+    node["status"]["images"] = [{"names": ["registry.example/big:1"], "sizeBytes": 1 << 30}]
+    node["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-04T00:00:00Z"
     apiserver.add(_managed(node))
     full = kube.list(NODES)[0]
-    projected = kube.list(NODES, projection=OBJECT)[0]
+    projected = kube.list(NODES, projection=NODE)[0]
     assert full["metadata"]["managedFields"] == MANAGED
     del full["metadata"]["managedFields"]
-    assert projected == full
+    assert projected["metadata"] == full["metadata"] and projected["spec"] == full["spec"]
+    assert {k: projected["status"].get(k) for k in ("allocatable", "capacity")} == \
+        {k: full["status"].get(k) for k in ("allocatable", "capacity")}
+    assert projected["status"]["conditions"] == [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                                                 for c in full["status"]["conditions"]]
+    assert "images" not in projected["status"] and "nodeInfo" not in projected["status"]
+
+
+def test_vm_and_vmi_keep_what_the_listing_reads(apiserver, kube):
+    """The template's (VMI's) NPU devices and claims, the status, never the volumes: a cloud-init userData is
+    often most of a VM."""
+    dev = [{"name": "npu1", "deviceName": "rebellions.ai/ATOM_PT"}]
+    vm = o.vm("vms", "vm1", host_devices=dev)
+    vm["spec"]["template"]["spec"]["volumes"] = [{"name": "ci", "cloudInitNoCloud": {"userData": "x" * 4096}}]
+    vmi = o.vmi("vms", "vm1", "n1", host_devices=dev)
+    vmi["spec"]["volumes"] = vm["spec"]["template"]["spec"]["volumes"]
+    apiserver.add(_managed(vm), _managed(vmi))
+    full_vm, full_vmi = kube.list(VMS)[0], kube.list(VMIS)[0]
+    got_vm, got_vmi = kube.list(VMS, projection=VM)[0], kube.list(VMIS, projection=VMI)[0]
+    from rblnctl.vm import devices as D
+
+    assert D.host_devices(D.vm_spec(got_vm)) == D.host_devices(D.vm_spec(full_vm)) == dev
+    assert D.host_devices(D.vmi_spec(got_vmi)) == D.host_devices(D.vmi_spec(full_vmi)) == dev
+    assert got_vm["status"] == full_vm["status"] and got_vm["spec"].get("runStrategy") == \
+        full_vm["spec"].get("runStrategy")
+    assert {k: got_vmi["status"].get(k) for k in ("phase", "nodeName")} == \
+        {k: full_vmi["status"].get(k) for k in ("phase", "nodeName")}
+    assert "volumes" not in D.vm_spec(got_vm) and "volumes" not in D.vmi_spec(got_vmi)
+    assert "managedFields" not in got_vm["metadata"] and got_vm["metadata"]["name"] == "vm1"
 
 
 def test_pod_keeps_what_capacity_and_init_holds_read(apiserver, kube):

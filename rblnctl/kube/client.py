@@ -382,7 +382,7 @@ class Kube:
     ) -> Iterator[dict]:
         """Yield every object of a collection, following `continue` tokens page by page (DEFAULT_PAGE_SIZE a page).
 
-        `projection` (rblnctl.kube.projections: OBJECT, POD): decode each page into only the fields it names
+        `projection` (rblnctl.kube.projections: NODE, VM, VMI, POD): decode each page into only the fields it names
         (plain dicts, the other keys absent), for a caller that reads no other field.
 
         With `list_from_cache` the first request also sends FROM_CACHE (`resourceVersion=1&resourceVersionMatch=

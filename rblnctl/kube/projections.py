@@ -4,17 +4,20 @@ A LIST of 20,000 pods is ~80 MB of JSON; turning all of it into dicts (json, orj
 the cost, not the parsing. msgspec decodes into a TypedDict by reading only its declared keys and skipping the
 rest of each object without building it, so a projection costs a fraction of a full decode. Measured on the real
 kube-apiserver v1.36.2 (benchmarks/fleet.py --serve, 300 nodes: 1,200 pods, 4.9 MB), each a mean of 3 decodes:
-stdlib json 0.136 s, untyped msgspec 0.142 s, msgspec into POD (below) 0.010 s, into OBJECT (spec and status
-kept whole, only metadata.managedFields dropped) 0.023 s. docs/architecture.md "Reading at fleet scale".
+stdlib json 0.136 s, untyped msgspec 0.142 s, msgspec into POD (below) 0.010 s, into a projection keeping spec
+and status whole (only metadata.managedFields dropped) 0.023 s. docs/architecture.md "Reading at fleet scale".
 
 The result is plain dicts and lists, the same shapes a full decode gives, with the keys outside the projection
 absent: every reader of these lists already reads them with `.get`. A projection is lossless for its readers:
 
-* OBJECT (VMs, VMIs): every field but metadata.managedFields (never read by rblnctl, ~half of a node's or a pod's
-  bytes: the server-side-apply field sets).
-* NODE (the NPU nodes every display command lists): OBJECT less the status fields no reader reads (images,
-  addresses, nodeInfo, the conditions' heartbeat times; NodeStatus below): 7.2 KB of dicts a node against 10.3 KB
-  for OBJECT on the benchmark's nodes, which report no images; a real kubelet's image list is most of a node.
+* Every projection leaves out metadata.managedFields (never read by rblnctl, ~half of a node's or a pod's bytes:
+  the server-side-apply field sets).
+* VM, VMI (the VM listing: vm list, status): metadata, the template's (VMI's) NPU devices and claims, the
+  status the listing reads; not volumes, disks or interfaces (VmiSpec below).
+* NODE (the NPU nodes every display command lists): metadata, spec, and of the status what a reader reads (not
+  images, addresses, nodeInfo, the conditions' heartbeat times; NodeStatus below): 7.2 KB of dicts a node against
+  10.3 KB for the whole node less managedFields on the benchmark's nodes, which report no images; a real
+  kubelet's image list is most of a node.
 * POD (the pods capacity and the operator's component pods are computed from: rblnctl.operator.capacity,
   .components): ObjectMeta less managedFields; of the spec what pod_requests, holds_node_resources and
   init_holds read; of the status the phase and the containers' states.
@@ -48,15 +51,6 @@ class ObjectMeta(TypedDict, total=False):
     finalizers: Any
 
 
-class Object(TypedDict, total=False):
-    """An object with a spec and a status (Node, VirtualMachine, VirtualMachineInstance), managedFields left out."""
-
-    apiVersion: Any
-    kind: Any
-    metadata: ObjectMeta | None
-    spec: Any
-    status: Any
-
 
 class NodeCondition(TypedDict, total=False):
     """A Node condition as rblnctl reads it (lastHeartbeatTime, rewritten by every kubelet heartbeat, left out)."""
@@ -86,6 +80,62 @@ class Node(TypedDict, total=False):
     metadata: ObjectMeta | None
     spec: Any
     status: NodeStatus | None
+
+
+class Devices(TypedDict, total=False):
+    hostDevices: Any
+    gpus: Any
+
+
+class Domain(TypedDict, total=False):
+    devices: Devices | None
+
+
+class VmiSpec(TypedDict, total=False):
+    """What the VM listing reads of a VMI spec (rblnctl.vm.devices: HOST_DEVICES, GPUS, RESOURCE_CLAIMS). Left out:
+    volumes (a cloud-init userData is often most of a VM), disks, interfaces, networks, the rest of the domain."""
+
+    domain: Domain | None
+    resourceClaims: Any
+
+
+class VmTemplate(TypedDict, total=False):
+    metadata: Any
+    spec: VmiSpec | None
+
+
+class VmSpec(TypedDict, total=False):
+    running: Any
+    runStrategy: Any
+    template: VmTemplate | None
+
+
+class Vm(TypedDict, total=False):
+    """A VirtualMachine as the VM listing reads it (rblnctl.vm.listing): its template's NPUs, its status."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: ObjectMeta | None
+    spec: VmSpec | None
+    status: Any
+
+
+class VmiStatus(TypedDict, total=False):
+    phase: Any
+    nodeName: Any
+    reason: Any
+    conditions: Any
+
+
+class Vmi(TypedDict, total=False):
+    """A VirtualMachineInstance as the VM listing reads it: its spec's NPUs, phase and node (not its interfaces,
+    volume and guest-agent status)."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: ObjectMeta | None
+    spec: VmiSpec | None
+    status: VmiStatus | None
 
 
 class Container(TypedDict, total=False):
@@ -129,12 +179,6 @@ class Pod(TypedDict, total=False):
     status: PodStatus | None
 
 
-class ObjectList(TypedDict, total=False):
-    apiVersion: Any
-    kind: Any
-    metadata: Any
-    items: list[Object] | None
-
 
 class PodList(TypedDict, total=False):
     apiVersion: Any
@@ -150,8 +194,23 @@ class NodeList(TypedDict, total=False):
     items: list[Node] | None
 
 
-OBJECT = ObjectList  # a projection names the LIST reply's type
-NODE = NodeList
+class VmList(TypedDict, total=False):
+    apiVersion: Any
+    kind: Any
+    metadata: Any
+    items: list[Vm] | None
+
+
+class VmiList(TypedDict, total=False):
+    apiVersion: Any
+    kind: Any
+    metadata: Any
+    items: list[Vmi] | None
+
+
+NODE = NodeList  # a projection names the LIST reply's type
+VM = VmList
+VMI = VmiList
 POD = PodList
 
 _decoders: dict[type, Any] = {}

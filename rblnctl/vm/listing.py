@@ -12,7 +12,7 @@ from rblnctl.errors import RblnError
 from rblnctl.kube import VMIS, VMS, Change, Kube, Mirror, Resource, WatchSpec, watch_many
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.kube.parallel import start
-from rblnctl.kube.projections import OBJECT
+from rblnctl.kube.projections import VM, VMI
 from rblnctl.kube.watch import object_key
 from rblnctl.operator.cluster import read_operator
 from rblnctl.vm import devices as D
@@ -89,8 +89,9 @@ class VmNpuListing:
 def _list(kube: Kube, res: Resource, namespace: str | None, notes: list[str], what: str,
           selector: str | None = None) -> list[dict] | None:
     """The objects; None when the API is not served (KubeVirt absent); [] with a note when forbidden."""
-    # managedFields are never read: OBJECT leaves them out (rblnctl.kube.projections)
-    read = optional(lambda: kube.list(res, namespace=namespace, label_selector=selector, projection=OBJECT),
+    # what the listing reads and no more (rblnctl.kube.projections VM, VMI)
+    projection = VM if res is VMS else VMI
+    read = optional(lambda: kube.list(res, namespace=namespace, label_selector=selector, projection=projection),
                     what=f"list {what}",
                     on_forbidden=NOTE, notes=notes)
     return None if read.absent else read.value or []
