@@ -125,6 +125,34 @@ def test_slow_server_times_out(apiserver, kubeconfig):
         kube.list(NODES)
 
 
+def test_the_next_page_is_asked_for_before_this_one_is_handed_out(kube, apiserver):
+    """iter_list reads the continue token off a page's bytes and asks for the next page at once, so the server
+    answers it while the caller works on this one (issue 31)."""
+    apiserver.add(*(o.node(f"n{i}") for i in range(5)))
+    apiserver.clear_requests()
+    pages = kube.iter_list(NODES, page_size=2)
+    assert next(pages)["metadata"]["name"] == "n0"  # the first item of the first page, nothing more consumed
+    deadline = time.monotonic() + 5
+    while not any("continue" in r.query for r in apiserver.requests) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any("continue" in r.query for r in apiserver.requests)
+    assert ["n0", *(n["metadata"]["name"] for n in pages)] == [f"n{i}" for i in range(5)]
+    assert len([r for r in apiserver.requests if r.path == "/api/v1/nodes"]) == 3
+
+
+def test_a_continue_token_guessed_wrong_is_dropped(kube, apiserver):
+    """The guess is the first `"continue":"..."` in a page's first or last bytes; an object can carry that text
+    (an annotation named `continue`). The decoded token decides: the guess's page is never handed out."""
+    apiserver.add(*(o.node(f"n{i}", annotations={"continue": "not-a-token"}) for i in range(3)))
+    names = [n["metadata"]["name"] for n in kube.iter_list(NODES, page_size=2)]
+    assert names == ["n0", "n1", "n2"]
+    deadline = time.monotonic() + 5  # the last page's guess was asked for (and refused: 400), never used
+    while not any(r.query.get("continue") == ["not-a-token"] for r in apiserver.requests) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any(r.query.get("continue") == ["not-a-token"] and r.status == 400 for r in apiserver.requests)
+
+
 def test_nothing_listening_is_unreachable_with_the_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
