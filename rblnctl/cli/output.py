@@ -164,15 +164,7 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
     manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
-        # msgspec writes what json.dumps(indent=2, ensure_ascii=False) writes, byte for byte on every golden
-        # document (tests/golden; floats aside: 1e-7, not 1e-07), in C and in one buffer: json.dumps joins a list
-        # of a small string per token, ~100 MB at peak for `node list -o json` at 5,000 nodes (issue 31).
-        import msgspec
-
-        try:
-            return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n"
-        except TypeError:  # a type msgspec does not encode: json.dumps decides (and says why not)
-            return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        return json_bytes(doc).decode()
     import yaml
 
     if not literal_blocks:
@@ -187,6 +179,20 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
 
     Dumper.add_representer(str, text)
     return yaml.dump(doc, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def json_bytes(doc: Any) -> bytes:
+    """A document as `-o json` writes it (UTF-8, two-space indent, a final newline).
+
+    msgspec writes what json.dumps(indent=2, ensure_ascii=False) writes, byte for byte on every golden document
+    (tests/golden; floats aside: 1e-7, not 1e-07), in C and in one buffer: json.dumps joins a list of a small
+    string per token, ~100 MB at peak for `node list -o json` at 5,000 nodes (issue 31)."""
+    import msgspec
+
+    try:
+        return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+    except TypeError:  # a type msgspec does not encode: json.dumps decides (and says why not)
+        return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 # -- tables ------------------------------------------------------------------------------------------
@@ -473,6 +479,9 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
 
         _write(render(spec.template or "", doc))
         return
+    if fmt == Format.json:
+        _write_bytes(json_bytes(doc))  # never a str copy of a document that may be tens of MB
+        return
     _write(dump(doc, fmt))
 
 
@@ -528,6 +537,18 @@ def _isatty(stream: Any) -> bool:
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def _write_bytes(data: bytes) -> None:
+    """UTF-8 bytes to stdout: straight to its buffer where it has one (a terminal, a pipe, a file), else as text
+    (a test's captured stdout)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        _write(data.decode())
+        return
+    sys.stdout.flush()
+    buffer.write(data)
+    buffer.flush()
 
 
 def yes_no(value: bool | None, *, no: str = "no", unknown: str = "unknown") -> str:

@@ -12,12 +12,12 @@ absent: every reader of these lists already reads them with `.get`. A projection
 
 * Every projection leaves out metadata.managedFields (never read by rblnctl, ~half of a node's or a pod's bytes:
   the server-side-apply field sets).
-* VM, VMI (the VM listing: vm list, status): metadata, the template's (VMI's) NPU devices and claims, the
-  status the listing reads; not volumes, disks or interfaces (VmiSpec below).
-* NODE (the NPU nodes every display command lists): metadata, spec, and of the status what a reader reads (not
-  images, addresses, nodeInfo, the conditions' heartbeat times; NodeStatus below): 7.2 KB of dicts a node against
-  10.3 KB for the whole node less managedFields on the benchmark's nodes, which report no images; a real
-  kubelet's image list is most of a node.
+* VM, VMI (the VM listing: vm list, status): name and namespace, the template's (VMI's) NPU devices and claims,
+  the status the listing reads; not volumes, disks, interfaces, labels or annotations (VmiSpec, NamedMeta below).
+* NODE (the NPU nodes every display command lists): metadata, spec, and of the status what a reader reads (its
+  allocatable resources and its conditions' types and statuses; NodeStatus below): on the benchmark's nodes,
+  which report no images, less than 7.2 KB of dicts a node against 10.3 KB for the whole node less
+  managedFields; a real kubelet's image list is most of a node.
 * POD (the pods capacity and the operator's component pods are computed from: rblnctl.operator.capacity,
   .components): ObjectMeta less managedFields; of the spec what pod_requests, holds_node_resources and
   init_holds read; of the status the phase and the containers' states.
@@ -53,22 +53,18 @@ class ObjectMeta(TypedDict, total=False):
 
 
 class NodeCondition(TypedDict, total=False):
-    """A Node condition as rblnctl reads it (lastHeartbeatTime, rewritten by every kubelet heartbeat, left out)."""
+    """A Node condition as rblnctl reads it: is the node Ready (rblnctl.operator.nodes, .convergence)."""
 
     type: Any
     status: Any
-    reason: Any
-    message: Any
-    lastTransitionTime: Any
 
 
 class NodeStatus(TypedDict, total=False):
-    """What rblnctl reads of a Node's status: its resources and conditions. Left out: images (a kubelet reports up
-    to 50, often tens of KB a node), addresses, daemonEndpoints, nodeInfo, volumes, config, runtimeHandlers."""
+    """What rblnctl reads of a Node's status: what it can allocate, whether it is Ready. Left out: images (a
+    kubelet reports up to 50, often tens of KB a node), capacity, addresses, daemonEndpoints, nodeInfo, volumes,
+    config, runtimeHandlers, and of each condition all but its type and status."""
 
-    capacity: Any
     allocatable: Any
-    phase: Any
     conditions: list[NodeCondition] | None
 
 
@@ -100,7 +96,6 @@ class VmiSpec(TypedDict, total=False):
 
 
 class VmTemplate(TypedDict, total=False):
-    metadata: Any
     spec: VmiSpec | None
 
 
@@ -110,30 +105,49 @@ class VmSpec(TypedDict, total=False):
     template: VmTemplate | None
 
 
+class NamedMeta(TypedDict, total=False):
+    """What the VM listing reads of a VM's or VMI's metadata: who it is (not its labels, annotations, owners)."""
+
+    name: Any
+    namespace: Any
+    uid: Any
+
+
+class Condition(TypedDict, total=False):
+    type: Any
+    status: Any
+    reason: Any
+    message: Any
+    lastTransitionTime: Any
+
+
+class VmStatus(TypedDict, total=False):
+    printableStatus: Any
+    conditions: list[Condition] | None  # RestartRequired (rblnctl.vm.pending)
+
+
 class Vm(TypedDict, total=False):
     """A VirtualMachine as the VM listing reads it (rblnctl.vm.listing): its template's NPUs, its status."""
 
     apiVersion: Any
     kind: Any
-    metadata: ObjectMeta | None
+    metadata: NamedMeta | None
     spec: VmSpec | None
-    status: Any
+    status: VmStatus | None
 
 
 class VmiStatus(TypedDict, total=False):
     phase: Any
     nodeName: Any
-    reason: Any
-    conditions: Any
 
 
 class Vmi(TypedDict, total=False):
-    """A VirtualMachineInstance as the VM listing reads it: its spec's NPUs, phase and node (not its interfaces,
-    volume and guest-agent status)."""
+    """A VirtualMachineInstance as the VM listing reads it: its spec's NPUs, phase and node (not its conditions,
+    interfaces, volume and guest-agent status)."""
 
     apiVersion: Any
     kind: Any
-    metadata: ObjectMeta | None
+    metadata: NamedMeta | None
     spec: VmiSpec | None
     status: VmiStatus | None
 
