@@ -519,6 +519,23 @@ def test_malformed_replies_are_one_line_typed_errors(kube, apiserver, body, cont
     assert type(err.value).__name__ == error and text in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("projection", [None, "NODE"])
+@pytest.mark.parametrize(("body", "content_type", "error", "text"), [
+    ("<html>proxy login</html>", "text/html", "NotAnApiServer", "not the Kubernetes API"),
+    (b"\xff\xfe garbage", "application/json", "MalformedReply", "invalid JSON"),
+])
+def test_a_list_page_that_is_not_json_is_the_same_typed_error(kube, apiserver, body, content_type, error, text,
+                                                              projection):
+    """A list's pages are decoded by iter_list itself (pipelined, into a projection): a 200 that is no JSON is
+    still told by its Content-Type, as a GET's."""
+    from rblnctl.kube import projections
+
+    apiserver.inject_fault(path="^/api/v1/nodes$", body=body, content_type=content_type, times=1)
+    with pytest.raises(ClusterError if error == "MalformedReply" else ClusterUnreachable) as err:
+        kube.list(NODES, projection=getattr(projections, projection) if projection else None)
+    assert type(err.value).__name__ == error and text in str(err.value) and "\n" not in str(err.value)
+
+
 def test_an_html_error_page_is_not_the_api_server_and_a_proxys_502_is_retried_once(kube, apiserver):
     """A proxy's 502 page (or a web server's 404) is no Kubernetes Status: exit 3, the page in one line."""
     from rblnctl.errors import NotAnApiServer

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 import urllib3
@@ -168,12 +168,10 @@ class Kube:
         body: Any = None,
         content_type: str | None = None,
         text: bool = False,
-        decode: Callable[[bytes], Any] | None = None,
+        raw: bool = False,
     ) -> Any:
-        """Send one request; return the decoded JSON body (None when empty), or with `text` the body as text.
-
-        `decode`: how to decode a 2xx body (a typed projection, rblnctl.kube.projections); a body it refuses
-        (ValueError: msgspec's DecodeError and ValidationError are ValueErrors) is decoded in full instead.
+        """Send one request; return the decoded JSON body (None when empty), with `text` the body as text, with
+        `raw` a 2xx body undecoded (RawBody: iter_list decodes its pages itself).
 
         Raises NotFound (404), Conflict (409), AuthError (401), Forbidden (403), ClusterError
         (other non-2xx), MalformedReply (a 2xx that is not JSON), NotAnApiServer (an HTML page),
@@ -186,7 +184,7 @@ class Kube:
         while True:
             try:
                 return self._request_once(method, path, query=query, body=body, content_type=content_type,
-                                          text=text, decode=decode)
+                                          text=text, raw=raw)
             except (ClusterError, ClusterUnreachable) as err:
                 if attempt >= retries or not _retryable(err):
                     raise
@@ -197,8 +195,7 @@ class Kube:
                 self.clock.sleep(wait)
 
     def _request_once(self, method: str, path: str, *, query: dict[str, Any] | None, body: Any,
-                      content_type: str | None, text: bool = False,
-                      decode: Callable[[bytes], Any] | None = None) -> Any:
+                      content_type: str | None, text: bool = False, raw: bool = False) -> Any:
         url, headers, plugin_errors, resource_path = self._prepare(method, path, query, body, content_type)
         if wire_log.isEnabledFor(logging.DEBUG) and body is not None:
             wire_log.debug("request body: %s", _loggable(body))
@@ -211,11 +208,8 @@ class Kube:
         if 200 <= resp.status < 300:
             if text:
                 return (data or b"").decode("utf-8", "replace")
-            if decode is not None and data:
-                try:
-                    return decode(data)
-                except ValueError:
-                    log.debug("%s %s: the reply does not fit its projection; decoding it in full", method, path)
+            if raw:
+                return RawBody(data or b"", ctype)
             return _decode_ok(data, ctype, method, path, self.server)
         raise self._reply_error(method, path, resp, data, plugin_errors)
 
@@ -402,11 +396,11 @@ class Kube:
             decode = list_decoder(projection)
 
         def fetch(token: str | None) -> Any:
-            """One page's body, undecoded (bytes; None when empty)."""
+            """One page's body, undecoded."""
             query = {"labelSelector": label_selector, "fieldSelector": field_selector,
                      "limit": page_size or DEFAULT_PAGE_SIZE,
                      **(FROM_CACHE if self.list_from_cache and not token else {}), "continue": token}
-            return self.request("GET", path, query=query, decode=_undecoded)
+            return self.request("GET", path, query=query, raw=True)
 
         def settled(first: Callable[[], Any]) -> Any:
             """A page's body, reading on past an expired continue token where a display list may."""
@@ -438,16 +432,17 @@ class Kube:
                 return
             body = settled(ahead.result if ahead is not None and token == guess else functools.partial(fetch, token))
 
-    def _list_page(self, body: Any, decode: Callable[[bytes], Any] | None, path: str) -> dict:
-        """A LIST page's body decoded (into `decode`'s projection; in full when it does not fit)."""
+    def _list_page(self, body: RawBody, decode: Callable[[bytes], Any] | None, path: str) -> dict:
+        """A LIST page's body decoded: into `decode`'s projection, or in full when there is none or the body does
+        not fit it (ValueError: msgspec's DecodeError and ValidationError are ValueErrors)."""
         page = None
-        if isinstance(body, bytes) and decode is not None:
+        if decode is not None and body.data:
             try:
-                page = decode(body)
+                page = decode(body.data)
             except ValueError:
                 log.debug("GET %s: the reply does not fit its projection; decoding it in full", path)
         if page is None:
-            page = _decode_ok(body, JSON, "GET", path, self.server) if isinstance(body, bytes) else body
+            page = _decode_ok(body.data, body.content_type, "GET", path, self.server)
         if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
             raise MalformedReply(f"GET {path} did not return a list (got {type(page).__name__})")
         return page
@@ -532,18 +527,19 @@ class Kube:
 _CONTINUE = re.compile(rb'"continue":"([^"]+)"')
 
 
-def _undecoded(data: bytes) -> bytes:
-    """Kube.request's `decode` that leaves a 2xx body as its bytes (iter_list decodes it itself)."""
-    return data
+class RawBody(NamedTuple):
+    """A 2xx body as it came (Kube.request with `raw`) and its Content-Type."""
+
+    data: bytes
+    content_type: str
 
 
-def _continue_token(body: Any) -> str | None:
+def _continue_token(body: RawBody) -> str | None:
     """A LIST page's `continue` token read off its bytes without decoding them: kube-apiserver writes the list's
     metadata before `items` for built-in kinds and after them for custom resources (their keys sorted). A guess:
     iter_list checks it against the decoded page."""
-    if not isinstance(body, bytes):
-        return None
-    m = _CONTINUE.search(body, 0, 4096) or _CONTINUE.search(body, max(0, len(body) - 4096))
+    data = body.data
+    m = _CONTINUE.search(data, 0, 4096) or _CONTINUE.search(data, max(0, len(data) - 4096))
     return m.group(1).decode() if m else None
 
 
