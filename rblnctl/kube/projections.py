@@ -29,7 +29,9 @@ would not.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Generic, TypedDict, TypeVar
+
+T = TypeVar("T")
 
 
 class ObjectMeta(TypedDict, total=False):
@@ -193,39 +195,20 @@ class Pod(TypedDict, total=False):
     status: PodStatus | None
 
 
+class ListOf(TypedDict, Generic[T], total=False):
+    """A LIST reply, its items decoded into T."""
 
-class PodList(TypedDict, total=False):
     apiVersion: Any
     kind: Any
     metadata: Any
-    items: list[Pod] | None
+    items: list[T] | None
 
 
-class NodeList(TypedDict, total=False):
-    apiVersion: Any
-    kind: Any
-    metadata: Any
-    items: list[Node] | None
-
-
-class VmList(TypedDict, total=False):
-    apiVersion: Any
-    kind: Any
-    metadata: Any
-    items: list[Vm] | None
-
-
-class VmiList(TypedDict, total=False):
-    apiVersion: Any
-    kind: Any
-    metadata: Any
-    items: list[Vmi] | None
-
-
-NODE = NodeList  # a projection names the LIST reply's type
-VM = VmList
-VMI = VmiList
-POD = PodList
+# a projection names the LIST reply's type
+NODE = ListOf[Node]
+VM = ListOf[Vm]
+VMI = ListOf[Vmi]
+POD = ListOf[Pod]
 
 _decoders: dict[type, Any] = {}
 
