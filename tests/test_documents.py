@@ -88,3 +88,17 @@ def test_the_cli_declares_no_document_of_its_own():
             if len(keys) >= 2 and any(camel.match(k) for k in keys):
                 found.append(f"{path.name}:{node.lineno} {keys[:4]}")
     assert found == []
+
+
+def test_json_output_falls_back_where_msgspec_cannot_encode():
+    """A lone surrogate (a non-UTF-8 file name decoded with surrogateescape): -o json is then json.dumps's, as
+    before msgspec wrote it (issue 31)."""
+    import json
+
+    from rblnctl.cli.output import Format, dump, json_bytes
+
+    for doc in ({"path": "/dev/vfio/\udcff"},):
+        assert json_bytes(doc) is None
+        assert dump(doc, Format.json) == json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    doc = {"a": [1, "é"]}
+    assert json_bytes(doc) == (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()

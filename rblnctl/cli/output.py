@@ -164,7 +164,8 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
     manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
-        return json_bytes(doc).decode()
+        data = json_bytes(doc)
+        return data.decode() if data is not None else json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     import yaml
 
     if not literal_blocks:
@@ -181,8 +182,9 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     return yaml.dump(doc, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def json_bytes(doc: Any) -> bytes:
-    """A document as `-o json` writes it (UTF-8, two-space indent, a final newline).
+def json_bytes(doc: Any) -> bytes | None:
+    """A document as `-o json` writes it (UTF-8, two-space indent, a final newline); None when msgspec cannot
+    encode it and json.dumps must (a type it does not know, a lone surrogate from a file name).
 
     msgspec writes what json.dumps(indent=2, ensure_ascii=False) writes, byte for byte on every golden document
     (tests/golden; floats aside: 1e-7, not 1e-07), in C and in one buffer: json.dumps joins a list of a small
@@ -191,8 +193,8 @@ def json_bytes(doc: Any) -> bytes:
 
     try:
         return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
-    except TypeError:  # a type msgspec does not encode: json.dumps decides (and says why not)
-        return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+    except (TypeError, UnicodeEncodeError):
+        return None
 
 
 # -- tables ------------------------------------------------------------------------------------------
@@ -480,8 +482,10 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
         _write(render(spec.template or "", doc))
         return
     if fmt == Format.json:
-        _write_bytes(json_bytes(doc))  # never a str copy of a document that may be tens of MB
-        return
+        data = json_bytes(doc)  # written as bytes: never a str copy of a document that may be tens of MB
+        if data is not None:
+            _write_bytes(data)
+            return
     _write(dump(doc, fmt))
 
 

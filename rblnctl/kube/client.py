@@ -524,7 +524,8 @@ class Kube:
                 return items, version
 
 
-_CONTINUE = re.compile(rb'"continue":"([^"]+)"')
+# the list's own metadata: an object holding no object (an item's metadata holds labels, annotations, owners)
+_CONTINUE = re.compile(rb'"metadata":\{[^{}]*?"continue":"([^"]+)"')
 
 
 class RawBody(NamedTuple):

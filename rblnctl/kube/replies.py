@@ -141,7 +141,8 @@ def _status_error(method: str, path: str, status: int, body: Any, server: str) -
     if status == 409:
         return Conflict(message or f"conflict on {resource}", status=status, reason=reason or "Conflict")
     text = _one_line(message) or (body if isinstance(body, str) else "") or "no message"
-    token = ((body.get("metadata") if isinstance(body, dict) else None) or {}).get("continue")
+    meta = body.get("metadata") if isinstance(body, dict) else None
+    token = meta.get("continue") if isinstance(meta, dict) else None
     if status == 410 and reason == "Expired" and token:  # a continue page whose snapshot is gone
         return ContinueExpired(f"{method} {path} failed: {status} {reason} {text}", status=status, reason=reason,
                                server_message=_one_line(message), inconsistent_continue=str(token or ""))

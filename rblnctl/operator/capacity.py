@@ -44,7 +44,7 @@ from rblnctl.kube.optional import NOTE, optional
 from rblnctl.kube.parallel import start
 from rblnctl.kube.projections import POD
 from rblnctl.operator import resources as R
-from rblnctl.operator.components import held_in_init
+from rblnctl.operator.components import daemonset_pod, held_in_init
 from rblnctl.operator.policy import Policy
 
 NON_TERMINATED = "status.phase!=Succeeded,status.phase!=Failed"  # the scheduler's pod informer selector
@@ -203,7 +203,8 @@ def pod_use(pod: Mapping) -> PodUse | None:
 @dataclass
 class PodsByNode:
     """Pods read for capacity, grouped by node as they stream in: each one's PodUse, and whole only the few
-    held in an init container (rblnctl.node.inventory.held_pods tells the operator's among them)."""
+    DaemonSet pods held in an init container (rblnctl.node.inventory.held_pods tells the operator's among
+    them)."""
 
     uses: dict[str, list[PodUse]] = field(default_factory=dict)
     held: dict[str, list[dict]] = field(default_factory=dict)
@@ -220,7 +221,7 @@ class PodsByNode:
             return
         if (use := pod_use(pod)) is not None:
             self.uses.setdefault(node, []).append(use)
-        if held_in_init(pod):
+        if held_in_init(pod) and daemonset_pod(pod):  # an operator component is a DaemonSet's pod
             self.held.setdefault(node, []).append(dict(pod))
 
 

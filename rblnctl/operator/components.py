@@ -70,8 +70,14 @@ def deploy_labels(labels: dict) -> DeployLabels:
     return DeployLabels(values=values, skip=(labels or {}).get(C.DEPLOY_SKIP_LABEL) == "true")
 
 
-def _controller(pod: dict) -> dict | None:
+def _controller(pod: Mapping) -> dict | None:
     return next((r for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
+
+
+def daemonset_pod(pod: Mapping) -> bool:
+    """Whether a DaemonSet controls the pod (every operator component's pod; component_of_pod's first test)."""
+    owner = _controller(pod)
+    return owner is not None and owner.get("kind") == "DaemonSet"
 
 
 def component_of_pod(pod: dict, *, base_names: tuple[str, ...] = (C.OPERATOR_BASE_NAME,)) -> str | None:
@@ -85,9 +91,9 @@ def component_of_pod(pod: dict, *, base_names: tuple[str, ...] = (C.OPERATOR_BAS
     `app: <base>-<component>` (chart v0.3.0). A pod not controlled by a DaemonSet is never a component.
     The caller restricts the pods to the operator's namespace.
     """
-    owner = _controller(pod)
-    if owner is None or owner.get("kind") != "DaemonSet":
+    if not daemonset_pod(pod):
         return None
+    owner = _controller(pod) or {}
     name = str(owner.get("name") or "")
     known = set(C.OPERATOR_COMPONENTS)
     if name in C.FIXED_DAEMONSET_NAMES:

@@ -270,17 +270,19 @@ def test_node_list_leaves_a_tainted_device_out_of_free_and_says_so(apiserver):
 
 def test_pods_read_for_capacity_keep_only_what_they_hold():
     """A fleet's pods stream through PodsByNode (issue 31): each keeps its PodUse (namespace/name, uid, NPU
-    requests, the VMI a launcher runs); a pod asking no NPU and running no VMI is dropped; a pod held in an init
-    container is kept whole as well, for the operator's init holds. Capacity counts the same as from the pods."""
+    requests, the VMI a launcher runs); a pod asking no NPU and running no VMI is dropped; a DaemonSet's pod held
+    in an init container is kept whole as well, for the operator's init holds (another held pod is not).
+    Capacity counts the same as from the pods."""
     node = o.npu_node("n1", npus=4)
     app = o.pod("default", "app", node="n1", requests={NPU: "2"})
     web = o.pod("default", "web", node="n1", requests={"cpu": "1"})
     launcher = o.pod("vms", "virt-launcher-vm1-abcde", node="n1", labels={C.LAUNCHER_CREATED_BY_LABEL: "uid-vm1"})
-    held = o.set_pod_initializing(o.pod("rbln-system", "rbln-daemon-x", node="n1"), ["toolkit-validation"],
-                                  "toolkit-validation")
+    held = o.set_pod_initializing(o.pod("rbln-system", "rbln-daemon-x", node="n1", owner_kind="DaemonSet",
+                                        owner_name="rbln-daemon"), ["toolkit-validation"], "toolkit-validation")
+    app_held = o.set_pod_initializing(o.pod("default", "app-x", node="n1"), ["wait-db"], "wait-db")  # not kept
     other = o.pod("default", "elsewhere", node="n2", requests={NPU: "1"})
     pods = cap.PodsByNode()
-    for p in (app, web, launcher, held, other):
+    for p in (app, web, launcher, held, app_held, other):
         pods.add(p, {"n1": []})
     assert [u.ref for u in pods.uses["n1"]] == ["default/app", "vms/virt-launcher-vm1-abcde"]
     assert pods.uses["n1"][0].requests == ((NPU, 2),) and pods.uses["n1"][1].launcher_of == "uid-vm1"
