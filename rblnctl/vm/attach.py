@@ -45,7 +45,7 @@ from rblnctl.errors import (
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.kubevirt.cr import is_conflict
 from rblnctl.plan import Advice, Blocker
-from rblnctl.remedy import Remedy
+from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
 from rblnctl.vm import pending as P
 from rblnctl.vm.cluster import (
@@ -64,7 +64,7 @@ from rblnctl.vm.cluster import (
     read_cluster,
     with_dra,
 )
-from rblnctl.vm.fit import FitOptions, FitReader
+from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
 from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, needs_manual_recovery
@@ -117,6 +117,7 @@ class AttachOptions(WriteOptions):
     resource: str | None = None  # sandbox: the resource (rebellions.ai/RBLN-CA22_PF); None: picked
     product: str | None = None  # sandbox: pick the resource of this product card (RBLN-CA22)
     convert: bool = False  # rewrite the NPUs the VM has through the other method
+    force: bool = False  # restart a running VM onto more NPUs than any node it may run on offers (it cannot start)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -496,24 +497,46 @@ class AttachPlanner:
                         device_class=cluster.device_class if method == C.METHOD_DRA else None, convert=o.convert,
                         npu_claims=npu_claims, claim=D.claim_name(namespace, name))
         checks = self._checks(cluster, method, resource) if npus else []
+        never: VmFit | None = None
         if npus:
-            warnings += self._fit_warnings(vm, vmi, method, resource, npus)
-        return self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
+            fit_warnings, never = self._fit_warnings(vm, vmi, method, resource, npus)
+            warnings += fit_warnings
+        plan = self._plan(vm, vmi, target, checks=checks, warnings=warnings + list(cluster.notes))
+        return self._never_runs(plan, never)
+
+    def _never_runs(self, plan: VmNpuPlan, never: VmFit | None) -> VmNpuPlan:
+        """A restart onto more NPUs than any node the VM may run on has at all (free or not) stops a running VM that
+        can never start again: refused unless forced (the verdict the question would hide), with the count that fits."""
+        most = never.most if never is not None else None
+        if not plan.restart or never is None or most is None:
+            return plan
+        warning = never.warning()
+        if self.options.force:
+            return dataclasses.replace(plan, warnings=[*plan.warnings, f"restarting VM {plan.vm} anyway (forced): "
+                                                       "it will not start again until a node offers that many"])
+        ref = plan.vm
+        blocker = VmBlocker(
+            f"{warning}: restarting stops VM {ref}, which runs now, and it could not start again", override="force",
+            remedy=Remedy(f"ask for at most {most[0]} NPU(s)", Command.own(
+                "vm", "attach", ref.name, namespace=ref.namespace, npus=str(most[0]), restart=True)))
+        return dataclasses.replace(plan, warnings=[w for w in plan.warnings if str(w) != warning],
+                                   blockers=[*plan.blockers, blocker])
 
     def _fit_warnings(self, vm: dict, vmi: dict | None, method: str, resource: str | None, npus: int
-                      ) -> list[str | Remedy]:
+                      ) -> tuple[list[str | Remedy], VmFit | None]:
         """The warning when the VM, once changed, would not be scheduled now (rblnctl.vm.fit, the computation `vm
         fit` and `vm manifest` use): its own virt-launcher's NPUs count as free (a restart gives them back). And,
-        for a resource container-mode nodes advertise too (VmFit.shared_with), that the scheduler may put it there."""
+        for a resource container-mode nodes advertise too (VmFit.shared_with), that the scheduler may put it there.
+        Second: the fit when no node the VM may run on has that many NPUs at all (VmFit.never), else None."""
         if method == C.METHOD_SANDBOX and not resource:
-            return []
+            return [], None
         if self._fits is None or self._fits.cluster is not self.cluster:
             self._fits = FitReader(kube=self.kube, cluster=self.facts(dra=method == C.METHOD_DRA))
         own = str(((vmi or {}).get("metadata") or {}).get("uid") or "") if is_running(vmi) else ""
         fit = self._fits.fit(FitOptions(npus=min(npus, C.MAX_VM_NPUS), method=method, resource=resource,
                                         placement=placement_of(D.vm_spec(vm)), own_vmi=own or None))
         warning = fit.warning()
-        return [w for w in (fit.shared, warning) if w]
+        return [w for w in (fit.shared, warning) if w], fit if fit.never else None
 
     def _checks(self, cluster: VmCluster, method: str, resource: str | None) -> list[Check]:
         checks = [check_gates(cluster, method)]
