@@ -181,7 +181,8 @@ class Evictor:
                 # Keep the server's words ("... needs 1 healthy pods and has 1 currently"), not our request line.
                 message = e.server_message or (str(e).split(f" {e.reason} ", 1)[-1] if e.reason else str(e))
                 remaining = deadline - self.clock.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self.options.server_dry_run:
+                    # A dry run never waits for what a real run would wait for: the refusal is reported once.
                     return message
                 self.events.on_pdb_blocked(p, message, attempt)
                 self.clock.sleep(min(delay, remaining), stop)
@@ -330,6 +331,15 @@ def budget_lines(refused: Mapping[str, str]) -> list[str]:
                  "one that is starting), then run again; or a longer --timeout; --disable-eviction deletes the pods "
                  "instead and bypasses every budget")
     return lines
+
+
+def dry_run_refused(timeout_s: float, refused: dict[str, str]) -> Refused:
+    """A server dry run that met a budget's refusal: said once, at once (a real run would retry until its
+    timeout, and the budget may allow it by then, or not)."""
+    err = Refused(f"server dry run: disruption budgets refuse evicting {', '.join(sorted(refused))} now; a real run "
+                  f"retries for up to {timeout_s:g}s, until a budget allows it")
+    err.with_details(budget_lines(refused))
+    return err
 
 
 def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, str], *,
