@@ -146,7 +146,7 @@ def unschedulable(vmi: Mapping) -> bool:
     status = s if isinstance(s := vmi.get("status"), Mapping) else {}
     if status.get("nodeName"):
         return False
-    conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    conditions = c if isinstance(c := status.get("conditions"), list) else []
     return any(isinstance(c, Mapping) and c.get("type") == "PodScheduled" and str(c.get("status")) == "False"
                and c.get("reason") == "Unschedulable" for c in conditions)
 
