@@ -431,6 +431,9 @@ KUBEVIRT_EMPTYDISK_EMPTYDIR = "libvirt-runtime"
 # 'admission webhook "NAME" denied the request: ', leaving reason empty (kubernetes/apiserver@v0.35.0
 # pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr).
 KUBEVIRT_EVICTION_WEBHOOK = "virt-launcher-eviction-interceptor.kubevirt.io"
+# The eviction strategy whose eviction of a VMI that is not live-migratable KubeVirt denies for good (v1.9.0
+# pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go admitLauncherPod).
+EVICTION_LIVE_MIGRATE = "LiveMigrate"
 # Progress of an interrupted `node set-mode`, kept on the node so a re-run resumes (JSON).
 SET_MODE_ANNOTATION = "rebellions.ai/rblnctl.set-mode"
 
