@@ -360,18 +360,20 @@ def test_disable_eviction_deletes_with_grace_period(apiserver, kube):
     drainer.apply(drainer.plan("n1"))
     writes = [w for w in node_writes(apiserver) if "/pods/" in w.path]
     assert [(w.method, w.path) for w in writes] == [("DELETE", "/api/v1/namespaces/default/pods/npu-app")]
-    assert writes[0].body == {"gracePeriodSeconds": 0}
+    uid = writes[0].body["preconditions"]["uid"]  # the pod the survey decided on (issue 37)
+    assert writes[0].body == {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}} and uid
     assert apiserver.get("Pod", "npu-app", "default") is None
 
 
 def test_eviction_carries_grace_period(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    uid = apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"]
     drainer = drainer_for(kube, grace_period_s=5, poll_s=0.01)
     drainer.apply(drainer.plan("n1"))
     (ev,) = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
     assert ev.body == {"apiVersion": "policy/v1", "kind": "Eviction",
                        "metadata": {"name": "npu-app", "namespace": "default"},
-                       "deleteOptions": {"gracePeriodSeconds": 5}}
+                       "deleteOptions": {"preconditions": {"uid": uid}, "gracePeriodSeconds": 5}}
 
 
 def test_server_dry_run_sends_dry_run_all_and_changes_nothing(apiserver, kube):
