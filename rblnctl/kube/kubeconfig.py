@@ -29,6 +29,7 @@ import urllib3
 import yaml
 
 from rblnctl.errors import AuthError, ConfigError, one_line
+from rblnctl.kube.proxies import PYSOCKS_HINT, Proxy, proxy_for
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,10 @@ class Transport:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.host = endpoint.server.rstrip("/")
-        self.pool = _pool(endpoint)
+        # The proxy every request goes through (rblnctl.kube.proxies: the kubeconfig's proxy-url, else the
+        # environment's HTTPS_PROXY/HTTP_PROXY/NO_PROXY); None: direct.
+        self.proxy = proxy_for(self.host, endpoint.proxy)
+        self.pool = _pool(endpoint, self.proxy)
         self._token_file: tuple[float, str] | None = None
 
     def authorization(self) -> str | None:
@@ -96,7 +100,7 @@ class Transport:
                                  redirect=False, preload_content=False)
 
 
-def _pool(ep: Endpoint) -> Any:
+def _pool(ep: Endpoint, proxy: Proxy | None) -> Any:
     kw: dict[str, Any] = {"maxsize": CONNECTION_POOL_SIZE, "block": False}
     if ep.server.startswith("https"):
         kw["cert_reqs"] = "CERT_REQUIRED" if ep.verify else "CERT_NONE"
@@ -111,13 +115,31 @@ def _pool(ep: Endpoint) -> Any:
             kw["key_file"] = ep.key_file
         if ep.tls_server_name:
             kw["server_hostname"] = ep.tls_server_name
-    if ep.proxy:
-        if ep.proxy.startswith("socks"):
-            from urllib3.contrib.socks import SOCKSProxyManager
-
-            return SOCKSProxyManager(ep.proxy, **kw)
-        return urllib3.ProxyManager(ep.proxy, **kw)
+    if proxy is not None:
+        # urllib3 is given the proxy's URL without its credentials, so no error it raises can show them; they go
+        # as headers (http, https) or as the SOCKS5 user/password.
+        if proxy.scheme == "socks5":
+            return _socks_pool(proxy, kw)
+        auth = proxy.basic_auth()
+        return urllib3.ProxyManager(proxy.display, proxy_headers={"Proxy-Authorization": auth} if auth else None,
+                                    **kw)
     return urllib3.PoolManager(**kw)
+
+
+def _socks_pool(proxy: Proxy, kw: dict[str, Any]) -> Any:
+    """A SOCKS5 pool. `socks5h`: the proxy resolves the server's name, as Go's SOCKS5 dialer sends it
+    (golang/net internal/socks/client.go connect: AddrTypeFQDN for a host that is not an IP)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # urllib3 warns before it raises ImportError: one line is enough
+            from urllib3.contrib.socks import SOCKSProxyManager
+    except ImportError:
+        raise ConfigError(f"{proxy.source} is a socks5 proxy ({proxy.display}), which needs PySocks: "
+                          f"{PYSOCKS_HINT}") from None
+    url = "socks5h" + proxy.display[len("socks5"):]
+    return SOCKSProxyManager(url, username=proxy.username, password=proxy.password, **kw)
 
 
 # -- finding and reading kubeconfigs -------------------------------------------------------------------

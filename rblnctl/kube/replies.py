@@ -30,8 +30,10 @@ from rblnctl.errors import (
     NotAnApiServer,
     NotFound,
     OutcomeUnknown,
+    ProxyAuthError,
     one_line,
 )
+from rblnctl.kube.proxies import Proxy
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How kube-apiserver words an authorization denial (k8s.io/apiserver pkg/endpoints/handlers/responsewriters
@@ -272,6 +274,39 @@ def _reached_server(e: BaseException) -> bool:
         if isinstance(err, refused):
             return False
     return True
+
+
+def proxy_refused(proxy: Proxy, server: str, answer: str) -> ProxyAuthError:
+    """The proxy asked for credentials (407) or refused the ones sent: name it by scheme://host:port only, and
+    the setting that holds (or should hold) its user and password (never their values)."""
+    via = f"the proxy {proxy.display} ({proxy.source})"
+    if proxy.has_credentials:
+        return ProxyAuthError(f"{via} refused our credentials ({answer}) on the way to the API server at {server}: "
+                              f"check the user and password in {proxy.source}", status=407,
+                              reason="ProxyAuthenticationRequired")
+    example = f"{proxy.scheme}://USER:PASSWORD@{proxy.display.split('://', 1)[1]}"
+    return ProxyAuthError(f"{via} asks for credentials ({answer}) on the way to the API server at {server}: "
+                          f"put them in {proxy.source} ({example})", status=407, reason="ProxyAuthenticationRequired")
+
+
+_PROXY_AUTH_FAILURES = ("407 proxy authentication required", "socks5 authentication failed",
+                        "all offered authentication methods were rejected")
+
+
+def proxy_auth_failure(e: BaseException) -> str | None:
+    """What a proxy said when it refused a tunnel for want of credentials (urllib3's ProxyError around
+    `Tunnel connection failed: 407 ...`, PySocks' SOCKS5AuthError), else None."""
+    seen: BaseException | None = e
+    for _ in range(6):
+        if seen is None:
+            break
+        text = str(seen).lower()
+        for failure in _PROXY_AUTH_FAILURES:
+            if failure in text:
+                return "407 Proxy Authentication Required" if failure.startswith("407") else failure
+        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
+        seen = nxt if isinstance(nxt, BaseException) and nxt is not seen else None
+    return None
 
 
 def _decode(data: bytes | None) -> Any:
