@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
@@ -41,6 +41,7 @@ from rblnctl.errors import (
 from rblnctl.kube.kubeconfig import Transport, client_errors
 from rblnctl.kube.parallel import start
 from rblnctl.kube.proxies import Proxy
+from rblnctl.kube.tls import decode, explain, verify_error
 from rblnctl.kube.replies import (
     AggregatedApi,
     _decode,
@@ -275,12 +276,21 @@ class Kube:
             if write and _reached_server(e):
                 raise OutcomeUnknown(f"the connection to {where} broke during {method} {path}: "
                                      f"{_root_cause(e)}; it may have been applied") from e
+            refused_cert = verify_error(e)
+            if refused_cert is not None:
+                raise ClusterUnreachable(f"cannot reach {where}: TLS: {self._certificate_refused(refused_cert)}") from e
             unreachable = ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}")
             unreachable.dropped = _reached_server(e)  # type: ignore[attr-defined]
             raise unreachable from e
         except OSError as e:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
         return resp, content
+
+    def _certificate_refused(self, err: Any) -> str:
+        """Why the server's certificate was refused, with what it is valid for (rblnctl.kube.tls)."""
+        der = self.transport.peer_certificate(min(5.0, self.request_timeout_s or 5.0))
+        name = self.transport.endpoint.tls_server_name or urlsplit(self.server).hostname or self.server
+        return explain(err, name, decode(der) if der else None)
 
     def _report_warnings(self, resp: Any) -> None:
         """Hand the reply's Warning headers to on_warning (client-go's handleWarnings, for every reply)."""

@@ -94,6 +94,33 @@ class Transport:
             return "Basic " + base64.b64encode(pair).decode()
         return None
 
+    def peer_certificate(self, timeout_s: float) -> bytes | None:
+        """The certificate the server presents (DER), read over a connection made only for that: to the same address
+        through the same proxy, verification off, no client certificate, no HTTP request (rblnctl.kube.tls: the
+        error path of a refused certificate). None when it cannot be read."""
+        if not self.host.startswith("https"):
+            return None
+        plain = Endpoint(server=self.host, verify=False, tls_server_name=self.endpoint.tls_server_name)
+        manager = _pool(plain, self.proxy)
+        conn = None
+        try:
+            pool = manager.connection_from_url(self.host)
+            conn = pool._new_conn()  # urllib3's own steps of a fresh connection (HTTPSConnectionPool.urlopen)
+            conn.timeout = timeout_s
+            if getattr(pool, "proxy", None) is not None and self.proxy is not None and self.proxy.scheme != "socks5":
+                pool._prepare_proxy(conn)  # the CONNECT tunnel, then TLS
+            else:
+                conn.connect()
+            der = conn.sock.getpeercert(binary_form=True) if conn.sock is not None else None
+            return der or None
+        except (OSError, urllib3.exceptions.HTTPError) as e:
+            log.debug("cannot read the server's certificate: %s", e)
+            return None
+        finally:
+            if conn is not None:
+                conn.close()
+            manager.clear()
+
     def request(self, method: str, url: str, *, headers: Any, body: bytes | None, timeout: Any) -> Any:
         """Send one request; the urllib3 response, its body unread. No retries, no redirects: the caller decides."""
         return self.pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False,
