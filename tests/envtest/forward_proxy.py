@@ -80,7 +80,3 @@ class ForwardProxy:
                 self._popen.kill()
                 self._popen.wait(timeout=5)
         self._popen = None
-
-    def connects(self, host: str) -> int:
-        """How many CONNECT tunnels to `host` the proxy's access log shows."""
-        return self.log.read_text(errors="replace").count(f"CONNECT {host}:")

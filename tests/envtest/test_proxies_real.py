@@ -26,6 +26,8 @@ from tests.fakes.releases import NEWER
 pytestmark = pytest.mark.envtest
 
 NAME = "kubernetes.default.svc"  # in the envtest serving certificate's SANs (tests/envtest/controlplane.py _pki)
+# Names and an IP the certificate does not hold, mapped to the apiserver by the proxy's resolver (TLS refusals).
+NOT_IN_CERT = {"wrong.example": "127.0.0.1", "192.0.2.77": "127.0.0.1"}
 USER = "ops"
 PASSWORD = "pr0xy-" + os.urandom(6).hex()  # the fixture secret: never printed
 READS = [
@@ -41,7 +43,7 @@ def proxies(tmp_path_factory):
     started = {}
     try:
         for kind, auth in (("open", None), ("guarded", f"{USER}:{PASSWORD}")):
-            started[kind] = ForwardProxy(tmp_path_factory.mktemp(f"proxy-{kind}"), {NAME: "127.0.0.1"},
+            started[kind] = ForwardProxy(tmp_path_factory.mktemp(f"proxy-{kind}"), {NAME: "127.0.0.1", **NOT_IN_CERT},
                                          basic_auth=auth).start()
     except ProxyUnavailable as e:
         pytest.skip(str(e))
@@ -70,12 +72,14 @@ def _name_does_not_resolve_here():
     pytest.skip(f"{NAME} resolves on this machine: a request could reach the apiserver around the proxy")
 
 
-def kubeconfig(real, path, *, proxy_url=None):
-    """The admin's kubeconfig with the server named `kubernetes.default.svc` (and the given proxy-url)."""
+def kubeconfig(real, path, *, proxy_url=None, host=NAME, ca=True):
+    """The admin's kubeconfig with the server named `host` (kubernetes.default.svc) and the given proxy-url."""
     doc = json.loads(real.control_plane.kubeconfig.read_text())
     port = real.control_plane.url.rsplit(":", 1)[1]
     cluster = doc["clusters"][0]["cluster"]
-    cluster["server"] = f"https://{NAME}:{port}"
+    cluster["server"] = f"https://{host}:{port}"
+    if not ca:
+        del cluster["certificate-authority"]
     if proxy_url:
         cluster["proxy-url"] = proxy_url
     path.write_text(json.dumps(doc))
@@ -188,3 +192,22 @@ def test_environment_proxies_as_client_go(real, proxies, tmp_path, monkeypatch):
     wins = kubeconfig(real, tmp_path / "wins", proxy_url=_with_credentials(guarded))
     direct = run(real, real.kubeconfig, "status", "-o", "json")
     assert run(real, wins, "status", "-o", "json").exit_code == direct.exit_code
+
+
+def test_tls_refusals_through_the_proxy_say_why(real, proxies, tmp_path):
+    """The certificate that was refused is read through the same proxy, and named as Go's x509 names it."""
+    proxy_url = _with_credentials(proxies["guarded"])
+    port = real.control_plane.url.rsplit(":", 1)[1]
+    cases = [
+        ("wrong.example", True, "the server's certificate is valid for localhost, kubernetes.default.svc, not "
+                                "wrong.example (its IP SANs: 127.0.0.1, 10.0.0.1)"),
+        ("192.0.2.77", True, "the server's certificate is valid for 127.0.0.1, 10.0.0.1, not 192.0.2.77 (its DNS "
+                             "names: localhost, kubernetes.default.svc)"),
+        (NAME, False, "the server's certificate is signed by an unknown authority (issued by CN=envtest-ca)"),
+    ]
+    for host, ca, why in cases:
+        kc = kubeconfig(real, tmp_path / f"kc-{host}", proxy_url=proxy_url, host=host, ca=ca)
+        r = run(real, kc, "node", "list")
+        assert r.exit_code == 3, r.stderr
+        assert r.stderr.startswith(f"error: cannot reach the API server at https://{host}:{port} (through proxy "
+                                   f"{proxies['guarded'].url}): TLS: {why}"), r.stderr
