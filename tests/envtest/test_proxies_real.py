@@ -58,12 +58,6 @@ def backend(real):
     return real
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy_env(monkeypatch):
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def _name_does_not_resolve_here():
     try:
         socket.getaddrinfo(NAME, 443)
