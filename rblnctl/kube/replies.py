@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import urllib3
@@ -296,17 +297,24 @@ _PROXY_AUTH_FAILURES = ("407 proxy authentication required", "socks5 authenticat
 def proxy_auth_failure(e: BaseException) -> str | None:
     """What a proxy said when it refused a tunnel for want of credentials (urllib3's ProxyError around
     `Tunnel connection failed: 407 ...`, PySocks' SOCKS5AuthError), else None."""
-    seen: BaseException | None = e
-    for _ in range(6):
-        if seen is None:
-            break
-        text = str(seen).lower()
+    for err in causes(e):
+        text = str(err).lower()
         for failure in _PROXY_AUTH_FAILURES:
             if failure in text:
                 return "407 Proxy Authentication Required" if failure.startswith("407") else failure
-        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
-        seen = nxt if isinstance(nxt, BaseException) and nxt is not seen else None
     return None
+
+
+def causes(e: BaseException) -> Iterator[BaseException]:
+    """`e` and what caused it, outermost first: urllib3's `reason` (MaxRetryError, ProxyError), then Python's
+    `__cause__` / `__context__`."""
+    seen: set[int] = set()
+    err: BaseException | None = e
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        nxt = getattr(err, "reason", None) or err.__cause__ or err.__context__
+        err = nxt if isinstance(nxt, BaseException) else None
 
 
 def _decode(data: bytes | None) -> Any:
@@ -329,12 +337,7 @@ def _is_timeout(e: BaseException) -> bool:
 
 
 def _root_cause(e: BaseException, *, text: str | None = None) -> str:
-    seen = e
-    while True:
-        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
-        if not isinstance(nxt, BaseException) or nxt is seen:
-            break
-        seen = nxt
+    *_, seen = causes(e)
     if text is None:
         text = str(seen)
     for hint in ("Connection refused", "Name or service not known", "No route to host", "timed out",

@@ -20,6 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from rblnctl.kube.replies import causes
+
 log = logging.getLogger(__name__)
 
 # OpenSSL's X509_V_ERR_* codes (include/openssl/x509_vfy.h), as ssl.SSLCertVerificationError.verify_code.
@@ -48,15 +50,7 @@ class Certificate:
 
 def verify_error(e: BaseException) -> ssl.SSLCertVerificationError | None:
     """The certificate verification failure inside a urllib3 error, if that is what it is."""
-    seen: BaseException | None = e
-    for _ in range(8):
-        if seen is None:
-            return None
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return seen
-        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
-        seen = nxt if isinstance(nxt, BaseException) and nxt is not seen else None
-    return None
+    return next((err for err in causes(e) if isinstance(err, ssl.SSLCertVerificationError)), None)
 
 
 def explain(err: ssl.SSLCertVerificationError, name: str, cert: Certificate | None) -> str:
