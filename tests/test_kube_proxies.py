@@ -185,3 +185,16 @@ def test_socks5_carries_the_user_and_password_and_lets_the_proxy_resolve(tmp_pat
     pool = connect(KubeOptions(kubeconfig=str(kc))).transport.pool
     opts = pool.connection_pool_kw["_socks_options"]
     assert (opts["username"], opts["password"], opts["rdns"]) == ("ops", SECRET, True)
+
+
+def test_a_407_from_an_environment_proxy_asks_for_its_credentials(monkeypatch):
+    with FakeApiServer() as fake:
+        fake.inject_fault(method="GET", path="^/version", status=407, reason="Proxy Authentication Required",
+                          body="", content_type="text/plain", times=10)
+        monkeypatch.setenv("HTTP_PROXY", f"127.0.0.1:{fake.port}")
+        with pytest.raises(ProxyAuthError) as err:
+            connect(KubeOptions(server="http://kube-api.invalid:6443")).server_version()
+    assert str(err.value) == (
+        f"the proxy http://127.0.0.1:{fake.port} (HTTP_PROXY) asks for credentials (407 Proxy Authentication "
+        "Required) on the way to the API server at http://kube-api.invalid:6443: put them in HTTP_PROXY "
+        f"(http://USER:PASSWORD@127.0.0.1:{fake.port})")
