@@ -80,3 +80,63 @@ class ForwardProxy:
                 self._popen.kill()
                 self._popen.wait(timeout=5)
         self._popen = None
+
+
+@dataclass
+class SocksProxy:
+    """A real SOCKS5 proxy with a user and password: pproxy (PyPI, the `test` extra) on a free loopback port.
+
+    `--auth 0`: pproxy would otherwise let an address that authenticated once in without credentials for 30 days.
+    Its `-v` log has one line per connection it made (`socks5 CLIENT -> TARGET`): ``tunnels()``.
+    """
+
+    workdir: Path
+    user: str
+    password: str
+    port: int = field(default=0, init=False)
+    _popen: subprocess.Popen | None = field(default=None, init=False)
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "pproxy.log"
+
+    def start(self, timeout_s: float = 30.0) -> "SocksProxy":
+        try:
+            import pproxy  # noqa: F401
+        except ImportError as e:
+            raise ProxyUnavailable("pproxy is not installed: pip install -e '.[test]'") from e
+        import socket
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
+        self._popen = subprocess.Popen(
+            [sys.executable, "-u", "-m", "pproxy", "-l", f"socks5://127.0.0.1:{self.port}#{self.user}:{self.password}",
+             "--auth", "0", "-v"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir,
+            start_new_session=True)
+        out.close()
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self._popen.poll() is not None:
+                raise RuntimeError(f"pproxy exited ({self._popen.returncode}): {self.log.read_text()[-2000:]}")
+            if "Serving on" in self.log.read_text(errors="replace"):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"pproxy did not start in {timeout_s:g}s")
+
+    def stop(self) -> None:
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.terminate()
+            try:
+                self._popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._popen.kill()
+                self._popen.wait(timeout=5)
+        self._popen = None
+
+    def tunnels(self, target: str) -> int:
+        """Connections the proxy made to `target` (host:port)."""
+        return self.log.read_text(errors="replace").count(f"-> {target}")

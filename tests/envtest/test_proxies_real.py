@@ -19,7 +19,7 @@ import pytest
 
 from rblnctl.constants import WORKLOAD_LABEL
 from rblnctl.kube import client as kube_client
-from tests.envtest.forward_proxy import ForwardProxy, ProxyUnavailable
+from tests.envtest.forward_proxy import ForwardProxy, ProxyUnavailable, SocksProxy
 from tests.envtest.test_node_scenarios import npu_cluster  # noqa: F401  (the fixture, on this module's backend)
 from tests.fakes.releases import NEWER
 
@@ -205,3 +205,30 @@ def test_tls_refusals_through_the_proxy_say_why(real, proxies, tmp_path):
         assert r.exit_code == 3, r.stderr
         assert r.stderr.startswith(f"error: cannot reach the API server at https://{host}:{port} (through proxy "
                                    f"{proxies['guarded'].url}): TLS: {why}"), r.stderr
+
+
+def test_socks5_with_a_user_and_password(real, tmp_path):
+    """A real SOCKS5 proxy (pproxy) with a login: every read of `node list` and `status` goes through it (the
+    kubeconfig's proxy-url applies to a loopback server too, as in client-go); a wrong password fails naming the
+    proxy, never the password. pproxy closes the connection on a bad login (no SOCKS5 auth reply): unreachable."""
+    try:
+        socks = SocksProxy(tmp_path / "socks", USER, PASSWORD).start()
+    except ProxyUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        target = real.control_plane.url.removeprefix("https://")
+        kc = kubeconfig(real, tmp_path / "kc", proxy_url=f"socks5://{USER}:{PASSWORD}@127.0.0.1:{socks.port}",
+                        host="127.0.0.1")
+        for args in (("node", "list", "-o", "json"), ("status", "-o", "json", "-v=8")):
+            r = run(real, kc, *args)
+            assert r.exit_code == run(real, real.kubeconfig, *args).exit_code, r.stderr
+        assert socks.tunnels(target) >= 1
+        wrong = kubeconfig(real, tmp_path / "wrong", proxy_url=f"socks5://{USER}:x{PASSWORD}@127.0.0.1:{socks.port}",
+                           host="127.0.0.1")
+        r = run(real, wrong, "node", "list", "--request-timeout", "5s")
+        assert r.exit_code == 3, r.stderr
+        assert r.stderr.startswith(f"error: cannot reach the API server at {real.control_plane.url} (through proxy "
+                                   f"socks5://127.0.0.1:{socks.port}): "), r.stderr
+        assert f"x{PASSWORD}" not in r.stderr
+    finally:
+        socks.stop()
