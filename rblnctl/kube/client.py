@@ -266,8 +266,7 @@ class Kube:
             content = resp.read()
             resp.release_conn()
         except urllib3.exceptions.HTTPError as e:
-            refused = proxy_auth_failure(e) if self.proxy is not None else None
-            if refused and self.proxy is not None:
+            if self.proxy is not None and (refused := proxy_auth_failure(e)):
                 raise proxy_refused(self.proxy, self.server, refused) from e
             if _is_timeout(e):
                 limit_s = timeout[1] if isinstance(timeout, tuple) else timeout
