@@ -160,6 +160,10 @@ class AuthError(ClusterError):
     """The API server does not accept our credentials (401)."""
 
 
+class ProxyAuthError(AuthError):
+    """A forward proxy refused the request for want of (valid) credentials: 407, or a SOCKS5 login refused."""
+
+
 class Forbidden(AuthError):
     """RBAC refused a verb on a resource (403); the message names verb, resource and namespace."""
 

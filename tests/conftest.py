@@ -98,6 +98,10 @@ def _no_real_cluster(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(empty))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # rblnctl honours the proxy variables as kubectl does (rblnctl/kube/proxies.py): a developer's own must not
+    # change what a test reaches. Tests of proxies set them themselves.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
@@ -40,6 +40,8 @@ from rblnctl.errors import (
 )
 from rblnctl.kube.kubeconfig import Transport, client_errors
 from rblnctl.kube.parallel import start
+from rblnctl.kube.proxies import Proxy
+from rblnctl.kube.tls import decode, explain, verify_error
 from rblnctl.kube.replies import (
     AggregatedApi,
     _decode,
@@ -57,6 +59,8 @@ from rblnctl.kube.replies import (
     api_not_served,
     mux_not_found,
     not_an_api_server,
+    proxy_auth_failure,
+    proxy_refused,
 )
 from rblnctl.kube.resources import API_SERVICES, PODS, Resource
 from rblnctl.kube.warning_headers import ServerWarning, warnings_of
@@ -123,7 +127,8 @@ class Kube:
     # When set (time.monotonic() seconds), every request gets at most what is left until then: a clean-up bounded as
     # a whole (rblnctl.vm.lifecycle.VmLifecycle.bounded), not request by request.
     deadline: float | None = None
-    proxy: str | None = None  # the kubeconfig's proxy-url, named in "unreachable" messages
+    # The proxy the transport goes through (rblnctl.kube.proxies), named by scheme://host:port in messages.
+    proxy: Proxy | None = None
     impersonate_user: str | None = None  # sent as Impersonate-User (kubectl --as)
     impersonate_groups: tuple[str, ...] = ()  # one Impersonate-Group header each (kubectl --as-group)
     clock: Clock = SYSTEM_CLOCK  # waits between read retries
@@ -248,7 +253,7 @@ class Kube:
         """
         with self._count_lock:  # reads run side by side (rblnctl.kube.parallel)
             self.request_count += 1
-        where = f"the API server at {self.server}" + (f" (through proxy {self.proxy})" if self.proxy else "")
+        where = f"the API server at {self.server}" + (f" (through proxy {self.proxy.display})" if self.proxy else "")
         write = method not in ("GET", "HEAD")
         data = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
         limit = urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple) else \
@@ -261,6 +266,8 @@ class Kube:
             content = resp.read()
             resp.release_conn()
         except urllib3.exceptions.HTTPError as e:
+            if self.proxy is not None and (refused := proxy_auth_failure(e)):
+                raise proxy_refused(self.proxy, self.server, refused) from e
             if _is_timeout(e):
                 limit_s = timeout[1] if isinstance(timeout, tuple) else timeout
                 msg = f"{where} did not answer {method} {path} within {limit_s or 0:g}s"
@@ -268,12 +275,21 @@ class Kube:
             if write and _reached_server(e):
                 raise OutcomeUnknown(f"the connection to {where} broke during {method} {path}: "
                                      f"{_root_cause(e)}; it may have been applied") from e
+            refused_cert = verify_error(e)
+            if refused_cert is not None:
+                raise ClusterUnreachable(f"cannot reach {where}: TLS: {self._certificate_refused(refused_cert)}") from e
             unreachable = ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}")
             unreachable.dropped = _reached_server(e)  # type: ignore[attr-defined]
             raise unreachable from e
         except OSError as e:
             raise ClusterUnreachable(f"cannot reach {where}: {_root_cause(e)}") from e
         return resp, content
+
+    def _certificate_refused(self, err: Any) -> str:
+        """Why the server's certificate was refused, with what it is valid for (rblnctl.kube.tls)."""
+        der = self.transport.peer_certificate(min(5.0, self.request_timeout_s or 5.0))
+        name = self.transport.endpoint.tls_server_name or urlsplit(self.server).hostname or self.server
+        return explain(err, name, decode(der) if der else None)
 
     def _report_warnings(self, resp: Any) -> None:
         """Hand the reply's Warning headers to on_warning (client-go's handleWarnings, for every reply)."""
@@ -286,6 +302,8 @@ class Kube:
         """The typed error of a non-2xx reply (the credential plugin's words on a 401, Retry-After kept)."""
         decoded = _decode(data)
         ctype = str((getattr(resp, "headers", None) or {}).get("Content-Type") or "")
+        if resp.status == 407 and self.proxy is not None:  # an http:// server through the proxy: its answer
+            return proxy_refused(self.proxy, self.server, "407 Proxy Authentication Required")
         if isinstance(decoded, str) and "json" not in ctype.lower() and resp.status not in (401, 403):
             # kube-apiserver answers every failure of its own with a JSON Status; a text reply under an API
             # group another server serves through the aggregation layer came from that server (virt-api's

@@ -82,8 +82,9 @@ def connect(opts: KubeOptions) -> Kube:
         raise ConfigError(f"kubeconfig {opts.kubeconfig or resolve_kubeconfig(None)}: the cluster of {where} has no "
                           "server URL")
     endpoint.server = server_url(endpoint.server, "--server" if opts.server else f"kubeconfig {context or ''}".strip())
-    return Kube(transport=Transport(endpoint), server=endpoint.server, context=context, namespace=namespace,
-                request_timeout_s=opts.request_timeout_s, proxy=endpoint.proxy,
+    transport = Transport(endpoint)
+    return Kube(transport=transport, server=endpoint.server, context=context, namespace=namespace,
+                request_timeout_s=opts.request_timeout_s, proxy=transport.proxy,
                 impersonate_user=opts.impersonate_user, impersonate_groups=tuple(opts.impersonate_groups))
 
 

@@ -29,6 +29,7 @@ import urllib3
 import yaml
 
 from rblnctl.errors import AuthError, ConfigError, one_line
+from rblnctl.kube.proxies import PYSOCKS_HINT, Proxy, proxy_for
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,10 @@ class Transport:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.host = endpoint.server.rstrip("/")
-        self.pool = _pool(endpoint)
+        # The proxy every request goes through (rblnctl.kube.proxies: the kubeconfig's proxy-url, else the
+        # environment's HTTPS_PROXY/HTTP_PROXY/NO_PROXY); None: direct.
+        self.proxy = proxy_for(self.host, endpoint.proxy)
+        self.pool = _pool(endpoint, self.proxy)
         self._token_file: tuple[float, str] | None = None
 
     def authorization(self) -> str | None:
@@ -90,13 +94,40 @@ class Transport:
             return "Basic " + base64.b64encode(pair).decode()
         return None
 
+    def peer_certificate(self, timeout_s: float) -> bytes | None:
+        """The certificate the server presents (DER), read over a connection made only for that: to the same address
+        through the same proxy, verification off, no client certificate, no HTTP request (rblnctl.kube.tls: the
+        error path of a refused certificate). None when it cannot be read."""
+        if not self.host.startswith("https"):
+            return None
+        plain = Endpoint(server=self.host, verify=False, tls_server_name=self.endpoint.tls_server_name)
+        manager = _pool(plain, self.proxy)
+        conn = None
+        try:
+            pool = manager.connection_from_url(self.host)
+            conn = pool._new_conn()  # urllib3's own steps of a fresh connection (HTTPSConnectionPool.urlopen)
+            conn.timeout = timeout_s
+            if getattr(pool, "proxy", None) is not None and self.proxy is not None and self.proxy.scheme != "socks5":
+                pool._prepare_proxy(conn)  # the CONNECT tunnel, then TLS
+            else:
+                conn.connect()
+            der = conn.sock.getpeercert(binary_form=True) if conn.sock is not None else None
+            return der or None
+        except (OSError, urllib3.exceptions.HTTPError) as e:
+            log.debug("cannot read the server's certificate: %s", e)
+            return None
+        finally:
+            if conn is not None:
+                conn.close()
+            manager.clear()
+
     def request(self, method: str, url: str, *, headers: Any, body: bytes | None, timeout: Any) -> Any:
         """Send one request; the urllib3 response, its body unread. No retries, no redirects: the caller decides."""
         return self.pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False,
                                  redirect=False, preload_content=False)
 
 
-def _pool(ep: Endpoint) -> Any:
+def _pool(ep: Endpoint, proxy: Proxy | None) -> Any:
     kw: dict[str, Any] = {"maxsize": CONNECTION_POOL_SIZE, "block": False}
     if ep.server.startswith("https"):
         kw["cert_reqs"] = "CERT_REQUIRED" if ep.verify else "CERT_NONE"
@@ -111,13 +142,31 @@ def _pool(ep: Endpoint) -> Any:
             kw["key_file"] = ep.key_file
         if ep.tls_server_name:
             kw["server_hostname"] = ep.tls_server_name
-    if ep.proxy:
-        if ep.proxy.startswith("socks"):
-            from urllib3.contrib.socks import SOCKSProxyManager
-
-            return SOCKSProxyManager(ep.proxy, **kw)
-        return urllib3.ProxyManager(ep.proxy, **kw)
+    if proxy is not None:
+        # urllib3 is given the proxy's URL without its credentials, so no error it raises can show them; they go
+        # as headers (http, https) or as the SOCKS5 user/password.
+        if proxy.scheme == "socks5":
+            return _socks_pool(proxy, kw)
+        auth = proxy.basic_auth()
+        return urllib3.ProxyManager(proxy.display, proxy_headers={"Proxy-Authorization": auth} if auth else None,
+                                    **kw)
     return urllib3.PoolManager(**kw)
+
+
+def _socks_pool(proxy: Proxy, kw: dict[str, Any]) -> Any:
+    """A SOCKS5 pool. `socks5h`: the proxy resolves the server's name, as Go's SOCKS5 dialer sends it
+    (golang/net internal/socks/client.go connect: AddrTypeFQDN for a host that is not an IP)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # urllib3 warns before it raises ImportError: one line is enough
+            from urllib3.contrib.socks import SOCKSProxyManager
+    except ImportError:
+        raise ConfigError(f"{proxy.source} is a socks5 proxy ({proxy.display}), which needs PySocks: "
+                          f"{PYSOCKS_HINT}") from None
+    url = "socks5h" + proxy.display[len("socks5"):]
+    return SOCKSProxyManager(url, username=proxy.username, password=proxy.password, **kw)
 
 
 # -- finding and reading kubeconfigs -------------------------------------------------------------------

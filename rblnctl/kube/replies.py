@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import urllib3
@@ -30,8 +31,10 @@ from rblnctl.errors import (
     NotAnApiServer,
     NotFound,
     OutcomeUnknown,
+    ProxyAuthError,
     one_line,
 )
+from rblnctl.kube.proxies import Proxy
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How kube-apiserver words an authorization denial (k8s.io/apiserver pkg/endpoints/handlers/responsewriters
@@ -274,6 +277,46 @@ def _reached_server(e: BaseException) -> bool:
     return True
 
 
+def proxy_refused(proxy: Proxy, server: str, answer: str) -> ProxyAuthError:
+    """The proxy asked for credentials (407) or refused the ones sent: name it by scheme://host:port only, and
+    the setting that holds (or should hold) its user and password (never their values)."""
+    via = f"the proxy {proxy.display} ({proxy.source})"
+    if proxy.has_credentials:
+        return ProxyAuthError(f"{via} refused our credentials ({answer}) on the way to the API server at {server}: "
+                              f"check the user and password in {proxy.source}", status=407,
+                              reason="ProxyAuthenticationRequired")
+    example = f"{proxy.scheme}://USER:PASSWORD@{proxy.display.split('://', 1)[1]}"
+    return ProxyAuthError(f"{via} asks for credentials ({answer}) on the way to the API server at {server}: "
+                          f"put them in {proxy.source} ({example})", status=407, reason="ProxyAuthenticationRequired")
+
+
+_PROXY_AUTH_FAILURES = ("407 proxy authentication required", "socks5 authentication failed",
+                        "all offered authentication methods were rejected")
+
+
+def proxy_auth_failure(e: BaseException) -> str | None:
+    """What a proxy said when it refused a tunnel for want of credentials (urllib3's ProxyError around
+    `Tunnel connection failed: 407 ...`, PySocks' SOCKS5AuthError), else None."""
+    for err in causes(e):
+        text = str(err).lower()
+        for failure in _PROXY_AUTH_FAILURES:
+            if failure in text:
+                return "407 Proxy Authentication Required" if failure.startswith("407") else failure
+    return None
+
+
+def causes(e: BaseException) -> Iterator[BaseException]:
+    """`e` and what caused it, outermost first: urllib3's `reason` (MaxRetryError, ProxyError), then Python's
+    `__cause__` / `__context__`."""
+    seen: set[int] = set()
+    err: BaseException | None = e
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        nxt = getattr(err, "reason", None) or err.__cause__ or err.__context__
+        err = nxt if isinstance(nxt, BaseException) else None
+
+
 def _decode(data: bytes | None) -> Any:
     if not data:
         return None
@@ -294,12 +337,7 @@ def _is_timeout(e: BaseException) -> bool:
 
 
 def _root_cause(e: BaseException, *, text: str | None = None) -> str:
-    seen = e
-    while True:
-        nxt = getattr(seen, "reason", None) or seen.__cause__ or seen.__context__
-        if not isinstance(nxt, BaseException) or nxt is seen:
-            break
-        seen = nxt
+    *_, seen = causes(e)
     if text is None:
         text = str(seen)
     for hint in ("Connection refused", "Name or service not known", "No route to host", "timed out",

@@ -49,6 +49,27 @@ class Write:
     code: int = 0
 
 
+def kubeconfig_secrets(path: Path) -> list[str]:
+    """The secrets a kubeconfig holds: its users' tokens, passwords and inline keys, its proxies' passwords."""
+    import yaml
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    found = []
+    for entry in doc.get("users") or []:
+        user = (entry or {}).get("user") or {}
+        found += [str(user[k]) for k in ("token", "password", "client-key-data") if user.get(k)]
+    for entry in doc.get("clusters") or []:
+        proxy = ((entry or {}).get("cluster") or {}).get("proxy-url")
+        password = urlsplit(str(proxy)).password if proxy else None
+        if password:
+            found.append(unquote(password))
+    return [s for s in found if len(s) >= 6]  # a secret of a few characters could match any text
+
+
 def harness_client(cluster: Any) -> tuple[Api, Any]:
     """The harness's client for `cluster` (a FakeApiServer, a Backend or an Api) and the FakeApiServer behind it (None
     on a real server): a simulation acts through the first and, on the fake, reacts through the second's synchronous
@@ -78,8 +99,13 @@ class Backend:
     def rblnctl(self, *args: str, kubeconfig: Path | None = None, input: str | None = None) -> Any:
         from rblnctl.cli.app import app
 
-        argv = ["--kubeconfig", str(kubeconfig or self.cli_kubeconfig), *[str(a) for a in args]]
-        return CliRunner().invoke(app, argv, input=input, catch_exceptions=False)
+        kc = Path(kubeconfig or self.cli_kubeconfig)
+        argv = ["--kubeconfig", str(kc), *[str(a) for a in args]]
+        result = CliRunner().invoke(app, argv, input=input, catch_exceptions=False)
+        # No scenario's output, -o json and -v=8 included, ever holds a secret of the kubeconfig (docs/security.md).
+        for secret in kubeconfig_secrets(kc):
+            assert secret not in result.stdout + result.stderr, f"rblnctl {' '.join(args)} printed a kubeconfig secret"
+        return result
 
     @property
     def cli_kubeconfig(self) -> Path:
