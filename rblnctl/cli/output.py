@@ -360,12 +360,17 @@ def fold(text: str, width: int, *, indent: int = 0, hang: bool = False) -> list[
 
 
 def _one_line(cell: Any) -> Any:
-    """A cell on one line: a newline inside a cell would break every reader of the table."""
-    text = str(cell)
+    """A cell on one line (a newline inside a cell would break every reader of the table), every character a
+    terminal acts on escaped (rblnctl.cli.sanitize: before the widths are measured and the colours painted)."""
+    from rblnctl.cli.sanitize import visible
+
+    text = original = str(cell)
     if "\n" in text or "\t" in text:
         text = " ".join(text.split())
-        return Cell(text, cell.style) if isinstance(cell, Cell) else text
-    return cell
+    text = visible(text)
+    if text == original:
+        return cell
+    return Cell(text, cell.style) if isinstance(cell, Cell) else text
 
 
 # -- views -------------------------------------------------------------------------------------------
@@ -418,8 +423,10 @@ def prose(lines: Iterable[str], width: int | None) -> str:
     `Key:   value` line, else two columns in from the line's own indent."""
     import re
 
+    from rblnctl.cli.sanitize import visible
+
     out = []
-    for line in lines:
+    for line in map(visible, lines):
         if width is None or len(line) <= width:
             out.append(line)
             continue
@@ -465,7 +472,9 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
     if fmt == Format.name:
         if view.names is None:
             raise InvalidInput(f"-o name is not available here: a {view.kind} has no object names")
-        _write("".join(f"{n}\n" for n in view.names))
+        from rblnctl.cli.sanitize import visible
+
+        _write("".join(f"{visible(n)}\n" for n in view.names))
         return
     if fmt == Format.junit:
         if view.junit is None:
