@@ -164,8 +164,11 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
     manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
+        from rblnctl.cli.sanitize import json_text_visible
+
         data = json_bytes(doc)
-        return data.decode() if data is not None else json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        return data.decode() if data is not None else json_text_visible(json.dumps(doc, indent=2, ensure_ascii=False)
+                                                                         + "\n")
     import yaml
 
     if not literal_blocks:
@@ -184,15 +187,19 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
 
 def json_bytes(doc: Any) -> bytes | None:
     """A document as `-o json` writes it (UTF-8, two-space indent, a final newline); None when msgspec cannot
-    encode it and json.dumps must (a type it does not know, a lone surrogate from a file name).
+    encode it and json.dumps must (a type it does not know, a lone surrogate from a file name). DEL, C1 controls,
+    bidi and zero-width characters, which JSON lets an encoder write raw, are written as `\\u` escapes (the same
+    values, nothing a terminal acts on: rblnctl.cli.sanitize.json_visible).
 
     msgspec writes what json.dumps(indent=2, ensure_ascii=False) writes, byte for byte on every golden document
     (tests/golden; floats aside: 1e-7, not 1e-07), in C and in one buffer: json.dumps joins a list of a small
     string per token, ~100 MB at peak for `node list -o json` at 5,000 nodes (issue 31)."""
     import msgspec
 
+    from rblnctl.cli.sanitize import json_visible
+
     try:
-        return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+        return json_visible(msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
     except (TypeError, UnicodeEncodeError):
         return None
 

@@ -9,9 +9,10 @@ CSI, rich markup, a bidi override and a zero-width space. Every init container's
 found by the walk, not listed here, so a field the fake's objects gain is poisoned with no change to this test.
 
 Each read command (and each mutating one's --dry-run) of those scenarios then runs as people read it: the table,
--o wide and -o name where the command has them. Nothing raw may reach stdout or stderr, each tag that is printed is
-printed escaped. `covered` counts the (field, command) pairs that were printed: docs/testing.md gives the number
-(COVERED_AT_LEAST is its floor). A command may print no poisoned text in its world (a refused vm attach names no
+-o wide and -o name where the command has them, and -o json, whose values stay exact with every hidden character a
+JSON escape. Nothing raw may reach stdout or stderr, each tag that is printed is printed escaped. `covered` counts
+the (field, command) pairs printed in the human formats: docs/testing.md gives the number (COVERED_AT_LEAST is its
+floor). A command may print no poisoned text in its world (a refused vm attach names no
 string of the cluster), but the world of the stuck init container must get its log lines printed.
 """
 
@@ -129,7 +130,7 @@ def _id(scenario: Scenario) -> str:
     return " ".join(scenario.args) + (f" [{setup.strip('_')}]" if setup else "")
 STUCK_READS = [("node", "list"), ("status",), ("preflight",), ("node", "set-mode", "vm", "n1", "--yes", "--timeout",
                                                                 "1")]
-FORMATS = ((), ("-o", "wide"), ("-o", "name"))
+FORMATS = ((), ("-o", "wide"), ("-o", "name"), ("-o", "json"))
 COVERED_AT_LEAST = 69
 covered: set[tuple[str, str]] = set()
 
@@ -145,6 +146,9 @@ def _run(apiserver, args: tuple[str, ...], fields: list[str]) -> int:
         for name, out in (("stdout", r.stdout), ("stderr", r.stderr)):
             raw = RAW.search(out)
             assert raw is None, f"{' '.join(args + fmt)}: raw U+{ord(raw.group()):04X} on {name}:\n{out}"
+        if fmt == ("-o", "json"):  # exact values (it parses), every hidden character a JSON escape (checked above)
+            assert r.stdout and "~P" in json.dumps(json.loads(r.stdout)) or "~P" not in r.stdout
+            continue
         text = r.stdout + r.stderr
         for tag in map(int, re.findall(r"~P(\d+)~", text)):
             assert escaped(tag) in text or f"~P{tag}~\\x9b" in text, (tag, fields[tag], text)

@@ -40,6 +40,24 @@ def test_each_escape_is_the_code_point_a_reader_can_look_up(ch):
     assert visible(f"a{ch}b") == f"a{want}b"
 
 
+def test_a_json_document_keeps_every_value_and_writes_each_hidden_character_as_an_escape():
+    """-o json stays exact (the same values to a JSON reader) with nothing a terminal acts on: msgspec and json.dumps
+    write DEL, C1 (U+009B is CSI), bidi and zero-width characters raw, as JSON allows."""
+    import json
+
+    from rblnctl.cli.output import Format, dump, json_bytes
+
+    hidden = [chr(c) for c in range(0x20, sys.maxunicode + 1)
+              if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")]
+    doc = {"ascii": "x\x7fy", "all": "é" + "".join(hidden), "name": "n1", "surrogate": "a\udcff"}
+    data = json_bytes({k: v for k, v in doc.items() if k != "surrogate"})
+    assert data is not None and not any(ch.encode() in data for ch in hidden)
+    assert json.loads(data) == {k: v for k, v in doc.items() if k != "surrogate"}
+    text = dump(doc, Format.json)  # json.dumps' way: the lone surrogate msgspec refuses
+    assert not any(ch in text for ch in [*hidden, "\udcff"]) and json.loads(text) == doc
+    assert json_bytes({"a": "é"}) == '{\n  "a": "é"\n}\n'.encode()  # nothing hidden: the bytes as encoded
+
+
 def test_plain_escapes_controls_and_markup_alike():
     assert plain(f"{OSC52}[bold]x[/bold]") == "\\x1b]52;c;cm0gLXJmIH4K\\x07\\[bold]x\\[/bold]"
 
