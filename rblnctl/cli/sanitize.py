@@ -9,8 +9,9 @@ sees (`\\x1b`, `\\x9b`, `\\r`, `\\u202e`, `\\u200b`): the text of every Unicode 
 (Cc, Cf, Zl, Zp, Cs: `_HIDDEN`, tests/cli/test_sanitize.py checks it against the running Python's unicodedata), line
 feeds and tabs excepted (a table cell is made one line before: rblnctl.cli.output._one_line).
 
-kubectl escapes ESC and CR in `describe` (k8s.io/cli-runtime pkg/printers/terminal.go EscapeTerminal, issue
-kubernetes#101695) as `^[` and `\\r`; rblnctl writes every hidden character in the one unambiguous form above.
+kubectl escapes ESC and CR in its `get` tables, custom-columns and `describe` (k8s.io/cli-runtime
+pkg/printers/terminal.go EscapeTerminal, kubernetes PR #112553 for issue #101695) as `^[` and `\\r`, and leaves -o
+jsonpath raw; rblnctl escapes every hidden character, in the one unambiguous form above.
 
 Where it applies (docs/security.md, "What rblnctl escapes"): every table cell and prose line on stdout
 (rblnctl.cli.output: tables, -o wide, -o name, custom-columns, preamble and epilogue, `-w` change lines), and every
