@@ -180,6 +180,16 @@ class Argv(Part):
         return None if command is None or command.program is not None or argv is None else argv(command)
 
 
+class ArgvEnv(Argv):
+    """Beside an Argv: the placeholders of secrets in that argv (`$(TOKEN)`), each with what it stands for
+    (`{"TOKEN": "your --token"}`, `say.env`); {} when it has none, null when there is no argv."""
+
+    def read(self, obj: Any, say: Say) -> Any:
+        command = attr(obj, self.path)
+        env = getattr(say, "env", None)
+        return None if command is None or command.program is not None or env is None else env(command)
+
+
 def body(shape: Shape, say: Say = str, **parts: Any) -> dict:
     """A document body from several results (`plan=`, `result=`): `shape` over them as one object."""
     return shape(SimpleNamespace(**parts), say)
@@ -472,7 +482,8 @@ VERSION = Shape(client=Of("me", Shape(version="version", commit="commit", python
 # -- vm diagnose: VmDiagnosis --------------------------------------------------------------------------------------
 
 DIAGNOSIS_LINK = Shape(name="name", title="title", status="status", failure="failure", evidence="evidence",
-                       remedy=Spelt("remedy"), remedyCommand=Argv("remedy.command"))
+                       remedy=Spelt("remedy"), remedyCommand=Argv("remedy.command"),
+                       remedyEnv=ArgvEnv("remedy.command"))
 VM_DIAGNOSIS = Shape(vm=Of("vm", REF), method="method", npus="npus", ok="ok",
                      broken=lambda d: d.broken.name.value if d.broken else None,
                      links=Each("links", DIAGNOSIS_LINK), warnings=Said("warnings"))

@@ -92,13 +92,16 @@ def test_the_cli_declares_no_document_of_its_own():
 
 def test_json_output_falls_back_where_msgspec_cannot_encode():
     """A lone surrogate (a non-UTF-8 file name decoded with surrogateescape): -o json is then json.dumps's, as
-    before msgspec wrote it (issue 31)."""
+    before msgspec wrote it (issue 31), the surrogate as its JSON escape (issue 38: rblnctl.cli.sanitize; the same
+    value to a JSON reader, and valid UTF-8 on stdout)."""
     import json
 
     from rblnctl.cli.output import Format, dump, json_bytes
 
     for doc in ({"path": "/dev/vfio/\udcff"},):
         assert json_bytes(doc) is None
-        assert dump(doc, Format.json) == json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        text = dump(doc, Format.json)
+        assert text == json.dumps(doc, indent=2, ensure_ascii=False).replace("\udcff", "\\udcff") + "\n"
+        assert json.loads(text) == doc
     doc = {"a": [1, "é"]}
     assert json_bytes(doc) == (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()

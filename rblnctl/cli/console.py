@@ -31,22 +31,42 @@ def color_enabled() -> bool:
 @lru_cache(maxsize=1)
 def stdout() -> "Console":
     """The console for results: the only writer to stdout."""
-    from rich.console import Console
-
     import sys
 
     # Piped output is read by grep and people alike: do not squeeze tables into rich's default 80
     # columns when there is no terminal to measure (COLUMNS, when set, still wins).
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(highlight=False, soft_wrap=False, width=width, **_plain())
+    return _console()(highlight=False, soft_wrap=False, width=width, **_plain())
 
 
 @lru_cache(maxsize=1)
 def stderr() -> "Console":
     """The console for progress, warnings and errors."""
-    from rich.console import Console
+    return _console()(stderr=True, highlight=False, **_plain())
 
-    return Console(stderr=True, highlight=False, **_plain())
+
+@lru_cache(maxsize=1)
+def _console() -> type:
+    """rich's Console that never lets a character a terminal acts on through (rblnctl.cli.sanitize): rblnctl's own
+    styling is in each segment's style and rich's cursor moves (spinners, live tables) in control segments, so
+    escaping the text of every other segment leaves both alone. The call sites escape first (`plain`, which also
+    keeps markup out and escapes what rich's Text would drop silently: BEL, BS, CR); this catches a renderable
+    built from cluster text without it (a live table's rows). No emoji codes either: `:warning:` in a message
+    stays as written."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    from rblnctl.cli.sanitize import visible
+
+    class SafeConsole(Console):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(emoji=False, **kw)
+
+        def _render_buffer(self, buffer: Any) -> str:
+            return super()._render_buffer(seg if seg.control or not seg.text else
+                                          Segment(visible(seg.text), seg.style) for seg in buffer)
+
+    return SafeConsole
 
 
 def _plain() -> dict:
@@ -63,17 +83,15 @@ def piped(console: "Console") -> bool:
 
 def warn(message: object) -> None:
     """Print one warning line to stderr (escaped, never read as markup); an Advice names its flag."""
-    from rich.markup import escape
-
     from rblnctl.cli.flags import flag_for
-
     from rblnctl.cli.rerun import spell
+    from rblnctl.cli.sanitize import plain
 
     text = spell(message)
     option = getattr(message, "option", None)
     if option:
         text += f" (pass {flag_for(option)})"
-    stderr().print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=piped(stderr()))
+    stderr().print(f"[yellow]warning:[/] {plain(text)}", soft_wrap=piped(stderr()))
 
 
 class ServerWarnings:
@@ -92,7 +110,7 @@ class ServerWarnings:
         self._lock = threading.Lock()
 
     def __call__(self, warning: object) -> None:
-        from rich.markup import escape
+        from rblnctl.cli.sanitize import plain
 
         code, text = getattr(warning, "code", 0), str(getattr(warning, "text", "") or "")
         if code != 299 or not text:
@@ -101,14 +119,14 @@ class ServerWarnings:
             if text in self._seen:
                 return
             self._seen.add(text)
-            stderr().print(f"[yellow]Warning:[/] {escape(text)}", soft_wrap=piped(stderr()))
+            stderr().print(f"[yellow]Warning:[/] {plain(text)}", soft_wrap=piped(stderr()))
 
 
 def info(message: str) -> None:
     """Print one progress line to stderr."""
-    from rich.markup import escape
+    from rblnctl.cli.sanitize import plain
 
-    stderr().print(escape(message), soft_wrap=piped(stderr()))
+    stderr().print(plain(message), soft_wrap=piped(stderr()))
 
 
 @contextmanager
@@ -118,9 +136,9 @@ def waiting(message: str) -> Iterator[None]:
     if not con.is_terminal:
         yield
         return
-    from rich.markup import escape
+    from rblnctl.cli.sanitize import plain
 
-    with con.status(escape(message), spinner="dots"):
+    with con.status(plain(message), spinner="dots"):
         yield
 
 
@@ -152,7 +170,9 @@ def confirm(question: str, *, yes: bool, show: object = None, verdict: Sequence[
     if show is not None:
         import sys
 
-        sys.stderr.write(show() if callable(show) else str(show))
+        from rblnctl.cli.sanitize import visible
+
+        sys.stderr.write(visible(show() if callable(show) else str(show)))
         sys.stderr.flush()
     for w in verdict:
         warn(w)
@@ -164,7 +184,9 @@ def ask_yes_no(question: str) -> bool:
     """Ask `question [y/N]` on stderr and read one line; Ctrl-C propagates (exit 130), end of input means no."""
     import sys
 
-    sys.stderr.write(f"{question} [y/N]: ")
+    from rblnctl.cli.sanitize import visible
+
+    sys.stderr.write(f"{visible(question)} [y/N]: ")
     sys.stderr.flush()
     line = sys.stdin.readline()
     if not line:
@@ -223,9 +245,9 @@ class Progress:
         if self.pool is not None:
             self.pool.node_line(self.node, text, style)
             return
-        from rich.markup import escape
+        from rblnctl.cli.sanitize import plain
 
-        msg = escape(text + (self.suffix if suffix else ""))
+        msg = plain(text + (self.suffix if suffix else ""))
         self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=piped(self.console))
 
     def step(self, step: Any, detail: str) -> None:
@@ -233,7 +255,9 @@ class Progress:
         self.stop()
         self._row(state=str(step), detail=detail)
         if step == self.wait_step and self.console.is_terminal:
-            self.status = self.console.status(detail)
+            from rblnctl.cli.sanitize import plain
+
+            self.status = self.console.status(plain(detail))
             self.status.start()
             return
         self.line(f"{step}: {detail}", "red" if self.rollback_step is not None and step == self.rollback_step else "")
@@ -292,16 +316,16 @@ class Progress:
         """What the operator has still to do (policy set-method's wait)."""
         text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
         if self.status is not None:
-            from rich.markup import escape
+            from rblnctl.cli.sanitize import plain
 
-            self.status.update(escape(text))
+            self.status.update(plain(text))
         else:
             self.line(text, "dim")
 
     def vm_state(self, st: Any) -> None:
         """A VM's state while vm start|stop|restart waits (rblnctl.vm.lifecycle): the spinner's text on a terminal,
         a line per change in a pipe."""
-        from rich.markup import escape
+        from rblnctl.cli.sanitize import plain
 
         text = f"  {st.describe()}"
         if text == self.shown:
@@ -310,10 +334,10 @@ class Progress:
         if not self.console.is_terminal:
             self.line(text, suffix=False)
         elif self.status is None:
-            self.status = self.console.status(escape(text))
+            self.status = self.console.status(plain(text))
             self.status.start()
         else:
-            self.status.update(escape(text))
+            self.status.update(plain(text))
 
     def stop(self) -> None:
         if self.status is not None:

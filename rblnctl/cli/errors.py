@@ -284,9 +284,8 @@ def _verbose(ctx: Any) -> bool:
 
 
 def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
-    from rich.markup import escape
-
     from rblnctl.cli.console import stderr
+    from rblnctl.cli.sanitize import plain as escape, visible
 
     text = one_line(err) or type(err).__name__
     options = getattr(err, "options", ())
@@ -309,7 +308,7 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
     if _verbose(ctx):
         import traceback
 
-        sys.stderr.write("".join(traceback.format_exception(err)))
+        sys.stderr.write(visible("".join(traceback.format_exception(err))))
 
 
 def rbac_lines(ctx: Any, err: BaseException) -> list[str]:
@@ -350,9 +349,8 @@ def _choice_hint(text: str) -> str:
 
 def _usage_error(err: Any) -> None:
     """A usage error as kubectl prints one: `error: ...` on one line, then where to read the usage."""
-    from rich.markup import escape
-
     from rblnctl.cli.console import stderr
+    from rblnctl.cli.sanitize import plain as escape
 
     text = one_line(err.format_message()).rstrip(".")
     text = text[:1].lower() + text[1:] + _choice_hint(text)

@@ -164,8 +164,11 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
     manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
+        from rblnctl.cli.sanitize import json_text_visible
+
         data = json_bytes(doc)
-        return data.decode() if data is not None else json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        return data.decode() if data is not None else json_text_visible(json.dumps(doc, indent=2, ensure_ascii=False)
+                                                                         + "\n")
     import yaml
 
     if not literal_blocks:
@@ -184,15 +187,19 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
 
 def json_bytes(doc: Any) -> bytes | None:
     """A document as `-o json` writes it (UTF-8, two-space indent, a final newline); None when msgspec cannot
-    encode it and json.dumps must (a type it does not know, a lone surrogate from a file name).
+    encode it and json.dumps must (a type it does not know, a lone surrogate from a file name). DEL, C1 controls,
+    bidi and zero-width characters, which JSON lets an encoder write raw, are written as `\\u` escapes (the same
+    values, nothing a terminal acts on: rblnctl.cli.sanitize.json_visible).
 
     msgspec writes what json.dumps(indent=2, ensure_ascii=False) writes, byte for byte on every golden document
     (tests/golden; floats aside: 1e-7, not 1e-07), in C and in one buffer: json.dumps joins a list of a small
     string per token, ~100 MB at peak for `node list -o json` at 5,000 nodes (issue 31)."""
     import msgspec
 
+    from rblnctl.cli.sanitize import json_visible
+
     try:
-        return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+        return json_visible(msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
     except (TypeError, UnicodeEncodeError):
         return None
 
@@ -360,12 +367,17 @@ def fold(text: str, width: int, *, indent: int = 0, hang: bool = False) -> list[
 
 
 def _one_line(cell: Any) -> Any:
-    """A cell on one line: a newline inside a cell would break every reader of the table."""
-    text = str(cell)
+    """A cell on one line (a newline inside a cell would break every reader of the table), every character a
+    terminal acts on escaped (rblnctl.cli.sanitize: before the widths are measured and the colours painted)."""
+    from rblnctl.cli.sanitize import visible
+
+    text = original = str(cell)
     if "\n" in text or "\t" in text:
         text = " ".join(text.split())
-        return Cell(text, cell.style) if isinstance(cell, Cell) else text
-    return cell
+    text = visible(text)
+    if text == original:
+        return cell
+    return Cell(text, cell.style) if isinstance(cell, Cell) else text
 
 
 # -- views -------------------------------------------------------------------------------------------
@@ -418,8 +430,10 @@ def prose(lines: Iterable[str], width: int | None) -> str:
     `Key:   value` line, else two columns in from the line's own indent."""
     import re
 
+    from rblnctl.cli.sanitize import visible
+
     out = []
-    for line in lines:
+    for line in map(visible, lines):
         if width is None or len(line) <= width:
             out.append(line)
             continue
@@ -465,7 +479,9 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
     if fmt == Format.name:
         if view.names is None:
             raise InvalidInput(f"-o name is not available here: a {view.kind} has no object names")
-        _write("".join(f"{n}\n" for n in view.names))
+        from rblnctl.cli.sanitize import visible
+
+        _write("".join(f"{visible(n)}\n" for n in view.names))
         return
     if fmt == Format.junit:
         if view.junit is None:

@@ -49,10 +49,13 @@ def progress_lines(title: str, rows: list[tuple[str, "_Row"]], width: int, now: 
     """
     from rich.text import Text
 
+    from rblnctl.cli.sanitize import visible
+
     cells = []
     for node, r in rows:
         elapsed = "" if r.started is None else human_duration((r.ended or now) - r.started)
-        cells.append((node, r.state, str(r.evicted), elapsed, " ".join(r.detail.split()), r.state))
+        cells.append((visible(node), r.state, str(r.evicted), elapsed, " ".join(visible(r.detail).split()),
+                      r.state))
     widths = [max([len(_HEADERS[i])] + [len(c[i]) for c in cells]) for i in range(4)]
     keep = [0, 1, 2, 3]
     detail_w = width - sum(widths) - _GAP * len(keep)
@@ -157,7 +160,7 @@ class PoolProgress:
     def _line(self, node: str, text: str, style: str = "") -> None:
         if self.console.is_terminal:
             return  # the live table shows it
-        from rich.markup import escape
+        from rblnctl.cli.sanitize import plain
 
         with self.lock:
             row = self.rows.setdefault(node, _Row())
@@ -165,7 +168,7 @@ class PoolProgress:
             if key == row.printed:
                 return  # nothing changed for this node since its last line
             row.printed = key
-            msg = escape(f"{node}: {text}{self.suffix}")
+            msg = plain(f"{node}: {text}{self.suffix}")
             self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=True)
 
     def _ensure_live(self) -> None:

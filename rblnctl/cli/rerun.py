@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import shlex
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 LEAF = "rblnctl.leaf"  # Context.meta (shared by a whole chain): the context of the command that runs (cli.errors)
@@ -30,16 +31,52 @@ def prog_name(ctx: Any) -> str:
 
 # Options a recovery hint never repeats (by parameter name).
 DROPPED = frozenset({"dry_run", "server_dry_run", "output"})
-# Options whose value is a secret: a hint never prints it (it lands in terminals, scrollback and CI logs); it names
-# a shell variable instead, for the shell to expand (kubectl never echoes a token either). `${TOKEN:?...}`, not
-# `$TOKEN`: pasted where TOKEN is unset or empty (no shell sets it), `"$TOKEN"` became `--token ''` and the command
-# ran with no token (another identity, or a 401 far from the cause); POSIX `${VAR:?word}` makes the shell refuse the
-# line instead, printing "TOKEN: set TOKEN to your --token" (bash, dash, zsh; fish rejects the syntax outright).
-SECRETS = {"token": '"${TOKEN:?set TOKEN to your --token}"'}
+@dataclass(frozen=True)
+class Secret:
+    """An option whose value is a secret: no hint or document ever holds it (it would land in terminals, scrollback,
+    CI logs and files; kubectl never echoes a token either). It is named by `env`, a variable, and `what` says
+    which value that is.
+
+    A hint (shell form) names a shell variable for the shell to expand: `"${TOKEN:?set TOKEN to your --token}"`, not
+    `"$TOKEN"`: pasted where TOKEN is unset or empty (no shell sets it), `"$TOKEN"` became `--token ''` and the command
+    ran with no token (another identity, or a 401 far from the cause); POSIX `${VAR:?word}` makes the shell refuse
+    the line instead, printing "TOKEN: set TOKEN to your --token" (bash, dash, zsh; fish rejects the syntax outright).
+
+    A document's argv (argv form: `remedyCommand`, run with no shell) holds `$(TOKEN)` as the whole element, and
+    `remedyEnv` maps TOKEN to `what`: a program replaces that element with the secret (Kubernetes' own spelling of
+    a variable in a container's args, `$(VAR)`; docs/output.md, Remedy commands)."""
+
+    env: str
+    what: str
+
+    @property
+    def shell(self) -> str:
+        return f'"${{{self.env}:?set {self.env} to {self.what}}}"'
+
+    @property
+    def argv(self) -> str:
+        return f"$({self.env})"
+
+
+SECRETS = {"token": Secret("TOKEN", "your --token")}  # by parameter name
 
 
 class _Raw(str):
     """A word the shell must see as it is (a variable to expand), not quoted."""
+
+
+class _Placeholder(str):
+    """An argv element that stands for a secret (Secret.argv); `secret` says which."""
+
+    secret: Secret
+
+
+def _secret_word(secret: Secret, argv: bool) -> str:
+    if not argv:
+        return _Raw(secret.shell)
+    word = _Placeholder(secret.argv)
+    word.secret = secret
+    return word
 
 
 def _join(words: list[str]) -> str:
@@ -55,9 +92,9 @@ def _text(value: Any) -> str:
     return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
-def _spell(param: Any, value: Any, *, short: bool = False) -> list[str]:
+def _spell(param: Any, value: Any, *, short: bool = False, argv: bool = False) -> list[str]:
     """One option as typed: its long spelling (`short`: its shortest, `-n`), then its value (a flag alone, a repeated
-    option once per value)."""
+    option once per value); a secret's value named, never given (Secret: `argv`, its argv form, else its shell form)."""
     opts = sorted(param.opts, key=len) if short else sorted(param.opts, key=lambda o: (not o.startswith("--"), -len(o)))
     if getattr(param, "is_flag", False) and not getattr(param, "count", False):
         if value:
@@ -68,11 +105,11 @@ def _spell(param: Any, value: Any, *, short: bool = False) -> list[str]:
     words: list[str] = []
     for v in value if isinstance(value, (list, tuple)) else [value]:
         if v is not None:
-            words += [opts[0], _Raw(SECRETS[param.name]) if param.name in SECRETS else _text(v)]
+            words += [opts[0], _secret_word(SECRETS[param.name], argv) if param.name in SECRETS else _text(v)]
     return words
 
 
-def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any]) -> list[str]:
+def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any], argv: bool = False) -> list[str]:
     words: list[str] = []
     args: list[str] = []
     for param in ctx.command.params:
@@ -83,7 +120,7 @@ def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any]) -> list[str
         if getattr(param, "param_type_name", "") == "argument":
             args += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [_text(value)]
             continue
-        words += _spell(param, value)
+        words += _spell(param, value, argv=argv)
     return words + args
 
 
@@ -125,6 +162,14 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
     printed as given."""
     if command.program:
         return shlex.join([command.program, *command.words])
+    return _join(command_words(ctx, command, drop=drop))
+
+
+def command_words(ctx: Any, command: Any, *, drop: Iterable[str] = (), argv: bool = False) -> list[str]:
+    """render()'s words, each an argument as the program receives it; a secret's value in its shell form (a _Raw
+    word, for render) or, with `argv`, as its argv placeholder (Secret)."""
+    if command.program:
+        return [command.program, *command.words]
     ran = ctx.meta.get(LEAF, ctx)
     root = ran.find_root()
     own = command.option_map
@@ -143,7 +188,7 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
     same = command.again and cmd is ran.command
     skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS or not same else frozenset())
     words = prog_name(ctx).split()
-    words += _words(root, skip, {})
+    words += _words(root, skip, {}, argv)
     words += path
     values: dict[str, Any] = {}
     if command.again:
@@ -156,14 +201,14 @@ def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
     words += rest  # the arguments first, as kubectl's hints write them (`node drain NODE --force`)
     for p in root.command.params:  # the root options the command names (its namespace): after it, as kubectl's -n
         if p.name in root_own:
-            words += _spell(p, root_own[p.name], short=True)
+            words += _spell(p, root_own[p.name], short=True, argv=argv)
     for p in cmd.params:
         if p.name in values and getattr(p, "param_type_name", "") != "argument":
-            words += _spell(p, values.pop(p.name))
+            words += _spell(p, values.pop(p.name), argv=argv)
     for name, value in values.items():  # not an option of that command: spelt as the option it would be
         flag = "--" + name.replace("_", "-")
         words += [flag] if value is True else [flag, _text(value)]
-    return _join(words)
+    return words
 
 
 def remedy_text(ctx: Any, remedy: Any, *, drop: Iterable[str] = ()) -> str:
@@ -199,7 +244,7 @@ def spell(item: Any) -> str:
 
 class Voice:
     """How a document spells the library's messages for one command (rblnctl.documents: `say`): each Remedy as
-    remedy_text() says it, and a Remedy's command as the argv to run (Argv)."""
+    remedy_text() says it, and a Remedy's command as the argv to run (Argv) with its secrets' placeholders (ArgvEnv)."""
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -210,6 +255,10 @@ class Voice:
         return remedy_text(self.ctx, item) if isinstance(item, Remedy) else str(item)
 
     def argv(self, command: Any) -> list[str]:
-        import shlex
+        """The command as the argv to run, no shell between: a secret's value is its placeholder (`$(TOKEN)`)."""
+        return [str(w) for w in command_words(self.ctx, command, argv=True)]
 
-        return shlex.split(render(self.ctx, command))
+    def env(self, command: Any) -> dict[str, str]:
+        """The placeholders argv() put in the command, each with what it stands for (`{"TOKEN": "your --token"}`)."""
+        return {w.secret.env: w.secret.what for w in command_words(self.ctx, command, argv=True)
+                if isinstance(w, _Placeholder)}

@@ -51,6 +51,7 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
 
     from rblnctl.cli.console import stdout
     from rblnctl.cli.output import emit, render_tables, terminal_width
+    from rblnctl.cli.sanitize import visible
 
     live: Any = None
     last: Any = None
@@ -74,7 +75,7 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
                 emit(view_of(current), output)
             else:
                 for change in changes_of(last, current):
-                    sys.stdout.write(change_line(change) + "\n")
+                    sys.stdout.write(visible(change_line(change)) + "\n")
                 sys.stdout.flush()
             last = current
     finally:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129 as everywhere (it exited 0, but 130 from `vm list -w | cat`)

@@ -19,8 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rblnctl.cli.app import app
+from tests.cli.test_capacity import vm_cluster  # noqa: F401 - the fixture
 from tests.cli.test_node_pool import MODE, pool  # noqa: F401 - the pool fixture
 from tests.fakes import objects as o
+from tests.vm.support import CA22
+from tests.helpers import cli
 
 PROGS = ["rblnctl", "kubectl rbln"]
 FLAGS = ["--force", "--evict-vms", "--all-pods", "--take-over", "--grace-period", "30", "--timeout", "20m"]
@@ -198,3 +201,32 @@ def test_a_remedy_inline_in_a_library_message_writes_another_programs_command_wh
     assert Remedy("run {command} and retry", edit).inline() == "run `kubectl edit rblnclusterpolicy p` and retry"
     assert Remedy("switch it to vm", Command(words=("node", "set-mode", "vm", "n1"))).inline() == "switch it to vm"
     assert Remedy("nothing to run").inline() == "nothing to run"
+
+
+def test_remedy_command_is_an_argv_that_runs_once_its_placeholder_is_filled(vm_cluster):  # noqa: F811
+    """Issue 38 finding 5: with --token, `-o json`'s remedyCommand held `${TOKEN:?set TOKEN to your --token}` (shell
+    syntax); run as an argv, that text went out as the bearer token. Now the element is `$(TOKEN)`, remedyEnv says what
+    it stands for, and the argv with it filled in runs, with the token, as is (no shell)."""
+    import json
+    import sys
+
+    vm_cluster.require_token = True
+    vm_cluster.add(o.vm("vms", "big", running=False, host_devices=[CA22] * 8))
+    token = vm_cluster.token
+    r = cli("--token", token, "vm", "diagnose", "big", "-n", "vms", "-o", "json", server=vm_cluster.url)
+    assert r.exit_code == 1, r.stderr
+    assert token not in r.stdout + r.stderr
+    link = next(link for link in json.loads(r.stdout)["links"] if link["status"] == "FAIL")
+    assert link["remedyCommand"] == ["rblnctl", "--server", vm_cluster.url, "--token", "$(TOKEN)", "vm", "attach",
+                                     "big", "-n", "vms", "--npus", "2"]
+    assert link["remedyEnv"] == {"TOKEN": "your --token"}
+    assert '--token "${TOKEN:?set TOKEN to your --token}"' in link["remedy"]  # the human hint keeps its shell form
+    argv = [token if a == f"$({k})" else a for a in link["remedyCommand"] for k in link["remedyEnv"]]
+    run = subprocess.run([sys.executable, "-m", "rblnctl", *argv[1:], "--dry-run"], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr  # authenticated (require_token), and the command it names
+    assert "big: 8 -> 2 NPU(s)" in run.stdout, run.stdout
+    vm_cluster.require_token = False
+    plain = cli("vm", "diagnose", "big", "-n", "vms", "-o", "json", server=vm_cluster.url)  # no secret: {} and no $(
+    link = next(link for link in json.loads(plain.stdout)["links"] if link["status"] == "FAIL")
+    assert link["remedyEnv"] == {} and not any("$(" in a for a in link["remedyCommand"])

@@ -201,8 +201,9 @@ class FakeApiServer:
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         return self._store.get(kind, name, namespace)
 
-    def list(self, kind: str, namespace: str | None = None) -> list[dict]:
-        return self._store.list(kind, namespace)
+    def list(self, kind: str, namespace: str | None = None, *, api_version: str | None = None) -> list[dict]:
+        """The objects of a kind (`api_version`: of that group's, where two groups serve one kind: Event)."""
+        return self._store.list(kind, namespace, api_version)
 
     def update(self, obj: dict) -> dict:
         """Server-side replace (no resourceVersion check). Keeps uid/creationTimestamp when absent,

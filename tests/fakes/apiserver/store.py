@@ -77,9 +77,9 @@ class Store:
             obj = self.bucket(res).get(self.key(res, namespace, name))
             return copy.deepcopy(obj) if obj is not None else None
 
-    def list(self, kind: str, namespace: str | None = None) -> list[dict]:
+    def list(self, kind: str, namespace: str | None = None, api_version: str | None = None) -> list[dict]:
         with self.lock:
-            res = self.table.resolve(kind)
+            res = self.table.resolve(kind, api_version)
             items = [o for (ns, _), o in self.bucket(res).items() if namespace is None or ns == namespace]
             return copy.deepcopy(sorted(items, key=sort_key))
 
