@@ -532,10 +532,18 @@ VM_RESTART_REQUIRED = "RestartRequired"
 # Ready is read on its own; `vm start --wait` names none of them as what holds a VM back.
 VMI_INFO_CONDITIONS = ("Ready", "LiveMigratable", "StorageLiveMigratable")
 # The VM condition virt-controller sets after a failed volume migration; while it is True virt-api refuses every
-# start (409 "VM recovery required: Volume migration failed, ..."), but not a stop or a restart
-# (kubevirt/kubevirt@v1.9.0 staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineManualRecoveryRequired;
+# start (409 "VM recovery required: Volume migration failed, ..."), but not a stop
+# (kubevirt/kubevirt@v1.9.0 = 79d34c1 staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineManualRecoveryRequired;
 # pkg/virt-api/rest/lifecycle.go StartVMRequestHandler, subresource.go volumeMigrationManualRecoveryRequiredErr).
 VM_MANUAL_RECOVERY = "ManualRecoveryRequired"
+# The VM condition VolumesChange (the VMI condition type VirtualMachineInstanceVolumesChange, copied onto the VM while
+# a volume update/migration runs): while it is True virt-api answers every restart with the same 409 "VM recovery
+# required: ..." (v1.9.0 pkg/virt-api/rest/lifecycle.go RestartVMRequestHandler, checked before the runStrategy;
+# types.go VirtualMachineInstanceVolumesChange). A start or a stop it does not refuse.
+VM_VOLUMES_CHANGE = "VolumesChange"
+# virt-api's message in both refusals (v1.9.0 pkg/virt-api/rest/subresource.go, its
+# volumeMigrationManualRecoveryRequiredErr).
+VM_RECOVERY_REQUIRED_MESSAGE = "VM recovery required"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 # An interrupted `vm attach --restart` (`vm detach`, set-method's conversions) starts again the VM it stopped, and
