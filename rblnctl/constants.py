@@ -576,16 +576,23 @@ HOST_POD_IMAGE_REPOSITORY = "docker.io/rebellions/rblnctl"
 HOST_POD_UID = 65532
 # The operator chart, which was renamed between releases (rblnctl.operator.install builds every command):
 # - up to chart v0.3.0 it is `rbln-npu-operator`, served from the Helm repository below
-#   (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/Chart.yaml, README "Installation";
-#   the repository's index, rebellions-sw/rbln-npu-operator index.yaml on gh-pages, lists versions
-#   v0.1.0..v0.2.1 with a leading `v`, and the v0.3.0 release.yaml packages `--version ${TAG#v}`);
+#   (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/Chart.yaml, README "Installation").
+#   Every chart version in the repository's index is spelt vX.Y.Z: gh-pages@14655f8 index.yaml lists v0.1.0,
+#   v0.2.0, v0.2.1, v0.2.2 and v0.3.0, and the published stable/rbln-npu-operator-v0.3.0.tgz carries
+#   `version: v0.3.0` in its Chart.yaml, although the tag's .github/workflows/release.yaml would package
+#   `--version ${TAG#v}`: a v0.3.0 install is labelled helm.sh/chart=rbln-npu-operator-v0.3.0.
+#   The repository moved with the GitHub organisation (rebellions-sw -> RBLN-SW): gh-pages@14655f8 index.md still
+#   says `helm repo add rebellions https://rebellions-sw.github.io/rbln-npu-operator`, the later index.md
+#   (op@e12f648 index.md) `https://rbln-sw.github.io/rbln-npu-operator`, which rblnctl's remedies name. ASSUMPTION
+#   (docs/operator.md): the old address does not serve the index any more (GitHub Pages does not follow an
+#   organisation rename); a site that mirrors it can run the printed command with its own --repo;
 # - later releases name it `rbln-npu-operator-chart` (Chart.yaml at op@22243b1) and push it to Docker Hub
 #   as an OCI artifact: `helm push dist/*.tgz oci://docker.io/rebellions` (.github/workflows/release.yaml,
 #   Makefile CHART_NAME / HELM_REGISTRY), version `${TAG#v}` (X.Y.Z). Its values.yaml sets
 #   `nameOverride: rbln-npu-operator`, so app.kubernetes.io/name keeps the old value while
 #   helm.sh/chart reads `rbln-npu-operator-chart-X.Y.Z` (templates/_helpers.tpl uses .Chart.Name).
 OPERATOR_HELM_CHART_LEGACY = OPERATOR_HELM_CHART
-OPERATOR_HELM_REPO_URL = "https://rebellions-sw.github.io/rbln-npu-operator"
+OPERATOR_HELM_REPO_URL = "https://rbln-sw.github.io/rbln-npu-operator"
 OPERATOR_HELM_CHART_OCI = "rbln-npu-operator-chart"
 OPERATOR_HELM_OCI_REGISTRY = "oci://docker.io/rebellions"
 OPERATOR_HELM_CHARTS = (OPERATOR_HELM_CHART_OCI, OPERATOR_HELM_CHART_LEGACY)  # longest first
