@@ -456,10 +456,9 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
                 warnings.append(f"{off}: {rule.evidence}, but on container-mode nodes "
                                 f"({', '.join(container_nodes[:3])}) that init container waits for the toolkit's "
                                 f"toolkit-ready; to serve them too: {fix}")
-        elif rule.needed is None:
-            warnings.append(f"{off}: {rule.evidence}. If the rollout does not come, enable it: {fix}")
-        else:
-            msg = f"{off}: {rule.evidence}; the rollout would never come. Enable it first: {fix}"
+        else:  # needed, or the cluster does not tell: refused alike (issue 41.6), --force goes ahead
+            msg = (f"{off}: {rule.evidence}; the rollout would never come. Enable it first: {fix}" if rule.needed else
+                   f"{off}: {rule.evidence}. Enable it first: {fix}")
             if force:
                 warnings.append(msg + "; going ahead anyway (forced)")
             else:

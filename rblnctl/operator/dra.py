@@ -100,5 +100,7 @@ def dra_toolkit_rule(daemonsets: Sequence[dict] | None, release: Any, base_name:
             "requires containerToolkit to be enabled\": v0.3.0 internal/scope/patch/dra_kubelet_plugin.go)"))
     who = release.describe() if version is not None else "the operator (version unknown)"
     return ToolkitRule(needed=None, evidence=(
-        f"no DRA plugin DaemonSet runs to show it, and {who} may or may not need containerToolkit: operator v0.3.0 "
-        f"refuses to deploy its DRA plugin without it, later code (the {DRA_READY_INIT} init container) does not"))
+        f"no DRA plugin DaemonSet runs to show it, and {who} may need containerToolkit: operator v0.3.0 and the "
+        f"partition line (its DRA plugin gated by `rbln-validator gate`) refuse to deploy their DRA plugin without "
+        f"it, only the untagged line whose plugin starts with the {DRA_READY_INIT} init container does not, so "
+        f"rblnctl takes the refusal as the rule"))
