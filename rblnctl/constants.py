@@ -351,6 +351,12 @@ MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
 # no VM on the release (VM_ALLOCATOR_FROM below: then it fails).
 OPERATOR_SUPPORTED_FROM = (0, 3, 0)
 MIN_DRA_DRIVER = (0, 2, 1)
+# The public RBLN DRA driver releases: RBLN-SW/rbln-k8s-dra-driver tags v0.1.0 (8213de3), v0.1.1 (d45f721), v0.1.2
+# (48c830c), and main up to dd9af1b (2026-06-23): none has a vfio device, DeviceClass or passthrough code (no file
+# outside vendor/ mentions vfio). The 0.2.1 floor above is the documentation's; no public release reaches it, so a
+# driver at or below this version offers zero passthrough devices (rblnctl.operator.dra.public_driver_gap).
+DRA_DRIVER_PUBLIC_UP_TO = (0, 1, 2)
+DRA_DRIVER_PUBLIC_SOURCE = "RBLN-SW/rbln-k8s-dra-driver tags v0.1.0-v0.1.2 and main@dd9af1b"
 # From which operator release each VM allocator really hands NPUs to VMs on vm-passthrough nodes
 # (rblnctl/operator/release.py applies it; docs/operator.md "Releases and VM allocators").
 # - sandbox: chart v0.2.1-v0.3.0 (and public main cd771db) give the sandbox-device-plugin DaemonSet an

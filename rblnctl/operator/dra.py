@@ -53,6 +53,16 @@ def dra_driver_version(ds: dict) -> tuple[str, str] | None:
             or version_from_labels(ds, "rbln-dra-driver"))
 
 
+def public_driver_gap(version: tuple[int, int, int] | None) -> str | None:
+    """Said plainly when the driver is a public release: none of them has vfio devices, so DRA passthrough gets
+    zero devices from it (constants.DRA_DRIVER_PUBLIC_UP_TO); None for a later (non-public) or unknown version."""
+    if version is None or version > C.DRA_DRIVER_PUBLIC_UP_TO:
+        return None
+    return (f"it is a public DRA driver release, and no public release has VFIO passthrough "
+            f"({C.DRA_DRIVER_PUBLIC_SOURCE} have no vfio devices): it offers zero devices to VMs; DRA passthrough "
+            f"needs a driver >= {'.'.join(map(str, C.MIN_DRA_DRIVER))} from Rebellions, which is not published")
+
+
 def policy_dra_version(spec: Mapping) -> tuple[str, str] | None:
     """(version, source) of the DRA driver a policy spec makes the operator deploy: `draKubeletPlugin.version`
     (the charts render the image tag there), else the tag of its `image`; None when neither is a version."""
