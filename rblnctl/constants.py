@@ -412,6 +412,21 @@ VIRT_LAUNCHER_LABEL = "kubevirt.io"
 # virt-controller sets it false when virt-handler's heartbeat goes stale (pkg/virt-controller/watch/node/
 # node.go markNodeAsUnresponsive). A node without it (no virt-handler there) or with false runs no VM.
 KUBEVIRT_SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
+# What else virt-controller v1.9.0 puts into a launcher's nodeSelector (nodeselectorrenderer.go NewNodeSelectorRenderer,
+# Render; template.go newNodeSelectorRenderer; names in staging/src/kubevirt.io/api/core/v1/types.go):
+# - kubernetes.io/arch=<the VMI's spec.architecture, lower-cased>, after kubevirt.io/schedulable and before the CR's
+#   and the VMI's selectors (they win on the same key); spec.architecture is set on create from the KubeVirt CR's
+#   architectureConfiguration.defaultArchitecture, which defaults to virt-controller's own GOARCH
+#   (pkg/virt-config/configuration.go); dropped with the CrossArchitectureVirtualization gate;
+# - after the VMI's selectors (they win): kubevirt.io/cpumanager=true for dedicatedCpuPlacement,
+#   cpu-model.node.kubevirt.io/<model>=true (not for host-model/host-passthrough), cpu-feature.node.kubevirt.io/<name>
+#   =true per feature with policy "" or require, hyperv.node.kubevirt.io/<feature> (HypervStrictCheck gate only: not
+#   modelled), machine type, TSC, realtime, SEV/TDX labels (not modelled: docs/vm.md, Assumptions).
+ARCH_LABEL = "kubernetes.io/arch"
+CPU_MANAGER_LABEL = "kubevirt.io/cpumanager"
+CPU_MODEL_LABEL_PREFIX = "cpu-model.node.kubevirt.io/"
+CPU_FEATURE_LABEL_PREFIX = "cpu-feature.node.kubevirt.io/"
+CPU_MODES_UNLABELLED = ("host-model", "host-passthrough")
 VIRT_LAUNCHER_VALUE = "virt-launcher"
 VMI_NODE_LABEL = "kubevirt.io/nodeName"  # KubeVirt labels each VMI with the node it runs on
 # (moved to the target node after a live migration: kubevirt/kubevirt@v1.8.4 pkg/virt-handler/migration-target.go)
