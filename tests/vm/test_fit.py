@@ -280,5 +280,6 @@ def test_dedicated_cpus_and_a_cpu_model_need_the_labels_kubevirt_selects(two_nod
     two_nodes.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(labels))
     r = rows(fit(kube, FitOptions(npus=1, placement=p)))
     assert (r["n1"].fits, r["n2"].fits) == (2, 0)
-    assert r["n2"].reason == "excluded by nodeSelector kubevirt.io/cpumanager=true (node has no kubevirt.io/cpumanager label)"
+    assert r["n2"].reason == ("excluded by nodeSelector kubevirt.io/cpumanager=true (node has no "
+                              "kubevirt.io/cpumanager label)")
     assert placement_of({"domain": {"cpu": {"model": "host-passthrough"}}}).rendered_selector == {}
