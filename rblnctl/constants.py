@@ -44,6 +44,29 @@ NFD_IOMMU_LABEL = "feature.node.kubernetes.io/iommu-enabled"
 DEPLOY_TRUE = "true"
 DEPLOY_OPT_OUT = "false"
 DEPLOY_PAUSED = "paused-for-driver-upgrade"
+# npu.deploy.driver=pre-installed (the partition line, op@74c5b08 internal/consts/consts.go
+# RBLNDeployDriverPreInstalled): the host has its own NPU driver; an admin's value the operator keeps (it only fills
+# missing keys), it deploys no driver pod there and, in container mode, drops npu.deploy.rbln-daemon
+# (internal/clusterpolicy/node_labels.go desiredComponentLabels).
+DEPLOY_PREINSTALLED = "pre-installed"
+# Partition labels, the admin's contract (op@74c5b08 internal/consts/consts.go): rebellions.ai/npu.partition for every
+# NPU of the node, rebellions.ai/npu.partition.<idx> for one; values vf1 | vf4 | none. A node with any vf1/vf4 is
+# partitioned; another value, or a non-numeric index, blocks the gate until fixed (cmd/rbln-validator/gate.go
+# nodeIsPartitioned).
+PARTITION_LABEL = "rebellions.ai/npu.partition"
+PARTITION_INDEX_PREFIX = "rebellions.ai/npu.partition."
+PARTITION_MODES = ("vf1", "vf4")
+PARTITION_NONE = "none"
+# Written by the partition manager once VF partitioning is applied (consts.go PartitionReadyFileName).
+PARTITION_READY_MARKER = "partition-ready"
+# The init container the partition line gives its gated components: `rbln-validator gate --component <c>`, which
+# waits for toolkit-ready, plus partition-ready on partitioned nodes for the components that advertise NPUs
+# (cmd/rbln-validator/gate.go componentWaitsForPartition: device-plugin, dra-kubelet-plugin; not metrics-exporter,
+# npu-feature-discovery, rbln-daemon, partition-manager). ASSUMPTION (docs/operator.md): the init container's name
+# was not seen (buildGateInitContainer's source is not in the public index), so rblnctl recognises it by its
+# arguments `gate` and `--component`, not by name.
+GATE_SUBCOMMAND = "gate"
+GATE_PARTITION_WAITERS = ("device-plugin", "dra-kubelet-plugin")
 # Components, by the name their deploy label and DaemonSet carry.
 COMP_DRIVER = "driver"
 COMP_DEVICE_PLUGIN = "device-plugin"
@@ -56,6 +79,11 @@ COMP_VALIDATOR = "operator-validator"
 COMP_TOOLKIT = "container-toolkit"
 COMP_VFIO_MANAGER = "vfio-manager"
 COMP_SANDBOX = "sandbox-device-plugin"
+# The partition line of the operator (later, untagged code: RBLN-SW/rbln-npu-operator op@74c5b08): a partition
+# manager that carves REBEL PFs into VFs per the admin's node labels (internal/clusterpolicy/components/
+# partition_manager.go: DaemonSet rbln-partition-manager, nodeSelector npu.deploy.partition-manager=true, image
+# rebellions/k8s-partition-manager, args reconcile-partition-state; policy key partitionManager).
+COMP_PARTITION_MANAGER = "partition-manager"
 # Deploy labels per mode. dra-kubelet-plugin is container-only up to chart v0.3.0 and in both modes
 # later (the same plugin serves container devices and vfio devices).
 CONTAINER_COMPONENTS = (COMP_DRIVER, COMP_DEVICE_PLUGIN, COMP_DRA, COMP_METRICS, COMP_DAEMON, COMP_SMD, COMP_NFD,
@@ -67,6 +95,7 @@ COMPONENT_POLICY_KEYS: dict[str, str | None] = {
     COMP_METRICS: "metricsExporter", COMP_DAEMON: "rblnDaemon", COMP_SMD: "rblnDaemon",
     COMP_NFD: "npuFeatureDiscovery", COMP_VALIDATOR: None, COMP_TOOLKIT: "containerToolkit",
     COMP_VFIO_MANAGER: "vfioManager", COMP_SANDBOX: "sandboxDevicePlugin",
+    COMP_PARTITION_MANAGER: "partitionManager",
 }
 # Pod label hints (never required): chart v0.3.0 selects `app: <base>-<component>`; later releases
 # `app.kubernetes.io/component=<component>` (driver pods: rbln-driver).
@@ -400,7 +429,10 @@ HELM_TIMEOUT_S = 10.0
 # --- Drain and mode switching (rblnctl node drain / set-mode) -----------------------------------
 
 # Every component the operator deploys, either mode: their pods are the operator's to replace.
-OPERATOR_COMPONENTS = tuple(dict.fromkeys(CONTAINER_COMPONENTS + VM_COMPONENTS))
+# The partition manager is recognised as the operator's (its pods, its DaemonSet) but belongs to no mode's set: which
+# mode's deploy labels carry it is not in the indexed source (docs/operator.md, Assumptions), so a switch never waits
+# for it to come or go.
+OPERATOR_COMPONENTS = tuple(dict.fromkeys(CONTAINER_COMPONENTS + VM_COMPONENTS + (COMP_PARTITION_MANAGER,)))
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 VIRT_LAUNCHER_LABEL = "kubevirt.io"
 # Every virt-launcher pod's nodeSelector holds kubevirt.io/schedulable=true, then the KubeVirt CR's
