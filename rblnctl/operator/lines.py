@@ -260,3 +260,21 @@ def render_matrix() -> str:
             f"`{d.source}`")) + " |")
     rows += ["", MATRIX_END]
     return "\n".join(rows)
+
+
+def write_matrix(path: str) -> bool:
+    """Rewrite the release matrix between its markers in the doc at `path`; whether it changed."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    start, end = text.index(MATRIX_BEGIN), text.index(MATRIX_END) + len(MATRIX_END)
+    new = text[:start] + render_matrix() + text[end:]
+    if new != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)
+    return new != text
+
+
+if __name__ == "__main__":  # python -m rblnctl.operator.lines [docs/operator.md]
+    import sys
+
+    write_matrix(sys.argv[1] if len(sys.argv) > 1 else "docs/operator.md")

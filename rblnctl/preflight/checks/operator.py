@@ -107,5 +107,5 @@ def check_release_line(f: ClusterFacts, out: Findings) -> None:
         else:
             remedy = (f"run a DRA driver >= {format_version(C.MIN_DRA_DRIVER)} from Rebellions "
                       f"(draKubeletPlugin.version) on the vfio/DRA line, or use the {other} method "
-                      f"(`rblnctl policy set-method {other}`)")
+                      f"(policy set-method {other})")
         out.add(f"operator.line.{method}", title, SCOPE_CLUSTER, status, text, remedy)
