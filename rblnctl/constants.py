@@ -355,7 +355,8 @@ DRA_VFIO_DEVICE_PREFIX = "vfio-"
 # NoExecute; any other (None, effects added later) is ignored (kubernetes/kubernetes
 # staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go
 # taintPreventsAllocation; resource.k8s.io/v1 ResourceSlice spec.devices[].taints, DRADeviceTaints, beta and on
-# in Kubernetes 1.36: kube-apiserver v1.36.2 keeps the field and kube-scheduler leaves a tainted device alone).
+# in Kubernetes 1.36, GA in 1.37: kube-apiserver v1.36.2 keeps the field and kube-scheduler leaves a tainted device
+# alone). Nothing here depends on the gate's stage: the taints are read wherever the API server kept them.
 DRA_BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 # --- Version floors (from the prerequisites table of the source page) ---------------------------
