@@ -335,3 +335,29 @@ def test_the_real_virt_api_refuses_a_restart_during_a_volume_change_as_the_fake_
     code, _, err = run(kv, "restart", "h", "--yes")
     assert code == 0, err
     assert kv.vm("h")["spec"]["runStrategy"] == "Always"
+
+
+def test_the_real_virt_api_refuses_a_start_needing_manual_recovery_as_the_fake_does(kv, apiserver):
+    """v1.9.0 StartVMRequestHandler: 409 "VM recovery required" while ManualRecoveryRequired is True (the fake's
+    start, which did not refuse before issue 41, asked the same)."""
+    import urllib3
+
+    from tests.fakes import objects as o
+
+    ns = kv.namespace
+    recovery = {"type": "ManualRecoveryRequired", "status": "True", "reason": "VMI was removed or was final during "
+                "the volume migration"}
+    create(kv, vm(ns, "h", run_strategy="Halted"))
+    kv.api.mutate("VirtualMachine", "h", ns, lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(dict(recovery)), sub="status")
+    status, real = kv.virtctl("start", "h")
+    want = f'Operation cannot be fulfilled on virtualmachine.kubevirt.io "h": {RECOVERY}'
+    assert (status, real["message"], real["reason"]) == (409, want, "Conflict"), real
+    apiserver.add(o.namespace(ns), o.vm(ns, "h", run_strategy="Halted"))
+    apiserver.mutate("VirtualMachine", "h", ns, fn=lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(dict(recovery)))
+    resp = urllib3.PoolManager().request(
+        "PUT", f"{apiserver.url}/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/h/start",
+        body=b"{}", headers={"Content-Type": "application/json", "Accept": "application/json, */*"})
+    fake = json.loads(resp.data)
+    assert (resp.status, fake["message"], fake["reason"], fake["details"]) == (409, want, "Conflict", real["details"])
