@@ -44,6 +44,29 @@ NFD_IOMMU_LABEL = "feature.node.kubernetes.io/iommu-enabled"
 DEPLOY_TRUE = "true"
 DEPLOY_OPT_OUT = "false"
 DEPLOY_PAUSED = "paused-for-driver-upgrade"
+# npu.deploy.driver=pre-installed (the partition line, op@74c5b08 internal/consts/consts.go
+# RBLNDeployDriverPreInstalled): the host has its own NPU driver; an admin's value the operator keeps (it only fills
+# missing keys), it deploys no driver pod there and, in container mode, drops npu.deploy.rbln-daemon
+# (internal/clusterpolicy/node_labels.go desiredComponentLabels).
+DEPLOY_PREINSTALLED = "pre-installed"
+# Partition labels, the admin's contract (op@74c5b08 internal/consts/consts.go): rebellions.ai/npu.partition for every
+# NPU of the node, rebellions.ai/npu.partition.<idx> for one; values vf1 | vf4 | none. A node with any vf1/vf4 is
+# partitioned; another value, or a non-numeric index, blocks the gate until fixed (cmd/rbln-validator/gate.go
+# nodeIsPartitioned).
+PARTITION_LABEL = "rebellions.ai/npu.partition"
+PARTITION_INDEX_PREFIX = "rebellions.ai/npu.partition."
+PARTITION_MODES = ("vf1", "vf4")
+PARTITION_NONE = "none"
+# Written by the partition manager once VF partitioning is applied (consts.go PartitionReadyFileName).
+PARTITION_READY_MARKER = "partition-ready"
+# The init container the partition line gives its gated components: `rbln-validator gate --component <c>`, which
+# waits for toolkit-ready, plus partition-ready on partitioned nodes for the components that advertise NPUs
+# (cmd/rbln-validator/gate.go componentWaitsForPartition: device-plugin, dra-kubelet-plugin; not metrics-exporter,
+# npu-feature-discovery, rbln-daemon, partition-manager). ASSUMPTION (docs/operator.md): the init container's name
+# was not seen (buildGateInitContainer's source is not in the public index), so rblnctl recognises it by its
+# arguments `gate` and `--component`, not by name.
+GATE_SUBCOMMAND = "gate"
+GATE_PARTITION_WAITERS = ("device-plugin", "dra-kubelet-plugin")
 # Components, by the name their deploy label and DaemonSet carry.
 COMP_DRIVER = "driver"
 COMP_DEVICE_PLUGIN = "device-plugin"
@@ -56,6 +79,11 @@ COMP_VALIDATOR = "operator-validator"
 COMP_TOOLKIT = "container-toolkit"
 COMP_VFIO_MANAGER = "vfio-manager"
 COMP_SANDBOX = "sandbox-device-plugin"
+# The partition line of the operator (later, untagged code: RBLN-SW/rbln-npu-operator op@74c5b08): a partition
+# manager that carves REBEL PFs into VFs per the admin's node labels (internal/clusterpolicy/components/
+# partition_manager.go: DaemonSet rbln-partition-manager, nodeSelector npu.deploy.partition-manager=true, image
+# rebellions/k8s-partition-manager, args reconcile-partition-state; policy key partitionManager).
+COMP_PARTITION_MANAGER = "partition-manager"
 # Deploy labels per mode. dra-kubelet-plugin is container-only up to chart v0.3.0 and in both modes
 # later (the same plugin serves container devices and vfio devices).
 CONTAINER_COMPONENTS = (COMP_DRIVER, COMP_DEVICE_PLUGIN, COMP_DRA, COMP_METRICS, COMP_DAEMON, COMP_SMD, COMP_NFD,
@@ -67,6 +95,7 @@ COMPONENT_POLICY_KEYS: dict[str, str | None] = {
     COMP_METRICS: "metricsExporter", COMP_DAEMON: "rblnDaemon", COMP_SMD: "rblnDaemon",
     COMP_NFD: "npuFeatureDiscovery", COMP_VALIDATOR: None, COMP_TOOLKIT: "containerToolkit",
     COMP_VFIO_MANAGER: "vfioManager", COMP_SANDBOX: "sandboxDevicePlugin",
+    COMP_PARTITION_MANAGER: "partitionManager",
 }
 # Pod label hints (never required): chart v0.3.0 selects `app: <base>-<component>`; later releases
 # `app.kubernetes.io/component=<component>` (driver pods: rbln-driver).
@@ -326,7 +355,8 @@ DRA_VFIO_DEVICE_PREFIX = "vfio-"
 # NoExecute; any other (None, effects added later) is ignored (kubernetes/kubernetes
 # staging/src/k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go
 # taintPreventsAllocation; resource.k8s.io/v1 ResourceSlice spec.devices[].taints, DRADeviceTaints, beta and on
-# in Kubernetes 1.36: kube-apiserver v1.36.2 keeps the field and kube-scheduler leaves a tainted device alone).
+# in Kubernetes 1.36, GA in 1.37: kube-apiserver v1.36.2 keeps the field and kube-scheduler leaves a tainted device
+# alone). Nothing here depends on the gate's stage: the taints are read wherever the API server kept them.
 DRA_BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 # --- Version floors (from the prerequisites table of the source page) ---------------------------
@@ -351,6 +381,12 @@ MIN_OPERATOR = {METHOD_SANDBOX: (0, 4, 4), METHOD_DRA: (0, 6, 0)}
 # no VM on the release (VM_ALLOCATOR_FROM below: then it fails).
 OPERATOR_SUPPORTED_FROM = (0, 3, 0)
 MIN_DRA_DRIVER = (0, 2, 1)
+# The public RBLN DRA driver releases: RBLN-SW/rbln-k8s-dra-driver tags v0.1.0 (8213de3), v0.1.1 (d45f721), v0.1.2
+# (48c830c), and main up to dd9af1b (2026-06-23): none has a vfio device, DeviceClass or passthrough code (no file
+# outside vendor/ mentions vfio). The 0.2.1 floor above is the documentation's; no public release reaches it, so a
+# driver at or below this version offers zero passthrough devices (rblnctl.operator.dra.public_driver_gap).
+DRA_DRIVER_PUBLIC_UP_TO = (0, 1, 2)
+DRA_DRIVER_PUBLIC_SOURCE = "RBLN-SW/rbln-k8s-dra-driver tags v0.1.0-v0.1.2 and main@dd9af1b"
 # From which operator release each VM allocator really hands NPUs to VMs on vm-passthrough nodes
 # (rblnctl/operator/release.py applies it; docs/operator.md "Releases and VM allocators").
 # - sandbox: chart v0.2.1-v0.3.0 (and public main cd771db) give the sandbox-device-plugin DaemonSet an
@@ -394,7 +430,10 @@ HELM_TIMEOUT_S = 10.0
 # --- Drain and mode switching (rblnctl node drain / set-mode) -----------------------------------
 
 # Every component the operator deploys, either mode: their pods are the operator's to replace.
-OPERATOR_COMPONENTS = tuple(dict.fromkeys(CONTAINER_COMPONENTS + VM_COMPONENTS))
+# The partition manager is recognised as the operator's (its pods, its DaemonSet) but belongs to no mode's set: which
+# mode's deploy labels carry it is not in the indexed source (docs/operator.md, Assumptions), so a switch never waits
+# for it to come or go.
+OPERATOR_COMPONENTS = tuple(dict.fromkeys(CONTAINER_COMPONENTS + VM_COMPONENTS + (COMP_PARTITION_MANAGER,)))
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 VIRT_LAUNCHER_LABEL = "kubevirt.io"
 # Every virt-launcher pod's nodeSelector holds kubevirt.io/schedulable=true, then the KubeVirt CR's
@@ -406,6 +445,21 @@ VIRT_LAUNCHER_LABEL = "kubevirt.io"
 # virt-controller sets it false when virt-handler's heartbeat goes stale (pkg/virt-controller/watch/node/
 # node.go markNodeAsUnresponsive). A node without it (no virt-handler there) or with false runs no VM.
 KUBEVIRT_SCHEDULABLE_LABEL = "kubevirt.io/schedulable"
+# What else virt-controller v1.9.0 puts into a launcher's nodeSelector (nodeselectorrenderer.go NewNodeSelectorRenderer,
+# Render; template.go newNodeSelectorRenderer; names in staging/src/kubevirt.io/api/core/v1/types.go):
+# - kubernetes.io/arch=<the VMI's spec.architecture, lower-cased>, after kubevirt.io/schedulable and before the CR's
+#   and the VMI's selectors (they win on the same key); spec.architecture is set on create from the KubeVirt CR's
+#   architectureConfiguration.defaultArchitecture, which defaults to virt-controller's own GOARCH
+#   (pkg/virt-config/configuration.go); dropped with the CrossArchitectureVirtualization gate;
+# - after the VMI's selectors (they win): kubevirt.io/cpumanager=true for dedicatedCpuPlacement,
+#   cpu-model.node.kubevirt.io/<model>=true (not for host-model/host-passthrough), cpu-feature.node.kubevirt.io/<name>
+#   =true per feature with policy "" or require, hyperv.node.kubevirt.io/<feature> (HypervStrictCheck gate only: not
+#   modelled), machine type, TSC, realtime, SEV/TDX labels (not modelled: docs/vm.md, Assumptions).
+ARCH_LABEL = "kubernetes.io/arch"
+CPU_MANAGER_LABEL = "kubevirt.io/cpumanager"
+CPU_MODEL_LABEL_PREFIX = "cpu-model.node.kubevirt.io/"
+CPU_FEATURE_LABEL_PREFIX = "cpu-feature.node.kubevirt.io/"
+CPU_MODES_UNLABELLED = ("host-model", "host-passthrough")
 VIRT_LAUNCHER_VALUE = "virt-launcher"
 VMI_NODE_LABEL = "kubevirt.io/nodeName"  # KubeVirt labels each VMI with the node it runs on
 # (moved to the target node after a live migration: kubevirt/kubevirt@v1.8.4 pkg/virt-handler/migration-target.go)
@@ -535,10 +589,18 @@ VM_RESTART_REQUIRED = "RestartRequired"
 # Ready is read on its own; `vm start --wait` names none of them as what holds a VM back.
 VMI_INFO_CONDITIONS = ("Ready", "LiveMigratable", "StorageLiveMigratable")
 # The VM condition virt-controller sets after a failed volume migration; while it is True virt-api refuses every
-# start (409 "VM recovery required: Volume migration failed, ..."), but not a stop or a restart
-# (kubevirt/kubevirt@v1.9.0 staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineManualRecoveryRequired;
+# start (409 "VM recovery required: Volume migration failed, ..."), but not a stop
+# (kubevirt/kubevirt@v1.9.0 = 79d34c1 staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineManualRecoveryRequired;
 # pkg/virt-api/rest/lifecycle.go StartVMRequestHandler, subresource.go volumeMigrationManualRecoveryRequiredErr).
 VM_MANUAL_RECOVERY = "ManualRecoveryRequired"
+# The VM condition VolumesChange (the VMI condition type VirtualMachineInstanceVolumesChange, copied onto the VM while
+# a volume update/migration runs): while it is True virt-api answers every restart with the same 409 "VM recovery
+# required: ..." (v1.9.0 pkg/virt-api/rest/lifecycle.go RestartVMRequestHandler, checked before the runStrategy;
+# types.go VirtualMachineInstanceVolumesChange). A start or a stop it does not refuse.
+VM_VOLUMES_CHANGE = "VolumesChange"
+# virt-api's message in both refusals (v1.9.0 pkg/virt-api/rest/subresource.go, its
+# volumeMigrationManualRecoveryRequiredErr).
+VM_RECOVERY_REQUIRED_MESSAGE = "VM recovery required"
 VM_READY_TIMEOUT_S = 300.0  # --restart waits this long for the VM to be Ready again
 VM_POLL_S = 2.0
 # An interrupted `vm attach --restart` (`vm detach`, set-method's conversions) starts again the VM it stopped, and
@@ -571,16 +633,23 @@ HOST_POD_IMAGE_REPOSITORY = "docker.io/rebellions/rblnctl"
 HOST_POD_UID = 65532
 # The operator chart, which was renamed between releases (rblnctl.operator.install builds every command):
 # - up to chart v0.3.0 it is `rbln-npu-operator`, served from the Helm repository below
-#   (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/Chart.yaml, README "Installation";
-#   the repository's index, rebellions-sw/rbln-npu-operator index.yaml on gh-pages, lists versions
-#   v0.1.0..v0.2.1 with a leading `v`, and the v0.3.0 release.yaml packages `--version ${TAG#v}`);
+#   (RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/Chart.yaml, README "Installation").
+#   Every chart version in the repository's index is spelt vX.Y.Z: gh-pages@14655f8 index.yaml lists v0.1.0,
+#   v0.2.0, v0.2.1, v0.2.2 and v0.3.0, and the published stable/rbln-npu-operator-v0.3.0.tgz carries
+#   `version: v0.3.0` in its Chart.yaml, although the tag's .github/workflows/release.yaml would package
+#   `--version ${TAG#v}`: a v0.3.0 install is labelled helm.sh/chart=rbln-npu-operator-v0.3.0.
+#   The repository moved with the GitHub organisation (rebellions-sw -> RBLN-SW): gh-pages@14655f8 index.md still
+#   says `helm repo add rebellions https://rebellions-sw.github.io/rbln-npu-operator`, the later index.md
+#   (op@e12f648 index.md) `https://rbln-sw.github.io/rbln-npu-operator`, which rblnctl's remedies name. ASSUMPTION
+#   (docs/operator.md): the old address does not serve the index any more (GitHub Pages does not follow an
+#   organisation rename); a site that mirrors it can run the printed command with its own --repo;
 # - later releases name it `rbln-npu-operator-chart` (Chart.yaml at op@22243b1) and push it to Docker Hub
 #   as an OCI artifact: `helm push dist/*.tgz oci://docker.io/rebellions` (.github/workflows/release.yaml,
 #   Makefile CHART_NAME / HELM_REGISTRY), version `${TAG#v}` (X.Y.Z). Its values.yaml sets
 #   `nameOverride: rbln-npu-operator`, so app.kubernetes.io/name keeps the old value while
 #   helm.sh/chart reads `rbln-npu-operator-chart-X.Y.Z` (templates/_helpers.tpl uses .Chart.Name).
 OPERATOR_HELM_CHART_LEGACY = OPERATOR_HELM_CHART
-OPERATOR_HELM_REPO_URL = "https://rebellions-sw.github.io/rbln-npu-operator"
+OPERATOR_HELM_REPO_URL = "https://rbln-sw.github.io/rbln-npu-operator"
 OPERATOR_HELM_CHART_OCI = "rbln-npu-operator-chart"
 OPERATOR_HELM_OCI_REGISTRY = "oci://docker.io/rebellions"
 OPERATOR_HELM_CHARTS = (OPERATOR_HELM_CHART_OCI, OPERATOR_HELM_CHART_LEGACY)  # longest first

@@ -26,7 +26,8 @@ def test_one_kube_fixture():
 
 # The world the tests simulate spells its facts itself (tests/fakes/objects.py says why: a wrong constant in the code
 # under test must not make its own tests pass); every other test module imports rblnctl's names.
-SIMULATORS = ("fakes/objects.py", "fakes/operator.py", "fakes/releases.py", "fakes/sysfs.py", "fakes/apiserver/",
+SIMULATORS = ("fakes/objects.py", "fakes/operator.py", "fakes/releases.py", "fakes/partition.py", "fakes/sysfs.py",
+              "fakes/apiserver/",
               "cluster/", "envtest/operator_stack.py", "envtest/crds/")
 
 

@@ -20,7 +20,8 @@ from rblnctl.node.defaults import DEFAULT_POLL_S, DEFAULT_TIMEOUT_S
 from rblnctl.operator import admission
 from rblnctl.operator.admission import AdmissionRules
 from rblnctl.operator.cluster import OperatorView
-from rblnctl.operator.dra import dra_driver_version, dra_toolkit_rule, is_dra_daemonset, policy_dra_version
+from rblnctl.operator.dra import (dra_driver_version, dra_toolkit_rule, is_dra_daemonset, policy_dra_version,
+                                  public_driver_gap)
 from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import Policy, parse_policy
 from rblnctl.operator.release import operator_version, release_of
@@ -409,8 +410,10 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
             checks.append(Prerequisite(name="dra-driver", ok=True,
                                        detail=f"{what}: {drv[0]} >= {format_version(floor)} (from {drv[1]})"))
         else:
-            msg = (f"{what}: {drv[0]} < {format_version(floor)} (from {drv[1]}), which has no VFIO passthrough; "
-                   f"set draKubeletPlugin.version to {format_version(floor)} or later first")
+            gap = public_driver_gap(drv_version)
+            msg = (f"{what}: {drv[0]} < {format_version(floor)} (from {drv[1]}), which has no VFIO passthrough"
+                   f"{': ' + gap if gap else ''}; set draKubeletPlugin.version to {format_version(floor)} or later "
+                   "first")
             checks.append(Prerequisite(name="dra-driver", ok=False, detail=msg))
             blockers.append(Blocker(msg))
     return checks, blockers, warnings
@@ -456,10 +459,9 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
                 warnings.append(f"{off}: {rule.evidence}, but on container-mode nodes "
                                 f"({', '.join(container_nodes[:3])}) that init container waits for the toolkit's "
                                 f"toolkit-ready; to serve them too: {fix}")
-        elif rule.needed is None:
-            warnings.append(f"{off}: {rule.evidence}. If the rollout does not come, enable it: {fix}")
-        else:
-            msg = f"{off}: {rule.evidence}; the rollout would never come. Enable it first: {fix}"
+        else:  # needed, or the cluster does not tell: refused alike (issue 41.6), --force goes ahead
+            msg = (f"{off}: {rule.evidence}; the rollout would never come. Enable it first: {fix}" if rule.needed else
+                   f"{off}: {rule.evidence}. Enable it first: {fix}")
             if force:
                 warnings.append(msg + "; going ahead anyway (forced)")
             else:

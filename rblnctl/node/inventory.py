@@ -38,7 +38,7 @@ def held_pods(node: NpuNode, pods: Sequence[Mapping] | None, policy: Policy | No
     bases = tuple(dict.fromkeys([*([policy.base_name] if policy else []), C.OPERATOR_BASE_NAME]))
     comps = [(comp, dict(p)) for p in pods or [] if (p.get("metadata") or {}).get("namespace") == ns
              and (comp := component_of_pod(dict(p), base_names=bases)) is not None]
-    return tuple(init_holds(comps, vm_node=node.mode == C.MODE_VM))
+    return tuple(init_holds(comps, vm_node=node.mode == C.MODE_VM, node_labels=node.labels))
 
 
 def with_capacity(kube: Kube, objects: Sequence[Mapping], policy: Policy | None, *, namespace: str | None = None,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rblnctl import constants as C
+from rblnctl.operator.partition import gate_component, gate_wait
 
 # rbln-daemon (chart v0.2.1-v0.3.0) was renamed rbln-smd; for "which components run here" they are one.
 _CANONICAL = {C.COMP_SMD: C.COMP_DAEMON}
@@ -52,6 +53,11 @@ class DeployLabels:
     def paused(self) -> list[str]:
         """Components k8s-driver-manager has paused (`paused-for-driver-upgrade`): the operator is mid-work."""
         return sorted(c for c, v in self.values.items() if v == C.DEPLOY_PAUSED)
+
+    @property
+    def driver_preinstalled(self) -> bool:
+        """`npu.deploy.driver=pre-installed` (the partition line): the host's own driver, no driver pod here."""
+        return self.values.get(C.COMP_DRIVER) == C.DEPLOY_PREINSTALLED
 
     def set_components(self) -> list[str]:
         """Components whose label is `true`, in canonical names, sorted."""
@@ -242,10 +248,13 @@ def kubectl_status(pod: Mapping) -> str:
     return str(st.get("phase") or "Unknown")
 
 
-def init_hold(component: str, pod: Mapping, *, vm_node: bool) -> InitHold | None:
+def init_hold(component: str, pod: Mapping, *, vm_node: bool, node_labels: Mapping | None = None
+              ) -> InitHold | None:
     """The init container `pod` is held in (None when its init containers are done, or it has none).
 
     `vm_node`: the pod runs on a vm-passthrough node, where some waits never end (constants INIT_WAITS).
+    The partition line's `rbln-validator gate` init container is recognised by its arguments
+    (rblnctl.operator.partition.gate_wait; `node_labels`: the node's, for its partition labels).
     A pod whose status lists no init container yet (not started by the kubelet) is not held: it is pending.
     """
     if pod.get("metadata", {}).get("deletionTimestamp"):
@@ -270,7 +279,12 @@ def init_hold(component: str, pod: Mapping, *, vm_node: bool) -> InitHold | None
             reason = str((wait or {}).get("reason") or "")
             text = f"waiting ({reason})" if reason else "waiting"
             failed = bool(reason) and reason not in ("PodInitializing", "ContainerCreating")
-        waits = C.INIT_WAITS.get((component, name))
+        gated = gate_component(next((c for c in spec.get("initContainers") or [] if c.get("name") == name), {}))
+        if gated is not None:  # the partition line's gate, whatever its name: it says whether it can finish here
+            waits: tuple[str, bool] | None = gate_wait(gated, node_labels, vm_node=vm_node)
+            vm_node = True
+        else:
+            waits = C.INIT_WAITS.get((component, name))
         meta = pod.get("metadata") or {}
         return InitHold(namespace=str(meta.get("namespace") or ""), pod=str(meta.get("name") or ""),
                         component=component, container=name, state=text,
@@ -286,7 +300,8 @@ def held_in_init(pod: Mapping) -> bool:
     return init_hold("", pod, vm_node=True) is not None
 
 
-def init_holds(pods: Iterable[tuple[str, Mapping]], *, vm_node: bool) -> list[InitHold]:
+def init_holds(pods: Iterable[tuple[str, Mapping]], *, vm_node: bool, node_labels: Mapping | None = None
+               ) -> list[InitHold]:
     """The component pods (as (component, pod)) held in an init container, by pod name."""
-    found = [h for comp, p in pods if (h := init_hold(comp, p, vm_node=vm_node)) is not None]
+    found = [h for comp, p in pods if (h := init_hold(comp, p, vm_node=vm_node, node_labels=node_labels)) is not None]
     return sorted(found, key=lambda h: (h.namespace, h.pod))

@@ -111,7 +111,7 @@ def pending(node: Mapping, target: str, policy: Policy, pods: Sequence[tuple[str
     old = K.exclusive_components(C.MODE_CONTAINER if target == C.MODE_VM else C.MODE_VM)
     for comp in sorted({K.canonical(c) for c in old if deploy.is_set(c)}):
         out.append(Pending(kind=Missing.STALE, text=f"deploy label {K.deploy_label(comp)} of the old mode still set"))
-    out.extend(_pods(name, target, deploy, must, pods, now))
+    out.extend(_pods(name, target, deploy, must, pods, now, labels))
     out.extend(_allocation(node, target, policy, deploy, allocators, slices))
     return out
 
@@ -146,7 +146,7 @@ def method_pending(node: Mapping, method: str, policy: Policy, pods: Sequence[tu
 
 
 def _pods(node: str, target: str, deploy: K.DeployLabels, must: list[str],
-          pods: Sequence[tuple[str, dict]], now: datetime | None) -> list[Pending]:
+          pods: Sequence[tuple[str, dict]], now: datetime | None, labels: Mapping | None = None) -> list[Pending]:
     out = []
     old = set(K.exclusive_components(C.MODE_CONTAINER if target == C.MODE_VM else C.MODE_VM))
     seen = set()
@@ -161,7 +161,7 @@ def _pods(node: str, target: str, deploy: K.DeployLabels, must: list[str],
         elif p["metadata"].get("deletionTimestamp"):
             out.append(Pending(kind=Missing.POD, text=f"pod {ref} ({comp}) is terminating"))
         elif not _ready(p):
-            hold = K.init_hold(comp, p, vm_node=target == C.MODE_VM)
+            hold = K.init_hold(comp, p, vm_node=target == C.MODE_VM, node_labels=labels)
             out.append(Pending(kind=Missing.POD, hold=hold, text=hold.describe(now) if hold else
                                f"pod {ref} ({comp}) not Running and Ready yet"))
     for comp in must:

@@ -53,6 +53,16 @@ def dra_driver_version(ds: dict) -> tuple[str, str] | None:
             or version_from_labels(ds, "rbln-dra-driver"))
 
 
+def public_driver_gap(version: tuple[int, int, int] | None) -> str | None:
+    """Said plainly when the driver is a public release: none of them has vfio devices, so DRA passthrough gets
+    zero devices from it (constants.DRA_DRIVER_PUBLIC_UP_TO); None for a later (non-public) or unknown version."""
+    if version is None or version > C.DRA_DRIVER_PUBLIC_UP_TO:
+        return None
+    return (f"it is a public DRA driver release, and no public release has VFIO passthrough "
+            f"({C.DRA_DRIVER_PUBLIC_SOURCE} have no vfio devices): it offers zero devices to VMs; DRA passthrough "
+            f"needs a driver >= {'.'.join(map(str, C.MIN_DRA_DRIVER))} from Rebellions, which is not published")
+
+
 def policy_dra_version(spec: Mapping) -> tuple[str, str] | None:
     """(version, source) of the DRA driver a policy spec makes the operator deploy: `draKubeletPlugin.version`
     (the charts render the image tag there), else the tag of its `image`; None when neither is a version."""
@@ -100,5 +110,7 @@ def dra_toolkit_rule(daemonsets: Sequence[dict] | None, release: Any, base_name:
             "requires containerToolkit to be enabled\": v0.3.0 internal/scope/patch/dra_kubelet_plugin.go)"))
     who = release.describe() if version is not None else "the operator (version unknown)"
     return ToolkitRule(needed=None, evidence=(
-        f"no DRA plugin DaemonSet runs to show it, and {who} may or may not need containerToolkit: operator v0.3.0 "
-        f"refuses to deploy its DRA plugin without it, later code (the {DRA_READY_INIT} init container) does not"))
+        f"no DRA plugin DaemonSet runs to show it, and {who} may need containerToolkit: operator v0.3.0 and the "
+        f"partition line (its DRA plugin gated by `rbln-validator gate`) refuse to deploy their DRA plugin without "
+        f"it, only the untagged line whose plugin starts with the {DRA_READY_INIT} init container does not, so "
+        f"rblnctl takes the refusal as the rule"))

@@ -1,7 +1,8 @@
 """How the operator was installed, and the one place that builds the commands which change it.
 
 The chart was renamed between releases (rblnctl.constants, OPERATOR_HELM_CHART*): up to v0.3.0 it is
-`rbln-npu-operator` from the Helm repository https://rebellions-sw.github.io/rbln-npu-operator, later
+`rbln-npu-operator` from the Helm repository https://rbln-sw.github.io/rbln-npu-operator (formerly
+rebellions-sw.github.io), later
 `rbln-npu-operator-chart` pushed to oci://docker.io/rebellions. Which one a cluster runs, and at which
 chart version, is read from the helm.sh/chart label the chart puts on the operator Deployment and on
 the RBLNClusterPolicy it renders (RBLN-SW/rbln-npu-operator deployments/rbln-npu-operator/templates/

@@ -322,6 +322,8 @@ def parse_policy(obj: Mapping) -> Policy:
     status: Mapping = st if isinstance(st := obj.get("status"), Mapping) else {}
     raw_type = spec.get("workloadType")
     keys = {k for k in C.COMPONENT_POLICY_KEYS.values() if k is not None}
+    if C.COMPONENT_POLICY_KEYS[C.COMP_PARTITION_MANAGER] not in spec:  # the partition line's key only
+        keys.discard(C.COMPONENT_POLICY_KEYS[C.COMP_PARTITION_MANAGER])
     dra: Mapping = d if isinstance(d := spec.get("draKubeletPlugin"), Mapping) else {}
     conditions = tuple(
         Condition(type=str(c.get("type") or ""), status=str(c.get("status") or ""), reason=str(c.get("reason") or ""),

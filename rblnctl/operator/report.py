@@ -71,6 +71,9 @@ def policy_report(kube: Kube) -> PolicyReport:
         entries = {s.name: s for s in policy.components}
         for comp in dict.fromkeys(canonical(c) for c in C.OPERATOR_COMPONENTS):
             found = sorted(by_component.get(comp, []), key=lambda d: d.name)
+            if comp == C.COMP_PARTITION_MANAGER and not found and not policy.is_enabled(comp):
+                continue  # only the partition line has it: not a row of the releases that do not
+
             mine = [entries[d.name] for d in found if d.name in entries]
             worst = next((s for s in mine if not s.is_ready), mine[0] if mine else None)
             components.append(ComponentReport(

@@ -198,7 +198,9 @@ def _holds(kube: Kube, facts: ClusterFacts) -> dict[str, list[InitHold]]:
             by_node.setdefault(node, []).append((comp, p))
     out = {}
     for node, pods in sorted(by_node.items()):
-        holds = init_holds(pods, vm_node=modes[node] == C.MODE_VM)
+        labels = next(((n.get("metadata") or {}).get("labels") or {} for n in facts.npu_nodes
+                       if (n.get("metadata") or {}).get("name") == node), {})
+        holds = init_holds(pods, vm_node=modes[node] == C.MODE_VM, node_labels=labels)
         if holds:
             out[node] = with_init_logs(kube, [h for h in holds if h.stuck]) + [h for h in holds if not h.stuck]
     return out

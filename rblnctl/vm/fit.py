@@ -19,7 +19,8 @@ not get its passthrough devices). Those nodes are not counted as fitting: `share
 says so, with the policy's remedy (Policy.own_names_remedy).
 
 Not modelled (named in docs/vm.md, Assumptions): the other labels KubeVirt puts into some launchers'
-nodeSelector (machine type, CPU model), the `devices.kubevirt.io/*` resources every launcher requests, CPU and
+nodeSelector beyond kubernetes.io/arch, dedicated CPUs, CPU model and features (rblnctl.vm.placement weighs those:
+machine type, Hyper-V, TSC, SEV/TDX are not), the `devices.kubevirt.io/*` resources every launcher requests, CPU and
 memory, preferred affinity. The scheduler's own verdict, a `FailedScheduling` event, is what `vm diagnose`
 shows beside this.
 """

@@ -144,6 +144,7 @@ class VmState:
     launchers: tuple[str, ...] = ()  # unfinished virt-launcher pods of the VM's VMIs
     attachment: Attachment | None = None  # None: no VMI to judge
     manual_recovery: bool = False  # the VM's ManualRecoveryRequired condition: virt-api refuses every start
+    volumes_change: bool = False  # the VM's VolumesChange condition: virt-api refuses every restart
 
     @property
     def live(self) -> bool:
@@ -269,7 +270,7 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
         vmi_ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in vst.get("conditions") or []),
         conditions=bad, requests=tuple(str(r.get("action")) for r in st.get("stateChangeRequests") or []),
         launchers=tuple(str(p["metadata"]["name"]) for p in _launchers_of(pods, vm_name)),
-        manual_recovery=needs_manual_recovery(vm),
+        manual_recovery=needs_manual_recovery(vm), volumes_change=_condition_true(vm, C.VM_VOLUMES_CHANGE),
         attachment=attachment(vm, vmi, pods, claims) if vmi is not None and not _final(phase) else None)
 
 
@@ -286,10 +287,18 @@ MANUAL_RECOVERY = ("its ManualRecoveryRequired condition is True (a volume migra
                    "to start it until its volumes are reassigned (409 \"VM recovery required\")")
 
 
+VOLUMES_CHANGE = ("its VolumesChange condition is True (a volume update or migration is under way): virt-api "
+                  f"refuses to restart it until that ends (409 \"{C.VM_RECOVERY_REQUIRED_MESSAGE}\")")
+
+
+def _condition_true(vm: Mapping | None, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in ((vm or {}).get("status") or {}).get("conditions") or [] if isinstance(c, Mapping))
+
+
 def needs_manual_recovery(vm: Mapping | None) -> bool:
     """The VM carries ManualRecoveryRequired=True: virt-api refuses to start it (constants.VM_MANUAL_RECOVERY)."""
-    return any(c.get("type") == C.VM_MANUAL_RECOVERY and c.get("status") == "True"
-               for c in ((vm or {}).get("status") or {}).get("conditions") or [] if isinstance(c, Mapping))
+    return _condition_true(vm, C.VM_MANUAL_RECOVERY)
 
 
 def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
@@ -338,6 +347,8 @@ def decide(action: str, s: VmState) -> tuple[str | None, str, str | None]:
             return None, f"runStrategy {rs}: KubeVirt starts it by itself (no request needed)", None
         return None, "", (f"runStrategy {rs}: the VM ran once and KubeVirt starts it no more (virt-api refuses "
                           "manual starts); set another runStrategy to run it again")
+    if s.volumes_change:  # restart of a running VM; virt-api checks this before the runStrategy
+        return None, "", VOLUMES_CHANGE
     if rs == "Once":  # restart of a running VM
         return None, "", "runStrategy Once: virt-api refuses manual restarts of a VM that runs once"
     return RESTART, "a Stop then a Start request: a new VMI", None

@@ -8,9 +8,10 @@ never blocks). KubeVirt copies the VMI's nodeSelector, affinity and tolerations 
 (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/services/template.go), and puts its own labels into the pod's
 nodeSelector first: `kubevirt.io/schedulable=true` (which virt-handler keeps on its node) and the KubeVirt CR's
 developerConfiguration.nodeSelectors, the VMI's own nodeSelector winning on the same key
-(nodeselectorrenderer.go NewNodeSelectorRenderer; rblnctl.constants.KUBEVIRT_SCHEDULABLE_LABEL). Other labels
-KubeVirt adds for some VMs (machine type, CPU model and features, dedicated CPUs, SEV...) are not weighed
-(docs/vm.md, Assumptions).
+(nodeselectorrenderer.go NewNodeSelectorRenderer; rblnctl.constants.KUBEVIRT_SCHEDULABLE_LABEL), with
+kubernetes.io/arch between them, and after them the labels of the VMI's CPU: dedicated CPUs, model, required
+features (constants.ARCH_LABEL, CPU_*). Other labels KubeVirt adds for some VMs (machine type, Hyper-V with
+HypervStrictCheck, TSC, realtime, SEV/TDX) are not weighed (docs/vm.md, Assumptions).
 """
 
 from __future__ import annotations
@@ -39,11 +40,15 @@ class Placement:
     tolerations: tuple[dict, ...]
     # what KubeVirt puts into every virt-launcher's nodeSelector before the VMI's own (launcher_placement)
     kubevirt_selector: dict[str, str] = field(default_factory=lambda: {C.KUBEVIRT_SCHEDULABLE_LABEL: "true"})
+    # what it adds after them from the VMI's CPU (dedicated CPUs, model, features: rendered_selector)
+    rendered_selector: dict[str, str] = field(default_factory=dict)
+    architecture: str | None = None  # the VM's spec.template.spec.architecture, when it names one
 
     @property
     def launcher_selector(self) -> dict[str, str]:
-        """The nodeSelector the virt-launcher pod gets: KubeVirt's labels, the VMI's own overriding them."""
-        return {**self.kubevirt_selector, **self.node_selector}
+        """The nodeSelector the virt-launcher pod gets: KubeVirt's labels, the VMI's own overriding them, then the
+        labels of its CPU (kubevirt/kubevirt@v1.9.0 nodeselectorrenderer.go Render)."""
+        return {**self.kubevirt_selector, **self.node_selector, **self.rendered_selector}
 
     def describe(self) -> str:
         """One phrase for evidence lines (the VM's own constraints; KubeVirt's labels are said where they
@@ -60,8 +65,29 @@ class Placement:
 
 def placement_of(spec: Mapping) -> Placement:
     """Read a VMI spec's placement."""
+    arch = spec.get("architecture")
     return Placement(node_selector=D.node_selector(spec), terms=tuple(D.required_node_terms(spec)),
-                     tolerations=tuple(D.tolerations(spec)))
+                     tolerations=tuple(D.tolerations(spec)), rendered_selector=rendered_selector(spec),
+                     architecture=str(arch).lower() if arch else None)
+
+
+def rendered_selector(spec: Mapping) -> dict[str, str]:
+    """The labels virt-controller v1.9.0 adds to a launcher's nodeSelector after the VMI's own, from its CPU:
+    kubevirt.io/cpumanager for dedicated CPUs, the CPU model (not host-model/host-passthrough) and each required
+    feature (nodeselectorrenderer.go Render, CPUFeatureLabelsFromCPUFeatures; template.go newNodeSelectorRenderer)."""
+    cpu = ((spec.get("domain") or {}).get("cpu") or {}) if isinstance(spec.get("domain"), Mapping) else {}
+    if not isinstance(cpu, Mapping):
+        return {}
+    out: dict[str, str] = {}
+    if cpu.get("dedicatedCpuPlacement") is True:
+        out[C.CPU_MANAGER_LABEL] = "true"
+    model = str(cpu.get("model") or "")
+    if model and model not in C.CPU_MODES_UNLABELLED:
+        out[C.CPU_MODEL_LABEL_PREFIX + model] = "true"
+    for feature in cpu.get("features") or []:
+        if isinstance(feature, Mapping) and feature.get("name") and feature.get("policy") in (None, "", "require"):
+            out[C.CPU_FEATURE_LABEL_PREFIX + str(feature["name"])] = "true"
+    return out
 
 
 def launcher_placement(placement: Placement, kubevirt: Mapping | None) -> Placement:
@@ -69,7 +95,16 @@ def launcher_placement(placement: Placement, kubevirt: Mapping | None) -> Placem
     =true, then the KubeVirt CR's developerConfiguration.nodeSelectors (`kubevirt`: the CR; None: not installed)."""
     _, configured = lookup(kubevirt or {}, NODE_SELECTORS)
     extra = {str(k): str(v) for k, v in configured.items()} if isinstance(configured, Mapping) else {}
-    return dataclasses.replace(placement, kubevirt_selector={C.KUBEVIRT_SCHEDULABLE_LABEL: "true", **extra})
+    # kubernetes.io/arch: the VM's architecture, else the CR's default one (what KubeVirt's defaulting writes into
+    # a new VM); neither -> not weighed (virt-controller's own GOARCH is not readable: docs/vm.md, Assumptions).
+    _, default_arch = lookup(kubevirt or {}, ("spec", "configuration", "architectureConfiguration",
+                                              "defaultArchitecture"))
+    _, gates = lookup(kubevirt or {}, (*NODE_SELECTORS[:-1], "featureGates"))
+    arch = placement.architecture or (str(default_arch).lower() if isinstance(default_arch, str) and default_arch
+                                      else None)
+    cross = isinstance(gates, list) and "CrossArchitectureVirtualization" in gates
+    own = {C.ARCH_LABEL: arch} if arch and not cross else {}
+    return dataclasses.replace(placement, kubevirt_selector={C.KUBEVIRT_SCHEDULABLE_LABEL: "true", **own, **extra})
 
 
 def not_schedulable_for_vms(labels: Mapping, placement: Placement | None = None) -> str | None:

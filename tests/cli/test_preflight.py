@@ -141,7 +141,7 @@ def test_cluster_healthy_one_screen(apiserver):
     assert lines[0].startswith(
         "method sandbox: auto: RBLNClusterPolicy rbln-cluster-policy enables sandboxDevicePlugin")
     assert "all-3" in r.stdout and "IOMMU enabled" in r.stdout
-    assert lines[-1].startswith("33 checks: ") and lines[-1].endswith("-> ready")
+    assert lines[-1].startswith("35 checks: ") and lines[-1].endswith("-> ready")
     assert not [ln for ln in lines[:-1] if ln.lstrip().startswith(("FAIL", "WARN"))] and r.stderr == ""
 
 

@@ -264,3 +264,29 @@ def test_a_node_whose_devices_are_all_tainted_fits_no_dra_vm_and_gets_none(kv):
     _dra_vm(kv, "a", 1)
     assert _placed(kv, ["a"]) == {"a": None}
     assert _allocated_devices(kv).get("a") == []
+
+
+# -- kubernetes.io/arch (issue 41.3) --------------------------------------------------------------------------------
+
+
+def test_a_node_of_another_architecture_takes_no_vm_as_vm_fit_says(kv):
+    """virt-controller v1.9.0 puts kubernetes.io/arch=<the VMI's architecture> into every launcher's nodeSelector
+    (nodeselectorrenderer.go NewNodeSelectorRenderer); the VMI's architecture comes from the KubeVirt CR's
+    architectureConfiguration.defaultArchitecture. npu-node-1 relabelled arm64 under an amd64 default: `vm fit`
+    counts it no more and the scheduler binds no VM there; labelled amd64 again, both agree it fits."""
+    _permit_sandbox(kv)
+    kv.api.mutate("KubeVirt", "kubevirt", "kubevirt", lambda o: o["spec"].setdefault("configuration", {}).update(
+        architectureConfiguration={"defaultArchitecture": "amd64"}))
+    kv.api.patch("Node", "npu-node-1", {"metadata": {"labels": {"kubernetes.io/arch": "arm64"}}})
+    predicted = _json(kv.rblnctl("vm", "fit", "--npus", "2", "-o", "json"))
+    row = _row(predicted, "npu-node-1")
+    assert predicted["fits"] == 0 and not row["eligible"], predicted
+    assert "kubernetes.io/arch=amd64 (node has kubernetes.io/arch=arm64)" in row["reason"]
+    kv.api.create(vm(kv.namespace, "a", run_strategy="Always", host_devices=[SANDBOX_RESOURCE] * 2))
+    assert _placed(kv, ["a"]) == {"a": None}
+    (pod,) = kv.launcher_pods("a")
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/arch"] == "amd64"  # what KubeVirt renders, and why
+    kv.api.patch("Node", "npu-node-1", {"metadata": {"labels": {"kubernetes.io/arch": "amd64"}}})
+    kv.api.wait_for(lambda: any(p["spec"].get("nodeName") == "npu-node-1" for p in kv.launcher_pods("a")) or None,
+                    timeout_s=60, interval_s=0.2, message="the launcher bound once the node is amd64 again")
+    assert _json(kv.rblnctl("vm", "fit", "--npus", "2", "-o", "json"))["fits"] == 1

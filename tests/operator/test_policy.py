@@ -161,7 +161,7 @@ def test_a_daemonset_no_node_of_the_modes_in_use_selects_is_not_reported():
 
 @pytest.mark.parametrize(("release", "chart"), [
     (NEWER, "oci://docker.io/rebellions/rbln-npu-operator-chart --version 0.6.0"),
-    (V0_3_0, "rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator --version v0.3.0"),
+    (V0_3_0, "rbln-npu-operator --repo https://rbln-sw.github.io/rbln-npu-operator --version v0.3.0"),
 ])
 def test_switch_blocker_names_the_durable_helm_change_on_the_chart_that_rendered_the_policy(release, chart):
     (b,) = parse_policy(release.policy(vfio_manager=False, sandbox=True)).switch_blockers("vm-passthrough")

@@ -17,7 +17,8 @@ from rblnctl.constants import MODE_VM as VM
 
 CA22_PF = "rebellions.ai/RBLN-CA22_PF"
 CLUSTER_IDS = [
-    "cluster.method", "kubernetes.version", "operator.version", "operator.policy", "kubevirt.installed",
+    "cluster.method", "kubernetes.version", "operator.version", "operator.line.sandbox", "operator.line.dra",
+    "operator.policy", "kubevirt.installed",
     "kubevirt.version", "kubevirt.gates", "kubevirt.permitted-devices", "dra.driver", "dra.deviceclass",
     "helm.version", "rbac.commands", "nfd.installed", "nfd.npu-nodes", "nodes.vm-mode",
 ]

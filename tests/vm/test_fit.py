@@ -244,3 +244,42 @@ def test_dra_a_device_taint_keeps_the_device_from_the_vm(apiserver, kube):
     r = cli("vm", "fit", "--npus", "2", "-o", "json", server=apiserver.url)
     (doc,) = [n for n in json.loads(r.stdout)["nodes"] if n["name"] == "n1"]
     assert r.exit_code == 1 and doc["free"] == 1 and doc["tainted"] == list(n1.tainted)
+
+
+# -- issue 41.3: the other labels virt-controller v1.9.0 puts into a launcher's nodeSelector -------------------------
+
+
+def test_a_mixed_arch_cluster_counts_only_nodes_of_the_vms_architecture(two_nodes, kube):
+    """kubevirt/kubevirt@v1.9.0 nodeselectorrenderer.go NewNodeSelectorRenderer adds kubernetes.io/arch=<the VMI's
+    spec.architecture> to every launcher (the KubeVirt CR's defaultArchitecture when the VM names none). Before:
+    an arm64 NPU node counted for an amd64 VM the scheduler never places there."""
+    two_nodes.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update({"kubernetes.io/arch": "amd64"}))
+    two_nodes.mutate("Node", "n2", fn=lambda n: n["metadata"]["labels"].update({"kubernetes.io/arch": "arm64"}))
+    vm = o.vm(NS, "a")
+    vm["spec"]["template"]["spec"]["architecture"] = "amd64"  # as KubeVirt's VM defaulting writes it
+    r = rows(fit(kube, FitOptions(npus=1, placement=placement_of(vm["spec"]["template"]["spec"]))))
+    assert (r["n1"].fits, r["n2"].fits) == (2, 0)
+    assert r["n2"].reason == "excluded by nodeSelector kubernetes.io/arch=amd64 (node has kubernetes.io/arch=arm64)"
+    two_nodes.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda kv: kv["spec"].setdefault("configuration", {})
+                     .update(architectureConfiguration={"defaultArchitecture": "arm64"}))
+    r = rows(fit(kube, FitOptions(npus=1)))  # a VM that names none gets the CR's default
+    assert (r["n1"].fits, r["n2"].fits) == (0, 3)
+
+
+def test_dedicated_cpus_and_a_cpu_model_need_the_labels_kubevirt_selects(two_nodes, kube):
+    """template.go newNodeSelectorRenderer: dedicatedCpuPlacement -> kubevirt.io/cpumanager=true, a named CPU model
+    -> cpu-model.node.kubevirt.io/<model>=true, required features -> cpu-feature.node.kubevirt.io/<f>=true (after
+    the VMI's own nodeSelector); host-model and host-passthrough add no label."""
+    spec = {"domain": {"cpu": {"dedicatedCpuPlacement": True, "model": "Skylake-Server",
+                               "features": [{"name": "avx512f"}, {"name": "pcid", "policy": "optional"}]}}}
+    p = placement_of(spec)
+    assert p.rendered_selector == {"kubevirt.io/cpumanager": "true",
+                                   "cpu-model.node.kubevirt.io/Skylake-Server": "true",
+                                   "cpu-feature.node.kubevirt.io/avx512f": "true"}
+    labels = dict.fromkeys(p.rendered_selector, "true")
+    two_nodes.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(labels))
+    r = rows(fit(kube, FitOptions(npus=1, placement=p)))
+    assert (r["n1"].fits, r["n2"].fits) == (2, 0)
+    assert r["n2"].reason == ("excluded by nodeSelector kubevirt.io/cpumanager=true (node has no "
+                              "kubevirt.io/cpumanager label)")
+    assert placement_of({"domain": {"cpu": {"model": "host-passthrough"}}}).rendered_selector == {}

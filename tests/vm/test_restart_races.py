@@ -465,3 +465,25 @@ def test_vm_start_of_a_vm_that_needs_manual_recovery_asks_nothing_and_says_why(a
     r = cli("vm", "start", "v2", "-n", NS, server=apiserver.url)
     assert r.exit_code != 0 and "ManualRecoveryRequired" in r.stderr and "Traceback" not in r.stderr
     assert puts(apiserver, "start") == []
+
+
+# -- issue 41.2: virt-api refuses every restart while the VM's VolumesChange condition is True ---------------------
+
+VOLUMES_CHANGE = {"type": "VolumesChange", "status": "True"}
+
+
+def test_vm_restart_during_a_volume_change_asks_nothing_and_says_why(apiserver):
+    """kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go RestartVMRequestHandler: 409 "VM recovery required"
+    while VolumesChange is True (a start it allows: `vm start` of a stopped VM with it is not refused)."""
+    running_vm(apiserver)
+    apiserver.mutate("VirtualMachine", "v1", NS, fn=lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(VOLUMES_CHANGE))
+    r = cli("vm", "restart", "v1", "-n", NS, "--yes", server=apiserver.url)
+    assert r.exit_code != 0 and "VolumesChange" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert puts(apiserver, "restart") == []
+    apiserver.add(o.vm(NS, "v3", run_strategy="Halted"))
+    apiserver.mutate("VirtualMachine", "v3", NS, fn=lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(VOLUMES_CHANGE))
+    r = cli("vm", "start", "v3", "-n", NS, server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    assert len(puts(apiserver, "start")) == 1

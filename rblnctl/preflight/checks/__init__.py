@@ -9,7 +9,7 @@ from rblnctl.preflight.checks.kubernetes import check_kubernetes
 from rblnctl.preflight.checks.kubevirt import check_kubevirt
 from rblnctl.preflight.checks.nfd import check_nfd
 from rblnctl.preflight.checks.nodes import check_nodes
-from rblnctl.preflight.checks.operator import check_operator
+from rblnctl.preflight.checks.operator import check_operator, check_release_line
 from rblnctl.preflight.checks.permitted_devices import check_permitted_devices
 from rblnctl.preflight.checks.policy import check_policy
 from rblnctl.preflight.facts import ClusterFacts
@@ -23,6 +23,7 @@ def check_cluster(f: ClusterFacts) -> list[CheckResult]:
             f"{f.method}: {f.method_note}", f.method_remedy)
     check_kubernetes(f, out)
     check_operator(f, out)
+    check_release_line(f, out)
     check_policy(f, out)
     kv = check_kubevirt(f, out)
     check_permitted_devices(f, kv, out)

@@ -8,7 +8,7 @@ from rblnctl.operator.capacity import dra_devices
 from rblnctl.preflight.checks.common import policy_remedy, runnable, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
-from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset  # shared with policy set-method
+from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset, public_driver_gap  # shared with set-method
 from rblnctl.versions import format_version, strict_version
 
 
@@ -91,6 +91,8 @@ def check_dra(f: ClusterFacts, out: Findings) -> None:
                         f">= {format_version(floor)}")
             elif parsed < floor:
                 low = f"{where} {ver[0]} < {format_version(floor)}, the documented floor (from {ver[1]})"
+                gap = public_driver_gap(parsed)
+                low += f": {gap}" if gap else ""
                 upgrade = ("upgrade the RBLN DRA driver (the operator's draKubeletPlugin image) to "
                            f"{format_version(floor)} or later")
                 if vfio is False and serving:

@@ -68,3 +68,44 @@ def check_operator(f: ClusterFacts, out: Findings) -> None:
         out.add(id_, title, SCOPE_CLUSTER, Status.FAIL,
                 f"{where} {text} < {format_version(floor)}, the {f.method} method's floor (from {source})", install,
                 install_cmd)
+
+
+def check_release_line(f: ClusterFacts, out: Findings) -> None:
+    """`operator.line.sandbox`, `operator.line.dra`: the operator line the cluster runs (rblnctl.operator.lines) and,
+    one line each, whether the sandbox method and DRA work on it. The checked method: PASS works, FAIL does not,
+    WARN depends or the line is unknown; the other method: PASS works, else SKIP (said, not judged)."""
+    from rblnctl.operator.lines import NO, WORKS, identify, verdicts
+
+    deps = (f.operator.value or []) if f.operator.ok else []
+    policy = f.policy
+    raw = next((p for p in (f.policies.value or []) if policy is not None
+                and (p.get("metadata") or {}).get("name") == policy.name), None) if f.policies.ok else None
+    daemonsets = (f.daemonsets.value or []) if f.daemonsets is not None and f.daemonsets.ok else []
+    found = identify(release_of(deps).version, policy_obj=raw, daemonsets=daemonsets, nodes=f.npu_nodes,
+                     base_name=policy.base_name if policy else C.OPERATOR_BASE_NAME)
+    from rblnctl.operator.dra import dra_driver_version, is_dra_daemonset
+
+    base = policy.base_name if policy else C.OPERATOR_BASE_NAME
+    drv = next((v for ds in daemonsets if is_dra_daemonset(ds, base) and (v := dra_driver_version(ds))), None)
+    for method, (verdict, text) in verdicts(found, strict_version(drv[0]) if drv else None).items():
+        title = f"What the operator line serves: {method}"
+        if verdict is None and not deps:  # no operator Deployment: operator.version says so already
+            status = Status.SKIP
+        elif method == f.method:
+            status = Status.PASS if verdict == WORKS else Status.FAIL if verdict == NO else Status.WARN
+        else:
+            status = Status.PASS if verdict == WORKS else Status.SKIP
+        other = C.METHOD_DRA if method == C.METHOD_SANDBOX else C.METHOD_SANDBOX
+        if status not in (Status.WARN, Status.FAIL):
+            remedy = ""
+        elif verdict is None:
+            remedy = (f"let the operator Deployment carry its version ({C.APP_VERSION_LABEL}, or a versioned image "
+                      "tag) so rblnctl can tell its line (docs/operator.md, Release matrix)")
+        elif method == C.METHOD_SANDBOX:
+            remedy = (f"upgrade the operator to >= {format_version(C.VM_ALLOCATOR_FROM[C.COMP_SANDBOX])}: "
+                      f"`{install_command()}`")
+        else:
+            remedy = (f"run a DRA driver >= {format_version(C.MIN_DRA_DRIVER)} from Rebellions "
+                      f"(draKubeletPlugin.version) on the vfio/DRA line, or use the {other} method "
+                      f"(policy set-method {other})")
+        out.add(f"operator.line.{method}", title, SCOPE_CLUSTER, status, text, remedy)

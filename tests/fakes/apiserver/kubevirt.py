@@ -77,6 +77,15 @@ _VM = GroupResource("kubevirt.io", "virtualmachine")  # v1.Resource("virtualmach
 _PREFIX = f"/apis/{GROUP}/v1/namespaces/"
 _PATH = re.compile(r"/apis/subresources\.kubevirt\.io/v1/namespaces/([^/]+)/virtualmachines/([^/]+)/([^/]+)/?")
 _ACTIONS = ("start", "stop", "restart")
+# virt-api's refusal of a start (ManualRecoveryRequired) and a restart (VolumesChange) while a VM's volumes are
+# inconsistent (kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/subresource.go volumeMigrationManualRecoveryRequiredErr).
+RECOVERY_REQUIRED = ("VM recovery required: Volume migration failed, leaving some volumes pointing to non-consistent "
+                     "targets; manual intervention is needed to reassign them to their original volumes.")
+
+
+def _condition_true(vm: dict, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (vm.get("status") or {}).get("conditions") or [])
 # go-restful's answers when no route fits (measured on virt-api v1.9.0; jsr311.go detectRoute, container.go)
 PAGE_NOT_FOUND = "404: Page Not Found"
 METHOD_NOT_ALLOWED = "405: Method Not Allowed"
@@ -255,6 +264,8 @@ class KubeVirt:
         name, rs = vm["metadata"]["name"], run_strategy(vm)
         if vmi is not None and not _final(vmi) and (vmi.get("status") or {}).get("phase") not in (None, "", "Unknown"):
             raise conflict(_VM, name, "VM is already running")
+        if _condition_true(vm, "ManualRecoveryRequired"):  # v1.9.0 StartVMRequestHandler, after "already running"
+            raise conflict(_VM, name, RECOVERY_REQUIRED)
         if rs == "Halted":
             self._set_running(vm, True, dry_run)
         elif rs in ("RerunOnFailure", "Manual"):
@@ -283,6 +294,8 @@ class KubeVirt:
 
     def _restart(self, vm: dict, vmi: dict | None, dry_run: bool, options: dict) -> None:
         name, rs = vm["metadata"]["name"], run_strategy(vm)
+        if _condition_true(vm, "VolumesChange"):  # v1.9.0 RestartVMRequestHandler: before the runStrategy
+            raise conflict(_VM, name, RECOVERY_REQUIRED)
         if rs in ("Halted", "Once"):
             raise conflict(_VM, name, f"RunStategy {rs} does not support manual restart requests")  # sic
         if vmi is None:

@@ -67,3 +67,21 @@ def test_deviceclass_is_the_one_the_policy_names(apiserver, kube):
     apiserver.add(o.deviceclass("vfio-npu.example.com", driver="npu.example.com"))
     dc = cluster(run(kube))["dra.deviceclass"]
     assert dc.status == Status.PASS and dc.title == "DeviceClass vfio-npu.example.com"
+
+
+def test_a_public_dra_driver_is_said_to_offer_no_passthrough_device(apiserver, kube):
+    """Issue 41.5: no public RBLN DRA driver release has vfio devices (RBLN-SW/rbln-k8s-dra-driver tags
+    v0.1.0-v0.1.2, main@dd9af1b): the image the operator chart v0.3.0 deploys (k8s-dra-driver-npu:v0.1.0, its
+    values.yaml draKubeletPlugin) is named as such, not only "needs >= 0.2.1". A driver above the public releases
+    but below the floor is not called public."""
+    seed(apiserver, method="dra", mode="container")
+    apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
+    ds = dra_daemonset("v0.1.0")
+    ds["spec"]["template"]["spec"]["containers"][0]["image"] = "docker.io/rebellions/k8s-dra-driver-npu:v0.1.0"
+    apiserver.add(ds)
+    d = cluster(run(kube))["dra.driver"]
+    assert "public DRA driver release" in d.evidence and "zero devices to VMs" in d.evidence, d.evidence
+    apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
+    apiserver.add(dra_daemonset("v0.2.0"))
+    d = cluster(run(kube))["dra.driver"]
+    assert "v0.2.0 < 0.2.1" in d.evidence and "public" not in d.evidence

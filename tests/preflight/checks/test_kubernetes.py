@@ -32,3 +32,15 @@ def test_a_read_answered_404_never_says_failed_none(apiserver, kube):
     assert k.status == Status.WARN
     assert "None" not in k.evidence and "404" in k.evidence
     assert "does not serve" in k.remedy
+
+
+def test_kubernetes_1_37_with_kubevirt_1_9_is_said_and_checked_as_usual(apiserver, kube):
+    """Issue 41.7: Kubernetes 1.37 is released; KubeVirt 1.9 documents 1.34-1.36. preflight names the pair outside
+    KubeVirt's support (WARN) and judges the rest as on 1.36: no 1.36-only assumption fails the DRA checks."""
+    seed(apiserver, method="dra")
+    apiserver.set_version("v1.37.0")
+    c = cluster(run(kube))
+    assert c["kubernetes.version"].status == Status.PASS
+    kv = c["kubevirt.version"]
+    assert kv.status == Status.WARN and "1.34 to 1.36" in kv.evidence and "runs 1.37" in kv.evidence
+    assert c["dra.driver"].status == Status.PASS and c["dra.deviceclass"].status == Status.PASS

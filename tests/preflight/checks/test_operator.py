@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rblnctl.preflight.model import Status
 from tests.preflight.cluster_support import operator_deployment, seed, run, cluster
 
@@ -77,3 +79,42 @@ def test_unreadable_policy_does_not_claim_the_operator_is_missing(apiserver, kub
     op = c["operator.version"]
     assert "(the RBLNClusterPolicy CRD is installed)" not in op.evidence and "unknown" in op.evidence
 
+
+
+# -- issue 41: on each modelled release line, what works (sandbox, DRA) and what does not, one line each -------------
+
+LINES = [  # (operator version, extra setup, method) -> (sandbox status, its words, dra status, its words)
+    ("0.2.2", None, "sandbox", (Status.FAIL, "sandbox does not work on chart v0.1.0-v0.2.2"),
+     (Status.SKIP, "dra does not work on chart v0.1.0-v0.2.2")),
+    ("0.3.0", None, "sandbox", (Status.FAIL, "sandbox does not work on chart v0.3.0 (public)"),
+     (Status.SKIP, "dra does not work on chart v0.3.0 (public)")),
+    ("0.6.0", None, "sandbox", (Status.PASS, "sandbox works on the vfio/DRA line"),
+     (Status.SKIP, "dra depends on the vfio/DRA line")),
+    ("0.6.0", "public-driver", "dra", (Status.PASS, "sandbox works on the vfio/DRA line"),
+     (Status.FAIL, "dra does not work on the vfio/DRA line")),
+    ("0.6.0", None, "dra", (Status.PASS, "sandbox works on the vfio/DRA line"),
+     (Status.PASS, "dra works on the vfio/DRA line")),
+    ("0.6.0", "partition", "sandbox", (Status.PASS, "sandbox works on the partition line"),
+     (Status.SKIP, "dra does not work on the partition line")),
+    (None, None, "sandbox", (Status.WARN, "sandbox: unknown"), (Status.SKIP, "dra: unknown")),
+]
+
+
+@pytest.mark.parametrize("version, extra, method, sandbox, dra", LINES,
+                         ids=["v0.2", "v0.3.0", "vfio-dra", "vfio-dra-public-driver", "vfio-dra-driver-0.2.1",
+                              "partition", "unknown"])
+def test_preflight_says_per_release_line_what_works(apiserver, kube, version, extra, method, sandbox, dra):
+    from tests.fakes import partition as P
+    from tests.preflight.cluster_support import dra_daemonset
+
+    names = seed(apiserver, method=method, operator=operator_deployment(version))
+    if extra == "partition":  # the admin's partition label on a node (op@74c5b08 gate.go's contract)
+        apiserver.mutate("Node", names[0], fn=lambda n: n["metadata"]["labels"].update(P.PARTITIONED_ALL))
+    if extra == "public-driver":
+        apiserver.delete_now("DaemonSet", "rbln-dra-kubelet-plugin", "rbln-system")
+        apiserver.add(dra_daemonset("v0.1.2"))
+    c = cluster(run(kube))
+    for key, (status, words) in (("sandbox", sandbox), ("dra", dra)):
+        finding = c[f"operator.line.{key}"]
+        assert finding.status == status and finding.evidence.startswith(words), (key, finding)
+        assert "\n" not in finding.evidence

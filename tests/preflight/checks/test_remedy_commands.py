@@ -8,7 +8,7 @@ from rblnctl.preflight.model import Status
 from tests.fakes import objects as o
 from tests.preflight.cluster_support import CA22_PF, VM, cluster, nfd_features, operator_deployment, per_node, run, seed
 
-HELM = ("helm upgrade rbln-npu-operator rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator "
+HELM = ("helm upgrade rbln-npu-operator rbln-npu-operator --repo https://rbln-sw.github.io/rbln-npu-operator "
         "--version 0.6.0 -n rbln-system --reuse-values")
 
 
@@ -56,7 +56,7 @@ def test_policy_field_is_a_kubectl_patch_with_helm_pinned_to_the_installed_chart
 @pytest.mark.parametrize("chart, version, ref", [
     ("rbln-npu-operator-chart", "0.6.0", "oci://docker.io/rebellions/rbln-npu-operator-chart --version 0.6.0"),
     ("rbln-npu-operator", "v0.2.1",
-     "rbln-npu-operator --repo https://rebellions-sw.github.io/rbln-npu-operator --version v0.2.1"),
+     "rbln-npu-operator --repo https://rbln-sw.github.io/rbln-npu-operator --version v0.2.1"),
 ])
 def test_helm_commands_name_the_chart_and_version_the_deployment_label_says(apiserver, kube, chart, version, ref):
     dep = operator_deployment(version, namespace="npu-ops", chart=chart)
