@@ -62,6 +62,12 @@ class World:
     build: Callable[[FakeApiServer], list[Callable[[], None]]]
     kinds: tuple[str, ...]  # what the end state is made of
     notes: str = ""
+    # What other actors act on (tests/explore/actors.py): the command's VM (namespace, name) and node, and the
+    # command that undoes this one (a second admin's `second-opposite`), None where there is none.
+    vm: tuple[str, str] | None = None
+    node: str | None = None
+    opposite: tuple[str, ...] | None = None
+    leaves_nothing: bool = False  # what it makes it also removes (preflight --hosts' pods): its end is its start
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class Write:
     @property
     def label(self) -> str:
         """`03-PATCH-nodes-n1` (for test ids)."""
-        tail = "-".join(p for p in self.path.split("/")[-2:] if p)
+        tail = "-".join(p for p in self.path.replace("*", "x").split("/")[-2:] if p)
         return f"{self.index:02d}-{self.method}-{tail}" + (f"-{self.occurrence}" if self.occurrence > 1 else "")
 
 
@@ -89,6 +95,15 @@ class Baseline:
     exit_code: int
     stderr: str
     seconds: float
+
+
+# Names a run makes up (a virt-launcher pod's suffix, a preflight run's id): a write is the same write in every run.
+_MADE_UP = re.compile(r"(?<=/virt-launcher-)(.+)-[a-z0-9]{5}(?=/|$)|(?<=/rblnctl-preflight-)[0-9a-f]{8}(?=-)")
+
+
+def norm_path(path: str) -> str:
+    """`path` with the names a run makes up replaced by `*` (tests/explore's Write.path)."""
+    return _MADE_UP.sub(lambda m: f"{m.group(1)}-*" if m.group(1) else "*", path)
 
 
 def is_write(req: Any) -> bool:
@@ -224,9 +239,9 @@ def run_baseline(world: World) -> Baseline:
         for req in list(server.requests):
             if not is_write(req):
                 continue
-            key = (req.method, req.path)
+            key = (req.method, norm_path(req.path))
             counts[key] = counts.get(key, 0) + 1
-            writes.append(Write(index=len(writes) + 1, method=req.method, path=req.path, occurrence=counts[key]))
+            writes.append(Write(index=len(writes) + 1, method=req.method, path=key[1], occurrence=counts[key]))
         end = snapshot(server, world.kinds)
     return Baseline(world=world, writes=writes, start=start, end=end, exit_code=r.exit_code, stderr=r.stderr,
                     seconds=seconds)
@@ -247,7 +262,7 @@ class Trigger:
     def __call__(self, req: Any) -> None:
         if not is_write(req):
             return
-        key = (req.method, req.path)
+        key = (req.method, norm_path(req.path))
         with self.lock:
             self.counts[key] = self.counts.get(key, 0) + 1
             if self.fired_at is not None or key != (self.at.method, self.at.path) or \
