@@ -147,8 +147,10 @@ def identity_test(obj: Mapping) -> list[dict]:
     return [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
 
 
-def guarded_patch(obj: dict, writes: Sequence[tuple[JsonPath, Any]], depends: Sequence[JsonPath]) -> list[dict]:
-    """Build a JSON Patch that sets each write path, guarded by `test` ops on every path the plan read.
+def guarded_patch(obj: dict, writes: Sequence[tuple[JsonPath, Any]], depends: Sequence[JsonPath], *,
+                  identity: bool = False) -> list[dict]:
+    """Build a JSON Patch that sets each write path, guarded by `test` ops on every path the plan read (and, with
+    `identity`, first on the object's uid: identity_test; a VM's patch carries it).
 
     A path that exists is tested by value (so unrelated edits to the CR never conflict); a missing
     one cannot be tested in JSON Patch, so metadata.resourceVersion is tested instead. Missing
@@ -171,7 +173,8 @@ def guarded_patch(obj: dict, writes: Sequence[tuple[JsonPath, Any]], depends: Se
         if not rv:
             raise ClusterError(f"KubeVirt {ref(obj)} has no metadata.resourceVersion; cannot write it safely")
         tests.insert(0, {"op": "test", "path": pointer(RESOURCE_VERSION), "value": rv})
-    tests = identity_test(obj) + tests
+    if identity:
+        tests = identity_test(obj) + tests
     ops: list[dict] = []
     created: set[JsonPath] = set()
     for path, value in writes:
