@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -134,11 +134,13 @@ def stdin_is_tty() -> bool:
         return False
 
 
-def confirm(question: str, *, yes: bool, show: object = None) -> None:
+def confirm(question: str, *, yes: bool, show: object = None, verdict: Sequence[object] = ()) -> None:
     """Ask before a change: --yes skips; no terminal refuses (exit 2); "no" refuses (exit 1).
 
     `show` (text, or a callable returning it, built only when someone will read it) is printed on
-    stderr first, so stdout stays clean for -o json. Every mutating command asks the same way.
+    stderr first, so stdout stays clean for -o json; then `verdict`, the warnings that bear on the answer, as the
+    last lines before the question (a plan a screen long never scrolls them off). Every mutating command asks the
+    same way.
     """
     from rblnctl.errors import InvalidInput, Refused
 
@@ -152,6 +154,8 @@ def confirm(question: str, *, yes: bool, show: object = None) -> None:
 
         sys.stderr.write(show() if callable(show) else str(show))
         sys.stderr.flush()
+    for w in verdict:
+        warn(w)
     if not ask_yes_no(question):
         raise Refused("not confirmed; nothing was changed")
 

@@ -1,5 +1,7 @@
 """The one flow every mutating command runs: warn -> dry run -> refuse -> confirm -> apply -> emit.
 
+When it asks, the warnings come after the plan, as the last lines before the question (its verdict).
+
 Commands build a Mutation (their plan, how to apply it, how to show it) and hand it to run();
 nothing else in the CLI confirms, refuses or applies. Prompts are only for disruptive work
 (draining, switching modes, rebinding devices, restarting VMs); reversible edits and every dry run
@@ -48,14 +50,19 @@ class Mutation:
 
 def run(m: Mutation) -> Any:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
-    from rblnctl.cli.console import confirm, info, warn
+    from rblnctl.cli.console import confirm, info, stdin_is_tty, warn
     import sys
 
     from rblnctl.cli.output import emit, render_tables, terminal_width
     from rblnctl.errors import Partial, RblnError, Refused
 
-    for w in m.plan.warnings:
-        warn(w)
+    # A question is asked next to its verdict: when rblnctl will ask, the warnings that bear on the answer are the
+    # last lines before `[y/N]` (after the plan's tables, which may be a screen long), not scrolled off above them.
+    asks = (m.disruptive and not m.plan.noop and m.dry_run is None and not m.plan.blockers and not m.yes
+            and stdin_is_tty())
+    if not asks:
+        for w in m.plan.warnings:
+            warn(w)
     if m.dry_run == CLIENT:
         emit(m.plan_view(m.plan), m.output)
         if m.plan.blockers:
@@ -69,7 +76,8 @@ def run(m: Mutation) -> Any:
         detail = m.question_detail
         confirm(m.question, yes=m.yes,
                 show=(lambda: detail + "\n") if detail else lambda: render_tables(
-                    m.plan_view(m.plan), wide=m.output.format == "wide", width=terminal_width(sys.stderr)))
+                    m.plan_view(m.plan), wide=m.output.format == "wide", width=terminal_width(sys.stderr)),
+                verdict=m.plan.warnings if asks else ())
     try:
         result = m.apply(m.plan)
     except KeyboardInterrupt:

@@ -45,7 +45,8 @@ def test_a_vm_rblnctl_left_stopped_is_converted_started_and_reported(apiserver, 
     plan = planner.plan("v1", NS)
 
     def npu_patch_forbidden(req):  # the change is refused, and so is the start that follows: left stopped
-        if req.method == "PATCH" and isinstance(req.body, list):
+        if req.method == "PATCH" and isinstance(req.body, list) and any(  # the template's, not the mark's
+                str(op.get("path", "")).startswith("/spec/template/") for op in req.body):
             apiserver.inject_fault(method="PATCH", path=VM_PATH, status=403, reason="Forbidden", times=1,
                                    message='virtualmachines.kubevirt.io "v1" is forbidden: User "u" cannot patch')
             apiserver.inject_fault(method="PUT", path="/start$", status=403, reason="Forbidden", times=1,

@@ -197,6 +197,10 @@ def attach(
     restart: RestartOpt = False,
     next_restart: NextRestartOpt = False,
     timeout: TimeoutOpt = "5m",
+    force: Annotated[
+        bool, typer.Option("--force", help="With --restart: restart the VM even when no node it may run on has "
+                           "that many NPUs at all (it will not start again until one does).")
+    ] = False,
     mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
@@ -208,7 +212,7 @@ def attach(
     _restart_flags(restart, next_restart)
     namespace = _namespace(ctx)
     options = AttachOptions(npus=npus, method=method.value if method else None, resource=resource, product=product,
-                            convert=convert, restart=restart, next_restart=next_restart,
+                            convert=convert, restart=restart, next_restart=next_restart, force=force,
                             server_dry_run=mutation.server,
                             ready_timeout_s=timeout_s(timeout))
     progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
