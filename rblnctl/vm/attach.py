@@ -507,12 +507,13 @@ class AttachPlanner:
         npu_claims = tuple(str(c.get("name")) for c in entries if index is not None and index.is_npu(ns, c))
         return D.npus_of(spec, npu_claim=lambda e: e.get("name") in npu_claims), npu_claims
 
-    def template_users(self, namespace: str, template: str, *, exclude: str) -> list[str]:
-        """VMs and unfinished VMIs of the namespace (other than `exclude`) whose specs name `template`."""
+    def template_users(self, namespace: str, template: str, *, exclude: str, vm_too: bool = False) -> list[str]:
+        """VMs and unfinished VMIs of the namespace (other than `exclude`; `vm_too`: the VirtualMachine `exclude`
+        counts too, its VMI not) whose specs name `template`."""
         users = []
         for vm in self.kube.iter_list(VMS, namespace=namespace):
             name = vm["metadata"]["name"]
-            if name != exclude and template in D.templates_used(D.vm_spec(vm)):
+            if (name != exclude or vm_too) and template in D.templates_used(D.vm_spec(vm)):
                 users.append(f"VirtualMachine {name}")
         for vmi in self.kube.iter_list(VMIS, namespace=namespace):
             name = vmi["metadata"]["name"]
@@ -1093,7 +1094,10 @@ class AttachPlanner:
         kept: list[str] = []
         ns = plan.vm.namespace
         for name in plan.templates_delete:
-            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name)
+            # The VM itself too: after rblnctl's patch its spec names the template only if someone put it back
+            # meanwhile (a second rblnctl's opposite change reuses it: issue 37's explorer, second-opposite).
+            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name,
+                                                                                vm_too=True)
             if users:
                 kept.append(f"ResourceClaimTemplate {name} kept: {', '.join(users)} now "
                             f"{'uses' if len(users) == 1 else 'use'} it")

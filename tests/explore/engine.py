@@ -14,7 +14,7 @@ For a World (a cluster on the fake API server and one rblnctl command line):
      is on its way);
    - `lost-reply`: k is applied and its reply lost (a reset connection, a proxy's timeout);
    - `conflict`: another writer touches k's object first (an annotation), and k is answered 409 Conflict
-     unapplied, as a write that lost the race.
+     unapplied, as a write that lost the race (a DELETE without preconditions cannot lose it: it goes through).
 3. **judged** (`Verdict`): the process ended promptly (a signal: the command returned within EXIT_WITHIN_S and no
    thread it started that would hold a process at exit is left), with its documented code (130 for SIGINT, 143 for
    SIGTERM; otherwise a code of docs/exit-codes.md), no traceback; a command that exits 0 did its job (the end
@@ -280,6 +280,8 @@ class Trigger:
             self.server.inject_fault(method=req.method, path=exact, lose_reply=True, client="rblnctl/")
         elif self.fault == "conflict":
             self._touch(req.path)
+            if req.method == "DELETE" and not (isinstance(req.body, dict) and req.body.get("preconditions")):
+                return  # kube-apiserver deletes whatever changed meanwhile: only a precondition makes a 409
             self.server.inject_fault(method=req.method, path=exact, status=409, reason="Conflict",
                                      message=CONFLICT_MESSAGE.format(what=req.path.rsplit("/", 1)[-1]),
                                      client="rblnctl/")

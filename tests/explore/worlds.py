@@ -151,7 +151,7 @@ def vm_node(server: FakeApiServer) -> list[Callable[[], None]]:
 
 
 def preflight_hosts(server: FakeApiServer) -> list[Callable[[], None]]:
-    """Two NPU nodes whose hosts a HostKubelet runs rblnctl's host pods on (tests/fakes/hostkubelet.py)."""
+    """An NPU node whose host a HostKubelet runs rblnctl's host pods on (tests/fakes/hostkubelet.py)."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -161,7 +161,7 @@ def preflight_hosts(server: FakeApiServer) -> list[Callable[[], None]]:
     from tests.preflight.cluster_support import seed
 
     tmp = Path(tempfile.mkdtemp(prefix="explore-hosts-"))
-    seed(server, nodes=2)
+    seed(server, nodes=1)
     kubelet = HostKubelet(server, default=ht.build_host(tmp / "node-host", ht.intel_bare_metal()).root).start()
     return [kubelet.stop, lambda: shutil.rmtree(tmp, ignore_errors=True)]
 
@@ -205,6 +205,6 @@ WORLDS = [
     World("set-mode-evict-vms", ("node", "set-mode", "container", "n1", "--evict-vms", "--yes", "--timeout", "20s"),
           vm_node, NODE_KINDS + ("VirtualMachine", "VirtualMachineInstance"), vm=(NS, "v1"), node="n1",
           opposite=("node", "set-mode", "vm", "n1", "--yes", "--timeout", "20s")),
-    World("preflight-hosts", ("preflight", "--hosts", "--image", "registry.local/rblnctl:ci", "--max-parallel", "1"),
-          preflight_hosts, ("Pod",), node="npu-0001", leaves_nothing=True),
+    World("preflight-hosts", ("preflight", "--hosts", "--image", "registry.local/rblnctl:ci"), preflight_hosts,
+          ("Pod",), node="npu-0000", leaves_nothing=True),
 ]
