@@ -149,10 +149,14 @@ def _key(kind: str, obj: dict) -> str:
     return f"{meta.get('namespace') or ''}/{name}"
 
 
+_VMI_BOOKKEEPING = ("kubevirt.io/vm-generation",)  # the VM generation it started from: counts writes, not state
+
+
 def _vmi(obj: dict) -> dict:
     clean = _clean(obj)
+    anns = {k: v for k, v in (clean["metadata"].get("annotations") or {}).items() if k not in _VMI_BOOKKEEPING}
     return {"phase": (obj.get("status") or {}).get("phase"), "node": (obj.get("status") or {}).get("nodeName"),
-            "annotations": clean["metadata"].get("annotations"), "spec": clean.get("spec") or {}}
+            "annotations": anns or None, "spec": clean.get("spec") or {}}
 
 
 def _vm(obj: dict) -> dict:
