@@ -68,6 +68,9 @@ class World:
     node: str | None = None
     opposite: tuple[str, ...] | None = None
     leaves_nothing: bool = False  # what it makes it also removes (preflight --hosts' pods): its end is its start
+    # A command that changes these nodes one after another, each its own job (a pool): another actor's change is
+    # judged per node (tests/explore/others.py), as each node's change is done before the next begins.
+    per_node: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,6 @@ docs/testing.md ("Other actors") has the sizes and times.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from tests.explore.engine import DOCUMENTED, diff
@@ -19,10 +17,6 @@ from tests.explore.test_crash_points import NOTHING_CHANGED, baseline
 from tests.explore.worlds import WORLDS
 
 SAMPLE_EVERY = 12  # the default run takes every 12th case of each world; CI takes all
-
-# Cases that fail because of a finding of issue 37 being fixed on another branch: (world, point, actor) -> finding.
-# Not marked xfail (the lead's rule): listed so a failure names its finding; empty once both branches are merged.
-KNOWN: dict[tuple[str, str, str], str] = {}
 
 
 def pytest_generate_tests(metafunc):
@@ -61,14 +55,14 @@ def test_another_actor_between_two_steps_is_never_overruled_and_the_message_is_t
         changed = diff(out.state, out.after_actor)
         assert not changed, f"{where}: said nothing was changed, but:\n" + "\n".join(changed) + told
     if out.exit_code == 0:  # done means a world the two serial orders could leave
-        which, left = closest(out.state, out.accepted)
+        which, left = closest(out.state, out.accepted, base.world.per_node)
         assert not left, f"{where}: exit 0, but the world is none a serial order leaves (nearest {which}):\n" + \
             "\n".join(left) + told
         return
     assert out.recovery is not None
     assert out.recovery_exit == 0, (f"{where}: the recovery `{' '.join(out.recovery)}` exited {out.recovery_exit}:\n"
                                     f"{out.recovery_stderr}{told}")
-    which, left = closest(out.final or {}, out.accepted)
+    which, left = closest(out.final or {}, out.accepted, base.world.per_node)
     assert not left, (f"{where}: after `{' '.join(out.recovery)}` the world is none a serial order leaves "
                       f"(nearest {which}):\n" + "\n".join(left) + told)
 
@@ -78,4 +72,3 @@ def test_the_matrix_is_generated_not_listed():
     for world in WORLDS:
         assert points(baseline(world.name)), world.name
         assert actors_for(world), world.name
-    assert re.fullmatch(r"[a-z-]+", "-".join(w.name for w in WORLDS))

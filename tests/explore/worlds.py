@@ -170,7 +170,7 @@ WORLDS = [
     World("set-mode", ("node", "set-mode", "vm", "n1", "--yes"), set_mode, NODE_KINDS, node="n1",
           opposite=("node", "set-mode", "container", "n1", "--yes")),
     World("pool-set-mode", ("node", "set-mode", "vm", "n1", "n2", "--yes"), pool_set_mode, NODE_KINDS, node="n2",
-          opposite=("node", "set-mode", "container", "n1", "n2", "--yes")),
+          opposite=("node", "set-mode", "container", "n1", "n2", "--yes"), per_node=("n1", "n2")),
     World("drain", ("node", "drain", "n1", "--yes"), drain, NODE_KINDS, node="n1"),
     World("set-method", ("policy", "set-method", "dra", "--convert-vms", "--yes", "--timeout", "20s"), set_method,
           ("RBLNClusterPolicy", "VirtualMachine", "ResourceClaimTemplate", "Lease"), vm=("team", "two"),
