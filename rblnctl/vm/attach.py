@@ -327,6 +327,7 @@ class VmNpuResult:
     left_stopped: bool = False  # rblnctl stopped the VM and could not start it again (start_command says how)
     start_command: str | None = None  # how to start it, when left_stopped
     not_restarted: str | None = None  # the planned restart was not made: someone else stopped the VM first
+    started_by_others: bool = False  # ...or someone else started it after rblnctl's stop: it runs (or is starting)
 
 
 # -- the spec change (pure) -----------------------------------------------------------------------------------
@@ -800,7 +801,10 @@ class AttachPlanner:
             self._if_interrupted(err, dataclasses.replace(result, restarted=run.started))
             raise
         if others is not None:  # someone else started (or started and stopped) the VM rblnctl stopped: theirs now
-            return dataclasses.replace(result, restarted=False, not_restarted=others)
+            now = restarter.read(plan.vm, full=False)
+            going = now is not None and ((now.live and not now.stopping) or now.run_strategy == "Always"
+                                         or "Start" in now.requests)
+            return dataclasses.replace(result, restarted=False, not_restarted=others, started_by_others=going)
         try:
             restarter.wait_ready(plan.vm, as_specified=True)
         except KeyboardInterrupt as err:  # changed and started: only the wait for Ready was cut short

@@ -170,6 +170,8 @@ def test_the_cli_says_not_restarted_when_the_owner_started_it_first(apiserver):
     assert "restarted and Ready" not in r.stderr, r.stderr
     doc = json.loads(r.stdout)
     assert doc["result"]["ready"] is not True and doc["result"]["restarted"] is False
+    assert "started by someone else" in doc["result"]["notRestarted"]
+    assert f"VM {NS}/v1: 1 -> 2 NPU(s); not restarted: VM {NS}/v1 was started by someone else" in r.stderr
 
 
 # -- 37.4: the printed recovery converges after an edit of the VM by its owner --------------------------------------
