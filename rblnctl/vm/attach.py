@@ -720,12 +720,16 @@ class AttachPlanner:
         """Make the plan true; idempotent (a no-op plan writes nothing).
 
         Order (restart): mark the VM as about to be stopped (annotation VM_STOPPED_ANNOTATION, "stopping"), ask for
-        the stop, mark it stopped once the stop is seen to land, wait until stopped; create the template, patch the
-        VM (a JSON patch testing the lists the plan read), delete the templates no one uses any more (checked again
-        just before); start it, clear the mark, wait until Ready. The rule (docs/architecture.md, "VMs rblnctl
+        the stop, wait until stopped, mark it stopped (its stop landed; the mark's evidence read now, final); create
+        the template, patch the VM (a JSON patch testing the uid and the lists the plan read), delete the templates
+        no one uses any more (checked again just before); start it, clear the mark, wait until Ready with the NPUs
+        its spec asks for. The rule (docs/architecture.md, "VMs rblnctl
         stops"): the mark goes on before the stop is sent and comes off only once the VM is started again, or
         rblnctl knows its stop never landed; a VM rblnctl did not stop is never started (one its owner stopped
-        between the plan and the stop is changed and left stopped: `not_restarted` says so).
+        between the plan and the stop is changed and left stopped: `not_restarted` says so; one someone else
+        started, or started and stopped, after rblnctl's stop is not started or called restarted: `_not_ours_now`,
+        just before the start). Every write tests the VM's uid (Replaced: deleted and re-created under rblnctl,
+        nothing written).
 
         What rblnctl stopped it starts again: on any failure (or Ctrl-C, a signal) after its stop the VM is started
         before the error is raised, and when even that fails the mark stays, the error (and its `result`,
