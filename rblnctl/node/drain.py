@@ -21,7 +21,7 @@ from rblnctl.kube import NODES, PODS, Kube, validate_name
 from rblnctl.node.cordon import set_unschedulable
 from rblnctl.node.defaults import DEFAULT_EVICT_ROUNDS
 from rblnctl.node.events import NodeEvents, Step
-from rblnctl.node.evict import Evictor, timeout_error
+from rblnctl.node.evict import Evictor, dry_run_refused, timeout_error
 from rblnctl.node.filters import PodFilter, classify, drain_filters, facts_of
 from rblnctl.node.lock import NodeLock, default_identity
 from rblnctl.node.options import DrainOptions
@@ -233,6 +233,8 @@ class Drainer:
                 evictor.wait_gone(node, outcome.evicted, deadline)
                 evictor.wait_evacuated(node, outcome.evacuating, deadline)
             if outcome.budget_refused:
+                if self.options.server_dry_run:
+                    raise dry_run_refused(self.options.timeout_s, outcome.budget_refused)
                 raise timeout_error(self.options.timeout_s, [], outcome.budget_refused)
             if self.options.server_dry_run:
                 return rounds + 1  # nothing left for real: listing again would find the same pods

@@ -2,7 +2,9 @@
 
 Evictions go through the policy/v1 Eviction API, so PodDisruptionBudgets hold: a 429 is retried
 with exponential backoff (1 s doubling to 10 s, the last wait cut so the final try happens at the
-deadline) and reported live; a 404 means the pod is already gone. KubeVirt's eviction webhook
+deadline) and reported live; a 404 means the pod is already gone. Every eviction (and delete) carries
+`preconditions.uid` of the pod the survey decided on: a pod deleted and re-created under its name since is refused
+by the server (409) and reported, never evicted in its place. KubeVirt's eviction webhook
 answers 429 too (see `kubevirt_denial`): when it started a live migration instead, the wait is for the
 VMI to leave the node; when it refuses for good (the VM cannot migrate), the drain fails at once
 (Refused) naming the VM. The wait for the pods to leave is
@@ -83,6 +85,14 @@ class Evicted:
     evicted: list[PodRef] = field(default_factory=list)
     evacuating: list[Evacuating] = field(default_factory=list)
     budget_refused: dict[str, str] = field(default_factory=dict)  # ns/name -> the server's last message
+    replaced: list[PodRef] = field(default_factory=list)  # gone and re-created (another uid) since the list: untouched
+
+
+@dataclass(frozen=True)
+class _Replaced:
+    """The pod rblnctl decided on is gone; a pod of its name (another uid) is not evicted in its place."""
+
+    pod: PodRef
 
 
 @dataclass(kw_only=True)
@@ -115,6 +125,7 @@ class Evictor:
         errors: list[RblnError] = []
         done: list[PodRef] = []
         evacuating: list[Evacuating] = []
+        replaced: list[PodRef] = []
         lock = threading.Lock()
 
         def work(p: PodRef) -> None:
@@ -130,6 +141,8 @@ class Evictor:
                     refused[str(p)] = outcome
                 elif isinstance(outcome, Evacuating):
                     evacuating.append(outcome)
+                elif isinstance(outcome, _Replaced):
+                    replaced.append(outcome.pod)
                 elif outcome:
                     done.append(p)
 
@@ -149,12 +162,14 @@ class Evictor:
         order = {str(p): i for i, p in enumerate(pods)}
         done.sort(key=lambda p: order[str(p)])
         evacuating.sort(key=lambda v: order[str(v.pod)])
-        return Evicted(evicted=done, evacuating=evacuating, budget_refused=refused)
+        replaced.sort(key=lambda p: order[str(p)])
+        return Evicted(evicted=done, evacuating=evacuating, budget_refused=refused, replaced=replaced)
 
     def _evict_one(self, p: PodRef, deadline: float, stop: threading.Event,
-                   vmi: str | None) -> bool | str | Evacuating:
+                   vmi: str | None) -> bool | str | Evacuating | _Replaced:
         """True when evicted (or already gone), the last budget message when a budget held until the
-        deadline, Evacuating when KubeVirt moves the pod's VMI instead, False when stopped because
+        deadline, Evacuating when KubeVirt moves the pod's VMI instead, _Replaced when the server refused the
+        eviction's uid precondition (the pod was re-created: not evicted, reported), False when stopped because
         another eviction failed. Raises Refused when KubeVirt's webhook refuses for good."""
         delay = BACKOFF_START_S
         attempt = 0
@@ -166,6 +181,15 @@ class Evictor:
                 self.events.on_evicted(p)
                 return True
             except ClusterError as e:
+                if e.status == 409 and p.uid:  # the uid precondition: the pod is gone, or another has its name
+                    now = self.kube.get_optional(PODS, p.name, namespace=p.namespace)
+                    if now is None:
+                        self.events.on_evicted(p)
+                        return True
+                    if _uid(now) != p.uid:
+                        self.events.on_warning(f"pod {p} was deleted and re-created (another uid) since rblnctl "
+                                               "listed it: the new pod is not evicted")
+                        return _Replaced(p)
                 if e.status != 429:
                     raise
                 denial = kubevirt_denial(e)
@@ -181,7 +205,8 @@ class Evictor:
                 # Keep the server's words ("... needs 1 healthy pods and has 1 currently"), not our request line.
                 message = e.server_message or (str(e).split(f" {e.reason} ", 1)[-1] if e.reason else str(e))
                 remaining = deadline - self.clock.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self.options.server_dry_run:
+                    # A dry run never waits for what a real run would wait for: the refusal is reported once.
                     return message
                 self.events.on_pdb_blocked(p, message, attempt)
                 self.clock.sleep(min(delay, remaining), stop)
@@ -196,6 +221,8 @@ class Evictor:
         5xx) is settled by reading the pod back (rblnctl.kube.writes): gone, replaced or terminating means
         done; still there, evicted again (an eviction is safe to repeat). A 429 or 404 is raised as it is."""
         options: dict[str, Any] = {}
+        if p.uid:  # the pod rblnctl decided on, not one re-created under its name since (a 409 then)
+            options["preconditions"] = {"uid": p.uid}
         if self.options.grace_period_s is not None:
             options["gracePeriodSeconds"] = self.options.grace_period_s
         if self.options.server_dry_run:
@@ -330,6 +357,15 @@ def budget_lines(refused: Mapping[str, str]) -> list[str]:
                  "one that is starting), then run again; or a longer --timeout; --disable-eviction deletes the pods "
                  "instead and bypasses every budget")
     return lines
+
+
+def dry_run_refused(timeout_s: float, refused: dict[str, str]) -> Refused:
+    """A server dry run that met a budget's refusal: said once, at once (a real run would retry until its
+    timeout, and the budget may allow it by then, or not)."""
+    err = Refused(f"server dry run: disruption budgets refuse evicting {', '.join(sorted(refused))} now; a real run "
+                  f"retries for up to {timeout_s:g}s, until a budget allows it")
+    err.with_details(budget_lines(refused))
+    return err
 
 
 def timeout_error(timeout_s: float, pending: list[PodRef], refused: dict[str, str], *,

@@ -144,6 +144,46 @@ def vm_launchers(evict_vms: bool) -> PodFilter:
     return f
 
 
+def kubevirt_refuses(disable_eviction: bool) -> PodFilter:
+    """A virt-launcher pod KubeVirt's eviction webhook will not let go: its VMI's eviction strategy is LiveMigrate
+    while it is not live-migratable. kubevirt/kubevirt v1.9.0
+    pkg/virt-api/webhooks/validating-webhook/admitters/pod-eviction-admitter.go admitLauncherPod denies that
+    eviction (429, "VMI NAME is configured with an eviction strategy but is not live-migratable") and starts no
+    migration; a VMI is migratable only with its LiveMigratable condition True (staging/src/kubevirt.io/api/core/v1/
+    types.go IsMigratable), which virt-controller never sets for a VMI passing a host device through. Refused in
+    the plan, before any write (cordon, record, other pods' evictions), rather than half-way through. A DELETE
+    (`disable_eviction`) does not pass the eviction webhook: it stops the VM as an allowed eviction would."""
+    def f(p: PodFacts) -> Verdict | None:
+        if p.vmi is None or p.vmis is None or disable_eviction:
+            return None
+        vmi = p.vmis.get(p.namespace, p.vmi)
+        if isinstance(vmi, str) or p.vmis.eviction_strategy(vmi) != C.EVICTION_LIVE_MIGRATE or migratable(vmi):
+            return None
+        own = bool((vmi.get("spec") or {}).get("evictionStrategy"))
+        where = "its VMI's spec.evictionStrategy" if own else "the KubeVirt CR's spec.configuration.evictionStrategy"
+        return Verdict(blocker=Blocker(
+            f"{p.ref} runs KubeVirt VM {p.namespace}/{p.vmi}, whose eviction strategy is LiveMigrate ({where}) but "
+            f"which is not live-migratable ({_not_migratable(vmi)}): KubeVirt refuses evicting it and migrates "
+            f"nothing; {stop_vm_hint(p.namespace, p.vmi)}, or set its evictionStrategy to None "
+            "(spec.template.spec.evictionStrategy)", override="disable_eviction"))
+    return f
+
+
+def migratable(vmi: dict) -> bool:
+    """KubeVirt's IsMigratable: the VMI's LiveMigratable condition is True."""
+    return any(c.get("type") == "LiveMigratable" and str(c.get("status")) == "True"
+               for c in ((vmi.get("status") or {}).get("conditions") or []) if isinstance(c, dict))
+
+
+def _not_migratable(vmi: dict) -> str:
+    """What KubeVirt says about it: the LiveMigratable condition's reason, or that it has none."""
+    cond = next((c for c in ((vmi.get("status") or {}).get("conditions") or [])
+                 if isinstance(c, dict) and c.get("type") == "LiveMigratable"), None)
+    if cond is None:
+        return "it has no LiveMigratable condition"
+    return f"LiveMigratable {cond.get('status')}" + (f", {cond.get('reason')}" if cond.get("reason") else "")
+
+
 def vm_guard_handles_launchers(evict_vms: bool) -> PodFilter:
     """set-mode's VM rule: its VM guard refuses per VM, so a launcher holding NPUs is left to it (or, with
     `evict_vms`, goes)."""
@@ -227,8 +267,8 @@ def new_mode_consumers(belongs_to_new_mode: Callable[[str], bool], *, claims_are
 def drain_filters(options: DrainOptions, view: OperatorView) -> list[PodFilter]:
     """`node drain`'s filters, in order."""
     return [finished(), mirror(), operator_components(view), daemonsets(), npu_consumers_only(options.all_pods),
-            vm_launchers(options.evict_vms), emptydir(options.delete_emptydir_data, vm_override=options.evict_vms),
-            unmanaged(options.force)]
+            vm_launchers(options.evict_vms), kubevirt_refuses(options.disable_eviction),
+            emptydir(options.delete_emptydir_data, vm_override=options.evict_vms), unmanaged(options.force)]
 
 
 def classify(p: PodFacts, filters: Sequence[PodFilter]) -> PodEntry:

@@ -56,6 +56,7 @@ from rblnctl.node.filters import (
     daemonsets,
     emptydir,
     finished,
+    kubevirt_refuses,
     mirror,
     new_mode_consumers,
     npu_consumers_only,
@@ -120,7 +121,8 @@ def mode_filters(options: ModeOptions, view: OperatorView) -> list[PodFilter]:
     return [finished(), mirror(), operator_components(view),
             daemonsets(npu_consumers_block=True, evict_npu_consumers=options.evict_daemonsets),
             npu_consumers_only(d.all_pods), vm_guard_handles_launchers(d.evict_vms),
-            emptydir(d.delete_emptydir_data, vm_override=d.evict_vms), unmanaged(d.force)]
+            kubevirt_refuses(d.disable_eviction), emptydir(d.delete_emptydir_data, vm_override=d.evict_vms),
+            unmanaged(d.force)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -130,10 +130,31 @@ class NpuUse:
 
 @dataclass(kw_only=True)
 class LauncherVmis:
-    """The VMIs of virt-launcher pods, read (GET) once each when a filter needs one (cached for a survey)."""
+    """The VMIs of virt-launcher pods, read (GET) once each when a filter needs one (cached for a survey), and the
+    cluster's default eviction strategy (the KubeVirt CR's, read once when first needed)."""
 
     kube: Kube
     _vmis: dict[tuple[str, str], dict | str] = field(default_factory=dict)
+    _cluster_strategy: list[str | None] = field(default_factory=list)
+
+    def eviction_strategy(self, vmi: dict) -> str | None:
+        """The VMI's eviction strategy as KubeVirt's eviction webhook takes it (kubevirt/kubevirt v1.9.0
+        pkg/util/migrations/migrations.go VMIEvictionStrategy): the VMI's spec.evictionStrategy, else the KubeVirt
+        CR's spec.configuration.evictionStrategy, else none. A CR that cannot be read counts as none (the webhook's
+        own refusal still stops the eviction, at apply time)."""
+        own = (vmi.get("spec") or {}).get("evictionStrategy")
+        if own:
+            return str(own)
+        if not self._cluster_strategy:
+            from rblnctl.kube import KUBEVIRTS
+            from rblnctl.kube.optional import OnForbidden, optional
+
+            crs = optional(lambda: self.kube.list(KUBEVIRTS), what="list KubeVirt CRs", absent=[],
+                           on_forbidden=OnForbidden.UNKNOWN).value or []
+            strategy = next((((cr.get("spec") or {}).get("configuration") or {}).get("evictionStrategy")
+                             for cr in crs), None)
+            self._cluster_strategy.append(str(strategy) if strategy else None)
+        return self._cluster_strategy[0]
 
     def get(self, ns: str, name: str) -> dict | str:
         """The VMI, or why it cannot be read (a string: gone, forbidden, an error)."""

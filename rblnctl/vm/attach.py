@@ -244,16 +244,16 @@ def stale_mark(vm: dict) -> str | None:
             return (f"that stopped a VM of this name ({when}), but this VM is another one (uid {meta.get('uid')}, "
                     f"not {evidence['uid']}): it was deleted and re-created since")
         observed = str(status.get("observedGeneration") if status.get("observedGeneration") is not None else "none")
-        if evidence.get("observed", observed) != observed:
+        if observed not in evidence.get("observed", observed).split(","):
             return (f"that stopped it ({when}), but it was started since (its last VMI ran generation {observed}, "
-                    f"not {evidence['observed']}) and stopped again: by someone else")
+                    f"not {evidence['observed'].replace(',', ' or ')}) and stopped again: by someone else")
         if evidence.get("run", run_strategy(vm)) != run_strategy(vm):
             return (f"that stopped it ({when}), but its runStrategy was changed since ({evidence['run']} -> "
                     f"{run_strategy(vm)}): by someone else")
-        requests = [str(r.get("action")) for r in status.get("stateChangeRequests") or [] if isinstance(r, dict)]
-        if requests:
-            return (f"that stopped it ({when}), but someone asked to {' and '.join(requests).lower()} it since "
-                    "(a state change request is pending)")
+        # a Start request pending: someone is starting it (a Stop request virt-controller has not cleared yet, left
+        # by a stop whose VMI is gone, changes nothing: v1.9.0 vm.go isTrimFirstChangeRequestNeeded)
+        if any(isinstance(r, dict) and r.get("action") == "Start" for r in status.get("stateChangeRequests") or []):
+            return f"that stopped it ({when}), but someone asked to start it since (a Start request is pending)"
         return None
     marked = _MARK_GENERATION.search(value)
     if not marked or meta.get("generation") is None:
@@ -279,12 +279,19 @@ def mark_value(when: str, vm: dict | None = None, *, stopping: bool = False, gen
         value = when if generation is None else f"{when} generation={generation}"
     else:
         meta, status = vm.get("metadata") or {}, vm.get("status") or {}
-        observed = status.get("observedGeneration")
+        # observedGeneration is final once the VMI is gone; while one may be there (status.created), virt-controller
+        # may still move it to the VM's generation (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/vm.go: the
+        # VMI's generation annotation follows a change that leaves the template alone, measured after a stop's
+        # runStrategy flip), so both are recorded
+        seen = [status.get("observedGeneration")]
+        if status.get("created") and meta.get("generation") is not None:
+            seen.append(meta.get("generation"))
+        observed = ",".join(dict.fromkeys("none" if g is None else str(g) for g in seen))
         run = run_strategy(vm)
         if stopping and run in ("Always", "Once"):  # set before the stop: as virt-api's stop leaves it (Halted)
             run = "Halted"
         value = (f"{when} uid={meta.get('uid')} generation={meta.get('generation')} "
-                 f"observed={'none' if observed is None else observed} run={run}")
+                 f"observed={observed} run={run}")
     return f"{value} {C.VM_STOPPED_MARK_STOPPING}" if stopping else value
 
 
@@ -321,6 +328,7 @@ class VmNpuResult:
     left_stopped: bool = False  # rblnctl stopped the VM and could not start it again (start_command says how)
     start_command: str | None = None  # how to start it, when left_stopped
     not_restarted: str | None = None  # the planned restart was not made: someone else stopped the VM first
+    started_by_others: bool = False  # ...or someone else started it after rblnctl's stop: it runs (or is starting)
 
 
 # -- the spec change (pure) -----------------------------------------------------------------------------------
@@ -736,12 +744,16 @@ class AttachPlanner:
         """Make the plan true; idempotent (a no-op plan writes nothing).
 
         Order (restart): mark the VM as about to be stopped (annotation VM_STOPPED_ANNOTATION, "stopping"), ask for
-        the stop, mark it stopped once the stop is seen to land, wait until stopped; create the template, patch the
-        VM (a JSON patch testing the lists the plan read), delete the templates no one uses any more (checked again
-        just before); start it, clear the mark, wait until Ready. The rule (docs/architecture.md, "VMs rblnctl
+        the stop, wait until stopped, mark it stopped (its stop landed; the mark's evidence read now, final); create
+        the template, patch the VM (a JSON patch testing the uid and the lists the plan read), delete the templates
+        no one uses any more (checked again just before); start it, clear the mark, wait until Ready with the NPUs
+        its spec asks for. The rule (docs/architecture.md, "VMs rblnctl
         stops"): the mark goes on before the stop is sent and comes off only once the VM is started again, or
         rblnctl knows its stop never landed; a VM rblnctl did not stop is never started (one its owner stopped
-        between the plan and the stop is changed and left stopped: `not_restarted` says so).
+        between the plan and the stop is changed and left stopped: `not_restarted` says so; one someone else
+        started, or started and stopped, after rblnctl's stop is not started or called restarted: `_not_ours_now`,
+        just before the start). Every write tests the VM's uid (Replaced: deleted and re-created under rblnctl,
+        nothing written).
 
         What rblnctl stopped it starts again: on any failure (or Ctrl-C, a signal) after its stop the VM is started
         before the error is raised, and when even that fails the mark stays, the error (and its `result`,
@@ -769,9 +781,6 @@ class AttachPlanner:
                 self._mark(plan, MARK_STOPPING)  # before the stop is sent
                 if restarter.ask_stop(plan.vm, uid=plan.uid):
                     run.ours = True
-                    if not dry:
-                        self._mark(plan, MARK_STOPPED)  # its stop landed: the mark is certain now
-                        run.confirmed = True
                 else:  # stopped (or stopping) already, by someone else: not rblnctl's to start
                     run.not_restarted = (f"VM {plan.vm} was stopped by someone else before rblnctl stopped it (between "
                                          "the plan and the stop): its NPUs are changed and it is left stopped")
@@ -779,6 +788,9 @@ class AttachPlanner:
                     run.marked = False
                 if not dry:
                     restarter.wait_stopped(plan.vm)
+                    if run.ours:  # its stop landed and the VM is stopped: the mark is certain, its evidence final
+                        self._mark(plan, MARK_STOPPED)  # (virt-controller moves observedGeneration while a VMI is
+                        run.confirmed = True  # there: it follows a runStrategy flip that leaves the template alone)
             elif run.ours and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
                 self._mark(plan, MARK_STOPPED)
             if plan.patch is not None:
@@ -817,7 +829,10 @@ class AttachPlanner:
             self._if_interrupted(err, dataclasses.replace(result, restarted=run.started))
             raise
         if others is not None:  # someone else started (or started and stopped) the VM rblnctl stopped: theirs now
-            return dataclasses.replace(result, restarted=False, not_restarted=others)
+            now = restarter.read(plan.vm, full=False)
+            going = now is not None and ((now.live and not now.stopping) or now.run_strategy == "Always"
+                                         or "Start" in now.requests)
+            return dataclasses.replace(result, restarted=False, not_restarted=others, started_by_others=going)
         try:
             restarter.wait_ready(plan.vm, as_specified=True)
         except KeyboardInterrupt as err:  # changed and started: only the wait for Ready was cut short
@@ -893,12 +908,14 @@ class AttachPlanner:
                         f"{plan.vm.namespace} --wait` applies the change")
             return (f"VM {plan.vm} was started by someone else after rblnctl stopped it: it runs with the NPUs of its "
                     "changed spec, not restarted by rblnctl")
-        if stop_seen:  # this run saw its own stop land: a `stopping` mark it could not confirm is its own
-            annotations = dict((vm.get("metadata") or {}).get("annotations") or {})
-            value = str(annotations.get(C.VM_STOPPED_ANNOTATION) or "")
-            annotations[C.VM_STOPPED_ANNOTATION] = _MARK_STOPPING.sub("", value).strip()
-            vm = {**vm, "metadata": {**(vm.get("metadata") or {}), "annotations": annotations}}
+        value = str(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
+        if stop_seen and _MARK_STOPPING.search(value):
+            return None  # this run saw its own stop land, its mark not yet confirmed: its evidence predates the stop
         why = stale_mark(vm)
+        if why is not None and state is not None and (run_strategy(vm) == "Always" or "Start" in state.requests):
+            return (f"VM {plan.vm} was started by someone else after rblnctl stopped it (the mark of the rblnctl run "
+                    f"{why}): rblnctl neither started it nor waited for it; `vm diagnose {plan.vm.name} -n "
+                    f"{plan.vm.namespace}` shows whether it runs with the NPUs of its changed spec")
         if why is not None and (state is None or not state.live):
             return (f"VM {plan.vm} is left stopped, as someone else left it: the mark of the rblnctl run {why}; "
                     f"`{virtctl_start(plan.vm)}` starts it")

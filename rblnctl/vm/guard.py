@@ -32,7 +32,11 @@ Not guarded, because they take nothing a running VM depends on:
   or its template (a hostDevices change of a running VM only sets RestartRequired:
   pkg/virt-controller/watch/vm/vm.go syncRestartRequired). Its running VMs are listed, restart-needed.
 
-A VMI in a final phase (Succeeded, Failed) holds nothing. A field of a VMI's spec that cannot be read counts as
+A VMI in a final phase (Succeeded, Failed) holds nothing, and nor does one whose virt-launcher pod the scheduler
+could not place (no node, PodScheduled False with reason Unschedulable: what the VM's printableStatus
+ErrorUnschedulable is made from, kubevirt/kubevirt v1.9.0 pkg/virt-controller/watch/vm/vm.go): a pod bound to no node
+was given no device by a kubelet and no claim allocation by the scheduler. What the guard judges is always the VMI
+and its pod as they exist, never the VM's printableStatus. A field of a VMI's spec that cannot be read counts as
 depending on everything (the guard refuses what it cannot read rather than let it break), and a VMI list the
 server refuses is one refusal, with the same override.
 """
@@ -136,6 +140,17 @@ def is_running(vmi: Mapping) -> bool:
     return str(status.get("phase") or "") not in FINAL_PHASES
 
 
+def unschedulable(vmi: Mapping) -> bool:
+    """A VMI on no node whose launcher pod the scheduler refused (its PodScheduled condition, copied by
+    virt-controller: False, reason Unschedulable): it holds no NPU, whatever its spec asks for."""
+    status = s if isinstance(s := vmi.get("status"), Mapping) else {}
+    if status.get("nodeName"):
+        return False
+    conditions = c if isinstance(c := status.get("conditions"), list) else []
+    return any(isinstance(c, Mapping) and c.get("type") == "PodScheduled" and str(c.get("status")) == "False"
+               and c.get("reason") == "Unschedulable" for c in conditions)
+
+
 def is_standalone(vmi: Mapping) -> bool:
     """A VMI no VirtualMachine controls: stopping means deleting it."""
     owners = (vmi.get("metadata") or {}).get("ownerReferences") or []
@@ -149,7 +164,7 @@ def dependents(vmis: Iterable[Any], depends: Depends) -> list[NpuVm]:
     for v in vmis:
         if not isinstance(v, Mapping):
             continue
-        if not is_running(v):
+        if not is_running(v) or unschedulable(v):
             continue
         what = depends(v)
         if what:

@@ -533,6 +533,8 @@ class VmLifecycle:
                 raise Refused(f"cannot {plan.action} VM {plan.vm}: {blocker}")
         overtaken = None
         if send is not None:
+            if before.uid is not None and not self.server_dry_run:  # the VM decided on (the [y/N] came between)
+                same_vm(plan.vm, self._require(plan.vm, full=False), before.uid, f"was about to {send} it")
             self.on_step(f"{_ING[send]} VM {plan.vm}: {why}")
             try:
                 changed = self._put(plan.vm, send, before=before)

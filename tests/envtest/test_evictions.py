@@ -142,3 +142,39 @@ def test_an_unready_pod_goes_past_its_budget_only_while_some_pods_must_stay_heal
                            owner_name="cold"))
     budget(cluster, "cold", selector={"app": "cold"}, min_available=1)  # 1 healthy, 1 needed: the shortcut
     assert evict(cluster, "cold-0") == (201, None)
+
+
+# ---- the pod rblnctl decided on: preconditions.uid (issue 37) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("disable_eviction", [False, True], ids=["evict", "delete"])
+def test_a_pod_recreated_under_its_name_is_reported_not_evicted(backend, disable_eviction):
+    """rblnctl's eviction (or --disable-eviction's DELETE) carries preconditions.uid of the pod it listed. Here the
+    pod was deleted and re-created under the same name in between: the server answers 409 and rblnctl reports the
+    replacement, leaving the new pod alone. Before: the new pod was evicted in its place."""
+    from rblnctl.kube import KubeOptions, connect
+    from rblnctl.node.evict import Evictor
+    from rblnctl.node.events import NodeEvents
+    from rblnctl.node.options import DrainOptions
+    from rblnctl.node.pods import PodRef
+
+    backend.api.seed(o.npu_node("n1"), o.pod(NS, "web-0", node="n1", labels={"app": "web"}))
+    old = backend.api.get("Pod", "web-0", NS)["metadata"]["uid"]
+    backend.api.delete("Pod", "web-0", NS, grace_s=0)
+    backend.api.wait_for(lambda: backend.api.get("Pod", "web-0", NS) is None, message="web-0 gone")
+    backend.api.seed(o.pod(NS, "web-0", node="n1", labels={"app": "web"}))  # a StatefulSet's re-creation
+    new = backend.api.get("Pod", "web-0", NS)["metadata"]["uid"]
+    assert new != old
+    warned: list[str] = []
+    kube = connect(KubeOptions(kubeconfig=str(backend.kubeconfig)))
+    evictor = Evictor(kube=kube, options=DrainOptions(disable_eviction=disable_eviction),
+                      events=NodeEvents(on_warning=warned.append))
+    backend.mark()
+    outcome = evictor.evict([PodRef(namespace=NS, name="web-0", uid=old)], deadline=float("inf"))
+    assert outcome.replaced == [PodRef(namespace=NS, name="web-0", uid=old)] and outcome.evicted == []
+    assert warned == [f"pod {NS}/web-0 was deleted and re-created (another uid) since rblnctl listed it: the new pod "
+                      "is not evicted"]
+    pod = backend.api.get("Pod", "web-0", NS)
+    assert pod["metadata"]["uid"] == new and not pod["metadata"].get("deletionTimestamp")
+    (sent,) = [w for w in backend.writes() if "/pods/web-0" in w.path]
+    assert sent.code == 409, sent

@@ -332,3 +332,32 @@ def test_an_eviction_whose_reply_is_lost_is_settled_by_reading_back(backend, npu
     assert [p["name"] for p in json.loads(r.stdout)["result"]["evicted"]] == ["npu-app"]
     assert len([w for w in backend.writes() if w.path.endswith("/npu-app/eviction")]) == 1
     assert backend.api.get("Pod", "npu-app", NS) is None
+
+
+# ---- dry runs never wait (issue 37, finding 6) ------------------------------------------------------------------
+
+
+def test_a_server_dry_run_reports_a_budget_refusal_once_and_does_not_wait_for_it(backend, npu_cluster):
+    """`node set-mode vm n1 --dry-run=server` with a budget that allows no eviction: before, it retried until
+    --timeout (600 s), 4 lines per pod per attempt, then said the pods did not leave (exit 5). Now one dry-run
+    eviction, the refusal said once with the budget's numbers, exit 1 (the server refused a write);
+    nothing persisted."""
+    npu_cluster(NEWER)
+    budget = o.pdb(NS, "web", selector={"app": "web"}, min_available=1)  # 1 healthy of 1: nothing may go
+    budget.pop("status")
+    backend.api.create(budget)
+    settle_budget(backend, "web")
+    backend.mark()
+    r = run(backend, "node", "set-mode", "vm", "n1", "--dry-run=server", "--timeout", "600s")
+    assert r.exit_code == 1, r.stderr
+    flat = " ".join(r.stderr.split())
+    assert f"server dry run: disruption budgets refuse evicting {NS}/npu-app now; a real run retries for up to 600s" \
+        in flat, r.stderr
+    assert f"PodDisruptionBudget {NS}/web needs 1 healthy pod(s) and has 1" in flat, r.stderr
+    assert "PodDisruptionBudget refuses" not in flat and "did not leave" not in flat, r.stderr  # no retry lines
+    evictions = [w for w in backend.writes() if w.path.endswith("/eviction")]
+    assert len(evictions) == 1 and all(w.dry_run for w in evictions), evictions
+    assert not [w for w in backend.writes() if not w.dry_run]
+    n = node(backend)
+    assert n["metadata"]["labels"][MODE] == "container" and not n["spec"].get("unschedulable")
+    assert backend.api.get("Pod", "npu-app", NS)["metadata"].get("deletionTimestamp") is None

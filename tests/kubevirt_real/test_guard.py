@@ -40,3 +40,27 @@ def test_disable_gates_refuses_while_a_running_vm_needs_host_devices(kv):
         assert "Host Devices feature gate is not enabled" in str(e), e
     else:
         raise AssertionError("KubeVirt admitted a VM with host devices with HostDevices off")
+
+
+def test_an_unschedulable_vm_holds_no_npu_and_blocks_nothing(kv):
+    """Issue 37 finding 7: a VM whose launcher pod asks for more NPUs than any node has (5 of npu-node-1's 4) is
+    ErrorUnschedulable; real KubeVirt keeps its VMI, on no node, with the pod's PodScheduled False/Unschedulable.
+    It holds nothing, so the guard names no VM (before: "runs with NPUs that need HostDevices ... stop it")."""
+    from rblnctl.vm import guard
+
+    kv.set_gates(["HostDevices"])
+    _permit(kv)
+    kv.api.create(vm(kv.namespace, "big", run_strategy="Always", host_devices=[SANDBOX_RESOURCE] * 5))
+
+    def unschedulable() -> dict | None:
+        v = kv.vmi("big")
+        return v if v is not None and guard.unschedulable(v) else None
+
+    vmi = kv.api.wait_for(unschedulable, timeout_s=60, interval_s=0.2, message="VMI big PodScheduled False")
+    assert not (vmi.get("status") or {}).get("nodeName") and guard.is_running(vmi)
+    kv.api.wait_for(lambda: (kv.vm("big").get("status") or {}).get("printableStatus") == "ErrorUnschedulable",
+                    timeout_s=30, message="VM big ErrorUnschedulable")
+    assert guard.dependents([vmi], guard.holding_npus) == []
+    r = kv.rblnctl("kubevirt", "disable-gates", "HostDevices", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert f"{kv.namespace}/big" not in r.stderr

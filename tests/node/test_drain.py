@@ -360,18 +360,20 @@ def test_disable_eviction_deletes_with_grace_period(apiserver, kube):
     drainer.apply(drainer.plan("n1"))
     writes = [w for w in node_writes(apiserver) if "/pods/" in w.path]
     assert [(w.method, w.path) for w in writes] == [("DELETE", "/api/v1/namespaces/default/pods/npu-app")]
-    assert writes[0].body == {"gracePeriodSeconds": 0}
+    uid = writes[0].body["preconditions"]["uid"]  # the pod the survey decided on (issue 37)
+    assert writes[0].body == {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}} and uid
     assert apiserver.get("Pod", "npu-app", "default") is None
 
 
 def test_eviction_carries_grace_period(apiserver, kube):
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
+    uid = apiserver.get("Pod", "npu-app", "default")["metadata"]["uid"]
     drainer = drainer_for(kube, grace_period_s=5, poll_s=0.01)
     drainer.apply(drainer.plan("n1"))
     (ev,) = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
     assert ev.body == {"apiVersion": "policy/v1", "kind": "Eviction",
                        "metadata": {"name": "npu-app", "namespace": "default"},
-                       "deleteOptions": {"gracePeriodSeconds": 5}}
+                       "deleteOptions": {"preconditions": {"uid": uid}, "gracePeriodSeconds": 5}}
 
 
 def test_server_dry_run_sends_dry_run_all_and_changes_nothing(apiserver, kube):
@@ -402,15 +404,21 @@ def test_unknown_node_and_bad_options(apiserver, kube):
     assert apiserver.writes() == []
 
 
-def test_server_dry_run_blocked_by_a_budget_times_out_naming_the_pod(apiserver, kube):
+def test_server_dry_run_blocked_by_a_budget_reports_it_once_and_does_not_wait(apiserver, kube):
+    """Issue 37, finding 6: a dry run never waits for what a real run would wait for. Before: retried until the
+    timeout (WaitTimeout); now one dry-run eviction and a refusal naming the pod (Refused, exit 1)."""
     apiserver.add(o.npu_node("n1"), o.replicaset("default", "web"), rs_pod("npu-app", requests=NPU))
     apiserver.eviction_hook = lambda pod, body: (429, PDB_REFUSAL)
-    drainer = drainer_for(kube, server_dry_run=True, timeout_s=30)
-    with pytest.raises(WaitTimeout) as exc:
+    blocked: list = []
+    drainer = drainer_for(kube, server_dry_run=True, timeout_s=30,
+                          events=NodeEvents(on_pdb_blocked=lambda *a: blocked.append(a)))
+    with pytest.raises(Refused) as exc:
         drainer.apply(drainer.plan("n1"))
-    assert exc.value.details[0] == "disruption budgets still refuse evicting default/npu-app"
+    assert str(exc.value).startswith("server dry run: disruption budgets refuse evicting default/npu-app now; a real "
+                                     "run retries for up to 30s")
     ev = [w for w in apiserver.writes() if w.path.endswith("/eviction")]
-    assert ev and all(w.dry_run for w in ev)
+    assert len(ev) == 1 and ev[0].dry_run
+    assert blocked == []  # no retry reported: there is none
     assert apiserver.get("Pod", "npu-app", "default") is not None
 
 

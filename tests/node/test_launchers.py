@@ -142,19 +142,38 @@ def test_the_fake_answers_a_denial_in_the_apiservers_shape(apiserver, kube):
         "code": 429}
 
 
-def test_a_vm_kubevirt_will_not_migrate_fails_fast_naming_it(apiserver, kube):
+def test_a_vm_kubevirt_will_not_migrate_is_refused_in_the_plan_naming_it(apiserver, kube):
+    """Issue 37 finding 8: LiveMigrate on a VMI that is not live-migratable (an NPU passed through): KubeVirt v1.9.0's
+    webhook denies the eviction for good and migrates nothing. Before, found by the eviction itself, after the
+    cordon; now a blocker of the plan, before any write, naming the VM, the strategy's origin and the way out."""
     apiserver.kubevirt_eviction_webhook = True
     apiserver.add(o.npu_node("n1"))
     seed_vm(apiserver, eviction_strategy="LiveMigrate")
     drainer = drainer_for(kube, timeout_s=600, **FORCED)
-    with pytest.raises(Refused) as exc:
-        drainer.apply(drainer.plan("n1"))
-    msg = str(exc.value)
-    assert "\n" not in msg and "VM vms/vm1" in msg and "not live-migratable" in msg
-    assert "virtctl stop vm1 -n vms" in msg
-    assert len(eviction_replies(apiserver)) == 1  # no budget-style retries
-    assert apiserver.get("Node", "n1")["spec"].get("unschedulable") is not True  # nothing evicted: cordon undone
-    assert apiserver.get("Pod", "virt-launcher-vm1-abcde", "vms") is not None
+    plan = drainer.plan("n1")
+    (b,) = plan.blockers
+    assert "\n" not in b.message and "VM vms/vm1" in b.message and "not live-migratable" in b.message
+    assert "eviction strategy is LiveMigrate (its VMI's spec.evictionStrategy)" in b.message
+    assert "LiveMigratable False, HostDeviceNotLiveMigratable" in b.message
+    assert "virtctl stop vm1 -n vms" in b.message and b.override == "disable_eviction"
+    with pytest.raises(Refused):
+        drainer.apply(plan)
+    assert eviction_replies(apiserver) == [] and apiserver.writes() == []
+
+
+def test_the_kubevirt_crs_live_migrate_default_counts_too_and_a_delete_passes(apiserver, kube):
+    """No strategy on the VMI: the KubeVirt CR's spec.configuration.evictionStrategy decides (the webhook's
+    VMIEvictionStrategy). --disable-eviction DELETEs the pod, which the eviction webhook never sees."""
+    apiserver.kubevirt_eviction_webhook = True
+    apiserver.add(o.npu_node("n1"), o.kubevirt(feature_gates=["HostDevices"]))
+    apiserver.mutate("KubeVirt", "kubevirt", "kubevirt",
+                     fn=lambda k: k["spec"].setdefault("configuration", {}).update(evictionStrategy="LiveMigrate"))
+    seed_vm(apiserver)
+    (b,) = drainer_for(kube, **FORCED).plan("n1").blockers
+    assert "(the KubeVirt CR's spec.configuration.evictionStrategy)" in b.message
+    deleting = drainer_for(kube, disable_eviction=True, timeout_s=5, **FORCED)
+    plan = deleting.plan("n1")
+    assert plan.blockers == [] and [e.name for e in plan.evict] == ["virt-launcher-vm1-abcde"]
 
 
 def test_a_real_budget_429_still_backs_off(apiserver, kube):

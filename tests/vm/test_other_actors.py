@@ -170,6 +170,8 @@ def test_the_cli_says_not_restarted_when_the_owner_started_it_first(apiserver):
     assert "restarted and Ready" not in r.stderr, r.stderr
     doc = json.loads(r.stdout)
     assert doc["result"]["ready"] is not True and doc["result"]["restarted"] is False
+    assert "started by someone else" in doc["result"]["notRestarted"]
+    assert f"VM {NS}/v1: 1 -> 2 NPU(s); not restarted: VM {NS}/v1 was started by someone else" in r.stderr
 
 
 # -- 37.4: the printed recovery converges after an edit of the VM by its owner --------------------------------------
@@ -196,3 +198,23 @@ def test_an_owner_edit_while_stopped_does_not_stop_the_printed_rerun_from_starti
     result = attacher(kube, npus=2).apply(again)
     assert result.restarted and result.ready and vm(apiserver)["spec"]["runStrategy"] == "Always"
     assert marked(apiserver) is None and len(vmi(apiserver)["spec"]["domain"]["devices"]["hostDevices"]) == 2
+
+
+# -- identity on every write: vm start|stop|restart too -----------------------------------------------------------
+
+
+def test_vm_restart_of_a_vm_recreated_after_its_plan_sends_nothing(apiserver, kube):
+    """The [y/N] of `vm restart` sits between the plan and the request: a VM re-created meanwhile is another one."""
+    from rblnctl.vm.lifecycle import VmLifecycle
+
+    running(apiserver)
+    life = VmLifecycle(kube=kube, timeout_s=10)
+    plan = life.plan("restart", "v1", NS)
+    apiserver.delete_now("VirtualMachine", "v1", NS)  # its VMI goes with it (garbage collection)
+    fresh = o.vm(NS, "v1", node="n1")
+    fresh["metadata"]["uid"] = str(uuid.uuid4())
+    apiserver.add(fresh, o.vmi(NS, "v1", "n1"))
+    apiserver.clear_requests()
+    with pytest.raises(Replaced, match="was deleted and re-created while rblnctl was about to restart it"):
+        life.apply(plan)
+    assert not [r for r in apiserver.requests if r.method == "PUT"]

@@ -74,9 +74,10 @@ def test_the_mark_records_what_the_vm_was_when_rblnctl_stopped_it(apiserver, kub
     running_vm(apiserver)
     left_stopped(apiserver, kube)
     now = vm(apiserver)
-    observed = now["status"].get("observedGeneration", "none")
-    assert now["metadata"]["annotations"][STOPPED].endswith(
-        f" uid={now['metadata']['uid']} generation={now['metadata']['generation']} observed={observed} run=Halted")
+    observed = str(now["status"].get("observedGeneration", "none"))
+    value = now["metadata"]["annotations"][STOPPED]
+    assert f" uid={now['metadata']['uid']} generation={now['metadata']['generation']} observed=" in value
+    assert value.endswith(" run=Halted") and observed in value.split("observed=")[1].split()[0].split(",")
 
 
 def test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run(apiserver, kube):
@@ -135,13 +136,29 @@ def test_stale_mark(value, generation, stale):
 MARK = "2026-01-01T00:00:00Z uid=u1 generation=7 observed=5 run=Halted"
 
 
+@pytest.mark.parametrize("observed, stale", [(5, False), (6, False), (7, True)])
+def test_a_mark_set_while_a_vmi_was_there_allows_the_generation_virt_controller_may_bump_to(observed, stale):
+    """Set while the VMI was still there (status.created), the mark allows the VM's generation then too: real
+    virt-controller moves observedGeneration to it after a stop's runStrategy flip (measured on v1.9.0)."""
+    from rblnctl.vm.attach import mark_value
+
+    then = {"metadata": {"uid": "u1", "generation": 6}, "spec": {"runStrategy": "Halted"},
+            "status": {"observedGeneration": 5, "created": True}}
+    value = mark_value("2026-01-01T00:00:00Z", then)
+    assert value.endswith(" observed=5,6 run=Halted")
+    now = {"metadata": {"uid": "u1", "generation": 7, "annotations": {STOPPED: value}},
+           "spec": {"runStrategy": "Halted"}, "status": {"observedGeneration": observed}}
+    assert bool(stale_mark(now)) is stale
+
+
 @pytest.mark.parametrize("uid, generation, observed, run, requests, stale", [
     ("u1", 7, 5, "Halted", [], None),
     ("u1", 12, 5, "Halted", [], None),  # its spec edited since (its memory): not a start, the mark stands (37.4)
     ("u2", 7, 5, "Halted", [], "deleted and re-created"),  # another VM of the name (37.2)
     ("u1", 7, 7, "Halted", [], "it was started since"),  # a VMI ran generation 7 since: an owner's start (37.1)
     ("u1", 7, 5, "Manual", [], "runStrategy was changed since"),
-    ("u1", 7, 5, "Halted", [{"action": "Start"}], "a state change request is pending"),
+    ("u1", 7, 5, "Halted", [{"action": "Start"}], "a Start request is pending"),
+    ("u1", 7, 5, "Halted", [{"action": "Stop", "uid": "gone"}], None),  # rblnctl's own, not cleared yet
 ])
 def test_stale_mark_by_its_evidence(uid, generation, observed, run, requests, stale):
     vm = {"metadata": {"uid": uid, "generation": generation, "annotations": {STOPPED: MARK}},
