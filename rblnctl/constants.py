@@ -546,10 +546,11 @@ VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
 VM_DRA_REQUEST_PREFIX = "npu"
 # Set on a VM while `vm attach|detach --restart` has it stopped, cleared once it is started again: a run that
 # could not start it (killed, or the start failed) leaves it, and the next run starts the VM. Its value is
-# "<time> generation=<G>", G the VM's metadata.generation when the mark was set; a run changes the VM's spec at
-# most VM_STOPPED_MARK_WRITES times while it holds the mark (the stop's runStrategy, the NPU patch), so a VM whose
-# generation moved further was started, stopped or edited by someone else since, and its mark is stale
-# (rblnctl.vm.attach.stale_mark): rblnctl does not start it.
+# "<time> uid=<U> generation=<G> observed=<O> run=<R>": what the VM was when rblnctl left it stopped (its uid,
+# status.observedGeneration, its runStrategy); a VM that no longer matches was re-created, started (and stopped)
+# or re-strategised by someone else since, and its mark is stale (rblnctl.vm.attach.stale_mark): rblnctl does not
+# start it. Marks of older rblnctl ("<time> generation=<G>") are stale once the generation moved more than
+# VM_STOPPED_MARK_WRITES past G (the stop's runStrategy, the NPU patch).
 # Set before the stop is sent, the value ends in VM_STOPPED_MARK_STOPPING until rblnctl sees its stop land; a run
 # interrupted in between leaves it so, and such a mark on a stopped VM is never acted on (its stop, or someone
 # else's, stopped the VM: rblnctl cannot tell which).

@@ -198,6 +198,12 @@ class HostError(RblnError):
     """A host-level operation failed: sysfs write refused, not root, IOMMU off."""
 
 
+class Replaced(RblnError):
+    """An object rblnctl read and decided on was deleted and re-created under it (another metadata.uid): nothing was
+    written to the new one (a JSON patch `test` of /metadata/uid, or a read-back of the uid before a write whose API
+    takes no precondition)."""
+
+
 class Refused(RblnError):
     """A safety gate refused the operation; `blockers` lists each reason (rblnctl.plan.Blocker, or text), `options`
     the options-fields that would let it go ahead (the front end phrases them, e.g. `--reverse`)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -139,8 +139,18 @@ def pointer(path: Sequence[str]) -> str:
     return "".join("/" + seg.replace("~", "~0").replace("/", "~1") for seg in path)
 
 
-def guarded_patch(obj: dict, writes: Sequence[tuple[JsonPath, Any]], depends: Sequence[JsonPath]) -> list[dict]:
-    """Build a JSON Patch that sets each write path, guarded by `test` ops on every path the plan read.
+def identity_test(obj: Mapping) -> list[dict]:
+    """The JSON Patch `test` of the object's /metadata/uid (none when it has no uid): the write then applies only
+    to the object rblnctl read and decided on, never to one deleted and re-created under the same name since (422:
+    the caller re-reads and sees another uid). The one way every JSON patch of rblnctl carries its identity."""
+    uid = (obj.get("metadata") or {}).get("uid")
+    return [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
+
+
+def guarded_patch(obj: dict, writes: Sequence[tuple[JsonPath, Any]], depends: Sequence[JsonPath], *,
+                  identity: bool = False) -> list[dict]:
+    """Build a JSON Patch that sets each write path, guarded by `test` ops on every path the plan read (and, with
+    `identity`, first on the object's uid: identity_test; a VM's patch carries it).
 
     A path that exists is tested by value (so unrelated edits to the CR never conflict); a missing
     one cannot be tested in JSON Patch, so metadata.resourceVersion is tested instead. Missing
@@ -163,6 +173,8 @@ def guarded_patch(obj: dict, writes: Sequence[tuple[JsonPath, Any]], depends: Se
         if not rv:
             raise ClusterError(f"KubeVirt {ref(obj)} has no metadata.resourceVersion; cannot write it safely")
         tests.insert(0, {"op": "test", "path": pointer(RESOURCE_VERSION), "value": rv})
+    if identity:
+        tests = identity_test(obj) + tests
     ops: list[dict] = []
     created: set[JsonPath] = set()
     for path, value in writes:

@@ -39,11 +39,12 @@ from rblnctl.errors import (
     OutcomeUnknown,
     RblnError,
     Refused,
+    Replaced,
     WaitTimeout,
     one_line,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
-from rblnctl.kubevirt.cr import is_conflict
+from rblnctl.kubevirt.cr import identity_test, is_conflict
 from rblnctl.plan import Advice, Blocker
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
@@ -67,7 +68,16 @@ from rblnctl.vm.cluster import (
 from rblnctl.vm.fit import FitOptions, FitReader, VmFit
 from rblnctl.vm.model import NpuDevice, VmBlocker, VmNpus, VmRef, npu_choice
 from rblnctl.vm.placement import placement_of
-from rblnctl.vm.lifecycle import FINAL_PHASES, MANUAL_RECOVERY, STOP, VmLifecycle, needs_manual_recovery
+from rblnctl.vm.lifecycle import (
+    FINAL_PHASES,
+    MANUAL_RECOVERY,
+    START,
+    STOP,
+    VmLifecycle,
+    needs_manual_recovery,
+    replaced,
+    run_strategy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,28 +210,58 @@ class VmNpuPlan:
     stale_mark: bool = False  # the VM carries a stopped mark someone else's start or stop made stale: apply() clears it
     next_restart: bool = False  # a running VM's template is changed, it keeps running: the change waits for a restart
     running_npus: int | None = None  # the NPUs its running VMI passes (None: no running VMI)
+    uid: str | None = None  # the VM's metadata.uid as read: every write of apply() tests it (Replaced otherwise)
 
 
 def stale_mark(vm: dict) -> str | None:
     """Why the VM's stopped-by-rblnctl mark is not rblnctl's to act on, or None: no mark, or one rblnctl may act on.
 
-    Not rblnctl's: a mark set before a stop the run never saw land (MARK_STOPPING: the run was interrupted then;
-    its stop, or someone else's later, stopped the VM: rblnctl cannot tell which), or one whose VM's spec changed
-    more often since than one rblnctl run changes it (started, stopped or edited by someone else). A mark of an
-    rblnctl without the generation (only a time) is taken as it was meant (pure).
+    The rule (docs/architecture.md, "VMs rblnctl stops"): the mark records what the VM was when rblnctl last knew
+    it stopped by itself (mark_value): its uid, the generation its last VMI started from (status.observedGeneration,
+    which virt-controller sets from every VMI it starts: kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/
+    vm.go syncGenerationInfo), and its runStrategy. Not rblnctl's:
+    - a mark set before a stop the run never saw land (MARK_STOPPING: the run was interrupted then; its stop, or
+      someone else's later, stopped the VM: rblnctl cannot tell which);
+    - another uid: the VM was deleted and re-created (a copy of the annotation is not rblnctl's);
+    - another observedGeneration: a VMI was started since (its owner's `virtctl start`, then a stop): that holds for
+      every runStrategy, Manual too, whose start and stop only write status.stateChangeRequests;
+    - another runStrategy: its owner chose how it runs since (an edit to Manual, Always...);
+    - a state change request pending (Manual, RerunOnFailure): someone is starting or stopping it now.
+    An edit of the VM's spec (its memory) is none of these: the mark stands, and the printed re-run starts the VM.
+    A mark of an older rblnctl (no uid) is judged by its generation: the VM's spec changed more often than one run
+    changes it (started, stopped or edited by someone else) makes it stale.
     """
     meta = vm.get("metadata") or {}
     value = str((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
     if _MARK_STOPPING.search(value):
         return (f"that was about to stop it ({value.split()[0]}), but that run was interrupted before it saw its stop "
                 "land: whether its stop or someone else's stopped the VM, rblnctl cannot tell")
+    when = value.split()[0] if value else ""
+    evidence = dict(_MARK_FIELD.findall(value))
+    if "uid" in evidence:
+        status = vm.get("status") or {}
+        if evidence["uid"] != str(meta.get("uid") or ""):
+            return (f"that stopped a VM of this name ({when}), but this VM is another one (uid {meta.get('uid')}, "
+                    f"not {evidence['uid']}): it was deleted and re-created since")
+        observed = str(status.get("observedGeneration") if status.get("observedGeneration") is not None else "none")
+        if observed not in evidence.get("observed", observed).split(","):
+            return (f"that stopped it ({when}), but it was started since (its last VMI ran generation {observed}, "
+                    f"not {evidence['observed'].replace(',', ' or ')}) and stopped again: by someone else")
+        if evidence.get("run", run_strategy(vm)) != run_strategy(vm):
+            return (f"that stopped it ({when}), but its runStrategy was changed since ({evidence['run']} -> "
+                    f"{run_strategy(vm)}): by someone else")
+        # a Start request pending: someone is starting it (a Stop request virt-controller has not cleared yet, left
+        # by a stop whose VMI is gone, changes nothing: v1.9.0 vm.go isTrimFirstChangeRequestNeeded)
+        if any(isinstance(r, dict) and r.get("action") == "Start" for r in status.get("stateChangeRequests") or []):
+            return f"that stopped it ({when}), but someone asked to start it since (a Start request is pending)"
+        return None
     marked = _MARK_GENERATION.search(value)
     if not marked or meta.get("generation") is None:
         return None
     then, now = int(marked.group(1)), int(meta["generation"])
     if now <= then + C.VM_STOPPED_MARK_WRITES:
         return None
-    return (f"that stopped it, but its spec changed {now - then} times since ({value.split()[0]}; generation "
+    return (f"that stopped it, but its spec changed {now - then} times since ({when}; generation "
             f"{then} -> {now}, one run makes at most {C.VM_STOPPED_MARK_WRITES}): someone started, stopped or edited "
             "it since")
 
@@ -230,14 +270,33 @@ MARK_STOPPING = "stopping"  # the mark's state before the stop is seen to land
 MARK_STOPPED = "stopped"
 
 
-def mark_value(when: str, generation: int | None, *, stopping: bool = False) -> str:
-    """The stopped mark's value: the time, the generation the VM had when rblnctl set it, and (set before the stop,
-    until rblnctl sees its stop land) the word `stopping`."""
-    value = when if generation is None else f"{when} generation={generation}"
+def mark_value(when: str, vm: dict | None = None, *, stopping: bool = False, generation: int | None = None) -> str:
+    """The stopped mark's value: the time, then what the VM was as rblnctl set it (stale_mark() compares it with the
+    VM later): `uid=`, `generation=`, `observed=` (status.observedGeneration: the generation its last VMI started
+    from, `none` before any), `run=` (its runStrategy); and, set before the stop until rblnctl sees its stop land, the
+    word `stopping`. Without `vm`, the older form: the time and `generation`."""
+    if vm is None:
+        value = when if generation is None else f"{when} generation={generation}"
+    else:
+        meta, status = vm.get("metadata") or {}, vm.get("status") or {}
+        # observedGeneration is final once the VMI is gone; while one may be there (status.created), virt-controller
+        # may still move it to the VM's generation (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/vm.go: the
+        # VMI's generation annotation follows a change that leaves the template alone, measured after a stop's
+        # runStrategy flip), so both are recorded
+        seen = [status.get("observedGeneration")]
+        if status.get("created") and meta.get("generation") is not None:
+            seen.append(meta.get("generation"))
+        observed = ",".join(dict.fromkeys("none" if g is None else str(g) for g in seen))
+        run = run_strategy(vm)
+        if stopping and run in ("Always", "Once"):  # set before the stop: as virt-api's stop leaves it (Halted)
+            run = "Halted"
+        value = (f"{when} uid={meta.get('uid')} generation={meta.get('generation')} "
+                 f"observed={observed} run={run}")
     return f"{value} {C.VM_STOPPED_MARK_STOPPING}" if stopping else value
 
 
 _MARK_GENERATION = re.compile(r"\bgeneration=(\d+)\b")
+_MARK_FIELD = re.compile(r"\b(uid|observed|run)=(\S+)")
 _MARK_STOPPING = re.compile(rf"\b{C.VM_STOPPED_MARK_STOPPING}\b")
 
 
@@ -269,6 +328,7 @@ class VmNpuResult:
     left_stopped: bool = False  # rblnctl stopped the VM and could not start it again (start_command says how)
     start_command: str | None = None  # how to start it, when left_stopped
     not_restarted: str | None = None  # the planned restart was not made: someone else stopped the VM first
+    started_by_others: bool = False  # ...or someone else started it after rblnctl's stop: it runs (or is starting)
 
 
 # -- the spec change (pure) -----------------------------------------------------------------------------------
@@ -455,12 +515,13 @@ class AttachPlanner:
         npu_claims = tuple(str(c.get("name")) for c in entries if index is not None and index.is_npu(ns, c))
         return D.npus_of(spec, npu_claim=lambda e: e.get("name") in npu_claims), npu_claims
 
-    def template_users(self, namespace: str, template: str, *, exclude: str) -> list[str]:
-        """VMs and unfinished VMIs of the namespace (other than `exclude`) whose specs name `template`."""
+    def template_users(self, namespace: str, template: str, *, exclude: str, vm_too: bool = False) -> list[str]:
+        """VMs and unfinished VMIs of the namespace (other than `exclude`; `vm_too`: the VirtualMachine `exclude`
+        counts too, its VMI not) whose specs name `template`."""
         users = []
         for vm in self.kube.iter_list(VMS, namespace=namespace):
             name = vm["metadata"]["name"]
-            if name != exclude and template in D.templates_used(D.vm_spec(vm)):
+            if (name != exclude or vm_too) and template in D.templates_used(D.vm_spec(vm)):
                 users.append(f"VirtualMachine {name}")
         for vmi in self.kube.iter_list(VMIS, namespace=namespace):
             name = vmi["metadata"]["name"]
@@ -636,7 +697,7 @@ class AttachPlanner:
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
             noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
-            generation=meta.get("generation"), stale_mark=bool(stale),
+            generation=meta.get("generation"), stale_mark=bool(stale), uid=meta.get("uid") or None,
             next_restart=bool(changed and self.options.next_restart and held is not None
                               and P.differ(held.devices, after.devices)),
             running_npus=held.count if held is not None else None)
@@ -683,12 +744,16 @@ class AttachPlanner:
         """Make the plan true; idempotent (a no-op plan writes nothing).
 
         Order (restart): mark the VM as about to be stopped (annotation VM_STOPPED_ANNOTATION, "stopping"), ask for
-        the stop, mark it stopped once the stop is seen to land, wait until stopped; create the template, patch the
-        VM (a JSON patch testing the lists the plan read), delete the templates no one uses any more (checked again
-        just before); start it, clear the mark, wait until Ready. The rule (docs/architecture.md, "VMs rblnctl
+        the stop, wait until stopped, mark it stopped (its stop landed; the mark's evidence read now, final); create
+        the template, patch the VM (a JSON patch testing the uid and the lists the plan read), delete the templates
+        no one uses any more (checked again just before); start it, clear the mark, wait until Ready with the NPUs
+        its spec asks for. The rule (docs/architecture.md, "VMs rblnctl
         stops"): the mark goes on before the stop is sent and comes off only once the VM is started again, or
         rblnctl knows its stop never landed; a VM rblnctl did not stop is never started (one its owner stopped
-        between the plan and the stop is changed and left stopped: `not_restarted` says so).
+        between the plan and the stop is changed and left stopped: `not_restarted` says so; one someone else
+        started, or started and stopped, after rblnctl's stop is not started or called restarted: `_not_ours_now`,
+        just before the start). Every write tests the VM's uid (Replaced: deleted and re-created under rblnctl,
+        nothing written).
 
         What rblnctl stopped it starts again: on any failure (or Ctrl-C, a signal) after its stop the VM is started
         before the error is raised, and when even that fails the mark stays, the error (and its `result`,
@@ -714,11 +779,8 @@ class AttachPlanner:
             if plan.restart:
                 run.marked = True
                 self._mark(plan, MARK_STOPPING)  # before the stop is sent
-                if restarter.ask_stop(plan.vm):
+                if restarter.ask_stop(plan.vm, uid=plan.uid):
                     run.ours = True
-                    if not dry:
-                        self._mark(plan, MARK_STOPPED)  # its stop landed: the mark is certain now
-                        run.confirmed = True
                 else:  # stopped (or stopping) already, by someone else: not rblnctl's to start
                     run.not_restarted = (f"VM {plan.vm} was stopped by someone else before rblnctl stopped it (between "
                                          "the plan and the stop): its NPUs are changed and it is left stopped")
@@ -726,6 +788,9 @@ class AttachPlanner:
                     run.marked = False
                 if not dry:
                     restarter.wait_stopped(plan.vm)
+                    if run.ours:  # its stop landed and the VM is stopped: the mark is certain, its evidence final
+                        self._mark(plan, MARK_STOPPED)  # (virt-controller moves observedGeneration while a VMI is
+                        run.confirmed = True  # there: it follows a runStrategy flip that leaves the template alone)
             elif run.ours and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
                 self._mark(plan, MARK_STOPPED)
             if plan.patch is not None:
@@ -748,18 +813,28 @@ class AttachPlanner:
                              restarted=run.ours and not dry, server_dry_run=dry, not_restarted=run.not_restarted)
         if not run.ours or dry:
             return result
+        others: str | None = None
         try:
-            restarter.start(plan.vm)
-            run.started = True
-            self._mark(plan, None)
+            others = self._not_ours_now(restarter, plan)
+            if others is None and not restarter.start(plan.vm, uid=plan.uid):
+                others = self._not_ours_now(restarter, plan) or \
+                    f"VM {plan.vm} was started by someone else before rblnctl started it again"
+            if others is None:
+                run.started = True
+            self._mark(plan, None)  # started by rblnctl, or by someone else: the mark is no longer true
             run.ours = False
         except BaseException as err:
             refused = isinstance(err, RblnError) and not writes.unknown(err) and not run.started
             self._recover(restarter, plan, err, run, retry_start=not refused)
             self._if_interrupted(err, dataclasses.replace(result, restarted=run.started))
             raise
+        if others is not None:  # someone else started (or started and stopped) the VM rblnctl stopped: theirs now
+            now = restarter.read(plan.vm, full=False)
+            going = now is not None and ((now.live and not now.stopping) or now.run_strategy == "Always"
+                                         or "Start" in now.requests)
+            return dataclasses.replace(result, restarted=False, not_restarted=others, started_by_others=going)
         try:
-            restarter.wait_ready(plan.vm)
+            restarter.wait_ready(plan.vm, as_specified=True)
         except KeyboardInterrupt as err:  # changed and started: only the wait for Ready was cut short
             self._if_interrupted(err, result)
             raise
@@ -774,26 +849,77 @@ class AttachPlanner:
 
     def _mark(self, plan: VmNpuPlan, state: str | None, *, within: VmLifecycle | None = None) -> None:
         """Set VM_STOPPED_ANNOTATION (MARK_STOPPING: about to stop it; MARK_STOPPED: rblnctl stopped it), or clear it
-        (None): a merge patch settled by reading the VM back. Its value is the time and the generation the plan read
-        (stale_mark()). `within`: a clean-up's bounded lifecycle, whose connection and deadline it shares."""
+        (None). Its value is the time and what the VM read just before is (mark_value: uid, generation,
+        observedGeneration, runStrategy: what stale_mark() compares later). A JSON patch carrying the VM's identity (a
+        `test` of /metadata/uid, and of the annotation's value as read), settled by reading the VM back; a VM of
+        another uid raises Replaced, nothing written. `within`: a clean-up's bounded lifecycle, whose connection and
+        deadline it shares."""
         kube = self.kube if within is None else within.kube
-        value = mark_value(iso_utc(self.clock.now()), plan.generation, stopping=state == MARK_STOPPING) \
-            if state else None
-        body = {"metadata": {"annotations": {C.VM_STOPPED_ANNOTATION: value}}}
         ns, name = plan.vm.namespace, plan.vm.name
+        when = iso_utc(self.clock.now())
+        wanted: list[str | None] = []  # the value this call writes, fixed on its first read
 
         def next_write(vm: Any) -> writes.Write | None:
-            if vm is not writes.UNREAD:
-                if vm is None:
-                    raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
-                if ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) == value:
-                    return None
-            return writes.patch(VMS, name, body, patch_type="merge", namespace=ns)
+            if vm is None:
+                raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
+            meta = vm.get("metadata") or {}
+            if plan.uid is not None and meta.get("uid") != plan.uid:
+                raise replaced(plan.vm, "changed its NPUs")
+            annotations = meta.get("annotations")
+            have = (annotations or {}).get(C.VM_STOPPED_ANNOTATION)
+            if not wanted:
+                wanted.append(mark_value(when, vm, stopping=state == MARK_STOPPING) if state else None)
+            value = wanted[0]
+            if have == value:
+                return None
+            key = "/metadata/annotations/" + C.VM_STOPPED_ANNOTATION.replace("~", "~0").replace("/", "~1")
+            ops: list[dict] = identity_test(vm)
+            if value is None:
+                ops += [{"op": "test", "path": key, "value": have}, {"op": "remove", "path": key}]
+            elif annotations is None:
+                ops += [{"op": "add", "path": "/metadata/annotations", "value": {C.VM_STOPPED_ANNOTATION: value}}]
+            else:
+                ops += [{"op": "test", "path": key, "value": have}, {"op": "add", "path": key, "value": value}]
+            return writes.patch(VMS, name, ops, patch_type="json", namespace=ns)
 
-        writes.settle(kube, next_write, read=lambda: kube.get_optional(VMS, name, namespace=ns),
-                      what=f"VM {plan.vm}", dry_run=self.options.server_dry_run,
+        writes.settle(kube, next_write, read=lambda: kube.get_optional(VMS, name, namespace=ns), read_first=True,
+                      what=f"VM {plan.vm}", dry_run=self.options.server_dry_run, retry=is_conflict,
                       clock=SYSTEM_CLOCK if within is None else within.clock,
                       deadline=None if within is None else within.deadline)
+
+    def _not_ours_now(self, life: VmLifecycle, plan: VmNpuPlan, *, stop_seen: bool = True) -> str | None:
+        """Just before rblnctl starts the VM it stopped: None when it still may (the VM as it left it), else why not,
+        in words, for `not_restarted`. Raises Replaced (another uid) and NotFound (deleted).
+
+        Someone else acted since rblnctl's stop when a VMI runs (their `virtctl start`: the VM is theirs now, and
+        says whether it runs with the NPUs its spec asks for), or when the VM's mark no longer matches it
+        (stale_mark: a VMI was started and stopped again since, its runStrategy changed, a request is pending)."""
+        vm = life.kube.get_optional(VMS, plan.vm.name, namespace=plan.vm.namespace)
+        if vm is None:
+            raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
+        if plan.uid is not None and (vm.get("metadata") or {}).get("uid") != plan.uid:
+            raise replaced(plan.vm, "had it stopped")
+        state = life.read(plan.vm)
+        if state is not None and state.live and not state.stopping:
+            a = state.attachment
+            if a is not None and a.pending_change:
+                return (f"VM {plan.vm} was started by someone else after rblnctl stopped it and before it started it "
+                        f"again: {P.staged_words(a.held, a.wanted)}; `vm restart {plan.vm.name} -n "
+                        f"{plan.vm.namespace} --wait` applies the change")
+            return (f"VM {plan.vm} was started by someone else after rblnctl stopped it: it runs with the NPUs of its "
+                    "changed spec, not restarted by rblnctl")
+        value = str(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
+        if stop_seen and _MARK_STOPPING.search(value):
+            return None  # this run saw its own stop land, its mark not yet confirmed: its evidence predates the stop
+        why = stale_mark(vm)
+        if why is not None and state is not None and (run_strategy(vm) == "Always" or "Start" in state.requests):
+            return (f"VM {plan.vm} was started by someone else after rblnctl stopped it (the mark of the rblnctl run "
+                    f"{why}): rblnctl neither started it nor waited for it; `vm diagnose {plan.vm.name} -n "
+                    f"{plan.vm.namespace}` shows whether it runs with the NPUs of its changed spec")
+        if why is not None and (state is None or not state.live):
+            return (f"VM {plan.vm} is left stopped, as someone else left it: the mark of the rblnctl run {why}; "
+                    f"`{virtctl_start(plan.vm)}` starts it")
+        return None
 
     def _recover(self, restarter: VmLifecycle, plan: VmNpuPlan, err: BaseException, run: _Restart, *,
                  retry_start: bool = True) -> None:
@@ -834,18 +960,28 @@ class AttachPlanner:
                                  "not start the VM itself)")
         if run.ours:
             problem: BaseException | None = None
+            others: str | None = None
             if not run.started:
-                if retry_start:
+                if retry_start and life.asked == START and life.settle_asked(plan.vm):
+                    run.started = True  # its own start went through (its answer cut short): the VM runs because of it
+                elif retry_start:
                     try:
-                        life.start(plan.vm, wait_stopping=not interrupted)
-                        run.started = True
+                        others = self._not_ours_now(life, plan)
+                        if others is None and not life.start(plan.vm, wait_stopping=not interrupted, uid=plan.uid):
+                            others = f"VM {plan.vm} was started by someone else before rblnctl started it again"
+                        run.started = others is None
                     except (RblnError, KeyboardInterrupt) as e:
                         problem = e
                 else:
                     problem = err
-            if problem is None:
+            if others is not None:  # someone else started (or started and stopped) it since: theirs, as they left it
+                self._best_effort(lambda: self._mark(plan, None, within=within))
+                lines.append(f"{others} ({what})")
+            elif problem is None:
                 self._best_effort(lambda: self._mark(plan, None, within=within))
                 lines.append(f"VM {plan.vm} was stopped by rblnctl and has been started again ({what})")
+            elif isinstance(problem, Replaced):  # another VM of the name now: nothing of rblnctl's to start or mark
+                lines.append(one_line(problem))
             else:
                 if not run.confirmed:  # the stop is known to have landed: the mark says so, for the next run
                     self._best_effort(lambda: self._mark(plan, MARK_STOPPED, within=within))
@@ -933,6 +1069,8 @@ class AttachPlanner:
                 if state is None:
                     raise NotFound(f"VirtualMachine {plan.vm} was deleted while rblnctl changed its NPUs")
                 vm, vmi = state
+                if plan.uid is not None and (vm.get("metadata") or {}).get("uid") != plan.uid:
+                    raise replaced(plan.vm, "changed its NPUs")  # its patch tests the uid: none of it landed
                 if _lists(vm) == (current[0].host_devices_after, current[0].resource_claims_after):
                     return None  # it holds the change (our patch landed, its reply lost)
                 replan = self._plan(vm, vmi, current[0].target, templates=(None, current[0].templates_delete,
@@ -941,6 +1079,7 @@ class AttachPlanner:
                     raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
                                   "written", blockers=[VmBlocker("start it only after the change is made")])
                 replan = dataclasses.replace(replan, restart=plan.restart, start=plan.start, stale_mark=plan.stale_mark,
+                                             uid=plan.uid,
                                              noop=replan.patch is None, warnings=list(plan.warnings), blockers=[
                                                  b for b in replan.blockers
                                                  if not (plan.restart and b.override == "restart")])
@@ -972,7 +1111,10 @@ class AttachPlanner:
         kept: list[str] = []
         ns = plan.vm.namespace
         for name in plan.templates_delete:
-            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name)
+            # The VM itself too: after rblnctl's patch its spec names the template only if someone put it back
+            # meanwhile (a second rblnctl's opposite change reuses it: issue 37's explorer, second-opposite).
+            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name,
+                                                                                vm_too=True)
             if users:
                 kept.append(f"ResourceClaimTemplate {name} kept: {', '.join(users)} now "
                             f"{'uses' if len(users) == 1 else 'use'} it")

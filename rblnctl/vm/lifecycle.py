@@ -52,7 +52,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop
-from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, WaitTimeout, one_line
+from rblnctl.errors import Conflict, InvalidInput, NotFound, RblnError, Refused, Replaced, WaitTimeout, one_line
 from rblnctl.kube import (
     PODS,
     RESOURCE_CLAIMS,
@@ -130,6 +130,7 @@ class VmState:
     """What a VM, its VMI, their virt-launcher pods and claims say at one moment."""
 
     exists: bool = True
+    uid: str | None = None  # the VM's metadata.uid (another one: deleted and re-created)
     run_strategy: str | None = None
     status_run_strategy: str | None = None  # what virt-controller last acted on (status.runStrategy); "" unset
     printable_status: str | None = None
@@ -179,6 +180,12 @@ class VmState:
         return (self.ready and self.printable_status == "Running" and self.vmi_phase == "Running" and self.vmi_ready
                 and self.attachment is not None and self.attachment.attached and not self.vmi_deleting
                 and not self.requests)
+
+    @property
+    def up_as_specified(self) -> bool:
+        """up, and its VMI passes the NPUs its VM's spec asks for now: not a VMI started before a change of them
+        (attachment.pending_change), which `vm attach --restart` must never call restarted and Ready."""
+        return self.up and self.attachment is not None and self.attachment.pending_change is None
 
     def describe(self) -> str:
         """One phrase for progress lines and errors."""
@@ -261,7 +268,8 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
                 if c.get("status") == "False" and c.get("type") not in C.VMI_INFO_CONDITIONS)
     phase = _phase(vmi)
     return VmState(
-        exists=vm is not None, run_strategy=run_strategy(vm) if vm is not None else None,
+        exists=vm is not None, uid=str(((vm or {}).get("metadata") or {}).get("uid") or "") or None,
+        run_strategy=run_strategy(vm) if vm is not None else None,
         status_run_strategy=str(st.get("runStrategy") or "") if vm is not None else None,
         printable_status=st.get("printableStatus"), ready=bool(st.get("ready")),
         vmi_uid=str((vmi.get("metadata") or {}).get("uid") or "") or None if vmi is not None else None,
@@ -272,6 +280,19 @@ def judge(vm: Mapping | None, vmi: Mapping | None, pods: Sequence[Mapping] = (),
         launchers=tuple(str(p["metadata"]["name"]) for p in _launchers_of(pods, vm_name)),
         manual_recovery=needs_manual_recovery(vm), volumes_change=_condition_true(vm, C.VM_VOLUMES_CHANGE),
         attachment=attachment(vm, vmi, pods, claims) if vmi is not None and not _final(phase) else None)
+
+
+def replaced(ref: VmRef, while_: str) -> Replaced:
+    """The error for a VM deleted and re-created under rblnctl (another metadata.uid): nothing written to the new
+    one (docs/architecture.md, "Identity on every write")."""
+    return Replaced(f"VM {ref} was deleted and re-created while rblnctl {while_}: the VM there now is another one "
+                    "(another metadata.uid), and rblnctl wrote nothing to it")
+
+
+def same_vm(ref: VmRef, state: VmState, uid: str | None, while_: str) -> None:
+    """Raise replaced() when `uid` (the VM rblnctl decided on) is not the VM `state` read (None: not checked)."""
+    if uid is not None and state.uid is not None and state.uid != uid:
+        raise replaced(ref, while_)
 
 
 def _has_dra(vm: Mapping | None, vmi: Mapping | None) -> bool:
@@ -523,6 +544,8 @@ class VmLifecycle:
                 raise Refused(f"cannot {plan.action} VM {plan.vm}: {blocker}")
         overtaken = None
         if send is not None:
+            if before.uid is not None and not self.server_dry_run:  # the VM decided on (the [y/N] came between)
+                same_vm(plan.vm, self._require(plan.vm, full=False), before.uid, f"was about to {send} it")
             self.on_step(f"{_ING[send]} VM {plan.vm}: {why}")
             try:
                 changed = self._put(plan.vm, send, before=before)
@@ -547,11 +570,16 @@ class VmLifecycle:
 
     # -- the pieces `vm attach --restart` uses -----------------------------------------------------------------
 
-    def ask_stop(self, ref: VmRef) -> bool:
+    def ask_stop(self, ref: VmRef, *, uid: str | None = None) -> bool:
         """Ask virt-api to stop the VM; True when this request of ours went through (or, its reply lost, is found to
         have landed), False when there was nothing to stop: the VM is stopped or stopping already, by someone else
-        (also when virt-api refused the stop because of that). Returns at once; wait_stopped() waits."""
+        (also when virt-api refused the stop because of that). Returns at once; wait_stopped() waits.
+
+        `uid`: the VM decided on. virt-api's StopOptions carry no precondition (kubevirt/kubevirt@v1.9.0
+        staging/src/kubevirt.io/api/core/v1/types.go StopOptions: gracePeriod, dryRun), so the VM is read back just
+        before the request and one with another uid (deleted and re-created) raises Replaced, nothing sent."""
         state = self._require(ref, full=False)
+        same_vm(ref, state, uid, "was about to stop it")
         send, why, _ = decide(STOP, state)
         if send is None:
             return False
@@ -571,21 +599,26 @@ class VmLifecycle:
             self.wait_stopped(ref)
         return ours
 
-    def start(self, ref: VmRef, *, wait_stopping: bool = True) -> bool:
+    def start(self, ref: VmRef, *, wait_stopping: bool = True, uid: str | None = None) -> bool:
         """Ask virt-api to start the VM unless it runs (or KubeVirt starts it by itself); returns once asked. True
         when this request of ours went through (or is found applied), False when nothing was asked: the VM is running
         or starting (also when virt-api refused the start because someone else started it meanwhile).
 
         virt-api refuses a start while the old VMI is still going ("VM is already running", measured on KubeVirt
         v1.9.0), so a VM still stopping is waited for first (bounded by timeout_s); without `wait_stopping` (an
-        interrupted run must end promptly) that raises StillStopping instead of sending a start bound to fail."""
+        interrupted run must end promptly) that raises StillStopping instead of sending a start bound to fail.
+
+        `uid`: the VM decided on; StartOptions carry no precondition either (paused, dryRun: types.go StartOptions),
+        so the VM read just before the request must have it, else Replaced, nothing sent."""
         state = self._require(ref, full=False)
+        same_vm(ref, state, uid, "was about to start it")
         if state.stopping:
             if not wait_stopping:
                 raise StillStopping(f"VM {ref} is still stopping ({state.describe()}): virt-api refuses a start "
                                     "until its VMI is gone")
             self.wait_stopped(ref)
             state = self._require(ref, full=False)
+            same_vm(ref, state, uid, "waited for it to stop")
         send, why, blocker = decide(START, state)
         if blocker:
             raise Refused(f"cannot start VM {ref}: {blocker}")
@@ -646,12 +679,14 @@ class VmLifecycle:
         self.on_step(f"waiting for VM {ref} to stop")
         return self._wait(ref, lambda s: s.stopped, "stop", dra=False)
 
-    def wait_ready(self, ref: VmRef, *, replaced: str | None = None) -> VmState:
-        """Wait until the VM is Ready with its NPUs attached (with `replaced`: on a VMI other than that one)."""
+    def wait_ready(self, ref: VmRef, *, replaced: str | None = None, as_specified: bool = False) -> VmState:
+        """Wait until the VM is Ready with its NPUs attached (with `replaced`: on a VMI other than that one; with
+        `as_specified`: the NPUs its spec asks for, VmState.up_as_specified)."""
         self.on_step(f"waiting for VM {ref} to be Ready with its NPUs")
         vm = self.kube.get_optional(VMS, ref.name, namespace=ref.namespace)
         vmi = self.kube.get_optional(VMIS, ref.name, namespace=ref.namespace)
-        return self._wait(ref, lambda s: s.up and (replaced is None or s.vmi_uid != replaced), "become Ready",
+        return self._wait(ref, lambda s: (s.up_as_specified if as_specified else s.up)
+                          and (replaced is None or s.vmi_uid != replaced), "become Ready",
                           dra=_has_dra(vm, vmi))
 
     def _wait(self, ref: VmRef, done: Callable[[VmState], bool], what: str, *, dra: bool) -> VmState:

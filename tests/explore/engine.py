@@ -14,7 +14,7 @@ For a World (a cluster on the fake API server and one rblnctl command line):
      is on its way);
    - `lost-reply`: k is applied and its reply lost (a reset connection, a proxy's timeout);
    - `conflict`: another writer touches k's object first (an annotation), and k is answered 409 Conflict
-     unapplied, as a write that lost the race.
+     unapplied, as a write that lost the race (a DELETE without preconditions cannot lose it: it goes through).
 3. **judged** (`Verdict`): the process ended promptly (a signal: the command returned within EXIT_WITHIN_S and no
    thread it started that would hold a process at exit is left), with its documented code (130 for SIGINT, 143 for
    SIGTERM; otherwise a code of docs/exit-codes.md), no traceback; a command that exits 0 did its job (the end
@@ -62,6 +62,15 @@ class World:
     build: Callable[[FakeApiServer], list[Callable[[], None]]]
     kinds: tuple[str, ...]  # what the end state is made of
     notes: str = ""
+    # What other actors act on (tests/explore/actors.py): the command's VM (namespace, name) and node, and the
+    # command that undoes this one (a second admin's `second-opposite`), None where there is none.
+    vm: tuple[str, str] | None = None
+    node: str | None = None
+    opposite: tuple[str, ...] | None = None
+    leaves_nothing: bool = False  # what it makes it also removes (preflight --hosts' pods): its end is its start
+    # A command that changes these nodes one after another, each its own job (a pool): another actor's change is
+    # judged per node (tests/explore/others.py), as each node's change is done before the next begins.
+    per_node: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,7 @@ class Write:
     @property
     def label(self) -> str:
         """`03-PATCH-nodes-n1` (for test ids)."""
-        tail = "-".join(p for p in self.path.split("/")[-2:] if p)
+        tail = "-".join(p for p in self.path.replace("*", "x").split("/")[-2:] if p)
         return f"{self.index:02d}-{self.method}-{tail}" + (f"-{self.occurrence}" if self.occurrence > 1 else "")
 
 
@@ -89,6 +98,15 @@ class Baseline:
     exit_code: int
     stderr: str
     seconds: float
+
+
+# Names a run makes up (a virt-launcher pod's suffix, a preflight run's id): a write is the same write in every run.
+_MADE_UP = re.compile(r"(?<=/virt-launcher-)(.+)-[a-z0-9]{5}(?=/|$)|(?<=/rblnctl-preflight-)[0-9a-f]{8}(?=-)")
+
+
+def norm_path(path: str) -> str:
+    """`path` with the names a run makes up replaced by `*` (tests/explore's Write.path)."""
+    return _MADE_UP.sub(lambda m: f"{m.group(1)}-*" if m.group(1) else "*", path)
 
 
 def is_write(req: Any) -> bool:
@@ -134,10 +152,14 @@ def _key(kind: str, obj: dict) -> str:
     return f"{meta.get('namespace') or ''}/{name}"
 
 
+_VMI_BOOKKEEPING = ("kubevirt.io/vm-generation",)  # the VM generation it started from: counts writes, not state
+
+
 def _vmi(obj: dict) -> dict:
     clean = _clean(obj)
+    anns = {k: v for k, v in (clean["metadata"].get("annotations") or {}).items() if k not in _VMI_BOOKKEEPING}
     return {"phase": (obj.get("status") or {}).get("phase"), "node": (obj.get("status") or {}).get("nodeName"),
-            "annotations": clean["metadata"].get("annotations"), "spec": clean.get("spec") or {}}
+            "annotations": anns or None, "spec": clean.get("spec") or {}}
 
 
 def _vm(obj: dict) -> dict:
@@ -224,9 +246,9 @@ def run_baseline(world: World) -> Baseline:
         for req in list(server.requests):
             if not is_write(req):
                 continue
-            key = (req.method, req.path)
+            key = (req.method, norm_path(req.path))
             counts[key] = counts.get(key, 0) + 1
-            writes.append(Write(index=len(writes) + 1, method=req.method, path=req.path, occurrence=counts[key]))
+            writes.append(Write(index=len(writes) + 1, method=req.method, path=key[1], occurrence=counts[key]))
         end = snapshot(server, world.kinds)
     return Baseline(world=world, writes=writes, start=start, end=end, exit_code=r.exit_code, stderr=r.stderr,
                     seconds=seconds)
@@ -247,7 +269,7 @@ class Trigger:
     def __call__(self, req: Any) -> None:
         if not is_write(req):
             return
-        key = (req.method, req.path)
+        key = (req.method, norm_path(req.path))
         with self.lock:
             self.counts[key] = self.counts.get(key, 0) + 1
             if self.fired_at is not None or key != (self.at.method, self.at.path) or \
@@ -265,6 +287,8 @@ class Trigger:
             self.server.inject_fault(method=req.method, path=exact, lose_reply=True, client="rblnctl/")
         elif self.fault == "conflict":
             self._touch(req.path)
+            if req.method == "DELETE" and not (isinstance(req.body, dict) and req.body.get("preconditions")):
+                return  # kube-apiserver deletes whatever changed meanwhile: only a precondition makes a 409
             self.server.inject_fault(method=req.method, path=exact, status=409, reason="Conflict",
                                      message=CONFLICT_MESSAGE.format(what=req.path.rsplit("/", 1)[-1]),
                                      client="rblnctl/")

@@ -75,8 +75,17 @@ def strike(monkeypatch, match: Callable[[str, str, Any], bool], act: Callable[[C
 
 
 def is_mark(method: str, path: str, body: Any) -> bool:
-    return method == "PATCH" and isinstance(body, dict) and STOPPED in (
-        (body.get("metadata") or {}).get("annotations") or {})
+    """The mark's write: a JSON patch (testing the VM's uid first, issue 37) that adds or removes the annotation."""
+    key = STOPPED.replace("/", "~1")
+    return method == "PATCH" and isinstance(body, list) and any(
+        isinstance(op, dict) and op.get("op") in ("add", "remove") and (
+            str(op.get("path")).endswith(key) or STOPPED in (op.get("value") or {})) for op in body)
+
+
+def is_npu_patch(method: str, path: str, body: Any) -> bool:
+    """The VM's NPU change: a JSON patch of its template."""
+    return method == "PATCH" and isinstance(body, list) and any(
+        isinstance(op, dict) and str(op.get("path", "")).startswith("/spec/template/") for op in body)
 
 
 def owner_stops(kv, name: str) -> None:

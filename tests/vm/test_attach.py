@@ -47,10 +47,12 @@ def test_sandbox_picks_the_only_advertised_resource_and_keeps_other_devices(apis
                                        {"name": "npu1", "deviceName": CA22}]
     (write,) = apiserver.writes()
     assert write.method == "PATCH" and write.content_type == JSON_PATCH
-    tests = [op for op in write.body if op["op"] == "test"]  # the guard: the lists the change was decided on
+    tests = [op for op in write.body if op["op"] == "test"]  # the guard: the VM and the lists decided on
     base = "/spec/template/spec"
-    assert {op["path"] for op in tests} == {f"{base}/domain/devices/hostDevices", f"{base}/resourceClaims",
-                                            f"{base}/domain/devices/gpus"}
+    assert tests[0] == {"op": "test", "path": "/metadata/uid", "value": apiserver.get(
+        "VirtualMachine", "v1", NS)["metadata"]["uid"]}  # the VM read, not one re-created since (issue 37.2)
+    assert {op["path"] for op in tests[1:]} == {f"{base}/domain/devices/hostDevices", f"{base}/resourceClaims",
+                                                f"{base}/domain/devices/gpus"}
     assert not any("resourceVersion" in op["path"] for op in write.body)
 
 

@@ -64,7 +64,10 @@ def _swallow(fn: Any, *args: Any, **kw: Any) -> None:
 
 
 def mark_patch(body: Any) -> bool:
-    return isinstance(body, dict) and STOPPED in ((body.get("metadata") or {}).get("annotations") or {})
+    """The JSON patch that sets or clears the mark (it tests the VM's uid first: issue 37)."""
+    key = STOPPED.replace("/", "~1")
+    return isinstance(body, list) and any(isinstance(op, dict) and op.get("op") in ("add", "remove") and (
+        str(op.get("path")).endswith(key) or STOPPED in (op.get("value") or {})) for op in body)
 
 
 def annotations(apiserver) -> dict:
@@ -408,7 +411,8 @@ def test_interrupted_while_the_vm_is_still_stopping_sends_no_start_bound_to_be_r
     with pytest.raises(KeyboardInterrupt):
         planner.apply(plan)
     assert puts(apiserver, "stop") and puts(apiserver, "start") == []
-    assert run_strategy(apiserver) == "Halted" and re.search(r"\bgeneration=\d+$", annotations(apiserver)[STOPPED])
+    assert run_strategy(apiserver) == "Halted" and re.search(r"\buid=\S+ generation=\d+ observed=\S+ run=Halted$",
+                                                             annotations(apiserver)[STOPPED])
     (line,) = planner.recovery
     assert f"VM {NS}/v1 is left stopped" in line and "is still stopping" in line and "re-run this command" in line
     mocker.stopall()

@@ -68,11 +68,16 @@ def by_hand(kube, action: str) -> None:
     life.apply(life.plan(action, "v1", NS, wait=True))
 
 
-def test_the_mark_records_the_generation_the_vm_had(apiserver, kube):
+def test_the_mark_records_what_the_vm_was_when_rblnctl_stopped_it(apiserver, kube):
+    """uid, generation, the generation its last VMI started from (status.observedGeneration) and its runStrategy as
+    rblnctl's stop left it (issue 37)."""
     running_vm(apiserver)
-    generation = vm(apiserver)["metadata"]["generation"]
     left_stopped(apiserver, kube)
-    assert vm(apiserver)["metadata"]["annotations"][STOPPED].endswith(f" generation={generation}")
+    now = vm(apiserver)
+    observed = str(now["status"].get("observedGeneration", "none"))
+    value = now["metadata"]["annotations"][STOPPED]
+    assert f" uid={now['metadata']['uid']} generation={now['metadata']['generation']} observed=" in value
+    assert value.endswith(" run=Halted") and observed in value.split("observed=")[1].split()[0].split(",")
 
 
 def test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run(apiserver, kube):
@@ -83,7 +88,7 @@ def test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run(a
     plan = attacher(kube, npus=2).plan("v1", NS)
     assert not plan.start and plan.stale_mark and not plan.noop and not plan.blockers
     (w,) = [str(w) for w in plan.warnings if "carries the mark" in str(w)]
-    assert "someone started, stopped or edited it since" in w and f"virtctl start v1 -n {NS}" in w
+    assert "it was started since" in w and "stopped again: by someone else" in w and f"virtctl start v1 -n {NS}" in w
     result = attacher(kube, npus=2).apply(plan)
     assert result.changed and not result.restarted and not is_running(apiserver)  # changed, left as its owner left it
     assert STOPPED not in (vm(apiserver)["metadata"].get("annotations") or {})  # the stale mark went with the change
@@ -126,3 +131,37 @@ def test_runs_that_keep_failing_to_start_it_renew_the_mark_so_a_later_run_still_
 def test_stale_mark(value, generation, stale):
     vm = {"metadata": {"generation": generation, "annotations": {STOPPED: value}}}
     assert bool(stale_mark(vm)) is stale
+
+
+MARK = "2026-01-01T00:00:00Z uid=u1 generation=7 observed=5 run=Halted"
+
+
+@pytest.mark.parametrize("observed, stale", [(5, False), (6, False), (7, True)])
+def test_a_mark_set_while_a_vmi_was_there_allows_the_generation_virt_controller_may_bump_to(observed, stale):
+    """Set while the VMI was still there (status.created), the mark allows the VM's generation then too: real
+    virt-controller moves observedGeneration to it after a stop's runStrategy flip (measured on v1.9.0)."""
+    from rblnctl.vm.attach import mark_value
+
+    then = {"metadata": {"uid": "u1", "generation": 6}, "spec": {"runStrategy": "Halted"},
+            "status": {"observedGeneration": 5, "created": True}}
+    value = mark_value("2026-01-01T00:00:00Z", then)
+    assert value.endswith(" observed=5,6 run=Halted")
+    now = {"metadata": {"uid": "u1", "generation": 7, "annotations": {STOPPED: value}},
+           "spec": {"runStrategy": "Halted"}, "status": {"observedGeneration": observed}}
+    assert bool(stale_mark(now)) is stale
+
+
+@pytest.mark.parametrize("uid, generation, observed, run, requests, stale", [
+    ("u1", 7, 5, "Halted", [], None),
+    ("u1", 12, 5, "Halted", [], None),  # its spec edited since (its memory): not a start, the mark stands (37.4)
+    ("u2", 7, 5, "Halted", [], "deleted and re-created"),  # another VM of the name (37.2)
+    ("u1", 7, 7, "Halted", [], "it was started since"),  # a VMI ran generation 7 since: an owner's start (37.1)
+    ("u1", 7, 5, "Manual", [], "runStrategy was changed since"),
+    ("u1", 7, 5, "Halted", [{"action": "Start"}], "a Start request is pending"),
+    ("u1", 7, 5, "Halted", [{"action": "Stop", "uid": "gone"}], None),  # rblnctl's own, not cleared yet
+])
+def test_stale_mark_by_its_evidence(uid, generation, observed, run, requests, stale):
+    vm = {"metadata": {"uid": uid, "generation": generation, "annotations": {STOPPED: MARK}},
+          "spec": {"runStrategy": run}, "status": {"observedGeneration": observed, "stateChangeRequests": requests}}
+    why = stale_mark(vm)
+    assert (why is None) if stale is None else (stale in str(why))

@@ -125,3 +125,27 @@ def test_a_server_dry_run_sends_the_delete_with_dry_run_and_keeps_the_template(a
     assert result.server_dry_run and result.templates_deleted == [TEMPLATE]
     (delete,) = apiserver.requests_matching("DELETE", RCT_PATH)
     assert delete.dry_run and _templates(apiserver) == ["rbln-npu-1", TEMPLATE]
+
+
+def test_the_vm_itself_put_back_on_the_template_after_the_patch_keeps_it(apiserver, kube):
+    """Issue 37 (the explorer's second-opposite): rblnctl patched v1 off rbln-npu-2, then a second rblnctl put it
+    back on rbln-npu-2 before the delete. The users read again just before the delete are every VM, v1 too: deleting
+    it left v1 naming a template that no longer existed (v1 could not start)."""
+    _cluster_with_v1(apiserver)
+    planner = detacher(kube)
+    plan = planner.plan("v1", NS)
+    assert plan.templates_delete == [TEMPLATE]
+
+    def put_back(req):
+        if req.method == "PATCH" and req.path.endswith("/virtualmachines/v1"):
+            apiserver.update({**o.dra_vm(NS, "v1", 2), "metadata": {
+                **apiserver.get("VirtualMachine", "v1", NS)["metadata"]}})
+    stop = apiserver.on_handled(put_back)
+    try:
+        result = planner.apply(plan)
+    finally:
+        stop()
+    assert result.templates_deleted == []
+    assert result.templates_kept == [f"ResourceClaimTemplate {TEMPLATE} kept: VirtualMachine v1 now uses it"]
+    assert _templates(apiserver) == ["rbln-npu-1", TEMPLATE]
+    assert apiserver.requests_matching("DELETE", RCT_PATH) == []

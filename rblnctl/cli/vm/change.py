@@ -91,7 +91,9 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
         (f", {plan.template}" if plan.template else "")
     # Where the VM is now: the plan's node until the run restarted it (a new VMI, maybe elsewhere) or left it stopped.
     where = (f"; running on {plan.node}" if plan.running and plan.node else "; running" if plan.running else "")
-    if result is not None and (result.not_restarted or result.left_stopped):
+    if result is not None and result.started_by_others:
+        where = "; started by someone else, not by rblnctl"
+    elif result is not None and (result.not_restarted or result.left_stopped):
         where = "; stopped"
     elif result is not None and result.restarted:
         where = "; restarted"

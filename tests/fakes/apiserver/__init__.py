@@ -148,6 +148,9 @@ What it models (kube-apiserver behaviour, simplified where noted):
 * ``on_change`` callbacks run after each committed change, outside the lock, on the thread that
   made it; for an HTTP write that is before the response is sent, so a test can wait for a
   reaction (e.g. ``SimulatedOperator.wait_idle``) right after a client call without races.
+* ``on_request`` callbacks run before a client's request is handled, ``on_handled`` ones after it was handled and
+  committed, before its reply is sent: another actor can move there, between a client's read and its write or
+  right after its write (tests/explore/actors.py).
 
 Not modelled: admission webhooks (but KubeVirt's eviction webhook) and schema validation (bodies are stored
 as sent), RoleBindings,

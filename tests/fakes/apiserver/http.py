@@ -223,6 +223,7 @@ class Handler(BaseHTTPRequestHandler):
         if code == STREAMED:
             return
         req.status, req.applied = code, True
+        fake._log.handled(req)
         if fault is not None and fault.lose_reply:  # handled and committed; the client never hears of it
             if fault.then is not None:
                 fault.then()

@@ -92,6 +92,7 @@ METHOD_NOT_ALLOWED = "405: Method Not Allowed"
 NOT_ACCEPTABLE = "406: Not Acceptable\n\nAvailable representations: "
 _RUNNING = ("Always", "RerunOnFailure", "Once")
 RESTART_REQUIRED = "RestartRequired"
+VM_GENERATION_ANNOTATION = "kubevirt.io/vm-generation"  # the VM generation a VMI started from (v1.9.0 types.go)
 RESTART_REQUIRED_MESSAGE = "a non-live-updatable field was changed in the template spec"  # setRestartRequired's words
 
 
@@ -452,7 +453,9 @@ class KubeVirt:
                 status["nodeName"] = node
             self.store.add({
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [
+                "metadata": {"name": name, "namespace": ns, "labels": labels,
+                             "annotations": {VM_GENERATION_ANNOTATION: str(vm["metadata"].get("generation") or 1)},
+                             "ownerReferences": [
                     {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
                      "uid": vm["metadata"].get("uid"), "controller": True, "blockOwnerDeletion": True}]},
                 "spec": copy.deepcopy(tpl.get("spec") or {}), "status": status})
@@ -465,8 +468,14 @@ class KubeVirt:
                     self.store.schedule(self.launcher_delay_s, self._launcher_running, name, ns,
                                         vmi["metadata"]["uid"])
         ready = bool(node) and not pending
+        # syncGenerationInfo: observedGeneration is the generation the VMI started from (its annotation), kept after
+        # the VMI is gone; desiredGeneration the VM's (v1.9.0 pkg/virt-controller/watch/vm/vm.go)
+        vmi = self.store.get("VirtualMachineInstance", name, ns)
+        started_from = int(((vmi or {}).get("metadata", {}).get("annotations") or {}).get(
+            VM_GENERATION_ANNOTATION) or vm["metadata"].get("generation") or 1)
         self._set_status(name, ns, printableStatus="Running" if ready else "Starting", ready=ready, created=True,
-                         runStrategy=run_strategy(vm))
+                         runStrategy=run_strategy(vm), observedGeneration=started_from,
+                         desiredGeneration=vm["metadata"].get("generation") or 1)
 
     # ---- the virt-launcher pod ----------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ class RequestLog:
         self.requests: list[RecordedRequest] = []
         self.harness_requests: list[RecordedRequest] = []
         self._callbacks: list[Callable[[RecordedRequest], None]] = []
+        self._handled_callbacks: list[Callable[[RecordedRequest], None]] = []
 
     def record(self, req: RecordedRequest) -> None:
         """Append ``req`` and run the on_request callbacks (outside the lock); the harness's requests go to
@@ -96,6 +97,29 @@ class RequestLog:
             with self._lock:
                 if callback in self._callbacks:
                     self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def handled(self, req: RecordedRequest) -> None:
+        """Run the on_handled callbacks for ``req`` (a client's, handled and committed, its reply not yet sent)."""
+        if req.from_harness:
+            return
+        with self._lock:
+            callbacks = list(self._handled_callbacks)
+        for cb in callbacks:
+            try:
+                cb(req)
+            except Exception as exc:  # noqa: BLE001
+                self.errors.append(f"on_handled callback {cb!r} raised {exc!r}")
+
+    def on_handled(self, callback: Callable[[RecordedRequest], None]) -> Callable[[], None]:
+        with self._lock:
+            self._handled_callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._handled_callbacks:
+                    self._handled_callbacks.remove(callback)
 
         return unsubscribe
 

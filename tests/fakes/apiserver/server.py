@@ -272,6 +272,12 @@ class FakeApiServer:
         is 0 then). A test can change state here between a client's read and its write."""
         return self._log.on_request(callback)
 
+    def on_handled(self, callback: Callable[[RecordedRequest], None]) -> Callable[[], None]:
+        """Call ``callback(req)`` once a client's request was handled and committed (``req.status`` set), before its
+        reply is sent (outside the lock; not for a request an injected fault answered instead, nor a watch). A test
+        can change state here, right after a client's write and before the client hears of it."""
+        return self._log.on_handled(callback)
+
     # ---- the request log --------------------------------------------------------------------------
 
     @property

@@ -1,0 +1,37 @@
+"""Which of the explorer's cases a run takes: every one in CI (env CI=true, as .ci/run and CI services set it, or
+RBLNCTL_EXPLORE=full), else a deterministic sample, each world's cases sorted and every k-th taken from an offset
+fixed by the world's name, so that every world is in the default run and the same cases are in every run (and in
+every xdist worker, which collect on their own). docs/testing.md has the sizes and times.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+
+def full() -> bool:
+    """The whole matrix: CI=true (or 1), or RBLNCTL_EXPLORE=full; RBLNCTL_EXPLORE=sample forces the sample."""
+    choice = os.environ.get("RBLNCTL_EXPLORE", "").lower()
+    if choice in ("full", "sample"):
+        return choice == "full"
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def sample(cases: Iterable[tuple[str, str, Any]], every: int) -> list[tuple[str, str, Any]]:
+    """`cases` as (world, id, value): all of them in full(), else every `every`-th of each world's, by id."""
+    cases = list(cases)
+    if full() or every <= 1:
+        return cases
+    by_world: dict[str, list[tuple[str, str, Any]]] = {}
+    for c in cases:
+        by_world.setdefault(c[0], []).append(c)
+    kept = []
+    for world, group in by_world.items():
+        group.sort(key=lambda c: c[1])
+        offset = zlib.crc32(world.encode()) % every
+        kept += group[offset % len(group)::every] if len(group) > offset else group[:1]
+    chosen = {c[1] for c in kept}
+    return [c for c in cases if c[1] in chosen]

@@ -1,0 +1,144 @@
+"""Issue 37, findings 1-4, on real KubeVirt v1.9.0: another actor moves between two steps of `vm attach --restart`.
+
+The owner acts through the real virt-api (`kv.virtctl`, what `virtctl start|stop` sends) or edits the VM through the
+real apiserver; real virt-controller writes what it writes (status.stateChangeRequests carried out,
+status.observedGeneration set from each VMI it starts). Only virt-api's refusal of rblnctl's own start (RBAC's 403) is
+modelled, at Kube.request (`strike`): the real tier runs rblnctl as an admin. Same scenarios on the fake:
+tests/vm/test_other_actors.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rblnctl.errors import Forbidden
+from tests.kubevirt_real.test_restart import create, is_npu_patch, npus_permitted, run, strike
+from tests.kubevirt_real.vms import SANDBOX_RESOURCE, vm
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
+
+REFUSED = 'virtualmachines.kubevirt.io "v" is forbidden: User "u" cannot update resource "virtualmachines/start"'
+
+
+def is_start(method: str, path: str, _body: Any) -> bool:
+    return method == "PUT" and path.endswith("/v/start")
+
+
+def refuse(_send: Any) -> Any:
+    raise Forbidden(REFUSED, status=403, reason="Forbidden", server_message=REFUSED)
+
+
+def owner(kv, action: str) -> None:
+    status, body = kv.virtctl(action, "v")
+    assert status == 202, body
+
+
+def running(kv, strategy: str) -> None:
+    npus_permitted(kv)
+    create(kv, vm(kv.namespace, "v", run_strategy=strategy, host_devices=[SANDBOX_RESOURCE]))
+    if strategy == "Manual":
+        owner(kv, "start")
+    kv.wait_vmi_phase("v", "Running")
+
+
+def mark(kv) -> str | None:
+    return (kv.vm("v")["metadata"].get("annotations") or {}).get(STOPPED)
+
+
+def starts(kv) -> list:
+    return [e for e in kv.requests() if e.verb == "update" and e.uri.split("?")[0].endswith("/v/start")]
+
+
+def test_a_manual_vm_its_owner_started_and_stopped_since_is_left_stopped_by_the_rerun_real(kv, monkeypatch):
+    running(kv, "Manual")
+    strike(monkeypatch, is_start, refuse)
+    code, _, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")
+    assert code == 4 and "re-run this command: it starts a VM rblnctl stopped" in err, err
+    monkeypatch.undo()
+    kv.wait_no_vmi("v")
+    generation = kv.vm("v")["metadata"]["generation"]
+    assert mark(kv) and kv.vm("v")["spec"]["runStrategy"] == "Manual"
+    owner(kv, "start")  # real virt-api: a Start request, nothing in the spec
+    kv.wait_vmi_phase("v", "Running")
+    owner(kv, "stop")
+    kv.wait_no_vmi("v")
+    now = kv.vm("v")
+    assert now["metadata"]["generation"] == generation  # the owner's start and stop moved no generation
+    assert now["status"]["observedGeneration"] == generation  # ...but the VMI they ran came from it
+    kv.mark()
+    code, doc, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")
+    assert code == 0, err
+    assert not doc["plan"]["start"] and "it was started since" in err and "starting it" not in err
+    assert starts(kv) == [] and kv.vmi("v") is None
+
+
+def test_a_vm_recreated_while_stopped_is_not_changed_marked_or_started_real(kv, monkeypatch):
+    running(kv, "Always")
+    uid = kv.vm("v")["metadata"]["uid"]
+
+    def recreate(send: Any) -> Any:
+        kv.api.delete("VirtualMachine", "v", kv.namespace)
+        kv.api.wait_for(lambda: kv.vm("v") is None, timeout_s=30, interval_s=0.2)
+        create(kv, vm(kv.namespace, "v", run_strategy="Halted", host_devices=[SANDBOX_RESOURCE]))
+        return send()
+
+    strike(monkeypatch, is_npu_patch, recreate)
+    kv.mark()
+    code, _, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")
+    assert code == 1, err
+    assert f"VM {kv.namespace}/v was deleted and re-created while rblnctl" in err
+    now = kv.vm("v")
+    assert now["metadata"]["uid"] != uid and now["spec"]["runStrategy"] == "Halted" and mark(kv) is None
+    assert len(now["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]) == 1
+    assert starts(kv) == [] and kv.vmi("v") is None
+
+
+def test_a_vm_its_owner_started_before_the_patch_is_not_called_restarted_and_ready_real(kv, monkeypatch):
+    running(kv, "Always")
+
+    def owner_starts(send: Any) -> Any:
+        owner(kv, "start")
+        kv.wait_vmi_phase("v", "Running")  # the VMI of the template before rblnctl's patch: 1 NPU
+        return send()
+
+    strike(monkeypatch, is_npu_patch, owner_starts)
+    kv.mark()
+    code, doc, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")
+    assert code == 0, err
+    assert "restarted and Ready" not in err and doc["result"]["ready"] is not True
+    assert doc["result"]["restarted"] is False and "started by someone else" in doc["result"]["notRestarted"]
+    assert "its spec asks for 2 NPU(s), its running VMI passes 1" in doc["result"]["notRestarted"]
+    assert len(kv.vmi("v")["spec"]["domain"]["devices"]["hostDevices"]) == 1
+    assert starts(kv) == [] and mark(kv) is None
+
+
+def test_an_owner_edit_while_stopped_does_not_stop_the_printed_rerun_from_starting_it_real(kv, monkeypatch):
+    running(kv, "Always")
+
+    def edit_memory(send: Any) -> Any:
+        kv.api.patch("VirtualMachine", "v", {"spec": {"template": {"spec": {"domain": {"resources": {
+            "requests": {"memory": "128Mi"}}}}}}}, kv.namespace)
+        return send()
+
+    strike(monkeypatch, is_npu_patch, edit_memory)
+    code, _, err = refused_start(monkeypatch, kv)
+    assert code == 4 and "re-run this command: it starts a VM rblnctl stopped" in err, err
+    monkeypatch.undo()
+    code, doc, err = run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")
+    assert code == 0, err
+    assert doc["plan"]["start"] and doc["result"]["ready"] is True and doc["result"]["restarted"] is True
+    assert kv.vm("v")["spec"]["runStrategy"] == "Always" and mark(kv) is None
+    assert len(kv.vmi("v")["spec"]["domain"]["devices"]["hostDevices"]) == 2
+
+
+def refused_start(monkeypatch, kv) -> tuple[int, dict | None, str]:
+    """`vm attach v --npus 2 --restart`, virt-api refusing its start (on top of the strike already set)."""
+    from rblnctl.kube.client import Kube
+
+    struck = Kube.request
+
+    def both(self, method, path, *args, **kw):
+        if is_start(method, path, None):
+            refuse(None)
+        return struck(self, method, path, *args, **kw)
+    monkeypatch.setattr(Kube, "request", both)
+    return run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")

@@ -1,0 +1,220 @@
+"""Issue 37, findings 1-4: another actor moves between two steps of `vm attach --restart` (the VM's owner, or a
+delete and re-create of the same name), on the fake API server's virt-api and simulated virt-controller.
+
+The rule (docs/architecture.md, "VMs rblnctl stops"): rblnctl never changes or starts what it did not stop or what
+was replaced under it, its message is true, and the recovery it prints converges. The owner's actions go through
+the fake's virt-api (`owner`), as `virtctl start|stop` would, or edit the VM as `kubectl edit` would.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from rblnctl.errors import Forbidden, Replaced
+from rblnctl.vm.attach import stale_mark
+from tests.fakes import objects as o
+from tests.helpers import cli
+from tests.vm.support import CA22, NS, attacher, host_devices, sandbox_cluster
+from tests.vm.test_restart import START, is_npu_patch, vm
+from rblnctl.constants import VM_STOPPED_ANNOTATION as STOPPED
+
+SUB = f"/apis/subresources.kubevirt.io/v1/namespaces/{NS}/virtualmachines/v1/"
+REFUSED = 'virtualmachines.kubevirt.io "v1" is forbidden: User "u" cannot update resource "virtualmachines/start"'
+
+
+def owner(apiserver, action: str) -> None:
+    """The VM's owner asks virt-api (`virtctl start|stop v1`): the fake's virt-api serves it as for any client."""
+    apiserver._kubevirt.handle("PUT", SUB + action, {})
+
+
+def running(apiserver, run_strategy: str = "Always") -> None:
+    apiserver.simulate_kubevirt = True
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", node="n1", run_strategy=run_strategy, printable_status="Running"),
+                  o.vmi(NS, "v1", "n1"))
+    apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["status"].update(ready=True, created=True))
+
+
+def vmi(apiserver) -> dict | None:
+    return apiserver.get("VirtualMachineInstance", "v1", NS)
+
+
+def marked(apiserver) -> str | None:
+    return (vm(apiserver)["metadata"].get("annotations") or {}).get(STOPPED)
+
+
+def start_refused(apiserver) -> None:
+    """virt-api refuses rblnctl's start (RBAC: 403), as often as it is asked."""
+    apiserver.inject_fault(method="PUT", path=START, status=403, reason="Forbidden", message=REFUSED, times=50)
+
+
+def on_npu_patch(apiserver, action) -> None:
+    """`action` runs once, just before the server takes rblnctl's NPU patch (the VM is stopped by rblnctl then)."""
+    armed = [True]
+
+    def hook(req):
+        if armed[0] and is_npu_patch(req):
+            armed[0] = False
+            action()
+    apiserver.on_request(hook)
+
+
+# -- 37.1: a Manual VM its owner started and stopped since is not started by the printed re-run -------------------
+
+
+def test_a_manual_vm_its_owner_started_and_stopped_since_is_left_stopped_by_the_rerun(apiserver, kube):
+    """Before: virt-api's start/stop of a Manual VM only write status.stateChangeRequests, the generation never moved,
+    and the re-run said "was stopped by an earlier rblnctl run ... starting it" and started it."""
+    running(apiserver, "Manual")
+    planner = attacher(kube, npus=2, restart=True)
+    start_refused(apiserver)
+    with pytest.raises(Forbidden) as err:
+        planner.apply(planner.plan("v1", NS))
+    assert any("re-run this command: it starts a VM rblnctl stopped" in d for d in err.value.details)
+    assert marked(apiserver) and vmi(apiserver) is None and vm(apiserver)["spec"]["runStrategy"] == "Manual"
+    apiserver.clear_faults()
+    generation = vm(apiserver)["metadata"]["generation"]
+    owner(apiserver, "start")  # a Start request: virt-controller makes a VMI
+    assert vmi(apiserver) is not None
+    owner(apiserver, "stop")  # a Stop request: it goes
+    assert vmi(apiserver) is None and vm(apiserver)["metadata"]["generation"] == generation  # status only
+    again = attacher(kube, npus=2).plan("v1", NS)
+    assert not again.start and again.stale_mark
+    assert "it was started since" in str(stale_mark(vm(apiserver)))
+    assert not any("was stopped by an earlier rblnctl run" in str(w) for w in again.warnings)
+    apiserver.clear_requests()
+    attacher(kube, npus=2).apply(again)
+    assert vmi(apiserver) is None and not [r for r in apiserver.requests if r.path.endswith("/start")]
+
+
+def test_the_cli_rerun_of_a_manual_vm_its_owner_cycled_says_so_and_starts_nothing(apiserver):
+    running(apiserver, "Manual")
+    start_refused(apiserver)
+    first = cli("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", server=apiserver.url)
+    assert first.exit_code == 4 and "re-run this command" in first.stderr
+    apiserver.clear_faults()
+    owner(apiserver, "start")
+    owner(apiserver, "stop")
+    again = cli("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", server=apiserver.url)
+    assert again.exit_code == 0, again.stderr
+    assert "starting it" not in again.stderr and "it was started since" in again.stderr
+    assert vmi(apiserver) is None
+
+
+# -- 37.2: a VM deleted and re-created while rblnctl has it stopped is not changed, marked or started -------------
+
+
+def recreate(apiserver) -> None:
+    """The owner deletes v1 and creates it again from the same manifest, runStrategy Halted (another uid)."""
+    apiserver.delete_now("VirtualMachine", "v1", NS)
+    fresh = o.vm(NS, "v1", node="n1", running=False)
+    fresh["metadata"]["uid"] = str(uuid.uuid4())
+    apiserver.add(fresh)
+
+
+def test_a_vm_recreated_while_stopped_is_not_changed_marked_or_started(apiserver, kube):
+    """Before: the patch, the mark and the start all landed on the new VM: Always, Running, 2 NPUs, exit 0."""
+    running(apiserver)
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+    on_npu_patch(apiserver, lambda: recreate(apiserver))
+    with pytest.raises(Replaced) as err:
+        planner.apply(plan)
+    assert f"VM {NS}/v1 was deleted and re-created while rblnctl" in str(err.value)
+    now = vm(apiserver)
+    assert now["metadata"]["uid"] != plan.uid
+    assert now["spec"]["runStrategy"] == "Halted" and host_devices(apiserver) == []  # as its owner made it
+    assert marked(apiserver) is None and vmi(apiserver) is None
+    assert not [r for r in apiserver.requests if r.path.endswith("/start")]
+
+
+def test_the_cli_says_the_vm_was_recreated_and_exits_1(apiserver):
+    running(apiserver)
+    on_npu_patch(apiserver, lambda: recreate(apiserver))
+    r = cli("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    assert f"VM {NS}/v1 was deleted and re-created while rblnctl" in r.stderr
+    assert vm(apiserver)["spec"]["runStrategy"] == "Halted" and marked(apiserver) is None
+
+
+# -- 37.3: never "restarted and Ready" while the VM runs with its old NPUs -------------------------------------------
+
+
+def test_a_vm_its_owner_started_before_the_patch_is_not_called_restarted_and_ready(apiserver, kube):
+    """Before: exit 0, "1 -> 2 NPU(s), restarted and Ready", ready: true, restarted: true; the VMI had 1 NPU and
+    rblnctl never sent a start."""
+    running(apiserver)
+    apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["spec"]["template"]["spec"]["domain"]["devices"].update(
+        hostDevices=[{"name": "npu0", "deviceName": CA22}]))
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+    on_npu_patch(apiserver, lambda: owner(apiserver, "start"))
+    result = planner.apply(plan)
+    assert result.changed and not result.restarted and not result.ready
+    assert "started by someone else" in str(result.not_restarted)
+    assert "its spec asks for 2 NPU(s), its running VMI passes 1" in str(result.not_restarted)
+    assert len(vmi(apiserver)["spec"]["domain"]["devices"]["hostDevices"]) == 1
+    assert marked(apiserver) is None  # not rblnctl's to start any more: its owner's
+    assert not [r for r in apiserver.requests if r.path.endswith("/start")]  # rblnctl sent none (the owner's is direct)
+
+
+def test_the_cli_says_not_restarted_when_the_owner_started_it_first(apiserver):
+    running(apiserver)
+    apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["spec"]["template"]["spec"]["domain"]["devices"].update(
+        hostDevices=[{"name": "npu0", "deviceName": CA22}]))
+    on_npu_patch(apiserver, lambda: owner(apiserver, "start"))
+    r = cli("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", "-o", "json", server=apiserver.url)
+    assert "restarted and Ready" not in r.stderr, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["result"]["ready"] is not True and doc["result"]["restarted"] is False
+    assert "started by someone else" in doc["result"]["notRestarted"]
+    assert f"VM {NS}/v1: 1 -> 2 NPU(s); not restarted: VM {NS}/v1 was started by someone else" in r.stderr
+
+
+# -- 37.4: the printed recovery converges after an edit of the VM by its owner --------------------------------------
+
+
+def test_an_owner_edit_while_stopped_does_not_stop_the_printed_rerun_from_starting_it(apiserver, kube):
+    """Before: generation 3 past the mark (allowance 2): the re-run called its own mark stale, left the VM Halted and
+    exited 0."""
+    running(apiserver)
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+
+    def edit_memory():
+        apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["spec"]["template"]["spec"]["domain"][
+            "resources"]["requests"].update(memory="8Gi"))
+    on_npu_patch(apiserver, edit_memory)
+    start_refused(apiserver)
+    with pytest.raises(Forbidden) as err:
+        planner.apply(plan)
+    assert any("re-run this command: it starts a VM rblnctl stopped" in d for d in err.value.details)
+    apiserver.clear_faults()
+    again = attacher(kube, npus=2).plan("v1", NS)  # the printed recovery
+    assert again.start and not again.stale_mark
+    result = attacher(kube, npus=2).apply(again)
+    assert result.restarted and result.ready and vm(apiserver)["spec"]["runStrategy"] == "Always"
+    assert marked(apiserver) is None and len(vmi(apiserver)["spec"]["domain"]["devices"]["hostDevices"]) == 2
+
+
+# -- identity on every write: vm start|stop|restart too -----------------------------------------------------------
+
+
+def test_vm_restart_of_a_vm_recreated_after_its_plan_sends_nothing(apiserver, kube):
+    """The [y/N] of `vm restart` sits between the plan and the request: a VM re-created meanwhile is another one."""
+    from rblnctl.vm.lifecycle import VmLifecycle
+
+    running(apiserver)
+    life = VmLifecycle(kube=kube, timeout_s=10)
+    plan = life.plan("restart", "v1", NS)
+    apiserver.delete_now("VirtualMachine", "v1", NS)  # its VMI goes with it (garbage collection)
+    fresh = o.vm(NS, "v1", node="n1")
+    fresh["metadata"]["uid"] = str(uuid.uuid4())
+    apiserver.add(fresh, o.vmi(NS, "v1", "n1"))
+    apiserver.clear_requests()
+    with pytest.raises(Replaced, match="was deleted and re-created while rblnctl was about to restart it"):
+        life.apply(plan)
+    assert not [r for r in apiserver.requests if r.method == "PUT"]
