@@ -80,7 +80,8 @@ def test_every_real_tier_test_is_scheduled_with_the_real_tiers(request):
     from tests.conftest import real_tier
 
     items = request.session.items
-    marked = [i.nodeid for i in items if i.get_closest_marker("envtest") or i.get_closest_marker("kubevirt")]
+    marked = [i.nodeid for i in items if any(i.get_closest_marker(m) for m in ("envtest", "kubevirt", "kernel"))]
     assert [n for n in marked if not real_tier(n)] == []
     assert real_tier("tests/cli/test_capacity.py::t[real]") and real_tier("tests/x.py::t[real-kubevirt-Always]")
     assert not real_tier("tests/cli/test_capacity.py::t[fake]") and not real_tier("tests/x.py::t[fake-Always]")
+    assert real_tier("tests/kernel/test_x.py::t[fake]") and real_tier("tests/host/x.py::t[kernel-bind]")
