@@ -88,7 +88,7 @@ def _on_kernel(item) -> bool:
     """A kernel-tier test: it asks for the session's guest, or it is the `kernel` variant of a fake/kernel scenario."""
     names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
-    return bool({"kernel", "k"} & names) or (callspec is not None and "kernel" in callspec.params.values())
+    return bool({"kernel", "linux"} & names) or (callspec is not None and "kernel" in callspec.params.values())
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -36,7 +36,7 @@ def kernel():
 
 
 @pytest.fixture
-def k(kernel):
+def linux(kernel):
     """`kernel` on the default machine, reset for this test (NPUs on virtio-pci, no state file, no holders)."""
     kernel.use()
     kernel.reset()

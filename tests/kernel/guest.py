@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rblnctl import constants as C
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = os.path.dirname(sys.executable)  # this run's venv: the guest sees it at the same path
 ENV = {"PATH": f"{BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1",
@@ -30,7 +32,7 @@ NPU0, NPU1, OTHER = "0000:00:06.0", "0000:01:00.0", "0000:00:05.0"
 NPUS = (NPU0, NPU1)
 GROUPS = {NPU0: "2", NPU1: "7"}
 HOST_DRIVER = "virtio-pci"  # what the stand-ins' host driver is (no rebellions driver in the guest)
-STATE = "/var/lib/rblnctl/vfio-state.json"
+STATE = C.VFIO_STATE_FILE
 NEVER = ("0000:00:10.0", "0000:00:11.0")  # the 9p transports
 
 # Every PCI function: "<bdf> <driver or -> <driver_override>", one line each.

@@ -22,9 +22,9 @@ def _status(rows: dict[str, str], check: str) -> str:
     return hits[0]
 
 
-def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(k):
-    k.unload_vfio()
-    rc, out = k.rblnctl("preflight", "--local")
+def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(linux):
+    linux.unload_vfio()
+    rc, out = linux.rblnctl("preflight", "--local")
     rows = _rows(out)
     assert rc == 1, out
     for check in ("IOMMU in firmware", "IOMMU enabled by the kernel", "IOMMU on the kernel command line",
@@ -36,8 +36,8 @@ def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(k):
         assert module in line + " ", line
     assert "`modprobe vfio_pci`" in out  # the remedy
 
-    k.load_vfio()
-    rc, out = k.rblnctl("preflight", "--local")
+    linux.load_vfio()
+    rc, out = linux.rblnctl("preflight", "--local")
     rows = _rows(out)
     assert _status(rows, "VFIO kernel modules") == "PASS", out
     assert _status(rows, "/dev/vfio/vfio present") == "PASS", out
