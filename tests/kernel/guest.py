@@ -33,6 +33,7 @@ NPUS = (NPU0, NPU1)
 GROUPS = {NPU0: "2", NPU1: "7"}
 HOST_DRIVER = "virtio-pci"  # what the stand-ins' host driver is (no rebellions driver in the guest)
 STATE = C.VFIO_STATE_FILE
+SERVER = "/run/rblnctl-forkserver"  # the fork server's queue in the guest (not under /run/kt: reset() kills those)
 NEVER = ("0000:00:10.0", "0000:00:11.0")  # the 9p transports
 
 # Every PCI function: "<bdf> <driver or -> <driver_override>", one line each.
@@ -77,6 +78,8 @@ class KernelHost:
     options: dict[str, Any] = field(default_factory=dict)
     boots: list[float] = field(default_factory=list)  # each boot's seconds to ready
     _guest: Any = None
+    _served: Any = None  # the guest whose fork server runs
+    _n: int = 0
 
     @property
     def guest(self) -> Any:
@@ -115,15 +118,25 @@ class KernelHost:
 
     def rblnctl(self, *args: str, crash_after: int | None = None, log: str | None = None, stdout_only: bool = False,
                 timeout: float = 120) -> tuple[int, str]:
-        """The real program in the guest (through tests/kernel/seam.py when a write log or a crash is asked for)."""
-        argv = shlex.join(args)
-        if crash_after is None and log is None:
-            cmd = f"rblnctl {argv}"
-        else:
-            seam = (f" --log {shlex.quote(log)}" if log else "") + (f" --crash-after {crash_after}"
-                                                                    if crash_after is not None else "")
-            cmd = f"python -m tests.kernel.seam{seam} -- {argv}"
-        return self.run(cmd + (" 2>/dev/null" if stdout_only else " 2>&1"), timeout=timeout)
+        """rblnctl's entry point run in the guest by tests/kernel/forkserver.py (a fresh child per command), through
+        the write seam (tests/kernel/seam.py) when a write log or a crash is asked for; (exit status, output)."""
+        self._serve()
+        self._n += 1
+        req = json.dumps({"argv": list(args), "log": log, "crash_after": crash_after, "merge": not stdout_only})
+        q = f"{SERVER}/{self._n:06d}"
+        return self.run(f"printf '%s' {shlex.quote(req)} > {q}.tmp && mv {q}.tmp {q}.req\n"
+                        f"while [ ! -e {q}.rc ]; do sleep 0.02; done; cat {q}.out; exit $(cat {q}.rc)",
+                        timeout=timeout)
+
+    def _serve(self) -> None:
+        """Start the fork server in this boot of the guest (once)."""
+        if self._served is self.guest:
+            return
+        self.sh(f"mkdir -p {SERVER}; (exec python -m tests.kernel.forkserver {SERVER}) </dev/null "
+                f">{SERVER}.log 2>&1 &\n"
+                f"for i in $(seq 600); do [ -e {SERVER}/ready ] && break; sleep 0.05; done; "
+                f"[ -e {SERVER}/ready ] || {{ cat {SERVER}.log; exit 1; }}")
+        self._served = self.guest
 
     def json(self, *args: str) -> dict:
         rc, out = self.rblnctl(*args, "-o", "json", stdout_only=True)
@@ -160,3 +173,20 @@ class KernelHost:
         self.sh("modprobe -r vfio_pci vfio_pci_core vfio_iommu_type1 vfio 2>/dev/null; true")
         mods = self.sh("cat /proc/modules")
         assert "vfio" not in mods, mods
+
+
+def start_holder(host: KernelHost, name: str, command: str) -> int:
+    """Start `command` in the background in the guest (its pid in /run/kt/<name>.pid, killed by reset()); wait until
+    it wrote /run/kt/<name>.ready (the command's job) and return its pid."""
+    host.sh(f"mkdir -p /run/kt; rm -f /run/kt/{name}.ready; ({command}) </dev/null >/run/kt/{name}.log 2>&1 & "
+            f"echo $! > /run/kt/{name}.pid")
+    out = host.sh(f"for i in $(seq 300); do [ -s /run/kt/{name}.ready ] && break; sleep 0.1; done; "
+                  f"cat /run/kt/{name}.ready || cat /run/kt/{name}.log; cat /run/kt/{name}.pid")
+    assert out.count("\n") >= 2, out
+    return int(out.split()[-1])
+
+
+def vfio_holder(host: KernelHost, bdf: str, node: str | None = None) -> int:
+    """A VFIO user holding `bdf` (bound to vfio-pci) through its group node (or `node`, another name for it)."""
+    node = node or f"/dev/vfio/{GROUPS[bdf]}"
+    return start_holder(host, "vfio", f"exec python -m tests.kernel.vfio_holder {bdf} {node} /run/kt/vfio.ready")

@@ -17,14 +17,8 @@ import sys
 from pathlib import Path
 
 
-def main(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog="seam")
-    p.add_argument("--log")
-    p.add_argument("--crash-after", type=int)
-    p.add_argument("args", nargs=argparse.REMAINDER)
-    ns = p.parse_args(argv)
-    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-
+def observe(log: str | None, crash_after: int | None) -> None:
+    """Wrap the real writer: log each completed write to `log`, SIGKILL this process after the `crash_after`-th."""
     import rblnctl.host.vfio.writer as writers
 
     real = writers.default_writer
@@ -35,17 +29,27 @@ def main(argv: list[str]) -> None:
             self.inner = real()
 
         def write(self, path: Path, value: str, **kw: object) -> None:
-            self.inner.write(path, value, **kw)
+            self.inner.write(path, value, **kw)  # type: ignore[arg-type]
             count[0] += 1
-            if ns.log:
-                with open(ns.log, "a") as f:
+            if log:
+                with open(log, "a") as f:
                     f.write(json.dumps({"path": str(path), "value": value}) + "\n")
                     f.flush()
                     os.fsync(f.fileno())
-            if ns.crash_after is not None and count[0] >= ns.crash_after:
+            if crash_after is not None and count[0] >= crash_after:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     writers.default_writer = Observed  # type: ignore[assignment]
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="seam")
+    p.add_argument("--log")
+    p.add_argument("--crash-after", type=int)
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    ns = p.parse_args(argv)
+    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    observe(ns.log, ns.crash_after)
     from rblnctl.cli.app import main as rblnctl_main
 
     sys.argv = ["rblnctl", *args]

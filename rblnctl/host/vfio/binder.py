@@ -74,6 +74,7 @@ class VfioBinder:
     _state: StateFile = field(init=False, repr=False)
     _blocked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # bdf -> what still blocks it
     _blocking: Write | None = field(default=None, init=False, repr=False)  # the bounded write now waiting
+    _read_before: dict[str, PciFunction] = field(default_factory=dict, init=False, repr=False)  # before its writes
 
     def __post_init__(self) -> None:
         self.host = HostRoot.of(self.root)
@@ -239,6 +240,7 @@ class VfioBinder:
                 for d in reversed(touched):
                     if d.bdf in self._blocked:
                         results[d.bdf] = _result(d, plan.operation, Status.PENDING, self._blocked[d.bdf])
+                        self.on_event(f"{d.bdf}: {self._blocked[d.bdf]}")
                         continue
                     try:
                         driverless, where = self._restore(d)
@@ -364,6 +366,7 @@ class VfioBinder:
         if self._gone(d.bdf):
             return f"{d.bdf} no longer exists (removed since the plan)", False
         now = pci.read_function(self.sysfs, d.bdf)
+        self._read_before[d.bdf] = now
         if now.driver != d.from_driver:
             return (f"its driver changed since the plan (now {now.driver or 'none'}, "
                     f"planned from {d.from_driver or 'none'})"), False
@@ -384,10 +387,13 @@ class VfioBinder:
         """What a blocked write waits for (the device's holders now, unless `scan` is off: an interrupt does not
         wait for a scan) and how the person finishes the job."""
         holders = []
-        if scan:
+        f = self._read_before.get(w.bdf)
+        if scan and f is not None:
+            # never read_function() now: the blocked unbind holds the device lock, which reading driver_override
+            # takes too (drivers/pci/pci-sysfs.c driver_override_show), so that read would block as well
             try:
-                holders = HolderFinder.scan(self.host).holders(pci.read_function(self.sysfs, w.bdf))
-            except (HostError, NotFound):
+                holders = HolderFinder.scan(self.host).holders(f)
+            except HostError:
                 pass
         who = "; ".join(f"pid {h.pid} ({h.command}) has {h.path} open" for h in holders) or (
             "a VFIO user holds it: `vfio status` names it" if not scan else "a VFIO user rblnctl cannot see holds it")
