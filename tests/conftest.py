@@ -23,19 +23,22 @@ from tests.kubevirt_real.fixtures import KUBEVIRT_FIXTURES, kv, kv_stack, kv_sta
 from tests.kubevirt_real.fake_backend import kvbackend  # noqa: F401  (re-exported: fake, then real KubeVirt)
 
 
-_TIER_NAMES = {"envtest": "envtest (real kube-apiserver)", "kubevirt": "kubevirt (real KubeVirt v1.9.0)"}
+_TIER_NAMES = {"envtest": "envtest (real kube-apiserver)", "kubevirt": "kubevirt (real KubeVirt v1.9.0)",
+               "kernel": "kernel (real Linux 6.1 in QEMU)"}
 
 
-REAL_DIRS = ("tests/envtest/", "tests/kubevirt_real/")
+REAL_DIRS = ("tests/envtest/", "tests/kubevirt_real/", "tests/kernel/")
 
 
 def real_tier(nodeid: str) -> bool:
     """Whether a test may reach a real control plane or KubeVirt stack, from its node id alone (what xdist's
     scheduler sees): it lives in a real tier's folder, or one of its parameters is a real backend (`real`,
-    `real-kubevirt`). tests/test_hygiene.py checks that every `envtest`/`kubevirt` test is one."""
+    `real-kubevirt`, `kernel`). tests/test_hygiene.py checks that every `envtest`/`kubevirt`/`kernel` test is one.
+    The kernel tier (tests/kernel/) boots one QEMU guest per session: on one worker, never two guests at once."""
     if nodeid.startswith(REAL_DIRS):
         return True
-    return "real" in nodeid.partition("[")[2].rstrip("]").split("-")
+    params = nodeid.partition("[")[2].rstrip("]").split("-")
+    return "real" in params or "kernel" in params
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -63,16 +66,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.envtest)
         if KUBEVIRT_FIXTURES & names:
             item.add_marker(pytest.mark.kubevirt)
+        if _on_kernel(item):
+            item.add_marker(pytest.mark.kernel)
         # reports carry the tiers back from the workers (under xdist the controller collects nothing)
         item.user_properties.extend(("tier", tier) for tier in _TIER_NAMES if item.get_closest_marker(tier))
 
     def stack_order(item):
+        if _on_kernel(item):
+            # last: the session's guest boots once and is powered off at the end of the run; the tests that boot
+            # another machine or reboot it (tests/kernel/guest.py `reboots`) after the rest
+            return 5 if getattr(getattr(item, "function", None), "reboots", False) else 4
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("kvbackend") == "real-kubevirt":
             names.add("kv")  # tests/kubevirt_real/fake_backend.py: its real variant asks for `kv` when it runs
         return (0 if not KUBEVIRT_FIXTURES & names else 1 if "kv" in names else 2 if "kv_stack" in names else 3)
     items.sort(key=stack_order)  # stable: the order within each group is kept
+
+
+def _on_kernel(item) -> bool:
+    """A kernel-tier test: it asks for the session's guest, or it is the `kernel` variant of a fake/kernel scenario."""
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    return bool({"kernel", "linux"} & names) or (callspec is not None and "kernel" in callspec.params.values())
 
 
 def pytest_terminal_summary(terminalreporter):

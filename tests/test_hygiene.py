@@ -54,7 +54,7 @@ def _feature_table() -> list[list[str]]:
     section = text.split("## Feature -> tests\n", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in section.splitlines()
             if line.startswith("| ")]
-    assert rows[0] == ["feature", "library", "CLI", "envtest", "kubevirt"]
+    assert rows[0] == ["feature", "library", "CLI", "envtest", "kubevirt", "kernel"]
     return rows[1:]
 
 
@@ -63,7 +63,7 @@ def test_the_feature_table_names_files_that_exist_and_every_test_file():
 
     listed: set[str] = set()
     for row in _feature_table():
-        assert len(row) == 5, row
+        assert len(row) == 6, row
         paths = [p for cell in row[1:] for p in re.findall(r"`([^`]+)`", cell)]
         assert paths, f"{row[0]}: no test named"
         for path in paths:
@@ -81,7 +81,8 @@ def test_every_real_tier_test_is_scheduled_with_the_real_tiers(request):
     from tests.conftest import real_tier
 
     items = request.session.items
-    marked = [i.nodeid for i in items if i.get_closest_marker("envtest") or i.get_closest_marker("kubevirt")]
+    marked = [i.nodeid for i in items if any(i.get_closest_marker(m) for m in ("envtest", "kubevirt", "kernel"))]
     assert [n for n in marked if not real_tier(n)] == []
     assert real_tier("tests/cli/test_capacity.py::t[real]") and real_tier("tests/x.py::t[real-kubevirt-Always]")
     assert not real_tier("tests/cli/test_capacity.py::t[fake]") and not real_tier("tests/x.py::t[fake-Always]")
+    assert real_tier("tests/kernel/test_x.py::t[fake]") and real_tier("tests/host/x.py::t[kernel-bind]")

@@ -63,6 +63,12 @@ RootOpt = Annotated[
                  "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
                  show_default=True),
 ]
+WriteTimeoutOpt = Annotated[
+    str,
+    typer.Option("--timeout", metavar="DURATION", help="How long to wait for an unbind from vfio-pci, which the "
+                 "kernel holds until a VFIO user (a VM) lets go of the device: then rblnctl stops waiting, names the "
+                 "holder and says how to finish (the write itself cannot be cancelled)."),
+]
 StateOpt = Annotated[
     Path | None,
     typer.Option("--state-file", metavar="FILE", help="Record of original drivers "
@@ -148,10 +154,11 @@ def bind(
     output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
+    timeout: WriteTimeoutOpt = "10s",
 ) -> None:
     """Bind NPUs to vfio-pci (checked, rolled back)."""
     _selection(bdfs, all_devices)
-    binder = _binder(root, state_file, force=force, keep_going=keep_going, load_modules=load_modules)
+    binder = _binder(root, state_file, force=force, keep_going=keep_going, load_modules=load_modules, timeout=timeout)
     _execute(binder, binder.plan("bind", bdfs or (), all_devices=all_devices), dry_run=dry_run, yes=yes, ctx=ctx,
              output=output)
 
@@ -176,10 +183,11 @@ def unbind(
     output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
+    timeout: WriteTimeoutOpt = "10s",
 ) -> None:
     """Give NPUs back to their host driver."""
     _selection(bdfs, all_devices)
-    binder = _binder(root, state_file, force=force, keep_going=keep_going)
+    binder = _binder(root, state_file, force=force, keep_going=keep_going, timeout=timeout)
     _execute(binder, binder.plan("unbind", bdfs or (), all_devices=all_devices, driver=driver), dry_run=dry_run,
              yes=yes, output=output, ctx=ctx)
 
@@ -203,10 +211,11 @@ def recover(
     output: OutputOpt = "table",
     root: RootOpt = Path(C.HOST_ROOT),
     state_file: StateOpt = None,
+    timeout: WriteTimeoutOpt = "10s",
 ) -> None:
     """Re-probe NPUs left without a driver or with a stale driver_override."""
     _selection(bdfs, all_devices)
-    binder = _binder(root, state_file)
+    binder = _binder(root, state_file, timeout=timeout)
     _execute(binder, binder.plan("recover", bdfs or (), all_devices=all_devices, mode=mode.value), dry_run=dry_run,
              yes=yes, output=output, ctx=ctx)
 
@@ -225,12 +234,14 @@ def _selection(bdfs: list[str] | None, all_devices: bool) -> None:
 
 
 def _binder(root: Path, state_file: Path | None, *, force: bool = False, keep_going: bool = False,
-            load_modules: bool = False) -> VfioBinder:
-    from rblnctl.cli.console import warn
+            load_modules: bool = False, timeout: str = "10s") -> VfioBinder:
+    from rblnctl.cli.console import info, warn
+    from rblnctl.cli.options import timeout_s
     from rblnctl.host.vfio import VfioBinder
 
     return VfioBinder(root=root, state_file=state_file, force=force, keep_going=keep_going,
-                      load_modules=load_modules, on_write=lambda w: _progress("write", w), on_event=warn)
+                      load_modules=load_modules, write_timeout_s=timeout_s(timeout),
+                      on_write=lambda w: _progress("write", w), on_event=warn, on_done=info)
 
 
 def _execute(binder: VfioBinder, plan: VfioPlan, *, dry_run: bool, yes: bool, output: OutputSpec,
@@ -273,6 +284,11 @@ def _recovery_hints(ctx: typer.Context, results: Sequence[DeviceResult]) -> list
 
     hints = []
     for r in results:
+        if r.status == "pending":
+            cmd = Command.own("vfio", str(r.action), r.bdf, again=True)
+            hints.append(f"{r.bdf}: its unbind from {r.from_driver} is still waiting in the kernel for a VFIO user to "
+                         f"let go; once it has, run `{render(ctx, cmd, drop=_ONE_DEVICE)}` to finish")
+            continue
         if r.status != "driverless":
             continue
         if r.action == "bind" and r.from_driver:

@@ -19,7 +19,11 @@ from rblnctl.host.root import HostRoot
 class HolderFinder:
     """Map PCI functions to the open files that pin them, from one scan of `<proc>/*/fd`.
 
-    A function is held when a process has open: one of its device nodes (`/dev/rbln*`, `/dev/rsd*`:
+    Found from the function itself, not from names: every device number under its sysfs subtree (the `dev`
+    attribute of each class device: a disk, its partitions, an rbln node, its VFIO device cdev) and of its VFIO
+    group node `/dev/vfio/<group>`, matched against what each open fd is (stat of `/proc/<pid>/fd/<n>`, kind and
+    st_rdev), so a node named anything, anywhere, counts. Besides that, by path, a function is held when a process
+    has open: one of its device nodes (`/dev/rbln*`, `/dev/rsd*`:
     class devices under the function's sysfs directory, or character devices whose
     `/sys/dev/char/<major>:<minor>` resolves under it), its VFIO group node `/dev/vfio/<group>` or its
     VFIO device cdev `/dev/vfio/devices/vfioN` (a running VM; an iommufd VMM opens the cdev only, see
@@ -53,6 +57,8 @@ class HolderFinder:
         for n in pci.vfio_cdev_names(self.sysfs, f.bdf):
             exact += [f"/dev/vfio/devices/{n}", str(self.dev / "vfio" / "devices" / n)]
         found = self.table.holders(exact)
+        seen = {(h.pid, h.path) for h in found}
+        found += [h for h in self.table.holders_of_devices(self._numbers(f)) if (h.pid, h.path) not in seen]
         prefixes = self._sysfs_prefixes(f.bdf)
         if prefixes:
 
@@ -66,6 +72,15 @@ class HolderFinder:
             seen = {(h.pid, h.path) for h in found}
             found += [h for h in self.table.holders_where(under) if (h.pid, h.path) not in seen]
         return sorted(found, key=lambda h: (h.pid, h.path))
+
+    def _numbers(self, f: PciFunction) -> set[tuple[str, int]]:
+        """The function's device numbers: every `dev` under its sysfs subtree, and its VFIO group's node."""
+        numbers = pci.device_numbers(self.sysfs, f.bdf)
+        if f.iommu_group:
+            group = pci.char_device_number(self.dev / "vfio" / f.iommu_group)
+            if group is not None:
+                numbers.add(("c", group))
+        return numbers
 
     def unattributed(self, bdfs: Sequence[str]) -> list[Holder]:
         """Holders of /dev/rbln*|rsd* nodes that none of `bdfs` claims (so nobody can tell whose they are)."""

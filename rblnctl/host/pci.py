@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +192,64 @@ def vfio_cdev_names(sysfs: Path, bdf: str) -> list[str]:
     except OSError:
         return []
 
+
+def device_numbers(sysfs: Path, bdf: str) -> set[tuple[str, int]]:
+    """Every device number the function's own sysfs subtree exposes: `("b" or "c", makedev(major, minor))` from each
+    `dev` attribute below it (a block device's `virtio0/block/vda/dev`, its partitions, `rbln/rbln0/dev`,
+    `vfio-dev/vfio0/dev`), whatever the nodes are named in /dev. A class device is a block device when its
+    `subsystem` link is `block`. Symlinks are not followed, and a function behind this one (a bridge's child, its
+    own BDF-named directory) is not this function's.
+    """
+    out: set[tuple[str, int]] = set()
+    stack: list[tuple[str | Path, int]] = [(device_dir(sysfs, bdf), 0)]
+    while stack:
+        d, depth = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if depth and "dev" in names:
+            number = _read_dev(Path(d) / "dev")
+            if number is not None:
+                kind = "b" if _link_name(Path(d) / "subsystem") == "block" else "c"
+                out.add((kind, number))
+        if depth >= _MAX_CLASS_DEPTH:
+            continue
+        for e in entries:
+            if e.name in _NOT_DEVICE_DIRS or is_bdf_name(e.name):
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append((e.path, depth + 1))
+            except OSError:
+                continue
+    return out
+
+
+def char_device_number(path: Path) -> int | None:
+    """st_rdev of a character device file (`/dev/vfio/<group>`), None when it is absent or not one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_rdev if stat.S_ISCHR(st.st_mode) else None
+
+
+def _read_dev(path: Path) -> int | None:
+    """A sysfs `dev` attribute, `major:minor`, as a device number."""
+    try:
+        major, _, minor = path.read_text().strip().partition(":")
+        return os.makedev(int(major), int(minor))
+    except (OSError, ValueError):
+        return None
+
+
+# How deep class devices sit below a function (virtio0/block/vda/vda1 is 4) and what never holds one.
+_MAX_CLASS_DEPTH = 6
+_NOT_DEVICE_DIRS = frozenset({"power", "msi_irqs", "link", "driver", "subsystem", "firmware_node", "iommu",
+                              "iommu_group", "physfn", "consumer", "supplier", "holders", "slaves", "queue", "mq",
+                              "trace", "integrity", "bdi"})
 
 # Subdirectories of a PCI function that never hold class devices; skipping them keeps the scan cheap.
 _NOT_CLASS_DIRS = frozenset({"power", "msi_irqs", "link", "driver", "subsystem", "firmware_node", "iommu",

@@ -360,10 +360,10 @@ def test_sigterm_mid_bind_rolls_back_and_exits_143(k, monkeypatch):
     from rblnctl.errors import Interrupted
 
     class Signalled:
-        def write(self, path, value):
+        def write(self, path, value, bound_s=None):
             if value == B and path.name == "drivers_probe":
                 raise Interrupted(15)
-            k.writer.write(path, value)
+            k.writer.write(path, value, bound_s=bound_s)
 
     monkeypatch.setattr(vfio_writer, "default_writer", lambda: Signalled())
     r = vfio(k, "bind", A, B, "--yes")

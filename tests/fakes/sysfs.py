@@ -11,8 +11,11 @@ A temp dir is not sysfs: writing a file there runs no kernel callback. So rblnct
 writes through a `SysfsWriter` seam, and `SimKernel.writer` is a writer that checks the path and
 the value the way the PCI core does, then performs the effect on the tree:
 
-- `devices/<bdf>/driver_override`: sets (or, with an empty/newline value, clears) the override.
-- `drivers/<d>/unbind`: ENODEV unless the function is bound to <d>; else detaches it.
+- Any write of zero bytes changes nothing (the kernel never calls the attribute's store for it).
+- `devices/<bdf>/driver_override`: sets (or, with a newline, clears) the override.
+- `drivers/<d>/unbind`: ENODEV unless the function is bound to <d>; else detaches it. An unbind from vfio-pci
+  while a process holds the function's `dev/vfio/<group>` open blocks in the kernel until it lets go: here a
+  bounded write raises WriteStillBlocked at once and an unbounded one fails the test (it would hang).
 - `drivers/<d>/bind`: ENODEV for an unknown function or one <d> does not match (an override names
   another driver, or <d> has no matching ID), EBUSY when it already has a driver; else probes <d>.
 - `bus/pci/drivers_probe`: ENODEV for an unknown function; otherwise probes the override driver, or
@@ -46,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rblnctl.errors import HostError
+from rblnctl.host.vfio.writer import WriteStillBlocked
 
 INTEL_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ss "
                "ht syscall nx pdpe1gb rdtscp lm constant_tsc vmx smx est tm2 ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic")
@@ -92,6 +96,7 @@ class SimKernel:
     devices: dict[str, SimDevice] = field(default_factory=dict)
     drivers: dict[str, SimDriver] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)  # (path relative to root, value), in order
+    blocked: list[str] = field(default_factory=list)  # functions whose unbind a VFIO user blocked
     missing_modules: set[str] = field(default_factory=set)
     _failures: dict[tuple[str, str], tuple[int, int | None]] = field(default_factory=dict)
     _refused: set[tuple[str, str]] = field(default_factory=set)
@@ -372,12 +377,14 @@ class SimKernel:
 
     # ---- the kernel side of a write ----
 
-    def handle_write(self, path: Path, value: str) -> None:
+    def handle_write(self, path: Path, value: str, bound_s: float | None = None) -> None:
         """Apply one write as the kernel would, or raise OSError as the kernel would refuse it."""
         given = Path(path)
         self.writes.append((os.path.relpath(given, self.root), value))
         if not given.exists():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(given))
+        if value == "":
+            return  # write(2) of nothing: sysfs never calls the store
         real = Path(os.path.realpath(given))
         try:
             rel = real.relative_to(os.path.realpath(self.sys))
@@ -400,6 +407,11 @@ class SimKernel:
             if op == "unbind":
                 if dev.driver != drv:
                     raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+                if drv == VFIO and dev.group is not None and self._vfio_user(dev.group):
+                    # vfio_unregister_group_dev(): "blocked until released by user"
+                    assert bound_s is not None, f"unbind of {dev.bdf} would block forever: a VFIO user holds it"
+                    self.blocked.append(dev.bdf)
+                    raise WriteStillBlocked(f"still blocked in the kernel after {bound_s:g} s", pid=0)
                 self._detach(dev)
                 return
             if dev.driver is not None:
@@ -428,6 +440,14 @@ class SimKernel:
                     return
             return
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(given))
+
+    def _vfio_user(self, group: str) -> bool:
+        """Whether a process under proc/ has the group's node open (by the path its fd link names)."""
+        wanted = {f"/dev/vfio/{group}", str(self.vfio_node(group))}
+        for fd in self.proc.glob("[0-9]*/fd/*"):
+            if os.readlink(fd) in wanted:
+                return True
+        return False
 
     def _maybe_fail(self, op: str, bdf: str) -> None:
         hit = self._failures.get((op, bdf))
@@ -506,14 +526,14 @@ class SimWriter:
     def __init__(self, kernel: SimKernel) -> None:
         self.kernel = kernel
 
-    def write(self, path: Path, value: str) -> None:
-        self.kernel.handle_write(path, value)
+    def write(self, path: Path, value: str, *, bound_s: float | None = None) -> None:
+        self.kernel.handle_write(path, value, bound_s)
 
 
 class HostWriteGuard:
     """A writer that fails any test that would write through the real writer (it must inject the simulator's)."""
 
-    def write(self, path: Path, value: str) -> None:
+    def write(self, path: Path, value: str, *, bound_s: float | None = None) -> None:
         raise AssertionError(f"test tried a real sysfs write: {value!r} > {path}")
 
 

@@ -62,14 +62,19 @@ class VfioBinder:
     keep_going: bool = False  # on failure keep the devices that did change (and go on with the rest)
     load_modules: bool = False  # modprobe vfio-pci when bind needs it and it is missing
     settle_timeout_s: float = 5.0  # how long to wait for /dev/vfio/<group> after a bind
+    write_timeout_s: float = 10.0  # how long a write that can block in the kernel (Write.may_block) may take
     clock: Clock = SYSTEM_CLOCK
     writer: SysfsWriter | None = None  # None: writer.default_writer() (real writes)
     load_module: Callable[[str], None] | None = None
     is_root: Callable[[], bool] = system.is_root
     on_write: Callable[[Write], None] = _noop
-    on_event: Callable[[str], None] = _noop
+    on_event: Callable[[str], None] = _noop  # something went wrong or needs a person's attention
+    on_done: Callable[[str], None] = _noop  # something apply() did besides the writes (a module it loaded)
     host: HostRoot = field(init=False, repr=False)
     _state: StateFile = field(init=False, repr=False)
+    _blocked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # bdf -> what still blocks it
+    _blocking: Write | None = field(default=None, init=False, repr=False)  # the bounded write now waiting
+    _read_before: dict[str, PciFunction] = field(default_factory=dict, init=False, repr=False)  # before its writes
 
     def __post_init__(self) -> None:
         self.host = HostRoot.of(self.root)
@@ -205,8 +210,8 @@ class VfioBinder:
         to_vfio = any(d.to_driver == VFIO for d in plan.changes)
         with self._state.locked():
             for module in plan.load_modules:
-                self.on_event(f"loading kernel module {module}")
                 self._loader()(module)
+                self.on_done(f"loaded kernel module {module} (modprobe {module})")
             if to_vfio and not pci.driver_registered(self.sysfs, VFIO):
                 raise HostError(f"{VFIO} is not registered (no {pci.driver_dir(self.sysfs, VFIO)}); "
                                 "nothing was changed")
@@ -226,9 +231,17 @@ class VfioBinder:
                 results = self._apply_all(plan, touched)
             except KeyboardInterrupt:
                 # A signal between an unbind and the probe would leave a device without a driver: undo first.
+                blocked = self._blocking
+                self._blocking = None
+                if blocked is not None:
+                    self._blocked[blocked.bdf] = self._still_blocked(blocked, "interrupted while ", scan=False)
                 self.on_event(f"interrupted: restoring the {len(touched)} device(s) this run changed")
                 results = {}
                 for d in reversed(touched):
+                    if d.bdf in self._blocked:
+                        results[d.bdf] = _result(d, plan.operation, Status.PENDING, self._blocked[d.bdf])
+                        self.on_event(f"{d.bdf}: {self._blocked[d.bdf]}")
+                        continue
                     try:
                         driverless, where = self._restore(d)
                     except KeyboardInterrupt:
@@ -277,8 +290,18 @@ class VfioBinder:
         log.debug("write %r > %s (%s %s)", w.value, w.path, w.bdf, w.why)
         writer = self.writer if self.writer is not None else writers.default_writer()
         try:
-            writer.write(Path(w.path), w.value)
+            if w.may_block:
+                self._blocking = w
+                writer.write(Path(w.path), w.value, bound_s=self.write_timeout_s)
+                self._blocking = None
+            else:
+                writer.write(Path(w.path), w.value)
+        except writers.WriteStillBlocked:
+            self._blocking = None
+            self._blocked[w.bdf] = self._still_blocked(w, "")
+            raise
         except OSError as e:
+            self._blocking = None
             reason = os.strerror(e.errno) if e.errno else str(e)
             raise HostError(f"{w.why}: writing {w.value.strip()!r} to {w.path} failed: {reason}") from e
 
@@ -308,7 +331,11 @@ class VfioBinder:
                 done.append(d)
                 results[d.bdf] = _result(d, plan.operation, Status.OK, self._ok_message(d))
                 continue
-            if wrote:
+            if d.bdf in self._blocked:
+                # the kernel still holds the write: nothing can be rolled back under it, and the others stop
+                results[d.bdf] = _result(d, plan.operation, Status.PENDING, error)
+                self.on_event(f"{d.bdf}: {error}")
+            elif wrote:
                 self.on_event(f"{d.bdf}: {error}; rolling it back to {d.from_driver or 'no driver'}")
                 driverless, where = self._restore(d)
                 results[d.bdf] = _result(d, plan.operation, Status.DRIVERLESS if driverless else Status.FAILED,
@@ -339,6 +366,7 @@ class VfioBinder:
         if self._gone(d.bdf):
             return f"{d.bdf} no longer exists (removed since the plan)", False
         now = pci.read_function(self.sysfs, d.bdf)
+        self._read_before[d.bdf] = now
         if now.driver != d.from_driver:
             return (f"its driver changed since the plan (now {now.driver or 'none'}, "
                     f"planned from {d.from_driver or 'none'})"), False
@@ -347,11 +375,33 @@ class VfioBinder:
             try:
                 touched = True
                 self._write(w)
+            except writers.WriteStillBlocked:
+                return self._blocked[d.bdf], touched
             except HostError as e:
                 return str(e), touched
         if self._gone(d.bdf):
             return f"{d.bdf} no longer exists (removed during the run)", touched
         return self._verify(d), touched
+
+    def _still_blocked(self, w: Write, prefix: str, *, scan: bool = True) -> str:
+        """What a blocked write waits for (the device's holders now, unless `scan` is off: an interrupt does not
+        wait for a scan) and how the person finishes the job."""
+        holders = []
+        f = self._read_before.get(w.bdf)
+        if scan and f is not None:
+            # never read_function() now: the blocked unbind holds the device lock, which reading driver_override
+            # takes too (drivers/pci/pci-sysfs.c driver_override_show), so that read would block as well
+            try:
+                holders = HolderFinder.scan(self.host).holders(f)
+            except HostError:
+                pass
+        who = "; ".join(f"pid {h.pid} ({h.command}) has {h.path} open" for h in holders) or (
+            "a VFIO user holds it: `vfio status` names it" if not scan else "a VFIO user rblnctl cannot see holds it")
+        pids = " ".join(str(h.pid) for h in holders) or "PID"
+        waited = f"after {self.write_timeout_s:g} s " if scan else ""
+        return (f"{prefix}{w.why}: the kernel is still waiting {waited}for the device to "
+                f"be released ({who}); the write is not cancelled and completes when that process lets go (stop "
+                f"it, e.g. kill {pids}), then the same command again finishes the device")
 
     def _driver_text(self, bdf: str) -> str:
         return "nothing (removed)" if self._gone(bdf) else (pci.current_driver(self.sysfs, bdf) or "no driver")

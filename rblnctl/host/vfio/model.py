@@ -46,10 +46,12 @@ class Status(enum.StrEnum):
     ROLLED_BACK = "rolled-back"  # changed, then restored because another device failed or a signal came
     NOT_ATTEMPTED = "not-attempted"  # never touched: an earlier device failed and the run stopped
     DRIVERLESS = "driverless"  # a rollback failed and the device has no driver now
+    PENDING = "pending"  # an unbind still blocked in the kernel by a VFIO user when the bound passed; it finishes
+    # once that user lets go (`message` names it), then the same command again finishes the device
 
 
 # Statuses that make an outcome not ok.
-PROBLEMS = frozenset({Status.FAILED, Status.DRIVERLESS, Status.ROLLED_BACK, Status.NOT_ATTEMPTED})
+PROBLEMS = frozenset({Status.FAILED, Status.DRIVERLESS, Status.ROLLED_BACK, Status.NOT_ATTEMPTED, Status.PENDING})
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,17 @@ class DeviceBlocker(Blocker):
 
 @dataclass(frozen=True, kw_only=True)
 class Write:
-    """One sysfs write: `value` into `path`, done for `bdf` (`why` says which step it is)."""
+    """One sysfs write: `value` into `path`, done for `bdf` (`why` says which step it is).
+
+    `may_block`: the kernel may hold the write until a user lets go of the device (an unbind from a vfio driver
+    while a VFIO user holds it: "blocked until released by user"), so it runs with a bound.
+    """
 
     bdf: str
     path: str
     value: str
     why: str
+    may_block: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -113,7 +113,7 @@ def override_write(sysfs: Path, bdf: str, value: str | None, why: str) -> Write:
 def unbind_write(sysfs: Path, bdf: str, driver: str, why: str | None = None) -> Write:
     """`drivers/<driver>/unbind <- bdf`."""
     return Write(bdf=bdf, path=str(pci.driver_dir(sysfs, driver) / "unbind"), value=bdf,
-                 why=why or f"unbind from {driver}")
+                 why=why or f"unbind from {driver}", may_block=pci.is_vfio_driver(driver))
 
 
 def bind_write(sysfs: Path, bdf: str, driver: str, why: str) -> Write:

@@ -354,10 +354,10 @@ def test_ctrl_c_between_unbind_and_probe_restores_before_it_propagates(tmp_path)
     k = npu_node(tmp_path, 3)
 
     class InterruptedWriter:  # the user presses Ctrl-C while B has no driver
-        def write(self, path, value):
+        def write(self, path, value, bound_s=None):
             if value == B and path.name == "drivers_probe":
                 raise KeyboardInterrupt
-            k.writer.write(path, value)
+            k.writer.write(path, value, bound_s=bound_s)
 
     events = []
     b = make(k, writer=InterruptedWriter(), on_event=events.append)
@@ -547,10 +547,10 @@ def test_device_removed_mid_write_is_reported_not_raised(tmp_path):
     k = npu_node(tmp_path, 2)
 
     class UnplugOnProbe:  # the device goes away right after its unbind
-        def write(self, path, value):
+        def write(self, path, value, bound_s=None):
             if value == B and path.name == "drivers_probe":
                 k.remove_pci_function(B)
-            k.writer.write(path, value)
+            k.writer.write(path, value, bound_s=bound_s)
 
     b = make(k, writer=UnplugOnProbe())
     out = b.apply(b.plan("bind", [A, B]))
@@ -626,10 +626,10 @@ def test_signal_between_unbind_and_probe_restores_the_device_and_the_records(tmp
     (k.root / "state.json").write_text(json.dumps({"version": 1, "devices": {}}))
 
     class SignalledWriter:  # the signal arrives while B has been unbound and not yet probed
-        def write(self, path, value):
+        def write(self, path, value, bound_s=None):
             if value == B and path.name == "drivers_probe":
                 raise Interrupted(signum)
-            k.writer.write(path, value)
+            k.writer.write(path, value, bound_s=bound_s)
 
     events = []
     b = make(k, writer=SignalledWriter(), on_event=events.append)
@@ -663,12 +663,12 @@ def test_a_second_signal_during_the_rollback_does_not_abandon_the_other_devices(
     k = npu_node(tmp_path, 3)
 
     class Signalled:  # SIGTERM between C's unbind and probe, then SIGTERM again while B is being restored
-        def write(self, path, value):
+        def write(self, path, value, bound_s=None):
             if value == "0000:3d:00.0" and path.name == "drivers_probe":
                 raise Interrupted(15)
             if value == B and path.name == "bind":
                 raise Interrupted(15)
-            k.writer.write(path, value)
+            k.writer.write(path, value, bound_s=bound_s)
 
     b = make(k, writer=Signalled())
     with pytest.raises(Interrupted):

@@ -257,11 +257,11 @@ def test_a_signal_during_recovery_restores_what_it_touched(tmp_path):
     class Signalled:
         signalled = False
 
-        def write(self, path, value):
+        def write(self, path, value, bound_s=None):
             if value == Y and path.name == "drivers_probe" and not self.signalled:
                 self.signalled = True
                 raise Interrupted(1)
-            k.writer.write(path, value)
+            k.writer.write(path, value, bound_s=bound_s)
 
     b, plan = recover(k, all_devices=True, mode="vm", writer=Signalled())
     with pytest.raises(Interrupted):

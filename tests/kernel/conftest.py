@@ -1,0 +1,43 @@
+"""The kernel tier's fixtures: `kernel`, one booted guest for the whole session (boots dominate under TCG)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.kernel.guest import KernelHost, kernel_dir
+
+SKIP = "RBLNCTL_KERNEL unset: export RBLNCTL_KERNEL=$(../shared/kernel/setup)"
+
+
+def boot(**options: object) -> object:
+    """A kernelvm.Guest (booted), or a skip when the bundle is not there."""
+    kdir = kernel_dir()
+    if kdir is None:
+        pytest.skip(SKIP)
+    if kdir not in sys.path:
+        sys.path.insert(0, kdir)
+    from kernelvm import Guest  # type: ignore[import-not-found]
+
+    return Guest(kernel_dir=kdir, **options)
+
+
+@pytest.fixture(scope="session")
+def kernel():
+    """The session's guest (booted on first use, with the default machine), powered off at the end."""
+    if kernel_dir() is None:
+        pytest.skip(SKIP)
+    host = KernelHost(boot)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture
+def linux(kernel):
+    """`kernel` on the default machine, reset for this test (NPUs on virtio-pci, no state file, no holders)."""
+    kernel.use()
+    kernel.reset()
+    return kernel
