@@ -87,10 +87,14 @@ def check_release_line(f: ClusterFacts, out: Findings) -> None:
 
     base = policy.base_name if policy else C.OPERATOR_BASE_NAME
     drv = next((v for ds in daemonsets if is_dra_daemonset(ds, base) and (v := dra_driver_version(ds))), None)
+    version_failed = any(r.id == "operator.version" and r.status == Status.FAIL for r in out.items)
     for method, (verdict, text) in verdicts(found, strict_version(drv[0]) if drv else None).items():
         title = f"What the operator line serves: {method}"
         if verdict is None and not deps:  # no operator Deployment: operator.version says so already
             status = Status.SKIP
+        elif method == f.method and verdict == NO and version_failed:
+            # One FAIL per cause: operator.version already fails the release for this method, with its remedy.
+            status, text = Status.SKIP, f"{text} (operator.version fails for this)"
         elif method == f.method:
             status = Status.PASS if verdict == WORKS else Status.FAIL if verdict == NO else Status.WARN
         else:
