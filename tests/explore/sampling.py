@@ -1,7 +1,8 @@
-"""Which of the explorer's cases a run takes: every one with RBLNCTL_EXPLORE=full (not yet CI's
-default: some other-actor cases still fail, docs/testing.md "Other actors"), else a deterministic sample, each world's cases sorted and every k-th taken from an offset
-fixed by the world's name, so that every world is in the default run and the same cases are in every run (and in
-every xdist worker, which collect on their own). docs/testing.md has the sizes and times.
+"""Which of the explorer's cases a run takes: every one with RBLNCTL_EXPLORE=full (not yet CI's default: some
+other-actor cases still fail, docs/testing.md "Other actors"), else a deterministic sample, each world's cases
+sorted and every k-th taken from an offset fixed by the world's name, so that every world is in the default run and
+the same cases are in every run (and in every xdist worker, which collect on their own). docs/testing.md has the
+sizes and times.
 """
 
 from __future__ import annotations

@@ -16,7 +16,18 @@ from tests.explore.sampling import sample
 from tests.explore.test_crash_points import NOTHING_CHANGED, baseline
 from tests.explore.worlds import WORLDS
 
-SAMPLE_EVERY = 12  # the default run takes every 12th case of each world; CI takes all
+SAMPLE_EVERY = 12  # the default run takes every 12th case of each world; RBLNCTL_EXPLORE=full takes all
+
+# Cases that still fail, each a bug of issue 37 left open (docs/testing.md "Other actors" lists the full matrix's):
+# strict, so a fix turns them red until they leave this list.
+KNOWN = {
+    "vm-attach-dra-before-01-POST-vms-resourceclaimtemplates-owner-start":
+        "issue 37: the owner starts a stopped VM after rblnctl's read; the NPU patch lands on the running VM "
+        "(its uid test holds, its run state is not tested) and the run says done",
+    "vm-detach-restart-after-03-PATCH-virtualmachines-v1-2-second-opposite":
+        "issue 37: a second rblnctl takes the first run's live stopped mark for an abandoned one and starts the "
+        "VM mid-run (a mark has no liveness)",
+}
 
 
 def pytest_generate_tests(metafunc):
@@ -27,8 +38,10 @@ def pytest_generate_tests(metafunc):
         for point in points(baseline(world.name)):
             for actor in actors_for(world):
                 cases.append((world.name, f"{world.name}-{point.label}-{actor.name}", (point, actor)))
-    metafunc.parametrize("actor_case", [pytest.param((name, point, actor), id=case_id)
-                                        for name, case_id, (point, actor) in sample(cases, SAMPLE_EVERY)])
+    metafunc.parametrize("actor_case", [
+        pytest.param((name, point, actor), id=case_id,
+                     marks=[pytest.mark.xfail(reason=KNOWN[case_id], strict=True)] if case_id in KNOWN else [])
+        for name, case_id, (point, actor) in sample(cases, SAMPLE_EVERY)])
 
 
 def _told(out, base) -> str:
