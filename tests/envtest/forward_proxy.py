@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,49 @@ class ProxyUnavailable(Exception):
     """proxy.py is not installed (the `test` extra installs it)."""
 
 
+class _ProxyProcess:
+    """One proxy child process: started in its own session with its output in `log`, ready when `ready()` says so,
+    stopped with TERM, then KILL. The two proxies below differ only in their argv and readiness sign."""
+
+    workdir: Path
+    port: int
+    _popen: subprocess.Popen | None
+
+    @property
+    def log(self) -> Path:
+        raise NotImplementedError
+
+    def _spawn(self, argv: list[str], ready: Callable[[], bool], timeout_s: float, *,
+               env: dict[str, str] | None = None) -> None:
+        name = argv[argv.index("-m") + 1]  # the module run: proxy, pproxy
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
+        self._popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       cwd=self.workdir, env=env, start_new_session=True)
+        out.close()
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self._popen.poll() is not None:
+                raise RuntimeError(f"{name} exited ({self._popen.returncode}): {self.log.read_text()[-2000:]}")
+            if ready():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{name} did not start in {timeout_s:g}s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.terminate()
+            try:
+                self._popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._popen.kill()
+                self._popen.wait(timeout=5)
+        self._popen = None
+
+
 @dataclass
-class ForwardProxy:
+class ForwardProxy(_ProxyProcess):
     workdir: Path
     hosts: dict[str, str]
     basic_auth: str | None = None  # "user:password": 407 without them
@@ -43,7 +85,6 @@ class ForwardProxy:
             import proxy  # noqa: F401
         except ImportError as e:
             raise ProxyUnavailable("proxy.py is not installed: pip install -e '.[test]'") from e
-        self.workdir.mkdir(parents=True, exist_ok=True)
         port_file = self.workdir / "port"
         port_file.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0", "--port-file",
@@ -55,35 +96,19 @@ class ForwardProxy:
                ",".join(f"{k}={v}" for k, v in self.hosts.items())}
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env.pop(name, None)
-        out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
-        self._popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       cwd=self.workdir, env=env, start_new_session=True)
-        out.close()
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self._popen.poll() is not None:
-                raise RuntimeError(f"proxy.py exited ({self._popen.returncode}): {self.log.read_text()[-2000:]}")
+
+        def ready() -> bool:
             text = port_file.read_text().strip() if port_file.exists() else ""
             if text.isdigit():
                 self.port = int(text)
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"proxy.py did not start in {timeout_s:g}s: {self.log.read_text()[-2000:]}")
+            return bool(self.port)
 
-    def stop(self) -> None:
-        if self._popen is not None and self._popen.poll() is None:
-            self._popen.terminate()
-            try:
-                self._popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._popen.kill()
-                self._popen.wait(timeout=5)
-        self._popen = None
+        self._spawn(argv, ready, timeout_s, env=env)
+        return self
 
 
 @dataclass
-class SocksProxy:
+class SocksProxy(_ProxyProcess):
     """A real SOCKS5 proxy with a user and password: pproxy (PyPI, the `test` extra) on a free loopback port.
 
     `--auth 0`: pproxy would otherwise let an address that authenticated once in without credentials for 30 days.
@@ -107,35 +132,13 @@ class SocksProxy:
             raise ProxyUnavailable("pproxy is not installed: pip install -e '.[test]'") from e
         import socket
 
-        self.workdir.mkdir(parents=True, exist_ok=True)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
-        self._popen = subprocess.Popen(
-            [sys.executable, "-u", "-m", "pproxy", "-l", f"socks5://127.0.0.1:{self.port}#{self.user}:{self.password}",
-             "--auth", "0", "-v"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir,
-            start_new_session=True)
-        out.close()
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self._popen.poll() is not None:
-                raise RuntimeError(f"pproxy exited ({self._popen.returncode}): {self.log.read_text()[-2000:]}")
-            if "Serving on" in self.log.read_text(errors="replace"):
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"pproxy did not start in {timeout_s:g}s")
-
-    def stop(self) -> None:
-        if self._popen is not None and self._popen.poll() is None:
-            self._popen.terminate()
-            try:
-                self._popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._popen.kill()
-                self._popen.wait(timeout=5)
-        self._popen = None
+        argv = [sys.executable, "-u", "-m", "pproxy", "-l",
+                f"socks5://127.0.0.1:{self.port}#{self.user}:{self.password}", "--auth", "0", "-v"]
+        self._spawn(argv, lambda: "Serving on" in self.log.read_text(errors="replace"), timeout_s)
+        return self
 
     def tunnels(self, target: str) -> int:
         """Connections the proxy made to `target` (host:port)."""
