@@ -85,20 +85,20 @@ def test_a_name_the_certificate_does_not_hold(tmp_path):
                    "localhost, kubernetes.default.svc, not kube.example (its IP SANs: 127.0.0.1)")
 
 
-def test_an_ip_the_certificate_has_no_ip_sans_for(tmp_path):
-    cert, key = _cert(tmp_path / "c", san="DNS:localhost")
+@pytest.mark.parametrize("san,validity,want", [
+    ("DNS:localhost", None,
+     "TLS: the server's certificate is not valid for 127.0.0.1: it has no IP SANs (its DNS names: localhost)"),
+    ("IP:10.0.0.1,IP:::1,DNS:localhost", None,
+     "the server's certificate is valid for 10.0.0.1, ::1, not 127.0.0.1 (its DNS names: localhost)"),
+    ("IP:127.0.0.1", ("20200101000000Z", "20200102000000Z"),
+     "TLS: the server's certificate expired on Jan  2 00:00:00 2020 GMT"),
+], ids=["no-ip-sans", "ip-not-held", "expired"])
+def test_a_certificate_the_client_trusts_but_refuses_says_why(tmp_path, san, validity, want):
+    start, end = validity or (None, None)
+    cert, key = _cert(tmp_path / "c", san=san, start=start, end=end)
     with FakeApiServer(tls_cert=cert, tls_key=key) as fake:
         msg = _refusal(_kubeconfig(tmp_path / "kc", fake.url, ca=cert))
-    assert msg.endswith("TLS: the server's certificate is not valid for 127.0.0.1: it has no IP SANs "
-                        "(its DNS names: localhost)"), msg
-
-
-def test_an_ip_the_certificate_does_not_hold(tmp_path):
-    cert, key = _cert(tmp_path / "c", san="IP:10.0.0.1,IP:::1,DNS:localhost")
-    with FakeApiServer(tls_cert=cert, tls_key=key) as fake:
-        msg = _refusal(_kubeconfig(tmp_path / "kc", fake.url, ca=cert))
-    assert msg.endswith("the server's certificate is valid for 10.0.0.1, ::1, not 127.0.0.1 "
-                        "(its DNS names: localhost)"), msg
+    assert msg.endswith(want), msg
 
 
 def test_an_unknown_authority(tmp_path):
@@ -107,10 +107,3 @@ def test_an_unknown_authority(tmp_path):
         msg = _refusal(_kubeconfig(tmp_path / "kc", fake.url, ca=None))
     assert f"cannot reach the API server at {fake.url}: TLS: the server's certificate is signed by an unknown " \
            "authority (issued by CN=fake-apiserver): self-signed certificate; pass --certificate-authority" in msg
-
-
-def test_an_expired_certificate(tmp_path):
-    cert, key = _cert(tmp_path / "c", san="IP:127.0.0.1", start="20200101000000Z", end="20200102000000Z")
-    with FakeApiServer(tls_cert=cert, tls_key=key) as fake:
-        msg = _refusal(_kubeconfig(tmp_path / "kc", fake.url, ca=cert))
-    assert msg.endswith("TLS: the server's certificate expired on Jan  2 00:00:00 2020 GMT"), msg

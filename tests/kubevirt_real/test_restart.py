@@ -311,6 +311,30 @@ RECOVERY = ("VM recovery required: Volume migration failed, leaving some volumes
             "manual intervention is needed to reassign them to their original volumes.")
 
 
+def _same_409_on_both(kv, apiserver, condition: dict, verb: str) -> None:
+    """A Halted VM `h` with `condition` on the real KubeVirt and on the fake: virtctl's `verb` is refused with the same
+    409 (message, reason, details) by both."""
+    import urllib3
+
+    from tests.fakes import objects as o
+
+    ns = kv.namespace
+    create(kv, vm(ns, "h", run_strategy="Halted"))
+    kv.api.mutate("VirtualMachine", "h", ns, lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(dict(condition)), sub="status")
+    status, real = kv.virtctl(verb, "h")
+    want = f'Operation cannot be fulfilled on virtualmachine.kubevirt.io "h": {RECOVERY}'
+    assert (status, real["message"], real["reason"]) == (409, want, "Conflict"), real
+    apiserver.add(o.namespace(ns), o.vm(ns, "h", run_strategy="Halted"))
+    apiserver.mutate("VirtualMachine", "h", ns, fn=lambda v: v.setdefault("status", {}).setdefault(
+        "conditions", []).append(dict(condition)))
+    resp = urllib3.PoolManager().request(
+        "PUT", f"{apiserver.url}/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/h/{verb}",
+        body=b"{}", headers={"Content-Type": "application/json", "Accept": "application/json, */*"})
+    fake = json.loads(resp.data)
+    assert (resp.status, fake["message"], fake["reason"], fake["details"]) == (409, want, "Conflict", real["details"])
+
+
 def test_the_real_virt_api_refuses_a_restart_during_a_volume_change_as_the_fake_does(kv, apiserver):
     """kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go RestartVMRequestHandler answers 409 "VM recovery
     required" while the VM's VolumesChange condition is True, before it looks at the runStrategy (a Halted VM gets
@@ -319,27 +343,8 @@ def test_the_real_virt_api_refuses_a_restart_during_a_volume_change_as_the_fake_
     The condition is written on a VM without a VMI: virt-controller mirrors a VMI's conditions onto its VM and drops
     the VM's others only while a VMI exists (v1.9.0 pkg/virt-controller/watch/vm/vm.go syncConditions), and a user's
     VMI status write does not stick."""
-    import urllib3
-
-    from tests.fakes import objects as o
-
-    ns = kv.namespace
     kv.no_start_backoff()
-    create(kv, vm(ns, "h", run_strategy="Halted"))
-    kv.api.mutate("VirtualMachine", "h", ns, lambda v: v.setdefault("status", {}).setdefault(
-        "conditions", []).append(dict(VOLUMES_CHANGE)), sub="status")
-    assert any(c["type"] == "VolumesChange" for c in kv.vm("h")["status"]["conditions"])
-    status, real = kv.virtctl("restart", "h")
-    want = f'Operation cannot be fulfilled on virtualmachine.kubevirt.io "h": {RECOVERY}'
-    assert (status, real["message"], real["reason"]) == (409, want, "Conflict"), real
-    apiserver.add(o.namespace(ns), o.vm(ns, "h", run_strategy="Halted"))
-    apiserver.mutate("VirtualMachine", "h", ns, fn=lambda v: v.setdefault("status", {}).setdefault(
-        "conditions", []).append(dict(VOLUMES_CHANGE)))
-    resp = urllib3.PoolManager().request(
-        "PUT", f"{apiserver.url}/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/h/restart",
-        body=b"{}", headers={"Content-Type": "application/json", "Accept": "application/json, */*"})
-    fake = json.loads(resp.data)
-    assert (resp.status, fake["message"], fake["reason"], fake["details"]) == (409, want, "Conflict", real["details"])
+    _same_409_on_both(kv, apiserver, VOLUMES_CHANGE, "restart")
     # rblnctl's restart of the stopped VM is a start, which virt-api allows during a volume change
     code, _, err = run(kv, "restart", "h", "--yes")
     assert code == 0, err
@@ -349,24 +354,6 @@ def test_the_real_virt_api_refuses_a_restart_during_a_volume_change_as_the_fake_
 def test_the_real_virt_api_refuses_a_start_needing_manual_recovery_as_the_fake_does(kv, apiserver):
     """v1.9.0 StartVMRequestHandler: 409 "VM recovery required" while ManualRecoveryRequired is True (the fake's
     start, which did not refuse before issue 41, asked the same)."""
-    import urllib3
-
-    from tests.fakes import objects as o
-
-    ns = kv.namespace
     recovery = {"type": "ManualRecoveryRequired", "status": "True", "reason": "VMI was removed or was final during "
                 "the volume migration"}
-    create(kv, vm(ns, "h", run_strategy="Halted"))
-    kv.api.mutate("VirtualMachine", "h", ns, lambda v: v.setdefault("status", {}).setdefault(
-        "conditions", []).append(dict(recovery)), sub="status")
-    status, real = kv.virtctl("start", "h")
-    want = f'Operation cannot be fulfilled on virtualmachine.kubevirt.io "h": {RECOVERY}'
-    assert (status, real["message"], real["reason"]) == (409, want, "Conflict"), real
-    apiserver.add(o.namespace(ns), o.vm(ns, "h", run_strategy="Halted"))
-    apiserver.mutate("VirtualMachine", "h", ns, fn=lambda v: v.setdefault("status", {}).setdefault(
-        "conditions", []).append(dict(recovery)))
-    resp = urllib3.PoolManager().request(
-        "PUT", f"{apiserver.url}/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/h/start",
-        body=b"{}", headers={"Content-Type": "application/json", "Accept": "application/json, */*"})
-    fake = json.loads(resp.data)
-    assert (resp.status, fake["message"], fake["reason"], fake["details"]) == (409, want, "Conflict", real["details"])
+    _same_409_on_both(kv, apiserver, recovery, "start")
