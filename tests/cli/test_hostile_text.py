@@ -26,8 +26,7 @@ import pytest
 
 from rblnctl.rbac import READ_COMMANDS
 from tests.cli.test_output_schema import SCENARIOS, Scenario
-from tests.fakes import objects as o
-from tests.fakes.operator import SimulatedOperator, stack_v030
+from tests.fakes.operator import stack_v030
 from tests.helpers import cli
 
 # What the walk leaves alone: what the API server itself validates to a form that cannot hold these characters
@@ -160,20 +159,10 @@ def _run(apiserver, args: tuple[str, ...], fields: list[str]) -> int:
     return printed
 
 
-@pytest.fixture
-def world(apiserver):
-    apiserver.add(o.cluster_policy(), o.npu_node("n1"), o.replicaset("default", "web"),
-                  o.kubevirt(feature_gates=["Snapshot"], version="v1.9.0"))
-    op = SimulatedOperator(apiserver).start()
-    assert op.wait_idle()
-    yield apiserver, op
-    op.stop()
-
-
 @pytest.mark.parametrize("prose", [False, True], ids=["every-string", "prose"])
 @pytest.mark.parametrize("scenario", READS, ids=_id)
-def test_poisoned_text_is_printed_escaped_by_every_read_command(scenario, prose, world):
-    apiserver, op = world
+def test_poisoned_text_is_printed_escaped_by_every_read_command(scenario, prose, operated):
+    apiserver, op = operated
     if scenario.setup:
         scenario.setup(apiserver)
     assert op.wait_idle()

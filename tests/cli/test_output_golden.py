@@ -20,8 +20,6 @@ import jsonschema
 import pytest
 
 from tests.cli.test_output_schema import SCENARIOS, host, run, schemas  # noqa: F401 (fixtures)
-from tests.fakes import objects as o
-from tests.fakes.operator import SimulatedOperator
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("RBLNCTL_GOLDEN") == "update"
@@ -55,15 +53,11 @@ def volatile(value: object, key: str = "") -> object:
 
 
 @pytest.fixture
-def cluster(apiserver):
+def cluster(operated):
     """test_output_schema's world, its simulated operator kept, to wait for after a scenario's setup."""
-    apiserver.add(o.cluster_policy(), o.npu_node("n1"), o.replicaset("default", "web"),
-                  o.kubevirt(feature_gates=["Snapshot"], version="v1.9.0"))
-    op = SimulatedOperator(apiserver).start()
-    assert op.wait_idle()
+    apiserver, op = operated
     apiserver.golden_operator = op
-    yield apiserver
-    op.stop()
+    return apiserver
 
 
 def _settle(apiserver) -> None:

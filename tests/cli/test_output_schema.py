@@ -22,7 +22,6 @@ import rblnctl.host.vfio.writer as vfio_writer
 from rblnctl.host import pci
 from tests.fakes import objects as o
 from tests.fakes import sysfs as ht
-from tests.fakes.operator import SimulatedOperator
 from tests.fakes.sysfs import guard_real_host, npu_node
 from tests.helpers import cli
 
@@ -198,13 +197,8 @@ def test_every_documented_kind_is_run_by_a_scenario():
 
 
 @pytest.fixture
-def cluster(apiserver):
-    apiserver.add(o.cluster_policy(), o.npu_node("n1"), o.replicaset("default", "web"),
-                  o.kubevirt(feature_gates=["Snapshot"], version="v1.9.0"))
-    op = SimulatedOperator(apiserver).start()
-    assert op.wait_idle()
-    yield apiserver
-    op.stop()
+def cluster(operated):
+    return operated[0]
 
 
 @pytest.fixture
