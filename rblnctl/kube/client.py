@@ -378,7 +378,10 @@ class Kube:
         return _object(self.request("GET", path), f"GET {path}")
 
     def get_optional(self, res: Resource, name: str, *, namespace: str | None = None) -> dict | None:
-        """GET one object; None when it does not exist."""
+        """GET one object; None when it does not exist (404, the type's API not served included).
+
+        A 403 and every other error raise: a caller that may survive a refused read uses
+        rblnctl.kube.optional.optional() instead, which says what the refusal means (docs/architecture.md)."""
         try:
             return self.get(res, name, namespace=namespace)
         except NotFound:
