@@ -96,8 +96,8 @@ def rehearsal_view(r: Rehearsal) -> View:
     else:
         lines += _wrap(f"estimate: ~{human_duration(r.estimate_s)} in {len(r.waves)} wave(s) (each wave its longest "
                        "node)")
-    notes = [*r.notes, *(f"assumed: {a}" for a in r.assumptions)]
-    return View(kind="ModeRehearsal", body=doc, preamble=head, tables=tables, epilogue=lines, notes=notes,
+    lines += _wrap(f"what it assumes: {len(r.assumptions)} assumption(s) in -o json (.assumptions)")
+    return View(kind="ModeRehearsal", body=doc, preamble=head, tables=tables, epilogue=lines, notes=list(r.notes),
                 names=[f"node/{n['node']}" for n in node_rows])
 
 

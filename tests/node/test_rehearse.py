@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from rblnctl.constants import MODE_VM as VM
 from rblnctl.node.drain import SCOPE_NPU, DrainPlan
 from rblnctl.node.mode import ModePlan
 from rblnctl.node.pods import Action, PodEntry
@@ -23,7 +24,6 @@ from rblnctl.node.rehearse.plan import (
 from rblnctl.plan import Blocker
 
 NPU = "rebellions.ai/ATOM"  # the container mode's resource here
-VM = "vm-passthrough"
 
 
 def node(name: str, npus: int = 2, *, unschedulable: bool = False, labels: dict | None = None) -> dict:
