@@ -88,11 +88,33 @@ def rehearse(op: RealBackend, *args: str) -> tuple[dict, int]:
     return json.loads(r.stdout), r.exit_code
 
 
+def cordon(stack: OperatorStack, node: str, on: bool) -> None:
+    stack.api.patch("Node", node, {"spec": {"unschedulable": on}})
+
+
+def budget_refusals(op: RealBackend, since: int, where: dict[str, str]) -> set[str]:
+    """The nodes whose pods' evictions the API server answered 429 (a PodDisruptionBudget), from its audit log."""
+    return {where[f"{e.namespace}/{e.name}"] for e in op.audit.events(since, user_agent="rblnctl/")
+            if e.subresource == "eviction" and e.code == 429 and f"{e.namespace}/{e.name}" in where}
+
+
+def seconds(entry: dict) -> float:
+    from datetime import datetime
+
+    def at(t: str) -> datetime:
+        return datetime.fromisoformat(t.replace("Z", "+00:00"))
+
+    return (at(entry["finished"]) - at(entry["started"])).total_seconds()
+
+
 def test_the_rehearsal_writes_nothing_and_the_switch_then_goes_as_it_said(op, operator_cluster):
     stack = operator_cluster
     in_vm_mode(stack)
+    cordon(stack, NODES[1], True)  # the scheduler puts all three on node 1 (deterministic), then node 2 opens
     web(stack, 3)
+    cordon(stack, NODES[1], False)
     before = pods_by_node(stack)
+    assert sum(1 for p in before[NODES[0]] if p.startswith(f"{NS}/web-")) == 3
     doc, code = rehearse(op)
     assert code == 0, doc
     waves = [[n["node"] for n in w["nodes"]] for w in doc["waves"]]
@@ -105,13 +127,16 @@ def test_the_rehearsal_writes_nothing_and_the_switch_then_goes_as_it_said(op, op
     assert first == {p for p in before[NODES[0]] if p.startswith(f"{NS}/web-")}
     assert all(e["likely"] == NODES[1] for e in predicted[NODES[0]] if e["recreated"])
     again = [e for e in predicted[NODES[1]] if e["again"]]
-    assert first and len(again) == sum(1 for e in predicted[NODES[0]] if e["recreated"]) >= len(first)
-    (pace,) = [b for b in doc["waves"][0]["budgets"] if b["budget"] == f"{NS}/web"] or [None]
-    assert pace is None or pace["allowed"] == 1
+    assert len(again) == sum(1 for e in predicted[NODES[0]] if e["recreated"]) >= len(first), predicted
+    # the budget allows one at a time: in each wave, evictions beyond the first wait for a replacement
+    paced = {w["nodes"][0]["node"]: b for w in doc["waves"] for b in w["budgets"] if b["budget"] == f"{NS}/web"}
+    assert {n: (b["allowed"], b["waiting"] > 0) for n, b in paced.items()} == {NODES[0]: (1, True),
+                                                                              NODES[1]: (1, True)}
 
     op.mark()
+    since = op.audit.mark()
     r = op.rblnctl("node", "set-mode", "container", *NODES, "--all-pods", "--max-unavailable", "1", "--yes",
-                   "-o", "json", "--timeout", "90s")
+                   "-o", "json", "--timeout", "120s")
     assert r.exit_code == 0, r.stderr
     items = json.loads(r.stdout)["items"]
     assert [i["node"] for i in items] == [n for w in waves for n in w] and {i["outcome"] for i in items} == {"done"}
@@ -122,6 +147,21 @@ def test_the_rehearsal_writes_nothing_and_the_switch_then_goes_as_it_said(op, op
     assert own <= evicted[NODES[1]]
     new = evicted[NODES[1]] - own
     assert len(new) == len(again) and not new & before[NODES[1]] and not new & before[NODES[0]]
+    # the budget paced the nodes the rehearsal said it would: the real server refused (429) evictions there
+    where = {p: n for n, pods in evicted.items() for p in pods}
+    assert budget_refusals(op, since, where) == {n for n, b in paced.items() if b["waiting"]}
+
+    # The switches are now on record (Events): a rehearsal of the same switch estimates from them.
+    in_vm_mode(stack)
+    doc, code = rehearse(op)
+    assert code == 0
+    for w in doc["waves"]:
+        (n,) = w["nodes"]
+        r = op.rblnctl("node", "history", n["node"], "-o", "json")
+        past = [seconds(e) for e in json.loads(r.stdout)["items"]
+                if e["action"] == "set-mode" and e["to"] == "container" and e["result"] == "done"]
+        assert past and n["basis"].startswith(f"node history: mean of {len(past)} past switch(es) to container")
+        assert n["estimateSeconds"] == pytest.approx(sum(past) / len(past), abs=0.06)
 
 
 def test_a_refused_node_is_refused_in_the_rehearsal_and_in_the_run(op, operator_cluster):
