@@ -9,7 +9,8 @@ from rblnctl.node.drain import SCOPE_NPU, DrainPlan
 from rblnctl.node.mode import ModePlan
 from rblnctl.node.pods import Action, PodEntry
 from rblnctl.node.pool import PoolPlan
-from rblnctl.node.rehearse.facts import BudgetFacts, PastSwitch, RehearsalFacts, budget_facts, pod_facts
+from rblnctl.node.history import HistoryEntry
+from rblnctl.node.rehearse.facts import BudgetFacts, RehearsalFacts, budget_facts, pod_facts
 from rblnctl.node.rehearse.plan import (
     DEFAULT_READY_S,
     DEFAULT_ROLLOUT_S,
@@ -103,7 +104,7 @@ def test_a_pod_nothing_recreates_goes_nowhere_and_says_so():
 def test_a_budget_allowing_one_paces_the_wave_and_adds_a_round():
     nodes = [node("a"), node("b", 4)]
     pods = [pod("w-1", "a"), pod("w-2", "a")]
-    budget = BudgetFacts(namespace="default", name="web", selector={"matchLabels": {"app": "web"}}, allowed=1,
+    budget = BudgetFacts(ref="default/web", namespace="default", selector={"matchLabels": {"app": "web"}}, allowed=1,
                          desired_healthy=1, current_healthy=2)
     r = rehearse(facts(nodes, pods, ["a"], budgets=[budget]))
     (pace,) = r.waves[0].budgets
@@ -117,7 +118,7 @@ def test_a_budget_allowing_one_paces_the_wave_and_adds_a_round():
 def test_a_budget_allowing_none_fails_its_node_and_later_waves_are_not_started():
     nodes = [node("a"), node("b", 0), node("spare", 4)]  # b offers no NPU: a's pod goes to spare
     pods = [pod("w-1", "a")]
-    budget = BudgetFacts(namespace="default", name="web", selector={"matchLabels": {"app": "web"}}, allowed=0,
+    budget = BudgetFacts(ref="default/web", namespace="default", selector={"matchLabels": {"app": "web"}}, allowed=0,
                          desired_healthy=1, current_healthy=1)
     r = rehearse(facts(nodes, pods, ["a", "b"], budgets=[budget]))
     assert [n.outcome for w in r.waves for n in w.nodes] == [FAILS, SKIPPED]
@@ -145,8 +146,12 @@ def test_noop_nodes_are_unchanged_and_take_no_time():
 
 
 def test_the_estimate_comes_from_the_nodes_own_past_switches_when_there_are_any():
-    hist = {"a": (PastSwitch(to_mode=VM, seconds=40.0), PastSwitch(to_mode=VM, seconds=60.0),
-                  PastSwitch(to_mode="container", seconds=500.0))}
+    def run(to: str, seconds: int) -> HistoryEntry:
+        return HistoryEntry(run="r", action="set-mode", user=None, started="2026-12-06T01:00:00Z",
+                            finished=f"2026-12-06T01:{seconds // 60:02d}:{seconds % 60:02d}Z", from_mode=None,
+                            to_mode=to, result="done", message="", source="events")
+
+    hist = {"a": (run(VM, 40), run(VM, 60), run("container", 500))}
     nodes = [node("a"), node("b", 0), node("spare")]
     r = rehearse(facts(nodes, [pod("w-1", "a", grace=300)], ["a", "b"], history=hist))
     a, b = (w.nodes[0] for w in r.waves)

@@ -15,10 +15,10 @@ from datetime import datetime
 from rblnctl import constants as C
 from rblnctl.kube import EVENTS_V1, NODES, PDBS, PODS, Kube
 from rblnctl.kube.optional import OnForbidden, optional
-from rblnctl.node.history import entries_from_events
+from rblnctl.node.history import HistoryEntry, entries_from_events
 from rblnctl.node.mode import ModePlan, ModeSwitcher
 from rblnctl.node.options import ModeOptions
-from rblnctl.node.pods import controller
+from rblnctl.node.pods import PodRef, controller
 from rblnctl.node.pool import PoolOptions, PoolPlan, PoolRunner
 from rblnctl.operator import resources as R
 from rblnctl.operator.capacity import NON_TERMINATED, pod_requests, served_by_dra
@@ -33,9 +33,7 @@ DEFAULT_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when its spec leav
 class PodFacts:
     """One unfinished pod bound to a node: what the rehearsal needs to move it."""
 
-    namespace: str
-    name: str
-    uid: str
+    pod: PodRef  # a replacement the rehearsal places: its controller's new pod, no uid yet
     node: str
     labels: dict[str, str]
     owner: str | None  # `Kind/name` of its controller (None: nothing recreates it)
@@ -43,33 +41,17 @@ class PodFacts:
     requests: tuple[tuple[str, int], ...]  # NPU resources it asks of a node (not those DRA serves)
     grace_s: int  # terminationGracePeriodSeconds (DEFAULT_GRACE_S when unset)
 
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 @dataclass(frozen=True, kw_only=True)
 class BudgetFacts:
-    """One PodDisruptionBudget as its status says now."""
+    """One PodDisruptionBudget as its status says now; `ref` is namespace/name."""
 
+    ref: str
     namespace: str
-    name: str
     selector: dict  # spec.selector (a label selector; {} selects every pod of the namespace)
     allowed: int | None  # status.disruptionsAllowed (None: the disruption controller has not written it yet)
     desired_healthy: int | None
     current_healthy: int | None
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PastSwitch:
-    """One finished switch of a node (node history): where to, and how long it took."""
-
-    to_mode: str
-    seconds: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +62,7 @@ class RehearsalFacts:
     cluster: tuple[dict, ...]  # every Node
     pods: tuple[PodFacts, ...]  # every unfinished pod bound to a node
     budgets: tuple[BudgetFacts, ...] | None  # None: they could not be read
-    history: dict[str, tuple[PastSwitch, ...]]  # node -> its finished switches (empty: none on record)
+    history: dict[str, tuple[HistoryEntry, ...]]  # node -> its switches that finished done (node history)
     old_resources: frozenset[str]  # NPU resources the switched nodes stop offering (the old mode's)
     uncordon: bool = True
     grace_period_s: int | None = None  # --grace-period (None: each pod's own)
@@ -98,8 +80,8 @@ def pod_facts(pod: Mapping) -> PodFacts | None:
     owner = controller(dict(pod))
     by_dra = served_by_dra(pod)
     grace = spec.get("terminationGracePeriodSeconds")
-    return PodFacts(namespace=str(md.get("namespace") or ""), name=str(md.get("name") or ""),
-                    uid=str(md.get("uid") or ""), node=str(node), labels=dict(md.get("labels") or {}),
+    return PodFacts(pod=PodRef(namespace=str(md.get("namespace") or ""), name=str(md.get("name") or ""),
+                               uid=str(md.get("uid") or "")), node=str(node), labels=dict(md.get("labels") or {}),
                     owner=f"{owner.get('kind')}/{owner.get('name')}" if owner else None,
                     # a pod's placement: no KubeVirt labels (those are a virt-launcher's, in its own nodeSelector)
                     placement=Placement(node_selector=D.node_selector(spec), terms=tuple(D.required_node_terms(spec)),
@@ -120,38 +102,34 @@ def budget_facts(pdb: Mapping) -> BudgetFacts:
     generation, observed = md.get("generation"), status.get("observedGeneration")
     fresh = "disruptionsAllowed" in status and (
         not isinstance(generation, int) or (isinstance(observed, int) and observed >= generation))
-    return BudgetFacts(namespace=str(md.get("namespace") or ""), name=str(md.get("name") or ""),
-                       selector=dict(spec.get("selector") or {}), allowed=num("disruptionsAllowed") if fresh else None,
+    return BudgetFacts(ref=f"{md.get('namespace') or ''}/{md.get('name') or ''}",
+                       namespace=str(md.get("namespace") or ""), selector=dict(spec.get("selector") or {}),
+                       allowed=num("disruptionsAllowed") if fresh else None,
                        desired_healthy=num("desiredHealthy"), current_healthy=num("currentHealthy"))
 
 
-def _seconds(started: str, finished: str | None) -> float | None:
-    if not finished:
+def took(entry: HistoryEntry) -> float | None:
+    """How long a finished run took, in seconds (None: it has no end, or its times do not parse)."""
+    if not entry.finished:
         return None
     try:
-        a = datetime.fromisoformat(started.replace("Z", "+00:00"))
-        b = datetime.fromisoformat(finished.replace("Z", "+00:00"))
+        a = datetime.fromisoformat(entry.started.replace("Z", "+00:00"))
+        b = datetime.fromisoformat(entry.finished.replace("Z", "+00:00"))
     except ValueError:
         return None
     return max(0.0, (b - a).total_seconds())
 
 
-def past_switches(events: Sequence[dict], nodes: Sequence[str]) -> dict[str, tuple[PastSwitch, ...]]:
-    """Each node's finished (done) switches, from rblnctl's Events on the Nodes (rblnctl.node.history)."""
+def past_switches(events: Sequence[dict], nodes: Sequence[str]) -> dict[str, tuple[HistoryEntry, ...]]:
+    """Each node's switches that finished done, from rblnctl's Events on the Nodes (rblnctl.node.history)."""
     by_node: dict[str, list[dict]] = {n: [] for n in nodes}
     for e in events:
         name = str((e.get("regarding") or {}).get("name") or "")
         if name in by_node:
             by_node[name].append(e)
-    out: dict[str, tuple[PastSwitch, ...]] = {}
-    for node, evs in by_node.items():
-        done = []
-        for entry in entries_from_events(evs, None):
-            took = _seconds(entry.started, entry.finished)
-            if entry.action == C.AUDIT_SET_MODE and entry.result == "done" and entry.to_mode and took is not None:
-                done.append(PastSwitch(to_mode=entry.to_mode, seconds=took))
-        out[node] = tuple(done)
-    return out
+    return {node: tuple(e for e in entries_from_events(evs, None) if e.action == C.AUDIT_SET_MODE
+                        and e.result == "done" and e.to_mode and took(e) is not None)
+            for node, evs in by_node.items()}
 
 
 def old_mode_resources(policy: Policy | None, target: str, cluster: Sequence[Mapping]) -> frozenset[str]:

@@ -26,11 +26,13 @@ How it predicts, in the order the real pool runs (rblnctl.node.pool.PoolRunner.a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 
 from rblnctl import constants as C
 from rblnctl.node.mode import ModePlan, short_mode
-from rblnctl.node.rehearse.facts import BudgetFacts, PodFacts, RehearsalFacts
+from rblnctl.node.pods import PodRef
+from rblnctl.node.rehearse.facts import BudgetFacts, PodFacts, RehearsalFacts, took
 from rblnctl.operator import resources as R
 from rblnctl.operator.components import canonical, exclusive_components
 from rblnctl.plan import Blocker
@@ -175,7 +177,7 @@ def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
 
 
 def _budgets_of(pod: PodFacts, budgets: Sequence[BudgetFacts]) -> tuple[BudgetFacts, ...]:
-    return tuple(b for b in budgets if b.namespace == pod.namespace and selects(b.selector, pod.labels))
+    return tuple(b for b in budgets if b.namespace == pod.pod.namespace and selects(b.selector, pod.labels))
 
 
 @dataclass
@@ -244,8 +246,8 @@ class _Cluster:
             here.remove(pod)
         for k, v in pod.requests:
             self.free.setdefault(pod.node, {})[k] = self.free.get(pod.node, {}).get(k, 0) + v
-        new = PodFacts(namespace=pod.namespace, name=f"<new pod of {pod.owner}>", uid="", node=to, labels=pod.labels,
-                       owner=pod.owner, placement=pod.placement, requests=pod.requests, grace_s=pod.grace_s)
+        new = dataclasses.replace(pod, pod=PodRef(namespace=pod.pod.namespace, name=f"<new pod of {pod.owner}>"),
+                                  node=to)
         self.residents.setdefault(to, []).append(new)
         for k, v in pod.requests:
             self.free.setdefault(to, {})[k] = self.free.get(to, {}).get(k, 0) - v
@@ -260,7 +262,7 @@ class _Cluster:
 
 
 def _estimate(f: RehearsalFacts, node: str, pods: Sequence[PodFacts], rounds: int) -> tuple[float, str]:
-    past = [p.seconds for p in f.history.get(node, ()) if p.to_mode == f.pool.target]
+    past = [s for e in f.history.get(node, ()) if e.to_mode == f.pool.target and (s := took(e)) is not None]
     if past:
         mean = sum(past) / len(past)
         return round(mean, 1), (f"node history: mean of {len(past)} past switch(es) to "
@@ -302,7 +304,7 @@ def rehearse(f: RehearsalFacts) -> Rehearsal:
         return Rehearsal(waves=(), pool_refused=True, pool_blockers=tuple(pool.blockers), **head)  # type: ignore[arg-type]
     runnable = [n for n in order if not pool.refusal(n)]
     cluster = _Cluster.of(f)
-    by_uid = {p.uid: p for p in f.pods if p.uid}
+    by_uid = {p.pod.uid: p for p in f.pods if p.pod.uid}
     budgets = f.budgets or ()
     again: dict[str, list[PodFacts]] = {}  # node -> replacements placed there by an earlier wave
     waves: list[Wave] = []
@@ -345,7 +347,7 @@ def rehearse(f: RehearsalFacts) -> Rehearsal:
                 else:
                     cluster.gone(p)
                 evictions.setdefault(node, []).append(Eviction(
-                    pod=p.ref, owner=p.owner, node=node, again=not p.uid, recreated=recreated, places=places,
+                    pod=str(p.pod), owner=p.owner, node=node, again=not p.pod.uid, recreated=recreated, places=places,
                     likely=likely, nowhere=nowhere, budgets=tuple(b.ref for b in _budgets_of(p, budgets))))
         pace_rows, rounds, blocks = _paces(budgets, paces)
         nodes_out = []
