@@ -8,7 +8,6 @@ refusals, the operator's rollouts and the estimate with its basis. `-o json|yaml
 
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING
 
 from rblnctl.cli.output import Cell, Column, View, rows
@@ -21,12 +20,7 @@ if TYPE_CHECKING:
     from rblnctl.node.pool import PoolOptions
     from rblnctl.node.rehearse.plan import Rehearsal
 
-WIDTH = 80
 _STYLE = {"switch": "green", "unchanged": "", "refused": "red", "fails": "red", "skipped": "yellow"}
-
-
-def _wrap(line: str, indent: str = "  ") -> list[str]:
-    return textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [line]
 
 
 def _to(e: dict) -> str:
@@ -68,35 +62,35 @@ def rehearsal_view(r: Rehearsal) -> View:
             said = "its status is not written yet" if b.allowed is None else f"allows {b.allowed} at once"
             tail = "; it refuses every eviction: the switch will time out" if b.blocks else \
                 (f"; {b.waiting} wait(s) for replacements to be Ready" if b.waiting else "")
-            lines += _wrap(f"wave {w.number}: PodDisruptionBudget {b.budget} {said}, {b.evicting} eviction(s)"
+            lines.append(f"wave {w.number}: PodDisruptionBudget {b.budget} {said}, {b.evicting} eviction(s)"
                            f"{tail}")
         for n in w.nodes:
             stuck = [e for e in n.evictions if e.recreated and e.nowhere]
             if stuck:
-                lines += _wrap(f"wave {w.number}: {len(stuck)} pod(s) from node {n.node} would have nowhere to go "
+                lines.append(f"wave {w.number}: {len(stuck)} pod(s) from node {n.node} would have nowhere to go "
                                f"(stay Pending): {stuck[0].nowhere}")
             for why in n.blockers:
-                lines += _wrap(f"wave {w.number}: node {n.node} {n.outcome}: {why}")
+                lines.append(f"wave {w.number}: node {n.node} {n.outcome}: {why}")
             if n.vms:
-                lines += _wrap(f"node {n.node}: VMs holding its NPUs: {', '.join(n.vms)}")
+                lines.append(f"node {n.node}: VMs holding its NPUs: {', '.join(n.vms)}")
             if n.rollout is not None:
                 ro = n.rollout
                 parts = ([f"removes {', '.join(ro.removes)}"] if ro.removes else []) + \
                     ([f"deploys {', '.join(ro.deploys)}"] if ro.deploys else [])
-                lines += _wrap(f"node {n.node}: the operator " + "; ".join(parts or ["has nothing to roll out"]))
+                lines.append(f"node {n.node}: the operator " + "; ".join(parts or ["has nothing to roll out"]))
             if n.outcome in ("switch", "fails"):
-                lines += _wrap(f"node {n.node}: ~{human_duration(n.estimate_seconds)} ({n.basis})")
+                lines.append(f"node {n.node}: ~{human_duration(n.estimate_seconds)} ({n.basis})")
     for n in r.refused:
         for why in n.blockers:
-            lines += _wrap(f"refused: node {n.node}: {why}")
+            lines.append(f"refused: node {n.node}: {why}")
         if n.vms:
-            lines += _wrap(f"node {n.node}: VMs holding its NPUs: {', '.join(n.vms)}")
+            lines.append(f"node {n.node}: VMs holding its NPUs: {', '.join(n.vms)}")
     if r.pool_refused:
-        lines += _wrap("the pool would be refused before any write: nothing would change")
+        lines.append("the pool would be refused before any write: nothing would change")
     else:
-        lines += _wrap(f"estimate: ~{human_duration(r.estimate_s)} in {len(r.waves)} wave(s) (each wave its longest "
+        lines.append(f"estimate: ~{human_duration(r.estimate_s)} in {len(r.waves)} wave(s) (each wave its longest "
                        "node)")
-    lines += _wrap(f"what it assumes: {len(r.assumptions)} assumption(s) in -o json (.assumptions)")
+    lines.append(f"what it assumes: {len(r.assumptions)} assumption(s) in -o json (.assumptions)")
     return View(kind="ModeRehearsal", body=doc, preamble=head, tables=tables, epilogue=lines, notes=list(r.notes),
                 names=[f"node/{n['node']}" for n in node_rows])
 

@@ -56,7 +56,7 @@ def test_the_rehearsal_reads_only_and_says_where_each_pod_could_go(pool):
     assert doc["estimateSeconds"] == sum(w["estimateSeconds"] for w in doc["waves"])
 
 
-def test_the_table_names_waves_moves_and_the_estimates_basis_in_80_columns(pool):
+def test_the_table_names_waves_moves_and_the_estimates_basis(pool):
     r = cli("node", "set-mode", "vm", "n1", "n2", "--rehearse", server=pool.url)
     assert r.exit_code == 0, r.stderr
     out = r.stdout.splitlines()
@@ -65,7 +65,8 @@ def test_the_table_names_waves_moves_and_the_estimates_basis_in_80_columns(pool)
     assert out[3].split()[:5] == ["1", "n1", "container", "switch", "2"]
     assert ["1", "n1", "default/n1-p0", "spare"] in [line.split() for line in out]
     assert any(line.startswith("estimate: ~") for line in out) and "(defaults: 5s writes" in r.stdout
-    assert max(len(line) for line in out) <= 80
+    # piped, a line is never folded (grep finds it whole); a terminal folds it at its width (docs/screens.md)
+    assert any(line.startswith("node n1: ~1m35s (defaults: 5s writes + 30s") for line in out)
     assert pool.writes() == []
 
 

@@ -136,7 +136,7 @@ def test_the_rehearsal_writes_nothing_and_the_switch_then_goes_as_it_said(op, op
     op.mark()
     since = op.audit.mark()
     r = op.rblnctl("node", "set-mode", "container", *NODES, "--all-pods", "--max-unavailable", "1", "--yes",
-                   "-o", "json", "--timeout", "120s")
+                   "-o", "json", "--timeout", "240s")
     assert r.exit_code == 0, r.stderr
     items = json.loads(r.stdout)["items"]
     assert [i["node"] for i in items] == [n for w in waves for n in w] and {i["outcome"] for i in items} == {"done"}
@@ -147,9 +147,13 @@ def test_the_rehearsal_writes_nothing_and_the_switch_then_goes_as_it_said(op, op
     assert own <= evicted[NODES[1]]
     new = evicted[NODES[1]] - own
     assert len(new) == len(again) and not new & before[NODES[1]] and not new & before[NODES[0]]
-    # the budget paced the nodes the rehearsal said it would: the real server refused (429) evictions there
+    # the budget paced where the rehearsal said: the real server refused (429) evictions of node 1's Ready pods
+    # beyond the one it allows, and nowhere the rehearsal did not predict it. (Node 2's pods are the replacements
+    # wave 1 made: evicted before they are Ready, the budget lets them go, as kube-apiserver does for a pod that is
+    # not Ready while the budget holds: the rehearsal's pacing there is an upper bound.)
     where = {p: n for n, pods in evicted.items() for p in pods}
-    assert budget_refusals(op, since, where) == {n for n, b in paced.items() if b["waiting"]}
+    refused = budget_refusals(op, since, where)
+    assert NODES[0] in refused and refused <= {n for n, b in paced.items() if b["waiting"]}
 
     # The switches are now on record (Events): a rehearsal of the same switch estimates from them.
     in_vm_mode(stack)
@@ -179,7 +183,7 @@ def test_a_refused_node_is_refused_in_the_rehearsal_and_in_the_run(op, operator_
     assert code2 == 1 and doc2["poolRefused"] and doc2["waves"] == []
 
     r = op.rblnctl("node", "set-mode", "container", *NODES, "--all-pods", "--max-unavailable", "1", "--yes",
-                   "--continue-on-error", "-o", "json", "--timeout", "90s")
+                   "--continue-on-error", "-o", "json", "--timeout", "240s")
     items = {i["node"]: i for i in json.loads(r.stdout)["items"]}
     assert (items[NODES[0]]["outcome"], items[NODES[1]]["outcome"]) == ("done", "refused")
     assert {e["pod"] for n in doc["waves"][0]["nodes"] for e in n["evictions"]} == {
