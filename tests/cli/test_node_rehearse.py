@@ -105,3 +105,30 @@ def test_a_refused_pool_is_said_and_exits_as_a_refused_dry_run(pool):
 def test_rehearse_takes_no_dry_run():
     r = cli("node", "set-mode", "vm", "n1", "--rehearse", "--dry-run")
     assert r.exit_code == 2 and "--rehearse writes nothing" in r.stderr
+
+
+def test_a_vm_holding_npus_is_named_with_why_it_blocks(apiserver):
+    pf = "rebellions.ai/RBLN-CA22_PF"
+    apiserver.add(o.cluster_policy(**HYBRID))
+    for n in ("v1", "v2"):
+        apiserver.add(o.npu_node(n, mode=o.MODE_VM, labels={"pool": "v"}))
+    apiserver.add(o.vmi("vms", "db", "v1", host_devices=[pf]), o.virt_launcher("vms", "db", "v1", resources={pf: "1"}))
+    op = SimulatedOperator(apiserver, ready_delay_s=0.05).start()
+    try:
+        assert op.wait_idle()
+        apiserver.clear_requests()
+        r = cli("node", "set-mode", "container", "-l", "pool=v", "--continue-on-error", "--rehearse", "-o", "json",
+                server=apiserver.url)
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        (refused,) = doc["refused"]
+        assert refused["node"] == "v1" and refused["outcome"] == "refused"
+        assert refused["vms"] == [f"vms/db ({pf})"]
+        assert any("vms/db" in b and "cannot live-migrate" in b for b in refused["blockers"])
+        assert [[n["node"] for n in w["nodes"]] for w in doc["waves"]] == [["v2"]]
+        r = cli("node", "set-mode", "container", "-l", "pool=v", "--continue-on-error", "--rehearse",
+                server=apiserver.url)
+        assert "refused: node v1: " in r.stdout and "node v1: VMs holding its NPUs: vms/db" in r.stdout
+        assert apiserver.writes() == []
+    finally:
+        op.stop()
