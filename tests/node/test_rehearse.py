@@ -178,3 +178,10 @@ def test_label_selectors_and_budget_status():
     stale = budget_facts({"metadata": {"name": "p", "namespace": "n", "generation": 2}, "spec": {},
                           "status": {"observedGeneration": 1, "disruptionsAllowed": 3}})
     assert (fresh.allowed, stale.allowed) == (3, None)
+
+
+def test_a_converged_node_with_leftovers_has_nothing_to_roll_out():
+    left = dataclasses.replace(plan("a", []), current_mode=VM, converged=True)
+    n = rehearse(facts([node("a")], [], ["a"], plans={"a": left})).waves[0].nodes[0]
+    assert n.rollout is not None and (n.rollout.removes, n.rollout.deploys) == ((), ())
+    assert n.estimate_seconds == DEFAULT_STEPS_S and "converged already: no rollout" in n.basis

@@ -261,7 +261,8 @@ class _Cluster:
             self.free.setdefault(pod.node, {})[k] = self.free.get(pod.node, {}).get(k, 0) + v
 
 
-def _estimate(f: RehearsalFacts, node: str, pods: Sequence[PodFacts], rounds: int) -> tuple[float, str]:
+def _estimate(f: RehearsalFacts, node: str, pods: Sequence[PodFacts], rounds: int, *, converged: bool = False
+              ) -> tuple[float, str]:
     past = [s for e in f.history.get(node, ()) if e.to_mode == f.pool.target and (s := took(e)) is not None]
     if past:
         mean = sum(past) / len(past)
@@ -274,10 +275,11 @@ def _estimate(f: RehearsalFacts, node: str, pods: Sequence[PodFacts], rounds: in
         said = f"{grace:g}s the longest terminationGracePeriodSeconds of {len(pods)} evicted pod(s)"
     else:
         grace, said = 0.0, "no pod to evict"
-    total = DEFAULT_STEPS_S + grace + rounds * DEFAULT_READY_S + DEFAULT_ROLLOUT_S
+    rollout = 0.0 if converged else DEFAULT_ROLLOUT_S
+    total = DEFAULT_STEPS_S + grace + rounds * DEFAULT_READY_S + rollout
     paced = f" + {rounds} x {DEFAULT_READY_S:g}s PodDisruptionBudget round(s)" if rounds else ""
-    return total, (f"defaults: {DEFAULT_STEPS_S:g}s writes + {said}{paced} + {DEFAULT_ROLLOUT_S:g}s operator "
-                   "rollout (no past switch on record)")
+    waits = " (converged already: no rollout)" if converged else f" + {DEFAULT_ROLLOUT_S:g}s operator rollout"
+    return total, f"defaults: {DEFAULT_STEPS_S:g}s writes + {said}{paced}{waits} (no past switch on record)"
 
 
 def _order(f: RehearsalFacts) -> list[str]:
@@ -360,7 +362,7 @@ def rehearse(f: RehearsalFacts) -> Rehearsal:
                     row["outcome"] = FAILS
                     row["blockers"] = tuple(blocking)
                     failed = True
-                est, basis = _estimate(f, node, pods, rounds.get(node, 0))
+                est, basis = _estimate(f, node, pods, rounds.get(node, 0), converged=f.plans[node].converged)
                 row.update(estimate_seconds=est, basis=basis, evictions=tuple(evictions.get(node, [])))
             nodes_out.append(NodeRehearsal(**row))
         for node in names:  # after the wave: switched, and uncordoned when rblnctl cordoned it
@@ -404,5 +406,7 @@ def _rollout(plan: ModePlan) -> Rollout:
     def names(mode: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(canonical(c) for c in exclusive_components(mode)))
 
+    if plan.converged:  # only an interrupted switch's leftovers (cordon, record) to clear: nothing to roll out
+        return Rollout(removes=(), deploys=(), pending=())
     return Rollout(removes=names(plan.current_mode) if plan.current_mode != plan.target else (),
                    deploys=names(plan.target), pending=tuple(plan.pending))
