@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from rblnctl.cli.output import OutputSpec, View
 
@@ -34,7 +34,7 @@ CLIENT = "client"
 SERVER = "server"
 
 
-def _none(*_: Any) -> Any:
+def _none(*_: object) -> None:
     return None
 
 

@@ -1,12 +1,12 @@
 """The CLI's per-invocation state (global options, the cluster connection) and `state(ctx)`, its typed accessor.
 
 The root callback (rblnctl.cli.app) puts a State into the click context; every command reaches it through
-`state(ctx)`, never through `ctx.obj` (which click types as Any): mypy then checks every use.
+`state(ctx)`, never through `ctx.obj` (which click leaves untyped): mypy then checks every use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import typer
@@ -27,7 +27,7 @@ class State:
         self.all_namespaces = all_namespaces
         self.verbose = verbose
         self.no_headers = no_headers
-        self._kube: Any = None
+        self._kube: Kube | None = None
 
     def kube(self, *, from_cache: bool = False) -> "Kube":
         """Connect to the cluster (lazily imports the kubernetes package).
