@@ -406,7 +406,7 @@ SET_MODE_EXAMPLES = examples(
     "rblnctl node set-mode vm npu-node-1 --evict-vms   # also stop the VMs holding its NPUs (evicted)",
     "rblnctl node set-mode vm npu-node-1 npu-node-2 npu-node-3 -y # a pool, one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
-    "rblnctl node set-mode vm -l pool=vm --max-unavailable 2 --rehearse  # predict it",
+    "rblnctl node set-mode vm -l pool=vm --max-unavailable 2 --rehearse",
 )
 DRAIN_EXAMPLES = examples(
     "rblnctl node drain npu-node-1",
