@@ -331,6 +331,12 @@ def pool_list(operation: str) -> Shape:
         | (Shape(target="plan.target") if operation == "set-mode" else Shape()) | Shape(items=Each(_pool_items, item))
 
 
+# -- node set-mode --rehearse: ModeRehearsal (rblnctl.node.rehearse) -------------------------------------------------
+
+REHEARSAL_WAVE = Fields(estimateSeconds="estimate_s")
+MODE_REHEARSAL = Fields(waves=Each("waves", REHEARSAL_WAVE), poolBlockers=Each("pool_blockers", BLOCKER),
+                        poolWarnings=Said("pool_warnings"), estimateSeconds="estimate_s")
+
 # -- node history: NodeHistory --------------------------------------------------------------------------------------
 
 HISTORY_RECORD = Shape(target="target", **{"from": lambda r: r.from_mode or None}, started="started",

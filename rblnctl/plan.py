@@ -5,11 +5,16 @@ must not run (`blockers`). A blocker names, as data, the option that would let t
 ahead (`override`, an options-field name such as `force`) and, when something else fixes it, a
 Remedy (rblnctl.remedy: words and the command as data); front ends phrase both their own way (the
 CLI says "pass --force"), so no library message names a program or a command-line flag.
+
+`Plan` is that shape as a type: what every plan() returns and what the CLI's one flow (rblnctl.cli.flow.Mutation)
+accepts, so mypy tells a command whose plan lacks one of the three.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rblnctl.remedy import Remedy
 
@@ -37,3 +42,18 @@ class Advice:
     def __str__(self) -> str:
         return self.message
 
+
+
+class Plan(Protocol):
+    """What every plan() returns: `blockers` (non-empty: apply() refuses and writes nothing), `warnings` (said before
+    it runs, a Remedy when a command fixes one) and `noop` (nothing would change). Read-only: a dataclass's fields
+    or properties satisfy it."""
+
+    @property
+    def blockers(self) -> Sequence[Blocker]: ...
+
+    @property
+    def warnings(self) -> Sequence[str | Remedy | Advice]: ...
+
+    @property
+    def noop(self) -> bool: ...

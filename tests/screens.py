@@ -57,6 +57,11 @@ def main() -> int:
             blocks.append(_block("node set-mode: the plan", plan, on_terminal([*s, *plan], answers=["n"]).text,
                                  "The operator's own pods are counted in one row (`-o wide` lists them), so the "
                                  "warning, the plan and the question fit one screen."))
+            rehearse = ["node", "set-mode", "vm", "npu-node-1", "npu-node-2", "--rehearse"]
+            blocks.append(_block("node set-mode: the rehearsal", rehearse, on_terminal([*s, *rehearse]).text,
+                                 "A pool's switch predicted from one read, nothing written: the waves, the pods "
+                                 "evicted and where they could go, the operator's rollout and the estimate with "
+                                 "its basis."))
             run = [*plan, "--yes", "--timeout", "8"]
             wait = on_terminal([*s, *run])
             frame = wait.before_first("waiting 5s")  # the spinner at 4s, its times ticking

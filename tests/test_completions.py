@@ -131,3 +131,7 @@ def test_real_kubectl_completes_kubectl_rbln(npu_cluster):
                          text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["npu-a", "npu-b"] and out.stdout.splitlines()[-1] == ":4"
+
+
+def test_bash_completes_set_modes_rehearse_flag():
+    assert bash_tab(["rblnctl", "node", "set-mode", "vm", "n1", "--reh"]) == ["--rehearse"]

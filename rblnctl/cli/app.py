@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -10,9 +10,7 @@ from rblnctl import __version__
 from rblnctl.cli import completion
 from rblnctl.cli.connect import connection_options
 from rblnctl.cli.lazy import Lazy, LazyRootGroup, builder
-
-if TYPE_CHECKING:
-    from rblnctl.kube import Kube
+from rblnctl.cli.state import State
 
 HELP = """Run Rebellions RBLN NPUs inside KubeVirt VMs: check readiness, switch node modes,
 enable KubeVirt gates and bind NPUs to vfio-pci — each step one safe, checked command.
@@ -20,46 +18,6 @@ enable KubeVirt gates and bind NPUs to vfio-pci — each step one safe, checked 
 Global options (connection flags, -n, -v, --no-headers, --no-color) may also follow the subcommand,
 as in kubectl. Exit codes: 0 ok, 1 failed or refused, 2 bad input or kubeconfig, 3 cluster
 unreachable, 4 unauthorised or forbidden, 5 timed out waiting (docs/exit-codes.md)."""
-
-
-class State:
-    """Global options, and the cluster connection built on first use (never for --help or host commands).
-
-    A plain class, not a dataclass: importing dataclasses costs every TAB press ~8 ms.
-    """
-
-    def __init__(self, *, connection: dict | None = None, namespace: str | None = None, all_namespaces: bool = False,
-                 verbose: int = 0, no_headers: bool = False) -> None:
-        self.connection = dict(connection or {})  # KubeOptions fields
-        self.namespace = namespace
-        self.all_namespaces = all_namespaces
-        self.verbose = verbose
-        self.no_headers = no_headers
-        self._kube: Any = None
-
-    def kube(self, *, from_cache: bool = False) -> "Kube":
-        """Connect to the cluster (lazily imports the kubernetes package).
-
-        `from_cache`: a display command, whose lists the apiserver may serve from its watch cache
-        (Kube.list_from_cache); never for a command that writes on what it read.
-        """
-        if self._kube is None:
-            from rblnctl.kube import KubeOptions, connect
-
-            from rblnctl.cli.console import ServerWarnings
-
-            self._kube = connect(KubeOptions(**self.connection))
-            self._kube.on_warning = ServerWarnings()  # the server's Warning headers, as kubectl prints them
-        if from_cache:
-            self._kube.list_from_cache = True
-        return self._kube
-
-    def object_namespace(self) -> str:
-        """The namespace a command's namespaced objects live in: -n, else the kubeconfig context's, else `default`.
-
-        kubectl's order (rblnctl.kube.connection); reading the context's namespace connects.
-        """
-        return self.namespace or self.kube().namespace
 
 
 app = typer.Typer(

@@ -12,43 +12,59 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from rblnctl.cli.output import OutputSpec, View
+
+if TYPE_CHECKING:
+    from rblnctl.plan import Plan
+
+    P = TypeVar("P", bound=Plan)
+else:
+    P = TypeVar("P")  # rblnctl.plan.Plan, named at type-check time only: importing it costs --help nothing
+R = TypeVar("R")
+
+
+class Stoppable(Protocol):
+    """A progress display: stopped before anything is printed after apply."""
+
+    def stop(self) -> None: ...
 
 CLIENT = "client"
 SERVER = "server"
 
 
-def _none(*_: Any) -> Any:
+def _none(*_: object) -> None:
     return None
 
 
 @dataclass(kw_only=True)
-class Mutation:
-    """One mutating command's plan, and how to apply and show it."""
+class Mutation(Generic[P, R]):
+    """One mutating command's plan (a rblnctl.plan.Plan), and how to apply and show it: `apply` takes that plan and
+    returns R, `plan_view` shows the plan, `result_view` the result, so mypy tells a view handed the wrong one."""
 
-    plan: Any  # has .blockers, .warnings and .noop (docs/architecture.md: every plan() returns them)
-    apply: Callable[[Any], Any]
+    plan: P
+    apply: Callable[[P], R]
     refusal: str  # the error's first line when the plan has blockers
     question: str  # the confirmation question, for disruptive work
     disruptive: bool
     dry_run: str | None  # None, "client" or "server"
     yes: bool
     output: OutputSpec
-    plan_view: Callable[[Any], View]  # what a client dry run prints (the confirmation shows its tables too)
-    result_view: Callable[[Any], View]  # what a run prints
+    plan_view: Callable[[P], View]  # what a client dry run prints (the confirmation shows its tables too)
+    result_view: Callable[[R], View]  # what a run prints
     question_detail: str | None = None  # shown above the question instead of the plan's tables
-    noop_message: str | Callable[[Any], str] = "nothing to do"  # or a function of the result (None: dry run)
+    # or a function of the result (None: a dry run, which has none)
+    noop_message: str | Callable[[R | None], str] = "nothing to do"
     dry_run_message: str = "dry run: nothing was sent"
-    done_message: Callable[[Any], str | None] = _none
+    done_message: Callable[[R], str | None] = _none
     on_interrupt: Callable[[], None] = _none  # Ctrl-C or a signal during apply: say how to recover
-    interrupted_result: Callable[[], Any] = _none  # ...and what apply() had done (a result for result_view), if known
-    progress: Any = None  # an object with stop(), stopped before anything is printed after apply
+    interrupted_result: Callable[[], R | None] = _none  # ...and what apply() had done (for result_view), if known
+    progress: Stoppable | None = None  # stopped before anything is printed after apply
     rerun: str | None = None  # the command that finishes the job (every flag given: cli/rerun.py), for Partial
 
 
-def run(m: Mutation) -> Any:
+def run(m: Mutation[P, R]) -> R | None:
     """Run the flow; return the apply() result (None for a client dry run). Raises Refused on blockers."""
     from rblnctl.cli.console import confirm, info, stdin_is_tty, warn
     import sys

@@ -75,7 +75,8 @@ def _edit(writer: GateEditor | DevicePermitter, plan: EditPlan, *, mode: str | N
     from rblnctl.cli.flow import Mutation, run
 
     ref = f"{plan.namespace}/{plan.name}"
-    run(Mutation(
+    # a gate edit or a device permit: one of two (plan, result) pairs, which the union of writers cannot pair up
+    run(Mutation[Any, Any](
         plan=plan, apply=writer.apply, refusal=f"refusing to edit KubeVirt {ref}", question=f"Patch KubeVirt {ref}?",
         disruptive=disruptive, dry_run=mode, yes=yes, output=output, plan_view=lambda p: view(p, None),
         result_view=lambda r: view(r.plan, r), noop_message=noop,

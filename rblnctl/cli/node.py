@@ -24,6 +24,7 @@ from rblnctl.cli.options import (
 )
 from rblnctl.cli.output import Cell, Column, Format
 from rblnctl.cli.rerun import spell
+from rblnctl.cli.state import state
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def list_nodes(
         raise InvalidInput("name the nodes or give -l SELECTOR, not both (as kubectl: a name cannot be provided "
                            "when a selector is specified)")
     check_sort_by(sort_by)
-    kube = ctx.obj.kube(from_cache=True)
+    kube = state(ctx).kube(from_cache=True)
 
     def view_of(nodes: list[Any]) -> Any:
         return _nodes_view(nodes, show_labels=show_labels, sort_by=sort_by)
@@ -146,7 +147,7 @@ def history(
     from rblnctl.node.history import read_history
 
     validate_name(node)  # bad input fails before connecting
-    emit(_history_view(read_history(ctx.obj.kube(), node)), output)
+    emit(_history_view(read_history(state(ctx).kube(), node)), output)
 
 
 _HISTORY_STYLES = {"done": "green", "failed": "red", "interrupted": "yellow", "in-progress": "yellow"}
@@ -405,6 +406,7 @@ SET_MODE_EXAMPLES = examples(
     "rblnctl node set-mode vm npu-node-1 --evict-vms   # also stop the VMs holding its NPUs (evicted)",
     "rblnctl node set-mode vm npu-node-1 npu-node-2 npu-node-3 -y # a pool, one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
+    "rblnctl node set-mode vm -l pool=vm --max-unavailable 2 --rehearse",
 )
 DRAIN_EXAMPLES = examples(
     "rblnctl node drain npu-node-1",
@@ -460,7 +462,7 @@ def _cordon_state(ctx: typer.Context, node: str) -> str:
     from rblnctl.kube import NODES
 
     try:
-        obj = ctx.obj.kube().get(NODES, node)
+        obj = state(ctx).kube().get(NODES, node)
     except (RblnError, KeyboardInterrupt):
         return "may be left cordoned"
     return "is cordoned" if (obj.get("spec") or {}).get("unschedulable") else "is not cordoned"
@@ -550,6 +552,13 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
                      f"{', '.join(i.node for i in result.failed)}{tail}", result=result).with_details(details)
 
 
+RehearseOpt = Annotated[
+    bool, typer.Option("--rehearse", help="Predict the run from one read of the cluster, writing nothing: per wave "
+                       "the nodes, the pods evicted and where they could go, the PodDisruptionBudgets that pace them, "
+                       "what refuses, the operator's rollout and how long it takes.")
+]
+
+
 @app.command("set-mode", short_help="Switch nodes to vm or container mode.", epilog=SET_MODE_EXAMPLES)
 @grouped
 def set_mode(
@@ -560,16 +569,25 @@ def set_mode(
                                               show_default=False)],
     flags: ModeFlags = ModeFlags.options(),
     mutation: Mutating = Mutating.options(),
+    rehearse: RehearseOpt = False,
     output: OutputOpt = "table",
 ) -> None:
     """Switch NPU nodes to vm or container mode, safely."""
-    from rblnctl.errors import RblnError
+    from rblnctl.errors import InvalidInput, RblnError
 
     target, nodes = _mode_and_nodes(args)  # bad input fails before connecting
     _selection(nodes, flags.selector)
     pool_options = flags.pool_options()
     options = flags.mode_options(server_dry_run=mutation.server)
+    if rehearse and mutation.how:
+        raise InvalidInput("--rehearse writes nothing: it takes no --dry-run")
     try:
+        if rehearse:
+            from rblnctl.cli.rehearse import run_rehearsal
+
+            run_rehearsal(state(ctx).kube(), target, nodes, selector=flags.selector, options=options,
+                          pool=pool_options, output=output)
+            return
         _set_mode(ctx, target, nodes, selector=flags.selector, options=options, pool_options=pool_options,
                   how=mutation.how, yes=mutation.yes, output=output)
     except RblnError as err:
@@ -587,7 +605,7 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _progress(how == "server")
-        switcher = ModeSwitcher(kube=ctx.obj.kube(), options=options, events=progress.node_events(),
+        switcher = ModeSwitcher(kube=state(ctx).kube(), options=options, events=progress.node_events(),
                                 audit=_auditor(ctx))
         plan = switcher.plan(node, target)
 
@@ -606,7 +624,7 @@ def _set_mode(ctx: typer.Context, target: str, nodes: list[str], *, selector: st
     from rblnctl.cli.pool import PoolProgress
     from rblnctl.node.pool import PoolRunner, select_nodes
 
-    kube = ctx.obj.kube()
+    kube = state(ctx).kube()
     names = select_nodes(kube, names=nodes, selector=selector)
     progress = PoolProgress(names, title=f"switching {len(names)} node(s) to {short_mode(target)}",
                             server_dry_run=how == "server")
@@ -619,7 +637,7 @@ def _auditor(ctx: typer.Context) -> Any:
     """The audit trail of this invocation: Events on each node it changes (the library skips a server dry run)."""
     from rblnctl.audit import Auditor
 
-    return Auditor(kube=ctx.obj.kube())
+    return Auditor(kube=state(ctx).kube())
 
 
 # -- drain -----------------------------------------------------------------------------------------
@@ -658,7 +676,7 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
     if selector is None and len(nodes) == 1:
         node = nodes[0]
         progress = _progress(how == "server")
-        drainer = Drainer(kube=ctx.obj.kube(), options=options, events=progress.node_events(), audit=_auditor(ctx))
+        drainer = Drainer(kube=state(ctx).kube(), options=options, events=progress.node_events(), audit=_auditor(ctx))
         plan = drainer.plan(node)
 
         def interrupted() -> None:
@@ -684,7 +702,7 @@ def _drain(ctx: typer.Context, nodes: list[str], *, selector: str | None, option
     from rblnctl.cli.pool import PoolProgress
     from rblnctl.node.pool import PoolRunner, select_nodes
 
-    kube = ctx.obj.kube()
+    kube = state(ctx).kube()
     names = select_nodes(kube, names=nodes, selector=selector)
     progress = PoolProgress(names, title=f"draining {len(names)} node(s)", server_dry_run=how == "server")
     runner = PoolRunner.for_drain(kube, options, pool=pool_options, events=progress.events(), audit=_auditor(ctx))

@@ -18,19 +18,20 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypeAlias
 
 from rblnctl import constants as C
 from rblnctl.audit import Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
 from rblnctl.errors import InvalidInput, NotFound, Partial, RblnError, Refused
 from rblnctl.kube import Kube, validate_name
-from rblnctl.node.drain import Drainer
+from rblnctl.node.drain import Drainer, DrainPlan, DrainResult
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.inventory import list_npu_node_objects
-from rblnctl.node.mode import ModeSwitcher, parse_mode, short_mode
+from rblnctl.node.mode import ModePlan, ModeResult, ModeSwitcher, parse_mode, short_mode
 from rblnctl.node.vms import stranded_pods, stranded_vms
 from rblnctl.node.options import DrainOptions, ModeOptions
+from rblnctl.node.pods import PodRef
 from rblnctl.plan import Blocker
 from rblnctl.remedy import Remedy
 
@@ -94,21 +95,25 @@ class PoolOptions:
     continue_on_error: bool = False
 
 
+NodePlan: TypeAlias = ModePlan | DrainPlan  # one node's plan: a switch's or a drain's (each a rblnctl.plan.Plan)
+NodeResult: TypeAlias = ModeResult | DrainResult
+
+
 class NodeTask(Protocol):
     """One node's work: plan() reads, apply(plan) writes (a ModeSwitcher or a Drainer, bound to the node)."""
 
-    def plan(self) -> Any: ...
+    def plan(self) -> NodePlan: ...
 
-    def apply(self, plan: Any) -> Any: ...
+    def apply(self, plan: NodePlan) -> NodeResult: ...
 
     @property
-    def evicted(self) -> list[Any]: ...  # the pods the last apply() evicted so far (a failed one's too)
+    def evicted(self) -> list[PodRef]: ...  # the pods the last apply() evicted so far (a failed one's too)
 
 
 TaskFactory = Callable[[str, NodeEvents, Stop], NodeTask]
 
 
-def _noop(*_: Any) -> None:
+def _noop(*_: object) -> None:
     return None
 
 
@@ -128,11 +133,11 @@ class PoolItem:
 
     node: str
     outcome: Outcome
-    plan: Any = None
-    result: Any = None
+    plan: NodePlan | None = None
+    result: NodeResult | None = None
     error: RblnError | None = None
     duration_s: float = 0.0
-    evicted: list[Any] = field(default_factory=list)  # every pod the node's run evicted (PodRef), whatever its outcome
+    evicted: list[PodRef] = field(default_factory=list)  # every pod the node's run evicted, whatever its outcome
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +150,7 @@ class PoolPlan:
     selector: str | None
     max_unavailable: int
     continue_on_error: bool
-    plans: dict[str, Any] = field(default_factory=dict)
+    plans: dict[str, NodePlan] = field(default_factory=dict)
     errors: dict[str, RblnError] = field(default_factory=dict)
     pool_warnings: list[str | Remedy] = field(default_factory=list)  # about the pool as a whole (VMs left nowhere)
 
@@ -153,7 +158,8 @@ class PoolPlan:
         """Why `node` cannot run now ([] when it can)."""
         if node in self.errors:
             return [Blocker(str(self.errors[node]))]
-        return list(getattr(self.plans.get(node), "blockers", None) or [])
+        plan = self.plans.get(node)
+        return list(plan.blockers) if plan is not None else []
 
     @property
     def refused(self) -> list[str]:
@@ -175,7 +181,8 @@ class PoolPlan:
         for n in self.nodes:
             if n in skipped:
                 continue  # it will not run: its warnings would be about something that does not happen
-            for w in getattr(self.plans.get(n), "warnings", None) or []:
+            plan = self.plans.get(n)
+            for w in plan.warnings if plan is not None else []:
                 shared.setdefault(str(w), []).append(n)
         out = list(self.pool_warnings)
         out += [f"node {nodes[0]}: {w}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}: {w}"
@@ -186,17 +193,21 @@ class PoolPlan:
 
     @property
     def noop(self) -> bool:
-        return not self.errors and all(getattr(p, "noop", False) for p in self.plans.values())
+        return not self.errors and all(p.noop for p in self.plans.values())
 
     @property
     def acting(self) -> list[str]:
         """The nodes that will change: neither refused (nor skipped) nor already where they should be."""
-        return [n for n in self.nodes if not self.refusal(n) and not getattr(self.plans.get(n), "noop", False)]
+        return [n for n in self.nodes if not self.refusal(n) and not self._is_noop(n)]
+
+    def _is_noop(self, node: str) -> bool:
+        plan = self.plans.get(node)
+        return plan is not None and plan.noop
 
     @property
     def resumes(self) -> list[str]:
         """Nodes an earlier run left mid-switch: they run first."""
-        return [n for n in self.nodes if getattr(self.plans.get(n), "resume", False)]
+        return [n for n in self.nodes if isinstance(p := self.plans.get(n), ModePlan) and p.resume]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,7 +261,7 @@ class PoolRunner:
     stop: Stop = field(default_factory=Stop)  # set it to interrupt the pool (Ctrl-C, a signal)
     precheck: Callable[[], object] = _noop  # a read that refuses the whole pool at once (e.g. no policy)
     # Warnings about the pool as a whole, from the nodes it will run and their plans (read once, not per node).
-    consequences: Callable[[list[str], dict[str, Any]], list[str | Remedy]] = lambda nodes, plans: []
+    consequences: Callable[[list[str], dict[str, NodePlan]], list[str | Remedy]] = lambda nodes, plans: []
     items: dict[str, PoolItem] = field(default_factory=dict, init=False)  # outcomes so far (live)
 
     @classmethod
@@ -265,13 +276,13 @@ class PoolRunner:
             return _ModeTask(ModeSwitcher(kube=kube, options=options, events=node_events, clock=clock, stop=stop,
                                           check_stranded_vms=False, audit=audit), node, mode)
 
-        def consequences(nodes: list[str], plans: dict[str, Any]) -> list[str | Remedy]:
+        def consequences(nodes: list[str], plans: dict[str, NodePlan]) -> list[str | Remedy]:
             policy = ModeSwitcher(kube=kube, options=options).operator().policy
             if mode == C.MODE_CONTAINER:
                 stranded = stranded_vms(kube, policy, nodes)
             else:
-                evicted = [e for n in nodes if getattr(plans.get(n), "drain", None) is not None
-                           for e in plans[n].drain.evict]
+                evicted = [e for n in nodes if isinstance(p := plans.get(n), ModePlan) and p.drain is not None
+                           for e in p.drain.evict]
                 stranded = stranded_pods(kube, policy, nodes, evicted)
             return [stranded] if stranded else []
 
@@ -300,7 +311,7 @@ class PoolRunner:
         NPU node, another switch in progress) is recorded with its error; other errors are raised."""
         self.precheck()
         nodes = list(nodes)
-        plans: dict[str, Any] = {}
+        plans: dict[str, NodePlan] = {}
         errors: dict[str, RblnError] = {}
 
         def one(node: str) -> None:
@@ -313,7 +324,7 @@ class PoolRunner:
                                 thread_name_prefix="rblnctl-plan") as ex:
             for fut in [ex.submit(one, n) for n in nodes]:
                 fut.result()
-        running = [n for n in nodes if n in plans and not getattr(plans[n], "noop", False)]
+        running = [n for n in nodes if n in plans and not plans[n].noop]
         return PoolPlan(operation=self.operation, target=self.target, nodes=nodes, selector=selector,
                         max_unavailable=self.options.max_unavailable.resolve(len(nodes)),
                         continue_on_error=self.options.continue_on_error, plans=plans, errors=errors,
@@ -387,10 +398,10 @@ class PoolRunner:
         error: RblnError | None
         try:
             plan = task.plan()
-            if getattr(plan, "blockers", None):
-                raise Refused(f"refusing to {self._what(None, node)}", blockers=plan.blockers)
-            result = task.apply(plan)
-            outcome, error = (Outcome.UNCHANGED if getattr(plan, "noop", False) else Outcome.DONE), None
+            if plan.blockers:
+                raise Refused(f"refusing to {self._what(None, node)}", blockers=list(plan.blockers))
+            result: NodeResult | None = task.apply(plan)
+            outcome, error = (Outcome.UNCHANGED if plan.noop else Outcome.DONE), None
         except Stopped:
             result, outcome, error = None, Outcome.INTERRUPTED, None
         except Refused as e:
@@ -415,14 +426,15 @@ class _ModeTask:
     node: str
     target: str
 
-    def plan(self) -> Any:
+    def plan(self) -> NodePlan:
         return self.switcher.plan(self.node, self.target)
 
-    def apply(self, plan: Any) -> Any:
+    def apply(self, plan: NodePlan) -> NodeResult:
+        assert isinstance(plan, ModePlan), plan
         return self.switcher.apply(plan)
 
     @property
-    def evicted(self) -> list[Any]:
+    def evicted(self) -> list[PodRef]:
         return self.switcher.evicted
 
 
@@ -431,12 +443,13 @@ class _DrainTask:
     drainer: Drainer
     node: str
 
-    def plan(self) -> Any:
+    def plan(self) -> NodePlan:
         return self.drainer.plan(self.node)
 
-    def apply(self, plan: Any) -> Any:
+    def apply(self, plan: NodePlan) -> NodeResult:
+        assert isinstance(plan, DrainPlan), plan
         return self.drainer.apply(plan)
 
     @property
-    def evicted(self) -> list[Any]:
+    def evicted(self) -> list[PodRef]:
         return self.drainer.evicted

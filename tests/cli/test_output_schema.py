@@ -112,6 +112,12 @@ def _pool(apiserver):
     apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"]["labels"].update(pool="a"))
 
 
+def _refused_pool(apiserver):
+    """_pool, and on n2 a pod nothing recreates (refused without --force)."""
+    _pool(apiserver)
+    apiserver.add(o.pod("default", "bare", node="n2", requests={"rebellions.ai/npu": "1"}))
+
+
 def _vm_with_npu(apiserver):
     _vm(apiserver)
     apiserver.add(o.vm("vms", "v2", running=False, host_devices=["rebellions.ai/RBLN-CA22_PF"]))
@@ -164,6 +170,9 @@ SCENARIOS = [
              setup=_pool),
     Scenario("ModeSwitchList", ("node", "set-mode", "vm", "n1", "ghost", "--continue-on-error", "--yes"),
              exit_code=6),  # ghost cannot be planned: plan null, refused; n1 switched: partial
+    Scenario("ModeRehearsal", ("node", "set-mode", "vm", "-l", "pool=a", "--rehearse"), setup=_pool),
+    Scenario("ModeRehearsal", ("node", "set-mode", "vm", "n1", "n2", "--rehearse"), setup=_refused_pool,
+             exit_code=1),
     Scenario("NodeDrainList", ("node", "drain", "-l", "pool=a", "--dry-run"), setup=_pool),
     Scenario("NodeDrainList", ("node", "drain", "n1", "n2", "--yes"), setup=_pool),
     Scenario("KubeVirtStatus", ("kubevirt", "status")),

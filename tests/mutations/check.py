@@ -540,6 +540,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="package graph: kubevirt/ imports the VM guard again (the kubevirt <-> vm circle)",
         tests=("tests/test_layers.py::test_no_package_circles",
                "tests/test_layers.py::test_every_package_imports_only_what_the_drawing_allows")),
+    # -- issue 42: set-mode --rehearse, the pure planner ---------------------------------------------------------
+    Mutation(
+        id="42.r1", file="rblnctl/node/rehearse/plan.py",
+        old="                    if likely in runnable[i + size:]:",
+        new="                    if False:",
+        what="rehearsal: a replacement placed on a later wave's node is not evicted again there",
+        tests=("tests/node/test_rehearse.py::test_a_replacement_placed_on_a_later_waves_node_is_evicted_again_there",)),
+    Mutation(
+        id="42.r2", file="rblnctl/node/rehearse/plan.py",
+        old="        block = allowed == 0",
+        new="        block = False",
+        what="rehearsal: a budget that allows no eviction is not predicted to fail its node",
+        tests=("tests/node/test_rehearse.py::"
+               "test_a_budget_allowing_none_fails_its_node_and_later_waves_are_not_started",
+               "tests/cli/test_node_rehearse.py::"
+               "test_a_budget_that_allows_nothing_is_predicted_to_fail_the_first_node_and_stop_the_pool")),
+    Mutation(
+        id="42.r3", file="rblnctl/node/rehearse/plan.py",
+        old="        if resource in self.old and (node in self.switched or node in cordoned):",
+        new="        if resource in self.old and node in cordoned:",
+        what="rehearsal: a switched node still offers the old mode's NPUs to the pods that move",
+        tests=("tests/node/test_rehearse.py::test_a_replacement_placed_on_a_later_waves_node_is_evicted_again_there",)),
 )
 
 
