@@ -137,3 +137,27 @@ def piped(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | No
     p = subprocess.run([sys.executable, "-m", "rblnctl", *args], stdin=subprocess.DEVNULL, capture_output=True,
                        text=True, env=_env(columns, env), timeout=timeout)
     return p.stdout, p.stderr, p.returncode
+
+
+def cli_on_terminal(*args: str, server: str | None = None, columns: int = 80, input: str | None = None) -> Screen:
+    """`rblnctl ARGS` in this process (click's runner, as tests.helpers.cli) as if stdin, stdout and stderr were a
+    terminal `columns` wide: every stream says it is a tty, COLUMNS is set and rblnctl's consoles are built afresh,
+    so tables, prose and spinners take the terminal's paths (fold, redraw). A fraction of a pty's cost (no new
+    Python, no imports): the screen-wide checks run every scenario this way; `on_terminal` stays the real thing."""
+    from unittest import mock
+
+    from rblnctl.cli import console
+    from rblnctl.cli.app import app
+    from tests.helpers import CliRunner  # typer's, its command tree built once
+
+    argv = (["--server", server] if server else []) + [str(a) for a in args]
+    env = {"COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1", "TERM": "xterm"}
+    console.stdout.cache_clear()
+    console.stderr.cache_clear()
+    try:
+        with mock.patch("typer.testing._NamedTextIOWrapper.isatty", return_value=True):
+            r = CliRunner(env=env).invoke(app, argv, input=input, catch_exceptions=False, prog_name="rblnctl")
+    finally:
+        console.stdout.cache_clear()
+        console.stderr.cache_clear()
+    return Screen(text=plain(r.output), code=r.exit_code, raw=r.output, stdout=r.stdout)

@@ -75,23 +75,42 @@ def _plain() -> dict:
     return {} if color_enabled() else {"color_system": None}
 
 
-def piped(console: "Console") -> bool:
-    """rich's soft_wrap for a line of prose: piped, one line whatever its length (grep finds it whole); on a
-    terminal, folded at word boundaries to its width (not broken mid-word by the terminal)."""
-    return not console.is_terminal
+def say(text: str, *, con: "Console | None" = None, lead: str = "", lead_style: str = "", style: str = "",
+        indent: int | None = None) -> None:
+    """One line of prose (a progress line, a note, a warning, an `error:`; `lead` is its styled first word): piped,
+    one line whatever its length (grep finds it whole); on a terminal folded to its width at spaces with a hanging
+    indent, a `quoted` command alone on its own line and never broken (rblnctl.cli.output.fold_prose). Text from the
+    cluster is escaped (rblnctl.cli.sanitize) and never read as markup. Every prose line on stderr goes through here:
+    rich's own wrapping would break a command at its spaces."""
+    from rich.markup import escape
+
+    from rblnctl.cli.sanitize import visible
+
+    con = stderr() if con is None else con
+    full = f"{lead} {visible(text)}" if lead else visible(text)
+    lines = [full]
+    if con.is_terminal:
+        from rblnctl.cli.fold import fold_prose, prose_indent
+
+        width = con.width
+        lines = fold_prose(full, width, indent=prose_indent(full, width) if indent is None else indent)
+    for i, line in enumerate(lines):
+        body = escape(line)
+        if i == 0 and lead and lead_style:
+            body = f"[{lead_style}]{escape(lead)}[/]{escape(line[len(lead):])}"
+        con.print(f"[{style}]{body}[/]" if style else body, soft_wrap=True)
 
 
 def warn(message: object) -> None:
     """Print one warning line to stderr (escaped, never read as markup); an Advice names its flag."""
     from rblnctl.cli.flags import flag_for
     from rblnctl.cli.rerun import spell
-    from rblnctl.cli.sanitize import plain
 
     text = spell(message)
     option = getattr(message, "option", None)
     if option:
         text += f" (pass {flag_for(option)})"
-    stderr().print(f"[yellow]warning:[/] {plain(text)}", soft_wrap=piped(stderr()))
+    say(text, lead="warning:", lead_style="yellow")
 
 
 class ServerWarnings:
@@ -110,8 +129,6 @@ class ServerWarnings:
         self._lock = threading.Lock()
 
     def __call__(self, warning: object) -> None:
-        from rblnctl.cli.sanitize import plain
-
         code, text = getattr(warning, "code", 0), str(getattr(warning, "text", "") or "")
         if code != 299 or not text:
             return
@@ -119,14 +136,12 @@ class ServerWarnings:
             if text in self._seen:
                 return
             self._seen.add(text)
-            stderr().print(f"[yellow]Warning:[/] {plain(text)}", soft_wrap=piped(stderr()))
+            say(text, lead="Warning:", lead_style="yellow")
 
 
 def info(message: str) -> None:
     """Print one progress line to stderr."""
-    from rblnctl.cli.sanitize import plain
-
-    stderr().print(plain(message), soft_wrap=piped(stderr()))
+    say(message)
 
 
 @contextmanager
@@ -245,10 +260,7 @@ class Progress:
         if self.pool is not None:
             self.pool.node_line(self.node, text, style)
             return
-        from rblnctl.cli.sanitize import plain
-
-        msg = plain(text + (self.suffix if suffix else ""))
-        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=piped(self.console))
+        say(text + (self.suffix if suffix else ""), con=self.console, style=style)
 
     def step(self, step: Any, detail: str) -> None:
         """`STEP: detail`; the wait step is a spinner on a terminal."""

@@ -406,7 +406,7 @@ def _migration_view(plan: MigrationPlan, result: MigrationResult | None) -> View
 @app.command("migrate-resources", short_help="Rename old NPU resource names everywhere.", epilog=examples(
     "rblnctl kubevirt migrate-resources --dry-run    # what would be renamed, per object",
     "rblnctl kubevirt migrate-resources              # new names from the PCI device each old one stood for",
-    "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF --map ATOM_MAX_PT=RBLN-CA25_PF",
+    "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF   # (repeatable)",
 ))
 @grouped
 def migrate_resources(

@@ -1,0 +1,92 @@
+"""Issue 39: every screen at 80 columns, generated. Every command's human output, in every scenario world of the
+suite's fakes, on an 80-column terminal: no line wider than the terminal, with one exception, a whole command
+standing alone on its own line (rblnctl.cli.output.is_command_line: breaking it would break what a person copies).
+
+The worlds are test_output_schema's (one per `-o json` scenario: the cluster ones on the fake API server with the
+simulated operator, the host ones on a simulated host tree), the stuck-init world of operator v0.3.0 (set-mode's
+wait, then node list, status and preflight there), a two-product cluster, and every command's `--help`. Each runs
+in this process as if on a terminal (tests.terminal.cli_on_terminal: COLUMNS=80, every stream a tty), in the table
+and `-o wide` formats, stdout and stderr as the terminal shows them together.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rblnctl.cli.output import is_command_line
+from tests.cli.test_help import COMMANDS
+from tests.cli.test_output_schema import SCENARIOS, Scenario, cluster, host  # noqa: F401 (fixtures)
+from tests.fakes import sysfs as ht
+from tests.fakes.operator import stack_v030
+from tests.terminal import cli_on_terminal
+
+WIDTH = 80
+
+
+def too_wide(text: str, width: int = WIDTH) -> list[str]:
+    """The lines of a screen wider than the terminal that are not a whole command alone on its line."""
+    return [line for line in text.splitlines() if len(line) > width and not is_command_line(line)]
+
+
+def _id(scenario: Scenario) -> str:
+    setup = getattr(scenario.setup, "__name__", "")
+    return " ".join(scenario.args) + (f" [{setup.strip('_')}]" if setup else "")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_id)
+def test_every_scenario_fits_80_columns_as_a_table_and_wide(scenario, request, tmp_path):
+    if scenario.cluster:
+        apiserver = request.getfixturevalue("cluster")
+        if scenario.setup:
+            scenario.setup(apiserver)
+        args, server = scenario.args, apiserver.url
+    else:
+        kern = request.getfixturevalue("host")
+        if scenario.setup:
+            scenario.setup(kern)
+        extra = ("--root", str(kern.root))
+        if scenario.args[0] == "preflight":
+            extra = ("--root", str(ht.build_host(tmp_path / "h", ht.intel_bare_metal()).root))
+        elif scenario.args[1] != "status":
+            extra += ("--state-file", str(kern.root / "state.json"))
+        args, server = (*scenario.args, *extra), None
+    mutating = "--dry-run" not in args and scenario.cluster and args[0] not in ("status", "version", "preflight") \
+        and args[:2] not in (("vm", "list"), ("vm", "fit"), ("vm", "diagnose"), ("node", "list"),
+                             ("node", "history"), ("kubevirt", "status"), ("policy", "show"))
+    formats: tuple[tuple[str, ...], ...] = ((),) if mutating or not scenario.cluster and "--yes" in args \
+        else ((), ("-o", "wide"))  # a write runs once: its second run would be a no-op in a changed world
+    for fmt in formats:
+        screen = cli_on_terminal(*args, *fmt, server=server)
+        assert "Traceback" not in screen.text, screen.text
+        if fmt and screen.code == 2 and "-o " in screen.text:
+            continue  # a format this command does not print
+        assert too_wide(screen.text) == [], f"{' '.join(args + fmt)}:\n{screen.text}"
+
+
+def test_the_stuck_plugin_world_fits_80_columns(apiserver):
+    """Operator v0.3.0's sandbox plugin held in Init:0/2: set-mode's wait, then every view that shows the node."""
+    op = stack_v030(apiserver, ("n1", "n2"))
+    try:
+        screens = [cli_on_terminal("node", "set-mode", "vm", "n1", "--yes", "--timeout", "1", server=apiserver.url)]
+        assert screens[0].code == 5 and op.stuck_in_init, screens[0].text
+        for args in (("node", "list"), ("node", "list", "-o", "wide"), ("status",), ("status", "-o", "wide"),
+                     ("preflight",), ("node", "history", "n1")):
+            screens.append(cli_on_terminal(*args, server=apiserver.url))
+    finally:
+        op.stop()
+    for screen in screens:
+        assert too_wide(screen.text) == [], screen.text
+
+
+@pytest.mark.parametrize("path", [(), *COMMANDS], ids=lambda p: " ".join(p) or "rblnctl")
+def test_every_help_screen_fits_80_columns_examples_too(path):
+    """No exception here: an example's `# comment` goes above it (rblnctl.cli.options.example_lines) and every
+    example command is short enough to stand on its line whole."""
+    screen = cli_on_terminal(*path, "--help")
+    assert screen.code == 0, screen.text
+    assert [line for line in screen.lines if len(line) > WIDTH] == [], screen.text
+
+
+def test_set_mode_help_is_three_screens_at_most():
+    """It was 80 lines (issue 39, finding 6): one line or two per option."""
+    assert len(cli_on_terminal("node", "set-mode", "--help").lines) <= 3 * 24 - 12
