@@ -90,16 +90,23 @@ def plain(raw: str) -> str:
 
 def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | None = None,
                 answers: Sequence[str] = (), timeout: float = 90.0, stdout_pipe: bool = False,
-                measure: bool = False) -> Screen:
+                measure: bool = False, ctrl_c_after: str | None = None) -> Screen:
     """`rblnctl ARGS` with stdin, stdout and stderr on a pseudo-terminal `columns` wide and 24 lines high.
 
     `stdout_pipe`: stdout on a pipe instead (`rblnctl ... > file` at a terminal: progress on the screen, the result in
-    `Screen.stdout`); `measure`: no COLUMNS or LINES, only the window size, which rblnctl must read itself."""
+    `Screen.stdout`); `measure`: no COLUMNS or LINES, only the window size, which rblnctl must read itself.
+    `ctrl_c_after`: once the process wrote that text, type Ctrl-C (the pty is its controlling terminal: the line
+    discipline echoes `^C` and sends SIGINT, as a person's Ctrl-C does)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+
+    def controlling_terminal() -> None:  # in the child, after setsid: the pty becomes its terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
     proc = subprocess.Popen([sys.executable, "-m", "rblnctl", *args], stdin=slave,
                             stdout=subprocess.PIPE if stdout_pipe else slave, stderr=slave,
-                            env=_env(columns, env, measure=measure), start_new_session=True, close_fds=True)
+                            env=_env(columns, env, measure=measure), start_new_session=True, close_fds=True,
+                            preexec_fn=controlling_terminal if ctrl_c_after else None)
     os.close(slave)
     out = b""
     pending = list(answers)
@@ -118,6 +125,9 @@ def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str
             if not chunk:
                 break
             out += chunk
+            if ctrl_c_after and ctrl_c_after.encode() in out:
+                ctrl_c_after = None
+                os.write(master, b"\x03")
             if pending and out.rstrip().endswith(b"[y/N]:"):
                 os.write(master, pending.pop(0).encode() + b"\n")
     finally:

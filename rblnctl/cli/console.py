@@ -144,6 +144,48 @@ def info(message: str) -> None:
     say(message)
 
 
+ECHO_ROOM = 3  # a spinner line ends this short of the terminal's edge: the `^C` a terminal echoes fits without a wrap
+
+
+class SpinLine:
+    """A spinner's text, always one line: cut to the room beside the spinner with `…` (never wrapped, so redrawing
+    it and erasing it at the end, or at Ctrl-C, clear exactly one line and leave nothing cut on the screen; issue 39).
+    `text` is a string or a function giving it anew at each refresh (a wait's ticking times). Escaped
+    (rblnctl.cli.sanitize), never read as markup. Piped, nothing spins: the lines are printed whole instead."""
+
+    def __init__(self, text: Any) -> None:
+        self.text = text
+
+    def plain(self) -> str:
+        from rblnctl.cli.sanitize import visible
+
+        return visible(" ".join(str(self.text() if callable(self.text) else self.text).split()))
+
+    def line(self, room: int) -> str:
+        text = self.plain()
+        return text if len(text) <= room else text[:max(0, room - 1)] + "…"
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        # the whole terminal's width here; the spinner's frame and a space take 2 of it, the echo of ^C ECHO_ROOM
+        width = len(self.line(max(1, options.max_width - 2 - ECHO_ROOM)))
+        return Measurement(width, width)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        yield Text(self.line(options.max_width), no_wrap=True, overflow="crop")
+
+
+def spinner(con: "Console", text: Any) -> Any:
+    """A started spinner (rich's Status) with `text` beside it, one line (SpinLine); `.update(SpinLine(...))` to
+    change it, `.stop()` to erase it."""
+    status = con.status(SpinLine(text), spinner="dots")
+    status.start()
+    return status
+
+
 @contextmanager
 def waiting(message: str) -> Iterator[None]:
     """Show a spinner with message on stderr while the block runs (only on a terminal; silent in pipes)."""
@@ -151,10 +193,11 @@ def waiting(message: str) -> Iterator[None]:
     if not con.is_terminal:
         yield
         return
-    from rblnctl.cli.sanitize import plain
-
-    with con.status(plain(message), spinner="dots"):
+    status = spinner(con, message)
+    try:
         yield
+    finally:
+        status.stop()
 
 
 def stdin_is_tty() -> bool:
@@ -267,10 +310,7 @@ class Progress:
         self.stop()
         self._row(state=str(step), detail=detail)
         if step == self.wait_step and self.console.is_terminal:
-            from rblnctl.cli.sanitize import plain
-
-            self.status = self.console.status(plain(detail))
-            self.status.start()
+            self.status = spinner(self.console, detail)
             return
         self.line(f"{step}: {detail}", "red" if self.rollback_step is not None and step == self.rollback_step else "")
 
@@ -317,7 +357,7 @@ class Progress:
 
         self._row(detail=what(state))  # reason first: a pool row's DETAIL is cut at its end
         if self.status is not None:
-            self.status.update(WaitLine(state))
+            self.status.update(SpinLine(WaitLine(state).text))
             return
         key = wait_key(state)
         if key != self.shown:
@@ -328,17 +368,13 @@ class Progress:
         """What the operator has still to do (policy set-method's wait)."""
         text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
         if self.status is not None:
-            from rblnctl.cli.sanitize import plain
-
-            self.status.update(plain(text))
+            self.status.update(SpinLine(text))
         else:
             self.line(text, "dim")
 
     def vm_state(self, st: Any) -> None:
         """A VM's state while vm start|stop|restart waits (rblnctl.vm.lifecycle): the spinner's text on a terminal,
         a line per change in a pipe."""
-        from rblnctl.cli.sanitize import plain
-
         text = f"  {st.describe()}"
         if text == self.shown:
             return
@@ -346,10 +382,9 @@ class Progress:
         if not self.console.is_terminal:
             self.line(text, suffix=False)
         elif self.status is None:
-            self.status = self.console.status(plain(text))
-            self.status.start()
+            self.status = spinner(self.console, text)
         else:
-            self.status.update(plain(text))
+            self.status.update(SpinLine(text))
 
     def stop(self) -> None:
         if self.status is not None:

@@ -1,6 +1,6 @@
 """set-mode's wait for the operator, as one short line: what holds the node up (reason first), elapsed and left.
 
-On a terminal the line sits next to a spinner and its times tick (WaitLine renders anew on every refresh); piped,
+On a terminal the line sits next to a spinner and its times tick (WaitLine.text, asked on every refresh); piped,
 a line is printed only when what it says changes, not its times (wait_key), so `set-mode ... 2>&1 | tee` keeps
 one line per change of state, not one per event.
 """
@@ -59,13 +59,11 @@ def wait_key(state: Any) -> str:
 
 
 class WaitLine:
-    """A rich renderable of the wait's line whose times move on every refresh of the spinner."""
+    """The wait's line beside a spinner (rblnctl.cli.console.SpinLine), its times moving on every refresh."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
         self.received = time.monotonic()
 
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(wait_text(self.state, self.state.elapsed_s + time.monotonic() - self.received))
+    def text(self) -> str:
+        return wait_text(self.state, self.state.elapsed_s + time.monotonic() - self.received)

@@ -18,7 +18,7 @@ from tests.cli.test_help import COMMANDS
 from tests.cli.test_output_schema import SCENARIOS, Scenario, cluster, host  # noqa: F401 (fixtures)
 from tests.fakes import sysfs as ht
 from tests.fakes.operator import stack_v030
-from tests.terminal import cli_on_terminal
+from tests.terminal import cli_on_terminal, on_terminal, plain
 
 WIDTH = 80
 
@@ -90,3 +90,33 @@ def test_every_help_screen_fits_80_columns_examples_too(path):
 def test_set_mode_help_is_three_screens_at_most():
     """It was 80 lines (issue 39, finding 6): one line or two per option."""
     assert len(cli_on_terminal("node", "set-mode", "--help").lines) <= 3 * 24 - 12
+
+
+def spinner_frames(raw: str) -> list[str]:
+    """Each frame a spinner drew (rich redraws it after `\r ESC[2K`), as the screen shows it, `^C` included."""
+    return [plain(frame).rstrip("\n") for frame in raw.split("\r\x1b[2K")[1:] if frame.strip()]
+
+
+def test_preflight_hosts_spinner_is_one_line_with_room_for_ctrl_c_and_ctrl_c_erases_it(apiserver, tmp_path):
+    """Finding 7: the spinner line was 82 columns (the terminal wrapped it, and rich erased one line of two) and the
+    `^C` a terminal echoes after an 80-column line wrapped too: a cut spinner line stayed on the screen. Now a
+    spinner line ends ECHO_ROOM short of the edge, a real Ctrl-C on a pty erases it, and what is left is the
+    interrupted line."""
+    from pathlib import Path
+
+    from tests.fakes.hostkubelet import HostKubelet
+
+    op = stack_v030(apiserver)
+    kubelet = HostKubelet(apiserver, default=ht.build_host(Path(tmp_path) / "h", ht.intel_bare_metal()).root).start()
+    kubelet.hang.update({"npu-node-1", "npu-node-2"})  # the host pods never finish: the spinner spins
+    try:
+        screen = on_terminal(["--server", apiserver.url, "preflight", "--hosts", "--timeout", "60s"],
+                             ctrl_c_after="\u2819", timeout=30)  # the spinner's second frame
+    finally:
+        kubelet.stop()
+        op.stop()
+    assert screen.code == 130, screen.text
+    frames = spinner_frames(screen.raw)
+    assert frames and any(f.endswith("^C") for f in frames), screen.raw
+    assert max(len(f) for f in frames) <= WIDTH, frames  # the echoed ^C included: nothing wrapped
+    assert screen.text.strip() == "interrupted", screen.text  # the spinner erased whole
