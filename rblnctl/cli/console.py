@@ -162,8 +162,9 @@ class SpinLine:
         return visible(" ".join(str(self.text() if callable(self.text) else self.text).split()))
 
     def line(self, room: int) -> str:
-        text = self.plain()
-        return text if len(text) <= room else text[:max(0, room - 1)] + "…"
+        from rblnctl.cli.fold import cut
+
+        return cut(self.plain(), room)
 
     def __rich_measure__(self, console: Any, options: Any) -> Any:
         from rich.measure import Measurement

@@ -109,3 +109,17 @@ def prose_indent(line: str, width: int) -> int:
     key = re.match(r"[A-Za-z][\w .-]{0,24}:\s{2,}", line)
     indent = len(key.group(0)) if key else len(line) - len(line.lstrip()) + 2
     return min(indent, width // 2)
+
+
+def cut(text: str, width: int | None) -> str:
+    """One line of at most `width` columns, `…` where it was cut (a spinner's text, a note on a live screen that
+    must fit the terminal's height): said whole elsewhere (piped, or the command without --watch)."""
+    return text if width is None or len(text) <= width else text[:max(0, width - 1)] + "…"
+
+
+def commands(text: str) -> list[str]:
+    """The `quoted` commands of a text (a span in backquotes with a space in it), quotes included: what no fold
+    breaks."""
+    import re
+
+    return [m for m in re.findall(r"`[^`]*`", text) if " " in m]

@@ -307,7 +307,7 @@ def _status_view(st: KubeVirtStatus) -> View:
             devices.add_row(d["resourceName"], d["pciVendorSelector"], (d["model"] or "<unknown>").replace(" ", "-"),
                             Cell("true") if d["externalResourceProvider"] else Cell("false", "red"))
         tables.append(devices)
-    notes = [] if doc["permittedDevices"] else ["note: no RBLN device is in permittedHostDevices"]
+    notes = []  # no RBLN device permitted: the library's note says so, with the command that permits them
     if doc["otherPermittedDevices"]:
         n = doc["otherPermittedDevices"]
         notes.append(f"note: {n} permittedHostDevices {'entry' if n == 1 else 'entries'} for other devices not shown")

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rblnctl.documents import camel, document, to_data  # noqa: F401 (the library owns the JSON contract)
-from rblnctl.cli.fold import cell_words, fold, fold_prose, is_command_line, prose_indent  # noqa: F401
+from rblnctl.cli.fold import cell_words, commands, fold, fold_prose, is_command_line, prose_indent  # noqa: F401
 from rblnctl.errors import InvalidInput
 
 
@@ -293,6 +293,13 @@ class Table:
             shown = list(range(len(keep)))
             while True:
                 fitted = fit_width([widths[j] for j in shown], [[str(r[j]) for r in grid] for j in shown], width)
+                # a column whose `command` a cell would break (narrower than the command) goes under its rows,
+                # where the command stands whole on a line of its own (fold_prose)
+                broken = [k for k in range(1, len(shown)) if any(len(c) > fitted[k] for r in grid
+                                                                 for c in commands(str(r[shown[k]])))]
+                if broken:
+                    under = sorted([*under, shown.pop(broken[-1])])
+                    continue
                 if sum(fitted) + PADDING * (len(shown) - 1) <= width or len(shown) <= 2:
                     break
                 floors = _floors([widths[j] for j in shown], [[str(r[j]) for r in grid] for j in shown])
@@ -317,7 +324,9 @@ class Table:
                 lines.append("".join(parts).rstrip())
             for header, cell in zip(headers_at if width is not None else (), full[len(widths):]):
                 if str(cell):
-                    lines.extend(fold(f"    {header}: {cell}", width or 0, indent=6))
+                    line = f"    {header}: {cell}"
+                    lines.extend(fold_prose(line, width or 0, indent=6) if commands(str(cell)) else
+                                 fold(line, width or 0, indent=6))
         return "\n".join(lines) + "\n"
 
 

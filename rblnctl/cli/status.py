@@ -50,6 +50,7 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
     import sys
 
     from rblnctl.cli.console import stdout
+    from rblnctl.cli.fold import cut
     from rblnctl.cli.output import emit, render_tables, terminal_width
     from rblnctl.cli.sanitize import visible
 
@@ -62,8 +63,13 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
             elif sys.stdout.isatty():
                 from rich.text import Text
 
-                text = Text(render_tables(view_of(current), wide=output.format == "wide",
-                                          headers=not output.no_headers, width=terminal_width()))
+                shown = view_of(current)
+                width = terminal_width()
+                # the notes are redrawn under the tables, not dropped (issue 39): a line each, cut to the width, so
+                # the screen still fits the terminal (`rblnctl status` prints them whole)
+                notes = "".join(f"{cut(visible(n), width)}\n" for n in shown.notes)
+                text = Text(render_tables(shown, wide=output.format == "wide", headers=not output.no_headers,
+                                          width=width) + ("\n" + notes if notes else ""))
                 if live is None:
                     from rich.live import Live
 

@@ -36,10 +36,13 @@ def what(state: Any, *, more: bool = True) -> str:
     if h is None:
         text = first.text
     else:
-        text = f"{h.status}, {'stuck' if h.stuck else 'still'} in init container {h.container}: pod {h.ref}"
+        # what it waits for, where the operator's source says (constants.INIT_WAITS), before the pod's name: the
+        # known pattern is what a person needs, and a log that cannot be read is then no news (issue 39)
+        text = f"{h.status}, {'stuck' if h.stuck else 'still'} in init container {h.container}: " + (
+            h.waits_for or f"pod {h.ref}")
         if h.log:
             text += f"; last log line: {h.log!r}"
-        elif h.stuck and state.log_problem:
+        elif h.stuck and state.log_problem and not h.waits_for:
             text += f"; its log cannot be read: {state.log_problem}"
     others = len(state.pending) - 1 + (len(state.operator) if state.pending else len(state.operator) - 1)
     return text + (f" (+{others} more)" if more and others > 0 else "")
