@@ -277,7 +277,9 @@ class Table:
     def render(self, *, wide: bool = False, headers: bool = True, color: bool = False, width: int | None = None
                ) -> str:
         """The table as text lines; trailing spaces stripped. Without `width` (piped) one line per row, never
-        folded; with it (a terminal's columns) the widest columns fold at word boundaries to fit (fit_width)."""
+        folded; with it (a terminal's columns) the widest columns fold at word boundaries to fit (fit_width), and
+        when that cannot fit, or a column is narrower than a `command` in it, columns go under each row as
+        `    HEADER: value` lines (the widest floor first; a command there stands whole on its own line)."""
         keep = [i for i, c in enumerate(self.columns) if wide or not c.wide]
         grid: list[list[Any]] = []
         if headers:
@@ -331,13 +333,13 @@ class Table:
 
 
 MIN_FOLD = 12  # a column folds no narrower than this, its header, or its longest word (up to MAX_WORD)
-MAX_WORD = 24
+MAX_WORD = 40  # a longer word is cut; below it a column that cannot fit goes under its rows instead
 
 
 def fit_width(widths: Sequence[int], columns: Sequence[Sequence[str]], width: int) -> list[int]:
     """Column widths that fit `width` terminal columns: the widest column gives up one column at a time, down to
     its floor (MIN_FOLD, its header, its longest word up to MAX_WORD), until the table fits or nothing can give
-    more; a table that cannot fit even so keeps its widths (one line per row, the terminal wraps it)."""
+    more; a table that cannot fit even so keeps its widths here, and Table.render moves columns under its rows."""
     out = list(widths)
     floors = _floors(widths, columns)
     room = width - PADDING * (len(out) - 1)

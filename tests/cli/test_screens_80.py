@@ -78,6 +78,52 @@ def test_the_stuck_plugin_world_fits_80_columns(apiserver):
         assert too_wide(screen.text) == [], screen.text
 
 
+def test_a_two_product_cluster_fits_80_columns(apiserver):
+    """The issue's stack: operator v0.3.0 on nodes of two products (RBLN-CA12 twice, RBLN-CA22), one of them mid-way
+    to vm mode with its plugin held: every read, as a table and -o wide."""
+    from tests.fakes import objects as o
+    from tests.fakes.releases import V0_3_0
+
+    op = stack_v030(apiserver)
+    try:
+        (policy,) = apiserver.list("RBLNClusterPolicy")
+        apiserver.add(o.npu_node("npu-node-3", product="RBLN-CA22", release=V0_3_0, policy=policy))
+        assert op.wait_idle()
+        screens = [cli_on_terminal("node", "set-mode", "vm", "npu-node-3", "--yes", server=apiserver.url),
+                   cli_on_terminal("node", "set-mode", "vm", "npu-node-1", "--yes", "--timeout", "1",
+                                   server=apiserver.url)]
+        for args in (("node", "list"), ("status",), ("vm", "fit", "--npus", "2"), ("vm", "fit", "--npus", "1",
+                     "--product", "RBLN-CA22"), ("policy", "show"), ("kubevirt", "status"), ("vm", "list", "-A"),
+                     ("preflight",), ("vm", "manifest", "my-vm", "-n", "vms", "--npus", "2")):
+            for fmt in ((), ("-o", "wide")):
+                screens.append(cli_on_terminal(*args, *fmt, server=apiserver.url))
+    finally:
+        op.stop()
+    for screen in screens:
+        assert "Traceback" not in screen.text
+        assert too_wide(screen.text) == [], screen.text
+
+
+def test_prose_folds_at_spaces_and_a_command_stands_alone_never_broken():
+    """Finding 5: `error:` lines were unfolded, so the terminal split `virtctl stop my-vm -n v` / `ms` and
+    `--reverse --timeout 20s --` / `yes`. fold_prose never breaks a word, and a quoted command that does not fit
+    where it stands goes on its own line, indented two more; only such a command may be wider than the line."""
+    from rblnctl.cli.fold import fold_prose
+
+    text = ("error: refusing to switch node npu-node-1 to vm: VM vms/my-vm holds its NPUs; stop it with `virtctl "
+            "stop my-vm -n vms`, or pass --evict-vms; an unfinished switch: `rblnctl node set-mode container "
+            "npu-node-1 --reverse --timeout 20s --yes` goes back")
+    lines = fold_prose(text, 80, indent=2)
+    assert " ".join(" ".join(lines).split()) == " ".join(text.split())  # every word, in order, none broken
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "    `rblnctl node set-mode container npu-node-1 --reverse --timeout 20s --yes`" in lines, lines
+    assert any("`virtctl stop my-vm -n vms`" in line for line in lines), lines
+    long = fold_prose("note: run `rblnctl --context production-cluster-in-region node set-mode vm npu-node-1 "
+                      "--evict-vms --timeout 20m --yes` then check", 60, indent=2)
+    assert [len(line) > 60 for line in long] == [False, True, False], long  # the command: whole, and alone
+    assert too_wide("\n".join(long), 60) == []
+
+
 @pytest.mark.parametrize("path", [(), *COMMANDS], ids=lambda p: " ".join(p) or "rblnctl")
 def test_every_help_screen_fits_80_columns_examples_too(path):
     """No exception here: an example's `# comment` goes above it (rblnctl.cli.options.example_lines) and every
