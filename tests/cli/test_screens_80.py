@@ -166,3 +166,29 @@ def test_preflight_hosts_spinner_is_one_line_with_room_for_ctrl_c_and_ctrl_c_era
     assert frames and any(f.endswith("^C") for f in frames), screen.raw
     assert max(len(f) for f in frames) <= WIDTH, frames  # the echoed ^C included: nothing wrapped
     assert screen.text.strip() == "interrupted", screen.text  # the spinner erased whole
+
+
+def _world_id(world) -> str:
+    return world.name
+
+
+def _explorer_worlds():
+    from tests.explore.worlds import WORLDS
+
+    return WORLDS
+
+
+@pytest.mark.parametrize("world", _explorer_worlds(), ids=_world_id)
+def test_every_multi_step_command_fits_80_columns_in_its_explorer_world(world):
+    """The crash-point explorer's worlds (tests/explore/worlds.py: each multi-step command on the smallest cluster
+    that makes it write every kind of write it makes): its dry run, then the command itself, on the terminal."""
+    from tests.explore.engine import _Fresh
+
+    with _Fresh(world) as server:
+        screens = []
+        if "--hosts" not in world.argv:  # preflight --hosts has no dry run: it only reads and cleans up after itself
+            screens.append(cli_on_terminal(*[a for a in world.argv if a != "--yes"], "--dry-run", server=server.url))
+        screens.append(cli_on_terminal(*world.argv, server=server.url))
+    for screen in screens:
+        assert "Traceback" not in screen.text, screen.text
+        assert too_wide(screen.text) == [], screen.text
