@@ -231,7 +231,14 @@ def confirm(question: str, *, yes: bool, show: object = None, verdict: Sequence[
 
         from rblnctl.cli.sanitize import visible
 
-        sys.stderr.write(visible(show() if callable(show) else str(show)))
+        text = visible(show() if callable(show) else str(show))
+        if stderr().is_terminal:  # a plan's prose (vfio's changes) folds as every line does; tables come folded
+            from rblnctl.cli.fold import fold_prose, prose_indent
+
+            width = stderr().width
+            text = "".join(f"{out}\n" for line in text.splitlines()
+                           for out in fold_prose(line, width, indent=prose_indent(line, width)))
+        sys.stderr.write(text)
         sys.stderr.flush()
     for w in verdict:
         warn(w)
