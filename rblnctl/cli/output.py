@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rblnctl.documents import camel, document, to_data  # noqa: F401 (the library owns the JSON contract)
-from rblnctl.cli.fold import cell_words, commands, fold, fold_prose, is_command_line, prose_indent  # noqa: F401
+from rblnctl.cli.fold import cell_words, commands, fold, fold_prose, prose_indent
 from rblnctl.errors import InvalidInput
 
 

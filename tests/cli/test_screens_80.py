@@ -1,6 +1,6 @@
 """Issue 39: every screen at 80 columns, generated. Every command's human output, in every scenario world of the
 suite's fakes, on an 80-column terminal: no line wider than the terminal, with one exception, a whole command
-standing alone on its own line (rblnctl.cli.output.is_command_line: breaking it would break what a person copies).
+standing alone on its own line (rblnctl.cli.fold.is_command_line: breaking it would break what a person copies).
 
 The worlds are test_output_schema's (one per `-o json` scenario: the cluster ones on the fake API server with the
 simulated operator, the host ones on a simulated host tree), the stuck-init world of operator v0.3.0 (set-mode's
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from rblnctl.cli.output import is_command_line
+from rblnctl.cli.fold import is_command_line
 from tests.cli.test_help import COMMANDS
 from tests.cli.test_output_schema import SCENARIOS, Scenario, cluster, host  # noqa: F401 (fixtures)
 from tests.fakes import sysfs as ht
