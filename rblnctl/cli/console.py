@@ -79,7 +79,7 @@ def say(text: str, *, con: "Console | None" = None, lead: str = "", lead_style: 
         indent: int | None = None) -> None:
     """One line of prose (a progress line, a note, a warning, an `error:`; `lead` is its styled first word): piped,
     one line whatever its length (grep finds it whole); on a terminal folded to its width at spaces with a hanging
-    indent, a `quoted` command alone on its own line and never broken (rblnctl.cli.output.fold_prose). Text from the
+    indent, a `quoted` command alone on its own line and never broken (rblnctl.cli.fold.fold_prose). Text from the
     cluster is escaped (rblnctl.cli.sanitize) and never read as markup. Every prose line on stderr goes through here:
     rich's own wrapping would break a command at its spaces."""
     from rich.markup import escape
