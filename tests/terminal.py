@@ -90,16 +90,23 @@ def plain(raw: str) -> str:
 
 def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | None = None,
                 answers: Sequence[str] = (), timeout: float = 90.0, stdout_pipe: bool = False,
-                measure: bool = False) -> Screen:
+                measure: bool = False, ctrl_c_after: str | None = None) -> Screen:
     """`rblnctl ARGS` with stdin, stdout and stderr on a pseudo-terminal `columns` wide and 24 lines high.
 
     `stdout_pipe`: stdout on a pipe instead (`rblnctl ... > file` at a terminal: progress on the screen, the result in
-    `Screen.stdout`); `measure`: no COLUMNS or LINES, only the window size, which rblnctl must read itself."""
+    `Screen.stdout`); `measure`: no COLUMNS or LINES, only the window size, which rblnctl must read itself.
+    `ctrl_c_after`: once the process wrote that text, type Ctrl-C (the pty is its controlling terminal: the line
+    discipline echoes `^C` and sends SIGINT, as a person's Ctrl-C does)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+
+    def controlling_terminal() -> None:  # in the child, after setsid: the pty becomes its terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
     proc = subprocess.Popen([sys.executable, "-m", "rblnctl", *args], stdin=slave,
                             stdout=subprocess.PIPE if stdout_pipe else slave, stderr=slave,
-                            env=_env(columns, env, measure=measure), start_new_session=True, close_fds=True)
+                            env=_env(columns, env, measure=measure), start_new_session=True, close_fds=True,
+                            preexec_fn=controlling_terminal if ctrl_c_after else None)
     os.close(slave)
     out = b""
     pending = list(answers)
@@ -118,6 +125,9 @@ def on_terminal(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str
             if not chunk:
                 break
             out += chunk
+            if ctrl_c_after and ctrl_c_after.encode() in out:
+                ctrl_c_after = None
+                os.write(master, b"\x03")
             if pending and out.rstrip().endswith(b"[y/N]:"):
                 os.write(master, pending.pop(0).encode() + b"\n")
     finally:
@@ -137,3 +147,27 @@ def piped(args: Sequence[str], *, columns: int = 80, env: Mapping[str, str] | No
     p = subprocess.run([sys.executable, "-m", "rblnctl", *args], stdin=subprocess.DEVNULL, capture_output=True,
                        text=True, env=_env(columns, env), timeout=timeout)
     return p.stdout, p.stderr, p.returncode
+
+
+def cli_on_terminal(*args: str, server: str | None = None, columns: int = 80, input: str | None = None) -> Screen:
+    """`rblnctl ARGS` in this process (click's runner, as tests.helpers.cli) as if stdin, stdout and stderr were a
+    terminal `columns` wide: every stream says it is a tty, COLUMNS is set and rblnctl's consoles are built afresh,
+    so tables, prose and spinners take the terminal's paths (fold, redraw). A fraction of a pty's cost (no new
+    Python, no imports): the screen-wide checks run every scenario this way; `on_terminal` stays the real thing."""
+    from unittest import mock
+
+    from rblnctl.cli import console
+    from rblnctl.cli.app import app
+    from tests.helpers import CliRunner  # typer's, its command tree built once
+
+    argv = (["--server", server] if server else []) + [str(a) for a in args]
+    env = {"COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1", "TERM": "xterm"}
+    console.stdout.cache_clear()
+    console.stderr.cache_clear()
+    try:
+        with mock.patch("typer.testing._NamedTextIOWrapper.isatty", return_value=True):
+            r = CliRunner(env=env).invoke(app, argv, input=input, catch_exceptions=False, prog_name="rblnctl")
+    finally:
+        console.stdout.cache_clear()
+        console.stderr.cache_clear()
+    return Screen(text=plain(r.output), code=r.exit_code, raw=r.output, stdout=r.stdout)

@@ -75,23 +75,42 @@ def _plain() -> dict:
     return {} if color_enabled() else {"color_system": None}
 
 
-def piped(console: "Console") -> bool:
-    """rich's soft_wrap for a line of prose: piped, one line whatever its length (grep finds it whole); on a
-    terminal, folded at word boundaries to its width (not broken mid-word by the terminal)."""
-    return not console.is_terminal
+def say(text: str, *, con: "Console | None" = None, lead: str = "", lead_style: str = "", style: str = "",
+        indent: int | None = None) -> None:
+    """One line of prose (a progress line, a note, a warning, an `error:`; `lead` is its styled first word): piped,
+    one line whatever its length (grep finds it whole); on a terminal folded to its width at spaces with a hanging
+    indent, a `quoted` command alone on its own line and never broken (rblnctl.cli.fold.fold_prose). Text from the
+    cluster is escaped (rblnctl.cli.sanitize) and never read as markup. Every prose line on stderr goes through here:
+    rich's own wrapping would break a command at its spaces."""
+    from rich.markup import escape
+
+    from rblnctl.cli.sanitize import visible
+
+    con = stderr() if con is None else con
+    full = f"{lead} {visible(text)}" if lead else visible(text)
+    lines = [full]
+    if con.is_terminal:
+        from rblnctl.cli.fold import fold_prose, prose_indent
+
+        width = con.width
+        lines = fold_prose(full, width, indent=prose_indent(full, width) if indent is None else indent)
+    for i, line in enumerate(lines):
+        body = escape(line)
+        if i == 0 and lead and lead_style:
+            body = f"[{lead_style}]{escape(lead)}[/]{escape(line[len(lead):])}"
+        con.print(f"[{style}]{body}[/]" if style else body, soft_wrap=True)
 
 
 def warn(message: object) -> None:
     """Print one warning line to stderr (escaped, never read as markup); an Advice names its flag."""
     from rblnctl.cli.flags import flag_for
     from rblnctl.cli.rerun import spell
-    from rblnctl.cli.sanitize import plain
 
     text = spell(message)
     option = getattr(message, "option", None)
     if option:
         text += f" (pass {flag_for(option)})"
-    stderr().print(f"[yellow]warning:[/] {plain(text)}", soft_wrap=piped(stderr()))
+    say(text, lead="warning:", lead_style="yellow")
 
 
 class ServerWarnings:
@@ -110,8 +129,6 @@ class ServerWarnings:
         self._lock = threading.Lock()
 
     def __call__(self, warning: object) -> None:
-        from rblnctl.cli.sanitize import plain
-
         code, text = getattr(warning, "code", 0), str(getattr(warning, "text", "") or "")
         if code != 299 or not text:
             return
@@ -119,14 +136,55 @@ class ServerWarnings:
             if text in self._seen:
                 return
             self._seen.add(text)
-            stderr().print(f"[yellow]Warning:[/] {plain(text)}", soft_wrap=piped(stderr()))
+            say(text, lead="Warning:", lead_style="yellow")
 
 
 def info(message: str) -> None:
     """Print one progress line to stderr."""
-    from rblnctl.cli.sanitize import plain
+    say(message)
 
-    stderr().print(plain(message), soft_wrap=piped(stderr()))
+
+ECHO_ROOM = 3  # a spinner line ends this short of the terminal's edge: the `^C` a terminal echoes fits without a wrap
+
+
+class SpinLine:
+    """A spinner's text, always one line: cut to the room beside the spinner with `…` (never wrapped, so redrawing
+    it and erasing it at the end, or at Ctrl-C, clear exactly one line and leave nothing cut on the screen; issue 39).
+    `text` is a string or a function giving it anew at each refresh (a wait's ticking times). Escaped
+    (rblnctl.cli.sanitize), never read as markup. Piped, nothing spins: the lines are printed whole instead."""
+
+    def __init__(self, text: Any) -> None:
+        self.text = text
+
+    def plain(self) -> str:
+        from rblnctl.cli.sanitize import visible
+
+        return visible(" ".join(str(self.text() if callable(self.text) else self.text).split()))
+
+    def line(self, room: int) -> str:
+        from rblnctl.cli.fold import cut
+
+        return cut(self.plain(), room)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        # the whole terminal's width here; the spinner's frame and a space take 2 of it, the echo of ^C ECHO_ROOM
+        width = len(self.line(max(1, options.max_width - 2 - ECHO_ROOM)))
+        return Measurement(width, width)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        yield Text(self.line(options.max_width), no_wrap=True, overflow="crop")
+
+
+def spinner(con: "Console", text: Any) -> Any:
+    """A started spinner (rich's Status) with `text` beside it, one line (SpinLine); `.update(SpinLine(...))` to
+    change it, `.stop()` to erase it."""
+    status = con.status(SpinLine(text), spinner="dots")
+    status.start()
+    return status
 
 
 @contextmanager
@@ -136,10 +194,11 @@ def waiting(message: str) -> Iterator[None]:
     if not con.is_terminal:
         yield
         return
-    from rblnctl.cli.sanitize import plain
-
-    with con.status(plain(message), spinner="dots"):
+    status = spinner(con, message)
+    try:
         yield
+    finally:
+        status.stop()
 
 
 def stdin_is_tty() -> bool:
@@ -172,7 +231,14 @@ def confirm(question: str, *, yes: bool, show: object = None, verdict: Sequence[
 
         from rblnctl.cli.sanitize import visible
 
-        sys.stderr.write(visible(show() if callable(show) else str(show)))
+        text = visible(show() if callable(show) else str(show))
+        if stderr().is_terminal:  # a plan's prose (vfio's changes) folds as every line does; tables come folded
+            from rblnctl.cli.fold import fold_prose, prose_indent
+
+            width = stderr().width
+            text = "".join(f"{out}\n" for line in text.splitlines()
+                           for out in fold_prose(line, width, indent=prose_indent(line, width)))
+        sys.stderr.write(text)
         sys.stderr.flush()
     for w in verdict:
         warn(w)
@@ -245,20 +311,14 @@ class Progress:
         if self.pool is not None:
             self.pool.node_line(self.node, text, style)
             return
-        from rblnctl.cli.sanitize import plain
-
-        msg = plain(text + (self.suffix if suffix else ""))
-        self.console.print(f"[{style}]{msg}[/]" if style else msg, soft_wrap=piped(self.console))
+        say(text + (self.suffix if suffix else ""), con=self.console, style=style)
 
     def step(self, step: Any, detail: str) -> None:
         """`STEP: detail`; the wait step is a spinner on a terminal."""
         self.stop()
         self._row(state=str(step), detail=detail)
         if step == self.wait_step and self.console.is_terminal:
-            from rblnctl.cli.sanitize import plain
-
-            self.status = self.console.status(plain(detail))
-            self.status.start()
+            self.status = spinner(self.console, detail)
             return
         self.line(f"{step}: {detail}", "red" if self.rollback_step is not None and step == self.rollback_step else "")
 
@@ -305,7 +365,7 @@ class Progress:
 
         self._row(detail=what(state))  # reason first: a pool row's DETAIL is cut at its end
         if self.status is not None:
-            self.status.update(WaitLine(state))
+            self.status.update(SpinLine(WaitLine(state).text))
             return
         key = wait_key(state)
         if key != self.shown:
@@ -316,17 +376,13 @@ class Progress:
         """What the operator has still to do (policy set-method's wait)."""
         text = f"waiting for the operator: {'; '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")
         if self.status is not None:
-            from rblnctl.cli.sanitize import plain
-
-            self.status.update(plain(text))
+            self.status.update(SpinLine(text))
         else:
             self.line(text, "dim")
 
     def vm_state(self, st: Any) -> None:
         """A VM's state while vm start|stop|restart waits (rblnctl.vm.lifecycle): the spinner's text on a terminal,
         a line per change in a pipe."""
-        from rblnctl.cli.sanitize import plain
-
         text = f"  {st.describe()}"
         if text == self.shown:
             return
@@ -334,10 +390,9 @@ class Progress:
         if not self.console.is_terminal:
             self.line(text, suffix=False)
         elif self.status is None:
-            self.status = self.console.status(plain(text))
-            self.status.start()
+            self.status = spinner(self.console, text)
         else:
-            self.status.update(plain(text))
+            self.status.update(SpinLine(text))
 
     def stop(self) -> None:
         if self.status is not None:

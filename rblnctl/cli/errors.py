@@ -284,8 +284,8 @@ def _verbose(ctx: Any) -> bool:
 
 
 def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
-    from rblnctl.cli.console import stderr
-    from rblnctl.cli.sanitize import plain as escape, visible
+    from rblnctl.cli.console import say
+    from rblnctl.cli.sanitize import visible
 
     text = one_line(err) or type(err).__name__
     options = getattr(err, "options", ())
@@ -295,16 +295,15 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         text = f"unexpected {type(err).__name__}: {text}"
         if not _verbose(ctx):
             text += " (rerun with -v for the traceback)"
-    stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
+    say(text, lead="error:", lead_style="bold red")
     for b in getattr(err, "blockers", None) or []:
-        stderr().print(f"  - {escape(blocker_text(b, ctx))}", soft_wrap=True)
+        say(f"  - {blocker_text(b, ctx)}", indent=4)
     for line in getattr(err, "details", None) or []:  # a Remedy among them: its command spelt for this user
-        text = remedy_text(ctx, line) if isinstance(line, Remedy) else str(line)
-        stderr().print(f"  {escape(text)}", soft_wrap=True)
+        say(f"  {remedy_text(ctx, line) if isinstance(line, Remedy) else line}")
     for line in recovery_lines(getattr(err, "recovery", None), ctx):
-        stderr().print(f"  {escape(line)}", soft_wrap=True)
+        say(f"  {line}")
     for line in rbac_lines(ctx, err):
-        stderr().print(f"  {escape(line)}", soft_wrap=True)
+        say(f"  {line}")
     if _verbose(ctx):
         import traceback
 
@@ -349,15 +348,14 @@ def _choice_hint(text: str) -> str:
 
 def _usage_error(err: Any) -> None:
     """A usage error as kubectl prints one: `error: ...` on one line, then where to read the usage."""
-    from rblnctl.cli.console import stderr
-    from rblnctl.cli.sanitize import plain as escape
+    from rblnctl.cli.console import say
 
     text = one_line(err.format_message()).rstrip(".")
     text = text[:1].lower() + text[1:] + _choice_hint(text)
     ctx = getattr(err, "ctx", None)
     path = getattr(ctx, "command_path", None) or "rblnctl"
-    stderr().print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
-    stderr().print(escape(f"See '{path} --help' for usage."), soft_wrap=True)
+    say(text, lead="error:", lead_style="bold red")
+    say(f"See '{path} --help' for usage.")
 
 
 def interrupted_line(signum: int | None, terminal: bool) -> str:

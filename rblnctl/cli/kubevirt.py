@@ -308,7 +308,7 @@ def _status_view(st: KubeVirtStatus) -> View:
             devices.add_row(d["resourceName"], d["pciVendorSelector"], (d["model"] or "<unknown>").replace(" ", "-"),
                             Cell("true") if d["externalResourceProvider"] else Cell("false", "red"))
         tables.append(devices)
-    notes = [] if doc["permittedDevices"] else ["note: no RBLN device is in permittedHostDevices"]
+    notes = []  # no RBLN device permitted: the library's note says so, with the command that permits them
     if doc["otherPermittedDevices"]:
         n = doc["otherPermittedDevices"]
         notes.append(f"note: {n} permittedHostDevices {'entry' if n == 1 else 'entries'} for other devices not shown")
@@ -407,7 +407,7 @@ def _migration_view(plan: MigrationPlan, result: MigrationResult | None) -> View
 @app.command("migrate-resources", short_help="Rename old NPU resource names everywhere.", epilog=examples(
     "rblnctl kubevirt migrate-resources --dry-run    # what would be renamed, per object",
     "rblnctl kubevirt migrate-resources              # new names from the PCI device each old one stood for",
-    "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF --map ATOM_MAX_PT=RBLN-CA25_PF",
+    "rblnctl kubevirt migrate-resources --map ATOM_PT=RBLN-CA22_PF   # (repeatable)",
 ))
 @grouped
 def migrate_resources(

@@ -46,7 +46,7 @@ SortByOpt = Annotated[str | None, sort_by_option("'{.npuCount}' or .name")]
 @app.command("list", short_help="List NPU nodes and their mode.", epilog=examples(
     "rblnctl node list",
     "rblnctl node list npu-a01 npu-a02 -o wide           # these nodes only, as kubectl get node NAME",
-    "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough -o name",
+    "rblnctl node list -l rebellions.ai/npu.workload.config=vm-passthrough",
     "rblnctl node list --show-labels --sort-by=.npuCount",
     "rblnctl node list -o custom-columns=NAME:.name,MODE:.mode,POOL:.labels.pool",
     "rblnctl node list --watch                        # then every change, until Ctrl-C",
@@ -128,7 +128,7 @@ HISTORY_FORMATS = (Format.table, Format.wide, Format.json, Format.yaml, Format.j
 @app.command("history", short_help="Who switched or drained a node, when, and how it ended.", epilog=examples(
     "rblnctl node history npu-a01",
     "rblnctl node history npu-a01 -o wide                 # with when each run ended, and its message",
-    "rblnctl node history npu-a01 -o json | jq '.items[] | select(.result != \"done\")'",
+    "rblnctl node history n1 -o json | jq '.items[] | select(.result != \"done\")'",
 ))
 def history(
     ctx: typer.Context,
@@ -178,15 +178,14 @@ def _history_view(h: Any) -> Any:
 # -- shared ----------------------------------------------------------------------------------------
 
 AllPodsOpt = Annotated[
-    bool, typer.Option("--all-pods", help="Evict every pod not managed by a DaemonSet (like kubectl drain), "
-                       "not only the pods that use NPUs.")
+    bool, typer.Option("--all-pods", help="Evict every pod but DaemonSets', not only NPU users (as kubectl "
+                       "drain).")
 ]
 EmptyDirOpt = Annotated[
-    bool, typer.Option("--delete-emptydir-data", help="Evict pods with emptyDir volumes (their data is lost).")
+    bool, typer.Option("--delete-emptydir-data", help="Evict pods with emptyDir volumes (data lost).")
 ]
 DisableEvictionOpt = Annotated[
-    bool, typer.Option("--disable-eviction", help="DELETE pods instead of evicting them: bypasses "
-                       "PodDisruptionBudgets. Use with care.")
+    bool, typer.Option("--disable-eviction", help="DELETE pods: no PodDisruptionBudget holds them.")
 ]
 GracePeriodOpt = Annotated[
     int | None,
@@ -194,36 +193,35 @@ GracePeriodOpt = Annotated[
                  metavar="SECONDS", min=0, max=2**63 - 1, show_default=False),  # DeleteOptions: int64
 ]
 TimeoutOpt = Annotated[
-    str, typer.Option("--timeout", help="How long to wait for evictions and (set-mode) the operator: seconds or a "
-                      "duration like 90s, 10m, 1h (as kubectl drain).", metavar="DURATION")
+    str, typer.Option("--timeout", help="How long to wait (evictions, the operator): "
+                      "90s, 10m, 1h.", metavar="DURATION")
 ]
 TakeOverOpt = Annotated[
-    bool, typer.Option("--take-over", help="Take over the node's lock when its holder stopped renewing it (expired).")
+    bool, typer.Option("--take-over", help="Take over the node's lock if its holder expired.")
 ]
 ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Also evict pods not managed by a controller (nothing recreates them), as "
-                       "kubectl drain --force. Nothing else: VMs, DaemonSet pods and checks have their own flags.")
+    bool, typer.Option("--force", help="Also evict pods no controller recreates (kubectl drain "
+                       "--force); nothing else.")
 ]
 EvictVmsOpt = Annotated[
-    bool, typer.Option("--evict-vms", help="Evict the virt-launcher pods of VMs holding the node's NPUs: each VM "
-                       "stops (passed-through NPUs cannot live-migrate). Without it: refused, naming `virtctl stop`.")
+    bool, typer.Option("--evict-vms", help="Evict the VMs holding the node's NPUs: each stops (no live "
+                       "migration with passed-through NPUs).")
 ]
 # Overrides that --force used to include (before it meant only kubectl's): named when a refusal needs one.
 OLD_FORCE_OVERRIDES = frozenset({"evict_vms", "evict_daemonsets", "skip_iommu_check", "skip_release_check",
                                  "take_over", "reverse"})
 LockNamespaceOpt = Annotated[
-    str | None, typer.Option("--lock-namespace", help="Namespace of the node's lock (a Lease) "
-                             "[default: the operator's namespace].", metavar="NAMESPACE", show_default=False)
+    str | None, typer.Option("--lock-namespace", help="The node lock's (a Lease) [default: the "
+                             "operator's].", metavar="NAMESPACE", show_default=False)
 ]
 DEFAULT_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
 MaxUnavailableOpt = Annotated[
-    str, typer.Option("--max-unavailable", metavar="N|P%", help="How many nodes may be mid-switch at once: a number, "
-                      "or a percentage of the selected nodes (rounded down, at least 1).")
+    str, typer.Option("--max-unavailable", metavar="N|P%", help="Nodes mid-switch at once: N, or P% of the "
+                      "selected (rounded down, at least 1).")
 ]
 ContinueOnErrorOpt = Annotated[
-    bool, typer.Option("--continue-on-error", help="Keep starting nodes after one fails, and skip refused nodes "
-                       "instead of refusing the pool [default: no new node starts after a failure; the running "
-                       "ones finish].")
+    bool, typer.Option("--continue-on-error", help="After a failure keep starting nodes, and skip "
+                       "refused ones [default: start no more].")
 ]
 
 
@@ -265,23 +263,21 @@ class DrainFlags(OptionGroup):
 
 
 EvictDaemonsetsOpt = Annotated[
-    bool, typer.Option("--evict-daemonsets", help="Evict DaemonSet pods that use the node's NPUs (they come "
-                       "straight back, still on the old mode's resource until the relabel).")
+    bool, typer.Option("--evict-daemonsets", help="Evict DaemonSet pods that use the node's NPUs.")
 ]
 SkipIommuCheckOpt = Annotated[
-    bool, typer.Option("--skip-iommu-check", help="To vm: go ahead although Node Feature Discovery reports the "
-                       "node's IOMMU off for its NPUs (the VFIO Manager could not bind them; the wait times out).")
+    bool, typer.Option("--skip-iommu-check", help="To vm although NFD reports the IOMMU off.")
 ]
 SkipReleaseCheckOpt = Annotated[
-    bool, typer.Option("--skip-release-check", help="To vm: go ahead although the operator release serves VMs "
-                       "through none of the policy's allocators (the wait then times out).")
+    bool, typer.Option("--skip-release-check", help="To vm although the operator release serves no VMs "
+                       "(the wait times out).")
 ]
 ReverseOpt = Annotated[
-    bool, typer.Option("--reverse", help="Switch although a switch of the node to the other mode is unfinished "
-                       "(its record is on the node): go back from it.")
+    bool, typer.Option("--reverse", help="Go back from the node's unfinished switch to the "
+                       "other mode.")
 ]
 UncordonOpt = Annotated[
-    bool, typer.Option("--uncordon/--no-uncordon", help="Uncordon at the end (only if rblnctl cordoned it).")
+    bool, typer.Option("--uncordon/--no-uncordon", help="Uncordon at the end (if rblnctl cordoned it).")
 ]
 
 
@@ -400,11 +396,11 @@ def _mode_view(plan: Any, result: Any = None) -> Any:
 # -- set-mode --------------------------------------------------------------------------------------
 
 SET_MODE_EXAMPLES = examples(
-    "rblnctl node set-mode vm npu-node-1               # asks first; -y for scripts",
+    "rblnctl node set-mode vm npu-node-1               # asks first (-y: not)",
     "rblnctl node set-mode vm npu-node-1 --dry-run     # the plan, no change",
     "rblnctl node set-mode container npu-node-1 --timeout 20m",
-    "rblnctl node set-mode vm npu-node-1 --evict-vms   # also stop the VMs holding its NPUs (evicted)",
-    "rblnctl node set-mode vm npu-node-1 npu-node-2 npu-node-3 -y # a pool, one node at a time",
+    "rblnctl node set-mode vm npu-node-1 --evict-vms   # stop the VMs on its NPUs",
+    "rblnctl node set-mode vm npu-node-1 npu-node-2 -y # one node at a time",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 25% -y",
     "rblnctl node set-mode vm -l pool=vm --max-unavailable 2 --rehearse",
 )

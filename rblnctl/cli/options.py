@@ -80,9 +80,29 @@ GLOBAL_NOTE = ("Global options (--context, --kubeconfig, -n, --no-headers, -v=N,
                "go before or after the command; see 'rblnctl --help'.")
 
 
+EXAMPLE_ROOM = 76  # an example line's columns on an 80-column terminal: click indents the epilog by 2, examples() by 2
+
+
+def example_lines(line: str, room: int = EXAMPLE_ROOM) -> list[str]:
+    """One example as the lines that fit `room`: kept as written when it fits; else its `# comment` goes on lines
+    of its own above the command (folded at spaces, each a comment), and the command stands alone on its line,
+    never broken (a command longer than the room is the one line left wider: copied whole, it still runs)."""
+    if len(line) <= room:
+        return [line]
+    import textwrap
+
+    command, sep, comment = line.partition(" # ") if not line.startswith("#") else ("", "#", line[1:])
+    if not sep:
+        return [line]
+    said = [f"# {text}" for text in textwrap.wrap(comment.strip(), room - 2, break_long_words=False,
+                                                    break_on_hyphens=False)]
+    return said + ([command.rstrip()] if command.strip() else [])
+
+
 def examples(*lines: str) -> str:
-    """A command's help epilog: its examples, kept as written, then where the global options are."""
-    body = "\n".join(f"  {line}" for line in lines)
+    """A command's help epilog: its examples, each fitting an 80-column terminal (example_lines), then where the
+    global options are."""
+    body = "\n".join(f"  {out}" for line in lines for out in example_lines(line))
     return f"\b\nExamples:\n{body}\n\n{GLOBAL_NOTE}"
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rblnctl.documents import camel, document, to_data  # noqa: F401 (the library owns the JSON contract)
+from rblnctl.cli.fold import cell_words, commands, fold, fold_prose, prose_indent
 from rblnctl.errors import InvalidInput
 
 
@@ -276,7 +277,9 @@ class Table:
     def render(self, *, wide: bool = False, headers: bool = True, color: bool = False, width: int | None = None
                ) -> str:
         """The table as text lines; trailing spaces stripped. Without `width` (piped) one line per row, never
-        folded; with it (a terminal's columns) the widest columns fold at word boundaries to fit (fit_width)."""
+        folded; with it (a terminal's columns) the widest columns fold at word boundaries to fit (fit_width), and
+        when that cannot fit, or a column is narrower than a `command` in it, columns go under each row as
+        `    HEADER: value` lines (the widest floor first; a command there stands whole on its own line)."""
         keep = [i for i, c in enumerate(self.columns) if wide or not c.wide]
         grid: list[list[Any]] = []
         if headers:
@@ -287,10 +290,30 @@ class Table:
         if not grid:
             return ""
         widths = [max(len(str(r[j])) for r in grid) for j in range(len(keep))]
+        under: list[int] = []  # columns that fold under their row (`HEADER: value`) when the table cannot fit
         if width is not None:
-            widths = fit_width(widths, [[str(r[j]) for r in grid] for j in range(len(keep))], width)
+            shown = list(range(len(keep)))
+            while True:
+                fitted = fit_width([widths[j] for j in shown], [[str(r[j]) for r in grid] for j in shown], width)
+                # a column whose `command` a cell would break (narrower than the command) goes under its rows,
+                # where the command stands whole on a line of its own (fold_prose)
+                broken = [k for k in range(1, len(shown)) if any(len(c) > fitted[k] for r in grid
+                                                                 for c in commands(str(r[shown[k]])))]
+                if broken:
+                    under = sorted([*under, shown.pop(broken[-1])])
+                    continue
+                if sum(fitted) + PADDING * (len(shown) - 1) <= width or len(shown) <= 2:
+                    break
+                floors = _floors([widths[j] for j in shown], [[str(r[j]) for r in grid] for j in shown])
+                k = max(range(1, len(shown)), key=lambda i: (floors[i], i))  # the widest that can go, rightmost
+                under = sorted([*under, shown.pop(k)])  # goes under its row, and the rest tries again
+            headers_at = [self.columns[keep[j]].header for j in under]
+            grid = [[r[j] for j in shown] + ([] if i == 0 and headers else [r[j] for j in under])
+                    for i, r in enumerate(grid)]
+            widths = fitted
         lines = []
-        for r in grid:
+        for i, full in enumerate(grid):
+            r = full[:len(widths)]
             pieces = [fold(str(cell), widths[j], hang=j < len(r) - 1) if width is not None else [str(cell)]
                       for j, cell in enumerate(r)]
             for k in range(max(len(p) for p in pieces)):
@@ -301,25 +324,24 @@ class Table:
                     style = cell.style if isinstance(cell, Cell) else ""
                     parts.append((_paint(text, style) if color else text) + pad)
                 lines.append("".join(parts).rstrip())
+            for header, cell in zip(headers_at if width is not None else (), full[len(widths):]):
+                if str(cell):
+                    line = f"    {header}: {cell}"
+                    lines.extend(fold_prose(line, width or 0, indent=6) if commands(str(cell)) else
+                                 fold(line, width or 0, indent=6))
         return "\n".join(lines) + "\n"
 
 
 MIN_FOLD = 12  # a column folds no narrower than this, its header, or its longest word (up to MAX_WORD)
-MAX_WORD = 24
+MAX_WORD = 40  # a longer word is cut; below it a column that cannot fit goes under its rows instead
 
 
 def fit_width(widths: Sequence[int], columns: Sequence[Sequence[str]], width: int) -> list[int]:
     """Column widths that fit `width` terminal columns: the widest column gives up one column at a time, down to
     its floor (MIN_FOLD, its header, its longest word up to MAX_WORD), until the table fits or nothing can give
-    more; a table that cannot fit even so keeps its widths (one line per row, the terminal wraps it)."""
+    more; a table that cannot fit even so keeps its widths here, and Table.render moves columns under its rows."""
     out = list(widths)
-    floors = []
-    for j, cells in enumerate(columns):
-        header, *values = cells if cells else [""]
-        word = max((len(w.rstrip(",")) for v in values for w in _words(v)), default=0)  # a comma may hang
-        if all(len(_words(v)) <= 1 for v in values):
-            word = out[j]  # a column of names (pods, nodes): never cut one
-        floors.append(min(out[j], max(len(header), word if word == out[j] else min(word, MAX_WORD), MIN_FOLD)))
+    floors = _floors(widths, columns)
     room = width - PADDING * (len(out) - 1)
     if sum(floors) > room:
         return out  # cannot fit even folded (-o wide): one line per row, as kubectl, and the terminal wraps
@@ -331,39 +353,17 @@ def fit_width(widths: Sequence[int], columns: Sequence[Sequence[str]], width: in
     return out
 
 
-def _words(text: str) -> list[str]:
-    import re
-
-    return re.findall(r"[^ ,]+,?", text)
-
-
-def fold(text: str, width: int, *, indent: int = 0, hang: bool = False) -> list[str]:
-    """`text` in lines of at most `width` columns, broken at a space or after a comma (a word longer than a line is
-    cut where the line ends); continuation lines start with `indent` spaces. `hang`: a line's last comma may stand
-    one column past `width` (in a table, into the padding: `Ready,SchedulingDisabled,` then `Switching`)."""
-    import re
-
-    if len(text) <= width or width <= indent + 1:
-        return [text]
-    lead = len(text) - len(text.lstrip(" "))
-    lines: list[str] = []
-    line = text[:lead]
-    for sep, word in re.findall(r"( *)([^ ,]*,|[^ ,]+)", text[lead:]):
-        room = width - (indent if lines else 0)
-        candidate = line + word if not line.strip() else line + sep + word
-        if len(candidate) <= room + (hang and candidate.endswith(",")):
-            line = candidate
-            continue
-        if line.strip():
-            lines.append(line)
-            room, candidate = width - indent, word
-        while len(candidate) > room + (hang and candidate.endswith(",")):  # one word wider than a line
-            lines.append(candidate[:room])
-            candidate, room = candidate[room:], width - indent
-        line = candidate
-    if line.strip():
-        lines.append(line)
-    return [lines[0]] + [" " * indent + rest for rest in lines[1:]]
+def _floors(widths: Sequence[int], columns: Sequence[Sequence[str]]) -> list[int]:
+    """How narrow each column can fold: MIN_FOLD, its header, its longest word up to MAX_WORD; a column of names
+    (one word a cell: pods, nodes) not at all, since a name is never cut."""
+    floors = []
+    for j, cells in enumerate(columns):
+        header, *values = cells if cells else [""]
+        word = max((len(w.rstrip(",")) for v in values for w in cell_words(v)), default=0)  # a comma may hang
+        if all(len(cell_words(v)) <= 1 for v in values):
+            word = widths[j]  # a column of names (pods, nodes): never cut one
+        floors.append(min(widths[j], max(len(header), word if word == widths[j] else min(word, MAX_WORD), MIN_FOLD)))
+    return floors
 
 
 def _one_line(cell: Any) -> Any:
@@ -428,8 +428,6 @@ def render_tables(view: View, *, wide: bool = False, headers: bool = True, color
 def prose(lines: Iterable[str], width: int | None) -> str:
     """Lines of text; with `width`, each folded at word boundaries with a hanging indent: under the value of a
     `Key:   value` line, else two columns in from the line's own indent."""
-    import re
-
     from rblnctl.cli.sanitize import visible
 
     out = []
@@ -437,9 +435,7 @@ def prose(lines: Iterable[str], width: int | None) -> str:
         if width is None or len(line) <= width:
             out.append(line)
             continue
-        key = re.match(r"[A-Za-z][\w .-]{0,24}:\s{2,}", line)
-        indent = len(key.group(0)) if key else len(line) - len(line.lstrip()) + 2
-        out.extend(fold(line, width, indent=min(indent, width // 2)))
+        out.extend(fold_prose(line, width, indent=prose_indent(line, width)))
     return "".join(f"{line}\n" for line in out)
 
 

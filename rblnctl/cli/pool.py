@@ -257,7 +257,8 @@ def pool_plan_view(plan: Any) -> View:
             t.add_row(i["node"], "<unknown>" if p is None else p["fromMode"], doc["target"], action, evict)
         else:
             t.add_row(i["node"], action, evict)
-    epilogue = [f"{node}: {b.message}" for node in plan.nodes for b in plan.refusal(node)]
+    # why a node is skipped; a refused pool's error lists the same blockers (with their flags): said there, once
+    epilogue = [] if plan.blockers else [f"{node}: {b.message}" for node in plan.nodes for b in plan.refusal(node)]
     return View(kind=_list_kind(plan), body=doc, preamble=[_what(plan)], tables=[t],
                 epilogue=epilogue, names=[f"node/{i['node']}" for i in doc["items"]])
 

@@ -110,8 +110,9 @@ def preflight(
         from rblnctl.preflight.cluster import ClusterPreflight
 
         pods = _host_checks(ctx, image, max_parallel, keep, timeout) if hosts else None
-        what = " and running host pods on the NPU nodes" if hosts else ""
-        with waiting(f"reading the cluster (nodes, NodeFeatures, KubeVirt, operator){what}..."):
+        what = "running host pods on the NPU nodes, reading the cluster" if hosts else \
+            "reading the cluster (nodes, NodeFeatures, KubeVirt, operator)"
+        with waiting(f"{what}..."):
             report = ClusterPreflight(
                 # with host pods it writes, and reads back the pods it made: consistent reads then
                 kube=ctx.obj.kube(from_cache=not hosts), method=method.value, node=node, selector=selector,

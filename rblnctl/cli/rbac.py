@@ -11,7 +11,8 @@ from rblnctl.cli.options import examples
 EXAMPLES = examples(
     "rblnctl rbac --role read | kubectl apply -f -",
     "rblnctl rbac -n rbln-system | kubectl apply -f -     # operate: read + set-mode, drain, edits",
-    "kubectl create clusterrolebinding rblnctl-operate --clusterrole=rblnctl-operate --serviceaccount=ops:rblnctl",
+    "# then bind the ClusterRole (and the Role) to an account:",
+    "kubectl create clusterrolebinding me --clusterrole=rblnctl-operate --user=me",
 )
 
 

@@ -35,8 +35,10 @@ def _status_cell(n: dict) -> Cell:
         status += ",SchedulingDisabled"  # kubectl get nodes spells a cordoned node this way
     if n["switch"] is not None:
         status += ",Switching"  # a set-mode runs now or was interrupted: its record is still on the node
-    return Cell(status, "" if n["ready"] and n["schedulable"] and n["switch"] is None else "yellow" if n["ready"]
-                else "red")
+    held = list(dict.fromkeys(f",{h['status']}" for h in n["initHeld"]))
+    status += "".join(held)  # an operator component's pod held in an init container (`Init:0/2`): why NPUS says 0
+    return Cell(status, "" if n["ready"] and n["schedulable"] and n["switch"] is None and not held else "yellow"
+                if n["ready"] else "red")
 
 
 def _dra_cell(u: dict) -> str:
@@ -74,7 +76,9 @@ def npu_nodes_table(nodes: list[dict], vms: Mapping[str, list[str]] | None = Non
     NPUS, ALLOCATED and FREE count the node's NPUs as the scheduler does (rblnctl.operator.capacity: device
     plugin resources and DRA devices; `<unknown>` when the pods holding them could not be read; a DRA device
     with a NoSchedule/NoExecute taint is in NPUS but not FREE, and RESOURCES says how many are tainted). STATUS
-    is kubectl's (`Ready`, `,SchedulingDisabled`) and `,Switching` while a set-mode's record is on the node. With `vms`
+    is kubectl's (`Ready`, `,SchedulingDisabled`), `,Switching` while a set-mode's record is on the node, and
+    `,Init:0/2` (kubectl's pod STATUS) for an operator component's pod held in an init container (issue 39: why
+    NPUS is 0 is in the table, not only in a note on stderr). With `vms`
     (node -> VMs holding NPUs there: ClusterStatus's npuVms) a VMS column counts them and -o wide names them.
     `show_labels` adds LABELS last, as `kubectl get nodes --show-labels` (every label, `k=v,...`).
     """

@@ -50,11 +50,15 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
     import sys
 
     from rblnctl.cli.console import stdout
+    from rblnctl.cli.fold import cut
     from rblnctl.cli.output import emit, render_tables, terminal_width
     from rblnctl.cli.sanitize import visible
 
+    from rblnctl.cli.console import info
+
     live: Any = None
     last: Any = None
+    said: set[str] = set()  # piped: the notes printed, each once (issue 39: the watch keeps them)
     try:
         for current in updates:
             if not output.is_table:
@@ -62,8 +66,13 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
             elif sys.stdout.isatty():
                 from rich.text import Text
 
-                text = Text(render_tables(view_of(current), wide=output.format == "wide",
-                                          headers=not output.no_headers, width=terminal_width()))
+                shown = view_of(current)
+                width = terminal_width()
+                # the notes are redrawn under the tables, not dropped (issue 39): a line each, cut to the width, so
+                # the screen still fits the terminal (`rblnctl status` prints them whole)
+                notes = "".join(f"{cut(visible(n), width)}\n" for n in shown.notes)
+                text = Text(render_tables(shown, wide=output.format == "wide", headers=not output.no_headers,
+                                          width=width) + ("\n" + notes if notes else ""))
                 if live is None:
                     from rich.live import Live
 
@@ -72,15 +81,29 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
                     live.start()
                 live.update(text, refresh=True)
             elif last is None:
-                emit(view_of(current), output)
+                first = view_of(current)
+                said = {_note_key(n) for n in first.notes}
+                emit(first, output)
             else:
                 for change in changes_of(last, current):
                     sys.stdout.write(visible(change_line(change)) + "\n")
                 sys.stdout.flush()
+                for note in view_of(current).notes:  # a note that is new (not its times or counts): on stderr
+                    if _note_key(note) not in said:
+                        said.add(_note_key(note))
+                        info(note)
             last = current
     finally:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129 as everywhere (it exited 0, but 130 from `vm list -w | cat`)
         if live is not None:
             live.stop()
+
+
+def _note_key(note: str) -> str:
+    """What a note says, without its numbers (a held pod's time so far, a count of Ready pods): piped, a note is
+    printed again only when this changes, as the waits print a line per change of state, not of its times."""
+    import re
+
+    return re.sub(r"\d+", "#", note)
 
 
 def change_line(change: Any) -> str:

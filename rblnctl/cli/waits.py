@@ -1,6 +1,6 @@
 """set-mode's wait for the operator, as one short line: what holds the node up (reason first), elapsed and left.
 
-On a terminal the line sits next to a spinner and its times tick (WaitLine renders anew on every refresh); piped,
+On a terminal the line sits next to a spinner and its times tick (WaitLine.text, asked on every refresh); piped,
 a line is printed only when what it says changes, not its times (wait_key), so `set-mode ... 2>&1 | tee` keeps
 one line per change of state, not one per event.
 """
@@ -36,10 +36,13 @@ def what(state: Any, *, more: bool = True) -> str:
     if h is None:
         text = first.text
     else:
-        text = f"{h.status}, {'stuck' if h.stuck else 'still'} in init container {h.container}: pod {h.ref}"
+        # what it waits for, where the operator's source says (constants.INIT_WAITS), before the pod's name: the
+        # known pattern is what a person needs, and a log that cannot be read is then no news (issue 39)
+        text = f"{h.status}, {'stuck' if h.stuck else 'still'} in init container {h.container}: " + (
+            h.waits_for or f"pod {h.ref}")
         if h.log:
             text += f"; last log line: {h.log!r}"
-        elif h.stuck and state.log_problem:
+        elif h.stuck and state.log_problem and not h.waits_for:
             text += f"; its log cannot be read: {state.log_problem}"
     others = len(state.pending) - 1 + (len(state.operator) if state.pending else len(state.operator) - 1)
     return text + (f" (+{others} more)" if more and others > 0 else "")
@@ -59,13 +62,11 @@ def wait_key(state: Any) -> str:
 
 
 class WaitLine:
-    """A rich renderable of the wait's line whose times move on every refresh of the spinner."""
+    """The wait's line beside a spinner (rblnctl.cli.console.SpinLine), its times moving on every refresh."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
         self.received = time.monotonic()
 
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(wait_text(self.state, self.state.elapsed_s + time.monotonic() - self.received))
+    def text(self) -> str:
+        return wait_text(self.state, self.state.elapsed_s + time.monotonic() - self.received)

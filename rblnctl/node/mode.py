@@ -677,7 +677,12 @@ class ModeSwitcher:
                 return logs[(h.ref, h.container)][0] if (h.ref, h.container) in logs else init_log_line(self.kube, h)
 
             missing = [str(p) for p in convergence.with_logs(pend, log_of, self.clock.now())]
-        raise err.with_details([f"still missing: {m}" for m in missing])
+        stuck = [p.hold for p in pend if p.hold is not None and p.hold.stuck]
+        # what a person does next (issue 39): a stuck pod does not finish on its own, so a longer wait is no remedy
+        advice = [f"waiting longer does not help: {', '.join(sorted({h.component for h in stuck}))} cannot start on "
+                  f"this node as things are (what it waits for is above); go back to the old mode (below), or "
+                  f"give it what it waits for (docs/operator.md)"] if stuck else []
+        raise err.with_details([f"still missing: {m}" for m in missing] + advice)
 
     def _wait_state(self, node: str, target: str, pend: list[convergence.Pending], not_ready: list[str],
                     logs: dict[tuple[str, str], tuple[str | None, str | None]], *, elapsed_s: float,

@@ -122,6 +122,8 @@ def outcome_findings(o: PodOutcome, run: HostPodRun, out: Findings) -> bool:
                 "fix what stopped the run, then rerun")
     elif o.state == PodState.TIMED_OUT:
         out.add("host.pod", T_POD, o.node, Status.FAIL, f"pod {ns}/{pod} {o.message}",
+                f"rerun with --keep and read `kubectl logs -n {ns} {pod}`: the check runs and did not finish (a host "
+                "read that hangs), a larger --timeout helps a slow host" if o.reason.startswith("Running") else
                 f"rerun with --keep and read `{describe}`; a larger --timeout helps a slow image pull")
     else:
         out.add("host.pod", T_POD, o.node, Status.FAIL, f"pod {ns}/{pod}: {o.message}", "rerun")

@@ -664,9 +664,9 @@ class AttachPlanner:
         if changed and running and not self.options.restart:
             blockers.append(VmBlocker(f"VM {ref} is running (VMI {_phase(vmi)}"
                                       + (f" on {_node(vmi)}" if _node(vmi) else "")
-                                      + "): a change to its NPUs takes effect only when it restarts; restarting "
-                                      "stops it, patches it, starts it and waits until it is Ready",
-                                      override="restart"))
+                                      + "): a change to its NPUs takes effect only when it restarts",
+                                      override="restart"))  # the CLI names the flag next (--restart's help says
+                                                            # what a restart does): the way on comes first
         spec_after = {"domain": {"devices": {"hostDevices": layout.host_devices}}, "resourceClaims": layout.claims}
         after = D.npus_of(spec_after, npu_claim=lambda e: e.get("name") in target.npu_claims)
         patch = None

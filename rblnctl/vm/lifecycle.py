@@ -69,6 +69,7 @@ from rblnctl.kube import (
 from rblnctl.kube.optional import ERROR, optional
 from rblnctl.operator.capacity import pod_requests
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
 from rblnctl.vm.model import VmRef
 
@@ -170,8 +171,13 @@ class VmState:
         """No live VMI and no virt-launcher pod left (its NPUs are free), and the VM's own status agrees:
         virt-controller writes printableStatus Stopped (after Stopping or Terminating) once the VMI is final or
         gone, in a write of its own (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/vm.go
-        setPrintableStatus), so a state between the two is not yet stopped."""
-        return not self.live and not self.launchers and not self.ready and self.printable_status not in _MOVING
+        setPrintableStatus), so a state between the two is not yet stopped. A finished VMI of a Halted VM is deleted
+        by virt-controller (syncRunStrategy), and until then the VM's status still tells of it (ErrorUnschedulable
+        with a VMI Failed before it was scheduled: setPrintableStatus ranks those above Stopped): not stopped until
+        it says Stopped or the VMI is gone, so what `vm stop --wait` shows after "stopped" is not stale (issue 39)."""
+        leftover = self.vmi_phase is not None and self.run_strategy == "Halted" and self.printable_status != "Stopped"
+        return (not self.live and not self.launchers and not self.ready and self.printable_status not in _MOVING
+                and not leftover)
 
     @property
     def up(self) -> bool:
@@ -722,7 +728,8 @@ class VmLifecycle:
                                clock=clock, stop=self.stop_event, on_change=heard)
             if not seen.done:
                 raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s"
-                                  + (f" ({last.describe()})" if last is not None else ""))
+                                  + (f" ({last.describe()})" if last is not None else "")).with_details(
+                    _timed_out(ref, what))
             final = self.read(ref)
             if final is None:
                 if what != "stop":
@@ -732,7 +739,17 @@ class VmLifecycle:
             if done(final):
                 return final
             if clock.monotonic() >= deadline:
-                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})")
+                raise WaitTimeout(f"VM {ref} did not {what} within {self.timeout_s:g}s ({final.describe()})"
+                                  ).with_details(_timed_out(ref, what))
+
+
+def _timed_out(ref: Any, what: str) -> list[str | Remedy]:
+    """After a wait for a VM to come up that timed out (the request was made): `vm diagnose` says why it is not
+    running (its scheduling, its devices, its launcher pod)."""
+    if what == STOP:
+        return []
+    return [Remedy("see why it is not running: {command}", Command.own("vm", "diagnose", ref.name,
+                                                                       namespace=ref.namespace))]
 
 
 _ING = {START: "starting", STOP: "stopping", RESTART: "restarting"}

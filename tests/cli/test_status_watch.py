@@ -114,3 +114,29 @@ def test_watch_with_json_prints_a_document_per_change(apiserver):
         text = text[end:].strip()
     assert [[n["mode"] for n in d["items"]] for d in docs] == [["container", "container"],
                                                                 ["vm-passthrough", "container"]]
+
+
+def test_status_watch_piped_prints_a_note_that_appears_meanwhile_once(apiserver):
+    """Issue 39, finding 11: the watch kept only its first notes. A plugin that gets stuck while it watches (operator
+    v0.3.0's sandbox plugin in driver-ready, once the node is labelled vm-passthrough) is said on stderr, once,
+    though its time so far changes on every update."""
+    from tests.fakes.operator import stack_v030
+
+    op = stack_v030(apiserver)
+
+    def errors() -> str:
+        buffer = getattr(sys.stderr, "buffer", None)
+        return buffer.getvalue().decode() if hasattr(buffer, "getvalue") else ""
+
+    def script():
+        _wait_for(lambda: "NAME" in _printed(), "the first table")
+        apiserver.mutate("Node", "npu-node-1", fn=lambda n: n["metadata"]["labels"].update({MODE: "vm-passthrough"}))
+        _wait_for(lambda: "is stuck in its init container driver-ready" in errors(), "the new note")
+        time.sleep(0.3)  # more updates come (pods, times): the note is not said again
+
+    try:
+        r = watch_cli(apiserver, "status", "--watch", script=script)
+    finally:
+        op.stop()
+    assert r.exit_code == 130, r.stderr
+    assert r.stderr.count("is stuck in its init container driver-ready") == 1, r.stderr

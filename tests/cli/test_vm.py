@@ -103,7 +103,7 @@ def test_attach_running_vm_is_refused_without_restart(apiserver):
     sandbox_cluster(apiserver)
     apiserver.add(o.vm(NS, "v1"), o.vmi(NS, "v1", "n1"))
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
-    assert r.exit_code == 1 and "is running" in r.stderr and "(pass --restart to go ahead anyway)" in r.stderr
+    assert r.exit_code == 1 and "is running" in r.stderr and "; pass --restart to stop it" in r.stderr
     assert apiserver.writes() == []
 
 

@@ -77,8 +77,8 @@ def test_the_refusal_of_a_running_vm_names_both_ways(apiserver):
     _running(apiserver)
     r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS)
     assert r.exit_code == 1 and apiserver.writes() == []
-    assert ("; or pass --next-restart to change its spec only, for its next restart (pass --restart to go ahead "
-            "anyway)") in r.stderr
+    assert ("restarts; pass --restart to stop it, change it and start it now (waiting until it is Ready), or "
+            "--next-restart to change its spec only, for its next restart") in " ".join(r.stderr.split())
 
 
 def test_list_shows_the_staged_change(apiserver):

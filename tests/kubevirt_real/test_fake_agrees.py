@@ -214,3 +214,19 @@ def test_a_dra_vms_launcher_pod_carries_its_claims_and_the_claim_is_allocated(kv
     assert sorted((r["request"], r["driver"], r["pool"]) for r in results) == [
         ("npu0", "npu.rebellions.ai", "npu-node-2"), ("npu1", "npu.rebellions.ai", "npu-node-2")]
     assert [r["name"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["name"]]
+
+
+def test_vm_stop_wait_of_an_unschedulable_vm_ends_stopped_and_shows_it(kvbackend):
+    """Issue 39, finding 10: a VM that cannot be scheduled (more NPUs than any node has) is ErrorUnschedulable; `vm
+    stop --wait` ends when the VM itself says Stopped (virt-controller deletes its VMI first), and its table shows
+    that, not the state before (ErrorUnschedulable, a VMI Failed)."""
+    b = kvbackend
+    sandbox_ready(b)
+    create(b, vm(b.namespace, "v", run_strategy="Always", host_devices=[SANDBOX_RESOURCE] * 64))
+    r = b.rblnctl("vm", "stop", "v", "-n", b.namespace, "--wait", "-y", "--timeout", "60s")
+    assert r.exit_code == 0, r.stderr
+    row = [line for line in r.stdout.splitlines() if line.startswith("v ")]
+    assert row and row[0].split()[1] == "Stopped", r.stdout
+    assert "ErrorUnschedulable" not in r.stdout and "Failed" not in r.stdout, r.stdout
+    settled(b, "v", running=False)
+    assert state(b, "v") == stopped_as("Halted", "Halted")

@@ -383,8 +383,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_lifecycle.py::test_dra_npus_are_attached_when_the_launchers_claim_is_allocated",)),
     Mutation(
         id="22.5", file="rblnctl/vm/lifecycle.py",
-        old="        return not self.live and not self.launchers",
-        new="        return not self.live",
+        old="        return (not self.live and not self.launchers and not self.ready",
+        new="        return (not self.live and not self.ready",
         what="vm stop --wait: done when the VMI finished, its virt-launcher (and its NPUs) still there",
         tests=("tests/vm/test_lifecycle.py::test_a_finished_vmi_whose_launcher_still_runs_is_not_stopped",),
         notes="survived issue 22's tests: no fixture had a finished VMI whose launcher lingers"),

@@ -233,6 +233,8 @@ def test_not_ready_in_time_is_exit_5_saying_what_is_missing(cluster):
     r = cli("vm", "start", "v1", "-n", NS, "--wait", "--timeout", "1s", server=cluster.url)
     assert r.exit_code == 5, r.stderr
     assert "VM vms/v1 did not become Ready within 1s (status Starting, VMI Scheduling" in r.stderr
+    assert f"see why it is not running: `rblnctl --server {cluster.url} vm diagnose v1 -n vms`" in \
+        " ".join(r.stderr.split())  # issue 39, finding 12: the next step is named
 
 
 def test_dra_npus_are_attached_when_the_launchers_claim_is_allocated(apiserver):
@@ -390,3 +392,28 @@ def test_the_conditions_every_vm_with_npus_has_are_not_named_as_holding_it_back(
         {"type": "StorageLiveMigratable", "status": "False", "reason": "HostDeviceNotLiveMigratable"},
         {"type": "Synchronized", "status": "False", "reason": "FailedCreate", "message": "quota exceeded"}]
     assert judge(vm, vmi).conditions == ("Synchronized: FailedCreate quota exceeded",)
+
+
+def test_stop_wait_ends_when_the_vm_says_stopped_not_on_a_failed_vmi_it_still_reports(apiserver):
+    """Issue 39, finding 10: a VM stuck ErrorUnschedulable, stopped: its VMI turns Failed before virt-controller
+    deletes it and writes printableStatus Stopped. `vm stop --wait` said "stopped", then printed the stale table
+    (ErrorUnschedulable, VMI Failed); it waits for the VM's own word now, and its table shows that."""
+    import threading
+    import time
+
+    sandbox_cluster(apiserver, npus=4)
+    apiserver.add(o.vm(NS, "v1", host_devices=[CA22] * 8, running=False, printable_status="ErrorUnschedulable"),
+                  o.vmi(NS, "v1", None, [CA22] * 8, phase="Failed"))
+
+    def virt_controller() -> None:  # what KubeVirt does next for a Halted VM with a final VMI
+        time.sleep(0.6)
+        apiserver.delete("VirtualMachineInstance", "v1", NS)
+        apiserver.mutate("VirtualMachine", "v1", NS, lambda vm: vm["status"].update(printableStatus="Stopped"))
+
+    t = threading.Thread(target=virt_controller)
+    t.start()
+    r = cli("vm", "stop", "v1", "-n", NS, "--wait", "--yes", "--timeout", "20s", server=apiserver.url)
+    t.join()
+    assert r.exit_code == 0, r.stderr
+    assert "ErrorUnschedulable" not in r.stdout and "Failed" not in r.stdout, r.stdout
+    assert "Stopped" in r.stdout, r.stdout

@@ -58,9 +58,12 @@ def _phrased(plan: Any, ctx: Any) -> Any:
     for b in plan.blockers:
         remedy = getattr(b, "remedy", None)
         text = f"{b.message}; {remedy_text(ctx, remedy)}" if remedy is not None else b.message
-        if b.override == "restart" and hasattr(plan, "next_restart"):  # vm attach|detach offer both
-            text += "; or pass --next-restart to change its spec only, for its next restart"
-        blockers.append(Blocker(text, override=b.override))
+        override = b.override
+        if b.override == "restart" and hasattr(plan, "next_restart"):  # vm attach|detach offer both, --restart first
+            text += ("; pass --restart to stop it, change it and start it now (waiting until it is Ready), or "
+                     "--next-restart to change its spec only, for its next restart")
+            override = None  # named above, with what it does
+        blockers.append(Blocker(text, override=override))
     return dataclasses.replace(plan, blockers=blockers)
 
 

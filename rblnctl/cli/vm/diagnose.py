@@ -12,7 +12,7 @@ from rblnctl.cli.vm.common import VmArg, _namespace, app
 
 DIAGNOSE_EXAMPLES = examples(
     "rblnctl vm diagnose my-vm -n vms",
-    "rblnctl vm diagnose my-vm -n vms -o json | jq '.links[] | select(.status==\"FAIL\")'",
+    "rblnctl vm diagnose my-vm -o json | jq '.links[] | select(.status==\"FAIL\")'",
 )
 
 

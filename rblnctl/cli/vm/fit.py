@@ -15,7 +15,7 @@ FIT_EXAMPLES = examples(
     "rblnctl vm fit --npus 2                          # how many 2-NPU VMs fit now, and where",
     "rblnctl vm fit --npus 2 --count 4                # exit 1 unless four fit",
     "rblnctl vm fit --npus 4 --product RBLN-CA22 -o wide",
-    "rblnctl vm fit --npus 1 --method dra -o json | jq '.nodes[] | select(.fits > 0) | .name'",
+    "rblnctl vm fit --npus 1 -o json | jq '.nodes[] | select(.fits > 0) | .name'",
 )
 
 

@@ -17,7 +17,7 @@ LIST_EXAMPLES = examples(
     "rblnctl vm list -A",
     "rblnctl vm list -n vms -o wide                  # every hostDevices entry",
     "rblnctl vm list -A --watch                      # then every change, until Ctrl-C",
-    "rblnctl vm list -A --sort-by=.node -o custom-columns=VM:.name,NODE:.node,NPUS:.npus",
+    "rblnctl vm list -A --sort-by=.node -o custom-columns=VM:.name,NODE:.node",
     "rblnctl vm list -A -o jsonpath='{.items[?(@.node==\"n1\")].name}'",
 )
 

@@ -12,12 +12,12 @@ from rblnctl.cli.output import Format
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, _namespace, app
 
 MANIFEST_EXAMPLES = examples(
-    "rblnctl vm manifest my-vm -n vms --npus 2 --ssh-key ~/.ssh/id_ed25519.pub --user me | kubectl apply -f -",
-    "rblnctl vm manifest my-vm -n vms --npus 2 --resource rebellions.ai/RBLN-CA22_PF > my-vm.yaml",
+    "rblnctl vm manifest my-vm --npus 2 --ssh-key ~/.ssh/id_ed25519.pub > vm.yaml",
+    "rblnctl vm manifest my-vm -n vms --npus 2 --user me | kubectl apply -f -",
+    "rblnctl vm manifest my-vm -n vms --npus 2 --product RBLN-CA22  # two products",
     "rblnctl vm manifest my-vm -n vms --method dra --npus 2 | kubectl apply -f -",
-    "rblnctl vm manifest my-vm -n vms --instancetype u1.xlarge --preference ubuntu --pvc my-root",
-    "rblnctl vm manifest my-vm -n vms --cpu 8 --memory 32Gi --datavolume-source https://example.com/jammy.img "
-    "--disk-size 40Gi",
+    "rblnctl vm manifest my-vm -n vms --instancetype u1.xlarge --pvc my-root",
+    "rblnctl vm manifest my-vm --cpu 8 --memory 32Gi --datavolume-source vms/base",
 )
 
 
