@@ -204,8 +204,8 @@ ForceOpt = Annotated[
                        "--force); nothing else.")
 ]
 EvictVmsOpt = Annotated[
-    bool, typer.Option("--evict-vms", help="Evict the VMs holding the node's NPUs: each stops (no live "
-                       "migration with passed-through NPUs).")
+    bool, typer.Option("--evict-vms", help="Evict the VMs using the node's NPUs (they stop: "
+                       "no live migration).")
 ]
 # Overrides that --force used to include (before it meant only kubectl's): named when a refusal needs one.
 OLD_FORCE_OVERRIDES = frozenset({"evict_vms", "evict_daemonsets", "skip_iommu_check", "skip_release_check",
@@ -216,8 +216,8 @@ LockNamespaceOpt = Annotated[
 ]
 DEFAULT_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
 MaxUnavailableOpt = Annotated[
-    str, typer.Option("--max-unavailable", metavar="N|P%", help="Nodes mid-switch at once: N, or P% of the "
-                      "selected (rounded down, at least 1).")
+    str, typer.Option("--max-unavailable", metavar="N|P%", help="Nodes mid-switch at once: N, or P% of "
+                      "them, rounded down (at least 1).")
 ]
 ContinueOnErrorOpt = Annotated[
     bool, typer.Option("--continue-on-error", help="After a failure keep starting nodes, and skip "
@@ -549,9 +549,8 @@ def _run_pool(ctx: typer.Context, runner: Any, names: list[str], *, selector: st
 
 
 RehearseOpt = Annotated[
-    bool, typer.Option("--rehearse", help="Predict the run from one read of the cluster, writing nothing: per wave "
-                       "the nodes, the pods evicted and where they could go, the PodDisruptionBudgets that pace them, "
-                       "what refuses, the operator's rollout and how long it takes.")
+    bool, typer.Option("--rehearse", help="Predict the run, writing nothing: waves, evictions, PDB "
+                       "pacing, refusals, time.")
 ]
 
 

@@ -37,8 +37,8 @@ def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: st
 OutputOpt = Annotated[OutputSpec, output_option()]
 DryRunOpt = Annotated[
     bool,
-    typer.Option("--dry-run", help="Print the plan and change nothing. --dry-run=server sends the writes with "
-                 "dryRun=All so admission still validates them; nothing persists."),
+    typer.Option("--dry-run", help="Print the plan, change nothing (=server: the server's admission checks "
+                 "the writes, none persists)."),
 ]
 HostDryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print every sysfs write the plan would make, and make none."),
@@ -72,7 +72,7 @@ def sort_by_option(example: str) -> Any:
 
 SelectorOpt = Annotated[
     str | None, typer.Option("--selector", "-l", metavar="SELECTOR",
-                             help="Label selector, e.g. 'rebellions.ai/npu.workload.config=vm-passthrough'.")
+                             help="Label selector, e.g. 'pool=vm' (kubectl's -l).")
 ]
 
 
