@@ -36,7 +36,9 @@ from tests.fakes.apiserver import FakeApiServer
 from tests.helpers import cli
 
 ACTOR_TIMEOUT = "3s"  # a command's --timeout in these cases: what an actor makes it wait for may never come
-_SETTLE_S = 0.12  # virt-controller's own writes after a stop come 50 ms and 100 ms later (fakes kubevirt.py)
+# virt-controller's own writes after a stop come 50 ms and 100 ms later (fakes kubevirt.py): settle() waits for the
+# fake's scheduled writes due within this horizon (FakeApiServer.wait_scheduled), not a fixed sleep
+_SETTLE_HORIZON_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,10 @@ def _opposite(world: World) -> tuple[str, ...] | None:
 def settle(server: FakeApiServer) -> None:
     """Let the controllers finish reacting before anything is judged."""
     op = OPERATORS.get(server)
-    if op is not None:
-        op.wait_idle()
-    time.sleep(_SETTLE_S)
-    if op is not None:
-        op.wait_idle()
+    for _ in range(2):  # the operator's reaction may schedule virt-controller's, and the other way round
+        if op is not None:
+            op.wait_idle()
+        server.wait_scheduled(_SETTLE_HORIZON_S)
 
 
 def scene_of(server: FakeApiServer, world: World) -> Scene:
