@@ -49,6 +49,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.kubevirt.cr import identity_test, is_conflict
+from rblnctl.node.lock import LockState
 from rblnctl.plan import Advice, Blocker
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
@@ -316,26 +317,10 @@ def run_identity() -> str:
     return f"rblnctl@{host}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class MarkHolder:
-    """The run a stopped mark names as holding the VM, as client-go's LeaderElectionRecord: who, when it last
-    renewed the mark (the mark's time), for how long that counts."""
-
-    holder: str
-    renewed: datetime | None
-    lease_s: int
-    live: bool  # renewed + lease_s is not past: that run may be at work on the VM now
-
-    def describe(self, now: datetime) -> str:
-        """`rblnctl@h/1/ab12cd34, its mark renewed 12s ago (lease 660s)`."""
-        if self.renewed is None:
-            return f"{self.holder}, its mark's time unreadable"
-        age = max(0, int((now - self.renewed).total_seconds()))
-        return f"{self.holder}, its mark renewed {age}s ago (lease {self.lease_s}s)"
-
-
-def mark_holder(vm: dict, now: datetime) -> MarkHolder | None:
-    """The run holding the VM's stopped mark (None: no mark, or one no run holds: released, or of an older rblnctl)."""
+def mark_holder(vm: dict, now: datetime) -> LockState | None:
+    """The run holding the VM's stopped mark, as a lease (rblnctl.node.lock.LockState, the node lock's: holder, last
+    renewal = the mark's time, duration = its `lease=`, expired); None: no mark, or one no run holds (released, or of
+    an older rblnctl)."""
     value = str(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
     found = _MARK_HOLDER.search(value)
     if not found:
@@ -345,8 +330,8 @@ def mark_holder(vm: dict, now: datetime) -> MarkHolder | None:
     except ValueError:
         renewed = None
     lease = int(found.group(2))
-    live = renewed is not None and now < renewed + timedelta(seconds=lease)
-    return MarkHolder(holder=found.group(1), renewed=renewed, lease_s=lease, live=live)
+    expired = renewed is None or now >= renewed + timedelta(seconds=lease)
+    return LockState(holder=found.group(1), renewed=renewed, duration_s=lease, expired=expired)
 
 
 def released(value: str) -> str:
@@ -750,14 +735,14 @@ class AttachPlanner:
         now = self.clock.now()
         holder = mark_holder(vm, now) if annotated else None
         other = holder if holder is not None and holder.holder != self.identity else None
-        marked = annotated and not running and not (other is not None and other.live)
+        marked = annotated and not running and not (other is not None and not other.expired)
         stale = stale_mark(vm) if marked else None
         stopped_by_us = marked and not stale
-        if other is not None and other.live:
+        if other is not None and not other.expired:
             # another run holds the VM now (stopping, changing or starting it): its mark is no one else's to act on
             why = (f"VM {ref} is held by another rblnctl run ({other.describe(now)}), which is stopping, changing or "
                    f"starting it now: wait for that run to finish; if it is gone, its mark expires "
-                   f"{other.lease_s}s after its last renewal and a re-run then takes it over")
+                   f"{other.duration_s}s after its last renewal and a re-run then takes it over")
             if changed:
                 blockers.append(VmBlocker(why))
             else:
@@ -964,7 +949,7 @@ class AttachPlanner:
             annotations = meta.get("annotations")
             have = (annotations or {}).get(C.VM_STOPPED_ANNOTATION)
             other = mark_holder(vm, self.clock.now())
-            if other is not None and other.holder != self.identity and other.live:
+            if other is not None and other.holder != self.identity and not other.expired:
                 raise MarkHeld(f"VM {plan.vm} is held by another rblnctl run ({other.describe(self.clock.now())}): "
                                "rblnctl leaves it to that run", blockers=[VmBlocker(
                                    "wait for that run to finish, then re-run this command")])

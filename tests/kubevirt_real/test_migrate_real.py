@@ -29,13 +29,18 @@ def host_device_names(obj):
     return [d["deviceName"] for d in obj["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]]
 
 
-def test_migrate_resources_renames_the_cr_and_every_vm_and_leaves_a_running_vm_running(kv):
-    def before_upgrade(o):
+def before_upgrade(kv):
+    """The KubeVirt CR as chart v0.3.0 left it: HostDevices on, the old name permitted."""
+    def permit_old(o):
         conf = o["spec"].setdefault("configuration", {})
         conf["developerConfiguration"] = {"featureGates": ["HostDevices"]}
         conf["permittedHostDevices"] = {"pciHostDevices": [{"pciVendorSelector": "1EFF:1220", "resourceName": OLD,
                                                             "externalResourceProvider": True}]}
-    kv.api.mutate("KubeVirt", "kubevirt", "kubevirt", before_upgrade)
+    kv.api.mutate("KubeVirt", "kubevirt", "kubevirt", permit_old)
+
+
+def test_migrate_resources_renames_the_cr_and_every_vm_and_leaves_a_running_vm_running(kv):
+    before_upgrade(kv)
     set_allocatable(kv, DRA_NODE, OLD, 2)  # before the upgrade, npu-node-2's plugin advertised the old name
     ns = kv.namespace
     kv.api.seed(vm(ns, "run", run_strategy="Always", host_devices=[OLD] * 2), vm(ns, "halt", host_devices=[OLD]))
@@ -131,12 +136,7 @@ def test_a_vm_re_created_before_its_rename_is_reported_and_left_as_its_owner_mad
     one object of several failed) and the new VM keeps the names its owner gave it."""
     from tests.kubevirt_real.test_restart import strike
 
-    def before_upgrade(o):
-        conf = o["spec"].setdefault("configuration", {})
-        conf["developerConfiguration"] = {"featureGates": ["HostDevices"]}
-        conf["permittedHostDevices"] = {"pciHostDevices": [{"pciVendorSelector": "1EFF:1220", "resourceName": OLD,
-                                                            "externalResourceProvider": True}]}
-    kv.api.mutate("KubeVirt", "kubevirt", "kubevirt", before_upgrade)
+    before_upgrade(kv)
     ns = kv.namespace
     kv.api.seed(vm(ns, "gone", host_devices=[OLD]), vm(ns, "kept", host_devices=[OLD]))
     uid = kv.vm("gone")["metadata"]["uid"]

@@ -207,7 +207,8 @@ def test_a_second_run_refuses_while_the_mark_is_held_live_and_writes_nothing(api
     apiserver.clear_requests()
     plan = attacher(kube, npus=1, restart=True).plan("v1", NS)
     (b,) = plan.blockers
-    assert f"held by another rblnctl run ({holder}, its mark renewed 5s ago (lease 60s))" in b.message
+    assert f"held by another rblnctl run ({holder}, last renewed 5s ago (2026-12-02T11:59:55Z))" in b.message
+    assert "its mark expires 60s after its last renewal" in b.message
     assert "wait for that run to finish" in b.message and not plan.start
     with pytest.raises(Exception, match="refusing"):
         attacher(kube, npus=1, restart=True).apply(plan)
