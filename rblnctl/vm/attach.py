@@ -30,7 +30,7 @@ import secrets
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from rblnctl import constants as C
@@ -49,7 +49,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.kubevirt.cr import identity_test, is_conflict
-from rblnctl.node.lock import LockState
+from rblnctl.kube.lease import LockState, lease_state
 from rblnctl.plan import Advice, Blocker
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
@@ -318,7 +318,7 @@ def run_identity() -> str:
 
 
 def mark_holder(vm: dict, now: datetime) -> LockState | None:
-    """The run holding the VM's stopped mark, as a lease (rblnctl.node.lock.LockState, the node lock's: holder, last
+    """The run holding the VM's stopped mark, as a lease (rblnctl.kube.lease, the node lock's too: holder, last
     renewal = the mark's time, duration = its `lease=`, expired); None: no mark, or one no run holds (released, or of
     an older rblnctl)."""
     value = str(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
@@ -329,9 +329,7 @@ def mark_holder(vm: dict, now: datetime) -> LockState | None:
         renewed: datetime | None = datetime.strptime(value.split()[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         renewed = None
-    lease = int(found.group(2))
-    expired = renewed is None or now >= renewed + timedelta(seconds=lease)
-    return LockState(holder=found.group(1), renewed=renewed, duration_s=lease, expired=expired)
+    return lease_state(found.group(1), renewed, int(found.group(2)), now)
 
 
 def released(value: str) -> str:

@@ -314,13 +314,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
     Mutation(
         id="37.m1", file="rblnctl/vm/attach.py",
-        old="        if other is not None and other.live:",
+        old="        if other is not None and not other.expired:",
         new="        if False:",
         what="stopped mark: a second run takes a live run's mark for an abandoned one (no liveness)",
         tests=("tests/vm/test_stopped_mark.py::test_a_second_run_refuses_while_the_mark_is_held_live_and_writes_nothing",)),
     Mutation(
         id="37.m2", file="rblnctl/vm/attach.py",
-        old="            if other is not None and other.holder != self.identity and other.live:",
+        old="            if other is not None and other.holder != self.identity and not other.expired:",
         new="            if False:",
         what="stopped mark: a run that planned before another run took the mark writes its own over the live holder's",
         tests=("tests/vm/test_stopped_mark.py::test_a_run_that_planned_before_another_took_the_mark_writes_nothing_over_it",)),
