@@ -557,6 +557,12 @@ VM_DRA_REQUEST_PREFIX = "npu"
 VM_STOPPED_ANNOTATION = "rebellions.ai/rblnctl.stopped"
 VM_STOPPED_MARK_WRITES = 2
 VM_STOPPED_MARK_STOPPING = "stopping"
+# The mark's liveness (issue 37), as a coordination Lease's: while a run holds the VM stopped its mark names it
+# (` holder=rblnctl@HOST/PID/RUN lease=S`), renewed at each step; S is the longest the run can go without renewing it
+# (its --timeout, one wait) plus this margin. A second run refuses while the mark's holder is live (its time + S not
+# past) and takes over an expired one, saying so; a run that leaves the mark (it could not start the VM, or was
+# interrupted) drops the holder first, so the re-run it prints never waits for it.
+VM_STOPPED_MARK_LEASE_MARGIN_S = 60
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rblnctl"
 # virt-api's aggregated group for start/stop/restart (kubevirt/kubevirt@v1.9.0 pkg/virt-api/api.go).

@@ -72,6 +72,7 @@ class HostPodRun:
 
 
 ADMISSION_RETRIES = 3  # creates of one node's pod that admission may refuse while the run's own pods are around
+FIRST_POLL_S = 0.2  # the first look at the pods just created; then doubling up to poll_interval_s
 
 
 def _noop(*_: object) -> None:
@@ -174,6 +175,9 @@ class HostPodRunner:
         left: list[str] = []
         denied: dict[str, int] = {}  # node -> creates admission refused (a quota our own pods may be holding)
         stopped: str | None = None  # why the nodes left in the queue are not attempted
+        # the first look comes soon (a pod whose image is cached ends in well under a second), then every
+        # poll_interval_s: at most two more lists in the first second
+        wait = min(FIRST_POLL_S, self.poll_interval_s)
 
         def settle_outcome(outcome: PodOutcome) -> None:
             outcomes[outcome.node] = outcome
@@ -214,7 +218,8 @@ class HostPodRunner:
                     self.on_started(node, name)
                 if not in_flight and not terminating and not queue:
                     break
-                self.clock.sleep(self.poll_interval_s)
+                self.clock.sleep(wait)
+                wait = min(wait * 2, self.poll_interval_s)
                 pods = {p["metadata"]["name"]: p for p in self.kube.iter_list(
                     PODS, namespace=self.namespace, label_selector=self.selector)}
                 gone.update(n for n in terminating if n not in pods)

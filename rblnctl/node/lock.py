@@ -17,11 +17,12 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
 from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, Forbidden, NotFound, RblnError, Refused
 from rblnctl.kube import LEASES, Kube, writes
+from rblnctl.kube.lease import LockState, lease_state
 from rblnctl.plan import Blocker
 
 log = logging.getLogger(__name__)
@@ -59,23 +60,6 @@ def _parse(text: str | None) -> datetime | None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
-class LockState:
-    """Who holds a node's lock, as its Lease says."""
-
-    holder: str
-    renewed: datetime | None
-    duration_s: int
-    expired: bool
-
-    def describe(self, now: datetime) -> str:
-        """`rblnctl@h pid 1: set-mode vm, last renewed 12s ago`."""
-        if self.renewed is None:
-            return f"{self.holder}, never renewed"
-        age = max(0, int((now - self.renewed).total_seconds()))
-        return f"{self.holder}, last renewed {age}s ago ({self.renewed:%Y-%m-%dT%H:%M:%SZ})"
-
-
 def read_state(lease: dict, now: datetime) -> LockState | None:
     """The lock a Lease describes; None when it holds nobody."""
     spec = lease.get("spec") or {}
@@ -84,8 +68,7 @@ def read_state(lease: dict, now: datetime) -> LockState | None:
         return None
     duration = int(spec.get("leaseDurationSeconds") or 0)
     renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
-    expired = renewed is None or now >= renewed + timedelta(seconds=duration)
-    return LockState(holder=holder, renewed=renewed, duration_s=duration, expired=expired)
+    return lease_state(holder, renewed, duration, now)
 
 
 class LockLost(Refused):

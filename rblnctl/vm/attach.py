@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
+import secrets
+import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from rblnctl import constants as C
@@ -45,6 +49,7 @@ from rblnctl.errors import (
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
 from rblnctl.kubevirt.cr import identity_test, is_conflict
+from rblnctl.kube.lease import LockState, lease_state
 from rblnctl.plan import Advice, Blocker
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
@@ -270,11 +275,13 @@ MARK_STOPPING = "stopping"  # the mark's state before the stop is seen to land
 MARK_STOPPED = "stopped"
 
 
-def mark_value(when: str, vm: dict | None = None, *, stopping: bool = False, generation: int | None = None) -> str:
+def mark_value(when: str, vm: dict | None = None, *, stopping: bool = False, generation: int | None = None,
+               holder: str | None = None, lease_s: int | None = None) -> str:
     """The stopped mark's value: the time, then what the VM was as rblnctl set it (stale_mark() compares it with the
     VM later): `uid=`, `generation=`, `observed=` (status.observedGeneration: the generation its last VMI started
-    from, `none` before any), `run=` (its runStrategy); and, set before the stop until rblnctl sees its stop land, the
-    word `stopping`. Without `vm`, the older form: the time and `generation`."""
+    from, `none` before any), `run=` (its runStrategy); while a run holds it, `holder=` (that run) and `lease=` (the
+    seconds from the time it counts as live: mark_holder); and, set before the stop until rblnctl sees its stop land,
+    the word `stopping`. Without `vm`, the older form: the time and `generation`."""
     if vm is None:
         value = when if generation is None else f"{when} generation={generation}"
     else:
@@ -292,12 +299,62 @@ def mark_value(when: str, vm: dict | None = None, *, stopping: bool = False, gen
             run = "Halted"
         value = (f"{when} uid={meta.get('uid')} generation={meta.get('generation')} "
                  f"observed={observed} run={run}")
+    if holder is not None:
+        value += f" holder={holder} lease={int(lease_s or 0)}"
     return f"{value} {C.VM_STOPPED_MARK_STOPPING}" if stopping else value
 
 
 _MARK_GENERATION = re.compile(r"\bgeneration=(\d+)\b")
 _MARK_FIELD = re.compile(r"\b(uid|observed|run)=(\S+)")
 _MARK_STOPPING = re.compile(rf"\b{C.VM_STOPPED_MARK_STOPPING}\b")
+_MARK_HOLDER = re.compile(r" holder=(\S+) lease=(\d+)")
+
+
+def run_identity() -> str:
+    """This run as its mark names it: `rblnctl@HOST/PID/RANDOM` (no spaces; a second run of the same process, as a
+    test runs them, is another holder)."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:63] or "host"
+    return f"rblnctl@{host}/{os.getpid()}/{secrets.token_hex(4)}"
+
+
+def mark_holder(vm: dict, now: datetime) -> LockState | None:
+    """The run holding the VM's stopped mark, as a lease (rblnctl.kube.lease, the node lock's too: holder, last
+    renewal = the mark's time, duration = its `lease=`, expired); None: no mark, or one no run holds (released, or of
+    an older rblnctl)."""
+    value = str(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
+    found = _MARK_HOLDER.search(value)
+    if not found:
+        return None
+    try:
+        renewed: datetime | None = datetime.strptime(value.split()[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        renewed = None
+    return lease_state(found.group(1), renewed, int(found.group(2)), now)
+
+
+def released(value: str) -> str:
+    """The mark's value with no holder: what a run leaves when it stops holding the VM (the evidence kept)."""
+    return _MARK_HOLDER.sub("", value)
+
+
+class MarkHeld(Refused):
+    """Another rblnctl run holds the VM's stopped mark (live: it is stopping, changing or starting the VM now)."""
+
+
+class StartedMeanwhile(Refused):
+    """Someone else started the VM rblnctl held stopped, before its NPU patch: nothing was written."""
+
+
+def _held_guards(vm: dict) -> list[dict]:
+    """JSON patch tests of what an owner's start or another run changes on a VM rblnctl holds stopped: spec.runStrategy
+    and spec.running (virt-api's start flips them; a test of null passes on a member the VM lacks: devices.
+    guarded_patch) and the stopped mark as read (another run taking it over rewrites it)."""
+    spec = vm.get("spec") or {}
+    key = "/metadata/annotations/" + C.VM_STOPPED_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    mark = ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION)
+    return [{"op": "test", "path": "/spec/runStrategy", "value": spec.get("runStrategy")},
+            {"op": "test", "path": "/spec/running", "value": spec.get("running")},
+            {"op": "test", "path": key, "value": mark}]
 
 
 @dataclass(kw_only=True)
@@ -479,6 +536,7 @@ class AttachPlanner:
     recovery: list[str] = field(default_factory=list)  # after apply() failed or was interrupted: what it left
     left_stopped: bool = False  # ...and the VM is left stopped by rblnctl, carrying its mark: a re-run starts it
     interrupted: VmNpuResult | None = None  # after apply() was interrupted (Ctrl-C, a signal): what it had done
+    identity: str = field(default_factory=run_identity)  # the holder this run's stopped marks name (mark_holder)
     _claims: ClaimIndex | None = None
     _fits: FitReader | None = None
 
@@ -672,9 +730,24 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
-        marked = annotated and not running
+        now = self.clock.now()
+        holder = mark_holder(vm, now) if annotated else None
+        other = holder if holder is not None and holder.holder != self.identity else None
+        marked = annotated and not running and not (other is not None and not other.expired)
         stale = stale_mark(vm) if marked else None
         stopped_by_us = marked and not stale
+        if other is not None and not other.expired:
+            # another run holds the VM now (stopping, changing or starting it): its mark is no one else's to act on
+            why = (f"VM {ref} is held by another rblnctl run ({other.describe(now)}), which is stopping, changing or "
+                   f"starting it now: wait for that run to finish; if it is gone, its mark expires "
+                   f"{other.duration_s}s after its last renewal and a re-run then takes it over")
+            if changed:
+                blockers.append(VmBlocker(why))
+            else:
+                warns.append(why)
+        elif other is not None and marked:
+            warns.append(f"VM {ref}: the rblnctl run that set its stopped mark ({other.describe(now)}) stopped "
+                         "renewing it: its lease expired, rblnctl takes the mark over")
         if stale:
             warns.append(f"VM {ref} carries the mark of an rblnctl run {stale}: rblnctl leaves it "
                          f"stopped (`{virtctl_start(ref)}` starts it) and "
@@ -791,11 +864,11 @@ class AttachPlanner:
                     if run.ours:  # its stop landed and the VM is stopped: the mark is certain, its evidence final
                         self._mark(plan, MARK_STOPPED)  # (virt-controller moves observedGeneration while a VMI is
                         run.confirmed = True  # there: it follows a runStrategy flip that leaves the template alone)
-            elif run.ours and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
+            elif run.ours:  # the earlier run's mark, taken (this run holds it now) and renewed for its writes
                 self._mark(plan, MARK_STOPPED)
             if plan.patch is not None:
                 created = self._create_template(plan) if plan.template_create else None
-                final, attempts = self._write(plan)
+                final, attempts = self._write(plan, held=run.ours and not dry)
                 run.changed = True
                 deleted, kept = self._delete_templates(final)
                 if plan.stale_mark and not run.ours:
@@ -847,16 +920,22 @@ class AttachPlanner:
                 .with_details(details) from e
         return dataclasses.replace(result, ready=True)
 
-    def _mark(self, plan: VmNpuPlan, state: str | None, *, within: VmLifecycle | None = None) -> None:
+    def _mark(self, plan: VmNpuPlan, state: str | None, *, within: VmLifecycle | None = None,
+              release: bool = False) -> None:
         """Set VM_STOPPED_ANNOTATION (MARK_STOPPING: about to stop it; MARK_STOPPED: rblnctl stopped it), or clear it
         (None). Its value is the time and what the VM read just before is (mark_value: uid, generation,
-        observedGeneration, runStrategy: what stale_mark() compares later). A JSON patch carrying the VM's identity (a
-        `test` of /metadata/uid, and of the annotation's value as read), settled by reading the VM back; a VM of
-        another uid raises Replaced, nothing written. `within`: a clean-up's bounded lifecycle, whose connection and
-        deadline it shares."""
+        observedGeneration, runStrategy: what stale_mark() compares later) and this run as its holder (renewed by each
+        write, for the run's --timeout and a margin: mark_holder); `release`: no holder (the run leaves the mark for
+        a later one), and with `state` "keep" the value on the VM is kept but for its holder. A JSON patch carrying
+        the VM's identity (a `test` of /metadata/uid, and of the annotation's value as read), settled by reading the
+        VM back; a VM of another uid raises Replaced, nothing written; a mark another run holds live raises
+        MarkHeld, nothing written. `within`: a clean-up's bounded lifecycle, whose connection and deadline it
+        shares."""
         kube = self.kube if within is None else within.kube
         ns, name = plan.vm.namespace, plan.vm.name
-        when = iso_utc(self.clock.now())
+        now = self.clock.now()
+        when = iso_utc(now)
+        lease = int(self.options.ready_timeout_s + C.VM_STOPPED_MARK_LEASE_MARGIN_S)
         wanted: list[str | None] = []  # the value this call writes, fixed on its first read
 
         def next_write(vm: Any) -> writes.Write | None:
@@ -867,8 +946,19 @@ class AttachPlanner:
                 raise replaced(plan.vm, "changed its NPUs")
             annotations = meta.get("annotations")
             have = (annotations or {}).get(C.VM_STOPPED_ANNOTATION)
+            other = mark_holder(vm, self.clock.now())
+            if other is not None and other.holder != self.identity and not other.expired:
+                raise MarkHeld(f"VM {plan.vm} is held by another rblnctl run ({other.describe(self.clock.now())}): "
+                               "rblnctl leaves it to that run", blockers=[VmBlocker(
+                                   "wait for that run to finish, then re-run this command")])
             if not wanted:
-                wanted.append(mark_value(when, vm, stopping=state == MARK_STOPPING) if state else None)
+                if state == "keep":
+                    wanted.append(released(str(have)) if have else None)
+                elif state:
+                    wanted.append(mark_value(when, vm, stopping=state == MARK_STOPPING,
+                                             holder=None if release else self.identity, lease_s=lease))
+                else:
+                    wanted.append(None)
             value = wanted[0]
             if have == value:
                 return None
@@ -887,7 +977,8 @@ class AttachPlanner:
                       clock=SYSTEM_CLOCK if within is None else within.clock,
                       deadline=None if within is None else within.deadline)
 
-    def _not_ours_now(self, life: VmLifecycle, plan: VmNpuPlan, *, stop_seen: bool = True) -> str | None:
+    def _not_ours_now(self, life: VmLifecycle, plan: VmNpuPlan, *, stop_seen: bool = True,
+                      changed: bool = True) -> str | None:
         """Just before rblnctl starts the VM it stopped: None when it still may (the VM as it left it), else why not,
         in words, for `not_restarted`. Raises Replaced (another uid) and NotFound (deleted).
 
@@ -906,6 +997,9 @@ class AttachPlanner:
                 return (f"VM {plan.vm} was started by someone else after rblnctl stopped it and before it started it "
                         f"again: {P.staged_words(a.held, a.wanted)}; `vm restart {plan.vm.name} -n "
                         f"{plan.vm.namespace} --wait` applies the change")
+            if not changed:
+                return (f"VM {plan.vm} was started by someone else after rblnctl stopped it: it runs as they started "
+                        "it, with the NPUs it had; re-run this command to restart it with the change")
             return (f"VM {plan.vm} was started by someone else after rblnctl stopped it: it runs with the NPUs of its "
                     "changed spec, not restarted by rblnctl")
         value = str(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION) or "")
@@ -945,6 +1039,12 @@ class AttachPlanner:
         # waited for
         life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter
         within = life if interrupted else None
+        if isinstance(err, MarkHeld):  # another run holds the VM (took an expired mark over, or its owner cleared it)
+            lines.append(f"VM {plan.vm} is left to the rblnctl run that holds it now, or as its owner left it ({what})")
+            self.recovery = lines
+            if isinstance(err, RblnError):
+                err.details = [*err.details, *lines]
+            return
         if not run.ours and run.marked:
             if restarter.asked != STOP or restarter.refused:  # our stop never landed: the mark goes
                 self._best_effort(lambda: self._mark(plan, None, within=within))
@@ -953,7 +1053,8 @@ class AttachPlanner:
             else:
                 if life.settle_asked(plan.vm):  # the VM read back once: the stop landed
                     run.ours = True  # ours, started again below
-                else:
+                else:  # the "stopping" mark stays, no run's (the re-run it names must not wait for this one)
+                    self._best_effort(lambda: self._mark(plan, "keep", within=within))
                     lines.append(f"the stop request for VM {plan.vm} may have reached virt-api and had not taken "
                                  f"effect when rblnctl stopped ({what}); if it does, the VM ends stopped: start it "
                                  f"with `{how}` (rblnctl cannot tell that stop from someone else's later, so it will "
@@ -966,7 +1067,7 @@ class AttachPlanner:
                     run.started = True  # its own start went through (its answer cut short): the VM runs because of it
                 elif retry_start:
                     try:
-                        others = self._not_ours_now(life, plan)
+                        others = self._not_ours_now(life, plan, changed=run.changed)
                         if others is None and not life.start(plan.vm, wait_stopping=not interrupted, uid=plan.uid):
                             others = f"VM {plan.vm} was started by someone else before rblnctl started it again"
                         run.started = others is None
@@ -984,7 +1085,9 @@ class AttachPlanner:
                 lines.append(one_line(problem))
             else:
                 if not run.confirmed:  # the stop is known to have landed: the mark says so, for the next run
-                    self._best_effort(lambda: self._mark(plan, MARK_STOPPED, within=within))
+                    self._best_effort(lambda: self._mark(plan, MARK_STOPPED, within=within, release=True))
+                else:  # the mark stays, held by no run: the re-run this names takes it at once
+                    self._best_effort(lambda: self._mark(plan, "keep", within=within))
                 self.left_stopped = True
                 why = one_line(problem)
                 if interrupted and retry_start and isinstance(problem, RblnError):
@@ -1052,9 +1155,15 @@ class AttachPlanner:
             raise different(existing)
         return name
 
-    def _write(self, plan: VmNpuPlan) -> tuple[VmNpuPlan, int]:
+    def _write(self, plan: VmNpuPlan, *, held: bool = False) -> tuple[VmNpuPlan, int]:
         """Patch the VM (a JSON patch whose `test` ops guard the lists the plan read: devices.guarded_patch) until it
         holds the plan's lists.
+
+        `held`: this run holds the VM stopped (its stop landed, its mark names it): the VM is read first and must
+        still be as the run left it, and the patch also tests what an owner's start or another run would change (the
+        runStrategy / running that virt-api's start flips, the mark as this run wrote it). Someone else started it
+        since (a VMI, a Start request, another runStrategy): StartedMeanwhile, nothing written, the VM left running
+        as they started it; the mark taken or removed: MarkHeld.
 
         A failed test (422; or a 409) re-reads the VM and re-plans the same target (bounded, with a backoff); a patch
         whose outcome is unknown is settled by reading the VM back (rblnctl.kube.writes): the lists are there, done;
@@ -1063,6 +1172,8 @@ class AttachPlanner:
         """
         ns, name = plan.vm.namespace, plan.vm.name
         current = [plan]
+        guards: list[dict] = []  # held: the tests of the VM's run state and mark, as last read
+        said: list[bool] = []
 
         def next_write(state: Any) -> writes.Write | None:
             if state is not writes.UNREAD:
@@ -1073,6 +1184,9 @@ class AttachPlanner:
                     raise replaced(plan.vm, "changed its NPUs")  # its patch tests the uid: none of it landed
                 if _lists(vm) == (current[0].host_devices_after, current[0].resource_claims_after):
                     return None  # it holds the change (our patch landed, its reply lost)
+                if held:
+                    self._still_held(plan, vm, vmi)
+                    guards[:] = _held_guards(vm)
                 replan = self._plan(vm, vmi, current[0].target, templates=(None, current[0].templates_delete,
                                                                            current[0].templates_kept))
                 if plan.restart and replan.running:
@@ -1089,9 +1203,11 @@ class AttachPlanner:
                 current[0] = replan
                 if replan.noop:
                     return None
-            if state is writes.UNREAD:  # a retry says why (on_retry)
+            if not said:  # a retry says why (on_retry)
+                said.append(True)
                 self.events.on_step(f"patching VM {plan.vm}")
-            return writes.patch(VMS, name, current[0].patch, patch_type="json", namespace=ns)
+            patch = current[0].patch or []
+            return writes.patch(VMS, name, patch[:1] + guards + patch[1:], patch_type="json", namespace=ns)
 
         def gave_up(last: ClusterError, sent: int) -> RblnError:
             if writes.unknown(last) and not isinstance(last, Conflict):
@@ -1103,8 +1219,27 @@ class AttachPlanner:
         done = writes.settle(self.kube, next_write, read=lambda: self._read(name, ns), what=f"VM {plan.vm}",
                              retry=is_conflict, attempts=self.options.max_attempts, backoff_s=RETRY_BACKOFF_S,
                              clock=self.clock, on_retry=self.events.on_retry, dry_run=self.options.server_dry_run,
-                             exhausted=gave_up)
+                             exhausted=gave_up, read_first=held)
         return current[0], max(done.sent, 1)
+
+    def _still_held(self, plan: VmNpuPlan, vm: dict, vmi: dict | None) -> None:
+        """Raise unless the VM is still as this run left it stopped: its mark names this run, no VMI runs and its
+        mark's evidence holds (stale_mark: no Start request, the runStrategy and observedGeneration it left)."""
+        mine = mark_holder(vm, self.clock.now())
+        if mine is None or mine.holder != self.identity:
+            whose = "removed" if mine is None else f"taken over by another rblnctl run ({mine.holder})"
+            raise MarkHeld(f"the stopped mark of VM {plan.vm} was {whose} while rblnctl had the VM stopped: nothing "
+                           "was written; rblnctl leaves the VM as it is", blockers=[VmBlocker(
+                               "see `vm list` for what the VM is now, then re-run this command")])
+        why = stale_mark(vm)
+        # a VMI being deleted is rblnctl's own stop still being carried out (an earlier run's, taken over), no start
+        runs = is_running(vmi) and not ((vmi or {}).get("metadata") or {}).get("deletionTimestamp")
+        if runs or why is not None:
+            raise StartedMeanwhile(
+                f"VM {plan.vm} was started by someone else after rblnctl stopped it and before it changed its NPUs "
+                f"({'a VMI runs' if runs else f'the mark of this run {why}'}): nothing was written",
+                blockers=[VmBlocker("it runs as they started it, with the NPUs it had; re-run this command to "
+                                    "restart it with the change")])
 
     def _delete_templates(self, plan: VmNpuPlan) -> tuple[list[str], list[str]]:
         deleted: list[str] = []

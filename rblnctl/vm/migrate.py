@@ -50,6 +50,7 @@ from rblnctl.kubevirt.cr import (
     find_kubevirt,
     refuse_hco_managed,
     guarded_patch,
+    identity_test,
     is_conflict,
     lookup,
     pointer,
@@ -60,6 +61,8 @@ from rblnctl.operator import resources as R
 from rblnctl.operator.policy import Policy
 from rblnctl.plan import Advice, Blocker
 from rblnctl.vm import devices as D
+from rblnctl.vm.lifecycle import replaced
+from rblnctl.vm.model import VmRef
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,7 @@ class VmChange:
     patch: list[dict]
     running: bool  # an instance runs: it keeps its devices, the new names take effect at the next start
     blockers: list[Blocker] = field(default_factory=list)
+    uid: str | None = None  # the VM's metadata.uid as read: its patch tests it (identity_test)
 
     @property
     def noop(self) -> bool:
@@ -442,7 +446,8 @@ def _known_model(name: str) -> bool:
 
 
 def plan_vm(vm: Mapping, mapping: Mapping[str, str], *, running: bool) -> VmChange:
-    """Rename one VM's NPU resources (pure). The patch tests every list and map it rewrites."""
+    """Rename one VM's NPU resources (pure). The patch tests the VM's uid (identity_test: never a VM deleted and
+    re-created under the name since) and every list and map it rewrites."""
     meta = vm.get("metadata") or {}
     ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     tests: list[dict] = []
@@ -488,8 +493,9 @@ def plan_vm(vm: Mapping, mapping: Mapping[str, str], *, running: bool) -> VmChan
     tests += [t for t in claim_tests if t["path"] not in tested]
     ops += claim_ops
     changes += claim_changes
-    patch = tests + ops if ops and not blockers else []
-    return VmChange(namespace=ns, name=name, changes=changes, patch=patch, running=running, blockers=blockers)
+    patch = identity_test(vm) + tests + ops if ops and not blockers else []
+    return VmChange(namespace=ns, name=name, changes=changes, patch=patch, running=running, blockers=blockers,
+                    uid=meta.get("uid") or None)
 
 
 def _claim_renames(vm: Mapping, ns: str, name: str) -> tuple[list[dict], list[dict], list[FieldChange]]:
@@ -730,7 +736,8 @@ class ResourceMigrator:
 
         A concurrent edit (its `test` ops fail) re-reads the VM and re-plans it; a patch whose outcome is
         unknown is settled by reading the VM back (rblnctl.kube.writes): a re-plan with nothing left to do
-        means it landed.
+        means it landed. A VM read back with another uid was deleted and re-created since (its patch tests the uid:
+        nothing landed on it): Replaced, never re-planned onto the new VM.
         """
         current = [vm]
         gone: list[bool] = []
@@ -740,6 +747,8 @@ class ResourceMigrator:
                 if obj is None:
                     gone.append(True)
                     return None
+                if vm.uid is not None and (obj.get("metadata") or {}).get("uid") != vm.uid:
+                    raise replaced(VmRef(namespace=vm.namespace, name=vm.name), "renamed its NPU resources")
                 current[0] = plan_vm(obj, mapping, running=current[0].running)
             c = current[0]
             if c.blockers:

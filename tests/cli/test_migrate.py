@@ -128,3 +128,26 @@ def test_an_invalid_resource_flag_is_exit_2_before_connecting(args):
     r = cli(*args, server=closed_port_url())
     assert r.exit_code == 2, r.stderr
     assert "invalid" in r.stderr and "cannot reach" not in r.stderr
+
+
+def test_a_vm_re_created_mid_run_exits_1_naming_it_and_nothing_is_written_to_it(apiserver):
+    """Issue 37: its owner deletes and re-creates VM ns2/off (same manifest, another uid) while the run renames the
+    KubeVirt CR: the VM patch's uid test refuses the new VM; the run says it was re-created and exits 6, one object
+    of several failed (docs/exit-codes.md); its "finish the job" re-run decides afresh on the VM there now."""
+    cluster(apiserver)
+    kv_path = "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt"
+
+    def recreate(req):
+        if req.method == "PATCH" and req.path == kv_path and apiserver.get("VirtualMachine", "off", "ns2")[
+                "metadata"]["uid"] != "0a0a0a0a-0000-4000-8000-000000000002":
+            apiserver.delete("VirtualMachine", "off", "ns2")
+            vm = o.vm("ns2", "off", host_devices=[OLD], running=False)
+            vm["metadata"]["uid"] = "0a0a0a0a-0000-4000-8000-000000000002"
+            apiserver.add(vm)
+
+    apiserver.on_request(recreate)
+    r = cli("kubevirt", "migrate-resources", "--yes", server=apiserver.url)
+    assert r.exit_code == 6, r.stderr
+    assert "VM ns2/off was deleted and re-created while rblnctl renamed its NPU resources" in " ".join(
+        r.stderr.split())
+    assert device(apiserver, "ns2", "off") == OLD and device(apiserver, "ns1", "live") == NEW

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -18,8 +18,11 @@ def full() -> bool:
     return os.environ.get("RBLNCTL_EXPLORE", "").lower() == "full"
 
 
-def sample(cases: Iterable[tuple[str, str, Any]], every: int) -> list[tuple[str, str, Any]]:
-    """`cases` as (world, id, value): all of them in full(), else every `every`-th of each world's, by id."""
+def sample(cases: Iterable[tuple[str, str, Any]], every: int,
+           order: Callable[[tuple[str, str, Any]], Any] | None = None) -> list[tuple[str, str, Any]]:
+    """`cases` as (world, id, value): all of them in full(), else every `every`-th of each world's, by id (or by
+    `order`: a stride through ids made of two parts, point x actor, takes the same actor at every point when the
+    number of actors divides `every`, so the other-actor cases order actor first)."""
     cases = list(cases)
     if full() or every <= 1:
         return cases
@@ -28,7 +31,7 @@ def sample(cases: Iterable[tuple[str, str, Any]], every: int) -> list[tuple[str,
         by_world.setdefault(c[0], []).append(c)
     kept = []
     for world, group in by_world.items():
-        group.sort(key=lambda c: c[1])
+        group.sort(key=order or (lambda c: c[1]))
         offset = zlib.crc32(world.encode()) % every
         kept += group[offset % len(group)::every] if len(group) > offset else group[:1]
     chosen = {c[1] for c in kept}

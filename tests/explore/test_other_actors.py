@@ -24,9 +24,12 @@ KNOWN = {
     "vm-attach-dra-before-01-POST-vms-resourceclaimtemplates-owner-start":
         "issue 37: the owner starts a stopped VM after rblnctl's read; the NPU patch lands on the running VM "
         "(its uid test holds, its run state is not tested) and the run says done",
-    "vm-detach-restart-after-03-PATCH-virtualmachines-v1-2-second-opposite":
-        "issue 37: a second rblnctl takes the first run's live stopped mark for an abandoned one and starts the "
-        "VM mid-run (a mark has no liveness)",
+    # in the default sample since it orders actor first (_actor_first); both are of the 19 the full matrix lists
+    "vm-attach-dra-after-01-POST-vms-resourceclaimtemplates-owner-start":
+        "issue 37: as before-01: the owner starts the stopped DRA VM after the template create; the NPU patch lands on "
+        "the running VM and the run says done",
+    "set-method-sandbox-before-01-POST-default-events-owner-recreate":
+        "issue 37: set-method --convert-vms writes to the VM deleted and re-created after its read (another uid)",
 }
 
 
@@ -41,7 +44,14 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("actor_case", [
         pytest.param((name, point, actor), id=case_id,
                      marks=[pytest.mark.xfail(reason=KNOWN[case_id], strict=True)] if case_id in KNOWN else [])
-        for name, case_id, (point, actor) in sample(cases, SAMPLE_EVERY)])
+        for name, case_id, (point, actor) in sample(cases, SAMPLE_EVERY, order=_actor_first)])
+
+
+def _actor_first(case) -> tuple[str, str]:
+    """Sample order: by actor, then point. By id (point, then actor) every 12th case of a world with 3, 4 or 6
+    actors was the same actor at every point: the node worlds' sample saw one of their actors."""
+    _world, case_id, (point, actor) = case
+    return actor.name, case_id
 
 
 def _told(out, base) -> str:

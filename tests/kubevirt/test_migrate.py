@@ -95,7 +95,7 @@ def test_plan_vm_rewrites_host_devices_gpus_and_resources_with_guards():
         ("resources.requests", NEW), ("resources.limits", NEW)]
     tests = [op for op in change.patch if op["op"] == "test"]
     assert [t["path"] for t in tests] == [
-        "/spec/template/spec/domain/devices/hostDevices", "/spec/template/spec/domain/devices/gpus",
+        "/metadata/uid", "/spec/template/spec/domain/devices/hostDevices", "/spec/template/spec/domain/devices/gpus",
         "/spec/template/spec/domain/resources/requests", "/spec/template/spec/domain/resources/limits"]
     assert {"op": "remove", "path": "/spec/template/spec/domain/resources/requests/rebellions.ai~1ATOM_MAX_PT"} \
         in change.patch
@@ -183,6 +183,32 @@ def test_a_concurrent_edit_is_read_again_and_replanned(kube, apiserver):
     assert [r.status for r in apiserver.requests_matching("PATCH", a_path)] == [422, 200]
     assert len(apiserver.requests_matching("GET", a_path)) == 1  # only the edited VM is read again
     assert apiserver.requests_matching("GET", "^/apis/kubevirt.io/v1/namespaces/ns/virtualmachines/b$") == []
+
+
+def test_a_vm_deleted_and_re_created_after_the_plan_is_reported_replaced_and_never_renamed(kube, apiserver):
+    """Issue 37: the VM patch tests the uid it was planned on; the VM of the same name its owner re-created from
+    the same manifest (another uid, the old names again) is not renamed, and the run says so (Replaced)."""
+    upgraded_cluster(apiserver)
+    apiserver.add(o.vm("ns", "a", host_devices=[OLD], running=False), o.vm("ns", "b", host_devices=[OLD],
+                                                                            running=False))
+    m = migrator(kube)
+    plan = m.plan()
+    first = apiserver.get("VirtualMachine", "a", "ns")
+    apiserver.delete("VirtualMachine", "a", "ns")
+    again = o.vm("ns", "a", host_devices=[OLD], running=False)
+    again["metadata"]["uid"] = "0a0a0a0a-0000-4000-8000-000000000001"
+    apiserver.add(again)
+    assert apiserver.get("VirtualMachine", "a", "ns")["metadata"]["uid"] != first["metadata"]["uid"]
+    apiserver.clear_requests()
+    with pytest.raises(Partial) as err:
+        m.apply(plan)
+    outcomes = {(x.kind, x.name): x for x in err.value.result.outcomes}
+    a = outcomes[("VirtualMachine", "ns/a")]
+    assert a.state == "failed" and "was deleted and re-created while rblnctl renamed its NPU resources" in a.reason
+    assert outcomes[("VirtualMachine", "ns/b")].state == "done"
+    assert [d["deviceName"] for d in host_devices(apiserver, "ns", "a")] == [OLD]  # the new VM: untouched
+    a_path = "^/apis/kubevirt.io/v1/namespaces/ns/virtualmachines/a$"
+    assert [r.status for r in apiserver.requests_matching("PATCH", a_path)] == [422]  # its uid test refused it
 
 
 def test_a_vm_that_keeps_changing_gives_up_with_a_conflict(kube, apiserver):

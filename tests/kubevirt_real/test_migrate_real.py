@@ -29,13 +29,18 @@ def host_device_names(obj):
     return [d["deviceName"] for d in obj["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]]
 
 
-def test_migrate_resources_renames_the_cr_and_every_vm_and_leaves_a_running_vm_running(kv):
-    def before_upgrade(o):
+def before_upgrade(kv):
+    """The KubeVirt CR as chart v0.3.0 left it: HostDevices on, the old name permitted."""
+    def permit_old(o):
         conf = o["spec"].setdefault("configuration", {})
         conf["developerConfiguration"] = {"featureGates": ["HostDevices"]}
         conf["permittedHostDevices"] = {"pciHostDevices": [{"pciVendorSelector": "1EFF:1220", "resourceName": OLD,
                                                             "externalResourceProvider": True}]}
-    kv.api.mutate("KubeVirt", "kubevirt", "kubevirt", before_upgrade)
+    kv.api.mutate("KubeVirt", "kubevirt", "kubevirt", permit_old)
+
+
+def test_migrate_resources_renames_the_cr_and_every_vm_and_leaves_a_running_vm_running(kv):
+    before_upgrade(kv)
     set_allocatable(kv, DRA_NODE, OLD, 2)  # before the upgrade, npu-node-2's plugin advertised the old name
     ns = kv.namespace
     kv.api.seed(vm(ns, "run", run_strategy="Always", host_devices=[OLD] * 2), vm(ns, "halt", host_devices=[OLD]))
@@ -123,3 +128,35 @@ def test_set_method_convert_vms_rewrites_a_dra_vm_for_the_sandbox_plugin_and_kub
     finally:
         kv.rblnctl("vm", "stop", "conv", "-n", ns, "--wait", "-y")
         kv.rblnctl("node", "set-mode", "container", node, "-y")  # the operator converged back for the next test
+
+
+def test_a_vm_re_created_before_its_rename_is_reported_and_left_as_its_owner_made_it_real(kv, monkeypatch):
+    """Issue 37: the owner deletes and re-creates VM `gone` (same manifest, another uid) between rblnctl's read and
+    its patch; real kube-apiserver refuses the patch's uid test (422), the run says the VM was re-created (exit 6:
+    one object of several failed) and the new VM keeps the names its owner gave it."""
+    from tests.kubevirt_real.test_restart import strike
+
+    before_upgrade(kv)
+    ns = kv.namespace
+    kv.api.seed(vm(ns, "gone", host_devices=[OLD]), vm(ns, "kept", host_devices=[OLD]))
+    uid = kv.vm("gone")["metadata"]["uid"]
+
+    def is_rename_of_gone(method, path, body):
+        return method == "PATCH" and path.endswith("/virtualmachines/gone") and isinstance(body, list)
+
+    def recreate(send):
+        kv.api.delete("VirtualMachine", "gone", ns)
+        kv.api.wait_for(lambda: kv.vm("gone") is None, timeout_s=30, interval_s=0.2)
+        kv.api.seed(vm(ns, "gone", host_devices=[OLD]))
+        return send()
+
+    strike(monkeypatch, is_rename_of_gone, recreate)
+    kv.mark()
+    r = kv.rblnctl("kubevirt", "migrate-resources", "-y")
+    assert r.exit_code == 6, r.stderr
+    said = " ".join(r.stderr.split())
+    assert f"VM {ns}/gone was deleted and re-created while rblnctl renamed its NPU resources" in said
+    now = kv.vm("gone")
+    assert now["metadata"]["uid"] != uid and host_device_names(now) == [OLD]
+    assert host_device_names(kv.vm("kept")) == [SANDBOX_RESOURCE]
+    assert [w.code for w in kv.writes() if w.verb == "patch" and w.path.endswith("/gone")] == [422]

@@ -285,8 +285,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="the bug issue 23's survey found: before, the mark held no generation"),
     Mutation(
         id="23.10", file="rblnctl/vm/attach.py",
-        old="            elif run.ours and plan.patch is not None:",
-        new="            elif False:",
+        old="            elif run.ours:  # the earlier run's mark, taken (this run holds it now) and renewed for its "
+            "writes",
+        new="            elif False:  # the earlier run's mark, taken (this run holds it now) and renewed for its "
+            "writes",
         what="stopped mark: a resumed run's own writes are not recorded, so its failures make the mark look stale",
         tests=("tests/vm/test_stopped_mark.py::"
                "test_runs_that_keep_failing_to_start_it_renew_the_mark_so_a_later_run_still_starts_it",)),
@@ -310,6 +312,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="stopped mark: a stop still being served when the signal came is taken for landed (the VM 'started "
              "again', then the stop lands)",
         tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
+    Mutation(
+        id="37.m1", file="rblnctl/vm/attach.py",
+        old="        if other is not None and not other.expired:",
+        new="        if False:",
+        what="stopped mark: a second run takes a live run's mark for an abandoned one (no liveness)",
+        tests=("tests/vm/test_stopped_mark.py::test_a_second_run_refuses_while_the_mark_is_held_live_and_writes_nothing",)),
+    Mutation(
+        id="37.m2", file="rblnctl/vm/attach.py",
+        old="            if other is not None and other.holder != self.identity and not other.expired:",
+        new="            if False:",
+        what="stopped mark: a run that planned before another run took the mark writes its own over the live holder's",
+        tests=("tests/vm/test_stopped_mark.py::test_a_run_that_planned_before_another_took_the_mark_writes_nothing_over_it",)),
+    Mutation(
+        id="37.m3", file="rblnctl/vm/attach.py",
+        old="                    guards[:] = _held_guards(vm)",
+        new="                    pass",
+        what="restart: the NPU patch lands on a VM its owner started after rblnctl's stop (no run-state test)",
+        tests=("tests/vm/test_other_actors.py::"
+               "test_a_vm_its_owner_started_before_the_patch_is_not_changed_and_the_rerun_restarts_it",)),
+    Mutation(
+        id="37.m4", file="rblnctl/vm/attach.py",
+        old="                else:  # the mark stays, held by no run: the re-run this names takes it at once",
+        new="                elif False:  # the mark stays, held by no run: the re-run this names takes it at once",
+        what="stopped mark: a run that leaves the VM stopped keeps holding its mark (its printed re-run refused)",
+        tests=("tests/vm/test_stopped_mark.py::"
+               "test_a_run_that_leaves_the_vm_stopped_releases_its_mark_so_the_printed_rerun_takes_it_at_once",)),
     Mutation(
         id="29.1", file="rblnctl/vm/attach.py",
         old="        life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter",

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from rblnctl.errors import Forbidden, Replaced
-from rblnctl.vm.attach import stale_mark
+from rblnctl.vm.attach import StartedMeanwhile, stale_mark
 from tests.fakes import objects as o
 from tests.helpers import cli
 from tests.vm.support import CA22, NS, attacher, host_devices, sandbox_cluster
@@ -143,35 +143,44 @@ def test_the_cli_says_the_vm_was_recreated_and_exits_1(apiserver):
 # -- 37.3: never "restarted and Ready" while the VM runs with its old NPUs -------------------------------------------
 
 
-def test_a_vm_its_owner_started_before_the_patch_is_not_called_restarted_and_ready(apiserver, kube):
+def test_a_vm_its_owner_started_before_the_patch_is_not_changed_and_the_rerun_restarts_it(apiserver, kube):
     """Before: exit 0, "1 -> 2 NPU(s), restarted and Ready", ready: true, restarted: true; the VMI had 1 NPU and
-    rblnctl never sent a start."""
+    rblnctl never sent a start. Then (issue 37's first fix): exit 0, "changed; not restarted", the VM running its old
+    NPUs with a spec that asks for others, and a re-run that found nothing to do. Now the NPU patch tests the run
+    state rblnctl left (virt-api's start flips spec.runStrategy): refused, nothing written, the VM runs as its owner
+    started it, and the run says so and exits 1; its re-run restarts it with the change."""
     running(apiserver)
     apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["spec"]["template"]["spec"]["domain"]["devices"].update(
         hostDevices=[{"name": "npu0", "deviceName": CA22}]))
     planner = attacher(kube, npus=2, restart=True)
     plan = planner.plan("v1", NS)
     on_npu_patch(apiserver, lambda: owner(apiserver, "start"))
-    result = planner.apply(plan)
-    assert result.changed and not result.restarted and not result.ready
-    assert "started by someone else" in str(result.not_restarted)
-    assert "its spec asks for 2 NPU(s), its running VMI passes 1" in str(result.not_restarted)
+    with pytest.raises(StartedMeanwhile, match="started by someone else after rblnctl stopped it and before it "
+                                               "changed its NPUs"):
+        planner.apply(plan)
+    assert len(host_devices(apiserver)) == 1  # nothing written
+    assert [r.status for r in apiserver.requests if is_npu_patch(r)] == [422]
+    assert any("it runs as they started it, with the NPUs it had" in line for line in planner.recovery)
     assert len(vmi(apiserver)["spec"]["domain"]["devices"]["hostDevices"]) == 1
     assert marked(apiserver) is None  # not rblnctl's to start any more: its owner's
     assert not [r for r in apiserver.requests if r.path.endswith("/start")]  # rblnctl sent none (the owner's is direct)
 
 
-def test_the_cli_says_not_restarted_when_the_owner_started_it_first(apiserver):
+def test_the_cli_says_nothing_changed_when_the_owner_started_it_first_and_its_rerun_converges(apiserver):
     running(apiserver)
     apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["spec"]["template"]["spec"]["domain"]["devices"].update(
         hostDevices=[{"name": "npu0", "deviceName": CA22}]))
     on_npu_patch(apiserver, lambda: owner(apiserver, "start"))
-    r = cli("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes", "-o", "json", server=apiserver.url)
-    assert "restarted and Ready" not in r.stderr, r.stderr
-    doc = json.loads(r.stdout)
-    assert doc["result"]["ready"] is not True and doc["result"]["restarted"] is False
-    assert "started by someone else" in doc["result"]["notRestarted"]
-    assert f"VM {NS}/v1: 1 -> 2 NPU(s); not restarted: VM {NS}/v1 was started by someone else" in r.stderr
+    argv = ("vm", "attach", "v1", "-n", NS, "--npus", "2", "--restart", "--yes")
+    r = cli(*argv, server=apiserver.url)
+    assert r.exit_code == 1, r.stderr
+    said = " ".join(r.stderr.split())
+    assert "restarted and Ready" not in said and "nothing was written" in said
+    assert f"VM {NS}/v1 was started by someone else after rblnctl stopped it and before it changed its NPUs" in said
+    again = cli(*argv, "-o", "json", server=apiserver.url)
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["result"]["ready"] is True
+    assert len(vmi(apiserver)["spec"]["domain"]["devices"]["hostDevices"]) == 2
 
 
 # -- 37.4: the printed recovery converges after an edit of the VM by its owner --------------------------------------

@@ -165,3 +165,103 @@ def test_stale_mark_by_its_evidence(uid, generation, observed, run, requests, st
           "spec": {"runStrategy": run}, "status": {"observedGeneration": observed, "stateChangeRequests": requests}}
     why = stale_mark(vm)
     assert (why is None) if stale is None else (stale in str(why))
+
+
+# -- the mark's liveness (issue 37): a holder and a lease, as a coordination Lease ---------------------------------
+
+
+def test_a_run_that_leaves_the_vm_stopped_releases_its_mark_so_the_printed_rerun_takes_it_at_once(apiserver, kube):
+    running_vm(apiserver)
+    left_stopped(apiserver, kube)
+    value = vm(apiserver)["metadata"]["annotations"][STOPPED]
+    assert " holder=" not in value and " lease=" not in value  # held by no run: the evidence only
+    again = attacher(kube, npus=2)
+    plan = again.plan("v1", NS)
+    assert plan.start and not plan.blockers
+    assert again.apply(plan).ready and STOPPED not in (vm(apiserver)["metadata"].get("annotations") or {})
+
+
+def _held_by(apiserver, kube, *, renewed_s_ago: float, lease_s: int = 60, fresh: bool = True) -> str:
+    """VM v1 left stopped by a run that still names itself its mark's holder, renewed `renewed_s_ago` before the
+    planner's clock now."""
+    from datetime import timedelta
+
+    from rblnctl.clock import iso_utc
+    from rblnctl.vm.attach import mark_value
+    from tests.fakes.clock import FakeClock
+
+    if fresh:
+        running_vm(apiserver)
+        left_stopped(apiserver, kube)
+    when = iso_utc(FakeClock().now() - timedelta(seconds=renewed_s_ago))
+    holder = "rblnctl@elsewhere/4242/0badc0de"
+    apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["metadata"]["annotations"].update(
+        {STOPPED: mark_value(when, v, holder=holder, lease_s=lease_s)}))
+    return holder
+
+
+def test_a_second_run_refuses_while_the_mark_is_held_live_and_writes_nothing(apiserver, kube):
+    """The first run is at work on the VM (stopping, changing or starting it): a second one must not take its mark
+    for an abandoned one and start the VM mid-run."""
+    holder = _held_by(apiserver, kube, renewed_s_ago=5)
+    apiserver.clear_requests()
+    plan = attacher(kube, npus=1, restart=True).plan("v1", NS)
+    (b,) = plan.blockers
+    assert f"held by another rblnctl run ({holder}, last renewed 5s ago (2026-12-02T11:59:55Z))" in b.message
+    assert "its mark expires 60s after its last renewal" in b.message
+    assert "wait for that run to finish" in b.message and not plan.start
+    with pytest.raises(Exception, match="refusing"):
+        attacher(kube, npus=1, restart=True).apply(plan)
+    assert vm_writes(apiserver) == [] and not is_running(apiserver)
+
+
+def test_a_mark_whose_holder_stopped_renewing_is_taken_over_and_said(apiserver, kube):
+    _held_by(apiserver, kube, renewed_s_ago=61)
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert plan.start and not plan.blockers
+    assert any("stopped renewing it: its lease expired, rblnctl takes the mark over" in str(w) for w in plan.warnings)
+    assert planner.apply(plan).ready and is_running(apiserver)
+    assert STOPPED not in (vm(apiserver)["metadata"].get("annotations") or {})
+
+
+def test_a_run_whose_mark_was_taken_over_writes_nothing_more(apiserver, kube):
+    """Its mark expired (the run was stuck) and another run took the VM over: the stuck run's NPU patch tests the mark
+    it wrote, so it changes nothing and leaves the VM to the run holding it now."""
+    from rblnctl.vm.attach import MarkHeld
+    from tests.vm.support import host_devices
+    from tests.vm.test_restart import is_npu_patch
+
+    running_vm(apiserver)
+    before = host_devices(apiserver)
+    planner = attacher(kube, npus=2, restart=True)
+    plan = planner.plan("v1", NS)
+
+    def take_over(req):
+        if is_npu_patch(req):
+            apiserver.mutate("VirtualMachine", "v1", NS, lambda v: v["metadata"]["annotations"].update(
+                {STOPPED: v["metadata"]["annotations"][STOPPED].replace(planner.identity, "rblnctl@other/1/feedf00d")}))
+    unhook = apiserver.on_request(take_over)
+    with pytest.raises(MarkHeld, match="taken over by another rblnctl run"):
+        planner.apply(plan)
+    unhook()
+    assert host_devices(apiserver) == before and not is_running(apiserver)
+    assert "rblnctl@other/1/feedf00d" in vm(apiserver)["metadata"]["annotations"][STOPPED]
+
+
+def test_a_run_that_planned_before_another_took_the_mark_writes_nothing_over_it(apiserver, kube):
+    """Between this run's plan and its first write another run took the released mark (live now): this run's mark
+    write reads it first and leaves it, and the VM, to that run."""
+    from rblnctl.vm.attach import MarkHeld
+
+    running_vm(apiserver)
+    left_stopped(apiserver, kube)
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert plan.start
+    holder = _held_by(apiserver, kube, renewed_s_ago=1, fresh=False)
+    apiserver.clear_requests()
+    with pytest.raises(MarkHeld, match="held by another rblnctl run"):
+        planner.apply(plan)
+    assert holder in vm(apiserver)["metadata"]["annotations"][STOPPED]
+    assert vm_writes(apiserver) == [] and not is_running(apiserver)

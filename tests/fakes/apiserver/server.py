@@ -294,6 +294,11 @@ class FakeApiServer:
     def writes(self) -> list[RecordedRequest]:
         return [r for r in list(self.requests) if r.is_write]
 
+    def wait_scheduled(self, horizon_s: float = 0.2, timeout_s: float = 5.0) -> bool:
+        """Wait until the simulated controllers' delayed writes due within ``horizon_s`` have been made (Store.
+        wait_scheduled): instead of sleeping a fixed time before judging what they leave."""
+        return self._store.wait_scheduled(horizon_s, timeout_s)
+
     def clear_requests(self) -> None:
         self._log.clear()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -59,6 +60,8 @@ class Store:
         self.stopping = threading.Event()
         self._objects: dict[str, dict[Key, dict]] = {}
         self._timers: set[threading.Timer] = set()
+        self._due: dict[threading.Timer, float] = {}  # when each scheduled callback runs (time.monotonic())
+        self._running = 0  # scheduled callbacks running now
 
     # ---- reads ------------------------------------------------------------------------------------
 
@@ -334,19 +337,42 @@ class Store:
         def run() -> None:
             with self.lock:
                 self._timers.discard(timer)
-            if not self.stopping.is_set():
-                fn(*args)
+                self._due.pop(timer, None)
+                self._running += 1
+            try:
+                if not self.stopping.is_set():
+                    fn(*args)
+            finally:
+                with self.lock:
+                    self._running -= 1
 
         timer = threading.Timer(delay, run)
         timer.daemon = True
         with self.lock:
             self._timers.add(timer)
+            self._due[timer] = time.monotonic() + delay
         timer.start()
+
+    def wait_scheduled(self, horizon_s: float, timeout_s: float) -> bool:
+        """Wait until no scheduled callback runs and none is due within ``horizon_s`` (what a simulated controller
+        does next, 50 ms after its last write, has then happened): a test that judges the state waits for exactly
+        that instead of sleeping a fixed time. False when ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                busy = self._running or any(due <= now + horizon_s for due in self._due.values())
+            if not busy:
+                return True
+            if now >= deadline:
+                return False
+            time.sleep(0.005)
 
     def cancel_timers(self) -> None:
         with self.lock:
             timers = list(self._timers)
             self._timers.clear()
+            self._due.clear()
         for t in timers:
             t.cancel()
 
