@@ -239,7 +239,9 @@ class MethodChanger:
             hint = Remedy("convert it with {command}", Command.own("vm", "attach", c.vm.name, namespace=c.vm.namespace,
                                                                   method=plan.target, convert=True))
             try:
-                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
+                # the VM this plan read: one deleted and re-created since is another one (Replaced: reported, failed)
+                vm_plan = planner.plan(c.vm.name, c.vm.namespace, uid=c.uid,
+                                       while_="switched the allocation method")
                 if vm_plan.blockers:
                     reason, remedy = refusal_of(vm_plan.blockers)
                     outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED, reason=reason,

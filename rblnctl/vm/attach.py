@@ -44,7 +44,7 @@ from rblnctl.errors import (
     one_line,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
-from rblnctl.kubevirt.cr import identity_test, is_conflict
+from rblnctl.kubevirt.cr import identity_test, is_conflict, value_tests
 from rblnctl.plan import Advice, Blocker
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
@@ -82,6 +82,13 @@ from rblnctl.vm.lifecycle import (
 log = logging.getLogger(__name__)
 
 ATTACH = "attach"
+# What a stopped VM's NPU patch tests besides its lists (rblnctl/kubevirt/cr.py value_tests): how it runs, and what a
+# start changes first. virt-api's start sets spec.runStrategy Always (Halted VMs) or, for Manual and RerunOnFailure,
+# appends a Start request to status.stateChangeRequests; virt-controller then sets status.created once the VMI exists
+# (kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/subresource.go StartVMRequestHandler, pkg/virt-controller/watch/vm/
+# vm.go). A JSON patch's tests see the whole object, status included (kube-apiserver applies it to the stored one).
+RUNS = ("Always", "RerunOnFailure", "Once")  # run strategies virt-controller starts a stopped VM for
+RUN_STATE = (("spec", "runStrategy"), ("spec", "running"), ("status", "stateChangeRequests"), ("status", "created"))
 DETACH = "detach"
 RETRY_BACKOFF_S = 0.2  # first wait after a conflict; doubles
 
@@ -211,6 +218,7 @@ class VmNpuPlan:
     next_restart: bool = False  # a running VM's template is changed, it keeps running: the change waits for a restart
     running_npus: int | None = None  # the NPUs its running VMI passes (None: no running VMI)
     uid: str | None = None  # the VM's metadata.uid as read: every write of apply() tests it (Replaced otherwise)
+    run_strategy: str | None = None  # its runStrategy as read: a VM planned stopped is patched only while it stays so
 
 
 def stale_mark(vm: dict) -> str | None:
@@ -531,13 +539,18 @@ class AttachPlanner:
 
     # -- planning ----------------------------------------------------------------------------------------
 
-    def plan(self, name: str, namespace: str) -> VmNpuPlan:
+    def plan(self, name: str, namespace: str, *, uid: str | None = None, while_: str = "planned its change"
+             ) -> VmNpuPlan:
         """Read the VM and the cluster, resolve method, count and resource, and plan the change (reads only).
 
-        Raises NotFound (no such VM), Ambiguous (several resources could be meant: the caller must
-        name one) and InvalidInput. Everything else that stops the change is a blocker on the plan.
+        `uid`: the VM the caller decided on (policy set-method read it earlier): a VM of that name with another uid
+        raises Replaced ("... while rblnctl {while_}"), nothing planned for it. Raises NotFound (no such VM),
+        Ambiguous (several resources could be meant: the caller must name one) and InvalidInput. Everything else that
+        stops the change is a blocker on the plan.
         """
         vm, vmi = self._read(name, namespace)
+        if uid is not None and (vm.get("metadata") or {}).get("uid") != uid:
+            raise replaced(_ref(vm), while_)
         have, npu_claims = self._npus(vm)
         o = self.options
         current = have.method if have.method in C.METHODS else None
@@ -672,6 +685,8 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
+            if not running:  # changed as a stopped VM: only while it stays stopped (started meanwhile: 422, refused)
+                patch[1:1] = value_tests(vm, RUN_STATE)
         marked = annotated and not running
         stale = stale_mark(vm) if marked else None
         stopped_by_us = marked and not stale
@@ -698,6 +713,7 @@ class AttachPlanner:
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
             noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
             generation=meta.get("generation"), stale_mark=bool(stale), uid=meta.get("uid") or None,
+            run_strategy=run_strategy(vm),
             next_restart=bool(changed and self.options.next_restart and held is not None
                               and P.differ(held.devices, after.devices)),
             running_npus=held.count if held is not None else None)
@@ -803,6 +819,9 @@ class AttachPlanner:
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
             if not dry:
                 self._recover(restarter, plan, err, run)
+            if created and not run.changed and isinstance(err, RblnError):  # said, so "not changed" is true
+                err.details = [*err.details, f"ResourceClaimTemplate {plan.vm.namespace}/{created} was created for "
+                               "the change and no VM uses it yet: the command that makes the change uses it"]
             self._if_interrupted(err, VmNpuResult(
                 plan=final, changed=run.changed, attempts=attempts, template_created=created,
                 templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept], server_dry_run=dry,
@@ -812,6 +831,8 @@ class AttachPlanner:
                              templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
                              restarted=run.ours and not dry, server_dry_run=dry, not_restarted=run.not_restarted)
         if not run.ours or dry:
+            if run.changed and not dry:
+                self._still_the_vm(plan)
             return result
         others: str | None = None
         try:
@@ -886,6 +907,41 @@ class AttachPlanner:
                       what=f"VM {plan.vm}", dry_run=self.options.server_dry_run, retry=is_conflict,
                       clock=SYSTEM_CLOCK if within is None else within.clock,
                       deadline=None if within is None else within.deadline)
+
+    @staticmethod
+    def _still_stopped(plan: VmNpuPlan, vm: dict, running: bool) -> None:
+        """A VM planned as stopped (its patch tests RUN_STATE) read again: Refused when someone started it since (a
+        VMI runs, its runStrategy changed, a Start request is pending). Its change was decided for a stopped VM: on a
+        running one it would wait for a restart that no one asked for, under a message that says done."""
+        now = run_strategy(vm)
+        why = None
+        if running:
+            why = "a VMI runs now"
+        elif plan.run_strategy is not None and now != plan.run_strategy and now in RUNS:
+            why = f"its runStrategy {plan.run_strategy} -> {now}"
+        elif any(isinstance(r, dict) and r.get("action") == "Start"
+                 for r in (vm.get("status") or {}).get("stateChangeRequests") or []):
+            why = "a Start request is pending"
+        if why is None:
+            return
+        ref = plan.vm
+        raise Refused(
+            f"VM {ref} was started by someone else after rblnctl read it as stopped ({why}): its NPUs were not "
+            "changed", blockers=[VmBlocker(
+                "a change to its NPUs takes effect only when it restarts; restarting stops it, patches it, starts it "
+                "and waits until it is Ready", remedy=Remedy("restart it onto the change with {command}", Command.own(
+                    "vm", plan.target.action, ref.name, namespace=ref.namespace, restart=True, again=True)))])
+
+    def _still_the_vm(self, plan: VmNpuPlan) -> None:
+        """After a change that starts nothing: the VM read back is the one changed (its uid), or Replaced. A VM
+        deleted and re-created after the patch landed is another one, which holds none of the change: not done (the
+        templates it names are kept: `_delete_templates` read its users just before)."""
+        vm = self.kube.get_optional(VMS, plan.vm.name, namespace=plan.vm.namespace)
+        uid = (vm or {}).get("metadata", {}).get("uid")
+        if vm is not None and plan.uid is not None and uid != plan.uid:
+            raise replaced(plan.vm, "changed its NPUs").with_details([
+                f"the change was made to the VM rblnctl read (uid {plan.uid}), deleted since; the one there now (uid "
+                f"{uid}) has the NPUs its own manifest gives it: re-run the command to change it"])
 
     def _not_ours_now(self, life: VmLifecycle, plan: VmNpuPlan, *, stop_seen: bool = True) -> str | None:
         """Just before rblnctl starts the VM it stopped: None when it still may (the VM as it left it), else why not,
@@ -1078,6 +1134,8 @@ class AttachPlanner:
                 if plan.restart and replan.running:
                     raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
                                   "written", blockers=[VmBlocker("start it only after the change is made")])
+                if not plan.running and not plan.restart:
+                    self._still_stopped(plan, vm, replan.running)
                 replan = dataclasses.replace(replan, restart=plan.restart, start=plan.start, stale_mark=plan.stale_mark,
                                              uid=plan.uid,
                                              noop=replan.patch is None, warnings=list(plan.warnings), blockers=[
@@ -1158,9 +1216,13 @@ class DetachPlanner(AttachPlanner):
         self.options = AttachOptions(**{f.name: getattr(self.detach, f.name)
                                         for f in dataclasses.fields(WriteOptions)})
 
-    def plan(self, name: str, namespace: str) -> VmNpuPlan:
-        """Read the VM and plan removing its NPUs (reads only). InvalidInput when `device` is not one of them."""
+    def plan(self, name: str, namespace: str, *, uid: str | None = None, while_: str = "planned its change"
+             ) -> VmNpuPlan:
+        """Read the VM and plan removing its NPUs (reads only). InvalidInput when `device` is not one of them;
+        Replaced when `uid` is given and the VM is another one (AttachPlanner.plan)."""
         vm, vmi = self._read(name, namespace)
+        if uid is not None and (vm.get("metadata") or {}).get("uid") != uid:
+            raise replaced(_ref(vm), while_)
         have, npu_claims = self._npus(vm)
         device = self.detach.device
         warnings: list[str | Advice] = []

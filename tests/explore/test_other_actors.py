@@ -21,9 +21,6 @@ SAMPLE_EVERY = 12  # the default run takes every 12th case of each world; RBLNCT
 # Cases that still fail, each a bug of issue 37 left open (docs/testing.md "Other actors" lists the full matrix's):
 # strict, so a fix turns them red until they leave this list.
 KNOWN = {
-    "vm-attach-dra-before-01-POST-vms-resourceclaimtemplates-owner-start":
-        "issue 37: the owner starts a stopped VM after rblnctl's read; the NPU patch lands on the running VM "
-        "(its uid test holds, its run state is not tested) and the run says done",
     "vm-detach-restart-after-03-PATCH-virtualmachines-v1-2-second-opposite":
         "issue 37: a second rblnctl takes the first run's live stopped mark for an abandoned one and starts the "
         "VM mid-run (a mark has no liveness)",
