@@ -487,6 +487,9 @@ class AttachPlanner:
     recovery: list[str] = field(default_factory=list)  # after apply() failed or was interrupted: what it left
     left_stopped: bool = False  # ...and the VM is left stopped by rblnctl, carrying its mark: a re-run starts it
     interrupted: VmNpuResult | None = None  # after apply() was interrupted (Ctrl-C, a signal): what it had done
+    # what the caller's decision rests on beyond the VM, checked before the template create and each VM patch: it
+    # raises to stop the change (policy set-method: the policy still selects the method converted to)
+    guard: Callable[[], None] | None = None
     _claims: ClaimIndex | None = None
     _fits: FitReader | None = None
 
@@ -810,6 +813,8 @@ class AttachPlanner:
             elif run.ours and plan.patch is not None:  # the earlier run's mark, renewed for the writes of this one
                 self._mark(plan, MARK_STOPPED)
             if plan.patch is not None:
+                if self.guard is not None and plan.patch is not None:
+                    self.guard()
                 created = self._create_template(plan) if plan.template_create else None
                 final, attempts = self._write(plan)
                 run.changed = True
@@ -1147,6 +1152,8 @@ class AttachPlanner:
                 current[0] = replan
                 if replan.noop:
                     return None
+            if self.guard is not None:
+                self.guard()
             if state is writes.UNREAD:  # a retry says why (on_retry)
                 self.events.on_step(f"patching VM {plan.vm}")
             return writes.patch(VMS, name, current[0].patch, patch_type="json", namespace=ns)

@@ -11,7 +11,7 @@ import pytest
 
 from rblnctl.errors import Partial
 from tests.fakes import objects as o
-from tests.method.support import SANDBOX_RES, changer, cluster
+from tests.method.support import POLICY, SANDBOX_RES, changer, cluster
 
 NS = "team"
 VM_PATH = f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines/two"
@@ -52,3 +52,35 @@ def test_a_vm_recreated_after_the_plan_is_reported_replaced_and_not_converted(ap
     vm = apiserver.get("VirtualMachine", "two", NS)
     assert vm["metadata"]["uid"] == new_uid and vm["spec"]["template"]["spec"]["domain"]["devices"][
         "hostDevices"][0]["deviceName"] == SANDBOX_RES
+
+
+def test_a_policy_switched_back_between_the_template_create_and_the_vm_patch_stops_the_conversions(apiserver, kube):
+    """A second `set-method sandbox` lands after the first run created rbln-npu-1 and before its VM patch. Before:
+    the VM was patched onto DRA under a sandbox policy, exit 0 (the explorer's set-method second-opposite at
+    after-03)."""
+    op = cluster(apiserver)
+    apiserver.add(o.vm(NS, "two", running=False, host_devices=[SANDBOX_RES]),
+                  o.vm(NS, "zz", running=False, host_devices=[SANDBOX_RES]))
+    ch = changer(kube, op, convert_vms=True)
+    plan = ch.plan("dra")
+    armed = [True]
+
+    def second_admin(req):
+        if armed[0] and req.method == "POST" and req.path.endswith("/resourceclaimtemplates") and req.status < 300:
+            armed[0] = False
+            apiserver.mutate("RBLNClusterPolicy", POLICY, None, lambda p: p["spec"].update(
+                sandboxDevicePlugin={**p["spec"]["sandboxDevicePlugin"], "enabled": True},
+                draKubeletPlugin={**p["spec"]["draKubeletPlugin"], "enabled": False}))
+
+    apiserver.on_handled(second_admin)
+    apiserver.clear_requests()
+    with pytest.raises(Partial) as caught:
+        ch.apply(plan)
+    first, second = caught.value.result.conversions
+    assert first.state == "failed" and "was changed by someone else while rblnctl converted the VMs: it now " \
+        "selects sandbox, not dra" in first.reason and first.remedy is None  # not `vm attach --convert`
+    assert second.state == "not-attempted" and "it now selects sandbox" in second.reason
+    assert vm_writes(apiserver) == []
+    for name in ("two", "zz"):
+        devices = apiserver.get("VirtualMachine", name, NS)["spec"]["template"]["spec"]["domain"]["devices"]
+        assert devices["hostDevices"][0]["deviceName"] == SANDBOX_RES
