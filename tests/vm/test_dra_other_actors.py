@@ -104,3 +104,30 @@ def test_a_manual_vm_whose_start_was_asked_after_the_read_is_not_patched(apiserv
     with pytest.raises(Refused, match=r"a Start request is pending"):
         planner.apply(plan)
     assert [r.status for r in npu_patches(apiserver)] == [422]
+
+
+def test_a_template_delete_its_precondition_refused_is_judged_again(apiserver, kube):
+    """A 409 on the delete (its resourceVersion precondition: the template was written meanwhile) is read again and
+    judged again. Before: "kept: it changed while rblnctl was deleting it", exit 0, the template left for ever (the
+    explorer's crash point vm-attach-dra 03-DELETE conflict)."""
+    world(apiserver)
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    apiserver.inject_fault(method="DELETE", path="/resourceclaimtemplates/rbln-npu-1$", status=409,
+                           reason="Conflict", message="Precondition failed: ResourceVersion", times=1)
+    result = planner.apply(plan)
+    assert result.templates_deleted == ["rbln-npu-1"] and templates(apiserver) == ["rbln-npu-2"]
+
+
+def test_a_template_an_interrupted_run_left_is_named_with_the_command_that_deletes_it(apiserver, kube):
+    """The re-run of an interrupted attach says "nothing to do" and names rblnctl's template no VM uses, with the
+    command that deletes it (it does not delete it itself: another run's template, created a moment before its VM
+    patch, looks the same; the explorer's vm-attach-dra second-opposite at after-01). Not someone else's."""
+    world(apiserver)
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-3", npus=3),
+                  o.resource_claim_template(NS, "theirs", managed=False))
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.noop
+    notes = [str(w) for w in plan.warnings if "no VM or VMI of the namespace names it" in str(w)]
+    assert len(notes) == 1 and f"`kubectl delete resourceclaimtemplate rbln-npu-3 -n {NS}`" in notes[0]
+    assert templates(apiserver) == ["rbln-npu-1", "rbln-npu-3", "theirs"]
