@@ -85,7 +85,7 @@ ATTACH = "attach"
 # What a stopped VM's NPU patch tests besides its lists (rblnctl/kubevirt/cr.py value_tests): how it runs, and what a
 # start changes first. virt-api's start sets spec.runStrategy Always (Halted VMs) or, for Manual and RerunOnFailure,
 # appends a Start request to status.stateChangeRequests; virt-controller then sets status.created once the VMI exists
-# (kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/subresource.go StartVMRequestHandler, pkg/virt-controller/watch/vm/
+# (kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go StartVMRequestHandler, pkg/virt-controller/watch/vm/
 # vm.go). A JSON patch's tests see the whole object, status included (kube-apiserver applies it to the stored one).
 RUNS = ("Always", "RerunOnFailure", "Once")  # run strategies virt-controller starts a stopped VM for
 RUN_STATE = (("spec", "runStrategy"), ("spec", "running"), ("status", "stateChangeRequests"), ("status", "created"))
