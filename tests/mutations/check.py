@@ -44,6 +44,8 @@ class Mutation:
     expect: str = "caught"  # "caught", or "survives" with `notes` giving the evidence
 
 
+_CONVERT_IDENTITY = "tests/method/test_convert_identity.py::"  # issue 37's set-method cases
+
 MUTATIONS: tuple[Mutation, ...] = (
     # -- issue 23: the VM half's in-between states ------------------------------------------------------------
     Mutation(
@@ -542,15 +544,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         old="                vm_plan = planner.plan(c.vm.name, c.vm.namespace, uid=c.uid,",
         new="                vm_plan = planner.plan(c.vm.name, c.vm.namespace, uid=None,",
         what="set-method --convert-vms: the conversion plans the VM by name again (a re-created one is converted)",
-        tests=("tests/method/test_convert_identity.py::"
-               "test_a_vm_recreated_after_the_plan_is_reported_replaced_and_not_converted",)),
+        tests=(_CONVERT_IDENTITY + "test_a_vm_recreated_after_the_plan_is_reported_replaced_and_not_converted",)),
     Mutation(
         id="37.d4", file="rblnctl/method/changer.py",
         old="        planner = AttachPlanner(kube=self.kube, clock=self.clock, guard=still_selected,",
         new="        planner = AttachPlanner(kube=self.kube, clock=self.clock, guard=None,",
         what="set-method --convert-vms: the policy is not read again before each VM write",
-        tests=("tests/method/test_convert_identity.py::"
-               "test_a_policy_switched_back_between_the_template_create_and_the_vm_patch_stops_the_conversions",)),
+        tests=(_CONVERT_IDENTITY + "test_a_policy_switched_back_between_the_template_create_and_the_vm_patch_stops_"
+               "the_conversions",)),
     # -- issue 29: the package graph docs/architecture.md draws, no package circle --------------------------------
     Mutation(
         id="29.g1", file="rblnctl/vm/listing.py",
