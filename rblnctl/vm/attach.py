@@ -545,13 +545,15 @@ class AttachPlanner:
         VMI names, but those in `keep`: what a run interrupted between its VM patch and its template delete left (a
         re-run deletes them: `_delete_templates` checks again just before, with the uid as a precondition). One
         LIST each of templates, VMs and VMIs; none when the DRA API is not served."""
+        from rblnctl.kube.optional import OnForbidden, optional
+
         selector = f"{C.MANAGED_BY_LABEL}={C.MANAGED_BY}"
-        try:
-            mine = [t for t in self.kube.iter_list(RESOURCE_CLAIM_TEMPLATES, namespace=namespace,
-                                                   label_selector=selector) if D.is_managed(t)]
-        except NotFound:  # resource.k8s.io not served: no template of anyone's
-            return []
-        names = sorted({str(t["metadata"]["name"]) for t in mine} - {k for k in keep if k})
+        # a note, not a step of the change: not served (404) or refused by RBAC (403), there is nothing to name
+        mine = optional(lambda: list(self.kube.iter_list(RESOURCE_CLAIM_TEMPLATES, namespace=namespace,
+                                                         label_selector=selector)),
+                        what=f"list ResourceClaimTemplates in namespace {namespace}", absent=[],
+                        on_forbidden=OnForbidden.UNKNOWN).value or []
+        names = sorted({str(t["metadata"]["name"]) for t in mine if D.is_managed(t)} - {k for k in keep if k})
         if not names:
             return []
         used: set[str] = set()

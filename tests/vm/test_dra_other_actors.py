@@ -131,3 +131,14 @@ def test_a_template_an_interrupted_run_left_is_named_with_the_command_that_delet
     notes = [str(w) for w in plan.warnings if "no VM or VMI of the namespace names it" in str(w)]
     assert len(notes) == 1 and f"`kubectl delete resourceclaimtemplate rbln-npu-3 -n {NS}`" in notes[0]
     assert templates(apiserver) == ["rbln-npu-1", "rbln-npu-3", "theirs"]
+
+
+def test_templates_rbac_will_not_list_leave_the_plan_as_it_was(apiserver, kube):
+    """Naming unused templates is a note: a 403 on the list (RBAC per namespace) names none and stops nothing."""
+    world(apiserver)
+    apiserver.add(o.resource_claim_template(NS, "rbln-npu-3", npus=3))
+    apiserver.inject_fault(method="GET", path=f"/namespaces/{NS}/resourceclaimtemplates$", status=403,
+                           reason="Forbidden", message="cannot list resource resourceclaimtemplates", times=5)
+    plan = attacher(kube, npus=1).plan("v1", NS)
+    assert plan.noop and not plan.blockers
+    assert not [w for w in plan.warnings if "no VM or VMI of the namespace names it" in str(w)]
