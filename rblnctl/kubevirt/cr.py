@@ -139,6 +139,24 @@ def pointer(path: Sequence[str]) -> str:
     return "".join("/" + seg.replace("~", "~0").replace("/", "~1") for seg in path)
 
 
+def value_tests(obj: Any, paths: Sequence[JsonPath]) -> list[dict]:
+    """JSON Patch `test` ops that hold while each path has the value it had in `obj`: a member that is there by its
+    value; one that is absent by a `test` of `null` on its first missing member (kube-apiserver's JSON Patch passes a
+    `test` of null on a member its object lacks: gopkg.in/evanphx/json-patch.v4 patch.go `test`, vendored by
+    k8s.io/apiserver), once per member. The patch then fails (422) only when someone changed one of them."""
+    tests: list[dict] = []
+    for path in paths:
+        present, value = lookup(obj, path)
+        if present:
+            tests.append({"op": "test", "path": pointer(path), "value": value})
+            continue
+        depth = next(i for i in range(1, len(path) + 1) if not lookup(obj, path[:i])[0])  # first missing member
+        test = {"op": "test", "path": pointer(path[:depth]), "value": None}
+        if test not in tests:
+            tests.append(test)
+    return tests
+
+
 def identity_test(obj: Mapping) -> list[dict]:
     """The JSON Patch `test` of the object's /metadata/uid (none when it has no uid): the write then applies only
     to the object rblnctl read and decided on, never to one deleted and re-created under the same name since (422:

@@ -224,7 +224,18 @@ class MethodChanger:
         from rblnctl.vm.attach import AttachOptions, AttachPlanner
 
         old = C.METHOD_DRA if plan.target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
-        planner = AttachPlanner(kube=self.kube, clock=self.clock,
+        switched: list[str] = []  # the policy no longer selects plan.target: why (the rest are not attempted)
+
+        def still_selected() -> None:
+            """Before each VM write: a second set-method may have switched the policy back since the wait."""
+            obj = self.kube.get_optional(CLUSTER_POLICIES, plan.policy)
+            now = parse_policy(obj).vm_method if obj is not None else None
+            if now != plan.target:
+                switched.append(f"RBLNClusterPolicy {plan.policy} was changed by someone else while rblnctl converted "
+                                f"the VMs: it now selects {now or 'no VM allocator'}, not {plan.target}")
+                raise Refused(f"{switched[-1]}; this VM was not converted")
+
+        planner = AttachPlanner(kube=self.kube, clock=self.clock, guard=still_selected,
                                 options=AttachOptions(method=plan.target, convert=True,
                                                       max_attempts=self.options.max_attempts))
         outcomes: list[ItemOutcome] = []
@@ -239,7 +250,9 @@ class MethodChanger:
             hint = Remedy("convert it with {command}", Command.own("vm", "attach", c.vm.name, namespace=c.vm.namespace,
                                                                   method=plan.target, convert=True))
             try:
-                vm_plan = planner.plan(c.vm.name, c.vm.namespace)
+                # the VM this plan read: one deleted and re-created since is another one (Replaced: reported, failed)
+                vm_plan = planner.plan(c.vm.name, c.vm.namespace, uid=c.uid,
+                                       while_="switched the allocation method")
                 if vm_plan.blockers:
                     reason, remedy = refusal_of(vm_plan.blockers)
                     outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED, reason=reason,
@@ -255,9 +268,9 @@ class MethodChanger:
                                             reason="deleted meanwhile"))
                 continue
             except RblnError as e:
-                stopped = batch.stops_the_rest(e)
+                stopped = switched[0] if switched else batch.stops_the_rest(e)
                 outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,
-                                            reason=batch.one_line(e), remedy=hint))
+                                            reason=batch.one_line(e), remedy=None if switched else hint))
                 continue
             # the vm attach library starts only a VM rblnctl stopped (its mark): say so, it is no silent start
             outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE, reason=(

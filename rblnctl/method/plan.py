@@ -139,6 +139,7 @@ class Conversion:
     vm: VmRef
     npus: int  # NPUs it has through the old method
     devices: list[str]  # those host devices' names
+    uid: str | None = None  # its metadata.uid as read: the conversion changes only this VM (Replaced otherwise)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -518,7 +519,7 @@ def old_method_vms(vms: Sequence[dict], target: str, npu_claim: Callable[[str], 
         old = have.sandbox if target == C.METHOD_DRA else have.dra
         if old:
             out.append(Conversion(vm=VmRef(namespace=ns, name=str(meta.get("name") or "")), npus=len(old),
-                                  devices=[d.name for d in old]))
+                                  devices=[d.name for d in old], uid=meta.get("uid") or None))
     return sorted(out, key=lambda c: c.vm)
 
 

@@ -48,7 +48,7 @@ from rblnctl.errors import (
     one_line,
 )
 from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, validate_name, writes
-from rblnctl.kubevirt.cr import identity_test, is_conflict
+from rblnctl.kubevirt.cr import identity_test, is_conflict, value_tests
 from rblnctl.kube.lease import LockState, lease_state
 from rblnctl.plan import Advice, Blocker
 from rblnctl.remedy import Command, Remedy
@@ -87,6 +87,13 @@ from rblnctl.vm.lifecycle import (
 log = logging.getLogger(__name__)
 
 ATTACH = "attach"
+# What a stopped VM's NPU patch tests besides its lists (rblnctl/kubevirt/cr.py value_tests): how it runs, and what a
+# start changes first. virt-api's start sets spec.runStrategy Always (Halted VMs) or, for Manual and RerunOnFailure,
+# appends a Start request to status.stateChangeRequests; virt-controller then sets status.created once the VMI exists
+# (kubevirt/kubevirt@v1.9.0 pkg/virt-api/rest/lifecycle.go StartVMRequestHandler, pkg/virt-controller/watch/vm/
+# vm.go). A JSON patch's tests see the whole object, status included (kube-apiserver applies it to the stored one).
+RUNS = ("Always", "RerunOnFailure", "Once")  # run strategies virt-controller starts a stopped VM for
+RUN_STATE = (("spec", "runStrategy"), ("spec", "running"), ("status", "stateChangeRequests"), ("status", "created"))
 DETACH = "detach"
 RETRY_BACKOFF_S = 0.2  # first wait after a conflict; doubles
 
@@ -216,6 +223,7 @@ class VmNpuPlan:
     next_restart: bool = False  # a running VM's template is changed, it keeps running: the change waits for a restart
     running_npus: int | None = None  # the NPUs its running VMI passes (None: no running VMI)
     uid: str | None = None  # the VM's metadata.uid as read: every write of apply() tests it (Replaced otherwise)
+    run_strategy: str | None = None  # its runStrategy as read: a VM planned stopped is patched only while it stays so
 
 
 def stale_mark(vm: dict) -> str | None:
@@ -537,6 +545,9 @@ class AttachPlanner:
     left_stopped: bool = False  # ...and the VM is left stopped by rblnctl, carrying its mark: a re-run starts it
     interrupted: VmNpuResult | None = None  # after apply() was interrupted (Ctrl-C, a signal): what it had done
     identity: str = field(default_factory=run_identity)  # the holder this run's stopped marks name (mark_holder)
+    # what the caller's decision rests on beyond the VM, checked before the template create and each VM patch: it
+    # raises to stop the change (policy set-method: the policy still selects the method converted to)
+    guard: Callable[[], None] | None = None
     _claims: ClaimIndex | None = None
     _fits: FitReader | None = None
 
@@ -587,15 +598,54 @@ class AttachPlanner:
                 users.append(f"VirtualMachineInstance {name}")
         return sorted(set(users))
 
+    def unused_templates(self, namespace: str, *, keep: Iterable[str | None] = ()) -> list[str]:
+        """rblnctl's ResourceClaimTemplates of the namespace (labelled managed-by=rblnctl) that no VM and no unfinished
+        VMI names, but those in `keep`: what a run interrupted between its VM patch and its template delete left (a
+        re-run deletes them: `_delete_templates` checks again just before, with the uid as a precondition). One
+        LIST each of templates, VMs and VMIs; none when the DRA API is not served."""
+        from rblnctl.kube.optional import OnForbidden, optional
+
+        selector = f"{C.MANAGED_BY_LABEL}={C.MANAGED_BY}"
+        # a note, not a step of the change: not served (404) or refused by RBAC (403), there is nothing to name
+        mine = optional(lambda: list(self.kube.iter_list(RESOURCE_CLAIM_TEMPLATES, namespace=namespace,
+                                                         label_selector=selector)),
+                        what=f"list ResourceClaimTemplates in namespace {namespace}", absent=[],
+                        on_forbidden=OnForbidden.UNKNOWN).value or []
+        names = sorted({str(t["metadata"]["name"]) for t in mine if D.is_managed(t)} - {k for k in keep if k})
+        if not names:
+            return []
+        used: set[str] = set()
+        for vm in self.kube.iter_list(VMS, namespace=namespace):
+            used |= D.templates_used(D.vm_spec(vm))
+        for vmi in self.kube.iter_list(VMIS, namespace=namespace):
+            if is_running(vmi):
+                used |= D.templates_used(D.vmi_spec(vmi))
+        return [n for n in names if n not in used]
+
+    def _unused_notes(self, namespace: str, keep: set[str | None]) -> list[str]:
+        """A note per rblnctl template of the namespace no VM or VMI names (unused_templates), with the command that
+        deletes it. Not deleted here: a template another rblnctl run has just created for a VM it is about to patch
+        looks the same until that patch lands (the explorer's vm-attach-dra second-opposite at after-01), and rblnctl
+        holds no lock that would tell the two apart."""
+        return [f"ResourceClaimTemplate {namespace}/{n} is rblnctl's and no VM or VMI of the namespace names it (an "
+                f"interrupted rblnctl run left it): unless an rblnctl run is changing a VM of {namespace} now, "
+                f"`kubectl delete resourceclaimtemplate {n} -n {namespace}` deletes it"
+                for n in self.unused_templates(namespace, keep=keep)]
+
     # -- planning ----------------------------------------------------------------------------------------
 
-    def plan(self, name: str, namespace: str) -> VmNpuPlan:
+    def plan(self, name: str, namespace: str, *, uid: str | None = None, while_: str = "planned its change"
+             ) -> VmNpuPlan:
         """Read the VM and the cluster, resolve method, count and resource, and plan the change (reads only).
 
-        Raises NotFound (no such VM), Ambiguous (several resources could be meant: the caller must
-        name one) and InvalidInput. Everything else that stops the change is a blocker on the plan.
+        `uid`: the VM the caller decided on (policy set-method read it earlier): a VM of that name with another uid
+        raises Replaced ("... while rblnctl {while_}"), nothing planned for it. Raises NotFound (no such VM),
+        Ambiguous (several resources could be meant: the caller must name one) and InvalidInput. Everything else that
+        stops the change is a blocker on the plan.
         """
         vm, vmi = self._read(name, namespace)
+        if uid is not None and (vm.get("metadata") or {}).get("uid") != uid:
+            raise replaced(_ref(vm), while_)
         have, npu_claims = self._npus(vm)
         o = self.options
         current = have.method if have.method in C.METHODS else None
@@ -707,6 +757,10 @@ class AttachPlanner:
                     warns.append(f"{c.message} (the VM already has what was asked; nothing to change)")
         if templates is None:
             templates = self._templates(ref, have, layout, target, blockers) if changed else (None, [], [])
+            if target.method == C.METHOD_DRA or have.dra or have.managed_template:
+                create, delete, kept = templates
+                keep = {layout.template, *delete} | ({create["metadata"]["name"]} if create else set())
+                warns += self._unused_notes(ref.namespace, keep)
         create, delete, kept = templates
         running = is_running(vmi)
         meta = vm.get("metadata") or {}
@@ -730,6 +784,8 @@ class AttachPlanner:
         patch = None
         if changed:
             patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
+            if not running:  # changed as a stopped VM: only while it stays stopped (started meanwhile: 422, refused)
+                patch[1:1] = value_tests(vm, RUN_STATE)
         now = self.clock.now()
         holder = mark_holder(vm, now) if annotated else None
         other = holder if holder is not None and holder.holder != self.identity else None
@@ -771,6 +827,7 @@ class AttachPlanner:
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
             noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
             generation=meta.get("generation"), stale_mark=bool(stale), uid=meta.get("uid") or None,
+            run_strategy=run_strategy(vm),
             next_restart=bool(changed and self.options.next_restart and held is not None
                               and P.differ(held.devices, after.devices)),
             running_npus=held.count if held is not None else None)
@@ -867,6 +924,8 @@ class AttachPlanner:
             elif run.ours:  # the earlier run's mark, taken (this run holds it now) and renewed for its writes
                 self._mark(plan, MARK_STOPPED)
             if plan.patch is not None:
+                if self.guard is not None and plan.patch is not None:
+                    self.guard()
                 created = self._create_template(plan) if plan.template_create else None
                 final, attempts = self._write(plan, held=run.ours and not dry)
                 run.changed = True
@@ -876,6 +935,9 @@ class AttachPlanner:
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
             if not dry:
                 self._recover(restarter, plan, err, run)
+            if created and not run.changed and isinstance(err, RblnError):  # said, so "not changed" is true
+                err.details = [*err.details, f"ResourceClaimTemplate {plan.vm.namespace}/{created} was created for "
+                               "the change and no VM uses it yet: the command that makes the change uses it"]
             self._if_interrupted(err, VmNpuResult(
                 plan=final, changed=run.changed, attempts=attempts, template_created=created,
                 templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept], server_dry_run=dry,
@@ -885,6 +947,8 @@ class AttachPlanner:
                              templates_deleted=deleted, templates_kept=[*final.templates_kept, *kept],
                              restarted=run.ours and not dry, server_dry_run=dry, not_restarted=run.not_restarted)
         if not run.ours or dry:
+            if run.changed and not dry:
+                self._still_the_vm(plan)
             return result
         others: str | None = None
         try:
@@ -976,6 +1040,41 @@ class AttachPlanner:
                       what=f"VM {plan.vm}", dry_run=self.options.server_dry_run, retry=is_conflict,
                       clock=SYSTEM_CLOCK if within is None else within.clock,
                       deadline=None if within is None else within.deadline)
+
+    @staticmethod
+    def _still_stopped(plan: VmNpuPlan, vm: dict, running: bool) -> None:
+        """A VM planned as stopped (its patch tests RUN_STATE) read again: Refused when someone started it since (a
+        VMI runs, its runStrategy changed, a Start request is pending). Its change was decided for a stopped VM: on a
+        running one it would wait for a restart that no one asked for, under a message that says done."""
+        now = run_strategy(vm)
+        why = None
+        if running:
+            why = "a VMI runs now"
+        elif plan.run_strategy is not None and now != plan.run_strategy and now in RUNS:
+            why = f"its runStrategy {plan.run_strategy} -> {now}"
+        elif any(isinstance(r, dict) and r.get("action") == "Start"
+                 for r in (vm.get("status") or {}).get("stateChangeRequests") or []):
+            why = "a Start request is pending"
+        if why is None:
+            return
+        ref = plan.vm
+        raise Refused(
+            f"VM {ref} was started by someone else after rblnctl read it as stopped ({why}): its NPUs were not "
+            "changed", blockers=[VmBlocker(
+                "a change to its NPUs takes effect only when it restarts; restarting stops it, patches it, starts it "
+                "and waits until it is Ready", remedy=Remedy("restart it onto the change with {command}", Command.own(
+                    "vm", plan.target.action, ref.name, namespace=ref.namespace, restart=True, again=True)))])
+
+    def _still_the_vm(self, plan: VmNpuPlan) -> None:
+        """After a change that starts nothing: the VM read back is the one changed (its uid), or Replaced. A VM
+        deleted and re-created after the patch landed is another one, which holds none of the change: not done (the
+        templates it names are kept: `_delete_templates` read its users just before)."""
+        vm = self.kube.get_optional(VMS, plan.vm.name, namespace=plan.vm.namespace)
+        uid = (vm or {}).get("metadata", {}).get("uid")
+        if vm is not None and plan.uid is not None and uid != plan.uid:
+            raise replaced(plan.vm, "changed its NPUs").with_details([
+                f"the change was made to the VM rblnctl read (uid {plan.uid}), deleted since; the one there now (uid "
+                f"{uid}) has the NPUs its own manifest gives it: re-run the command to change it"])
 
     def _not_ours_now(self, life: VmLifecycle, plan: VmNpuPlan, *, stop_seen: bool = True,
                       changed: bool = True) -> str | None:
@@ -1192,6 +1291,8 @@ class AttachPlanner:
                 if plan.restart and replan.running:
                     raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
                                   "written", blockers=[VmBlocker("start it only after the change is made")])
+                if not plan.running and not plan.restart:
+                    self._still_stopped(plan, vm, replan.running)
                 replan = dataclasses.replace(replan, restart=plan.restart, start=plan.start, stale_mark=plan.stale_mark,
                                              uid=plan.uid,
                                              noop=replan.patch is None, warnings=list(plan.warnings), blockers=[
@@ -1203,6 +1304,8 @@ class AttachPlanner:
                 current[0] = replan
                 if replan.noop:
                     return None
+            if self.guard is not None:
+                self.guard()
             if not said:  # a retry says why (on_retry)
                 said.append(True)
                 self.events.on_step(f"patching VM {plan.vm}")
@@ -1264,6 +1367,9 @@ class AttachPlanner:
                 found = obj if current is writes.UNREAD else current
                 if found is None or found["metadata"].get("uid") != uid:
                     return None  # gone (our delete landed), or replaced by another object
+                if not D.is_managed(found):  # relabelled since (a 409 re-read it): someone else's now
+                    raise Conflict(f"ResourceClaimTemplate {ns}/{name} is no longer labelled as rblnctl's",
+                                   status=409, reason="Conflict")
                 body = {"apiVersion": "v1", "kind": "DeleteOptions",
                         "preconditions": {"uid": uid, "resourceVersion": found["metadata"].get("resourceVersion")}}
                 return writes.delete(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns, body=body)
@@ -1272,7 +1378,9 @@ class AttachPlanner:
                 writes.settle(self.kube, next_delete, what=f"ResourceClaimTemplate {ns}/{name}",
                               read=lambda name=name: self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name,  # type: ignore[misc]
                                                                             namespace=ns),
-                              dry_run=self.options.server_dry_run)
+                              retry=writes.is_409, backoff_s=RETRY_BACKOFF_S, clock=self.clock,
+                              attempts=self.options.max_attempts,  # a precondition's 409 (its resourceVersion
+                              dry_run=self.options.server_dry_run)  # moved): read again, judged again
             except NotFound:
                 continue
             except Conflict:
@@ -1293,9 +1401,13 @@ class DetachPlanner(AttachPlanner):
         self.options = AttachOptions(**{f.name: getattr(self.detach, f.name)
                                         for f in dataclasses.fields(WriteOptions)})
 
-    def plan(self, name: str, namespace: str) -> VmNpuPlan:
-        """Read the VM and plan removing its NPUs (reads only). InvalidInput when `device` is not one of them."""
+    def plan(self, name: str, namespace: str, *, uid: str | None = None, while_: str = "planned its change"
+             ) -> VmNpuPlan:
+        """Read the VM and plan removing its NPUs (reads only). InvalidInput when `device` is not one of them;
+        Replaced when `uid` is given and the VM is another one (AttachPlanner.plan)."""
         vm, vmi = self._read(name, namespace)
+        if uid is not None and (vm.get("metadata") or {}).get("uid") != uid:
+            raise replaced(_ref(vm), while_)
         have, npu_claims = self._npus(vm)
         device = self.detach.device
         warnings: list[str | Advice] = []

@@ -285,21 +285,13 @@ def guarded_patch(vm: Mapping, host_devices_after: list[dict], claims_after: lis
     the VM right after a stop (its status, the runStrategy virt-api sets): a resourceVersion guard lost that race
     every time on a real cluster. A list that does not change is not written; an empty one is removed.
     """
-    from rblnctl.kubevirt.cr import identity_test, lookup, pointer
+    from rblnctl.kubevirt.cr import identity_test, lookup, pointer, value_tests
 
     base = ("spec", "template", "spec")
     lists = [((*base, *HOST_DEVICES), host_devices(vm_spec(vm)), host_devices_after),
              ((*base, *RESOURCE_CLAIMS), resource_claims(vm_spec(vm)), claims_after)]
-    tests: list[dict] = identity_test(vm)  # the VM read, not one re-created under its name since
-    for path in [p for p, _, _ in lists] + [(*base, *GPUS)]:
-        present, value = lookup(vm, path)
-        if present:
-            tests.append({"op": "test", "path": pointer(path), "value": value})
-            continue
-        depth = next(i for i in range(1, len(path) + 1) if not lookup(vm, path[:i])[0])  # first missing member
-        test = {"op": "test", "path": pointer(path[:depth]), "value": None}
-        if test not in tests:
-            tests.append(test)
+    # the VM read (not one re-created under its name since), and the lists as read
+    tests: list[dict] = identity_test(vm) + value_tests(vm, [p for p, _, _ in lists] + [(*base, *GPUS)])
     ops: list[dict] = []
     made: set[tuple[str, ...]] = set()
     for path, before, after in lists:

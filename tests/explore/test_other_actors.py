@@ -18,19 +18,9 @@ from tests.explore.worlds import WORLDS
 
 SAMPLE_EVERY = 12  # the default run takes every 12th case of each world; RBLNCTL_EXPLORE=full takes all
 
-# Cases that still fail, each a bug of issue 37 left open (docs/testing.md "Other actors" lists the full matrix's):
-# strict, so a fix turns them red until they leave this list.
-KNOWN = {
-    "vm-attach-dra-before-01-POST-vms-resourceclaimtemplates-owner-start":
-        "issue 37: the owner starts a stopped VM after rblnctl's read; the NPU patch lands on the running VM "
-        "(its uid test holds, its run state is not tested) and the run says done",
-    # in the default sample since it orders actor first (_actor_first); both are of the 19 the full matrix lists
-    "vm-attach-dra-after-01-POST-vms-resourceclaimtemplates-owner-start":
-        "issue 37: as before-01: the owner starts the stopped DRA VM after the template create; the NPU patch lands on "
-        "the running VM and the run says done",
-    "set-method-sandbox-before-01-POST-default-events-owner-recreate":
-        "issue 37: set-method --convert-vms writes to the VM deleted and re-created after its read (another uid)",
-}
+# Cases that still fail, each a known bug left open (docs/testing.md "Other actors" lists the full matrix's): strict
+# xfails, so a fix turns them red until they leave this list. Empty since issue 37's fixes.
+KNOWN: dict[str, str] = {}
 
 
 def pytest_generate_tests(metafunc):

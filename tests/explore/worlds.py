@@ -124,7 +124,9 @@ def vm_dra_stopped(server: FakeApiServer) -> list[Callable[[], None]]:
 
     server.simulate_kubevirt = True
     dra_cluster(server)
-    server.add(o.resource_claim_template(NS, "rbln-npu-1"), o.dra_vm(NS, "v1", 1))
+    # placed on n1 when started (the fake's virt-controller: fake.rblnctl.io/node), so a start by its owner, or a
+    # printed `--restart`, runs and gets Ready as on a cluster whose scheduler can place it
+    server.add(o.resource_claim_template(NS, "rbln-npu-1"), o.dra_vm(NS, "v1", 1, node="n1"))
     return []
 
 

@@ -172,3 +172,60 @@ def refused_start(monkeypatch, kv) -> tuple[int, dict | None, str]:
         return struck(self, method, path, *args, **kw)
     monkeypatch.setattr(Kube, "request", both)
     return run(kv, "attach", "v", "--npus", "2", "--restart", "--yes", "--timeout", "60s")
+
+
+# -- a stopped VM's NPU patch tests how it runs (issue 37, RUN_STATE in rblnctl/vm/attach.py) -------------------------
+
+
+def npu_patches(kv) -> list:
+    return [e for e in kv.requests() if e.verb == "patch" and e.uri.split("?")[0].endswith("/virtualmachines/v")]
+
+
+def test_a_stopped_vm_is_changed_with_its_run_state_tested_real(kv):
+    """The real apiserver applies the `test` ops of /spec/runStrategy, /spec/running, /status/stateChangeRequests
+    and /status/created (absent members by `null`) to a stopped VM as read: the patch goes through at once."""
+    npus_permitted(kv)
+    create(kv, vm(kv.namespace, "v", run_strategy="Halted", host_devices=[SANDBOX_RESOURCE]))
+    kv.mark()
+    code, doc, err = run(kv, "attach", "v", "--npus", "2", "--yes")
+    assert code == 0, err
+    assert doc["result"]["attempts"] == 1 and [e.code for e in npu_patches(kv)] == [200]
+    assert len(kv.vm("v")["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]) == 2
+
+
+def test_a_stopped_vm_its_owner_starts_before_the_npu_patch_is_refused_not_changed_real(kv, monkeypatch):
+    """Before: the patch landed on the VM virt-api had just set to Always (its uid test held), exit 0 "1 -> 2 NPU(s)"
+    while its VMI started with 1 (the explorer's vm-attach-dra owner-start)."""
+    npus_permitted(kv)
+    create(kv, vm(kv.namespace, "v", run_strategy="Halted", host_devices=[SANDBOX_RESOURCE]))
+
+    def owner_starts(send: Any) -> Any:
+        owner(kv, "start")  # real virt-api: spec.runStrategy Halted -> Always
+        return send()
+
+    strike(monkeypatch, is_npu_patch, owner_starts)
+    kv.mark()
+    code, _, err = run(kv, "attach", "v", "--npus", "2", "--yes")
+    assert code == 1, err
+    assert "was started by someone else after rblnctl read it as stopped (" in err and "--restart" in err, err
+    assert 422 in [e.code for e in npu_patches(kv)]  # the run-state test refused it on the real apiserver
+    assert len(kv.vm("v")["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]) == 1
+
+
+def test_a_manual_vm_its_owner_starts_before_the_npu_patch_is_refused_not_changed_real(kv, monkeypatch):
+    """A Manual VM's start writes only status.stateChangeRequests (then virt-controller makes the VMI and sets
+    status.created): the patch's test of them refuses it, whichever of the two the patch meets."""
+    npus_permitted(kv)
+    create(kv, vm(kv.namespace, "v", run_strategy="Manual", host_devices=[SANDBOX_RESOURCE]))
+
+    def owner_starts(send: Any) -> Any:
+        owner(kv, "start")
+        return send()
+
+    strike(monkeypatch, is_npu_patch, owner_starts)
+    kv.mark()
+    code, _, err = run(kv, "attach", "v", "--npus", "2", "--yes")
+    assert code == 1, err
+    assert "was started by someone else after rblnctl read it as stopped (" in err, err
+    assert 422 in [e.code for e in npu_patches(kv)]
+    assert len(kv.vm("v")["spec"]["template"]["spec"]["domain"]["devices"]["hostDevices"]) == 1

@@ -44,6 +44,8 @@ class Mutation:
     expect: str = "caught"  # "caught", or "survives" with `notes` giving the evidence
 
 
+_CONVERT_IDENTITY = "tests/method/test_convert_identity.py::"  # issue 37's set-method cases
+
 MUTATIONS: tuple[Mutation, ...] = (
     # -- issue 23: the VM half's in-between states ------------------------------------------------------------
     Mutation(
@@ -227,8 +229,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived issue 20's suite"),
     Mutation(
         id="20.15", file="rblnctl/method/changer.py",
-        old="                stopped = batch.stops_the_rest(e)",
-        new="                stopped = None",
+        old="                stopped = switched[0] if switched else batch.stops_the_rest(e)",
+        new="                stopped = switched[0] if switched else None",
         what="set-method --convert-vms: an unreachable API server does not stop the conversions",
         tests=("tests/method/test_changer.py::test_an_unreachable_api_server_mid_convert_vms_leaves_the_rest_not_attempted",)),
     Mutation(
@@ -552,6 +554,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         new='    rest = re.split(r"\\.\\s+preemption:", m.group(3), maxsplit=1)[0].strip().rstrip(".")',
         what="vm diagnose: kube-scheduler 1.36's PostFilter sentence is read as part of the last reason",
         tests=("tests/vm/test_diagnose.py::test_parse_failed_scheduling_as_kube_scheduler_1_36_writes_it",)),
+    # -- issue 37: other actors on the DRA and conversion paths ----------------------------------------------------
+    Mutation(
+        id="37.d1", file="rblnctl/vm/attach.py",
+        old="                patch[1:1] = value_tests(vm, RUN_STATE)",
+        new="                pass",
+        what="vm attach: a stopped VM's NPU patch no longer tests how it runs (an owner's start slips under it)",
+        tests=("tests/vm/test_dra_other_actors.py::test_a_vm_started_after_the_read_is_not_patched_as_stopped",)),
+    Mutation(
+        id="37.d2", file="rblnctl/vm/attach.py",
+        old="                self._still_the_vm(plan)",
+        new="                pass",
+        what="vm attach: a VM re-created after its patch is reported done (no read-back of the uid)",
+        tests=("tests/vm/test_dra_other_actors.py::test_a_vm_recreated_after_its_patch_is_not_reported_done",)),
+    Mutation(
+        id="37.d3", file="rblnctl/method/changer.py",
+        old="                vm_plan = planner.plan(c.vm.name, c.vm.namespace, uid=c.uid,",
+        new="                vm_plan = planner.plan(c.vm.name, c.vm.namespace, uid=None,",
+        what="set-method --convert-vms: the conversion plans the VM by name again (a re-created one is converted)",
+        tests=(_CONVERT_IDENTITY + "test_a_vm_recreated_after_the_plan_is_reported_replaced_and_not_converted",)),
+    Mutation(
+        id="37.d4", file="rblnctl/method/changer.py",
+        old="        planner = AttachPlanner(kube=self.kube, clock=self.clock, guard=still_selected,",
+        new="        planner = AttachPlanner(kube=self.kube, clock=self.clock, guard=None,",
+        what="set-method --convert-vms: the policy is not read again before each VM write",
+        tests=(_CONVERT_IDENTITY + "test_a_policy_switched_back_between_the_template_create_and_the_vm_patch_stops_"
+               "the_conversions",)),
     # -- issue 29: the package graph docs/architecture.md draws, no package circle --------------------------------
     Mutation(
         id="29.g1", file="rblnctl/vm/listing.py",

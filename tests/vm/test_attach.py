@@ -51,8 +51,10 @@ def test_sandbox_picks_the_only_advertised_resource_and_keeps_other_devices(apis
     base = "/spec/template/spec"
     assert tests[0] == {"op": "test", "path": "/metadata/uid", "value": apiserver.get(
         "VirtualMachine", "v1", NS)["metadata"]["uid"]}  # the VM read, not one re-created since (issue 37.2)
+    # ...and, the VM being stopped, how it runs: a start meanwhile fails the patch (issue 37, RUN_STATE)
     assert {op["path"] for op in tests[1:]} == {f"{base}/domain/devices/hostDevices", f"{base}/resourceClaims",
-                                                f"{base}/domain/devices/gpus"}
+                                                f"{base}/domain/devices/gpus", "/spec/runStrategy", "/spec/running",
+                                                "/status/stateChangeRequests", "/status/created"}
     assert not any("resourceVersion" in op["path"] for op in write.body)
 
 
@@ -321,16 +323,16 @@ def test_a_concurrent_edit_is_kept_and_the_change_replanned(apiserver, kube):
 
 
 def test_an_edit_of_fields_the_change_did_not_read_does_not_conflict(apiserver, kube):
-    """What virt-controller does right after a stop (its status, the runStrategy virt-api set) and any edit outside
-    the NPU lists: the guarded JSON patch goes through on the first try. Before: the resourceVersion guard conflicted
-    with virt-controller on every `vm attach --restart` of a real cluster."""
+    """What virt-controller does right after a stop (its status) and any edit outside the NPU lists: the guarded
+    JSON patch goes through on the first try. Before: the resourceVersion guard conflicted with virt-controller on
+    every `vm attach --restart` of a real cluster. A stopped VM's patch also tests how it runs (issue 37: RUN_STATE):
+    a runStrategy that does not start it (Manual) costs one re-read, then the change goes through."""
     sandbox_cluster(apiserver)
     apiserver.add(o.vm(NS, "v1", running=False))
     planner = attacher(kube, npus=1)
     plan = planner.plan("v1", NS)
 
     def someone_else(vm):
-        vm["spec"]["runStrategy"] = "Manual"
         vm.setdefault("status", {})["printableStatus"] = "Stopped"
         vm["metadata"].setdefault("labels", {})["team"] = "a"
 
@@ -338,6 +340,12 @@ def test_an_edit_of_fields_the_change_did_not_read_does_not_conflict(apiserver, 
     assert planner.apply(plan).attempts == 1
     assert [r.status for r in vm_writes(apiserver)] == [200]
     assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
+    apiserver.clear_requests()
+    plan = attacher(kube, npus=2).plan("v1", NS)
+    apiserver.mutate("VirtualMachine", "v1", NS, lambda vm: vm["spec"].update(runStrategy="Manual"))
+    assert attacher(kube, npus=2).apply(plan).attempts == 2
+    assert [r.status for r in vm_writes(apiserver)] == [422, 200]
+    assert len(host_devices(apiserver)) == 2
 
 
 def test_a_lost_reply_is_settled_by_reading_back(apiserver, kube):
