@@ -94,6 +94,14 @@ ATTACH = "attach"
 # vm.go). A JSON patch's tests see the whole object, status included (kube-apiserver applies it to the stored one).
 RUNS = ("Always", "RerunOnFailure", "Once")  # run strategies virt-controller starts a stopped VM for
 RUN_STATE = (("spec", "runStrategy"), ("spec", "running"), ("status", "stateChangeRequests"), ("status", "created"))
+_RUN_STATE_PATHS = frozenset("/" + "/".join(p) for p in RUN_STATE)
+
+
+def _of_run_state(path: str) -> bool:
+    """Whether a `test` at `path` is one of value_tests(vm, RUN_STATE)'s (a member, or its first missing parent)."""
+    return any(p == path or p.startswith(path + "/") for p in _RUN_STATE_PATHS)
+
+
 DETACH = "detach"
 RETRY_BACKOFF_S = 0.2  # first wait after a conflict; doubles
 
@@ -1310,6 +1318,9 @@ class AttachPlanner:
                 said.append(True)
                 self.events.on_step(f"patching VM {plan.vm}")
             patch = current[0].patch or []
+            if guards:  # held: the guards test what rblnctl left (spec, its mark); the plan's run-state tests would
+                # add virt-controller's status, which lags the stop rblnctl just made (a 422 and a retry each time)
+                patch = [op for op in patch if not (op.get("op") == "test" and _of_run_state(str(op.get("path"))))]
             return writes.patch(VMS, name, patch[:1] + guards + patch[1:], patch_type="json", namespace=ns)
 
         def gave_up(last: ClusterError, sent: int) -> RblnError:

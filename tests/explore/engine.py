@@ -407,7 +407,8 @@ _PROG = r"(?:rblnctl|kubectl rbln)"
 # A command the run printed to go on: after a label, or between backquotes; it ends at a `;` or the line's end.
 _PRINTED = re.compile(rf"(?:finish the job|resume):\s+({_PROG} [^;`\n]+)|`({_PROG} [^`]+)`")
 _GOING_BACK = re.compile(r"go(?:es)? back|--reverse")
-_READ_ONLY = re.compile(r"^(?:vm list|vm diagnose|vm fit|node list|node history|status|policy show|kubevirt status|preflight)\b")
+_READ_ONLY = re.compile(r"^(?:vm list|vm diagnose|vm fit|node list|node history|status|policy show|kubevirt status"
+                        r"|preflight)\b")
 
 
 def _without_globals(words: list[str], *, keep: bool = False) -> list[str]:
