@@ -41,3 +41,14 @@ def linux(kernel):
     kernel.use()
     kernel.reset()
     return kernel
+
+
+@pytest.fixture(params=["fake", "kernel"])
+def host(request, tmp_path):
+    """One scenario, one expectation, two machines: the fake sysfs (tests/kernel/fakehost.py) and the real kernel
+    (the session's guest, reset as `linux` does). The kernel variant is skipped with one line without the bundle."""
+    if request.param == "fake":
+        from tests.kernel.fakehost import FakeHost
+
+        return FakeHost(tmp_path)
+    return request.getfixturevalue("linux")

@@ -17,6 +17,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import NoReturn
 
 
 def serve(queue: str) -> None:
@@ -25,7 +27,7 @@ def serve(queue: str) -> None:
     import rblnctl.cli.vfio  # noqa: F401
     import rblnctl.host.vfio  # noqa: F401
     import rblnctl.preflight.host  # noqa: F401
-    from tests.kernel import seam
+    from tests.kernel import seam  # noqa: F401
 
     with open(os.path.join(queue, "ready"), "w") as f:
         f.write(f"{os.getpid()}\n")
@@ -40,32 +42,52 @@ def serve(queue: str) -> None:
         os.unlink(base + ".req")
         pid = os.fork()
         if pid == 0:
-            code = 70
-            try:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                out = os.open(base + ".out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                err = out if req.get("merge", True) else os.open(os.devnull, os.O_WRONLY)
-                os.dup2(out, 1)
-                os.dup2(err, 2)
-                if req.get("log") or req.get("crash_after") is not None:
-                    seam.observe(req.get("log"), req.get("crash_after"))
-                from rblnctl.cli.app import main
-
-                sys.argv = ["rblnctl", *req["argv"]]
-                try:
-                    main()
-                    code = 0
-                except SystemExit as e:
-                    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+            child(req, base + ".out")
         _, status = os.waitpid(pid, 0)
-        rc = os.waitstatus_to_exitcode(status)
         with open(base + ".tmp", "w") as f:
-            f.write(f"{128 - rc if rc < 0 else rc}\n")
+            f.write(f"{shell_status(status)}\n")
         os.rename(base + ".tmp", base + ".rc")
+
+
+def shell_status(status: int) -> int:
+    """A waitpid status as a shell reports it: the exit code, or 128 + the signal that killed the process."""
+    rc = os.waitstatus_to_exitcode(status)
+    return 128 - rc if rc < 0 else rc
+
+
+def child(req: dict, out_path: str, prepare: Callable[[], None] | None = None) -> NoReturn:
+    """In a forked child: run rblnctl's entry point with `req` (the queue's JSON request) writing to `out_path`, then
+    exit with its status. `prepare` runs first (the fake backend points the program at its tree there)."""
+    code = 70
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = out if req.get("merge", True) else os.open(os.devnull, os.O_WRONLY)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        # under pytest sys.stdout/stderr are its capture objects, not fds 1 and 2
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        if prepare is not None:
+            prepare()
+        if req.get("log") or req.get("crash_after") is not None:
+            from tests.kernel import seam
+
+            seam.observe(req.get("log"), req.get("crash_after"))
+        from rblnctl.cli.app import main
+
+        sys.argv = ["rblnctl", *req["argv"]]
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 if __name__ == "__main__":

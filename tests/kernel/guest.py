@@ -75,6 +75,7 @@ class KernelHost:
     """
 
     boot: Callable[..., Any]
+    name = "kernel"
     options: dict[str, Any] = field(default_factory=dict)
     boots: list[float] = field(default_factory=list)  # each boot's seconds to ready
     _guest: Any = None
@@ -95,9 +96,13 @@ class KernelHost:
         return self
 
     def reboot(self) -> None:
-        """Power the guest off and boot it again: the kernel's state is fresh, and so is the guest's tmpfs."""
+        """Power the guest off and boot it again: the kernel's state is fresh, and so is the guest's tmpfs, except
+        for the state file, which a real host keeps on disk: it is carried over."""
+        kept = self.sh(f"cat {STATE} 2>/dev/null || true") if self._guest is not None else ""
         self.close()
         _ = self.guest
+        if kept.strip():
+            self.sh(f"mkdir -p {os.path.dirname(STATE)}; printf '%s' {shlex.quote(kept)} > {STATE}")
 
     def close(self) -> None:
         if self._guest is not None:
@@ -164,6 +169,37 @@ class KernelHost:
         self.sh(_RESET.format(npus=" ".join(NPUS), host=HOST_DRIVER, state=STATE))
         fns = self.functions()
         assert all(fns[b] == (HOST_DRIVER, None) for b in NPUS), fns
+
+    def write_log(self, name: str) -> str:
+        """A fresh file for the seam's write log (tests/kernel/seam.py), in the io folder the host reads too."""
+        path = os.path.join(self.io, f"{name}.writes")
+        self.sh(f"rm -f {path}")
+        return path
+
+    def writes(self, log: str) -> list[tuple[str, str]]:
+        """The seam's log: (path, value) per write rblnctl completed, as the guest wrote it."""
+        out = self.sh(f"cat {log} 2>/dev/null || true")
+        return [(w["path"], w["value"]) for w in map(json.loads, out.splitlines())]
+
+    def vfio_nodes(self) -> list[str]:
+        """The names under /dev/vfio."""
+        return sorted(self.sh("ls /dev/vfio 2>/dev/null || true").split())
+
+    def modules(self) -> set[str]:
+        """Loaded modules (/proc/modules)."""
+        return {line.split()[0] for line in self.sh("cat /proc/modules").splitlines() if line.strip()}
+
+    def set_override(self, bdf: str, driver: str | None) -> None:
+        """Write driver_override directly (what a crashed tool leaves)."""
+        self.sh(f"echo {driver or ''} > /sys/bus/pci/devices/{bdf}/driver_override")
+
+    def vfio_user(self, bdf: str) -> int:
+        """A VFIO user holding `bdf` through /dev/vfio/<group> (tests/kernel/vfio_holder.py)."""
+        return vfio_holder(self, bdf)
+
+    def let_go(self, pid: int) -> None:
+        """The holder exits (and the kernel finishes an unbind it blocked)."""
+        self.sh(f"kill {pid}; while [ -e /proc/{pid} ]; do sleep 0.1; done")
 
     def load_vfio(self) -> None:
         self.sh("modprobe vfio-pci")
