@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from rblnctl import constants as C
@@ -45,6 +46,7 @@ class FakeHost:
         self.tmp = Path(tmp)
         self._n = 0
         self._pid = 4000
+        self.append = ""
         self.boot()
 
     # ---- the machine ----
@@ -55,13 +57,15 @@ class FakeHost:
         kept = state.read_bytes() if state.exists() else None
         if root.exists():
             shutil.rmtree(root)
-        k = build_host(root, GUEST)
+        k = build_host(root, replace(GUEST, cmdline=f"{GUEST.cmdline} {self.append}".strip()))
         k.vfio_cdev = False  # 6.1 has no VFIO device cdev (CONFIG_VFIO_DEVICE_CDEV came with 6.6)
         k.add_driver(HOST_DRIVER, claims=((0x1EFF, 0x1220),), module="virtio_pci")
         for bdf in NPUS:
             k.add_pci_function(bdf, driver=HOST_DRIVER, iommu_group=GROUPS[bdf])
         k.add_pci_function(OTHER, vendor=0x1234, device=0x11E8, class_code=0x00FF00, driver=None,
                            iommu_group=GROUPS[OTHER])
+        if "intel_iommu=off" in self.append:
+            k.set_iommu(False)
         if kept is not None:
             state.parent.mkdir(parents=True, exist_ok=True)
             state.write_bytes(kept)
@@ -69,6 +73,15 @@ class FakeHost:
 
     def reboot(self) -> None:
         self.boot()
+
+    def use(self, *, append: str = "") -> FakeHost:
+        """Boot with `append` added to the kernel command line (`intel_iommu=off`: the kernel makes no groups)."""
+        self.append = append
+        self.boot()
+        return self
+
+    def iommu_groups(self) -> int:
+        return len(list((self.k.sys / "kernel/iommu_groups").iterdir()))
 
     @property
     def root(self) -> Path:
@@ -163,10 +176,15 @@ class FakeHost:
 
     # ---- changing it as a test's setup does ----
 
-    def reset(self) -> None:
-        """NPUs back on virtio-pci, vfio not loaded, no state file (what `linux` gives a kernel test)."""
+    def reset(self, *, vfio: bool | None = None, override: dict[str, str | None] | None = None) -> None:
+        """NPUs back on virtio-pci, vfio not loaded, no state file (what `linux` gives a kernel test); then vfio
+        loaded (True) and `override` written, as KernelHost.reset does."""
         (self.root / C.VFIO_STATE_FILE.lstrip("/")).unlink(missing_ok=True)
         self.boot()
+        if vfio:
+            self.load_vfio()
+        for bdf, driver in (override or {}).items():
+            self.set_override(bdf, driver)
 
     def load_vfio(self) -> None:
         self.k.load_module("vfio_pci")

@@ -26,31 +26,31 @@ def _bound(host) -> None:
     assert rc == 0, out
 
 
-# name -> (setup, command, the writes it makes, where NPU0 ends)
+# name -> (the machine before: {bdf: driver_override}, bound first, command, the writes it makes, where NPU0 ends)
 SCENARIOS = {
-    "bind": (lambda host: None, ("vfio", "bind", NPU0, "--yes"),
+    "bind": ({}, False, ("vfio", "bind", NPU0, "--yes"),
              [(f"{DEV}/driver_override", VFIO), (f"/sys/bus/pci/drivers/{HOST_DRIVER}/unbind", NPU0),
               ("/sys/bus/pci/drivers_probe", NPU0)], BOUND),
-    "unbind": (_bound, ("vfio", "unbind", NPU0, "--yes"),
+    "unbind": ({}, True, ("vfio", "unbind", NPU0, "--yes"),
                [(f"{DEV}/driver_override", "\n"), (f"/sys/bus/pci/drivers/{VFIO}/unbind", NPU0),
                 (f"/sys/bus/pci/drivers/{HOST_DRIVER}/bind", NPU0)], HOME),
     # what a crashed tool or the operator's vfio-manager leaves: a stale override on the host driver
-    "recover": (lambda host: host.set_override(NPU0, "pci-stub"), ("vfio", "recover", NPU0, "--mode", "vm", "--yes"),
+    "recover": ({NPU0: "pci-stub"}, False, ("vfio", "recover", NPU0, "--mode", "vm", "--yes"),
                 [(f"{DEV}/driver_override", VFIO), (f"/sys/bus/pci/drivers/{HOST_DRIVER}/unbind", NPU0),
                  ("/sys/bus/pci/drivers_probe", NPU0)], BOUND),
 }
 
 
-def _start(host, setup) -> None:
-    host.reset()
-    host.load_vfio()
-    setup(host)
+def _start(host, override: dict, bound: bool) -> None:
+    host.reset(vfio=True, override=override)
+    if bound:
+        _bound(host)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_killed_after_each_write_the_same_command_again_finishes_the_job(host, scenario):
-    setup, command, writes, end = SCENARIOS[scenario]
-    _start(host, setup)
+    override, bound, command, writes, end = SCENARIOS[scenario]
+    _start(host, override, bound)
     log = host.write_log(scenario)
     rc, out = host.rblnctl(*command, log=log)
     assert rc == 0, out
@@ -60,7 +60,7 @@ def test_killed_after_each_write_the_same_command_again_finishes_the_job(host, s
     recorded = set(host.state())
 
     for n in range(1, len(writes) + 1):
-        _start(host, setup)
+        _start(host, override, bound)
         log = host.write_log(f"{scenario}-{n}")
         rc, out = host.rblnctl(*command, log=log, crash_after=n)
         assert rc == 128 + 9 and host.writes(log) == writes[:n], (n, rc, out)
