@@ -1,5 +1,6 @@
-"""`preflight --local` on a real kernel (and each scenario on the fake sysfs, one expectation): the IOMMU checks PASS, the vfio modules are named until they are loaded, and
-a kernel booted with its IOMMU off FAILs with the remedy that turns it on."""
+"""`preflight --local` on a real kernel (and each scenario on the fake sysfs, one expectation): the IOMMU checks
+PASS, the vfio modules are named until they are loaded, and a kernel booted with its IOMMU off FAILs with the remedy
+that turns it on."""
 
 from __future__ import annotations
 
