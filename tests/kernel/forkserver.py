@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
+from rblnctl import constants as C
+
 
 def serve(queue: str) -> None:
     import rblnctl.cli.app  # noqa: F401  (the imports every command pays)
@@ -69,7 +71,7 @@ def serve(queue: str) -> None:
 # Every PCI function, the stand-ins' host driver, the tier's own holders (tests/kernel/guest.py)
 PCI = "/sys/bus/pci"
 HOLDERS = "/run/kt"
-STATE = "/var/lib/rblnctl/vfio-state.json"
+STATE = C.VFIO_STATE_FILE
 
 
 def snapshot(log: str | None) -> dict | None:
