@@ -37,9 +37,10 @@ def kernel():
 
 @pytest.fixture
 def linux(kernel):
-    """`kernel` on the default machine, reset for this test (NPUs on virtio-pci, no state file, no holders)."""
+    """`kernel` on the default machine, reset for this test (NPUs on virtio-pci, no state file, no holders, vfio-pci
+    loaded: most tests want it, and it costs a request to load after)."""
     kernel.use()
-    kernel.reset()
+    kernel.reset(vfio=True)
     return kernel
 
 

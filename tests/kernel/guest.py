@@ -98,6 +98,7 @@ class KernelHost:
             self.sh(f"mkdir -p {os.path.dirname(STATE)}; printf '%s' {shlex.quote(kept)} > {STATE}")
 
     def close(self) -> None:
+        self._snap = None
         if self._guest is not None:
             self._guest.close()
             self._guest = None
@@ -193,6 +194,8 @@ class KernelHost:
         assert all(fns[b] == (HOST_DRIVER, (override or {}).get(b)) for b in NPUS), fns
 
     def load_vfio(self) -> None:
+        if self._snap is not None and "vfio_pci" in self._snap["modules"]:
+            return  # the last request's snapshot shows it loaded: no request for nothing
         rc, out = self._request({"vfio": True})
         assert rc == 0 and "vfio_pci" in self.modules(), out
 
