@@ -74,30 +74,40 @@ HOLDERS = "/run/kt"
 STATE = C.VFIO_STATE_FILE
 
 
-def snapshot(log: str | None) -> dict | None:
+BLOCKED = "<blocked>"  # a driver_override that did not answer within 3 s
+
+
+def snapshot(log: str | None) -> dict:
     """What the tests read after a command, in one go: every PCI function's (driver, driver_override), the state
-    file's text, loaded modules, /dev/vfio, the seam's log. None when it does not come within 3 s: while the kernel
-    blocks an unbind, reading that function's driver_override blocks too (the thread is left to finish then)."""
-    out: dict = {}
+    file's text, loaded modules, /dev/vfio, the seam's log. While the kernel blocks an unbind, reading that function's
+    driver_override blocks too: each is read in a thread of its own, and one that has not answered within 3 s is
+    BLOCKED (its thread is left to finish when the kernel lets go)."""
+    overrides: dict[str, str] = {}
 
-    def read() -> None:
-        fns = {}
-        for bdf in sorted(os.listdir(f"{PCI}/devices")):
-            d = f"{PCI}/devices/{bdf}"
-            drv = os.path.basename(os.readlink(f"{d}/driver")) if os.path.islink(f"{d}/driver") else None
-            with open(f"{d}/driver_override") as f:
-                ov = f.read().strip()
-            fns[bdf] = [drv, None if ov == "(null)" else ov]
-        out["functions"] = fns
-        out["state"] = _text(STATE)
-        out["modules"] = sorted(line.split()[0] for line in (_text("/proc/modules") or "").splitlines() if line)
-        out["vfio"] = sorted(os.listdir("/dev/vfio")) if os.path.isdir("/dev/vfio") else []
-        out["writes"] = [json.loads(line) for line in (_text(log) or "").splitlines()] if log else []
+    def read(bdf: str) -> None:
+        with open(f"{PCI}/devices/{bdf}/driver_override") as f:
+            overrides[bdf] = f.read().strip()
 
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(3)
-    return None if t.is_alive() else out
+    bdfs = sorted(os.listdir(f"{PCI}/devices"))
+    threads = [threading.Thread(target=read, args=(bdf,), daemon=True) for bdf in bdfs]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 3
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    fns = {}
+    for bdf in bdfs:
+        d = f"{PCI}/devices/{bdf}"
+        drv = os.path.basename(os.readlink(f"{d}/driver")) if os.path.islink(f"{d}/driver") else None
+        ov = overrides.get(bdf, BLOCKED)
+        fns[bdf] = [drv, None if ov == "(null)" else ov]
+    return {
+        "functions": fns,
+        "state": _text(STATE),
+        "modules": sorted(line.split()[0] for line in (_text("/proc/modules") or "").splitlines() if line),
+        "vfio": sorted(os.listdir("/dev/vfio")) if os.path.isdir("/dev/vfio") else [],
+        "writes": [json.loads(line) for line in (_text(log) or "").splitlines()] if log else [],
+    }
 
 
 def _text(path: str) -> str | None:

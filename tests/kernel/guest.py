@@ -146,7 +146,7 @@ class KernelHost:
             out = f.read()
         with open(base + ".snap") as f:
             self._snap = json.load(f)
-        if self._snap is not None and req.get("log"):
+        if req.get("log"):
             self._logs[req["log"]] = [(w["path"], w["value"]) for w in self._snap["writes"]]
         return rc, out
 
@@ -154,7 +154,6 @@ class KernelHost:
         """The machine as the last request left it (one more request when a shell command ran since)."""
         if self._snap is None:
             self._request({})
-        assert self._snap is not None, "the guest's sysfs did not answer within 3 s (a blocked unbind?)"
         return self._snap
 
     def _serve(self) -> str:
