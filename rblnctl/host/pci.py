@@ -68,7 +68,7 @@ class PciFunction:
     @property
     def is_rbln_npu(self) -> bool:
         """Vendor 0x1eff with the NPU class code 0x120000 (processing accelerator)."""
-        return self.vendor == C.PCI_VENDOR_RBLN and self.class_code >> 8 == C.PCI_CLASS_NPU >> 8
+        return is_rbln_npu(self.vendor, self.class_code)
 
     @property
     def is_bridge(self) -> bool:
@@ -344,6 +344,26 @@ def list_functions(sysfs: Path, *, all_vendors: bool = False) -> list[PciFunctio
         fn = read_function(sysfs, entry)
         if all_vendors or fn.is_rbln_npu:
             out.append(fn)
+    return out
+
+
+def is_rbln_npu(vendor: int, class_code: int) -> bool:
+    """Vendor 0x1eff with the NPU class code 0x120000 (processing accelerator; the prog-if byte may vary)."""
+    return vendor == C.PCI_VENDOR_RBLN and class_code >> 8 == C.PCI_CLASS_NPU >> 8
+
+
+def npu_bdfs(sysfs: Path) -> list[str]:
+    """The BDFs of the RBLN NPUs, from their vendor and class alone, sorted. Unlike list_functions() it never reads
+    `driver_override`: that read blocks while the kernel holds a function's device lock, as it does all the while an
+    unbind of it waits for a VFIO user (measured on the kernel tier), so a run about other functions would wait too."""
+    root = devices_dir(sysfs)
+    if not root.is_dir():
+        return []
+    out = []
+    for entry in sorted(os.listdir(root)):
+        d = root / entry
+        if _BDF.fullmatch(entry) and is_rbln_npu(_hex(_read(d / "vendor")), _hex(_read(d / "class"))):
+            out.append(entry)
     return out
 
 

@@ -321,6 +321,18 @@ class SimKernel:
         for i, target in enumerate(["/dev/null", *open_paths]):
             os.symlink(target, p / "fd" / str(i))
 
+    def exit_process(self, pid: int) -> None:
+        """Process `pid` exits: its fds close, and an unbind a VFIO user blocked (`blocked`) completes once no user
+        of the function's group is left, as the kernel's does (the function ends without a driver)."""
+        shutil.rmtree(self.proc / str(pid))
+        for bdf in list(self.blocked):
+            dev = self.devices.get(bdf)
+            if dev is None or dev.group is None or self._vfio_user(dev.group):
+                continue
+            self.blocked.remove(bdf)
+            if dev.driver == VFIO:
+                self._detach(dev)
+
     def set_override(self, bdf: str, driver: str | None) -> None:
         """Set driver_override directly (what a crashed tool leaves), without the write log or failure injection."""
         dev = self.devices[bdf]

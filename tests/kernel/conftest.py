@@ -37,7 +37,19 @@ def kernel():
 
 @pytest.fixture
 def linux(kernel):
-    """`kernel` on the default machine, reset for this test (NPUs on virtio-pci, no state file, no holders)."""
+    """`kernel` on the default machine, reset for this test (NPUs on virtio-pci, no state file, no holders, vfio-pci
+    loaded: most tests want it, and it costs a request to load after)."""
     kernel.use()
-    kernel.reset()
+    kernel.reset(vfio=True)
     return kernel
+
+
+@pytest.fixture(params=["fake", "kernel"])
+def host(request, tmp_path):
+    """One scenario, one expectation, two machines: the fake sysfs (tests/kernel/fakehost.py) and the real kernel
+    (the session's guest, reset as `linux` does). The kernel variant is skipped with one line without the bundle."""
+    if request.param == "fake":
+        from tests.kernel.fakehost import FakeHost
+
+        return FakeHost(tmp_path)
+    return request.getfixturevalue("linux")

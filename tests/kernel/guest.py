@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,25 +34,9 @@ NPUS = (NPU0, NPU1)
 GROUPS = {NPU0: "2", NPU1: "7"}
 HOST_DRIVER = "virtio-pci"  # what the stand-ins' host driver is (no rebellions driver in the guest)
 STATE = C.VFIO_STATE_FILE
-SERVER = "/run/rblnctl-forkserver"  # the fork server's queue in the guest (not under /run/kt: reset() kills those)
+SERVER = "/run/rblnctl-forkserver"  # its log (its queue is in the io folder)
 NEVER = ("0000:00:10.0", "0000:00:11.0")  # the 9p transports
 
-# Every PCI function: "<bdf> <driver or -> <driver_override>", one line each.
-_FUNCTIONS = r"""for d in /sys/bus/pci/devices/*; do
-  drv=-; [ -e "$d/driver" ] && drv=$(basename "$(readlink "$d/driver")")
-  echo "$(basename "$d") $drv $(cat "$d/driver_override")"
-done"""
-
-_RESET = r"""for b in {npus}; do
-  d=/sys/bus/pci/devices/$b
-  [ "$(cat $d/driver_override)" = "(null)" ] || echo > $d/driver_override
-  drv=; [ -e $d/driver ] && drv=$(basename "$(readlink $d/driver)")
-  if [ "$drv" != {host} ]; then
-    [ -n "$drv" ] && echo $b > /sys/bus/pci/drivers/$drv/unbind
-    echo $b > /sys/bus/pci/drivers/{host}/bind
-  fi
-done
-rm -f {state} /run/kt/*.pid; mkdir -p /run/kt"""
 
 
 def reboots(test: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,11 +60,14 @@ class KernelHost:
     """
 
     boot: Callable[..., Any]
+    name = "kernel"
     options: dict[str, Any] = field(default_factory=dict)
     boots: list[float] = field(default_factory=list)  # each boot's seconds to ready
     _guest: Any = None
     _served: Any = None  # the guest whose fork server runs
     _n: int = 0
+    _snap: Any = None  # the fork server's snapshot after the last request (None: read again)
+    _logs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # write log -> its writes
 
     @property
     def guest(self) -> Any:
@@ -94,12 +82,23 @@ class KernelHost:
             self.options = options
         return self
 
+    def iommu_groups(self) -> int:
+        """How many IOMMU groups the kernel made (after checking it was booted as `use()` asked)."""
+        cmdline, groups = self.sh("cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l").splitlines()
+        assert self.options.get("append", "") in cmdline, cmdline
+        return int(groups)
+
     def reboot(self) -> None:
-        """Power the guest off and boot it again: the kernel's state is fresh, and so is the guest's tmpfs."""
+        """Power the guest off and boot it again: the kernel's state is fresh, and so is the guest's tmpfs, except
+        for the state file, which a real host keeps on disk: it is carried over."""
+        kept = self.sh(f"cat {STATE} 2>/dev/null || true") if self._guest is not None else ""
         self.close()
         _ = self.guest
+        if kept.strip():
+            self.sh(f"mkdir -p {os.path.dirname(STATE)}; printf '%s' {shlex.quote(kept)} > {STATE}")
 
     def close(self) -> None:
+        self._snap = None
         if self._guest is not None:
             self._guest.close()
             self._guest = None
@@ -109,6 +108,7 @@ class KernelHost:
         return self.guest.io
 
     def run(self, cmd: str, *, timeout: float = 120) -> tuple[int, str]:
+        self._snap = None
         return self.guest.run(cmd, timeout=timeout, cwd=str(REPO), env=ENV)
 
     def sh(self, cmd: str, *, timeout: float = 120) -> str:
@@ -120,23 +120,52 @@ class KernelHost:
                 timeout: float = 120) -> tuple[int, str]:
         """rblnctl's entry point run in the guest by tests/kernel/forkserver.py (a fresh child per command), through
         the write seam (tests/kernel/seam.py) when a write log or a crash is asked for; (exit status, output)."""
-        self._serve()
-        self._n += 1
-        req = json.dumps({"argv": list(args), "log": log, "crash_after": crash_after, "merge": not stdout_only})
-        q = f"{SERVER}/{self._n:06d}"
-        return self.run(f"printf '%s' {shlex.quote(req)} > {q}.tmp && mv {q}.tmp {q}.req\n"
-                        f"while [ ! -e {q}.rc ]; do sleep 0.02; done; cat {q}.out; exit $(cat {q}.rc)",
-                        timeout=timeout)
+        return self._request({"argv": list(args), "log": log, "crash_after": crash_after, "merge": not stdout_only},
+                             timeout=timeout)
 
-    def _serve(self) -> None:
-        """Start the fork server in this boot of the guest (once)."""
+    def _request(self, req: dict, *, timeout: float = 120) -> tuple[int, str]:
+        """One request to the fork server: its status and output; the snapshot it took after is kept for the reads
+        that follow (`functions`, `state`, ...) until the next request or shell command.
+
+        The server's queue is in the guest's io folder, which the host sees at the same path: the request goes
+        straight to it (no shell in the guest per request: under TCG each fork there costs tens of ms)."""
+        q = self._serve()
+        self._n += 1
+        base = os.path.join(q, f"{self._n:06d}")
+        with open(base + ".tmp", "w") as f:
+            json.dump(req, f)
+        os.rename(base + ".tmp", base + ".req")
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(base + ".rc"):
+            assert self.guest.alive, f"the guest died during {req}:\n{self.guest.console_tail()}"
+            assert time.monotonic() < deadline, f"no answer to {req} within {timeout} s"
+            time.sleep(0.02)
+        with open(base + ".rc") as f:
+            rc = int(f.read())
+        with open(base + ".out", errors="replace") as f:
+            out = f.read()
+        with open(base + ".snap") as f:
+            self._snap = json.load(f)
+        if req.get("log"):
+            self._logs[req["log"]] = [(w["path"], w["value"]) for w in self._snap["writes"]]
+        return rc, out
+
+    def snap(self) -> dict:
+        """The machine as the last request left it (one more request when a shell command ran since)."""
+        if self._snap is None:
+            self._request({})
+        return self._snap
+
+    def _serve(self) -> str:
+        """Start the fork server in this boot of the guest (once); its queue folder."""
+        q = os.path.join(self.io, "forkserver")
         if self._served is self.guest:
-            return
-        self.sh(f"mkdir -p {SERVER}; (exec python -m tests.kernel.forkserver {SERVER}) </dev/null "
-                f">{SERVER}.log 2>&1 &\n"
-                f"for i in $(seq 600); do [ -e {SERVER}/ready ] && break; sleep 0.05; done; "
-                f"[ -e {SERVER}/ready ] || {{ cat {SERVER}.log; exit 1; }}")
+            return q
+        self.sh(f"mkdir -p {q}; (exec python -m tests.kernel.forkserver {q}) </dev/null >{SERVER}.log 2>&1 &\n"
+                f"for i in $(seq 600); do [ -e {q}/ready ] && break; sleep 0.05; done; "
+                f"[ -e {q}/ready ] || {{ cat {SERVER}.log; exit 1; }}")
         self._served = self.guest
+        return q
 
     def json(self, *args: str) -> dict:
         rc, out = self.rblnctl(*args, "-o", "json", stdout_only=True)
@@ -145,34 +174,66 @@ class KernelHost:
 
     def functions(self) -> dict[str, tuple[str | None, str | None]]:
         """Every PCI function's (driver, driver_override) as the guest kernel shows them."""
-        out = {}
-        for line in self.sh(_FUNCTIONS).splitlines():
-            bdf, drv, override = line.split(" ", 2)
-            out[bdf] = (None if drv == "-" else drv, None if override == "(null)" else override)
-        return out
+        return {bdf: (drv, ov) for bdf, (drv, ov) in self.snap()["functions"].items()}
 
     def on(self, bdf: str) -> tuple[str | None, str | None]:
         return self.functions()[bdf]
 
     def state(self) -> dict:
-        out = self.sh(f"cat {STATE} 2>/dev/null || true")
-        return json.loads(out)["devices"] if out.strip() else {}
+        text = self.snap()["state"]
+        return json.loads(text)["devices"] if text and text.strip() else {}
 
-    def reset(self) -> None:
-        """Both NPUs on virtio-pci without an override, no state file, no holders started by a test left."""
-        self.sh("for f in /run/kt/*.pid; do [ -e \"$f\" ] && kill -9 $(cat \"$f\") 2>/dev/null; done; true")
-        self.sh(_RESET.format(npus=" ".join(NPUS), host=HOST_DRIVER, state=STATE))
+    def reset(self, *, vfio: bool | None = None, override: dict[str, str | None] | None = None) -> None:
+        """Both NPUs on virtio-pci without an override, no state file, no holders started by a test left; then vfio
+        loaded (True) or unloaded (False) and `override` written, all in one request."""
+        rc, out = self._request({"reset": True, "npus": list(NPUS), "host": HOST_DRIVER, "vfio": vfio,
+                                 "override": override})
+        assert rc == 0, out
         fns = self.functions()
-        assert all(fns[b] == (HOST_DRIVER, None) for b in NPUS), fns
+        assert all(fns[b] == (HOST_DRIVER, (override or {}).get(b)) for b in NPUS), fns
 
     def load_vfio(self) -> None:
-        self.sh("modprobe vfio-pci")
+        if self._snap is not None and "vfio_pci" in self._snap["modules"]:
+            return  # the last request's snapshot shows it loaded: no request for nothing
+        rc, out = self._request({"vfio": True})
+        assert rc == 0 and "vfio_pci" in self.modules(), out
 
     def unload_vfio(self) -> None:
         """vfio-pci, vfio_iommu_type1 and vfio out of the kernel (no NPU may be on vfio-pci: reset() first)."""
-        self.sh("modprobe -r vfio_pci vfio_pci_core vfio_iommu_type1 vfio 2>/dev/null; true")
-        mods = self.sh("cat /proc/modules")
-        assert "vfio" not in mods, mods
+        self._request({"vfio": False})
+        assert not {m for m in self.modules() if m.startswith("vfio")}, self.modules()
+
+    def write_log(self, name: str) -> str:
+        """A fresh file (in the guest) for the seam's write log (tests/kernel/seam.py)."""
+        return f"/run/{name}-{self._n + 1}.writes"
+
+    def writes(self, log: str) -> list[tuple[str, str]]:
+        """The seam's log: (path, value) per write rblnctl completed, as the guest wrote it."""
+        if log not in self._logs:
+            self._request({"log": log})
+            self._logs[log] = [(w["path"], w["value"]) for w in self.snap()["writes"]]
+        return self._logs[log]
+
+    def vfio_nodes(self) -> list[str]:
+        """The names under /dev/vfio."""
+        return list(self.snap()["vfio"])
+
+    def modules(self) -> set[str]:
+        """Loaded modules (/proc/modules)."""
+        return set(self.snap()["modules"])
+
+    def set_override(self, bdf: str, driver: str | None) -> None:
+        """Write driver_override directly (what a crashed tool leaves)."""
+        rc, out = self._request({"override": {bdf: driver}})
+        assert rc == 0, out
+
+    def vfio_user(self, bdf: str) -> int:
+        """A VFIO user holding `bdf` through /dev/vfio/<group> (tests/kernel/vfio_holder.py)."""
+        return vfio_holder(self, bdf)
+
+    def let_go(self, pid: int) -> None:
+        """The holder exits (and the kernel finishes an unbind it blocked)."""
+        self.sh(f"kill {pid}; while [ -e /proc/{pid} ]; do sleep 0.1; done")
 
 
 def start_holder(host: KernelHost, name: str, command: str) -> int:

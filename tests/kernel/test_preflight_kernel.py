@@ -1,5 +1,6 @@
-"""`preflight --local` on a real kernel: the IOMMU checks PASS, the vfio modules are named until they are loaded, and
-a kernel booted with its IOMMU off FAILs with the remedy that turns it on."""
+"""`preflight --local` on a real kernel (and each scenario on the fake sysfs, one expectation): the IOMMU checks
+PASS, the vfio modules are named until they are loaded, and a kernel booted with its IOMMU off FAILs with the remedy
+that turns it on."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ def _status(rows: dict[str, str], check: str) -> str:
     return hits[0]
 
 
-def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(linux):
-    linux.unload_vfio()
-    rc, out = linux.rblnctl("preflight", "--local")
+def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(host):
+    host.unload_vfio()
+    rc, out = host.rblnctl("preflight", "--local")
     rows = _rows(out)
     assert rc == 1, out
     for check in ("IOMMU in firmware", "IOMMU enabled by the kernel", "IOMMU on the kernel command line",
@@ -36,8 +37,8 @@ def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(linux):
         assert module in line + " ", line
     assert "`modprobe vfio_pci`" in out  # the remedy
 
-    linux.load_vfio()
-    rc, out = linux.rblnctl("preflight", "--local")
+    host.load_vfio()
+    rc, out = host.rblnctl("preflight", "--local")
     rows = _rows(out)
     assert _status(rows, "VFIO kernel modules") == "PASS", out
     assert _status(rows, "/dev/vfio/vfio present") == "PASS", out
@@ -46,12 +47,11 @@ def test_iommu_passes_and_the_vfio_modules_are_named_until_loaded(linux):
 
 
 @reboots
-def test_a_kernel_booted_with_the_iommu_off_fails_with_the_remedy(kernel):
+def test_a_kernel_booted_with_the_iommu_off_fails_with_the_remedy(host):
     # kernelvm always passes intel_iommu=on; the parameter given last wins, as the kernel parses them in order.
     # The session's guest is powered off first (one QEMU at a time); the next test boots the default one again.
-    host = kernel.use(append="intel_iommu=off")
-    assert "intel_iommu=off" in host.sh("cat /proc/cmdline")
-    assert host.sh("ls /sys/kernel/iommu_groups | wc -l").strip() == "0"
+    host = host.use(append="intel_iommu=off")
+    assert host.iommu_groups() == 0
     rc, out = host.rblnctl("preflight", "--local")
     rows = _rows(out)
     assert rc == 1, out

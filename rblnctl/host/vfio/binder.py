@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,11 @@ class VfioBinder:
             target = driver or rec.get("driver")
             source = "named" if driver else ("recorded" if target else "kernel default")
             devices.append(steps.unbind_step(self.sysfs, f, target, source))
+        # A record outliving its bind (the run was cut after its last write, or the host rebooted): the device is
+        # back on a host driver, so there is nothing left to restore; drop it as a finished unbind does.
+        forget = tuple(f.bdf for f, d in zip(fns, devices, strict=True)
+                       if d.action == Action.SKIP and f.bdf in records and f.driver not in (None, VFIO))
+        devices = [replace(d, note=f"{d.note}; its state record dropped") if d.bdf in forget else d for d in devices]
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
@@ -165,7 +170,7 @@ class VfioBinder:
             checks.check_root(gate, self.is_root(), "unbind")
             checks.check_drivers_loaded(gate, self.sysfs, _by_target(devices))
             checks.check_holders(gate, finder, changes, forced=self.force)
-        return _plan(Operation.UNBIND, devices, gate)
+        return replace(_plan(Operation.UNBIND, devices, gate), forget=forget)
 
     def _plan_recover(self, bdfs: Sequence[str], all_devices: bool, mode: Mode) -> VfioPlan:
         gate = Gate()
@@ -206,6 +211,11 @@ class VfioBinder:
         """
         plan.check()
         if plan.noop:
+            if plan.forget:
+                with self._state.locked():
+                    kept = self._state.load()
+                    if self._forget(plan, kept):
+                        self._state.save(kept)
             return VfioOutcome(results=tuple(plan.preview()))
         to_vfio = any(d.to_driver == VFIO for d in plan.changes)
         with self._state.locked():
@@ -506,10 +516,18 @@ class VfioBinder:
         if changed:
             self._state.save(records)
 
+    def _forget(self, plan: VfioPlan, records: dict[str, dict[str, Any]]) -> bool:
+        """Drop the records `plan.forget` names; whether any was there."""
+        dropped = [b for b in plan.forget if records.pop(b, None) is not None]
+        for b in dropped:
+            self.on_done(f"{b}: dropped its state record (it is on a host driver: nothing left to restore)")
+        return bool(dropped)
+
     def _settle_records(self, plan: VfioPlan, results: dict[str, DeviceResult],
                         records: dict[str, dict[str, Any]]) -> None:
         """After the writes: drop the records of devices with nothing left to restore."""
         before = dict(records)
+        self._forget(plan, records)
         for d in plan.changes:
             if self._gone(d.bdf):
                 records.pop(d.bdf, None)  # removed from the host: a new function there starts afresh

@@ -111,7 +111,7 @@ def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], 
         for h in finder.holders(f):
             found.append((f"{f.bdf} is in use: pid {h.pid} ({h.command}) has {h.path} open", (f.bdf,)))
     if any(f.driver not in (None, C.VFIO_DRIVER) for f in fns):
-        for h in finder.unattributed([g.bdf for g in pci.list_functions(finder.sysfs)]):
+        for h in finder.unattributed(pci.npu_bdfs(finder.sysfs)):
             found.append((f"pid {h.pid} ({h.command}) has {h.path} open and rblnctl cannot tell which PCI "
                           "function it belongs to", ()))
     if forced:

@@ -116,6 +116,9 @@ class VfioPlan:
     blockers: tuple[Blocker, ...] = ()
     warnings: tuple[str, ...] = ()
     load_modules: tuple[str, ...] = ()  # modprobe'd by apply() before the first write
+    # unbind: recorded devices already back on a host driver (a run cut after its last write, a reboot): apply()
+    # drops their records, as a finished unbind would have
+    forget: tuple[str, ...] = ()
 
     @property
     def changes(self) -> list[DevicePlan]:

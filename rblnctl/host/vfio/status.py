@@ -52,7 +52,7 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
             numa_node=f.numa_node, vfio_device=node, vfio_device_present=bool(node and os.path.exists(node)),
             holders=tuple(finder.holders(f)),
         ))
-    stray = finder.unattributed(sorted({f.bdf for f in pci.list_functions(sysfs)} | set(cache)))
+    stray = finder.unattributed(sorted(set(pci.npu_bdfs(sysfs)) | set(cache)))
     for h in stray:
         warnings.append(f"pid {h.pid} ({h.command}) has {h.path} open; no RBLN function under {sysfs} claims it")
     return VfioStatus(devices=tuple(out), warnings=tuple(warnings), searched=str(pci.devices_dir(sysfs)))

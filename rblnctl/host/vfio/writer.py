@@ -55,6 +55,7 @@ class FileWriter:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is the parent's to handle
             code = 0
             try:
+                _detach_fds()
                 _write_once(path, value)
             except OSError as e:
                 code = e.errno if e.errno and 0 < e.errno < 256 else errno.EIO
@@ -73,6 +74,21 @@ class FileWriter:
             if time.monotonic() >= deadline:
                 raise WriteStillBlocked(f"still blocked in the kernel after {bound_s:g} s", pid=pid)
             time.sleep(POLL_S)
+
+
+def _detach_fds() -> None:  # pragma: no cover - the child
+    """Let go of everything the child inherited: it may outlive rblnctl, blocked in the kernel until a VFIO user lets
+    go, and must not keep rblnctl's stdout/stderr open (a pipe reading rblnctl's output would wait for it) nor the
+    state file's lock (every later run would be refused as concurrent). Its result is its exit status."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        if int(name) > 2:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
 
 
 def _write_once(path: Path, value: str) -> None:
