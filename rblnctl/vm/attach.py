@@ -1171,7 +1171,12 @@ class DetachPlanner(AttachPlanner):
                 remove_names: tuple[str, ...] = (device,)
             elif any(d.get("name") == device for d in D.host_devices(D.vm_spec(vm))):
                 raise InvalidInput(f"VM {_ref(vm)} has no NPU host device {device!r} (its NPU devices: {listed})")
-            else:  # gone already: as `kubectl label NAME KEY-` of an absent label, nothing to do, and a re-run of
+            elif not ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION):
+                # no such device, and no earlier run of rblnctl's left anything to finish: as `kubectl delete` of an
+                # object that is not there, NotFound (a typo, `npu7`, is never "nothing to do" with exit 0)
+                raise NotFound(f"VM {_ref(vm)} has no host device {device!r} (its NPU devices: {listed}); "
+                               "nothing was detached")
+            else:  # gone already, and the VM still carries the stop mark of the run that removed it: a re-run of
                 # a detach that landed finishes the job (starts what the earlier run stopped) instead of failing
                 warnings.append(f"VM {_ref(vm)} has no host device {device!r} (its NPU devices: {listed}): "
                                 "nothing to detach")

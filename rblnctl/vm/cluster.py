@@ -199,6 +199,13 @@ def pick_resource(cluster: VmCluster, *, resource: str | None = None, product: s
         return choices[0]
     if not choices:
         return None
+    products = {c: product_of(c, cluster.vm_resources) for c in choices}
+    if all(len(p) == 1 for p in products.values()) and len({p[0] for p in products.values()}) == len(choices):
+        # one product per resource (chart v0.3.0's ATOM_PT, ATOM_MAX_PT): the product is what a user knows
+        listed = ", ".join(f"{products[c][0]} ({c}, on {', '.join(cluster.advertised[c])})"
+                           for c in sorted(choices, key=lambda c: products[c][0]))
+        raise Ambiguous(f"vm-mode nodes offer {len(choices)} NPU products: {listed}; name the product to use",
+                        choices=sorted(products[c][0] for c in choices), options=("product",))
     listed = ", ".join(f"{c} (on {', '.join(cluster.advertised[c])})" for c in choices)
     raise Ambiguous(f"vm-mode nodes advertise {len(choices)} NPU resources: {listed}; name the resource or the "
                     "product to use", choices=choices, options=("resource",))

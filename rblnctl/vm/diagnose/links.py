@@ -9,6 +9,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.errors import one_line
@@ -456,7 +457,7 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         command=LIST_VMS))
 
 
-def _attach(ref: VmRef, **options: str | bool) -> Command:
+def _attach(ref: VmRef, **options: Any) -> Command:
     """`vm attach` of this VM with `options`."""
     return Command.own("vm", "attach", ref.name, again=False, namespace=ref.namespace, **options)
 
