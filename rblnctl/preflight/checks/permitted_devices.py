@@ -75,10 +75,11 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
                 Remedy("once the sandbox device plugin runs on a vm-passthrough node: " + hco) if hco else Remedy(
-                    "once the sandbox device plugin runs on a vm-passthrough node: {command} (or name the resource, "
-                    "{more0})", Command.own("kubevirt", "permit-devices", from_cluster=True, **pick(f, st)),
-                    more=(Command.own("kubevirt", "permit-devices", resource_name=(
-                        resources.example(node_products(f)),), **pick(f, st)),)))
+                    # what works now: naming the resource (reading it from the cluster needs a node advertising it)
+                    "name the resource now, {command}, or, once the sandbox device plugin runs on a vm-passthrough "
+                    "node, let permit-devices read it from the cluster",
+                    Command.own("kubevirt", "permit-devices", resource_name=(resources.example(node_products(f)),),
+                                **pick(f, st))))
         return
     if not in_use:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,
