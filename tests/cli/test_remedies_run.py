@@ -44,7 +44,7 @@ STACK = (("npu-node-1", "RBLN-CA12", 4), ("npu-node-2", "RBLN-CA25", 4), ("npu-n
 
 def stack(server: FakeApiServer, modes: tuple[str, str, str] = ("container",) * 3) -> None:
     """Chart v0.3.0's policy (its sandbox resourceList names RBLN-CA12 ATOM_PT and RBLN-CA25 ATOM_MAX_PT, nothing
-    for RBLN-CA22: RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/values.yaml, as
+    for RBLN-CA22: RBLN-SW/rbln-npu-operator@v0.3.0 deployments/rbln-npu-operator/values.yaml lines 272-284, as
     tests/fakes/releases.py V03_SANDBOX_RESOURCES), KubeVirt v1.9.0 with HostDevices, the stack's three nodes."""
     policy = V0_3_0.policy(vfio_manager=True, sandbox=True, device_plugin=True)
     server.add(policy, o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"), o.namespace("vms"))
