@@ -198,7 +198,16 @@ def body(shape: Shape, say: Say = str, **parts: Any) -> dict:
 
 # -- shared pieces ---------------------------------------------------------------------------------------------
 
-BLOCKER = Shape(message="message", override="override")
+class _BlockerMessage(Part):
+    """A blocker's message and, when it names one, its remedy as the CLI spells it (`say`): a document keeps what the
+    refusal said to do."""
+
+    def read(self, obj: Any, say: Say) -> Any:
+        remedy = getattr(obj, "remedy", None)
+        return obj.message if remedy is None else f"{obj.message}; {say(remedy)}"
+
+
+BLOCKER = Shape(message=_BlockerMessage(), override="override")
 REF = Shape(namespace="namespace", name="name")  # a VmRef
 OBJECT_REF = Shape(namespace="namespace", name="name", uid="uid")  # an evicted pod
 DEVICE = Shape(name="name", method="method", resource="resource", claim="claim", request="request")  # NpuDevice

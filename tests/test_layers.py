@@ -223,13 +223,6 @@ _STILL_SPELT = {
     # names the tool, not a command to type: the JUnit report's title, and another process holding the lock
     "rblnctl/preflight/junit.py": 1,
     "rblnctl/host/vfio/state.py": 1,
-    # not converted yet: exception messages and strings shared with preflight (OperatorRelease.remedy)
-    "rblnctl/kubevirt/devices.py": 5,
-    "rblnctl/method/plan.py": 2,
-    "rblnctl/operator/release.py": 1,
-    "rblnctl/vm/diagnose/links.py": 1,
-    "rblnctl/vm/listing.py": 1,
-    "rblnctl/host/system.py": 1,
 }
 
 
