@@ -100,3 +100,17 @@ def test_node_list_of_a_missing_name_does_not_say_there_are_no_npu_nodes(apiserv
     assert r.exit_code == 1 and "No NPU nodes found" not in r.stderr + r.stdout
     assert 'nodes "npu-node-9" not found' in r.stderr
     assert "No NPU nodes found" in cli("node", "list", "-l", "x=y", server=apiserver.url).stderr  # a selection
+
+
+def test_preflight_remedies_name_the_program_run_and_keep_the_context(apiserver, tmp_path):
+    """Preflight's remedies are Remedy data now: spelt for `kubectl rbln` with the --kubeconfig and --context given
+    (a hint followed under --context acts on the same cluster); one run on a node's host gets no cluster flags."""
+    from tests.cli.test_remedies import run
+
+    stack(apiserver)
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    r = run("kubectl rbln", kubeconfig, "preflight")
+    head = f"kubectl rbln --kubeconfig {kubeconfig} --context fake"
+    assert f"`{head} node set-mode vm npu-node-1` for one" in r.stdout, r.stdout
+    assert "`kubectl rbln preflight --local` on that node" in r.stdout  # the host's own check: no --context
+    assert "rblnctl " not in r.stdout.replace("rblnctl.", "")
