@@ -1171,9 +1171,9 @@ class DetachPlanner(AttachPlanner):
                 remove_names: tuple[str, ...] = (device,)
             elif any(d.get("name") == device for d in D.host_devices(D.vm_spec(vm))):
                 raise InvalidInput(f"VM {_ref(vm)} has no NPU host device {device!r} (its NPU devices: {listed})")
-            elif not ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION):
-                # no such device, and no earlier run of rblnctl's left anything to finish: as `kubectl delete` of an
-                # object that is not there, NotFound (a typo, `npu7`, is never "nothing to do" with exit 0)
+            elif not _maybe_detached(vm, device, names):
+                # a name no earlier detach can have removed: as `kubectl delete` of an object that is not there,
+                # NotFound (a typo, `npu7` of a VM with npu0 and npu1, is never "nothing to do" with exit 0)
                 raise NotFound(f"VM {_ref(vm)} has no host device {device!r} (its NPU devices: {listed}); "
                                "nothing was detached")
             else:  # gone already, and the VM still carries the stop mark of the run that removed it: a re-run of
@@ -1191,6 +1191,23 @@ class DetachPlanner(AttachPlanner):
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
+
+
+_NPU_NAME = re.compile(r"npu(\d+)")
+
+
+def _maybe_detached(vm: dict, device: str, names: Sequence[str]) -> bool:
+    """Whether an earlier detach may have removed `device` from this VM (a re-run of one that landed, its reply
+    lost or its run cut short, must finish rather than fail): the VM still carries the stop mark of the run that
+    removed it, or the name is one of rblnctl's (`npu<i>`, numbered from 0) at most one past the highest left.
+    A name beyond that (`npu7` beside npu0 and npu1) no detach removed: a typo."""
+    if ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION):
+        return True
+    wanted = _NPU_NAME.fullmatch(device)
+    if wanted is None:
+        return False
+    left = [int(m.group(1)) for n in names if (m := _NPU_NAME.fullmatch(n))]
+    return int(wanted.group(1)) <= max(left, default=-1) + 1
 
 
 def _ref(vm: dict) -> VmRef:

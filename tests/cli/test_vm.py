@@ -163,8 +163,11 @@ def test_detach_one_device(apiserver):
     assert r.exit_code == 0, r.stderr
     assert "npu1" in r.stdout and "removed" in r.stdout
     assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
-    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu1")  # again: gone, as kubectl delete
-    assert r.exit_code == 1 and "no host device 'npu1' (its NPU devices: npu0); nothing was detached" in r.stderr
+    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu1")  # again: it is gone, nothing to do
+    assert r.exit_code == 0 and "no host device 'npu1' (its NPU devices: npu0): nothing to detach" in r.stderr
+    # issue 39 (9): a name no detach removed (npu7 beside npu0) is not found, as kubectl delete
+    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu7")
+    assert r.exit_code == 1 and "no host device 'npu7' (its NPU devices: npu0); nothing was detached" in r.stderr
     assert "as asked" not in r.stderr + r.stdout
     assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
 
