@@ -28,6 +28,7 @@ from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.errors import one_line
+from rblnctl.remedy import Remedy
 
 Say = Callable[[Any], str]
 
@@ -197,7 +198,16 @@ def body(shape: Shape, say: Say = str, **parts: Any) -> dict:
 
 # -- shared pieces ---------------------------------------------------------------------------------------------
 
-BLOCKER = Shape(message="message", override="override")
+class _BlockerMessage(Part):
+    """A blocker's message and, when it names one, its remedy as the CLI spells it (`say`): a document keeps what the
+    refusal said to do."""
+
+    def read(self, obj: Any, say: Say) -> Any:
+        remedy = getattr(obj, "remedy", None)
+        return obj.message if remedy is None else f"{obj.message}; {say(remedy)}"
+
+
+BLOCKER = Shape(message=_BlockerMessage(), override="override")
 REF = Shape(namespace="namespace", name="name")  # a VmRef
 OBJECT_REF = Shape(namespace="namespace", name="name", uid="uid")  # an evicted pod
 DEVICE = Shape(name="name", method="method", resource="resource", claim="claim", request="request")  # NpuDevice
@@ -241,7 +251,7 @@ def restart_marker(item: dict) -> str | None:
 # -- vm fit: VmFit -----------------------------------------------------------------------------------------------
 
 FIT_NODE = Shape(name="node", mode="mode", eligible="eligible", allocatable="allocatable", allocated="allocated",
-                 free="free", fits="fits", reason="reason", holders="holders", tainted="tainted")
+                 free="free", fits="fits", reason=Spelt("reason"), holders="holders", tainted="tainted")
 VM_FIT = Shape(npus="npus", count="count", method="method", resource="kind", fits="fits", ok="ok", never="never",
                most=lambda f: {"npus": f.most[0], "node": f.most[1]} if f.most else None,
                nodes=Each("nodes", FIT_NODE), warnings=Said("warnings"), notes="notes")
@@ -472,8 +482,29 @@ VFIO_CHANGE = Shape(operation=lambda x: str(x.operation), devices=Each("results"
 
 # -- preflight: PreflightReport ----------------------------------------------------------------------------------
 
-CHECK_RESULT = Shape(id="id", title="title", scope="scope", status="status", evidence="evidence", remedy="remedy",
-                     remedyCommand="remedy_command")
+class _CheckRemedy(Part):
+    """A finding's remedy as the CLI spells it (`say`): its words with its command placed ("" when none)."""
+
+    def read(self, obj: Any, say: Say) -> Any:
+        return say(obj.remedy) if isinstance(obj.remedy, Remedy) else obj.remedy
+
+
+class _CheckCommand(Part):
+    """A finding's one command as a shell line, runnable as given: a Remedy's command as the CLI spells it
+    (`say.line`; another program's as given), else the text remedy's `remedy_command` ("" when none)."""
+
+    def read(self, obj: Any, say: Say) -> Any:
+        remedy = obj.remedy
+        if not isinstance(remedy, Remedy) or remedy.command is None:
+            return obj.remedy_command
+        if remedy.command.program is not None:
+            return remedy.command.line
+        line = getattr(say, "line", None)
+        return line(remedy.command) if line is not None else ""
+
+
+CHECK_RESULT = Shape(id="id", title="title", scope="scope", status="status", evidence="evidence",
+                     remedy=_CheckRemedy(), remedyCommand=_CheckCommand())
 PREFLIGHT_SUMMARY = Shape(total="total", passed="passed", warned="warned", failed="failed", skipped="skipped",
                           method="method", strict="strict", ok="ok")
 PREFLIGHT_REPORT = Shape(target="target", method="method", methodNote="method_note",

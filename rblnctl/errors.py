@@ -72,7 +72,10 @@ class UnknownName(InvalidInput):
 
 
 class NotFound(RblnError):
-    """A node, custom resource or PCI function that was asked for does not exist."""
+    """A node, custom resource or PCI function that was asked for does not exist; `options` names the
+    options-fields that name another one instead (the front end phrases them: `--resource`)."""
+
+    options: tuple[str, ...] = ()
 
 
 class ApiNotServed(NotFound):

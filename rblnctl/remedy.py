@@ -31,12 +31,13 @@ class Command:
     options: tuple[tuple[str, object], ...] = ()
     program: str | None = None  # None: this program; else an external one (kubectl, helm, virtctl)
     again: bool = False
+    on_host: bool = False  # run on a node's host (`preflight --local`, `vfio`): no cluster connection flags
 
     @classmethod
-    def own(cls, *words: str, again: bool = False, **options: object) -> Command:
+    def own(cls, *words: str, again: bool = False, on_host: bool = False, **options: object) -> Command:
         """A command of this program: `Command.own("kubevirt", "enable-gates", dra=True)`."""
         return cls(words=tuple(words), options=tuple((k, v) for k, v in options.items() if v is not None
-                                                      and v is not False), again=again)
+                                                      and v is not False), again=again, on_host=on_host)
 
     @classmethod
     def external(cls, program: str, *words: str) -> Command:

@@ -136,7 +136,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "vm": _VOCABULARY | {"kube", "operator", "kubevirt"},
     "node": _VOCABULARY | {"kube", "operator", "vm", "audit", "nfd"},
     "status": _VOCABULARY | {"kube", "operator", "kubevirt", "vm", "node"},
-    "preflight": _VOCABULARY | {"kube", "operator", "kubevirt", "host", "hostpods", "nfd", "rbac"},
+    # a finding's remedy names the switch set-mode accepts for the node (node.record: its unfinished switch)
+    "preflight": _VOCABULARY | {"kube", "operator", "kubevirt", "host", "hostpods", "nfd", "rbac", "node"},
     # the use case over them all
     "method": _VOCABULARY | {"kube", "operator", "kubevirt", "vm", "node", "audit"},
     # every result's document (rblnctl/documents.py): above every result it describes, below the CLI
@@ -222,21 +223,6 @@ _STILL_SPELT = {
     # names the tool, not a command to type: the JUnit report's title, and another process holding the lock
     "rblnctl/preflight/junit.py": 1,
     "rblnctl/host/vfio/state.py": 1,
-    # preflight findings are documents (remedy, remedyCommand strings) that host pods' rblnctl writes and this one
-    # reads back (CheckResult.from_dict, host_checks' `vfio recover` parser): they move to Remedy with the document
-    "rblnctl/preflight/checks/access.py": 2,
-    "rblnctl/preflight/checks/kubevirt.py": 2,
-    "rblnctl/preflight/checks/nodes.py": 10,
-    "rblnctl/preflight/checks/permitted_devices.py": 3,
-    "rblnctl/preflight/host_checks.py": 4,
-    # not converted yet: exception messages and strings shared with preflight (OperatorRelease.remedy)
-    "rblnctl/kubevirt/devices.py": 5,
-    "rblnctl/method/plan.py": 2,
-    "rblnctl/operator/release.py": 1,
-    "rblnctl/vm/diagnose/links.py": 1,
-    "rblnctl/vm/fit.py": 2,
-    "rblnctl/vm/listing.py": 1,
-    "rblnctl/host/system.py": 1,
 }
 
 

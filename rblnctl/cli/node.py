@@ -77,7 +77,7 @@ def list_nodes(
     kube = state(ctx).kube(from_cache=True)
 
     def view_of(nodes: list[Any]) -> Any:
-        return _nodes_view(nodes, show_labels=show_labels, sort_by=sort_by)
+        return _nodes_view(nodes, show_labels=show_labels, sort_by=sort_by, named=bool(names))
 
     if watch:
         from rblnctl.cli.status import warn_retrying, follow
@@ -101,7 +101,10 @@ def list_nodes(
         raise NotFound(errors[0]).with_details(errors[1:])
 
 
-def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None) -> Any:
+def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | None = None, named: bool = False
+                ) -> Any:
+    """The NpuNodeList view; `named`: the user named the nodes, so a name not found is the error's to say (as
+    kubectl get), never "No NPU nodes found" about a cluster that has some."""
     from types import SimpleNamespace
 
     from rblnctl.cli.output import View
@@ -117,7 +120,7 @@ def _nodes_view(nodes: list[Any], *, show_labels: bool = False, sort_by: str | N
                 tables=[npu_nodes_table(doc["items"], show_labels=show_labels)] if nodes else [],
                 names=[f"node/{n.name}" for n in nodes],
                 notes=switch_notes(nodes) + capacity_notes(nodes) + hold_notes(nodes, now=SYSTEM_CLOCK.now()) if nodes
-                else [
+                else [] if named else [
                     "No NPU nodes found (NFD labels nodes with feature.node.kubernetes.io/pci-1eff.present or "
                     "pci-1200_1eff.present)."])
 

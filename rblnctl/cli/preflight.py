@@ -118,7 +118,7 @@ def preflight(
                 kube=ctx.obj.kube(from_cache=not hosts), method=method.value, node=node, selector=selector,
                 strict=strict, hosts=pods
             ).run()
-    emit(report_view(report), output)
+    emit(report_view(report, ctx), output)
     failing = report.failed_ids()
     if failing:
         what = "failed or warned" if strict else "failed"
@@ -161,21 +161,24 @@ def _nodes_text(scopes: list[str], total: int) -> str:
     return f"{len(scopes)}:{','.join(scopes[:3])},..."
 
 
-def report_view(report: PreflightReport) -> View:
+def report_view(report: PreflightReport, ctx: Any = None) -> View:
     """The report (kind PreflightReport): scope-wide checks, per-node checks grouped, remedies, the verdict.
 
     One line per check in the tables (grep FAIL finds every failure); -o wide adds each check's id,
     and the remedies follow the tables, one line each, keyed by check id.
     """
     from rblnctl.cli.output import Cell, Column, Table, View
-    from rblnctl.documents import PREFLIGHT_REPORT
+    from rblnctl.documents import CHECK_RESULT, PREFLIGHT_REPORT
     from rblnctl.preflight.junit import to_junit
     from rblnctl.preflight.model import SCOPE_CLUSTER, SCOPE_HOST, CheckResult, group_checks
 
     def status_cell(status: Status) -> Cell:
         return Cell(status.value, _STYLE.get(status.value, ""))
 
-    doc = PREFLIGHT_REPORT(report)  # the tables show the document's findings (read back as CheckResults), nothing else
+    from rblnctl.cli.rerun import Voice
+
+    say = Voice(ctx) if ctx is not None else str  # the remedies' commands spelt for the program and flags run
+    doc = PREFLIGHT_REPORT(report, say)  # the tables show the document's findings (read back as CheckResults)
     checks = [CheckResult.from_dict(c) for c in doc["checks"]]
     top = [c for c in checks if c.scope in (SCOPE_CLUSTER, SCOPE_HOST)]
     per_node = [c for c in checks if c.scope not in (SCOPE_CLUSTER, SCOPE_HOST)]
@@ -200,7 +203,7 @@ def report_view(report: PreflightReport) -> View:
         for c in top:
             t.add_row(status_cell(c.status), c.title, c.evidence, c.id)
             if c.remedy:
-                remedies.append(f"{c.status.value} {c.id}: {said_once(c.id, c.remedy, c.remedy_command)}")
+                remedies.append(f"{c.status.value} {c.id}: {said_once(c.id, str(c.remedy), c.remedy_command)}")
         tables.append(t)
     if per_node:
         nt = Table("STATUS", "CHECK", "NODES", "EVIDENCE", Column("ID", wide=True))
@@ -208,7 +211,7 @@ def report_view(report: PreflightReport) -> View:
             nodes = _nodes_text(g.scopes, doc["nodes"])
             nt.add_row(status_cell(g.status), g.title, nodes, g.evidence, g.id)
             if g.remedy:
-                remedies.append(f"{g.status.value} {g.id} ({nodes}): {said_once(g.id, g.remedy, '')}")
+                remedies.append(f"{g.status.value} {g.id} ({nodes}): {said_once(g.id, str(g.remedy), '')}")
         tables.append(nt)
     s = doc["summary"]
     verdict = "ready" if s["ok"] else "NOT ready"
@@ -217,7 +220,8 @@ def report_view(report: PreflightReport) -> View:
     tail.append(f"{s['total']} checks: {s['passed']} PASS, {s['warned']} WARN, {s['failed']} FAIL, {s['skipped']} "
                 f"SKIP; method {s['method']}{'; strict' if s['strict'] else ''} -> {verdict}")
     return View(kind="PreflightReport", body=doc, preamble=head, tables=tables, epilogue=tail,
-                junit=lambda: to_junit(report))
+                junit=lambda: to_junit(report, lambda c: (lambda d: (d["remedy"], d["remedyCommand"]))(
+                    CHECK_RESULT(c, say))))
 
 
 def register(app: typer.Typer) -> None:

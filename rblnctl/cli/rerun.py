@@ -188,7 +188,8 @@ def command_words(ctx: Any, command: Any, *, drop: Iterable[str] = (), argv: boo
     same = command.again and cmd is ran.command
     skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS or not same else frozenset())
     words = prog_name(ctx).split()
-    words += _words(root, skip, {}, argv)
+    if not command.on_host:  # the cluster the user named (--context prod): not for a command run on a node's host
+        words += _words(root, skip, {}, argv)
     words += path
     values: dict[str, Any] = {}
     if command.again:
@@ -253,6 +254,10 @@ class Voice:
         from rblnctl.remedy import Remedy
 
         return remedy_text(self.ctx, item) if isinstance(item, Remedy) else str(item)
+
+    def line(self, command: Any) -> str:
+        """The command as one shell line, as the user types it (render)."""
+        return render(self.ctx, command)
 
     def argv(self, command: Any) -> list[str]:
         """The command as the argv to run, no shell between: a secret's value is its placeholder (`$(TOKEN)`)."""

@@ -123,4 +123,4 @@ def vfio_manager_warnings(run_root: Path, processes: ProcessTable) -> list[str]:
     if not signs:
         return []
     return [f"the RBLN NPU Operator's VFIO Manager manages this node ({'; '.join(signs)}): it may undo manual "
-            "changes; prefer `rblnctl node set-mode`, or disable the operator's vfioManager first"]
+            "changes; prefer switching the node's mode with node set-mode, or disable the operator's vfioManager first"]

@@ -30,7 +30,7 @@ from rblnctl.kubevirt.cr import (
 from rblnctl.operator import resources as R
 from rblnctl.operator.nodes import node_product
 from rblnctl.plan import Advice, Blocker
-from rblnctl.remedy import Remedy
+from rblnctl.remedy import Command, Remedy
 
 PERMITTED_HOST_DEVICES = ("spec", "configuration", "permittedHostDevices")
 PCI_HOST_DEVICES = (*PERMITTED_HOST_DEVICES, "pciHostDevices")
@@ -245,8 +245,8 @@ def plan_devices(obj: dict, requested: Sequence[PciHostDevice], *, fix: bool = F
         elif same_sel:
             skipped.append(d.resource_name)
             warnings.append(f"{sel} is already permitted as {same_sel[0].get('resourceName')}; not adding "
-                            f"{d.resource_name} (an old resource name? `rblnctl kubevirt migrate-resources` renames "
-                            "it everywhere)")
+                            f"{d.resource_name} (an old resource name? kubevirt migrate-resources renames it "
+                            "everywhere)")
         else:
             after.append(d.entry())
             added.append(d.resource_name)
@@ -283,37 +283,43 @@ def _unique(devices: Sequence[PciHostDevice]) -> list[PciHostDevice]:
     return list(out.values())
 
 
-def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.ResourceNames) -> str:
-    """Why `--from-cluster` found nothing to permit, naming the command that fixes it.
+def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.ResourceNames
+                        ) -> tuple[str, list[Remedy]]:
+    """Why `--from-cluster` found nothing to permit, and the commands that fix it (Remedy data: the CLI spells them).
 
     Before any node is in vm-passthrough mode nothing can advertise a VM resource: the fix is to switch one
-    (the order docs/vm.md gives: set-mode, then permit-devices), or to name the resource outright.
+    (the order docs/vm.md gives: set-mode, then permit-devices; a node `node set-mode vm` accepts, by the policy's
+    switch rules), or to name the resource outright.
     """
-    from rblnctl.operator.nodes import labels_of, mode_of
+    from rblnctl.operator.nodes import labels_of, mode_of, node_product
 
     names = [str((n.get("metadata") or {}).get("name")) for n in nodes]
     vm_nodes = [name for name, n in zip(names, nodes) if mode_of(labels_of(n), policy).effective == C.MODE_VM]
-    from rblnctl.operator.nodes import node_product
-
     products = [p for n in nodes if (p := node_product(n))]
     example = vm_resources.example(products)
+    dra = "DRA setups need no permittedHostDevices"
     if not vm_nodes:
-        node = names[0] if names else "NODE"
         head = (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
-                f"({vm_resources.describe()}): switch one first, `rblnctl node set-mode vm {node}`, then run "
-                "permit-devices again")
+                f"({vm_resources.describe()})")
+        switchable = [name for name, n in sorted(zip(names, nodes)) if policy is None
+                      or not policy.switch_blockers(C.MODE_VM, product=node_product(n))]
+        switch = Remedy("switch one first, then run permit-devices again", Command.own(
+            "node", "set-mode", "vm", switchable[0])) if switchable else Remedy(
+            "no NPU node can switch to vm mode under the policy now (node set-mode says why)") if names else Remedy(
+            "no NPU node was found; what NFD labelled", Command.own("node", "list"))
         # name a resource only when it is the one this cluster's cards get: with a resourceList, the entry that
         # covers their product (entries[0] for a product no entry covers named a resource no node would use)
         if not vm_resources.entries or any(vm_resources.covers(p) for p in products):
-            return (f"{head}; or name the resource, `rblnctl kubevirt permit-devices --resource-name {example}` "
-                    "(DRA setups need no permittedHostDevices)")
+            return f"{head} ({dra})", [switch, Remedy("or name the resource", Command.own(
+                "kubevirt", "permit-devices", resource_name=(example,)))]
         cards = ", ".join(sorted(set(products))) or "its cards (no node says their product)"
-        return (f"{head}: which of those names the plugin gives {cards} shows only then (DRA setups need no "
-                "permittedHostDevices)")
+        return f"{head}: which of those names the plugin gives {cards} shows only then ({dra})", [switch]
     return (f"no NPU node advertises a VM resource ({vm_resources.describe()}) though {', '.join(vm_nodes[:3])} "
             f"{'is' if len(vm_nodes) == 1 else 'are'} in vm-passthrough mode: the sandbox device plugin does not run "
-            "there yet (`rblnctl node list -o wide` shows its components and names a plugin pod stuck in an init "
-            "container; `rblnctl preflight` says why); DRA setups need no permittedHostDevices")
+            f"there yet; {dra}", [
+                Remedy("its components, and a plugin pod stuck in an init container", Command.own(
+                    "node", "list", *vm_nodes[:3], output="wide")),
+                Remedy("why", Command.own("preflight"))])
 
 
 def _words(note: str | Remedy) -> str:
@@ -360,10 +366,11 @@ class DevicePermitter:
             nodes = list_npu_node_objects(self.kube, selector=node_selector)
             found, notes = devices_from_cluster(nodes, vm_resources, policy=view.policy)
             if not found:
-                msg = _nothing_advertised(nodes, view.policy, vm_resources)
+                msg, fixes = _nothing_advertised(nodes, view.policy, vm_resources)
                 if not requested and not self.fix:
-                    raise NotFound(msg + ("; " + "; ".join(_words(n) for n in notes) if notes else ""))
-                notes.append(msg)
+                    raise NotFound(msg + ("; " + "; ".join(_words(n) for n in notes) if notes else "")
+                                   ).with_details(fixes)
+                notes += [msg, *fixes]
             requested += found
         requested = _unique(requested)
         obj = self._writer().find()

@@ -32,6 +32,7 @@ from rblnctl.kubevirt.cr import (
     version_of,
 )
 from rblnctl.plan import Blocker
+from rblnctl.remedy import Command, Remedy
 from rblnctl.versions import format_version, parse_version
 
 DEV_CONFIG = ("spec", "configuration", "developerConfiguration")
@@ -161,21 +162,23 @@ def floor_detail(gate: str, version_text: str | None) -> str:
             f"DRA host devices for RBLN NPUs need {floor}, the setup guide's prerequisite)")
 
 
-def enable_step(gates: Sequence[str], version_text: str | None, command: str) -> str:
-    """The remedy that gets `gates` listed by `command` (an `rblnctl kubevirt enable-gates ...` line).
+def enable_step(gates: Sequence[str], version_text: str | None, *, dra: bool) -> Remedy:
+    """The remedy that gets `gates` listed by `kubevirt enable-gates` (`dra`: with HostDevicesWithDRA).
 
     enable-gates refuses a gate with a floor (GATE_MIN_KUBEVIRT) below it, or on an unknown
-    version without --force (plan_gates), so the remedy says to upgrade KubeVirt first, or adds --force.
+    version without force (plan_gates), so the remedy says to upgrade KubeVirt first (no command: the one
+    that follows is refused until then), or forces it.
     """
     floors = [C.GATE_MIN_KUBEVIRT[g] for g in gates if g in C.GATE_MIN_KUBEVIRT]
     version = parse_version(version_text)
     if floors and version is None:
-        return f"enable it first: `{command} --force` (--force because the KubeVirt version is unknown)"
+        return Remedy("enable it first, forced since the KubeVirt version is unknown",
+                      Command.own("kubevirt", "enable-gates", dra=dra, force=True))
     if floors and version is not None and version < max(floors):
         named = ", ".join(g for g in gates if g in C.GATE_MIN_KUBEVIRT)
-        return (f"upgrade KubeVirt to >= {format_version(max(floors))} first (enable-gates refuses {named} on "
-                f"KubeVirt {version_text}), then enable it: `{command}`")
-    return f"enable it first: `{command}`"
+        return Remedy(f"upgrade KubeVirt to >= {format_version(max(floors))} first (enable-gates refuses {named} on "
+                      f"KubeVirt {version_text}), then enable it with kubevirt enable-gates")
+    return Remedy("enable it first", Command.own("kubevirt", "enable-gates", dra=dra))
 
 
 def validate_gates(gates: Sequence[str]) -> list[str]:

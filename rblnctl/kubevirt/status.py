@@ -77,7 +77,7 @@ def status_of(obj: dict) -> KubeVirtStatus:
     if both:
         notes.append(Remedy(f"{', '.join(both)} in both featureGates and disabledFeatureGates: KubeVirt's update "
                             "webhook rejects every change to the gate lists until each is in only one; {command} (or "
-                            "disable-gates) fixes the lists", Command.own("kubevirt", "enable-gates", "GATE")))
+                            "disable-gates) fixes the lists", Command.own("kubevirt", "enable-gates", *both)))
     hd, dra = gates
     if hd.effective is False:
         notes.append(Remedy(f"{C.GATE_HOST_DEVICES} is off: VMs cannot use host devices; run {{command}}",
@@ -90,8 +90,10 @@ def status_of(obj: dict) -> KubeVirtStatus:
         notes.append(Remedy(f"externalResourceProvider is false for {', '.join(bad)}: KubeVirt would run its own "
                             "device plugin; run {command}", Command.own("kubevirt", "permit-devices", fix=True)))
     if not devices:
-        notes.append(Remedy("no RBLN NPU in permittedHostDevices: VMs cannot request sandbox device plugin resources; "
-                            "run {command} (DRA setups do not need it)", Command.own("kubevirt", "permit-devices")))
+        # no command: the CR alone does not say whether a node advertises a resource yet, and `permit-devices` with
+        # nothing advertised refuses (preflight's kubevirt.permitted-devices, which reads the nodes, names one)
+        notes.append("no RBLN NPU in permittedHostDevices: VMs cannot request sandbox device plugin resources; "
+                     "kubevirt permit-devices permits what vm-mode nodes advertise (DRA setups do not need it)")
     return KubeVirtStatus(
         name=meta.get("name", ""), namespace=meta.get("namespace", ""), phase=phase, version=version,
         deleting=bool(meta.get("deletionTimestamp")), feature_gates=fg, disabled_feature_gates=dis, gates=gates,

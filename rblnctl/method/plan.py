@@ -331,24 +331,23 @@ def check_prerequisites(target: str, facts: MethodFacts, policy: Policy, *, forc
         text = "; ".join(f"{s.name}: {s.reason}" for s in states)
         # enable-gates refuses some gates below their floor or on an unknown version: say what works.
         fix = enable_step([s.name for s in [*off, *unknown] if s.disabled or not s.listed], st.version,
-                          "rblnctl kubevirt enable-gates" + (" --dra" if target == C.METHOD_DRA else ""))
+                          dra=target == C.METHOD_DRA)
         if off:
             checks.append(Prerequisite(name="gates", ok=False, detail=text))
             blockers.append(Blocker(f"KubeVirt {ref(kv)} lacks feature gate {', '.join(s.name for s in off)} "
-                                    f"({text}); {fix}"))
+                                    f"({text})", remedy=fix))
         elif unknown:
             checks.append(Prerequisite(name="gates", ok=None, detail=text))
-            msg = f"whether KubeVirt {ref(kv)} has {', '.join(s.name for s in unknown)} on is unknown ({text}); {fix}"
+            msg = f"whether KubeVirt {ref(kv)} has {', '.join(s.name for s in unknown)} on is unknown ({text})"
             if force:
                 warnings.append(msg + "; going ahead anyway (forced)")
             else:
-                blockers.append(Blocker(msg, override="force"))
+                blockers.append(Blocker(msg, override="force", remedy=fix))
         else:
             checks.append(Prerequisite(name="gates", ok=True, detail=text))
         if target == C.METHOD_SANDBOX and not st.permitted_devices:
             warnings.append(f"KubeVirt {ref(kv)} permits no RBLN device (permittedHostDevices.pciHostDevices): once "
-                            "the sandbox plugin advertises its resources, `rblnctl kubevirt permit-devices "
-                            "--from-cluster` lets VMs use them")
+                            "the sandbox plugin advertises its resources, kubevirt permit-devices lets VMs use them")
 
     found = [(d, operator_version(d)) for d in facts.operators]
     version = next((v for _, v in found if v is not None), None)

@@ -382,7 +382,8 @@ class ModeSwitcher:
         return [Blocker(f"node {node}'s IOMMU is off for its NPUs ({evidence}): the VFIO Manager could never bind "
                         "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on",
                         override="skip_iommu_check",
-                        remedy=Remedy("{command} on the node says how", Command.own("preflight", local=True)))]
+                        remedy=Remedy("{command} on the node says how",
+                                      Command.own("preflight", local=True, on_host=True)))]
 
     def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
                cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:

@@ -89,6 +89,15 @@ class Recovery:
                                               reverse=True)))
 
 
+def switch_command(node: dict, mode: str) -> Command:
+    """`node set-mode MODE NODE` as set-mode accepts it for this node now: with `reverse` when the node carries the
+    record of an unfinished switch to the other mode (rblnctl.node.mode refuses the switch without it)."""
+    name = str((node.get("metadata") or {}).get("name") or "")
+    record = record_of(node)
+    other = record is not None and record.target != mode
+    return Command.own("node", "set-mode", _short(mode), name, reverse=other)
+
+
 def _short(mode: str) -> str:
     """`vm` for vm-passthrough, as a command spells the mode (rblnctl.node.mode.short_mode, which imports this)."""
     return "vm" if mode == C.MODE_VM else mode

@@ -87,7 +87,7 @@ class OperatorRelease:
         """The way out when `allocator` serves no VM here: the release that fixes it, or the other method
         when this release serves VMs through it."""
         other = C.COMP_DRA if allocator == C.COMP_SANDBOX else C.COMP_SANDBOX
-        alt = (f", or use the {_METHOD_OF[other]} method (`rblnctl policy set-method {_METHOD_OF[other]}`)"
+        alt = (f", or use the {_METHOD_OF[other]} method (policy set-method {_METHOD_OF[other]})"
                if self.serves_vm(other) else "")
         return f"upgrade the operator to >= {format_version(C.VM_ALLOCATOR_FROM[allocator])}{alt}"
 

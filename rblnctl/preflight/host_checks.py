@@ -17,6 +17,7 @@ from rblnctl.preflight.host_facts import (
     HostFacts,
 )
 from rblnctl.preflight.model import SCOPE_HOST, CheckResult, Findings, Status, worst
+from rblnctl.remedy import Command, Remedy
 
 T_FIRMWARE = "IOMMU in firmware (ACPI DMAR / IVRS / IORT, device tree)"
 T_KERNEL = "IOMMU enabled by the kernel"
@@ -323,17 +324,21 @@ def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
             statuses.append(Status.WARN)
             parts.append(f"{_npu_label(fn)} on unexpected driver {fn.driver}")
     status = worst(statuses)
-    remedy = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: "
-              "label the node vm-passthrough so the operator's vfio-manager binds it, or `rblnctl vfio bind BDF`")
+    odd = [fn.bdf for fn in f.npus if fn.driver not in (C.VFIO_DRIVER, C.HOST_DRIVER)]
+    base = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: label the node "
+            "vm-passthrough so the operator's vfio-manager binds it, or {bind}")
+    bind = Command.own("vfio", "bind", *odd, on_host=True) if odd else None
+    remedy = Remedy(base.replace("{bind}", "{command}"), bind) if bind else Remedy(base.replace(
+        "{bind}", "bind it with vfio bind"))
     unbound = [fn.bdf for fn in f.npus if fn.driver is None]
-    if unbound:
+    if unbound and bind is not None:
         # what some vfio-manager releases leave after a vm -> container switch. The host alone does not know
-        # its node's mode, which decides the driver: no runnable command here; `--hosts` knows it and adds one
-        # (recover_command, rblnctl.preflight.hosts).
-        remedy = (f"re-probe the NPUs left without a driver: `{recover_command(unbound, C.MODE_CONTAINER)}` on a "
-                  f"container-mode node, `{recover_command(unbound, C.MODE_VM)}` on a vm-passthrough node; "
-                  f"otherwise {remedy}")
-    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy, "")
+        # its node's mode, which decides the driver: both commands here; `--hosts` knows it and puts the one
+        # first (recover_command, rblnctl.preflight.hosts).
+        remedy = Remedy("re-probe the NPUs left without a driver: {more0} on a container-mode node, {more1} on a "
+                        "vm-passthrough node; otherwise " + base.replace("{bind}", "{more2}"),
+                        more=(recover_command(unbound, C.MODE_CONTAINER), recover_command(unbound, C.MODE_VM), bind))
+    add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy)
 
     no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]
     shared = {bdf: peers for bdf, peers in f.group_peers.items() if peers}
@@ -365,23 +370,28 @@ def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
     if any(by_driver.get(b) != C.VFIO_DRIVER for b in held):
         # Normal on a container-mode node; noted because these must stop before a switch to VMs.
         text += ("; these must stop before the node switches to vm-passthrough "
-                 "(`rblnctl node set-mode` drains NPU pods first)")
+                 "(a switch by node set-mode drains NPU pods first)")
     else:
         text = f"in use through VFIO (running VMs): {text}"
     add("host.npu.in-use", T_IN_USE, SCOPE_HOST, Status.PASS, text)
 
 
-_RECOVER = re.compile(r"`rblnctl vfio recover ((?:[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ?)+) --mode container`")
+# A host pod's report (`preflight --local -o json`) carries its remedies spelt: `... vfio recover BDF... --mode ...`.
+_RECOVER = re.compile(r"`[^`]*\bvfio recover ((?:[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ?)+)--mode container`")
 
 
-def recover_command(bdfs: Sequence[str], mode: str) -> str:
-    """`rblnctl vfio recover BDF... --mode container|vm`: re-probe driverless NPUs for a node's mode."""
-    return f"rblnctl vfio recover {' '.join(bdfs)} --mode {'vm' if mode == C.MODE_VM else 'container'}"
+def recover_command(bdfs: Sequence[str], mode: str) -> Command:
+    """`vfio recover BDF... --mode container|vm`: re-probe driverless NPUs for a node's mode."""
+    return Command.own("vfio", "recover", *bdfs, mode="vm" if mode == C.MODE_VM else "container", on_host=True)
 
 
 def recover_bdfs(result: CheckResult) -> list[str]:
-    """The driverless NPUs a `host.npu.driver` finding names for `vfio recover` ([] when none)."""
+    """The driverless NPUs a `host.npu.driver` finding names for `vfio recover` ([] when none): from its Remedy's
+    command, or from the spelt text of another rblnctl's report."""
     if result.id != "host.npu.driver":
         return []
+    if isinstance(result.remedy, Remedy):
+        recover = [c for c in result.remedy.more if c.words[:2] == ("vfio", "recover")]
+        return list(recover[0].words[2:]) if recover else []
     m = _RECOVER.search(result.remedy)
     return m.group(1).split() if m else []

@@ -137,9 +137,11 @@ def with_node_mode(result: CheckResult, mode: str | None) -> CheckResult:
     bdfs = recover_bdfs(result)
     if not bdfs or mode is None:
         return result
-    command = recover_command(bdfs, mode)
-    return dataclasses.replace(result, remedy=f"this node is in {mode} mode: `{command}`; {result.remedy}",
-                               remedy_command=command)
+    from rblnctl.remedy import Remedy
+
+    said = result.remedy.text if isinstance(result.remedy, Remedy) else result.remedy  # the pod's, spelt
+    return dataclasses.replace(result, remedy=Remedy(f"this node is in {mode} mode: {{command}}; {said}",
+                                                     recover_command(bdfs, mode)), remedy_command="")
 
 
 def host_findings(kube: Kube, nodes: Sequence[str], opts: HostChecks,

@@ -18,21 +18,31 @@ or the node name), so a failing node and check can be found by name in either sy
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 
 from rblnctl.preflight.model import CheckResult, PreflightReport, Status
 
 
-def _text(c: CheckResult) -> str:
+Spell = Callable[[CheckResult], tuple[str, str]]  # a finding's remedy and its command, as the front end spells them
+
+
+def _plain(c: CheckResult) -> tuple[str, str]:
+    return str(c.remedy), c.remedy_command
+
+
+def _text(c: CheckResult, spell: Spell) -> str:
     lines = [c.evidence]
-    if c.remedy:
-        lines.append(f"remedy: {c.remedy}")
-    if c.remedy_command:
-        lines.append(f"command: {c.remedy_command}")
+    remedy, command = spell(c)
+    if remedy:
+        lines.append(f"remedy: {remedy}")
+    if command:
+        lines.append(f"command: {command}")
     return "\n".join(lines)
 
 
-def to_junit(report: PreflightReport) -> str:
-    """The report as a JUnit XML document (UTF-8 text, ending in a newline)."""
+def to_junit(report: PreflightReport, spell: Spell = _plain) -> str:
+    """The report as a JUnit XML document (UTF-8 text, ending in a newline); `spell` says each remedy and its command
+    (the CLI: as the finding's document, its commands with the program name run)."""
     strict = report.summary.strict
     suites: dict[str, list] = {}
     for c in report.checks:
@@ -47,12 +57,12 @@ def to_junit(report: PreflightReport) -> str:
             if c.status == Status.FAIL or (strict and c.status == Status.WARN):
                 counts["failures"] += 1
                 fail = ET.SubElement(case, "failure", message=f"{c.status.value}: {c.evidence}", type=c.status.value)
-                fail.text = _text(c)
+                fail.text = _text(c, spell)
             elif c.status in (Status.WARN, Status.SKIP):
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=f"{c.status.value}: {c.evidence}")
                 if c.remedy:
-                    ET.SubElement(case, "system-out").text = _text(c)
+                    ET.SubElement(case, "system-out").text = _text(c, spell)
             else:
                 ET.SubElement(case, "system-out").text = c.evidence
         suite.set("tests", str(counts["tests"]))

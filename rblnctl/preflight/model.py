@@ -6,6 +6,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rblnctl.remedy import Remedy
+
 SCOPE_CLUSTER = "cluster"
 SCOPE_HOST = "host"
 TARGET_CLUSTER = "cluster"
@@ -31,7 +33,9 @@ class CheckResult:
     """One finding: which check, where, what it saw, and what to do about it.
 
     `scope` is `cluster`, `host` or a node name. `remedy` is empty for PASS; for WARN and FAIL it
-    says what to change, naming the exact parameter, label, gate or command.
+    says what to change, naming the exact parameter, label, gate or command. A command of this program is
+    Remedy data (rblnctl.remedy: the front end spells it with the program name run and its connection flags);
+    text is what another rblnctl's report carried, spelt already (from_dict).
     """
 
     id: str
@@ -39,8 +43,8 @@ class CheckResult:
     scope: str
     status: Status
     evidence: str
-    remedy: str = ""
-    remedy_command: str = ""  # the command in `remedy`, runnable as given (no placeholders); "" when none
+    remedy: str | Remedy = ""
+    remedy_command: str = ""  # with a text remedy, its command runnable as given (no placeholders); "" when none
 
     @classmethod
     def from_dict(cls, data: dict, *, scope: str | None = None) -> CheckResult:
@@ -76,7 +80,7 @@ class CheckGroup:
     title: str
     status: Status
     evidence: str
-    remedy: str
+    remedy: str | Remedy
     scopes: list[str]
 
 
@@ -141,7 +145,7 @@ def group_checks(checks: Iterable[CheckResult]) -> list[CheckGroup]:
     comes first, then the larger group.
     """
     order: dict[str, int] = {}
-    groups: dict[tuple[str, Status, str, str], list[CheckResult]] = {}
+    groups: dict[tuple[str, Status, str, str | Remedy], list[CheckResult]] = {}
     for c in checks:
         order.setdefault(c.id, len(order))
         groups.setdefault((c.id, c.status, c.evidence, c.remedy), []).append(c)
@@ -171,9 +175,10 @@ class Findings:
 
     items: list[CheckResult] = field(default_factory=list)
 
-    def add(self, id: str, title: str, scope: str, status: Status, evidence: str, remedy: str = "",
+    def add(self, id: str, title: str, scope: str, status: Status, evidence: str, remedy: str | Remedy = "",
             command: str = "") -> CheckResult:
-        """Append one finding; PASS and SKIP carry no remedy. `command` is the remedy's runnable command."""
+        """Append one finding; PASS and SKIP carry no remedy. `command`: a text remedy's runnable (external)
+        command; a Remedy carries its own."""
         problem = status in (Status.WARN, Status.FAIL)
         result = CheckResult(
             id=id,

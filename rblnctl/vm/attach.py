@@ -1429,7 +1429,12 @@ class DetachPlanner(AttachPlanner):
                 remove_names: tuple[str, ...] = (device,)
             elif any(d.get("name") == device for d in D.host_devices(D.vm_spec(vm))):
                 raise InvalidInput(f"VM {_ref(vm)} has no NPU host device {device!r} (its NPU devices: {listed})")
-            else:  # gone already: as `kubectl label NAME KEY-` of an absent label, nothing to do, and a re-run of
+            elif not _maybe_detached(vm, device, names):
+                # a name no earlier detach can have removed: as `kubectl delete` of an object that is not there,
+                # NotFound (a typo, `npu7` of a VM with npu0 and npu1, is never "nothing to do" with exit 0)
+                raise NotFound(f"VM {_ref(vm)} has no host device {device!r} (its NPU devices: {listed}); "
+                               "nothing was detached")
+            else:  # gone already, and the VM still carries the stop mark of the run that removed it: a re-run of
                 # a detach that landed finishes the job (starts what the earlier run stopped) instead of failing
                 warnings.append(f"VM {_ref(vm)} has no host device {device!r} (its NPU devices: {listed}): "
                                 "nothing to detach")
@@ -1444,6 +1449,23 @@ class DetachPlanner(AttachPlanner):
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
+
+
+_NPU_NAME = re.compile(r"npu(\d+)")
+
+
+def _maybe_detached(vm: dict, device: str, names: Sequence[str]) -> bool:
+    """Whether an earlier detach may have removed `device` from this VM (a re-run of one that landed, its reply
+    lost or its run cut short, must finish rather than fail): the VM still carries the stop mark of the run that
+    removed it, or the name is one of rblnctl's (`npu<i>`, numbered from 0) at most one past the highest left.
+    A name beyond that (`npu7` beside npu0 and npu1) no detach removed: a typo."""
+    if ((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION):
+        return True
+    wanted = _NPU_NAME.fullmatch(device)
+    if wanted is None:
+        return False
+    left = [int(m.group(1)) for n in names if (m := _NPU_NAME.fullmatch(n))]
+    return int(wanted.group(1)) <= max(left, default=-1) + 1
 
 
 def _ref(vm: dict) -> VmRef:

@@ -199,6 +199,13 @@ def pick_resource(cluster: VmCluster, *, resource: str | None = None, product: s
         return choices[0]
     if not choices:
         return None
+    products = {c: product_of(c, cluster.vm_resources) for c in choices}
+    if all(len(p) == 1 for p in products.values()) and len({p[0] for p in products.values()}) == len(choices):
+        # one product per resource (chart v0.3.0's ATOM_PT, ATOM_MAX_PT): the product is what a user knows
+        listed = ", ".join(f"{products[c][0]} ({c}, on {', '.join(cluster.advertised[c])})"
+                           for c in sorted(choices, key=lambda c: products[c][0]))
+        raise Ambiguous(f"vm-mode nodes offer {len(choices)} NPU products: {listed}; name the product to use",
+                        choices=sorted(products[c][0] for c in choices), options=("product",))
     listed = ", ".join(f"{c} (on {', '.join(cluster.advertised[c])})" for c in choices)
     raise Ambiguous(f"vm-mode nodes advertise {len(choices)} NPU resources: {listed}; name the resource or the "
                     "product to use", choices=choices, options=("resource",))
@@ -356,11 +363,40 @@ def check_advertised(cluster: VmCluster, resource: str | None) -> Check:
         return stuck
     from rblnctl.suggest import did_you_mean
 
-    hint = did_you_mean(resource, cluster.advertised) if resource else ""
+    wanted = set(product_of(resource, cluster.vm_resources)) if resource else set()
+    # a close name of another product (ATOM_MAX_PT, RBLN-CA25, for ATOM_PT, RBLN-CA12) is no typo fix
+    alike = [r for r in cluster.advertised if not wanted or wanted & set(product_of(r, cluster.vm_resources))]
+    hint = did_you_mean(resource, alike) if resource else ""
     return Check(ok=False, evidence=(f"no vm-passthrough node advertises {what}{hint} (advertised: {offered})",),
-                 remedy=Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has "
-                               "converged it on vm mode; switch a node with that product to vm mode, or see what "
-                               "is missing on the vm nodes", command=Command.own("node", "list")))
+                 remedy=_advertise_remedy(cluster, wanted))
+
+
+def _advertise_remedy(cluster: VmCluster, products: set[str]) -> Remedy:
+    """What gets a resource of `products` advertised: a vm-mode node of that product is converging (see what holds
+    it); else a container-mode one `node set-mode vm` accepts (Policy.switch_blockers, no unfinished switch)."""
+    from rblnctl.operator.nodes import node_product
+
+    def name(n: Mapping) -> str:
+        return str((n.get("metadata") or {}).get("name") or "")
+
+    def of(n: Mapping) -> bool:
+        return not products or (node_product(n) or "").upper() in products
+
+    mine = [n for n in cluster.nodes if of(n)]
+    waiting = sorted(name(n) for n in mine if name(n) in cluster.vm_nodes)
+    if waiting:
+        return Remedy(text=f"{', '.join(waiting)} {'is' if len(waiting) == 1 else 'are'} in vm mode with that product "
+                      "but the sandbox device plugin does not advertise it yet; what holds it",
+                      command=Command.own("node", "list", *waiting, output="wide"))
+    policy = cluster.policy
+    for n in sorted(mine, key=name):
+        unfinished = C.SET_MODE_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
+        if not unfinished and (policy is None or not policy.switch_blockers(C.MODE_VM, product=node_product(n))):
+            return Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has converged "
+                          "it on vm mode; switch a node with that product", command=Command.own(
+                              "node", "set-mode", "vm", name(n)))
+    return Remedy(text="no node with that product can switch to vm mode now; what the NPU nodes are and hold",
+                  command=Command.own("node", "list", output="wide"))
 
 
 def check_device_class(cluster: VmCluster) -> Check:

@@ -35,10 +35,10 @@ from rblnctl.errors import InvalidInput, RblnError
 from rblnctl.kube import Kube
 from rblnctl.operator import resources as R
 from rblnctl.operator.capacity import CapacityFacts, NodeCapacity, PodUse, ResourceUse, read_facts
-from rblnctl.operator.nodes import labels_of, mode_of
-from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, read_cluster
+from rblnctl.operator.nodes import labels_of, mode_of, node_product
+from rblnctl.vm.cluster import VmCluster, choose_method, pick_resource, product_of, read_cluster
 from rblnctl.vm.model import npu_choice
-from rblnctl.remedy import Remedy
+from rblnctl.remedy import Command, Remedy
 from rblnctl.vm.placement import Placement, launcher_placement, why_not
 
 ANYWHERE = Placement(node_selector={}, terms=(), tolerations=())
@@ -79,7 +79,7 @@ class NodeFit:
     allocated: int | None = 0  # None: unknown (the pods or claims holding them could not be read)
     free: int | None = 0
     fits: int = 0  # VMs of the asked size that fit here now
-    reason: str | None = None  # why none fit (or what limits them)
+    reason: str | Remedy | None = None  # why none fit (or what limits them); a Remedy names the command that helps
     holders: tuple[str, ...] = ()
     tainted: tuple[str, ...] = ()  # DRA: `device (key=value:Effect)` no claim holds whose taint keeps it from the VM
 
@@ -160,7 +160,7 @@ class VmFit:
             return None
         free = ", ".join(f"{n.node} {n.free}" for n in self.nodes if n.eligible)
         return (f"{self.npus} NPUs: no node the VM may run on has that many free now (free: {free}); it will not be "
-                "scheduled until NPUs are freed (`rblnctl vm fit` shows where they go)")
+                "scheduled until NPUs are freed (vm fit shows where they go)")
 
 
 class VmFitFailed(RblnError):
@@ -192,15 +192,43 @@ def _free_npus(c: NodeCapacity) -> str:
     return f"{c.free} of {c.allocatable}" if c.known else f"{c.allocatable} (in use: unknown)"
 
 
+def _wanted_products(cluster: VmCluster, kind: str | None, product: str | None) -> list[str]:
+    """The products a VM of `kind` (or of the asked `product`) runs on ([]: any)."""
+    if kind:
+        return product_of(kind, cluster.vm_resources)
+    if product:
+        wanted = product.strip().upper()
+        return [wanted if wanted.startswith("RBLN-") else f"RBLN-{wanted}"]
+    return []
+
+
+def _not_vm_mode(node: Mapping, name: str, mode: str, capacity: NodeCapacity, *, cluster: VmCluster, method: str,
+                 kind: str | None, product: str | None) -> str | Remedy:
+    """Why a container-mode node holds no such VM, and the switch that would change it only when `node set-mode`
+    accepts it and the node's NPUs are of the VM's kind: the switch's own blockers (Policy.switch_blockers, the
+    rules `node set-mode` refuses by: chart v0.3.0's sandbox resourceList offers no resource for RBLN-CA22) and
+    another product than the VM's (a VM asking for ATOM_PT never lands on an RBLN-CA25) name no switch."""
+    head = f"in {mode} mode: its NPUs ({_free_npus(capacity)} free) serve containers, not VMs"
+    have = node_product(node)
+    if cluster.policy is not None:
+        blockers = cluster.policy.switch_blockers(C.MODE_VM, product=have, release=cluster.release)
+        if blockers:
+            return f"{head}; `node set-mode vm` refuses it: {blockers[0].message}"
+    wanted = _wanted_products(cluster, kind if method == C.METHOD_SANDBOX else None, product)
+    if have and wanted and have.upper() not in wanted:
+        return f"{head}; they are {have}, not {' or '.join(wanted)}"
+    return Remedy(f"{head}; switching it moves them", Command.own("node", "set-mode", "vm", name))
+
+
 def node_fit(node: Mapping, capacity: NodeCapacity, *, cluster: VmCluster, method: str, kind: str | None,
-             npus: int, placement: Placement = ANYWHERE) -> NodeFit:
-    """How many VMs of `npus` NPUs of `kind` fit on one NPU node now, and why not more (pure)."""
+             npus: int, placement: Placement = ANYWHERE, product: str | None = None) -> NodeFit:
+    """How many VMs of `npus` NPUs of `kind` (`product`: the one asked for) fit on one NPU node now, and why not
+    more (pure)."""
     name = str((node.get("metadata") or {}).get("name") or "")
     mode = mode_of(labels_of(node), cluster.policy).effective
     if mode != C.MODE_VM:
-        return NodeFit(node=name, mode=mode, eligible=False, reason=(
-            f"in {mode} mode: its NPUs ({_free_npus(capacity)} free) serve containers, not VMs "
-            f"(`rblnctl node set-mode vm {name}` moves them)"))
+        return NodeFit(node=name, mode=mode, eligible=False, reason=_not_vm_mode(
+            node, name, mode, capacity, cluster=cluster, method=method, kind=kind, product=product))
     use: ResourceUse | None = capacity.of(kind) if kind else None
     if (use is None or use.allocatable <= 0) and not capacity.known and method == C.METHOD_DRA:
         # its devices may be in ResourceSlices (or claims) that could not be read: what it offers is unknown
@@ -273,7 +301,8 @@ def fit_on(cluster: VmCluster, facts: CapacityFacts, options: FitOptions, *, met
     placement = launcher_placement(options.placement, cluster.kubevirt)  # as virt-controller renders the pod
     rows = tuple(node_fit(n, facts.capacity(n, skip_pod=skip_pod, skip_claim=skip_claim,
                                             device_tolerations=options.device_tolerations),
-                          cluster=cluster, method=method, kind=kind, npus=options.npus, placement=placement)
+                          cluster=cluster, method=method, kind=kind, npus=options.npus, placement=placement,
+                          product=options.product)
                  for n in cluster.nodes)
     shared = shared_with(cluster, method, kind)
     warned = shared_warning(cluster, kind, shared) if shared and kind else None
@@ -320,6 +349,22 @@ class FitReader:
                 warnings.append(f"no vm-passthrough node advertises an NPU of product {options.product}")
         return fit_on(cluster, self.facts(dra=method == C.METHOD_DRA), options, method=method, kind=kind,
                       warnings=[*warnings, *cluster.notes])
+
+
+def fit_each(kube: Kube, options: FitOptions) -> list[VmFit]:
+    """`vm fit`'s answer: one VmFit, or, when vm-mode nodes advertise several sandbox resources and the options
+    name none (a cluster of RBLN-CA12 and RBLN-CA25 nodes in vm mode), one per resource: a VM asks for one, so
+    each is its own question (reads once)."""
+    reader = FitReader(kube=kube)
+    if options.method == C.METHOD_DRA or options.resource or options.product:
+        return [reader.fit(options)]
+    reader.cluster = cluster = read_cluster(kube)
+    method, _ = choose_method(options.method, cluster, None)
+    if method != C.METHOD_SANDBOX or len(cluster.advertised) < 2:
+        return [reader.fit(options)]
+    import dataclasses
+
+    return [reader.fit(dataclasses.replace(options, resource=r)) for r in sorted(cluster.advertised)]
 
 
 def fit(kube: Kube, options: FitOptions, *, cluster: VmCluster | None = None) -> VmFit:

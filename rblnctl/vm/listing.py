@@ -254,7 +254,7 @@ def with_collisions(items: list[VmNpuEntry], notes: list[str]) -> list[VmNpuEntr
         if len(refs) > 1:
             notes.append(f"{len(refs)} VMs share the DRA claim key {key} ({', '.join(sorted(refs)[:5])}"
                          f"{' ...' if len(refs) > 5 else ''}): two of them on one node cannot both start; "
-                         "`rblnctl vm attach NAME -n NAMESPACE` gives each its own name (docs/vm.md, Claim names)")
+                         "vm attach of each gives it its own name (docs/vm.md, Claim names)")
     return out
 
 

@@ -348,7 +348,10 @@ def resolve_for(kube: Kube, *, method: str | None, resource: str | None, product
         resource = pick_resource(cluster, product=product)
         if resource is None:
             what = f"a resource for {product}" if product else "a VM resource"
-            raise NotFound(f"no vm-passthrough node advertises {what}; name the resource to write into the manifest")
+            missing = NotFound(f"no vm-passthrough node advertises {what}; name the resource to write into the "
+                               "manifest")
+            missing.options = ("resource",)  # the front end names the flag (rblnctl.cli.errors: `pass --resource`)
+            raise missing
     resource = resource if chosen == C.METHOD_SANDBOX else None
     warnings: list[str | Remedy] = list(refusals)
     if npus is not None:

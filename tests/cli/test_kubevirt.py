@@ -431,7 +431,7 @@ def test_permit_devices_without_a_flag_permits_what_the_cluster_advertises(apise
     apiserver.add(o.kubevirt(permitted_pci=[]))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
     assert r.exit_code == 1 and "no NPU node is in vm-passthrough mode yet" in r.stderr
-    assert "`rblnctl node set-mode vm NODE`" in r.stderr  # issue 21: the refusal names the fixing command
+    assert "no NPU node was found; what NFD labelled: `rblnctl --server" in r.stderr  # issue 39: a command that runs
     apiserver.add(o.npu_node("vm-a", mode="vm-passthrough", product="RBLN-CR13"))
     r = cli("kubevirt", "permit-devices", "--yes", server=apiserver.url)
     assert r.exit_code == 0, r.stderr

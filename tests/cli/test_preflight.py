@@ -172,7 +172,7 @@ def test_cluster_table_groups_per_node_results(apiserver):
     assert len(rows) == 2
     assert "FAIL" in rows[0] and "npu-0001,npu-0003" in rows[0]
     assert "PASS" in rows[1] and "npu-0000,npu-0002,npu-0004" in rows[1]
-    assert "node.mode-label" in r.stdout and "rblnctl node set-mode" in r.stdout
+    assert "node.mode-label" in r.stdout and " node set-mode vm --selector " in r.stdout
     assert r.stdout.count("IOMMU enabled") == 1  # five identical results, one row
 
 

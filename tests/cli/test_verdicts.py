@@ -72,7 +72,7 @@ def test_at_80x24_the_warnings_are_the_last_lines_before_the_question(apiserver)
     assert screen.code == 1, screen.text
     flat = " ".join(screen.text.split())
     warning = ("warning: 3 NPUs: no node the VM may run on has that many free now (free: n1 2); it will not be "
-               "scheduled until NPUs are freed (`rblnctl vm fit` shows where they go)")
+               "scheduled until NPUs are freed (vm fit shows where they go)")
     question = f"Restart VM {NS}/v1 to change its NPUs (it stops, then starts again)? [y/N]"
     assert f"{warning} {question}" in flat, screen.text  # nothing between the verdict and the question
     assert flat.count("has that many free now") == 1

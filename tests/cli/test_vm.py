@@ -61,7 +61,7 @@ def test_attach_ambiguous_lists_the_choices(apiserver):
     apiserver.add(o.vm(NS, "v1", running=False))
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS)
     assert r.exit_code == 2
-    assert CA22 in r.stderr and CA25 in r.stderr and "(pass --resource)" in r.stderr
+    assert CA22 in r.stderr and CA25 in r.stderr and "(pass --product)" in r.stderr  # issue 39: the product
     assert apiserver.writes() == []
     r = vm_cli(apiserver, "vm", "attach", "v1", "-n", NS, "--product", "RBLN-CA25")
     assert r.exit_code == 0, r.stderr
@@ -165,6 +165,10 @@ def test_detach_one_device(apiserver):
     assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
     r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu1")  # again: it is gone, nothing to do
     assert r.exit_code == 0 and "no host device 'npu1' (its NPU devices: npu0): nothing to detach" in r.stderr
+    # issue 39 (9): a name no detach removed (npu7 beside npu0) is not found, as kubectl delete
+    r = vm_cli(apiserver, "vm", "detach", "v1", "-n", NS, "--device", "npu7")
+    assert r.exit_code == 1 and "no host device 'npu7' (its NPU devices: npu0); nothing was detached" in r.stderr
+    assert "as asked" not in r.stderr + r.stdout
     assert host_devices(apiserver) == [{"name": "npu0", "deviceName": CA22}]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 from rblnctl.kubevirt.status import kubevirt_status
-from rblnctl.remedy import Command
 from tests.fakes import objects as o
 from tests.kubevirt.support import NVIDIA
 
@@ -28,7 +27,9 @@ def test_status_on_1_8_and_disabled_gates(kube, apiserver):
     old = kubevirt_status(kube, namespace="kv-old")
     assert [g.effective for g in old.gates] == [False, False]
     assert any("HostDevices is off" in str(n) for n in old.notes)
-    assert any(getattr(n, "command", None) == Command.own("kubevirt", "permit-devices") for n in old.notes)
+    # issue 39: words, no command (permit-devices refuses while no node advertises a resource: the CR cannot tell)
+    assert any("no RBLN NPU in permittedHostDevices" in str(n) and getattr(n, "command", None) is None
+               for n in old.notes)
     new = kubevirt_status(kube, name="new", namespace="kv-new")
     dra = new.gates[1]
     assert dra.effective is False and dra.disabled

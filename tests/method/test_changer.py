@@ -156,7 +156,10 @@ def test_missing_prerequisites_refuse(apiserver, kube):
     plan = changer(kube, op).plan("dra")
     text = "\n".join(b.message for b in plan.blockers)
     assert "KubeVirt kubevirt/kubevirt v1.8.2 for the dra method < 1.9.0" in text
-    assert "lacks feature gate HostDevicesWithDRA" in text and "rblnctl kubevirt enable-gates --dra" in text
+    assert "lacks feature gate HostDevicesWithDRA" in text
+    # issue 39: the gate's remedy is data; below the gate's floor no command (enable-gates refuses until the upgrade)
+    (gate,) = [b for b in plan.blockers if "lacks feature gate" in b.message]
+    assert "upgrade KubeVirt to >= 1.9.0 first" in gate.remedy.text and gate.remedy.command is None
     # Kubernetes too old for DRA, and an unknown KubeVirt version (only --force goes past that)
     apiserver.set_version("v1.33.2")
     apiserver.mutate("KubeVirt", "kubevirt", "kubevirt", fn=lambda k: k["status"].pop("observedKubeVirtVersion"))
@@ -437,7 +440,8 @@ def test_back_to_sandbox_without_permitted_devices_says_what_to_run(apiserver, k
                      fn=lambda k: k["spec"]["configuration"].pop("permittedHostDevices"))
     plan = changer(kube, op).plan("sandbox")
     assert not plan.blockers
-    assert any("permits no RBLN device" in str(w) and "permit-devices --from-cluster" in str(w) for w in plan.warnings)
+    assert any("permits no RBLN device" in str(w) and "kubevirt permit-devices lets VMs use them" in str(w)
+               for w in plan.warnings)
 
 
 # -- the audit trail: Events on the RBLNClusterPolicy ------------------------------------------------------------

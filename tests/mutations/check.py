@@ -359,7 +359,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         new="            elif True:",
         what="vm detach --device: a device already gone is bad input, so re-running a detach cut short after its patch "
              "leaves the VM stopped",
-        tests=("tests/vm/test_detach.py::test_detach_of_a_device_already_gone_is_nothing_to_do_and_says_so",
+        tests=("tests/vm/test_detach.py::test_a_rerun_of_a_detach_cut_short_after_its_patch_starts_the_vm_it_stopped",
                "tests/explore/test_crash_points.py::test_a_fault_at_any_write_ends_promptly_truthfully_and_the_"
                "recovery_finishes_the_job[vm-detach-restart-06-PATCH-virtualmachines-v1-4-conflict]"),
         notes="found by the crash-point explorer"),

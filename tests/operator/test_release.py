@@ -27,7 +27,7 @@ def test_the_rule_by_version():
         "name": "op", "namespace": "ns", "labels": {"app.kubernetes.io/version": "v0.5.0"}}}])
     assert between.serves_vm("sandbox-device-plugin") and not between.serves_vm("dra-kubelet-plugin")
     assert between.problem("dra-kubelet-plugin").endswith(
-        "upgrade the operator to >= 0.6.0, or use the sandbox method (`rblnctl policy set-method sandbox`)")
+        "upgrade the operator to >= 0.6.0, or use the sandbox method (policy set-method sandbox)")
 
 
 @pytest.mark.parametrize("release", [V0_3_0, NEWER], ids=lambda r: r.name)

@@ -132,7 +132,7 @@ def test_unbound_and_foreign_driver_warn(tmp_path):
     drv = c["host.npu.driver"]
     assert drv.status == Status.WARN
     assert "bound to no driver" in drv.evidence and "unexpected driver pci-stub" in drv.evidence
-    assert "rblnctl vfio bind" in drv.remedy
+    assert "`rblnctl vfio bind 0000:3b:00.0 0000:5e:00.0`" in drv.remedy  # issue 39: the NPUs, no BDF placeholder
     # the host alone cannot tell its node's mode, which decides the driver: both commands, none to run as given
     assert "`rblnctl vfio recover 0000:3b:00.0 --mode container` on a container-mode node" in drv.remedy
     assert "`rblnctl vfio recover 0000:3b:00.0 --mode vm` on a vm-passthrough node" in drv.remedy
@@ -140,9 +140,12 @@ def test_unbound_and_foreign_driver_warn(tmp_path):
     # `preflight --hosts` knows the node's mode and completes it
     from rblnctl.preflight.hosts import with_node_mode
 
-    vm = with_node_mode(drv, "vm-passthrough")
+    from tests.preflight.spelt import spelt_check
+
+    vm = spelt_check(with_node_mode(drv, "vm-passthrough"))
     assert vm.remedy_command == "rblnctl vfio recover 0000:3b:00.0 --mode vm"
-    assert with_node_mode(drv, "container").remedy_command == "rblnctl vfio recover 0000:3b:00.0 --mode container"
+    assert spelt_check(with_node_mode(drv, "container")).remedy_command == \
+        "rblnctl vfio recover 0000:3b:00.0 --mode container"
     assert with_node_mode(drv, None) == drv
 
 

@@ -101,7 +101,9 @@ def test_several_resources_are_refused_with_the_choices(apiserver, kube):
     apiserver.clear_requests()
     with pytest.raises(Ambiguous) as e:
         attacher(kube, npus=1).plan("v1", NS)
-    assert e.value.choices == [CA22, CA25] and CA22 in str(e.value) and "n2" in str(e.value)
+    # issue 39 (4): one product per resource, so the products are the choices (`--product` picks one)
+    assert e.value.choices == ["RBLN-CA22", "RBLN-CA25"] and CA22 in str(e.value) and "n2" in str(e.value)
+    assert e.value.options == ("product",)
     assert isinstance(e.value, InvalidInput) and apiserver.writes() == []
 
 

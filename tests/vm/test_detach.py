@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rblnctl import constants as C
-from rblnctl.errors import InvalidInput
+from rblnctl.errors import InvalidInput, NotFound
 from tests.fakes import objects as o
 from tests.vm.support import (
     CA22,
@@ -61,15 +61,19 @@ def test_detach_a_device_that_is_not_an_npu_lists_the_npus(apiserver, kube):
         detacher(kube, device="gpu0").plan("v1", NS)
 
 
-def test_detach_of_a_device_already_gone_is_nothing_to_do_and_says_so(apiserver, kube):
-    """A re-run of a detach that landed (its reply lost, or cut short after the patch) must not be bad input."""
+def test_detach_of_a_device_the_vm_does_not_have_is_not_found(apiserver, kube):
+    """Issue 39 (9): `--device npu7` of a VM with no such device exited 0 saying it "already has 2 NPU(s) as asked";
+    as `kubectl delete` of an object that is not there, it is NotFound (exit 1) and nothing is written. A name an
+    earlier detach may have removed (npu1, one past the highest left) is a re-run finishing its job: nothing to do."""
     sandbox_cluster(apiserver)
     apiserver.add(o.vm(NS, "v1", running=False, host_devices=[CA22, NVIDIA]))
     apiserver.clear_requests()
-    plan = detacher(kube, device="npu7").plan("v1", NS)
-    assert plan.noop and plan.npus_after == 1
-    assert any("no host device 'npu7' (its NPU devices: npu0): nothing to detach" in str(w) for w in plan.warnings)
-    detacher(kube, device="npu7").apply(plan)
+    with pytest.raises(NotFound, match=r"no host device 'npu7' \(its NPU devices: npu0\); nothing was detached"):
+        detacher(kube, device="npu7").plan("v1", NS)
+    plan = detacher(kube, device="npu1").plan("v1", NS)
+    assert plan.noop and any("no host device 'npu1' (its NPU devices: npu0): nothing to detach" in str(w)
+                             for w in plan.warnings)
+    detacher(kube, device="npu1").apply(plan)
     assert apiserver.writes() == []
 
 

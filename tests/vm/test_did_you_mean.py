@@ -76,7 +76,9 @@ def test_permit_devices_before_any_vm_node_names_only_a_resource_the_cards_get(a
                      lambda n: n["metadata"]["labels"].update({"rebellions.ai/npu.product": "RBLN-CA99"}))
     r = cli("kubevirt", "permit-devices", "--dry-run", server=apiserver.url)
     assert r.exit_code == 1 and "--resource-name" not in r.stderr  # no entry covers it: no guess
-    assert "`rblnctl node set-mode vm npu-node-1`" in r.stderr and "the plugin gives RBLN-CA99" in r.stderr
+    assert "the plugin gives RBLN-CA99" in r.stderr
+    # issue 39: set-mode refuses that switch (no resourceList entry for RBLN-CA99), so it is not named
+    assert "node set-mode vm npu-node-1`" not in r.stderr and "no NPU node can switch to vm mode" in r.stderr
 
 
 def test_permit_devices_of_a_mistyped_name_suggests_the_policys_own_names_not_18_others(apiserver):

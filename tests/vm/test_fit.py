@@ -38,7 +38,7 @@ def test_each_node_holds_its_free_npus_divided_by_k(two_nodes, kube):
     r = rows(answer)
     assert [(r[n].free, r[n].fits) for n in ("n1", "n2")] == [(2, 1), (3, 1)]
     assert r["n1"].holders == (f"{NS}/virt-launcher-a-abcde",)
-    assert not r["n9"].eligible and "in container mode" in r["n9"].reason
+    assert not r["n9"].eligible and "in container mode" in str(r["n9"].reason)
     assert answer.summary() == f"3 VM(s) of 2 NPU(s) ({CA22}): only 2 fit now, on n1 (1), n2 (1)"
     three = rows(fit(kube, FitOptions(npus=3)))
     assert (three["n1"].fits, three["n2"].fits) == (0, 1)
@@ -115,8 +115,14 @@ def test_several_resources_need_a_name_or_a_product(apiserver, kube):
     answer = fit(kube, FitOptions(npus=1, product="RBLN-CA25"))
     assert answer.kind == CA25 and [n.node for n in answer.nodes if n.fits] == ["n2"]
     assert rows(answer)["n1"].reason == f"advertises no {CA25}"
+    # issue 39 (4): the command answers per product instead of refusing (a VM asks for one of them)
     r = cli("vm", "fit", "--npus", "1", server=apiserver.url)
-    assert r.exit_code == 2 and "name the resource or the product" in r.stderr
+    assert r.exit_code == 0, r.stderr
+    assert f"1 VM(s) of 1 NPU(s) ({CA22}): 1 fit now (4 could), on n1 (4)" in r.stdout
+    assert f"1 VM(s) of 1 NPU(s) ({CA25}): 1 fit now (4 could), on n2 (4)" in r.stdout
+    doc = yaml.safe_load(cli("vm", "fit", "--npus", "1", "-o", "yaml", server=apiserver.url).stdout)
+    assert doc["kind"] == "VmFitList" and [i["resource"] for i in doc["items"]] == [CA22, CA25]
+    assert [i["kind"] for i in doc["items"]] == ["VmFit", "VmFit"]
 
 
 def test_the_command_prints_every_node_and_exits_1_when_too_few_fit(two_nodes):

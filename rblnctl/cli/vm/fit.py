@@ -8,7 +8,7 @@ import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import OutputOpt, examples
-from rblnctl.cli.output import Cell, Column
+from rblnctl.cli.output import Cell, Column, Table
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, app
 
 FIT_EXAMPLES = examples(
@@ -76,15 +76,50 @@ def fit(
     from rblnctl.cli.console import waiting
     from rblnctl.cli.output import emit
     from rblnctl.errors import InvalidInput
-    from rblnctl.vm.fit import FitOptions, VmFitFailed
-    from rblnctl.vm.fit import fit as answer
+    from rblnctl.vm.fit import FitOptions, VmFitFailed, fit_each
 
     if resource and product:
         raise InvalidInput("--resource and --product cannot be combined")
     options = FitOptions(npus=npus, count=count, method=method.value if method else None, resource=resource,
                          product=product)  # bad input fails before connecting
     with waiting("reading the NPU nodes..."):
-        f = answer(ctx.obj.kube(from_cache=True), options)
-    emit(_fit_view(ctx, f), output)
-    if not f.ok:
-        raise VmFitFailed(f.summary())
+        answers = fit_each(ctx.obj.kube(from_cache=True), options)
+    if len(answers) == 1:
+        emit(_fit_view(ctx, answers[0]), output)
+        if not answers[0].ok:
+            raise VmFitFailed(answers[0].summary())
+        return
+    # vm-mode nodes of several products, none named: a VM asks for one, so one answer per product
+    emit(_fits_view(ctx, answers), output)
+    if not any(f.ok for f in answers):
+        raise VmFitFailed("; ".join(f.summary() for f in answers))
+
+
+def _fits_view(ctx: typer.Context, answers: list[Any]) -> Any:
+    """One VmFit per resource: in the human form each answer's summary and table in turn, as a document a
+    VmFitList whose items are the VmFit documents."""
+    from rblnctl.cli.output import View
+
+    views = [_fit_view(ctx, f) for f in answers]
+    blocks = [_Block(f.summary(), v.tables) for f, v in zip(answers, views, strict=True)]
+    return View(kind="VmFitList", body={"items": [v.document() for v in views]},
+                preamble=[f"vm-mode nodes offer {len(answers)} kinds of NPU; a VM asks for one (--product picks it):"],
+                tables=blocks, epilogue=[line for v in views for line in v.epilogue],
+                notes=list(dict.fromkeys(n for v in views for n in v.notes)),
+                names=list(dict.fromkeys(n for v in views for n in v.names or ())))
+
+
+class _Block(Table):
+    """One answer of several: its summary line, then its table (rendered as Table.render is)."""
+
+    def __init__(self, summary: str, tables: Any) -> None:
+        super().__init__()
+        self.summary = summary
+        self.tables = list(tables)
+
+    def render(self, *, wide: bool = False, headers: bool = True, color: bool = False, width: int | None = None
+               ) -> str:
+        from rblnctl.cli.output import prose
+
+        return "\n".join([prose([self.summary], width), *(t.render(wide=wide, headers=headers, color=color,
+                                                                   width=width) for t in self.tables)])

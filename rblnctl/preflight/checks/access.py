@@ -13,6 +13,7 @@ from rblnctl import rbac
 from rblnctl.preflight.checks.common import unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.remedy import Command, Remedy
 
 ID, TITLE = "rbac.commands", "Commands these credentials can run"
 
@@ -37,5 +38,5 @@ def check_access(f: ClusterFacts, out: Findings) -> None:
     shown = "; ".join(f"{c} (needs {', '.join(m[:3])}{', ...' if len(m) > 3 else ''})" for c, m in blocked.items())
     out.add(ID, TITLE, SCOPE_CLUSTER, Status.WARN, f"cannot run {len(blocked)} of {len(rbac.COMMANDS)}: "
             f"{shown}{partial}",
-            f"grant the rules `rblnctl rbac --role {role}` prints to this account (an admin applies them)",
-            f"rblnctl rbac --role {role} -n {f.operator_namespace}")
+            Remedy("grant the rules {command} prints to this account (an admin applies them)",
+                   Command.own("rbac", role=role, namespace=f.operator_namespace)))

@@ -24,10 +24,11 @@ def unreadable(out: Findings, id_: str, title: str, fetch_: Fetch) -> None:
             else "")
 
 
-def pick(f: ClusterFacts, st: Any) -> str:
-    """` --name N -n NS` when several KubeVirt CRs exist (`rblnctl kubevirt` refuses to guess), else ""."""
+def pick(f: ClusterFacts, st: Any) -> dict[str, Any]:
+    """The options naming the KubeVirt CR (`name`, `namespace`) when several exist (the kubevirt commands refuse to
+    guess), else none."""
     several = f.kubevirts.ok and len(f.kubevirts.value or []) > 1
-    return f" --name {st.name} -n {st.namespace}" if several else ""
+    return {"name": st.name, "namespace": st.namespace} if several else {}
 
 
 def helm_release(f: ClusterFacts) -> HelmRelease | None:

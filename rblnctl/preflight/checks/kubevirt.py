@@ -9,6 +9,7 @@ from rblnctl.kubevirt.status import status_of, supported_kubernetes
 from rblnctl.preflight.checks.common import pick, unreadable
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.remedy import Command, Remedy
 from rblnctl.versions import format_version, parse_version
 
 
@@ -69,8 +70,8 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     wanted = [C.GATE_HOST_DEVICES] + ([C.GATE_HOST_DEVICES_DRA] if f.method == C.METHOD_DRA else [])
     states = [gate_state(g, st.feature_gates, st.disabled_feature_gates, st.version) for g in wanted]
     evidence = "; ".join(f"{s.name}: {s.reason}" for s in states)
-    command = "rblnctl kubevirt enable-gates" + (" --dra" if f.method == C.METHOD_DRA else "") + pick(f, st)
-    cmd = f"`{command}`"
+    command: Command | None = Command.own("kubevirt", "enable-gates", dra=f.method == C.METHOD_DRA, **pick(f, st))
+    cmd = "{command}"
     # enable-gates refuses to add HostDevicesWithDRA below KubeVirt 1.9.0 or on an unknown version
     # (without --force): name the step that actually works.
     dra_write = f.method == C.METHOD_DRA and any(
@@ -78,28 +79,33 @@ def check_kubevirt(f: ClusterFacts, out: Findings) -> dict | None:
     gate_floor = C.GATE_MIN_KUBEVIRT.get(C.GATE_HOST_DEVICES_DRA)
     pre = ""
     if dra_write and v is None:
-        command = f"rblnctl kubevirt enable-gates --dra --force{pick(f, st)}"
-        cmd = f"`{command}` (--force because the KubeVirt version is unknown)"
+        command = Command.own("kubevirt", "enable-gates", dra=True, force=True, **pick(f, st))
+        cmd = "{command} (forced: the KubeVirt version is unknown)"
     elif dra_write and gate_floor and v is not None and v < gate_floor:
         pre = f"upgrade KubeVirt to {format_version(gate_floor)} or later (see kubevirt.version), then "
-        command = ""  # enable-gates refuses until KubeVirt is upgraded
+        command = None  # enable-gates refuses until KubeVirt is upgraded
     what = "adds them to featureGates, keeps the other gates, takes them out of disabledFeatureGates"
     # HCO puts its own featureGates back over any edit of a KubeVirt CR it manages (rblnctl.kubevirt.cr.hco_owner),
     # and `rblnctl kubevirt enable-gates` refuses such a CR: the change belongs on the HyperConverged CR.
     hco = hco_remedy(kv, "gates")
     if hco:
-        command = ""
+        command = None
+
+    def gates(text: str) -> Remedy:  # the words, with the command where they place it (none: no `{command}`)
+        return Remedy(text if command is not None else text.replace("{command}", "enable them with kubevirt "
+                                                                    "enable-gates"), command)
+
     if any(s.effective is False for s in states):
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.FAIL, evidence,
-                f"{pre}{hco or f'{cmd} ({what})'}", command)
+                gates(f"{pre}{hco or f'{cmd} ({what})'}"))
     elif any(s.effective is None for s in states):
         # Not listed, and whether the Beta default applies depends on a version we cannot read.
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
-                f"{pre}{hco or f'{cmd}: listing the gates makes them on whatever the version ({what})'}", command)
+                gates(f"{pre}{hco or f'{cmd}: listing the gates makes them on whatever the version ({what})'}"))
     elif any(not s.listed for s in states):
         why = "the setup guide lists both gates explicitly, so a later default change cannot turn DRA off"
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.WARN, evidence,
-                f"{hco}: {why}" if hco else f"{cmd}: {why}", command)
+                gates(f"{hco}: {why}" if hco else f"{cmd}: {why}"))
     else:
         out.add("kubevirt.gates", t_gates, SCOPE_CLUSTER, Status.PASS, evidence)
     return kv

@@ -11,10 +11,16 @@ from rblnctl.operator.release import UNKNOWN, release_of
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
 from rblnctl.nfd import NodeNfd, features_by_node, iommu_fact, node_nfd
+from rblnctl.node.record import record_of, switch_command
+from rblnctl.operator.nodes import node_product
+from rblnctl.remedy import Command, Remedy
 
-# set-mode's documented order is MODE, then the nodes (`NODE MODE` is only still accepted for one node).
-MODE_LABEL_REMEDY = "`rblnctl node set-mode vm NODE` (or `container`)"  # the same prose for every node: rows group
-NFD_FACT_REMEDY = "run `rblnctl preflight --local` on that node, or enable NFD's {source} source"
+LOCAL_CHECK = Command.own("preflight", local=True, on_host=True)  # run on the node itself
+
+
+def nfd_fact_remedy(source: str) -> Remedy:
+    """The same words for every node (rows group): the host check on the node, or the NFD source that tells."""
+    return Remedy(f"run {{command}} on that node, or enable NFD's {source} source", LOCAL_CHECK)
 
 
 def short_mode(mode: str) -> str:
@@ -63,7 +69,7 @@ def check_nodes(f: ClusterFacts, out: Findings) -> None:
         else:
             out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.WARN,
                     f"none of {len(nodes)} NPU nodes is in {C.MODE_VM} mode: no VM can get an NPU yet",
-                    "`rblnctl node set-mode vm NODE` on the nodes meant for VMs")
+                    _first_switch(f, nodes))
     else:
         out.add("nodes.vm-mode", "NPU nodes in vm-passthrough mode", SCOPE_CLUSTER, Status.SKIP,
                 "no NPU node to check (see nfd.npu-nodes)")
@@ -77,6 +83,18 @@ def check_nodes(f: ClusterFacts, out: Findings) -> None:
         nfd = node_nfd(node, by_node.get(name, []))
         check_one_node(name, modes.get(name, C.DEFAULT_MODE), node, nfd, features_note, out)
         check_vm_npus(f, node, modes.get(name, C.DEFAULT_MODE), offers.get(name), out)
+
+
+def _first_switch(f: ClusterFacts, nodes: list[dict]) -> Remedy:
+    """Switch the nodes meant for VMs, naming the first one `node set-mode vm` accepts (the policy's switch
+    blockers for its product: rblnctl.operator.policy.Policy.switch_blockers, the rules set-mode refuses by)."""
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        if f.policy is None or not f.policy.switch_blockers(C.MODE_VM, product=node_product(node)):
+            return Remedy("switch the nodes meant for VMs, one at a time or by label: {command} for one",
+                          switch_command(node, C.MODE_VM))
+    assert f.policy is not None  # every node blocked: by the policy's rules
+    why = f.policy.switch_blockers(C.MODE_VM, product=node_product(nodes[0]))[0].message
+    return Remedy(f"no NPU node's switch to vm mode would converge under the RBLNClusterPolicy ({why})")
 
 
 def check_vm_npus(f: ClusterFacts, node: dict, mode: str, offer: list[str] | None, out: Findings) -> None:
@@ -94,12 +112,12 @@ def check_vm_npus(f: ClusterFacts, node: dict, mode: str, offer: list[str] | Non
     if offer is None:
         out.add(id_, VM_NPUS_TITLE, name, Status.WARN if cordoned else Status.PASS,
                 "unknown: the DRA driver's ResourceSlices could not be read (see dra.driver)"
-                + (f"; {cordon}" if cordon else ""), _uncordon(name) if cordoned else "")
+                + (f"; {cordon}" if cordon else ""), _uncordon(node) if cordoned else "")
         return
     if offer:
         if cordoned:
             out.add(id_, VM_NPUS_TITLE, name, Status.WARN, f"{', '.join(offer)}, but {cordon}: no new VM is "
-                    "placed here", _uncordon(name))
+                    "placed here", _uncordon(node))
         else:
             out.add(id_, VM_NPUS_TITLE, name, Status.PASS, ", ".join(offer))
         return
@@ -111,25 +129,34 @@ def check_vm_npus(f: ClusterFacts, node: dict, mode: str, offer: list[str] | Non
     parts += [h.describe() for h in holds]
     if not holds and f.component_pods is not None and not f.component_pods.ok:
         parts.append("its operator pods could not be read")
-    out.add(id_, VM_NPUS_TITLE, name, Status.FAIL, "; ".join(parts), _vm_npus_remedy(f, name, holds))
+    out.add(id_, VM_NPUS_TITLE, name, Status.FAIL, "; ".join(parts), _vm_npus_remedy(f, node, holds))
 
 
-def _uncordon(node: str) -> str:
-    return (f"if a `rblnctl node set-mode vm {node}` left it cordoned, run it again to finish; else "
-            f"`kubectl uncordon {node}`")
+def _uncordon(node: dict) -> Remedy:
+    """A cordoned vm-passthrough node: the unfinished switch that left it so is finished by running it again
+    (its record on the node says so); else kubectl uncordons it."""
+    name = node["metadata"]["name"]
+    uncordon = Command.external("kubectl", "uncordon", name)
+    record = record_of(node)
+    if record is not None and record.target == C.MODE_VM:
+        return Remedy("an unfinished switch to vm left it cordoned: {command} finishes it", switch_command(node,
+                                                                                                     C.MODE_VM))
+    return Remedy("if cordoning it was not meant: {command}", uncordon)
 
 
-def _vm_npus_remedy(f: ClusterFacts, node: str, holds: list) -> str:
+def _vm_npus_remedy(f: ClusterFacts, node: dict, holds: list) -> Remedy:
     """The way out for a vm-passthrough node that offers nothing: the operator release that fixes a plugin stuck on
-    something that never comes on a vm-passthrough node, else what set-mode and node list say."""
+    something that never comes on a vm-passthrough node (and switching back, `reverse` while a switch to vm is
+    unfinished: what set-mode accepts, record.switch_command), else what set-mode and node list say."""
+    name = node["metadata"]["name"]
     release = release_of(f.operator.value or []) if f.operator.ok else UNKNOWN
     for h in holds:
         if h.stuck and h.component in (C.COMP_SANDBOX, C.COMP_DRA) and h.waits_for:
-            return (f"the operator's {h.component} cannot start on a vm-passthrough node as this release builds it: "
-                    f"{release.remedy(h.component)}; or switch the node back, `rblnctl node set-mode container "
-                    f"{node}`")
-    return (f"`rblnctl node set-mode vm {node}` waits for the operator and names what is missing; "
-            f"`rblnctl node list -o wide {node}` shows its components")
+            return Remedy(f"the operator's {h.component} cannot start on a vm-passthrough node as this release "
+                          f"builds it: {release.remedy(h.component)}; or switch the node back, {{command}}",
+                          switch_command(node, C.MODE_CONTAINER))
+    return Remedy("{command} waits for the operator and names what is missing; {more0} shows its components",
+                  switch_command(node, C.MODE_VM), more=(Command.own("node", "list", name, output="wide"),))
 
 
 def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note: str | None,
@@ -146,11 +173,11 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
         out.add("node.iommu", "IOMMU enabled", name, Status.PASS, iommu_ev)
     elif iommu is False:
         out.add("node.iommu", "IOMMU enabled", name, bad, iommu_ev + later,
-                f"turn the IOMMU on: {advice.enable_in_firmware(None)}; {advice.cmdline_fix(None)}; "
-                "`rblnctl preflight --local` on the node names what applies to its CPU")
+                Remedy(f"turn the IOMMU on: {advice.enable_in_firmware(None)}; {advice.cmdline_fix(None)}; "
+                       "{command} on the node names what applies to its CPU", LOCAL_CHECK))
     else:
         out.add("node.iommu", "IOMMU enabled", name, Status.WARN, f"unknown: {iommu_ev}",
-                NFD_FACT_REMEDY.format(source="pci") + " (NFD >= v0.10 publishes iommu_group/type)")
+                Remedy(nfd_fact_remedy("pci").text + " (NFD >= v0.10 publishes iommu_group/type)", LOCAL_CHECK))
 
     check_node_modules(name, vm_mode, nfd, features_note, out)
 
@@ -169,7 +196,7 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
     if dmi_text:
         how += f"; DMI {dmi_text}"
     if is_vm is None:
-        out.add("node.viommu", title, name, Status.WARN, f"unknown: {how}", NFD_FACT_REMEDY.format(source="cpu"))
+        out.add("node.viommu", title, name, Status.WARN, f"unknown: {how}", nfd_fact_remedy("cpu"))
     elif not is_vm:
         out.add("node.viommu", title, name, Status.PASS, f"bare metal ({how})")
     elif iommu is True:
@@ -179,7 +206,7 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
                 f"{advice.viommu(None)}, and boot it with {advice.guest_param((), None)}")
     else:
         out.add("node.viommu", title, name, Status.WARN, f"VM ({how}); whether it has a vIOMMU is unknown: {iommu_ev}",
-                NFD_FACT_REMEDY.format(source="pci"))
+                nfd_fact_remedy("pci"))
 
     labels = (node.get("metadata") or {}).get("labels") or {}
     raw = mode_of(labels, None).label
@@ -194,8 +221,7 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
         meant = C.MODE_ALIASES.get(str(raw).strip().lower())
         out.add("node.mode-label", title, name, Status.FAIL,
                 f"{C.WORKLOAD_LABEL}={raw!r} is not container or vm-passthrough: the operator ignores it and uses "
-                f"the policy default ({mode})", MODE_LABEL_REMEDY,
-                f"rblnctl node set-mode {short_mode(meant)} {name}" if meant else "")
+                f"the policy default ({mode})", _mode_label_remedy(str(raw), meant))
 
     skip = labels.get(C.DEPLOY_SKIP_LABEL)
     title = "Operator manages the node (npu.deploy.skip)"
@@ -211,19 +237,30 @@ def check_one_node(name: str, mode: str, node: dict, nfd: NodeNfd, features_note
         out.add("node.deploy-skip", title, name, Status.PASS, f"{C.DEPLOY_SKIP_LABEL} not set")
 
 
+def _mode_label_remedy(raw: str, meant: str | None) -> Remedy:
+    """Relabel the safe way (cordon, drain, wait for the operator) every node that carries this value: set-mode to
+    the mode the value meant (`vm`), else to either mode. By label, so the rows of those nodes stay one group."""
+    pick = f"{C.WORKLOAD_LABEL}={raw}"
+    if meant:
+        return Remedy("set it the safe way (cordon, drain, wait for the operator) on every node so labelled",
+                      Command.own("node", "set-mode", short_mode(meant), selector=pick))
+    return Remedy("set a valid mode the safe way on every node so labelled: {command} (or `container` in place of "
+                  "`vm`)", Command.own("node", "set-mode", "vm", selector=pick))
+
+
 def check_node_modules(name: str, vm_mode: bool, nfd: NodeNfd, features_note: str | None, out: Findings) -> None:
     """`node.vfio-modules` from NFD's kernel.enabledmodule (loaded + built-in), else kernel.loadedmodule."""
     title = "VFIO kernel modules loaded"
     enabled = nfd.elements(C.NFD_FEATURE_ENABLED_MODULES)
     loaded = nfd.elements(C.NFD_FEATURE_LOADED_MODULES)
-    fix = ("`modprobe vfio_pci` on the node (the operator's vfio-manager does it on vm-passthrough nodes); "
-           "`rblnctl preflight --local` there shows the details")
+    fix = Remedy("`modprobe vfio_pci` on the node (the operator's vfio-manager does it on vm-passthrough nodes); "
+                 "{command} there shows the details", LOCAL_CHECK)
     if enabled is None and loaded is None:
         why = features_note or (f"NFD publishes no {C.NFD_FEATURE_LOADED_MODULES} features for this node"
                                 if nfd.objects else "no NodeFeature object for this node")
         if vm_mode:
             out.add("node.vfio-modules", title, name, Status.WARN, f"unknown: {why}",
-                    NFD_FACT_REMEDY.format(source="kernel"))
+                    nfd_fact_remedy("kernel"))
         else:
             out.add("node.vfio-modules", title, name, Status.SKIP,
                     f"unknown ({why}); only vm-passthrough nodes need them")

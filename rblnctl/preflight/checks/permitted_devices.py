@@ -10,6 +10,7 @@ from rblnctl.operator import resources as R
 from rblnctl.preflight.checks.common import pick
 from rblnctl.preflight.facts import ClusterFacts
 from rblnctl.preflight.model import SCOPE_CLUSTER, Findings, Status
+from rblnctl.remedy import Command, Remedy
 
 
 def advertised_vm_resources(f: ClusterFacts) -> dict[str, list[str]]:
@@ -51,17 +52,18 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
             f"{r} ({len(ns)} node{'s' if len(ns) != 1 else ''})" for r, ns in missing.items()) + (
             " (KubeVirt has no permittedHostDevices, so it checks no name now; once the list exists it refuses "
             "every name the list does not hold)" if unchecked else ""))
-        fixes.append(f"rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}")
+        fixes.append(Command.own("kubevirt", "permit-devices", from_cluster=True, **pick(f, st)))
     if no_erp:
         problems.append(f"externalResourceProvider is not true for {', '.join(no_erp)}: KubeVirt would start its "
                         "own device plugin beside the RBLN sandbox device plugin")
-        fixes.append(f"rblnctl kubevirt permit-devices --fix{pick(f, st)}")
+        fixes.append(Command.own("kubevirt", "permit-devices", fix=True, **pick(f, st)))
     # HCO reverts edits of a KubeVirt CR it manages, and permit-devices refuses one: name the HyperConverged CR.
     hco = hco_remedy(kv, "devices")
     if problems:
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN if unchecked else Status.FAIL,
                 f"permitted: {names}; " + "; ".join(problems),
-                hco or " and ".join(f"`{x}`" for x in fixes), "" if hco else " && ".join(fixes))
+                hco or Remedy("{command}" + "".join(f" and {{more{i}}}" for i in range(len(fixes) - 1)), fixes[0],
+                              more=tuple(fixes[1:])))
         return
     nodes_unknown = "NPU nodes could not be read (see nfd.npu-nodes), so what they advertise is unknown"
     if not permitted:
@@ -72,9 +74,12 @@ def check_permitted_devices(f: ClusterFacts, kv: dict | None, out: Findings) -> 
                 else nodes_unknown)
         out.add(id_, title, SCOPE_CLUSTER, Status.WARN,
                 f"no RBLN entry in permittedHostDevices.pciHostDevices; {seen}".rstrip("; "),
-                "once the sandbox device plugin runs on a vm-passthrough node: " + (
-                    hco or f"`rblnctl kubevirt permit-devices --from-cluster{pick(f, st)}` "
-                    f"(or `--resource-name {resources.example(node_products(f))}`)"))
+                Remedy("once the sandbox device plugin runs on a vm-passthrough node: " + hco) if hco else Remedy(
+                    # what works now: naming the resource (reading it from the cluster needs a node advertising it)
+                    "name the resource now, {command}, or, once the sandbox device plugin runs on a vm-passthrough "
+                    "node, let permit-devices read it from the cluster",
+                    Command.own("kubevirt", "permit-devices", resource_name=(resources.example(node_products(f)),),
+                                **pick(f, st))))
         return
     if not in_use:
         out.add(id_, title, SCOPE_CLUSTER, Status.PASS,

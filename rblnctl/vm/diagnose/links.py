@@ -9,6 +9,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.errors import one_line
@@ -456,7 +457,7 @@ def _capacity(chain: _Chain, f: Facts) -> bool:
         command=LIST_VMS))
 
 
-def _attach(ref: VmRef, **options: str | bool) -> Command:
+def _attach(ref: VmRef, **options: Any) -> Command:
     """`vm attach` of this VM with `options`."""
     return Command.own("vm", "attach", ref.name, again=False, namespace=ref.namespace, **options)
 
@@ -646,13 +647,13 @@ def _claim_name(chain: _Chain, f: Facts, node: str) -> bool:
         command=_attach(ref, restart=True)))
 
 
-def _shared_claim_names(f: Facts) -> list[str]:
+def _shared_claim_names(f: Facts) -> list[str | Remedy]:
     """A warning when VMs elsewhere share a claim name with this one: on one node, one of them would not start."""
     elsewhere = sorted({str(n.vm) for n in f.neighbours})
     if not elsewhere:
         return []
-    return [f"VM {f.ref} shares a DRA claim name with {', '.join(elsewhere[:5])} on other nodes: on one node, one of "
-            f"them could not start; `rblnctl vm attach {f.ref.name} -n {f.ref.namespace} --restart` gives it its own"]
+    return [Remedy(f"VM {f.ref} shares a DRA claim name with {', '.join(elsewhere[:5])} on other nodes: on one node, "
+                   "one of them could not start; {command} gives it its own", _attach(f.ref, restart=True))]
 
 
 def _never_fits(f: Facts, ref: VmRef, vmi: dict) -> tuple[str, Remedy] | None:

@@ -23,7 +23,7 @@ def test_the_read_role_names_the_commands_it_cannot_run_and_the_role_to_grant(ap
     for command in set(rbac.COMMANDS) - rbac.READ_COMMANDS:
         assert f"{command} (needs " in c.evidence
     assert "node set-mode (needs patch nodes" in c.evidence or "node set-mode (needs " in c.evidence
-    assert c.remedy_command == "rblnctl rbac --role operate -n rbln-system"
+    assert c.remedy_command == "rblnctl rbac -n rbln-system --role operate"
 
 
 def test_the_operate_role_runs_everything(apiserver, kube):

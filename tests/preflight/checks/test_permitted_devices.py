@@ -51,7 +51,7 @@ def test_the_remedy_names_the_resources_of_the_release_installed(apiserver, kube
     p = cluster(run(kube))["kubevirt.permitted-devices"]
     assert p.status == Status.WARN and "RBLN-CA22_PF" not in p.remedy + p.evidence
     # the seeded node's product is RBLN-CA22, which chart v0.3.0's sandbox resourceList does not list: its first entry
-    assert "`--resource-name rebellions.ai/ATOM_PT`" in p.remedy
+    assert "`rblnctl kubevirt permit-devices --resource-name rebellions.ai/ATOM_PT`" in p.remedy
     assert "rebellions.ai/ATOM_PT, rebellions.ai/ATOM_MAX_PT, rebellions.ai/REBEL_PT" in p.evidence
 
 
@@ -60,7 +60,7 @@ def test_the_remedy_names_the_clusters_product_in_the_per_product_scheme(apiserv
     apiserver.mutate("Node", "npu-0000", fn=lambda n: n["metadata"]["labels"].update(
         {"rebellions.ai/npu.product": "RBLN-CA25"}))
     p = cluster(run(kube))["kubevirt.permitted-devices"]
-    assert "`--resource-name rebellions.ai/RBLN-CA25_PF`" in p.remedy
+    assert "`rblnctl kubevirt permit-devices --resource-name rebellions.ai/RBLN-CA25_PF`" in p.remedy
 
 
 def test_example_resource_per_scheme():

@@ -38,8 +38,10 @@ def test_permitted_devices_with_both_problems_chains_both_commands(apiserver, ku
              "externalResourceProvider": False}
     seed(apiserver, kubevirt=o.kubevirt(feature_gates=["HostDevices"], permitted_pci=[entry]))
     p = cluster(run(kube))["kubevirt.permitted-devices"]
-    assert p.remedy_command == ("rblnctl kubevirt permit-devices --from-cluster && "
-                                "rblnctl kubevirt permit-devices --fix")
+    # issue 39: remedyCommand is the remedy's (first) command; the prose names both, in order
+    assert p.remedy_command == "rblnctl kubevirt permit-devices --from-cluster"
+    assert p.remedy == ("`rblnctl kubevirt permit-devices --from-cluster` and "
+                        "`rblnctl kubevirt permit-devices --fix`")
 
 
 def test_policy_field_is_a_kubectl_patch_with_helm_pinned_to_the_installed_chart_as_the_durable_way(apiserver, kube):
@@ -122,16 +124,17 @@ def test_forbidden_read_names_the_can_i_check(apiserver, kube):
 
 
 @pytest.mark.parametrize("value, command", [
-    ("vm", "rblnctl node set-mode vm n-bad"),  # issue 21: set-mode's order, MODE then NODE, as typed
-    ("Container", "rblnctl node set-mode container n-bad"),
-    ("gpu", ""),  # which mode was meant is the user's choice
+    ("vm", "rblnctl node set-mode vm --selector rebellions.ai/npu.workload.config=vm"),  # issue 21: MODE first
+    ("Container", "rblnctl node set-mode container --selector rebellions.ai/npu.workload.config=Container"),
+    # which mode was meant is the user's choice: vm, or container in its place (issue 39: a command that runs)
+    ("gpu", "rblnctl node set-mode vm --selector rebellions.ai/npu.workload.config=gpu"),
 ])
 def test_mode_label_command_only_when_the_value_names_a_mode(apiserver, kube, value, command):
     seed(apiserver, nodes=0)
     apiserver.add(o.npu_node("n-bad", mode=value), nfd_features("n-bad"))
     r = per_node(run(kube), "node.mode-label")["n-bad"]
     assert r.status == Status.FAIL and r.remedy_command == command
-    assert "`rblnctl node set-mode vm NODE`" in r.remedy  # never the old `set-mode NODE vm-passthrough` order
+    assert f"`{command}`" in r.remedy  # by the label: every node with that value in one group, one command
 
 
 def test_deploy_skip_command_names_the_node(apiserver, kube):
