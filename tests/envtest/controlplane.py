@@ -53,6 +53,16 @@ rules:
 """
 
 
+
+def terminate(popen: subprocess.Popen, grace_s: float = 15) -> None:
+    """SIGTERM, then SIGKILL when it has not ended within `grace_s`: how every test process here is stopped."""
+    popen.terminate()
+    try:
+        popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(timeout=5)
+
 class EnvtestUnavailable(Exception):
     """The real control plane cannot run here (no KUBEBUILDER_ASSETS, missing binaries, no openssl)."""
 
@@ -157,12 +167,7 @@ class ControlPlane:
         while self.processes:
             p = self.processes.pop()
             if p.alive():
-                p.popen.terminate()
-                try:
-                    p.popen.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.popen.kill()
-                    p.popen.wait(timeout=5)
+                terminate(p.popen)
         atexit.unregister(self.stop)
 
     def __enter__(self) -> "ControlPlane":

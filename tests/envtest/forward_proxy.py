@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.envtest.controlplane import terminate
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -55,12 +57,7 @@ class _ProxyProcess:
 
     def stop(self) -> None:
         if self._popen is not None and self._popen.poll() is None:
-            self._popen.terminate()
-            try:
-                self._popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._popen.kill()
-                self._popen.wait(timeout=5)
+            terminate(self._popen, grace_s=10)
         self._popen = None
 
 

@@ -63,6 +63,7 @@ from tests.envtest.controlplane import (
     _http_ok,
     assets_dir,
     free_ports,
+    terminate,
 )
 from tests.envtest.crds import operator_crds_v030
 
@@ -266,12 +267,7 @@ class OperatorStack:
         if self.operator is not None:
             p, self.operator = self.operator, None
             if p.alive():
-                p.popen.terminate()
-                try:
-                    p.popen.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.popen.kill()
-                    p.popen.wait(timeout=5)
+                terminate(p.popen)
         if self._kubelet is not None:
             self._kubelet.stop()
             self._kubelet = None
