@@ -543,6 +543,12 @@ VM_DRA_CLAIM = "rbln-npu"
 # ("count > 1 is not supported", kubevirt/kubevirt@v1.9.0 pkg/dra/utils.go resolveDevice), so N NPUs
 # are N requests, not one request with count N.
 VM_DRA_TEMPLATE_PREFIX = "rbln-npu-"
+# Written by the NPU patch that moves a VM off one of rblnctl's templates, which the same run deletes next:
+# "<name> uid=<uid>". A run interrupted between the two leaves the template; the next run for the VM (the same
+# command again, which has nothing else to do) deletes that template, and only it: by uid, while it is rblnctl's and
+# no VM or VMI names it (issue 37). A sweep of every unused template would also take one a second rblnctl run has
+# just created for a VM it is about to patch; this names the one the VM itself left. Rewritten by each NPU patch.
+VM_TEMPLATE_LEFT_ANNOTATION = "rebellions.ai/rblnctl.template-left"
 VM_DRA_REQUEST_PREFIX = "npu"
 # Set on a VM while `vm attach|detach --restart` has it stopped, cleared once it is started again: a run that
 # could not start it (killed, or the start failed) leaves it, and the next run starts the VM. Its value is

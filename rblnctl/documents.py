@@ -425,7 +425,8 @@ METHOD_PLAN = Shape(
     prerequisites=Each("prerequisites", Shape(name="name", ok="ok", detail="detail")),
     vmsHoldingNpus=Each("holders", Shape(namespace="namespace", name="name", holds="holds")),
     vmPassthroughNodes="vm_nodes", deviceClass="device_class", convertVms="convert",
-    conversions=Each("conversions", Shape(namespace="vm.namespace", name="vm.name", npus="npus", devices="devices")),
+    conversions=Each("conversions", Shape(namespace="vm.namespace", name="vm.name", npus="npus", devices="devices",
+                                          leftTemplate="left_template")),
     noop="noop",
     admissionRules=Of("rules", Shape(source="source", assumed="assumed", rules="ids", unknown="unknown")),
     blockers=Each("blockers", BLOCKER), warnings=Said("warnings"))

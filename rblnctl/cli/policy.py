@@ -131,9 +131,11 @@ def _method_view(plan: MethodPlan, result: MethodResult | None = None) -> View:
         styles = {"done": "green", "unchanged": "", "failed": "red", "not-attempted": "yellow"}
         for c in p["conversions"]:
             o = fate.get((c["namespace"], c["name"]))
-            status = "to-convert" if o is None else o["state"] if o["state"] != "done" else \
+            left = c.get("leftTemplate")  # converted already: only the old template an interrupted run left
+            status = ("to-clean-up" if left else "to-convert") if o is None else o["state"] if o["state"] != "done" \
+                else "old template deleted" if left else \
                 "converted, started again" if o["reason"] else "converted"  # a VM rblnctl had stopped: not silently
-            t.add_row(c["namespace"], c["name"], str(c["npus"]), old, p["to"],
+            t.add_row(c["namespace"], c["name"], str(c["npus"]), p["to"] if left else old, p["to"],
                       Cell(status, styles.get(o["state"], "") if o is not None else ""))
         tables.append(t)
     if p["prerequisites"]:

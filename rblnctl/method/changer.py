@@ -30,6 +30,7 @@ from rblnctl.kube import (
     KUBEVIRTS,
     NODES,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_SLICES,
     VMIS,
     VMS,
@@ -40,7 +41,9 @@ from rblnctl.kube import (
     writes,
 )
 from rblnctl.kube.optional import OnForbidden, optional
+from rblnctl.vm.model import VmRef
 from rblnctl.method.plan import (
+    Conversion,
     MethodEvents,
     MethodFacts,
     MethodOptions,
@@ -114,6 +117,7 @@ class MethodChanger:
                         on_forbidden=OnForbidden.UNKNOWN)  # refused: vms_error says why
         vms, vms_error = read.value or [], read.forbidden
         old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
+        old_vms += self._left_templates(vms, old_vms)
         served = daemonsets = None
         if target == C.METHOD_DRA:
             served = not optional(lambda: self.kube.list(DEVICE_CLASSES), what="list DeviceClasses",
@@ -129,6 +133,31 @@ class MethodChanger:
                            nodes=list_npu_node_objects(self.kube), vmis=vmis, vmis_error=vmis_error,
                            old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
                            daemonsets=daemonsets)
+
+    def _left_templates(self, vms: Sequence[dict], converting: Sequence[Conversion]) -> list[Conversion]:
+        """VMs converted by a run interrupted before it deleted the old method's template (the VM names it:
+        rblnctl.vm.attach.template_left), while that template is still there (one LIST, only when a VM names one):
+        the conversion deletes it (AttachPlanner: only while it is rblnctl's and no VM or VMI names it)."""
+        from rblnctl.vm.attach import template_left
+
+        skip = {(c.vm.namespace, c.vm.name) for c in converting}
+        named = [(vm, left) for vm in vms if (left := template_left(vm)) is not None
+                 and (str(vm["metadata"].get("namespace") or ""), str(vm["metadata"].get("name") or "")) not in skip]
+        if not named:
+            return []
+        templates = optional(lambda: self.kube.list(RESOURCE_CLAIM_TEMPLATES), what="list ResourceClaimTemplates",
+                             absent=[], on_forbidden=OnForbidden.UNKNOWN).value or []
+        there = {(str(t["metadata"].get("namespace") or ""), t["metadata"].get("name"), t["metadata"].get("uid"))
+                 for t in templates}
+        out = []
+        for vm, (name, uid) in named:
+            meta = vm["metadata"]
+            ns = str(meta.get("namespace") or "")
+            if (ns, name, uid) in there:
+                out.append(Conversion(vm=VmRef(namespace=ns, name=str(meta.get("name") or "")),
+                                      npus=max(1, D.npus_of(D.vm_spec(vm)).count), devices=[],
+                                      uid=meta.get("uid") or None, left_template=name))
+        return sorted(out, key=lambda c: c.vm)
 
     def _claim_test(self, view: OperatorView) -> Callable[[str], D.ClaimTest]:
         """Which resourceClaims entries ask for NPUs, per namespace: rblnctl's own, and (with convert_vms, which
@@ -246,7 +275,9 @@ class MethodChanger:
                 outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.NOT_ATTEMPTED,
                                             reason=stopped))
                 continue
-            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
+            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}"
+                                if c.left_template is None else f"VM {c.vm}: ResourceClaimTemplate {c.left_template}, "
+                                "which an interrupted conversion left, to delete")
             hint = Remedy("convert it with {command}", Command.own("vm", "attach", c.vm.name, namespace=c.vm.namespace,
                                                                   method=plan.target, convert=True))
             try:
@@ -275,6 +306,7 @@ class MethodChanger:
             # the vm attach library starts only a VM rblnctl stopped (its mark): say so, it is no silent start
             outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE, reason=(
                 "started again: an earlier rblnctl run had stopped it and could not start it" if result.restarted
+                else f"ResourceClaimTemplate {c.left_template} deleted" if c.left_template and result.templates_deleted
                 else "")))
         return outcomes
 

@@ -140,6 +140,9 @@ class Conversion:
     npus: int  # NPUs it has through the old method
     devices: list[str]  # those host devices' names
     uid: str | None = None  # its metadata.uid as read: the conversion changes only this VM (Replaced otherwise)
+    # converted already, by a run interrupted before it deleted the old method's template, which it names
+    # (C.VM_TEMPLATE_LEFT_ANNOTATION): the conversion only deletes that template
+    left_template: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -232,6 +232,7 @@ class VmNpuPlan:
     running_npus: int | None = None  # the NPUs its running VMI passes (None: no running VMI)
     uid: str | None = None  # the VM's metadata.uid as read: every write of apply() tests it (Replaced otherwise)
     run_strategy: str | None = None  # its runStrategy as read: a VM planned stopped is patched only while it stays so
+    template_left: str | None = None  # the patch's record of the template it moves the VM off (VM_TEMPLATE_LEFT_...)
 
 
 def stale_mark(vm: dict) -> str | None:
@@ -359,6 +360,27 @@ class MarkHeld(Refused):
 
 class StartedMeanwhile(Refused):
     """Someone else started the VM rblnctl held stopped, before its NPU patch: nothing was written."""
+
+
+_LEFT = re.compile(r"(\S+) uid=(\S+)")
+
+
+def template_left(vm: dict) -> tuple[str, str] | None:
+    """(name, uid) of the template the VM's last NPU patch moved it off (C.VM_TEMPLATE_LEFT_ANNOTATION), if any."""
+    found = _LEFT.fullmatch(str(((vm.get("metadata") or {}).get("annotations") or {}).get(
+        C.VM_TEMPLATE_LEFT_ANNOTATION) or ""))
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _left_ops(vm: dict, left: str | None) -> list[dict]:
+    """The NPU patch's ops on C.VM_TEMPLATE_LEFT_ANNOTATION: record the template the VM leaves, or drop an old one."""
+    annotations = (vm.get("metadata") or {}).get("annotations")
+    key = "/metadata/annotations/" + C.VM_TEMPLATE_LEFT_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    if left is None:
+        return [{"op": "remove", "path": key}] if C.VM_TEMPLATE_LEFT_ANNOTATION in (annotations or {}) else []
+    if annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {C.VM_TEMPLATE_LEFT_ANNOTATION: left}}]
+    return [{"op": "add", "path": key, "value": left}]
 
 
 def _held_guards(vm: dict) -> list[dict]:
@@ -764,12 +786,16 @@ class AttachPlanner:
                 else:
                     warns.append(f"{c.message} (the VM already has what was asked; nothing to change)")
         if templates is None:
-            templates = self._templates(ref, have, layout, target, blockers) if changed else (None, [], [])
-            if target.method == C.METHOD_DRA or have.dra or have.managed_template:
-                create, delete, kept = templates
+            templates = self._templates(ref, have, layout, target, blockers) if changed else \
+                (None, self._left_behind(vm, layout), [], None)
+            if target.method == C.METHOD_DRA or have.dra or have.managed_template or templates[1]:
+                create, delete, kept, _ = templates
                 keep = {layout.template, *delete} | ({create["metadata"]["name"]} if create else set())
                 warns += self._unused_notes(ref.namespace, keep)
-        create, delete, kept = templates
+        create, delete, kept, left = templates
+        if delete and not changed:
+            warns.append(f"ResourceClaimTemplate {ref.namespace}/{delete[0]}: an interrupted rblnctl run moved VM "
+                         f"{ref} off it and did not delete it; no VM or VMI names it: deleting it")
         running = is_running(vmi)
         meta = vm.get("metadata") or {}
         annotated = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION))
@@ -794,6 +820,7 @@ class AttachPlanner:
             patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
             if not running:  # changed as a stopped VM: only while it stays stopped (started meanwhile: 422, refused)
                 patch[1:1] = value_tests(vm, RUN_STATE)
+            patch += _left_ops(vm, left)
         now = self.clock.now()
         holder = mark_holder(vm, now) if annotated else None
         other = holder if holder is not None and holder.holder != self.identity else None
@@ -833,7 +860,8 @@ class AttachPlanner:
             resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
             template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
             node=_node(vmi), restart=bool(changed and running and self.options.restart), patch=patch,
-            noop=not changed and not stopped_by_us, warnings=warns, blockers=blockers, start=stopped_by_us,
+            noop=not changed and not stopped_by_us and not delete, template_left=left,
+            warnings=warns, blockers=blockers, start=stopped_by_us,
             generation=meta.get("generation"), stale_mark=bool(stale), uid=meta.get("uid") or None,
             run_strategy=run_strategy(vm),
             next_restart=bool(changed and self.options.next_restart and held is not None
@@ -841,9 +869,11 @@ class AttachPlanner:
             running_npus=held.count if held is not None else None)
 
     def _templates(self, ref: VmRef, have: VmNpus, layout: _Layout, target: Target,
-                   blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str]]:
-        """(template to create, rblnctl templates to delete, lines about templates kept) for this change."""
+                   blockers: list[Blocker]) -> tuple[dict | None, list[str], list[str], str | None]:
+        """(template to create, rblnctl templates to delete, lines about templates kept, the record of the template
+        the VM leaves for the patch to carry: C.VM_TEMPLATE_LEFT_ANNOTATION) for this change."""
         create = None
+        left = None
         old = have.managed_template
         old_obj = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, old, namespace=ref.namespace) if old else None
         if layout.template is not None:
@@ -874,7 +904,22 @@ class AttachPlanner:
                                 f"{'uses' if len(users) == 1 else 'use'} it")
                 else:
                     delete.append(old)
-        return create, delete, kept
+                    left = f"{old} uid={(old_obj.get('metadata') or {}).get('uid')}"
+        return create, delete, kept, left
+
+    def _left_behind(self, vm: dict, layout: _Layout) -> list[str]:
+        """The template an interrupted run moved this VM off and did not delete (C.VM_TEMPLATE_LEFT_ANNOTATION), when
+        it is still that object (its uid), rblnctl's, and named by no VM (this one included) or VMI: [name], else []."""
+        left = template_left(vm)
+        if left is None or left[0] == layout.template:
+            return []
+        (name, uid), ns = left, _ref(vm).namespace
+        obj = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
+        if obj is None or (obj.get("metadata") or {}).get("uid") != uid or not D.is_managed(obj):
+            return []
+        if self.template_users(ns, name, exclude="", vm_too=True):
+            return []
+        return [name]
 
     # -- applying ----------------------------------------------------------------------------------------
 
@@ -940,6 +985,8 @@ class AttachPlanner:
                 deleted, kept = self._delete_templates(final)
                 if plan.stale_mark and not run.ours:
                     self._mark(plan, None)
+            elif plan.templates_delete:  # nothing to change but the template an interrupted run left (_left_behind)
+                deleted, kept = self._delete_templates(plan)
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
             if not dry:
                 self._recover(restarter, plan, err, run)
@@ -1295,7 +1342,8 @@ class AttachPlanner:
                     self._still_held(plan, vm, vmi)
                     guards[:] = _held_guards(vm)
                 replan = self._plan(vm, vmi, current[0].target, templates=(None, current[0].templates_delete,
-                                                                           current[0].templates_kept))
+                                                                           current[0].templates_kept,
+                                                                           current[0].template_left))
                 if plan.restart and replan.running:
                     raise Refused(f"VM {plan.vm} was started again while rblnctl changed its NPUs; nothing was "
                                   "written", blockers=[VmBlocker("start it only after the change is made")])

@@ -580,6 +580,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="set-method --convert-vms: the policy is not read again before each VM write",
         tests=(_CONVERT_IDENTITY + "test_a_policy_switched_back_between_the_template_create_and_the_vm_patch_stops_"
                "the_conversions",)),
+    Mutation(
+        id="37.d5", file="rblnctl/vm/attach.py",
+        old="        if obj is None or (obj.get(\"metadata\") or {}).get(\"uid\") != uid or not D.is_managed(obj):",
+        new="        if obj is None or not D.is_managed(obj):",
+        what="vm attach: the template a VM left is deleted by name, whatever object holds that name now",
+        tests=("tests/vm/test_dra_other_actors.py::test_the_rerun_leaves_a_left_template_that_is_another_object_or_in_"
+               "use",)),
+    Mutation(
+        id="37.d6", file="rblnctl/vm/attach.py",
+        old="            patch += _left_ops(vm, left)",
+        new="            pass",
+        what="vm attach: the NPU patch records no template it moves the VM off (an interrupted run's is left for ever)",
+        tests=("tests/vm/test_dra_other_actors.py::test_the_rerun_of_an_attach_interrupted_before_its_template_delete_"
+               "deletes_that_template",)),
     # -- issue 29: the package graph docs/architecture.md draws, no package circle --------------------------------
     Mutation(
         id="29.g1", file="rblnctl/vm/listing.py",

@@ -142,3 +142,45 @@ def test_templates_rbac_will_not_list_leave_the_plan_as_it_was(apiserver, kube):
     plan = attacher(kube, npus=1).plan("v1", NS)
     assert plan.noop and not plan.blockers
     assert not [w for w in plan.warnings if "no VM or VMI of the namespace names it" in str(w)]
+
+
+def _interrupted_before_the_delete(apiserver, kube) -> None:
+    """`vm attach v1 --npus 2` killed after its NPU patch landed, before it deleted rbln-npu-1 (the explorer's
+    vm-attach-dra 02-PATCH sigterm and 03-DELETE sigint): the VM names rbln-npu-2 and records the one it left."""
+    world(apiserver)
+    apiserver.inject_fault(method="DELETE", path="/resourceclaimtemplates/rbln-npu-1$", drop=True, times=100)
+    planner = attacher(kube, npus=2)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - a dropped connection, however the client words it
+        planner.apply(planner.plan("v1", NS))
+    apiserver.clear_faults()
+    assert templates(apiserver) == ["rbln-npu-1", "rbln-npu-2"]
+    left = vm(apiserver)["metadata"]["annotations"]["rebellions.ai/rblnctl.template-left"]
+    assert left.startswith("rbln-npu-1 uid=")
+
+
+def test_the_rerun_of_an_attach_interrupted_before_its_template_delete_deletes_that_template(apiserver, kube):
+    """Before: the re-run said "nothing to do" and rbln-npu-1, rblnctl's and unused, stayed for ever (issue 37)."""
+    _interrupted_before_the_delete(apiserver, kube)
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert not plan.noop and plan.patch is None and plan.templates_delete == ["rbln-npu-1"]
+    result = planner.apply(plan)
+    assert result.templates_deleted == ["rbln-npu-1"] and templates(apiserver) == ["rbln-npu-2"]
+    assert attacher(kube, npus=2).plan("v1", NS).noop  # and then there is nothing left to do
+
+
+@pytest.mark.parametrize("meanwhile", ["recreated", "used"])
+def test_the_rerun_leaves_a_left_template_that_is_another_object_or_in_use(apiserver, kube, meanwhile):
+    """Only the object the VM left, and only while nothing names it: a template of that name re-created since
+    (another uid) or named by another VM is not deleted."""
+    _interrupted_before_the_delete(apiserver, kube)
+    if meanwhile == "recreated":
+        apiserver.delete_now("ResourceClaimTemplate", "rbln-npu-1", NS)
+        again = o.resource_claim_template(NS, "rbln-npu-1")
+        again["metadata"]["uid"] = str(uuid.uuid4())
+        apiserver.add(again)
+    else:
+        apiserver.add(o.dra_vm(NS, "other", 1))
+    plan = attacher(kube, npus=2).plan("v1", NS)
+    assert plan.noop and plan.templates_delete == []
+    assert templates(apiserver) == ["rbln-npu-1", "rbln-npu-2"]
