@@ -172,10 +172,11 @@ class VmState:
         virt-controller writes printableStatus Stopped (after Stopping or Terminating) once the VMI is final or
         gone, in a write of its own (kubevirt/kubevirt@v1.9.0 pkg/virt-controller/watch/vm/vm.go
         setPrintableStatus), so a state between the two is not yet stopped. A finished VMI of a Halted VM is deleted
-        by virt-controller (syncRunStrategy), and until then the VM's status still tells of it (ErrorUnschedulable
-        with a VMI Failed before it was scheduled: setPrintableStatus ranks those above Stopped): not stopped until
-        it says Stopped or the VMI is gone, so what `vm stop --wait` shows after "stopped" is not stale (issue 39)."""
-        leftover = self.vmi_phase is not None and self.run_strategy == "Halted" and self.printable_status != "Stopped"
+        by virt-controller (syncRunStrategy), and until then the VM's status may still tell of it (ErrorUnschedulable
+        with a VMI Failed before it was scheduled: setPrintableStatus ranks those above Stopped), or say Stopped
+        beside it (seen on real v1.9.0): not stopped until that VMI is gone, so what `vm stop --wait` shows after
+        "stopped" is not stale (issue 39)."""
+        leftover = self.vmi_phase is not None and self.run_strategy == "Halted"
         return (not self.live and not self.launchers and not self.ready and self.printable_status not in _MOVING
                 and not leftover)
 

@@ -1,5 +1,5 @@
-"""Which of the explorer's cases a run takes: every one with RBLNCTL_EXPLORE=full (not yet CI's default: some
-other-actor cases still fail, docs/testing.md "Other actors"), else a deterministic sample, each world's cases
+"""Which of the explorer's cases a run takes: every one with RBLNCTL_EXPLORE=full (CI, .ci/run, sets it), else a
+deterministic sample (a developer's `pytest`, within the suite's 5 minutes), each world's cases
 sorted and every k-th taken from an offset fixed by the world's name, so that every world is in the default run and
 the same cases are in every run (and in every xdist worker, which collect on their own). docs/testing.md has the
 sizes and times.
@@ -14,7 +14,7 @@ from typing import Any
 
 
 def full() -> bool:
-    """The whole matrix with RBLNCTL_EXPLORE=full; anything else (CI included) takes the sample."""
+    """The whole matrix with RBLNCTL_EXPLORE=full (CI); anything else takes the sample."""
     return os.environ.get("RBLNCTL_EXPLORE", "").lower() == "full"
 
 

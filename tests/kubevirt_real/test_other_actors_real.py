@@ -182,8 +182,8 @@ def npu_patches(kv) -> list:
 
 
 def test_a_stopped_vm_is_changed_with_its_run_state_tested_real(kv):
-    """The real apiserver applies the `test` ops of /spec/runStrategy, /spec/running, /status/stateChangeRequests
-    and /status/created (absent members by `null`) to a stopped VM as read: the patch goes through at once."""
+    """The real apiserver applies the `test` ops of /spec/runStrategy, /spec/running and /status/stateChangeRequests
+    (absent members by `null`) to a stopped VM as read: the patch goes through at once."""
     npus_permitted(kv)
     create(kv, vm(kv.namespace, "v", run_strategy="Halted", host_devices=[SANDBOX_RESOURCE]))
     kv.mark()

@@ -40,7 +40,8 @@ def test_preflight_names_the_releases_resources_before_any_switch(kv_stack):
     code, checks = preflight(kv)
     permitted = checks[("kubevirt.permitted-devices", "cluster")]
     assert "RBLN-CA22_PF" not in permitted["remedy"] + permitted["evidence"]
-    assert f"`--resource-name {ATOM_PT}`" in permitted["remedy"]  # npu-node-1's RBLN-CA12, the first product listed
+    # npu-node-1's RBLN-CA12, the first product listed, in a whole command with the user's flags
+    assert f"permit-devices --resource-name {ATOM_PT}`" in permitted["remedy"]
     assert checks[("nodes.vm-mode", "cluster")]["status"] == "WARN"
     assert {checks[("node.vm-npus", n)]["status"] for n in ("npu-node-1", "npu-node-2", "npu-node-3")} == {"SKIP"}
 
