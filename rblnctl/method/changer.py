@@ -117,7 +117,7 @@ class MethodChanger:
                         on_forbidden=OnForbidden.UNKNOWN)  # refused: vms_error says why
         vms, vms_error = read.value or [], read.forbidden
         old_vms = old_method_vms(vms, target, self._claim_test(view)) if vms else []
-        old_vms += self._left_templates(vms, old_vms)
+        old_vms += self._left_templates(vms, old_vms, vmis or [])
         served = daemonsets = None
         if target == C.METHOD_DRA:
             served = not optional(lambda: self.kube.list(DEVICE_CLASSES), what="list DeviceClasses",
@@ -134,7 +134,8 @@ class MethodChanger:
                            old_method_vms=old_vms, vms_error=vms_error, device_classes_served=served,
                            daemonsets=daemonsets)
 
-    def _left_templates(self, vms: Sequence[dict], converting: Sequence[Conversion]) -> list[Conversion]:
+    def _left_templates(self, vms: Sequence[dict], converting: Sequence[Conversion], vmis: Sequence[dict]
+                        ) -> list[Conversion]:
         """VMs converted by a run interrupted before it deleted the old method's template (the VM names it:
         rblnctl.vm.attach.template_left), while that template is still there (one LIST, only when a VM names one):
         the conversion deletes it (AttachPlanner: only while it is rblnctl's and no VM or VMI names it)."""
@@ -149,11 +150,13 @@ class MethodChanger:
                              absent=[], on_forbidden=OnForbidden.UNKNOWN).value or []
         there = {(str(t["metadata"].get("namespace") or ""), t["metadata"].get("name"), t["metadata"].get("uid"))
                  for t in templates}
+        specs = [*((v, D.vm_spec(v)) for v in vms), *((i, D.vmi_spec(i)) for i in vmis)]
+        used = {(str(o["metadata"].get("namespace") or ""), t) for o, spec in specs for t in D.templates_used(spec)}
         out = []
         for vm, (name, uid) in named:
             meta = vm["metadata"]
             ns = str(meta.get("namespace") or "")
-            if (ns, name, uid) in there:
+            if (ns, name, uid) in there and (ns, name) not in used:  # one a VM or VMI names is no leftover
                 out.append(Conversion(vm=VmRef(namespace=ns, name=str(meta.get("name") or "")),
                                       npus=max(1, D.npus_of(D.vm_spec(vm)).count), devices=[],
                                       uid=meta.get("uid") or None, left_template=name))
@@ -275,9 +278,23 @@ class MethodChanger:
                 outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.NOT_ATTEMPTED,
                                             reason=stopped))
                 continue
-            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}"
-                                if c.left_template is None else f"VM {c.vm}: ResourceClaimTemplate {c.left_template}, "
-                                "which an interrupted conversion left, to delete")
+            if c.left_template is not None:  # converted already: only the template an interrupted run left
+                self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: ResourceClaimTemplate {c.left_template}, which "
+                                    "an interrupted conversion left, to delete")
+                try:
+                    gone = planner.clean_up_left(c.vm.name, c.vm.namespace, uid=c.uid)
+                except NotFound:
+                    gone = []
+                except RblnError as e:
+                    stopped = batch.stops_the_rest(e)
+                    outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.FAILED,
+                                                reason=batch.one_line(e)))
+                    continue
+                outcomes.append(ItemOutcome(
+                    kind="VirtualMachine", name=name, state=State.DONE if gone else State.UNCHANGED,
+                    reason=f"ResourceClaimTemplate {c.left_template} deleted" if gone else "nothing left to clean up"))
+                continue
+            self.events.on_step(MethodStep.CONVERT, f"VM {c.vm}: {c.npus} NPU(s) from {old} to {plan.target}")
             hint = Remedy("convert it with {command}", Command.own("vm", "attach", c.vm.name, namespace=c.vm.namespace,
                                                                   method=plan.target, convert=True))
             try:
@@ -306,7 +323,6 @@ class MethodChanger:
             # the vm attach library starts only a VM rblnctl stopped (its mark): say so, it is no silent start
             outcomes.append(ItemOutcome(kind="VirtualMachine", name=name, state=State.DONE, reason=(
                 "started again: an earlier rblnctl run had stopped it and could not start it" if result.restarted
-                else f"ResourceClaimTemplate {c.left_template} deleted" if c.left_template and result.templates_deleted
                 else "")))
         return outcomes
 

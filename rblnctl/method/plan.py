@@ -473,17 +473,18 @@ def plan_method(target: str, facts: MethodFacts, *, force: bool = False, convert
     checks: list[Prerequisite] = []
     conversions = list(facts.old_method_vms) if convert else []
     old = C.METHOD_DRA if target == C.METHOD_SANDBOX else C.METHOD_SANDBOX
-    if facts.old_method_vms and not convert:
-        names = ", ".join(str(c.vm) for c in facts.old_method_vms[:HOLDERS_NAMED])
-        more = len(facts.old_method_vms) - HOLDERS_NAMED
+    naming_old = [c for c in facts.old_method_vms if c.left_template is None]  # not a clean-up's (converted already)
+    if naming_old and not convert:
+        names = ", ".join(str(c.vm) for c in naming_old[:HOLDERS_NAMED])
+        more = len(naming_old) - HOLDERS_NAMED
         names += f" and {more} more" if more > 0 else ""
-        warnings.append(Advice(f"{len(facts.old_method_vms)} VM(s) name their NPUs through {old} ({names}): under "
+        warnings.append(Advice(f"{len(naming_old)} VM(s) name their NPUs through {old} ({names}): under "
                                f"{target} they get none until their devices are rewritten", option="convert_vms"))
     if convert and facts.vms_error:
         blockers.append(Blocker(f"cannot tell which VMs to convert: {facts.vms_error}"))
     if edit.patch or conversions:
         # The running-VM guard (rblnctl.vm.guard): a VM holding NPUs through what this change takes away.
-        taken = methods_taken(edit, target, bool(conversions))
+        taken = methods_taken(edit, target, any(c.left_template is None for c in conversions))
         holders = npu_holders(facts.vmis or [], taken)
         unreadable = None if facts.vmis is not None else \
             f"the VirtualMachineInstances cannot be listed: {facts.vmis_error}"

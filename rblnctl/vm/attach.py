@@ -379,10 +379,12 @@ def _left_ops(vm: dict, left: str | None) -> list[dict]:
     """The NPU patch's ops on C.VM_TEMPLATE_LEFT_ANNOTATION: record the template the VM leaves, or drop an old one."""
     annotations = (vm.get("metadata") or {}).get("annotations")
     key = "/metadata/annotations/" + C.VM_TEMPLATE_LEFT_ANNOTATION.replace("~", "~0").replace("/", "~1")
-    if left is None:
-        return [{"op": "remove", "path": key}] if C.VM_TEMPLATE_LEFT_ANNOTATION in (annotations or {}) else []
-    if annotations is None:
-        return [{"op": "add", "path": "/metadata/annotations", "value": {C.VM_TEMPLATE_LEFT_ANNOTATION: left}}]
+    have = (annotations or {}).get(C.VM_TEMPLATE_LEFT_ANNOTATION)
+    if left is None:  # tested first: one removed meanwhile is a failed test (re-read, re-planned), not a 422 remove
+        return [{"op": "test", "path": key, "value": have}, {"op": "remove", "path": key}] if have is not None else []
+    if annotations is None:  # the whole map, only while there is none (one added meanwhile fails the test: re-read)
+        return [{"op": "test", "path": "/metadata/annotations", "value": None},
+                {"op": "add", "path": "/metadata/annotations", "value": {C.VM_TEMPLATE_LEFT_ANNOTATION: left}}]
     return [{"op": "add", "path": key, "value": left}]
 
 
@@ -790,7 +792,7 @@ class AttachPlanner:
                     warns.append(f"{c.message} (the VM already has what was asked; nothing to change)")
         if templates is None:
             templates = self._templates(ref, have, layout, target, blockers) if changed else \
-                (None, self._left_behind(vm, layout), [], None)
+                (None, self._left_behind(vm, layout.template), [], None)
             if target.method == C.METHOD_DRA or have.dra or have.managed_template or templates[1]:
                 create, delete, kept, _ = templates
                 keep = {layout.template, *delete} | ({create["metadata"]["name"]} if create else set())
@@ -910,11 +912,25 @@ class AttachPlanner:
                     left = f"{old} uid={(old_obj.get('metadata') or {}).get('uid')}"
         return create, delete, kept, left
 
-    def _left_behind(self, vm: dict, layout: _Layout) -> list[str]:
+    def clean_up_left(self, name: str, namespace: str, *, uid: str | None = None) -> list[str]:
+        """Only delete the template the VM's last NPU patch moved it off and an interrupted run left (_left_behind),
+        changing nothing else (set-method's clean-up of a VM it converted already: no NPU count is planned, so a VM
+        with none keeps none). Returns the templates deleted. Raises Replaced (another uid) and NotFound."""
+        vm, _ = self._read(name, namespace)
+        if uid is not None and (vm.get("metadata") or {}).get("uid") != uid:
+            raise replaced(_ref(vm), "cleaned up after its conversion")
+        have, _ = self._npus(vm)
+        names = self._left_behind(vm, have.managed_template)
+        if not names:
+            return []
+        deleted, _ = self._delete_templates(_ref(vm), names)
+        return deleted
+
+    def _left_behind(self, vm: dict, current: str | None) -> list[str]:
         """The template an interrupted run moved this VM off and did not delete (C.VM_TEMPLATE_LEFT_ANNOTATION), when
         it is still that object (its uid), rblnctl's, and named by no VM (this one included) or VMI: [name], else []."""
         left = template_left(vm)
-        if left is None or left[0] == layout.template:
+        if left is None or left[0] == current:
             return []
         (name, uid), ns = left, _ref(vm).namespace
         obj = self.kube.get_optional(RESOURCE_CLAIM_TEMPLATES, name, namespace=ns)
@@ -985,11 +1001,11 @@ class AttachPlanner:
                 created = self._create_template(plan) if plan.template_create else None
                 final, attempts = self._write(plan, held=run.ours and not dry)
                 run.changed = True
-                deleted, kept = self._delete_templates(final)
+                deleted, kept = self._delete_templates(final.vm, final.templates_delete)
                 if plan.stale_mark and not run.ours:
                     self._mark(plan, None)
             elif plan.templates_delete:  # nothing to change but the template an interrupted run left (_left_behind)
-                deleted, kept = self._delete_templates(plan)
+                deleted, kept = self._delete_templates(plan.vm, plan.templates_delete)
         except BaseException as err:  # an API error, Ctrl-C, SIGTERM: start what we stopped, then raise
             if not dry:
                 self._recover(restarter, plan, err, run)
@@ -1406,14 +1422,14 @@ class AttachPlanner:
                 blockers=[VmBlocker("it runs as they started it, with the NPUs it had; re-run this command to "
                                     "restart it with the change")])
 
-    def _delete_templates(self, plan: VmNpuPlan) -> tuple[list[str], list[str]]:
+    def _delete_templates(self, ref: VmRef, names: Sequence[str]) -> tuple[list[str], list[str]]:
         deleted: list[str] = []
         kept: list[str] = []
-        ns = plan.vm.namespace
-        for name in plan.templates_delete:
+        ns = ref.namespace
+        for name in names:
             # The VM itself too: after rblnctl's patch its spec names the template only if someone put it back
             # meanwhile (a second rblnctl's opposite change reuses it: issue 37's explorer, second-opposite).
-            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=plan.vm.name,
+            users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=ref.name,
                                                                                 vm_too=True)
             if users:
                 kept.append(f"ResourceClaimTemplate {name} kept: {', '.join(users)} now "

@@ -184,3 +184,21 @@ def test_the_rerun_leaves_a_left_template_that_is_another_object_or_in_use(apise
     plan = attacher(kube, npus=2).plan("v1", NS)
     assert plan.noop and plan.templates_delete == []
     assert templates(apiserver) == ["rbln-npu-1", "rbln-npu-2"]
+
+
+def test_set_methods_clean_up_of_a_vm_left_with_no_npus_deletes_the_template_and_adds_no_npu(apiserver, kube):
+    """`vm detach` of every NPU, interrupted before its template delete; set-method's clean-up (clean_up_left)
+    deletes the template and changes nothing else. Before (a review of the first version): the clean-up went through
+    a conversion plan whose NPU count defaults to 1, and gave the VM an NPU."""
+    from tests.vm.support import detacher
+
+    world(apiserver)
+    apiserver.inject_fault(method="DELETE", path="/resourceclaimtemplates/rbln-npu-1$", drop=True, times=100)
+    planner = detacher(kube)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - a dropped connection, however the client words it
+        planner.apply(planner.plan("v1", NS))
+    apiserver.clear_faults()
+    before = vm(apiserver)["spec"]
+    assert not before["template"]["spec"].get("resourceClaims") and templates(apiserver) == ["rbln-npu-1"]
+    assert attacher(kube).clean_up_left("v1", NS) == ["rbln-npu-1"]
+    assert templates(apiserver) == [] and vm(apiserver)["spec"] == before
