@@ -70,3 +70,17 @@ def signal_rblnctl(apiserver: Any, argv: list[str], ready: Any, sig: Any, *, gra
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def vm_fit_per_product(server: str, npus: int, *lines: str) -> list[dict]:
+    """`vm fit --npus N` on a cluster of several products in vm mode (issue 39, finding 4): it answers, each of
+    `lines` in its table, and `-o yaml` is a VmFitList; returns its items."""
+    import yaml
+
+    r = cli("vm", "fit", "--npus", str(npus), server=server)
+    assert r.exit_code == 0, r.stderr
+    for line in lines:
+        assert line in r.stdout, r.stdout
+    doc = yaml.safe_load(cli("vm", "fit", "--npus", str(npus), "-o", "yaml", server=server).stdout)
+    assert doc["kind"] == "VmFitList", doc
+    return doc["items"]

@@ -6,11 +6,10 @@ tests/vm/test_detach.py::test_detach_of_a_device_the_vm_does_not_have_is_not_fou
 
 from __future__ import annotations
 
-import yaml
 
 from tests.cli.test_remedies_run import stack, stack_switch_cut_short, stack_two_products_in_vm_mode
 from tests.fakes import objects as o
-from tests.helpers import cli
+from tests.helpers import cli, vm_fit_per_product
 
 ATOM_PT, ATOM_MAX_PT = "rebellions.ai/ATOM_PT", "rebellions.ai/ATOM_MAX_PT"
 
@@ -79,12 +78,10 @@ def test_the_quick_start_on_two_products_in_vm_mode_names_the_product_flag_and_v
     for product in ("RBLN-CA12", "RBLN-CA25"):  # what it names works
         assert cli("vm", "manifest", "my-vm", "-n", "vms", "--npus", "2", "--product", product,
                    server=apiserver.url).exit_code == 0
-    r = cli("vm", "fit", "--npus", "2", server=apiserver.url)
-    assert r.exit_code == 0, r.stderr
-    assert f"1 VM(s) of 2 NPU(s) ({ATOM_PT}): 1 fit now (2 could), on npu-node-1 (2)" in r.stdout
-    assert f"1 VM(s) of 2 NPU(s) ({ATOM_MAX_PT}): 1 fit now (2 could), on npu-node-2 (2)" in r.stdout
-    doc = yaml.safe_load(cli("vm", "fit", "--npus", "2", "-o", "yaml", server=apiserver.url).stdout)
-    assert doc["kind"] == "VmFitList" and [i["resource"] for i in doc["items"]] == [ATOM_MAX_PT, ATOM_PT]
+    items = vm_fit_per_product(apiserver.url, 2,
+                               f"1 VM(s) of 2 NPU(s) ({ATOM_PT}): 1 fit now (2 could), on npu-node-1 (2)",
+                               f"1 VM(s) of 2 NPU(s) ({ATOM_MAX_PT}): 1 fit now (2 could), on npu-node-2 (2)")
+    assert [i["resource"] for i in items] == [ATOM_MAX_PT, ATOM_PT]
 
 
 def test_manifest_with_no_vm_node_names_the_flag(apiserver):

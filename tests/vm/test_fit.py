@@ -12,7 +12,7 @@ from rblnctl.errors import Ambiguous
 from rblnctl.vm.fit import FitOptions, fit
 from rblnctl.vm.placement import placement_of
 from tests.fakes import objects as o
-from tests.helpers import cli
+from tests.helpers import cli, vm_fit_per_product
 from tests.vm.support import CA22, CA25, NS, attacher, dra_cluster, sandbox_cluster, vfio_device
 
 
@@ -116,13 +116,9 @@ def test_several_resources_need_a_name_or_a_product(apiserver, kube):
     assert answer.kind == CA25 and [n.node for n in answer.nodes if n.fits] == ["n2"]
     assert rows(answer)["n1"].reason == f"advertises no {CA25}"
     # issue 39 (4): the command answers per product instead of refusing (a VM asks for one of them)
-    r = cli("vm", "fit", "--npus", "1", server=apiserver.url)
-    assert r.exit_code == 0, r.stderr
-    assert f"1 VM(s) of 1 NPU(s) ({CA22}): 1 fit now (4 could), on n1 (4)" in r.stdout
-    assert f"1 VM(s) of 1 NPU(s) ({CA25}): 1 fit now (4 could), on n2 (4)" in r.stdout
-    doc = yaml.safe_load(cli("vm", "fit", "--npus", "1", "-o", "yaml", server=apiserver.url).stdout)
-    assert doc["kind"] == "VmFitList" and [i["resource"] for i in doc["items"]] == [CA22, CA25]
-    assert [i["kind"] for i in doc["items"]] == ["VmFit", "VmFit"]
+    items = vm_fit_per_product(apiserver.url, 1, f"1 VM(s) of 1 NPU(s) ({CA22}): 1 fit now (4 could), on n1 (4)",
+                               f"1 VM(s) of 1 NPU(s) ({CA25}): 1 fit now (4 could), on n2 (4)")
+    assert [(i["kind"], i["resource"]) for i in items] == [("VmFit", CA22), ("VmFit", CA25)]
 
 
 def test_the_command_prints_every_node_and_exits_1_when_too_few_fit(two_nodes):
