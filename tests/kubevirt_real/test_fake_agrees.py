@@ -229,7 +229,8 @@ def test_vm_stop_wait_of_an_unschedulable_vm_ends_stopped_and_shows_it(kvbackend
     assert row and row[0].split()[1] == "Stopped", r.stdout
     assert "ErrorUnschedulable" not in r.stdout and "Failed" not in r.stdout, r.stdout
     settled(b, "v", running=False)
-    want = stopped_as("Halted", "Halted")  # real virt-controller may write status.runStrategy a moment after the rest
-    b.api.wait_for(lambda: state(b, "v") == want, timeout_s=5 if b.name == "fake" else 60, interval_s=0.2,
-                   message="VM v: status.runStrategy Halted")
-    assert state(b, "v") == want
+    # A VM that never ran (its VMI was never scheduled): real v1.9.0 left status.runStrategy unset in one CI run and
+    # wrote Halted in another (a VM created Halted gets none: CREATED above); the rest is the same either way.
+    got = state(b, "v")
+    assert got["status.runStrategy"] in (None, "Halted"), got
+    assert {**got, "status.runStrategy": None} == stopped_as("Halted", None)
