@@ -186,6 +186,9 @@ def test_a_stopped_vm_is_changed_with_its_run_state_tested_real(kv):
     (absent members by `null`) to a stopped VM as read: the patch goes through at once."""
     npus_permitted(kv)
     create(kv, vm(kv.namespace, "v", run_strategy="Halted", host_devices=[SANDBOX_RESOURCE]))
+    # virt-controller writes a new VM's status a moment after its create: read before that, the patch's test of the
+    # absent /status fails once (422, re-read, sent again: 2 attempts, seen in CI); a user's VM has its status
+    kv.api.wait_for(lambda: (kv.vm("v") or {}).get("status"), timeout_s=60, interval_s=0.1, message="VM v's status")
     kv.mark()
     code, doc, err = run(kv, "attach", "v", "--npus", "2", "--yes")
     assert code == 0, err
