@@ -25,6 +25,14 @@ class ProxyUnavailable(Exception):
     """proxy.py is not installed (the `test` extra installs it)."""
 
 
+def _require(module: str, package: str) -> None:
+    """ProxyUnavailable unless the proxy's module imports (the `test` extra installs both)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ProxyUnavailable(f"{package} is not installed: pip install -e '.[test]'")
+
+
 class _ProxyProcess:
     """One proxy child process: started in its own session with its output in `log`, ready when `ready()` says so,
     stopped with TERM, then KILL. The two proxies below differ only in their argv and readiness sign."""
@@ -78,10 +86,7 @@ class ForwardProxy(_ProxyProcess):
         return self.workdir / "proxy.log"
 
     def start(self, timeout_s: float = 30.0) -> "ForwardProxy":
-        try:
-            import proxy  # noqa: F401
-        except ImportError as e:
-            raise ProxyUnavailable("proxy.py is not installed: pip install -e '.[test]'") from e
+        _require("proxy", "proxy.py")
         port_file = self.workdir / "port"
         port_file.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0", "--port-file",
@@ -123,10 +128,7 @@ class SocksProxy(_ProxyProcess):
         return self.workdir / "pproxy.log"
 
     def start(self, timeout_s: float = 30.0) -> "SocksProxy":
-        try:
-            import pproxy  # noqa: F401
-        except ImportError as e:
-            raise ProxyUnavailable("pproxy is not installed: pip install -e '.[test]'") from e
+        _require("pproxy", "pproxy")
         import socket
 
         with socket.socket() as s:
