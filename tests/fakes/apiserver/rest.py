@@ -99,6 +99,12 @@ class RestApi:
             if 0 < int(token.get("rv") or 0) < self.store.pruned_rv:  # etcd keeps the compacted revision itself
                 raise continue_expired({"rv": "-1", "start": list(start)})
             items = [o for o in items if sort_key(o) > start]
+            if int(token.get("rv") or 0) > 0:
+                # A continued list names the first page's revision, in its reply and its next token (k8s.io/apiserver
+                # pkg/storage/etcd3/store.go GetList: returnedRV is the continue key's revision), so a write between two
+                # pages never makes a later token younger than the first. (The items here are read as they are now:
+                # this fake pins no snapshot, see __init__.)
+                rv = str(token["rv"])
         meta: dict[str, Any] = {"resourceVersion": rv}
         if limit > 0 and len(items) > limit:
             page, rest = items[:limit], items[limit:]
