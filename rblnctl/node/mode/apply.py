@@ -47,7 +47,8 @@ from rblnctl.node.drain import Drainer, evicted_before
 from rblnctl.node.events import NodeEvents, Step, WaitState
 from rblnctl.node.lock import NodeLock
 from rblnctl.node.mode.facts import ModeFacts, read_mode_facts, read_view
-from rblnctl.node.mode.plan import ModePlan, ModeResult, judge_vms, mode_filters, new_mode_filter, plan_mode, short_mode
+from rblnctl.node.mode.plan import ModePlan, ModeResult, judge_vms, mode_filters, new_mode_filter, plan_mode
+from rblnctl.node.mode.rules import short_mode
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
 from rblnctl.node.record import SwitchRecord, annotation_patch, record_of

@@ -18,7 +18,7 @@ from rblnctl.errors import Refused
 from rblnctl.kube import NODE_FEATURES, NODES, Kube, validate_name
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.drain import Drainer, Survey
-from rblnctl.node.mode.plan import is_converged, parse_mode, record_on, refuse_node, refuse_record
+from rblnctl.node.mode.rules import is_converged, parse_mode, record_on, refuse_node, refuse_record
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.vms import npu_vms, stranded_pods, stranded_vms
 from rblnctl.operator import convergence
