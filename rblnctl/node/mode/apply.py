@@ -22,26 +22,9 @@ from rblnctl import audit
 from rblnctl import constants as C
 from rblnctl.audit import AuditRun, Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
-from rblnctl.errors import (
-    ClusterError,
-    ClusterUnreachable,
-    NotFound,
-    OutcomeUnknown,
-    RblnError,
-    Refused,
-    WaitTimeout,
-)
-from rblnctl.kube import (
-    CLUSTER_POLICIES,
-    NODES,
-    PODS,
-    RESOURCE_SLICES,
-    Kube,
-    Mirror,
-    WatchSpec,
-    outcome_unknown,
-    watch_until,
-)
+from rblnctl.errors import ClusterError, ClusterUnreachable, NotFound, OutcomeUnknown, RblnError, Refused, WaitTimeout
+from rblnctl.kube import (CLUSTER_POLICIES, NODES, PODS, RESOURCE_SLICES, Kube, Mirror, WatchSpec, outcome_unknown,
+                          watch_until)
 from rblnctl.node.cordon import write_node
 from rblnctl.node.drain import Drainer, evicted_before
 from rblnctl.node.events import NodeEvents, Step, WaitState
