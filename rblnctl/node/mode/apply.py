@@ -71,6 +71,7 @@ class ModeSwitcher:
     _view: OperatorView | None = field(default=None, init=False, repr=False)
     # Every pod the last apply() evicted, kept as it goes: a failed or interrupted switch reports them too.
     evicted: list[PodRef] = field(default_factory=list, init=False, repr=False)
+
     # -- reading and planning --------------------------------------------------------------------------
 
     def operator(self, *, fresh: bool = False) -> OperatorView:
