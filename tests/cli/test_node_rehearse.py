@@ -132,3 +132,18 @@ def test_a_vm_holding_npus_is_named_with_why_it_blocks(apiserver):
         assert apiserver.writes() == []
     finally:
         op.stop()
+
+
+def test_the_rehearsal_reads_the_operator_no_more_often_than_the_plan_of_the_real_run(pool):
+    """The pool's precheck reads the policies and the operator Deployments first; the rehearsal reuses that answer
+    for its own policy instead of reading both again after the plan (issue 42)."""
+    def operator_reads() -> int:
+        return sum(1 for r in pool.requests if r.path in ("/apis/rebellions.ai/v1beta1/rblnclusterpolicies",
+                                                           "/apis/apps/v1/deployments"))
+
+    rehearsal(pool)
+    rehearsed = operator_reads()
+    pool.clear_requests()
+    r = cli("node", "set-mode", "vm", "-l", "pool=a", "--dry-run", server=pool.url)
+    assert r.exit_code == 0, r.stderr
+    assert pool.writes() == [] and rehearsed == operator_reads() > 0

@@ -632,6 +632,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         new="        if resource in self.old and node in cordoned:",
         what="rehearsal: a switched node still offers the old mode's NPUs to the pods that move",
         tests=("tests/node/test_rehearse.py::test_a_replacement_placed_on_a_later_waves_node_is_evicted_again_there",)),
+    # -- issue 42: set-mode's facts -> plan -> apply, the pure mode planner ----------------------------------------
+    Mutation(
+        id="42.m1", file="rblnctl/node/mode/plan.py",
+        old="    if converged and record is None and not facts.lock_blockers:",
+        new="    if converged and record is None:",
+        what="set-mode plan: a node already in its mode is a no-op even while another run holds its lock",
+        tests=("tests/node/test_mode_plan.py::test_a_noop_still_waits_for_another_runs_lock",)),
+    Mutation(
+        id="42.m2", file="rblnctl/node/mode/plan.py",
+        old="    blockers = [] if evict_vms else [vm_blocker(v, node) for v in vms]",
+        new="    blockers = []",
+        what="set-mode plan: a running VM holding the node's NPUs no longer blocks the switch",
+        tests=("tests/node/test_mode_plan.py::test_a_running_vm_holding_npus_blocks_the_switch_and_is_named",)),
+    Mutation(
+        id="42.m3", file="rblnctl/node/mode/rules.py",
+        old="    if record is not None and record.target != target and not options.reverse:",
+        new="    if record is not None and record.target != target and False:",
+        what="set-mode gate: an unfinished switch to the other mode is taken over without --reverse",
+        tests=("tests/node/test_mode_plan.py::test_an_unfinished_switch_to_the_other_mode_is_refused_without_reverse",
+               "tests/node/test_mode.py::test_conflicting_target_with_force_takes_over")),
 )
 
 

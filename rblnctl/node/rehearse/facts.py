@@ -1,13 +1,15 @@
 """What a rehearsal is computed from, read once (reads only: not a single write, not even the lock).
 
-`read_facts` plans the pool exactly as the real run does (PoolRunner.plan: each node's ModeSwitcher.plan, the
-pool's own warnings), then lists every Node, every unfinished pod, every PodDisruptionBudget and the Events
-rblnctl wrote on Nodes: four LISTs whatever the pool's size. What cannot be read (no permission to list PDBs
+`gather` plans the pool exactly as the real run does (PoolRunner.plan: each node's ModeSwitcher.plan, the
+pool's own warnings; the operator's policy read once, by the pool's precheck), then `read_facts` lists every
+Node, every unfinished pod, every PodDisruptionBudget and the Events rblnctl wrote on Nodes: four LISTs
+whatever the pool's size. What cannot be read (no permission to list PDBs
 or Events) is said in `notes` and left out of the prediction, never guessed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +18,7 @@ from rblnctl import constants as C
 from rblnctl.kube import EVENTS_V1, NODES, PDBS, PODS, Kube
 from rblnctl.kube.optional import OnForbidden, optional
 from rblnctl.node.history import HistoryEntry, entries_from_events
-from rblnctl.node.mode import ModePlan, ModeSwitcher
+from rblnctl.node.mode import ModePlan, read_view
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef, controller
 from rblnctl.node.pool import PoolOptions, PoolPlan, PoolRunner
@@ -169,9 +171,11 @@ def read_facts(kube: Kube, pool: PoolPlan, policy: Policy | None, *, uncordon: b
 def gather(kube: Kube, target: str, names: Sequence[str], options: ModeOptions, *, selector: str | None = None,
            pool: PoolOptions | None = None) -> RehearsalFacts:
     """Plan the pool as the real run plans it, then read the rest: every request a GET or a LIST."""
-    runner = PoolRunner.for_mode(kube, target, options, pool=pool)
+    # The pool's precheck reads the operator's policy first (it refuses a cluster without one); its answer is the
+    # rehearsal's policy too, rather than a second read of the same LISTs after the plan.
+    view = read_view(kube, options)
+    runner = dataclasses.replace(PoolRunner.for_mode(kube, target, options, pool=pool), precheck=lambda: view)
     planned = runner.plan(names, selector=selector)
-    policy = ModeSwitcher(kube=kube, options=options).operator().policy
     d = options.drain
-    return read_facts(kube, planned, policy, uncordon=options.uncordon, grace_period_s=d.grace_period_s,
+    return read_facts(kube, planned, view.policy, uncordon=options.uncordon, grace_period_s=d.grace_period_s,
                       timeout_s=d.timeout_s)

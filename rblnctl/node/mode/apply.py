@@ -1,7 +1,5 @@
-"""ModeSwitcher: switch a node's NPUs between container and vm-passthrough mode, safely and resumably.
-
-The RBLN NPU operator (like NVIDIA's GPU operator) swaps a node's deploy labels when its workload
-label changes, but neither cordons nor drains; that is this module's job. The canonical run:
+"""ModeSwitcher: make a planned mode switch's writes, in order, and settle each (plan(): facts.py reads, plan.py
+decides). The canonical run:
 
     lock -> record -> cordon -> list and evict (rounds) -> relabel -> wait for the operator
          -> list and evict again -> uncordon -> release the lock
@@ -24,169 +22,27 @@ from rblnctl import audit
 from rblnctl import constants as C
 from rblnctl.audit import AuditRun, Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
-from rblnctl.errors import (
-    ClusterError,
-    ClusterUnreachable,
-    InvalidInput,
-    NotFound,
-    OutcomeUnknown,
-    RblnError,
-    Refused,
-    WaitTimeout,
-)
-from rblnctl.kube import (
-    CLUSTER_POLICIES,
-    NODE_FEATURES,
-    NODES,
-    PODS,
-    RESOURCE_SLICES,
-    Kube,
-    Mirror,
-    WatchSpec,
-    outcome_unknown,
-    validate_name,
-    watch_until,
-)
-from rblnctl.kube.optional import NOTE, optional
+from rblnctl.errors import ClusterError, ClusterUnreachable, NotFound, OutcomeUnknown, RblnError, Refused, WaitTimeout
+from rblnctl.kube import (CLUSTER_POLICIES, NODES, PODS, RESOURCE_SLICES, Kube, Mirror, WatchSpec, outcome_unknown,
+                          watch_until)
 from rblnctl.node.cordon import write_node
-from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, Drainer, DrainPlan, Survey, evicted_before
+from rblnctl.node.drain import Drainer, evicted_before
 from rblnctl.node.events import NodeEvents, Step, WaitState
-from rblnctl.node.filters import (
-    PodFilter,
-    daemonsets,
-    emptydir,
-    finished,
-    kubevirt_refuses,
-    mirror,
-    new_mode_consumers,
-    npu_consumers_only,
-    operator_components,
-    unmanaged,
-    vm_guard_handles_launchers,
-)
 from rblnctl.node.lock import NodeLock
+from rblnctl.node.mode.facts import ModeFacts, read_mode_facts, read_view
+from rblnctl.node.mode.plan import ModePlan, ModeResult, judge_vms, mode_filters, new_mode_filter, plan_mode
+from rblnctl.node.mode.rules import short_mode
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
-from rblnctl.node.record import Recovery, SwitchRecord, annotation_patch, parse_record, record_of
-from rblnctl.node.vms import npu_vms, stranded_pods, stranded_vms, vm_blocker
+from rblnctl.node.record import SwitchRecord, annotation_patch, record_of
+from rblnctl.node.vms import npu_vms
 from rblnctl.operator import convergence
-from rblnctl.operator.cluster import (
-    OperatorView,
-    component_pods,
-    components_among,
-    init_log,
-    init_log_line,
-    node_slices,
-    read_operator,
-)
-from rblnctl.operator.components import InitHold, deploy_labels
-from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
+from rblnctl.operator.cluster import OperatorView, components_among, init_log, init_log_line
+from rblnctl.operator.components import InitHold
+from rblnctl.operator.nodes import labels_of, mode_of
 from rblnctl.operator.policy import choose_active
-from rblnctl.operator.release import read_release
-from rblnctl.plan import Blocker
-from rblnctl.remedy import Command, Remedy
 
 log = logging.getLogger(__name__)
-
-def parse_mode(value: str) -> str:
-    """Return the label value for what the user typed (`vm`, `vm-passthrough`, `container`)."""
-    mode = C.MODE_ALIASES.get(str(value).strip().lower())
-    if mode is None:
-        hint = suggest_mode(value)
-        raise InvalidInput(f"unknown mode {value!r}" + (f" (did you mean {hint}?)" if hint else "")
-                           + f": use one of {', '.join(C.MODE_ALIASES)}")
-    return mode
-
-
-def suggest_mode(value: str) -> str | None:
-    """The mode a typo most likely meant (`vmm`: vm, `contaner`: container); None when nothing is close."""
-    import difflib
-
-    close = difflib.get_close_matches(str(value).strip().lower(), list(C.MODE_ALIASES), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def short_mode(mode: str) -> str:
-    """`vm` for vm-passthrough, as the command line spells it."""
-    return "vm" if mode == C.MODE_VM else mode
-
-
-def other_mode(mode: str) -> str:
-    return C.MODE_CONTAINER if mode == C.MODE_VM else C.MODE_VM
-
-
-def mode_filters(options: ModeOptions, view: OperatorView) -> list[PodFilter]:
-    """drain's filters, with set-mode's VM guard in place of drain's VM rule."""
-    d = options.drain
-    return [finished(), mirror(), operator_components(view),
-            daemonsets(npu_consumers_block=True, evict_npu_consumers=options.evict_daemonsets),
-            npu_consumers_only(d.all_pods), vm_guard_handles_launchers(d.evict_vms),
-            kubevirt_refuses(d.disable_eviction), emptydir(d.delete_emptydir_data, vm_override=d.evict_vms),
-            unmanaged(d.force)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanStep:
-    """One write (or wait) apply() will make, in order."""
-
-    step: Step
-    detail: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModePlan:
-    """What set-mode would do to `node`; `blockers` non-empty means apply() refuses and writes nothing."""
-
-    node: str
-    target: str  # label value: container | vm-passthrough
-    current_mode: str  # effective mode now (label, else the policy default)
-    mode_label: str | None  # raw label value (None when unset)
-    noop: bool  # already in the target mode and the operator has converged
-    resume: bool  # a switch to the same target was interrupted; apply() continues it
-    cordoned_by_rblnctl: bool  # from the record when resuming
-    unschedulable: bool  # the node is cordoned now
-    started: str | None = None  # when the resumed switch started (record)
-    steps: list[PlanStep] = field(default_factory=list)
-    vms: list[str] = field(default_factory=list)  # VMs on the node holding NPUs
-    drain: DrainPlan | None = None  # the pods as listed now (apply() lists again after the cordon)
-    blockers: list[Blocker] = field(default_factory=list)
-    warnings: list[str | Remedy] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)  # what the operator has not converged on yet
-    converged: bool = False  # the node is in the target mode already: only an interrupted switch's leftovers to clear
-    # An unfinished switch (this target's, or one taken over) already moved the node off the mode it started
-    # from: a failure of this run must not roll back to "schedulable, no record" (docs/node.md).
-    mid_switch: bool = False
-    # The mode the switch really started from: a resumed run's is its record's `from` (its relabel may have
-    # landed already, so the node's mode now is no longer where it started); None: current_mode.
-    started_from: str | None = None
-    uid: str = ""  # the node's uid as planned (the audit Events name it, so `kubectl describe node` shows them)
-
-    @property
-    def from_mode(self) -> str:
-        """Where this switch started: the record's `from` when resuming, else the node's mode now."""
-        return self.started_from or self.current_mode
-
-    @property
-    def recovery(self) -> Recovery:
-        """How to resume this switch, or go back from it."""
-        back = self.from_mode if self.from_mode != self.target else other_mode(self.target)
-        return Recovery(node=self.node, target=self.target, back=back)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModeResult:
-    """What apply() did."""
-
-    node: str
-    previous_mode: str
-    mode: str
-    changed: bool  # the workload label was written (or a resumed switch was finished)
-    resumed: bool
-    cordoned: bool  # rblnctl cordoned the node for this switch
-    uncordoned: bool  # ...and uncordoned it at the end
-    evicted: list[PodRef] = field(default_factory=list)
-    server_dry_run: bool = False
-    elapsed_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -197,7 +53,6 @@ class _Converging:
     shown: tuple[str, ...]
     pending: tuple[convergence.Pending, ...] = field(compare=False)
     not_ready: tuple[str, ...] = field(compare=False)
-
 
 @dataclass(kw_only=True)
 class ModeSwitcher:
@@ -217,18 +72,12 @@ class ModeSwitcher:
     # Every pod the last apply() evicted, kept as it goes: a failed or interrupted switch reports them too.
     evicted: list[PodRef] = field(default_factory=list, init=False, repr=False)
 
-    # -- reading -------------------------------------------------------------------------------------
+    # -- reading and planning --------------------------------------------------------------------------
 
     def operator(self, *, fresh: bool = False) -> OperatorView:
         """The operator's policy and namespace; Refused when there is no policy (nothing would converge)."""
         if self._view is None or fresh:
-            view = read_operator(self.kube, namespace=self.options.operator_namespace)
-            if view.policy is None:
-                why = "no RBLNClusterPolicy exists" if view.crd_installed else \
-                    "the RBLNClusterPolicy CRD is not installed"
-                raise Refused(f"{why}: the RBLN NPU Operator deploys nothing, so no node would ever switch; install "
-                              "the operator with its RBLNClusterPolicy first")
-            self._view = view
+            self._view = read_view(self.kube, self.options)
         return self._view
 
     def drainer(self) -> Drainer:
@@ -238,182 +87,14 @@ class ModeSwitcher:
                        operator=view, filters=mode_filters(self.options, view), identity=self.identity,
                        stop=self.stop)
 
-    def pending(self, view: OperatorView, node_obj: dict, target: str) -> list[convergence.Pending]:
-        """What is still missing before the operator has converged `node_obj` on `target` (empty: done)."""
-        policy = view.policy
-        assert policy is not None
-        name = node_obj["metadata"]["name"]
-        slices = node_slices(self.kube, name, policy.dra_driver) if C.COMP_DRA in policy.allocators(target) else None
-        return convergence.pending(node_obj, target, policy, component_pods(self.kube, view, name), slices)
-
-    def _vm_blockers(self, node: str, survey: Survey) -> tuple[list[str], list[Blocker], list[str]]:
-        vms, warnings = npu_vms(self.kube, node, survey.evict + survey.ignored)
-        evict_vms = self.options.drain.evict_vms
-        blockers = [] if evict_vms else [vm_blocker(v, node) for v in vms]
-        if vms and evict_vms:
-            warnings.append(f"evicting the virt-launcher pods of {len(vms)} VM(s) holding NPUs; each VM "
-                            "stops (its NPUs cannot live-migrate) and restarts elsewhere only if its run strategy "
-                            "says so")
-        return [str(v) for v in vms], blockers, warnings
-
-    # -- plan ----------------------------------------------------------------------------------------
+    def facts(self, node: str, target: str) -> ModeFacts:
+        """Every read the plan needs (rblnctl.node.mode.facts); the operator is read afresh."""
+        return read_mode_facts(self.kube, node, target, self.options, view=lambda: self.operator(fresh=True),
+                               drainer=self.drainer, check_stranded_vms=self.check_stranded_vms)
 
     def plan(self, node: str, target: str) -> ModePlan:
         """Read the node, its pods, VMs, lock and the operator's state; decide what apply() will do (no writes)."""
-        validate_name(node)
-        target = parse_mode(target)
-        node_obj = self.kube.get(NODES, node)
-        if not is_npu_node(node_obj):
-            raise Refused(f"node {node} has no Rebellions NPU (neither an NFD pci-1eff label nor "
-                          f"{C.NPU_PRESENT_LABEL}=true): there is no NPU mode to switch")
-        labels = labels_of(node_obj)
-        if deploy_labels(labels).skip:
-            raise Refused(f"node {node} has {C.DEPLOY_SKIP_LABEL}=true: the operator deploys nothing there, so it "
-                          f"would never switch; remove the label first "
-                          f"(kubectl label node {node} {C.DEPLOY_SKIP_LABEL}-)")
-        view = self.operator(fresh=True)
-        policy = view.policy
-        assert policy is not None
-        warnings: list[str | Remedy] = list(view.notes)
-        mode = mode_of(labels, policy)
-        label, current = mode.label, mode.effective
-        if not mode.label_valid:
-            warnings.append(f"node {node} has {C.WORKLOAD_LABEL}={label!r}, which the operator does not know; it "
-                            f"treats the node as {current} (the policy default)")
-        raw = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(C.SET_MODE_ANNOTATION)
-        try:
-            record = parse_record(raw)
-        except ValueError:
-            warnings.append(f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {str(raw)[:80]!r}")
-            record = None
-        unschedulable = bool((node_obj.get("spec") or {}).get("unschedulable"))
-        blockers: list[Blocker] = []
-        resume = False
-        cordoned_by = False
-        started = None
-        started_from = None
-        # The node's mode already differs from where the recorded switch started: its relabel landed.
-        mid_switch = record is not None and bool(record.from_mode) and current != record.from_mode
-        if record is not None:
-            if record.target == target:
-                resume, started, cordoned_by = True, record.started, record.cordoned_by_rblnctl
-                started_from = record.from_mode if record.from_mode in C.WORKLOAD_MODES else None
-            elif not self.options.reverse:
-                raise Refused(
-                    f"a switch of node {node} to {short_mode(record.target)} started at {record.started or '?'} is "
-                    f"unfinished: finish that one, or reverse it to switch to {short_mode(target)} instead",
-                    options=("reverse",),
-                ).with_details([], recovery=Recovery(node=node, target=record.target, back=target))
-            else:
-                warnings.append(f"reversing an unfinished switch to {short_mode(record.target)}")
-                cordoned_by, resume = record.cordoned_by_rblnctl, True  # keep its knowledge of who cordoned
-        drainer = self.drainer()
-        # Another run holding the lock may be about to change the node: even "nothing to do" waits for it.
-        lock_blockers: list[Blocker] = [] if self.options.drain.server_dry_run else \
-            drainer.lock(node, "").check(take_over=self.options.drain.take_over)
-        blockers.extend(lock_blockers)
-        pending = [str(p) for p in self.pending(view, node_obj, target)]
-        converged = current == target and not pending
-        if converged and record is None and not lock_blockers:
-            return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=True, resume=False,
-                            cordoned_by_rblnctl=False, unschedulable=unschedulable, warnings=warnings)
-        if converged:
-            # Only an interrupted switch's leftovers (cordon, record) to clear: the NPUs stay in this mode, so
-            # no pod has to leave and no VM is at risk.
-            drain = DrainPlan(node=node, scope=SCOPE_ALL if self.options.drain.all_pods else SCOPE_NPU, cordon=False,
-                              unschedulable=unschedulable)
-            vms: list[str] = []
-        else:
-            survey = drainer.survey(node)
-            drain = DrainPlan(node=node, scope=SCOPE_ALL if self.options.drain.all_pods else SCOPE_NPU,
-                              cordon=not unschedulable, unschedulable=unschedulable, evict=survey.evict,
-                              ignored=survey.ignored, blockers=survey.blockers)
-            vms, vm_blockers, vm_warnings = self._vm_blockers(node, survey)
-            blockers.extend(vm_blockers)
-            warnings.extend(vm_warnings)
-            blockers.extend(drain.blockers)
-            # The operator would never finish this switch: refuse before any write, naming the policy field
-            # or the operator release (rblnctl.operator.release; `skip_release_check` goes past a release's limits,
-            # `skip_iommu_check` past NFD's IOMMU fact).
-            release = read_release(self.kube, view.deployments) \
-                if target == C.MODE_VM and policy.allocators(target) else None
-            iommu = self._iommu_blockers(node, node_obj, warnings) if target == C.MODE_VM else []
-            skipped = {"skip_release_check": self.options.skip_release_check,
-                       "skip_iommu_check": self.options.skip_iommu_check}
-            for b in [*policy.switch_blockers(target, product=node_product(node_obj), release=release), *iommu]:
-                if b.override is not None and skipped.get(b.override):
-                    warnings.append(f"check skipped: {b.message}; the switch goes ahead and its wait will time out "
-                                    "unless the operator serves the node after all")
-                else:
-                    blockers.append(b)
-            if release is not None:
-                warnings.extend(a for a in (release.assumption(c) for c in policy.allocators(target)) if a)
-            if target == C.MODE_CONTAINER and current == C.MODE_VM and self.check_stranded_vms:
-                stranded = stranded_vms(self.kube, policy, [node])
-                if stranded:
-                    warnings.append(stranded)
-            if target == C.MODE_VM and current == C.MODE_CONTAINER and self.check_stranded_vms:
-                stranded = stranded_pods(self.kube, policy, [node], survey.evict)
-                if stranded:
-                    warnings.append(stranded)
-        steps = self._steps(node, target, label, unschedulable, resume, cordoned_by, drain)
-        return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=False, resume=resume,
-                        cordoned_by_rblnctl=cordoned_by, started=started, unschedulable=unschedulable, steps=steps,
-                        vms=vms, drain=drain, blockers=blockers, warnings=warnings, pending=pending,
-                        converged=converged, mid_switch=mid_switch, started_from=started_from,
-                        uid=str((node_obj.get("metadata") or {}).get("uid") or ""))
-
-    def _iommu_blockers(self, node: str, node_obj: dict, warnings: list[str | Remedy]) -> list[Blocker]:
-        """NFD says the node's IOMMU is off for its NPUs: the VFIO Manager could never bind them, so the switch
-        would cordon and evict for nothing. One LIST of the node's NodeFeature objects; no NFD API or no fact:
-        nothing is judged (preflight reports it); no permission: nothing is judged and a warning says the IOMMU
-        was not checked."""
-        from rblnctl.nfd import iommu_fact, node_nfd
-
-        read = optional(lambda: self.kube.list(NODE_FEATURES, label_selector=f"{C.NFD_NODE_NAME_LABEL}={node}"),
-                        what=f"list NodeFeatures (node {node}'s IOMMU was not checked)", absent=[],
-                        on_forbidden=NOTE, notes=warnings)
-        if not read.known or read.absent:
-            return []
-        features = read.value
-        on, evidence = iommu_fact(node_nfd(node_obj, features))
-        if on is not False:
-            return []
-        return [Blocker(f"node {node}'s IOMMU is off for its NPUs ({evidence}): the VFIO Manager could never bind "
-                        "them to vfio-pci, so the switch would cordon and evict for nothing; turn the IOMMU on",
-                        override="skip_iommu_check",
-                        remedy=Remedy("{command} on the node says how",
-                                      Command.own("preflight", local=True, on_host=True)))]
-
-    def _steps(self, node: str, target: str, label: str | None, unschedulable: bool, resume: bool,
-               cordoned_by: bool, drain: DrainPlan) -> list[PlanStep]:
-        d = self.options.drain
-        steps = [PlanStep(step=Step.LOCK, detail=f"take the lock of node {node} (a Lease)"),
-                 PlanStep(step=Step.RECORD, detail=(
-                     f"update annotation {C.SET_MODE_ANNOTATION} (resuming an unfinished switch)" if resume
-                     else f"annotate node {node} with {C.SET_MODE_ANNOTATION} (progress, for resuming)"))]
-        if unschedulable:
-            steps.append(PlanStep(step=Step.CORDON, detail=f"node {node} is already cordoned"
-                                  + (" (by rblnctl)" if cordoned_by else "")))
-        else:
-            steps.append(PlanStep(step=Step.CORDON, detail=f"cordon node {node}"))
-        n = len(drain.evict)
-        names = ", ".join(f"{e.namespace}/{e.name}" for e in drain.evict[:5]) + (", ..." if n > 5 else "")
-        what = "pod(s)" if d.all_pods else "NPU pod(s)"
-        steps.append(PlanStep(step=Step.EVICT, detail=f"list the pods again and evict {n} {what}"
-                              + (f": {names}" if n else "") + (" (DELETE, no PodDisruptionBudget check)"
-                                                               if d.disable_eviction and n else "")))
-        if label == target:
-            steps.append(PlanStep(step=Step.RELABEL, detail=f"{C.WORKLOAD_LABEL} is already {target}"))
-        else:
-            relabel = f"set {C.WORKLOAD_LABEL}={target} (was {label or 'unset'})"
-            steps.append(PlanStep(step=Step.RELABEL, detail=relabel))
-        steps.append(PlanStep(step=Step.WAIT, detail=f"wait up to {d.timeout_s:g}s for the operator to converge"))
-        will_uncordon = self.options.uncordon and (not unschedulable or cordoned_by)
-        steps.append(PlanStep(step=Step.UNCORDON, detail=f"uncordon node {node}" if will_uncordon else
-                              (f"leave node {node} cordoned (as asked)" if not self.options.uncordon else
-                               f"leave node {node} cordoned (it was cordoned before rblnctl)")))
-        return steps
+        return plan_mode(self.facts(node, target), node, target, self.options)
 
     # -- apply ---------------------------------------------------------------------------------------
 
@@ -499,7 +180,8 @@ class ModeSwitcher:
             if not plan.converged:
                 # Cordon, then list: VMs and pods that arrived since the plan are judged now.
                 survey = drainer.survey(node)
-                vms, vm_blockers, _ = self._vm_blockers(node, survey)
+                vms, vm_notes = npu_vms(self.kube, node, survey.evict + survey.ignored)
+                _, vm_blockers, _ = judge_vms(node, vms, vm_notes, self.options)
                 if vm_blockers or survey.blockers:
                     raise Refused(f"refusing to switch node {node} to {short_mode(plan.target)}: VMs or pods that "
                                   "arrived after the plan block it", blockers=[*vm_blockers, *survey.blockers])
@@ -526,7 +208,9 @@ class ModeSwitcher:
                 self._wait(node, plan.target, deadline, lock)
                 # Nothing that uses the old mode's NPUs may run on a node reported switched: list once more (and
                 # evict what arrived; the new mode's own consumers may stay).
-                drainer.evict_rounds(node, deadline, evicted, lock, extra=[self._new_mode_filter(plan.target)])
+                policy = self.operator().policy  # as the wait read it
+                assert policy is not None
+                drainer.evict_rounds(node, deadline, evicted, lock, extra=[new_mode_filter(policy, plan.target)])
             uncordoned = False
             lock.ensure_held()
             if self.options.uncordon and record.cordoned_by_rblnctl:
@@ -547,12 +231,6 @@ class ModeSwitcher:
                           resumed=plan.resume, cordoned=record.cordoned_by_rblnctl, uncordoned=uncordoned,
                           evicted=evicted, server_dry_run=dry,
                           elapsed_s=round(self.clock.monotonic() - started, 3))
-
-    def _new_mode_filter(self, target: str) -> PodFilter:
-        policy = self.operator().policy
-        assert policy is not None
-        names = policy.vm_resources if target == C.MODE_VM else policy.container_resources
-        return new_mode_consumers(names.matches, claims_are_new=target == C.MODE_CONTAINER)
 
     # -- writes, each settled by reading back on a lost reply ----------------------------------------
 
@@ -761,3 +439,4 @@ class ModeSwitcher:
             detail = (f"whether the relabel of node {plan.node} landed is unknown: the node stays cordoned with its "
                       "record")
         return new.with_details([*err.details, detail], recovery=plan.recovery)
+
