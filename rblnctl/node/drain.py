@@ -190,7 +190,7 @@ class Drainer:
         if not (node_obj.get("spec") or {}).get("unschedulable"):
             lock.ensure_held()
             self.events.on_step(Step.CORDON, f"cordoning node {plan.node}")
-            set_unschedulable(self.kube, plan.node, True, dry_run=self.options.server_dry_run)
+            set_unschedulable(self.kube, plan.node, True, dry_run=self.options.server_dry_run, uid=plan.uid)
             cordoned = True
         evicted = self.evicted = []
         try:
@@ -198,7 +198,8 @@ class Drainer:
         except Refused:
             if cordoned and not evicted:
                 self.events.on_step(Step.ROLLBACK, f"uncordoning node {plan.node}: nothing was evicted")
-                set_unschedulable(self.kube, plan.node, False, dry_run=self.options.server_dry_run)
+                set_unschedulable(self.kube, plan.node, False, dry_run=self.options.server_dry_run,
+                                  uid=plan.uid)
             raise
         return DrainResult(node=plan.node, cordoned=cordoned, evicted=evicted, rounds=rounds,
                            server_dry_run=self.options.server_dry_run)

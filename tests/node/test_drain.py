@@ -579,3 +579,23 @@ def test_a_failed_drain_ends_with_a_warning_event(apiserver, kube):
         d.apply(d.plan("n1"))
     (_, end) = sorted(apiserver.list("events.events.k8s.io"), key=lambda e: "Started" not in e["reason"])
     assert (end["reason"], end["type"]) == ("DrainFailed", "Warning") and "denied by a policy webhook" in end["note"]
+
+
+def test_a_node_registered_again_after_the_plan_is_not_cordoned(apiserver, kube):
+    """The cordon tests the uid the drain's plan read: a node deleted and registered again under its name (another
+    uid) is another object; nothing is written to it and nothing evicted."""
+    import uuid
+
+    from rblnctl.errors import Replaced
+
+    seed_mixed(apiserver)
+    drainer = drainer_for(kube)
+    plan = drainer.plan("n1")
+    apiserver.delete_now("Node", "n1")
+    node = o.npu_node("n1")
+    node["metadata"]["uid"] = str(uuid.uuid4())  # the objects' uids are derived from the name
+    apiserver.add(node)
+    with pytest.raises(Replaced, match="node n1 was deleted and registered again"):
+        drainer.apply(plan)
+    assert not apiserver.get("Node", "n1")["spec"].get("unschedulable")
+    assert [w for w in node_writes(apiserver)] == []

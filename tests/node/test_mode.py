@@ -663,3 +663,59 @@ def test_an_event_the_server_refuses_never_fails_the_switch(apiserver, kube, ope
     res = sw.apply(sw.plan("n1", "vm"))
     assert res.changed and apiserver.get("Node", "n1")["metadata"]["labels"][MODE] == "vm-passthrough"
     assert apiserver.list(EVENTS) == []
+
+
+def _registered_again(apiserver, name="n1", **node_kw):
+    """The host re-imaged and rejoined: the Node deleted and a new one (another uid) registered under its name."""
+    import uuid
+
+    apiserver.delete_now("Node", name)
+    node = o.npu_node(name, **node_kw)
+    node["metadata"]["uid"] = str(uuid.uuid4())  # the objects' uids are derived from the name
+    apiserver.add(node)
+
+
+def test_a_node_registered_again_after_the_plan_is_not_written(apiserver, kube, operator):
+    """Every node write tests the uid the plan read (rblnctl.node.cordon.write_node): a node re-registered under
+    the same name between plan and apply gets no record, no cordon, no label; nothing is rolled back on it."""
+    from rblnctl.errors import Replaced
+
+    seed(apiserver)
+    sw = switcher(kube)
+    plan = sw.plan("n1", "vm")
+    _registered_again(apiserver)
+    new_uid = apiserver.get("Node", "n1")["metadata"]["uid"]
+    assert new_uid != plan.uid
+    with pytest.raises(Replaced, match="node n1 was deleted and registered again"):
+        sw.apply(plan)
+    now = apiserver.get("Node", "n1")
+    assert now["metadata"]["uid"] == new_uid and ANN not in now["metadata"].get("annotations", {})
+    assert not now["spec"].get("unschedulable") and now["metadata"]["labels"][MODE] == o.MODE_CONTAINER
+    assert [w for w in node_writes(apiserver) if "/nodes" in w.path] == []
+
+
+def test_a_node_registered_again_mid_eviction_gets_no_rollback_written(apiserver, kube, operator):
+    """Re-registered after rblnctl cordoned the old node and while it evicts: the new node is another object; the
+    rollback writes nothing to it (its record, cordon and label stay the new node's own)."""
+    from rblnctl.errors import Replaced
+
+    seed(apiserver)
+
+    written_before: list[int] = []
+
+    def rejoin(req):
+        if req.method == "POST" and req.path.endswith("/eviction") and not written_before:
+            written_before.append(len([w for w in node_writes(apiserver) if "/nodes" in w.path]))
+            _registered_again(apiserver)
+
+    sw = switcher(kube)
+    plan = sw.plan("n1", "vm")
+    planned = plan.uid
+    apiserver.on_request(rejoin)
+    with pytest.raises(Replaced):
+        sw.apply(plan)
+    now = apiserver.get("Node", "n1")
+    assert now["metadata"]["uid"] != planned
+    assert ANN not in now["metadata"].get("annotations", {}) and not now["spec"].get("unschedulable")
+    assert written_before == [2]  # the record, then the cordon: both on the old node
+    assert [w for w in node_writes(apiserver) if "/nodes" in w.path][written_before[0]:] == []

@@ -22,7 +22,8 @@ from rblnctl import audit
 from rblnctl import constants as C
 from rblnctl.audit import AuditRun, Auditor
 from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, iso_utc
-from rblnctl.errors import ClusterError, ClusterUnreachable, NotFound, OutcomeUnknown, RblnError, Refused, WaitTimeout
+from rblnctl.errors import (ClusterError, ClusterUnreachable, NotFound, OutcomeUnknown, RblnError, Refused, Replaced,
+                            WaitTimeout)
 from rblnctl.kube import (CLUSTER_POLICIES, NODES, PODS, RESOURCE_SLICES, Kube, Mirror, WatchSpec, outcome_unknown,
                           watch_until)
 from rblnctl.node.cordon import write_node
@@ -155,7 +156,7 @@ class ModeSwitcher:
     def _switch(self, plan: ModePlan, drainer: Drainer, lock: NodeLock, started: float, *, since: str,
                 by: str | None = None) -> ModeResult:
         dry = self.options.drain.server_dry_run
-        node = plan.node
+        node, uid = plan.node, plan.uid  # every write tests the node it decided on (cordon.write_node)
         deadline = started + self.options.drain.timeout_s
         record = SwitchRecord(target=plan.target, from_mode=plan.from_mode, started=since,
                               cordoned_by_rblnctl=plan.cordoned_by_rblnctl, step=Step.RECORD, by=by)
@@ -167,13 +168,13 @@ class ModeSwitcher:
         try:
             lock.ensure_held()
             self.events.on_step(Step.RECORD, plan.steps[1].detail if len(plan.steps) > 1 else "recording")
-            self._write_record(node, record, dry)
+            self._write_record(node, record, dry, uid)
             node_obj = self.kube.get(NODES, node)
             if not (node_obj.get("spec") or {}).get("unschedulable"):
                 lock.ensure_held()
                 self.events.on_step(Step.CORDON, f"cordoning node {node}")
                 record = record.at(Step.CORDON, cordoned_by_rblnctl=True)
-                self._cordon(node, record, dry)
+                self._cordon(node, record, dry, uid)
             else:
                 self.events.on_step(Step.CORDON, f"node {node} is already cordoned"
                                     + (" (by rblnctl)" if record.cordoned_by_rblnctl else ""))
@@ -192,15 +193,17 @@ class ModeSwitcher:
                 lock.ensure_held()
                 self.events.on_step(Step.RELABEL, f"setting {C.WORKLOAD_LABEL}={plan.target}")
                 record = record.at(Step.RELABEL)
-                relabeled = self._relabel(node, plan.target, record, dry)
+                relabeled = self._relabel(node, plan.target, record, dry, uid)
             else:
-                self._write_record(node, record, dry)
+                self._write_record(node, record, dry, uid)
         except RblnError as err:
             if self._deleted(node, err):
                 raise self._gone(plan) from err
+            if isinstance(err, Replaced):  # another node under this name: nothing to roll back on it
+                raise
             if relabeled or getattr(err, "relabel_unknown", False):
                 raise self._in_progress(err, plan) from err
-            self._rollback(node, record, dry, err)
+            self._rollback(node, record, dry, err, uid)
             raise
         try:
             if not dry and not plan.converged:
@@ -215,15 +218,17 @@ class ModeSwitcher:
             lock.ensure_held()
             if self.options.uncordon and record.cordoned_by_rblnctl:
                 self.events.on_step(Step.UNCORDON, f"uncordoning node {node}")
-                self._finish(node, uncordon=True, dry=dry)
+                self._finish(node, uncordon=True, dry=dry, uid=uid)
                 uncordoned = True
             else:
                 self.events.on_step(Step.UNCORDON, f"leaving node {node} cordoned"
                                     + ("" if record.cordoned_by_rblnctl else " (it was cordoned before rblnctl)"))
-                self._finish(node, uncordon=False, dry=dry)
+                self._finish(node, uncordon=False, dry=dry, uid=uid)
         except RblnError as err:
             if self._deleted(node, err):
                 raise self._gone(plan) from err
+            if isinstance(err, Replaced):
+                raise
             raise self._in_progress(err, plan) from err
         self.events.on_step(Step.FINISH, f"node {node} is in {plan.target} mode" if not dry
                             else "server dry run: every write was accepted; nothing persisted")
@@ -237,16 +242,16 @@ class ModeSwitcher:
     def _retry(self, step: Step) -> Callable[[int, str], None]:
         return lambda attempt, why: self.events.on_step(step, why)
 
-    def _write_record(self, node: str, record: SwitchRecord | None, dry: bool) -> None:
+    def _write_record(self, node: str, record: SwitchRecord | None, dry: bool, uid: str) -> None:
         """Record (or with None remove) the progress annotation: a merge patch."""
         def landed(obj: dict) -> bool:
             now = record_of(obj)
             return now == record if record is not None else now is None
 
         write_node(self.kube, node, annotation_patch(record), patch_type="merge", landed=landed, dry_run=dry,
-                   on_retry=self._retry(Step.RECORD))
+                   on_retry=self._retry(Step.RECORD), uid=uid)
 
-    def _cordon(self, node: str, record: SwitchRecord, dry: bool) -> None:
+    def _cordon(self, node: str, record: SwitchRecord, dry: bool, uid: str) -> None:
         """Cordon and record that rblnctl did, in one strategic merge patch: never one without the other."""
         def landed(obj: dict) -> bool:
             now = record_of(obj)
@@ -254,9 +259,9 @@ class ModeSwitcher:
 
         body = {"spec": {"unschedulable": True}, **annotation_patch(record)}
         write_node(self.kube, node, body, patch_type="strategic", landed=landed, dry_run=dry,
-                   on_retry=self._retry(Step.CORDON))
+                   on_retry=self._retry(Step.CORDON), uid=uid)
 
-    def _relabel(self, node: str, target: str, record: SwitchRecord, dry: bool) -> bool:
+    def _relabel(self, node: str, target: str, record: SwitchRecord, dry: bool, uid: str) -> bool:
         """Set the workload label (and the record) in one merge patch guarded by resourceVersion; True when done.
 
         When whether it landed cannot be known (a lost reply, and the node cannot be read back),
@@ -267,13 +272,13 @@ class ModeSwitcher:
         try:
             write_node(self.kube, node, body, patch_type="merge", dry_run=dry,
                        landed=lambda obj: labels_of(obj).get(C.WORKLOAD_LABEL) == target,
-                       on_retry=self._retry(Step.RELABEL))
+                       on_retry=self._retry(Step.RELABEL), uid=uid)
         except OutcomeUnknown as err:
             err.relabel_unknown = True  # type: ignore[attr-defined]
             raise
         return True
 
-    def _finish(self, node: str, *, uncordon: bool, dry: bool) -> None:
+    def _finish(self, node: str, *, uncordon: bool, dry: bool, uid: str) -> None:
         """The last write: remove the record (and uncordon) in one patch."""
         def landed(obj: dict) -> bool:
             done = record_of(obj) is None
@@ -284,7 +289,7 @@ class ModeSwitcher:
         else:
             body, kind = annotation_patch(None), "merge"
         write_node(self.kube, node, body, patch_type=kind, landed=landed, dry_run=dry,
-                   on_retry=self._retry(Step.UNCORDON))
+                   on_retry=self._retry(Step.UNCORDON), uid=uid)
 
     # -- waiting -------------------------------------------------------------------------------------
 
@@ -387,7 +392,7 @@ class ModeSwitcher:
 
     # -- failure handling ----------------------------------------------------------------------------
 
-    def _rollback(self, node: str, record: SwitchRecord, dry: bool, cause: RblnError) -> None:
+    def _rollback(self, node: str, record: SwitchRecord, dry: bool, cause: RblnError, uid: str) -> None:
         """Undo what ran before the relabel: uncordon if rblnctl cordoned, drop the record; settled by reading back.
 
         When the node cannot even be read, nothing is written and the cause says so: the record on
@@ -408,10 +413,10 @@ class ModeSwitcher:
         try:
             if cordoned_by_us:
                 self.events.on_step(Step.ROLLBACK, f"uncordoning node {node} and removing {C.SET_MODE_ANNOTATION}")
-                self._finish(node, uncordon=True, dry=dry)
+                self._finish(node, uncordon=True, dry=dry, uid=uid)
             elif ours:
                 self.events.on_step(Step.ROLLBACK, f"removing {C.SET_MODE_ANNOTATION} from node {node}")
-                self._finish(node, uncordon=False, dry=dry)
+                self._finish(node, uncordon=False, dry=dry, uid=uid)
         except RblnError as e:  # report, but the error that made us roll back is the one to raise
             log.warning("rollback of node %s failed: %s", node, e)
             self.events.on_step(Step.ROLLBACK, f"rollback failed: {e}; check node {node} by hand")
