@@ -154,12 +154,27 @@ def history(
 
 
 _HISTORY_STYLES = {"done": "green", "failed": "red", "interrupted": "yellow", "in-progress": "yellow"}
+
+
+def _history_action(e: dict) -> str:
+    """A run as the command that ran it (`set-mode vm`, `set-mode container`, `drain`): its target in the words the
+    user types, so the default table fits 80 columns (issue 39: with FROM and TO as label values it was 87 wide and
+    folded a column under every row); FROM and TO, as the label says them, are -o wide's."""
+    from rblnctl.node.mode import short_mode
+
+    return f"{e['action']} {short_mode(e['to'])}" if e["action"] == "set-mode" and e["to"] else e["action"]
+
+
+# The default table: STARTED (20) ACTION (at most 18) RESULT (at most 11) and USER, who gets 22 columns of 80 (a
+# longer name goes under its row, Table.render's rule); -o wide adds what the run went from and to, when it ended,
+# where the row was read and its last message.
 _HISTORY_COLUMNS = (
-    Column("STARTED"), Column("ACTION"), Column("FROM", value=lambda e: e["from"] or "-"),
-    Column("TO", value=lambda e: e["to"] or "-"),
+    Column("STARTED"), Column("ACTION", value=_history_action),
     Column("RESULT", value=lambda e: Cell(e["result"], _HISTORY_STYLES.get(e["result"], ""))),
-    Column("USER", value=lambda e: e["user"] or "<unknown>"), Column("FINISHED", wide=True,
-                                                                     value=lambda e: e["finished"] or "-"),
+    Column("USER", value=lambda e: e["user"] or "<unknown>"),
+    Column("FROM", wide=True, value=lambda e: e["from"] or "-"),
+    Column("TO", wide=True, value=lambda e: e["to"] or "-"),
+    Column("FINISHED", wide=True, value=lambda e: e["finished"] or "-"),
     Column("SOURCE", wide=True), Column("MESSAGE", wide=True, value=lambda e: e["message"]))
 
 
