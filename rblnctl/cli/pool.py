@@ -13,11 +13,19 @@ from rblnctl.errors import one_line
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rblnctl.cli.output import Cell, Table, View
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.waits import human_duration
+
+if TYPE_CHECKING:  # for the checker only: rich and the library are imported when a pool runs, never at --help
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from rblnctl.node.events import NodeEvents
+    from rblnctl.node.pool import PoolEvents, PoolItem, PoolPlan, PoolResult
 
 _STYLE = {"done": "green", "unchanged": "", "refused": "red", "failed": "red", "interrupted": "yellow",
           "skipped": "yellow"}
@@ -39,7 +47,7 @@ _GAP = 2  # spaces between the live table's columns
 _MIN_DETAIL = 12  # below this, EVICTED and ELAPSED give their room to DETAIL
 
 
-def progress_lines(title: str, rows: list[tuple[str, "_Row"]], width: int, now: float) -> list[Any]:
+def progress_lines(title: str, rows: list[tuple[str, _Row]], width: int, now: float) -> list[Text]:
     """The live progress at `width` columns: one rich Text per line (the title, the header, a row per node).
 
     NODE and STATE are never cut: they are as wide as their longest value. EVICTED and ELAPSED keep
@@ -64,7 +72,7 @@ def progress_lines(title: str, rows: list[tuple[str, "_Row"]], width: int, now: 
         detail_w = width - widths[0] - widths[1] - _GAP * len(keep)
     show_detail = detail_w >= 1
 
-    def line(values: list[str], styles: list[str], detail: str, detail_style: str = "") -> Any:
+    def line(values: list[str], styles: list[str], detail: str, detail_style: str = "") -> Text:
         text = Text(no_wrap=False)
         for n, i in enumerate(keep):
             last = n == len(keep) - 1 and not show_detail
@@ -104,17 +112,17 @@ class PoolProgress:
         self.suffix = " (server dry run)" if server_dry_run else ""
         self.rows = {n: _Row() for n in nodes}
         self.lock = threading.RLock()  # the live display renders under it, from inside _ensure_live too
-        self.live: Any = None
+        self.live: Live | None = None
         self.closed = False
 
     # -- the library's events --------------------------------------------------------------------------
 
-    def events(self) -> Any:
+    def events(self) -> PoolEvents:
         from rblnctl.node.pool import PoolEvents
 
         return PoolEvents(for_node=self._node_events, on_start=self._start, on_finish=self._finish)
 
-    def _node_events(self, node: str) -> Any:
+    def _node_events(self, node: str) -> NodeEvents:
         """A node's events: the one Progress's, its lines and its row drawn here."""
         from rblnctl.cli.console import Progress
         from rblnctl.node.events import Step
@@ -128,7 +136,7 @@ class PoolProgress:
         self._ensure_live()
         self._line(node, "started")
 
-    def _finish(self, item: Any) -> None:
+    def _finish(self, item: PoolItem) -> None:
         outcome = str(item.outcome)
         with self.lock:
             row = self.rows.setdefault(item.node, _Row())
@@ -183,7 +191,7 @@ class PoolProgress:
                              refresh_per_second=4, redirect_stdout=False, redirect_stderr=False)
             self.live.start()
 
-    def _render(self) -> Any:
+    def _render(self) -> Group:
         from rich.console import Group
 
         now = time.monotonic()
@@ -210,18 +218,18 @@ class PoolProgress:
 # -- views -----------------------------------------------------------------------------------------------
 
 
-def pool_document(plan: Any, result: Any = None) -> dict:
+def pool_document(plan: PoolPlan, result: PoolResult | None = None) -> dict:
     """The body of a ModeSwitchList / NodeDrainList: the pool's settings and one item per node."""
     from rblnctl.documents import body, pool_list
 
     return body(pool_list(plan.operation), spell, plan=plan, result=result)
 
 
-def _list_kind(plan: Any) -> str:
+def _list_kind(plan: PoolPlan) -> str:
     return "ModeSwitchList" if plan.operation == "set-mode" else "NodeDrainList"
 
 
-def _what(plan: Any) -> str:
+def _what(plan: PoolPlan) -> str:
     from rblnctl.node.mode import short_mode
 
     nodes = f"{len(plan.nodes)} node(s)"
@@ -231,13 +239,14 @@ def _what(plan: Any) -> str:
         why = [f"{unchanged} unchanged"] if unchanged else []
         why += [f"{len(refused)} {'skipped' if plan.continue_on_error else 'refused'}"] if refused else []
         nodes = f"{len(acting)} of {len(plan.nodes)} node(s) ({', '.join(why)})"
-    doing = f"switch {nodes} to {short_mode(plan.target)}" if plan.operation == "set-mode" else f"drain {nodes}"
+    # a switch's pool has its target mode, a drain's none (PoolRunner.for_mode, for_drain)
+    doing = f"switch {nodes} to {short_mode(plan.target)}" if plan.target is not None else f"drain {nodes}"
     pace = f"at most {plan.max_unavailable} at once"
     where = f" (selector {plan.selector})" if plan.selector else ""
     return f"{doing}, {pace}{where}"
 
 
-def pool_plan_view(plan: Any) -> View:
+def pool_plan_view(plan: PoolPlan) -> View:
     """What each node of the pool would do (a dry run, and the confirmation), read from the list's document."""
     doc = pool_document(plan)
     switching = plan.operation == "set-mode"
@@ -246,7 +255,7 @@ def pool_plan_view(plan: Any) -> View:
         p = i["plan"]
         evict = "0" if p is None else str(sum(1 for pod in p["pods"] if pod["action"] == "evict"))
         if p is None or i["error"] is not None or p["blockers"]:  # --continue-on-error goes on without it: skipped
-            action: Any = Cell("skipped", "yellow") if doc["continueOnError"] else Cell("refused", "red")
+            action: str | Cell = Cell("skipped", "yellow") if doc["continueOnError"] else Cell("refused", "red")
         elif p["noop"] if switching else not p["cordon"] and evict == "0":  # a drain: nothing to cordon or evict
             action = "unchanged"
         elif switching:
@@ -263,7 +272,7 @@ def pool_plan_view(plan: Any) -> View:
                 epilogue=epilogue, names=[f"node/{i['node']}" for i in doc["items"]])
 
 
-def pool_result_view(plan: Any, result: Any) -> View:
+def pool_result_view(plan: PoolPlan, result: PoolResult) -> View:
     """The final table: one row per node, its outcome, how long it took and how many pods it evicted."""
     doc = pool_document(plan, result)
     switching = plan.operation == "set-mode"

@@ -14,7 +14,7 @@ from tests.fakes import objects as o
 from tests.fakes import sysfs as ht
 from tests.fakes.operator import SimulatedOperator, stack_v030
 from tests.helpers import cli
-from tests.terminal import on_terminal, piped
+from tests.terminal import cli_on_terminal, on_terminal, piped
 from rblnctl.constants import OPERATOR_NAMESPACE as OPS
 
 RECORD = json.dumps({"target": "vm-passthrough", "from": "container", "started": "2026-12-04T10:00:00Z",
@@ -211,3 +211,29 @@ def test_single_node_result_does_not_wrap_at_80_columns(apiserver):
     assert lines[0].split() == ["NODE", "FROM", "TO", "RESULT", "DURATION", "EVICTED"]  # as the pool's table
     assert lines[1].split()[:4] == ["npu-worker-a01", "container", "vm-passthrough", "done"]
     assert max(len(line) for line in lines) <= 80, lines
+
+
+def test_node_history_fits_80_columns_a_run_a_line_and_wide_has_from_and_to(apiserver):
+    """Issue 39: the history table was 87 columns (FROM and TO as label values): at 80 a column went under every row.
+    A run is named as the command that ran it (`set-mode vm`); FROM and TO as the label says them are -o wide's."""
+    apiserver.user = "alice@example.com"  # docs/node.md's example user
+    apiserver.add(o.cluster_policy(), o.npu_node("npu-worker-a01"))
+    op = SimulatedOperator(apiserver).start()
+    try:
+        assert op.wait_idle()
+        for args in (("set-mode", "vm"), ("drain",), ("set-mode", "container")):
+            r = cli("node", *args, "npu-worker-a01", "--yes", server=apiserver.url)
+            assert r.exit_code == 0, r.stderr
+    finally:
+        op.stop()
+    screen = cli_on_terminal("node", "history", "npu-worker-a01", server=apiserver.url)
+    assert screen.code == 0, screen.text
+    lines = screen.text.splitlines()
+    assert [line.split()[1:] for line in lines] == [
+        ["ACTION", "RESULT", "USER"], ["set-mode", "vm", "done", "alice@example.com"],
+        ["drain", "done", "alice@example.com"], ["set-mode", "container", "done", "alice@example.com"]], screen.text
+    assert max(len(line) for line in lines) <= 80
+    wide, _, _ = piped(["--server", apiserver.url, "node", "history", "npu-worker-a01", "-o", "wide"])
+    header, switch, *_ = wide.splitlines()
+    assert header.split()[4:7] == ["FROM", "TO", "FINISHED"]
+    assert switch.split()[1:7] == ["set-mode", "vm", "done", "alice@example.com", "container", "vm-passthrough"]

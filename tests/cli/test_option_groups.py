@@ -15,7 +15,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from rblnctl.cli.app import app
-from rblnctl.cli.node import DrainFlags, ModeFlags
+from rblnctl.cli.node.flags import DrainFlags, ModeFlags
 from rblnctl.cli.options import DryRunOpt, Mutating, OutputOpt, ServerDryRunOpt, YesOpt, grouped
 from rblnctl.cli.vm.lifecycle import Waiting
 
