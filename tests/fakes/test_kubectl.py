@@ -162,10 +162,18 @@ def test_version_reports_the_configured_server_version(apiserver, kubectl):
 
 
 def test_wait_for_delete_uses_watch(apiserver, kubectl):
-    apiserver.deletion_delay_s = 0.4
+    """kubectl wait --for=delete lists the pod, then watches it from that list: the pod goes when the watch
+    arrives (a pod gone after a fixed 0.4 s was gone before a loaded machine's kubectl listed it: no watch)."""
+    apiserver.deletion_delay_s = 60
     apiserver.add(o.pod("default", "p1", node="n1"))
-    apiserver.delete("Pod", "p1", "default")  # graceful: terminating for 0.4 s
+    apiserver.delete("Pod", "p1", "default")  # graceful: terminating until the watch comes
     assert apiserver.get("Pod", "p1", "default")["metadata"]["deletionTimestamp"]
+
+    def gone_when_watched(req):
+        if req.query.get("watch") == ["true"] and apiserver.get("Pod", "p1", "default"):
+            apiserver.delete_now("Pod", "p1", "default")  # the watch replays it: it starts at the list's version
+
+    apiserver.on_request(gone_when_watched)
     kubectl("wait", "--for=delete", "pod/p1", "-n", "default", "--timeout=10s")
     assert apiserver.get("Pod", "p1", "default") is None
     watches = [r for r in apiserver.requests if r.query.get("watch") == ["true"]]
