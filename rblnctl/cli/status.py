@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from rblnctl.cli.options import OutputOpt, SelectorOpt, WatchOpt, examples
+from rblnctl.cli.state import state
 
 EXAMPLES = examples(
     "rblnctl status",
@@ -25,11 +26,11 @@ def status(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = F
     from rblnctl.status import cluster_status, status_changes, watch_cluster_status
 
     if watch:
-        follow(watch_cluster_status(ctx.obj.kube(), selector=selector, on_retry=warn_retrying), view_of=view,
+        follow(watch_cluster_status(state(ctx).kube(), selector=selector, on_retry=warn_retrying), view_of=view,
                changes_of=status_changes, output=output)
         return
     with waiting("reading the cluster..."):
-        st = cluster_status(ctx.obj.kube(from_cache=True), selector=selector)
+        st = cluster_status(state(ctx).kube(from_cache=True), selector=selector)
     emit(view(st), output)
 
 

@@ -10,6 +10,7 @@ from rblnctl.cli.console import Progress
 from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, VmArg, _namespace, _source, app
+from rblnctl.cli.state import state
 
 RestartOpt = Annotated[
     bool, typer.Option("--restart", help="Change a running VM too: stop it, change it, start it, wait until Ready "
@@ -221,7 +222,7 @@ def attach(
                             server_dry_run=mutation.server,
                             ready_timeout_s=timeout_s(timeout))
     progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
-    planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.vm_events())
+    planner = AttachPlanner(kube=state(ctx).kube(), options=options, events=progress.vm_events())
     plan = planner.plan(vm, namespace)
     _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
                 verb="change the")
@@ -256,7 +257,7 @@ def detach(
     options = DetachOptions(device=device, restart=restart, next_restart=next_restart,
                             server_dry_run=mutation.server, ready_timeout_s=timeout_s(timeout))
     progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
-    planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.vm_events())
+    planner = DetachPlanner(kube=state(ctx).kube(), detach=options, events=progress.vm_events())
     plan = planner.plan(vm, namespace)
     _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
                 verb="take the")

@@ -9,6 +9,7 @@ import typer
 from rblnctl.cli.options import OutputOpt, examples
 from rblnctl.cli.output import Cell, Column
 from rblnctl.cli.vm.common import VmArg, _namespace, app
+from rblnctl.cli.state import state
 
 DIAGNOSE_EXAMPLES = examples(
     "rblnctl vm diagnose my-vm -n vms",
@@ -57,7 +58,7 @@ def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None
     validate_name(vm, kind="VirtualMachine")
     namespace = _namespace(ctx)
     with waiting(f"diagnosing VM {namespace}/{vm}..."):
-        d = walk(ctx.obj.kube(), vm, namespace)
+        d = walk(state(ctx).kube(), vm, namespace)
     emit(_diagnosis_view(d, ctx), output)
     if d.broken is not None:
         raise VmDiagnosisFailed(str(d.summary()))

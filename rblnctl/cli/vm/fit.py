@@ -10,6 +10,7 @@ from rblnctl import constants as C  # plain data: the defaults the help texts sh
 from rblnctl.cli.options import OutputOpt, examples
 from rblnctl.cli.output import Cell, Column, Table
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, app
+from rblnctl.cli.state import state
 
 FIT_EXAMPLES = examples(
     "rblnctl vm fit --npus 2                          # how many 2-NPU VMs fit now, and where",
@@ -83,7 +84,7 @@ def fit(
     options = FitOptions(npus=npus, count=count, method=method.value if method else None, resource=resource,
                          product=product)  # bad input fails before connecting
     with waiting("reading the NPU nodes..."):
-        answers = fit_each(ctx.obj.kube(from_cache=True), options)
+        answers = fit_each(state(ctx).kube(from_cache=True), options)
     if len(answers) == 1:
         emit(_fit_view(ctx, answers[0]), output)
         if not answers[0].ok:

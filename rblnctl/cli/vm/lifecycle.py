@@ -11,6 +11,7 @@ from rblnctl.cli.options import Mutating, OptionGroup, OutputOpt, examples, grou
 from rblnctl.cli.output import Column
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import VmArg, _namespace, app
+from rblnctl.cli.state import state
 
 START_EXAMPLES = examples(
     "rblnctl vm start my-vm -n vms                   # ask virt-api; a running VM: nothing to do",
@@ -87,7 +88,7 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mu
     namespace = _namespace(ctx)
     how = mutation.how
     progress = Progress(server_dry_run=mutation.server)
-    life = VmLifecycle(kube=ctx.obj.kube(), timeout_s=seconds, server_dry_run=mutation.server,
+    life = VmLifecycle(kube=state(ctx).kube(), timeout_s=seconds, server_dry_run=mutation.server,
                        on_step=progress.say, on_state=progress.vm_state)
     plan = life.plan(action, vm, namespace, wait=waiting.wait)
     ref = plan.vm

@@ -11,6 +11,7 @@ from rblnctl.cli.options import OutputOpt, WatchOpt, examples, sort_by_option
 from rblnctl.cli.output import Column, joined
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import _namespace, _source, app
+from rblnctl.cli.state import state
 from rblnctl.documents import restart_marker
 
 LIST_EXAMPLES = examples(
@@ -87,13 +88,13 @@ def list_vms(
     from rblnctl.vm.listing import list_vm_npus
 
     check_sort_by(sort_by)  # bad input fails before connecting
-    namespace = None if ctx.obj.all_namespaces else _namespace(ctx)
+    namespace = None if state(ctx).all_namespaces else _namespace(ctx)
     if watch:
         from rblnctl.cli.status import follow, warn_retrying
         from rblnctl.vm.listing import vm_changes, watch_vm_npus
 
-        follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, selector=selector, on_retry=warn_retrying),
+        follow(watch_vm_npus(state(ctx).kube(), namespace=namespace, selector=selector, on_retry=warn_retrying),
                view_of=lambda listing: _list_view(listing, sort_by), changes_of=vm_changes, output=output)
         return
-    emit(_list_view(list_vm_npus(ctx.obj.kube(from_cache=True), namespace=namespace, selector=selector), sort_by),
+    emit(_list_view(list_vm_npus(state(ctx).kube(from_cache=True), namespace=namespace, selector=selector), sort_by),
          output)
