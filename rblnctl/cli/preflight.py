@@ -162,7 +162,7 @@ def _nodes_text(scopes: list[str], total: int) -> str:
     return f"{len(scopes)}:{','.join(scopes[:3])},..."
 
 
-def report_view(report: PreflightReport, ctx: Any = None) -> View:
+def report_view(report: PreflightReport, ctx: typer.Context | None = None) -> View:
     """The report (kind PreflightReport): scope-wide checks, per-node checks grouped, remedies, the verdict.
 
     One line per check in the tables (grep FAIL finds every failure); -o wide adds each check's id,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,11 @@ from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped, timeout_
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, VmArg, _namespace, _source, app
 from rblnctl.cli.state import state
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import OutputSpec, View
+    from rblnctl.vm.attach import AttachPlanner, VmNpuPlan, VmNpuResult
+    from rblnctl.vm.model import VmRef
 
 RestartOpt = Annotated[
     bool, typer.Option("--restart", help="Change a running VM too: stop it, change it, start it, wait until Ready "
@@ -40,7 +45,7 @@ DETACH_EXAMPLES = examples(
 )
 
 
-def _restart_now(ctx: Any, ref: Any) -> str:
+def _restart_now(ctx: typer.Context, ref: VmRef) -> str:
     """`vm restart NAME -n NS --wait` as this user types it (their program name and connection flags)."""
     from rblnctl.cli.rerun import render
     from rblnctl.vm.pending import restart_command
@@ -48,7 +53,7 @@ def _restart_now(ctx: Any, ref: Any) -> str:
     return render(ctx, restart_command(ref))
 
 
-def _phrased(plan: Any, ctx: Any) -> Any:
+def _phrased(plan: VmNpuPlan, ctx: typer.Context) -> VmNpuPlan:
     """The plan with each blocker's remedy phrased into its message (blockers the CLI prints)."""
     import dataclasses
 
@@ -71,7 +76,7 @@ def _phrased(plan: Any, ctx: Any) -> Any:
 # -- documents and views ----------------------------------------------------------------------------------
 
 
-def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any:
+def _change_view(plan: VmNpuPlan, result: VmNpuResult | None = None, *, restart_now: str = "") -> View:
     """A VM NPU change in every format (kind VmNpuChange)."""
     import json
 
@@ -133,8 +138,8 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
                 names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
 
 
-def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None, yes: bool, output: Any,
-                progress: Progress, verb: str) -> None:
+def _run_change(ctx: typer.Context, planner: AttachPlanner, plan: VmNpuPlan, *, how: str | None, yes: bool,
+                output: OutputSpec, progress: Progress, verb: str) -> None:
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
@@ -152,7 +157,7 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
         elif done is not None and not done.changed:  # the job is not done: the same command does it
             warn(f"`{command_line(ctx)}` (the same command) changes the NPUs of VM {ref}")
 
-    def done(result: Any) -> str:
+    def done(result: VmNpuResult) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
         if result.not_restarted:
             return f"{text}; not restarted: {result.not_restarted}"

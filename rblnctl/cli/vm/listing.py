@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +14,10 @@ from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import _namespace, _source, app
 from rblnctl.cli.state import state
 from rblnctl.documents import restart_marker
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.vm.listing import VmNpuListing
 
 LIST_EXAMPLES = examples(
     "rblnctl vm list -A",
@@ -26,7 +31,7 @@ LIST_EXAMPLES = examples(
 # -- list ---------------------------------------------------------------------------------------------------
 
 
-def compact_devices(devices: Any) -> str:
+def compact_devices(devices: Iterable[dict]) -> str:
     """A VM's NPUs in a few characters: `8x RBLN-CA22_PF`, `2x claim/rbln-npu` (each entry: -o wide); `devices`:
     the devices of a VmNpuList item's document."""
     counts: dict[str, int] = {}
@@ -56,7 +61,7 @@ _VM_COLUMNS = (Column("NAME"), Column("STATUS", value=_vm_status), Column("NODE"
                Column("DEVICES", value=lambda i: compact_devices(i["devices"])))
 
 
-def _list_view(listing: Any, sort_by: str | None = None) -> Any:
+def _list_view(listing: VmNpuListing, sort_by: str | None = None) -> View:
     from rblnctl.cli.output import View, rows, sort_order
     from rblnctl.documents import VM_NPU_LIST, body
 

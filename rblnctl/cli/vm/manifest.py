@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import examples, output_option
-from rblnctl.cli.output import Format
+from rblnctl.cli.output import Format, OutputSpec
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, _namespace, app
 from rblnctl.cli.state import state
 
@@ -86,7 +86,7 @@ def manifest(
                                  help="The user cloud-init creates in the guest [default: the image's own, e.g. "
                                  "ubuntu].")
     ] = None,
-    output: Annotated[Any, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
+    output: Annotated[OutputSpec, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
 ) -> None:
     """Print a VirtualMachine with N NPUs, ready to apply.
 
