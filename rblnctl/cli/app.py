@@ -1,4 +1,4 @@
-"""Root Typer app: global options -> State in ctx.obj, one add_typer()/command per group, main()."""
+"""Root Typer app: global options -> State (read through state(ctx)), one add_typer()/command per group, main()."""
 
 from __future__ import annotations
 

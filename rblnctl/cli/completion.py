@@ -21,10 +21,17 @@ from rblnctl.errors import one_line
 
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:  # for the checker only: completion imports nothing it does not run
+    from typer._click import Command, Context
+    from typer._click.shell_completion import CompletionItem, ShellComplete
+
+    from rblnctl.cli.output import Format
+    from rblnctl.kube import Kube
 
 COMPLETE_VAR = "_RBLNCTL_COMPLETE"
 COMPLETION_TIMEOUT_S = 3.0
@@ -54,7 +61,7 @@ complete -o nosort -F %(complete_func)s %(prog_name)s
 """
 
 
-def completions(comp: Any, args: list[str], incomplete: str) -> list:
+def completions(comp: ShellComplete, args: list[str], incomplete: str) -> list[CompletionItem]:
     """What to offer for the word being typed; a path option gets a `file` or `dir` item (its metavar says which).
 
     typer's path type offers nothing, leaving it to a shell fallback that would then also offer file
@@ -73,7 +80,7 @@ def completions(comp: Any, args: list[str], incomplete: str) -> list:
     return obj.shell_complete(ctx, incomplete)
 
 
-def _classes() -> dict[str, type]:
+def _classes() -> dict[str, type[ShellComplete]]:
     """The completion classes, built on first use (completion never runs for ordinary commands)."""
     from typer._click.shell_completion import split_arg_string
     from typer._completion_classes import FishComplete, ZshComplete
@@ -84,7 +91,7 @@ def _classes() -> dict[str, type]:
 
         source_template = BASH_SCRIPT
 
-        def get_completions(self, args: list[str], incomplete: str) -> list:
+        def get_completions(self, args: list[str], incomplete: str) -> list[CompletionItem]:
             return completions(self, args, incomplete)
 
         def source_vars(self) -> dict[str, Any]:
@@ -95,7 +102,7 @@ def _classes() -> dict[str, type]:
             cword = int(os.environ.get("COMP_CWORD", "0") or 0)
             return words[1:cword], words[cword] if cword < len(words) else ""
 
-        def format_completion(self, item: Any) -> str:
+        def format_completion(self, item: CompletionItem) -> str:
             return f"{item.type},{item.value}"
 
         def source(self) -> str:  # typer's checks bash's version by running bash; the script needs 4.4 (nosort)
@@ -112,7 +119,7 @@ def register() -> None:
         add_completion_class(cls, name)
 
 
-def script(shell: str, command: Any, prog_name: str = "rblnctl") -> str:
+def script(shell: str, command: Command, prog_name: str = "rblnctl") -> str:
     """The completion script for a shell, as `_RBLNCTL_COMPLETE=source_<shell> rblnctl` prints it.
 
     `command` is the root click command (the caller's: this module never imports the app).
@@ -124,11 +131,11 @@ def script(shell: str, command: Any, prog_name: str = "rblnctl") -> str:
 # -- completers (typer `autocompletion=` callbacks: they get the context and the word being typed) ------
 
 
-def _root_params(ctx: Any) -> dict:
+def _root_params(ctx: Context) -> dict:
     return dict(ctx.find_root().params or {})
 
 
-def _kube(ctx: Any) -> Any:
+def _kube(ctx: Context) -> Kube:
     """A connection from the flags already typed, with a short timeout and no retries."""
     from rblnctl.cli.connect import connection_options
     from rblnctl.kube import KubeOptions, connect
@@ -142,7 +149,7 @@ def _kube(ctx: Any) -> Any:
     return kube
 
 
-def _quietly(produce: Any) -> list:
+def _quietly(produce: Callable[[], Iterable[str]]) -> list[str]:
     """Whatever a completer finds; nothing at all when it fails (no cluster, no permission, a timeout)."""
     from rblnctl.errors import RblnError
 
@@ -152,7 +159,7 @@ def _quietly(produce: Any) -> list:
         return []
 
 
-def _starting(values: Any, incomplete: str) -> list[str]:
+def _starting(values: Iterable[str], incomplete: str) -> list[str]:
     return sorted(v for v in dict.fromkeys(values) if v.startswith(incomplete))
 
 
@@ -252,7 +259,7 @@ def complete_bdfs(ctx: typer.Context, incomplete: str) -> list[str]:
     return _starting(_quietly(bdfs), incomplete)
 
 
-def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Any] | None = None) -> list[str]:
+def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Format] | None = None) -> list[str]:
     """-o values: the formats the command prints (`allowed`; the common ones by default)."""
     from rblnctl.cli.output import COMMON_FORMATS, Format
 
@@ -264,7 +271,7 @@ def complete_output(ctx: typer.Context, incomplete: str, allowed: Sequence[Any] 
 # -- kubectl plugin completion ------------------------------------------------------------------------
 
 
-def kubectl_complete(command: Any) -> None:
+def kubectl_complete(command: Command) -> None:
     """`kubectl_complete-rbln WORD...`: what kubectl >= 1.26 runs for `kubectl rbln <TAB>` (cobra's format).
 
     `command` is the root click command (rblnctl.cli.app.kubectl_complete passes it).

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.measure import Measurement
+    from rich.segment import Segment
+    from rich.status import Status
+
+    from rblnctl.method.plan import MethodEvents
+    from rblnctl.node.events import NodeEvents, WaitState
+    from rblnctl.node.pods import PodRef
+    from rblnctl.vm.attach import VmEvents
+    from rblnctl.vm.lifecycle import VmState
 
 _no_color = False
 PIPE_WIDTH = 160  # table width when stdout is not a terminal and COLUMNS is unset
@@ -46,7 +55,7 @@ def stderr() -> "Console":
 
 
 @lru_cache(maxsize=1)
-def _console() -> type:
+def _console() -> type[Console]:
     """rich's Console that never lets a character a terminal acts on through (rblnctl.cli.sanitize): rblnctl's own
     styling is in each segment's style and rich's cursor moves (spinners, live tables) in control segments, so
     escaping the text of every other segment leaves both alone. The call sites escape first (`plain`, which also
@@ -62,7 +71,7 @@ def _console() -> type:
         def __init__(self, **kw: Any) -> None:
             super().__init__(emoji=False, **kw)
 
-        def _render_buffer(self, buffer: Any) -> str:
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
             return super()._render_buffer(seg if seg.control or not seg.text else
                                           Segment(visible(seg.text), seg.style) for seg in buffer)
 
@@ -153,7 +162,7 @@ class SpinLine:
     `text` is a string or a function giving it anew at each refresh (a wait's ticking times). Escaped
     (rblnctl.cli.sanitize), never read as markup. Piped, nothing spins: the lines are printed whole instead."""
 
-    def __init__(self, text: Any) -> None:
+    def __init__(self, text: str | Callable[[], str]) -> None:
         self.text = text
 
     def plain(self) -> str:
@@ -166,20 +175,20 @@ class SpinLine:
 
         return cut(self.plain(), room)
 
-    def __rich_measure__(self, console: Any, options: Any) -> Any:
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         from rich.measure import Measurement
 
         # the whole terminal's width here; the spinner's frame and a space take 2 of it, the echo of ^C ECHO_ROOM
         width = len(self.line(max(1, options.max_width - 2 - ECHO_ROOM)))
         return Measurement(width, width)
 
-    def __rich_console__(self, console: Any, options: Any) -> Any:
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         from rich.text import Text
 
         yield Text(self.line(options.max_width), no_wrap=True, overflow="crop")
 
 
-def spinner(con: "Console", text: Any) -> Any:
+def spinner(con: "Console", text: str | Callable[[], str]) -> Status:
     """A started spinner (rich's Status) with `text` beside it, one line (SpinLine); `.update(SpinLine(...))` to
     change it, `.stop()` to erase it."""
     status = con.status(SpinLine(text), spinner="dots")
@@ -261,6 +270,16 @@ def ask_yes_no(question: str) -> bool:
     return line.strip().lower() in ("y", "yes")
 
 
+class PoolLines(Protocol):
+    """What a pool's progress (rblnctl.cli.pool.PoolProgress) takes of one node's events: its lines, its row."""
+
+    def node_line(self, node: str, text: str, style: str = "") -> None: ...
+
+    def evicted(self, node: str) -> None: ...
+
+    def update(self, node: str, *, state: str | None = None, detail: str | None = None) -> None: ...
+
+
 class Progress:
     """Every command's progress on stderr, whichever library's events it shows: a line per step or event, and what a
     wait waits for, beside a spinner on a terminal, a line per change when piped.
@@ -274,10 +293,10 @@ class Progress:
     """
 
     def __init__(self, *, server_dry_run: bool = False, wait_step: object = None, rollback_step: object = None,
-                 retried: str = "{why}; re-reading and retrying", retry_suffix: bool = True, pool: Any = None,
-                 node: str = "") -> None:
+                 retried: str = "{why}; re-reading and retrying", retry_suffix: bool = True,
+                 pool: PoolLines | None = None, node: str = "") -> None:
         self.console = stderr()
-        self.status: Any = None
+        self.status: Status | None = None
         self.suffix = " (server dry run)" if server_dry_run else ""  # as kubectl's progress lines
         self.wait_step, self.rollback_step = wait_step, rollback_step
         self.retried, self.retry_suffix = retried, retry_suffix
@@ -286,20 +305,20 @@ class Progress:
 
     # -- the library's events ----------------------------------------------------------------------------------
 
-    def node_events(self) -> Any:
+    def node_events(self) -> NodeEvents:
         """rblnctl.node.events.NodeEvents (node drain, node set-mode on one node)."""
         from rblnctl.node.events import NodeEvents
 
         return NodeEvents(on_step=self.step, on_evicted=self.evicted, on_gone=self.gone,
                           on_pdb_blocked=self.pdb_blocked, on_wait=self.wait_state, on_warning=self.warning)
 
-    def method_events(self) -> Any:
+    def method_events(self) -> MethodEvents:
         """rblnctl.method.MethodEvents (policy set-method)."""
         from rblnctl.method import MethodEvents
 
         return MethodEvents(on_step=self.step, on_waiting=self.waiting, on_retry=self.retry, on_warning=self.warning)
 
-    def vm_events(self) -> Any:
+    def vm_events(self) -> VmEvents:
         """rblnctl.vm.attach.VmEvents (vm attach, vm detach)."""
         from rblnctl.vm.attach import VmEvents
 
@@ -313,7 +332,7 @@ class Progress:
             return
         say(text + (self.suffix if suffix else ""), con=self.console, style=style)
 
-    def step(self, step: Any, detail: str) -> None:
+    def step(self, step: object, detail: str) -> None:
         """`STEP: detail`; the wait step is a spinner on a terminal."""
         self.stop()
         self._row(state=str(step), detail=detail)
@@ -335,15 +354,15 @@ class Progress:
         self.stop()
         warn(f"{self.node}: {text}" if self.node else text)
 
-    def evicted(self, pod: Any) -> None:
+    def evicted(self, pod: PodRef) -> None:
         if self.pool is not None:
             self.pool.evicted(self.node)
         self._event(node_event_lines("evicted", pod))
 
-    def gone(self, pod: Any) -> None:
+    def gone(self, pod: PodRef) -> None:
         self._event(node_event_lines("gone", pod))
 
-    def pdb_blocked(self, pod: Any, message: str, attempt: int) -> None:
+    def pdb_blocked(self, pod: PodRef, message: str, attempt: int) -> None:
         self._event(node_event_lines("pdb", pod, message=message, attempt=attempt), "yellow")
 
     def _event(self, words: tuple[str, str], style: str = "") -> None:
@@ -351,14 +370,14 @@ class Progress:
         self._row(detail=detail)
         self.line(line, style)
 
-    def _row(self, **change: Any) -> None:
+    def _row(self, **change: str) -> None:
         """In a pool: the node's row (its state, its DETAIL)."""
         if self.pool is not None:
             self.pool.update(self.node, **change)
 
     # -- what a wait waits for -------------------------------------------------------------------------------
 
-    def wait_state(self, state: Any) -> None:
+    def wait_state(self, state: WaitState) -> None:
         """The node wait's one line (rblnctl.cli.waits): beside the spinner with its times ticking on a terminal;
         piped, printed again only when what it says changes."""
         from rblnctl.cli.waits import WaitLine, wait_key, wait_text, what
@@ -380,7 +399,7 @@ class Progress:
         else:
             self.line(text, "dim")
 
-    def vm_state(self, st: Any) -> None:
+    def vm_state(self, st: VmState) -> None:
         """A VM's state while vm start|stop|restart waits (rblnctl.vm.lifecycle): the spinner's text on a terminal,
         a line per change in a pipe."""
         text = f"  {st.describe()}"
@@ -400,7 +419,7 @@ class Progress:
             self.status = None
 
 
-def node_event_lines(event: str, pod: Any, *, message: str = "", attempt: int = 0) -> tuple[str, str]:
+def node_event_lines(event: str, pod: PodRef, *, message: str = "", attempt: int = 0) -> tuple[str, str]:
     """A node event's words: (a pool row's DETAIL, the progress line) for an evicted or gone pod, or a
     PodDisruptionBudget refusing an eviction ("pdb")."""
     if event == "evicted":

@@ -10,8 +10,8 @@ from rblnctl.errors import one_line
 
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
@@ -19,6 +19,14 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from rblnctl import errors as E
 from rblnctl.cli.rerun import LEAF, prog_name, remedy_text, render  # noqa: F401 - prog_name: re-exported
 from rblnctl.remedy import Remedy
+
+if TYPE_CHECKING:  # typer's click (typer._click) and the library's types, for the checker only
+    from types import FrameType
+
+    from typer._click import ClickException, Command, Context
+
+    from rblnctl.node.record import Recovery
+    from rblnctl.plan import Blocker
 
 _prog = prog_name
 
@@ -64,14 +72,14 @@ def install_signal_handlers() -> None:
     """Turn SIGTERM and SIGHUP (timeout(1), systemd, a dropped ssh session) into Interrupted in the main thread."""
     import signal
 
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         raise E.Interrupted(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 
 
-def hoist_global_options(args: list[str], root: Any = None) -> list[str]:
+def hoist_global_options(args: list[str], root: Command | None = None) -> list[str]:
     """Move global options that follow a subcommand to the front, and spell kubectl's flags our way.
 
     `--dry-run=client` -> `--dry-run`, `--dry-run=server` -> `--server-dry-run`, `--dry-run=none` -> dropped;
@@ -161,14 +169,14 @@ def _level(arg: str, following: str | None) -> tuple[str, int] | None:
     return None
 
 
-def _own_option(cmd: Any, token: str) -> bool:
+def _own_option(cmd: Command | None, token: str) -> bool:
     """Whether `cmd` (a leaf command, not a group) declares an option spelt `token` itself."""
     if cmd is None or hasattr(cmd, "commands"):
         return False
     return any(token in (getattr(p, "opts", ()) or ()) for p in getattr(cmd, "params", ()))
 
 
-def _takes_value(cmd: Any, token: str) -> bool:
+def _takes_value(cmd: Command, token: str) -> bool:
     """Whether `token` names an option of `cmd` that reads the next argument as its value."""
     for p in getattr(cmd, "params", ()):
         if token in (getattr(p, "opts", ()) or ()) or token in (getattr(p, "secondary_opts", ()) or ()):
@@ -177,7 +185,7 @@ def _takes_value(cmd: Any, token: str) -> bool:
     return False
 
 
-def _argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
+def _argument_metavar(self: TyperArgument, ctx: Context, *, usage: bool = False) -> str:
     """Arguments in usage lines as kubectl writes them: `NODE`, `[GATE]...`, never typer's `{NODE}`."""
     var = self.metavar or (self.name or "").upper()
     if self.nargs != 1 and not var.endswith("..."):
@@ -191,7 +199,7 @@ TyperArgument.make_metavar = _argument_metavar
 _command_invoke = TyperCommand.invoke
 
 
-def _leaf_invoke(self: Any, ctx: Any) -> Any:
+def _leaf_invoke(self: TyperCommand, ctx: Context) -> Any:
     """Note the running command's context, so a hint printed from the error edge (the root's context) repeats it
     with its flags (rblnctl.cli.rerun.render)."""
     ctx.meta[LEAF] = ctx
@@ -234,10 +242,10 @@ class RblnGroup(TyperGroup):
             return rv
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, hoist_global_options(list(args), self))
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
@@ -257,7 +265,7 @@ class RblnGroup(TyperGroup):
 from rblnctl.cli.flags import OVERRIDE_FLAGS, flag_for  # noqa: E402,F401 - re-exported
 
 
-def blocker_text(blocker: Any, ctx: Any = None) -> str:
+def blocker_text(blocker: Blocker, ctx: Context | None = None) -> str:
     """A blocker as the CLI says it: its message, its remedy (with `ctx`: its command spelt for this user), and the
     flag that would override it."""
     override = getattr(blocker, "override", None)
@@ -270,7 +278,7 @@ def blocker_text(blocker: Any, ctx: Any = None) -> str:
     return text
 
 
-def recovery_lines(recovery: Any, ctx: Any, *, drop: Any = ()) -> list[str]:
+def recovery_lines(recovery: Recovery | None, ctx: Context, *, drop: Iterable[str] = ()) -> list[str]:
     """A library Recovery phrased as the commands to type (rblnctl.cli.rerun.render: the program name as invoked,
     and every flag of this run the command takes, --context first of all; `drop`: options left out)."""
     if recovery is None or getattr(recovery, "remedies", None) is None:
@@ -278,12 +286,15 @@ def recovery_lines(recovery: Any, ctx: Any, *, drop: Any = ()) -> list[str]:
     return [f"{(r.text + ':').ljust(8)} {render(ctx, r.command, drop=drop)}" for r in recovery.remedies]
 
 
-def _verbose(ctx: Any) -> bool:
+def _verbose(ctx: Context) -> bool:
+    """-v given; False for an error raised before the root callback made the State (rblnctl.cli.state)."""
+    from rblnctl.cli.state import State
+
     state = ctx.find_root().obj
-    return bool(getattr(state, "verbose", 0))
+    return isinstance(state, State) and state.verbose > 0
 
 
-def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
+def _report(ctx: Context, err: BaseException, *, bug: bool = False) -> None:
     from rblnctl.cli.console import say
     from rblnctl.cli.sanitize import visible
 
@@ -310,14 +321,14 @@ def _report(ctx: Any, err: BaseException, *, bug: bool = False) -> None:
         sys.stderr.write(visible("".join(traceback.format_exception(err))))
 
 
-def rbac_lines(ctx: Any, err: BaseException) -> list[str]:
+def rbac_lines(ctx: Context, err: BaseException) -> list[str]:
     """After RBAC's 403 (exit 4), the rules this command needs as `rblnctl rbac` prints them: `--role read` for a
     command that only reads, `--role operate` for the rest (rblnctl.rbac.READ_COMMANDS)."""
     if not isinstance(err, E.Forbidden):
         return []
     from rblnctl.rbac import READ_COMMANDS, ROLE_OPERATE, ROLE_READ
 
-    deepest: Any = ctx  # the root's invoke catches it: the command's own context is in the traceback's frames
+    deepest: Context = ctx  # the root's invoke catches it: the command's own context is in the traceback's frames
     tb = err.__traceback__
     while tb is not None:
         found = tb.tb_frame.f_locals.get("ctx")
@@ -346,7 +357,7 @@ def _choice_hint(text: str) -> str:
     return did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
 
 
-def _usage_error(err: Any) -> None:
+def _usage_error(err: ClickException) -> None:
     """A usage error as kubectl prints one: `error: ...` on one line, then where to read the usage."""
     from rblnctl.cli.console import say
 
@@ -366,7 +377,7 @@ def interrupted_line(signum: int | None, terminal: bool) -> str:
     return "\ninterrupted" if terminal else "interrupted"
 
 
-def _isatty(stream: Any) -> bool:
+def _isatty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):

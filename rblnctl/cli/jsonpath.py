@@ -29,7 +29,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from rblnctl.errors import InvalidInput
 
@@ -47,17 +47,20 @@ class _Paths:
 @dataclass
 class _Range:
     path: list[tuple]
-    body: list[Any] = field(default_factory=list)
+    body: list[_Node] = field(default_factory=list)
+
+
+_Node: TypeAlias = _Text | _Paths | _Range  # a parsed template: text, a union of paths, a {range}...{end}
 
 
 def _bad(template: str, why: str) -> InvalidInput:
     return InvalidInput(f"bad jsonpath template {template!r}: {why}")
 
 
-def parse(template: str) -> list[Any]:
+def parse(template: str) -> list[_Node]:
     """Parse a template into nodes; raises InvalidInput with what is wrong."""
-    root: list[Any] = []
-    stack: list[list[Any]] = [root]
+    root: list[_Node] = []
+    stack: list[list[_Node]] = [root]
     i = 0
     while i < len(template):
         j = template.find("{", i)
@@ -211,7 +214,7 @@ def _bracket(template: str, inner: str) -> tuple:
     raise _bad(template, f"bad subscript [{inner}]")
 
 
-def _literal(template: str, raw: str) -> Any:
+def _literal(template: str, raw: str) -> object:
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         return raw[1:-1]
     if raw in ("true", "false"):
@@ -232,9 +235,9 @@ class _EvalError(Exception):
 _GO_TYPES = {str: "string", dict: "map[string]interface {}", bool: "bool", int: "int64", float: "float64"}
 
 
-def _array(values: list[Any], start: int | None, end: int | None, step: int, derived: bool) -> list[Any]:
+def _array(values: list[object], start: int | None, end: int | None, step: int, derived: bool) -> list[object]:
     """One subscript over every input, as client-go's evalArray: no clamping, an out-of-range bound is an error."""
-    out: list[Any] = []
+    out: list[object] = []
     for v in values:
         if v is None:
             continue
@@ -281,9 +284,9 @@ class Misses:
         return [miss for key, miss in self.missed.items() if key not in self.found]
 
 
-def _walk(values: list[Any], steps: list[tuple], misses: Misses | None = None) -> list[Any]:
+def _walk(values: list[object], steps: list[tuple], misses: Misses | None = None) -> list[object]:
     for n, step in enumerate(steps):
-        out: list[Any] = []
+        out: list[object] = []
         kind = step[0]
         if misses is not None and kind == "key":
             objects = [v for v in values if isinstance(v, dict) and v and all(map(_FIELD.match, v))]
@@ -323,8 +326,8 @@ def _walk(values: list[Any], steps: list[tuple], misses: Misses | None = None) -
     return values
 
 
-def _recurse(value: Any, key: str) -> list[Any]:
-    found: list[Any] = []
+def _recurse(value: object, key: str) -> list[object]:
+    found: list[object] = []
     stack = [value]
     while stack:
         v = stack.pop(0)
@@ -347,7 +350,7 @@ _OPS = {
 }
 
 
-def _holds(item: Any, steps: list[tuple], op: str | None, value: Any) -> bool:
+def _holds(item: object, steps: list[tuple], op: str | None, value: object) -> bool:
     if op is None:  # existence: client-go's evalFilter ignores the error of the path
         try:
             return bool(_walk([item], steps))
@@ -363,7 +366,7 @@ def _holds(item: Any, steps: list[tuple], op: str | None, value: Any) -> bool:
     return False
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)  # Go sorts map keys
     if isinstance(value, bool):
@@ -373,12 +376,12 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _render(nodes: list[Any], current: Any, out: list[str], misses: Misses | None = None) -> None:
+def _render(nodes: list[_Node], current: object, out: list[str], misses: Misses | None = None) -> None:
     for node in nodes:
         if isinstance(node, _Text):
             out.append(node.text)
         elif isinstance(node, _Paths):
-            results: list[Any] = []
+            results: list[object] = []
             for p in node.paths:
                 results.extend(_walk([current], p, misses))
             out.append(" ".join(_text(r) for r in results))
@@ -387,7 +390,7 @@ def _render(nodes: list[Any], current: Any, out: list[str], misses: Misses | Non
                 _render(node.body, item, out, misses)
 
 
-def render(template: str, document: Any, *, allow_missing_keys: bool = False) -> str:
+def render(template: str, document: object, *, allow_missing_keys: bool = False) -> str:
     """The template applied to a document, as kubectl prints it (no newline added).
 
     A field no object has is an error naming the fields there are (`unknown_field`), not an empty line with
@@ -455,11 +458,11 @@ def relaxed(path: str) -> str:
     return "{." + (m.group(1) or m.group(2)).strip() + "}"
 
 
-def values(template: str, document: Any, misses: Misses | None = None) -> list[Any]:
+def values(template: str, document: object, misses: Misses | None = None) -> list[object]:
     """The values one expression (`{.a.b}`) finds in a document ([] when none); bad input names the template.
     `misses` collects the fields not found, over every document it is given (unknown_field decides)."""
     nodes = _parsed(template)
-    out: list[Any] = []
+    out: list[object] = []
     try:
         for node in nodes:
             if isinstance(node, _Paths):
@@ -471,18 +474,18 @@ def values(template: str, document: Any, misses: Misses | None = None) -> list[A
 
 
 @functools.lru_cache(maxsize=64)
-def _parsed(template: str) -> list[Any]:
+def _parsed(template: str) -> list[_Node]:
     """One parse per template, so a path keeps its identity over every item (Misses counts per path)."""
     return parse(template)
 
 
-def cell(found: list[Any]) -> str:
+def cell(found: list[object]) -> str:
     """A custom-columns cell: the values joined with commas, `<none>` when there is none (kubectl's printer)."""
     shown = [_text(v) for v in found if v is not None]
     return ",".join(shown) if shown else "<none>"
 
 
-def sort_key(found: list[Any]) -> tuple:
+def sort_key(found: list[object]) -> tuple:
     """A --sort-by key: missing first, then numbers by value, strings by text, booleans false < true."""
     if not found or found[0] is None:
         return (0, 0, "")

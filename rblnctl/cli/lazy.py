@@ -10,40 +10,45 @@ that the table here says what the commands themselves say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rblnctl.cli.errors import RblnGroup
+
+if TYPE_CHECKING:  # typer's click (typer._click), named for the checker only
+    import typer
+    from typer._click import Command, Context, HelpFormatter
 
 
 class Lazy(NamedTuple):  # not a dataclass: importing dataclasses costs every TAB press ~8 ms (cli/app.py State)
     """One subcommand: its short help (as the root's help lists it) and how to register it on a Typer app."""
 
     short_help: str
-    register: Callable[[Any], None]  # registers exactly this command (app.command / app.add_typer) on the app given
+    register: Callable[[typer.Typer], None]  # registers exactly this command (app.command / app.add_typer) on the app
     hidden: bool = False
 
 
 class LazyCommands(MutableMapping):
     """name -> click command, each built on first access from its Lazy entry (insertion order kept)."""
 
-    def __init__(self, table: dict[str, Lazy], build: Callable[[str, Lazy], Any], loaded: dict | None = None) -> None:
+    def __init__(self, table: dict[str, Lazy], build: Callable[[str, Lazy], Command],
+                 loaded: Mapping[str, Command] | None = None) -> None:
         self.table = dict(table)
         self._build = build
-        self._loaded: dict[str, Any] = dict(loaded or {})
+        self._loaded: dict[str, Command] = dict(loaded or {})
         self._order = list(dict.fromkeys([*self.table, *self._loaded]))
 
     def is_loaded(self, name: str) -> bool:
         return name in self._loaded
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Command:
         if name not in self._loaded:
             if name not in self.table:
                 raise KeyError(name)
             self._loaded[name] = self._build(name, self.table[name])
         return self._loaded[name]
 
-    def __setitem__(self, name: str, cmd: Any) -> None:
+    def __setitem__(self, name: str, cmd: Command) -> None:
         if name not in self._order:
             self._order.append(name)
         self._loaded[name] = cmd
@@ -63,13 +68,13 @@ class LazyCommands(MutableMapping):
         return name in self._order
 
 
-def builder(**typer_settings: Any) -> Callable[[str, Lazy], Any]:
+def builder(**typer_settings: Any) -> Callable[[str, Lazy], Command]:
     """A LazyCommands builder: the click command of one entry, built by typer from a scratch Typer app with the
     root's settings (`typer_settings`), on which only that entry is registered: the same command typer builds when
     the whole tree is registered on the root (typer.main.get_group_from_info builds each command and group on its
     own, from its info and the root's pretty_exceptions_short / rich_markup_mode)."""
 
-    def build(name: str, entry: Lazy) -> Any:
+    def build(name: str, entry: Lazy) -> Command:
         import typer
         import typer.main
 
@@ -84,18 +89,18 @@ class LazyRootGroup(RblnGroup):
     """The root group, its subcommands a LazyCommands mapping (`lazy`, `build`: set by rblnctl.cli.app)."""
 
     lazy: dict[str, Lazy] = {}
-    build: Callable[[str, Lazy], Any] | None = None
+    build: Callable[[str, Lazy], Command] | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if self.build is not None:
             self.commands = LazyCommands(self.lazy, type(self).build, loaded=self.commands)  # type: ignore[arg-type]
 
-    def list_commands(self, ctx: Any) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         """The names, in registration order (typer's list_commands reads commands.items(): every command built)."""
         return list(self.commands)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
         """The Commands section, as typer's TyperGroup.format_commands writes it, from the table's short helps
         for commands not loaded (a short help is printed as given: click's get_short_help_str cleans it only)."""
         import inspect
@@ -103,7 +108,7 @@ class LazyRootGroup(RblnGroup):
         commands = self.commands
         if not isinstance(commands, LazyCommands):
             return super().format_commands(ctx, formatter)
-        rows = []
+        rows: list[tuple[str, Command | None]] = []
         for name in self.list_commands(ctx):
             if commands.is_loaded(name) or name not in commands.table:
                 cmd = commands[name]

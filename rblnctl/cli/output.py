@@ -24,7 +24,7 @@ import enum
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from rblnctl.documents import camel, document, to_data  # noqa: F401 (the library owns the JSON contract)
 from rblnctl.cli.fold import cell_words, commands, fold, fold_prose, prose_indent
@@ -161,7 +161,7 @@ def _custom_columns(spec: str, *, from_file: bool) -> tuple[tuple[str, str], ...
 # -- documents ---------------------------------------------------------------------------------------
 
 
-def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
+def dump(doc: object, fmt: Format, *, literal_blocks: bool = False) -> str:
     """Serialise a document as JSON or YAML text; `literal_blocks`: multi-line strings as YAML `|` blocks (a
     manifest people read and keep in git, e.g. cloud-init user data)."""
     if fmt == Format.json:
@@ -186,7 +186,7 @@ def dump(doc: Any, fmt: Format, *, literal_blocks: bool = False) -> str:
     return yaml.dump(doc, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def json_bytes(doc: Any) -> bytes | None:
+def json_bytes(doc: object) -> bytes | None:
     """A document as `-o json` writes it (UTF-8, two-space indent, a final newline); None when msgspec cannot
     encode it and json.dumps must (a type it does not know, a lone surrogate from a file name). DEL, C1 controls,
     bidi and zero-width characters, which JSON lets an encoder write raw, are written as `\\u` escapes (the same
@@ -215,14 +215,14 @@ class Column:
 
     header: str
     wide: bool = False
-    value: str | Callable[[dict], Any] | None = None
+    value: str | Callable[[dict], object] | None = None
 
-    def cell(self, item: dict) -> Any:
+    def cell(self, item: dict) -> object:
         """This column's cell of one document: a path's value (None or "" as `<none>`, kubectl's placeholder), or
         what the function says."""
         if callable(self.value):
             return self.value(item)
-        value: Any = item
+        value: object = item
         for key in (self.value or self.header.lower()).split("."):
             value = value.get(key) if isinstance(value, dict) else None
         return "<none>" if value is None or value == "" else str(value)
@@ -263,10 +263,10 @@ class Table:
 
     def __init__(self, *columns: str | Column) -> None:
         self.columns = [c if isinstance(c, Column) else Column(c) for c in columns]
-        self.rows: list[list[Any]] = []
+        self.rows: list[list[object]] = []
         self.only: list[str | None] = []
 
-    def add_row(self, *cells: Any, only: str | None = None) -> None:
+    def add_row(self, *cells: object, only: str | None = None) -> None:
         """One row; a cell is text or a Cell. Missing trailing cells print as empty. `only="wide"`: a row only -o
         wide shows; `only="table"`: one only the default table shows (a summary of those wide rows)."""
         if len(cells) > len(self.columns):
@@ -281,7 +281,7 @@ class Table:
         when that cannot fit, or a column is narrower than a `command` in it, columns go under each row as
         `    HEADER: value` lines (the widest floor first; a command there stands whole on its own line)."""
         keep = [i for i, c in enumerate(self.columns) if wide or not c.wide]
-        grid: list[list[Any]] = []
+        grid: list[list[object]] = []
         if headers:
             grid.append([self.columns[i].header for i in keep])
         for row, only in zip(self.rows, self.only):
@@ -366,7 +366,7 @@ def _floors(widths: Sequence[int], columns: Sequence[Sequence[str]]) -> list[int
     return floors
 
 
-def _one_line(cell: Any) -> Any:
+def _one_line(cell: object) -> object:
     """A cell on one line (a newline inside a cell would break every reader of the table), every character a
     terminal acts on escaped (rblnctl.cli.sanitize: before the widths are measured and the colours painted)."""
     from rblnctl.cli.sanitize import visible
@@ -395,7 +395,7 @@ class View:
     """
 
     kind: str
-    body: Any
+    body: object  # a mapping or a dataclass (rblnctl.documents.to_data), or a function giving one
     tables: Sequence[Table] = ()
     preamble: Sequence[str] = ()
     epilogue: Sequence[str] = ()
@@ -439,7 +439,7 @@ def prose(lines: Iterable[str], width: int | None) -> str:
     return "".join(f"{line}\n" for line in out)
 
 
-def terminal_width(stream: Any = None) -> int | None:
+def terminal_width(stream: TextIO | None = None) -> int | None:
     """The columns of the terminal `stream` (stdout) writes to: COLUMNS when set, else the terminal's own; None
     when it is no terminal (piped output keeps a row on one line, for grep)."""
     import os
@@ -501,7 +501,7 @@ def emit(view: View, spec: OutputSpec = TABLE) -> None:
     _write(dump(doc, fmt))
 
 
-def document_items(doc: dict) -> list[Any]:
+def document_items(doc: dict) -> list[object]:
     """The objects a list document holds (`items`), or the document itself as the only one."""
     items = doc.get("items")
     return list(items) if isinstance(items, list) else [doc]
@@ -543,7 +543,7 @@ def check_sort_by(path: str | None) -> str | None:
     return path
 
 
-def _isatty(stream: Any) -> bool:
+def _isatty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
@@ -572,7 +572,7 @@ def yes_no(value: bool | None, *, no: str = "no", unknown: str = "unknown") -> s
     return unknown if value is None else "yes" if value else no
 
 
-def joined(items: Iterable[Any], *, empty: str = "<none>") -> str:
+def joined(items: Iterable[object], *, empty: str = "<none>") -> str:
     """A list as one comma-separated cell, `<none>` when empty (kubectl's placeholder)."""
     text = ",".join(str(i) for i in items)
     return text or empty

@@ -11,6 +11,7 @@ from rblnctl.cli.console import Progress
 from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.node.defaults import DEFAULT_TIMEOUT_S
 from rblnctl.cli.rerun import spell
+from rblnctl.cli.state import state
 
 if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
     from rblnctl.cli.output import View
@@ -86,7 +87,7 @@ def show(ctx: typer.Context, output: OutputOpt = "table") -> None:
     from rblnctl.operator.report import policy_report
 
     with waiting("reading the operator's policy..."):
-        rep = policy_report(ctx.obj.kube())
+        rep = policy_report(state(ctx).kube())
     emit(_show_view(rep), output)
 
 
@@ -204,7 +205,7 @@ def set_method(
                             convert_vms=convert_vms, evict_vms=evict_vms)  # conflicting flags fail before connecting
     from rblnctl.audit import Auditor
 
-    kube = ctx.obj.kube()
+    kube = state(ctx).kube()
     changer = MethodChanger(kube=kube, options=options, events=progress.method_events(), audit=Auditor(kube=kube))
     plan = changer.plan(target)
 

@@ -14,6 +14,7 @@ from rblnctl.cli.options import examples
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import output_option, SelectorOpt, timeout_s
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec
+from rblnctl.cli.state import state
 
 if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
     from rblnctl.cli.output import View
@@ -115,7 +116,7 @@ def preflight(
         with waiting(f"{what}..."):
             report = ClusterPreflight(
                 # with host pods it writes, and reads back the pods it made: consistent reads then
-                kube=ctx.obj.kube(from_cache=not hosts), method=method.value, node=node, selector=selector,
+                kube=state(ctx).kube(from_cache=not hosts), method=method.value, node=node, selector=selector,
                 strict=strict, hosts=pods
             ).run()
     emit(report_view(report, ctx), output)
@@ -138,7 +139,7 @@ def _host_checks(ctx: typer.Context, image: str | None, max_parallel: int | None
     from rblnctl.cli.console import warn
     from rblnctl.preflight.hosts import HostChecks
 
-    namespace = ctx.obj.namespace or C.OPERATOR_NAMESPACE
+    namespace = state(ctx).namespace or C.OPERATOR_NAMESPACE
     given: dict[str, Any] = {k: v for k, v in (("image", image), ("max_parallel", max_parallel)) if v is not None}
     if timeout is not None:
         given["timeout_s"] = timeout_s(timeout)
@@ -161,7 +162,7 @@ def _nodes_text(scopes: list[str], total: int) -> str:
     return f"{len(scopes)}:{','.join(scopes[:3])},..."
 
 
-def report_view(report: PreflightReport, ctx: Any = None) -> View:
+def report_view(report: PreflightReport, ctx: typer.Context | None = None) -> View:
     """The report (kind PreflightReport): scope-wide checks, per-node checks grouped, remedies, the verdict.
 
     One line per check in the tables (grep FAIL finds every failure); -o wide adds each check's id,

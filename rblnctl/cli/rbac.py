@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from rblnctl.cli.options import examples
+from rblnctl.cli.state import state
 
 EXAMPLES = examples(
     "rblnctl rbac --role read | kubectl apply -f -",
@@ -39,7 +40,7 @@ def rbac(
     fmt = output.lstrip("=").lower()
     if fmt not in ("yaml", "json"):
         raise InvalidInput(f"rbac prints Kubernetes objects: -o yaml or -o json, not {output!r}")
-    namespace = ctx.obj.namespace or C.OPERATOR_NAMESPACE
+    namespace = state(ctx).namespace or C.OPERATOR_NAMESPACE
     objects = rbac_objects(role, namespace)
     if fmt == "json":
         sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2) + "\n")

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
 from rblnctl.cli.options import OutputOpt, SelectorOpt, WatchOpt, examples
+from rblnctl.cli.state import state
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rich.live import Live
+
+    from rblnctl.cli.output import OutputSpec, View
+    from rblnctl.kube import Change
+    from rblnctl.status import ClusterStatus
+
+T = TypeVar("T")  # what a watch yields: a ClusterStatus, a VmNpuListing, a NodesSnapshot
 
 EXAMPLES = examples(
     "rblnctl status",
@@ -25,11 +35,11 @@ def status(ctx: typer.Context, selector: SelectorOpt = None, watch: WatchOpt = F
     from rblnctl.status import cluster_status, status_changes, watch_cluster_status
 
     if watch:
-        follow(watch_cluster_status(ctx.obj.kube(), selector=selector, on_retry=warn_retrying), view_of=view,
+        follow(watch_cluster_status(state(ctx).kube(), selector=selector, on_retry=warn_retrying), view_of=view,
                changes_of=status_changes, output=output)
         return
     with waiting("reading the cluster..."):
-        st = cluster_status(ctx.obj.kube(from_cache=True), selector=selector)
+        st = cluster_status(state(ctx).kube(from_cache=True), selector=selector)
     emit(view(st), output)
 
 
@@ -39,8 +49,8 @@ def warn_retrying(err: Exception) -> None:
     warn(f"watching the cluster failed ({err}); trying again")
 
 
-def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of: Callable[[Any, Any], list[Any]],
-           output: Any) -> None:
+def follow(updates: Iterator[T], *, view_of: Callable[[T], View], changes_of: Callable[[T, T], list[Change]],
+           output: OutputSpec) -> None:
     """Show the first update, then every change until Ctrl-C (exit 130, as every command: docs/exit-codes.md).
 
     On a terminal, table output is redrawn in place; piped, the first table is printed once and
@@ -56,8 +66,8 @@ def follow(updates: Iterator[Any], *, view_of: Callable[[Any], Any], changes_of:
 
     from rblnctl.cli.console import info
 
-    live: Any = None
-    last: Any = None
+    live: Live | None = None
+    last: T | None = None
     said: set[str] = set()  # piped: the notes printed, each once (issue 39: the watch keeps them)
     try:
         for current in updates:
@@ -106,7 +116,7 @@ def _note_key(note: str) -> str:
     return re.sub(r"\d+", "#", note)
 
 
-def change_line(change: Any) -> str:
+def change_line(change: Change) -> str:
     """`node/n1 mode container -> vm-passthrough`, `node/n4 added (container)`."""
     if change.what == "added":
         return f"{change.subject} added" + (f" ({change.new})" if change.new else "")
@@ -115,7 +125,7 @@ def change_line(change: Any) -> str:
     return f"{change.subject} {change.what} {change.old} -> {change.new}"
 
 
-def view(st: Any) -> Any:
+def view(st: ClusterStatus) -> View:
     """The overview in every format (kind ClusterStatus)."""
     from rblnctl.cli.output import View
     from rblnctl.cli.render import capacity_notes, hold_notes, npu_nodes_table, switch_notes

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rblnctl.cli.options import OutputOpt, examples
+from rblnctl.cli.state import state
 
 if TYPE_CHECKING:  # the library's types, for the checker only
     from rblnctl.cli.output import View
@@ -36,7 +37,7 @@ def version(
     error: Exception | None = None
     if not client:
         try:
-            components = cluster_components(ctx.obj.kube())
+            components = cluster_components(state(ctx).kube())
         except (ClusterUnreachable, AuthError, ConfigError) as e:
             error = e  # the client's version is still worth printing, as kubectl version does
     emit(_view(me, components), output)

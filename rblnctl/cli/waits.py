@@ -8,7 +8,10 @@ one line per change of state, not one per event.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rblnctl.node.events import WaitState
 
 
 def human_duration(seconds: float) -> str:
@@ -26,7 +29,7 @@ def _duration(seconds: float) -> str:
     return human_duration(seconds) if seconds >= 60 else f"{int(seconds)}s"
 
 
-def what(state: Any, *, more: bool = True) -> str:
+def what(state: WaitState, *, more: bool = True) -> str:
     """What holds the node up most (rblnctl.node.events.WaitState.first), reason first, and how much more is
     missing: `Init:0/2, stuck in init container driver-ready: pod rbln-system/x; last log line: '...' (+1 more)`."""
     first = state.first
@@ -48,14 +51,14 @@ def what(state: Any, *, more: bool = True) -> str:
     return text + (f" (+{others} more)" if more and others > 0 else "")
 
 
-def wait_text(state: Any, elapsed_s: float | None = None) -> str:
+def wait_text(state: WaitState, elapsed_s: float | None = None) -> str:
     """`waiting 12s, 9m48s left: <what>`."""
     elapsed = state.elapsed_s if elapsed_s is None else elapsed_s
     left = max(0.0, state.timeout_s - elapsed)
     return f"waiting {_duration(elapsed)}, {_duration(left)} left: {what(state)}"
 
 
-def wait_key(state: Any) -> str:
+def wait_key(state: WaitState) -> str:
     """What a piped line says first, without its times and how much more is missing: a new line only when this
     changes (pods coming and going during a switch change the count many times a second)."""
     return what(state, more=False)
@@ -64,7 +67,7 @@ def wait_key(state: Any) -> str:
 class WaitLine:
     """The wait's line beside a spinner (rblnctl.cli.console.SpinLine), its times moving on every refresh."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: WaitState) -> None:
         self.state = state
         self.received = time.monotonic()
 

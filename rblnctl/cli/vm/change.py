@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +10,12 @@ from rblnctl.cli.console import Progress
 from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped, timeout_s
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, VmArg, _namespace, _source, app
+from rblnctl.cli.state import state
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import OutputSpec, View
+    from rblnctl.vm.attach import AttachPlanner, VmNpuPlan, VmNpuResult
+    from rblnctl.vm.model import VmRef
 
 RestartOpt = Annotated[
     bool, typer.Option("--restart", help="Change a running VM too: stop it, change it, start it, wait until Ready "
@@ -39,7 +45,7 @@ DETACH_EXAMPLES = examples(
 )
 
 
-def _restart_now(ctx: Any, ref: Any) -> str:
+def _restart_now(ctx: typer.Context, ref: VmRef) -> str:
     """`vm restart NAME -n NS --wait` as this user types it (their program name and connection flags)."""
     from rblnctl.cli.rerun import render
     from rblnctl.vm.pending import restart_command
@@ -47,7 +53,7 @@ def _restart_now(ctx: Any, ref: Any) -> str:
     return render(ctx, restart_command(ref))
 
 
-def _phrased(plan: Any, ctx: Any) -> Any:
+def _phrased(plan: VmNpuPlan, ctx: typer.Context) -> VmNpuPlan:
     """The plan with each blocker's remedy phrased into its message (blockers the CLI prints)."""
     import dataclasses
 
@@ -70,7 +76,7 @@ def _phrased(plan: Any, ctx: Any) -> Any:
 # -- documents and views ----------------------------------------------------------------------------------
 
 
-def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any:
+def _change_view(plan: VmNpuPlan, result: VmNpuResult | None = None, *, restart_now: str = "") -> View:
     """A VM NPU change in every format (kind VmNpuChange)."""
     import json
 
@@ -132,8 +138,8 @@ def _change_view(plan: Any, result: Any = None, *, restart_now: str = "") -> Any
                 names=[f"virtualmachine.kubevirt.io/{plan.vm.name}"])
 
 
-def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None, yes: bool, output: Any,
-                progress: Progress, verb: str) -> None:
+def _run_change(ctx: typer.Context, planner: AttachPlanner, plan: VmNpuPlan, *, how: str | None, yes: bool,
+                output: OutputSpec, progress: Progress, verb: str) -> None:
     from rblnctl.cli.console import warn
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
@@ -151,7 +157,7 @@ def _run_change(ctx: typer.Context, planner: Any, plan: Any, *, how: str | None,
         elif done is not None and not done.changed:  # the job is not done: the same command does it
             warn(f"`{command_line(ctx)}` (the same command) changes the NPUs of VM {ref}")
 
-    def done(result: Any) -> str:
+    def done(result: VmNpuResult) -> str:
         text = f"VM {ref}: {result.plan.npus_before} -> {result.plan.npus_after} NPU(s)"
         if result.not_restarted:
             return f"{text}; not restarted: {result.not_restarted}"
@@ -221,7 +227,7 @@ def attach(
                             server_dry_run=mutation.server,
                             ready_timeout_s=timeout_s(timeout))
     progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
-    planner = AttachPlanner(kube=ctx.obj.kube(), options=options, events=progress.vm_events())
+    planner = AttachPlanner(kube=state(ctx).kube(), options=options, events=progress.vm_events())
     plan = planner.plan(vm, namespace)
     _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
                 verb="change the")
@@ -256,7 +262,7 @@ def detach(
     options = DetachOptions(device=device, restart=restart, next_restart=next_restart,
                             server_dry_run=mutation.server, ready_timeout_s=timeout_s(timeout))
     progress = Progress(server_dry_run=mutation.server, retry_suffix=False)
-    planner = DetachPlanner(kube=ctx.obj.kube(), detach=options, events=progress.vm_events())
+    planner = DetachPlanner(kube=state(ctx).kube(), detach=options, events=progress.vm_events())
     plan = planner.plan(vm, namespace)
     _run_change(ctx, planner, plan, how=mutation.how, yes=mutation.yes, output=output, progress=progress,
                 verb="take the")

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rblnctl.cli import completion
+from rblnctl.cli.state import state
 
 app = typer.Typer(
     help="Give KubeVirt VMs their NPUs (sandbox or DRA), list them, say why a VM has none and where more fit, "
@@ -48,9 +49,10 @@ def _namespace(ctx: typer.Context) -> str:
     """-n, else the kubeconfig context's namespace, else `default` (as kubectl resolves it)."""
     from rblnctl.kube import validate_namespace
 
-    if ctx.obj.namespace is not None:
-        validate_namespace(ctx.obj.namespace)  # bad input fails before connecting
-    return validate_namespace(ctx.obj.object_namespace())
+    st = state(ctx)
+    if st.namespace is not None:
+        validate_namespace(st.namespace)  # bad input fails before connecting
+    return validate_namespace(st.object_namespace())
 
 
 def _source(d: dict) -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from rblnctl.cli.options import OutputOpt, examples
 from rblnctl.cli.output import Cell, Column
 from rblnctl.cli.vm.common import VmArg, _namespace, app
+from rblnctl.cli.state import state
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.vm.diagnose.model import VmDiagnosis
 
 DIAGNOSE_EXAMPLES = examples(
     "rblnctl vm diagnose my-vm -n vms",
@@ -25,7 +30,7 @@ _LINK_COLUMNS = (Column("LINK", value="name"),
                  Column("EVIDENCE", value=lambda link: "; ".join(link["evidence"])))
 
 
-def _diagnosis_view(d: Any, ctx: Any) -> Any:
+def _diagnosis_view(d: VmDiagnosis, ctx: typer.Context) -> View:
     from rblnctl.cli.output import View, rows
     from rblnctl.cli.rerun import Voice
     from rblnctl.documents import VM_DIAGNOSIS
@@ -57,7 +62,7 @@ def diagnose(ctx: typer.Context, vm: VmArg, output: OutputOpt = "table") -> None
     validate_name(vm, kind="VirtualMachine")
     namespace = _namespace(ctx)
     with waiting(f"diagnosing VM {namespace}/{vm}..."):
-        d = walk(ctx.obj.kube(), vm, namespace)
+        d = walk(state(ctx).kube(), vm, namespace)
     emit(_diagnosis_view(d, ctx), output)
     if d.broken is not None:
         raise VmDiagnosisFailed(str(d.summary()))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +11,11 @@ from rblnctl import constants as C  # plain data: the defaults the help texts sh
 from rblnctl.cli.options import OutputOpt, examples
 from rblnctl.cli.output import Cell, Column, Table
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, app
+from rblnctl.cli.state import state
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.vm.fit import VmFit
 
 FIT_EXAMPLES = examples(
     "rblnctl vm fit --npus 2                          # how many 2-NPU VMs fit now, and where",
@@ -22,7 +28,7 @@ FIT_EXAMPLES = examples(
 # -- fit ------------------------------------------------------------------------------------------------------
 
 
-def _unknown(value: Any) -> str:
+def _unknown(value: object) -> str:
     return "<unknown>" if value is None else str(value)
 
 
@@ -34,7 +40,7 @@ _FIT_COLUMNS = (Column("NODE", value="name"), Column("MODE"), Column("NPUS", val
                 Column("REASON", value=lambda n: n["reason"] or ""))
 
 
-def _fit_view(ctx: typer.Context, f: Any) -> Any:
+def _fit_view(ctx: typer.Context, f: VmFit) -> View:
     from rblnctl.cli.output import View, rows
     from rblnctl.cli.rerun import Voice
     from rblnctl.documents import VM_FIT
@@ -83,7 +89,7 @@ def fit(
     options = FitOptions(npus=npus, count=count, method=method.value if method else None, resource=resource,
                          product=product)  # bad input fails before connecting
     with waiting("reading the NPU nodes..."):
-        answers = fit_each(ctx.obj.kube(from_cache=True), options)
+        answers = fit_each(state(ctx).kube(from_cache=True), options)
     if len(answers) == 1:
         emit(_fit_view(ctx, answers[0]), output)
         if not answers[0].ok:
@@ -95,7 +101,7 @@ def fit(
         raise VmFitFailed("; ".join(f.summary() for f in answers))
 
 
-def _fits_view(ctx: typer.Context, answers: list[Any]) -> Any:
+def _fits_view(ctx: typer.Context, answers: list[VmFit]) -> View:
     """One VmFit per resource: in the human form each answer's summary and table in turn, as a document a
     VmFitList whose items are the VmFit documents."""
     from rblnctl.cli.output import View
@@ -112,7 +118,7 @@ def _fits_view(ctx: typer.Context, answers: list[Any]) -> Any:
 class _Block(Table):
     """One answer of several: its summary line, then its table (rendered as Table.render is)."""
 
-    def __init__(self, summary: str, tables: Any) -> None:
+    def __init__(self, summary: str, tables: Iterable[Table]) -> None:
         super().__init__()
         self.summary = summary
         self.tables = list(tables)

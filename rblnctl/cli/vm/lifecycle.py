@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,11 @@ from rblnctl.cli.options import Mutating, OptionGroup, OutputOpt, examples, grou
 from rblnctl.cli.output import Column
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import VmArg, _namespace, app
+from rblnctl.cli.state import state
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import OutputSpec, View
+    from rblnctl.vm.lifecycle import LifecyclePlan, LifecycleResult, VmState
 
 START_EXAMPLES = examples(
     "rblnctl vm start my-vm -n vms                   # ask virt-api; a running VM: nothing to do",
@@ -58,7 +63,7 @@ _LIFECYCLE_COLUMNS = (  # a row: the VM's name and its state's document (VmLifec
     Column("ATTACHED", value=lambda st: "<none>" if st["npus"] is None else "yes" if st["npus"]["attached"] else "no"))
 
 
-def _lifecycle_view(plan: Any, result: Any = None) -> Any:
+def _lifecycle_view(plan: LifecyclePlan, result: LifecycleResult | None = None) -> View:
     from rblnctl.cli.output import View, rows
     from rblnctl.documents import VM_LIFECYCLE, body
 
@@ -77,7 +82,7 @@ def _lifecycle_view(plan: Any, result: Any = None) -> Any:
 
 
 def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mutation: Mutating,
-               output: Any) -> None:
+               output: OutputSpec) -> None:
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.kube import validate_name
     from rblnctl.vm.lifecycle import VmLifecycle
@@ -87,18 +92,18 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mu
     namespace = _namespace(ctx)
     how = mutation.how
     progress = Progress(server_dry_run=mutation.server)
-    life = VmLifecycle(kube=ctx.obj.kube(), timeout_s=seconds, server_dry_run=mutation.server,
+    life = VmLifecycle(kube=state(ctx).kube(), timeout_s=seconds, server_dry_run=mutation.server,
                        on_step=progress.say, on_state=progress.vm_state)
     plan = life.plan(action, vm, namespace, wait=waiting.wait)
     ref = plan.vm
 
-    def verdict(st: Any) -> str:  # from the state the wait returned: one final read (rblnctl.vm.lifecycle)
+    def verdict(st: VmState) -> str:  # from the state the wait returned: one final read (rblnctl.vm.lifecycle)
         if action == "stop":
             return "stopped: its NPUs are free"
         a = st.attachment
         return f"Ready on {st.node} with {a.held if a else 0} NPU(s) attached"
 
-    def done(result: Any) -> str:
+    def done(result: LifecycleResult) -> str:
         if result.overtaken:  # refused, and the VM got there anyway: no request of ours did it
             return (f"VM {ref}: virt-api refused the {action} ({result.overtaken}): the VM got there meanwhile"
                     + (f"; it is {verdict(result.state)}" if result.waited else ""))
@@ -106,7 +111,7 @@ def _lifecycle(ctx: typer.Context, action: str, vm: str, *, waiting: Waiting, mu
             return f"VM {ref} {'is ' if action != 'stop' else ''}{verdict(result.state)}"
         return f"VM {ref}: {action} requested ({plan.why})"
 
-    def noop(result: Any) -> str:
+    def noop(result: LifecycleResult | None) -> str:
         if result is not None and result.waited:  # said of the state waited for, not of the one planned from
             from rblnctl.vm.lifecycle import decide
 

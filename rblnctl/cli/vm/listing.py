@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,7 +12,12 @@ from rblnctl.cli.options import OutputOpt, WatchOpt, examples, sort_by_option
 from rblnctl.cli.output import Column, joined
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import _namespace, _source, app
+from rblnctl.cli.state import state
 from rblnctl.documents import restart_marker
+
+if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
+    from rblnctl.cli.output import View
+    from rblnctl.vm.listing import VmNpuListing
 
 LIST_EXAMPLES = examples(
     "rblnctl vm list -A",
@@ -25,7 +31,7 @@ LIST_EXAMPLES = examples(
 # -- list ---------------------------------------------------------------------------------------------------
 
 
-def compact_devices(devices: Any) -> str:
+def compact_devices(devices: Iterable[dict]) -> str:
     """A VM's NPUs in a few characters: `8x RBLN-CA22_PF`, `2x claim/rbln-npu` (each entry: -o wide); `devices`:
     the devices of a VmNpuList item's document."""
     counts: dict[str, int] = {}
@@ -55,7 +61,7 @@ _VM_COLUMNS = (Column("NAME"), Column("STATUS", value=_vm_status), Column("NODE"
                Column("DEVICES", value=lambda i: compact_devices(i["devices"])))
 
 
-def _list_view(listing: Any, sort_by: str | None = None) -> Any:
+def _list_view(listing: VmNpuListing, sort_by: str | None = None) -> View:
     from rblnctl.cli.output import View, rows, sort_order
     from rblnctl.documents import VM_NPU_LIST, body
 
@@ -87,13 +93,13 @@ def list_vms(
     from rblnctl.vm.listing import list_vm_npus
 
     check_sort_by(sort_by)  # bad input fails before connecting
-    namespace = None if ctx.obj.all_namespaces else _namespace(ctx)
+    namespace = None if state(ctx).all_namespaces else _namespace(ctx)
     if watch:
         from rblnctl.cli.status import follow, warn_retrying
         from rblnctl.vm.listing import vm_changes, watch_vm_npus
 
-        follow(watch_vm_npus(ctx.obj.kube(), namespace=namespace, selector=selector, on_retry=warn_retrying),
+        follow(watch_vm_npus(state(ctx).kube(), namespace=namespace, selector=selector, on_retry=warn_retrying),
                view_of=lambda listing: _list_view(listing, sort_by), changes_of=vm_changes, output=output)
         return
-    emit(_list_view(list_vm_npus(ctx.obj.kube(from_cache=True), namespace=namespace, selector=selector), sort_by),
+    emit(_list_view(list_vm_npus(state(ctx).kube(from_cache=True), namespace=namespace, selector=selector), sort_by),
          output)

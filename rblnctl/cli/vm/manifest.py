@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.options import examples, output_option
-from rblnctl.cli.output import Format
+from rblnctl.cli.output import Format, OutputSpec
 from rblnctl.cli.vm.common import MethodOpt, ProductOpt, ResourceOpt, _namespace, app
+from rblnctl.cli.state import state
 
 MANIFEST_EXAMPLES = examples(
     "rblnctl vm manifest my-vm --npus 2 --ssh-key ~/.ssh/id_ed25519.pub > vm.yaml",
@@ -85,7 +86,7 @@ def manifest(
                                  help="The user cloud-init creates in the guest [default: the image's own, e.g. "
                                  "ubuntu].")
     ] = None,
-    output: Annotated[Any, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
+    output: Annotated[OutputSpec, output_option((Format.yaml, Format.json), "yaml or json (a v1 List)")] = "yaml",
 ) -> None:
     """Print a VirtualMachine with N NPUs, ready to apply.
 
@@ -117,20 +118,21 @@ def manifest(
         raise InvalidInput(f"--product {product} and --node-product {node_product} name different products")
     # Bad input fails before connecting; the cluster is read only for what was left open.
     keys = tuple(k for spec in ssh_key or [] for k in _ssh_keys(spec))
-    opts = ManifestOptions(name=name, namespace=ctx.obj.namespace, claim_namespace=_manifest_namespace(ctx), npus=npus,
+    st = state(ctx)
+    opts = ManifestOptions(name=name, namespace=st.namespace, claim_namespace=_manifest_namespace(ctx), npus=npus,
                            method=chosen or C.METHOD_SANDBOX, resource=resource, image=image, user=user,
                            ssh_keys=keys, cores=cpu, memory=memory, instancetype=instancetype, preference=preference,
                            pvc=pvc, datavolume_source=datavolume_source, disk_size=disk_size,
                            node_product=node_product)
     found = None
     if chosen is None or (chosen == C.METHOD_SANDBOX and not resource):
-        found = resolve_for(ctx.obj.kube(), method=chosen, resource=resource, product=product, npus=npus,
+        found = resolve_for(st.kube(), method=chosen, resource=resource, product=product, npus=npus,
                             node_product=node_product)
     else:
         # Everything was given: the cluster is read only for what would stop the VM there (gates, DeviceClass,
         # capacity); a manifest written away from any cluster is still written.
         try:
-            found = resolve_for(advisory(ctx.obj.kube()), method=chosen, resource=resource, product=product, npus=npus,
+            found = resolve_for(advisory(st.kube()), method=chosen, resource=resource, product=product, npus=npus,
                                 node_product=node_product)
         except RblnError as e:
             logging.getLogger(__name__).debug("vm manifest: the cluster could not be read for its warnings: %s", e)
