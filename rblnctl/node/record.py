@@ -9,7 +9,9 @@ rblnctl resumes what an older one started.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rblnctl import constants as C
 from rblnctl.node.events import Step
@@ -58,13 +60,19 @@ def parse_record(raw: str | None) -> SwitchRecord | None:
                         by=str(data["by"]) if data.get("by") else None)
 
 
-def record_of(node: dict) -> SwitchRecord | None:
-    """The record on a Node object; None when there is none or it is unreadable."""
+def read_record(node: Mapping[str, Any]) -> tuple[SwitchRecord | None, str | None]:
+    """The record on a Node object, and the warning when its annotation does not parse (then no record)."""
     raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
     try:
-        return parse_record(raw)
+        return parse_record(raw), None
     except ValueError:
-        return None
+        name = (node.get("metadata") or {}).get("name")
+        return None, f"ignoring an unreadable {ANNOTATION} annotation on {name}: {str(raw)[:80]!r}"
+
+
+def record_of(node: Mapping[str, Any]) -> SwitchRecord | None:
+    """The record on a Node object; None when there is none or it is unreadable."""
+    return read_record(node)[0]
 
 
 def annotation_patch(record: SwitchRecord | None) -> dict:

@@ -132,3 +132,12 @@ def test_a_node_without_npus_is_refused():
     obj["metadata"]["labels"] = {"kubernetes.io/hostname": "n1"}
     with pytest.raises(Refused, match="has no Rebellions NPU"):
         plan_mode(facts(obj), "n1", "vm", OPTIONS)
+
+
+def test_facts_without_the_nodes_pods_cannot_plan_a_switch():
+    """Facts the reader stopped early for (the node converged on the other mode) planned for a switch: the planner
+    refuses to plan blind (an empty survey would pass every pod and VM on the node) instead of planning no blocker."""
+    vm = NpuVm(namespace="vms", name="db", holds="rebellions.ai/RBLN-CA22_PF")
+    blind = ModeFacts(node_obj=node(o.MODE_VM), view=VIEW, vms=(vm,), pending=("driver: no pod on the node yet",))
+    with pytest.raises(ValueError, match="its pods were not read"):
+        plan_mode(blind, "n1", "container", OPTIONS)

@@ -211,7 +211,7 @@ class ModeSwitcher:
                 self._wait(node, plan.target, deadline, lock)
                 # Nothing that uses the old mode's NPUs may run on a node reported switched: list once more (and
                 # evict what arrived; the new mode's own consumers may stay).
-                policy = self.operator().policy  # as the wait read it
+                policy = self.operator().policy  # the policy as the wait began (its resource names)
                 assert policy is not None
                 drainer.evict_rounds(node, deadline, evicted, lock, extra=[new_mode_filter(policy, plan.target)])
             uncordoned = False

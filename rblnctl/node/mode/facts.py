@@ -18,7 +18,8 @@ from rblnctl.errors import Refused
 from rblnctl.kube import NODE_FEATURES, NODES, Kube, validate_name
 from rblnctl.kube.optional import NOTE, optional
 from rblnctl.node.drain import Drainer, Survey
-from rblnctl.node.mode.rules import is_converged, parse_mode, record_on, refuse_node, refuse_record
+from rblnctl.node.mode.rules import is_converged, parse_mode, refuse_node, refuse_record
+from rblnctl.node.record import read_record
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.vms import npu_vms, stranded_pods, stranded_vms
 from rblnctl.operator import convergence
@@ -91,7 +92,7 @@ def read_mode_facts(kube: Kube, node: str, target: str, options: ModeOptions, *,
     operator = view()
     policy = operator.policy
     assert policy is not None
-    record, _ = record_on(node, node_obj)
+    record, _ = read_record(node_obj)
     refuse_record(node, target, record, options)
     d = drainer()
     lock_blockers = () if options.drain.server_dry_run else \

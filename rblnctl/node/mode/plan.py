@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, DrainPlan, Survey
+from rblnctl.node.drain import SCOPE_ALL, SCOPE_NPU, DrainPlan
 from rblnctl.node.events import Step
 from rblnctl.node.filters import (
     PodFilter,
@@ -28,14 +28,13 @@ from rblnctl.node.mode.rules import (
     is_converged,
     other_mode,
     parse_mode,
-    record_on,
     refuse_node,
     refuse_record,
     short_mode,
 )
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef
-from rblnctl.node.record import Recovery
+from rblnctl.node.record import Recovery, read_record
 from rblnctl.node.vms import vm_blocker
 from rblnctl.operator.cluster import OperatorView
 from rblnctl.operator.nodes import labels_of, mode_of, node_product
@@ -225,7 +224,7 @@ def plan_mode(facts: ModeFacts, node: str, target: str, options: ModeOptions) ->
     if not mode.label_valid:
         warnings.append(f"node {node} has {C.WORKLOAD_LABEL}={label!r}, which the operator does not know; it "
                         f"treats the node as {current} (the policy default)")
-    record, unreadable = record_on(node, node_obj)
+    record, unreadable = read_record(node_obj)
     if unreadable:
         warnings.append(unreadable)
     refuse_record(node, target, record, options)
@@ -246,6 +245,10 @@ def plan_mode(facts: ModeFacts, node: str, target: str, options: ModeOptions) ->
     if converged and record is None and not facts.lock_blockers:
         return ModePlan(node=node, target=target, current_mode=current, mode_label=label, noop=True, resume=False,
                         cordoned_by_rblnctl=False, unschedulable=unschedulable, warnings=warnings)
+    if not converged and facts.survey is None:
+        # Facts read where the node was converged (no pods listed, no VMs found) cannot plan a switch: an empty
+        # survey would pass every pod and VM on the node. Fail closed rather than plan blind.
+        raise ValueError(f"plan_mode: node {node} is not converged on {target} but its pods were not read")
     scope = SCOPE_ALL if options.drain.all_pods else SCOPE_NPU
     vms: list[str] = []
     if converged:
@@ -253,7 +256,8 @@ def plan_mode(facts: ModeFacts, node: str, target: str, options: ModeOptions) ->
         # no pod has to leave and no VM is at risk.
         drain = DrainPlan(node=node, scope=scope, cordon=False, unschedulable=unschedulable)
     else:
-        survey = facts.survey if facts.survey is not None else Survey(evict=[], ignored=[])
+        survey = facts.survey
+        assert survey is not None  # checked above
         drain = DrainPlan(node=node, scope=scope, cordon=not unschedulable, unschedulable=unschedulable,
                           evict=survey.evict, ignored=survey.ignored, blockers=survey.blockers)
         vms, vm_blockers, vm_warnings = judge_vms(node, facts.vms, facts.vm_notes, options)

@@ -9,7 +9,7 @@ from typing import Any
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, Refused
 from rblnctl.node.options import ModeOptions
-from rblnctl.node.record import Recovery, SwitchRecord, parse_record
+from rblnctl.node.record import Recovery, SwitchRecord
 from rblnctl.operator.components import deploy_labels
 from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of
 from rblnctl.operator.policy import Policy
@@ -51,15 +51,6 @@ def refuse_node(node: str, node_obj: Mapping[str, Any]) -> None:
         raise Refused(f"node {node} has {C.DEPLOY_SKIP_LABEL}=true: the operator deploys nothing there, so it "
                       f"would never switch; remove the label first "
                       f"(kubectl label node {node} {C.DEPLOY_SKIP_LABEL}-)")
-
-
-def record_on(node: str, node_obj: Mapping[str, Any]) -> tuple[SwitchRecord | None, str | None]:
-    """The node's progress record, and the warning when its annotation does not parse (then no record)."""
-    raw = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(C.SET_MODE_ANNOTATION)
-    try:
-        return parse_record(raw), None
-    except ValueError:
-        return None, f"ignoring an unreadable {C.SET_MODE_ANNOTATION} annotation on {node}: {str(raw)[:80]!r}"
 
 
 def refuse_record(node: str, target: str, record: SwitchRecord | None, options: ModeOptions) -> None:

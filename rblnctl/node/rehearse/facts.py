@@ -18,7 +18,7 @@ from rblnctl import constants as C
 from rblnctl.kube import EVENTS_V1, NODES, PDBS, PODS, Kube
 from rblnctl.kube.optional import OnForbidden, optional
 from rblnctl.node.history import HistoryEntry, entries_from_events
-from rblnctl.node.mode import ModePlan, read_view
+from rblnctl.node.mode import ModePlan, parse_mode, read_view
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.pods import PodRef, controller
 from rblnctl.node.pool import PoolOptions, PoolPlan, PoolRunner
@@ -173,6 +173,7 @@ def gather(kube: Kube, target: str, names: Sequence[str], options: ModeOptions, 
     """Plan the pool as the real run plans it, then read the rest: every request a GET or a LIST."""
     # The pool's precheck reads the operator's policy first (it refuses a cluster without one); its answer is the
     # rehearsal's policy too, rather than a second read of the same LISTs after the plan.
+    target = parse_mode(target)  # a bad mode is bad input before any read, as the real run's plan says it
     view = read_view(kube, options)
     runner = dataclasses.replace(PoolRunner.for_mode(kube, target, options, pool=pool), precheck=lambda: view)
     planned = runner.plan(names, selector=selector)
