@@ -276,6 +276,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/hostpods/test_runner.py::test_a_namespace_deleted_mid_run_leaves_the_nodes_not_started_not_attempted",
                "tests/hostpods/test_runner.py::test_missing_namespace_is_not_found_naming_the_flag"),
         notes="caught before only through a namespace missing at the first create; mid-run it survived"),
+    Mutation(
+        id="42.h1", file="rblnctl/hostpods/runner.py",
+        old="                listed = ev is not None and ev.type == SYNC",
+        new="                listed = ev is not None",
+        what="host pods: a pod the watch has not shown yet is judged gone (vanished) at the next event",
+        tests=("tests/hostpods/test_runner.py::test_requests_grow_with_nodes_not_with_waiting",
+               "tests/hostpods/test_runner.py::test_max_parallel_is_never_exceeded[3]",
+               "tests/hostpods/test_runner.py::test_keep_leaves_the_pods_and_sends_no_delete")),
+    Mutation(
+        id="42.h2", file="rblnctl/hostpods/runner.py",
+        old="            version = ev.resource_version or version",
+        new="            version = None",
+        what="host pods: the watch reopened after a pod's deadline lists again instead of resuming where it stopped",
+        tests=("tests/hostpods/test_runner.py::test_a_pod_that_never_ends_times_out_and_is_deleted",)),
     # -- the stale stopped mark issue 23's survey found; issue 22's capacity, fit and lifecycle code ------------
     Mutation(
         id="23.9", file="rblnctl/vm/attach.py",
