@@ -1,11 +1,12 @@
 """HostPodRunner: one pod per node, at most N at once, each judged and deleted as it ends; nothing left behind.
 
-Requests grow with the nodes, not with the waiting: per node one create, one log read (pods that
-ran) and one delete; per round one list of the run's pods by label selector, however many pods
-are in flight. A pod that cannot be placed (PodScheduled False/Unschedulable), whose image cannot
-be pulled, that the kubelet rejects or that misses its deadline is an outcome with its reason,
-never a hang. Whatever happens (an error, Ctrl-C, SIGTERM), every pod the run created is deleted
-before run() returns or raises, unless `keep`.
+Requests grow with the nodes, not with the waiting: per node one create, one log read (pods that ran)
+and one delete; for the whole run one watch of its pods by label selector (rblnctl.kube.watch: one LIST,
+then one stream from its resourceVersion, reopened where it stopped, relisted on 410), however many pods
+are in flight and however long they take. A pod that cannot be placed (PodScheduled
+False/Unschedulable), whose image cannot be pulled, that the kubelet rejects or that misses its deadline
+is an outcome with its reason, never a hang. Whatever happens (an error, Ctrl-C, SIGTERM), every pod the
+run created is deleted before run() returns or raises, unless `keep`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.batch import stops_the_rest
 from rblnctl.errors import AdmissionDenied, ClusterError, Forbidden, InvalidInput, NotFound, RblnError, one_line
 from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
-from rblnctl.kube import PODS, Kube, validate_name, validate_namespace, writes
+from rblnctl.kube import PODS, SYNC, Kube, Mirror, WatchEvent, validate_name, validate_namespace, watch, writes
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,6 @@ class HostPodRun:
 
 
 ADMISSION_RETRIES = 3  # creates of one node's pod that admission may refuse while the run's own pods are around
-FIRST_POLL_S = 0.2  # the first look at the pods just created; then doubling up to poll_interval_s
 
 
 def _noop(*_: object) -> None:
@@ -111,15 +111,18 @@ def json_document(log_text: str) -> dict[str, Any]:
 class _InFlight:
     node: str
     deadline: float
+    seen: bool = False  # the watch has shown the pod: its absence now means it is gone
 
 
 @dataclass(kw_only=True)
 class HostPodRunner:
     """Run `command` on nodes, one pod each, at most `max_parallel` pods of the run at once.
 
-    Pods that ended and are being deleted still count until a list shows them gone, so no more than
+    Pods that ended and are being deleted still count until the watch shows them gone, so no more than
     `max_parallel` of the run's pods exist at any time (with `keep`, finished pods stay but no longer
-    count: they run nothing). `timeout_s` bounds each pod from its creation.
+    count: they run nothing). `timeout_s` bounds each pod from its creation. `poll_interval_s`: the
+    backoff of a create or delete that is retried, and how often the pods are listed where watching
+    them is forbidden (rblnctl.kube.watch).
     """
 
     kube: Kube
@@ -155,7 +158,9 @@ class HostPodRunner:
         return f"{C.HOST_POD_RUN_LABEL}={self.run_id}"
 
     def run(self, nodes: Sequence[str]) -> HostPodRun:
-        """One pod per node; returns every outcome. Raises (after deleting what it created) on API errors.
+        """One pod per node; returns every outcome. Raises (after deleting what it created) on API errors: the
+        watch of the pods tries a transient one again (a 5xx, a dropped stream) until the first deadline of a
+        pod in flight, as every wait of rblnctl does, and raises it then.
 
         Each node is tried (rblnctl.batch): a create whose outcome is unknown is settled by reading the pod
         back, a 5xx is retried (rblnctl.kube.writes), and a create that still fails, or that admission
@@ -169,19 +174,38 @@ class HostPodRunner:
         queue = deque(enumerate(nodes))
         created: list[str] = []  # every name sent in a create, even one whose reply was lost
         in_flight: dict[str, _InFlight] = {}
-        terminating: set[str] = set()  # deleted, not yet seen gone by a list
+        terminating: set[str] = set()  # deleted, not yet seen gone by the watch
         gone: set[str] = set()  # deleted or confirmed absent: nothing to clean up
         outcomes: dict[str, PodOutcome] = {}
         left: list[str] = []
         denied: dict[str, int] = {}  # node -> creates admission refused (a quota our own pods may be holding)
         stopped: str | None = None  # why the nodes left in the queue are not attempted
-        # the first look comes soon (a pod whose image is cached ends in well under a second), then every
-        # poll_interval_s: at most two more lists in the first second
-        wait = min(FIRST_POLL_S, self.poll_interval_s)
+        shown = Mirror()  # the run's pods, as the watch shows them
+        events: Iterator[WatchEvent] | None = None  # the watch under way: it ends at the first deadline in flight
+        version: str | None = None  # where the next watch resumes (None: it lists first)
 
         def settle_outcome(outcome: PodOutcome) -> None:
             outcomes[outcome.node] = outcome
             self.on_finished(outcome)
+
+        def next_event() -> WatchEvent | None:
+            """The next change to the run's pods; None when the first deadline of a pod in flight has passed."""
+            nonlocal events, version
+            if events is None:
+                # Pods created later have later deadlines: a watch that ends at the first one misses none. It
+                # resumes where the last one stopped (the first lists, after the first creates).
+                now = self.clock.monotonic()
+                until = min((fl.deadline for fl in in_flight.values()), default=now + self.timeout_s)
+                events = watch(self.kube, PODS, namespace=self.namespace, label_selector=self.selector,
+                               resource_version=version, timeout_s=max(0.0, until - now), clock=self.clock,
+                               poll_s=self.poll_interval_s)
+            ev = next(events, None)
+            if ev is None:
+                events = None
+                return None
+            shown.apply(ev)
+            version = ev.resource_version or version
+            return ev
 
         try:
             while queue or in_flight:
@@ -218,14 +242,21 @@ class HostPodRunner:
                     self.on_started(node, name)
                 if not in_flight and not terminating and not queue:
                     break
-                self.clock.sleep(wait)
-                wait = min(wait * 2, self.poll_interval_s)
-                pods = {p["metadata"]["name"]: p for p in self.kube.iter_list(
-                    PODS, namespace=self.namespace, label_selector=self.selector)}
+                ev = next_event()
+                # A list (SYNC) is made after every create so far: a pod it lacks is gone, seen before or not.
+                # Otherwise a pod not shown yet is on its way (its ADDED event comes).
+                listed = ev is not None and ev.type == SYNC
+                pods = {name: p for (_, name), p in shown.objects.items()}
                 gone.update(n for n in terminating if n not in pods)
                 terminating.intersection_update(pods)
                 for name, fl in list(in_flight.items()):
-                    outcome = self._judge(name, fl, pods.get(name))
+                    pod = pods.get(name)
+                    if pod is not None:
+                        fl.seen = True
+                    if pod is None and not (fl.seen or listed):
+                        outcome = self._late(name, fl, {})
+                    else:
+                        outcome = self._judge(name, fl, pod)
                     if outcome is None:
                         continue
                     del in_flight[name]
@@ -237,6 +268,9 @@ class HostPodRunner:
                             terminating.add(name)
                         gone.add(name)
         finally:
+            close = getattr(events, "close", None)
+            if close is not None:  # the stream ends now, not when the generator is collected
+                close()
             if not self.keep:
                 for name in created:
                     if name not in gone:
@@ -309,6 +343,13 @@ class HostPodRunner:
         if phase == "Failed":
             return PodOutcome(node=fl.node, pod=name, state=PodState.REJECTED, reason=str(status.get("reason") or ""),
                               message=str(status.get("message") or ""))
+        return self._late(name, fl, status)
+
+    def _late(self, name: str, fl: _InFlight, status: dict[str, Any]) -> PodOutcome | None:
+        """TIMED_OUT once the pod's deadline has passed (`status` says where it is), else None."""
+        phase = status.get("phase") or "Pending"
+        cs: dict[str, Any] = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+        waiting = (cs.get("state") or {}).get("waiting") or {}
         if self.clock.monotonic() >= fl.deadline:
             where = phase + (f", {waiting['reason']}" if waiting.get("reason") else "")
             detail = waiting.get("message") or status.get("message") or ""

@@ -66,13 +66,15 @@ class WatchEvent:
     A SYNC comes first (the initial list), after a relist (the server forgot the resourceVersion the
     watch would resume from: 410 Gone) and, where watching is not allowed, once per poll: the
     consumer replaces what it holds with `objects`. `source` is the index of the WatchSpec it came
-    from (watch_many).
+    from (watch_many). `resource_version`: the collection's version once the event is applied (a SYNC's
+    is its list's), where a later watch() of the same collection resumes (its `resource_version`).
     """
 
     type: str
     object: dict | None = None
     objects: tuple[dict, ...] = ()
     source: int = 0
+    resource_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ def watch(
                                                 field_selector=field_selector)
         nonlocal rv
         rv = version
-        return WatchEvent(SYNC, objects=tuple(items))
+        return WatchEvent(SYNC, objects=tuple(items), resource_version=version or "")
 
     def backoff(err: RblnError) -> bool:
         """Report a transient failure and wait before the next try; False when the wait should end."""
@@ -246,7 +248,7 @@ def watch(
                     raise MalformedReply(f"a watch event of GET {path} has an unknown type {etype!r}")
                 failures = 0
                 events += 1
-                yield WatchEvent(str(etype), object=obj)
+                yield WatchEvent(str(etype), object=obj, resource_version=rv or "")
             else:
                 clean = True
         except (urllib3.exceptions.HTTPError, OSError) as e:

@@ -4,8 +4,9 @@ A ``Backend`` is what a scenario needs from a cluster, whichever serves it:
 
 * ``api``: the harness's own admin client (tests/cluster/client.py) to seed objects and read them back;
 * ``rblnctl(*args)``: the CLI, in-process, against this cluster (``--kubeconfig`` of the admin, or of a user);
-* ``mark()`` / ``writes()``: what rblnctl (User-Agent ``rblnctl/``) wrote since the mark, as the server
-  saw it: the fake's request log, the real server's audit log;
+* ``mark()`` / ``writes()`` / ``reads(resource)``: what rblnctl (User-Agent ``rblnctl/``) wrote, or read of a
+  resource (get, list, watch), since the mark, as the server saw it: the fake's request log, the real server's
+  audit log;
 * ``lose_reply(method, path)``: the next matching rblnctl request is applied and its reply never arrives:
   the fake's fault injection, a TLS proxy in front of the real server (tests/envtest/proxy.py);
 * ``user_kubeconfig(roles)``: a kubeconfig whose user holds exactly these Roles/ClusterRoles: the fake's
@@ -36,6 +37,15 @@ from tests.cluster.kubelet import SimKubelet
 RBLNCTL_AGENT = "rblnctl/"
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _REVIEWS = ("selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews")
+
+
+@dataclass(frozen=True)
+class Read:
+    """A read request as the server saw it: verb (get, list or watch), path and query (each name's values)."""
+
+    verb: str
+    path: str
+    query: dict[str, list[str]]
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,10 @@ class Backend:
     def writes(self) -> list[Write]:
         raise NotImplementedError
 
+    def reads(self, resource: str) -> list[Read]:
+        """rblnctl's reads of `resource` (``pods``: not its subresources) since the mark, in the order they came."""
+        raise NotImplementedError
+
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
         raise NotImplementedError
 
@@ -186,6 +200,21 @@ class FakeBackend(Backend):
             if r.method == "POST" and r.path.rsplit("/", 1)[-1] in _REVIEWS:
                 continue
             out.append(Write(_VERBS[r.method], r.path, r.dry_run, r.status))
+        return out
+
+    def reads(self, resource: str) -> list[Read]:
+        out = []
+        for r in list(self.fake.requests)[self._mark:]:
+            if r.method != "GET" or not (r.headers.get("user-agent") or "").startswith(RBLNCTL_AGENT):
+                continue
+            segs = r.path.strip("/").split("/")
+            segs = segs[2:] if segs[0] == "api" else segs[3:]  # /api/v1/..., /apis/GROUP/VERSION/...
+            if len(segs) >= 3 and segs[0] == "namespaces":
+                segs = segs[2:]
+            if not segs or segs[0] != resource or len(segs) > 2:
+                continue
+            verb = "watch" if r.query.get("watch") == ["true"] else "get" if len(segs) == 2 else "list"
+            out.append(Read(verb, r.path, dict(r.query)))
         return out
 
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
@@ -239,6 +268,17 @@ class RealBackend(Backend):
 
     def writes(self) -> list[Write]:
         return [Write(e.verb, e.uri.split("?")[0], e.dry_run, e.code) for e in self.audit.writes(self._mark)]
+
+    def reads(self, resource: str) -> list[Read]:
+        from urllib.parse import parse_qs, urlsplit
+
+        # a watch is logged when its stream ends (ResponseComplete) and, already, when it starts (ResponseStarted)
+        events = [e for e in self.audit.events(self._mark, user_agent=RBLNCTL_AGENT)
+                  if e.verb in ("get", "list")] + [
+            e for e in self.audit.events(self._mark, user_agent=RBLNCTL_AGENT, stage="ResponseStarted")
+            if e.verb == "watch"]
+        return [Read(e.verb, urlsplit(e.uri).path, parse_qs(urlsplit(e.uri).query))
+                for e in sorted(events, key=lambda e: e.received) if e.resource == resource and not e.subresource]
 
     def lose_reply(self, method: str, path: str, *, times: int = 1) -> None:
         self._proxy().add_rule("lose_reply", method=method, path=path, times=times)

@@ -50,7 +50,10 @@ class AuditLog:
         except FileNotFoundError:
             return 0
 
-    def events(self, since: int = 0, *, user_agent: str | None = None) -> list[AuditEvent]:
+    def events(self, since: int = 0, *, user_agent: str | None = None,
+               stage: str = "ResponseComplete") -> list[AuditEvent]:
+        """The events of `stage` since the mark (a watch's ResponseComplete comes when its stream ends; its
+        ResponseStarted when the stream starts), by clients whose User-Agent starts with `user_agent`."""
         out = []
         with open(self.path, "rb") as f:
             f.seek(since)
@@ -59,7 +62,7 @@ class AuditLog:
                     e = json.loads(line)
                 except ValueError:
                     continue
-                if e.get("stage") != "ResponseComplete":
+                if e.get("stage") != stage:
                     continue
                 ref = e.get("objectRef") or {}
                 ev = AuditEvent(verb=e.get("verb", ""), uri=e.get("requestURI", ""),

@@ -20,6 +20,7 @@ from tests.fakes import sysfs as ht
 from tests.fakes.releases import V0_3_0
 from tests.preflight.cluster_support import nfd_features
 from rblnctl.constants import HOST_POD_LABEL as HOST_LABEL
+from rblnctl.constants import HOST_POD_RUN_LABEL as HOST_RUN_LABEL
 
 NS = "team-b"
 
@@ -103,6 +104,11 @@ def test_preflight_hosts_runs_one_host_pod_per_node(backend, tmp_path):
     assert sorted(n for n, _ in kubelet.runs) == names and kubelet.max_alive == 1
     assert len(kubelet.endpoint.requests) == 2  # each report read from its node's kubelet
     assert host_pods(backend) == [] and kubelet.errors == []
+    # The run's pods are watched, not polled: one LIST, then one stream from its resourceVersion, for both pods
+    # (on the real server, its audit log says so).
+    runs = [r for r in backend.reads("pods") if HOST_RUN_LABEL in (r.query.get("labelSelector") or [""])[0]]
+    assert [r.verb for r in runs] == ["list", "watch"], runs
+    assert runs[1].query["resourceVersion"] != [""]
 
 
 def test_vfio_status_of_a_node_reads_it_through_a_host_pod(backend, tmp_path):

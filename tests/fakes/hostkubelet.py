@@ -25,9 +25,14 @@ node with a loopback address.
 
 What makes it act: on the fake (a FakeApiServer or a FakeBackend) the server's synchronous ``kubelet`` hook, so a
 pod has run before the reply to its create; on a real server a watch of the host pods. With
-``finish_after_lists=k`` (the fake only: it counts requests) a pod runs (Running) until the k-th list of its run's
-pods after it was created, then ends: pods overlap in time, so a concurrency limit can be observed. Every pod that
-ever existed at once is tracked (``max_alive``, ``alive``). Errors land in ``errors`` (a test asserts it is empty).
+``finish_after_s=s`` a pod runs (Running) for ``s`` seconds after the kubelet took it, then ends: pods overlap in
+time, so a concurrency limit can be observed. That time is the kubelet's own, not the client's: on the fake a write
+the server schedules (``FakeApiServer.schedule``, which ``wait_scheduled`` waits for), on a real server a timer. It
+does not depend on how, or how often, the client looks (a list, a watch) nor on the client's Clock (a FakeClock
+never makes it pass). Such pods run on a timer thread, one at a time (the CLI runs in-process, its output captured
+through the process' sys.stdout): a test whose own thread runs the CLI meanwhile (CliRunner) must not use it. Every
+pod that ever existed at once is tracked (``max_alive``, ``alive``). Errors land in ``errors`` (a test asserts it
+is empty).
 """
 
 from __future__ import annotations
@@ -41,21 +46,22 @@ from rblnctl import constants as C
 from tests.cluster.backend import harness_client
 from tests.cluster.client import ApiFailure
 from tests.cluster.kubelet_endpoint import KubeletEndpoint
-from tests.fakes.apiserver import RecordedRequest
 from tests.fakes.apiserver.meta import micro_ts
 from tests.fakes.apiserver.pods import kubelet_status
+
+_CLI = threading.Lock()  # one in-process CLI at a time: CliRunner swaps the process' sys.stdout and sys.stderr
 
 
 class HostKubelet:
     def __init__(self, cluster: Any, hosts: dict[str, Path] | None = None, *, default: Path | None = None,
-                 finish_after_lists: int = 0) -> None:
+                 finish_after_s: float = 0.0) -> None:
         """``cluster``: a FakeApiServer, a Backend or a harness Api (tests/cluster/backend.harness_client)."""
         self.api, self.fake = harness_client(cluster)
-        if finish_after_lists and self.fake is None:
-            raise ValueError("finish_after_lists counts the client's requests: only on the fake API server")
+        if finish_after_s < 0:
+            raise ValueError(f"finish_after_s must not be negative, not {finish_after_s}")
         self.hosts = dict(hosts or {})
         self.default = default
-        self.finish_after_lists = finish_after_lists
+        self.finish_after_s = finish_after_s
         self.unschedulable: dict[str, str] = {}
         self.image_pull: dict[str, str] = {}
         self.rejected: dict[str, tuple[str, str]] = {}
@@ -68,7 +74,7 @@ class HostKubelet:
         self.endpoint = KubeletEndpoint()
         self._registered: set[str] = set()
         self._started: set[str] = set()  # uids of the pods it has acted on
-        self._waiting: dict[str, tuple[dict, int]] = {}  # pod name -> (pod, lists seen)
+        self._timers: set[threading.Timer] = set()  # on a real server: the pods still to finish (finish_after_s)
         self._lock = threading.RLock()
         self._unsubscribe: list[Any] = []
         self._watcher: Any = None
@@ -78,8 +84,6 @@ class HostKubelet:
         if self.fake is not None:
             self.fake.kubelet = self._on_pod
             self._unsubscribe = [self.fake.on_change(self._on_change)]
-            if self.finish_after_lists:
-                self._unsubscribe.append(self.fake.on_request(self._on_request))
         else:
             from tests.cluster.watcher import Watcher
 
@@ -94,6 +98,10 @@ class HostKubelet:
             u()
         if self._watcher is not None:
             self._watcher.stop()
+        with self._lock:
+            timers, self._timers = list(self._timers), set()
+        for t in timers:
+            t.cancel()
         self.endpoint.stop()
 
     # ---- the pod timeline -----------------------------------------------------------------------
@@ -170,12 +178,11 @@ class HostKubelet:
             reason, message = self.rejected[node]
             self.api.mutate("Pod", name, ns, lambda p: p.update(status={
                 "phase": "Failed", "reason": reason, "message": message}), sub="status")
-        elif node in self.hang or self.finish_after_lists:
+        elif node in self.hang or self.finish_after_s:
             self.endpoint.set_log(ns, name, "")
             self._report(pod, "Running")
             if node not in self.hang:
-                with self._lock:
-                    self._waiting[name] = (pod, 0)
+                self._later(self.finish_after_s, self._finish, pod)
         else:
             self._run(pod)
 
@@ -201,25 +208,27 @@ class HostKubelet:
             "source": {}, "reportingComponent": "default-scheduler", "reportingInstance": "default-scheduler-sim",
             "eventTime": micro_ts(), "firstTimestamp": None, "lastTimestamp": None})
 
-    def _on_request(self, req: RecordedRequest) -> None:
-        """Before a list of a run's pods is served: pods that waited enough lists end now."""
-        selector = (req.query.get("labelSelector") or [""])[0]
-        if req.method != "GET" or not req.path.endswith("/pods") or C.HOST_POD_RUN_LABEL not in selector:
+    def _later(self, delay: float, fn: Any, *args: Any) -> None:
+        """``fn(*args)`` after ``delay`` seconds: a write the fake schedules (wait_scheduled sees it), or a timer."""
+        if self.fake is not None:
+            self.fake.schedule(delay, fn, *args)
             return
-        due = []
+        timer = threading.Timer(delay, lambda: (self._timers.discard(timer), fn(*args)))
+        timer.daemon = True
         with self._lock:
-            for name, (pod, seen) in list(self._waiting.items()):
-                if seen + 1 >= self.finish_after_lists:
-                    due.append(pod)
-                    del self._waiting[name]
-                else:
-                    self._waiting[name] = (pod, seen + 1)
-        for pod in due:
-            try:
-                if self.api.get("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"]) is not None:
-                    self._run(pod)
-            except Exception as e:  # noqa: BLE001
-                self.errors.append(f"{type(e).__name__}: {e}")
+            self._timers.add(timer)
+        timer.start()
+
+    def _finish(self, pod: dict) -> None:
+        """A pod's time is up: it runs its command and ends, unless it was deleted meanwhile (its uid, not its name)."""
+        md = pod["metadata"]
+        try:
+            now = self.api.get("Pod", md["name"], md["namespace"])
+            if now is not None and now["metadata"].get("uid") == md.get("uid") \
+                    and not now["metadata"].get("deletionTimestamp"):
+                self._run(pod)
+        except Exception as e:  # noqa: BLE001 - a fake's bug must reach the test, not a timer thread
+            self.errors.append(f"{type(e).__name__}: {e}")
 
     def _run(self, pod: dict) -> None:
         from typer.testing import CliRunner
@@ -234,7 +243,8 @@ class HostKubelet:
         argv = [str(root) if a == C.HOST_POD_ROOT else a for a in container.get("args") or []]
         with self._lock:
             self.runs.append((node, argv))
-        result = CliRunner().invoke(app, argv)
+        with _CLI:
+            result = CliRunner().invoke(app, argv)
         # In the pod the tree is at /host: whatever the command printed of its root reads so there too.
         self.endpoint.set_log(md["namespace"], md["name"],
                               (result.stdout + result.stderr).replace(str(root), C.HOST_POD_ROOT))

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
+from rblnctl.clock import SYSTEM_CLOCK
 from rblnctl.errors import ClusterError, Forbidden, InvalidInput, Interrupted, NotFound
 from rblnctl.hostpods.runner import HostPodRunner, PodState
 from rblnctl.preflight.hosts import PREFLIGHT_LOCAL
 from tests.fakes.clock import FakeClock
+from tests.fakes.hostkubelet import HostKubelet
 from tests.hostpods.conftest import add_nodes, failing_create
 from rblnctl.constants import HOST_POD_LABEL as LABEL
 
@@ -27,6 +28,26 @@ def host_pods(apiserver) -> list[str]:
 
 def count(apiserver, method: str, path: str) -> int:
     return len(apiserver.requests_matching(method, path))
+
+
+def slow_pods_run(apiserver, kube, root, nodes: list[str], seconds: float, *, before=lambda: None, **kw):
+    """Run on `nodes` with a kubelet whose pods each run `seconds` (its own time) before they end; every pod must
+    complete. `before()` is called once the kubelet runs. Returns (the run, the kubelet)."""
+    kubelet = HostKubelet(apiserver, default=root, finish_after_s=seconds).start()
+    try:
+        before()
+        run = runner(kube, **kw).run(nodes)
+    finally:
+        kubelet.stop()
+    assert kubelet.errors == [] and {o.state for o in run.outcomes} == {PodState.COMPLETED}
+    return run, kubelet
+
+
+def reads(apiserver) -> tuple[int, int]:
+    """(LISTs, WATCHes) of the run's pods the fake served."""
+    got = apiserver.requests_matching("GET", r"/namespaces/rbln-system/pods$")
+    watches = sum(1 for r in got if r.query.get("watch") == ["true"])
+    return len(got) - watches, watches
 
 
 def test_healthy_run_reads_every_report_and_deletes_every_pod(apiserver, kube, kubelet):
@@ -65,7 +86,7 @@ def test_image_pull_failure_is_an_outcome_at_once(apiserver, kube, kubelet, reas
     run = runner(kube, clock=clock, timeout_s=600).run(nodes)
     o = run.outcomes[0]
     assert o.state == PodState.IMAGE_PULL and o.reason == reason
-    assert sum(clock.sleeps) < 600  # reported when seen, not at the deadline
+    assert clock.monotonic() - 1000.0 < 600  # reported when seen, not at the deadline
     assert host_pods(apiserver) == []
 
 
@@ -77,14 +98,18 @@ def test_kubelet_rejection_is_an_outcome(apiserver, kube, kubelet):
 
 
 def test_a_pod_that_never_ends_times_out_and_is_deleted(apiserver, kube, kubelet):
-    nodes = add_nodes(apiserver, 2)
-    kubelet.hang.add("n1")
-    clock = FakeClock()
-    run = runner(kube, clock=clock, timeout_s=5, poll_interval_s=1).run(nodes)
-    o = run.outcomes[1]
-    assert o.state == PodState.TIMED_OUT and "not finished after 5s (Running)" in o.message
-    assert 5 <= sum(clock.sleeps) <= 7
+    """The deadline ends the watch (the system clock: a watch's stream lasts on the server's clock, which a FakeClock
+    does not move); the nodes after it run then. One LIST for the run: the watch is reopened where it stopped."""
+    nodes = add_nodes(apiserver, 3)
+    kubelet.hang.add("n0")
+    apiserver.clear_requests()
+    run = runner(kube, clock=SYSTEM_CLOCK, timeout_s=1, max_parallel=1).run(nodes)
+    o = run.outcomes[0]
+    assert o.state == PodState.TIMED_OUT and "not finished after 1s (Running)" in o.message
+    assert [o.state for o in run.outcomes[1:]] == [PodState.COMPLETED] * 2
     assert host_pods(apiserver) == []
+    lists, watches = reads(apiserver)
+    assert lists == 1 and watches >= 2
 
 
 def test_a_pod_deleted_by_someone_else_is_an_outcome(apiserver, kube, kubelet):
@@ -115,13 +140,58 @@ def test_interrupt_mid_run_leaves_nothing_behind(apiserver, kube, kubelet, signa
 
 
 def test_an_api_failure_mid_run_raises_after_cleaning_up(apiserver, kube, kubelet):
+    """The pods cannot be read, ever: tried again (a 5xx may pass) until the first pod's deadline, then raised."""
     nodes = add_nodes(apiserver, 3)
     kubelet.hang.update(nodes)
-    kube.clock = FakeClock()
-    apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", status=500, times=10)
-    with pytest.raises(ClusterError):
-        runner(kube).run(nodes)
+    kube.clock = clock = FakeClock()
+    apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", status=500, times=100000)
+    with pytest.raises(ClusterError) as exc:
+        runner(kube, clock=clock, timeout_s=30).run(nodes)
+    assert exc.value.status == 500
     assert host_pods(apiserver) == []
+    assert 30 <= clock.monotonic() - 1000.0 < 40  # waited (on the clock) until the deadline, not beyond
+
+
+def test_a_failure_that_passes_is_tried_again_and_the_run_goes_on(apiserver, kube, kubelet):
+    """5xx answers to the list, more than the client's own retries: the watch tries again; every pod is judged."""
+    nodes = add_nodes(apiserver, 3)
+    kube.clock = clock = FakeClock()
+    apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", status=503, times=8)
+    run = runner(kube, clock=clock).run(nodes)
+    assert {o.state for o in run.outcomes} == {PodState.COMPLETED} and host_pods(apiserver) == []
+    assert clock.sleeps  # it did wait before trying again
+
+
+def test_a_dropped_watch_is_reopened_where_it_stopped(apiserver, kube, healthy_root):
+    """The watch's connection drops before its first event: reopened from the list's resourceVersion, not relisted."""
+    nodes = add_nodes(apiserver, 2)
+
+    def drop_the_first_watch() -> None:
+        apiserver.clear_requests()
+        apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", watch=True, drop=True)
+
+    slow_pods_run(apiserver, kube, healthy_root, nodes, 0.5, before=drop_the_first_watch)
+    lists, watches = reads(apiserver)
+    assert lists == 1 and watches >= 2
+
+
+def test_an_expired_watch_lists_again(apiserver, kube, healthy_root):
+    """The stream ends and the server has forgotten the version it would resume from (410 Expired: etcd compacted
+    it): one more LIST, then the watch goes on from it and every pod is judged."""
+    nodes = add_nodes(apiserver, 2)
+
+    def compact_and_end_the_watch() -> None:
+        apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", watch=True, status=410,
+                               reason="Expired", message="too old resource version: 1 (2)")
+        apiserver.close_watches()
+
+    def soon() -> None:
+        apiserver.clear_requests()
+        apiserver.schedule(0.4, compact_and_end_the_watch)
+
+    slow_pods_run(apiserver, kube, healthy_root, nodes, 1.0, before=soon)
+    lists, watches = reads(apiserver)
+    assert lists == 2 and watches >= 2
 
 
 def test_a_create_whose_outcome_is_unknown_is_still_cleaned_up(apiserver, kube, kubelet):
@@ -191,29 +261,29 @@ def test_keep_also_keeps_pods_after_an_interrupt(apiserver, kube, kubelet):
 
 @pytest.mark.parametrize("parallel", [1, 3])
 def test_max_parallel_is_never_exceeded(apiserver, kube, healthy_root, parallel):
-    from tests.fakes.hostkubelet import HostKubelet
-
-    nodes = add_nodes(apiserver, 10)
-    kubelet = HostKubelet(apiserver, default=healthy_root, finish_after_lists=2).start()  # pods overlap
-    try:
-        run = runner(kube, max_parallel=parallel).run(nodes)
-    finally:
-        kubelet.stop()
-    assert kubelet.errors == [] and {o.state for o in run.outcomes} == {PodState.COMPLETED}
-    assert len(kubelet.created) == 10 and kubelet.alive == set()
+    """Pods that run 0.4 s each (the kubelet's time, on the fake's schedule), the runner's clock a FakeClock."""
+    nodes = add_nodes(apiserver, 6)
+    _, kubelet = slow_pods_run(apiserver, kube, healthy_root, nodes, 0.4, max_parallel=parallel)  # pods overlap
+    assert len(kubelet.created) == 6 and kubelet.alive == set()
     assert kubelet.max_alive == parallel  # reached, never exceeded (from the server's pod timeline)
 
 
 def test_requests_grow_with_nodes_not_with_waiting(apiserver, kube, kubelet):
-    """Per node one create, one log read, one delete; per round one list, whatever the pods in flight."""
+    """Per node one create, one log read, one delete; for the run one LIST and a watch, whatever the pods in flight."""
     nodes = add_nodes(apiserver, 40)
     apiserver.clear_requests()
     runner(kube, max_parallel=8).run(nodes)
     assert count(apiserver, "POST", r"/pods$") == count(apiserver, "DELETE", r"/pods/") == 40
     assert count(apiserver, "GET", r"/log$") == 40
-    lists = count(apiserver, "GET", r"/namespaces/rbln-system/pods$")
-    assert lists <= 2 * math.ceil(40 / 8)
-    assert len(apiserver.requests) == 3 * 40 + lists
+    assert reads(apiserver) == (1, 1)
+    assert len(apiserver.requests) == 3 * 40 + 2
+
+
+def test_pods_that_take_their_time_cost_no_more_requests(apiserver, kube, healthy_root):
+    """Pods running 1.5 s each, in two rounds: still one LIST and one watch stream (a poll would list every round)."""
+    nodes = add_nodes(apiserver, 4)
+    slow_pods_run(apiserver, kube, healthy_root, nodes, 1.5, before=apiserver.clear_requests, max_parallel=2)
+    assert reads(apiserver) == (1, 1)
 
 
 def test_missing_namespace_is_not_found_naming_the_flag(apiserver, kube, kubelet):

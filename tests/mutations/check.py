@@ -276,6 +276,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/hostpods/test_runner.py::test_a_namespace_deleted_mid_run_leaves_the_nodes_not_started_not_attempted",
                "tests/hostpods/test_runner.py::test_missing_namespace_is_not_found_naming_the_flag"),
         notes="caught before only through a namespace missing at the first create; mid-run it survived"),
+    Mutation(
+        id="42.h1", file="rblnctl/hostpods/runner.py",
+        old="                listed = ev is not None and ev.type == SYNC",
+        new="                listed = ev is not None",
+        what="host pods: a pod the watch has not shown yet is judged gone (vanished) at the next event",
+        tests=("tests/hostpods/test_runner.py::test_requests_grow_with_nodes_not_with_waiting",
+               "tests/hostpods/test_runner.py::test_max_parallel_is_never_exceeded[3]",
+               "tests/hostpods/test_runner.py::test_keep_leaves_the_pods_and_sends_no_delete")),
+    Mutation(
+        id="42.h2", file="rblnctl/hostpods/runner.py",
+        old="            version = ev.resource_version or version",
+        new="            version = None",
+        what="host pods: the watch reopened after a pod's deadline lists again instead of resuming where it stopped",
+        tests=("tests/hostpods/test_runner.py::test_a_pod_that_never_ends_times_out_and_is_deleted",)),
     # -- the stale stopped mark issue 23's survey found; issue 22's capacity, fit and lifecycle code ------------
     Mutation(
         id="23.9", file="rblnctl/vm/attach.py",
@@ -467,15 +481,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         id="27.1", file="rblnctl/kube/client.py",
         old='ACCEPT = f"{JSON}, */*"', new="ACCEPT = JSON",
         what="Accept: application/json alone (virt-api's start/stop/restart answer 406)",
-        tests=("tests/test_kube.py::test_every_request_accepts_json_and_anything_as_client_go_does",
+        tests=("tests/kube/test_client.py::test_every_request_accepts_json_and_anything_as_client_go_does",
                "tests/cli/test_cluster_errors.py::test_vm_start_is_served_by_virt_api_which_406s_an_accept_without_any_type"),
         notes="the bug issue 27 found on real KubeVirt; the fake now 406s as virt-api does"),
     Mutation(
         id="27.2", file="rblnctl/kube/client.py",
         old="            if api is not None:", new="            if False:",
         what="a non-Status reply from an aggregated API is 'not the Kubernetes API: is the server URL right?'",
-        tests=("tests/test_kube.py::test_a_406_from_virt_api_names_the_aggregated_api_not_a_wrong_server_url",
-               "tests/test_kube.py::test_an_unreachable_virt_api_is_the_aggregators_503_naming_why_its_apiservice_"
+        tests=("tests/kube/test_client.py::test_a_406_from_virt_api_names_the_aggregated_api_not_a_wrong_server_url",
+               "tests/kube/test_client.py::test_an_unreachable_virt_api_is_the_aggregators_503_naming_why_its_apiservice_"
                "is_unavailable",
                "tests/cli/test_cluster_errors.py::test_an_unreachable_virt_api_is_named_with_its_apiservice_exit_1_"
                "not_a_wrong_server_url"),
@@ -484,23 +498,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         id="27.3", file="rblnctl/kube/client.py",
         old="        if groups is None or (mux_404 and group not in groups):", new="        if groups is None:",
         what="aggregated APIs: a group /apis does not list (not installed) still costs an APIService read",
-        tests=("tests/test_kube.py::test_a_group_not_installed_costs_no_apiservice_read",)),
+        tests=("tests/kube/test_client.py::test_a_group_not_installed_costs_no_apiservice_read",)),
     Mutation(
         id="27.4", file="rblnctl/kube/client.py",
         old="                if group in groups:", new="                if False:",
         what="aggregated APIs: an APIService RBAC hides makes a listed group 'not an API server'",
-        tests=("tests/test_kube.py::test_an_apiservice_rbac_hides_is_still_named_from_discovery",)),
+        tests=("tests/kube/test_client.py::test_an_apiservice_rbac_hides_is_still_named_from_discovery",)),
     Mutation(
         id="27.5", file="rblnctl/kube/client.py",
         old="                self._api_services[name] = aggregated_api(name, obj)",
         new="                self._api_services[name] = AggregatedApi(name)",
         what="aggregated APIs: a Local APIService (kube-apiserver's own groups, CRDs) counts as aggregated",
-        tests=("tests/test_kube.py::test_a_text_reply_under_a_local_group_or_a_core_path_is_still_not_an_api_server",)),
+        tests=("tests/kube/test_client.py::test_a_text_reply_under_a_local_group_or_a_core_path_is_still_not_an_api_server",)),
     Mutation(
         id="27.6", file="rblnctl/kube/client.py",
         old="            self._report_warnings(resp)", new="            pass",
         what="the replies' Warning headers are dropped",
-        tests=("tests/test_kube_warnings.py::test_every_write_reply_hands_its_warnings_to_on_warning",
+        tests=("tests/kube/test_warning_headers.py::test_every_write_reply_hands_its_warnings_to_on_warning",
                "tests/cli/test_kubevirt.py::test_the_kubevirt_webhooks_warnings_are_printed_as_kubectl_prints_them_"
                "and_stdout_stays_json",
                "tests/cli/test_kubevirt.py::test_a_server_dry_run_shows_the_warnings_too_and_an_unchanged_list_none"),
@@ -509,12 +523,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         id="27.7", file="rblnctl/cli/console.py",
         old="            if text in self._seen:", new="            if False:",
         what="server warnings: the same text printed again (kubectl prints each once)",
-        tests=("tests/test_kube_warnings.py::test_the_cli_prints_each_299_warning_once_as_kubectl",)),
+        tests=("tests/kube/test_warning_headers.py::test_the_cli_prints_each_299_warning_once_as_kubectl",)),
     Mutation(
         id="27.8", file="rblnctl/cli/console.py",
         old="        if code != 299 or not text:", new="        if not text:",
         what="server warnings: a code other than 299 printed (kubectl prints 299 only)",
-        tests=("tests/test_kube_warnings.py::test_the_cli_prints_each_299_warning_once_as_kubectl",)),
+        tests=("tests/kube/test_warning_headers.py::test_the_cli_prints_each_299_warning_once_as_kubectl",)),
     # -- issue 27, scheduler fidelity: what the real kube-scheduler weighs beside the NPUs ------------------------
     Mutation(
         id="27.s1", file="rblnctl/vm/placement.py",

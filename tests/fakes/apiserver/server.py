@@ -294,6 +294,11 @@ class FakeApiServer:
     def writes(self) -> list[RecordedRequest]:
         return [r for r in list(self.requests) if r.is_write]
 
+    def schedule(self, delay_s: float, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` after ``delay_s`` seconds on a timer thread, unless the server stops first: a simulated
+        component's delayed write (a kubelet's pod ending), which ``wait_scheduled`` waits for as for the fake's own."""
+        self._store.schedule(delay_s, fn, *args)
+
     def wait_scheduled(self, horizon_s: float = 0.2, timeout_s: float = 5.0) -> bool:
         """Wait until the simulated controllers' delayed writes due within ``horizon_s`` have been made (Store.
         wait_scheduled): instead of sleeping a fixed time before judging what they leave."""
