@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the l
     from rblnctl.kubevirt.devices import DevicePermitter, DevicePlan, DeviceResult
     from rblnctl.kubevirt.gates import GateEditor, GatePlan, GateResult
     from rblnctl.kubevirt.status import KubeVirtStatus
-    from rblnctl.vm.migrate import MigrationPlan, MigrationResult
+    from rblnctl.vm.resource_rename import MigrationPlan, MigrationResult
 
     EditPlan = GatePlan | DevicePlan
     EditResult = GateResult | DeviceResult
@@ -433,7 +433,7 @@ def migrate_resources(
     """Rename old NPU resource names in KubeVirt and all VMs."""
     from rblnctl.cli.flow import Mutation, run
     from rblnctl.cli.rerun import command_line
-    from rblnctl.vm.migrate import MigrateOptions, ResourceMigrator, parse_mapping
+    from rblnctl.vm.resource_rename import MigrateOptions, ResourceMigrator, parse_mapping
 
     mode, yes = mutation.how, mutation.yes
     pairs = parse_mapping(mapping or [])  # bad input fails before connecting
