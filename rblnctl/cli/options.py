@@ -2,8 +2,9 @@
 option groups (a frozen value of aliases, declared once) that a command receives whole (`grouped`).
 
 This module is the home of option groups (one mechanism for them, standards.md): Mutating (--dry-run, the server's
-dry run, --yes: every command that changes the cluster) and HostMutating (--dry-run and --yes of a command that
-writes a host's sysfs: vfio bind, unbind, recover). To add one:
+dry run, --yes: every command that changes the cluster), HostMutating (--dry-run and --yes of a command that
+writes a host's sysfs: vfio bind, unbind, recover) and VfioHost (the host tree and record those three work on,
+and how long an unbind may wait). To add one:
 
 1. declare each option once, as an Annotated alias here (`FooOpt = Annotated[int, typer.Option("--foo", ...)]`);
 2. subclass OptionGroup here: its fields are class annotations naming those aliases, their defaults class attributes
@@ -22,10 +23,12 @@ declared: `not_repeated(typer.Option(...))` (rblnctl.cli.flags, re-exported here
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import typer
 
+from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.flags import not_repeated
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec, parse_output
 
@@ -69,6 +72,23 @@ ServerDryRunOpt = Annotated[
     not_repeated(typer.Option("--server-dry-run", hidden=True, help="Same as --dry-run=server.")),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for automation).")]
+HostRootOpt = Annotated[
+    Path,
+    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
+                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
+                 show_default=True),
+]
+VfioStateOpt = Annotated[
+    Path | None,
+    typer.Option("--state-file", metavar="FILE", help="Record of original drivers "
+                 f"[default: {C.VFIO_STATE_FILE} under --root].", show_default=False),
+]
+VfioWriteTimeoutOpt = Annotated[
+    str,
+    typer.Option("--timeout", metavar="DURATION", help="How long to wait for an unbind from vfio-pci, which the "
+                 "kernel holds until a VFIO user (a VM) lets go of the device: then rblnctl stops waiting, names the "
+                 "holder and says how to finish (the write itself cannot be cancelled)."),
+]
 # The running-VM guard's one override (rblnctl.vm.guard.OVERRIDE), as node set-mode and drain spell it; on a change
 # that evicts nothing (a policy or KubeVirt CR edit) it only goes ahead, and says so.
 GuardOverrideOpt = Annotated[
@@ -284,3 +304,16 @@ class HostMutating(OptionGroup):
 
     dry_run: HostDryRunOpt = False
     yes: YesOpt = False
+
+
+class VfioHost(OptionGroup):
+    """--root, --state-file and --timeout of vfio bind, unbind and recover: the host tree they read and write, the
+    record of original drivers, and how long an unbind from vfio-pci may wait."""
+
+    root: HostRootOpt = Path(C.HOST_ROOT)
+    state_file: VfioStateOpt = None
+    timeout: VfioWriteTimeoutOpt = "10s"
+
+    @property
+    def timeout_s(self) -> float:
+        return timeout_s(self.timeout)

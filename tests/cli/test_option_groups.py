@@ -23,6 +23,7 @@ from rblnctl.cli.options import (
     Mutating,
     OutputOpt,
     ServerDryRunOpt,
+    VfioHost,
     YesOpt,
     grouped,
     not_repeated,
@@ -122,7 +123,7 @@ def test_every_command_takes_a_groups_options_through_the_group():
     """No command declares --server-dry-run, a node drain flag or a vm lifecycle --wait itself: the groups do."""
     drain = set(DrainFlags.fields()) - {"selector"}  # node list has -l too
     rules = [("", {"server_dry_run"}, "Mutating"), ("node.", drain, "DrainFlags"), ("vm.", {"wait"}, "Waiting"),
-             ("vfio.", {"dry_run", "yes"}, "HostMutating")]
+             ("vfio.", {"dry_run", "yes"}, "HostMutating"), ("vfio.", {"state_file", "timeout"}, "VfioHost")]
     own = _own_parameters()
     assert {"node.drain", "vm.start", "vfio.bind", "vfio.unbind", "kubevirt.enable_gates"} <= set(own)
     for command, names in own.items():
@@ -133,12 +134,16 @@ def test_every_command_takes_a_groups_options_through_the_group():
 
 
 def test_vfio_bind_unbind_and_recover_take_the_host_group_spelt_as_before():
-    """--dry-run and --yes/-y of the sysfs-writing vfio commands come from HostMutating, with the spellings they had."""
+    """--dry-run and --yes/-y of the sysfs-writing vfio commands come from HostMutating, --root, --state-file and
+    --timeout from VfioHost, with the spellings they had, the host ones last as before."""
     vfio = typer.main.get_command(app).commands["vfio"]
     assert HostMutating.fields() == ("dry_run", "yes")
+    assert VfioHost.fields() == ("root", "state_file", "timeout")
     for name in ("bind", "unbind", "recover"):
-        opts = {p.name: p.opts for p in vfio.commands[name].params}
+        params = vfio.commands[name].params
+        opts = {p.name: p.opts for p in params}
         assert (opts["dry_run"], sorted(opts["yes"])) == (["--dry-run"], ["--yes", "-y"]), name
+        assert [p.opts for p in params[-3:]] == [["--root"], ["--state-file"], ["--timeout"]], name
 
 
 def test_an_option_declared_not_repeated_is_left_out_of_every_printed_rerun():

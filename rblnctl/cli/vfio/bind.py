@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import HostMutating, OutputOpt, examples, grouped
-from rblnctl.cli.vfio.common import (
-    AllOpt, BdfArgs, ForceOpt, KeepGoingOpt, RootOpt, StateOpt, WriteTimeoutOpt, app, binder, execute, selection,
-)
+from rblnctl.cli.options import HostMutating, OutputOpt, VfioHost, examples, grouped
+from rblnctl.cli.vfio.common import AllOpt, BdfArgs, ForceOpt, KeepGoingOpt, app, binder, execute, selection
 
 
 @app.command("bind", short_help="Bind NPUs to vfio-pci (checked, rolled back).", epilog=examples(
@@ -31,11 +27,9 @@ def bind(
         bool, typer.Option("--load-modules", help="Run `modprobe vfio-pci` when vfio-pci is not loaded.")
     ] = False,
     output: OutputOpt = "table",
-    root: RootOpt = Path(C.HOST_ROOT),
-    state_file: StateOpt = None,
-    timeout: WriteTimeoutOpt = "10s",
+    host: VfioHost = VfioHost.options(),
 ) -> None:
     """Bind NPUs to vfio-pci (checked, rolled back)."""
     selection(bdfs, all_devices)
-    b = binder(root, state_file, force=force, keep_going=keep_going, load_modules=load_modules, timeout=timeout)
+    b = binder(host, force=force, keep_going=keep_going, load_modules=load_modules)
     execute(ctx, b, b.plan("bind", bdfs or (), all_devices=all_devices), change=change, output=output)

@@ -3,19 +3,17 @@ options, the one flow every sysfs change runs through (execute), its recovery hi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli import completion
 from rblnctl.cli.output import Cell, Column
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from rblnctl.cli.options import HostMutating
+    from rblnctl.cli.options import HostMutating, VfioHost
     from rblnctl.cli.output import OutputSpec, View
     from rblnctl.host.vfio import VfioBinder, VfioPlan, Write
     from rblnctl.host.vfio.model import DeviceResult, Operation
@@ -48,24 +46,6 @@ KeepGoingOpt = Annotated[
     typer.Option("--keep-going", help="On a failure, keep the devices that succeeded (the failed one is still "
                  "rolled back) instead of rolling everything back."),
 ]
-RootOpt = Annotated[
-    Path,
-    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
-                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
-                 show_default=True),
-]
-WriteTimeoutOpt = Annotated[
-    str,
-    typer.Option("--timeout", metavar="DURATION", help="How long to wait for an unbind from vfio-pci, which the "
-                 "kernel holds until a VFIO user (a VM) lets go of the device: then rblnctl stops waiting, names the "
-                 "holder and says how to finish (the write itself cannot be cancelled)."),
-]
-StateOpt = Annotated[
-    Path | None,
-    typer.Option("--state-file", metavar="FILE", help="Record of original drivers "
-                 f"[default: {C.VFIO_STATE_FILE} under --root].", show_default=False),
-]
-
 
 # --- wiring ------------------------------------------------------------------------------------------
 
@@ -80,14 +60,13 @@ def selection(bdfs: list[str] | None, all_devices: bool) -> None:
         raise InvalidInput("name at least one PCI address (DDDD:BB:DD.F) or pass --all")
 
 
-def binder(root: Path, state_file: Path | None, *, force: bool = False, keep_going: bool = False,
-            load_modules: bool = False, timeout: str = "10s") -> VfioBinder:
+def binder(host: VfioHost, *, force: bool = False, keep_going: bool = False, load_modules: bool = False) -> VfioBinder:
+    """The binder of one vfio change, on the host tree `host` names."""
     from rblnctl.cli.console import info, warn
-    from rblnctl.cli.options import timeout_s
     from rblnctl.host.vfio import VfioBinder
 
-    return VfioBinder(root=root, state_file=state_file, force=force, keep_going=keep_going,
-                      load_modules=load_modules, write_timeout_s=timeout_s(timeout),
+    return VfioBinder(root=host.root, state_file=host.state_file, force=force, keep_going=keep_going,
+                      load_modules=load_modules, write_timeout_s=host.timeout_s,
                       on_write=lambda w: _progress("write", w), on_event=warn, on_done=info)
 
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import HostMutating, OutputOpt, examples, grouped
-from rblnctl.cli.vfio.common import (
-    AllOpt, BdfArgs, RootOpt, StateOpt, WriteTimeoutOpt, app, binder, execute, selection,
-)
+from rblnctl.cli.options import HostMutating, OutputOpt, VfioHost, examples, grouped
+from rblnctl.cli.vfio.common import AllOpt, BdfArgs, app, binder, execute, selection
 
 
 class ModeChoice(str, enum.Enum):
@@ -39,12 +36,10 @@ def recover(
     ] = ModeChoice.container,
     change: HostMutating = HostMutating.options(),
     output: OutputOpt = "table",
-    root: RootOpt = Path(C.HOST_ROOT),
-    state_file: StateOpt = None,
-    timeout: WriteTimeoutOpt = "10s",
+    host: VfioHost = VfioHost.options(),
 ) -> None:
     """Re-probe NPUs left without a driver or with a stale driver_override."""
     selection(bdfs, all_devices)
-    b = binder(root, state_file, timeout=timeout)
+    b = binder(host)
     execute(ctx, b, b.plan("recover", bdfs or (), all_devices=all_devices, mode=mode.value), change=change,
             output=output)

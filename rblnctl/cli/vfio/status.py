@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import OutputOpt, examples
+from rblnctl.cli.options import HostRootOpt, OutputOpt, examples
 from rblnctl.cli.output import Column, joined
 from rblnctl.cli.state import state
-from rblnctl.cli.vfio.common import BdfArgs, RootOpt, app
+from rblnctl.cli.vfio.common import BdfArgs, app
 
 if TYPE_CHECKING:
     from rblnctl.cli.output import View
@@ -31,7 +31,7 @@ def status(
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = "table",
-    root: RootOpt = Path(C.HOST_ROOT),
+    root: HostRootOpt = Path(C.HOST_ROOT),
     node: Annotated[
         str | None,
         typer.Option("--node", metavar="NODE", help="Show the NPUs of this cluster node instead: runs this command in "

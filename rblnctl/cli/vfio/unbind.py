@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import HostMutating, OutputOpt, examples, grouped
-from rblnctl.cli.vfio.common import (
-    BdfArgs, ForceOpt, KeepGoingOpt, RootOpt, StateOpt, WriteTimeoutOpt, app, binder, execute, selection,
-)
+from rblnctl.cli.options import HostMutating, OutputOpt, VfioHost, examples, grouped
+from rblnctl.cli.vfio.common import BdfArgs, ForceOpt, KeepGoingOpt, app, binder, execute, selection
 
 
 @app.command("unbind", short_help="Give NPUs back to their host driver.", epilog=examples(
@@ -32,11 +28,9 @@ def unbind(
     force: ForceOpt = False,
     keep_going: KeepGoingOpt = False,
     output: OutputOpt = "table",
-    root: RootOpt = Path(C.HOST_ROOT),
-    state_file: StateOpt = None,
-    timeout: WriteTimeoutOpt = "10s",
+    host: VfioHost = VfioHost.options(),
 ) -> None:
     """Give NPUs back to their host driver."""
     selection(bdfs, all_devices)
-    b = binder(root, state_file, force=force, keep_going=keep_going, timeout=timeout)
+    b = binder(host, force=force, keep_going=keep_going)
     execute(ctx, b, b.plan("unbind", bdfs or (), all_devices=all_devices, driver=driver), change=change, output=output)
