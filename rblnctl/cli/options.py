@@ -23,8 +23,9 @@ declared: `not_repeated(typer.Option(...))` (rblnctl.cli.flags, re-exported here
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
 
@@ -32,11 +33,16 @@ from rblnctl import constants as C  # plain data: the defaults the help texts sh
 from rblnctl.cli.flags import not_repeated
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec, parse_output
 
+if TYPE_CHECKING:
+    import inspect
 
-def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
+    from typer.models import OptionInfo
+
+
+def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Callable[[str | OutputSpec], OutputSpec]:
     """Turn the `-o` text into an OutputSpec (bad values: exit 2, one line)."""
 
-    def parser(value: Any) -> OutputSpec:
+    def parser(value: str | OutputSpec) -> OutputSpec:
         if isinstance(value, OutputSpec):
             return value
         return parse_output(value, allowed=allowed)
@@ -44,7 +50,7 @@ def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
     return parser
 
 
-def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> Any:
+def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> OptionInfo:
     """The -o/--output option for a command printing the given formats."""
     from rblnctl.cli.completion import complete_output
 
@@ -103,7 +109,7 @@ WatchOpt = Annotated[
 ]
 
 
-def sort_by_option(example: str) -> Any:
+def sort_by_option(example: str) -> OptionInfo:
     """--sort-by of a list command; `example`: two of its items' fields, as kubectl spells them."""
     return typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
                         help=f"Sort by a field of each item's JSON (as kubectl: {example}; the fields in "
@@ -178,7 +184,7 @@ class OptionGroup:
 
     _order: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, **values: Any) -> None:
+    def __init__(self, **values: object) -> None:
         names = self.fields()
         unknown = set(values) - set(names)
         if unknown:
@@ -198,12 +204,12 @@ class OptionGroup:
         return cls._order
 
     @classmethod
-    def options(cls, **fixed: Any) -> "_Use":
+    def options(cls, **fixed: object) -> _Use:
         """This group's options, for a command's parameter default; `fixed` fields are values, not options (`vm
         start` asks nothing: Mutating.options(yes=True))."""
         return _Use(cls, fixed)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen")
 
     def __eq__(self, other: object) -> bool:
@@ -219,19 +225,19 @@ class OptionGroup:
 class _Use:
     """A command's use of an option group: the group, and the fields it fixes."""
 
-    def __init__(self, group: type, fixed: dict[str, Any]) -> None:
+    def __init__(self, group: type[OptionGroup], fixed: dict[str, object]) -> None:
         self.group, self.fixed = group, fixed
 
-    def parameters(self) -> list[Any]:
+    def parameters(self) -> list[inspect.Parameter]:
         import inspect
         import typing
 
         hints = typing.get_type_hints(self.group, include_extras=True)
         return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(self.group, name),
                                   annotation=hints[name])
-                for name in self.group.fields() if name not in self.fixed]  # type: ignore[attr-defined]
+                for name in self.group.fields() if name not in self.fixed]
 
-    def build(self, values: dict[str, Any]) -> Any:
+    def build(self, values: dict[str, object]) -> OptionGroup:
         return self.group(**values, **self.fixed)
 
 
@@ -242,18 +248,19 @@ class grouped:  # noqa: N801 - used as a decorator
     import (a command typer never builds costs nothing); a call gets each group built from its fields' values.
     """
 
-    def __init__(self, func: Any) -> None:
+    def __init__(self, func: Callable[..., None]) -> None:
         self.__wrapped__ = func
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
         self.__module__, self.__doc__ = func.__module__, func.__doc__
-        self._expanded: Any = None
+        # the signature typer reads, and each group parameter's use with its fields' names
+        self._expanded: tuple[inspect.Signature, dict[str, tuple[_Use, list[str]]]] | None = None
 
-    def _expand(self) -> Any:
+    def _expand(self) -> tuple[inspect.Signature, dict[str, tuple[_Use, list[str]]]]:
         if self._expanded is None:
             import inspect
 
             sig = inspect.signature(self.__wrapped__, eval_str=True)
-            params: list[Any] = []
+            params: list[inspect.Parameter] = []
             uses: dict[str, tuple[_Use, list[str]]] = {}  # group parameter -> (its use, its fields' names)
             for p in sig.parameters.values():
                 if isinstance(p.default, _Use):
@@ -266,14 +273,14 @@ class grouped:  # noqa: N801 - used as a decorator
         return self._expanded
 
     @property
-    def __signature__(self) -> Any:  # what typer (inspect.signature) reads
+    def __signature__(self) -> inspect.Signature:  # what typer (inspect.signature) reads
         return self._expand()[0]
 
     @property
-    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]  # what typing.get_type_hints reads
+    def __annotations__(self) -> dict[str, object]:  # type: ignore[override]  # what typing.get_type_hints reads
         return {p.name: p.annotation for p in self._expand()[0].parameters.values()}
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> None:
         for name, (use, fields) in self._expand()[1].items():
             if name not in kwargs:
                 kwargs[name] = use.build({f: kwargs.pop(f) for f in fields if f in kwargs})
