@@ -14,8 +14,8 @@ and how long an unbind may wait). To add one:
 4. tests/cli/test_option_groups.py (test_every_command_takes_a_groups_options_through_the_group) names the fields no
    command may declare itself.
 
-Three groups still live next to their only commands and are to move here: DrainFlags and ModeFlags (cli/node.py),
-Waiting (cli/vm/lifecycle.py).
+Three groups still live next to their only commands and are to move here: DrainFlags and ModeFlags (in
+rblnctl.cli.node), Waiting (rblnctl.cli.vm.lifecycle).
 
 An option a printed re-run or recovery command leaves out (rblnctl.cli.rerun: a dry run, -o) says so where it is
 declared: `not_repeated(typer.Option(...))` (rblnctl.cli.flags, re-exported here).
@@ -78,6 +78,21 @@ ServerDryRunOpt = Annotated[
     not_repeated(typer.Option("--server-dry-run", hidden=True, help="Same as --dry-run=server.")),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for automation).")]
+KubeVirtNameOpt = Annotated[
+    str | None,
+    typer.Option("--name", metavar="NAME", help="Name of the KubeVirt CR [default: the only one in the cluster].",
+                 show_default=False),
+]
+KubeVirtForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="Go ahead when the KubeVirt version is below what the change needs, or unknown."),
+]
+AllowUnknownGatesOpt = Annotated[
+    bool,
+    typer.Option("--allow-unknown", help="Write gates no KubeVirt release rblnctl knows registers (for a KubeVirt "
+                 "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
+                 "meant."),
+]
 HostRootOpt = Annotated[
     Path,
     typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
@@ -324,3 +339,12 @@ class VfioHost(OptionGroup):
     @property
     def timeout_s(self) -> float:
         return timeout_s(self.timeout)
+
+
+class GateEdit(OptionGroup):
+    """--name, --force and --allow-unknown of kubevirt enable-gates and disable-gates: which KubeVirt CR, and the two
+    checks a gate edit may be told to pass over (the KubeVirt version, a gate name no release registers)."""
+
+    name: KubeVirtNameOpt = None
+    force: KubeVirtForceOpt = False
+    allow_unknown: AllowUnknownGatesOpt = False

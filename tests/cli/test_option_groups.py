@@ -123,7 +123,8 @@ def test_every_command_takes_a_groups_options_through_the_group():
     """No command declares --server-dry-run, a node drain flag or a vm lifecycle --wait itself: the groups do."""
     drain = set(DrainFlags.fields()) - {"selector"}  # node list has -l too
     rules = [("", {"server_dry_run"}, "Mutating"), ("node.", drain, "DrainFlags"), ("vm.", {"wait"}, "Waiting"),
-             ("vfio.", {"dry_run", "yes"}, "HostMutating"), ("vfio.", {"state_file", "timeout"}, "VfioHost")]
+             ("vfio.", {"dry_run", "yes"}, "HostMutating"), ("vfio.", {"state_file", "timeout"}, "VfioHost"),
+             ("kubevirt.", {"allow_unknown"}, "GateEdit")]
     own = _own_parameters()
     assert {"node.drain", "vm.start", "vfio.bind", "vfio.unbind", "kubevirt.enable_gates"} <= set(own)
     for command, names in own.items():

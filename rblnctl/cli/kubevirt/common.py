@@ -4,7 +4,7 @@ the conflict-safe writer's arguments and the one edit flow of a gate or device c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar
 
 import typer
 
@@ -43,23 +43,6 @@ app = typer.Typer(
          "A CR the HyperConverged Cluster Operator manages is refused: edit its HyperConverged CR instead.",
     no_args_is_help=True,
 )
-
-NameOpt = Annotated[
-    str | None,
-    typer.Option("--name", metavar="NAME", help="Name of the KubeVirt CR [default: the only one in the cluster].",
-                 show_default=False),
-]
-ForceOpt = Annotated[
-    bool,
-    typer.Option("--force", help="Go ahead when the KubeVirt version is below what the change needs, or unknown."),
-]
-AllowUnknownOpt = Annotated[
-    bool,
-    typer.Option("--allow-unknown", help="Write gates no KubeVirt release rblnctl knows registers (for a KubeVirt "
-                 "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
-                 "meant."),
-]
-
 
 class WriterArgs(TypedDict):
     """The arguments every KubeVirt CR writer (GateEditor, DevicePermitter) takes."""

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rblnctl.cli import completion
-from rblnctl.cli.kubevirt.common import AllowUnknownOpt, ForceOpt, NameOpt, app, edit, patch_lines, writer_args
-from rblnctl.cli.options import GuardOverrideOpt, Mutating, OutputOpt, examples, grouped
+from rblnctl.cli.kubevirt.common import app, edit, patch_lines, writer_args
+from rblnctl.cli.options import GateEdit, GuardOverrideOpt, Mutating, OutputOpt, examples, grouped
 from rblnctl.cli.rerun import spell
 
 if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
@@ -66,9 +66,7 @@ def enable_gates(
     dra: Annotated[
         bool, typer.Option("--dra", help="Also enable HostDevicesWithDRA, for DRA (needs KubeVirt >= 1.9.0).")
     ] = False,
-    name: NameOpt = None,
-    force: ForceOpt = False,
-    allow_unknown: AllowUnknownOpt = False,
+    target: GateEdit = GateEdit.options(),
     mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:
@@ -77,8 +75,8 @@ def enable_gates(
 
     mode, yes = mutation.how, mutation.yes
     wanted = validate_gates([*rbln_gates(dra=dra), *(gates or [])])
-    check_known(wanted, allow_unknown=allow_unknown)  # a typo is bad input before anything connects (exit 2)
-    editor = GateEditor(**writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
+    check_known(wanted, allow_unknown=target.allow_unknown)  # a typo is bad input before anything connects (exit 2)
+    editor = GateEditor(**writer_args(ctx, target.name, target.force, mode), allow_unknown=target.allow_unknown)
     plan = editor.plan(enable=wanted)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="enabled")
 
@@ -101,9 +99,7 @@ def disable_gates(
         typer.Option("--add-to-disabled", help="Also list the gates in disabledFeatureGates (KubeVirt >= 1.9.0), "
                      "which turns off a Beta gate that is on by default."),
     ] = False,
-    name: NameOpt = None,
-    force: ForceOpt = False,
-    allow_unknown: AllowUnknownOpt = False,
+    target: GateEdit = GateEdit.options(),
     evict_vms: GuardOverrideOpt = False,
     mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
@@ -116,6 +112,6 @@ def disable_gates(
     from rblnctl.vm.gates import guard_gates
 
     mode, yes = mutation.how, mutation.yes
-    editor = GateEditor(**writer_args(ctx, name, force, mode), allow_unknown=allow_unknown)
+    editor = GateEditor(**writer_args(ctx, target.name, target.force, mode), allow_unknown=target.allow_unknown)
     plan = guard_gates(editor.kube, editor.plan(disable=gates, add_to_disabled=add_to_disabled), evict_vms=evict_vms)
     _run_gates(editor, plan, mode=mode, yes=yes, output=output, verb="disabled")

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rblnctl.cli.kubevirt.common import NameOpt, app, retry_line
-from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped
+from rblnctl.cli.kubevirt.common import app, retry_line
+from rblnctl.cli.options import KubeVirtNameOpt, Mutating, OutputOpt, examples, grouped
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.state import state
 
@@ -103,7 +103,7 @@ def migrate_resources(
         bool, typer.Option("--force", help="Rename a name some vm-passthrough node still advertises (KubeVirt keeps "
                            "permitting it too).")
     ] = False,
-    name: NameOpt = None,
+    name: KubeVirtNameOpt = None,
     chunk_size: Annotated[
         int, typer.Option("--chunk-size", help="VirtualMachines per LIST page (as kubectl get --chunk-size).",
                           min=1, metavar="N")

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rblnctl.cli.kubevirt.common import NameOpt, app, edit, patch_lines, writer_args
-from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped
+from rblnctl.cli.kubevirt.common import app, edit, patch_lines, writer_args
+from rblnctl.cli.options import KubeVirtNameOpt, Mutating, OutputOpt, examples, grouped
 from rblnctl.cli.rerun import spell
 
 if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
@@ -61,7 +61,7 @@ def permit_devices(
     fix: Annotated[
         bool, typer.Option("--fix", help="Set externalResourceProvider: true on RBLN entries that have it false.")
     ] = False,
-    name: NameOpt = None,
+    name: KubeVirtNameOpt = None,
     mutation: Mutating = Mutating.options(),
     output: OutputOpt = "table",
 ) -> None:

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rblnctl.cli.kubevirt.common import NameOpt, app
-from rblnctl.cli.options import OutputOpt, examples
+from rblnctl.cli.kubevirt.common import app
+from rblnctl.cli.options import KubeVirtNameOpt, OutputOpt, examples
 from rblnctl.cli.state import state
 
 if TYPE_CHECKING:  # the library's types, for the checker only: nothing of the library is imported at startup
@@ -63,7 +63,7 @@ def _status_view(st: KubeVirtStatus) -> View:
 ))
 def status(
     ctx: typer.Context,
-    name: NameOpt = None,
+    name: KubeVirtNameOpt = None,
     output: OutputOpt = "table",
 ) -> None:
     """Show the KubeVirt CR's phase, version, gates (effective or not) and permitted RBLN devices."""
