@@ -123,7 +123,7 @@ def _spell(param: Parameter, value: object, *, short: bool = False, argv: bool =
             return [opts[0]]
         return [sorted(param.secondary_opts, key=len)[-1]] if param.secondary_opts else []
     if getattr(param, "count", False):
-        return [opts[0]] * int(value or 0)  # type: ignore[call-overload]  # a count option's value: an int
+        return [opts[0]] * (value if isinstance(value, int) else 0)  # a count option's value: an int (None: unset)
     secret = SECRETS.get(param.name or "")
     words: list[str] = []
     for v in value if isinstance(value, (list, tuple)) else [value]:
