@@ -283,7 +283,8 @@ def recovery_lines(recovery: Recovery | None, ctx: Context, *, drop: Iterable[st
     and every flag of this run the command takes, --context first of all; `drop`: options left out)."""
     if recovery is None or getattr(recovery, "remedies", None) is None:
         return []
-    return [f"{(r.text + ':').ljust(8)} {render(ctx, r.command, drop=drop)}" for r in recovery.remedies]
+    return [f"{(r.text + ':').ljust(8)} {render(ctx, r.command, drop=drop)}" for r in recovery.remedies
+            if r.command is not None]
 
 
 def _verbose(ctx: Context) -> bool:

@@ -1,19 +1,48 @@
 """Shared options, so every command spells kubectl-style flags the same way: one Annotated alias per option, and
-option groups (a frozen dataclass of aliases, declared once) that a command receives whole (`grouped`)."""
+option groups (a frozen value of aliases, declared once) that a command receives whole (`grouped`).
+
+This module is the home of option groups (one mechanism for them, standards.md): Mutating (--dry-run, the server's
+dry run, --yes: every command that changes the cluster), HostMutating (--dry-run and --yes of a command that
+writes a host's sysfs: vfio bind, unbind, recover) and VfioHost (the host tree and record those three work on,
+and how long an unbind may wait). To add one:
+
+1. declare each option once, as an Annotated alias here (`FooOpt = Annotated[int, typer.Option("--foo", ...)]`);
+2. subclass OptionGroup here: its fields are class annotations naming those aliases, their defaults class attributes
+   (properties may derive from them, as Mutating.how);
+3. a command takes it as one parameter defaulting to `Group.options()` under `@grouped` (below its `@app.command`);
+   `Group.options(field=value)` fixes a field the command does not offer;
+4. tests/cli/test_option_groups.py (test_every_command_takes_a_groups_options_through_the_group) names the fields no
+   command may declare itself.
+
+Three groups still live next to their only commands and are to move here: DrainFlags and ModeFlags (in
+rblnctl.cli.node), Waiting (rblnctl.cli.vm.lifecycle).
+
+An option a printed re-run or recovery command leaves out (rblnctl.cli.rerun: a dry run, -o) says so where it is
+declared: `not_repeated(typer.Option(...))` (rblnctl.cli.flags, re-exported here).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
 
+from rblnctl import constants as C  # plain data: the defaults the help texts show
+from rblnctl.cli.flags import not_repeated
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec, parse_output
 
+if TYPE_CHECKING:
+    import inspect
 
-def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
+    from typer.models import OptionInfo
+
+
+def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Callable[[str | OutputSpec], OutputSpec]:
     """Turn the `-o` text into an OutputSpec (bad values: exit 2, one line)."""
 
-    def parser(value: Any) -> OutputSpec:
+    def parser(value: str | OutputSpec) -> OutputSpec:
         if isinstance(value, OutputSpec):
             return value
         return parse_output(value, allowed=allowed)
@@ -21,34 +50,66 @@ def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Any:
     return parser
 
 
-def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> Any:
+def output_option(allowed: tuple[Format, ...] = COMMON_FORMATS, formats_help: str = FORMATS_HELP) -> OptionInfo:
     """The -o/--output option for a command printing the given formats."""
     from rblnctl.cli.completion import complete_output
 
     def complete(ctx: typer.Context, incomplete: str) -> list[str]:
         return complete_output(ctx, incomplete, allowed)
 
-    return typer.Option("--output", "-o", metavar="FORMAT", parser=output_parser(allowed),
-                        autocompletion=complete,
-                        help=f"Output format: {formats_help} (as kubectl: -o=json and -ojson work too).",
-                        show_default=False)
+    return not_repeated(typer.Option("--output", "-o", metavar="FORMAT", parser=output_parser(allowed),
+                                     autocompletion=complete,
+                                     help=f"Output format: {formats_help} (as kubectl: -o=json and -ojson work too).",
+                                     show_default=False))
 
 
 OutputOpt = Annotated[OutputSpec, output_option()]
 DryRunOpt = Annotated[
     bool,
-    typer.Option("--dry-run", help="Print the plan, change nothing (=server: the server's admission checks "
-                 "the writes, none persists)."),
+    not_repeated(typer.Option("--dry-run", help="Print the plan, change nothing (=server: the server's admission "
+                              "checks the writes, none persists).")),
 ]
 HostDryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", help="Print every sysfs write the plan would make, and make none."),
+    bool, not_repeated(typer.Option("--dry-run", help="Print every sysfs write the plan would make, and make none.")),
 ]
 ServerDryRunOpt = Annotated[
     bool,
     # kubectl removed --server-dry-run for --dry-run=server; the old spelling still works, unlisted.
-    typer.Option("--server-dry-run", hidden=True, help="Same as --dry-run=server."),
+    not_repeated(typer.Option("--server-dry-run", hidden=True, help="Same as --dry-run=server.")),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (for automation).")]
+KubeVirtNameOpt = Annotated[
+    str | None,
+    typer.Option("--name", metavar="NAME", help="Name of the KubeVirt CR [default: the only one in the cluster].",
+                 show_default=False),
+]
+KubeVirtForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="Go ahead when the KubeVirt version is below what the change needs, or unknown."),
+]
+AllowUnknownGatesOpt = Annotated[
+    bool,
+    typer.Option("--allow-unknown", help="Write gates no KubeVirt release rblnctl knows registers (for a KubeVirt "
+                 "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
+                 "meant."),
+]
+HostRootOpt = Annotated[
+    Path,
+    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
+                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
+                 show_default=True),
+]
+VfioStateOpt = Annotated[
+    Path | None,
+    typer.Option("--state-file", metavar="FILE", help="Record of original drivers "
+                 f"[default: {C.VFIO_STATE_FILE} under --root].", show_default=False),
+]
+VfioWriteTimeoutOpt = Annotated[
+    str,
+    typer.Option("--timeout", metavar="DURATION", help="How long to wait for an unbind from vfio-pci, which the "
+                 "kernel holds until a VFIO user (a VM) lets go of the device: then rblnctl stops waiting, names the "
+                 "holder and says how to finish (the write itself cannot be cancelled)."),
+]
 # The running-VM guard's one override (rblnctl.vm.guard.OVERRIDE), as node set-mode and drain spell it; on a change
 # that evicts nothing (a policy or KubeVirt CR edit) it only goes ahead, and says so.
 GuardOverrideOpt = Annotated[
@@ -63,7 +124,7 @@ WatchOpt = Annotated[
 ]
 
 
-def sort_by_option(example: str) -> Any:
+def sort_by_option(example: str) -> OptionInfo:
     """--sort-by of a list command; `example`: two of its items' fields, as kubectl spells them."""
     return typer.Option("--sort-by", metavar="JSONPATH", show_default=False,
                         help=f"Sort by a field of each item's JSON (as kubectl: {example}; the fields in "
@@ -138,7 +199,7 @@ class OptionGroup:
 
     _order: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, **values: Any) -> None:
+    def __init__(self, **values: object) -> None:
         names = self.fields()
         unknown = set(values) - set(names)
         if unknown:
@@ -158,12 +219,12 @@ class OptionGroup:
         return cls._order
 
     @classmethod
-    def options(cls, **fixed: Any) -> "_Use":
+    def options(cls, **fixed: object) -> _Use:
         """This group's options, for a command's parameter default; `fixed` fields are values, not options (`vm
         start` asks nothing: Mutating.options(yes=True))."""
         return _Use(cls, fixed)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen")
 
     def __eq__(self, other: object) -> bool:
@@ -179,19 +240,19 @@ class OptionGroup:
 class _Use:
     """A command's use of an option group: the group, and the fields it fixes."""
 
-    def __init__(self, group: type, fixed: dict[str, Any]) -> None:
+    def __init__(self, group: type[OptionGroup], fixed: dict[str, object]) -> None:
         self.group, self.fixed = group, fixed
 
-    def parameters(self) -> list[Any]:
+    def parameters(self) -> list[inspect.Parameter]:
         import inspect
         import typing
 
         hints = typing.get_type_hints(self.group, include_extras=True)
         return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(self.group, name),
                                   annotation=hints[name])
-                for name in self.group.fields() if name not in self.fixed]  # type: ignore[attr-defined]
+                for name in self.group.fields() if name not in self.fixed]
 
-    def build(self, values: dict[str, Any]) -> Any:
+    def build(self, values: dict[str, object]) -> OptionGroup:
         return self.group(**values, **self.fixed)
 
 
@@ -202,18 +263,19 @@ class grouped:  # noqa: N801 - used as a decorator
     import (a command typer never builds costs nothing); a call gets each group built from its fields' values.
     """
 
-    def __init__(self, func: Any) -> None:
+    def __init__(self, func: Callable[..., None]) -> None:
         self.__wrapped__ = func
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
         self.__module__, self.__doc__ = func.__module__, func.__doc__
-        self._expanded: Any = None
+        # the signature typer reads, and each group parameter's use with its fields' names
+        self._expanded: tuple[inspect.Signature, dict[str, tuple[_Use, list[str]]]] | None = None
 
-    def _expand(self) -> Any:
+    def _expand(self) -> tuple[inspect.Signature, dict[str, tuple[_Use, list[str]]]]:
         if self._expanded is None:
             import inspect
 
             sig = inspect.signature(self.__wrapped__, eval_str=True)
-            params: list[Any] = []
+            params: list[inspect.Parameter] = []
             uses: dict[str, tuple[_Use, list[str]]] = {}  # group parameter -> (its use, its fields' names)
             for p in sig.parameters.values():
                 if isinstance(p.default, _Use):
@@ -226,14 +288,14 @@ class grouped:  # noqa: N801 - used as a decorator
         return self._expanded
 
     @property
-    def __signature__(self) -> Any:  # what typer (inspect.signature) reads
+    def __signature__(self) -> inspect.Signature:  # what typer (inspect.signature) reads
         return self._expand()[0]
 
     @property
-    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]  # what typing.get_type_hints reads
+    def __annotations__(self) -> dict[str, object]:  # type: ignore[override]  # what typing.get_type_hints reads
         return {p.name: p.annotation for p in self._expand()[0].parameters.values()}
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> None:
         for name, (use, fields) in self._expand()[1].items():
             if name not in kwargs:
                 kwargs[name] = use.build({f: kwargs.pop(f) for f in fields if f in kwargs})
@@ -257,3 +319,32 @@ class Mutating(OptionGroup):
         """A server dry run: writes sent with dryRun=All."""
         return self.how == "server"
 
+
+class HostMutating(OptionGroup):
+    """--dry-run (every sysfs write printed, none made) and --yes (no question before moving devices between
+    drivers): every command that writes a host's sysfs (vfio bind, unbind, recover). No server dry run: no server."""
+
+    dry_run: HostDryRunOpt = False
+    yes: YesOpt = False
+
+
+class VfioHost(OptionGroup):
+    """--root, --state-file and --timeout of vfio bind, unbind and recover: the host tree they read and write, the
+    record of original drivers, and how long an unbind from vfio-pci may wait."""
+
+    root: HostRootOpt = Path(C.HOST_ROOT)
+    state_file: VfioStateOpt = None
+    timeout: VfioWriteTimeoutOpt = "10s"
+
+    @property
+    def timeout_s(self) -> float:
+        return timeout_s(self.timeout)
+
+
+class GateEdit(OptionGroup):
+    """--name, --force and --allow-unknown of kubevirt enable-gates and disable-gates: which KubeVirt CR, and the two
+    checks a gate edit may be told to pass over (the KubeVirt version, a gate name no release registers)."""
+
+    name: KubeVirtNameOpt = None
+    force: KubeVirtForceOpt = False
+    allow_unknown: AllowUnknownGatesOpt = False

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from rblnctl.cli.options import examples
+from rblnctl.cli.options import examples, not_repeated
 from rblnctl.cli.state import state
 
 EXAMPLES = examples(
@@ -21,8 +21,9 @@ def rbac(
     ctx: typer.Context,
     role: Annotated[str, typer.Option("--role", metavar="ROLE", autocompletion=lambda: ["read", "operate"],
                                       help="read: the commands that only read; operate: every command.")] = "operate",
-    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", autocompletion=lambda: ["yaml", "json"],
-                                        help="yaml (documents for kubectl apply -f -) or json (a v1 List).")] = "yaml",
+    output: Annotated[str, not_repeated(typer.Option(
+        "--output", "-o", metavar="FORMAT", autocompletion=lambda: ["yaml", "json"],
+        help="yaml (documents for kubectl apply -f -) or json (a v1 List)."))] = "yaml",
 ) -> None:
     """Print the RBAC rules rblnctl needs, for a least-privilege account.
 

@@ -3,23 +3,30 @@
 A hint that drops a flag runs another command (a set-method without --convert-vms converts nothing; a
 migrate-resources without its --map derives other names), so the hint is built from the parsed
 parameters rather than written by hand: every option given on the command line (or from the
-environment), global ones included, in its long spelling, and the arguments in order. Dry-run flags are
-dropped (the hint is for the real run) and so is -o (the hint's output goes to a terminal); `add`
-appends flags the hint needs.
+environment), global ones included, in its long spelling, and the arguments in order. An option declared
+not_repeated (rblnctl.cli.flags, as rblnctl.cli.options declares them) is dropped: the dry-run flags (the hint is for
+the real run) and -o (the hint's output goes to a terminal); `add` appends flags the hint needs.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typer._click.core import Command as ClickCommand
+    from typer._click.core import Context, Parameter
+
+    from rblnctl.remedy import Command, Remedy
 
 LEAF = "rblnctl.leaf"  # Context.meta (shared by a whole chain): the context of the command that runs (cli.errors)
 
 
-def prog_name(ctx: Any) -> str:
+def prog_name(ctx: Context) -> str:
     """How the user ran rblnctl (`rblnctl`, or `kubectl rbln` as a kubectl plugin): the program name every printed
     command starts with."""
     try:
@@ -29,8 +36,23 @@ def prog_name(ctx: Any) -> str:
     return name if name in ("rblnctl", "kubectl rbln") else "rblnctl"
 
 
-# Options a recovery hint never repeats (by parameter name).
-DROPPED = frozenset({"dry_run", "server_dry_run", "output"})
+def not_repeated_params(*commands: ClickCommand | None) -> frozenset[str]:
+    """The parameters of these commands a hint never repeats: those declared not_repeated (rblnctl.cli.flags), read
+    from each command's declaration as typer read it to build the command."""
+    return frozenset().union(*(_not_repeated(c.callback) for c in commands if c is not None and c.callback))
+
+
+@functools.cache
+def _not_repeated(callback: Callable[..., object]) -> frozenset[str]:
+    from typer.utils import get_params_from_function
+
+    from rblnctl.cli.flags import NOT_REPEATED
+
+    declared = getattr(callback, "__wrapped__", callback)  # typer's wrapper (functools.update_wrapper) of the function
+    return frozenset(name for name, meta in get_params_from_function(declared).items()
+                     if getattr(meta.default, NOT_REPEATED, False))
+
+
 @dataclass(frozen=True)
 class Secret:
     """An option whose value is a secret: no hint or document ever holds it (it would land in terminals, scrollback,
@@ -83,16 +105,16 @@ def _join(words: list[str]) -> str:
     return " ".join(w if isinstance(w, _Raw) else shlex.quote(w) for w in words)
 
 
-def _given(ctx: Any, name: str) -> bool:
+def _given(ctx: Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
-def _spell(param: Any, value: Any, *, short: bool = False, argv: bool = False) -> list[str]:
+def _spell(param: Parameter, value: object, *, short: bool = False, argv: bool = False) -> list[str]:
     """One option as typed: its long spelling (`short`: its shortest, `-n`), then its value (a flag alone, a repeated
     option once per value); a secret's value named, never given (Secret: `argv`, its argv form, else its shell form)."""
     opts = sorted(param.opts, key=len) if short else sorted(param.opts, key=lambda o: (not o.startswith("--"), -len(o)))
@@ -101,20 +123,21 @@ def _spell(param: Any, value: Any, *, short: bool = False, argv: bool = False) -
             return [opts[0]]
         return [sorted(param.secondary_opts, key=len)[-1]] if param.secondary_opts else []
     if getattr(param, "count", False):
-        return [opts[0]] * int(value or 0)
+        return [opts[0]] * (value if isinstance(value, int) else 0)  # a count option's value: an int (None: unset)
+    secret = SECRETS.get(param.name or "")
     words: list[str] = []
     for v in value if isinstance(value, (list, tuple)) else [value]:
         if v is not None:
-            words += [opts[0], _secret_word(SECRETS[param.name], argv) if param.name in SECRETS else _text(v)]
+            words += [opts[0], _secret_word(secret, argv) if secret else _text(v)]
     return words
 
 
-def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any], argv: bool = False) -> list[str]:
+def _words(ctx: Context, skip: frozenset[str], override: Mapping[str, object], argv: bool = False) -> list[str]:
     words: list[str] = []
     args: list[str] = []
     for param in ctx.command.params:
         name = param.name
-        if name in skip or (name not in override and not _given(ctx, name)):
+        if name is None or name in skip or (name not in override and not _given(ctx, name)):
             continue
         value = override.get(name, ctx.params.get(name))
         if getattr(param, "param_type_name", "") == "argument":
@@ -124,22 +147,22 @@ def _words(ctx: Any, skip: frozenset[str], override: dict[str, Any], argv: bool 
     return words + args
 
 
-def command_line(ctx: Any, *, add: Iterable[str] = (), drop: Iterable[str] = (),
-                 override: dict[str, Any] | None = None) -> str:
+def command_line(ctx: Context, *, add: Iterable[str] = (), drop: Iterable[str] = (),
+                 override: Mapping[str, object] | None = None) -> str:
     """`rblnctl --context prod policy set-method --convert-vms --timeout 15m --yes dra`: what was run, for a hint.
 
     `override` sets a parameter (by name) to another value, e.g. the method of a "go back" hint.
     """
     chain = []
-    c = ctx
+    c: Context | None = ctx
     while c is not None:
         chain.append(c)
         c = c.parent
     chain.reverse()
-    skip = DROPPED | frozenset(drop)
+    skip = not_repeated_params(*(c.command for c in chain)) | frozenset(drop)
     words = prog_name(ctx).split()
     for i, c in enumerate(chain):
-        if i:
+        if i and c.info_name:
             words.append(c.info_name)
         words += _words(c, skip, dict(override or {}))
     for flag in add:
@@ -154,30 +177,32 @@ _NAMESPACE_OPTS = frozenset({"namespace", "all_namespaces"})
 POOL_ONLY = frozenset({"selector", "max_unavailable", "continue_on_error"})
 
 
-def render(ctx: Any, command: Any, *, drop: Iterable[str] = ()) -> str:
+def render(ctx: Context, command: Command, *, drop: Iterable[str] = ()) -> str:
     """A library Command (rblnctl.remedy) as the user types it: the program name as invoked, the root options the
     user gave (`--context prod` stays on every hint), the subcommand, its options spelt from their parameter names,
     and its arguments. A command that repeats or resumes the one run (`again`) also keeps every option of that
-    run the command takes, except those in `drop` (and the dry-run and -o flags, DROPPED). An external command is
-    printed as given."""
+    run the command takes, except those in `drop` (and those declared not_repeated: the dry-run and -o flags). An
+    external command is printed as given."""
     if command.program:
         return shlex.join([command.program, *command.words])
     return _join(command_words(ctx, command, drop=drop))
 
 
-def command_words(ctx: Any, command: Any, *, drop: Iterable[str] = (), argv: bool = False) -> list[str]:
+def command_words(ctx: Context, command: Command, *, drop: Iterable[str] = (), argv: bool = False) -> list[str]:
     """render()'s words, each an argument as the program receives it; a secret's value in its shell form (a _Raw
     word, for render) or, with `argv`, as its argv placeholder (Secret)."""
+    from typer.core import TyperGroup  # a group: its subcommands by name
+
     if command.program:
         return [command.program, *command.words]
-    ran = ctx.meta.get(LEAF, ctx)
+    ran: Context = ctx.meta.get(LEAF, ctx)
     root = ran.find_root()
     own = command.option_map
     root_own = {k: v for k, v in own.items() if any(p.name == k for p in root.command.params)}
-    cmd = root.command
+    cmd: ClickCommand = root.command
     rest = list(command.words)
     path: list[str] = []
-    while rest and hasattr(cmd, "get_command"):
+    while rest and isinstance(cmd, TyperGroup):
         sub = cmd.get_command(root, rest[0])
         if sub is None:
             break
@@ -186,17 +211,19 @@ def command_words(ctx: Any, command: Any, *, drop: Iterable[str] = (), argv: boo
     # The run's -n / -A mean something to its own command only (a VM's namespace to vm, the KubeVirt CR's to
     # kubevirt): another command, or one that names its namespace, does not inherit them.
     same = command.again and cmd is ran.command
-    skip = DROPPED | frozenset(drop) | (_NAMESPACE_OPTS if own.keys() & _NAMESPACE_OPTS or not same else frozenset())
+    skip = not_repeated_params(root.command, ran.command, cmd) | frozenset(drop)
+    if own.keys() & _NAMESPACE_OPTS or not same:
+        skip |= _NAMESPACE_OPTS
     words = prog_name(ctx).split()
     if not command.on_host:  # the cluster the user named (--context prod): not for a command run on a node's host
         words += _words(root, skip, {}, argv)
     words += path
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     if command.again:
         names = {p.name for p in cmd.params}
         for p in ran.command.params:
-            if (p.name in names and p.name not in skip and getattr(p, "param_type_name", "") != "argument"
-                    and _given(ran, p.name)):
+            if (p.name and p.name in names and p.name not in skip
+                    and getattr(p, "param_type_name", "") != "argument" and _given(ran, p.name)):
                 values[p.name] = ran.params.get(p.name)
     values.update({k: v for k, v in own.items() if k not in root_own})
     words += rest  # the arguments first, as kubectl's hints write them (`node drain NODE --force`)
@@ -212,7 +239,7 @@ def command_words(ctx: Any, command: Any, *, drop: Iterable[str] = (), argv: boo
     return words
 
 
-def remedy_text(ctx: Any, remedy: Any, *, drop: Iterable[str] = ()) -> str:
+def remedy_text(ctx: Context, remedy: Remedy | None, *, drop: Iterable[str] = ()) -> str:
     """A library Remedy as the CLI says it: its words, with its command(s) placed where the text says, quoted
     (`{command}`, `{more0}`...), else appended (`text: `command``)."""
     if remedy is None:
@@ -228,7 +255,7 @@ def remedy_text(ctx: Any, remedy: Any, *, drop: Iterable[str] = ()) -> str:
     return f"{text}: {cmd}"
 
 
-def spell(item: Any) -> str:
+def spell(item: object) -> str:
     """A library message as the CLI says it: a Remedy (a warning, a note that names a command) spelt for the command
     running now (click's current context), anything else as str()."""
     from rblnctl.remedy import Remedy
@@ -247,23 +274,23 @@ class Voice:
     """How a document spells the library's messages for one command (rblnctl.documents: `say`): each Remedy as
     remedy_text() says it, and a Remedy's command as the argv to run (Argv) with its secrets' placeholders (ArgvEnv)."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def __call__(self, item: Any) -> str:
+    def __call__(self, item: object) -> str:
         from rblnctl.remedy import Remedy
 
         return remedy_text(self.ctx, item) if isinstance(item, Remedy) else str(item)
 
-    def line(self, command: Any) -> str:
+    def line(self, command: Command) -> str:
         """The command as one shell line, as the user types it (render)."""
         return render(self.ctx, command)
 
-    def argv(self, command: Any) -> list[str]:
+    def argv(self, command: Command) -> list[str]:
         """The command as the argv to run, no shell between: a secret's value is its placeholder (`$(TOKEN)`)."""
         return [str(w) for w in command_words(self.ctx, command, argv=True)]
 
-    def env(self, command: Any) -> dict[str, str]:
+    def env(self, command: Command) -> dict[str, str]:
         """The placeholders argv() put in the command, each with what it stands for (`{"TOKEN": "your --token"}`)."""
         return {w.secret.env: w.secret.what for w in command_words(self.ctx, command, argv=True)
                 if isinstance(w, _Placeholder)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 import typer
@@ -16,7 +17,17 @@ from typer.testing import CliRunner
 
 from rblnctl.cli.app import app
 from rblnctl.cli.node.flags import DrainFlags, ModeFlags
-from rblnctl.cli.options import DryRunOpt, Mutating, OutputOpt, ServerDryRunOpt, YesOpt, grouped
+from rblnctl.cli.options import (
+    DryRunOpt,
+    HostMutating,
+    Mutating,
+    OutputOpt,
+    ServerDryRunOpt,
+    VfioHost,
+    YesOpt,
+    grouped,
+    not_repeated,
+)
 from rblnctl.cli.vm.lifecycle import Waiting
 
 CLI = Path(__file__).resolve().parents[2] / "rblnctl" / "cli"
@@ -111,11 +122,52 @@ def _own_parameters() -> dict[str, set[str]]:
 def test_every_command_takes_a_groups_options_through_the_group():
     """No command declares --server-dry-run, a node drain flag or a vm lifecycle --wait itself: the groups do."""
     drain = set(DrainFlags.fields()) - {"selector"}  # node list has -l too
-    rules = [("", {"server_dry_run"}, "Mutating"), ("node.", drain, "DrainFlags"), ("vm.", {"wait"}, "Waiting")]
+    rules = [("", {"server_dry_run"}, "Mutating"), ("node.", drain, "DrainFlags"), ("vm.", {"wait"}, "Waiting"),
+             ("vfio.", {"dry_run", "yes"}, "HostMutating"), ("vfio.", {"state_file", "timeout"}, "VfioHost"),
+             ("kubevirt.", {"allow_unknown"}, "GateEdit")]
     own = _own_parameters()
-    assert "node.drain" in own and "vm.start" in own
+    assert {"node.drain", "vm.start", "vfio.bind", "vfio.unbind", "kubevirt.enable_gates"} <= set(own)
     for command, names in own.items():
         for prefix, members, group in rules:
             if command.startswith(prefix):
                 assert not names & members, f"{command} declares {sorted(names & members)} itself: use {group}"
     assert set(Waiting.fields()) == {"wait", "timeout"}
+
+
+def test_vfio_bind_unbind_and_recover_take_the_host_group_spelt_as_before():
+    """--dry-run and --yes/-y of the sysfs-writing vfio commands come from HostMutating, --root, --state-file and
+    --timeout from VfioHost, with the spellings they had, the host ones last as before."""
+    vfio = typer.main.get_command(app).commands["vfio"]
+    assert HostMutating.fields() == ("dry_run", "yes")
+    assert VfioHost.fields() == ("root", "state_file", "timeout")
+    for name in ("bind", "unbind", "recover"):
+        params = vfio.commands[name].params
+        opts = {p.name: p.opts for p in params}
+        assert (opts["dry_run"], sorted(opts["yes"])) == (["--dry-run"], ["--yes", "-y"]), name
+        assert [p.opts for p in params[-3:]] == [["--root"], ["--state-file"], ["--timeout"]], name
+
+
+def test_an_option_declared_not_repeated_is_left_out_of_every_printed_rerun():
+    """Whether a re-run repeats an option is said where the option is declared (options.not_repeated), so a new
+    option declares it there: --preview here, which no list in rblnctl.cli.rerun names; --keep, declared without it,
+    is repeated."""
+    from rblnctl.cli.rerun import command_line, render
+    from rblnctl.remedy import Command
+
+    seen: list[str] = []
+    a = typer.Typer()
+
+    @a.command("go")
+    def go(ctx: typer.Context, name: str,
+           preview: Annotated[bool, not_repeated(typer.Option("--preview"))] = False,
+           keep: Annotated[bool, typer.Option("--keep")] = False) -> None:
+        seen.append(command_line(ctx))
+        seen.append(render(ctx, Command.own("go", name, again=True)))
+
+    @a.command("other")
+    def other() -> None:
+        """A second command: `a` is a group, as rblnctl is."""
+
+    r = CliRunner().invoke(a, ["go", "x", "--preview", "--keep"], prog_name="rblnctl")
+    assert r.exit_code == 0, r.output
+    assert seen == ["rblnctl go --keep x", "rblnctl go x --keep"]

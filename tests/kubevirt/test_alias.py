@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from rblnctl.vm.migrate import MigrateOptions, ResourceMigrator, Source
+from rblnctl.vm.resource_rename import MigrateOptions, ResourceMigrator, Source
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
 from tests.fakes.releases import NEWER

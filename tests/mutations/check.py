@@ -108,11 +108,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/method/test_changer.py::test_the_wait_for_dra_outlasts_a_kubelet_still_advertising_sandbox",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.6", file="rblnctl/vm/migrate.py",
+        id="23.6", file="rblnctl/vm/resource_rename.py",
         old="        if r.source != Source.GIVEN and dev is not None:",
         new="        if dev is not None:",
         what="migrate-resources: the CR entry's PCI selector overrides the --map the user gave",
-        tests=("tests/kubevirt/test_migrate.py::test_a_given_mapping_wins_over_the_cr_entrys_selector",),
+        tests=("tests/kubevirt/test_resource_rename.py::test_a_given_mapping_wins_over_the_cr_entrys_selector",),
         notes="survived the suite before issue 23"),
     Mutation(
         id="23.7", file="rblnctl/operator/convergence.py",
@@ -154,18 +154,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived issue 20's suite: the elif below it drops an old entry a device used; one no device "
               "used was kept"),
     Mutation(
-        id="20.4", file="rblnctl/vm/migrate.py",
+        id="20.4", file="rblnctl/vm/resource_rename.py",
         old="    if len(renamed) != 1:",
         new="    if not renamed:",
         what="migrate-resources: a VM with several rblnctl claim entries (hand-edited) is renamed anyway",
-        tests=("tests/kubevirt/test_migrate.py::test_a_vm_with_several_rblnctl_claim_entries_is_left_to_vm_attach",),
+        tests=("tests/kubevirt/test_resource_rename.py::test_a_vm_with_several_rblnctl_claim_entries_is_left_to_vm_attach",),
         notes="survived issue 20's suite (two entries made the rename crash with ValueError)"),
     Mutation(
-        id="20.5", file="rblnctl/vm/migrate.py",
+        id="20.5", file="rblnctl/vm/resource_rename.py",
         old="        if moved:",
         new="        if False:",
         what="migrate-resources: a renamed claim's host devices keep the old claimName",
-        tests=("tests/kubevirt/test_migrate.py::test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own",)),
+        tests=("tests/kubevirt/test_resource_rename.py::test_a_dra_vm_with_the_old_fixed_claim_name_gets_its_own",)),
     Mutation(
         id="20.6", file="rblnctl/vm/diagnose/links.py",
         old="    here = [n for n in f.neighbours if n.node and n.node == node]",
@@ -256,17 +256,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/method/test_changer.py::test_a_vm_deleted_before_its_conversion_is_unchanged_and_the_run_complete",),
         notes="survived issue 20's suite"),
     Mutation(
-        id="20.19", file="rblnctl/vm/migrate.py",
+        id="20.19", file="rblnctl/vm/resource_rename.py",
         old="                stopped = batch.stops_the_rest(e) or (",
         new="                stopped = batch.stops_the_rest(e) and (",
         what="migrate-resources: VMs are renamed although the KubeVirt CR could not be",
-        tests=("tests/kubevirt/test_migrate.py::test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted",)),
+        tests=("tests/kubevirt/test_resource_rename.py::test_a_kubevirt_cr_that_cannot_be_renamed_leaves_every_vm_not_attempted",)),
     Mutation(
-        id="20.20", file="rblnctl/vm/migrate.py",
+        id="20.20", file="rblnctl/vm/resource_rename.py",
         old="                stopped = batch.stops_the_rest(e)\n                continue",
         new="                stopped = None\n                continue",
         what="migrate-resources: an unreachable API server does not stop the VM renames",
-        tests=("tests/kubevirt/test_migrate.py::test_an_api_server_lost_mid_run_leaves_the_vms_after_it_not_attempted",),
+        tests=("tests/kubevirt/test_resource_rename.py::test_an_api_server_lost_mid_run_leaves_the_vms_after_it_not_attempted",),
         notes="survived issue 20's suite"),
     Mutation(
         id="20.21", file="rblnctl/hostpods/runner.py",

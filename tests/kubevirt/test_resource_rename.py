@@ -1,4 +1,4 @@
-"""rblnctl.vm.migrate: old NPU resource names renamed in the KubeVirt CR and every VM, with bounded requests."""
+"""rblnctl.vm.resource_rename: old NPU resource names renamed in the KubeVirt CR and every VM, with bounded requests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rblnctl.errors import InvalidInput, Partial, Refused
-from rblnctl.vm.migrate import (
+from rblnctl.vm.resource_rename import (
     MigrateOptions,
     ResourceMigrator,
     Source,
