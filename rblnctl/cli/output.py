@@ -102,14 +102,12 @@ def parse_output(text: str | None, *, allowed: Sequence[Format] = COMMON_FORMATS
         fmt = Format.custom_columns
         columns = _custom_columns(template, from_file=name == "custom-columns-file")
     else:
-        try:
-            fmt = Format(name)
-        except ValueError:
-            fmt = None
-        if fmt is None or eq:
+        known = name in Format._value2member_map_
+        if not known or eq:
             names = ", ".join(_format_name(f) for f in allowed)
             raise InvalidInput(f"unable to match a printer suitable for the output format {raw!r}, allowed formats "
                                f"are: {names}")
+        fmt = Format(name)
     if fmt not in allowed:
         names = ", ".join(_format_name(f) for f in allowed)
         raise InvalidInput(f"this command cannot print -o {fmt.value}; allowed formats are: {names}")
