@@ -171,3 +171,32 @@ def test_an_option_declared_not_repeated_is_left_out_of_every_printed_rerun():
     r = CliRunner().invoke(a, ["go", "x", "--preview", "--keep"], prog_name="rblnctl")
     assert r.exit_code == 0, r.output
     assert seen == ["rblnctl go --keep x", "rblnctl go x --keep"]
+
+
+def test_every_dry_run_and_output_option_of_every_command_is_declared_not_repeated():
+    """A printed re-run never carries --dry-run, --server-dry-run or -o: each declaration says so (not_repeated), and
+    a command that declared one with a plain typer.Option would leak `-o json` into its recovery (a review of the
+    move from rerun.DROPPED, which named them, to the declaration)."""
+    import typer.main
+
+    from rblnctl.cli.app import app
+    from rblnctl.cli.rerun import not_repeated_params
+
+    leaks: list[str] = []
+    walked: list[str] = []
+
+    def walk(cmd, path: str) -> None:
+        if hasattr(cmd, "commands"):  # a group (typer's vendored click): its lazy commands load as they are asked for
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+            return
+        walked.append(path)
+        marked = not_repeated_params(cmd)
+        for p in cmd.params:
+            flags = set(getattr(p, "opts", ())) | set(getattr(p, "secondary_opts", ()))
+            if flags & {"--dry-run", "--server-dry-run", "-o", "--output"} and p.name not in marked:
+                leaks.append(f"{path}: {p.name}")
+
+    walk(typer.main.get_command(app), "rblnctl")
+    assert len(walked) > 25 and "rblnctl node set-mode" in walked and "rblnctl vfio bind" in walked
+    assert leaks == []

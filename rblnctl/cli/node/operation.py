@@ -196,10 +196,12 @@ def _pool(ctx: typer.Context, op: NodeOperation[P, R], kube: Kube, nodes: list[s
 
 
 def _pool_failed(ctx: typer.Context, result: PoolResult) -> Exception:
-    """The error of a pool with failed or refused nodes (exit 3, partial): a line per node, its details, blockers
-    and recovery; a pool of one node that timed out is that node's timeout (exit 5, as `node drain NODE`)."""
+    """The error of a pool with failed or refused nodes (exit 6, partial): a line per node, its details, blockers
+    and recovery, then the command that finishes the job (every flag given: a node done is a no-op on the re-run,
+    one not started starts); a pool of one node that timed out is that node's timeout (exit 5, as
+    `node drain NODE`)."""
     from rblnctl.cli.errors import recovery_lines
-    from rblnctl.cli.rerun import POOL_ONLY
+    from rblnctl.cli.rerun import POOL_ONLY, command_line
     from rblnctl.errors import WaitTimeout, one_line
     from rblnctl.node.pool import Outcome, PoolFailed
 
@@ -218,5 +220,6 @@ def _pool_failed(ctx: typer.Context, result: PoolResult) -> Exception:
         return WaitTimeout(f"node {only.node}: {' '.join(str(only.error).split())}").with_details(
             [line[2:] for line in details[1:]])
     tail = f"; {skipped} node(s) not started" if skipped else ""
+    details.append(f"finish the job: {command_line(ctx)}")  # as flow.py says it of every other partial change
     return PoolFailed(f"{len(result.failed)} of {len(result.items)} node(s) failed or were refused: "
                       f"{', '.join(i.node for i in result.failed)}{tail}", result=result).with_details(details)
