@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
 from rblnctl import constants as C
 from rblnctl.errors import InvalidInput, NotFound
@@ -204,12 +206,60 @@ def vm_plan(facts: VmFacts, target: Target, *, options: AttachOptions, identity:
     if delete and not changed:
         warns.append(f"ResourceClaimTemplate {ref.namespace}/{delete[0]}: an interrupted rblnctl run moved VM "
                      f"{ref} off it and did not delete it; no VM or VMI names it: deleting it")
-    running = is_running(vmi)
+    running = running_now(vm, vmi)
     meta = vm.get("metadata") or {}
-    annotated = bool((meta.get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION))
+    blockers += refusals(vm, vmi, changed=changed, running=running, options=options)
+    spec_after = {"domain": {"devices": {"hostDevices": layout.host_devices}}, "resourceClaims": layout.claims}
+    after = D.npus_of(spec_after, npu_claim=lambda e: e.get("name") in target.npu_claims)
+    patch = None
+    if changed:
+        patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
+        if not running:  # changed as a stopped VM: only while it stays stopped (started meanwhile: 422, refused)
+            patch[1:1] = value_tests(vm, RUN_STATE)
+        patch += left_ops(vm, left)
+    mark = mark_verdict(vm, changed=changed, running=running, now=facts.now, identity=identity)
+    stale, stopped_by_us = mark.stale, mark.stopped_by_us
+    blockers += mark.blockers
+    warns += mark.warnings
+    if options.next_restart:  # the change waits for the VM's next restart: running is no refusal
+        blockers = [b for b in blockers if b.override != "restart"]
+    held = P.held_npus(vmi, npu_claim=lambda e: e.get("name") in target.npu_claims)
+    if held is not None and not changed and P.differ(held.devices, after.devices):
+        warns.append(f"VM {ref}: {P.staged_words(held.count, after.count)} (a change made earlier)")
+    return VmNpuPlan(
+        vm=ref, target=target, method=after.method if after.count else None, resource=target.resource,
+        device_class=target.device_class, npus_before=have.count, npus_after=after.count,
+        devices_before=list(have.devices), devices_after=list(after.devices), host_devices_before=devices_before,
+        host_devices_after=layout.host_devices, resource_claims_before=claims_before,
+        resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
+        template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
+        node=node_of(vmi), restart=bool(changed and running and options.restart), patch=patch,
+        noop=not changed and not stopped_by_us and not delete, template_left=left,
+        warnings=warns, blockers=blockers, start=stopped_by_us,
+        generation=meta.get("generation"), stale_mark=bool(stale), uid=meta.get("uid") or None,
+        run_strategy=run_strategy(vm),
+        next_restart=bool(changed and options.next_restart and held is not None
+                          and P.differ(held.devices, after.devices)),
+        running_npus=held.count if held is not None else None)
+
+
+def running_now(vm: dict, vmi: dict | None) -> bool:
+    """Whether a VMI runs (or is starting), to a plan: one that rblnctl's own stop is still deleting (an interrupted
+    run's, its mark still rblnctl's to act on) counts as stopped."""
+    running = is_running(vmi)
+    annotated = bool(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION))
     if running and annotated and ((vmi or {}).get("metadata") or {}).get("deletionTimestamp") \
             and not stale_mark(vm):
         running = False  # rblnctl's own stop, still being carried out (an interrupted run): stopped, to this plan
+    return running
+
+
+def refusals(vm: dict, vmi: dict | None, *, changed: bool, running: bool, options: AttachOptions) -> list[Blocker]:
+    """What stops a change of this VM as it is: being deleted, running without --restart (the override), running
+    with --restart but not startable again by rblnctl."""
+    ref = ref_of(vm)
+    meta = vm.get("metadata") or {}
+    blockers: list[Blocker] = []
     if changed and meta.get("deletionTimestamp"):
         blockers.append(VmBlocker(f"VM {ref} is being deleted"))
     if changed and running and options.restart and needs_manual_recovery(vm):
@@ -221,15 +271,26 @@ def vm_plan(facts: VmFacts, target: Target, *, options: AttachOptions, identity:
                                   + "): a change to its NPUs takes effect only when it restarts",
                                   override="restart"))  # the CLI names the flag next (--restart's help says
                                                         # what a restart does): the way on comes first
-    spec_after = {"domain": {"devices": {"hostDevices": layout.host_devices}}, "resourceClaims": layout.claims}
-    after = D.npus_of(spec_after, npu_claim=lambda e: e.get("name") in target.npu_claims)
-    patch = None
-    if changed:
-        patch = D.guarded_patch(vm, layout.host_devices, layout.claims)
-        if not running:  # changed as a stopped VM: only while it stays stopped (started meanwhile: 422, refused)
-            patch[1:1] = value_tests(vm, RUN_STATE)
-        patch += left_ops(vm, left)
-    now = facts.now
+    return blockers
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkVerdict:
+    """What the VM's stopped mark says to a plan (docs/architecture.md, "VMs rblnctl stops")."""
+
+    stale: str | None  # why the mark is not rblnctl's to act on (stale_mark), or None
+    stopped_by_us: bool  # an earlier run stopped the VM and could not start it: this plan starts it
+    warnings: list[str | Advice | Remedy]
+    blockers: list[Blocker]
+
+
+def mark_verdict(vm: dict, *, changed: bool, running: bool, now: datetime, identity: str) -> MarkVerdict:
+    """Judge the VM's stopped mark at `now` for the run `identity`: held live by another run (a blocker, or a
+    warning when nothing changes), expired (taken over), stale (left, named), or this run's to finish (start)."""
+    ref = ref_of(vm)
+    annotated = bool(((vm.get("metadata") or {}).get("annotations") or {}).get(C.VM_STOPPED_ANNOTATION))
+    warns: list[str | Advice | Remedy] = []
+    blockers: list[Blocker] = []
     holder = mark_holder(vm, now) if annotated else None
     other = holder if holder is not None and holder.holder != identity else None
     marked = annotated and not running and not (other is not None and not other.expired)
@@ -255,26 +316,7 @@ def vm_plan(facts: VmFacts, target: Target, *, options: AttachOptions, identity:
     if stopped_by_us:
         warns.append(f"VM {ref} was stopped by an earlier rblnctl run that could not start it again: starting it "
                      f"(after the change, if any)")
-    if options.next_restart:  # the change waits for the VM's next restart: running is no refusal
-        blockers = [b for b in blockers if b.override != "restart"]
-    held = P.held_npus(vmi, npu_claim=lambda e: e.get("name") in target.npu_claims)
-    if held is not None and not changed and P.differ(held.devices, after.devices):
-        warns.append(f"VM {ref}: {P.staged_words(held.count, after.count)} (a change made earlier)")
-    return VmNpuPlan(
-        vm=ref, target=target, method=after.method if after.count else None, resource=target.resource,
-        device_class=target.device_class, npus_before=have.count, npus_after=after.count,
-        devices_before=list(have.devices), devices_after=list(after.devices), host_devices_before=devices_before,
-        host_devices_after=layout.host_devices, resource_claims_before=claims_before,
-        resource_claims_after=layout.claims, added=layout.added, removed=layout.removed, template=layout.template,
-        template_create=create, templates_delete=list(delete), templates_kept=list(kept), running=running,
-        node=node_of(vmi), restart=bool(changed and running and options.restart), patch=patch,
-        noop=not changed and not stopped_by_us and not delete, template_left=left,
-        warnings=warns, blockers=blockers, start=stopped_by_us,
-        generation=meta.get("generation"), stale_mark=bool(stale), uid=meta.get("uid") or None,
-        run_strategy=run_strategy(vm),
-        next_restart=bool(changed and options.next_restart and held is not None
-                          and P.differ(held.devices, after.devices)),
-        running_npus=held.count if held is not None else None)
+    return MarkVerdict(stale=stale, stopped_by_us=stopped_by_us, warnings=warns, blockers=blockers)
 
 
 _NPU_NAME = re.compile(r"npu(\d+)")
