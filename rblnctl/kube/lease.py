@@ -1,6 +1,6 @@
 """A lease as a coordination.k8s.io/v1 Lease and client-go's leader election record hold it: who holds it, when it
 was last renewed, for how long a renewal counts, and whether that time has passed. The node lock (rblnctl/node/
-lock.py, a Lease object) and the stopped mark of a VM (rblnctl/vm/attach.py, an annotation) judge liveness by it.
+lock.py, a Lease object) and the stopped mark of a VM (rblnctl/vm/attach/mark.py, an annotation) judge liveness by it.
 """
 
 from __future__ import annotations

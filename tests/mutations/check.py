@@ -49,28 +49,28 @@ _CONVERT_IDENTITY = "tests/method/test_convert_identity.py::"  # issue 37's set-
 MUTATIONS: tuple[Mutation, ...] = (
     # -- issue 23: the VM half's in-between states ------------------------------------------------------------
     Mutation(
-        id="23.1", file="rblnctl/vm/attach.py",
+        id="23.1", file="rblnctl/vm/attach/facts.py",
         old="if name != exclude and is_running(vmi) and template in D.templates_used(D.vmi_spec(vmi)):",
         new="if name != exclude and is_running(vmi) and template in D.templates_used(D.vm_spec(vmi)):",
         what="template deletion: read a VMI's claims at the VM's spec path (spec.template.spec)",
         tests=("tests/vm/test_templates.py::test_a_running_vmi_naming_the_template_keeps_it",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.2", file="rblnctl/vm/attach.py",
+        id="23.2", file="rblnctl/vm/attach/apply.py",
         old="users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=ref.name,",
         new="users = [] if True else self.template_users(ns, name, exclude=ref.name,",
         what="template deletion: no re-read of the template's users just before deleting it",
         tests=("tests/vm/test_templates.py::test_a_vm_naming_the_template_after_plan_keeps_it",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.2b", file="rblnctl/vm/attach.py",
+        id="23.2b", file="rblnctl/vm/attach/apply.py",
         old="            if obj is None or not D.is_managed(obj):",
         new="            if obj is None:",
         what="template deletion: a template replaced after plan() by one rblnctl did not write is deleted",
         tests=("tests/vm/test_templates.py::test_a_template_replaced_by_a_hand_made_one_after_plan_is_not_deleted",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.2c", file="rblnctl/vm/attach.py",
+        id="23.2c", file="rblnctl/vm/attach/apply.py",
         old="users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=ref.name,",
         new="users = [] if False else self.template_users(ns, name, exclude=ref.name,",
         what="template deletion: a server dry run reads the template's users again before the (dry) delete",
@@ -79,16 +79,16 @@ MUTATIONS: tuple[Mutation, ...] = (
               "the template): under dryRun=All its patch did not persist, so the re-read finds it and the dry run "
               "would report the template kept, not what the real run does"),
     Mutation(
-        id="23.3", file="rblnctl/vm/attach.py",
+        id="23.3", file="rblnctl/vm/attach/layout.py",
         old='    return vmi is not None and (vmi.get("status") or {}).get("phase") not in FINAL_PHASES',
         new='    return vmi is not None and (vmi.get("status") or {}).get("phase") == "Running"',
         what="running-VM refusal: only a Running VMI counts as running (not Scheduling, Pending, ...)",
         tests=("tests/vm/test_attach.py::test_a_vmi_on_its_way_up_is_running_too",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.3b", file="rblnctl/vm/attach.py",
-        old="        if changed and running and not self.options.restart:",
-        new='        if changed and running and _phase(vmi) == "Running" and not self.options.restart:',
+        id="23.3b", file="rblnctl/vm/attach/plan.py",
+        old="    if changed and running and not options.restart:",
+        new='    if changed and running and phase_of(vmi) == "Running" and not options.restart:',
         what="running-VM refusal (at the refusal itself): a VMI not yet Running is not refused",
         tests=("tests/vm/test_attach.py::test_a_vmi_on_its_way_up_is_running_too",),
         notes="survived the suite before issue 23"),
@@ -146,7 +146,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="claim names: the old fixed rbln-npu is no longer recognised as rblnctl's (never renamed)",
         tests=("tests/vm/test_claim_names.py::test_attach_renames_the_old_fixed_name_and_is_stable",)),
     Mutation(
-        id="20.3", file="rblnctl/vm/attach.py",
+        id="20.3", file="rblnctl/vm/attach/layout.py",
         old="        if D.is_managed_claim(c) and name not in referenced - {claim}:",
         new="        if D.is_managed_claim(c) and name == claim:",
         what="claim names: attach keeps an rblnctl entry under another name (old rbln-npu, a copied VM's) as is",
@@ -180,34 +180,34 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_claim_names.py::test_a_finished_vmi_sharing_the_claim_name_is_no_collision",),
         notes="survived issue 20's suite"),
     Mutation(
-        id="20.8", file="rblnctl/vm/attach.py",
+        id="20.8", file="rblnctl/vm/attach/apply.py",
         old="        run = _Restart(ours=plan.start, confirmed=plan.start)",
         new="        run = _Restart(ours=False, confirmed=plan.start)",
         what="restart: a re-run does not start the VM an earlier run stopped and left stopped",
         tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
-        id="20.9", file="rblnctl/vm/attach.py",
+        id="20.9", file="rblnctl/vm/attach/apply.py",
         old="            if not dry:\n                self._recover(restarter, plan, err, run)\n",
         new="            if False:\n                self._recover(restarter, plan, err, run)\n",
         what="restart: a failure after the stop leaves the VM stopped",
         tests=("tests/vm/test_restart.py::test_a_failure_after_the_stop_starts_the_vm_again",)),
     Mutation(
-        id="20.10", file="rblnctl/vm/attach.py",
+        id="20.10", file="rblnctl/vm/attach/apply.py",
         old="                        self._mark(plan, MARK_STOPPED)  # (virt-controller moves observedGeneration "
             "while a VMI is",
         new="                        pass",
         what="restart: the VM is stopped without the (certain) mark that lets a later run start it",
         tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
-        id="20.11", file="rblnctl/vm/attach.py",
-        old="        marked = annotated and not running",
-        new="        marked = annotated",
+        id="20.11", file="rblnctl/vm/attach/plan.py",
+        old="    marked = annotated and not running",
+        new="    marked = annotated",
         what="restart: a VM marked stopped-by-rblnctl that runs again (started by hand) is started again",
         tests=("tests/vm/test_stopped_mark.py::test_a_running_vm_with_the_mark_is_not_started_again",
                "tests/vm/test_stopped_mark.py::test_a_change_to_a_running_vm_with_the_mark_is_refused_as_running"),
         notes="survived issue 20's suite"),
     Mutation(
-        id="20.12", file="rblnctl/vm/attach.py",
+        id="20.12", file="rblnctl/vm/attach/apply.py",
         old="            self._mark(plan, None)  # started by rblnctl, or by someone else: the mark is no longer true\n"
             "            run.ours = False",
         new="            pass\n            run.ours = False",
@@ -292,7 +292,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/hostpods/test_runner.py::test_a_pod_that_never_ends_times_out_and_is_deleted",)),
     # -- the stale stopped mark issue 23's survey found; issue 22's capacity, fit and lifecycle code ------------
     Mutation(
-        id="23.9", file="rblnctl/vm/attach.py",
+        id="23.9", file="rblnctl/vm/attach/mark.py",
         old="    if now <= then + C.VM_STOPPED_MARK_WRITES:\n        return None",
         new="    if True:\n        return None",
         what="stopped mark: a VM its owner started and stopped after rblnctl left it stopped is started again",
@@ -300,7 +300,7 @@ MUTATIONS: tuple[Mutation, ...] = (
                "tests/vm/test_stopped_mark.py::test_a_stale_mark_on_a_vm_with_nothing_to_change_is_left_and_named"),
         notes="the bug issue 23's survey found: before, the mark held no generation"),
     Mutation(
-        id="23.10", file="rblnctl/vm/attach.py",
+        id="23.10", file="rblnctl/vm/attach/apply.py",
         old="            elif run.ours:  # the earlier run's mark, taken (this run holds it now) and renewed for its "
             "writes",
         new="            elif False:  # the earlier run's mark, taken (this run holds it now) and renewed for its "
@@ -309,68 +309,68 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_stopped_mark.py::"
                "test_runs_that_keep_failing_to_start_it_renew_the_mark_so_a_later_run_still_starts_it",)),
     Mutation(
-        id="23.11", file="rblnctl/vm/attach.py",
+        id="23.11", file="rblnctl/vm/attach/apply.py",
         old="                if plan.stale_mark and not run.ours:",
         new="                if False:",
         what="stopped mark: a stale mark outlives the change that named it",
         tests=("tests/vm/test_stopped_mark.py::test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run",)),
     Mutation(
-        id="28.1", file="rblnctl/vm/attach.py",
+        id="28.1", file="rblnctl/vm/attach/apply.py",
         old="                run.marked = True\n                self._mark(plan, MARK_STOPPING)",
         new="                run.marked = False\n                self._mark(plan, MARK_STOPPING)",
         what="stopped mark: a signal as the mark lands leaves it on a VM rblnctl never stopped",
         tests=("tests/vm/test_restart_races.py::"
                "test_sigterm_while_the_mark_is_written_leaves_no_mark_and_the_owners_stop_stands",)),
     Mutation(
-        id="28.2", file="rblnctl/vm/attach.py",
+        id="28.2", file="rblnctl/vm/attach/apply.py",
         old="                if life.settle_asked(plan.vm):  # the VM read back once: the stop landed",
         new="                if True:",
         what="stopped mark: a stop still being served when the signal came is taken for landed (the VM 'started "
              "again', then the stop lands)",
         tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
     Mutation(
-        id="37.m1", file="rblnctl/vm/attach.py",
-        old="        if other is not None and not other.expired:",
-        new="        if False:",
+        id="37.m1", file="rblnctl/vm/attach/plan.py",
+        old="    if other is not None and not other.expired:",
+        new="    if False:",
         what="stopped mark: a second run takes a live run's mark for an abandoned one (no liveness)",
         tests=("tests/vm/test_stopped_mark.py::test_a_second_run_refuses_while_the_mark_is_held_live_and_writes_nothing",)),
     Mutation(
-        id="37.m2", file="rblnctl/vm/attach.py",
+        id="37.m2", file="rblnctl/vm/attach/apply.py",
         old="            if other is not None and other.holder != self.identity and not other.expired:",
         new="            if False:",
         what="stopped mark: a run that planned before another run took the mark writes its own over the live holder's",
         tests=("tests/vm/test_stopped_mark.py::test_a_run_that_planned_before_another_took_the_mark_writes_nothing_over_it",)),
     Mutation(
-        id="37.m3", file="rblnctl/vm/attach.py",
-        old="                    guards[:] = _held_guards(vm)",
+        id="37.m3", file="rblnctl/vm/attach/apply.py",
+        old="                    guards[:] = held_guards(vm)",
         new="                    pass",
         what="restart: the NPU patch lands on a VM its owner started after rblnctl's stop (no run-state test)",
         tests=("tests/vm/test_other_actors.py::"
                "test_a_vm_its_owner_started_before_the_patch_is_not_changed_and_the_rerun_restarts_it",)),
     Mutation(
-        id="37.m4", file="rblnctl/vm/attach.py",
+        id="37.m4", file="rblnctl/vm/attach/apply.py",
         old="                else:  # the mark stays, held by no run: the re-run this names takes it at once",
         new="                elif False:  # the mark stays, held by no run: the re-run this names takes it at once",
         what="stopped mark: a run that leaves the VM stopped keeps holding its mark (its printed re-run refused)",
         tests=("tests/vm/test_stopped_mark.py::"
                "test_a_run_that_leaves_the_vm_stopped_releases_its_mark_so_the_printed_rerun_takes_it_at_once",)),
     Mutation(
-        id="29.1", file="rblnctl/vm/attach.py",
+        id="29.1", file="rblnctl/vm/attach/apply.py",
         old="        life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter",
         new="        life = restarter",
         what="clean-up: an interrupted restart retries its start for as long as an unresponsive virt-api answers 503",
         tests=("tests/vm/test_cleanup_deadline.py::"
                "test_an_interrupted_restart_gives_its_start_again_a_bounded_clean_up_and_says_what_is_left",)),
     Mutation(
-        id="28.4", file="rblnctl/vm/attach.py",
+        id="28.4", file="rblnctl/vm/attach/apply.py",
         old="                if restarter.ask_stop(plan.vm, uid=plan.uid):",
         new="                if restarter.ask_stop(plan.vm, uid=plan.uid) or True:",
         what="restart: a VM its owner stopped between the plan and the stop is started by rblnctl",
         tests=("tests/vm/test_restart_races.py::test_a_vm_its_owner_stopped_after_the_plan_is_changed_and_left_stopped",)),
     Mutation(
-        id="28.5", file="rblnctl/vm/attach.py",
-        old="            elif any(d.get(\"name\") == device for d in D.host_devices(D.vm_spec(vm))):",
-        new="            elif True:",
+        id="28.5", file="rblnctl/vm/attach/plan.py",
+        old="        elif any(d.get(\"name\") == device for d in D.host_devices(D.vm_spec(vm))):",
+        new="        elif True:",
         what="vm detach --device: a device already gone is bad input, so re-running a detach cut short after its patch "
              "leaves the VM stopped",
         tests=("tests/vm/test_detach.py::test_a_rerun_of_a_detach_cut_short_after_its_patch_starts_the_vm_it_stopped",
@@ -570,13 +570,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_diagnose.py::test_parse_failed_scheduling_as_kube_scheduler_1_36_writes_it",)),
     # -- issue 37: other actors on the DRA and conversion paths ----------------------------------------------------
     Mutation(
-        id="37.d1", file="rblnctl/vm/attach.py",
-        old="                patch[1:1] = value_tests(vm, RUN_STATE)",
-        new="                pass",
+        id="37.d1", file="rblnctl/vm/attach/plan.py",
+        old="            patch[1:1] = value_tests(vm, RUN_STATE)",
+        new="            pass",
         what="vm attach: a stopped VM's NPU patch no longer tests how it runs (an owner's start slips under it)",
         tests=("tests/vm/test_dra_other_actors.py::test_a_vm_started_after_the_read_is_not_patched_as_stopped",)),
     Mutation(
-        id="37.d2", file="rblnctl/vm/attach.py",
+        id="37.d2", file="rblnctl/vm/attach/apply.py",
         old="                self._still_the_vm(plan)",
         new="                pass",
         what="vm attach: a VM re-created after its patch is reported done (no read-back of the uid)",
@@ -595,16 +595,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=(_CONVERT_IDENTITY + "test_a_policy_switched_back_between_the_template_create_and_the_vm_patch_stops_"
                "the_conversions",)),
     Mutation(
-        id="37.d5", file="rblnctl/vm/attach.py",
-        old="        if obj is None or (obj.get(\"metadata\") or {}).get(\"uid\") != uid or not D.is_managed(obj):",
-        new="        if obj is None or not D.is_managed(obj):",
+        id="37.d5", file="rblnctl/vm/attach/templates.py",
+        old="    return not (obj is None or (obj.get(\"metadata\") or {}).get(\"uid\") != uid "
+            "or not D.is_managed(obj))",
+        new="    return not (obj is None or not D.is_managed(obj))",
         what="vm attach: the template a VM left is deleted by name, whatever object holds that name now",
         tests=("tests/vm/test_dra_other_actors.py::test_the_rerun_leaves_a_left_template_that_is_another_object_or_in_"
                "use",)),
     Mutation(
-        id="37.d6", file="rblnctl/vm/attach.py",
-        old="            patch += _left_ops(vm, left)",
-        new="            pass",
+        id="37.d6", file="rblnctl/vm/attach/plan.py",
+        old="        patch += left_ops(vm, left)",
+        new="        pass",
         what="vm attach: the NPU patch records no template it moves the VM off (an interrupted run's is left for ever)",
         tests=("tests/vm/test_dra_other_actors.py::test_the_rerun_of_an_attach_interrupted_before_its_template_delete_"
                "deletes_that_template",)),
