@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.node.defaults import DEFAULT_TIMEOUT_S  # plain values, no imports (read at startup for free)
 from rblnctl.cli.flags import not_repeated
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec, parse_output
+from rblnctl.node.defaults import DEFAULT_TIMEOUT_S  # plain values, no imports (read at startup for free)
 
 if TYPE_CHECKING:
     import inspect
