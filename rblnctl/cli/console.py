@@ -196,16 +196,32 @@ def spinner(con: "Console", text: str | Callable[[], str]) -> Status:
     return status
 
 
+class Spinning:
+    """What `waiting` hands its block: `retrying`, the on_retry hook of the library's wait under the spinner."""
+
+    def __init__(self, con: Console) -> None:
+        self.con = con
+
+    def retrying(self, err: Exception) -> None:
+        """A transient failure the wait tries again (a 5xx, a dropped watch): `  retrying: <error>`, one line on
+        stderr, as Progress.retry says every other wait's retry; on a terminal above the spinner, which goes on
+        (the same console: a second one would tear the spinner's line)."""
+        from rblnctl.errors import one_line
+
+        say(f"  retrying: {one_line(err)}", con=self.con)
+
+
 @contextmanager
-def waiting(message: str) -> Iterator[None]:
-    """Show a spinner with message on stderr while the block runs (only on a terminal; silent in pipes)."""
+def waiting(message: str) -> Iterator[Spinning]:
+    """Show a spinner with message on stderr while the block runs (only on a terminal; silent in pipes but for the
+    retries the block reports to the Spinning it is handed)."""
     con = stderr()
     if not con.is_terminal:
-        yield
+        yield Spinning(con)
         return
     status = spinner(con, message)
     try:
-        yield
+        yield Spinning(con)
     finally:
         status.stop()
 

@@ -1,10 +1,12 @@
 """Shared options, so every command spells kubectl-style flags the same way: one Annotated alias per option, and
 option groups (a frozen value of aliases, declared once) that a command receives whole (`grouped`).
 
-This module is the home of option groups (one mechanism for them, standards.md): Mutating (--dry-run, the server's
-dry run, --yes: every command that changes the cluster), HostMutating (--dry-run and --yes of a command that
-writes a host's sysfs: vfio bind, unbind, recover) and VfioHost (the host tree and record those three work on,
-and how long an unbind may wait). To add one:
+This module is the home of option groups (one mechanism for them, standards.md; every group lives here): Mutating
+(--dry-run, the server's dry run, --yes: every command that changes the cluster), HostMutating (--dry-run and --yes
+of a command that writes a host's sysfs: vfio bind, unbind, recover), VfioHost (the host tree and record those three
+work on, and how long an unbind may wait), GateEdit (kubevirt enable-gates, disable-gates), Waiting (--wait and
+--timeout of vm start, stop, restart), DrainFlags (node drain's and set-mode's flags that select, pace and drain the
+nodes) and ModeFlags (set-mode's: DrainFlags and its own). To add one:
 
 1. declare each option once, as an Annotated alias here (`FooOpt = Annotated[int, typer.Option("--foo", ...)]`);
 2. subclass OptionGroup here: its fields are class annotations naming those aliases, their defaults class attributes
@@ -13,9 +15,6 @@ and how long an unbind may wait). To add one:
    `Group.options(field=value)` fixes a field the command does not offer;
 4. tests/cli/test_option_groups.py (test_every_command_takes_a_groups_options_through_the_group) names the fields no
    command may declare itself.
-
-Three groups still live next to their only commands and are to move here: DrainFlags and ModeFlags (in
-rblnctl.cli.node), Waiting (rblnctl.cli.vm.lifecycle).
 
 An option a printed re-run or recovery command leaves out (rblnctl.cli.rerun: a dry run, -o) says so where it is
 declared: `not_repeated(typer.Option(...))` (rblnctl.cli.flags, re-exported here).
@@ -32,11 +31,15 @@ import typer
 from rblnctl import constants as C  # plain data: the defaults the help texts show
 from rblnctl.cli.flags import not_repeated
 from rblnctl.cli.output import COMMON_FORMATS, FORMATS_HELP, Format, OutputSpec, parse_output
+from rblnctl.node.defaults import DEFAULT_TIMEOUT_S  # plain values, no imports (read at startup for free)
 
 if TYPE_CHECKING:
     import inspect
 
     from typer.models import OptionInfo
+
+    from rblnctl.node.options import DrainOptions, ModeOptions
+    from rblnctl.node.pool import PoolOptions
 
 
 def output_parser(allowed: tuple[Format, ...] = COMMON_FORMATS) -> Callable[[str | OutputSpec], OutputSpec]:
@@ -348,3 +351,130 @@ class GateEdit(OptionGroup):
     name: KubeVirtNameOpt = None
     force: KubeVirtForceOpt = False
     allow_unknown: AllowUnknownGatesOpt = False
+
+
+# -- vm start, stop and restart ---------------------------------------------------------------------------------
+
+WaitOpt = Annotated[
+    bool, typer.Option("--wait", help="Wait until the VM is Ready with its NPUs attached (stop: until its VMI and "
+                       "virt-launcher pod are gone, its NPUs free), showing progress on stderr.")
+]
+WaitTimeoutOpt = Annotated[
+    str, typer.Option("--timeout", metavar="DURATION", help="With --wait (or a start of a VM still stopping): how "
+                      "long to wait (seconds or 90s, 5m, 1h); not there by then is exit 5.")
+]
+
+
+class Waiting(OptionGroup):
+    """--wait and --timeout of vm start, stop and restart."""
+
+    wait: WaitOpt = False
+    timeout: WaitTimeoutOpt = "5m"
+
+    @property
+    def timeout_s(self) -> float:
+        return timeout_s(self.timeout)
+
+
+# -- node drain and set-mode: the flags that select, pace and drain the nodes (DrainFlags), and set-mode's own
+# beside them (ModeFlags), each bound to one field of the library's options (docs/node.md "Overrides") -------------
+
+def switch(flag: str, help: str) -> OptionInfo:
+    """A yes/no option, `--flag` (or `--flag/--no-flag` for one a group turns on by default): its alias fits a line
+    or two, as a group's switches are many (the default is the group field's)."""
+    return typer.Option(flag, help=help)
+
+
+AllPodsOpt = Annotated[bool, switch("--all-pods", "Evict every pod but DaemonSets', not only NPU users (as kubectl "
+                                    "drain).")]
+EmptyDirOpt = Annotated[bool, switch("--delete-emptydir-data", "Evict pods with emptyDir volumes (data lost).")]
+DisableEvictionOpt = Annotated[bool, switch("--disable-eviction", "DELETE pods: no PodDisruptionBudget holds them.")]
+TakeOverOpt = Annotated[bool, switch("--take-over", "Take over the node's lock if its holder expired.")]
+DrainForceOpt = Annotated[bool, switch("--force", "Also evict pods no controller recreates (kubectl drain --force); "
+                                       "nothing else.")]
+DrainEvictVmsOpt = Annotated[bool, switch("--evict-vms", "Evict the VMs using the node's NPUs (they stop: no live "
+                                          "migration).")]
+ContinueOnErrorOpt = Annotated[bool, switch("--continue-on-error", "After a failure keep starting nodes, and skip "
+                                            "refused ones [default: start no more].")]
+GracePeriodOpt = Annotated[
+    int | None,
+    typer.Option("--grace-period", help="Seconds each pod gets to terminate [default: the pod's own].",
+                 metavar="SECONDS", min=0, max=2**63 - 1, show_default=False),  # DeleteOptions: int64
+]
+DEFAULT_DRAIN_TIMEOUT = f"{DEFAULT_TIMEOUT_S / 60:g}m"
+DrainTimeoutOpt = Annotated[
+    str, typer.Option("--timeout", help="How long to wait (evictions, the operator): 90s, 10m, 1h.", metavar="DURATION")
+]
+LockNamespaceOpt = Annotated[
+    str | None, typer.Option("--lock-namespace", help="The node lock's (a Lease) [default: the operator's].",
+                             metavar="NAMESPACE", show_default=False)
+]
+MaxUnavailableOpt = Annotated[
+    str, typer.Option("--max-unavailable", metavar="N|P%", help="Nodes mid-switch at once: N, or P% of them, rounded "
+                      "down (at least 1).")
+]
+
+class DrainFlags(OptionGroup):
+    """The flags of `node drain` and `node set-mode` that select, pace and drain the nodes, declared once; bound to the
+    library's options one flag to one field (docs/node.md "Overrides")."""
+
+    selector: SelectorOpt = None
+    max_unavailable: MaxUnavailableOpt = "1"
+    continue_on_error: ContinueOnErrorOpt = False
+    force: DrainForceOpt = False
+    evict_vms: DrainEvictVmsOpt = False
+    all_pods: AllPodsOpt = False
+    delete_emptydir_data: EmptyDirOpt = False
+    disable_eviction: DisableEvictionOpt = False
+    grace_period: GracePeriodOpt = None
+    timeout: DrainTimeoutOpt = DEFAULT_DRAIN_TIMEOUT
+    take_over: TakeOverOpt = False
+    lock_namespace: LockNamespaceOpt = None
+
+    def drain_options(self, *, server_dry_run: bool) -> DrainOptions:
+        from rblnctl.node.options import DrainOptions
+
+        return DrainOptions(all_pods=self.all_pods, force=self.force, evict_vms=self.evict_vms,
+                            delete_emptydir_data=self.delete_emptydir_data, disable_eviction=self.disable_eviction,
+                            grace_period_s=self.grace_period, timeout_s=timeout_s(self.timeout),
+                            server_dry_run=server_dry_run, take_over=self.take_over,
+                            lock_namespace=self.lock_namespace)
+
+    def pool_options(self) -> PoolOptions:
+        from rblnctl.errors import InvalidInput
+        from rblnctl.node.pool import MaxUnavailable, PoolOptions
+
+        try:
+            limit = MaxUnavailable.parse(self.max_unavailable)
+        except InvalidInput as e:
+            raise InvalidInput(f"--max-unavailable: {e}") from e
+        return PoolOptions(max_unavailable=limit, continue_on_error=self.continue_on_error)
+
+
+EvictDaemonsetsOpt = Annotated[bool, switch("--evict-daemonsets", "Evict DaemonSet pods that use the node's NPUs.")]
+SkipIommuCheckOpt = Annotated[bool, switch("--skip-iommu-check", "To vm although NFD reports the IOMMU off.")]
+SkipReleaseCheckOpt = Annotated[bool, switch("--skip-release-check", "To vm although the operator release serves no "
+                                             "VMs (the wait times out).")]
+ReverseOpt = Annotated[bool, switch("--reverse", "Go back from the node's unfinished switch to the other mode.")]
+UncordonOpt = Annotated[bool, switch("--uncordon/--no-uncordon", "Uncordon at the end (if rblnctl cordoned it).")]
+
+class ModeFlags(DrainFlags):
+    """set-mode's flags: the drain's, and the switch's own among them (in --help where they have always been)."""
+
+    evict_daemonsets: EvictDaemonsetsOpt = False
+    skip_iommu_check: SkipIommuCheckOpt = False
+    skip_release_check: SkipReleaseCheckOpt = False
+    reverse: ReverseOpt = False
+    uncordon: UncordonOpt = True
+
+    _order: ClassVar[tuple[str, ...]] = (
+        "selector", "max_unavailable", "continue_on_error", "force", "evict_vms", "evict_daemonsets",
+        "skip_iommu_check", "skip_release_check", "reverse", "all_pods", "delete_emptydir_data", "disable_eviction",
+        "grace_period", "timeout", "uncordon", "take_over", "lock_namespace")
+
+    def mode_options(self, *, server_dry_run: bool) -> ModeOptions:
+        from rblnctl.node.options import ModeOptions
+
+        return ModeOptions(drain=self.drain_options(server_dry_run=server_dry_run),
+                           evict_daemonsets=self.evict_daemonsets, skip_iommu_check=self.skip_iommu_check,
+                           skip_release_check=self.skip_release_check, reverse=self.reverse, uncordon=self.uncordon)

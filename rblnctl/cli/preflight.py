@@ -107,17 +107,19 @@ def preflight(
     else:
         if root is not None:
             raise InvalidInput("--root needs --local")
+        import dataclasses
+
         from rblnctl.cli.console import waiting
         from rblnctl.preflight.cluster import ClusterPreflight
 
         pods = _host_checks(ctx, image, max_parallel, keep, timeout) if hosts else None
         what = "running host pods on the NPU nodes, reading the cluster" if hosts else \
             "reading the cluster (nodes, NodeFeatures, KubeVirt, operator)"
-        with waiting(f"{what}..."):
+        with waiting(f"{what}...") as spin:
             report = ClusterPreflight(
                 # with host pods it writes, and reads back the pods it made: consistent reads then
                 kube=state(ctx).kube(from_cache=not hosts), method=method.value, node=node, selector=selector,
-                strict=strict, hosts=pods
+                strict=strict, hosts=pods if pods is None else dataclasses.replace(pods, on_retry=spin.retrying)
             ).run()
     emit(report_view(report, ctx), output)
     failing = report.failed_ids()

@@ -138,6 +138,7 @@ class HostPodRunner:
     on_started: Callable[[str, str], None] = _noop  # (node, pod) after the pod was created
     on_finished: Callable[[PodOutcome], None] = _noop  # each node's outcome, as it is known
     on_left_behind: Callable[[list[str]], None] = _noop  # pods that could not be deleted (names)
+    on_retry: Callable[[RblnError], None] = _noop  # a transient failure of the pods' watch, tried again (watch())
 
     def __post_init__(self) -> None:
         if self.max_parallel < 1:
@@ -160,7 +161,7 @@ class HostPodRunner:
     def run(self, nodes: Sequence[str]) -> HostPodRun:
         """One pod per node; returns every outcome. Raises (after deleting what it created) on API errors: the
         watch of the pods tries a transient one again (a 5xx, a dropped stream) until the first deadline of a
-        pod in flight, as every wait of rblnctl does, and raises it then.
+        pod in flight, as every wait of rblnctl does (each retry told to `on_retry`), and raises it then.
 
         Each node is tried (rblnctl.batch): a create whose outcome is unknown is settled by reading the pod
         back, a 5xx is retried (rblnctl.kube.writes), and a create that still fails, or that admission
@@ -198,7 +199,7 @@ class HostPodRunner:
                 until = min((fl.deadline for fl in in_flight.values()), default=now + self.timeout_s)
                 events = watch(self.kube, PODS, namespace=self.namespace, label_selector=self.selector,
                                resource_version=version, timeout_s=max(0.0, until - now), clock=self.clock,
-                               poll_s=self.poll_interval_s)
+                               poll_s=self.poll_interval_s, on_retry=self.on_retry)
             ev = next(events, None)
             if ev is None:
                 events = None

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
-from rblnctl.errors import HostPodFailed
+from rblnctl.errors import HostPodFailed, RblnError
 from rblnctl.host import pci
 from rblnctl.host.vfio.model import VfioStatus
 from rblnctl.host.vfio.status import VFIO_STATUS_PATHS
@@ -25,6 +25,10 @@ def vfio_status_command(bdfs: Sequence[str] = (), *, all_vendors: bool = False) 
     args = ("vfio", "status", "-o", "json", "--root", C.HOST_POD_ROOT, *bdfs)
     return HostCommand(name="vfio-status", args=args + (("--all-vendors",) if all_vendors else ()),
                        host_paths=VFIO_STATUS_PATHS)
+
+
+def _quiet(_: RblnError) -> None:
+    return None
 
 
 def _on_node(text: str | None) -> str | None:
@@ -58,6 +62,7 @@ class RemoteVfioStatus:
     poll_interval_s: float = 1.0
     keep: bool = False
     clock: Clock = SYSTEM_CLOCK
+    on_retry: Callable[[RblnError], None] = _quiet  # the pod's watch failed and is tried again (HostPodRunner)
 
     def run(self, bdfs: Sequence[str] = (), *, all_vendors: bool = False) -> VfioStatus:
         """The node's VfioStatus, its paths as the node names them (`/dev/vfio/42`, not the pod's `/host/...`).
@@ -68,7 +73,8 @@ class RemoteVfioStatus:
         wanted = pci.normalize_bdfs(bdfs)
         runner = HostPodRunner(kube=self.kube, command=vfio_status_command(wanted, all_vendors=all_vendors),
                                image=self.image, namespace=self.namespace, max_parallel=1, timeout_s=self.timeout_s,
-                               poll_interval_s=self.poll_interval_s, keep=self.keep, clock=self.clock)
+                               poll_interval_s=self.poll_interval_s, keep=self.keep, clock=self.clock,
+                               on_retry=self.on_retry)
         [outcome] = runner.run([self.node]).outcomes
         if outcome.state != PodState.COMPLETED or outcome.exit_code != 0:
             raise _failure(outcome, self.namespace, self.image)

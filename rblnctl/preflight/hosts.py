@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from rblnctl import __version__
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
+from rblnctl.errors import RblnError
 from rblnctl.hostpods.runner import HostPodRun, HostPodRunner, PodOutcome, PodState, json_document
 from rblnctl.hostpods.spec import HostCommand, default_image
 from rblnctl.kube import Kube
@@ -50,6 +51,7 @@ class HostChecks:
     on_started: Callable[[str, str], None] = _noop  # (node, pod)
     on_finished: Callable[[PodOutcome], None] = _noop
     on_left_behind: Callable[[list[str]], None] = _noop
+    on_retry: Callable[[RblnError], None] = _noop  # the pods' watch failed and is tried again (HostPodRunner)
 
     def runner(self, kube: Kube) -> HostPodRunner:
         """The HostPodRunner these options describe (validates them: InvalidInput)."""
@@ -57,7 +59,7 @@ class HostChecks:
                              max_parallel=self.max_parallel, timeout_s=self.timeout_s,
                              poll_interval_s=self.poll_interval_s, keep=self.keep, clock=self.clock,
                              on_started=self.on_started, on_finished=self.on_finished,
-                             on_left_behind=self.on_left_behind)
+                             on_left_behind=self.on_left_behind, on_retry=self.on_retry)
 
 
 def parse_host_report(text: str, *, node: str) -> list[CheckResult]:

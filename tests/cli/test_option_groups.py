@@ -16,19 +16,20 @@ import typer.main
 from typer.testing import CliRunner
 
 from rblnctl.cli.app import app
-from rblnctl.cli.node.flags import DrainFlags, ModeFlags
 from rblnctl.cli.options import (
+    DrainFlags,
     DryRunOpt,
     HostMutating,
+    ModeFlags,
     Mutating,
     OutputOpt,
     ServerDryRunOpt,
     VfioHost,
+    Waiting,
     YesOpt,
     grouped,
     not_repeated,
 )
-from rblnctl.cli.vm.lifecycle import Waiting
 
 CLI = Path(__file__).resolve().parents[2] / "rblnctl" / "cli"
 

@@ -262,6 +262,22 @@ def test_hosts_namespace_flag_and_keep(apiserver, host_kubelet):
         r.stdout
 
 
+def test_hosts_says_each_retry_of_the_host_pods_watch_on_stderr_and_goes_on(apiserver, host_kubelet):
+    """The host pods' LIST answers 500 twice past the client's own read retries: each retry of the wait is a
+    `retrying: <error>` line on stderr (not a silent spinner), and every node is still checked."""
+    from rblnctl.kube.client import READ_RETRIES
+
+    seed(apiserver, nodes=2)
+    apiserver.inject_fault(method="GET", path=r"/namespaces/npu-checks/pods$", watch=False, status=500,
+                           message="etcdserver: leader changed", times=2 * (READ_RETRIES + 1))
+    r = cli("preflight", "--hosts", "-n", "npu-checks", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    retried = [ln for ln in r.stderr.splitlines() if "retrying:" in ln]
+    assert len(retried) == 2 and all("500" in ln and "leader changed" in ln for ln in retried), r.stderr
+    assert {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]}["hosts.pods"] == "PASS"
+    assert host_pods(apiserver) == []
+
+
 def test_hosts_image_pull_failure_fails_the_run_with_the_reason(apiserver, host_kubelet):
     seed(apiserver, nodes=2)
     host_kubelet.image_pull["npu-0001"] = "ImagePullBackOff"

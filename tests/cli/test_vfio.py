@@ -496,6 +496,20 @@ def test_status_of_a_cluster_node(apiserver, node_kubelet):
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[:3] == ["BDF", "MODEL", "DRIVER"]
 
 
+def test_status_of_a_cluster_node_says_a_retry_of_its_pods_watch(apiserver, node_kubelet):
+    """The pod's LIST answers 500 past the client's own read retries: `retrying: <error>` on stderr, then the
+    status as without the fault."""
+    from rblnctl.kube.client import READ_RETRIES
+
+    apiserver.inject_fault(method="GET", path=r"/namespaces/tools/pods$", watch=False, status=500,
+                           message="etcdserver: leader changed", times=READ_RETRIES + 1)
+    r = cli("vfio", "status", "--node", "gpu-a01", "-n", "tools", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stderr
+    [retried] = [ln for ln in r.stderr.splitlines() if "retrying:" in ln]
+    assert "500" in retried and "leader changed" in retried
+    assert [d["bdf"] for d in devices(r.stdout, "VfioStatus")] == ["0000:3b:00.0", "0000:5e:00.0"]
+
+
 def test_status_of_a_cluster_node_whose_pod_cannot_run(apiserver, node_kubelet):
     node_kubelet.unschedulable["gpu-a01"] = "0/1 nodes are available: 1 node(s) were unschedulable."
     r = cli("vfio", "status", "--node", "gpu-a01", server=apiserver.url)

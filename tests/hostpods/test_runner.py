@@ -162,6 +162,21 @@ def test_a_failure_that_passes_is_tried_again_and_the_run_goes_on(apiserver, kub
     assert clock.sleeps  # it did wait before trying again
 
 
+def test_each_retry_of_the_pods_watch_is_told_to_on_retry(apiserver, kube, kubelet):
+    """The pods' LIST fails twice past the client's own read retries (500s): on_retry hears of each failure the
+    watch tries again, with the server's error, and the run goes on to every pod's outcome."""
+    from rblnctl.kube.client import READ_RETRIES
+
+    nodes = add_nodes(apiserver, 2)
+    kube.clock = clock = FakeClock()
+    apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", watch=False, status=500,
+                           message="etcdserver: leader changed", times=2 * (READ_RETRIES + 1))
+    heard: list[ClusterError] = []
+    run = runner(kube, clock=clock, on_retry=heard.append).run(nodes)
+    assert {o.state for o in run.outcomes} == {PodState.COMPLETED} and host_pods(apiserver) == []
+    assert [(e.status, "leader changed" in str(e)) for e in heard] == [(500, True), (500, True)]
+
+
 def test_a_dropped_watch_is_reopened_where_it_stopped(apiserver, kube, healthy_root):
     """The watch's connection drops before its first event: reopened from the list's resourceVersion, not relisted."""
     nodes = add_nodes(apiserver, 2)

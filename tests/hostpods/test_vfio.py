@@ -54,6 +54,21 @@ def test_status_of_a_node_with_the_nodes_paths(apiserver, kube, kubelet, vm_host
     assert [v["hostPath"]["path"] for v in post.body["spec"]["volumes"]] == ["/sys", "/proc", "/dev", "/run"]
 
 
+def test_a_failed_list_of_the_pod_is_told_to_on_retry_and_the_status_still_read(apiserver, kube, kubelet):
+    """The pod's LIST answers 503 past the client's own read retries: on_retry hears of it (vfio status --node says
+    `retrying:`), the watch tries again and the node's status is read as without the fault."""
+    from rblnctl.kube.client import READ_RETRIES
+
+    add_nodes(apiserver, 1)
+    kube.clock = clock = FakeClock()
+    apiserver.inject_fault(method="GET", path=r"/namespaces/rbln-system/pods$", watch=False, status=503,
+                           times=READ_RETRIES + 1)
+    heard: list[Exception] = []
+    st = remote(kube, clock=clock, on_retry=heard.append).run()
+    assert [d.bdf for d in st.devices] == ["0000:3b:00.0", "0000:5e:00.0"]
+    assert [getattr(e, "status", None) for e in heard] == [503]
+
+
 def test_bdfs_and_all_vendors_are_passed_to_the_pod(apiserver, kube, kubelet):
     add_nodes(apiserver, 1)
     st = remote(kube).run(["3b:00.0"], all_vendors=True)

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from rblnctl.cli.node.common import SelectionArg, app, force_explained, pods_table, selection
-from rblnctl.cli.node.flags import DrainFlags
 from rblnctl.cli.node.operation import NodeOperation, Words, run_nodes
-from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped
+from rblnctl.cli.options import DrainFlags, Mutating, OutputOpt, examples, grouped
 
 if TYPE_CHECKING:
     from rblnctl.audit import Auditor

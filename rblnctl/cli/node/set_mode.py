@@ -10,9 +10,8 @@ import typer
 
 from rblnctl.cli import completion
 from rblnctl.cli.node.common import app, force_explained, pods_table, selection
-from rblnctl.cli.node.flags import ModeFlags
 from rblnctl.cli.node.operation import NodeOperation, Words, run_nodes
-from rblnctl.cli.options import Mutating, OutputOpt, examples, grouped
+from rblnctl.cli.options import ModeFlags, Mutating, OutputOpt, examples, grouped
 from rblnctl.cli.output import Column
 from rblnctl.cli.state import state
 

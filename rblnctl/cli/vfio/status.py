@@ -63,9 +63,9 @@ def status(
         from rblnctl.hostpods.vfio import RemoteVfioStatus
 
         run = state(ctx)
-        remote = RemoteVfioStatus(kube=run.kube(), node=node, namespace=run.namespace or C.OPERATOR_NAMESPACE,
-                                  image=default_image() if image is None else image)
-        with waiting(f"running vfio status in a pod on {node}..."):
+        with waiting(f"running vfio status in a pod on {node}...") as spin:
+            remote = RemoteVfioStatus(kube=run.kube(), node=node, namespace=run.namespace or C.OPERATOR_NAMESPACE,
+                                      image=default_image() if image is None else image, on_retry=spin.retrying)
             st = remote.run(bdfs or (), all_vendors=all_vendors)
     for w in st.warnings:
         warn(w)

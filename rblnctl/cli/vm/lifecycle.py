@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from rblnctl.cli.console import Progress
-from rblnctl.cli.options import Mutating, OptionGroup, OutputOpt, examples, grouped, timeout_s
+from rblnctl.cli.options import Mutating, OutputOpt, Waiting, examples, grouped
 from rblnctl.cli.output import Column
 from rblnctl.cli.rerun import spell
 from rblnctl.cli.vm.common import VmArg, _namespace, app
@@ -34,27 +34,6 @@ RESTART_EXAMPLES = examples(
 
 
 # -- start / stop / restart -------------------------------------------------------------------------------------
-
-WaitOpt = Annotated[
-    bool, typer.Option("--wait", help="Wait until the VM is Ready with its NPUs attached (stop: until its VMI and "
-                       "virt-launcher pod are gone, its NPUs free), showing progress on stderr.")
-]
-WaitTimeoutOpt = Annotated[
-    str, typer.Option("--timeout", metavar="DURATION", help="With --wait (or a start of a VM still stopping): how "
-                      "long to wait (seconds or 90s, 5m, 1h); not there by then is exit 5.")
-]
-
-
-class Waiting(OptionGroup):
-    """--wait and --timeout of vm start, stop and restart."""
-
-    wait: WaitOpt = False
-    timeout: WaitTimeoutOpt = "5m"
-
-    @property
-    def timeout_s(self) -> float:
-        return timeout_s(self.timeout)
-
 
 _LIFECYCLE_COLUMNS = (  # a row: the VM's name and its state's document (VmLifecycle before, or result.state)
     Column("NAME"), Column("STATUS", value="printableStatus"), Column("RUNSTRATEGY", value="runStrategy"),
