@@ -286,3 +286,25 @@ def test_the_cli_reaches_its_state_through_state_ctx():
         if n > _OBJ_READS_ALLOWED.get(rel, 0):
             found[rel] = n
     assert found == {}
+
+
+def numbers(graph: dict[str, set[str]] = GRAPH) -> dict[str, int]:
+    """The counts docs/architecture.md "Layers" states: modules, packages, rooms (units), arrows between modules and
+    between rooms, and floors (the longest chain of rooms, each one more than the highest it imports)."""
+    rooms = _unit_graph(graph)
+    floors: dict[str, int] = {}
+
+    def floor(u: str) -> int:
+        if u not in floors:
+            floors[u] = 1 + max((floor(b) for b in rooms.get(u, {})), default=0)
+        return floors[u]
+
+    return {"modules": len(MODULES), "library modules": sum(1 for m in MODULES if not _under(m, "rblnctl.cli")),
+            "packages": sum(1 for p in MODULES.values() if p.name == "__init__.py"),
+            "rooms": len({_unit(m) for m in MODULES}), "module arrows": sum(map(len, graph.values())),
+            "room arrows": sum(map(len, rooms.values())), "floors": max(floor(_unit(m)) for m in MODULES)}
+
+
+if __name__ == "__main__":  # python -m tests.test_layers: the numbers docs/architecture.md states
+    for what, count in numbers().items():
+        print(f"{what}: {count:,}")
