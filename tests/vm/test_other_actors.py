@@ -227,3 +227,42 @@ def test_vm_restart_of_a_vm_recreated_after_its_plan_sends_nothing(apiserver, ku
     with pytest.raises(Replaced, match="was deleted and re-created while rblnctl was about to restart it"):
         life.apply(plan)
     assert not [r for r in apiserver.requests if r.method == "PUT"]
+
+
+# -- a Manual VM started as its patch lands: its start is a status request virt-controller clears -----------------
+
+def _stopped_manual(apiserver) -> None:
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, run_strategy="Manual", host_devices=[CA22]))
+
+
+def test_a_manual_vm_started_as_its_patch_lands_is_said_to_run_without_the_change(apiserver, kube):
+    """A Manual VM's start is a Start request in its status, which virt-controller turns into a VMI and clears before
+    the NPU patch can test it (real KubeVirt v1.9.0 under load, tests/kubevirt_real/test_other_actors_real.py): the
+    patch landed and the run said "1 -> 2 NPU(s)", exit 0, while the VM ran with 1. Now the read-back finds a VMI made
+    without the change: StartedMeanwhile, `vm restart` named."""
+    _stopped_manual(apiserver)
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert not plan.running and not plan.blockers
+    on_npu_patch(apiserver, lambda: apiserver.add(o.vmi(NS, "v1", "n1", host_devices=[CA22])))
+    with pytest.raises(StartedMeanwhile, match="started by someone else while rblnctl changed its NPUs: the change is "
+                                               "in its spec, but it runs with the NPUs it had") as e:
+        planner.apply(plan)
+    assert len(host_devices(apiserver)) == 2  # the patch landed: the spec holds the change
+    assert e.value.blockers[0].remedy.command.words == ("vm", "restart", "v1")
+
+
+def test_a_manual_vm_started_after_its_patch_landed_runs_with_the_change_and_is_done(apiserver, kube):
+    """The same race the other way round: the owner's start came after the patch, so virt-controller made the VMI
+    from the changed spec: done, nothing to say."""
+    _stopped_manual(apiserver)
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+
+    def started_with_the_change(req):
+        if is_npu_patch(req) and req.status == 200:
+            apiserver.add(o.vmi(NS, "v1", "n1", host_devices=[CA22, CA22]))
+    apiserver.on_handled(started_with_the_change)
+    result = planner.apply(plan)
+    assert result.changed and len(host_devices(apiserver)) == 2

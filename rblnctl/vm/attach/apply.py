@@ -28,7 +28,7 @@ from rblnctl.errors import (
     WaitTimeout,
     one_line,
 )
-from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMS, Kube, writes
+from rblnctl.kube import RESOURCE_CLAIM_TEMPLATES, VMIS, VMS, Kube, writes
 from rblnctl.kubevirt.cr import identity_test, is_conflict
 from rblnctl.remedy import Command, Remedy
 from rblnctl.vm import devices as D
@@ -354,6 +354,22 @@ class AttachPlanner:
             raise replaced(plan.vm, "changed its NPUs").with_details([
                 f"the change was made to the VM rblnctl read (uid {plan.uid}), deleted since; the one there now (uid "
                 f"{uid}) has the NPUs its own manifest gives it: re-run the command to change it"])
+        if vm is None or plan.running:
+            return
+        # Planned as stopped: its patch tested the run state as read, but a Manual VM's start is only a Start request
+        # in its status, which virt-controller turns into a VMI and clears, all before the patch can see it (seen on
+        # real KubeVirt v1.9.0 under load: the patch landed, "1 -> 2 NPU(s)", exit 0, and the VM ran with 1). A VMI
+        # now that runs without the change: say so, not done.
+        vmi = self.kube.get_optional(VMIS, plan.vm.name, namespace=plan.vm.namespace)
+        if vmi is None or not is_running(vmi) or _runs_with(vmi, plan):
+            return
+        ref = plan.vm
+        raise StartedMeanwhile(
+            f"VM {ref} was started by someone else while rblnctl changed its NPUs: the change is in its spec, but it "
+            "runs with the NPUs it had", blockers=[VmBlocker(
+                "the change takes effect when it restarts", remedy=Remedy("restart it onto the change with {command}",
+                                                                          Command.own("vm", "restart", ref.name,
+                                                                                      namespace=ref.namespace)))])
 
     def _not_ours_now(self, life: VmLifecycle, plan: VmNpuPlan, *, stop_seen: bool = True,
                       changed: bool = True) -> str | None:
@@ -695,3 +711,16 @@ class DetachPlanner(AttachPlanner):
         target, warnings = detach_target(facts, self.detach)
         facts = self.reader.with_templates(facts, target, next_restart=self.options.next_restart)
         return vm_plan(facts, target, options=self.options, identity=self.identity, warnings=warnings)
+
+
+def _runs_with(vmi: dict, plan: VmNpuPlan) -> bool:
+    """Whether the VMI was made from the changed spec: its NPU host devices and claims are the plan's (by name and
+    device, as virt-controller copies them from the template)."""
+    spec = vmi.get("spec") or {}
+
+    def names(entries: Sequence[dict], key: str) -> list[tuple[object, object]]:
+        return sorted((e.get("name"), e.get(key)) for e in entries)
+
+    return (names(D.host_devices(spec), "deviceName") == names(plan.host_devices_after, "deviceName")
+            and names(D.resource_claims(spec), "resourceClaimTemplateName")
+            == names(plan.resource_claims_after, "resourceClaimTemplateName"))

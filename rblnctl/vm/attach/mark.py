@@ -144,7 +144,8 @@ class MarkHeld(Refused):
 
 
 class StartedMeanwhile(Refused):
-    """Someone else started the VM rblnctl held stopped, before its NPU patch: nothing was written."""
+    """Someone else started the VM rblnctl held stopped, before its NPU patch: nothing was written. Or started a VM
+    read as stopped as its patch landed, and it runs without the change (in its spec: a restart applies it)."""
 
 
 _LEFT = re.compile(r"(\S+) uid=(\S+)")
