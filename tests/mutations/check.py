@@ -350,7 +350,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_stopped_mark.py::test_a_run_that_planned_before_another_took_the_mark_writes_nothing_over_it",)),
     Mutation(
         id="37.m3", file="rblnctl/vm/attach/apply.py",
-        old="            return writes.patch(VMS, name, patch[:1] + guards + patch[1:], patch_type=\"json\", namespace=ns)",
+        old="            return writes.patch(VMS, name, patch[:1] + guards + patch[1:], patch_type=\"json\", "
+            "namespace=ns)",
         new="            return writes.patch(VMS, name, patch[:1] + patch[1:], patch_type=\"json\", namespace=ns)",
         what="restart: the NPU patch lands on a VM its owner started after rblnctl's stop (no run-state test)",
         tests=("tests/vm/test_other_actors.py::"
