@@ -220,9 +220,10 @@ class Checked:
     problems: list[str] = field(default_factory=list)
 
 
-def check_world(connection: Sequence[str], argvs: Sequence[Sequence[str]],
+def check_world(world: str, connection: Sequence[str], argvs: Sequence[Sequence[str]],
                 monkeypatch: pytest.MonkeyPatch) -> Checked:
-    """Run each of `argvs` with the `connection` flags, record the remedies spelt, then check each one."""
+    """Run each of `argvs` with the `connection` flags, record the remedies spelt, then check each one. The counts
+    are printed (`pytest -s` shows them: docs/testing.md's numbers)."""
     start = time.monotonic()
     rec = Recorder()
     with monkeypatch.context() as m:
@@ -232,4 +233,7 @@ def check_world(connection: Sequence[str], argvs: Sequence[Sequence[str]],
             assert "Traceback" not in r.stderr, (argv, r.stderr)
     problems = [f"{shlex.join(w)}: {why}" for w, c in sorted(rec.own.items()) if (why := check_own(w, c))]
     problems += [f"{shlex.join(w)}: {why}" for w in sorted(rec.external) if (why := check_external(w))]
-    return Checked(len(argvs), len(rec.own), len(rec.external), time.monotonic() - start, problems)
+    checked = Checked(len(argvs), len(rec.own), len(rec.external), time.monotonic() - start, problems)
+    print(f"remedy check {world}: {checked.runs} commands run, {checked.own} rblnctl remedies, "
+          f"{checked.external} external, {checked.seconds:.1f} s")
+    return checked

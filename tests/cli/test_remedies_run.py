@@ -28,7 +28,7 @@ from tests.explore import worlds as explore
 from tests.fakes import objects as o
 from tests.fakes.apiserver import FakeApiServer
 from tests.fakes.releases import V0_3_0
-from tests.remedy_check import Checked, check_external, check_own, check_world, surfaces
+from tests.remedy_check import check_external, check_own, check_world, surfaces
 
 # -- the worlds of issue 39: the shared stack (../shared/stack/README.md, nodes.yaml) on the fake -------------------
 
@@ -91,17 +91,13 @@ COMMAND_OF = {w.name: w.argv for w in explore.WORLDS}  # the world's own command
 
 # -- the test ----------------------------------------------------------------------------------------------------
 
-COUNTS: dict[str, Checked] = {}  # world -> its check (commands run, distinct remedies, seconds)
-
-
 @pytest.mark.parametrize("world", sorted(WORLDS))
 def test_every_remedy_printed_in_the_world_is_accepted_by_the_command_it_names(world, monkeypatch):
     server = FakeApiServer().start()
     stops: list[Callable[[], None]] = []
     try:
         stops = WORLDS[world](server)
-        checked = check_world(["--server", server.url], surfaces(server, COMMAND_OF.get(world)), monkeypatch)
-        COUNTS[world] = checked
+        checked = check_world(world, ["--server", server.url], surfaces(server, COMMAND_OF.get(world)), monkeypatch)
         assert checked.problems == [], "\n".join(checked.problems)
     finally:
         for stop in stops:
