@@ -43,6 +43,8 @@ class Recorder:
     def __init__(self) -> None:
         self.own: dict[tuple[str, ...], Command] = {}  # the words as spelt -> the command
         self.external: set[tuple[str, ...]] = set()
+        self.running: tuple[str, ...] = ()  # the command whose output is being recorded
+        self.printed_by: dict[tuple[str, ...], tuple[str, ...]] = {}  # a remedy's words -> the first that printed it
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import rblnctl.cli.rerun as rerun
@@ -71,9 +73,14 @@ class Recorder:
 
     def _note(self, command: Any, words: list[str] | None) -> None:
         if command.program:
-            self.external.add((command.program, *command.words))
+            key = (command.program, *command.words)
+            self.external.add(key)
         elif words is not None and not any(w.startswith("$(") or w.startswith('"$') for w in words):
-            self.own[tuple(str(w) for w in words)] = command
+            key = tuple(str(w) for w in words)
+            self.own[key] = command
+        else:
+            return
+        self.printed_by.setdefault(key, self.running)
 
 
 def invoke(argv: list[str]) -> Any:
@@ -229,10 +236,15 @@ def check_world(world: str, connection: Sequence[str], argvs: Sequence[Sequence[
     with monkeypatch.context() as m:
         rec.install(m)
         for argv in argvs:
+            rec.running = tuple(argv)
             r = invoke([*connection, *argv])
             assert "Traceback" not in r.stderr, (argv, r.stderr)
-    problems = [f"{shlex.join(w)}: {why}" for w, c in sorted(rec.own.items()) if (why := check_own(w, c))]
-    problems += [f"{shlex.join(w)}: {why}" for w in sorted(rec.external) if (why := check_external(w))]
+
+    def by(words: tuple[str, ...]) -> str:
+        return f"(printed by `{shlex.join(rec.printed_by.get(words, ()))}`)"
+
+    problems = [f"{shlex.join(w)} {by(w)}: {why}" for w, c in sorted(rec.own.items()) if (why := check_own(w, c))]
+    problems += [f"{shlex.join(w)} {by(w)}: {why}" for w in sorted(rec.external) if (why := check_external(w))]
     checked = Checked(len(argvs), len(rec.own), len(rec.external), time.monotonic() - start, problems)
     print(f"remedy check {world}: {checked.runs} commands run, {checked.own} rblnctl remedies, "
           f"{checked.external} external, {checked.seconds:.1f} s")

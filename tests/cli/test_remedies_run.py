@@ -56,6 +56,15 @@ def stack_in_container_mode(server: FakeApiServer) -> list[Callable[[], None]]:
     return []
 
 
+def stack_with_a_known_v030_operator(server: FakeApiServer) -> list[Callable[[], None]]:
+    """The stack with the operator's Deployment as chart v0.3.0 renders it: its version is known, and its sandbox
+    plugin serves no VM, so `node set-mode vm` refuses every node (found by the real tier's remedy check,
+    tests/envtest/test_remedies_run_real.py: preflight named such a switch)."""
+    stack(server)
+    server.add(V0_3_0.operator_deployment())
+    return []
+
+
 def stack_switch_cut_short(server: FakeApiServer) -> list[Callable[[], None]]:
     """npu-node-1 relabelled to vm by a set-mode cut short (its record, the cordon), the simulated operator v0.3.0
     converging it: its sandbox plugin waits in `Init:0/2` (driver-ready) for a driver pod that never runs on a
@@ -81,6 +90,7 @@ def stack_switch_cut_short(server: FakeApiServer) -> list[Callable[[], None]]:
 
 WORLDS: dict[str, Callable[[FakeApiServer], list[Callable[[], None]]]] = {
     "stack-container": stack_in_container_mode,
+    "stack-v030-known": stack_with_a_known_v030_operator,
     "stack-two-products-vm": stack_two_products_in_vm_mode,
     "stack-switch-cut-short": stack_switch_cut_short,
 }
