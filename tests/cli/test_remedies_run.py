@@ -59,9 +59,10 @@ def stack_in_container_mode(server: FakeApiServer) -> list[Callable[[], None]]:
 def stack_with_a_known_v030_operator(server: FakeApiServer) -> list[Callable[[], None]]:
     """The stack with the operator's Deployment as chart v0.3.0 renders it: its version is known, and its sandbox
     plugin serves no VM, so `node set-mode vm` refuses every node (found by the real tier's remedy check,
-    tests/envtest/test_remedies_run_real.py: preflight named such a switch)."""
+    tests/envtest/test_remedies_run_real.py: preflight and `vm diagnose` named such a switch). A VM asks for
+    RBLN-CA12's sandbox resource."""
     stack(server)
-    server.add(V0_3_0.operator_deployment())
+    server.add(V0_3_0.operator_deployment(), o.vm("vms", "v1", running=False, host_devices=["rebellions.ai/ATOM_PT"]))
     return []
 
 
