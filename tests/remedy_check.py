@@ -33,6 +33,7 @@ SURFACES: tuple[tuple[str, ...], ...] = (
     ("status",), ("node", "list", "-o", "wide"), ("preflight",), ("vm", "list", "-A"),
     ("vm", "fit", "--npus", "1"), ("vm", "fit", "--npus", "2"), ("vm", "fit", "--npus", "2", "--product", "RBLN-CA12"),
     ("vm", "manifest", "my-vm", "-n", "vms", "--npus", "2"), ("kubevirt", "status"), ("policy", "show"),
+    ("kubevirt", "permit-devices", "--dry-run"), ("kubevirt", "enable-gates", "--dry-run"),
 )
 
 

@@ -356,6 +356,9 @@ class DevicePermitter:
         from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
 
+        # The KubeVirt CR first: without it no name helps, and the nothing-advertised remedies would name another
+        # permit-devices that fails the same way.
+        obj = self._writer().find()
         view = read_operator(self.kube)
         vm_resources = view.policy.vm_resources if view.policy else R.ResourceNames(mode=C.MODE_VM)
         requested = [device_for_resource(n, vm_resources=vm_resources) for n in resource_names]
@@ -376,7 +379,6 @@ class DevicePermitter:
                 notes += [msg, *fixes]
             requested += found
         requested = _unique(requested)
-        obj = self._writer().find()
         plan = plan_devices(obj, requested, fix=self.fix, notes=notes)
         if not plan.noop:
             refuse_hco_managed(obj, "devices")
