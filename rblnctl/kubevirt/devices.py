@@ -283,13 +283,13 @@ def _unique(devices: Sequence[PciHostDevice]) -> list[PciHostDevice]:
     return list(out.values())
 
 
-def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.ResourceNames
+def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.ResourceNames, release: Any = None
                         ) -> tuple[str, list[Remedy]]:
     """Why `--from-cluster` found nothing to permit, and the commands that fix it (Remedy data: the CLI spells them).
 
     Before any node is in vm-passthrough mode nothing can advertise a VM resource: the fix is to switch one
     (the order docs/vm.md gives: set-mode, then permit-devices; a node `node set-mode vm` accepts, by the policy's
-    switch rules), or to name the resource outright.
+    switch rules under the operator's `release`, as set-mode judges), or to name the resource outright.
     """
     from rblnctl.operator.nodes import labels_of, mode_of, node_product
 
@@ -302,7 +302,7 @@ def _nothing_advertised(nodes: Sequence[dict], policy: Any, vm_resources: R.Reso
         head = (f"no NPU node is in vm-passthrough mode yet, so none advertises a VM resource "
                 f"({vm_resources.describe()})")
         switchable = [name for name, n in sorted(zip(names, nodes)) if policy is None
-                      or not policy.switch_blockers(C.MODE_VM, product=node_product(n))]
+                      or not policy.switch_blockers(C.MODE_VM, product=node_product(n), release=release)]
         switch = Remedy("switch one first, then run permit-devices again", Command.own(
             "node", "set-mode", "vm", switchable[0])) if switchable else Remedy(
             "no NPU node can switch to vm mode under the policy now (node set-mode says why)") if names else Remedy(
@@ -356,6 +356,9 @@ class DevicePermitter:
         from rblnctl.operator.nodes import list_npu_node_objects
         from rblnctl.operator.cluster import read_operator
 
+        # The KubeVirt CR first: without it no name helps, and the nothing-advertised remedies would name another
+        # permit-devices that fails the same way.
+        obj = self._writer().find()
         view = read_operator(self.kube)
         vm_resources = view.policy.vm_resources if view.policy else R.ResourceNames(mode=C.MODE_VM)
         requested = [device_for_resource(n, vm_resources=vm_resources) for n in resource_names]
@@ -366,14 +369,16 @@ class DevicePermitter:
             nodes = list_npu_node_objects(self.kube, selector=node_selector)
             found, notes = devices_from_cluster(nodes, vm_resources, policy=view.policy)
             if not found:
-                msg, fixes = _nothing_advertised(nodes, view.policy, vm_resources)
+                from rblnctl.operator.release import read_release
+
+                msg, fixes = _nothing_advertised(nodes, view.policy, vm_resources,
+                                                 read_release(self.kube, view.deployments))
                 if not requested and not self.fix:
                     raise NotFound(msg + ("; " + "; ".join(_words(n) for n in notes) if notes else "")
                                    ).with_details(fixes)
                 notes += [msg, *fixes]
             requested += found
         requested = _unique(requested)
-        obj = self._writer().find()
         plan = plan_devices(obj, requested, fix=self.fix, notes=notes)
         if not plan.noop:
             refuse_hco_managed(obj, "devices")

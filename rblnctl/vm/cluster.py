@@ -241,13 +241,40 @@ def product_missing(cluster: VmCluster, product: str) -> str:
 
 
 def set_mode_remedy(cluster: VmCluster) -> Remedy:
-    """Switch an NPU node to vm mode (the first one not in it), or say there is none."""
-    others = [n["metadata"]["name"] for n in cluster.nodes if n["metadata"]["name"] not in cluster.vm_nodes]
-    if others:
-        return Remedy(text=f"switch an NPU node to vm mode (NPU nodes: {', '.join(others[:5])})",
-                      command=Command.own("node", "set-mode", "vm", others[0]))
-    return Remedy(text="no node carries Rebellions NPUs: is NFD labelling them (feature.node.kubernetes.io/"
-                  "pci-1eff.present)?")
+    """Switch an NPU node to vm mode (the first one `node set-mode vm` accepts), or say why none can, or that there
+    is none."""
+    others = [n for n in cluster.nodes if n["metadata"]["name"] not in cluster.vm_nodes]
+    if not others:
+        return Remedy(text="no node carries Rebellions NPUs: is NFD labelling them (feature.node.kubernetes.io/"
+                      "pci-1eff.present)?")
+    names = ", ".join(n["metadata"]["name"] for n in others[:5])
+    pick, why = _switchable(cluster, others)
+    if pick is None:
+        return Remedy(text=f"no NPU node can switch to vm mode now ({why}); what the NPU nodes are and hold",
+                      command=Command.own("node", "list", output="wide"))
+    return Remedy(text=f"switch an NPU node to vm mode (NPU nodes: {names})",
+                  command=Command.own("node", "set-mode", "vm", pick))
+
+
+def _switchable(cluster: VmCluster, nodes: Sequence[Mapping]) -> tuple[str | None, str]:
+    """The first of `nodes` (by name) `node set-mode vm` accepts now: no unfinished switch on it, and no blocker
+    of the policy for its product under the operator's release (Policy.switch_blockers with the release, the rules
+    set-mode refuses by: a v0.3.0 operator's sandbox plugin serves no VM, so it refuses every node); else None and
+    why the first one is refused."""
+    from rblnctl.operator.nodes import node_product
+
+    why = ""
+    for n in sorted(nodes, key=lambda n: str((n.get("metadata") or {}).get("name") or "")):
+        md = n.get("metadata") or {}
+        if C.SET_MODE_ANNOTATION in (md.get("annotations") or {}):
+            why = why or f"{md.get('name')} has an unfinished switch"
+            continue
+        blockers = cluster.policy.switch_blockers(C.MODE_VM, product=node_product(n), release=cluster.release) \
+            if cluster.policy is not None else []
+        if not blockers:
+            return str(md.get("name") or ""), ""
+        why = why or blockers[0].message
+    return None, why
 
 
 def check_kubevirt(cluster: VmCluster) -> Check:
@@ -388,13 +415,11 @@ def _advertise_remedy(cluster: VmCluster, products: set[str]) -> Remedy:
         return Remedy(text=f"{', '.join(waiting)} {'is' if len(waiting) == 1 else 'are'} in vm mode with that product "
                       "but the sandbox device plugin does not advertise it yet; what holds it",
                       command=Command.own("node", "list", *waiting, output="wide"))
-    policy = cluster.policy
-    for n in sorted(mine, key=name):
-        unfinished = C.SET_MODE_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
-        if not unfinished and (policy is None or not policy.switch_blockers(C.MODE_VM, product=node_product(n))):
-            return Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has converged "
-                          "it on vm mode; switch a node with that product", command=Command.own(
-                              "node", "set-mode", "vm", name(n)))
+    pick, _ = _switchable(cluster, mine)
+    if pick is not None:
+        return Remedy(text="the sandbox device plugin advertises a node's NPUs once the operator has converged "
+                      "it on vm mode; switch a node with that product", command=Command.own(
+                          "node", "set-mode", "vm", pick))
     return Remedy(text="no node with that product can switch to vm mode now; what the NPU nodes are and hold",
                   command=Command.own("node", "list", output="wide"))
 

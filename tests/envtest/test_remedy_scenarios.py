@@ -63,3 +63,25 @@ def test_two_products_in_vm_mode_name_the_product_and_fit_per_product(backend):
     assert doc["kind"] == "VmFitList"
     assert {i["resource"]: i["fits"] for i in doc["items"]} == {"rebellions.ai/ATOM_MAX_PT": 2,
                                                                "rebellions.ai/ATOM_PT": 2}
+
+
+def test_diagnose_of_a_stuck_plugin_names_the_vm_node_and_no_other_products_resource(backend):
+    """Issue 39 (3) on both servers: npu-node-1 (RBLN-CA12) in vm mode advertising nothing (its sandbox plugin
+    stuck, as tests/envtest/test_remedies_run_real.py makes it with the real operator), npu-node-2 (RBLN-CA25) in vm
+    mode advertising ATOM_MAX_PT, a VM asking for ATOM_PT. Before: "switch a node with that product to vm mode" for
+    npu-node-1, already in vm mode, and "did you mean rebellions.ai/ATOM_MAX_PT?", another product's resource."""
+    seed(backend, ("vm-passthrough", "vm-passthrough", "container"))
+    backend.api.mutate("Node", "npu-node-1", None, lambda n: n["status"]["allocatable"].pop("rebellions.ai/ATOM_PT"),
+                       sub="status")
+    # the card's product label as NPU feature discovery left it (the real operator stack's nodes keep it in vm
+    # mode: tests/envtest/operator_stack.py NpuNodeSpec.node); the fake's npu_node drops it in vm mode
+    backend.api.patch("Node", "npu-node-1", {"metadata": {"labels": {o.NPU_PRODUCT_LABEL: "RBLN-CA12"}}})
+    backend.api.seed(o.kubevirt(feature_gates=["HostDevices"], version="v1.9.0"),
+                     o.vm("vms", "v1", running=False, host_devices=["rebellions.ai/ATOM_PT"]))
+    assert "rebellions.ai/ATOM_MAX_PT" in backend.api.get("Node", "npu-node-2")["status"]["allocatable"]
+    r = run(backend, "vm", "diagnose", "v1", "-n", "vms")
+    said = " ".join((r.stdout + r.stderr).split())
+    assert "did you mean" not in said and "switch a node with that product" not in said, said
+    assert "npu-node-1 is in vm mode with that product" in said, said
+    assert "node list npu-node-1 --output wide`" in said, said
+    assert run(backend, "node", "list", "npu-node-1", "--output", "wide").exit_code == 0

@@ -87,13 +87,15 @@ def check_nodes(f: ClusterFacts, out: Findings) -> None:
 
 def _first_switch(f: ClusterFacts, nodes: list[dict]) -> Remedy:
     """Switch the nodes meant for VMs, naming the first one `node set-mode vm` accepts (the policy's switch
-    blockers for its product: rblnctl.operator.policy.Policy.switch_blockers, the rules set-mode refuses by)."""
+    blockers for its product and the operator's release: rblnctl.operator.policy.Policy.switch_blockers, the rules
+    set-mode refuses by; a v0.3.0 operator's sandbox plugin serves no VM, so set-mode refuses every switch to vm)."""
+    release = release_of(f.operator.value or []) if f.operator.ok else UNKNOWN
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        if f.policy is None or not f.policy.switch_blockers(C.MODE_VM, product=node_product(node)):
+        if f.policy is None or not f.policy.switch_blockers(C.MODE_VM, product=node_product(node), release=release):
             return Remedy("switch the nodes meant for VMs, one at a time or by label: {command} for one",
                           switch_command(node, C.MODE_VM))
     assert f.policy is not None  # every node blocked: by the policy's rules
-    why = f.policy.switch_blockers(C.MODE_VM, product=node_product(nodes[0]))[0].message
+    why = f.policy.switch_blockers(C.MODE_VM, product=node_product(nodes[0]), release=release)[0].message
     return Remedy(f"no NPU node's switch to vm mode would converge under the RBLNClusterPolicy ({why})")
 
 
