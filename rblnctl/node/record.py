@@ -87,14 +87,18 @@ class Recovery:
     node: str
     target: str  # resume: switch to this again
     back: str  # go back: switch to this, overriding the unfinished switch
+    resumable: bool = True  # False: set-mode would refuse the resume now (the operator's release serves no VM)
 
     @property
-    def remedies(self) -> tuple[Remedy, Remedy]:
+    def remedies(self) -> tuple[Remedy, ...]:
         """Resume (the same switch again, every option of the run kept) and go back (the other mode, `reverse`:
-        exactly what lets a switch through while the other one's record is on the node)."""
-        return (Remedy("resume", Command.own("node", "set-mode", _short(self.target), self.node, again=True)),
-                Remedy("go back", Command.own("node", "set-mode", _short(self.back), self.node, again=True,
-                                              reverse=True)))
+        exactly what lets a switch through while the other one's record is on the node); only go back when the
+        resume would be refused."""
+        back = Remedy("go back", Command.own("node", "set-mode", _short(self.back), self.node, again=True,
+                                             reverse=True))
+        if not self.resumable:
+            return (back,)
+        return (Remedy("resume", Command.own("node", "set-mode", _short(self.target), self.node, again=True)), back)
 
 
 def switch_command(node: dict, mode: str) -> Command:

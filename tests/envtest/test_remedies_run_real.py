@@ -164,17 +164,8 @@ def _check(stack: OperatorStack, world: str, monkeypatch: pytest.MonkeyPatch) ->
     return check_world(f"envtest/{world}", kubeconfig(stack), surfaces(stack.api), monkeypatch)
 
 
-# A refusal's "resume" remedy for a node mid-switch to vm is `node set-mode vm NODE`, which set-mode itself refuses
-# when the operator is a known v0.3.0 (its sandbox plugin serves no VM): rblnctl/node/mode.py builds the
-# Recovery of an unfinished switch (Refused ... recovery=Recovery(target=record.target, ...)) without asking
-# Policy.switch_blockers(target, release=...) whether the resume would be accepted. Left to that module's owner.
-RESUME_REFUSED = pytest.mark.xfail(strict=True, reason="set-mode's refusal of a node mid-switch offers `node "
-                                   "set-mode vm NODE` (resume), refused under a known v0.3.0 operator")
-
-
 @pytest.mark.parametrize("world,version", [
-    pytest.param(w, v, marks=RESUME_REFUSED if (w, v) == ("operator-switch-cut-short", "known") else ())
-    for w in sorted(OPERATOR_WORLDS) for v in ("known", "unknown")])
+    (w, v) for w in sorted(OPERATOR_WORLDS) for v in ("known", "unknown")])
 def test_every_remedy_printed_on_the_real_operator_is_accepted(world, version, stack, monkeypatch):
     OPERATOR_WORLDS[world](stack)
     if version == "known":

@@ -719,3 +719,27 @@ def test_a_node_registered_again_mid_eviction_gets_no_rollback_written(apiserver
     assert ANN not in now["metadata"].get("annotations", {}) and not now["spec"].get("unschedulable")
     assert written_before == [2]  # the record, then the cordon: both on the old node
     assert [w for w in node_writes(apiserver) if "/nodes" in w.path][written_before[0]:] == []
+
+
+def test_an_unfinished_switch_to_vm_under_a_known_v030_offers_only_going_back(apiserver, kube):
+    """The refusal of another target while a switch to vm is unfinished printed two ways on: resume (`set-mode vm`)
+    and go back (`--reverse`). Under a known v0.3.0 operator, whose sandbox plugin serves no VM, set-mode refuses the
+    resume: only going back is offered (found by the remedy check on the real operator, issue 39). Unknown release:
+    both, as before."""
+    from rblnctl.node.events import Step
+    from rblnctl.node.record import SwitchRecord
+    from tests.fakes.releases import V0_3_0
+
+    seed(apiserver, mode=o.MODE_VM)
+    record = SwitchRecord(target=o.MODE_VM, from_mode=o.MODE_CONTAINER, started="2026-12-06T00:00:00Z",
+                          cordoned_by_rblnctl=True, step=Step.RELABEL)
+    apiserver.mutate("Node", "n1", fn=lambda n: n["metadata"].setdefault("annotations", {}).update(
+        {ANN: record.to_json()}))
+    with pytest.raises(Refused, match="unfinished") as unknown:
+        switcher(kube, force=False).plan("n1", "container")
+    assert [r.text for r in unknown.value.recovery.remedies] == ["resume", "go back"]
+    apiserver.add(V0_3_0.operator_deployment(namespace=OPS))
+    with pytest.raises(Refused, match="unfinished") as known:
+        switcher(kube, force=False).plan("n1", "container")
+    assert [(r.text, r.command.words) for r in known.value.recovery.remedies] == [
+        ("go back", ("node", "set-mode", "container", "n1"))]

@@ -93,7 +93,7 @@ def read_mode_facts(kube: Kube, node: str, target: str, options: ModeOptions, *,
     policy = operator.policy
     assert policy is not None
     record, _ = read_record(node_obj)
-    refuse_record(node, target, record, options)
+    refuse_record(node_obj, target, record, options, operator)
     d = drainer()
     lock_blockers = () if options.drain.server_dry_run else \
         tuple(d.lock(node, "").check(take_over=options.drain.take_over))

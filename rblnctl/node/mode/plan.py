@@ -227,7 +227,7 @@ def plan_mode(facts: ModeFacts, node: str, target: str, options: ModeOptions) ->
     record, unreadable = read_record(node_obj)
     if unreadable:
         warnings.append(unreadable)
-    refuse_record(node, target, record, options)
+    refuse_record(node_obj, target, record, options, facts.view)
     unschedulable = bool((node_obj.get("spec") or {}).get("unschedulable"))
     resume, cordoned_by, started, started_from = False, False, None, None
     # The node's mode already differs from where the recorded switch started: its relabel landed.

@@ -11,7 +11,9 @@ from rblnctl.errors import InvalidInput, Refused
 from rblnctl.node.options import ModeOptions
 from rblnctl.node.record import Recovery, SwitchRecord
 from rblnctl.operator.components import deploy_labels
-from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of
+from rblnctl.operator.cluster import OperatorView
+from rblnctl.operator.nodes import is_npu_node, labels_of, mode_of, node_product
+from rblnctl.operator.release import release_of
 from rblnctl.operator.policy import Policy
 
 
@@ -53,14 +55,21 @@ def refuse_node(node: str, node_obj: Mapping[str, Any]) -> None:
                       f"(kubectl label node {node} {C.DEPLOY_SKIP_LABEL}-)")
 
 
-def refuse_record(node: str, target: str, record: SwitchRecord | None, options: ModeOptions) -> None:
-    """Refused: an unfinished switch to the other mode, and no `reverse` to take it over."""
+def refuse_record(node_obj: Mapping[str, Any], target: str, record: SwitchRecord | None, options: ModeOptions,
+                  view: OperatorView) -> None:
+    """Refused: an unfinished switch to the other mode, and no `reverse` to take it over. Its recovery offers to
+    resume that switch only when set-mode would accept it now (Policy.switch_blockers under the operator's release,
+    read from the view's Deployments: a known v0.3.0 serves no VM, so resuming a switch to vm is refused there)."""
     if record is not None and record.target != target and not options.reverse:
+        node = str((node_obj.get("metadata") or {}).get("name") or "")
+        blockers = [] if view.policy is None else view.policy.switch_blockers(
+            record.target, product=node_product(dict(node_obj)), release=release_of(view.deployments or []))
+        resumable = all(b.override is not None and getattr(options, b.override, False) for b in blockers)
         raise Refused(
             f"a switch of node {node} to {short_mode(record.target)} started at {record.started or '?'} is "
             f"unfinished: finish that one, or reverse it to switch to {short_mode(target)} instead",
             options=("reverse",),
-        ).with_details([], recovery=Recovery(node=node, target=record.target, back=target))
+        ).with_details([], recovery=Recovery(node=node, target=record.target, back=target, resumable=resumable))
 
 
 def is_converged(node_obj: Mapping[str, Any], policy: Policy, target: str, pending: Sequence[str]) -> bool:
