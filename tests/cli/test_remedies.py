@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from rblnctl.cli.app import app
 from tests.cli.test_capacity import vm_cluster  # noqa: F401 - the fixture
-from tests.cli.test_node_pool import MODE, pool  # noqa: F401 - the pool fixture
+from tests.cli.node.test_pool import MODE, pool  # noqa: F401 - the pool fixture
 from tests.fakes import objects as o
 from tests.vm.support import CA22
 from tests.helpers import cli

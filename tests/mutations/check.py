@@ -648,7 +648,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="rehearsal: a budget that allows no eviction is not predicted to fail its node",
         tests=("tests/node/test_rehearse.py::"
                "test_a_budget_allowing_none_fails_its_node_and_later_waves_are_not_started",
-               "tests/cli/test_node_rehearse.py::"
+               "tests/cli/node/test_rehearse.py::"
                "test_a_budget_that_allows_nothing_is_predicted_to_fail_the_first_node_and_stop_the_pool")),
     Mutation(
         id="42.r3", file="rblnctl/node/rehearse/plan.py",

@@ -1,0 +1,1 @@
+"""Tests of rblnctl.cli.node: the `rblnctl node` commands (one node and a pool, rehearsals, durations)."""
