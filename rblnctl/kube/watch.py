@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import urllib3
 
-from rblnctl.clock import Clock, Stop
+from rblnctl.clock import Clock, Stop, next_item
 from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
@@ -301,13 +301,11 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
     thread. The threads are daemons and are waited for only WATCH_JOIN_S: one still inside a request (a LIST,
     or a stream the server has not answered yet) ends on its own when that returns, and never holds the
     process (a ThreadPoolExecutor's workers are joined at interpreter exit: a stream the server was slow to
-    open kept an interrupted rblnctl alive until its read timeout, issue 28)."""
-    if len(specs) == 1:
-        sp = specs[0]
-        yield from watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
-                              field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock, stop=stop,
-                              poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok)
-        return
+    open kept an interrupted rblnctl alive until its read timeout, issue 28).
+
+    A single collection is read on a thread too: the caller's thread (the main thread, where Ctrl-C is run) waits
+    only on the queue of events, in slices (rblnctl.clock.next_item), never in a stream's read, where a signal that
+    lands just before the read waits for the next event or the read timeout (minutes) to be run."""
     events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
     failures: list[BaseException | None] = [None] * len(specs)
     threads: list[threading.Thread] = []
@@ -330,7 +328,7 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                 threads[-1].start()
             running = len(specs)
             while running:
-                i, ev = events.get()
+                i, ev = next_item(events)  # never a wait without a timeout: Ctrl-C is run at once
                 if ev is None:
                     running -= 1
                     failure = failures[i]
