@@ -9,7 +9,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -56,6 +57,23 @@ def next_item(items: queue.Queue[T]) -> T:
             return items.get(timeout=SIGNAL_CHECK_S)
         except queue.Empty:
             continue
+
+
+def first_done(futures: Collection[Future[T]]) -> set[Future[T]]:
+    """`concurrent.futures.wait(futures, return_when=FIRST_COMPLETED)`'s done set for the main thread, waiting in
+    slices of SIGNAL_CHECK_S (next_item)."""
+    while True:
+        done, _ = wait(futures, timeout=SIGNAL_CHECK_S, return_when=FIRST_COMPLETED)
+        if done or not futures:
+            return done
+
+
+def result_of(future: Future[T]) -> T:
+    """`future.result()` for the main thread, waiting in slices of SIGNAL_CHECK_S (next_item); its own error raised
+    (a TimeoutError of the call itself included)."""
+    while not future.done():
+        wait((future,), timeout=SIGNAL_CHECK_S)
+    return future.result()
 
 
 class Stop(threading.Event):
