@@ -3,9 +3,6 @@ ends a stream, relisting on 410, bookmarks, falling back to LISTs where watching
 
 from __future__ import annotations
 
-import _thread
-import signal
-import sys
 import threading
 import time
 
@@ -16,6 +13,7 @@ from rblnctl.errors import ClusterError
 from rblnctl.kube import NODES, PODS, SYNC, Mirror, WatchSpec, watch, watch_many
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
+from tests.helpers import blocked_in, ctrl_c_pending_when
 
 
 
@@ -248,43 +246,30 @@ def test_an_interrupt_while_watch_many_starts_its_watches_stops_the_ones_started
     _wait_for(lambda: apiserver.open_watches == 0, "every stream to close")
 
 
-def _blocked_in(thread: threading.Thread, function: str) -> bool:
-    """`thread` is inside `function` (its frames, innermost first, name it): it waits there."""
-    frame = sys._current_frames().get(thread.ident)
-    while frame is not None:
-        if frame.f_code.co_name == function:
-            return True
-        frame = frame.f_back
-    return False
-
 
 def test_a_ctrl_c_that_lands_as_watch_many_starts_waiting_ends_it_at_once(apiserver, kube):
     """`node list -w` ignored one Ctrl-C in 15 under load: the signal landed after the interpreter last looked for
-    one and before the main thread blocked in the queue of events (while it handed the GIL over), and a wait with
-    no timeout is never woken by a handler that is already pending: the main thread slept on, on a quiet cluster
-    for ever. _thread.interrupt_main() makes that state at will: SIGINT's handler pending, no signal to interrupt
-    the wait. watch_many waits in slices (rblnctl.clock.next_item), so the handler runs within one."""
-    assert threading.current_thread() is threading.main_thread()  # where signal handlers run
+    one and before the main thread blocked in the queue of events, and a wait with no timeout is never woken by a
+    handler already pending: the main thread slept on, on a quiet cluster for ever. watch_many waits in slices
+    (rblnctl.clock.next_item), so the handler runs within one."""
     apiserver.add(o.node("n1"), o.pod("default", "p1", node="n1"))
     events = watch_many(kube, [WatchSpec(NODES), WatchSpec(PODS, namespace="default")], timeout_s=60)
     assert sorted(ev.type for ev in (next(events), next(events))) == [SYNC, SYNC]
     main = threading.current_thread()
-    stuck = threading.Event()
-    returned = threading.Event()
-
-    def ctrl_c():
-        _wait_for(lambda: apiserver.open_watches == 2 and _blocked_in(main, "watch_many")
-                  and _blocked_in(main, "get"), "the main thread to wait for the next event")
-        _thread.interrupt_main()  # SIGINT's handler made pending while the main thread waits
-        if not returned.wait(10):  # a bound for a slow machine, not the expected time
-            stuck.set()
-            signal.pthread_kill(main.ident, signal.SIGINT)  # a real signal interrupts the wait: the test ends
-
-    threading.Thread(target=ctrl_c, daemon=True).start()
-    try:
+    with ctrl_c_pending_when(lambda: apiserver.open_watches == 2 and blocked_in(main, "watch_many", "get")):
         with pytest.raises(KeyboardInterrupt):
             next(events)  # the cluster is quiet: nothing but the interrupt ends this wait
-    finally:
-        returned.set()
-    assert not stuck.is_set(), "the pending Ctrl-C ran only when a second one interrupted the wait"
     _wait_for(lambda: apiserver.open_watches == 0, "the interrupt to close every stream")
+
+
+def test_a_ctrl_c_that_lands_as_a_single_watch_waits_ends_it_at_once(apiserver, kube):
+    """One collection too: its stream was read on the caller's thread, which a pending Ctrl-C did not wake before
+    the next event or the stream's end (minutes); watch_many reads it on a thread."""
+    apiserver.add(o.node("n1"))
+    events = watch_many(kube, [WatchSpec(NODES)], timeout_s=60)
+    assert next(events).type == SYNC
+    main = threading.current_thread()
+    with ctrl_c_pending_when(lambda: apiserver.open_watches == 1 and blocked_in(main, "watch_many")):
+        with pytest.raises(KeyboardInterrupt):
+            next(events)
+    _wait_for(lambda: apiserver.open_watches == 0, "the interrupt to close the stream")
