@@ -79,13 +79,15 @@ class WatchEvent:
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """One collection to watch (watch_many); `missing_ok`: a collection the server does not serve is empty."""
+    """One collection to watch (watch_many); `missing_ok`: a collection the server does not serve is empty;
+    `resource_version`: where to resume (watch(): no list first)."""
 
     res: Resource
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
     missing_ok: bool = False
+    resource_version: str | None = None
 
 
 def object_key(obj: dict) -> tuple[str, str]:
@@ -314,8 +316,9 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
         def pump(i: int, sp: WatchSpec) -> None:
             try:
                 for ev in watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
-                                     field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock,
-                                     stop=mine, poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok):
+                                     field_selector=sp.field_selector, resource_version=sp.resource_version,
+                                     timeout_s=timeout_s, clock=clock, stop=mine, poll_s=poll_s, on_retry=on_retry,
+                                     missing_ok=sp.missing_ok):
                     events.put((i, replace(ev, source=i)))
             except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
                 failures[i] = e
