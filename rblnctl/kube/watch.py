@@ -296,7 +296,8 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                stop: Stop | None = None, poll_s: float = WATCH_POLL_S,
                on_retry: Callable[[RblnError], None] | None = None) -> Iterator[WatchEvent]:
     """Watch several collections at once (one stream each, read on its own thread); yield every event as it
-    comes, its `source` the index of its spec. Ends when every watch has; the first error is raised.
+    comes, its `source` the index of its spec. Ends when every watch has; the first error is raised. `on_retry`
+    hears each transient failure on the caller's thread, in its place among the events (as one watch() would).
 
     Leaving the loop early, however it is left (an error, Ctrl-C or a signal at any moment, the opening of
     the streams included), stops every watch: the stop is set in a `finally` that covers the start of every
@@ -308,16 +309,19 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
     A single collection is read on a thread too: the caller's thread (the main thread, where Ctrl-C is run) waits
     only on the queue of events, in slices (rblnctl.clock.next_item), never in a stream's read, where a signal that
     lands just before the read waits for the next event or the read timeout (minutes) to be run."""
-    events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
+    # (index, an event; a transient failure for on_retry, heard on this thread in its place among the events; None:
+    # that watch is over)
+    events: queue.Queue[tuple[int, WatchEvent | RblnError | None]] = queue.Queue()
     failures: list[BaseException | None] = [None] * len(specs)
     threads: list[threading.Thread] = []
     with (stop.linked() if stop is not None else _own_stop()) as mine:
 
         def pump(i: int, sp: WatchSpec) -> None:
+            retry = None if on_retry is None else lambda err: events.put((i, err))
             try:
                 for ev in watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
                                      field_selector=sp.field_selector, resource_version=sp.resource_version,
-                                     timeout_s=timeout_s, clock=clock, stop=mine, poll_s=poll_s, on_retry=on_retry,
+                                     timeout_s=timeout_s, clock=clock, stop=mine, poll_s=poll_s, on_retry=retry,
                                      missing_ok=sp.missing_ok):
                     events.put((i, replace(ev, source=i)))
             except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
@@ -337,6 +341,10 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                     failure = failures[i]
                     if failure is not None:
                         raise failure  # what ended that watch
+                    continue
+                if isinstance(ev, RblnError):
+                    if on_retry is not None:
+                        on_retry(ev)
                     continue
                 yield ev
         finally:

@@ -273,3 +273,22 @@ def test_a_ctrl_c_that_lands_as_a_single_watch_waits_ends_it_at_once(apiserver, 
         with pytest.raises(KeyboardInterrupt):
             next(events)
     _wait_for(lambda: apiserver.open_watches == 0, "the interrupt to close the stream")
+
+
+def test_watch_many_reports_a_retry_on_the_callers_thread_among_its_events(apiserver, kube):
+    """A watch read on a thread called on_retry there: watch_until's "hear the state after a retry again" raced the
+    events before it (the retry heard before the first state was: that state was then not heard again)."""
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="GET", path="/api/v1/nodes$", status=503, reason="ServiceUnavailable", watch=True)
+    heard: list[tuple[str, threading.Thread]] = []
+
+    def retrying(err):
+        heard.append(("retry", threading.current_thread()))
+        apiserver.add(o.node("n2"))  # an event after the retry ends the loop
+
+    for ev in watch_many(kube, [WatchSpec(NODES)], timeout_s=30, on_retry=retrying):
+        heard.append((ev.type, threading.current_thread()))
+        if ev.type == "ADDED":
+            break
+    assert heard == [(SYNC, threading.current_thread()), ("retry", threading.current_thread()),
+                     ("ADDED", threading.current_thread())]
