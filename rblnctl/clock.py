@@ -6,11 +6,24 @@ module globals and no test sleeps for real to make time pass.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# The longest the main thread blocks in one wait on another thread (a queue, a join, a future) before it looks for
+# a signal. CPython runs a signal's handler (Ctrl-C's KeyboardInterrupt, SIGTERM's Interrupted) between bytecodes;
+# a signal that arrives after the interpreter last looked and before the thread blocks in a lock (it lands while
+# the thread hands the GIL over: drop_gil waits for another thread to take it) does not interrupt that lock, and
+# its handler waits until something else wakes the thread: for ever, for `node list -w` on a quiet cluster (one
+# Ctrl-C in 15 ignored under load). A wait in slices of this length runs it within one slice.
+SIGNAL_CHECK_S = 0.1
 
 
 class Clock:
@@ -34,6 +47,33 @@ class Clock:
 
 
 SYSTEM_CLOCK = Clock()
+
+
+def next_item(items: queue.Queue[T]) -> T:
+    """`items.get()` for the main thread: blocks until an item comes, in waits of SIGNAL_CHECK_S, so that a signal
+    (Ctrl-C) is handled at once whenever it arrives."""
+    while True:
+        try:
+            return items.get(timeout=SIGNAL_CHECK_S)
+        except queue.Empty:
+            continue
+
+
+def first_done(futures: Collection[Future[T]]) -> set[Future[T]]:
+    """`concurrent.futures.wait(futures, return_when=FIRST_COMPLETED)`'s done set for the main thread, waiting in
+    slices of SIGNAL_CHECK_S (next_item)."""
+    while True:
+        done, _ = wait(futures, timeout=SIGNAL_CHECK_S, return_when=FIRST_COMPLETED)
+        if done or not futures:
+            return done
+
+
+def result_of(future: Future[T]) -> T:
+    """`future.result()` for the main thread, waiting in slices of SIGNAL_CHECK_S (next_item); its own error raised
+    (a TimeoutError of the call itself included)."""
+    while not future.done():
+        wait((future,), timeout=SIGNAL_CHECK_S)
+    return future.result()
 
 
 class Stop(threading.Event):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer.testing
@@ -84,3 +86,53 @@ def vm_fit_per_product(server: str, npus: int, *lines: str) -> list[dict]:
     doc = yaml.safe_load(cli("vm", "fit", "--npus", str(npus), "-o", "yaml", server=server).stdout)
     assert doc["kind"] == "VmFitList", doc
     return doc["items"]
+
+
+def blocked_in(thread: Any, *functions: str) -> bool:
+    """`thread` is inside every one of `functions` (its frames name them): it waits there."""
+    import sys
+
+    names = set()
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return set(functions) <= names
+
+
+@contextmanager
+def ctrl_c_pending_when(ready: Callable[[], bool]) -> Iterator[None]:
+    """Run the block on the main thread; once `ready()` holds (the main thread blocked where the test wants it), make
+    SIGINT's handler pending without a signal that interrupts the wait (_thread.interrupt_main): the state a Ctrl-C
+    that lands just before the main thread blocks leaves (it lands while the thread hands the GIL over, after the
+    interpreter last looked for signals). Fails when the block was still running 10 s later: a real SIGINT then
+    interrupts the wait, so the test ends."""
+    import _thread
+    import signal
+    import threading
+    import time
+
+    main = threading.main_thread()
+    assert threading.current_thread() is main  # where signal handlers run
+    returned, stuck = threading.Event(), threading.Event()
+    failures: list[str] = []
+
+    def ctrl_c() -> None:
+        deadline = time.monotonic() + 5  # a bound for a slow machine, not the expected time
+        while not ready():
+            if returned.is_set() or time.monotonic() > deadline:
+                failures.append("the main thread never waited where the test interrupts it")
+                return
+            time.sleep(0.01)
+        _thread.interrupt_main()
+        if not returned.wait(10):  # a bound for a slow machine, not the expected time
+            stuck.set()
+            signal.pthread_kill(main.ident, signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    try:
+        yield
+    finally:
+        returned.set()
+    assert not failures, failures[0]
+    assert not stuck.is_set(), "the pending Ctrl-C ran only when a second one interrupted the wait"

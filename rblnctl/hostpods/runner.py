@@ -25,7 +25,18 @@ from rblnctl.clock import SYSTEM_CLOCK, Clock
 from rblnctl.batch import stops_the_rest
 from rblnctl.errors import AdmissionDenied, ClusterError, Forbidden, InvalidInput, NotFound, RblnError, one_line
 from rblnctl.hostpods.spec import CONTAINER, HostCommand, pod_manifest
-from rblnctl.kube import PODS, SYNC, Kube, Mirror, WatchEvent, validate_name, validate_namespace, watch, writes
+from rblnctl.kube import (
+    PODS,
+    SYNC,
+    Kube,
+    Mirror,
+    WatchEvent,
+    WatchSpec,
+    validate_name,
+    validate_namespace,
+    watch_many,
+    writes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +208,11 @@ class HostPodRunner:
                 # resumes where the last one stopped (the first lists, after the first creates).
                 now = self.clock.monotonic()
                 until = min((fl.deadline for fl in in_flight.values()), default=now + self.timeout_s)
-                events = watch(self.kube, PODS, namespace=self.namespace, label_selector=self.selector,
-                               resource_version=version, timeout_s=max(0.0, until - now), clock=self.clock,
-                               poll_s=self.poll_interval_s, on_retry=self.on_retry)
+                # watch_many, not watch: the stream is read on a thread, the main thread waits for Ctrl-C in slices
+                events = watch_many(self.kube, [WatchSpec(PODS, namespace=self.namespace, label_selector=self.selector,
+                                                          resource_version=version)],
+                                    timeout_s=max(0.0, until - now), clock=self.clock, poll_s=self.poll_interval_s,
+                                    on_retry=self.on_retry)
             ev = next(events, None)
             if ev is None:
                 events = None

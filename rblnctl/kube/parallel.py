@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from rblnctl.clock import SIGNAL_CHECK_S
+
 T = TypeVar("T")
 
 
@@ -33,7 +35,7 @@ class Started(Generic[T]):
 
     def result(self) -> T:
         while self._thread.is_alive():
-            self._thread.join(0.1)  # a bounded join: the main thread stays interruptible (Ctrl-C)
+            self._thread.join(SIGNAL_CHECK_S)  # a bounded join: the main thread stays interruptible (Ctrl-C)
         if self._error is not None:
             raise self._error
         return self._value

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import urllib3
 
-from rblnctl.clock import Clock, Stop
+from rblnctl.clock import Clock, Stop, next_item
 from rblnctl.errors import (
     ClusterError,
     ClusterUnreachable,
@@ -79,13 +79,15 @@ class WatchEvent:
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """One collection to watch (watch_many); `missing_ok`: a collection the server does not serve is empty."""
+    """One collection to watch (watch_many); `missing_ok`: a collection the server does not serve is empty;
+    `resource_version`: where to resume (watch(): no list first)."""
 
     res: Resource
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
     missing_ok: bool = False
+    resource_version: str | None = None
 
 
 def object_key(obj: dict) -> tuple[str, str]:
@@ -294,30 +296,33 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                stop: Stop | None = None, poll_s: float = WATCH_POLL_S,
                on_retry: Callable[[RblnError], None] | None = None) -> Iterator[WatchEvent]:
     """Watch several collections at once (one stream each, read on its own thread); yield every event as it
-    comes, its `source` the index of its spec. Ends when every watch has; the first error is raised.
+    comes, its `source` the index of its spec. Ends when every watch has; the first error is raised. `on_retry`
+    hears each transient failure on the caller's thread, in its place among the events (as one watch() would).
 
     Leaving the loop early, however it is left (an error, Ctrl-C or a signal at any moment, the opening of
     the streams included), stops every watch: the stop is set in a `finally` that covers the start of every
     thread. The threads are daemons and are waited for only WATCH_JOIN_S: one still inside a request (a LIST,
     or a stream the server has not answered yet) ends on its own when that returns, and never holds the
     process (a ThreadPoolExecutor's workers are joined at interpreter exit: a stream the server was slow to
-    open kept an interrupted rblnctl alive until its read timeout, issue 28)."""
-    if len(specs) == 1:
-        sp = specs[0]
-        yield from watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
-                              field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock, stop=stop,
-                              poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok)
-        return
-    events: queue.Queue[tuple[int, WatchEvent | None]] = queue.Queue()
+    open kept an interrupted rblnctl alive until its read timeout, issue 28).
+
+    A single collection is read on a thread too: the caller's thread (the main thread, where Ctrl-C is run) waits
+    only on the queue of events, in slices (rblnctl.clock.next_item), never in a stream's read, where a signal that
+    lands just before the read waits for the next event or the read timeout (minutes) to be run."""
+    # (index, an event; a transient failure for on_retry, heard on this thread in its place among the events; None:
+    # that watch is over)
+    events: queue.Queue[tuple[int, WatchEvent | RblnError | None]] = queue.Queue()
     failures: list[BaseException | None] = [None] * len(specs)
     threads: list[threading.Thread] = []
     with (stop.linked() if stop is not None else _own_stop()) as mine:
 
         def pump(i: int, sp: WatchSpec) -> None:
+            retry = None if on_retry is None else lambda err: events.put((i, err))
             try:
                 for ev in watch(kube, sp.res, namespace=sp.namespace, label_selector=sp.label_selector,
-                                     field_selector=sp.field_selector, timeout_s=timeout_s, clock=clock,
-                                     stop=mine, poll_s=poll_s, on_retry=on_retry, missing_ok=sp.missing_ok):
+                                     field_selector=sp.field_selector, resource_version=sp.resource_version,
+                                     timeout_s=timeout_s, clock=clock, stop=mine, poll_s=poll_s, on_retry=retry,
+                                     missing_ok=sp.missing_ok):
                     events.put((i, replace(ev, source=i)))
             except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
                 failures[i] = e
@@ -330,12 +335,16 @@ def watch_many(kube: Kube, specs: Sequence[WatchSpec], *, timeout_s: float | Non
                 threads[-1].start()
             running = len(specs)
             while running:
-                i, ev = events.get()
+                i, ev = next_item(events)  # never a wait without a timeout: Ctrl-C is run at once
                 if ev is None:
                     running -= 1
                     failure = failures[i]
                     if failure is not None:
                         raise failure  # what ended that watch
+                    continue
+                if isinstance(ev, RblnError):
+                    if on_retry is not None:
+                        on_retry(ev)
                     continue
                 yield ev
         finally:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, result_of
 from rblnctl.errors import ClusterError, NotFound, RblnError, Refused, WaitTimeout
-from rblnctl.kube import PODS, SYNC, VMIS, Kube, object_key, watch, writes
+from rblnctl.kube import PODS, SYNC, VMIS, Kube, WatchSpec, object_key, watch_many, writes
 from rblnctl.node.events import NodeEvents
 from rblnctl.node.options import DrainOptions
 from rblnctl.node.pods import PodRef
@@ -149,7 +149,8 @@ class Evictor:
         ex = ThreadPoolExecutor(max_workers=min(self.options.max_parallel, len(pods)),
                                 thread_name_prefix="rblnctl-evict")
         try:
-            list(ex.map(work, pods))
+            for fut in [ex.submit(work, p) for p in pods]:  # ex.map's order; its wait in slices (Ctrl-C at once)
+                result_of(fut)
         except BaseException:
             # Ctrl-C or a signal while workers back off on a budget: send no eviction after it, and do not
             # sit out the timeout waiting for them (the `with` form would join them first).
@@ -262,10 +263,11 @@ class Evictor:
         def left(key: tuple[str, str]) -> None:
             self.events.on_gone(pending.pop(key))
 
-        for ev in watch(self.kube, PODS, field_selector=f"spec.nodeName={node}", clock=self.clock, stop=self.stop,
-                                  timeout_s=max(0.0, deadline - self.clock.monotonic()), poll_s=self.options.poll_s,
-                                  on_retry=lambda e: self.events.on_warning(
-                                      f"watching the pods on {node} failed ({e}); trying again")):
+        # watch_many, not watch: the stream is read on a thread, the main thread waits for Ctrl-C in slices
+        for ev in watch_many(self.kube, [WatchSpec(PODS, field_selector=f"spec.nodeName={node}")], clock=self.clock,
+                             stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
+                             poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
+                                 f"watching the pods on {node} failed ({e}); trying again")):
             if ev.type == SYNC:
                 here = {object_key(o): _uid(o) for o in ev.objects}
                 for key, p in list(pending.items()):
@@ -301,10 +303,10 @@ class Evictor:
             self.events.on_warning(f"VMI {v} has left node {node}")
             self.events.on_gone(v.pod)
 
-        for ev in watch(self.kube, VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}", clock=self.clock,
-                                  stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
-                                  poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
-                                      f"watching the VMIs on {node} failed ({e}); trying again")):
+        for ev in watch_many(self.kube, [WatchSpec(VMIS, label_selector=f"{C.VMI_NODE_LABEL}={node}")],
+                             clock=self.clock, stop=self.stop, timeout_s=max(0.0, deadline - self.clock.monotonic()),
+                             poll_s=self.options.poll_s, on_retry=lambda e: self.events.on_warning(
+                                 f"watching the VMIs on {node} failed ({e}); trying again")):
             if ev.type == SYNC:
                 here = {object_key(o) for o in ev.objects if _vmi_node(o) in ("", node)}
                 for key in [k for k in pending if k not in here]:

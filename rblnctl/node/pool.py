@@ -16,13 +16,13 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
 from rblnctl import constants as C
 from rblnctl.audit import Auditor
-from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, first_done, result_of
 from rblnctl.errors import InvalidInput, NotFound, Partial, RblnError, Refused
 from rblnctl.kube import Kube, validate_name
 from rblnctl.node.drain import Drainer, DrainPlan, DrainResult
@@ -323,7 +323,7 @@ class PoolRunner:
         with ThreadPoolExecutor(max_workers=max(1, min(PLAN_PARALLEL, len(nodes))),
                                 thread_name_prefix="rblnctl-plan") as ex:
             for fut in [ex.submit(one, n) for n in nodes]:
-                fut.result()
+                result_of(fut)
         running = [n for n in nodes if n in plans and not plans[n].noop]
         return PoolPlan(operation=self.operation, target=self.target, nodes=nodes, selector=selector,
                         max_unavailable=self.options.max_unavailable.resolve(len(nodes)),
@@ -364,7 +364,7 @@ class PoolRunner:
                     running[ex.submit(self._run, node)] = node
                 if not running:
                     break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                done = first_done(running)  # in slices: a Ctrl-C is run at once, never after a node's end
                 for fut in done:
                     del running[fut]
                     failed = failed or fut.result().outcome in FAILURES

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -13,6 +14,7 @@ from rblnctl.preflight.hosts import PREFLIGHT_LOCAL
 from tests.fakes.clock import FakeClock
 from tests.fakes.hostkubelet import HostKubelet
 from tests.hostpods.conftest import add_nodes, failing_create
+from tests.helpers import blocked_in, ctrl_c_pending_when
 from rblnctl.constants import HOST_POD_LABEL as LABEL
 
 
@@ -119,6 +121,19 @@ def test_a_pod_deleted_by_someone_else_is_an_outcome(apiserver, kube, kubelet):
     r.on_started = lambda node, pod: apiserver.delete_now("Pod", pod, "rbln-system") if node == "n0" else None
     o = r.run(nodes).outcomes[0]
     assert o.state == PodState.VANISHED and "deleted before it finished" in o.message
+
+
+def test_a_ctrl_c_that_lands_as_the_run_waits_for_its_pods_ends_it_at_once(apiserver, kube, kubelet):
+    """The run read its watch stream on the main thread: a Ctrl-C that landed just before the read (SIGINT's handler
+    pending, the read not interrupted) ran only at the next event or the deadline. It is read on a thread
+    (watch_many), the main thread waiting in slices; the interrupted run deletes its pods as before."""
+    nodes = add_nodes(apiserver, 1)
+    kubelet.hang.update(nodes)  # the pod runs until the test ends: only the interrupt ends the wait
+    main = threading.current_thread()
+    with ctrl_c_pending_when(lambda: apiserver.open_watches == 1 and blocked_in(main, "next_event")):
+        with pytest.raises(KeyboardInterrupt):
+            runner(kube, clock=SYSTEM_CLOCK, timeout_s=120).run(nodes)
+    assert host_pods(apiserver) == []
 
 
 @pytest.mark.parametrize("signal", [KeyboardInterrupt(), Interrupted(15)], ids=["ctrl-c", "sigterm"])

@@ -13,6 +13,7 @@ from rblnctl.errors import ClusterError
 from rblnctl.kube import NODES, PODS, SYNC, Mirror, WatchSpec, watch, watch_many
 from tests.fakes import objects as o
 from tests.fakes.clock import FakeClock
+from tests.helpers import blocked_in, ctrl_c_pending_when
 
 
 
@@ -243,3 +244,51 @@ def test_an_interrupt_while_watch_many_starts_its_watches_stops_the_ones_started
     started[0].join(5)  # a bound for a slow machine: the stopped watch ends at once
     assert not started[0].is_alive(), "the watch started before the interrupt kept running"
     _wait_for(lambda: apiserver.open_watches == 0, "every stream to close")
+
+
+
+def test_a_ctrl_c_that_lands_as_watch_many_starts_waiting_ends_it_at_once(apiserver, kube):
+    """`node list -w` ignored one Ctrl-C in 15 under load: the signal landed after the interpreter last looked for
+    one and before the main thread blocked in the queue of events, and a wait with no timeout is never woken by a
+    handler already pending: the main thread slept on, on a quiet cluster for ever. watch_many waits in slices
+    (rblnctl.clock.next_item), so the handler runs within one."""
+    apiserver.add(o.node("n1"), o.pod("default", "p1", node="n1"))
+    events = watch_many(kube, [WatchSpec(NODES), WatchSpec(PODS, namespace="default")], timeout_s=60)
+    assert sorted(ev.type for ev in (next(events), next(events))) == [SYNC, SYNC]
+    main = threading.current_thread()
+    with ctrl_c_pending_when(lambda: apiserver.open_watches == 2 and blocked_in(main, "watch_many", "get")):
+        with pytest.raises(KeyboardInterrupt):
+            next(events)  # the cluster is quiet: nothing but the interrupt ends this wait
+    _wait_for(lambda: apiserver.open_watches == 0, "the interrupt to close every stream")
+
+
+def test_a_ctrl_c_that_lands_as_a_single_watch_waits_ends_it_at_once(apiserver, kube):
+    """One collection too: its stream was read on the caller's thread, which a pending Ctrl-C did not wake before
+    the next event or the stream's end (minutes); watch_many reads it on a thread."""
+    apiserver.add(o.node("n1"))
+    events = watch_many(kube, [WatchSpec(NODES)], timeout_s=60)
+    assert next(events).type == SYNC
+    main = threading.current_thread()
+    with ctrl_c_pending_when(lambda: apiserver.open_watches == 1 and blocked_in(main, "watch_many")):
+        with pytest.raises(KeyboardInterrupt):
+            next(events)
+    _wait_for(lambda: apiserver.open_watches == 0, "the interrupt to close the stream")
+
+
+def test_watch_many_reports_a_retry_on_the_callers_thread_among_its_events(apiserver, kube):
+    """A watch read on a thread called on_retry there: watch_until's "hear the state after a retry again" raced the
+    events before it (the retry heard before the first state was: that state was then not heard again)."""
+    apiserver.add(o.node("n1"))
+    apiserver.inject_fault(method="GET", path="/api/v1/nodes$", status=503, reason="ServiceUnavailable", watch=True)
+    heard: list[tuple[str, threading.Thread]] = []
+
+    def retrying(err):
+        heard.append(("retry", threading.current_thread()))
+        apiserver.add(o.node("n2"))  # an event after the retry ends the loop
+
+    for ev in watch_many(kube, [WatchSpec(NODES)], timeout_s=30, on_retry=retrying):
+        heard.append((ev.type, threading.current_thread()))
+        if ev.type == "ADDED":
+            break
+    assert heard == [(SYNC, threading.current_thread()), ("retry", threading.current_thread()),
+                     ("ADDED", threading.current_thread())]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+
+import pytest
 
 
 from rblnctl.node.drain import Drainer
@@ -11,6 +14,7 @@ from rblnctl.node.options import DrainOptions, ModeOptions
 from tests.fakes import objects as o
 from tests.fakes.operator import SimulatedOperator
 from tests.fakes.objects import ONE_NPU as NPU
+from tests.helpers import blocked_in, ctrl_c_pending_when
 
 
 
@@ -76,3 +80,18 @@ def test_a_mode_switch_waits_with_the_same_requests_for_20_or_200_pods(apiserver
         assert sum(watches.values()) <= 4 and set(watches) <= {"/api/v1/pods", "/api/v1/nodes",
                                                                "/api/v1/namespaces/rbln-system/pods",
                                                                "/apis/rebellions.ai/v1beta1/rblnclusterpolicies"}
+
+
+def test_a_ctrl_c_that_lands_as_a_drain_waits_for_its_pods_ends_it_at_once(apiserver, kube):
+    """The wait for evicted pods to leave read its watch stream on the main thread: a Ctrl-C that landed just before
+    the read (SIGINT's handler pending, the read not interrupted) ran only at the next event or the stream's end,
+    minutes later. It is read on a thread (watch_many), the main thread waiting in slices."""
+    apiserver.deletion_delay_s = 60  # the pod terminates for longer than the test: only the interrupt ends the wait
+    apiserver.add(o.cluster_policy(), o.npu_node("n1"), o.replicaset("default", "web"))
+    _seed_pods(apiserver, "n1", 1)
+    drainer = Drainer(kube=kube, options=DrainOptions(timeout_s=120))
+    plan = drainer.plan("n1")
+    main = threading.current_thread()
+    with ctrl_c_pending_when(lambda: apiserver.open_watches == 1 and blocked_in(main, "wait_gone")):
+        with pytest.raises(KeyboardInterrupt):
+            drainer.apply(plan)
