@@ -24,6 +24,11 @@ def sandbox_in_driver_ready(kv: Any) -> dict | None:
     return None
 
 
+def _sandbox_pods(kv: Any) -> list[dict]:
+    return [p for p in kv.api.list("Pod", OPS) if p["metadata"]["name"].startswith("rbln-sandbox-device-plugin")
+            and p["spec"].get("nodeName") == NODE]
+
+
 @dataclass
 class StuckSwitch:
     kv: Any  # the KvBackend
@@ -43,8 +48,15 @@ def stuck_switch(kv_stack_stuck: Any) -> Iterator[StuckSwitch]:
     """`rblnctl node set-mode vm NODE` timed out (exit 5) and the sandbox plugin is seen in driver-ready; after the
     test, NODE is switched back (unless the test did it itself: `reverse()`)."""
     kv = kv_stack_stuck
+    # A sandbox plugin pod an earlier test's switch left on NODE (being deleted) must be gone first: the new switch
+    # is judged on the pod the operator makes for it (once in CI this switch converged: exit 0, and the pods are
+    # in the message below for the next time)
+    kv.api.wait_for(lambda: not _sandbox_pods(kv), timeout_s=60, interval_s=0.2,
+                    message="no sandbox plugin pod left on the node")
     r = kv.rblnctl("node", "set-mode", "vm", NODE, "--yes", "--timeout", "5s")
-    assert r.exit_code == 5, r.stderr
+    assert r.exit_code == 5, r.stderr + "\n" + "\n".join(
+        f"{p['metadata']['name']}: {(p.get('status') or {}).get('phase')} "
+        f"{(p.get('status') or {}).get('initContainerStatuses')}" for p in _sandbox_pods(kv))
     stuck = StuckSwitch(kv=kv, pod="")
     try:
         stuck.pod = kv.api.wait_for(lambda: sandbox_in_driver_ready(kv), timeout_s=60, interval_s=0.2,
