@@ -68,8 +68,10 @@ def test_back_to_sandbox_is_refused_by_the_vmi_holding_a_dra_claim(apiserver, ku
 
 
 def test_sandbox_to_dra_and_back_waits_for_every_vm_node(apiserver, kube):
-    """The later releases roll DRA on vm-passthrough nodes (chart v0.3.0 does not: see the next test)."""
-    op = cluster(apiserver, release=NEWER)
+    """The later releases roll DRA on vm-passthrough nodes (chart v0.3.0 does not: see the next test). The plugins
+    take 0.5 s to be Ready, so the wait has a state to say before they are (at 0.05 s a loaded CI machine's first
+    look came after them: nothing was said, and the assertion on what the wait said failed)."""
+    op = cluster(apiserver, release=NEWER, ready_delay_s=0.5)
     assert pods_on(apiserver, "vm0") == ["rbln-sandbox-device-plugin", "rbln-vfio-manager"]
     assert npu_alloc(apiserver, "vm0") == {SANDBOX_RES: "2"}
     waiting = []
