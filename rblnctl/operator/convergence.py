@@ -111,7 +111,11 @@ def pending(node: Mapping, target: str, policy: Policy, pods: Sequence[tuple[str
     old = K.exclusive_components(C.MODE_CONTAINER if target == C.MODE_VM else C.MODE_VM)
     for comp in sorted({K.canonical(c) for c in old if deploy.is_set(c)}):
         out.append(Pending(kind=Missing.STALE, text=f"deploy label {K.deploy_label(comp)} of the old mode still set"))
-    out.extend(_pods(name, target, deploy, must, pods, now, labels))
+    # Each deployed allocator needs its own Ready pod too: allocatable alone cannot say the new plugin runs (a name
+    # both modes advertise, Policy.shared_resources, or one the kubelet has not zeroed yet since the last switch
+    # stays positive while the new plugin's DaemonSet has no pod on the node: once seen as a switch to a v0.3.0
+    # node's stuck sandbox plugin judged converged before its pod existed).
+    out.extend(_pods(name, target, deploy, [*must, *(a for a in allocators if deploy.is_set(a))], pods, now, labels))
     out.extend(_allocation(node, target, policy, deploy, allocators, slices))
     return out
 

@@ -229,3 +229,10 @@ def test_with_logs_adds_the_last_log_line_and_how_long():
     assert [p.text for p in logged if p.hold is None] == [p.text for p in out if p.hold is None]
     unreadable = with_logs(out, lambda h: None)
     assert [p.text for p in unreadable] == [p.text for p in out]
+
+
+def test_no_allocator_pod_yet_is_pending_whatever_allocatable_says():
+    """The allocator's deploy label is set but its DaemonSet has no pod on the node yet, while allocatable still
+    shows the vm resource (left from an earlier switch, or a name both modes advertise): not converged."""
+    out = pending(vm_node(), VM, HYBRID, [comp_pod("vfio-manager")])
+    assert [p.text for p in out] == ["no sandbox-device-plugin pod on n1 yet"]
