@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from rblnctl.constants import OPERATOR_NAMESPACE as OPS
+from rblnctl.constants import DEPLOY_LABEL_PREFIX, OPERATOR_NAMESPACE as OPS
 
 NODE = "npu-node-1"
+# The user's opt-out of the driver on NODE while the fixture holds it (the operator fills deploy labels only where
+# they are missing: RBLN-SW/rbln-npu-operator@v0.3.0 internal/scope/cluster_policy.go)
+NO_DRIVER = {DEPLOY_LABEL_PREFIX + "driver": "false"}
 
 
 def sandbox_in_driver_ready(kv: Any) -> dict | None:
@@ -27,6 +30,11 @@ def sandbox_in_driver_ready(kv: Any) -> dict | None:
 def _sandbox_pods(kv: Any) -> list[dict]:
     return [p for p in kv.api.list("Pod", OPS) if p["metadata"]["name"].startswith("rbln-sandbox-device-plugin")
             and p["spec"].get("nodeName") == NODE]
+
+
+def _driver_pods(kv: Any) -> list[dict]:
+    return [p for p in kv.api.list("Pod", OPS, labels="app.kubernetes.io/component=rbln-driver")
+            if p["spec"].get("nodeName") == NODE]
 
 
 @dataclass
@@ -48,6 +56,14 @@ def stuck_switch(kv_stack_stuck: Any) -> Iterator[StuckSwitch]:
     """`rblnctl node set-mode vm NODE` timed out (exit 5) and the sandbox plugin is seen in driver-ready; after the
     test, NODE is switched back (unless the test did it itself: `reverse()`)."""
     kv = kv_stack_stuck
+    # No driver pod on NODE before the switch: the stand-in kubelet lets a sandbox plugin pod out of driver-ready
+    # while the node has a Ready driver pod, and at the switch the container mode's driver pod is still Ready for
+    # a moment (its DaemonSet's delete and the sandbox DaemonSet's create race; on a real v0.3.0 node the marker
+    # file is there until the driver's preStop removes it). Once in CI the stand-in saw the new sandbox pod first
+    # and the switch converged (exit 0). With the driver opted out first, the pod is held on every run.
+    kv.api.patch("Node", NODE, {"metadata": {"labels": NO_DRIVER}})
+    kv.api.wait_for(lambda: not _driver_pods(kv), timeout_s=60, interval_s=0.2,
+                    message="no driver pod left on the node")
     # A sandbox plugin pod an earlier test's switch left on NODE (being deleted) must be gone first: the new switch
     # is judged on the pod the operator makes for it (once in CI this switch converged: exit 0, and the pods are
     # in the message below for the next time)
@@ -63,4 +79,7 @@ def stuck_switch(kv_stack_stuck: Any) -> Iterator[StuckSwitch]:
                                     message="the sandbox plugin pod in driver-ready")["metadata"]["name"]
         yield stuck
     finally:
-        stuck.reverse()
+        try:
+            stuck.reverse()
+        finally:
+            kv.api.patch("Node", NODE, {"metadata": {"labels": {k: None for k in NO_DRIVER}}})

@@ -678,6 +678,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="set-mode gate: an unfinished switch to the other mode is taken over without --reverse",
         tests=("tests/node/test_mode_plan.py::test_an_unfinished_switch_to_the_other_mode_is_refused_without_reverse",
                "tests/node/test_mode.py::test_conflicting_target_with_force_takes_over")),
+    Mutation(
+        id="40.c1", file="rblnctl/operator/convergence.py",
+        old="    out.extend(_pods(name, target, deploy, [*must, *(a for a in allocators if deploy.is_set(a))], pods, "
+            "now, labels))",
+        new="    out.extend(_pods(name, target, deploy, must, pods, now, labels))",
+        what="convergence: a deployed allocator with no pod on the node yet is judged by allocatable alone",
+        tests=("tests/operator/test_convergence.py::test_no_allocator_pod_yet_is_pending_whatever_allocatable_says",),
+        notes="a stuck-switch fixture once converged in CI on the real stack"),
 )
 
 
