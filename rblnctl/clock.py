@@ -38,12 +38,33 @@ class Clock:
         return datetime.now(UTC)
 
     def sleep(self, seconds: float, stop: threading.Event | None = None) -> bool:
-        """Sleep up to `seconds`; return True at once when `stop` is (or becomes) set."""
+        """Sleep up to `seconds`; return True at once when `stop` is (or becomes) set. On the main thread in slices
+        of SIGNAL_CHECK_S (sliced): a Ctrl-C is run at once, not when the sleep ends."""
         seconds = max(0.0, seconds)
         if stop is None:
-            time.sleep(seconds)
+            return sliced(_sleep, seconds)
+        return sliced(stop.wait, seconds)
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def sliced(wait_for: Callable[[float], bool], seconds: float) -> bool:
+    """`wait_for(seconds)` (an Event's wait, a sleep: True when what it waits for came) for the main thread: in
+    waits of at most SIGNAL_CHECK_S until one returns True (True at once) or `seconds` have passed (False), so that
+    a signal (Ctrl-C) is handled at once whenever it arrives (next_item). Another thread, where no signal handler
+    runs, waits in one go."""
+    if threading.current_thread() is not threading.main_thread():
+        return wait_for(seconds)
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if wait_for(max(0.0, min(SIGNAL_CHECK_S, left))):
+            return True
+        if left <= SIGNAL_CHECK_S:
             return False
-        return stop.wait(seconds)
 
 
 SYSTEM_CLOCK = Clock()
@@ -99,6 +120,15 @@ class Stop(threading.Event):
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Event.wait, on the main thread in slices of SIGNAL_CHECK_S (sliced): a Ctrl-C is run at once, not when
+        the wait ends; True as soon as this is set, False when `timeout` passed first."""
+        if timeout is None:
+            while not super().wait(SIGNAL_CHECK_S if threading.current_thread() is threading.main_thread() else None):
+                pass
+            return True
+        return sliced(super().wait, max(0.0, timeout))
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run `callback` when this is set (at once if it already is); returns a function that unregisters it."""

@@ -149,7 +149,9 @@ class HostPodRunner:
     on_started: Callable[[str, str], None] = _noop  # (node, pod) after the pod was created
     on_finished: Callable[[PodOutcome], None] = _noop  # each node's outcome, as it is known
     on_left_behind: Callable[[list[str]], None] = _noop  # pods that could not be deleted (names)
-    on_retry: Callable[[RblnError], None] = _noop  # a transient failure of the pods' watch, tried again (watch())
+    # a transient failure, tried again: of the pods' watch (watch()), or a create or delete sent again after a 5xx
+    # or a lost reply (writes.settle): one hook for every retry of the run, the CLI's `retrying:` line
+    on_retry: Callable[[RblnError], None] = _noop
 
     def __post_init__(self) -> None:
         if self.max_parallel < 1:
@@ -175,11 +177,11 @@ class HostPodRunner:
         pod in flight, as every wait of rblnctl does (each retry told to `on_retry`), and raises it then.
 
         Each node is tried (rblnctl.batch): a create whose outcome is unknown is settled by reading the pod
-        back, a 5xx is retried (rblnctl.kube.writes), and a create that still fails, or that admission
-        refuses (a ResourceQuota, Pod Security: retried while the run's own pods may hold the quota), is that
-        node's CREATE_FAILED outcome. A refusal that every pod would meet (RBAC, a namespace that does not
-        exist, the API server gone) raises when nothing has run yet, and otherwise leaves the nodes not yet
-        started NOT_ATTEMPTED (`stopped` says why).
+        back, a 5xx is retried (rblnctl.kube.writes; each create or delete sent again told to `on_retry`), and
+        a create that still fails, or that admission refuses (a ResourceQuota, Pod Security: retried while the
+        run's own pods may hold the quota), is that node's CREATE_FAILED outcome. A refusal that every pod
+        would meet (RBAC, a namespace that does not exist, the API server gone) raises when nothing has run
+        yet, and otherwise leaves the nodes not yet started NOT_ATTEMPTED (`stopped` says why).
         """
         for node in nodes:
             validate_name(node)
@@ -309,7 +311,8 @@ class HostPodRunner:
 
         try:
             writes.settle(self.kube, next_write, what=f"pod {self.namespace}/{name}", backoff_s=self.poll_interval_s,
-                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace))
+                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace),
+                          on_retry=self._write_retried)
         except NotFound as e:
             raise NotFound(f"cannot create host pods in namespace {self.namespace}: {e} (pass -n NAMESPACE)") from e
 
@@ -324,7 +327,8 @@ class HostPodRunner:
 
         try:
             writes.settle(self.kube, next_write, what=f"pod {self.namespace}/{name}", backoff_s=self.poll_interval_s,
-                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace))
+                          clock=self.clock, read=lambda: self.kube.get_optional(PODS, name, namespace=self.namespace),
+                          on_retry=self._write_retried)
             return True
         except NotFound:
             return False
@@ -332,6 +336,12 @@ class HostPodRunner:
             log.debug("cannot delete pod %s/%s: %s", self.namespace, name, e)
             left.append(name)
             return False
+
+    def _write_retried(self, sent: int, why: str) -> None:
+        """writes.settle's hook: a create or delete about to be sent again, told to `on_retry` as the watch's retries
+        are (settle says why: `the create was answered 503 (...) and pod NS/NAME read back does not hold the
+        change`)."""
+        self.on_retry(RblnError(f"{why}: sending it again (attempt {sent + 1})"))
 
     def _judge(self, name: str, fl: _InFlight, pod: dict[str, Any] | None) -> PodOutcome | None:
         """The pod's outcome when it has one; None while it is still on its way."""

@@ -62,7 +62,7 @@ class RemoteVfioStatus:
     poll_interval_s: float = 1.0
     keep: bool = False
     clock: Clock = SYSTEM_CLOCK
-    on_retry: Callable[[RblnError], None] = _quiet  # the pod's watch failed and is tried again (HostPodRunner)
+    on_retry: Callable[[RblnError], None] = _quiet  # the pod's watch, create or delete tried again (HostPodRunner)
 
     def run(self, bdfs: Sequence[str] = (), *, all_vendors: bool = False) -> VfioStatus:
         """The node's VfioStatus, its paths as the node names them (`/dev/vfio/42`, not the pod's `/host/...`).

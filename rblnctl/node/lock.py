@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from datetime import UTC, datetime
 
-from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped
+from rblnctl.clock import SYSTEM_CLOCK, Clock, Stop, Stopped, sliced
 from rblnctl.errors import ClusterError, ClusterUnreachable, Conflict, Forbidden, NotFound, RblnError, Refused
 from rblnctl.kube import LEASES, Kube, writes
 from rblnctl.kube.lease import LockState, lease_state
@@ -261,7 +261,13 @@ class NodeLock:
         """
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            renewer = self._thread
+
+            def ended(seconds: float) -> bool:
+                renewer.join(seconds)
+                return not renewer.is_alive()
+
+            sliced(ended, 5)  # a renewal in flight ends with its request; a Ctrl-C meanwhile runs at once
             self._thread = None
         if self.server_dry_run or self.lost.is_set():
             self._lease = None

@@ -51,7 +51,7 @@ class HostChecks:
     on_started: Callable[[str, str], None] = _noop  # (node, pod)
     on_finished: Callable[[PodOutcome], None] = _noop
     on_left_behind: Callable[[list[str]], None] = _noop
-    on_retry: Callable[[RblnError], None] = _noop  # the pods' watch failed and is tried again (HostPodRunner)
+    on_retry: Callable[[RblnError], None] = _noop  # the pods' watch, a create or a delete tried again (HostPodRunner)
 
     def runner(self, kube: Kube) -> HostPodRunner:
         """The HostPodRunner these options describe (validates them: InvalidInput)."""

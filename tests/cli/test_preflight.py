@@ -278,6 +278,21 @@ def test_hosts_says_each_retry_of_the_host_pods_watch_on_stderr_and_goes_on(apis
     assert host_pods(apiserver) == []
 
 
+def test_hosts_says_a_host_pod_create_sent_again_after_a_503_on_stderr(apiserver, host_kubelet):
+    """A host pod's create answered 503 is read back and sent again (rblnctl.kube.writes): that retry is a
+    `retrying: <why>` line on stderr like the watch's, not a silent pause; every node is still checked."""
+    seed(apiserver, nodes=2)
+    apiserver.inject_fault(method="POST", path=r"/namespaces/npu-checks/pods$", status=503,
+                           message="etcdserver: request timed out", times=1)
+    r = cli("preflight", "--hosts", "-n", "npu-checks", "-o", "json", server=apiserver.url)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    [retried] = [ln for ln in r.stderr.splitlines() if "retrying:" in ln]
+    assert "the create was answered 503" in retried and "request timed out" in retried, r.stderr
+    assert {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]}["hosts.pods"] == "PASS"
+    assert len(apiserver.requests_matching("POST", r"/namespaces/npu-checks/pods$")) == 3
+    assert host_pods(apiserver) == []
+
+
 def test_hosts_image_pull_failure_fails_the_run_with_the_reason(apiserver, host_kubelet):
     seed(apiserver, nodes=2)
     host_kubelet.image_pull["npu-0001"] = "ImagePullBackOff"

@@ -192,6 +192,24 @@ def test_each_retry_of_the_pods_watch_is_told_to_on_retry(apiserver, kube, kubel
     assert [(e.status, "leader changed" in str(e)) for e in heard] == [(500, True), (500, True)]
 
 
+@pytest.mark.parametrize("verb, path", [("POST", r"/namespaces/rbln-system/pods$"),
+                                        ("DELETE", r"/namespaces/rbln-system/pods/[^/]+$")], ids=["create", "delete"])
+def test_a_create_or_delete_answered_503_is_sent_again_and_told_to_on_retry(apiserver, kube, kubelet, verb, path):
+    """A pod's create (or delete) answered 503: read back, not there (not going), sent again; on_retry hears of it,
+    as of the watch's retries (the CLI's `retrying:` line), instead of a silent wait; every pod still runs and goes."""
+    nodes = add_nodes(apiserver, 2)
+    kube.clock = clock = FakeClock()
+    apiserver.inject_fault(method=verb, path=path, status=503, reason="ServiceUnavailable",
+                           message="etcdserver: request timed out", times=1)
+    heard: list[Exception] = []
+    run = runner(kube, clock=clock, on_retry=heard.append).run(nodes)
+    assert {o.state for o in run.outcomes} == {PodState.COMPLETED} and host_pods(apiserver) == []
+    assert len(apiserver.requests_matching(verb, path)) == 3  # two pods, one of them sent twice
+    [said] = [str(e) for e in heard]
+    what = "create" if verb == "POST" else "delete"
+    assert f"the {what} was answered 503" in said and "request timed out" in said and "attempt 2" in said, said
+
+
 def test_a_dropped_watch_is_reopened_where_it_stopped(apiserver, kube, healthy_root):
     """The watch's connection drops before its first event: reopened from the list's resourceVersion, not relisted."""
     nodes = add_nodes(apiserver, 2)

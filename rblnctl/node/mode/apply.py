@@ -55,6 +55,7 @@ class _Converging:
     pending: tuple[convergence.Pending, ...] = field(compare=False)
     not_ready: tuple[str, ...] = field(compare=False)
 
+
 @dataclass(kw_only=True)
 class ModeSwitcher:
     """Switch one node's NPU workload mode; options.drain.timeout_s bounds the whole apply()."""
