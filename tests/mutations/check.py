@@ -331,8 +331,8 @@ MUTATIONS: tuple[Mutation, ...] = (
                "test_sigterm_while_the_mark_is_written_leaves_no_mark_and_the_owners_stop_stands",)),
     Mutation(
         id="28.2", file="rblnctl/vm/attach/recovery.py",
-        old="                if life.settle_asked(plan.vm):  # the VM read back once: the stop landed",
-        new="                if True:",
+        old="        if life.settle_asked(plan.vm):  # the VM read back once: the stop landed",
+        new="        if True:",
         what="stopped mark: a stop still being served when the signal came is taken for landed (the VM 'started "
              "again', then the stop lands)",
         tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
@@ -358,15 +358,15 @@ MUTATIONS: tuple[Mutation, ...] = (
                "test_a_vm_its_owner_started_before_the_patch_is_not_changed_and_the_rerun_restarts_it",)),
     Mutation(
         id="37.m4", file="rblnctl/vm/attach/recovery.py",
-        old="                else:  # the mark stays, held by no run: the re-run this names takes it at once",
-        new="                elif False:  # the mark stays, held by no run: the re-run this names takes it at once",
+        old="        else:  # the mark stays, held by no run: the re-run this names takes it at once",
+        new="        elif False:  # the mark stays, held by no run: the re-run this names takes it at once",
         what="stopped mark: a run that leaves the VM stopped keeps holding its mark (its printed re-run refused)",
         tests=("tests/vm/test_stopped_mark.py::"
                "test_a_run_that_leaves_the_vm_stopped_releases_its_mark_so_the_printed_rerun_takes_it_at_once",)),
     Mutation(
         id="29.1", file="rblnctl/vm/attach/recovery.py",
-        old="        life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter",
-        new="        life = restarter",
+        old="        life = self.restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else self.restarter",
+        new="        life = self.restarter",
         what="clean-up: an interrupted restart retries its start for as long as an unresponsive virt-api answers 503",
         tests=("tests/vm/test_cleanup_deadline.py::"
                "test_an_interrupted_restart_gives_its_start_again_a_bounded_clean_up_and_says_what_is_left",)),
