@@ -56,9 +56,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_templates.py::test_a_running_vmi_naming_the_template_keeps_it",),
         notes="survived the suite before issue 23"),
     Mutation(
-        id="23.2", file="rblnctl/vm/attach/apply.py",
-        old="users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=ref.name,",
-        new="users = [] if True else self.template_users(ns, name, exclude=ref.name,",
+        id="23.2", file="rblnctl/vm/attach/template_writes.py",
+        old="users = [] if self.options.server_dry_run else self.reader.template_users(ns, name, exclude=ref.name,",
+        new="users = [] if True else self.reader.template_users(ns, name, exclude=ref.name,",
         what="template deletion: no re-read of the template's users just before deleting it",
         tests=("tests/vm/test_templates.py::test_a_vm_naming_the_template_after_plan_keeps_it",),
         notes="survived the suite before issue 23"),
@@ -71,9 +71,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived the suite before issue 23; the delete judges ownership twice since issue 37 (before the "
               "delete and on each re-read), so the one rule both ask is what is broken here"),
     Mutation(
-        id="23.2c", file="rblnctl/vm/attach/apply.py",
-        old="users = [] if self.options.server_dry_run else self.template_users(ns, name, exclude=ref.name,",
-        new="users = [] if False else self.template_users(ns, name, exclude=ref.name,",
+        id="23.2c", file="rblnctl/vm/attach/template_writes.py",
+        old="users = [] if self.options.server_dry_run else self.reader.template_users(ns, name, exclude=ref.name,",
+        new="users = [] if False else self.reader.template_users(ns, name, exclude=ref.name,",
         what="template deletion: a server dry run reads the template's users again before the (dry) delete",
         tests=("tests/vm/test_templates.py::test_a_server_dry_run_sends_the_delete_with_dry_run_and_keeps_the_template",),
         notes="no longer equivalent since the VM itself counts as a user (issue 37: a second run may put it back on "
@@ -182,8 +182,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         notes="survived issue 20's suite"),
     Mutation(
         id="20.8", file="rblnctl/vm/attach/apply.py",
-        old="        run = _Restart(ours=plan.start, confirmed=plan.start)",
-        new="        run = _Restart(ours=False, confirmed=plan.start)",
+        old="        run = RestartProgress(ours=plan.start, confirmed=plan.start)",
+        new="        run = RestartProgress(ours=False, confirmed=plan.start)",
         what="restart: a re-run does not start the VM an earlier run stopped and left stopped",
         tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
@@ -194,9 +194,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_restart.py::test_a_failure_after_the_stop_starts_the_vm_again",)),
     Mutation(
         id="20.10", file="rblnctl/vm/attach/apply.py",
-        old="                        self._mark(plan, MARK_STOPPED)  # (virt-controller moves observedGeneration "
+        old="                self._mark(plan, MARK_STOPPED)  # (virt-controller moves observedGeneration "
             "while a VMI is",
-        new="                        pass",
+        new="                pass",
         what="restart: the VM is stopped without the (certain) mark that lets a later run start it",
         tests=("tests/vm/test_restart.py::test_a_vm_that_cannot_be_started_again_says_how_and_the_next_run_starts_it",)),
     Mutation(
@@ -324,15 +324,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_stopped_mark.py::test_a_vm_started_and_stopped_by_hand_since_is_not_started_by_the_next_run",)),
     Mutation(
         id="28.1", file="rblnctl/vm/attach/apply.py",
-        old="                run.marked = True\n                self._mark(plan, MARK_STOPPING)",
-        new="                run.marked = False\n                self._mark(plan, MARK_STOPPING)",
+        old="        run.marked = True\n        self._mark(plan, MARK_STOPPING)",
+        new="        run.marked = False\n        self._mark(plan, MARK_STOPPING)",
         what="stopped mark: a signal as the mark lands leaves it on a VM rblnctl never stopped",
         tests=("tests/vm/test_restart_races.py::"
                "test_sigterm_while_the_mark_is_written_leaves_no_mark_and_the_owners_stop_stands",)),
     Mutation(
-        id="28.2", file="rblnctl/vm/attach/apply.py",
-        old="                if life.settle_asked(plan.vm):  # the VM read back once: the stop landed",
-        new="                if True:",
+        id="28.2", file="rblnctl/vm/attach/recovery.py",
+        old="        if life.settle_asked(plan.vm):  # the VM read back once: the stop landed",
+        new="        if True:",
         what="stopped mark: a stop still being served when the signal came is taken for landed (the VM 'started "
              "again', then the stop lands)",
         tests=("tests/vm/test_restart_races.py::test_interrupted_while_its_stop_is_served_the_recovery_it_prints_is_true",)),
@@ -343,13 +343,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         what="stopped mark: a second run takes a live run's mark for an abandoned one (no liveness)",
         tests=("tests/vm/test_stopped_mark.py::test_a_second_run_refuses_while_the_mark_is_held_live_and_writes_nothing",)),
     Mutation(
-        id="37.m2", file="rblnctl/vm/attach/apply.py",
+        id="37.m2", file="rblnctl/vm/attach/marker.py",
         old="            if other is not None and other.holder != self.identity and not other.expired:",
         new="            if False:",
         what="stopped mark: a run that planned before another run took the mark writes its own over the live holder's",
         tests=("tests/vm/test_stopped_mark.py::test_a_run_that_planned_before_another_took_the_mark_writes_nothing_over_it",)),
     Mutation(
-        id="37.m3", file="rblnctl/vm/attach/apply.py",
+        id="37.m3", file="rblnctl/vm/attach/patcher.py",
         old="            return writes.patch(VMS, name, patch[:1] + guards + patch[1:], patch_type=\"json\", "
             "namespace=ns)",
         new="            return writes.patch(VMS, name, patch[:1] + patch[1:], patch_type=\"json\", namespace=ns)",
@@ -357,23 +357,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_other_actors.py::"
                "test_a_vm_its_owner_started_before_the_patch_is_not_changed_and_the_rerun_restarts_it",)),
     Mutation(
-        id="37.m4", file="rblnctl/vm/attach/apply.py",
-        old="                else:  # the mark stays, held by no run: the re-run this names takes it at once",
-        new="                elif False:  # the mark stays, held by no run: the re-run this names takes it at once",
+        id="37.m4", file="rblnctl/vm/attach/recovery.py",
+        old="        else:  # the mark stays, held by no run: the re-run this names takes it at once",
+        new="        elif False:  # the mark stays, held by no run: the re-run this names takes it at once",
         what="stopped mark: a run that leaves the VM stopped keeps holding its mark (its printed re-run refused)",
         tests=("tests/vm/test_stopped_mark.py::"
                "test_a_run_that_leaves_the_vm_stopped_releases_its_mark_so_the_printed_rerun_takes_it_at_once",)),
     Mutation(
-        id="29.1", file="rblnctl/vm/attach/apply.py",
-        old="        life = restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else restarter",
-        new="        life = restarter",
+        id="29.1", file="rblnctl/vm/attach/recovery.py",
+        old="        life = self.restarter.bounded(C.CLEANUP_TIMEOUT_S) if interrupted else self.restarter",
+        new="        life = self.restarter",
         what="clean-up: an interrupted restart retries its start for as long as an unresponsive virt-api answers 503",
         tests=("tests/vm/test_cleanup_deadline.py::"
                "test_an_interrupted_restart_gives_its_start_again_a_bounded_clean_up_and_says_what_is_left",)),
     Mutation(
         id="28.4", file="rblnctl/vm/attach/apply.py",
-        old="                if restarter.ask_stop(plan.vm, uid=plan.uid):",
-        new="                if restarter.ask_stop(plan.vm, uid=plan.uid) or True:",
+        old="        if restarter.ask_stop(plan.vm, uid=plan.uid):",
+        new="        if restarter.ask_stop(plan.vm, uid=plan.uid) or True:",
         what="restart: a VM its owner stopped between the plan and the stop is started by rblnctl",
         tests=("tests/vm/test_restart_races.py::test_a_vm_its_owner_stopped_after_the_plan_is_changed_and_left_stopped",)),
     Mutation(
@@ -588,7 +588,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/vm/test_dra_other_actors.py::test_a_vm_started_after_the_read_is_not_patched_as_stopped",)),
     Mutation(
         id="37.d2", file="rblnctl/vm/attach/apply.py",
-        old="                self._still_the_vm(plan)",
+        old="                still_the_vm(self.reader, plan)",
         new="                pass",
         what="vm attach: a VM re-created after its patch is reported done (no read-back of the uid)",
         tests=("tests/vm/test_dra_other_actors.py::test_a_vm_recreated_after_its_patch_is_not_reported_done",)),

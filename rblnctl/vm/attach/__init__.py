@@ -21,8 +21,10 @@ keeps running, and the change applies at its next restart (rblnctl.vm.pending).
 
 The package is split as `policy set-method` is (rblnctl.method: plan.py pure, changer.py writes) and vm diagnose
 (facts, model): facts.py reads everything a plan judges into a frozen VmFacts; layout.py (the spec lists),
-templates.py (the ResourceClaimTemplates) and plan.py plan on those facts, pure; apply.py writes and settles;
-mark.py is the stopped mark's rule; model.py holds the options, plans and results.
+templates.py (the ResourceClaimTemplates) and plan.py plan on those facts, pure; apply.py sequences the writes, each
+step a module that writes and settles: template_writes.py (the templates), patcher.py (the VM's NPU patch), marker.py
+(the stopped mark; mark.py is its rule), readback.py (the VM read again around them) and recovery.py (the clean-up
+after a failure or an interruption); model.py holds the options, plans and results.
 """
 
 from rblnctl.vm.attach.apply import AttachPlanner, DetachPlanner

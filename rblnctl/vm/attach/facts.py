@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import overload
 
 from rblnctl import constants as C
 from rblnctl.clock import SYSTEM_CLOCK, Clock
@@ -78,11 +79,20 @@ class VmReader:
             self._claims = claim_index(self.kube, self.cluster_facts())
         return self._claims
 
-    def read(self, name: str, namespace: str) -> tuple[dict, dict | None]:
-        """The VM (NotFound, with the names it may have meant) and its VMI."""
+    @overload
+    def read(self, name: str, namespace: str) -> tuple[dict, dict | None]: ...
+
+    @overload
+    def read(self, name: str, namespace: str, *, missing_ok: bool) -> tuple[dict, dict | None] | None: ...
+
+    def read(self, name: str, namespace: str, *, missing_ok: bool = False) -> tuple[dict, dict | None] | None:
+        """The VM and its VMI (two GETs, the VM first). No such VM: NotFound, with the names it may have meant, or
+        with `missing_ok` None and no VMI read (a VM read back after a write whose absence is an answer)."""
         validate_name(name, kind="VirtualMachine")
         vm = self.kube.get_optional(VMS, name, namespace=namespace)
         if vm is None:
+            if missing_ok:
+                return None
             from rblnctl.vm.where import not_found
 
             raise not_found(self.kube, name, namespace)

@@ -1,7 +1,8 @@
 """The stopped mark of a VM rblnctl stops (C.VM_STOPPED_ANNOTATION) and the record of the template a VM left
 (C.VM_TEMPLATE_LEFT_ANNOTATION): their values, what they say, and the JSON patch tests of a VM held stopped (pure).
 
-The rule: docs/architecture.md, "VMs rblnctl stops". The writes are rblnctl.vm.attach.apply's.
+The rule: docs/architecture.md, "VMs rblnctl stops". The writes are rblnctl.vm.attach.marker's (the mark) and
+rblnctl.vm.attach.patcher's (the record, in the VM's NPU patch).
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ def virtctl_start(ref: VmRef) -> str:
 
 # -- options ----------------------------------------------------------------------------------------------
 
+RETRY_BACKOFF_S = 0.2  # a write's first wait after a conflict (the VM patch, a template delete); doubles
+
 
 @dataclass(frozen=True, kw_only=True)
 class WriteOptions:
