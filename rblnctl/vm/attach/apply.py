@@ -12,7 +12,7 @@ rblnctl.vm.attach.mark: a lease this run holds) and the start, the VM read back 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rblnctl.clock import SYSTEM_CLOCK, Clock
@@ -80,14 +80,6 @@ class AttachPlanner:
         if uid is not None and (vm.get("metadata") or {}).get("uid") != uid:
             raise replaced(ref_of(vm), while_)
         return vm, vmi
-
-    def template_users(self, namespace: str, template: str, *, exclude: str, vm_too: bool = False) -> list[str]:
-        """VmReader.template_users: who names `template` in the namespace."""
-        return self.reader.template_users(namespace, template, exclude=exclude, vm_too=vm_too)
-
-    def unused_templates(self, namespace: str, *, keep: Sequence[str | None] = ()) -> list[str]:
-        """VmReader.unused_templates: rblnctl's templates of the namespace no VM or VMI names."""
-        return self.reader.unused_templates(namespace, keep=keep)
 
     def clean_up_left(self, name: str, namespace: str, *, uid: str | None = None) -> list[str]:
         """Only delete the template the VM's last NPU patch moved it off and an interrupted run left (left_behind),
