@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rblnctl.host import pci
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.root import HostRoot
@@ -190,3 +192,20 @@ def test_a_holders_newline_and_escape_never_make_a_second_line(tmp_path):
     assert any("pid 4243 ([we ird]) has /dev/rbln0 open" in t for t in texts), texts
     forced = make(k, force=True).plan("bind", [A])
     assert forced.warnings and all("\n" not in w for w in forced.warnings), forced.warnings
+
+
+@pytest.mark.parametrize("where", [
+    "ata1/host0/target0:0:0/0:0:0:0/block/sda",  # an AHCI disk: its partition is 7 below the function
+    "host0/port-0:0/expander-0:0/port-0:0:0/end_device-0:0:0/target0:0:0/0:0:0:0/block/sda",  # SAS, expander: 10
+])
+def test_a_deep_class_devices_number_is_the_functions(tmp_path, where):
+    import os
+
+    k = npu_node(tmp_path, 1)
+    disk = k.pci_root / A / where
+    (disk / "sda1").mkdir(parents=True)
+    for d, number in ((disk, "8:0"), (disk / "sda1", "8:1")):
+        (d / "dev").write_text(number + "\n")
+        os.symlink("../../../../../class/block", d / "subsystem")
+    numbers = pci.device_numbers(k.sys, A)
+    assert {("b", os.makedev(8, 0)), ("b", os.makedev(8, 1))} <= numbers, numbers
