@@ -70,3 +70,16 @@ def test_a_pending_unbind_relays_the_request_to_the_vfio_users_request_channel(l
     assert "No device request channel registered" not in requests, requests
     linux.let_go(pid)
     assert linux.on(NPU0) == (None, None)  # the pending write completed once the user let go
+
+
+def test_a_holders_argv_with_a_newline_and_esc_stays_on_one_escaped_line(linux):
+    """/proc/<pid>/cmdline is the holder's to choose: its newline and CR must not forge a line of the refusal."""
+    argv0 = "vm\\x1b[2J\\nwarning: all clear\\rb"
+    pid = start_holder(linux, "argv", f"echo started > /run/kt/argv.ready; exec python3 -c \"import os; "
+                                      f"os.execv('/bin/sleep', ['{argv0}', '100000'])\" 3</dev/vda")
+    linux.sh(f"for i in $(seq 300); do grep -q all /proc/{pid}/cmdline && break; sleep 0.1; done; "
+             f"grep -q all /proc/{pid}/cmdline")
+    rc, out = linux.rblnctl("vfio", "bind", NPU0, "--yes")
+    assert rc == 1 and f"pid {pid} (vm\\x1b[2J warning: all clear b 100000) has /dev/vda open" in out, out
+    assert "\x1b" not in out and "\r" not in out, out
+    assert not any(line.startswith("warning: all clear") for line in out.splitlines()), out
