@@ -74,11 +74,11 @@ def test_a_pending_unbind_relays_the_request_to_the_vfio_users_request_channel(l
 
 def test_a_holders_argv_with_a_newline_and_esc_stays_on_one_escaped_line(linux):
     """/proc/<pid>/cmdline is the holder's to choose: its newline and CR must not forge a line of the refusal."""
-    argv0 = "vm\\x1b[2J\\nwarning: all clear\\rb"
-    pid = start_holder(linux, "argv", f"echo started > /run/kt/argv.ready; exec python3 -c \"import os; "
-                                      f"os.execv('/bin/sleep', ['{argv0}', '100000'])\" 3</dev/vda")
-    linux.sh(f"for i in $(seq 300); do grep -q all /proc/{pid}/cmdline && break; sleep 0.1; done; "
-             f"grep -q all /proc/{pid}/cmdline")
+    argv0 = r"vm\033[2J\nwarning: all clear\rb"  # bash's exec -a sets argv[0]; printf makes the bytes
+    pid = start_holder(linux, "argv", f"echo started > /run/kt/argv.ready; "
+                                      f"exec bash -c 'exec -a \"$(printf \"{argv0}\")\" sleep 100000' 3</dev/vda")
+    linux.sh(f"for i in $(seq 600); do grep -q all /proc/{pid}/cmdline && break; sleep 0.1; done; "
+             f"grep -q all /proc/{pid}/cmdline || {{ cat /run/kt/argv.log /proc/{pid}/cmdline; exit 1; }}")
     rc, out = linux.rblnctl("vfio", "bind", NPU0, "--yes")
     assert rc == 1 and f"pid {pid} (vm\\x1b[2J warning: all clear b 100000) has /dev/vda open" in out, out
     assert "\x1b" not in out and "\r" not in out, out
