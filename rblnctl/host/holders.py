@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rblnctl import constants as C
 from rblnctl.errors import InvalidInput
 from rblnctl.host import pci, procfs
 from rblnctl.host.pci import PciFunction
@@ -17,7 +18,7 @@ from rblnctl.host.root import HostRoot
 
 @dataclass(kw_only=True)
 class HolderFinder:
-    """Map PCI functions to the open files that pin them, from one scan of `<proc>/*/fd`.
+    """Map PCI functions to the processes that pin them, from one scan of `<proc>` (rblnctl.host.procfs).
 
     Found from the function itself, not from names: every device number under its sysfs subtree (the `dev`
     attribute of each class device: a disk, its partitions, an rbln node, its VFIO device cdev) and of its VFIO
@@ -27,8 +28,17 @@ class HolderFinder:
     class devices under the function's sysfs directory, or character devices whose
     `/sys/dev/char/<major>:<minor>` resolves under it), its VFIO group node `/dev/vfio/<group>` or its
     VFIO device cdev `/dev/vfio/devices/vfioN` (a running VM; an iommufd VMM opens the cdev only, see
-    pci.vfio_cdev_names), or a file under its sysfs directory (`resource0` mapped by a user-space driver).
+    pci.vfio_cdev_names), or a file under its sysfs directory (`config`, `resourceN`).
     fd link targets are the paths as the host sees them, so both `/dev/x` and `<root>/dev/x` match.
+
+    Two holders no open path shows: a file under the function's sysfs directory mapped into a process
+    (`/proc/<pid>/maps`: a BAR mapped through `resourceN` by a user-space driver, its fd closed since, as DPDK's
+    uio path does), and a VFIO device fd (`anon_inode:[vfio-device]`) whose group fd the user closed after
+    VFIO_GROUP_GET_DEVICE_FD: the kernel still blocks an unbind until that fd is closed. Its fdinfo names the
+    device from Linux 6.18 on (procfs.VFIO_DEVICE_FD); before, such an fd counts against every function on
+    vfio-pci that is enabled (an open vfio-pci device is: vfio_pci_core_enable calls pci_enable_device, and
+    vfio_pci_core_disable pci_disable_device, torvalds/linux v6.1 drivers/vfio/pci/vfio_pci_core.c), and the
+    holder says the kernel does not tell which device it is.
     """
 
     sysfs: Path
@@ -71,7 +81,22 @@ class HolderFinder:
 
             seen = {(h.pid, h.path) for h in found}
             found += [h for h in self.table.holders_where(under) if (h.pid, h.path) not in seen]
+            found += [h for h in self.table.holders_mapping(under) if (h.pid, h.path) not in seen]
+        found += self._vfio_fds(f, found, prefixes)
         return sorted(found, key=lambda h: (h.pid, h.path))
+
+    def _vfio_fds(self, f: PciFunction, found: list[Holder], prefixes: tuple[str, ...]) -> list[Holder]:
+        """The VFIO device fds that hold `f`: those whose fdinfo names it, and, when `f` is on vfio-pci and open
+        (enabled), those the kernel does not attribute, of processes not already listed for `f`."""
+        fds = self.table.vfio_device_holders()
+        if not fds:
+            return []
+        mine = {p.rstrip("/") for p in prefixes}
+        out = [h for h in fds if h.path in mine]
+        if f.driver == C.VFIO_DRIVER and _enable_count(self.sysfs, f.bdf) != "0":
+            pids = {h.pid for h in found} | {h.pid for h in out}
+            out += [h for h in fds if h.path == procfs.VFIO_DEVICE_FD and h.pid not in pids]
+        return out
 
     def _numbers(self, f: PciFunction) -> set[tuple[str, int]]:
         """The function's device numbers: every `dev` under its sysfs subtree, and its VFIO group's node."""
@@ -133,3 +158,11 @@ class HolderFinder:
                 break
         self._char_cache = out
         return out
+
+
+def _enable_count(sysfs: Path, bdf: str) -> str | None:
+    """The function's `enable` attribute (pci_dev enable_cnt), None when unreadable (then it may be open)."""
+    try:
+        return (pci.device_dir(sysfs, bdf) / "enable").read_text().strip()
+    except OSError:
+        return None

@@ -245,8 +245,12 @@ def _read_dev(path: Path) -> int | None:
         return None
 
 
-# How deep class devices sit below a function (virtio0/block/vda/vda1 is 4) and what never holds one.
-_MAX_CLASS_DEPTH = 6
+# How deep class devices sit below a function (virtio0/block/vda/vda1 is 4; an AHCI disk's partition,
+# ata1/host0/target0:0:0/0:0:0:0/block/sda/sda1, 7; a SAS disk's behind an expander, host0/port-0:0/expander-0:0/
+# port-0:0:0/end_device-0:0:0/target0:0:0/0:0:0:0/block/sda/sda1, 10) and what never holds one. The walk costs 43 ms
+# for an HBA of 64 such disks with 4 partitions each (855 directories, fake sysfs) against 5 ms at the old depth 6,
+# which found none of them.
+_MAX_CLASS_DEPTH = 12
 _NOT_DEVICE_DIRS = frozenset({"power", "msi_irqs", "link", "driver", "subsystem", "firmware_node", "iommu",
                               "iommu_group", "physfn", "consumer", "supplier", "holders", "slaves", "queue", "mq",
                               "trace", "integrity", "bdi"})

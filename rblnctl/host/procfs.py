@@ -1,4 +1,10 @@
-"""Read processes and their open files under a procfs root: who holds a device open; read-only."""
+"""Read processes and their open files under a procfs root: who holds a device open; read-only.
+
+Three things a process can hold a PCI function by, each read from procfs: an open file (`fd/<n>`: its link target
+and, for a device file, its number), a VFIO device fd (`fd/<n>` -> `anon_inode:[vfio-device]`, which the kernel
+attributes to a device in `fdinfo/<n>` from Linux 6.18 only), and a file mapped into its memory (`maps`: a BAR
+mapped through sysfs `resourceN`, whose fd may be closed since).
+"""
 
 from __future__ import annotations
 
@@ -8,31 +14,65 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rblnctl.errors import one_line
+
+# What `readlink /proc/<pid>/fd/<n>` shows for a VFIO device fd got from VFIO_GROUP_GET_DEVICE_FD: an anonymous inode
+# (torvalds/linux v6.1 drivers/vfio/vfio_main.c vfio_device_open: anon_inode_getfile("[vfio-device]", ...); seen so
+# on the kernel tier's 6.1.176). Its fdinfo names the device only from 6.18 on (`vfio-device-syspath: /sys/devices/
+# ...`, drivers/vfio/vfio_main.c vfio_device_show_fdinfo, "Applied to vfio next branch for v6.18" on the kvm list);
+# on 6.1 it holds pos, flags, mnt_id and ino only, and every anon inode shares one inode, so nothing says which.
+VFIO_DEVICE_FD = "anon_inode:[vfio-device]"
+_SYSPATH = "vfio-device-syspath:"
+
+# How a holder holds what `Holder.path` names.
+OPEN = "open"  # the path is open (an fd)
+MAPPED = "mapped"  # the path is mapped into the process's memory (/proc/<pid>/maps), its fd maybe closed since
+VFIO_FD = "vfio-device"  # a VFIO device fd; path: the device's sysfs path when the kernel says it, else VFIO_DEVICE_FD
+
 
 @dataclass(frozen=True, kw_only=True)
 class Process:
-    """One process: pid, `comm`, the command line, the targets of its open file descriptors, and the device numbers
-    of those that are device files (`("c" or "b", st_rdev, link target)`, from stat of `/proc/<pid>/fd/<n>`)."""
+    """One process: pid, `comm`, the command line, the targets of its open file descriptors, the device numbers
+    of those that are device files (`("c" or "b", st_rdev, link target)`, from stat of `/proc/<pid>/fd/<n>`), the
+    sysfs files mapped into its memory (`/proc/<pid>/maps`), and its VFIO device fds (each the device's sysfs path
+    when the kernel's fdinfo names it, else None)."""
 
     pid: int
     comm: str
     cmdline: str  # argv joined with spaces; empty for kernel threads
     open_paths: tuple[str, ...] = ()
     open_devices: tuple[tuple[str, int, str], ...] = ()
+    mapped_paths: tuple[str, ...] = ()
+    vfio_devices: tuple[str | None, ...] = ()
 
     @property
     def command(self) -> str:
-        """The command line, or `[comm]` (as ps shows it) when there is none."""
-        return self.cmdline or f"[{self.comm}]"
+        """The command line, or `[comm]` (as ps shows it) when there is none; on one line (whitespace runs folded,
+        as a table cell is): an argv holding a newline or CR would otherwise forge lines in a refusal."""
+        return one_line(self.cmdline) or f"[{one_line(self.comm)}]"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Holder:
-    """A process that has a path open."""
+    """A process that holds a path: has it open, has it mapped, or (VFIO_FD) holds a VFIO device fd."""
 
     pid: int
     command: str
     path: str
+    how: str = OPEN
+
+    @property
+    def text(self) -> str:
+        """`pid N (command) has PATH open` and its kin, on one line (the path folded as the command is)."""
+        who = f"pid {self.pid} ({self.command})"
+        path = one_line(self.path)
+        if self.how == MAPPED:
+            return f"{who} has {path} mapped"
+        if self.how == VFIO_FD:
+            if self.path == VFIO_DEVICE_FD:
+                return f"{who} holds a VFIO device fd (which device the kernel does not say)"
+            return f"{who} holds the VFIO device fd of {path}"
+        return f"{who} has {path} open"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,13 +109,27 @@ class ProcessTable:
                for path, procs in self._by_path.items() if match(path) for p in procs]
         return sorted(out, key=lambda h: (h.pid, h.path))
 
+    def holders_mapping(self, match: Callable[[str], bool]) -> list[Holder]:
+        """Processes with a mapped file for which `match(path)` is true (how MAPPED), by pid."""
+        out = [Holder(pid=p.pid, command=p.command, path=path, how=MAPPED)
+               for p in self.processes for path in p.mapped_paths if match(path)]
+        return sorted(out, key=lambda h: (h.pid, h.path))
+
+    def vfio_device_holders(self) -> list[Holder]:
+        """Every VFIO device fd (how VFIO_FD; path the device's sysfs path, or VFIO_DEVICE_FD when the kernel does not
+        say which device), one per process and device, by pid."""
+        out = {(p.pid, d or VFIO_DEVICE_FD): Holder(pid=p.pid, command=p.command, path=d or VFIO_DEVICE_FD, how=VFIO_FD)
+               for p in self.processes for d in p.vfio_devices}
+        return sorted(out.values(), key=lambda h: (h.pid, h.path))
+
     def matching(self, needle: str) -> list[Process]:
         """Processes whose comm or command line contains `needle`."""
         return [p for p in self.processes if needle in p.comm or needle in p.cmdline]
 
 
 def scan(proc: Path, *, open_files: bool = True) -> ProcessTable:
-    """Read every `<proc>/<pid>` once: comm, cmdline and (with open_files) each `fd/*` link target.
+    """Read every `<proc>/<pid>` once: comm, cmdline and (with open_files) each `fd/*` link target, the `fdinfo` of
+    each VFIO device fd and the sysfs files in `maps`.
 
     `proc` is the host's procfs (`HostRoot.proc`); a missing one is an empty table.
 
@@ -99,6 +153,8 @@ def scan(proc: Path, *, open_files: bool = True) -> ProcessTable:
         cmdline = _read_cmdline(base / "cmdline")
         paths: tuple[str, ...] = ()
         devices: tuple[tuple[str, int, str], ...] = ()
+        mapped: tuple[str, ...] = ()
+        vfio: tuple[str | None, ...] = ()
         if open_files:
             links = _fd_targets(base / "fd")
             if links is None:
@@ -106,7 +162,10 @@ def scan(proc: Path, *, open_files: bool = True) -> ProcessTable:
             else:
                 paths = tuple(target for _, target in links)
                 devices = tuple(dev for dev in (_device(base / "fd" / n, t) for n, t in links) if dev)
-        p = Process(pid=pid, comm=comm, cmdline=cmdline, open_paths=paths, open_devices=devices)
+                vfio = tuple(_vfio_syspath(base / "fdinfo" / n) for n, t in links if t == VFIO_DEVICE_FD)
+                mapped = _sysfs_mappings(base / "maps")
+        p = Process(pid=pid, comm=comm, cmdline=cmdline, open_paths=paths, open_devices=devices, mapped_paths=mapped,
+                    vfio_devices=vfio)
         processes.append(p)
         for path in dict.fromkeys(paths):
             by_path.setdefault(path, []).append(p)
@@ -133,6 +192,40 @@ def _device(fd: Path, target: str) -> tuple[str, int, str] | None:
     if stat.S_ISBLK(st.st_mode):
         return "b", st.st_rdev, target
     return None
+
+
+def _vfio_syspath(fdinfo: Path) -> str | None:
+    """The `vfio-device-syspath:` a VFIO device fd's fdinfo names (Linux 6.18+), else None."""
+    try:
+        text = fdinfo.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(_SYSPATH):
+            return line[len(_SYSPATH):].strip().rstrip("/") or None
+    return None
+
+
+def _sysfs_mappings(maps: Path) -> tuple[str, ...]:
+    """The files under `/sys/` mapped into a process (`maps`: `start-end perms offset dev inode path`), each once.
+
+    A BAR mapped through sysfs `resourceN` shows here as `/sys/devices/<...>/<bdf>/resourceN` for as long as the
+    mapping lives, its fd closed or not (fs/proc/task_mmu.c show_map_vma); a line's path may hold spaces, the
+    kernel writes a newline in it as `\\012`. Only lines naming `/sys/` are split: the rest is libraries."""
+    try:
+        data = maps.read_bytes()
+    except OSError:
+        return ()
+    if b" /sys/" not in data:
+        return ()
+    out: dict[str, None] = {}
+    for line in data.decode(errors="replace").splitlines():
+        if " /sys/" not in line:
+            continue
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/sys/"):
+            out[fields[5]] = None
+    return tuple(out)
 
 
 def _read_text(path: Path) -> str | None:

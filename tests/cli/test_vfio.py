@@ -530,3 +530,14 @@ def test_dry_run_server_is_refused_naming_the_host_not_an_unknown_option(tmp_pat
     r = cli("vfio", "bind", "--all", "--root", str(tmp_path), "--dry-run=server")
     assert r.exit_code == 2 and "--dry-run=server needs an API server; `bind` changes this host" in r.stderr
     assert "--server-dry-run" not in r.stderr
+
+
+def test_a_holders_argv_cannot_forge_a_line_or_move_the_cursor(k):
+    """A holder chooses its argv: ESC is escaped and a newline or CR folded, so each refusal stays one line."""
+    k.add_process(4242, "vm", ["/dev/rbln0"], cmdline=["vm\x1b[2J", "a\nwarning: all clear\rb"])
+    r = vfio(k, "bind", A, "--yes")
+    assert r.exit_code == 1 and "\x1b" not in r.stderr and "\r" not in r.stderr, r.stderr
+    assert "pid 4242 (vm\\x1b[2J a warning: all clear b) has /dev/rbln0 open" in r.stderr, r.stderr
+    assert not any(line.startswith("warning: all clear") for line in r.stderr.splitlines()), r.stderr
+    r = vfio(k, "bind", A, "--yes", "--force")
+    assert r.exit_code == 0 and not any(line.startswith("warning: all clear") for line in r.stderr.splitlines())

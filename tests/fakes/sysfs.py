@@ -311,15 +311,27 @@ class SimKernel:
                 self._link_group(dev)
 
     def add_process(self, pid: int, comm: str, open_paths: tuple[str, ...] | list[str] = (),
-                    cmdline: list[str] | None = None) -> None:
-        """Add `proc/<pid>` with comm, cmdline and one `fd/<n>` link per open path (targets as the host sees them)."""
+                    cmdline: list[str] | None = None, *, mapped: tuple[str, ...] | list[str] = (),
+                    vfio_devices: tuple[str | None, ...] | list[str | None] = ()) -> None:
+        """Add `proc/<pid>` with comm, cmdline and one `fd/<n>` link per open path (targets as the host sees them), a
+        `maps` with a shared mapping of each `mapped` path (a BAR mapped through sysfs resourceN) among a library's,
+        and per `vfio_devices` entry a VFIO device fd (`anon_inode:[vfio-device]`) whose `fdinfo` names that sysfs
+        path as Linux 6.18+ does (`vfio-device-syspath:`), or only pos/flags/mnt_id/ino as 6.1 does (None)."""
         p = self.proc / str(pid)
         (p / "fd").mkdir(parents=True)
+        (p / "fdinfo").mkdir()
         (p / "comm").write_text(comm + "\n")
         argv = [comm] if cmdline is None else cmdline  # [] is a kernel thread: empty cmdline
         (p / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
-        for i, target in enumerate(["/dev/null", *open_paths]):
+        info = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t9633\n"  # a VFIO device fd's on 6.1 (the kernel tier)
+        fds = [(t, None) for t in ["/dev/null", *open_paths]] + [("anon_inode:[vfio-device]", d) for d in vfio_devices]
+        for i, (target, syspath) in enumerate(fds):
             os.symlink(target, p / "fd" / str(i))
+            (p / "fdinfo" / str(i)).write_text(info + (f"vfio-device-syspath: {syspath}\n" if syspath else ""))
+        lines = ["55d0c0a00000-55d0c0a21000 r-xp 00000000 fd:01 1835 /usr/lib/x86_64-linux-gnu/libc.so.6"]
+        lines += [f"7fbe402f{i:x}000-7fbe402f{i + 1:x}000 rw-s fe800000 00:14 {11426 + i:<26}{path}"
+                  for i, path in enumerate(mapped)]
+        (p / "maps").write_text("".join(line + "\n" for line in lines))
 
     def exit_process(self, pid: int) -> None:
         """Process `pid` exits: its fds close, and an unbind a VFIO user blocked (`blocked`) completes once no user

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rblnctl.host import pci
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.root import HostRoot
 from tests.fakes.sysfs import npu_node
 
-A, B = "0000:3b:00.0", "0000:3c:00.0"
+A, B, C3 = "0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0"
 
 
 def finder(k) -> HolderFinder:
@@ -99,3 +101,111 @@ def test_only_vfio_cdev_names_are_taken_from_vfio_dev(tmp_path):
     for name in ("vfio3", "noiommu-vfio4", "power", "vfio3x"):
         (k.pci_root / A / "vfio-dev" / name).mkdir(parents=True, exist_ok=True)
     assert pci.vfio_cdev_names(k.sys, A) == ["noiommu-vfio4", "vfio3"]
+
+
+def test_a_bar_mapped_through_resource_n_and_closed_shows_in_maps(tmp_path):
+    """DPDK's uio path mmaps <bdf>/resourceN and closes the fd: only /proc/<pid>/maps still shows it."""
+    k = npu_node(tmp_path, 2)
+    k.add_process(99, "dpdk-app", mapped=[f"/sys/devices/pci0000:00/{A}/resource0",
+                                          f"/sys/devices/pci0000:00/{A}/resource2_wc"])
+    k.add_process(98, "other", mapped=[f"/sys/devices/pci0000:00/{A}/0000:3c:00.0/resource0"])  # behind a bridge
+    f = finder(k)
+    held = f.holders(pci.read_function(k.sys, A))
+    assert [(h.pid, h.path, h.how) for h in held] == [
+        (99, f"/sys/devices/pci0000:00/{A}/resource0", "mapped"),
+        (99, f"/sys/devices/pci0000:00/{A}/resource2_wc", "mapped")]
+    assert held[0].text == f"pid 99 (dpdk-app) has /sys/devices/pci0000:00/{A}/resource0 mapped"
+    assert f.holders(pci.read_function(k.sys, B)) == []
+
+
+def test_maps_lines_keep_paths_with_spaces_and_skip_everything_but_sysfs(tmp_path):
+    from rblnctl.host import procfs
+
+    k = npu_node(tmp_path, 1)
+    k.add_process(5, "app")
+    (k.proc / "5" / "maps").write_text(
+        "7f00-7f01 r--p 00000000 fd:01 1 /usr/lib/locale/C.utf8/LC_CTYPE\n"
+        "7f01-7f02 rw-p 00000000 00:00 0 \n"
+        "7f02-7f03 rw-s 00000000 00:05 7 /dev/zero (deleted)\n"
+        "7f03-7f04 rw-s fe800000 00:14 11426                      /sys/devices/pci0000:00/x y/resource4\n"
+        "7f04-7f05 rw-s fe800000 00:14 11426                      /sys/devices/pci0000:00/x y/resource4\n"
+        "7ffd-7ffe r--p 00000000 00:00 0                          [vvar]\n")
+    [p] = [p for p in procfs.scan(k.proc).processes if p.pid == 5]
+    assert p.mapped_paths == ("/sys/devices/pci0000:00/x y/resource4",)
+
+
+def test_a_vfio_device_fd_the_kernel_attributes_in_fdinfo_holds_that_function_only(tmp_path):
+    """Linux 6.18+ names the device in a VFIO device fd's fdinfo (`vfio-device-syspath:`)."""
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 2)
+    assert make(k).apply(make(k).plan("bind", [A, B])).ok
+    k.add_process(3200, "qemu", ["/dev/vfio/vfio"], vfio_devices=[f"/sys/devices/pci0000:00/{B}"])
+    f = finder(k)
+    assert f.holders(pci.read_function(k.sys, A)) == []
+    [h] = f.holders(pci.read_function(k.sys, B))
+    assert (h.pid, h.how) == (3200, "vfio-device")
+    assert h.text == f"pid 3200 (qemu) holds the VFIO device fd of /sys/devices/pci0000:00/{B}"
+    assert any("pid 3200 (qemu) holds the VFIO device fd" in x for x in map(str, make(k).plan("unbind", [B]).blockers))
+    assert not make(k).plan("unbind", [A]).blockers
+
+
+def test_an_unattributed_vfio_device_fd_holds_every_open_function_on_vfio_pci(tmp_path):
+    """A VFIO user that closed its group fd after VFIO_GROUP_GET_DEVICE_FD keeps only `anon_inode:[vfio-device]`
+    (and the container): on 6.1 its fdinfo does not say which device, so it holds every function on vfio-pci that
+    is enabled (open), said honestly; not one whose `enable` is 0, nor one on a host driver."""
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 3)
+    assert make(k).apply(make(k).plan("bind", [A, B])).ok
+    (k.pci_root / A / "enable").write_text("1\n")
+    (k.pci_root / B / "enable").write_text("0\n")
+    k.add_process(4100, "vmm", ["/dev/vfio/vfio"], vfio_devices=[None])
+    k.add_process(4200, "qemu", ["/dev/vfio/vfio", "/dev/vfio/20"], vfio_devices=[None])  # A's group: listed once
+    f = finder(k)
+    held = f.holders(pci.read_function(k.sys, A))
+    assert [(h.pid, h.path) for h in held] == [(4100, "anon_inode:[vfio-device]"), (4200, "/dev/vfio/20")]
+    assert held[0].text == "pid 4100 (vmm) holds a VFIO device fd (which device the kernel does not say)"
+    assert f.holders(pci.read_function(k.sys, B)) == []
+    assert f.holders(pci.read_function(k.sys, C3)) == []  # on its host driver
+    (k.pci_root / B / "enable").unlink()  # unreadable: it may be open
+    assert [h.pid for h in finder(k).holders(pci.read_function(k.sys, B))] == [4100, 4200]
+    plan = make(k).plan("unbind", [A])
+    assert any("0000:3b:00.0 is in use: pid 4100 (vmm) holds a VFIO device fd (which device the kernel does not "
+               "say); stop it first" == str(x) for x in plan.blockers), plan.blockers
+    forced = make(k, force=True).plan("unbind", [A])
+    assert any("asks that process every 10 s to release the device" in w for w in forced.warnings), forced.warnings
+
+
+def test_a_holders_newline_and_escape_never_make_a_second_line(tmp_path):
+    """argv is the holder's to choose: a newline (or CR) in it would forge a line of rblnctl's output."""
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 1)
+    k.add_process(4242, "vm\nx", ["/dev/rbln0"], cmdline=["vm\x1b[2J", "a\nb\rc", "--x"])
+    [h] = finder(k).holders(pci.read_function(k.sys, A))
+    assert h.command == "vm\x1b[2J a b c --x"  # ESC stays for the terminal's escaping (rblnctl.cli.sanitize)
+    k.add_process(4243, "we\nird", ["/dev/rbln0"], cmdline=[])
+    plan = make(k).plan("bind", [A])
+    texts = [str(x) for x in plan.blockers]
+    assert texts and all("\n" not in t and "\r" not in t for t in texts), texts
+    assert any("pid 4243 ([we ird]) has /dev/rbln0 open" in t for t in texts), texts
+    forced = make(k, force=True).plan("bind", [A])
+    assert forced.warnings and all("\n" not in w for w in forced.warnings), forced.warnings
+
+
+@pytest.mark.parametrize("where", [
+    "ata1/host0/target0:0:0/0:0:0:0/block/sda",  # an AHCI disk: its partition is 7 below the function
+    "host0/port-0:0/expander-0:0/port-0:0:0/end_device-0:0:0/target0:0:0/0:0:0:0/block/sda",  # SAS, expander: 10
+])
+def test_a_deep_class_devices_number_is_the_functions(tmp_path, where):
+    import os
+
+    k = npu_node(tmp_path, 1)
+    disk = k.pci_root / A / where
+    (disk / "sda1").mkdir(parents=True)
+    for d, number in ((disk, "8:0"), (disk / "sda1", "8:1")):
+        (d / "dev").write_text(number + "\n")
+        os.symlink("../../../../../class/block", d / "subsystem")
+    numbers = pci.device_numbers(k.sys, A)
+    assert {("b", os.makedev(8, 0)), ("b", os.makedev(8, 1))} <= numbers, numbers

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rblnctl import constants as C
-from rblnctl.errors import HostError
-from rblnctl.host import iommu_advice, pci, system
+from rblnctl.errors import HostError, one_line
+from rblnctl.host import iommu_advice, pci, procfs, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.pci import PciFunction
 from rblnctl.host.root import HostRoot
@@ -30,12 +30,13 @@ class Gate:
     warnings: list[str] = field(default_factory=list)
 
     def block(self, message: str, *, bdfs: Sequence[str] = (), override: str | None = None) -> None:
-        """Refuse the plan (only the named devices, when `bdfs` is given; every change otherwise)."""
-        self.blockers.append(DeviceBlocker(message, override, tuple(bdfs)))
+        """Refuse the plan (only the named devices, when `bdfs` is given; every change otherwise). One line: host
+        text in it (a holder's argv) may hold a newline, which would forge a line of its own on a terminal."""
+        self.blockers.append(DeviceBlocker(one_line(message), override, tuple(bdfs)))
 
     def warn(self, message: str) -> None:
-        """Note something that does not refuse the plan."""
-        self.warnings.append(message)
+        """Note something that does not refuse the plan (one line, as a blocker is)."""
+        self.warnings.append(one_line(message))
 
 
 def check_rbln(gate: Gate, fns: Sequence[PciFunction], verb: str, *, forced: bool, overridable: bool = True) -> None:
@@ -102,28 +103,40 @@ def check_drivers_loaded(gate: Gate, sysfs: Path, targets: Mapping[str, Sequence
 
 def check_holders(gate: Gate, finder: HolderFinder, fns: Sequence[PciFunction], *, forced: bool,
                   overridable: bool = True) -> None:
-    """No process may hold a device open (a workload on its /dev node, a VM on its VFIO group, a mapped BAR).
+    """No process may hold a device (a workload on its /dev node, a VM on its VFIO group or device fd, a mapped BAR).
 
     `overridable` False: the operation cannot be forced, so the blocker names no override.
     """
     found: list[tuple[str, tuple[str, ...]]] = []
+    vfio_users = False
     for f in fns:
         for h in finder.holders(f):
-            found.append((f"{f.bdf} is in use: pid {h.pid} ({h.command}) has {h.path} open", (f.bdf,)))
+            found.append((f"{f.bdf} is in use: {h.text}", (f.bdf,)))
+            vfio_users = vfio_users or h.how == procfs.VFIO_FD or "/vfio/" in h.path
     if any(f.driver not in (None, C.VFIO_DRIVER) for f in fns):
         for h in finder.unattributed(pci.npu_bdfs(finder.sysfs)):
-            found.append((f"pid {h.pid} ({h.command}) has {h.path} open and rblnctl cannot tell which PCI "
-                          "function it belongs to", ()))
+            found.append((f"{h.text} and rblnctl cannot tell which PCI function it belongs to", ()))
     if forced:
         for text, _ in found:
             gate.warn(f"{text}; going ahead because it is forced")
-        if any("/vfio/" in t for t, _ in found):
-            gate.warn("the kernel waits for a process holding a VFIO device to let go, so a write may block")
+        if vfio_users:
+            gate.warn(FORCED_VFIO_USER)
     else:
         for text, bdfs in found:
             gate.block(f"{text}; stop it first", bdfs=bdfs, override=FORCE if overridable else None)
     if finder.incomplete:
         gate.warn(f"could not read the open files of {finder.incomplete} processes: holders may be missed")
+
+
+# While a VFIO user holds the device, the kernel's unbind waits for it, and every 10 s asks it to let go: it calls the
+# driver's request op (torvalds/linux v6.1 drivers/vfio/vfio_main.c vfio_unregister_group_dev), which for vfio-pci
+# signals the request eventfd the user registered (VFIO_PCI_REQ_IRQ_INDEX; drivers/vfio/pci/vfio_pci_core.c
+# vfio_pci_core_request: dmesg "Relaying device request to user", or "No device request channel registered" once
+# when there is none). QEMU registers one and answers by asking the guest to hot-unplug the device (qemu/qemu
+# hw/vfio/pci.c vfio_req_notifier_handler -> qdev_unplug), so forcing takes the NPU out of a running VM.
+FORCED_VFIO_USER = ("the kernel waits for a process holding a VFIO device to let go, so a write may block; meanwhile "
+                    "it asks that process every 10 s to release the device, and a VM (QEMU) answers by asking its "
+                    "guest to hot-unplug the NPU: forcing takes it away from the running VM")
 
 
 def check_groups(gate: Gate, sysfs: Path, fns: Sequence[PciFunction], requested: set[str]) -> None:
