@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
 
 from rblnctl.errors import HostError
 
-POLL_S = 0.02  # how often the parent looks whether the child finished
 MAX_ANSWER = 4096  # what a child may hand back (a sysfs attribute is at most a page)
 
 
@@ -56,18 +56,24 @@ def run_bounded(action: Callable[[], bytes], bound_s: float) -> bytes:
         os._exit(code)
     os.close(w)
     try:
+        # the pipe ends (EOF) when the child exits: wait on it rather than poll, so an answer costs no sleep
+        answer = b""
         deadline = time.monotonic() + bound_s
         while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(status)
-                if code == 0:
-                    return os.read(r, MAX_ANSWER)
-                err = code if code > 0 else errno.EINTR
-                raise OSError(err, os.strerror(err))
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise StillBlocked(f"still blocked in the kernel after {bound_s:g} s", pid=pid)
-            time.sleep(POLL_S)
+            if not select.select([r], [], [], left)[0]:
+                continue
+            chunk = os.read(r, MAX_ANSWER)
+            if not chunk:
+                break
+            answer += chunk
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if code == 0:
+            return answer[:MAX_ANSWER]
+        err = code if code > 0 else errno.EINTR
+        raise OSError(err, os.strerror(err))
     except KeyboardInterrupt as e:  # the caller records the child it leaves waiting (rblnctl.host.vfio.binder)
         e.blocked_pid = pid  # type: ignore[attr-defined]
         raise
