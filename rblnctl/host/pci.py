@@ -348,12 +348,15 @@ def read_override(path: Path, driver: str | None) -> tuple[str | None, str | Non
     """A function's driver_override (`path`) -> (text, None), or (None, OVERRIDE_UNKNOWN) when it did not answer.
 
     The read takes the device lock (torvalds/linux v6.1 drivers/pci/pci-sysfs.c driver_override_show()), which an
-    unbind holds for as long as it waits; only an unbind from a vfio driver waits for a user (until every VFIO user
-    lets go: drivers/vfio/vfio_main.c vfio_unregister_group_dev()). So the override of a function on a vfio driver is
+    unbind holds for as long as it waits; an unbind from a vfio driver waits until every VFIO user lets go
+    (drivers/vfio/vfio_main.c vfio_unregister_group_dev()), and the kernel removes the `driver` link before the
+    driver's remove runs (drivers/base/dd.c __device_release_driver(): driver_sysfs_remove() before
+    device_remove()), so while it waits the function shows no driver (measured on the kernel tier); a probe in
+    progress holds the lock before the link appears. So the override of a function on a vfio driver or on none is
     read in a child process with a bound (rblnctl.host.bounded, as the writes that can block are): one fork per
-    such function; any other function's is read directly (the vendor, class, driver link, group and config reads
-    take no device lock)."""
-    if not is_vfio_driver(driver):
+    such function; a function on another driver is read directly (the vendor, class, driver link, group and config
+    reads take no device lock)."""
+    if driver is not None and not is_vfio_driver(driver):
         return _read(path), None
     try:
         return run_bounded(lambda: path.read_bytes(), OVERRIDE_READ_BOUND_S).decode(errors="replace").strip(), None

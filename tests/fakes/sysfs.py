@@ -16,7 +16,8 @@ the value the way the PCI core does, then performs the effect on the tree:
 - `drivers/<d>/unbind`: ENODEV unless the function is bound to <d>; else detaches it. An unbind from vfio-pci
   while a process holds the function's `dev/vfio/<group>` open blocks in the kernel until it lets go: here a
   bounded write raises WriteStillBlocked at once (naming the blocked writer, a process under proc/ with a `stat`)
-  and an unbounded one fails the test (it would hang). Until the unbind finishes, the function's `driver_override`
+  and an unbounded one fails the test (it would hang). While it waits the function has no `driver` link (the
+  kernel removes it before the driver's remove runs). Until the unbind finishes, the function's `driver_override`
   is a FIFO with no writer: reading it blocks, as the kernel's read waits for the device lock the unbind holds
   (torvalds/linux v6.1 drivers/pci/pci-sysfs.c driver_override_show()); `release_readers()` lets a test's leftover
   readers go.
@@ -458,6 +459,11 @@ class SimKernel:
                     assert bound_s is not None, f"unbind of {dev.bdf} would block forever: a VFIO user holds it"
                     self.blocked.append(dev.bdf)
                     self._block_override(dev)
+                    # the kernel drops the driver links before the driver's remove runs (drivers/base/dd.c
+                    # __device_release_driver(): driver_sysfs_remove() before device_remove()): while the unbind
+                    # waits the function shows no driver
+                    (self.pci_root / dev.bdf / "driver").unlink()
+                    (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink()
                     pid = 30000 + len(self.writes)
                     self.add_process(pid, "rblnctl")
                     _write(self.proc / str(pid) / "stat", f"{pid} (rblnctl) D 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 "
@@ -558,8 +564,8 @@ class SimKernel:
     def _detach(self, dev: SimDevice) -> None:
         d = self.pci_root / dev.bdf
         drv = dev.driver
-        (d / "driver").unlink()
-        (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink()
+        (d / "driver").unlink(missing_ok=True)  # gone already when an unbind was blocked
+        (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink(missing_ok=True)
         dev.driver = None
         if drv == HOST_DRIVER:
             shutil.rmtree(d / "rbln", ignore_errors=True)

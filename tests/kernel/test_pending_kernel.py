@@ -70,9 +70,10 @@ def unbind_by_another_tool(host, bdf: str) -> None:
         return
     pid = start_holder(host, "unbind", f"exec sh -c 'echo x > /run/kt/unbind.ready; echo {bdf} > "
                        "/sys/bus/pci/drivers/vfio-pci/unbind'")
-    # until its write sleeps in the kernel (state D), holding the device lock
-    host.sh(f"for i in $(seq 100); do grep -q '^State:.D' /proc/{pid}/status && break; sleep 0.1; done; "
-            f"grep '^State:.D' /proc/{pid}/status")
+    # until it sleeps in its write(2) (syscall 1 on x86-64), holding the device lock: the wait is interruptible
+    # (state S) until a first signal, then uninterruptible (drivers/vfio/vfio_main.c vfio_unregister_group_dev())
+    host.sh(f"for i in $(seq 100); do read n rest < /proc/{pid}/syscall; [ \"$n\" = 1 ] && break; sleep 0.1; done; "
+            f"read n rest < /proc/{pid}/syscall; [ \"$n\" = 1 ]")
 
 
 # --- the binder's side, on the simulator alone (no machine: what only its seams show) ---------------------------
