@@ -127,14 +127,20 @@ class VfioBinder:
             except ValueError:
                 raise InvalidInput(f"unknown mode {mode!r}: expected container or vm") from None
             plan = self._plan_recover(bdfs, all_devices, wanted)
+        # a function held back is a row of its own: skipped by --all (the others go ahead), refused when named
         gate = Gate()
+        held = []
         for f in self._held_back:
             if all_devices:
                 gate.warn(f"{f.bdf}: {f.override_unknown}; left out of this run")
+                held.append(steps.device_plan(f, Action.SKIP, f.driver, note=f"{f.override_unknown}; left out"))
             else:
                 gate.block(f"{f.bdf}: {f.override_unknown}; nothing changes it until then (run the command again "
                            "after that)", bdfs=(f.bdf,))
-        return replace(plan, blockers=(*gate.blockers, *plan.blockers), warnings=(*gate.warnings, *plan.warnings))
+                held.append(steps.device_plan(f, Action(op.value), None, note=str(f.override_unknown)))
+        devices = tuple(sorted((*plan.devices, *held), key=lambda d: d.bdf)) if held else plan.devices
+        return replace(plan, devices=devices, blockers=(*gate.blockers, *plan.blockers),
+                       warnings=(*gate.warnings, *plan.warnings))
 
     def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
