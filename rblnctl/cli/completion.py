@@ -254,7 +254,8 @@ def complete_bdfs(ctx: typer.Context, incomplete: str) -> list[str]:
 
         root = HostRoot.of(Path(ctx.params.get("root") or C.HOST_ROOT))
         typed = set(ctx.params.get("bdfs") or [])
-        return [f.bdf for f in pci.list_functions(root.sys) if f.is_rbln_npu and f.bdf not in typed]
+        # vendor and class only: a TAB never waits on a device lock (pci.npu_bdfs)
+        return [b for b in pci.npu_bdfs(root.sys) if b not in typed]
 
     return _starting(_quietly(bdfs), incomplete)
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput, NotFound
+from rblnctl.host.bounded import StillBlocked, run_bounded
 
 _BDF = re.compile(r"(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 # Kernel driver names as they appear under /sys/bus/pci/drivers (vfio-pci, rebellions, nvme, 8250_pci, ...).
@@ -64,6 +66,9 @@ class PciFunction:
     model: str | None  # from the RBLN device-ID table, e.g. "CA22"
     function: str | None  # "PF" or "VF" for RBLN devices
     header_type: int | None = None  # config space byte 0x0e, low 7 bits (None: `config` unreadable or short)
+    # why driver_override was not read (then driver_override is None): an unbind of it is pending, or the kernel
+    # held the device lock past the bound (read_function)
+    override_unknown: str | None = None
 
     @property
     def is_rbln_npu(self) -> bool:
@@ -300,15 +305,29 @@ def _hex(text: str | None) -> int:
         return 0
 
 
-def read_function(sysfs: Path, bdf: str) -> PciFunction:
-    """Read one function; raise NotFound when sysfs has no such device."""
+# How long reading one function's driver_override may take (rblnctl.host.bounded), and what a function that did not
+# answer within it reports instead.
+OVERRIDE_READ_BOUND_S = 3.0
+OVERRIDE_UNKNOWN = "unknown: the kernel holds the device (an unbind or probe in progress?)"
+
+
+def read_function(sysfs: Path, bdf: str, *, held: Mapping[str, str] | None = None) -> PciFunction:
+    """Read one function; raise NotFound when sysfs has no such device.
+
+    `held`: {bdf: why} for functions whose driver_override must not be read (an unbind of it is pending in the
+    kernel: the read would wait as long); they get `override_unknown` = why. Every other function's override is read
+    with a bound when it is on a vfio driver (read_override)."""
     bdf = normalize_bdf(bdf)
     d = devices_dir(sysfs) / bdf
     if not d.is_dir():
         raise NotFound(f"no PCI device {bdf} under {devices_dir(sysfs)}")
     vendor = _hex(_read(d / "vendor"))
     device = _hex(_read(d / "device"))
-    override = _read(d / "driver_override")
+    driver = _link_name(d / "driver")
+    unknown = (held or {}).get(bdf)
+    override = None
+    if unknown is None:
+        override, unknown = read_override(d / "driver_override", driver)
     numa = _read(d / "numa_node")
     model = function = None
     if vendor == C.PCI_VENDOR_RBLN and device in C.PCI_DEVICE_MODELS:
@@ -318,37 +337,62 @@ def read_function(sysfs: Path, bdf: str) -> PciFunction:
         vendor=vendor,
         device=device,
         class_code=_hex(_read(d / "class")),
-        driver=_link_name(d / "driver"),
+        driver=driver,
         driver_override=None if override in (None, "", "(null)") else override,
         iommu_group=_link_name(d / "iommu_group"),
         numa_node=int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None,
         model=model,
         function=function,
         header_type=_header_type(d / "config"),
+        override_unknown=unknown,
     )
 
 
-def read_functions(sysfs: Path, bdfs: Sequence[str]) -> list[PciFunction]:
+def read_override(path: Path, driver: str | None) -> tuple[str | None, str | None]:
+    """A function's driver_override (`path`) -> (text, None), or (None, OVERRIDE_UNKNOWN) when it did not answer.
+
+    The read takes the device lock (torvalds/linux v6.1 drivers/pci/pci-sysfs.c driver_override_show()), which an
+    unbind holds for as long as it waits; an unbind from a vfio driver waits until every VFIO user lets go
+    (drivers/vfio/vfio_main.c vfio_unregister_group_dev()), and the kernel removes the `driver` link before the
+    driver's remove runs (drivers/base/dd.c __device_release_driver(): driver_sysfs_remove() before
+    device_remove()), so while it waits the function shows no driver (measured on the kernel tier); a probe in
+    progress holds the lock before the link appears. So the override of a function on a vfio driver or on none is
+    read in a child process with a bound (rblnctl.host.bounded, as the writes that can block are): one fork per
+    such function; a function on another driver is read directly (the vendor, class, driver link, group and config
+    reads take no device lock)."""
+    if driver is not None and not is_vfio_driver(driver):
+        return _read(path), None
+    try:
+        return run_bounded(lambda: path.read_bytes(), OVERRIDE_READ_BOUND_S).decode(errors="replace").strip(), None
+    except StillBlocked:
+        return None, OVERRIDE_UNKNOWN
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return None, None
+        raise HostError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def read_functions(sysfs: Path, bdfs: Sequence[str], *, held: Mapping[str, str] | None = None) -> list[PciFunction]:
     """Read the named functions (canonical BDFs); raise NotFound naming every one that does not exist."""
     missing = [b for b in bdfs if not device_dir(sysfs, b).is_dir()]
     if missing:
         raise NotFound(f"no PCI device {', '.join(missing)} under {devices_dir(sysfs)}")
-    return [read_function(sysfs, b) for b in bdfs]
+    return [read_function(sysfs, b, held=held) for b in bdfs]
 
 
-def list_functions(sysfs: Path, *, all_vendors: bool = False) -> list[PciFunction]:
-    """Return RBLN NPUs (or every function with all_vendors), sorted by BDF."""
+def list_functions(sysfs: Path, *, all_vendors: bool = False, held: Mapping[str, str] | None = None
+                   ) -> list[PciFunction]:
+    """Return RBLN NPUs (or every function with all_vendors), sorted by BDF.
+
+    Without all_vendors the NPUs are picked by vendor and class first (npu_bdfs: no device lock), so a function the
+    command is not about is never read further."""
     root = devices_dir(sysfs)
     if not root.is_dir():
         return []
-    out = []
-    for entry in sorted(os.listdir(root)):
-        if not _BDF.fullmatch(entry):
-            continue
-        fn = read_function(sysfs, entry)
-        if all_vendors or fn.is_rbln_npu:
-            out.append(fn)
-    return out
+    wanted = sorted(e for e in os.listdir(root) if _BDF.fullmatch(e)) if all_vendors else npu_bdfs(sysfs)
+    return [read_function(sysfs, b, held=held) for b in wanted]
 
 
 def is_rbln_npu(vendor: int, class_code: int) -> bool:
@@ -357,8 +401,8 @@ def is_rbln_npu(vendor: int, class_code: int) -> bool:
 
 
 def npu_bdfs(sysfs: Path) -> list[str]:
-    """The BDFs of the RBLN NPUs, from their vendor and class alone, sorted. Unlike list_functions() it never reads
-    `driver_override`: that read blocks while the kernel holds a function's device lock, as it does all the while an
+    """The BDFs of the RBLN NPUs, from their vendor and class alone, sorted. It never reads `driver_override`: that
+    read blocks while the kernel holds a function's device lock, as it does all the while an
     unbind of it waits for a VFIO user (measured on the kernel tier), so a run about other functions would wait too."""
     root = devices_dir(sysfs)
     if not root.is_dir():

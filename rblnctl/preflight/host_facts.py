@@ -18,6 +18,7 @@ from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.iommu_advice import AMD, ARM64, INTEL
 from rblnctl.host.root import HostRoot
+from rblnctl.host.vfio.state import held_functions
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,8 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
     pci_error = None
     peers: dict[str, list[str]] = {}
     try:
-        npus = pci.list_functions(sysfs)
+        # never the override of a function with an unbind pending (the read waits as long; rblnctl.host.vfio.state)
+        npus = pci.list_functions(sysfs, held=held_functions(host.under(C.VFIO_STATE_FILE), host.proc))
         for fn in npus:
             if fn.iommu_group:
                 peers[fn.bdf] = _foreign_group_members(sysfs, fn)

@@ -15,7 +15,12 @@ the value the way the PCI core does, then performs the effect on the tree:
 - `devices/<bdf>/driver_override`: sets (or, with a newline, clears) the override.
 - `drivers/<d>/unbind`: ENODEV unless the function is bound to <d>; else detaches it. An unbind from vfio-pci
   while a process holds the function's `dev/vfio/<group>` open blocks in the kernel until it lets go: here a
-  bounded write raises WriteStillBlocked at once and an unbounded one fails the test (it would hang).
+  bounded write raises WriteStillBlocked at once (naming the blocked writer, a process under proc/ with a `stat`)
+  and an unbounded one fails the test (it would hang). While it waits the function has no `driver` link (the
+  kernel removes it before the driver's remove runs). Until the unbind finishes, the function's `driver_override`
+  is a FIFO with no writer: reading it blocks, as the kernel's read waits for the device lock the unbind holds
+  (torvalds/linux v6.1 drivers/pci/pci-sysfs.c driver_override_show()); `release_readers()` lets a test's leftover
+  readers go.
 - `drivers/<d>/bind`: ENODEV for an unknown function or one <d> does not match (an override names
   another driver, or <d> has no matching ID), EBUSY when it already has a driver; else probes <d>.
 - `bus/pci/drivers_probe`: ENODEV for an unknown function; otherwise probes the override driver, or
@@ -45,6 +50,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -97,6 +103,7 @@ class SimKernel:
     drivers: dict[str, SimDriver] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)  # (path relative to root, value), in order
     blocked: list[str] = field(default_factory=list)  # functions whose unbind a VFIO user blocked
+    blocked_writers: dict[str, int] = field(default_factory=dict)  # bdf -> pid of the process waiting in the unbind
     missing_modules: set[str] = field(default_factory=set)
     _failures: dict[tuple[str, str], tuple[int, int | None]] = field(default_factory=dict)
     _refused: set[tuple[str, str]] = field(default_factory=set)
@@ -344,6 +351,30 @@ class SimKernel:
             self.blocked.remove(bdf)
             if dev.driver == VFIO:
                 self._detach(dev)
+            self._unblock_override(dev)
+            writer = self.blocked_writers.pop(bdf, None)
+            if writer is not None:
+                shutil.rmtree(self.proc / str(writer), ignore_errors=True)  # its write returned: it exits
+
+    def release_readers(self) -> None:
+        """Let every reader still blocked on a blocked function's driver_override go (it reads end of file): the
+        readers a bounded read gave up on, which the kernel would let go once the unbind finishes."""
+        for bdf in self.blocked:
+            _release(self.pci_root / bdf / "driver_override", b"")
+
+    def _block_override(self, dev: SimDevice) -> None:
+        path = self.pci_root / dev.bdf / "driver_override"
+        if not stat.S_ISFIFO(os.lstat(path).st_mode):
+            path.unlink()
+            os.mkfifo(path)
+
+    def _unblock_override(self, dev: SimDevice) -> None:
+        path = self.pci_root / dev.bdf / "driver_override"
+        text = f"{dev.override or '(null)'}\n"
+        if stat.S_ISFIFO(os.lstat(path).st_mode):
+            _release(path, text.encode())
+            path.unlink()
+        path.write_text(text)
 
     def set_override(self, bdf: str, driver: str | None) -> None:
         """Set driver_override directly (what a crashed tool leaves), without the write log or failure injection."""
@@ -374,6 +405,8 @@ class SimKernel:
         return os.path.basename(os.readlink(link)) if link.is_symlink() else None
 
     def override_of(self, bdf: str) -> str | None:
+        if bdf in self.blocked:  # the file would block: what the kernel holds
+            return self.devices[bdf].override
         text = (self.pci_root / bdf / "driver_override").read_text().strip()
         return None if text == "(null)" else text
 
@@ -390,6 +423,8 @@ class SimKernel:
                 rel = os.path.relpath(p, self.root)
                 if os.path.islink(p):
                     h.update(f"L {rel} -> {os.readlink(p)}\n".encode())
+                elif stat.S_ISFIFO(os.lstat(p).st_mode):
+                    h.update(f"P {rel}\n".encode())
                 elif os.path.isdir(p):
                     h.update(f"D {rel}\n".encode())
                 else:
@@ -435,7 +470,18 @@ class SimKernel:
                     # vfio_unregister_group_dev(): "blocked until released by user"
                     assert bound_s is not None, f"unbind of {dev.bdf} would block forever: a VFIO user holds it"
                     self.blocked.append(dev.bdf)
-                    raise WriteStillBlocked(f"still blocked in the kernel after {bound_s:g} s", pid=0)
+                    self._block_override(dev)
+                    # the kernel drops the driver links before the driver's remove runs (drivers/base/dd.c
+                    # __device_release_driver(): driver_sysfs_remove() before device_remove()): while the unbind
+                    # waits the function shows no driver
+                    (self.pci_root / dev.bdf / "driver").unlink()
+                    (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink()
+                    pid = 30000 + len(self.writes)
+                    self.add_process(pid, "rblnctl")
+                    _write(self.proc / str(pid) / "stat", f"{pid} (rblnctl) D 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 "
+                           f"0 0 20 0 1 0 {pid * 7} 0 0\n")
+                    self.blocked_writers[dev.bdf] = pid
+                    raise WriteStillBlocked(f"still blocked in the kernel after {bound_s:g} s", pid=pid)
                 self._detach(dev)
                 return
             if dev.driver is not None:
@@ -530,8 +576,8 @@ class SimKernel:
     def _detach(self, dev: SimDevice) -> None:
         d = self.pci_root / dev.bdf
         drv = dev.driver
-        (d / "driver").unlink()
-        (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink()
+        (d / "driver").unlink(missing_ok=True)  # gone already when an unbind was blocked
+        (self.sys / "bus/pci/drivers" / drv / dev.bdf).unlink(missing_ok=True)
         dev.driver = None
         if drv == HOST_DRIVER:
             shutil.rmtree(d / "rbln", ignore_errors=True)
@@ -542,6 +588,21 @@ class SimKernel:
             for cdev in (d / "vfio-dev").glob("vfio*"):
                 (self.dev / "vfio" / "devices" / cdev.name).unlink(missing_ok=True)
             shutil.rmtree(d / "vfio-dev", ignore_errors=True)
+
+
+def _release(fifo: Path, data: bytes) -> None:
+    """Open `fifo` for writing if a reader waits on it (its open returns), hand it `data`, close (end of file)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: no reader; ENOENT: gone
+        return
+    try:
+        if data:
+            os.write(fd, data)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class SimWriter:

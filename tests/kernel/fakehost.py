@@ -19,10 +19,14 @@ import json
 import os
 import pickle
 import shutil
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
 from rblnctl import constants as C
+
+from rblnctl.host.vfio.writer import WriteStillBlocked
 
 from tests.fakes.sysfs import HostSpec, build_host
 from tests.kernel.forkserver import child, shell_status
@@ -129,10 +133,25 @@ class FakeHost:
         pid = os.fork()
         if pid == 0:
             child(req, str(out), prepare)
-        _, status = os.waitpid(pid, 0)
+        # as the kernel tier's request does: a command that hangs (a read blocked on a driver_override the fake
+        # blocks, as the kernel does) shows as a timeout, exit status 124, never as a test that hangs
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                with open(out, "a") as f:
+                    f.write(f"\n[fake] no answer within {timeout:g} s: killed\n")
+                status = 124 << 8
+                break
+            time.sleep(0.02)
         if saved.exists():
             with open(saved, "rb") as f:
                 self.k.__dict__.update(pickle.load(f).__dict__)
+        self.k.release_readers()  # readers a bounded read left waiting (the kernel's finish with the unbind)
         text = out.read_text().replace(f" --root {self.root}", "").replace(str(self.root), "")
         return shell_status(status), text
 
@@ -204,6 +223,15 @@ class FakeHost:
         self.k.add_process(self._pid, "python", [node, "/dev/vfio/vfio"],
                            cmdline=["python", "-m", "tests.kernel.vfio_holder", bdf, node, "/run/kt/vfio.ready"])
         return self._pid
+
+    def unbind_blocked(self, bdf: str) -> None:
+        """Another tool's `echo <bdf> > /sys/bus/pci/drivers/vfio-pci/unbind`, blocked in the kernel by a VFIO user
+        (no rblnctl record of it)."""
+        try:
+            self.k.handle_write(self.k.sys / "bus/pci/drivers" / C.VFIO_DRIVER / "unbind", bdf, bound_s=0)
+        except WriteStillBlocked:
+            return
+        raise AssertionError(f"the unbind of {bdf} did not block: no VFIO user holds it")
 
     def let_go(self, pid: int) -> None:
         """The holder exits: the kernel finishes an unbind it blocked."""

@@ -34,7 +34,8 @@ from rblnctl.host.vfio.model import (
     VfioPlan,
     Write,
 )
-from rblnctl.host.vfio.state import StateFile
+from rblnctl.host.procfs import Holder
+from rblnctl.host.vfio.state import PendingFile, PendingUnbind, StateFile, process_start
 from rblnctl.host.vfio.writer import SysfsWriter
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,16 @@ class VfioBinder:
     _blocked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # bdf -> what still blocks it
     _blocking: Write | None = field(default=None, init=False, repr=False)  # the bounded write now waiting
     _read_before: dict[str, PciFunction] = field(default_factory=dict, init=False, repr=False)  # before its writes
+    _pending: PendingFile = field(init=False, repr=False)
+    _held: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # bdf -> why its override is unread
+    _held_back: list[PciFunction] = field(default_factory=list, init=False, repr=False)  # left out of this plan
+    _plan_holders: dict[str, list[Holder]] = field(default_factory=dict, init=False, repr=False)  # found at plan time
 
     def __post_init__(self) -> None:
         self.host = HostRoot.of(self.root)
         self.state_file = Path(self.state_file) if self.state_file is not None else self.host.under(C.VFIO_STATE_FILE)
         self._state = StateFile(path=self.state_file)
+        self._pending = PendingFile.beside(self.state_file)
 
     @property
     def sysfs(self) -> Path:
@@ -106,15 +112,35 @@ class VfioBinder:
         if mode is not None and op is not Operation.RECOVER:
             raise ConfigError(f"a mode applies to recover, not {op}")
         self.host.checked()
+        # an unbind an earlier run left waiting in the kernel: never read that function's override (the read would
+        # wait as long), and never plan a change of it
+        self._held = {b: r.text for b, r in self._pending.live(self.host.proc).items()}
+        self._held_back = []
+        self._plan_holders = {}
         if op is Operation.BIND:
-            return self._plan_bind(bdfs, all_devices)
-        if op is Operation.UNBIND:
-            return self._plan_unbind(bdfs, all_devices, driver)
-        try:
-            wanted = Mode(mode or Mode.CONTAINER)
-        except ValueError:
-            raise InvalidInput(f"unknown mode {mode!r}: expected container or vm") from None
-        return self._plan_recover(bdfs, all_devices, wanted)
+            plan = self._plan_bind(bdfs, all_devices)
+        elif op is Operation.UNBIND:
+            plan = self._plan_unbind(bdfs, all_devices, driver)
+        else:
+            try:
+                wanted = Mode(mode or Mode.CONTAINER)
+            except ValueError:
+                raise InvalidInput(f"unknown mode {mode!r}: expected container or vm") from None
+            plan = self._plan_recover(bdfs, all_devices, wanted)
+        # a function held back is a row of its own: skipped by --all (the others go ahead), refused when named
+        gate = Gate()
+        held = []
+        for f in self._held_back:
+            if all_devices:
+                gate.warn(f"{f.bdf}: {f.override_unknown}; left out of this run")
+                held.append(steps.device_plan(f, Action.SKIP, f.driver, note=f"{f.override_unknown}; left out"))
+            else:
+                gate.block(f"{f.bdf}: {f.override_unknown}; nothing changes it until then (run the command again "
+                           "after that)", bdfs=(f.bdf,))
+                held.append(steps.device_plan(f, Action(op.value), None, note=str(f.override_unknown)))
+        devices = tuple(sorted((*plan.devices, *held), key=lambda d: d.bdf)) if held else plan.devices
+        return replace(plan, devices=devices, blockers=(*gate.blockers, *plan.blockers),
+                       warnings=(*gate.warnings, *plan.warnings))
 
     def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
@@ -123,6 +149,7 @@ class VfioBinder:
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
+        devices = self._note_holders(finder, changes, devices)
         load: tuple[str, ...] = ()
         if changes:
             checks.check_rbln(gate, fns, "bind", forced=self.force)
@@ -165,6 +192,7 @@ class VfioBinder:
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
+        devices = self._note_holders(finder, changes, devices)
         if changes:
             checks.check_rbln(gate, fns, "unbind", forced=self.force)
             checks.check_root(gate, self.is_root(), "unbind")
@@ -181,6 +209,7 @@ class VfioBinder:
         finder = HolderFinder.scan(self.host)
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
+        devices = self._note_holders(finder, changes, devices)
         if changes:
             # recover has no overrides: it repairs, so it never forces past a check (nor loads modules)
             checks.check_rbln(gate, fns, "recover", forced=False, overridable=False)
@@ -219,6 +248,7 @@ class VfioBinder:
             return VfioOutcome(results=tuple(plan.preview()))
         to_vfio = any(d.to_driver == VFIO for d in plan.changes)
         with self._state.locked():
+            self._prune_pending()
             for module in plan.load_modules:
                 self._loader()(module)
                 self.on_done(f"loaded kernel module {module} (modprobe {module})")
@@ -239,12 +269,13 @@ class VfioBinder:
             touched: list[DevicePlan] = []
             try:
                 results = self._apply_all(plan, touched)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
                 # A signal between an unbind and the probe would leave a device without a driver: undo first.
                 blocked = self._blocking
                 self._blocking = None
                 if blocked is not None:
                     self._blocked[blocked.bdf] = self._still_blocked(blocked, "interrupted while ", scan=False)
+                    self._record_pending(blocked.bdf, getattr(interrupt, "blocked_pid", 0))
                 self.on_event(f"interrupted: restoring the {len(touched)} device(s) this run changed")
                 results = {}
                 for d in reversed(touched):
@@ -278,12 +309,29 @@ class VfioBinder:
         if not bdfs and not all_devices:
             raise InvalidInput("name at least one PCI address (DDDD:BB:DD.F), or select all devices")
         if bdfs:
-            return pci.read_functions(self.sysfs, pci.normalize_bdfs(bdfs))
-        every = pci.list_functions(self.sysfs)
+            return self._readable(pci.read_functions(self.sysfs, pci.normalize_bdfs(bdfs), held=self._held))
+        every = pci.list_functions(self.sysfs, held=self._held)
         if not every:
             raise NotFound(f"no RBLN NPU (vendor {C.PCI_VENDOR_RBLN:04x}, class {C.PCI_CLASS_NPU:06x}) under "
                            f"{pci.devices_dir(self.sysfs)}")
-        return [f for f in every if select(f)]
+        return [f for f in self._readable(every) if select(f)]
+
+    def _readable(self, fns: list[PciFunction]) -> list[PciFunction]:
+        """The functions whose override was read; the others (an unbind pending, the kernel holding the device) are
+        held back: plan() refuses them when named and leaves them out of --all, saying why."""
+        self._held_back.extend(f for f in fns if f.override_unknown)
+        return [f for f in fns if not f.override_unknown]
+
+    def _note_holders(self, finder: HolderFinder, changes: Sequence[PciFunction],
+                      devices: list[DevicePlan]) -> list[DevicePlan]:
+        """Keep who holds each changing device (what an interrupt's message names: it does not wait for a scan);
+        with --force past them, every unbind write of a held device is bounded (a host driver's remove may wait for
+        its users too), not only one from a vfio driver."""
+        for f in changes:
+            self._plan_holders[f.bdf] = finder.holders(f)
+        if not self.force:
+            return devices
+        return [steps.bounded_unbinds(d) if self._plan_holders.get(d.bdf) else d for d in devices]
 
     def _loader(self) -> Callable[[str], None]:
         if self.load_module is not None:
@@ -306,9 +354,10 @@ class VfioBinder:
                 self._blocking = None
             else:
                 writer.write(Path(w.path), w.value)
-        except writers.WriteStillBlocked:
+        except writers.WriteStillBlocked as e:
             self._blocking = None
             self._blocked[w.bdf] = self._still_blocked(w, "")
+            self._record_pending(w.bdf, e.pid)
             raise
         except OSError as e:
             self._blocking = None
@@ -396,7 +445,7 @@ class VfioBinder:
     def _still_blocked(self, w: Write, prefix: str, *, scan: bool = True) -> str:
         """What a blocked write waits for (the device's holders now, unless `scan` is off: an interrupt does not
         wait for a scan) and how the person finishes the job."""
-        holders = []
+        holders = self._plan_holders.get(w.bdf, [])
         f = self._read_before.get(w.bdf)
         if scan and f is not None:
             # never read_function() now: the blocked unbind holds the device lock, which reading driver_override
@@ -406,12 +455,37 @@ class VfioBinder:
             except HostError:
                 pass
         who = "; ".join(f"pid {h.pid} ({h.command}) has {h.path} open" for h in holders) or (
-            "a VFIO user holds it: `vfio status` names it" if not scan else "a VFIO user rblnctl cannot see holds it")
+            "a VFIO user rblnctl cannot see holds it")
         pids = " ".join(str(h.pid) for h in holders) or "PID"
         waited = f"after {self.write_timeout_s:g} s " if scan else ""
         return (f"{prefix}{w.why}: the kernel is still waiting {waited}for the device to "
                 f"be released ({who}); the write is not cancelled and completes when that process lets go (stop "
                 f"it, e.g. kill {pids}), then the same command again finishes the device")
+
+    def _record_pending(self, bdf: str, pid: int) -> None:
+        """Note the child left waiting in the kernel beside the state file (under its lock, which apply() holds), so
+        later runs read nothing of this function while it waits (PendingFile)."""
+        start = process_start(self.host.proc, pid) if pid > 0 else None
+        if start is None:
+            return
+        holders = "; ".join(f"pid {h.pid} ({h.command})" for h in self._plan_holders.get(bdf, []))
+        try:
+            kept = self._pending.live(self.host.proc)
+            kept[bdf] = PendingUnbind(bdf=bdf, pid=pid, start=start, since=iso_utc(self.clock.now()), holders=holders)
+            self._pending.save(kept)
+        except HostError as e:
+            self.on_event(f"{bdf}: could not note the pending unbind ({e}): until it finishes, runs that read this "
+                          "function wait for it")
+
+    def _prune_pending(self) -> None:
+        """Drop the records of pending unbinds whose child is gone (the kernel finished them)."""
+        try:
+            every = self._pending.load()
+            live = {b: r for b, r in every.items() if process_start(self.host.proc, r.pid) == r.start}
+            if live != every:
+                self._pending.save(live)
+        except HostError:
+            pass
 
     def _driver_text(self, bdf: str) -> str:
         return "nothing (removed)" if self._gone(bdf) else (pci.current_driver(self.sysfs, bdf) or "no driver")

@@ -70,30 +70,7 @@ class StateFile:
 
     def save(self, devices: dict[str, dict[str, Any]]) -> None:
         """Replace the file atomically: write a temp file in the same directory, fsync, rename, fsync the directory."""
-        parent = self.path.parent
-        tmp = None
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": STATE_VERSION, "devices": dict(sorted(devices.items()))}, f, indent=2)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.path)
-            tmp = None
-            dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as e:
-            raise HostError(f"cannot write state file {self.path}: {e.strerror or e}") from e
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        _atomic_json(self.path, {"version": STATE_VERSION, "devices": dict(sorted(devices.items()))})
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -144,3 +121,113 @@ class StateFile:
 
     def _damaged(self, why: str) -> HostError:
         return HostError(f"state file {self.path} is damaged ({why}); fix or move it away")
+
+
+# --- unbinds left pending in the kernel ------------------------------------------------------------------------
+
+PENDING_NAME = "vfio-pending.json"  # next to the state file
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingUnbind:
+    """An unbind rblnctl left blocked in the kernel: its child process `pid` (started at `start`, in clock ticks
+    since boot: /proc/<pid>/stat field 22, so a reused pid is not taken for it) still waits in the write."""
+
+    bdf: str
+    pid: int
+    start: int
+    since: str  # ISO time the run gave up waiting
+    holders: str = ""  # who held the device then ("pid 123 (qemu) has /dev/vfio/2 open; ..."), "" when unknown
+
+    @property
+    def text(self) -> str:
+        """`unbind pending (pid N, since T)`, with what it waits for."""
+        who = self.holders or "the VFIO user holding it"
+        return (f"unbind pending (pid {self.pid}, since {self.since}): the kernel finishes the unbind when {who} "
+                "lets go")
+
+
+def process_start(proc: Path, pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/<pid>/stat field 22), None when it is gone or a zombie (a
+    finished child nobody reaped: its write is done)."""
+    try:
+        raw = (proc / str(pid) / "stat").read_bytes().decode(errors="replace")
+        fields = raw[raw.rindex(")") + 2:].split()  # after the command, which may hold spaces and parentheses
+        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingFile:
+    """`vfio-pending.json` beside the state file: `{"version": 1, "pending": {bdf: {pid, start, since, holders}}}`.
+
+    Written under the state file's lock by the run that left an unbind pending; read by every later run, which never
+    reads the override of a function whose pending child still lives (that read would wait as long as the unbind).
+    A record whose child is gone is ignored, and dropped by the next run that holds the lock.
+    """
+
+    path: Path
+
+    @classmethod
+    def beside(cls, state: Path) -> PendingFile:
+        return cls(path=Path(state).with_name(PENDING_NAME))
+
+    def load(self) -> dict[str, PendingUnbind]:
+        """Every record; {} when the file is absent or not one of ours (it only ever spares a read)."""
+        try:
+            raw = StateFile(path=self.path)._read()
+            data = json.loads(raw.decode("utf-8")) if raw else {}
+            return {pci.normalize_bdf(b): PendingUnbind(bdf=pci.normalize_bdf(b), pid=int(r["pid"]),
+                                                        start=int(r["start"]), since=str(r["since"]),
+                                                        holders=str(r.get("holders") or ""))
+                    for b, r in (data.get("pending") or {}).items()}
+        except (HostError, ValueError, KeyError, TypeError, AttributeError, InvalidInput):
+            return {}
+
+    def live(self, proc: Path) -> dict[str, PendingUnbind]:
+        """The records whose child still waits in the kernel (same pid, same start time, not a zombie)."""
+        return {b: r for b, r in self.load().items() if process_start(proc, r.pid) == r.start}
+
+    def save(self, pending: dict[str, PendingUnbind]) -> None:
+        """Replace the file (removed when nothing is pending). Call with the state file's lock held."""
+        if not pending:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            return
+        body = {b: {"pid": r.pid, "start": r.start, "since": r.since, "holders": r.holders}
+                for b, r in sorted(pending.items())}
+        _atomic_json(self.path, {"version": STATE_VERSION, "pending": body})
+
+
+def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write `doc` to `path` atomically: a temp file in the same directory, fsync, rename, fsync the directory."""
+    parent = path.parent
+    tmp = None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        tmp = None
+        dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:
+        raise HostError(f"cannot write state file {path}: {e.strerror or e}") from e
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def held_functions(state: Path, proc: Path) -> dict[str, str]:
+    """{bdf: why} of the functions with a live pending unbind (pci.read_function's `held`)."""
+    return {b: r.text for b, r in PendingFile.beside(state).live(proc).items()}

@@ -6,11 +6,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from rblnctl import constants as C
 from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.pci import PciFunction
 from rblnctl.host.root import HostRoot
 from rblnctl.host.vfio.model import DeviceStatus, GroupMember, VfioStatus
+from rblnctl.host.vfio.state import held_functions
 
 # The host directories vfio_status() reads, relative to the root (a host pod mounts exactly these,
 # read-only): sys/ (PCI functions, IOMMU groups), proc/ and dev/ (who holds a device open), run/ (the
@@ -28,13 +30,19 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
     host = HostRoot.of(root).checked()
     sysfs = host.sys
     wanted = pci.normalize_bdfs(bdfs)
-    fns = pci.read_functions(sysfs, wanted) if wanted else pci.list_functions(sysfs, all_vendors=all_vendors)
+    # never read the override of a function an earlier run left an unbind pending on: the read waits as long
+    held = held_functions(host.under(C.VFIO_STATE_FILE), host.proc)
+    fns = (pci.read_functions(sysfs, wanted, held=held) if wanted
+           else pci.list_functions(sysfs, all_vendors=all_vendors, held=held))
     finder = HolderFinder.scan(host)
     warnings = system.vfio_manager_warnings(host.run, finder.table)
     if finder.incomplete:
         warnings.append(f"could not read the open files of {finder.incomplete} processes (not root): "
                         "holders may be incomplete")
     cache: dict[str, PciFunction] = {f.bdf: f for f in fns}
+    for f in fns:
+        if f.override_unknown:
+            warnings.append(f"{f.bdf}: {f.override_unknown}")
     out = []
     for f in fns:
         members = []
@@ -42,7 +50,7 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
             for m in pci.iommu_group_members(sysfs, f.iommu_group):
                 if m == f.bdf:
                     continue
-                mf = cache.get(m) or cache.setdefault(m, pci.read_function(sysfs, m))
+                mf = cache.get(m) or cache.setdefault(m, pci.read_function(sysfs, m, held=held))
                 members.append(GroupMember(bdf=m, ids=mf.ids, driver=mf.driver, bridge=mf.is_bridge,
                                            blocks_group=pci.group_member_blocker(mf)))
         node = str(host.dev / "vfio" / f.iommu_group) if f.iommu_group else None

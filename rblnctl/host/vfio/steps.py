@@ -7,6 +7,7 @@ that move it, or into a skip with the reason. The binder checks, applies and ver
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rblnctl import constants as C
@@ -124,3 +125,9 @@ def bind_write(sysfs: Path, bdf: str, driver: str, why: str) -> Write:
 def probe_write(sysfs: Path, bdf: str, why: str) -> Write:
     """`bus/pci/drivers_probe <- bdf`: the kernel binds the override driver, or the first one that matches."""
     return Write(bdf=bdf, path=str(Path(sysfs) / "bus" / "pci" / "drivers_probe"), value=bdf, why=why)
+
+
+def bounded_unbinds(d: DevicePlan) -> DevicePlan:
+    """`d` with every unbind write bounded (Write.may_block): a device whose holders were forced past."""
+    writes = tuple(replace(w, may_block=True) if w.path.endswith("/unbind") else w for w in d.writes)
+    return replace(d, writes=writes)
