@@ -454,7 +454,7 @@ class VfioBinder:
                 holders = HolderFinder.scan(self.host).holders(f)
             except HostError:
                 pass
-        who = "; ".join(f"pid {h.pid} ({h.command}) has {h.path} open" for h in holders) or (
+        who = "; ".join(h.text for h in holders) or (
             "a VFIO user rblnctl cannot see holds it")
         pids = " ".join(str(h.pid) for h in holders) or "PID"
         waited = f"after {self.write_timeout_s:g} s " if scan else ""

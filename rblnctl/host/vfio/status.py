@@ -62,5 +62,5 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
         ))
     stray = finder.unattributed(sorted(set(pci.npu_bdfs(sysfs)) | set(cache)))
     for h in stray:
-        warnings.append(f"pid {h.pid} ({h.command}) has {h.path} open; no RBLN function under {sysfs} claims it")
+        warnings.append(f"{h.text}; no RBLN function under {sysfs} claims it")
     return VfioStatus(devices=tuple(out), warnings=tuple(warnings), searched=str(pci.devices_dir(sysfs)))
