@@ -91,9 +91,52 @@ def _on_kernel(item) -> bool:
     return bool({"kernel", "linux"} & names) or (callspec is not None and "kernel" in callspec.params.values())
 
 
+# What each real tier needs from the environment: when all of a test's tiers have theirs, a skip of it is a failure
+# of the run (tier_skips), not a quiet "skipped": CI (.ci/run) sets them exactly when the tier is to run.
+TIER_ENV = {"envtest": ("KUBEBUILDER_ASSETS",),
+            "kubevirt": ("KUBEBUILDER_ASSETS", "KUBEVIRT_ASSETS", "RBLNCTL_SHARED"),
+            "kernel": ("RBLNCTL_KERNEL",)}
+
+
+def tier_skips(reports, env) -> list[str]:
+    """One line per test of a real tier that was skipped although the environment names every tier it is in (so it
+    should have run: a broken bundle, a fixture that gave up, a tier's tests skipped by mistake); `reports` are the
+    run's skipped reports (their tiers in user_properties, as pytest_collection_modifyitems put them), `env` the
+    environment. An xfail is not a skip."""
+    lines = []
+    for rep in reports:
+        if getattr(rep, "wasxfail", None) is not None:
+            continue
+        tiers = [value for name, value in getattr(rep, "user_properties", ()) if name == "tier"]
+        needed = {var for tier in tiers for var in TIER_ENV.get(tier, ())}
+        if tiers and all(env.get(var) for var in needed):
+            reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr or "")
+            lines.append(f"{rep.nodeid} ({', '.join(tiers)}; {', '.join(sorted(needed))} set) was skipped: "
+                         f"{reason.removeprefix('Skipped: ')}")
+    return lines
+
+
+_SKIPPED_TIERS = pytest.StashKey[list]()
+
+
+def pytest_sessionfinish(session):
+    """A real tier whose environment is set must run: any of its tests skipped fails the run (exit 1), each named in
+    the summary. On the controller only (under xdist it has every worker's reports)."""
+    import os
+
+    if hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = tier_skips(reporter.stats.get("skipped", []) if reporter else [], os.environ)
+    session.config.stash[_SKIPPED_TIERS] = lines
+    if lines and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter):
     """One line per real tier: how many tests ran against it, and how they ended (under xdist the reports come from
-    the workers, which collected the tests: each carries its tiers in user_properties)."""
+    the workers, which collected the tests: each carries its tiers in user_properties); then every real-tier test
+    skipped although its environment was set (pytest_sessionfinish made that a failure)."""
     for tier in _TIER_NAMES:
         counts: dict[str, int] = {}
         for outcome in ("passed", "failed", "error", "skipped"):
@@ -103,6 +146,8 @@ def pytest_terminal_summary(terminalreporter):
                     counts[outcome] = counts.get(outcome, 0) + 1
         if counts:
             terminalreporter.write_line(f"{_TIER_NAMES[tier]}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    for line in terminalreporter.config.stash.get(_SKIPPED_TIERS, []):
+        terminalreporter.write_line(f"error: {line}", red=True)
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,8 @@ the value the way the PCI core does, then performs the effect on the tree:
   (torvalds/linux v6.1 drivers/pci/pci-sysfs.c driver_override_show()); `release_readers()` lets a test's leftover
   readers go.
 - `drivers/<d>/bind`: ENODEV for an unknown function or one <d> does not match (an override names
-  another driver, or <d> has no matching ID), EBUSY when it already has a driver; else probes <d>.
+  another driver, or <d> has no matching ID), even a bound one; else EBUSY when it already has a driver; else
+  probes <d>.
 - `bus/pci/drivers_probe`: ENODEV for an unknown function; otherwise probes the override driver, or
   the first registered driver that claims the IDs; like the kernel it succeeds even if nothing binds.
 - Any other path: EACCES (read-only attribute) or ENOENT (no such file), so typos surface.
@@ -484,10 +485,12 @@ class SimKernel:
                     raise WriteStillBlocked(f"still blocked in the kernel after {bound_s:g} s", pid=pid)
                 self._detach(dev)
                 return
-            if dev.driver is not None:
-                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+            # drivers/base/bus.c bind_store: no match is ENODEV before a bound function is EBUSY (dd.c
+            # __driver_probe_device); tests/kernel/test_agreement_kernel.py holds both machines to it
             if not self._matches(drv, dev):
                 raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+            if dev.driver is not None:
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
             err = self._probe_error(drv, dev)
             if err:
                 raise OSError(err, os.strerror(err))

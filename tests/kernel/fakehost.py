@@ -1,7 +1,7 @@
 """The kernel tier's machine on the fake sysfs (tests/fakes/sysfs.py): the same scenarios, one expectation.
 
 `FakeHost` has KernelHost's test API (tests/kernel/guest.py: `rblnctl`, `json`, `functions`, `on`, `state`,
-`reset`, `load_vfio`, `unload_vfio`, `vfio_user`, `let_go`, `reboot`, `write_log`) over a SimKernel laid out like
+`reset`, `load_vfio`, `unload_vfio`, `raw`, `vfio_user`, `let_go`, `reboot`, `write_log`) over a SimKernel laid out like
 the guest: NPU0 0000:00:06.0 (group 2) and NPU1 0000:01:00.0 (group 7) presented as CA22 PFs on virtio-pci, OTHER
 0000:00:05.0 (QEMU's edu device, 1234:11e8 class 00ff00, no driver), an Intel vIOMMU (DMAR, dmar0) with
 intel_iommu=on, the vfio modules not loaded, no /dev/kvm and no rebellions driver.
@@ -15,6 +15,7 @@ have after a kill. Output paths under the tree are shown as the kernel tier show
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -215,6 +216,19 @@ class FakeHost:
 
     def set_override(self, bdf: str, driver: str | None) -> None:
         self.k.set_override(bdf, driver)
+
+    def raw(self, writes: list[tuple[str, str]], watch: str) -> list[tuple[str, tuple[str | None, str | None]]]:
+        """Each write through the SimKernel's writer (what KernelHost.raw does in the guest): "ok" or the errno's name,
+        and `watch`'s (driver, driver_override) after it."""
+        said = []
+        for path, value in writes:
+            try:
+                self.k.writer.write(self.root / path.lstrip("/"), value)
+                how = "ok"
+            except OSError as e:
+                how = errno.errorcode.get(e.errno or 0, str(e.errno))
+            said.append((how, self.on(watch)))
+        return said
 
     def vfio_user(self, bdf: str) -> int:
         """A VFIO user holding `bdf` through /dev/vfio/<group> (tests/kernel/vfio_holder.py in the guest)."""

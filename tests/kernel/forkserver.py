@@ -10,9 +10,9 @@ DIR/<id>.rc (128 + signal for a killed child, like a shell). Each command runs i
 before it; only the imports are shared. Under TCG that takes a command from 4-6 s to about 1 s.
 
 A request without `argv` is a setup step done by the server itself (`machine`: reset the NPUs, load or unload vfio,
-write an override), and after every request the server writes DIR/<id>.snap: what the tests read next (`snapshot`:
-every function's driver and override, the state file, modules, /dev/vfio, the seam's log). So a step of a test is one
-request to the guest, not one per shell command (each costs 0.3-0.7 s under TCG, more on a busy machine).
+write an override, raw writes), and after every request the server writes DIR/<id>.snap: what the tests read next
+(`snapshot`: every function's driver and override, the state file, modules, /dev/vfio, the seam's log). So a step of a
+test is one request to the guest, not one per shell command (each costs 0.3-0.7 s under TCG, more on a busy machine).
 """
 
 from __future__ import annotations
@@ -121,7 +121,9 @@ def _text(path: str) -> str | None:
 def machine(req: dict, out_path: str) -> int:
     """A setup request, done here in Python (a shell's forks are slow under TCG): `reset` kills the tier's holders,
     puts the NPUs (`npus`) back on `host` without an override and removes the state file; `vfio` true loads
-    vfio-pci (modprobe), false unloads vfio; `override` {bdf: driver} writes driver_overrides."""
+    vfio-pci (modprobe), false unloads vfio; `override` {bdf: driver} writes driver_overrides; `write` [[path, value],
+    ...] writes each value as it is and says how each went and where the function `watch` names was then (the
+    agreement tests' raw writes)."""
     import subprocess
 
     log = []
@@ -153,6 +155,23 @@ def machine(req: dict, out_path: str) -> int:
                                   capture_output=True, text=True).stderr)
     for bdf, driver in (req.get("override") or {}).items():
         _write(f"{PCI}/devices/{bdf}/driver_override", f"{driver}\n" if driver else "\n")
+    if req.get("write"):
+        # raw writes, as given (an empty one too): after each, how it went ("ok" or the errno's name) and the driver
+        # and driver_override of the function `watch` names then; one JSON line
+        import errno
+
+        said = []
+        d = f"{PCI}/devices/{req['watch']}"
+        for path, value in req["write"]:
+            try:
+                _write(path, value)
+                how = "ok"
+            except OSError as e:
+                how = errno.errorcode.get(e.errno or 0, str(e.errno))
+            drv = os.path.basename(os.readlink(f"{d}/driver")) if os.path.islink(f"{d}/driver") else None
+            ov = (_text(f"{d}/driver_override") or "").strip()
+            said.append([how, drv, None if ov == "(null)" else ov])
+        log.append(json.dumps(said) + "\n")
     with open(out_path, "w") as f:
         f.write("".join(log))
     return 0

@@ -227,6 +227,15 @@ class KernelHost:
         rc, out = self._request({"override": {bdf: driver}})
         assert rc == 0, out
 
+    def raw(self, writes: list[tuple[str, str]], watch: str) -> list[tuple[str, tuple[str | None, str | None]]]:
+        """Each write of a value (as it is: "" is a write of nothing) to a sysfs file, as any program makes it, in one
+        request: per write, "ok" or the errno's name the kernel answered (EBUSY, ENODEV, ...), and the (driver,
+        driver_override) of `watch` after it."""
+        assert not any(b in p or b in v for p, v in writes for b in NEVER), writes
+        rc, out = self._request({"write": [list(w) for w in writes], "watch": watch})
+        assert rc == 0, out
+        return [(how, (drv, ov)) for how, drv, ov in json.loads(out.splitlines()[-1])]
+
     def vfio_user(self, bdf: str) -> int:
         """A VFIO user holding `bdf` through /dev/vfio/<group> (tests/kernel/vfio_holder.py)."""
         return vfio_holder(self, bdf)

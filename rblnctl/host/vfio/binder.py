@@ -169,9 +169,9 @@ class VfioBinder:
                 raise InvalidInput(f"the target driver {VFIO} is what bind does; name the host driver to return to")
         gate = Gate()
         records = checks.check_state(gate, self._state, needed=driver is None)
-        # all: every NPU on vfio-pci or overridden to it, and recorded ones a failed rollback left driverless
+        # all: every NPU on vfio-pci or overridden to it, and every recorded one (on a host driver: its record dropped)
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu and (
-            VFIO in (f.driver, f.driver_override) or (f.driver is None and f.bdf in records)))
+            VFIO in (f.driver, f.driver_override) or f.bdf in records))
         devices = []
         for f in fns:
             rec = records.get(f.bdf, {})
