@@ -525,6 +525,9 @@ DEFAULT_EVENT_TTL = "1h"
 HOST_ROOT = "/"
 # Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
 VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
+# The unbinds a run left blocked in the kernel (rblnctl.host.vfio.state.PendingFile), under the host root whatever
+# --state-file said: /run, because a pending unbind ends with the boot and so must its record.
+VFIO_PENDING_FILE = "/run/rblnctl/vfio-pending.json"
 
 # --- VMs (rblnctl vm) --------------------------------------------------------------------------
 

@@ -281,6 +281,33 @@ def _npu_label(fn: pci.PciFunction) -> str:
     return f"{fn.bdf} {model}"
 
 
+def _pending_remedy(f: HostFacts, waiting: Sequence[pci.PciFunction], rest: Remedy | None) -> Remedy:
+    """For NPUs whose unbind the kernel is still finishing (a vfio run's pending record, or a device lock held past
+    the bounded read): stop what holds each one, then the same unbind again finishes it (vfio unbind reads the
+    override again once the kernel lets go); `rest`, the remedy of the other NPUs, follows."""
+    by_file: dict[str, list[str]] = {}
+    whos = []
+    for fn in waiting:
+        rec = f.pending.get(fn.bdf)
+        by_file.setdefault(rec.state_file if rec else "", []).append(fn.bdf)
+        who = (rec.holders if rec else "") or ", ".join(f.holders.get(fn.bdf) or []) or "its VFIO user (a VM)"
+        whos.append(f"{fn.bdf}: {who}")
+    unbinds = [Command.own("vfio", "unbind", *bdfs, on_host=True, state_file=state or None)
+               for state, bdfs in by_file.items()]
+    more = [*unbinds, *((rest.command,) if rest and rest.command else ()), *(rest.more if rest else ())]
+    text = (f"stop what holds it ({'; '.join(whos)}), then run the same unbind again: "
+            + ", ".join(f"{{more{i}}}" for i in range(len(unbinds))))
+    if rest is not None:
+        other = rest.text.replace("{command}", f"{{more{len(unbinds)}}}") if rest.command else rest.text
+        if not rest.command:
+            for i in reversed(range(len(rest.more))):  # highest first: a shifted name is never shifted again
+                other = other.replace(f"{{more{i}}}", f"{{more{len(unbinds) + i}}}")
+        text += f"; for the others: {other}"
+    if rest is None and len(unbinds) == 1:
+        return Remedy(text.replace("{more0}", "{command}"), unbinds[0])
+    return Remedy(text, more=tuple(more))
+
+
 def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
     if f.pci_error:
         add("host.npu.present", T_NPUS, SCOPE_HOST, Status.WARN, f.pci_error,
@@ -311,7 +338,12 @@ def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
     statuses = []
     parts = []
     for fn in f.npus:
-        if fn.driver == C.VFIO_DRIVER:
+        if fn.override_unknown:
+            # an unbind the kernel is still finishing: it removed the driver link first, so "bound to no driver"
+            # would send the user to `vfio recover`, which refuses the device until the unbind ends
+            statuses.append(Status.WARN)
+            parts.append(f"{_npu_label(fn)} {fn.override_unknown}")
+        elif fn.driver == C.VFIO_DRIVER:
             statuses.append(Status.PASS)
             parts.append(f"{_npu_label(fn)} on vfio-pci (ready for passthrough)")
         elif fn.driver == C.HOST_DRIVER:
@@ -324,13 +356,14 @@ def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
             statuses.append(Status.WARN)
             parts.append(f"{_npu_label(fn)} on unexpected driver {fn.driver}")
     status = worst(statuses)
-    odd = [fn.bdf for fn in f.npus if fn.driver not in (C.VFIO_DRIVER, C.HOST_DRIVER)]
+    settled = [fn for fn in f.npus if not fn.override_unknown]
+    odd = [fn.bdf for fn in settled if fn.driver not in (C.VFIO_DRIVER, C.HOST_DRIVER)]
     base = ("install the RBLN driver (rebellions) for container mode, or bind to vfio-pci for VMs: label the node "
             "vm-passthrough so the operator's vfio-manager binds it, or {bind}")
     bind = Command.own("vfio", "bind", *odd, on_host=True) if odd else None
     remedy = Remedy(base.replace("{bind}", "{command}"), bind) if bind else Remedy(base.replace(
         "{bind}", "bind it with vfio bind"))
-    unbound = [fn.bdf for fn in f.npus if fn.driver is None]
+    unbound = [fn.bdf for fn in settled if fn.driver is None]
     if unbound and bind is not None:
         # what some vfio-manager releases leave after a vm -> container switch. The host alone does not know
         # its node's mode, which decides the driver: both commands here; `--hosts` knows it and puts the one
@@ -338,6 +371,9 @@ def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
         remedy = Remedy("re-probe the NPUs left without a driver: {more0} on a container-mode node, {more1} on a "
                         "vm-passthrough node; otherwise " + base.replace("{bind}", "{more2}"),
                         more=(recover_command(unbound, C.MODE_CONTAINER), recover_command(unbound, C.MODE_VM), bind))
+    waiting = [fn for fn in f.npus if fn.override_unknown]
+    if waiting:
+        remedy = _pending_remedy(f, waiting, remedy if odd else None)
     add("host.npu.driver", T_DRIVER, SCOPE_HOST, status, "; ".join(parts), remedy)
 
     no_group = [fn.bdf for fn in f.npus if not fn.iommu_group]

@@ -18,7 +18,7 @@ from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.iommu_advice import AMD, ARM64, INTEL
 from rblnctl.host.root import HostRoot
-from rblnctl.host.vfio.state import held_functions
+from rblnctl.host.vfio.state import PendingUnbind, pending_unbinds
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class HostFacts:
     group_peers: dict[str, list[str]] = field(default_factory=dict)  # bdf -> non-NPU members that block its group
     holders: dict[str, list[str]] = field(default_factory=dict)  # bdf -> processes holding its device files
     holders_note: str = ""  # non-empty when the process scan was incomplete
+    pending: dict[str, PendingUnbind] = field(default_factory=dict)  # bdf -> the unbind a vfio run left waiting
 
     @property
     def platform(self) -> str | None:
@@ -208,11 +209,13 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
     iommufd = system.module_state(sysfs, C.IOMMUFD_MODULE, builtin)
 
     npus: list[pci.PciFunction] = []
+    pending: dict[str, PendingUnbind] = {}
     pci_error = None
     peers: dict[str, list[str]] = {}
     try:
         # never the override of a function with an unbind pending (the read waits as long; rblnctl.host.vfio.state)
-        npus = pci.list_functions(sysfs, held=held_functions(host.under(C.VFIO_STATE_FILE), host.proc))
+        pending = pending_unbinds(host)
+        npus = pci.list_functions(sysfs, held={b: r.text for b, r in pending.items()})
         for fn in npus:
             if fn.iommu_group:
                 peers[fn.bdf] = _foreign_group_members(sysfs, fn)
@@ -245,6 +248,7 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
         group_peers=peers,
         holders=holders,
         holders_note=holders_note,
+        pending=pending,
     )
 
 

@@ -105,11 +105,11 @@ def test_an_interrupt_names_the_holders_found_at_plan_time_and_notes_the_child(t
     said = " ".join(events)
     assert "interrupted while unbind from vfio-pci" in said and "pid 3100 (qemu-kvm -name vm1) has /dev/vfio/20" \
         in said and "kill 3100" in said and "vfio status" not in said, said
-    (rec,) = PendingFile.beside(k.root / "state.json").live(k.proc).values()
+    (rec,) = PendingFile.of(k.root).live(k.proc).values()
     assert (rec.bdf, rec.pid, rec.start, rec.holders) == (A, 3200, 777, "pid 3100 (qemu-kvm -name vm1)")
     # a reused pid (another start time) is not the child: the record is ignored, and the next run drops it
     (k.proc / "3200" / "stat").write_text("3200 (bash) S 1 3200 3200 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 999 0 0\n")
-    assert PendingFile.beside(k.root / "state.json").live(k.proc) == {}
+    assert PendingFile.of(k.root).live(k.proc) == {}
 
 
 def test_forcing_past_a_holder_of_the_host_driver_bounds_its_unbind_too(tmp_path):
@@ -148,3 +148,48 @@ def test_a_bounded_read_gives_up_at_its_bound_and_its_child_keeps_nothing_of_the
         os.close(fd)
         os.waitpid(child, 0)
     assert run_bounded(lambda: b"vfio-pci\n", 5) == b"vfio-pci\n"
+
+
+# --- where the pending record lives, and what preflight --local says of such a function ----------------------------
+
+
+def test_preflight_names_a_pending_unbind_and_the_unbind_that_finishes_it_not_recover(host):
+    """A blocked unbind removes the driver link first: preflight --local showed the function as `bound to no driver`
+    and sent the user to `vfio recover`, which refuses it while the unbind is pending. It says what waits, and the
+    command that finishes it once the holder stops: the same unbind."""
+    host.load_vfio()
+    assert host.rblnctl("vfio", "bind", NPU0, "--yes")[0] == 0
+    pid = host.vfio_user(NPU0)
+    holder = f"pid {pid} (python -m tests.kernel.vfio_holder"
+    assert host.rblnctl("vfio", "unbind", NPU0, "--yes", "--force", "--timeout", "3s")[0] == 1
+
+    rc, out = host.rblnctl("preflight", "--local", timeout=ANSWER_S)
+    assert rc != 124 and f"{NPU0} CA22 PF unbind pending (pid " in out and holder in out, out
+    assert "vfio recover" not in out and "bound to no driver" not in out, out
+    assert f"then run the same unbind again: `rblnctl vfio unbind {NPU0}`" in out, out
+
+    host.let_go(pid)
+    rc, out = host.rblnctl("vfio", "unbind", NPU0, "--yes", timeout=ANSWER_S)  # the command preflight named
+    assert rc == 0 and host.on(NPU0) == (HOST_DRIVER, None), out
+
+
+def test_a_pending_unbind_made_with_a_state_file_elsewhere_is_seen_by_status_and_preflight(host):
+    """The record was beside --state-file, where vfio status and preflight --local (no --state-file) never looked:
+    they fell back to the bounded read (`unknown`). It lives in one place under the host root now."""
+    elsewhere = str(host.tmp / "elsewhere" / "state.json") if host.name == "fake" else "/tmp/elsewhere/state.json"
+    host.load_vfio()
+    assert host.rblnctl("vfio", "bind", NPU0, "--yes", "--state-file", elsewhere)[0] == 0
+    pid = host.vfio_user(NPU0)
+    rc, out = host.rblnctl("vfio", "unbind", NPU0, "--yes", "--force", "--timeout", "3s", "--state-file", elsewhere)
+    assert rc == 1 and "pending" in out, out
+
+    rc, out = host.rblnctl("vfio", "status", timeout=ANSWER_S)
+    assert rc == 0 and f"{NPU0}: unbind pending (pid " in out and UNKNOWN not in out, out
+    rc, out = host.rblnctl("preflight", "--local", timeout=ANSWER_S)
+    assert f"{NPU0} CA22 PF unbind pending (pid " in out and UNKNOWN not in out, out
+    said = " ".join(out.split())  # the remedy may wrap
+    assert f"`rblnctl vfio unbind {NPU0} --state-file {elsewhere}`" in said, out
+
+    host.let_go(pid)
+    rc, out = host.rblnctl("vfio", "unbind", NPU0, "--yes", "--state-file", elsewhere, timeout=ANSWER_S)
+    assert rc == 0 and host.on(NPU0) == (HOST_DRIVER, None), out

@@ -374,3 +374,35 @@ def test_amd_cmdline_never_asks_for_amd_iommu_on(tmp_path, cmdline, groups, stat
     c = check(tmp_path, spec, "host.iommu.cmdline")
     assert c.status == status and says in c.evidence and remedy in c.remedy, c
     assert "amd_iommu=on" not in c.remedy
+
+
+def test_an_npu_the_kernel_still_holds_is_sent_to_the_same_unbind_not_to_recover(tmp_path):
+    """A blocked unbind removes the driver link first: `bound to no driver` sent the user to `vfio recover`, which
+    refuses the device until the unbind ends. A device lock held past the bounded read (no rblnctl record: another
+    tool's unbind) says so, and names the unbind that finishes it once its holder stops; the other NPUs keep theirs."""
+    import dataclasses
+
+    from rblnctl.host.pci import OVERRIDE_UNKNOWN
+    from rblnctl.preflight.host_checks import check_host, recover_bdfs
+    from rblnctl.preflight.host_facts import gather_host_facts
+    from tests.preflight.spelt import spelt_check
+
+    npus = (Npu("0000:3b:00.0", driver="vfio-pci", group="42"), Npu("0000:5e:00.0", driver=None, group="43"))
+    k = ht.build_host(tmp_path / "host", ht.intel_bare_metal(npus=npus))
+    facts = gather_host_facts(k.root)
+    held = [dataclasses.replace(fn, driver=None, override_unknown=OVERRIDE_UNKNOWN) if fn.bdf == "0000:3b:00.0"
+            else fn for fn in facts.npus]
+    facts = dataclasses.replace(facts, npus=held, holders={"0000:3b:00.0": ["pid 5151 (qemu-kvm)"]})
+    drv = by_id_list(check_host(facts))["host.npu.driver"]
+    assert drv.status == Status.WARN and recover_bdfs(drv) == ["0000:5e:00.0"]
+    said = spelt_check(drv)
+    assert f"0000:3b:00.0 CA22 PF {OVERRIDE_UNKNOWN}" in said.evidence and "0000:5e:00.0 CA22 PF bound to no driver" \
+        in said.evidence
+    assert "stop what holds it (0000:3b:00.0: pid 5151 (qemu-kvm)), then run the same unbind again: " \
+        "`rblnctl vfio unbind 0000:3b:00.0`" in said.remedy, said.remedy
+    assert "`rblnctl vfio recover 0000:5e:00.0 --mode container`" in said.remedy, said.remedy
+    assert "recover 0000:3b:00.0" not in said.remedy and "vfio bind 0000:3b:00.0" not in said.remedy
+
+
+def by_id_list(checks) -> dict:
+    return {c.id: c for c in checks}

@@ -85,7 +85,7 @@ class VfioBinder:
         self.host = HostRoot.of(self.root)
         self.state_file = Path(self.state_file) if self.state_file is not None else self.host.under(C.VFIO_STATE_FILE)
         self._state = StateFile(path=self.state_file)
-        self._pending = PendingFile.beside(self.state_file)
+        self._pending = PendingFile.of(self.host)  # one place under the root, whatever the state file
 
     @property
     def sysfs(self) -> Path:
@@ -463,16 +463,19 @@ class VfioBinder:
                 f"it, e.g. kill {pids}), then the same command again finishes the device")
 
     def _record_pending(self, bdf: str, pid: int) -> None:
-        """Note the child left waiting in the kernel beside the state file (under its lock, which apply() holds), so
-        later runs read nothing of this function while it waits (PendingFile)."""
+        """Note the child left waiting in the kernel in the host's pending record (PendingFile, under its own lock), so
+        later runs read nothing of this function while it waits, whatever state file they use."""
         start = process_start(self.host.proc, pid) if pid > 0 else None
         if start is None:
             return
         holders = "; ".join(f"pid {h.pid} ({h.command})" for h in self._plan_holders.get(bdf, []))
+        own = "" if self.state_file == self.host.under(C.VFIO_STATE_FILE) else str(self.state_file)
         try:
-            kept = self._pending.live(self.host.proc)
-            kept[bdf] = PendingUnbind(bdf=bdf, pid=pid, start=start, since=iso_utc(self.clock.now()), holders=holders)
-            self._pending.save(kept)
+            with self._pending.locked():
+                kept = self._pending.live(self.host.proc)
+                kept[bdf] = PendingUnbind(bdf=bdf, pid=pid, start=start, since=iso_utc(self.clock.now()),
+                                          holders=holders, state_file=own)
+                self._pending.save(kept)
         except HostError as e:
             self.on_event(f"{bdf}: could not note the pending unbind ({e}): until it finishes, runs that read this "
                           "function wait for it")
@@ -480,10 +483,11 @@ class VfioBinder:
     def _prune_pending(self) -> None:
         """Drop the records of pending unbinds whose child is gone (the kernel finished them)."""
         try:
-            every = self._pending.load()
-            live = {b: r for b, r in every.items() if process_start(self.host.proc, r.pid) == r.start}
-            if live != every:
-                self._pending.save(live)
+            with self._pending.locked():
+                every = self._pending.load()
+                live = {b: r for b, r in every.items() if process_start(self.host.proc, r.pid) == r.start}
+                if live != every:
+                    self._pending.save(live)
         except HostError:
             pass
 

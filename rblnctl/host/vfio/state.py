@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput
 from rblnctl.host import pci
+from rblnctl.host.root import HostRoot
 
 STATE_VERSION = 1
 # A state file holds a few hundred bytes per device; anything this large is not one of ours.
@@ -125,7 +127,9 @@ class StateFile:
 
 # --- unbinds left pending in the kernel ------------------------------------------------------------------------
 
-PENDING_NAME = "vfio-pending.json"  # next to the state file
+PENDING_NAME = "vfio-pending.json"
+# How long a run waits for another run's few-millisecond update of the pending record before it gives up on it.
+PENDING_LOCK_WAIT_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +142,7 @@ class PendingUnbind:
     start: int
     since: str  # ISO time the run gave up waiting
     holders: str = ""  # who held the device then ("pid 123 (qemu) has /dev/vfio/2 open; ..."), "" when unknown
+    state_file: str = ""  # the run's --state-file, "" for the default: `the same unbind again` needs it
 
     @property
     def text(self) -> str:
@@ -160,44 +165,91 @@ def process_start(proc: Path, pid: int) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class PendingFile:
-    """`vfio-pending.json` beside the state file: `{"version": 1, "pending": {bdf: {pid, start, since, holders}}}`.
+    """The pending record: `{"version": 1, "pending": {bdf: {pid, start, since, holders, state_file}}}`, at ONE
+    fixed place under the host root (C.VFIO_PENDING_FILE, `<root>/run/rblnctl/vfio-pending.json`) whatever
+    --state-file a run was given, so every later run finds it (vfio status and preflight --local take no
+    --state-file). Under /run because a pending unbind does not survive a reboot, and neither should its record.
 
-    Written under the state file's lock by the run that left an unbind pending; read by every later run, which never
-    reads the override of a function whose pending child still lives (that read would wait as long as the unbind).
-    A record whose child is gone is ignored, and dropped by the next run that holds the lock.
+    Written atomically under its own lock (`<path>.lock`: the state file's lock is per state file, and two runs with
+    different state files share this record) by the run that left an unbind pending; read by every later run, which
+    never reads the override of a function whose pending child still lives (that read would wait as long as the
+    unbind). A record whose child is gone is ignored, and dropped by the next run that writes the record.
+
+    `legacy`: where releases before this one wrote it (beside the default state file), read as well for one release
+    (a record there lives only as long as its child) and removed by the next save; a record an older release wrote
+    beside a --state-file elsewhere cannot be found (nothing says where that file was).
     """
 
     path: Path
+    legacy: Path | None = None
 
     @classmethod
-    def beside(cls, state: Path) -> PendingFile:
-        return cls(path=Path(state).with_name(PENDING_NAME))
+    def of(cls, root: Path | HostRoot) -> PendingFile:
+        """The host's pending record (and the legacy one beside the default state file)."""
+        host = HostRoot.of(root)
+        return cls(path=host.under(C.VFIO_PENDING_FILE), legacy=host.under(C.VFIO_STATE_FILE).with_name(PENDING_NAME))
 
     def load(self) -> dict[str, PendingUnbind]:
-        """Every record; {} when the file is absent or not one of ours (it only ever spares a read)."""
-        try:
-            raw = StateFile(path=self.path)._read()
-            data = json.loads(raw.decode("utf-8")) if raw else {}
-            return {pci.normalize_bdf(b): PendingUnbind(bdf=pci.normalize_bdf(b), pid=int(r["pid"]),
-                                                        start=int(r["start"]), since=str(r["since"]),
-                                                        holders=str(r.get("holders") or ""))
-                    for b, r in (data.get("pending") or {}).items()}
-        except (HostError, ValueError, KeyError, TypeError, AttributeError, InvalidInput):
-            return {}
+        """Every record (the legacy file's first, this one's over them); {} when absent or not one of ours (it only
+        ever spares a read)."""
+        out = _load_pending(self.legacy) if self.legacy is not None else {}
+        out.update(_load_pending(self.path))
+        return out
 
     def live(self, proc: Path) -> dict[str, PendingUnbind]:
         """The records whose child still waits in the kernel (same pid, same start time, not a zombie)."""
         return {b: r for b, r in self.load().items() if process_start(proc, r.pid) == r.start}
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the record's own lock while reading, changing and saving it; waits up to PENDING_LOCK_WAIT_S for
+        another run's update (milliseconds), then raises HostError."""
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise HostError(f"cannot open lock file {lock}: {e.strerror or e}") from e
+        try:
+            deadline = time.monotonic() + PENDING_LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError as e:
+                    if time.monotonic() >= deadline:
+                        raise HostError(f"another run keeps {lock} locked") from e
+                    time.sleep(0.02)
+            yield
+        finally:
+            os.close(fd)
+
     def save(self, pending: dict[str, PendingUnbind]) -> None:
-        """Replace the file (removed when nothing is pending). Call with the state file's lock held."""
+        """Replace the record (removed when nothing is pending), and remove the legacy one (its live records are in
+        `pending`: the caller loaded them). Call with `locked()` held."""
         if not pending:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
-            return
-        body = {b: {"pid": r.pid, "start": r.start, "since": r.since, "holders": r.holders}
-                for b, r in sorted(pending.items())}
-        _atomic_json(self.path, {"version": STATE_VERSION, "pending": body})
+        else:
+            body = {b: {"pid": r.pid, "start": r.start, "since": r.since, "holders": r.holders,
+                        "state_file": r.state_file} for b, r in sorted(pending.items())}
+            _atomic_json(self.path, {"version": STATE_VERSION, "pending": body})
+        if self.legacy is not None:
+            with contextlib.suppress(OSError):
+                self.legacy.unlink()
+
+
+def _load_pending(path: Path) -> dict[str, PendingUnbind]:
+    try:
+        raw = StateFile(path=path)._read()
+        data = json.loads(raw.decode("utf-8")) if raw else {}
+        return {pci.normalize_bdf(b): PendingUnbind(bdf=pci.normalize_bdf(b), pid=int(r["pid"]),
+                                                    start=int(r["start"]), since=str(r["since"]),
+                                                    holders=str(r.get("holders") or ""),
+                                                    state_file=str(r.get("state_file") or ""))
+                for b, r in (data.get("pending") or {}).items()}
+    except (HostError, ValueError, KeyError, TypeError, AttributeError, InvalidInput):
+        return {}
 
 
 def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
@@ -228,6 +280,12 @@ def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
                 os.unlink(tmp)
 
 
-def held_functions(state: Path, proc: Path) -> dict[str, str]:
+def pending_unbinds(root: Path | HostRoot) -> dict[str, PendingUnbind]:
+    """{bdf: record} of the host's live pending unbinds (whatever --state-file the run that left them used)."""
+    host = HostRoot.of(root)
+    return PendingFile.of(host).live(host.proc)
+
+
+def held_functions(root: Path | HostRoot) -> dict[str, str]:
     """{bdf: why} of the functions with a live pending unbind (pci.read_function's `held`)."""
-    return {b: r.text for b, r in PendingFile.beside(state).live(proc).items()}
+    return {b: r.text for b, r in pending_unbinds(root).items()}

@@ -6,7 +6,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from rblnctl import constants as C
 from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.pci import PciFunction
@@ -31,7 +30,7 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
     sysfs = host.sys
     wanted = pci.normalize_bdfs(bdfs)
     # never read the override of a function an earlier run left an unbind pending on: the read waits as long
-    held = held_functions(host.under(C.VFIO_STATE_FILE), host.proc)
+    held = held_functions(host)
     fns = (pci.read_functions(sysfs, wanted, held=held) if wanted
            else pci.list_functions(sysfs, all_vendors=all_vendors, held=held))
     finder = HolderFinder.scan(host)

@@ -111,3 +111,61 @@ def test_a_fifo_as_state_file_is_damaged_and_never_blocks(tmp_path):
         pytest.fail("loading a FIFO state file blocked waiting for a writer")
     [err] = outcome
     assert isinstance(err, HostError) and "damaged (not a regular file" in str(err)
+
+
+# --- the pending record: one place under the host root, whatever --state-file said ---------------------------------
+
+
+def _alive(root, pid: int, start: int) -> None:
+    d = root / "proc" / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "stat").write_text(f"{pid} (rblnctl) D 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n")
+
+
+def test_the_pending_record_lives_under_the_root_run_dir_and_the_old_one_is_read_then_moved(tmp_path):
+    from rblnctl import constants as C
+    from rblnctl.host.vfio.state import PendingFile, PendingUnbind, pending_unbinds
+
+    p = PendingFile.of(tmp_path)
+    assert p.path == tmp_path / "run" / "rblnctl" / "vfio-pending.json" and C.VFIO_PENDING_FILE.startswith("/run/")
+    # what the release before wrote beside the default state file: still honoured (its child may still wait)
+    assert p.legacy is not None
+    p.legacy.parent.mkdir(parents=True)
+    p.legacy.write_text(json.dumps({"version": 1, "pending": {A: {"pid": 70, "start": 7, "since": "t0"}}}))
+    _alive(tmp_path, 70, 7)
+    assert [(r.bdf, r.pid, r.state_file) for r in pending_unbinds(tmp_path).values()] == [(A, 70, "")]
+    with p.locked():
+        kept = p.live(tmp_path / "proc")
+        kept[B] = PendingUnbind(bdf=B, pid=80, start=8, since="t1", state_file="/x/state.json")
+        p.save(kept)
+    _alive(tmp_path, 80, 8)
+    assert not p.legacy.exists()  # moved: one record from now on
+    assert {b: (r.pid, r.state_file) for b, r in pending_unbinds(tmp_path).items()} == {
+        A: (70, ""), B: (80, "/x/state.json")}
+    assert sorted(os.listdir(p.path.parent)) == ["vfio-pending.json", "vfio-pending.json.lock"]
+    with p.locked():
+        p.save({})
+    assert not p.path.exists() and pending_unbinds(tmp_path) == {}
+
+
+def test_the_pending_record_has_its_own_lock_whatever_state_file_a_run_locks(tmp_path):
+    import fcntl
+
+    from rblnctl.host.vfio import state
+    from rblnctl.host.vfio.state import PendingFile
+
+    p = PendingFile.of(tmp_path)
+    with StateFile(path=tmp_path / "a" / "state.json").locked(), p.locked():
+        pass  # another state file's lock does not keep a run from the record
+    p.path.parent.mkdir(parents=True, exist_ok=True)
+    held = os.open(p.path.with_name(p.path.name + ".lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        old, state.PENDING_LOCK_WAIT_S = state.PENDING_LOCK_WAIT_S, 0.05
+        with pytest.raises(HostError, match="locked"), p.locked():
+            pass
+    finally:
+        state.PENDING_LOCK_WAIT_S = old
+        os.close(held)
+    with p.locked():
+        pass
