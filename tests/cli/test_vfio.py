@@ -210,8 +210,8 @@ def test_status_json_schema(k):
     r = vfio(k, "status", "-o", "json")
     assert r.exit_code == 0, r.stderr
     rows = devices(r.stdout)
-    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driverOverride", "iommuGroup",
-                             "groupMembers", "numaNode", "vfioDevice", "vfioDevicePresent", "holders"]
+    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driverOverride", "driverOverrideKnown",
+                             "iommuGroup", "groupMembers", "numaNode", "vfioDevice", "vfioDevicePresent", "holders"]
     assert [(x["bdf"], x["driver"], x["vfioDevicePresent"]) for x in rows] == [(A, "rebellions", False),
                                                                               (B, "vfio-pci", True)]
     assert rows[1]["holders"] == [{"pid": 3100, "command": "qemu-kvm", "path": "/dev/vfio/21"}]
@@ -541,3 +541,29 @@ def test_a_holders_argv_cannot_forge_a_line_or_move_the_cursor(k):
     assert not any(line.startswith("warning: all clear") for line in r.stderr.splitlines()), r.stderr
     r = vfio(k, "bind", A, "--yes", "--force")
     assert r.exit_code == 0 and not any(line.startswith("warning: all clear") for line in r.stderr.splitlines())
+
+
+# -- what a screen must not say: a hostile tester's findings ------------------------------------------------------
+
+
+def pending_unbind(k: SimKernel) -> None:
+    """`vfio unbind A --force` past a VM holding /dev/vfio/20: the kernel keeps the unbind waiting (pending)."""
+    assert cli("vfio", "bind", A, "--yes", "--root", k.root).exit_code == 0
+    k.add_process(3100, "qemu-kvm", ["/dev/vfio/20"])
+    r = cli("vfio", "unbind", A, "--yes", "--force", "--timeout", "1s", "--root", k.root)
+    assert r.exit_code == 1 and "pending" in r.stdout, r.stderr
+
+
+def test_status_of_a_function_whose_override_is_unknown_says_unknown_not_none(k):
+    pending_unbind(k)
+    try:
+        r = cli("vfio", "status", "--root", k.root)
+        assert r.exit_code == 0 and f"{A}: unbind pending (pid " in r.stderr, r.stderr
+        rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines()[1:]}
+        assert rows[A][2:4] == ["<unknown>", "<unknown>"], r.stdout  # DRIVER, OVERRIDE: not "<none>" (none set)
+        assert rows[B][2:4] == ["rebellions", "<none>"], r.stdout
+        doc = {d["bdf"]: d for d in devices(cli("vfio", "status", "--root", k.root, "-o", "json").stdout)}
+        assert (doc[A]["driverOverride"], doc[A]["driverOverrideKnown"]) == (None, False)
+        assert (doc[B]["driverOverride"], doc[B]["driverOverrideKnown"]) == (None, True)
+    finally:
+        k.release_readers()
