@@ -525,6 +525,9 @@ DEFAULT_EVENT_TTL = "1h"
 HOST_ROOT = "/"
 # Original drivers of the devices `vfio bind` moved to vfio-pci (under the host root).
 VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
+# The shortest --timeout of vfio bind, unbind and recover: a bound shorter than starting the child that writes (a fork)
+# ends the wait before the write is made, and the run then reports an unheld device as pending.
+VFIO_MIN_WRITE_TIMEOUT_S = 1.0
 
 # --- VMs (rblnctl vm) --------------------------------------------------------------------------
 

@@ -567,3 +567,16 @@ def test_status_of_a_function_whose_override_is_unknown_says_unknown_not_none(k)
         assert (doc[B]["driverOverride"], doc[B]["driverOverrideKnown"]) == (None, True)
     finally:
         k.release_readers()
+
+
+@pytest.mark.parametrize("command", ["bind", "unbind", "recover"])
+@pytest.mark.parametrize("value", ["0.001", "500ms", "0.9"])
+def test_a_timeout_shorter_than_a_second_is_refused_before_anything_is_read(k, command, value):
+    """A bound shorter than starting the child that writes reports an unheld device as pending, held by a VFIO user
+    rblnctl cannot see: a usage error, one line, exit 2, nothing written."""
+    before = k.checksum()
+    r = vfio(k, command, A, "--yes", "--timeout", value)
+    assert r.exit_code == 2 and r.stdout == "", r.stderr
+    assert r.stderr == f"error: --timeout must be at least 1s, not '{value}'\n", r.stderr
+    assert k.checksum() == before and k.writes == []
+    assert vfio(k, "bind", A, "--dry-run", "--timeout", "1s").exit_code == 0

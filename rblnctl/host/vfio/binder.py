@@ -456,11 +456,18 @@ class VfioBinder:
                 pass
         who = "; ".join(h.text for h in holders) or (
             "a VFIO user rblnctl cannot see holds it")
-        pids = " ".join(str(h.pid) for h in holders) or "PID"
+        kill = _kill_hint(holders)
+        if kill:
+            how = f"stop it, e.g. {kill}"
+        else:
+            # no pid to name: never a placeholder that reads as a command; say how to find the holder
+            group = f.iommu_group if f is not None else None
+            node = self.host.dev / "vfio" / group if group else self.host.dev / "vfio"
+            how = f"find what holds it (`lsof {node}`{'' if group else '/*'}, or stop the VM using it)"
         waited = f"after {self.write_timeout_s:g} s " if scan else ""
         return (f"{prefix}{w.why}: the kernel is still waiting {waited}for the device to "
-                f"be released ({who}); the write is not cancelled and completes when that process lets go (stop "
-                f"it, e.g. kill {pids}), then the same command again finishes the device")
+                f"be released ({who}); the write is not cancelled and completes when that process lets go ({how}), "
+                "then the same command again finishes the device")
 
     def _record_pending(self, bdf: str, pid: int) -> None:
         """Note the child left waiting in the kernel beside the state file (under its lock, which apply() holds), so
@@ -633,6 +640,13 @@ def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
         if d.action != Action.SKIP and d.to_driver:
             out.setdefault(d.to_driver, []).append(d.bdf)
     return out
+
+
+def _kill_hint(holders: Sequence[Holder]) -> str | None:
+    """The `kill PID...` a blocked write's advice names: the pids of the holders found (each once), or None when there
+    is none to name. The one place that picks them."""
+    pids = dict.fromkeys(h.pid for h in holders)
+    return f"kill {' '.join(map(str, pids))}" if pids else None
 
 
 def _result(d: DevicePlan, operation: Operation, status: Status, message: str) -> DeviceResult:
