@@ -580,3 +580,13 @@ def test_a_timeout_shorter_than_a_second_is_refused_before_anything_is_read(k, c
     assert r.stderr == f"error: --timeout must be at least 1s, not '{value}'\n", r.stderr
     assert k.checksum() == before and k.writes == []
     assert vfio(k, "bind", A, "--dry-run", "--timeout", "1s").exit_code == 0
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_unbind_all_with_nothing_to_do_prints_no_header_only_table(k, dry_run):
+    """Nothing on vfio-pci and nothing recorded: no rows, so no table (as vfio status); -o json keeps its document."""
+    r = vfio(k, "unbind", "--all", "--yes", *dry_run)
+    assert r.exit_code == 0 and r.stdout == "", r.stdout
+    assert "nothing to do" in r.stderr, r.stderr
+    r = vfio(k, "unbind", "--all", "--yes", *dry_run, "-o", "json")
+    assert r.exit_code == 0 and devices(r.stdout, "VfioChange") == []
