@@ -590,3 +590,24 @@ def test_unbind_all_with_nothing_to_do_prints_no_header_only_table(k, dry_run):
     assert "nothing to do" in r.stderr, r.stderr
     r = vfio(k, "unbind", "--all", "--yes", *dry_run, "-o", "json")
     assert r.exit_code == 0 and devices(r.stdout, "VfioChange") == []
+
+
+def on_driver(k: SimKernel, bdf: str, driver: str) -> None:
+    """The function's `driver` link names `driver` (a name the host chose, not one the user typed)."""
+    (k.sys / "bus" / "pci" / "drivers" / driver).mkdir(exist_ok=True)
+    link = k.pci_root / bdf / "driver"
+    link.unlink()
+    link.symlink_to(k.sys / "bus" / "pci" / "drivers" / driver)
+
+
+@pytest.mark.parametrize("args", [[A, "--yes"], [A, "--dry-run"], ["--all", "--dry-run"]])
+def test_a_driver_name_read_from_sysfs_that_fails_the_check_is_a_host_error_not_a_usage_error(k, args):
+    on_driver(k, A, "rbln:drv")
+    before = k.checksum()
+    r = vfio(k, "bind", *args)
+    assert r.exit_code == 1, r.stderr
+    assert r.stderr == (f"error: function {A} is on driver 'rbln:drv', a name rblnctl will not write to sysfs\n"), \
+        r.stderr
+    assert k.checksum() == before and k.writes == []
+    r = vfio(k, "unbind", A, "--yes", "--driver", "rbln:drv")  # a name the user typed: still a usage error
+    assert r.exit_code == 2 and "invalid driver name 'rbln:drv'" in r.stderr, r.stderr

@@ -561,7 +561,12 @@ class VfioBinder:
         if now.driver_override != during:
             attempt(steps.override_write(self.sysfs, d.bdf, during, "rollback: restore driver_override"))
         if now.driver is not None and now.driver != want:
-            attempt(steps.unbind_write(self.sysfs, d.bdf, now.driver, why=f"rollback: unbind from {now.driver}"))
+            try:
+                away = steps.unbind_write(self.sysfs, d.bdf, now.driver, why=f"rollback: unbind from {now.driver}")
+            except HostError as e:  # a driver name rblnctl will not write: the rollback goes on without it
+                problems.append(str(e))
+            else:
+                attempt(away)
         if want is not None and pci.current_driver(self.sysfs, d.bdf) is None:
             ok = attempt(steps.bind_write(self.sysfs, d.bdf, want, f"rollback: bind {want}"))
             if not ok or pci.current_driver(self.sysfs, d.bdf) is None:
