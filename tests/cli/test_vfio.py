@@ -611,3 +611,18 @@ def test_a_driver_name_read_from_sysfs_that_fails_the_check_is_a_host_error_not_
     assert k.checksum() == before and k.writes == []
     r = vfio(k, "unbind", A, "--yes", "--driver", "rbln:drv")  # a name the user typed: still a usage error
     assert r.exit_code == 2 and "invalid driver name 'rbln:drv'" in r.stderr, r.stderr
+
+
+def test_a_refused_change_of_a_pending_function_shows_where_it_was_to_go_not_the_kernel_default(k):
+    pending_unbind(k)
+    try:
+        for args, to in ((["recover"], "rebellions"), (["recover", "--mode", "vm"], "vfio-pci"),
+                         (["bind"], "vfio-pci"), (["unbind"], "rebellions"), (["unbind", "--driver", "other"], "other"),
+                         (["unbind"], None)):
+            if to is None:  # no record: the kernel's default, which <default> says truly
+                (k.root / "var/lib/rblnctl/vfio-state.json").unlink()
+            r = cli("vfio", *args[:1], A, *args[1:], "--dry-run", "--root", k.root, "-o", "json")
+            assert r.exit_code == 1 and "unbind pending" in r.stderr, (args, r.stderr)
+            assert [(d["status"], d["toDriver"]) for d in devices(r.stdout)] == [("blocked", to)], args
+    finally:
+        k.release_readers()

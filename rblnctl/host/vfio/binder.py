@@ -117,6 +117,7 @@ class VfioBinder:
         self._held = {b: r.text for b, r in self._pending.live(self.host.proc).items()}
         self._held_back = []
         self._plan_holders = {}
+        wanted = Mode.CONTAINER
         if op is Operation.BIND:
             plan = self._plan_bind(bdfs, all_devices)
         elif op is Operation.UNBIND:
@@ -137,10 +138,27 @@ class VfioBinder:
             else:
                 gate.block(f"{f.bdf}: {f.override_unknown}; nothing changes it until then (run the command again "
                            "after that)", bdfs=(f.bdf,))
-                held.append(steps.device_plan(f, Action(op.value), None, note=str(f.override_unknown)))
+                held.append(steps.device_plan(f, Action(op.value), self._held_target(op, f, driver, wanted),
+                                              note=str(f.override_unknown)))
         devices = tuple(sorted((*plan.devices, *held), key=lambda d: d.bdf)) if held else plan.devices
         return replace(plan, devices=devices, blockers=(*gate.blockers, *plan.blockers),
                        warnings=(*gate.warnings, *plan.warnings))
+
+    def _held_target(self, op: Operation, f: PciFunction, driver: str | None, mode: Mode) -> str | None:
+        """Where the refused change of a held-back function was to take it (its row's TO), as its operation's plan
+        would have said: bind vfio-pci, recover the mode's driver, unbind --driver, else the recorded driver, else
+        None (the kernel's default)."""
+        if op is Operation.BIND:
+            return VFIO
+        if op is Operation.RECOVER:
+            return steps.MODE_TARGETS[mode][0]
+        if driver is not None:
+            return driver
+        try:
+            rec = self._state.load().get(f.bdf, {})
+        except HostError:
+            return None
+        return rec.get("driver") if _record_fits(rec, f) else None
 
     def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
@@ -175,7 +193,7 @@ class VfioBinder:
         devices = []
         for f in fns:
             rec = records.get(f.bdf, {})
-            if rec.get("ids") and rec["ids"] != f.ids:
+            if not _record_fits(rec, f):
                 # The record is for another device (swapped card, state file copied from another host):
                 # restoring its driver could bind the wrong driver to this one.
                 gate.warn(f"{f.bdf}: the state file recorded device {rec['ids']} here, but the device is {f.ids}; "
@@ -637,6 +655,11 @@ def _plan(operation: Operation, devices: list[DevicePlan], gate: Gate, load: tup
 
 def _changed(devices: Sequence[DevicePlan], fns: Sequence[PciFunction]) -> list[PciFunction]:
     return [f for d, f in zip(devices, fns, strict=True) if d.action != Action.SKIP]
+
+
+def _record_fits(rec: dict[str, Any], f: PciFunction) -> bool:
+    """Whether a state record can be this function's: it names no device IDs, or this function's."""
+    return not rec.get("ids") or rec["ids"] == f.ids
 
 
 def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
