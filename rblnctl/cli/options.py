@@ -96,11 +96,14 @@ AllowUnknownGatesOpt = Annotated[
                  "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
                  "meant."),
 ]
-HostRootOpt = Annotated[
+_HOST_ROOT_HELP = ("The host's root directory: sys/, proc/, dev/ and run/ are read{} under it; a captured or "
+                   "simulated tree, or /host in a debug pod.")
+HostRootOpt = Annotated[  # of the commands that write sysfs (VfioHost)
     Path,
-    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
-                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
-                 show_default=True),
+    typer.Option("--root", metavar="DIR", help=_HOST_ROOT_HELP.format(" (and sys/ written)"), show_default=True),
+]
+HostReadRootOpt = Annotated[  # of vfio status, which only reads
+    Path, typer.Option("--root", metavar="DIR", help=_HOST_ROOT_HELP.format(""), show_default=True),
 ]
 VfioStateOpt = Annotated[
     Path | None,

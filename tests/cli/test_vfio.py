@@ -626,3 +626,18 @@ def test_a_refused_change_of_a_pending_function_shows_where_it_was_to_go_not_the
             assert [(d["status"], d["toDriver"]) for d in devices(r.stdout)] == [("blocked", to)], args
     finally:
         k.release_readers()
+
+
+def test_help_says_what_each_command_does_to_the_host_tree_and_what_unbind_all_takes():
+    def text(*args: str) -> str:
+        return " ".join(cli("vfio", *args, "--help").stdout.split()).replace("vfio- pci", "vfio-pci")  # folded
+
+    status = text("status")
+    assert "are read under it" in status and "written" not in status, status  # status never writes
+    assert "read (and sys/ written) under it" in text("bind")
+    unbind = text("unbind")
+    # what _plan_unbind selects: on vfio-pci, or overridden to it, or recorded (driverless or on a host driver)
+    assert "Every RBLN NPU on vfio-pci or with driver_override vfio-pci, and every one the state file records (left " \
+           "without a driver: it gets its recorded driver back; already on a host driver: its record is dropped)" \
+           in unbind, unbind
+    assert "At least 1s." in unbind and "At least 1s." in text("recover")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import HostRootOpt, OutputOpt, examples
+from rblnctl.cli.options import HostReadRootOpt, OutputOpt, examples
 from rblnctl.cli.output import Column, joined
 from rblnctl.cli.state import state
 from rblnctl.cli.vfio.common import BdfArgs, app
@@ -33,7 +33,7 @@ def status(
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = "table",
-    root: HostRootOpt = Path(C.HOST_ROOT),
+    root: HostReadRootOpt = Path(C.HOST_ROOT),
     node: Annotated[
         str | None,
         typer.Option("--node", metavar="NODE", help="Show the NPUs of this cluster node instead: runs this command in "
