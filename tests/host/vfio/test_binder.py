@@ -738,3 +738,24 @@ def test_a_blocked_unbinds_kill_advice_names_each_holder_pid_once(tmp_path):
                Holder(pid=3200, command="helper", path="/dev/vfio/20")]
     assert _kill_hint(holders) == "kill 3100 3200"
     assert _kill_hint([]) is None
+
+
+def test_an_interrupted_blocked_unbind_with_no_holder_found_names_no_kill_placeholder(tmp_path):
+    """Ctrl-C/SIGTERM while an unbind waits, no holder found when the run planned: the message said `kill PID`."""
+    k = npu_node(tmp_path, 1)
+    make(k).apply(make(k).plan("bind", [A]))
+
+    class Interrupted:
+        def write(self, path, value, *, bound_s=None):
+            if bound_s is None:
+                return k.writer.write(path, value)
+            raise KeyboardInterrupt
+
+    events: list[str] = []
+    b = make(k, writer=Interrupted(), on_event=events.append)
+    with pytest.raises(KeyboardInterrupt):
+        b.apply(b.plan("unbind", [A]))
+    said = " ".join(events)
+    assert "interrupted while unbind from vfio-pci" in said and "a VFIO user rblnctl cannot see holds it" in said, said
+    assert "kill" not in said and "PID" not in said, said
+    assert f"find what holds it (`lsof {k.dev / 'vfio' / '20'}`, or stop the VM using it)" in said, said
