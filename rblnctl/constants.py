@@ -528,6 +528,9 @@ VFIO_STATE_FILE = "/var/lib/rblnctl/vfio-state.json"
 # The unbinds a run left blocked in the kernel (rblnctl.host.vfio.state.PendingFile), under the host root whatever
 # --state-file said: /run, because a pending unbind ends with the boot and so must its record.
 VFIO_PENDING_FILE = "/run/rblnctl/vfio-pending.json"
+# The shortest --timeout of vfio bind, unbind and recover: a bound shorter than starting the child that writes (a fork)
+# ends the wait before the write is made, and the run then reports an unheld device as pending.
+VFIO_MIN_WRITE_TIMEOUT_S = 1.0
 
 # --- VMs (rblnctl vm) --------------------------------------------------------------------------
 

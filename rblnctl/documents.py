@@ -471,7 +471,7 @@ RESOURCE_MIGRATION = Shape(kubevirt=Of("plan.kubevirt", Shape(name="name", names
 
 VFIO_DEVICE = Shape(
     bdf="bdf", ids="ids", model="model", function="function", driver="driver", driverOverride="driver_override",
-    iommuGroup="iommu_group",
+    driverOverrideKnown="driver_override_known", iommuGroup="iommu_group",
     groupMembers=Each("group_members", Shape(bdf="bdf", ids="ids", driver="driver", bridge="bridge",
                                              blocksGroup="blocks_group")),
     numaNode="numa_node", vfioDevice="vfio_device", vfioDevicePresent="vfio_device_present",

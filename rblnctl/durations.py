@@ -13,11 +13,13 @@ _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_SECONDS = 7 * 24 * 3600.0
 
 
-def parse_duration(text: str, *, what: str, zero_means_forever: bool = False) -> float | None:
+def parse_duration(text: str, *, what: str, zero_means_forever: bool = False, minimum_s: float = 0.0
+                   ) -> float | None:
     """Return seconds for `text`; None for `0` when `zero_means_forever` (kubectl's --request-timeout=0).
 
     Plain numbers are seconds. Negative, NaN, infinite and absurd values (over a week) raise
-    InvalidInput naming `what` (the option, e.g. `--timeout`); so does `0` unless it means "forever".
+    InvalidInput naming `what` (the option, e.g. `--timeout`); so does `0` unless it means "forever", and
+    a value below `minimum_s` (an option whose wait means nothing shorter).
     """
     value = (text or "").strip()
     try:
@@ -36,4 +38,6 @@ def parse_duration(text: str, *, what: str, zero_means_forever: bool = False) ->
         if zero_means_forever:
             return None
         raise InvalidInput(f"{what} must be more than 0")
+    if seconds < minimum_s:
+        raise InvalidInput(f"{what} must be at least {minimum_s:g}s, not {text!r}")
     return seconds

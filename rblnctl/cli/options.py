@@ -96,11 +96,14 @@ AllowUnknownGatesOpt = Annotated[
                  "newer than rblnctl); without it such a name is refused as a typo, with the gate it most likely "
                  "meant."),
 ]
-HostRootOpt = Annotated[
+_HOST_ROOT_HELP = ("The host's root directory: sys/, proc/, dev/ and run/ are read{} under it; a captured or "
+                   "simulated tree, or /host in a debug pod.")
+HostRootOpt = Annotated[  # of the commands that write sysfs (VfioHost)
     Path,
-    typer.Option("--root", metavar="DIR", help="The host's root directory: sys/, proc/, dev/ and run/ are read (and "
-                 "sys/ written) under it; a captured or simulated tree, or /host in a debug pod.",
-                 show_default=True),
+    typer.Option("--root", metavar="DIR", help=_HOST_ROOT_HELP.format(" (and sys/ written)"), show_default=True),
+]
+HostReadRootOpt = Annotated[  # of vfio status, which only reads
+    Path, typer.Option("--root", metavar="DIR", help=_HOST_ROOT_HELP.format(""), show_default=True),
 ]
 VfioStateOpt = Annotated[
     Path | None,
@@ -111,7 +114,8 @@ VfioWriteTimeoutOpt = Annotated[
     str,
     typer.Option("--timeout", metavar="DURATION", help="How long to wait for an unbind from vfio-pci, which the "
                  "kernel holds until a VFIO user (a VM) lets go of the device: then rblnctl stops waiting, names the "
-                 "holder and says how to finish (the write itself cannot be cancelled)."),
+                 "holder and says how to finish (the write itself cannot be cancelled). At least "
+                 f"{C.VFIO_MIN_WRITE_TIMEOUT_S:g}s."),
 ]
 # The running-VM guard's one override (rblnctl.vm.guard.OVERRIDE), as node set-mode and drain spell it; on a change
 # that evicts nothing (a policy or KubeVirt CR edit) it only goes ahead, and says so.
@@ -177,12 +181,12 @@ def dry_run_mode(dry_run: bool, server_dry_run: bool) -> str | None:
     return "client" if dry_run else None
 
 
-def timeout_s(text: str, option: str = "--timeout") -> float:
+def timeout_s(text: str, option: str = "--timeout", *, minimum_s: float = 0.0) -> float:
     """A wait's --timeout in seconds (rblnctl.durations; bad input: exit 2, one line). Zero is refused: rblnctl
-    never waits forever on a node, a VM or the operator."""
+    never waits forever on a node, a VM or the operator; so is a value below `minimum_s`."""
     from rblnctl.durations import parse_duration
 
-    seconds = parse_duration(text, what=option)
+    seconds = parse_duration(text, what=option, minimum_s=minimum_s)
     assert seconds is not None  # zero_means_forever is off: parse_duration refuses 0
     return seconds
 
@@ -341,7 +345,7 @@ class VfioHost(OptionGroup):
 
     @property
     def timeout_s(self) -> float:
-        return timeout_s(self.timeout)
+        return timeout_s(self.timeout, minimum_s=C.VFIO_MIN_WRITE_TIMEOUT_S)
 
 
 class GateEdit(OptionGroup):

@@ -210,8 +210,8 @@ def test_status_json_schema(k):
     r = vfio(k, "status", "-o", "json")
     assert r.exit_code == 0, r.stderr
     rows = devices(r.stdout)
-    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driverOverride", "iommuGroup",
-                             "groupMembers", "numaNode", "vfioDevice", "vfioDevicePresent", "holders"]
+    assert list(rows[0]) == ["bdf", "ids", "model", "function", "driver", "driverOverride", "driverOverrideKnown",
+                             "iommuGroup", "groupMembers", "numaNode", "vfioDevice", "vfioDevicePresent", "holders"]
     assert [(x["bdf"], x["driver"], x["vfioDevicePresent"]) for x in rows] == [(A, "rebellions", False),
                                                                               (B, "vfio-pci", True)]
     assert rows[1]["holders"] == [{"pid": 3100, "command": "qemu-kvm", "path": "/dev/vfio/21"}]
@@ -541,3 +541,103 @@ def test_a_holders_argv_cannot_forge_a_line_or_move_the_cursor(k):
     assert not any(line.startswith("warning: all clear") for line in r.stderr.splitlines()), r.stderr
     r = vfio(k, "bind", A, "--yes", "--force")
     assert r.exit_code == 0 and not any(line.startswith("warning: all clear") for line in r.stderr.splitlines())
+
+
+# -- what a screen must not say: a hostile tester's findings ------------------------------------------------------
+
+
+def pending_unbind(k: SimKernel) -> None:
+    """`vfio unbind A --force` past a VM holding /dev/vfio/20: the kernel keeps the unbind waiting (pending)."""
+    assert cli("vfio", "bind", A, "--yes", "--root", k.root).exit_code == 0
+    k.add_process(3100, "qemu-kvm", ["/dev/vfio/20"])
+    r = cli("vfio", "unbind", A, "--yes", "--force", "--timeout", "1s", "--root", k.root)
+    assert r.exit_code == 1 and "pending" in r.stdout, r.stderr
+
+
+def test_status_of_a_function_whose_override_is_unknown_says_unknown_not_none(k):
+    pending_unbind(k)
+    try:
+        r = cli("vfio", "status", "--root", k.root)
+        assert r.exit_code == 0 and f"{A}: unbind pending (pid " in r.stderr, r.stderr
+        rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines()[1:]}
+        assert rows[A][2:4] == ["<unknown>", "<unknown>"], r.stdout  # DRIVER, OVERRIDE: not "<none>" (none set)
+        assert rows[B][2:4] == ["rebellions", "<none>"], r.stdout
+        doc = {d["bdf"]: d for d in devices(cli("vfio", "status", "--root", k.root, "-o", "json").stdout)}
+        assert (doc[A]["driverOverride"], doc[A]["driverOverrideKnown"]) == (None, False)
+        assert (doc[B]["driverOverride"], doc[B]["driverOverrideKnown"]) == (None, True)
+    finally:
+        k.release_readers()
+
+
+@pytest.mark.parametrize("command", ["bind", "unbind", "recover"])
+@pytest.mark.parametrize("value", ["0.001", "500ms", "0.9"])
+def test_a_timeout_shorter_than_a_second_is_refused_before_anything_is_read(k, command, value):
+    """A bound shorter than starting the child that writes reports an unheld device as pending, held by a VFIO user
+    rblnctl cannot see: a usage error, one line, exit 2, nothing written."""
+    before = k.checksum()
+    r = vfio(k, command, A, "--yes", "--timeout", value)
+    assert r.exit_code == 2 and r.stdout == "", r.stderr
+    assert r.stderr == f"error: --timeout must be at least 1s, not '{value}'\n", r.stderr
+    assert k.checksum() == before and k.writes == []
+    assert vfio(k, "bind", A, "--dry-run", "--timeout", "1s").exit_code == 0
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_unbind_all_with_nothing_to_do_prints_no_header_only_table(k, dry_run):
+    """Nothing on vfio-pci and nothing recorded: no rows, so no table (as vfio status); -o json keeps its document."""
+    r = vfio(k, "unbind", "--all", "--yes", *dry_run)
+    assert r.exit_code == 0 and r.stdout == "", r.stdout
+    assert "nothing to do" in r.stderr, r.stderr
+    r = vfio(k, "unbind", "--all", "--yes", *dry_run, "-o", "json")
+    assert r.exit_code == 0 and devices(r.stdout, "VfioChange") == []
+
+
+def on_driver(k: SimKernel, bdf: str, driver: str) -> None:
+    """The function's `driver` link names `driver` (a name the host chose, not one the user typed)."""
+    (k.sys / "bus" / "pci" / "drivers" / driver).mkdir(exist_ok=True)
+    link = k.pci_root / bdf / "driver"
+    link.unlink()
+    link.symlink_to(k.sys / "bus" / "pci" / "drivers" / driver)
+
+
+@pytest.mark.parametrize("args", [[A, "--yes"], [A, "--dry-run"], ["--all", "--dry-run"]])
+def test_a_driver_name_read_from_sysfs_that_fails_the_check_is_a_host_error_not_a_usage_error(k, args):
+    on_driver(k, A, "rbln:drv")
+    before = k.checksum()
+    r = vfio(k, "bind", *args)
+    assert r.exit_code == 1, r.stderr
+    assert r.stderr == (f"error: function {A} is on driver 'rbln:drv', a name rblnctl will not write to sysfs\n"), \
+        r.stderr
+    assert k.checksum() == before and k.writes == []
+    r = vfio(k, "unbind", A, "--yes", "--driver", "rbln:drv")  # a name the user typed: still a usage error
+    assert r.exit_code == 2 and "invalid driver name 'rbln:drv'" in r.stderr, r.stderr
+
+
+def test_a_refused_change_of_a_pending_function_shows_where_it_was_to_go_not_the_kernel_default(k):
+    pending_unbind(k)
+    try:
+        for args, to in ((["recover"], "rebellions"), (["recover", "--mode", "vm"], "vfio-pci"),
+                         (["bind"], "vfio-pci"), (["unbind"], "rebellions"), (["unbind", "--driver", "other"], "other"),
+                         (["unbind"], None)):
+            if to is None:  # no record: the kernel's default, which <default> says truly
+                (k.root / "var/lib/rblnctl/vfio-state.json").unlink()
+            r = cli("vfio", *args[:1], A, *args[1:], "--dry-run", "--root", k.root, "-o", "json")
+            assert r.exit_code == 1 and "unbind pending" in r.stderr, (args, r.stderr)
+            assert [(d["status"], d["toDriver"]) for d in devices(r.stdout)] == [("blocked", to)], args
+    finally:
+        k.release_readers()
+
+
+def test_help_says_what_each_command_does_to_the_host_tree_and_what_unbind_all_takes():
+    def text(*args: str) -> str:
+        return " ".join(cli("vfio", *args, "--help").stdout.split()).replace("vfio- pci", "vfio-pci")  # folded
+
+    status = text("status")
+    assert "are read under it" in status and "written" not in status, status  # status never writes
+    assert "read (and sys/ written) under it" in text("bind")
+    unbind = text("unbind")
+    # what _plan_unbind selects: on vfio-pci, or overridden to it, or recorded (driverless or on a host driver)
+    assert "Every RBLN NPU on vfio-pci or with driver_override vfio-pci, and every one the state file records (left " \
+           "without a driver: it gets its recorded driver back; already on a host driver: its record is dropped)" \
+           in unbind, unbind
+    assert "At least 1s." in unbind and "At least 1s." in text("recover")

@@ -159,6 +159,8 @@ def results_view(operation: Operation | str, results: Sequence[DeviceResult], *,
     from rblnctl.documents import VFIO_CHANGE, body
 
     doc = body(VFIO_CHANGE, operation=operation, results=results)
-    return View(kind="VfioChange", body=doc, tables=[rows(doc["devices"], *_RESULT_COLUMNS)], notes=notes or [],
+    # no rows, no table: a header alone says less than the `nothing to do` line beside it (as vfio status)
+    tables = [rows(doc["devices"], *_RESULT_COLUMNS)] if doc["devices"] else []
+    return View(kind="VfioChange", body=doc, tables=tables, notes=notes or [],
                 names=[f"pci/{r['bdf']}" for r in doc["devices"]])
 

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rblnctl import constants as C  # plain data: the defaults the help texts show
-from rblnctl.cli.options import HostRootOpt, OutputOpt, examples
+from rblnctl.cli.options import HostReadRootOpt, OutputOpt, examples
 from rblnctl.cli.output import Column, joined
 from rblnctl.cli.state import state
 from rblnctl.cli.vfio.common import BdfArgs, app
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rblnctl.cli.output import View
     from rblnctl.host.vfio.model import VfioStatus
 
@@ -31,7 +33,7 @@ def status(
     bdfs: BdfArgs = None,
     all_vendors: Annotated[bool, typer.Option("--all-vendors", help="List every PCI function, not only NPUs.")] = False,
     output: OutputOpt = "table",
-    root: HostRootOpt = Path(C.HOST_ROOT),
+    root: HostReadRootOpt = Path(C.HOST_ROOT),
     node: Annotated[
         str | None,
         typer.Option("--node", metavar="NODE", help="Show the NPUs of this cluster node instead: runs this command in "
@@ -90,8 +92,20 @@ def _members(d: dict) -> str:
                   f"{',blocks-group' if m['blocksGroup'] else ''})" for m in d["groupMembers"])
 
 
+def _unknown_or(key: str) -> Callable[[dict], str]:
+    """A cell that says `<unknown>`, not `<none>` (which reads as "no override", "no driver"), when the override could
+    not be read: an unbind pending or the kernel holding the device (driverOverrideKnown false; then the kernel has
+    removed the driver link while the unbind waits, so a missing driver is not known either)."""
+    def cell(d: dict) -> str:
+        if d[key] is None and d.get("driverOverrideKnown") is False:
+            return "<unknown>"
+        return d[key] or "<none>"
+    return cell
+
+
 _STATUS_COLUMNS = (
-    Column("BDF"), Column("MODEL", value=_model), Column("DRIVER"), Column("OVERRIDE", value="driverOverride"),
+    Column("BDF"), Column("MODEL", value=_model), Column("DRIVER", value=_unknown_or("driver")),
+    Column("OVERRIDE", value=_unknown_or("driverOverride")),
     Column("GROUP", value="iommuGroup"), Column("OTHER-MEMBERS", value=_members), Column("NUMA", value="numaNode"),
     Column("VFIO-DEV", value=lambda d: ("yes" if d["vfioDevicePresent"] else "no") if d["iommuGroup"] else "<none>"),
     Column("HOLDERS", value=lambda d: joined(f"{h['pid']}/{h['command']}" for h in d["holders"])))

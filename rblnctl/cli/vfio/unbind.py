@@ -18,8 +18,10 @@ from rblnctl.cli.vfio.common import BdfArgs, ForceOpt, KeepGoingOpt, app, binder
 def unbind(
     ctx: typer.Context,
     bdfs: BdfArgs = None,
-    all_devices: Annotated[bool, typer.Option("--all", help="Every RBLN NPU now on vfio-pci, and every one bind "
-                                              "recorded (already on a host driver: its record is dropped).")] = False,
+    all_devices: Annotated[bool, typer.Option("--all", help="Every RBLN NPU on vfio-pci or with driver_override "
+                                              "vfio-pci, and every one the state file records (left without a "
+                                              "driver: it gets its recorded driver back; already on a host driver: "
+                                              "its record is dropped).")] = False,
     driver: Annotated[
         str | None,
         typer.Option("--driver", metavar="NAME", help="Host driver to bind instead of the recorded one "

@@ -117,6 +117,7 @@ class VfioBinder:
         self._held = {b: r.text for b, r in self._pending.live(self.host.proc).items()}
         self._held_back = []
         self._plan_holders = {}
+        wanted = Mode.CONTAINER
         if op is Operation.BIND:
             plan = self._plan_bind(bdfs, all_devices)
         elif op is Operation.UNBIND:
@@ -137,10 +138,27 @@ class VfioBinder:
             else:
                 gate.block(f"{f.bdf}: {f.override_unknown}; nothing changes it until then (run the command again "
                            "after that)", bdfs=(f.bdf,))
-                held.append(steps.device_plan(f, Action(op.value), None, note=str(f.override_unknown)))
+                held.append(steps.device_plan(f, Action(op.value), self._held_target(op, f, driver, wanted),
+                                              note=str(f.override_unknown)))
         devices = tuple(sorted((*plan.devices, *held), key=lambda d: d.bdf)) if held else plan.devices
         return replace(plan, devices=devices, blockers=(*gate.blockers, *plan.blockers),
                        warnings=(*gate.warnings, *plan.warnings))
+
+    def _held_target(self, op: Operation, f: PciFunction, driver: str | None, mode: Mode) -> str | None:
+        """Where the refused change of a held-back function was to take it (its row's TO), as its operation's plan
+        would have said: bind vfio-pci, recover the mode's driver, unbind --driver, else the recorded driver, else
+        None (the kernel's default)."""
+        if op is Operation.BIND:
+            return VFIO
+        if op is Operation.RECOVER:
+            return steps.MODE_TARGETS[mode][0]
+        if driver is not None:
+            return driver
+        try:
+            rec = self._state.load().get(f.bdf, {})
+        except HostError:
+            return None
+        return rec.get("driver") if _record_fits(rec, f) else None
 
     def _plan_bind(self, bdfs: Sequence[str], all_devices: bool) -> VfioPlan:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
@@ -175,7 +193,7 @@ class VfioBinder:
         devices = []
         for f in fns:
             rec = records.get(f.bdf, {})
-            if rec.get("ids") and rec["ids"] != f.ids:
+            if not _record_fits(rec, f):
                 # The record is for another device (swapped card, state file copied from another host):
                 # restoring its driver could bind the wrong driver to this one.
                 gate.warn(f"{f.bdf}: the state file recorded device {rec['ids']} here, but the device is {f.ids}; "
@@ -456,11 +474,18 @@ class VfioBinder:
                 pass
         who = "; ".join(h.text for h in holders) or (
             "a VFIO user rblnctl cannot see holds it")
-        pids = " ".join(str(h.pid) for h in holders) or "PID"
+        kill = _kill_hint(holders)
+        if kill:
+            how = f"stop it, e.g. {kill}"
+        else:
+            # no pid to name: never a placeholder that reads as a command; say how to find the holder
+            group = f.iommu_group if f is not None else None
+            node = self.host.dev / "vfio" / group if group else self.host.dev / "vfio"
+            how = f"find what holds it (`lsof {node}`{'' if group else '/*'}, or stop the VM using it)"
         waited = f"after {self.write_timeout_s:g} s " if scan else ""
         return (f"{prefix}{w.why}: the kernel is still waiting {waited}for the device to "
-                f"be released ({who}); the write is not cancelled and completes when that process lets go (stop "
-                f"it, e.g. kill {pids}), then the same command again finishes the device")
+                f"be released ({who}); the write is not cancelled and completes when that process lets go ({how}), "
+                "then the same command again finishes the device")
 
     def _record_pending(self, bdf: str, pid: int) -> None:
         """Note the child left waiting in the kernel in the host's pending record (PendingFile, under its own lock), so
@@ -558,7 +583,12 @@ class VfioBinder:
         if now.driver_override != during:
             attempt(steps.override_write(self.sysfs, d.bdf, during, "rollback: restore driver_override"))
         if now.driver is not None and now.driver != want:
-            attempt(steps.unbind_write(self.sysfs, d.bdf, now.driver, why=f"rollback: unbind from {now.driver}"))
+            try:
+                away = steps.unbind_write(self.sysfs, d.bdf, now.driver, why=f"rollback: unbind from {now.driver}")
+            except HostError as e:  # a driver name rblnctl will not write: the rollback goes on without it
+                problems.append(str(e))
+            else:
+                attempt(away)
         if want is not None and pci.current_driver(self.sysfs, d.bdf) is None:
             ok = attempt(steps.bind_write(self.sysfs, d.bdf, want, f"rollback: bind {want}"))
             if not ok or pci.current_driver(self.sysfs, d.bdf) is None:
@@ -631,12 +661,24 @@ def _changed(devices: Sequence[DevicePlan], fns: Sequence[PciFunction]) -> list[
     return [f for d, f in zip(devices, fns, strict=True) if d.action != Action.SKIP]
 
 
+def _record_fits(rec: dict[str, Any], f: PciFunction) -> bool:
+    """Whether a state record can be this function's: it names no device IDs, or this function's."""
+    return not rec.get("ids") or rec["ids"] == f.ids
+
+
 def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for d in devices:
         if d.action != Action.SKIP and d.to_driver:
             out.setdefault(d.to_driver, []).append(d.bdf)
     return out
+
+
+def _kill_hint(holders: Sequence[Holder]) -> str | None:
+    """The `kill PID...` a blocked write's advice names: the pids of the holders found (each once), or None when there
+    is none to name. The one place that picks them."""
+    pids = dict.fromkeys(h.pid for h in holders)
+    return f"kill {' '.join(map(str, pids))}" if pids else None
 
 
 def _result(d: DevicePlan, operation: Operation, status: Status, message: str) -> DeviceResult:

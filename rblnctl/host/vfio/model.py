@@ -194,6 +194,9 @@ class DeviceStatus:
     driver_override: str | None
     iommu_group: str | None
     group_members: tuple[GroupMember, ...]
+    # False when driver_override could not be read (an unbind pending, the kernel holding the device: then
+    # driver_override is None without meaning "no override", and a None driver may be an unbind in progress)
+    driver_override_known: bool = True
     numa_node: int | None
     vfio_device: str | None  # <root>/dev/vfio/<group> (None without a group)
     vfio_device_present: bool
@@ -218,6 +221,8 @@ class VfioStatus:
             DeviceStatus(
                 bdf=str(d["bdf"]), ids=str(d["ids"]), model=d["model"], function=d["function"], driver=d["driver"],
                 driver_override=d["driverOverride"], iommu_group=d["iommuGroup"],
+                # an older rblnctl (a --node pod's image) prints no driverOverrideKnown: it read every override
+                driver_override_known=bool(d.get("driverOverrideKnown", True)),
                 group_members=tuple(GroupMember(bdf=str(m["bdf"]), ids=str(m["ids"]), driver=m["driver"],
                                                 bridge=bool(m["bridge"]), blocks_group=m["blocksGroup"])
                                     for m in d["groupMembers"]),

@@ -55,7 +55,8 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
         node = str(host.dev / "vfio" / f.iommu_group) if f.iommu_group else None
         out.append(DeviceStatus(
             bdf=f.bdf, ids=f.ids, model=f.model, function=f.function, driver=f.driver,
-            driver_override=f.driver_override, iommu_group=f.iommu_group, group_members=tuple(members),
+            driver_override=f.driver_override, driver_override_known=f.override_unknown is None,
+            iommu_group=f.iommu_group, group_members=tuple(members),
             numa_node=f.numa_node, vfio_device=node, vfio_device_present=bool(node and os.path.exists(node)),
             holders=tuple(finder.holders(f)),
         ))

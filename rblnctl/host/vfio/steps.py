@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rblnctl import constants as C
+from rblnctl.errors import HostError, InvalidInput
 from rblnctl.host import pci
 from rblnctl.host.pci import PciFunction
 from rblnctl.host.vfio.model import Action, DevicePlan, Mode, Write
@@ -112,9 +113,17 @@ def override_write(sysfs: Path, bdf: str, value: str | None, why: str) -> Write:
 
 
 def unbind_write(sysfs: Path, bdf: str, driver: str, why: str | None = None) -> Write:
-    """`drivers/<driver>/unbind <- bdf`."""
-    return Write(bdf=bdf, path=str(pci.driver_dir(sysfs, driver) / "unbind"), value=bdf,
-                 why=why or f"unbind from {driver}", may_block=pci.is_vfio_driver(driver))
+    """`drivers/<driver>/unbind <- bdf`, `driver` the one sysfs shows the function on.
+
+    Raises HostError when that name fails rblnctl's driver-name check (pci.validate_driver_name): the host's name,
+    not a usage error of the person who ran the command.
+    """
+    try:
+        path = pci.driver_dir(sysfs, driver) / "unbind"
+    except InvalidInput:
+        raise HostError(f"function {bdf} is on driver {driver!r}, a name rblnctl will not write to sysfs") from None
+    return Write(bdf=bdf, path=str(path), value=bdf, why=why or f"unbind from {driver}",
+                 may_block=pci.is_vfio_driver(driver))
 
 
 def bind_write(sysfs: Path, bdf: str, driver: str, why: str) -> Write:

@@ -10,6 +10,7 @@ import pytest
 
 from rblnctl.errors import ConfigError, HostError, InvalidInput, NotFound, Refused
 from rblnctl.host.vfio import VfioBinder, vfio_status
+from rblnctl.host.vfio.writer import WriteStillBlocked
 from tests.fakes.clock import FakeClock
 from tests.fakes.sysfs import SimKernel, npu_node
 from tests.host.vfio.common import A, B, C3, D, blocker_texts, make, on_host_driver, refused, state
@@ -702,3 +703,59 @@ def test_failed_unbind_whose_rollback_fails_too_says_driverless(tmp_path):
     assert r.status == "driverless" and k.driver_of(A) is None
     assert "the device has NO driver now; bind it again once vfio-pci works" in r.message
     assert state(k)[A]["driver"] == "rebellions"  # unbind did not complete: the record stays
+
+
+class _HeldByNobodyVisible:
+    """A writer whose unbind from vfio-pci stays blocked with no holder rblnctl can see (another user's VM as
+    non-root, a holder in another pid namespace): the bounded write gives up at its bound."""
+
+    def __init__(self, k: SimKernel) -> None:
+        self.k = k
+
+    def write(self, path, value, *, bound_s=None):
+        if bound_s is not None:
+            raise WriteStillBlocked("still blocked", pid=0)
+        return self.k.writer.write(path, value)
+
+
+def test_a_blocked_unbind_with_no_holder_in_sight_names_no_kill_placeholder(tmp_path):
+    k = npu_node(tmp_path, 1)
+    make(k).apply(make(k).plan("bind", [A]))
+    b = make(k, writer=_HeldByNobodyVisible(k))
+    (result,) = b.apply(b.plan("unbind", [A])).results
+    assert result.status == "pending", result
+    assert "a VFIO user rblnctl cannot see holds it" in result.message, result.message
+    assert "kill" not in result.message and "PID" not in result.message, result.message
+    assert f"find what holds it (`lsof {k.dev / 'vfio' / '20'}`, or stop the VM using it)" in result.message
+
+
+def test_a_blocked_unbinds_kill_advice_names_each_holder_pid_once(tmp_path):
+    from rblnctl.host.procfs import Holder
+    from rblnctl.host.vfio.binder import _kill_hint
+
+    holders = [Holder(pid=3100, command="qemu-kvm", path="/dev/vfio/20"),
+               Holder(pid=3100, command="qemu-kvm", path="anon_inode:[vfio-device]"),
+               Holder(pid=3200, command="helper", path="/dev/vfio/20")]
+    assert _kill_hint(holders) == "kill 3100 3200"
+    assert _kill_hint([]) is None
+
+
+def test_an_interrupted_blocked_unbind_with_no_holder_found_names_no_kill_placeholder(tmp_path):
+    """Ctrl-C/SIGTERM while an unbind waits, no holder found when the run planned: the message said `kill PID`."""
+    k = npu_node(tmp_path, 1)
+    make(k).apply(make(k).plan("bind", [A]))
+
+    class Interrupted:
+        def write(self, path, value, *, bound_s=None):
+            if bound_s is None:
+                return k.writer.write(path, value)
+            raise KeyboardInterrupt
+
+    events: list[str] = []
+    b = make(k, writer=Interrupted(), on_event=events.append)
+    with pytest.raises(KeyboardInterrupt):
+        b.apply(b.plan("unbind", [A]))
+    said = " ".join(events)
+    assert "interrupted while unbind from vfio-pci" in said and "a VFIO user rblnctl cannot see holds it" in said, said
+    assert "kill" not in said and "PID" not in said, said
+    assert f"find what holds it (`lsof {k.dev / 'vfio' / '20'}`, or stop the VM using it)" in said, said

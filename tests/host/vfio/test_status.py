@@ -48,3 +48,22 @@ def test_status_says_where_it_looked(tmp_path):
     k = SimKernel(tmp_path)
     st = vfio_status(root=k.root)
     assert st.devices == () and st.searched == str(k.sys / "bus" / "pci" / "devices")
+
+
+def test_an_unread_override_survives_the_document_a_node_pod_prints(tmp_path):
+    """`vfio status --node` reads the pod's document back (VfioStatus.from_dict): driverOverrideKnown false stays
+    false; a document of an older rblnctl (no such key: it read every override) is read as known."""
+    from dataclasses import replace
+
+    from rblnctl.documents import VFIO_STATUS
+    from rblnctl.host.vfio.model import VfioStatus
+
+    k = npu_node(tmp_path, 2)
+    st = vfio_status(root=k.root)
+    st = replace(st, devices=(replace(st.devices[0], driver=None, driver_override_known=False), st.devices[1]))
+    doc = VFIO_STATUS(st)
+    assert [d["driverOverrideKnown"] for d in doc["devices"]] == [False, True]
+    assert VfioStatus.from_dict(doc) == st
+    for d in doc["devices"]:
+        del d["driverOverrideKnown"]
+    assert [d.driver_override_known for d in VfioStatus.from_dict(doc).devices] == [True, True]
