@@ -283,19 +283,21 @@ def _npu_label(fn: pci.PciFunction) -> str:
 
 def _pending_remedy(f: HostFacts, waiting: Sequence[pci.PciFunction], rest: Remedy | None) -> Remedy:
     """For NPUs whose unbind the kernel is still finishing (a vfio run's pending record, or a device lock held past
-    the bounded read): stop what holds each one, then the same unbind again finishes it (vfio unbind reads the
-    override again once the kernel lets go); `rest`, the remedy of the other NPUs, follows."""
-    by_file: dict[str, list[str]] = {}
+    the bounded read): stop what holds each one, then the same command again finishes it (the one the record names,
+    else an unbind; it reads the override again once the kernel lets go); `rest`, the remedy of the other NPUs,
+    follows."""
+    by_run: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     whos = []
     for fn in waiting:
         rec = f.pending.get(fn.bdf)
-        by_file.setdefault(rec.state_file if rec else "", []).append(fn.bdf)
+        # the command that left it (a bind's or a recover's unbind may be what waits), else an unbind
+        by_run.setdefault((rec.state_file, rec.command) if rec else ("", ("unbind",)), []).append(fn.bdf)
         who = (rec.holders if rec else "") or ", ".join(f.holders.get(fn.bdf) or []) or "its VFIO user (a VM)"
         whos.append(f"{fn.bdf}: {who}")
-    unbinds = [Command.own("vfio", "unbind", *bdfs, on_host=True, state_file=state or None)
-               for state, bdfs in by_file.items()]
+    unbinds = [Command.own("vfio", command[0], *bdfs, *command[1:], on_host=True, state_file=state or None)
+               for (state, command), bdfs in by_run.items()]
     more = [*unbinds, *((rest.command,) if rest and rest.command else ()), *(rest.more if rest else ())]
-    text = (f"stop what holds it ({'; '.join(whos)}), then run the same unbind again: "
+    text = (f"stop what holds it ({'; '.join(whos)}), then run the same command again: "
             + ", ".join(f"{{more{i}}}" for i in range(len(unbinds))))
     if rest is not None:
         other = rest.text.replace("{command}", f"{{more{len(unbinds)}}}") if rest.command else rest.text

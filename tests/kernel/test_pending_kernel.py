@@ -166,7 +166,7 @@ def test_preflight_names_a_pending_unbind_and_the_unbind_that_finishes_it_not_re
     rc, out = host.rblnctl("preflight", "--local", timeout=ANSWER_S)
     assert rc != 124 and f"{NPU0} CA22 PF unbind pending (pid " in out and holder in out, out
     assert "vfio recover" not in out and "bound to no driver" not in out, out
-    assert f"then run the same unbind again: `rblnctl vfio unbind {NPU0}`" in out, out
+    assert f"then run the same command again: `rblnctl vfio unbind {NPU0}`" in out, out
 
     host.let_go(pid)
     rc, out = host.rblnctl("vfio", "unbind", NPU0, "--yes", timeout=ANSWER_S)  # the command preflight named

@@ -398,7 +398,7 @@ def test_an_npu_the_kernel_still_holds_is_sent_to_the_same_unbind_not_to_recover
     said = spelt_check(drv)
     assert f"0000:3b:00.0 CA22 PF {OVERRIDE_UNKNOWN}" in said.evidence and "0000:5e:00.0 CA22 PF bound to no driver" \
         in said.evidence
-    assert "stop what holds it (0000:3b:00.0: pid 5151 (qemu-kvm)), then run the same unbind again: " \
+    assert "stop what holds it (0000:3b:00.0: pid 5151 (qemu-kvm)), then run the same command again: " \
         "`rblnctl vfio unbind 0000:3b:00.0`" in said.remedy, said.remedy
     assert "`rblnctl vfio recover 0000:5e:00.0 --mode container`" in said.remedy, said.remedy
     assert "recover 0000:3b:00.0" not in said.remedy and "vfio bind 0000:3b:00.0" not in said.remedy
@@ -406,3 +406,25 @@ def test_an_npu_the_kernel_still_holds_is_sent_to_the_same_unbind_not_to_recover
 
 def by_id_list(checks) -> dict:
     return {c.id: c for c in checks}
+
+
+def test_a_pending_unbind_a_recover_left_is_finished_by_that_recover_not_an_unbind(tmp_path):
+    """The unbind that waits in the kernel may be a recover's (or a bind's): its record keeps the command, and the
+    remedy names that command again (an unbind would send the NPU back to its host driver instead)."""
+    import dataclasses
+
+    from rblnctl.host.vfio.state import PendingUnbind
+    from rblnctl.preflight.host_checks import check_host
+    from rblnctl.preflight.host_facts import gather_host_facts
+    from tests.preflight.spelt import spelt_check
+
+    npus = (Npu("0000:3b:00.0", driver=None, group="42"),)
+    k = ht.build_host(tmp_path / "host", ht.intel_bare_metal(npus=npus))
+    facts = gather_host_facts(k.root)
+    rec = PendingUnbind(bdf="0000:3b:00.0", pid=4242, start=1, since="2026-12-07T04:00:00Z", holders="pid 5151 (qemu)",
+                        command=("recover", "--mode", "vm"))
+    held = [dataclasses.replace(fn, override_unknown=rec.text) for fn in facts.npus]
+    facts = dataclasses.replace(facts, npus=held, pending={"0000:3b:00.0": rec})
+    said = spelt_check(by_id_list(check_host(facts))["host.npu.driver"])
+    assert "then run the same command again: `rblnctl vfio recover 0000:3b:00.0 --mode vm`" in said.remedy, said.remedy
+    assert "vfio unbind" not in said.remedy

@@ -80,6 +80,7 @@ class VfioBinder:
     _held: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # bdf -> why its override is unread
     _held_back: list[PciFunction] = field(default_factory=list, init=False, repr=False)  # left out of this plan
     _plan_holders: dict[str, list[Holder]] = field(default_factory=dict, init=False, repr=False)  # found at plan time
+    _finish: tuple[str, ...] = field(default=("unbind",), init=False, repr=False)  # apply()'s plan.finish
 
     def __post_init__(self) -> None:
         self.host = HostRoot.of(self.root)
@@ -141,8 +142,10 @@ class VfioBinder:
                 held.append(steps.device_plan(f, Action(op.value), self._held_target(op, f, driver, wanted),
                                               note=str(f.override_unknown)))
         devices = tuple(sorted((*plan.devices, *held), key=lambda d: d.bdf)) if held else plan.devices
+        finish = (op.value, *(("--driver", driver) if driver is not None else ()),
+                  *(("--mode", wanted.value) if op is Operation.RECOVER else ()))
         return replace(plan, devices=devices, blockers=(*gate.blockers, *plan.blockers),
-                       warnings=(*gate.warnings, *plan.warnings))
+                       warnings=(*gate.warnings, *plan.warnings), finish=finish)
 
     def _held_target(self, op: Operation, f: PciFunction, driver: str | None, mode: Mode) -> str | None:
         """Where the refused change of a held-back function was to take it (its row's TO), as its operation's plan
@@ -257,6 +260,7 @@ class VfioBinder:
         settle the records, then propagate.
         """
         plan.check()
+        self._finish = plan.finish or (plan.operation.value,)
         if plan.noop:
             if plan.forget:
                 with self._state.locked():
@@ -499,7 +503,7 @@ class VfioBinder:
             with self._pending.locked():
                 kept = self._pending.live(self.host.proc)
                 kept[bdf] = PendingUnbind(bdf=bdf, pid=pid, start=start, since=iso_utc(self.clock.now()),
-                                          holders=holders, state_file=own)
+                                          holders=holders, state_file=own, command=self._finish)
                 self._pending.save(kept)
         except HostError as e:
             self.on_event(f"{bdf}: could not note the pending unbind ({e}): until it finishes, runs that read this "

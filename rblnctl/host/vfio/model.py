@@ -119,6 +119,9 @@ class VfioPlan:
     # unbind: recorded devices already back on a host driver (a run cut after its last write, a reboot): apply()
     # drops their records, as a finished unbind would have
     forget: tuple[str, ...] = ()
+    # the command that made this plan, without its BDFs: its verb and own flags (`("unbind", "--driver", "d")`); what
+    # a pending unbind's record names as the command that finishes the device
+    finish: tuple[str, ...] = ()
 
     @property
     def changes(self) -> list[DevicePlan]:

@@ -142,7 +142,10 @@ class PendingUnbind:
     start: int
     since: str  # ISO time the run gave up waiting
     holders: str = ""  # who held the device then ("pid 123 (qemu) has /dev/vfio/2 open; ..."), "" when unknown
-    state_file: str = ""  # the run's --state-file, "" for the default: `the same unbind again` needs it
+    state_file: str = ""  # the run's --state-file, "" for the default: `the same command again` needs it
+    # the vfio command that left it, without its BDFs: its verb and own flags (`("recover", "--mode", "vm")`); the
+    # unbind that blocked may be a bind's or a recover's, and the same command again is what finishes the device
+    command: tuple[str, ...] = ("unbind",)
 
     @property
     def text(self) -> str:
@@ -232,7 +235,7 @@ class PendingFile:
                 self.path.unlink()
         else:
             body = {b: {"pid": r.pid, "start": r.start, "since": r.since, "holders": r.holders,
-                        "state_file": r.state_file} for b, r in sorted(pending.items())}
+                        "state_file": r.state_file, "command": list(r.command)} for b, r in sorted(pending.items())}
             _atomic_json(self.path, {"version": STATE_VERSION, "pending": body})
         if self.legacy is not None:
             with contextlib.suppress(OSError):
@@ -246,10 +249,20 @@ def _load_pending(path: Path) -> dict[str, PendingUnbind]:
         return {pci.normalize_bdf(b): PendingUnbind(bdf=pci.normalize_bdf(b), pid=int(r["pid"]),
                                                     start=int(r["start"]), since=str(r["since"]),
                                                     holders=str(r.get("holders") or ""),
-                                                    state_file=str(r.get("state_file") or ""))
+                                                    state_file=str(r.get("state_file") or ""),
+                                                    command=_command(r.get("command")))
                 for b, r in (data.get("pending") or {}).items()}
     except (HostError, ValueError, KeyError, TypeError, AttributeError, InvalidInput):
         return {}
+
+
+def _command(raw: Any) -> tuple[str, ...]:
+    """A record's command as written (a vfio verb, then its own flags, all strings); `("unbind",)` for a record
+    without one (written before it was kept) or one that is not such a list."""
+    if (isinstance(raw, list) and raw and all(isinstance(a, str) for a in raw)
+            and raw[0] in ("bind", "unbind", "recover")):
+        return tuple(raw)
+    return ("unbind",)
 
 
 def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
