@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rblnctl import constants as C
@@ -14,6 +14,8 @@ from rblnctl.host import pci, procfs
 from rblnctl.host.pci import PciFunction
 from rblnctl.host.procfs import Holder, ProcessTable
 from rblnctl.host.root import HostRoot
+
+OVERRIDE = "driver_override"  # the attribute a blocked reader or writer has open (not a holder: HolderFinder)
 
 
 @dataclass(kw_only=True)
@@ -38,7 +40,16 @@ class HolderFinder:
     device from Linux 6.18 on (procfs.VFIO_DEVICE_FD); before, such an fd counts against every function on
     vfio-pci that is enabled (an open vfio-pci device is: vfio_pci_core_enable calls pci_enable_device, and
     vfio_pci_core_disable pci_disable_device, torvalds/linux v6.1 drivers/vfio/pci/vfio_pci_core.c), and the
-    holder says the kernel does not tell which device it is.
+    holder says the kernel does not tell which device it is. A process that holds a VFIO group node
+    (`/dev/vfio/<group>`) or device cdev open says which devices it uses: its unattributed device fds count only
+    against the functions of those groups and cdevs (so one VM is never listed on another VM's NPU). Only a process
+    holding none counts against every enabled function, and that holder is not `certain`.
+
+    Not a holder: a process with a function's `driver_override` open. Reading or writing the attribute does not
+    hold the device (no reference a driver's remove waits for); such a process is a reader or writer blocked in
+    the kernel on the device lock an unbind in progress holds (drivers/pci/pci-sysfs.c driver_override_show(),
+    torvalds/linux v6.1), rblnctl's own bounded reader (rblnctl.host.bounded) among them, and it goes when the
+    unbind ends. Listing it would name rblnctl itself as the holder; `override_busy()` reports those functions.
     """
 
     sysfs: Path
@@ -46,6 +57,7 @@ class HolderFinder:
     table: ProcessTable
     _claimed: set[str] = field(default_factory=set, init=False)
     _char_cache: dict[str, set[str]] | None = field(default=None, init=False)
+    _nodes_cache: dict[int, set[str]] | None = field(default=None, init=False)
 
     @classmethod
     def scan(cls, root: HostRoot) -> HolderFinder:
@@ -75,8 +87,10 @@ class HolderFinder:
             def under(path: str) -> bool:
                 for pre in prefixes:
                     if path.startswith(pre):
-                        # a file of a function behind this one (a bridge's child) is not this function's
-                        return not pci.is_bdf_name(path[len(pre):].split("/", 1)[0])
+                        rest = path[len(pre):]
+                        # a file of a function behind this one (a bridge's child) is not this function's, and its
+                        # driver_override open does not hold it (a reader blocked on the device lock: class docstring)
+                        return rest != OVERRIDE and not pci.is_bdf_name(rest.split("/", 1)[0])
                 return False
 
             seen = {(h.pid, h.path) for h in found}
@@ -95,7 +109,34 @@ class HolderFinder:
         out = [h for h in fds if h.path in mine]
         if f.driver == C.VFIO_DRIVER and _enable_count(self.sysfs, f.bdf) != "0":
             pids = {h.pid for h in found} | {h.pid for h in out}
-            out += [h for h in fds if h.path == procfs.VFIO_DEVICE_FD and h.pid not in pids]
+            names = self._vfio_nodes()
+            # a process holding a group or device node of its own uses those devices: this function's would have
+            # listed it above (pids); only one holding none may hold any function, so it is not certain
+            out += [replace(h, certain=False) for h in fds
+                    if h.path == procfs.VFIO_DEVICE_FD and h.pid not in pids and not names.get(h.pid)]
+        return out
+
+    def _vfio_nodes(self) -> dict[int, set[str]]:
+        """pid -> the VFIO group nodes (`/dev/vfio/<group>`) and device cdevs (`/dev/vfio/devices/vfioN`) it holds
+        open, by path as the host or the root sees them (the container `/dev/vfio/vfio` is not one)."""
+        if self._nodes_cache is None:
+            dirs = ("/dev/vfio/", str(self.dev / "vfio") + "/")
+            self._nodes_cache = {p.pid: {t for t in p.open_paths if _is_vfio_node(t, dirs)}
+                                 for p in self.table.processes}
+        return self._nodes_cache
+
+    def override_busy(self) -> dict[str, str]:
+        """{bdf: why} of the functions some process has the `driver_override` of open: a reader or writer blocked
+        in the kernel on the device lock (class docstring). Reading that override would block as long, and leave
+        one more process blocked: pci.read_function's `held`."""
+        out: dict[str, str] = {}
+        for p in self.table.processes:
+            for path in p.open_paths:
+                head, _, name = path.rpartition("/")
+                bdf = head.rpartition("/")[2]
+                if name == OVERRIDE and pci.is_bdf_name(bdf):
+                    out.setdefault(bdf, f"{pci.OVERRIDE_UNKNOWN}; pid {p.pid} is blocked reading or writing its "
+                                        "driver_override")
         return out
 
     def _numbers(self, f: PciFunction) -> set[tuple[str, int]]:
@@ -166,3 +207,12 @@ def _enable_count(sysfs: Path, bdf: str) -> str | None:
         return (pci.device_dir(sysfs, bdf) / "enable").read_text().strip()
     except OSError:
         return None
+
+
+def _is_vfio_node(path: str, dirs: tuple[str, ...]) -> bool:
+    """Whether an open path is a VFIO group node (`<dir><group number>`) or device cdev (`<dir>devices/vfioN`)."""
+    for d in dirs:
+        if path.startswith(d):
+            rest = path[len(d):]
+            return rest.isdigit() or (rest.startswith("devices/vfio") and rest[len("devices/vfio"):].isdigit())
+    return False

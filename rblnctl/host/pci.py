@@ -271,8 +271,8 @@ def is_device_node_name(name: str) -> bool:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
+    try:  # a byte that is not UTF-8 (a captured tree) makes a value the parsers reject as malformed, not a crash
+        return path.read_text(errors="replace").strip()
     except FileNotFoundError:
         return None
     except OSError as e:

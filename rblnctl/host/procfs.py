@@ -29,6 +29,19 @@ OPEN = "open"  # the path is open (an fd)
 MAPPED = "mapped"  # the path is mapped into the process's memory (/proc/<pid>/maps), its fd maybe closed since
 VFIO_FD = "vfio-device"  # a VFIO device fd; path: the device's sysfs path when the kernel says it, else VFIO_DEVICE_FD
 
+# The longest command a holder shows (Process.command): a VM's qemu command line runs to kilobytes, and it is repeated
+# in every message, table cell and record that names the holder. The program and the start of argv stay (what
+# identifies a VM: qemu's `-name guest=...` comes early); the cut ends in COMMAND_CUT.
+COMMAND_MAX = 100
+COMMAND_CUT = "…"
+
+
+def short_command(text: str) -> str:
+    """`text` on one line, at most COMMAND_MAX characters, ending in COMMAND_CUT when cut: the one bounded form of a
+    process's command line that holders, tables, refusals and records show."""
+    text = one_line(text)
+    return text if len(text) <= COMMAND_MAX else text[:COMMAND_MAX - len(COMMAND_CUT)].rstrip() + COMMAND_CUT
+
 
 @dataclass(frozen=True, kw_only=True)
 class Process:
@@ -48,18 +61,24 @@ class Process:
     @property
     def command(self) -> str:
         """The command line, or `[comm]` (as ps shows it) when there is none; on one line (whitespace runs folded,
-        as a table cell is): an argv holding a newline or CR would otherwise forge lines in a refusal."""
-        return one_line(self.cmdline) or f"[{one_line(self.comm)}]"
+        as a table cell is: an argv holding a newline or CR would otherwise forge lines in a refusal) and bounded
+        (short_command)."""
+        return short_command(self.cmdline) or f"[{short_command(self.comm)}]"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Holder:
-    """A process that holds a path: has it open, has it mapped, or (VFIO_FD) holds a VFIO device fd."""
+    """A process that holds a path: has it open, has it mapped, or (VFIO_FD) holds a VFIO device fd.
+
+    `certain` is False for a VFIO device fd the kernel does not attribute, of a process that holds no VFIO group or
+    device node saying which device it is (rblnctl.host.holders): it may hold another function, so nothing should
+    stop or kill it on this function's account alone."""
 
     pid: int
     command: str
     path: str
     how: str = OPEN
+    certain: bool = True
 
     @property
     def text(self) -> str:

@@ -210,19 +210,22 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
 
     npus: list[pci.PciFunction] = []
     pending: dict[str, PendingUnbind] = {}
+    finder: HolderFinder | None = None
     pci_error = None
     peers: dict[str, list[str]] = {}
     try:
         # never the override of a function with an unbind pending (the read waits as long; rblnctl.host.vfio.state)
         pending = pending_unbinds(host)
-        npus = pci.list_functions(sysfs, held={b: r.text for b, r in pending.items()})
+        # nor of one a process is blocked reading or writing (HolderFinder.override_busy, from the one proc scan)
+        finder = HolderFinder.scan(host)
+        npus = pci.list_functions(sysfs, held={**finder.override_busy(), **{b: r.text for b, r in pending.items()}})
         for fn in npus:
             if fn.iommu_group:
                 peers[fn.bdf] = _foreign_group_members(sysfs, fn)
     except HostError as e:
         pci_error = str(e)
 
-    holders, holders_note = _holders(host, npus)
+    holders, holders_note = _holders(finder, npus) if finder is not None else ({}, "")
     return HostFacts(
         root=str(host.path),
         cpu_vendor=_CPU_VENDORS.get(vendor_id or ""),
@@ -269,13 +272,12 @@ def _foreign_group_members(sysfs: Path, fn: pci.PciFunction) -> list[str]:
     return out
 
 
-def _holders(host: HostRoot, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
+def _holders(finder: HolderFinder, npus: list[pci.PciFunction]) -> tuple[dict[str, list[str]], str]:
     """Processes holding each NPU open (its /dev nodes, `/dev/vfio/<group>` or `/dev/vfio/devices/vfioN`, its sysfs
     files), as `vfio` finds them."""
     if not npus:
         return {}, ""
-    finder = HolderFinder.scan(host)
-    out = {fn.bdf: [f"pid {h.pid} ({h.command[:60]}) {h.path}" for h in finder.holders(fn)] for fn in npus}
+    out = {fn.bdf: [f"pid {h.pid} ({h.command}) {h.path}" for h in finder.holders(fn)] for fn in npus}
     note = ""
     if finder.incomplete:
         note = (f"open files of {finder.incomplete} of {len(finder.table.processes)} processes were not readable "

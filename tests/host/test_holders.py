@@ -169,7 +169,8 @@ def test_an_unattributed_vfio_device_fd_holds_every_open_function_on_vfio_pci(tm
     assert f.holders(pci.read_function(k.sys, B)) == []
     assert f.holders(pci.read_function(k.sys, C3)) == []  # on its host driver
     (k.pci_root / B / "enable").unlink()  # unreadable: it may be open
-    assert [h.pid for h in finder(k).holders(pci.read_function(k.sys, B))] == [4100, 4200]
+    # 4100 holds no group node: it may hold B (not certain); 4200 holds A's group node, so its device fd is A's
+    assert [(h.pid, h.certain) for h in finder(k).holders(pci.read_function(k.sys, B))] == [(4100, False)]
     plan = make(k).plan("unbind", [A])
     assert any("0000:3b:00.0 is in use: pid 4100 (vmm) holds a VFIO device fd (which device the kernel does not "
                "say); stop it first" == str(x) for x in plan.blockers), plan.blockers
@@ -209,3 +210,101 @@ def test_a_deep_class_devices_number_is_the_functions(tmp_path, where):
         os.symlink("../../../../../class/block", d / "subsystem")
     numbers = pci.device_numbers(k.sys, A)
     assert {("b", os.makedev(8, 0)), ("b", os.makedev(8, 1))} <= numbers, numbers
+
+
+# --- what hostile hosts showed: a kB command line, two VMs' unnamed device fds, rblnctl's own blocked readers ----
+
+
+def cli_on(k, monkeypatch, mocker):
+    """`rblnctl ...` on the simulated host (root, its writer), as tests/cli/test_vfio.py runs it."""
+    import rblnctl.host.vfio.writer as vfio_writer
+    from tests.fakes.sysfs import guard_real_host
+    from tests.helpers import cli
+
+    guard_real_host(monkeypatch)
+    monkeypatch.setattr(vfio_writer, "default_writer", lambda: k.writer)
+    mocker.patch("os.geteuid", return_value=0)
+    return lambda *args: cli(*args, "--root", k.root)
+
+
+def test_a_vms_kilobytes_of_command_line_is_one_bounded_form_in_every_message(tmp_path, monkeypatch, mocker):
+    """A real VM's qemu command line runs to kilobytes: each holder shows its program and the start of its argv
+    (`-name guest=...`, what identifies the VM), cut to one bounded form with an ellipsis, in the status table, the
+    refusal, the --force warning, the pending record and preflight alike."""
+    from rblnctl.preflight.host_facts import gather_host_facts
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 2)
+    assert make(k).apply(make(k).plan("bind", [A])).ok
+    argv = ["/usr/libexec/qemu-kvm", "-name", "guest=default_vm-big,debug-threads=on"]
+    argv += [a for i in range(200) for a in ("-object", f'{{"qom-type":"memory-backend-file","id":"m{i:03d}"}}')]
+    assert len(" ".join(argv)) > 10_000
+    k.add_process(3100, "qemu-kvm", ["/dev/vfio/vfio", "/dev/vfio/20"], cmdline=argv)
+
+    [h] = finder(k).holders(pci.read_function(k.sys, A))
+    assert len(h.command) <= 100 and h.command.endswith("…"), h.command
+    assert h.command.startswith("/usr/libexec/qemu-kvm -name guest=default_vm-big,debug-threads=on -object")
+    run = cli_on(k, monkeypatch, mocker)
+    status = run("vfio", "status")
+    refused = run("vfio", "unbind", A, "--yes", "--state-file", str(k.root / "state.json"))
+    assert status.exit_code == 0 and refused.exit_code != 0, (status.stdout, refused.stderr)
+    for out in (status.stdout, refused.stdout + refused.stderr):
+        assert "guest=default_vm-big" in out and "m199" not in out, out
+        assert len(out) < 2_000, out  # not 10 kB, nor 40 lines of one command
+    facts = gather_host_facts(k.root)
+    [line] = facts.holders[A]
+    assert line == f"pid 3100 ({h.command}) /dev/vfio/20"
+
+
+def test_a_vms_unnamed_device_fd_counts_only_against_its_own_group(tmp_path):
+    """Two VMs, each with its group node and a VFIO device fd the 6.1 kernel does not attribute: each is listed on
+    its own NPU only (its group node says which device it uses), so unbinding one VM's NPU names that VM alone."""
+    from rblnctl.host.vfio import vfio_status
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 2)
+    assert make(k).apply(make(k).plan("bind", [A, B])).ok
+    for bdf in (A, B):
+        (k.pci_root / bdf / "enable").write_text("1\n")  # open: each VM enabled its device
+    k.add_process(5100, "qemu-vmA", ["/dev/vfio/vfio", "/dev/vfio/20"], vfio_devices=[None])
+    k.add_process(5200, "qemu-vmB", ["/dev/vfio/vfio", "/dev/vfio/21"], vfio_devices=[None])
+    k.add_process(5300, "vmm", ["/dev/vfio/vfio"], vfio_devices=[None])  # no group node: may hold either
+    st = vfio_status(root=k.root)
+    assert {d.bdf: [h.pid for h in d.holders] for d in st.devices} == {A: [5100, 5300], B: [5200, 5300]}
+    assert {d.bdf: [h.certain for h in d.holders] for d in st.devices} == {A: [True, False], B: [True, False]}
+    blockers = [str(x) for x in make(k).plan("unbind", [A]).blockers]
+    assert any("pid 5100" in b for b in blockers) and not any("pid 5200" in b for b in blockers), blockers
+
+
+def test_a_process_with_driver_override_open_is_no_holder_and_its_function_is_not_read(tmp_path):
+    """A reader (or writer) blocked on a function's driver_override (an unbind in progress holds the device lock;
+    rblnctl's own bounded reader is one) does not hold the device: it is not listed, and status reports the
+    override unknown from the one procfs scan instead of forking one more reader to block beside it."""
+    import os
+
+    from rblnctl.host.vfio import vfio_status
+    from tests.host.vfio.common import make
+
+    k = npu_node(tmp_path, 2)
+    assert make(k).apply(make(k).plan("bind", [A])).ok
+    rel = os.path.relpath(os.path.realpath(k.pci_root / A), os.path.realpath(k.sys))
+    k.add_process(288, "rblnctl", [f"/sys/{rel}/driver_override"], cmdline=["/usr/bin/rblnctl", "vfio", "status"])
+    f = finder(k)
+    assert f.holders(pci.read_function(k.sys, A)) == []
+    assert list(f.override_busy()) == [A]
+    st = vfio_status(root=k.root)
+    a, b = st.devices
+    assert a.holders == () and a.driver_override is None and b.driver_override is None
+    assert any(w.startswith(f"{A}: unknown") and "pid 288" in w for w in st.warnings), st.warnings
+    assert not any(B in w for w in st.warnings), st.warnings  # B's override was read
+
+
+def test_a_byte_that_is_not_utf8_in_a_captured_attribute_is_malformed_not_a_crash(tmp_path, monkeypatch, mocker):
+    k = npu_node(tmp_path, 2)
+    (k.pci_root / A / "vendor").write_bytes(b"0x1e\xffff\n")
+    (k.pci_root / B / "numa_node").write_bytes(b"\xfe\n")
+    run = cli_on(k, monkeypatch, mocker)
+    for args in (("vfio", "status"), ("preflight", "--local")):
+        r = run(*args)
+        assert r.exit_code in (0, 1) and "Traceback" not in r.stdout + r.stderr, (args, r.exit_code, r.stderr)
+    assert pci.read_function(k.sys, A).vendor == 0  # rejected as malformed

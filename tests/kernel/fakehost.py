@@ -51,6 +51,7 @@ class FakeHost:
         self.tmp = Path(tmp)
         self._n = 0
         self._pid = 4000
+        self._stuck: dict[int, str] | None = None  # keep_stuck_readers(): reader pid -> the function it waits on
         self.append = ""
         self.boot()
 
@@ -152,7 +153,10 @@ class FakeHost:
         if saved.exists():
             with open(saved, "rb") as f:
                 self.k.__dict__.update(pickle.load(f).__dict__)
-        self.k.release_readers()  # readers a bounded read left waiting (the kernel's finish with the unbind)
+        if self._stuck is None:
+            self.k.release_readers()  # readers a bounded read left waiting (the kernel's finish with the unbind)
+        else:
+            self._show_stuck_readers(args)
         text = out.read_text().replace(f" --root {self.root}", "").replace(str(self.root), "")
         return shell_status(status), text
 
@@ -250,3 +254,63 @@ class FakeHost:
     def let_go(self, pid: int) -> None:
         """The holder exits: the kernel finishes an unbind it blocked."""
         self.k.exit_process(pid)
+        self._prune_stuck_readers()
+
+    # ---- readers left blocked in the kernel ----
+
+    def keep_stuck_readers(self) -> None:
+        """From now on leave the readers a bounded read gave up on blocked between commands, as the kernel does until
+        the unbind ends (rblnctl() lets them go after each command otherwise), and show each under proc/ with the
+        function's driver_override open, as the kernel's /proc shows such a reader (blocked in read(2) with the file
+        open; the fake's blocks in open(2) of a FIFO, so the fake adds what /proc would show). They are found as
+        this process's children: it becomes their child subreaper (prctl PR_SET_CHILD_SUBREAPER, linux
+        kernel/sys.c), so a reader whose rblnctl exited is reparented here, not to init."""
+        import ctypes
+
+        assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+        self._stuck = {}
+
+    def stuck_readers(self) -> list[int]:
+        """The readers still blocked on a driver_override (keep_stuck_readers)."""
+        self._prune_stuck_readers()
+        return sorted(self._stuck or {})
+
+    def release_stuck_readers(self) -> None:
+        """Let every stuck reader go (end of file), reap it, and stop keeping them."""
+        import ctypes
+
+        self.k.release_readers()
+        self._prune_stuck_readers(wait=True)
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)
+        self._stuck = None
+
+    def _show_stuck_readers(self, args: tuple[str, ...]) -> None:
+        assert self._stuck is not None
+        me = str(os.getpid())
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in self._stuck:
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] != me or fields[0] == "Z":  # ppid: a reader reparented to this process, still waiting
+                continue
+            [bdf] = self.k.blocked  # the one function whose override blocks: the scenario blocks one
+            assert not (self.k.proc / entry).exists(), f"pid {entry} is a simulated process already"
+            rel = os.path.relpath(os.path.realpath(self.k.pci_root / bdf), os.path.realpath(self.k.sys))
+            self.k.add_process(int(entry), "rblnctl", [f"/sys/{rel}/driver_override"],
+                               cmdline=["/usr/local/bin/rblnctl", *args])
+            self._stuck[int(entry)] = bdf
+
+    def _prune_stuck_readers(self, *, wait: bool = False) -> None:
+        """Forget (and reap) the stuck readers that ended: an unbind finished, or release_stuck_readers()."""
+        for pid in list(self._stuck or {}):
+            try:
+                done, _ = os.waitpid(pid, 0 if wait or self._stuck[pid] not in self.k.blocked else os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                del self._stuck[pid]
+                shutil.rmtree(self.k.proc / str(pid), ignore_errors=True)

@@ -37,6 +37,18 @@ def test_a_vfio_user_that_closed_its_group_fd_is_refused_up_front(linux):
     assert rc == 0 and linux.on(NPU1) == (HOST_DRIVER, None), out
 
 
+def test_two_vms_each_hold_their_own_npu_only(linux):
+    """Two VFIO users, each with its group node and a device fd 6.1 does not attribute (both enabled): each is listed
+    on its own NPU only (its group node says which device it uses), and the holder is certain."""
+    assert linux.rblnctl("vfio", "bind", NPU0, NPU1, "--yes")[0] == 0
+    pid0 = start_holder(linux, "vm0", f"{HOLDER} {NPU0} /dev/vfio/{GROUPS[NPU0]} /run/kt/vm0.ready")
+    pid1 = start_holder(linux, "vm1", f"{HOLDER} {NPU1} /dev/vfio/{GROUPS[NPU1]} /run/kt/vm1.ready")
+    assert linux.sh(f"cat /sys/bus/pci/devices/{NPU0}/enable /sys/bus/pci/devices/{NPU1}/enable").split() == ["1", "1"]
+    doc = linux.json("vfio", "status")
+    held = {d["bdf"]: sorted({h["pid"] for h in d["holders"]}) for d in doc["devices"]}
+    assert held == {NPU0: [pid0], NPU1: [pid1]}, doc["devices"]
+
+
 def test_a_bar_mapped_through_resource_n_and_closed_is_refused_up_front(linux):
     assert linux.rblnctl("vfio", "bind", NPU0, "--yes")[0] == 0
     # a user-space driver maps NPU0's BAR 4 through sysfs and closes the fd (sysfs maps it: vfio-pci has no user)

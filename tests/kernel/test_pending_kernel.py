@@ -52,8 +52,25 @@ def test_an_unbind_another_tool_left_blocked_is_unknown_not_waited_for(host):
     pid = host.vfio_user(NPU0)
     unbind_by_another_tool(host, NPU0)
 
+    if host.name == "fake":
+        host.keep_stuck_readers()  # as the kernel does: a reader blocked on the override stays until the unbind ends
+
     rc, out = host.rblnctl("vfio", "status", timeout=ANSWER_S)
     assert rc == 0 and f"{NPU0}: {UNKNOWN}" in out and NPU1 in out, out
+    first = stuck_readers(host, NPU0)
+    assert len(first) == 1, first  # the one bounded read it gave up on, blocked in the kernel
+    # later runs see that reader in the one procfs scan: NPU0 is unknown at once (no read forked to block beside
+    # it), and the reader, which does not hold the device, is never listed as its holder
+    rc, out = host.rblnctl("vfio", "status", timeout=ANSWER_S)
+    # (which pid it names: the lowest blocked on it; on the kernel tier the fork server's snapshot thread, 3 s
+    # bounded, tests/kernel/forkserver.py, blocks on it too)
+    assert rc == 0 and f"{NPU0}: {UNKNOWN}" in out and "is blocked reading or writing its driver_override" in out, out
+    doc = host.json("vfio", "status")
+    assert stuck_readers(host, NPU0) == first
+    holders = {h["pid"] for d in doc["devices"] for h in d["holders"]}
+    assert pid in holders and not holders & set(first), doc["devices"]
+    if host.name == "fake":
+        host.release_stuck_readers()
     rc, out = host.rblnctl("vfio", "unbind", NPU0, "--yes", timeout=ANSWER_S)
     assert rc == 1 and f"{NPU0}: {UNKNOWN}" in out and "nothing was changed" in out, out
 
@@ -61,6 +78,17 @@ def test_an_unbind_another_tool_left_blocked_is_unknown_not_waited_for(host):
     assert host.on(NPU0) == (None, "vfio-pci")
     rc, out = host.rblnctl("vfio", "unbind", NPU0, "--yes", timeout=ANSWER_S)
     assert rc == 0 and host.on(NPU0) == (HOST_DRIVER, None), out
+
+
+def stuck_readers(host, bdf: str) -> list[int]:
+    """The processes blocked reading (or writing) `bdf`'s driver_override: on the kernel those in state D (waiting on
+    the device lock, /proc/<pid>/stat) with the attribute open; on the fake the readers it keeps (FakeHost)."""
+    if host.name == "fake":
+        return host.stuck_readers()
+    out = host.sh(f"for d in /proc/[0-9]*; do ls -l $d/fd 2>/dev/null | grep -q '{bdf}/driver_override' && "
+                  "echo ${d#/proc/} $(sed 's/.*) //' $d/stat | cut -d' ' -f1); done; true")
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return sorted(int(p) for p, state in rows if state == "D")
 
 
 def unbind_by_another_tool(host, bdf: str) -> None:

@@ -81,6 +81,7 @@ class VfioBinder:
     _held_back: list[PciFunction] = field(default_factory=list, init=False, repr=False)  # left out of this plan
     _plan_holders: dict[str, list[Holder]] = field(default_factory=dict, init=False, repr=False)  # found at plan time
     _finish: tuple[str, ...] = field(default=("unbind",), init=False, repr=False)  # apply()'s plan.finish
+    _finder: HolderFinder | None = field(default=None, init=False, repr=False)  # plan()'s scan of the processes
 
     def __post_init__(self) -> None:
         self.host = HostRoot.of(self.root)
@@ -115,7 +116,10 @@ class VfioBinder:
         self.host.checked()
         # an unbind an earlier run left waiting in the kernel: never read that function's override (the read would
         # wait as long), and never plan a change of it
-        self._held = {b: r.text for b, r in self._pending.live(self.host.proc).items()}
+        # nor of one a process is blocked reading or writing (HolderFinder.override_busy): one more stuck reader a run
+        self._finder = None
+        pending = {b: r.text for b, r in self._pending.live(self.host.proc).items()}
+        self._held = {**self._procs().override_busy(), **pending}
         self._held_back = []
         self._plan_holders = {}
         wanted = Mode.CONTAINER
@@ -167,7 +171,7 @@ class VfioBinder:
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
         gate = Gate()
         devices = [steps.bind_step(self.sysfs, f) for f in fns]
-        finder = HolderFinder.scan(self.host)
+        finder = self._procs()
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
         devices = self._note_holders(finder, changes, devices)
@@ -210,7 +214,7 @@ class VfioBinder:
         forget = tuple(f.bdf for f, d in zip(fns, devices, strict=True)
                        if d.action == Action.SKIP and f.bdf in records and f.driver not in (None, VFIO))
         devices = [replace(d, note=f"{d.note}; its state record dropped") if d.bdf in forget else d for d in devices]
-        finder = HolderFinder.scan(self.host)
+        finder = self._procs()
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
         devices = self._note_holders(finder, changes, devices)
@@ -227,7 +231,7 @@ class VfioBinder:
         checks.check_state(gate, self._state, needed=mode is Mode.VM)
         fns = self._targets(bdfs, all_devices, select=lambda f: f.is_rbln_npu)
         devices = [steps.recover_step(self.sysfs, f, mode) for f in fns]
-        finder = HolderFinder.scan(self.host)
+        finder = self._procs()
         gate.warnings.extend(system.vfio_manager_warnings(self.host.run, finder.table))
         changes = _changed(devices, fns)
         devices = self._note_holders(finder, changes, devices)
@@ -323,6 +327,12 @@ class VfioBinder:
         return VfioOutcome(results=tuple(results[d.bdf] for d in plan.devices))
 
     # ---- internals: targets and writes ----
+
+    def _procs(self) -> HolderFinder:
+        """This plan's one scan of the host's processes (holders, and who is blocked on an override)."""
+        if self._finder is None:
+            self._finder = HolderFinder.scan(self.host)
+        return self._finder
 
     def _targets(self, bdfs: Sequence[str], all_devices: bool, *, select: Callable[[PciFunction], bool]
                  ) -> list[PciFunction]:
@@ -681,7 +691,7 @@ def _by_target(devices: Sequence[DevicePlan]) -> dict[str, list[str]]:
 def _kill_hint(holders: Sequence[Holder]) -> str | None:
     """The `kill PID...` a blocked write's advice names: the pids of the holders found (each once), or None when there
     is none to name. The one place that picks them."""
-    pids = dict.fromkeys(h.pid for h in holders)
+    pids = dict.fromkeys(h.pid for h in holders if h.certain)  # never a process that may hold another device
     return f"kill {' '.join(map(str, pids))}" if pids else None
 
 

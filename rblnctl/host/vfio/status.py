@@ -29,11 +29,12 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
     host = HostRoot.of(root).checked()
     sysfs = host.sys
     wanted = pci.normalize_bdfs(bdfs)
-    # never read the override of a function an earlier run left an unbind pending on: the read waits as long
-    held = held_functions(host)
+    finder = HolderFinder.scan(host)
+    # never read the override of a function an earlier run left an unbind pending on, or that a process is blocked
+    # reading or writing (HolderFinder.override_busy): the read waits as long, one more process stuck each run
+    held = {**finder.override_busy(), **held_functions(host)}
     fns = (pci.read_functions(sysfs, wanted, held=held) if wanted
            else pci.list_functions(sysfs, all_vendors=all_vendors, held=held))
-    finder = HolderFinder.scan(host)
     warnings = system.vfio_manager_warnings(host.run, finder.table)
     if finder.incomplete:
         warnings.append(f"could not read the open files of {finder.incomplete} processes (not root): "

@@ -738,6 +738,11 @@ def test_a_blocked_unbinds_kill_advice_names_each_holder_pid_once(tmp_path):
                Holder(pid=3200, command="helper", path="/dev/vfio/20")]
     assert _kill_hint(holders) == "kill 3100 3200"
     assert _kill_hint([]) is None
+    # a VFIO device fd of a process holding no group node may be another device's: never named to kill
+    maybe = Holder(pid=3300, command="qemu-kvm -name guest=other", path="anon_inode:[vfio-device]", how="vfio-device",
+                   certain=False)
+    assert _kill_hint([*holders, maybe]) == "kill 3100 3200"
+    assert _kill_hint([maybe]) is None
 
 
 def test_an_interrupted_blocked_unbind_with_no_holder_found_names_no_kill_placeholder(tmp_path):
