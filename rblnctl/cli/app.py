@@ -219,3 +219,40 @@ def main() -> None:
     except KeyboardInterrupt as err:  # before or after a command ran (start-up, parsing): no traceback, its code
         sys.stderr.write(interrupted_line(getattr(err, "signum", None), sys.stderr.isatty()) + "\n")
         sys.exit(interrupt_exit_code(err))
+    except SystemExit as done:
+        leave_now_if_threads_run(done.code)
+        raise
+
+
+def leave_now_if_threads_run(code: object) -> None:
+    """Exit at once, without the interpreter's finalization, when threads of rblnctl's own are still running.
+
+    A command that fails while its other reads are in flight (rblnctl.kube.parallel, watch streams, a lock's
+    renewal: daemon threads, so that an error or Ctrl-C need not wait for them) would otherwise finalize the
+    interpreter under threads that are inside OpenSSL without the GIL: the SSL context they use is freed under them
+    and the process can die of SIGSEGV after printing its error (seen once in CI: `status` against an untrusted
+    certificate exited -11 instead of 3). kubectl's process simply exits; so does this one: stdout and stderr
+    flushed, the atexit handlers run (the kubeconfig's temporary certificate files go), then os._exit with the
+    command's code. Only when every other live thread is a daemon: a non-daemon one is joined by the normal exit."""
+    import atexit
+    import os
+    import sys
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
+    if not others or not all(t.daemon for t in others):
+        return
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        sys.stderr.write(f"{code}\n")
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status & 0xFF)

@@ -24,7 +24,7 @@ class Started(Generic[T]):
     def __init__(self, call: Callable[[], T]) -> None:
         self._value: Any = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(call,), name="rblnctl-read", daemon=True)
         self._thread.start()
 
     def _run(self, call: Callable[[], T]) -> None:

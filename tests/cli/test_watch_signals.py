@@ -97,3 +97,24 @@ def test_ctrl_c_on_a_terminal_puts_interrupted_on_its_own_line():
 
     assert interrupted_line(None, True) == "\ninterrupted"  # after the terminal's ^C echo
     assert interrupted_line(None, False) == "interrupted" and interrupted_line(15, True) == "terminated by signal 15"
+
+
+def test_an_exit_with_reads_still_in_flight_leaves_at_once_with_its_code_output_and_atexit_handlers():
+    """CI once saw `status` against an untrusted certificate exit -11 (SIGSEGV) after printing its one line: the
+    interpreter finalized under daemon read threads still inside OpenSSL. With rblnctl's daemon threads running, the
+    entry point leaves without finalizing: its code kept, stdout flushed, atexit handlers run; without, it returns."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, sys, threading, time\n"
+        "from rblnctl.cli.app import leave_now_if_threads_run\n"
+        "leave_now_if_threads_run(0)\n"  # no other thread: returns, the normal exit follows
+        "atexit.register(lambda: sys.stderr.write('atexit ran\\n'))\n"
+        "threading.Thread(target=time.sleep, args=(600,), name='rblnctl-read', daemon=True).start()\n"
+        "sys.stdout.write('the table')\n"
+        "leave_now_if_threads_run(3)\n"
+        "sys.stdout.write(' and more')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (3, "the table", "atexit ran\n")
