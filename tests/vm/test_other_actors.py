@@ -253,6 +253,22 @@ def test_a_manual_vm_started_as_its_patch_lands_is_said_to_run_without_the_chang
     assert e.value.blockers[0].remedy.command.words == ("vm", "restart", "v1")
 
 
+def test_an_always_vm_read_between_two_vmis_is_said_to_be_started_by_kubevirt(apiserver, kube):
+    """runStrategy Always and no VMI when rblnctl read it (its last one just gone; real KubeVirt v1.9.0 under load,
+    tests/kubevirt_real/test_attach_interrupted.py): virt-controller made the next one from the old spec before the
+    patch landed. The read-back says who started it: KubeVirt, not "someone else"."""
+    sandbox_cluster(apiserver)
+    apiserver.add(o.vm(NS, "v1", running=False, run_strategy="Always", host_devices=[CA22]))
+    planner = attacher(kube, npus=2)
+    plan = planner.plan("v1", NS)
+    assert not plan.running and not plan.blockers
+    on_npu_patch(apiserver, lambda: apiserver.add(o.vmi(NS, "v1", "n1", host_devices=[CA22])))
+    with pytest.raises(StartedMeanwhile, match=r"started by KubeVirt \(runStrategy Always\) while rblnctl changed its "
+                                               "NPUs: the change is in its spec, but it runs with the NPUs it had") as e:
+        planner.apply(plan)
+    assert e.value.blockers[0].remedy.command.words == ("vm", "restart", "v1")
+
+
 def test_a_manual_vm_started_after_its_patch_landed_runs_with_the_change_and_is_done(apiserver, kube):
     """The same race the other way round: the owner's start came after the patch, so virt-controller made the VMI
     from the changed spec: done, nothing to say."""

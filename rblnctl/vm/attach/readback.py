@@ -41,8 +41,12 @@ def still_the_vm(reader: VmReader, plan: VmNpuPlan) -> None:
     if vmi is None or not is_running(vmi) or runs_with(vmi, plan):
         return
     ref = plan.vm
+    # who started it: with runStrategy Always (or RerunOnFailure) and no VMI when rblnctl read it, virt-controller
+    # makes one by itself, from the spec as it was then (the VM between two runs: its last VMI just gone)
+    strategy = str((vm.get("spec") or {}).get("runStrategy") or "")
+    who = f"by KubeVirt (runStrategy {strategy})" if strategy in ("Always", "RerunOnFailure") else "by someone else"
     raise StartedMeanwhile(
-        f"VM {ref} was started by someone else while rblnctl changed its NPUs: the change is in its spec, but it "
+        f"VM {ref} was started {who} while rblnctl changed its NPUs: the change is in its spec, but it "
         "runs with the NPUs it had", blockers=[VmBlocker(
             "the change takes effect when it restarts", remedy=Remedy("restart it onto the change with {command}",
                                                                       Command.own("vm", "restart", ref.name,
