@@ -78,19 +78,8 @@ class StateFile:
     def locked(self) -> Iterator[None]:
         """Hold an exclusive lock (`<path>.lock`) so two runs cannot interleave their records."""
         lock = self.path.with_name(self.path.name + ".lock")
-        try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise HostError(f"cannot open lock file {lock}: {e.strerror or e}") from e
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as e:
-                raise HostError(f"another rblnctl vfio run holds {lock}; wait for it to finish") from e
+        with _flock(lock, wait_s=0.0, busy=f"another rblnctl vfio run holds {lock}; wait for it to finish"):
             yield
-        finally:
-            os.close(fd)
 
     def _read(self) -> bytes | None:
         """The file's bytes, None when absent; never blocks on a FIFO and never reads more than MAX_STATE_BYTES + 1."""
@@ -208,24 +197,8 @@ class PendingFile:
         """Hold the record's own lock while reading, changing and saving it; waits up to PENDING_LOCK_WAIT_S for
         another run's update (milliseconds), then raises HostError."""
         lock = self.path.with_name(self.path.name + ".lock")
-        try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise HostError(f"cannot open lock file {lock}: {e.strerror or e}") from e
-        try:
-            deadline = time.monotonic() + PENDING_LOCK_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError as e:
-                    if time.monotonic() >= deadline:
-                        raise HostError(f"another run keeps {lock} locked") from e
-                    time.sleep(0.02)
+        with _flock(lock, wait_s=PENDING_LOCK_WAIT_S, busy=f"another run keeps {lock} locked"):
             yield
-        finally:
-            os.close(fd)
 
     def save(self, pending: dict[str, PendingUnbind]) -> None:
         """Replace the record (removed when nothing is pending), and remove the legacy one (its live records are in
@@ -240,6 +213,30 @@ class PendingFile:
         if self.legacy is not None:
             with contextlib.suppress(OSError):
                 self.legacy.unlink()
+
+
+@contextlib.contextmanager
+def _flock(lock: Path, *, wait_s: float, busy: str) -> Iterator[None]:
+    """Hold an exclusive flock on `lock` (made if missing) for the block; another holder is waited for up to `wait_s`
+    (0: not at all), then HostError(`busy`). The one lock of the state file and of the pending record."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise HostError(f"cannot open lock file {lock}: {e.strerror or e}") from e
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as e:
+                if time.monotonic() >= deadline:
+                    raise HostError(busy) from e
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _load_pending(path: Path) -> dict[str, PendingUnbind]:
