@@ -475,7 +475,7 @@ VFIO_DEVICE = Shape(
     groupMembers=Each("group_members", Shape(bdf="bdf", ids="ids", driver="driver", bridge="bridge",
                                              blocksGroup="blocks_group")),
     numaNode="numa_node", vfioDevice="vfio_device", vfioDevicePresent="vfio_device_present",
-    holders=Each("holders", Shape(pid="pid", command="command", path="path")))
+    holders=Each("holders", Shape(pid="pid", command="command", path="path", how="how", certain="certain")))
 VFIO_STATUS = Shape(searched="searched", warnings="warnings", devices=Each("devices", VFIO_DEVICE))  # VfioStatus
 VFIO_CHANGE = Shape(operation=lambda x: str(x.operation), devices=Each("results", Shape(
     bdf="bdf", action=lambda r: str(r.action), fromDriver="from_driver", toDriver="to_driver",

@@ -231,9 +231,11 @@ def leave_now_if_threads_run(code: object) -> None:
     renewal: daemon threads, so that an error or Ctrl-C need not wait for them) would otherwise finalize the
     interpreter under threads that are inside OpenSSL without the GIL: the SSL context they use is freed under them
     and the process can die of SIGSEGV after printing its error (seen once in CI: `status` against an untrusted
-    certificate exited -11 instead of 3). kubectl's process simply exits; so does this one: stdout and stderr
-    flushed, the atexit handlers run (the kubeconfig's temporary certificate files go), then os._exit with the
-    command's code. Only when every other live thread is a daemon: a non-daemon one is joined by the normal exit."""
+    certificate exited -11 instead of 3). kubectl's process simply exits; so does this one: the atexit handlers run
+    (the kubeconfig's temporary certificate files go), stdout and stderr flushed, then os._exit with the command's
+    code. Only when every other live thread is a daemon: a non-daemon one (a pool's worker) is joined by the normal
+    exit, which then finalizes as before. An in-process caller (tests/kernel/forkserver.py) gets no SystemExit
+    back in that case; no vfio or host command starts such threads."""
     import atexit
     import os
     import sys

@@ -66,8 +66,8 @@ class PciFunction:
     model: str | None  # from the RBLN device-ID table, e.g. "CA22"
     function: str | None  # "PF" or "VF" for RBLN devices
     header_type: int | None = None  # config space byte 0x0e, low 7 bits (None: `config` unreadable or short)
-    # why driver_override was not read (then driver_override is None): an unbind of it is pending, or the kernel
-    # held the device lock past the bound (read_function)
+    # why driver_override was not read (then driver_override is None): an unbind of it is pending, a process is
+    # blocked on it, or the kernel held the device lock past the bound (read_function)
     override_unknown: str | None = None
 
     @property
@@ -315,7 +315,8 @@ def read_function(sysfs: Path, bdf: str, *, held: Mapping[str, str] | None = Non
     """Read one function; raise NotFound when sysfs has no such device.
 
     `held`: {bdf: why} for functions whose driver_override must not be read (an unbind of it is pending in the
-    kernel: the read would wait as long); they get `override_unknown` = why. Every other function's override is read
+    kernel, or a process is blocked on it: the read would wait as long; rblnctl.host.vfio.state.held_functions);
+    they get `override_unknown` = why. Every other function's override is read
     with a bound when it is on a vfio driver (read_override)."""
     bdf = normalize_bdf(bdf)
     d = devices_dir(sysfs) / bdf

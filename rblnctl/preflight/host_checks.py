@@ -294,7 +294,8 @@ def _pending_remedy(f: HostFacts, waiting: Sequence[pci.PciFunction], rest: Reme
         by_run.setdefault((rec.state_file, rec.command) if rec else ("", ("unbind",)), []).append(fn.bdf)
         who = (rec.holders if rec else "") or ", ".join(f.holders.get(fn.bdf) or []) or "its VFIO user (a VM)"
         whos.append(f"{fn.bdf}: {who}")
-    unbinds = [Command.own("vfio", command[0], *bdfs, *command[1:], on_host=True, state_file=state or None)
+    unbinds = [Command.own("vfio", command[0], *bdfs, on_host=True, state_file=state or None,
+                           mode=_flag(command, "--mode"), driver=_flag(command, "--driver"))
                for (state, command), bdfs in by_run.items()]
     more = [*unbinds, *((rest.command,) if rest and rest.command else ()), *(rest.more if rest else ())]
     text = (f"stop what holds it ({'; '.join(whos)}), then run the same command again: "
@@ -308,6 +309,13 @@ def _pending_remedy(f: HostFacts, waiting: Sequence[pci.PciFunction], rest: Reme
     if rest is None and len(unbinds) == 1:
         return Remedy(text.replace("{more0}", "{command}"), unbinds[0])
     return Remedy(text, more=tuple(more))
+
+
+def _flag(command: Sequence[str], name: str) -> str | None:
+    """The value of a pending record's own flag (`--mode vm`, `--driver d`), None when it has none: spelt as a
+    Command option, so a reader of the command (recover_bdfs, the front end) never takes a flag for a BDF."""
+    words = list(command)
+    return words[words.index(name) + 1] if name in words[:-1] else None
 
 
 def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
@@ -415,6 +423,7 @@ def _check_npus(f: HostFacts, add: Callable[..., object]) -> None:
 
 
 # A host pod's report (`preflight --local -o json`) carries its remedies spelt: `... vfio recover BDF... --mode ...`.
+_HELD = re.compile(r"([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])[^;]*? (?:unbind pending|unknown: the kernel holds)")
 _RECOVER = re.compile(r"`[^`]*\bvfio recover ((?:[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7] ?)+)--mode container`")
 
 
@@ -428,8 +437,11 @@ def recover_bdfs(result: CheckResult) -> list[str]:
     command, or from the spelt text of another rblnctl's report."""
     if result.id != "host.npu.driver":
         return []
+    # an NPU whose unbind the kernel is still finishing is finished by the command its record names, which may be a
+    # recover too: never the node's re-probe (recover refuses it until the unbind ends)
+    held = set(_HELD.findall(result.evidence or ""))
     if isinstance(result.remedy, Remedy):
-        recover = [c for c in result.remedy.more if c.words[:2] == ("vfio", "recover")]
-        return list(recover[0].words[2:]) if recover else []
-    m = _RECOVER.search(result.remedy)
-    return m.group(1).split() if m else []
+        found = [list(c.words[2:]) for c in result.remedy.more if c.words[:2] == ("vfio", "recover")]
+    else:
+        found = [m.group(1).split() for m in _RECOVER.finditer(result.remedy)]
+    return next((bdfs for bdfs in found if bdfs and not held & set(bdfs)), [])

@@ -18,7 +18,7 @@ from rblnctl.host import pci, system
 from rblnctl.host.holders import HolderFinder
 from rblnctl.host.iommu_advice import AMD, ARM64, INTEL
 from rblnctl.host.root import HostRoot
-from rblnctl.host.vfio.state import PendingUnbind, pending_unbinds
+from rblnctl.host.vfio.state import PendingUnbind, held_functions, pending_unbinds
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def gather_host_facts(root: Path | HostRoot) -> HostFacts:
         pending = pending_unbinds(host)
         # nor of one a process is blocked reading or writing (HolderFinder.override_busy, from the one proc scan)
         finder = HolderFinder.scan(host)
-        npus = pci.list_functions(sysfs, held={**finder.override_busy(), **{b: r.text for b, r in pending.items()}})
+        npus = pci.list_functions(sysfs, held=held_functions(host, finder, pending))
         for fn in npus:
             if fn.iommu_group:
                 peers[fn.bdf] = _foreign_group_members(sysfs, fn)
@@ -277,7 +277,7 @@ def _holders(finder: HolderFinder, npus: list[pci.PciFunction]) -> tuple[dict[st
     files), as `vfio` finds them."""
     if not npus:
         return {}, ""
-    out = {fn.bdf: [f"pid {h.pid} ({h.command}) {h.path}" for h in finder.holders(fn)] for fn in npus}
+    out = {fn.bdf: [h.text for h in finder.holders(fn)] for fn in npus}
     note = ""
     if finder.incomplete:
         note = (f"open files of {finder.incomplete} of {len(finder.table.processes)} processes were not readable "

@@ -214,7 +214,8 @@ def test_status_json_schema(k):
                              "iommuGroup", "groupMembers", "numaNode", "vfioDevice", "vfioDevicePresent", "holders"]
     assert [(x["bdf"], x["driver"], x["vfioDevicePresent"]) for x in rows] == [(A, "rebellions", False),
                                                                               (B, "vfio-pci", True)]
-    assert rows[1]["holders"] == [{"pid": 3100, "command": "qemu-kvm", "path": "/dev/vfio/21"}]
+    assert rows[1]["holders"] == [{"pid": 3100, "command": "qemu-kvm", "path": "/dev/vfio/21", "how": "open",
+                                   "certain": True}]
     table = vfio(k, "status").stdout
     assert "CA22-PF" in table and "3100/qemu-kvm" in table
 

@@ -253,7 +253,7 @@ def test_a_vms_kilobytes_of_command_line_is_one_bounded_form_in_every_message(tm
         assert len(out) < 2_000, out  # not 10 kB, nor 40 lines of one command
     facts = gather_host_facts(k.root)
     [line] = facts.holders[A]
-    assert line == f"pid 3100 ({h.command}) /dev/vfio/20"
+    assert line == f"pid 3100 ({h.command}) has /dev/vfio/20 open"
 
 
 def test_a_vms_unnamed_device_fd_counts_only_against_its_own_group(tmp_path):

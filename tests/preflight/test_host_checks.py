@@ -112,7 +112,7 @@ def test_npu_on_rebellions_held_open(tmp_path):
     assert "0000:3b:00.0 CA22 PF on rebellions" in drv.evidence and "vfio-pci" not in drv.evidence.split(";")[0]
     used = c["host.npu.in-use"]
     assert used.status == Status.PASS
-    assert "pid 4242 (python3 serve.py --npu 0) /dev/rbln0" in used.evidence
+    assert "pid 4242 (python3 serve.py --npu 0) has /dev/rbln0 open" in used.evidence
     assert "must stop before the node switches to vm-passthrough" in used.evidence
     assert "0000:5e:00.0" not in used.evidence  # rbln1 is not open
 
@@ -428,3 +428,32 @@ def test_a_pending_unbind_a_recover_left_is_finished_by_that_recover_not_an_unbi
     said = spelt_check(by_id_list(check_host(facts))["host.npu.driver"])
     assert "then run the same command again: `rblnctl vfio recover 0000:3b:00.0 --mode vm`" in said.remedy, said.remedy
     assert "vfio unbind" not in said.remedy
+
+
+def test_hosts_never_picks_a_pending_npus_recover_as_the_nodes_re_probe(tmp_path):
+    """A pending unbind a `recover --mode container` left beside a driverless NPU: the record's command is spelt with
+    its flag as an option, and `--hosts` (recover_bdfs, with_node_mode) re-probes the driverless NPU only, never the
+    pending one (recover refuses it until its unbind ends), from the Remedy and from another rblnctl's spelt text."""
+    import dataclasses
+
+    from rblnctl.host.vfio.state import PendingUnbind
+    from rblnctl.preflight.host_checks import check_host, recover_bdfs
+    from rblnctl.preflight.host_facts import gather_host_facts
+    from rblnctl.preflight.hosts import with_node_mode
+    from tests.preflight.spelt import spelt_check
+
+    npus = (Npu("0000:3b:00.0", driver=None, group="42"), Npu("0000:5e:00.0", driver=None, group="43"))
+    k = ht.build_host(tmp_path / "host", ht.intel_bare_metal(npus=npus))
+    facts = gather_host_facts(k.root)
+    rec = PendingUnbind(bdf="0000:3b:00.0", pid=4242, start=1, since="2026-12-07T04:00:00Z", holders="pid 5151 (qemu)",
+                        command=("recover", "--mode", "container"))
+    held = [dataclasses.replace(fn, override_unknown=rec.text) if fn.bdf == "0000:3b:00.0" else fn for fn in facts.npus]
+    facts = dataclasses.replace(facts, npus=held, pending={"0000:3b:00.0": rec})
+    drv = by_id_list(check_host(facts))["host.npu.driver"]
+    assert recover_bdfs(drv) == ["0000:5e:00.0"]
+    said = spelt_check(drv)
+    assert "`rblnctl vfio recover 0000:3b:00.0 --mode container`" in said.remedy, said.remedy
+    assert recover_bdfs(said) == ["0000:5e:00.0"]
+    node = with_node_mode(drv, "vm-passthrough")
+    assert node.remedy.command.words == ("vfio", "recover", "0000:5e:00.0")
+    assert node.remedy.command.option_map["mode"] == "vm"

@@ -35,7 +35,7 @@ from rblnctl.host.vfio.model import (
     Write,
 )
 from rblnctl.host.procfs import Holder
-from rblnctl.host.vfio.state import PendingFile, PendingUnbind, StateFile, process_start
+from rblnctl.host.vfio.state import PendingFile, PendingUnbind, StateFile, held_functions, process_start
 from rblnctl.host.vfio.writer import SysfsWriter
 
 log = logging.getLogger(__name__)
@@ -114,12 +114,10 @@ class VfioBinder:
         if mode is not None and op is not Operation.RECOVER:
             raise ConfigError(f"a mode applies to recover, not {op}")
         self.host.checked()
-        # an unbind an earlier run left waiting in the kernel: never read that function's override (the read would
-        # wait as long), and never plan a change of it
-        # nor of one a process is blocked reading or writing (HolderFinder.override_busy): one more stuck reader a run
+        # never read the override of a function an earlier run left an unbind pending on, or that a process is
+        # blocked on (the read would wait as long), and never plan a change of it
         self._finder = None
-        pending = {b: r.text for b, r in self._pending.live(self.host.proc).items()}
-        self._held = {**self._procs().override_busy(), **pending}
+        self._held = held_functions(self.host, self._procs(), self._pending.live(self.host.proc))
         self._held_back = []
         self._plan_holders = {}
         wanted = Mode.CONTAINER
@@ -458,6 +456,8 @@ class VfioBinder:
             return f"{d.bdf} no longer exists (removed since the plan)", False
         now = pci.read_function(self.sysfs, d.bdf)
         self._read_before[d.bdf] = now
+        if now.override_unknown:  # an unbind began since the plan (a long prompt): the next write would wait as long
+            return f"{now.override_unknown}; nothing was changed", False
         if now.driver != d.from_driver:
             return (f"its driver changed since the plan (now {now.driver or 'none'}, "
                     f"planned from {d.from_driver or 'none'})"), False
@@ -507,7 +507,8 @@ class VfioBinder:
         start = process_start(self.host.proc, pid) if pid > 0 else None
         if start is None:
             return
-        holders = "; ".join(f"pid {h.pid} ({h.command})" for h in self._plan_holders.get(bdf, []))
+        # only the certain ones: an unnamed VFIO fd of a process holding no group may be another device's
+        holders = "; ".join(f"pid {h.pid} ({h.command})" for h in self._plan_holders.get(bdf, []) if h.certain)
         own = "" if self.state_file == self.host.under(C.VFIO_STATE_FILE) else str(self.state_file)
         try:
             with self._pending.locked():

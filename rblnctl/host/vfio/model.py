@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rblnctl.errors import Refused
-from rblnctl.host.procfs import Holder
+from rblnctl.host.procfs import OPEN, Holder
 from rblnctl.plan import Blocker
 
 
@@ -231,6 +231,7 @@ class VfioStatus:
                                     for m in d["groupMembers"]),
                 numa_node=None if d["numaNode"] is None else int(d["numaNode"]), vfio_device=d["vfioDevice"],
                 vfio_device_present=bool(d["vfioDevicePresent"]),
-                holders=tuple(Holder(pid=int(h["pid"]), command=str(h["command"]), path=str(h["path"]))
+                holders=tuple(Holder(pid=int(h["pid"]), command=str(h["command"]), path=str(h["path"]),
+                                     how=str(h.get("how") or OPEN), certain=h.get("certain", True) is not False)
                               for h in d["holders"]),
             ) for d in data["devices"]))

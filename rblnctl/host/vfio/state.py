@@ -9,7 +9,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 from rblnctl import constants as C
 from rblnctl.errors import HostError, InvalidInput
 from rblnctl.host import pci
+from rblnctl.host.holders import HolderFinder
 from rblnctl.host.root import HostRoot
 
 STATE_VERSION = 1
@@ -130,7 +131,7 @@ class PendingUnbind:
     pid: int
     start: int
     since: str  # ISO time the run gave up waiting
-    holders: str = ""  # who held the device then ("pid 123 (qemu) has /dev/vfio/2 open; ..."), "" when unknown
+    holders: str = ""  # who held the device then, the certain ones ("pid 123 (qemu); ..."), "" when unknown
     state_file: str = ""  # the run's --state-file, "" for the default: `the same command again` needs it
     # the vfio command that left it, without its BDFs: its verb and own flags (`("recover", "--mode", "vm")`); the
     # unbind that blocked may be a bind's or a recover's, and the same command again is what finishes the device
@@ -157,7 +158,7 @@ def process_start(proc: Path, pid: int) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class PendingFile:
-    """The pending record: `{"version": 1, "pending": {bdf: {pid, start, since, holders, state_file}}}`, at ONE
+    """The pending record: `{"version": 1, "pending": {bdf: {pid, start, since, holders, state_file, command}}}`, at ONE
     fixed place under the host root (C.VFIO_PENDING_FILE, `<root>/run/rblnctl/vfio-pending.json`) whatever
     --state-file a run was given, so every later run finds it (vfio status and preflight --local take no
     --state-file). Under /run because a pending unbind does not survive a reboot, and neither should its record.
@@ -296,6 +297,11 @@ def pending_unbinds(root: Path | HostRoot) -> dict[str, PendingUnbind]:
     return PendingFile.of(host).live(host.proc)
 
 
-def held_functions(root: Path | HostRoot) -> dict[str, str]:
-    """{bdf: why} of the functions with a live pending unbind (pci.read_function's `held`)."""
-    return {b: r.text for b, r in pending_unbinds(root).items()}
+def held_functions(root: Path | HostRoot, finder: HolderFinder,
+                   pending: Mapping[str, PendingUnbind] | None = None) -> dict[str, str]:
+    """{bdf: why} of the functions whose `driver_override` a run must not read (pci's `held`): a live pending unbind
+    (its record's words), or one a process is blocked reading or writing (HolderFinder.override_busy, from the run's
+    one process scan): the read would wait as long, and one more process would be stuck. The one rule for status,
+    preflight and the binder; `pending` when the caller read the records already."""
+    records = pending_unbinds(root) if pending is None else pending
+    return {**finder.override_busy(), **{b: r.text for b, r in records.items()}}

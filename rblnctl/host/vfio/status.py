@@ -32,7 +32,7 @@ def vfio_status(*, root: Path | HostRoot = HostRoot(), bdfs: Sequence[str] = (),
     finder = HolderFinder.scan(host)
     # never read the override of a function an earlier run left an unbind pending on, or that a process is blocked
     # reading or writing (HolderFinder.override_busy): the read waits as long, one more process stuck each run
-    held = {**finder.override_busy(), **held_functions(host)}
+    held = held_functions(host, finder)
     fns = (pci.read_functions(sysfs, wanted, held=held) if wanted
            else pci.list_functions(sysfs, all_vendors=all_vendors, held=held))
     warnings = system.vfio_manager_warnings(host.run, finder.table)

@@ -764,3 +764,22 @@ def test_an_interrupted_blocked_unbind_with_no_holder_found_names_no_kill_placeh
     assert "interrupted while unbind from vfio-pci" in said and "a VFIO user rblnctl cannot see holds it" in said, said
     assert "kill" not in said and "PID" not in said, said
     assert f"find what holds it (`lsof {k.dev / 'vfio' / '20'}`, or stop the VM using it)" in said, said
+
+
+def test_an_unbind_begun_between_plan_and_apply_is_left_alone_not_waited_for(tmp_path):
+    """A long [y/N] between plan and apply, and meanwhile another tool's unbind holds the device lock: apply's read
+    back of the function answers `unknown` at its bound, and nothing is written (the next write, driver_override,
+    would wait as long as the unbind, uninterruptibly)."""
+    k = npu_node(tmp_path, 1)
+    make(k).apply(make(k).plan("bind", [A]))
+    b = make(k)
+    plan = b.plan("unbind", [A])
+    k._block_override(k.devices[A])  # what the kernel's blocked unbind does to a read of it
+    try:
+        (result,) = b.apply(plan).results
+    finally:
+        k.release_readers()
+        k._unblock_override(k.devices[A])
+    assert result.status == "failed", result
+    assert "unknown: the kernel holds the device" in result.message and "nothing was changed" in result.message
+    assert k.driver_of(A) == "vfio-pci"

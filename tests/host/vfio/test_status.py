@@ -67,3 +67,26 @@ def test_an_unread_override_survives_the_document_a_node_pod_prints(tmp_path):
     for d in doc["devices"]:
         del d["driverOverrideKnown"]
     assert [d.driver_override_known for d in VfioStatus.from_dict(doc).devices] == [True, True]
+
+
+def test_how_and_whether_a_holder_is_certain_survive_the_document_a_node_pod_prints(tmp_path):
+    """-o json says how each holder holds the function and whether it is certain (an unnamed VFIO fd of a process
+    holding no group may be another VM's); `vfio status --node` reads both back; an older document: open, certain."""
+    from dataclasses import replace
+
+    from rblnctl.documents import VFIO_STATUS
+    from rblnctl.host.procfs import Holder
+    from rblnctl.host.vfio.model import VfioStatus
+
+    k = npu_node(tmp_path, 1)
+    st = vfio_status(root=k.root)
+    held = (Holder(pid=7, command="qemu", path="anon_inode:[vfio-device]", how="vfio-device", certain=False),)
+    st = replace(st, devices=(replace(st.devices[0], holders=held),))
+    doc = VFIO_STATUS(st)
+    assert doc["devices"][0]["holders"] == [{"pid": 7, "command": "qemu", "path": "anon_inode:[vfio-device]",
+                                             "how": "vfio-device", "certain": False}]
+    assert VfioStatus.from_dict(doc) == st
+    for h in doc["devices"][0]["holders"]:
+        del h["how"], h["certain"]
+    (old,) = VfioStatus.from_dict(doc).devices[0].holders
+    assert (old.how, old.certain) == ("open", True)
