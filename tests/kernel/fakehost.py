@@ -52,6 +52,7 @@ class FakeHost:
         self._n = 0
         self._pid = 4000
         self._stuck: dict[int, str] | None = None  # keep_stuck_readers(): reader pid -> the function it waits on
+        self._not_readers: set[int] = set()  # keep_stuck_readers(): this process's children before it
         self.append = ""
         self.boot()
 
@@ -269,6 +270,9 @@ class FakeHost:
 
         assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
         self._stuck = {}
+        # this process's children now are not readers: an xdist worker's earlier fixtures (an envtest apiserver, its
+        # etcd) are its children too (CI: six "stuck readers" where one was)
+        self._not_readers = set(self._children())
 
     def stuck_readers(self) -> list[int]:
         """The readers still blocked on a driver_override (keep_stuck_readers)."""
@@ -284,19 +288,28 @@ class FakeHost:
         ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)
         self._stuck = None
 
-    def _show_stuck_readers(self, args: tuple[str, ...]) -> None:
-        assert self._stuck is not None
-        me = str(os.getpid())
+    @staticmethod
+    def _children() -> list[int]:
+        """This process's live children (ppid this pid, not a zombie): a reader reparented here, still waiting."""
+        me, out = str(os.getpid()), []
         for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in self._stuck:
+            if not entry.isdigit():
                 continue
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if fields[1] != me or fields[0] == "Z":  # ppid: a reader reparented to this process, still waiting
+            if fields[1] == me and fields[0] != "Z":
+                out.append(int(entry))
+        return out
+
+    def _show_stuck_readers(self, args: tuple[str, ...]) -> None:
+        assert self._stuck is not None
+        for pid in self._children():
+            if pid in self._stuck or pid in self._not_readers:
                 continue
+            entry = str(pid)
             [bdf] = self.k.blocked  # the one function whose override blocks: the scenario blocks one
             assert not (self.k.proc / entry).exists(), f"pid {entry} is a simulated process already"
             rel = os.path.relpath(os.path.realpath(self.k.pci_root / bdf), os.path.realpath(self.k.sys))

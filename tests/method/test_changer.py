@@ -110,7 +110,9 @@ def test_the_wait_for_dra_outlasts_a_kubelet_still_advertising_sandbox(apiserver
     """The sandbox plugin's pods are gone and DRA serves every node, but the kubelet has not yet reported the
     sandbox resource gone (its next node status update): the nodes are not rolled until it has. A VM scheduled
     meanwhile could still be placed on a resource no plugin serves any more."""
-    op = cluster(apiserver, kubelet_lag_steps=4, ready_delay_s=0, kubelet_period_s=0.1)  # the kubelet is last
+    # the kubelet is last, by 4 reconciles 0.5 s apart: at 0.1 s a loaded CI machine's first look came after it had
+    # caught up (nothing waited for, `waiting` empty)
+    op = cluster(apiserver, kubelet_lag_steps=4, ready_delay_s=0, kubelet_period_s=0.5)
     waiting = []
     ch = changer(kube, op)
     ch.events = MethodEvents(on_waiting=waiting.append)
