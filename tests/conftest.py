@@ -166,3 +166,15 @@ def _no_real_cluster(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
 
+
+
+def pytest_configure(config):
+    """A suite started in the background by a shell without job control inherits SIGINT ignored (bash ignores it in
+    asynchronous commands; Python then keeps SIG_IGN instead of raising KeyboardInterrupt): every test that presses
+    Ctrl-C would hang (seen: a CI started with `(... &)`, `vm list -w` waiting for three ignored SIGINTs). The tests
+    press Ctrl-C on purpose, so each process of the run takes it as a terminal's Ctrl-C is taken; the processes the
+    tests start inherit the default (a caught signal is reset at exec)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
